@@ -1,0 +1,30 @@
+//! A policy plugin that changes nothing: copy this crate to start your own.
+
+// Generates the Rust types and traits of the `policy` world from the WIT contract.
+wit_bindgen::generate!({ path: "../../../wit", world: "policy" });
+
+use switchyard::policy::host::{Level, log};
+
+struct Template;
+
+impl Guest for Template {
+    /// Runs once per instance with the plugin's `config` from switchyard.toml (JSON text).
+    fn init(config: String) -> Result<(), String> {
+        log(Level::Debug, &format!("template plugin ready, config {config}"));
+        Ok(())
+    }
+
+    /// Decides how one request is handled; `current` is what earlier plugins decided.
+    fn decide(_call: Call, current: Decision) -> Verdict {
+        // Continue: hand the decision on unchanged. `Verdict::Stop(d)` would end the chain,
+        // `Verdict::Reject(reason)` would refuse the call.
+        Verdict::Continue(current)
+    }
+
+    /// Annotation hints for one listed tool; `current` is what earlier plugins made of them.
+    fn annotate(_tool: Tool, current: Hints) -> Hints {
+        current
+    }
+}
+
+export!(Template);

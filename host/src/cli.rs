@@ -1,0 +1,168 @@
+//! `switchyard run`: command-line arguments into a config, tracing set-up, signals, the runtime.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunArgs {
+    /// The config file (server command, pools, limits, plugins).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The plugins directory (default: plugins/ beside the config file, else ~/.config/switchyard/plugins).
+    #[arg(long, value_name = "DIR")]
+    pub plugins: Option<PathBuf>,
+    /// The server's name in logs and errors (default: from the command).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Log level for stderr: error, warn, info, debug, trace (default: RUST_LOG, else info).
+    #[arg(long, value_name = "LEVEL")]
+    pub log_level: Option<String>,
+    /// Also accept client sessions on this Unix socket (clients join with `switchyard connect`).
+    #[arg(long, value_name = "SOCKET")]
+    pub listen: Option<PathBuf>,
+    /// Serve only the socket given by --listen, not stdin/stdout (a shared daemon).
+    #[arg(long, requires = "listen")]
+    pub no_stdio: bool,
+    /// The server command and its arguments, after `--`.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// Sets up logging to stderr. stdout carries protocol only, so nothing else may write there.
+pub fn init_tracing(level: Option<&str>) {
+    use tracing_subscriber::EnvFilter;
+    let filter = match level {
+        Some(l) => EnvFilter::new(format!("switchyard={l},{l}")),
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(false)
+        .with_env_filter(filter)
+        .try_init();
+}
+
+/// A readable server name from a command line: `npx -y @scope/server-x dir` -> `server-x`.
+pub fn derive_name(command: &str, args: &[String]) -> String {
+    let base = |s: &str| {
+        let s = s.trim_end_matches('/');
+        s.rsplit('/').next().unwrap_or(s).to_string()
+    };
+    let cmd = base(command);
+    let launchers = ["npx", "node", "uvx", "uv", "python", "python3", "deno", "bunx", "bun", "pipx"];
+    if launchers.contains(&cmd.as_str()) {
+        if let Some(arg) = args.iter().find(|a| !a.starts_with('-') && *a != "run" && *a != "exec") {
+            let b = base(arg);
+            let b = b.split('@').find(|p| !p.is_empty()).unwrap_or(&b).to_string();
+            return b.trim_end_matches(".js").trim_end_matches(".py").to_string();
+        }
+    }
+    cmd
+}
+
+/// The config from the file (if any) with the command line applied on top.
+pub fn build_config(args: &RunArgs) -> anyhow::Result<Config> {
+    let mut config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => {
+            let mut c = Config::default();
+            c.validate()?;
+            c
+        }
+    };
+    if let Some((cmd, rest)) = args.command.split_first() {
+        config.server.command = Some(cmd.clone());
+        config.server.args = rest.to_vec();
+    }
+    if config.server.command.is_none() {
+        bail!(
+            "no server command: give it after `--` (switchyard run -- npx -y @modelcontextprotocol/server-everything) or as [server] command in the config file"
+        );
+    }
+    if let Some(n) = &args.name {
+        config.server.name = Some(n.clone());
+    }
+    Ok(config)
+}
+
+/// Runs the router until the client disconnects or a signal arrives; exits cleanly.
+pub fn run_blocking(args: RunArgs) -> anyhow::Result<()> {
+    init_tracing(args.log_level.as_deref());
+    let config = build_config(&args)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("switchyard")
+        .build()
+        .context("cannot start the async runtime")?;
+    let result = runtime.block_on(async move {
+        let shutdown = CancellationToken::new();
+        tokio::spawn(on_signal(shutdown.clone()));
+        let opts = crate::RunOptions { plugins_dir: args.plugins.clone(), listen: args.listen.clone(), stdio: !args.no_stdio };
+        crate::run(config, opts, shutdown).await
+    });
+    // A blocking read of stdin may still be parked in the runtime's thread pool (after a signal
+    // the client has not closed it); it must not keep the process alive.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    result
+}
+
+/// `switchyard connect SOCKET`.
+pub fn connect_blocking(socket: &std::path::Path) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(crate::downstream::connect(socket))
+}
+
+async fn on_signal(shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) =
+        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::hangup()))
+    else {
+        tracing::error!("cannot install signal handlers; stop switchyard by closing its stdin");
+        return;
+    };
+    let name = tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+        _ = hup.recv() => "SIGHUP",
+    };
+    tracing::info!("{name}: shutting down");
+    shutdown.cancel();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_come_from_the_package_not_the_launcher() {
+        let a = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(derive_name("npx", &a(&["-y", "@modelcontextprotocol/server-filesystem", "/w"])), "server-filesystem");
+        assert_eq!(derive_name("/usr/bin/node", &a(&["dist/index.js", "stdio"])), "index");
+        assert_eq!(derive_name("uvx", &a(&["mcp-server-git@1.2"])), "mcp-server-git");
+        assert_eq!(derive_name("/opt/bin/my-server", &a(&["--port", "3"])), "my-server");
+    }
+
+    #[test]
+    fn command_line_overrides_the_file_and_a_missing_command_is_explained() {
+        let args = RunArgs {
+            config: None,
+            plugins: None,
+            name: Some("x".into()),
+            log_level: None,
+            listen: None,
+            no_stdio: false,
+            command: vec!["echo".into(), "hi".into()],
+        };
+        let c = build_config(&args).unwrap();
+        assert_eq!(c.server.command.as_deref(), Some("echo"));
+        assert_eq!(c.server.args, vec!["hi"]);
+        assert_eq!(c.server.name.as_deref(), Some("x"));
+        let e = build_config(&RunArgs { command: vec![], ..args }).unwrap_err().to_string();
+        assert!(e.contains("after `--`"), "{e}");
+    }
+}

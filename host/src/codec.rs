@@ -1,0 +1,542 @@
+//! Line framing and the JSON-RPC envelope: parse only what routing needs, rewrite ids in place.
+//!
+//! A message stays the text it arrived as. Parsing records byte ranges of the id, the params and
+//! the few nested fields the router rewrites (progress tokens, cancelled request ids), so a
+//! rewrite is a splice of the original line, never a re-serialisation of the payload.
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt};
+
+pub const PARSE_ERROR: i64 = -32700;
+pub const INVALID_REQUEST: i64 = -32600;
+pub const METHOD_NOT_FOUND: i64 = -32601;
+pub const INVALID_PARAMS: i64 = -32602;
+pub const INTERNAL_ERROR: i64 = -32603;
+/// The code the TypeScript SDK uses for "Request timed out"; clients already know it.
+pub const REQUEST_TIMEOUT: i64 = -32001;
+/// Router-specific: the server or its pool cannot take the call now.
+pub const SERVER_BUSY: i64 = -32002;
+/// Router-specific: the server instance died or is down.
+pub const SERVER_UNAVAILABLE: i64 = -32003;
+/// Router-specific: a policy plugin rejected the call.
+pub const POLICY_REJECTED: i64 = -32004;
+
+/// One frame read from a byte stream.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Frame {
+    /// A complete line without its terminator (`\n` or `\r\n`); may be empty.
+    Line(String),
+    /// A line longer than the limit; its bytes were skipped with bounded memory.
+    TooLong { bytes: usize },
+    /// A line that is not UTF-8.
+    NotUtf8,
+}
+
+/// Reads newline-delimited frames, never holding more than `limit` bytes of one line.
+pub struct LineReader<R> {
+    inner: R,
+    limit: usize,
+    buf: Vec<u8>,
+}
+
+impl<R: AsyncBufRead + Unpin> LineReader<R> {
+    pub fn new(inner: R, limit: usize) -> Self {
+        LineReader { inner, limit, buf: Vec::with_capacity(8 * 1024) }
+    }
+
+    /// The next frame, or `None` at end of stream. A final line without `\n` is still a frame.
+    pub async fn next(&mut self) -> std::io::Result<Option<Frame>> {
+        self.buf.clear();
+        let mut skipped: Option<usize> = None;
+        loop {
+            let chunk = self.inner.fill_buf().await?;
+            if chunk.is_empty() {
+                return Ok(match skipped {
+                    Some(bytes) => Some(Frame::TooLong { bytes }),
+                    None if self.buf.is_empty() => None,
+                    None => Some(self.take_line()),
+                });
+            }
+            let (take, done) = match memchr(chunk) {
+                Some(i) => (i + 1, true),
+                None => (chunk.len(), false),
+            };
+            match skipped.as_mut() {
+                Some(n) => *n += take,
+                None if self.buf.len() + take > self.limit + 2 => {
+                    // Over the limit: stop keeping bytes, only count them to the end of the line.
+                    skipped = Some(self.buf.len() + take);
+                    self.buf = Vec::new();
+                }
+                None => self.buf.extend_from_slice(&chunk[..take]),
+            }
+            self.inner.consume(take);
+            if done {
+                return Ok(Some(match skipped {
+                    Some(bytes) => Frame::TooLong { bytes },
+                    None => self.take_line(),
+                }));
+            }
+        }
+    }
+
+    fn take_line(&mut self) -> Frame {
+        let mut end = self.buf.len();
+        if end > 0 && self.buf[end - 1] == b'\n' {
+            end -= 1;
+        }
+        if end > 0 && self.buf[end - 1] == b'\r' {
+            end -= 1;
+        }
+        if end > self.limit {
+            return Frame::TooLong { bytes: end };
+        }
+        match std::str::from_utf8(&self.buf[..end]) {
+            Ok(s) => Frame::Line(s.to_string()),
+            Err(_) => Frame::NotUtf8,
+        }
+    }
+}
+
+fn memchr(bytes: &[u8]) -> Option<usize> {
+    bytes.iter().position(|&b| b == b'\n')
+}
+
+/// What kind of JSON-RPC message a line holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Request,
+    Notification,
+    Response,
+}
+
+/// The routing-relevant parts of one message, as byte ranges into its line.
+#[derive(Debug, Clone)]
+pub struct Envelope {
+    pub kind: Kind,
+    /// The raw id (e.g. `7` or `"abc"`), for requests and responses.
+    pub id: Option<Range<usize>>,
+    pub method: Option<String>,
+    pub params: Option<Range<usize>>,
+    /// Responses only: true when the message carries `error` rather than `result`.
+    pub is_error: bool,
+    /// Responses only: the range of `result`.
+    pub result: Option<Range<usize>>,
+}
+
+/// Why a line is not a JSON-RPC message the router can route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParseError {
+    /// Not JSON at all: answer -32700 with id null.
+    Json(String),
+    /// JSON, but not a valid JSON-RPC 2.0 message: answer -32600 (with the id when one was readable).
+    Invalid { reason: String, id: Option<String> },
+}
+
+impl ParseError {
+    pub fn code(&self) -> i64 {
+        match self {
+            ParseError::Json(_) => PARSE_ERROR,
+            ParseError::Invalid { .. } => INVALID_REQUEST,
+        }
+    }
+    pub fn message(&self) -> String {
+        match self {
+            ParseError::Json(e) => format!("Parse error: {e}"),
+            ParseError::Invalid { reason, .. } => format!("Invalid Request: {reason}"),
+        }
+    }
+    /// The id to answer with (`null` when none could be read).
+    pub fn reply_id(&self) -> &str {
+        match self {
+            ParseError::Invalid { id: Some(id), .. } => id,
+            _ => "null",
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct RawEnvelope<'a> {
+    #[serde(borrow, default)]
+    jsonrpc: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    method: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    params: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    result: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    error: Option<&'a RawValue>,
+}
+
+/// Byte range of `inner` inside `outer`; `inner` must be a sub-slice of `outer`.
+pub fn span(outer: &str, inner: &str) -> Range<usize> {
+    let start = inner.as_ptr() as usize - outer.as_ptr() as usize;
+    debug_assert!(start + inner.len() <= outer.len());
+    start..start + inner.len()
+}
+
+/// Parses one message (not a batch) and classifies it.
+pub fn parse(line: &str) -> Result<Envelope, ParseError> {
+    let trimmed = line.trim_start();
+    if !trimmed.starts_with('{') {
+        // Valid JSON that is not an object is an invalid request, garbage is a parse error.
+        return Err(match serde_json::from_str::<&RawValue>(line) {
+            Ok(_) => ParseError::Invalid { reason: "a message must be a JSON object".into(), id: None },
+            Err(e) => ParseError::Json(e.to_string()),
+        });
+    }
+    let raw: RawEnvelope = match serde_json::from_str(line) {
+        Ok(r) => r,
+        Err(e) if e.is_syntax() || e.is_eof() => return Err(ParseError::Json(e.to_string())),
+        Err(e) => {
+            return Err(ParseError::Invalid { reason: e.to_string(), id: None });
+        }
+    };
+    let id_text = raw.id.map(|r| r.get().to_string());
+    let invalid = |reason: &str| ParseError::Invalid { reason: reason.to_string(), id: id_text.clone() };
+    if raw.jsonrpc.as_deref() != Some("2.0") {
+        return Err(invalid("`jsonrpc` must be \"2.0\""));
+    }
+    if let Some(id) = raw.id {
+        let t = id.get().as_bytes()[0];
+        let ok = t == b'"' || t == b'-' || t.is_ascii_digit();
+        if !ok {
+            return Err(invalid("`id` must be a string or a number"));
+        }
+    }
+    let id = raw.id.map(|r| span(line, r.get()));
+    if let Some(m) = raw.method {
+        let method: String = serde_json::from_str(m.get())
+            .map_err(|_| invalid("`method` must be a string"))?;
+        if raw.result.is_some() || raw.error.is_some() {
+            return Err(invalid("a message cannot have both `method` and `result`/`error`"));
+        }
+        if let Some(p) = raw.params {
+            let t = p.get().as_bytes()[0];
+            if t != b'{' && t != b'[' {
+                return Err(invalid("`params` must be an object or an array"));
+            }
+        }
+        return Ok(Envelope {
+            kind: if id.is_some() { Kind::Request } else { Kind::Notification },
+            id,
+            method: Some(method),
+            params: raw.params.map(|r| span(line, r.get())),
+            is_error: false,
+            result: None,
+        });
+    }
+    match (raw.result, raw.error) {
+        (Some(r), None) if id.is_some() => Ok(Envelope {
+            kind: Kind::Response,
+            id,
+            method: None,
+            params: None,
+            is_error: false,
+            result: Some(span(line, r.get())),
+        }),
+        (None, Some(_)) => Ok(Envelope {
+            kind: Kind::Response,
+            // An error response may carry id null (e.g. to a request that could not be parsed).
+            id: id.filter(|r| &line[r.clone()] != "null"),
+            method: None,
+            params: None,
+            is_error: true,
+            result: None,
+        }),
+        (Some(_), Some(_)) => Err(invalid("a response cannot have both `result` and `error`")),
+        _ => Err(invalid("a message needs `method`, `result` or `error`")),
+    }
+}
+
+/// Splits a batch (a JSON array) into the text of its elements. Err when the array is not JSON.
+pub fn split_batch(line: &str) -> Result<Vec<&str>, ParseError> {
+    let items: Vec<&RawValue> =
+        serde_json::from_str(line).map_err(|e| ParseError::Json(e.to_string()))?;
+    Ok(items.into_iter().map(|r| r.get()).collect())
+}
+
+/// True when the line (after leading white space) is a JSON array.
+pub fn is_batch(line: &str) -> bool {
+    line.trim_start().starts_with('[')
+}
+
+/// Replaces the bytes in `range` with `with`.
+pub fn splice(line: &str, range: Range<usize>, with: &str) -> String {
+    let mut out = String::with_capacity(line.len() + with.len());
+    out.push_str(&line[..range.start]);
+    out.push_str(with);
+    out.push_str(&line[range.end..]);
+    out
+}
+
+/// Applies several non-overlapping replacements at once (in any order).
+pub fn splice_many(line: &str, mut edits: Vec<(Range<usize>, &str)>) -> String {
+    edits.sort_by_key(|(r, _)| r.start);
+    let mut out = String::with_capacity(line.len() + 32);
+    let mut at = 0;
+    for (r, with) in edits {
+        out.push_str(&line[at..r.start]);
+        out.push_str(with);
+        at = r.end;
+    }
+    out.push_str(&line[at..]);
+    out
+}
+
+#[derive(Deserialize)]
+struct MetaHolder<'a> {
+    #[serde(borrow, default, rename = "_meta")]
+    meta: Option<ProgressMeta<'a>>,
+}
+#[derive(Deserialize)]
+struct ProgressMeta<'a> {
+    #[serde(borrow, default, rename = "progressToken")]
+    progress_token: Option<&'a RawValue>,
+}
+
+/// Range of `params._meta.progressToken` in `line`, if the request asks for progress.
+pub fn progress_token_in_request(line: &str, params: &Range<usize>) -> Option<Range<usize>> {
+    let p = &line[params.clone()];
+    if !p.contains("progressToken") {
+        return None;
+    }
+    let holder: MetaHolder = serde_json::from_str(p).ok()?;
+    let tok = holder.meta?.progress_token?;
+    Some(span(line, tok.get()))
+}
+
+#[derive(Deserialize)]
+struct TokenHolder<'a> {
+    #[serde(borrow, default, rename = "progressToken")]
+    progress_token: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "requestId")]
+    request_id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    uri: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    level: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    arguments: Option<&'a RawValue>,
+}
+
+/// The fields of `params` the router routes on, as ranges into `line` (or owned strings).
+#[derive(Debug, Default, Clone)]
+pub struct ParamFields {
+    /// `progressToken` (notifications/progress).
+    pub progress_token: Option<Range<usize>>,
+    /// `requestId` (notifications/cancelled).
+    pub request_id: Option<Range<usize>>,
+    /// `uri` (resources/subscribe, resources/updated).
+    pub uri: Option<String>,
+    /// `level` (logging/setLevel, notifications/message).
+    pub level: Option<String>,
+    /// `name` (tools/call, prompts/get).
+    pub name: Option<String>,
+    /// `arguments` (tools/call).
+    pub arguments: Option<Range<usize>>,
+}
+
+/// Reads the routing fields of a params object; missing or malformed fields are `None`.
+pub fn param_fields(line: &str, params: &Range<usize>) -> ParamFields {
+    let p = &line[params.clone()];
+    match serde_json::from_str::<TokenHolder>(p) {
+        Ok(h) => ParamFields {
+            progress_token: h.progress_token.map(|r| span(line, r.get())),
+            request_id: h.request_id.map(|r| span(line, r.get())),
+            uri: h.uri.map(Cow::into_owned),
+            level: h.level.map(Cow::into_owned),
+            name: h.name.map(Cow::into_owned),
+            arguments: h.arguments.map(|r| span(line, r.get())),
+        },
+        Err(_) => ParamFields::default(),
+    }
+}
+
+/// JSON text of a string.
+pub fn json_string(s: &str) -> String {
+    serde_json::to_string(s).expect("strings always serialise")
+}
+
+pub fn response_ok(id: &str, result: &str) -> String {
+    format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#)
+}
+
+pub fn response_error(id: &str, code: i64, message: &str, data: Option<&serde_json::Value>) -> String {
+    let message = json_string(message);
+    match data {
+        Some(d) => format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":{code},"message":{message},"data":{d}}}}}"#
+        ),
+        None => format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":{code},"message":{message}}}}}"#),
+    }
+}
+
+pub fn notification(method: &str, params: &str) -> String {
+    format!(r#"{{"jsonrpc":"2.0","method":{},"params":{params}}}"#, json_string(method))
+}
+
+pub fn request(id: &str, method: &str, params: &str) -> String {
+    format!(r#"{{"jsonrpc":"2.0","id":{id},"method":{},"params":{params}}}"#, json_string(method))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn request_envelope_keeps_payload_raw() {
+        let line = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":"a\"b"},"_meta":{"progressToken":7}}}"#;
+        let env = parse(line).unwrap();
+        assert_eq!(env.kind, Kind::Request);
+        assert_eq!(&line[env.id.clone().unwrap()], "7");
+        assert_eq!(env.method.as_deref(), Some("tools/call"));
+        let params = env.params.clone().unwrap();
+        let tok = progress_token_in_request(line, &params).unwrap();
+        assert_eq!(&line[tok.clone()], "7");
+        let out = splice_many(line, vec![(env.id.unwrap(), "1001"), (tok, "1001")]);
+        assert_eq!(
+            out,
+            r#"{"jsonrpc":"2.0","id":1001,"method":"tools/call","params":{"name":"echo","arguments":{"text":"a\"b"},"_meta":{"progressToken":1001}}}"#
+        );
+        let f = param_fields(line, &params);
+        assert_eq!(f.name.as_deref(), Some("echo"));
+        assert_eq!(&line[f.arguments.unwrap()], r#"{"text":"a\"b"}"#);
+    }
+
+    #[test]
+    fn classifies_notifications_and_responses() {
+        let n = parse(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"x","reason":"r"}}"#).unwrap();
+        assert_eq!(n.kind, Kind::Notification);
+        let r = parse(r#"{"id":"a b","jsonrpc":"2.0","result":{"x":[1,2]}}"#).unwrap();
+        assert_eq!(r.kind, Kind::Response);
+        assert!(!r.is_error);
+        let e = parse(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"m"}}"#).unwrap();
+        assert!(e.is_error && e.id.is_none());
+    }
+
+    #[test]
+    fn bad_messages_get_the_right_code() {
+        assert_eq!(parse("{not json").unwrap_err().code(), PARSE_ERROR);
+        assert_eq!(parse("hello").unwrap_err().code(), PARSE_ERROR);
+        assert_eq!(parse("42").unwrap_err().code(), INVALID_REQUEST);
+        let e = parse(r#"{"jsonrpc":"1.0","id":3,"method":"x"}"#).unwrap_err();
+        assert_eq!((e.code(), e.reply_id()), (INVALID_REQUEST, "3"));
+        assert_eq!(parse(r#"{"jsonrpc":"2.0","id":{},"method":"x"}"#).unwrap_err().code(), INVALID_REQUEST);
+        assert_eq!(parse(r#"{"jsonrpc":"2.0","id":1,"method":5}"#).unwrap_err().code(), INVALID_REQUEST);
+        assert_eq!(parse(r#"{"jsonrpc":"2.0","id":1}"#).unwrap_err().code(), INVALID_REQUEST);
+        assert_eq!(parse(r#"{"jsonrpc":"2.0","method":"m","params":3}"#).unwrap_err().code(), INVALID_REQUEST);
+    }
+
+    #[test]
+    fn batches_split_into_elements() {
+        let items = split_batch(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}, {"jsonrpc":"2.0","method":"n"}]"#).unwrap();
+        assert_eq!(items.len(), 2);
+        assert_eq!(parse(items[1]).unwrap().kind, Kind::Notification);
+        assert!(split_batch("[1,").is_err());
+    }
+
+    #[test]
+    fn builders_make_valid_json() {
+        let e = response_error("\"q\"", -32001, "timed \"out\"", Some(&serde_json::json!({"server":"s"})));
+        let v: serde_json::Value = serde_json::from_str(&e).unwrap();
+        assert_eq!(v["error"]["message"], "timed \"out\"");
+        assert_eq!(v["id"], "q");
+        let n: serde_json::Value = serde_json::from_str(&notification("a/b", "{}")).unwrap();
+        assert_eq!(n["method"], "a/b");
+    }
+
+    async fn frames(bytes: &[u8], chunks: &[usize], limit: usize) -> Vec<Frame> {
+        // A reader that hands out the stream in the given chunk sizes.
+        let mut builder = tokio_test_reader(bytes, chunks);
+        let mut r = LineReader::new(tokio::io::BufReader::with_capacity(3, &mut builder), limit);
+        let mut out = vec![];
+        while let Some(f) = r.next().await.unwrap() {
+            out.push(f);
+        }
+        out
+    }
+
+    fn tokio_test_reader(bytes: &[u8], chunks: &[usize]) -> impl tokio::io::AsyncRead + Unpin {
+        let mut parts = vec![];
+        let mut at = 0;
+        for &c in chunks {
+            if at >= bytes.len() {
+                break;
+            }
+            let end = (at + c.max(1)).min(bytes.len());
+            parts.push(bytes[at..end].to_vec());
+            at = end;
+        }
+        if at < bytes.len() {
+            parts.push(bytes[at..].to_vec());
+        }
+        ChunkReader { parts: parts.into() }
+    }
+
+    struct ChunkReader {
+        parts: std::collections::VecDeque<Vec<u8>>,
+    }
+    impl tokio::io::AsyncRead for ChunkReader {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            if let Some(mut p) = self.parts.pop_front() {
+                let n = p.len().min(buf.remaining());
+                buf.put_slice(&p[..n]);
+                if n < p.len() {
+                    p.drain(..n);
+                    self.parts.push_front(p);
+                }
+            }
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn over_long_lines_are_skipped_and_reading_goes_on() {
+        let mut data = Vec::new();
+        data.extend_from_slice(b"{\"a\":1}\n");
+        data.extend_from_slice(&vec![b'x'; 5000]);
+        data.extend_from_slice(b"\n{\"b\":2}\r\nlast");
+        let got = frames(&data, &[7, 100, 3000], 1024).await;
+        assert_eq!(
+            got,
+            vec![
+                Frame::Line("{\"a\":1}".into()),
+                Frame::TooLong { bytes: 5001 },
+                Frame::Line("{\"b\":2}".into()),
+                Frame::Line("last".into()),
+            ]
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn any_split_of_the_stream_gives_the_same_frames(
+            lines in proptest::collection::vec("[a-z{}\":, é]{0,40}", 0..12),
+            chunks in proptest::collection::vec(1usize..17, 0..64),
+        ) {
+            let mut data = String::new();
+            for l in &lines { data.push_str(l); data.push('\n'); }
+            let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            let whole = rt.block_on(frames(data.as_bytes(), &[], 64));
+            let split = rt.block_on(frames(data.as_bytes(), &chunks, 64));
+            let expected: Vec<Frame> = lines.iter().map(|l| Frame::Line(l.clone())).collect();
+            prop_assert_eq!(&whole, &expected);
+            prop_assert_eq!(split, expected);
+        }
+    }
+}

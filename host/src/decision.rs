@@ -1,0 +1,75 @@
+//! What the policy chain decides for one request, in plain Rust types shared by policy and engine.
+
+use std::collections::BTreeSet;
+
+/// MCP tool annotation hints (spec `ToolAnnotations`). `None` means "not said".
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Hints {
+    pub read_only: Option<bool>,
+    pub destructive: Option<bool>,
+    pub idempotent: Option<bool>,
+    pub open_world: Option<bool>,
+    pub title: Option<String>,
+}
+
+impl Hints {
+    /// Read-only as a client would judge it: the spec default for `readOnlyHint` is false.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only == Some(true)
+    }
+
+    /// Idempotent as a client would judge it; read-only tools are idempotent by definition.
+    pub fn is_idempotent(&self) -> bool {
+        self.idempotent == Some(true) || self.is_read_only()
+    }
+}
+
+/// How a call may overlap other calls on the same server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Concurrency {
+    /// Runs alongside every other shared call.
+    Shared,
+    /// Waits until the server's in-flight calls drain; nothing else starts while it runs.
+    Exclusive,
+    /// Exclusive only against calls that share at least one key (e.g. a file path).
+    Keyed(BTreeSet<String>),
+}
+
+/// Retry rule for transport failures and timeouts. `attempts` counts retries, not the first try.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retry {
+    pub attempts: u32,
+    pub backoff_ms: u32,
+}
+
+/// The decision so far; `None` fields fall back to the host defaults.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Decision {
+    pub concurrency: Option<Concurrency>,
+    pub pool: Option<String>,
+    pub timeout_ms: Option<u64>,
+    pub retry: Option<Retry>,
+}
+
+/// What the chain is told about one request.
+#[derive(Debug, Clone)]
+pub struct CallInfo {
+    pub server: String,
+    pub session: String,
+    pub method: String,
+    /// `params.name` for `tools/call`.
+    pub tool: Option<String>,
+    /// `params.arguments` as JSON text, for `tools/call`.
+    pub arguments: Option<String>,
+    /// The annotations the server declared for the tool (all `None` when unknown).
+    pub declared: Hints,
+    /// 0 for the first try, 1 for the first retry, ...
+    pub attempt: u32,
+}
+
+/// A plugin said no: the client gets a JSON-RPC error naming the plugin and its reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    pub plugin: String,
+    pub reason: String,
+}

@@ -1,0 +1,318 @@
+//! Runs one forwarded request: policy decision, clamps, gate, pool, upstream, timeout and retry.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::codec::{self, Envelope};
+use crate::decision::{CallInfo, Concurrency, Decision, Retry};
+use crate::error::CallError;
+use crate::policy::{PluginSet, annotate};
+use crate::pool::Pool;
+use crate::server::{Server, SessionLink};
+use crate::session::SessionId;
+
+/// After this long waiting for the gate or the pool, the client is told why (so it sees "busy").
+const WAIT_NOTICE_AFTER: Duration = Duration::from_secs(1);
+/// The retry a read-only or idempotent call gets when no plugin says otherwise.
+const DEFAULT_RETRY: Retry = Retry { attempts: 1, backoff_ms: 100 };
+
+/// A decision after host defaults and clamps.
+pub struct Effective {
+    pub concurrency: Concurrency,
+    pub pool: Arc<Pool>,
+    pub timeout: Duration,
+    /// None: the host default, decided when a failure happens (by then tools/list is usually known).
+    pub retry: Option<Retry>,
+}
+
+/// Fills in defaults and holds the decision within the configured limits (logging each clamp).
+pub fn resolve(server: &Server, decision: Decision) -> Effective {
+    let limits = &server.limits;
+    let pool = match decision.pool.as_deref() {
+        None => server.default_pool().clone(),
+        Some(name) => match server.pool(name) {
+            Some(p) => p.clone(),
+            None => {
+                tracing::warn!(server = %server.name, "policy chose pool `{name}`, which is not configured; using `default`");
+                server.default_pool().clone()
+            }
+        },
+    };
+    let mut timeout_ms = decision.timeout_ms.unwrap_or(limits.call_timeout_ms);
+    if timeout_ms > limits.max_call_timeout_ms || timeout_ms == 0 {
+        let clamped = timeout_ms.clamp(1, limits.max_call_timeout_ms);
+        tracing::info!(server = %server.name, "policy timeout {timeout_ms} ms clamped to {clamped} ms (limits.max_call_timeout_ms)");
+        timeout_ms = clamped;
+    }
+    let retry = decision.retry.map(|r| {
+        let c = Retry {
+            attempts: r.attempts.min(limits.max_retries),
+            backoff_ms: r.backoff_ms.min(limits.max_backoff_ms),
+        };
+        if c != r {
+            tracing::info!(server = %server.name, "policy retry {r:?} clamped to {c:?} (limits.max_retries / max_backoff_ms)");
+        }
+        c
+    });
+    Effective {
+        concurrency: decision.concurrency.unwrap_or(Concurrency::Shared),
+        pool,
+        timeout: Duration::from_millis(timeout_ms),
+        retry,
+    }
+}
+
+/// Retry once for what is safe to repeat: tool calls whose effective hints say read-only or
+/// idempotent, and the read-only methods of MCP (lists, reads, gets, completion).
+fn default_retry(server: &Server, set: &PluginSet, call: &CallInfo) -> Retry {
+    let safe = match call.tool.as_deref() {
+        Some(tool) => set.annotate(&server.name, tool, &server.declared_hints(tool)).is_idempotent(),
+        None => call.method.ends_with("/list")
+            || call.method.ends_with("/read")
+            || call.method.ends_with("/get")
+            || call.method == "completion/complete",
+    };
+    if safe { DEFAULT_RETRY } else { Retry { attempts: 0, backoff_ms: 0 } }
+}
+
+/// Why an attempt ended without a response.
+enum Stop {
+    Cancelled,
+    Failed(CallError),
+}
+
+/// A request of a client, as the engine needs it.
+pub struct Request<'a> {
+    pub line: &'a str,
+    pub env: &'a Envelope,
+    pub session: SessionId,
+    pub session_label: &'a str,
+    pub link: &'a Arc<SessionLink>,
+    pub cancel: &'a CancellationToken,
+}
+
+/// Forwards a request to the server and returns the response for the client (None when the
+/// client cancelled it: then no response is owed).
+pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
+    let line = req.line;
+    let env = req.env;
+    let client_id = &line[env.id.clone().expect("requests have ids")];
+    let method = env.method.clone().unwrap_or_default();
+    let fields = env.params.as_ref().map(|p| codec::param_fields(line, p)).unwrap_or_default();
+    let tool = if method == "tools/call" { fields.name.clone() } else { None };
+    let what = match &tool {
+        Some(t) => format!("tools/call `{t}`"),
+        None => method.clone(),
+    };
+    let declared = tool.as_deref().map(|t| server.declared_hints(t)).unwrap_or_default();
+    let progress = env.params.as_ref().and_then(|p| codec::progress_token_in_request(line, p));
+    let mut call = CallInfo {
+        server: server.name.clone(),
+        session: req.session_label.to_string(),
+        method: method.clone(),
+        tool: tool.clone(),
+        arguments: fields.arguments.as_ref().map(|r| line[r.clone()].to_string()),
+        declared,
+        attempt: 0,
+    };
+    loop {
+        // The plugin set is read once per attempt; an attempt finishes on the set it started with.
+        let set = server.policy.current();
+        let decision = match set.decide(&call) {
+            Ok(d) => d,
+            Err(rejection) => {
+                tracing::info!(server = %server.name, session = req.session_label, "{what} rejected by `{}`: {}", rejection.plugin, rejection.reason);
+                return Some(CallError::Rejected(rejection).to_response(client_id));
+            }
+        };
+        let eff = resolve(server, decision);
+        match attempt(server, &req, &eff, &what, progress.clone()).await {
+            Ok(reply) => return Some(finish(server, &set, &method, reply, client_id)),
+            Err(Stop::Cancelled) => return None,
+            Err(Stop::Failed(e))
+                if e.is_retryable()
+                    && call.attempt < eff.retry.unwrap_or_else(|| default_retry(server, &set, &call)).attempts =>
+            {
+                let retry = eff.retry.unwrap_or_else(|| default_retry(server, &set, &call));
+                let backoff = backoff(retry.backoff_ms, call.attempt);
+                tracing::info!(
+                    server = %server.name, session = req.session_label,
+                    "{what} failed ({e}); retry {} of {} in {} ms",
+                    call.attempt + 1, retry.attempts, backoff.as_millis()
+                );
+                tokio::select! {
+                    _ = req.cancel.cancelled() => return None,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                call.attempt += 1;
+            }
+            Err(Stop::Failed(e)) => {
+                tracing::info!(server = %server.name, session = req.session_label, "{what} failed: {e}");
+                return Some(e.to_response(client_id));
+            }
+        }
+    }
+}
+
+/// Exponential backoff with jitter: base * 2^attempt, then +-25 %.
+fn backoff(base_ms: u32, attempt: u32) -> Duration {
+    let exp = (base_ms as u64).saturating_mul(1 << attempt.min(16));
+    let jitter = exp / 4;
+    let spread = if jitter == 0 { 0 } else { fastrand_u64() % (2 * jitter + 1) };
+    Duration::from_millis(exp - jitter + spread)
+}
+
+/// A cheap non-cryptographic random number for jitter (no need for a crate).
+fn fastrand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(Instant::now().elapsed().as_nanos() as u64);
+    h.finish()
+}
+
+/// Puts the client's id back and, for tools/list, applies annotation overrides.
+fn finish(server: &Server, set: &PluginSet, method: &str, reply: crate::upstream::Reply, client_id: &str) -> String {
+    let id_span = reply.env.id.clone().expect("responses routed by id have one");
+    if method == "tools/list" {
+        if let Some(r) = reply.env.result.clone() {
+            let result = &reply.line[r.clone()];
+            server.learn_tools(result);
+            if !set.is_empty() {
+                match annotate::rewrite_tools_list(set, &server.name, result) {
+                    Ok(Some(new)) => {
+                        return codec::splice_many(&reply.line, vec![(id_span, client_id), (r, new.as_str())]);
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!(server = %server.name, "tools/list result left as the server sent it: {e}"),
+                }
+            }
+        }
+    }
+    codec::splice(&reply.line, id_span, client_id)
+}
+
+/// Waits for `fut` until the deadline or the client's cancel; after a second, tells the client why.
+async fn bounded<T>(
+    fut: impl Future<Output = T>,
+    deadline: Instant,
+    cancel: &CancellationToken,
+    link: &SessionLink,
+    notice: impl Fn() -> String,
+) -> Result<T, Option<String>> {
+    tokio::pin!(fut);
+    let notice_at = Instant::now() + WAIT_NOTICE_AFTER;
+    let mut noticed = false;
+    loop {
+        tokio::select! {
+            v = &mut fut => return Ok(v),
+            _ = cancel.cancelled() => return Err(None),
+            _ = tokio::time::sleep_until(deadline) => return Err(Some(notice())),
+            _ = tokio::time::sleep_until(notice_at), if !noticed => {
+                noticed = true;
+                let data = codec::json_string(&format!("switchyard: {}", notice()));
+                link.send(codec::notification(
+                    "notifications/message",
+                    &format!(r#"{{"level":"info","logger":"switchyard","data":{data}}}"#),
+                ));
+            }
+        }
+    }
+}
+
+async fn attempt(
+    server: &Arc<Server>,
+    req: &Request<'_>,
+    eff: &Effective,
+    what: &str,
+    progress: Option<std::ops::Range<usize>>,
+) -> Result<crate::upstream::Reply, Stop> {
+    let started = Instant::now();
+    let deadline = started + eff.timeout;
+    let timeout = |waiting: Option<String>| {
+        Stop::Failed(CallError::Timeout {
+            server: server.name.clone(),
+            what: what.to_string(),
+            elapsed: started.elapsed(),
+            waiting,
+        })
+    };
+    let gate_notice = || format!("{what} on server `{}` is waiting for {}", server.name, server.gate.blockers());
+    let _permit = bounded(server.gate.acquire(eff.concurrency.clone()), deadline, req.cancel, req.link, gate_notice)
+        .await
+        .map_err(|e| e.map_or(Stop::Cancelled, |w| timeout(Some(w))))?;
+    let pool = &eff.pool;
+    let pool_notice = || {
+        format!(
+            "{what} on server `{}` is waiting for an instance of pool `{}` ({} calls queued)",
+            server.name,
+            pool.name,
+            pool.queued()
+        )
+    };
+    let lease = bounded(pool.acquire(req.session), deadline, req.cancel, req.link, pool_notice)
+        .await
+        .map_err(|e| e.map_or(Stop::Cancelled, |w| timeout(Some(w))))?
+        .map_err(Stop::Failed)?;
+    let inst = lease.instance.clone();
+    let activity = Arc::new(Notify::new());
+    let route = progress.map(|span| (span, req.link.out.clone()));
+    let died = |death| Stop::Failed(CallError::Died { server: server.name.clone(), what: what.to_string(), death });
+    let sent = inst.send(req.line, req.env, req.session, route, Some(activity.clone())).await.map_err(died)?;
+    let max_deadline = started + Duration::from_millis(server.limits.max_call_timeout_ms);
+    let mut deadline = deadline;
+    let mut reply = sent.reply;
+    loop {
+        tokio::select! {
+            r = &mut reply => {
+                return match r {
+                    Ok(Ok(reply)) => {
+                        server.record_success();
+                        Ok(reply)
+                    }
+                    Ok(Err(death)) => Err(died(death)),
+                    // The instance dropped the call without a death: only at shutdown.
+                    Err(_) => Err(Stop::Failed(CallError::ShuttingDown)),
+                };
+            }
+            _ = activity.notified() => {
+                // Progress shows the call is alive: extend its deadline, up to the hard maximum.
+                deadline = deadline.max((Instant::now() + eff.timeout).min(max_deadline));
+            }
+            _ = tokio::time::sleep_until(deadline) => {
+                let elapsed = started.elapsed();
+                inst.cancel(sent.upstream_id, &format!("switchyard: timed out after {:.1} s", elapsed.as_secs_f64())).await;
+                // A call that hangs may mean a hung instance: check it now rather than at the next idle ping.
+                let (s, i) = (server.clone(), inst.clone());
+                server.tasks.spawn(async move {
+                    // Wait for this call's lease to be released so the ping is not queued behind it.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    s.health_check(&i).await;
+                });
+                return Err(timeout(None));
+            }
+            _ = req.cancel.cancelled() => {
+                inst.cancel(sent.upstream_id, "cancelled by the client").await;
+                return Err(Stop::Cancelled);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_exponentially_within_jitter() {
+        for attempt in 0..5 {
+            let b = backoff(100, attempt).as_millis() as u64;
+            let exp = 100u64 << attempt;
+            assert!(b >= exp - exp / 4 && b <= exp + exp / 4, "attempt {attempt}: {b} ms");
+        }
+        assert_eq!(backoff(0, 3), Duration::ZERO);
+    }
+}

@@ -1,0 +1,131 @@
+//! Why a call failed, decided in one place: what the client is told, and whether a retry may help.
+
+use std::time::Duration;
+
+use crate::codec;
+use crate::decision::Rejection;
+
+/// How an upstream instance ended.
+#[derive(Debug, Clone)]
+pub struct Death {
+    /// e.g. `fs#2`.
+    pub instance: String,
+    /// e.g. `exit status 3`, `killed by signal 9`, `stdout closed`.
+    pub status: String,
+    /// The last lines the instance wrote to stderr, oldest first.
+    pub stderr: Vec<String>,
+}
+
+impl Death {
+    fn stderr_suffix(&self) -> String {
+        if self.stderr.is_empty() {
+            "; it wrote nothing to stderr".to_string()
+        } else {
+            format!("; last stderr: {}", self.stderr.join(" | "))
+        }
+    }
+}
+
+/// A call that did not get a response from the server.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CallError {
+    #[error("rejected by policy plugin `{}`: {}", .0.plugin, .0.reason)]
+    Rejected(Rejection),
+    #[error(
+        "{what} on server `{server}` timed out after {:.1} s{}; switchyard cancelled it upstream. Raise the timeout in a policy or `limits.call_timeout_ms` if the tool is expected to be this slow",
+        .elapsed.as_secs_f64(), waiting.as_ref().map(|w| format!(" while waiting for {w}")).unwrap_or_default()
+    )]
+    Timeout { server: String, what: String, elapsed: Duration, waiting: Option<String> },
+    #[error(
+        "server `{server}` instance {} ended ({}) during {what}{}. switchyard respawns it; retry the call",
+        .death.instance, .death.status, .death.stderr_suffix()
+    )]
+    Died { server: String, what: String, death: Death },
+    #[error("server `{server}` is down: {reason}")]
+    Down { server: String, reason: String },
+    #[error("server `{server}` is busy: {reason}; try again shortly or raise `max_queue`/`max` of the pool")]
+    Busy { server: String, reason: String },
+    #[error("server `{server}` has not been initialised yet: send `initialize` first")]
+    NotInitialized { server: String },
+    #[error("switchyard is shutting down")]
+    ShuttingDown,
+}
+
+impl CallError {
+    /// Transport failures and timeouts may be retried; everything else is final.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, CallError::Died { .. } | CallError::Timeout { .. })
+    }
+
+    pub fn code(&self) -> i64 {
+        match self {
+            CallError::Rejected(_) => codec::POLICY_REJECTED,
+            CallError::Timeout { .. } => codec::REQUEST_TIMEOUT,
+            CallError::Died { .. } | CallError::Down { .. } | CallError::ShuttingDown => {
+                codec::SERVER_UNAVAILABLE
+            }
+            CallError::Busy { .. } => codec::SERVER_BUSY,
+            CallError::NotInitialized { .. } => codec::INVALID_REQUEST,
+        }
+    }
+
+    /// Structured details for the error's `data`, so programs need not parse the message.
+    pub fn data(&self) -> serde_json::Value {
+        use serde_json::json;
+        match self {
+            CallError::Rejected(r) => json!({"plugin": r.plugin, "reason": r.reason}),
+            CallError::Timeout { server, what, elapsed, waiting } => {
+                json!({"server": server, "call": what, "elapsedMs": elapsed.as_millis() as u64, "waitingFor": waiting})
+            }
+            CallError::Died { server, what, death } => json!({
+                "server": server, "call": what, "instance": death.instance,
+                "status": death.status, "stderr": death.stderr,
+            }),
+            CallError::Down { server, reason } | CallError::Busy { server, reason } => {
+                json!({"server": server, "reason": reason})
+            }
+            CallError::NotInitialized { server } => json!({"server": server}),
+            CallError::ShuttingDown => json!({}),
+        }
+    }
+
+    /// The JSON-RPC error response for request `id`.
+    pub fn to_response(&self, id: &str) -> String {
+        codec::response_error(id, self.code(), &self.to_string(), Some(&self.data()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn death_message_names_server_call_status_and_stderr() {
+        let e = CallError::Died {
+            server: "fs".into(),
+            what: "tools/call `write_file`".into(),
+            death: Death {
+                instance: "fs#2".into(),
+                status: "exit status 3".into(),
+                stderr: vec!["boom".into(), "bye".into()],
+            },
+        };
+        let m = e.to_string();
+        for part in ["`fs`", "fs#2", "exit status 3", "write_file", "boom | bye"] {
+            assert!(m.contains(part), "{m} lacks {part}");
+        }
+        assert!(e.is_retryable());
+        let v: serde_json::Value = serde_json::from_str(&e.to_response("4")).unwrap();
+        assert_eq!(v["error"]["code"], codec::SERVER_UNAVAILABLE);
+        assert_eq!(v["error"]["data"]["stderr"][1], "bye");
+    }
+
+    #[test]
+    fn only_transport_failures_and_timeouts_retry() {
+        let t = CallError::Timeout { server: "s".into(), what: "x".into(), elapsed: Duration::from_millis(1500), waiting: None };
+        assert!(t.is_retryable());
+        assert!(t.to_string().contains("1.5 s"));
+        assert!(!CallError::Busy { server: "s".into(), reason: "r".into() }.is_retryable());
+        assert!(!CallError::Rejected(Rejection { plugin: "p".into(), reason: "no".into() }).is_retryable());
+    }
+}

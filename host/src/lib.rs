@@ -1,0 +1,92 @@
+//! switchyard: an MCP policy router. Messages flow downstream -> codec -> session -> policy ->
+//! gate -> pool -> upstream and back; each stage has a module of its own.
+
+pub mod cli;
+pub mod codec;
+pub mod config;
+pub mod decision;
+pub mod downstream;
+pub mod engine;
+pub mod error;
+pub mod gate;
+pub mod policy;
+pub mod pool;
+pub mod server;
+pub mod session;
+pub mod upstream;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::policy::Policy;
+use crate::server::Server;
+use crate::upstream::Spec;
+
+/// How long shutdown may take before switchyard stops waiting for its tasks.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
+
+/// Where clients connect.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    pub plugins_dir: Option<PathBuf>,
+    /// Also serve sessions on this Unix socket.
+    pub listen: Option<PathBuf>,
+    /// Serve a session on stdin/stdout; the router exits when it ends.
+    pub stdio: bool,
+}
+
+/// Runs the router until the stdio client leaves or `shutdown` fires, then cancels what is in
+/// flight, stops every server instance and returns.
+pub async fn run(config: Config, opts: RunOptions, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let command = config.server.command.clone().unwrap_or_default();
+    let name = config.server.name.clone().unwrap_or_else(|| cli::derive_name(&command, &config.server.args));
+    let spec = Spec {
+        server: name.clone(),
+        command,
+        args: config.server.args.clone(),
+        env: config.server.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        cwd: config.server.cwd.clone(),
+        max_message_bytes: config.limits.max_message_bytes,
+    };
+    let policy = Policy::start(&config, opts.plugins_dir.clone(), shutdown.child_token()).await?;
+    let server = Server::new(&config, spec, policy, shutdown.clone());
+    tracing::info!(server = %name, "switchyard ready in front of `{}`", server_command(&config));
+    server.tasks.spawn(server.clone().maintain());
+    server.tasks.spawn(server.clone().watch_policy());
+    let listener = match &opts.listen {
+        Some(path) => {
+            let l = downstream::bind(path).await?;
+            tracing::info!("accepting sessions on {}", path.display());
+            Some(server.tasks.spawn(downstream::listen(server.clone(), l, path.clone(), shutdown.clone())))
+        }
+        None => None,
+    };
+    if opts.stdio {
+        downstream::stdio(server.clone(), shutdown.clone()).await;
+    } else {
+        shutdown.cancelled().await;
+    }
+    shutdown.cancel();
+    if let Some(l) = listener {
+        let _ = l.await;
+    }
+    server.stop().await;
+    server.tasks.close();
+    if tokio::time::timeout(SHUTDOWN_GRACE, server.tasks.wait()).await.is_err() {
+        tracing::warn!("some tasks did not finish within {SHUTDOWN_GRACE:?}; exiting anyway");
+    }
+    tracing::info!(server = %name, "switchyard stopped");
+    Ok(())
+}
+
+fn server_command(config: &Config) -> String {
+    let mut s = config.server.command.clone().unwrap_or_default();
+    for a in &config.server.args {
+        s.push(' ');
+        s.push_str(a);
+    }
+    s
+}

@@ -1,0 +1,72 @@
+//! The `switchyard` command line: parses arguments and hands over to the library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "switchyard", version, about = "An MCP policy router")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run an MCP server command behind the router, speaking MCP on stdin/stdout.
+    Run(switchyard::cli::RunArgs),
+    /// Join a router started with `run --listen SOCKET` as one more client, over stdin/stdout.
+    Connect {
+        /// The router's socket.
+        socket: PathBuf,
+    },
+    /// Work with policy plugins.
+    Plugin {
+        #[command(subcommand)]
+        command: PluginCommand,
+    },
+    /// The scriptable MCP server used by tests, the demo and the benchmarks.
+    #[command(hide = true)]
+    Fixture {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum PluginCommand {
+    /// Load a plugin, run `init`, and print its decision and annotations for a sample call.
+    Check {
+        /// The plugin component (.wasm).
+        file: PathBuf,
+        /// JSON handed to the plugin's `init`.
+        #[arg(long, default_value = "{}")]
+        config: String,
+        /// The sample call as JSON: {"server", "method", "tool", "arguments", "declared"}.
+        #[arg(long)]
+        call: Option<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Fixture { args } => ExitCode::from(switchyard_fixture::main_with_args(args) as u8),
+        Command::Run(args) => report(switchyard::cli::run_blocking(args)),
+        Command::Connect { socket } => report(switchyard::cli::connect_blocking(&socket)),
+        Command::Plugin { command: PluginCommand::Check { file, config, call } } => {
+            report(switchyard::policy::check::run(&file, &config, call.as_deref()))
+        }
+    }
+}
+
+fn report(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("switchyard: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

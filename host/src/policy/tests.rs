@@ -1,0 +1,416 @@
+//! Tests of the policy stage against the real example and fixture plugins built by build.rs.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::decision::{Concurrency, Retry};
+
+const EXAMPLES: &str = env!("SWITCHYARD_EXAMPLE_PLUGINS");
+const FIXTURES: &str = env!("SWITCHYARD_TEST_PLUGINS");
+
+fn example(name: &str) -> PathBuf {
+    Path::new(EXAMPLES).join(name)
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(FIXTURES).join(name)
+}
+
+fn entry(file: &str, config: &str, priority: i32, on_error: OnError) -> PluginEntry {
+    let mut e = PluginEntry::defaults_for(file);
+    e.config = Some(toml::Value::String(config.to_string()));
+    e.priority = priority;
+    e.on_error = on_error;
+    e
+}
+
+/// Loads one plugin file under the name `name` (chain order ties are broken by name).
+fn load_as(name: &str, path: &Path, config: &str, priority: i32, on_error: OnError) -> Arc<Loaded> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    Arc::new(
+        Loaded::load(name, &bytes, &entry(name, config, priority, on_error))
+            .unwrap_or_else(|e| panic!("{name} does not load: {e:#}")),
+    )
+}
+
+fn call(tool: &str, args: &str) -> CallInfo {
+    CallInfo {
+        server: "filesystem".into(),
+        session: "s1".into(),
+        method: "tools/call".into(),
+        tool: Some(tool.into()),
+        arguments: Some(args.into()),
+        declared: Hints::default(),
+        attempt: 0,
+    }
+}
+
+fn keyed(keys: &[&str]) -> Option<Concurrency> {
+    Some(Concurrency::Keyed(keys.iter().map(|k| k.to_string()).collect::<BTreeSet<_>>()))
+}
+
+#[test]
+fn disabled_policy_is_transparent() {
+    let p = Policy::disabled();
+    let set = p.current();
+    assert!(set.is_empty());
+    assert_eq!(set.decide(&call("x", "{}")), Ok(Decision::default()));
+    let declared = Hints { read_only: Some(false), ..Hints::default() };
+    assert_eq!(set.annotate("s", "x", &declared), declared);
+    assert!(p.dir().is_none());
+    assert_eq!(*p.changes().borrow(), 0);
+}
+
+#[test]
+fn each_plugin_sees_the_decision_so_far() {
+    let hints = load_as("a-hints.wasm", &example("hints.wasm"), r#"{"tools":{"read_*":{"readOnlyHint":true}}}"#, 0, OnError::Open);
+    let timeouts = load_as(
+        "b-timeouts.wasm",
+        &example("timeouts.wasm"),
+        r#"{"tools":{"read_*":{"timeout_ms":5000,"retry":{"attempts":2,"backoff_ms":100}}}}"#,
+        0,
+        OnError::Open,
+    );
+    let set = PluginSet::new(vec![timeouts, hints]);
+    assert_eq!(set.names(), ["a-hints.wasm", "b-timeouts.wasm"], "ties are ordered by name");
+    let d = set.decide(&call("read_file", r#"{"path":"/a"}"#)).unwrap();
+    // timeouts ran second and kept the concurrency that hints set before it.
+    assert_eq!(d.concurrency, Some(Concurrency::Shared));
+    assert_eq!(d.timeout_ms, Some(5000));
+    assert_eq!(d.retry, Some(Retry { attempts: 2, backoff_ms: 100 }));
+    let d = set.decide(&call("write_file", "{}")).unwrap();
+    assert_eq!(d, Decision::default(), "no rule matches write_file");
+}
+
+#[test]
+fn priority_orders_the_chain() {
+    // The spin fixture overwrites timeout_ms with 1234 for ordinary calls; timeouts sets 5000.
+    // Whichever runs last wins, so the result shows the order.
+    let cfg = r#"{"tools":{"*":{"timeout_ms":5000}}}"#;
+    let set = PluginSet::new(vec![
+        load_as("timeouts.wasm", &example("timeouts.wasm"), cfg, 10, OnError::Open),
+        load_as("spin.wasm", &fixture("spin.wasm"), "{}", 0, OnError::Open),
+    ]);
+    assert_eq!(set.names(), ["timeouts.wasm", "spin.wasm"]);
+    assert_eq!(set.decide(&call("x", "{}")).unwrap().timeout_ms, Some(1234));
+    let set = PluginSet::new(vec![
+        load_as("timeouts.wasm", &example("timeouts.wasm"), cfg, 0, OnError::Open),
+        load_as("spin.wasm", &fixture("spin.wasm"), "{}", 10, OnError::Open),
+    ]);
+    assert_eq!(set.names(), ["spin.wasm", "timeouts.wasm"]);
+    assert_eq!(set.decide(&call("x", "{}")).unwrap().timeout_ms, Some(5000));
+}
+
+#[test]
+fn stop_ends_the_chain_and_reject_names_the_plugin() {
+    let set = PluginSet::new(vec![
+        load_as("trap.wasm", &fixture("trap.wasm"), "{}", 10, OnError::Open),
+        load_as("guard.wasm", &example("guard.wasm"), r#"{"deny":["stop","rm*"]}"#, 0, OnError::Open),
+    ]);
+    // `stop` from the first plugin: the guard, which would reject `stop`, is never asked.
+    let d = set.decide(&call("stop", "{}")).unwrap();
+    assert_eq!(d.pool.as_deref(), Some("stopped"));
+    let r = set.decide(&call("rm_rf", "{}")).unwrap_err();
+    assert_eq!(r.plugin, "guard.wasm");
+    assert_eq!(r.reason, "tool `rm_rf` is blocked by policy");
+
+    let guard = load_as(
+        "guard.wasm",
+        &example("guard.wasm"),
+        r#"{"deny":{"delete_*":"deleting is off here"},"reason":"unused"}"#,
+        0,
+        OnError::Open,
+    );
+    let set = PluginSet::new(vec![guard]);
+    assert_eq!(set.decide(&call("delete_file", "{}")).unwrap_err().reason, "deleting is off here");
+    assert!(set.decide(&call("read_file", "{}")).is_ok());
+}
+
+#[test]
+fn failing_plugin_follows_on_error() {
+    let timeouts = || load_as("timeouts.wasm", &example("timeouts.wasm"), r#"{"tools":{"*":{"timeout_ms":7}}}"#, 0, OnError::Open);
+    let open = PluginSet::new(vec![load_as("trap.wasm", &fixture("trap.wasm"), "{}", 10, OnError::Open), timeouts()]);
+    // open: the trapping plugin is skipped, the rest of the chain still runs.
+    assert_eq!(open.decide(&call("trap", "{}")).unwrap().timeout_ms, Some(7));
+
+    let closed = PluginSet::new(vec![load_as("trap.wasm", &fixture("trap.wasm"), "{}", 10, OnError::Closed), timeouts()]);
+    let r = closed.decide(&call("trap", "{}")).unwrap_err();
+    assert_eq!(r.plugin, "trap.wasm");
+    assert!(r.reason.starts_with("plugin failed: trapped:"), "{}", r.reason);
+    // annotate skips a failing plugin whatever its on_error.
+    let declared = Hints { title: Some("T".into()), ..Hints::default() };
+    assert_eq!(closed.annotate("s", "trap", &declared), declared);
+}
+
+#[test]
+fn deadline_stops_an_infinite_loop_and_the_next_call_works() {
+    let spin = load_as("spin.wasm", &fixture("spin.wasm"), "{}", 0, OnError::Open);
+    let args = wasm::CallArgs::new(&call("spin", "{}"));
+    let t = Instant::now();
+    let e = spin.plugin.decide(&args, &Decision::default()).unwrap_err();
+    let took = t.elapsed();
+    assert_eq!(e, PluginError::Deadline(5));
+    assert!(took >= Duration::from_millis(4), "stopped too early: {took:?}");
+    assert!(took < Duration::from_millis(500), "the deadline did not stop it in time: {took:?}");
+    let ok = spin.plugin.decide(&wasm::CallArgs::new(&call("x", "{}")), &Decision::default()).unwrap();
+    assert_eq!(ok, wasm::Verdict::Continue(Decision { timeout_ms: Some(1234), ..Decision::default() }));
+    // Through a closed chain the same failure is a rejection naming the deadline.
+    let closed = PluginSet::new(vec![load_as("spin.wasm", &fixture("spin.wasm"), "{}", 0, OnError::Closed)]);
+    let r = closed.decide(&call("spin", "{}")).unwrap_err();
+    assert_eq!(r.reason, "plugin failed: exceeded its deadline of 5 ms");
+}
+
+#[test]
+fn a_trap_discards_the_instance() {
+    let trap = load_as("trap.wasm", &fixture("trap.wasm"), "{}", 0, OnError::Open);
+    let pool_of = |tool: &str| match trap.plugin.decide(&wasm::CallArgs::new(&call(tool, "{}")), &Decision::default()) {
+        Ok(wasm::Verdict::Continue(d)) => Ok(d.pool.unwrap()),
+        Ok(v) => panic!("unexpected {v:?}"),
+        Err(e) => Err(e),
+    };
+    // The instance is reused across calls: its call counter goes up.
+    assert_eq!(pool_of("a").unwrap(), "calls-1");
+    assert_eq!(pool_of("a").unwrap(), "calls-2");
+    assert!(matches!(pool_of("trap"), Err(PluginError::Trap(_))));
+    assert_eq!(trap.plugin.warm_count(), 0, "the trapped instance is gone");
+    // A fresh instance (counter back at 1) serves the next call.
+    assert_eq!(pool_of("a").unwrap(), "calls-1");
+    assert_eq!(trap.plugin.warm_count(), 1);
+}
+
+#[test]
+fn memory_is_bounded() {
+    let trap = load_as("trap.wasm", &fixture("trap.wasm"), "{}", 0, OnError::Open);
+    let args = wasm::CallArgs::new(&call("alloc", "{}"));
+    assert_eq!(trap.plugin.decide(&args, &Decision::default()).unwrap_err(), PluginError::OutOfMemory(16));
+    assert!(trap.plugin.decide(&wasm::CallArgs::new(&call("a", "{}")), &Decision::default()).is_ok());
+}
+
+#[test]
+fn broken_files_are_refused_with_a_reason() {
+    let load = |bytes: &[u8], config: &str| {
+        Loaded::load("bad.wasm", bytes, &entry("bad.wasm", config, 0, OnError::Open))
+            .map(|_| ())
+            .unwrap_err()
+            .to_string()
+    };
+    let wrong = std::fs::read(fixture("wrong-interface.wasm")).unwrap();
+    let e = format!("{:#}", Loaded::load("w.wasm", &wrong, &PluginEntry::defaults_for("w.wasm")).err().unwrap());
+    assert!(e.contains("wrong interface"), "{e}");
+    assert!(load(b"not wasm at all", "{}").contains("not a loadable WebAssembly component"));
+    let trap = std::fs::read(fixture("trap.wasm")).unwrap();
+    let e = load(&trap, r#"{"fail": "no config for me"}"#);
+    assert!(e.contains("init failed") && e.contains("no config for me"), "{e}");
+    // Example plugins validate their config in init.
+    let hints = std::fs::read(example("hints.wasm")).unwrap();
+    let e = load(&hints, r#"{"tools":{"x":{"readOnly":true}}}"#);
+    assert!(e.contains("unknown hint `readOnly`"), "{e}");
+}
+
+#[test]
+fn fs_keys_serialises_writes_per_path() {
+    let set = PluginSet::new(vec![load_as("fs-keys.wasm", &example("fs-keys.wasm"), "{}", 0, OnError::Open)]);
+    let d = |tool: &str, args: &str| set.decide(&call(tool, args)).unwrap().concurrency;
+    assert_eq!(d("read_text_file", r#"{"path":"/a"}"#), Some(Concurrency::Shared));
+    assert_eq!(d("list_directory", r#"{"path":"/a"}"#), Some(Concurrency::Shared));
+    assert_eq!(d("write_file", r#"{"path":"/w/./x//y.txt","content":"hi"}"#), keyed(&["/w/x/y.txt"]));
+    assert_eq!(
+        d("move_file", r#"{"source":"/w/a/../b","destination":"/w/c/"}"#),
+        keyed(&["/w/b", "/w/c"])
+    );
+    assert_eq!(d("edit_file", r#"{"paths":["/b","/a","/b"]}"#), keyed(&["/a", "/b"]));
+    assert_eq!(d("write_file", "{}"), Some(Concurrency::Exclusive), "no path: the safe choice");
+    assert_eq!(d("start_process", "{}"), None, "other tools are left alone");
+
+    let custom = PluginSet::new(vec![load_as(
+        "fs-keys.wasm",
+        &example("fs-keys.wasm"),
+        r#"{"writes":["put_*"],"reads":["get_*"],"path_args":["file"]}"#,
+        0,
+        OnError::Open,
+    )]);
+    assert_eq!(custom.decide(&call("put_object", r#"{"file":"k"}"#)).unwrap().concurrency, keyed(&["k"]));
+    assert_eq!(custom.decide(&call("get_object", "{}")).unwrap().concurrency, Some(Concurrency::Shared));
+    assert_eq!(custom.decide(&call("write_file", "{}")).unwrap().concurrency, None);
+}
+
+const TOOLS_LIST: &str = r#"{"tools":[{"name":"read_file","description":"Read a file","inputSchema":{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]},"execution":{"taskSupport":"optional"}},{"name":"write_file","title":"Write","inputSchema":{"type":"object"},"annotations":{"destructiveHint":true,"x-vendor":1.50}},{"name":"list_directory","annotations":{"readOnlyHint":true},"inputSchema":{"type":"object"}}],"nextCursor":"abc","_meta":{"k":[1,2,3]}}"#;
+
+#[test]
+fn tools_list_is_rewritten_with_the_chains_hints() {
+    let hints = load_as(
+        "hints.wasm",
+        &example("hints.wasm"),
+        r#"{"tools":{"read_*":{"readOnlyHint":true,"idempotentHint":true,"title":"Read"},"write_file":{"destructiveHint":false},"list_*":{"readOnlyHint":true}}}"#,
+        0,
+        OnError::Open,
+    );
+    let set = PluginSet::new(vec![hints]);
+    let out = annotate::rewrite_tools_list(&set, "filesystem", TOOLS_LIST).unwrap().expect("changed");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let tools = v["tools"].as_array().unwrap();
+    assert_eq!(tools[0]["annotations"], serde_json::json!({"readOnlyHint": true, "idempotentHint": true, "title": "Read"}));
+    assert_eq!(tools[0]["execution"]["taskSupport"], "optional", "unknown newer fields survive");
+    assert_eq!(tools[1]["annotations"]["destructiveHint"], false);
+    assert_eq!(tools[1]["annotations"]["x-vendor"], 1.5, "other annotation fields survive");
+    // Unchanged parts are copied byte for byte: the third tool and the tail.
+    assert!(out.contains(r#"{"name":"list_directory","annotations":{"readOnlyHint":true},"inputSchema":{"type":"object"}}"#));
+    assert!(out.ends_with(r#""nextCursor":"abc","_meta":{"k":[1,2,3]}}"#), "{out}");
+    assert!(out.contains(r#"{"name":"write_file","title":"Write","inputSchema":{"type":"object"},"annotations":{"#));
+
+    let nothing = PluginSet::new(vec![load_as("hints.wasm", &example("hints.wasm"), r#"{"tools":{"list_*":{"readOnlyHint":true}}}"#, 0, OnError::Open)]);
+    assert_eq!(annotate::rewrite_tools_list(&nothing, "filesystem", TOOLS_LIST).unwrap(), None);
+    assert_eq!(annotate::rewrite_tools_list(&PluginSet::empty(), "filesystem", TOOLS_LIST).unwrap(), None);
+    assert!(annotate::rewrite_tools_list(&set, "filesystem", "{").is_err());
+}
+
+#[test]
+fn declared_hints_read_the_spec_names() {
+    let a = serde_json::json!({"readOnlyHint": true, "destructiveHint": false, "title": "T", "openWorldHint": "nope"});
+    let h = annotate::declared_hints(Some(&a));
+    assert_eq!(h.read_only, Some(true));
+    assert_eq!(h.destructive, Some(false));
+    assert_eq!(h.idempotent, None);
+    assert_eq!(h.open_world, None, "a non-boolean is not a hint");
+    assert_eq!(h.title.as_deref(), Some("T"));
+    assert_eq!(annotate::declared_hints(None), Hints::default());
+}
+
+#[test]
+fn plugin_check_explains_and_names_broken_files() {
+    check::run(&example("hints.wasm"), r#"{"tools":{"example":{"readOnlyHint":true}}}"#, None).unwrap();
+    check::run(&example("fs-keys.wasm"), "{}", Some(r#"{"tool":"write_file","arguments":{"path":"/x"}}"#)).unwrap();
+    let e = format!("{:#}", check::run(&fixture("wrong-interface.wasm"), "{}", None).unwrap_err());
+    assert!(e.contains("wrong-interface.wasm") && e.contains("wrong interface"), "{e}");
+    let e = format!("{:#}", check::run(&fixture("spin.wasm"), "{}", Some(r#"{"tool":"spin"}"#)).unwrap_err());
+    assert!(e.contains("spin.wasm") && e.contains("deadline"), "{e}");
+    assert!(check::run(&example("hints.wasm"), "{nope", None).is_err());
+}
+
+#[test]
+fn embedded_examples_are_components() {
+    assert_eq!(embedded::EXAMPLES.len(), 4);
+    for (name, bytes) in embedded::EXAMPLES {
+        assert!(name.ends_with(".wasm"));
+        assert_eq!(&bytes[..4], b"\0asm", "{name}");
+        assert_ne!(&bytes[4..8], &[1, 0, 0, 0], "{name} is a component, not a core module");
+    }
+}
+
+/// Polls until `pred` holds on the set in force (the watcher debounces for 250 ms).
+async fn wait_for(policy: &Policy, what: &str, pred: impl Fn(&PluginSet) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !pred(&policy.current()) {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what} (set: {:?})", policy.current().names());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Writes beside the target and renames into place, as careful deploy tools do.
+fn replace(dir: &Path, name: &str, bytes: &[u8]) {
+    let tmp = dir.join(format!(".{name}.part"));
+    std::fs::write(&tmp, bytes).unwrap();
+    std::fs::rename(&tmp, dir.join(name)).unwrap();
+}
+
+fn rejects(set: &PluginSet, tool: &str) -> bool {
+    set.decide(&call(tool, "{}")).is_err()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_reload_follows_the_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::default();
+    config.plugins.push(entry("guard.wasm", r#"{"deny":["rm*"]}"#, 0, OnError::Open));
+    let shutdown = CancellationToken::new();
+    let policy = Policy::start(&config, Some(dir.path().to_path_buf()), shutdown.clone()).await.unwrap();
+    assert!(policy.current().is_empty());
+    assert_eq!(policy.dir(), Some(dir.path().canonicalize().unwrap().as_path()));
+    let changes = policy.changes();
+
+    // Create.
+    std::fs::copy(example("guard.wasm"), dir.path().join("guard.wasm")).unwrap();
+    wait_for(&policy, "guard loaded", |s| s.names() == ["guard.wasm"]).await;
+    assert!(rejects(&policy.current(), "rm"), "the [[plugins]] entry's config is used");
+    let gen_after_create = *changes.borrow();
+    assert!(gen_after_create >= 1);
+
+    // Under steady load, replacing the file loses and fails no call.
+    let stop = Arc::new(AtomicBool::new(false));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let load = {
+        let (policy, stop, calls) = (policy.clone(), stop.clone(), calls.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let set = policy.current();
+                set.decide(&call("read_file", "{}")).expect("no call fails during a reload");
+                calls.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+
+    // Modify (rename into place): the guard becomes the pass-through template.
+    let before = policy.current();
+    replace(dir.path(), "guard.wasm", &std::fs::read(example("template.wasm")).unwrap());
+    wait_for(&policy, "template in place of guard", |s| !rejects(s, "rm")).await;
+    assert!(rejects(&before, "rm"), "a request that started on the old set keeps it");
+
+    // A broken file leaves the last good version of that plugin in force, and no swap happens.
+    let generation = *changes.borrow();
+    std::fs::write(dir.path().join("guard.wasm"), b"garbage, not wasm").unwrap();
+    std::fs::copy(fixture("wrong-interface.wasm"), dir.path().join("other.wasm")).unwrap();
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(policy.current().names(), ["guard.wasm"]);
+    assert!(!rejects(&policy.current(), "rm"), "still the template");
+    assert_eq!(*changes.borrow(), generation, "nothing was swapped in");
+
+    // Create a second plugin; the broken guard.wasm stays at its last good version.
+    std::fs::copy(example("hints.wasm"), dir.path().join("hints.wasm")).unwrap();
+    wait_for(&policy, "hints added", |s| s.names() == ["guard.wasm", "hints.wasm"]).await;
+
+    // Fix the file: the real guard comes back.
+    replace(dir.path(), "guard.wasm", &std::fs::read(example("guard.wasm")).unwrap());
+    wait_for(&policy, "guard back", |s| rejects(s, "rm")).await;
+
+    // Rewriting identical bytes changes nothing (same hash: not recompiled, not swapped).
+    let generation = *changes.borrow();
+    std::fs::write(dir.path().join("hints.wasm"), std::fs::read(example("hints.wasm")).unwrap()).unwrap();
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(*changes.borrow(), generation);
+
+    // Delete.
+    std::fs::remove_file(dir.path().join("guard.wasm")).unwrap();
+    wait_for(&policy, "guard removed", |s| s.names() == ["hints.wasm"]).await;
+
+    stop.store(true, Ordering::Relaxed);
+    load.join().expect("the load thread saw no failure");
+    assert!(calls.load(Ordering::Relaxed) > 100, "the load really ran");
+    shutdown.cancel();
+}
+
+#[tokio::test]
+async fn start_loads_what_is_there_and_skips_broken_files() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(example("hints.wasm"), dir.path().join("hints.wasm")).unwrap();
+    std::fs::copy(example("timeouts.wasm"), dir.path().join("timeouts.wasm")).unwrap();
+    std::fs::copy(fixture("wrong-interface.wasm"), dir.path().join("broken.wasm")).unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "not a plugin").unwrap();
+    let mut config = Config::default();
+    config.plugins.push(entry("timeouts.wasm", r#"{"tools":{"*":{"timeout_ms":42}}}"#, 5, OnError::Open));
+    // Plugins beside the config file when no --plugins is given; a missing one is created.
+    config.base_dir = Some(dir.path().join("conf"));
+    let shutdown = CancellationToken::new();
+    let beside = Policy::start(&config, None, shutdown.clone()).await.unwrap();
+    assert!(dir.path().join("conf/plugins").is_dir());
+    assert!(beside.current().is_empty());
+
+    let policy = Policy::start(&config, Some(dir.path().to_path_buf()), shutdown.clone()).await.unwrap();
+    let set = policy.current();
+    assert_eq!(set.names(), ["timeouts.wasm", "hints.wasm"], "priority 5 first; broken.wasm skipped");
+    assert_eq!(set.decide(&call("x", "{}")).unwrap().timeout_ms, Some(42));
+    shutdown.cancel();
+}

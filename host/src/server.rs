@@ -1,0 +1,871 @@
+//! One upstream server: its pools, gate, initialisation, crash-loop guard, and the hub that
+//! routes its server-to-client traffic to the right sessions.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
+
+use tokio::sync::{OnceCell, mpsc, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::codec::{self, Envelope};
+use crate::config::{Config, Limits};
+use crate::decision::Hints;
+use crate::error::{CallError, Death};
+use crate::gate::Gate;
+use crate::policy::Policy;
+use crate::pool::{Pool, Spawner};
+use crate::session::SessionId;
+use crate::upstream::{Instance, Spec};
+
+/// Consecutive start-up failures after which the server is marked down.
+const CRASH_LOOP_FAILURES: u32 = 5;
+
+/// What the hub knows of one client session.
+pub struct SessionLink {
+    pub id: SessionId,
+    /// Lines to the client. Unbounded so one slow client cannot stall an instance's reader
+    /// (and with it every other session's replies).
+    pub out: mpsc::UnboundedSender<String>,
+    /// Requests from a server to this client, by the id this session sees: (instance, server's id).
+    outbound: Mutex<HashMap<u64, (Weak<Instance>, String)>>,
+    next_out: AtomicU64,
+    /// The level this client asked for with logging/setLevel (RFC 5424 severity, 7 = debug).
+    log_level: Mutex<Option<u8>>,
+}
+
+impl SessionLink {
+    pub fn new(id: SessionId, out: mpsc::UnboundedSender<String>) -> Arc<SessionLink> {
+        Arc::new(SessionLink {
+            id,
+            out,
+            outbound: Mutex::new(HashMap::new()),
+            next_out: AtomicU64::new(1),
+            log_level: Mutex::new(None),
+        })
+    }
+
+    pub fn send(&self, line: String) {
+        let _ = self.out.send(line);
+    }
+}
+
+/// MCP logging levels, most verbose first; index = how verbose (0 = emergency ... 7 = debug).
+const LEVELS: [&str; 8] = ["emergency", "alert", "critical", "error", "warning", "notice", "info", "debug"];
+
+pub fn level_rank(level: &str) -> Option<u8> {
+    LEVELS.iter().position(|l| *l == level).map(|i| i as u8)
+}
+
+/// Routes a server's notifications and requests to sessions; tracks subscriptions.
+pub struct Hub {
+    server: String,
+    sessions: RwLock<BTreeMap<SessionId, Arc<SessionLink>>>,
+    subscriptions: Mutex<HashMap<String, BTreeSet<SessionId>>>,
+}
+
+impl Hub {
+    pub fn new(server: &str) -> Arc<Hub> {
+        Arc::new(Hub {
+            server: server.to_string(),
+            sessions: RwLock::new(BTreeMap::new()),
+            subscriptions: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn attach(&self, link: Arc<SessionLink>) {
+        self.sessions.write().expect("lock").insert(link.id, link);
+    }
+
+    /// Removes a session; returns the URIs nobody is subscribed to any more.
+    pub fn detach(&self, id: SessionId) -> Vec<String> {
+        self.sessions.write().expect("lock").remove(&id);
+        let mut subs = self.subscriptions.lock().expect("lock");
+        let mut gone = Vec::new();
+        subs.retain(|uri, set| {
+            set.remove(&id);
+            if set.is_empty() {
+                gone.push(uri.clone());
+            }
+            !set.is_empty()
+        });
+        gone
+    }
+
+    pub fn session(&self, id: SessionId) -> Option<Arc<SessionLink>> {
+        self.sessions.read().expect("lock").get(&id).cloned()
+    }
+
+    pub fn session_count(&self) -> usize {
+        self.sessions.read().expect("lock").len()
+    }
+
+    /// Sends a line to every session.
+    pub fn broadcast(&self, line: &str) {
+        for s in self.sessions.read().expect("lock").values() {
+            s.send(line.to_string());
+        }
+    }
+
+    /// Sessions that may see traffic of `inst`: its owner only, for affinity instances.
+    fn audience(&self, inst: &Instance) -> Vec<Arc<SessionLink>> {
+        let sessions = self.sessions.read().expect("lock");
+        match inst.owner {
+            Some(owner) => sessions.get(&owner).cloned().into_iter().collect(),
+            None => sessions.values().cloned().collect(),
+        }
+    }
+
+    /// The most verbose level any session asked for.
+    pub fn wanted_level(&self) -> Option<u8> {
+        let sessions = self.sessions.read().expect("lock");
+        sessions.values().filter_map(|s| *s.log_level.lock().expect("lock")).max()
+    }
+
+    pub fn set_session_level(&self, id: SessionId, level: u8) {
+        if let Some(s) = self.session(id) {
+            *s.log_level.lock().expect("lock") = Some(level);
+        }
+    }
+
+    /// Adds a subscriber; true when it is the first for that URI.
+    pub fn subscribe(&self, id: SessionId, uri: &str) -> bool {
+        let mut subs = self.subscriptions.lock().expect("lock");
+        let set = subs.entry(uri.to_string()).or_default();
+        let first = set.is_empty();
+        set.insert(id);
+        first
+    }
+
+    /// Removes a subscriber; true when it was the last for that URI.
+    pub fn unsubscribe(&self, id: SessionId, uri: &str) -> bool {
+        let mut subs = self.subscriptions.lock().expect("lock");
+        match subs.get_mut(uri) {
+            Some(set) => {
+                let had = set.remove(&id);
+                let last = had && set.is_empty();
+                if set.is_empty() {
+                    subs.remove(uri);
+                }
+                last
+            }
+            None => false,
+        }
+    }
+
+    pub fn subscribed_uris(&self) -> Vec<String> {
+        self.subscriptions.lock().expect("lock").keys().cloned().collect()
+    }
+
+    /// A request from the server to a client (sampling, elicitation, roots, ...).
+    pub fn server_request(&self, inst: &Arc<Instance>, line: String, env: Envelope) {
+        let method = env.method.clone().unwrap_or_default();
+        let id_span = env.id.clone().expect("requests have ids");
+        let target = match inst.owner {
+            Some(owner) => self.session(owner),
+            None => {
+                let busy = inst.sessions_in_flight();
+                let busy: Vec<_> = busy.into_iter().filter(|s| *s != 0).collect();
+                match busy.as_slice() {
+                    [one] => self.session(*one),
+                    [] => {
+                        let sessions = self.sessions.read().expect("lock");
+                        if sessions.len() == 1 { sessions.values().next().cloned() } else { None }
+                    }
+                    _ => None,
+                }
+            }
+        };
+        let Some(link) = target else {
+            let why = format!(
+                "switchyard cannot tell which client `{method}` from server `{}` ({}) is for: {} sessions are connected and none or several have calls in flight on it. Use a pool with affinity = \"session\" for servers that call back into clients",
+                self.server,
+                inst.label(),
+                self.session_count()
+            );
+            tracing::warn!("{why}");
+            let reply = codec::response_error(&line[id_span], codec::INTERNAL_ERROR, &why, None);
+            let inst = inst.clone();
+            tokio::spawn(async move {
+                let _ = inst.write(reply).await;
+            });
+            return;
+        };
+        let n = link.next_out.fetch_add(1, Ordering::Relaxed);
+        link.outbound
+            .lock()
+            .expect("lock")
+            .insert(n, (Arc::downgrade(inst), line[id_span.clone()].to_string()));
+        link.send(codec::splice(&line, id_span, &n.to_string()));
+    }
+
+    /// A client's response to a server-to-client request: back to the instance that asked.
+    pub fn client_response(&self, link: &SessionLink, line: &str, env: &Envelope) {
+        let Some(span) = env.id.clone() else {
+            tracing::warn!(session = link.id, "dropped an error response with id null from the client");
+            return;
+        };
+        let entry = line[span.clone()]
+            .parse::<u64>()
+            .ok()
+            .and_then(|n| link.outbound.lock().expect("lock").remove(&n));
+        let Some((inst, upstream_id)) = entry else {
+            tracing::warn!(session = link.id, id = &line[span], "dropped a response to an unknown request id");
+            return;
+        };
+        let Some(inst) = inst.upgrade() else { return };
+        let rewritten = codec::splice(line, span, &upstream_id);
+        tokio::spawn(async move {
+            let _ = inst.write(rewritten).await;
+        });
+    }
+
+    /// A notification from the server: fan it out by the rules of its method.
+    pub fn server_notification(&self, inst: &Arc<Instance>, line: String, env: Envelope) {
+        let method = env.method.as_deref().unwrap_or_default();
+        let fields = env.params.as_ref().map(|p| codec::param_fields(&line, p)).unwrap_or_default();
+        match method {
+            "notifications/message" => {
+                let rank = fields.level.as_deref().and_then(level_rank).unwrap_or(7);
+                for s in self.audience(inst) {
+                    let wanted = *s.log_level.lock().expect("lock");
+                    if wanted.is_none_or(|w| rank <= w) {
+                        s.send(line.clone());
+                    }
+                }
+            }
+            "notifications/resources/updated" => {
+                let Some(uri) = fields.uri else { return };
+                let subs = self.subscriptions.lock().expect("lock").get(&uri).cloned().unwrap_or_default();
+                for s in self.audience(inst) {
+                    if subs.contains(&s.id) {
+                        s.send(line.clone());
+                    }
+                }
+            }
+            "notifications/cancelled" => {
+                // The server gave up on one of its own requests to a client.
+                let Some(span) = fields.request_id else { return };
+                let upstream_id = &line[span.clone()];
+                for s in self.audience(inst) {
+                    let mut out = s.outbound.lock().expect("lock");
+                    let hit = out.iter().find_map(|(n, (w, id))| {
+                        (id == upstream_id && std::ptr::eq(w.as_ptr(), Arc::as_ptr(inst))).then_some(*n)
+                    });
+                    if let Some(n) = hit {
+                        out.remove(&n);
+                        s.send(codec::splice(&line, span, &n.to_string()));
+                        return;
+                    }
+                }
+            }
+            _ => {
+                for s in self.audience(inst) {
+                    s.send(line.clone());
+                }
+            }
+        }
+    }
+}
+
+/// The crash-loop guard: backoff between failed starts, and "down" after too many in a row.
+#[derive(Default)]
+struct StartHealth {
+    failures: u32,
+    next_allowed: Option<Instant>,
+    down_until: Option<Instant>,
+    last_failure: String,
+}
+
+impl StartHealth {
+    /// 100 ms after the first failure, doubling, at most 10 s.
+    fn backoff(&self) -> Duration {
+        let exp = self.failures.saturating_sub(1).min(10);
+        Duration::from_millis(100u64 << exp).min(Duration::from_secs(10))
+    }
+
+    /// Records a failed start; returns how long the server is now down, if it is.
+    fn failure(&mut self, now: Instant, what: String) -> Option<Duration> {
+        self.failures += 1;
+        self.last_failure = what;
+        self.next_allowed = Some(now + self.backoff());
+        if self.failures < CRASH_LOOP_FAILURES {
+            return None;
+        }
+        // Down for 1 s, then 2, 4, ... at most 30 s: retried "half-open" after each period.
+        let exp = (self.failures - CRASH_LOOP_FAILURES).min(5);
+        let down = Duration::from_secs(1u64 << exp).min(Duration::from_secs(30));
+        self.down_until = Some(now + down);
+        Some(down)
+    }
+
+    /// Err(reason) while down; otherwise when the next start may begin (None: now).
+    fn check(&self, now: Instant) -> Result<Option<Instant>, String> {
+        if let Some(until) = self.down_until.filter(|u| *u > now) {
+            return Err(format!(
+                "it failed to start {} times in a row (last: {}); switchyard tries again in {:.1} s. Check the command and its stderr above",
+                self.failures,
+                self.last_failure,
+                (until - now).as_secs_f64()
+            ));
+        }
+        Ok(self.next_allowed.filter(|t| *t > now))
+    }
+}
+
+/// A tools/list result as the server declared it, for hints and annotation diffs.
+#[derive(Default)]
+struct ToolCache {
+    declared: HashMap<String, Hints>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InitState {
+    NotStarted,
+    Running,
+    Done,
+}
+
+/// One upstream server and everything that serves it.
+pub struct Server {
+    pub name: String,
+    pub hub: Arc<Hub>,
+    pub limits: Limits,
+    pub gate: Gate,
+    pub policy: Policy,
+    spec: Spec,
+    pools: BTreeMap<String, Arc<Pool>>,
+    /// The first client's initialize params, used to initialise every instance.
+    init_params: OnceCell<String>,
+    /// The first instance's initialize result, given to every client.
+    init_result: OnceCell<String>,
+    init_state: watch::Sender<InitState>,
+    next_instance: AtomicU64,
+    health: Mutex<StartHealth>,
+    tools: RwLock<ToolCache>,
+    /// The level last set upstream (rank), so new instances get it too.
+    upstream_level: Mutex<Option<u8>>,
+    pub shutdown: CancellationToken,
+    pub tasks: TaskTracker,
+}
+
+impl Server {
+    pub fn new(config: &Config, spec: Spec, policy: Policy, shutdown: CancellationToken) -> Arc<Server> {
+        let name = spec.server.clone();
+        Arc::new_cyclic(|weak: &Weak<Server>| {
+            let pools = config
+                .pools
+                .iter()
+                .map(|(pname, pc)| {
+                    let w = weak.clone();
+                    let spawner: Spawner = Arc::new(move |pool, owner| {
+                        let w = w.clone();
+                        Box::pin(async move {
+                            match w.upgrade() {
+                                Some(server) => server.start_instance(&pool, owner).await,
+                                None => Err(CallError::ShuttingDown),
+                            }
+                        })
+                    });
+                    (pname.clone(), Pool::new(pname, &name, pc.clone(), spawner))
+                })
+                .collect();
+            Server {
+                name: name.clone(),
+                hub: Hub::new(&name),
+                limits: config.limits.clone(),
+                gate: Gate::new(),
+                policy,
+                spec,
+                pools,
+                init_params: OnceCell::new(),
+                init_result: OnceCell::new(),
+                init_state: watch::channel(InitState::NotStarted).0,
+                next_instance: AtomicU64::new(1),
+                health: Mutex::new(StartHealth::default()),
+                tools: RwLock::new(ToolCache::default()),
+                upstream_level: Mutex::new(None),
+                shutdown,
+                tasks: TaskTracker::new(),
+            }
+        })
+    }
+
+    pub fn pool(&self, name: &str) -> Option<&Arc<Pool>> {
+        self.pools.get(name)
+    }
+
+    pub fn default_pool(&self) -> &Arc<Pool> {
+        self.pools.get("default").expect("validated config always has a default pool")
+    }
+
+    pub fn pools(&self) -> impl Iterator<Item = &Arc<Pool>> {
+        self.pools.values()
+    }
+
+    pub fn all_instances(&self) -> Vec<Arc<Instance>> {
+        self.pools.values().flat_map(|p| p.instances()).collect()
+    }
+
+    pub fn is_initialized(&self) -> bool {
+        self.init_result.initialized()
+    }
+
+    /// True once initialised; waits while a client's initialize is still under way (requests
+    /// pipelined right behind initialize are served, not refused). False if it never started.
+    pub async fn wait_initialized(&self) -> bool {
+        let mut rx = self.init_state.subscribe();
+        loop {
+            match *rx.borrow_and_update() {
+                InitState::Done => return true,
+                InitState::NotStarted => return false,
+                InitState::Running => {}
+            }
+            if rx.changed().await.is_err() {
+                return false;
+            }
+        }
+    }
+
+    /// Answers a client's `initialize`: the first one starts the server with its params.
+    /// Marks initialisation as under way, in message order (called by the session's reader
+    /// before anything async runs), so requests right behind it wait instead of failing.
+    pub fn begin_initialize(&self, params: &str) {
+        let _ = self.init_params.set(params.to_string());
+        self.init_state.send_if_modified(|s| {
+            let start = *s == InitState::NotStarted;
+            if start {
+                *s = InitState::Running;
+            }
+            start
+        });
+    }
+
+    pub async fn initialize(self: &Arc<Self>, session: SessionId, params: &str) -> Result<String, CallError> {
+        self.begin_initialize(params);
+        if let Some(r) = self.init_result.get() {
+            return Ok(r.clone());
+        }
+        let pool = self.default_pool().clone();
+        let lease = pool.acquire(session).await;
+        // Whatever happened, waiters must not wait forever: Done, or back to NotStarted.
+        self.init_state.send_replace(if self.init_result.initialized() { InitState::Done } else { InitState::NotStarted });
+        drop(lease?);
+        // Instances of other pools with `min` start in the background.
+        for p in self.pools.values() {
+            let p = p.clone();
+            self.tasks.spawn(async move {
+                if let Err(e) = p.warm_up().await {
+                    tracing::warn!("pool `{}` could not start its minimum instances: {e}", p.name);
+                }
+            });
+        }
+        self.init_result.get().cloned().ok_or_else(|| CallError::Down {
+            server: self.name.clone(),
+            reason: "no instance finished initialising".into(),
+        })
+    }
+
+    fn check_start_allowed(&self) -> Result<Option<Instant>, CallError> {
+        let h = self.health.lock().expect("lock");
+        h.check(Instant::now()).map_err(|reason| CallError::Down { server: self.name.clone(), reason })
+    }
+
+    fn record_start_failure(&self, what: String) {
+        let mut h = self.health.lock().expect("lock");
+        if let Some(down) = h.failure(Instant::now(), what) {
+            tracing::error!(
+                server = %self.name,
+                "server is down: {} failed starts in a row (last: {}); next try in {:.0} s",
+                h.failures, h.last_failure, down.as_secs_f64()
+            );
+        }
+    }
+
+    /// A call got an answer: the server works, forget past start failures.
+    pub fn record_success(&self) {
+        let mut h = self.health.lock().expect("lock");
+        if h.failures > 0 {
+            *h = StartHealth::default();
+        }
+    }
+
+    /// Spawns and initialises one instance for `pool` (the pools' spawner).
+    async fn start_instance(self: Arc<Self>, pool: &str, owner: Option<SessionId>) -> Result<Arc<Instance>, CallError> {
+        if self.shutdown.is_cancelled() {
+            return Err(CallError::ShuttingDown);
+        }
+        if let Some(at) = self.check_start_allowed()? {
+            tokio::time::sleep_until(at).await;
+        }
+        let Some(params) = self.init_params.get().cloned() else {
+            return Err(CallError::NotInitialized { server: self.name.clone() });
+        };
+        let number = self.next_instance.fetch_add(1, Ordering::Relaxed);
+        let inst = Instance::spawn(&self.spec, number, pool, owner, self.hub.clone()).map_err(|e| {
+            let reason = format!(
+                "cannot start `{}`: {e}. Check the command after `--` (or [server] command) and that it is on PATH",
+                self.spec.command
+            );
+            self.record_start_failure(reason.clone());
+            CallError::Down { server: self.name.clone(), reason }
+        })?;
+        match self.handshake(&inst, &params).await {
+            Ok(()) => {
+                inst.mark_ready();
+                tracing::info!(instance = %inst.label(), pid = inst.pid(), pool, "instance ready");
+                let server = self.clone();
+                let watched = inst.clone();
+                self.tasks.spawn(async move {
+                    watched.dead().await;
+                    server.on_death(watched).await;
+                });
+                Ok(inst)
+            }
+            Err(e) => {
+                self.record_start_failure(e.to_string());
+                inst.kill().await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn handshake(self: &Arc<Self>, inst: &Arc<Instance>, params: &str) -> Result<(), CallError> {
+        let what = "initialize".to_string();
+        let timeout = Duration::from_millis(self.limits.init_timeout_ms);
+        let result = self.own_request(inst, "initialize", params, timeout, &what).await?;
+        let _ = self.init_result.set(result);
+        let _ = inst.write(codec::notification("notifications/initialized", "{}")).await;
+        // New instances get what sessions already set up on the others.
+        let level = *self.upstream_level.lock().expect("lock");
+        if let Some(rank) = level {
+            let p = format!(r#"{{"level":"{}"}}"#, LEVELS[rank as usize]);
+            let _ = self.own_request(inst, "logging/setLevel", &p, timeout, &what).await;
+        }
+        for uri in self.hub.subscribed_uris() {
+            let p = format!(r#"{{"uri":{}}}"#, codec::json_string(&uri));
+            let _ = self.own_request(inst, "resources/subscribe", &p, timeout, &what).await;
+        }
+        Ok(())
+    }
+
+    /// Sends a request of the router's own and returns its `result` JSON.
+    pub async fn own_request(
+        &self,
+        inst: &Instance,
+        method: &str,
+        params: &str,
+        timeout: Duration,
+        what: &str,
+    ) -> Result<String, CallError> {
+        let died = |death: Death| CallError::Died { server: self.name.clone(), what: what.to_string(), death };
+        let sent = inst.send_own(method, params).await.map_err(died)?;
+        let started = Instant::now();
+        let reply = match tokio::time::timeout(timeout, sent.reply).await {
+            Ok(Ok(r)) => r.map_err(died)?,
+            Ok(Err(_)) => return Err(CallError::ShuttingDown),
+            Err(_) => {
+                inst.cancel(sent.upstream_id, "switchyard: timed out").await;
+                return Err(CallError::Timeout {
+                    server: self.name.clone(),
+                    what: format!("{method} (by switchyard, on {})", inst.label()),
+                    elapsed: started.elapsed(),
+                    waiting: None,
+                });
+            }
+        };
+        match reply.env.result {
+            Some(r) => Ok(reply.line[r].to_string()),
+            None => Err(CallError::Down {
+                server: self.name.clone(),
+                reason: format!("it answered {method} with an error: {}", reply.line),
+            }),
+        }
+    }
+
+    async fn on_death(self: Arc<Self>, inst: Arc<Instance>) {
+        let Some(pool) = self.pools.get(&inst.pool).cloned() else { return };
+        pool.forget(&inst);
+        if inst.is_closing() || self.shutdown.is_cancelled() {
+            return;
+        }
+        let death = inst.death().cloned();
+        if !inst.has_answered() {
+            let status = death.map(|d| d.status).unwrap_or_default();
+            self.record_start_failure(format!("{} {status} before answering any call", inst.label()));
+        }
+        // Back to `min`, with the start backoff applied inside start_instance.
+        if pool.missing() > 0 {
+            let p = pool.clone();
+            self.tasks.spawn(async move {
+                if let Err(e) = p.warm_up().await {
+                    tracing::warn!("pool `{}`: respawn failed: {e}", p.name);
+                }
+            });
+        }
+    }
+
+    /// Records declared hints from a tools/list result that passed through.
+    pub fn learn_tools(&self, result_json: &str) {
+        #[derive(serde::Deserialize)]
+        struct ToolsResult {
+            #[serde(default)]
+            tools: Vec<serde_json::Value>,
+        }
+        let Ok(r) = serde_json::from_str::<ToolsResult>(result_json) else { return };
+        let mut cache = self.tools.write().expect("lock");
+        for t in r.tools {
+            if let Some(name) = t.get("name").and_then(|n| n.as_str()) {
+                let hints = crate::policy::annotate::declared_hints(t.get("annotations"));
+                cache.declared.insert(name.to_string(), hints);
+            }
+        }
+    }
+
+    pub fn declared_hints(&self, tool: &str) -> Hints {
+        self.tools.read().expect("lock").declared.get(tool).cloned().unwrap_or_default()
+    }
+
+    pub fn known_tools(&self) -> Vec<(String, Hints)> {
+        let cache = self.tools.read().expect("lock");
+        cache.declared.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+
+    /// Fetches every page of tools/list from one instance into the hints cache.
+    pub async fn refresh_tools(self: &Arc<Self>) {
+        let Some(inst) = self.all_instances().into_iter().find(|i| i.is_ready()) else { return };
+        let mut cursor: Option<String> = None;
+        let timeout = Duration::from_millis(self.limits.init_timeout_ms);
+        for _ in 0..100 {
+            let params = match &cursor {
+                Some(c) => format!(r#"{{"cursor":{}}}"#, codec::json_string(c)),
+                None => "{}".to_string(),
+            };
+            let Ok(result) = self.own_request(&inst, "tools/list", &params, timeout, "tools/list").await else {
+                return;
+            };
+            self.learn_tools(&result);
+            cursor = serde_json::from_str::<serde_json::Value>(&result)
+                .ok()
+                .and_then(|v| v.get("nextCursor").and_then(|c| c.as_str()).map(str::to_string));
+            if cursor.is_none() {
+                return;
+            }
+        }
+    }
+
+    /// A client's logging/setLevel: upstream gets the most verbose level any session asked for.
+    pub async fn set_log_level(&self, session: SessionId, level: &str) -> Result<(), String> {
+        let Some(rank) = level_rank(level) else {
+            return Err(format!("unknown logging level `{level}`"));
+        };
+        self.hub.set_session_level(session, rank);
+        let wanted = self.hub.wanted_level();
+        let changed = {
+            let mut cur = self.upstream_level.lock().expect("lock");
+            let changed = *cur != wanted;
+            *cur = wanted;
+            changed
+        };
+        if !changed {
+            return Ok(());
+        }
+        let w = wanted.expect("a level was just set");
+        let params = format!(r#"{{"level":"{}"}}"#, LEVELS[w as usize]);
+        self.broadcast_request("logging/setLevel", &params).await
+    }
+
+    /// Sends a router request to every ready instance; the first error is returned.
+    async fn broadcast_request(&self, method: &str, params: &str) -> Result<(), String> {
+        let timeout = Duration::from_millis(self.limits.init_timeout_ms);
+        let mut first_err = None;
+        for inst in self.all_instances().into_iter().filter(|i| i.is_ready()) {
+            if let Err(e) = self.own_request(&inst, method, params, timeout, method).await {
+                first_err.get_or_insert(e.to_string());
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// resources/subscribe: reference-counted per URI; only the first subscriber goes upstream.
+    pub async fn subscribe(&self, session: SessionId, uri: &str) -> Result<(), String> {
+        if !self.hub.subscribe(session, uri) {
+            return Ok(());
+        }
+        let params = format!(r#"{{"uri":{}}}"#, codec::json_string(uri));
+        let r = self.broadcast_request("resources/subscribe", &params).await;
+        if r.is_err() {
+            self.hub.unsubscribe(session, uri);
+        }
+        r
+    }
+
+    pub async fn unsubscribe(&self, session: SessionId, uri: &str) -> Result<(), String> {
+        if !self.hub.unsubscribe(session, uri) {
+            return Ok(());
+        }
+        let params = format!(r#"{{"uri":{}}}"#, codec::json_string(uri));
+        self.broadcast_request("resources/unsubscribe", &params).await
+    }
+
+    /// A session ended: drop its subscriptions and log level, stop its affinity instances.
+    pub async fn detach(&self, session: SessionId) {
+        for uri in self.hub.detach(session) {
+            let params = format!(r#"{{"uri":{}}}"#, codec::json_string(&uri));
+            let _ = self.broadcast_request("resources/unsubscribe", &params).await;
+        }
+        let wanted = self.hub.wanted_level();
+        let changed = {
+            let mut cur = self.upstream_level.lock().expect("lock");
+            let changed = wanted.is_some() && *cur != wanted;
+            if changed {
+                *cur = wanted;
+            }
+            changed
+        };
+        if changed {
+            let params = format!(r#"{{"level":"{}"}}"#, LEVELS[wanted.expect("checked") as usize]);
+            let _ = self.broadcast_request("logging/setLevel", &params).await;
+        }
+        for pool in self.pools.values() {
+            for inst in pool.take_session(session) {
+                inst.shutdown().await;
+            }
+        }
+    }
+
+    /// Shuts every instance down (close stdin, wait, SIGTERM, wait, SIGKILL), all at once.
+    pub async fn stop(&self) {
+        let all: Vec<Arc<Instance>> = self.pools.values().flat_map(|p| p.take_all()).collect();
+        let mut set = tokio::task::JoinSet::new();
+        for inst in all {
+            set.spawn(async move { inst.shutdown().await });
+        }
+        while set.join_next().await.is_some() {}
+    }
+
+    /// Background upkeep: reap idle instances, ping idle ones and recycle those that do not answer.
+    pub async fn maintain(self: Arc<Self>) {
+        let interval = Duration::from_millis(self.limits.health_interval_ms.clamp(100, 1000));
+        let mut pinging: BTreeSet<u64> = BTreeSet::new();
+        let (done_tx, mut done_rx) = mpsc::unbounded_channel::<u64>();
+        loop {
+            tokio::select! {
+                _ = self.shutdown.cancelled() => return,
+                _ = tokio::time::sleep(interval) => {}
+            }
+            while let Ok(n) = done_rx.try_recv() {
+                pinging.remove(&n);
+            }
+            for pool in self.pools.values() {
+                for inst in pool.take_idle() {
+                    tracing::info!(instance = %inst.label(), "idle past idle_timeout_ms; shutting it down");
+                    self.tasks.spawn(async move { inst.shutdown().await });
+                }
+            }
+            if self.limits.health_interval_ms == 0 {
+                continue;
+            }
+            let every = Duration::from_millis(self.limits.health_interval_ms);
+            for inst in self.all_instances() {
+                if inst.is_ready() && inst.inflight() == 0 && inst.idle_for() >= every && !pinging.contains(&inst.number()) {
+                    pinging.insert(inst.number());
+                    let (server, done) = (self.clone(), done_tx.clone());
+                    self.tasks.spawn(async move {
+                        server.health_check(&inst).await;
+                        let _ = done.send(inst.number());
+                    });
+                }
+            }
+        }
+    }
+
+    /// When the plugin set changes, tells clients to re-fetch tools/list if any tool's effective
+    /// annotations changed (and only then).
+    pub async fn watch_policy(self: Arc<Self>) {
+        let mut changes = self.policy.changes();
+        let mut last = self.policy.current();
+        loop {
+            tokio::select! {
+                _ = self.shutdown.cancelled() => return,
+                r = changes.changed() => if r.is_err() { return },
+            }
+            let now = self.policy.current();
+            let differs = self.known_tools().iter().any(|(tool, declared)| {
+                last.annotate(&self.name, tool, declared) != now.annotate(&self.name, tool, declared)
+            });
+            last = now;
+            if differs {
+                tracing::info!(server = %self.name, "plugins changed tool annotations; sending tools/list_changed");
+                let note = codec::notification("notifications/tools/list_changed", "{}");
+                self.hub.broadcast(&note);
+            }
+        }
+    }
+
+    /// Pings an instance; one that does not answer in time is killed (and respawned to `min`).
+    pub async fn health_check(&self, inst: &Arc<Instance>) {
+        let timeout = Duration::from_millis(self.limits.health_timeout_ms);
+        match self.own_request(inst, "ping", "{}", timeout, "health ping").await {
+            Ok(_) => inst.touch(),
+            Err(CallError::Timeout { .. }) => {
+                tracing::warn!(
+                    instance = %inst.label(),
+                    "did not answer a health ping within {} ms; recycling it",
+                    timeout.as_millis()
+                );
+                if let Some(pool) = self.pools.get(&inst.pool) {
+                    pool.forget(inst);
+                }
+                inst.kill().await;
+                if let Some(pool) = self.pools.get(&inst.pool).cloned() {
+                    if pool.missing() > 0 {
+                        let _ = pool.warm_up().await;
+                    }
+                }
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn failed_starts_back_off_then_mark_the_server_down_until_it_recovers() {
+        let mut h = StartHealth::default();
+        let t0 = Instant::now();
+        assert_eq!(h.check(t0), Ok(None));
+        for (i, wait_ms) in [100u64, 200, 400, 800].into_iter().enumerate() {
+            assert_eq!(h.failure(Instant::now(), format!("exit status {i}")), None);
+            assert_eq!(h.check(Instant::now()), Ok(Some(Instant::now() + Duration::from_millis(wait_ms))));
+            tokio::time::advance(Duration::from_millis(wait_ms)).await;
+            assert_eq!(h.check(Instant::now()), Ok(None));
+        }
+        assert_eq!(h.failure(Instant::now(), "exit status 7".into()), Some(Duration::from_secs(1)));
+        let reason = h.check(Instant::now()).unwrap_err();
+        assert!(reason.contains("5 times") && reason.contains("exit status 7"), "{reason}");
+        tokio::time::advance(Duration::from_millis(999)).await;
+        assert!(h.check(Instant::now()).is_err());
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(h.check(Instant::now()).is_ok(), "a half-open try is allowed after the down period");
+        assert_eq!(h.failure(Instant::now(), "again".into()), Some(Duration::from_secs(2)));
+        for _ in 0..10 {
+            h.failure(Instant::now(), "again".into());
+        }
+        assert_eq!(h.failure(Instant::now(), "again".into()), Some(Duration::from_secs(30)));
+    }
+
+    #[test]
+    fn levels_rank_from_emergency_to_debug() {
+        assert_eq!(level_rank("emergency"), Some(0));
+        assert_eq!(level_rank("warning"), Some(4));
+        assert_eq!(level_rank("debug"), Some(7));
+        assert_eq!(level_rank("loud"), None);
+    }
+}

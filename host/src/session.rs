@@ -1,0 +1,362 @@
+//! One client connection: reads its messages, keeps its in-flight calls, answers each request once.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::codec::{self, Envelope, Frame, Kind, LineReader};
+use crate::engine;
+use crate::server::{Server, SessionLink};
+
+/// Identifies a session inside the router (never sent to anyone).
+pub type SessionId = u64;
+
+static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
+
+/// How long in-flight calls get to wind down when a session ends.
+const SESSION_GRACE: Duration = Duration::from_secs(3);
+
+/// A connected client.
+pub struct Session {
+    pub id: SessionId,
+    pub label: String,
+    link: Arc<SessionLink>,
+    server: Arc<Server>,
+    /// Requests of this client still running, by their raw id: each owes exactly one response.
+    inflight: Mutex<HashMap<String, CancellationToken>>,
+}
+
+/// Serves one client until it disconnects or `shutdown` fires. Every request it sent gets one
+/// response unless the client cancelled it; calls still running at the end are cancelled upstream.
+pub async fn serve<R, W>(server: Arc<Server>, reader: R, writer: W, transport: &str, shutdown: CancellationToken)
+where
+    R: AsyncBufRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let id = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);
+    let label = format!("{transport}-{id}");
+    let (tx, rx) = mpsc::unbounded_channel();
+    let link = SessionLink::new(id, tx);
+    server.hub.attach(link.clone());
+    let session = Arc::new(Session { id, label: label.clone(), link, server: server.clone(), inflight: Mutex::new(HashMap::new()) });
+    let writer_task = tokio::spawn(write_loop(writer, rx));
+    tracing::debug!(session = %label, "session started");
+    let tasks = TaskTracker::new();
+    let mut lines = LineReader::new(reader, server.limits.max_message_bytes);
+    loop {
+        let frame = tokio::select! {
+            f = lines.next() => f,
+            _ = shutdown.cancelled() => break,
+        };
+        match frame {
+            Ok(Some(Frame::Line(line))) => session.on_line(line, &tasks),
+            Ok(Some(Frame::TooLong { bytes })) => session.link.send(codec::response_error(
+                "null",
+                codec::INVALID_REQUEST,
+                &format!(
+                    "message of {bytes} bytes is over the limit of {} bytes (limits.max_message_bytes); it was skipped",
+                    server.limits.max_message_bytes
+                ),
+                None,
+            )),
+            Ok(Some(Frame::NotUtf8)) => session.link.send(codec::response_error(
+                "null",
+                codec::PARSE_ERROR,
+                "Parse error: the message is not valid UTF-8",
+                None,
+            )),
+            Ok(None) => break,
+            Err(e) => {
+                tracing::warn!(session = %label, "reading from the client failed: {e}");
+                break;
+            }
+        }
+    }
+    // The client is gone (or we are shutting down): cancel its calls upstream, drop its queue.
+    let open: Vec<CancellationToken> = session.inflight.lock().expect("lock").values().cloned().collect();
+    if !open.is_empty() {
+        tracing::info!(session = %label, "session ended with {} calls in flight; cancelling them", open.len());
+    }
+    for t in open {
+        t.cancel();
+    }
+    tasks.close();
+    if tokio::time::timeout(SESSION_GRACE, tasks.wait()).await.is_err() {
+        tracing::warn!(session = %label, "calls did not wind down within {SESSION_GRACE:?}");
+    }
+    server.detach(id).await;
+    drop(session);
+    let _ = writer_task.await;
+    tracing::debug!(session = %label, "session ended");
+}
+
+async fn write_loop<W: AsyncWrite + Unpin>(writer: W, mut rx: mpsc::UnboundedReceiver<String>) {
+    let mut w = BufWriter::with_capacity(64 * 1024, writer);
+    while let Some(line) = rx.recv().await {
+        let mut next = Some(line);
+        while let Some(l) = next {
+            if w.write_all(l.as_bytes()).await.is_err() || w.write_all(b"\n").await.is_err() {
+                return;
+            }
+            next = rx.try_recv().ok();
+        }
+        if w.flush().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// What the reader loop does with one message before anything async runs.
+enum Step {
+    /// A request, registered in flight; run it.
+    Run(String, Envelope, CancellationToken),
+    /// Answer this at once.
+    Reply(String),
+    /// Handled (a notification or a response) or nothing to do.
+    Done,
+}
+
+impl Session {
+    fn on_line(self: &Arc<Self>, line: String, tasks: &TaskTracker) {
+        if line.trim().is_empty() {
+            return;
+        }
+        if codec::is_batch(&line) {
+            return self.on_batch(&line, tasks);
+        }
+        match self.step(line) {
+            Step::Run(line, env, token) => {
+                let me = self.clone();
+                tasks.spawn(async move {
+                    if let Some(resp) = me.clone().run(line, env, token).await {
+                        me.link.send(resp);
+                    }
+                });
+            }
+            Step::Reply(r) => self.link.send(r),
+            Step::Done => {}
+        }
+    }
+
+    /// A JSON-RPC batch: its requests run concurrently and are answered together, as an array.
+    fn on_batch(self: &Arc<Self>, line: &str, tasks: &TaskTracker) {
+        let items = match codec::split_batch(line) {
+            Ok(items) => items,
+            Err(e) => return self.link.send(codec::response_error("null", e.code(), &e.message(), None)),
+        };
+        if items.is_empty() {
+            return self.link.send(codec::response_error(
+                "null",
+                codec::INVALID_REQUEST,
+                "Invalid Request: empty batch",
+                None,
+            ));
+        }
+        let steps: Vec<Step> = items.into_iter().map(|i| self.step(i.to_string())).collect();
+        let me = self.clone();
+        tasks.spawn(async move {
+            let mut replies = Vec::new();
+            let mut running = Vec::new();
+            for s in steps {
+                match s {
+                    Step::Run(line, env, token) => running.push(me.clone().run(line, env, token)),
+                    Step::Reply(r) => replies.push(r),
+                    Step::Done => {}
+                }
+            }
+            let mut set = tokio::task::JoinSet::new();
+            for f in running {
+                set.spawn(f);
+            }
+            while let Some(r) = set.join_next().await {
+                if let Ok(Some(r)) = r {
+                    replies.push(r);
+                }
+            }
+            if !replies.is_empty() {
+                me.link.send(format!("[{}]", replies.join(",")));
+            }
+        });
+    }
+
+    fn step(self: &Arc<Self>, line: String) -> Step {
+        let env = match codec::parse(&line) {
+            Ok(env) => env,
+            Err(e) => {
+                tracing::debug!(session = %self.label, "bad message from client: {}", e.message());
+                return Step::Reply(codec::response_error(e.reply_id(), e.code(), &e.message(), None));
+            }
+        };
+        match env.kind {
+            Kind::Response => {
+                self.server.hub.client_response(&self.link, &line, &env);
+                Step::Done
+            }
+            Kind::Notification => {
+                self.on_notification(&line, &env);
+                Step::Done
+            }
+            Kind::Request => {
+                let id = line[env.id.clone().expect("requests have ids")].to_string();
+                let token = CancellationToken::new();
+                let mut inflight = self.inflight.lock().expect("lock");
+                if inflight.contains_key(&id) {
+                    return Step::Reply(codec::response_error(
+                        &id,
+                        codec::INVALID_REQUEST,
+                        &format!("Invalid Request: id {id} is already in use by a request still in flight"),
+                        None,
+                    ));
+                }
+                inflight.insert(id, token.clone());
+                drop(inflight);
+                if env.method.as_deref() == Some("initialize") {
+                    let params = env.params.as_ref().map(|p| &line[p.clone()]).unwrap_or("{}");
+                    self.server.begin_initialize(params);
+                }
+                Step::Run(line, env, token)
+            }
+        }
+    }
+
+    fn on_notification(self: &Arc<Self>, line: &str, env: &Envelope) {
+        let method = env.method.as_deref().unwrap_or_default();
+        match method {
+            // switchyard initialised the server itself; the client's ack has no one to go to.
+            "notifications/initialized" => {}
+            "notifications/cancelled" => {
+                let fields = env.params.as_ref().map(|p| codec::param_fields(line, p)).unwrap_or_default();
+                let Some(span) = fields.request_id else { return };
+                let id = &line[span];
+                match self.inflight.lock().expect("lock").get(id) {
+                    Some(t) => t.cancel(),
+                    None => tracing::debug!(session = %self.label, "cancel for id {id}, which is not in flight"),
+                }
+            }
+            _ => {
+                // roots/list_changed and anything else: to every instance this session may use.
+                let targets: Vec<_> = self
+                    .server
+                    .all_instances()
+                    .into_iter()
+                    .filter(|i| i.is_ready() && i.owner.is_none_or(|o| o == self.id))
+                    .collect();
+                let line = line.to_string();
+                tokio::spawn(async move {
+                    for inst in targets {
+                        let _ = inst.write(line.clone()).await;
+                    }
+                });
+            }
+        }
+    }
+
+    /// Runs one request to its single response (None: the client cancelled it).
+    async fn run(self: Arc<Self>, line: String, env: Envelope, token: CancellationToken) -> Option<String> {
+        let id_span = env.id.clone().expect("requests have ids");
+        let id = line[id_span].to_string();
+        let resp = self.dispatch(&line, &env, &id, &token).await;
+        // Out of the in-flight table before the response leaves, so the id may be reused at once.
+        self.inflight.lock().expect("lock").remove(&id);
+        resp
+    }
+
+    async fn dispatch(self: &Arc<Self>, line: &str, env: &Envelope, id: &str, token: &CancellationToken) -> Option<String> {
+        let server = &self.server;
+        let method = env.method.as_deref().unwrap_or_default();
+        let params = env.params.as_ref().map(|p| &line[p.clone()]).unwrap_or("{}");
+        let fields = env.params.as_ref().map(|p| codec::param_fields(line, p)).unwrap_or_default();
+        let local_error = |code, msg: String| Some(codec::response_error(id, code, &msg, None));
+        match method {
+            "initialize" => {
+                let r = tokio::select! {
+                    r = server.initialize(self.id, params) => r,
+                    _ = token.cancelled() => return None,
+                };
+                Some(match r {
+                    Ok(result) => {
+                        let s = server.clone();
+                        server.tasks.spawn(async move { s.refresh_tools().await });
+                        codec::response_ok(id, &result)
+                    }
+                    Err(e) => e.to_response(id),
+                })
+            }
+            "ping" => Some(codec::response_ok(id, "{}")),
+            "server/discover" => self.discover(line, env, id, token).await,
+            _ if !server.wait_initialized().await => Some(crate::error::CallError::NotInitialized { server: server.name.clone() }.to_response(id)),
+            "logging/setLevel" => match fields.level {
+                Some(level) => match server.set_log_level(self.id, &level).await {
+                    Ok(()) => Some(codec::response_ok(id, "{}")),
+                    Err(e) => local_error(codec::INVALID_PARAMS, e),
+                },
+                None => local_error(codec::INVALID_PARAMS, "logging/setLevel needs params.level".into()),
+            },
+            "resources/subscribe" | "resources/unsubscribe" => {
+                let Some(uri) = fields.uri else {
+                    return local_error(codec::INVALID_PARAMS, format!("{method} needs params.uri"));
+                };
+                let r = if method == "resources/subscribe" {
+                    server.subscribe(self.id, &uri).await
+                } else {
+                    server.unsubscribe(self.id, &uri).await
+                };
+                match r {
+                    Ok(()) => Some(codec::response_ok(id, "{}")),
+                    Err(e) => local_error(codec::INTERNAL_ERROR, e),
+                }
+            }
+            _ => {
+                let req = engine::Request {
+                    line,
+                    env,
+                    session: self.id,
+                    session_label: &self.label,
+                    link: &self.link,
+                    cancel: token,
+                };
+                engine::forward(server, req).await
+            }
+        }
+    }
+
+    /// Newer clients probe with `server/discover` before `initialize` and fall back on any error
+    /// or after a timeout: pass it through when an instance is up, answer -32601 fast otherwise.
+    async fn discover(&self, line: &str, env: &Envelope, id: &str, token: &CancellationToken) -> Option<String> {
+        let not_found = || {
+            Some(codec::response_error(
+                id,
+                codec::METHOD_NOT_FOUND,
+                "Method not found: server/discover (use initialize)",
+                None,
+            ))
+        };
+        let Some(inst) = self.server.all_instances().into_iter().find(|i| i.is_ready()) else {
+            return not_found();
+        };
+        let Ok(sent) = inst.send(line, env, self.id, None, None).await else { return not_found() };
+        let limit = Duration::from_millis(self.server.limits.discover_timeout_ms);
+        tokio::select! {
+            r = tokio::time::timeout(limit, sent.reply) => match r {
+                Ok(Ok(Ok(reply))) => {
+                    let span = reply.env.id.clone().expect("routed by id");
+                    Some(codec::splice(&reply.line, span, id))
+                }
+                _ => {
+                    inst.forget(sent.upstream_id);
+                    not_found()
+                }
+            },
+            _ = token.cancelled() => {
+                inst.cancel(sent.upstream_id, "cancelled by the client").await;
+                None
+            }
+        }
+    }
+}

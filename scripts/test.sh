@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Runs every test of switchyard on a fresh machine: installs what the build needs, then cargo test.
+# The npm fixture servers are installed by the tests' own setup (npm ci --ignore-scripts).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+command -v node >/dev/null || { echo "node is required (the tests run real MCP servers from npm)" >&2; exit 1; }
+command -v npm >/dev/null || { echo "npm is required (the tests install their MCP servers with npm ci)" >&2; exit 1; }
+# Plugins are built from source for WebAssembly by host/build.rs.
+rustup target add wasm32-wasip2 >/dev/null
+
+cargo test --workspace --locked "$@"

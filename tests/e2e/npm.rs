@@ -1,0 +1,548 @@
+//! Real MCP servers from npm, driven by the real TypeScript SDK client, directly and through
+//! `switchyard run`.
+//!
+//! `tests/npm/client.mjs` connects the SDK's `Client` to a server command, runs a scenario and
+//! prints a normalised JSON transcript. Each test runs the scenario twice, once against the server
+//! itself and once with `switchyard run --` in front, and requires equal transcripts: the router is
+//! meant to be invisible. The direct transcript is also checked for every feature the scenario is
+//! meant to exercise, so a scenario that silently stopped exercising something cannot pass.
+//!
+//! Node and npm are required. Without them these tests FAIL (with a message saying so): they are
+//! the proof that real clients and servers work through the router, and skipping them quietly
+//! would hide exactly that.
+
+use std::fs::{self, File};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::Value;
+
+/// Must match SAMPLING_REPLY in client.mjs: the text the client answers sampling requests with.
+const SAMPLING_REPLY: &str = "switchyard sampled reply";
+/// Upper bound for one scenario run; generous because CI machines are shared and slow.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("host/ has a parent").to_path_buf()
+}
+
+fn npm_dir() -> PathBuf {
+    repo_root().join("tests").join("npm")
+}
+
+fn switchyard() -> &'static str {
+    env!("CARGO_BIN_EXE_switchyard")
+}
+
+fn everything_entry() -> PathBuf {
+    npm_dir().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+}
+
+fn filesystem_entry() -> PathBuf {
+    npm_dir().join("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js")
+}
+
+// ------------------------------------------------------------------------------------------------
+// npm setup: `npm ci --ignore-scripts`, once, shared by every test binary that needs it.
+
+/// Held (shared) for the life of the test process once node_modules is ready, so that another
+/// test binary cannot re-install (which deletes node_modules) while our node processes use it.
+static NPM_READY: OnceLock<Result<File, String>> = OnceLock::new();
+
+fn ensure_npm() {
+    let ready = NPM_READY.get_or_init(install_npm_fixtures);
+    if let Err(e) = ready {
+        panic!("npm fixtures are not available: {e}");
+    }
+}
+
+fn install_npm_fixtures() -> Result<File, String> {
+    for tool in ["node", "npm"] {
+        match Command::new(tool).arg("--version").output() {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => {
+                return Err(format!(
+                    "`{tool} --version` failed ({}): {}. The npm end-to-end tests need Node.js >= 20 and npm on PATH.",
+                    o.status,
+                    String::from_utf8_lossy(&o.stderr)
+                ));
+            }
+            Err(e) => {
+                return Err(format!(
+                    "`{tool}` not found on PATH ({e}). The npm end-to-end tests need Node.js >= 20 and npm; install them (e.g. apt-get install nodejs npm) and re-run."
+                ));
+            }
+        }
+    }
+
+    // Several test binaries may start at once; an exclusive lock serialises the install. The lock
+    // file lives in cargo's per-target temp dir so it never shows up in the source tree.
+    let lock_path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("switchyard-npm-install.lock");
+    let lock = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| format!("open {}: {e}", lock_path.display()))?;
+    lock.lock().map_err(|e| format!("lock {}: {e}", lock_path.display()))?;
+
+    let dir = npm_dir();
+    if install_is_stale(&dir) {
+        let started = Instant::now();
+        let out = Command::new("npm")
+            .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund"])
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("run npm ci in {}: {e}", dir.display()))?;
+        if !out.status.success() {
+            return Err(format!(
+                "`npm ci --ignore-scripts` in {} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
+                dir.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        eprintln!("npm ci --ignore-scripts took {:?}", started.elapsed());
+        if install_is_stale(&dir) {
+            return Err("npm ci succeeded but node_modules still looks incomplete".into());
+        }
+    }
+
+    // Downgrade to a shared lock: concurrent users are fine, a concurrent re-install is not.
+    lock.unlock().map_err(|e| format!("unlock: {e}"))?;
+    lock.lock_shared().map_err(|e| format!("lock_shared: {e}"))?;
+    Ok(lock)
+}
+
+/// node_modules is missing, incomplete, or older than package-lock.json. npm (re)writes
+/// node_modules/.package-lock.json on every install, so its mtime is the install time.
+fn install_is_stale(dir: &Path) -> bool {
+    let mtime = |p: &Path| fs::metadata(p).and_then(|m| m.modified()).ok();
+    let (Some(lock), Some(installed)) = (
+        mtime(&dir.join("package-lock.json")),
+        mtime(&dir.join("node_modules/.package-lock.json")),
+    ) else {
+        return true;
+    };
+    let sdk = dir.join("node_modules/@modelcontextprotocol/sdk/package.json");
+    installed < lock || !everything_entry().exists() || !filesystem_entry().exists() || !sdk.exists()
+}
+
+// ------------------------------------------------------------------------------------------------
+// Running the client.
+
+struct Run {
+    status: Option<i32>,
+    stdout: String,
+    /// The client's stderr, which also carries the stderr of the server command it started (the
+    /// router and, behind it, the real server).
+    stderr: String,
+    elapsed: Duration,
+}
+
+impl Run {
+    fn transcript(&self, what: &str) -> Value {
+        if self.status != Some(0) {
+            panic!(
+                "{what}: client.mjs exited with {:?} after {:?}\n--- stdout (transcript)\n{}\n--- stderr (client, router, server)\n{}",
+                self.status, self.elapsed, self.stdout, self.stderr
+            );
+        }
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!("{what}: transcript is not JSON ({e})\n--- stdout\n{}\n--- stderr\n{}", self.stdout, self.stderr)
+        })
+    }
+}
+
+fn run_client(scenario: &str, server_cmd: &[&str]) -> Run {
+    ensure_npm();
+    let mut cmd = Command::new("node");
+    cmd.arg(npm_dir().join("client.mjs"))
+        .arg(scenario)
+        .arg("--")
+        .args(server_cmd)
+        .current_dir(npm_dir())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // The router logs to stderr; make sure there is something useful to show on failure.
+    if std::env::var_os("RUST_LOG").is_none() {
+        cmd.env("RUST_LOG", "info");
+    }
+    let started = Instant::now();
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn node client.mjs: {e}"));
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let out_t = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err_t = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait for client.mjs") {
+            break st.code();
+        }
+        if started.elapsed() > CLIENT_TIMEOUT {
+            // Our own child, killed by handle; its watchdog should have fired long before.
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Run {
+        status,
+        stdout: out_t.join().unwrap_or_default(),
+        stderr: err_t.join().unwrap_or_default(),
+        elapsed: started.elapsed(),
+    }
+}
+
+fn routed(server_cmd: &[&str]) -> Vec<String> {
+    let mut v = vec![switchyard().to_string(), "run".into(), "--".into()];
+    v.extend(server_cmd.iter().map(|s| s.to_string()));
+    v
+}
+
+/// Equal transcripts, or a failure that names each differing step with both versions.
+fn assert_same_transcript(direct: &Value, routed: &Value, routed_run: &Run) {
+    if direct == routed {
+        return;
+    }
+    let mut report = String::new();
+    let empty = serde_json::Map::new();
+    let d_steps = direct["steps"].as_object().unwrap_or(&empty);
+    let r_steps = routed["steps"].as_object().unwrap_or(&empty);
+    let mut names: Vec<&String> = d_steps.keys().collect();
+    names.extend(r_steps.keys().filter(|k| !d_steps.contains_key(*k)));
+    for name in names {
+        let (d, r) = (d_steps.get(name), r_steps.get(name));
+        if d != r {
+            report += &format!(
+                "\n=== step `{name}` differs\n--- direct\n{}\n--- through switchyard\n{}\n",
+                pretty(d),
+                pretty(r)
+            );
+        }
+    }
+    for key in ["notifications", "serverToClientRequests", "fatal", "scenario"] {
+        if direct.get(key) != routed.get(key) {
+            report += &format!(
+                "\n=== `{key}` differs\n--- direct\n{}\n--- through switchyard\n{}\n",
+                pretty(direct.get(key)),
+                pretty(routed.get(key))
+            );
+        }
+    }
+    panic!(
+        "transcript through switchyard differs from the direct one:{report}\n--- stderr of the routed run (client, router, server)\n{}",
+        routed_run.stderr
+    );
+}
+
+fn pretty(v: Option<&Value>) -> String {
+    match v {
+        Some(v) => serde_json::to_string_pretty(v).unwrap(),
+        None => "<absent>".into(),
+    }
+}
+
+/// A step's value; fails when the step is missing or recorded an error.
+fn step<'a>(t: &'a Value, name: &str) -> &'a Value {
+    let s = &t["steps"][name];
+    assert!(!s.is_null(), "step `{name}` missing from transcript:\n{}", pretty(Some(t)));
+    assert!(s.get("error").is_none() || name.contains("unknown"), "step `{name}` failed: {}", pretty(Some(s)));
+    s
+}
+
+/// All text of a tool result's content blocks.
+fn texts(result: &Value) -> String {
+    result["content"]
+        .as_array()
+        .map(|c| c.iter().filter_map(|b| b["text"].as_str()).collect::<Vec<_>>().join("\n"))
+        .unwrap_or_default()
+}
+
+/// A scratch directory removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().subsec_nanos();
+        let p = std::env::temp_dir().join(format!(
+            "switchyard-npm-{tag}-{}-{}-{nanos}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+    fn path_str(&self) -> &str {
+        self.0.to_str().expect("utf-8 temp path")
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+fn as_strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+// ------------------------------------------------------------------------------------------------
+// server-everything
+
+fn check_everything_features(t: &Value) {
+    let init = step(t, "initialize");
+    assert_eq!(init["serverInfo"]["name"], "mcp-servers/everything");
+    assert!(init["instructions"].as_str().is_some_and(|s| !s.is_empty()), "instructions missing");
+    for cap in ["tools", "prompts", "resources", "logging"] {
+        assert!(init["capabilities"].get(cap).is_some(), "capability {cap} missing: {init}");
+    }
+
+    let roots_sync = step(t, "roots_initial_sync");
+    assert_eq!(roots_sync["serverAskedForRoots"], true, "server never asked for roots: {roots_sync}");
+
+    let tools = step(t, "tools_list")["tools"].as_array().expect("tools array");
+    let tool = |name: &str| {
+        tools.iter().find(|x| x["name"] == name).unwrap_or_else(|| panic!("tool {name} not listed"))
+    };
+    for name in [
+        "echo",
+        "get-sum",
+        "get-structured-content",
+        "get-tiny-image",
+        "trigger-long-running-operation",
+        "trigger-sampling-request",
+        "trigger-elicitation-request",
+        "get-roots-list",
+        "toggle-simulated-logging",
+        "toggle-subscriber-updates",
+    ] {
+        tool(name);
+    }
+    assert_eq!(tool("echo")["annotations"]["readOnlyHint"], true, "echo annotations lost");
+    assert!(tool("get-structured-content").get("outputSchema").is_some(), "outputSchema lost");
+
+    assert!(!step(t, "prompts_list")["prompts"].as_array().unwrap().is_empty());
+    assert!(!step(t, "resources_list_first_page")["resources"].as_array().unwrap().is_empty());
+    assert!(!step(t, "resource_templates_list")["resourceTemplates"].as_array().unwrap().is_empty());
+    assert!(step(t, "resources_read_static")["contents"][0]["text"].as_str().is_some_and(|s| s.contains("Everything")));
+    assert_eq!(step(t, "completion")["completion"]["values"][0], "Engineering");
+
+    assert_eq!(texts(step(t, "call_echo")), "Echo: hello through switchyard");
+    assert!(texts(step(t, "call_get_sum")).contains("42"));
+    assert_eq!(step(t, "call_structured_content")["structuredContent"]["temperature"], 36);
+    let image = step(t, "call_tiny_image")["content"].as_array().unwrap();
+    assert!(image.iter().any(|b| b["type"] == "image" && b["mimeType"] == "image/png" && b["data"].is_string()));
+    // Either shape is a correct "no such tool" answer; the SDK version decides which one we get.
+    let unknown = step(t, "call_unknown_tool");
+    assert!(unknown["result"]["isError"] == true || unknown.get("error").is_some(), "unknown tool: {unknown}");
+
+    let progress = step(t, "progress");
+    assert_eq!(progress["countBeforeResponse"], 5, "progress notifications: {progress}");
+    assert_eq!(progress["monotonic"], true);
+    assert_eq!(progress["sdkCallbackFired"], true);
+
+    let sampling = step(t, "sampling");
+    assert!(sampling["requestSeenByClient"].is_object(), "sampling request never reached the client");
+    assert!(texts(&sampling["result"]).contains(SAMPLING_REPLY), "sampling reply not returned: {sampling}");
+
+    let elicitation = step(t, "elicitation");
+    assert!(elicitation["requestSeenByClient"].is_object(), "elicitation request never reached the client");
+    let etext = texts(&elicitation["result"]);
+    assert!(etext.contains("User provided the requested information") && etext.contains("Switchyard Tester"));
+
+    let roots = step(t, "roots");
+    assert!(texts(&roots["before"]).contains("file:///switchyard/project-a"));
+    assert_eq!(roots["serverReRequestedRoots"], true);
+    assert!(texts(&roots["after"]).contains("file:///switchyard/project-b"), "roots change not seen: {roots}");
+
+    assert_eq!(step(t, "logging_debug")["simulatedLogArrived"], true);
+    assert_eq!(step(t, "logging_error_suppresses_info")["logsBelowErrorLevel"], 0);
+    assert_eq!(step(t, "logging_info_delivers")["log"]["level"], "info");
+
+    let updates = step(t, "resource_updates");
+    assert!(
+        updates["updated"].as_array().unwrap().iter().all(|u| u.is_string()),
+        "resources/updated missing: {updates}"
+    );
+
+    let cancel = step(t, "cancellation");
+    assert_eq!(cancel["outcome"]["rejected"], true, "cancelled call did not reject: {cancel}");
+    assert_eq!(cancel["endedWithin2s"], true);
+    assert_eq!(texts(&cancel["echoAfterCancel"]), "Echo: still alive after cancel");
+    step(t, "ping_final");
+
+    let reqs = t["serverToClientRequests"].as_array().unwrap();
+    for m in ["elicitation/create", "roots/list", "sampling/createMessage"] {
+        assert!(reqs.iter().any(|r| r == m), "server->client {m} never seen");
+    }
+}
+
+#[test]
+fn everything_server_is_identical_through_the_router() {
+    ensure_npm();
+    let entry = everything_entry();
+    let direct_cmd = ["node", entry.to_str().unwrap(), "stdio"];
+
+    let direct_run = run_client("everything", &direct_cmd);
+    let direct = direct_run.transcript("everything, direct");
+    check_everything_features(&direct);
+
+    let routed_cmd = routed(&direct_cmd);
+    let routed_run = run_client("everything", &as_strs(&routed_cmd));
+    let routed = routed_run.transcript("everything, through switchyard");
+    eprintln!("everything: direct {:?}, through switchyard {:?}", direct_run.elapsed, routed_run.elapsed);
+    assert_same_transcript(&direct, &routed, &routed_run);
+}
+
+// ------------------------------------------------------------------------------------------------
+// server-filesystem
+
+fn check_filesystem_features(t: &Value) {
+    assert_eq!(step(t, "initialize")["serverInfo"]["name"], "secure-filesystem-server");
+    let roots = step(t, "roots_initial");
+    assert_eq!(roots["serverAskedForRoots"], true);
+    assert_eq!(roots["settled"], true, "client roots never took effect: {roots}");
+
+    let tools = step(t, "tools_list")["tools"].as_array().unwrap();
+    for name in [
+        "read_text_file",
+        "write_file",
+        "edit_file",
+        "list_directory",
+        "move_file",
+        "get_file_info",
+        "search_files",
+        "list_allowed_directories",
+    ] {
+        let tool = tools.iter().find(|x| x["name"] == name).unwrap_or_else(|| panic!("tool {name} missing"));
+        assert!(tool["annotations"].is_object(), "{name} lost its annotations");
+    }
+    assert_eq!(
+        tools.iter().find(|x| x["name"] == "read_text_file").unwrap()["annotations"]["readOnlyHint"],
+        true
+    );
+
+    assert_eq!(texts(step(t, "read_text_file")), "hello\nworld\n");
+    assert_eq!(texts(step(t, "read_after_edit")), "hello\nswitchyard\n");
+    assert!(texts(step(t, "list_directory")).contains("[DIR] sub"));
+    assert!(texts(step(t, "get_file_info")).contains("modified: <time>"));
+    assert_eq!(texts(step(t, "search_files")), "<ROOT>/ws/sub/c.txt");
+    assert_eq!(step(t, "read_missing_file")["isError"], true);
+    assert_eq!(step(t, "write_outside_roots")["isError"], true, "roots did not restrict the server");
+    let changed = step(t, "roots_changed");
+    assert_eq!(changed["serverReRequestedRoots"], true);
+    assert_eq!(changed["settled"], true, "roots change never took effect: {changed}");
+    assert!(changed["writeInNewRoot"]["isError"].is_null());
+}
+
+#[test]
+fn filesystem_server_is_identical_through_the_router() {
+    ensure_npm();
+    let entry = filesystem_entry();
+
+    let d1 = TempDir::new("fs-direct");
+    let direct_run = run_client("filesystem", &["node", entry.to_str().unwrap(), d1.path_str()]);
+    let direct = direct_run.transcript("filesystem, direct");
+    check_filesystem_features(&direct);
+
+    let d2 = TempDir::new("fs-routed");
+    let routed_cmd = routed(&["node", entry.to_str().unwrap(), d2.path_str()]);
+    let routed_run = run_client("filesystem", &as_strs(&routed_cmd));
+    let routed = routed_run.transcript("filesystem, through switchyard");
+    eprintln!("filesystem: direct {:?}, through switchyard {:?}", direct_run.elapsed, routed_run.elapsed);
+    assert_same_transcript(&direct, &routed, &routed_run);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Cancellation as the server sees it. server-everything does not reveal what it received, so this
+// uses switchyard's own fixture server, which journals every message it reads (one JSON line per
+// message, the message under "msg"). The SDK client aborts a `sleep` call; the fixture must then
+// have received notifications/cancelled carrying the id of the tools/call IT received (the
+// router rewrites ids, so the client's id would be wrong).
+
+fn journal(path: &Path) -> Vec<Value> {
+    fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("journal line not JSON ({e}): {l}")))
+        .collect()
+}
+
+/// The id of the `sleep` tools/call in the journal, and whether a cancellation for exactly that id
+/// followed. Polls briefly: the fixture may still be flushing when the client has already exited.
+fn journal_cancel(path: &Path) -> (Option<Value>, bool, Vec<Value>) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let entries = journal(path);
+        let msgs: Vec<&Value> = entries.iter().map(|e| &e["msg"]).collect();
+        let call_id = msgs
+            .iter()
+            .find(|m| m["method"] == "tools/call" && m["params"]["name"] == "sleep")
+            .map(|m| m["id"].clone());
+        let cancelled = call_id.as_ref().is_some_and(|id| {
+            msgs.iter().any(|m| m["method"] == "notifications/cancelled" && &m["params"]["requestId"] == id)
+        });
+        if cancelled || Instant::now() > deadline {
+            return (call_id, cancelled, entries);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn check_fixture_cancel(what: &str, run: &Run, journal_path: &Path) {
+    let t = run.transcript(what);
+    let cancel = step(&t, "cancellation");
+    assert_eq!(cancel["outcome"]["rejected"], true, "{what}: cancelled call did not reject: {cancel}");
+    assert_eq!(cancel["endedWithin2s"], true, "{what}: cancelled call did not end promptly: {cancel}");
+    assert!(
+        texts(step(&t, "echo_after_cancel")).contains("still alive after cancel"),
+        "{what}: session broken after cancel: {t}"
+    );
+    let (call_id, cancelled, entries) = journal_cancel(journal_path);
+    let dump = entries.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n");
+    assert!(call_id.is_some(), "{what}: the fixture never received the sleep call; journal:\n{dump}\n--- stderr\n{}", run.stderr);
+    assert!(
+        cancelled,
+        "{what}: the fixture received no notifications/cancelled with requestId {} (its own id of the sleep call); journal:\n{dump}\n--- stderr\n{}",
+        call_id.unwrap(),
+        run.stderr
+    );
+}
+
+#[test]
+fn sdk_cancellation_reaches_the_server_with_its_own_id() {
+    ensure_npm();
+    // Directly first: proves the fixture and the client agree on the contract, so a failure in
+    // the routed half below is the router's.
+    let dir = TempDir::new("fixture-cancel");
+    let direct_journal = dir.0.join("direct.jsonl");
+    let direct_run = run_client(
+        "fixture-cancel",
+        &[switchyard(), "fixture", "--journal", direct_journal.to_str().unwrap()],
+    );
+    check_fixture_cancel("fixture, direct", &direct_run, &direct_journal);
+
+    let routed_journal = dir.0.join("routed.jsonl");
+    let routed_cmd = routed(&[switchyard(), "fixture", "--journal", routed_journal.to_str().unwrap()]);
+    let routed_run = run_client("fixture-cancel", &as_strs(&routed_cmd));
+    check_fixture_cancel("fixture, through switchyard", &routed_run, &routed_journal);
+}

@@ -1,0 +1,89 @@
+//! Shared set-up of end-to-end tests: a router in front of the fixture, and process checks.
+
+#![allow(dead_code)]
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::harness::*;
+
+/// A router in front of the fixture, with an empty plugins directory (so a user's own plugins
+/// never leak into a test) and any extra router arguments.
+pub struct Setup {
+    pub router: Proc,
+    pub client: Client,
+    pub dir: TempDir,
+}
+
+impl Setup {
+    pub async fn new(fixture_args: &[&str], router_args: &[&str]) -> Setup {
+        Setup::with_config(fixture_args, router_args, None).await
+    }
+
+    pub async fn with_config(fixture_args: &[&str], router_args: &[&str], config: Option<&str>) -> Setup {
+        let dir = temp_dir();
+        let plugins = dir.path().join("plugins");
+        std::fs::create_dir(&plugins).unwrap();
+        let mut args: Vec<String> = vec!["--plugins".into(), plugins.display().to_string()];
+        if let Some(text) = config {
+            let p = dir.path().join("switchyard.toml");
+            std::fs::write(&p, text).unwrap();
+            args.extend(["--config".to_string(), p.display().to_string()]);
+        }
+        args.extend(router_args.iter().map(|s| s.to_string()));
+        args.push("--".into());
+        args.extend(Proc::fixture_cmd(fixture_args));
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut router = Proc::router(&argv);
+        let client = router.client();
+        Setup { router, client, dir }
+    }
+}
+
+/// Every message that arrives within `limit`.
+pub async fn drain(c: &mut Client, limit: Duration) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::new();
+    while let Some(m) = c.recv_timeout(limit).await {
+        out.push(m);
+    }
+    out
+}
+
+pub fn pid_alive(pid: i64) -> bool {
+    // SAFETY: kill with signal 0 only checks for existence.
+    unsafe { libc::kill(pid as i32, 0) == 0 }
+}
+
+pub async fn wait_gone(pid: i64, limit: Duration) -> bool {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if !pid_alive(pid) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    !pid_alive(pid)
+}
+
+pub async fn fixture_pid(c: &mut Client) -> i64 {
+    let text = c.call_text("pid", json!({})).await;
+    serde_json::from_str::<Value>(&text).unwrap()["pid"].as_i64().unwrap()
+}
+
+
+/// A second client session: `switchyard connect SOCKET` (waits for the socket to appear).
+pub async fn connect(socket: &std::path::Path) -> (Proc, Client) {
+    let end = Instant::now() + Duration::from_secs(10);
+    while !socket.exists() && Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut p = Proc::spawn("connect", &[bin().to_string(), "connect".into(), socket.display().to_string()]);
+    let c = p.client();
+    (p, c)
+}
+
+/// The argv of a router in front of the fixture, as strings, for tests that build their own.
+pub fn journal_in(dir: &TempDir) -> String {
+    dir.path().join("journal.jsonl").display().to_string()
+}
