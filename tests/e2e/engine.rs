@@ -236,10 +236,11 @@ async fn a_burst_grows_the_pool_and_idle_instances_are_reaped() {
         s.client.wait_response(id).await;
     }
     assert!(started.elapsed() < Duration::from_millis(1100), "three serial instances should overlap: {:?}", started.elapsed());
-    let pids: std::collections::BTreeSet<i64> = harness::journal(&journal_file)
+    let pids: std::collections::BTreeSet<u32> = harness::journal(&journal_file)
         .iter()
         .filter(|e| e["msg"]["method"] == "tools/call")
-        .filter_map(|e| e["pid"].as_i64())
+        .filter_map(|e| e["pid"].as_u64())
+        .map(|p| p as u32)
         .collect();
     assert_eq!(pids.len(), 3, "the burst should have used three instances: {pids:?}");
     // Two of them are above `min` and go after idle_timeout_ms; one stays.

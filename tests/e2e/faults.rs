@@ -104,7 +104,7 @@ async fn every_request_is_answered_once_under_random_crashes_and_cancels() {
     other_proc.wait().await;
     s.client.close().await;
     assert_eq!(s.router.wait_timeout(Duration::from_secs(10)).await.code(), Some(0));
-    let pids: HashSet<i64> = harness::journal(&journal_file).iter().filter_map(|e| e["pid"].as_i64()).collect();
+    let pids: HashSet<u32> = harness::journal(&journal_file).iter().filter_map(|e| e["pid"].as_u64()).map(|p| p as u32).collect();
     assert!(pids.len() > 1, "the storm should have crashed instances: {pids:?}");
     for pid in pids {
         assert!(wait_gone(pid, Duration::from_secs(3)).await, "fixture {pid} outlived the router");

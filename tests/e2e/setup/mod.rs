@@ -22,9 +22,23 @@ impl Setup {
     }
 
     pub async fn with_config(fixture_args: &[&str], router_args: &[&str], config: Option<&str>) -> Setup {
+        Setup::start(fixture_args, router_args, config, &[]).await
+    }
+
+    /// A router whose plugins directory holds copies of `plugins` from the start.
+    pub async fn start(
+        fixture_args: &[&str],
+        router_args: &[&str],
+        config: Option<&str>,
+        plugins: &[&std::path::Path],
+    ) -> Setup {
         let dir = temp_dir();
-        let plugins = dir.path().join("plugins");
-        std::fs::create_dir(&plugins).unwrap();
+        let plugins_dir = dir.path().join("plugins");
+        std::fs::create_dir(&plugins_dir).unwrap();
+        for p in plugins {
+            std::fs::copy(p, plugins_dir.join(p.file_name().unwrap())).unwrap();
+        }
+        let plugins = plugins_dir;
         let mut args: Vec<String> = vec!["--plugins".into(), plugins.display().to_string()];
         if let Some(text) = config {
             let p = dir.path().join("switchyard.toml");
@@ -39,6 +53,10 @@ impl Setup {
         let client = router.client();
         Setup { router, client, dir }
     }
+
+    pub fn plugins_dir(&self) -> std::path::PathBuf {
+        self.dir.path().join("plugins")
+    }
 }
 
 /// Every message that arrives within `limit`.
@@ -50,12 +68,7 @@ pub async fn drain(c: &mut Client, limit: Duration) -> Vec<Value> {
     out
 }
 
-pub fn pid_alive(pid: i64) -> bool {
-    // SAFETY: kill with signal 0 only checks for existence.
-    unsafe { libc::kill(pid as i32, 0) == 0 }
-}
-
-pub async fn wait_gone(pid: i64, limit: Duration) -> bool {
+pub async fn wait_gone(pid: u32, limit: Duration) -> bool {
     let end = Instant::now() + limit;
     while Instant::now() < end {
         if !pid_alive(pid) {
@@ -66,9 +79,9 @@ pub async fn wait_gone(pid: i64, limit: Duration) -> bool {
     !pid_alive(pid)
 }
 
-pub async fn fixture_pid(c: &mut Client) -> i64 {
+pub async fn fixture_pid(c: &mut Client) -> u32 {
     let text = c.call_text("pid", json!({})).await;
-    serde_json::from_str::<Value>(&text).unwrap()["pid"].as_i64().unwrap()
+    serde_json::from_str::<Value>(&text).unwrap()["pid"].as_u64().unwrap() as u32
 }
 
 
