@@ -202,6 +202,21 @@ impl Hub {
         link.send(codec::splice(&line, id_span, &n.to_string()));
     }
 
+    /// An instance ended: its requests that clients still hold are withdrawn, so no client
+    /// keeps a sampling or elicitation dialog open for a server that is gone.
+    pub fn instance_gone(&self, inst: &Instance) {
+        let gone: *const Instance = inst;
+        for s in self.sessions.read().expect("lock").values() {
+            let mut out = s.outbound.lock().expect("lock");
+            let ids: Vec<u64> = out.iter().filter(|(_, (w, _))| std::ptr::eq(w.as_ptr(), gone)).map(|(n, _)| *n).collect();
+            for n in ids {
+                out.remove(&n);
+                let reason = codec::json_string(&format!("server instance {} ended", inst.label()));
+                s.send(codec::notification("notifications/cancelled", &format!(r#"{{"requestId":{n},"reason":{reason}}}"#)));
+            }
+        }
+    }
+
     /// A client's response to a server-to-client request: back to the instance that asked.
     pub fn client_response(&self, link: &SessionLink, line: &str, env: &Envelope) {
         let Some(span) = env.id.clone() else {
@@ -587,6 +602,7 @@ impl Server {
     }
 
     async fn on_death(self: Arc<Self>, inst: Arc<Instance>) {
+        self.hub.instance_gone(&inst);
         let Some(pool) = self.pools.get(&inst.pool).cloned() else { return };
         pool.forget(&inst);
         if inst.is_closing() || self.shutdown.is_cancelled() {
@@ -680,7 +696,10 @@ impl Server {
 
     /// Sends a router request to every ready instance; the first error is returned.
     async fn broadcast_request(&self, method: &str, params: &str) -> Result<(), String> {
-        let timeout = Duration::from_millis(self.limits.init_timeout_ms);
+        self.broadcast_request_within(method, params, Duration::from_millis(self.limits.call_timeout_ms)).await
+    }
+
+    async fn broadcast_request_within(&self, method: &str, params: &str, timeout: Duration) -> Result<(), String> {
         let mut first_err = None;
         for inst in self.all_instances().into_iter().filter(|i| i.is_ready()) {
             if let Err(e) = self.own_request(&inst, method, params, timeout, method).await {
@@ -712,10 +731,13 @@ impl Server {
     }
 
     /// A session ended: drop its subscriptions and log level, stop its affinity instances.
+    /// The upstream housekeeping is bounded tightly: a hung server must not hold a departing
+    /// client (or the router's shutdown) for long.
     pub async fn detach(&self, session: SessionId) {
+        let bound = Duration::from_millis(1000);
         for uri in self.hub.detach(session) {
             let params = format!(r#"{{"uri":{}}}"#, codec::json_string(&uri));
-            let _ = self.broadcast_request("resources/unsubscribe", &params).await;
+            let _ = self.broadcast_request_within("resources/unsubscribe", &params, bound).await;
         }
         let wanted = self.hub.wanted_level();
         let changed = {
@@ -728,7 +750,7 @@ impl Server {
         };
         if changed {
             let params = format!(r#"{{"level":"{}"}}"#, LEVELS[wanted.expect("checked") as usize]);
-            let _ = self.broadcast_request("logging/setLevel", &params).await;
+            let _ = self.broadcast_request_within("logging/setLevel", &params, bound).await;
         }
         for pool in self.pools.values() {
             for inst in pool.take_session(session) {
