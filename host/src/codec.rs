@@ -327,6 +327,8 @@ struct TokenHolder<'a> {
     name: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     arguments: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    reason: Option<Cow<'a, str>>,
 }
 
 /// The fields of `params` the router routes on, as ranges into `line` (or owned strings).
@@ -344,6 +346,8 @@ pub struct ParamFields {
     pub name: Option<String>,
     /// `arguments` (tools/call).
     pub arguments: Option<Range<usize>>,
+    /// `reason` (notifications/cancelled).
+    pub reason: Option<String>,
 }
 
 /// Reads the routing fields of a params object; missing or malformed fields are `None`.
@@ -357,6 +361,7 @@ pub fn param_fields(line: &str, params: &Range<usize>) -> ParamFields {
             level: h.level.map(Cow::into_owned),
             name: h.name.map(Cow::into_owned),
             arguments: h.arguments.map(|r| span(line, r.get())),
+            reason: h.reason.map(Cow::into_owned),
         },
         Err(_) => ParamFields::default(),
     }

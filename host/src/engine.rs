@@ -7,6 +7,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::session::Cancel;
+
 use crate::codec::{self, Envelope};
 use crate::decision::{CallInfo, Concurrency, Decision, Retry};
 use crate::error::CallError;
@@ -92,7 +94,7 @@ pub struct Request<'a> {
     pub session: SessionId,
     pub session_label: &'a str,
     pub link: &'a Arc<SessionLink>,
-    pub cancel: &'a CancellationToken,
+    pub cancel: &'a Cancel,
 }
 
 /// Forwards a request to the server and returns the response for the client (None when the
@@ -145,7 +147,7 @@ pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
                     call.attempt + 1, retry.attempts, backoff.as_millis()
                 );
                 tokio::select! {
-                    _ = req.cancel.cancelled() => return None,
+                    _ = req.cancel.token.cancelled() => return None,
                     _ = tokio::time::sleep(backoff) => {}
                 }
                 call.attempt += 1;
@@ -241,7 +243,7 @@ async fn attempt(
         })
     };
     let gate_notice = || format!("{what} on server `{}` is waiting for {}", server.name, server.gate.blockers());
-    let _permit = bounded(server.gate.acquire(eff.concurrency.clone()), deadline, req.cancel, req.link, gate_notice)
+    let _permit = bounded(server.gate.acquire(eff.concurrency.clone()), deadline, &req.cancel.token, req.link, gate_notice)
         .await
         .map_err(|e| e.map_or(Stop::Cancelled, |w| timeout(Some(w))))?;
     let pool = &eff.pool;
@@ -253,7 +255,7 @@ async fn attempt(
             pool.queued()
         )
     };
-    let lease = bounded(pool.acquire(req.session), deadline, req.cancel, req.link, pool_notice)
+    let lease = bounded(pool.acquire(req.session), deadline, &req.cancel.token, req.link, pool_notice)
         .await
         .map_err(|e| e.map_or(Stop::Cancelled, |w| timeout(Some(w))))?
         .map_err(Stop::Failed)?;
@@ -294,8 +296,8 @@ async fn attempt(
                 });
                 return Err(timeout(None));
             }
-            _ = req.cancel.cancelled() => {
-                inst.cancel(sent.upstream_id, "cancelled by the client").await;
+            _ = req.cancel.token.cancelled() => {
+                inst.cancel(sent.upstream_id, req.cancel.reason()).await;
                 return Err(Stop::Cancelled);
             }
         }

@@ -22,6 +22,27 @@ static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
 /// How long in-flight calls get to wind down when a session ends.
 const SESSION_GRACE: Duration = Duration::from_secs(3);
 
+/// A client's way to stop one of its calls, and the reason it gave.
+#[derive(Default)]
+pub struct Cancel {
+    pub token: CancellationToken,
+    reason: std::sync::OnceLock<String>,
+}
+
+impl Cancel {
+    pub fn cancel(&self, reason: Option<String>) {
+        if let Some(r) = reason {
+            let _ = self.reason.set(r);
+        }
+        self.token.cancel();
+    }
+
+    /// The client's reason, forwarded upstream with the cancellation.
+    pub fn reason(&self) -> &str {
+        self.reason.get().map(String::as_str).unwrap_or("cancelled by the client")
+    }
+}
+
 /// A connected client.
 pub struct Session {
     pub id: SessionId,
@@ -29,7 +50,7 @@ pub struct Session {
     link: Arc<SessionLink>,
     server: Arc<Server>,
     /// Requests of this client still running, by their raw id: each owes exactly one response.
-    inflight: Mutex<HashMap<String, CancellationToken>>,
+    inflight: Mutex<HashMap<String, Arc<Cancel>>>,
 }
 
 /// Serves one client until it disconnects or `shutdown` fires. Every request it sent gets one
@@ -79,12 +100,12 @@ where
         }
     }
     // The client is gone (or we are shutting down): cancel its calls upstream, drop its queue.
-    let open: Vec<CancellationToken> = session.inflight.lock().expect("lock").values().cloned().collect();
+    let open: Vec<Arc<Cancel>> = session.inflight.lock().expect("lock").values().cloned().collect();
     if !open.is_empty() {
         tracing::info!(session = %label, "session ended with {} calls in flight; cancelling them", open.len());
     }
-    for t in open {
-        t.cancel();
+    for c in open {
+        c.cancel(Some("the client disconnected".to_string()));
     }
     tasks.close();
     if tokio::time::timeout(SESSION_GRACE, tasks.wait()).await.is_err() {
@@ -115,7 +136,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(writer: W, mut rx: mpsc::UnboundedRec
 /// What the reader loop does with one message before anything async runs.
 enum Step {
     /// A request, registered in flight; run it.
-    Run(String, Envelope, CancellationToken),
+    Run(String, Envelope, Arc<Cancel>),
     /// Answer this at once.
     Reply(String),
     /// Handled (a notification or a response) or nothing to do.
@@ -204,7 +225,7 @@ impl Session {
             }
             Kind::Request => {
                 let id = line[env.id.clone().expect("requests have ids")].to_string();
-                let token = CancellationToken::new();
+                let token = Arc::new(Cancel::default());
                 let mut inflight = self.inflight.lock().expect("lock");
                 if inflight.contains_key(&id) {
                     return Step::Reply(codec::response_error(
@@ -235,7 +256,7 @@ impl Session {
                 let Some(span) = fields.request_id else { return };
                 let id = &line[span];
                 match self.inflight.lock().expect("lock").get(id) {
-                    Some(t) => t.cancel(),
+                    Some(c) => c.cancel(fields.reason),
                     None => tracing::debug!(session = %self.label, "cancel for id {id}, which is not in flight"),
                 }
             }
@@ -258,7 +279,7 @@ impl Session {
     }
 
     /// Runs one request to its single response (None: the client cancelled it).
-    async fn run(self: Arc<Self>, line: String, env: Envelope, token: CancellationToken) -> Option<String> {
+    async fn run(self: Arc<Self>, line: String, env: Envelope, token: Arc<Cancel>) -> Option<String> {
         let id_span = env.id.clone().expect("requests have ids");
         let id = line[id_span].to_string();
         let resp = self.dispatch(&line, &env, &id, &token).await;
@@ -267,7 +288,8 @@ impl Session {
         resp
     }
 
-    async fn dispatch(self: &Arc<Self>, line: &str, env: &Envelope, id: &str, token: &CancellationToken) -> Option<String> {
+    async fn dispatch(self: &Arc<Self>, line: &str, env: &Envelope, id: &str, cancel: &Cancel) -> Option<String> {
+        let token = &cancel.token;
         let server = &self.server;
         let method = env.method.as_deref().unwrap_or_default();
         let params = env.params.as_ref().map(|p| &line[p.clone()]).unwrap_or("{}");
@@ -289,7 +311,7 @@ impl Session {
                 })
             }
             "ping" => Some(codec::response_ok(id, "{}")),
-            "server/discover" => self.discover(line, env, id, token).await,
+            "server/discover" => self.discover(line, env, id, cancel).await,
             _ if !server.wait_initialized().await => Some(crate::error::CallError::NotInitialized { server: server.name.clone() }.to_response(id)),
             "logging/setLevel" => match fields.level {
                 Some(level) => match server.set_log_level(self.id, &level).await {
@@ -319,7 +341,7 @@ impl Session {
                     session: self.id,
                     session_label: &self.label,
                     link: &self.link,
-                    cancel: token,
+                    cancel,
                 };
                 engine::forward(server, req).await
             }
@@ -328,7 +350,7 @@ impl Session {
 
     /// Newer clients probe with `server/discover` before `initialize` and fall back on any error
     /// or after a timeout: pass it through when an instance is up, answer -32601 fast otherwise.
-    async fn discover(&self, line: &str, env: &Envelope, id: &str, token: &CancellationToken) -> Option<String> {
+    async fn discover(&self, line: &str, env: &Envelope, id: &str, cancel: &Cancel) -> Option<String> {
         let not_found = || {
             Some(codec::response_error(
                 id,
@@ -353,8 +375,8 @@ impl Session {
                     not_found()
                 }
             },
-            _ = token.cancelled() => {
-                inst.cancel(sent.upstream_id, "cancelled by the client").await;
+            _ = cancel.token.cancelled() => {
+                inst.cancel(sent.upstream_id, cancel.reason()).await;
                 None
             }
         }

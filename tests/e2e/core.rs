@@ -110,11 +110,13 @@ async fn cancellation_reaches_the_server_with_its_own_id() {
     s.client.send_request_with_id(json!(3), "tools/call", json!({"name": "sleep", "arguments": {"ms": 20000}})).await;
     // Wait until the server has the call, then cancel it.
     let entries = wait_journal(&journal, Duration::from_secs(5), |e| received(e, "tools/call").count() > 0).await;
-    let upstream_id = received(&entries, "tools/call").next().unwrap()["msg"]["id"].clone();
+    let upstream_id = received(&entries, "tools/call").next().unwrap()["id"].clone();
+    assert!(upstream_id.is_u64(), "the server sees the router's numeric id");
     s.client.cancel(&json!(3), "user pressed stop").await;
     let entries = wait_journal(&journal, Duration::from_secs(5), |e| received(e, "notifications/cancelled").count() > 0).await;
     let cancel = received(&entries, "notifications/cancelled").next().unwrap();
-    assert_eq!(cancel["msg"]["params"]["requestId"], upstream_id);
+    assert_eq!(cancel["params"]["requestId"], upstream_id);
+    assert_eq!(cancel["params"]["reason"], "user pressed stop", "the client's reason is passed on");
     // No response for the cancelled call; the session goes on.
     assert_eq!(s.client.call_text("echo", json!({"text": "next"})).await, "next");
     s.client.expect_silence(Duration::from_millis(300)).await;
@@ -248,4 +250,19 @@ async fn stdout_carries_protocol_only() {
     let rest = s.client.expect_eof().await;
     assert!(s.client.non_json.is_empty(), "non-JSON on stdout: {:?}", s.client.non_json);
     assert!(rest.iter().all(|m| m["jsonrpc"] == "2.0"));
+}
+
+#[tokio::test]
+async fn a_server_request_is_withdrawn_when_its_instance_dies() {
+    let mut s = Setup::new(&[], &[]).await;
+    s.client.initialize().await;
+    let pid = fixture_pid(&mut s.client).await;
+    let call = s.client.send_request("tools/call", json!({"name": "sample", "arguments": {"prompt": "?"}})).await;
+    let req = s.client.recv_request("sampling/createMessage").await;
+    // SAFETY: plain kill(2) of the fixture this test started through the router.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let cancelled = s.client.recv_notification("notifications/cancelled").await;
+    assert_eq!(cancelled["params"]["requestId"], req["id"]);
+    let resp = s.client.wait_response(&call).await;
+    assert_eq!(resp["error"]["code"], -32003, "{resp}");
 }

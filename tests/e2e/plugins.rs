@@ -188,3 +188,36 @@ async fn replacing_plugins_under_load_loses_and_fails_no_call() {
     let log = s.router.stderr.text();
     assert!(log.contains("broken.wasm"), "a broken file is named in the log: {log}");
 }
+
+#[tokio::test]
+async fn decisions_are_clamped_to_the_limits_and_retries_follow_the_policy() {
+    let dir = temp_dir();
+    let journal_file = journal_in(&dir);
+    let cfg = r#"
+[limits]
+call_timeout_ms = 300
+max_call_timeout_ms = 800
+max_retries = 2
+
+[[plugins]]
+file = "timeouts.wasm"
+config = { tools = { "write" = { timeout_ms = 600000 }, "hang" = { timeout_ms = 200, retry = { attempts = 9, backoff_ms = 10 } } } }
+"#;
+    let mut s = Setup::start(&["--journal", &journal_file], &[], Some(cfg), &[&example("timeouts.wasm")]).await;
+    s.client.initialize().await;
+    // Ten minutes asked, 0.8 s allowed (and `write` is not retried: it is not idempotent).
+    let started = Instant::now();
+    let r = s.client.call_tool("write", json!({"path": "/w", "text": "t", "ms": 1500})).await;
+    assert_eq!(r["error"]["code"], -32001, "{r}");
+    assert!(r["error"]["message"].as_str().unwrap().contains("0.8 s"), "{r}");
+    assert!(started.elapsed() < Duration::from_millis(1400));
+    assert!(s.router.stderr.text().contains("clamped"), "clamps are logged");
+    // Nine retries asked, two allowed: three attempts reach the server, one error reaches the client.
+    let r = s.client.call_tool("hang", json!({})).await;
+    assert_eq!(r["error"]["code"], -32001, "{r}");
+    let entries = harness::journal(&journal_file);
+    let attempts = received(&entries, "tools/call").filter(|m| m["params"]["name"] == "hang").count();
+    assert_eq!(attempts, 3, "attempts seen by the server: {entries:?}");
+    let extra = drain(&mut s.client, Duration::from_millis(300)).await;
+    assert!(extra.iter().all(|m| !is_response(m)), "{extra:?}");
+}
