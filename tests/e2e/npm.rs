@@ -11,13 +11,15 @@
 //! the proof that real clients and servers work through the router, and skipping them quietly
 //! would hide exactly that.
 
-use std::fs::{self, File};
+mod harness;
+mod npm_setup;
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
+
+use npm_setup::*;
 
 use serde_json::Value;
 
@@ -26,120 +28,8 @@ const SAMPLING_REPLY: &str = "switchyard sampled reply";
 /// Upper bound for one scenario run; generous because CI machines are shared and slow.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("host/ has a parent")
-        .to_path_buf()
-}
-
-fn npm_dir() -> PathBuf {
-    repo_root().join("tests").join("npm")
-}
-
 fn switchyard() -> &'static str {
     env!("CARGO_BIN_EXE_switchyard")
-}
-
-fn everything_entry() -> PathBuf {
-    npm_dir().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js")
-}
-
-fn filesystem_entry() -> PathBuf {
-    npm_dir().join("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js")
-}
-
-// ------------------------------------------------------------------------------------------------
-// npm setup: `npm ci --ignore-scripts`, once, shared by every test binary that needs it.
-
-/// Held (shared) for the life of the test process once node_modules is ready, so that another
-/// test binary cannot re-install (which deletes node_modules) while our node processes use it.
-static NPM_READY: OnceLock<Result<File, String>> = OnceLock::new();
-
-fn ensure_npm() {
-    let ready = NPM_READY.get_or_init(install_npm_fixtures);
-    if let Err(e) = ready {
-        panic!("npm fixtures are not available: {e}");
-    }
-}
-
-fn install_npm_fixtures() -> Result<File, String> {
-    for tool in ["node", "npm"] {
-        match Command::new(tool).arg("--version").output() {
-            Ok(o) if o.status.success() => {}
-            Ok(o) => {
-                return Err(format!(
-                    "`{tool} --version` failed ({}): {}. The npm end-to-end tests need Node.js >= 20 and npm on PATH.",
-                    o.status,
-                    String::from_utf8_lossy(&o.stderr)
-                ));
-            }
-            Err(e) => {
-                return Err(format!(
-                    "`{tool}` not found on PATH ({e}). The npm end-to-end tests need Node.js >= 20 and npm; install them (e.g. apt-get install nodejs npm) and re-run."
-                ));
-            }
-        }
-    }
-
-    // Several test binaries may start at once; an exclusive lock serialises the install. The lock
-    // file lives in cargo's per-target temp dir so it never shows up in the source tree.
-    let lock_path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("switchyard-npm-install.lock");
-    let lock = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|e| format!("open {}: {e}", lock_path.display()))?;
-    lock.lock()
-        .map_err(|e| format!("lock {}: {e}", lock_path.display()))?;
-
-    let dir = npm_dir();
-    if install_is_stale(&dir) {
-        let started = Instant::now();
-        let out = Command::new("npm")
-            .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund"])
-            .current_dir(&dir)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("run npm ci in {}: {e}", dir.display()))?;
-        if !out.status.success() {
-            return Err(format!(
-                "`npm ci --ignore-scripts` in {} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
-                dir.display(),
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        eprintln!("npm ci --ignore-scripts took {:?}", started.elapsed());
-        if install_is_stale(&dir) {
-            return Err("npm ci succeeded but node_modules still looks incomplete".into());
-        }
-    }
-
-    // Downgrade to a shared lock: concurrent users are fine, a concurrent re-install is not.
-    lock.unlock().map_err(|e| format!("unlock: {e}"))?;
-    lock.lock_shared()
-        .map_err(|e| format!("lock_shared: {e}"))?;
-    Ok(lock)
-}
-
-/// node_modules is missing, incomplete, or older than package-lock.json. npm (re)writes
-/// node_modules/.package-lock.json on every install, so its mtime is the install time.
-fn install_is_stale(dir: &Path) -> bool {
-    let mtime = |p: &Path| fs::metadata(p).and_then(|m| m.modified()).ok();
-    let (Some(lock), Some(installed)) = (
-        mtime(&dir.join("package-lock.json")),
-        mtime(&dir.join("node_modules/.package-lock.json")),
-    ) else {
-        return true;
-    };
-    let sdk = dir.join("node_modules/@modelcontextprotocol/sdk/package.json");
-    installed < lock
-        || !everything_entry().exists()
-        || !filesystem_entry().exists()
-        || !sdk.exists()
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -314,31 +204,17 @@ fn texts(result: &Value) -> String {
 }
 
 /// A scratch directory removed on drop.
-struct TempDir(PathBuf);
+struct TempDir(harness::TempDir);
 
 impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let nanos = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let p = std::env::temp_dir().join(format!(
-            "switchyard-npm-{tag}-{}-{}-{nanos}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        fs::create_dir_all(&p).unwrap();
-        TempDir(p)
+    fn new(_tag: &str) -> TempDir {
+        TempDir(harness::temp_dir())
     }
     fn path_str(&self) -> &str {
-        self.0.to_str().expect("utf-8 temp path")
+        self.0.path().to_str().expect("utf-8 temp path")
     }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
+    fn join(&self, name: &str) -> PathBuf {
+        self.0.path().join(name)
     }
 }
 
@@ -640,24 +516,12 @@ fn filesystem_server_is_identical_through_the_router() {
 // have received notifications/cancelled carrying the id of the tools/call IT received (the
 // router rewrites ids, so the client's id would be wrong).
 
-fn journal(path: &Path) -> Vec<Value> {
-    fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            serde_json::from_str::<Value>(l)
-                .unwrap_or_else(|e| panic!("journal line not JSON ({e}): {l}"))
-        })
-        .collect()
-}
-
 /// The id of the `sleep` tools/call in the journal, and whether a cancellation for exactly that id
 /// followed. Polls briefly: the fixture may still be flushing when the client has already exited.
 fn journal_cancel(path: &Path) -> (Option<Value>, bool, Vec<Value>) {
     let deadline = Instant::now() + Duration::from_secs(3);
     loop {
-        let entries = journal(path);
+        let entries = harness::journal(path);
         let msgs: Vec<&Value> = entries.iter().map(|e| &e["msg"]).collect();
         let call_id = msgs
             .iter()
@@ -715,7 +579,7 @@ fn sdk_cancellation_reaches_the_server_with_its_own_id() {
     // Directly first: proves the fixture and the client agree on the contract, so a failure in
     // the routed half below is the router's.
     let dir = TempDir::new("fixture-cancel");
-    let direct_journal = dir.0.join("direct.jsonl");
+    let direct_journal = dir.join("direct.jsonl");
     let direct_run = run_client(
         "fixture-cancel",
         &[
@@ -727,7 +591,7 @@ fn sdk_cancellation_reaches_the_server_with_its_own_id() {
     );
     check_fixture_cancel("fixture, direct", &direct_run, &direct_journal);
 
-    let routed_journal = dir.0.join("routed.jsonl");
+    let routed_journal = dir.join("routed.jsonl");
     let plugins = TempDir::new("plugins");
     let routed_cmd = routed(
         &[

@@ -2,6 +2,7 @@
 //! safety (issue 4, scenario 2), rejection, tools/list_changed, and hot reload under load.
 
 mod harness;
+mod npm_setup;
 mod setup;
 
 use std::path::{Path, PathBuf};
@@ -220,4 +221,72 @@ config = { tools = { "write" = { timeout_ms = 600000 }, "hang" = { timeout_ms = 
     assert_eq!(attempts, 3, "attempts seen by the server: {entries:?}");
     let extra = drain(&mut s.client, Duration::from_millis(300)).await;
     assert!(extra.iter().all(|m| !is_response(m)), "{extra:?}");
+}
+
+/// Scenario 2 against the real @modelcontextprotocol/server-filesystem: hints marks its writes
+/// read-only (a client would now run them in parallel), fs-keys keys them by path, and ten
+/// concurrent read-modify-write edits of one file all survive.
+#[tokio::test]
+async fn server_filesystem_writes_marked_read_only_stay_serialised_per_file() {
+    npm_setup::ensure_npm();
+    let work = temp_dir();
+    let file = work.path().join("notes.txt");
+    let lines: Vec<String> = (0..10).map(|i| format!("slot-{i}")).collect();
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let cfg = r#"
+[[plugins]]
+file = "hints.wasm"
+priority = 10
+config = { tools = { "write_file" = { readOnlyHint = true }, "edit_file" = { readOnlyHint = true } } }
+
+[[plugins]]
+file = "fs-keys.wasm"
+priority = 5
+"#;
+    let dir = temp_dir();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    for p in ["hints.wasm", "fs-keys.wasm"] {
+        std::fs::copy(example(p), plugins.join(p)).unwrap();
+    }
+    let cfg_path = dir.path().join("switchyard.toml");
+    std::fs::write(&cfg_path, cfg).unwrap();
+    let entry = npm_setup::filesystem_entry();
+    let mut router = Proc::router(&[
+        "--config",
+        cfg_path.to_str().unwrap(),
+        "--plugins",
+        plugins.to_str().unwrap(),
+        "--",
+        "node",
+        entry.to_str().unwrap(),
+        work.path().to_str().unwrap(),
+    ]);
+    let mut c = router.client();
+    // No roots capability: the server keeps the directory it was started with.
+    let init = c
+        .request("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}))
+        .await;
+    assert!(init.get("result").is_some(), "{init}");
+    c.notify("notifications/initialized", json!({})).await;
+    let list = c.request("tools/list", json!({})).await;
+    assert_eq!(tool(&list, "edit_file")["annotations"]["readOnlyHint"], true, "hints applied");
+    assert_eq!(tool(&list, "read_text_file")["annotations"]["readOnlyHint"], true, "the server's own hint kept");
+
+    let path = file.to_str().unwrap().to_string();
+    let mut ids = Vec::new();
+    for i in 0..10 {
+        let args = json!({"path": path, "edits": [{"oldText": format!("slot-{i}\n"), "newText": format!("done-{i}\n")}]});
+        ids.push(c.send_request("tools/call", json!({"name": "edit_file", "arguments": args})).await);
+    }
+    for id in &ids {
+        let r = c.wait_response(id).await;
+        assert!(r.get("result").is_some() && r["result"]["isError"] != true, "{r}");
+    }
+    let text = std::fs::read_to_string(&file).unwrap();
+    let want: Vec<String> = (0..10).map(|i| format!("done-{i}")).collect();
+    assert_eq!(text, want.join("\n") + "\n", "an edit was lost: writes to one file overlapped");
+    // Reads of the same file are not held back by the keyed gate.
+    let r = c.call_text("read_text_file", json!({"path": path})).await;
+    assert!(r.contains("done-9"));
 }

@@ -1,0 +1,123 @@
+//! Shared by end-to-end tests that run real MCP servers from npm: paths, and the one-time
+//! `npm ci --ignore-scripts` of tests/npm guarded against concurrent test binaries.
+
+#![allow(dead_code)]
+
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("host/ has a parent")
+        .to_path_buf()
+}
+
+pub fn npm_dir() -> PathBuf {
+    repo_root().join("tests").join("npm")
+}
+
+pub fn everything_entry() -> PathBuf {
+    npm_dir().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+}
+
+pub fn filesystem_entry() -> PathBuf {
+    npm_dir().join("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js")
+}
+
+// ------------------------------------------------------------------------------------------------
+// npm setup: `npm ci --ignore-scripts`, once, shared by every test binary that needs it.
+
+/// Held (shared) for the life of the test process once node_modules is ready, so that another
+/// test binary cannot re-install (which deletes node_modules) while our node processes use it.
+static NPM_READY: OnceLock<Result<File, String>> = OnceLock::new();
+
+pub fn ensure_npm() {
+    let ready = NPM_READY.get_or_init(install_npm_fixtures);
+    if let Err(e) = ready {
+        panic!("npm fixtures are not available: {e}");
+    }
+}
+
+fn install_npm_fixtures() -> Result<File, String> {
+    for tool in ["node", "npm"] {
+        match Command::new(tool).arg("--version").output() {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => {
+                return Err(format!(
+                    "`{tool} --version` failed ({}): {}. The npm end-to-end tests need Node.js >= 20 and npm on PATH.",
+                    o.status,
+                    String::from_utf8_lossy(&o.stderr)
+                ));
+            }
+            Err(e) => {
+                return Err(format!(
+                    "`{tool}` not found on PATH ({e}). The npm end-to-end tests need Node.js >= 20 and npm; install them (e.g. apt-get install nodejs npm) and re-run."
+                ));
+            }
+        }
+    }
+
+    // Several test binaries may start at once; an exclusive lock serialises the install. The lock
+    // file lives in cargo's per-target temp dir so it never shows up in the source tree.
+    let lock_path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("switchyard-npm-install.lock");
+    let lock = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| format!("open {}: {e}", lock_path.display()))?;
+    lock.lock()
+        .map_err(|e| format!("lock {}: {e}", lock_path.display()))?;
+
+    let dir = npm_dir();
+    if install_is_stale(&dir) {
+        let started = Instant::now();
+        let out = Command::new("npm")
+            .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund"])
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("run npm ci in {}: {e}", dir.display()))?;
+        if !out.status.success() {
+            return Err(format!(
+                "`npm ci --ignore-scripts` in {} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
+                dir.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        eprintln!("npm ci --ignore-scripts took {:?}", started.elapsed());
+        if install_is_stale(&dir) {
+            return Err("npm ci succeeded but node_modules still looks incomplete".into());
+        }
+    }
+
+    // Downgrade to a shared lock: concurrent users are fine, a concurrent re-install is not.
+    lock.unlock().map_err(|e| format!("unlock: {e}"))?;
+    lock.lock_shared()
+        .map_err(|e| format!("lock_shared: {e}"))?;
+    Ok(lock)
+}
+
+/// node_modules is missing, incomplete, or older than package-lock.json. npm (re)writes
+/// node_modules/.package-lock.json on every install, so its mtime is the install time.
+fn install_is_stale(dir: &Path) -> bool {
+    let mtime = |p: &Path| fs::metadata(p).and_then(|m| m.modified()).ok();
+    let (Some(lock), Some(installed)) = (
+        mtime(&dir.join("package-lock.json")),
+        mtime(&dir.join("node_modules/.package-lock.json")),
+    ) else {
+        return true;
+    };
+    let sdk = dir.join("node_modules/@modelcontextprotocol/sdk/package.json");
+    installed < lock
+        || !everything_entry().exists()
+        || !filesystem_entry().exists()
+        || !sdk.exists()
+}
+
