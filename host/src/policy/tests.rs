@@ -25,7 +25,18 @@ fn entry(file: &str, config: &str, priority: i32, on_error: OnError) -> PluginEn
     e.config = Some(toml::Value::String(config.to_string()));
     e.priority = priority;
     e.on_error = on_error;
+    // Epoch deadlines count wall-clock time: on a busy test machine a thread can be descheduled
+    // for longer than 5 ms. Only the deadline tests use the real default (see `spin`).
+    e.deadline_ms = 1_000;
     e
+}
+
+/// The spin fixture with the default 5 ms deadline.
+fn spin_fixture(on_error: OnError) -> Arc<Loaded> {
+    let bytes = std::fs::read(fixture("spin.wasm")).unwrap();
+    let mut e = PluginEntry::defaults_for("spin.wasm");
+    e.on_error = on_error;
+    Arc::new(Loaded::load("spin.wasm", &bytes, &e).unwrap())
 }
 
 /// Loads one plugin file under the name `name` (chain order ties are broken by name).
@@ -148,7 +159,7 @@ fn failing_plugin_follows_on_error() {
 
 #[test]
 fn deadline_stops_an_infinite_loop_and_the_next_call_works() {
-    let spin = load_as("spin.wasm", &fixture("spin.wasm"), "{}", 0, OnError::Open);
+    let spin = spin_fixture(OnError::Open);
     let args = wasm::CallArgs::new(&call("spin", "{}"));
     let t = Instant::now();
     let e = spin.plugin.decide(&args, &Decision::default()).unwrap_err();
@@ -159,7 +170,7 @@ fn deadline_stops_an_infinite_loop_and_the_next_call_works() {
     let ok = spin.plugin.decide(&wasm::CallArgs::new(&call("x", "{}")), &Decision::default()).unwrap();
     assert_eq!(ok, wasm::Verdict::Continue(Decision { timeout_ms: Some(1234), ..Decision::default() }));
     // Through a closed chain the same failure is a rejection naming the deadline.
-    let closed = PluginSet::new(vec![load_as("spin.wasm", &fixture("spin.wasm"), "{}", 0, OnError::Closed)]);
+    let closed = PluginSet::new(vec![spin_fixture(OnError::Closed)]);
     let r = closed.decide(&call("spin", "{}")).unwrap_err();
     assert_eq!(r.reason, "plugin failed: exceeded its deadline of 5 ms");
 }
@@ -184,7 +195,9 @@ fn a_trap_discards_the_instance() {
 
 #[test]
 fn memory_is_bounded() {
-    let trap = load_as("trap.wasm", &fixture("trap.wasm"), "{}", 0, OnError::Open);
+    // A generous CPU budget (see `entry`), so the memory limit is what stops it.
+    let e = entry("trap.wasm", "{}", 0, OnError::Open);
+    let trap = Loaded::load("trap.wasm", &std::fs::read(fixture("trap.wasm")).unwrap(), &e).unwrap();
     let args = wasm::CallArgs::new(&call("alloc", "{}"));
     assert_eq!(trap.plugin.decide(&args, &Decision::default()).unwrap_err(), PluginError::OutOfMemory(16));
     assert!(trap.plugin.decide(&wasm::CallArgs::new(&call("a", "{}")), &Decision::default()).is_ok());
