@@ -307,6 +307,47 @@ async fn attempt(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::sync::mpsc;
+
+    fn link() -> (Arc<SessionLink>, mpsc::UnboundedReceiver<String>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (SessionLink::new(1, tx), rx)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_long_wait_tells_the_client_why_then_times_out_at_the_deadline() {
+        let (link, mut rx) = link();
+        let cancel = CancellationToken::new();
+        let started = Instant::now();
+        let deadline = started + Duration::from_millis(2500);
+        let r = bounded(std::future::pending::<()>(), deadline, &cancel, &link, || "the gate".to_string()).await;
+        assert_eq!(r, Err(Some("the gate".to_string())));
+        assert_eq!(started.elapsed(), Duration::from_millis(2500));
+        let notice: serde_json::Value = serde_json::from_str(&rx.try_recv().unwrap()).unwrap();
+        assert_eq!(notice["method"], "notifications/message");
+        assert_eq!(notice["params"]["data"], "switchyard: the gate");
+        assert!(rx.try_recv().is_err(), "one notice per wait");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quick_wait_says_nothing_and_a_cancel_ends_it() {
+        let (link, mut rx) = link();
+        let cancel = CancellationToken::new();
+        let far = Instant::now() + Duration::from_secs(60);
+        let quick = async {
+            tokio::time::sleep(Duration::from_millis(900)).await;
+            7
+        };
+        assert_eq!(bounded(quick, far, &cancel, &link, String::new).await, Ok(7));
+        assert!(rx.try_recv().is_err());
+        let c2 = cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            c2.cancel();
+        });
+        let r = bounded(std::future::pending::<()>(), far, &cancel, &link, String::new).await;
+        assert_eq!(r, Err(None));
+    }
 
     #[test]
     fn backoff_grows_exponentially_within_jitter() {

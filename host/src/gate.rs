@@ -163,9 +163,9 @@ impl Gate {
             (rx, ticket)
         };
         let (rx, ticket) = rx;
-        let mut guard = WaitGuard { gate: self, ticket, mode: &mode, admitted: false };
+        let mut guard = WaitGuard { gate: self, ticket, mode: &mode, admitted: false, rx };
         // The sender stays in the queue until it is used, so this cannot fail while we wait.
-        let _ = rx.await;
+        let _ = (&mut guard.rx).await;
         guard.admitted = true;
         drop(guard);
         Permit { gate: self.clone(), mode }
@@ -184,11 +184,17 @@ impl Gate {
 }
 
 /// Removes a waiter whose caller stopped waiting, and lets later waiters re-check.
+///
+/// It owns the receiver: fields drop after `drop` runs, so the receiver cannot close before the
+/// waiter is settled under the lock. (Were it a separate local of `acquire`, dropping the
+/// future would close it first, `admit` on another thread could skip the waiter as abandoned
+/// in between, and the guard would then `leave` a mode that never entered.)
 struct WaitGuard<'a> {
     gate: &'a Gate,
     ticket: u64,
     mode: &'a Concurrency,
     admitted: bool,
+    rx: oneshot::Receiver<()>,
 }
 
 impl Drop for WaitGuard<'_> {
@@ -278,4 +284,34 @@ mod tests {
         let st = g.state.lock().unwrap();
         assert!(st.waiting.is_empty() && st.keys.is_empty() && st.shared == 0 && !st.exclusive);
     }
+
+    /// A waiting call abandoned on one thread (a timeout or a cancel drops its future) while
+    /// another thread releases the gate. Dropping the future drops the awaited receiver first and
+    /// the WaitGuard after it (checked: rustc drops the awaitee before earlier locals), and the
+    /// release can run in between. The interleaving is played here step by step.
+    #[tokio::test]
+    async fn a_wait_abandoned_while_the_gate_is_released_leaves_the_counts_right() {
+        let g = Gate::new();
+        let holder = g.acquire(Concurrency::Exclusive).await;
+        // A shared call waits behind the exclusive one.
+        let (tx, rx) = oneshot::channel();
+        let ticket = {
+            let mut st = g.state.lock().unwrap();
+            st.next_ticket += 1;
+            let ticket = st.next_ticket;
+            st.waiting.push_back(Waiter { ticket, mode: Concurrency::Shared, wake: tx });
+            ticket
+        };
+        let mode = Concurrency::Shared;
+        let guard = WaitGuard { gate: &g, ticket, mode: &mode, admitted: false, rx };
+        // Thread A starts dropping the waiting future. The receiver used to be a separate local
+        // dropped first; now it lives in the guard, so the earliest thread B's release can run
+        // is before the guard goes (and then the waiter is admitted and given back)...
+        drop(holder);
+        // ...or after it (then the waiter is already out of the queue).
+        drop(guard);
+        let st = g.state.lock().unwrap();
+        assert!(st.waiting.is_empty() && st.shared == 0 && !st.exclusive, "shared = {}", st.shared);
+    }
 }
+

@@ -81,8 +81,8 @@ impl FairQueue {
             st.waiting += 1;
             (rx, ticket)
         };
-        let mut guard = FqWait { queue: self, session, ticket, granted: false };
-        let _ = rx.await;
+        let mut guard = FqWait { queue: self, session, ticket, granted: false, rx };
+        let _ = (&mut guard.rx).await;
         guard.granted = true;
         Ok(Slot { queue: self.clone() })
     }
@@ -114,11 +114,15 @@ impl FqState {
     }
 }
 
+/// Owns the receiver, so it cannot close before `drop` has settled the wait under the lock
+/// (see `gate::WaitGuard`): otherwise a grant racing the drop skipped the waiter without using
+/// the slot, and the guard then handed the slot back a second time.
 struct FqWait<'a> {
     queue: &'a Arc<FairQueue>,
     session: SessionId,
     ticket: u64,
     granted: bool,
+    rx: oneshot::Receiver<()>,
 }
 
 impl Drop for FqWait<'_> {
@@ -241,17 +245,32 @@ impl Pool {
         }
     }
 
+    /// Runs the spawn as a task of its own: a caller that stops waiting (its call was cancelled
+    /// or timed out) must not abandon it half-way, which would leak `starting` (the pool could
+    /// never grow to `max` again) and leave a started child outside the pool.
     async fn spawn_into(self: &Arc<Self>, key: Option<SessionId>) -> Result<Arc<Instance>, CallError> {
-        let result = (self.spawner)(self.name.clone(), key).await;
-        let mut scopes = self.scopes.lock().expect("pool lock");
-        let scope = scopes.entry(key).or_insert_with(|| self.new_scope());
-        scope.starting -= 1;
-        if let Ok(inst) = &result {
-            scope.instances.push(inst.clone());
-        }
-        drop(scopes);
-        self.changed.notify_waiters();
-        result
+        let me = self.clone();
+        let task = tokio::spawn(async move {
+            let result = (me.spawner)(me.name.clone(), key).await;
+            let mut scopes = me.scopes.lock().expect("pool lock");
+            let Some(scope) = scopes.get_mut(&key) else {
+                // The scope went while the instance started (its session ended, or shutdown).
+                drop(scopes);
+                if let Ok(inst) = &result {
+                    let inst = inst.clone();
+                    tokio::spawn(async move { inst.shutdown().await });
+                }
+                return result.and(Err(CallError::ShuttingDown));
+            };
+            scope.starting -= 1;
+            if let Ok(inst) = &result {
+                scope.instances.push(inst.clone());
+            }
+            drop(scopes);
+            me.changed.notify_waiters();
+            result
+        });
+        task.await.unwrap_or(Err(CallError::ShuttingDown))
     }
 
     /// Gets an instance for one call: waits for a slot (fair across sessions, bounded by
@@ -432,5 +451,31 @@ mod tests {
         drop(held);
         let again = tokio::time::timeout(Duration::from_millis(5), q.acquire(3, 1)).await;
         assert!(again.is_ok(), "the slot must be free again");
+    }
+
+    /// A slot wait abandoned on one thread while another frees a slot: dropping the waiting
+    /// future drops the receiver before the FqWait guard, and the release can run in between.
+    #[tokio::test]
+    async fn a_wait_abandoned_while_a_slot_is_freed_does_not_mint_a_slot() {
+        let q = FairQueue::new(1);
+        let held = q.acquire(1, 10).await.unwrap();
+        let (tx, rx) = oneshot::channel();
+        let ticket = {
+            let mut st = q.state.lock().unwrap();
+            st.next_ticket += 1;
+            let ticket = st.next_ticket;
+            st.turn.push_back(2);
+            st.waiters.entry(2).or_default().push_back((ticket, tx));
+            st.waiting += 1;
+            ticket
+        };
+        let guard = FqWait { queue: &q, session: 2, ticket, granted: false, rx };
+        // The receiver used to be dropped (thread A) before the guard, with the release
+        // (thread B) in between; now it lives in the guard, so the release comes before it...
+        drop(held);
+        // ...or after the guard has taken the waiter out of the queue.
+        drop(guard);
+        let st = q.state.lock().unwrap();
+        assert_eq!((st.free, st.waiting), (1, 0), "a queue of one slot now has {} free", st.free);
     }
 }

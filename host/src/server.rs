@@ -344,6 +344,16 @@ enum InitState {
     Done,
 }
 
+/// Settles the initialisation state when an `initialize` ends, however it ends.
+struct InitSettle<'a>(&'a Server);
+
+impl Drop for InitSettle<'_> {
+    fn drop(&mut self) {
+        let s = self.0;
+        s.init_state.send_replace(if s.init_result.initialized() { InitState::Done } else { InitState::NotStarted });
+    }
+}
+
 /// One upstream server and everything that serves it.
 pub struct Server {
     pub name: String,
@@ -461,13 +471,15 @@ impl Server {
 
     pub async fn initialize(self: &Arc<Self>, session: SessionId, params: &str) -> Result<String, CallError> {
         self.begin_initialize(params);
+        // Whatever happens, also when the client cancels this initialize and the future is
+        // dropped, waiters must not wait forever: Done, or back to NotStarted.
+        let settle = InitSettle(self);
         if let Some(r) = self.init_result.get() {
             return Ok(r.clone());
         }
         let pool = self.default_pool().clone();
         let lease = pool.acquire(session).await;
-        // Whatever happened, waiters must not wait forever: Done, or back to NotStarted.
-        self.init_state.send_replace(if self.init_result.initialized() { InitState::Done } else { InitState::NotStarted });
+        drop(settle);
         drop(lease?);
         // Instances of other pools with `min` start in the background.
         for p in self.pools.values() {

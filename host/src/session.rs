@@ -117,6 +117,15 @@ where
     tracing::debug!(session = %label, "session ended");
 }
 
+/// Runs `f` unless the call is cancelled first (by its client, or because the session ended):
+/// then `None`, and no response is owed.
+async fn or_cancelled<T>(token: &CancellationToken, f: impl Future<Output = T>) -> Option<T> {
+    tokio::select! {
+        v = f => Some(v),
+        _ = token.cancelled() => None,
+    }
+}
+
 async fn write_loop<W: AsyncWrite + Unpin>(writer: W, mut rx: mpsc::UnboundedReceiver<String>) {
     let mut w = BufWriter::with_capacity(64 * 1024, writer);
     while let Some(line) = rx.recv().await {
@@ -312,9 +321,11 @@ impl Session {
             }
             "ping" => Some(codec::response_ok(id, "{}")),
             "server/discover" => self.discover(line, env, id, cancel).await,
-            _ if !server.wait_initialized().await => Some(crate::error::CallError::NotInitialized { server: server.name.clone() }.to_response(id)),
+            _ if !or_cancelled(token, server.wait_initialized()).await? => {
+                Some(crate::error::CallError::NotInitialized { server: server.name.clone() }.to_response(id))
+            }
             "logging/setLevel" => match fields.level {
-                Some(level) => match server.set_log_level(self.id, &level).await {
+                Some(level) => match or_cancelled(token, server.set_log_level(self.id, &level)).await? {
                     Ok(()) => Some(codec::response_ok(id, "{}")),
                     Err(e) => local_error(codec::INVALID_PARAMS, e),
                 },
@@ -325,9 +336,9 @@ impl Session {
                     return local_error(codec::INVALID_PARAMS, format!("{method} needs params.uri"));
                 };
                 let r = if method == "resources/subscribe" {
-                    server.subscribe(self.id, &uri).await
+                    or_cancelled(token, server.subscribe(self.id, &uri)).await?
                 } else {
-                    server.unsubscribe(self.id, &uri).await
+                    or_cancelled(token, server.unsubscribe(self.id, &uri)).await?
                 };
                 match r {
                     Ok(()) => Some(codec::response_ok(id, "{}")),

@@ -21,6 +21,9 @@ use crate::session::SessionId;
 const STDERR_TAIL: usize = 20;
 /// Shutdown: after closing stdin, and after SIGTERM, wait this long before the next step.
 const SHUTDOWN_STEP: Duration = Duration::from_secs(2);
+/// After the process exits, how long its last output may take to be read before it is declared
+/// dead even though its stdout is still open.
+const EXIT_DRAIN: Duration = Duration::from_millis(200);
 
 /// How to start instances of a server.
 #[derive(Debug, Clone)]
@@ -71,6 +74,8 @@ pub struct Instance {
     /// Set once any client call got a response (a crash after that is not a start-up failure).
     answered: AtomicBool,
     death: OnceLock<Death>,
+    /// Set by the first of stdout EOF or process exit to handle the death.
+    gone: AtomicBool,
     dead_tx: watch::Sender<bool>,
     exit_rx: watch::Receiver<Option<String>>,
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
@@ -135,6 +140,7 @@ impl Instance {
             closing: AtomicBool::new(false),
             answered: AtomicBool::new(false),
             death: OnceLock::new(),
+            gone: AtomicBool::new(false),
             dead_tx,
             exit_rx,
             stderr_tail: Arc::new(Mutex::new(VecDeque::new())),
@@ -148,6 +154,16 @@ impl Instance {
         let reader = inst.clone();
         let limit = spec.max_message_bytes;
         tokio::spawn(async move { reader.read_loop(stdout, limit).await });
+        // Stdout normally closes when the process exits, but a helper it started outside its
+        // process group may hold it open: the exit is the instance's death all the same.
+        let watcher = inst.clone();
+        tokio::spawn(async move {
+            let mut exit = watcher.exit_rx.clone();
+            if exit.wait_for(|s| s.is_some()).await.is_ok() {
+                tokio::time::sleep(EXIT_DRAIN).await;
+                watcher.on_eof().await;
+            }
+        });
         tracing::debug!(instance = %label, pid, "spawned");
         Ok(inst)
     }
@@ -329,6 +345,18 @@ impl Instance {
         if line.trim().is_empty() {
             return;
         }
+        if codec::is_batch(&line) {
+            // A batch (2025-03-26 allows them both ways): its messages are routed one by one.
+            match codec::split_batch(&line) {
+                Ok(items) => items.into_iter().for_each(|m| self.on_message(m.to_string())),
+                Err(e) => tracing::warn!(instance = %self.label, "skipped a malformed batch on stdout: {}", e.message()),
+            }
+            return;
+        }
+        self.on_message(line);
+    }
+
+    fn on_message(self: &Arc<Self>, line: String) {
         let env = match codec::parse(&line) {
             Ok(env) => env,
             Err(e) => {
@@ -389,7 +417,12 @@ impl Instance {
         }
     }
 
+    /// The instance is gone: stdout closed, or the process exited and `EXIT_DRAIN` passed.
+    /// Runs once; whichever of the two comes first does the work.
     async fn on_eof(&self) {
+        if self.gone.swap(true, Ordering::AcqRel) {
+            return;
+        }
         // stdout closed: the process is exiting (or closed stdout, which is as bad).
         let status = match self.exit_status_within(Duration::from_millis(500)).await {
             Some(s) => s,
@@ -403,6 +436,9 @@ impl Instance {
         };
         // Give the stderr task a moment to take the last lines the process wrote.
         tokio::time::sleep(Duration::from_millis(20)).await;
+        // What the leader left behind in its group (e.g. a server under a killed `npx` or `sh`)
+        // would be an orphan: it goes too.
+        self.signal(libc::SIGKILL);
         let death = Death { instance: self.label.clone(), status, stderr: self.stderr_tail() };
         if !self.closing.load(Ordering::Acquire) {
             tracing::warn!(instance = %self.label, status = %death.status, "instance ended");
