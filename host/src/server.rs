@@ -21,6 +21,19 @@ use crate::pool::{Pool, Spawner};
 use crate::session::SessionId;
 use crate::upstream::{Instance, Spec};
 
+/// A piece of per-instance set-up done on behalf of sessions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Setup {
+    Level,
+    Subscribe(String),
+    Unsubscribe(String),
+}
+
+/// The first failure of the kind a client asked about, as its error.
+fn first_failure(failures: Vec<(Setup, String)>, mine: impl Fn(&Setup) -> bool) -> Result<(), String> {
+    failures.into_iter().find(|(op, _)| mine(op)).map_or(Ok(()), |(_, e)| Err(e))
+}
+
 /// Consecutive start-up failures after which the server is marked down.
 const CRASH_LOOP_FAILURES: u32 = 5;
 
@@ -80,19 +93,14 @@ impl Hub {
         self.sessions.write().expect("lock").insert(link.id, link);
     }
 
-    /// Removes a session; returns the URIs nobody is subscribed to any more.
-    pub fn detach(&self, id: SessionId) -> Vec<String> {
+    /// Removes a session and its subscriptions.
+    pub fn detach(&self, id: SessionId) {
         self.sessions.write().expect("lock").remove(&id);
         let mut subs = self.subscriptions.lock().expect("lock");
-        let mut gone = Vec::new();
-        subs.retain(|uri, set| {
+        subs.retain(|_, set| {
             set.remove(&id);
-            if set.is_empty() {
-                gone.push(uri.clone());
-            }
             !set.is_empty()
         });
-        gone
     }
 
     pub fn session(&self, id: SessionId) -> Option<Arc<SessionLink>> {
@@ -131,33 +139,29 @@ impl Hub {
         }
     }
 
-    /// Adds a subscriber; true when it is the first for that URI.
-    pub fn subscribe(&self, id: SessionId, uri: &str) -> bool {
-        let mut subs = self.subscriptions.lock().expect("lock");
-        let set = subs.entry(uri.to_string()).or_default();
-        let first = set.is_empty();
-        set.insert(id);
-        first
+    /// The level one session asked for.
+    pub fn session_level(&self, id: SessionId) -> Option<u8> {
+        self.session(id).and_then(|s| *s.log_level.lock().expect("lock"))
     }
 
-    /// Removes a subscriber; true when it was the last for that URI.
-    pub fn unsubscribe(&self, id: SessionId, uri: &str) -> bool {
+    pub fn subscribe(&self, id: SessionId, uri: &str) {
+        self.subscriptions.lock().expect("lock").entry(uri.to_string()).or_default().insert(id);
+    }
+
+    pub fn unsubscribe(&self, id: SessionId, uri: &str) {
         let mut subs = self.subscriptions.lock().expect("lock");
-        match subs.get_mut(uri) {
-            Some(set) => {
-                let had = set.remove(&id);
-                let last = had && set.is_empty();
-                if set.is_empty() {
-                    subs.remove(uri);
-                }
-                last
+        if let Some(set) = subs.get_mut(uri) {
+            set.remove(&id);
+            if set.is_empty() {
+                subs.remove(uri);
             }
-            None => false,
         }
     }
 
-    pub fn subscribed_uris(&self) -> Vec<String> {
-        self.subscriptions.lock().expect("lock").keys().cloned().collect()
+    /// URIs some session subscribed to (`Some(id)`: that session only).
+    pub fn uris(&self, of: Option<SessionId>) -> BTreeSet<String> {
+        let subs = self.subscriptions.lock().expect("lock");
+        subs.iter().filter(|(_, set)| of.is_none_or(|id| set.contains(&id))).map(|(u, _)| u.clone()).collect()
     }
 
     /// A request from the server to a client (sampling, elicitation, roots, ...).
@@ -371,8 +375,8 @@ pub struct Server {
     next_instance: AtomicU64,
     health: Mutex<StartHealth>,
     tools: RwLock<ToolCache>,
-    /// The level last set upstream (rank), so new instances get it too.
-    upstream_level: Mutex<Option<u8>>,
+    /// One reconciliation of levels and subscriptions at a time.
+    reconciling: tokio::sync::Mutex<()>,
     pub shutdown: CancellationToken,
     pub tasks: TaskTracker,
 }
@@ -412,7 +416,7 @@ impl Server {
                 next_instance: AtomicU64::new(1),
                 health: Mutex::new(StartHealth::default()),
                 tools: RwLock::new(ToolCache::default()),
-                upstream_level: Mutex::new(None),
+                reconciling: tokio::sync::Mutex::new(()),
                 shutdown,
                 tasks: TaskTracker::new(),
             }
@@ -566,16 +570,10 @@ impl Server {
         let result = self.own_request(inst, "initialize", params, timeout, &what).await?;
         let _ = self.init_result.set(result);
         let _ = inst.write(codec::notification("notifications/initialized", "{}")).await;
-        // New instances get what sessions already set up on the others.
-        let level = *self.upstream_level.lock().expect("lock");
-        if let Some(rank) = level {
-            let p = format!(r#"{{"level":"{}"}}"#, LEVELS[rank as usize]);
-            let _ = self.own_request(inst, "logging/setLevel", &p, timeout, &what).await;
-        }
-        for uri in self.hub.subscribed_uris() {
-            let p = format!(r#"{{"uri":{}}}"#, codec::json_string(&uri));
-            let _ = self.own_request(inst, "resources/subscribe", &p, timeout, &what).await;
-        }
+        // A new instance gets what its sessions already set up on the others.
+        let _guard = self.reconciling.lock().await;
+        let holder = self.subscription_holder(Some(inst));
+        self.reconcile_instance(inst, holder, timeout).await;
         Ok(())
     }
 
@@ -619,6 +617,10 @@ impl Server {
         pool.forget(&inst);
         if inst.is_closing() || self.shutdown.is_cancelled() {
             return;
+        }
+        if !inst.applied().uris.is_empty() {
+            // It held the subscriptions: another shared instance takes them over.
+            self.reconcile(Duration::from_millis(self.limits.call_timeout_ms)).await;
         }
         let death = inst.death().cloned();
         if !inst.has_answered() {
@@ -685,49 +687,23 @@ impl Server {
         }
     }
 
-    /// A client's logging/setLevel: upstream gets the most verbose level any session asked for.
+    /// A client's logging/setLevel. A session's own (affinity) instances get its level; shared
+    /// instances get the most verbose level any session asked for; the router filters per session.
     pub async fn set_log_level(&self, session: SessionId, level: &str) -> Result<(), String> {
         let Some(rank) = level_rank(level) else {
             return Err(format!("unknown logging level `{level}`"));
         };
         self.hub.set_session_level(session, rank);
-        let wanted = self.hub.wanted_level();
-        let changed = {
-            let mut cur = self.upstream_level.lock().expect("lock");
-            let changed = *cur != wanted;
-            *cur = wanted;
-            changed
-        };
-        if !changed {
-            return Ok(());
-        }
-        let w = wanted.expect("a level was just set");
-        let params = format!(r#"{{"level":"{}"}}"#, LEVELS[w as usize]);
-        self.broadcast_request("logging/setLevel", &params).await
+        let failures = self.reconcile(Duration::from_millis(self.limits.call_timeout_ms)).await;
+        first_failure(failures, |op| matches!(op, Setup::Level))
     }
 
-    /// Sends a router request to every ready instance; the first error is returned.
-    async fn broadcast_request(&self, method: &str, params: &str) -> Result<(), String> {
-        self.broadcast_request_within(method, params, Duration::from_millis(self.limits.call_timeout_ms)).await
-    }
-
-    async fn broadcast_request_within(&self, method: &str, params: &str, timeout: Duration) -> Result<(), String> {
-        let mut first_err = None;
-        for inst in self.all_instances().into_iter().filter(|i| i.is_ready()) {
-            if let Err(e) = self.own_request(&inst, method, params, timeout, method).await {
-                first_err.get_or_insert(e.to_string());
-            }
-        }
-        first_err.map_or(Ok(()), Err)
-    }
-
-    /// resources/subscribe: reference-counted per URI; only the first subscriber goes upstream.
+    /// resources/subscribe: held on one shared instance (so one change is one update) and on the
+    /// session's own instances; `resources/updated` goes to subscribers only.
     pub async fn subscribe(&self, session: SessionId, uri: &str) -> Result<(), String> {
-        if !self.hub.subscribe(session, uri) {
-            return Ok(());
-        }
-        let params = format!(r#"{{"uri":{}}}"#, codec::json_string(uri));
-        let r = self.broadcast_request("resources/subscribe", &params).await;
+        self.hub.subscribe(session, uri);
+        let failures = self.reconcile(Duration::from_millis(self.limits.call_timeout_ms)).await;
+        let r = first_failure(failures, |op| matches!(op, Setup::Subscribe(u) if u == uri));
         if r.is_err() {
             self.hub.unsubscribe(session, uri);
         }
@@ -735,39 +711,90 @@ impl Server {
     }
 
     pub async fn unsubscribe(&self, session: SessionId, uri: &str) -> Result<(), String> {
-        if !self.hub.unsubscribe(session, uri) {
-            return Ok(());
+        self.hub.unsubscribe(session, uri);
+        let failures = self.reconcile(Duration::from_millis(self.limits.call_timeout_ms)).await;
+        first_failure(failures, |op| matches!(op, Setup::Unsubscribe(u) if u == uri))
+    }
+
+    /// The shared instance that holds subscriptions: the lowest-numbered ready one (or `extra`,
+    /// an instance being set up, when it is lower or the only one).
+    fn subscription_holder(&self, extra: Option<&Arc<Instance>>) -> Option<u64> {
+        self.all_instances()
+            .iter()
+            .filter(|i| i.is_ready())
+            .chain(extra)
+            .filter(|i| i.owner.is_none())
+            .map(|i| i.number())
+            .min()
+    }
+
+    /// Brings every ready instance's level and subscriptions to what its sessions want.
+    async fn reconcile(&self, timeout: Duration) -> Vec<(Setup, String)> {
+        let _guard = self.reconciling.lock().await;
+        let holder = self.subscription_holder(None);
+        let mut failures = Vec::new();
+        for inst in self.all_instances().into_iter().filter(|i| i.is_ready()) {
+            failures.extend(self.reconcile_instance(&inst, holder, timeout).await);
         }
-        let params = format!(r#"{{"uri":{}}}"#, codec::json_string(uri));
-        self.broadcast_request("resources/unsubscribe", &params).await
+        failures
+    }
+
+    async fn reconcile_instance(&self, inst: &Instance, holder: Option<u64>, timeout: Duration) -> Vec<(Setup, String)> {
+        let (level, uris) = match inst.owner {
+            Some(owner) => (self.hub.session_level(owner), self.hub.uris(Some(owner))),
+            None if holder == Some(inst.number()) => (self.hub.wanted_level(), self.hub.uris(None)),
+            None => (self.hub.wanted_level(), BTreeSet::new()),
+        };
+        let applied = inst.applied();
+        let mut failures = Vec::new();
+        let mut step = |op: Setup, r: Result<String, CallError>| match r {
+            Ok(_) => true,
+            Err(e) => {
+                failures.push((op, e.to_string()));
+                false
+            }
+        };
+        if let Some(rank) = level.filter(|l| applied.level != Some(*l)) {
+            let p = format!(r#"{{"level":"{}"}}"#, LEVELS[rank as usize]);
+            if step(Setup::Level, self.own_request(inst, "logging/setLevel", &p, timeout, "logging/setLevel").await) {
+                inst.update_applied(|a| a.level = Some(rank));
+            }
+        }
+        for uri in uris.difference(&applied.uris) {
+            let p = format!(r#"{{"uri":{}}}"#, codec::json_string(uri));
+            let r = self.own_request(inst, "resources/subscribe", &p, timeout, "resources/subscribe").await;
+            if step(Setup::Subscribe(uri.clone()), r) {
+                inst.update_applied(|a| {
+                    a.uris.insert(uri.clone());
+                });
+            }
+        }
+        for uri in applied.uris.difference(&uris) {
+            let p = format!(r#"{{"uri":{}}}"#, codec::json_string(uri));
+            let r = self.own_request(inst, "resources/unsubscribe", &p, timeout, "resources/unsubscribe").await;
+            step(Setup::Unsubscribe(uri.clone()), r);
+            // Either way the router no longer relays updates for it to anyone who did not ask.
+            inst.update_applied(|a| {
+                a.uris.remove(uri);
+            });
+        }
+        failures
     }
 
     /// A session ended: drop its subscriptions and log level, stop its affinity instances.
     /// The upstream housekeeping is bounded tightly: a hung server must not hold a departing
     /// client (or the router's shutdown) for long.
     pub async fn detach(&self, session: SessionId) {
-        let bound = Duration::from_millis(1000);
-        for uri in self.hub.detach(session) {
-            let params = format!(r#"{{"uri":{}}}"#, codec::json_string(&uri));
-            let _ = self.broadcast_request_within("resources/unsubscribe", &params, bound).await;
-        }
-        let wanted = self.hub.wanted_level();
-        let changed = {
-            let mut cur = self.upstream_level.lock().expect("lock");
-            let changed = wanted.is_some() && *cur != wanted;
-            if changed {
-                *cur = wanted;
-            }
-            changed
-        };
-        if changed {
-            let params = format!(r#"{{"level":"{}"}}"#, LEVELS[wanted.expect("checked") as usize]);
-            let _ = self.broadcast_request_within("logging/setLevel", &params, bound).await;
-        }
+        self.hub.detach(session);
+        let mut own = Vec::new();
         for pool in self.pools.values() {
-            for inst in pool.take_session(session) {
-                inst.shutdown().await;
-            }
+            own.extend(pool.take_session(session));
+        }
+        if !self.shutdown.is_cancelled() {
+            self.reconcile(Duration::from_millis(1000)).await;
+        }
+        for inst in own {
+            inst.shutdown().await;
         }
     }
 

@@ -46,6 +46,15 @@ struct Pending {
     activity: Option<Arc<Notify>>,
 }
 
+/// What switchyard has set up on an instance on behalf of its sessions.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// The logging level sent with logging/setLevel (rank, 7 = debug).
+    pub level: Option<u8>,
+    /// URIs subscribed with resources/subscribe.
+    pub uris: std::collections::BTreeSet<String>,
+}
+
 /// A response from the server, with the range of its id (to put the client's id back).
 pub struct Reply {
     pub line: String,
@@ -80,6 +89,7 @@ pub struct Instance {
     exit_rx: watch::Receiver<Option<String>>,
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
     pid: Option<u32>,
+    applied: Mutex<Applied>,
     last_used: Mutex<Instant>,
     hub: Arc<Hub>,
 }
@@ -145,6 +155,7 @@ impl Instance {
             exit_rx,
             stderr_tail: Arc::new(Mutex::new(VecDeque::new())),
             pid,
+            applied: Mutex::new(Applied::default()),
             last_used: Mutex::new(Instant::now()),
             hub,
         });
@@ -206,6 +217,13 @@ impl Instance {
         self.inflight.fetch_sub(1, Ordering::AcqRel);
         *self.last_used.lock().expect("lock") = Instant::now();
     }
+    pub fn applied(&self) -> Applied {
+        self.applied.lock().expect("lock").clone()
+    }
+    pub fn update_applied(&self, f: impl FnOnce(&mut Applied)) {
+        f(&mut self.applied.lock().expect("lock"));
+    }
+
     /// Counts as activity (a health ping answered).
     pub fn touch(&self) {
         *self.last_used.lock().expect("lock") = Instant::now();

@@ -310,7 +310,6 @@ async fn a_batch_from_the_server_is_routed_like_its_messages() {
 /// from one session was sent to every instance: session A asking for debug turned session B's
 /// private server verbose although B had asked for errors only.
 #[tokio::test]
-#[ignore = "bug: logging/setLevel is broadcast to other sessions' affinity instances; send each owned instance its owner's level"]
 async fn one_sessions_log_level_does_not_reach_another_sessions_own_server() {
     let dir = temp_dir();
     let sock = dir.path().join("l.sock");
