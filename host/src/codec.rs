@@ -319,16 +319,22 @@ struct TokenHolder<'a> {
     progress_token: Option<&'a RawValue>,
     #[serde(borrow, default, rename = "requestId")]
     request_id: Option<&'a RawValue>,
+    // Strings are taken raw and read one by one: one field of an unexpected type (say a
+    // numeric `reason`) must not hide the others.
     #[serde(borrow, default)]
-    uri: Option<Cow<'a, str>>,
+    uri: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    level: Option<Cow<'a, str>>,
+    level: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    name: Option<Cow<'a, str>>,
+    name: Option<&'a RawValue>,
     #[serde(borrow, default)]
     arguments: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    reason: Option<Cow<'a, str>>,
+    reason: Option<&'a RawValue>,
+}
+
+fn raw_string(raw: Option<&RawValue>) -> Option<String> {
+    raw.and_then(|r| serde_json::from_str::<String>(r.get()).ok())
 }
 
 /// The fields of `params` the router routes on, as ranges into `line` (or owned strings).
@@ -357,11 +363,11 @@ pub fn param_fields(line: &str, params: &Range<usize>) -> ParamFields {
         Ok(h) => ParamFields {
             progress_token: h.progress_token.map(|r| span(line, r.get())),
             request_id: h.request_id.map(|r| span(line, r.get())),
-            uri: h.uri.map(Cow::into_owned),
-            level: h.level.map(Cow::into_owned),
-            name: h.name.map(Cow::into_owned),
+            uri: raw_string(h.uri),
+            level: raw_string(h.level),
+            name: raw_string(h.name),
             arguments: h.arguments.map(|r| span(line, r.get())),
-            reason: h.reason.map(Cow::into_owned),
+            reason: raw_string(h.reason),
         },
         Err(_) => ParamFields::default(),
     }
@@ -417,6 +423,10 @@ mod tests {
         let f = param_fields(line, &params);
         assert_eq!(f.name.as_deref(), Some("echo"));
         assert_eq!(&line[f.arguments.unwrap()], r#"{"text":"a\"b"}"#);
+        let odd = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"x","reason":5}}"#;
+        let p = parse(odd).unwrap().params.unwrap();
+        let f = param_fields(odd, &p);
+        assert_eq!((&odd[f.request_id.unwrap()], f.reason), ("\"x\"", None), "a numeric reason hides nothing");
     }
 
     #[test]

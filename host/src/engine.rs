@@ -287,13 +287,16 @@ async fn attempt(
             _ = tokio::time::sleep_until(deadline) => {
                 let elapsed = started.elapsed();
                 inst.cancel(sent.upstream_id, &format!("switchyard: timed out after {:.1} s", elapsed.as_secs_f64())).await;
-                // A call that hangs may mean a hung instance: check it now rather than at the next idle ping.
-                let (s, i) = (server.clone(), inst.clone());
-                server.tasks.spawn(async move {
-                    // Wait for this call's lease to be released so the ping is not queued behind it.
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    s.health_check(&i).await;
-                });
+                // A call that hangs may mean a hung instance: check it now rather than at the
+                // next idle ping (unless health pings are switched off).
+                if server.limits.health_interval_ms > 0 {
+                    let (s, i) = (server.clone(), inst.clone());
+                    server.tasks.spawn(async move {
+                        // Wait for this call's lease to go so the ping is not queued behind it.
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        s.health_check(&i).await;
+                    });
+                }
                 return Err(timeout(None));
             }
             _ = req.cancel.token.cancelled() => {

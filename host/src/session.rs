@@ -370,7 +370,8 @@ impl Session {
                 None,
             ))
         };
-        let Some(inst) = self.server.all_instances().into_iter().find(|i| i.is_ready()) else {
+        let mine = |i: &Arc<crate::upstream::Instance>| i.is_ready() && i.owner.is_none_or(|o| o == self.id);
+        let Some(inst) = self.server.all_instances().into_iter().find(mine) else {
             return not_found();
         };
         let Ok(sent) = inst.send(line, env, self.id, None, None).await else { return not_found() };

@@ -74,7 +74,9 @@ pub struct Instance {
     pub pool: String,
     /// Set for affinity pools: the only session this instance serves.
     pub owner: Option<SessionId>,
-    writer: Mutex<Option<mpsc::Sender<String>>>,
+    /// Lines to the child's stdin. Unbounded so a send never waits past a call's deadline when
+    /// the server stops reading; what queues is bounded by the calls in flight and their timeouts.
+    writer: Mutex<Option<mpsc::UnboundedSender<String>>>,
     pending: Mutex<HashMap<u64, Pending>>,
     next_id: AtomicU64,
     inflight: AtomicUsize,
@@ -134,7 +136,7 @@ impl Instance {
         let stdout = child.stdout.take().expect("piped");
         let stderr = child.stderr.take().expect("piped");
         let label = format!("{}#{}", spec.server, number);
-        let (wtx, wrx) = mpsc::channel::<String>(1024);
+        let (wtx, wrx) = mpsc::unbounded_channel::<String>();
         let (dead_tx, _) = watch::channel(false);
         let (exit_tx, exit_rx) = watch::channel(None);
         let inst = Arc::new(Instance {
@@ -253,7 +255,7 @@ impl Instance {
     pub async fn write(&self, line: String) -> Result<(), ()> {
         let tx = self.writer.lock().expect("lock").clone();
         match tx {
-            Some(tx) => tx.send(line).await.map_err(|_| ()),
+            Some(tx) => tx.send(line).map_err(|_| ()),
             None => Err(()),
         }
     }
@@ -517,7 +519,7 @@ impl Instance {
     }
 }
 
-async fn write_loop(stdin: ChildStdin, mut rx: mpsc::Receiver<String>, label: String) {
+async fn write_loop(stdin: ChildStdin, mut rx: mpsc::UnboundedReceiver<String>, label: String) {
     let mut w = BufWriter::with_capacity(64 * 1024, stdin);
     while let Some(line) = rx.recv().await {
         let mut batch = Some(line);
