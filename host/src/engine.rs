@@ -117,13 +117,17 @@ pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
         session: req.session_label.to_string(),
         method: method.clone(),
         tool: tool.clone(),
-        arguments: fields.arguments.as_ref().map(|r| line[r.clone()].to_string()),
+        arguments: None,
         declared,
         attempt: 0,
     };
     loop {
         // The plugin set is read once per attempt; an attempt finishes on the set it started with.
         let set = server.policy.current();
+        // Arguments can be large (a whole file for write_file): copy them only for plugins to read.
+        if !set.is_empty() && call.arguments.is_none() {
+            call.arguments = fields.arguments.as_ref().map(|r| line[r.clone()].to_string());
+        }
         let decision = match set.decide(&call) {
             Ok(d) => d,
             Err(rejection) => {
