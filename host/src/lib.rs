@@ -5,6 +5,7 @@ pub mod cli;
 pub mod codec;
 pub mod config;
 pub mod decision;
+pub mod demo;
 pub mod downstream;
 pub mod engine;
 pub mod error;

@@ -21,6 +21,8 @@ enum Command {
         /// The router's socket.
         socket: PathBuf,
     },
+    /// Show what switchyard fixes, measured: the fixture server directly vs through switchyard.
+    Demo,
     /// Work with policy plugins.
     Plugin {
         #[command(subcommand)]
@@ -54,6 +56,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Fixture { args } => ExitCode::from(switchyard_fixture::main_with_args(args) as u8),
         Command::Run(args) => report(switchyard::cli::run_blocking(args)),
+        Command::Demo => report(switchyard::demo::run_blocking()),
         Command::Connect { socket } => report(switchyard::cli::connect_blocking(&socket)),
         Command::Plugin { command: PluginCommand::Check { file, config, call } } => {
             report(switchyard::policy::check::run(&file, &config, call.as_deref()))
