@@ -90,6 +90,8 @@ pub struct Instance {
     dead_tx: watch::Sender<bool>,
     exit_rx: watch::Receiver<Option<String>>,
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    /// Set when the child's stderr reached EOF (every line is in `stderr_tail`).
+    stderr_done: Arc<watch::Sender<bool>>,
     pid: Option<u32>,
     applied: Mutex<Applied>,
     last_used: Mutex<Instant>,
@@ -156,6 +158,7 @@ impl Instance {
             dead_tx,
             exit_rx,
             stderr_tail: Arc::new(Mutex::new(VecDeque::new())),
+            stderr_done: Arc::new(watch::channel(false).0),
             pid,
             applied: Mutex::new(Applied::default()),
             last_used: Mutex::new(Instant::now()),
@@ -163,7 +166,7 @@ impl Instance {
         });
         tokio::spawn(write_loop(stdin, wrx, label.clone()));
         tokio::spawn(wait_exit(child, exit_tx));
-        tokio::spawn(stderr_loop(stderr, label.clone(), inst.stderr_tail.clone()));
+        tokio::spawn(stderr_loop(stderr, label.clone(), inst.stderr_tail.clone(), inst.stderr_done.clone()));
         let reader = inst.clone();
         let limit = spec.max_message_bytes;
         tokio::spawn(async move { reader.read_loop(stdout, limit).await });
@@ -454,8 +457,10 @@ impl Instance {
                 }
             }
         };
-        // Give the stderr task a moment to take the last lines the process wrote.
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        // The last lines the process wrote are what the error shows: wait for stderr to close
+        // (at once, usually), but not long if something else holds the pipe open.
+        let mut done = self.stderr_done.subscribe();
+        let _ = tokio::time::timeout(Duration::from_millis(20), done.wait_for(|d| *d)).await;
         // What the leader left behind in its group (e.g. a server under a killed `npx` or `sh`)
         // would be an orphan: it goes too.
         self.signal(libc::SIGKILL);
@@ -560,6 +565,7 @@ async fn stderr_loop(
     stderr: tokio::process::ChildStderr,
     label: String,
     tail: Arc<Mutex<VecDeque<String>>>,
+    done: Arc<watch::Sender<bool>>,
 ) {
     let mut reader = LineReader::new(BufReader::new(stderr), 16 * 1024);
     while let Ok(Some(frame)) = reader.next().await {
@@ -575,4 +581,5 @@ async fn stderr_loop(
         }
         t.push_back(line);
     }
+    done.send_replace(true);
 }
