@@ -80,14 +80,14 @@ fn check_wasm_target() {
         .ok()
         .filter(|o| o.status.success())
         .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
-    if let Some(sysroot) = sysroot {
-        if !sysroot.join("lib/rustlib").join(WASM_TARGET).is_dir() {
-            panic!(
-                "\n\nswitchyard builds its example policy plugins for the `{WASM_TARGET}` target, \
+    if let Some(sysroot) = sysroot
+        && !sysroot.join("lib/rustlib").join(WASM_TARGET).is_dir()
+    {
+        panic!(
+            "\n\nswitchyard builds its example policy plugins for the `{WASM_TARGET}` target, \
                  which is not installed for {}.\nrun: rustup target add {WASM_TARGET}\n\n",
-                sysroot.display()
-            );
-        }
+            sysroot.display()
+        );
     }
 }
 
@@ -107,10 +107,7 @@ fn build_plugins(src: &Path, build_dir: &Path) {
             .iter()
             .any(|k| key.starts_with(k));
         if (key.starts_with("CARGO_") && !keep)
-            || matches!(
-                key,
-                "RUSTFLAGS" | "RUSTC_WRAPPER" | "RUSTC_WORKSPACE_WRAPPER" | "TARGET" | "HOST" | "OUT_DIR"
-            )
+            || matches!(key, "RUSTFLAGS" | "RUSTC_WRAPPER" | "RUSTC_WORKSPACE_WRAPPER" | "TARGET" | "HOST" | "OUT_DIR")
         {
             cmd.env_remove(key);
         }
@@ -119,10 +116,7 @@ fn build_plugins(src: &Path, build_dir: &Path) {
     cmd.stdout(std::process::Stdio::from(std::io::stderr()));
     let status = cmd.status().unwrap_or_else(|e| panic!("cannot run cargo for the plugins: {e}"));
     if !status.success() {
-        panic!(
-            "building the policy plugins in {} failed ({status}); the cargo output above says why",
-            src.display()
-        );
+        panic!("building the policy plugins in {} failed ({status}); the cargo output above says why", src.display());
     }
 }
 
@@ -135,7 +129,6 @@ fn publish(artifacts: &Path, to: &Path, list: &[(&str, &str, &str)]) {
         let tmp = to.join(format!(".{name}.tmp"));
         std::fs::copy(&from, &tmp)
             .unwrap_or_else(|e| panic!("cannot copy {} to {}: {e}", from.display(), tmp.display()));
-        std::fs::rename(&tmp, &dest)
-            .unwrap_or_else(|e| panic!("cannot move {} into place: {e}", dest.display()));
+        std::fs::rename(&tmp, &dest).unwrap_or_else(|e| panic!("cannot move {} into place: {e}", dest.display()));
     }
 }

@@ -22,9 +22,7 @@ fn chain(rt: &tokio::runtime::Runtime, plugins: &[(&str, &str)]) -> (tempfile::T
         config.plugins.push(entry);
     }
     let shutdown = CancellationToken::new();
-    let policy = rt
-        .block_on(Policy::start(&config, Some(dir.path().to_path_buf()), shutdown.clone()))
-        .unwrap();
+    let policy = rt.block_on(Policy::start(&config, Some(dir.path().to_path_buf()), shutdown.clone())).unwrap();
     let set = policy.current();
     assert_eq!(set.names().len(), plugins.len(), "every plugin loads");
     shutdown.cancel();
@@ -59,7 +57,10 @@ fn bench(c: &mut Criterion) {
         &[
             ("hints.wasm", r#"{"tools":{"read_*":{"readOnlyHint":true}}}"#),
             ("fs-keys.wasm", "{}"),
-            ("timeouts.wasm", r#"{"tools":{"*":{"timeout_ms":60000},"write_*":{"timeout_ms":5000,"retry":{"attempts":1,"backoff_ms":100}}}}"#),
+            (
+                "timeouts.wasm",
+                r#"{"tools":{"*":{"timeout_ms":60000},"write_*":{"timeout_ms":5000,"retry":{"attempts":1,"backoff_ms":100}}}}"#,
+            ),
         ],
     );
     g.bench_function("3 plugins (hints+fs-keys+timeouts)", |b| {

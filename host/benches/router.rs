@@ -116,7 +116,7 @@ impl Bench {
         let sock = self.dir.join("router.sock");
         let mut argv = self.router_argv("sock", "", &[], server);
         let at = argv.iter().position(|a| a == "--").unwrap();
-        argv.splice(at..at, [ "--listen".to_string(), self.s(&sock), "--no-stdio".to_string()]);
+        argv.splice(at..at, ["--listen".to_string(), self.s(&sock), "--no-stdio".to_string()]);
         Conn::socket(label, "text", argv, &sock, &self.dir.join("socket.stderr"))
     }
 
@@ -144,7 +144,9 @@ impl Bench {
             (self.conn("switchyard", "message", self.router_argv("ev", "", &[], &ev)), BLOCK / 2),
             (self.conn("shell log proxy", "message", self.shell_argv(&ev)), BLOCK / 10),
         ];
-        println!("\n### Round-trip latency, server-everything `echo` ({ROUNDS} alternating rounds; sequential calls)\n");
+        println!(
+            "\n### Round-trip latency, server-everything `echo` ({ROUNDS} alternating rounds; sequential calls)\n"
+        );
         latency_table(&mut targets);
     }
 
@@ -178,7 +180,11 @@ impl Bench {
         let mut targets: Vec<Conn> = vec![self.conn("direct", "text", fx.clone())];
         for n in [1, 2, 4] {
             let config = format!("[pools.default]\nmin = {n}\nmax = {n}\n");
-            targets.push(self.conn(&format!("switchyard, pool of {n}"), "text", self.router_argv(&format!("t{n}"), &config, &[], &fx)));
+            targets.push(self.conn(
+                &format!("switchyard, pool of {n}"),
+                "text",
+                self.router_argv(&format!("t{n}"), &config, &[], &fx),
+            ));
         }
         targets.push(self.conn("shell log proxy", "text", self.shell_argv(&fx)));
         let windows = [1usize, 8, 64];
@@ -189,7 +195,10 @@ impl Bench {
                 rates[ti][wi] = t.pipelined(w);
             }
         }
-        println!("\n### Throughput, fixture `echo`, requests outstanding on one connection ({} s per cell)\n", MEASURE.as_secs_f64());
+        println!(
+            "\n### Throughput, fixture `echo`, requests outstanding on one connection ({} s per cell)\n",
+            MEASURE.as_secs_f64()
+        );
         println!("| target | 1 | 8 | 64 |");
         println!("|---|---:|---:|---:|");
         for (t, r) in targets.iter().zip(&rates) {
@@ -406,7 +415,9 @@ impl Conn {
                 writer_done.store(true, Ordering::Release);
             });
             s.spawn(move || {
-                while !(writer_done.load(Ordering::Acquire) && done.load(Ordering::Relaxed) == sent.load(Ordering::Relaxed)) {
+                while !(writer_done.load(Ordering::Acquire)
+                    && done.load(Ordering::Relaxed) == sent.load(Ordering::Relaxed))
+                {
                     line.clear();
                     let n = r.read_line(line).unwrap();
                     assert!(n > 0, "{label}: connection closed");
@@ -463,7 +474,9 @@ fn command(argv: &[String], stderr: &Path) -> Command {
 }
 
 fn echo_request(id: u64, field: &str) -> String {
-    format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"{field}":"hello"}}}}}}"#)
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"{field}":"hello"}}}}}}"#
+    )
 }
 
 /// Runs ROUNDS rounds of alternating blocks and prints p50/p99 per target and the overhead
@@ -547,7 +560,11 @@ fn child_rss_kib(pid: u32) -> u64 {
 /// What this ran on, for the record.
 fn machine() {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo.lines().find_map(|l| l.strip_prefix("model name")).map(|m| m.trim_start_matches([' ', '\t', ':'])).unwrap_or("?");
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|m| m.trim_start_matches([' ', '\t', ':']))
+        .unwrap_or("?");
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
     let mem = meminfo.lines().find_map(|l| l.strip_prefix("MemTotal:")).map(str::trim).unwrap_or("?");
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);

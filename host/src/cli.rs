@@ -55,12 +55,12 @@ pub fn derive_name(command: &str, args: &[String]) -> String {
     };
     let cmd = base(command);
     let launchers = ["npx", "node", "uvx", "uv", "python", "python3", "deno", "bunx", "bun", "pipx"];
-    if launchers.contains(&cmd.as_str()) {
-        if let Some(arg) = args.iter().find(|a| !a.starts_with('-') && *a != "run" && *a != "exec") {
-            let b = base(arg);
-            let b = b.split('@').find(|p| !p.is_empty()).unwrap_or(&b).to_string();
-            return b.trim_end_matches(".js").trim_end_matches(".py").to_string();
-        }
+    if launchers.contains(&cmd.as_str())
+        && let Some(arg) = args.iter().find(|a| !a.starts_with('-') && *a != "run" && *a != "exec")
+    {
+        let b = base(arg);
+        let b = b.split('@').find(|p| !p.is_empty()).unwrap_or(&b).to_string();
+        return b.trim_end_matches(".js").trim_end_matches(".py").to_string();
     }
     cmd
 }
@@ -106,7 +106,8 @@ pub fn run_blocking(args: RunArgs) -> anyhow::Result<()> {
     let result = runtime.block_on(async move {
         let shutdown = CancellationToken::new();
         tokio::spawn(on_signal(shutdown.clone()));
-        let opts = crate::RunOptions { plugins_dir: args.plugins.clone(), listen: args.listen.clone(), stdio: !args.no_stdio };
+        let opts =
+            crate::RunOptions { plugins_dir: args.plugins.clone(), listen: args.listen.clone(), stdio: !args.no_stdio };
         crate::run(config, opts, shutdown).await
     });
     // A blocking read of stdin may still be parked in the runtime's thread pool (after a signal
@@ -145,7 +146,10 @@ mod tests {
     #[test]
     fn names_come_from_the_package_not_the_launcher() {
         let a = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(derive_name("npx", &a(&["-y", "@modelcontextprotocol/server-filesystem", "/w"])), "server-filesystem");
+        assert_eq!(
+            derive_name("npx", &a(&["-y", "@modelcontextprotocol/server-filesystem", "/w"])),
+            "server-filesystem"
+        );
         assert_eq!(derive_name("/usr/bin/node", &a(&["dist/index.js", "stdio"])), "index");
         assert_eq!(derive_name("uvx", &a(&["mcp-server-git@1.2"])), "mcp-server-git");
         assert_eq!(derive_name("/opt/bin/my-server", &a(&["--port", "3"])), "my-server");

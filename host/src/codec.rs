@@ -213,8 +213,7 @@ pub fn parse(line: &str) -> Result<Envelope, ParseError> {
     }
     let id = raw.id.map(|r| span(line, r.get()));
     if let Some(m) = raw.method {
-        let method: String = serde_json::from_str(m.get())
-            .map_err(|_| invalid("`method` must be a string"))?;
+        let method: String = serde_json::from_str(m.get()).map_err(|_| invalid("`method` must be a string"))?;
         if raw.result.is_some() || raw.error.is_some() {
             return Err(invalid("a message cannot have both `method` and `result`/`error`"));
         }
@@ -258,8 +257,7 @@ pub fn parse(line: &str) -> Result<Envelope, ParseError> {
 
 /// Splits a batch (a JSON array) into the text of its elements. Err when the array is not JSON.
 pub fn split_batch(line: &str) -> Result<Vec<&str>, ParseError> {
-    let items: Vec<&RawValue> =
-        serde_json::from_str(line).map_err(|e| ParseError::Json(e.to_string()))?;
+    let items: Vec<&RawValue> = serde_json::from_str(line).map_err(|e| ParseError::Json(e.to_string()))?;
     Ok(items.into_iter().map(|r| r.get()).collect())
 }
 
@@ -385,9 +383,7 @@ pub fn response_ok(id: &str, result: &str) -> String {
 pub fn response_error(id: &str, code: i64, message: &str, data: Option<&serde_json::Value>) -> String {
     let message = json_string(message);
     match data {
-        Some(d) => format!(
-            r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":{code},"message":{message},"data":{d}}}}}"#
-        ),
+        Some(d) => format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":{code},"message":{message},"data":{d}}}}}"#),
         None => format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":{code},"message":{message}}}}}"#),
     }
 }
@@ -431,7 +427,9 @@ mod tests {
 
     #[test]
     fn classifies_notifications_and_responses() {
-        let n = parse(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"x","reason":"r"}}"#).unwrap();
+        let n =
+            parse(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"x","reason":"r"}}"#)
+                .unwrap();
         assert_eq!(n.kind, Kind::Notification);
         let r = parse(r#"{"id":"a b","jsonrpc":"2.0","result":{"x":[1,2]}}"#).unwrap();
         assert_eq!(r.kind, Kind::Response);
@@ -455,7 +453,8 @@ mod tests {
 
     #[test]
     fn batches_split_into_elements() {
-        let items = split_batch(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}, {"jsonrpc":"2.0","method":"n"}]"#).unwrap();
+        let items =
+            split_batch(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}, {"jsonrpc":"2.0","method":"n"}]"#).unwrap();
         assert_eq!(items.len(), 2);
         assert_eq!(parse(items[1]).unwrap().kind, Kind::Notification);
         assert!(split_batch("[1,").is_err());

@@ -180,9 +180,8 @@ impl PluginEntry {
         match &self.config {
             None => Ok("{}".to_string()),
             Some(toml::Value::String(s)) => {
-                serde_json::from_str::<serde_json::Value>(s).with_context(|| {
-                    format!("plugin {}: `config` is a string but not valid JSON", self.file)
-                })?;
+                serde_json::from_str::<serde_json::Value>(s)
+                    .with_context(|| format!("plugin {}: `config` is a string but not valid JSON", self.file))?;
                 Ok(s.clone())
             }
             Some(other) => Ok(serde_json::to_string(other)?),
@@ -193,13 +192,12 @@ impl PluginEntry {
 impl Config {
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> anyhow::Result<Config> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read config file {}", path.display()))?;
-        let mut config: Config = toml::from_str(&text)
-            .with_context(|| format!("config file {} is not valid", path.display()))?;
-        config.base_dir = path.parent().map(|p| {
-            if p.as_os_str().is_empty() { PathBuf::from(".") } else { p.to_path_buf() }
-        });
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
+        let mut config: Config =
+            toml::from_str(&text).with_context(|| format!("config file {} is not valid", path.display()))?;
+        config.base_dir =
+            path.parent().map(|p| if p.as_os_str().is_empty() { PathBuf::from(".") } else { p.to_path_buf() });
         config.validate()?;
         Ok(config)
     }
@@ -283,8 +281,7 @@ mod tests {
         let mut c: Config = toml::from_str("[pools.p]\nmin = 3\nmax = 2\n").unwrap();
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("pool `p`") && e.contains("min (3)"), "{e}");
-        let mut c: Config =
-            toml::from_str("[[plugins]]\nfile = \"a.wasm\"\nconfig = \"{nope\"\n").unwrap();
+        let mut c: Config = toml::from_str("[[plugins]]\nfile = \"a.wasm\"\nconfig = \"{nope\"\n").unwrap();
         assert!(c.validate().unwrap_err().to_string().contains("a.wasm"));
         assert!(toml::from_str::<Config>("[limits]\ncall_timeout = 3\n").is_err());
     }

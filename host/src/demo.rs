@@ -34,10 +34,8 @@ const STDERR_KEEP: usize = 16 * 1024;
 
 /// Runs the demo on a small runtime of its own; an error means a scenario misbehaved.
 pub fn run_blocking() -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?;
     runtime.block_on(run())
 }
 
@@ -109,7 +107,13 @@ impl Demo {
 
     /// The fixture behind `switchyard run`, with `config` and the named example plugins in a
     /// plugins directory of its own (`name` keeps scenarios apart in the scratch directory).
-    async fn routed(&self, name: &str, config: &str, plugins: &[&str], fixture_args: &[&str]) -> anyhow::Result<(Peer, PathBuf)> {
+    async fn routed(
+        &self,
+        name: &str,
+        config: &str,
+        plugins: &[&str],
+        fixture_args: &[&str],
+    ) -> anyhow::Result<(Peer, PathBuf)> {
         let dir = self.scratch.0.join(name.replace(' ', "-"));
         let plugins_dir = dir.join("plugins");
         std::fs::create_dir_all(&plugins_dir)?;
@@ -142,9 +146,18 @@ impl Demo {
         router.shutdown().await;
         println!("      through switchyard: {}", secs(s));
 
-        report.check(d >= Duration::from_millis(SLOW_MS * 8 / 10), || format!("{name}: directly the quick call did not wait ({})", secs(d)));
-        report.check(s < Duration::from_millis(500), || format!("{name}: through switchyard the quick call took {}", secs(s)));
-        report.row(name, "quick echo behind a 3 s sleep", secs(d), format!("{} (pool of up to 4 serial instances)", secs(s)));
+        report.check(d >= Duration::from_millis(SLOW_MS * 8 / 10), || {
+            format!("{name}: directly the quick call did not wait ({})", secs(d))
+        });
+        report.check(s < Duration::from_millis(500), || {
+            format!("{name}: through switchyard the quick call took {}", secs(s))
+        });
+        report.row(
+            name,
+            "quick echo behind a 3 s sleep",
+            secs(d),
+            format!("{} (pool of up to 4 serial instances)", secs(s)),
+        );
         Ok(())
     }
 
@@ -156,7 +169,12 @@ impl Demo {
         let d_same = two_writes(&direct, "/demo/same", "/demo/same").await?;
         let d_other = two_writes(&direct, "/demo/a", "/demo/b").await?;
         direct.shutdown().await;
-        println!("      directly: read-only tools [{}]; 2 writes, one path {}, two paths {}", d_tools.join(", "), secs(d_same), secs(d_other));
+        println!(
+            "      directly: read-only tools [{}]; 2 writes, one path {}, two paths {}",
+            d_tools.join(", "),
+            secs(d_same),
+            secs(d_other)
+        );
 
         let config = r#"
 [[plugins]]
@@ -174,18 +192,41 @@ config = { writes = ["write"], reads = ["read"], path_args = ["path"] }
         let s_same = two_writes(&router, "/demo/same", "/demo/same").await?;
         let s_other = two_writes(&router, "/demo/a", "/demo/b").await?;
         router.shutdown().await;
-        println!("      through switchyard: read-only tools [{}]; 2 writes, one path {}, two paths {}", s_tools.join(", "), secs(s_same), secs(s_other));
+        println!(
+            "      through switchyard: read-only tools [{}]; 2 writes, one path {}, two paths {}",
+            s_tools.join(", "),
+            secs(s_same),
+            secs(s_other)
+        );
 
         let one = Duration::from_millis(WRITE_MS);
-        report.check(!d_tools.iter().any(|t| t == "write"), || format!("{name}: the fixture itself declares `write` read-only"));
+        report.check(!d_tools.iter().any(|t| t == "write"), || {
+            format!("{name}: the fixture itself declares `write` read-only")
+        });
         report.check(s_tools.iter().any(|t| t == "write") && s_tools.iter().any(|t| t == "read"), || {
             format!("{name}: hints did not mark write and read read-only: [{}]", s_tools.join(", "))
         });
-        report.check(d_same < one * 3 / 2, || format!("{name}: directly two writes to one path took {} (expected to overlap)", secs(d_same)));
-        report.check(s_same >= one * 19 / 10, || format!("{name}: through switchyard two writes to one path overlapped ({})", secs(s_same)));
-        report.check(s_other < one * 3 / 2, || format!("{name}: through switchyard writes to two paths did not run in parallel ({})", secs(s_other)));
-        report.row(name, "tools run in parallel (readOnlyHint)", d_tools.join(", "), format!("{} (hints)", s_tools.join(", ")));
-        report.row("", "2 writes, one path, 0.5 s each", format!("{}: overlapped", secs(d_same)), format!("{}: serialised (fs-keys)", secs(s_same)));
+        report.check(d_same < one * 3 / 2, || {
+            format!("{name}: directly two writes to one path took {} (expected to overlap)", secs(d_same))
+        });
+        report.check(s_same >= one * 19 / 10, || {
+            format!("{name}: through switchyard two writes to one path overlapped ({})", secs(s_same))
+        });
+        report.check(s_other < one * 3 / 2, || {
+            format!("{name}: through switchyard writes to two paths did not run in parallel ({})", secs(s_other))
+        });
+        report.row(
+            name,
+            "tools run in parallel (readOnlyHint)",
+            d_tools.join(", "),
+            format!("{} (hints)", s_tools.join(", ")),
+        );
+        report.row(
+            "",
+            "2 writes, one path, 0.5 s each",
+            format!("{}: overlapped", secs(d_same)),
+            format!("{}: serialised (fs-keys)", secs(s_same)),
+        );
         report.row("", "2 writes, two paths, 0.5 s each", secs(d_other), secs(s_other));
         Ok(())
     }
@@ -220,13 +261,18 @@ config = { writes = ["write"], reads = ["read"], path_args = ["path"] }
             println!("      its message: {}", message.split("; last stderr").next().unwrap_or(message));
         }
 
-        report.check(d.write.is_err() && d.sleep.is_err(), || format!("{name}: directly a call was answered after the kill"));
-        let error_fast = matches!(&s.write, Ok(v) if v.get("error").is_some()) && s.write_after < Duration::from_secs(1);
+        report.check(d.write.is_err() && d.sleep.is_err(), || {
+            format!("{name}: directly a call was answered after the kill")
+        });
+        let error_fast =
+            matches!(&s.write, Ok(v) if v.get("error").is_some()) && s.write_after < Duration::from_secs(1);
         report.check(error_fast, || format!("{name}: through switchyard the write got {s_write}"));
         let retried = matches!(&s.sleep, Ok(v) if tool_text(v) == Some("slept 1000 ms"));
         report.check(retried, || format!("{name}: the read-only sleep was not retried successfully: {:?}", s.sleep));
         let new_pid = s_next_pid.as_ref().ok().copied();
-        report.check(new_pid.is_some() && new_pid != Some(s.pid), || format!("{name}: no fresh instance after the crash: {s_next_pid:?}"));
+        report.check(new_pid.is_some() && new_pid != Some(s.pid), || {
+            format!("{name}: no fresh instance after the crash: {s_next_pid:?}")
+        });
 
         let d_sleep = if d.sleep.is_err() { "never" } else { "answered?" };
         let s_sleep = match &s.sleep {
@@ -295,7 +341,12 @@ config = { tools = { read = { readOnlyHint = true }, write = { readOnlyHint = tr
 
         let made = tally.made.load(Ordering::Relaxed);
         let failed = tally.failed.lock().expect("lock").clone();
-        println!("      {made} calls from 4 callers, {} failed; read-only tools [{}] -> [{}]", failed.len(), before.join(", "), after.join(", "));
+        println!(
+            "      {made} calls from 4 callers, {} failed; read-only tools [{}] -> [{}]",
+            failed.len(),
+            before.join(", "),
+            after.join(", ")
+        );
         report.check(failed.is_empty(), || format!("{name}: {} call(s) failed, first: {}", failed.len(), failed[0]));
         report.check(made >= 100, || format!("{name}: only {made} calls were made"));
         report.check(noticed.is_some(), || format!("{name}: no tools/list_changed within 5 s of the swap"));
@@ -307,7 +358,12 @@ config = { tools = { read = { readOnlyHint = true }, write = { readOnlyHint = tr
             None => "no list_changed".to_string(),
         };
         let added: Vec<&str> = after.iter().filter(|t| !before.contains(t)).map(String::as_str).collect();
-        report.row(name, "calls while hints.wasm is swapped", "-", format!("{made} made by 4 callers, {} failed", failed.len()));
+        report.row(
+            name,
+            "calls while hints.wasm is swapped",
+            "-",
+            format!("{made} made by 4 callers, {} failed", failed.len()),
+        );
         report.row("", "read-only tools after the swap", "-", format!("+{} ({changed})", added.join(", +")));
         Ok(())
     }
@@ -720,7 +776,12 @@ impl Drop for Peer {
 
 /// Reads the server's messages: responses go to their waiting request, notifications to the
 /// queue. Requests from the server are not expected from the tools the demo calls.
-async fn read_messages(stdout: ChildStdout, pending: Pending, notes: mpsc::UnboundedSender<Value>, closed_at: Arc<Mutex<Option<Instant>>>) {
+async fn read_messages(
+    stdout: ChildStdout,
+    pending: Pending,
+    notes: mpsc::UnboundedSender<Value>,
+    closed_at: Arc<Mutex<Option<Instant>>>,
+) {
     let mut lines = BufReader::new(stdout).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         let Ok(msg) = serde_json::from_str::<Value>(&line) else { continue };

@@ -73,10 +73,12 @@ pub fn resolve(server: &Server, decision: Decision) -> Effective {
 fn default_retry(server: &Server, set: &PluginSet, call: &CallInfo) -> Retry {
     let safe = match call.tool.as_deref() {
         Some(tool) => set.annotate(&server.name, tool, &server.declared_hints(tool)).is_idempotent(),
-        None => call.method.ends_with("/list")
-            || call.method.ends_with("/read")
-            || call.method.ends_with("/get")
-            || call.method == "completion/complete",
+        None => {
+            call.method.ends_with("/list")
+                || call.method.ends_with("/read")
+                || call.method.ends_with("/get")
+                || call.method == "completion/complete"
+        }
     };
     if safe { DEFAULT_RETRY } else { Retry { attempts: 0, backoff_ms: 0 } }
 }
@@ -183,18 +185,18 @@ fn fastrand_u64() -> u64 {
 /// Puts the client's id back and, for tools/list, applies annotation overrides.
 fn finish(server: &Server, set: &PluginSet, method: &str, reply: crate::upstream::Reply, client_id: &str) -> String {
     let id_span = reply.env.id.clone().expect("responses routed by id have one");
-    if method == "tools/list" {
-        if let Some(r) = reply.env.result.clone() {
-            let result = &reply.line[r.clone()];
-            server.learn_tools(result);
-            if !set.is_empty() {
-                match annotate::rewrite_tools_list(set, &server.name, result) {
-                    Ok(Some(new)) => {
-                        return codec::splice_many(&reply.line, vec![(id_span, client_id), (r, new.as_str())]);
-                    }
-                    Ok(None) => {}
-                    Err(e) => tracing::warn!(server = %server.name, "tools/list result left as the server sent it: {e}"),
+    if method == "tools/list"
+        && let Some(r) = reply.env.result.clone()
+    {
+        let result = &reply.line[r.clone()];
+        server.learn_tools(result);
+        if !set.is_empty() {
+            match annotate::rewrite_tools_list(set, &server.name, result) {
+                Ok(Some(new)) => {
+                    return codec::splice_many(&reply.line, vec![(id_span, client_id), (r, new.as_str())]);
                 }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(server = %server.name, "tools/list result left as the server sent it: {e}"),
             }
         }
     }
@@ -247,9 +249,10 @@ async fn attempt(
         })
     };
     let gate_notice = || format!("{what} on server `{}` is waiting for {}", server.name, server.gate.blockers());
-    let _permit = bounded(server.gate.acquire(eff.concurrency.clone()), deadline, &req.cancel.token, req.link, gate_notice)
-        .await
-        .map_err(|e| e.map_or(Stop::Cancelled, |w| timeout(Some(w))))?;
+    let _permit =
+        bounded(server.gate.acquire(eff.concurrency.clone()), deadline, &req.cancel.token, req.link, gate_notice)
+            .await
+            .map_err(|e| e.map_or(Stop::Cancelled, |w| timeout(Some(w))))?;
     let pool = &eff.pool;
     let pool_notice = || {
         format!(

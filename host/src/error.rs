@@ -61,9 +61,7 @@ impl CallError {
         match self {
             CallError::Rejected(_) => codec::POLICY_REJECTED,
             CallError::Timeout { .. } => codec::REQUEST_TIMEOUT,
-            CallError::Died { .. } | CallError::Down { .. } | CallError::ShuttingDown => {
-                codec::SERVER_UNAVAILABLE
-            }
+            CallError::Died { .. } | CallError::Down { .. } | CallError::ShuttingDown => codec::SERVER_UNAVAILABLE,
             CallError::Busy { .. } => codec::SERVER_BUSY,
             CallError::NotInitialized { .. } => codec::INVALID_REQUEST,
         }
@@ -122,7 +120,12 @@ mod tests {
 
     #[test]
     fn only_transport_failures_and_timeouts_retry() {
-        let t = CallError::Timeout { server: "s".into(), what: "x".into(), elapsed: Duration::from_millis(1500), waiting: None };
+        let t = CallError::Timeout {
+            server: "s".into(),
+            what: "x".into(),
+            elapsed: Duration::from_millis(1500),
+            waiting: None,
+        };
         assert!(t.is_retryable());
         assert!(t.to_string().contains("1.5 s"));
         assert!(!CallError::Busy { server: "s".into(), reason: "r".into() }.is_retryable());

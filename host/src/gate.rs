@@ -314,4 +314,3 @@ mod tests {
         assert!(st.waiting.is_empty() && st.shared == 0 && !st.exclusive, "shared = {}", st.shared);
     }
 }
-

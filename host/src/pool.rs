@@ -132,14 +132,14 @@ impl Drop for FqWait<'_> {
         }
         let mut st = self.queue.state.lock().expect("queue lock");
         let mut found = false;
-        if let Some(q) = st.waiters.get_mut(&self.session) {
-            if let Some(i) = q.iter().position(|(t, _)| *t == self.ticket) {
-                q.remove(i);
-                found = true;
-                if q.is_empty() {
-                    st.waiters.remove(&self.session);
-                    st.turn.retain(|s| *s != self.session);
-                }
+        if let Some(q) = st.waiters.get_mut(&self.session)
+            && let Some(i) = q.iter().position(|(t, _)| *t == self.ticket)
+        {
+            q.remove(i);
+            found = true;
+            if q.is_empty() {
+                st.waiters.remove(&self.session);
+                st.turn.retain(|s| *s != self.session);
             }
         }
         if found {
@@ -212,8 +212,7 @@ impl Pool {
     }
 
     fn new_scope(&self) -> Scope {
-        let queue = (self.config.max_inflight > 0)
-            .then(|| FairQueue::new(self.config.max * self.config.max_inflight));
+        let queue = (self.config.max_inflight > 0).then(|| FairQueue::new(self.config.max * self.config.max_inflight));
         Scope { instances: Vec::new(), starting: 0, queue }
     }
 
@@ -283,14 +282,12 @@ impl Pool {
             scopes.entry(key).or_insert_with(|| self.new_scope()).queue.clone()
         };
         let slot = match queue {
-            Some(q) => Some(q.acquire(session, self.config.max_queue).await.map_err(|queued| {
-                CallError::Busy {
-                    server: self.server.clone(),
-                    reason: format!(
-                        "pool `{}` has {} calls queued already (max_queue = {})",
-                        self.name, queued, self.config.max_queue
-                    ),
-                }
+            Some(q) => Some(q.acquire(session, self.config.max_queue).await.map_err(|queued| CallError::Busy {
+                server: self.server.clone(),
+                reason: format!(
+                    "pool `{}` has {} calls queued already (max_queue = {})",
+                    self.name, queued, self.config.max_queue
+                ),
             })?),
             None => None,
         };
@@ -383,11 +380,7 @@ impl Pool {
         for (key, scope) in scopes.iter_mut() {
             let keep = if key.is_none() { self.config.min } else { 1 };
             while scope.instances.len() > keep {
-                let Some(i) = scope
-                    .instances
-                    .iter()
-                    .position(|i| i.inflight() == 0 && i.idle_for() >= idle_for)
-                else {
+                let Some(i) = scope.instances.iter().position(|i| i.inflight() == 0 && i.idle_for() >= idle_for) else {
                     break;
                 };
                 out.push(scope.instances.remove(i));

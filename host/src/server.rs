@@ -199,10 +199,7 @@ impl Hub {
             return;
         };
         let n = link.next_out.fetch_add(1, Ordering::Relaxed);
-        link.outbound
-            .lock()
-            .expect("lock")
-            .insert(n, (Arc::downgrade(inst), line[id_span.clone()].to_string()));
+        link.outbound.lock().expect("lock").insert(n, (Arc::downgrade(inst), line[id_span.clone()].to_string()));
         link.send(codec::splice(&line, id_span, &n.to_string()));
     }
 
@@ -212,11 +209,15 @@ impl Hub {
         let gone: *const Instance = inst;
         for s in self.sessions.read().expect("lock").values() {
             let mut out = s.outbound.lock().expect("lock");
-            let ids: Vec<u64> = out.iter().filter(|(_, (w, _))| std::ptr::eq(w.as_ptr(), gone)).map(|(n, _)| *n).collect();
+            let ids: Vec<u64> =
+                out.iter().filter(|(_, (w, _))| std::ptr::eq(w.as_ptr(), gone)).map(|(n, _)| *n).collect();
             for n in ids {
                 out.remove(&n);
                 let reason = codec::json_string(&format!("server instance {} ended", inst.label()));
-                s.send(codec::notification("notifications/cancelled", &format!(r#"{{"requestId":{n},"reason":{reason}}}"#)));
+                s.send(codec::notification(
+                    "notifications/cancelled",
+                    &format!(r#"{{"requestId":{n},"reason":{reason}}}"#),
+                ));
             }
         }
     }
@@ -227,10 +228,7 @@ impl Hub {
             tracing::warn!(session = link.id, "dropped an error response with id null from the client");
             return;
         };
-        let entry = line[span.clone()]
-            .parse::<u64>()
-            .ok()
-            .and_then(|n| link.outbound.lock().expect("lock").remove(&n));
+        let entry = line[span.clone()].parse::<u64>().ok().and_then(|n| link.outbound.lock().expect("lock").remove(&n));
         let Some((inst, upstream_id)) = entry else {
             tracing::warn!(session = link.id, id = &line[span], "dropped a response to an unknown request id");
             return;
@@ -739,7 +737,12 @@ impl Server {
         failures
     }
 
-    async fn reconcile_instance(&self, inst: &Instance, holder: Option<u64>, timeout: Duration) -> Vec<(Setup, String)> {
+    async fn reconcile_instance(
+        &self,
+        inst: &Instance,
+        holder: Option<u64>,
+        timeout: Duration,
+    ) -> Vec<(Setup, String)> {
         let (level, uris) = match inst.owner {
             Some(owner) => (self.hub.session_level(owner), self.hub.uris(Some(owner))),
             None if holder == Some(inst.number()) => (self.hub.wanted_level(), self.hub.uris(None)),
@@ -832,7 +835,11 @@ impl Server {
             }
             let every = Duration::from_millis(self.limits.health_interval_ms);
             for inst in self.all_instances() {
-                if inst.is_ready() && inst.inflight() == 0 && inst.idle_for() >= every && !pinging.contains(&inst.number()) {
+                if inst.is_ready()
+                    && inst.inflight() == 0
+                    && inst.idle_for() >= every
+                    && !pinging.contains(&inst.number())
+                {
                     pinging.insert(inst.number());
                     let (server, done) = (self.clone(), done_tx.clone());
                     self.tasks.spawn(async move {
@@ -882,10 +889,10 @@ impl Server {
                     pool.forget(inst);
                 }
                 inst.kill().await;
-                if let Some(pool) = self.pools.get(&inst.pool).cloned() {
-                    if pool.missing() > 0 {
-                        let _ = pool.warm_up().await;
-                    }
+                if let Some(pool) = self.pools.get(&inst.pool).cloned()
+                    && pool.missing() > 0
+                {
+                    let _ = pool.warm_up().await;
                 }
             }
             Err(_) => {}

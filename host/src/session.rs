@@ -65,7 +65,13 @@ where
     let (tx, rx) = mpsc::unbounded_channel();
     let link = SessionLink::new(id, tx);
     server.hub.attach(link.clone());
-    let session = Arc::new(Session { id, label: label.clone(), link, server: server.clone(), inflight: Mutex::new(HashMap::new()) });
+    let session = Arc::new(Session {
+        id,
+        label: label.clone(),
+        link,
+        server: server.clone(),
+        inflight: Mutex::new(HashMap::new()),
+    });
     let writer_task = tokio::spawn(write_loop(writer, rx));
     tracing::debug!(session = %label, "session started");
     let tasks = TaskTracker::new();

@@ -295,10 +295,10 @@ impl Instance {
         }
         let rewritten = codec::splice_many(line, edits);
         let (tx, rx) = oneshot::channel();
-        self.pending.lock().expect("lock").insert(
-            upstream_id,
-            Pending { session, reply: tx, progress: route, activity },
-        );
+        self.pending
+            .lock()
+            .expect("lock")
+            .insert(upstream_id, Pending { session, reply: tx, progress: route, activity });
         if self.write(rewritten).await.is_err() {
             self.pending.lock().expect("lock").remove(&upstream_id);
             return Err(self.death_or_closed());
@@ -314,10 +314,10 @@ impl Instance {
         let upstream_id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let line = codec::request(&upstream_id.to_string(), method, params);
         let (tx, rx) = oneshot::channel();
-        self.pending.lock().expect("lock").insert(
-            upstream_id,
-            Pending { session: 0, reply: tx, progress: None, activity: None },
-        );
+        self.pending
+            .lock()
+            .expect("lock")
+            .insert(upstream_id, Pending { session: 0, reply: tx, progress: None, activity: None });
         if self.write(line).await.is_err() {
             self.pending.lock().expect("lock").remove(&upstream_id);
             return Err(self.death_or_closed());
@@ -329,10 +329,7 @@ impl Instance {
     pub async fn cancel(&self, upstream_id: u64, reason: &str) {
         let was_pending = self.pending.lock().expect("lock").remove(&upstream_id).is_some();
         if was_pending && !self.is_dead() {
-            let params = format!(
-                r#"{{"requestId":{upstream_id},"reason":{}}}"#,
-                codec::json_string(reason)
-            );
+            let params = format!(r#"{{"requestId":{upstream_id},"reason":{}}}"#, codec::json_string(reason));
             let _ = self.write(codec::notification("notifications/cancelled", &params)).await;
         }
     }
@@ -372,7 +369,9 @@ impl Instance {
             // A batch (2025-03-26 allows them both ways): its messages are routed one by one.
             match codec::split_batch(&line) {
                 Ok(items) => items.into_iter().for_each(|m| self.on_message(m.to_string())),
-                Err(e) => tracing::warn!(instance = %self.label, "skipped a malformed batch on stdout: {}", e.message()),
+                Err(e) => {
+                    tracing::warn!(instance = %self.label, "skipped a malformed batch on stdout: {}", e.message())
+                }
             }
             return;
         }

@@ -36,9 +36,12 @@ async fn calls_are_pipelined_and_ids_restored() {
     let mut s = Setup::new(&[], &[]).await;
     s.client.initialize().await;
     // String and numeric ids, sent together; the quick one must not wait for the slow one.
-    s.client.send_request_with_id(json!("slow-1"), "tools/call", json!({"name": "sleep", "arguments": {"ms": 1500}})).await;
+    s.client
+        .send_request_with_id(json!("slow-1"), "tools/call", json!({"name": "sleep", "arguments": {"ms": 1500}}))
+        .await;
     let started = Instant::now();
-    let quick = s.client.request_with_id(json!(7), "tools/call", json!({"name": "echo", "arguments": {"text": "quick"}})).await;
+    let quick =
+        s.client.request_with_id(json!(7), "tools/call", json!({"name": "echo", "arguments": {"text": "quick"}})).await;
     assert_eq!(tool_text(&quick), "quick");
     assert!(started.elapsed() < Duration::from_millis(1200), "echo waited for sleep: {:?}", started.elapsed());
     let slow = s.client.wait_response(&json!("slow-1")).await;
@@ -113,7 +116,8 @@ async fn cancellation_reaches_the_server_with_its_own_id() {
     let upstream_id = received(&entries, "tools/call").next().unwrap()["id"].clone();
     assert!(upstream_id.is_u64(), "the server sees the router's numeric id");
     s.client.cancel(&json!(3), "user pressed stop").await;
-    let entries = wait_journal(&journal, Duration::from_secs(5), |e| received(e, "notifications/cancelled").count() > 0).await;
+    let entries =
+        wait_journal(&journal, Duration::from_secs(5), |e| received(e, "notifications/cancelled").count() > 0).await;
     let cancel = received(&entries, "notifications/cancelled").next().unwrap();
     assert_eq!(cancel["params"]["requestId"], upstream_id);
     assert_eq!(cancel["params"]["reason"], "user pressed stop", "the client's reason is passed on");
@@ -130,7 +134,8 @@ async fn progress_tokens_are_rewritten_and_mapped_back() {
     let id = s.client.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": 400, "progress_ms": 100}, "_meta": {"progressToken": "my-token"}})).await;
     let resp = s.client.wait_response(&id).await;
     assert_eq!(tool_text(&resp), "slept 400 ms");
-    let progress: Vec<&Value> = s.client.buffered().iter().filter(|m| m["method"] == "notifications/progress").collect();
+    let progress: Vec<&Value> =
+        s.client.buffered().iter().filter(|m| m["method"] == "notifications/progress").collect();
     assert!(progress.len() >= 2, "expected progress, got {:?}", s.client.buffered());
     assert!(progress.iter().all(|p| p["params"]["progressToken"] == "my-token"));
 }
@@ -142,7 +147,10 @@ async fn server_requests_reach_the_client_and_answers_go_back() {
     let id = s.client.send_request("tools/call", json!({"name": "sample", "arguments": {"prompt": "hello?"}})).await;
     let req = s.client.recv_request("sampling/createMessage").await;
     s.client
-        .respond(req["id"].clone(), json!({"role": "assistant", "content": {"type": "text", "text": "sampled!"}, "model": "m"}))
+        .respond(
+            req["id"].clone(),
+            json!({"role": "assistant", "content": {"type": "text", "text": "sampled!"}, "model": "m"}),
+        )
         .await;
     let resp = s.client.wait_response(&id).await;
     assert!(tool_text(&resp).contains("sampled!"), "{resp}");
@@ -235,7 +243,10 @@ async fn a_missing_command_is_a_clear_error() {
     let mut r = Proc::router(&["--", "/nonexistent/mcp-server"]);
     let mut c = r.client();
     let resp = c
-        .request("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}))
+        .request(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
+        )
         .await;
     let msg = resp["error"]["message"].as_str().unwrap_or_default().to_string();
     assert!(msg.contains("/nonexistent/mcp-server") && msg.contains("No such file"), "{resp}");

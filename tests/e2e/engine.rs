@@ -56,7 +56,8 @@ async fn head_of_line_blocking_is_gone_with_a_pool() {
 
     // And across two sessions sharing the router.
     let sock = s.dir.path().join("r.sock");
-    let mut r = Setup::with_config(&["--serial"], &["--listen", sock.to_str().unwrap()], Some(POOL_OF_FOUR_SERIAL)).await;
+    let mut r =
+        Setup::with_config(&["--serial"], &["--listen", sock.to_str().unwrap()], Some(POOL_OF_FOUR_SERIAL)).await;
     r.client.initialize().await;
     let (_p, mut other) = connect(&sock).await;
     other.initialize().await;
@@ -79,7 +80,8 @@ async fn a_hung_call_times_out_is_cancelled_upstream_and_its_late_reply_is_dropp
     let msg = resp["error"]["message"].as_str().unwrap();
     assert!(msg.contains("`write`") && msg.contains("timed out after 0.5 s") && msg.contains("switchyard"), "{msg}");
     assert!(took < Duration::from_millis(1400), "the timeout fired late: {took:?}");
-    let entries = wait_journal(&journal, Duration::from_secs(3), |e| received(e, "notifications/cancelled").count() > 0).await;
+    let entries =
+        wait_journal(&journal, Duration::from_secs(3), |e| received(e, "notifications/cancelled").count() > 0).await;
     let call_id = received(&entries, "tools/call").last().unwrap()["id"].clone();
     assert!(call_id.is_u64());
     assert_eq!(received(&entries, "notifications/cancelled").next().unwrap()["params"]["requestId"], call_id);
@@ -108,7 +110,10 @@ async fn a_crash_fails_unsafe_calls_fast_and_retries_safe_ones() {
     // Let the router learn the tools' annotations (sleep is read-only; write is not).
     s.client.request("tools/list", json!({})).await;
     let pid = fixture_pid(&mut s.client).await;
-    let write_id = s.client.send_request("tools/call", json!({"name": "write", "arguments": {"path": "/a", "text": "x", "ms": 10000}})).await;
+    let write_id = s
+        .client
+        .send_request("tools/call", json!({"name": "write", "arguments": {"path": "/a", "text": "x", "ms": 10000}}))
+        .await;
     let sleep_id = s.client.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": 300}})).await;
     tokio::time::sleep(Duration::from_millis(150)).await;
     // SAFETY: plain kill(2) of the fixture process this test started through the router.
@@ -129,7 +134,8 @@ async fn a_crash_fails_unsafe_calls_fast_and_retries_safe_ones() {
 #[tokio::test]
 async fn a_crash_loop_marks_the_server_down_with_the_reason() {
     let mut s = Setup::new(&["--exit-on-start", "7"], &[]).await;
-    let params = json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}});
+    let params =
+        json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}});
     let first = s.client.request("initialize", params.clone()).await;
     let msg = first["error"]["message"].as_str().unwrap().to_string();
     assert!(msg.contains("exit status 7") && msg.contains("refusing to start"), "{first}");
@@ -203,16 +209,23 @@ async fn a_departed_session_has_its_calls_cancelled_and_others_carry_on() {
     wait_journal(&journal, Duration::from_secs(5), |e| received(e, "tools/call").count() >= 2).await;
     gone.close().await;
     gone_proc.wait().await;
-    let entries = wait_journal(&journal, Duration::from_secs(5), |e| received(e, "notifications/cancelled").count() > 0).await;
-    assert_eq!(received(&entries, "notifications/cancelled").count(), 1, "only the departed session's call is cancelled");
+    let entries =
+        wait_journal(&journal, Duration::from_secs(5), |e| received(e, "notifications/cancelled").count() > 0).await;
+    assert_eq!(
+        received(&entries, "notifications/cancelled").count(),
+        1,
+        "only the departed session's call is cancelled"
+    );
     assert_eq!(tool_text(&s.client.wait_response(&mine).await), "slept 800 ms");
 }
 
 #[tokio::test]
 async fn progress_keeps_a_slow_call_alive_past_its_timeout() {
-    let mut s = Setup::with_config(&[], &[], Some("[limits]\ncall_timeout_ms = 500\nmax_call_timeout_ms = 5000\n")).await;
+    let mut s =
+        Setup::with_config(&[], &[], Some("[limits]\ncall_timeout_ms = 500\nmax_call_timeout_ms = 5000\n")).await;
     s.client.initialize().await;
-    let with_progress = json!({"name": "sleep", "arguments": {"ms": 1500, "progress_ms": 200}, "_meta": {"progressToken": 1}});
+    let with_progress =
+        json!({"name": "sleep", "arguments": {"ms": 1500, "progress_ms": 200}, "_meta": {"progressToken": 1}});
     let resp = s.client.request("tools/call", with_progress).await;
     assert_eq!(tool_text(&resp), "slept 1500 ms", "{resp}");
     // Without progress the same call times out.
@@ -236,7 +249,11 @@ async fn a_burst_grows_the_pool_and_idle_instances_are_reaped() {
     for id in &ids {
         s.client.wait_response(id).await;
     }
-    assert!(started.elapsed() < Duration::from_millis(1100), "three serial instances should overlap: {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_millis(1100),
+        "three serial instances should overlap: {:?}",
+        started.elapsed()
+    );
     let pids: std::collections::BTreeSet<u32> = harness::journal(&journal_file)
         .iter()
         .filter(|e| e["msg"]["method"] == "tools/call")

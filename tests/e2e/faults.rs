@@ -65,7 +65,11 @@ async fn settle(c: &mut Client, tag: &str, ledger: &Ledger) {
         let done = need.iter().all(|id| answers.contains_key(id));
         let limit = if done { Duration::from_millis(500) } else { Duration::from_secs(10) };
         let Some(m) = c.recv_timeout(limit).await else {
-            assert!(done, "{tag}: no answer for {:?}", need.iter().filter(|id| !answers.contains_key(id)).collect::<Vec<_>>());
+            assert!(
+                done,
+                "{tag}: no answer for {:?}",
+                need.iter().filter(|id| !answers.contains_key(id)).collect::<Vec<_>>()
+            );
             break;
         };
         assert!(std::time::Instant::now() < deadline, "{tag}: did not settle");
@@ -90,7 +94,8 @@ async fn every_request_is_answered_once_under_random_crashes_and_cancels() {
     let journal_file = journal_in(&dir);
     let sock = dir.path().join("f.sock");
     let cfg = "[pools.default]\nmin = 1\nmax = 3\nmax_inflight = 2\n[limits]\ncall_timeout_ms = 5000\n";
-    let mut s = Setup::with_config(&["--journal", &journal_file], &["--listen", sock.to_str().unwrap()], Some(cfg)).await;
+    let mut s =
+        Setup::with_config(&["--journal", &journal_file], &["--listen", sock.to_str().unwrap()], Some(cfg)).await;
     s.client.initialize().await;
     let (mut other_proc, mut other) = connect(&sock).await;
     other.initialize().await;
@@ -104,7 +109,8 @@ async fn every_request_is_answered_once_under_random_crashes_and_cancels() {
     other_proc.wait().await;
     s.client.close().await;
     assert_eq!(s.router.wait_timeout(Duration::from_secs(10)).await.code(), Some(0));
-    let pids: HashSet<u32> = harness::journal(&journal_file).iter().filter_map(|e| e["pid"].as_u64()).map(|p| p as u32).collect();
+    let pids: HashSet<u32> =
+        harness::journal(&journal_file).iter().filter_map(|e| e["pid"].as_u64()).map(|p| p as u32).collect();
     assert!(pids.len() > 1, "the storm should have crashed instances: {pids:?}");
     for pid in pids {
         assert!(wait_gone(pid, Duration::from_secs(3)).await, "fixture {pid} outlived the router");

@@ -24,10 +24,7 @@ async fn initialize_reports_name_and_capabilities() {
     assert_eq!(init["result"]["capabilities"]["tools"]["listChanged"], true);
     let pid = c.call_text("pid", json!({})).await;
     let pid: serde_json::Value = serde_json::from_str(&pid).unwrap();
-    assert_eq!(
-        pid["pid"], p.pid,
-        "the fixture runs in the spawned process itself"
-    );
+    assert_eq!(pid["pid"], p.pid, "the fixture runs in the spawned process itself");
     assert_eq!(pid["name"], "alpha");
 }
 
@@ -35,25 +32,12 @@ async fn initialize_reports_name_and_capabilities() {
 async fn serial_mode_makes_a_quick_call_wait_behind_a_slow_one() {
     let (_p, mut c) = started(&["--serial"]).await;
     let t0 = Instant::now();
-    let slow = c
-        .send_request(
-            "tools/call",
-            json!({"name": "sleep", "arguments": {"ms": 500}}),
-        )
-        .await;
-    let quick = c
-        .send_request(
-            "tools/call",
-            json!({"name": "echo", "arguments": {"text": "hi"}}),
-        )
-        .await;
+    let slow = c.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": 500}})).await;
+    let quick = c.send_request("tools/call", json!({"name": "echo", "arguments": {"text": "hi"}})).await;
     let echo = c.wait_response(&quick).await;
     let waited = t0.elapsed();
     assert_eq!(tool_text(&echo), "hi");
-    assert!(
-        waited >= Duration::from_millis(450),
-        "echo answered after {waited:?}, not serialised"
-    );
+    assert!(waited >= Duration::from_millis(450), "echo answered after {waited:?}, not serialised");
     // The slow one was answered first and is waiting in the buffer.
     assert_eq!(c.buffered().len(), 1);
     assert_eq!(tool_text(&c.wait_response(&slow).await), "slept 500 ms");
@@ -62,19 +46,11 @@ async fn serial_mode_makes_a_quick_call_wait_behind_a_slow_one() {
 #[tokio::test]
 async fn concurrent_mode_answers_a_quick_call_at_once() {
     let (_p, mut c) = started(&[]).await;
-    let slow = c
-        .send_request(
-            "tools/call",
-            json!({"name": "sleep", "arguments": {"ms": 800}}),
-        )
-        .await;
+    let slow = c.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": 800}})).await;
     let t0 = Instant::now();
     assert_eq!(c.call_text("echo", json!({"text": "hi"})).await, "hi");
     let waited = t0.elapsed();
-    assert!(
-        waited < Duration::from_millis(400),
-        "echo took {waited:?} behind a sleep"
-    );
+    assert!(waited < Duration::from_millis(400), "echo took {waited:?} behind a sleep");
     assert_eq!(tool_text(&c.wait_response(&slow).await), "slept 800 ms");
 }
 
@@ -83,33 +59,16 @@ async fn cancellation_stops_a_sleep_and_is_journaled() {
     let dir = temp_dir();
     let jpath = dir.path().join("journal.jsonl");
     let (_p, mut c) = started(&["--journal", jpath.to_str().unwrap()]).await;
-    let id = c
-        .send_request(
-            "tools/call",
-            json!({"name": "sleep", "arguments": {"ms": 30_000}}),
-        )
-        .await;
+    let id = c.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": 30_000}})).await;
     c.cancel(&id, "test says stop").await;
-    let entries = wait_journal(&jpath, Duration::from_secs(5), |j| {
-        events(j, "cancelled").next().is_some()
-    })
-    .await;
+    let entries = wait_journal(&jpath, Duration::from_secs(5), |j| events(j, "cancelled").next().is_some()).await;
     let cancelled = events(&entries, "cancelled").next().unwrap();
     assert_eq!(cancelled["requestId"], id);
-    assert_eq!(
-        received(&entries, "notifications/cancelled")
-            .next()
-            .unwrap()["params"]["requestId"],
-        id
-    );
+    assert_eq!(received(&entries, "notifications/cancelled").next().unwrap()["params"]["requestId"], id);
     // No response for the cancelled call, and the server still answers.
     c.expect_silence(Duration::from_millis(200)).await;
     assert!(harness::is_response(&c.request("ping", json!({})).await));
-    assert!(
-        c.buffered().is_empty(),
-        "late response after cancellation: {:?}",
-        c.buffered()
-    );
+    assert!(c.buffered().is_empty(), "late response after cancellation: {:?}", c.buffered());
 }
 
 #[tokio::test]
@@ -117,9 +76,7 @@ async fn hang_never_answers_but_honours_cancellation() {
     let dir = temp_dir();
     let jpath = dir.path().join("j.jsonl");
     let (_p, mut c) = started(&["--serial", "--journal", jpath.to_str().unwrap()]).await;
-    let id = c
-        .send_request("tools/call", json!({"name": "hang", "arguments": {}}))
-        .await;
+    let id = c.send_request("tools/call", json!({"name": "hang", "arguments": {}})).await;
     c.expect_silence(Duration::from_millis(200)).await;
     c.cancel(&id, "enough").await;
     // Serial: the echo can only run once the hang is gone.
@@ -130,11 +87,7 @@ async fn hang_never_answers_but_honours_cancellation() {
 #[tokio::test]
 async fn crash_exits_with_the_code_and_explains_on_stderr() {
     let (mut p, mut c) = started(&[]).await;
-    c.send_request(
-        "tools/call",
-        json!({"name": "crash", "arguments": {"code": 7}}),
-    )
-    .await;
+    c.send_request("tools/call", json!({"name": "crash", "arguments": {"code": 7}})).await;
     let leftovers = c.expect_eof().await;
     assert!(leftovers.is_empty(), "crash answered: {leftovers:?}");
     assert_eq!(p.exit_code().await, Some(7));
@@ -147,11 +100,7 @@ async fn crash_exits_with_the_code_and_explains_on_stderr() {
 async fn crash_by_sigkill() {
     use std::os::unix::process::ExitStatusExt;
     let (mut p, mut c) = started(&[]).await;
-    c.send_request(
-        "tools/call",
-        json!({"name": "crash", "arguments": {"signal": "KILL"}}),
-    )
-    .await;
+    c.send_request("tools/call", json!({"name": "crash", "arguments": {"signal": "KILL"}})).await;
     c.expect_eof().await;
     assert_eq!(p.wait().await.signal(), Some(libc::SIGKILL));
 }
@@ -160,25 +109,14 @@ async fn crash_by_sigkill() {
 async fn exit_on_start_refuses_with_the_code() {
     let mut p = Proc::fixture(&["--exit-on-start", "42"]);
     assert_eq!(p.exit_code().await, Some(42));
-    assert!(
-        p.stderr
-            .text()
-            .contains("fixture: refusing to start (exit 42)"),
-        "{}",
-        p.stderr.text()
-    );
+    assert!(p.stderr.text().contains("fixture: refusing to start (exit 42)"), "{}", p.stderr.text());
 }
 
 #[tokio::test]
 async fn sampling_elicitation_and_roots_round_trip_through_the_client() {
     let (_p, mut c) = started(&[]).await;
 
-    let call = c
-        .send_request(
-            "tools/call",
-            json!({"name": "sample", "arguments": {"prompt": "2+2?"}}),
-        )
-        .await;
+    let call = c.send_request("tools/call", json!({"name": "sample", "arguments": {"prompt": "2+2?"}})).await;
     let req = c.recv_request("sampling/createMessage").await;
     assert_eq!(req["params"]["messages"][0]["content"]["text"], "2+2?");
     c.respond(
@@ -188,32 +126,16 @@ async fn sampling_elicitation_and_roots_round_trip_through_the_client() {
     .await;
     assert_eq!(tool_text(&c.wait_response(&call).await), "four");
 
-    let call = c
-        .send_request(
-            "tools/call",
-            json!({"name": "elicit", "arguments": {"message": "name?"}}),
-        )
-        .await;
+    let call = c.send_request("tools/call", json!({"name": "elicit", "arguments": {"message": "name?"}})).await;
     let req = c.recv_request("elicitation/create").await;
     assert_eq!(req["params"]["message"], "name?");
-    c.respond(
-        req["id"].clone(),
-        json!({"action": "accept", "content": {"answer": "Ada"}}),
-    )
-    .await;
-    let got: serde_json::Value =
-        serde_json::from_str(tool_text(&c.wait_response(&call).await)).unwrap();
-    assert_eq!(
-        got,
-        json!({"action": "accept", "content": {"answer": "Ada"}})
-    );
+    c.respond(req["id"].clone(), json!({"action": "accept", "content": {"answer": "Ada"}})).await;
+    let got: serde_json::Value = serde_json::from_str(tool_text(&c.wait_response(&call).await)).unwrap();
+    assert_eq!(got, json!({"action": "accept", "content": {"answer": "Ada"}}));
 
-    let call = c
-        .send_request("tools/call", json!({"name": "roots", "arguments": {}}))
-        .await;
+    let call = c.send_request("tools/call", json!({"name": "roots", "arguments": {}})).await;
     let req = c.recv_request("roots/list").await;
-    c.respond_error(req["id"].clone(), -32603, "no roots today")
-        .await;
+    c.respond_error(req["id"].clone(), -32603, "no roots today").await;
     let resp = c.wait_response(&call).await;
     assert_eq!(resp["result"]["isError"], true);
     assert_eq!(tool_text(&resp), "no roots today");
@@ -231,17 +153,9 @@ async fn progress_notifications_carry_the_token() {
         .await;
     let resp = c.wait_response(&id).await;
     assert_eq!(tool_text(&resp), "slept 250 ms");
-    let progress: Vec<_> = c
-        .buffered()
-        .iter()
-        .map(|m| m["params"]["progress"].clone())
-        .collect();
+    let progress: Vec<_> = c.buffered().iter().map(|m| m["params"]["progress"].clone()).collect();
     assert_eq!(progress, vec![json!(100), json!(200)]);
-    assert!(
-        c.buffered()
-            .iter()
-            .all(|m| m["params"]["progressToken"] == "p-1")
-    );
+    assert!(c.buffered().iter().all(|m| m["params"]["progressToken"] == "p-1"));
 }
 
 #[tokio::test]
@@ -262,17 +176,10 @@ async fn ignore_sigterm_keeps_serving_until_stdin_closes() {
     let (mut p, mut c) = started(&["--ignore-sigterm"]).await;
     p.signal(libc::SIGTERM);
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(
-        c.call_text("echo", json!({"text": "still here"})).await,
-        "still here"
-    );
+    assert_eq!(c.call_text("echo", json!({"text": "still here"})).await, "still here");
     c.close().await;
     assert_eq!(p.exit_code().await, Some(0));
-    assert!(
-        p.stderr.text().contains("ignoring SIGTERM"),
-        "{}",
-        p.stderr.text()
-    );
+    assert!(p.stderr.text().contains("ignoring SIGTERM"), "{}", p.stderr.text());
 }
 
 #[tokio::test]
@@ -283,10 +190,8 @@ async fn instances_share_one_journal() {
     let (a, mut ca) = started(&["--name", "a", "--journal", j]).await;
     let (b, mut cb) = started(&["--name", "b", "--journal", j]).await;
     for i in 0..20 {
-        ca.call_text("write", json!({"path": "/x", "text": format!("a{i}")}))
-            .await;
-        cb.call_text("write", json!({"path": "/x", "text": format!("b{i}")}))
-            .await;
+        ca.call_text("write", json!({"path": "/x", "text": format!("a{i}")})).await;
+        cb.call_text("write", json!({"path": "/x", "text": format!("b{i}")})).await;
     }
     let entries = harness::journal(&jpath);
     for p in [&a, &b] {

@@ -53,10 +53,7 @@ impl Run {
             );
         }
         serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
-            panic!(
-                "{what}: transcript is not JSON ({e})\n--- stdout\n{}\n--- stderr\n{}",
-                self.stdout, self.stderr
-            )
+            panic!("{what}: transcript is not JSON ({e})\n--- stdout\n{}\n--- stderr\n{}", self.stdout, self.stderr)
         })
     }
 }
@@ -77,9 +74,7 @@ fn run_client(scenario: &str, server_cmd: &[&str]) -> Run {
         cmd.env("RUST_LOG", "info");
     }
     let started = Instant::now();
-    let mut child = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn node client.mjs: {e}"));
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn node client.mjs: {e}"));
     let mut out = child.stdout.take().unwrap();
     let mut err = child.stderr.take().unwrap();
     let out_t = std::thread::spawn(move || {
@@ -115,13 +110,8 @@ fn run_client(scenario: &str, server_cmd: &[&str]) -> Run {
 /// `switchyard run` in front of `server_cmd`, with an empty plugins directory so that a user's own
 /// plugins (default: ~/.config/switchyard/plugins) never change what these tests see.
 fn routed(server_cmd: &[&str], plugins: &TempDir) -> Vec<String> {
-    let mut v = vec![
-        switchyard().to_string(),
-        "run".into(),
-        "--plugins".into(),
-        plugins.path_str().into(),
-        "--".into(),
-    ];
+    let mut v =
+        vec![switchyard().to_string(), "run".into(), "--plugins".into(), plugins.path_str().into(), "--".into()];
     v.extend(server_cmd.iter().map(|s| s.to_string()));
     v
 }
@@ -147,12 +137,7 @@ fn assert_same_transcript(direct: &Value, routed: &Value, routed_run: &Run) {
             );
         }
     }
-    for key in [
-        "notifications",
-        "serverToClientRequests",
-        "fatal",
-        "scenario",
-    ] {
+    for key in ["notifications", "serverToClientRequests", "fatal", "scenario"] {
         if direct.get(key) != routed.get(key) {
             report += &format!(
                 "\n=== `{key}` differs\n--- direct\n{}\n--- through switchyard\n{}\n",
@@ -177,16 +162,8 @@ fn pretty(v: Option<&Value>) -> String {
 /// A step's value; fails when the step is missing or recorded an error.
 fn step<'a>(t: &'a Value, name: &str) -> &'a Value {
     let s = &t["steps"][name];
-    assert!(
-        !s.is_null(),
-        "step `{name}` missing from transcript:\n{}",
-        pretty(Some(t))
-    );
-    assert!(
-        s.get("error").is_none() || name.contains("unknown"),
-        "step `{name}` failed: {}",
-        pretty(Some(s))
-    );
+    assert!(!s.is_null(), "step `{name}` missing from transcript:\n{}", pretty(Some(t)));
+    assert!(s.get("error").is_none() || name.contains("unknown"), "step `{name}` failed: {}", pretty(Some(s)));
     s
 }
 
@@ -194,12 +171,7 @@ fn step<'a>(t: &'a Value, name: &str) -> &'a Value {
 fn texts(result: &Value) -> String {
     result["content"]
         .as_array()
-        .map(|c| {
-            c.iter()
-                .filter_map(|b| b["text"].as_str())
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
+        .map(|c| c.iter().filter_map(|b| b["text"].as_str()).collect::<Vec<_>>().join("\n"))
         .unwrap_or_default()
 }
 
@@ -228,32 +200,17 @@ fn as_strs(v: &[String]) -> Vec<&str> {
 fn check_everything_features(t: &Value) {
     let init = step(t, "initialize");
     assert_eq!(init["serverInfo"]["name"], "mcp-servers/everything");
-    assert!(
-        init["instructions"].as_str().is_some_and(|s| !s.is_empty()),
-        "instructions missing"
-    );
+    assert!(init["instructions"].as_str().is_some_and(|s| !s.is_empty()), "instructions missing");
     for cap in ["tools", "prompts", "resources", "logging"] {
-        assert!(
-            init["capabilities"].get(cap).is_some(),
-            "capability {cap} missing: {init}"
-        );
+        assert!(init["capabilities"].get(cap).is_some(), "capability {cap} missing: {init}");
     }
 
     let roots_sync = step(t, "roots_initial_sync");
-    assert_eq!(
-        roots_sync["serverAskedForRoots"], true,
-        "server never asked for roots: {roots_sync}"
-    );
+    assert_eq!(roots_sync["serverAskedForRoots"], true, "server never asked for roots: {roots_sync}");
 
-    let tools = step(t, "tools_list")["tools"]
-        .as_array()
-        .expect("tools array");
-    let tool = |name: &str| {
-        tools
-            .iter()
-            .find(|x| x["name"] == name)
-            .unwrap_or_else(|| panic!("tool {name} not listed"))
-    };
+    let tools = step(t, "tools_list")["tools"].as_array().expect("tools array");
+    let tool =
+        |name: &str| tools.iter().find(|x| x["name"] == name).unwrap_or_else(|| panic!("tool {name} not listed"));
     for name in [
         "echo",
         "get-sum",
@@ -268,130 +225,57 @@ fn check_everything_features(t: &Value) {
     ] {
         tool(name);
     }
-    assert_eq!(
-        tool("echo")["annotations"]["readOnlyHint"],
-        true,
-        "echo annotations lost"
-    );
-    assert!(
-        tool("get-structured-content").get("outputSchema").is_some(),
-        "outputSchema lost"
-    );
+    assert_eq!(tool("echo")["annotations"]["readOnlyHint"], true, "echo annotations lost");
+    assert!(tool("get-structured-content").get("outputSchema").is_some(), "outputSchema lost");
 
-    assert!(
-        !step(t, "prompts_list")["prompts"]
-            .as_array()
-            .unwrap()
-            .is_empty()
-    );
-    assert!(
-        !step(t, "resources_list_first_page")["resources"]
-            .as_array()
-            .unwrap()
-            .is_empty()
-    );
-    assert!(
-        !step(t, "resource_templates_list")["resourceTemplates"]
-            .as_array()
-            .unwrap()
-            .is_empty()
-    );
-    assert!(
-        step(t, "resources_read_static")["contents"][0]["text"]
-            .as_str()
-            .is_some_and(|s| s.contains("Everything"))
-    );
-    assert_eq!(
-        step(t, "completion")["completion"]["values"][0],
-        "Engineering"
-    );
+    assert!(!step(t, "prompts_list")["prompts"].as_array().unwrap().is_empty());
+    assert!(!step(t, "resources_list_first_page")["resources"].as_array().unwrap().is_empty());
+    assert!(!step(t, "resource_templates_list")["resourceTemplates"].as_array().unwrap().is_empty());
+    assert!(step(t, "resources_read_static")["contents"][0]["text"].as_str().is_some_and(|s| s.contains("Everything")));
+    assert_eq!(step(t, "completion")["completion"]["values"][0], "Engineering");
 
-    assert_eq!(
-        texts(step(t, "call_echo")),
-        "Echo: hello through switchyard"
-    );
+    assert_eq!(texts(step(t, "call_echo")), "Echo: hello through switchyard");
     assert!(texts(step(t, "call_get_sum")).contains("42"));
-    assert_eq!(
-        step(t, "call_structured_content")["structuredContent"]["temperature"],
-        36
-    );
+    assert_eq!(step(t, "call_structured_content")["structuredContent"]["temperature"], 36);
     let image = step(t, "call_tiny_image")["content"].as_array().unwrap();
-    assert!(
-        image
-            .iter()
-            .any(|b| b["type"] == "image" && b["mimeType"] == "image/png" && b["data"].is_string())
-    );
+    assert!(image.iter().any(|b| b["type"] == "image" && b["mimeType"] == "image/png" && b["data"].is_string()));
     // Either shape is a correct "no such tool" answer; the SDK version decides which one we get.
     let unknown = step(t, "call_unknown_tool");
-    assert!(
-        unknown["result"]["isError"] == true || unknown.get("error").is_some(),
-        "unknown tool: {unknown}"
-    );
+    assert!(unknown["result"]["isError"] == true || unknown.get("error").is_some(), "unknown tool: {unknown}");
 
     let progress = step(t, "progress");
-    assert_eq!(
-        progress["countBeforeResponse"], 5,
-        "progress notifications: {progress}"
-    );
+    assert_eq!(progress["countBeforeResponse"], 5, "progress notifications: {progress}");
     assert_eq!(progress["monotonic"], true);
     assert_eq!(progress["sdkCallbackFired"], true);
 
     let sampling = step(t, "sampling");
-    assert!(
-        sampling["requestSeenByClient"].is_object(),
-        "sampling request never reached the client"
-    );
-    assert!(
-        texts(&sampling["result"]).contains(SAMPLING_REPLY),
-        "sampling reply not returned: {sampling}"
-    );
+    assert!(sampling["requestSeenByClient"].is_object(), "sampling request never reached the client");
+    assert!(texts(&sampling["result"]).contains(SAMPLING_REPLY), "sampling reply not returned: {sampling}");
 
     let elicitation = step(t, "elicitation");
-    assert!(
-        elicitation["requestSeenByClient"].is_object(),
-        "elicitation request never reached the client"
-    );
+    assert!(elicitation["requestSeenByClient"].is_object(), "elicitation request never reached the client");
     let etext = texts(&elicitation["result"]);
-    assert!(
-        etext.contains("User provided the requested information")
-            && etext.contains("Switchyard Tester")
-    );
+    assert!(etext.contains("User provided the requested information") && etext.contains("Switchyard Tester"));
 
     let roots = step(t, "roots");
     assert!(texts(&roots["before"]).contains("file:///switchyard/project-a"));
     assert_eq!(roots["serverReRequestedRoots"], true);
-    assert!(
-        texts(&roots["after"]).contains("file:///switchyard/project-b"),
-        "roots change not seen: {roots}"
-    );
+    assert!(texts(&roots["after"]).contains("file:///switchyard/project-b"), "roots change not seen: {roots}");
 
     assert_eq!(step(t, "logging_debug")["simulatedLogArrived"], true);
-    assert_eq!(
-        step(t, "logging_error_suppresses_info")["logsBelowErrorLevel"],
-        0
-    );
+    assert_eq!(step(t, "logging_error_suppresses_info")["logsBelowErrorLevel"], 0);
     assert_eq!(step(t, "logging_info_delivers")["log"]["level"], "info");
 
     let updates = step(t, "resource_updates");
     assert!(
-        updates["updated"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|u| u.is_string()),
+        updates["updated"].as_array().unwrap().iter().all(|u| u.is_string()),
         "resources/updated missing: {updates}"
     );
 
     let cancel = step(t, "cancellation");
-    assert_eq!(
-        cancel["outcome"]["rejected"], true,
-        "cancelled call did not reject: {cancel}"
-    );
+    assert_eq!(cancel["outcome"]["rejected"], true, "cancelled call did not reject: {cancel}");
     assert_eq!(cancel["endedWithin2s"], true);
-    assert_eq!(
-        texts(&cancel["echoAfterCancel"]),
-        "Echo: still alive after cancel"
-    );
+    assert_eq!(texts(&cancel["echoAfterCancel"]), "Echo: still alive after cancel");
     step(t, "ping_final");
 
     let reqs = t["serverToClientRequests"].as_array().unwrap();
@@ -414,10 +298,7 @@ fn everything_server_is_identical_through_the_router() {
     let routed_cmd = routed(&direct_cmd, &plugins);
     let routed_run = run_client("everything", &as_strs(&routed_cmd));
     let routed = routed_run.transcript("everything, through switchyard");
-    eprintln!(
-        "everything: direct {:?}, through switchyard {:?}",
-        direct_run.elapsed, routed_run.elapsed
-    );
+    eprintln!("everything: direct {:?}, through switchyard {:?}", direct_run.elapsed, routed_run.elapsed);
     assert_same_transcript(&direct, &routed, &routed_run);
 }
 
@@ -425,16 +306,10 @@ fn everything_server_is_identical_through_the_router() {
 // server-filesystem
 
 fn check_filesystem_features(t: &Value) {
-    assert_eq!(
-        step(t, "initialize")["serverInfo"]["name"],
-        "secure-filesystem-server"
-    );
+    assert_eq!(step(t, "initialize")["serverInfo"]["name"], "secure-filesystem-server");
     let roots = step(t, "roots_initial");
     assert_eq!(roots["serverAskedForRoots"], true);
-    assert_eq!(
-        roots["settled"], true,
-        "client roots never took effect: {roots}"
-    );
+    assert_eq!(roots["settled"], true, "client roots never took effect: {roots}");
 
     let tools = step(t, "tools_list")["tools"].as_array().unwrap();
     for name in [
@@ -447,22 +322,10 @@ fn check_filesystem_features(t: &Value) {
         "search_files",
         "list_allowed_directories",
     ] {
-        let tool = tools
-            .iter()
-            .find(|x| x["name"] == name)
-            .unwrap_or_else(|| panic!("tool {name} missing"));
-        assert!(
-            tool["annotations"].is_object(),
-            "{name} lost its annotations"
-        );
+        let tool = tools.iter().find(|x| x["name"] == name).unwrap_or_else(|| panic!("tool {name} missing"));
+        assert!(tool["annotations"].is_object(), "{name} lost its annotations");
     }
-    assert_eq!(
-        tools
-            .iter()
-            .find(|x| x["name"] == "read_text_file")
-            .unwrap()["annotations"]["readOnlyHint"],
-        true
-    );
+    assert_eq!(tools.iter().find(|x| x["name"] == "read_text_file").unwrap()["annotations"]["readOnlyHint"], true);
 
     assert_eq!(texts(step(t, "read_text_file")), "hello\nworld\n");
     assert_eq!(texts(step(t, "read_after_edit")), "hello\nswitchyard\n");
@@ -470,17 +333,10 @@ fn check_filesystem_features(t: &Value) {
     assert!(texts(step(t, "get_file_info")).contains("modified: <time>"));
     assert_eq!(texts(step(t, "search_files")), "<ROOT>/ws/sub/c.txt");
     assert_eq!(step(t, "read_missing_file")["isError"], true);
-    assert_eq!(
-        step(t, "write_outside_roots")["isError"],
-        true,
-        "roots did not restrict the server"
-    );
+    assert_eq!(step(t, "write_outside_roots")["isError"], true, "roots did not restrict the server");
     let changed = step(t, "roots_changed");
     assert_eq!(changed["serverReRequestedRoots"], true);
-    assert_eq!(
-        changed["settled"], true,
-        "roots change never took effect: {changed}"
-    );
+    assert_eq!(changed["settled"], true, "roots change never took effect: {changed}");
     assert!(changed["writeInNewRoot"]["isError"].is_null());
 }
 
@@ -490,10 +346,7 @@ fn filesystem_server_is_identical_through_the_router() {
     let entry = filesystem_entry();
 
     let d1 = TempDir::new("fs-direct");
-    let direct_run = run_client(
-        "filesystem",
-        &["node", entry.to_str().unwrap(), d1.path_str()],
-    );
+    let direct_run = run_client("filesystem", &["node", entry.to_str().unwrap(), d1.path_str()]);
     let direct = direct_run.transcript("filesystem, direct");
     check_filesystem_features(&direct);
 
@@ -502,10 +355,7 @@ fn filesystem_server_is_identical_through_the_router() {
     let routed_cmd = routed(&["node", entry.to_str().unwrap(), d2.path_str()], &plugins);
     let routed_run = run_client("filesystem", &as_strs(&routed_cmd));
     let routed = routed_run.transcript("filesystem, through switchyard");
-    eprintln!(
-        "filesystem: direct {:?}, through switchyard {:?}",
-        direct_run.elapsed, routed_run.elapsed
-    );
+    eprintln!("filesystem: direct {:?}, through switchyard {:?}", direct_run.elapsed, routed_run.elapsed);
     assert_same_transcript(&direct, &routed, &routed_run);
 }
 
@@ -528,9 +378,7 @@ fn journal_cancel(path: &Path) -> (Option<Value>, bool, Vec<Value>) {
             .find(|m| m["method"] == "tools/call" && m["params"]["name"] == "sleep")
             .map(|m| m["id"].clone());
         let cancelled = call_id.as_ref().is_some_and(|id| {
-            msgs.iter().any(|m| {
-                m["method"] == "notifications/cancelled" && &m["params"]["requestId"] == id
-            })
+            msgs.iter().any(|m| m["method"] == "notifications/cancelled" && &m["params"]["requestId"] == id)
         });
         if cancelled || Instant::now() > deadline {
             return (call_id, cancelled, entries);
@@ -542,24 +390,14 @@ fn journal_cancel(path: &Path) -> (Option<Value>, bool, Vec<Value>) {
 fn check_fixture_cancel(what: &str, run: &Run, journal_path: &Path) {
     let t = run.transcript(what);
     let cancel = step(&t, "cancellation");
-    assert_eq!(
-        cancel["outcome"]["rejected"], true,
-        "{what}: cancelled call did not reject: {cancel}"
-    );
-    assert_eq!(
-        cancel["endedWithin2s"], true,
-        "{what}: cancelled call did not end promptly: {cancel}"
-    );
+    assert_eq!(cancel["outcome"]["rejected"], true, "{what}: cancelled call did not reject: {cancel}");
+    assert_eq!(cancel["endedWithin2s"], true, "{what}: cancelled call did not end promptly: {cancel}");
     assert!(
         texts(step(&t, "echo_after_cancel")).contains("still alive after cancel"),
         "{what}: session broken after cancel: {t}"
     );
     let (call_id, cancelled, entries) = journal_cancel(journal_path);
-    let dump = entries
-        .iter()
-        .map(|e| e.to_string())
-        .collect::<Vec<_>>()
-        .join("\n");
+    let dump = entries.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n");
     assert!(
         call_id.is_some(),
         "{what}: the fixture never received the sleep call; journal:\n{dump}\n--- stderr\n{}",
@@ -580,28 +418,13 @@ fn sdk_cancellation_reaches_the_server_with_its_own_id() {
     // the routed half below is the router's.
     let dir = TempDir::new("fixture-cancel");
     let direct_journal = dir.join("direct.jsonl");
-    let direct_run = run_client(
-        "fixture-cancel",
-        &[
-            switchyard(),
-            "fixture",
-            "--journal",
-            direct_journal.to_str().unwrap(),
-        ],
-    );
+    let direct_run =
+        run_client("fixture-cancel", &[switchyard(), "fixture", "--journal", direct_journal.to_str().unwrap()]);
     check_fixture_cancel("fixture, direct", &direct_run, &direct_journal);
 
     let routed_journal = dir.join("routed.jsonl");
     let plugins = TempDir::new("plugins");
-    let routed_cmd = routed(
-        &[
-            switchyard(),
-            "fixture",
-            "--journal",
-            routed_journal.to_str().unwrap(),
-        ],
-        &plugins,
-    );
+    let routed_cmd = routed(&[switchyard(), "fixture", "--journal", routed_journal.to_str().unwrap()], &plugins);
     let routed_run = run_client("fixture-cancel", &as_strs(&routed_cmd));
     check_fixture_cancel("fixture, through switchyard", &routed_run, &routed_journal);
 }

@@ -59,7 +59,10 @@ async fn overridden_annotations_are_enforced_by_keyed_gates() {
         ids.push(s.client.send_request("tools/call", json!({"name": "write", "arguments": args})).await);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let other = s.client.send_request("tools/call", json!({"name": "write", "arguments": {"path": "/other", "text": "o", "ms": 300}})).await;
+    let other = s
+        .client
+        .send_request("tools/call", json!({"name": "write", "arguments": {"path": "/other", "text": "o", "ms": 300}}))
+        .await;
     for id in ids.iter().chain([&other]) {
         assert!(s.client.wait_response(id).await.get("result").is_some());
     }
@@ -265,7 +268,10 @@ priority = 5
     let mut c = router.client();
     // No roots capability: the server keeps the directory it was started with.
     let init = c
-        .request("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}))
+        .request(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
+        )
         .await;
     assert!(init.get("result").is_some(), "{init}");
     c.notify("notifications/initialized", json!({})).await;
@@ -276,7 +282,8 @@ priority = 5
     let path = file.to_str().unwrap().to_string();
     let mut ids = Vec::new();
     for i in 0..10 {
-        let args = json!({"path": path, "edits": [{"oldText": format!("slot-{i}\n"), "newText": format!("done-{i}\n")}]});
+        let args =
+            json!({"path": path, "edits": [{"oldText": format!("slot-{i}\n"), "newText": format!("done-{i}\n")}]});
         ids.push(c.send_request("tools/call", json!({"name": "edit_file", "arguments": args})).await);
     }
     for id in &ids {

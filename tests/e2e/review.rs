@@ -91,11 +91,8 @@ async fn a_client_leaving_during_a_subscribe_on_a_busy_server_does_not_hold_up_e
 /// might launch. Returns the router set-up and the helper's pid (killed by the caller).
 async fn server_with_a_helper_holding_stdout(dir: &TempDir, router_args: &[&str]) -> (Proc, Client, u32) {
     let pidfile = dir.path().join("helper.pid");
-    let script = format!(
-        "setsid sleep 60 </dev/null 2>/dev/null & echo $! > {}; exec {} fixture",
-        pidfile.display(),
-        bin()
-    );
+    let script =
+        format!("setsid sleep 60 </dev/null 2>/dev/null & echo $! > {}; exec {} fixture", pidfile.display(), bin());
     let plugins = dir.path().join("plugins");
     std::fs::create_dir_all(&plugins).unwrap();
     let mut args: Vec<&str> = vec!["--plugins", plugins.to_str().unwrap()];
@@ -159,13 +156,17 @@ async fn a_killed_launcher_fails_its_calls_and_leaves_no_orphan() {
     std::fs::create_dir_all(&plugins).unwrap();
     // `; true` keeps sh from exec-ing the fixture: sh stays as the launcher.
     let script = format!("{} fixture; true", bin());
-    let mut router = Proc::router(&["--plugins", plugins.to_str().unwrap(), "--name", "launched", "--", "sh", "-c", &script]);
+    let mut router =
+        Proc::router(&["--plugins", plugins.to_str().unwrap(), "--name", "launched", "--", "sh", "-c", &script]);
     let mut client = router.client();
     client.initialize().await;
     let server = fixture_pid(&mut client).await;
-    let launcher = descendants(router.pid).into_iter().find(|p| descendants(*p).contains(&server)).expect("the sh launcher");
+    let launcher =
+        descendants(router.pid).into_iter().find(|p| descendants(*p).contains(&server)).expect("the sh launcher");
     // Not read-only, so not retried: the error itself must come back.
-    let id = client.send_request("tools/call", json!({"name": "write", "arguments": {"path": "/p", "text": "t", "ms": 20000}})).await;
+    let id = client
+        .send_request("tools/call", json!({"name": "write", "arguments": {"path": "/p", "text": "t", "ms": 20000}}))
+        .await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     // SAFETY: kill(2) of the launcher this test started through the router.
     unsafe { libc::kill(launcher as i32, libc::SIGKILL) };
@@ -196,7 +197,9 @@ impl RawRouter {
         std::fs::create_dir_all(&plugins).unwrap();
         let mut cmd = tokio::process::Command::new(bin());
         cmd.args(["run", "--plugins", plugins.to_str().unwrap(), "--"]).args(Proc::fixture_cmd(fixture_args));
-        cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null());
+        cmd.stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null());
         cmd.kill_on_drop(true).process_group(0);
         let mut child = cmd.spawn().unwrap();
         let stdin = child.stdin.take().unwrap();
@@ -211,7 +214,11 @@ impl RawRouter {
     }
 
     async fn recv(&mut self) -> String {
-        tokio::time::timeout(Duration::from_secs(5), self.lines.next_line()).await.expect("a line in time").unwrap().expect("a line")
+        tokio::time::timeout(Duration::from_secs(5), self.lines.next_line())
+            .await
+            .expect("a line in time")
+            .unwrap()
+            .expect("a line")
     }
 
     /// The next response line (notifications skipped).
@@ -241,18 +248,12 @@ async fn unusual_ids_come_back_byte_for_byte() {
     let mut r = RawRouter::start(&[]).await;
     r.send(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#).await;
     assert!(r.response().await.contains("\"result\""));
-    let ids = [
-        r#""a\"b\\c\u00e9\n""#,
-        "1e3",
-        "-0",
-        "1.50",
-        "18446744073709551616000",
-        "1e400",
-        r#""""#,
-        r#""\ud83d\ude00""#,
-    ];
+    let ids =
+        [r#""a\"b\\c\u00e9\n""#, "1e3", "-0", "1.50", "18446744073709551616000", "1e400", r#""""#, r#""\ud83d\ude00""#];
     for id in ids {
-        let echo = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"x"}}}}}}"#);
+        let echo = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"x"}}}}}}"#
+        );
         r.send(&echo).await;
         let resp = r.response().await;
         assert!(resp.contains(&format!(r#""id":{id},"#)), "forwarded call with id {id}: {resp}");
@@ -296,7 +297,13 @@ async fn a_batch_from_the_server_is_routed_like_its_messages() {
     let cfg = dir.path().join("s.toml");
     std::fs::write(&cfg, "[limits]\ncall_timeout_ms = 2000\n").unwrap();
     let mut router = Proc::router(&[
-        "--plugins", plugins.to_str().unwrap(), "--config", cfg.to_str().unwrap(), "--", "python3", script.to_str().unwrap(),
+        "--plugins",
+        plugins.to_str().unwrap(),
+        "--config",
+        cfg.to_str().unwrap(),
+        "--",
+        "python3",
+        script.to_str().unwrap(),
     ]);
     let mut client = router.client();
     client.initialize().await;
@@ -321,5 +328,9 @@ async fn one_sessions_log_level_does_not_reach_another_sessions_own_server() {
     assert_eq!(b.request("logging/setLevel", json!({"level": "error"})).await["result"], json!({}));
     assert_eq!(b.call_text("log", json!({"level": "info", "message": "b"})).await, "suppressed");
     assert_eq!(s.client.request("logging/setLevel", json!({"level": "debug"})).await["result"], json!({}));
-    assert_eq!(b.call_text("log", json!({"level": "info", "message": "b"})).await, "suppressed", "A's level reached B's server");
+    assert_eq!(
+        b.call_text("log", json!({"level": "info", "message": "b"})).await,
+        "suppressed",
+        "A's level reached B's server"
+    );
 }

@@ -25,7 +25,12 @@ pub fn run(file: &Path, config_json: &str, call_json: Option<&str>) -> anyhow::R
     let plugin = wasm::Plugin::load(&name, &bytes, &hash, limits, config_json)
         .with_context(|| format!("{} is not a usable policy plugin", file.display()))?;
     println!("{name}: loaded, type-checked and init-ed in {} µs ({} bytes)", t.elapsed().as_micros(), bytes.len());
-    println!("call:     {} {} {}", call.method, call.tool.as_deref().unwrap_or("-"), call.arguments.as_deref().unwrap_or(""));
+    println!(
+        "call:     {} {} {}",
+        call.method,
+        call.tool.as_deref().unwrap_or("-"),
+        call.arguments.as_deref().unwrap_or("")
+    );
 
     let args = CallArgs::new(&call);
     // The first call may pay for lazy initialisation inside the plugin; the second shows the
@@ -41,7 +46,8 @@ pub fn run(file: &Path, config_json: &str, call_json: Option<&str>) -> anyhow::R
     }
 
     let t = Instant::now();
-    let hints = plugin.annotate(&call.server, call.tool.as_deref().unwrap_or("example"), &call.declared, &call.declared);
+    let hints =
+        plugin.annotate(&call.server, call.tool.as_deref().unwrap_or("example"), &call.declared, &call.declared);
     let us = t.elapsed().as_micros();
     match hints {
         Ok(h) => println!("annotate: {} -> {} ({us} µs)", hints_text(&call.declared), hints_text(&h)),

@@ -156,10 +156,7 @@ impl PluginSet {
                     }
                     OnError::Closed => {
                         tracing::warn!(plugin = %p.name, "call rejected: plugin {e} (on_error = closed)");
-                        return Err(Rejection {
-                            plugin: p.name.clone(),
-                            reason: format!("plugin failed: {e}"),
-                        });
+                        return Err(Rejection { plugin: p.name.clone(), reason: format!("plugin failed: {e}") });
                     }
                 },
             }

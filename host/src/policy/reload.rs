@@ -90,11 +90,7 @@ impl Loader {
     }
 
     fn entry_for(&self, name: &str) -> PluginEntry {
-        self.entries
-            .iter()
-            .find(|e| e.file == name)
-            .cloned()
-            .unwrap_or_else(|| PluginEntry::defaults_for(name))
+        self.entries.iter().find(|e| e.file == name).cloned().unwrap_or_else(|| PluginEntry::defaults_for(name))
     }
 
     /// Rescans the directory (blocking: reads, hashes, compiles). Returns the new set when

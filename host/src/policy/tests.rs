@@ -78,7 +78,13 @@ fn disabled_policy_is_transparent() {
 
 #[test]
 fn each_plugin_sees_the_decision_so_far() {
-    let hints = load_as("a-hints.wasm", &example("hints.wasm"), r#"{"tools":{"read_*":{"readOnlyHint":true}}}"#, 0, OnError::Open);
+    let hints = load_as(
+        "a-hints.wasm",
+        &example("hints.wasm"),
+        r#"{"tools":{"read_*":{"readOnlyHint":true}}}"#,
+        0,
+        OnError::Open,
+    );
     let timeouts = load_as(
         "b-timeouts.wasm",
         &example("timeouts.wasm"),
@@ -143,12 +149,14 @@ fn stop_ends_the_chain_and_reject_names_the_plugin() {
 
 #[test]
 fn failing_plugin_follows_on_error() {
-    let timeouts = || load_as("timeouts.wasm", &example("timeouts.wasm"), r#"{"tools":{"*":{"timeout_ms":7}}}"#, 0, OnError::Open);
+    let timeouts =
+        || load_as("timeouts.wasm", &example("timeouts.wasm"), r#"{"tools":{"*":{"timeout_ms":7}}}"#, 0, OnError::Open);
     let open = PluginSet::new(vec![load_as("trap.wasm", &fixture("trap.wasm"), "{}", 10, OnError::Open), timeouts()]);
     // open: the trapping plugin is skipped, the rest of the chain still runs.
     assert_eq!(open.decide(&call("trap", "{}")).unwrap().timeout_ms, Some(7));
 
-    let closed = PluginSet::new(vec![load_as("trap.wasm", &fixture("trap.wasm"), "{}", 10, OnError::Closed), timeouts()]);
+    let closed =
+        PluginSet::new(vec![load_as("trap.wasm", &fixture("trap.wasm"), "{}", 10, OnError::Closed), timeouts()]);
     let r = closed.decide(&call("trap", "{}")).unwrap_err();
     assert_eq!(r.plugin, "trap.wasm");
     assert!(r.reason.starts_with("plugin failed: trapped:"), "{}", r.reason);
@@ -231,10 +239,7 @@ fn fs_keys_serialises_writes_per_path() {
     assert_eq!(d("read_text_file", r#"{"path":"/a"}"#), Some(Concurrency::Shared));
     assert_eq!(d("list_directory", r#"{"path":"/a"}"#), Some(Concurrency::Shared));
     assert_eq!(d("write_file", r#"{"path":"/w/./x//y.txt","content":"hi"}"#), keyed(&["/w/x/y.txt"]));
-    assert_eq!(
-        d("move_file", r#"{"source":"/w/a/../b","destination":"/w/c/"}"#),
-        keyed(&["/w/b", "/w/c"])
-    );
+    assert_eq!(d("move_file", r#"{"source":"/w/a/../b","destination":"/w/c/"}"#), keyed(&["/w/b", "/w/c"]));
     assert_eq!(d("edit_file", r#"{"paths":["/b","/a","/b"]}"#), keyed(&["/a", "/b"]));
     assert_eq!(d("write_file", "{}"), Some(Concurrency::Exclusive), "no path: the safe choice");
     assert_eq!(d("start_process", "{}"), None, "other tools are left alone");
@@ -266,16 +271,29 @@ fn tools_list_is_rewritten_with_the_chains_hints() {
     let out = annotate::rewrite_tools_list(&set, "filesystem", TOOLS_LIST).unwrap().expect("changed");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let tools = v["tools"].as_array().unwrap();
-    assert_eq!(tools[0]["annotations"], serde_json::json!({"readOnlyHint": true, "idempotentHint": true, "title": "Read"}));
+    assert_eq!(
+        tools[0]["annotations"],
+        serde_json::json!({"readOnlyHint": true, "idempotentHint": true, "title": "Read"})
+    );
     assert_eq!(tools[0]["execution"]["taskSupport"], "optional", "unknown newer fields survive");
     assert_eq!(tools[1]["annotations"]["destructiveHint"], false);
     assert_eq!(tools[1]["annotations"]["x-vendor"], 1.5, "other annotation fields survive");
     // Unchanged parts are copied byte for byte: the third tool and the tail.
-    assert!(out.contains(r#"{"name":"list_directory","annotations":{"readOnlyHint":true},"inputSchema":{"type":"object"}}"#));
+    assert!(
+        out.contains(
+            r#"{"name":"list_directory","annotations":{"readOnlyHint":true},"inputSchema":{"type":"object"}}"#
+        )
+    );
     assert!(out.ends_with(r#""nextCursor":"abc","_meta":{"k":[1,2,3]}}"#), "{out}");
     assert!(out.contains(r#"{"name":"write_file","title":"Write","inputSchema":{"type":"object"},"annotations":{"#));
 
-    let nothing = PluginSet::new(vec![load_as("hints.wasm", &example("hints.wasm"), r#"{"tools":{"list_*":{"readOnlyHint":true}}}"#, 0, OnError::Open)]);
+    let nothing = PluginSet::new(vec![load_as(
+        "hints.wasm",
+        &example("hints.wasm"),
+        r#"{"tools":{"list_*":{"readOnlyHint":true}}}"#,
+        0,
+        OnError::Open,
+    )]);
     assert_eq!(annotate::rewrite_tools_list(&nothing, "filesystem", TOOLS_LIST).unwrap(), None);
     assert_eq!(annotate::rewrite_tools_list(&PluginSet::empty(), "filesystem", TOOLS_LIST).unwrap(), None);
     assert!(annotate::rewrite_tools_list(&set, "filesystem", "{").is_err());

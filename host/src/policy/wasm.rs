@@ -154,12 +154,7 @@ impl WasiView for State {
 }
 
 impl wasmtime::ResourceLimiter for State {
-    fn memory_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
         if desired > self.memory_limit {
             self.hit_memory_limit = true;
             // Trapping (rather than failing the grow) stops the plugin at once with a clear cause.
@@ -168,12 +163,7 @@ impl wasmtime::ResourceLimiter for State {
         Ok(true)
     }
 
-    fn table_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
+    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
         Ok(desired <= 100_000)
     }
 }
@@ -447,9 +437,10 @@ impl Plugin {
     ) -> anyhow::Result<Plugin> {
         let rt = runtime();
         let component = compile(rt, bytes, hash).context("not a loadable WebAssembly component")?;
-        let instance_pre = rt.linker.instantiate_pre(&component).map_err(|e| {
-            wasm_err(e).context("it needs imports switchyard does not provide (wrong interface?)")
-        })?;
+        let instance_pre = rt
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| wasm_err(e).context("it needs imports switchyard does not provide (wrong interface?)"))?;
         let pre = PolicyPre::new(instance_pre).map_err(|e| {
             wasm_err(e).context(
                 "it does not implement the world switchyard:policy/policy@0.1.0 \
@@ -528,7 +519,7 @@ impl Plugin {
             }
             Err(e) => {
                 let n = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
-                if n == BREAKER_THRESHOLD || (n > BREAKER_THRESHOLD && n % 1000 == 0) {
+                if n == BREAKER_THRESHOLD || (n > BREAKER_THRESHOLD && n.is_multiple_of(1000)) {
                     tracing::error!(plugin = &*self.name, "plugin failed {n} calls in a row, last: {e}");
                 }
             }

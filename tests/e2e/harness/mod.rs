@@ -27,10 +27,7 @@ pub fn bin() -> &'static str {
 
 /// A fresh temporary directory, removed when dropped.
 pub fn temp_dir() -> TempDir {
-    tempfile::Builder::new()
-        .prefix("switchyard-e2e-")
-        .tempdir()
-        .expect("create temp dir")
+    tempfile::Builder::new().prefix("switchyard-e2e-").tempdir().expect("create temp dir")
 }
 
 /// Everything a process wrote to stderr so far; filled by a reader thread.
@@ -49,9 +46,7 @@ impl Stderr {
     pub fn wait_closed(&self, limit: Duration) -> bool {
         let (lock, cvar) = &*self.done;
         let guard = lock.lock().unwrap();
-        let (guard, _) = cvar
-            .wait_timeout_while(guard, limit, |done| !*done)
-            .unwrap();
+        let (guard, _) = cvar.wait_timeout_while(guard, limit, |done| !*done).unwrap();
         *guard
     }
 
@@ -117,9 +112,7 @@ impl Proc {
             .process_group(0)
             .envs(envs.iter().copied())
             .kill_on_drop(true);
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {argv:?}: {e}"));
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {argv:?}: {e}"));
         // Our copy of the write end must go, or the reader never sees EOF.
         drop(cmd);
         let pid = child.id().expect("child pid");
@@ -223,10 +216,7 @@ impl Drop for Proc {
         }
         if std::thread::panicking() {
             self.stderr.wait_closed(Duration::from_millis(500));
-            let status = self
-                .status
-                .map(describe_status)
-                .unwrap_or_else(|| "killed by the harness".into());
+            let status = self.status.map(describe_status).unwrap_or_else(|| "killed by the harness".into());
             eprintln!(
                 "--- stderr of {} (pid {}, {status}) ---\n{}--- end of stderr of {} ---",
                 self.label,
@@ -313,9 +303,7 @@ impl Client {
 
     /// Writes one line (a newline is added if missing).
     pub async fn send_raw(&mut self, line: &str) {
-        let Some(w) = self.writer.as_mut() else {
-            self.fail("send after close")
-        };
+        let Some(w) = self.writer.as_mut() else { self.fail("send after close") };
         let mut bytes = line.as_bytes().to_vec();
         if !bytes.ends_with(b"\n") {
             bytes.push(b'\n');
@@ -335,8 +323,7 @@ impl Client {
     }
 
     pub async fn notify(&mut self, method: &str, params: Value) {
-        self.send(&json!({"jsonrpc": "2.0", "method": method, "params": params}))
-            .await;
+        self.send(&json!({"jsonrpc": "2.0", "method": method, "params": params})).await;
     }
 
     /// Sends a request with the next numeric id (0, 1, 2… like the official SDKs) and returns the id.
@@ -348,30 +335,21 @@ impl Client {
     }
 
     pub async fn send_request_with_id(&mut self, id: Value, method: &str, params: Value) {
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
-            .await;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).await;
     }
 
     /// Answers a server->client request.
     pub async fn respond(&mut self, id: Value, result: Value) {
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "result": result}))
-            .await;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "result": result})).await;
     }
 
     pub async fn respond_error(&mut self, id: Value, code: i64, message: &str) {
-        self.send(
-            &json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}),
-        )
-        .await;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})).await;
     }
 
     /// Sends `notifications/cancelled` for one of our requests.
     pub async fn cancel(&mut self, id: &Value, reason: &str) {
-        self.notify(
-            "notifications/cancelled",
-            json!({"requestId": id, "reason": reason}),
-        )
-        .await;
+        self.notify("notifications/cancelled", json!({"requestId": id, "reason": reason})).await;
     }
 
     /// Closes our end of stdin (the server sees EOF).
@@ -397,14 +375,12 @@ impl Client {
     /// The response (result or error) with this id; other messages stay buffered.
     pub async fn wait_response(&mut self, id: &Value) -> Value {
         let id = id.clone();
-        self.recv_until(move |m| is_response(m) && m["id"] == id)
-            .await
+        self.recv_until(move |m| is_response(m) && m["id"] == id).await
     }
 
     /// `tools/call` and its full response.
     pub async fn call_tool(&mut self, name: &str, arguments: Value) -> Value {
-        self.request("tools/call", json!({"name": name, "arguments": arguments}))
-            .await
+        self.request("tools/call", json!({"name": name, "arguments": arguments})).await
     }
 
     /// `tools/call` expecting success; returns the first text block.
@@ -445,9 +421,7 @@ impl Client {
     async fn read_message(&mut self, limit: Duration) -> Got {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
-            let read =
-                tokio::time::timeout_at(deadline, self.reader.read_until(b'\n', &mut self.line))
-                    .await;
+            let read = tokio::time::timeout_at(deadline, self.reader.read_until(b'\n', &mut self.line)).await;
             match read {
                 Err(_) => return Got::Timeout,
                 Ok(Err(e)) => self.fail(&format!("read failed: {e}")),
@@ -508,10 +482,7 @@ impl Client {
                 Got::Msg(m) if pred(&m) => return m,
                 Got::Msg(m) => self.buffered.push_back(m),
                 Got::Eof => self.fail("stream closed before the awaited message"),
-                Got::Timeout => self.fail(&format!(
-                    "awaited message not seen within {:?}",
-                    self.timeout
-                )),
+                Got::Timeout => self.fail(&format!("awaited message not seen within {:?}", self.timeout)),
             }
         }
     }
@@ -519,15 +490,13 @@ impl Client {
     /// Next server->client request with this method (e.g. "sampling/createMessage").
     pub async fn recv_request(&mut self, method: &str) -> Value {
         let method = method.to_string();
-        self.recv_until(move |m| m["method"] == method.as_str() && m.get("id").is_some())
-            .await
+        self.recv_until(move |m| m["method"] == method.as_str() && m.get("id").is_some()).await
     }
 
     /// Next notification with this method.
     pub async fn recv_notification(&mut self, method: &str) -> Value {
         let method = method.to_string();
-        self.recv_until(move |m| m["method"] == method.as_str() && m.get("id").is_none())
-            .await
+        self.recv_until(move |m| m["method"] == method.as_str() && m.get("id").is_none()).await
     }
 
     /// Asserts that nothing (buffered or new) arrives within `limit`.
@@ -561,9 +530,7 @@ pub fn is_response(m: &Value) -> bool {
 
 /// The first text block of a tools/call response (empty if none).
 pub fn tool_text(resp: &Value) -> &str {
-    resp["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default()
+    resp["result"]["content"][0]["text"].as_str().unwrap_or_default()
 }
 
 /// The fixture's journal: one JSON value per line; missing file = empty.
@@ -578,11 +545,7 @@ pub fn journal(path: impl AsRef<Path>) -> Vec<Value> {
 }
 
 /// Polls the journal until `pred` holds for it (the fixture writes asynchronously to the test).
-pub async fn wait_journal(
-    path: impl AsRef<Path>,
-    limit: Duration,
-    pred: impl Fn(&[Value]) -> bool,
-) -> Vec<Value> {
+pub async fn wait_journal(path: impl AsRef<Path>, limit: Duration, pred: impl Fn(&[Value]) -> bool) -> Vec<Value> {
     let deadline = Instant::now() + limit;
     loop {
         let entries = journal(path.as_ref());
@@ -590,10 +553,7 @@ pub async fn wait_journal(
             return entries;
         }
         if Instant::now() >= deadline {
-            panic!(
-                "journal condition not met within {limit:?}; journal:\n{}",
-                render(&entries)
-            );
+            panic!("journal condition not met within {limit:?}; journal:\n{}", render(&entries));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -606,10 +566,7 @@ pub fn events<'a>(entries: &'a [Value], name: &'a str) -> impl Iterator<Item = &
 
 /// Messages the fixture received with this method.
 pub fn received<'a>(entries: &'a [Value], method: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
-    entries
-        .iter()
-        .filter(move |e| e["dir"] == "in" && e["msg"]["method"] == method)
-        .map(|e| &e["msg"])
+    entries.iter().filter(move |e| e["dir"] == "in" && e["msg"]["method"] == method).map(|e| &e["msg"])
 }
 
 fn render(entries: &[Value]) -> String {
@@ -620,9 +577,7 @@ fn render(entries: &[Value]) -> String {
 pub fn pid_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state letter follows the parenthesised command name, which may contain spaces.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])),
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])),
         Err(_) => false,
     }
 }
@@ -632,11 +587,7 @@ pub fn descendants(pid: u32) -> Vec<u32> {
     let mut parent_of = Vec::new();
     if let Ok(dir) = std::fs::read_dir("/proc") {
         for entry in dir.flatten() {
-            let Some(p) = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<u32>().ok())
-            else {
+            let Some(p) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
                 continue;
             };
             let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
@@ -647,10 +598,7 @@ pub fn descendants(pid: u32) -> Vec<u32> {
             };
             let mut fields = rest.split_whitespace();
             let state = fields.next().unwrap_or("Z");
-            let ppid = fields
-                .next()
-                .and_then(|f| f.parse::<u32>().ok())
-                .unwrap_or(0);
+            let ppid = fields.next().and_then(|f| f.parse::<u32>().ok()).unwrap_or(0);
             if state != "Z" && state != "X" {
                 parent_of.push((p, ppid));
             }
@@ -660,12 +608,7 @@ pub fn descendants(pid: u32) -> Vec<u32> {
     let mut i = 0;
     while i < found.len() {
         let parent = found[i];
-        found.extend(
-            parent_of
-                .iter()
-                .filter(|(_, pp)| *pp == parent)
-                .map(|(p, _)| *p),
-        );
+        found.extend(parent_of.iter().filter(|(_, pp)| *pp == parent).map(|(p, _)| *p));
         i += 1;
     }
     found.remove(0);

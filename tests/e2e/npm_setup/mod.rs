@@ -10,10 +10,7 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("host/ has a parent")
-        .to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("host/ has a parent").to_path_buf()
 }
 
 pub fn npm_dir() -> PathBuf {
@@ -70,8 +67,7 @@ fn install_npm_fixtures() -> Result<File, String> {
         .write(true)
         .open(&lock_path)
         .map_err(|e| format!("open {}: {e}", lock_path.display()))?;
-    lock.lock()
-        .map_err(|e| format!("lock {}: {e}", lock_path.display()))?;
+    lock.lock().map_err(|e| format!("lock {}: {e}", lock_path.display()))?;
 
     let dir = npm_dir();
     if install_is_stale(&dir) {
@@ -99,8 +95,7 @@ fn install_npm_fixtures() -> Result<File, String> {
 
     // Downgrade to a shared lock: concurrent users are fine, a concurrent re-install is not.
     lock.unlock().map_err(|e| format!("unlock: {e}"))?;
-    lock.lock_shared()
-        .map_err(|e| format!("lock_shared: {e}"))?;
+    lock.lock_shared().map_err(|e| format!("lock_shared: {e}"))?;
     Ok(lock)
 }
 
@@ -108,16 +103,11 @@ fn install_npm_fixtures() -> Result<File, String> {
 /// node_modules/.package-lock.json on every install, so its mtime is the install time.
 fn install_is_stale(dir: &Path) -> bool {
     let mtime = |p: &Path| fs::metadata(p).and_then(|m| m.modified()).ok();
-    let (Some(lock), Some(installed)) = (
-        mtime(&dir.join("package-lock.json")),
-        mtime(&dir.join("node_modules/.package-lock.json")),
-    ) else {
+    let (Some(lock), Some(installed)) =
+        (mtime(&dir.join("package-lock.json")), mtime(&dir.join("node_modules/.package-lock.json")))
+    else {
         return true;
     };
     let sdk = dir.join("node_modules/@modelcontextprotocol/sdk/package.json");
-    installed < lock
-        || !everything_entry().exists()
-        || !filesystem_entry().exists()
-        || !sdk.exists()
+    installed < lock || !everything_entry().exists() || !filesystem_entry().exists() || !sdk.exists()
 }
-

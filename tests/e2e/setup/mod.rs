@@ -84,7 +84,6 @@ pub async fn fixture_pid(c: &mut Client) -> u32 {
     serde_json::from_str::<Value>(&text).unwrap()["pid"].as_u64().unwrap() as u32
 }
 
-
 /// A second client session: `switchyard connect SOCKET` (waits for the socket to appear).
 pub async fn connect(socket: &std::path::Path) -> (Proc, Client) {
     let end = Instant::now() + Duration::from_secs(10);

@@ -25,14 +25,8 @@ const DEFAULT_WRITES: &[&str] = &[
     "edit_block",
     "write_pdf",
 ];
-const DEFAULT_READS: &[&str] = &[
-    "read_*",
-    "list_*",
-    "directory_tree",
-    "search_files",
-    "get_file_info",
-    "list_allowed_directories",
-];
+const DEFAULT_READS: &[&str] =
+    &["read_*", "list_*", "directory_tree", "search_files", "get_file_info", "list_allowed_directories"];
 const DEFAULT_PATH_ARGS: &[&str] =
     &["path", "paths", "source", "destination", "file_path", "directory", "old_path", "new_path"];
 
@@ -142,11 +136,8 @@ impl Guest for FsKeys {
                     .and_then(|a| serde_json::from_str::<Value>(a).ok())
                     .unwrap_or(Value::Null);
                 let keys = collect_paths(&args, &r.path_args);
-                current.concurrency = Some(if keys.is_empty() {
-                    Concurrency::Exclusive
-                } else {
-                    Concurrency::Keyed(keys)
-                });
+                current.concurrency =
+                    Some(if keys.is_empty() { Concurrency::Exclusive } else { Concurrency::Keyed(keys) });
             } else if r.reads.matches(tool) {
                 current.concurrency = Some(Concurrency::Shared);
             }

@@ -53,9 +53,7 @@ impl Guest for Guard {
         match DENY.with(|d| d.borrow().get(tool).cloned()) {
             None => Verdict::Continue(current),
             Some(reason) => Verdict::Reject(reason.unwrap_or_else(|| {
-                REASON.with(|r| r.borrow().clone()).unwrap_or_else(|| {
-                    format!("tool `{tool}` is blocked by policy")
-                })
+                REASON.with(|r| r.borrow().clone()).unwrap_or_else(|| format!("tool `{tool}` is blocked by policy"))
             })),
         }
     }

@@ -29,10 +29,7 @@ fn parse_override(pattern: &str, v: &Value) -> Result<Hints, String> {
         }
     };
     for k in obj.keys() {
-        if !matches!(
-            k.as_str(),
-            "readOnlyHint" | "destructiveHint" | "idempotentHint" | "openWorldHint" | "title"
-        ) {
+        if !matches!(k.as_str(), "readOnlyHint" | "destructiveHint" | "idempotentHint" | "openWorldHint" | "title") {
             return Err(format!("tools.{pattern}: unknown hint `{k}`"));
         }
     }
@@ -69,9 +66,10 @@ impl Guest for HintsPlugin {
     fn decide(call: Call, mut current: Decision) -> Verdict {
         // The router only lets a call run in parallel when it is safe; a tool this plugin
         // declares read-only is promised safe, so it joins the shared gate.
-        let read_only = call.tool.as_deref().is_some_and(|tool| {
-            RULES.with(|r| r.borrow().get(tool).and_then(|h| h.read_only)) == Some(true)
-        });
+        let read_only = call
+            .tool
+            .as_deref()
+            .is_some_and(|tool| RULES.with(|r| r.borrow().get(tool).and_then(|h| h.read_only)) == Some(true));
         if read_only {
             current.concurrency = Some(Concurrency::Shared);
         }

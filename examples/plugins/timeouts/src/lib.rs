@@ -31,9 +31,7 @@ fn parse_rule(pattern: &str, v: &Value) -> Result<Rule, String> {
         match k.as_str() {
             "timeout_ms" => rule.timeout_ms = Some(uint(v, &format!("tools.{pattern}.timeout_ms"))?),
             "retry" => {
-                let r = v
-                    .as_object()
-                    .ok_or_else(|| format!("tools.{pattern}.retry must be an object"))?;
+                let r = v.as_object().ok_or_else(|| format!("tools.{pattern}.retry must be an object"))?;
                 let field = |name: &str| -> Result<u32, String> {
                     let what = format!("tools.{pattern}.retry.{name}");
                     match r.get(name) {

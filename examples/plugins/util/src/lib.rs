@@ -49,9 +49,7 @@ impl<T> GlobMap<T> {
 
     pub fn insert(&mut self, pattern: impl Into<String>, value: T) {
         self.rules.push((pattern.into(), value));
-        self.rules.sort_by(|a, b| {
-            specificity(&b.0).cmp(&specificity(&a.0)).then_with(|| a.0.cmp(&b.0))
-        });
+        self.rules.sort_by(|a, b| specificity(&b.0).cmp(&specificity(&a.0)).then_with(|| a.0.cmp(&b.0)));
     }
 
     pub fn get(&self, name: &str) -> Option<&T> {
