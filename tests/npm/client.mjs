@@ -267,17 +267,22 @@ async function call(name, args = {}, options = undefined) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// What the client learnt from initialize, for both scenarios.
+function initializeSummary() {
+  return {
+    protocolVersion: initializeResult?.protocolVersion ?? null,
+    serverInfo: client.getServerVersion(),
+    capabilities: client.getServerCapabilities(),
+    instructions: client.getInstructions() ?? null,
+  };
+}
+
 // Scenario: @modelcontextprotocol/server-everything.
 async function everything() {
   roots = [{ uri: "file:///switchyard/project-a", name: "Project A" }];
   const S = transcript.steps;
 
-  await step("initialize", async () => ({
-    protocolVersion: initializeResult?.protocolVersion ?? null,
-    serverInfo: client.getServerVersion(),
-    capabilities: client.getServerCapabilities(),
-    instructions: client.getInstructions() ?? null,
-  }));
+  await step("initialize", async () => initializeSummary());
 
   // server-everything asks for roots/list 350 ms after `initialized` and logs the outcome.
   await step("roots_initial_sync", async () => {
@@ -519,12 +524,7 @@ async function filesystem() {
   };
   const fstep = (name, fn) => step(name, async () => norm(await fn()));
 
-  await fstep("initialize", async () => ({
-    protocolVersion: initializeResult?.protocolVersion ?? null,
-    serverInfo: client.getServerVersion(),
-    capabilities: client.getServerCapabilities(),
-    instructions: client.getInstructions() ?? null,
-  }));
+  await fstep("initialize", async () => initializeSummary());
   await fstep("roots_initial", async () => {
     const asked = await waitFor((e) => e.kind === "request" && e.method === "roots/list");
     const r = await allowedUntil((t) => t.includes(ws) && !t.split("\n").includes(real));
