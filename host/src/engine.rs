@@ -268,7 +268,7 @@ async fn attempt(
         .map_err(Stop::Failed)?;
     let inst = lease.instance.clone();
     let activity = Arc::new(Notify::new());
-    let route = progress.map(|span| (span, req.link.out.clone()));
+    let route = progress.map(|span| (span, req.link.clone()));
     let died = |death| Stop::Failed(CallError::Died { server: server.name.clone(), what: what.to_string(), death });
     let sent = inst.send(req.line, req.env, req.session, route, Some(activity.clone())).await.map_err(died)?;
     let max_deadline = started + Duration::from_millis(server.limits.max_call_timeout_ms);
@@ -321,7 +321,7 @@ mod tests {
 
     fn link() -> (Arc<SessionLink>, mpsc::UnboundedReceiver<String>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        (SessionLink::new(1, tx), rx)
+        (SessionLink::new(1, tx, 1 << 20), rx)
     }
 
     #[tokio::test(start_paused = true)]

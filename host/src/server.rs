@@ -41,8 +41,14 @@ const CRASH_LOOP_FAILURES: u32 = 5;
 pub struct SessionLink {
     pub id: SessionId,
     /// Lines to the client. Unbounded so one slow client cannot stall an instance's reader
-    /// (and with it every other session's replies).
-    pub out: mpsc::UnboundedSender<String>,
+    /// (and with it every other session's replies); `queued` bounds it instead.
+    out: mpsc::UnboundedSender<String>,
+    /// Bytes handed to `out` and not yet written to the client.
+    queued: std::sync::atomic::AtomicUsize,
+    /// Past this many queued bytes the client is taken to have stopped reading.
+    queue_limit: usize,
+    /// Fired when the queue overflows: the session ends (its calls are cancelled).
+    pub overflow: tokio_util::sync::CancellationToken,
     /// Requests from a server to this client, by the id this session sees: (instance, server's id).
     outbound: Mutex<HashMap<u64, (Weak<Instance>, String)>>,
     next_out: AtomicU64,
@@ -51,10 +57,13 @@ pub struct SessionLink {
 }
 
 impl SessionLink {
-    pub fn new(id: SessionId, out: mpsc::UnboundedSender<String>) -> Arc<SessionLink> {
+    pub fn new(id: SessionId, out: mpsc::UnboundedSender<String>, queue_limit: usize) -> Arc<SessionLink> {
         Arc::new(SessionLink {
             id,
             out,
+            queued: std::sync::atomic::AtomicUsize::new(0),
+            queue_limit,
+            overflow: tokio_util::sync::CancellationToken::new(),
             outbound: Mutex::new(HashMap::new()),
             next_out: AtomicU64::new(1),
             log_level: Mutex::new(None),
@@ -62,7 +71,26 @@ impl SessionLink {
     }
 
     pub fn send(&self, line: String) {
+        if self.overflow.is_cancelled() {
+            return;
+        }
+        let bytes = line.len() + 1;
+        let queued = self.queued.fetch_add(bytes, Ordering::AcqRel) + bytes;
+        if queued > self.queue_limit {
+            tracing::warn!(
+                session = self.id,
+                "the client is not reading its messages ({queued} bytes waiting, more than {}); closing its session",
+                self.queue_limit
+            );
+            self.overflow.cancel();
+            return;
+        }
         let _ = self.out.send(line);
+    }
+
+    /// The writer wrote `bytes` of queued output to the client.
+    pub fn written(&self, bytes: usize) {
+        self.queued.fetch_sub(bytes, Ordering::AcqRel);
     }
 }
 

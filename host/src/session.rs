@@ -63,7 +63,9 @@ where
     let id = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);
     let label = format!("{transport}-{id}");
     let (tx, rx) = mpsc::unbounded_channel();
-    let link = SessionLink::new(id, tx);
+    // A client that stops reading may fall this far behind before its session is closed.
+    let queue_limit = server.limits.max_message_bytes.saturating_mul(4);
+    let link = SessionLink::new(id, tx, queue_limit);
     server.hub.attach(link.clone());
     let session = Arc::new(Session {
         id,
@@ -72,7 +74,7 @@ where
         server: server.clone(),
         inflight: Mutex::new(HashMap::new()),
     });
-    let writer_task = tokio::spawn(write_loop(writer, rx));
+    let mut writer_task = tokio::spawn(write_loop(writer, rx, session.link.clone()));
     tracing::debug!(session = %label, "session started");
     let tasks = TaskTracker::new();
     let mut lines = LineReader::new(reader, server.limits.max_message_bytes);
@@ -80,6 +82,7 @@ where
         let frame = tokio::select! {
             f = lines.next() => f,
             _ = shutdown.cancelled() => break,
+            _ = session.link.overflow.cancelled() => break,
         };
         match frame {
             Ok(Some(Frame::Line(line))) => session.on_line(line, &tasks),
@@ -119,7 +122,11 @@ where
     }
     server.detach(id).await;
     drop(session);
-    let _ = writer_task.await;
+    // What is queued still goes out, unless the client stopped reading: then it is dropped.
+    if tokio::time::timeout(SESSION_GRACE, &mut writer_task).await.is_err() {
+        tracing::warn!(session = %label, "the client did not take its last messages within {SESSION_GRACE:?}");
+        writer_task.abort();
+    }
     tracing::debug!(session = %label, "session ended");
 }
 
@@ -132,7 +139,7 @@ async fn or_cancelled<T>(token: &CancellationToken, f: impl Future<Output = T>) 
     }
 }
 
-async fn write_loop<W: AsyncWrite + Unpin>(writer: W, mut rx: mpsc::UnboundedReceiver<String>) {
+async fn write_loop<W: AsyncWrite + Unpin>(writer: W, mut rx: mpsc::UnboundedReceiver<String>, link: Arc<SessionLink>) {
     let mut w = BufWriter::with_capacity(64 * 1024, writer);
     while let Some(line) = rx.recv().await {
         let mut next = Some(line);
@@ -140,6 +147,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(writer: W, mut rx: mpsc::UnboundedRec
             if w.write_all(l.as_bytes()).await.is_err() || w.write_all(b"\n").await.is_err() {
                 return;
             }
+            link.written(l.len() + 1);
             next = rx.try_recv().ok();
         }
         if w.flush().await.is_err() {

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use crate::codec::{self, Envelope, Frame, Kind, LineReader};
 use crate::error::Death;
-use crate::server::Hub;
+use crate::server::{Hub, SessionLink};
 use crate::session::SessionId;
 
 /// How many stderr lines of an instance are kept for error messages.
@@ -41,7 +41,7 @@ struct Pending {
     session: SessionId,
     reply: oneshot::Sender<Result<Reply, Death>>,
     /// The client's own progress token (raw JSON) and the session to send progress to.
-    progress: Option<(String, mpsc::UnboundedSender<String>)>,
+    progress: Option<(String, Arc<SessionLink>)>,
     /// Poked on every progress notification, so the caller can extend its deadline.
     activity: Option<Arc<Notify>>,
 }
@@ -278,7 +278,7 @@ impl Instance {
         line: &str,
         env: &Envelope,
         session: SessionId,
-        progress: Option<(Range<usize>, mpsc::UnboundedSender<String>)>,
+        progress: Option<(Range<usize>, Arc<SessionLink>)>,
         activity: Option<Arc<Notify>>,
     ) -> Result<Sent, Death> {
         if let Some(d) = self.death.get() {
@@ -434,8 +434,8 @@ impl Instance {
         if let Some(a) = &p.activity {
             a.notify_one();
         }
-        if let Some((client_token, out)) = &p.progress {
-            let _ = out.send(codec::splice(&line, span, client_token));
+        if let Some((client_token, link)) = &p.progress {
+            link.send(codec::splice(&line, span, client_token));
         }
     }
 

@@ -277,3 +277,22 @@ async fn a_server_request_is_withdrawn_when_its_instance_dies() {
     let resp = s.client.wait_response(&call).await;
     assert_eq!(resp["error"]["code"], -32003, "{resp}");
 }
+
+#[tokio::test]
+async fn a_client_that_stops_reading_is_disconnected_not_buffered_forever() {
+    let mut s = Setup::with_config(&[], &[], Some("[limits]\nmax_message_bytes = 4096\n")).await;
+    s.client.initialize().await;
+    // About 400 KiB of answers that the client never reads: the pipe takes 64 KiB, the router's
+    // queue may take 4 x max_message_bytes, then the session is closed.
+    let text = "x".repeat(2000);
+    for id in 1000..1200 {
+        let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": text}}});
+        // The router stops reading once it gives up on this client: a failed write is expected.
+        if s.client.try_send_raw(&call.to_string()).await.is_err() {
+            break;
+        }
+    }
+    let status = s.router.wait_timeout(Duration::from_secs(10)).await;
+    assert_eq!(status.code(), Some(0));
+    assert!(s.router.stderr.text().contains("not reading its messages"), "{}", s.router.stderr.text());
+}

@@ -303,19 +303,20 @@ impl Client {
 
     /// Writes one line (a newline is added if missing).
     pub async fn send_raw(&mut self, line: &str) {
+        if let Err(e) = self.try_send_raw(line).await {
+            self.fail(&format!("write failed: {e}"));
+        }
+    }
+
+    /// Like `send_raw`, for tests where the other side may close its input first.
+    pub async fn try_send_raw(&mut self, line: &str) -> std::io::Result<()> {
         let Some(w) = self.writer.as_mut() else { self.fail("send after close") };
         let mut bytes = line.as_bytes().to_vec();
         if !bytes.ends_with(b"\n") {
             bytes.push(b'\n');
         }
-        if let Err(e) = async {
-            w.write_all(&bytes).await?;
-            w.flush().await
-        }
-        .await
-        {
-            self.fail(&format!("write failed: {e}"));
-        }
+        w.write_all(&bytes).await?;
+        w.flush().await
     }
 
     pub async fn send(&mut self, msg: &Value) {
