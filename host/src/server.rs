@@ -380,6 +380,9 @@ struct InitSettle<'a>(&'a Server);
 impl Drop for InitSettle<'_> {
     fn drop(&mut self) {
         let s = self.0;
+        if !s.init_result.initialized() {
+            s.init_params.lock().expect("lock").take();
+        }
         s.init_state.send_replace(if s.init_result.initialized() { InitState::Done } else { InitState::NotStarted });
     }
 }
@@ -394,7 +397,8 @@ pub struct Server {
     spec: Spec,
     pools: BTreeMap<String, Arc<Pool>>,
     /// The first client's initialize params, used to initialise every instance.
-    init_params: OnceCell<String>,
+    /// Cleared again if that initialize fails, so the next client's params are used instead.
+    init_params: Mutex<Option<String>>,
     /// The first instance's initialize result, given to every client.
     init_result: OnceCell<String>,
     init_state: watch::Sender<InitState>,
@@ -436,7 +440,7 @@ impl Server {
                 policy,
                 spec,
                 pools,
-                init_params: OnceCell::new(),
+                init_params: Mutex::new(None),
                 init_result: OnceCell::new(),
                 init_state: watch::channel(InitState::NotStarted).0,
                 next_instance: AtomicU64::new(1),
@@ -489,7 +493,7 @@ impl Server {
     /// Marks initialisation as under way, in message order (called by the session's reader
     /// before anything async runs), so requests right behind it wait instead of failing.
     pub fn begin_initialize(&self, params: &str) {
-        let _ = self.init_params.set(params.to_string());
+        self.init_params.lock().expect("lock").get_or_insert_with(|| params.to_string());
         self.init_state.send_if_modified(|s| {
             let start = *s == InitState::NotStarted;
             if start {
@@ -558,7 +562,8 @@ impl Server {
         if let Some(at) = self.check_start_allowed()? {
             tokio::time::sleep_until(at).await;
         }
-        let Some(params) = self.init_params.get().cloned() else {
+        let params = self.init_params.lock().expect("lock").clone();
+        let Some(params) = params else {
             return Err(CallError::NotInitialized { server: self.name.clone() });
         };
         let number = self.next_instance.fetch_add(1, Ordering::Relaxed);
