@@ -49,6 +49,11 @@ enum PluginCommand {
         #[arg(long)]
         call: Option<String>,
     },
+    /// Write the example plugins (hints, fs-keys, timeouts, guard) into DIR, to copy from.
+    Examples {
+        /// A new or empty directory (not your live plugins directory: every file there is loaded).
+        dir: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -60,6 +65,13 @@ fn main() -> ExitCode {
         Command::Connect { socket } => report(switchyard::cli::connect_blocking(&socket)),
         Command::Plugin { command: PluginCommand::Check { file, config, call } } => {
             report(switchyard::policy::check::run(&file, &config, call.as_deref()))
+        }
+        Command::Plugin { command: PluginCommand::Examples { dir } } => {
+            report(switchyard::policy::embedded::write_examples(&dir).map(|written| {
+                for p in written {
+                    println!("{}", p.display());
+                }
+            }))
         }
     }
 }
