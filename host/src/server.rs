@@ -43,12 +43,18 @@ pub struct SessionLink {
     /// Lines to the client. Unbounded so one slow client cannot stall an instance's reader
     /// (and with it every other session's replies); `queued` bounds it instead.
     out: mpsc::UnboundedSender<String>,
-    /// Bytes handed to `out` and not yet written to the client.
-    queued: std::sync::atomic::AtomicUsize,
+    /// Bytes handed to `out` and not yet written to the client (shared with the writer, which
+    /// must not hold the link itself: the channel closes when the last link goes).
+    queued: Arc<std::sync::atomic::AtomicUsize>,
     /// Past this many queued bytes the client is taken to have stopped reading.
     queue_limit: usize,
     /// Fired when the queue overflows: the session ends (its calls are cancelled).
     pub overflow: tokio_util::sync::CancellationToken,
+    /// Requests and notifications from servers wait here until the client has finished its
+    /// initialisation (`None` from then on). switchyard initialises a server once, on the
+    /// first client's behalf, so the server may call back (roots/list, say) before this client
+    /// has even seen its initialize result; MCP lets a server do that only after `initialized`.
+    held: Mutex<Option<Vec<String>>>,
     /// Requests from a server to this client, by the id this session sees: (instance, server's id).
     outbound: Mutex<HashMap<u64, (Weak<Instance>, String)>>,
     next_out: AtomicU64,
@@ -61,9 +67,10 @@ impl SessionLink {
         Arc::new(SessionLink {
             id,
             out,
-            queued: std::sync::atomic::AtomicUsize::new(0),
+            queued: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
             queue_limit,
             overflow: tokio_util::sync::CancellationToken::new(),
+            held: Mutex::new(Some(Vec::new())),
             outbound: Mutex::new(HashMap::new()),
             next_out: AtomicU64::new(1),
             log_level: Mutex::new(None),
@@ -88,11 +95,41 @@ impl SessionLink {
         let _ = self.out.send(line);
     }
 
-    /// The writer wrote `bytes` of queued output to the client.
-    pub fn written(&self, bytes: usize) {
-        self.queued.fetch_sub(bytes, Ordering::AcqRel);
+    /// A request or notification that a server started: held until the client is initialised.
+    pub fn send_from_server(&self, line: String) {
+        {
+            let mut held = self.held.lock().expect("lock");
+            if let Some(queue) = held.as_mut() {
+                if queue.len() < HELD_MAX {
+                    queue.push(line);
+                } else {
+                    tracing::warn!(
+                        session = self.id,
+                        "dropped a server message: the client has not finished initialising"
+                    );
+                }
+                return;
+            }
+        }
+        self.send(line);
+    }
+
+    /// The client finished initialising: what servers sent meanwhile goes out, in order.
+    pub fn open(&self) {
+        let held = self.held.lock().expect("lock").take();
+        for line in held.into_iter().flatten() {
+            self.send(line);
+        }
+    }
+
+    /// The counter the writer lowers as it writes queued output to the client.
+    pub fn queued_counter(&self) -> Arc<std::sync::atomic::AtomicUsize> {
+        self.queued.clone()
     }
 }
+
+/// Server messages held for a client that has not finished initialising, at most.
+const HELD_MAX: usize = 1024;
 
 /// MCP logging levels, most verbose first; index = how verbose (0 = emergency ... 7 = debug).
 const LEVELS: [&str; 8] = ["emergency", "alert", "critical", "error", "warning", "notice", "info", "debug"];
@@ -142,7 +179,7 @@ impl Hub {
     /// Sends a line to every session.
     pub fn broadcast(&self, line: &str) {
         for s in self.sessions.read().expect("lock").values() {
-            s.send(line.to_string());
+            s.send_from_server(line.to_string());
         }
     }
 
@@ -228,7 +265,7 @@ impl Hub {
         };
         let n = link.next_out.fetch_add(1, Ordering::Relaxed);
         link.outbound.lock().expect("lock").insert(n, (Arc::downgrade(inst), line[id_span.clone()].to_string()));
-        link.send(codec::splice(&line, id_span, &n.to_string()));
+        link.send_from_server(codec::splice(&line, id_span, &n.to_string()));
     }
 
     /// An instance ended: its requests that clients still hold are withdrawn, so no client
@@ -242,7 +279,7 @@ impl Hub {
             for n in ids {
                 out.remove(&n);
                 let reason = codec::json_string(&format!("server instance {} ended", inst.label()));
-                s.send(codec::notification(
+                s.send_from_server(codec::notification(
                     "notifications/cancelled",
                     &format!(r#"{{"requestId":{n},"reason":{reason}}}"#),
                 ));
@@ -278,7 +315,7 @@ impl Hub {
                 for s in self.audience(inst) {
                     let wanted = *s.log_level.lock().expect("lock");
                     if wanted.is_none_or(|w| rank <= w) {
-                        s.send(line.clone());
+                        s.send_from_server(line.clone());
                     }
                 }
             }
@@ -287,7 +324,7 @@ impl Hub {
                 let subs = self.subscriptions.lock().expect("lock").get(&uri).cloned().unwrap_or_default();
                 for s in self.audience(inst) {
                     if subs.contains(&s.id) {
-                        s.send(line.clone());
+                        s.send_from_server(line.clone());
                     }
                 }
             }
@@ -302,14 +339,14 @@ impl Hub {
                     });
                     if let Some(n) = hit {
                         out.remove(&n);
-                        s.send(codec::splice(&line, span, &n.to_string()));
+                        s.send_from_server(codec::splice(&line, span, &n.to_string()));
                         return;
                     }
                 }
             }
             _ => {
                 for s in self.audience(inst) {
-                    s.send(line.clone());
+                    s.send_from_server(line.clone());
                 }
             }
         }

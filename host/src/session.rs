@@ -74,7 +74,7 @@ where
         server: server.clone(),
         inflight: Mutex::new(HashMap::new()),
     });
-    let mut writer_task = tokio::spawn(write_loop(writer, rx, session.link.clone()));
+    let mut writer_task = tokio::spawn(write_loop(writer, rx, session.link.queued_counter()));
     tracing::debug!(session = %label, "session started");
     let tasks = TaskTracker::new();
     let mut lines = LineReader::new(reader, server.limits.max_message_bytes);
@@ -139,7 +139,11 @@ async fn or_cancelled<T>(token: &CancellationToken, f: impl Future<Output = T>) 
     }
 }
 
-async fn write_loop<W: AsyncWrite + Unpin>(writer: W, mut rx: mpsc::UnboundedReceiver<String>, link: Arc<SessionLink>) {
+async fn write_loop<W: AsyncWrite + Unpin>(
+    writer: W,
+    mut rx: mpsc::UnboundedReceiver<String>,
+    queued: Arc<std::sync::atomic::AtomicUsize>,
+) {
     let mut w = BufWriter::with_capacity(64 * 1024, writer);
     while let Some(line) = rx.recv().await {
         let mut next = Some(line);
@@ -147,7 +151,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(writer: W, mut rx: mpsc::UnboundedRec
             if w.write_all(l.as_bytes()).await.is_err() || w.write_all(b"\n").await.is_err() {
                 return;
             }
-            link.written(l.len() + 1);
+            queued.fetch_sub(l.len() + 1, Ordering::AcqRel);
             next = rx.try_recv().ok();
         }
         if w.flush().await.is_err() {
@@ -260,9 +264,14 @@ impl Session {
                 }
                 inflight.insert(id, token.clone());
                 drop(inflight);
-                if env.method.as_deref() == Some("initialize") {
-                    let params = env.params.as_ref().map(|p| &line[p.clone()]).unwrap_or("{}");
-                    self.server.begin_initialize(params);
+                match env.method.as_deref() {
+                    Some("initialize") => {
+                        let params = env.params.as_ref().map(|p| &line[p.clone()]).unwrap_or("{}");
+                        self.server.begin_initialize(params);
+                    }
+                    Some("ping" | "server/discover") => {}
+                    // A client that skips `initialized` is taken as initialised by its first call.
+                    _ => self.link.open(),
                 }
                 Step::Run(line, env, token)
             }
@@ -272,8 +281,9 @@ impl Session {
     fn on_notification(self: &Arc<Self>, line: &str, env: &Envelope) {
         let method = env.method.as_deref().unwrap_or_default();
         match method {
-            // switchyard initialised the server itself; the client's ack has no one to go to.
-            "notifications/initialized" => {}
+            // switchyard initialised the server itself; the client's ack opens its session to
+            // what servers send on their own.
+            "notifications/initialized" => self.link.open(),
             "notifications/cancelled" => {
                 let fields = env.params.as_ref().map(|p| codec::param_fields(line, p)).unwrap_or_default();
                 let Some(span) = fields.request_id else { return };

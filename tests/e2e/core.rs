@@ -209,9 +209,12 @@ async fn client_eof_shuts_down_cleanly_and_reaps_the_server() {
     s.client.initialize().await;
     let pid = fixture_pid(&mut s.client).await;
     s.client.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": 30000}})).await;
+    let closed = Instant::now();
     s.client.close().await;
     let status = s.router.wait_timeout(Duration::from_secs(8)).await;
     assert_eq!(status.code(), Some(0));
+    // The server leaves at stdin EOF, so nothing should hold the router for seconds.
+    assert!(closed.elapsed() < Duration::from_millis(2500), "exit took {:?}", closed.elapsed());
     assert!(wait_gone(pid, Duration::from_secs(2)).await, "fixture {pid} outlived the router");
 }
 
@@ -295,4 +298,26 @@ async fn a_client_that_stops_reading_is_disconnected_not_buffered_forever() {
     let status = s.router.wait_timeout(Duration::from_secs(10)).await;
     assert_eq!(status.code(), Some(0));
     assert!(s.router.stderr.text().contains("not reading its messages"), "{}", s.router.stderr.text());
+}
+
+#[tokio::test]
+async fn a_server_calls_back_only_after_the_client_is_initialised() {
+    // The router initialises the server on the client's behalf; the server asks for roots at
+    // once. The client must not see that request before its own `initialized`.
+    let mut s = Setup::new(&["--roots-on-initialized"], &[]).await;
+    let init = s
+        .client
+        .request(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {"roots": {}}, "clientInfo": {"name": "t", "version": "1"}}),
+        )
+        .await;
+    assert!(init.get("result").is_some(), "{init}");
+    let early = drain(&mut s.client, Duration::from_millis(400)).await;
+    assert!(early.is_empty(), "server messages reached a client that is not initialised: {early:?}");
+    s.client.notify("notifications/initialized", json!({})).await;
+    let req = s.client.recv_request("roots/list").await;
+    s.client.respond(req["id"].clone(), json!({"roots": [{"uri": "file:///held", "name": "h"}]})).await;
+    // And the server got the answer.
+    assert_eq!(s.client.call_text("echo", json!({"text": "after"})).await, "after");
 }
