@@ -232,10 +232,6 @@ impl Config {
         }
         Ok(())
     }
-
-    pub fn plugin_entry(&self, file: &str) -> Option<&PluginEntry> {
-        self.plugins.iter().find(|p| p.file == file)
-    }
 }
 
 #[cfg(test)]

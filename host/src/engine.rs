@@ -21,6 +21,7 @@ use crate::session::SessionId;
 const WAIT_NOTICE_AFTER: Duration = Duration::from_secs(1);
 /// The retry a read-only or idempotent call gets when no plugin says otherwise.
 const DEFAULT_RETRY: Retry = Retry { attempts: 1, backoff_ms: 100 };
+const NO_RETRY: Retry = Retry { attempts: 0, backoff_ms: 0 };
 
 /// A decision after host defaults and clamps.
 pub struct Effective {
@@ -80,7 +81,7 @@ fn default_retry(server: &Server, set: &PluginSet, call: &CallInfo) -> Retry {
                 || call.method == "completion/complete"
         }
     };
-    if safe { DEFAULT_RETRY } else { Retry { attempts: 0, backoff_ms: 0 } }
+    if safe { DEFAULT_RETRY } else { NO_RETRY }
 }
 
 /// Why an attempt ended without a response.
@@ -141,11 +142,18 @@ pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
         match attempt(server, &req, &eff, &what, progress.clone()).await {
             Ok(reply) => return Some(finish(server, &set, &method, reply, client_id)),
             Err(Stop::Cancelled) => return None,
-            Err(Stop::Failed(e))
-                if e.is_retryable()
-                    && call.attempt < eff.retry.unwrap_or_else(|| default_retry(server, &set, &call)).attempts =>
-            {
-                let retry = eff.retry.unwrap_or_else(|| default_retry(server, &set, &call));
+            Err(Stop::Failed(e)) => {
+                let retry = match e.is_retryable() {
+                    true => eff.retry.unwrap_or_else(|| default_retry(server, &set, &call)),
+                    false => NO_RETRY,
+                };
+                if call.attempt >= retry.attempts {
+                    tracing::info!(
+                        server = %server.name, session = req.session_label,
+                        "{what} failed after {} attempt(s): {e}", call.attempt + 1
+                    );
+                    return Some(e.to_response(client_id));
+                }
                 let backoff = backoff(retry.backoff_ms, call.attempt);
                 tracing::info!(
                     server = %server.name, session = req.session_label,
@@ -157,10 +165,6 @@ pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
                     _ = tokio::time::sleep(backoff) => {}
                 }
                 call.attempt += 1;
-            }
-            Err(Stop::Failed(e)) => {
-                tracing::info!(server = %server.name, session = req.session_label, "{what} failed: {e}");
-                return Some(e.to_response(client_id));
             }
         }
     }

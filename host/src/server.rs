@@ -506,10 +506,6 @@ impl Server {
         self.pools.values().flat_map(|p| p.instances()).collect()
     }
 
-    pub fn is_initialized(&self) -> bool {
-        self.init_result.initialized()
-    }
-
     /// True once initialised; waits while a client's initialize is still under way (requests
     /// pipelined right behind initialize are served, not refused). False if it never started.
     pub async fn wait_initialized(&self) -> bool {
