@@ -27,6 +27,9 @@ const SESSION_GRACE: Duration = Duration::from_secs(3);
 pub struct Cancel {
     pub token: CancellationToken,
     reason: std::sync::OnceLock<String>,
+    /// Set when switchyard itself stops the call (shutdown) while the client is still there:
+    /// then the client is owed an error rather than silence.
+    answer: std::sync::atomic::AtomicBool,
 }
 
 impl Cancel {
@@ -35,6 +38,12 @@ impl Cancel {
             let _ = self.reason.set(r);
         }
         self.token.cancel();
+    }
+
+    /// Stops the call on switchyard's side; the client still gets an error for it.
+    fn cancel_and_answer(&self, reason: &str) {
+        self.answer.store(true, Ordering::Release);
+        self.cancel(Some(reason.to_string()));
     }
 
     /// The client's reason, forwarded upstream with the cancellation.
@@ -78,10 +87,15 @@ where
     tracing::debug!(session = %label, "session started");
     let tasks = TaskTracker::new();
     let mut lines = LineReader::new(reader, server.limits.max_message_bytes);
+    // Whether the client is still there to read an answer for what is cancelled below.
+    let mut client_listening = false;
     loop {
         let frame = tokio::select! {
             f = lines.next() => f,
-            _ = shutdown.cancelled() => break,
+            _ = shutdown.cancelled() => {
+                client_listening = true;
+                break;
+            }
             _ = session.link.overflow.cancelled() => break,
         };
         match frame {
@@ -108,13 +122,18 @@ where
             }
         }
     }
-    // The client is gone (or we are shutting down): cancel its calls upstream, drop its queue.
+    // The client is gone, or switchyard is shutting down: cancel its calls upstream. A client
+    // that is still there gets an error for each; one that left is owed nothing.
     let open: Vec<Arc<Cancel>> = session.inflight.lock().expect("lock").values().cloned().collect();
     if !open.is_empty() {
         tracing::info!(session = %label, "session ended with {} calls in flight; cancelling them", open.len());
     }
     for c in open {
-        c.cancel(Some("the client disconnected".to_string()));
+        if client_listening {
+            c.cancel_and_answer("switchyard is shutting down");
+        } else {
+            c.cancel(Some("the client disconnected".to_string()));
+        }
     }
     tasks.close();
     if tokio::time::timeout(SESSION_GRACE, tasks.wait()).await.is_err() {
@@ -315,7 +334,9 @@ impl Session {
     async fn run(self: Arc<Self>, line: String, env: Envelope, token: Arc<Cancel>) -> Option<String> {
         let id_span = env.id.clone().expect("requests have ids");
         let id = line[id_span].to_string();
-        let resp = self.dispatch(&line, &env, &id, &token).await;
+        let resp = self.dispatch(&line, &env, &id, &token).await.or_else(|| {
+            token.answer.load(Ordering::Acquire).then(|| crate::error::CallError::ShuttingDown.to_response(&id))
+        });
         // Out of the in-flight table before the response leaves, so the id may be reused at once.
         self.inflight.lock().expect("lock").remove(&id);
         resp

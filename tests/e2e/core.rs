@@ -321,3 +321,21 @@ async fn a_server_calls_back_only_after_the_client_is_initialised() {
     // And the server got the answer.
     assert_eq!(s.client.call_text("echo", json!({"text": "after"})).await, "after");
 }
+
+#[tokio::test]
+async fn calls_in_flight_at_shutdown_are_answered_with_an_error() {
+    let dir = temp_dir();
+    let journal_file = journal_in(&dir);
+    let mut s = Setup::new(&["--journal", &journal_file], &[]).await;
+    s.client.initialize().await;
+    let id = s.client.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": 30000}})).await;
+    wait_journal(&journal_file, Duration::from_secs(5), |e| received(e, "tools/call").count() > 0).await;
+    s.router.signal(libc::SIGTERM);
+    let resp = s.client.wait_response(&id).await;
+    assert_eq!(resp["error"]["code"], -32003, "{resp}");
+    assert!(resp["error"]["message"].as_str().unwrap().contains("shutting down"), "{resp}");
+    assert_eq!(s.router.wait_timeout(Duration::from_secs(8)).await.code(), Some(0));
+    // The server was told to stop the call before it was shut down.
+    let entries = harness::journal(&journal_file);
+    assert_eq!(received(&entries, "notifications/cancelled").count(), 1);
+}
