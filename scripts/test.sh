@@ -9,4 +9,11 @@ command -v npm >/dev/null || { echo "npm is required (the tests install their MC
 # Plugins are built from source for WebAssembly by host/build.rs.
 rustup target add wasm32-wasip2 >/dev/null
 
-cargo test --workspace --locked "$@"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --workspace --locked "$@" 2>&1 | tee "$log" || status=$?
+# One closing line for the whole run: cargo prints a summary per test binary.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed;?$/) p += $i; if ($(i+1) ~ /^failed;?$/) f += $i } }
+     END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+exit "$status"
