@@ -47,22 +47,35 @@ pub fn init_tracing(level: Option<&str>) {
         .try_init();
 }
 
-/// A readable server name from a command line: `npx -y @scope/server-x dir` -> `server-x`.
+/// A readable server name from a command line: `npx -y @scope/server-x dir` -> `server-x`,
+/// `node node_modules/@scope/server-y/dist/index.js` -> `server-y`.
 pub fn derive_name(command: &str, args: &[String]) -> String {
+    // Path parts that say nothing about which server it is.
+    const GENERIC: &[&str] = &["index", "main", "cli", "server", "dist", "build", "lib", "src", "bin", "out"];
     let base = |s: &str| {
         let s = s.trim_end_matches('/');
         s.rsplit('/').next().unwrap_or(s).to_string()
     };
     let cmd = base(command);
     let launchers = ["npx", "node", "uvx", "uv", "python", "python3", "deno", "bunx", "bun", "pipx"];
-    if launchers.contains(&cmd.as_str())
-        && let Some(arg) = args.iter().find(|a| !a.starts_with('-') && *a != "run" && *a != "exec")
-    {
-        let b = base(arg);
-        let b = b.split('@').find(|p| !p.is_empty()).unwrap_or(&b).to_string();
-        return b.trim_end_matches(".js").trim_end_matches(".py").to_string();
+    if !launchers.contains(&cmd.as_str()) {
+        return cmd;
     }
-    cmd
+    let Some(arg) = args.iter().find(|a| !a.starts_with('-') && *a != "run" && *a != "exec") else {
+        return cmd;
+    };
+    let strip = |p: &str| {
+        let p = p.split('@').find(|p| !p.is_empty()).unwrap_or(p).to_string();
+        p.trim_end_matches(".js").trim_end_matches(".mjs").trim_end_matches(".py").to_string()
+    };
+    // The last path part that names something: a file, else the package directory above it.
+    let parts: Vec<String> = arg.trim_end_matches('/').split('/').map(strip).collect();
+    parts
+        .iter()
+        .rev()
+        .find(|p| !p.is_empty() && !GENERIC.contains(&p.as_str()))
+        .cloned()
+        .unwrap_or_else(|| strip(&base(arg)))
 }
 
 /// The config from the file (if any) with the command line applied on top.
@@ -151,6 +164,9 @@ mod tests {
             "server-filesystem"
         );
         assert_eq!(derive_name("/usr/bin/node", &a(&["dist/index.js", "stdio"])), "index");
+        let nm = "node_modules/@modelcontextprotocol/server-everything/dist/index.js";
+        assert_eq!(derive_name("node", &a(&[nm, "stdio"])), "server-everything");
+        assert_eq!(derive_name("python3", &a(&["-m", "weather_server.py"])), "weather_server");
         assert_eq!(derive_name("uvx", &a(&["mcp-server-git@1.2"])), "mcp-server-git");
         assert_eq!(derive_name("/opt/bin/my-server", &a(&["--port", "3"])), "my-server");
     }
