@@ -281,43 +281,39 @@ impl Instance {
         progress: Option<(Range<usize>, Arc<SessionLink>)>,
         activity: Option<Arc<Notify>>,
     ) -> Result<Sent, Death> {
-        if let Some(d) = self.death.get() {
-            return Err(d.clone());
-        }
-        let upstream_id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let id_text = upstream_id.to_string();
-        let mut edits = vec![(env.id.clone().expect("requests have ids"), id_text.as_str())];
-        let mut route = None;
-        if let Some((span, out)) = progress {
-            // The upstream id doubles as the progress token: unique on this instance.
-            route = Some((line[span.clone()].to_string(), out));
-            edits.push((span, id_text.as_str()));
-        }
-        let rewritten = codec::splice_many(line, edits);
-        let (tx, rx) = oneshot::channel();
-        self.pending
-            .lock()
-            .expect("lock")
-            .insert(upstream_id, Pending { session, reply: tx, progress: route, activity });
-        if self.write(rewritten).await.is_err() {
-            self.pending.lock().expect("lock").remove(&upstream_id);
-            return Err(self.death_or_closed());
-        }
-        Ok(Sent { upstream_id, reply: rx })
+        self.submit(session, activity, |id_text| {
+            let mut route = None;
+            let mut edits = vec![(env.id.clone().expect("requests have ids"), id_text)];
+            if let Some((span, out)) = progress {
+                // The upstream id doubles as the progress token: unique on this instance.
+                route = Some((line[span.clone()].to_string(), out));
+                edits.push((span, id_text));
+            }
+            (codec::splice_many(line, edits), route)
+        })
+        .await
     }
 
     /// Sends a request of the router's own (initialize, ping, tools/list, ...).
     pub async fn send_own(&self, method: &str, params: &str) -> Result<Sent, Death> {
+        self.submit(0, None, |id_text| (codec::request(id_text, method, params), None)).await
+    }
+
+    /// Gives a request a fresh upstream id, registers where its reply goes, and writes it.
+    /// `build` makes the line (and the progress route) from the id's text.
+    async fn submit(
+        &self,
+        session: SessionId,
+        activity: Option<Arc<Notify>>,
+        build: impl FnOnce(&str) -> (String, Option<(String, Arc<SessionLink>)>),
+    ) -> Result<Sent, Death> {
         if let Some(d) = self.death.get() {
             return Err(d.clone());
         }
         let upstream_id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let line = codec::request(&upstream_id.to_string(), method, params);
+        let (line, progress) = build(&upstream_id.to_string());
         let (tx, rx) = oneshot::channel();
-        self.pending
-            .lock()
-            .expect("lock")
-            .insert(upstream_id, Pending { session: 0, reply: tx, progress: None, activity: None });
+        self.pending.lock().expect("lock").insert(upstream_id, Pending { session, reply: tx, progress, activity });
         if self.write(line).await.is_err() {
             self.pending.lock().expect("lock").remove(&upstream_id);
             return Err(self.death_or_closed());
