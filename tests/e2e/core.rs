@@ -23,12 +23,8 @@ async fn initialize_and_tools_are_the_servers_own() {
     assert_eq!(got_tools["result"], want_tools["result"]);
     assert_eq!(got_init["id"], want_init["id"]);
     // A second initialize (a reconnecting client) is answered from the same result.
-    let again = s.client.request("initialize", want_init_params()).await;
+    let again = s.client.request("initialize", init_params(json!({}))).await;
     assert_eq!(again["result"], want_init["result"]);
-}
-
-fn want_init_params() -> Value {
-    json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "again", "version": "1"}})
 }
 
 #[tokio::test]
@@ -245,12 +241,7 @@ async fn a_killed_router_leaves_no_orphan() {
 async fn a_missing_command_is_a_clear_error() {
     let mut r = Proc::router(&["--", "/nonexistent/mcp-server"]);
     let mut c = r.client();
-    let resp = c
-        .request(
-            "initialize",
-            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
-        )
-        .await;
+    let resp = c.request("initialize", init_params(json!({}))).await;
     let msg = resp["error"]["message"].as_str().unwrap_or_default().to_string();
     assert!(msg.contains("/nonexistent/mcp-server") && msg.contains("No such file"), "{resp}");
 }
@@ -305,13 +296,7 @@ async fn a_server_calls_back_only_after_the_client_is_initialised() {
     // The router initialises the server on the client's behalf; the server asks for roots at
     // once. The client must not see that request before its own `initialized`.
     let mut s = Setup::new(&["--roots-on-initialized"], &[]).await;
-    let init = s
-        .client
-        .request(
-            "initialize",
-            json!({"protocolVersion": "2025-06-18", "capabilities": {"roots": {}}, "clientInfo": {"name": "t", "version": "1"}}),
-        )
-        .await;
+    let init = s.client.request("initialize", init_params(json!({"roots": {}}))).await;
     assert!(init.get("result").is_some(), "{init}");
     let early = drain(&mut s.client, Duration::from_millis(400)).await;
     assert!(early.is_empty(), "server messages reached a client that is not initialised: {early:?}");

@@ -134,8 +134,7 @@ async fn a_crash_fails_unsafe_calls_fast_and_retries_safe_ones() {
 #[tokio::test]
 async fn a_crash_loop_marks_the_server_down_with_the_reason() {
     let mut s = Setup::new(&["--exit-on-start", "7"], &[]).await;
-    let params =
-        json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}});
+    let params = init_params(json!({}));
     let first = s.client.request("initialize", params.clone()).await;
     let msg = first["error"]["message"].as_str().unwrap().to_string();
     assert!(msg.contains("exit status 7") && msg.contains("refusing to start"), "{first}");

@@ -246,33 +246,13 @@ config = { tools = { "write_file" = { readOnlyHint = true }, "edit_file" = { rea
 file = "fs-keys.wasm"
 priority = 5
 "#;
-    let dir = temp_dir();
-    let plugins = dir.path().join("plugins");
-    std::fs::create_dir(&plugins).unwrap();
-    for p in ["hints.wasm", "fs-keys.wasm"] {
-        std::fs::copy(example(p), plugins.join(p)).unwrap();
-    }
-    let cfg_path = dir.path().join("switchyard.toml");
-    std::fs::write(&cfg_path, cfg).unwrap();
     let entry = npm_setup::filesystem_entry();
-    let mut router = Proc::router(&[
-        "--config",
-        cfg_path.to_str().unwrap(),
-        "--plugins",
-        plugins.to_str().unwrap(),
-        "--",
-        "node",
-        entry.to_str().unwrap(),
-        work.path().to_str().unwrap(),
-    ]);
-    let mut c = router.client();
+    let server = ["node", entry.to_str().unwrap(), work.path().to_str().unwrap()].map(String::from);
+    let plugins = [example("hints.wasm"), example("fs-keys.wasm")];
+    let mut s = Setup::in_front_of(&server, &[], Some(cfg), &[&plugins[0], &plugins[1]]).await;
+    let c = &mut s.client;
     // No roots capability: the server keeps the directory it was started with.
-    let init = c
-        .request(
-            "initialize",
-            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
-        )
-        .await;
+    let init = c.request("initialize", init_params(json!({}))).await;
     assert!(init.get("result").is_some(), "{init}");
     c.notify("notifications/initialized", json!({})).await;
     let list = c.request("tools/list", json!({})).await;

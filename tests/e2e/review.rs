@@ -8,12 +8,8 @@ mod setup;
 use std::time::{Duration, Instant};
 
 use harness::*;
-use serde_json::{Value, json};
+use serde_json::json;
 use setup::*;
-
-fn init_params() -> Value {
-    json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "review", "version": "1"}})
-}
 
 /// A call cancelled by its client while the pool was spawning an instance for it dropped the
 /// spawn half-way: the pool's count of starting instances was never given back (so the pool
@@ -49,13 +45,13 @@ async fn a_call_cancelled_during_a_spawn_does_not_shrink_the_pool() {
 #[tokio::test]
 async fn a_cancelled_initialize_does_not_wedge_the_router() {
     let mut s = Setup::new(&["--init-delay-ms", "800"], &[]).await;
-    s.client.send_request_with_id(json!("init-1"), "initialize", init_params()).await;
+    s.client.send_request_with_id(json!("init-1"), "initialize", init_params(json!({}))).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     s.client.cancel(&json!("init-1"), "timed out").await;
     // Long enough for the first instance to finish starting in the background, if it does.
     tokio::time::sleep(Duration::from_millis(1200)).await;
     s.client.timeout = Duration::from_secs(5);
-    let again = s.client.request_with_id(json!("init-2"), "initialize", init_params()).await;
+    let again = s.client.request_with_id(json!("init-2"), "initialize", init_params(json!({}))).await;
     assert!(again.get("result").is_some(), "{again}");
     s.client.notify("notifications/initialized", json!({})).await;
     let tools = s.client.request_with_id(json!("list"), "tools/list", json!({})).await;
@@ -290,22 +286,11 @@ for line in sys.stdin:
 #[tokio::test]
 async fn a_batch_from_the_server_is_routed_like_its_messages() {
     let dir = temp_dir();
-    let plugins = dir.path().join("plugins");
-    std::fs::create_dir_all(&plugins).unwrap();
     let script = dir.path().join("batcher.py");
     std::fs::write(&script, BATCHING_SERVER).unwrap();
-    let cfg = dir.path().join("s.toml");
-    std::fs::write(&cfg, "[limits]\ncall_timeout_ms = 2000\n").unwrap();
-    let mut router = Proc::router(&[
-        "--plugins",
-        plugins.to_str().unwrap(),
-        "--config",
-        cfg.to_str().unwrap(),
-        "--",
-        "python3",
-        script.to_str().unwrap(),
-    ]);
-    let mut client = router.client();
+    let server = ["python3".to_string(), script.display().to_string()];
+    let mut s = Setup::in_front_of(&server, &[], Some("[limits]\ncall_timeout_ms = 2000\n"), &[]).await;
+    let client = &mut s.client;
     client.initialize().await;
     let resp = client.call_tool("anything", json!({})).await;
     assert_eq!(tool_text(&resp), "batched", "{resp}");

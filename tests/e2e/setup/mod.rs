@@ -32,6 +32,16 @@ impl Setup {
         config: Option<&str>,
         plugins: &[&std::path::Path],
     ) -> Setup {
+        Setup::in_front_of(&Proc::fixture_cmd(fixture_args), router_args, config, plugins).await
+    }
+
+    /// A router in front of any server command (`server` is its argv).
+    pub async fn in_front_of(
+        server: &[String],
+        router_args: &[&str],
+        config: Option<&str>,
+        plugins: &[&std::path::Path],
+    ) -> Setup {
         let dir = temp_dir();
         let plugins_dir = dir.path().join("plugins");
         std::fs::create_dir(&plugins_dir).unwrap();
@@ -47,7 +57,7 @@ impl Setup {
         }
         args.extend(router_args.iter().map(|s| s.to_string()));
         args.push("--".into());
-        args.extend(Proc::fixture_cmd(fixture_args));
+        args.extend(server.iter().cloned());
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut router = Proc::router(&argv);
         let client = router.client();
@@ -57,6 +67,11 @@ impl Setup {
     pub fn plugins_dir(&self) -> std::path::PathBuf {
         self.dir.path().join("plugins")
     }
+}
+
+/// Params of an initialize that declares the given client capabilities (and nothing else).
+pub fn init_params(capabilities: Value) -> Value {
+    json!({"protocolVersion": "2025-06-18", "capabilities": capabilities, "clientInfo": {"name": "e2e", "version": "1"}})
 }
 
 /// Every message that arrives within `limit`.
