@@ -122,6 +122,21 @@ impl SessionLink {
         }
     }
 
+    /// Takes this session's pending requests from `inst` (only the one the server knows as
+    /// `upstream_id`, when given) and returns the ids this session knows them by.
+    fn take_outbound(&self, inst: &Instance, upstream_id: Option<&str>) -> Vec<u64> {
+        let mut out = self.outbound.lock().expect("lock");
+        let ids: Vec<u64> = out
+            .iter()
+            .filter(|(_, (w, id))| std::ptr::eq(w.as_ptr(), inst) && upstream_id.is_none_or(|u| u == id))
+            .map(|(n, _)| *n)
+            .collect();
+        for n in &ids {
+            out.remove(n);
+        }
+        ids
+    }
+
     /// The counter the writer lowers as it writes queued output to the client.
     pub fn queued_counter(&self) -> Arc<std::sync::atomic::AtomicUsize> {
         self.queued.clone()
@@ -271,13 +286,8 @@ impl Hub {
     /// An instance ended: its requests that clients still hold are withdrawn, so no client
     /// keeps a sampling or elicitation dialog open for a server that is gone.
     pub fn instance_gone(&self, inst: &Instance) {
-        let gone: *const Instance = inst;
         for s in self.sessions.read().expect("lock").values() {
-            let mut out = s.outbound.lock().expect("lock");
-            let ids: Vec<u64> =
-                out.iter().filter(|(_, (w, _))| std::ptr::eq(w.as_ptr(), gone)).map(|(n, _)| *n).collect();
-            for n in ids {
-                out.remove(&n);
+            for n in s.take_outbound(inst, None) {
                 let reason = codec::json_string(&format!("server instance {} ended", inst.label()));
                 s.send_from_server(codec::notification(
                     "notifications/cancelled",
@@ -333,12 +343,7 @@ impl Hub {
                 let Some(span) = fields.request_id else { return };
                 let upstream_id = &line[span.clone()];
                 for s in self.audience(inst) {
-                    let mut out = s.outbound.lock().expect("lock");
-                    let hit = out.iter().find_map(|(n, (w, id))| {
-                        (id == upstream_id && std::ptr::eq(w.as_ptr(), Arc::as_ptr(inst))).then_some(*n)
-                    });
-                    if let Some(n) = hit {
-                        out.remove(&n);
+                    if let Some(n) = s.take_outbound(inst, Some(upstream_id)).first() {
                         s.send_from_server(codec::splice(&line, span, &n.to_string()));
                         return;
                     }
@@ -496,10 +501,6 @@ impl Server {
 
     pub fn default_pool(&self) -> &Arc<Pool> {
         self.pools.get("default").expect("validated config always has a default pool")
-    }
-
-    pub fn pools(&self) -> impl Iterator<Item = &Arc<Pool>> {
-        self.pools.values()
     }
 
     pub fn all_instances(&self) -> Vec<Arc<Instance>> {
