@@ -113,7 +113,6 @@ pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
         Some(t) => format!("tools/call `{t}`"),
         None => method.clone(),
     };
-    let declared = tool.as_deref().map(|t| server.declared_hints(t)).unwrap_or_default();
     let progress = env.params.as_ref().and_then(|p| codec::progress_token_in_request(line, p));
     let mut call = CallInfo {
         server: server.name.clone(),
@@ -121,15 +120,19 @@ pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
         method: method.clone(),
         tool: tool.clone(),
         arguments: None,
-        declared,
+        declared: Default::default(),
         attempt: 0,
     };
+    let mut gathered = false;
     loop {
         // The plugin set is read once per attempt; an attempt finishes on the set it started with.
         let set = server.policy.current();
-        // Arguments can be large (a whole file for write_file): copy them only for plugins to read.
-        if !set.is_empty() && call.arguments.is_none() {
+        // What only plugins read is gathered only when there are plugins: arguments can be large
+        // (a whole file for write_file), and the declared hints take a lookup.
+        if !set.is_empty() && !gathered {
+            gathered = true;
             call.arguments = fields.arguments.as_ref().map(|r| line[r.clone()].to_string());
+            call.declared = tool.as_deref().map(|t| server.declared_hints(t)).unwrap_or_default();
         }
         let decision = match set.decide(&call) {
             Ok(d) => d,
