@@ -164,17 +164,7 @@ impl Demo {
     /// 2: the hints plugin marks `write` and `read` read-only (so a client runs them in
     /// parallel) and fs-keys keys `write` by its path, so the promise stays safe.
     async fn annotations(&self, report: &mut Report, name: &str) -> anyhow::Result<()> {
-        let direct = self.direct(&[]).await?;
-        let d_tools = parallel_tools(&direct).await?;
-        let d_same = two_writes(&direct, "/demo/same", "/demo/same").await?;
-        let d_other = two_writes(&direct, "/demo/a", "/demo/b").await?;
-        direct.shutdown().await;
-        println!(
-            "      directly: read-only tools [{}]; 2 writes, one path {}, two paths {}",
-            d_tools.join(", "),
-            secs(d_same),
-            secs(d_other)
-        );
+        let (d_tools, d_same, d_other) = annotation_figures(self.direct(&[]).await?, "directly").await?;
 
         let config = r#"
 [[plugins]]
@@ -188,16 +178,7 @@ priority = 10   # then: turns each write into a call keyed by its path
 config = { writes = ["write"], reads = ["read"], path_args = ["path"] }
 "#;
         let (router, _) = self.routed(name, config, &["hints.wasm", "fs-keys.wasm"], &[]).await?;
-        let s_tools = parallel_tools(&router).await?;
-        let s_same = two_writes(&router, "/demo/same", "/demo/same").await?;
-        let s_other = two_writes(&router, "/demo/a", "/demo/b").await?;
-        router.shutdown().await;
-        println!(
-            "      through switchyard: read-only tools [{}]; 2 writes, one path {}, two paths {}",
-            s_tools.join(", "),
-            secs(s_same),
-            secs(s_other)
-        );
+        let (s_tools, s_same, s_other) = annotation_figures(router, "through switchyard").await?;
 
         let one = Duration::from_millis(WRITE_MS);
         report.check(!d_tools.iter().any(|t| t == "write"), || {
@@ -386,6 +367,22 @@ async fn quick_behind_slow(peer: &Peer) -> anyhow::Result<Duration> {
 }
 
 /// Two concurrent writes; returns the wall time until both are answered.
+/// Scenario 2's figures for one peer (then shut down): the tools a client would run in parallel,
+/// and two concurrent writes to one path and to two paths.
+async fn annotation_figures(peer: Peer, label: &str) -> anyhow::Result<(Vec<String>, Duration, Duration)> {
+    let tools = parallel_tools(&peer).await?;
+    let same = two_writes(&peer, "/demo/same", "/demo/same").await?;
+    let other = two_writes(&peer, "/demo/a", "/demo/b").await?;
+    peer.shutdown().await;
+    println!(
+        "      {label}: read-only tools [{}]; 2 writes, one path {}, two paths {}",
+        tools.join(", "),
+        secs(same),
+        secs(other)
+    );
+    Ok((tools, same, other))
+}
+
 async fn two_writes(peer: &Peer, a: &str, b: &str) -> anyhow::Result<Duration> {
     let t = Instant::now();
     let write = |path: &str| peer.tool("write", json!({"path": path, "text": "x", "ms": WRITE_MS}));
