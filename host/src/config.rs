@@ -232,6 +232,26 @@ impl Config {
         }
         Ok(())
     }
+
+    /// Warnings for pools no call can reach: every call goes to `default` unless a policy plugin
+    /// routes it elsewhere, so another pool with no plugin in force is dead weight (its `min`
+    /// instances still start), and usually a misspelt `[pools.default]`.
+    pub fn unreachable_pools(&self, plugins: &[String]) -> Vec<String> {
+        let mut out = Vec::new();
+        for name in self.pools.keys().filter(|n| *n != "default") {
+            let hint =
+                if strsim::damerau_levenshtein(name, "default") <= 2 { " (did you mean [pools.default]?)" } else { "" };
+            let what = format!(
+                "pool `{name}` is configured{hint}, but calls reach a pool other than `default` only when a policy plugin routes them there"
+            );
+            out.push(if plugins.is_empty() {
+                format!("{what}, and no plugin is loaded: no call can reach it")
+            } else {
+                format!("{what}; make sure one of [{}] does", plugins.join(", "))
+            });
+        }
+        out
+    }
 }
 
 #[cfg(test)]
@@ -280,5 +300,35 @@ mod tests {
         let mut c: Config = toml::from_str("[[plugins]]\nfile = \"a.wasm\"\nconfig = \"{nope\"\n").unwrap();
         assert!(c.validate().unwrap_err().to_string().contains("a.wasm"));
         assert!(toml::from_str::<Config>("[limits]\ncall_timeout = 3\n").is_err());
+    }
+
+    #[test]
+    fn every_table_refuses_unknown_keys_with_the_key_named() {
+        for (text, key) in [
+            ("bogus = 1\n", "bogus"),
+            ("[server]\ncomand = \"x\"\n", "comand"),
+            ("[limits]\ncall_timeout = 3\n", "call_timeout"),
+            ("[pools.default]\nmxa = 3\n", "mxa"),
+            ("[[plugins]]\nfile = \"a.wasm\"\npriorty = 1\n", "priorty"),
+        ] {
+            let e = toml::from_str::<Config>(text).unwrap_err().to_string();
+            assert!(e.contains(&format!("unknown field `{key}`")), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_misspelt_default_pool_is_a_warning_that_names_it_and_the_plugins() {
+        let mut c: Config = toml::from_str("[pools.defualt]\nmax = 4\n[pools.slow]\nmax = 2\n").unwrap();
+        c.validate().unwrap();
+        let w = c.unreachable_pools(&[]);
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(w[0].contains("`defualt`") && w[0].contains("did you mean [pools.default]"), "{w:?}");
+        assert!(w[0].contains("no plugin is loaded"), "{w:?}");
+        assert!(!w[1].contains("did you mean"), "{w:?}");
+        let w = c.unreachable_pools(&["timeouts.wasm".to_string()]);
+        assert!(w[1].contains("`slow`") && w[1].contains("[timeouts.wasm]"), "{w:?}");
+        let mut c = Config::default();
+        c.validate().unwrap();
+        assert!(c.unreachable_pools(&[]).is_empty());
     }
 }

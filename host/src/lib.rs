@@ -53,6 +53,9 @@ pub async fn run(config: Config, opts: RunOptions, shutdown: CancellationToken) 
         max_message_bytes: config.limits.max_message_bytes,
     };
     let policy = Policy::start(&config, opts.plugins_dir.clone(), shutdown.child_token()).await?;
+    for warning in config.unreachable_pools(&policy.current().names()) {
+        tracing::warn!("{warning}");
+    }
     let server = Server::new(&config, spec, policy, shutdown.clone());
     tracing::info!(server = %name, "switchyard ready in front of `{}`", server_command(&config));
     server.tasks.spawn(server.clone().maintain());
