@@ -259,6 +259,14 @@ impl Output {
             b.refilled = now;
             if b.tokens < 1.0 {
                 b.suppressed += 1;
+                if b.suppressed == 1 {
+                    drop(b);
+                    tracing::warn!(
+                        plugin = &*self.plugin,
+                        "further lines from or about this plugin are left out of the log for now \
+                         (at most {LOG_PER_SECOND} a second; the number left out follows)"
+                    );
+                }
                 return;
             }
             b.tokens -= 1.0;
