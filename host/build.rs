@@ -22,6 +22,7 @@ const EXAMPLES: &[(&str, &str, &str)] = &[
 ];
 const FIXTURES: &[(&str, &str, &str)] = &[
     ("broken/spin", "broken_spin", "spin.wasm"),
+    ("broken/noisy", "broken_noisy", "noisy.wasm"),
     ("broken/trap", "broken_trap", "trap.wasm"),
     ("broken/wrong-interface", "broken_wrong_interface", "wrong-interface.wasm"),
 ];

@@ -71,9 +71,12 @@ pub fn resolve(server: &Server, decision: Decision) -> Effective {
 
 /// Retry once for what is safe to repeat: tool calls whose effective hints say read-only or
 /// idempotent, and the read-only methods of MCP (lists, reads, gets, completion).
-fn default_retry(server: &Server, set: &PluginSet, call: &CallInfo) -> Retry {
+async fn default_retry(server: &Server, set: &Arc<PluginSet>, call: &CallInfo) -> Retry {
     let safe = match call.tool.as_deref() {
-        Some(tool) => set.annotate(&server.name, tool, &server.declared_hints(tool)).is_idempotent(),
+        Some(tool) => {
+            let asked = vec![(tool.to_string(), server.declared_hints(tool))];
+            set.annotate_async(&call.session, &server.name, asked).await.pop().unwrap_or_default().is_idempotent()
+        }
         None => {
             call.method.ends_with("/list")
                 || call.method.ends_with("/read")
@@ -134,7 +137,7 @@ pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
             call.arguments = fields.arguments.as_ref().map(|r| line[r.clone()].to_string());
             call.declared = tool.as_deref().map(|t| server.declared_hints(t)).unwrap_or_default();
         }
-        let decision = match set.decide(&call) {
+        let decision = match set.decide_async(&call).await {
             Ok(d) => d,
             Err(rejection) => {
                 tracing::info!(server = %server.name, session = req.session_label, "{what} rejected by `{}`: {}", rejection.plugin, rejection.reason);
@@ -143,11 +146,14 @@ pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
         };
         let eff = resolve(server, decision);
         match attempt(server, &req, &eff, &what, progress.clone()).await {
-            Ok(reply) => return Some(finish(server, &set, &method, reply, client_id)),
+            Ok(reply) => return Some(finish(server, &set, req.session_label, &method, reply, client_id).await),
             Err(Stop::Cancelled) => return None,
             Err(Stop::Failed(e)) => {
                 let retry = match e.is_retryable() {
-                    true => eff.retry.unwrap_or_else(|| default_retry(server, &set, &call)),
+                    true => match eff.retry {
+                        Some(r) => r,
+                        None => default_retry(server, &set, &call).await,
+                    },
                     false => NO_RETRY,
                 };
                 if call.attempt >= retry.attempts {
@@ -190,7 +196,14 @@ fn fastrand_u64() -> u64 {
 }
 
 /// Puts the client's id back and, for tools/list, applies annotation overrides.
-fn finish(server: &Server, set: &PluginSet, method: &str, reply: crate::upstream::Reply, client_id: &str) -> String {
+async fn finish(
+    server: &Server,
+    set: &Arc<PluginSet>,
+    lane: &str,
+    method: &str,
+    reply: crate::upstream::Reply,
+    client_id: &str,
+) -> String {
     let id_span = reply.env.id.clone().expect("responses routed by id have one");
     if method == "tools/list"
         && let Some(r) = reply.env.result.clone()
@@ -198,7 +211,7 @@ fn finish(server: &Server, set: &PluginSet, method: &str, reply: crate::upstream
         let result = &reply.line[r.clone()];
         server.learn_tools(result);
         if !set.is_empty() {
-            match annotate::rewrite_tools_list(set, &server.name, result) {
+            match annotate::rewrite_tools_list(set, lane, &server.name, result).await {
                 Ok(Some(new)) => {
                     return codec::splice_many(&reply.line, vec![(id_span, client_id), (r, new.as_str())]);
                 }

@@ -38,18 +38,23 @@ enum Command {
 
 #[derive(Subcommand)]
 enum PluginCommand {
-    /// Load a plugin, run `init`, and print its decision and annotations for a sample call.
+    /// Load a plugin, run `init`, and print its decision and annotations for a sample call,
+    /// with everything the plugin logged or printed.
     Check {
         /// The plugin component (.wasm).
         file: PathBuf,
-        /// JSON handed to the plugin's `init`.
-        #[arg(long, default_value = "{}")]
-        config: String,
-        /// The sample call as JSON: {"server", "method", "tool", "arguments", "declared"}.
+        /// JSON handed to the plugin's `init` (default `{}`).
+        #[arg(long, conflicts_with = "config_file")]
+        config: Option<String>,
+        /// A switchyard.toml: the config and limits of this file's [[plugins]] entry are used.
+        #[arg(long, value_name = "SWITCHYARD_TOML")]
+        config_file: Option<PathBuf>,
+        /// The sample call as JSON, every field optional: {"server", "session", "method",
+        /// "tool", "arguments", "annotations" (declared hints, spec names), "attempt"}.
         #[arg(long)]
         call: Option<String>,
     },
-    /// Write the example plugins (hints, fs-keys, timeouts, guard) into DIR, to copy from.
+    /// Write the example plugins (hints, fs-keys, timeouts, guard, template) into DIR, to copy from.
     Examples {
         /// A new or empty directory (not your live plugins directory: every file there is loaded).
         dir: PathBuf,
@@ -63,8 +68,15 @@ fn main() -> ExitCode {
         Command::Run(args) => report(switchyard::cli::run_blocking(args)),
         Command::Demo => report(switchyard::demo::run_blocking()),
         Command::Connect { socket } => report(switchyard::cli::connect_blocking(&socket)),
-        Command::Plugin { command: PluginCommand::Check { file, config, call } } => {
-            report(switchyard::policy::check::run(&file, &config, call.as_deref()))
+        Command::Plugin { command: PluginCommand::Check { file, config, config_file, call } } => {
+            let opts = switchyard::policy::check::Options {
+                config_json: config.as_deref(),
+                config_file: config_file.as_deref(),
+                call_json: call.as_deref(),
+            };
+            let checked = switchyard::policy::check::run(&file, &opts);
+            print!("{}", checked.text);
+            report(checked.result)
         }
         Command::Plugin { command: PluginCommand::Examples { dir } } => {
             report(switchyard::policy::embedded::write_examples(&dir).map(|written| {

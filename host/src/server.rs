@@ -929,9 +929,10 @@ impl Server {
                 r = changes.changed() => if r.is_err() { return },
             }
             let now = self.policy.current();
-            let differs = self.known_tools().iter().any(|(tool, declared)| {
-                last.annotate(&self.name, tool, declared) != now.annotate(&self.name, tool, declared)
-            });
+            let known = self.known_tools();
+            let differs = !known.is_empty()
+                && last.annotate_async("", &self.name, known.clone()).await
+                    != now.annotate_async("", &self.name, known).await;
             last = now;
             if differs {
                 tracing::info!(server = %self.name, "plugins changed tool annotations; sending tools/list_changed");

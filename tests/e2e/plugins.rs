@@ -1,5 +1,7 @@
 //! End-to-end tests of policy plugins in the real binary: annotation overrides with enforced
-//! safety (issue 4, scenario 2), rejection, tools/list_changed, and hot reload under load.
+//! safety (issue 4, scenario 2), rejection, tools/list_changed, hot reload under load, plugins
+//! that print or panic (issue 8), configured plugins that cannot run, and a hostile plugin
+//! that must not stall other sessions (issue 9).
 
 mod harness;
 mod npm_setup;
@@ -14,6 +16,17 @@ use setup::*;
 
 fn example(name: &str) -> PathBuf {
     Path::new(env!("SWITCHYARD_EXAMPLE_PLUGINS")).join(name)
+}
+
+fn fixture_plugin(name: &str) -> PathBuf {
+    Path::new(env!("SWITCHYARD_TEST_PLUGINS")).join(name)
+}
+
+/// Copies `from` into the plugins directory as `name`, written beside and renamed into place.
+fn install(plugins: &Path, from: &Path, name: &str) {
+    let staged = plugins.join(format!(".{name}.tmp"));
+    std::fs::copy(from, &staged).unwrap();
+    std::fs::rename(&staged, plugins.join(name)).unwrap();
 }
 
 /// hints marks the fixture's write/read read-only (so clients would run them in parallel);
@@ -100,14 +113,18 @@ async fn guard_rejects_with_a_reason_and_hot_reload_is_live_within_a_second() {
 file = "guard.wasm"
 config = { deny = { "crash" = "crashing the server is not allowed here", "read" = "reads are off" } }
 "#;
-    let mut s = Setup::start(&[], &[], Some(cfg), &[]).await;
+    // A configured plugin must exist at start: the trap fixture (it accepts any config and
+    // refuses nothing asked here) stands in for the guard until the real one is dropped in.
+    let stand_in = fixture_plugin("trap.wasm");
+    let plugins_dir = temp_dir();
+    std::fs::copy(&stand_in, plugins_dir.path().join("guard.wasm")).unwrap();
+    let mut s = Setup::start(&[], &[], Some(cfg), &[&plugins_dir.path().join("guard.wasm")]).await;
     s.client.initialize().await;
     let pid = fixture_pid(&mut s.client).await;
     let plugins = s.plugins_dir();
+    poll_read(&mut s.client, false).await;
     // Rename into place, the way editors and build tools publish files.
-    let staged = s.dir.path().join("guard.wasm.tmp");
-    std::fs::copy(example("guard.wasm"), &staged).unwrap();
-    std::fs::rename(&staged, plugins.join("guard.wasm")).unwrap();
+    install(&plugins, &example("guard.wasm"), "guard.wasm");
     let started = Instant::now();
     poll_read(&mut s.client, true).await;
     eprintln!("guard live after {:?}", started.elapsed());
@@ -117,8 +134,14 @@ config = { deny = { "crash" = "crashing the server is not allowed here", "read" 
     assert!(msg.contains("guard") && msg.contains("not allowed here"), "{msg}");
     assert!(pid_alive(pid), "a rejected call must never reach the server");
     assert_eq!(s.client.call_text("echo", json!({"text": "fine"})).await, "fine");
-    // Deleting the file takes the guard away again.
+    // Deleting the file of a configured guard does not take it away: a guard must not fail
+    // open because a file went missing. The log says why it stays.
     std::fs::remove_file(plugins.join("guard.wasm")).unwrap();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(s.client.call_tool("read", json!({"path": "/x"})).await["error"]["code"], -32004);
+    assert!(s.router.stderr.text().contains("stays in force"), "{}", s.router.stderr.text());
+    // Replacing it does.
+    install(&plugins, &stand_in, "guard.wasm");
     poll_read(&mut s.client, false).await;
     let crashed = s.client.call_tool("crash", json!({})).await;
     assert_eq!(crashed["error"]["code"], -32003, "the call reached the server this time: {crashed}");
@@ -131,11 +154,15 @@ async fn clients_are_told_when_plugins_change_annotations() {
 file = "hints.wasm"
 config = { tools = { "write" = { readOnlyHint = true } } }
 "#;
-    let mut s = Setup::start(&[], &[], Some(cfg), &[&example("template.wasm")]).await;
+    // The trap fixture stands in for hints (it accepts the config and changes no annotation).
+    let staged = temp_dir();
+    std::fs::copy(fixture_plugin("trap.wasm"), staged.path().join("hints.wasm")).unwrap();
+    let mut s =
+        Setup::start(&[], &[], Some(cfg), &[&example("template.wasm"), &staged.path().join("hints.wasm")]).await;
     s.client.initialize().await;
     let before = s.client.request("tools/list", json!({})).await;
     assert!(tool(&before, "write")["annotations"].get("readOnlyHint").is_none());
-    std::fs::copy(example("hints.wasm"), s.plugins_dir().join("hints.wasm")).unwrap();
+    install(&s.plugins_dir(), &example("hints.wasm"), "hints.wasm");
     let note = s.client.recv_notification("notifications/tools/list_changed").await;
     assert_eq!(note["method"], "notifications/tools/list_changed");
     let after = s.client.request("tools/list", json!({})).await;
@@ -144,6 +171,140 @@ config = { tools = { "write" = { readOnlyHint = true } } }
     std::fs::copy(example("timeouts.wasm"), s.plugins_dir().join("timeouts.wasm")).unwrap();
     let quiet = drain(&mut s.client, Duration::from_millis(1500)).await;
     assert!(quiet.iter().all(|m| m["method"] != "notifications/tools/list_changed"), "{quiet:?}");
+}
+
+/// Issue 8, item 1: a plugin that prints on every call, panics in `decide` (for `read`) and
+/// panics in `annotate` (for `write`) once made the host panic inside the async runtime and
+/// lost the call. Under load, with on_error open and closed, every call is answered as
+/// on_error says, and the plugin's output and panic message reach the log, rate-limited.
+#[tokio::test]
+async fn printing_and_panicking_plugins_lose_no_call() {
+    for on_error in ["open", "closed"] {
+        let cfg = format!(
+            r#"
+[[plugins]]
+file = "noisy.wasm"
+on_error = "{on_error}"
+deadline_ms = 1000
+config = {{ panic_in_decide = "read", panic_in_annotate = "write" }}
+"#
+        );
+        let mut s = Setup::start(&[], &[], Some(&cfg), &[&fixture_plugin("noisy.wasm")]).await;
+        s.client.initialize().await;
+        let mut ids = Vec::new();
+        for n in 0..150 {
+            let id = match n % 3 {
+                0 => s.client.send_request("tools/call", json!({"name": "echo", "arguments": {"text": "e"}})).await,
+                1 => s.client.send_request("tools/call", json!({"name": "read", "arguments": {"path": "/x"}})).await,
+                _ => s.client.send_request("tools/list", json!({})).await,
+            };
+            ids.push((n % 3, id));
+        }
+        for (kind, id) in &ids {
+            let r = s.client.wait_response(id).await;
+            match (kind, on_error) {
+                (0, _) => assert_eq!(tool_text(&r), "e", "{on_error}: {r}"),
+                (1, "open") => assert!(r.get("result").is_some(), "{on_error}: the panicking plugin is skipped: {r}"),
+                (1, _) => {
+                    assert_eq!(r["error"]["code"], -32004, "{on_error}: {r}");
+                    let msg = r["error"]["message"].as_str().unwrap();
+                    assert!(msg.contains("noisy.wasm") && msg.contains("noisy panics in decide for read"), "{msg}");
+                }
+                _ => {
+                    // annotate is advisory: a plugin that panics there is skipped for that tool.
+                    assert!(tool(&r, "write")["annotations"].is_object(), "{on_error}: {r}");
+                }
+            }
+        }
+        let log = s.router.stderr.text();
+        assert!(log.contains("noisy: decide echo (stdout)"), "{on_error}: plugin stdout reaches the log: {log}");
+        assert!(log.contains("noisy: decide echo (stderr)"), "{on_error}");
+        assert!(log.contains("noisy panics in decide for read"), "{on_error}: the panic message is logged");
+        assert!(log.contains("left out of the log"), "{on_error}: plugin output is rate-limited");
+        let lines = log.lines().filter(|l| l.contains("noisy: decide")).count();
+        assert!(lines < 150, "{on_error}: {lines} lines of plugin output for 300 prints");
+        assert!(!log.contains("Cannot start a runtime"), "{on_error}: {log}");
+    }
+}
+
+/// Issue 9, item 5: session A floods calls that make a plugin loop until its deadline; session
+/// B's calls are still answered promptly (before, each of A's calls held the router's only
+/// thread for the whole deadline, and B waited behind all of them). Two floods, each against
+/// a fresh router, with on_error open and closed: 300 calls that all loop (15 s of plugin CPU
+/// if each ran: the breaker switches the plugin off), and 200 calls of which every other one
+/// loops (the calls in between finish in time, so no breaker trips: 5 s of plugin CPU, which
+/// session B must not wait behind).
+#[tokio::test]
+async fn a_looping_plugin_does_not_stall_other_sessions() {
+    for on_error in ["open", "closed"] {
+        for (flood, calls) in [("all spin", 300), ("every other spins", 200)] {
+            let dir = temp_dir();
+            let sock = dir.path().join("r.sock");
+            let cfg = format!("[[plugins]]\nfile = \"spin.wasm\"\non_error = \"{on_error}\"\ndeadline_ms = 50\n");
+            let args = ["--listen", sock.to_str().unwrap()];
+            let mut s = Setup::start(&[], &args, Some(&cfg), &[&fixture_plugin("spin.wasm")]).await;
+            s.client.initialize().await;
+            let (_b_proc, mut b) = connect(&sock).await;
+            b.initialize().await;
+            let answered = |r: &Value| {
+                // The echo itself, or (closed, while the looping plugin is switched off) a
+                // rejection that says so.
+                r.get("result").is_some()
+                    || (r["error"]["code"] == -32004
+                        && r["error"]["message"].as_str().unwrap().contains("switched off"))
+            };
+            let mut baseline = Duration::ZERO;
+            for _ in 0..5 {
+                let t = Instant::now();
+                let r = b.call_tool("echo", json!({"text": "b"})).await;
+                baseline = baseline.max(t.elapsed());
+                assert!(answered(&r), "{r}");
+            }
+            let mut sent = Vec::new();
+            for n in 0..calls {
+                let name = if flood == "all spin" || n % 2 == 0 { "spin" } else { "echo" };
+                let args = json!({"name": name, "arguments": {"text": "a"}});
+                sent.push(s.client.send_request("tools/call", args).await);
+            }
+            let mut slowest = Duration::ZERO;
+            for _ in 0..10 {
+                let t = Instant::now();
+                let r = b.call_tool("echo", json!({"text": "b"})).await;
+                slowest = slowest.max(t.elapsed());
+                assert!(answered(&r), "{on_error}, {flood}: {r}");
+            }
+            eprintln!("{on_error}, {flood}: session B's echo: baseline {baseline:?}, slowest {slowest:?}");
+            assert!(
+                slowest < baseline + Duration::from_secs(2),
+                "{on_error}, {flood}: session B waited {slowest:?} (baseline {baseline:?}) behind session A"
+            );
+            for id in &sent {
+                let r = s.client.wait_response(id).await;
+                assert!(r.get("result").is_some() || r.get("error").is_some(), "{r}");
+            }
+            let switched_off = s.router.stderr.text().contains("plugin switched off");
+            assert_eq!(switched_off, flood == "all spin", "{on_error}, {flood}: the breaker trips only for a streak");
+        }
+    }
+}
+
+/// Issue 8, item 2: a configured plugin that cannot run stops the router from starting, with
+/// an error naming it, instead of leaving a guard silently off.
+#[tokio::test]
+async fn a_configured_plugin_that_cannot_run_stops_the_start() {
+    let missing = "[[plugins]]\nfile = \"guard.wasm\"\non_error = \"closed\"\nconfig = { deny = [\"delete_*\"] }\n";
+    let mut s = Setup::start(&[], &[], Some(missing), &[]).await;
+    let status = s.router.wait_timeout(Duration::from_secs(20)).await;
+    assert!(!status.success());
+    let log = s.router.stderr.text();
+    assert!(log.contains("guard.wasm") && log.contains("does not exist"), "{log}");
+
+    let typo = "[[plugins]]\nfile = \"guard.wasm\"\nconfig = { denny = [\"delete_*\"] }\n";
+    let mut s = Setup::start(&[], &[], Some(typo), &[&example("guard.wasm")]).await;
+    let status = s.router.wait_timeout(Duration::from_secs(20)).await;
+    assert!(!status.success());
+    let log = s.router.stderr.text();
+    assert!(log.contains("guard.wasm") && log.contains("unknown key `denny`"), "{log}");
 }
 
 #[tokio::test]

@@ -53,24 +53,35 @@ struct ToolView<'a> {
     annotations: Option<&'a RawValue>,
 }
 
-/// Rewrites a `tools/list` result (the JSON text of `result`) through `set.annotate`:
-/// Some(new result JSON) when any tool's annotations changed, None when nothing changed.
+/// Rewrites a `tools/list` result (the JSON text of `result`) through the chain's `annotate`
+/// (on a plugin worker thread, in `lane`'s turn): Some(new result JSON) when any tool's
+/// annotations changed, None when nothing changed.
 ///
 /// Only the `annotations` object of a changed tool is re-serialised; every other byte of the
 /// result (field order, numbers, unknown newer fields) is copied through as the server sent it.
-pub fn rewrite_tools_list(set: &super::PluginSet, server: &str, result_json: &str) -> anyhow::Result<Option<String>> {
+pub async fn rewrite_tools_list(
+    set: &std::sync::Arc<super::PluginSet>,
+    lane: &str,
+    server: &str,
+    result_json: &str,
+) -> anyhow::Result<Option<String>> {
     if set.is_empty() {
         return Ok(None);
     }
     let list: ListResult<'_> = serde_json::from_str(result_json)
         .map_err(|e| anyhow::anyhow!("tools/list result from {server} is not usable: {e}"))?;
-    // (byte range in result_json, replacement text), in increasing order.
-    let mut edits: Vec<(std::ops::Range<usize>, String)> = Vec::new();
+    let mut tools = Vec::new();
     for raw in &list.tools {
         let Ok(tool) = serde_json::from_str::<ToolView<'_>>(raw.get()) else { continue };
         let declared_value: Option<Value> = tool.annotations.and_then(|a| serde_json::from_str(a.get()).ok());
         let declared = declared_hints(declared_value.as_ref());
-        let effective = set.annotate(server, &tool.name, &declared);
+        tools.push((raw, tool, declared_value, declared));
+    }
+    let asked = tools.iter().map(|(_, tool, _, declared)| (tool.name.clone(), declared.clone())).collect();
+    let effective = set.annotate_async(lane, server, asked).await;
+    // (byte range in result_json, replacement text), in increasing order.
+    let mut edits: Vec<(std::ops::Range<usize>, String)> = Vec::new();
+    for ((raw, tool, declared_value, declared), effective) in tools.into_iter().zip(effective) {
         if effective == declared {
             continue;
         }

@@ -1,5 +1,6 @@
 //! `switchyard plugin check`: load one plugin, run it on a sample call and explain the result.
 
+use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Instant;
 
@@ -8,24 +9,65 @@ use serde_json::Value;
 
 use super::annotate::declared_hints;
 use super::wasm::{self, CallArgs, Limits, Verdict};
-use crate::config::PluginEntry;
+use crate::config::{Config, PluginEntry};
 use crate::decision::{CallInfo, Concurrency, Decision, Hints};
 
-/// Loads `file` with the same host code the router uses, runs `init` with `config_json`, then
-/// `decide` and `annotate` on the sample call, printing each result and how long it took.
-pub fn run(file: &Path, config_json: &str, call_json: Option<&str>) -> anyhow::Result<()> {
+/// What to check a plugin with.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Options<'a> {
+    /// JSON handed to `init` (default `{}`).
+    pub config_json: Option<&'a str>,
+    /// A switchyard.toml whose `[[plugins]]` entry for this file gives the config and limits.
+    pub config_file: Option<&'a Path>,
+    /// The sample call (see [`sample_call`]).
+    pub call_json: Option<&'a str>,
+}
+
+/// What `plugin check` found: the transcript to print, and whether the plugin passed.
+pub struct Report {
+    pub text: String,
+    pub result: anyhow::Result<()>,
+}
+
+/// Loads `file` with the same host code the router uses, runs `init`, then `decide` and
+/// `annotate` on the sample call, noting each result, how long it took, and every line the
+/// plugin logged or printed (a panic's message among them).
+pub fn run(file: &Path, opts: &Options<'_>) -> Report {
+    let mut text = String::new();
+    let result = check(file, opts, &mut text);
+    Report { text, result }
+}
+
+fn check(file: &Path, opts: &Options<'_>, out: &mut String) -> anyhow::Result<()> {
     let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| file.display().to_string());
-    serde_json::from_str::<Value>(config_json).context("--config is not valid JSON")?;
-    let call = sample_call(call_json)?;
+    let entry = entry_for(&name, opts)?;
+    let config_json = match opts.config_json {
+        Some(json) => {
+            serde_json::from_str::<Value>(json).context("--config is not valid JSON")?;
+            json.to_string()
+        }
+        None => entry.config_json()?,
+    };
+    let call = sample_call(opts.call_json)?;
     let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
-    let limits = Limits::from_entry(&PluginEntry::defaults_for(&name));
 
     let t = Instant::now();
     let hash = wasm::content_hash(&bytes);
-    let plugin = wasm::Plugin::load(&name, &bytes, &hash, limits, config_json)
-        .with_context(|| format!("{} is not a usable policy plugin", file.display()))?;
-    println!("{name}: loaded, type-checked and init-ed in {} µs ({} bytes)", t.elapsed().as_micros(), bytes.len());
-    println!(
+    let loaded = wasm::Plugin::load(&name, &bytes, &hash, Limits::from_entry(&entry), &config_json, true);
+    let plugin = match loaded {
+        Ok(p) => p,
+        Err(e) => return Err(e.context(format!("{} is not a usable policy plugin", file.display()))),
+    };
+    let _ = writeln!(
+        out,
+        "{name}: loaded, type-checked and init-ed in {} µs ({} bytes)",
+        t.elapsed().as_micros(),
+        bytes.len()
+    );
+    let _ = writeln!(out, "config:   {config_json}");
+    printed(out, &plugin);
+    let _ = writeln!(
+        out,
         "call:     {} {} {}",
         call.method,
         call.tool.as_deref().unwrap_or("-"),
@@ -40,8 +82,14 @@ pub fn run(file: &Path, config_json: &str, call_json: Option<&str>) -> anyhow::R
         let verdict = plugin.decide(&args, &Decision::default());
         let us = t.elapsed().as_micros();
         match verdict {
-            Ok(v) => println!("decide:   {} ({round} call, {us} µs)", describe(&v)),
-            Err(e) => bail!("{}: decide failed: the plugin {e}", file.display()),
+            Ok(v) => {
+                let _ = writeln!(out, "decide:   {} ({round} call, {us} µs)", describe(&v));
+                printed(out, &plugin);
+            }
+            Err(e) => {
+                printed(out, &plugin);
+                bail!("{}: decide failed: the plugin {e}", file.display());
+            }
         }
     }
 
@@ -50,32 +98,85 @@ pub fn run(file: &Path, config_json: &str, call_json: Option<&str>) -> anyhow::R
         plugin.annotate(&call.server, call.tool.as_deref().unwrap_or("example"), &call.declared, &call.declared);
     let us = t.elapsed().as_micros();
     match hints {
-        Ok(h) => println!("annotate: {} -> {} ({us} µs)", hints_text(&call.declared), hints_text(&h)),
-        Err(e) => bail!("{}: annotate failed: the plugin {e}", file.display()),
+        Ok(h) => {
+            let _ = writeln!(out, "annotate: {} -> {} ({us} µs)", hints_text(&call.declared), hints_text(&h));
+            printed(out, &plugin);
+        }
+        Err(e) => {
+            printed(out, &plugin);
+            bail!("{}: annotate failed: the plugin {e}", file.display());
+        }
     }
     Ok(())
 }
 
+/// Notes what the plugin logged or printed since the last note.
+fn printed(out: &mut String, plugin: &wasm::Plugin) {
+    for line in plugin.output().take_captured() {
+        let _ = writeln!(out, "  plugin {line}");
+    }
+}
+
+/// The plugin's `[[plugins]]` entry from `--config-file`, else the defaults.
+fn entry_for(name: &str, opts: &Options<'_>) -> anyhow::Result<PluginEntry> {
+    let Some(path) = opts.config_file else { return Ok(PluginEntry::defaults_for(name)) };
+    if opts.config_json.is_some() {
+        bail!("give --config or --config-file, not both");
+    }
+    let config = Config::load(path)?;
+    let found = config.plugins.iter().find(|e| e.file == name || Path::new(&e.file).file_name() == Some(name.as_ref()));
+    match found {
+        Some(e) => Ok(e.clone()),
+        None => {
+            let names: Vec<&str> = config.plugins.iter().map(|e| e.file.as_str()).collect();
+            bail!(
+                "{} has no [[plugins]] entry with file = \"{name}\" (its entries: [{}])",
+                path.display(),
+                names.join(", ")
+            )
+        }
+    }
+}
+
+/// The fields `--call` may have.
+pub const CALL_FIELDS: &[&str] = &["server", "session", "method", "tool", "arguments", "annotations", "attempt"];
+
 /// The call to try: `--call` JSON (every field optional) or a `tools/call` of `example`.
 /// Fields: server, session, method, tool, arguments (any JSON), annotations (the declared
-/// hints, spec names), attempt.
+/// hints, spec names), attempt. Any other field is an error, so a typo is not silently ignored.
 fn sample_call(call_json: Option<&str>) -> anyhow::Result<CallInfo> {
     let v: Value = match call_json {
         Some(text) => serde_json::from_str(text).context("--call is not valid JSON")?,
         None => Value::Object(Default::default()),
     };
-    if !v.is_object() {
+    let Some(obj) = v.as_object() else {
         bail!("--call must be a JSON object like {{\"tool\": \"read_file\", \"arguments\": {{\"path\": \"/tmp/x\"}}}}");
+    };
+    if let Some(k) = obj.keys().find(|k| !CALL_FIELDS.contains(&k.as_str())) {
+        bail!("--call has an unknown field `{k}`; the fields are {}", CALL_FIELDS.join(", "));
     }
-    let text = |k: &str, default: &str| v.get(k).and_then(Value::as_str).unwrap_or(default).to_string();
+    let text = |k: &str, default: &str| -> anyhow::Result<String> {
+        match v.get(k) {
+            None => Ok(default.to_string()),
+            Some(Value::String(s)) => Ok(s.clone()),
+            Some(_) => bail!("--call field `{k}` must be a string"),
+        }
+    };
+    let attempt = match v.get("attempt") {
+        None => 0,
+        Some(a) => a
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .context("--call field `attempt` must be a small non-negative integer")?,
+    };
     Ok(CallInfo {
-        server: text("server", "example-server"),
-        session: text("session", "check"),
-        method: text("method", "tools/call"),
-        tool: Some(text("tool", "example")),
+        server: text("server", "example-server")?,
+        session: text("session", "check")?,
+        method: text("method", "tools/call")?,
+        tool: Some(text("tool", "example")?),
         arguments: Some(v.get("arguments").map(Value::to_string).unwrap_or_else(|| "{}".to_string())),
         declared: declared_hints(v.get("annotations")),
-        attempt: v.get("attempt").and_then(Value::as_u64).unwrap_or(0) as u32,
+        attempt,
     })
 }
 

@@ -5,13 +5,14 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-/// `(file name, component bytes)` of each example policy plugin (not the template, not the
-/// broken test fixtures).
+/// `(file name, component bytes)` of each example policy plugin, the template among them (not
+/// the broken test fixtures).
 pub const EXAMPLES: &[(&str, &[u8])] = &[
     ("hints.wasm", include_bytes!(concat!(env!("SWITCHYARD_EXAMPLE_PLUGINS"), "/hints.wasm"))),
     ("fs-keys.wasm", include_bytes!(concat!(env!("SWITCHYARD_EXAMPLE_PLUGINS"), "/fs-keys.wasm"))),
     ("timeouts.wasm", include_bytes!(concat!(env!("SWITCHYARD_EXAMPLE_PLUGINS"), "/timeouts.wasm"))),
     ("guard.wasm", include_bytes!(concat!(env!("SWITCHYARD_EXAMPLE_PLUGINS"), "/guard.wasm"))),
+    ("template.wasm", include_bytes!(concat!(env!("SWITCHYARD_EXAMPLE_PLUGINS"), "/template.wasm"))),
 ];
 
 /// Writes the example plugins into `dir` (created if missing), refusing to overwrite a file.

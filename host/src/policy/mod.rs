@@ -9,6 +9,7 @@ pub mod check;
 pub mod embedded;
 mod reload;
 mod wasm;
+mod worker;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -46,9 +47,11 @@ impl Policy {
     }
 
     /// Resolves the plugins directory (`cli_dir`, else `plugins/` beside the config file, else
-    /// `~/.config/switchyard/plugins`), loads every `*.wasm` in it and starts the hot-reload
-    /// watcher, which stops when `shutdown` is cancelled. A missing directory is created; a
-    /// broken plugin is logged and skipped, never fatal.
+    /// `$XDG_CONFIG_HOME/switchyard/plugins`), loads every `*.wasm` in it and starts the
+    /// hot-reload watcher, which stops when `shutdown` is cancelled. A missing directory is
+    /// created. A plugin with a `[[plugins]]` entry that cannot run (file missing, not loadable,
+    /// `init` refuses its config) is an error naming it: switchyard does not start without a
+    /// plugin the config asks for. A broken file without an entry is logged and skipped.
     pub async fn start(
         config: &Config,
         cli_dir: Option<PathBuf>,
@@ -56,12 +59,21 @@ impl Policy {
     ) -> anyhow::Result<Policy> {
         let dir = reload::resolve_dir(config, cli_dir)?;
         let mut loader = reload::Loader::new(dir.clone(), config.plugins.clone());
-        // Compiling can take tens of milliseconds per plugin: not on an async worker.
-        let (set, loader) = tokio::task::spawn_blocking(move || {
-            let set = loader.scan().unwrap_or_else(PluginSet::empty);
-            (set, loader)
+        // Compiling can take tens of milliseconds per plugin, and `init` runs plugin code: on a
+        // thread of its own, outside the async runtime.
+        let (scan, loader) = worker::run_alone("switchyard-plugin-load", move || {
+            let scan = loader.scan();
+            (scan, loader)
         })
         .await?;
+        if !scan.configured_failures.is_empty() {
+            anyhow::bail!(
+                "{} configured in [[plugins]] cannot run, so switchyard does not start:\n  {}",
+                if scan.configured_failures.len() == 1 { "a plugin" } else { "plugins" },
+                scan.configured_failures.join("\n  ")
+            );
+        }
+        let set = scan.set.unwrap_or_else(PluginSet::empty);
         tracing::info!(
             dir = %dir.display(),
             "policy plugins in force: [{}]",
@@ -129,53 +141,105 @@ impl PluginSet {
         self.chain.iter().map(|p| p.name.clone()).collect()
     }
 
-    /// Runs the chain: each plugin sees the decision so far; `stop` ends the chain; `reject`
-    /// refuses the call. A plugin that fails (trap, deadline, memory) is skipped when its
-    /// `on_error` is open and rejects the call when closed. The result is not clamped.
-    pub fn decide(&self, call: &CallInfo) -> Result<Decision, Rejection> {
-        let mut decision = Decision::default();
+    /// Runs the chain for one call on a plugin worker thread, in the turn of the call's
+    /// session (see [`worker`]), and waits for it without blocking the async thread. With no
+    /// plugins it answers at once, without leaving this thread.
+    pub async fn decide_async(self: &Arc<Self>, call: &CallInfo) -> Result<Decision, Rejection> {
         if self.chain.is_empty() {
-            return Ok(decision);
+            return Ok(Decision::default());
         }
         let args = wasm::CallArgs::new(call);
+        let set = self.clone();
+        worker::run(&call.session, move || set.decide_args(&args)).await.unwrap_or_else(|e| {
+            // Each plugin call is guarded on its own (see `guarded`); this is the chain code.
+            Err(Rejection { plugin: "switchyard".to_string(), reason: e.to_string() })
+        })
+    }
+
+    /// Runs the chain on the calling thread, which must not be an async runtime thread (use
+    /// [`PluginSet::decide_async`] there): each plugin sees the decision so far; `stop` ends
+    /// the chain; `reject` refuses the call. A plugin that fails (trap, deadline, memory,
+    /// switched off) is skipped when its `on_error` is open and rejects the call when closed.
+    /// The result is not clamped.
+    pub fn decide(&self, call: &CallInfo) -> Result<Decision, Rejection> {
+        if self.chain.is_empty() {
+            return Ok(Decision::default());
+        }
+        self.decide_args(&wasm::CallArgs::new(call))
+    }
+
+    fn decide_args(&self, args: &wasm::CallArgs) -> Result<Decision, Rejection> {
+        let mut decision = Decision::default();
         for p in &self.chain {
-            match p.plugin.decide(&args, &decision) {
+            match guarded(|| p.plugin.decide(args, &decision)) {
                 Ok(wasm::Verdict::Continue(d)) => decision = d,
                 Ok(wasm::Verdict::Stop(d)) => return Ok(d),
                 Ok(wasm::Verdict::Reject(reason)) => {
                     return Err(Rejection { plugin: p.name.clone(), reason });
                 }
-                Err(e) => match p.on_error {
-                    OnError::Open => {
-                        tracing::warn!(
-                            plugin = %p.name,
-                            method = %call.method,
-                            tool = call.tool.as_deref().unwrap_or(""),
-                            "plugin skipped for this call: it {e}"
-                        );
+                Err(e) => {
+                    let what = match args.tool() {
+                        Some(t) => format!("tools/call `{t}`"),
+                        None => args.method().to_string(),
+                    };
+                    match p.on_error {
+                        OnError::Open => {
+                            let note = format!("plugin skipped for {what}: it {e} (on_error = open)");
+                            p.plugin.output().line(tracing::Level::WARN, "switchyard", &note);
+                        }
+                        OnError::Closed => {
+                            let note = format!("{what} rejected: the plugin {e} (on_error = closed)");
+                            p.plugin.output().line(tracing::Level::WARN, "switchyard", &note);
+                            return Err(Rejection { plugin: p.name.clone(), reason: format!("plugin failed: {e}") });
+                        }
                     }
-                    OnError::Closed => {
-                        tracing::warn!(plugin = %p.name, "call rejected: plugin {e} (on_error = closed)");
-                        return Err(Rejection { plugin: p.name.clone(), reason: format!("plugin failed: {e}") });
-                    }
-                },
+                }
             }
         }
         Ok(decision)
     }
 
-    /// Effective hints for a tool: `declared` passed through every plugin's `annotate` in chain
-    /// order. A failing plugin is skipped (annotations are advisory; on_error is about calls).
+    /// [`PluginSet::annotate`] for many tools at once, on a plugin worker thread in `lane`'s
+    /// turn. With no plugins it answers at once with the declared hints.
+    pub async fn annotate_async(self: &Arc<Self>, lane: &str, server: &str, tools: Vec<(String, Hints)>) -> Vec<Hints> {
+        if self.chain.is_empty() {
+            return tools.into_iter().map(|(_, declared)| declared).collect();
+        }
+        let set = self.clone();
+        let server = server.to_string();
+        let fallback: Vec<Hints> = tools.iter().map(|(_, d)| d.clone()).collect();
+        let run = worker::run(lane, move || {
+            tools.iter().map(|(tool, declared)| set.annotate(&server, tool, declared)).collect::<Vec<_>>()
+        });
+        run.await.unwrap_or_else(|e| {
+            tracing::warn!("annotations left as the server declared them: {e}");
+            fallback
+        })
+    }
+
+    /// Effective hints for a tool, on the calling thread (not an async runtime thread):
+    /// `declared` passed through every plugin's `annotate` in chain order. A failing plugin is
+    /// skipped (annotations are advisory; on_error is about calls).
     pub fn annotate(&self, server: &str, tool: &str, declared: &Hints) -> Hints {
         let mut hints = declared.clone();
         for p in &self.chain {
-            match p.plugin.annotate(server, tool, declared, &hints) {
+            match guarded(|| p.plugin.annotate(server, tool, declared, &hints)) {
                 Ok(h) => hints = h,
-                Err(e) => tracing::warn!(plugin = %p.name, tool, "annotate skipped: plugin {e}"),
+                Err(e) => {
+                    let note = format!("annotate of tool `{tool}` skipped: the plugin {e}");
+                    p.plugin.output().line(tracing::Level::WARN, "switchyard", &note);
+                }
             }
         }
         hints
     }
+}
+
+/// Runs one plugin call so that a panic in the host while serving it (a bug, but possible in
+/// any WASI host function) fails that plugin's call, never the whole request.
+fn guarded<T>(f: impl FnOnce() -> Result<T, PluginError>) -> Result<T, PluginError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .unwrap_or_else(|p| Err(PluginError::Host(worker::panic_text(&*p))))
 }
 
 impl Loaded {
@@ -183,7 +247,7 @@ impl Loaded {
     fn load(name: &str, bytes: &[u8], entry: &PluginEntry) -> anyhow::Result<Loaded> {
         let hash = wasm::content_hash(bytes);
         let config_json = entry.config_json()?;
-        let plugin = wasm::Plugin::load(name, bytes, &hash, wasm::Limits::from_entry(entry), &config_json)?;
+        let plugin = wasm::Plugin::load(name, bytes, &hash, wasm::Limits::from_entry(entry), &config_json, false)?;
         Ok(Loaded { name: name.to_string(), hash, priority: entry.priority, on_error: entry.on_error, plugin })
     }
 }

@@ -2,11 +2,15 @@
 //!
 //! Every change event triggers a rescan of the whole directory (cheap: files are hashed and
 //! unchanged ones reused), so create, modify, rename-into-place and delete are one code path.
-//! A file that fails to load leaves the last good version of that plugin in force.
+//! A file that fails to load leaves the last good version of that plugin in force, and so does
+//! deleting the file of a plugin that has a `[[plugins]]` entry. The directory's parent is
+//! watched too, so that deleting, renaming or replacing the directory itself (a deploy that
+//! swaps it, a symlink switched to a new release) does not end hot reload.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -28,19 +32,40 @@ pub(super) fn resolve_dir(config: &Config, cli_dir: Option<PathBuf>) -> anyhow::
     } else if let Some(base) = &config.base_dir {
         (base.join("plugins"), "beside the config file")
     } else {
-        let home = std::env::var_os("HOME")
-            .map(PathBuf::from)
-            .context("no --plugins directory, no config file, and HOME is not set")?;
-        (home.join(".config/switchyard/plugins"), "the default")
+        (default_dir()?, "the default")
     };
     if !dir.is_dir() {
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("plugins directory {} does not exist and cannot be created", dir.display()))?;
         tracing::info!("created the empty plugins directory {}", dir.display());
     }
-    let dir = dir.canonicalize().unwrap_or(dir);
+    // Absolute but not canonical: when the path is a symlink that a deploy switches to a new
+    // release, the watcher must follow the name, not the directory it first pointed to.
+    let dir = std::path::absolute(&dir).unwrap_or(dir);
     tracing::info!("plugins directory: {} ({why})", dir.display());
     Ok(dir)
+}
+
+/// `$XDG_CONFIG_HOME/switchyard/plugins`, else `~/.config/switchyard/plugins` (an empty or
+/// relative XDG_CONFIG_HOME is ignored, as the XDG base directory spec says).
+fn default_dir() -> anyhow::Result<PathBuf> {
+    let xdg = std::env::var_os("XDG_CONFIG_HOME").map(PathBuf::from).filter(|p| p.is_absolute());
+    let base = match xdg {
+        Some(base) => base,
+        None => std::env::var_os("HOME")
+            .map(|h| PathBuf::from(h).join(".config"))
+            .context("no --plugins directory, no config file, and neither XDG_CONFIG_HOME nor HOME is set")?,
+    };
+    Ok(base.join("switchyard").join("plugins"))
+}
+
+/// What a scan found.
+pub(super) struct Scan {
+    /// The new set when anything changed (always on the first scan), None when the set in
+    /// force stays.
+    pub set: Option<PluginSet>,
+    /// Plugins with a `[[plugins]]` entry that cannot run, each with the reason.
+    pub configured_failures: Vec<String>,
 }
 
 /// Knows what is loaded from the directory, to reuse unchanged plugins across rescans.
@@ -50,17 +75,26 @@ pub(super) struct Loader {
     loaded: BTreeMap<String, Arc<Loaded>>,
     /// Hash of the last version of a file that failed, so it is reported once, not per event.
     failed: BTreeMap<String, [u8; 32]>,
+    /// Configured plugins whose file is gone (reported once; their last version stays).
+    missing: BTreeSet<String>,
     first_scan: bool,
 }
 
 impl Loader {
     pub(super) fn new(dir: PathBuf, entries: Vec<PluginEntry>) -> Loader {
-        Loader { dir, entries, loaded: BTreeMap::new(), failed: BTreeMap::new(), first_scan: true }
+        Loader {
+            dir,
+            entries,
+            loaded: BTreeMap::new(),
+            failed: BTreeMap::new(),
+            missing: BTreeSet::new(),
+            first_scan: true,
+        }
     }
 
     /// Candidate plugin files: every `*.wasm` directly in the directory, plus `[[plugins]]`
-    /// entries that name a path below it.
-    fn candidates(&self) -> BTreeMap<String, PathBuf> {
+    /// entries that name a path below it. None when the directory cannot be read.
+    fn candidates(&self) -> Option<BTreeMap<String, PathBuf>> {
         let mut out = BTreeMap::new();
         match std::fs::read_dir(&self.dir) {
             Ok(rd) => {
@@ -76,7 +110,10 @@ impl Loader {
                     }
                 }
             }
-            Err(e) => tracing::warn!("cannot read plugins directory {}: {e}", self.dir.display()),
+            Err(e) => {
+                tracing::warn!("cannot read plugins directory {}: {e}; the plugins in force stay", self.dir.display());
+                return None;
+            }
         }
         for entry in &self.entries {
             if entry.file.contains('/') {
@@ -86,20 +123,49 @@ impl Loader {
                 }
             }
         }
-        out
+        Some(out)
+    }
+
+    fn entry(&self, name: &str) -> Option<&PluginEntry> {
+        self.entries.iter().find(|e| e.file == name)
     }
 
     fn entry_for(&self, name: &str) -> PluginEntry {
-        self.entries.iter().find(|e| e.file == name).cloned().unwrap_or_else(|| PluginEntry::defaults_for(name))
+        self.entry(name).cloned().unwrap_or_else(|| PluginEntry::defaults_for(name))
     }
 
-    /// Rescans the directory (blocking: reads, hashes, compiles). Returns the new set when
-    /// anything changed (always on the first scan), None when the set in force stays.
-    pub(super) fn scan(&mut self) -> Option<PluginSet> {
+    /// Rescans the directory (blocking: reads, hashes, compiles and runs `init`; keep it off
+    /// any async runtime thread).
+    pub(super) fn scan(&mut self) -> Scan {
+        let mut configured_failures = Vec::new();
+        let Some(found) = self.candidates() else {
+            if std::mem::take(&mut self.first_scan) {
+                configured_failures.push(format!("the plugins directory {} cannot be read", self.dir.display()));
+            }
+            return Scan { set: None, configured_failures };
+        };
         let mut changed = std::mem::take(&mut self.first_scan);
-        let found = self.candidates();
 
-        let gone: Vec<String> = self.loaded.keys().filter(|n| !found.contains_key(*n)).cloned().collect();
+        for entry in &self.entries {
+            let name = &entry.file;
+            if found.contains_key(name) {
+                self.missing.remove(name);
+                continue;
+            }
+            let path = self.dir.join(name);
+            if !self.loaded.contains_key(name) {
+                configured_failures.push(format!("{name}: its file {} does not exist", path.display()));
+            } else if self.missing.insert(name.clone()) {
+                tracing::error!(
+                    plugin = %name,
+                    "plugin file {} was deleted, but the plugin has a [[plugins]] entry: the version \
+                     loaded stays in force (remove the entry and restart to drop it)",
+                    path.display()
+                );
+            }
+        }
+        let gone: Vec<String> =
+            self.loaded.keys().filter(|n| !found.contains_key(*n) && self.entry(n).is_none()).cloned().collect();
         for name in gone {
             self.loaded.remove(&name);
             tracing::info!(plugin = %name, "plugin removed (file deleted)");
@@ -135,17 +201,22 @@ impl Loader {
                     changed = true;
                 }
                 Err(e) => {
+                    let reason = format!("{e:#}");
+                    if self.entry(name).is_some() && !self.loaded.contains_key(name) {
+                        configured_failures.push(format!("{name}: {reason}"));
+                    }
                     let keeping = if self.loaded.contains_key(name) {
                         "keeping the last good version in force"
                     } else {
                         "not loaded"
                     };
-                    tracing::error!(plugin = %name, "plugin {} is broken: {e:#}; {keeping}", path.display());
+                    tracing::error!(plugin = %name, "plugin {} is broken: {reason}; {keeping}", path.display());
                     self.failed.insert(name.clone(), hash);
                 }
             }
         }
-        changed.then(|| PluginSet::new(self.loaded.values().cloned().collect()))
+        let set = changed.then(|| PluginSet::new(self.loaded.values().cloned().collect()));
+        Scan { set, configured_failures }
     }
 }
 
@@ -154,16 +225,32 @@ fn hex8(hash: &[u8; 32]) -> String {
 }
 
 /// Watches the directory and swaps in a new set after each (debounced) change, until
-/// `shutdown`. Loading runs on the blocking pool, off the request path.
+/// `shutdown`. Loading runs on a thread of its own, off the request path. The parent is
+/// watched for the directory itself going away and coming back: then the directory's own
+/// watch is set up again and the directory rescanned.
 pub(super) fn watch(policy: Policy, mut loader: Loader, shutdown: CancellationToken) -> anyhow::Result<()> {
     let dir: PathBuf = loader.dir.clone();
+    let parent = dir.parent().map(Path::to_path_buf);
     // Capacity 1: a pending rescan covers any number of further events.
     let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(1);
+    let rearm = Arc::new(AtomicBool::new(false));
+    let (watched, flag) = (dir.clone(), rearm.clone());
     let mut debouncer = new_debouncer(DEBOUNCE, None, move |res: DebounceEventResult| match res {
-        Ok(events) if events.iter().any(|e| !e.kind.is_access()) => {
-            let _ = tx.try_send(());
+        Ok(events) => {
+            let mut wanted = false;
+            for e in events.iter().filter(|e| !e.kind.is_access()) {
+                if e.paths.iter().any(|p| p == &watched) {
+                    // The directory itself was created, deleted, renamed or replaced.
+                    flag.store(true, Ordering::Relaxed);
+                    wanted = true;
+                } else if e.paths.iter().any(|p| p.parent() == Some(watched.as_path())) {
+                    wanted = true;
+                }
+            }
+            if wanted {
+                let _ = tx.try_send(());
+            }
         }
-        Ok(_) => {}
         Err(errors) => {
             for e in errors {
                 tracing::warn!("plugins directory watcher: {e}");
@@ -174,10 +261,23 @@ pub(super) fn watch(policy: Policy, mut loader: Loader, shutdown: CancellationTo
     debouncer
         .watch(&dir, RecursiveMode::NonRecursive)
         .with_context(|| format!("cannot watch plugins directory {}", dir.display()))?;
+    match &parent {
+        Some(p) => {
+            if let Err(e) = debouncer.watch(p, RecursiveMode::NonRecursive) {
+                tracing::warn!(
+                    "cannot watch {} (the plugins directory's parent): {e}; if the plugins directory \
+                     is deleted or replaced, hot reload stops until switchyard restarts",
+                    p.display()
+                );
+            }
+        }
+        None => tracing::warn!("the plugins directory {} has no parent to watch", dir.display()),
+    }
 
     tokio::spawn(async move {
         // Dropping the debouncer stops its thread: keep it for the life of this task.
-        let _debouncer = debouncer;
+        let mut debouncer = debouncer;
+        let mut dir_gone = false;
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
@@ -185,15 +285,40 @@ pub(super) fn watch(policy: Policy, mut loader: Loader, shutdown: CancellationTo
                     if got.is_none() {
                         break;
                     }
-                    let (set, back) = match tokio::task::spawn_blocking(move || {
-                        let set = loader.scan();
-                        (set, loader)
+                    if rearm.swap(false, Ordering::Relaxed) {
+                        // Whatever happened to the directory, watch what the name means now.
+                        let _ = debouncer.unwatch(&dir);
+                        if !dir.is_dir() {
+                            if !dir_gone {
+                                tracing::warn!(
+                                    "plugins directory {} disappeared; the plugins in force stay in force, \
+                                     and hot reload resumes when it is back",
+                                    dir.display()
+                                );
+                            }
+                            dir_gone = true;
+                            continue;
+                        }
+                        if let Err(e) = debouncer.watch(&dir, RecursiveMode::NonRecursive) {
+                            tracing::error!("cannot watch plugins directory {} again: {e}", dir.display());
+                        }
+                        if std::mem::take(&mut dir_gone) {
+                            tracing::info!("plugins directory {} is back; rescanning it", dir.display());
+                        } else {
+                            tracing::info!("plugins directory {} was replaced; rescanning it", dir.display());
+                        }
+                    } else if dir_gone {
+                        continue;
+                    }
+                    let r = super::worker::run_alone("switchyard-plugin-load", move || {
+                        let scan = loader.scan();
+                        (scan.set, loader)
                     })
-                    .await
-                    {
+                    .await;
+                    let (set, back) = match r {
                         Ok(r) => r,
                         Err(e) => {
-                            tracing::error!("plugin reload task failed: {e}; hot reload stops");
+                            tracing::error!("plugin reload failed: {e:#}; hot reload stops");
                             break;
                         }
                     };

@@ -222,7 +222,9 @@ fn broken_files_are_refused_with_a_reason() {
     let wrong = std::fs::read(fixture("wrong-interface.wasm")).unwrap();
     let e = format!("{:#}", Loaded::load("w.wasm", &wrong, &PluginEntry::defaults_for("w.wasm")).err().unwrap());
     assert!(e.contains("wrong interface"), "{e}");
-    assert!(load(b"not wasm at all", "{}").contains("not a loadable WebAssembly component"));
+    let e = load(b"not wasm at all", "{}");
+    assert!(e.contains("not a loadable WebAssembly component") && e.contains("not WebAssembly at all"), "{e}");
+    assert!(!e.contains('\n'), "one line, not a dump of bytes: {e}");
     let trap = std::fs::read(fixture("trap.wasm")).unwrap();
     let e = load(&trap, r#"{"fail": "no config for me"}"#);
     assert!(e.contains("init failed") && e.contains("no config for me"), "{e}");
@@ -230,6 +232,17 @@ fn broken_files_are_refused_with_a_reason() {
     let hints = std::fs::read(example("hints.wasm")).unwrap();
     let e = load(&hints, r#"{"tools":{"x":{"readOnly":true}}}"#);
     assert!(e.contains("unknown hint `readOnly`"), "{e}");
+    // Every example refuses a key it does not know, naming it.
+    for (file, config, key) in [
+        ("hints.wasm", r#"{"toolz":{}}"#, "toolz"),
+        ("guard.wasm", r#"{"denny":["delete_*"]}"#, "denny"),
+        ("timeouts.wasm", r#"{"tools":{},"timeout":5}"#, "timeout"),
+        ("fs-keys.wasm", r#"{"write":["x"]}"#, "write"),
+        ("template.wasm", r#"{"some":"setting"}"#, "some"),
+    ] {
+        let e = load(&std::fs::read(example(file)).unwrap(), config);
+        assert!(e.contains("init failed") && e.contains(key), "{file}: {e}");
+    }
 }
 
 #[test]
@@ -258,8 +271,8 @@ fn fs_keys_serialises_writes_per_path() {
 
 const TOOLS_LIST: &str = r#"{"tools":[{"name":"read_file","description":"Read a file","inputSchema":{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]},"execution":{"taskSupport":"optional"}},{"name":"write_file","title":"Write","inputSchema":{"type":"object"},"annotations":{"destructiveHint":true,"x-vendor":1.50}},{"name":"list_directory","annotations":{"readOnlyHint":true},"inputSchema":{"type":"object"}}],"nextCursor":"abc","_meta":{"k":[1,2,3]}}"#;
 
-#[test]
-fn tools_list_is_rewritten_with_the_chains_hints() {
+#[tokio::test]
+async fn tools_list_is_rewritten_with_the_chains_hints() {
     let hints = load_as(
         "hints.wasm",
         &example("hints.wasm"),
@@ -267,8 +280,8 @@ fn tools_list_is_rewritten_with_the_chains_hints() {
         0,
         OnError::Open,
     );
-    let set = PluginSet::new(vec![hints]);
-    let out = annotate::rewrite_tools_list(&set, "filesystem", TOOLS_LIST).unwrap().expect("changed");
+    let set = Arc::new(PluginSet::new(vec![hints]));
+    let out = annotate::rewrite_tools_list(&set, "s1", "filesystem", TOOLS_LIST).await.unwrap().expect("changed");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let tools = v["tools"].as_array().unwrap();
     assert_eq!(
@@ -287,16 +300,17 @@ fn tools_list_is_rewritten_with_the_chains_hints() {
     assert!(out.ends_with(r#""nextCursor":"abc","_meta":{"k":[1,2,3]}}"#), "{out}");
     assert!(out.contains(r#"{"name":"write_file","title":"Write","inputSchema":{"type":"object"},"annotations":{"#));
 
-    let nothing = PluginSet::new(vec![load_as(
+    let nothing = Arc::new(PluginSet::new(vec![load_as(
         "hints.wasm",
         &example("hints.wasm"),
         r#"{"tools":{"list_*":{"readOnlyHint":true}}}"#,
         0,
         OnError::Open,
-    )]);
-    assert_eq!(annotate::rewrite_tools_list(&nothing, "filesystem", TOOLS_LIST).unwrap(), None);
-    assert_eq!(annotate::rewrite_tools_list(&PluginSet::empty(), "filesystem", TOOLS_LIST).unwrap(), None);
-    assert!(annotate::rewrite_tools_list(&set, "filesystem", "{").is_err());
+    )]));
+    assert_eq!(annotate::rewrite_tools_list(&nothing, "s1", "filesystem", TOOLS_LIST).await.unwrap(), None);
+    let empty = Arc::new(PluginSet::empty());
+    assert_eq!(annotate::rewrite_tools_list(&empty, "s1", "filesystem", TOOLS_LIST).await.unwrap(), None);
+    assert!(annotate::rewrite_tools_list(&set, "s1", "filesystem", "{").await.is_err());
 }
 
 #[test]
@@ -311,20 +325,65 @@ fn declared_hints_read_the_spec_names() {
     assert_eq!(annotate::declared_hints(None), Hints::default());
 }
 
+fn checked(file: &Path, config: Option<&str>, call: Option<&str>) -> check::Report {
+    check::run(file, &check::Options { config_json: config, config_file: None, call_json: call })
+}
+
 #[test]
 fn plugin_check_explains_and_names_broken_files() {
-    check::run(&example("hints.wasm"), r#"{"tools":{"example":{"readOnlyHint":true}}}"#, None).unwrap();
-    check::run(&example("fs-keys.wasm"), "{}", Some(r#"{"tool":"write_file","arguments":{"path":"/x"}}"#)).unwrap();
-    let e = format!("{:#}", check::run(&fixture("wrong-interface.wasm"), "{}", None).unwrap_err());
+    let r = checked(&example("hints.wasm"), Some(r#"{"tools":{"example":{"readOnlyHint":true}}}"#), None);
+    r.result.unwrap();
+    assert!(r.text.contains("annotate: {} -> {readOnlyHint=true}"), "{}", r.text);
+    let r = checked(&example("fs-keys.wasm"), None, Some(r#"{"tool":"write_file","arguments":{"path":"/x"}}"#));
+    r.result.unwrap();
+    assert!(r.text.contains("continue {concurrency=keyed[/x]}"), "{}", r.text);
+    let e = format!("{:#}", checked(&fixture("wrong-interface.wasm"), None, None).result.unwrap_err());
     assert!(e.contains("wrong-interface.wasm") && e.contains("wrong interface"), "{e}");
-    let e = format!("{:#}", check::run(&fixture("spin.wasm"), "{}", Some(r#"{"tool":"spin"}"#)).unwrap_err());
+    let e = format!("{:#}", checked(&fixture("spin.wasm"), None, Some(r#"{"tool":"spin"}"#)).result.unwrap_err());
     assert!(e.contains("spin.wasm") && e.contains("deadline"), "{e}");
-    assert!(check::run(&example("hints.wasm"), "{nope", None).is_err());
+    assert!(checked(&example("hints.wasm"), Some("{nope"), None).result.is_err());
+    // A field the call does not have is an error, not silently ignored (`declared` was once
+    // documented for what is read from `annotations`).
+    let e = format!("{:#}", checked(&example("hints.wasm"), None, Some(r#"{"declared":{}}"#)).result.unwrap_err());
+    assert!(e.contains("unknown field `declared`") && e.contains("annotations"), "{e}");
+}
+
+#[test]
+fn plugin_check_shows_what_the_plugin_printed_and_why_it_panicked() {
+    let r = checked(&fixture("noisy.wasm"), Some(r#"{"panic_in_decide":"boom"}"#), Some(r#"{"tool":"fine"}"#));
+    r.result.unwrap();
+    assert!(r.text.contains("plugin stdout: noisy: init (stdout)"), "{}", r.text);
+    assert!(r.text.contains("plugin stderr: noisy: decide fine (stderr)"), "{}", r.text);
+    assert!(r.text.contains("plugin stdout: noisy: annotate fine (stdout)"), "{}", r.text);
+    let r = checked(&fixture("noisy.wasm"), Some(r#"{"panic_in_decide":"boom"}"#), Some(r#"{"tool":"boom"}"#));
+    let e = format!("{:#}", r.result.unwrap_err());
+    assert!(e.contains("decide failed") && e.contains("noisy panics in decide for boom"), "{e}");
+    assert!(r.text.contains("plugin stderr: noisy panics in decide for boom"), "{}", r.text);
+    let r = checked(&fixture("noisy.wasm"), Some(r#"{"panic_in_annotate":"boom"}"#), Some(r#"{"tool":"boom"}"#));
+    let e = format!("{:#}", r.result.unwrap_err());
+    assert!(e.contains("annotate failed") && e.contains("noisy panics in annotate for boom"), "{e}");
+    // The log lines of `log` show too.
+    let r = checked(&example("hints.wasm"), None, None);
+    assert!(r.text.contains("plugin log warn: no `tools` configured"), "{}", r.text);
+}
+
+#[test]
+fn plugin_check_takes_the_config_of_a_plugins_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = dir.path().join("switchyard.toml");
+    std::fs::write(&toml, "[[plugins]]\nfile = \"guard.wasm\"\nconfig = { deny = [\"ex*\"] }\n").unwrap();
+    let opts = check::Options { config_json: None, config_file: Some(&toml), call_json: None };
+    let r = check::run(&example("guard.wasm"), &opts);
+    r.result.unwrap();
+    assert!(r.text.contains("reject: tool `example` is blocked by policy"), "{}", r.text);
+    let e = format!("{:#}", check::run(&example("hints.wasm"), &opts).result.unwrap_err());
+    assert!(e.contains("no [[plugins]] entry") && e.contains("hints.wasm"), "{e}");
 }
 
 #[test]
 fn embedded_examples_are_components() {
-    assert_eq!(embedded::EXAMPLES.len(), 4);
+    assert_eq!(embedded::EXAMPLES.len(), 5);
+    assert!(embedded::EXAMPLES.iter().any(|(n, _)| *n == "template.wasm"), "the docs list the template");
     for (name, bytes) in embedded::EXAMPLES {
         assert!(name.ends_with(".wasm"));
         assert_eq!(&bytes[..4], b"\0asm", "{name}");
@@ -357,16 +416,19 @@ async fn hot_reload_follows_the_directory() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = Config::default();
     config.plugins.push(entry("guard.wasm", r#"{"deny":["rm*"]}"#, 0, OnError::Open));
+    // A configured plugin must be there at start: the trap fixture (which accepts any config
+    // and refuses nothing) stands in for the guard until the real one is dropped in.
+    std::fs::copy(fixture("trap.wasm"), dir.path().join("guard.wasm")).unwrap();
     let shutdown = CancellationToken::new();
     let policy = Policy::start(&config, Some(dir.path().to_path_buf()), shutdown.clone()).await.unwrap();
-    assert!(policy.current().is_empty());
+    assert_eq!(policy.current().names(), ["guard.wasm"]);
+    assert!(!rejects(&policy.current(), "rm"));
     assert_eq!(policy.dir(), Some(dir.path().canonicalize().unwrap().as_path()));
     let changes = policy.changes();
 
-    // Create.
-    std::fs::copy(example("guard.wasm"), dir.path().join("guard.wasm")).unwrap();
-    wait_for(&policy, "guard loaded", |s| s.names() == ["guard.wasm"]).await;
-    assert!(rejects(&policy.current(), "rm"), "the [[plugins]] entry's config is used");
+    // Modify (rename into place): the real guard, with the [[plugins]] entry's config.
+    replace(dir.path(), "guard.wasm", &std::fs::read(example("guard.wasm")).unwrap());
+    wait_for(&policy, "guard in place", |s| rejects(s, "rm")).await;
     let gen_after_create = *changes.borrow();
     assert!(gen_after_create >= 1);
 
@@ -384,10 +446,10 @@ async fn hot_reload_follows_the_directory() {
         })
     };
 
-    // Modify (rename into place): the guard becomes the pass-through template.
+    // Modify again: back to the stand-in.
     let before = policy.current();
-    replace(dir.path(), "guard.wasm", &std::fs::read(example("template.wasm")).unwrap());
-    wait_for(&policy, "template in place of guard", |s| !rejects(s, "rm")).await;
+    replace(dir.path(), "guard.wasm", &std::fs::read(fixture("trap.wasm")).unwrap());
+    wait_for(&policy, "stand-in in place of guard", |s| !rejects(s, "rm")).await;
     assert!(rejects(&before, "rm"), "a request that started on the old set keeps it");
 
     // A broken file leaves the last good version of that plugin in force, and no swap happens.
@@ -396,7 +458,7 @@ async fn hot_reload_follows_the_directory() {
     std::fs::copy(fixture("wrong-interface.wasm"), dir.path().join("other.wasm")).unwrap();
     tokio::time::sleep(Duration::from_millis(900)).await;
     assert_eq!(policy.current().names(), ["guard.wasm"]);
-    assert!(!rejects(&policy.current(), "rm"), "still the template");
+    assert!(!rejects(&policy.current(), "rm"), "still the stand-in");
     assert_eq!(*changes.borrow(), generation, "nothing was swapped in");
 
     // Create a second plugin; the broken guard.wasm stays at its last good version.
@@ -413,13 +475,50 @@ async fn hot_reload_follows_the_directory() {
     tokio::time::sleep(Duration::from_millis(900)).await;
     assert_eq!(*changes.borrow(), generation);
 
-    // Delete.
+    // Delete: a plugin without an entry goes; one with an entry stays in force (it is a
+    // plugin the config asks for; the log says so).
+    std::fs::remove_file(dir.path().join("hints.wasm")).unwrap();
     std::fs::remove_file(dir.path().join("guard.wasm")).unwrap();
-    wait_for(&policy, "guard removed", |s| s.names() == ["hints.wasm"]).await;
+    wait_for(&policy, "hints removed", |s| s.names() == ["guard.wasm"]).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(rejects(&policy.current(), "rm"), "the configured guard is still in force");
 
     stop.store(true, Ordering::Relaxed);
     load.join().expect("the load thread saw no failure");
     assert!(calls.load(Ordering::Relaxed) > 100, "the load really ran");
+    shutdown.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_reload_survives_the_directory_being_deleted_renamed_or_replaced() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("plugins");
+    std::fs::create_dir(&dir).unwrap();
+    let shutdown = CancellationToken::new();
+    let policy = Policy::start(&Config::default(), Some(dir.clone()), shutdown.clone()).await.unwrap();
+    // Deleted and created again: a plugin dropped in afterwards is applied.
+    std::fs::remove_dir(&dir).unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    std::fs::create_dir(&dir).unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    std::fs::copy(example("hints.wasm"), dir.join("hints.wasm")).unwrap();
+    wait_for(&policy, "hints in the recreated directory", |s| s.names() == ["hints.wasm"]).await;
+
+    // Renamed away, and another directory renamed into its place (a deploy swapping releases).
+    let next = root.path().join("next");
+    std::fs::create_dir(&next).unwrap();
+    std::fs::copy(example("hints.wasm"), next.join("hints.wasm")).unwrap();
+    std::fs::copy(example("timeouts.wasm"), next.join("timeouts.wasm")).unwrap();
+    std::fs::rename(&dir, root.path().join("old")).unwrap();
+    std::fs::rename(&next, &dir).unwrap();
+    wait_for(&policy, "the swapped-in directory", |s| s.names() == ["hints.wasm", "timeouts.wasm"]).await;
+    // And it is watched: a file dropped into the new directory is applied.
+    std::fs::copy(example("fs-keys.wasm"), dir.join("fs-keys.wasm")).unwrap();
+    wait_for(&policy, "fs-keys in the swapped-in directory", |s| s.names().len() == 3).await;
+    // Files changed in the old, renamed directory do not count.
+    std::fs::remove_file(root.path().join("old/hints.wasm")).unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(policy.current().names().len(), 3);
     shutdown.cancel();
 }
 
@@ -430,18 +529,91 @@ async fn start_loads_what_is_there_and_skips_broken_files() {
     std::fs::copy(example("timeouts.wasm"), dir.path().join("timeouts.wasm")).unwrap();
     std::fs::copy(fixture("wrong-interface.wasm"), dir.path().join("broken.wasm")).unwrap();
     std::fs::write(dir.path().join("notes.txt"), "not a plugin").unwrap();
-    let mut config = Config::default();
-    config.plugins.push(entry("timeouts.wasm", r#"{"tools":{"*":{"timeout_ms":42}}}"#, 5, OnError::Open));
     // Plugins beside the config file when no --plugins is given; a missing one is created.
-    config.base_dir = Some(dir.path().join("conf"));
+    let mut config = Config { base_dir: Some(dir.path().join("conf")), ..Config::default() };
     let shutdown = CancellationToken::new();
     let beside = Policy::start(&config, None, shutdown.clone()).await.unwrap();
     assert!(dir.path().join("conf/plugins").is_dir());
     assert!(beside.current().is_empty());
 
+    config.plugins.push(entry("timeouts.wasm", r#"{"tools":{"*":{"timeout_ms":42}}}"#, 5, OnError::Open));
     let policy = Policy::start(&config, Some(dir.path().to_path_buf()), shutdown.clone()).await.unwrap();
     let set = policy.current();
     assert_eq!(set.names(), ["timeouts.wasm", "hints.wasm"], "priority 5 first; broken.wasm skipped");
     assert_eq!(set.decide(&call("x", "{}")).unwrap().timeout_ms, Some(42));
     shutdown.cancel();
+}
+
+#[tokio::test]
+async fn start_refuses_a_configured_plugin_that_cannot_run() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(example("guard.wasm"), dir.path().join("guard.wasm")).unwrap();
+    let shutdown = CancellationToken::new();
+    let start = |plugins: Vec<PluginEntry>| {
+        let config = Config { plugins, ..Config::default() };
+        let (dir, shutdown) = (dir.path().to_path_buf(), shutdown.clone());
+        async move { Policy::start(&config, Some(dir), shutdown).await.map(|_| ()).map_err(|e| format!("{e:#}")) }
+    };
+    // The file is missing.
+    let e = start(vec![entry("gaurd.wasm", r#"{"deny":["delete_*"]}"#, 0, OnError::Closed)]).await.unwrap_err();
+    assert!(e.contains("gaurd.wasm") && e.contains("does not exist"), "{e}");
+    // init refuses the config (a typo in a key), whatever on_error says.
+    for on_error in [OnError::Open, OnError::Closed] {
+        let e = start(vec![entry("guard.wasm", r#"{"denny":["delete_*"]}"#, 0, on_error)]).await.unwrap_err();
+        assert!(e.contains("guard.wasm") && e.contains("unknown key `denny`"), "{e}");
+    }
+    assert!(start(vec![entry("guard.wasm", r#"{"deny":["delete_*"]}"#, 0, OnError::Closed)]).await.is_ok());
+    shutdown.cancel();
+}
+
+/// The cause of issue 8 item 1: plugin output from inside the async runtime made the host
+/// panic ("Cannot start a runtime from within a runtime") and lost the call. Through
+/// `decide_async`, on the current-thread runtime the router uses, every call is answered.
+#[tokio::test]
+async fn printing_and_panicking_plugins_answer_every_call_inside_the_runtime() {
+    // Loading runs `init`, which prints: like the router, load off the runtime thread.
+    let noisy = |on_error| {
+        std::thread::spawn(move || {
+            let config = r#"{"panic_in_decide":"boom","panic_in_annotate":"boom"}"#;
+            load_as("noisy.wasm", &fixture("noisy.wasm"), config, 0, on_error)
+        })
+        .join()
+        .unwrap()
+    };
+    let open = Arc::new(PluginSet::new(vec![noisy(OnError::Open)]));
+    let closed = Arc::new(PluginSet::new(vec![noisy(OnError::Closed)]));
+    for _ in 0..50 {
+        assert_eq!(open.decide_async(&call("fine", "{}")).await, Ok(Decision::default()));
+        assert_eq!(open.decide_async(&call("boom", "{}")).await, Ok(Decision::default()), "skipped");
+        assert!(closed.decide_async(&call("fine", "{}")).await.is_ok());
+        let r = closed.decide_async(&call("boom", "{}")).await.unwrap_err();
+        assert!(r.reason.contains("trapped") && r.reason.contains("noisy panics in decide for boom"), "{}", r.reason);
+    }
+    let declared = Hints { title: Some("T".into()), ..Hints::default() };
+    let asked = vec![("boom".to_string(), declared.clone()), ("fine".to_string(), declared.clone())];
+    assert_eq!(closed.annotate_async("s1", "srv", asked).await, [declared.clone(), declared]);
+}
+
+/// A plugin that always runs into its deadline is switched off after a few calls, so the
+/// rest fail at once (on_error applies) instead of each burning a whole CPU budget.
+#[tokio::test]
+async fn a_plugin_that_keeps_hitting_its_deadline_is_switched_off() {
+    for on_error in [OnError::Open, OnError::Closed] {
+        let set = Arc::new(PluginSet::new(vec![spin_fixture(on_error)]));
+        let started = Instant::now();
+        let mut answers = Vec::new();
+        for _ in 0..200 {
+            answers.push(set.decide_async(&call("spin", "{}")).await);
+        }
+        let took = started.elapsed();
+        // 200 deadlines of 5 ms would take a second; the breaker stops it after five.
+        assert!(took < Duration::from_millis(800), "{on_error:?}: took {took:?}");
+        match on_error {
+            OnError::Open => assert!(answers.iter().all(|a| a.is_ok())),
+            OnError::Closed => {
+                let last = answers.last().unwrap().as_ref().unwrap_err();
+                assert!(last.reason.contains("switched off"), "{}", last.reason);
+            }
+        }
+    }
 }

@@ -5,11 +5,12 @@
 //! runs every call under an epoch deadline and a memory limit. A failed call discards its
 //! instance, so the next call starts from a fresh, freshly `init`-ed one.
 
+use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use sha2::{Digest, Sha256};
@@ -35,8 +36,18 @@ const TICK: Duration = Duration::from_millis(1);
 const MAX_WARM: usize = 16;
 /// `init` parses config and may build tables: it gets more time than a call.
 const MIN_INIT_DEADLINE_MS: u64 = 250;
-/// Consecutive failures after which a plugin's breaker logs an error (and every so often after).
-const BREAKER_THRESHOLD: u32 = 5;
+/// Consecutive failures after which an error is logged (and every so often after).
+const FAILURE_LOG_THRESHOLD: u32 = 5;
+/// Calls in a row past the deadline after which a plugin is switched off for a cool-down.
+pub const BREAKER_THRESHOLD: u32 = 5;
+/// The first cool-down; it doubles on each trip in a row, up to the maximum.
+const BREAKER_COOL_DOWN: Duration = Duration::from_secs(1);
+const BREAKER_MAX_COOL_DOWN: Duration = Duration::from_secs(30);
+/// Plugin output and failure notes: a burst of this many lines, then this many a second.
+const LOG_BURST: f64 = 20.0;
+const LOG_PER_SECOND: f64 = 5.0;
+/// Lines of a call's output kept to explain its failure (a panic message is two or three).
+const TAIL_LINES: usize = 4;
 
 /// Why a plugin call did not produce an answer. This is "the plugin broke", never "the plugin
 /// said no": a rejection is a [`Verdict::Reject`].
@@ -50,6 +61,12 @@ pub enum PluginError {
     Trap(String),
     #[error("init failed: {0}")]
     Init(String),
+    #[error(
+        "is switched off for now: its last {BREAKER_THRESHOLD} calls ran past their deadline (tried again in {0} ms)"
+    )]
+    SwitchedOff(u64),
+    #[error("could not be run: {0}")]
+    Host(String),
 }
 
 /// What one plugin answered for one call.
@@ -113,7 +130,8 @@ fn wasm_err(e: wasmtime::Error) -> anyhow::Error {
 
 /// Per-instance host state.
 struct State {
-    plugin: Arc<str>,
+    output: Arc<Output>,
+    printed: Arc<Mutex<Printed>>,
     wasi: WasiCtx,
     table: ResourceTable,
     memory_limit: usize,
@@ -122,11 +140,13 @@ struct State {
 }
 
 impl State {
-    fn new(plugin: &Arc<str>, limits: &Limits) -> State {
+    fn new(output: &Arc<Output>, limits: &Limits) -> State {
+        let printed = Arc::new(Mutex::new(Printed::default()));
         let mut b = WasiCtxBuilder::new();
         // stdout carries the MCP protocol: plugin output goes to the log instead.
-        b.stdout(LogStream { plugin: plugin.clone(), stream: "stdout" });
-        b.stderr(LogStream { plugin: plugin.clone(), stream: "stderr" });
+        let stream = |stream| LogStream { output: output.clone(), printed: printed.clone(), stream };
+        b.stdout(stream(Stream::Stdout));
+        b.stderr(stream(Stream::Stderr));
         b.allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false);
         if !limits.allow_clock {
             b.wall_clock(ZeroClock).monotonic_clock(ZeroClock);
@@ -138,12 +158,29 @@ impl State {
             b.insecure_random_seed(0);
         }
         State {
-            plugin: plugin.clone(),
+            output: output.clone(),
+            printed,
             wasi: b.build(),
             table: ResourceTable::new(),
             memory_limit: limits.memory_bytes(),
             hit_memory_limit: false,
         }
+    }
+}
+
+impl State {
+    /// Ends a call's output: logs a last unterminated line, and returns what the call printed
+    /// last (to explain a failure: a panic message is printed just before the trap).
+    fn end_call(&self) -> String {
+        let mut p = self.printed.lock().unwrap_or_else(|p| p.into_inner());
+        for stream in [Stream::Stdout, Stream::Stderr] {
+            let rest = std::mem::take(&mut p.pending[stream as usize]);
+            if !rest.is_empty() {
+                p.line(&self.output, stream, &rest);
+            }
+        }
+        let tail: Vec<String> = p.tail.drain(..).collect();
+        tail.join(" ")
     }
 }
 
@@ -170,14 +207,93 @@ impl wasmtime::ResourceLimiter for State {
 
 impl wit_host::Host for State {
     fn log(&mut self, level: Level, message: String) {
-        let plugin = &*self.plugin;
-        match level {
-            Level::Trace => tracing::trace!(plugin, "{message}"),
-            Level::Debug => tracing::debug!(plugin, "{message}"),
-            Level::Info => tracing::info!(plugin, "{message}"),
-            Level::Warn => tracing::warn!(plugin, "{message}"),
-            Level::Error => tracing::error!(plugin, "{message}"),
+        let level = match level {
+            Level::Trace => tracing::Level::TRACE,
+            Level::Debug => tracing::Level::DEBUG,
+            Level::Info => tracing::Level::INFO,
+            Level::Warn => tracing::Level::WARN,
+            Level::Error => tracing::Level::ERROR,
+        };
+        self.output.line(level, "log", &message);
+    }
+}
+
+/// Where a plugin's words go: its `log` calls, its stdout and stderr, and notes about its
+/// failures. Shared by all instances of one plugin version, so the rate limit is per plugin:
+/// a plugin that prints on every call under load cannot flood the router's log.
+pub struct Output {
+    plugin: Arc<str>,
+    budget: Mutex<Budget>,
+    /// `plugin check` keeps every line, to show it.
+    capture: Option<Mutex<Vec<String>>>,
+}
+
+struct Budget {
+    tokens: f64,
+    refilled: Instant,
+    suppressed: u64,
+}
+
+impl Output {
+    fn new(plugin: &str, capture: bool) -> Output {
+        Output {
+            plugin: Arc::from(plugin),
+            budget: Mutex::new(Budget { tokens: LOG_BURST, refilled: Instant::now(), suppressed: 0 }),
+            capture: capture.then(|| Mutex::new(Vec::new())),
         }
+    }
+
+    /// Logs one line from or about the plugin, within its budget; says how many were left out.
+    pub fn line(&self, level: tracing::Level, source: &str, text: &str) {
+        if let Some(c) = &self.capture {
+            let line = match source {
+                "log" => format!("log {}: {text}", level.as_str().to_lowercase()),
+                _ => format!("{source}: {text}"),
+            };
+            c.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+        }
+        let suppressed = {
+            let mut b = self.budget.lock().unwrap_or_else(|p| p.into_inner());
+            let now = Instant::now();
+            b.tokens = (b.tokens + now.duration_since(b.refilled).as_secs_f64() * LOG_PER_SECOND).min(LOG_BURST);
+            b.refilled = now;
+            if b.tokens < 1.0 {
+                b.suppressed += 1;
+                if b.suppressed == 1 {
+                    drop(b);
+                    tracing::warn!(
+                        plugin = &*self.plugin,
+                        "further lines from or about this plugin are left out of the log for now \
+                         (at most {LOG_PER_SECOND} a second; the number left out follows)"
+                    );
+                }
+                return;
+            }
+            b.tokens -= 1.0;
+            std::mem::take(&mut b.suppressed)
+        };
+        let plugin = &*self.plugin;
+        if suppressed > 0 {
+            tracing::warn!(
+                plugin,
+                "{suppressed} lines from or about this plugin were left out of the log (at most {LOG_PER_SECOND} a second)"
+            );
+        }
+        match level {
+            tracing::Level::TRACE => tracing::trace!(plugin, source, "{text}"),
+            tracing::Level::DEBUG => tracing::debug!(plugin, source, "{text}"),
+            tracing::Level::INFO => tracing::info!(plugin, source, "{text}"),
+            tracing::Level::WARN => tracing::warn!(plugin, source, "{text}"),
+            tracing::Level::ERROR => tracing::error!(plugin, source, "{text}"),
+        }
+    }
+
+    /// The lines kept so far (only for `plugin check`), and forgets them.
+    pub fn take_captured(&self) -> Vec<String> {
+        self.capture
+            .as_ref()
+            .map(|c| std::mem::take(&mut *c.lock().unwrap_or_else(|p| p.into_inner())))
+            .unwrap_or_default()
     }
 }
 
@@ -202,10 +318,71 @@ impl wasmtime_wasi::HostMonotonicClock for ZeroClock {
     }
 }
 
-/// A plugin's stdout or stderr: complete lines go to the router's log (stderr).
+#[derive(Debug, Clone, Copy)]
+enum Stream {
+    Stdout = 0,
+    Stderr = 1,
+}
+
+impl Stream {
+    fn name(self) -> &'static str {
+        match self {
+            Stream::Stdout => "stdout",
+            Stream::Stderr => "stderr",
+        }
+    }
+}
+
+/// What one instance printed and has not ended with a newline yet, and its last lines.
+/// Per instance, not per stream handle: a guest may open a new handle for every write.
+#[derive(Default)]
+struct Printed {
+    pending: [Vec<u8>; 2],
+    tail: VecDeque<String>,
+}
+
+impl Printed {
+    /// Bounds what a plugin can make the host buffer without a newline.
+    const MAX_LINE: usize = 8 * 1024;
+
+    fn push(&mut self, output: &Output, stream: Stream, bytes: &[u8]) {
+        let pending = &mut self.pending[stream as usize];
+        pending.extend_from_slice(bytes);
+        let mut lines = Vec::new();
+        while let Some(i) = pending.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=i).collect();
+            lines.push(line);
+        }
+        if pending.len() > Self::MAX_LINE {
+            lines.push(std::mem::take(pending));
+        }
+        for line in lines {
+            self.line(output, stream, &line);
+        }
+    }
+
+    fn line(&mut self, output: &Output, stream: Stream, bytes: &[u8]) {
+        let text = String::from_utf8_lossy(bytes);
+        let text = text.trim_end();
+        if text.is_empty() {
+            return;
+        }
+        output.line(tracing::Level::INFO, stream.name(), text);
+        // Rust's hint about backtraces explains nothing about this failure.
+        if !text.starts_with("note: run with `RUST_BACKTRACE") {
+            if self.tail.len() == TAIL_LINES {
+                self.tail.pop_front();
+            }
+            self.tail.push_back(text.to_string());
+        }
+    }
+}
+
+/// A plugin's stdout or stderr: lines go to the router's log (stderr), never to stdout.
 struct LogStream {
-    plugin: Arc<str>,
-    stream: &'static str,
+    output: Arc<Output>,
+    printed: Arc<Mutex<Printed>>,
+    stream: Stream,
 }
 
 impl wasmtime_wasi::cli::IsTerminal for LogStream {
@@ -216,52 +393,30 @@ impl wasmtime_wasi::cli::IsTerminal for LogStream {
 
 impl wasmtime_wasi::cli::StdoutStream for LogStream {
     fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
-        Box::new(LineLogger::new(self))
+        Box::new(self.logger())
     }
 
     fn p2_stream(&self) -> Box<dyn wasmtime_wasi::p2::OutputStream> {
-        Box::new(LineLogger::new(self))
+        Box::new(self.logger())
     }
 }
 
+impl LogStream {
+    fn logger(&self) -> LineLogger {
+        LineLogger { output: self.output.clone(), printed: self.printed.clone(), stream: self.stream }
+    }
+}
+
+/// One handle on a plugin's stdout or stderr. Writes never block and never need a runtime.
 struct LineLogger {
-    plugin: Arc<str>,
-    stream: &'static str,
-    pending: Vec<u8>,
+    output: Arc<Output>,
+    printed: Arc<Mutex<Printed>>,
+    stream: Stream,
 }
 
 impl LineLogger {
-    /// Bounds what a plugin can make the host buffer without a newline.
-    const MAX_LINE: usize = 8 * 1024;
-
-    fn new(s: &LogStream) -> LineLogger {
-        LineLogger { plugin: s.plugin.clone(), stream: s.stream, pending: Vec::new() }
-    }
-
-    fn push(&mut self, bytes: &[u8]) {
-        self.pending.extend_from_slice(bytes);
-        while let Some(i) = self.pending.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = self.pending.drain(..=i).collect();
-            self.emit(&line[..line.len() - 1]);
-        }
-        if self.pending.len() > Self::MAX_LINE {
-            let line = std::mem::take(&mut self.pending);
-            self.emit(&line);
-        }
-    }
-
-    fn emit(&self, line: &[u8]) {
-        let text = String::from_utf8_lossy(line);
-        tracing::info!(plugin = &*self.plugin, stream = self.stream, "{}", text.trim_end());
-    }
-}
-
-impl Drop for LineLogger {
-    fn drop(&mut self) {
-        if !self.pending.is_empty() {
-            let line = std::mem::take(&mut self.pending);
-            self.emit(&line);
-        }
+    fn push(&self, bytes: &[u8]) {
+        self.printed.lock().unwrap_or_else(|p| p.into_inner()).push(&self.output, self.stream, bytes);
     }
 }
 
@@ -285,7 +440,7 @@ impl wasmtime_wasi::p2::OutputStream for LineLogger {
 
 impl tokio::io::AsyncWrite for LineLogger {
     fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
+        self: std::pin::Pin<&mut Self>,
         _cx: &mut std::task::Context<'_>,
         buf: &[u8],
     ) -> std::task::Poll<std::io::Result<usize>> {
@@ -377,6 +532,10 @@ fn compile(rt: &Runtime, bytes: &[u8], hash: &[u8; 32]) -> anyhow::Result<Compon
             Err(e) => tracing::debug!("ignoring cached {}: {e}", path.display()),
         }
     }
+    if bytes.len() < 8 || bytes[..4] != *b"\0asm" {
+        let start = String::from_utf8_lossy(&bytes[..bytes.len().min(16)]).escape_debug().to_string();
+        anyhow::bail!("this file is not WebAssembly at all (it starts with \"{start}\", not \"\\0asm\")");
+    }
     if is_core_module(bytes) {
         anyhow::bail!("this is a core WebAssembly module, not a component (build for wasm32-wasip2)");
     }
@@ -413,9 +572,65 @@ pub struct Plugin {
     pre: PolicyPre<State>,
     limits: Limits,
     config_json: String,
+    output: Arc<Output>,
     warm: Mutex<Vec<Warm>>,
-    /// Consecutive failed calls, for the breaker log line.
+    /// Consecutive failed calls, for the failure log line.
     failures: AtomicU32,
+    breaker: Mutex<Breaker>,
+}
+
+/// Switches off a plugin that keeps running past its deadline: each such call burns a whole
+/// CPU budget, so after [`BREAKER_THRESHOLD`] in a row its calls fail at once (on_error
+/// applies) for a cool-down; then one call tries it again (half-open), which either closes the
+/// breaker or opens it for twice as long.
+#[derive(Debug, Default)]
+struct Breaker {
+    deadline_streak: u32,
+    open_until: Option<Instant>,
+    /// Trips in a row without a call that finished in time, for the doubling cool-down.
+    trips: u32,
+    /// A half-open try is running; other calls still fail at once.
+    trying: bool,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum BreakerChange {
+    Opened { streak: u32, cool_down: Duration },
+    Closed,
+}
+
+impl Breaker {
+    fn admit(&mut self, now: Instant) -> Result<(), PluginError> {
+        let Some(until) = self.open_until else { return Ok(()) };
+        if now < until || self.trying {
+            return Err(PluginError::SwitchedOff(until.saturating_duration_since(now).as_millis() as u64));
+        }
+        self.trying = true;
+        Ok(())
+    }
+
+    fn record<R>(&mut self, result: &Result<R, PluginError>, now: Instant) -> Option<BreakerChange> {
+        let tried = std::mem::take(&mut self.trying);
+        match result {
+            Err(PluginError::Deadline(_)) => {
+                self.deadline_streak += 1;
+                if tried || (self.open_until.is_none() && self.deadline_streak >= BREAKER_THRESHOLD) {
+                    self.trips += 1;
+                    let cool_down =
+                        BREAKER_COOL_DOWN.saturating_mul(1 << (self.trips - 1).min(5)).min(BREAKER_MAX_COOL_DOWN);
+                    self.open_until = Some(now + cool_down);
+                    return Some(BreakerChange::Opened { streak: self.deadline_streak, cool_down });
+                }
+                None
+            }
+            Err(PluginError::SwitchedOff(_)) => None,
+            _ => {
+                self.deadline_streak = 0;
+                self.trips = 0;
+                self.open_until.take().map(|_| BreakerChange::Closed)
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Plugin {
@@ -427,16 +642,20 @@ impl std::fmt::Debug for Plugin {
 impl Plugin {
     /// Compiles (or loads from cache), type-checks against the `policy` world, instantiates and
     /// runs `init`. Blocking and possibly slow (tens of ms to compile): keep it off the request
-    /// path. The error says what is wrong in words a plugin author can act on.
+    /// path, and off any async runtime thread. The error says what is wrong in words a plugin
+    /// author can act on. `capture` keeps every line the plugin logs or prints, for
+    /// [`Plugin::output`] (used by `plugin check`).
     pub fn load(
         name: &str,
         bytes: &[u8],
         hash: &[u8; 32],
         limits: Limits,
         config_json: &str,
+        capture: bool,
     ) -> anyhow::Result<Plugin> {
         let rt = runtime();
-        let component = compile(rt, bytes, hash).context("not a loadable WebAssembly component")?;
+        let component = compile(rt, bytes, hash)
+            .map_err(|e| anyhow::anyhow!("not a loadable WebAssembly component: {}", one_line(&e)))?;
         let instance_pre = rt
             .linker
             .instantiate_pre(&component)
@@ -452,30 +671,43 @@ impl Plugin {
             pre,
             limits,
             config_json: config_json.to_string(),
+            output: Arc::new(Output::new(name, capture)),
             warm: Mutex::new(Vec::new()),
             failures: AtomicU32::new(0),
+            breaker: Mutex::new(Breaker::default()),
         };
         let warm = plugin.instantiate().map_err(anyhow::Error::new)?;
         plugin.give_back(warm);
         Ok(plugin)
     }
 
+    /// Where this plugin's log lines and output go.
+    pub fn output(&self) -> &Output {
+        &self.output
+    }
+
     /// A fresh store and instance, `init`-ed with the plugin's config.
     fn instantiate(&self) -> Result<Warm, PluginError> {
-        let mut store = Store::new(&runtime().engine, State::new(&self.name, &self.limits));
+        let mut store = Store::new(&runtime().engine, State::new(&self.output, &self.limits));
         store.limiter(|s| s as &mut dyn wasmtime::ResourceLimiter);
         store.epoch_deadline_trap();
         let init_ms = self.limits.deadline_ms.max(MIN_INIT_DEADLINE_MS);
         store.set_epoch_deadline(Limits::ticks(init_ms));
-        let bindings = self
-            .pre
-            .instantiate(&mut store)
-            .map_err(|e| classify(&store, e, init_ms))
-            .map_err(|e| PluginError::Init(format!("instantiation {e}")))?;
-        match bindings.call_init(&mut store, &self.config_json) {
+        let instantiated = self.pre.instantiate(&mut store);
+        let bindings = match instantiated {
+            Ok(b) => b,
+            Err(e) => {
+                let printed = store.data().end_call();
+                let e = with_printed(classify(&store, e, init_ms), &printed);
+                return Err(PluginError::Init(format!("instantiation {e}")));
+            }
+        };
+        let r = bindings.call_init(&mut store, &self.config_json);
+        let printed = store.data().end_call();
+        match r {
             Ok(Ok(())) => Ok(Warm { store, bindings }),
             Ok(Err(msg)) => Err(PluginError::Init(msg)),
-            Err(e) => Err(PluginError::Init(classify(&store, e, init_ms).to_string())),
+            Err(e) => Err(PluginError::Init(with_printed(classify(&store, e, init_ms), &printed).to_string())),
         }
     }
 
@@ -500,16 +732,20 @@ impl Plugin {
         &self,
         f: impl FnOnce(&Bindings, &mut Store<State>) -> wasmtime::Result<R>,
     ) -> Result<R, PluginError> {
+        self.admit()?;
         let result = self.take().and_then(|mut w| {
             w.store.set_epoch_deadline(Limits::ticks(self.limits.deadline_ms));
-            match f(&w.bindings, &mut w.store) {
+            let r = f(&w.bindings, &mut w.store);
+            let printed = w.store.data().end_call();
+            match r {
                 Ok(r) => {
                     self.give_back(w);
                     Ok(r)
                 }
-                Err(e) => Err(classify(&w.store, e, self.limits.deadline_ms)),
+                Err(e) => Err(with_printed(classify(&w.store, e, self.limits.deadline_ms), &printed)),
             }
         });
+        self.record(&result);
         match &result {
             Ok(_) => {
                 // Relaxed: only a log line depends on it.
@@ -519,12 +755,35 @@ impl Plugin {
             }
             Err(e) => {
                 let n = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
-                if n == BREAKER_THRESHOLD || (n > BREAKER_THRESHOLD && n.is_multiple_of(1000)) {
+                if n == FAILURE_LOG_THRESHOLD || (n > FAILURE_LOG_THRESHOLD && n.is_multiple_of(1000)) {
                     tracing::error!(plugin = &*self.name, "plugin failed {n} calls in a row, last: {e}");
                 }
             }
         }
         result
+    }
+
+    /// Whether the breaker lets a call run now.
+    fn admit(&self) -> Result<(), PluginError> {
+        self.breaker.lock().unwrap_or_else(|p| p.into_inner()).admit(Instant::now())
+    }
+
+    /// Feeds a call's outcome to the breaker, and says when it trips or closes.
+    fn record<R>(&self, result: &Result<R, PluginError>) {
+        let change = self.breaker.lock().unwrap_or_else(|p| p.into_inner()).record(result, Instant::now());
+        match change {
+            Some(BreakerChange::Opened { streak, cool_down }) => tracing::error!(
+                plugin = &*self.name,
+                "plugin switched off for {} ms: {streak} calls in a row ran past its deadline of {} ms; \
+                 meanwhile its calls fail at once and on_error applies, then one call tries it again",
+                cool_down.as_millis(),
+                self.limits.deadline_ms
+            ),
+            Some(BreakerChange::Closed) => {
+                tracing::info!(plugin = &*self.name, "plugin answered in time again; switched back on")
+            }
+            None => {}
+        }
     }
 
     /// Asks the plugin about one call.
@@ -559,6 +818,27 @@ impl Plugin {
     }
 }
 
+/// Adds what the plugin printed last to a trap (a panic's message is printed before it traps).
+fn with_printed(e: PluginError, printed: &str) -> PluginError {
+    match e {
+        PluginError::Trap(t) if !printed.is_empty() => PluginError::Trap(format!("{t}; it printed: {printed}")),
+        e => e,
+    }
+}
+
+/// An error chain on one line (wasmtime's parse errors may pretty-print byte arrays over
+/// many lines).
+fn one_line(e: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in e.chain() {
+        let text = cause.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
+        if !text.is_empty() && !parts.contains(&text) {
+            parts.push(text);
+        }
+    }
+    parts.join(": ")
+}
+
 /// Names what went wrong in a failed call: deadline, memory, or another trap.
 fn classify(store: &Store<State>, e: wasmtime::Error, budget_ms: u64) -> PluginError {
     if store.data().hit_memory_limit {
@@ -585,6 +865,14 @@ impl CallArgs {
             declared: to_wit_hints(&c.declared),
             attempt: c.attempt,
         })
+    }
+
+    pub fn method(&self) -> &str {
+        &self.0.method
+    }
+
+    pub fn tool(&self) -> Option<&str> {
+        self.0.tool.as_deref()
     }
 }
 
@@ -631,5 +919,48 @@ fn from_wit_decision(d: wit::Decision) -> decision::Decision {
         pool: d.pool,
         timeout_ms: d.timeout_ms,
         retry: d.retry.map(|r| decision::Retry { attempts: r.attempts, backoff_ms: r.backoff_ms }),
+    }
+}
+
+#[cfg(test)]
+mod breaker_tests {
+    use super::*;
+
+    #[test]
+    fn the_breaker_trips_after_a_streak_of_deadlines_then_tries_once_and_backs_off() {
+        let mut b = Breaker::default();
+        let t0 = Instant::now();
+        let late: Result<(), PluginError> = Err(PluginError::Deadline(5));
+        let trap: Result<(), PluginError> = Err(PluginError::Trap("x".into()));
+        // A trap or an answer in between breaks the streak: only deadlines in a row count.
+        for _ in 0..BREAKER_THRESHOLD - 1 {
+            assert_eq!(b.admit(t0), Ok(()));
+            assert_eq!(b.record(&late, t0), None);
+        }
+        assert_eq!(b.record(&trap, t0), None);
+        for _ in 0..BREAKER_THRESHOLD - 1 {
+            b.record(&late, t0);
+        }
+        let opened = b.record(&late, t0);
+        assert_eq!(opened, Some(BreakerChange::Opened { streak: BREAKER_THRESHOLD, cool_down: BREAKER_COOL_DOWN }));
+        // Open: calls fail at once, without running.
+        assert_eq!(b.admit(t0 + Duration::from_millis(400)), Err(PluginError::SwitchedOff(600)));
+        // Half-open after the cool-down: one call tries; others still fail meanwhile.
+        let t1 = t0 + BREAKER_COOL_DOWN;
+        assert_eq!(b.admit(t1), Ok(()));
+        assert!(matches!(b.admit(t1), Err(PluginError::SwitchedOff(_))));
+        // The try runs late again: open for twice as long.
+        let reopened = b.record(&late, t1);
+        assert_eq!(
+            reopened,
+            Some(BreakerChange::Opened { streak: BREAKER_THRESHOLD + 1, cool_down: 2 * BREAKER_COOL_DOWN })
+        );
+        assert!(b.admit(t1 + BREAKER_COOL_DOWN).is_err());
+        let t2 = t1 + 2 * BREAKER_COOL_DOWN;
+        assert_eq!(b.admit(t2), Ok(()));
+        // The try answers in time: closed, and the next streak starts from zero.
+        assert_eq!(b.record(&Ok(()), t2), Some(BreakerChange::Closed));
+        assert_eq!(b.admit(t2), Ok(()));
+        assert_eq!(b.record(&late, t2), None);
     }
 }

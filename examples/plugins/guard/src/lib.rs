@@ -9,6 +9,7 @@ use std::cell::RefCell;
 
 use plugin_util::{GlobMap, parse_config};
 use serde_json::Value;
+use switchyard::policy::host::{Level, log};
 
 struct Guard;
 
@@ -21,9 +22,12 @@ thread_local! {
 impl Guest for Guard {
     fn init(config: String) -> Result<(), String> {
         let config = parse_config(&config)?;
+        if let Some(k) = config.keys().find(|k| !matches!(k.as_str(), "deny" | "reason")) {
+            return Err(format!("unknown key `{k}` (guard knows `deny` and `reason`)"));
+        }
         let mut deny = GlobMap::new();
         match config.get("deny") {
-            None => {}
+            None => log(Level::Warn, "no `deny` configured: this guard refuses nothing"),
             Some(Value::Array(list)) => {
                 for p in list {
                     let p = p.as_str().ok_or("`deny` must contain strings only")?;

@@ -49,6 +49,9 @@ fn parse_override(pattern: &str, v: &Value) -> Result<Hints, String> {
 impl Guest for HintsPlugin {
     fn init(config: String) -> Result<(), String> {
         let config = parse_config(&config)?;
+        if let Some(k) = config.keys().find(|k| *k != "tools") {
+            return Err(format!("unknown key `{k}` (hints knows only `tools`)"));
+        }
         let mut rules = GlobMap::new();
         if let Some(tools) = config.get("tools") {
             let tools = tools.as_object().ok_or("`tools` must be an object of glob -> hints")?;

@@ -9,8 +9,14 @@ struct Template;
 
 impl Guest for Template {
     /// Runs once per instance with the plugin's `config` from switchyard.toml (JSON text).
+    /// Refuse what you do not understand: a typo in a key must not leave the plugin doing nothing.
     fn init(config: String) -> Result<(), String> {
-        log(Level::Debug, &format!("template plugin ready, config {config}"));
+        // This template takes no settings, so only an empty object is accepted. A plugin with
+        // settings parses the JSON (e.g. with serde_json) and names any unknown key.
+        if config.split_whitespace().collect::<String>() != "{}" {
+            return Err(format!("the template plugin takes no config, got {config}"));
+        }
+        log(Level::Debug, "template plugin ready");
         Ok(())
     }
 

@@ -52,6 +52,9 @@ struct Timeouts;
 impl Guest for Timeouts {
     fn init(config: String) -> Result<(), String> {
         let config = parse_config(&config)?;
+        if let Some(k) = config.keys().find(|k| *k != "tools") {
+            return Err(format!("unknown key `{k}` (timeouts knows only `tools`)"));
+        }
         let mut rules = GlobMap::new();
         if let Some(tools) = config.get("tools") {
             let tools = tools.as_object().ok_or("`tools` must be an object of glob -> rule")?;
