@@ -32,19 +32,36 @@ pub struct RunArgs {
     pub command: Vec<String>,
 }
 
-/// Sets up logging to stderr. stdout carries protocol only, so nothing else may write there.
-pub fn init_tracing(level: Option<&str>) {
+/// The log filter: `--log-level L` sets switchyard's own level and keeps its dependencies (the
+/// wasm compiler above all) at warn; RUST_LOG, when given instead, has full control.
+pub fn log_filter(level: Option<&str>) -> anyhow::Result<tracing_subscriber::EnvFilter> {
     use tracing_subscriber::EnvFilter;
-    let filter = match level {
-        Some(l) => EnvFilter::new(format!("switchyard={l},{l}")),
-        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-    };
+    match level {
+        Some(l) => {
+            let l = l.to_ascii_lowercase();
+            if !["error", "warn", "info", "debug", "trace", "off"].contains(&l.as_str()) {
+                bail!(
+                    "--log-level {l}: use one of error, warn, info, debug, trace (or RUST_LOG for per-module levels)"
+                );
+            }
+            Ok(EnvFilter::new(format!("warn,switchyard={l}")))
+        }
+        None => Ok(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"))),
+    }
+}
+
+/// Sets up logging to stderr. stdout carries protocol only, so nothing else may write there;
+/// stderr is written by a thread of its own (see `logging`), never by the runtime.
+pub fn init_tracing(level: Option<&str>) -> anyhow::Result<()> {
+    let filter = log_filter(level)?;
+    crate::logging::init();
     let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        .with_writer(|| crate::logging::Stderr)
         .with_target(false)
         .with_ansi(false)
         .with_env_filter(filter)
         .try_init();
+    Ok(())
 }
 
 /// A readable server name from a command line: `npx -y @scope/server-x dir` -> `server-x`,
@@ -78,6 +95,31 @@ pub fn derive_name(command: &str, args: &[String]) -> String {
         .unwrap_or_else(|| strip(&base(arg)))
 }
 
+/// For `switchyard run ... CMD ARGS` without `--`, the line as it should have been.
+/// `argv` is the whole command line, program name first.
+pub fn without_dashes_hint(argv: &[String]) -> Option<String> {
+    // Options of `run` that take a value: their value is not the server command.
+    const VALUED: &[&str] = &["--config", "--plugins", "--name", "--log-level", "--listen"];
+    let rest = argv.get(2..).filter(|_| argv.get(1).is_some_and(|a| a == "run"))?;
+    if rest.iter().any(|a| a == "--") {
+        return None;
+    }
+    let mut i = 0;
+    while i < rest.len() {
+        let a = rest[i].as_str();
+        if !a.starts_with('-') {
+            let (options, command) = rest.split_at(i);
+            let mut line = vec!["switchyard".to_string(), "run".to_string()];
+            line.extend(options.iter().cloned());
+            line.push("--".into());
+            line.extend(command.iter().cloned());
+            return Some(line.join(" "));
+        }
+        i += if VALUED.contains(&a) { 2 } else { 1 };
+    }
+    None
+}
+
 /// The config from the file (if any) with the command line applied on top.
 pub fn build_config(args: &RunArgs) -> anyhow::Result<Config> {
     let mut config = match &args.config {
@@ -105,7 +147,7 @@ pub fn build_config(args: &RunArgs) -> anyhow::Result<Config> {
 
 /// Runs the router until the client disconnects or a signal arrives; exits cleanly.
 pub fn run_blocking(args: RunArgs) -> anyhow::Result<()> {
-    init_tracing(args.log_level.as_deref());
+    init_tracing(args.log_level.as_deref())?;
     let config = build_config(&args)?;
     // One thread: a message crosses several tasks (session, engine, instance writer and reader)
     // and on one thread each hand-over is a queue push, not a cross-thread wake-up. Measured on
@@ -132,7 +174,11 @@ pub fn run_blocking(args: RunArgs) -> anyhow::Result<()> {
 /// `switchyard connect SOCKET`.
 pub fn connect_blocking(socket: &std::path::Path) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    runtime.block_on(crate::downstream::connect(socket))
+    let result = runtime.block_on(crate::downstream::connect(socket));
+    // A terminal's stdin is read on the blocking pool; a read still parked there must not keep
+    // the process alive once the router is gone.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    result
 }
 
 async fn on_signal(shutdown: CancellationToken) {
@@ -169,6 +215,20 @@ mod tests {
         assert_eq!(derive_name("python3", &a(&["-m", "weather_server.py"])), "weather_server");
         assert_eq!(derive_name("uvx", &a(&["mcp-server-git@1.2"])), "mcp-server-git");
         assert_eq!(derive_name("/opt/bin/my-server", &a(&["--port", "3"])), "my-server");
+    }
+
+    #[test]
+    fn a_command_without_dashes_gets_the_corrected_line() {
+        let a = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let hint = |v: &[&str]| without_dashes_hint(&a(v));
+        assert_eq!(
+            hint(&["sy", "run", "--name", "fs", "npx", "-y", "srv"]).as_deref(),
+            Some("switchyard run --name fs -- npx -y srv")
+        );
+        assert_eq!(hint(&["sy", "run", "--no-stdio", "srv"]).as_deref(), Some("switchyard run --no-stdio -- srv"));
+        assert_eq!(hint(&["sy", "run", "--", "npx"]), None);
+        assert_eq!(hint(&["sy", "run", "--config", "x.toml"]), None);
+        assert_eq!(hint(&["sy", "connect", "sock"]), None);
     }
 
     #[test]

@@ -198,6 +198,12 @@ impl Config {
             toml::from_str(&text).with_context(|| format!("config file {} is not valid", path.display()))?;
         config.base_dir =
             path.parent().map(|p| if p.as_os_str().is_empty() { PathBuf::from(".") } else { p.to_path_buf() });
+        // A relative working directory is the config file's, like every other path in it.
+        if let (Some(cwd), Some(base)) = (&config.server.cwd, &config.base_dir)
+            && cwd.is_relative()
+        {
+            config.server.cwd = Some(base.join(cwd));
+        }
         config.validate()?;
         Ok(config)
     }

@@ -2,10 +2,12 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use tokio::io::BufReader;
 use tokio::net::{UnixListener, UnixStream};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -13,128 +15,167 @@ use crate::server::Server;
 use crate::session;
 
 /// Serves the client on stdin/stdout until it closes stdin or `shutdown` fires.
-///
-/// When stdin and stdout are pipes or sockets (as MCP clients start servers), they are driven
-/// by the reactor directly: tokio's own stdin/stdout hand every read and write to its blocking
-/// thread pool, which roughly doubles the router's added latency. Anything else (a terminal, a
-/// file) keeps tokio's portable streams.
 pub async fn stdio(server: Arc<Server>, shutdown: CancellationToken) {
-    match (pipe::Pipe::open(0), pipe::Pipe::open(1)) {
-        (Some(input), Some(output)) => {
-            let reader = BufReader::with_capacity(64 * 1024, input);
-            session::serve(server, reader, output, "stdio", shutdown).await;
-        }
-        _ => {
-            let reader = BufReader::with_capacity(64 * 1024, tokio::io::stdin());
-            session::serve(server, reader, tokio::io::stdout(), "stdio", shutdown).await;
-        }
-    }
+    let (input, output, restore) = stdio::open();
+    let reader = BufReader::with_capacity(64 * 1024, input);
+    session::serve(server, reader, output, "stdio", shutdown).await;
+    drop(restore);
 }
 
-mod pipe {
-    //! A non-blocking pipe or socket on an inherited file descriptor, driven by the reactor.
+pub mod stdio {
+    //! The process's own stdin and stdout as async streams, chosen per stream.
+    //!
+    //! A pipe or a socket (as MCP clients start servers) is driven by the reactor: tokio's
+    //! portable stdin/stdout hand every read and write to its blocking thread pool, which
+    //! roughly doubles the router's added latency. A terminal or a file keeps the portable
+    //! stream. Each stream is decided on its own: the two may be of different kinds.
+    //!
+    //! A pipe is reopened through /proc/self/fd: that gives switchyard an open file description
+    //! of its own, so O_NONBLOCK never touches the one it shares with its parent (or with its own
+    //! stderr, when that is the same pipe). A socket cannot be reopened; its description is made
+    //! non-blocking and its flags are put back as found when the returned guard is dropped.
 
     use std::io;
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    use std::pin::Pin;
-    use std::task::{Context, Poll, ready};
+    use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-    use tokio::io::unix::AsyncFd;
-    use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+    use rustix::fs::{FileType, Mode, OFlags};
+    use tokio::io::{AsyncRead, AsyncWrite};
+    use tokio::net::unix::pipe;
 
-    pub struct Pipe(AsyncFd<OwnedFd>);
+    pub type Input = Box<dyn AsyncRead + Send + Unpin>;
+    pub type Output = Box<dyn AsyncWrite + Send + Unpin>;
 
-    impl Pipe {
-        /// A duplicate of `fd` in non-blocking mode, if it is a pipe or a socket.
-        pub fn open(fd: i32) -> Option<Pipe> {
-            // SAFETY: fstat, dup and fcntl on a descriptor number; the duplicate is owned at once,
-            // and an OwnedFd is a valid descriptor for AsyncFd::register for as long as it lives.
-            unsafe {
-                let mut st: libc::stat = std::mem::zeroed();
-                if libc::fstat(fd, &mut st) != 0 {
-                    return None;
-                }
-                let kind = st.st_mode & libc::S_IFMT;
-                if kind != libc::S_IFIFO && kind != libc::S_IFSOCK {
-                    return None;
-                }
-                let dup = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3);
-                if dup < 0 {
-                    return None;
-                }
-                let owned = OwnedFd::from_raw_fd(dup);
-                let flags = libc::fcntl(dup, libc::F_GETFL);
-                if flags < 0 || libc::fcntl(dup, libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
-                    return None;
-                }
-                // An OwnedFd keeps its descriptor open and unchanged for as long as it lives.
-                AsyncFd::register(owned).ok().map(Pipe)
+    /// Puts back the flags of the descriptions that were made non-blocking.
+    #[derive(Default)]
+    pub struct Restore(Vec<(OwnedFd, OFlags)>);
+
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            for (fd, flags) in &self.0 {
+                let _ = rustix::fs::fcntl_setfl(fd, *flags);
             }
         }
     }
 
-    impl AsyncRead for Pipe {
-        fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-            loop {
-                let mut guard = ready!(self.0.poll_read_ready(cx))?;
-                let unfilled = buf.initialize_unfilled();
-                let r = guard.try_io(|fd| {
-                    // SAFETY: reads into the initialised, unfilled part of the caller's buffer.
-                    let n = unsafe { libc::read(fd.as_raw_fd(), unfilled.as_mut_ptr().cast(), unfilled.len()) };
-                    if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) }
-                });
-                match r {
-                    Ok(Ok(n)) => {
-                        buf.advance(n);
-                        return Poll::Ready(Ok(()));
-                    }
-                    Ok(Err(e)) => return Poll::Ready(Err(e)),
-                    Err(_would_block) => continue,
+    /// Stdin and stdout, each reactor-driven when it is a pipe or a socket. Must run inside a
+    /// tokio runtime with I/O enabled.
+    pub fn open() -> (Input, Output, Restore) {
+        let (stdin, stdout) = (io::stdin(), io::stdout());
+        // Both flags are read before either stream changes anything: stdin and stdout may
+        // share one description (a socket), and the restore must bring back the original.
+        let flags = [rustix::fs::fcntl_getfl(stdin.as_fd()).ok(), rustix::fs::fcntl_getfl(stdout.as_fd()).ok()];
+        let mut restore = Restore::default();
+        let input: Input = match reactor_stream(stdin.as_fd(), OFlags::RDONLY, flags[0], &mut restore) {
+            Some(Stream::Pipe(fd)) => match pipe::Receiver::from_owned_fd(fd) {
+                Ok(r) => Box::new(r),
+                Err(_) => Box::new(tokio::io::stdin()),
+            },
+            Some(Stream::Socket(s)) => Box::new(s),
+            None => Box::new(tokio::io::stdin()),
+        };
+        let output: Output = match reactor_stream(stdout.as_fd(), OFlags::WRONLY, flags[1], &mut restore) {
+            Some(Stream::Pipe(fd)) => match pipe::Sender::from_owned_fd(fd) {
+                Ok(w) => Box::new(w),
+                Err(_) => Box::new(tokio::io::stdout()),
+            },
+            Some(Stream::Socket(s)) => Box::new(s),
+            None => Box::new(tokio::io::stdout()),
+        };
+        (input, output, restore)
+    }
+
+    enum Stream {
+        /// A description of our own on the pipe, already non-blocking.
+        Pipe(OwnedFd),
+        Socket(tokio::net::UnixStream),
+    }
+
+    fn reactor_stream(
+        fd: BorrowedFd<'_>,
+        access: OFlags,
+        flags: Option<OFlags>,
+        restore: &mut Restore,
+    ) -> Option<Stream> {
+        let stat = rustix::fs::fstat(fd).ok()?;
+        // A descriptor open the other way round (stdin write-only, say) is left to std, which
+        // reports the error the user needs to see.
+        let flags = flags.filter(|f| accessible(*f, access))?;
+        match FileType::from_raw_mode(stat.st_mode) {
+            FileType::Fifo => {
+                if let Some(own) = reopen(fd, access, &stat) {
+                    return Some(Stream::Pipe(own));
                 }
+                // No /proc (or the reading end is already gone): share the description, and
+                // put its flags back at the end.
+                let dup = fd.try_clone_to_owned().ok()?;
+                restore.0.push((fd.try_clone_to_owned().ok()?, flags));
+                rustix::fs::fcntl_setfl(&dup, flags | OFlags::NONBLOCK).ok()?;
+                Some(Stream::Pipe(dup))
             }
+            FileType::Socket => {
+                // Any stream socket reads and writes like a Unix one; only addresses differ,
+                // and switchyard never asks for them.
+                let dup = fd.try_clone_to_owned().ok()?;
+                let std = std::os::unix::net::UnixStream::from(dup);
+                restore.0.push((fd.try_clone_to_owned().ok()?, flags));
+                std.set_nonblocking(true).ok()?;
+                tokio::net::UnixStream::from_std(std).ok().map(Stream::Socket)
+            }
+            _ => None,
         }
     }
 
-    impl AsyncWrite for Pipe {
-        fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
-            loop {
-                let mut guard = ready!(self.0.poll_write_ready(cx))?;
-                let r = guard.try_io(|fd| {
-                    // SAFETY: writes from the caller's buffer.
-                    let n = unsafe { libc::write(fd.as_raw_fd(), data.as_ptr().cast(), data.len()) };
-                    if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) }
-                });
-                match r {
-                    Ok(result) => return Poll::Ready(result),
-                    Err(_would_block) => continue,
-                }
-            }
+    fn accessible(flags: OFlags, access: OFlags) -> bool {
+        if flags.contains(OFlags::RDWR) {
+            return true;
         }
+        flags.contains(OFlags::WRONLY) == access.contains(OFlags::WRONLY)
+    }
 
-        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-            Poll::Ready(Ok(()))
-        }
-
-        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-            Poll::Ready(Ok(()))
-        }
+    /// A new open file description on the same pipe, non-blocking from the start.
+    fn reopen(fd: BorrowedFd<'_>, access: OFlags, stat: &rustix::fs::Stat) -> Option<OwnedFd> {
+        use std::os::fd::AsRawFd;
+        let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        let own = rustix::fs::open(path.as_str(), access | OFlags::NONBLOCK | OFlags::CLOEXEC, Mode::empty()).ok()?;
+        // The very same pipe, not whatever the path now names.
+        let again = rustix::fs::fstat(&own).ok()?;
+        (again.st_dev == stat.st_dev && again.st_ino == stat.st_ino).then_some(own)
     }
 }
 
-/// Binds a Unix socket, replacing a stale socket file but never a live one.
+/// Binds a Unix socket, replacing a stale socket file but never a live one, nor anything that
+/// is not a socket.
 pub async fn bind(path: &Path) -> anyhow::Result<UnixListener> {
-    if path.exists() {
-        if UnixStream::connect(path).await.is_ok() {
-            bail!("{} is in use by another switchyard; choose another --listen path", path.display());
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => {
+            if UnixStream::connect(path).await.is_ok() {
+                bail!("{} is in use by another switchyard; choose another --listen path", path.display());
+            }
+            std::fs::remove_file(path).with_context(|| format!("cannot remove stale socket {}", path.display()))?;
         }
-        std::fs::remove_file(path).with_context(|| format!("cannot remove stale socket {}", path.display()))?;
+        Ok(_) => bail!(
+            "--listen {}: that path exists and is not a socket; switchyard replaces only a stale socket. Choose another path",
+            path.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot check --listen path {}", path.display())),
     }
     UnixListener::bind(path).with_context(|| format!("cannot listen on {}", path.display()))
 }
 
+/// After a failed accept for want of descriptors, wait at least this long before the next one.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// Accept failures are logged at most once per this interval (with a count of the others).
+const ACCEPT_WARN_EVERY: Duration = Duration::from_secs(5);
+
 /// Accepts sessions on the socket until `shutdown`; each connection is one session.
 pub async fn listen(server: Arc<Server>, listener: UnixListener, path: PathBuf, shutdown: CancellationToken) {
     let sessions = TaskTracker::new();
+    let mut backoff = ACCEPT_BACKOFF_MIN;
+    let mut last_warn: Option<Instant> = None;
+    let mut unreported = 0u64;
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -142,13 +183,35 @@ pub async fn listen(server: Arc<Server>, listener: UnixListener, path: PathBuf, 
         };
         match accepted {
             Ok((stream, _)) => {
+                backoff = ACCEPT_BACKOFF_MIN;
                 let (r, w) = stream.into_split();
                 let (server, shutdown) = (server.clone(), shutdown.clone());
                 sessions.spawn(async move {
                     session::serve(server, BufReader::new(r), w, "unix", shutdown).await;
                 });
             }
-            Err(e) => tracing::warn!("accept on {} failed: {e}", path.display()),
+            Err(e) => {
+                unreported += 1;
+                if last_warn.is_none_or(|t| t.elapsed() >= ACCEPT_WARN_EVERY) {
+                    let others = if unreported > 1 {
+                        format!(" ({} failures since the last report)", unreported)
+                    } else {
+                        String::new()
+                    };
+                    tracing::warn!("accept on {} failed: {e}{others}", path.display());
+                    last_warn = Some(Instant::now());
+                    unreported = 0;
+                }
+                // Out of descriptors (or kernel memory), the pending connection stays queued and
+                // accept fails again at once: wait for sessions to end instead of spinning.
+                if is_resource_exhaustion(&e) {
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = shutdown.cancelled() => break,
+                    }
+                    backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                }
+            }
         }
     }
     sessions.close();
@@ -156,24 +219,146 @@ pub async fn listen(server: Arc<Server>, listener: UnixListener, path: PathBuf, 
     let _ = std::fs::remove_file(&path);
 }
 
+fn is_resource_exhaustion(e: &std::io::Error) -> bool {
+    use rustix::io::Errno;
+    let code = e.raw_os_error();
+    [Errno::MFILE, Errno::NFILE, Errno::NOBUFS, Errno::NOMEM].iter().any(|errno| code == Some(errno.raw_os_error()))
+}
+
 /// `switchyard connect SOCKET`: joins a running router as one more session over stdin/stdout.
+///
+/// It relays bytes both ways and keeps the ids of the requests it passed on that are not yet
+/// answered: if the router goes away first (stopped or killed), each of those gets an error,
+/// the client is told why on stderr, and `connect` fails; a router that never answers must not
+/// leave the client waiting forever.
 pub async fn connect(path: &Path) -> anyhow::Result<()> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
     let stream = UnixStream::connect(path)
         .await
         .with_context(|| format!("cannot connect to {}: is `switchyard run --listen` running?", path.display()))?;
-    let (mut r, mut w) = stream.into_split();
+    let (r, mut w) = stream.into_split();
+    let (input, mut output, restore) = stdio::open();
+    let inflight = std::sync::Mutex::new(Relayed::default());
+    let client_left = std::sync::atomic::AtomicBool::new(false);
+    // Never finishes: the end of the session is the router closing the socket.
     let to_router = async {
-        let mut stdin = tokio::io::stdin();
-        let _ = tokio::io::copy(&mut stdin, &mut w).await;
-        // Closing our half tells the router the client is gone.
+        let mut input = BufReader::with_capacity(64 * 1024, input);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match input.read_until(b'\n', &mut line).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            let (ids, batch) = request_ids(&line);
+            {
+                let mut open = inflight.lock().expect("lock");
+                if batch && !ids.is_empty() {
+                    open.batches.push(ids.clone());
+                }
+                open.ids.extend(ids);
+            }
+            if w.write_all(&line).await.is_err() {
+                // The router is gone; reading its side tells how.
+                return std::future::pending::<std::convert::Infallible>().await;
+            }
+        }
+        client_left.store(true, std::sync::atomic::Ordering::Release);
+        // Closing our half tells the router the client is gone; it then closes its side.
+        let _ = w.shutdown().await;
         drop(w);
+        std::future::pending::<std::convert::Infallible>().await
     };
     let from_router = async {
-        let mut stdout = tokio::io::stdout();
-        let _ = tokio::io::copy(&mut r, &mut stdout).await;
+        let mut r = BufReader::with_capacity(64 * 1024, r);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match r.read_until(b'\n', &mut line).await {
+                Ok(0) => return Ok(()),
+                Err(e) => return Err(e),
+                Ok(_) => {}
+            }
+            {
+                let mut open = inflight.lock().expect("lock");
+                for id in response_ids(&line) {
+                    open.ids.remove(&id);
+                }
+            }
+            if output.write_all(&line).await.is_err() || output.flush().await.is_err() {
+                return Ok(());
+            }
+        }
     };
-    tokio::select! {
-        _ = async { tokio::join!(to_router, from_router) } => {}
+    let ended = tokio::select! {
+        never = to_router => match never {},
+        e = from_router => e,
+    };
+    if ended.is_ok() && client_left.load(std::sync::atomic::Ordering::Acquire) {
+        drop(output);
+        drop(restore);
+        return Ok(());
     }
-    Ok(())
+    let mut relayed = inflight.into_inner().expect("lock");
+    let count = relayed.ids.len();
+    let why = match ended {
+        Ok(()) => format!("the router at {} closed the connection (it stopped or was killed)", path.display()),
+        Err(e) => format!("the connection to the router at {} failed: {e}", path.display()),
+    };
+    let msg = format!("{why}; this call's outcome is unknown");
+    let error = |id: &str| crate::codec::response_error(id, crate::codec::INTERNAL_ERROR, &msg, None);
+    // A batch is answered as one array, like the router would have.
+    let mut lines = Vec::new();
+    for batch in std::mem::take(&mut relayed.batches) {
+        let open: Vec<String> = batch.iter().filter(|id| relayed.ids.remove(*id)).map(|id| error(id)).collect();
+        if !open.is_empty() {
+            lines.push(format!("[{}]", open.join(",")));
+        }
+    }
+    lines.extend(relayed.ids.iter().map(|id| error(id)));
+    for line in lines {
+        let _ = output.write_all(line.as_bytes()).await;
+        let _ = output.write_all(b"\n").await;
+    }
+    let _ = output.flush().await;
+    drop(output);
+    drop(restore);
+    bail!("{why}; {count} call(s) in flight were answered with an error")
+}
+
+/// What `connect` passed to the router and has not seen answered.
+#[derive(Default)]
+struct Relayed {
+    /// Request ids (raw JSON).
+    ids: std::collections::HashSet<String>,
+    /// The ids of each batch sent, to answer a batch as one array.
+    batches: Vec<Vec<String>>,
+}
+
+/// Ids (raw JSON) of the requests in one line from the client, and whether it is a batch.
+fn request_ids(line: &[u8]) -> (Vec<String>, bool) {
+    let batch = std::str::from_utf8(line).is_ok_and(|t| crate::codec::is_batch(t.trim()));
+    (messages(line, crate::codec::Kind::Request), batch)
+}
+
+/// Ids (raw JSON) of the responses in one line from the router.
+fn response_ids(line: &[u8]) -> Vec<String> {
+    messages(line, crate::codec::Kind::Response)
+}
+
+fn messages(line: &[u8], kind: crate::codec::Kind) -> Vec<String> {
+    use crate::codec;
+    let Ok(text) = std::str::from_utf8(line) else { return Vec::new() };
+    let text = text.trim();
+    let items = if codec::is_batch(text) { codec::split_batch(text).unwrap_or_default() } else { vec![text] };
+    items
+        .into_iter()
+        .filter_map(|m| {
+            let env = codec::parse(m).ok()?;
+            if env.kind != kind {
+                return None;
+            }
+            env.id.map(|r| m[r].to_string())
+        })
+        .collect()
 }

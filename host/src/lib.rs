@@ -10,6 +10,7 @@ pub mod downstream;
 pub mod engine;
 pub mod error;
 pub mod gate;
+pub mod logging;
 pub mod policy;
 pub mod pool;
 pub mod server;
@@ -56,18 +57,19 @@ pub async fn run(config: Config, opts: RunOptions, shutdown: CancellationToken) 
     for warning in config.unreachable_pools(&policy.current().names()) {
         tracing::warn!("{warning}");
     }
-    let server = Server::new(&config, spec, policy, shutdown.clone());
-    tracing::info!(server = %name, "switchyard ready in front of `{}`", server_command(&config));
-    server.tasks.spawn(server.clone().maintain());
-    server.tasks.spawn(server.clone().watch_policy());
-    let listener = match &opts.listen {
-        Some(path) => {
-            let l = downstream::bind(path).await?;
-            tracing::info!("accepting sessions on {}", path.display());
-            Some(server.tasks.spawn(downstream::listen(server.clone(), l, path.clone(), shutdown.clone())))
-        }
+    // Bound before "ready" is logged: whoever waits for that line may connect at once.
+    let bound = match &opts.listen {
+        Some(path) => Some((downstream::bind(path).await?, path.clone())),
         None => None,
     };
+    let server = Server::new(&config, spec, policy, shutdown.clone());
+    server.tasks.spawn(server.clone().maintain());
+    server.tasks.spawn(server.clone().watch_policy());
+    let listener = bound.map(|(l, path)| {
+        tracing::info!("accepting sessions on {}", path.display());
+        server.tasks.spawn(downstream::listen(server.clone(), l, path, shutdown.clone()))
+    });
+    tracing::info!(server = %name, "switchyard ready in front of `{}`", server_command(&config));
     if opts.stdio {
         downstream::stdio(server.clone(), shutdown.clone()).await;
     } else {

@@ -3,6 +3,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use std::io::Write;
+
+use clap::error::ErrorKind;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -62,8 +65,22 @@ enum PluginCommand {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match cli.command {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let argv: Vec<String> = std::env::args().collect();
+            let hint = switchyard::cli::without_dashes_hint(&argv).filter(|_| e.kind() != ErrorKind::DisplayHelp);
+            let _ = e.print();
+            if let Some(line) = hint {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "\nThe server command goes after `--`, so that its options are not read as switchyard's:\n  {line}"
+                );
+            }
+            return ExitCode::from(e.exit_code() as u8);
+        }
+    };
+    let code = match cli.command {
         Command::Fixture { args } => ExitCode::from(switchyard_fixture::main_with_args(args) as u8),
         Command::Run(args) => report(switchyard::cli::run_blocking(args)),
         Command::Demo => report(switchyard::demo::run_blocking()),
@@ -85,14 +102,18 @@ fn main() -> ExitCode {
                 }
             }))
         }
-    }
+    };
+    // Queued log lines (and the count of any that were dropped) reach stderr before exit.
+    switchyard::logging::flush();
+    code
 }
 
 fn report(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("switchyard: error: {e:#}");
+            // Never eprintln!: it panics when stderr is closed.
+            switchyard::logging::write(format!("switchyard: error: {e:#}\n").into_bytes());
             ExitCode::FAILURE
         }
     }

@@ -601,11 +601,7 @@ impl Server {
             return Err(CallError::NotInitialized { server: self.name.clone() });
         };
         let number = self.next_instance.fetch_add(1, Ordering::Relaxed);
-        let inst = Instance::spawn(&self.spec, number, pool, owner, self.hub.clone()).map_err(|e| {
-            let reason = format!(
-                "cannot start `{}`: {e}. Check the command after `--` (or [server] command) and that it is on PATH",
-                self.spec.command
-            );
+        let inst = Instance::spawn(&self.spec, number, pool, owner, self.hub.clone()).map_err(|reason| {
             self.record_start_failure(reason.clone());
             CallError::Down { server: self.name.clone(), reason }
         })?;

@@ -100,44 +100,23 @@ pub struct Instance {
 
 impl Instance {
     /// Starts the child process and its reader, writer and stderr tasks. Not yet initialised.
+    /// A start that fails is logged, and the error says what to check.
     pub fn spawn(
         spec: &Spec,
         number: u64,
         pool: &str,
         owner: Option<SessionId>,
         hub: Arc<Hub>,
-    ) -> std::io::Result<Arc<Instance>> {
-        let mut cmd = Command::new(&spec.command);
-        cmd.args(&spec.args)
-            .envs(spec.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            // Its own process group, so shutdown reaches grandchildren (npx -> node).
-            .process_group(0);
-        if let Some(cwd) = &spec.cwd {
-            cmd.current_dir(cwd);
-        }
-        // If the router dies without a chance to clean up (SIGKILL), the kernel kills the child.
-        // SAFETY: prctl and getppid are async-signal-safe; nothing else runs between fork and exec.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if libc::getppid() == 1 {
-                    return Err(std::io::Error::other("parent already gone"));
-                }
-                Ok(())
-            });
-        }
-        let mut child = cmd.spawn()?;
+    ) -> Result<Arc<Instance>, String> {
+        let label = format!("{}#{}", spec.server, number);
+        let mut child = start_process(spec).map_err(|reason| {
+            tracing::error!(instance = %label, "{reason}");
+            reason
+        })?;
         let pid = child.id();
         let stdin = child.stdin.take().expect("piped");
         let stdout = child.stdout.take().expect("piped");
         let stderr = child.stderr.take().expect("piped");
-        let label = format!("{}#{}", spec.server, number);
         let (wtx, wrx) = mpsc::unbounded_channel::<String>();
         let (dead_tx, _) = watch::channel(false);
         let (exit_tx, exit_rx) = watch::channel(None);
@@ -445,7 +424,7 @@ impl Instance {
         let status = match self.exit_status_within(Duration::from_millis(500)).await {
             Some(s) => s,
             None => {
-                self.signal(libc::SIGKILL);
+                self.signal(rustix::process::Signal::KILL);
                 match self.exit_status_within(Duration::from_secs(1)).await {
                     Some(s) => format!("closed stdout, then {s}"),
                     None => "closed stdout".to_string(),
@@ -458,7 +437,7 @@ impl Instance {
         let _ = tokio::time::timeout(Duration::from_millis(20), done.wait_for(|d| *d)).await;
         // What the leader left behind in its group (e.g. a server under a killed `npx` or `sh`)
         // would be an orphan: it goes too.
-        self.signal(libc::SIGKILL);
+        self.signal(rustix::process::Signal::KILL);
         let death = Death { instance: self.label.clone(), status, stderr: self.stderr_tail() };
         if !self.closing.load(Ordering::Acquire) {
             tracing::warn!(instance = %self.label, status = %death.status, "instance ended");
@@ -472,12 +451,10 @@ impl Instance {
         self.dead_tx.send_replace(true);
     }
 
-    fn signal(&self, sig: i32) {
-        if let Some(pid) = self.pid {
-            // SAFETY: kill(2) with a negative pid signals the process group we created.
-            unsafe {
-                libc::kill(-(pid as i32), sig);
-            }
+    /// Signals the instance's process group (the one it was started in).
+    fn signal(&self, sig: rustix::process::Signal) {
+        if let Some(pgid) = self.pid.and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
+            let _ = rustix::process::kill_process_group(pgid, sig);
         }
     }
 
@@ -487,15 +464,15 @@ impl Instance {
         self.writer.lock().expect("lock").take();
         if !self.exited_within(SHUTDOWN_STEP).await {
             tracing::info!(instance = %self.label, "did not exit after stdin closed; sending SIGTERM");
-            self.signal(libc::SIGTERM);
+            self.signal(rustix::process::Signal::TERM);
             if !self.exited_within(SHUTDOWN_STEP).await {
                 tracing::warn!(instance = %self.label, "did not exit after SIGTERM; sending SIGKILL");
-                self.signal(libc::SIGKILL);
+                self.signal(rustix::process::Signal::KILL);
                 self.exited_within(SHUTDOWN_STEP).await;
             }
         }
         // Whatever the leader left behind in its group goes too.
-        self.signal(libc::SIGKILL);
+        self.signal(rustix::process::Signal::KILL);
         self.dead().await;
     }
 
@@ -514,9 +491,56 @@ impl Instance {
     /// Kills the instance at once (a hung instance being recycled).
     pub async fn kill(&self) {
         self.closing.store(true, Ordering::Release);
-        self.signal(libc::SIGKILL);
+        self.signal(rustix::process::Signal::KILL);
         self.dead().await;
     }
+}
+
+/// Spawns the server process: its own process group (so signals reach what it starts, such as
+/// `npx` -> `node`), piped stdio, and the parent-death signal.
+fn start_process(spec: &Spec) -> Result<Child, String> {
+    let mut cmd = Command::new(&spec.command);
+    cmd.args(&spec.args)
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .process_group(0);
+    if let Some(cwd) = &spec.cwd {
+        // Checked here because a missing directory fails the spawn with the same ENOENT as a
+        // missing command, and would be reported as one.
+        if !cwd.is_dir() {
+            return Err(format!(
+                "cannot start `{}`: its working directory {} ([server] cwd) does not exist or is not a directory",
+                spec.command,
+                cwd.display()
+            ));
+        }
+        cmd.current_dir(cwd);
+    }
+    // If the router dies without a chance to clean up (SIGKILL), the kernel kills the child.
+    // PR_SET_PDEATHSIG fires when the *thread* that forked exits: spawns run on the runtime
+    // thread, which lives as long as the router.
+    // SAFETY: prctl and getppid are async-signal-safe; nothing else runs between fork and exec.
+    let router = rustix::process::getpid();
+    unsafe {
+        cmd.pre_exec(move || {
+            use rustix::process::{Signal, getppid, set_parent_process_death_signal};
+            set_parent_process_death_signal(Some(Signal::KILL))?;
+            // The router may have died before the line above: then nobody would kill us.
+            if getppid() != Some(router) {
+                return Err(std::io::Error::other("the router exited while starting the server"));
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn().map_err(|e| {
+        format!(
+            "cannot start `{}`: {e}. Check the command after `--` (or [server] command) and that it is on PATH",
+            spec.command
+        )
+    })
 }
 
 async fn write_loop(stdin: ChildStdin, mut rx: mpsc::UnboundedReceiver<String>, label: String) {
@@ -569,7 +593,7 @@ async fn stderr_loop(
             Frame::TooLong { bytes } => format!("<{bytes}-byte line skipped>"),
             Frame::NotUtf8 => "<line that is not UTF-8>".to_string(),
         };
-        eprintln!("[{label}] {line}");
+        crate::logging::forward(&label, &line);
         let mut t = tail.lock().expect("lock");
         if t.len() == STDERR_TAIL {
             t.pop_front();

@@ -3,6 +3,7 @@
 mod harness;
 mod setup;
 
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use harness::*;
@@ -323,4 +324,387 @@ async fn calls_in_flight_at_shutdown_are_answered_with_an_error() {
     // The server was told to stop the call before it was shut down.
     let entries = harness::journal(&journal_file);
     assert_eq!(received(&entries, "notifications/cancelled").count(), 1);
+}
+
+// ---- stdio of every kind (issue 8 item 5, issue 9 item 10) ----
+
+mod stdio_kinds {
+    use std::io::{Read, Write};
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::UnixStream;
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    use rustix::fs::OFlags;
+
+    use crate::harness::*;
+
+    const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"e2e","version":"1"}}}"#;
+    const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    const CALL: &str =
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"through"}}}"#;
+
+    #[derive(Debug, Clone, Copy)]
+    pub enum In {
+        Pipe,
+        File,
+        Socket,
+        Pty,
+    }
+
+    #[derive(Debug, Clone, Copy)]
+    pub enum Out {
+        Pipe,
+        File,
+        Socket,
+    }
+
+    /// The test's side of the router's stdin.
+    enum Feed {
+        Stream(Box<dyn Write + Send>),
+        /// Everything was in the file; nothing more to send.
+        Done,
+    }
+
+    /// The test's side of the router's stdout: collected by a thread, or read from the file.
+    enum Sink {
+        Collected(Arc<Mutex<Vec<u8>>>),
+        File(std::path::PathBuf),
+    }
+
+    impl Sink {
+        fn text(&self) -> String {
+            match self {
+                Sink::Collected(b) => String::from_utf8_lossy(&b.lock().unwrap()).into_owned(),
+                Sink::File(p) => std::fs::read_to_string(p).unwrap_or_default(),
+            }
+        }
+    }
+
+    fn collect(mut r: impl Read + Send + 'static) -> Sink {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let sink = buf.clone();
+        std::thread::spawn(move || {
+            let mut chunk = [0u8; 4096];
+            while let Ok(n) = r.read(&mut chunk) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&chunk[..n]);
+            }
+        });
+        Sink::Collected(buf)
+    }
+
+    fn nonblocking(fd: &OwnedFd) -> bool {
+        rustix::fs::fcntl_getfl(fd).unwrap().contains(OFlags::NONBLOCK)
+    }
+
+    /// Runs the router with this stdin and stdout, makes a call through it, closes stdin, and
+    /// checks the answer, a clean exit, and the inherited descriptions' flags afterwards.
+    pub fn run(input: In, output: Out) {
+        let dir = temp_dir();
+        let what = format!("stdin {input:?}, stdout {output:?}");
+        // What the router gets, and a copy of the same open file description kept by the test.
+        let (child_in, kept_in, mut feed): (OwnedFd, OwnedFd, Feed) = match input {
+            In::Pipe => {
+                let (r, w) = std::io::pipe().unwrap();
+                let r = OwnedFd::from(r);
+                (r.try_clone().unwrap(), r, Feed::Stream(Box::new(w)))
+            }
+            In::Socket => {
+                let (ours, theirs) = UnixStream::pair().unwrap();
+                let theirs = OwnedFd::from(theirs);
+                (theirs.try_clone().unwrap(), theirs, Feed::Stream(Box::new(ours)))
+            }
+            In::File => {
+                // A file ends at once: only what the router answers itself (ping) comes back.
+                let p = dir.path().join("in.jsonl");
+                let ping = |id: u32| format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#);
+                std::fs::write(&p, format!("{}\n{}\n", ping(1), ping(2))).unwrap();
+                let f = OwnedFd::from(std::fs::File::open(&p).unwrap());
+                (f.try_clone().unwrap(), f, Feed::Done)
+            }
+            In::Pty => {
+                use rustix::pty::*;
+                let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC).unwrap();
+                grantpt(&master).unwrap();
+                unlockpt(&master).unwrap();
+                let name = ptsname(&master, Vec::new()).unwrap();
+                let slave = rustix::fs::open(
+                    name.as_c_str(),
+                    OFlags::RDWR | OFlags::NOCTTY | OFlags::CLOEXEC,
+                    rustix::fs::Mode::empty(),
+                )
+                .unwrap();
+                // Nobody reads the echo: it is dropped by the terminal once its buffer is full.
+                (slave.try_clone().unwrap(), slave, Feed::Stream(Box::new(std::fs::File::from(master))))
+            }
+        };
+        let (child_out, kept_out, sink): (OwnedFd, OwnedFd, Sink) = match output {
+            Out::Pipe => {
+                let (r, w) = std::io::pipe().unwrap();
+                let w = OwnedFd::from(w);
+                (w.try_clone().unwrap(), w, collect(r))
+            }
+            Out::Socket => {
+                let (ours, theirs) = UnixStream::pair().unwrap();
+                let theirs = OwnedFd::from(theirs);
+                (theirs.try_clone().unwrap(), theirs, collect(ours))
+            }
+            Out::File => {
+                let p = dir.path().join("out.jsonl");
+                let f = OwnedFd::from(std::fs::File::create(&p).unwrap());
+                (f.try_clone().unwrap(), f, Sink::File(p))
+            }
+        };
+        let (err_r, err_w) = std::io::pipe().unwrap();
+        let stderr = collect(err_r);
+        let mut argv = vec!["run".to_string(), "--".to_string()];
+        argv.extend(Proc::fixture_cmd(&[]));
+        let mut child = Command::new(bin())
+            .args(&argv)
+            .stdin(Stdio::from(child_in))
+            .stdout(Stdio::from(child_out))
+            .stderr(Stdio::from(err_w))
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let wait_for = |want: &str| {
+            let end = Instant::now() + DEFAULT_TIMEOUT;
+            while !sink.text().contains(want) {
+                assert!(
+                    Instant::now() < end,
+                    "{what}: no {want} on stdout; got {:?}\n--- stderr ---\n{}",
+                    sink.text(),
+                    stderr.text()
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        };
+        match &mut feed {
+            Feed::Stream(w) => {
+                for line in [INIT, INITIALIZED, CALL] {
+                    w.write_all(format!("{line}\n").as_bytes()).unwrap();
+                }
+                w.flush().unwrap();
+                wait_for(r#""text":"through""#);
+                if matches!(input, In::Pty) {
+                    // End of input on a terminal: ^D at the start of a line.
+                    w.write_all(&[4]).unwrap();
+                    w.flush().unwrap();
+                }
+            }
+            Feed::Done => wait_for(r#""id":2,"result":{}"#),
+        }
+        // A terminal stays open (its ^D ended the input); closing it first would be a hangup.
+        let _terminal = if matches!(input, In::Pty) {
+            Some(feed)
+        } else {
+            drop(feed);
+            None
+        };
+        let end = Instant::now() + DEFAULT_TIMEOUT;
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if Instant::now() > end {
+                let _ = child.kill();
+                panic!("{what}: the router did not exit at end of input\n--- stderr ---\n{}", stderr.text());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let log = stderr.text();
+        assert_eq!(status.code(), Some(0), "{what}: {log}");
+        assert!(!log.contains("failed"), "{what}: {log}");
+        assert!(!nonblocking(&kept_in), "{what}: stdin's description was left non-blocking");
+        assert!(!nonblocking(&kept_out), "{what}: stdout's description was left non-blocking");
+    }
+}
+
+#[test]
+fn stdio_works_with_every_kind_of_stdin_and_stdout() {
+    use stdio_kinds::{In, Out, run};
+    for input in [In::Pipe, In::File, In::Socket, In::Pty] {
+        for output in [Out::Pipe, Out::File, Out::Socket] {
+            run(input, output);
+        }
+    }
+}
+
+/// A process with stdio wired by the test (the harness's Proc always pipes its own).
+fn spawn_with(argv: &[String], stdin: Stdio, stdout: Stdio, stderr: Stdio) -> tokio::process::Child {
+    tokio::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(stdin)
+        .stdout(stdout)
+        .stderr(stderr)
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+fn router_argv(args: &[&str], server: &[String]) -> Vec<String> {
+    let mut argv = vec![bin().to_string(), "run".to_string()];
+    argv.extend(args.iter().map(|s| s.to_string()));
+    argv.push("--".into());
+    argv.extend(server.iter().cloned());
+    argv
+}
+
+#[tokio::test]
+async fn a_closed_stderr_never_stops_the_router() {
+    // `2> >(true)`: stderr is a pipe whose reader has gone; every log line fails with EPIPE.
+    let (err_r, err_w) = std::io::pipe().unwrap();
+    drop(err_r);
+    let mut child =
+        spawn_with(&router_argv(&[], &Proc::fixture_cmd(&[])), Stdio::piped(), Stdio::piped(), Stdio::from(err_w));
+    let mut c = Client::new("router", child.stdout.take().unwrap(), child.stdin.take().unwrap(), None);
+    c.initialize().await;
+    // A crash is logged (a warning, the server's own stderr); the call still gets its answer,
+    // and the respawned instance serves the next one.
+    let resp = c.call_tool("crash", json!({"code": 3})).await;
+    assert!(resp.get("error").is_some() || resp["result"]["isError"] == true, "{resp}");
+    assert_eq!(c.call_text("echo", json!({"text": "after"})).await, "after");
+    c.close().await;
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait()).await.unwrap().unwrap();
+    assert_eq!(status.code(), Some(0), "{}", describe_status(status));
+}
+
+#[tokio::test]
+async fn an_unread_stderr_never_freezes_the_router() {
+    // Nobody reads stderr: its pipe fills after 64 KiB. The server floods its own stderr,
+    // which the router forwards.
+    let (mut err_r, err_w) = std::io::pipe().unwrap();
+    let fixture = Proc::fixture_cmd(&[]).join(" ");
+    let server = vec!["sh".to_string(), "-c".to_string(), format!("yes 'a line of server noise' >&2 & exec {fixture}")];
+    let mut child = spawn_with(&router_argv(&[], &server), Stdio::piped(), Stdio::piped(), Stdio::from(err_w));
+    let mut c = Client::new("router", child.stdout.take().unwrap(), child.stdin.take().unwrap(), None);
+    c.initialize().await;
+    for i in 0..20 {
+        let text = format!("call {i}");
+        assert_eq!(c.call_text("echo", json!({"text": text})).await, text);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    c.close().await;
+    // Reading stderr now lets the router say how much it dropped, then exit.
+    let reader = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut err_r, &mut all);
+        String::from_utf8_lossy(&all).into_owned()
+    });
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait()).await.unwrap().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let log = reader.join().unwrap();
+    assert!(log.contains("log lines dropped"), "the drop is reported: {}", &log[log.len().saturating_sub(2000)..]);
+}
+
+#[tokio::test]
+async fn log_level_debug_is_switchyards_own_not_its_dependencies() {
+    // Compiling plugins makes the wasm compiler log at debug: a fresh cache forces a compile.
+    let examples = temp_dir();
+    let out =
+        std::process::Command::new(bin()).args(["plugin", "examples"]).arg(examples.path().join("p")).output().unwrap();
+    assert!(out.status.success());
+    // One plugin: a debug build compiles it in seconds.
+    let plugins = [examples.path().join("p/guard.wasm")];
+    let cache = examples.path().join("cache").display().to_string();
+    let dir = temp_dir();
+    let plugins_dir = dir.path().join("plugins");
+    std::fs::create_dir(&plugins_dir).unwrap();
+    for p in &plugins {
+        std::fs::copy(p, plugins_dir.join(p.file_name().unwrap())).unwrap();
+    }
+    let mut argv =
+        vec!["--plugins".to_string(), plugins_dir.display().to_string(), "--log-level".into(), "debug".into()];
+    argv.push("--".into());
+    argv.extend(Proc::fixture_cmd(&[]));
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let mut r = Proc::router_env(&argv, &[("XDG_CACHE_HOME", &cache)]);
+    let mut c = r.client();
+    c.timeout = Duration::from_secs(60);
+    c.initialize().await;
+    c.close().await;
+    assert_eq!(r.wait().await.code(), Some(0));
+    let log = r.stderr.text();
+    assert!(log.contains("DEBUG") && log.contains("plugin loaded"), "switchyard's own debug lines are there: {log}");
+    let lines = log.lines().count();
+    assert!(lines < 300, "{lines} lines of log for one start: dependencies log at debug too");
+}
+
+#[tokio::test]
+async fn listen_never_removes_a_file_that_is_not_a_socket() {
+    let dir = temp_dir();
+    let path = dir.path().join("notes.txt");
+    std::fs::write(&path, "precious").unwrap();
+    let mut argv = vec!["--listen".to_string(), path.display().to_string(), "--no-stdio".into(), "--".into()];
+    argv.extend(Proc::fixture_cmd(&[]));
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let mut r = Proc::router(&argv);
+    assert_eq!(r.wait().await.code(), Some(1));
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "precious");
+    let log = r.stderr.text();
+    assert!(log.contains("not a socket") && log.contains("notes.txt"), "{log}");
+}
+
+#[tokio::test]
+async fn ready_is_logged_once_the_socket_accepts() {
+    let dir = temp_dir();
+    let socket = dir.path().join("s.sock");
+    let mut argv = vec!["--listen".to_string(), socket.display().to_string(), "--no-stdio".into(), "--".into()];
+    argv.extend(Proc::fixture_cmd(&[]));
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let r = Proc::router(&argv);
+    let end = Instant::now() + DEFAULT_TIMEOUT;
+    while !r.stderr.text().contains("ready") {
+        assert!(Instant::now() < end, "{}", r.stderr.text());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let log = r.stderr.text();
+    let (bound, ready) = (log.find("accepting sessions").unwrap(), log.find("ready").unwrap());
+    assert!(bound < ready, "ready was logged before the socket was bound: {log}");
+    assert!(std::os::unix::net::UnixStream::connect(&socket).is_ok());
+}
+
+#[tokio::test]
+async fn run_without_dashes_shows_the_corrected_command() {
+    let mut r = Proc::router(&["--name", "fs", "npx", "-y", "@scope/server", "/w"]);
+    assert_eq!(r.wait().await.code(), Some(2));
+    let log = r.stderr.text();
+    assert!(log.contains("switchyard run --name fs -- npx -y @scope/server /w"), "{log}");
+}
+
+#[tokio::test]
+async fn a_relative_cwd_is_the_config_files_and_a_missing_one_is_named() {
+    let dir = temp_dir();
+    let conf_dir = dir.path().join("conf");
+    std::fs::create_dir_all(conf_dir.join("work")).unwrap();
+    let mut server = format!("[server]\ncommand = {:?}\nargs = [\"fixture\", \"--journal\", \"j.jsonl\"]\n", bin());
+    server.push_str("cwd = \"work\"\n");
+    std::fs::write(conf_dir.join("switchyard.toml"), &server).unwrap();
+    let config = conf_dir.join("switchyard.toml").display().to_string();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    let plugins = plugins.display().to_string();
+    let mut r = Proc::router(&["--config", &config, "--plugins", &plugins]);
+    let mut c = r.client();
+    c.initialize().await;
+    // The fixture's relative journal lands in its working directory.
+    assert!(conf_dir.join("work/j.jsonl").exists(), "the server did not run in conf/work");
+    c.close().await;
+    r.wait().await;
+
+    std::fs::write(conf_dir.join("switchyard.toml"), server.replace("\"work\"", "\"gone\"")).unwrap();
+    let mut r = Proc::router(&["--config", &config, "--plugins", &plugins]);
+    let mut c = r.client();
+    let resp = c.request("initialize", init_params(json!({}))).await;
+    let msg = resp["error"]["message"].as_str().unwrap_or_default().to_string();
+    assert!(msg.contains("working directory") && msg.contains("conf/gone") && !msg.contains("PATH"), "{resp}");
+    c.close().await;
+    r.wait().await;
+    assert!(r.stderr.text().contains("conf/gone"), "a failed spawn is logged: {}", r.stderr.text());
 }
