@@ -333,6 +333,17 @@ impl Hub {
         attribute(inst.owner, &inst.owners(self.linger), &attached)
     }
 
+    /// The session a log message of `inst` belongs to. Unlike a request, a log needs no answer,
+    /// so an abandoned call's log may still go to its own session: only a stranger must not see it.
+    fn attribute_log(&self, inst: &Instance) -> Attribution {
+        let attached: Vec<SessionId> = self.sessions.read().expect("lock").keys().copied().collect();
+        let owners = inst.owners(self.linger);
+        let mut live: Vec<SessionId> = owners.live.iter().chain(&owners.abandoned).copied().collect();
+        live.sort_unstable();
+        live.dedup();
+        attribute(inst.owner, &Owners { live, abandoned: Vec::new() }, &attached)
+    }
+
     /// The most verbose level any session asked for.
     pub fn wanted_level(&self) -> Option<u8> {
         let sessions = self.sessions.read().expect("lock");
@@ -570,7 +581,7 @@ impl Hub {
     /// client's data. A pool instance starting up logs to nobody either: clients never see it start.
     fn server_log(&self, inst: &Instance, line: String, level: Option<&str>) {
         let starting = inst.owner.is_none() && !inst.is_ready() && inst.number() > 1;
-        let target = match self.attribute(inst) {
+        let target = match self.attribute_log(inst) {
             _ if starting => Err("a pool instance is starting".to_string()),
             Attribution::Session(id) => self.session(id).ok_or_else(|| "its session has disconnected".to_string()),
             Attribution::Unclear(why) => Err(why),
