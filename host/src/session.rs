@@ -312,8 +312,11 @@ impl Session {
                     None => tracing::debug!(session = %self.label, "cancel for id {id}, which is not in flight"),
                 }
             }
+            // switchyard keeps the client's roots (it answers servers from them): it asks for
+            // the new ones, then passes the change on.
+            "notifications/roots/list_changed" => self.server.hub.roots_list_changed(&self.link, line.to_string()),
             _ => {
-                // roots/list_changed and anything else: to every instance this session may use.
+                // Anything else: to every instance this session may use.
                 let targets: Vec<_> = self
                     .server
                     .all_instances()

@@ -95,7 +95,22 @@ pub struct Instance {
     pid: Option<u32>,
     applied: Mutex<Applied>,
     last_used: Mutex<Instant>,
+    /// Calls whose client stopped waiting (cancelled, timed out, disconnected) by upstream id:
+    /// the session and when. Many servers keep working after a cancel, so such a call may still
+    /// make the server ask a client something or log; it stays an owner of what the server sends
+    /// until its late response arrives, the instance ends, or the hub's linger passes.
+    abandoned: Mutex<HashMap<u64, (SessionId, Instant)>>,
     hub: Arc<Hub>,
+}
+
+/// The sessions whose calls a server-initiated message may belong to (the router's own calls,
+/// session 0, are left out: they never cause sampling, elicitation or logs for a client).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Owners {
+    /// Sessions with calls still waiting for their response here (sorted, no repeats).
+    pub live: Vec<SessionId>,
+    /// Sessions with abandoned calls the server may still be working on (sorted, no repeats).
+    pub abandoned: Vec<SessionId>,
 }
 
 impl Instance {
@@ -141,6 +156,7 @@ impl Instance {
             pid,
             applied: Mutex::new(Applied::default()),
             last_used: Mutex::new(Instant::now()),
+            abandoned: Mutex::new(HashMap::new()),
             hub,
         });
         tokio::spawn(write_loop(stdin, wrx, label.clone()));
@@ -223,6 +239,22 @@ impl Instance {
         s.dedup();
         s
     }
+
+    /// Who may have caused what the server sends now: live calls, and abandoned calls younger
+    /// than `linger` (older ones are forgotten: a server that honours cancellation never answers
+    /// them, and they must not keep the instance ambiguous for ever).
+    pub fn owners(&self, linger: Duration) -> Owners {
+        let mut live: Vec<SessionId> =
+            self.pending.lock().expect("lock").values().map(|p| p.session).filter(|s| *s != 0).collect();
+        live.sort_unstable();
+        live.dedup();
+        let mut abandoned = self.abandoned.lock().expect("lock");
+        abandoned.retain(|_, (_, at)| at.elapsed() < linger);
+        let mut gone: Vec<SessionId> = abandoned.values().map(|(s, _)| *s).collect();
+        gone.sort_unstable();
+        gone.dedup();
+        Owners { live, abandoned: gone }
+    }
     pub fn stderr_tail(&self) -> Vec<String> {
         self.stderr_tail.lock().expect("lock").iter().cloned().collect()
     }
@@ -302,7 +334,11 @@ impl Instance {
 
     /// Abandons a call: its reply, if it ever comes, is dropped; the server is told to stop.
     pub async fn cancel(&self, upstream_id: u64, reason: &str) {
-        let was_pending = self.pending.lock().expect("lock").remove(&upstream_id).is_some();
+        let was = self.pending.lock().expect("lock").remove(&upstream_id);
+        let was_pending = was.is_some();
+        if let Some(p) = was.filter(|p| p.session != 0) {
+            self.abandoned.lock().expect("lock").insert(upstream_id, (p.session, Instant::now()));
+        }
         if was_pending && !self.is_dead() {
             let params = format!(r#"{{"requestId":{upstream_id},"reason":{}}}"#, codec::json_string(reason));
             let _ = self.write(codec::notification("notifications/cancelled", &params)).await;
@@ -385,11 +421,17 @@ impl Instance {
                 }
                 let _ = p.reply.send(Ok(Reply { line, env }));
             }
-            None => tracing::debug!(
-                instance = %self.label,
-                "dropped a response to an unknown or abandoned id {:?}",
-                env.id.as_ref().map(|r| &line[r.clone()])
-            ),
+            None => {
+                // A late answer to an abandoned call: the server has stopped working on it.
+                if let Some(id) = id {
+                    self.abandoned.lock().expect("lock").remove(&id);
+                }
+                tracing::debug!(
+                    instance = %self.label,
+                    "dropped a response to an unknown or abandoned id {:?}",
+                    env.id.as_ref().map(|r| &line[r.clone()])
+                )
+            }
         }
     }
 

@@ -1,0 +1,174 @@
+//! End-to-end tests of how switchyard routes what a server starts on its own (requests to
+//! clients, logs, list changes) when sessions share an instance (issue 8, items 8 and 9; issue 9,
+//! item 1), with the fixture server.
+
+mod harness;
+mod setup;
+
+use std::time::Duration;
+
+use harness::*;
+use serde_json::{Value, json};
+use setup::*;
+
+fn is_server_request(m: &Value, method: &str) -> bool {
+    m["method"] == method && m.get("id").is_some()
+}
+
+/// A server that keeps working after a cancel asks for sampling on behalf of session A's
+/// abandoned call while session B has a call in flight: B must not get A's request.
+#[tokio::test]
+async fn a_server_request_of_an_abandoned_call_never_reaches_another_session() {
+    let dir = temp_dir();
+    let sock = dir.path().join("r.sock");
+    let journal = journal_in(&dir);
+    let mut s = Setup::new(&["--ignore-cancel", "--journal", &journal], &["--listen", sock.to_str().unwrap()]).await;
+    s.client.initialize().await;
+    let (_bp, mut b) = connect(&sock).await;
+    b.initialize().await;
+
+    // A asks for a sampled answer that the server only requests after 1.5 s, then gives up.
+    let a_call = s
+        .client
+        .send_request("tools/call", json!({"name": "sample", "arguments": {"prompt": "A's secret", "delay_ms": 1500}}))
+        .await;
+    wait_journal(&journal, Duration::from_secs(5), |e| received(e, "tools/call").count() == 1).await;
+    s.client.cancel(&a_call, "user pressed stop").await;
+    wait_journal(&journal, Duration::from_secs(5), |e| events(e, "cancel_disregarded").count() == 1).await;
+    // B works on the same instance meanwhile.
+    let b_call = b.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": 3000}})).await;
+
+    // The server's request is refused with an error to the server...
+    let entries = wait_journal(&journal, Duration::from_secs(8), |e| {
+        e.iter().any(|m| m["dir"] == "in" && m["msg"]["error"].is_object())
+    })
+    .await;
+    let refusal = entries.iter().find(|m| m["dir"] == "in" && m["msg"]["error"].is_object()).unwrap();
+    let why = refusal["msg"]["error"]["message"].as_str().unwrap();
+    assert!(why.contains("sampling/createMessage") && why.contains("cancelled"), "{why}");
+    // ...and reached neither session: B's call ends with nothing else before it.
+    let b_resp = b.wait_response(&b_call).await;
+    assert_eq!(tool_text(&b_resp), "slept 3000 ms");
+    let b_seen = drain(&mut b, Duration::from_millis(300)).await;
+    assert!(
+        b.buffered().iter().chain(&b_seen).all(|m| !is_server_request(m, "sampling/createMessage")),
+        "B got A's sampling request: {b_seen:?} {:?}",
+        b.buffered()
+    );
+    let a_seen = drain(&mut s.client, Duration::from_millis(300)).await;
+    assert!(a_seen.iter().all(|m| !is_server_request(m, "sampling/createMessage")), "{a_seen:?}");
+
+    // The late answer to A's call has arrived, so the instance is unambiguous again: B's own
+    // sampling reaches B.
+    let call = b.send_request("tools/call", json!({"name": "sample", "arguments": {"prompt": "B's"}})).await;
+    let req = b.recv_request("sampling/createMessage").await;
+    b.respond(
+        req["id"].clone(),
+        json!({"role": "assistant", "content": {"type": "text", "text": "for B"}, "model": "m"}),
+    )
+    .await;
+    assert!(tool_text(&b.wait_response(&call).await).contains("for B"));
+}
+
+/// A log message sent during session A's call goes to A only; one that belongs to no call goes
+/// to nobody (counted in the router's log), never to another session.
+#[tokio::test]
+async fn log_messages_go_to_the_session_whose_call_sent_them() {
+    let dir = temp_dir();
+    let sock = dir.path().join("l.sock");
+    let mut s = Setup::new(&[], &["--listen", sock.to_str().unwrap()]).await;
+    s.client.initialize().await;
+    let (_bp, mut b) = connect(&sock).await;
+    b.initialize().await;
+
+    assert_eq!(s.client.call_text("log", json!({"level": "info", "message": "A's private note"})).await, "logged");
+    let a_seen = drain(&mut s.client, Duration::from_millis(300)).await;
+    let a_logs: Vec<&Value> =
+        s.client.buffered().iter().chain(&a_seen).filter(|m| m["method"] == "notifications/message").collect();
+    assert_eq!(a_logs.len(), 1, "{a_logs:?}");
+    assert_eq!(a_logs[0]["params"]["data"], "A's private note");
+
+    // Logged after its call ended: nobody can be named for it.
+    assert_eq!(
+        s.client.call_text("log", json!({"level": "info", "message": "A's late note", "after_ms": 200})).await,
+        "will log"
+    );
+    let a_seen = drain(&mut s.client, Duration::from_millis(800)).await;
+    assert!(a_seen.iter().all(|m| m["method"] != "notifications/message"), "{a_seen:?}");
+    let b_seen = drain(&mut b, Duration::from_millis(300)).await;
+    assert!(b_seen.iter().all(|m| m["method"] != "notifications/message"), "B got A's logs: {b_seen:?}");
+    assert!(s.router.stderr.text().contains("withheld a log message"), "the withholding is logged");
+}
+
+/// Pool instances that announce tools/list_changed while starting change nothing clients were
+/// shown: clients do not hear of it. A real change still reaches them, once.
+#[tokio::test]
+async fn a_starting_pool_instance_does_not_announce_list_changes() {
+    let cfg = "[pools.default]\nmin = 1\nmax = 3\nmax_inflight = 1\n";
+    let mut s = Setup::with_config(&["--list-changed-on-initialized", "5"], &[], Some(cfg)).await;
+    s.client.initialize().await;
+    drain(&mut s.client, Duration::from_millis(500)).await;
+    let tools = s.client.request("tools/list", json!({})).await;
+    assert!(tools["result"]["tools"].is_array(), "{tools}");
+
+    // Two slow calls hold instance 1 and a new instance 2; the echo needs instance 3.
+    let slow: Vec<Value> = vec![
+        s.client.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": 1500}})).await,
+        s.client.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": 1500}})).await,
+    ];
+    assert_eq!(s.client.call_text("echo", json!({"text": "x"})).await, "x");
+    for id in &slow {
+        s.client.wait_response(id).await;
+    }
+    let seen = drain(&mut s.client, Duration::from_millis(500)).await;
+    let notes =
+        s.client.buffered().iter().chain(&seen).filter(|m| m["method"] == "notifications/tools/list_changed").count();
+    assert_eq!(notes, 0, "start-up list_changed reached the client: {seen:?}");
+    let pids = s.router.stderr.text().matches("instance ready").count();
+    assert!(pids >= 2, "the test needs a second instance to start:\n{}", s.router.stderr.text());
+
+    // A real change: one notice.
+    s.client.call_text("change_tools", json!({"add": "fresh"})).await;
+    s.client.recv_notification("notifications/tools/list_changed").await;
+}
+
+/// A pool instance starting up asks for roots/list: switchyard answers it from the roots the
+/// client gave, and a client's roots/list_changed refreshes them.
+#[tokio::test]
+async fn a_starting_instance_gets_the_clients_roots_from_switchyard() {
+    let dir = temp_dir();
+    let journal = journal_in(&dir);
+    let cfg = "[pools.default]\nmin = 1\nmax = 2\nmax_inflight = 1\n";
+    let mut s = Setup::with_config(&["--roots-on-initialized", "--journal", &journal], &[], Some(cfg)).await;
+    s.client.initialize().await;
+    let req = s.client.recv_request("roots/list").await;
+    s.client.respond(req["id"].clone(), json!({"roots": [{"uri": "file:///a", "name": "a"}]})).await;
+
+    // Instance 1 is busy: the echo starts instance 2, which asks for roots at once.
+    let slow = s.client.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": 1500}})).await;
+    assert_eq!(s.client.call_text("echo", json!({"text": "x"})).await, "x");
+    let entries = wait_journal(&journal, Duration::from_secs(8), |e| events(e, "roots").count() == 2).await;
+    let second: Vec<&Value> = events(&entries, "roots").collect();
+    assert_ne!(second[0]["pid"], second[1]["pid"]);
+    assert_eq!(second[1]["response"]["result"]["roots"][0]["uri"], "file:///a", "{}", second[1]);
+    s.client.wait_response(&slow).await;
+    let seen = drain(&mut s.client, Duration::from_millis(300)).await;
+    assert!(
+        s.client.buffered().iter().chain(&seen).all(|m| !is_server_request(m, "roots/list")),
+        "the client was asked again: {seen:?}"
+    );
+
+    // The client's roots change: switchyard asks it, then servers get the new roots from it.
+    s.client.notify("notifications/roots/list_changed", json!({})).await;
+    let ask = s.client.recv_request("roots/list").await;
+    s.client
+        .respond(
+            ask["id"].clone(),
+            json!({"roots": [{"uri": "file:///a", "name": "a"}, {"uri": "file:///b", "name": "b"}]}),
+        )
+        .await;
+    let listed = s.client.call_text("roots", json!({})).await;
+    assert!(listed.contains("file:///b"), "{listed}");
+    let seen = drain(&mut s.client, Duration::from_millis(300)).await;
+    assert!(seen.iter().all(|m| !is_server_request(m, "roots/list")), "{seen:?}");
+}
