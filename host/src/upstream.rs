@@ -34,6 +34,11 @@ pub struct Spec {
     pub env: Vec<(String, String)>,
     pub cwd: Option<std::path::PathBuf>,
     pub max_message_bytes: usize,
+    /// A program with the `supervise` subcommand (the switchyard binary): each instance runs
+    /// under it, so its whole process group dies with the router. `None` (the library used
+    /// in-process, where no such binary is at hand): the parent-death signal only, which
+    /// reaches the server's own process but not what it starts.
+    pub supervisor: Option<std::path::PathBuf>,
 }
 
 /// Where a call's reply and its progress notifications go.
@@ -496,10 +501,18 @@ impl Instance {
     }
 }
 
-/// Spawns the server process: its own process group (so signals reach what it starts, such as
-/// `npx` -> `node`), piped stdio, and the parent-death signal.
+/// Spawns the server process in a process group of its own (so signals reach what it starts,
+/// such as `npx` -> `node`), with piped stdio, under the supervisor when there is one.
 fn start_process(spec: &Spec) -> Result<Child, String> {
-    let mut cmd = Command::new(&spec.command);
+    let router = rustix::process::getpid();
+    let mut cmd = match &spec.supervisor {
+        Some(supervisor) => {
+            let mut cmd = Command::new(supervisor);
+            cmd.arg("supervise").arg(router.as_raw_nonzero().to_string()).arg("--").arg(&spec.command);
+            cmd
+        }
+        None => Command::new(&spec.command),
+    };
     cmd.args(&spec.args)
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())
@@ -519,21 +532,24 @@ fn start_process(spec: &Spec) -> Result<Child, String> {
         }
         cmd.current_dir(cwd);
     }
-    // If the router dies without a chance to clean up (SIGKILL), the kernel kills the child.
-    // PR_SET_PDEATHSIG fires when the *thread* that forked exits: spawns run on the runtime
-    // thread, which lives as long as the router.
-    // SAFETY: prctl and getppid are async-signal-safe; nothing else runs between fork and exec.
-    let router = rustix::process::getpid();
-    unsafe {
-        cmd.pre_exec(move || {
-            use rustix::process::{Signal, getppid, set_parent_process_death_signal};
-            set_parent_process_death_signal(Some(Signal::KILL))?;
-            // The router may have died before the line above: then nobody would kill us.
-            if getppid() != Some(router) {
-                return Err(std::io::Error::other("the router exited while starting the server"));
-            }
-            Ok(())
-        });
+    if spec.supervisor.is_none() {
+        // If the router dies without a chance to clean up (SIGKILL), the kernel kills the child.
+        // PR_SET_PDEATHSIG fires when the *thread* that forked exits: spawns run on the runtime
+        // thread, which lives as long as the router. (The supervisor watches the router
+        // process through a pidfd instead, and must not get this signal: it would die before
+        // it could kill the group.)
+        // SAFETY: prctl and getppid are async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                use rustix::process::{Signal, getppid, set_parent_process_death_signal};
+                set_parent_process_death_signal(Some(Signal::KILL))?;
+                // The router may have died before the line above: then nobody would kill us.
+                if getppid() != Some(router) {
+                    return Err(std::io::Error::other("the router exited while starting the server"));
+                }
+                Ok(())
+            });
+        }
     }
     cmd.spawn().map_err(|e| {
         format!(

@@ -708,3 +708,20 @@ async fn a_relative_cwd_is_the_config_files_and_a_missing_one_is_named() {
     r.wait().await;
     assert!(r.stderr.text().contains("conf/gone"), "a failed spawn is logged: {}", r.stderr.text());
 }
+
+#[tokio::test]
+async fn a_killed_router_leaves_no_orphan_behind_a_launcher() {
+    // `; true` keeps sh from exec-ing the fixture: sh stays as a launcher, like npx. The parent-
+    // death signal alone reached sh only, and the real server ran on.
+    // Its stderr goes elsewhere: a write to the dead router's pipe would end it by itself.
+    let script = format!("{} fixture --ignore-stdin-eof 2>/dev/null; true", bin());
+    let server = vec!["sh".to_string(), "-c".to_string(), script];
+    let mut s = Setup::in_front_of(&server, &[], None, &[]).await;
+    s.client.initialize().await;
+    let pid = fixture_pid(&mut s.client).await;
+    let tree = descendants(s.router.pid);
+    assert!(tree.contains(&pid), "the fixture {pid} runs under the router: {tree:?}");
+    s.router.signal(libc::SIGKILL);
+    s.router.wait().await;
+    wait_all_dead(&tree, Duration::from_secs(3)).await;
+}

@@ -157,8 +157,7 @@ async fn a_killed_launcher_fails_its_calls_and_leaves_no_orphan() {
     let mut client = router.client();
     client.initialize().await;
     let server = fixture_pid(&mut client).await;
-    let launcher =
-        descendants(router.pid).into_iter().find(|p| descendants(*p).contains(&server)).expect("the sh launcher");
+    let launcher = descendants(router.pid).into_iter().find(|p| descendants(*p) == [server]).expect("the sh launcher");
     // Not read-only, so not retried: the error itself must come back.
     let id = client
         .send_request("tools/call", json!({"name": "write", "arguments": {"path": "/p", "text": "t", "ms": 20000}}))
