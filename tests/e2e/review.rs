@@ -422,3 +422,14 @@ async fn running_out_of_descriptors_on_accept_backs_off() {
     c.initialize().await;
     assert_eq!(c.call_text("echo", json!({"text": "back"})).await, "back");
 }
+
+/// The other way round: a client that leaves first ends `connect` cleanly.
+#[tokio::test]
+async fn connect_exits_zero_when_its_client_leaves() {
+    let (mut router, mut conn, mut c, _dir) = connect_with_calls_in_flight().await;
+    c.close().await;
+    c.expect_eof().await;
+    assert_eq!(conn.wait().await.code(), Some(0), "{}", conn.stderr.text());
+    // The router serves on.
+    assert!(router.is_running());
+}
