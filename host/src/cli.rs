@@ -161,8 +161,13 @@ pub fn run_blocking(args: RunArgs) -> anyhow::Result<()> {
     let result = runtime.block_on(async move {
         let shutdown = CancellationToken::new();
         tokio::spawn(on_signal(shutdown.clone()));
-        let opts =
-            crate::RunOptions { plugins_dir: args.plugins.clone(), listen: args.listen.clone(), stdio: !args.no_stdio };
+        let opts = crate::RunOptions {
+            plugins_dir: args.plugins.clone(),
+            listen: args.listen.clone(),
+            stdio: !args.no_stdio,
+            // This very binary, even if its file was replaced or removed since it started.
+            supervisor: Some(PathBuf::from("/proc/self/exe")),
+        };
         crate::run(config, opts, shutdown).await
     });
     // A blocking read of stdin may still be parked in the runtime's thread pool (after a signal

@@ -15,6 +15,7 @@ pub mod policy;
 pub mod pool;
 pub mod server;
 pub mod session;
+pub mod supervise;
 pub mod upstream;
 
 use std::path::PathBuf;
@@ -38,6 +39,9 @@ pub struct RunOptions {
     pub listen: Option<PathBuf>,
     /// Serve a session on stdin/stdout; the router exits when it ends.
     pub stdio: bool,
+    /// The switchyard binary, to run each instance under `switchyard supervise` (see
+    /// `upstream::Spec::supervisor`).
+    pub supervisor: Option<PathBuf>,
 }
 
 /// Runs the router until the stdio client leaves or `shutdown` fires, then cancels what is in
@@ -52,6 +56,7 @@ pub async fn run(config: Config, opts: RunOptions, shutdown: CancellationToken) 
         env: config.server.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         cwd: config.server.cwd.clone(),
         max_message_bytes: config.limits.max_message_bytes,
+        supervisor: opts.supervisor.clone(),
     };
     let policy = Policy::start(&config, opts.plugins_dir.clone(), shutdown.child_token()).await?;
     for warning in config.unreachable_pools(&policy.current().names()) {

@@ -31,6 +31,15 @@ enum Command {
         #[command(subcommand)]
         command: PluginCommand,
     },
+    /// Runs one server instance for the router, so its process group dies with the router.
+    #[command(hide = true)]
+    Supervise {
+        /// The router's pid.
+        router: i32,
+        /// The server command and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
     /// The scriptable MCP server used by tests, the demo and the benchmarks.
     #[command(hide = true)]
     Fixture {
@@ -82,6 +91,7 @@ fn main() -> ExitCode {
     };
     let code = match cli.command {
         Command::Fixture { args } => ExitCode::from(switchyard_fixture::main_with_args(args) as u8),
+        Command::Supervise { router, command } => switchyard::supervise::run(router, &command),
         Command::Run(args) => report(switchyard::cli::run_blocking(args)),
         Command::Demo => report(switchyard::demo::run_blocking()),
         Command::Connect { socket } => report(switchyard::cli::connect_blocking(&socket)),

@@ -34,6 +34,11 @@ pub struct Spec {
     pub env: Vec<(String, String)>,
     pub cwd: Option<std::path::PathBuf>,
     pub max_message_bytes: usize,
+    /// A program with the `supervise` subcommand (the switchyard binary): each instance runs
+    /// under it, so its whole process group dies with the router. `None` (the library used
+    /// in-process, where no such binary is at hand): the parent-death signal only, which
+    /// reaches the server's own process but not what it starts.
+    pub supervisor: Option<std::path::PathBuf>,
 }
 
 /// Where a call's reply and its progress notifications go.
@@ -538,10 +543,22 @@ impl Instance {
     }
 }
 
-/// Spawns the server process: its own process group (so signals reach what it starts, such as
-/// `npx` -> `node`), piped stdio, and the parent-death signal.
+/// Spawns the server process in a process group of its own (so signals reach what it starts,
+/// such as `npx` -> `node`), with piped stdio, under the supervisor when there is one.
 fn start_process(spec: &Spec) -> Result<Child, String> {
-    let mut cmd = Command::new(&spec.command);
+    let router = rustix::process::getpid();
+    let mut cmd = match &spec.supervisor {
+        Some(supervisor) => {
+            // The supervisor would report a missing program only as its exit status and a
+            // stderr line; found here, it is the same immediate error as without it.
+            executable(&spec.command, spec.env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str()))
+                .map_err(|e| cannot_start(spec, &e))?;
+            let mut cmd = Command::new(supervisor);
+            cmd.arg("supervise").arg(router.as_raw_nonzero().to_string()).arg("--").arg(&spec.command);
+            cmd
+        }
+        None => Command::new(&spec.command),
+    };
     cmd.args(&spec.args)
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())
@@ -561,28 +578,54 @@ fn start_process(spec: &Spec) -> Result<Child, String> {
         }
         cmd.current_dir(cwd);
     }
-    // If the router dies without a chance to clean up (SIGKILL), the kernel kills the child.
-    // PR_SET_PDEATHSIG fires when the *thread* that forked exits: spawns run on the runtime
-    // thread, which lives as long as the router.
-    // SAFETY: prctl and getppid are async-signal-safe; nothing else runs between fork and exec.
-    let router = rustix::process::getpid();
-    unsafe {
-        cmd.pre_exec(move || {
-            use rustix::process::{Signal, getppid, set_parent_process_death_signal};
-            set_parent_process_death_signal(Some(Signal::KILL))?;
-            // The router may have died before the line above: then nobody would kill us.
-            if getppid() != Some(router) {
-                return Err(std::io::Error::other("the router exited while starting the server"));
-            }
-            Ok(())
-        });
+    if spec.supervisor.is_none() {
+        // If the router dies without a chance to clean up (SIGKILL), the kernel kills the child.
+        // PR_SET_PDEATHSIG fires when the *thread* that forked exits: spawns run on the runtime
+        // thread, which lives as long as the router. (The supervisor watches the router
+        // process through a pidfd instead, and must not get this signal: it would die before
+        // it could kill the group.)
+        // SAFETY: prctl and getppid are async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                use rustix::process::{Signal, getppid, set_parent_process_death_signal};
+                set_parent_process_death_signal(Some(Signal::KILL))?;
+                // The router may have died before the line above: then nobody would kill us.
+                if getppid() != Some(router) {
+                    return Err(std::io::Error::other("the router exited while starting the server"));
+                }
+                Ok(())
+            });
+        }
     }
-    cmd.spawn().map_err(|e| {
-        format!(
-            "cannot start `{}`: {e}. Check the command after `--` (or [server] command) and that it is on PATH",
-            spec.command
-        )
-    })
+    cmd.spawn().map_err(|e| cannot_start(spec, &e))
+}
+
+fn cannot_start(spec: &Spec, e: &std::io::Error) -> String {
+    format!(
+        "cannot start `{}`: {e}. Check the command after `--` (or [server] command) and that it is on PATH",
+        spec.command
+    )
+}
+
+/// Whether `command` names an executable file, directly or through PATH (the server's own
+/// PATH when its env sets one), as exec would find it.
+fn executable(command: &str, path: Option<&str>) -> std::io::Result<()> {
+    use rustix::fs::{Access, access};
+    if command.contains('/') {
+        return access(command, Access::EXEC_OK).map_err(Into::into);
+    }
+    let path = path.map(str::to_string).or_else(|| std::env::var("PATH").ok()).unwrap_or_default();
+    let mut last: std::io::Error = rustix::io::Errno::NOENT.into();
+    for dir in path.split(':') {
+        let dir = if dir.is_empty() { "." } else { dir };
+        match access(format!("{dir}/{command}").as_str(), Access::EXEC_OK) {
+            Ok(()) => return Ok(()),
+            // A file that is there but not executable is the more useful error to show.
+            Err(e) if e != rustix::io::Errno::NOENT && e != rustix::io::Errno::NOTDIR => last = e.into(),
+            Err(_) => {}
+        }
+    }
+    Err(last)
 }
 
 async fn write_loop(stdin: ChildStdin, mut rx: mpsc::UnboundedReceiver<String>, label: String) {
@@ -643,4 +686,24 @@ async fn stderr_loop(
         t.push_back(line);
     }
     done.send_replace(true);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::executable;
+
+    #[test]
+    fn programs_are_found_like_exec_finds_them() {
+        assert!(executable("sh", None).is_ok());
+        assert!(executable("/bin/sh", None).is_ok());
+        let missing = executable("no-such-server-xyz", Some("/usr/bin:/bin")).unwrap_err();
+        assert_eq!(missing.kind(), std::io::ErrorKind::NotFound);
+        assert_eq!(executable("/nonexistent/server", None).unwrap_err().kind(), std::io::ErrorKind::NotFound);
+        // The server's own PATH decides, not switchyard's.
+        assert!(executable("sh", Some("/nonexistent")).is_err());
+        // There but not executable.
+        let file = tempfile::NamedTempFile::new().unwrap();
+        let e = executable(file.path().to_str().unwrap(), None).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
+    }
 }

@@ -359,6 +359,27 @@ mod stdio_kinds {
         Pipe,
         File,
         Socket,
+        /// The very socket that is stdin (one description for both, as inetd or socat give).
+        StdinSocket,
+    }
+
+    /// The test's end of a socket: dropping it ends only the router's input, so a reader of
+    /// the same socket still sees the answers.
+    struct HalfClose(UnixStream);
+
+    impl Write for HalfClose {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.write(buf)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            self.0.flush()
+        }
+    }
+
+    impl Drop for HalfClose {
+        fn drop(&mut self) {
+            let _ = self.0.shutdown(std::net::Shutdown::Write);
+        }
     }
 
     /// The test's side of the router's stdin.
@@ -407,6 +428,8 @@ mod stdio_kinds {
     pub fn run(input: In, output: Out) {
         let dir = temp_dir();
         let what = format!("stdin {input:?}, stdout {output:?}");
+        // The test's end of a stdin socket, for a stdout that is the same socket.
+        let mut socket_peer: Option<UnixStream> = None;
         // What the router gets, and a copy of the same open file description kept by the test.
         let (child_in, kept_in, mut feed): (OwnedFd, OwnedFd, Feed) = match input {
             In::Pipe => {
@@ -416,8 +439,9 @@ mod stdio_kinds {
             }
             In::Socket => {
                 let (ours, theirs) = UnixStream::pair().unwrap();
+                socket_peer = Some(ours.try_clone().unwrap());
                 let theirs = OwnedFd::from(theirs);
-                (theirs.try_clone().unwrap(), theirs, Feed::Stream(Box::new(ours)))
+                (theirs.try_clone().unwrap(), theirs, Feed::Stream(Box::new(HalfClose(ours))))
             }
             In::File => {
                 // A file ends at once: only what the router answers itself (ping) comes back.
@@ -453,6 +477,10 @@ mod stdio_kinds {
                 let (ours, theirs) = UnixStream::pair().unwrap();
                 let theirs = OwnedFd::from(theirs);
                 (theirs.try_clone().unwrap(), theirs, collect(ours))
+            }
+            Out::StdinSocket => {
+                let peer = socket_peer.take().expect("stdout on the stdin socket needs a socket stdin");
+                (kept_in.try_clone().unwrap(), kept_in.try_clone().unwrap(), collect(peer))
             }
             Out::File => {
                 let p = dir.path().join("out.jsonl");
@@ -533,6 +561,7 @@ fn stdio_works_with_every_kind_of_stdin_and_stdout() {
             run(input, output);
         }
     }
+    run(In::Socket, Out::StdinSocket);
 }
 
 /// A process with stdio wired by the test (the harness's Proc always pipes its own).
@@ -707,4 +736,21 @@ async fn a_relative_cwd_is_the_config_files_and_a_missing_one_is_named() {
     c.close().await;
     r.wait().await;
     assert!(r.stderr.text().contains("conf/gone"), "a failed spawn is logged: {}", r.stderr.text());
+}
+
+#[tokio::test]
+async fn a_killed_router_leaves_no_orphan_behind_a_launcher() {
+    // `; true` keeps sh from exec-ing the fixture: sh stays as a launcher, like npx. The parent-
+    // death signal alone reached sh only, and the real server ran on.
+    // Its stderr goes elsewhere: a write to the dead router's pipe would end it by itself.
+    let script = format!("{} fixture --ignore-stdin-eof 2>/dev/null; true", bin());
+    let server = vec!["sh".to_string(), "-c".to_string(), script];
+    let mut s = Setup::in_front_of(&server, &[], None, &[]).await;
+    s.client.initialize().await;
+    let pid = fixture_pid(&mut s.client).await;
+    let tree = descendants(s.router.pid);
+    assert!(tree.contains(&pid), "the fixture {pid} runs under the router: {tree:?}");
+    s.router.signal(libc::SIGKILL);
+    s.router.wait().await;
+    wait_all_dead(&tree, Duration::from_secs(3)).await;
 }

@@ -157,8 +157,7 @@ async fn a_killed_launcher_fails_its_calls_and_leaves_no_orphan() {
     let mut client = router.client();
     client.initialize().await;
     let server = fixture_pid(&mut client).await;
-    let launcher =
-        descendants(router.pid).into_iter().find(|p| descendants(*p).contains(&server)).expect("the sh launcher");
+    let launcher = descendants(router.pid).into_iter().find(|p| descendants(*p) == [server]).expect("the sh launcher");
     // Not read-only, so not retried: the error itself must come back.
     let id = client
         .send_request("tools/call", json!({"name": "write", "arguments": {"path": "/p", "text": "t", "ms": 20000}}))
@@ -422,4 +421,15 @@ async fn running_out_of_descriptors_on_accept_backs_off() {
     let (_conn, mut c) = connect(&socket).await;
     c.initialize().await;
     assert_eq!(c.call_text("echo", json!({"text": "back"})).await, "back");
+}
+
+/// The other way round: a client that leaves first ends `connect` cleanly.
+#[tokio::test]
+async fn connect_exits_zero_when_its_client_leaves() {
+    let (mut router, mut conn, mut c, _dir) = connect_with_calls_in_flight().await;
+    c.close().await;
+    c.expect_eof().await;
+    assert_eq!(conn.wait().await.code(), Some(0), "{}", conn.stderr.text());
+    // The router serves on.
+    assert!(router.is_running());
 }
