@@ -146,7 +146,7 @@ impl Loader {
         };
         let mut changed = std::mem::take(&mut self.first_scan);
 
-        for entry in &self.entries {
+        for entry in self.entries.iter().filter(|e| e.required) {
             let name = &entry.file;
             if found.contains_key(name) {
                 self.missing.remove(name);
@@ -158,14 +158,18 @@ impl Loader {
             } else if self.missing.insert(name.clone()) {
                 tracing::error!(
                     plugin = %name,
-                    "plugin file {} was deleted, but the plugin has a [[plugins]] entry: the version \
-                     loaded stays in force (remove the entry and restart to drop it)",
+                    "plugin file {} was deleted, but its [[plugins]] entry requires it: the version loaded \
+                     stays in force (remove the entry, or set required = false, and restart to drop it)",
                     path.display()
                 );
             }
         }
-        let gone: Vec<String> =
-            self.loaded.keys().filter(|n| !found.contains_key(*n) && self.entry(n).is_none()).cloned().collect();
+        let gone: Vec<String> = self
+            .loaded
+            .keys()
+            .filter(|n| !found.contains_key(*n) && !self.entry(n).is_some_and(|e| e.required))
+            .cloned()
+            .collect();
         for name in gone {
             self.loaded.remove(&name);
             tracing::info!(plugin = %name, "plugin removed (file deleted)");
@@ -202,7 +206,7 @@ impl Loader {
                 }
                 Err(e) => {
                     let reason = format!("{e:#}");
-                    if self.entry(name).is_some() && !self.loaded.contains_key(name) {
+                    if self.entry(name).is_some_and(|e| e.required) && !self.loaded.contains_key(name) {
                         configured_failures.push(format!("{name}: {reason}"));
                     }
                     let keeping = if self.loaded.contains_key(name) {

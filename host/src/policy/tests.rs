@@ -563,6 +563,10 @@ async fn start_refuses_a_configured_plugin_that_cannot_run() {
         assert!(e.contains("guard.wasm") && e.contains("unknown key `denny`"), "{e}");
     }
     assert!(start(vec![entry("guard.wasm", r#"{"deny":["delete_*"]}"#, 0, OnError::Closed)]).await.is_ok());
+    // An entry that only configures a file for when it is dropped in says so.
+    let mut later = entry("later.wasm", "{}", 0, OnError::Open);
+    later.required = false;
+    assert!(start(vec![later]).await.is_ok());
     shutdown.cancel();
 }
 
@@ -615,5 +619,54 @@ async fn a_plugin_that_keeps_hitting_its_deadline_is_switched_off() {
                 assert!(last.reason.contains("switched off"), "{}", last.reason);
             }
         }
+    }
+}
+
+/// Measures what the worker thread adds to one plugin call: the same chain (the template
+/// plugin) decided on this thread and through [`PluginSet::decide_async`] on a current-thread
+/// runtime, as the router runs it. Not a pass/fail test: run it by hand with
+/// `cargo test --lib -- --ignored --nocapture worker_hop_cost` (numbers from a debug build
+/// overstate the host-side code, not the thread hand-over).
+#[test]
+#[ignore]
+fn worker_hop_cost() {
+    let set =
+        Arc::new(PluginSet::new(vec![load_as("template.wasm", &example("template.wasm"), "{}", 0, OnError::Open)]));
+    let c = call("read_file", r#"{"path":"/a"}"#);
+    let percentiles = |mut v: Vec<Duration>| {
+        v.sort();
+        (v[v.len() / 2], v[v.len() * 9 / 10], v[v.len() * 99 / 100])
+    };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    for round in 0..3 {
+        let mut here = Vec::new();
+        for _ in 0..2000 {
+            let t = Instant::now();
+            set.decide(&c).unwrap();
+            here.push(t.elapsed());
+        }
+        let mut hop = Vec::new();
+        rt.block_on(async {
+            for _ in 0..2000 {
+                let t = Instant::now();
+                set.decide_async(&c).await.unwrap();
+                hop.push(t.elapsed());
+            }
+        });
+        let empty = Arc::new(PluginSet::empty());
+        let mut none = Vec::new();
+        rt.block_on(async {
+            for _ in 0..2000 {
+                let t = Instant::now();
+                empty.decide_async(&c).await.unwrap();
+                none.push(t.elapsed());
+            }
+        });
+        println!(
+            "round {round}: (p50, p90, p99) on this thread {:?}, via the worker {:?}, empty chain {:?}",
+            percentiles(here),
+            percentiles(hop),
+            percentiles(none)
+        );
     }
 }
