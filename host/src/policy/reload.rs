@@ -19,7 +19,7 @@ use notify_debouncer_full::{DebounceEventResult, new_debouncer};
 use tokio_util::sync::CancellationToken;
 
 use super::{Loaded, PluginSet, Policy};
-use crate::config::{Config, PluginEntry};
+use crate::config::{Config, OnError, PluginEntry};
 
 /// Events closer together than this are handled as one change (editors write in bursts).
 const DEBOUNCE: Duration = Duration::from_millis(250);
@@ -192,7 +192,7 @@ impl Loader {
             let started = Instant::now();
             match Loaded::load(name, &bytes, &self.entry_for(name)) {
                 Ok(l) => {
-                    let verb = if self.loaded.contains_key(name) { "reloaded" } else { "loaded" };
+                    let verb = if self.loaded.get(name).is_some_and(|l| l.is_ready()) { "reloaded" } else { "loaded" };
                     tracing::info!(
                         plugin = %name,
                         "plugin {verb} ({} bytes, sha256 {}…) in {} ms",
@@ -206,13 +206,21 @@ impl Loader {
                 }
                 Err(e) => {
                     let reason = format!("{e:#}");
-                    if self.entry(name).is_some_and(|e| e.required) && !self.loaded.contains_key(name) {
+                    let entry = self.entry(name).cloned();
+                    let has_good = self.loaded.get(name).is_some_and(|l| l.is_ready());
+                    if entry.as_ref().is_some_and(|e| e.required) && !has_good {
                         configured_failures.push(format!("{name}: {reason}"));
                     }
-                    let keeping = if self.loaded.contains_key(name) {
-                        "keeping the last good version in force"
-                    } else {
-                        "not loaded"
+                    let keeping = match (&entry, has_good) {
+                        (_, true) => "keeping the last good version in force",
+                        (Some(e), false) if e.on_error == OnError::Closed => {
+                            // A configured closed plugin that never ran must not fail open.
+                            let l = Loaded::broken(name, hash, e, reason.clone());
+                            self.loaded.insert(name.clone(), Arc::new(l));
+                            changed = true;
+                            "on_error = closed: the calls it would judge are rejected until it loads"
+                        }
+                        _ => "not loaded",
                     };
                     tracing::error!(plugin = %name, "plugin {} is broken: {reason}; {keeping}", path.display());
                     self.failed.insert(name.clone(), hash);
