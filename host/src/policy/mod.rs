@@ -118,7 +118,7 @@ struct Loaded {
 
 /// Whether a plugin in the chain can run.
 enum Runs {
-    Ready(wasm::Plugin),
+    Ready(Box<wasm::Plugin>),
     /// A configured plugin with on_error = closed whose file does not load, and no earlier
     /// version did: it rejects the calls it would have judged until a good version arrives.
     Broken(String),
@@ -266,7 +266,7 @@ impl Loaded {
         let hash = wasm::content_hash(bytes);
         let config_json = entry.config_json()?;
         let plugin = wasm::Plugin::load(name, bytes, &hash, wasm::Limits::from_entry(entry), &config_json, false)?;
-        let plugin = Runs::Ready(plugin);
+        let plugin = Runs::Ready(Box::new(plugin));
         Ok(Loaded { name: name.to_string(), hash, priority: entry.priority, on_error: entry.on_error, plugin })
     }
 
