@@ -513,3 +513,37 @@ async fn plugin_check_and_examples_through_the_binary() {
     let (ok, out, _) = run(&["examples", ex.to_str().unwrap()]);
     assert!(ok && out.contains("template.wasm") && ex.join("template.wasm").is_file(), "{out}");
 }
+
+/// Waits until the router's log contains `text`.
+async fn log_shows(s: &Setup, text: &str) {
+    let started = Instant::now();
+    while !s.router.stderr.text().contains(text) {
+        assert!(started.elapsed() < Duration::from_secs(5), "no `{text}` in the log: {}", s.router.stderr.text());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Issue 9, item 4: hot reload goes on after the plugins directory is deleted and created
+/// again, and after it is replaced by another directory renamed into its place.
+#[tokio::test]
+async fn hot_reload_goes_on_after_the_plugins_directory_is_deleted_or_replaced() {
+    let mut s = Setup::start(&[], &[], None, &[]).await;
+    s.client.initialize().await;
+    let plugins = s.plugins_dir();
+    std::fs::remove_dir(&plugins).unwrap();
+    log_shows(&s, "disappeared").await;
+    std::fs::create_dir(&plugins).unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    install(&plugins, &example("guard.wasm"), "guard.wasm");
+    log_shows(&s, "policy plugins in force: [guard.wasm]").await;
+
+    let next = s.dir.path().join("next");
+    std::fs::create_dir(&next).unwrap();
+    std::fs::copy(example("hints.wasm"), next.join("hints.wasm")).unwrap();
+    std::fs::rename(&plugins, s.dir.path().join("old")).unwrap();
+    std::fs::rename(&next, &plugins).unwrap();
+    log_shows(&s, "policy plugins in force: [hints.wasm]").await;
+    install(&plugins, &example("timeouts.wasm"), "timeouts.wasm");
+    log_shows(&s, "policy plugins in force: [hints.wasm, timeouts.wasm]").await;
+    assert_eq!(s.client.call_text("echo", json!({"text": "still here"})).await, "still here");
+}
