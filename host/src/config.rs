@@ -151,6 +151,10 @@ pub struct PluginEntry {
     /// Give the plugin random numbers (off: a fixed stream).
     #[serde(default)]
     pub allow_random: bool,
+    /// The plugin must run: a missing file stops the start, and deleting it later keeps the
+    /// loaded version in force. `false`: the entry only configures the file when it is there.
+    #[serde(default = "default_required")]
+    pub required: bool,
 }
 
 fn default_deadline_ms() -> u64 {
@@ -158,6 +162,9 @@ fn default_deadline_ms() -> u64 {
 }
 fn default_memory_mib() -> u64 {
     16
+}
+fn default_required() -> bool {
+    true
 }
 
 impl PluginEntry {
@@ -172,6 +179,7 @@ impl PluginEntry {
             memory_mib: default_memory_mib(),
             allow_clock: false,
             allow_random: false,
+            required: default_required(),
         }
     }
 

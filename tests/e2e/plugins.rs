@@ -438,3 +438,112 @@ priority = 5
     let r = c.call_text("read_text_file", json!({"path": path})).await;
     assert!(r.contains("done-9"));
 }
+
+/// Issue 8, item 17: without --plugins or a config file, the plugins directory follows
+/// XDG_CONFIG_HOME.
+#[tokio::test]
+async fn the_default_plugins_directory_follows_xdg_config_home() {
+    let dir = temp_dir();
+    let xdg = dir.path().join("xdg");
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let mut argv = vec!["--".to_string()];
+    argv.extend(Proc::fixture_cmd(&[]));
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let envs = [("XDG_CONFIG_HOME", xdg.to_str().unwrap()), ("HOME", home.to_str().unwrap())];
+    let mut router = Proc::router_env(&argv, &envs);
+    let mut client = router.client();
+    client.initialize().await;
+    let wanted = xdg.join("switchyard/plugins");
+    assert!(wanted.is_dir(), "{} was not created", wanted.display());
+    assert!(!home.join(".config").exists(), "HOME/.config is used only without XDG_CONFIG_HOME");
+    // It is the directory in force: a guard dropped there is applied.
+    install(&wanted, &example("guard.wasm"), "guard.wasm");
+    let started = Instant::now();
+    loop {
+        // guard.wasm without an entry denies nothing, but its load is logged.
+        if router.stderr.text().contains("plugin loaded") {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "{}", router.stderr.text());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(router.stderr.text().contains(&wanted.display().to_string()));
+}
+
+/// Issue 8, items 15 and 17: `plugin check` through the binary: a file that is not wasm is one
+/// line of error; an unknown `--call` field is refused; a panic's message is shown; and
+/// `plugin examples` writes the template the docs list.
+#[tokio::test]
+async fn plugin_check_and_examples_through_the_binary() {
+    let dir = temp_dir();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(bin()).arg("plugin").args(args).output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let notes = dir.path().join("notes.wasm");
+    std::fs::write(&notes, "just some text\n".repeat(20)).unwrap();
+    let (ok, _, err) = run(&["check", notes.to_str().unwrap()]);
+    assert!(!ok && err.trim().lines().count() == 1 && err.contains("not WebAssembly"), "{err}");
+
+    let hints = example("hints.wasm");
+    let (ok, _, err) = run(&["check", hints.to_str().unwrap(), "--call", r#"{"declared": {"readOnlyHint": true}}"#]);
+    assert!(!ok && err.contains("unknown field `declared`"), "{err}");
+    let (_, help, _) = run(&["check", "--help"]);
+    assert!(help.contains("annotations") && !help.contains("\"declared\""), "{help}");
+
+    let noisy = fixture_plugin("noisy.wasm");
+    let args = ["check", noisy.to_str().unwrap(), "--config", r#"{"panic_in_decide": "example"}"#];
+    let (ok, out, err) = run(&args);
+    assert!(!ok, "{out}");
+    assert!(out.contains("plugin stdout: noisy: decide example (stdout)"), "{out}");
+    assert!(err.contains("noisy panics in decide for example"), "{err}");
+
+    let cfg = dir.path().join("switchyard.toml");
+    std::fs::write(&cfg, "[[plugins]]\nfile = \"guard.wasm\"\nconfig = { deny = [\"example\"] }\n").unwrap();
+    let guard = example("guard.wasm");
+    let (ok, out, err) = run(&["check", guard.to_str().unwrap(), "--config-file", cfg.to_str().unwrap()]);
+    assert!(ok && out.contains("reject: tool `example` is blocked by policy"), "{out}{err}");
+
+    let ex = dir.path().join("examples");
+    let (ok, out, _) = run(&["examples", ex.to_str().unwrap()]);
+    assert!(ok && out.contains("template.wasm") && ex.join("template.wasm").is_file(), "{out}");
+}
+
+/// Waits until the router's log contains `text`.
+async fn log_shows(s: &Setup, text: &str) {
+    let started = Instant::now();
+    while !s.router.stderr.text().contains(text) {
+        assert!(started.elapsed() < Duration::from_secs(5), "no `{text}` in the log: {}", s.router.stderr.text());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Issue 9, item 4: hot reload goes on after the plugins directory is deleted and created
+/// again, and after it is replaced by another directory renamed into its place.
+#[tokio::test]
+async fn hot_reload_goes_on_after_the_plugins_directory_is_deleted_or_replaced() {
+    let mut s = Setup::start(&[], &[], None, &[]).await;
+    s.client.initialize().await;
+    let plugins = s.plugins_dir();
+    std::fs::remove_dir(&plugins).unwrap();
+    log_shows(&s, "disappeared").await;
+    std::fs::create_dir(&plugins).unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    install(&plugins, &example("guard.wasm"), "guard.wasm");
+    log_shows(&s, "policy plugins in force: [guard.wasm]").await;
+
+    let next = s.dir.path().join("next");
+    std::fs::create_dir(&next).unwrap();
+    std::fs::copy(example("hints.wasm"), next.join("hints.wasm")).unwrap();
+    std::fs::rename(&plugins, s.dir.path().join("old")).unwrap();
+    std::fs::rename(&next, &plugins).unwrap();
+    log_shows(&s, "policy plugins in force: [hints.wasm]").await;
+    install(&plugins, &example("timeouts.wasm"), "timeouts.wasm");
+    log_shows(&s, "policy plugins in force: [hints.wasm, timeouts.wasm]").await;
+    assert_eq!(s.client.call_text("echo", json!({"text": "still here"})).await, "still here");
+}

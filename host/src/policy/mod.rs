@@ -113,7 +113,15 @@ struct Loaded {
     hash: [u8; 32],
     priority: i32,
     on_error: OnError,
-    plugin: wasm::Plugin,
+    plugin: Runs,
+}
+
+/// Whether a plugin in the chain can run.
+enum Runs {
+    Ready(Box<wasm::Plugin>),
+    /// A configured plugin with on_error = closed whose file does not load, and no earlier
+    /// version did: it rejects the calls it would have judged until a good version arrives.
+    Broken(String),
 }
 
 /// An immutable, ordered chain of loaded plugins.
@@ -171,7 +179,15 @@ impl PluginSet {
     fn decide_args(&self, args: &wasm::CallArgs) -> Result<Decision, Rejection> {
         let mut decision = Decision::default();
         for p in &self.chain {
-            match guarded(|| p.plugin.decide(args, &decision)) {
+            let plugin = match &p.plugin {
+                Runs::Ready(plugin) => plugin,
+                Runs::Broken(why) => {
+                    // The load error was logged once; the client's error carries it too.
+                    let reason = format!("plugin cannot run: {why}");
+                    return Err(Rejection { plugin: p.name.clone(), reason });
+                }
+            };
+            match guarded(|| plugin.decide(args, &decision)) {
                 Ok(wasm::Verdict::Continue(d)) => decision = d,
                 Ok(wasm::Verdict::Stop(d)) => return Ok(d),
                 Ok(wasm::Verdict::Reject(reason)) => {
@@ -185,11 +201,11 @@ impl PluginSet {
                     match p.on_error {
                         OnError::Open => {
                             let note = format!("plugin skipped for {what}: it {e} (on_error = open)");
-                            p.plugin.output().line(tracing::Level::WARN, "switchyard", &note);
+                            plugin.output().line(tracing::Level::WARN, "switchyard", &note);
                         }
                         OnError::Closed => {
                             let note = format!("{what} rejected: the plugin {e} (on_error = closed)");
-                            p.plugin.output().line(tracing::Level::WARN, "switchyard", &note);
+                            plugin.output().line(tracing::Level::WARN, "switchyard", &note);
                             return Err(Rejection { plugin: p.name.clone(), reason: format!("plugin failed: {e}") });
                         }
                     }
@@ -223,11 +239,13 @@ impl PluginSet {
     pub fn annotate(&self, server: &str, tool: &str, declared: &Hints) -> Hints {
         let mut hints = declared.clone();
         for p in &self.chain {
-            match guarded(|| p.plugin.annotate(server, tool, declared, &hints)) {
+            // A broken plugin is skipped: its load error was logged once.
+            let Runs::Ready(plugin) = &p.plugin else { continue };
+            match guarded(|| plugin.annotate(server, tool, declared, &hints)) {
                 Ok(h) => hints = h,
                 Err(e) => {
                     let note = format!("annotate of tool `{tool}` skipped: the plugin {e}");
-                    p.plugin.output().line(tracing::Level::WARN, "switchyard", &note);
+                    plugin.output().line(tracing::Level::WARN, "switchyard", &note);
                 }
             }
         }
@@ -248,7 +266,26 @@ impl Loaded {
         let hash = wasm::content_hash(bytes);
         let config_json = entry.config_json()?;
         let plugin = wasm::Plugin::load(name, bytes, &hash, wasm::Limits::from_entry(entry), &config_json, false)?;
+        let plugin = Runs::Ready(Box::new(plugin));
         Ok(Loaded { name: name.to_string(), hash, priority: entry.priority, on_error: entry.on_error, plugin })
+    }
+
+    /// The stand-in for a closed plugin that does not load (see [`Runs::Broken`]).
+    fn broken(name: &str, hash: [u8; 32], entry: &PluginEntry, why: String) -> Loaded {
+        let plugin = Runs::Broken(why);
+        Loaded { name: name.to_string(), hash, priority: entry.priority, on_error: entry.on_error, plugin }
+    }
+
+    fn is_ready(&self) -> bool {
+        matches!(self.plugin, Runs::Ready(_))
+    }
+
+    #[cfg(test)]
+    fn plugin(&self) -> &wasm::Plugin {
+        match &self.plugin {
+            Runs::Ready(p) => p,
+            Runs::Broken(why) => panic!("{} cannot run: {why}", self.name),
+        }
     }
 }
 

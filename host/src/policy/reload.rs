@@ -19,7 +19,7 @@ use notify_debouncer_full::{DebounceEventResult, new_debouncer};
 use tokio_util::sync::CancellationToken;
 
 use super::{Loaded, PluginSet, Policy};
-use crate::config::{Config, PluginEntry};
+use crate::config::{Config, OnError, PluginEntry};
 
 /// Events closer together than this are handled as one change (editors write in bursts).
 const DEBOUNCE: Duration = Duration::from_millis(250);
@@ -146,7 +146,7 @@ impl Loader {
         };
         let mut changed = std::mem::take(&mut self.first_scan);
 
-        for entry in &self.entries {
+        for entry in self.entries.iter().filter(|e| e.required) {
             let name = &entry.file;
             if found.contains_key(name) {
                 self.missing.remove(name);
@@ -158,14 +158,18 @@ impl Loader {
             } else if self.missing.insert(name.clone()) {
                 tracing::error!(
                     plugin = %name,
-                    "plugin file {} was deleted, but the plugin has a [[plugins]] entry: the version \
-                     loaded stays in force (remove the entry and restart to drop it)",
+                    "plugin file {} was deleted, but its [[plugins]] entry requires it: the version loaded \
+                     stays in force (remove the entry, or set required = false, and restart to drop it)",
                     path.display()
                 );
             }
         }
-        let gone: Vec<String> =
-            self.loaded.keys().filter(|n| !found.contains_key(*n) && self.entry(n).is_none()).cloned().collect();
+        let gone: Vec<String> = self
+            .loaded
+            .keys()
+            .filter(|n| !found.contains_key(*n) && !self.entry(n).is_some_and(|e| e.required))
+            .cloned()
+            .collect();
         for name in gone {
             self.loaded.remove(&name);
             tracing::info!(plugin = %name, "plugin removed (file deleted)");
@@ -188,7 +192,7 @@ impl Loader {
             let started = Instant::now();
             match Loaded::load(name, &bytes, &self.entry_for(name)) {
                 Ok(l) => {
-                    let verb = if self.loaded.contains_key(name) { "reloaded" } else { "loaded" };
+                    let verb = if self.loaded.get(name).is_some_and(|l| l.is_ready()) { "reloaded" } else { "loaded" };
                     tracing::info!(
                         plugin = %name,
                         "plugin {verb} ({} bytes, sha256 {}…) in {} ms",
@@ -202,13 +206,21 @@ impl Loader {
                 }
                 Err(e) => {
                     let reason = format!("{e:#}");
-                    if self.entry(name).is_some() && !self.loaded.contains_key(name) {
+                    let entry = self.entry(name).cloned();
+                    let has_good = self.loaded.get(name).is_some_and(|l| l.is_ready());
+                    if entry.as_ref().is_some_and(|e| e.required) && !has_good {
                         configured_failures.push(format!("{name}: {reason}"));
                     }
-                    let keeping = if self.loaded.contains_key(name) {
-                        "keeping the last good version in force"
-                    } else {
-                        "not loaded"
+                    let keeping = match (&entry, has_good) {
+                        (_, true) => "keeping the last good version in force",
+                        (Some(e), false) if e.on_error == OnError::Closed => {
+                            // A configured closed plugin that never ran must not fail open.
+                            let l = Loaded::broken(name, hash, e, reason.clone());
+                            self.loaded.insert(name.clone(), Arc::new(l));
+                            changed = true;
+                            "on_error = closed: the calls it would judge are rejected until it loads"
+                        }
+                        _ => "not loaded",
                     };
                     tracing::error!(plugin = %name, "plugin {} is broken: {reason}; {keeping}", path.display());
                     self.failed.insert(name.clone(), hash);
