@@ -190,19 +190,16 @@ pub fn attribute(owner: Option<SessionId>, owners: &Owners, attached: &[SessionI
     }
 }
 
-/// Roots a server may be answered with on a client's behalf: when every session that told
-/// switchyard its roots gave the same ones, and none is being asked again right now.
+/// Roots a server may be answered with on behalf of all these sessions: when switchyard knows
+/// every one's roots (none unknown, none being asked again) and they are the same.
 fn agreed_roots<'a>(states: impl IntoIterator<Item = Option<&'a RootsState>>) -> Option<&'a serde_json::Value> {
     let mut agreed: Option<&serde_json::Value> = None;
     for state in states {
-        match state {
-            None => {}
-            Some(RootsState::Refreshing) => return None,
-            Some(RootsState::Known(v)) => match agreed {
-                None => agreed = Some(v),
-                Some(a) if a == v => {}
-                Some(_) => return None,
-            },
+        let Some(RootsState::Known(v)) = state else { return None };
+        match agreed {
+            None => agreed = Some(v),
+            Some(a) if a == v => {}
+            Some(_) => return None,
         }
     }
     agreed
@@ -395,13 +392,14 @@ impl Hub {
     pub fn server_request(&self, inst: &Arc<Instance>, line: String, env: Envelope) {
         let method = env.method.clone().unwrap_or_default();
         let id_span = env.id.clone().expect("requests have ids");
+        let attribution = self.attribute(inst);
         if method == "roots/list"
-            && let Some(result) = self.cached_roots(inst)
+            && let Some(result) = self.cached_roots(&attribution)
         {
             Self::reply_to(inst, codec::response_ok(&line[id_span], &result));
             return;
         }
-        let target = match self.attribute(inst) {
+        let target = match attribution {
             Attribution::Session(id) => {
                 self.session(id).ok_or_else(|| "the session it belongs to has disconnected".to_string())
             }
@@ -428,14 +426,18 @@ impl Hub {
         link.send_from_server(codec::splice(&line, id_span, &n.to_string()));
     }
 
-    /// The roots to answer `inst`'s roots/list with, when switchyard knows them: its session's
-    /// for an affinity instance, else those every session that gave roots agrees on.
-    fn cached_roots(&self, inst: &Instance) -> Option<String> {
+    /// The roots to answer a roots/list with, when switchyard knows them: those of the session it
+    /// belongs to; when that is unclear (an instance starting, say), those every connected
+    /// session has, if they all agree. Never one session's roots for another's call.
+    fn cached_roots(&self, attribution: &Attribution) -> Option<String> {
         let roots = self.roots.lock().expect("lock");
-        let agreed = match inst.owner {
-            Some(owner) => agreed_roots([roots.get(&owner)]),
-            None => {
+        let agreed = match attribution {
+            Attribution::Session(id) => agreed_roots([roots.get(id)]),
+            Attribution::Unclear(_) => {
                 let sessions = self.sessions.read().expect("lock");
+                if sessions.is_empty() {
+                    return None;
+                }
                 agreed_roots(sessions.keys().map(|id| roots.get(id)))
             }
         };
@@ -513,8 +515,12 @@ impl Hub {
             tracing::warn!(session = link.id, "dropped an error response with id null from the client");
             return;
         };
-        let own = self.own_asks.lock().expect("lock").remove(&line[span.clone()]);
-        if let Some((session, done)) = own.filter(|(s, _)| *s == link.id) {
+        let own = {
+            let mut asks = self.own_asks.lock().expect("lock");
+            let mine = asks.get(&line[span.clone()]).is_some_and(|(s, _)| *s == link.id);
+            if mine { asks.remove(&line[span.clone()]) } else { None }
+        };
+        if let Some((session, done)) = own {
             self.learn_roots(session, line, env);
             let _ = done.send(());
             return;
@@ -1376,13 +1382,14 @@ mod tests {
     }
 
     #[test]
-    fn roots_are_answered_by_switchyard_only_when_every_known_one_agrees() {
+    fn roots_are_answered_by_switchyard_only_when_every_session_agrees() {
         let a = RootsState::Known(serde_json::json!({"roots": [{"uri": "file:///a"}]}));
         let a2 = RootsState::Known(serde_json::json!({"roots": [{"uri": "file:///a"}]}));
         let b = RootsState::Known(serde_json::json!({"roots": [{"uri": "file:///b"}]}));
         let want = serde_json::json!({"roots": [{"uri": "file:///a"}]});
         assert_eq!(agreed_roots([Some(&a)]), Some(&want));
-        assert_eq!(agreed_roots([Some(&a), None, Some(&a2)]), Some(&want), "unknown sessions do not count");
+        assert_eq!(agreed_roots([Some(&a), Some(&a2)]), Some(&want));
+        assert_eq!(agreed_roots([Some(&a), None]), None, "a session whose roots are unknown may differ");
         assert_eq!(agreed_roots([Some(&a), Some(&b)]), None, "disagreement: ask a client");
         assert_eq!(agreed_roots([Some(&a), Some(&RootsState::Refreshing)]), None, "a change is being fetched");
         assert_eq!(agreed_roots([None, None]), None, "nothing known yet: ask a client");

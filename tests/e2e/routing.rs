@@ -172,3 +172,26 @@ async fn a_starting_instance_gets_the_clients_roots_from_switchyard() {
     let seen = drain(&mut s.client, Duration::from_millis(300)).await;
     assert!(seen.iter().all(|m| !is_server_request(m, "roots/list")), "{seen:?}");
 }
+
+/// switchyard answers roots/list from what it keeps only with the roots of the session the
+/// request belongs to: session B's call never gets session A's roots.
+#[tokio::test]
+async fn one_sessions_roots_never_answer_for_another_session() {
+    let dir = temp_dir();
+    let sock = dir.path().join("o.sock");
+    let mut s = Setup::new(&["--roots-on-initialized"], &["--listen", sock.to_str().unwrap()]).await;
+    s.client.initialize().await;
+    let req = s.client.recv_request("roots/list").await;
+    s.client.respond(req["id"].clone(), json!({"roots": [{"uri": "file:///only-a", "name": "a"}]})).await;
+    let (_bp, mut b) = connect(&sock).await;
+    b.initialize().await;
+
+    let call = b.send_request("tools/call", json!({"name": "roots", "arguments": {}})).await;
+    let ask = b.recv_request("roots/list").await;
+    b.respond(ask["id"].clone(), json!({"roots": [{"uri": "file:///only-b", "name": "b"}]})).await;
+    let listed = tool_text(&b.wait_response(&call).await).to_string();
+    assert!(listed.contains("only-b") && !listed.contains("only-a"), "{listed}");
+    // And A's own call gets A's roots from switchyard, without asking A again.
+    let listed = s.client.call_text("roots", json!({})).await;
+    assert!(listed.contains("only-a") && !listed.contains("only-b"), "{listed}");
+}
