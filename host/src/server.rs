@@ -303,11 +303,6 @@ impl Hub {
         self.sessions.read().expect("lock").len()
     }
 
-    /// Log messages withheld so far because no one session could be named for them.
-    pub fn withheld_logs(&self) -> u64 {
-        self.withheld_logs.load(Ordering::Relaxed)
-    }
-
     /// Sends a line to every session.
     pub fn broadcast(&self, line: &str) {
         for s in self.sessions.read().expect("lock").values() {
