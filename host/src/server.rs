@@ -567,7 +567,11 @@ impl Hub {
             }
             _ => {
                 let kind = method.strip_prefix("notifications/").and_then(|m| m.strip_suffix("/list_changed"));
-                if let Some(kind) = kind.and_then(|k| LIST_KINDS.into_iter().find(|l| *l == k)) {
+                // An affinity instance's lists are its session's own (a stateful server may add
+                // tools per session): its notices go to that session as they come.
+                if let Some(kind) = kind.and_then(|k| LIST_KINDS.into_iter().find(|l| *l == k))
+                    && inst.owner.is_none()
+                {
                     return self.list_changed(inst, kind, line);
                 }
                 for s in self.audience(inst) {
@@ -653,8 +657,7 @@ impl Hub {
             Some(items) => {
                 let mut lists = self.lists.lock().expect("lock");
                 let changed = lists.get(kind) != Some(&items);
-                // An affinity instance's list is its session's; the shared baseline stays.
-                if changed && inst.owner.is_none() {
+                if changed {
                     lists.insert(kind, items);
                 }
                 changed
