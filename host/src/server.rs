@@ -205,6 +205,16 @@ fn agreed_roots<'a>(states: impl IntoIterator<Item = Option<&'a RootsState>>) ->
     agreed
 }
 
+/// `params.elicitationId` of a URL-mode elicitation or its completion notice.
+fn elicitation_id(line: &str, params: Option<&std::ops::Range<usize>>) -> Option<String> {
+    let text = &line[params?.clone()];
+    if !text.contains("elicitationId") {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    v.get("elicitationId")?.as_str().map(str::to_string)
+}
+
 /// Puts a list's items in one order (by name, else URI), so that lists compare by content.
 fn sort_list(items: &mut [serde_json::Value]) {
     items.sort_by_cached_key(|v| v.get("name").or_else(|| v.get("uri")).map(|k| k.to_string()));
@@ -257,6 +267,9 @@ pub struct Hub {
     withheld_logs: AtomicU64,
     /// list_changed notices that changed nothing clients were shown.
     absorbed: AtomicU64,
+    /// URL-mode elicitations handed to a session, by (instance number, elicitationId): their
+    /// `notifications/elicitation/complete` goes to that session only.
+    elicitations: Mutex<HashMap<(u64, String), SessionId>>,
 }
 
 impl Hub {
@@ -275,6 +288,7 @@ impl Hub {
             list_watch: Mutex::new(HashMap::new()),
             withheld_logs: AtomicU64::new(0),
             absorbed: AtomicU64::new(0),
+            elicitations: Mutex::new(HashMap::new()),
         })
     }
 
@@ -293,6 +307,7 @@ impl Hub {
         self.roots.lock().expect("lock").remove(&id);
         self.roots_asked.lock().expect("lock").retain(|(s, _)| *s != id);
         self.own_asks.lock().expect("lock").retain(|_, (s, _)| *s != id);
+        self.elicitations.lock().expect("lock").retain(|_, s| *s != id);
     }
 
     pub fn session(&self, id: SessionId) -> Option<Arc<SessionLink>> {
@@ -418,6 +433,11 @@ impl Hub {
         if method == "roots/list" {
             self.roots_asked.lock().expect("lock").insert((link.id, n));
         }
+        if method == "elicitation/create"
+            && let Some(id) = elicitation_id(&line, env.params.as_ref())
+        {
+            self.elicitations.lock().expect("lock").insert((inst.number(), id), link.id);
+        }
         link.send_from_server(codec::splice(&line, id_span, &n.to_string()));
     }
 
@@ -491,6 +511,7 @@ impl Hub {
     /// An instance ended: its requests that clients still hold are withdrawn, so no client
     /// keeps a sampling or elicitation dialog open for a server that is gone.
     pub fn instance_gone(&self, inst: &Instance) {
+        self.elicitations.lock().expect("lock").retain(|(n, _), _| *n != inst.number());
         for s in self.sessions.read().expect("lock").values() {
             for n in s.take_outbound(inst, None) {
                 self.roots_asked.lock().expect("lock").remove(&(s.id, n));
@@ -562,6 +583,17 @@ impl Hub {
                         self.roots_asked.lock().expect("lock").remove(&(s.id, *n));
                         s.send_from_server(codec::splice(&line, span, &n.to_string()));
                         return;
+                    }
+                }
+            }
+            "notifications/elicitation/complete" => {
+                // Only the session that was asked may hear that the user finished.
+                let key = elicitation_id(&line, env.params.as_ref()).map(|id| (inst.number(), id));
+                let to = key.and_then(|k| self.elicitations.lock().expect("lock").remove(&k));
+                match to.and_then(|s| self.session(s)) {
+                    Some(s) => s.send_from_server(line),
+                    None => {
+                        tracing::debug!(instance = %inst.label(), "dropped elicitation/complete for an elicitation no connected session was given")
                     }
                 }
             }

@@ -243,3 +243,33 @@ async fn one_sessions_roots_never_answer_for_another_session() {
     let listed = s.client.call_text("roots", json!({})).await;
     assert!(listed.contains("only-a") && !listed.contains("only-b"), "{listed}");
 }
+
+/// A URL-mode elicitation's completion notice goes to the session that was asked, not to every
+/// session sharing the instance.
+#[tokio::test]
+async fn an_elicitation_completion_goes_only_to_the_session_asked() {
+    let dir = temp_dir();
+    let sock = dir.path().join("e.sock");
+    let mut s = Setup::new(&[], &["--listen", sock.to_str().unwrap()]).await;
+    s.client.initialize().await;
+    let (_bp, mut b) = connect(&sock).await;
+    b.initialize().await;
+
+    let call = s
+        .client
+        .send_request(
+            "tools/call",
+            json!({"name": "elicit", "arguments": {"message": "sign in", "url": "https://x.test/a"}}),
+        )
+        .await;
+    let req = s.client.recv_request("elicitation/create").await;
+    s.client.respond(req["id"].clone(), json!({"action": "accept"})).await;
+    let done = s.client.recv_notification("notifications/elicitation/complete").await;
+    assert_eq!(done["params"]["elicitationId"], req["params"]["elicitationId"]);
+    s.client.wait_response(&call).await;
+    let b_seen = drain(&mut b, Duration::from_millis(400)).await;
+    assert!(
+        b_seen.iter().all(|m| m["method"] != "notifications/elicitation/complete"),
+        "B heard of A's elicitation: {b_seen:?}"
+    );
+}
