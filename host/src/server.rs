@@ -292,6 +292,11 @@ impl Hub {
         })
     }
 
+    /// How long an abandoned call still owns what its instance sends.
+    pub fn linger(&self) -> Duration {
+        self.linger
+    }
+
     pub fn attach(&self, link: Arc<SessionLink>) {
         self.sessions.write().expect("lock").insert(link.id, link);
     }
