@@ -190,22 +190,29 @@ pub fn attribute(owner: Option<SessionId>, owners: &Owners, attached: &[SessionI
     }
 }
 
-/// Roots a server may be answered with on a client's behalf: when every session that told
-/// switchyard its roots gave the same ones, and none is being asked again right now.
+/// Roots a server may be answered with on behalf of all these sessions: when switchyard knows
+/// every one's roots (none unknown, none being asked again) and they are the same.
 fn agreed_roots<'a>(states: impl IntoIterator<Item = Option<&'a RootsState>>) -> Option<&'a serde_json::Value> {
     let mut agreed: Option<&serde_json::Value> = None;
     for state in states {
-        match state {
-            None => {}
-            Some(RootsState::Refreshing) => return None,
-            Some(RootsState::Known(v)) => match agreed {
-                None => agreed = Some(v),
-                Some(a) if a == v => {}
-                Some(_) => return None,
-            },
+        let Some(RootsState::Known(v)) = state else { return None };
+        match agreed {
+            None => agreed = Some(v),
+            Some(a) if a == v => {}
+            Some(_) => return None,
         }
     }
     agreed
+}
+
+/// `params.elicitationId` of a URL-mode elicitation or its completion notice.
+fn elicitation_id(line: &str, params: Option<&std::ops::Range<usize>>) -> Option<String> {
+    let text = &line[params?.clone()];
+    if !text.contains("elicitationId") {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    v.get("elicitationId")?.as_str().map(str::to_string)
 }
 
 /// Puts a list's items in one order (by name, else URI), so that lists compare by content.
@@ -260,6 +267,9 @@ pub struct Hub {
     withheld_logs: AtomicU64,
     /// list_changed notices that changed nothing clients were shown.
     absorbed: AtomicU64,
+    /// URL-mode elicitations handed to a session, by (instance number, elicitationId): their
+    /// `notifications/elicitation/complete` goes to that session only.
+    elicitations: Mutex<HashMap<(u64, String), SessionId>>,
 }
 
 impl Hub {
@@ -278,7 +288,13 @@ impl Hub {
             list_watch: Mutex::new(HashMap::new()),
             withheld_logs: AtomicU64::new(0),
             absorbed: AtomicU64::new(0),
+            elicitations: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// How long an abandoned call still owns what its instance sends.
+    pub fn linger(&self) -> Duration {
+        self.linger
     }
 
     pub fn attach(&self, link: Arc<SessionLink>) {
@@ -296,6 +312,7 @@ impl Hub {
         self.roots.lock().expect("lock").remove(&id);
         self.roots_asked.lock().expect("lock").retain(|(s, _)| *s != id);
         self.own_asks.lock().expect("lock").retain(|_, (s, _)| *s != id);
+        self.elicitations.lock().expect("lock").retain(|_, s| *s != id);
     }
 
     pub fn session(&self, id: SessionId) -> Option<Arc<SessionLink>> {
@@ -304,11 +321,6 @@ impl Hub {
 
     pub fn session_count(&self) -> usize {
         self.sessions.read().expect("lock").len()
-    }
-
-    /// Log messages withheld so far because no one session could be named for them.
-    pub fn withheld_logs(&self) -> u64 {
-        self.withheld_logs.load(Ordering::Relaxed)
     }
 
     /// Sends a line to every session.
@@ -395,13 +407,14 @@ impl Hub {
     pub fn server_request(&self, inst: &Arc<Instance>, line: String, env: Envelope) {
         let method = env.method.clone().unwrap_or_default();
         let id_span = env.id.clone().expect("requests have ids");
+        let attribution = self.attribute(inst);
         if method == "roots/list"
-            && let Some(result) = self.cached_roots(inst)
+            && let Some(result) = self.cached_roots(&attribution)
         {
             Self::reply_to(inst, codec::response_ok(&line[id_span], &result));
             return;
         }
-        let target = match self.attribute(inst) {
+        let target = match attribution {
             Attribution::Session(id) => {
                 self.session(id).ok_or_else(|| "the session it belongs to has disconnected".to_string())
             }
@@ -425,17 +438,26 @@ impl Hub {
         if method == "roots/list" {
             self.roots_asked.lock().expect("lock").insert((link.id, n));
         }
+        if method == "elicitation/create"
+            && let Some(id) = elicitation_id(&line, env.params.as_ref())
+        {
+            self.elicitations.lock().expect("lock").insert((inst.number(), id), link.id);
+        }
         link.send_from_server(codec::splice(&line, id_span, &n.to_string()));
     }
 
-    /// The roots to answer `inst`'s roots/list with, when switchyard knows them: its session's
-    /// for an affinity instance, else those every session that gave roots agrees on.
-    fn cached_roots(&self, inst: &Instance) -> Option<String> {
+    /// The roots to answer a roots/list with, when switchyard knows them: those of the session it
+    /// belongs to; when that is unclear (an instance starting, say), those every connected
+    /// session has, if they all agree. Never one session's roots for another's call.
+    fn cached_roots(&self, attribution: &Attribution) -> Option<String> {
         let roots = self.roots.lock().expect("lock");
-        let agreed = match inst.owner {
-            Some(owner) => agreed_roots([roots.get(&owner)]),
-            None => {
+        let agreed = match attribution {
+            Attribution::Session(id) => agreed_roots([roots.get(id)]),
+            Attribution::Unclear(_) => {
                 let sessions = self.sessions.read().expect("lock");
+                if sessions.is_empty() {
+                    return None;
+                }
                 agreed_roots(sessions.keys().map(|id| roots.get(id)))
             }
         };
@@ -494,6 +516,7 @@ impl Hub {
     /// An instance ended: its requests that clients still hold are withdrawn, so no client
     /// keeps a sampling or elicitation dialog open for a server that is gone.
     pub fn instance_gone(&self, inst: &Instance) {
+        self.elicitations.lock().expect("lock").retain(|(n, _), _| *n != inst.number());
         for s in self.sessions.read().expect("lock").values() {
             for n in s.take_outbound(inst, None) {
                 self.roots_asked.lock().expect("lock").remove(&(s.id, n));
@@ -513,8 +536,12 @@ impl Hub {
             tracing::warn!(session = link.id, "dropped an error response with id null from the client");
             return;
         };
-        let own = self.own_asks.lock().expect("lock").remove(&line[span.clone()]);
-        if let Some((session, done)) = own.filter(|(s, _)| *s == link.id) {
+        let own = {
+            let mut asks = self.own_asks.lock().expect("lock");
+            let mine = asks.get(&line[span.clone()]).is_some_and(|(s, _)| *s == link.id);
+            if mine { asks.remove(&line[span.clone()]) } else { None }
+        };
+        if let Some((session, done)) = own {
             self.learn_roots(session, line, env);
             let _ = done.send(());
             return;
@@ -564,9 +591,24 @@ impl Hub {
                     }
                 }
             }
+            "notifications/elicitation/complete" => {
+                // Only the session that was asked may hear that the user finished.
+                let key = elicitation_id(&line, env.params.as_ref()).map(|id| (inst.number(), id));
+                let to = key.and_then(|k| self.elicitations.lock().expect("lock").remove(&k));
+                match to.and_then(|s| self.session(s)) {
+                    Some(s) => s.send_from_server(line),
+                    None => {
+                        tracing::debug!(instance = %inst.label(), "dropped elicitation/complete for an elicitation no connected session was given")
+                    }
+                }
+            }
             _ => {
                 let kind = method.strip_prefix("notifications/").and_then(|m| m.strip_suffix("/list_changed"));
-                if let Some(kind) = kind.and_then(|k| LIST_KINDS.into_iter().find(|l| *l == k)) {
+                // An affinity instance's lists are its session's own (a stateful server may add
+                // tools per session): its notices go to that session as they come.
+                if let Some(kind) = kind.and_then(|k| LIST_KINDS.into_iter().find(|l| *l == k))
+                    && inst.owner.is_none()
+                {
                     return self.list_changed(inst, kind, line);
                 }
                 for s in self.audience(inst) {
@@ -652,8 +694,7 @@ impl Hub {
             Some(items) => {
                 let mut lists = self.lists.lock().expect("lock");
                 let changed = lists.get(kind) != Some(&items);
-                // An affinity instance's list is its session's; the shared baseline stays.
-                if changed && inst.owner.is_none() {
+                if changed {
                     lists.insert(kind, items);
                 }
                 changed
@@ -1373,13 +1414,14 @@ mod tests {
     }
 
     #[test]
-    fn roots_are_answered_by_switchyard_only_when_every_known_one_agrees() {
+    fn roots_are_answered_by_switchyard_only_when_every_session_agrees() {
         let a = RootsState::Known(serde_json::json!({"roots": [{"uri": "file:///a"}]}));
         let a2 = RootsState::Known(serde_json::json!({"roots": [{"uri": "file:///a"}]}));
         let b = RootsState::Known(serde_json::json!({"roots": [{"uri": "file:///b"}]}));
         let want = serde_json::json!({"roots": [{"uri": "file:///a"}]});
         assert_eq!(agreed_roots([Some(&a)]), Some(&want));
-        assert_eq!(agreed_roots([Some(&a), None, Some(&a2)]), Some(&want), "unknown sessions do not count");
+        assert_eq!(agreed_roots([Some(&a), Some(&a2)]), Some(&want));
+        assert_eq!(agreed_roots([Some(&a), None]), None, "a session whose roots are unknown may differ");
         assert_eq!(agreed_roots([Some(&a), Some(&b)]), None, "disagreement: ask a client");
         assert_eq!(agreed_roots([Some(&a), Some(&RootsState::Refreshing)]), None, "a change is being fetched");
         assert_eq!(agreed_roots([None, None]), None, "nothing known yet: ask a client");

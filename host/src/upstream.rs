@@ -342,7 +342,11 @@ impl Instance {
         let was = self.pending.lock().expect("lock").remove(&upstream_id);
         let was_pending = was.is_some();
         if let Some(p) = was.filter(|p| p.session != 0) {
-            self.abandoned.lock().expect("lock").insert(upstream_id, (p.session, Instant::now()));
+            let mut abandoned = self.abandoned.lock().expect("lock");
+            // Pruned here too, so a server that never answers cancelled calls cannot grow it.
+            let linger = self.hub.linger();
+            abandoned.retain(|_, (_, at)| at.elapsed() < linger);
+            abandoned.insert(upstream_id, (p.session, Instant::now()));
         }
         if was_pending && !self.is_dead() {
             let params = format!(r#"{{"requestId":{upstream_id},"reason":{}}}"#, codec::json_string(reason));

@@ -70,6 +70,54 @@ async fn a_server_request_of_an_abandoned_call_never_reaches_another_session() {
     assert!(tool_text(&b.wait_response(&call).await).contains("for B"));
 }
 
+/// The same when A's call timed out in switchyard: the server still working on it is refused
+/// rather than given B (whose call, kept alive by progress, is on the instance meanwhile).
+#[tokio::test]
+async fn a_server_request_of_a_timed_out_call_never_reaches_another_session() {
+    let dir = temp_dir();
+    let sock = dir.path().join("t.sock");
+    let journal = journal_in(&dir);
+    // Only `sample` times out (after 1 s); an abandoned call stays an owner for one default
+    // call timeout, far longer than this test.
+    let cfg = "[[plugins]]\nfile = \"timeouts.wasm\"\nconfig = { tools = { \"sample\" = { timeout_ms = 1000 } } }\n";
+    let timeouts = std::path::Path::new(env!("SWITCHYARD_EXAMPLE_PLUGINS")).join("timeouts.wasm");
+    let mut s = Setup::start(
+        &["--ignore-cancel", "--journal", &journal],
+        &["--listen", sock.to_str().unwrap()],
+        Some(cfg),
+        &[&timeouts],
+    )
+    .await;
+    s.client.initialize().await;
+    let (_bp, mut b) = connect(&sock).await;
+    b.initialize().await;
+
+    let a_call = s
+        .client
+        .send_request("tools/call", json!({"name": "sample", "arguments": {"prompt": "A's", "delay_ms": 2500}}))
+        .await;
+    let b_call = b
+        .send_request(
+            "tools/call",
+            json!({"name": "sleep", "arguments": {"ms": 4000, "progress_ms": 250}, "_meta": {"progressToken": "b"}}),
+        )
+        .await;
+    let a_resp = s.client.wait_response(&a_call).await;
+    assert_eq!(a_resp["error"]["code"], -32001, "{a_resp}");
+    let b_resp = b.wait_response(&b_call).await;
+    assert_eq!(tool_text(&b_resp), "slept 4000 ms", "{b_resp}");
+    let entries = harness::journal(&journal);
+    let refused = entries.iter().any(|m| {
+        m["dir"] == "in" && m["msg"]["error"]["message"].as_str().is_some_and(|t| t.contains("sampling/createMessage"))
+    });
+    assert!(refused, "the server's request was not refused");
+    assert!(
+        b.buffered().iter().all(|m| !is_server_request(m, "sampling/createMessage")),
+        "B got A's sampling request: {:?}",
+        b.buffered()
+    );
+}
+
 /// A log message sent during session A's call goes to A only; one that belongs to no call goes
 /// to nobody (counted in the router's log), never to another session.
 #[tokio::test]
@@ -171,4 +219,57 @@ async fn a_starting_instance_gets_the_clients_roots_from_switchyard() {
     assert!(listed.contains("file:///b"), "{listed}");
     let seen = drain(&mut s.client, Duration::from_millis(300)).await;
     assert!(seen.iter().all(|m| !is_server_request(m, "roots/list")), "{seen:?}");
+}
+
+/// switchyard answers roots/list from what it keeps only with the roots of the session the
+/// request belongs to: session B's call never gets session A's roots.
+#[tokio::test]
+async fn one_sessions_roots_never_answer_for_another_session() {
+    let dir = temp_dir();
+    let sock = dir.path().join("o.sock");
+    let mut s = Setup::new(&["--roots-on-initialized"], &["--listen", sock.to_str().unwrap()]).await;
+    s.client.initialize().await;
+    let req = s.client.recv_request("roots/list").await;
+    s.client.respond(req["id"].clone(), json!({"roots": [{"uri": "file:///only-a", "name": "a"}]})).await;
+    let (_bp, mut b) = connect(&sock).await;
+    b.initialize().await;
+
+    let call = b.send_request("tools/call", json!({"name": "roots", "arguments": {}})).await;
+    let ask = b.recv_request("roots/list").await;
+    b.respond(ask["id"].clone(), json!({"roots": [{"uri": "file:///only-b", "name": "b"}]})).await;
+    let listed = tool_text(&b.wait_response(&call).await).to_string();
+    assert!(listed.contains("only-b") && !listed.contains("only-a"), "{listed}");
+    // And A's own call gets A's roots from switchyard, without asking A again.
+    let listed = s.client.call_text("roots", json!({})).await;
+    assert!(listed.contains("only-a") && !listed.contains("only-b"), "{listed}");
+}
+
+/// A URL-mode elicitation's completion notice goes to the session that was asked, not to every
+/// session sharing the instance.
+#[tokio::test]
+async fn an_elicitation_completion_goes_only_to_the_session_asked() {
+    let dir = temp_dir();
+    let sock = dir.path().join("e.sock");
+    let mut s = Setup::new(&[], &["--listen", sock.to_str().unwrap()]).await;
+    s.client.initialize().await;
+    let (_bp, mut b) = connect(&sock).await;
+    b.initialize().await;
+
+    let call = s
+        .client
+        .send_request(
+            "tools/call",
+            json!({"name": "elicit", "arguments": {"message": "sign in", "url": "https://x.test/a"}}),
+        )
+        .await;
+    let req = s.client.recv_request("elicitation/create").await;
+    s.client.respond(req["id"].clone(), json!({"action": "accept"})).await;
+    let done = s.client.recv_notification("notifications/elicitation/complete").await;
+    assert_eq!(done["params"]["elicitationId"], req["params"]["elicitationId"]);
+    s.client.wait_response(&call).await;
+    let b_seen = drain(&mut b, Duration::from_millis(400)).await;
+    assert!(
+        b_seen.iter().all(|m| m["method"] != "notifications/elicitation/complete"),
+        "B heard of A's elicitation: {b_seen:?}"
+    );
 }
