@@ -73,6 +73,12 @@ async fn settle(c: &mut Client, tag: &str, ledger: &Ledger) {
             break;
         };
         assert!(std::time::Instant::now() < deadline, "{tag}: did not settle");
+        if m["method"] == "notifications/message"
+            && let Some(data) = m["params"]["data"].as_str()
+            && data.contains(':')
+        {
+            assert!(data.starts_with(&format!("{tag}:")), "{tag}: got another session's log message: {m}");
+        }
         if !is_response(&m) {
             continue;
         }
@@ -115,4 +121,271 @@ async fn every_request_is_answered_once_under_random_crashes_and_cancels() {
     for pid in pids {
         assert!(wait_gone(pid, Duration::from_secs(3)).await, "fixture {pid} outlived the router");
     }
+}
+
+/// Everything at once, for a bounded time: instances killed (by a tool and by `kill -9`), calls
+/// cancelled and timing out, a server instance that stops reading its stdin, a client that stops
+/// reading for a while and one that writes half a message and pauses, plugins that print, panic
+/// and loop while plugin files come and go, sessions joining and leaving mid-call, and the
+/// router's own stderr unread or broken. Checked: every request answered exactly once (or, for a
+/// session that left, never), nothing delivered across sessions, the router's memory bounded, no
+/// process left behind, a clean exit.
+async fn full_storm(stderr: StderrMode) {
+    let seed = std::env::var("SWITCHYARD_FAULT_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5EED_9A11_u64);
+    eprintln!("full storm seed: {seed} (replay with SWITCHYARD_FAULT_SEED={seed}), stderr {stderr:?}");
+    let dir = temp_dir();
+    let journal_file = journal_in(&dir);
+    let sock = dir.path().join("storm.sock");
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    std::fs::copy(test_plugin("noisy.wasm"), plugins.join("noisy.wasm")).unwrap();
+    let config = dir.path().join("switchyard.toml");
+    std::fs::write(
+        &config,
+        "[pools.default]\nmin = 1\nmax = 3\nmax_inflight = 2\n\
+         [limits]\ncall_timeout_ms = 2000\nmax_message_bytes = 65536\n\
+         [[plugins]]\nfile = \"noisy.wasm\"\nconfig = { panic_in_decide = \"panicky\" }\n",
+    )
+    .unwrap();
+    let mut argv: Vec<String> = ["run", "--config", config.to_str().unwrap(), "--plugins", plugins.to_str().unwrap()]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    argv.extend(["--listen".to_string(), sock.display().to_string(), "--".to_string()]);
+    // Every instance stops reading its stdin after 40 calls: its writer stalls from then on.
+    argv.extend(Proc::fixture_cmd(&["--journal", &journal_file, "--stop-reading-after-calls", "40"]));
+    let mut router = StormRouter::spawn(&argv, stderr);
+    let mut main = router.client();
+    main.initialize().await;
+
+    // The router's memory, sampled while the storm runs.
+    let rss_max = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let sampler = {
+        let (rss_max, pid) = (rss_max.clone(), router.pid);
+        tokio::spawn(async move {
+            loop {
+                if let Some(kb) = rss_kib(pid) {
+                    rss_max.fetch_max(kb, std::sync::atomic::Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+
+    // Plugin files come and go: a copy of the printing plugin and the looping one, unconfigured.
+    let churn = {
+        let plugins = plugins.clone();
+        let mut rng = Rng(seed.rotate_left(7) | 1);
+        tokio::spawn(async move {
+            for round in 0.. {
+                let (name, src) = if rng.below(2) == 0 { ("noisy2.wasm", "noisy.wasm") } else { ("spin.wasm", "spin.wasm") };
+                let path = plugins.join(name);
+                if path.exists() {
+                    let _ = std::fs::remove_file(&path);
+                } else {
+                    let _ = std::fs::copy(test_plugin(src), &path);
+                }
+                tokio::time::sleep(Duration::from_millis(150 + rng.below(300))).await;
+                if round > 200 {
+                    break;
+                }
+            }
+        })
+    };
+
+    // Instances killed from outside, at random, while calls run on them.
+    let killer = {
+        let journal_file = journal_file.clone();
+        let mut rng = Rng(seed.rotate_left(29) | 1);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(300 + rng.below(700))).await;
+                let pids: Vec<u32> = harness::journal(&journal_file)
+                    .iter()
+                    .filter_map(|e| e["pid"].as_u64())
+                    .map(|p| p as u32)
+                    .filter(|p| pid_alive(*p))
+                    .collect();
+                if let Some(&pid) = pids.get(rng.below(pids.len().max(1) as u64) as usize) {
+                    // SAFETY: kill(2) has no memory-safety preconditions.
+                    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                }
+            }
+        })
+    };
+
+    let (mut b_proc, mut b) = connect(&sock).await;
+    b.initialize().await;
+    let mut rng_a = Rng(seed | 1);
+    let mut rng_b = Rng(seed.rotate_left(17) | 1);
+    let mut rng_c = Rng(seed.rotate_left(41) | 1);
+    let sock2 = sock.clone();
+    let transient = async move {
+        // Sessions that join, make a few calls, and leave, some with calls still running.
+        let mut left_with_calls = 0;
+        for round in 0..6 {
+            let (mut p, mut c) = connect(&sock2).await;
+            c.initialize().await;
+            let tag = format!("T{round}");
+            let ledger = storm_calls(&mut c, &tag, &mut rng_c, 8, true).await;
+            if round % 2 == 0 {
+                settle(&mut c, &tag, &ledger).await;
+            } else {
+                left_with_calls += 1;
+            }
+            c.close().await;
+            p.wait_timeout(Duration::from_secs(15)).await;
+        }
+        left_with_calls
+    };
+    let slow_reader = async {
+        // B sends a burst, then stops reading for two seconds before it reads everything.
+        let ledger = storm_calls(&mut b, "B", &mut rng_b, 60, true).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        settle(&mut b, "B", &ledger).await;
+    };
+    let main_session = async {
+        // A half-written message, a pause, then the rest: the router must wait for the line.
+        main.send_raw_partial(r#"{"jsonrpc":"2.0","id":"half","method":"tools/call","#).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        main.send_raw(r#""params":{"name":"echo","arguments":{"text":"half"}}}"#).await;
+        let half = main.wait_response(&json!("half")).await;
+        assert_eq!(tool_text(&half), "half", "{half}");
+        let ledger = storm_calls(&mut main, "A", &mut rng_a, 80, false).await;
+        settle(&mut main, "A", &ledger).await;
+    };
+    let ((), (), left) = tokio::time::timeout(Duration::from_secs(120), async {
+        tokio::join!(main_session, slow_reader, transient)
+    })
+    .await
+    .expect("the storm did not settle within 120 s");
+    assert!(left > 0);
+    killer.abort();
+    churn.abort();
+
+    b.close().await;
+    b_proc.wait_timeout(Duration::from_secs(15)).await;
+    main.close().await;
+    let status = router.wait(Duration::from_secs(20)).await;
+    sampler.abort();
+    assert_eq!(status.code(), Some(0), "the router did not exit cleanly: {status:?}");
+    let rss = rss_max.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!("router peak RSS during the storm: {rss} KiB");
+    assert!(rss > 0 && rss < 200 * 1024, "the router's memory was not bounded: peak {rss} KiB");
+    let pids: HashSet<u32> =
+        harness::journal(&journal_file).iter().filter_map(|e| e["pid"].as_u64()).map(|p| p as u32).collect();
+    assert!(pids.len() > 1, "the storm should have killed instances: {pids:?}");
+    for pid in pids {
+        assert!(wait_gone(pid, Duration::from_secs(5)).await, "fixture {pid} outlived the router");
+    }
+}
+
+/// Like `storm`, with the tools that reach the plugins' faults and the server's hang.
+async fn storm_calls(c: &mut Client, tag: &str, rng: &mut Rng, calls: i64, numbered_from_1000: bool) -> Ledger {
+    let mut ledger = Ledger::default();
+    let base = if numbered_from_1000 { 1000 } else { 0 };
+    for n in 0..calls {
+        let id = base + n;
+        let (tool, args) = match rng.below(14) {
+            0..=4 => ("echo", json!({"text": format!("{tag}:{id}")})),
+            5..=6 => ("sleep", json!({"ms": rng.below(200)})),
+            7 => ("write", json!({"path": format!("/f{}", rng.below(3)), "text": tag, "ms": rng.below(50)})),
+            8 => ("crash", json!({"code": 9})),
+            9 => ("hang", json!({})),
+            10 => ("panicky", json!({})),
+            11 => ("spin", json!({})),
+            12 => ("log", json!({"level": "info", "message": format!("{tag}:{id}")})),
+            _ => ("echo", json!({"text": format!("{tag}:{id}")})),
+        };
+        c.send_request_with_id(json!(id), "tools/call", json!({"name": tool, "arguments": args})).await;
+        ledger.expect.insert(id, tool.to_string());
+        if rng.below(6) == 0 && n > 0 {
+            let victim = base + rng.below(n as u64) as i64;
+            if ledger.expect.get(&victim).is_some_and(|t| t == "sleep" || t == "hang") {
+                c.cancel(&json!(victim), "storm").await;
+                ledger.cancelled.insert(victim);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(rng.below(20))).await;
+    }
+    ledger
+}
+
+fn test_plugin(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("SWITCHYARD_TEST_PLUGINS")).join(name)
+}
+
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// What the router's stderr is connected to.
+#[derive(Debug, Clone, Copy)]
+enum StderrMode {
+    /// A pipe nobody reads: it fills after ~64 KiB of logs.
+    Unread,
+    /// A pipe whose reader is gone: every write fails with EPIPE.
+    Broken,
+}
+
+/// A router whose stderr is not collected (see [`StderrMode`]); killed with its group on drop.
+struct StormRouter {
+    pid: u32,
+    child: tokio::process::Child,
+    _stderr_reader: Option<std::io::PipeReader>,
+}
+
+impl StormRouter {
+    fn spawn(argv: &[String], mode: StderrMode) -> StormRouter {
+        let (reader, writer) = std::io::pipe().expect("stderr pipe");
+        let reader = match mode {
+            StderrMode::Unread => Some(reader),
+            StderrMode::Broken => {
+                drop(reader);
+                None
+            }
+        };
+        let mut cmd = tokio::process::Command::new(bin());
+        cmd.args(argv)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::from(writer))
+            .process_group(0)
+            .kill_on_drop(true);
+        let child = cmd.spawn().expect("spawn the router");
+        let pid = child.id().expect("router pid");
+        StormRouter { pid, child, _stderr_reader: reader }
+    }
+
+    fn client(&mut self) -> Client {
+        let w = self.child.stdin.take().expect("stdin");
+        let r = self.child.stdout.take().expect("stdout");
+        Client::new("router", r, w, None)
+    }
+
+    async fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
+        match tokio::time::timeout(limit, self.child.wait()).await {
+            Ok(s) => s.expect("wait for the router"),
+            Err(_) => panic!("the router did not exit within {limit:?}"),
+        }
+    }
+}
+
+impl Drop for StormRouter {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) has no memory-safety preconditions.
+        unsafe { libc::kill(-(self.pid as i32), libc::SIGKILL) };
+    }
+}
+
+#[tokio::test]
+async fn a_storm_of_every_fault_loses_nothing_with_stderr_unread() {
+    full_storm(StderrMode::Unread).await;
+}
+
+#[tokio::test]
+async fn a_storm_of_every_fault_loses_nothing_with_stderr_broken() {
+    full_storm(StderrMode::Broken).await;
 }

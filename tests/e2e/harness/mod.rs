@@ -308,6 +308,18 @@ impl Client {
         }
     }
 
+    /// Writes part of a message, without a newline (a client that pauses mid-message).
+    pub async fn send_raw_partial(&mut self, part: &str) {
+        let Some(w) = self.writer.as_mut() else { self.fail("send after close") };
+        let written = async {
+            w.write_all(part.as_bytes()).await?;
+            w.flush().await
+        };
+        if let Err(e) = written.await {
+            self.fail(&format!("write failed: {e}"));
+        }
+    }
+
     /// Like `send_raw`, for tests where the other side may close its input first.
     pub async fn try_send_raw(&mut self, line: &str) -> std::io::Result<()> {
         let Some(w) = self.writer.as_mut() else { self.fail("send after close") };
