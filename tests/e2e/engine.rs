@@ -484,3 +484,47 @@ async fn a_server_that_stops_reading_does_not_make_memory_grow_without_bound() {
     assert!(grown_mib < 120, "the router grew by {grown_mib} MiB");
     assert!(told_why > 0, "no error said that the server is not reading");
 }
+
+/// Issue 8, item 14: at debug level switchyard logs each call's effective decision (plugins,
+/// concurrency and keys, pool, timeout, retry), so a user can see a policy take effect; the
+/// arguments themselves never reach the log.
+#[tokio::test]
+async fn debug_logs_each_calls_decision_but_not_its_arguments() {
+    let plugins = std::path::Path::new(env!("SWITCHYARD_EXAMPLE_PLUGINS"));
+    let cfg = r#"
+[[plugins]]
+file = "hints.wasm"
+priority = 10
+config = { tools = { "write" = { readOnlyHint = true } } }
+
+[[plugins]]
+file = "fs-keys.wasm"
+priority = 5
+config = { writes = ["write"], reads = ["read"], path_args = ["path"] }
+"#;
+    let mut s = Setup::start(
+        &[],
+        &["--log-level", "debug"],
+        Some(cfg),
+        &[&plugins.join("hints.wasm"), &plugins.join("fs-keys.wasm")],
+    )
+    .await;
+    s.client.initialize().await;
+    s.client.request("tools/list", json!({})).await;
+    let secret = "do-not-log-this-7f3a";
+    let resp = s.client.call_tool("write", json!({"path": "/k/a", "text": secret})).await;
+    assert!(resp.get("result").is_some(), "{resp}");
+    let end = Instant::now() + Duration::from_secs(5);
+    let line = loop {
+        let log = s.router.stderr.text();
+        if let Some(l) = log.lines().find(|l| l.contains("decision for tools/call `write`")) {
+            break l.to_string();
+        }
+        assert!(Instant::now() < end, "no decision line for the call in the log");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    for part in ["keyed", "/k/a", "pool `default`", "timeout 300000 ms", "retries", "hints", "fs-keys", "session"] {
+        assert!(line.contains(part), "the decision line lacks {part:?}: {line}");
+    }
+    assert!(!s.router.stderr.text().contains(secret), "an argument value reached the log");
+}
