@@ -219,9 +219,11 @@ impl Pool {
     }
 
     /// Starts instances for queued calls not covered by the spawns under way (up to `max`).
-    /// `fresh`: a new call asks, which may try again after a failed spawn.
+    /// `fresh`: a new call asks, which may try again after a failed spawn. So may calls that
+    /// nothing else could serve (their instances died): a failure then ends their wait.
     fn grow(self: &Arc<Self>, scope: &mut Scope, key: Option<SessionId>, fresh: bool) {
-        if scope.failing && !fresh {
+        let stranded = scope.instances.is_empty() && scope.starting == 0;
+        if scope.failing && !fresh && !stranded {
             return;
         }
         let per_instance = match self.config.max_inflight {
@@ -460,7 +462,7 @@ impl Pool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
     use tokio::time::Instant;
 
@@ -469,13 +471,17 @@ mod tests {
 
     /// Instances are real (idle) processes; the cold start is a sleep, so paused time drives it.
     fn spawner(cold_start: Duration, fail: bool, spawned: Arc<AtomicUsize>) -> Spawner {
+        failing_spawner(cold_start, Arc::new(AtomicBool::new(fail)), spawned)
+    }
+
+    fn failing_spawner(cold_start: Duration, fail: Arc<AtomicBool>, spawned: Arc<AtomicUsize>) -> Spawner {
         let next = Arc::new(AtomicU64::new(1));
         Arc::new(move |pool, owner| {
-            let (spawned, next) = (spawned.clone(), next.clone());
+            let (spawned, next, fail) = (spawned.clone(), next.clone(), fail.clone());
             Box::pin(async move {
                 spawned.fetch_add(1, Ordering::SeqCst);
                 tokio::time::sleep(cold_start).await;
-                if fail {
+                if fail.load(Ordering::SeqCst) {
                     return Err(CallError::Down { server: "t".into(), reason: "it exited at once".into() });
                 }
                 let spec = Spec {
@@ -578,6 +584,26 @@ mod tests {
         drop(held);
         p.dispatch_key(None);
         assert_eq!(waiter.await.unwrap().unwrap(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn calls_stranded_by_a_dead_instance_get_a_new_one_even_after_a_failed_start() {
+        let fail = Arc::new(AtomicBool::new(false));
+        let p = pool(1, 2, 1, 100, failing_spawner(Duration::from_millis(50), fail.clone(), Arc::default()));
+        p.warm_up().await.unwrap();
+        let held = p.acquire(1).await.unwrap();
+        fail.store(true, Ordering::SeqCst);
+        let p2 = p.clone();
+        let waiter = tokio::spawn(async move { p2.acquire(2).await.map(|l| l.instance.number()) });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!waiter.is_finished(), "the busy instance may still free up");
+        // The server works again, but the busy instance dies: nothing is left for the waiter.
+        fail.store(false, Ordering::SeqCst);
+        held.instance.kill().await;
+        p.forget(&held.instance);
+        drop(held);
+        let got = tokio::time::timeout(Duration::from_secs(5), waiter).await;
+        assert_eq!(got.expect("the stranded call waited on").unwrap().unwrap(), 2);
     }
 
     #[tokio::test(start_paused = true)]
