@@ -695,16 +695,13 @@ impl Server {
         if inst.is_closing() || self.shutdown.is_cancelled() {
             return;
         }
-        if !inst.applied().uris.is_empty() {
-            // It held the subscriptions: another shared instance takes them over.
-            self.reconcile(Duration::from_millis(self.limits.call_timeout_ms)).await;
-        }
         let death = inst.death().cloned();
         if !inst.has_answered() {
             let status = death.map(|d| d.status).unwrap_or_default();
             self.record_start_failure(format!("{} {status} before answering any call", inst.label()));
         }
-        // Back to `min`, with the start backoff applied inside start_instance.
+        // Back to `min`, with the start backoff applied inside start_instance. First: moving the
+        // subscriptions below may wait behind a long call on another instance.
         if pool.missing() > 0 {
             let p = pool.clone();
             self.tasks.spawn(async move {
@@ -712,6 +709,10 @@ impl Server {
                     tracing::warn!("pool `{}`: respawn failed: {e}", p.name);
                 }
             });
+        }
+        if !inst.applied().uris.is_empty() {
+            // It held the subscriptions: another shared instance takes them over.
+            self.reconcile(Duration::from_millis(self.limits.call_timeout_ms)).await;
         }
     }
 

@@ -528,3 +528,43 @@ config = { writes = ["write"], reads = ["read"], path_args = ["path"] }
     }
     assert!(!s.router.stderr.text().contains(secret), "an argument value reached the log");
 }
+
+/// Issue 9, item 12: when the instance holding the subscriptions died, the router first moved
+/// them to another instance (waiting behind that one's long call on a serial server) and only
+/// then respawned the pool back to `min`.
+#[tokio::test]
+async fn a_dead_subscription_holder_is_respawned_without_waiting_for_the_handover() {
+    let dir = temp_dir();
+    let journal = journal_in(&dir);
+    let cfg = "[pools.default]\nmin = 2\nmax = 2\nmax_inflight = 1\n";
+    let mut s = Setup::with_config(&["--serial", "--journal", &journal], &[], Some(cfg)).await;
+    s.client.timeout = Duration::from_secs(20);
+    s.client.initialize().await;
+    wait_journal(&journal, Duration::from_secs(10), |e| received(e, "notifications/initialized").count() >= 2).await;
+    let sub = s.client.request("resources/subscribe", json!({"uri": "fixture://readme"})).await;
+    assert!(sub.get("result").is_some(), "{sub}");
+    let entries = harness::journal(&journal);
+    let holder = entries
+        .iter()
+        .find(|e| e["dir"] == "in" && e["msg"]["method"] == "resources/subscribe")
+        .and_then(|e| e["pid"].as_u64())
+        .expect("the subscribe reached an instance") as u32;
+    // Both instances busy with long writes (not retried when their instance dies).
+    let mut writes = Vec::new();
+    for path in ["/a", "/b"] {
+        let args = json!({"path": path, "text": "t", "ms": 6000});
+        writes.push(s.client.send_request("tools/call", json!({"name": "write", "arguments": args})).await);
+    }
+    wait_journal(&journal, Duration::from_secs(5), |e| received(e, "tools/call").count() >= 2).await;
+    // SAFETY: plain kill(2) of a fixture process this test started through the router.
+    unsafe { libc::kill(holder as i32, libc::SIGKILL) };
+    let killed = Instant::now();
+    // The replacement starts while the other instance is still busy for seconds.
+    let entries = wait_journal(&journal, Duration::from_secs(10), |e| events(e, "start").count() >= 3).await;
+    let took = killed.elapsed();
+    assert!(took < Duration::from_secs(4), "the respawn waited {took:?} for the subscription handover");
+    assert_eq!(events(&entries, "start").count(), 3);
+    for w in &writes {
+        s.client.wait_response(w).await;
+    }
+}
