@@ -127,6 +127,7 @@ pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
         attempt: 0,
     };
     let mut gathered = false;
+    let first_started = Instant::now();
     loop {
         // The plugin set is read once per attempt; an attempt finishes on the set it started with.
         let set = server.policy.current();
@@ -144,11 +145,14 @@ pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
                 return Some(CallError::Rejected(rejection).to_response(client_id));
             }
         };
-        let eff = resolve(server, decision);
+        let eff = resolve(server, decision.clone());
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            log_decision(server, &set, &call, &what, &decision, &eff);
+        }
         match attempt(server, &req, &eff, &what, progress.clone()).await {
             Ok(reply) => return Some(finish(server, &set, req.session_label, &method, reply, client_id).await),
             Err(Stop::Cancelled) => return None,
-            Err(Stop::Failed(e)) => {
+            Err(Stop::Failed(mut e)) => {
                 let retry = match e.is_retryable() {
                     true => match eff.retry {
                         Some(r) => r,
@@ -157,6 +161,11 @@ pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
                     false => NO_RETRY,
                 };
                 if call.attempt >= retry.attempts {
+                    // The client waited for every attempt, not just the last: say so.
+                    if let CallError::Timeout { elapsed, attempts, .. } = &mut e {
+                        *elapsed = first_started.elapsed();
+                        *attempts = call.attempt + 1;
+                    }
                     tracing::info!(
                         server = %server.name, session = req.session_label,
                         "{what} failed after {} attempt(s): {e}", call.attempt + 1
@@ -177,6 +186,28 @@ pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
             }
         }
     }
+}
+
+/// One debug line per attempt: what the plugins decided and what the host made of it (after
+/// defaults and clamps). Argument values are never logged; gate keys are, as the gate uses them.
+fn log_decision(server: &Server, set: &PluginSet, call: &CallInfo, what: &str, decided: &Decision, eff: &Effective) {
+    let concurrency = match &eff.concurrency {
+        Concurrency::Shared => "shared".to_string(),
+        Concurrency::Exclusive => "exclusive".to_string(),
+        Concurrency::Keyed(keys) => format!("keyed {keys:?}"),
+    };
+    let retry = match eff.retry {
+        Some(r) => format!("{} retries, backoff {} ms", r.attempts, r.backoff_ms),
+        // The default depends on the tool's effective annotations; working them out here would
+        // cost a plugin call just for a log line.
+        None => "host default (one retry if the tool is read-only or idempotent)".to_string(),
+    };
+    let chain = if set.is_empty() { "none".to_string() } else { set.names().join(", ") };
+    tracing::debug!(
+        server = %server.name, session = %call.session, attempt = call.attempt,
+        "decision for {what}: concurrency {concurrency}, pool `{}`, timeout {} ms, {retry}; plugins: {chain}; chain returned {decided:?}",
+        eff.pool.name, eff.timeout.as_millis()
+    );
 }
 
 /// Exponential backoff with jitter: base * 2^attempt, then +-25 %.
@@ -223,13 +254,27 @@ async fn finish(
     codec::splice(&reply.line, id_span, client_id)
 }
 
-/// Waits for `fut` until the deadline or the client's cancel; after a second, tells the client why.
+/// A call that may have to wait, and whether its client may be told why.
+struct Waiting<'a> {
+    /// e.g. "tools/call `read_file` on server `fs`".
+    about: &'a str,
+    link: &'a SessionLink,
+    /// Checked when the notice is due: the server declared `logging` (MCP lets a server send
+    /// notifications/message only then) and the client's level admits `info`.
+    may_notify: &'a (dyn Fn() -> bool + Sync),
+}
+
+/// MCP level of the "waiting" notice (RFC 5424 severity: 6 = info).
+const NOTICE_LEVEL: u8 = 6;
+
+/// Waits for `fut` until the deadline or the client's cancel; after a second, tells the client
+/// what it waits for. On the deadline: `Err(Some(what it was waiting for))`; on a cancel: `Err(None)`.
 async fn bounded<T>(
     fut: impl Future<Output = T>,
     deadline: Instant,
     cancel: &CancellationToken,
-    link: &SessionLink,
-    notice: impl Fn() -> String,
+    waiting: &Waiting<'_>,
+    waiting_for: impl Fn() -> String,
 ) -> Result<T, Option<String>> {
     tokio::pin!(fut);
     let notice_at = Instant::now() + WAIT_NOTICE_AFTER;
@@ -238,14 +283,17 @@ async fn bounded<T>(
         tokio::select! {
             v = &mut fut => return Ok(v),
             _ = cancel.cancelled() => return Err(None),
-            _ = tokio::time::sleep_until(deadline) => return Err(Some(notice())),
+            _ = tokio::time::sleep_until(deadline) => return Err(Some(waiting_for())),
             _ = tokio::time::sleep_until(notice_at), if !noticed => {
                 noticed = true;
-                let data = codec::json_string(&format!("switchyard: {}", notice()));
-                link.send(codec::notification(
-                    "notifications/message",
-                    &format!(r#"{{"level":"info","logger":"switchyard","data":{data}}}"#),
-                ));
+                if (waiting.may_notify)() {
+                    let text = format!("switchyard: {} is waiting for {}", waiting.about, waiting_for());
+                    let data = codec::json_string(&text);
+                    waiting.link.send(codec::notification(
+                        "notifications/message",
+                        &format!(r#"{{"level":"info","logger":"switchyard","data":{data}}}"#),
+                    ));
+                }
             }
         }
     }
@@ -265,24 +313,22 @@ async fn attempt(
             server: server.name.clone(),
             what: what.to_string(),
             elapsed: started.elapsed(),
+            attempts: 1,
             waiting,
         })
     };
-    let gate_notice = || format!("{what} on server `{}` is waiting for {}", server.name, server.gate.blockers());
+    let about = format!("{what} on server `{}`", server.name);
+    let may_notify =
+        || server.declares_logging() && server.hub.session_level(req.session).is_none_or(|l| l >= NOTICE_LEVEL);
+    let waiting = Waiting { about: &about, link: req.link, may_notify: &may_notify };
+    let gate_wait = || server.gate.blockers().to_string();
     let _permit =
-        bounded(server.gate.acquire(eff.concurrency.clone()), deadline, &req.cancel.token, req.link, gate_notice)
+        bounded(server.gate.acquire(eff.concurrency.clone()), deadline, &req.cancel.token, &waiting, gate_wait)
             .await
             .map_err(|e| e.map_or(Stop::Cancelled, |w| timeout(Some(w))))?;
     let pool = &eff.pool;
-    let pool_notice = || {
-        format!(
-            "{what} on server `{}` is waiting for an instance of pool `{}` ({} calls queued)",
-            server.name,
-            pool.name,
-            pool.queued()
-        )
-    };
-    let lease = bounded(pool.acquire(req.session), deadline, &req.cancel.token, req.link, pool_notice)
+    let pool_wait = || pool.wait_status(req.session);
+    let lease = bounded(pool.acquire(req.session), deadline, &req.cancel.token, &waiting, pool_wait)
         .await
         .map_err(|e| e.map_or(Stop::Cancelled, |w| timeout(Some(w))))?
         .map_err(Stop::Failed)?;
@@ -344,19 +390,38 @@ mod tests {
         (SessionLink::new(1, tx, 1 << 20), rx)
     }
 
+    fn waiting<'a>(link: &'a SessionLink, may: &'a (dyn Fn() -> bool + Sync)) -> Waiting<'a> {
+        Waiting { about: "tools/call `x` on server `s`", link, may_notify: may }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_long_wait_tells_the_client_why_then_times_out_at_the_deadline() {
         let (link, mut rx) = link();
         let cancel = CancellationToken::new();
         let started = Instant::now();
         let deadline = started + Duration::from_millis(2500);
-        let r = bounded(std::future::pending::<()>(), deadline, &cancel, &link, || "the gate".to_string()).await;
+        let yes = || true;
+        let w = waiting(&link, &yes);
+        let r = bounded(std::future::pending::<()>(), deadline, &cancel, &w, || "the gate".to_string()).await;
         assert_eq!(r, Err(Some("the gate".to_string())));
         assert_eq!(started.elapsed(), Duration::from_millis(2500));
         let notice: serde_json::Value = serde_json::from_str(&rx.try_recv().unwrap()).unwrap();
         assert_eq!(notice["method"], "notifications/message");
-        assert_eq!(notice["params"]["data"], "switchyard: the gate");
+        assert_eq!(notice["params"]["level"], "info");
+        assert_eq!(notice["params"]["data"], "switchyard: tools/call `x` on server `s` is waiting for the gate");
         assert!(rx.try_recv().is_err(), "one notice per wait");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_the_client_may_not_hear_of_times_out_in_silence() {
+        let (link, mut rx) = link();
+        let cancel = CancellationToken::new();
+        let deadline = Instant::now() + Duration::from_millis(2500);
+        let no = || false;
+        let w = waiting(&link, &no);
+        let r = bounded(std::future::pending::<()>(), deadline, &cancel, &w, || "the gate".to_string()).await;
+        assert_eq!(r, Err(Some("the gate".to_string())));
+        assert!(rx.try_recv().is_err(), "a notice was sent though the client may not get one");
     }
 
     #[tokio::test(start_paused = true)]
@@ -368,14 +433,16 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(900)).await;
             7
         };
-        assert_eq!(bounded(quick, far, &cancel, &link, String::new).await, Ok(7));
+        let yes = || true;
+        let w = waiting(&link, &yes);
+        assert_eq!(bounded(quick, far, &cancel, &w, String::new).await, Ok(7));
         assert!(rx.try_recv().is_err());
         let c2 = cancel.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(300)).await;
             c2.cancel();
         });
-        let r = bounded(std::future::pending::<()>(), far, &cancel, &link, String::new).await;
+        let r = bounded(std::future::pending::<()>(), far, &cancel, &w, String::new).await;
         assert_eq!(r, Err(None));
     }
 

@@ -32,10 +32,20 @@ pub enum CallError {
     #[error("rejected by policy plugin `{}`: {}", .0.plugin, .0.reason)]
     Rejected(Rejection),
     #[error(
-        "{what} on server `{server}` timed out after {:.1} s{}; switchyard cancelled it upstream. Raise the timeout in a policy or `limits.call_timeout_ms` if the tool is expected to be this slow",
-        .elapsed.as_secs_f64(), waiting.as_ref().map(|w| format!(" while waiting for {w}")).unwrap_or_default()
+        "{what} on server `{server}` timed out after {:.1} s{}{}; switchyard cancelled it upstream. Raise the timeout in a policy or `limits.call_timeout_ms` if the tool is expected to be this slow",
+        .elapsed.as_secs_f64(),
+        if *.attempts > 1 { format!(" in all ({} attempts)", .attempts) } else { String::new() },
+        waiting.as_ref().map(|w| format!(" while waiting for {w}")).unwrap_or_default()
     )]
-    Timeout { server: String, what: String, elapsed: Duration, waiting: Option<String> },
+    Timeout {
+        server: String,
+        what: String,
+        /// From the start of the first attempt (retries included) to the failure.
+        elapsed: Duration,
+        /// Tries made, the first included.
+        attempts: u32,
+        waiting: Option<String>,
+    },
     #[error(
         "server `{server}` instance {} ended ({}) during {what}{}. switchyard respawns it; retry the call",
         .death.instance, .death.status, .death.stderr_suffix()
@@ -72,9 +82,10 @@ impl CallError {
         use serde_json::json;
         match self {
             CallError::Rejected(r) => json!({"plugin": r.plugin, "reason": r.reason}),
-            CallError::Timeout { server, what, elapsed, waiting } => {
-                json!({"server": server, "call": what, "elapsedMs": elapsed.as_millis() as u64, "waitingFor": waiting})
-            }
+            CallError::Timeout { server, what, elapsed, attempts, waiting } => json!({
+                "server": server, "call": what, "elapsedMs": elapsed.as_millis() as u64,
+                "attempts": attempts, "waitingFor": waiting,
+            }),
             CallError::Died { server, what, death } => json!({
                 "server": server, "call": what, "instance": death.instance,
                 "status": death.status, "stderr": death.stderr,
@@ -124,10 +135,20 @@ mod tests {
             server: "s".into(),
             what: "x".into(),
             elapsed: Duration::from_millis(1500),
+            attempts: 1,
             waiting: None,
         };
         assert!(t.is_retryable());
-        assert!(t.to_string().contains("1.5 s"));
+        assert!(t.to_string().contains("1.5 s") && !t.to_string().contains("attempts"), "{t}");
+        let retried = CallError::Timeout {
+            server: "s".into(),
+            what: "x".into(),
+            elapsed: Duration::from_millis(3100),
+            attempts: 3,
+            waiting: None,
+        };
+        assert!(retried.to_string().contains("timed out after 3.1 s in all (3 attempts)"), "{retried}");
+        assert_eq!(retried.data()["attempts"], 3);
         assert!(!CallError::Busy { server: "s".into(), reason: "r".into() }.is_retryable());
         assert!(!CallError::Rejected(Rejection { plugin: "p".into(), reason: "no".into() }).is_retryable());
     }

@@ -125,7 +125,8 @@ pub struct Blockers {
     pub running_shared: usize,
     pub running_exclusive: bool,
     pub running_keyed: usize,
-    pub waiting_ahead: usize,
+    /// Calls waiting at the gate; the one asking (a waiting call) is among them.
+    pub queued: usize,
 }
 
 impl std::fmt::Display for Blockers {
@@ -135,8 +136,8 @@ impl std::fmt::Display for Blockers {
         } else {
             write!(f, "{} shared and {} keyed calls in flight", self.running_shared, self.running_keyed)?;
         }
-        if self.waiting_ahead > 0 {
-            write!(f, ", {} calls queued ahead", self.waiting_ahead)?;
+        if self.queued > 0 {
+            write!(f, ", {} calls queued, this one included", self.queued)?;
         }
         Ok(())
     }
@@ -178,7 +179,7 @@ impl Gate {
             running_shared: st.shared,
             running_exclusive: st.exclusive,
             running_keyed: st.keys.values().sum(),
-            waiting_ahead: st.waiting.len(),
+            queued: st.waiting.len(),
         }
     }
 }
@@ -247,6 +248,18 @@ mod tests {
         assert!(is_admitted(&g, keyed(&["x"])).await.is_none());
         drop(ex);
         assert!(is_admitted(&g, Concurrency::Shared).await.is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_blockers_count_the_calls_that_really_wait() {
+        let g = Gate::new();
+        let _ex = g.acquire(Concurrency::Exclusive).await;
+        let g2 = g.clone();
+        let waiter = tokio::spawn(async move { drop(g2.acquire(Concurrency::Shared).await) });
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        // The one waiting call is the one asking: nothing is queued ahead of it.
+        assert_eq!(g.blockers().to_string(), "an exclusive call to finish, 1 calls queued, this one included");
+        waiter.abort();
     }
 
     #[tokio::test(start_paused = true)]

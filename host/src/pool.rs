@@ -6,149 +6,73 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::oneshot;
 
 use crate::config::{Affinity, PoolConfig};
 use crate::error::CallError;
 use crate::session::SessionId;
 use crate::upstream::Instance;
 
-/// A counting semaphore that hands out freed slots round-robin across sessions, FIFO within one.
+/// Calls waiting for an instance: served round-robin across sessions, FIFO within one.
 ///
 /// A plain FIFO would let one session's burst of a thousand calls delay another session's
 /// single call behind all of them; round-robin bounds that delay by the number of sessions.
-pub struct FairQueue {
-    state: Mutex<FqState>,
-}
-
-struct FqState {
-    free: usize,
+#[derive(Default)]
+struct Waiters {
     /// Sessions with waiters, in the order they will be served.
     turn: VecDeque<SessionId>,
-    waiters: HashMap<SessionId, VecDeque<(u64, oneshot::Sender<()>)>>,
-    waiting: usize,
+    by_session: HashMap<SessionId, VecDeque<(u64, Grant)>>,
+    len: usize,
     next_ticket: u64,
 }
 
-/// One slot of a [`FairQueue`]; dropping it hands the slot on.
-pub struct Slot {
-    queue: Arc<FairQueue>,
-}
+/// How a waiting call is handed an instance (already counted in its `inflight`), or the error
+/// that ended its wait.
+type Grant = oneshot::Sender<Result<Arc<Instance>, CallError>>;
 
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.queue.release();
-    }
-}
-
-impl FairQueue {
-    pub fn new(slots: usize) -> Arc<FairQueue> {
-        Arc::new(FairQueue {
-            state: Mutex::new(FqState {
-                free: slots,
-                turn: VecDeque::new(),
-                waiters: HashMap::new(),
-                waiting: 0,
-                next_ticket: 0,
-            }),
-        })
-    }
-
-    /// Calls waiting for a slot now.
-    pub fn waiting(&self) -> usize {
-        self.state.lock().expect("queue lock").waiting
-    }
-
-    /// Takes a slot, waiting fairly. `Err(queued)` at once when `max_queue` calls already wait.
-    pub async fn acquire(self: &Arc<Self>, session: SessionId, max_queue: usize) -> Result<Slot, usize> {
-        let (rx, ticket) = {
-            let mut st = self.state.lock().expect("queue lock");
-            if st.free > 0 && st.waiting == 0 {
-                st.free -= 1;
-                return Ok(Slot { queue: self.clone() });
-            }
-            if st.waiting >= max_queue {
-                return Err(st.waiting);
-            }
-            let (tx, rx) = oneshot::channel();
-            st.next_ticket += 1;
-            let ticket = st.next_ticket;
-            let q = st.waiters.entry(session).or_default();
-            if q.is_empty() {
-                st.turn.push_back(session);
-            }
-            st.waiters.get_mut(&session).expect("just inserted").push_back((ticket, tx));
-            st.waiting += 1;
-            (rx, ticket)
-        };
-        let mut guard = FqWait { queue: self, session, ticket, granted: false, rx };
-        let _ = (&mut guard.rx).await;
-        guard.granted = true;
-        Ok(Slot { queue: self.clone() })
-    }
-
-    fn release(&self) {
-        let mut st = self.state.lock().expect("queue lock");
-        st.free += 1;
-        st.grant();
-    }
-}
-
-impl FqState {
-    fn grant(&mut self) {
-        while self.free > 0 {
-            let Some(session) = self.turn.pop_front() else { return };
-            let q = self.waiters.get_mut(&session).expect("turn lists sessions with waiters");
-            let (_, tx) = q.pop_front().expect("non-empty while in turn");
-            let more = !q.is_empty();
-            if more {
-                self.turn.push_back(session);
-            } else {
-                self.waiters.remove(&session);
-            }
-            self.waiting -= 1;
-            if tx.send(()).is_ok() {
-                self.free -= 1;
-            }
+impl Waiters {
+    fn push(&mut self, session: SessionId, grant: Grant) -> u64 {
+        self.next_ticket += 1;
+        let q = self.by_session.entry(session).or_default();
+        if q.is_empty() {
+            self.turn.push_back(session);
         }
+        q.push_back((self.next_ticket, grant));
+        self.len += 1;
+        self.next_ticket
     }
-}
 
-/// Owns the receiver, so it cannot close before `drop` has settled the wait under the lock
-/// (see `gate::WaitGuard`): otherwise a grant racing the drop skipped the waiter without using
-/// the slot, and the guard then handed the slot back a second time.
-struct FqWait<'a> {
-    queue: &'a Arc<FairQueue>,
-    session: SessionId,
-    ticket: u64,
-    granted: bool,
-    rx: oneshot::Receiver<()>,
-}
-
-impl Drop for FqWait<'_> {
-    fn drop(&mut self) {
-        if self.granted {
-            return;
-        }
-        let mut st = self.queue.state.lock().expect("queue lock");
-        let mut found = false;
-        if let Some(q) = st.waiters.get_mut(&self.session)
-            && let Some(i) = q.iter().position(|(t, _)| *t == self.ticket)
-        {
-            q.remove(i);
-            found = true;
-            if q.is_empty() {
-                st.waiters.remove(&self.session);
-                st.turn.retain(|s| *s != self.session);
-            }
-        }
-        if found {
-            st.waiting -= 1;
+    /// The next waiter in round-robin order.
+    fn pop(&mut self) -> Option<Grant> {
+        let session = self.turn.pop_front()?;
+        let q = self.by_session.get_mut(&session).expect("turn lists sessions with waiters");
+        let (_, grant) = q.pop_front().expect("non-empty while in turn");
+        if q.is_empty() {
+            self.by_session.remove(&session);
         } else {
-            // Granted after the caller stopped waiting: hand the slot on.
-            st.free += 1;
-            st.grant();
+            self.turn.push_back(session);
         }
+        self.len -= 1;
+        Some(grant)
+    }
+
+    /// Takes out a waiter that stopped waiting; false if it was already served.
+    fn remove(&mut self, session: SessionId, ticket: u64) -> bool {
+        let Some(q) = self.by_session.get_mut(&session) else { return false };
+        let Some(i) = q.iter().position(|(t, _)| *t == ticket) else { return false };
+        q.remove(i);
+        if q.is_empty() {
+            self.by_session.remove(&session);
+            self.turn.retain(|s| *s != session);
+        }
+        self.len -= 1;
+        true
+    }
+
+    fn drain(&mut self) -> Vec<Grant> {
+        self.turn.clear();
+        self.len = 0;
+        self.by_session.drain().flat_map(|(_, q)| q.into_iter().map(|(_, g)| g)).collect()
     }
 }
 
@@ -160,35 +84,74 @@ pub type Spawner = Arc<
 >;
 
 /// The instances serving one session (affinity = session) or everyone (affinity = none).
+#[derive(Default)]
 struct Scope {
     instances: Vec<Arc<Instance>>,
     /// Spawns under way, counted against `max`.
     starting: usize,
-    queue: Option<Arc<FairQueue>>,
+    waiters: Waiters,
+    /// A spawn failed since an instance last became ready: only new demand may try again, so a
+    /// server that cannot start is not respawned in a loop for calls that already wait.
+    failing: bool,
 }
 
 /// A named pool of instances of one server.
+///
+/// Calls never wait for a particular spawn: a call that finds no free instance queues, the pool
+/// starts instances for the calls queued (capacity, up to `max`), and each queued call takes
+/// whichever comes first, a slot freed on a running instance or a new instance.
 pub struct Pool {
     pub name: String,
     pub config: PoolConfig,
     server: String,
     scopes: Mutex<HashMap<Option<SessionId>, Scope>>,
-    /// Woken when an instance becomes ready, dies, or frees a call slot.
-    changed: Notify,
     spawner: Spawner,
 }
 
 /// The right to send one call to one instance; dropping it frees the instance's slot.
 pub struct Lease {
     pub instance: Arc<Instance>,
-    _slot: Option<Slot>,
+    key: Option<SessionId>,
     pool: Arc<Pool>,
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
         self.instance.end_call();
-        self.pool.changed.notify_waiters();
+        self.pool.dispatch_key(self.key);
+    }
+}
+
+/// A queued call's place; dropping it before it was served takes it out of the queue, and
+/// hands on an instance that was granted to it after it stopped waiting.
+struct Wait<'a> {
+    pool: &'a Arc<Pool>,
+    key: Option<SessionId>,
+    session: SessionId,
+    ticket: u64,
+    done: bool,
+    /// Owned here, so it cannot close before `drop` has settled the wait under the lock.
+    rx: oneshot::Receiver<Result<Arc<Instance>, CallError>>,
+}
+
+impl Drop for Wait<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let mut scopes = self.pool.scopes.lock().expect("pool lock");
+        if let Some(scope) = scopes.get_mut(&self.key)
+            && scope.waiters.remove(self.session, self.ticket)
+        {
+            return;
+        }
+        // Served after the caller stopped waiting: give the slot back.
+        if let Ok(Ok(inst)) = self.rx.try_recv() {
+            inst.end_call();
+            if let Some(scope) = scopes.get_mut(&self.key) {
+                self.pool.dispatch(scope, self.key);
+            }
+        }
     }
 }
 
@@ -199,7 +162,6 @@ impl Pool {
             config,
             server: server.to_string(),
             scopes: Mutex::new(HashMap::new()),
-            changed: Notify::new(),
             spawner,
         })
     }
@@ -211,45 +173,79 @@ impl Pool {
         }
     }
 
-    fn new_scope(&self) -> Scope {
-        let queue = (self.config.max_inflight > 0).then(|| FairQueue::new(self.config.max * self.config.max_inflight));
-        Scope { instances: Vec::new(), starting: 0, queue }
-    }
-
     /// Instances alive now, across scopes.
     pub fn instances(&self) -> Vec<Arc<Instance>> {
         let scopes = self.scopes.lock().expect("pool lock");
         scopes.values().flat_map(|s| s.instances.iter().cloned()).collect()
     }
 
-    /// Starts the `min` instances of a shared pool (affinity pools start on demand).
-    pub async fn warm_up(self: &Arc<Self>) -> Result<(), CallError> {
-        if self.config.affinity != Affinity::None {
-            return Ok(());
+    /// The least-loaded ready instance that may take another call: under `max_inflight`, and
+    /// reading its stdin (its write backlog under the limit).
+    fn pick(&self, scope: &Scope) -> Option<Arc<Instance>> {
+        let limit = self.config.max_inflight;
+        scope
+            .instances
+            .iter()
+            .filter(|i| i.is_ready() && (limit == 0 || i.inflight() < limit) && i.is_writable())
+            .min_by_key(|i| i.inflight())
+            .cloned()
+    }
+
+    fn has_room(&self, scope: &Scope) -> bool {
+        scope.instances.len() + scope.starting < self.config.max
+    }
+
+    /// Hands free instances to queued calls, in fair order, then starts instances for the calls
+    /// still queued. Runs under the pool lock whenever capacity may have changed.
+    fn dispatch(self: &Arc<Self>, scope: &mut Scope, key: Option<SessionId>) {
+        scope.instances.retain(|i| !i.is_dead());
+        while scope.waiters.len > 0 {
+            let Some(inst) = self.pick(scope) else { break };
+            let grant = scope.waiters.pop().expect("len > 0");
+            inst.begin_call();
+            if grant.send(Ok(inst.clone())).is_err() {
+                // Cannot happen while `Wait` owns the receiver; keep the count right regardless.
+                inst.end_call();
+            }
         }
-        loop {
-            let need = {
-                let mut scopes = self.scopes.lock().expect("pool lock");
-                let scope = scopes.entry(None).or_insert_with(|| self.new_scope());
-                let have = scope.instances.len() + scope.starting;
-                if have >= self.config.min {
-                    return Ok(());
-                }
-                scope.starting += 1;
-                true
-            };
-            if need {
-                self.spawn_into(None).await?;
+        self.grow(scope, key, false);
+    }
+
+    fn dispatch_key(self: &Arc<Self>, key: Option<SessionId>) {
+        let mut scopes = self.scopes.lock().expect("pool lock");
+        if let Some(scope) = scopes.get_mut(&key) {
+            self.dispatch(scope, key);
+        }
+    }
+
+    /// Starts instances for queued calls not covered by the spawns under way (up to `max`).
+    /// `fresh`: a new call asks, which may try again after a failed spawn. So may calls that
+    /// nothing else could serve (their instances died): a failure then ends their wait.
+    fn grow(self: &Arc<Self>, scope: &mut Scope, key: Option<SessionId>, fresh: bool) {
+        let stranded = scope.instances.is_empty() && scope.starting == 0;
+        if scope.failing && !fresh && !stranded {
+            return;
+        }
+        let per_instance = match self.config.max_inflight {
+            0 => usize::MAX,
+            n => n,
+        };
+        while scope.waiters.len > scope.starting.saturating_mul(per_instance) && self.has_room(scope) {
+            scope.starting += 1;
+            drop(self.start(key));
+            if fresh {
+                // One new call is worth one try.
+                break;
             }
         }
     }
 
-    /// Runs the spawn as a task of its own: a caller that stops waiting (its call was cancelled
-    /// or timed out) must not abandon it half-way, which would leak `starting` (the pool could
-    /// never grow to `max` again) and leave a started child outside the pool.
-    async fn spawn_into(self: &Arc<Self>, key: Option<SessionId>) -> Result<Arc<Instance>, CallError> {
+    /// Spawns one instance as a task of its own (the caller has counted it in `starting`): no
+    /// caller waits for it in particular, and a caller that stops waiting cannot abandon it
+    /// half-way, which would leak `starting` or leave a started child outside the pool.
+    fn start(self: &Arc<Self>, key: Option<SessionId>) -> tokio::task::JoinHandle<Result<Arc<Instance>, CallError>> {
         let me = self.clone();
-        let task = tokio::spawn(async move {
+        tokio::spawn(async move {
             let result = (me.spawner)(me.name.clone(), key).await;
             let mut scopes = me.scopes.lock().expect("pool lock");
             let Some(scope) = scopes.get_mut(&key) else {
@@ -262,92 +258,153 @@ impl Pool {
                 return result.and(Err(CallError::ShuttingDown));
             };
             scope.starting -= 1;
-            if let Ok(inst) = &result {
-                scope.instances.push(inst.clone());
+            match &result {
+                Ok(inst) => {
+                    let pool = Arc::downgrade(&me);
+                    inst.on_drain(Box::new(move || {
+                        if let Some(pool) = pool.upgrade() {
+                            pool.dispatch_key(key);
+                        }
+                    }));
+                    scope.instances.push(inst.clone());
+                    scope.failing = false;
+                    me.dispatch(scope, key);
+                }
+                Err(e) => {
+                    scope.failing = true;
+                    scope.instances.retain(|i| !i.is_dead());
+                    if scope.instances.is_empty() && scope.starting == 0 {
+                        // Nothing left that could serve the queued calls: they get the reason.
+                        for grant in scope.waiters.drain() {
+                            let _ = grant.send(Err(e.clone()));
+                        }
+                    }
+                }
             }
-            drop(scopes);
-            me.changed.notify_waiters();
             result
-        });
-        task.await.unwrap_or(Err(CallError::ShuttingDown))
+        })
     }
 
-    /// Gets an instance for one call: waits for a slot (fair across sessions, bounded by
-    /// `max_queue`), then picks the least-loaded ready instance or spawns one.
-    /// The caller bounds the wait with the call's deadline.
+    /// Starts the `min` instances of a shared pool, all at once, and waits for them (affinity
+    /// pools start on demand). The first failure, if any, is returned.
+    pub async fn warm_up(self: &Arc<Self>) -> Result<(), CallError> {
+        if self.config.affinity != Affinity::None {
+            return Ok(());
+        }
+        let starts: Vec<_> = {
+            let mut scopes = self.scopes.lock().expect("pool lock");
+            let scope = scopes.entry(None).or_default();
+            scope.instances.retain(|i| !i.is_dead());
+            let need = self.config.min.saturating_sub(scope.instances.len() + scope.starting);
+            scope.starting += need;
+            (0..need).map(|_| self.start(None)).collect()
+        };
+        let mut first = Ok(());
+        for s in starts {
+            if let Err(e) = s.await.unwrap_or(Err(CallError::ShuttingDown))
+                && first.is_ok()
+            {
+                first = Err(e);
+            }
+        }
+        first
+    }
+
+    /// Gets an instance for one call: the least-loaded free one at once, else a place in the
+    /// queue (fair across sessions, bounded by `max_queue`) until an instance frees up or a new
+    /// one is ready, whichever comes first. The caller bounds the wait with the call's deadline.
     pub async fn acquire(self: &Arc<Self>, session: SessionId) -> Result<Lease, CallError> {
         let key = self.scope_key(session);
-        let queue = {
+        let (rx, ticket) = {
             let mut scopes = self.scopes.lock().expect("pool lock");
-            scopes.entry(key).or_insert_with(|| self.new_scope()).queue.clone()
-        };
-        let slot = match queue {
-            Some(q) => Some(q.acquire(session, self.config.max_queue).await.map_err(|queued| CallError::Busy {
-                server: self.server.clone(),
-                reason: format!(
-                    "pool `{}` has {} calls queued already (max_queue = {})",
-                    self.name, queued, self.config.max_queue
-                ),
-            })?),
-            None => None,
-        };
-        loop {
-            let changed = self.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            enum Next {
-                Use(Arc<Instance>),
-                Spawn,
-                Wait,
-            }
-            let next = {
-                let mut scopes = self.scopes.lock().expect("pool lock");
-                let scope = scopes.entry(key).or_insert_with(|| self.new_scope());
-                scope.instances.retain(|i| !i.is_dead());
-                let limit = self.config.max_inflight;
-                let best = scope
-                    .instances
-                    .iter()
-                    .filter(|i| i.is_ready() && (limit == 0 || i.inflight() < limit))
-                    .min_by_key(|i| i.inflight())
-                    .cloned();
-                let room = scope.instances.len() + scope.starting < self.config.max;
-                match best {
-                    // Unlimited pipelining: spread onto a new instance only when every one is busy.
-                    Some(i) if limit == 0 && i.inflight() > 0 && room && scope.starting == 0 => {
-                        scope.starting += 1;
-                        Next::Spawn
-                    }
-                    Some(i) => {
-                        i.begin_call();
-                        Next::Use(i)
-                    }
-                    None if room => {
-                        scope.starting += 1;
-                        Next::Spawn
-                    }
-                    None => Next::Wait,
+            let scope = scopes.entry(key).or_default();
+            scope.instances.retain(|i| !i.is_dead());
+            if scope.waiters.len == 0
+                && let Some(instance) = self.pick(scope)
+            {
+                // Pipelining: a busy instance serves at once, and a spare one starts for later calls.
+                if self.config.max_inflight == 0
+                    && instance.inflight() > 0
+                    && scope.starting == 0
+                    && !scope.failing
+                    && self.has_room(scope)
+                {
+                    scope.starting += 1;
+                    drop(self.start(key));
                 }
-            };
-            match next {
-                Next::Use(instance) => return Ok(Lease { instance, _slot: slot, pool: self.clone() }),
-                Next::Spawn => {
-                    // A failed spawn is final for this call; a slow one is bounded by the caller.
-                    self.spawn_into(key).await?;
-                }
-                Next::Wait => changed.await,
+                instance.begin_call();
+                return Ok(Lease { instance, key, pool: self.clone() });
             }
+            if scope.waiters.len >= self.config.max_queue {
+                return Err(CallError::Busy {
+                    server: self.server.clone(),
+                    reason: format!(
+                        "pool `{}` has {} calls queued already (max_queue = {}){}",
+                        self.name,
+                        scope.waiters.len,
+                        self.config.max_queue,
+                        self.stalled(scope)
+                    ),
+                });
+            }
+            let (tx, rx) = oneshot::channel();
+            let ticket = scope.waiters.push(session, tx);
+            self.grow(scope, key, true);
+            (rx, ticket)
+        };
+        let mut wait = Wait { pool: self, key, session, ticket, done: false, rx };
+        let granted = (&mut wait.rx).await;
+        wait.done = true;
+        match granted {
+            Ok(Ok(instance)) => Ok(Lease { instance, key, pool: self.clone() }),
+            Ok(Err(e)) => Err(e),
+            // The scope went (its session ended, or shutdown).
+            Err(_) => Err(CallError::ShuttingDown),
         }
     }
 
-    /// Removes a dead instance and wakes waiters so they pick another or spawn.
-    pub fn forget(&self, instance: &Instance) {
-        let mut scopes = self.scopes.lock().expect("pool lock");
-        for scope in scopes.values_mut() {
-            scope.instances.retain(|i| i.number() != instance.number());
+    /// Instances that stopped reading their stdin, as a clause for messages ("" when none).
+    fn stalled(&self, scope: &Scope) -> String {
+        let stalled: Vec<String> = scope
+            .instances
+            .iter()
+            .filter(|i| !i.is_writable())
+            .map(|i| format!("{} ({} KiB unread)", i.label(), i.backlog() / 1024))
+            .collect();
+        match stalled.len() {
+            0 => String::new(),
+            _ => format!("; not reading its stdin: {}", stalled.join(", ")),
         }
-        drop(scopes);
-        self.changed.notify_waiters();
+    }
+
+    /// What a call of `session` waits for, for the "waiting" notice and timeout errors.
+    pub fn wait_status(&self, session: SessionId) -> String {
+        let key = self.scope_key(session);
+        let scopes = self.scopes.lock().expect("pool lock");
+        let Some(scope) = scopes.get(&key) else {
+            return format!("an instance of pool `{}`", self.name);
+        };
+        let limit = self.config.max_inflight;
+        let busy = scope.instances.iter().filter(|i| i.is_ready() && limit > 0 && i.inflight() >= limit).count();
+        format!(
+            "an instance of pool `{}` ({} calls queued, this one included; {} of {} instances busy, {} starting{})",
+            self.name,
+            scope.waiters.len,
+            busy,
+            scope.instances.len(),
+            scope.starting,
+            self.stalled(scope)
+        )
+    }
+
+    /// Removes a dead instance; queued calls go to another or get a new one.
+    pub fn forget(self: &Arc<Self>, instance: &Instance) {
+        let mut scopes = self.scopes.lock().expect("pool lock");
+        for (key, scope) in scopes.iter_mut() {
+            scope.instances.retain(|i| i.number() != instance.number());
+            let key = *key;
+            self.dispatch(scope, key);
+        }
     }
 
     /// Instances needed to get back to `min` (shared pools only).
@@ -395,33 +452,186 @@ impl Pool {
         scopes.drain().flat_map(|(_, s)| s.instances).collect()
     }
 
-    /// Calls waiting for a slot in this pool.
+    /// Calls waiting for an instance of this pool.
     pub fn queued(&self) -> usize {
         let scopes = self.scopes.lock().expect("pool lock");
-        scopes.values().filter_map(|s| s.queue.as_ref()).map(|q| q.waiting()).sum()
+        scopes.values().map(|s| s.waiters.len).sum()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+    use tokio::time::Instant;
+
+    use crate::server::Hub;
+    use crate::upstream::Spec;
+
+    /// Instances are real (idle) processes; the cold start is a sleep, so paused time drives it.
+    fn spawner(cold_start: Duration, fail: bool, spawned: Arc<AtomicUsize>) -> Spawner {
+        failing_spawner(cold_start, Arc::new(AtomicBool::new(fail)), spawned)
+    }
+
+    fn failing_spawner(cold_start: Duration, fail: Arc<AtomicBool>, spawned: Arc<AtomicUsize>) -> Spawner {
+        let next = Arc::new(AtomicU64::new(1));
+        Arc::new(move |pool, owner| {
+            let (spawned, next, fail) = (spawned.clone(), next.clone(), fail.clone());
+            Box::pin(async move {
+                spawned.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(cold_start).await;
+                if fail.load(Ordering::SeqCst) {
+                    return Err(CallError::Down { server: "t".into(), reason: "it exited at once".into() });
+                }
+                let spec = Spec {
+                    server: "t".into(),
+                    command: "sleep".into(),
+                    args: vec!["3600".into()],
+                    env: vec![],
+                    cwd: None,
+                    max_message_bytes: 1 << 20,
+                    supervisor: None,
+                };
+                let n = next.fetch_add(1, Ordering::SeqCst);
+                let inst = Instance::spawn(
+                    &spec,
+                    n,
+                    &pool,
+                    owner,
+                    Hub::new("t", Duration::from_secs(1), std::sync::Weak::new()),
+                )
+                .expect("spawn sleep");
+                inst.mark_ready();
+                Ok(inst)
+            })
+        })
+    }
+
+    fn pool(min: usize, max: usize, max_inflight: usize, max_queue: usize, spawner: Spawner) -> Arc<Pool> {
+        let config = PoolConfig { min, max, max_inflight, max_queue, ..PoolConfig::default() };
+        Pool::new("default", "t", config, spawner)
+    }
+
+    fn starting(p: &Pool) -> usize {
+        p.scopes.lock().unwrap().values().map(|s| s.starting).sum()
+    }
 
     #[tokio::test(start_paused = true)]
-    async fn slots_are_handed_round_robin_across_sessions() {
-        let q = FairQueue::new(1);
-        let held = q.acquire(1, 100).await.unwrap();
+    async fn a_queued_call_takes_a_freed_instance_instead_of_waiting_for_a_cold_start() {
+        let spawned = Arc::new(AtomicUsize::new(0));
+        let p = pool(1, 4, 1, 100, spawner(Duration::from_secs(3), false, spawned.clone()));
+        p.warm_up().await.unwrap();
+        let held = p.acquire(1).await.unwrap();
+        let started = Instant::now();
+        let p2 = p.clone();
+        let waiter = tokio::spawn(async move { p2.acquire(2).await.map(|l| l.instance.number()) });
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(starting(&p), 1, "a queued call starts an instance for capacity");
+        drop(held);
+        assert_eq!(waiter.await.unwrap().unwrap(), 1, "it takes the freed instance");
+        assert!(started.elapsed() < Duration::from_millis(10), "it waited {:?}", started.elapsed());
+        // The new instance still joins the pool.
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        assert_eq!((p.instances().len(), starting(&p), spawned.load(Ordering::SeqCst)), (2, 0, 2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_queued_call_takes_a_new_instance_when_that_comes_first() {
+        let p = pool(1, 2, 1, 100, spawner(Duration::from_secs(3), false, Arc::default()));
+        p.warm_up().await.unwrap();
+        let _held = p.acquire(1).await.unwrap();
+        let started = Instant::now();
+        let lease = p.acquire(2).await.unwrap();
+        assert_eq!(lease.instance.number(), 2);
+        assert_eq!(started.elapsed(), Duration::from_secs(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn min_instances_start_at_once() {
+        let p = pool(3, 3, 1, 100, spawner(Duration::from_secs(3), false, Arc::default()));
+        let started = Instant::now();
+        p.warm_up().await.unwrap();
+        assert_eq!(started.elapsed(), Duration::from_secs(3));
+        assert_eq!(p.instances().len(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_caller_that_stops_waiting_leaves_the_spawn_to_finish_into_the_pool() {
+        let p = pool(0, 2, 1, 100, spawner(Duration::from_secs(3), false, Arc::default()));
+        let gave_up = tokio::time::timeout(Duration::from_secs(1), p.acquire(1)).await;
+        assert!(gave_up.is_err());
+        assert_eq!((p.queued(), starting(&p)), (0, 1));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!((p.instances().len(), starting(&p)), (1, 0));
+        assert_eq!(p.instances()[0].inflight(), 0, "nobody holds the instance");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_start_fails_the_calls_nothing_else_can_serve_and_is_not_retried_in_a_loop() {
+        let spawned = Arc::new(AtomicUsize::new(0));
+        let p = pool(0, 2, 1, 100, spawner(Duration::from_millis(50), true, spawned.clone()));
+        let e = p.acquire(1).await.err().expect("no instance can start");
+        assert!(e.to_string().contains("exited at once"), "{e}");
+        assert_eq!(spawned.load(Ordering::SeqCst), 1);
+
+        // With a busy instance, a failed start for capacity leaves queued calls waiting for it.
+        let good = pool(1, 2, 1, 100, spawner(Duration::from_millis(50), false, Arc::default()));
+        good.warm_up().await.unwrap();
+        let held = good.acquire(1).await.unwrap();
+        let spawned = Arc::new(AtomicUsize::new(0));
+        let p =
+            Pool::new("default", "t", good.config.clone(), spawner(Duration::from_millis(50), true, spawned.clone()));
+        p.scopes.lock().unwrap().insert(None, Scope { instances: good.instances(), ..Scope::default() });
+        let p2 = p.clone();
+        let waiter = tokio::spawn(async move { p2.acquire(2).await.map(|l| l.instance.number()) });
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(!waiter.is_finished());
+        assert_eq!(spawned.load(Ordering::SeqCst), 1, "a failing start was retried for the same call");
+        // The busy instance frees up (its lease belongs to the other pool object: hand it over).
+        drop(held);
+        p.dispatch_key(None);
+        assert_eq!(waiter.await.unwrap().unwrap(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn calls_stranded_by_a_dead_instance_get_a_new_one_even_after_a_failed_start() {
+        let fail = Arc::new(AtomicBool::new(false));
+        let p = pool(1, 2, 1, 100, failing_spawner(Duration::from_millis(50), fail.clone(), Arc::default()));
+        p.warm_up().await.unwrap();
+        let held = p.acquire(1).await.unwrap();
+        fail.store(true, Ordering::SeqCst);
+        let p2 = p.clone();
+        let waiter = tokio::spawn(async move { p2.acquire(2).await.map(|l| l.instance.number()) });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!waiter.is_finished(), "the busy instance may still free up");
+        // The server works again, but the busy instance dies: nothing is left for the waiter.
+        fail.store(false, Ordering::SeqCst);
+        held.instance.kill().await;
+        p.forget(&held.instance);
+        drop(held);
+        let got = tokio::time::timeout(Duration::from_secs(5), waiter).await;
+        assert_eq!(got.expect("the stranded call waited on").unwrap().unwrap(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn queued_calls_are_served_round_robin_across_sessions() {
+        let p = pool(1, 1, 1, 100, spawner(Duration::from_millis(10), false, Arc::default()));
+        p.warm_up().await.unwrap();
+        let held = p.acquire(1).await.unwrap();
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut tasks = vec![];
         // Session 1 queues a burst of four, then session 2 queues one.
         for (i, s) in [(10, 1), (11, 1), (12, 1), (13, 1), (20, 2)] {
-            let (q, order) = (q.clone(), order.clone());
+            let (p, order) = (p.clone(), order.clone());
             tasks.push(tokio::spawn(async move {
-                let _slot = q.acquire(s, 100).await.unwrap();
+                let _lease = p.acquire(s).await.unwrap();
                 order.lock().unwrap().push(i);
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }));
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
+        assert_eq!(p.queued(), 5);
         drop(held);
         for t in tasks {
             t.await.unwrap();
@@ -431,44 +641,38 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn full_queue_answers_at_once_and_abandoned_waits_free_their_place() {
-        let q = FairQueue::new(1);
-        let held = q.acquire(1, 1).await.unwrap();
-        let q2 = q.clone();
-        let waiter = tokio::spawn(async move { q2.acquire(2, 1).await.map(|_| ()) });
+    async fn a_full_queue_answers_busy_at_once_and_abandoned_waits_free_their_place() {
+        let p = pool(1, 1, 1, 1, spawner(Duration::from_millis(10), false, Arc::default()));
+        p.warm_up().await.unwrap();
+        let held = p.acquire(1).await.unwrap();
+        let p2 = p.clone();
+        let waiter = tokio::spawn(async move { p2.acquire(2).await.map(|_| ()) });
         tokio::time::sleep(Duration::from_millis(1)).await;
-        assert_eq!(q.acquire(3, 1).await.err(), Some(1));
+        let busy = p.acquire(3).await.err().expect("the queue is full");
+        assert!(busy.to_string().contains("1 calls queued already (max_queue = 1)"), "{busy}");
         waiter.abort();
         let _ = waiter.await;
-        assert_eq!(q.waiting(), 0);
+        assert_eq!(p.queued(), 0);
         drop(held);
-        let again = tokio::time::timeout(Duration::from_millis(5), q.acquire(3, 1)).await;
-        assert!(again.is_ok(), "the slot must be free again");
+        let again = tokio::time::timeout(Duration::from_millis(5), p.acquire(3)).await;
+        assert!(again.is_ok(), "the instance must be free again");
     }
 
-    /// A slot wait abandoned on one thread while another frees a slot: dropping the waiting
-    /// future drops the receiver before the FqWait guard, and the release can run in between.
-    #[tokio::test]
-    async fn a_wait_abandoned_while_a_slot_is_freed_does_not_mint_a_slot() {
-        let q = FairQueue::new(1);
-        let held = q.acquire(1, 10).await.unwrap();
+    /// A wait abandoned after the pool handed it an instance (the grant and the drop race on
+    /// two threads): the instance's slot must come back.
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_abandoned_after_it_was_served_gives_the_slot_back() {
+        let p = pool(1, 1, 1, 10, spawner(Duration::from_millis(10), false, Arc::default()));
+        p.warm_up().await.unwrap();
+        let held = p.acquire(1).await.unwrap();
         let (tx, rx) = oneshot::channel();
-        let ticket = {
-            let mut st = q.state.lock().unwrap();
-            st.next_ticket += 1;
-            let ticket = st.next_ticket;
-            st.turn.push_back(2);
-            st.waiters.entry(2).or_default().push_back((ticket, tx));
-            st.waiting += 1;
-            ticket
-        };
-        let guard = FqWait { queue: &q, session: 2, ticket, granted: false, rx };
-        // The receiver used to be dropped (thread A) before the guard, with the release
-        // (thread B) in between; now it lives in the guard, so the release comes before it...
+        let ticket = p.scopes.lock().unwrap().get_mut(&None).unwrap().waiters.push(2, tx);
+        let wait = Wait { pool: &p, key: None, session: 2, ticket, done: false, rx };
+        // The holder finishes and the pool serves the waiter...
         drop(held);
-        // ...or after the guard has taken the waiter out of the queue.
-        drop(guard);
-        let st = q.state.lock().unwrap();
-        assert_eq!((st.free, st.waiting), (1, 0), "a queue of one slot now has {} free", st.free);
+        assert_eq!(p.instances()[0].inflight(), 1);
+        // ...whose caller has stopped waiting.
+        drop(wait);
+        assert_eq!((p.instances()[0].inflight(), p.queued()), (0, 0));
     }
 }

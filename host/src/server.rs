@@ -806,8 +806,10 @@ pub struct Server {
     next_instance: AtomicU64,
     health: Mutex<StartHealth>,
     tools: RwLock<ToolCache>,
-    /// One reconciliation of levels and subscriptions at a time.
-    reconciling: tokio::sync::Mutex<()>,
+    /// One reconciliation of levels and subscriptions at a time per instance, by instance
+    /// number. Per instance, so a request stuck on a busy instance holds up only that instance,
+    /// never the set-up of a new one.
+    reconciling: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
     pub shutdown: CancellationToken,
     pub tasks: TaskTracker,
 }
@@ -847,7 +849,7 @@ impl Server {
                 next_instance: AtomicU64::new(1),
                 health: Mutex::new(StartHealth::default()),
                 tools: RwLock::new(ToolCache::default()),
-                reconciling: tokio::sync::Mutex::new(()),
+                reconciling: Mutex::new(HashMap::new()),
                 shutdown,
                 tasks: TaskTracker::new(),
             }
@@ -904,11 +906,8 @@ impl Server {
         if let Some(r) = self.init_result.get() {
             return Ok(r.clone());
         }
-        let pool = self.default_pool().clone();
-        let lease = pool.acquire(session).await;
-        drop(settle);
-        drop(lease?);
-        // Instances of other pools with `min` start in the background.
+        // The params are known: every pool starts its `min` instances now, all at once. The
+        // client waits for the first instance of the default pool (its result is the answer).
         for p in self.pools.values() {
             let p = p.clone();
             self.tasks.spawn(async move {
@@ -917,10 +916,22 @@ impl Server {
                 }
             });
         }
+        let pool = self.default_pool().clone();
+        let lease = pool.acquire(session).await;
+        drop(settle);
+        drop(lease?);
         self.init_result.get().cloned().ok_or_else(|| CallError::Down {
             server: self.name.clone(),
             reason: "no instance finished initialising".into(),
         })
+    }
+
+    /// Whether the server declared the `logging` capability in its initialize result, which is
+    /// what clients see: MCP lets switchyard send them notifications/message only then.
+    pub fn declares_logging(&self) -> bool {
+        let Some(result) = self.init_result.get() else { return false };
+        serde_json::from_str::<serde_json::Value>(result)
+            .is_ok_and(|v| v.pointer("/capabilities/logging").is_some_and(serde_json::Value::is_object))
     }
 
     fn check_start_allowed(&self) -> Result<Option<Instant>, CallError> {
@@ -991,7 +1002,7 @@ impl Server {
         let _ = self.init_result.set(result);
         let _ = inst.write(codec::notification("notifications/initialized", "{}")).await;
         // A new instance gets what its sessions already set up on the others.
-        let _guard = self.reconciling.lock().await;
+        let _guard = self.reconcile_lock(inst).lock_owned().await;
         let holder = self.subscription_holder(Some(inst));
         self.reconcile_instance(inst, holder, timeout).await;
         Ok(())
@@ -1018,6 +1029,7 @@ impl Server {
                     server: self.name.clone(),
                     what: format!("{method} (by switchyard, on {})", inst.label()),
                     elapsed: started.elapsed(),
+                    attempts: 1,
                     waiting: None,
                 });
             }
@@ -1038,16 +1050,13 @@ impl Server {
         if inst.is_closing() || self.shutdown.is_cancelled() {
             return;
         }
-        if !inst.applied().uris.is_empty() {
-            // It held the subscriptions: another shared instance takes them over.
-            self.reconcile(Duration::from_millis(self.limits.call_timeout_ms)).await;
-        }
         let death = inst.death().cloned();
         if !inst.has_answered() {
             let status = death.map(|d| d.status).unwrap_or_default();
             self.record_start_failure(format!("{} {status} before answering any call", inst.label()));
         }
-        // Back to `min`, with the start backoff applied inside start_instance.
+        // Back to `min`, with the start backoff applied inside start_instance. First: moving the
+        // subscriptions below may wait behind a long call on another instance.
         if pool.missing() > 0 {
             let p = pool.clone();
             self.tasks.spawn(async move {
@@ -1055,6 +1064,10 @@ impl Server {
                     tracing::warn!("pool `{}`: respawn failed: {e}", p.name);
                 }
             });
+        }
+        if !inst.applied().uris.is_empty() {
+            // It held the subscriptions: another shared instance takes them over.
+            self.reconcile(Duration::from_millis(self.limits.call_timeout_ms)).await;
         }
     }
 
@@ -1172,13 +1185,25 @@ impl Server {
 
     /// Brings every ready instance's level and subscriptions to what its sessions want.
     async fn reconcile(&self, timeout: Duration) -> Vec<(Setup, String)> {
-        let _guard = self.reconciling.lock().await;
-        let holder = self.subscription_holder(None);
         let mut failures = Vec::new();
         for inst in self.all_instances().into_iter().filter(|i| i.is_ready()) {
+            let _guard = self.reconcile_lock(&inst).lock_owned().await;
+            // Who holds the subscriptions is decided under the lock: it may have changed meanwhile.
+            let holder = self.subscription_holder(None);
             failures.extend(self.reconcile_instance(&inst, holder, timeout).await);
         }
         failures
+    }
+
+    /// The lock that keeps reconciliations of one instance apart (made on first use; locks of
+    /// instances that are gone are dropped here too).
+    fn reconcile_lock(&self, inst: &Instance) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.reconciling.lock().expect("lock");
+        if locks.len() > 8 {
+            let live: BTreeSet<u64> = self.all_instances().iter().map(|i| i.number()).collect();
+            locks.retain(|n, _| live.contains(n) || *n == inst.number());
+        }
+        locks.entry(inst.number()).or_default().clone()
     }
 
     async fn reconcile_instance(

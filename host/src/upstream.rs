@@ -24,6 +24,10 @@ const SHUTDOWN_STEP: Duration = Duration::from_secs(2);
 /// After the process exits, how long its last output may take to be read before it is declared
 /// dead even though its stdout is still open.
 const EXIT_DRAIN: Duration = Duration::from_millis(200);
+/// Past this many bytes written to an instance and not yet taken by its stdin, the pool sends it
+/// no more calls: a server that stops reading must not make the router buffer without bound.
+/// A single larger message still goes, alone, once the backlog is empty.
+pub const WRITE_BACKLOG_LIMIT: usize = 1 << 20;
 
 /// How to start instances of a server.
 #[derive(Debug, Clone)]
@@ -80,8 +84,9 @@ pub struct Instance {
     /// Set for affinity pools: the only session this instance serves.
     pub owner: Option<SessionId>,
     /// Lines to the child's stdin. Unbounded so a send never waits past a call's deadline when
-    /// the server stops reading; what queues is bounded by the calls in flight and their timeouts.
+    /// the server stops reading; the pool bounds what queues here by watching `backlog`.
     writer: Mutex<Option<mpsc::UnboundedSender<String>>>,
+    backlog: Arc<Backlog>,
     pending: Mutex<HashMap<u64, Pending>>,
     next_id: AtomicU64,
     inflight: AtomicUsize,
@@ -146,6 +151,7 @@ impl Instance {
             pool: pool.to_string(),
             owner,
             writer: Mutex::new(Some(wtx)),
+            backlog: Arc::new(Backlog::default()),
             pending: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             inflight: AtomicUsize::new(0),
@@ -164,7 +170,7 @@ impl Instance {
             abandoned: Mutex::new(HashMap::new()),
             hub,
         });
-        tokio::spawn(write_loop(stdin, wrx, label.clone()));
+        tokio::spawn(write_loop(stdin, wrx, label.clone(), inst.backlog.clone()));
         tokio::spawn(wait_exit(child, exit_tx));
         tokio::spawn(stderr_loop(stderr, label.clone(), inst.stderr_tail.clone(), inst.stderr_done.clone()));
         let reader = inst.clone();
@@ -273,10 +279,27 @@ impl Instance {
     /// Writes one line to the child's stdin. Err when its stdin is closed.
     pub async fn write(&self, line: String) -> Result<(), ()> {
         let tx = self.writer.lock().expect("lock").clone();
-        match tx {
-            Some(tx) => tx.send(line).map_err(|_| ()),
-            None => Err(()),
-        }
+        let Some(tx) = tx else { return Err(()) };
+        let bytes = line.len() + 1;
+        self.backlog.bytes.fetch_add(bytes, Ordering::AcqRel);
+        tx.send(line).map_err(|_| {
+            self.backlog.bytes.fetch_sub(bytes, Ordering::AcqRel);
+        })
+    }
+
+    /// Bytes written to this instance that its stdin has not taken yet.
+    pub fn backlog(&self) -> usize {
+        self.backlog.bytes.load(Ordering::Acquire)
+    }
+
+    /// Whether the pool may send it another call (its backlog is under [`WRITE_BACKLOG_LIMIT`]).
+    pub fn is_writable(&self) -> bool {
+        self.backlog() < WRITE_BACKLOG_LIMIT
+    }
+
+    /// Runs `hook` whenever the backlog falls back under the limit (set once, by the pool).
+    pub fn on_drain(&self, hook: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.backlog.on_drain.set(hook);
     }
 
     /// The death to report when a write fails: the real one if known, else "stdin closed".
@@ -632,7 +655,28 @@ fn executable(command: &str, path: Option<&str>) -> std::io::Result<()> {
     Err(last)
 }
 
-async fn write_loop(stdin: ChildStdin, mut rx: mpsc::UnboundedReceiver<String>, label: String) {
+/// The bytes queued for a child's stdin, shared by `Instance::write` and the writer task.
+#[derive(Default)]
+struct Backlog {
+    bytes: AtomicUsize,
+    /// Wakes the pool when the backlog falls under the limit again.
+    on_drain: OnceLock<Box<dyn Fn() + Send + Sync>>,
+}
+
+impl Backlog {
+    /// `bytes` left the queue (written, or dropped with the instance).
+    fn taken(&self, bytes: usize) {
+        let before = self.bytes.fetch_sub(bytes, Ordering::AcqRel);
+        if before >= WRITE_BACKLOG_LIMIT
+            && before - bytes < WRITE_BACKLOG_LIMIT
+            && let Some(hook) = self.on_drain.get()
+        {
+            hook();
+        }
+    }
+}
+
+async fn write_loop(stdin: ChildStdin, mut rx: mpsc::UnboundedReceiver<String>, label: String, backlog: Arc<Backlog>) {
     let mut w = BufWriter::with_capacity(64 * 1024, stdin);
     while let Some(line) = rx.recv().await {
         let mut batch = Some(line);
@@ -642,6 +686,7 @@ async fn write_loop(stdin: ChildStdin, mut rx: mpsc::UnboundedReceiver<String>, 
                 tracing::debug!(instance = %label, "stdin write failed; the process is gone");
                 return;
             }
+            backlog.taken(l.len() + 1);
             batch = rx.try_recv().ok();
         }
         if w.flush().await.is_err() {

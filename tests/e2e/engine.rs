@@ -272,3 +272,299 @@ async fn a_burst_grows_the_pool_and_idle_instances_are_reaped() {
     assert_eq!(alive, 1, "idle instances above min were not reaped");
     assert_eq!(s.client.call_text("echo", json!({"text": "still served"})).await, "still served");
 }
+
+/// The pid each response reports (`pid` tool), in response order.
+async fn pids_of(c: &mut Client, ids: &[Value]) -> Vec<u32> {
+    let mut out = Vec::new();
+    for id in ids {
+        let resp = c.wait_response(id).await;
+        let text: Value = serde_json::from_str(tool_text(&resp)).unwrap_or_else(|_| panic!("{resp}"));
+        out.push(text["pid"].as_u64().unwrap() as u32);
+    }
+    out
+}
+
+/// Issue 8, item 3: a call that made the pool spawn an instance waited for that whole cold
+/// start, even though the warm instance was free again a millisecond later. Spawning is for
+/// capacity: a quick burst is served by the warm instance while new ones start.
+#[tokio::test]
+async fn a_burst_is_not_held_up_by_the_cold_start_of_new_instances() {
+    let cfg = "[pools.default]\nmin = 1\nmax = 4\nmax_inflight = 1\n";
+    let mut s = Setup::with_config(&["--init-delay-ms", "4000"], &[], Some(cfg)).await;
+    s.client.timeout = Duration::from_secs(20);
+    s.client.initialize().await;
+    let warm = fixture_pid(&mut s.client).await;
+    let started = Instant::now();
+    let mut ids = Vec::new();
+    for _ in 0..12 {
+        ids.push(s.client.send_request("tools/call", json!({"name": "pid", "arguments": {}})).await);
+    }
+    let pids = pids_of(&mut s.client, &ids).await;
+    let took = started.elapsed();
+    // New instances take 4 s to start: a call served by one of them waited for a cold start.
+    assert!(pids.iter().all(|p| *p == warm), "calls waited for new instances: {pids:?} (warm: {warm})");
+    assert!(took < Duration::from_millis(3500), "the burst took {took:?}");
+    // The pool still grew for capacity: new instances come up in the background.
+    let end = Instant::now() + Duration::from_secs(15);
+    while descendants(s.router.pid).len() < 2 && Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(descendants(s.router.pid).len() >= 2, "the pool never grew");
+}
+
+/// Issue 8, item 3: instances up to `min` start as soon as the initialize params are known, all
+/// at once (they used to start one after another, each behind the last one's cold start).
+#[tokio::test]
+async fn min_instances_start_in_parallel() {
+    let dir = temp_dir();
+    let journal = journal_in(&dir);
+    let cfg = "[pools.default]\nmin = 3\nmax = 3\nmax_inflight = 1\n";
+    let mut s = Setup::with_config(&["--journal", &journal, "--init-delay-ms", "1500"], &[], Some(cfg)).await;
+    s.client.timeout = Duration::from_secs(20);
+    s.client.initialize().await;
+    let entries =
+        wait_journal(&journal, Duration::from_secs(15), |e| received(e, "notifications/initialized").count() >= 3)
+            .await;
+    // When each instance was asked to initialise: all three within well under one cold start.
+    let asked: Vec<u64> = entries
+        .iter()
+        .filter(|e| e["dir"] == "in" && e["msg"]["method"] == "initialize")
+        .map(|e| e["t_ms"].as_u64().unwrap())
+        .collect();
+    assert_eq!(asked.len(), 3, "{asked:?}");
+    let spread = asked.iter().max().unwrap() - asked.iter().min().unwrap();
+    assert!(spread < 1000, "the min instances started {spread} ms apart: one after another");
+}
+
+/// Issue 9, item 12: a `resources/subscribe` waiting behind a long call on a serial server held
+/// the reconciliation lock, and a new instance could not finish starting until it was done, so a
+/// quick call that needed the new instance waited for the long call anyway.
+#[tokio::test]
+async fn a_subscribe_stuck_behind_a_long_call_does_not_hold_up_a_new_instance() {
+    let cfg = "[pools.default]\nmin = 1\nmax = 2\nmax_inflight = 1\n";
+    let mut s = Setup::with_config(&["--serial"], &[], Some(cfg)).await;
+    s.client.timeout = Duration::from_secs(20);
+    s.client.initialize().await;
+    let slow = s.client.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": 5000}})).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Held on the busy instance: it waits behind the sleep.
+    let sub = s.client.send_request("resources/subscribe", json!({"uri": "fixture://readme"})).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    let quick = s.client.send_request("tools/call", json!({"name": "echo", "arguments": {"text": "q"}})).await;
+    let first = s.client.recv_until(is_response).await;
+    let took = started.elapsed();
+    assert_eq!(first["id"], quick, "the quick call waited behind the long one ({took:?}): {first}");
+    assert_eq!(tool_text(&first), "q");
+    s.client.wait_response(&slow).await;
+    let sub = s.client.wait_response(&sub).await;
+    assert!(sub.get("result").is_some(), "{sub}");
+}
+
+/// Issue 8, item 7: switchyard's own "waiting" notice follows the client's level and the
+/// server's capabilities, and counts the calls that really wait.
+#[tokio::test]
+async fn the_waiting_notice_counts_true_and_respects_level_and_capability() {
+    // Calls wait for a second instance that takes 3 s to start.
+    let cfg = "[pools.default]\nmin = 1\nmax = 2\nmax_inflight = 1\n";
+    let mut s = Setup::with_config(&["--init-delay-ms", "3000"], &[], Some(cfg)).await;
+    s.client.timeout = Duration::from_secs(20);
+    s.client.initialize().await;
+    let slow = s.client.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": 2500}})).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let waits = s.client.send_request("tools/call", json!({"name": "echo", "arguments": {"text": "w"}})).await;
+    let notice = s.client.recv_notification("notifications/message").await;
+    let data = notice["params"]["data"].as_str().unwrap();
+    assert!(data.contains("waiting for an instance") && data.contains("1 calls queued"), "{data}");
+    s.client.wait_response(&waits).await;
+    s.client.wait_response(&slow).await;
+
+    // The client asked for emergencies only: the same wait is silent.
+    let r = s.client.request("logging/setLevel", json!({"level": "emergency"})).await;
+    assert!(r.get("result").is_some(), "{r}");
+    let slow = s.client.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": 2000}})).await;
+    let slow2 = s.client.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": 2000}})).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let waits = s.client.send_request("tools/call", json!({"name": "echo", "arguments": {"text": "w"}})).await;
+    s.client.wait_response(&waits).await;
+    s.client.wait_response(&slow).await;
+    s.client.wait_response(&slow2).await;
+    assert!(
+        s.client.buffered().iter().all(|m| m["method"] != "notifications/message"),
+        "a notice reached a client that asked for emergencies only: {:?}",
+        s.client.buffered()
+    );
+
+    // A server without the logging capability: switchyard may not send log messages at all.
+    let cfg = "[pools.default]\nmax = 1\nmax_inflight = 1\n";
+    let mut s = Setup::with_config(&["--no-logging"], &[], Some(cfg)).await;
+    s.client.initialize().await;
+    let slow = s.client.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": 1800}})).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let waits = s.client.send_request("tools/call", json!({"name": "echo", "arguments": {"text": "w"}})).await;
+    s.client.wait_response(&waits).await;
+    s.client.wait_response(&slow).await;
+    assert!(
+        s.client.buffered().iter().all(|m| m["method"] != "notifications/message"),
+        "a log message went out though the server declared no logging: {:?}",
+        s.client.buffered()
+    );
+}
+
+/// Issue 8, item 17: a call that timed out, was retried and timed out again reported only the
+/// last attempt's time; the client waited for both.
+#[tokio::test]
+async fn a_timeout_after_a_retry_reports_the_total_time_and_the_attempts() {
+    let mut s = Setup::with_config(&[], &[], Some("[limits]\ncall_timeout_ms = 600\n")).await;
+    s.client.initialize().await;
+    // `sleep` is read-only: once its annotations are known it is retried once by default.
+    s.client.request("tools/list", json!({})).await;
+    let resp = s.client.call_tool("sleep", json!({"ms": 5000})).await;
+    assert_eq!(resp["error"]["code"], -32001, "{resp}");
+    let msg = resp["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("(2 attempts)"), "{msg}");
+    assert_eq!(resp["error"]["data"]["attempts"], 2, "{resp}");
+    assert!(resp["error"]["data"]["elapsedMs"].as_u64().unwrap() >= 1200, "{resp}");
+}
+
+/// The router's resident memory, from /proc.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Issue 9, item 7: with the default pool (pipelining), a server that stops reading its stdin
+/// made the router buffer every call sent to it: memory grew without bound. Now what is queued
+/// towards an instance is bounded, later calls wait in the pool queue or are refused at once,
+/// and every call still gets exactly one answer.
+#[tokio::test]
+async fn a_server_that_stops_reading_does_not_make_memory_grow_without_bound() {
+    // The default pool (max_inflight = 0: pipelining), with a shorter queue than the default.
+    let cfg = "[limits]\ncall_timeout_ms = 4000\n[pools.default]\nmax_queue = 256\n";
+    let mut s = Setup::with_config(&["--stop-reading-after-calls", "1"], &[], Some(cfg)).await;
+    s.client.timeout = Duration::from_secs(60);
+    s.client.initialize().await;
+    assert_eq!(s.client.call_text("echo", json!({"text": "last one read"})).await, "last one read");
+    let base = rss_kib(s.router.pid);
+    let big = "x".repeat(100 * 1024);
+    let calls = 2000;
+    let mut peak = 0;
+    for i in 0..calls {
+        s.client
+            .send_request_with_id(json!(i), "tools/call", json!({"name": "echo", "arguments": {"text": big}}))
+            .await;
+        if i % 100 == 0 {
+            peak = peak.max(rss_kib(s.router.pid));
+        }
+    }
+    let mut answered = std::collections::HashMap::new();
+    let mut told_why = 0;
+    while answered.len() < calls as usize {
+        let m = s.client.recv_until(is_response).await;
+        peak = peak.max(rss_kib(s.router.pid));
+        let id = m["id"].as_i64().unwrap_or_else(|| panic!("{m}"));
+        // Refused at once (queue full) or timed out in the queue: either way the error says why.
+        if m["error"]["message"].as_str().is_some_and(|e| e.contains("not reading its stdin")) {
+            told_why += 1;
+        }
+        assert!(answered.insert(id, m).is_none(), "call {id} was answered twice");
+    }
+    let late = drain(&mut s.client, Duration::from_millis(500)).await;
+    assert!(late.iter().all(|m| !is_response(m)), "a call was answered twice");
+    // 2000 calls of 100 KB are 200 MB; the router used to hold them all (and copies) until they
+    // timed out (244 MiB measured). Now at most `max_queue` of them wait (25 MB), plus the
+    // bounded backlog of the instance.
+    let grown_mib = peak.saturating_sub(base) / 1024;
+    eprintln!("router RSS: {base} KiB at start, {peak} KiB at peak; {told_why} errors named the stalled server");
+    assert!(grown_mib < 120, "the router grew by {grown_mib} MiB");
+    assert!(told_why > 0, "no error said that the server is not reading");
+}
+
+/// Issue 8, item 14: at debug level switchyard logs each call's effective decision (plugins,
+/// concurrency and keys, pool, timeout, retry), so a user can see a policy take effect; the
+/// arguments themselves never reach the log.
+#[tokio::test]
+async fn debug_logs_each_calls_decision_but_not_its_arguments() {
+    let plugins = std::path::Path::new(env!("SWITCHYARD_EXAMPLE_PLUGINS"));
+    let cfg = r#"
+[[plugins]]
+file = "hints.wasm"
+priority = 10
+config = { tools = { "write" = { readOnlyHint = true } } }
+
+[[plugins]]
+file = "fs-keys.wasm"
+priority = 5
+config = { writes = ["write"], reads = ["read"], path_args = ["path"] }
+"#;
+    let mut s = Setup::start(
+        &[],
+        &["--log-level", "debug"],
+        Some(cfg),
+        &[&plugins.join("hints.wasm"), &plugins.join("fs-keys.wasm")],
+    )
+    .await;
+    s.client.initialize().await;
+    s.client.request("tools/list", json!({})).await;
+    let secret = "do-not-log-this-7f3a";
+    let resp = s.client.call_tool("write", json!({"path": "/k/a", "text": secret})).await;
+    assert!(resp.get("result").is_some(), "{resp}");
+    let end = Instant::now() + Duration::from_secs(5);
+    let line = loop {
+        let log = s.router.stderr.text();
+        if let Some(l) = log.lines().find(|l| l.contains("decision for tools/call `write`")) {
+            break l.to_string();
+        }
+        assert!(Instant::now() < end, "no decision line for the call in the log");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    for part in ["keyed", "/k/a", "pool `default`", "timeout 300000 ms", "retries", "hints", "fs-keys", "session"] {
+        assert!(line.contains(part), "the decision line lacks {part:?}: {line}");
+    }
+    assert!(!s.router.stderr.text().contains(secret), "an argument value reached the log");
+}
+
+/// Issue 9, item 12: when the instance holding the subscriptions died, the router first moved
+/// them to another instance (waiting behind that one's long call on a serial server) and only
+/// then respawned the pool back to `min`.
+#[tokio::test]
+async fn a_dead_subscription_holder_is_respawned_without_waiting_for_the_handover() {
+    let dir = temp_dir();
+    let journal = journal_in(&dir);
+    let cfg = "[pools.default]\nmin = 2\nmax = 2\nmax_inflight = 1\n";
+    let mut s = Setup::with_config(&["--serial", "--journal", &journal], &[], Some(cfg)).await;
+    s.client.timeout = Duration::from_secs(20);
+    s.client.initialize().await;
+    wait_journal(&journal, Duration::from_secs(10), |e| received(e, "notifications/initialized").count() >= 2).await;
+    let sub = s.client.request("resources/subscribe", json!({"uri": "fixture://readme"})).await;
+    assert!(sub.get("result").is_some(), "{sub}");
+    let entries = harness::journal(&journal);
+    let holder = entries
+        .iter()
+        .find(|e| e["dir"] == "in" && e["msg"]["method"] == "resources/subscribe")
+        .and_then(|e| e["pid"].as_u64())
+        .expect("the subscribe reached an instance") as u32;
+    // Both instances busy with long writes (not retried when their instance dies).
+    let mut writes = Vec::new();
+    for path in ["/a", "/b"] {
+        let args = json!({"path": path, "text": "t", "ms": 6000});
+        writes.push(s.client.send_request("tools/call", json!({"name": "write", "arguments": args})).await);
+    }
+    wait_journal(&journal, Duration::from_secs(5), |e| received(e, "tools/call").count() >= 2).await;
+    // SAFETY: plain kill(2) of a fixture process this test started through the router.
+    unsafe { libc::kill(holder as i32, libc::SIGKILL) };
+    let killed = Instant::now();
+    // The replacement starts while the other instance is still busy for seconds.
+    let entries = wait_journal(&journal, Duration::from_secs(10), |e| events(e, "start").count() >= 3).await;
+    let took = killed.elapsed();
+    assert!(took < Duration::from_secs(4), "the respawn waited {took:?} for the subscription handover");
+    assert_eq!(events(&entries, "start").count(), 3);
+    for w in &writes {
+        s.client.wait_response(w).await;
+    }
+}

@@ -178,7 +178,8 @@ async fn full_storm(stderr: StderrMode) {
         let mut rng = Rng(seed.rotate_left(7) | 1);
         tokio::spawn(async move {
             for round in 0.. {
-                let (name, src) = if rng.below(2) == 0 { ("noisy2.wasm", "noisy.wasm") } else { ("spin.wasm", "spin.wasm") };
+                let (name, src) =
+                    if rng.below(2) == 0 { ("noisy2.wasm", "noisy.wasm") } else { ("spin.wasm", "spin.wasm") };
                 let path = plugins.join(name);
                 if path.exists() {
                     let _ = std::fs::remove_file(&path);
@@ -254,11 +255,10 @@ async fn full_storm(stderr: StderrMode) {
         let ledger = storm_calls(&mut main, "A", &mut rng_a, 80, false).await;
         settle(&mut main, "A", &ledger).await;
     };
-    let ((), (), left) = tokio::time::timeout(Duration::from_secs(120), async {
-        tokio::join!(main_session, slow_reader, transient)
-    })
-    .await
-    .expect("the storm did not settle within 120 s");
+    let ((), (), left) =
+        tokio::time::timeout(Duration::from_secs(120), async { tokio::join!(main_session, slow_reader, transient) })
+            .await
+            .expect("the storm did not settle within 120 s");
     assert!(left > 0);
     killer.abort();
     churn.abort();
