@@ -200,7 +200,7 @@ fn log_decision(server: &Server, set: &PluginSet, call: &CallInfo, what: &str, d
         Some(r) => format!("{} retries, backoff {} ms", r.attempts, r.backoff_ms),
         // The default depends on the tool's effective annotations; working them out here would
         // cost a plugin call just for a log line.
-        None => "host default (one retry if the tool is read-only or idempotent)".to_string(),
+        None => "retries by the host default (one if the tool is read-only or idempotent)".to_string(),
     };
     let chain = if set.is_empty() { "none".to_string() } else { set.names().join(", ") };
     tracing::debug!(
