@@ -98,6 +98,8 @@ pub struct Request<'a> {
     pub session_label: &'a str,
     pub link: &'a Arc<SessionLink>,
     pub cancel: &'a Cancel,
+    /// A 2026-07-28-era request (protocol version in `_meta`): runs on that era's instances.
+    pub modern: bool,
 }
 
 /// Forwards a request to the server and returns the response for the client (None when the
@@ -260,7 +262,7 @@ async fn attempt(
         bounded(server.gate.acquire(eff.concurrency.clone()), deadline, &req.cancel.token, req.link, gate_notice)
             .await
             .map_err(|e| e.map_or(Stop::Cancelled, |w| timeout(Some(w))))?;
-    let pool = &eff.pool;
+    let pool = if req.modern { server.modern_pool(&eff.pool) } else { &eff.pool };
     let pool_notice = || {
         format!(
             "{what} on server `{}` is waiting for an instance of pool `{}` ({} calls queued)",

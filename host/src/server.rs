@@ -41,13 +41,11 @@ const CRASH_LOOP_FAILURES: u32 = 5;
 pub struct SessionLink {
     pub id: SessionId,
     /// Lines to the client. Unbounded so one slow client cannot stall an instance's reader
-    /// (and with it every other session's replies); `queued` bounds it instead.
+    /// (and with it every other session's replies); `backlog` bounds it instead.
     out: mpsc::UnboundedSender<String>,
-    /// Bytes handed to `out` and not yet written to the client (shared with the writer, which
-    /// must not hold the link itself: the channel closes when the last link goes).
-    queued: Arc<std::sync::atomic::AtomicUsize>,
-    /// Past this many queued bytes the client is taken to have stopped reading.
-    queue_limit: usize,
+    /// What is queued for the client and not yet written (shared with the writer, which must
+    /// not hold the link itself: the channel closes when the last link goes).
+    backlog: Arc<Backlog>,
     /// Fired when the queue overflows: the session ends (its calls are cancelled).
     pub overflow: tokio_util::sync::CancellationToken,
     /// Requests and notifications from servers wait here until the client has finished its
@@ -67,8 +65,7 @@ impl SessionLink {
         Arc::new(SessionLink {
             id,
             out,
-            queued: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
-            queue_limit,
+            backlog: Arc::new(Backlog::new(queue_limit)),
             overflow: tokio_util::sync::CancellationToken::new(),
             held: Mutex::new(Some(Vec::new())),
             outbound: Mutex::new(HashMap::new()),
@@ -81,16 +78,21 @@ impl SessionLink {
         if self.overflow.is_cancelled() {
             return;
         }
-        let bytes = line.len() + 1;
-        let queued = self.queued.fetch_add(bytes, Ordering::AcqRel) + bytes;
-        if queued > self.queue_limit {
-            tracing::warn!(
-                session = self.id,
-                "the client is not reading its messages ({queued} bytes waiting, more than {}); closing its session",
-                self.queue_limit
-            );
-            self.overflow.cancel();
-            return;
+        if let Some(episode) = self.backlog.add(line.len() + 1) {
+            // Over the limit from now: if it still is after BACKLOG_STALL, the client stopped reading.
+            let (backlog, overflow, id) = (self.backlog.clone(), self.overflow.clone(), self.id);
+            tokio::spawn(async move {
+                tokio::time::sleep(BACKLOG_STALL).await;
+                if backlog.still_over(episode) {
+                    tracing::warn!(
+                        session = id,
+                        "the client is not reading its messages: more than {} bytes have waited for it for {} s; closing its session",
+                        backlog.limit,
+                        BACKLOG_STALL.as_secs()
+                    );
+                    overflow.cancel();
+                }
+            });
         }
         let _ = self.out.send(line);
     }
@@ -137,11 +139,65 @@ impl SessionLink {
         ids
     }
 
-    /// The counter the writer lowers as it writes queued output to the client.
-    pub fn queued_counter(&self) -> Arc<std::sync::atomic::AtomicUsize> {
-        self.queued.clone()
+    /// The backlog the writer lowers as it writes queued output to the client.
+    pub fn backlog(&self) -> Arc<Backlog> {
+        self.backlog.clone()
     }
 }
+
+/// How long a session's output may stay over its limit before the client is taken to have
+/// stopped reading. A client that reads drains even a large answer well within this.
+pub const BACKLOG_STALL: Duration = Duration::from_secs(5);
+
+/// Output queued for one client. Memory is bounded by what the client fails to read over time,
+/// not by the size of one answer: the session is closed only when the backlog has stayed over
+/// `limit` for `BACKLOG_STALL` without a break.
+pub struct Backlog {
+    limit: usize,
+    queued: std::sync::atomic::AtomicUsize,
+    /// The current run of being over `limit` (None: under it), numbered so a check of an earlier
+    /// run never closes the session for a later one.
+    over: Mutex<Option<u64>>,
+    runs: AtomicU64,
+}
+
+impl Backlog {
+    fn new(limit: usize) -> Backlog {
+        Backlog { limit, queued: Default::default(), over: Mutex::new(None), runs: AtomicU64::new(0) }
+    }
+
+    /// Counts `bytes` more; Some(run) when this took the backlog over the limit.
+    fn add(&self, bytes: usize) -> Option<u64> {
+        let queued = self.queued.fetch_add(bytes, Ordering::AcqRel) + bytes;
+        if queued <= self.limit {
+            return None;
+        }
+        let mut over = self.over.lock().expect("lock");
+        if over.is_some() {
+            return None;
+        }
+        let run = self.runs.fetch_add(1, Ordering::Relaxed);
+        *over = Some(run);
+        Some(run)
+    }
+
+    fn still_over(&self, run: u64) -> bool {
+        *self.over.lock().expect("lock") == Some(run)
+    }
+
+    /// The writer wrote `bytes` to the client.
+    pub fn wrote(&self, bytes: usize) {
+        let queued = self.queued.fetch_sub(bytes, Ordering::AcqRel) - bytes;
+        if queued <= self.limit {
+            self.over.lock().expect("lock").take();
+        }
+    }
+}
+
+/// Names the 2026-07-28 counterpart of a pool (`default` -> `default@2026-07-28`).
+const MODERN_POOL_SUFFIX: &str = "@2026-07-28";
+/// The newest protocol version of the era without initialize, until a client names another.
+const LATEST_MODERN_VERSION: &str = "2026-07-28";
 
 /// Server messages held for a client that has not finished initialising, at most.
 const HELD_MAX: usize = 1024;
@@ -438,6 +494,15 @@ pub struct Server {
     pub policy: Policy,
     spec: Spec,
     pools: BTreeMap<String, Arc<Pool>>,
+    /// Instances for requests of the 2026-07-28 era, one pool per configured pool (none kept
+    /// running). A server of both eras fixes each connection's era by its first request (the
+    /// Python SDK does), so an instance switchyard initialised cannot serve them, nor the other
+    /// way round. They are never initialised: each request carries its own envelope.
+    modern_pools: BTreeMap<String, Arc<Pool>>,
+    /// The protocol version the latest 2026-07-28-era request carried (for health probes).
+    modern_version: Mutex<String>,
+    /// The server answered server/discover with -32601: it is of the initialize era only.
+    discover_refused: std::sync::atomic::AtomicBool,
     /// The first client's initialize params, used to initialise every instance.
     /// Cleared again if that initialize fails, so the next client's params are used instead.
     init_params: Mutex<Option<String>>,
@@ -457,23 +522,31 @@ impl Server {
     pub fn new(config: &Config, spec: Spec, policy: Policy, shutdown: CancellationToken) -> Arc<Server> {
         let name = spec.server.clone();
         Arc::new_cyclic(|weak: &Weak<Server>| {
-            let pools = config
-                .pools
-                .iter()
-                .map(|(pname, pc)| {
-                    let w = weak.clone();
-                    let spawner: Spawner = Arc::new(move |pool, owner| {
-                        let w = w.clone();
-                        Box::pin(async move {
-                            match w.upgrade() {
-                                Some(server) => server.start_instance(&pool, owner).await,
-                                None => Err(CallError::ShuttingDown),
-                            }
-                        })
-                    });
-                    (pname.clone(), Pool::new(pname, &name, pc.clone(), spawner))
-                })
-                .collect();
+            let pools_of = |modern: bool| -> BTreeMap<String, Arc<Pool>> {
+                config
+                    .pools
+                    .iter()
+                    .map(|(pname, pc)| {
+                        let w = weak.clone();
+                        let spawner: Spawner = Arc::new(move |pool, owner| {
+                            let w = w.clone();
+                            Box::pin(async move {
+                                match w.upgrade() {
+                                    Some(server) => server.start_instance(&pool, owner, modern).await,
+                                    None => Err(CallError::ShuttingDown),
+                                }
+                            })
+                        });
+                        let (pool_name, mut pc) = (pname.clone(), pc.clone());
+                        if modern {
+                            pc.min = 0;
+                            return (pool_name, Pool::new(&format!("{pname}{MODERN_POOL_SUFFIX}"), &name, pc, spawner));
+                        }
+                        (pool_name, Pool::new(pname, &name, pc, spawner))
+                    })
+                    .collect()
+            };
+            let (pools, modern_pools) = (pools_of(false), pools_of(true));
             Server {
                 name: name.clone(),
                 hub: Hub::new(&name),
@@ -482,6 +555,9 @@ impl Server {
                 policy,
                 spec,
                 pools,
+                modern_pools,
+                modern_version: Mutex::new(LATEST_MODERN_VERSION.to_string()),
+                discover_refused: Default::default(),
                 init_params: Mutex::new(None),
                 init_result: OnceCell::new(),
                 init_state: watch::channel(InitState::NotStarted).0,
@@ -504,7 +580,50 @@ impl Server {
     }
 
     pub fn all_instances(&self) -> Vec<Arc<Instance>> {
-        self.pools.values().flat_map(|p| p.instances()).collect()
+        self.every_pool().flat_map(|p| p.instances()).collect()
+    }
+
+    /// The configured pools and their 2026-07-28 counterparts.
+    fn every_pool(&self) -> impl Iterator<Item = &Arc<Pool>> {
+        self.pools.values().chain(self.modern_pools.values())
+    }
+
+    /// The pool an instance belongs to.
+    fn pool_of(&self, inst: &Instance) -> Option<&Arc<Pool>> {
+        self.pools.get(&inst.pool).or_else(|| self.modern_pools.get(inst.pool.strip_suffix(MODERN_POOL_SUFFIX)?))
+    }
+
+    /// The 2026-07-28 counterpart of a configured pool.
+    pub fn modern_pool<'a>(&'a self, pool: &'a Arc<Pool>) -> &'a Arc<Pool> {
+        self.modern_pools.get(&pool.name).unwrap_or(pool)
+    }
+
+    /// True for an instance serving 2026-07-28-era requests (never initialised).
+    pub fn is_modern(&self, inst: &Instance) -> bool {
+        inst.pool.ends_with(MODERN_POOL_SUFFIX)
+    }
+
+    pub fn saw_modern_version(&self, version: &str) {
+        let mut v = self.modern_version.lock().expect("lock");
+        if *v != version {
+            *v = version.to_string();
+        }
+    }
+
+    pub fn discover_refused(&self) -> bool {
+        self.discover_refused.load(Ordering::Relaxed)
+    }
+
+    /// The server answered server/discover with -32601: later probes are answered at once, and
+    /// the instances started for that era (it has none) are stopped.
+    pub fn refuse_discover(&self) {
+        if self.discover_refused.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        tracing::info!(server = %self.name, "the server does not know server/discover: 2026-07-28 clients fall back to initialize");
+        for inst in self.modern_pools.values().flat_map(|p| p.take_all()) {
+            self.tasks.spawn(async move { inst.shutdown().await });
+        }
     }
 
     /// True once initialised; waits while a client's initialize is still under way (requests
@@ -589,7 +708,12 @@ impl Server {
     }
 
     /// Spawns and initialises one instance for `pool` (the pools' spawner).
-    async fn start_instance(self: Arc<Self>, pool: &str, owner: Option<SessionId>) -> Result<Arc<Instance>, CallError> {
+    async fn start_instance(
+        self: Arc<Self>,
+        pool: &str,
+        owner: Option<SessionId>,
+        modern: bool,
+    ) -> Result<Arc<Instance>, CallError> {
         if self.shutdown.is_cancelled() {
             return Err(CallError::ShuttingDown);
         }
@@ -597,9 +721,15 @@ impl Server {
             tokio::time::sleep_until(at).await;
         }
         let params = self.init_params.lock().expect("lock").clone();
-        let Some(params) = params else {
+        if params.is_none() && !modern {
             return Err(CallError::NotInitialized { server: self.name.clone() });
-        };
+        }
+        if modern && self.discover_refused() {
+            return Err(CallError::Down {
+                server: self.name.clone(),
+                reason: "it does not serve the 2026-07-28 protocol (it answered server/discover with an error); connect with initialize".into(),
+            });
+        }
         let number = self.next_instance.fetch_add(1, Ordering::Relaxed);
         let inst = Instance::spawn(&self.spec, number, pool, owner, self.hub.clone()).map_err(|e| {
             let reason = format!(
@@ -609,7 +739,11 @@ impl Server {
             self.record_start_failure(reason.clone());
             CallError::Down { server: self.name.clone(), reason }
         })?;
-        match self.handshake(&inst, &params).await {
+        let handshake = match modern {
+            true => self.modern_handshake(&inst).await,
+            false => self.handshake(&inst, params.as_deref().unwrap_or("{}")).await,
+        };
+        match handshake {
             Ok(()) => {
                 inst.mark_ready();
                 tracing::info!(instance = %inst.label(), pid = inst.pid(), pool, "instance ready");
@@ -622,7 +756,10 @@ impl Server {
                 Ok(inst)
             }
             Err(e) => {
-                self.record_start_failure(e.to_string());
+                // A server that does not speak 2026-07-28 started fine: not a start failure.
+                if !(modern && self.discover_refused()) {
+                    self.record_start_failure(e.to_string());
+                }
                 inst.kill().await;
                 Err(e)
             }
@@ -640,6 +777,27 @@ impl Server {
         let holder = self.subscription_holder(Some(inst));
         self.reconcile_instance(inst, holder, timeout).await;
         Ok(())
+    }
+
+    /// An instance of the 2026-07-28 era has no initialize: switchyard's own server/discover (with
+    /// its envelope, which also fixes the era of a server that speaks both) shows that it is up,
+    /// bounded by init_timeout_ms like an initialize; clients' own probes then get fast answers.
+    async fn modern_handshake(&self, inst: &Arc<Instance>) -> Result<(), CallError> {
+        let timeout = Duration::from_millis(self.limits.init_timeout_ms);
+        match self.own_request(inst, "server/discover", &self.modern_envelope(), timeout, "server/discover").await {
+            Ok(_) => Ok(()),
+            Err(CallError::Down { reason, .. }) => {
+                // It answered, with an error: it is up, but not of that era.
+                self.refuse_discover();
+                Err(CallError::Down {
+                    server: self.name.clone(),
+                    reason: format!(
+                        "{reason}; it does not serve the 2026-07-28 protocol, and its clients fall back to initialize"
+                    ),
+                })
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Sends a request of the router's own and returns its `result` JSON.
@@ -678,7 +836,7 @@ impl Server {
 
     async fn on_death(self: Arc<Self>, inst: Arc<Instance>) {
         self.hub.instance_gone(&inst);
-        let Some(pool) = self.pools.get(&inst.pool).cloned() else { return };
+        let Some(pool) = self.pool_of(&inst).cloned() else { return };
         pool.forget(&inst);
         if inst.is_closing() || self.shutdown.is_cancelled() {
             return;
@@ -731,7 +889,9 @@ impl Server {
 
     /// Fetches every page of tools/list from one instance into the hints cache.
     pub async fn refresh_tools(self: &Arc<Self>) {
-        let Some(inst) = self.all_instances().into_iter().find(|i| i.is_ready()) else { return };
+        let Some(inst) = self.all_instances().into_iter().find(|i| i.is_ready() && !self.is_modern(i)) else {
+            return;
+        };
         let mut cursor: Option<String> = None;
         let timeout = Duration::from_millis(self.limits.init_timeout_ms);
         for _ in 0..100 {
@@ -786,7 +946,7 @@ impl Server {
     fn subscription_holder(&self, extra: Option<&Arc<Instance>>) -> Option<u64> {
         self.all_instances()
             .iter()
-            .filter(|i| i.is_ready())
+            .filter(|i| i.is_ready() && !self.is_modern(i))
             .chain(extra)
             .filter(|i| i.owner.is_none())
             .map(|i| i.number())
@@ -798,7 +958,8 @@ impl Server {
         let _guard = self.reconciling.lock().await;
         let holder = self.subscription_holder(None);
         let mut failures = Vec::new();
-        for inst in self.all_instances().into_iter().filter(|i| i.is_ready()) {
+        // Levels and subscriptions are of the initialize era (2026-07-28 has neither request).
+        for inst in self.all_instances().into_iter().filter(|i| i.is_ready() && !self.is_modern(i)) {
             failures.extend(self.reconcile_instance(&inst, holder, timeout).await);
         }
         failures
@@ -857,7 +1018,7 @@ impl Server {
     pub async fn detach(&self, session: SessionId) {
         self.hub.detach(session);
         let mut own = Vec::new();
-        for pool in self.pools.values() {
+        for pool in self.every_pool() {
             own.extend(pool.take_session(session));
         }
         if !self.shutdown.is_cancelled() {
@@ -868,9 +1029,19 @@ impl Server {
         }
     }
 
+    /// Params carrying switchyard's own 2026-07-28 envelope (for its probes of such instances).
+    fn modern_envelope(&self) -> String {
+        let version = codec::json_string(&self.modern_version.lock().expect("lock"));
+        format!(
+            r#"{{"_meta":{{"{}":{version},"io.modelcontextprotocol/clientInfo":{{"name":"switchyard","version":"{}"}},"io.modelcontextprotocol/clientCapabilities":{{}}}}}}"#,
+            codec::PROTOCOL_VERSION_META,
+            env!("CARGO_PKG_VERSION")
+        )
+    }
+
     /// Shuts every instance down (close stdin, wait, SIGTERM, wait, SIGKILL), all at once.
     pub async fn stop(&self) {
-        let all: Vec<Arc<Instance>> = self.pools.values().flat_map(|p| p.take_all()).collect();
+        let all: Vec<Arc<Instance>> = self.every_pool().flat_map(|p| p.take_all()).collect();
         let mut set = tokio::task::JoinSet::new();
         for inst in all {
             set.spawn(async move { inst.shutdown().await });
@@ -891,7 +1062,7 @@ impl Server {
             while let Ok(n) = done_rx.try_recv() {
                 pinging.remove(&n);
             }
-            for pool in self.pools.values() {
+            for pool in self.every_pool() {
                 for inst in pool.take_idle() {
                     tracing::info!(instance = %inst.label(), "idle past idle_timeout_ms; shutting it down");
                     self.tasks.spawn(async move { inst.shutdown().await });
@@ -944,7 +1115,12 @@ impl Server {
     /// Pings an instance; one that does not answer in time is killed (and respawned to `min`).
     pub async fn health_check(&self, inst: &Arc<Instance>) {
         let timeout = Duration::from_millis(self.limits.health_timeout_ms);
-        match self.own_request(inst, "ping", "{}", timeout, "health ping").await {
+        // The 2026-07-28 protocol has no ping: its instances are probed with server/discover.
+        let probe = match self.is_modern(inst) {
+            true => self.own_request(inst, "server/discover", &self.modern_envelope(), timeout, "health probe").await,
+            false => self.own_request(inst, "ping", "{}", timeout, "health ping").await,
+        };
+        match probe {
             Ok(_) => inst.touch(),
             Err(CallError::Timeout { .. }) => {
                 tracing::warn!(
@@ -952,11 +1128,11 @@ impl Server {
                     "did not answer a health ping within {} ms; recycling it",
                     timeout.as_millis()
                 );
-                if let Some(pool) = self.pools.get(&inst.pool) {
+                if let Some(pool) = self.pool_of(inst) {
                     pool.forget(inst);
                 }
                 inst.kill().await;
-                if let Some(pool) = self.pools.get(&inst.pool).cloned()
+                if let Some(pool) = self.pool_of(inst).cloned()
                     && pool.missing() > 0
                 {
                     let _ = pool.warm_up().await;
@@ -994,6 +1170,27 @@ mod tests {
             h.failure(Instant::now(), "again".into());
         }
         assert_eq!(h.failure(Instant::now(), "again".into()), Some(Duration::from_secs(30)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_large_answer_to_a_reading_client_passes_and_a_client_that_stops_reading_is_closed() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let link = SessionLink::new(1, tx, 1000);
+        let backlog = link.backlog();
+        // One answer four times the limit: queued at once, and the client reads it within a second.
+        link.send("x".repeat(4000));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let l = rx.try_recv().unwrap();
+        backlog.wrote(l.len() + 1);
+        tokio::time::sleep(BACKLOG_STALL * 2).await;
+        assert!(!link.overflow.is_cancelled(), "one large answer is not a stalled client");
+        // Then it reads nothing more: once over the limit for BACKLOG_STALL, its session closes.
+        link.send("y".repeat(4000));
+        tokio::time::sleep(BACKLOG_STALL - Duration::from_secs(1)).await;
+        link.send("z".repeat(10));
+        assert!(!link.overflow.is_cancelled(), "not stalled long enough yet");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(link.overflow.is_cancelled());
     }
 
     #[test]
