@@ -297,3 +297,37 @@ fn filesystem_server_is_identical_through_the_router_for_the_python_sdk_in_both_
         assert_eq!(t["steps"]["call_2_read_text_file"]["isError"], true, "{mode}: outside the roots: {t}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_router_serves_a_2025_and_a_2026_client_of_the_same_server_each_in_its_own_era() {
+    // The instance switchyard initialised for the first (legacy) client cannot serve the second
+    // client's 2026-07-28 requests: a server of both eras fixes each connection's era by its
+    // first request. The second client must still get 2026-07-28, as it would directly.
+    let server = vec![venv_python().display().to_string(), python_dir().join("server.py").display().to_string()];
+    let calls = json!([["add", {"a": 1, "b": 2}]]);
+    let dir = harness::temp_dir();
+    let sock = dir.path().join("router.sock").display().to_string();
+    let plugins = dir.path().join("plugins");
+    fs::create_dir(&plugins).unwrap();
+    let mut args = vec!["--listen", sock.as_str(), "--no-stdio", "--plugins", plugins.to_str().unwrap(), "--"];
+    args.extend(server.iter().map(String::as_str));
+    let _router = harness::Proc::router(&args);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !Path::new(&sock).exists() {
+        assert!(Instant::now() < deadline, "the router never made its socket {sock}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let connect = vec![harness::bin().to_string(), "connect".into(), sock.clone()];
+    tokio::task::block_in_place(|| {
+        for mode in ["legacy", "auto"] {
+            let direct = run_client(mode, &calls, &server).transcript(&format!("{mode}, direct"));
+            let shared_run = run_client(mode, &calls, &connect);
+            let shared = shared_run.transcript(&format!("{mode}, through the shared router"));
+            assert_eq!(
+                direct, shared,
+                "{mode}: a client of the shared router got another transcript than directly\n--- stderr\n{}",
+                shared_run.stderr
+            );
+        }
+    });
+}
