@@ -304,7 +304,9 @@ impl Session {
                 }
                 inflight.insert(id, token.clone());
                 drop(inflight);
-                let modern = env.params.as_ref().is_some_and(|p| codec::envelope_version(&line, p).is_some());
+                // `initialize` is the handshake of its era even when it carries the envelope.
+                let modern = env.method.as_deref() != Some("initialize")
+                    && env.params.as_ref().is_some_and(|p| codec::envelope_version(&line, p).is_some());
                 match env.method.as_deref() {
                     // A 2026-07-28 client never initialises: its first request opens its session.
                     _ if modern => self.link.open(),
