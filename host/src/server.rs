@@ -784,20 +784,23 @@ impl Server {
     /// bounded by init_timeout_ms like an initialize; clients' own probes then get fast answers.
     async fn modern_handshake(&self, inst: &Arc<Instance>) -> Result<(), CallError> {
         let timeout = Duration::from_millis(self.limits.init_timeout_ms);
-        match self.own_request(inst, "server/discover", &self.modern_envelope(), timeout, "server/discover").await {
-            Ok(_) => Ok(()),
-            Err(CallError::Down { reason, .. }) => {
-                // It answered, with an error: it is up, but not of that era.
-                self.refuse_discover();
-                Err(CallError::Down {
-                    server: self.name.clone(),
-                    reason: format!(
-                        "{reason}; it does not serve the 2026-07-28 protocol, and its clients fall back to initialize"
-                    ),
-                })
-            }
-            Err(e) => Err(e),
+        let reply =
+            self.own_reply(inst, "server/discover", &self.modern_envelope(), timeout, "server/discover").await?;
+        let code = serde_json::from_str::<serde_json::Value>(&reply.line)
+            .ok()
+            .and_then(|v| v.get("error").and_then(|e| e["code"].as_i64()));
+        if code != Some(codec::METHOD_NOT_FOUND) {
+            // Any other answer (even -32022, another version) shows a server of that era, up.
+            return Ok(());
         }
+        self.refuse_discover();
+        Err(CallError::Down {
+            server: self.name.clone(),
+            reason: format!(
+                "it does not serve the 2026-07-28 protocol (it answered server/discover with {}); its clients fall back to initialize",
+                reply.line
+            ),
+        })
     }
 
     /// Sends a request of the router's own and returns its `result` JSON.
@@ -809,6 +812,25 @@ impl Server {
         timeout: Duration,
         what: &str,
     ) -> Result<String, CallError> {
+        let reply = self.own_reply(inst, method, params, timeout, what).await?;
+        match reply.env.result {
+            Some(r) => Ok(reply.line[r].to_string()),
+            None => Err(CallError::Down {
+                server: self.name.clone(),
+                reason: format!("it answered {method} with an error: {}", reply.line),
+            }),
+        }
+    }
+
+    /// Sends a request of the router's own and returns the server's reply, result or error.
+    async fn own_reply(
+        &self,
+        inst: &Instance,
+        method: &str,
+        params: &str,
+        timeout: Duration,
+        what: &str,
+    ) -> Result<crate::upstream::Reply, CallError> {
         let died = |death: Death| CallError::Died { server: self.name.clone(), what: what.to_string(), death };
         let sent = inst.send_own(method, params).await.map_err(died)?;
         let started = Instant::now();
@@ -825,13 +847,7 @@ impl Server {
                 });
             }
         };
-        match reply.env.result {
-            Some(r) => Ok(reply.line[r].to_string()),
-            None => Err(CallError::Down {
-                server: self.name.clone(),
-                reason: format!("it answered {method} with an error: {}", reply.line),
-            }),
-        }
+        Ok(reply)
     }
 
     async fn on_death(self: Arc<Self>, inst: Arc<Instance>) {
