@@ -78,21 +78,42 @@ impl SessionLink {
         if self.overflow.is_cancelled() {
             return;
         }
-        if let Some(episode) = self.backlog.add(line.len() + 1) {
-            // Over the limit from now: if it still is after BACKLOG_STALL, the client stopped reading.
-            let (backlog, overflow, id) = (self.backlog.clone(), self.overflow.clone(), self.id);
-            tokio::spawn(async move {
-                tokio::time::sleep(BACKLOG_STALL).await;
-                if backlog.still_over(episode) {
-                    tracing::warn!(
-                        session = id,
-                        "the client is not reading its messages: more than {} bytes have waited for it for {} s; closing its session",
-                        backlog.limit,
-                        BACKLOG_STALL.as_secs()
-                    );
-                    overflow.cancel();
-                }
-            });
+        match self.backlog.add(line.len() + 1) {
+            Over::No => {}
+            Over::Began(run) => {
+                // Over the limit from now: while it stays so, the client must keep reading.
+                let (backlog, overflow, id) = (self.backlog.clone(), self.overflow.clone(), self.id);
+                tokio::spawn(async move {
+                    let mut seen = backlog.written();
+                    loop {
+                        tokio::time::sleep(BACKLOG_STALL).await;
+                        if !backlog.still_over(run) {
+                            return;
+                        }
+                        let now = backlog.written();
+                        if now == seen {
+                            tracing::warn!(
+                                session = id,
+                                "the client is not reading its messages: more than {} bytes wait for it and it took none for {} s; closing its session",
+                                backlog.limit,
+                                BACKLOG_STALL.as_secs()
+                            );
+                            overflow.cancel();
+                            return;
+                        }
+                        seen = now;
+                    }
+                });
+            }
+            Over::Far => {
+                tracing::warn!(
+                    session = self.id,
+                    "the client is not reading its messages fast enough: more than {} bytes wait for it; closing its session",
+                    self.backlog.limit * BACKLOG_CAP
+                );
+                self.overflow.cancel();
+                return;
+            }
         }
         let _ = self.out.send(line);
     }
@@ -145,40 +166,66 @@ impl SessionLink {
     }
 }
 
-/// How long a session's output may stay over its limit before the client is taken to have
-/// stopped reading. A client that reads drains even a large answer well within this.
+/// How long a client whose output is over its limit may take nothing before it is taken to
+/// have stopped reading. A client that reads takes something well within this.
 pub const BACKLOG_STALL: Duration = Duration::from_secs(5);
+/// Past this many times its limit, a backlog closes the session at once, even if the client
+/// still reads: a slow reader must not let a fast server fill memory.
+const BACKLOG_CAP: usize = 16;
 
 /// Output queued for one client. Memory is bounded by what the client fails to read over time,
-/// not by the size of one answer: the session is closed only when the backlog has stayed over
-/// `limit` for `BACKLOG_STALL` without a break.
+/// not by the size of one answer: over `limit`, the session is closed when the client takes
+/// nothing for `BACKLOG_STALL`, or when the backlog reaches `BACKLOG_CAP` times the limit.
 pub struct Backlog {
     limit: usize,
     queued: std::sync::atomic::AtomicUsize,
+    /// Bytes written to the client so far (progress, for the stall check).
+    written: AtomicU64,
     /// The current run of being over `limit` (None: under it), numbered so a check of an earlier
     /// run never closes the session for a later one.
     over: Mutex<Option<u64>>,
     runs: AtomicU64,
 }
 
+/// What one more line did to a backlog.
+enum Over {
+    No,
+    /// It went over the limit (this run of being over).
+    Began(u64),
+    /// It went past the hard cap.
+    Far,
+}
+
 impl Backlog {
     fn new(limit: usize) -> Backlog {
-        Backlog { limit, queued: Default::default(), over: Mutex::new(None), runs: AtomicU64::new(0) }
+        Backlog {
+            limit,
+            queued: Default::default(),
+            written: AtomicU64::new(0),
+            over: Mutex::new(None),
+            runs: AtomicU64::new(0),
+        }
     }
 
-    /// Counts `bytes` more; Some(run) when this took the backlog over the limit.
-    fn add(&self, bytes: usize) -> Option<u64> {
+    fn add(&self, bytes: usize) -> Over {
         let queued = self.queued.fetch_add(bytes, Ordering::AcqRel) + bytes;
         if queued <= self.limit {
-            return None;
+            return Over::No;
+        }
+        if queued > self.limit.saturating_mul(BACKLOG_CAP) {
+            return Over::Far;
         }
         let mut over = self.over.lock().expect("lock");
         if over.is_some() {
-            return None;
+            return Over::No;
         }
         let run = self.runs.fetch_add(1, Ordering::Relaxed);
         *over = Some(run);
-        Some(run)
+        Over::Began(run)
+    }
+
+    fn written(&self) -> u64 {
+        self.written.load(Ordering::Acquire)
     }
 
     fn still_over(&self, run: u64) -> bool {
@@ -187,6 +234,7 @@ impl Backlog {
 
     /// The writer wrote `bytes` to the client.
     pub fn wrote(&self, bytes: usize) {
+        self.written.fetch_add(bytes as u64, Ordering::AcqRel);
         let queued = self.queued.fetch_sub(bytes, Ordering::AcqRel) - bytes;
         if queued <= self.limit {
             self.over.lock().expect("lock").take();
@@ -1193,20 +1241,35 @@ mod tests {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let link = SessionLink::new(1, tx, 1000);
         let backlog = link.backlog();
-        // One answer four times the limit: queued at once, and the client reads it within a second.
+        // One answer four times the limit, read slowly (a tenth every second): never closed.
         link.send("x".repeat(4000));
-        tokio::time::sleep(Duration::from_secs(1)).await;
         let l = rx.try_recv().unwrap();
-        backlog.wrote(l.len() + 1);
+        for _ in 0..10 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            backlog.wrote((l.len() + 1) / 10);
+        }
+        backlog.wrote((l.len() + 1) % 10);
         tokio::time::sleep(BACKLOG_STALL * 2).await;
-        assert!(!link.overflow.is_cancelled(), "one large answer is not a stalled client");
-        // Then it reads nothing more: once over the limit for BACKLOG_STALL, its session closes.
+        assert!(!link.overflow.is_cancelled(), "a large answer to a client that reads is not a stall");
+        // Then it reads nothing more: once it took nothing for BACKLOG_STALL, its session closes.
         link.send("y".repeat(4000));
         tokio::time::sleep(BACKLOG_STALL - Duration::from_secs(1)).await;
         link.send("z".repeat(10));
         assert!(!link.overflow.is_cancelled(), "not stalled long enough yet");
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert!(link.overflow.is_cancelled());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reader_slower_than_its_server_is_closed_at_the_cap() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let link = SessionLink::new(1, tx, 1000);
+        for _ in 0..15 {
+            link.send("x".repeat(999));
+        }
+        assert!(!link.overflow.is_cancelled());
+        link.send("x".repeat(2000));
+        assert!(link.overflow.is_cancelled(), "past BACKLOG_CAP times the limit");
     }
 
     #[test]
