@@ -5,7 +5,8 @@ through `switchyard run` must give the same transcript.
     python client.py MODE CALLS -- COMMAND [ARGS...]
 
 MODE is the SDK's connect mode: `auto` (server/discover, 2026-07-28 when the server speaks it,
-else the initialize fallback) or `legacy` (initialize, 2025-11-25). CALLS is a JSON list of
+else the initialize fallback), `legacy` (initialize, 2025-11-25), or a version such as
+`2026-07-28` (adopted without any probe: the first request already carries the envelope). CALLS is a JSON list of
 [tool, arguments] pairs to call after listing what the server offers.
 """
 
