@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Runs every test of switchyard on a fresh machine: installs what the build needs, then cargo test.
-# The npm fixture servers are installed by the tests' own setup (npm ci --ignore-scripts).
+# The npm fixture servers and the Python SDK virtualenv are made by the tests' own setup
+# (npm ci --ignore-scripts; python3 -m venv + pip install under target/tmp).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 command -v node >/dev/null || { echo "node is required (the tests run real MCP servers from npm)" >&2; exit 1; }
 command -v npm >/dev/null || { echo "npm is required (the tests install their MCP servers with npm ci)" >&2; exit 1; }
+python3 -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 10))' 2>/dev/null || {
+  echo "python3 >= 3.10 with venv and ensurepip is required (the tests run the Python MCP SDK in a virtualenv;" \
+       "on Debian or Ubuntu: apt-get install python3-venv)" >&2; exit 1; }
 # Plugins are built from source for WebAssembly by host/build.rs.
 rustup target add wasm32-wasip2 >/dev/null
 

@@ -41,11 +41,17 @@ pub struct LineReader<R> {
     inner: R,
     limit: usize,
     buf: Vec<u8>,
+    /// The first and last bytes of the last over-long line, so its id may still be read.
+    head: Vec<u8>,
+    tail: Vec<u8>,
 }
+
+/// How many bytes of each end of a skipped line are kept.
+const ENDS_KEPT: usize = 256;
 
 impl<R: AsyncBufRead + Unpin> LineReader<R> {
     pub fn new(inner: R, limit: usize) -> Self {
-        LineReader { inner, limit, buf: Vec::with_capacity(8 * 1024) }
+        LineReader { inner, limit, buf: Vec::with_capacity(8 * 1024), head: Vec::new(), tail: Vec::new() }
     }
 
     /// The next frame, or `None` at end of stream. A final line without `\n` is still a frame.
@@ -66,10 +72,18 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
                 None => (chunk.len(), false),
             };
             match skipped.as_mut() {
-                Some(n) => *n += take,
+                Some(n) => {
+                    *n += take;
+                    keep_tail(&mut self.tail, &chunk[..take]);
+                }
                 None if self.buf.len() + take > self.limit + 2 => {
-                    // Over the limit: stop keeping bytes, only count them to the end of the line.
+                    // Over the limit: stop keeping bytes, only count them to the end of the line
+                    // (and keep both ends of it, where a response's id is usually found).
                     skipped = Some(self.buf.len() + take);
+                    self.buf.extend_from_slice(&chunk[..take]);
+                    self.head = self.buf[..self.buf.len().min(ENDS_KEPT)].to_vec();
+                    self.tail.clear();
+                    keep_tail(&mut self.tail, &self.buf);
                     self.buf = Vec::new();
                 }
                 None => self.buf.extend_from_slice(&chunk[..take]),
@@ -84,6 +98,11 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
         }
     }
 
+    /// The first and last bytes (at most 256 each) of the last line skipped as too long.
+    pub fn skipped_ends(&self) -> (&[u8], &[u8]) {
+        (&self.head, &self.tail)
+    }
+
     fn take_line(&mut self) -> Frame {
         let mut end = self.buf.len();
         if end > 0 && self.buf[end - 1] == b'\n' {
@@ -93,6 +112,8 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
             end -= 1;
         }
         if end > self.limit {
+            self.head = self.buf[..end.min(ENDS_KEPT)].to_vec();
+            self.tail = self.buf[end.saturating_sub(ENDS_KEPT)..end].to_vec();
             return Frame::TooLong { bytes: end };
         }
         match std::str::from_utf8(&self.buf[..end]) {
@@ -102,8 +123,35 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
     }
 }
 
+/// Appends to `tail`, keeping only its last ENDS_KEPT bytes.
+fn keep_tail(tail: &mut Vec<u8>, bytes: &[u8]) {
+    let from = bytes.len().saturating_sub(ENDS_KEPT);
+    tail.extend_from_slice(&bytes[from..]);
+    let excess = tail.len().saturating_sub(ENDS_KEPT);
+    tail.drain(..excess);
+}
+
 fn memchr(bytes: &[u8]) -> Option<usize> {
     bytes.iter().position(|&b| b == b'\n')
+}
+
+/// The numeric id of a response known only by the two ends of its line (it was too long to
+/// keep): SDKs write the envelope either first (`{"jsonrpc":"2.0","id":7,...`) or last
+/// (`...,"jsonrpc":"2.0","id":7}`). None when neither end shows it unambiguously.
+pub fn skipped_response_id(head: &[u8], tail: &[u8]) -> Option<u64> {
+    let digits = |b: &[u8]| -> Option<u64> { std::str::from_utf8(b).ok()?.parse().ok() };
+    let head = head.trim_ascii_start();
+    for prefix in [&br#"{"jsonrpc":"2.0","id":"#[..], br#"{"id":"#] {
+        if let Some(rest) = head.strip_prefix(prefix) {
+            let end = rest.iter().position(|b| !b.is_ascii_digit())?;
+            if rest[end] == b',' {
+                return digits(&rest[..end]);
+            }
+        }
+    }
+    let tail = tail.trim_ascii_end().strip_suffix(b"}")?;
+    let start = tail.iter().rposition(|b| !b.is_ascii_digit())? + 1;
+    if tail[..start].ends_with(br#""jsonrpc":"2.0","id":"#) { digits(&tail[start..]) } else { None }
 }
 
 /// What kind of JSON-RPC message a line holds.
@@ -163,16 +211,23 @@ impl ParseError {
 struct RawEnvelope<'a> {
     #[serde(borrow, default)]
     jsonrpc: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    // `present`: a member that is there but `null` is Some("null"), not None. `"id": null`
+    // makes an invalid request, never a notification; `"params": null` is not an object.
+    #[serde(borrow, default, deserialize_with = "present")]
     id: Option<&'a RawValue>,
     #[serde(borrow, default)]
     method: Option<&'a RawValue>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "present")]
     params: Option<&'a RawValue>,
     #[serde(borrow, default)]
     result: Option<&'a RawValue>,
     #[serde(borrow, default)]
     error: Option<&'a RawValue>,
+}
+
+/// A member that is present, whatever its value (also `null`).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
 }
 
 /// Byte range of `inner` inside `outer`; `inner` must be a sub-slice of `outer`.
@@ -207,7 +262,9 @@ pub fn parse(line: &str) -> Result<Envelope, ParseError> {
     if let Some(id) = raw.id {
         let t = id.get().as_bytes()[0];
         let ok = t == b'"' || t == b'-' || t.is_ascii_digit();
-        if !ok {
+        // Only an error response may carry id null (it answers a request it could not read).
+        let null_ok = raw.method.is_none() && raw.result.is_none() && raw.error.is_some() && id.get() == "null";
+        if !ok && !null_ok {
             return Err(invalid("`id` must be a string or a number"));
         }
     }
@@ -233,6 +290,7 @@ pub fn parse(line: &str) -> Result<Envelope, ParseError> {
         });
     }
     match (raw.result, raw.error) {
+        (Some(_), None) if id_text.as_deref() == Some("null") => Err(invalid("a result needs an id that is not null")),
         (Some(r), None) if id.is_some() => Ok(Envelope {
             kind: Kind::Response,
             id,
@@ -298,6 +356,22 @@ struct MetaHolder<'a> {
 struct ProgressMeta<'a> {
     #[serde(borrow, default, rename = "progressToken")]
     progress_token: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "io.modelcontextprotocol/protocolVersion")]
+    protocol_version: Option<&'a RawValue>,
+}
+
+/// The key of the per-request envelope of the 2026-07-28 protocol: only such requests carry it.
+pub const PROTOCOL_VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
+
+/// The protocol version a 2026-07-28-era request carries in `params._meta` (such a request
+/// needs no `initialize`), or None for a request of the initialize era.
+pub fn envelope_version(line: &str, params: &Range<usize>) -> Option<String> {
+    let p = &line[params.clone()];
+    if !p.contains(PROTOCOL_VERSION_META) {
+        return None;
+    }
+    let holder: MetaHolder = serde_json::from_str(p).ok()?;
+    raw_string(holder.meta?.protocol_version)
 }
 
 /// Range of `params._meta.progressToken` in `line`, if the request asks for progress.
@@ -535,6 +609,49 @@ mod tests {
                 Frame::Line("last".into()),
             ]
         );
+    }
+
+    #[tokio::test]
+    async fn both_ends_of_a_skipped_line_are_kept_for_its_id() {
+        let mut first = br#"{"jsonrpc":"2.0","id":42,"result":{"text":""#.to_vec();
+        first.extend(vec![b'x'; 3000]);
+        first.extend_from_slice(b"\"}}\n");
+        let mut last = br#"{"result":{"text":""#.to_vec();
+        last.extend(vec![b'y'; 3000]);
+        last.extend_from_slice(br#""},"jsonrpc":"2.0","id":7}"#);
+        last.extend_from_slice(b"\r\n");
+        let data = [first, last].concat();
+        let mut src = tokio_test_reader(&data, &[5, 700, 13, 2000]);
+        let mut r = LineReader::new(tokio::io::BufReader::with_capacity(3, &mut src), 1024);
+        assert!(matches!(r.next().await.unwrap(), Some(Frame::TooLong { .. })));
+        let (h, t) = r.skipped_ends();
+        assert_eq!(skipped_response_id(h, t), Some(42));
+        assert!(matches!(r.next().await.unwrap(), Some(Frame::TooLong { .. })));
+        let (h, t) = r.skipped_ends();
+        assert!(h.len() <= 256 && t.len() <= 256);
+        assert_eq!(skipped_response_id(h, t), Some(7));
+        assert_eq!(skipped_response_id(br#"{"result":{"id":3,"#, br#"{"id":9}]}}"#), None, "nested ids are not it");
+    }
+
+    #[test]
+    fn null_ids_and_null_params_are_invalid_requests_not_notifications() {
+        let e = parse(r#"{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{}}"#).unwrap_err();
+        assert_eq!((e.code(), e.reply_id()), (INVALID_REQUEST, "null"));
+        let e = parse(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":null}"#).unwrap_err();
+        assert_eq!((e.code(), e.reply_id()), (INVALID_REQUEST, "1"));
+        assert!(parse(r#"{"jsonrpc":"2.0","method":"n","params":null}"#).is_err());
+        assert!(parse(r#"{"jsonrpc":"2.0","id":null,"result":{}}"#).is_err());
+        let e = parse(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"m"}}"#).unwrap();
+        assert!(e.is_error && e.id.is_none(), "an error may still answer with id null");
+    }
+
+    #[test]
+    fn the_2026_envelope_version_is_read_from_meta() {
+        let line = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"progressToken":1,"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+        let p = parse(line).unwrap().params.unwrap();
+        assert_eq!(envelope_version(line, &p).as_deref(), Some("2026-07-28"));
+        let old = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"progressToken":1}}}"#;
+        assert_eq!(envelope_version(old, &parse(old).unwrap().params.unwrap()), None);
     }
 
     proptest! {

@@ -101,6 +101,8 @@ pub struct Request<'a> {
     pub session_label: &'a str,
     pub link: &'a Arc<SessionLink>,
     pub cancel: &'a Cancel,
+    /// A 2026-07-28-era request (protocol version in `_meta`): runs on that era's instances.
+    pub modern: bool,
 }
 
 /// Forwards a request to the server and returns the response for the client (None when the
@@ -326,7 +328,7 @@ async fn attempt(
         bounded(server.gate.acquire(eff.concurrency.clone()), deadline, &req.cancel.token, &waiting, gate_wait)
             .await
             .map_err(|e| e.map_or(Stop::Cancelled, |w| timeout(Some(w))))?;
-    let pool = &eff.pool;
+    let pool = if req.modern { server.modern_pool(&eff.pool) } else { &eff.pool };
     let pool_wait = || pool.wait_status(req.session);
     let lease = bounded(pool.acquire(req.session), deadline, &req.cancel.token, &waiting, pool_wait)
         .await

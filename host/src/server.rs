@@ -41,13 +41,11 @@ const CRASH_LOOP_FAILURES: u32 = 5;
 pub struct SessionLink {
     pub id: SessionId,
     /// Lines to the client. Unbounded so one slow client cannot stall an instance's reader
-    /// (and with it every other session's replies); `queued` bounds it instead.
+    /// (and with it every other session's replies); `backlog` bounds it instead.
     out: mpsc::UnboundedSender<String>,
-    /// Bytes handed to `out` and not yet written to the client (shared with the writer, which
-    /// must not hold the link itself: the channel closes when the last link goes).
-    queued: Arc<std::sync::atomic::AtomicUsize>,
-    /// Past this many queued bytes the client is taken to have stopped reading.
-    queue_limit: usize,
+    /// What is queued for the client and not yet written (shared with the writer, which must
+    /// not hold the link itself: the channel closes when the last link goes).
+    backlog: Arc<Backlog>,
     /// Fired when the queue overflows: the session ends (its calls are cancelled).
     pub overflow: tokio_util::sync::CancellationToken,
     /// Requests and notifications from servers wait here until the client has finished its
@@ -67,8 +65,7 @@ impl SessionLink {
         Arc::new(SessionLink {
             id,
             out,
-            queued: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
-            queue_limit,
+            backlog: Arc::new(Backlog::new(queue_limit)),
             overflow: tokio_util::sync::CancellationToken::new(),
             held: Mutex::new(Some(Vec::new())),
             outbound: Mutex::new(HashMap::new()),
@@ -81,16 +78,42 @@ impl SessionLink {
         if self.overflow.is_cancelled() {
             return;
         }
-        let bytes = line.len() + 1;
-        let queued = self.queued.fetch_add(bytes, Ordering::AcqRel) + bytes;
-        if queued > self.queue_limit {
-            tracing::warn!(
-                session = self.id,
-                "the client is not reading its messages ({queued} bytes waiting, more than {}); closing its session",
-                self.queue_limit
-            );
-            self.overflow.cancel();
-            return;
+        match self.backlog.add(line.len() + 1) {
+            Over::No => {}
+            Over::Began(run) => {
+                // Over the limit from now: while it stays so, the client must keep reading.
+                let (backlog, overflow, id) = (self.backlog.clone(), self.overflow.clone(), self.id);
+                tokio::spawn(async move {
+                    let mut seen = backlog.written();
+                    loop {
+                        tokio::time::sleep(BACKLOG_STALL).await;
+                        if !backlog.still_over(run) {
+                            return;
+                        }
+                        let now = backlog.written();
+                        if now == seen {
+                            tracing::warn!(
+                                session = id,
+                                "the client is not reading its messages: more than {} bytes wait for it and it took none for {} s; closing its session",
+                                backlog.limit,
+                                BACKLOG_STALL.as_secs()
+                            );
+                            overflow.cancel();
+                            return;
+                        }
+                        seen = now;
+                    }
+                });
+            }
+            Over::Far => {
+                tracing::warn!(
+                    session = self.id,
+                    "the client is not reading its messages fast enough: more than {} bytes wait for it; closing its session",
+                    self.backlog.limit * BACKLOG_CAP
+                );
+                self.overflow.cancel();
+                return;
+            }
         }
         let _ = self.out.send(line);
     }
@@ -137,11 +160,92 @@ impl SessionLink {
         ids
     }
 
-    /// The counter the writer lowers as it writes queued output to the client.
-    pub fn queued_counter(&self) -> Arc<std::sync::atomic::AtomicUsize> {
-        self.queued.clone()
+    /// The backlog the writer lowers as it writes queued output to the client.
+    pub fn backlog(&self) -> Arc<Backlog> {
+        self.backlog.clone()
     }
 }
+
+/// How long a client whose output is over its limit may take nothing before it is taken to
+/// have stopped reading. A client that reads takes something well within this.
+pub const BACKLOG_STALL: Duration = Duration::from_secs(5);
+/// Past this many times its limit, a backlog closes the session at once, even if the client
+/// still reads: a slow reader must not let a fast server fill memory.
+const BACKLOG_CAP: usize = 16;
+
+/// Output queued for one client. Memory is bounded by what the client fails to read over time,
+/// not by the size of one answer: over `limit`, the session is closed when the client takes
+/// nothing for `BACKLOG_STALL`, or when the backlog reaches `BACKLOG_CAP` times the limit.
+pub struct Backlog {
+    limit: usize,
+    queued: std::sync::atomic::AtomicUsize,
+    /// Bytes written to the client so far (progress, for the stall check).
+    written: AtomicU64,
+    /// The current run of being over `limit` (None: under it), numbered so a check of an earlier
+    /// run never closes the session for a later one.
+    over: Mutex<Option<u64>>,
+    runs: AtomicU64,
+}
+
+/// What one more line did to a backlog.
+enum Over {
+    No,
+    /// It went over the limit (this run of being over).
+    Began(u64),
+    /// It went past the hard cap.
+    Far,
+}
+
+impl Backlog {
+    fn new(limit: usize) -> Backlog {
+        Backlog {
+            limit,
+            queued: Default::default(),
+            written: AtomicU64::new(0),
+            over: Mutex::new(None),
+            runs: AtomicU64::new(0),
+        }
+    }
+
+    fn add(&self, bytes: usize) -> Over {
+        let queued = self.queued.fetch_add(bytes, Ordering::AcqRel) + bytes;
+        if queued <= self.limit {
+            return Over::No;
+        }
+        if queued > self.limit.saturating_mul(BACKLOG_CAP) {
+            return Over::Far;
+        }
+        let mut over = self.over.lock().expect("lock");
+        if over.is_some() {
+            return Over::No;
+        }
+        let run = self.runs.fetch_add(1, Ordering::Relaxed);
+        *over = Some(run);
+        Over::Began(run)
+    }
+
+    fn written(&self) -> u64 {
+        self.written.load(Ordering::Acquire)
+    }
+
+    fn still_over(&self, run: u64) -> bool {
+        *self.over.lock().expect("lock") == Some(run)
+    }
+
+    /// The writer wrote `bytes` to the client.
+    pub fn wrote(&self, bytes: usize) {
+        self.written.fetch_add(bytes as u64, Ordering::AcqRel);
+        let queued = self.queued.fetch_sub(bytes, Ordering::AcqRel) - bytes;
+        if queued <= self.limit {
+            self.over.lock().expect("lock").take();
+        }
+    }
+}
+
+/// Names the 2026-07-28 counterpart of a pool (`default` -> `default@2026-07-28`).
+const MODERN_POOL_SUFFIX: &str = "@2026-07-28";
+/// The newest protocol version of the era without initialize, until a client names another.
+const LATEST_MODERN_VERSION: &str = "2026-07-28";
 
 /// Server messages held for a client that has not finished initialising, at most.
 const HELD_MAX: usize = 1024;
@@ -797,6 +901,15 @@ pub struct Server {
     pub policy: Policy,
     spec: Spec,
     pools: BTreeMap<String, Arc<Pool>>,
+    /// Instances for requests of the 2026-07-28 era, one pool per configured pool (none kept
+    /// running). A server of both eras fixes each connection's era by its first request (the
+    /// Python SDK does), so an instance switchyard initialised cannot serve them, nor the other
+    /// way round. They are never initialised: each request carries its own envelope.
+    modern_pools: BTreeMap<String, Arc<Pool>>,
+    /// The protocol version the latest 2026-07-28-era request carried (for health probes).
+    modern_version: Mutex<String>,
+    /// The server answered server/discover with -32601: it is of the initialize era only.
+    discover_refused: std::sync::atomic::AtomicBool,
     /// The first client's initialize params, used to initialise every instance.
     /// Cleared again if that initialize fails, so the next client's params are used instead.
     init_params: Mutex<Option<String>>,
@@ -818,23 +931,31 @@ impl Server {
     pub fn new(config: &Config, spec: Spec, policy: Policy, shutdown: CancellationToken) -> Arc<Server> {
         let name = spec.server.clone();
         Arc::new_cyclic(|weak: &Weak<Server>| {
-            let pools = config
-                .pools
-                .iter()
-                .map(|(pname, pc)| {
-                    let w = weak.clone();
-                    let spawner: Spawner = Arc::new(move |pool, owner| {
-                        let w = w.clone();
-                        Box::pin(async move {
-                            match w.upgrade() {
-                                Some(server) => server.start_instance(&pool, owner).await,
-                                None => Err(CallError::ShuttingDown),
-                            }
-                        })
-                    });
-                    (pname.clone(), Pool::new(pname, &name, pc.clone(), spawner))
-                })
-                .collect();
+            let pools_of = |modern: bool| -> BTreeMap<String, Arc<Pool>> {
+                config
+                    .pools
+                    .iter()
+                    .map(|(pname, pc)| {
+                        let w = weak.clone();
+                        let spawner: Spawner = Arc::new(move |pool, owner| {
+                            let w = w.clone();
+                            Box::pin(async move {
+                                match w.upgrade() {
+                                    Some(server) => server.start_instance(&pool, owner, modern).await,
+                                    None => Err(CallError::ShuttingDown),
+                                }
+                            })
+                        });
+                        let (pool_name, mut pc) = (pname.clone(), pc.clone());
+                        if modern {
+                            pc.min = 0;
+                            return (pool_name, Pool::new(&format!("{pname}{MODERN_POOL_SUFFIX}"), &name, pc, spawner));
+                        }
+                        (pool_name, Pool::new(pname, &name, pc, spawner))
+                    })
+                    .collect()
+            };
+            let (pools, modern_pools) = (pools_of(false), pools_of(true));
             Server {
                 name: name.clone(),
                 hub: Hub::new(&name, Duration::from_millis(config.limits.call_timeout_ms), weak.clone()),
@@ -843,6 +964,9 @@ impl Server {
                 policy,
                 spec,
                 pools,
+                modern_pools,
+                modern_version: Mutex::new(LATEST_MODERN_VERSION.to_string()),
+                discover_refused: Default::default(),
                 init_params: Mutex::new(None),
                 init_result: OnceCell::new(),
                 init_state: watch::channel(InitState::NotStarted).0,
@@ -865,7 +989,50 @@ impl Server {
     }
 
     pub fn all_instances(&self) -> Vec<Arc<Instance>> {
-        self.pools.values().flat_map(|p| p.instances()).collect()
+        self.every_pool().flat_map(|p| p.instances()).collect()
+    }
+
+    /// The configured pools and their 2026-07-28 counterparts.
+    fn every_pool(&self) -> impl Iterator<Item = &Arc<Pool>> {
+        self.pools.values().chain(self.modern_pools.values())
+    }
+
+    /// The pool an instance belongs to.
+    fn pool_of(&self, inst: &Instance) -> Option<&Arc<Pool>> {
+        self.pools.get(&inst.pool).or_else(|| self.modern_pools.get(inst.pool.strip_suffix(MODERN_POOL_SUFFIX)?))
+    }
+
+    /// The 2026-07-28 counterpart of a configured pool.
+    pub fn modern_pool<'a>(&'a self, pool: &'a Arc<Pool>) -> &'a Arc<Pool> {
+        self.modern_pools.get(&pool.name).unwrap_or(pool)
+    }
+
+    /// True for an instance serving 2026-07-28-era requests (never initialised).
+    pub fn is_modern(&self, inst: &Instance) -> bool {
+        inst.pool.ends_with(MODERN_POOL_SUFFIX)
+    }
+
+    pub fn saw_modern_version(&self, version: &str) {
+        let mut v = self.modern_version.lock().expect("lock");
+        if *v != version {
+            *v = version.to_string();
+        }
+    }
+
+    pub fn discover_refused(&self) -> bool {
+        self.discover_refused.load(Ordering::Relaxed)
+    }
+
+    /// The server answered server/discover with -32601: later probes are answered at once, and
+    /// the instances started for that era (it has none) are stopped.
+    pub fn refuse_discover(&self) {
+        if self.discover_refused.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        tracing::info!(server = %self.name, "the server does not know server/discover: 2026-07-28 clients fall back to initialize");
+        for inst in self.modern_pools.values().flat_map(|p| p.take_all()) {
+            self.tasks.spawn(async move { inst.shutdown().await });
+        }
     }
 
     /// True once initialised; waits while a client's initialize is still under way (requests
@@ -959,7 +1126,12 @@ impl Server {
     }
 
     /// Spawns and initialises one instance for `pool` (the pools' spawner).
-    async fn start_instance(self: Arc<Self>, pool: &str, owner: Option<SessionId>) -> Result<Arc<Instance>, CallError> {
+    async fn start_instance(
+        self: Arc<Self>,
+        pool: &str,
+        owner: Option<SessionId>,
+        modern: bool,
+    ) -> Result<Arc<Instance>, CallError> {
         if self.shutdown.is_cancelled() {
             return Err(CallError::ShuttingDown);
         }
@@ -967,15 +1139,25 @@ impl Server {
             tokio::time::sleep_until(at).await;
         }
         let params = self.init_params.lock().expect("lock").clone();
-        let Some(params) = params else {
+        if params.is_none() && !modern {
             return Err(CallError::NotInitialized { server: self.name.clone() });
-        };
+        }
+        if modern && self.discover_refused() {
+            return Err(CallError::Down {
+                server: self.name.clone(),
+                reason: "it does not serve the 2026-07-28 protocol (it answered server/discover with an error); connect with initialize".into(),
+            });
+        }
         let number = self.next_instance.fetch_add(1, Ordering::Relaxed);
         let inst = Instance::spawn(&self.spec, number, pool, owner, self.hub.clone()).map_err(|reason| {
             self.record_start_failure(reason.clone());
             CallError::Down { server: self.name.clone(), reason }
         })?;
-        match self.handshake(&inst, &params).await {
+        let handshake = match modern {
+            true => self.modern_handshake(&inst).await,
+            false => self.handshake(&inst, params.as_deref().unwrap_or("{}")).await,
+        };
+        match handshake {
             Ok(()) => {
                 inst.mark_ready();
                 tracing::info!(instance = %inst.label(), pid = inst.pid(), pool, "instance ready");
@@ -988,7 +1170,10 @@ impl Server {
                 Ok(inst)
             }
             Err(e) => {
-                self.record_start_failure(e.to_string());
+                // A server that does not speak 2026-07-28 started fine: not a start failure.
+                if !(modern && self.discover_refused()) {
+                    self.record_start_failure(e.to_string());
+                }
                 inst.kill().await;
                 Err(e)
             }
@@ -1008,6 +1193,30 @@ impl Server {
         Ok(())
     }
 
+    /// An instance of the 2026-07-28 era has no initialize: switchyard's own server/discover (with
+    /// its envelope, which also fixes the era of a server that speaks both) shows that it is up,
+    /// bounded by init_timeout_ms like an initialize; clients' own probes then get fast answers.
+    async fn modern_handshake(&self, inst: &Arc<Instance>) -> Result<(), CallError> {
+        let timeout = Duration::from_millis(self.limits.init_timeout_ms);
+        let reply =
+            self.own_reply(inst, "server/discover", &self.modern_envelope(), timeout, "server/discover").await?;
+        let code = serde_json::from_str::<serde_json::Value>(&reply.line)
+            .ok()
+            .and_then(|v| v.get("error").and_then(|e| e["code"].as_i64()));
+        if code != Some(codec::METHOD_NOT_FOUND) {
+            // Any other answer (even -32022, another version) shows a server of that era, up.
+            return Ok(());
+        }
+        self.refuse_discover();
+        Err(CallError::Down {
+            server: self.name.clone(),
+            reason: format!(
+                "it does not serve the 2026-07-28 protocol (it answered server/discover with {}); its clients fall back to initialize",
+                reply.line
+            ),
+        })
+    }
+
     /// Sends a request of the router's own and returns its `result` JSON.
     pub async fn own_request(
         &self,
@@ -1017,6 +1226,25 @@ impl Server {
         timeout: Duration,
         what: &str,
     ) -> Result<String, CallError> {
+        let reply = self.own_reply(inst, method, params, timeout, what).await?;
+        match reply.env.result {
+            Some(r) => Ok(reply.line[r].to_string()),
+            None => Err(CallError::Down {
+                server: self.name.clone(),
+                reason: format!("it answered {method} with an error: {}", reply.line),
+            }),
+        }
+    }
+
+    /// Sends a request of the router's own and returns the server's reply, result or error.
+    async fn own_reply(
+        &self,
+        inst: &Instance,
+        method: &str,
+        params: &str,
+        timeout: Duration,
+        what: &str,
+    ) -> Result<crate::upstream::Reply, CallError> {
         let died = |death: Death| CallError::Died { server: self.name.clone(), what: what.to_string(), death };
         let sent = inst.send_own(method, params).await.map_err(died)?;
         let started = Instant::now();
@@ -1034,18 +1262,12 @@ impl Server {
                 });
             }
         };
-        match reply.env.result {
-            Some(r) => Ok(reply.line[r].to_string()),
-            None => Err(CallError::Down {
-                server: self.name.clone(),
-                reason: format!("it answered {method} with an error: {}", reply.line),
-            }),
-        }
+        Ok(reply)
     }
 
     async fn on_death(self: Arc<Self>, inst: Arc<Instance>) {
         self.hub.instance_gone(&inst);
-        let Some(pool) = self.pools.get(&inst.pool).cloned() else { return };
+        let Some(pool) = self.pool_of(&inst).cloned() else { return };
         pool.forget(&inst);
         if inst.is_closing() || self.shutdown.is_cancelled() {
             return;
@@ -1113,7 +1335,9 @@ impl Server {
 
     /// Fetches every page of tools/list from one instance into the hints cache.
     pub async fn refresh_tools(self: &Arc<Self>) {
-        let Some(inst) = self.all_instances().into_iter().find(|i| i.is_ready()) else { return };
+        let Some(inst) = self.all_instances().into_iter().find(|i| i.is_ready() && !self.is_modern(i)) else {
+            return;
+        };
         if let Some(tools) = self.fetch_list(&inst, "tools").await {
             self.learn_tool_values(&tools);
         }
@@ -1176,7 +1400,7 @@ impl Server {
     fn subscription_holder(&self, extra: Option<&Arc<Instance>>) -> Option<u64> {
         self.all_instances()
             .iter()
-            .filter(|i| i.is_ready())
+            .filter(|i| i.is_ready() && !self.is_modern(i))
             .chain(extra)
             .filter(|i| i.owner.is_none())
             .map(|i| i.number())
@@ -1186,7 +1410,8 @@ impl Server {
     /// Brings every ready instance's level and subscriptions to what its sessions want.
     async fn reconcile(&self, timeout: Duration) -> Vec<(Setup, String)> {
         let mut failures = Vec::new();
-        for inst in self.all_instances().into_iter().filter(|i| i.is_ready()) {
+        // Levels and subscriptions are of the initialize era (2026-07-28 has neither request).
+        for inst in self.all_instances().into_iter().filter(|i| i.is_ready() && !self.is_modern(i)) {
             let _guard = self.reconcile_lock(&inst).lock_owned().await;
             // Who holds the subscriptions is decided under the lock: it may have changed meanwhile.
             let holder = self.subscription_holder(None);
@@ -1259,7 +1484,7 @@ impl Server {
     pub async fn detach(&self, session: SessionId) {
         self.hub.detach(session);
         let mut own = Vec::new();
-        for pool in self.pools.values() {
+        for pool in self.every_pool() {
             own.extend(pool.take_session(session));
         }
         if !self.shutdown.is_cancelled() {
@@ -1270,9 +1495,19 @@ impl Server {
         }
     }
 
+    /// Params carrying switchyard's own 2026-07-28 envelope (for its probes of such instances).
+    fn modern_envelope(&self) -> String {
+        let version = codec::json_string(&self.modern_version.lock().expect("lock"));
+        format!(
+            r#"{{"_meta":{{"{}":{version},"io.modelcontextprotocol/clientInfo":{{"name":"switchyard","version":"{}"}},"io.modelcontextprotocol/clientCapabilities":{{}}}}}}"#,
+            codec::PROTOCOL_VERSION_META,
+            env!("CARGO_PKG_VERSION")
+        )
+    }
+
     /// Shuts every instance down (close stdin, wait, SIGTERM, wait, SIGKILL), all at once.
     pub async fn stop(&self) {
-        let all: Vec<Arc<Instance>> = self.pools.values().flat_map(|p| p.take_all()).collect();
+        let all: Vec<Arc<Instance>> = self.every_pool().flat_map(|p| p.take_all()).collect();
         let mut set = tokio::task::JoinSet::new();
         for inst in all {
             set.spawn(async move { inst.shutdown().await });
@@ -1293,7 +1528,7 @@ impl Server {
             while let Ok(n) = done_rx.try_recv() {
                 pinging.remove(&n);
             }
-            for pool in self.pools.values() {
+            for pool in self.every_pool() {
                 for inst in pool.take_idle() {
                     tracing::info!(instance = %inst.label(), "idle past idle_timeout_ms; shutting it down");
                     self.tasks.spawn(async move { inst.shutdown().await });
@@ -1347,7 +1582,12 @@ impl Server {
     /// Pings an instance; one that does not answer in time is killed (and respawned to `min`).
     pub async fn health_check(&self, inst: &Arc<Instance>) {
         let timeout = Duration::from_millis(self.limits.health_timeout_ms);
-        match self.own_request(inst, "ping", "{}", timeout, "health ping").await {
+        // The 2026-07-28 protocol has no ping: its instances are probed with server/discover.
+        let probe = match self.is_modern(inst) {
+            true => self.own_request(inst, "server/discover", &self.modern_envelope(), timeout, "health probe").await,
+            false => self.own_request(inst, "ping", "{}", timeout, "health ping").await,
+        };
+        match probe {
             Ok(_) => inst.touch(),
             Err(CallError::Timeout { .. }) => {
                 tracing::warn!(
@@ -1355,11 +1595,11 @@ impl Server {
                     "did not answer a health ping within {} ms; recycling it",
                     timeout.as_millis()
                 );
-                if let Some(pool) = self.pools.get(&inst.pool) {
+                if let Some(pool) = self.pool_of(inst) {
                     pool.forget(inst);
                 }
                 inst.kill().await;
-                if let Some(pool) = self.pools.get(&inst.pool).cloned()
+                if let Some(pool) = self.pool_of(inst).cloned()
                     && pool.missing() > 0
                 {
                     let _ = pool.warm_up().await;
@@ -1462,6 +1702,42 @@ mod tests {
         let mut r = vec![serde_json::json!({"uri": "z://2"}), serde_json::json!({"uri": "z://1"})];
         sort_list(&mut r);
         assert_eq!(r[0]["uri"], "z://1");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_large_answer_to_a_reading_client_passes_and_a_client_that_stops_reading_is_closed() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let link = SessionLink::new(1, tx, 1000);
+        let backlog = link.backlog();
+        // One answer four times the limit, read slowly (a tenth every second): never closed.
+        link.send("x".repeat(4000));
+        let l = rx.try_recv().unwrap();
+        for _ in 0..10 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            backlog.wrote((l.len() + 1) / 10);
+        }
+        backlog.wrote((l.len() + 1) % 10);
+        tokio::time::sleep(BACKLOG_STALL * 2).await;
+        assert!(!link.overflow.is_cancelled(), "a large answer to a client that reads is not a stall");
+        // Then it reads nothing more: once it took nothing for BACKLOG_STALL, its session closes.
+        link.send("y".repeat(4000));
+        tokio::time::sleep(BACKLOG_STALL - Duration::from_secs(1)).await;
+        link.send("z".repeat(10));
+        assert!(!link.overflow.is_cancelled(), "not stalled long enough yet");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(link.overflow.is_cancelled());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reader_slower_than_its_server_is_closed_at_the_cap() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let link = SessionLink::new(1, tx, 1000);
+        for _ in 0..15 {
+            link.send("x".repeat(999));
+        }
+        assert!(!link.overflow.is_cancelled());
+        link.send("x".repeat(2000));
+        assert!(link.overflow.is_cancelled(), "past BACKLOG_CAP times the limit");
     }
 
     #[test]

@@ -21,6 +21,9 @@ static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
 
 /// How long in-flight calls get to wind down when a session ends.
 const SESSION_GRACE: Duration = Duration::from_secs(3);
+/// After the client closed its input, how long calls in flight get to finish and be answered
+/// before they are cancelled (the SDKs wait as long after closing a server's stdin).
+const EOF_GRACE: Duration = Duration::from_secs(2);
 
 /// A client's way to stop one of its calls, and the reason it gave.
 #[derive(Default)]
@@ -83,12 +86,14 @@ where
         server: server.clone(),
         inflight: Mutex::new(HashMap::new()),
     });
-    let mut writer_task = tokio::spawn(write_loop(writer, rx, session.link.queued_counter()));
+    let mut writer_task = tokio::spawn(write_loop(writer, rx, session.link.backlog()));
     tracing::debug!(session = %label, "session started");
     let tasks = TaskTracker::new();
     let mut lines = LineReader::new(reader, server.limits.max_message_bytes);
     // Whether the client is still there to read an answer for what is cancelled below.
     let mut client_listening = false;
+    // The client closed its input; it may still read what it is owed.
+    let mut eof = false;
     loop {
         let frame = tokio::select! {
             f = lines.next() => f,
@@ -115,11 +120,24 @@ where
                 "Parse error: the message is not valid UTF-8",
                 None,
             )),
-            Ok(None) => break,
+            Ok(None) => {
+                eof = true;
+                break;
+            }
             Err(e) => {
                 tracing::warn!(session = %label, "reading from the client failed: {e}");
                 break;
             }
+        }
+    }
+    // End of input is not a cancel: what is in flight gets a short grace to be answered, as a
+    // server run directly would answer it.
+    if eof && !session.inflight.lock().expect("lock").is_empty() {
+        tasks.close();
+        tokio::select! {
+            _ = tokio::time::timeout(EOF_GRACE, tasks.wait()) => {}
+            _ = shutdown.cancelled() => client_listening = true,
+            _ = session.link.overflow.cancelled() => {}
         }
     }
     // The client is gone, or switchyard is shutting down: cancel its calls upstream. A client
@@ -140,9 +158,12 @@ where
         tracing::warn!(session = %label, "calls did not wind down within {SESSION_GRACE:?}");
     }
     server.detach(id).await;
+    let session_overflowed = session.link.overflow.is_cancelled();
     drop(session);
     // What is queued still goes out, unless the client stopped reading: then it is dropped.
-    if tokio::time::timeout(SESSION_GRACE, &mut writer_task).await.is_err() {
+    if session_overflowed {
+        writer_task.abort();
+    } else if tokio::time::timeout(SESSION_GRACE, &mut writer_task).await.is_err() {
         tracing::warn!(session = %label, "the client did not take its last messages within {SESSION_GRACE:?}");
         writer_task.abort();
     }
@@ -161,7 +182,7 @@ async fn or_cancelled<T>(token: &CancellationToken, f: impl Future<Output = T>) 
 async fn write_loop<W: AsyncWrite + Unpin>(
     writer: W,
     mut rx: mpsc::UnboundedReceiver<String>,
-    queued: Arc<std::sync::atomic::AtomicUsize>,
+    backlog: Arc<crate::server::Backlog>,
 ) {
     let mut w = BufWriter::with_capacity(64 * 1024, writer);
     while let Some(line) = rx.recv().await {
@@ -170,7 +191,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(
             if w.write_all(l.as_bytes()).await.is_err() || w.write_all(b"\n").await.is_err() {
                 return;
             }
-            queued.fetch_sub(l.len() + 1, Ordering::AcqRel);
+            backlog.wrote(l.len() + 1);
             next = rx.try_recv().ok();
         }
         if w.flush().await.is_err() {
@@ -283,7 +304,12 @@ impl Session {
                 }
                 inflight.insert(id, token.clone());
                 drop(inflight);
+                // `initialize` is the handshake of its era even when it carries the envelope.
+                let modern = env.method.as_deref() != Some("initialize")
+                    && env.params.as_ref().is_some_and(|p| codec::envelope_version(&line, p).is_some());
                 match env.method.as_deref() {
+                    // A 2026-07-28 client never initialises: its first request opens its session.
+                    _ if modern => self.link.open(),
                     Some("initialize") => {
                         let params = env.params.as_ref().map(|p| &line[p.clone()]).unwrap_or("{}");
                         self.server.begin_initialize(params);
@@ -307,29 +333,52 @@ impl Session {
                 let fields = env.params.as_ref().map(|p| codec::param_fields(line, p)).unwrap_or_default();
                 let Some(span) = fields.request_id else { return };
                 let id = &line[span];
-                match self.inflight.lock().expect("lock").get(id) {
+                // Out of the table at once: no response is owed, and the client may reuse the id
+                // right away (the call's task finds its entry gone and leaves a new one alone).
+                match self.inflight.lock().expect("lock").remove(id) {
                     Some(c) => c.cancel(fields.reason),
                     None => tracing::debug!(session = %self.label, "cancel for id {id}, which is not in flight"),
                 }
             }
+            _ => {
+                let me = self.clone();
+                let (method, line) = (method.to_string(), line.to_string());
+                tokio::spawn(async move { me.forward_notification(&method, line).await });
+            }
+        }
+    }
+
+    /// A client notification for the servers (roots/list_changed and anything else). Like
+    /// every message that reaches a server, it passes the policy first (on a plugin worker).
+    async fn forward_notification(self: Arc<Self>, method: &str, line: String) {
+        let call = crate::decision::CallInfo {
+            server: self.server.name.clone(),
+            session: self.label.clone(),
+            method: method.to_string(),
+            tool: None,
+            arguments: None,
+            declared: Default::default(),
+            attempt: 0,
+        };
+        if let Err(r) = self.server.policy.current().decide_async(&call).await {
+            tracing::info!(session = %self.label, "{method} not forwarded: rejected by `{}`: {}", r.plugin, r.reason);
+            return;
+        }
+        if method == "notifications/roots/list_changed" {
             // switchyard keeps the client's roots (it answers servers from them): it asks for
             // the new ones, then passes the change on.
-            "notifications/roots/list_changed" => self.server.hub.roots_list_changed(&self.link, line.to_string()),
-            _ => {
-                // Anything else: to every instance this session may use.
-                let targets: Vec<_> = self
-                    .server
-                    .all_instances()
-                    .into_iter()
-                    .filter(|i| i.is_ready() && i.owner.is_none_or(|o| o == self.id))
-                    .collect();
-                let line = line.to_string();
-                tokio::spawn(async move {
-                    for inst in targets {
-                        let _ = inst.write(line.clone()).await;
-                    }
-                });
-            }
+            return self.server.hub.roots_list_changed(&self.link, line);
+        }
+        // To every instance of the initialize era this session may use (the 2026-07-28
+        // protocol has no such notifications).
+        let targets: Vec<_> = self
+            .server
+            .all_instances()
+            .into_iter()
+            .filter(|i| i.is_ready() && i.owner.is_none_or(|o| o == self.id) && !self.server.is_modern(i))
+            .collect();
+        for inst in targets {
+            let _ = inst.write(line.clone()).await;
         }
     }
 
@@ -340,8 +389,13 @@ impl Session {
         let resp = self.dispatch(&line, &env, &id, &token).await.or_else(|| {
             token.answer.load(Ordering::Acquire).then(|| crate::error::CallError::ShuttingDown.to_response(&id))
         });
-        // Out of the in-flight table before the response leaves, so the id may be reused at once.
-        self.inflight.lock().expect("lock").remove(&id);
+        // Out of the in-flight table before the response leaves, so the id may be reused at once
+        // (unless a cancel took it out already and a new request reuses it).
+        let mut inflight = self.inflight.lock().expect("lock");
+        if inflight.get(&id).is_some_and(|c| Arc::ptr_eq(c, &token)) {
+            inflight.remove(&id);
+        }
+        drop(inflight);
         resp
     }
 
@@ -352,6 +406,21 @@ impl Session {
         let params = env.params.as_ref().map(|p| &line[p.clone()]).unwrap_or("{}");
         let fields = env.params.as_ref().map(|p| codec::param_fields(line, p)).unwrap_or_default();
         let local_error = |code, msg: String| Some(codec::response_error(id, code, &msg, None));
+        // A request of the 2026-07-28 era carries its protocol version in `_meta` and needs no
+        // initialize: it goes to instances of that era, as it is (`initialize` stays a handshake).
+        let modern = match env.params.as_ref().and_then(|p| codec::envelope_version(line, p)) {
+            Some(version) if method != "initialize" => {
+                server.saw_modern_version(&version);
+                true
+            }
+            _ => false,
+        };
+        if method == "server/discover" {
+            return self.discover(line, env, cancel).await;
+        }
+        if modern {
+            return self.forward(line, env, cancel, true).await;
+        }
         match method {
             "initialize" => {
                 let r = tokio::select! {
@@ -368,7 +437,6 @@ impl Session {
                 })
             }
             "ping" => Some(codec::response_ok(id, "{}")),
-            "server/discover" => self.discover(line, env, id, cancel).await,
             _ if !or_cancelled(token, server.wait_initialized()).await? => {
                 Some(crate::error::CallError::NotInitialized { server: server.name.clone() }.to_response(id))
             }
@@ -393,51 +461,68 @@ impl Session {
                     Err(e) => local_error(codec::INTERNAL_ERROR, e),
                 }
             }
-            _ => {
-                let req = engine::Request {
-                    line,
-                    env,
-                    session: self.id,
-                    session_label: &self.label,
-                    link: &self.link,
-                    cancel,
-                };
-                engine::forward(server, req).await
-            }
+            _ => self.forward(line, env, cancel, false).await,
         }
     }
 
-    /// Newer clients probe with `server/discover` before `initialize` and fall back on any error
-    /// or after a timeout: pass it through when an instance is up, answer -32601 fast otherwise.
-    async fn discover(&self, line: &str, env: &Envelope, id: &str, cancel: &Cancel) -> Option<String> {
-        let not_found = || {
+    /// Through the policy and the engine to an instance (`modern`: one of the 2026-07-28 era).
+    async fn forward(&self, line: &str, env: &Envelope, cancel: &Cancel, modern: bool) -> Option<String> {
+        let req = engine::Request {
+            line,
+            env,
+            session: self.id,
+            session_label: &self.label,
+            link: &self.link,
+            cancel,
+            modern,
+        };
+        engine::forward(&self.server, req).await
+    }
+
+    /// `server/discover`, the 2026-07-28 client's first request (it sends no initialize). It
+    /// goes, through the policy, to an instance of that era, started if needed: a server of
+    /// that era answers it as it would directly; a 2025-11-25-only server answers -32601 and the
+    /// client falls back to initialize. Clients fall back after a timeout too, so an instance
+    /// that is up but does not answer within `limits.discover_timeout_ms` gets -32601 fast.
+    async fn discover(&self, line: &str, env: &Envelope, cancel: &Cancel) -> Option<String> {
+        let server = &self.server;
+        let id = &line[env.id.clone().expect("requests have ids")];
+        let not_found = |why: &str| {
             Some(codec::response_error(
                 id,
                 codec::METHOD_NOT_FOUND,
-                "Method not found: server/discover (use initialize)",
+                &format!("Method not found: server/discover ({why})"),
                 None,
             ))
         };
-        let mine = |i: &Arc<crate::upstream::Instance>| i.is_ready() && i.owner.is_none_or(|o| o == self.id);
-        let Some(inst) = self.server.all_instances().into_iter().find(mine) else {
-            return not_found();
+        if server.discover_refused() {
+            return not_found("the server does not support it; use initialize");
+        }
+        // Starting the instance is bounded by init_timeout_ms (a client connected directly waits
+        // for the server's start as well); the answer by discover_timeout_ms.
+        let pool = server.modern_pool(server.default_pool());
+        let started = tokio::select! {
+            r = pool.acquire(self.id) => r.map(drop),
+            _ = cancel.token.cancelled() => return None,
         };
-        let Ok(sent) = inst.send(line, env, self.id, None, None).await else { return not_found() };
-        let limit = Duration::from_millis(self.server.limits.discover_timeout_ms);
-        tokio::select! {
-            r = tokio::time::timeout(limit, sent.reply) => match r {
-                Ok(Ok(Ok(reply))) => {
-                    let span = reply.env.id.clone().expect("routed by id");
-                    Some(codec::splice(&reply.line, span, id))
+        if let Err(e) = started {
+            tracing::info!(server = %server.name, "server/discover: no instance for it: {e}");
+            return not_found(&format!("no instance of server `{}` could start: {e}", server.name));
+        }
+        let limit = Duration::from_millis(server.limits.discover_timeout_ms);
+        match tokio::time::timeout(limit, self.forward(line, env, cancel, true)).await {
+            Ok(Some(reply)) => {
+                let code =
+                    serde_json::from_str::<serde_json::Value>(&reply).ok().and_then(|v| v["error"]["code"].as_i64());
+                if code == Some(codec::METHOD_NOT_FOUND) {
+                    server.refuse_discover();
                 }
-                _ => {
-                    inst.forget(sent.upstream_id);
-                    not_found()
-                }
-            },
-            _ = cancel.token.cancelled() => {
-                inst.cancel(sent.upstream_id, cancel.reason()).await;
-                None
+                Some(reply)
+            }
+            Ok(None) => None,
+            Err(_) => {
+                tracing::info!(server = %server.name, "server/discover not answered within {} ms (limits.discover_timeout_ms)", limit.as_millis());
+                not_found(&format!("not answered within {} ms; use initialize", limit.as_millis()))
             }
         }
     }

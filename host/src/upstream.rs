@@ -387,10 +387,10 @@ impl Instance {
         loop {
             match reader.next().await {
                 Ok(Some(Frame::Line(line))) => self.on_line(line),
-                Ok(Some(Frame::TooLong { bytes })) => tracing::warn!(
-                    instance = %self.label,
-                    "skipped a {bytes}-byte message from the server: over limits.max_message_bytes"
-                ),
+                Ok(Some(Frame::TooLong { bytes })) => {
+                    let (head, tail) = reader.skipped_ends();
+                    self.on_too_long(bytes, limit, codec::skipped_response_id(head, tail));
+                }
                 Ok(Some(Frame::NotUtf8)) => {
                     tracing::warn!(instance = %self.label, "skipped a stdout line that is not UTF-8")
                 }
@@ -443,7 +443,61 @@ impl Instance {
         }
     }
 
+    /// A message over the size limit was skipped. When it was the reply to a call, that call
+    /// fails now with an error saying why, instead of waiting for its timeout.
+    fn on_too_long(&self, bytes: usize, limit: usize, id: Option<u64>) {
+        let entry = id.and_then(|id| self.pending.lock().expect("lock").remove(&id).map(|p| (id, p)));
+        let Some((id, p)) = entry else {
+            tracing::warn!(
+                instance = %self.label,
+                "skipped a {bytes}-byte message from the server: over limits.max_message_bytes ({limit}); it answered no call switchyard could identify"
+            );
+            return;
+        };
+        let why = format!(
+            "server instance {} answered with a {bytes}-byte message, over limits.max_message_bytes ({limit} bytes); switchyard dropped it. Raise the limit if answers this large are expected",
+            self.label
+        );
+        tracing::warn!(instance = %self.label, "{why}");
+        self.answer_with_error(id, p, codec::response_error(&id.to_string(), codec::INTERNAL_ERROR, &why, None));
+    }
+
+    /// Resolves a call with an error response made by switchyard (the server's own reply to it
+    /// could not be routed).
+    fn answer_with_error(&self, id: u64, p: Pending, line: String) {
+        match codec::parse(&line) {
+            Ok(env) => {
+                let _ = p.reply.send(Ok(Reply { line, env }));
+            }
+            Err(e) => tracing::warn!(instance = %self.label, "could not answer call {id}: {}", e.message()),
+        }
+    }
+
+    /// An error response with id null: the server could not tell which request it answers. With
+    /// one call in flight it can only be that one; otherwise it is logged and dropped.
+    fn on_null_id_error(&self, line: &str) {
+        let error = serde_json::from_str::<serde_json::Value>(line).ok().and_then(|v| v.get("error").cloned());
+        let mut pending = self.pending.lock().expect("lock");
+        let only = if pending.len() == 1 { pending.keys().next().copied() } else { None };
+        let Some((id, p)) = only.and_then(|id| pending.remove(&id).map(|p| (id, p))) else {
+            let calls = pending.len();
+            drop(pending);
+            tracing::warn!(
+                instance = %self.label,
+                "dropped an error response with id null from the server ({calls} calls in flight, so it fits none of them): {line}"
+            );
+            return;
+        };
+        drop(pending);
+        let error = error.unwrap_or_else(|| serde_json::json!({"code": codec::INTERNAL_ERROR, "message": "error"}));
+        tracing::warn!(instance = %self.label, "the server answered with id null; taken as the reply to its only call in flight: {line}");
+        self.answer_with_error(id, p, format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{error}}}"#));
+    }
+
     fn on_response(&self, line: String, env: Envelope) {
+        if env.id.is_none() {
+            return self.on_null_id_error(&line);
+        }
         let id = env.id.as_ref().and_then(|r| line[r.clone()].parse::<u64>().ok());
         let entry = id.and_then(|id| self.pending.lock().expect("lock").remove(&id));
         match entry {

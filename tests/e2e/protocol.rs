@@ -1,0 +1,156 @@
+//! End-to-end tests of the client protocol edges (issues 8 and 9): end of input, invalid ids,
+//! reused ids, replies switchyard cannot route, large answers, and `server/discover`.
+
+mod harness;
+mod setup;
+
+use std::time::{Duration, Instant};
+
+use harness::*;
+use serde_json::{Value, json};
+use setup::*;
+
+/// A `server/discover` as a 2026-07-28 client sends it (the Python SDK 2.x, say).
+fn discover_params() -> Value {
+    json!({"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "e2e", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }})
+}
+
+#[tokio::test]
+async fn end_of_input_still_answers_the_calls_in_flight() {
+    // `printf 'init\ncall\n' | switchyard run -- server`: the server alone answers both.
+    let mut s = Setup::new(&[], &[]).await;
+    s.client.send_request_with_id(json!(0), "initialize", init_params(json!({}))).await;
+    s.client.notify("notifications/initialized", json!({})).await;
+    s.client
+        .send_request_with_id(json!(1), "tools/call", json!({"name": "echo", "arguments": {"text": "after eof"}}))
+        .await;
+    s.client.send_request_with_id(json!(2), "tools/call", json!({"name": "sleep", "arguments": {"ms": 300}})).await;
+    s.client.close().await;
+    let seen = s.client.expect_eof().await;
+    let answer = |id: i64| seen.iter().find(|m| is_response(m) && m["id"] == id).cloned();
+    assert!(answer(0).is_some_and(|m| m.get("result").is_some()), "initialize not answered: {seen:?}");
+    assert_eq!(answer(1).map(|m| tool_text(&m).to_string()).as_deref(), Some("after eof"), "{seen:?}");
+    assert_eq!(answer(2).map(|m| tool_text(&m).to_string()).as_deref(), Some("slept 300 ms"), "{seen:?}");
+    assert_eq!(s.router.wait().await.code(), Some(0));
+}
+
+#[tokio::test]
+async fn end_of_input_cancels_what_is_still_running_after_the_grace() {
+    let dir = temp_dir();
+    let journal_path = dir.path().join("journal.jsonl");
+    let mut s = Setup::new(&["--journal", journal_path.to_str().unwrap()], &[]).await;
+    s.client.initialize().await;
+    s.client.send_request_with_id(json!("h"), "tools/call", json!({"name": "hang", "arguments": {}})).await;
+    s.client.send_request_with_id(json!("q"), "tools/call", json!({"name": "echo", "arguments": {"text": "q"}})).await;
+    s.client.wait_response(&json!("q")).await;
+    let closed = Instant::now();
+    s.client.close().await;
+    let seen = s.client.expect_eof().await;
+    assert!(seen.iter().all(|m| m["id"] != "h"), "a client that left is owed nothing: {seen:?}");
+    assert_eq!(s.router.wait().await.code(), Some(0));
+    assert!(closed.elapsed() >= Duration::from_secs(2), "the grace was not given: {:?}", closed.elapsed());
+    let msgs: Vec<Value> = journal(&journal_path).into_iter().map(|e| e["msg"].clone()).collect();
+    let hang_id = msgs.iter().find(|m| m["params"]["name"] == "hang").map(|m| m["id"].clone());
+    assert!(
+        msgs.iter()
+            .any(|m| m["method"] == "notifications/cancelled" && Some(&m["params"]["requestId"]) == hang_id.as_ref()),
+        "the hung call was not cancelled upstream: {msgs:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_null_id_or_null_params_is_an_invalid_request_that_never_reaches_the_server() {
+    let dir = temp_dir();
+    let journal_path = dir.path().join("journal.jsonl");
+    let mut s = Setup::new(&["--journal", journal_path.to_str().unwrap()], &[]).await;
+    s.client.initialize().await;
+    s.client
+        .send_raw(r#"{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"echo","arguments":{"text":"null id"}}}"#)
+        .await;
+    let e = s.client.recv().await;
+    assert_eq!((e["id"].clone(), e["error"]["code"].clone()), (Value::Null, json!(-32600)), "{e}");
+    s.client.send_raw(r#"{"jsonrpc":"2.0","id":3,"method":"tools/list","params":null}"#).await;
+    let e = s.client.recv().await;
+    assert_eq!((e["id"].clone(), e["error"]["code"].clone()), (json!(3), json!(-32600)), "{e}");
+    assert_eq!(s.client.call_text("echo", json!({"text": "still up"})).await, "still up");
+    let msgs: Vec<Value> = journal(&journal_path).into_iter().map(|e| e["msg"].clone()).collect();
+    assert!(
+        !msgs
+            .iter()
+            .any(|m| m["params"]["arguments"]["text"] == "null id" || m["params"].is_null() && m.get("id").is_some()),
+        "an invalid request reached the server: {msgs:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_id_can_be_reused_right_after_cancelling_it() {
+    let mut s = Setup::new(&[], &[]).await;
+    s.client.initialize().await;
+    s.client.send_request_with_id(json!(9), "tools/call", json!({"name": "sleep", "arguments": {"ms": 5000}})).await;
+    s.client.cancel(&json!(9), "changed my mind").await;
+    let again = s
+        .client
+        .request_with_id(json!(9), "tools/call", json!({"name": "echo", "arguments": {"text": "9 again"}}))
+        .await;
+    assert_eq!(tool_text(&again), "9 again", "{again}");
+    s.client.expect_silence(Duration::from_millis(300)).await;
+}
+
+#[tokio::test]
+async fn a_server_error_with_id_null_fails_its_call_at_once() {
+    let mut s = Setup::new(&[], &[]).await;
+    s.client.initialize().await;
+    let started = Instant::now();
+    let r = s.client.call_tool("null_id_error", json!({})).await;
+    assert_eq!(r["error"]["message"], "fixture: lost track of the request", "{r}");
+    assert!(started.elapsed() < Duration::from_secs(20), "waited {:?}", started.elapsed());
+    assert_eq!(s.client.call_text("echo", json!({"text": "ok"})).await, "ok");
+}
+
+#[tokio::test]
+async fn a_reply_over_the_size_limit_fails_its_call_at_once_with_the_reason() {
+    let config = "[limits]\nmax_message_bytes = 4096\n";
+    let mut s = Setup::with_config(&[], &[], Some(config)).await;
+    s.client.initialize().await;
+    let started = Instant::now();
+    let r = s.client.call_tool("big", json!({"bytes": 20000})).await;
+    let msg = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("max_message_bytes") && msg.contains("4096"), "{r}");
+    assert!(started.elapsed() < Duration::from_secs(20), "waited {:?}", started.elapsed());
+    assert_eq!(tool_text(&s.client.call_tool("big", json!({"bytes": 100})).await).len(), 100);
+}
+
+#[tokio::test]
+async fn a_large_batch_answer_to_a_reading_client_keeps_the_session() {
+    let config = "[limits]\nmax_message_bytes = 65536\n";
+    let mut s = Setup::with_config(&[], &[], Some(config)).await;
+    s.client.initialize().await;
+    let batch: Vec<Value> =
+        (0..100).map(|i| json!({"jsonrpc": "2.0", "id": 1000 + i, "method": "tools/list", "params": {}})).collect();
+    let text = Value::Array(batch).to_string();
+    assert!(text.len() < 65536);
+    s.client.send_raw(&text).await;
+    let reply = s.client.recv().await;
+    let items = reply.as_array().unwrap_or_else(|| panic!("not a batch answer: {reply}"));
+    assert_eq!(items.len(), 100);
+    assert!(reply.to_string().len() > 4 * 65536, "the answer must exceed the old guard to prove anything");
+    assert_eq!(s.client.call_text("echo", json!({"text": "alive"})).await, "alive");
+}
+
+#[tokio::test]
+async fn discover_on_a_server_of_the_initialize_era_gets_its_method_not_found_and_initialize_works() {
+    let mut s = Setup::new(&[], &[]).await;
+    let d = s.client.request("server/discover", discover_params()).await;
+    assert_eq!(d["error"]["code"], -32601, "{d}");
+    s.client.initialize().await;
+    assert_eq!(s.client.call_text("echo", json!({"text": "fell back"})).await, "fell back");
+    // Known by now: a second probe is answered at once, without a new instance.
+    let started = Instant::now();
+    let d = s.client.request("server/discover", discover_params()).await;
+    assert_eq!(d["error"]["code"], -32601, "{d}");
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+}
