@@ -50,6 +50,9 @@ pub struct Limits {
     pub max_backoff_ms: u32,
     /// Largest JSON-RPC message accepted from a client or a server, in bytes.
     pub max_message_bytes: usize,
+    /// Output waiting for all clients together, at most: past it, a session whose client is
+    /// behind (more than 4 x max_message_bytes waiting) is closed at once.
+    pub max_buffered_bytes: usize,
     /// How long `server/discover` may take upstream before it is answered -32601.
     pub discover_timeout_ms: u64,
     /// How long spawning and initialising an instance may take.
@@ -68,6 +71,7 @@ impl Default for Limits {
             max_retries: 5,
             max_backoff_ms: 30_000,
             max_message_bytes: 64 * 1024 * 1024,
+            max_buffered_bytes: 512 * 1024 * 1024,
             discover_timeout_ms: 1_000,
             init_timeout_ms: 60_000,
             health_interval_ms: 30_000,
@@ -237,6 +241,13 @@ impl Config {
         }
         if l.max_message_bytes < 1024 {
             bail!("limits: max_message_bytes must be at least 1024");
+        }
+        if l.max_buffered_bytes < l.max_message_bytes {
+            bail!(
+                "limits: max_buffered_bytes ({}) must be at least max_message_bytes ({})",
+                l.max_buffered_bytes,
+                l.max_message_bytes
+            );
         }
         for p in &self.plugins {
             p.config_json()?;

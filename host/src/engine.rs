@@ -389,7 +389,7 @@ mod tests {
 
     fn link() -> (Arc<SessionLink>, mpsc::UnboundedReceiver<String>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        (SessionLink::new(1, tx, 1 << 20), rx)
+        (SessionLink::new(1, tx, 1 << 20, crate::server::Buffered::new(usize::MAX)), rx)
     }
 
     fn waiting<'a>(link: &'a SessionLink, may: &'a (dyn Fn() -> bool + Sync)) -> Waiting<'a> {

@@ -61,11 +61,16 @@ pub struct SessionLink {
 }
 
 impl SessionLink {
-    pub fn new(id: SessionId, out: mpsc::UnboundedSender<String>, queue_limit: usize) -> Arc<SessionLink> {
+    pub fn new(
+        id: SessionId,
+        out: mpsc::UnboundedSender<String>,
+        queue_limit: usize,
+        buffered: Arc<Buffered>,
+    ) -> Arc<SessionLink> {
         Arc::new(SessionLink {
             id,
             out,
-            backlog: Arc::new(Backlog::new(queue_limit)),
+            backlog: Arc::new(Backlog::new(queue_limit, buffered)),
             overflow: tokio_util::sync::CancellationToken::new(),
             held: Mutex::new(Some(Vec::new())),
             outbound: Mutex::new(HashMap::new()),
@@ -110,6 +115,16 @@ impl SessionLink {
                     session = self.id,
                     "the client is not reading its messages fast enough: more than {} bytes wait for it; closing its session",
                     self.backlog.limit * BACKLOG_CAP
+                );
+                self.overflow.cancel();
+                return;
+            }
+            Over::Budget(total) => {
+                tracing::warn!(
+                    session = self.id,
+                    "switchyard holds {total} bytes of output for its clients, more than limits.max_buffered_bytes ({}); closing this session, whose client is more than {} bytes behind",
+                    self.backlog.shared.budget,
+                    self.backlog.limit
                 );
                 self.overflow.cancel();
                 return;
@@ -179,6 +194,10 @@ const BACKLOG_CAP: usize = 16;
 pub struct Backlog {
     limit: usize,
     queued: std::sync::atomic::AtomicUsize,
+    /// The most that was ever queued (whether memory is worth giving back when it goes).
+    peak: std::sync::atomic::AtomicUsize,
+    /// What all sessions hold together.
+    shared: Arc<Buffered>,
     /// Bytes written to the client so far (progress, for the stall check).
     written: AtomicU64,
     /// The current run of being over `limit` (None: under it), numbered so a check of an earlier
@@ -194,13 +213,49 @@ enum Over {
     Began(u64),
     /// It went past the hard cap.
     Far,
+    /// All sessions together hold more than the budget (this total), and this one is behind.
+    Budget(usize),
+}
+
+/// Output queued for every client of the process together, against `limits.max_buffered_bytes`:
+/// each session's own bound still lets many slow clients add up to too much.
+pub struct Buffered {
+    budget: usize,
+    total: std::sync::atomic::AtomicUsize,
+}
+
+impl Buffered {
+    pub fn new(budget: usize) -> Arc<Buffered> {
+        Arc::new(Buffered { budget, total: Default::default() })
+    }
+
+    /// Bytes queued for all clients now.
+    pub fn total(&self) -> usize {
+        self.total.load(Ordering::Acquire)
+    }
+}
+
+/// Backlogs at least this large leave enough freed memory behind to be worth returning.
+pub const GIVE_BACK_AFTER: usize = 4 * 1024 * 1024;
+
+/// Returns freed heap memory to the system. glibc keeps what a large backlog freed (hundreds of
+/// MiB after a few clients stopped reading) for reuse; a long-lived router should not.
+pub fn give_back_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks and trims the allocator's own free lists; it takes no
+    // pointers and is safe to call from any thread at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 impl Backlog {
-    fn new(limit: usize) -> Backlog {
+    fn new(limit: usize, shared: Arc<Buffered>) -> Backlog {
         Backlog {
             limit,
             queued: Default::default(),
+            peak: Default::default(),
+            shared,
             written: AtomicU64::new(0),
             over: Mutex::new(None),
             runs: AtomicU64::new(0),
@@ -209,11 +264,16 @@ impl Backlog {
 
     fn add(&self, bytes: usize) -> Over {
         let queued = self.queued.fetch_add(bytes, Ordering::AcqRel) + bytes;
+        let total = self.shared.total.fetch_add(bytes, Ordering::AcqRel) + bytes;
+        self.peak.fetch_max(queued, Ordering::Relaxed);
         if queued <= self.limit {
             return Over::No;
         }
         if queued > self.limit.saturating_mul(BACKLOG_CAP) {
             return Over::Far;
+        }
+        if total > self.shared.budget {
+            return Over::Budget(total);
         }
         let mut over = self.over.lock().expect("lock");
         if over.is_some() {
@@ -232,13 +292,26 @@ impl Backlog {
         *self.over.lock().expect("lock") == Some(run)
     }
 
+    /// The most that was ever queued for this client.
+    pub fn peak(&self) -> usize {
+        self.peak.load(Ordering::Relaxed)
+    }
+
     /// The writer wrote `bytes` to the client.
     pub fn wrote(&self, bytes: usize) {
         self.written.fetch_add(bytes as u64, Ordering::AcqRel);
+        self.shared.total.fetch_sub(bytes, Ordering::AcqRel);
         let queued = self.queued.fetch_sub(bytes, Ordering::AcqRel) - bytes;
         if queued <= self.limit {
             self.over.lock().expect("lock").take();
         }
+    }
+}
+
+impl Drop for Backlog {
+    /// What was never written leaves the shared total with the session.
+    fn drop(&mut self) {
+        self.shared.total.fetch_sub(*self.queued.get_mut(), Ordering::AcqRel);
     }
 }
 
@@ -897,6 +970,8 @@ pub struct Server {
     pub name: String,
     pub hub: Arc<Hub>,
     pub limits: Limits,
+    /// Output queued for all clients of this server together (`limits.max_buffered_bytes`).
+    pub buffered: Arc<Buffered>,
     pub gate: Gate,
     pub policy: Policy,
     spec: Spec,
@@ -960,6 +1035,7 @@ impl Server {
                 name: name.clone(),
                 hub: Hub::new(&name, Duration::from_millis(config.limits.call_timeout_ms), weak.clone()),
                 limits: config.limits.clone(),
+                buffered: Buffered::new(config.limits.max_buffered_bytes),
                 gate: Gate::new(),
                 policy,
                 spec,
@@ -1707,7 +1783,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_large_answer_to_a_reading_client_passes_and_a_client_that_stops_reading_is_closed() {
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let link = SessionLink::new(1, tx, 1000);
+        let link = SessionLink::new(1, tx, 1000, Buffered::new(usize::MAX));
         let backlog = link.backlog();
         // One answer four times the limit, read slowly (a tenth every second): never closed.
         link.send("x".repeat(4000));
@@ -1731,7 +1807,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_reader_slower_than_its_server_is_closed_at_the_cap() {
         let (tx, _rx) = mpsc::unbounded_channel();
-        let link = SessionLink::new(1, tx, 1000);
+        let link = SessionLink::new(1, tx, 1000, Buffered::new(usize::MAX));
         for _ in 0..15 {
             link.send("x".repeat(999));
         }

@@ -77,7 +77,7 @@ where
     let (tx, rx) = mpsc::unbounded_channel();
     // A client that stops reading may fall this far behind before its session is closed.
     let queue_limit = server.limits.max_message_bytes.saturating_mul(4);
-    let link = SessionLink::new(id, tx, queue_limit);
+    let link = SessionLink::new(id, tx, queue_limit, server.buffered.clone());
     server.hub.attach(link.clone());
     let session = Arc::new(Session {
         id,
@@ -159,6 +159,7 @@ where
     }
     server.detach(id).await;
     let session_overflowed = session.link.overflow.is_cancelled();
+    let peak = session.link.backlog().peak();
     drop(session);
     // What is queued still goes out, unless the client stopped reading: then it is dropped.
     if session_overflowed {
@@ -166,6 +167,11 @@ where
     } else if tokio::time::timeout(SESSION_GRACE, &mut writer_task).await.is_err() {
         tracing::warn!(session = %label, "the client did not take its last messages within {SESSION_GRACE:?}");
         writer_task.abort();
+    }
+    // An aborted writer drops what it still held once it is polled to its end.
+    let _ = (&mut writer_task).await;
+    if peak >= crate::server::GIVE_BACK_AFTER {
+        crate::server::give_back_memory();
     }
     tracing::debug!(session = %label, "session ended");
 }
