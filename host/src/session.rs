@@ -162,14 +162,15 @@ where
     let peak = session.link.backlog().peak();
     drop(session);
     // What is queued still goes out, unless the client stopped reading: then it is dropped.
+    // An aborted writer drops what it still held once it is polled to its end.
     if session_overflowed {
         writer_task.abort();
+        let _ = writer_task.await;
     } else if tokio::time::timeout(SESSION_GRACE, &mut writer_task).await.is_err() {
         tracing::warn!(session = %label, "the client did not take its last messages within {SESSION_GRACE:?}");
         writer_task.abort();
+        let _ = writer_task.await;
     }
-    // An aborted writer drops what it still held once it is polled to its end.
-    let _ = (&mut writer_task).await;
     if peak >= crate::server::GIVE_BACK_AFTER {
         crate::server::give_back_memory();
     }

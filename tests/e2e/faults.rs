@@ -224,11 +224,11 @@ async fn full_storm(stderr: StderrMode) {
     let transient = async move {
         // Sessions that join, make a few calls, and leave, some with calls still running.
         let mut left_with_calls = 0;
-        for round in 0..6 {
+        for round in 0..10 {
             let (mut p, mut c) = connect(&sock2).await;
             c.initialize().await;
             let tag = format!("T{round}");
-            let ledger = storm_calls(&mut c, &tag, &mut rng_c, 8, true).await;
+            let ledger = storm_calls(&mut c, &tag, &mut rng_c, 12, true).await;
             if round % 2 == 0 {
                 settle(&mut c, &tag, &ledger).await;
             } else {
@@ -241,7 +241,7 @@ async fn full_storm(stderr: StderrMode) {
     };
     let slow_reader = async {
         // B sends a burst, then stops reading for two seconds before it reads everything.
-        let ledger = storm_calls(&mut b, "B", &mut rng_b, 60, true).await;
+        let ledger = storm_calls(&mut b, "B", &mut rng_b, 150, true).await;
         tokio::time::sleep(Duration::from_secs(2)).await;
         settle(&mut b, "B", &ledger).await;
     };
@@ -252,7 +252,7 @@ async fn full_storm(stderr: StderrMode) {
         main.send_raw(r#""params":{"name":"echo","arguments":{"text":"half"}}}"#).await;
         let half = main.wait_response(&json!("half")).await;
         assert_eq!(tool_text(&half), "half", "{half}");
-        let ledger = storm_calls(&mut main, "A", &mut rng_a, 80, false).await;
+        let ledger = storm_calls(&mut main, "A", &mut rng_a, 200, false).await;
         settle(&mut main, "A", &ledger).await;
     };
     let ((), (), left) =
@@ -275,6 +275,7 @@ async fn full_storm(stderr: StderrMode) {
     let pids: HashSet<u32> =
         harness::journal(&journal_file).iter().filter_map(|e| e["pid"].as_u64()).map(|p| p as u32).collect();
     assert!(pids.len() > 1, "the storm should have killed instances: {pids:?}");
+    eprintln!("instances started during the storm: {}", pids.len());
     for pid in pids {
         assert!(wait_gone(pid, Duration::from_secs(5)).await, "fixture {pid} outlived the router");
     }
