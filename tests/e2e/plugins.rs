@@ -288,6 +288,30 @@ async fn a_looping_plugin_does_not_stall_other_sessions() {
     }
 }
 
+/// Found by testing from outside: with a long deadline (8 s), one session's looping call held
+/// the only plugin thread, and another session's echo waited the whole deadline behind it.
+#[tokio::test]
+async fn a_long_plugin_deadline_in_one_session_does_not_hold_up_another() {
+    let dir = temp_dir();
+    let sock = dir.path().join("r.sock");
+    let cfg = "[[plugins]]\nfile = \"spin.wasm\"\ndeadline_ms = 4000\n";
+    let args = ["--listen", sock.to_str().unwrap()];
+    let mut s = Setup::start(&[], &args, Some(cfg), &[&fixture_plugin("spin.wasm")]).await;
+    s.client.initialize().await;
+    let (_b_proc, mut b) = connect(&sock).await;
+    b.initialize().await;
+    let spinning = s.client.send_request("tools/call", json!({"name": "spin", "arguments": {}})).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t = Instant::now();
+    let r = b.call_tool("echo", json!({"text": "b"})).await;
+    let waited = t.elapsed();
+    assert!(r.get("result").is_some(), "{r}");
+    // The spin runs for 4 s; the echo must not wait for it (generous bound for a loaded machine).
+    assert!(waited < Duration::from_millis(2500), "session B's echo waited {waited:?} behind session A's plugin call");
+    let r = s.client.wait_response(&spinning).await;
+    assert!(r.get("result").is_some() || r.get("error").is_some(), "{r}");
+}
+
 /// Issue 8, item 2: a configured plugin that cannot run stops the router from starting, with
 /// an error naming it, instead of leaving a guard silently off.
 #[tokio::test]

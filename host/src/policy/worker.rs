@@ -4,11 +4,12 @@
 //! Two reasons. wasmtime-wasi's synchronous WASI bindings run blocking calls (a plugin writing
 //! to stdout or stderr, which a panic does) through `block_on` on the current tokio handle,
 //! which panics inside a runtime; these threads have none. And plugin CPU must not stall other
-//! sessions: a fixed, small number of threads bounds the share plugins take of the machine,
-//! and jobs are served round-robin per session, so one session's flood of slow calls delays
-//! another session's call by at most one job per competing session.
+//! sessions: a small, fixed number of threads bounds the share plugins take of the machine;
+//! jobs are served round-robin per session; and a session runs at most one job at a time, so
+//! with two or more threads one session's slow or looping plugin calls can never hold up
+//! another session's (the breaker in `wasm` then switches a plugin that keeps looping off).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Condvar, Mutex, OnceLock};
 
 type Job = Box<dyn FnOnce() + Send>;
@@ -19,6 +20,8 @@ struct Lanes {
     lanes: HashMap<String, VecDeque<Job>>,
     /// Lanes with work, in the order they get their next turn.
     turn: VecDeque<String>,
+    /// Lanes with a job running now: they wait for it before their next one starts.
+    running: HashSet<String>,
 }
 
 impl Lanes {
@@ -32,17 +35,25 @@ impl Lanes {
         }
     }
 
-    /// The next job: the head of the lane whose turn it is; that lane goes to the back.
-    fn pop(&mut self) -> Option<Job> {
-        let lane = self.turn.pop_front()?;
+    /// The next job: the head of the first lane in turn that has no job running; that lane goes
+    /// to the back, and counts as running until [`Lanes::done`].
+    fn pop(&mut self) -> Option<(String, Job)> {
+        let at = self.turn.iter().position(|l| !self.running.contains(l))?;
+        let lane = self.turn.remove(at).expect("position is in range");
         let q = self.lanes.get_mut(&lane).expect("a lane in turn has jobs");
         let job = q.pop_front().expect("a lane in turn has jobs");
         if q.is_empty() {
             self.lanes.remove(&lane);
         } else {
-            self.turn.push_back(lane);
+            self.turn.push_back(lane.clone());
         }
-        Some(job)
+        self.running.insert(lane.clone());
+        Some((lane, job))
+    }
+
+    /// The job of `lane` finished: its next one may start.
+    fn done(&mut self, lane: &str) {
+        self.running.remove(lane);
     }
 }
 
@@ -51,10 +62,10 @@ struct Pool {
     ready: Condvar,
 }
 
-/// Threads serving plugin calls: half the cores (at least one, at most four), so plugins can
-/// never take the core the router and the servers need.
+/// Threads serving plugin calls: as many as cores, at least two (so one session's looping
+/// plugin call never holds up another session's) and at most four.
 fn thread_count() -> usize {
-    std::thread::available_parallelism().map(|n| n.get() / 2).unwrap_or(1).clamp(1, 4)
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).clamp(2, 4)
 }
 
 fn pool() -> &'static Pool {
@@ -74,16 +85,20 @@ fn pool() -> &'static Pool {
 
 fn serve(pool: &'static Pool) {
     loop {
-        let job = {
+        let (lane, job) = {
             let mut lanes = pool.lanes.lock().unwrap_or_else(|p| p.into_inner());
             loop {
-                if let Some(job) = lanes.pop() {
-                    break job;
+                if let Some(next) = lanes.pop() {
+                    break next;
                 }
                 lanes = pool.ready.wait(lanes).unwrap_or_else(|p| p.into_inner());
             }
         };
+        // Jobs catch their own panics (see `run`), so the lane is always released.
         job();
+        pool.lanes.lock().unwrap_or_else(|p| p.into_inner()).done(&lane);
+        // The lane's next job (or one another thread skipped) may be waiting for a thread.
+        pool.ready.notify_all();
     }
 }
 
@@ -147,11 +162,41 @@ mod tests {
         }
         lanes.push("quiet", job("b"));
         lanes.push("flood", job("a"));
-        while let Some(j) = lanes.pop() {
+        while let Some((lane, j)) = lanes.pop() {
             j();
+            lanes.done(&lane);
         }
         assert_eq!(*order.lock().unwrap(), ["a", "b", "a", "a", "a"]);
-        assert!(lanes.lanes.is_empty() && lanes.turn.is_empty());
+        assert!(lanes.lanes.is_empty() && lanes.turn.is_empty() && lanes.running.is_empty());
+    }
+
+    #[test]
+    fn a_session_runs_one_job_at_a_time_so_others_get_the_free_threads() {
+        let mut lanes = Lanes::default();
+        for _ in 0..3 {
+            lanes.push("looping", Box::new(|| {}));
+        }
+        let (first, _job) = lanes.pop().unwrap();
+        assert_eq!(first, "looping");
+        // Its job still runs: a second thread must not take the same session's next one...
+        assert!(lanes.pop().is_none());
+        // ...but takes another session's at once.
+        lanes.push("quiet", Box::new(|| {}));
+        assert_eq!(lanes.pop().unwrap().0, "quiet");
+        lanes.done("looping");
+        assert_eq!(lanes.pop().unwrap().0, "looping");
+    }
+
+    /// The outside tester's case: a plugin call that runs for seconds in one session must not
+    /// delay another session's plugin call (the old single worker served them in turn).
+    #[tokio::test]
+    async fn a_slow_job_of_one_session_does_not_hold_up_another_sessions_job() {
+        let slow = tokio::spawn(run("slow-session", || std::thread::sleep(std::time::Duration::from_secs(3))));
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let started = std::time::Instant::now();
+        run("other-session", || ()).await.unwrap();
+        assert!(started.elapsed() < std::time::Duration::from_secs(2), "waited {:?}", started.elapsed());
+        slow.await.unwrap().unwrap();
     }
 
     #[tokio::test]
