@@ -14,7 +14,8 @@
 mod harness;
 mod npm_setup;
 
-use std::io::Read;
+mod transcript;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -22,6 +23,7 @@ use std::time::{Duration, Instant};
 use npm_setup::*;
 
 use serde_json::Value;
+use transcript::Run;
 
 /// Must match SAMPLING_REPLY in client.mjs: the text the client answers sampling requests with.
 const SAMPLING_REPLY: &str = "switchyard sampled reply";
@@ -34,29 +36,6 @@ fn switchyard() -> &'static str {
 
 // ------------------------------------------------------------------------------------------------
 // Running the client.
-
-struct Run {
-    status: Option<i32>,
-    stdout: String,
-    /// The client's stderr, which also carries the stderr of the server command it started (the
-    /// router and, behind it, the real server).
-    stderr: String,
-    elapsed: Duration,
-}
-
-impl Run {
-    fn transcript(&self, what: &str) -> Value {
-        if self.status != Some(0) {
-            panic!(
-                "{what}: client.mjs exited with {:?} after {:?}\n--- stdout (transcript)\n{}\n--- stderr (client, router, server)\n{}",
-                self.status, self.elapsed, self.stdout, self.stderr
-            );
-        }
-        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
-            panic!("{what}: transcript is not JSON ({e})\n--- stdout\n{}\n--- stderr\n{}", self.stdout, self.stderr)
-        })
-    }
-}
 
 fn run_client(scenario: &str, server_cmd: &[&str]) -> Run {
     ensure_npm();
@@ -73,38 +52,7 @@ fn run_client(scenario: &str, server_cmd: &[&str]) -> Run {
     if std::env::var_os("RUST_LOG").is_none() {
         cmd.env("RUST_LOG", "info");
     }
-    let started = Instant::now();
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn node client.mjs: {e}"));
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let out_t = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let err_t = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait for client.mjs") {
-            break st.code();
-        }
-        if started.elapsed() > CLIENT_TIMEOUT {
-            // Our own child, killed by handle; its watchdog should have fired long before.
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Run {
-        status,
-        stdout: out_t.join().unwrap_or_default(),
-        stderr: err_t.join().unwrap_or_default(),
-        elapsed: started.elapsed(),
-    }
+    transcript::run(cmd, "client.mjs", CLIENT_TIMEOUT)
 }
 
 /// `switchyard run` in front of `server_cmd`, with an empty plugins directory so that a user's own

@@ -16,8 +16,9 @@
 mod harness;
 mod npm_setup;
 
+mod transcript;
+
 use std::fs::{self, File};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -25,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use npm_setup::{ensure_npm, everything_entry, filesystem_entry, repo_root};
 use serde_json::{Value, json};
+use transcript::Run;
 
 /// Upper bound for one client run; generous because CI machines are shared and slow.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
@@ -114,28 +116,6 @@ fn make_venv() -> Result<(PathBuf, File), String> {
 // ------------------------------------------------------------------------------------------------
 // Running the client.
 
-struct Run {
-    status: Option<i32>,
-    stdout: String,
-    /// The client's stderr, which carries the stderr of the router and the server too.
-    stderr: String,
-    elapsed: Duration,
-}
-
-impl Run {
-    fn transcript(&self, what: &str) -> Value {
-        if self.status != Some(0) {
-            panic!(
-                "{what}: client.py exited with {:?} after {:?}\n--- stdout\n{}\n--- stderr (client, router, server)\n{}",
-                self.status, self.elapsed, self.stdout, self.stderr
-            );
-        }
-        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
-            panic!("{what}: transcript is not JSON ({e})\n--- stdout\n{}\n--- stderr\n{}", self.stdout, self.stderr)
-        })
-    }
-}
-
 fn run_client(mode: &str, calls: &Value, server_cmd: &[String]) -> Run {
     let python = venv_python();
     let mut cmd = Command::new(&python);
@@ -150,37 +130,7 @@ fn run_client(mode: &str, calls: &Value, server_cmd: &[String]) -> Run {
     if std::env::var_os("RUST_LOG").is_none() {
         cmd.env("RUST_LOG", "info");
     }
-    let started = Instant::now();
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {} client.py: {e}", python.display()));
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let out_t = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let err_t = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait for client.py") {
-            break st.code();
-        }
-        if started.elapsed() > CLIENT_TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Run {
-        status,
-        stdout: out_t.join().unwrap_or_default(),
-        stderr: err_t.join().unwrap_or_default(),
-        elapsed: started.elapsed(),
-    }
+    transcript::run(cmd, "client.py", CLIENT_TIMEOUT)
 }
 
 /// `switchyard run` in front of `server_cmd`, with an empty plugins directory.
