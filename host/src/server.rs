@@ -58,6 +58,9 @@ pub struct SessionLink {
     next_out: AtomicU64,
     /// The level this client asked for with logging/setLevel (RFC 5424 severity, 7 = debug).
     log_level: Mutex<Option<u8>>,
+    /// The `capabilities` the client declared in its initialize (`None`: it sent none yet, as a
+    /// 2026-07-28 client never does). MCP lets a server ask a client only for what it declared.
+    capabilities: Mutex<Option<serde_json::Value>>,
 }
 
 impl SessionLink {
@@ -76,7 +79,31 @@ impl SessionLink {
             outbound: Mutex::new(HashMap::new()),
             next_out: AtomicU64::new(1),
             log_level: Mutex::new(None),
+            capabilities: Mutex::new(None),
         })
+    }
+
+    /// Records the capabilities in this client's initialize params (none declared when absent).
+    pub fn declare_capabilities(&self, initialize_params: &str) {
+        let declared = serde_json::from_str::<serde_json::Value>(initialize_params)
+            .ok()
+            .and_then(|mut v| v.get_mut("capabilities").map(serde_json::Value::take))
+            .unwrap_or_else(|| serde_json::json!({}));
+        *self.capabilities.lock().expect("lock") = Some(declared);
+    }
+
+    /// The capability a server-to-client request needs that this client did not declare.
+    /// Unknown (no initialize seen) counts as declared: switchyard refuses only what it knows.
+    fn lacks_capability_for(&self, method: &str) -> Option<&'static str> {
+        let needed = match method {
+            "sampling/createMessage" => "sampling",
+            "elicitation/create" => "elicitation",
+            "roots/list" => "roots",
+            _ => return None,
+        };
+        let caps = self.capabilities.lock().expect("lock");
+        let declared = caps.as_ref().is_none_or(|c| c.get(needed).is_some_and(|v| !v.is_null()));
+        (!declared).then_some(needed)
     }
 
     pub fn send(&self, line: String) {
@@ -610,6 +637,17 @@ impl Hub {
                 return;
             }
         };
+        if let Some(needed) = link.lacks_capability_for(&method) {
+            let why = format!(
+                "switchyard refused `{method}` from server `{}` ({}): the client of session {} did not declare the `{needed}` capability in its initialize, so it cannot be asked",
+                self.server,
+                inst.label(),
+                link.id,
+            );
+            tracing::debug!("{why}");
+            Self::reply_to(inst, codec::response_error(&line[id_span], codec::METHOD_NOT_FOUND, &why, None));
+            return;
+        }
         let n = link.next_out.fetch_add(1, Ordering::Relaxed);
         link.outbound.lock().expect("lock").insert(n, (Arc::downgrade(inst), line[id_span.clone()].to_string()));
         if method == "roots/list" {
@@ -1143,6 +1181,9 @@ impl Server {
 
     pub async fn initialize(self: &Arc<Self>, session: SessionId, params: &str) -> Result<String, CallError> {
         self.begin_initialize(params);
+        if let Some(link) = self.hub.session(session) {
+            link.declare_capabilities(params);
+        }
         // Whatever happens, also when the client cancels this initialize and the future is
         // dropped, waiters must not wait forever: Done, or back to NotStarted.
         let settle = InitSettle(self);
