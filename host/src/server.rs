@@ -1029,6 +1029,9 @@ pub struct Server {
     /// The first instance's initialize result, given to every client.
     init_result: OnceCell<String>,
     init_state: watch::Sender<InitState>,
+    /// Why the latest `initialize` failed (cleared when one succeeds), so later requests say
+    /// that rather than asking for an initialize the client already sent.
+    init_failure: Mutex<Option<String>>,
     next_instance: AtomicU64,
     health: Mutex<StartHealth>,
     tools: RwLock<ToolCache>,
@@ -1084,6 +1087,7 @@ impl Server {
                 init_params: Mutex::new(None),
                 init_result: OnceCell::new(),
                 init_state: watch::channel(InitState::NotStarted).0,
+                init_failure: Mutex::new(None),
                 next_instance: AtomicU64::new(1),
                 health: Mutex::new(StartHealth::default()),
                 tools: RwLock::new(ToolCache::default()),
@@ -1202,12 +1206,27 @@ impl Server {
         }
         let pool = self.default_pool().clone();
         let lease = pool.acquire(session).await;
+        let result = match &lease {
+            Err(e) => Err(e.clone()),
+            Ok(_) => self.init_result.get().cloned().ok_or_else(|| CallError::Down {
+                server: self.name.clone(),
+                reason: "no instance finished initialising".into(),
+            }),
+        };
+        // Before waiters wake (settle), so they see why.
+        *self.init_failure.lock().expect("lock") = result.as_ref().err().map(|e| e.to_string());
         drop(settle);
-        drop(lease?);
-        self.init_result.get().cloned().ok_or_else(|| CallError::Down {
-            server: self.name.clone(),
-            reason: "no instance finished initialising".into(),
-        })
+        drop(lease);
+        result
+    }
+
+    /// The error for a request that needs an initialised server when there is none: why the
+    /// last initialize failed, if one was sent, or that none was.
+    pub fn not_initialized(&self) -> CallError {
+        match self.init_failure.lock().expect("lock").clone() {
+            Some(reason) => CallError::InitFailed { server: self.name.clone(), reason },
+            None => CallError::NotInitialized { server: self.name.clone() },
+        }
     }
 
     /// Whether the server declared the `logging` capability in its initialize result, which is
@@ -1257,7 +1276,7 @@ impl Server {
         }
         let params = self.init_params.lock().expect("lock").clone();
         if params.is_none() && !modern {
-            return Err(CallError::NotInitialized { server: self.name.clone() });
+            return Err(self.not_initialized());
         }
         if modern && self.discover_refused() {
             return Err(CallError::Down {
