@@ -1877,6 +1877,22 @@ mod tests {
     }
 
     #[test]
+    fn a_client_is_asked_only_for_what_it_declared() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let link = SessionLink::new(1, tx, 1000, Buffered::new(usize::MAX));
+        // Before any initialize nothing is known, so nothing is refused.
+        assert_eq!(link.lacks_capability_for("sampling/createMessage"), None);
+        link.declare_capabilities(r#"{"capabilities":{"sampling":{},"roots":null},"clientInfo":{}}"#);
+        assert_eq!(link.lacks_capability_for("sampling/createMessage"), None);
+        assert_eq!(link.lacks_capability_for("elicitation/create"), Some("elicitation"));
+        assert_eq!(link.lacks_capability_for("roots/list"), Some("roots"));
+        assert_eq!(link.lacks_capability_for("ping"), None);
+        // No capabilities at all: none declared.
+        link.declare_capabilities(r#"{"protocolVersion":"2025-06-18"}"#);
+        assert_eq!(link.lacks_capability_for("sampling/createMessage"), Some("sampling"));
+    }
+
+    #[test]
     fn levels_rank_from_emergency_to_debug() {
         assert_eq!(level_rank("emergency"), Some(0));
         assert_eq!(level_rank("warning"), Some(4));
