@@ -57,6 +57,11 @@ pub enum CallError {
     Busy { server: String, reason: String },
     #[error("server `{server}` has not been initialised yet: send `initialize` first")]
     NotInitialized { server: String },
+    /// The client sent `initialize` and it failed: later requests repeat why.
+    #[error(
+        "server `{server}` is not initialised because the `initialize` sent earlier failed: {reason}. Fix that, then send `initialize` again"
+    )]
+    InitFailed { server: String, reason: String },
     #[error("switchyard is shutting down")]
     ShuttingDown,
 }
@@ -71,7 +76,10 @@ impl CallError {
         match self {
             CallError::Rejected(_) => codec::POLICY_REJECTED,
             CallError::Timeout { .. } => codec::REQUEST_TIMEOUT,
-            CallError::Died { .. } | CallError::Down { .. } | CallError::ShuttingDown => codec::SERVER_UNAVAILABLE,
+            CallError::Died { .. }
+            | CallError::Down { .. }
+            | CallError::InitFailed { .. }
+            | CallError::ShuttingDown => codec::SERVER_UNAVAILABLE,
             CallError::Busy { .. } => codec::SERVER_BUSY,
             CallError::NotInitialized { .. } => codec::INVALID_REQUEST,
         }
@@ -90,7 +98,9 @@ impl CallError {
                 "server": server, "call": what, "instance": death.instance,
                 "status": death.status, "stderr": death.stderr,
             }),
-            CallError::Down { server, reason } | CallError::Busy { server, reason } => {
+            CallError::Down { server, reason }
+            | CallError::Busy { server, reason }
+            | CallError::InitFailed { server, reason } => {
                 json!({"server": server, "reason": reason})
             }
             CallError::NotInitialized { server } => json!({"server": server}),

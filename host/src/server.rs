@@ -58,6 +58,9 @@ pub struct SessionLink {
     next_out: AtomicU64,
     /// The level this client asked for with logging/setLevel (RFC 5424 severity, 7 = debug).
     log_level: Mutex<Option<u8>>,
+    /// The `capabilities` the client declared in its initialize (`None`: it sent none yet, as a
+    /// 2026-07-28 client never does). MCP lets a server ask a client only for what it declared.
+    capabilities: Mutex<Option<serde_json::Value>>,
 }
 
 impl SessionLink {
@@ -76,7 +79,31 @@ impl SessionLink {
             outbound: Mutex::new(HashMap::new()),
             next_out: AtomicU64::new(1),
             log_level: Mutex::new(None),
+            capabilities: Mutex::new(None),
         })
+    }
+
+    /// Records the capabilities in this client's initialize params (none declared when absent).
+    pub fn declare_capabilities(&self, initialize_params: &str) {
+        let declared = serde_json::from_str::<serde_json::Value>(initialize_params)
+            .ok()
+            .and_then(|mut v| v.get_mut("capabilities").map(serde_json::Value::take))
+            .unwrap_or_else(|| serde_json::json!({}));
+        *self.capabilities.lock().expect("lock") = Some(declared);
+    }
+
+    /// The capability a server-to-client request needs that this client did not declare.
+    /// Unknown (no initialize seen) counts as declared: switchyard refuses only what it knows.
+    fn lacks_capability_for(&self, method: &str) -> Option<&'static str> {
+        let needed = match method {
+            "sampling/createMessage" => "sampling",
+            "elicitation/create" => "elicitation",
+            "roots/list" => "roots",
+            _ => return None,
+        };
+        let caps = self.capabilities.lock().expect("lock");
+        let declared = caps.as_ref().is_none_or(|c| c.get(needed).is_some_and(|v| !v.is_null()));
+        (!declared).then_some(needed)
     }
 
     pub fn send(&self, line: String) {
@@ -610,6 +637,17 @@ impl Hub {
                 return;
             }
         };
+        if let Some(needed) = link.lacks_capability_for(&method) {
+            let why = format!(
+                "switchyard refused `{method}` from server `{}` ({}): the client of session {} did not declare the `{needed}` capability in its initialize, so it cannot be asked",
+                self.server,
+                inst.label(),
+                link.id,
+            );
+            tracing::debug!("{why}");
+            Self::reply_to(inst, codec::response_error(&line[id_span], codec::METHOD_NOT_FOUND, &why, None));
+            return;
+        }
         let n = link.next_out.fetch_add(1, Ordering::Relaxed);
         link.outbound.lock().expect("lock").insert(n, (Arc::downgrade(inst), line[id_span.clone()].to_string()));
         if method == "roots/list" {
@@ -991,6 +1029,9 @@ pub struct Server {
     /// The first instance's initialize result, given to every client.
     init_result: OnceCell<String>,
     init_state: watch::Sender<InitState>,
+    /// Why the latest `initialize` failed (cleared when one succeeds), so later requests say
+    /// that rather than asking for an initialize the client already sent.
+    init_failure: Mutex<Option<String>>,
     next_instance: AtomicU64,
     health: Mutex<StartHealth>,
     tools: RwLock<ToolCache>,
@@ -1046,6 +1087,7 @@ impl Server {
                 init_params: Mutex::new(None),
                 init_result: OnceCell::new(),
                 init_state: watch::channel(InitState::NotStarted).0,
+                init_failure: Mutex::new(None),
                 next_instance: AtomicU64::new(1),
                 health: Mutex::new(StartHealth::default()),
                 tools: RwLock::new(ToolCache::default()),
@@ -1143,6 +1185,9 @@ impl Server {
 
     pub async fn initialize(self: &Arc<Self>, session: SessionId, params: &str) -> Result<String, CallError> {
         self.begin_initialize(params);
+        if let Some(link) = self.hub.session(session) {
+            link.declare_capabilities(params);
+        }
         // Whatever happens, also when the client cancels this initialize and the future is
         // dropped, waiters must not wait forever: Done, or back to NotStarted.
         let settle = InitSettle(self);
@@ -1161,12 +1206,27 @@ impl Server {
         }
         let pool = self.default_pool().clone();
         let lease = pool.acquire(session).await;
+        let result = match &lease {
+            Err(e) => Err(e.clone()),
+            Ok(_) => self.init_result.get().cloned().ok_or_else(|| CallError::Down {
+                server: self.name.clone(),
+                reason: "no instance finished initialising".into(),
+            }),
+        };
+        // Before waiters wake (settle), so they see why.
+        *self.init_failure.lock().expect("lock") = result.as_ref().err().map(|e| e.to_string());
         drop(settle);
-        drop(lease?);
-        self.init_result.get().cloned().ok_or_else(|| CallError::Down {
-            server: self.name.clone(),
-            reason: "no instance finished initialising".into(),
-        })
+        drop(lease);
+        result
+    }
+
+    /// The error for a request that needs an initialised server when there is none: why the
+    /// last initialize failed, if one was sent, or that none was.
+    pub fn not_initialized(&self) -> CallError {
+        match self.init_failure.lock().expect("lock").clone() {
+            Some(reason) => CallError::InitFailed { server: self.name.clone(), reason },
+            None => CallError::NotInitialized { server: self.name.clone() },
+        }
     }
 
     /// Whether the server declared the `logging` capability in its initialize result, which is
@@ -1216,7 +1276,7 @@ impl Server {
         }
         let params = self.init_params.lock().expect("lock").clone();
         if params.is_none() && !modern {
-            return Err(CallError::NotInitialized { server: self.name.clone() });
+            return Err(self.not_initialized());
         }
         if modern && self.discover_refused() {
             return Err(CallError::Down {
@@ -1814,6 +1874,22 @@ mod tests {
         assert!(!link.overflow.is_cancelled());
         link.send("x".repeat(2000));
         assert!(link.overflow.is_cancelled(), "past BACKLOG_CAP times the limit");
+    }
+
+    #[test]
+    fn a_client_is_asked_only_for_what_it_declared() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let link = SessionLink::new(1, tx, 1000, Buffered::new(usize::MAX));
+        // Before any initialize nothing is known, so nothing is refused.
+        assert_eq!(link.lacks_capability_for("sampling/createMessage"), None);
+        link.declare_capabilities(r#"{"capabilities":{"sampling":{},"roots":null},"clientInfo":{}}"#);
+        assert_eq!(link.lacks_capability_for("sampling/createMessage"), None);
+        assert_eq!(link.lacks_capability_for("elicitation/create"), Some("elicitation"));
+        assert_eq!(link.lacks_capability_for("roots/list"), Some("roots"));
+        assert_eq!(link.lacks_capability_for("ping"), None);
+        // No capabilities at all: none declared.
+        link.declare_capabilities(r#"{"protocolVersion":"2025-06-18"}"#);
+        assert_eq!(link.lacks_capability_for("sampling/createMessage"), Some("sampling"));
     }
 
     #[test]

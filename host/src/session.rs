@@ -445,7 +445,7 @@ impl Session {
             }
             "ping" => Some(codec::response_ok(id, "{}")),
             _ if !or_cancelled(token, server.wait_initialized()).await? => {
-                Some(crate::error::CallError::NotInitialized { server: server.name.clone() }.to_response(id))
+                Some(server.not_initialized().to_response(id))
             }
             "logging/setLevel" => match fields.level {
                 Some(level) => match or_cancelled(token, server.set_log_level(self.id, &level)).await? {

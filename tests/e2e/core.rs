@@ -738,6 +738,35 @@ async fn a_relative_cwd_is_the_config_files_and_a_missing_one_is_named() {
     assert!(r.stderr.text().contains("conf/gone"), "a failed spawn is logged: {}", r.stderr.text());
 }
 
+/// After an `initialize` that failed (the server could not start), later requests say that it
+/// failed and why, not that the client should send the initialize it already sent.
+#[tokio::test]
+async fn requests_after_a_failed_initialize_repeat_why_it_failed() {
+    let dir = temp_dir();
+    let missing = dir.path().join("gone");
+    let config = dir.path().join("switchyard.toml");
+    let server =
+        format!("[server]\ncommand = {:?}\nargs = [\"fixture\"]\ncwd = {:?}\n", bin(), missing.display().to_string());
+    std::fs::write(&config, server).unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    let mut r = Proc::router(&["--config", config.to_str().unwrap(), "--plugins", plugins.to_str().unwrap()]);
+    let mut c = r.client();
+    let init = c.request("initialize", init_params(json!({}))).await;
+    assert_eq!(init["error"]["code"], -32003, "{init}");
+    c.notify("notifications/initialized", json!({})).await;
+
+    let resp = c.request("tools/list", json!({})).await;
+    assert_eq!(resp["error"]["code"], -32003, "{resp}");
+    let msg = resp["error"]["message"].as_str().unwrap_or_default();
+    assert!(!msg.contains("not been initialised yet"), "{msg}");
+    assert!(msg.contains("initialize") && msg.contains("failed"), "{msg}");
+    assert!(msg.contains("working directory") && msg.contains(&missing.display().to_string()), "the reason: {msg}");
+    assert!(msg.contains("send `initialize` again"), "what to do: {msg}");
+    c.close().await;
+    r.wait().await;
+}
+
 #[tokio::test]
 async fn a_killed_router_leaves_no_orphan_behind_a_launcher() {
     // `; true` keeps sh from exec-ing the fixture: sh stays as a launcher, like npx. The parent-

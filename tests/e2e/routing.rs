@@ -273,3 +273,49 @@ async fn an_elicitation_completion_goes_only_to_the_session_asked() {
         "B heard of A's elicitation: {b_seen:?}"
     );
 }
+
+/// A client that declared no capabilities is never asked for sampling, elicitation or roots:
+/// switchyard refuses the server's request with an error naming the missing capability (MCP
+/// lets a server ask only for what the client declared), while a client that declared them
+/// on the same instance is still asked.
+#[tokio::test]
+async fn a_server_request_never_reaches_a_client_that_lacks_its_capability() {
+    let dir = temp_dir();
+    let sock = dir.path().join("c.sock");
+    let mut s = Setup::new(&[], &["--listen", sock.to_str().unwrap()]).await;
+    s.client.initialize().await;
+    let (_bp, mut b) = connect(&sock).await;
+    let init = b
+        .request(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bare", "version": "0"}}),
+        )
+        .await;
+    assert!(init["result"].is_object(), "{init}");
+    b.notify("notifications/initialized", json!({})).await;
+
+    for (tool, method, capability) in [
+        ("sample", "sampling/createMessage", "sampling"),
+        ("elicit", "elicitation/create", "elicitation"),
+        ("roots", "roots/list", "roots"),
+    ] {
+        let call = b.send_request("tools/call", json!({"name": tool, "arguments": {"message": "m"}})).await;
+        // Whichever comes first: the call's answer, or (the defect) the server's request.
+        let first = b.recv_until(|m| m["id"] == call || is_server_request(m, method)).await;
+        assert!(!is_server_request(&first, method), "B was asked for {method} without declaring {capability}");
+        assert_eq!(first["result"]["isError"], true, "{first}");
+        let why = tool_text(&first);
+        assert!(why.contains(method) && why.contains(&format!("`{capability}`")), "{why}");
+    }
+
+    // The client that declared sampling is still asked.
+    let call = s.client.send_request("tools/call", json!({"name": "sample", "arguments": {"prompt": "A's"}})).await;
+    let req = s.client.recv_request("sampling/createMessage").await;
+    s.client
+        .respond(
+            req["id"].clone(),
+            json!({"role": "assistant", "content": {"type": "text", "text": "for A"}, "model": "m"}),
+        )
+        .await;
+    assert!(tool_text(&s.client.wait_response(&call).await).contains("for A"));
+}
