@@ -63,6 +63,10 @@ pub struct Session {
     server: Arc<Server>,
     /// Requests of this client still running, by their raw id: each owes exactly one response.
     inflight: Mutex<HashMap<String, Arc<Cancel>>>,
+    /// Requests wait for the server's initialisation through this, one at a time in arrival
+    /// order (tokio's mutex is FIFO), so calls pipelined behind `initialize` reach a serial
+    /// server in the order the client sent them, as they would without switchyard.
+    in_order: tokio::sync::Mutex<()>,
 }
 
 /// Serves one client until it disconnects or `shutdown` fires. Every request it sent gets one
@@ -85,6 +89,7 @@ where
         link,
         server: server.clone(),
         inflight: Mutex::new(HashMap::new()),
+        in_order: tokio::sync::Mutex::new(()),
     });
     let mut writer_task = tokio::spawn(write_loop(writer, rx, session.link.backlog()));
     tracing::debug!(session = %label, "session started");
@@ -444,7 +449,12 @@ impl Session {
                 })
             }
             "ping" => Some(codec::response_ok(id, "{}")),
-            _ if !or_cancelled(token, server.wait_initialized()).await? => {
+            _ if !or_cancelled(token, async {
+                let _turn = self.in_order.lock().await;
+                server.wait_initialized().await
+            })
+            .await? =>
+            {
                 Some(server.not_initialized().to_response(id))
             }
             "logging/setLevel" => match fields.level {

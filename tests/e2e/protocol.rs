@@ -154,3 +154,38 @@ async fn discover_on_a_server_of_the_initialize_era_gets_its_method_not_found_an
     assert_eq!(d["error"]["code"], -32601, "{d}");
     assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
 }
+
+/// Found by testing from outside: calls a client pipelines right behind `initialize` each waited
+/// for the server's initialisation on their own and woke in any order, so a serial server saw a
+/// read before the write sent ahead of it. They must reach the server in the order sent.
+#[tokio::test]
+async fn calls_pipelined_behind_initialize_reach_the_server_in_order() {
+    for round in 0..3 {
+        let mut s = Setup::new(&["--serial", "--init-delay-ms", "300"], &[]).await;
+        let c = &mut s.client;
+        let init = c.send_request("initialize", init_params(json!({}))).await;
+        c.notify("notifications/initialized", json!({})).await;
+        let write =
+            c.send_request("tools/call", json!({"name": "write", "arguments": {"path": "a", "text": "v1"}})).await;
+        let read = c.send_request("tools/call", json!({"name": "read", "arguments": {"path": "a"}})).await;
+        let sleeps: Vec<Value> =
+            (0..6).map(|_| json!({"name": "sleep", "arguments": {"ms": 20}})).collect::<Vec<_>>().into_iter().collect();
+        let mut ids = Vec::new();
+        for args in sleeps {
+            ids.push(c.send_request("tools/call", args).await);
+        }
+        assert!(c.wait_response(&init).await.get("result").is_some());
+        assert!(c.wait_response(&write).await.get("result").is_some());
+        let r = c.wait_response(&read).await;
+        assert_eq!(tool_text(&r), "v1", "round {round}: the read overtook the write sent before it: {r}");
+        // A serial server answers in the order it received; the answers must come back so.
+        let mut order = Vec::new();
+        while order.len() < ids.len() {
+            let m = c.recv().await;
+            if is_response(&m) {
+                order.push(m["id"].clone());
+            }
+        }
+        assert_eq!(order, ids, "round {round}: calls reached the serial server out of order");
+    }
+}
