@@ -754,3 +754,55 @@ async fn a_killed_router_leaves_no_orphan_behind_a_launcher() {
     s.router.wait().await;
     wait_all_dead(&tree, Duration::from_secs(3)).await;
 }
+
+/// A router serving `socket` as a daemon; `umask` is the one it starts under.
+fn socket_router(socket: &std::path::Path, umask: &str) -> Proc {
+    let mut cmd = format!("umask {umask}; exec '{}' run --listen '{}' --no-stdio --", bin(), socket.display());
+    for a in Proc::fixture_cmd(&[]) {
+        cmd.push_str(&format!(" '{a}'"));
+    }
+    Proc::spawn("router", &["sh".to_string(), "-c".to_string(), cmd])
+}
+
+async fn wait_ready(r: &Proc) {
+    let end = Instant::now() + DEFAULT_TIMEOUT;
+    while !r.stderr.text().contains("ready") {
+        assert!(Instant::now() < end, "{}", r.stderr.text());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The socket lets only its owner connect, whatever the umask the router was started with.
+#[tokio::test]
+async fn the_socket_is_private_to_its_user_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp_dir();
+    let socket = dir.path().join("s.sock");
+    let mut r = socket_router(&socket, "000");
+    wait_ready(&r).await;
+    let mode = std::fs::symlink_metadata(&socket).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "socket mode {mode:o}");
+    assert!(std::os::unix::net::UnixStream::connect(&socket).is_ok());
+    r.signal(libc::SIGTERM);
+    assert_eq!(r.wait().await.code(), Some(0));
+}
+
+/// A router that stops removes its socket file only if it is still the one it made: a second
+/// router that bound the same path after the first one's file was deleted keeps its socket.
+#[tokio::test]
+async fn a_stopping_router_leaves_another_routers_socket_alone() {
+    let dir = temp_dir();
+    let socket = dir.path().join("s.sock");
+    let mut first = socket_router(&socket, "077");
+    wait_ready(&first).await;
+    std::fs::remove_file(&socket).unwrap();
+    let mut second = socket_router(&socket, "077");
+    wait_ready(&second).await;
+    first.signal(libc::SIGTERM);
+    assert_eq!(first.wait().await.code(), Some(0));
+    assert!(socket.exists(), "the first router removed the second one's socket: {}", first.stderr.text());
+    assert!(std::os::unix::net::UnixStream::connect(&socket).is_ok());
+    second.signal(libc::SIGTERM);
+    assert_eq!(second.wait().await.code(), Some(0));
+    assert!(!socket.exists(), "a router removes its own socket at the end");
+}
