@@ -806,3 +806,47 @@ async fn a_stopping_router_leaves_another_routers_socket_alone() {
     assert_eq!(second.wait().await.code(), Some(0));
     assert!(!socket.exists(), "a router removes its own socket at the end");
 }
+
+/// By default the libraries log at warn only: deleting the plugins directory of a running
+/// router makes the file watcher's library log at info, which must not show. A RUST_LOG that
+/// cannot be parsed is named in a warning, with the filter used instead.
+#[tokio::test]
+async fn libraries_stay_at_warn_by_default_and_a_bad_rust_log_is_reported() {
+    let dir = temp_dir();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    let mut argv = vec!["--plugins".to_string(), plugins.display().to_string(), "--".into()];
+    argv.extend(Proc::fixture_cmd(&[]));
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let mut r = Proc::router_env(&argv, &[("RUST_LOG", "")]);
+    let mut c = r.client();
+    c.initialize().await;
+    std::fs::remove_dir(&plugins).unwrap();
+    let end = Instant::now() + DEFAULT_TIMEOUT;
+    while !r.stderr.text().contains("disappeared") {
+        assert!(Instant::now() < end, "{}", r.stderr.text());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Whatever the watcher has to say about the deletion comes with the event or just after.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    c.close().await;
+    assert_eq!(r.wait().await.code(), Some(0));
+    let log = r.stderr.text();
+    assert!(log.contains("INFO") && log.contains("ready"), "switchyard's own info lines stay: {log}");
+    assert!(!log.contains("inotify") && !log.contains("watch descriptor"), "a library logged at info: {log}");
+
+    let mut argv = vec!["--plugins".to_string(), plugins.display().to_string(), "--".into()];
+    argv.extend(Proc::fixture_cmd(&[]));
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let mut r = Proc::router_env(&argv, &[("RUST_LOG", "switchyard=loud")]);
+    let mut c = r.client();
+    c.initialize().await;
+    c.close().await;
+    assert_eq!(r.wait().await.code(), Some(0));
+    let log = r.stderr.text();
+    assert!(
+        log.contains("RUST_LOG=switchyard=loud is not understood") && log.contains("warn,switchyard=info"),
+        "{log}"
+    );
+    assert!(log.contains("ready"), "the default filter is used instead: {log}");
+}
