@@ -86,7 +86,9 @@ where
         server: server.clone(),
         inflight: Mutex::new(HashMap::new()),
     });
-    let mut writer_task = tokio::spawn(write_loop(writer, rx, session.link.backlog()));
+    let mut writer_task = tokio::spawn(write_loop(writer, rx, session.link.backlog(), label.clone()));
+    // The writer ends early only when writing to the client failed: the client is gone.
+    let mut writer_ended = false;
     tracing::debug!(session = %label, "session started");
     let tasks = TaskTracker::new();
     let mut lines = LineReader::new(reader, server.limits.max_message_bytes);
@@ -102,11 +104,18 @@ where
                 break;
             }
             _ = session.link.overflow.cancelled() => break,
+            _ = &mut writer_task => {
+                writer_ended = true;
+                break;
+            }
         };
         match frame {
             Ok(Some(Frame::Line(line))) => session.on_line(line, &tasks),
             Ok(Some(Frame::TooLong { bytes })) => session.link.send(codec::response_error(
-                "null",
+                &{
+                    let (head, tail) = lines.skipped_ends();
+                    skipped_request_id(head, tail).unwrap_or_else(|| "null".to_string())
+                },
                 codec::INVALID_REQUEST,
                 &format!(
                     "message of {bytes} bytes is over the limit of {} bytes (limits.max_message_bytes); it was skipped",
@@ -138,6 +147,7 @@ where
             _ = tokio::time::timeout(EOF_GRACE, tasks.wait()) => {}
             _ = shutdown.cancelled() => client_listening = true,
             _ = session.link.overflow.cancelled() => {}
+            _ = &mut writer_task => writer_ended = true,
         }
     }
     // The client is gone, or switchyard is shutting down: cancel its calls upstream. A client
@@ -163,7 +173,9 @@ where
     drop(session);
     // What is queued still goes out, unless the client stopped reading: then it is dropped.
     // An aborted writer drops what it still held once it is polled to its end.
-    if session_overflowed {
+    if writer_ended {
+        // Already awaited: its output is gone, and so is what was queued for it.
+    } else if session_overflowed {
         writer_task.abort();
         let _ = writer_task.await;
     } else if tokio::time::timeout(SESSION_GRACE, &mut writer_task).await.is_err() {
@@ -177,6 +189,74 @@ where
     tracing::debug!(session = %label, "session ended");
 }
 
+/// The raw id of a request known only by the two ends of its line (it was too long to keep),
+/// so that the error for it goes to that request. The head is read member by member while the
+/// members are plain values (`"jsonrpc"`, `"id"`, `"method"` usually come before `params`);
+/// else the tail is tried for a final `"id":X}`. None when neither end shows it for sure.
+fn skipped_request_id(head: &[u8], tail: &[u8]) -> Option<String> {
+    from_head(head).or_else(|| from_tail(tail))
+}
+
+fn from_head(head: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(head).ok()?;
+    let mut rest = text.trim_start().strip_prefix('{')?;
+    loop {
+        rest = rest.trim_start();
+        let key_len = json_string_len(rest)?;
+        let key = &rest[..key_len];
+        rest = rest[key_len..].trim_start().strip_prefix(':')?.trim_start();
+        let value_len = if rest.starts_with('"') {
+            json_string_len(rest)?
+        } else {
+            // A number or a literal; anything else (an object, an array) ends the plain members.
+            let n = rest.find(|c: char| !(c.is_ascii_alphanumeric() || "+-.".contains(c)))?;
+            if n == 0 {
+                return None;
+            }
+            n
+        };
+        let value = &rest[..value_len];
+        if key == r#""id""# {
+            return id_value(value);
+        }
+        rest = rest[value_len..].trim_start().strip_prefix(',')?;
+    }
+}
+
+fn from_tail(tail: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(tail).ok()?;
+    let body = text.trim_end().strip_suffix('}')?.trim_end();
+    // A number id only: a string's start cannot be told from the end without its whole line.
+    let start = body.rfind(|c: char| !(c.is_ascii_digit() || c == '-'))? + 1;
+    let before = body[..start].trim_end().strip_suffix(':')?.trim_end();
+    if before.strip_suffix(r#""id""#)?.trim_end().ends_with(',') { id_value(&body[start..]) } else { None }
+}
+
+/// A valid JSON-RPC id (a string or a number), as raw JSON.
+fn id_value(raw: &str) -> Option<String> {
+    match serde_json::from_str::<serde_json::Value>(raw).ok()? {
+        serde_json::Value::String(_) | serde_json::Value::Number(_) => Some(raw.to_string()),
+        _ => None,
+    }
+}
+
+/// The length of the JSON string `s` starts with, quotes included; None if it is cut off.
+fn json_string_len(s: &str) -> Option<usize> {
+    let bytes = s.as_bytes();
+    if bytes.first() != Some(&b'"') {
+        return None;
+    }
+    let mut i = 1;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' => i += 2,
+            b'"' => return Some(i + 1),
+            _ => i += 1,
+        }
+    }
+    None
+}
+
 /// Runs `f` unless the call is cancelled first (by its client, or because the session ended):
 /// then `None`, and no response is owed.
 async fn or_cancelled<T>(token: &CancellationToken, f: impl Future<Output = T>) -> Option<T> {
@@ -186,24 +266,31 @@ async fn or_cancelled<T>(token: &CancellationToken, f: impl Future<Output = T>) 
     }
 }
 
+/// Writes the session's messages to the client. It ends before the session only when a write
+/// fails (a closed pipe or socket: the client stopped reading), which ends the session.
 async fn write_loop<W: AsyncWrite + Unpin>(
     writer: W,
     mut rx: mpsc::UnboundedReceiver<String>,
     backlog: Arc<crate::server::Backlog>,
+    label: String,
 ) {
     let mut w = BufWriter::with_capacity(64 * 1024, writer);
-    while let Some(line) = rx.recv().await {
-        let mut next = Some(line);
-        while let Some(l) = next {
-            if w.write_all(l.as_bytes()).await.is_err() || w.write_all(b"\n").await.is_err() {
-                return;
+    let failed = async {
+        while let Some(line) = rx.recv().await {
+            let mut next = Some(line);
+            while let Some(l) = next {
+                w.write_all(l.as_bytes()).await?;
+                w.write_all(b"\n").await?;
+                backlog.wrote(l.len() + 1);
+                next = rx.try_recv().ok();
             }
-            backlog.wrote(l.len() + 1);
-            next = rx.try_recv().ok();
+            w.flush().await?;
         }
-        if w.flush().await.is_err() {
-            return;
-        }
+        std::io::Result::Ok(())
+    }
+    .await;
+    if let Err(e) = failed {
+        tracing::info!(session = %label, "the client stopped reading its output (writing to it failed: {e}); ending its session");
     }
 }
 
@@ -532,5 +619,27 @@ impl Session {
                 not_found(&format!("not answered within {} ms; use initialize", limit.as_millis()))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::skipped_request_id;
+
+    #[test]
+    fn the_id_of_a_skipped_request_is_read_from_either_end() {
+        let id = |head: &str, tail: &str| skipped_request_id(head.as_bytes(), tail.as_bytes());
+        assert_eq!(id(r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"x":"#, "}}"), Some("7".into()));
+        assert_eq!(id(r#" { "id" : "a\"b", "jsonrpc": "2.0", "params": {"#, "x"), Some(r#""a\"b""#.into()));
+        assert_eq!(
+            id(r#"{"method":"tools/call","params":{"id":3,"#, r#"},"jsonrpc":"2.0","id":12}"#),
+            Some("12".into())
+        );
+        assert_eq!(id(r#"{"method":"x","params":{"#, r#""x":1,"id":-4 }"#), Some("-4".into()));
+        // Not shown for sure, or not a valid id: the error goes to null.
+        assert_eq!(id(r#"{"params":{"id":3,"#, r#"{"id":5}}"#), None);
+        assert_eq!(id(r#"{"id":null,"method":"x"}"#, ""), None);
+        assert_eq!(id(r#"{"id":"cut"#, ""), None);
+        assert_eq!(id("not json", "xx"), None);
     }
 }

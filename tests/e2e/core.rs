@@ -850,3 +850,85 @@ async fn libraries_stay_at_warn_by_default_and_a_bad_rust_log_is_reported() {
     );
     assert!(log.contains("ready"), "the default filter is used instead: {log}");
 }
+
+/// A client that closes the router's stdout (`... | head -c 10`) while its stdin stays open:
+/// the session ends at the first failed write, its calls are cancelled upstream as for a client
+/// that left, the log says why once, and the router exits 0 instead of waiting for stdin.
+#[tokio::test]
+async fn a_closed_stdout_ends_the_session_and_cancels_its_calls() {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+    let dir = temp_dir();
+    let journal = journal_in(&dir);
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    let argv = router_argv(&["--plugins", plugins.to_str().unwrap()], &Proc::fixture_cmd(&["--journal", &journal]));
+    let mut child = spawn_with(&argv, Stdio::piped(), Stdio::piped(), Stdio::piped());
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let log = tokio::spawn(async move {
+        let mut all = String::new();
+        let _ = stderr.read_to_string(&mut all).await;
+        all
+    });
+    let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap());
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init_params(json!({}))});
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    stdin.write_all(format!("{init}\n{initialized}\n").as_bytes()).await.unwrap();
+    let mut line = String::new();
+    tokio::time::timeout(DEFAULT_TIMEOUT, stdout.read_line(&mut line)).await.unwrap().unwrap();
+    assert!(line.contains("\"id\":0"), "{line}");
+    // The reader goes away; stdin stays open.
+    drop(stdout);
+    for id in 1..=3 {
+        let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "sleep", "arguments": {"ms": 30000}}});
+        stdin.write_all(format!("{call}\n").as_bytes()).await.unwrap();
+    }
+    wait_journal(&journal, Duration::from_secs(10), |e| received(e, "tools/call").count() == 3).await;
+    // An answer that cannot be delivered.
+    for id in 4..=10 {
+        let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "lost"}}});
+        if stdin.write_all(format!("{call}\n").as_bytes()).await.is_err() {
+            break;
+        }
+    }
+    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
+        .await
+        .expect("the router kept running after its stdout was closed")
+        .unwrap();
+    let log = log.await.unwrap();
+    assert_eq!(status.code(), Some(0), "{}\n{log}", describe_status(status));
+    assert_eq!(log.matches("the client stopped reading its output").count(), 1, "{log}");
+    let entries = harness::journal(&journal);
+    let cancelled: Vec<&Value> =
+        received(&entries, "notifications/cancelled").map(|c| &c["params"]["requestId"]).collect();
+    let sleeps: Vec<&Value> =
+        received(&entries, "tools/call").filter(|c| c["params"]["name"] == "sleep").map(|c| &c["id"]).collect();
+    assert_eq!(sleeps.len(), 3);
+    assert!(sleeps.iter().all(|id| cancelled.contains(id)), "every sleep is cancelled upstream: {entries:?}");
+    drop(stdin);
+}
+
+/// A request over limits.max_message_bytes is refused under its own id (read from the kept
+/// ends of the skipped line), whether the id comes first or last; the session goes on.
+#[tokio::test]
+async fn an_oversized_request_is_refused_under_its_own_id() {
+    let mut s = Setup::with_config(&[], &[], Some("[limits]\nmax_message_bytes = 100000\n")).await;
+    s.client.initialize().await;
+    let big = "x".repeat(200_000);
+    let first = json!({"jsonrpc": "2.0", "id": "big-1", "method": "tools/call", "params": {"name": "echo", "arguments": {"text": big}}});
+    s.client.send_raw(&first.to_string()).await;
+    let e = s.client.recv().await;
+    assert_eq!(e["id"], "big-1", "{e}");
+    assert_eq!(e["error"]["code"], -32600, "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("max_message_bytes"), "{e}");
+    // Some SDKs write the envelope last.
+    s.client
+        .send_raw(&format!(
+            r#"{{"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{big}"}}}},"jsonrpc":"2.0","id":42}}"#
+        ))
+        .await;
+    let e = s.client.recv().await;
+    assert_eq!(e["id"], 42, "{e}");
+    assert_eq!(e["error"]["code"], -32600, "{e}");
+    assert_eq!(s.client.call_text("echo", json!({"text": "next"})).await, "next");
+}
