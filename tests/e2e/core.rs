@@ -815,10 +815,11 @@ async fn libraries_stay_at_warn_by_default_and_a_bad_rust_log_is_reported() {
     let dir = temp_dir();
     let plugins = dir.path().join("plugins");
     std::fs::create_dir(&plugins).unwrap();
-    let mut argv = vec!["--plugins".to_string(), plugins.display().to_string(), "--".into()];
+    // No RUST_LOG at all (whatever the test runner has).
+    let mut argv = vec!["env".to_string(), "-u".into(), "RUST_LOG".into(), bin().to_string(), "run".into()];
+    argv.extend(["--plugins".to_string(), plugins.display().to_string(), "--".into()]);
     argv.extend(Proc::fixture_cmd(&[]));
-    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-    let mut r = Proc::router_env(&argv, &[("RUST_LOG", "")]);
+    let mut r = Proc::spawn("router", &argv);
     let mut c = r.client();
     c.initialize().await;
     std::fs::remove_dir(&plugins).unwrap();
