@@ -156,8 +156,15 @@ pub async fn bind(path: &Path) -> anyhow::Result<Bound> {
     use std::os::unix::fs::FileTypeExt;
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_socket() => {
-            if UnixStream::connect(path).await.is_ok() {
-                bail!("{} is in use by another switchyard; choose another --listen path", path.display());
+            match UnixStream::connect(path).await {
+                Ok(_) => bail!("{} is in use by another switchyard; choose another --listen path", path.display()),
+                // Refused: nobody listens, the file is stale.
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
+                // Not ours to judge (another user's private socket, a full backlog): leave it.
+                Err(e) => bail!(
+                    "--listen {}: a socket is there and switchyard cannot tell whether it is in use ({e}); choose another path",
+                    path.display()
+                ),
             }
             std::fs::remove_file(path).with_context(|| format!("cannot remove stale socket {}", path.display()))?;
         }

@@ -805,6 +805,13 @@ async fn a_stopping_router_leaves_another_routers_socket_alone() {
     second.signal(libc::SIGTERM);
     assert_eq!(second.wait().await.code(), Some(0));
     assert!(!socket.exists(), "a router removes its own socket at the end");
+    // A stale socket (nobody listens) is replaced.
+    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+    let mut third = socket_router(&socket, "077");
+    wait_ready(&third).await;
+    assert!(std::os::unix::net::UnixStream::connect(&socket).is_ok());
+    third.signal(libc::SIGTERM);
+    assert_eq!(third.wait().await.code(), Some(0));
 }
 
 /// By default the libraries log at warn only: deleting the plugins directory of a running
