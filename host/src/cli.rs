@@ -18,7 +18,8 @@ pub struct RunArgs {
     /// The server's name in logs and errors (default: from the command).
     #[arg(long)]
     pub name: Option<String>,
-    /// Log level for stderr: error, warn, info, debug, trace (default: RUST_LOG, else info).
+    /// Log level for stderr: error, warn, info, debug, trace (default: RUST_LOG, else info for
+    /// switchyard and warn for the libraries it uses).
     #[arg(long, value_name = "LEVEL")]
     pub log_level: Option<String>,
     /// Also accept client sessions on this Unix socket (clients join with `switchyard connect`).
@@ -32,9 +33,14 @@ pub struct RunArgs {
     pub command: Vec<String>,
 }
 
+/// The filter without --log-level or RUST_LOG: switchyard's own lines at info, its libraries'
+/// (the wasm compiler, the file watcher) only at warn.
+const DEFAULT_FILTER: &str = "warn,switchyard=info";
+
 /// The log filter: `--log-level L` sets switchyard's own level and keeps its dependencies (the
-/// wasm compiler above all) at warn; RUST_LOG, when given instead, has full control.
-pub fn log_filter(level: Option<&str>) -> anyhow::Result<tracing_subscriber::EnvFilter> {
+/// wasm compiler above all) at warn; RUST_LOG, when given instead, has full control. Also a
+/// warning to log once logging is up, when RUST_LOG was set but not understood.
+pub fn log_filter(level: Option<&str>) -> anyhow::Result<(tracing_subscriber::EnvFilter, Option<String>)> {
     use tracing_subscriber::EnvFilter;
     match level {
         Some(l) => {
@@ -44,16 +50,30 @@ pub fn log_filter(level: Option<&str>) -> anyhow::Result<tracing_subscriber::Env
                     "--log-level {l}: use one of error, warn, info, debug, trace (or RUST_LOG for per-module levels)"
                 );
             }
-            Ok(EnvFilter::new(format!("warn,switchyard={l}")))
+            Ok((EnvFilter::new(format!("warn,switchyard={l}")), None))
         }
-        None => Ok(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"))),
+        None => match std::env::var("RUST_LOG") {
+            Ok(v) if !v.trim().is_empty() => match EnvFilter::try_new(&v) {
+                Ok(f) => Ok((f, None)),
+                Err(e) => Ok((
+                    EnvFilter::new(DEFAULT_FILTER),
+                    Some(format!("RUST_LOG={v} is not understood ({e}); logging with `{DEFAULT_FILTER}` instead")),
+                )),
+            },
+            Ok(_) => Ok((EnvFilter::new(DEFAULT_FILTER), None)),
+            Err(std::env::VarError::NotPresent) => Ok((EnvFilter::new(DEFAULT_FILTER), None)),
+            Err(std::env::VarError::NotUnicode(_)) => Ok((
+                EnvFilter::new(DEFAULT_FILTER),
+                Some(format!("RUST_LOG is not valid UTF-8; logging with `{DEFAULT_FILTER}` instead")),
+            )),
+        },
     }
 }
 
 /// Sets up logging to stderr. stdout carries protocol only, so nothing else may write there;
 /// stderr is written by a thread of its own (see `logging`), never by the runtime.
 pub fn init_tracing(level: Option<&str>) -> anyhow::Result<()> {
-    let filter = log_filter(level)?;
+    let (filter, warning) = log_filter(level)?;
     crate::logging::init();
     let _ = tracing_subscriber::fmt()
         .with_writer(|| crate::logging::Stderr)
@@ -61,6 +81,9 @@ pub fn init_tracing(level: Option<&str>) -> anyhow::Result<()> {
         .with_ansi(false)
         .with_env_filter(filter)
         .try_init();
+    if let Some(w) = warning {
+        tracing::warn!("{w}");
+    }
     Ok(())
 }
 

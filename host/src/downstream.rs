@@ -143,14 +143,28 @@ pub mod stdio {
     }
 }
 
+/// A socket bound by [`bind`]: its listener, and which file it made at its path (device and
+/// inode), so that only that file is removed at the end.
+pub struct Bound {
+    listener: UnixListener,
+    file: (u64, u64),
+}
+
 /// Binds a Unix socket, replacing a stale socket file but never a live one, nor anything that
-/// is not a socket.
-pub async fn bind(path: &Path) -> anyhow::Result<UnixListener> {
+/// is not a socket. The socket file is made 0600 (only this user may connect) whatever the umask.
+pub async fn bind(path: &Path) -> anyhow::Result<Bound> {
     use std::os::unix::fs::FileTypeExt;
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_socket() => {
-            if UnixStream::connect(path).await.is_ok() {
-                bail!("{} is in use by another switchyard; choose another --listen path", path.display());
+            match UnixStream::connect(path).await {
+                Ok(_) => bail!("{} is in use by another switchyard; choose another --listen path", path.display()),
+                // Refused: nobody listens, the file is stale.
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
+                // Not ours to judge (another user's private socket, a full backlog): leave it.
+                Err(e) => bail!(
+                    "--listen {}: a socket is there and switchyard cannot tell whether it is in use ({e}); choose another path",
+                    path.display()
+                ),
             }
             std::fs::remove_file(path).with_context(|| format!("cannot remove stale socket {}", path.display()))?;
         }
@@ -161,7 +175,32 @@ pub async fn bind(path: &Path) -> anyhow::Result<UnixListener> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e).with_context(|| format!("cannot check --listen path {}", path.display())),
     }
-    UnixListener::bind(path).with_context(|| format!("cannot listen on {}", path.display()))
+    let (listener, file) = bind_private(path).with_context(|| format!("cannot listen on {}", path.display()))?;
+    let listener = UnixListener::from_std(listener).with_context(|| format!("cannot listen on {}", path.display()))?;
+    Ok(Bound { listener, file })
+}
+
+/// bind, chmod 0600, then listen. Until `listen` the socket refuses every connection, so the
+/// file's mode (made from the umask at bind) is narrowed before anyone can connect through it;
+/// the process-wide umask is never touched (other threads create files meanwhile).
+fn bind_private(path: &Path) -> std::io::Result<(std::os::unix::net::UnixListener, (u64, u64))> {
+    use rustix::fs::{FileType, Mode};
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    let fd = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+        None,
+    )?;
+    rustix::net::bind(&fd, &SocketAddrUnix::new(path)?)?;
+    let made = rustix::fs::lstat(path)?;
+    if FileType::from_raw_mode(made.st_mode) != FileType::Socket {
+        // Replaced between bind and here: touch nothing that is not ours.
+        return Err(std::io::Error::other("the path was replaced by something else while binding"));
+    }
+    rustix::fs::chmod(path, Mode::RUSR | Mode::WUSR)?;
+    rustix::net::listen(&fd, 1024)?;
+    Ok((std::os::unix::net::UnixListener::from(fd), (made.st_dev, made.st_ino)))
 }
 
 /// After a failed accept for want of descriptors, wait at least this long before the next one.
@@ -171,7 +210,8 @@ const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 const ACCEPT_WARN_EVERY: Duration = Duration::from_secs(5);
 
 /// Accepts sessions on the socket until `shutdown`; each connection is one session.
-pub async fn listen(server: Arc<Server>, listener: UnixListener, path: PathBuf, shutdown: CancellationToken) {
+pub async fn listen(server: Arc<Server>, bound: Bound, path: PathBuf, shutdown: CancellationToken) {
+    let Bound { listener, file } = bound;
     let sessions = TaskTracker::new();
     let mut backoff = ACCEPT_BACKOFF_MIN;
     let mut last_warn: Option<Instant> = None;
@@ -216,7 +256,15 @@ pub async fn listen(server: Arc<Server>, listener: UnixListener, path: PathBuf, 
     }
     sessions.close();
     sessions.wait().await;
-    let _ = std::fs::remove_file(&path);
+    // Only the file this router made: if it was removed and another router bound the path
+    // since, that router's socket stays.
+    match rustix::fs::lstat(&path) {
+        Ok(st) if (st.st_dev, st.st_ino) == file => {
+            let _ = std::fs::remove_file(&path);
+        }
+        Ok(_) => tracing::info!("{} is no longer this router's socket; left in place", path.display()),
+        Err(_) => {}
+    }
 }
 
 fn is_resource_exhaustion(e: &std::io::Error) -> bool {

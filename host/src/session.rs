@@ -91,7 +91,9 @@ where
         inflight: Mutex::new(HashMap::new()),
         in_order: tokio::sync::Mutex::new(()),
     });
-    let mut writer_task = tokio::spawn(write_loop(writer, rx, session.link.backlog()));
+    let mut writer_task = tokio::spawn(write_loop(writer, rx, session.link.backlog(), label.clone()));
+    // The writer ends early only when writing to the client failed: the client is gone.
+    let mut writer_ended = false;
     tracing::debug!(session = %label, "session started");
     let tasks = TaskTracker::new();
     let mut lines = LineReader::new(reader, server.limits.max_message_bytes);
@@ -107,11 +109,18 @@ where
                 break;
             }
             _ = session.link.overflow.cancelled() => break,
+            _ = &mut writer_task => {
+                writer_ended = true;
+                break;
+            }
         };
         match frame {
             Ok(Some(Frame::Line(line))) => session.on_line(line, &tasks),
             Ok(Some(Frame::TooLong { bytes })) => session.link.send(codec::response_error(
-                "null",
+                &{
+                    let (head, tail) = lines.skipped_ends();
+                    skipped_request_id(head, tail).unwrap_or_else(|| "null".to_string())
+                },
                 codec::INVALID_REQUEST,
                 &format!(
                     "message of {bytes} bytes is over the limit of {} bytes (limits.max_message_bytes); it was skipped",
@@ -143,6 +152,7 @@ where
             _ = tokio::time::timeout(EOF_GRACE, tasks.wait()) => {}
             _ = shutdown.cancelled() => client_listening = true,
             _ = session.link.overflow.cancelled() => {}
+            _ = &mut writer_task => writer_ended = true,
         }
     }
     // The client is gone, or switchyard is shutting down: cancel its calls upstream. A client
@@ -168,7 +178,9 @@ where
     drop(session);
     // What is queued still goes out, unless the client stopped reading: then it is dropped.
     // An aborted writer drops what it still held once it is polled to its end.
-    if session_overflowed {
+    if writer_ended {
+        // Already awaited: its output is gone, and so is what was queued for it.
+    } else if session_overflowed {
         writer_task.abort();
         let _ = writer_task.await;
     } else if tokio::time::timeout(SESSION_GRACE, &mut writer_task).await.is_err() {
@@ -182,6 +194,95 @@ where
     tracing::debug!(session = %label, "session ended");
 }
 
+/// The raw id of a request known only by the two ends of its line (it was too long to keep),
+/// so that the error for it goes to that request. The head is read member by member while the
+/// members are plain values (`"jsonrpc"`, `"id"`, `"method"` usually come before `params`); the
+/// tail may end with `"id":X}`. Only a line whose head shows a `method` counts: a response of the
+/// client's carries an id of the server's, which must never be answered. None when unsure.
+fn skipped_request_id(head: &[u8], tail: &[u8]) -> Option<String> {
+    let (id, method) = plain_members(head);
+    if !method {
+        return None;
+    }
+    id.or_else(|| from_tail(tail))
+}
+
+/// The id among the leading plain members of a line's head, and whether `method` is among them.
+fn plain_members(head: &[u8]) -> (Option<String>, bool) {
+    // The head may end inside a character.
+    let text = match std::str::from_utf8(head) {
+        Ok(t) => t,
+        Err(e) => std::str::from_utf8(&head[..e.valid_up_to()]).unwrap_or_default(),
+    };
+    let (mut id, mut method) = (None, false);
+    let Some(mut rest) = text.trim_start().strip_prefix('{') else { return (None, false) };
+    loop {
+        rest = rest.trim_start();
+        let Some(key_len) = json_string_len(rest) else { break };
+        let key = &rest[..key_len];
+        let Some(after) = rest[key_len..].trim_start().strip_prefix(':') else { break };
+        rest = after.trim_start();
+        let value_len = if rest.starts_with('"') {
+            match json_string_len(rest) {
+                Some(n) => n,
+                None => break,
+            }
+        } else {
+            // A number or a literal; anything else (an object, an array) ends the plain members.
+            match rest.find(|c: char| !(c.is_ascii_alphanumeric() || "+-.".contains(c))) {
+                Some(n) if n > 0 => n,
+                _ => break,
+            }
+        };
+        match key {
+            r#""id""# => id = id_value(&rest[..value_len]),
+            r#""method""# => method = true,
+            _ => {}
+        }
+        match rest[value_len..].trim_start().strip_prefix(',') {
+            Some(r) => rest = r,
+            None => break,
+        }
+    }
+    (id, method)
+}
+
+fn from_tail(tail: &[u8]) -> Option<String> {
+    // The tail may start inside a character.
+    let first = tail.iter().position(|b| b & 0xC0 != 0x80).unwrap_or(tail.len());
+    let text = std::str::from_utf8(&tail[first..]).ok()?;
+    let body = text.trim_end().strip_suffix('}')?.trim_end();
+    // A number id only: a string's start cannot be told from the end without its whole line.
+    let start = body.rfind(|c: char| !(c.is_ascii_digit() || c == '-'))? + 1;
+    let before = body[..start].trim_end().strip_suffix(':')?.trim_end();
+    if before.strip_suffix(r#""id""#)?.trim_end().ends_with(',') { id_value(&body[start..]) } else { None }
+}
+
+/// A valid JSON-RPC id (a string or a number), as raw JSON.
+fn id_value(raw: &str) -> Option<String> {
+    match serde_json::from_str::<serde_json::Value>(raw).ok()? {
+        serde_json::Value::String(_) | serde_json::Value::Number(_) => Some(raw.to_string()),
+        _ => None,
+    }
+}
+
+/// The length of the JSON string `s` starts with, quotes included; None if it is cut off.
+fn json_string_len(s: &str) -> Option<usize> {
+    let bytes = s.as_bytes();
+    if bytes.first() != Some(&b'"') {
+        return None;
+    }
+    let mut i = 1;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' => i += 2,
+            b'"' => return Some(i + 1),
+            _ => i += 1,
+        }
+    }
+    None
+}
+
 /// Runs `f` unless the call is cancelled first (by its client, or because the session ended):
 /// then `None`, and no response is owed.
 async fn or_cancelled<T>(token: &CancellationToken, f: impl Future<Output = T>) -> Option<T> {
@@ -191,24 +292,31 @@ async fn or_cancelled<T>(token: &CancellationToken, f: impl Future<Output = T>) 
     }
 }
 
+/// Writes the session's messages to the client. It ends before the session only when a write
+/// fails (a closed pipe or socket: the client stopped reading), which ends the session.
 async fn write_loop<W: AsyncWrite + Unpin>(
     writer: W,
     mut rx: mpsc::UnboundedReceiver<String>,
     backlog: Arc<crate::server::Backlog>,
+    label: String,
 ) {
     let mut w = BufWriter::with_capacity(64 * 1024, writer);
-    while let Some(line) = rx.recv().await {
-        let mut next = Some(line);
-        while let Some(l) = next {
-            if w.write_all(l.as_bytes()).await.is_err() || w.write_all(b"\n").await.is_err() {
-                return;
+    let failed = async {
+        while let Some(line) = rx.recv().await {
+            let mut next = Some(line);
+            while let Some(l) = next {
+                w.write_all(l.as_bytes()).await?;
+                w.write_all(b"\n").await?;
+                backlog.wrote(l.len() + 1);
+                next = rx.try_recv().ok();
             }
-            backlog.wrote(l.len() + 1);
-            next = rx.try_recv().ok();
+            w.flush().await?;
         }
-        if w.flush().await.is_err() {
-            return;
-        }
+        std::io::Result::Ok(())
+    }
+    .await;
+    if let Err(e) = failed {
+        tracing::info!(session = %label, "the client stopped reading its output (writing to it failed: {e}); ending its session");
     }
 }
 
@@ -542,5 +650,37 @@ impl Session {
                 not_found(&format!("not answered within {} ms; use initialize", limit.as_millis()))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::skipped_request_id;
+
+    #[test]
+    fn the_id_of_a_skipped_request_is_read_from_either_end() {
+        let id = |head: &str, tail: &str| skipped_request_id(head.as_bytes(), tail.as_bytes());
+        assert_eq!(id(r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"x":"#, "}}"), Some("7".into()));
+        assert_eq!(id(r#" { "id" : "a\"b", "method": "x", "params": {"#, "x"), Some(r#""a\"b""#.into()));
+        assert_eq!(id("{\"method\":\"x\",\"params\":{\"t\":\"\u{e9}", "\u{e9}\"}}"), None);
+        assert_eq!(id("{\"method\":\"x\",\"params\":{\"t\":\"\u{e9}", "\"},\"id\":8}"), Some("8".into()));
+        // Ends cut inside a character.
+        let head = "{\"method\":\"x\",\"id\":3,\"params\":{\"t\":\"\u{e9}";
+        assert_eq!(skipped_request_id(&head.as_bytes()[..head.len() - 1], b""), Some("3".into()));
+        let tail = "\u{e9}\"},\"id\":9}";
+        assert_eq!(skipped_request_id(br#"{"method":"x","params":{"#, &tail.as_bytes()[1..]), Some("9".into()));
+        // A response of the client's (to a server request) is never taken for a request.
+        assert_eq!(id(r#"{"jsonrpc":"2.0","id":5,"result":{"content":["#, "]}}"), None);
+        assert_eq!(id(r#"{"result":{"content":["#, r#"]},"jsonrpc":"2.0","id":5}"#), None);
+        assert_eq!(
+            id(r#"{"method":"tools/call","params":{"id":3,"#, r#"},"jsonrpc":"2.0","id":12}"#),
+            Some("12".into())
+        );
+        assert_eq!(id(r#"{"method":"x","params":{"#, r#""x":1,"id":-4 }"#), Some("-4".into()));
+        // Not shown for sure, or not a valid id: the error goes to null.
+        assert_eq!(id(r#"{"params":{"id":3,"#, r#"{"id":5}}"#), None);
+        assert_eq!(id(r#"{"id":null,"method":"x"}"#, ""), None);
+        assert_eq!(id(r#"{"id":"cut"#, ""), None);
+        assert_eq!(id("not json", "xx"), None);
     }
 }

@@ -783,3 +783,189 @@ async fn a_killed_router_leaves_no_orphan_behind_a_launcher() {
     s.router.wait().await;
     wait_all_dead(&tree, Duration::from_secs(3)).await;
 }
+
+/// A router serving `socket` as a daemon; `umask` is the one it starts under.
+fn socket_router(socket: &std::path::Path, umask: &str) -> Proc {
+    let mut cmd = format!("umask {umask}; exec '{}' run --listen '{}' --no-stdio --", bin(), socket.display());
+    for a in Proc::fixture_cmd(&[]) {
+        cmd.push_str(&format!(" '{a}'"));
+    }
+    Proc::spawn("router", &["sh".to_string(), "-c".to_string(), cmd])
+}
+
+async fn wait_ready(r: &Proc) {
+    let end = Instant::now() + DEFAULT_TIMEOUT;
+    while !r.stderr.text().contains("ready") {
+        assert!(Instant::now() < end, "{}", r.stderr.text());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The socket lets only its owner connect, whatever the umask the router was started with.
+#[tokio::test]
+async fn the_socket_is_private_to_its_user_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp_dir();
+    let socket = dir.path().join("s.sock");
+    let mut r = socket_router(&socket, "000");
+    wait_ready(&r).await;
+    let mode = std::fs::symlink_metadata(&socket).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "socket mode {mode:o}");
+    assert!(std::os::unix::net::UnixStream::connect(&socket).is_ok());
+    r.signal(libc::SIGTERM);
+    assert_eq!(r.wait().await.code(), Some(0));
+}
+
+/// A router that stops removes its socket file only if it is still the one it made: a second
+/// router that bound the same path after the first one's file was deleted keeps its socket.
+#[tokio::test]
+async fn a_stopping_router_leaves_another_routers_socket_alone() {
+    let dir = temp_dir();
+    let socket = dir.path().join("s.sock");
+    let mut first = socket_router(&socket, "077");
+    wait_ready(&first).await;
+    std::fs::remove_file(&socket).unwrap();
+    let mut second = socket_router(&socket, "077");
+    wait_ready(&second).await;
+    first.signal(libc::SIGTERM);
+    assert_eq!(first.wait().await.code(), Some(0));
+    assert!(socket.exists(), "the first router removed the second one's socket: {}", first.stderr.text());
+    assert!(std::os::unix::net::UnixStream::connect(&socket).is_ok());
+    second.signal(libc::SIGTERM);
+    assert_eq!(second.wait().await.code(), Some(0));
+    assert!(!socket.exists(), "a router removes its own socket at the end");
+    // A stale socket (nobody listens) is replaced.
+    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+    let mut third = socket_router(&socket, "077");
+    wait_ready(&third).await;
+    assert!(std::os::unix::net::UnixStream::connect(&socket).is_ok());
+    third.signal(libc::SIGTERM);
+    assert_eq!(third.wait().await.code(), Some(0));
+}
+
+/// By default the libraries log at warn only: deleting the plugins directory of a running
+/// router makes the file watcher's library log at info, which must not show. A RUST_LOG that
+/// cannot be parsed is named in a warning, with the filter used instead.
+#[tokio::test]
+async fn libraries_stay_at_warn_by_default_and_a_bad_rust_log_is_reported() {
+    let dir = temp_dir();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    // No RUST_LOG at all (whatever the test runner has).
+    let mut argv = vec!["env".to_string(), "-u".into(), "RUST_LOG".into(), bin().to_string(), "run".into()];
+    argv.extend(["--plugins".to_string(), plugins.display().to_string(), "--".into()]);
+    argv.extend(Proc::fixture_cmd(&[]));
+    let mut r = Proc::spawn("router", &argv);
+    let mut c = r.client();
+    c.initialize().await;
+    std::fs::remove_dir(&plugins).unwrap();
+    let end = Instant::now() + DEFAULT_TIMEOUT;
+    while !r.stderr.text().contains("disappeared") {
+        assert!(Instant::now() < end, "{}", r.stderr.text());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Whatever the watcher has to say about the deletion comes with the event or just after.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    c.close().await;
+    assert_eq!(r.wait().await.code(), Some(0));
+    let log = r.stderr.text();
+    assert!(log.contains("INFO") && log.contains("ready"), "switchyard's own info lines stay: {log}");
+    assert!(!log.contains("inotify") && !log.contains("watch descriptor"), "a library logged at info: {log}");
+
+    let mut argv = vec!["--plugins".to_string(), plugins.display().to_string(), "--".into()];
+    argv.extend(Proc::fixture_cmd(&[]));
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let mut r = Proc::router_env(&argv, &[("RUST_LOG", "switchyard=loud")]);
+    let mut c = r.client();
+    c.initialize().await;
+    c.close().await;
+    assert_eq!(r.wait().await.code(), Some(0));
+    let log = r.stderr.text();
+    assert!(
+        log.contains("RUST_LOG=switchyard=loud is not understood") && log.contains("warn,switchyard=info"),
+        "{log}"
+    );
+    assert!(log.contains("ready"), "the default filter is used instead: {log}");
+}
+
+/// A client that closes the router's stdout (`... | head -c 10`) while its stdin stays open:
+/// the session ends at the first failed write, its calls are cancelled upstream as for a client
+/// that left, the log says why once, and the router exits 0 instead of waiting for stdin.
+#[tokio::test]
+async fn a_closed_stdout_ends_the_session_and_cancels_its_calls() {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+    let dir = temp_dir();
+    let journal = journal_in(&dir);
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    let argv = router_argv(&["--plugins", plugins.to_str().unwrap()], &Proc::fixture_cmd(&["--journal", &journal]));
+    let mut child = spawn_with(&argv, Stdio::piped(), Stdio::piped(), Stdio::piped());
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let log = tokio::spawn(async move {
+        let mut all = String::new();
+        let _ = stderr.read_to_string(&mut all).await;
+        all
+    });
+    let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap());
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init_params(json!({}))});
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    stdin.write_all(format!("{init}\n{initialized}\n").as_bytes()).await.unwrap();
+    let mut line = String::new();
+    tokio::time::timeout(DEFAULT_TIMEOUT, stdout.read_line(&mut line)).await.unwrap().unwrap();
+    assert!(line.contains("\"id\":0"), "{line}");
+    // The reader goes away; stdin stays open.
+    drop(stdout);
+    for id in 1..=3 {
+        let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "sleep", "arguments": {"ms": 30000}}});
+        stdin.write_all(format!("{call}\n").as_bytes()).await.unwrap();
+    }
+    wait_journal(&journal, Duration::from_secs(10), |e| received(e, "tools/call").count() == 3).await;
+    // An answer that cannot be delivered.
+    for id in 4..=10 {
+        let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "lost"}}});
+        if stdin.write_all(format!("{call}\n").as_bytes()).await.is_err() {
+            break;
+        }
+    }
+    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
+        .await
+        .expect("the router kept running after its stdout was closed")
+        .unwrap();
+    let log = log.await.unwrap();
+    assert_eq!(status.code(), Some(0), "{}\n{log}", describe_status(status));
+    assert_eq!(log.matches("the client stopped reading its output").count(), 1, "{log}");
+    let entries = harness::journal(&journal);
+    let cancelled: Vec<&Value> =
+        received(&entries, "notifications/cancelled").map(|c| &c["params"]["requestId"]).collect();
+    let sleeps: Vec<&Value> =
+        received(&entries, "tools/call").filter(|c| c["params"]["name"] == "sleep").map(|c| &c["id"]).collect();
+    assert_eq!(sleeps.len(), 3);
+    assert!(sleeps.iter().all(|id| cancelled.contains(id)), "every sleep is cancelled upstream: {entries:?}");
+    drop(stdin);
+}
+
+/// A request over limits.max_message_bytes is refused under its own id (read from the kept
+/// ends of the skipped line), whether the id comes first or last; the session goes on.
+#[tokio::test]
+async fn an_oversized_request_is_refused_under_its_own_id() {
+    let mut s = Setup::with_config(&[], &[], Some("[limits]\nmax_message_bytes = 100000\n")).await;
+    s.client.initialize().await;
+    let big = "x".repeat(200_000);
+    let first = json!({"jsonrpc": "2.0", "id": "big-1", "method": "tools/call", "params": {"name": "echo", "arguments": {"text": big}}});
+    s.client.send_raw(&first.to_string()).await;
+    let e = s.client.recv().await;
+    assert_eq!(e["id"], "big-1", "{e}");
+    assert_eq!(e["error"]["code"], -32600, "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("max_message_bytes"), "{e}");
+    // Some SDKs write the envelope last.
+    s.client
+        .send_raw(&format!(
+            r#"{{"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{big}"}}}},"jsonrpc":"2.0","id":42}}"#
+        ))
+        .await;
+    let e = s.client.recv().await;
+    assert_eq!(e["id"], 42, "{e}");
+    assert_eq!(e["error"]["code"], -32600, "{e}");
+    assert_eq!(s.client.call_text("echo", json!({"text": "next"})).await, "next");
+}

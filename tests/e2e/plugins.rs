@@ -533,6 +533,10 @@ async fn plugin_check_and_examples_through_the_binary() {
     let (ok, out, err) = run(&["check", guard.to_str().unwrap(), "--config-file", cfg.to_str().unwrap()]);
     assert!(ok && out.contains("reject: tool `example` is blocked by policy"), "{out}{err}");
 
+    // A path that never ends is refused at the size limit rather than read until memory runs out.
+    let (ok, _, err) = run(&["check", "/dev/zero"]);
+    assert!(!ok && err.contains("/dev/zero is over 64 MiB"), "{err}");
+
     let ex = dir.path().join("examples");
     let (ok, out, _) = run(&["examples", ex.to_str().unwrap()]);
     assert!(ok && out.contains("template.wasm") && ex.join("template.wasm").is_file(), "{out}");

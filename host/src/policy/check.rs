@@ -49,7 +49,7 @@ fn check(file: &Path, opts: &Options<'_>, out: &mut String) -> anyhow::Result<()
         None => entry.config_json()?,
     };
     let call = sample_call(opts.call_json)?;
-    let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let bytes = super::reload::read_plugin_file(file)?;
 
     let t = Instant::now();
     let hash = wasm::content_hash(&bytes);

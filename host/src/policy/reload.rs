@@ -24,6 +24,27 @@ use crate::config::{Config, OnError, PluginEntry};
 /// Events closer together than this are handled as one change (editors write in bursts).
 const DEBOUNCE: Duration = Duration::from_millis(250);
 
+/// The most of a plugin file that is read: far above any real component, and a bound on memory
+/// when the path names something endless (`/dev/zero`, a fifo fed forever).
+pub(crate) const MAX_PLUGIN_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Reads a plugin file, refusing one over [`MAX_PLUGIN_BYTES`] without reading past the limit.
+pub(crate) fn read_plugin_file(path: &Path) -> anyhow::Result<Vec<u8>> {
+    use std::io::Read;
+    let limit = MAX_PLUGIN_BYTES;
+    let file = std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut bytes = Vec::new();
+    file.take(limit + 1).read_to_end(&mut bytes).with_context(|| format!("cannot read {}", path.display()))?;
+    if bytes.len() as u64 > limit {
+        anyhow::bail!(
+            "{} is over {} MiB, the most switchyard reads of a plugin file: it is not a plugin (check the path)",
+            path.display(),
+            limit / (1024 * 1024)
+        );
+    }
+    Ok(bytes)
+}
+
 /// Picks the plugins directory and says in the log which one and why. A missing directory is
 /// created so that it can be watched and plugins dropped into it later.
 pub(super) fn resolve_dir(config: &Config, cli_dir: Option<PathBuf>) -> anyhow::Result<PathBuf> {
@@ -178,10 +199,10 @@ impl Loader {
         self.failed.retain(|n, _| found.contains_key(n));
 
         for (name, path) in &found {
-            let bytes = match std::fs::read(path) {
+            let bytes = match read_plugin_file(path) {
                 Ok(b) => b,
                 Err(e) => {
-                    tracing::error!(plugin = %name, "cannot read {}: {e}; keeping the version in force", path.display());
+                    tracing::error!(plugin = %name, "{e:#}; keeping the version in force");
                     continue;
                 }
             };

@@ -693,3 +693,17 @@ fn worker_hop_cost() {
         );
     }
 }
+
+/// A plugin path that never ends (`/dev/zero`) is refused at the size limit, with the file and
+/// the limit named, instead of being read until memory runs out; a real plugin still reads.
+#[test]
+fn plugin_files_are_read_up_to_a_limit() {
+    let started = Instant::now();
+    let e = reload::read_plugin_file(Path::new("/dev/zero")).unwrap_err().to_string();
+    assert!(e.contains("/dev/zero") && e.contains("64 MiB"), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let hints = reload::read_plugin_file(&example("hints.wasm")).unwrap();
+    assert_eq!(hints, std::fs::read(example("hints.wasm")).unwrap());
+    let missing = reload::read_plugin_file(Path::new("/nonexistent/x.wasm")).unwrap_err();
+    assert!(format!("{missing:#}").contains("cannot read /nonexistent/x.wasm"), "{missing:#}");
+}
