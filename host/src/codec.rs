@@ -183,19 +183,23 @@ pub enum ParseError {
     Json(String),
     /// JSON, but not a valid JSON-RPC 2.0 message: answer -32600 (with the id when one was readable).
     Invalid { reason: String, id: Option<String> },
+    /// A notification (a method, no id) with invalid params: JSON-RPC allows no reply to a
+    /// notification, so it is dropped (and logged).
+    BadNotification { method: String, reason: String },
 }
 
 impl ParseError {
     pub fn code(&self) -> i64 {
         match self {
             ParseError::Json(_) => PARSE_ERROR,
-            ParseError::Invalid { .. } => INVALID_REQUEST,
+            ParseError::Invalid { .. } | ParseError::BadNotification { .. } => INVALID_REQUEST,
         }
     }
     pub fn message(&self) -> String {
         match self {
             ParseError::Json(e) => format!("Parse error: {e}"),
             ParseError::Invalid { reason, .. } => format!("Invalid Request: {reason}"),
+            ParseError::BadNotification { method, reason } => format!("Invalid notification {method}: {reason}"),
         }
     }
     /// The id to answer with (`null` when none could be read).
@@ -277,7 +281,11 @@ pub fn parse(line: &str) -> Result<Envelope, ParseError> {
         if let Some(p) = raw.params {
             let t = p.get().as_bytes()[0];
             if t != b'{' && t != b'[' {
-                return Err(invalid("`params` must be an object or an array"));
+                let reason = "`params` must be an object or an array";
+                return Err(match id {
+                    Some(_) => invalid(reason),
+                    None => ParseError::BadNotification { method, reason: reason.to_string() },
+                });
             }
         }
         return Ok(Envelope {
@@ -639,7 +647,9 @@ mod tests {
         assert_eq!((e.code(), e.reply_id()), (INVALID_REQUEST, "null"));
         let e = parse(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":null}"#).unwrap_err();
         assert_eq!((e.code(), e.reply_id()), (INVALID_REQUEST, "1"));
-        assert!(parse(r#"{"jsonrpc":"2.0","method":"n","params":null}"#).is_err());
+        // A notification is never answered, not even with an error.
+        let e = parse(r#"{"jsonrpc":"2.0","method":"n","params":null}"#).unwrap_err();
+        assert!(matches!(e, ParseError::BadNotification { .. }), "{e:?}");
         assert!(parse(r#"{"jsonrpc":"2.0","id":null,"result":{}}"#).is_err());
         let e = parse(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"m"}}"#).unwrap();
         assert!(e.is_error && e.id.is_none(), "an error may still answer with id null");

@@ -396,6 +396,10 @@ impl Session {
     fn step(self: &Arc<Self>, line: String) -> Step {
         let env = match codec::parse(&line) {
             Ok(env) => env,
+            Err(e @ codec::ParseError::BadNotification { .. }) => {
+                tracing::info!(session = %self.label, "dropped a notification from the client: {}", e.message());
+                return Step::Done;
+            }
             Err(e) => {
                 tracing::debug!(session = %self.label, "bad message from client: {}", e.message());
                 return Step::Reply(codec::response_error(e.reply_id(), e.code(), &e.message(), None));

@@ -76,6 +76,10 @@ async fn a_null_id_or_null_params_is_an_invalid_request_that_never_reaches_the_s
     s.client.send_raw(r#"{"jsonrpc":"2.0","id":3,"method":"tools/list","params":null}"#).await;
     let e = s.client.recv().await;
     assert_eq!((e["id"].clone(), e["error"]["code"].clone()), (json!(3), json!(-32600)), "{e}");
+    // A notification with bad params is dropped: JSON-RPC allows no reply to a notification.
+    s.client.send_raw(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":null}"#).await;
+    s.client.send_raw(r#"{"jsonrpc":"2.0","method":"notifications/roots/list_changed","params":7}"#).await;
+    s.client.expect_silence(Duration::from_millis(300)).await;
     assert_eq!(s.client.call_text("echo", json!({"text": "still up"})).await, "still up");
     let msgs: Vec<Value> = journal(&journal_path).into_iter().map(|e| e["msg"].clone()).collect();
     assert!(
