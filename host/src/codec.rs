@@ -24,6 +24,9 @@ pub const SERVER_BUSY: i64 = -32002;
 pub const SERVER_UNAVAILABLE: i64 = -32003;
 /// Router-specific: a policy plugin rejected the call.
 pub const POLICY_REJECTED: i64 = -32004;
+/// MCP 2026-07-28: the protocol version a request carries is not served (`data.supported` lists
+/// what is); auto-negotiating clients fall back on it.
+pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 
 /// One frame read from a byte stream.
 #[derive(Debug, PartialEq, Eq)]

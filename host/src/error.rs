@@ -62,6 +62,11 @@ pub enum CallError {
         "server `{server}` is not initialised because the `initialize` sent earlier failed: {reason}. Fix that, then send `initialize` again"
     )]
     InitFailed { server: String, reason: String },
+    /// A 2026-07-28 request to a server of the initialize era only.
+    #[error(
+        "server `{server}` does not serve the 2026-07-28 protocol (it answered server/discover with method not found); connect with `initialize` (protocol {supported})"
+    )]
+    WrongEra { server: String, supported: String },
     #[error("switchyard is shutting down")]
     ShuttingDown,
 }
@@ -82,6 +87,7 @@ impl CallError {
             | CallError::ShuttingDown => codec::SERVER_UNAVAILABLE,
             CallError::Busy { .. } => codec::SERVER_BUSY,
             CallError::NotInitialized { .. } => codec::INVALID_REQUEST,
+            CallError::WrongEra { .. } => codec::UNSUPPORTED_PROTOCOL_VERSION,
         }
     }
 
@@ -104,6 +110,7 @@ impl CallError {
                 json!({"server": server, "reason": reason})
             }
             CallError::NotInitialized { server } => json!({"server": server}),
+            CallError::WrongEra { server, supported } => json!({"server": server, "supported": [supported]}),
             CallError::ShuttingDown => json!({}),
         }
     }

@@ -23,7 +23,6 @@ struct Waiters {
     turn: VecDeque<SessionId>,
     by_session: HashMap<SessionId, VecDeque<(u64, Grant)>>,
     len: usize,
-    next_ticket: u64,
 }
 
 /// How a waiting call is handed an instance (already counted in its `inflight`), or the error
@@ -32,14 +31,17 @@ type Grant = oneshot::Sender<Result<Arc<Instance>, CallError>>;
 
 impl Waiters {
     fn push(&mut self, session: SessionId, grant: Grant) -> u64 {
-        self.next_ticket += 1;
+        // Unique across scopes: a wait abandoned after its scope was replaced must not take out
+        // a waiter of the new one.
+        static TICKETS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let ticket = TICKETS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let q = self.by_session.entry(session).or_default();
         if q.is_empty() {
             self.turn.push_back(session);
         }
-        q.push_back((self.next_ticket, grant));
+        q.push_back((ticket, grant));
         self.len += 1;
-        self.next_ticket
+        ticket
     }
 
     /// The next waiter in round-robin order.
@@ -93,6 +95,16 @@ struct Scope {
     /// A spawn failed since an instance last became ready: only new demand may try again, so a
     /// server that cannot start is not respawned in a loop for calls that already wait.
     failing: bool,
+    /// Which scope this is: one taken away (session ended, pool closed) and made anew under the
+    /// same key is another, and a spawn of the old one must not count itself against it.
+    epoch: u64,
+}
+
+impl Scope {
+    fn fresh() -> Scope {
+        static EPOCHS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        Scope { epoch: EPOCHS.fetch_add(1, std::sync::atomic::Ordering::Relaxed), ..Scope::default() }
+    }
 }
 
 /// A named pool of instances of one server.
@@ -232,7 +244,7 @@ impl Pool {
         };
         while scope.waiters.len > scope.starting.saturating_mul(per_instance) && self.has_room(scope) {
             scope.starting += 1;
-            drop(self.start(key));
+            drop(self.start(key, scope.epoch));
             if fresh {
                 // One new call is worth one try.
                 break;
@@ -243,12 +255,16 @@ impl Pool {
     /// Spawns one instance as a task of its own (the caller has counted it in `starting`): no
     /// caller waits for it in particular, and a caller that stops waiting cannot abandon it
     /// half-way, which would leak `starting` or leave a started child outside the pool.
-    fn start(self: &Arc<Self>, key: Option<SessionId>) -> tokio::task::JoinHandle<Result<Arc<Instance>, CallError>> {
+    fn start(
+        self: &Arc<Self>,
+        key: Option<SessionId>,
+        epoch: u64,
+    ) -> tokio::task::JoinHandle<Result<Arc<Instance>, CallError>> {
         let me = self.clone();
         tokio::spawn(async move {
             let result = (me.spawner)(me.name.clone(), key).await;
             let mut scopes = me.scopes.lock().expect("pool lock");
-            let Some(scope) = scopes.get_mut(&key) else {
+            let Some(scope) = scopes.get_mut(&key).filter(|s| s.epoch == epoch) else {
                 // The scope went while the instance started (its session ended, or shutdown).
                 drop(scopes);
                 if let Ok(inst) = &result {
@@ -293,11 +309,11 @@ impl Pool {
         }
         let starts: Vec<_> = {
             let mut scopes = self.scopes.lock().expect("pool lock");
-            let scope = scopes.entry(None).or_default();
+            let scope = scopes.entry(None).or_insert_with(Scope::fresh);
             scope.instances.retain(|i| !i.is_dead());
             let need = self.config.min.saturating_sub(scope.instances.len() + scope.starting);
             scope.starting += need;
-            (0..need).map(|_| self.start(None)).collect()
+            (0..need).map(|_| self.start(None, scope.epoch)).collect()
         };
         let mut first = Ok(());
         for s in starts {
@@ -317,7 +333,7 @@ impl Pool {
         let key = self.scope_key(session);
         let (rx, ticket) = {
             let mut scopes = self.scopes.lock().expect("pool lock");
-            let scope = scopes.entry(key).or_default();
+            let scope = scopes.entry(key).or_insert_with(Scope::fresh);
             scope.instances.retain(|i| !i.is_dead());
             if scope.waiters.len == 0
                 && let Some(instance) = self.pick(scope)
@@ -330,7 +346,7 @@ impl Pool {
                     && self.has_room(scope)
                 {
                     scope.starting += 1;
-                    drop(self.start(key));
+                    drop(self.start(key, scope.epoch));
                 }
                 instance.begin_call();
                 return Ok(Lease { instance, key, pool: self.clone() });
@@ -450,6 +466,20 @@ impl Pool {
     pub fn take_all(&self) -> Vec<Arc<Instance>> {
         let mut scopes = self.scopes.lock().expect("pool lock");
         scopes.drain().flat_map(|(_, s)| s.instances).collect()
+    }
+
+    /// Takes every instance because the pool cannot serve (`why`), and answers every call
+    /// waiting for one with `why` instead of leaving it to read as a shutdown.
+    pub fn close_with(&self, why: CallError) -> Vec<Arc<Instance>> {
+        let mut scopes = self.scopes.lock().expect("pool lock");
+        let mut out = Vec::new();
+        for (_, mut scope) in scopes.drain() {
+            while let Some(grant) = scope.waiters.pop() {
+                let _ = grant.send(Err(why.clone()));
+            }
+            out.append(&mut scope.instances);
+        }
+        out
     }
 
     /// Calls waiting for an instance of this pool.
@@ -582,7 +612,7 @@ mod tests {
         let spawned = Arc::new(AtomicUsize::new(0));
         let p =
             Pool::new("default", "t", good.config.clone(), spawner(Duration::from_millis(50), true, spawned.clone()));
-        p.scopes.lock().unwrap().insert(None, Scope { instances: good.instances(), ..Scope::default() });
+        p.scopes.lock().unwrap().insert(None, Scope { instances: good.instances(), ..Scope::fresh() });
         let p2 = p.clone();
         let waiter = tokio::spawn(async move { p2.acquire(2).await.map(|l| l.instance.number()) });
         tokio::time::sleep(Duration::from_secs(5)).await;

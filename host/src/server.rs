@@ -1148,7 +1148,7 @@ impl Server {
             return;
         }
         tracing::info!(server = %self.name, "the server does not know server/discover: 2026-07-28 clients fall back to initialize");
-        for inst in self.modern_pools.values().flat_map(|p| p.take_all()) {
+        for inst in self.modern_pools.values().flat_map(|p| p.close_with(self.not_modern())) {
             self.tasks.spawn(async move { inst.shutdown().await });
         }
     }
@@ -1279,10 +1279,7 @@ impl Server {
             return Err(self.not_initialized());
         }
         if modern && self.discover_refused() {
-            return Err(CallError::Down {
-                server: self.name.clone(),
-                reason: "it does not serve the 2026-07-28 protocol (it answered server/discover with an error); connect with initialize".into(),
-            });
+            return Err(self.not_modern());
         }
         let number = self.next_instance.fetch_add(1, Ordering::Relaxed);
         let inst = Instance::spawn(&self.spec, number, pool, owner, self.hub.clone()).map_err(|reason| {
@@ -1343,14 +1340,14 @@ impl Server {
             // Any other answer (even -32022, another version) shows a server of that era, up.
             return Ok(());
         }
+        tracing::debug!(server = %self.name, "server/discover answered {}", reply.line);
         self.refuse_discover();
-        Err(CallError::Down {
-            server: self.name.clone(),
-            reason: format!(
-                "it does not serve the 2026-07-28 protocol (it answered server/discover with {}); its clients fall back to initialize",
-                reply.line
-            ),
-        })
+        Err(self.not_modern())
+    }
+
+    /// The answer to a 2026-07-28 request for a server of the initialize era only.
+    fn not_modern(&self) -> CallError {
+        CallError::WrongEra { server: self.name.clone(), supported: "2025-11-25".to_string() }
     }
 
     /// Sends a request of the router's own and returns its `result` JSON.

@@ -193,3 +193,28 @@ async fn calls_pipelined_behind_initialize_reach_the_server_in_order() {
         assert_eq!(order, ids, "round {round}: calls reached the serial server out of order");
     }
 }
+
+/// Found by testing from outside: 2026-07-28 requests to a server of the initialize era only were
+/// told "switchyard is shutting down" (the calls waiting while the probe instance was found to be
+/// of the other era) or "server is down". They get -32022 with the versions it does serve.
+#[tokio::test]
+async fn enveloped_requests_to_an_initialize_era_server_get_unsupported_version() {
+    let mut s = Setup::new(&[], &[]).await;
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28"});
+    let call = |text: &str| json!({"name": "echo", "arguments": {"text": text}, "_meta": meta});
+    // Two at once: one starts the instance, the other waits for it.
+    let a = s.client.send_request("tools/call", call("a")).await;
+    let b = s.client.send_request("tools/call", call("b")).await;
+    for id in [a, b] {
+        let r = s.client.wait_response(&id).await;
+        assert_eq!(r["error"]["code"], -32022, "{r}");
+        assert_eq!(r["error"]["data"]["supported"], json!(["2025-11-25"]), "{r}");
+        let msg = r["error"]["message"].as_str().unwrap();
+        assert!(msg.contains("initialize") && !msg.contains("shutting down"), "{r}");
+    }
+    let r = s.client.request("tools/call", call("later")).await;
+    assert_eq!(r["error"]["code"], -32022, "{r}");
+    // The initialize era still works on the same router.
+    s.client.initialize().await;
+    assert_eq!(s.client.call_text("echo", json!({"text": "old era"})).await, "old era");
+}
