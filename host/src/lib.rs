@@ -101,3 +101,96 @@ fn server_command(config: &Config) -> String {
     }
     s
 }
+
+/// The architecture as a test: a module may name only modules before it in [`ORDER`](layering::ORDER),
+/// except for the back edges listed in `KNOWN`, which may only shrink (see
+/// ../shared/reviews/architecture-2026-11.md, section 3: the transport seam removes them).
+#[cfg(test)]
+mod layering {
+    use std::path::{Path, PathBuf};
+
+    /// The stages in the order of the message path, lowest first.
+    pub const ORDER: &[&str] = &[
+        "codec",
+        "config",
+        "decision",
+        "error",
+        "logging",
+        "gate",
+        "policy",
+        "upstream",
+        "supervise",
+        "pool",
+        "server",
+        "engine",
+        "session",
+        "downstream",
+        "demo",
+        "cli",
+    ];
+
+    /// Back edges that exist today. Remove an entry when its edge is gone; never add one.
+    const KNOWN: &[(&str, &str)] = &[
+        ("engine", "session"),
+        ("pool", "session"),
+        ("server", "session"),
+        ("upstream", "server"),
+        ("upstream", "session"),
+    ];
+
+    fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("read src").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                sources(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    /// The modules `text` names as `crate::a` or in `use crate::{a, b::c}`.
+    fn named_modules(text: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for rest in text.split("crate::").skip(1) {
+            if let Some(group) = rest.strip_prefix('{') {
+                let group = group.split('}').next().unwrap_or("");
+                out.extend(group.split(',').map(|item| item.trim().split("::").next().unwrap_or("").to_string()));
+            } else {
+                out.push(rest.split(|c: char| !c.is_alphanumeric() && c != '_').next().unwrap_or("").to_string());
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn modules_name_only_earlier_modules() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let rank = |m: &str| ORDER.iter().position(|o| *o == m);
+        let mut files = Vec::new();
+        sources(&src, &mut files);
+        let (mut found, mut bad) = (Vec::new(), Vec::new());
+        for file in files {
+            let rel = file.strip_prefix(&src).expect("under src");
+            let module = rel.components().next().expect("a file").as_os_str().to_string_lossy().replace(".rs", "");
+            let Some(me) = rank(&module) else { continue };
+            let text = std::fs::read_to_string(&file).expect("read a source file");
+            // Tests may reach anywhere.
+            let text = text.split("#[cfg(test)]").next().unwrap_or("");
+            for dep in named_modules(text) {
+                if dep != module && rank(&dep).is_some_and(|d| d > me) {
+                    found.push((module.clone(), dep.clone()));
+                    if !KNOWN.contains(&(module.as_str(), dep.as_str())) {
+                        bad.push(format!("{} names crate::{dep}", rel.display()));
+                    }
+                }
+            }
+        }
+        bad.sort();
+        bad.dedup();
+        assert!(bad.is_empty(), "new back edges in the module order (see ORDER):\n{}", bad.join("\n"));
+        let gone: Vec<_> =
+            KNOWN.iter().filter(|k| !found.iter().any(|f| (f.0.as_str(), f.1.as_str()) == **k)).collect();
+        assert!(gone.is_empty(), "these back edges are gone: remove them from KNOWN: {gone:?}");
+    }
+}
