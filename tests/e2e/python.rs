@@ -24,7 +24,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use npm_setup::{ensure_npm, everything_entry, filesystem_entry, repo_root};
+use npm_setup::{ensure_npm, everything_entry, filesystem_entry, install_lock, repo_root};
 use serde_json::{Value, json};
 use transcript::Run;
 
@@ -65,14 +65,7 @@ fn make_venv() -> Result<(PathBuf, File), String> {
     let python = venv.join("bin").join("python");
     let stamp = venv.join("switchyard-requirements.txt");
 
-    let lock_path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("switchyard-python-venv.lock");
-    let lock = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|e| format!("open {}: {e}", lock_path.display()))?;
-    lock.lock().map_err(|e| format!("lock {}: {e}", lock_path.display()))?;
+    let lock = install_lock("switchyard-python-venv.lock")?;
     let ready = python.exists() && fs::read_to_string(&stamp).is_ok_and(|s| s == wanted);
     if !ready {
         let started = Instant::now();

@@ -58,16 +58,8 @@ fn install_npm_fixtures() -> Result<File, String> {
         }
     }
 
-    // Several test binaries may start at once; an exclusive lock serialises the install. The lock
-    // file lives in cargo's per-target temp dir so it never shows up in the source tree.
-    let lock_path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("switchyard-npm-install.lock");
-    let lock = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|e| format!("open {}: {e}", lock_path.display()))?;
-    lock.lock().map_err(|e| format!("lock {}: {e}", lock_path.display()))?;
+    // Several test binaries may start at once; an exclusive lock serialises the install.
+    let lock = install_lock("switchyard-npm-install.lock")?;
 
     let dir = npm_dir();
     if install_is_stale(&dir) {
@@ -110,4 +102,18 @@ fn install_is_stale(dir: &Path) -> bool {
     };
     let sdk = dir.join("node_modules/@modelcontextprotocol/sdk/package.json");
     installed < lock || !everything_entry().exists() || !filesystem_entry().exists() || !sdk.exists()
+}
+
+/// An exclusive lock on a file in cargo's per-target temp dir (never in the source tree), held
+/// while the returned file lives: test binaries that start at once install one at a time.
+pub fn install_lock(name: &str) -> Result<File, String> {
+    let lock_path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let lock = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| format!("open {}: {e}", lock_path.display()))?;
+    lock.lock().map_err(|e| format!("lock {}: {e}", lock_path.display()))?;
+    Ok(lock)
 }
