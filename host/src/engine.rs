@@ -7,15 +7,13 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::session::Cancel;
-
 use crate::codec::{self, Envelope};
 use crate::decision::{CallInfo, Concurrency, Decision, Retry};
 use crate::error::CallError;
+use crate::ids::SessionId;
 use crate::policy::{PluginSet, annotate};
 use crate::pool::Pool;
 use crate::server::{Server, SessionLink};
-use crate::session::SessionId;
 
 /// After this long waiting for the gate or the pool, the client is told why (so it sees "busy").
 const WAIT_NOTICE_AFTER: Duration = Duration::from_secs(1);
@@ -379,6 +377,41 @@ async fn attempt(
                 return Err(Stop::Cancelled);
             }
         }
+    }
+}
+
+/// A client's way to stop one of its calls, and the reason it gave.
+#[derive(Default)]
+pub struct Cancel {
+    pub token: tokio_util::sync::CancellationToken,
+    reason: std::sync::OnceLock<String>,
+    /// Set when switchyard itself stops the call (shutdown) while the client is still there:
+    /// then the client is owed an error rather than silence.
+    answer: std::sync::atomic::AtomicBool,
+}
+
+impl Cancel {
+    pub fn cancel(&self, reason: Option<String>) {
+        if let Some(r) = reason {
+            let _ = self.reason.set(r);
+        }
+        self.token.cancel();
+    }
+
+    /// Stops the call on switchyard's side; the client still gets an error for it.
+    pub fn cancel_and_answer(&self, reason: &str) {
+        self.answer.store(true, std::sync::atomic::Ordering::Release);
+        self.cancel(Some(reason.to_string()));
+    }
+
+    /// Whether switchyard stopped the call while its client still listens (it gets an error).
+    pub fn owes_answer(&self) -> bool {
+        self.answer.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The client's reason, forwarded upstream with the cancellation.
+    pub fn reason(&self) -> &str {
+        self.reason.get().map(String::as_str).unwrap_or("cancelled by the client")
     }
 }
 

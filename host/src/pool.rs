@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 
 use crate::config::{Affinity, PoolConfig};
 use crate::error::CallError;
-use crate::session::SessionId;
+use crate::ids::SessionId;
 use crate::upstream::Instance;
 
 /// Calls waiting for an instance: served round-robin across sessions, FIFO within one.

@@ -16,9 +16,9 @@ use crate::config::{Config, Limits};
 use crate::decision::Hints;
 use crate::error::{CallError, Death};
 use crate::gate::Gate;
+use crate::ids::SessionId;
 use crate::policy::Policy;
 use crate::pool::{Pool, Spawner};
-use crate::session::SessionId;
 use crate::upstream::{Instance, Owners, Spec};
 
 /// A piece of per-instance set-up done on behalf of sessions.

@@ -11,11 +11,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::codec::{self, Envelope, Frame, Kind, LineReader};
-use crate::engine;
+use crate::engine::{self, Cancel};
+use crate::ids::SessionId;
 use crate::server::{Server, SessionLink};
-
-/// Identifies a session inside the router (never sent to anyone).
-pub type SessionId = u64;
 
 static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
 
@@ -24,36 +22,6 @@ const SESSION_GRACE: Duration = Duration::from_secs(3);
 /// After the client closed its input, how long calls in flight get to finish and be answered
 /// before they are cancelled (the SDKs wait as long after closing a server's stdin).
 const EOF_GRACE: Duration = Duration::from_secs(2);
-
-/// A client's way to stop one of its calls, and the reason it gave.
-#[derive(Default)]
-pub struct Cancel {
-    pub token: CancellationToken,
-    reason: std::sync::OnceLock<String>,
-    /// Set when switchyard itself stops the call (shutdown) while the client is still there:
-    /// then the client is owed an error rather than silence.
-    answer: std::sync::atomic::AtomicBool,
-}
-
-impl Cancel {
-    pub fn cancel(&self, reason: Option<String>) {
-        if let Some(r) = reason {
-            let _ = self.reason.set(r);
-        }
-        self.token.cancel();
-    }
-
-    /// Stops the call on switchyard's side; the client still gets an error for it.
-    fn cancel_and_answer(&self, reason: &str) {
-        self.answer.store(true, Ordering::Release);
-        self.cancel(Some(reason.to_string()));
-    }
-
-    /// The client's reason, forwarded upstream with the cancellation.
-    pub fn reason(&self) -> &str {
-        self.reason.get().map(String::as_str).unwrap_or("cancelled by the client")
-    }
-}
 
 /// A connected client.
 pub struct Session {
@@ -510,9 +478,10 @@ impl Session {
     async fn run(self: Arc<Self>, line: String, env: Envelope, token: Arc<Cancel>) -> Option<String> {
         let id_span = env.id.clone().expect("requests have ids");
         let id = line[id_span].to_string();
-        let resp = self.dispatch(&line, &env, &id, &token).await.or_else(|| {
-            token.answer.load(Ordering::Acquire).then(|| crate::error::CallError::ShuttingDown.to_response(&id))
-        });
+        let resp = self
+            .dispatch(&line, &env, &id, &token)
+            .await
+            .or_else(|| token.owes_answer().then(|| crate::error::CallError::ShuttingDown.to_response(&id)));
         // Out of the in-flight table before the response leaves, so the id may be reused at once
         // (unless a cancel took it out already and a new request reuses it).
         let mut inflight = self.inflight.lock().expect("lock");

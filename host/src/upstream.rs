@@ -14,8 +14,8 @@ use tokio::time::Instant;
 
 use crate::codec::{self, Envelope, Frame, Kind, LineReader};
 use crate::error::Death;
+use crate::ids::SessionId;
 use crate::server::{Hub, SessionLink};
-use crate::session::SessionId;
 
 /// How many stderr lines of an instance are kept for error messages.
 const STDERR_TAIL: usize = 20;
