@@ -308,15 +308,17 @@ async fn attempt(
 ) -> Result<crate::upstream::Reply, Stop> {
     let started = Instant::now();
     let deadline = started + eff.timeout;
-    let timeout = |waiting: Option<String>| {
+    let timed_out = |what: String, waiting: Option<String>| {
         Stop::Failed(CallError::Timeout {
             server: server.name.clone(),
-            what: what.to_string(),
+            what,
             elapsed: started.elapsed(),
             attempts: 1,
             waiting,
         })
     };
+    // Before an instance was found, the error says what the call waited for.
+    let timeout = |waiting: Option<String>| timed_out(what.to_string(), waiting);
     let about = format!("{what} on server `{}`", server.name);
     let may_notify =
         || server.declares_logging() && server.hub.session_level(req.session).is_none_or(|l| l >= NOTICE_LEVEL);
@@ -331,7 +333,15 @@ async fn attempt(
     let lease = bounded(pool.acquire(req.session), deadline, &req.cancel.token, &waiting, pool_wait)
         .await
         .map_err(|e| e.map_or(Stop::Cancelled, |w| timeout(Some(w))))?
-        .map_err(Stop::Failed)?;
+        .map_err(|e| {
+            Stop::Failed(match e {
+                // The pool does not know the call: the error names it.
+                CallError::Busy { server, reason } => {
+                    CallError::Busy { server, reason: format!("{what} was refused: {reason}") }
+                }
+                e => e,
+            })
+        })?;
     let inst = lease.instance.clone();
     let activity = Arc::new(Notify::new());
     let route = progress.map(|span| (span, req.link.clone()));
@@ -370,7 +380,8 @@ async fn attempt(
                         s.health_check(&i).await;
                     });
                 }
-                return Err(timeout(None));
+                // Errors name the instance the call ran on (README, "Errors name ...").
+                return Err(timed_out(format!("{what} (on {})", inst.label()), None));
             }
             _ = req.cancel.token.cancelled() => {
                 inst.cancel(sent.upstream_id, req.cancel.reason()).await;

@@ -167,7 +167,11 @@ async fn a_full_queue_answers_busy_at_once_and_waiters_are_told_why() {
     let c = s.client.request("tools/call", json!({"name": "echo", "arguments": {"text": "refused"}})).await;
     assert!(started.elapsed() < Duration::from_millis(500));
     assert_eq!(c["error"]["code"], -32002, "{c}");
-    assert!(c["error"]["message"].as_str().unwrap().contains("max_queue"));
+    assert!(c["error"]["message"].as_str().unwrap().contains("max_queue"), "{c}");
+    assert!(
+        c["error"]["message"].as_str().unwrap().contains("tools/call `echo`"),
+        "the busy error names the call: {c}"
+    );
     let notice = s.client.recv_notification("notifications/message").await;
     assert!(notice["params"]["data"].as_str().unwrap().contains("waiting for an instance"), "{notice}");
     assert_eq!(tool_text(&s.client.wait_response(&b).await), "queued");
@@ -423,6 +427,8 @@ async fn a_timeout_after_a_retry_reports_the_total_time_and_the_attempts() {
     assert_eq!(resp["error"]["code"], -32001, "{resp}");
     let msg = resp["error"]["message"].as_str().unwrap();
     assert!(msg.contains("(2 attempts)"), "{msg}");
+    // It names the instance the last attempt ran on.
+    assert!(msg.contains("(on ") && msg.contains('#'), "{msg}");
     assert_eq!(resp["error"]["data"]["attempts"], 2, "{resp}");
     assert!(resp["error"]["data"]["elapsedMs"].as_u64().unwrap() >= 1200, "{resp}");
 }
