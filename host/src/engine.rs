@@ -11,9 +11,10 @@ use crate::codec::{self, Envelope};
 use crate::decision::{CallInfo, Concurrency, Decision, Retry};
 use crate::error::CallError;
 use crate::ids::SessionId;
+use crate::link::SessionLink;
 use crate::policy::{PluginSet, annotate};
 use crate::pool::Pool;
-use crate::server::{Server, SessionLink};
+use crate::server::Server;
 
 /// After this long waiting for the gate or the pool, the client is told why (so it sees "busy").
 const WAIT_NOTICE_AFTER: Duration = Duration::from_secs(1);
@@ -433,7 +434,7 @@ mod tests {
 
     fn link() -> (Arc<SessionLink>, mpsc::UnboundedReceiver<String>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        (SessionLink::new(1, tx, 1 << 20, crate::server::Buffered::new(usize::MAX)), rx)
+        (SessionLink::new(1, tx, 1 << 20, crate::link::Buffered::new(usize::MAX)), rx)
     }
 
     fn waiting<'a>(link: &'a SessionLink, may: &'a (dyn Fn() -> bool + Sync)) -> Waiting<'a> {

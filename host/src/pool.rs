@@ -496,7 +496,7 @@ mod tests {
 
     use tokio::time::Instant;
 
-    use crate::server::Hub;
+    use crate::hub::Hub;
     use crate::upstream::Spec;
 
     /// Instances are real (idle) processes; the cold start is a sleep, so paused time drives it.

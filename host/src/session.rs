@@ -13,7 +13,8 @@ use tokio_util::task::TaskTracker;
 use crate::codec::{self, Envelope, Frame, Kind, LineReader};
 use crate::engine::{self, Cancel};
 use crate::ids::SessionId;
-use crate::server::{Server, SessionLink};
+use crate::link::SessionLink;
+use crate::server::Server;
 
 static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
 
@@ -156,8 +157,8 @@ where
         writer_task.abort();
         let _ = writer_task.await;
     }
-    if peak >= crate::server::GIVE_BACK_AFTER {
-        crate::server::give_back_memory();
+    if peak >= crate::link::GIVE_BACK_AFTER {
+        crate::link::give_back_memory();
     }
     tracing::debug!(session = %label, "session ended");
 }
@@ -265,7 +266,7 @@ async fn or_cancelled<T>(token: &CancellationToken, f: impl Future<Output = T>) 
 async fn write_loop<W: AsyncWrite + Unpin>(
     writer: W,
     mut rx: mpsc::UnboundedReceiver<String>,
-    backlog: Arc<crate::server::Backlog>,
+    backlog: Arc<crate::link::Backlog>,
     label: String,
 ) {
     let mut w = BufWriter::with_capacity(64 * 1024, writer);

@@ -14,8 +14,9 @@ use tokio::time::Instant;
 
 use crate::codec::{self, Envelope, Frame, Kind, LineReader};
 use crate::error::Death;
+use crate::hub::Hub;
 use crate::ids::SessionId;
-use crate::server::{Hub, SessionLink};
+use crate::link::SessionLink;
 
 /// How many stderr lines of an instance are kept for error messages.
 const STDERR_TAIL: usize = 20;
