@@ -430,6 +430,12 @@ async fn hot_reload_follows_the_directory() {
     // Modify (rename into place): the real guard, with the [[plugins]] entry's config.
     replace(dir.path(), "guard.wasm", &std::fs::read(example("guard.wasm")).unwrap());
     wait_for(&policy, "guard in place", |s| rejects(s, "rm")).await;
+    // The set is stored before the generation is bumped (watchers must find the new set when
+    // woken): on another thread the bump may land a moment after the set is seen.
+    let end = std::time::Instant::now() + Duration::from_secs(2);
+    while *changes.borrow() == 0 && std::time::Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let gen_after_create = *changes.borrow();
     assert!(gen_after_create >= 1);
 
@@ -454,6 +460,8 @@ async fn hot_reload_follows_the_directory() {
     assert!(rejects(&before, "rm"), "a request that started on the old set keeps it");
 
     // A broken file leaves the last good version of that plugin in force, and no swap happens.
+    // (The generation is read once the last swap's bump has surely landed; see above.)
+    tokio::time::sleep(Duration::from_millis(100)).await;
     let generation = *changes.borrow();
     std::fs::write(dir.path().join("guard.wasm"), b"garbage, not wasm").unwrap();
     std::fs::copy(fixture("wrong-interface.wasm"), dir.path().join("other.wasm")).unwrap();
@@ -471,6 +479,7 @@ async fn hot_reload_follows_the_directory() {
     wait_for(&policy, "guard back", |s| rejects(s, "rm")).await;
 
     // Rewriting identical bytes changes nothing (same hash: not recompiled, not swapped).
+    tokio::time::sleep(Duration::from_millis(100)).await;
     let generation = *changes.borrow();
     std::fs::write(dir.path().join("hints.wasm"), std::fs::read(example("hints.wasm")).unwrap()).unwrap();
     tokio::time::sleep(Duration::from_millis(900)).await;
