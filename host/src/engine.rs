@@ -146,9 +146,11 @@ pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
                 return Some(CallError::Rejected(rejection).to_response(client_id));
             }
         };
-        let eff = resolve(server, decision.clone());
-        if tracing::enabled!(tracing::Level::DEBUG) {
-            log_decision(server, &set, &call, &what, &decision, &eff);
+        // The chain's own answer is kept only for the debug line: no copy per call otherwise.
+        let decided = tracing::enabled!(tracing::Level::DEBUG).then(|| decision.clone());
+        let eff = resolve(server, decision);
+        if let Some(decided) = &decided {
+            log_decision(server, &set, &call, &what, decided, &eff);
         }
         match attempt(server, &req, &eff, &what, progress.clone()).await {
             Ok(reply) => return Some(finish(server, &set, req.session_label, &method, reply, client_id).await),
