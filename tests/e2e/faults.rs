@@ -316,12 +316,6 @@ fn test_plugin(name: &str) -> std::path::PathBuf {
     std::path::Path::new(env!("SWITCHYARD_TEST_PLUGINS")).join(name)
 }
 
-fn rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
-
 /// What the router's stderr is connected to.
 #[derive(Debug, Clone, Copy)]
 enum StderrMode {

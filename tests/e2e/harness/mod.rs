@@ -586,6 +586,12 @@ fn render(entries: &[Value]) -> String {
     entries.iter().map(|e| format!("{e}\n")).collect()
 }
 
+/// A process's resident memory in KiB, from /proc (None once it is gone).
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.split_whitespace().next()?.parse().ok()
+}
+
 /// Whether `pid` is a live process (a zombie counts as dead: it no longer runs anything).
 pub fn pid_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
