@@ -140,21 +140,103 @@ fn memchr(bytes: &[u8]) -> Option<usize> {
 
 /// The numeric id of a response known only by the two ends of its line (it was too long to
 /// keep): SDKs write the envelope either first (`{"jsonrpc":"2.0","id":7,...`) or last
-/// (`...,"jsonrpc":"2.0","id":7}`). None when neither end shows it unambiguously.
+/// (`...,"jsonrpc":"2.0","id":7}`). None when neither end shows it unambiguously, or when the
+/// line is a request (it shows a `method`).
 pub fn skipped_response_id(head: &[u8], tail: &[u8]) -> Option<u64> {
-    let digits = |b: &[u8]| -> Option<u64> { std::str::from_utf8(b).ok()?.parse().ok() };
-    let head = head.trim_ascii_start();
-    for prefix in [&br#"{"jsonrpc":"2.0","id":"#[..], br#"{"id":"#] {
-        if let Some(rest) = head.strip_prefix(prefix) {
-            let end = rest.iter().position(|b| !b.is_ascii_digit())?;
-            if rest[end] == b',' {
-                return digits(&rest[..end]);
+    let (id, method) = plain_members(head);
+    if method {
+        return None;
+    }
+    id.or_else(|| from_tail(tail))?.parse().ok()
+}
+
+/// The raw id of a request known only by the two ends of its line (it was too long to keep),
+/// so that the error for it goes to that request. The head is read member by member while the
+/// members are plain values (`"jsonrpc"`, `"id"`, `"method"` usually come before `params`); the
+/// tail may end with `"id":X}`. Only a line whose head shows a `method` counts: a response of the
+/// client's carries an id of the server's, which must never be answered. None when unsure.
+pub fn skipped_request_id(head: &[u8], tail: &[u8]) -> Option<String> {
+    let (id, method) = plain_members(head);
+    if !method {
+        return None;
+    }
+    id.or_else(|| from_tail(tail))
+}
+
+/// The id among the leading plain members of a line's head, and whether `method` is among them.
+fn plain_members(head: &[u8]) -> (Option<String>, bool) {
+    // The head may end inside a character.
+    let text = match std::str::from_utf8(head) {
+        Ok(t) => t,
+        Err(e) => std::str::from_utf8(&head[..e.valid_up_to()]).unwrap_or_default(),
+    };
+    let (mut id, mut method) = (None, false);
+    let Some(mut rest) = text.trim_start().strip_prefix('{') else { return (None, false) };
+    loop {
+        rest = rest.trim_start();
+        let Some(key_len) = json_string_len(rest) else { break };
+        let key = &rest[..key_len];
+        let Some(after) = rest[key_len..].trim_start().strip_prefix(':') else { break };
+        rest = after.trim_start();
+        let value_len = if rest.starts_with('"') {
+            match json_string_len(rest) {
+                Some(n) => n,
+                None => break,
             }
+        } else {
+            // A number or a literal; anything else (an object, an array) ends the plain members.
+            match rest.find(|c: char| !(c.is_ascii_alphanumeric() || "+-.".contains(c))) {
+                Some(n) if n > 0 => n,
+                _ => break,
+            }
+        };
+        match key {
+            r#""id""# => id = id_value(&rest[..value_len]),
+            r#""method""# => method = true,
+            _ => {}
+        }
+        match rest[value_len..].trim_start().strip_prefix(',') {
+            Some(r) => rest = r,
+            None => break,
         }
     }
-    let tail = tail.trim_ascii_end().strip_suffix(b"}")?;
-    let start = tail.iter().rposition(|b| !b.is_ascii_digit())? + 1;
-    if tail[..start].ends_with(br#""jsonrpc":"2.0","id":"#) { digits(&tail[start..]) } else { None }
+    (id, method)
+}
+
+fn from_tail(tail: &[u8]) -> Option<String> {
+    // The tail may start inside a character.
+    let first = tail.iter().position(|b| b & 0xC0 != 0x80).unwrap_or(tail.len());
+    let text = std::str::from_utf8(&tail[first..]).ok()?;
+    let body = text.trim_end().strip_suffix('}')?.trim_end();
+    // A number id only: a string's start cannot be told from the end without its whole line.
+    let start = body.rfind(|c: char| !(c.is_ascii_digit() || c == '-'))? + 1;
+    let before = body[..start].trim_end().strip_suffix(':')?.trim_end();
+    if before.strip_suffix(r#""id""#)?.trim_end().ends_with(',') { id_value(&body[start..]) } else { None }
+}
+
+/// A valid JSON-RPC id (a string or a number), as raw JSON.
+fn id_value(raw: &str) -> Option<String> {
+    match serde_json::from_str::<serde_json::Value>(raw).ok()? {
+        serde_json::Value::String(_) | serde_json::Value::Number(_) => Some(raw.to_string()),
+        _ => None,
+    }
+}
+
+/// The length of the JSON string `s` starts with, quotes included; None if it is cut off.
+fn json_string_len(s: &str) -> Option<usize> {
+    let bytes = s.as_bytes();
+    if bytes.first() != Some(&b'"') {
+        return None;
+    }
+    let mut i = 1;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' => i += 2,
+            b'"' => return Some(i + 1),
+            _ => i += 1,
+        }
+    }
+    None
 }
 
 /// What kind of JSON-RPC message a line holds.
@@ -682,5 +764,32 @@ mod tests {
             prop_assert_eq!(&whole, &expected);
             prop_assert_eq!(split, expected);
         }
+    }
+
+    #[test]
+    fn the_id_of_a_skipped_request_is_read_from_either_end() {
+        let id = |head: &str, tail: &str| skipped_request_id(head.as_bytes(), tail.as_bytes());
+        assert_eq!(id(r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"x":"#, "}}"), Some("7".into()));
+        assert_eq!(id(r#" { "id" : "a\"b", "method": "x", "params": {"#, "x"), Some(r#""a\"b""#.into()));
+        assert_eq!(id("{\"method\":\"x\",\"params\":{\"t\":\"\u{e9}", "\u{e9}\"}}"), None);
+        assert_eq!(id("{\"method\":\"x\",\"params\":{\"t\":\"\u{e9}", "\"},\"id\":8}"), Some("8".into()));
+        // Ends cut inside a character.
+        let head = "{\"method\":\"x\",\"id\":3,\"params\":{\"t\":\"\u{e9}";
+        assert_eq!(skipped_request_id(&head.as_bytes()[..head.len() - 1], b""), Some("3".into()));
+        let tail = "\u{e9}\"},\"id\":9}";
+        assert_eq!(skipped_request_id(br#"{"method":"x","params":{"#, &tail.as_bytes()[1..]), Some("9".into()));
+        // A response of the client's (to a server request) is never taken for a request.
+        assert_eq!(id(r#"{"jsonrpc":"2.0","id":5,"result":{"content":["#, "]}}"), None);
+        assert_eq!(id(r#"{"result":{"content":["#, r#"]},"jsonrpc":"2.0","id":5}"#), None);
+        assert_eq!(
+            id(r#"{"method":"tools/call","params":{"id":3,"#, r#"},"jsonrpc":"2.0","id":12}"#),
+            Some("12".into())
+        );
+        assert_eq!(id(r#"{"method":"x","params":{"#, r#""x":1,"id":-4 }"#), Some("-4".into()));
+        // Not shown for sure, or not a valid id: the error goes to null.
+        assert_eq!(id(r#"{"params":{"id":3,"#, r#"{"id":5}}"#), None);
+        assert_eq!(id(r#"{"id":null,"method":"x"}"#, ""), None);
+        assert_eq!(id(r#"{"id":"cut"#, ""), None);
+        assert_eq!(id("not json", "xx"), None);
     }
 }
