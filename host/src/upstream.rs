@@ -1,5 +1,7 @@
 //! One upstream server instance: its child process, id rewriting, the in-flight table, its replies.
 
+pub mod transport;
+
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 use std::process::Stdio;
