@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::codec::{self, Envelope};
 use crate::decision::{CallInfo, Concurrency, Decision, Retry};
-use crate::error::CallError;
+use crate::error::{CallError, Unanswered};
 use crate::ids::SessionId;
 use crate::link::SessionLink;
 use crate::policy::{PluginSet, annotate};
@@ -163,6 +163,12 @@ pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
                     },
                     false => NO_RETRY,
                 };
+                // A request the server never saw is repeated whatever the call is: it cannot
+                // have run (connect refused, session unknown before processing).
+                let retry = match e.never_delivered() && retry.attempts == 0 {
+                    true => DEFAULT_RETRY,
+                    false => retry,
+                };
                 if call.attempt >= retry.attempts {
                     // The client waited for every attempt, not just the last: say so.
                     if let CallError::Timeout { elapsed, attempts, .. } = &mut e {
@@ -217,16 +223,8 @@ fn log_decision(server: &Server, set: &PluginSet, call: &CallInfo, what: &str, d
 fn backoff(base_ms: u32, attempt: u32) -> Duration {
     let exp = (base_ms as u64).saturating_mul(1 << attempt.min(16));
     let jitter = exp / 4;
-    let spread = if jitter == 0 { 0 } else { fastrand_u64() % (2 * jitter + 1) };
+    let spread = fastrand::u64(0..=2 * jitter);
     Duration::from_millis(exp - jitter + spread)
-}
-
-/// A cheap non-cryptographic random number for jitter (no need for a crate).
-fn fastrand_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(Instant::now().elapsed().as_nanos() as u64);
-    h.finish()
 }
 
 /// Puts the client's id back and, for tools/list, applies annotation overrides.
@@ -347,9 +345,9 @@ async fn attempt(
         })?;
     let inst = lease.instance.clone();
     let activity = Arc::new(Notify::new());
-    let route = progress.map(|span| (span, req.link.clone()));
-    let died = |death| Stop::Failed(CallError::Died { server: server.name.clone(), what: what.to_string(), death });
-    let sent = inst.send(req.line, req.env, req.session, route, Some(activity.clone())).await.map_err(died)?;
+    let route = progress.map(|span| (span, req.link.clone() as Arc<dyn crate::upstream::ProgressSink>));
+    let failed = |u: Unanswered| Stop::Failed(u.into_error(&server.name, what));
+    let sent = inst.send(req.line, req.env, req.session, route, Some(activity.clone())).map_err(failed)?;
     let max_deadline = started + Duration::from_millis(server.limits.max_call_timeout_ms);
     let mut deadline = deadline;
     let mut reply = sent.reply;
@@ -361,7 +359,7 @@ async fn attempt(
                         server.record_success();
                         Ok(reply)
                     }
-                    Ok(Err(death)) => Err(died(death)),
+                    Ok(Err(u)) => Err(failed(u)),
                     // The instance dropped the call without a death: only at shutdown.
                     Err(_) => Err(Stop::Failed(CallError::ShuttingDown)),
                 };
@@ -372,7 +370,7 @@ async fn attempt(
             }
             _ = tokio::time::sleep_until(deadline) => {
                 let elapsed = started.elapsed();
-                inst.cancel(sent.upstream_id, &format!("switchyard: timed out after {:.1} s", elapsed.as_secs_f64())).await;
+                inst.cancel(sent.upstream_id, &format!("switchyard: timed out after {:.1} s", elapsed.as_secs_f64()));
                 // A call that hangs may mean a hung instance: check it now rather than at the
                 // next idle ping (unless health pings are switched off).
                 if server.limits.health_interval_ms > 0 {
@@ -387,7 +385,7 @@ async fn attempt(
                 return Err(timed_out(format!("{what} (on {})", inst.label()), None));
             }
             _ = req.cancel.token.cancelled() => {
-                inst.cancel(sent.upstream_id, req.cancel.reason()).await;
+                inst.cancel(sent.upstream_id, req.cancel.reason());
                 return Err(Stop::Cancelled);
             }
         }

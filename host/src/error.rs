@@ -26,6 +26,41 @@ impl Death {
     }
 }
 
+/// Whether a request that got no answer could have reached the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// The failure proves the server never saw it (connect refused, session unknown before
+    /// processing): repeating it is always safe.
+    No,
+    /// It may have run (the link broke after it was sent): repeat only if the call is safe to repeat.
+    Maybe,
+}
+
+/// Why a request sent upstream got no reply.
+#[derive(Debug, Clone)]
+pub enum Unanswered {
+    /// The instance ended.
+    Died(Death),
+    /// This request was lost on a link that lives on (an HTTP response stream broke).
+    Lost { instance: String, cause: String, delivery: Delivery },
+}
+
+impl Unanswered {
+    /// The client's error for `what` (e.g. "tools/call `write_file`") on `server`.
+    pub fn into_error(self, server: &str, what: &str) -> CallError {
+        match self {
+            Unanswered::Died(death) => CallError::Died { server: server.to_string(), what: what.to_string(), death },
+            Unanswered::Lost { instance, cause, delivery } => CallError::Lost {
+                server: server.to_string(),
+                what: what.to_string(),
+                instance,
+                cause,
+                delivered: delivery == Delivery::Maybe,
+            },
+        }
+    }
+}
+
 /// A call that did not get a response from the server.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CallError {
@@ -47,10 +82,16 @@ pub enum CallError {
         waiting: Option<String>,
     },
     #[error(
-        "server `{server}` instance {} ended ({}) during {what}{}. switchyard respawns it; retry the call",
+        "server `{server}` instance {} ended ({}) during {what}{}. switchyard starts a new instance; retry the call",
         .death.instance, .death.status, .death.stderr_suffix()
     )]
     Died { server: String, what: String, death: Death },
+    #[error(
+        "{what} on server `{server}` {}: {cause} (instance {instance}){}",
+        if *.delivered { "got no response" } else { "could not be delivered" },
+        if *.delivered { ". It may have run: switchyard repeats only calls that are safe to repeat (read-only or idempotent tools, or a policy's retry), so check its effect before calling it again" } else { "" }
+    )]
+    Lost { server: String, what: String, instance: String, cause: String, delivered: bool },
     #[error("server `{server}` is down: {reason}")]
     Down { server: String, reason: String },
     #[error("server `{server}` is busy: {reason}; try again shortly or raise `max_queue`/`max` of the pool")]
@@ -74,7 +115,12 @@ pub enum CallError {
 impl CallError {
     /// Transport failures and timeouts may be retried; everything else is final.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, CallError::Died { .. } | CallError::Timeout { .. })
+        matches!(self, CallError::Died { .. } | CallError::Timeout { .. } | CallError::Lost { .. })
+    }
+
+    /// Whether the server cannot have seen the request, so repeating it is safe whatever it does.
+    pub fn never_delivered(&self) -> bool {
+        matches!(self, CallError::Lost { delivered: false, .. })
     }
 
     pub fn code(&self) -> i64 {
@@ -82,6 +128,7 @@ impl CallError {
             CallError::Rejected(_) => codec::POLICY_REJECTED,
             CallError::Timeout { .. } => codec::REQUEST_TIMEOUT,
             CallError::Died { .. }
+            | CallError::Lost { .. }
             | CallError::Down { .. }
             | CallError::InitFailed { .. }
             | CallError::ShuttingDown => codec::SERVER_UNAVAILABLE,
@@ -103,6 +150,9 @@ impl CallError {
             CallError::Died { server, what, death } => json!({
                 "server": server, "call": what, "instance": death.instance,
                 "status": death.status, "stderr": death.stderr,
+            }),
+            CallError::Lost { server, what, instance, cause, delivered } => json!({
+                "server": server, "call": what, "instance": instance, "cause": cause, "delivered": delivered,
             }),
             CallError::Down { server, reason }
             | CallError::Busy { server, reason }

@@ -130,6 +130,18 @@ pub struct Hub {
     elicitations: Mutex<HashMap<(u64, String), SessionId>>,
 }
 
+impl crate::upstream::Events for Hub {
+    fn server_request(self: Arc<Self>, from: &Arc<Instance>, line: String, env: Envelope) {
+        self.on_server_request(from, line, env);
+    }
+    fn server_notification(self: Arc<Self>, from: &Arc<Instance>, line: String, env: Envelope) {
+        self.on_server_notification(from, line, env);
+    }
+    fn linger(&self) -> Duration {
+        self.linger
+    }
+}
+
 impl Hub {
     pub fn new(server: &str, linger: Duration, owner: Weak<Server>) -> Arc<Hub> {
         Arc::new(Hub {
@@ -251,18 +263,15 @@ impl Hub {
         subs.iter().filter(|(_, set)| of.is_none_or(|id| set.contains(&id))).map(|(u, _)| u.clone()).collect()
     }
 
-    /// Writes a line to an instance without waiting (the hub runs on the instance's reader).
+    /// Writes a line to an instance (queued: never waits).
     fn reply_to(inst: &Arc<Instance>, line: String) {
-        let inst = inst.clone();
-        tokio::spawn(async move {
-            let _ = inst.write(line).await;
-        });
+        let _ = inst.write(line);
     }
 
     /// A request from the server to a client (sampling, elicitation, roots, ...): to the session
     /// whose call caused it, never to another one. roots/list is answered from the roots the
     /// clients gave when they agree, so a starting instance does not show.
-    pub fn server_request(&self, inst: &Arc<Instance>, line: String, env: Envelope) {
+    fn on_server_request(&self, inst: &Arc<Instance>, line: String, env: Envelope) {
         let method = env.method.clone().unwrap_or_default();
         let id_span = env.id.clone().expect("requests have ids");
         let attribution = self.attribute(inst);
@@ -367,7 +376,7 @@ impl Hub {
             let targets =
                 server.all_instances().into_iter().filter(|i| i.is_ready() && i.owner.is_none_or(|o| o == session));
             for inst in targets {
-                let _ = inst.write(line.clone()).await;
+                let _ = inst.write(line.clone());
             }
         });
     }
@@ -428,13 +437,11 @@ impl Hub {
         }
         let Some(inst) = inst.upgrade() else { return };
         let rewritten = codec::splice(line, span, &upstream_id);
-        tokio::spawn(async move {
-            let _ = inst.write(rewritten).await;
-        });
+        let _ = inst.write(rewritten);
     }
 
     /// A notification from the server: fan it out by the rules of its method.
-    pub fn server_notification(self: &Arc<Self>, inst: &Arc<Instance>, line: String, env: Envelope) {
+    fn on_server_notification(self: &Arc<Self>, inst: &Arc<Instance>, line: String, env: Envelope) {
         let method = env.method.as_deref().unwrap_or_default();
         let fields = env.params.as_ref().map(|p| codec::param_fields(&line, p)).unwrap_or_default();
         match method {

@@ -23,6 +23,7 @@ pub mod supervise;
 pub mod upstream;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -30,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::policy::Policy;
 use crate::server::Server;
-use crate::upstream::Spec;
+use crate::upstream::{Spec, StdioConnector};
 
 /// How long shutdown may take before switchyard stops waiting for its tasks.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
@@ -71,7 +72,7 @@ pub async fn run(config: Config, opts: RunOptions, shutdown: CancellationToken) 
         Some(path) => Some((downstream::bind(path).await?, path.clone())),
         None => None,
     };
-    let server = Server::new(&config, spec, policy, shutdown.clone());
+    let server = Server::new(&config, &name, Arc::new(StdioConnector::new(spec)), policy, shutdown.clone());
     server.tasks.spawn(server.clone().maintain());
     server.tasks.spawn(server.clone().watch_policy());
     let listener = bound.map(|(l, path)| {
@@ -138,8 +139,9 @@ mod layering {
 
     /// Back edges that exist today. Remove an entry when its edge is gone; never add one.
     /// `hub -> server` was inside the old server.rs: the hub reaches its server through a `Weak`
-    /// to fetch lists and find instances.
-    const KNOWN: &[(&str, &str)] = &[("upstream", "hub"), ("upstream", "link"), ("hub", "server")];
+    /// to fetch lists and find instances. (`upstream -> hub/link` went with the transport seam:
+    /// upstream declares `Events` and `ProgressSink`, which the hub and the link implement.)
+    const KNOWN: &[(&str, &str)] = &[("hub", "server")];
 
     fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
         for entry in std::fs::read_dir(dir).expect("read src").flatten() {

@@ -36,6 +36,12 @@ pub struct SessionLink {
     capabilities: Mutex<Option<serde_json::Value>>,
 }
 
+impl crate::upstream::ProgressSink for SessionLink {
+    fn progress(&self, line: String) {
+        self.send(line);
+    }
+}
+
 impl SessionLink {
     pub fn new(
         id: SessionId,

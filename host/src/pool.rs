@@ -496,10 +496,9 @@ mod tests {
 
     use tokio::time::Instant;
 
-    use crate::hub::Hub;
-    use crate::upstream::Spec;
+    use crate::upstream::fake::{CountEvents, FakeConnector, answer_all};
 
-    /// Instances are real (idle) processes; the cold start is a sleep, so paused time drives it.
+    /// Instances run over the in-memory transport; the cold start is a sleep, so paused time drives it.
     fn spawner(cold_start: Duration, fail: bool, spawned: Arc<AtomicUsize>) -> Spawner {
         failing_spawner(cold_start, Arc::new(AtomicBool::new(fail)), spawned)
     }
@@ -514,24 +513,10 @@ mod tests {
                 if fail.load(Ordering::SeqCst) {
                     return Err(CallError::Down { server: "t".into(), reason: "it exited at once".into() });
                 }
-                let spec = Spec {
-                    server: "t".into(),
-                    command: "sleep".into(),
-                    args: vec!["3600".into()],
-                    env: vec![],
-                    cwd: None,
-                    max_message_bytes: 1 << 20,
-                    supervisor: None,
-                };
                 let n = next.fetch_add(1, Ordering::SeqCst);
-                let inst = Instance::spawn(
-                    &spec,
-                    n,
-                    &pool,
-                    owner,
-                    Hub::new("t", Duration::from_secs(1), std::sync::Weak::new()),
-                )
-                .expect("spawn sleep");
+                let events: Arc<dyn crate::upstream::Events> = Arc::new(CountEvents::default());
+                let connector = FakeConnector::new(answer_all());
+                let inst = Instance::start(&*connector, "t", n, &pool, owner, events).await.expect("fake connect");
                 inst.mark_ready();
                 Ok(inst)
             })

@@ -382,7 +382,7 @@ impl Session {
             .filter(|i| i.is_ready() && i.owner.is_none_or(|o| o == self.id) && !self.server.is_modern(i))
             .collect();
         for inst in targets {
-            let _ = inst.write(line.clone()).await;
+            let _ = inst.write(line.clone());
         }
     }
 

@@ -20,10 +20,12 @@ pub(super) struct StartHealth {
 }
 
 impl StartHealth {
-    /// 100 ms after the first failure, doubling, at most 10 s.
+    /// 100 ms after the first failure, doubling, at most 10 s; then up to 20 % less, at random,
+    /// so routers that lost the same remote server do not all knock again at the same moment.
     fn backoff(&self) -> Duration {
         let exp = self.failures.saturating_sub(1).min(10);
-        Duration::from_millis(100u64 << exp).min(Duration::from_secs(10))
+        let full = Duration::from_millis(100u64 << exp).min(Duration::from_secs(10));
+        full.mul_f64(1.0 - fastrand::f64() * 0.2)
     }
 
     /// Records a failed start; returns how long the server is now down, if it is.
@@ -42,10 +44,10 @@ impl StartHealth {
     }
 
     /// Err(reason) while down; otherwise when the next start may begin (None: now).
-    fn check(&self, now: Instant) -> Result<Option<Instant>, String> {
+    fn check(&self, now: Instant, hint: &str) -> Result<Option<Instant>, String> {
         if let Some(until) = self.down_until.filter(|u| *u > now) {
             return Err(format!(
-                "it failed to start {} times in a row (last: {}); switchyard tries again in {:.1} s. Check the command and its stderr above",
+                "it failed to start {} times in a row (last: {}); switchyard tries again in {:.1} s. {hint}",
                 self.failures,
                 self.last_failure,
                 (until - now).as_secs_f64()
@@ -58,7 +60,8 @@ impl StartHealth {
 impl Server {
     pub(super) fn check_start_allowed(&self) -> Result<Option<Instant>, CallError> {
         let h = self.health.lock().expect("lock");
-        h.check(Instant::now()).map_err(|reason| CallError::Down { server: self.name.clone(), reason })
+        h.check(Instant::now(), &self.connector.hint())
+            .map_err(|reason| CallError::Down { server: self.name.clone(), reason })
     }
 
     pub(super) fn record_start_failure(&self, what: String) {
@@ -89,20 +92,29 @@ mod tests {
     async fn failed_starts_back_off_then_mark_the_server_down_until_it_recovers() {
         let mut h = StartHealth::default();
         let t0 = Instant::now();
-        assert_eq!(h.check(t0), Ok(None));
+        assert_eq!(h.check(t0, ""), Ok(None));
         for (i, wait_ms) in [100u64, 200, 400, 800].into_iter().enumerate() {
             assert_eq!(h.failure(Instant::now(), format!("exit status {i}")), None);
-            assert_eq!(h.check(Instant::now()), Ok(Some(Instant::now() + Duration::from_millis(wait_ms))));
-            tokio::time::advance(Duration::from_millis(wait_ms)).await;
-            assert_eq!(h.check(Instant::now()), Ok(None));
+            let next = h.check(Instant::now(), "").unwrap().expect("a wait");
+            let wait = next - Instant::now();
+            // Capped exponential, less up to 20 % of jitter.
+            assert!(
+                wait <= Duration::from_millis(wait_ms) && wait >= Duration::from_millis(wait_ms * 8 / 10),
+                "{wait:?}"
+            );
+            tokio::time::advance(wait).await;
+            assert_eq!(h.check(Instant::now(), ""), Ok(None));
         }
         assert_eq!(h.failure(Instant::now(), "exit status 7".into()), Some(Duration::from_secs(1)));
-        let reason = h.check(Instant::now()).unwrap_err();
-        assert!(reason.contains("5 times") && reason.contains("exit status 7"), "{reason}");
+        let reason = h.check(Instant::now(), "Check the URL.").unwrap_err();
+        assert!(
+            reason.contains("5 times") && reason.contains("exit status 7") && reason.ends_with("Check the URL."),
+            "{reason}"
+        );
         tokio::time::advance(Duration::from_millis(999)).await;
-        assert!(h.check(Instant::now()).is_err());
+        assert!(h.check(Instant::now(), "").is_err());
         tokio::time::advance(Duration::from_secs(2)).await;
-        assert!(h.check(Instant::now()).is_ok(), "a half-open try is allowed after the down period");
+        assert!(h.check(Instant::now(), "").is_ok(), "a half-open try is allowed after the down period");
         assert_eq!(h.failure(Instant::now(), "again".into()), Some(Duration::from_secs(2)));
         for _ in 0..10 {
             h.failure(Instant::now(), "again".into());

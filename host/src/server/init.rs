@@ -119,7 +119,7 @@ impl Server {
         let timeout = Duration::from_millis(self.limits.init_timeout_ms);
         let result = self.own_request(inst, "initialize", params, timeout, &what).await?;
         let _ = self.init_result.set(result);
-        let _ = inst.write(codec::notification("notifications/initialized", "{}")).await;
+        let _ = inst.write(codec::notification("notifications/initialized", "{}"));
         // A new instance gets what its sessions already set up on the others.
         let _guard = self.reconcile_lock(inst).lock_owned().await;
         let holder = self.subscription_holder(Some(inst));

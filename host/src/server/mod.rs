@@ -13,14 +13,14 @@ use tokio_util::task::TaskTracker;
 
 use crate::codec;
 use crate::config::{Config, Limits};
-use crate::error::{CallError, Death};
+use crate::error::{CallError, Unanswered};
 use crate::gate::Gate;
 use crate::hub::Hub;
 use crate::ids::SessionId;
 use crate::link::Buffered;
 use crate::policy::Policy;
 use crate::pool::{Pool, Spawner};
-use crate::upstream::{Instance, Spec};
+use crate::upstream::{Connector, Events, Instance};
 
 mod breaker;
 mod health;
@@ -46,7 +46,7 @@ pub struct Server {
     pub buffered: Arc<Buffered>,
     pub gate: Gate,
     pub policy: Policy,
-    spec: Spec,
+    connector: Arc<dyn Connector>,
     pools: BTreeMap<String, Arc<Pool>>,
     /// Instances for requests of the 2026-07-28 era, one pool per configured pool (none kept
     /// running). A server of both eras fixes each connection's era by its first request (the
@@ -78,8 +78,14 @@ pub struct Server {
 }
 
 impl Server {
-    pub fn new(config: &Config, spec: Spec, policy: Policy, shutdown: CancellationToken) -> Arc<Server> {
-        let name = spec.server.clone();
+    pub fn new(
+        config: &Config,
+        name: &str,
+        connector: Arc<dyn Connector>,
+        policy: Policy,
+        shutdown: CancellationToken,
+    ) -> Arc<Server> {
+        let name = name.to_string();
         Arc::new_cyclic(|weak: &Weak<Server>| {
             let pools_of = |modern: bool| -> BTreeMap<String, Arc<Pool>> {
                 config
@@ -113,7 +119,7 @@ impl Server {
                 buffered: Buffered::new(config.limits.max_buffered_bytes),
                 gate: Gate::new(),
                 policy,
-                spec,
+                connector,
                 pools,
                 modern_pools,
                 modern_version: Mutex::new(LATEST_MODERN_VERSION.to_string()),
@@ -208,9 +214,10 @@ impl Server {
             return Err(self.not_modern());
         }
         let number = self.next_instance.fetch_add(1, Ordering::Relaxed);
-        let inst = Instance::spawn(&self.spec, number, pool, owner, self.hub.clone()).map_err(|reason| {
-            self.record_start_failure(reason.clone());
-            CallError::Down { server: self.name.clone(), reason }
+        let events: Arc<dyn Events> = self.hub.clone();
+        let inst = Instance::start(&*self.connector, &self.name, number, pool, owner, events).await.map_err(|f| {
+            self.record_start_failure(f.reason.clone());
+            CallError::Down { server: self.name.clone(), reason: f.reason }
         })?;
         let handshake = match modern {
             true => self.modern_handshake(&inst).await,
@@ -267,14 +274,14 @@ impl Server {
         timeout: Duration,
         what: &str,
     ) -> Result<crate::upstream::Reply, CallError> {
-        let died = |death: Death| CallError::Died { server: self.name.clone(), what: what.to_string(), death };
-        let sent = inst.send_own(method, params).await.map_err(died)?;
+        let failed = |u: Unanswered| u.into_error(&self.name, what);
+        let sent = inst.send_own(method, params).map_err(failed)?;
         let started = Instant::now();
         let reply = match tokio::time::timeout(timeout, sent.reply).await {
-            Ok(Ok(r)) => r.map_err(died)?,
+            Ok(Ok(r)) => r.map_err(failed)?,
             Ok(Err(_)) => return Err(CallError::ShuttingDown),
             Err(_) => {
-                inst.cancel(sent.upstream_id, "switchyard: timed out").await;
+                inst.cancel(sent.upstream_id, "switchyard: timed out");
                 return Err(CallError::Timeout {
                     server: self.name.clone(),
                     what: format!("{method} (by switchyard, on {})", inst.label()),

@@ -27,15 +27,7 @@ pub struct Outbound {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Closed;
 
-/// Whether a request that will get no answer could have reached the server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Delivery {
-    /// The failure proves the server never saw it (connect refused, session unknown before
-    /// processing): repeating it is always safe.
-    No,
-    /// It may have run (the link broke after it was sent): repeat only if the call is safe to repeat.
-    Maybe,
-}
+pub use crate::error::Delivery;
 
 /// Why one request will get no answer on this link.
 #[derive(Debug, Clone)]
@@ -113,9 +105,17 @@ pub trait Connector: Send + Sync + 'static {
     /// Opens one connection. `label` (e.g. `fs#3`) names the instance in logs. The transport
     /// keeps `inbound` only in its own tasks (they end with it), so no cycle outlives it.
     /// Err: why it could not connect, saying what to check.
-    fn connect(&self, label: &str, inbound: Arc<dyn Inbound>) -> BoxFuture<'static, Result<Arc<dyn Transport>, Failure>>;
+    fn connect(
+        &self,
+        label: &str,
+        inbound: Arc<dyn Inbound>,
+    ) -> BoxFuture<'static, Result<Arc<dyn Transport>, Failure>>;
     /// For logs: the command or the URL.
     fn describe(&self) -> String;
+    /// What to check when instances keep failing to start (ends the "server is down" error).
+    fn hint(&self) -> String {
+        "Check the command and its stderr above".into()
+    }
 }
 
 /// A connect that failed.
@@ -150,7 +150,11 @@ pub struct Header {
 
 impl std::fmt::Debug for Header {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Header").field("name", &self.name).field("value", &"<hidden>").field("vars", &self.vars).finish()
+        f.debug_struct("Header")
+            .field("name", &self.name)
+            .field("value", &"<hidden>")
+            .field("vars", &self.vars)
+            .finish()
     }
 }
 
