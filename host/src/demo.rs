@@ -422,8 +422,9 @@ async fn crash_with_calls_in_flight(peer: &Peer) -> anyhow::Result<Crash> {
     let kill = async {
         tokio::time::sleep(Duration::from_millis(200)).await;
         let _ = killed.set(Instant::now());
-        // SAFETY: kill(2) has no memory-safety preconditions; the pid is a fixture this demo started.
-        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
     };
     let ((write, w_at), (sleep, s_at), ()) = tokio::join!(write, sleep, kill);
     Ok(Crash {
@@ -757,8 +758,9 @@ impl Peer {
 
     fn kill_group(&self) {
         if let Some(pid) = self.child.id() {
-            // SAFETY: killpg(2) has no memory-safety preconditions; the group is the child's own.
-            unsafe { libc::killpg(pid as i32, libc::SIGKILL) };
+            if let Some(pgid) = rustix::process::Pid::from_raw(pid as i32) {
+                let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+            }
         }
     }
 }

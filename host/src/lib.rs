@@ -2,6 +2,11 @@
 //! gate -> pool -> upstream and back; a server's own requests and notifications go upstream ->
 //! hub -> link (the client's queue). Each stage has a module of its own.
 
+// Unsafe code only where no safe API exists, each allowed by name: the child's pre-exec hook
+// (parent-death signal), signal dispositions in the supervisor, malloc_trim, and loading the
+// plugin compile cache.
+#![deny(unsafe_code)]
+
 pub mod cli;
 pub mod codec;
 pub mod config;

@@ -246,6 +246,7 @@ pub const GIVE_BACK_AFTER: usize = 4 * 1024 * 1024;
 
 /// Returns freed heap memory to the system. glibc keeps what a large backlog freed (hundreds of
 /// MiB after a few clients stopped reading) for reuse; a long-lived router should not.
+#[allow(unsafe_code)]
 pub fn give_back_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only walks and trims the allocator's own free lists; it takes no

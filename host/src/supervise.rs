@@ -19,6 +19,7 @@ use rustix::process::{Pid, PidfdFlags, Signal};
 const PARENT_POLL: Duration = Duration::from_millis(200);
 
 /// Runs `command` under supervision and exits as it did. Never returns.
+#[allow(unsafe_code)]
 pub fn run(router: i32, command: &[String]) -> ! {
     let Some((program, args)) = command.split_first() else {
         fail(2, "switchyard supervise: no command given");

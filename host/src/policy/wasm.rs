@@ -521,6 +521,7 @@ fn cache_dir() -> Option<&'static Path> {
 }
 
 /// Compiles a component, or loads its precompiled form from the cache.
+#[allow(unsafe_code)]
 fn compile(rt: &Runtime, bytes: &[u8], hash: &[u8; 32]) -> anyhow::Result<Component> {
     let cached = cache_dir().map(|d| d.join(format!("{}-{}.cwasm", hex(hash), rt.compat)));
     if let Some(path) = cached.as_deref().filter(|p| p.is_file()) {

@@ -285,6 +285,7 @@ async fn read_loop(shared: &Shared, stdout: tokio::process::ChildStdout, limit: 
 
 /// Spawns the server process in a process group of its own (so signals reach what it starts,
 /// such as `npx` -> `node`), with piped stdio, under the supervisor when there is one.
+#[allow(unsafe_code)]
 fn start_process(spec: &Spec) -> Result<Child, String> {
     let router = rustix::process::getpid();
     let mut cmd = match &spec.supervisor {
