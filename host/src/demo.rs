@@ -757,10 +757,8 @@ impl Peer {
     }
 
     fn kill_group(&self) {
-        if let Some(pid) = self.child.id() {
-            if let Some(pgid) = rustix::process::Pid::from_raw(pid as i32) {
-                let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
-            }
+        if let Some(pgid) = self.child.id().and_then(|pid| rustix::process::Pid::from_raw(pid as i32)) {
+            let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
         }
     }
 }
