@@ -8,7 +8,6 @@ use std::time::Duration;
 use crate::codec::{self, Envelope};
 use crate::ids::SessionId;
 use crate::link::{SessionLink, level_rank};
-use crate::server::Server;
 use crate::upstream::{Instance, Owners};
 
 /// Whom a message that an instance sent on its own (a request to a client, a log) belongs to.
@@ -101,11 +100,24 @@ struct ListWatch {
     next: Option<(Arc<Instance>, String)>,
 }
 
+/// What the hub needs of the server it belongs to (implemented by `server::Server`; a trait so
+/// the hub, which comes before the server in the module order, does not name it).
+pub trait Upstreams: Send + Sync + 'static {
+    /// Every instance alive now.
+    fn instances(&self) -> Vec<Arc<Instance>>;
+    /// The whole `{kind}/list` of an instance (None: it could not be fetched).
+    fn fetch_list<'a>(
+        &'a self,
+        inst: &'a Instance,
+        kind: &'static str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Vec<serde_json::Value>>> + Send + 'a>>;
+}
+
 /// Routes a server's notifications and requests to sessions; tracks subscriptions.
 pub struct Hub {
     server: String,
     /// The server this hub belongs to (for fetching lists and reaching instances).
-    owner: Weak<Server>,
+    owner: Weak<dyn Upstreams>,
     /// How long a call whose client stopped waiting still counts as an owner of what the
     /// server sends (it may still be running there): one call timeout.
     linger: Duration,
@@ -143,7 +155,7 @@ impl crate::upstream::Events for Hub {
 }
 
 impl Hub {
-    pub fn new(server: &str, linger: Duration, owner: Weak<Server>) -> Arc<Hub> {
+    pub fn new(server: &str, linger: Duration, owner: Weak<dyn Upstreams>) -> Arc<Hub> {
         Arc::new(Hub {
             server: server.to_string(),
             owner,
@@ -374,7 +386,7 @@ impl Hub {
             }
             let Some(server) = hub.owner.upgrade() else { return };
             let targets =
-                server.all_instances().into_iter().filter(|i| i.is_ready() && i.owner.is_none_or(|o| o == session));
+                server.instances().into_iter().filter(|i| i.is_ready() && i.owner.is_none_or(|o| o == session));
             for inst in targets {
                 let _ = inst.write(line.clone());
             }

@@ -143,10 +143,9 @@ mod layering {
     ];
 
     /// Back edges that exist today. Remove an entry when its edge is gone; never add one.
-    /// `hub -> server` was inside the old server.rs: the hub reaches its server through a `Weak`
-    /// to fetch lists and find instances. (`upstream -> hub/link` went with the transport seam:
-    /// upstream declares `Events` and `ProgressSink`, which the hub and the link implement.)
-    const KNOWN: &[(&str, &str)] = &[("hub", "server")];
+    /// (None: `upstream -> hub/link` went with the transport seam, where upstream declares
+    /// `Events` and `ProgressSink`; `hub -> server` with `hub::Upstreams`.)
+    const KNOWN: &[(&str, &str)] = &[];
 
     fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
         for entry in std::fs::read_dir(dir).expect("read src").flatten() {

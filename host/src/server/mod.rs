@@ -15,7 +15,7 @@ use crate::codec;
 use crate::config::{Config, Limits};
 use crate::error::{CallError, Unanswered};
 use crate::gate::Gate;
-use crate::hub::Hub;
+use crate::hub::{Hub, Upstreams};
 use crate::ids::SessionId;
 use crate::link::Buffered;
 use crate::policy::Policy;
@@ -114,7 +114,11 @@ impl Server {
             let (pools, modern_pools) = (pools_of(false), pools_of(true));
             Server {
                 name: name.clone(),
-                hub: Hub::new(&name, Duration::from_millis(config.limits.call_timeout_ms), weak.clone()),
+                hub: Hub::new(
+                    &name,
+                    Duration::from_millis(config.limits.call_timeout_ms),
+                    weak.clone() as Weak<dyn Upstreams>,
+                ),
                 limits: config.limits.clone(),
                 buffered: Buffered::new(config.limits.max_buffered_bytes),
                 gate: Gate::new(),
@@ -312,5 +316,18 @@ impl Server {
             set.spawn(async move { inst.shutdown().await });
         }
         while set.join_next().await.is_some() {}
+    }
+}
+
+impl Upstreams for Server {
+    fn instances(&self) -> Vec<Arc<Instance>> {
+        self.all_instances()
+    }
+    fn fetch_list<'a>(
+        &'a self,
+        inst: &'a Instance,
+        kind: &'static str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Vec<serde_json::Value>>> + Send + 'a>> {
+        Box::pin(Server::fetch_list(self, inst, kind))
     }
 }
