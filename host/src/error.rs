@@ -14,11 +14,15 @@ pub struct Death {
     pub status: String,
     /// The last lines the instance wrote to stderr, oldest first.
     pub stderr: Vec<String>,
+    /// A local process (which has a stderr to speak of), not a remote server.
+    pub local: bool,
 }
 
 impl Death {
     fn stderr_suffix(&self) -> String {
-        if self.stderr.is_empty() {
+        if !self.local {
+            String::new()
+        } else if self.stderr.is_empty() {
             "; it wrote nothing to stderr".to_string()
         } else {
             format!("; last stderr: {}", self.stderr.join(" | "))
@@ -184,6 +188,7 @@ mod tests {
                 instance: "fs#2".into(),
                 status: "exit status 3".into(),
                 stderr: vec!["boom".into(), "bye".into()],
+                local: true,
             },
         };
         let m = e.to_string();

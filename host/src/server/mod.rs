@@ -230,7 +230,7 @@ impl Server {
         match handshake {
             Ok(()) => {
                 inst.mark_ready();
-                tracing::info!(instance = %inst.label(), pid = inst.pid(), pool, "instance ready");
+                tracing::info!(instance = %inst.label(), at = %inst.endpoint(), pool, "instance ready");
                 let server = self.clone();
                 let watched = inst.clone();
                 self.tasks.spawn(async move {

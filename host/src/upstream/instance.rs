@@ -267,6 +267,7 @@ impl Instance {
             instance: self.label.clone(),
             status: "its link is closed".into(),
             stderr: self.stderr_tail(),
+            local: self.pid().is_some(),
         }))
     }
 
@@ -490,7 +491,8 @@ impl Instance {
 
     /// The transport ended: every call still waiting gets the death as its answer.
     fn on_end(&self, how: Ended) {
-        let death = Death { instance: self.label.clone(), status: how.status, stderr: how.stderr };
+        let death =
+            Death { instance: self.label.clone(), status: how.status, stderr: how.stderr, local: self.pid().is_some() };
         if self.death.set(death.clone()).is_err() {
             return;
         }
