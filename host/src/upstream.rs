@@ -1,5 +1,6 @@
 //! One upstream server instance: its child process, id rewriting, the in-flight table, its replies.
 
+pub mod remote;
 pub mod transport;
 
 use std::collections::{HashMap, VecDeque};
