@@ -178,6 +178,8 @@ struct Fake {
     /// The stream of a "hang" call (never answered), and whether the client closed it.
     hang_tx: Option<mpsc::UnboundedSender<String>>,
     hang_closed: Arc<AtomicBool>,
+    /// Serve the GET stream: one numbered notification per connection, then the end.
+    get_stream: bool,
 }
 
 /// Sets its flag when dropped: the server dropped a response body (its client went away).
@@ -309,6 +311,13 @@ async fn mcp_get(State(fake): State<Shared>, headers: HeaderMap) -> Response {
         && let Some(id) = f.resumable.take()
     {
         return sse(vec![format!("id: e2\ndata: {}\n\n", result(&id, "resumed"))]);
+    }
+    if f.get_stream {
+        let n = f.gets.len();
+        let note = format!(
+            r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"level":"info","data":"g{n}"}}}}"#
+        );
+        return sse(vec![format!("id: g{n}\ndata: {note}\n\n")]);
     }
     StatusCode::METHOD_NOT_ALLOWED.into_response()
 }
@@ -578,6 +587,33 @@ async fn abandon_closes_the_request_stream_and_reports_nothing() {
     assert!(!rec.all().iter().any(|r| matches!(r, Rec::Lost(..) | Rec::Ended(_))), "{:?}", rec.all());
 }
 
+#[tokio::test]
+async fn the_get_stream_is_reopened_with_the_last_event_id() {
+    let (url, fake) = streamable_server().await;
+    fake.lock().unwrap().get_stream = true;
+    let (_c, rec, t) = open(&url, RemoteKind::StreamableHttp).await;
+    handshake(&t, &rec).await;
+    for n in 1..=2 {
+        let want = format!("\"g{n}\"");
+        rec.wait(&format!("server message g{n}"), |r| matches!(r, Rec::Message(m) if m.contains(&want)).then_some(()))
+            .await;
+    }
+    let gets = fake.lock().unwrap().gets.clone();
+    assert_eq!(gets[0], (Some("s1".to_string()), None));
+    assert_eq!(gets[1], (Some("s1".to_string()), Some("g1".to_string())), "reopened where it stopped");
+}
+
+#[tokio::test]
+async fn a_2026_request_whose_stream_breaks_is_lost_without_resuming() {
+    let (url, fake) = streamable_server().await;
+    let (_c, rec, t) = open(&url, RemoteKind::StreamableHttp).await;
+    let line = r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"resume","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+    t.send(Outbound { line: line.into(), request: Some(5) }).unwrap();
+    let lost = rec.lost(5).await;
+    assert_eq!(lost.delivery, Delivery::Maybe);
+    assert!(fake.lock().unwrap().gets.is_empty(), "streams of the 2026 era are not resumable");
+}
+
 // ---------------------------------------------------------------- legacy SSE
 
 #[derive(Default)]
@@ -606,6 +642,10 @@ async fn legacy_get(State(fake): State<LegacyShared>) -> Response {
 
 async fn legacy_post(State(fake): State<LegacyShared>, body: String) -> StatusCode {
     let msg: serde_json::Value = serde_json::from_str(&body).unwrap();
+    if msg["params"]["name"] == "stall" {
+        // Takes the connection and never answers (a server that lost the session can).
+        std::future::pending::<()>().await;
+    }
     let mut f = fake.lock().unwrap();
     f.posts.push(body.clone());
     let id = msg["id"].clone();
@@ -649,6 +689,24 @@ async fn legacy_sse_posts_to_the_endpoint_and_reads_answers_from_the_stream() {
     assert!(rec.response(2).await.contains("legacy"));
     assert_eq!(fake.lock().unwrap().probes, 0);
     assert!(t.concurrent());
+}
+
+#[tokio::test]
+async fn a_legacy_post_not_accepted_in_time_loses_the_call() {
+    let (url, _fake) = legacy_server().await;
+    let mut s = spec(&url, RemoteKind::Sse);
+    s.post_timeout = Duration::from_millis(200);
+    let conn = RemoteConnector::new(s).unwrap();
+    let rec = Arc::new(Recorder::default());
+    let t = conn.connect("remote#1", rec.clone()).await.unwrap();
+    t.send(init(1)).unwrap();
+    rec.response(1).await;
+    t.send(call(2, "stall")).unwrap();
+    let lost = rec.lost(2).await;
+    assert_eq!(lost.delivery, Delivery::Maybe);
+    assert!(lost.cause.contains("did not accept the message within 200 ms"), "{}", lost.cause);
+    t.send(call(3, "echo")).unwrap();
+    rec.response(3).await;
 }
 
 #[tokio::test]
