@@ -344,7 +344,8 @@ fn describe(e: &reqwest::Error) -> String {
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
         let text = s.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
+        // hyper-util's "client error (Connect)" only says which layer wraps the real cause.
+        if !text.starts_with("client error (") && !parts.iter().any(|p| p.contains(&text)) {
             parts.push(text);
         }
         source = s.source();

@@ -294,7 +294,11 @@ impl Transport for Streamable {
             let session = inner.state.lock().unwrap().session.clone();
             if let Some(session) = session.filter(|_| !inner.core.is_closed()) {
                 // Best effort: a server that is gone or slow must not hold the shutdown up.
-                let req = inner.with_session(inner.core.request(Method::DELETE, inner.core.url.clone()), &session);
+                let mut req = inner.with_session(inner.core.request(Method::DELETE, inner.core.url.clone()), &session);
+                let version = inner.state.lock().unwrap().version.clone();
+                if let Some(v) = version.as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
+                    req = req.header(VERSION_HEADER, v);
+                }
                 match tokio::time::timeout(DELETE_TIMEOUT, req.send()).await {
                     Ok(Ok(r)) => {
                         tracing::debug!(instance = %inner.core.label, "session deleted (HTTP {})", r.status().as_u16())
@@ -537,7 +541,7 @@ impl Inner {
         let mut reconnect = Reconnect::resume();
         let mut answered = Some(id);
         let mut cause = match self.read_stream(resp, Some(&mut reconnect), &mut parser, &mut answered, is_init).await {
-            Ok(()) => "it ended".to_string(),
+            Ok(()) => "the server closed it".to_string(),
             Err(e) => describe(&e),
         };
         loop {
@@ -581,7 +585,7 @@ impl Inner {
                     cause =
                         match self.read_stream(&mut r, Some(&mut reconnect), &mut parser, &mut answered, is_init).await
                         {
-                            Ok(()) => "it ended".to_string(),
+                            Ok(()) => "the server closed it".to_string(),
                             Err(e) => describe(&e),
                         };
                 }

@@ -289,6 +289,9 @@ async fn mcp_post(State(fake): State<Shared>, headers: HeaderMap, body: String) 
             sse(vec!["id: e1\nretry: 10\ndata:\n\n".into()])
         }
         "big" => json(result(&id, &"x".repeat(100_000))),
+        "big-sse" => {
+            sse(vec![PROGRESS.to_string() + "\n\n", format!("id: b1\ndata: {}\n\n", result(&id, &"x".repeat(100_000)))])
+        }
         "hang" => {
             let (tx, rx) = mpsc::unbounded_channel::<String>();
             tx.send(PROGRESS.to_string() + "\n\n").unwrap();
@@ -487,6 +490,24 @@ async fn an_over_long_answer_is_reported_with_its_request() {
         .await;
     assert!(bytes > 100_000);
     assert_eq!(id, Some(2));
+}
+
+#[tokio::test]
+async fn an_over_long_event_on_a_request_stream_is_reported_with_its_request() {
+    let (url, _fake) = streamable_server().await;
+    let (_c, rec, t) = open(&url, RemoteKind::StreamableHttp).await;
+    handshake(&t, &rec).await;
+    t.send(call(2, "big-sse")).unwrap();
+    let id = rec
+        .wait("too_long", |r| match r {
+            Rec::TooLong(_, id) => Some(*id),
+            _ => None,
+        })
+        .await;
+    assert_eq!(id, Some(2));
+    // It counts as the answer: no resumption, nothing lost on top.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!rec.all().iter().any(|r| matches!(r, Rec::Lost(..))), "{:?}", rec.all());
 }
 
 #[tokio::test]
