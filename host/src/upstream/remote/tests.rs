@@ -180,6 +180,8 @@ struct Fake {
     hang_closed: Arc<AtomicBool>,
     /// Serve the GET stream: one numbered notification per connection, then the end.
     get_stream: bool,
+    /// Answer initialize with HTTP 503.
+    refuse_init: bool,
 }
 
 /// Sets its flag when dropped: the server dropped a response body (its client went away).
@@ -249,6 +251,9 @@ async fn mcp_post(State(fake): State<Shared>, headers: HeaderMap, body: String) 
         return (StatusCode::UNAUTHORIZED, "no").into_response();
     }
     if method == "initialize" {
+        if f.refuse_init {
+            return (StatusCode::SERVICE_UNAVAILABLE, "starting up").into_response();
+        }
         f.initializes += 1;
         let sid = format!("s{}", f.initializes);
         f.live = Some(sid.clone());
@@ -445,6 +450,24 @@ async fn a_lost_session_is_re_initialised_once_and_the_call_replayed() {
         );
         assert!(t.endpoint().contains("session s2"));
     }
+}
+
+#[tokio::test]
+async fn a_failed_re_initialisation_loses_the_call_undelivered_and_ends_the_transport() {
+    let (url, fake) = streamable_server().await;
+    let (_c, rec, t) = open(&url, RemoteKind::StreamableHttp).await;
+    handshake(&t, &rec).await;
+    settle(&fake).await;
+    {
+        let mut f = fake.lock().unwrap();
+        f.live = None;
+        f.refuse_init = true;
+    }
+    t.send(call(2, "echo")).unwrap();
+    let lost = rec.lost(2).await;
+    assert_eq!(lost.delivery, Delivery::No, "the server never took it: safe to repeat");
+    let status = rec.ended().await;
+    assert!(status.contains("could not be re-established") && status.contains("HTTP 503"), "{status}");
 }
 
 #[tokio::test]
@@ -767,6 +790,18 @@ async fn a_severed_legacy_stream_ends_the_transport() {
     fake.lock().unwrap().tx = None;
     let status = rec.ended().await;
     assert!(status.contains(&url) && status.contains("SSE stream"), "{status}");
+}
+
+#[tokio::test]
+async fn a_legacy_server_refusing_the_credentials_fails_the_connect_for_good() {
+    async fn refuse() -> StatusCode {
+        StatusCode::FORBIDDEN
+    }
+    let url = format!("{}/sse", serve(Router::new().route("/sse", get(refuse))).await);
+    let conn = RemoteConnector::new(spec(&url, RemoteKind::Sse)).unwrap();
+    let err = conn.connect("remote#1", Arc::new(Recorder::default())).await.err().expect("refused");
+    assert!(!err.transient, "retrying will not help");
+    assert!(err.reason.contains("HTTP 403") && err.reason.contains("$MCP_TOKEN"), "{}", err.reason);
 }
 
 #[tokio::test]
