@@ -97,7 +97,9 @@ fn classify(line: &str) -> Info {
     };
     let params: Option<&Range<usize>> = env.params.as_ref();
     let envelope_version = params.and_then(|p| codec::envelope_version(line, p));
+    // Only the 2026-07-28 era sends `Mcp-Name`: the params are read for it only then.
     let name = match (env.method.as_deref(), params) {
+        _ if envelope_version.is_none() => None,
         (Some("tools/call" | "prompts/get"), Some(p)) => codec::param_fields(line, p).name,
         (Some("resources/read"), Some(p)) => codec::param_fields(line, p).uri,
         _ => None,
@@ -913,9 +915,11 @@ mod unit {
         assert_eq!(i.method.as_deref(), Some("tools/call"));
         assert_eq!(i.envelope_version.as_deref(), Some("2026-07-28"));
         assert_eq!(i.name.as_deref(), Some("get_weather"));
-        let read = r#"{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"file:///a b"}}"#;
+        let read = r#"{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"file:///a b","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
         assert_eq!(classify(read).name.as_deref(), Some("file:///a b"));
-        assert_eq!(classify(read).envelope_version, None);
+        let old = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"x"}}"#;
+        assert_eq!(classify(old).envelope_version, None);
+        assert_eq!(classify(old).name, None, "no Mcp-Name before the 2026 era");
     }
 
     #[test]

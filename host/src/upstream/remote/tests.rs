@@ -388,6 +388,20 @@ async fn json_answers_carry_the_session_and_version_and_notifications_get_202() 
 }
 
 #[tokio::test]
+async fn sixty_four_calls_at_once_each_get_their_answer() {
+    let (url, _fake) = streamable_server().await;
+    let (_c, rec, t) = open(&url, RemoteKind::StreamableHttp).await;
+    handshake(&t, &rec).await;
+    for id in 10..74 {
+        t.send(call(id, if id % 2 == 0 { "echo" } else { "progress" })).unwrap();
+    }
+    for id in 10..74 {
+        rec.response(id).await;
+    }
+    assert!(!rec.all().iter().any(|r| matches!(r, Rec::Lost(..) | Rec::Ended(_))));
+}
+
+#[tokio::test]
 async fn an_sse_answer_delivers_progress_before_the_response() {
     let (url, _fake) = streamable_server().await;
     let (_c, rec, t) = open(&url, RemoteKind::StreamableHttp).await;
