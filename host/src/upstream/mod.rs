@@ -12,6 +12,7 @@ use std::time::Duration;
 use crate::codec::Envelope;
 
 pub mod instance;
+pub mod remote;
 pub mod stdio;
 pub mod transport;
 
