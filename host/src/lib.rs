@@ -20,6 +20,7 @@ pub mod pool;
 pub mod server;
 pub mod session;
 pub mod supervise;
+pub mod target;
 pub mod upstream;
 
 use std::path::PathBuf;
@@ -30,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::policy::Policy;
 use crate::server::Server;
+use crate::target::Target;
 use crate::upstream::Spec;
 
 /// How long shutdown may take before switchyard stops waiting for its tasks.
@@ -51,17 +53,20 @@ pub struct RunOptions {
 /// Runs the router until the stdio client leaves or `shutdown` fires, then cancels what is in
 /// flight, stops every server instance and returns.
 pub async fn run(config: Config, opts: RunOptions, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let command = config.server.command.clone().unwrap_or_default();
-    let name = config.server.name.clone().unwrap_or_else(|| cli::derive_name(&command, &config.server.args));
-    let spec = Spec {
-        server: name.clone(),
-        command,
-        args: config.server.args.clone(),
-        env: config.server.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-        cwd: config.server.cwd.clone(),
-        max_message_bytes: config.limits.max_message_bytes,
-        supervisor: opts.supervisor.clone(),
+    let spec = match config.target()? {
+        Target::Command { server, command, args, env, cwd } => Spec {
+            server,
+            command,
+            args,
+            env,
+            cwd,
+            max_message_bytes: config.limits.max_message_bytes,
+            supervisor: opts.supervisor.clone(),
+        },
+        // Only until the HTTP connector is wired in (h/config branch; replaced at the merge).
+        Target::Remote(remote) => anyhow::bail!("server `{}`: remote servers are not wired yet", remote.server),
     };
+    let name = spec.server.clone();
     let policy = Policy::start(&config, opts.plugins_dir.clone(), shutdown.child_token()).await?;
     for warning in config.unreachable_pools(&policy.current().names()) {
         tracing::warn!("{warning}");
@@ -124,6 +129,7 @@ mod layering {
         "gate",
         "policy",
         "upstream",
+        "target",
         "supervise",
         "link",
         "pool",
