@@ -2,20 +2,20 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, bail};
+use anyhow::{Context, anyhow, bail};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
+use crate::config::{Config, HeaderValue, Origin, TransportKind, about_header, check_header, parse_url, uses_vars};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct RunArgs {
-    /// The config file (server command, pools, limits, plugins).
+    /// The config file (server command or URL, pools, limits, plugins).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// The plugins directory (default: plugins/ beside the config file, else ~/.config/switchyard/plugins).
     #[arg(long, value_name = "DIR")]
     pub plugins: Option<PathBuf>,
-    /// The server's name in logs and errors (default: from the command).
+    /// The server's name in logs and errors (default: from the command, or the URL's host).
     #[arg(long)]
     pub name: Option<String>,
     /// Log level for stderr: error, warn, info, debug, trace (default: RUST_LOG, else info for
@@ -28,9 +28,59 @@ pub struct RunArgs {
     /// Serve only the socket given by --listen, not stdin/stdout (a shared daemon).
     #[arg(long, requires = "listen")]
     pub no_stdio: bool,
+    /// A remote MCP server to front instead of a command: its Streamable HTTP endpoint, or its
+    /// legacy SSE stream (http:// or https://).
+    #[arg(long, value_name = "URL", conflicts_with = "command")]
+    pub url: Option<String>,
+    /// How to reach the remote server [default: auto]
+    #[arg(long, value_name = "KIND")]
+    pub transport: Option<TransportKind>,
+    /// A header sent with every request to the remote server, as 'Name: value'; repeatable.
+    /// `${VAR}` in the value is read from the environment at start-up (`$${` is a literal `${`),
+    /// so that secrets stay out of the process list: --header 'Authorization: Bearer ${MCP_TOKEN}'
+    #[arg(long = "header", value_name = "NAME: VALUE")]
+    pub headers: Vec<HeaderArg>,
     /// The server command and its arguments, after `--`.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// One `--header 'Name: value'` as given. It may hold a secret written out, so Debug hides it,
+/// and it is read only by `build_config`, whose errors do not repeat it (a parser that failed
+/// here would have clap print it).
+#[derive(Clone)]
+pub struct HeaderArg(pub String);
+
+impl std::str::FromStr for HeaderArg {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(HeaderArg(s.to_string()))
+    }
+}
+
+impl std::fmt::Debug for HeaderArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HeaderArg(<hidden>)")
+    }
+}
+
+/// `Name: value` split at the first colon, both trimmed. The error does not repeat the text.
+fn split_header(arg: &str) -> Result<(&str, &str), String> {
+    let (name, value) = arg.split_once(':').ok_or("has no `:` between name and value; write it as 'Name: value'")?;
+    Ok((name.trim(), value.trim_matches([' ', '\t'])))
+}
+
+/// A warning for a `--header` that looks like a credential written out: every user of the
+/// machine can read a command line (`ps`), but not switchyard's environment.
+pub fn literal_secret_warning(name: &str, raw: &str) -> Option<String> {
+    let n = name.to_ascii_lowercase();
+    let secret = ["authorization", "proxy-authorization", "cookie"].contains(&n.as_str())
+        || ["token", "key", "secret"].iter().any(|w| n.contains(w));
+    (secret && !uses_vars(raw)).then(|| {
+        format!(
+            "--header `{name}` has its value written out on the command line, where any user of this machine can read it in the process list; put the secret in an environment variable and refer to it: --header '{name}: ...${{VAR}}' (e.g. 'Authorization: Bearer ${{MCP_TOKEN}}')"
+        )
+    })
 }
 
 /// The filter without --log-level or RUST_LOG: switchyard's own lines at info, its libraries'
@@ -87,44 +137,17 @@ pub fn init_tracing(level: Option<&str>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A readable server name from a command line: `npx -y @scope/server-x dir` -> `server-x`,
-/// `node node_modules/@scope/server-y/dist/index.js` -> `server-y`.
-pub fn derive_name(command: &str, args: &[String]) -> String {
-    // Path parts that say nothing about which server it is.
-    const GENERIC: &[&str] = &["index", "main", "cli", "server", "dist", "build", "lib", "src", "bin", "out"];
-    let base = |s: &str| {
-        let s = s.trim_end_matches('/');
-        s.rsplit('/').next().unwrap_or(s).to_string()
-    };
-    let cmd = base(command);
-    let launchers = ["npx", "node", "uvx", "uv", "python", "python3", "deno", "bunx", "bun", "pipx"];
-    if !launchers.contains(&cmd.as_str()) {
-        return cmd;
-    }
-    let Some(arg) = args.iter().find(|a| !a.starts_with('-') && *a != "run" && *a != "exec") else {
-        return cmd;
-    };
-    let strip = |p: &str| {
-        let p = p.split('@').find(|p| !p.is_empty()).unwrap_or(p).to_string();
-        p.trim_end_matches(".js").trim_end_matches(".mjs").trim_end_matches(".py").to_string()
-    };
-    // The last path part that names something: a file, else the package directory above it.
-    let parts: Vec<String> = arg.trim_end_matches('/').split('/').map(strip).collect();
-    parts
-        .iter()
-        .rev()
-        .find(|p| !p.is_empty() && !GENERIC.contains(&p.as_str()))
-        .cloned()
-        .unwrap_or_else(|| strip(&base(arg)))
-}
+pub use crate::target::derive_name;
 
 /// For `switchyard run ... CMD ARGS` without `--`, the line as it should have been.
 /// `argv` is the whole command line, program name first.
 pub fn without_dashes_hint(argv: &[String]) -> Option<String> {
     // Options of `run` that take a value: their value is not the server command.
-    const VALUED: &[&str] = &["--config", "--plugins", "--name", "--log-level", "--listen"];
+    const VALUED: &[&str] = &["--config", "--plugins", "--name", "--log-level", "--listen", "--transport", "--header"];
     let rest = argv.get(2..).filter(|_| argv.get(1).is_some_and(|a| a == "run"))?;
-    if rest.iter().any(|a| a == "--") {
+    // With --url there is no command to move behind `--` (and a stray word may be a header's
+    // value, not to be echoed).
+    if rest.iter().any(|a| a == "--" || a == "--url" || a.starts_with("--url=") || a.starts_with("--header")) {
         return None;
     }
     let mut i = 0;
@@ -153,17 +176,59 @@ pub fn build_config(args: &RunArgs) -> anyhow::Result<Config> {
             c
         }
     };
+    // The command line names the server over the file's, and the file's settings for the other
+    // kind of server go with the file's: a command keeps the file's env and cwd (as before
+    // URLs existed), a URL keeps the file's transport and headers.
+    let s = &mut config.server;
     if let Some((cmd, rest)) = args.command.split_first() {
-        config.server.command = Some(cmd.clone());
-        config.server.args = rest.to_vec();
+        s.command = Some(cmd.clone());
+        s.args = rest.to_vec();
+        s.url = None;
+        s.transport = None;
+        s.headers.clear();
     }
-    if config.server.command.is_none() {
+    if let Some(url) = &args.url {
+        parse_url(url).map_err(|e| anyhow!("--url {e}"))?;
+        s.url = Some(url.clone());
+        s.command = None;
+        s.args.clear();
+        s.env.clear();
+        s.cwd = None;
+    }
+    if s.command.is_none() && s.url.is_none() {
         bail!(
-            "no server command: give it after `--` (switchyard run -- npx -y @modelcontextprotocol/server-everything) or as [server] command in the config file"
+            "no server: give its command after `--` (switchyard run -- npx -y @modelcontextprotocol/server-everything), or --url URL for a remote one, or [server] command or url in the config file"
         );
     }
+    if let Some(cmd) = &s.command
+        && (args.transport.is_some() || !args.headers.is_empty())
+    {
+        bail!(
+            "--transport and --header apply to a remote server (--url, or [server] url in the config file), and this server is the command `{cmd}`"
+        );
+    }
+    if let Some(t) = args.transport {
+        s.transport = Some(t);
+    }
+    let mut given: Vec<String> = Vec::new();
+    for (i, arg) in args.headers.iter().enumerate() {
+        let (name, raw) = split_header(&arg.0).map_err(|e| anyhow!("--header #{} {e}", i + 1))?;
+        crate::config::check_header_name(name).map_err(|e| anyhow!("--header #{} {e}", i + 1))?;
+        let about = about_header(name, &Origin::CommandLine);
+        check_header(name, raw).map_err(|e| anyhow!("{about} {e}"))?;
+        if given.iter().any(|g| g.eq_ignore_ascii_case(name)) {
+            bail!("{about} is given twice (header names ignore case); keep one");
+        }
+        given.push(name.to_string());
+        if let Some(w) = literal_secret_warning(name, raw) {
+            tracing::warn!("{w}");
+        }
+        // Over the file's header of that name, whatever its case.
+        s.headers.retain(|k, _| !k.eq_ignore_ascii_case(name));
+        s.headers.insert(name.to_string(), HeaderValue { raw: raw.to_string(), origin: Origin::CommandLine });
+    }
     if let Some(n) = &args.name {
-        config.server.name = Some(n.clone());
+        s.name = Some(n.clone());
     }
     Ok(config)
 }
@@ -268,6 +333,9 @@ mod tests {
             log_level: None,
             listen: None,
             no_stdio: false,
+            url: None,
+            transport: None,
+            headers: vec![],
             command: vec!["echo".into(), "hi".into()],
         };
         let c = build_config(&args).unwrap();
@@ -275,6 +343,124 @@ mod tests {
         assert_eq!(c.server.args, vec!["hi"]);
         assert_eq!(c.server.name.as_deref(), Some("x"));
         let e = build_config(&RunArgs { command: vec![], ..args }).unwrap_err().to_string();
-        assert!(e.contains("after `--`"), "{e}");
+        assert!(e.contains("after `--`") && e.contains("--url URL"), "{e}");
+    }
+
+    /// `switchyard run ARGS` as clap reads it.
+    fn parse(argv: &[&str]) -> Result<RunArgs, clap::Error> {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            run: RunArgs,
+        }
+        use clap::Parser;
+        Cli::try_parse_from(std::iter::once("run").chain(argv.iter().copied())).map(|c| c.run)
+    }
+
+    fn config_file(text: &str) -> (tempfile::TempDir, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("switchyard.toml");
+        std::fs::write(&path, text).unwrap();
+        let p = path.display().to_string();
+        (dir, p)
+    }
+
+    #[test]
+    fn url_transport_and_headers_come_from_the_command_line() {
+        let a = parse(&[
+            "--url",
+            "https://mcp.example.com/mcp",
+            "--transport",
+            "streamable-http",
+            "--header",
+            "Authorization: Bearer ${MCP_TOKEN}",
+            "--header",
+            "X-Team:core ",
+        ])
+        .unwrap();
+        let c = build_config(&a).unwrap();
+        assert_eq!(c.server.url.as_deref(), Some("https://mcp.example.com/mcp"));
+        assert_eq!(c.server.transport, Some(TransportKind::StreamableHttp));
+        assert_eq!(c.server.headers["Authorization"].raw, "Bearer ${MCP_TOKEN}");
+        assert_eq!(c.server.headers["X-Team"], HeaderValue { raw: "core".into(), origin: Origin::CommandLine });
+        assert!(!format!("{a:?}").contains("MCP_TOKEN"), "Debug shows a header: {a:?}");
+        assert!(parse(&["--url", "https://h/", "--transport", "websocket"]).is_err());
+    }
+
+    #[test]
+    fn a_url_and_a_command_together_are_refused() {
+        let e = parse(&["--url", "https://h/mcp", "--", "npx", "srv"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::ArgumentConflict, "{e}");
+        assert!(e.to_string().contains("--url"), "{e}");
+    }
+
+    #[test]
+    fn the_command_line_server_replaces_the_file_s_and_keeps_what_fits_it() {
+        // A file URL with headers; --url keeps its transport and headers, --header overrides by name.
+        let (_d, file) = config_file(
+            "[server]\nname = \"docs\"\nurl = \"https://a/mcp\"\ntransport = \"sse\"\n\
+             headers = { authorization = \"Bearer ${A}\", X-Team = \"core\" }\n",
+        );
+        let a =
+            parse(&["--config", &file, "--url", "https://b/mcp", "--header", "Authorization: Bearer ${B}"]).unwrap();
+        let c = build_config(&a).unwrap();
+        assert_eq!(c.server.url.as_deref(), Some("https://b/mcp"));
+        assert_eq!((c.server.transport, c.server.name.as_deref()), (Some(TransportKind::Sse), Some("docs")));
+        let names: Vec<_> = c.server.headers.keys().cloned().collect();
+        assert_eq!(names, ["Authorization", "X-Team"]);
+        assert_eq!(c.server.headers["Authorization"].origin, Origin::CommandLine);
+        // A command on the command line drops the file's URL settings.
+        let c = build_config(&parse(&["--config", &file, "--", "npx", "srv"]).unwrap()).unwrap();
+        assert!(c.server.url.is_none() && c.server.transport.is_none() && c.server.headers.is_empty());
+        c.resolve_target(&|_| Err(std::env::VarError::NotPresent)).unwrap();
+        // A file command with env and cwd; --url drops them (they describe a command).
+        let (_d, file) = config_file("[server]\ncommand = \"npx\"\nargs = [\"x\"]\nenv = { A = \"1\" }\ncwd = \"w\"\n");
+        let c = build_config(&parse(&["--config", &file, "--url", "https://h/"]).unwrap()).unwrap();
+        assert!(c.server.command.is_none() && c.server.args.is_empty() && c.server.env.is_empty());
+        assert!(c.server.cwd.is_none());
+        c.resolve_target(&|_| Err(std::env::VarError::NotPresent)).unwrap();
+        // ... while --header alone does not apply to that command.
+        let e = build_config(&parse(&["--config", &file, "--header", "A: b"]).unwrap()).unwrap_err().to_string();
+        assert!(e.contains("apply to a remote server") && e.contains("command `npx`"), "{e}");
+    }
+
+    #[test]
+    fn bad_command_line_urls_and_headers_are_named_without_their_values() {
+        let build = |argv: &[&str]| build_config(&parse(argv).unwrap()).map(|_| ()).unwrap_err().to_string();
+        let e = build(&["--url", "ftp://h/"]);
+        assert!(e.starts_with("--url must start with https://"), "{e}");
+        let e = build(&["--url", "https://h/", "--header", "Authorization Bearer hunter2"]);
+        assert!(e.contains("--header #1 has no `:`") && !e.contains("hunter2"), "{e}");
+        let e = build(&["--url", "https://h/", "--header", "A: b", "--header", "Bearer hunter2: x"]);
+        assert!(e.contains("--header #2 has a name with a space") && !e.contains("hunter2"), "{e}");
+        let e = build(&["--url", "https://h/", "--header", "X-Key: a${B"]);
+        assert!(e.contains("header `X-Key` (--header) has `${` without a closing `}`"), "{e}");
+        let e = build(&["--url", "https://h/", "--header", "A: b", "--header", "a: c"]);
+        assert!(e.contains("given twice"), "{e}");
+        let e = build(&["--url", "https://h/", "--header", "Mcp-Session-Id: 1"]);
+        assert!(e.contains("set by switchyard itself"), "{e}");
+    }
+
+    #[test]
+    fn a_literal_credential_on_the_command_line_is_warned_about() {
+        for name in ["Authorization", "x-api-key", "X-Auth-Token", "Cookie", "Client-Secret"] {
+            let w = literal_secret_warning(name, "hunter2").unwrap_or_else(|| panic!("{name}"));
+            assert!(w.contains("process list") && w.contains("${") && !w.contains("hunter2"), "{w}");
+        }
+        assert!(literal_secret_warning("Authorization", "Bearer ${MCP_TOKEN}").is_none());
+        assert!(literal_secret_warning("X-Team", "core").is_none());
+        // `$${` is a literal `${`, so still written out.
+        assert!(literal_secret_warning("Authorization", "$${x}").is_some());
+    }
+
+    #[test]
+    fn no_dashes_hint_with_a_url() {
+        let a = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(without_dashes_hint(&a(&["sy", "run", "--url", "https://h/", "npx"])), None);
+        assert_eq!(without_dashes_hint(&a(&["sy", "run", "--header", "A: b c", "x"])), None);
+        assert_eq!(
+            without_dashes_hint(&a(&["sy", "run", "--transport", "sse", "srv"])).as_deref(),
+            Some("switchyard run --transport sse -- srv")
+        );
     }
 }

@@ -1,10 +1,12 @@
-//! `switchyard.toml`: the server command, pools, limits and the plugin list.
+//! `switchyard.toml`: the server (a command or a URL), pools, limits and the plugin list.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, bail};
+use anyhow::{Context, anyhow, bail};
 use serde::Deserialize;
+use serde::de::IgnoredAny;
+use toml::Spanned;
 
 /// The whole configuration file. Every section is optional.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -24,10 +26,11 @@ pub struct Config {
     pub base_dir: Option<PathBuf>,
 }
 
+/// The server: either a `command` switchyard starts, or a `url` it connects to.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerConfig {
-    /// Name used in logs and errors; defaults to the command's file name.
+    /// Name used in logs and errors; defaults to the command's file name, or the URL's host.
     pub name: Option<String>,
     pub command: Option<String>,
     #[serde(default)]
@@ -35,6 +38,77 @@ pub struct ServerConfig {
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     pub cwd: Option<PathBuf>,
+    /// A remote server: its MCP endpoint (Streamable HTTP) or SSE stream (legacy SSE).
+    pub url: Option<String>,
+    /// How to reach `url` (default auto).
+    pub transport: Option<TransportKind>,
+    /// Sent with every request to `url`; `${VAR}` in a value is read from the environment.
+    #[serde(default)]
+    pub headers: BTreeMap<String, HeaderValue>,
+}
+
+/// How a remote server is reached (`[server] transport`, `--transport`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum TransportKind {
+    /// Streamable HTTP, falling back to legacy SSE when the first POST is refused the way legacy servers refuse it
+    #[default]
+    Auto,
+    /// Streamable HTTP only
+    StreamableHttp,
+    /// Legacy HTTP+SSE only
+    Sse,
+}
+
+/// A header value as written, `${VAR}` not yet expanded (it may still be a literal secret, so
+/// Debug hides it), and where it was written, for errors.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(from = "String")]
+pub struct HeaderValue {
+    pub raw: String,
+    pub origin: Origin,
+}
+
+impl From<String> for HeaderValue {
+    fn from(raw: String) -> Self {
+        HeaderValue { raw, origin: Origin::Table }
+    }
+}
+
+impl std::fmt::Debug for HeaderValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeaderValue").field("raw", &"<hidden>").field("origin", &self.origin).finish()
+    }
+}
+
+/// Where a header was given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// A `[server] headers` table not read through [`Config::load`] (tests, built in code).
+    Table,
+    File {
+        path: PathBuf,
+        line: Option<usize>,
+    },
+    CommandLine,
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Table => write!(f, "[server] headers"),
+            Origin::File { path, line } => write!(f, "{}", file_place(path, *line)),
+            Origin::CommandLine => write!(f, "--header"),
+        }
+    }
+}
+
+/// `config file X, line N` (the line when known).
+fn file_place(path: &Path, line: Option<usize>) -> String {
+    match line {
+        Some(n) => format!("config file {}, line {n}", path.display()),
+        None => format!("config file {}", path.display()),
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -61,6 +135,10 @@ pub struct Limits {
     pub health_interval_ms: u64,
     /// An instance that does not answer a health ping within this is recycled.
     pub health_timeout_ms: u64,
+    /// A remote server: how long opening a connection (TCP and TLS) may take.
+    pub connect_timeout_ms: u64,
+    /// A remote legacy SSE server: how long a POST of one message may take to be accepted.
+    pub post_timeout_ms: u64,
 }
 
 impl Default for Limits {
@@ -76,6 +154,8 @@ impl Default for Limits {
             init_timeout_ms: 60_000,
             health_interval_ms: 30_000,
             health_timeout_ms: 10_000,
+            connect_timeout_ms: 10_000,
+            post_timeout_ms: 10_000,
         }
     }
 }
@@ -201,6 +281,316 @@ impl PluginEntry {
     }
 }
 
+/// Where the `[server]` keys are in a config file, for errors that name the line.
+#[derive(Default, Deserialize)]
+struct FileSpans {
+    #[serde(default)]
+    server: ServerSpans,
+}
+
+#[derive(Default, Deserialize)]
+struct ServerSpans {
+    command: Option<Spanned<IgnoredAny>>,
+    args: Option<Spanned<IgnoredAny>>,
+    env: Option<Spanned<IgnoredAny>>,
+    cwd: Option<Spanned<IgnoredAny>>,
+    url: Option<Spanned<IgnoredAny>>,
+    transport: Option<Spanned<IgnoredAny>>,
+    headers: Option<BTreeMap<String, Spanned<IgnoredAny>>>,
+}
+
+impl ServerSpans {
+    fn offset(&self, key: &str) -> Option<usize> {
+        let span = match key {
+            "command" => &self.command,
+            "args" => &self.args,
+            "env" => &self.env,
+            "cwd" => &self.cwd,
+            "url" => &self.url,
+            "transport" => &self.transport,
+            // The table itself has no span here: its first entry stands for it.
+            "headers" => return self.headers.iter().flat_map(|h| h.values()).map(|s| s.span().start).min(),
+            _ => &None,
+        };
+        span.as_ref().map(|s| s.span().start)
+    }
+}
+
+/// The 1-based line of byte `offset` in `text`.
+fn line_of(text: &str, offset: usize) -> usize {
+    text.as_bytes()[..offset.min(text.len())].iter().filter(|b| **b == b'\n').count() + 1
+}
+
+impl ServerConfig {
+    /// The rules of `[server]` on its own: a command or a URL, not both, only the keys that fit
+    /// it, a usable URL and well-formed headers. `at(key)` says where `key` was written.
+    pub fn check(&self, at: &dyn Fn(&str) -> String) -> anyhow::Result<()> {
+        let Some(url) = &self.url else {
+            if self.command.is_some() {
+                for (key, set) in [("transport", self.transport.is_some()), ("headers", !self.headers.is_empty())] {
+                    if set {
+                        bail!(
+                            "{}: [server] `{key}` applies to a remote server (`url`), and this server is the command `{}`; remove it",
+                            at(key),
+                            self.command.as_deref().unwrap_or_default()
+                        );
+                    }
+                }
+            }
+            return self.check_headers();
+        };
+        if self.command.is_some() {
+            bail!(
+                "{}: [server] has both `command` and `url`: a server is either a command switchyard starts or a URL it connects to; keep one",
+                at("url")
+            );
+        }
+        for (key, set) in [("args", !self.args.is_empty()), ("env", !self.env.is_empty()), ("cwd", self.cwd.is_some())]
+        {
+            if set {
+                bail!("{}: [server] `{key}` applies to commands only, and this server is a `url`; remove it", at(key));
+            }
+        }
+        parse_url(url).map_err(|e| anyhow!("{}: [server] url {e}", at("url")))?;
+        self.check_headers()
+    }
+
+    fn check_headers(&self) -> anyhow::Result<()> {
+        let mut seen = std::collections::BTreeSet::new();
+        for (name, value) in &self.headers {
+            check_header(name, &value.raw).map_err(|e| anyhow!("{} {e}", about_header(name, &value.origin)))?;
+            if !seen.insert(name.to_ascii_lowercase()) {
+                bail!("{} is given twice (header names ignore case); keep one", about_header(name, &value.origin));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `header `Authorization` (config file x.toml, line 4)`: the start of every error about a header.
+pub fn about_header(name: &str, origin: &Origin) -> String {
+    format!("header `{name}` ({origin})")
+}
+
+/// Header names switchyard sets itself, as the protocol needs them; a configured one would clash.
+const PROTOCOL_HEADERS: &[&str] = &[
+    "accept",
+    "content-type",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "mcp-method",
+    "mcp-name",
+    "last-event-id",
+];
+
+/// A header name must be an HTTP token (RFC 9110) and not one switchyard sets itself. The name
+/// is not repeated in the error: a mistyped `--header` may have a secret where the name should be.
+pub fn check_header_name(name: &str) -> Result<(), String> {
+    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if name.is_empty() {
+        return Err("has an empty name".into());
+    }
+    if let Some(c) = name.chars().find(|c| !token(*c)) {
+        let what = match c {
+            ' ' => "a space".to_string(),
+            c if c.is_control() => "a control character".to_string(),
+            c => format!("`{c}`"),
+        };
+        return Err(format!(
+            "has a name with {what} in it; a header name has only letters, digits and !#$%&'*+-.^_`|~"
+        ));
+    }
+    if PROTOCOL_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+        return Err("is set by switchyard itself, as the protocol needs it; remove it".into());
+    }
+    Ok(())
+}
+
+/// One part of a header value as written: text, or a `${VAR}` reference.
+#[derive(Debug, PartialEq, Eq)]
+enum Piece<'a> {
+    Text(String),
+    Var(&'a str),
+}
+
+/// Splits a header value into text and `${VAR}` references; `$${` stands for a literal `${`,
+/// and any other `$` is itself.
+fn pieces(raw: &str) -> Result<Vec<Piece<'_>>, String> {
+    let is_name = |n: &str| {
+        n.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    let mut out = Vec::new();
+    let mut text = String::new();
+    let mut rest = raw;
+    while let Some(i) = rest.find('$') {
+        text.push_str(&rest[..i]);
+        let at = &rest[i..];
+        if let Some(r) = at.strip_prefix("$${") {
+            text.push_str("${");
+            rest = r;
+        } else if let Some(r) = at.strip_prefix("${") {
+            let Some(end) = r.find('}') else {
+                return Err("has `${` without a closing `}` (write `$${` for a literal `${`)".into());
+            };
+            let name = &r[..end];
+            if !is_name(name) {
+                // The text after `${` is not named: it may be part of a secret.
+                return Err("has `${` followed by something that is not a variable name (letters, digits and `_`, not starting with a digit); write `$${` for a literal `${`".into());
+            }
+            if !text.is_empty() {
+                out.push(Piece::Text(std::mem::take(&mut text)));
+            }
+            out.push(Piece::Var(name));
+            rest = &r[end + 1..];
+        } else {
+            text.push('$');
+            rest = &at[1..];
+        }
+    }
+    text.push_str(rest);
+    if !text.is_empty() {
+        out.push(Piece::Text(text));
+    }
+    Ok(out)
+}
+
+/// Whether a header value refers to a variable (`${VAR}`, not the escaped `$${`).
+pub fn uses_vars(raw: &str) -> bool {
+    pieces(raw).map_or(true, |p| p.iter().any(|p| matches!(p, Piece::Var(_))))
+}
+
+/// What in `s` a header value cannot carry, if anything: RFC 9110 allows visible ASCII, space,
+/// tab, and bytes from 0x80 (obs-text).
+fn forbidden(s: &str) -> Option<&'static str> {
+    s.chars().find_map(|c| match c {
+        '\r' => Some("a carriage return (CR)"),
+        '\n' => Some("a line feed (LF)"),
+        '\t' => None,
+        c if c.is_ascii_control() => Some("a control character"),
+        _ => None,
+    })
+}
+
+/// Checks a header as written, before any variable is read: its name, its `${VAR}` syntax and
+/// its literal text. The error completes "header `X` (where) ...", and never holds the value.
+pub fn check_header(name: &str, raw: &str) -> Result<(), String> {
+    check_header_name(name)?;
+    for piece in pieces(raw)? {
+        if let Piece::Text(t) = piece
+            && let Some(what) = forbidden(&t)
+        {
+            return Err(format!("has {what} in its value, which a header cannot carry"));
+        }
+    }
+    Ok(())
+}
+
+/// A header value with its variables read.
+#[derive(PartialEq, Eq)]
+pub struct Expanded {
+    pub value: String,
+    /// The variables used, in order of first use.
+    pub vars: Vec<String>,
+    /// The variables that were set but empty.
+    pub empty: Vec<String>,
+}
+
+impl std::fmt::Debug for Expanded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Expanded")
+            .field("value", &"<hidden>")
+            .field("vars", &self.vars)
+            .field("empty", &self.empty)
+            .finish()
+    }
+}
+
+/// Reads every `${VAR}` of a header value through `env` (`std::env::var` outside tests). The
+/// error completes "header `X` (where) ...", names the variable and never holds a value.
+pub fn expand(raw: &str, env: &dyn Fn(&str) -> Result<String, std::env::VarError>) -> Result<Expanded, String> {
+    let mut out = Expanded { value: String::new(), vars: Vec::new(), empty: Vec::new() };
+    for piece in pieces(raw)? {
+        match piece {
+            Piece::Text(t) => {
+                if let Some(what) = forbidden(&t) {
+                    return Err(format!("has {what} in its value, which a header cannot carry"));
+                }
+                out.value.push_str(&t);
+            }
+            Piece::Var(name) => {
+                let v = match env(name) {
+                    Ok(v) => v,
+                    Err(std::env::VarError::NotPresent) => {
+                        return Err(format!(
+                            "uses ${{{name}}}, which is not set: set {name} in switchyard's environment (write `$${{` for a literal `${{`)"
+                        ));
+                    }
+                    Err(std::env::VarError::NotUnicode(_)) => {
+                        return Err(format!("uses ${{{name}}}, whose value is not valid UTF-8"));
+                    }
+                };
+                if let Some(what) = forbidden(&v) {
+                    return Err(format!(
+                        "uses ${{{name}}}, whose value has {what}, which a header cannot carry (a value read from a file often ends with a line feed)"
+                    ));
+                }
+                if v.is_empty() && !out.empty.iter().any(|e| e == name) {
+                    out.empty.push(name.to_string());
+                }
+                if !out.vars.iter().any(|e| e == name) {
+                    out.vars.push(name.to_string());
+                }
+                out.value.push_str(&v);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A remote server's URL, checked: http or https, with a host, and no user name or password
+/// (URLs are logged). The error completes "... url ..." and does not repeat the URL.
+pub fn parse_url(s: &str) -> Result<url::Url, String> {
+    let u = url::Url::parse(s)
+        .map_err(|e| format!("is not a valid URL ({e}); write it as https://host/path or http://host:port/path"))?;
+    if u.scheme() != "http" && u.scheme() != "https" {
+        return Err(format!("must start with https:// or http://, not {}:", u.scheme()));
+    }
+    if u.host_str().is_none_or(str::is_empty) {
+        return Err("has no host; write it as https://host/path".into());
+    }
+    if !u.username().is_empty() || u.password().is_some() {
+        return Err("has a user name or password in it, and URLs appear in logs: send credentials in a header instead (e.g. `Authorization: Bearer ${MCP_TOKEN}`)".into());
+    }
+    Ok(u)
+}
+
+/// A remote server's name from its URL: the host, and the port when it is not the scheme's
+/// default (`mcp.example.com`, `127.0.0.1:3001`).
+pub fn url_name(u: &url::Url) -> String {
+    let host = u.host_str().unwrap_or_default();
+    match u.port() {
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_string(),
+    }
+}
+
+/// Whether the URL's host is this machine (`localhost`, 127.0.0.0/8, ::1): plain http there
+/// does not cross a network.
+pub fn is_loopback(u: &url::Url) -> bool {
+    match u.host() {
+        Some(url::Host::Domain(d)) => {
+            d.eq_ignore_ascii_case("localhost") || d.to_ascii_lowercase().ends_with(".localhost")
+        }
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    }
+}
+
 impl Config {
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> anyhow::Result<Config> {
@@ -208,6 +598,14 @@ impl Config {
             std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
         let mut config: Config =
             toml::from_str(&text).with_context(|| format!("config file {} is not valid", path.display()))?;
+        // The same text again, only for where the [server] keys are (it parsed above, so this does too).
+        let spans: FileSpans = toml::from_str(&text).unwrap_or_default();
+        for (name, value) in config.server.headers.iter_mut() {
+            let at = spans.server.headers.as_ref().and_then(|h| h.get(name));
+            let line = at.map(|s| line_of(&text, s.span().start));
+            value.origin = Origin::File { path: path.to_path_buf(), line };
+        }
+        config.server.check(&|key| file_place(path, spans.server.offset(key).map(|o| line_of(&text, o))))?;
         config.base_dir =
             path.parent().map(|p| if p.as_os_str().is_empty() { PathBuf::from(".") } else { p.to_path_buf() });
         // A relative working directory is the config file's, like every other path in it.
@@ -238,6 +636,9 @@ impl Config {
                 l.call_timeout_ms,
                 l.max_call_timeout_ms
             );
+        }
+        if l.connect_timeout_ms == 0 || l.post_timeout_ms == 0 {
+            bail!("limits: connect_timeout_ms and post_timeout_ms must be above 0");
         }
         if l.max_message_bytes < 1024 {
             bail!("limits: max_message_bytes must be at least 1024");
@@ -339,6 +740,185 @@ mod tests {
             let e = toml::from_str::<Config>(text).unwrap_err().to_string();
             assert!(e.contains(&format!("unknown field `{key}`")), "{text:?}: {e}");
         }
+    }
+
+    /// Writes `text` as a config file in a fresh directory and loads it.
+    fn load_text(text: &str) -> (tempfile::TempDir, anyhow::Result<Config>) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("switchyard.toml");
+        std::fs::write(&path, text).unwrap();
+        let loaded = Config::load(&path);
+        (dir, loaded)
+    }
+
+    #[test]
+    fn a_url_server_parses_with_transport_headers_and_the_new_limits() {
+        let (dir, c) = load_text(
+            "[server]\nurl = \"https://mcp.example.com/mcp\"\ntransport = \"streamable-http\"\n\
+             headers = { Authorization = \"Bearer ${MCP_TOKEN}\", X-Team = \"core\" }\n\
+             [limits]\nconnect_timeout_ms = 2500\n",
+        );
+        let c = c.unwrap();
+        assert_eq!(c.server.url.as_deref(), Some("https://mcp.example.com/mcp"));
+        assert_eq!(c.server.transport, Some(TransportKind::StreamableHttp));
+        assert_eq!(c.server.headers["Authorization"].raw, "Bearer ${MCP_TOKEN}");
+        let path = dir.path().join("switchyard.toml");
+        assert_eq!(c.server.headers["X-Team"].origin, Origin::File { path, line: Some(4) });
+        assert_eq!((c.limits.connect_timeout_ms, c.limits.post_timeout_ms), (2500, 10_000));
+        for t in ["auto", "sse"] {
+            let c: Config = toml::from_str(&format!("[server]\nurl = \"http://h/\"\ntransport = \"{t}\"\n")).unwrap();
+            assert!(c.server.transport.is_some());
+        }
+        let e = toml::from_str::<Config>("[server]\ntransport = \"websocket\"\n").unwrap_err().to_string();
+        assert!(e.contains("streamable-http"), "{e}");
+        let mut c = Config::default();
+        c.limits.post_timeout_ms = 0;
+        assert!(c.validate().unwrap_err().to_string().contains("post_timeout_ms"));
+    }
+
+    #[test]
+    fn both_command_and_url_is_an_error_naming_the_file_and_line() {
+        let (dir, c) = load_text("[server]\ncommand = \"npx\"\n\nurl = \"https://mcp.example.com/mcp\"\n");
+        let e = format!("{:#}", c.unwrap_err());
+        let file = dir.path().join("switchyard.toml");
+        assert!(e.contains(&format!("config file {}, line 4", file.display())), "{e}");
+        assert!(e.contains("both `command` and `url`"), "{e}");
+        // Neither in the file is fine: the command line may give one.
+        let (_d, c) = load_text("[limits]\ncall_timeout_ms = 1000\n");
+        c.unwrap();
+    }
+
+    #[test]
+    fn command_keys_with_a_url_and_url_keys_with_a_command_are_errors() {
+        for (extra, key, line) in
+            [("args = [\"-y\"]", "args", 3), ("env = { A = \"1\" }", "env", 3), ("cwd = \"/tmp\"", "cwd", 3)]
+        {
+            let (_d, c) = load_text(&format!("[server]\nurl = \"https://h/mcp\"\n{extra}\n"));
+            let e = format!("{:#}", c.unwrap_err());
+            assert!(e.contains(&format!("line {line}: [server] `{key}` applies to commands only")), "{e}");
+        }
+        for (extra, key) in [("transport = \"sse\"", "transport"), ("headers = { A = \"b\" }", "headers")] {
+            let (_d, c) = load_text(&format!("[server]\ncommand = \"npx\"\n{extra}\n"));
+            let e = format!("{:#}", c.unwrap_err());
+            assert!(e.contains(&format!("line 3: [server] `{key}` applies to a remote server")), "{e}");
+        }
+    }
+
+    #[test]
+    fn bad_urls_are_refused_without_repeating_them() {
+        for (url, says) in [
+            ("mcp.example.com/mcp", "not a valid URL"),
+            ("ftp://mcp.example.com/mcp", "not ftp:"),
+            ("http://", "not a valid URL"),
+            ("file:///tmp/x", "not file:"),
+            ("https://me:hunter2@mcp.example.com/mcp", "user name or password"),
+        ] {
+            let e = parse_url(url).unwrap_err();
+            assert!(e.contains(says), "{url}: {e}");
+            assert!(!e.contains("hunter2") && !e.contains("example.com"), "{url}: {e}");
+        }
+        let (_d, c) = load_text("[server]\n\nurl = \"ftp://x/\"\n");
+        assert!(format!("{:#}", c.unwrap_err()).contains("line 3: [server] url must start with https://"));
+        assert_eq!(parse_url("https://mcp.example.com/mcp").unwrap().as_str(), "https://mcp.example.com/mcp");
+    }
+
+    #[test]
+    fn names_come_from_the_host_and_a_port_that_is_not_the_default() {
+        let name = |u: &str| url_name(&parse_url(u).unwrap());
+        assert_eq!(name("https://mcp.example.com/mcp"), "mcp.example.com");
+        assert_eq!(name("https://mcp.example.com:443/mcp"), "mcp.example.com");
+        assert_eq!(name("http://127.0.0.1:3001/sse"), "127.0.0.1:3001");
+        assert_eq!(name("http://[::1]:8080/mcp"), "[::1]:8080");
+        assert_eq!(name("http://Localhost/mcp"), "localhost");
+    }
+
+    #[test]
+    fn loopback_hosts_are_told_apart() {
+        let lo = |u: &str| is_loopback(&parse_url(u).unwrap());
+        assert!(
+            lo("http://localhost:3000/mcp")
+                && lo("http://127.0.0.5/")
+                && lo("http://[::1]/")
+                && lo("http://a.localhost/")
+        );
+        assert!(!lo("http://mcp.example.com/") && !lo("http://10.0.0.1/") && !lo("http://localhost.example.com/"));
+    }
+
+    #[test]
+    fn header_names_must_be_tokens_and_not_the_protocol_s_own() {
+        assert!(check_header_name("Authorization").is_ok() && check_header_name("X-Api_Key.v2~").is_ok());
+        for (name, says) in [
+            ("", "empty name"),
+            ("X Api", "a space"),
+            ("X:Api", "`:`"),
+            ("X\u{1}", "a control character"),
+            ("Mcp-Session-Id", "set by switchyard itself"),
+            ("content-type", "set by switchyard itself"),
+        ] {
+            let e = check_header_name(name).unwrap_err();
+            assert!(e.contains(says), "{name:?}: {e}");
+        }
+        let (_d, c) = load_text(
+            "[server]\nurl = \"https://h/\"\n[server.headers]\nAuthorization = \"a\"\nauthorization = \"b\"\n",
+        );
+        let e = format!("{:#}", c.unwrap_err());
+        assert!(e.contains("given twice") && e.contains("line 5"), "{e}");
+    }
+
+    #[test]
+    fn header_values_refuse_line_breaks_and_controls_but_not_obs_text() {
+        assert!(check_header("X", "a b\tc ~ é").is_ok());
+        for (raw, says) in [("a\r\nInjected: 1", "carriage return"), ("a\nb", "line feed"), ("a\u{7f}", "control")] {
+            let e = check_header("X", raw).unwrap_err();
+            assert!(e.contains(says) && !e.contains("Injected"), "{raw:?}: {e}");
+        }
+        for raw in ["Bearer ${TOKEN", "${1X}", "${}", "${A-B}"] {
+            let e = check_header("X", raw).unwrap_err();
+            assert!(e.contains("`${`") && e.contains("$${"), "{raw:?}: {e}");
+        }
+        let (_d, c) = load_text("[server]\nurl = \"https://h/\"\nheaders = { X = \"a\\nb\" }\n");
+        let e = format!("{:#}", c.unwrap_err());
+        assert!(e.contains("header `X` (config file") && e.contains("line 3)") && e.contains("line feed"), "{e}");
+    }
+
+    fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Result<String, std::env::VarError> {
+        move |name| pairs.iter().find(|p| p.0 == name).map(|p| p.1.to_string()).ok_or(std::env::VarError::NotPresent)
+    }
+
+    #[test]
+    fn variables_are_expanded_recorded_and_escaped() {
+        let env = env_of(&[("MCP_TOKEN", "s3cr3t"), ("TEAM", "core"), ("EMPTY", "")]);
+        let e = expand("Bearer ${MCP_TOKEN}", &env).unwrap();
+        assert_eq!((e.value.as_str(), e.vars.as_slice()), ("Bearer s3cr3t", &["MCP_TOKEN".to_string()][..]));
+        let e = expand("${TEAM}/${MCP_TOKEN}/${TEAM}", &env).unwrap();
+        assert_eq!(e.value, "core/s3cr3t/core");
+        assert_eq!(e.vars, ["TEAM", "MCP_TOKEN"]);
+        // `$${` is a literal `${`; any other `$` is itself.
+        let e = expand("$${MCP_TOKEN} costs $5 $$ ${TEAM}", &env).unwrap();
+        assert_eq!(e.value, "${MCP_TOKEN} costs $5 $$ core");
+        assert_eq!(e.vars, ["TEAM"]);
+        assert!(!uses_vars("$${MCP_TOKEN}") && uses_vars("x ${A}") && !uses_vars("plain"));
+        let e = expand("a${EMPTY}b${EMPTY}", &env).unwrap();
+        assert_eq!((e.value.as_str(), e.empty.as_slice()), ("ab", &["EMPTY".to_string()][..]));
+    }
+
+    #[test]
+    fn a_missing_or_unusable_variable_is_named_and_its_value_is_not() {
+        let e = expand("Bearer ${MCP_TOKEN}", &env_of(&[])).unwrap_err();
+        assert!(e.contains("${MCP_TOKEN}") && e.contains("not set"), "{e}");
+        let e = expand("Bearer ${MCP_TOKEN}", &env_of(&[("MCP_TOKEN", "s3cr3t\n")])).unwrap_err();
+        assert!(e.contains("${MCP_TOKEN}") && e.contains("line feed") && !e.contains("s3cr3t"), "{e}");
+        let e = expand("${T}", &|_| Err(std::env::VarError::NotUnicode("x".into()))).unwrap_err();
+        assert!(e.contains("${T}") && e.contains("UTF-8"), "{e}");
+    }
+
+    #[test]
+    fn debug_output_hides_header_values() {
+        let c: Config =
+            toml::from_str("[server]\nurl = \"https://h/\"\nheaders = { Authorization = \"Bearer lit3ral\" }\n")
+                .unwrap();
+        let shown = format!("{c:?}");
+        assert!(shown.contains("Authorization") && !shown.contains("lit3ral"), "{shown}");
     }
 
     #[test]

@@ -25,6 +25,7 @@ pub mod pool;
 pub mod server;
 pub mod session;
 pub mod supervise;
+pub mod target;
 pub mod upstream;
 
 use std::path::PathBuf;
@@ -36,7 +37,9 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::policy::Policy;
 use crate::server::Server;
-use crate::upstream::{Spec, StdioConnector};
+use crate::target::Target;
+use crate::upstream::remote::RemoteConnector;
+use crate::upstream::{Connector, Spec, StdioConnector};
 
 /// How long shutdown may take before switchyard stops waiting for its tasks.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
@@ -57,16 +60,19 @@ pub struct RunOptions {
 /// Runs the router until the stdio client leaves or `shutdown` fires, then cancels what is in
 /// flight, stops every server instance and returns.
 pub async fn run(config: Config, opts: RunOptions, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let command = config.server.command.clone().unwrap_or_default();
-    let name = config.server.name.clone().unwrap_or_else(|| cli::derive_name(&command, &config.server.args));
-    let spec = Spec {
-        server: name.clone(),
-        command,
-        args: config.server.args.clone(),
-        env: config.server.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-        cwd: config.server.cwd.clone(),
-        max_message_bytes: config.limits.max_message_bytes,
-        supervisor: opts.supervisor.clone(),
+    let target = config.target()?;
+    let name = target.server().to_string();
+    let connector: Arc<dyn Connector> = match target {
+        Target::Command { server, command, args, env, cwd } => Arc::new(StdioConnector::new(Spec {
+            server,
+            command,
+            args,
+            env,
+            cwd,
+            max_message_bytes: config.limits.max_message_bytes,
+            supervisor: opts.supervisor.clone(),
+        })),
+        Target::Remote(remote) => Arc::new(RemoteConnector::new(remote).map_err(|e| anyhow::anyhow!(e))?),
     };
     let policy = Policy::start(&config, opts.plugins_dir.clone(), shutdown.child_token()).await?;
     for warning in config.unreachable_pools(&policy.current().names()) {
@@ -77,14 +83,18 @@ pub async fn run(config: Config, opts: RunOptions, shutdown: CancellationToken) 
         Some(path) => Some((downstream::bind(path).await?, path.clone())),
         None => None,
     };
-    let server = Server::new(&config, &name, Arc::new(StdioConnector::new(spec)), policy, shutdown.clone());
+    let front = match &config.server.url {
+        Some(_) => connector.describe(),
+        None => format!("`{}`", server_command(&config)),
+    };
+    let server = Server::new(&config, &name, connector, policy, shutdown.clone());
     server.tasks.spawn(server.clone().maintain());
     server.tasks.spawn(server.clone().watch_policy());
     let listener = bound.map(|(l, path)| {
         tracing::info!("accepting sessions on {}", path.display());
         server.tasks.spawn(downstream::listen(server.clone(), l, path, shutdown.clone()))
     });
-    tracing::info!(server = %name, "switchyard ready in front of `{}`", server_command(&config));
+    tracing::info!(server = %name, "switchyard ready in front of {front}");
     if opts.stdio {
         downstream::stdio(server.clone(), shutdown.clone()).await;
     } else {
@@ -130,6 +140,7 @@ mod layering {
         "gate",
         "policy",
         "upstream",
+        "target",
         "supervise",
         "link",
         "pool",

@@ -17,7 +17,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run an MCP server command behind the router, speaking MCP on stdin/stdout.
+    /// Run an MCP server behind the router (a command after `--`, or a remote one with --url),
+    /// speaking MCP on stdin/stdout.
     Run(switchyard::cli::RunArgs),
     /// Join a router started with `run --listen SOCKET` as one more client, over stdin/stdout.
     Connect {

@@ -26,3 +26,85 @@ async fn a_misspelt_default_pool_is_named_in_a_warning() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// `switchyard run ARGS` with `envs` set (and MCP_TOKEN-like variables of the test's own
+/// environment removed), stdin closed: its exit code, stdout and stderr.
+async fn run_to_exit(args: &[&str], envs: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let mut cmd = tokio::process::Command::new(harness::bin());
+    cmd.arg("run")
+        .args(args)
+        .env_remove("MCP_TOKEN")
+        .env_remove("MCP_TEAM")
+        .envs(envs.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(30), cmd.output())
+        .await
+        .expect("switchyard did not exit within 30 s on a config error")
+        .expect("run switchyard");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A header that uses an unset variable stops the start: the error names the variable, the
+/// header and the file (with its line), nothing reaches stdout (the client's channel), and the
+/// value of a variable that is set never appears, even at debug level.
+#[tokio::test]
+async fn a_missing_header_variable_stops_the_start_naming_it_and_the_file() {
+    let dir = harness::temp_dir();
+    let file = dir.path().join("switchyard.toml");
+    std::fs::write(
+        &file,
+        "[server]\nurl = \"https://mcp.example.com/mcp\"\n\n[server.headers]\n\
+         Authorization = \"Bearer ${MCP_TOKEN}\"\nX-Team = \"${MCP_TEAM}\"\n",
+    )
+    .unwrap();
+    let secret = "sk-live-5ecret-e2e";
+    let (code, stdout, stderr) =
+        run_to_exit(&["--config", file.to_str().unwrap()], &[("MCP_TOKEN", secret), ("RUST_LOG", "debug")]).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(stdout, "", "stdout carries protocol only");
+    assert!(stderr.contains("${MCP_TEAM}") && stderr.contains("not set"), "{stderr}");
+    assert!(stderr.contains(&format!("header `X-Team` (config file {}, line 6)", file.display())), "{stderr}");
+    assert!(!stderr.contains(secret), "the secret reached stderr:\n{stderr}");
+}
+
+/// A variable whose value a header cannot carry (a token read from a file with its trailing
+/// newline) is named, and its value is not shown; the same for `--header`.
+#[tokio::test]
+async fn a_header_variable_with_a_line_break_is_named_without_its_value() {
+    let secret = "sk-live-5ecret-e2e";
+    let with_newline = format!("{secret}\n");
+    let (code, stdout, stderr) = run_to_exit(
+        &["--url", "https://mcp.example.com/mcp", "--header", "Authorization: Bearer ${MCP_TOKEN}"],
+        &[("MCP_TOKEN", &with_newline), ("RUST_LOG", "debug")],
+    )
+    .await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(stdout, "");
+    assert!(stderr.contains("header `Authorization` (--header) uses ${MCP_TOKEN}"), "{stderr}");
+    assert!(stderr.contains("line feed"), "{stderr}");
+    assert!(!stderr.contains(secret), "the secret reached stderr:\n{stderr}");
+}
+
+/// A server given both ways is refused before anything starts: in the file, naming it and the
+/// line; on the command line, as a usage error.
+#[tokio::test]
+async fn a_server_given_as_both_command_and_url_is_refused() {
+    let dir = harness::temp_dir();
+    let file = dir.path().join("switchyard.toml");
+    std::fs::write(&file, "[server]\ncommand = \"npx\"\nurl = \"https://mcp.example.com/mcp\"\n").unwrap();
+    let (code, stdout, stderr) = run_to_exit(&["--config", file.to_str().unwrap()], &[]).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(stdout, "");
+    assert!(stderr.contains(&format!("config file {}, line 3", file.display())), "{stderr}");
+    assert!(stderr.contains("both `command` and `url`"), "{stderr}");
+
+    let (code, stdout, stderr) = run_to_exit(&["--url", "https://mcp.example.com/mcp", "--", "npx", "srv"], &[]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(stdout, "");
+    assert!(stderr.contains("--url") && stderr.contains("cannot be used with"), "{stderr}");
+}

@@ -109,6 +109,10 @@ impl Connector for RemoteConnector {
     fn describe(&self) -> String {
         display_url(&self.url)
     }
+
+    fn hint(&self) -> String {
+        format!("Check that {} is up and reachable from here", display_url(&self.url))
+    }
 }
 
 /// What a transport reports, in order, to its `Inbound`.
