@@ -20,13 +20,15 @@ Tools (the annotations are what switchyard's retry decision reads):
 (`{"tool": ..., "pid": ...}`), so a test can count runs, also across server restarts (the file
 outlives the process).
 
-`--bearer TOKEN`: every request must carry `Authorization: Bearer TOKEN`, else 401.
+`--bearer TOKEN`: every request must carry `Authorization: Bearer TOKEN`, else 401 (and a line
+on stderr saying so).
 """
 
 import argparse
 import asyncio
 import json
 import os
+import sys
 
 import uvicorn
 from mcp.server.mcpserver import MCPServer
@@ -82,6 +84,9 @@ def require_bearer(app, token):
 
     async def guarded(scope, receive, send):
         if scope["type"] == "http" and dict(scope["headers"]).get(b"authorization") != wanted:
+            # Logged, because the SDK's client reports a 401 only as "an error response".
+            why = "missing or wrong bearer token"
+            print(f"401 for {scope['method']} {scope['path']}: {why}", file=sys.stderr, flush=True)
             body = json.dumps({"error": "invalid_token", "error_description": "missing or wrong bearer token"})
             await send(
                 {
