@@ -458,3 +458,22 @@ fn the_proxy_carries_a_real_client_and_sever_mid_call_fails_it() {
     eprintln!("severed call: {step} after {:?}", cut.elapsed());
     assert_eq!(server.runs("slow_counter"), 1);
 }
+
+#[test]
+fn with_the_event_store_a_severed_call_is_resumed_by_the_client_and_runs_once() {
+    // The 2025-11-25 client resumes a broken stream with GET + Last-Event-ID when the events have
+    // ids; the server kept running the tool and replays its response.
+    let options = PythonServerOptions { event_store: true, ..Default::default() };
+    let server = HttpServer::python(RemoteTransport::StreamableHttp, &options);
+    let proxy = FaultProxy::start(server.addr());
+    let via_proxy = ClientTarget::url(server.url_via(proxy.addr()), RemoteTransport::StreamableHttp);
+    let call = json!([["slow_counter", {"ms": 2000}]]);
+    let client = std::thread::spawn(move || run_python("legacy", &call, &via_proxy));
+    assert!(server.wait_runs("slow_counter", 1, Duration::from_secs(60)), "the slow call never started");
+    let before = proxy.connections();
+    proxy.sever();
+    let t = client.join().unwrap().transcript("severed, then resumed");
+    assert_eq!(texts(&t["steps"]["call_0_slow_counter"]), "1", "the resumed call answers: {t}");
+    assert!(proxy.connections() > before, "the client reconnected to resume");
+    assert_eq!(server.runs("slow_counter"), 1, "resumed, not repeated");
+}

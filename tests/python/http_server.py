@@ -3,11 +3,12 @@ switchyard's remote-server tests (tests/e2e/remote_fixtures.rs and the tests bui
 harness, tests/e2e/harness/http_servers.rs).
 
     python http_server.py --port N --transport streamable-http|sse --runs-file PATH
-                          [--stateless] [--json-response] [--bearer TOKEN]
+                          [--stateless] [--json-response] [--event-store] [--bearer TOKEN]
 
 Streamable HTTP is served at /mcp, legacy SSE at /sse (messages POSTed to /messages/?session_id=…),
-on 127.0.0.1 only. There is no event store, so a broken stream cannot be resumed: that is the case
-switchyard must handle itself. Nothing is printed on stdout; uvicorn logs to stderr. The server is
+on 127.0.0.1 only. By default there is no event store, so a broken stream cannot be resumed: that
+is the case switchyard must handle itself; `--event-store` (Streamable HTTP) keeps every event in
+memory and gives it an id, so a client can resume a broken stream with `Last-Event-ID`. Nothing is printed on stdout; uvicorn logs to stderr. The server is
 ready when its port accepts connections.
 
 Tools (the annotations are what switchyard's retry decision reads):
@@ -32,6 +33,7 @@ import sys
 
 import uvicorn
 from mcp.server.mcpserver import MCPServer
+from mcp.server.streamable_http import EventMessage, EventStore
 from mcp.types import ToolAnnotations
 
 server = MCPServer(
@@ -78,6 +80,28 @@ async def slow_counter(ms: int) -> int:
     return runs
 
 
+class MemoryEventStore(EventStore):
+    """Every event of every stream, in order, for the life of the process."""
+
+    def __init__(self):
+        self.events = []  # (event id, stream id, message or None for a priming event)
+
+    async def store_event(self, stream_id, message):
+        event_id = str(len(self.events) + 1)
+        self.events.append((event_id, stream_id, message))
+        return event_id
+
+    async def replay_events_after(self, last_event_id, send_callback):
+        found = next((i for i, (eid, _, _) in enumerate(self.events) if eid == last_event_id), None)
+        if found is None:
+            return None
+        stream_id = self.events[found][1]
+        for event_id, sid, message in self.events[found + 1 :]:
+            if sid == stream_id and message is not None:
+                await send_callback(EventMessage(message, event_id))
+        return stream_id
+
+
 def require_bearer(app, token):
     """ASGI wrapper: HTTP requests without `Authorization: Bearer TOKEN` get 401."""
     wanted = f"Bearer {token}".encode()
@@ -113,19 +137,21 @@ def main():
     p.add_argument("--runs-file", required=True)
     p.add_argument("--stateless", action="store_true", help="streamable-http without sessions")
     p.add_argument("--json-response", action="store_true", help="streamable-http answers JSON, not SSE")
+    p.add_argument("--event-store", action="store_true", help="streamable-http with resumable streams")
     p.add_argument("--bearer", help="require `Authorization: Bearer BEARER` on every request")
     args = p.parse_args()
     RUNS_FILE = args.runs_file
 
     if args.transport == "sse":
-        if args.stateless or args.json_response:
-            p.error("--stateless and --json-response apply to streamable-http only")
+        if args.stateless or args.json_response or args.event_store:
+            p.error("--stateless, --json-response and --event-store apply to streamable-http only")
         app = server.sse_app(sse_path="/sse", message_path="/messages/", host="127.0.0.1")
     else:
         app = server.streamable_http_app(
             streamable_http_path="/mcp",
             json_response=args.json_response,
             stateless_http=args.stateless,
+            event_store=MemoryEventStore() if args.event_store else None,
             host="127.0.0.1",
         )
     if args.bearer:

@@ -99,6 +99,9 @@ pub struct PythonServerOptions {
     pub stateless: bool,
     /// Streamable HTTP answering plain JSON instead of an SSE stream (`--json-response`).
     pub json_response: bool,
+    /// Streamable HTTP with an in-memory event store (`--event-store`): every SSE event has an id
+    /// and a broken stream can be resumed with `Last-Event-ID`. Off: nothing is resumable.
+    pub event_store: bool,
     /// Require `Authorization: Bearer <token>` on every request, else 401 (`--bearer`).
     pub bearer: Option<String>,
 }
@@ -146,6 +149,9 @@ impl HttpServer {
         }
         if options.json_response {
             argv.push("--json-response".into());
+        }
+        if options.event_store {
+            argv.push("--event-store".into());
         }
         if let Some(token) = &options.bearer {
             argv.extend(["--bearer".to_string(), token.clone()]);
