@@ -2,6 +2,10 @@
 // server through one scenario and prints ONE normalised JSON transcript on stdout.
 //
 //   node client.mjs <everything|filesystem|fixture-cancel> -- <command> [args...]
+//   node client.mjs <everything|fixture-cancel> --url <url> --transport <streamable-http|sse>
+//
+// The second form connects to a remote server directly (Streamable HTTP, or legacy SSE; <url> is
+// the /mcp or /sse endpoint), for the tests that compare it with `switchyard run --url`.
 //
 // switchyard's end-to-end tests (tests/e2e/npm.rs) run each scenario twice: directly against the
 // server, and with `switchyard run --` in front of it, and require identical transcripts. So the
@@ -17,6 +21,8 @@ import path from "node:path";
 import { pathToFileURL } from "node:url";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { SSEClientTransport } from "@modelcontextprotocol/sdk/client/sse.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import {
   CreateMessageRequestSchema,
   ElicitRequestSchema,
@@ -47,15 +53,28 @@ const ELICITATION_CONTENT = {
 // ---------------------------------------------------------------------------------------------
 // Argument parsing.
 function usage(msg) {
-  process.stderr.write(`client.mjs: ${msg}\nusage: node client.mjs <everything|filesystem|fixture-cancel> -- <command> [args...]\n`);
+  process.stderr.write(
+    `client.mjs: ${msg}\nusage: node client.mjs <everything|filesystem|fixture-cancel> -- <command> [args...]\n` +
+      `       node client.mjs <everything|fixture-cancel> --url <url> --transport <streamable-http|sse>\n`,
+  );
   process.exit(2);
 }
 const argv = process.argv.slice(2);
 const scenarioName = argv[0];
 if (!scenarioName) usage("missing scenario");
-if (argv[1] !== "--") usage("expected `--` after the scenario");
-const [command, ...commandArgs] = argv.slice(2);
-if (!command) usage("missing server command after `--`");
+// Either a server command after `--`, or a remote server's URL and transport.
+let command = null;
+let commandArgs = [];
+let remote = null;
+if (argv[1] === "--") {
+  [command, ...commandArgs] = argv.slice(2);
+  if (!command) usage("missing server command after `--`");
+} else if (argv[1] === "--url" && argv[3] === "--transport" && argv.length === 5) {
+  if (!["streamable-http", "sse"].includes(argv[4])) usage(`unknown transport ${argv[4]}`);
+  remote = { url: new URL(argv[2]), transport: argv[4] };
+} else {
+  usage("expected `-- <command>` or `--url <url> --transport <streamable-http|sse>` after the scenario");
+}
 
 // A watchdog so a hung router can never hang the test binary: fail loudly instead.
 const WATCHDOG_MS = Number(process.env.SWITCHYARD_CLIENT_TIMEOUT_MS || 90_000);
@@ -195,14 +214,18 @@ client.setNotificationHandler(ToolListChangedNotificationSchema, () => {
 // after a cancellation, so they are only reported on stderr.
 client.onerror = (e) => process.stderr.write(`client.mjs: protocol note: ${e?.message ?? e}\n`);
 
-const transport = new StdioClientTransport({
-  command,
-  args: commandArgs,
-  // The SDK passes only a minimal environment by default; pass ours so RUST_LOG etc. reach the
-  // router. The child's stderr goes to ours, so the test sees router/server logs on failure.
-  env: { ...process.env },
-  stderr: "inherit",
-});
+const transport = remote
+  ? remote.transport === "sse"
+    ? new SSEClientTransport(remote.url)
+    : new StreamableHTTPClientTransport(remote.url)
+  : new StdioClientTransport({
+      command,
+      args: commandArgs,
+      // The SDK passes only a minimal environment by default; pass ours so RUST_LOG etc. reach the
+      // router. The child's stderr goes to ours, so the test sees router/server logs on failure.
+      env: { ...process.env },
+      stderr: "inherit",
+    });
 
 // Tap the raw messages in both directions. Two reasons: the SDK keeps the negotiated protocol
 // version and the full initialize result to itself; and the SDK dispatches notifications on a
@@ -605,7 +628,8 @@ if (!scenario) usage(`unknown scenario ${scenarioName}`);
 try {
   await client.connect(transport);
 } catch (e) {
-  process.stderr.write(`client.mjs: could not connect to ${command} ${commandArgs.join(" ")}: ${e?.stack ?? e}\n`);
+  const target = remote ? `${remote.url} (${remote.transport})` : `${command} ${commandArgs.join(" ")}`;
+  process.stderr.write(`client.mjs: could not connect to ${target}: ${e?.stack ?? e}\n`);
   process.exit(2);
 }
 try {

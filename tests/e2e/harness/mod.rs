@@ -17,6 +17,12 @@ use tokio::process::{Child, Command};
 
 pub use tempfile::TempDir;
 
+// Remote (HTTP) servers and the faults of their links; see tests/e2e/remote_fixtures.rs.
+pub mod http_servers;
+pub mod proxy;
+pub mod python_venv;
+pub mod sdk_clients;
+
 /// How long `recv` and friends wait before failing the test.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
