@@ -27,7 +27,13 @@ use RemoteTransport::{Sse, StreamableHttp};
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// `switchyard run --url URL --transport T` with a config file holding `config` (TOML).
-fn router(url: &str, transport: RemoteTransport, config: &str, envs: &[(&str, &str)], extra: &[&str]) -> (Proc, harness::TempDir) {
+fn router(
+    url: &str,
+    transport: RemoteTransport,
+    config: &str,
+    envs: &[(&str, &str)],
+    extra: &[&str],
+) -> (Proc, harness::TempDir) {
     let dir = temp_dir();
     let file = dir.path().join("switchyard.toml");
     std::fs::write(&file, config).unwrap();
@@ -52,6 +58,38 @@ fn runs(server: &HttpServer, tool: &str) -> usize {
 /// Waits until `tool` has started `n` times on `server` (its runs file).
 fn wait_runs(server: &HttpServer, tool: &str, n: usize) {
     assert!(server.wait_runs(tool, n, Duration::from_secs(30)), "{tool} never ran {n} times:\n{}", server.log());
+}
+
+/// The transcript with every UUID (server-everything names its HTTP session in tool texts, and
+/// each connection has its own) replaced by `<uuid>`.
+fn without_uuids(v: &Value) -> Value {
+    let text = v.to_string();
+    let b = text.as_bytes();
+    let shape = [8usize, 4, 4, 4, 12];
+    let mut out: Vec<u8> = Vec::with_capacity(text.len());
+    let mut i = 0;
+    'scan: while i < b.len() {
+        let mut j = i;
+        for (k, n) in shape.iter().enumerate() {
+            if j + n > b.len() || !b[j..j + n].iter().all(u8::is_ascii_hexdigit) {
+                out.push(b[i]);
+                i += 1;
+                continue 'scan;
+            }
+            j += n;
+            if k < 4 {
+                if b.get(j) != Some(&b'-') {
+                    out.push(b[i]);
+                    i += 1;
+                    continue 'scan;
+                }
+                j += 1;
+            }
+        }
+        out.extend_from_slice(b"<uuid>");
+        i = j;
+    }
+    serde_json::from_slice(&out).expect("still JSON")
 }
 
 fn error_message(resp: &Value) -> String {
@@ -80,9 +118,12 @@ fn python_transcripts(server: &HttpServer, mode: &str, calls: &Value) -> (Value,
         CLIENT_TIMEOUT,
     )
     .transcript("direct over HTTP");
-    let routed =
-        transcript::run(python_client(mode, calls, &through_switchyard(&url, server.transport())), "client.py", CLIENT_TIMEOUT)
-            .transcript("through switchyard run --url");
+    let routed = transcript::run(
+        python_client(mode, calls, &through_switchyard(&url, server.transport())),
+        "client.py",
+        CLIENT_TIMEOUT,
+    )
+    .transcript("through switchyard run --url");
     (direct, routed)
 }
 
@@ -107,11 +148,23 @@ fn the_sdks_see_the_same_everything_server_through_switchyard_over_both_transpor
         let (direct, routed) = python_transcripts(&server, "legacy", &calls);
         assert_eq!(direct, routed, "{transport:?}: the Python SDK sees something else through switchyard");
         let url = server.url();
-        let direct = transcript::run(node_client("everything", &ClientTarget::url(&url, transport)), "client.mjs", CLIENT_TIMEOUT)
-            .transcript("node client direct over HTTP");
-        let routed = transcript::run(node_client("everything", &through_switchyard(&url, transport)), "client.mjs", CLIENT_TIMEOUT)
-            .transcript("node client through switchyard run --url");
-        assert_eq!(direct, routed, "{transport:?}: the TypeScript SDK sees something else through switchyard");
+        let direct = transcript::run(
+            node_client("everything", &ClientTarget::url(&url, transport)),
+            "client.mjs",
+            CLIENT_TIMEOUT,
+        )
+        .transcript("node client direct over HTTP");
+        let routed = transcript::run(
+            node_client("everything", &through_switchyard(&url, transport)),
+            "client.mjs",
+            CLIENT_TIMEOUT,
+        )
+        .transcript("node client through switchyard run --url");
+        assert_eq!(
+            without_uuids(&direct),
+            without_uuids(&routed),
+            "{transport:?}: the TypeScript SDK sees something else through switchyard"
+        );
     }
 }
 
@@ -125,7 +178,8 @@ async fn a_drop_during_an_idempotent_call_is_retried_and_succeeds() {
     let server = HttpServer::python(StreamableHttp, &PythonServerOptions::default());
     let proxy = FaultProxy::start(server.addr());
     let (_p, mut c, _d) = started(&server.url_via(proxy.addr()), StreamableHttp, "").await;
-    let id = c.send_request("tools/call", json!({"name": "slow_echo", "arguments": {"text": "kept", "ms": 1500}})).await;
+    let id =
+        c.send_request("tools/call", json!({"name": "slow_echo", "arguments": {"text": "kept", "ms": 1500}})).await;
     wait_runs(&server, "slow_echo", 1);
     proxy.sever();
     let resp = c.wait_response(&id).await;
@@ -139,7 +193,8 @@ async fn a_drop_during_an_idempotent_call_is_retried_and_succeeds() {
 async fn a_drop_during_a_non_idempotent_call_answers_at_once_and_never_repeats_it() {
     let server = HttpServer::python(StreamableHttp, &PythonServerOptions::default());
     let proxy = FaultProxy::start(server.addr());
-    let (_p, mut c, _d) = started(&server.url_via(proxy.addr()), StreamableHttp, "[server]\nname = \"counter\"\n").await;
+    let (_p, mut c, _d) =
+        started(&server.url_via(proxy.addr()), StreamableHttp, "[server]\nname = \"counter\"\n").await;
     let id = c.send_request("tools/call", json!({"name": "slow_counter", "arguments": {"ms": 4000}})).await;
     wait_runs(&server, "slow_counter", 1);
     let severed = Instant::now();
@@ -230,7 +285,10 @@ async fn a_severed_legacy_sse_stream_answers_in_flight_calls_and_reconnects() {
 /// the secret itself nowhere in the logs.
 #[tokio::test]
 async fn a_wrong_token_is_a_clear_error_that_names_the_header_and_variable() {
-    let server = HttpServer::python(StreamableHttp, &PythonServerOptions { bearer: Some("right-secret".into()), ..Default::default() });
+    let server = HttpServer::python(
+        StreamableHttp,
+        &PythonServerOptions { bearer: Some("right-secret".into()), ..Default::default() },
+    );
     let (mut p, _d) = router(
         &server.url(),
         StreamableHttp,
