@@ -312,3 +312,22 @@ async fn a_wrong_token_is_a_clear_error_that_names_the_header_and_variable() {
     let log = p.stderr.text();
     assert!(!log.contains("wrong-secret-value") && !why.contains("wrong-secret-value"), "the secret leaked:\n{log}");
 }
+
+/// A server that gives its SSE events ids (an event store): a stream severed mid-call is resumed
+/// with GET + Last-Event-ID, so even a call that is not safe to repeat gets its result, and runs once.
+#[tokio::test]
+async fn a_severed_stream_with_event_ids_is_resumed_and_the_call_completes_once() {
+    let server = HttpServer::python(StreamableHttp, &PythonServerOptions { event_store: true, ..Default::default() });
+    let proxy = FaultProxy::start(server.addr());
+    let (mut p, _d) = router(&server.url_via(proxy.addr()), StreamableHttp, "", &[], &[]);
+    let mut c = p.client();
+    // The SDK server numbers its events (a priming event first) for clients of 2025-11-25 on.
+    c.initialize_with("2025-11-25").await;
+    let id = c.send_request("tools/call", json!({"name": "slow_counter", "arguments": {"ms": 2000}})).await;
+    wait_runs(&server, "slow_counter", 1);
+    proxy.sever();
+    let resp = c.wait_response(&id).await;
+    assert!(resp.get("result").is_some(), "resumed, not failed: {resp}");
+    assert_eq!(tool_text(&resp), "1", "the result of the one run");
+    assert_eq!(runs(&server, "slow_counter"), 1);
+}
