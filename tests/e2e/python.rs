@@ -18,93 +18,19 @@ mod npm_setup;
 
 mod transcript;
 
-use std::fs::{self, File};
-use std::path::{Path, PathBuf};
+use std::fs;
+use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use npm_setup::{ensure_npm, everything_entry, filesystem_entry, install_lock, repo_root};
+use npm_setup::{ensure_npm, everything_entry, filesystem_entry};
 use serde_json::{Value, json};
 use transcript::Run;
 
 /// Upper bound for one client run; generous because CI machines are shared and slow.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
 
-fn python_dir() -> PathBuf {
-    repo_root().join("tests").join("python")
-}
-
-// ------------------------------------------------------------------------------------------------
-// The virtualenv, made once and shared by concurrent test binaries.
-
-/// Held (shared) while this process uses the virtualenv, so no other test binary rebuilds it.
-static VENV: OnceLock<Result<(PathBuf, File), String>> = OnceLock::new();
-
-/// The virtualenv's python, with the pinned SDK installed.
-fn venv_python() -> PathBuf {
-    match VENV.get_or_init(make_venv) {
-        Ok((python, _)) => python.clone(),
-        Err(e) => panic!("the Python SDK tests cannot run: {e}"),
-    }
-}
-
-fn make_venv() -> Result<(PathBuf, File), String> {
-    let version = Command::new("python3")
-        .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
-        .output()
-        .map_err(|e| format!("`python3` not found on PATH ({e}); install Python >= 3.10 with venv and pip"))?;
-    let version = String::from_utf8_lossy(&version.stdout).trim().to_string();
-    let (major, minor) = version.split_once('.').unwrap_or(("0", "0"));
-    if (major.parse::<u32>().unwrap_or(0), minor.parse::<u32>().unwrap_or(0)) < (3, 10) {
-        return Err(format!("python3 is `{version}`; the pinned SDK needs Python >= 3.10"));
-    }
-    let requirements = python_dir().join("requirements.txt");
-    let wanted = fs::read_to_string(&requirements).map_err(|e| format!("read {}: {e}", requirements.display()))?;
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-venv");
-    let python = venv.join("bin").join("python");
-    let stamp = venv.join("switchyard-requirements.txt");
-
-    let lock = install_lock("switchyard-python-venv.lock")?;
-    let ready = python.exists() && fs::read_to_string(&stamp).is_ok_and(|s| s == wanted);
-    if !ready {
-        let started = Instant::now();
-        let _ = fs::remove_dir_all(&venv);
-        let run = |cmd: &mut Command, what: &str, hint: &str| -> Result<(), String> {
-            let out = cmd.stdin(Stdio::null()).output().map_err(|e| format!("{what}: {e}"))?;
-            if out.status.success() {
-                return Ok(());
-            }
-            Err(format!(
-                "{what} failed ({}).{hint}\n--- stdout\n{}\n--- stderr\n{}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ))
-        };
-        run(
-            Command::new("python3").args(["-m", "venv"]).arg(&venv),
-            &format!("`python3 -m venv {}`", venv.display()),
-            " Python's venv module (with ensurepip) is missing: on Debian or Ubuntu install `python3-venv` (e.g. apt-get install python3.11-venv), then re-run.",
-        )?;
-        run(
-            Command::new(&python)
-                .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r"])
-                .arg(&requirements),
-            &format!("`pip install -r {}` into {}", requirements.display(), venv.display()),
-            " It needs PyPI (or a mirror set with PIP_INDEX_URL).",
-        )?;
-        fs::write(&stamp, &wanted).map_err(|e| format!("write {}: {e}", stamp.display()))?;
-        eprintln!(
-            "python virtualenv with {} made in {:?}",
-            wanted.lines().last().unwrap_or_default(),
-            started.elapsed()
-        );
-    }
-    lock.unlock().map_err(|e| format!("unlock: {e}"))?;
-    lock.lock_shared().map_err(|e| format!("lock_shared: {e}"))?;
-    Ok((python, lock))
-}
+use harness::python_venv::{python_dir, venv_python};
 
 // ------------------------------------------------------------------------------------------------
 // Running the client.

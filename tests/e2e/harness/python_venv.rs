@@ -2,7 +2,7 @@
 //! the SDK's client or servers: made once under cargo's target temp dir, shared by concurrent test
 //! binaries, rebuilt when requirements.txt changes.
 //!
-//! Same place, stamp and lock as the copy in tests/e2e/python.rs, so the two never fight over it.
+//! One copy for every test binary; the lock keeps concurrent binaries from building it twice.
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
