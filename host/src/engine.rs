@@ -129,6 +129,9 @@ pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
     };
     let mut gathered = false;
     let first_started = Instant::now();
+    // Whether an attempt that failed may have run on the server (then a later attempt's
+    // "never delivered" must not tell the client the call never ran).
+    let mut may_have_run = false;
     loop {
         // The plugin set is read once per attempt; an attempt finishes on the set it started with.
         let set = server.policy.current();
@@ -152,17 +155,29 @@ pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
         if let Some(decided) = &decided {
             log_decision(server, &set, &call, &what, decided, &eff);
         }
-        match attempt(server, &req, &eff, &what, progress.clone()).await {
+        // Retries the host adds on its own fit in the call's first deadline: a call ends at its
+        // deadline (a black-holed link included). A policy's retries each get their own timeout.
+        let cap = eff.retry.is_none().then(|| first_started + eff.timeout);
+        match attempt(server, &req, &eff, &what, progress.clone(), cap).await {
             Ok(reply) => return Some(finish(server, &set, req.session_label, &method, reply, client_id).await),
             Err(Stop::Cancelled) => return None,
             Err(Stop::Failed(mut e)) => {
-                let retry = match e.is_retryable() {
-                    true => match eff.retry {
-                        Some(r) => r,
-                        None => default_retry(server, &set, &call).await,
-                    },
-                    false => NO_RETRY,
+                let retry = match (e.is_retryable(), eff.retry) {
+                    (false, _) => NO_RETRY,
+                    (true, Some(r)) => r,
+                    // A call that hung once would hang again on the same instance, past the
+                    // deadline the client was promised: only a policy retries timeouts.
+                    (true, None) if matches!(e, CallError::Timeout { .. }) => NO_RETRY,
+                    (true, None) => default_retry(server, &set, &call).await,
                 };
+                if let CallError::Lost { delivered, cause, .. } = &mut e
+                    && !*delivered
+                    && may_have_run
+                {
+                    *delivered = true;
+                    cause.push_str("; an earlier attempt may have run");
+                }
+                may_have_run |= !e.never_delivered();
                 // A request the server never saw is repeated whatever the call is: it cannot
                 // have run (connect refused, session unknown before processing).
                 let retry = match e.never_delivered() && retry.attempts == 0 {
@@ -306,9 +321,10 @@ async fn attempt(
     eff: &Effective,
     what: &str,
     progress: Option<std::ops::Range<usize>>,
+    cap: Option<Instant>,
 ) -> Result<crate::upstream::Reply, Stop> {
     let started = Instant::now();
-    let deadline = started + eff.timeout;
+    let deadline = (started + eff.timeout).min(cap.unwrap_or(Instant::now() + eff.timeout));
     let timed_out = |what: String, waiting: Option<String>| {
         Stop::Failed(CallError::Timeout {
             server: server.name.clone(),

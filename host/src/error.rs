@@ -71,10 +71,15 @@ pub enum CallError {
     #[error("rejected by policy plugin `{}`: {}", .0.plugin, .0.reason)]
     Rejected(Rejection),
     #[error(
-        "{what} on server `{server}` timed out after {:.1} s{}{}; switchyard cancelled it upstream. Raise the timeout in a policy or `limits.call_timeout_ms` if the tool is expected to be this slow",
+        "{what} on server `{server}` timed out after {:.1} s{}{}; switchyard cancelled it upstream. {}",
         .elapsed.as_secs_f64(),
         if *.attempts > 1 { format!(" in all ({} attempts)", .attempts) } else { String::new() },
-        waiting.as_ref().map(|w| format!(" while waiting for {w}")).unwrap_or_default()
+        waiting.as_ref().map(|w| format!(" while waiting for {w}")).unwrap_or_default(),
+        if what.starts_with("initialize") || what.starts_with("server/discover") {
+            "Raise `limits.init_timeout_ms` if the server is expected to take this long to start"
+        } else {
+            "Raise the timeout in a policy or `limits.call_timeout_ms` if the tool is expected to be this slow"
+        }
     )]
     Timeout {
         server: String,
@@ -86,7 +91,7 @@ pub enum CallError {
         waiting: Option<String>,
     },
     #[error(
-        "server `{server}` instance {} ended ({}) during {what}{}. switchyard starts a new instance; retry the call",
+        "server `{server}` instance {} ended ({}) during {what}{}; switchyard starts a new instance. The call may have run: switchyard repeats only calls that are safe to repeat (read-only or idempotent tools, or a policy's retry), so check its effect before calling it again",
         .death.instance, .death.status, .death.stderr_suffix()
     )]
     Died { server: String, what: String, death: Death },
@@ -153,7 +158,7 @@ impl CallError {
             }),
             CallError::Died { server, what, death } => json!({
                 "server": server, "call": what, "instance": death.instance,
-                "status": death.status, "stderr": death.stderr,
+                "status": death.status, "stderr": death.stderr, "delivered": true,
             }),
             CallError::Lost { server, what, instance, cause, delivered } => json!({
                 "server": server, "call": what, "instance": instance, "cause": cause, "delivered": delivered,

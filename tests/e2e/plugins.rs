@@ -404,6 +404,9 @@ config = { tools = { "write" = { timeout_ms = 600000 }, "hang" = { timeout_ms = 
     // Nine retries asked, two allowed: three attempts reach the server, one error reaches the client.
     let r = s.client.call_tool("hang", json!({})).await;
     assert_eq!(r["error"]["code"], -32001, "{r}");
+    // The client waited for every attempt: the error says so.
+    assert!(r["error"]["message"].as_str().unwrap().contains("in all (3 attempts)"), "{r}");
+    assert_eq!(r["error"]["data"]["attempts"], 3, "{r}");
     let entries = harness::journal(&journal_file);
     let attempts = received(&entries, "tools/call").filter(|m| m["params"]["name"] == "hang").count();
     assert_eq!(attempts, 3, "attempts seen by the server: {entries:?}");

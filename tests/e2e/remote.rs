@@ -241,11 +241,14 @@ async fn a_black_hole_ends_the_call_at_its_deadline_and_the_link_recovers() {
     assert_eq!(c.call_text("echo", json!({"text": "before"})).await, "before");
     proxy.black_hole(true);
     let started_at = Instant::now();
-    let resp = c.request("tools/call", json!({"name": "slow_counter", "arguments": {"ms": 10}})).await;
+    // `echo` is read-only: safe to repeat, but a repeat must not carry it past its deadline.
+    let resp = c.request("tools/call", json!({"name": "echo", "arguments": {"text": "lost"}})).await;
     let took = started_at.elapsed();
     let why = error_message(&resp);
     assert!(why.contains("timed out"), "{why}");
-    assert!(took >= Duration::from_millis(1900) && took < Duration::from_secs(6), "ended after {took:?}");
+    assert_eq!(resp["error"]["data"]["attempts"], 1, "{resp}");
+    // The deadline is 2 s; twice that would mean a second full attempt.
+    assert!(took >= Duration::from_millis(1900) && took < Duration::from_millis(3900), "ended after {took:?}");
     proxy.black_hole(false);
     // The next calls work again (the hung instance is recycled by its health ping).
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -330,4 +333,21 @@ async fn a_severed_stream_with_event_ids_is_resumed_and_the_call_completes_once(
     assert!(resp.get("result").is_some(), "resumed, not failed: {resp}");
     assert_eq!(tool_text(&resp), "1", "the result of the one run");
     assert_eq!(runs(&server, "slow_counter"), 1);
+}
+
+/// The server dies while an idempotent call runs and stays down: the repeat cannot reach it
+/// ("not delivered"), but the first attempt ran, so the client must not be told the call never
+/// ran.
+#[tokio::test]
+async fn a_call_that_ran_is_never_reported_as_undelivered() {
+    let mut server = HttpServer::python(StreamableHttp, &PythonServerOptions::default());
+    let (_p, mut c, _d) = started(&server.url(), StreamableHttp, "").await;
+    let id = c.send_request("tools/call", json!({"name": "slow_echo", "arguments": {"text": "x", "ms": 3000}})).await;
+    wait_runs(&server, "slow_echo", 1);
+    server.stop();
+    let resp = c.wait_response(&id).await;
+    assert_eq!(resp["error"]["data"]["delivered"], true, "{resp}");
+    let why = error_message(&resp);
+    assert!(why.contains("may have run"), "{why}");
+    assert_eq!(runs(&server, "slow_echo"), 1);
 }

@@ -9,6 +9,8 @@ use crate::error::CallError;
 
 /// Consecutive start-up failures after which the server is marked down.
 const CRASH_LOOP_FAILURES: u32 = 5;
+/// The longest wait between two starts, failed ones included.
+const MAX_WAIT: Duration = Duration::from_secs(10);
 
 /// The crash-loop guard: backoff between failed starts, and "down" after too many in a row.
 #[derive(Default)]
@@ -24,7 +26,7 @@ impl StartHealth {
     /// so routers that lost the same remote server do not all knock again at the same moment.
     fn backoff(&self) -> Duration {
         let exp = self.failures.saturating_sub(1).min(10);
-        let full = Duration::from_millis(100u64 << exp).min(Duration::from_secs(10));
+        let full = Duration::from_millis(100u64 << exp).min(MAX_WAIT);
         full.mul_f64(1.0 - fastrand::f64() * 0.2)
     }
 
@@ -36,9 +38,11 @@ impl StartHealth {
         if self.failures < CRASH_LOOP_FAILURES {
             return None;
         }
-        // Down for 1 s, then 2, 4, ... at most 30 s: retried "half-open" after each period.
-        let exp = (self.failures - CRASH_LOOP_FAILURES).min(5);
-        let down = Duration::from_secs(1u64 << exp).min(Duration::from_secs(30));
+        // Down for 1 s, then 2, 4, ... at most 10 s (as the backoff): retried "half-open" after
+        // each period, so a server that comes back is used within 10 s.
+        let exp = (self.failures - CRASH_LOOP_FAILURES).min(4);
+        let down = Duration::from_secs(1u64 << exp).min(MAX_WAIT);
+        self.next_allowed = self.next_allowed.map(|t| t.min(now + down));
         self.down_until = Some(now + down);
         Some(down)
     }
@@ -119,6 +123,9 @@ mod tests {
         for _ in 0..10 {
             h.failure(Instant::now(), "again".into());
         }
-        assert_eq!(h.failure(Instant::now(), "again".into()), Some(Duration::from_secs(30)));
+        assert_eq!(h.failure(Instant::now(), "again".into()), Some(Duration::from_secs(10)));
+        // The next start is allowed when the down period ends, never later.
+        let next = h.check(Instant::now() + Duration::from_secs(10), "").unwrap();
+        assert!(next.is_none_or(|t| t <= Instant::now() + Duration::from_secs(10)), "{next:?}");
     }
 }

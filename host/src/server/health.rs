@@ -98,7 +98,11 @@ impl Server {
                 if let Some(pool) = self.pool_of(inst) {
                     pool.forget(inst);
                 }
-                inst.kill().await;
+                inst.kill_because(format!(
+                    "recycled: it did not answer a health ping within {} ms",
+                    timeout.as_millis()
+                ))
+                .await;
                 if let Some(pool) = self.pool_of(inst).cloned()
                     && pool.missing() > 0
                 {

@@ -77,6 +77,8 @@ pub struct Instance {
     /// until its late response arrives, the instance ends, or the hub's linger passes.
     abandoned: Mutex<HashMap<u64, (SessionId, Instant)>>,
     events: Arc<dyn Events>,
+    /// Why switchyard ended it, when it did (the status its calls are answered with).
+    kill_reason: OnceLock<String>,
     /// Itself, for handing server-initiated messages to `events` (which keeps the instance).
     me: std::sync::Weak<Instance>,
 }
@@ -124,6 +126,7 @@ impl Instance {
             last_used: Mutex::new(Instant::now()),
             abandoned: Mutex::new(HashMap::new()),
             events,
+            kill_reason: OnceLock::new(),
             me: me.clone(),
         });
         let transport = connector.connect(&label, inst.clone()).await?;
@@ -367,7 +370,7 @@ impl Instance {
             Ok(env) => env,
             Err(e) => {
                 let preview: String = line.chars().take(120).collect();
-                tracing::warn!(instance = %self.label, "skipped a non-JSON-RPC line on stdout ({}): {preview}", e.message());
+                tracing::warn!(instance = %self.label, "skipped a message from the server that is not JSON-RPC ({}): {preview}", e.message());
                 return;
             }
         };
@@ -491,8 +494,8 @@ impl Instance {
 
     /// The transport ended: every call still waiting gets the death as its answer.
     fn on_end(&self, how: Ended) {
-        let death =
-            Death { instance: self.label.clone(), status: how.status, stderr: how.stderr, local: self.pid().is_some() };
+        let status = self.kill_reason.get().cloned().unwrap_or(how.status);
+        let death = Death { instance: self.label.clone(), status, stderr: how.stderr, local: self.pid().is_some() };
         if self.death.set(death.clone()).is_err() {
             return;
         }
@@ -516,6 +519,12 @@ impl Instance {
             t.close().await;
         }
         self.dead().await;
+    }
+
+    /// Ends the instance at once, saying why (the status its calls in flight are answered with).
+    pub async fn kill_because(&self, why: String) {
+        let _ = self.kill_reason.set(why);
+        self.kill().await;
     }
 
     /// Ends the instance at once (a hung instance being recycled).
