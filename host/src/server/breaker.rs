@@ -62,6 +62,8 @@ impl StartHealth {
 }
 
 impl Server {
+    // CallError is large, but this is called once per instance start, not per message.
+    #[allow(clippy::result_large_err)]
     pub(super) fn check_start_allowed(&self) -> Result<Option<Instant>, CallError> {
         let h = self.health.lock().expect("lock");
         h.check(Instant::now(), &self.connector.hint())
