@@ -60,7 +60,7 @@ async fn handshake(core: &Core) -> Result<(Response, Parser, Url), Failure> {
             || status == StatusCode::REQUEST_TIMEOUT;
         let body = super::snippet(resp).await;
         return Err(Failure {
-            reason: format!("{url} answered the SSE stream request with HTTP {}: {body}", status.as_u16()),
+            reason: core.redact(format!("{url} answered the SSE stream request with HTTP {}: {body}", status.as_u16())),
             transient,
         });
     }

@@ -140,6 +140,9 @@ struct Core {
     headers: HeaderMap,
     /// Names of the configured headers and the variables their values came from.
     header_sources: Vec<(String, Vec<String>)>,
+    /// The configured header values and their long words (a bare token), longest first: a
+    /// server may echo them in an error body, which must not carry them into logs or errors.
+    secrets: Vec<String>,
     limit: usize,
     connect_timeout: Duration,
     post_timeout: Duration,
@@ -174,6 +177,7 @@ impl Core {
             client,
             headers,
             header_sources: spec.headers.iter().map(|h| (h.name.clone(), h.vars.clone())).collect(),
+            secrets: secrets_of(spec),
             limit: spec.max_message_bytes,
             connect_timeout: spec.connect_timeout,
             post_timeout: spec.post_timeout,
@@ -220,7 +224,8 @@ impl Core {
         let _ = self.reports.send(Report::TooLong { bytes, limit: self.limit, id });
     }
 
-    fn lost(&self, id: u64, lost: Lost) {
+    fn lost(&self, id: u64, mut lost: Lost) {
+        lost.cause = self.redact(lost.cause);
         tracing::debug!(instance = %self.label, "request {id} lost: {}", lost.cause);
         let _ = self.reports.send(Report::Lost(id, lost));
     }
@@ -232,6 +237,7 @@ impl Core {
     /// Ends the transport (the first call wins): stops every task, tells the instance, and
     /// resolves once it has been told.
     fn finish(&self, status: String) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let status = self.redact(status);
         if !self.closed.swap(true, Ordering::AcqRel) {
             tracing::debug!(instance = %self.label, "transport ended: {status}");
             self.cancel.cancel();
@@ -408,6 +414,32 @@ async fn read_body(resp: &mut Response, limit: usize) -> Result<Result<Vec<u8>, 
         }
     }
     if total > limit { Ok(Err(total)) } else { Ok(Ok(body)) }
+}
+
+/// What of the configured headers must never be shown: each value, and each of its words of 8
+/// characters or more (the token of `Bearer <token>`), longest first.
+fn secrets_of(spec: &RemoteSpec) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for h in &spec.headers {
+        let value = h.value.trim();
+        if value.len() >= 8 {
+            out.push(value.to_string());
+        }
+        out.extend(value.split_whitespace().filter(|w| w.len() >= 8).map(str::to_string));
+    }
+    out.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    out.dedup();
+    out
+}
+
+impl Core {
+    /// `text` with every configured header value (or long word of one) replaced.
+    fn redact(&self, text: String) -> String {
+        if !self.secrets.iter().any(|s| text.contains(s.as_str())) {
+            return text;
+        }
+        self.secrets.iter().fold(text, |t, s| t.replace(s.as_str(), "<redacted>"))
+    }
 }
 
 /// The start of an error body, for a message: a JSON-RPC error's message when it is one.

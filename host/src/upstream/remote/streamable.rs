@@ -377,7 +377,7 @@ impl Inner {
                     Outcome::Done => {}
                     Outcome::SessionLost(again) | Outcome::Legacy(again) => {
                         let cause =
-                            format!("the new session at {} was refused as well: {again}", self.core.shown_url());
+                            format!("{} refused the replay on its new session as well: {again}", self.core.shown_url());
                         if let Some(id) = msg.request {
                             self.core.lost(id, not_delivered(cause));
                         }
@@ -627,19 +627,18 @@ impl Inner {
     ) -> Result<(), reqwest::Error> {
         let core = &self.core;
         loop {
-            let before = parser.last_id().to_string();
             let event = next_event(resp, parser).await?;
-            if parser.last_id() != before
-                && let Some(r) = reconnect.as_deref_mut()
-            {
-                r.progress();
-            }
             let Some(event) = event else { return Ok(()) };
             match event {
                 Event::Data { kind, data } => {
                     if !matches!(kind.as_deref(), None | Some("message")) || data.trim().is_empty() {
-                        // Priming events (an id and no data) and other event types carry no message.
+                        // Priming events (an id and no data) and other event types carry no
+                        // message, and do not count as progress: a server that only primes and
+                        // closes must not be resumed for ever.
                         continue;
+                    }
+                    if let Some(r) = reconnect.as_deref_mut() {
+                        r.progress();
                     }
                     let done = answered.is_some_and(|id| answers(&data, id));
                     if done

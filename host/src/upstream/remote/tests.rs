@@ -182,6 +182,8 @@ struct Fake {
     get_stream: bool,
     /// Answer initialize with HTTP 503.
     refuse_init: bool,
+    /// "prime-only" calls: every stream, resumed ones too, is a priming event and an end.
+    primes: u32,
 }
 
 /// Sets its flag when dropped: the server dropped a response body (its client went away).
@@ -294,6 +296,15 @@ async fn mcp_post(State(fake): State<Shared>, headers: HeaderMap, body: String) 
             sse(vec!["id: e1\nretry: 10\ndata:\n\n".into()])
         }
         "big" => json(result(&id, &"x".repeat(100_000))),
+        // A server that echoes the credentials it refused in its error body.
+        "echo-auth" => {
+            let auth = header(&headers, "authorization").unwrap_or_default();
+            (StatusCode::INTERNAL_SERVER_ERROR, format!("rejected credentials: {auth}")).into_response()
+        }
+        "prime-only" => {
+            f.primes += 1;
+            sse(vec![format!("id: p{}\nretry: 10\ndata:\n\n", f.primes)])
+        }
         "big-sse" => {
             sse(vec![PROGRESS.to_string() + "\n\n", format!("id: b1\ndata: {}\n\n", result(&id, &"x".repeat(100_000)))])
         }
@@ -319,6 +330,10 @@ async fn mcp_get(State(fake): State<Shared>, headers: HeaderMap) -> Response {
         && let Some(id) = f.resumable.take()
     {
         return sse(vec![format!("id: e2\ndata: {}\n\n", result(&id, "resumed"))]);
+    }
+    if last.as_deref().is_some_and(|l| l.starts_with('p')) {
+        f.primes += 1;
+        return sse(vec![format!("id: p{}\nretry: 10\ndata:\n\n", f.primes)]);
     }
     if f.get_stream {
         let n = f.gets.len();
@@ -839,4 +854,30 @@ fn bad_headers_and_urls_are_refused_without_showing_values() {
     s.headers[0].value = "Bearer bad\nvalue".into();
     let e = RemoteConnector::new(s).err().unwrap();
     assert!(e.contains("Authorization") && e.contains("$MCP_TOKEN") && !e.contains("bad"), "{e}");
+}
+
+#[tokio::test]
+async fn a_secret_the_server_echoes_in_an_error_is_redacted() {
+    let (url, _fake) = streamable_server().await;
+    let (_c, rec, t) = open(&url, RemoteKind::StreamableHttp).await;
+    handshake(&t, &rec).await;
+    t.send(call(2, "echo-auth")).unwrap();
+    let lost = rec.lost(2).await;
+    assert!(lost.cause.contains("HTTP 500") && lost.cause.contains("rejected credentials"), "{}", lost.cause);
+    assert!(!lost.cause.contains("sekrit"), "the header's value leaked: {}", lost.cause);
+    assert!(lost.cause.contains("<redacted>"), "{}", lost.cause);
+}
+
+#[tokio::test]
+async fn a_server_that_only_primes_its_streams_is_resumed_a_bounded_number_of_times() {
+    let (url, fake) = streamable_server().await;
+    let (_c, rec, t) = open(&url, RemoteKind::StreamableHttp).await;
+    handshake(&t, &rec).await;
+    t.send(call(2, "prime-only")).unwrap();
+    let lost =
+        tokio::time::timeout(Duration::from_secs(30), rec.lost(2)).await.expect("given up, not resumed for ever");
+    assert_eq!(lost.delivery, Delivery::Maybe);
+    // The first stream and at most 3 resumptions: priming events are not progress.
+    let primes = fake.lock().unwrap().primes;
+    assert!(primes <= 4, "{primes} streams");
 }
