@@ -351,3 +351,33 @@ async fn a_call_that_ran_is_never_reported_as_undelivered() {
     assert!(why.contains("may have run"), "{why}");
     assert_eq!(runs(&server, "slow_echo"), 1);
 }
+
+/// The server is down when the client starts: a clear error naming the cause, at once; once the
+/// server is up, the next initialize gets through (within the start backoff's 10 s cap).
+#[tokio::test]
+async fn a_server_that_is_down_at_start_is_reported_and_used_once_it_is_up() {
+    let mut server = HttpServer::python(StreamableHttp, &PythonServerOptions::default());
+    server.stop();
+    let (mut p, _d) = router(&server.url(), StreamableHttp, "[server]\nname = \"later\"\n", &[], &[]);
+    let mut c = p.client();
+    let init =
+        json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}});
+    let asked = Instant::now();
+    let resp = c.request("initialize", init.clone()).await;
+    let why = error_message(&resp);
+    assert!(why.contains("`later` is down") && why.contains("could not reach"), "{why}");
+    assert!(asked.elapsed() < Duration::from_secs(5), "a refused connect fails fast: {:?}", asked.elapsed());
+    server.start();
+    let up = Instant::now();
+    loop {
+        let resp = c.request("initialize", init.clone()).await;
+        if resp.get("result").is_some() {
+            break;
+        }
+        assert!(up.elapsed() < Duration::from_secs(20), "never got through after the server came up: {resp}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    eprintln!("server up -> initialize answered: {:?}", up.elapsed());
+    c.notify("notifications/initialized", json!({})).await;
+    assert_eq!(c.call_text("echo", json!({"text": "up"})).await, "up");
+}

@@ -245,6 +245,11 @@ impl Server {
                     self.record_start_failure(e.to_string());
                 }
                 inst.kill().await;
+                // A remote server that could not be reached: the calls waiting for this start
+                // are told the server is down and why (naming their own tool, not initialize).
+                if let CallError::Lost { cause, .. } = e {
+                    return Err(CallError::Down { server: self.name.clone(), reason: cause });
+                }
                 Err(e)
             }
         }
