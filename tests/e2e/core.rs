@@ -197,7 +197,7 @@ async fn garbage_on_the_servers_stdout_never_reaches_the_client() {
     s.client.initialize().await;
     assert_eq!(s.client.call_text("garbage", json!({})).await, "ok");
     assert!(s.client.non_json.is_empty());
-    assert!(s.router.stderr.text().contains("non-JSON-RPC line"), "the skip is logged");
+    assert!(s.router.stderr.text().contains("that is not JSON-RPC"), "the skip is logged");
 }
 
 #[tokio::test]
