@@ -3,8 +3,8 @@
 //! A plain bench binary (`cargo bench --bench router [-- SECTION...]`), not criterion: what is
 //! measured is a JSON-RPC round trip through pipes and other processes, and the figures wanted
 //! are percentiles and pairs from one run, which criterion's model does not give. Sections:
-//! `latency`, `everything`, `plugins`, `throughput`, `memory` (default: all). Tables are printed
-//! as Markdown, ready for BENCHMARKS.md.
+//! `latency`, `everything`, `plugins`, `throughput`, `memory`, `remote` (default: all). Tables are
+//! printed as Markdown, ready for BENCHMARKS.md.
 
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::os::unix::process::CommandExt;
@@ -15,6 +15,14 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
+
+// The end-to-end tests' fault proxy and Python virtualenv, as they are; the bench uses a part.
+#[allow(dead_code)]
+#[path = "../../tests/e2e/harness/proxy.rs"]
+mod proxy;
+#[allow(dead_code)]
+#[path = "../../tests/e2e/harness/python_venv.rs"]
+mod python_venv;
 
 /// Sequential round trips per block; blocks of all targets alternate, so drift hits all alike.
 const BLOCK: usize = 500;
@@ -42,6 +50,9 @@ fn main() {
     }
     if run("memory") {
         b.memory();
+    }
+    if run("remote") {
+        b.remote();
     }
     let _ = std::fs::remove_dir_all(&b.dir);
 }
@@ -73,13 +84,32 @@ impl Bench {
         vec![self.s(&self.exe), "fixture".into()]
     }
 
-    fn everything_argv(&self) -> Option<Vec<String>> {
+    fn everything_entry(&self) -> Option<PathBuf> {
         let entry = self.repo.join("tests/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-        entry.is_file().then(|| vec!["node".into(), self.s(&entry), "stdio".into()])
+        entry.is_file().then_some(entry)
+    }
+
+    fn everything_argv(&self) -> Option<Vec<String>> {
+        self.everything_entry().map(|entry| vec!["node".into(), self.s(&entry), "stdio".into()])
     }
 
     /// `switchyard run` in front of `server`, with `config` and these example plugins.
     fn router_argv(&self, name: &str, config: &str, plugins: &[&str], server: &[String]) -> Vec<String> {
+        let mut argv = self.router_base(name, config, plugins);
+        argv.push("--".into());
+        argv.extend(server.iter().cloned());
+        argv
+    }
+
+    /// `switchyard run --url URL` (Streamable HTTP) with `config` and no plugins.
+    fn remote_argv(&self, name: &str, config: &str, url: &str) -> Vec<String> {
+        let mut argv = self.router_base(name, config, &[]);
+        argv.extend(["--url".into(), url.into(), "--transport".into(), "streamable-http".into()]);
+        argv
+    }
+
+    /// `switchyard run` with its options, before the server.
+    fn router_base(&self, name: &str, config: &str, plugins: &[&str]) -> Vec<String> {
         let dir = self.dir.join(name);
         let plugins_dir = dir.join("plugins");
         std::fs::create_dir_all(&plugins_dir).unwrap();
@@ -91,8 +121,7 @@ impl Bench {
         let mut argv = vec![self.s(&self.exe), "run".into(), "--log-level".into(), "warn".into()];
         argv.extend(["--name".into(), "bench".into()]);
         argv.extend(["--config".into(), self.s(&dir.join("switchyard.toml"))]);
-        argv.extend(["--plugins".into(), self.s(&plugins_dir), "--".into()]);
-        argv.extend(server.iter().cloned());
+        argv.extend(["--plugins".into(), self.s(&plugins_dir)]);
         argv
     }
 
@@ -479,13 +508,40 @@ fn echo_request(id: u64, field: &str) -> String {
     )
 }
 
+/// Something a latency table measures: sequential round trips, timed one by one.
+trait Target {
+    fn label(&self) -> &str;
+    /// `n` sequential round trips; their durations are pushed to `out`.
+    fn round_trips(&mut self, n: usize, out: &mut Vec<Duration>);
+}
+
+impl Target for Conn {
+    fn label(&self) -> &str {
+        &self.label
+    }
+
+    fn round_trips(&mut self, n: usize, out: &mut Vec<Duration>) {
+        Conn::round_trips(self, n, out)
+    }
+}
+
+impl<T: Target + ?Sized> Target for &mut T {
+    fn label(&self) -> &str {
+        (**self).label()
+    }
+
+    fn round_trips(&mut self, n: usize, out: &mut Vec<Duration>) {
+        (**self).round_trips(n, out)
+    }
+}
+
 /// Runs ROUNDS rounds of alternating blocks and prints p50/p99 per target and the overhead
 /// against the first target (the direct connection).
-fn latency_table(targets: &mut [(Conn, usize)]) {
+fn latency_table<T: Target>(targets: &mut [(T, usize)]) {
     let mut samples: Vec<Vec<Duration>> = targets.iter().map(|_| Vec::new()).collect();
     for _ in 0..ROUNDS {
-        for ((conn, block), out) in targets.iter_mut().zip(samples.iter_mut()) {
-            conn.round_trips(*block, out);
+        for ((target, block), out) in targets.iter_mut().zip(samples.iter_mut()) {
+            target.round_trips(*block, out);
         }
     }
     let stats: Vec<(Duration, Duration)> = samples
@@ -498,14 +554,14 @@ fn latency_table(targets: &mut [(Conn, usize)]) {
     let (d50, d99) = stats[0];
     println!("| target | calls | p50 | p99 | p50 added | p99 added | p50 ratio |");
     println!("|---|---:|---:|---:|---:|---:|---:|");
-    for (i, ((conn, _), (s, (p50, p99)))) in targets.iter().zip(samples.iter().zip(&stats)).enumerate() {
+    for (i, ((target, _), (s, (p50, p99)))) in targets.iter().zip(samples.iter().zip(&stats)).enumerate() {
         let added = |a: Duration, b: Duration| match i {
             0 => "-".to_string(),
             _ => format!("{:+.1} µs", a.as_secs_f64() * 1e6 - b.as_secs_f64() * 1e6),
         };
         println!(
             "| {} | {} | {} | {} | {} | {} | {:.2}× |",
-            conn.label,
+            target.label(),
             s.len(),
             us(*p50),
             us(*p99),
@@ -570,4 +626,659 @@ fn machine() {
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("machine: {cpus} CPUs, {model}, MemTotal {mem}; load average at start: {}", load.trim());
+}
+
+// ------------------------------------------------------------------------------------------------
+// Remote servers (issue 10): `switchyard run --url` beside a bare HTTP client on the same server.
+
+/// Sequential calls per block against an HTTP server (each takes a millisecond or more).
+const REMOTE_BLOCK: usize = 100;
+/// Alternating rounds of the 64-outstanding throughput measurement, per server.
+const REMOTE_RATE_ROUNDS: usize = 3;
+/// Repetitions of the severed-link and restarted-server measurements.
+const SEVERS: usize = 10;
+const RESTARTS: usize = 5;
+/// The tools' own time in the severed-link measurements.
+const SLOW_COUNTER_MS: u64 = 5000;
+const SLOW_ECHO_MS: u64 = 1000;
+/// How long anything in the remote section may wait before the bench gives up.
+const REMOTE_LIMIT: Duration = Duration::from_secs(60);
+
+/// Ids of the bare HTTP client's requests, unique across its sessions.
+static DIRECT_IDS: AtomicU64 = AtomicU64::new(1 << 50);
+
+impl Bench {
+    /// `switchyard run --url` against a bare HTTP client doing what an SDK's client does, on the
+    /// same servers: latency, 64 outstanding calls, a severed link, a restarted server.
+    fn remote(&self) {
+        let python = match std::panic::catch_unwind(python_venv::venv_python) {
+            Ok(p) => p,
+            Err(_) => {
+                println!("\n(remote: the Python SDK's virtualenv could not be made, see the message above; skipped)");
+                return;
+            }
+        };
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let http = http_client();
+        let mut servers = Vec::new();
+        match self.everything_entry() {
+            Some(entry) => servers.push(("server-everything", HttpServer::everything(&entry, &self.dir), "message")),
+            None => println!("\n(server-everything not installed: run `npm ci --ignore-scripts` in tests/npm)"),
+        }
+        servers.push(("Python SDK server", HttpServer::python(&python, &self.repo, &self.dir, "python"), "text"));
+
+        let mut rates = Vec::new();
+        for (name, server, field) in servers.iter().map(|(n, s, f)| (*n, s, *f)) {
+            let url = server.url();
+            let mut direct = Direct::open("direct (bare HTTP client)", &rt, &http, &url, field);
+            let mut routed =
+                self.conn(&format!("switchyard run --url ({name})"), field, self.remote_argv(&server.label, "", &url));
+            routed.label = "switchyard run --url".into();
+            println!(
+                "\n### Remote, {name} `echo` over Streamable HTTP ({ROUNDS} alternating rounds; sequential calls)\n"
+            );
+            let mut targets =
+                [(&mut direct as &mut dyn Target, REMOTE_BLOCK), (&mut routed as &mut dyn Target, REMOTE_BLOCK)];
+            latency_table(&mut targets);
+            let (mut d, mut r) = (Vec::new(), Vec::new());
+            for _ in 0..REMOTE_RATE_ROUNDS {
+                d.push(direct_rate(&rt, &direct.s, field, 64));
+                r.push(routed.pipelined(64));
+            }
+            rates.push((name, d, r));
+        }
+        println!(
+            "\n### Remote, throughput with 64 calls outstanding on one session ({REMOTE_RATE_ROUNDS} alternating rounds of {} s)\n",
+            MEASURE.as_secs_f64()
+        );
+        println!("| server | direct, calls/s | switchyard run --url, calls/s | ratio of medians |");
+        println!("|---|---:|---:|---:|");
+        for (name, d, r) in &rates {
+            let show = |v: &[f64]| v.iter().map(|x| format!("{x:.0}")).collect::<Vec<_>>().join(" / ");
+            println!("| {name} | {} | {} | {:.2}× |", show(&d[..]), show(&r[..]), median_f(r) / median_f(d));
+        }
+        drop(servers);
+        self.remote_sever(&rt, &http, &python);
+        self.remote_restart(&rt, &http, &python);
+    }
+
+    /// A link severed (every TCP connection reset by the fault proxy) while a call runs: how long
+    /// until the client has its answer, through switchyard and from a bare HTTP client.
+    fn remote_sever(&self, rt: &tokio::runtime::Runtime, http: &reqwest::Client, python: &Path) {
+        let server = HttpServer::python(python, &self.repo, &self.dir, "python-sever");
+        let proxy = proxy::FaultProxy::start(server.addr());
+        let url = format!("http://{}/mcp", proxy.addr());
+        let mut c = self.conn("switchyard (sever)", "text", self.remote_argv("sever", "", &url));
+        let direct = rt.block_on(HttpSession::open(http, &url)).unwrap_or_else(|e| panic!("direct via the proxy: {e}"));
+        let counter_args = format!(r#"{{"ms":{SLOW_COUNTER_MS}}}"#);
+        let echo_args = format!(r#"{{"text":"kept","ms":{SLOW_ECHO_MS}}}"#);
+        let (mut counter, mut recover, mut bare, mut echo) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut counter_error, mut bare_error) = (String::new(), String::new());
+        let mut ran_twice = 0;
+        for _ in 0..SEVERS {
+            // Through switchyard, the call that is not safe to repeat.
+            routed_ok(&mut c);
+            let before = server.runs("slow_counter");
+            let id = c.next_id;
+            c.next_id += 1;
+            c.send(&tool_request(id, "slow_counter", &counter_args));
+            c.flush();
+            server.wait_runs("slow_counter", before + 1);
+            let t = Instant::now();
+            proxy.sever();
+            let resp = c.recv();
+            counter.push(t.elapsed());
+            assert!(
+                resp.contains("\"error\"") && resp.contains(&format!("\"id\":{id}")),
+                "not an error for {id}: {resp}"
+            );
+            counter_error = resp.trim().to_string();
+            // The next call, on a new connection.
+            let t = Instant::now();
+            routed_ok(&mut c);
+            recover.push(t.elapsed());
+
+            // The bare client, the same call: its POST fails when its connection is reset.
+            direct_ok(rt, &direct);
+            let before = server.runs("slow_counter");
+            let id = DIRECT_IDS.fetch_add(1, Ordering::Relaxed);
+            let (took, outcome) = std::thread::scope(|s| {
+                let severer = s.spawn(|| {
+                    server.wait_runs("slow_counter", before + 1);
+                    let t = Instant::now();
+                    proxy.sever();
+                    t
+                });
+                let outcome = rt.block_on(direct.post(tool_request(id, "slow_counter", &counter_args), Some(id)));
+                let end = Instant::now();
+                (end - severer.join().unwrap(), outcome)
+            });
+            bare.push(took);
+            bare_error = match outcome {
+                Err(e) => e,
+                Ok(answer) => format!("(an answer: {:?})", answer.map(|a| a.line)),
+            };
+        }
+        for _ in 0..SEVERS {
+            // Through switchyard, the idempotent call: repeated on a new connection.
+            routed_ok(&mut c);
+            let before = server.runs("slow_echo");
+            let id = c.next_id;
+            c.next_id += 1;
+            c.send(&tool_request(id, "slow_echo", &echo_args));
+            c.flush();
+            server.wait_runs("slow_echo", before + 1);
+            let t = Instant::now();
+            proxy.sever();
+            let resp = c.recv();
+            echo.push(t.elapsed());
+            assert!(resp.contains("\"result\"") && resp.contains("kept"), "slow_echo was not answered: {resp}");
+            if server.runs("slow_echo") == before + 2 {
+                ran_twice += 1;
+            }
+        }
+        let counter_runs = server.runs("slow_counter");
+        println!("\n### Remote, a severed link: sever → the client's answer ({SEVERS} times each)\n");
+        println!("| call, client | answer | min | median | max |");
+        println!("|---|---|---:|---:|---:|");
+        fn row(what: &str, answer: &str, v: &mut [Duration]) {
+            v.sort();
+            println!("| {what} | {answer} | {} | {} | {} |", ms(v[0]), ms(pct(v, 0.5)), ms(v[v.len() - 1]));
+        }
+        row(
+            &format!("`slow_counter` ({SLOW_COUNTER_MS} ms, not idempotent), switchyard"),
+            "JSON-RPC error",
+            &mut counter,
+        );
+        row("the next `echo` through switchyard, after it", "result", &mut recover);
+        row(
+            &format!("`slow_counter` ({SLOW_COUNTER_MS} ms), bare HTTP client"),
+            "transport error, no JSON-RPC answer",
+            &mut bare,
+        );
+        row(&format!("`slow_echo` ({SLOW_ECHO_MS} ms, idempotent), switchyard"), "result (repeated)", &mut echo);
+        let less: Vec<Duration> = echo.iter().map(|d| d.saturating_sub(Duration::from_millis(SLOW_ECHO_MS))).collect();
+        row(&format!("the same minus the repeat's own {SLOW_ECHO_MS} ms"), "", &mut less.clone());
+        println!(
+            "\n`slow_counter` started {counter_runs} times for {} calls; `slow_echo` ran twice (first try, repeat) for {ran_twice} of {SEVERS} calls.",
+            2 * SEVERS
+        );
+        println!("switchyard's error: `{counter_error}`");
+        println!("the bare client's error: `{bare_error}`");
+    }
+
+    /// The server killed (SIGKILL to its process group) and started again on the same port: how
+    /// long from its port accepting again until a call through switchyard is answered well.
+    fn remote_restart(&self, rt: &tokio::runtime::Runtime, http: &reqwest::Client, python: &Path) {
+        let mut server = HttpServer::python(python, &self.repo, &self.dir, "python-restart");
+        let url = server.url();
+        let mut c = self.conn("switchyard (restart)", "text", self.remote_argv("restart", "", &url));
+        let (mut took, mut errors, mut direct_saw) = (Vec::new(), 0, String::new());
+        for _ in 0..RESTARTS {
+            let direct = rt.block_on(HttpSession::open(http, &url)).unwrap_or_else(|e| panic!("direct: {e}"));
+            direct_ok(rt, &direct);
+            routed_ok(&mut c);
+            server.stop();
+            let ready = server.start();
+            loop {
+                let id = c.next_id;
+                c.next_id += 1;
+                let resp = c.call(&echo_request(id, "text"));
+                if resp.contains("\"result\"") {
+                    break;
+                }
+                errors += 1;
+                assert!(ready.elapsed() < REMOTE_LIMIT, "no good answer through switchyard after a restart: {resp}");
+            }
+            took.push(ready.elapsed());
+            let id = DIRECT_IDS.fetch_add(1, Ordering::Relaxed);
+            direct_saw = match rt.block_on(direct.post(echo_request(id, "text"), Some(id))) {
+                Err(e) => e,
+                Ok(answer) => format!("(an answer: {:?})", answer.map(|a| a.line)),
+            };
+        }
+        took.sort();
+        println!("\n### Remote, a restarted server: its port accepts again → first good answer ({RESTARTS} times)\n");
+        println!("| client | answer | min | median | max |");
+        println!("|---|---|---:|---:|---:|");
+        println!(
+            "| switchyard run --url, `echo` | result | {} | {} | {} |",
+            ms(took[0]),
+            ms(pct(&took, 0.5)),
+            ms(took[took.len() - 1])
+        );
+        println!("\nError answers through switchyard before the good one: {errors} in {RESTARTS} restarts.");
+        println!("The bare client's `echo` on its old session after the restart: `{direct_saw}`");
+    }
+}
+
+/// An `echo` through switchyard that must succeed.
+fn routed_ok(c: &mut Conn) {
+    let id = c.next_id;
+    c.next_id += 1;
+    let resp = c.call(&echo_request(id, c.field));
+    assert!(resp.contains("\"result\""), "{}: echo failed: {resp}", c.label);
+}
+
+/// An `echo` from the bare client that must succeed; a second try is allowed, because a pooled
+/// connection that the proxy reset a moment ago may be picked before its end is noticed.
+fn direct_ok(rt: &tokio::runtime::Runtime, s: &HttpSession) {
+    let mut last = String::new();
+    for _ in 0..2 {
+        let id = DIRECT_IDS.fetch_add(1, Ordering::Relaxed);
+        match rt.block_on(s.post(echo_request(id, "text"), Some(id))) {
+            Ok(Some(a)) if a.line.contains("\"result\"") => return,
+            Ok(a) => last = format!("{:?}", a.map(|a| a.line)),
+            Err(e) => last = e,
+        }
+    }
+    panic!("direct echo failed: {last}");
+}
+
+fn tool_request(id: u64, tool: &str, args: &str) -> String {
+    format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{args}}}}}"#)
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1e3)
+}
+
+fn median_f(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The bare client's HTTP client: reqwest as switchyard builds it, plain HTTP, connections kept.
+fn http_client() -> reqwest::Client {
+    // reqwest is built without a TLS provider of its own; only plain HTTP is used here, but the
+    // builder wants one.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder().build().unwrap()
+}
+
+/// A bare MCP client over Streamable HTTP that does on the wire what an SDK's client does: POSTs
+/// each message accepting JSON and SSE, keeps the session id and protocol version from the
+/// initialize, and reads the answer as JSON or as the SSE event that carries the response.
+/// Connections are kept alive and reused by reqwest's pool.
+struct HttpSession {
+    client: reqwest::Client,
+    url: String,
+    session: Option<String>,
+    version: Option<String>,
+}
+
+/// A response, and the moment its last byte was read (before the rest of its stream was drained).
+struct Answer {
+    line: String,
+    at: Instant,
+}
+
+impl HttpSession {
+    async fn open(client: &reqwest::Client, url: &str) -> Result<HttpSession, String> {
+        let mut s = HttpSession { client: client.clone(), url: url.into(), session: None, version: None };
+        let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"0"}}}"#;
+        let (answer, session) = s.exchange(init.into(), Some(0)).await?;
+        let answer = answer.ok_or("initialize: no answer")?;
+        let v: serde_json::Value =
+            serde_json::from_str(&answer.line).map_err(|e| format!("initialize answer ({e}): {}", answer.line))?;
+        s.version = v["result"]["protocolVersion"].as_str().map(String::from);
+        s.session = session;
+        s.exchange(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.into(), None).await?;
+        Ok(s)
+    }
+
+    /// POSTs one message; for a request (`id`), reads its response. Err: an HTTP status other
+    /// than 2xx, with its body, or a transport error.
+    async fn post(&self, body: String, id: Option<u64>) -> Result<Option<Answer>, String> {
+        self.exchange(body, id).await.map(|(answer, _)| answer)
+    }
+
+    /// `post`, with the session id the server gave in its headers.
+    async fn exchange(&self, body: String, id: Option<u64>) -> Result<(Option<Answer>, Option<String>), String> {
+        use reqwest::header::{ACCEPT, CONTENT_TYPE};
+        let mut req = self
+            .client
+            .post(&self.url)
+            .header(ACCEPT, "application/json, text/event-stream")
+            .header(CONTENT_TYPE, "application/json")
+            .body(body);
+        if let Some(s) = &self.session {
+            req = req.header("mcp-session-id", s);
+        }
+        if let Some(v) = &self.version {
+            req = req.header("mcp-protocol-version", v);
+        }
+        let mut resp = req.send().await.map_err(|e| format!("POST {}: {}", self.url, chain(&e)))?;
+        let status = resp.status();
+        let session = resp.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(String::from);
+        if !status.is_success() {
+            let body = resp.text().await.unwrap_or_default();
+            return Err(format!("HTTP {}: {}", status.as_u16(), body.trim()));
+        }
+        let Some(id) = id else {
+            let _ = resp.bytes().await;
+            return Ok((None, session));
+        };
+        let sse = resp
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        if !sse {
+            let body = resp.bytes().await.map_err(|e| format!("reading the answer: {}", chain(&e)))?;
+            let line = String::from_utf8_lossy(&body).into_owned();
+            return Ok((Some(Answer { line, at: Instant::now() }), session));
+        }
+        let (mut parser, mut events, mut answer) = (Sse::default(), Vec::new(), None);
+        loop {
+            match resp.chunk().await {
+                Ok(Some(chunk)) if answer.is_none() => {
+                    parser.feed(&chunk, &mut events);
+                    for data in events.drain(..) {
+                        let env: Envelope = serde_json::from_str(&data).unwrap_or(Envelope { id: None, method: None });
+                        if answer.is_none() && env.method.is_none() && env.id == Some(id) {
+                            answer = Some(Answer { line: data, at: Instant::now() });
+                        }
+                    }
+                }
+                // Drained so the connection is reused: the server ends the stream after the response.
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(_) if answer.is_some() => break,
+                Err(e) => return Err(format!("reading the answer's event stream: {}", chain(&e))),
+            }
+        }
+        match answer {
+            Some(a) => Ok((Some(a), session)),
+            None => Err("the event stream ended without the response".into()),
+        }
+    }
+}
+
+/// An error and its causes on one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+/// Splits a `text/event-stream` body into the `data` of its events.
+#[derive(Default)]
+struct Sse {
+    buf: Vec<u8>,
+    data: String,
+}
+
+impl Sse {
+    fn feed(&mut self, chunk: &[u8], out: &mut Vec<String>) {
+        self.buf.extend_from_slice(chunk);
+        let mut start = 0;
+        while let Some(n) = memchr::memchr(b'\n', &self.buf[start..]) {
+            let line = &self.buf[start..start + n];
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            if line.is_empty() {
+                if !self.data.is_empty() {
+                    out.push(std::mem::take(&mut self.data));
+                }
+            } else if let Some(rest) = line.strip_prefix(b"data:") {
+                let rest = rest.strip_prefix(b" ").unwrap_or(rest);
+                if !self.data.is_empty() {
+                    self.data.push('\n');
+                }
+                self.data.push_str(&String::from_utf8_lossy(rest));
+            }
+            start += n + 1;
+        }
+        self.buf.drain(..start);
+    }
+}
+
+/// The bare HTTP client as a latency-table target, on a current-thread runtime of the bench.
+struct Direct<'a> {
+    label: String,
+    rt: &'a tokio::runtime::Runtime,
+    s: std::sync::Arc<HttpSession>,
+    field: &'static str,
+}
+
+impl<'a> Direct<'a> {
+    /// Initialised and warmed up with 200 calls, as a `Conn` is.
+    fn open(
+        label: &str,
+        rt: &'a tokio::runtime::Runtime,
+        http: &reqwest::Client,
+        url: &str,
+        field: &'static str,
+    ) -> Self {
+        let s = rt.block_on(HttpSession::open(http, url)).unwrap_or_else(|e| panic!("{label} at {url}: {e}"));
+        let mut d = Direct { label: label.into(), rt, s: std::sync::Arc::new(s), field };
+        d.round_trips(200, &mut Vec::new());
+        d
+    }
+}
+
+impl Target for Direct<'_> {
+    fn label(&self) -> &str {
+        &self.label
+    }
+
+    fn round_trips(&mut self, n: usize, out: &mut Vec<Duration>) {
+        let (s, field, label) = (&self.s, self.field, &self.label);
+        self.rt.block_on(async {
+            for _ in 0..n {
+                let id = DIRECT_IDS.fetch_add(1, Ordering::Relaxed);
+                let req = echo_request(id, field);
+                let t = Instant::now();
+                let answer = s.post(req, Some(id)).await.unwrap_or_else(|e| panic!("{label}: {e}"));
+                let answer = answer.expect("a request is answered");
+                out.push(answer.at - t);
+                debug_assert!(answer.line.contains("\"result\""));
+            }
+        });
+    }
+}
+
+/// Calls/s with `window` POSTs at once on the bare client's one session (each task sends its next
+/// call when its last is answered), counted over MEASURE after WARMUP, as `Conn::pipelined` does.
+fn direct_rate(
+    rt: &tokio::runtime::Runtime,
+    s: &std::sync::Arc<HttpSession>,
+    field: &'static str,
+    window: usize,
+) -> f64 {
+    use std::sync::Arc;
+    rt.block_on(async {
+        let stop = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicU64::new(0));
+        let failed = Arc::new(std::sync::Mutex::new(None::<String>));
+        let tasks: Vec<_> = (0..window)
+            .map(|_| {
+                let (s, stop, done, failed) = (s.clone(), stop.clone(), done.clone(), failed.clone());
+                tokio::spawn(async move {
+                    while !stop.load(Ordering::Relaxed) {
+                        let id = DIRECT_IDS.fetch_add(1, Ordering::Relaxed);
+                        match s.post(echo_request(id, field), Some(id)).await {
+                            Ok(Some(a)) if a.line.contains("\"result\"") => {
+                                done.fetch_add(1, Ordering::Relaxed);
+                            }
+                            other => {
+                                let why = match other {
+                                    Ok(a) => format!("{:?}", a.map(|a| a.line)),
+                                    Err(e) => e,
+                                };
+                                failed.lock().unwrap().get_or_insert(why);
+                                return;
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        tokio::time::sleep(WARMUP).await;
+        let (c0, t0) = (done.load(Ordering::Relaxed), Instant::now());
+        tokio::time::sleep(MEASURE).await;
+        let (c1, t1) = (done.load(Ordering::Relaxed), Instant::now());
+        stop.store(true, Ordering::Relaxed);
+        for t in tasks {
+            t.await.unwrap();
+        }
+        if let Some(why) = failed.lock().unwrap().take() {
+            panic!("direct, {window} outstanding: a call failed: {why}");
+        }
+        (c1 - c0) as f64 / (t1 - t0).as_secs_f64()
+    })
+}
+
+/// An MCP server over HTTP on a fixed port of 127.0.0.1, in a process group of its own (a kill
+/// takes anything it started), its output appended to a log file that outlives restarts.
+struct HttpServer {
+    label: String,
+    argv: Vec<String>,
+    envs: Vec<(String, String)>,
+    port: u16,
+    child: Option<Child>,
+    log: PathBuf,
+    runs: PathBuf,
+}
+
+impl HttpServer {
+    /// tests/python/http_server.py (`echo(text)`, `slow_echo(text, ms)` idempotent,
+    /// `slow_counter(ms)` not) on Streamable HTTP, without an event store: a broken stream
+    /// cannot be resumed.
+    fn python(python: &Path, repo: &Path, dir: &Path, label: &str) -> HttpServer {
+        let port = free_port();
+        let runs = dir.join(format!("{label}.runs.jsonl"));
+        let argv = vec![
+            python.display().to_string(),
+            repo.join("tests/python/http_server.py").display().to_string(),
+            "--port".into(),
+            port.to_string(),
+            "--transport".into(),
+            "streamable-http".into(),
+            "--runs-file".into(),
+            runs.display().to_string(),
+        ];
+        HttpServer::launch(label, argv, vec![("PYTHONUNBUFFERED".into(), "1".into())], port, dir, runs)
+    }
+
+    /// `@modelcontextprotocol/server-everything streamableHttp` (`echo(message)`), port in `PORT`.
+    fn everything(entry: &Path, dir: &Path) -> HttpServer {
+        let port = free_port();
+        let argv = vec!["node".into(), entry.display().to_string(), "streamableHttp".into()];
+        let runs = dir.join("everything.runs.jsonl");
+        HttpServer::launch("everything", argv, vec![("PORT".into(), port.to_string())], port, dir, runs)
+    }
+
+    fn launch(
+        label: &str,
+        argv: Vec<String>,
+        envs: Vec<(String, String)>,
+        port: u16,
+        dir: &Path,
+        runs: PathBuf,
+    ) -> HttpServer {
+        let log = dir.join(format!("{label}.log"));
+        let mut s = HttpServer { label: label.into(), argv, envs, port, child: None, log, runs };
+        s.start();
+        s
+    }
+
+    fn addr(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr())
+    }
+
+    /// Starts the server and waits until its port accepts a connection; returns when it did
+    /// (polled every 5 ms).
+    fn start(&mut self) -> Instant {
+        assert!(self.child.is_none(), "{} runs already", self.label);
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        let mut child = Command::new(&self.argv[0])
+            .args(&self.argv[1..])
+            .envs(self.envs.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{}: spawn {:?}: {e}", self.label, self.argv));
+        let deadline = Instant::now() + REMOTE_LIMIT;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!(
+                    "{} exited ({status}) before listening on {}; its output is in {}",
+                    self.label,
+                    self.addr(),
+                    self.log.display()
+                );
+            }
+            if std::net::TcpStream::connect_timeout(&self.addr(), Duration::from_millis(500)).is_ok() {
+                self.child = Some(child);
+                return Instant::now();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} never listened on {}; see {}",
+                self.label,
+                self.addr(),
+                self.log.display()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// SIGKILL to its process group (a crash, not a shutdown); returns once its port refuses.
+    fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else { return };
+        // SAFETY: killpg(2) on the group this bench created for the server.
+        unsafe { libc::killpg(child.id() as i32, libc::SIGKILL) };
+        let _ = child.wait();
+        let deadline = Instant::now() + REMOTE_LIMIT;
+        while std::net::TcpStream::connect_timeout(&self.addr(), Duration::from_millis(500)).is_ok() {
+            assert!(Instant::now() < deadline, "{} still accepts on {} after SIGKILL", self.label, self.addr());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// How many times `tool` started (the Python server's runs file: one JSON line per start).
+    fn runs(&self, tool: &str) -> usize {
+        let text = std::fs::read_to_string(&self.runs).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|run| run["tool"] == tool)
+            .count()
+    }
+
+    /// Polls (every 2 ms) until `tool` started `n` times.
+    fn wait_runs(&self, tool: &str, n: usize) {
+        let deadline = Instant::now() + REMOTE_LIMIT;
+        while self.runs(tool) < n {
+            assert!(Instant::now() < deadline, "{}: {tool} never started {n} times", self.label);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: killpg(2) on the group this bench created for the server.
+            unsafe { libc::killpg(child.id() as i32, libc::SIGKILL) };
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A port of 127.0.0.1 that was free a moment ago.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
