@@ -381,3 +381,23 @@ async fn a_server_that_is_down_at_start_is_reported_and_used_once_it_is_up() {
     c.notify("notifications/initialized", json!({})).await;
     assert_eq!(c.call_text("echo", json!({"text": "up"})).await, "up");
 }
+
+/// The link drops and the server cannot be reached for a moment (connections refused): the
+/// resumption tries again rather than giving up at the first refusal, and the call completes.
+#[tokio::test]
+async fn a_resumable_call_survives_a_link_that_is_unreachable_for_a_moment() {
+    let server = HttpServer::python(StreamableHttp, &PythonServerOptions { event_store: true, ..Default::default() });
+    let proxy = FaultProxy::start(server.addr());
+    let (mut p, _d) = router(&server.url_via(proxy.addr()), StreamableHttp, "", &[], &[]);
+    let mut c = p.client();
+    c.initialize_with("2025-11-25").await;
+    let id = c.send_request("tools/call", json!({"name": "slow_counter", "arguments": {"ms": 2000}})).await;
+    wait_runs(&server, "slow_counter", 1);
+    proxy.refuse(true);
+    proxy.sever();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    proxy.refuse(false);
+    let resp = c.wait_response(&id).await;
+    assert!(resp.get("result").is_some(), "resumed after the outage, not failed: {resp}");
+    assert_eq!(runs(&server, "slow_counter"), 1);
+}

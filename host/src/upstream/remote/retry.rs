@@ -21,12 +21,13 @@ pub struct Reconnect {
 const HINT_CAP: Duration = Duration::from_secs(30);
 
 impl Reconnect {
-    /// For a request's response stream: a few quick tries, then the request is given up.
+    /// For a request's response stream: a few tries over about 3.5 s (long enough for a link
+    /// that drops for a moment), then the request is given up.
     pub fn resume() -> Reconnect {
         Reconnect {
             max_attempts: Some(3),
-            base: Duration::from_millis(100),
-            cap: Duration::from_secs(2),
+            base: Duration::from_millis(500),
+            cap: Duration::from_secs(4),
             jitter: false,
             attempts: 0,
             hint: None,
@@ -53,6 +54,11 @@ impl Reconnect {
     /// The server's `retry:` field (the latest one wins).
     pub fn hint(&mut self, retry: Duration) {
         self.hint = Some(retry.min(HINT_CAP));
+    }
+
+    /// Forgets the server's `retry:` (the next waits are this backoff's own).
+    pub fn clear_hint(&mut self) {
+        self.hint = None;
     }
 
     /// The wait before the next attempt, or `None` once the attempts are used up.
@@ -98,7 +104,7 @@ mod tests {
         while r.wait().await {
             at.push(start.elapsed());
         }
-        assert_eq!(at, vec![Duration::from_millis(100), Duration::from_millis(300), Duration::from_millis(700)]);
+        assert_eq!(at, vec![Duration::from_millis(500), Duration::from_millis(1500), Duration::from_millis(3500)]);
     }
 
     #[tokio::test(start_paused = true)]

@@ -542,6 +542,9 @@ impl Inner {
         let mut parser = Parser::new(core.limit);
         let mut reconnect = Reconnect::resume();
         let mut answered = Some(id);
+        // The last resume could not connect: the next one waits its own backoff, not the
+        // server's `retry:` (meant for a server that closed the stream on purpose).
+        let mut unreachable = false;
         let mut cause = match self.read_stream(resp, Some(&mut reconnect), &mut parser, &mut answered, is_init).await {
             Ok(()) => "the server closed it".to_string(),
             Err(e) => describe(&e),
@@ -558,8 +561,10 @@ impl Inner {
                 );
                 return;
             }
-            if let Some(retry) = parser.retry() {
-                reconnect.hint(retry);
+            match parser.retry() {
+                Some(retry) if !unreachable => reconnect.hint(retry),
+                _ if unreachable => reconnect.clear_hint(),
+                _ => {}
             }
             if !reconnect.wait().await {
                 core.lost(
@@ -581,7 +586,9 @@ impl Inner {
             if let Some(v) = version.as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
                 req = req.header(VERSION_HEADER, v);
             }
-            match req.send().await {
+            let sent = req.send().await;
+            unreachable = matches!(&sent, Err(e) if never_sent(e));
+            match sent {
                 Ok(mut r) if r.status().is_success() && is_event_stream(&r) => {
                     tracing::debug!(instance = %core.label, "resumed the response stream of request {id}");
                     cause =
@@ -591,7 +598,7 @@ impl Inner {
                             Err(e) => describe(&e),
                         };
                 }
-                // Refused (the session or its events are gone) or unreachable: trying again
+                // Refused (the session or its events are gone): trying again
                 // soon will not help, and the call must not wait for nothing.
                 Ok(r) if r.status().is_client_error() => {
                     let why = format!("{cause}; resuming it was refused with HTTP {}", r.status().as_u16());
@@ -601,13 +608,11 @@ impl Inner {
                     );
                     return;
                 }
+                // Unreachable for now (a link that dropped, a server restarting): the next of the
+                // capped attempts may get through; the count runs out otherwise.
                 Err(e) if never_sent(&e) => {
-                    let why = format!("{cause}; resuming it failed: {}", describe(&e));
-                    core.lost(
-                        id,
-                        maybe_delivered(format!("the response stream from {url} ended before the response ({why})")),
-                    );
-                    return;
+                    let first = cause.split("; resuming").next().unwrap_or_default().to_string();
+                    cause = format!("{first}; resuming it failed: {}", describe(&e));
                 }
                 Ok(r) => cause = format!("resuming it answered HTTP {}", r.status().as_u16()),
                 Err(e) => cause = format!("resuming it failed: {}", describe(&e)),
