@@ -83,10 +83,7 @@ pub async fn run(config: Config, opts: RunOptions, shutdown: CancellationToken) 
         Some(path) => Some((downstream::bind(path).await?, path.clone())),
         None => None,
     };
-    let front = match &config.server.url {
-        Some(_) => connector.describe(),
-        None => format!("`{}`", server_command(&config)),
-    };
+    let front = connector.describe();
     let server = Server::new(&config, &name, connector, policy, shutdown.clone());
     server.tasks.spawn(server.clone().maintain());
     server.tasks.spawn(server.clone().watch_policy());
@@ -111,15 +108,6 @@ pub async fn run(config: Config, opts: RunOptions, shutdown: CancellationToken) 
     }
     tracing::info!(server = %name, "switchyard stopped");
     Ok(())
-}
-
-fn server_command(config: &Config) -> String {
-    let mut s = config.server.command.clone().unwrap_or_default();
-    for a in &config.server.args {
-        s.push(' ');
-        s.push_str(a);
-    }
-    s
 }
 
 /// The architecture as a test: a module may name only modules before it in [`ORDER`](layering::ORDER),

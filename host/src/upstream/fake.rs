@@ -143,9 +143,6 @@ impl Transport for FakeTransport {
     fn endpoint(&self) -> String {
         "fake".into()
     }
-    fn concurrent(&self) -> bool {
-        true
-    }
 }
 
 /// Events that are only counted.

@@ -59,7 +59,6 @@ pub struct Instance {
     /// From the transport, kept for after it ended.
     pid: OnceLock<Option<u32>>,
     endpoint: OnceLock<String>,
-    concurrent: AtomicBool,
     pending: Mutex<HashMap<u64, Pending>>,
     next_id: AtomicU64,
     inflight: AtomicUsize,
@@ -113,7 +112,6 @@ impl Instance {
             transport: Mutex::new(None),
             pid: OnceLock::new(),
             endpoint: OnceLock::new(),
-            concurrent: AtomicBool::new(false),
             pending: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             inflight: AtomicUsize::new(0),
@@ -132,7 +130,6 @@ impl Instance {
         let transport = connector.connect(&label, inst.clone()).await?;
         let _ = inst.pid.set(transport.pid());
         let _ = inst.endpoint.set(transport.endpoint());
-        inst.concurrent.store(transport.concurrent(), Ordering::Relaxed);
         // A transport that ended during the connect has reported it already: keep none then.
         if inst.death.get().is_none() {
             *inst.transport.lock().expect("lock") = Some(transport);
@@ -152,10 +149,6 @@ impl Instance {
     /// Where it lives: `pid 4242`, or a URL.
     pub fn endpoint(&self) -> &str {
         self.endpoint.get().map(String::as_str).unwrap_or("not connected")
-    }
-    /// Whether its link carries many calls at once (HTTP), so pools need not cap them.
-    pub fn is_concurrent(&self) -> bool {
-        self.concurrent.load(Ordering::Relaxed)
     }
     fn transport(&self) -> Option<Arc<dyn Transport>> {
         self.transport.lock().expect("lock").clone()

@@ -60,7 +60,12 @@ impl Connector for StdioConnector {
     }
 
     fn describe(&self) -> String {
-        format!("`{}`", self.spec.command)
+        let mut line = self.spec.command.clone();
+        for a in &self.spec.args {
+            line.push(' ');
+            line.push_str(a);
+        }
+        format!("`{line}`")
     }
 }
 

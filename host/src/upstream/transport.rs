@@ -93,11 +93,6 @@ pub trait Transport: Send + Sync + 'static {
     fn stderr_tail(&self) -> Vec<String> {
         Vec::new()
     }
-    /// Whether the link carries many requests at once without queueing them (HTTP): pools then
-    /// default to no per-instance in-flight cap.
-    fn concurrent(&self) -> bool {
-        false
-    }
 }
 
 /// Opens connections for one configured server.

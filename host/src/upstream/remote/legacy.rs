@@ -217,10 +217,6 @@ impl Transport for Legacy {
     fn endpoint(&self) -> String {
         self.core.shown_url()
     }
-
-    fn concurrent(&self) -> bool {
-        true
-    }
 }
 
 impl Drop for Legacy {

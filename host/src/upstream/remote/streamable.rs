@@ -326,10 +326,6 @@ impl Transport for Streamable {
             None => url,
         }
     }
-
-    fn concurrent(&self) -> bool {
-        true
-    }
 }
 
 impl Drop for Streamable {

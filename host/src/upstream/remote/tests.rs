@@ -389,7 +389,6 @@ async fn json_answers_carry_the_session_and_version_and_notifications_get_202() 
     assert!(rec.response(2).await.contains("\"ok\""));
     assert!(t.endpoint().contains("session s1"), "{}", t.endpoint());
     assert!(!t.endpoint().contains("sekrit"));
-    assert!(t.concurrent());
     let f = fake.lock().unwrap();
     assert_eq!(f.posts[0].session, None, "the initialize carries no session");
     let notified = f.posts.iter().find(|p| p.method == "notifications/initialized").unwrap();
@@ -761,7 +760,6 @@ async fn legacy_sse_posts_to_the_endpoint_and_reads_answers_from_the_stream() {
     t.send(call(2, "echo")).unwrap();
     assert!(rec.response(2).await.contains("legacy"));
     assert_eq!(fake.lock().unwrap().probes, 0);
-    assert!(t.concurrent());
 }
 
 #[tokio::test]
