@@ -51,10 +51,6 @@ async fn started(url: &str, transport: RemoteTransport, config: &str) -> (Proc, 
     (p, c, dir)
 }
 
-fn runs(server: &HttpServer, tool: &str) -> usize {
-    server.runs(tool)
-}
-
 /// Waits until `tool` has started `n` times on `server` (its runs file).
 fn wait_runs(server: &HttpServer, tool: &str, n: usize) {
     assert!(server.wait_runs(tool, n, Duration::from_secs(30)), "{tool} never ran {n} times:\n{}", server.log());
@@ -184,7 +180,7 @@ async fn a_drop_during_an_idempotent_call_is_retried_and_succeeds() {
     proxy.sever();
     let resp = c.wait_response(&id).await;
     assert_eq!(tool_text(&resp), "kept", "{resp}");
-    assert_eq!(runs(&server, "slow_echo"), 2, "ran once, dropped, ran again");
+    assert_eq!(server.runs("slow_echo"), 2, "ran once, dropped, ran again");
 }
 
 /// A link dropped while a call that is not safe to repeat runs: the client gets an error at once
@@ -210,7 +206,7 @@ async fn a_drop_during_a_non_idempotent_call_answers_at_once_and_never_repeats_i
     assert!(took < Duration::from_secs(2), "answered {took:?} after the drop");
     // The tool's own time passes: nothing repeats it.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(runs(&server, "slow_counter"), 1, "a call that is not safe to repeat ran again");
+    assert_eq!(server.runs("slow_counter"), 1, "a call that is not safe to repeat ran again");
     // And the link works again for the next call.
     assert_eq!(c.call_text("echo", json!({"text": "after"})).await, "after");
 }
@@ -281,7 +277,7 @@ async fn a_severed_legacy_sse_stream_answers_in_flight_calls_and_reconnects() {
     assert!(severed.elapsed() < Duration::from_secs(2));
     assert_eq!(c.call_text("echo", json!({"text": "after"})).await, "after");
     tokio::time::sleep(Duration::from_secs(4)).await;
-    assert_eq!(runs(&server, "slow_counter"), 1, "a call that is not safe to repeat ran again");
+    assert_eq!(server.runs("slow_counter"), 1, "a call that is not safe to repeat ran again");
 }
 
 /// A wrong token: a clear error naming the server, the status, the header and the variable, and
@@ -316,23 +312,30 @@ async fn a_wrong_token_is_a_clear_error_that_names_the_header_and_variable() {
     assert!(!log.contains("wrong-secret-value") && !why.contains("wrong-secret-value"), "the secret leaked:\n{log}");
 }
 
-/// A server that gives its SSE events ids (an event store): a stream severed mid-call is resumed
-/// with GET + Last-Event-ID, so even a call that is not safe to repeat gets its result, and runs once.
-#[tokio::test]
-async fn a_severed_stream_with_event_ids_is_resumed_and_the_call_completes_once() {
+/// A server that numbers its SSE events (an event store) behind the fault proxy, switchyard in
+/// front, and a `slow_counter` call (2 s, not idempotent) that has started there.
+async fn resumable_call_running() -> (HttpServer, FaultProxy, Proc, Client, harness::TempDir, Value) {
     let server = HttpServer::python(StreamableHttp, &PythonServerOptions { event_store: true, ..Default::default() });
     let proxy = FaultProxy::start(server.addr());
-    let (mut p, _d) = router(&server.url_via(proxy.addr()), StreamableHttp, "", &[], &[]);
+    let (mut p, d) = router(&server.url_via(proxy.addr()), StreamableHttp, "", &[], &[]);
     let mut c = p.client();
     // The SDK server numbers its events (a priming event first) for clients of 2025-11-25 on.
     c.initialize_with("2025-11-25").await;
     let id = c.send_request("tools/call", json!({"name": "slow_counter", "arguments": {"ms": 2000}})).await;
     wait_runs(&server, "slow_counter", 1);
+    (server, proxy, p, c, d, id)
+}
+
+/// A server that gives its SSE events ids (an event store): a stream severed mid-call is resumed
+/// with GET + Last-Event-ID, so even a call that is not safe to repeat gets its result, and runs once.
+#[tokio::test]
+async fn a_severed_stream_with_event_ids_is_resumed_and_the_call_completes_once() {
+    let (server, proxy, _p, mut c, _d, id) = resumable_call_running().await;
     proxy.sever();
     let resp = c.wait_response(&id).await;
     assert!(resp.get("result").is_some(), "resumed, not failed: {resp}");
     assert_eq!(tool_text(&resp), "1", "the result of the one run");
-    assert_eq!(runs(&server, "slow_counter"), 1);
+    assert_eq!(server.runs("slow_counter"), 1);
 }
 
 /// The server dies while an idempotent call runs and stays down: the repeat cannot reach it
@@ -349,7 +352,7 @@ async fn a_call_that_ran_is_never_reported_as_undelivered() {
     assert_eq!(resp["error"]["data"]["delivered"], true, "{resp}");
     let why = error_message(&resp);
     assert!(why.contains("may have run"), "{why}");
-    assert_eq!(runs(&server, "slow_echo"), 1);
+    assert_eq!(server.runs("slow_echo"), 1);
 }
 
 /// The server is down when the client starts: a clear error naming the cause, at once; once the
@@ -386,18 +389,12 @@ async fn a_server_that_is_down_at_start_is_reported_and_used_once_it_is_up() {
 /// resumption tries again rather than giving up at the first refusal, and the call completes.
 #[tokio::test]
 async fn a_resumable_call_survives_a_link_that_is_unreachable_for_a_moment() {
-    let server = HttpServer::python(StreamableHttp, &PythonServerOptions { event_store: true, ..Default::default() });
-    let proxy = FaultProxy::start(server.addr());
-    let (mut p, _d) = router(&server.url_via(proxy.addr()), StreamableHttp, "", &[], &[]);
-    let mut c = p.client();
-    c.initialize_with("2025-11-25").await;
-    let id = c.send_request("tools/call", json!({"name": "slow_counter", "arguments": {"ms": 2000}})).await;
-    wait_runs(&server, "slow_counter", 1);
+    let (server, proxy, _p, mut c, _d, id) = resumable_call_running().await;
     proxy.refuse(true);
     proxy.sever();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     proxy.refuse(false);
     let resp = c.wait_response(&id).await;
     assert!(resp.get("result").is_some(), "resumed after the outage, not failed: {resp}");
-    assert_eq!(runs(&server, "slow_counter"), 1);
+    assert_eq!(server.runs("slow_counter"), 1);
 }

@@ -71,7 +71,6 @@ impl Connector for StdioConnector {
 
 /// One child process.
 struct StdioTransport {
-    label: String,
     /// Lines to the child's stdin. Unbounded so a send never waits past a call's deadline when
     /// the server stops reading; the pool bounds what queues here by watching `backlog`.
     writer: Mutex<Option<mpsc::UnboundedSender<String>>>,
@@ -117,7 +116,6 @@ impl StdioTransport {
             ended: watch::channel(false).0,
         });
         let t = Arc::new(StdioTransport {
-            label: label.to_string(),
             writer: Mutex::new(Some(wtx)),
             backlog: Arc::new(Backlog::default()),
             shared: shared.clone(),
@@ -171,10 +169,10 @@ impl Transport for StdioTransport {
             self.writer.lock().expect("lock").take();
             let s = &self.shared;
             if !s.exited_within(SHUTDOWN_STEP).await {
-                tracing::info!(instance = %self.label, "did not exit after stdin closed; sending SIGTERM");
+                tracing::info!(instance = %s.label, "did not exit after stdin closed; sending SIGTERM");
                 s.signal(rustix::process::Signal::TERM);
                 if !s.exited_within(SHUTDOWN_STEP).await {
-                    tracing::warn!(instance = %self.label, "did not exit after SIGTERM; sending SIGKILL");
+                    tracing::warn!(instance = %s.label, "did not exit after SIGTERM; sending SIGKILL");
                     s.signal(rustix::process::Signal::KILL);
                     s.exited_within(SHUTDOWN_STEP).await;
                 }
