@@ -20,6 +20,7 @@ pub mod hub;
 pub mod ids;
 pub mod link;
 pub mod logging;
+pub mod places;
 pub mod policy;
 pub mod pool;
 pub mod server;
@@ -27,6 +28,7 @@ pub mod session;
 pub mod supervise;
 pub mod target;
 pub mod upstream;
+pub mod wire;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -125,6 +127,8 @@ mod layering {
         "decision",
         "error",
         "logging",
+        "places",
+        "wire",
         "gate",
         "policy",
         "upstream",

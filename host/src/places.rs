@@ -1,0 +1,162 @@
+//! Where a user's daemon lives: its config file, socket, start lock and log, one set per config file.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use sha2::Digest;
+
+/// The config a daemon serves when none is named: `$XDG_CONFIG_HOME/switchyard/switchyard.toml`,
+/// else `~/.config/switchyard/switchyard.toml`.
+pub fn default_config() -> anyhow::Result<PathBuf> {
+    Ok(xdg_dir("XDG_CONFIG_HOME", ".config")
+        .context("neither XDG_CONFIG_HOME nor HOME is set; name the config file with --config")?
+        .join("switchyard/switchyard.toml"))
+}
+
+/// `$VAR` when it is an absolute path (the XDG spec ignores relative ones), else `~/<fallback>`.
+fn xdg_dir(var: &str, fallback: &str) -> Option<PathBuf> {
+    std::env::var_os(var)
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| PathBuf::from(h).join(fallback)))
+}
+
+/// The config file's absolute path with links resolved: the daemon's identity.
+pub fn canonical_config(config: &Path) -> anyhow::Result<PathBuf> {
+    std::fs::canonicalize(config).with_context(|| {
+        format!(
+            "cannot open the config file {}; create it with a [servers.NAME] table per server (see README), or name another with --config",
+            config.display()
+        )
+    })
+}
+
+/// A short name for a config file that no other config file has: its stem (for people reading
+/// a directory listing) and a hash of its absolute path (so two configs never share a daemon).
+pub fn config_key(canonical: &Path) -> String {
+    let stem: String = canonical
+        .file_stem()
+        .map(|s| {
+            s.to_string_lossy()
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+                .take(24)
+                .collect()
+        })
+        .unwrap_or_default();
+    let hash = sha2::Sha256::digest(canonical.as_os_str().as_encoded_bytes());
+    let hex: String = hash.iter().take(6).map(|b| format!("{b:02x}")).collect();
+    if stem.is_empty() { hex } else { format!("{stem}-{hex}") }
+}
+
+/// The per-user directory for sockets and locks: `$XDG_RUNTIME_DIR/switchyard`, else
+/// `/tmp/switchyard-UID`. Made 0700 when missing; an existing one must be this user's and closed
+/// to everyone else (another user could otherwise put a socket of theirs where `connect` looks).
+pub fn runtime_dir() -> anyhow::Result<PathBuf> {
+    let uid = rustix::process::getuid().as_raw();
+    let dir = match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|p| p.is_absolute()) {
+        Some(base) => base.join("switchyard"),
+        None => PathBuf::from(format!("/tmp/switchyard-{uid}")),
+    };
+    private_dir(&dir)?;
+    Ok(dir)
+}
+
+/// The per-user directory for daemon logs: `$XDG_STATE_HOME/switchyard`, else
+/// `~/.local/state/switchyard`, else the runtime directory.
+pub fn state_dir() -> anyhow::Result<PathBuf> {
+    match xdg_dir("XDG_STATE_HOME", ".local/state") {
+        Some(base) => {
+            let dir = base.join("switchyard");
+            private_dir(&dir)?;
+            Ok(dir)
+        }
+        None => runtime_dir(),
+    }
+}
+
+/// The socket of the daemon serving `canonical` (a config file's canonical path).
+pub fn socket_for(canonical: &Path) -> anyhow::Result<PathBuf> {
+    Ok(runtime_dir()?.join(format!("{}.sock", config_key(canonical))))
+}
+
+/// The lock that lets one `connect` at a time start the daemon behind `socket`.
+pub fn lock_for(socket: &Path) -> PathBuf {
+    let mut name = socket.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(".lock");
+    socket.with_file_name(name)
+}
+
+/// The log file of the detached daemon serving `canonical`.
+pub fn log_for(canonical: &Path) -> anyhow::Result<PathBuf> {
+    Ok(state_dir()?.join(format!("{}.log", config_key(canonical))))
+}
+
+/// Makes `dir` (and its parents) if missing, 0700; checks that it is a directory of this user's
+/// that nobody else may enter or write.
+pub fn private_dir(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot create {}", dir.display())),
+    }
+    let meta = std::fs::symlink_metadata(dir).with_context(|| format!("cannot read {}", dir.display()))?;
+    let uid = rustix::process::getuid().as_raw();
+    if !meta.is_dir() {
+        bail!("{} is not a directory; switchyard keeps its sockets there. Move it away", dir.display());
+    }
+    if meta.uid() != uid {
+        bail!(
+            "{} belongs to uid {}, not to you (uid {uid}); switchyard will not put its sockets there. Remove it or set XDG_RUNTIME_DIR",
+            dir.display(),
+            meta.uid()
+        );
+    }
+    if meta.mode() & 0o077 != 0 {
+        // Ours: narrow it rather than refuse (a directory made by hand with the default umask).
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("{} is open to other users and cannot be made 0700", dir.display()))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_config_file_has_its_own_key() {
+        let a = config_key(Path::new("/home/me/.config/switchyard/switchyard.toml"));
+        let b = config_key(Path::new("/home/me/work/switchyard.toml"));
+        assert!(a.starts_with("switchyard-") && b.starts_with("switchyard-"), "{a} {b}");
+        assert_ne!(a, b);
+        assert_eq!(a, config_key(Path::new("/home/me/.config/switchyard/switchyard.toml")));
+        // Odd characters never reach a file name.
+        let odd = config_key(Path::new("/x/my conf;rm -rf.toml"));
+        assert!(odd.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'), "{odd}");
+    }
+
+    #[test]
+    fn a_private_dir_is_made_0700_and_an_open_one_is_narrowed() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a/b");
+        private_dir(&dir).unwrap();
+        assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        private_dir(&dir).unwrap();
+        assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+        let file = tmp.path().join("f");
+        std::fs::write(&file, "").unwrap();
+        assert!(private_dir(&file).unwrap_err().to_string().contains("not a directory"));
+    }
+
+    #[test]
+    fn the_lock_sits_beside_the_socket() {
+        assert_eq!(lock_for(Path::new("/run/u/switchyard/a-1.sock")), Path::new("/run/u/switchyard/a-1.sock.lock"));
+    }
+}

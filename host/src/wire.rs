@@ -1,0 +1,96 @@
+//! What `connect`, `status` and `stop` say to a router over its Unix socket, besides MCP.
+//!
+//! A connection opens with one hello line from the client and one reply line from the router;
+//! both are JSON objects tagged by a `"switchyard"` key, which no JSON-RPC message has. After a
+//! `connect` is welcomed, the connection carries the client's MCP session as newline-delimited
+//! JSON-RPC, except for control lines from the router (again tagged `"switchyard"`), which
+//! `connect` acts on and never passes to its client.
+//!
+//! A client that sends no hello (a raw socket client, or `connect` of an older version) joins
+//! the router's only server, when it has exactly one.
+
+use serde::{Deserialize, Serialize};
+
+/// The first line a client sends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "switchyard", rename_all = "snake_case")]
+pub enum Hello {
+    /// Join server `server` (None: the router's only server) as one more session.
+    Connect {
+        server: Option<String>,
+        /// The client's switchyard version, to tell a user whose daemon is older than the binary.
+        version: String,
+    },
+    /// One status snapshot, then the router closes the connection.
+    Status,
+    /// Stop the router: its servers are stopped and it exits.
+    Stop,
+}
+
+/// The router's lines to a client that said hello.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "switchyard", rename_all = "snake_case")]
+pub enum Reply {
+    /// The session is open: MCP follows.
+    Welcome { server: String, version: String, pid: u32 },
+    /// Nothing follows; the router closes the connection. `error` says why and what to do.
+    Refused { error: String },
+    /// The answer to [`Hello::Status`].
+    Status { status: serde_json::Value },
+    /// The answer to [`Hello::Stop`]: the router stops now; the connection closes when it is gone.
+    Stopping { pid: u32 },
+    /// On a live session: the server's configuration changed. The client should send no new
+    /// requests on this connection, wait for the answers it is owed, then connect again (and
+    /// replay its initialize) to reach the server as now configured. Its other messages
+    /// (notifications, answers to the server's requests) still go on this connection.
+    Drain { reason: String },
+}
+
+/// Whether a line is a switchyard control line rather than JSON-RPC: a JSON object whose first
+/// key is `"switchyard"` (as [`Hello`] and [`Reply`] serialise). Cheap: no parse.
+pub fn is_control(line: &str) -> bool {
+    line.trim_start().strip_prefix('{').is_some_and(|rest| rest.trim_start().starts_with("\"switchyard\""))
+}
+
+/// One line, with its newline.
+pub fn line<T: Serialize>(message: &T) -> String {
+    let mut s = serde_json::to_string(message).expect("wire messages always serialise");
+    s.push('\n');
+    s
+}
+
+/// Parses a hello; `None` for anything that is not one (an MCP message, say).
+pub fn hello(line: &str) -> Option<Result<Hello, String>> {
+    if !is_control(line) {
+        return None;
+    }
+    Some(
+        serde_json::from_str(line.trim())
+            .map_err(|e| format!("a switchyard hello this router does not understand ({e}): {}", line.trim())),
+    )
+}
+
+/// Parses a router's reply or control line.
+pub fn reply(line: &str) -> Result<Reply, String> {
+    serde_json::from_str(line.trim()).map_err(|e| format!("unexpected line from the router ({e}): {}", line.trim()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_lines_are_told_from_json_rpc_by_their_first_key() {
+        let h = line(&Hello::Connect { server: Some("fs".into()), version: "0.1.0".into() });
+        assert!(is_control(&h));
+        assert_eq!(hello(&h), Some(Ok(Hello::Connect { server: Some("fs".into()), version: "0.1.0".into() })));
+        assert!(is_control(&line(&Reply::Drain { reason: "x".into() })));
+        assert!(!is_control(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#));
+        // A JSON-RPC message carrying a "switchyard" key somewhere else is still JSON-RPC.
+        assert!(!is_control(r#"{"jsonrpc":"2.0","method":"x","params":{"switchyard":1}}"#));
+        assert_eq!(hello(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#), None);
+        assert!(matches!(hello(r#"{"switchyard":"dance"}"#), Some(Err(e)) if e.contains("does not understand")));
+        assert_eq!(reply(r#"{"switchyard":"stopping","pid":7}"#), Ok(Reply::Stopping { pid: 7 }));
+        assert_eq!(hello(r#" {"switchyard":"status"}"#), Some(Ok(Hello::Status)));
+    }
+}
