@@ -11,14 +11,17 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::router::Router;
 use crate::server::Server;
-use crate::session;
+use crate::session::{self, Opening};
+use crate::wire::{self, Hello, Reply};
 
 /// Serves the client on stdin/stdout until it closes stdin or `shutdown` fires.
-pub async fn stdio(server: Arc<Server>, shutdown: CancellationToken) {
+pub async fn stdio(router: Arc<Router>, server: Arc<Server>, shutdown: CancellationToken) {
     let (input, output, restore) = stdio::open();
     let reader = BufReader::with_capacity(64 * 1024, input);
-    session::serve(server, reader, output, "stdio", shutdown).await;
+    let opening = Opening { transport: "stdio", registry: router.registry.clone(), speaks_control: false };
+    session::serve(server, reader, output, opening, shutdown).await;
     drop(restore);
 }
 
@@ -209,13 +212,15 @@ const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// Accept failures are logged at most once per this interval (with a count of the others).
 const ACCEPT_WARN_EVERY: Duration = Duration::from_secs(5);
 
-/// Accepts sessions on the socket until `shutdown`; each connection is one session.
-pub async fn listen(server: Arc<Server>, bound: Bound, path: PathBuf, shutdown: CancellationToken) {
+/// Accepts connections on the socket until `shutdown`; each is a session (or one status or
+/// stop request), from this user only.
+pub async fn listen(router: Arc<Router>, bound: Bound, path: PathBuf, shutdown: CancellationToken) {
     let Bound { listener, file } = bound;
     let sessions = TaskTracker::new();
     let mut backoff = ACCEPT_BACKOFF_MIN;
     let mut last_warn: Option<Instant> = None;
     let mut unreported = 0u64;
+    let me = rustix::process::getuid().as_raw();
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -224,11 +229,21 @@ pub async fn listen(server: Arc<Server>, bound: Bound, path: PathBuf, shutdown: 
         match accepted {
             Ok((stream, _)) => {
                 backoff = ACCEPT_BACKOFF_MIN;
-                let (r, w) = stream.into_split();
-                let (server, shutdown) = (server.clone(), shutdown.clone());
-                sessions.spawn(async move {
-                    session::serve(server, BufReader::new(r), w, "unix", shutdown).await;
-                });
+                // The socket file is 0600 in a private directory; the peer's uid is checked too,
+                // in case the file was made reachable by hand.
+                match stream.peer_cred() {
+                    Ok(cred) if cred.uid() == me => {}
+                    Ok(cred) => {
+                        tracing::warn!("refused a connection on {} from uid {} (only uid {me} may connect)", path.display(), cred.uid());
+                        continue;
+                    }
+                    Err(e) => {
+                        tracing::warn!("refused a connection on {}: cannot tell who it is from ({e})", path.display());
+                        continue;
+                    }
+                }
+                let (router, shutdown) = (router.clone(), shutdown.clone());
+                sessions.spawn(async move { open(router, stream, shutdown).await });
             }
             Err(e) => {
                 unreported += 1;
@@ -264,6 +279,78 @@ pub async fn listen(server: Arc<Server>, bound: Bound, path: PathBuf, shutdown: 
         }
         Ok(_) => tracing::info!("{} is no longer this router's socket; left in place", path.display()),
         Err(_) => {}
+    }
+}
+
+/// The longest first line read before a connection is known to be a hello or an MCP message.
+const FIRST_LINE_MAX: u64 = 64 * 1024 * 1024;
+
+/// One accepted connection: a hello (`wire::Hello`) says what it wants; anything else is the
+/// first MCP message of a session with the router's only server.
+async fn open(router: Arc<Router>, stream: UnixStream, shutdown: CancellationToken) {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+    let (r, mut w) = stream.into_split();
+    let mut reader = BufReader::with_capacity(64 * 1024, r);
+    let mut first = Vec::new();
+    let mut limited = (&mut reader).take(FIRST_LINE_MAX);
+    let read = tokio::select! {
+        r = limited.read_until(b'\n', &mut first) => r,
+        _ = shutdown.cancelled() => return,
+    };
+    if !matches!(read, Ok(n) if n > 0) {
+        return;
+    }
+    let text = String::from_utf8_lossy(&first).into_owned();
+    let reply = |r: &Reply| wire::line(r);
+    match wire::hello(&text) {
+        Some(Ok(Hello::Connect { server, version })) => match router.lookup(server.as_deref()) {
+            Ok(server) => {
+                if version != env!("CARGO_PKG_VERSION") {
+                    tracing::info!(server = %server.name, "a client of switchyard {version} joined (this router is {})", env!("CARGO_PKG_VERSION"));
+                }
+                let welcome = Reply::Welcome {
+                    server: server.name.clone(),
+                    version: env!("CARGO_PKG_VERSION").to_string(),
+                    pid: std::process::id(),
+                };
+                if w.write_all(reply(&welcome).as_bytes()).await.is_err() {
+                    return;
+                }
+                let opening = Opening { transport: "unix", registry: router.registry.clone(), speaks_control: true };
+                let ends = server.shutdown.clone();
+                session::serve(server, reader, w, opening, ends).await;
+            }
+            Err(error) => {
+                tracing::info!("refused a client: {error}");
+                let _ = w.write_all(reply(&Reply::Refused { error }).as_bytes()).await;
+            }
+        },
+        Some(Ok(Hello::Status)) => {
+            let _ = w.write_all(reply(&Reply::Status { status: router.status() }).as_bytes()).await;
+        }
+        Some(Ok(Hello::Stop)) => {
+            tracing::info!("asked to stop (switchyard stop)");
+            let _ = w.write_all(reply(&Reply::Stopping { pid: std::process::id() }).as_bytes()).await;
+            router.shutdown.cancel();
+        }
+        Some(Err(error)) => {
+            let _ = w.write_all(reply(&Reply::Refused { error }).as_bytes()).await;
+        }
+        // No hello: a raw MCP client, for the only server.
+        None => match router.lookup(None) {
+            Ok(server) => {
+                let opening = Opening { transport: "unix", registry: router.registry.clone(), speaks_control: false };
+                let ends = server.shutdown.clone();
+                let reader = std::io::Cursor::new(first).chain(reader);
+                session::serve(server, reader, w, opening, ends).await;
+            }
+            Err(why) => {
+                let id = crate::codec::parse(text.trim()).ok().and_then(|e| e.id.map(|r| text.trim()[r].to_string()));
+                let msg = format!("{why}; this connection sent no switchyard hello, so it cannot name one");
+                let _ = w.write_all(crate::codec::response_error(id.as_deref().unwrap_or("null"), crate::codec::INVALID_REQUEST, &msg, None).as_bytes()).await;
+                let _ = w.write_all(b"\n").await;
+            }
+        },
     }
 }
 

@@ -293,6 +293,7 @@ async fn bounded<T>(
     waiting_for: impl Fn() -> String,
 ) -> Result<T, Option<String>> {
     tokio::pin!(fut);
+    let _counted = waiting.link.wait_begins();
     let notice_at = Instant::now() + WAIT_NOTICE_AFTER;
     let mut noticed = false;
     loop {

@@ -23,6 +23,7 @@ pub mod logging;
 pub mod places;
 pub mod policy;
 pub mod pool;
+pub mod router;
 pub mod server;
 pub mod session;
 pub mod supervise;
@@ -31,17 +32,13 @@ pub mod upstream;
 pub mod wire;
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::policy::Policy;
-use crate::server::Server;
-use crate::target::Target;
-use crate::upstream::remote::RemoteConnector;
-use crate::upstream::{Connector, Spec, StdioConnector};
+use crate::router::Router;
 
 /// How long shutdown may take before switchyard stops waiting for its tasks.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
@@ -62,40 +59,27 @@ pub struct RunOptions {
 /// Runs the router until the stdio client leaves or `shutdown` fires, then cancels what is in
 /// flight, stops every server instance and returns.
 pub async fn run(config: Config, opts: RunOptions, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let target = config.target()?;
-    let name = target.server().to_string();
-    let connector: Arc<dyn Connector> = match target {
-        Target::Command { server, command, args, env, cwd } => Arc::new(StdioConnector::new(Spec {
-            server,
-            command,
-            args,
-            env,
-            cwd,
-            max_message_bytes: config.limits.max_message_bytes,
-            supervisor: opts.supervisor.clone(),
-        })),
-        Target::Remote(remote) => Arc::new(RemoteConnector::new(remote).map_err(|e| anyhow::anyhow!(e))?),
-    };
+    // Checked before the plugins load, so a bad server is reported first.
+    config.target()?;
     let policy = Policy::start(&config, opts.plugins_dir.clone(), shutdown.child_token()).await?;
-    for warning in config.unreachable_pools(&policy.current().names()) {
-        tracing::warn!("{warning}");
-    }
+    let about = router::About { config: None, socket: opts.listen.clone(), log: None };
+    let router = Router::new(policy, about, opts.supervisor.clone(), shutdown.clone());
+    let server = router.build(&config)?;
+    let name = server.name.clone();
     // Bound before "ready" is logged: whoever waits for that line may connect at once.
     let bound = match &opts.listen {
         Some(path) => Some((downstream::bind(path).await?, path.clone())),
         None => None,
     };
-    let front = connector.describe();
-    let server = Server::new(&config, &name, connector, policy, shutdown.clone());
-    server.tasks.spawn(server.clone().maintain());
-    server.tasks.spawn(server.clone().watch_policy());
+    let front = server.describe();
+    router.add(server.clone(), "");
     let listener = bound.map(|(l, path)| {
         tracing::info!("accepting sessions on {}", path.display());
-        server.tasks.spawn(downstream::listen(server.clone(), l, path, shutdown.clone()))
+        tokio::spawn(downstream::listen(router.clone(), l, path, shutdown.clone()))
     });
     tracing::info!(server = %name, "switchyard ready in front of {front}");
     if opts.stdio {
-        downstream::stdio(server.clone(), shutdown.clone()).await;
+        downstream::stdio(router.clone(), server.clone(), shutdown.clone()).await;
     } else {
         shutdown.cancelled().await;
     }
@@ -103,11 +87,7 @@ pub async fn run(config: Config, opts: RunOptions, shutdown: CancellationToken) 
     if let Some(l) = listener {
         let _ = l.await;
     }
-    server.stop().await;
-    server.tasks.close();
-    if tokio::time::timeout(SHUTDOWN_GRACE, server.tasks.wait()).await.is_err() {
-        tracing::warn!("some tasks did not finish within {SHUTDOWN_GRACE:?}; exiting anyway");
-    }
+    router.stop(SHUTDOWN_GRACE).await;
     tracing::info!(server = %name, "switchyard stopped");
     Ok(())
 }
@@ -140,6 +120,7 @@ mod layering {
         "server",
         "engine",
         "session",
+        "router",
         "downstream",
         "demo",
         "cli",

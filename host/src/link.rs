@@ -34,6 +34,19 @@ pub struct SessionLink {
     /// The `capabilities` the client declared in its initialize (`None`: it sent none yet, as a
     /// 2026-07-28 client never does). MCP lets a server ask a client only for what it declared.
     capabilities: Mutex<Option<serde_json::Value>>,
+    /// `clientInfo` of its initialize, as `name version` (for status).
+    client: Mutex<Option<String>>,
+    /// Calls of this session waiting for the gate or a pool now.
+    waiting: std::sync::atomic::AtomicUsize,
+}
+
+/// Counts a call as waiting while it lives.
+pub struct WaitingCall<'a>(&'a SessionLink);
+
+impl Drop for WaitingCall<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl crate::upstream::ProgressSink for SessionLink {
@@ -59,16 +72,44 @@ impl SessionLink {
             next_out: AtomicU64::new(1),
             log_level: Mutex::new(None),
             capabilities: Mutex::new(None),
+            client: Mutex::new(None),
+            waiting: Default::default(),
         })
     }
 
     /// Records the capabilities in this client's initialize params (none declared when absent).
     pub fn declare_capabilities(&self, initialize_params: &str) {
-        let declared = serde_json::from_str::<serde_json::Value>(initialize_params)
-            .ok()
-            .and_then(|mut v| v.get_mut("capabilities").map(serde_json::Value::take))
+        let mut params = serde_json::from_str::<serde_json::Value>(initialize_params).ok();
+        let declared = params
+            .as_mut()
+            .and_then(|v| v.get_mut("capabilities").map(serde_json::Value::take))
             .unwrap_or_else(|| serde_json::json!({}));
         *self.capabilities.lock().expect("lock") = Some(declared);
+        let info = params.as_ref().and_then(|p| p.get("clientInfo"));
+        let part = |k: &str| info.and_then(|i| i.get(k)).and_then(|v| v.as_str()).map(|s| s.chars().take(80).collect::<String>());
+        if let Some(name) = part("name") {
+            let client = match part("version") {
+                Some(v) => format!("{name} {v}"),
+                None => name,
+            };
+            *self.client.lock().expect("lock") = Some(client);
+        }
+    }
+
+    /// The client's name and version from its initialize, if it gave them.
+    pub fn client(&self) -> Option<String> {
+        self.client.lock().expect("lock").clone()
+    }
+
+    /// Calls of this session waiting for the gate or a pool now.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Counts a call as waiting until the returned guard is dropped.
+    pub fn wait_begins(&self) -> WaitingCall<'_> {
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        WaitingCall(self)
     }
 
     /// The capability a server-to-client request needs that this client did not declare.

@@ -36,17 +36,102 @@ pub struct Session {
     /// order (tokio's mutex is FIFO), so calls pipelined behind `initialize` reach a serial
     /// server in the order the client sent them, as they would without switchyard.
     in_order: tokio::sync::Mutex<()>,
+    started: tokio::time::Instant,
+    /// The client said a switchyard hello: it understands control lines (`wire::Reply::Drain`).
+    speaks_control: bool,
+}
+
+/// How a session was opened.
+pub struct Opening {
+    /// What carries it (`stdio`, `unix`): the first part of its label.
+    pub transport: &'static str,
+    /// The router's sessions, which this one joins until it ends.
+    pub registry: Arc<Registry>,
+    /// The client understands switchyard's control lines.
+    pub speaks_control: bool,
+}
+
+/// The sessions of one router, of all its servers: for status, for telling a server's sessions
+/// that its configuration changed, and for knowing when the router has had no client for a while.
+#[derive(Default)]
+pub struct Registry {
+    sessions: Mutex<std::collections::BTreeMap<SessionId, std::sync::Weak<Session>>>,
+    /// The number of live sessions, watched by whoever waits for the router to go idle.
+    count: tokio::sync::watch::Sender<usize>,
+}
+
+/// Takes a session out of its registry when dropped.
+struct Registered<'a>(&'a Registry, SessionId);
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        let mut sessions = self.0.sessions.lock().expect("lock");
+        sessions.remove(&self.1);
+        self.0.count.send_replace(sessions.len());
+    }
+}
+
+impl Registry {
+    fn add(&self, session: &Arc<Session>) -> Registered<'_> {
+        let mut sessions = self.sessions.lock().expect("lock");
+        sessions.insert(session.id, Arc::downgrade(session));
+        self.count.send_replace(sessions.len());
+        Registered(self, session.id)
+    }
+
+    /// The live sessions, oldest first.
+    pub fn sessions(&self) -> Vec<Arc<Session>> {
+        self.sessions.lock().expect("lock").values().filter_map(std::sync::Weak::upgrade).collect()
+    }
+
+    /// Watches the number of live sessions.
+    pub fn count(&self) -> tokio::sync::watch::Receiver<usize> {
+        self.count.subscribe()
+    }
+
+    /// Tells every session of `server` that speaks control lines to move to the server as now
+    /// configured (`wire::Reply::Drain`); returns how many were told.
+    pub fn drain(&self, server: &Arc<Server>, reason: &str) -> usize {
+        let line = serde_json::to_string(&crate::wire::Reply::Drain { reason: reason.to_string() })
+            .expect("wire messages always serialise");
+        let mut told = 0;
+        for s in self.sessions().into_iter().filter(|s| Arc::ptr_eq(&s.server, server) && s.speaks_control) {
+            s.link.send(line.clone());
+            told += 1;
+        }
+        told
+    }
+}
+
+impl Session {
+    /// The server this session is a client of.
+    pub fn server(&self) -> &Arc<Server> {
+        &self.server
+    }
+
+    /// The session as `switchyard status --json` shows it.
+    pub fn status(&self) -> serde_json::Value {
+        serde_json::json!({
+            "id": self.id,
+            "label": self.label,
+            "transport": self.label.split('-').next().unwrap_or(""),
+            "client": self.link.client(),
+            "inflight": self.inflight.lock().expect("lock").len(),
+            "waiting": self.link.waiting(),
+            "uptime_ms": self.started.elapsed().as_millis() as u64,
+        })
+    }
 }
 
 /// Serves one client until it disconnects or `shutdown` fires. Every request it sent gets one
 /// response unless the client cancelled it; calls still running at the end are cancelled upstream.
-pub async fn serve<R, W>(server: Arc<Server>, reader: R, writer: W, transport: &str, shutdown: CancellationToken)
+pub async fn serve<R, W>(server: Arc<Server>, reader: R, writer: W, opening: Opening, shutdown: CancellationToken)
 where
     R: AsyncBufRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let id = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);
-    let label = format!("{transport}-{id}");
+    let label = format!("{}-{id}", opening.transport);
     let (tx, rx) = mpsc::unbounded_channel();
     // A client that stops reading may fall this far behind before its session is closed.
     let queue_limit = server.limits.max_message_bytes.saturating_mul(4);
@@ -59,7 +144,10 @@ where
         server: server.clone(),
         inflight: Mutex::new(HashMap::new()),
         in_order: tokio::sync::Mutex::new(()),
+        started: tokio::time::Instant::now(),
+        speaks_control: opening.speaks_control,
     });
+    let _registered = opening.registry.add(&session);
     let mut writer_task = tokio::spawn(write_loop(writer, rx, session.link.backlog(), label.clone()));
     // The writer ends early only when writing to the client failed: the client is gone.
     let mut writer_ended = false;

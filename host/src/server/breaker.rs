@@ -71,6 +71,7 @@ impl Server {
     }
 
     pub(super) fn record_start_failure(&self, what: String) {
+        self.note_error(format!("start failed: {what}"));
         let mut h = self.health.lock().expect("lock");
         if let Some(down) = h.failure(Instant::now(), what) {
             tracing::error!(

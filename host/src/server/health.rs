@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -19,6 +20,10 @@ impl Server {
             return;
         }
         let death = inst.death().cloned();
+        self.counts.unexpected_ends.fetch_add(1, Ordering::Relaxed);
+        if let Some(d) = &death {
+            self.note_error(format!("{} ended: {}", d.instance, d.status));
+        }
         if !inst.has_answered() {
             let status = death.map(|d| d.status).unwrap_or_default();
             self.record_start_failure(format!("{} {status} before answering any call", inst.label()));

@@ -26,6 +26,7 @@ mod breaker;
 mod health;
 mod init;
 mod reconcile;
+mod status;
 mod tools;
 
 use breaker::StartHealth;
@@ -73,6 +74,7 @@ pub struct Server {
     /// number. Per instance, so a request stuck on a busy instance holds up only that instance,
     /// never the set-up of a new one.
     reconciling: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
+    counts: status::Counts,
     pub shutdown: CancellationToken,
     pub tasks: TaskTracker,
 }
@@ -136,10 +138,16 @@ impl Server {
                 health: Mutex::new(StartHealth::default()),
                 tools: RwLock::new(ToolCache::default()),
                 reconciling: Mutex::new(HashMap::new()),
+                counts: Default::default(),
                 shutdown,
                 tasks: TaskTracker::new(),
             }
         })
+    }
+
+    /// What it fronts: the command line or the URL.
+    pub fn describe(&self) -> String {
+        self.connector.describe()
     }
 
     pub fn pool(&self, name: &str) -> Option<&Arc<Pool>> {
@@ -230,6 +238,7 @@ impl Server {
         match handshake {
             Ok(()) => {
                 inst.mark_ready();
+                self.counts.starts.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(instance = %inst.label(), at = %inst.endpoint(), pool, "instance ready");
                 let server = self.clone();
                 let watched = inst.clone();

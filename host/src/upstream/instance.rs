@@ -70,6 +70,8 @@ pub struct Instance {
     dead_tx: watch::Sender<bool>,
     applied: Mutex<Applied>,
     last_used: Mutex<Instant>,
+    /// When it was connected (for status: its uptime).
+    started: Instant,
     /// Calls whose client stopped waiting (cancelled, timed out, disconnected) by upstream id:
     /// the session and when. Many servers keep working after a cancel, so such a call may still
     /// make the server ask a client something or log; it stays an owner of what the server sends
@@ -122,6 +124,7 @@ impl Instance {
             dead_tx: watch::channel(false).0,
             applied: Mutex::new(Applied::default()),
             last_used: Mutex::new(Instant::now()),
+            started: Instant::now(),
             abandoned: Mutex::new(HashMap::new()),
             events,
             kill_reason: OnceLock::new(),
@@ -149,6 +152,10 @@ impl Instance {
     /// Where it lives: `pid 4242`, or a URL.
     pub fn endpoint(&self) -> &str {
         self.endpoint.get().map(String::as_str).unwrap_or("not connected")
+    }
+    /// How long since it was connected.
+    pub fn uptime(&self) -> Duration {
+        self.started.elapsed()
     }
     fn transport(&self) -> Option<Arc<dyn Transport>> {
         self.transport.lock().expect("lock").clone()

@@ -1,0 +1,57 @@
+//! What `switchyard status` shows of one server: its instances, what they cost, what went wrong last.
+
+use std::sync::atomic::Ordering;
+
+use serde_json::{Value, json};
+
+use super::Server;
+
+/// Counters kept for status.
+#[derive(Default)]
+pub(super) struct Counts {
+    /// Instances that finished their start.
+    pub starts: std::sync::atomic::AtomicU64,
+    /// Instances that ended without switchyard ending them (crashed, exited, link lost).
+    pub unexpected_ends: std::sync::atomic::AtomicU64,
+    /// The latest failure: a failed start or an unexpected end.
+    pub last_error: std::sync::Mutex<Option<String>>,
+}
+
+impl Server {
+    pub(super) fn note_error(&self, what: String) {
+        *self.counts.last_error.lock().expect("lock") = Some(what);
+    }
+
+    /// The server as `switchyard status --json` shows it (sessions are added by the router,
+    /// which knows them).
+    pub fn status(&self) -> Value {
+        let instances: Vec<Value> = self
+            .all_instances()
+            .iter()
+            .map(|i| {
+                let endpoint = i.endpoint();
+                let url = (!endpoint.starts_with("pid ")).then(|| endpoint.to_string());
+                json!({
+                    "label": i.label(),
+                    "pool": i.pool,
+                    "pid": i.pid(),
+                    "url": url,
+                    "transport": if i.pid().is_some() { "stdio" } else { "http" },
+                    "uptime_ms": i.uptime().as_millis() as u64,
+                    "inflight": i.inflight(),
+                    "ready": i.is_ready(),
+                    "owner_session": i.owner,
+                })
+            })
+            .collect();
+        json!({
+            "name": self.name,
+            "target": self.connector.describe(),
+            "starts": self.counts.starts.load(Ordering::Relaxed),
+            "restarts": self.counts.unexpected_ends.load(Ordering::Relaxed),
+            "last_error": *self.counts.last_error.lock().expect("lock"),
+            "initialized": self.init_result.initialized(),
+            "instances": instances,
+        })
+    }
+}
