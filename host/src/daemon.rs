@@ -224,6 +224,15 @@ impl Applied {
             }
             parts.insert(name.clone(), part);
         }
+        let old: toml::Table = self.text.parse().unwrap_or_default();
+        for key in ["plugins", "daemon"] {
+            if !self.text.is_empty() && old.get(key) != file.get(key) {
+                tracing::warn!(
+                    "the config's {} changed; that takes effect when the daemon restarts (`switchyard stop`; the next `connect` starts it again)",
+                    if key == "plugins" { "[[plugins]] entries" } else { "[daemon] table" }
+                );
+            }
+        }
         for name in self.parts.keys().filter(|n| !wanted.contains_key(*n)) {
             router.remove(name, &format!("server `{name}` was removed from the config"));
         }
