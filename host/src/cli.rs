@@ -274,7 +274,7 @@ pub fn connect_blocking(socket: &std::path::Path) -> anyhow::Result<()> {
     result
 }
 
-async fn on_signal(shutdown: CancellationToken) {
+pub async fn on_signal(shutdown: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut int), Ok(mut hup)) =
         (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::hangup()))

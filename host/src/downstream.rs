@@ -234,7 +234,11 @@ pub async fn listen(router: Arc<Router>, bound: Bound, path: PathBuf, shutdown: 
                 match stream.peer_cred() {
                     Ok(cred) if cred.uid() == me => {}
                     Ok(cred) => {
-                        tracing::warn!("refused a connection on {} from uid {} (only uid {me} may connect)", path.display(), cred.uid());
+                        tracing::warn!(
+                            "refused a connection on {} from uid {} (only uid {me} may connect)",
+                            path.display(),
+                            cred.uid()
+                        );
                         continue;
                     }
                     Err(e) => {
@@ -347,7 +351,17 @@ async fn open(router: Arc<Router>, stream: UnixStream, shutdown: CancellationTok
             Err(why) => {
                 let id = crate::codec::parse(text.trim()).ok().and_then(|e| e.id.map(|r| text.trim()[r].to_string()));
                 let msg = format!("{why}; this connection sent no switchyard hello, so it cannot name one");
-                let _ = w.write_all(crate::codec::response_error(id.as_deref().unwrap_or("null"), crate::codec::INVALID_REQUEST, &msg, None).as_bytes()).await;
+                let _ = w
+                    .write_all(
+                        crate::codec::response_error(
+                            id.as_deref().unwrap_or("null"),
+                            crate::codec::INVALID_REQUEST,
+                            &msg,
+                            None,
+                        )
+                        .as_bytes(),
+                    )
+                    .await;
                 let _ = w.write_all(b"\n").await;
             }
         },

@@ -10,6 +10,7 @@
 pub mod cli;
 pub mod codec;
 pub mod config;
+pub mod daemon;
 pub mod decision;
 pub mod demo;
 pub mod downstream;
@@ -122,6 +123,7 @@ mod layering {
         "session",
         "router",
         "downstream",
+        "daemon",
         "demo",
         "cli",
     ];

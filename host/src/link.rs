@@ -86,7 +86,9 @@ impl SessionLink {
             .unwrap_or_else(|| serde_json::json!({}));
         *self.capabilities.lock().expect("lock") = Some(declared);
         let info = params.as_ref().and_then(|p| p.get("clientInfo"));
-        let part = |k: &str| info.and_then(|i| i.get(k)).and_then(|v| v.as_str()).map(|s| s.chars().take(80).collect::<String>());
+        let part = |k: &str| {
+            info.and_then(|i| i.get(k)).and_then(|v| v.as_str()).map(|s| s.chars().take(80).collect::<String>())
+        };
         if let Some(name) = part("name") {
             let client = match part("version") {
                 Some(v) => format!("{name} {v}"),

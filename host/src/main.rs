@@ -25,6 +25,22 @@ enum Command {
         /// The router's socket.
         socket: PathBuf,
     },
+    /// Run the long-lived router for a config file: it owns every server in it and outlives its
+    /// clients, which join with `switchyard connect NAME` (which starts it when needed).
+    Daemon(switchyard::daemon::DaemonArgs),
+    /// Show what a daemon is doing: its servers, their instances, the sessions, the plugins.
+    Status {
+        /// The whole status as JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        which: switchyard::daemon::Which,
+    },
+    /// Stop a daemon: its servers are stopped and it exits.
+    Stop {
+        #[command(flatten)]
+        which: switchyard::daemon::Which,
+    },
     /// Show what switchyard fixes, measured: the fixture server directly vs through switchyard.
     Demo,
     /// Work with policy plugins.
@@ -94,6 +110,9 @@ fn main() -> ExitCode {
         Command::Fixture { args } => ExitCode::from(switchyard_fixture::main_with_args(args) as u8),
         Command::Supervise { router, command } => switchyard::supervise::run(router, &command),
         Command::Run(args) => report(switchyard::cli::run_blocking(args)),
+        Command::Daemon(args) => report(switchyard::daemon::daemon_blocking(args)),
+        Command::Status { json, which } => report(switchyard::daemon::status_blocking(which, json)),
+        Command::Stop { which } => report(switchyard::daemon::stop_blocking(which)),
         Command::Demo => report(switchyard::demo::run_blocking()),
         Command::Connect { socket } => report(switchyard::cli::connect_blocking(&socket)),
         Command::Plugin { command: PluginCommand::Check { file, config, config_file, call } } => {

@@ -188,13 +188,8 @@ impl Router {
         };
         let servers: Vec<Value> = self.servers().iter().map(with_sessions).collect();
         let retired: Vec<Value> = self.retired.lock().expect("lock").iter().map(with_sessions).collect();
-        let broken: Vec<Value> = self
-            .broken
-            .read()
-            .expect("lock")
-            .iter()
-            .map(|(name, why)| json!({"name": name, "error": why}))
-            .collect();
+        let broken: Vec<Value> =
+            self.broken.read().expect("lock").iter().map(|(name, why)| json!({"name": name, "error": why})).collect();
         let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
         json!({
             "pid": std::process::id(),

@@ -1,0 +1,617 @@
+//! `switchyard daemon`, `status` and `stop`: one long-lived router per config file, which owns
+//! every server in it and outlives its clients (they join through `switchyard connect NAME`).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::policy::Policy;
+use crate::router::{About, Router};
+use crate::wire::{self, Hello, Reply};
+use crate::{downstream, places};
+
+/// How long stopping may take before the daemon stops waiting for its tasks.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
+/// How long `daemon --detach` waits for the new daemon to accept connections.
+const START_WAIT: Duration = Duration::from_secs(30);
+/// How long `switchyard stop` waits for the daemon to exit.
+const STOP_WAIT: Duration = Duration::from_secs(20);
+/// Edits of the config file within this long are applied together (editors write in steps).
+const RELOAD_SETTLE: Duration = Duration::from_millis(150);
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct DaemonArgs {
+    /// The config file with every server (default: ~/.config/switchyard/switchyard.toml).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The socket to serve (default: one per config file, in $XDG_RUNTIME_DIR/switchyard).
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// Start in the background, detached from this terminal, logging to a file; return once it
+    /// accepts connections (at once when a daemon already serves that socket).
+    #[arg(long)]
+    pub detach: bool,
+    /// The plugins directory (default: plugins/ beside the config file).
+    #[arg(long, value_name = "DIR")]
+    pub plugins: Option<PathBuf>,
+    /// Log level: error, warn, info, debug, trace (default: RUST_LOG, else info).
+    #[arg(long, value_name = "LEVEL")]
+    pub log_level: Option<String>,
+    /// Set by `--detach` for the process it starts: log to LOG, start a session of its own,
+    /// report readiness on stdout.
+    #[arg(long, hide = true, value_name = "LOG")]
+    pub detached_child: Option<PathBuf>,
+}
+
+/// Which daemon `status` and `stop` talk to.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Which {
+    /// The daemon serving this config file (default: ~/.config/switchyard/switchyard.toml).
+    #[arg(long, value_name = "FILE", conflicts_with = "socket")]
+    pub config: Option<PathBuf>,
+    /// The daemon serving this socket.
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+}
+
+/// The config file (absolute, links resolved) and the socket of a daemon.
+pub fn locate(config: Option<&Path>, socket: Option<&Path>) -> anyhow::Result<(Option<PathBuf>, PathBuf)> {
+    let config = match config {
+        Some(c) => Some(places::canonical_config(c)?),
+        None if socket.is_some() => None,
+        None => Some(places::canonical_config(&places::default_config()?)?),
+    };
+    let socket = match (socket, &config) {
+        (Some(s), _) => s.to_path_buf(),
+        (None, Some(c)) => places::socket_for(c)?,
+        (None, None) => unreachable!("a config is resolved when no socket is given"),
+    };
+    Ok((config, socket))
+}
+
+/// `switchyard daemon`.
+pub fn daemon_blocking(args: DaemonArgs) -> anyhow::Result<()> {
+    if let Some(log) = args.detached_child.clone() {
+        return detached_child(args, &log);
+    }
+    let config_path = match &args.config {
+        Some(c) => c.clone(),
+        None => places::default_config()?,
+    };
+    let (config, socket) = locate(Some(&config_path), args.socket.as_deref())?;
+    let config = config.expect("a config file was named");
+    if args.detach {
+        return detach(&args, &config, &socket);
+    }
+    crate::cli::init_tracing(args.log_level.as_deref())?;
+    run_blocking(&args, config, socket, None, || {})
+}
+
+/// Runs the daemon on this thread until it is stopped.
+fn run_blocking(
+    args: &DaemonArgs,
+    config: PathBuf,
+    socket: PathBuf,
+    log: Option<PathBuf>,
+    ready: impl FnOnce(),
+) -> anyhow::Result<()> {
+    // One thread, as `switchyard run` (see cli::run_blocking for the measurement).
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .thread_name("switchyard-daemon")
+        .build()
+        .context("cannot start the async runtime")?;
+    let result = runtime.block_on(async move {
+        let shutdown = CancellationToken::new();
+        tokio::spawn(crate::cli::on_signal(shutdown.clone()));
+        serve(args.plugins.clone(), config, socket, log, shutdown, ready).await
+    });
+    runtime.shutdown_timeout(Duration::from_millis(200));
+    result
+}
+
+/// The daemon: loads the config, serves its socket, follows edits of the config, and stops its
+/// servers when `shutdown` fires, when asked to (`switchyard stop`), or when idle too long.
+pub async fn serve(
+    plugins: Option<PathBuf>,
+    config_path: PathBuf,
+    socket: PathBuf,
+    log: Option<PathBuf>,
+    shutdown: CancellationToken,
+    ready: impl FnOnce(),
+) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(&config_path)
+        .with_context(|| format!("cannot read config file {}", config_path.display()))?;
+    let config = Config::load(&config_path)?;
+    let policy = Policy::start(&config, plugins, shutdown.child_token()).await?;
+    let about = About { config: Some(config_path.clone()), socket: Some(socket.clone()), log };
+    let router = Router::new(policy, about, Some(PathBuf::from("/proc/self/exe")), shutdown.clone());
+    let mut applied = Applied::default();
+    applied.apply(&router, &config, &text);
+    let bound = downstream::bind(&socket).await.map_err(|e| {
+        anyhow::anyhow!("{e:#}\n(`switchyard status --socket {}` shows the daemon serving it)", socket.display())
+    })?;
+    let listener = tokio::spawn(downstream::listen(router.clone(), bound, socket.clone(), shutdown.clone()));
+    tracing::info!(
+        "switchyard daemon ready (pid {}) for {} on {}: servers {}",
+        std::process::id(),
+        config_path.display(),
+        socket.display(),
+        router.servers().iter().map(|s| s.name.clone()).collect::<Vec<_>>().join(", ")
+    );
+    ready();
+    tokio::spawn(watch_config(router.clone(), config_path, applied, shutdown.clone()));
+    let idle = idle_exit(&config);
+    if !idle.is_zero() {
+        tokio::spawn(exit_when_idle(router.clone(), idle));
+    }
+    shutdown.cancelled().await;
+    let _ = listener.await;
+    router.stop(SHUTDOWN_GRACE).await;
+    tracing::info!("switchyard daemon stopped");
+    Ok(())
+}
+
+/// Each server of a config as a single-server config.
+fn server_configs(config: &Config) -> BTreeMap<String, Config> {
+    let mut out = BTreeMap::new();
+    if let Ok(t) = config.target() {
+        out.insert(t.server().to_string(), config.clone());
+    }
+    out
+}
+
+fn idle_exit(_config: &Config) -> Duration {
+    Duration::ZERO
+}
+
+/// The config in force: each server's part of the file as written, to tell which changed.
+#[derive(Default)]
+struct Applied {
+    parts: BTreeMap<String, toml::Value>,
+    text: String,
+}
+
+impl Applied {
+    /// What in the file decides how server `name` runs: its own table and the defaults above it.
+    fn part(file: &toml::Table, name: &str) -> toml::Value {
+        let mut part = toml::Table::new();
+        for key in ["limits", "pools", "server"] {
+            if let Some(v) = file.get(key) {
+                part.insert(key.to_string(), v.clone());
+            }
+        }
+        if let Some(v) = file.get("servers").and_then(|s| s.get(name)) {
+            part.insert("this".to_string(), v.clone());
+        }
+        toml::Value::Table(part)
+    }
+
+    /// Brings the router to `config`: new servers are added, changed ones replaced, removed ones
+    /// taken out.
+    fn apply(&mut self, router: &Arc<Router>, config: &Config, text: &str) {
+        let file: toml::Table = text.parse().unwrap_or_default();
+        let wanted = server_configs(config);
+        let mut parts = BTreeMap::new();
+        for (name, server_config) in &wanted {
+            let part = Self::part(&file, name);
+            let before = self.parts.get(name);
+            if before == Some(&part) {
+                parts.insert(name.clone(), part);
+                continue;
+            }
+            let why = match before {
+                Some(_) => format!("server `{name}` changed in the config"),
+                None => String::new(),
+            };
+            match router.build(server_config) {
+                Ok(server) => {
+                    if before.is_none() && !self.parts.is_empty() {
+                        tracing::info!(server = %name, "server `{name}` added to the config");
+                    }
+                    router.add(server, &why);
+                }
+                Err(e) => {
+                    tracing::error!(server = %name, "server `{name}` cannot be used: {e:#}");
+                    router.mark_broken(name, format!("{e:#}"));
+                }
+            }
+            parts.insert(name.clone(), part);
+        }
+        let old: toml::Table = self.text.parse().unwrap_or_default();
+        for key in ["plugins", "daemon"] {
+            if !self.text.is_empty() && old.get(key) != file.get(key) {
+                tracing::warn!(
+                    "the config's {} changed; that takes effect when the daemon restarts (`switchyard stop`; the next `connect` starts it again)",
+                    if key == "plugins" { "[[plugins]] entries" } else { "[daemon] table" }
+                );
+            }
+        }
+        for name in self.parts.keys().filter(|n| !wanted.contains_key(*n)) {
+            router.remove(name, &format!("server `{name}` was removed from the config"));
+        }
+        self.parts = parts;
+        self.text = text.to_string();
+    }
+}
+
+/// Follows edits of the config file: each saved version that loads is applied; one that does not
+/// leaves the config in force as it is, with one log line saying why.
+async fn watch_config(router: Arc<Router>, path: PathBuf, mut applied: Applied, shutdown: CancellationToken) {
+    use notify::{RecursiveMode, Watcher};
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let name = path.file_name().map(|n| n.to_os_string());
+    let mut watcher = match notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        if let Ok(e) = event
+            && e.paths.iter().any(|p| p.file_name() == name.as_deref())
+        {
+            let _ = tx.send(());
+        }
+    }) {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::warn!("cannot watch {} for changes ({e}); restart the daemon to apply edits", path.display());
+            return;
+        }
+    };
+    // The directory, not the file: editors save by writing a new file and renaming it over.
+    let dir = path.parent().unwrap_or(Path::new("/")).to_path_buf();
+    if let Err(e) = watcher.watch(&dir, RecursiveMode::NonRecursive) {
+        tracing::warn!("cannot watch {} for changes ({e}); restart the daemon to apply edits", dir.display());
+        return;
+    }
+    loop {
+        tokio::select! {
+            got = rx.recv() => if got.is_none() { return },
+            _ = shutdown.cancelled() => return,
+        }
+        // Let the save finish, and take the events it made as one.
+        tokio::time::sleep(RELOAD_SETTLE).await;
+        while rx.try_recv().is_ok() {}
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!("cannot read config file {} ({e}); the config in force stays", path.display());
+                continue;
+            }
+        };
+        if text == applied.text {
+            continue;
+        }
+        match Config::load(&path) {
+            Ok(config) => {
+                tracing::info!("config file {} changed; applying it", path.display());
+                applied.apply(&router, &config, &text);
+                applied.text = text;
+            }
+            Err(e) => {
+                let why = format!("{e:#}").replace('\n', " ");
+                tracing::error!(
+                    "config file {} not applied: {why}; the last good config stays in force",
+                    path.display()
+                );
+                // The same broken text is not reported again until it changes.
+                applied.text = text;
+            }
+        }
+    }
+}
+
+/// Stops the router once it has had no session for `idle`.
+async fn exit_when_idle(router: Arc<Router>, idle: Duration) {
+    let mut count = router.registry.count();
+    loop {
+        if *count.borrow_and_update() == 0 {
+            tokio::select! {
+                _ = tokio::time::sleep(idle) => {
+                    if *count.borrow() == 0 {
+                        tracing::info!("no session for {} ms (idle_exit_ms); stopping", idle.as_millis());
+                        router.shutdown.cancel();
+                        return;
+                    }
+                }
+                changed = count.changed() => if changed.is_err() { return },
+            }
+        } else if count.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// `daemon --detach`: starts the daemon as a process of its own and returns once it accepts.
+fn detach(args: &DaemonArgs, config: &Path, socket: &Path) -> anyhow::Result<()> {
+    if let Ok(status) = ask(socket, &Hello::Status) {
+        let pid = match status {
+            Reply::Status { status } => status["pid"].as_u64().unwrap_or(0),
+            _ => 0,
+        };
+        eprintln_safe(&format!(
+            "a switchyard daemon (pid {pid}) already serves {} on {}",
+            config.display(),
+            socket.display()
+        ));
+        return Ok(());
+    }
+    let log = places::log_for(config)?;
+    let offset = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+    let mut cmd = std::process::Command::new("/proc/self/exe");
+    cmd.arg("daemon").arg("--config").arg(config).arg("--socket").arg(socket).arg("--detached-child").arg(&log);
+    if let Some(p) = &args.plugins {
+        cmd.arg("--plugins").arg(std::path::absolute(p)?);
+    }
+    if let Some(l) = &args.log_level {
+        cmd.arg("--log-level").arg(l);
+    }
+    let log_file = open_log(&log)?;
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(log_file)
+        // Not the client's directory: the daemon outlives it (and may outlive the directory).
+        .current_dir("/");
+    let mut child = cmd.spawn().context("cannot start the daemon process")?;
+    let stdout = child.stdout.take().expect("piped");
+    // The child writes one line when its socket accepts, or nothing (and exits) if it cannot
+    // start; the wait is bounded in case it hangs before either.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    match rx.recv_timeout(START_WAIT) {
+        Ok(line) if line.starts_with("ready") => {
+            eprintln_safe(&format!(
+                "switchyard daemon started (pid {}) for {} on {}; log: {}",
+                child.id(),
+                config.display(),
+                socket.display(),
+                log.display()
+            ));
+            Ok(())
+        }
+        Ok(_) => {
+            let status = child.wait().map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
+            let said = log_since(&log, offset);
+            bail!("the daemon for {} did not start ({status}):\n{said}\n(log: {})", config.display(), log.display())
+        }
+        Err(_) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            let said = log_since(&log, offset);
+            bail!(
+                "the daemon for {} did not accept connections within {} s; it was stopped.\n{said}\n(log: {})",
+                config.display(),
+                START_WAIT.as_secs(),
+                log.display()
+            )
+        }
+    }
+}
+
+/// The process `--detach` starts: a session of its own (no terminal's hangup reaches it), stdout
+/// tells the parent it is ready, and from then on stdout is /dev/null.
+fn detached_child(args: DaemonArgs, log: &Path) -> anyhow::Result<()> {
+    let _ = rustix::process::setsid();
+    crate::logging::init();
+    crate::cli::init_tracing(args.log_level.as_deref())?;
+    let config = args.config.clone().context("--detached-child needs --config")?;
+    let socket = args.socket.clone().context("--detached-child needs --socket")?;
+    run_blocking(&args, config, socket, Some(log.to_path_buf()), || {
+        let mut out = std::io::stdout();
+        let _ = writeln!(out, "ready");
+        let _ = out.flush();
+        if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+            let _ = rustix::stdio::dup2_stdout(&null);
+        }
+    })
+}
+
+/// The daemon's log file, opened for appending (made 0600).
+fn open_log(path: &Path) -> anyhow::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("cannot open the daemon's log {}", path.display()))
+}
+
+/// What the log got since `offset` (the last 40 lines of it).
+fn log_since(path: &Path, offset: u64) -> String {
+    let text = std::fs::read(path).unwrap_or_default();
+    let new = String::from_utf8_lossy(text.get(offset as usize..).unwrap_or_default()).into_owned();
+    let lines: Vec<&str> = new.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+fn eprintln_safe(line: &str) {
+    crate::logging::write(format!("{line}\n").into_bytes());
+}
+
+/// One hello and its reply, blocking (for `status`, `stop` and `--detach`).
+fn ask(socket: &Path, hello: &Hello) -> std::io::Result<Reply> {
+    let mut stream = std::os::unix::net::UnixStream::connect(socket)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    stream.write_all(wire::line(hello).as_bytes())?;
+    let mut line = String::new();
+    std::io::BufReader::new(&stream).read_line(&mut line)?;
+    wire::reply(&line).map_err(std::io::Error::other)
+}
+
+/// Says that no daemon answers on `socket`.
+fn not_running(config: &Option<PathBuf>, socket: &Path, e: &std::io::Error) -> String {
+    let of = config.as_ref().map(|c| format!(" for {}", c.display())).unwrap_or_default();
+    format!("no switchyard daemon runs{of} (socket {}: {e})", socket.display())
+}
+
+/// `switchyard status`.
+pub fn status_blocking(which: Which, json: bool) -> anyhow::Result<()> {
+    let (config, socket) = locate(which.config.as_deref(), which.socket.as_deref())?;
+    let status = match ask(&socket, &Hello::Status) {
+        Ok(Reply::Status { status }) => status,
+        Ok(other) => bail!("unexpected answer from the daemon on {}: {other:?}", socket.display()),
+        Err(e) => bail!("{}", not_running(&config, &socket, &e)),
+    };
+    let text = if json { format!("{status:#}\n") } else { render(&status) };
+    let mut out = std::io::stdout();
+    out.write_all(text.as_bytes()).and_then(|_| out.flush()).context("cannot write to stdout")
+}
+
+/// `switchyard stop`: asks the daemon to stop and waits until its process is gone.
+pub fn stop_blocking(which: Which) -> anyhow::Result<()> {
+    let (config, socket) = locate(which.config.as_deref(), which.socket.as_deref())?;
+    let pid = match ask(&socket, &Hello::Stop) {
+        Ok(Reply::Stopping { pid }) => pid,
+        Ok(other) => bail!("unexpected answer from the daemon on {}: {other:?}", socket.display()),
+        Err(e) => {
+            eprintln_safe(&not_running(&config, &socket, &e));
+            return Ok(());
+        }
+    };
+    let gone = || !Path::new(&format!("/proc/{pid}")).exists() || is_zombie(pid);
+    let started = std::time::Instant::now();
+    while !gone() {
+        if started.elapsed() > STOP_WAIT {
+            bail!(
+                "the daemon (pid {pid}) was asked to stop {} s ago and is still running; `kill {pid}` ends it (its servers end with it)",
+                STOP_WAIT.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln_safe(&format!("stopped the switchyard daemon (pid {pid}) on {}", socket.display()));
+    Ok(())
+}
+
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit(')').next().map(|rest| rest.trim_start().starts_with('Z')))
+        .unwrap_or(true)
+}
+
+/// The status as text for people.
+pub fn render(s: &serde_json::Value) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let ms = |v: &serde_json::Value| human_ms(v.as_u64().unwrap_or(0));
+    let _ = writeln!(
+        out,
+        "switchyard {} daemon, pid {}, up {}",
+        s["version"].as_str().unwrap_or("?"),
+        s["pid"],
+        ms(&s["uptime_ms"])
+    );
+    for (label, key) in [("config", "config"), ("socket", "socket"), ("log", "log")] {
+        let v = s[key].as_str().unwrap_or(if key == "log" { "stderr" } else { "-" });
+        let _ = writeln!(out, "  {label}: {v}");
+    }
+    let plugins: Vec<&str> = s["plugins"].as_array().into_iter().flatten().filter_map(|p| p.as_str()).collect();
+    let _ = writeln!(
+        out,
+        "  plugins: {}{}",
+        if plugins.is_empty() { "none".to_string() } else { plugins.join(", ") },
+        s["plugins_dir"].as_str().map(|d| format!(" (from {d})")).unwrap_or_default()
+    );
+    let servers = s["servers"].as_array().cloned().unwrap_or_default();
+    let retired = s["retired"].as_array().cloned().unwrap_or_default();
+    for (server, old) in servers.iter().map(|v| (v, false)).chain(retired.iter().map(|v| (v, true))) {
+        let _ = writeln!(
+            out,
+            "\nserver {}{}: {}",
+            server["name"].as_str().unwrap_or("?"),
+            if old { " (old configuration, draining)" } else { "" },
+            server["target"].as_str().unwrap_or("")
+        );
+        let _ = writeln!(out, "  started {} instance(s), {} restart(s)", server["starts"], server["restarts"]);
+        if let Some(e) = server["last_error"].as_str() {
+            let _ = writeln!(out, "  last error: {e}");
+        }
+        let instances = server["instances"].as_array().cloned().unwrap_or_default();
+        if instances.is_empty() {
+            let _ = writeln!(out, "  no instance running (one starts with the first call)");
+        }
+        for i in &instances {
+            let at = match (i["pid"].as_u64(), i["url"].as_str()) {
+                (Some(pid), _) => format!("pid {pid}"),
+                (None, Some(url)) => url.to_string(),
+                _ => "-".to_string(),
+            };
+            let _ = writeln!(
+                out,
+                "  instance {} [{}] {at}, up {}, {} call(s) in flight{}",
+                i["label"].as_str().unwrap_or("?"),
+                i["pool"].as_str().unwrap_or("?"),
+                ms(&i["uptime_ms"]),
+                i["inflight"],
+                if i["ready"] == true { "" } else { ", starting" }
+            );
+        }
+        for c in server["sessions"].as_array().into_iter().flatten() {
+            let _ = writeln!(
+                out,
+                "  session {} {}, up {}, {} call(s) in flight, {} waiting",
+                c["label"].as_str().unwrap_or("?"),
+                c["client"].as_str().unwrap_or("(client not initialised yet)"),
+                ms(&c["uptime_ms"]),
+                c["inflight"],
+                c["waiting"]
+            );
+        }
+    }
+    for b in s["broken"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            out,
+            "\nserver {}: cannot be used: {}",
+            b["name"].as_str().unwrap_or("?"),
+            b["error"].as_str().unwrap_or("")
+        );
+    }
+    out
+}
+
+fn human_ms(ms: u64) -> String {
+    match ms {
+        0..1_000 => format!("{ms} ms"),
+        1_000..60_000 => format!("{:.1} s", ms as f64 / 1000.0),
+        60_000..3_600_000 => format!("{} min", ms / 60_000),
+        _ => format!("{:.1} h", ms as f64 / 3_600_000.0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_text_names_servers_instances_and_sessions() {
+        let s = serde_json::json!({
+            "pid": 7, "version": "0.1.0", "config": "/c.toml", "socket": "/s.sock", "log": null,
+            "uptime_ms": 61_000, "plugins": ["hints.wasm"], "plugins_dir": "/p",
+            "servers": [{"name": "fs", "target": "npx fs", "starts": 1, "restarts": 0, "last_error": null,
+                "instances": [{"label": "fs#1", "pool": "default", "pid": 42, "url": null, "uptime_ms": 500, "inflight": 1, "ready": true}],
+                "sessions": [{"label": "unix-3", "client": "claude-code 1.0", "uptime_ms": 1500, "inflight": 1, "waiting": 0}]}],
+            "retired": [], "broken": [{"name": "web", "error": "TOKEN is not set"}]
+        });
+        let text = render(&s);
+        for want in [
+            "pid 7",
+            "up 1 min",
+            "log: stderr",
+            "hints.wasm",
+            "server fs: npx fs",
+            "fs#1 [default] pid 42",
+            "claude-code 1.0",
+            "server web: cannot be used: TOKEN is not set",
+        ] {
+            assert!(text.contains(want), "{want} missing from:\n{text}");
+        }
+    }
+}
