@@ -369,6 +369,12 @@ pub async fn fixture_pid(c: &mut Client) -> (u32, String) {
     (v["pid"].as_u64().expect("pid") as u32, v["name"].as_str().unwrap_or_default().to_string())
 }
 
+/// The parent of `pid` (0 when it is gone).
+pub fn parent_pid(pid: u32) -> u32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok()).unwrap_or(0)
+}
+
 /// How many times the fixture behind `journal` started.
 pub fn starts(journal: &Path) -> usize {
     super::events(&super::journal(journal), "start").count()
