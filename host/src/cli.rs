@@ -15,7 +15,8 @@ pub struct RunArgs {
     /// The plugins directory (default: plugins/ beside the config file, else ~/.config/switchyard/plugins).
     #[arg(long, value_name = "DIR")]
     pub plugins: Option<PathBuf>,
-    /// The server's name in logs and errors (default: from the command, or the URL's host).
+    /// The server's name in logs and errors (default: from the command, or the URL's host); with
+    /// a config file of `[servers.NAME]` tables, the one to front.
     #[arg(long)]
     pub name: Option<String>,
     /// Log level for stderr: error, warn, info, debug, trace (default: RUST_LOG, else info for
@@ -169,7 +170,7 @@ pub fn without_dashes_hint(argv: &[String]) -> Option<String> {
 /// The config from the file (if any) with the command line applied on top.
 pub fn build_config(args: &RunArgs) -> anyhow::Result<Config> {
     let mut config = match &args.config {
-        Some(path) => Config::load(path)?,
+        Some(path) => pick_server(Config::load(path)?, args.name.as_deref(), path)?,
         None => {
             let mut c = Config::default();
             c.validate()?;
@@ -231,6 +232,27 @@ pub fn build_config(args: &RunArgs) -> anyhow::Result<Config> {
         s.name = Some(n.clone());
     }
     Ok(config)
+}
+
+/// The one server `run` fronts from a file with `[servers]`: its only one, or the one `--name`
+/// names. A file in the `[server]` form is returned as it is (`--name` renames that server).
+fn pick_server(config: Config, name: Option<&str>, path: &std::path::Path) -> anyhow::Result<Config> {
+    if config.servers.is_empty() {
+        return Ok(config);
+    }
+    let mut all = config.servers();
+    let names = all.keys().cloned().collect::<Vec<_>>().join(", ");
+    match name {
+        Some(n) => all.remove(n).ok_or_else(|| {
+            anyhow!("--name {n}: config file {} has no server `{n}` in [servers]; its servers: {names}", path.display())
+        }),
+        None if all.len() == 1 => Ok(all.into_values().next().unwrap_or_default()),
+        None => bail!(
+            "config file {} has {} servers ({names}); `switchyard run` fronts one; use `switchyard connect NAME` (the daemon) or pass `--name NAME` to pick one",
+            path.display(),
+            all.len()
+        ),
+    }
 }
 
 /// Runs the router until the client disconnects or a signal arrives; exits cleanly.
@@ -462,5 +484,38 @@ mod tests {
             without_dashes_hint(&a(&["sy", "run", "--transport", "sse", "srv"])).as_deref(),
             Some("switchyard run --transport sse -- srv")
         );
+    }
+
+    #[test]
+    fn a_file_with_one_of_its_servers_is_run_as_that_server() {
+        let (_d, file) =
+            config_file("[limits]\ncall_timeout_ms = 1000\n[servers.fs]\ncommand = \"npx\"\nargs = [\"srv\"]\n");
+        let c = build_config(&parse(&["--config", &file]).unwrap()).unwrap();
+        assert_eq!((c.server.name.as_deref(), c.server.command.as_deref()), (Some("fs"), Some("npx")));
+        assert_eq!(c.limits.call_timeout_ms, 1000);
+        assert!(c.servers.is_empty());
+        assert_eq!(c.resolve_target(&|_| Err(std::env::VarError::NotPresent)).unwrap().0.server(), "fs");
+        // The command line still overrides what it gives.
+        let c = build_config(&parse(&["--config", &file, "--", "uvx", "other"]).unwrap()).unwrap();
+        assert_eq!((c.server.name.as_deref(), c.server.command.as_deref()), (Some("fs"), Some("uvx")));
+    }
+
+    #[test]
+    fn a_file_with_several_servers_needs_name_to_pick_one() {
+        let (_d, file) = config_file(
+            "[servers.fs]\ncommand = \"npx\"\n[servers.tracker]\nurl = \"https://h/mcp\"\n[servers.git]\ncommand = \"uvx\"\n",
+        );
+        let e = build_config(&parse(&["--config", &file]).unwrap()).unwrap_err().to_string();
+        assert!(e.contains(&format!("config file {file} has 3 servers (fs, git, tracker)")), "{e}");
+        assert!(e.contains("`switchyard run` fronts one") && e.contains("switchyard connect NAME"), "{e}");
+        assert!(e.contains("--name NAME"), "{e}");
+        let c = build_config(&parse(&["--config", &file, "--name", "tracker"]).unwrap()).unwrap();
+        assert_eq!((c.server.name.as_deref(), c.server.url.as_deref()), (Some("tracker"), Some("https://h/mcp")));
+        let e = build_config(&parse(&["--config", &file, "--name", "trakcer"]).unwrap()).unwrap_err().to_string();
+        assert!(e.contains("no server `trakcer`") && e.contains("its servers: fs, git, tracker"), "{e}");
+        // In the [server] form, --name still renames.
+        let (_d, file) = config_file("[server]\ncommand = \"npx\"\n");
+        let c = build_config(&parse(&["--config", &file, "--name", "mine"]).unwrap()).unwrap();
+        assert_eq!(c.server.name.as_deref(), Some("mine"));
     }
 }

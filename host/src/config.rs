@@ -1,4 +1,5 @@
-//! `switchyard.toml`: the server (a command or a URL), pools, limits and the plugin list.
+//! `switchyard.toml`: the servers (each a command or a URL), pools, limits, the plugin list and
+//! the daemon's settings.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -9,18 +10,29 @@ use serde::de::IgnoredAny;
 use toml::Spanned;
 
 /// The whole configuration file. Every section is optional.
+///
+/// A file names its server in one of two forms: one `[server]` (what `switchyard run` fronts),
+/// or `[servers.NAME]` tables, one per server (what the daemon fronts). [`Config::servers`]
+/// gives either as single-server configs.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     #[serde(default)]
     pub server: ServerConfig,
+    /// `[servers.NAME]`: the servers by name (empty in the `[server]` form).
+    #[serde(default)]
+    pub servers: BTreeMap<String, ServerEntry>,
+    /// With `[servers]`: the defaults for every server, which its own `limits` override key by key.
     #[serde(default)]
     pub limits: Limits,
-    /// Named pools of server instances; `default` always exists.
+    /// Named pools of server instances; `default` always exists. With `[servers]`: the pools of
+    /// every server, where a server's own pool of the same name replaces one as a whole.
     #[serde(default)]
     pub pools: BTreeMap<String, PoolConfig>,
     #[serde(default)]
     pub plugins: Vec<PluginEntry>,
+    #[serde(default)]
+    pub daemon: DaemonConfig,
     /// Directory of the config file, for resolving relative paths (not read from the file).
     #[serde(skip)]
     pub base_dir: Option<PathBuf>,
@@ -45,6 +57,82 @@ pub struct ServerConfig {
     /// Sent with every request to `url`; `${VAR}` in a value is read from the environment.
     #[serde(default)]
     pub headers: BTreeMap<String, HeaderValue>,
+}
+
+/// One `[servers.NAME]` table: the keys of `[server]` but `name` (the table's name is the
+/// server's), and the server's own pools and limits over the file's.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerEntry {
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    pub cwd: Option<PathBuf>,
+    pub url: Option<String>,
+    pub transport: Option<TransportKind>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, HeaderValue>,
+    /// Replace the file's pools of the same name, each as a whole.
+    #[serde(default)]
+    pub pools: BTreeMap<String, PoolConfig>,
+    /// Override the file's `[limits]`, only the keys given.
+    #[serde(default)]
+    pub limits: LimitsPatch,
+}
+
+impl ServerEntry {
+    /// The entry as a `[server]` named `name`.
+    pub fn server(&self, name: &str) -> ServerConfig {
+        ServerConfig {
+            name: Some(name.to_string()),
+            command: self.command.clone(),
+            args: self.args.clone(),
+            env: self.env.clone(),
+            cwd: self.cwd.clone(),
+            url: self.url.clone(),
+            transport: self.transport,
+            headers: self.headers.clone(),
+        }
+    }
+}
+
+/// `[daemon]`: settings of the long-lived router that fronts every server of the file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DaemonConfig {
+    /// Exit after this long without a client session (0 = never).
+    pub idle_exit_ms: u64,
+}
+
+/// The longest server name: it appears in URLs (`/mcp/NAME`), socket paths and command lines.
+pub const MAX_SERVER_NAME: usize = 64;
+
+/// A server name is 1 to 64 ASCII letters, digits, `-`, `_` and `.`, and starts with a letter, a
+/// digit or `_` (`-x` reads as an option on a command line, `.` and `..` as path steps in a URL).
+/// The error completes "the server name `x` ...".
+pub fn check_server_name(name: &str) -> Result<(), String> {
+    const RULE: &str = "a server name is 1 to 64 ASCII letters, digits, `-`, `_` and `.`, starting with a letter, a digit or `_`, as it appears in URLs and on command lines";
+    if name.is_empty() {
+        return Err(format!("is empty; {RULE}"));
+    }
+    if name.len() > MAX_SERVER_NAME {
+        return Err(format!("is {} bytes long; {RULE}", name.len()));
+    }
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "-_.".contains(c);
+    if let Some(c) = name.chars().find(|c| !allowed(*c)) {
+        let what = match c {
+            ' ' => "a space".to_string(),
+            c if c.is_control() => "a control character".to_string(),
+            c => format!("`{c}`"),
+        };
+        return Err(format!("has {what} in it; {RULE}"));
+    }
+    if name.starts_with(['-', '.']) {
+        return Err(format!("starts with `{}`; {RULE}", &name[..1]));
+    }
+    Ok(())
 }
 
 /// How a remote server is reached (`[server] transport`, `--transport`).
@@ -157,6 +245,73 @@ impl Default for Limits {
             connect_timeout_ms: 10_000,
             post_timeout_ms: 10_000,
         }
+    }
+}
+
+/// A server's own `[servers.NAME.limits]`: only the keys it gives, each over the file's `[limits]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsPatch {
+    pub call_timeout_ms: Option<u64>,
+    pub max_call_timeout_ms: Option<u64>,
+    pub max_retries: Option<u32>,
+    pub max_backoff_ms: Option<u32>,
+    pub max_message_bytes: Option<usize>,
+    pub max_buffered_bytes: Option<usize>,
+    pub discover_timeout_ms: Option<u64>,
+    pub init_timeout_ms: Option<u64>,
+    pub health_interval_ms: Option<u64>,
+    pub health_timeout_ms: Option<u64>,
+    pub connect_timeout_ms: Option<u64>,
+    pub post_timeout_ms: Option<u64>,
+}
+
+impl LimitsPatch {
+    /// `base` with the keys given here in place of its own. Written as a struct literal so that
+    /// a key added to [`Limits`] does not compile until it can be overridden here too.
+    pub fn over(&self, base: &Limits) -> Limits {
+        Limits {
+            call_timeout_ms: self.call_timeout_ms.unwrap_or(base.call_timeout_ms),
+            max_call_timeout_ms: self.max_call_timeout_ms.unwrap_or(base.max_call_timeout_ms),
+            max_retries: self.max_retries.unwrap_or(base.max_retries),
+            max_backoff_ms: self.max_backoff_ms.unwrap_or(base.max_backoff_ms),
+            max_message_bytes: self.max_message_bytes.unwrap_or(base.max_message_bytes),
+            max_buffered_bytes: self.max_buffered_bytes.unwrap_or(base.max_buffered_bytes),
+            discover_timeout_ms: self.discover_timeout_ms.unwrap_or(base.discover_timeout_ms),
+            init_timeout_ms: self.init_timeout_ms.unwrap_or(base.init_timeout_ms),
+            health_interval_ms: self.health_interval_ms.unwrap_or(base.health_interval_ms),
+            health_timeout_ms: self.health_timeout_ms.unwrap_or(base.health_timeout_ms),
+            connect_timeout_ms: self.connect_timeout_ms.unwrap_or(base.connect_timeout_ms),
+            post_timeout_ms: self.post_timeout_ms.unwrap_or(base.post_timeout_ms),
+        }
+    }
+}
+
+impl Limits {
+    /// Values that would make the router misbehave.
+    fn check(&self) -> anyhow::Result<()> {
+        let l = self;
+        if l.call_timeout_ms == 0 || l.max_call_timeout_ms < l.call_timeout_ms {
+            bail!(
+                "limits: call_timeout_ms ({}) must be above 0 and at most max_call_timeout_ms ({})",
+                l.call_timeout_ms,
+                l.max_call_timeout_ms
+            );
+        }
+        if l.connect_timeout_ms == 0 || l.post_timeout_ms == 0 {
+            bail!("limits: connect_timeout_ms and post_timeout_ms must be above 0");
+        }
+        if l.max_message_bytes < 1024 {
+            bail!("limits: max_message_bytes must be at least 1024");
+        }
+        if l.max_buffered_bytes < l.max_message_bytes {
+            bail!(
+                "limits: max_buffered_bytes ({}) must be at least max_message_bytes ({})",
+                l.max_buffered_bytes,
+                l.max_message_bytes
+            );
+        }
+        Ok(())
     }
 }
 
@@ -281,11 +436,16 @@ impl PluginEntry {
     }
 }
 
-/// Where the `[server]` keys are in a config file, for errors that name the line.
+/// Where the server keys are in a config file, for errors that name the line.
 #[derive(Default, Deserialize)]
 struct FileSpans {
+    /// The `[server]` table (its header, or the inline table).
     #[serde(default)]
-    server: ServerSpans,
+    server: Option<Spanned<ServerSpans>>,
+    /// `servers` where it first appears, and each entry's table header (or its name, when only
+    /// a sub-table such as `[servers.x.pools.p]` opens it).
+    #[serde(default)]
+    servers: Option<Spanned<BTreeMap<String, Spanned<ServerSpans>>>>,
 }
 
 #[derive(Default, Deserialize)]
@@ -297,6 +457,19 @@ struct ServerSpans {
     url: Option<Spanned<IgnoredAny>>,
     transport: Option<Spanned<IgnoredAny>>,
     headers: Option<BTreeMap<String, Spanned<IgnoredAny>>>,
+}
+
+/// Pools that cannot work: no instance at all, or more kept running than allowed.
+fn check_pools(pools: &BTreeMap<String, PoolConfig>) -> anyhow::Result<()> {
+    for (name, pool) in pools {
+        if pool.max == 0 {
+            bail!("pool `{name}`: max must be at least 1");
+        }
+        if pool.min > pool.max {
+            bail!("pool `{name}`: min ({}) is larger than max ({})", pool.min, pool.max);
+        }
+    }
+    Ok(())
 }
 
 impl ServerSpans {
@@ -321,46 +494,90 @@ fn line_of(text: &str, offset: usize) -> usize {
     text.as_bytes()[..offset.min(text.len())].iter().filter(|b| **b == b'\n').count() + 1
 }
 
+/// The 1-based line and column (in characters) of byte `offset` in `text`.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let mut at = offset.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    let start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    (line_of(text, at), text[start..at].chars().count() + 1)
+}
+
+/// A config file that is not TOML, or not switchyard's: one line with the file, the line and the
+/// column, and what is wrong there (the toml crate's own text spans several lines).
+fn parse_error(path: &Path, text: &str, e: &toml::de::Error) -> anyhow::Error {
+    let what = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
+    match e.span() {
+        Some(span) => {
+            let (line, col) = line_col(text, span.start);
+            anyhow!("config file {}, line {line}, column {col}: {what}", path.display())
+        }
+        None => anyhow!("config file {}: {what}", path.display()),
+    }
+}
+
 impl ServerConfig {
+    /// Whether no key of `[server]` is given.
+    fn is_unset(&self) -> bool {
+        let ServerConfig { name, command, args, env, cwd, url, transport, headers } = self;
+        name.is_none()
+            && command.is_none()
+            && args.is_empty()
+            && env.is_empty()
+            && cwd.is_none()
+            && url.is_none()
+            && transport.is_none()
+            && headers.is_empty()
+    }
+
     /// The rules of `[server]` on its own: a command or a URL, not both, only the keys that fit
     /// it, a usable URL and well-formed headers. `at(key)` says where `key` was written.
     pub fn check(&self, at: &dyn Fn(&str) -> String) -> anyhow::Result<()> {
+        self.check_as(None, at)
+    }
+
+    /// [`ServerConfig::check`] for `[server]` (`entry` None) or the `[servers.NAME]` entry named
+    /// `entry`, whose `at(key)` already names the server.
+    fn check_as(&self, entry: Option<&str>, at: &dyn Fn(&str) -> String) -> anyhow::Result<()> {
+        let table = if entry.is_some() { "" } else { "[server] " };
         let Some(url) = &self.url else {
             if self.command.is_some() {
                 for (key, set) in [("transport", self.transport.is_some()), ("headers", !self.headers.is_empty())] {
                     if set {
                         bail!(
-                            "{}: [server] `{key}` applies to a remote server (`url`), and this server is the command `{}`; remove it",
+                            "{}: {table}`{key}` applies to a remote server (`url`), and this server is the command `{}`; remove it",
                             at(key),
                             self.command.as_deref().unwrap_or_default()
                         );
                     }
                 }
             }
-            return self.check_headers();
+            return self.check_headers(entry);
         };
         if self.command.is_some() {
             bail!(
-                "{}: [server] has both `command` and `url`: a server is either a command switchyard starts or a URL it connects to; keep one",
+                "{}: {table}has both `command` and `url`: a server is either a command switchyard starts or a URL it connects to; keep one",
                 at("url")
             );
         }
         for (key, set) in [("args", !self.args.is_empty()), ("env", !self.env.is_empty()), ("cwd", self.cwd.is_some())]
         {
             if set {
-                bail!("{}: [server] `{key}` applies to commands only, and this server is a `url`; remove it", at(key));
+                bail!("{}: {table}`{key}` applies to commands only, and this server is a `url`; remove it", at(key));
             }
         }
-        parse_url(url).map_err(|e| anyhow!("{}: [server] url {e}", at("url")))?;
-        self.check_headers()
+        parse_url(url).map_err(|e| anyhow!("{}: {table}url {e}", at("url")))?;
+        self.check_headers(entry)
     }
 
-    fn check_headers(&self) -> anyhow::Result<()> {
+    fn check_headers(&self, entry: Option<&str>) -> anyhow::Result<()> {
+        let who = entry.map(|n| format!("server `{n}`: ")).unwrap_or_default();
         let mut seen = std::collections::BTreeSet::new();
         for (name, value) in &self.headers {
-            check_header(name, &value.raw).map_err(|e| anyhow!("{} {e}", about_header(name, &value.origin)))?;
+            check_header(name, &value.raw).map_err(|e| anyhow!("{who}{} {e}", about_header(name, &value.origin)))?;
             if !seen.insert(name.to_ascii_lowercase()) {
-                bail!("{} is given twice (header names ignore case); keep one", about_header(name, &value.origin));
+                bail!("{who}{} is given twice (header names ignore case); keep one", about_header(name, &value.origin));
             }
         }
         Ok(())
@@ -596,60 +813,80 @@ impl Config {
     pub fn load(path: &Path) -> anyhow::Result<Config> {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
-        let mut config: Config =
-            toml::from_str(&text).with_context(|| format!("config file {} is not valid", path.display()))?;
-        // The same text again, only for where the [server] keys are (it parsed above, so this does too).
-        let spans: FileSpans = toml::from_str(&text).unwrap_or_default();
+        Config::load_text(path, &text)
+    }
+
+    /// [`Config::load`] of a file already read: `text` is its content, and `path` names it in
+    /// errors and gives the directory that relative paths in it start from.
+    pub fn load_text(path: &Path, text: &str) -> anyhow::Result<Config> {
+        let mut config: Config = toml::from_str(text).map_err(|e| parse_error(path, text, &e))?;
+        // The same text again, only for where the server keys are (it parsed above, so this does too).
+        let spans: FileSpans = toml::from_str(text).unwrap_or_default();
+        let place = |offset: Option<usize>| file_place(path, offset.map(|o| line_of(text, o)));
+        let no_keys = ServerSpans::default();
+        let server_keys = spans.server.as_ref().map_or(&no_keys, |s| s.get_ref());
+        if !config.servers.is_empty() && !config.server.is_unset() {
+            let line = |offset: Option<usize>| offset.map_or("?".to_string(), |o| line_of(text, o).to_string());
+            bail!(
+                "config file {}: both [server] (line {}) and [servers] (line {}) are given: a file names its one server in [server], or its servers in [servers.NAME] tables; move the [server] keys into a [servers.NAME] table",
+                path.display(),
+                line(spans.server.as_ref().map(|s| s.span().start)),
+                line(spans.servers.as_ref().map(|s| s.span().start)),
+            );
+        }
         for (name, value) in config.server.headers.iter_mut() {
-            let at = spans.server.headers.as_ref().and_then(|h| h.get(name));
-            let line = at.map(|s| line_of(&text, s.span().start));
+            let at = server_keys.headers.as_ref().and_then(|h| h.get(name));
+            let line = at.map(|s| line_of(text, s.span().start));
             value.origin = Origin::File { path: path.to_path_buf(), line };
         }
-        config.server.check(&|key| file_place(path, spans.server.offset(key).map(|o| line_of(&text, o))))?;
-        config.base_dir =
+        config.server.check(&|key| place(server_keys.offset(key)))?;
+        let base_dir =
             path.parent().map(|p| if p.as_os_str().is_empty() { PathBuf::from(".") } else { p.to_path_buf() });
+        config.base_dir = base_dir.clone();
         // A relative working directory is the config file's, like every other path in it.
-        if let (Some(cwd), Some(base)) = (&config.server.cwd, &config.base_dir)
-            && cwd.is_relative()
-        {
-            config.server.cwd = Some(base.join(cwd));
+        let resolve = |cwd: &mut Option<PathBuf>| {
+            if let (Some(dir), Some(base)) = (cwd.as_ref(), &base_dir)
+                && dir.is_relative()
+            {
+                *cwd = Some(base.join(dir));
+            }
+        };
+        resolve(&mut config.server.cwd);
+        // Where each entry starts: its table header, or its name.
+        let entry_at = |name: &str| {
+            let entry = spans.servers.as_ref().and_then(|s| s.get_ref().get(name));
+            (entry.map(|e| e.span().start), entry.map(|e| e.get_ref()))
+        };
+        for (name, entry) in config.servers.iter_mut() {
+            let (start, keys) = entry_at(name);
+            check_server_name(name)
+                .map_err(|e| anyhow!("{}: the server name `{}` {e}", place(start), name.escape_debug()))?;
+            for (header, value) in entry.headers.iter_mut() {
+                let at = keys.and_then(|k| k.headers.as_ref()).and_then(|h| h.get(header));
+                let line = at.map(|s| line_of(text, s.span().start));
+                value.origin = Origin::File { path: path.to_path_buf(), line };
+            }
+            let at = |key: &str| format!("server `{name}` ({})", place(keys.and_then(|k| k.offset(key)).or(start)));
+            entry.server(name).check_as(Some(name), &at)?;
+            resolve(&mut entry.cwd);
         }
-        config.validate()?;
+        config.validate_defaults().map_err(|e| anyhow!("config file {}: {e:#}", path.display()))?;
+        config.validate_servers(&|name| format!("server `{name}` ({})", place(entry_at(name).0)))?;
         Ok(config)
     }
 
-    /// Fills in the `default` pool and checks values that would make the router misbehave.
+    /// Fills in the `default` pool and checks values that would make the router misbehave,
+    /// those of every server's own pools and limits included.
     pub fn validate(&mut self) -> anyhow::Result<()> {
+        self.validate_defaults()?;
+        self.validate_servers(&|name| format!("server `{name}`"))
+    }
+
+    /// The file's own pools, limits and plugins.
+    fn validate_defaults(&mut self) -> anyhow::Result<()> {
         self.pools.entry("default".to_string()).or_default();
-        for (name, pool) in &self.pools {
-            if pool.max == 0 {
-                bail!("pool `{name}`: max must be at least 1");
-            }
-            if pool.min > pool.max {
-                bail!("pool `{name}`: min ({}) is larger than max ({})", pool.min, pool.max);
-            }
-        }
-        let l = &self.limits;
-        if l.call_timeout_ms == 0 || l.max_call_timeout_ms < l.call_timeout_ms {
-            bail!(
-                "limits: call_timeout_ms ({}) must be above 0 and at most max_call_timeout_ms ({})",
-                l.call_timeout_ms,
-                l.max_call_timeout_ms
-            );
-        }
-        if l.connect_timeout_ms == 0 || l.post_timeout_ms == 0 {
-            bail!("limits: connect_timeout_ms and post_timeout_ms must be above 0");
-        }
-        if l.max_message_bytes < 1024 {
-            bail!("limits: max_message_bytes must be at least 1024");
-        }
-        if l.max_buffered_bytes < l.max_message_bytes {
-            bail!(
-                "limits: max_buffered_bytes ({}) must be at least max_message_bytes ({})",
-                l.max_buffered_bytes,
-                l.max_message_bytes
-            );
-        }
+        check_pools(&self.pools)?;
+        self.limits.check()?;
         for p in &self.plugins {
             p.config_json()?;
             if p.deadline_ms == 0 || p.memory_mib == 0 {
@@ -657,6 +894,53 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// Each `[servers.NAME]`: its name, and its pools and limits merged over the file's.
+    /// `at(name)` names the server (and where it is) in errors.
+    fn validate_servers(&self, at: &dyn Fn(&str) -> String) -> anyhow::Result<()> {
+        for (name, entry) in &self.servers {
+            check_server_name(name)
+                .map_err(|e| anyhow!("{}: the server name `{}` {e}", at(name), name.escape_debug()))?;
+            let one = self.entry_config(name, entry);
+            check_pools(&one.pools).and_then(|()| one.limits.check()).map_err(|e| anyhow!("{}: {e}", at(name)))?;
+        }
+        Ok(())
+    }
+
+    /// Every server as a config of its own, by name, each ready for [`Config::target`]: its
+    /// `server` named, its pools and limits merged over the file's (the `default` pool filled in),
+    /// and the file's plugins, daemon settings and directory. In the `[server]` form, that one
+    /// server under the name `target` gives it; none when it has neither a command nor a URL.
+    ///
+    /// The merged settings are checked by [`Config::validate`] (and so by [`Config::load`]);
+    /// call this on a config that passed it.
+    pub fn servers(&self) -> BTreeMap<String, Config> {
+        if self.servers.is_empty() {
+            let Some(name) = self.server.derived_name() else { return BTreeMap::new() };
+            let mut one = self.clone();
+            one.server.name = Some(name.clone());
+            one.pools.entry("default".to_string()).or_default();
+            return BTreeMap::from([(name, one)]);
+        }
+        self.servers.iter().map(|(name, entry)| (name.clone(), self.entry_config(name, entry))).collect()
+    }
+
+    /// The `[servers.NAME]` entry `entry` as a single-server config.
+    fn entry_config(&self, name: &str, entry: &ServerEntry) -> Config {
+        let mut pools = self.pools.clone();
+        // A server's own pool replaces the file's pool of that name as a whole.
+        pools.extend(entry.pools.iter().map(|(k, v)| (k.clone(), v.clone())));
+        pools.entry("default".to_string()).or_default();
+        Config {
+            server: entry.server(name),
+            servers: BTreeMap::new(),
+            limits: entry.limits.over(&self.limits),
+            pools,
+            plugins: self.plugins.clone(),
+            daemon: self.daemon.clone(),
+            base_dir: self.base_dir.clone(),
+        }
     }
 
     /// Warnings for pools no call can reach: every call goes to `default` unless a policy plugin
@@ -935,5 +1219,269 @@ mod tests {
         let mut c = Config::default();
         c.validate().unwrap();
         assert!(c.unreachable_pools(&[]).is_empty());
+    }
+
+    /// The example of DAEMON-SPEC.md, trimmed: two servers over the file's limits and pools.
+    const TWO_SERVERS: &str = r#"[daemon]
+idle_exit_ms = 60000
+
+[limits]
+call_timeout_ms = 60000
+connect_timeout_ms = 2000
+[pools.default]
+max = 2
+min = 0
+[pools.slow]
+max = 3
+max_inflight = 1
+
+[servers.filesystem]
+command = "npx"
+args = ["-y", "@modelcontextprotocol/server-filesystem", "/home/me/work"]
+env = { A = "b" }
+cwd = "work"
+[servers.filesystem.pools.default]
+max = 4
+[servers.filesystem.limits]
+call_timeout_ms = 5000
+
+[servers.tracker]
+url = "https://mcp.example.com/mcp"
+transport = "streamable-http"
+headers = { Authorization = "Bearer ${TRACKER_TOKEN}" }
+
+[[plugins]]
+file = "hints.wasm"
+"#;
+
+    #[test]
+    fn each_server_gets_the_file_s_limits_under_its_own_and_its_own_pools_in_place_of_the_file_s() {
+        let (dir, c) = load_text(TWO_SERVERS);
+        let c = c.unwrap();
+        assert_eq!(c.daemon, DaemonConfig { idle_exit_ms: 60_000 });
+        let all = c.servers();
+        assert_eq!(all.keys().collect::<Vec<_>>(), ["filesystem", "tracker"]);
+        let fs = &all["filesystem"];
+        // Key by key: its own call timeout, the file's connect timeout, the built-in rest.
+        assert_eq!((fs.limits.call_timeout_ms, fs.limits.connect_timeout_ms), (5000, 2000));
+        assert_eq!(fs.limits.max_retries, Limits::default().max_retries);
+        // As a whole: its `default` pool is its own (min back to the built-in 1), `slow` is the file's.
+        assert_eq!((fs.pools["default"].max, fs.pools["default"].min), (4, 1));
+        assert_eq!(fs.pools["slow"].max_inflight, 1);
+        assert_eq!(fs.server.name.as_deref(), Some("filesystem"));
+        assert_eq!(fs.server.cwd.as_deref(), Some(dir.path().join("work").as_path()));
+        let tracker = &all["tracker"];
+        assert_eq!(
+            (tracker.limits.call_timeout_ms, tracker.pools["default"].max, tracker.pools["default"].min),
+            (60000, 2, 0)
+        );
+        for one in all.values() {
+            assert!(one.servers.is_empty());
+            assert_eq!(one.plugins.len(), 1);
+            assert_eq!(one.daemon.idle_exit_ms, 60_000);
+            assert_eq!(one.base_dir.as_deref(), Some(dir.path()));
+            one.clone().validate().unwrap();
+        }
+        // Each works with `target` as a file of its own would.
+        let env = |_: &str| Ok("s3cr3t".to_string());
+        let (t, _) = fs.resolve_target(&env).unwrap();
+        assert_eq!(t.server(), "filesystem");
+        assert!(matches!(t, crate::target::Target::Command { .. }));
+        let (t, _) = tracker.resolve_target(&env).unwrap();
+        let crate::target::Target::Remote(spec) = t else { panic!("not remote") };
+        assert_eq!((spec.server.as_str(), spec.connect_timeout.as_millis()), ("tracker", 2000));
+        assert_eq!(spec.headers[0].value, "Bearer s3cr3t");
+    }
+
+    #[test]
+    fn a_server_without_pools_gets_the_default_pool_and_daemon_defaults_to_never() {
+        let (_d, c) = load_text("[servers.a]\ncommand = \"x\"\n");
+        let c = c.unwrap();
+        assert_eq!(c.daemon.idle_exit_ms, 0);
+        let a = &c.servers()["a"];
+        assert_eq!(a.pools.keys().collect::<Vec<_>>(), ["default"]);
+        assert_eq!(a.limits.call_timeout_ms, Limits::default().call_timeout_ms);
+        // Built in code, unvalidated: `servers` still fills in `default`.
+        let mut c = Config::default();
+        c.servers.insert("b".into(), ServerEntry { command: Some("y".into()), ..ServerEntry::default() });
+        assert!(c.servers()["b"].pools.contains_key("default"));
+    }
+
+    #[test]
+    fn a_merged_pool_or_limit_that_cannot_work_names_the_server_and_its_line() {
+        let (dir, c) = load_text(
+            "[limits]\nmax_call_timeout_ms = 10000\ncall_timeout_ms = 5000\n[servers.a]\ncommand = \"x\"\n[servers.a.limits]\ncall_timeout_ms = 20000\n",
+        );
+        let e = format!("{:#}", c.unwrap_err());
+        let file = dir.path().join("switchyard.toml");
+        assert!(
+            e.contains(&format!(
+                "server `a` (config file {}, line 4): limits: call_timeout_ms (20000)",
+                file.display()
+            )),
+            "{e}"
+        );
+        let (_d, c) = load_text(
+            "[servers.a]\ncommand = \"x\"\n[servers.b]\ncommand = \"y\"\n[servers.b.pools.default]\nmin = 3\nmax = 2\n",
+        );
+        let e = format!("{:#}", c.unwrap_err());
+        assert!(e.contains("server `b` (config file") && e.contains("line 3): pool `default`: min (3)"), "{e}");
+        // The file's own defaults must work on their own, and say which file.
+        let (_d, c) =
+            load_text("[pools.default]\nmax = 0\n[servers.a]\ncommand = \"x\"\n[servers.a.pools.default]\nmax = 1\n");
+        let e = format!("{:#}", c.unwrap_err());
+        assert!(e.starts_with("config file ") && e.contains("pool `default`: max must be at least 1"), "{e}");
+        // validate() checks a config built in code the same way.
+        let mut c = Config::default();
+        let limits = LimitsPatch { max_message_bytes: Some(10), ..LimitsPatch::default() };
+        c.servers.insert("a".into(), ServerEntry { command: Some("x".into()), limits, ..ServerEntry::default() });
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.starts_with("server `a`: limits: max_message_bytes"), "{e}");
+    }
+
+    #[test]
+    fn server_names_follow_the_rule_and_a_bad_one_names_the_file_line_and_rule() {
+        for good in ["fs", "a.b-c_d", "_x", "9", &"x".repeat(64)] {
+            assert!(check_server_name(good).is_ok(), "{good}");
+        }
+        for (bad, says) in [
+            ("", "is empty"),
+            ("my server", "a space"),
+            ("a/b", "`/`"),
+            ("é", "`é`"),
+            ("a\u{1}", "a control character"),
+            (&"x".repeat(65), "65 bytes long"),
+            ("-x", "starts with `-`"),
+            ("..", "starts with `.`"),
+        ] {
+            let e = check_server_name(bad).unwrap_err();
+            assert!(e.contains(says) && e.contains("1 to 64 ASCII letters, digits"), "{bad:?}: {e}");
+        }
+        let (dir, c) = load_text("[servers.ok]\ncommand = \"x\"\n\n[servers.\"my fs\"]\ncommand = \"y\"\n");
+        let e = format!("{:#}", c.unwrap_err());
+        let file = dir.path().join("switchyard.toml");
+        assert!(
+            e.starts_with(&format!("config file {}, line 4: the server name `my fs` has a space", file.display())),
+            "{e}"
+        );
+        // A name that only a sub-table opens is found at that line.
+        let (_d, c) = load_text("[servers.\"a/b\".pools.default]\nmax = 1\n");
+        let e = format!("{:#}", c.unwrap_err());
+        assert!(e.contains("line 1: the server name `a/b` has `/`"), "{e}");
+        let mut c = Config::default();
+        c.servers.insert("".into(), ServerEntry::default());
+        assert!(c.validate().unwrap_err().to_string().contains("the server name `` is empty"));
+    }
+
+    #[test]
+    fn both_server_forms_in_one_file_is_an_error_naming_both_with_their_lines() {
+        let (dir, c) = load_text("[limits]\n\n[server]\ncommand = \"npx\"\n\n[servers.fs]\ncommand = \"npx\"\n");
+        let e = format!("{:#}", c.unwrap_err());
+        let file = dir.path().join("switchyard.toml");
+        assert!(
+            e.starts_with(&format!("config file {}: both [server] (line 3) and [servers] (line 6)", file.display())),
+            "{e}"
+        );
+        assert!(e.contains("[servers.NAME]"), "{e}");
+        // An inline table counts too; an empty [server] header does not.
+        let (_d, c) = load_text("server = { url = \"https://h/\" }\nservers = { a = { command = \"x\" } }\n");
+        assert!(format!("{:#}", c.unwrap_err()).contains("both [server] (line 1) and [servers] (line 2)"));
+        let (_d, c) = load_text("[server]\n[servers.a]\ncommand = \"x\"\n");
+        c.unwrap();
+    }
+
+    #[test]
+    fn a_broken_file_is_one_line_naming_the_file_line_and_column() {
+        for (text, line, col, says) in [
+            ("[limits]\ncall_timeout_ms = 1000\n  bad key = 3\n", 3, 7, "expected"),
+            ("[servers.fs]\ncommand = \n", 2, 11, "string values must be quoted"),
+            ("[servers.fs]\ncommand = \"x\"\ncomand = \"y\"\n", 3, 1, "unknown field `comand`"),
+            ("[servers.fs.limits]\ncall_timeout = 3\n", 2, 1, "unknown field `call_timeout`"),
+            ("[servers.fs.pools.default]\nmxa = 3\n", 2, 1, "unknown field `mxa`"),
+            ("[servers.fs]\nname = \"x\"\n", 2, 1, "unknown field `name`"),
+            ("[daemon]\nidle_exit = 3\n", 2, 1, "unknown field `idle_exit`"),
+            ("[daemon]\nidle_exit_ms = \"é\"\n", 2, 16, "invalid type"),
+        ] {
+            let (dir, c) = load_text(text);
+            let e = format!("{:#}", c.unwrap_err());
+            let file = dir.path().join("switchyard.toml");
+            let want = format!("config file {}, line {line}, column {col}: ", file.display());
+            assert!(e.starts_with(&want) && e.contains(says), "{text:?}: {e}");
+            assert!(!e.contains('\n'), "{text:?}: {e}");
+        }
+        // The column counts characters, not bytes.
+        assert_eq!(line_col("a\né = x", 5), (2, 3));
+        let e = parse_error(Path::new("f.toml"), "x", &toml::from_str::<Config>("x").unwrap_err()).to_string();
+        assert!(e.starts_with("config file f.toml, line 1, column "), "{e}");
+    }
+
+    #[test]
+    fn the_single_server_form_is_one_server_under_the_name_target_gives_it() {
+        for (text, name) in [
+            ("[server]\ncommand = \"npx\"\nargs = [\"-y\", \"@x/server-git\"]\n", "server-git"),
+            ("[server]\nurl = \"http://127.0.0.1:3001/mcp\"\n", "127.0.0.1:3001"),
+            ("[server]\nname = \"docs\"\nurl = \"https://h/mcp\"\n", "docs"),
+        ] {
+            let (_d, c) = load_text(&format!("{text}[pools.slow]\nmax = 2\n[daemon]\nidle_exit_ms = 5\n"));
+            let c = c.unwrap();
+            let all = c.servers();
+            assert_eq!(all.keys().collect::<Vec<_>>(), [name], "{text}");
+            let one = &all[name];
+            assert_eq!(one.server.name.as_deref(), Some(name));
+            assert_eq!(one.resolve_target(&|_| Err(std::env::VarError::NotPresent)).unwrap().0.server(), name);
+            assert_eq!(c.resolve_target(&|_| Err(std::env::VarError::NotPresent)).unwrap().0.server(), name);
+            assert!(one.pools.contains_key("slow") && one.pools.contains_key("default"));
+            assert_eq!((one.daemon.idle_exit_ms, one.limits.call_timeout_ms), (5, c.limits.call_timeout_ms));
+        }
+        // No command and no URL (the command line gives one): no server yet.
+        let (_d, c) = load_text("[server]\nname = \"x\"\n[limits]\ncall_timeout_ms = 1000\n");
+        assert!(c.unwrap().servers().is_empty());
+    }
+
+    #[test]
+    fn a_server_s_headers_carry_their_own_line_and_its_errors_name_it() {
+        let (dir, c) = load_text(
+            "[servers.a]\nurl = \"https://a/\"\nheaders = { X-A = \"1\" }\n\n[servers.b]\nurl = \"https://b/\"\n\
+             [servers.b.headers]\nX-B = \"${NOPE}\"\nX-C = \"2\"\n",
+        );
+        let c = c.unwrap();
+        let path = dir.path().join("switchyard.toml");
+        let at = |line| Origin::File { path: path.clone(), line: Some(line) };
+        assert_eq!(c.servers["a"].headers["X-A"].origin, at(3));
+        assert_eq!(c.servers["b"].headers["X-B"].origin, at(8));
+        assert_eq!(c.servers["b"].headers["X-C"].origin, at(9));
+        let all = c.servers();
+        assert_eq!(all["b"].server.headers["X-C"].origin, at(9));
+        let e = format!("{:#}", all["b"].resolve_target(&|_| Err(std::env::VarError::NotPresent)).unwrap_err());
+        let place = format!("config file {}, line 8", path.display());
+        assert!(e.contains(&format!("server `b`: header `X-B` ({place}) uses ${{NOPE}}")), "{e}");
+        // The rules of [server] hold for each entry, and the errors name the server and the line.
+        for (text, says) in [
+            (
+                "[servers.fs]\nurl = \"https://h/\"\n\nargs = [\"-y\"]\n",
+                "server `fs` (config file {F}, line 4): `args` applies to commands only",
+            ),
+            (
+                "[servers.fs]\ncommand = \"npx\"\nurl = \"https://h/\"\n",
+                "server `fs` (config file {F}, line 3): has both `command` and `url`",
+            ),
+            (
+                "[servers.fs]\ncommand = \"npx\"\ntransport = \"sse\"\n",
+                "server `fs` (config file {F}, line 3): `transport` applies to a remote server",
+            ),
+            (
+                "[servers.fs]\n\nurl = \"ftp://h/\"\n",
+                "server `fs` (config file {F}, line 3): url must start with https://",
+            ),
+            (
+                "[servers.fs]\nurl = \"https://h/\"\nheaders = { X = \"a\\nb\" }\n",
+                "server `fs`: header `X` (config file {F}, line 3) has a line feed",
+            ),
+        ] {
+            let (dir, c) = load_text(text);
+            let e = format!("{:#}", c.unwrap_err());
+            let says = says.replace("{F}", &dir.path().join("switchyard.toml").display().to_string());
+            assert!(e.contains(&says), "{text:?}: {e}");
+        }
     }
 }

@@ -128,7 +128,7 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(&config_path)
         .with_context(|| format!("cannot read config file {}", config_path.display()))?;
-    let config = Config::load(&config_path)?;
+    let config = Config::load_text(&config_path, &text)?;
     let policy = Policy::start(&config, plugins, shutdown.child_token()).await?;
     let about = About { config: Some(config_path.clone()), socket: Some(socket.clone()), log };
     let router = Router::new(policy, about, Some(PathBuf::from("/proc/self/exe")), shutdown.clone());
@@ -158,17 +158,8 @@ pub async fn serve(
     Ok(())
 }
 
-/// Each server of a config as a single-server config.
-fn server_configs(config: &Config) -> BTreeMap<String, Config> {
-    let mut out = BTreeMap::new();
-    if let Ok(t) = config.target() {
-        out.insert(t.server().to_string(), config.clone());
-    }
-    out
-}
-
-fn idle_exit(_config: &Config) -> Duration {
-    Duration::ZERO
+fn idle_exit(config: &Config) -> Duration {
+    Duration::from_millis(config.daemon.idle_exit_ms)
 }
 
 /// The config in force: each server's part of the file as written, to tell which changed.
@@ -197,7 +188,7 @@ impl Applied {
     /// taken out.
     fn apply(&mut self, router: &Arc<Router>, config: &Config, text: &str) {
         let file: toml::Table = text.parse().unwrap_or_default();
-        let wanted = server_configs(config);
+        let wanted = config.servers();
         let mut parts = BTreeMap::new();
         for (name, server_config) in &wanted {
             let part = Self::part(&file, name);
@@ -284,7 +275,7 @@ async fn watch_config(router: Arc<Router>, path: PathBuf, mut applied: Applied, 
         if text == applied.text {
             continue;
         }
-        match Config::load(&path) {
+        match Config::load_text(&path, &text) {
             Ok(config) => {
                 tracing::info!("config file {} changed; applying it", path.display());
                 applied.apply(&router, &config, &text);
@@ -398,7 +389,9 @@ fn detach(args: &DaemonArgs, config: &Path, socket: &Path) -> anyhow::Result<()>
 /// tells the parent it is ready, and from then on stdout is /dev/null.
 fn detached_child(args: DaemonArgs, log: &Path) -> anyhow::Result<()> {
     let _ = rustix::process::setsid();
-    crate::logging::init();
+    // Its stderr is the log file too (opened by the parent, for what is written before this).
+    crate::logging::init_file(log, crate::logging::LOG_FILE_MAX_BYTES)
+        .with_context(|| format!("cannot write the daemon's log {}", log.display()))?;
     crate::cli::init_tracing(args.log_level.as_deref())?;
     let config = args.config.clone().context("--detached-child needs --config")?;
     let socket = args.socket.clone().context("--detached-child needs --socket")?;

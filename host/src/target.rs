@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail};
 
-use crate::config::{Config, TransportKind, about_header, expand, is_loopback, parse_url, url_name};
+use crate::config::{Config, ServerConfig, TransportKind, about_header, expand, is_loopback, parse_url, url_name};
 use crate::upstream::transport::{Header, RemoteKind, RemoteSpec};
 
 /// The configured server, ready to start or connect to.
@@ -104,6 +104,19 @@ impl Config {
             post_timeout: Duration::from_millis(self.limits.post_timeout_ms),
         };
         Ok((Target::Remote(spec), warnings))
+    }
+}
+
+impl ServerConfig {
+    /// The server's name as [`Config::target`] gives it: `name`, else one from the command, else
+    /// the URL's host. None without a command or a URL, or with a URL that is not valid.
+    pub fn derived_name(&self) -> Option<String> {
+        let derived = match (&self.url, &self.command) {
+            (Some(url), _) => url_name(&parse_url(url).ok()?),
+            (None, Some(command)) => derive_name(command, &self.args),
+            (None, None) => return None,
+        };
+        Some(self.name.clone().unwrap_or(derived))
     }
 }
 

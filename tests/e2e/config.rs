@@ -108,3 +108,43 @@ async fn a_server_given_as_both_command_and_url_is_refused() {
     assert_eq!(stdout, "");
     assert!(stderr.contains("--url") && stderr.contains("cannot be used with"), "{stderr}");
 }
+
+/// `run` fronts one server: a file of several `[servers.NAME]` is refused with their names and
+/// the two ways on (`connect NAME`, `--name NAME`), and `--name` picks one, which then serves
+/// calls (the other, whose command does not exist, is never started).
+#[tokio::test]
+async fn run_picks_one_of_the_file_s_servers_by_name() {
+    let dir = harness::temp_dir();
+    let file = dir.path().join("switchyard.toml");
+    let fixture = harness::Proc::fixture_cmd(&[]);
+    let text = format!(
+        "[limits]\ncall_timeout_ms = 60000\n\n[servers.broken]\ncommand = \"/nonexistent/switchyard-e2e\"\n\n\
+         [servers.fix]\ncommand = {:?}\nargs = {:?}\n[servers.fix.limits]\ncall_timeout_ms = 20000\n",
+        fixture[0],
+        &fixture[1..]
+    );
+    std::fs::write(&file, text).unwrap();
+    let (code, stdout, stderr) = run_to_exit(&["--config", file.to_str().unwrap()], &[]).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(stdout, "");
+    assert!(stderr.contains("has 2 servers (broken, fix)"), "{stderr}");
+    assert!(stderr.contains("switchyard connect NAME") && stderr.contains("--name NAME"), "{stderr}");
+
+    let mut router = harness::Proc::router(&["--config", file.to_str().unwrap(), "--name", "fix"]);
+    let mut client = router.client();
+    client.initialize().await;
+    assert_eq!(client.call_text("echo", serde_json::json!({"text": "hi"})).await, "hi");
+}
+
+/// A file that is not TOML is one line on stderr: the file, the line and the column.
+#[tokio::test]
+async fn a_broken_config_file_is_named_with_its_line_and_column() {
+    let dir = harness::temp_dir();
+    let file = dir.path().join("switchyard.toml");
+    std::fs::write(&file, "[servers.fs]\ncommand = \"npx\"\nargs = [\"-y\",\n").unwrap();
+    let (code, stdout, stderr) = run_to_exit(&["--config", file.to_str().unwrap()], &[]).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(stdout, "");
+    let want = format!("switchyard: error: config file {}, line 3, column 14: unclosed array", file.display());
+    assert!(stderr.starts_with(&want) && stderr.lines().count() == 1, "{stderr}");
+}

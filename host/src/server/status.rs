@@ -46,7 +46,7 @@ impl Server {
             .collect();
         json!({
             "name": self.name,
-            "target": self.connector.describe(),
+            "target": self.connector.describe().trim_matches('`'),
             "starts": self.counts.starts.load(Ordering::Relaxed),
             "restarts": self.counts.unexpected_ends.load(Ordering::Relaxed),
             "last_error": *self.counts.last_error.lock().expect("lock"),
