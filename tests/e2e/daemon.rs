@@ -258,7 +258,7 @@ async fn status_lists_servers_instances_and_sessions_and_stop_leaves_nothing() {
     );
 
     let text = home.status_text().await;
-    for want in ["alpha", "beta", &pid.to_string(), "e2e-status"] {
+    for want in ["alpha", "beta", &shown[0].to_string(), "e2e-status 1.2.3"] {
         assert!(text.contains(want), "status does not show {want:?}:\n{text}");
     }
 
