@@ -1455,8 +1455,8 @@ impl Bench {
         self.daemon_memory();
     }
 
-    /// VmRSS of a daemon serving ten fixture servers, each started by one call and then idle,
-    /// beside one fixture process started directly.
+    /// VmRSS and PSS of a daemon serving ten fixture servers, each started by one call and then
+    /// idle, beside one fixture process started directly.
     fn daemon_memory(&self) {
         let fx = self.fixture_argv();
         let names: Vec<String> = (0..10).map(|i| format!("s{i}")).collect();
@@ -1466,7 +1466,7 @@ impl Bench {
         // One call each; the first one starts the daemon.
         first_result(&home.connect_argv(&names[0]), &home.envs(), "text", &stderr);
         let daemon = home.status()["pid"].as_u64().unwrap() as u32;
-        let idle_one = rss_kib(daemon);
+        let idle_one = (rss_kib(daemon), pss_kib(daemon));
         for n in &names[1..] {
             first_result(&home.connect_argv(n), &home.envs(), "text", &stderr);
         }
@@ -1476,36 +1476,38 @@ impl Bench {
             .as_array()
             .map(|ss| ss.iter().map(|s| s["instances"].as_array().map_or(0, Vec::len)).sum())
             .unwrap_or(0);
-        let with_ten = rss_kib(daemon);
-        let (mut supervisors, mut servers, mut n_servers) = (0, 0, 0);
+        let with_ten = (rss_kib(daemon), pss_kib(daemon));
+        let (mut supervisors, mut servers, mut n_servers) = ((0, 0), (0, 0), 0);
         for pid in descendants(daemon) {
             let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
             let argv: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            let sum = |(rss, pss): (u64, u64)| (rss + rss_kib(pid), pss + pss_kib(pid));
             match argv.get(1).copied() {
-                Some(b"supervise") => supervisors += rss_kib(pid),
+                Some(b"supervise") => supervisors = sum(supervisors),
                 Some(b"fixture") => {
-                    servers += rss_kib(pid);
+                    servers = sum(servers);
                     n_servers += 1;
                 }
                 _ => {}
             }
         }
         let mut direct = self.conn("direct", "text", fx);
-        let fixture = rss_kib(direct.pid());
+        let fixture = (rss_kib(direct.pid()), pss_kib(direct.pid()));
         let id = direct.next_id;
         direct.call(&echo_request(id, "text"));
         home.stop();
-        println!("\n### Daemon memory (VmRSS), ten fixture servers each started by one call, then idle\n");
-        println!("| process | RSS |");
-        println!("|---|---:|");
-        println!("| daemon, one server started | {} |", mib(idle_one));
-        println!("| daemon, ten servers started ({instances} instances in status) | {} |", mib(with_ten));
-        println!("| their `supervise` processes, together | {} |", mib(supervisors));
-        println!("| their {n_servers} fixture processes, together | {} |", mib(servers));
-        println!("| one fixture process started directly, for scale | {} |", mib(fixture));
+        println!("\n### Daemon memory, ten fixture servers each started by one call, then idle\n");
+        println!("| process | RSS | PSS |");
+        println!("|---|---:|---:|");
+        let row = |what: &str, (rss, pss): (u64, u64)| println!("| {what} | {} | {} |", mib(rss), mib(pss));
+        row("daemon, one server started", idle_one);
+        row(&format!("daemon, ten servers started ({instances} instances in status)"), with_ten);
+        row("their `supervise` processes, together", supervisors);
+        row(&format!("their {n_servers} fixture processes, together"), servers);
+        row("one fixture process started directly, for scale", fixture);
         println!(
-            "\nPer added server, in the daemon itself: {:.0} KiB.",
-            with_ten.saturating_sub(idle_one) as f64 / 9.0
+            "\nPer added server, in the daemon itself: {:.0} KiB RSS.",
+            with_ten.0.saturating_sub(idle_one.0) as f64 / 9.0
         );
     }
 }
@@ -1570,6 +1572,17 @@ fn first_result(argv: &[String], envs: &[(&'static str, PathBuf)], field: &str, 
         std::thread::sleep(Duration::from_millis(2));
     }
     took
+}
+
+/// A process's proportional set size in KiB (its shared pages divided among their sharers), from
+/// /proc/PID/smaps_rollup: what processes running the same binary add up to, unlike their RSS.
+fn pss_kib(pid: u32) -> u64 {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+    rollup
+        .lines()
+        .find_map(|l| l.strip_prefix("Pss:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// Live descendants of `pid`, from /proc.
