@@ -264,10 +264,12 @@ pub fn run_blocking(args: RunArgs) -> anyhow::Result<()> {
     result
 }
 
-/// `switchyard connect SOCKET`.
-pub fn connect_blocking(socket: &std::path::Path) -> anyhow::Result<()> {
+/// `switchyard connect NAME [--config FILE] [--socket PATH]`.
+pub fn connect_blocking(opts: crate::client::Options) -> anyhow::Result<()> {
+    // stderr through the logging thread: a closed or full stderr never blocks nor panics the relay.
+    crate::logging::init();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let result = runtime.block_on(crate::downstream::connect(socket));
+    let result = runtime.block_on(crate::client::run(&opts));
     // A terminal's stdin is read on the blocking pool; a read still parked there must not keep
     // the process alive once the router is gone.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));

@@ -8,6 +8,7 @@
 #![deny(unsafe_code)]
 
 pub mod cli;
+pub mod client;
 pub mod codec;
 pub mod config;
 pub mod decision;
@@ -141,6 +142,7 @@ mod layering {
         "engine",
         "session",
         "downstream",
+        "client",
         "demo",
         "cli",
     ];

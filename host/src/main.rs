@@ -20,10 +20,18 @@ enum Command {
     /// Run an MCP server behind the router (a command after `--`, or a remote one with --url),
     /// speaking MCP on stdin/stdout.
     Run(switchyard::cli::RunArgs),
-    /// Join a router started with `run --listen SOCKET` as one more client, over stdin/stdout.
+    /// Relay stdin/stdout to server NAME of the user's daemon (started when none runs), as one
+    /// more client; put this in an MCP client's config instead of the server's command.
     Connect {
-        /// The router's socket.
-        socket: PathBuf,
+        /// A server of the config. With a `/`, the socket of a router started with
+        /// `run --listen SOCKET` (no daemon is started then).
+        name: PathBuf,
+        /// The daemon's config file [default: ~/.config/switchyard/switchyard.toml].
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// The daemon's socket [default: one per config file, in $XDG_RUNTIME_DIR/switchyard].
+        #[arg(long, value_name = "PATH")]
+        socket: Option<PathBuf>,
     },
     /// Show what switchyard fixes, measured: the fixture server directly vs through switchyard.
     Demo,
@@ -95,7 +103,9 @@ fn main() -> ExitCode {
         Command::Supervise { router, command } => switchyard::supervise::run(router, &command),
         Command::Run(args) => report(switchyard::cli::run_blocking(args)),
         Command::Demo => report(switchyard::demo::run_blocking()),
-        Command::Connect { socket } => report(switchyard::cli::connect_blocking(&socket)),
+        Command::Connect { name, config, socket } => {
+            report(switchyard::cli::connect_blocking(switchyard::client::Options { name, config, socket }))
+        }
         Command::Plugin { command: PluginCommand::Check { file, config, config_file, call } } => {
             let opts = switchyard::policy::check::Options {
                 config_json: config.as_deref(),
