@@ -110,12 +110,13 @@ impl Place {
 }
 
 /// Runs `connect` on the process's stdin and stdout, starting the daemon with this very binary.
+/// The reason of a failure is on stderr already when this returns.
 pub async fn run(opts: &Options) -> anyhow::Result<()> {
     let (input, output, restore) = crate::downstream::stdio::open();
     let result = match Place::resolve(opts) {
         Ok(place) => relay(place, PathBuf::from("/proc/self/exe"), input, output).await,
         Err(e) => {
-            let why = format!("switchyard connect {}: {e:#}", opts.name.display());
+            let why = format!("{e:#}");
             let (lines, _) = spawn_reader(input);
             let (out, writer) = spawn_writer(output, None);
             refuse_first_request(lines, &out, &why).await;
@@ -133,7 +134,8 @@ pub async fn run(opts: &Options) -> anyhow::Result<()> {
 ///
 /// Fails when the router cannot be reached (or refuses) at the start: the client's first
 /// request is answered with the reason first. In the old form it also fails when the router
-/// goes away and cannot be reached again at once (nothing would start it again).
+/// goes away and cannot be reached again at once (nothing would start it again). The reason of
+/// a failure is on stderr already when this returns.
 pub async fn relay<R, W>(place: Place, exe: PathBuf, input: R, output: W) -> anyhow::Result<()>
 where
     R: AsyncRead + Send + Unpin + 'static,
@@ -241,7 +243,7 @@ async fn finish_writer(out: mpsc::Sender<Vec<u8>>, writer: JoinHandle<()>) {
 /// At a failed start: answers the client's first request with `why` (one line on stderr says
 /// it too), so that the client shows the reason rather than "server exited".
 async fn refuse_first_request(mut lines: mpsc::Receiver<Vec<u8>>, out: &mpsc::Sender<Vec<u8>>, why: &str) {
-    say(why);
+    say(&format!("switchyard connect: {why}"));
     let deadline = Instant::now() + FIRST_REQUEST_WAIT;
     while let Ok(Some(line)) = tokio::time::timeout_at(deadline, lines.recv()).await {
         let (ids, batch) = request_ids(&line);
@@ -724,6 +726,7 @@ impl Relay {
             Err(why) => {
                 if self.place.config.is_none() {
                     // The old form: nothing will start that router again.
+                    say(&format!("switchyard connect: {why}"));
                     return Some(Err(anyhow!("{why}")));
                 }
                 say(&format!("switchyard connect: cannot reach the router again: {why}"));
@@ -775,7 +778,10 @@ impl Relay {
                     self.open(j).await;
                     None
                 }
-                Err(_) => Some(Err(anyhow!("{summary}"))),
+                Err(_) => {
+                    say(&format!("switchyard connect: {summary}"));
+                    Some(Err(anyhow!("{summary}")))
+                }
             }
         } else {
             say(&format!("switchyard connect: {summary}; reconnecting"));

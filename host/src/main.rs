@@ -104,7 +104,11 @@ fn main() -> ExitCode {
         Command::Run(args) => report(switchyard::cli::run_blocking(args)),
         Command::Demo => report(switchyard::demo::run_blocking()),
         Command::Connect { name, config, socket } => {
-            report(switchyard::cli::connect_blocking(switchyard::client::Options { name, config, socket }))
+            // connect says why it fails on stderr itself, as it happens.
+            match switchyard::cli::connect_blocking(switchyard::client::Options { name, config, socket }) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(_) => ExitCode::FAILURE,
+            }
         }
         Command::Plugin { command: PluginCommand::Check { file, config, config_file, call } } => {
             let opts = switchyard::policy::check::Options {
