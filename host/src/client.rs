@@ -206,7 +206,9 @@ fn spawn_writer<W: AsyncWrite + Send + Unpin + 'static>(
     mut output: W,
     events: Option<mpsc::UnboundedSender<Event>>,
 ) -> (mpsc::Sender<Vec<u8>>, JoinHandle<()>) {
-    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(64);
+    // Room for one line: a client that stops reading must hold up the router's socket at once
+    // (the router then applies its buffer budget), not find megabytes buffered in `connect`.
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(1);
     let task = tokio::spawn(async move {
         while let Some(mut line) = rx.recv().await {
             if line.last() != Some(&b'\n') {
@@ -651,6 +653,9 @@ impl Relay {
     }
 
     async fn client_line(&mut self, line: Vec<u8>) {
+        if self.unqueue_cancelled(&line) {
+            return;
+        }
         let request = !request_ids(&line).0.is_empty();
         match &self.state {
             State::Live if self.queue.is_empty() => self.send(line).await,
@@ -670,6 +675,28 @@ impl Relay {
                 }
             }
         }
+    }
+
+    /// A `notifications/cancelled` for a request still waiting in the queue takes that request
+    /// out, and goes no further itself: the client wants no answer, and the router never saw it.
+    fn unqueue_cancelled(&mut self, line: &[u8]) -> bool {
+        if self.queue.is_empty() {
+            return false;
+        }
+        let Ok(text) = std::str::from_utf8(line) else { return false };
+        let Ok(env) = codec::parse(text.trim()) else { return false };
+        if env.method.as_deref() != Some("notifications/cancelled") {
+            return false;
+        }
+        let Some(span) = env.params.as_ref().and_then(|p| codec::param_fields(text.trim(), p).request_id) else {
+            return false;
+        };
+        let id = &text.trim()[span];
+        let waiting = self.queue.iter().position(|q| {
+            let (ids, batch) = request_ids(q);
+            !batch && ids.len() == 1 && ids[0] == id
+        });
+        waiting.map(|at| self.queue.remove(at)).is_some()
     }
 
     /// Passes one client line to the router, keeping its requests in the ledger and its session
@@ -986,6 +1013,8 @@ mod tests {
         conns: Arc<Mutex<Vec<mpsc::UnboundedSender<Option<String>>>>>,
         /// One permit per welcome: a test holds back a reconnect's welcome by giving none.
         welcomes: Arc<Semaphore>,
+        /// Lines written on the test's word (`send`), all connections together.
+        written: Arc<std::sync::atomic::AtomicUsize>,
         accept: JoinHandle<()>,
     }
 
@@ -995,17 +1024,19 @@ mod tests {
             let log = Arc::new(Mutex::new(Vec::new()));
             let conns = Arc::new(Mutex::new(Vec::new()));
             let welcomes = Arc::new(Semaphore::new(1000));
+            let written = Arc::new(std::sync::atomic::AtomicUsize::new(0));
             let (l, c, w, refuse) = (log.clone(), conns.clone(), welcomes.clone(), refuse.map(str::to_string));
+            let count = written.clone();
             let accept = tokio::spawn(async move {
                 let mut n = 0;
                 while let Ok((stream, _)) = listener.accept().await {
                     n += 1;
                     let (tx, rx) = mpsc::unbounded_channel();
                     c.lock().unwrap().push(tx);
-                    tokio::spawn(Fake::serve(n, stream, rx, l.clone(), w.clone(), refuse.clone()));
+                    tokio::spawn(Fake::serve(n, stream, rx, l.clone(), w.clone(), count.clone(), refuse.clone()));
                 }
             });
-            Fake { socket: socket.to_path_buf(), log, conns, welcomes, accept }
+            Fake { socket: socket.to_path_buf(), log, conns, welcomes, written, accept }
         }
 
         async fn serve(
@@ -1014,6 +1045,7 @@ mod tests {
             mut cmds: mpsc::UnboundedReceiver<Option<String>>,
             log: Arc<Mutex<Vec<(usize, String)>>>,
             welcomes: Arc<Semaphore>,
+            written: Arc<std::sync::atomic::AtomicUsize>,
             refuse: Option<String>,
         ) {
             let (r, mut w) = stream.into_split();
@@ -1043,7 +1075,10 @@ mod tests {
                         }
                     }
                     cmd = cmds.recv() => match cmd {
-                        Some(Some(line)) => w.write_all(format!("{line}\n").as_bytes()).await.unwrap(),
+                        Some(Some(line)) => {
+                            w.write_all(format!("{line}\n").as_bytes()).await.unwrap();
+                            written.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        }
                         // Close: the router goes away.
                         _ => return,
                     }
@@ -1172,6 +1207,27 @@ mod tests {
         ended.unwrap().unwrap();
     }
 
+    /// Found by the e2e buffer-budget test: `connect` must not absorb what its client does not
+    /// read, or the router never sees a slow client (and never applies its budget).
+    #[tokio::test]
+    async fn a_client_that_stops_reading_holds_up_the_router_at_once() {
+        let (_d, socket) = dir();
+        let fake = Fake::start(&socket, None).await;
+        let mut c = Client::start(named(&socket, None), no_daemon());
+        c.initialize().await;
+        let big = json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"data": "x".repeat(1 << 20)}});
+        for _ in 0..20 {
+            fake.send(1, &big);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let written = fake.written.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(written < 8, "the router could write {written} MiB to a client that reads nothing");
+        // Reading again lets everything through.
+        for _ in 0..20 {
+            assert_eq!(c.recv().await["method"], "notifications/message");
+        }
+    }
+
     #[tokio::test]
     async fn a_refused_session_answers_the_client_s_initialize_with_the_reason() {
         let (_d, socket) = dir();
@@ -1258,6 +1314,10 @@ mod tests {
         // Let the drain line arrive before the new request.
         tokio::time::sleep(Duration::from_millis(100)).await;
         c.request(json!("new"), "tools/call", json!({"name": "echo"})).await;
+        // A waiting request the client gives up on never goes out (nor does its cancellation).
+        c.request(json!("dropped"), "tools/call", json!({"name": "echo"})).await;
+        c.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "dropped"}}))
+            .await;
         c.send(json!({"jsonrpc": "2.0", "method": "notifications/roots/list_changed"})).await;
         fake.wait_for("the notification", |f| {
             f.got(1).iter().any(|m| m["method"] == "notifications/roots/list_changed")
@@ -1274,6 +1334,8 @@ mod tests {
         let methods: Vec<Value> = fake.got(2)[1..].iter().map(|m| m["method"].clone()).collect();
         assert_eq!(methods, [json!("initialize"), json!("notifications/initialized"), json!("tools/call")]);
         assert!(!fake.got(1).iter().any(|m| m["id"] == "new"));
+        let everything = [fake.got(1), fake.got(2)].concat();
+        assert!(!everything.iter().any(|m| m["id"] == "dropped" || m["method"] == "notifications/cancelled"));
         c.quiet().await;
     }
 
@@ -1292,6 +1354,27 @@ mod tests {
         let ended = tokio::time::timeout(Duration::from_secs(5), c.relay).await.expect("connect ends");
         let e = ended.unwrap().unwrap_err().to_string();
         assert!(e.contains("closed the connection") && e.contains("1 call(s)"), "{e}");
+    }
+
+    #[test]
+    fn the_command_line_says_where_to_connect() {
+        let opts = |name: &str, config: Option<&str>, socket: Option<&str>| Options {
+            name: name.into(),
+            config: config.map(PathBuf::from),
+            socket: socket.map(PathBuf::from),
+        };
+        // The old form: a socket, no server name, never a daemon start.
+        let old = Place::resolve(&opts("./r.sock", None, None)).unwrap();
+        assert_eq!(old, Place { socket: "./r.sock".into(), server: None, config: None });
+        let e = Place::resolve(&opts("/run/r.sock", Some("c.toml"), None)).unwrap_err().to_string();
+        assert!(e.contains("go with a server name"), "{e}");
+        // --socket: the config is read only when a daemon must be started.
+        let given = Place::resolve(&opts("fs", Some("/nowhere/c.toml"), Some("/run/s.sock"))).unwrap();
+        let config = Some(PathBuf::from("/nowhere/c.toml"));
+        assert_eq!(given, Place { socket: "/run/s.sock".into(), server: Some("fs".into()), config });
+        // Without it, the socket is named after the config file, which must be there.
+        let e = Place::resolve(&opts("fs", Some("/nowhere/c.toml"), None)).unwrap_err().to_string();
+        assert!(e.contains("/nowhere/c.toml") && e.contains("--config"), "{e}");
     }
 
     /// A stand-in for `switchyard daemon ... --detach`: `body` runs with $5 = the socket.
