@@ -409,8 +409,15 @@ async fn start_daemon(exe: &Path, config: &Path, socket: &Path) -> Result<(), St
     if status.success() {
         return Ok(());
     }
-    let said = String::from_utf8_lossy(&said.lock().expect("lock")).trim().to_string();
-    let said = said.strip_prefix("switchyard: error: ").unwrap_or(&said).replace('\n', " / ");
+    // One line: the daemon's lines joined, its "switchyard: error:" prefix dropped.
+    let said = String::from_utf8_lossy(&said.lock().expect("lock")).into_owned();
+    let said: Vec<&str> = said
+        .lines()
+        .map(|l| l.trim())
+        .filter(|l| !l.is_empty())
+        .map(|l| l.strip_prefix("switchyard: error: ").unwrap_or(l))
+        .collect();
+    let said = said.join(" / ");
     Err(failed(if said.is_empty() { format!("`daemon --detach` exited with {status} and said nothing") } else { said }))
 }
 
