@@ -758,15 +758,15 @@ impl Relay {
                 self.maybe_close().await.then_some(Ok(()))
             }
             Err(why) => {
+                for line in std::mem::take(&mut self.queue) {
+                    self.refuse(&line, &why).await;
+                }
                 if self.place.config.is_none() {
                     // The old form: nothing will start that router again.
                     say(&format!("switchyard connect: {why}"));
                     return Some(Err(anyhow!("{why}")));
                 }
                 say(&format!("switchyard connect: cannot reach the router again: {why}"));
-                for line in std::mem::take(&mut self.queue) {
-                    self.refuse(&line, &why).await;
-                }
                 self.state = State::Down { why, at: Instant::now() };
                 self.client_closed.then_some(Ok(()))
             }
@@ -812,7 +812,10 @@ impl Relay {
                     self.open(j).await;
                     None
                 }
-                Err(_) => {
+                Err(again) => {
+                    for line in std::mem::take(&mut self.queue) {
+                        self.refuse(&line, &again).await;
+                    }
                     say(&format!("switchyard connect: {summary}"));
                     Some(Err(anyhow!("{summary}")))
                 }
