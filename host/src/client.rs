@@ -593,14 +593,11 @@ impl Relay {
     /// Starts using a connection the router welcomed: its reader, the replay, then the queue.
     async fn open(&mut self, joined: Joined) {
         let Joined { reader, writer, version } = joined;
-        if let Some(v) = version.filter(|v| v != VERSION)
+        if let Some(note) = version.and_then(|v| version_note(&self.place.socket, &v))
             && !self.warned_version
         {
             self.warned_version = true;
-            say(&format!(
-                "switchyard connect: the daemon at {} runs switchyard {v}, this is {VERSION}; `switchyard stop` (with the same --config or --socket) and then reconnecting restarts it with this version",
-                self.place.socket.display()
-            ));
+            say(&note);
         }
         self.generation += 1;
         self.readers.retain(|r| !r.is_finished());
@@ -894,6 +891,16 @@ impl Relay {
             State::Draining | State::Joining(_) => false,
         }
     }
+}
+
+/// The line for a user whose daemon runs another version than this `connect`.
+fn version_note(socket: &Path, theirs: &str) -> Option<String> {
+    (theirs != VERSION).then(|| {
+        format!(
+            "switchyard connect: the daemon at {} runs switchyard {theirs}, this is {VERSION}; `switchyard stop` (with the same --config or --socket) and then reconnecting restarts it with this version",
+            socket.display()
+        )
+    })
 }
 
 /// One connection's reader: the router's lines to the client, control lines to the controller,
@@ -1364,6 +1371,46 @@ mod tests {
         let ended = tokio::time::timeout(Duration::from_secs(5), c.relay).await.expect("connect ends");
         let e = ended.unwrap().unwrap_err().to_string();
         assert!(e.contains("closed the connection") && e.contains("1 call(s)"), "{e}");
+    }
+
+    #[test]
+    fn another_version_of_the_daemon_is_told_once_with_what_to_do() {
+        assert_eq!(version_note(Path::new("/run/s.sock"), VERSION), None);
+        let note = version_note(Path::new("/run/s.sock"), "0.0.1").unwrap();
+        assert!(note.contains("runs switchyard 0.0.1") && note.contains("`switchyard stop`"), "{note}");
+    }
+
+    /// A router older than the hello answers it as a bad JSON-RPC message (an error with id
+    /// null) and serves the session all the same: the old form goes on, a server name cannot.
+    #[tokio::test]
+    async fn a_router_older_than_the_hello_serves_the_old_form_only() {
+        let (_d, socket) = dir();
+        let listener = UnixListener::bind(&socket).unwrap();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let (r, mut w) = stream.into_split();
+                    let mut lines = BufReader::new(r).lines();
+                    while let Ok(Some(line)) = lines.next_line().await {
+                        let m: Value = serde_json::from_str(&line).unwrap();
+                        let answer = match m.get("id") {
+                            Some(id) => json!({"jsonrpc": "2.0", "id": id, "result": {}}),
+                            None => {
+                                json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": "Invalid Request"}})
+                            }
+                        };
+                        w.write_all(format!("{answer}\n").as_bytes()).await.unwrap();
+                    }
+                });
+            }
+        });
+        let mut old = Client::start(Place { socket: socket.clone(), server: None, config: None }, no_daemon());
+        old.request(json!(1), "ping", json!({})).await;
+        assert_eq!(old.recv().await, json!({"jsonrpc": "2.0", "id": 1, "result": {}}));
+        let mut named = Client::start(named(&socket, None), no_daemon());
+        named.request(json!(1), "initialize", json!({})).await;
+        let refused = named.recv().await;
+        assert!(refused["error"]["message"].as_str().unwrap().contains("older than `connect NAME`"), "{refused}");
     }
 
     #[test]
