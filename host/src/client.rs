@@ -42,6 +42,9 @@ const CLOSE_GRACE: Duration = Duration::from_secs(5);
 const DRAINED_LINGER: Duration = Duration::from_secs(10);
 /// At a start that failed, how long to wait for the client's first request, to answer it.
 const FIRST_REQUEST_WAIT: Duration = Duration::from_secs(10);
+/// Client lines that may wait for a connection; past this, requests are answered with an error
+/// at once (a client that keeps sending while the router is away must not grow `connect`).
+const QUEUE_MAX: usize = 1024;
 /// The id prefix of the requests `connect` makes itself when it replays a session.
 const REPLAY_ID: &str = "switchyard-replay-";
 
@@ -559,15 +562,15 @@ impl Relay {
             let draining = matches!(self.state, State::Draining);
             let closing = self.closing;
             tokio::select! {
-                line = lines.recv(), if !self.client_closed => match line {
-                    Some(line) => self.client_line(line).await,
-                    None => {
-                        self.client_closed = true;
-                        if self.maybe_close().await {
-                            return Ok(());
-                        }
+                // What the router said comes first: a client line read after a drain request
+                // must see the drain.
+                biased;
+                event = events.recv() => {
+                    let event = event.expect("the controller holds a sender");
+                    if let Some(end) = self.on_event(event).await {
+                        return end;
                     }
-                },
+                }
                 joined = async {
                     match &mut self.state {
                         State::Joining(f) => f.await,
@@ -578,12 +581,15 @@ impl Relay {
                         return end;
                     }
                 }
-                event = events.recv() => {
-                    let event = event.expect("the controller holds a sender");
-                    if let Some(end) = self.on_event(event).await {
-                        return end;
+                line = lines.recv(), if !self.client_closed => match line {
+                    Some(line) => self.client_line(line).await,
+                    None => {
+                        self.client_closed = true;
+                        if self.maybe_close().await {
+                            return Ok(());
+                        }
                     }
-                }
+                },
                 _ = idle.notified(), if draining => self.drain_step().await,
                 _ = tokio::time::sleep_until(closing.unwrap_or_else(Instant::now)), if closing.is_some() => return Ok(()),
             }
@@ -661,6 +667,13 @@ impl Relay {
             return;
         }
         let request = !request_ids(&line).0.is_empty();
+        if self.queue.len() >= QUEUE_MAX && !matches!(self.state, State::Draining if !request) {
+            let why = format!(
+                "{QUEUE_MAX} messages already wait for the router at {} to come back; try again in a moment",
+                self.place.socket.display()
+            );
+            return self.refuse(&line, &why).await;
+        }
         match &self.state {
             State::Live if self.queue.is_empty() => self.send(line).await,
             State::Live | State::Joining(_) => self.queue.push_back(line),
@@ -1328,8 +1341,9 @@ mod tests {
         c.request(json!("old"), "tools/call", json!({"name": "hang"})).await;
         fake.wait_for("the old call", |f| f.got(1).iter().any(|m| m["id"] == "old")).await;
         fake.send(1, wire::line(&Reply::Drain { reason: "server fs changed".into() }).trim());
-        // Let the drain line arrive before the new request.
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Once the line after it reached the client, connect has the drain in hand.
+        fake.send(1, json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}));
+        assert_eq!(c.recv().await["method"], "notifications/tools/list_changed");
         c.request(json!("new"), "tools/call", json!({"name": "echo"})).await;
         // A waiting request the client gives up on never goes out (nor does its cancellation).
         c.request(json!("dropped"), "tools/call", json!({"name": "echo"})).await;
