@@ -663,6 +663,10 @@ impl Relay {
     }
 
     async fn client_line(&mut self, line: Vec<u8>) {
+        // The usual case, at the cost of one parse.
+        if matches!(self.state, State::Live) && self.queue.is_empty() {
+            return self.send(line).await;
+        }
         if self.unqueue_cancelled(&line) {
             return;
         }
@@ -675,7 +679,6 @@ impl Relay {
             return self.refuse(&line, &why).await;
         }
         match &self.state {
-            State::Live if self.queue.is_empty() => self.send(line).await,
             State::Live | State::Joining(_) => self.queue.push_back(line),
             // Only new requests wait; the rest still belongs to the old connection's session.
             State::Draining if request => self.queue.push_back(line),
@@ -727,7 +730,10 @@ impl Relay {
             }
             ledger.ids.extend(ids);
         }
-        if let Ok(text) = std::str::from_utf8(&line) {
+        // Parsed again only when it may hold what a replay needs.
+        if let Ok(text) = std::str::from_utf8(&line)
+            && ["initialize", "logging/setLevel", "resources/"].iter().any(|m| text.contains(m))
+        {
             for_each_message(text, |m, env| self.memory.note(m, env));
         }
         self.write(&line).await;
@@ -890,17 +896,13 @@ impl Relay {
         }
         match self.state {
             State::Down { .. } => true,
-            State::Live => match self.conn.as_mut() {
-                Some(w) => {
+            State::Live => {
+                if let Some(w) = self.conn.as_mut() {
                     let _ = w.shutdown().await;
-                    self.closing = Some(Instant::now() + CLOSE_GRACE);
-                    false
                 }
-                None => {
-                    self.closing = Some(Instant::now() + CLOSE_GRACE);
-                    false
-                }
-            },
+                self.closing = Some(Instant::now() + CLOSE_GRACE);
+                false
+            }
             State::Draining | State::Joining(_) => false,
         }
     }
