@@ -271,7 +271,7 @@ fn say(text: &str) {
 }
 
 /// A connection the router welcomed.
-pub struct Joined {
+struct Joined {
     reader: BufReader<OwnedReadHalf>,
     writer: OwnedWriteHalf,
     /// The router's version; None for a router older than the hello.
@@ -280,7 +280,7 @@ pub struct Joined {
 
 /// Reaches the router at `place` (starting the daemon when nobody listens and a config is
 /// known) and says hello. The error says what failed, where, and what to do.
-pub async fn join(place: &Place, exe: &Path) -> Result<Joined, String> {
+async fn join(place: &Place, exe: &Path) -> Result<Joined, String> {
     let stream = reach(place, exe).await?;
     greet(place, stream).await
 }
