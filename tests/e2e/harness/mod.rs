@@ -17,6 +17,8 @@ use tokio::process::{Child, Command};
 
 pub use tempfile::TempDir;
 
+// A user's daemon in a home of its own; see tests/e2e/daemon.rs.
+pub mod daemon;
 // Remote (HTTP) servers and the faults of their links; see tests/e2e/remote_fixtures.rs.
 pub mod http_servers;
 pub mod proxy;

@@ -1,0 +1,492 @@
+//! End-to-end tests of the daemon (issue 11) through the real binary: `switchyard connect NAME`
+//! clients, one daemon per config file that owns the servers and outlives its clients, hot
+//! reload of the config, `status`, `stop`, and no orphans whatever happens to the daemon.
+//!
+//! Each test has a home of its own (harness/daemon.rs): its XDG directories and config file in a
+//! temp dir, so its daemon is its own. Each ends with `Home::shutdown` (stop, then nothing of the
+//! test may be left running); a failing test's Drop kills whatever is left and prints the
+//! daemon's log.
+
+mod harness;
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::{Duration, Instant};
+
+use harness::daemon::*;
+use harness::*;
+use serde_json::{Value, json};
+
+/// Generous bounds for things that take milliseconds on an idle machine (a daemon start, a
+/// reload, a process exit): the machine running these tests is shared and loaded.
+const SLOW: Duration = Duration::from_secs(20);
+
+fn init_params(client: &str, version: &str) -> Value {
+    json!({
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": client, "version": version},
+    })
+}
+
+/// A client leaves: it closes `connect`'s stdin, and `connect` exits.
+async fn leave(mut p: Proc, mut c: Client) {
+    c.close().await;
+    p.wait_timeout(SLOW).await;
+}
+
+/// SIGKILL or SIGTERM to a process that is not ours to wait for (the daemon runs detached).
+fn kill(pid: u32, sig: i32) {
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    unsafe { libc::kill(pid as i32, sig) };
+}
+
+/// Waits until the fixture behind `journal` has received a `tools/call` of `tool`.
+async fn wait_call_arrived(journal: &std::path::Path, tool: &str) {
+    wait_journal(journal, SLOW, |e| received(e, "tools/call").any(|m| m["params"]["name"] == tool)).await;
+}
+
+// ------------------------------------------------------------------------------------------------
+// The seeds.
+
+/// Seed 003: the client SIGTERMs its server command (here `connect`); the server lives on in the
+/// daemon, same process, same in-memory state, and the next client gets it without a start.
+#[tokio::test]
+async fn seed_003_sigterm_to_connect_leaves_the_server_and_its_state_to_the_next_client() {
+    let home = Home::new();
+    home.write_config(&home.fixture("memory", &[]));
+    let (a, mut ca) = home.client("memory").await;
+    ca.call_text("write", json!({"path": "k", "text": "v"})).await;
+    let (pid, _) = fixture_pid(&mut ca).await;
+
+    let mut a = a;
+    a.signal(libc::SIGTERM);
+    a.wait_timeout(SLOW).await;
+    // The server outlived the client's SIGTERM (give a wrong kill the time to land).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(pid_alive(pid), "the server (pid {pid}) died with the connect that was SIGTERMed");
+
+    let (b, mut cb) = home.client("memory").await;
+    let (pid_b, _) = fixture_pid(&mut cb).await;
+    assert_eq!(pid_b, pid, "the second client reached another server process");
+    assert_eq!(cb.call_text("read", json!({"path": "k"})).await, "v", "the server's state was lost");
+    assert_eq!(starts(&home.journal("memory")), 1, "the server was started again");
+    leave(b, cb).await;
+    home.shutdown().await;
+}
+
+/// Seed 000: two conversations on one serial server with a pool of two. One is in a long call;
+/// the other's calls are answered meanwhile, not after it.
+#[tokio::test]
+async fn seed_000_a_long_call_does_not_block_another_clients_calls() {
+    let home = Home::new();
+    let config =
+        format!("{}[servers.serial.pools.default]\nmax = 2\nmax_inflight = 1\n", home.fixture("serial", &["--serial"]));
+    home.write_config(&config);
+    let (a, mut ca) = home.client("serial").await;
+    ca.timeout = SLOW;
+    let long = ca.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": 5000}})).await;
+    wait_call_arrived(&home.journal("serial"), "sleep").await;
+
+    let started = Instant::now();
+    let (b, mut cb) = home.client("serial").await;
+    let joined = started.elapsed();
+    let mut latencies = Vec::new();
+    for i in 0..5 {
+        let t = Instant::now();
+        assert_eq!(cb.call_text("echo", json!({"text": format!("b{i}")})).await, format!("b{i}"));
+        latencies.push(t.elapsed());
+    }
+    let b_done = Instant::now();
+    let resp = ca.wait_response(&long).await;
+    let a_done = Instant::now();
+    assert_eq!(tool_text(&resp), "slept 5000 ms", "the long call failed: {resp}");
+    println!("client B: connect + initialize {joined:?}, echo latencies {latencies:?}");
+    assert!(
+        b_done < a_done,
+        "client B's answers came after client A's long call ended (B took {:?} in all)",
+        b_done - started
+    );
+    leave(a, ca).await;
+    leave(b, cb).await;
+    home.shutdown().await;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Starting the daemon.
+
+/// Ten `connect`s at once and no daemon yet: all are answered, by one daemon.
+#[tokio::test]
+async fn ten_connects_at_once_start_exactly_one_daemon() {
+    let home = Home::new();
+    home.write_config(&home.fixture("x", &[]));
+    let mut procs: Vec<Proc> = (0..10).map(|_| home.connect("x")).collect();
+    let mut clients: Vec<Client> = procs.iter_mut().map(Proc::client).collect();
+    let mut ids = Vec::new();
+    for (i, c) in clients.iter_mut().enumerate() {
+        c.timeout = SLOW;
+        ids.push(c.send_request("initialize", init_params(&format!("client-{i}"), "1")).await);
+    }
+    for (c, id) in clients.iter_mut().zip(&ids) {
+        let resp = c.wait_response(id).await;
+        assert!(resp.get("result").is_some(), "initialize failed: {resp}");
+        c.notify("notifications/initialized", json!({})).await;
+    }
+    for (i, c) in clients.iter_mut().enumerate() {
+        assert_eq!(c.call_text("echo", json!({"text": format!("c{i}")})).await, format!("c{i}"));
+    }
+    let daemon = home.daemon_pid().await;
+    // `--detach` launchers that lost the race may still be on their way out; then one is left.
+    let left = home
+        .wait_processes("exactly one daemon process", SLOW, |ps| {
+            ps.iter().filter(|p| p.is("daemon")).map(|p| p.pid).collect::<Vec<_>>() == [daemon]
+        })
+        .await;
+    assert!(left.iter().any(|p| p.pid == daemon && p.argv.iter().any(|a| a.contains(&home.config_str()))));
+    let status = home.status_json().await;
+    let sessions = status_server(&status, "x").and_then(|s| s["sessions"].as_array()).map_or(0, Vec::len);
+    assert_eq!(sessions, 10, "not every client is a session of the one daemon:\n{status:#}");
+    for (p, c) in procs.into_iter().zip(clients) {
+        leave(p, c).await;
+    }
+    home.shutdown().await;
+}
+
+/// A daemon that cannot start (the config does not parse): the client's initialize is answered
+/// with an error naming the file, stderr says it too, and `connect` exits non-zero.
+#[tokio::test]
+async fn connect_with_a_broken_config_answers_initialize_with_the_reason() {
+    let home = Home::new();
+    home.write_config("[servers.alpha\ncommand = \"x\"\n");
+    let mut p = home.connect("alpha");
+    let mut c = p.client();
+    c.timeout = SLOW;
+    let resp = c.request("initialize", init_params("e2e", "1")).await;
+    let message = resp["error"]["message"].as_str().unwrap_or_else(|| panic!("initialize was not refused: {resp}"));
+    assert!(message.contains(&home.config_str()), "the error does not name the config file: {message}");
+    let status = p.wait_timeout(SLOW).await;
+    assert!(!status.success(), "connect exited {status} after failing");
+    let stderr = p.stderr.text();
+    assert!(stderr.lines().any(|l| l.contains(&home.config_str())), "no line on stderr names the file:\n{stderr}");
+    home.shutdown().await;
+}
+
+/// `connect NAME` for a server the config does not have: an error naming the server and the file.
+#[tokio::test]
+async fn connect_to_a_server_not_in_the_config_answers_initialize_with_the_reason() {
+    let home = Home::new();
+    home.write_config(&home.fixture("alpha", &[]));
+    let mut p = home.connect("nosuchserver");
+    let mut c = p.client();
+    c.timeout = SLOW;
+    let resp = c.request("initialize", init_params("e2e", "1")).await;
+    let message = resp["error"]["message"].as_str().unwrap_or_else(|| panic!("initialize was not refused: {resp}"));
+    assert!(message.contains("nosuchserver"), "the error does not name the server: {message}");
+    assert!(message.contains(&home.config_str()), "the error does not name the config file: {message}");
+    let status = p.wait_timeout(SLOW).await;
+    assert!(!status.success(), "connect exited {status} after failing");
+    let stderr = p.stderr.text();
+    assert!(stderr.contains("nosuchserver"), "stderr does not name the server:\n{stderr}");
+    home.shutdown().await;
+}
+
+/// A missing config file: the same, naming the file.
+#[tokio::test]
+async fn connect_without_a_config_file_answers_initialize_with_the_reason() {
+    let home = Home::new();
+    let mut p = home.connect("alpha");
+    let mut c = p.client();
+    c.timeout = SLOW;
+    let resp = c.request("initialize", init_params("e2e", "1")).await;
+    let message = resp["error"]["message"].as_str().unwrap_or_else(|| panic!("initialize was not refused: {resp}"));
+    assert!(message.contains(&home.config_str()), "the error does not name the config file: {message}");
+    let status = p.wait_timeout(SLOW).await;
+    assert!(!status.success(), "connect exited {status} after failing");
+    home.shutdown().await;
+}
+
+/// The socket is the user's alone: 0600 in a 0700 directory.
+#[tokio::test]
+async fn the_socket_is_0600_in_a_0700_directory() {
+    let home = Home::new();
+    home.write_config(&home.fixture("alpha", &[]));
+    let (a, mut ca) = home.client("alpha").await;
+    ca.call_text("echo", json!({"text": "x"})).await;
+    let socket = home.socket().expect("no socket in the runtime directory");
+    let status = home.status_json().await;
+    assert_eq!(status["socket"].as_str(), Some(socket.to_str().unwrap()), "status names another socket");
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&socket), 0o600, "socket {}", socket.display());
+    assert_eq!(mode(socket.parent().unwrap()), 0o700, "directory of {}", socket.display());
+    leave(a, ca).await;
+    home.shutdown().await;
+}
+
+// ------------------------------------------------------------------------------------------------
+// status and stop.
+
+#[tokio::test]
+async fn status_lists_servers_instances_and_sessions_and_stop_leaves_nothing() {
+    let home = Home::new();
+    home.write_config(&format!("{}{}", home.fixture("alpha", &[]), home.fixture("beta", &[])));
+    let mut a = home.connect("alpha");
+    let mut ca = a.client();
+    let init = ca.request("initialize", init_params("e2e-status", "1.2.3")).await;
+    assert!(init.get("result").is_some(), "initialize failed: {init}");
+    ca.notify("notifications/initialized", json!({})).await;
+    let (pid, _) = fixture_pid(&mut ca).await;
+
+    let status = home.status_json().await;
+    let daemon = status["pid"].as_u64().expect("status has a pid") as u32;
+    assert!(home.daemons().iter().any(|p| p.pid == daemon), "status pid {daemon} is not a daemon of this test");
+    let canonical = std::fs::canonicalize(&home.config).unwrap();
+    assert_eq!(status["config"].as_str(), canonical.to_str(), "status names another config");
+    assert!(status["log"].is_string(), "a detached daemon has a log file: {status:#}");
+    assert!(status_server(&status, "beta").is_some(), "beta is not listed:\n{status:#}");
+    let alpha = status_server(&status, "alpha").unwrap_or_else(|| panic!("alpha is not listed:\n{status:#}"));
+    // The instance's pid: the server's own, or that of the `switchyard supervise` it runs under.
+    let shown = instance_pids(&status, "alpha");
+    assert!(
+        shown == [pid] || shown == [parent_pid(pid)],
+        "alpha's instance in status ({shown:?}) is not the server that answered (pid {pid}, its parent {})",
+        parent_pid(pid)
+    );
+    println!("status shows instance pid {shown:?}; the server's pid is {pid}");
+    let sessions = alpha["sessions"].as_array().cloned().unwrap_or_default();
+    assert!(
+        sessions.iter().any(|s| s["client"] == "e2e-status 1.2.3"),
+        "no session names the client from its clientInfo:\n{status:#}"
+    );
+
+    let text = home.status_text().await;
+    for want in ["alpha", "beta", &shown[0].to_string(), "e2e-status 1.2.3"] {
+        assert!(text.contains(want), "status does not show {want:?}:\n{text}");
+    }
+
+    leave(a, ca).await;
+    let socket = home.socket().expect("a socket while the daemon runs");
+    home.stop().await;
+    wait_all_dead(&[daemon, pid], SLOW).await;
+    assert!(!socket.exists(), "the socket {} is left after stop", socket.display());
+    home.wait_no_processes(SLOW).await;
+}
+
+// ------------------------------------------------------------------------------------------------
+// The daemon going away.
+
+/// kill -9 of the daemon takes its servers with it; the next `connect` starts a new daemon over
+/// the stale socket and is answered.
+#[tokio::test]
+async fn kill_9_of_the_daemon_leaves_no_server_and_the_next_connect_starts_a_new_one() {
+    let home = Home::new();
+    home.write_config(&home.fixture("alpha", &[]));
+    let (a, mut ca) = home.client("alpha").await;
+    let (pid, _) = fixture_pid(&mut ca).await;
+    leave(a, ca).await;
+    let daemon = home.daemon_pid().await;
+    kill(daemon, libc::SIGKILL);
+    wait_all_dead(&[daemon, pid], SLOW).await;
+    home.wait_no_processes(SLOW).await;
+
+    let (b, mut cb) = home.client("alpha").await;
+    let (pid_b, _) = fixture_pid(&mut cb).await;
+    assert_ne!(pid_b, pid);
+    assert_ne!(home.daemon_pid().await, daemon);
+    leave(b, cb).await;
+    home.shutdown().await;
+}
+
+/// A live `connect` across a daemon restart: the call in flight is answered (not left hanging),
+/// and the next call is answered by a new daemon that `connect` started and initialised with the
+/// client's own initialize. The client never initialises again.
+async fn a_live_connect_survives_the_daemon_going_away(sig: i32) -> Value {
+    let home = Home::new();
+    home.write_config(&home.fixture("alpha", &[]));
+    let (mut a, mut ca) = home.client("alpha").await;
+    ca.timeout = SLOW;
+    let (pid, _) = fixture_pid(&mut ca).await;
+    let daemon = home.daemon_pid().await;
+    let inflight = ca.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": 3000}})).await;
+    wait_call_arrived(&home.journal("alpha"), "sleep").await;
+
+    kill(daemon, sig);
+    let answer = ca.wait_response(&inflight).await;
+    wait_all_dead(&[daemon, pid], SLOW).await;
+    let (pid_after, _) = fixture_pid(&mut ca).await;
+    assert_ne!(pid_after, pid, "the old server answered");
+    assert!(a.is_running(), "connect exited");
+    assert_ne!(home.daemon_pid().await, daemon);
+    assert_eq!(starts(&home.journal("alpha")), 2, "the server did not start once more");
+    // The new instance was initialised (connect replayed the client's initialize to the daemon).
+    let inits = received(&journal(home.journal("alpha")), "initialize").count();
+    assert!(inits >= 2, "the new server instance was never initialised");
+    leave(a, ca).await;
+    home.shutdown().await;
+    answer
+}
+
+#[tokio::test]
+async fn a_live_connect_survives_sigterm_to_the_daemon() {
+    let answer = a_live_connect_survives_the_daemon_going_away(libc::SIGTERM).await;
+    // A daemon stopping cleanly may finish the call or refuse it; either way it is answered.
+    println!("the call in flight when the daemon was SIGTERMed was answered with: {answer}");
+}
+
+#[tokio::test]
+async fn a_live_connect_survives_sigkill_to_the_daemon() {
+    let answer = a_live_connect_survives_the_daemon_going_away(libc::SIGKILL).await;
+    let message = answer["error"]["message"].as_str().unwrap_or_else(|| panic!("not an error: {answer}"));
+    assert!(!message.is_empty());
+}
+
+/// `[daemon] idle_exit_ms`: the daemon exits, with its servers, once its last client left.
+#[tokio::test]
+async fn an_idle_daemon_exits_after_idle_exit_ms() {
+    let home = Home::new();
+    home.write_config(&format!("[daemon]\nidle_exit_ms = 500\n\n{}", home.fixture("alpha", &[])));
+    let (a, mut ca) = home.client("alpha").await;
+    let (pid, _) = fixture_pid(&mut ca).await;
+    let daemon = home.daemon_pid().await;
+    let socket = home.socket().expect("a socket while the daemon runs");
+    // Still there while a client is connected, however long it stays idle.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(pid_alive(daemon), "the daemon exited with a client connected");
+    leave(a, ca).await;
+    wait_all_dead(&[daemon, pid], SLOW).await;
+    assert!(!socket.exists(), "the socket {} is left after the idle exit", socket.display());
+    home.wait_no_processes(SLOW).await;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Hot reload of the config file.
+
+/// A server added to the file is served to a new `connect`, and the running ones go on.
+#[tokio::test]
+async fn hot_reload_a_server_added_to_the_file_is_served() {
+    let home = Home::new();
+    let alpha = home.fixture("alpha", &[]);
+    home.write_config(&alpha);
+    let (a, mut ca) = home.client("alpha").await;
+    let (pid, _) = fixture_pid(&mut ca).await;
+
+    home.write_config(&format!("{alpha}{}", home.fixture("beta", &[])));
+    home.wait_status("server beta", SLOW, |s| status_server(s, "beta").is_some()).await;
+    let (b, mut cb) = home.client("beta").await;
+    assert_eq!(fixture_pid(&mut cb).await.1, "beta");
+    assert_eq!(fixture_pid(&mut ca).await, (pid, "alpha".to_string()), "alpha changed under its client");
+    leave(a, ca).await;
+    leave(b, cb).await;
+    home.shutdown().await;
+}
+
+/// A server whose arguments changed: the live session is moved to an instance with the new
+/// arguments, no call is lost (the one in flight finishes on the old instance), and the old
+/// instance goes away once drained.
+#[tokio::test]
+async fn hot_reload_changed_args_reach_a_live_session_and_no_call_is_lost() {
+    let home = Home::new();
+    home.write_config(&home.fixture_named("alpha", "v1", &[]));
+    let (a, mut ca) = home.client("alpha").await;
+    ca.timeout = SLOW;
+    let (old, name) = fixture_pid(&mut ca).await;
+    assert_eq!(name, "v1");
+    let inflight = ca.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": 2000}})).await;
+    wait_call_arrived(&home.journal("alpha"), "sleep").await;
+
+    home.replace_config(&home.fixture_named("alpha", "v2", &[]));
+    let changed = Instant::now();
+    // Every call is answered; the session reaches the new instance soon (the daemon drains the
+    // session and connect reconnects: a call or two may still go the old way meanwhile).
+    let mut old_answers = 0;
+    let new = loop {
+        let (pid, name) = fixture_pid(&mut ca).await;
+        if name == "v2" {
+            break pid;
+        }
+        assert_eq!(name, "v1");
+        old_answers += 1;
+        assert!(changed.elapsed() < SLOW, "no call reached the new arguments within {SLOW:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    println!("{old_answers} calls answered by the old instance after the file changed");
+    assert_ne!(new, old);
+    let resp = ca.wait_response(&inflight).await;
+    assert_eq!(tool_text(&resp), "slept 2000 ms", "the call in flight during the change was lost: {resp}");
+    assert_eq!(fixture_pid(&mut ca).await, (new, "v2".to_string()));
+    wait_all_dead(&[old], SLOW).await;
+    leave(a, ca).await;
+    home.shutdown().await;
+}
+
+/// A server removed from the file: its process goes, and a new `connect` for it is refused with
+/// an error naming the server and the file. The others go on.
+#[tokio::test]
+async fn hot_reload_a_removed_server_stops_and_is_refused_by_name() {
+    let home = Home::new();
+    let alpha = home.fixture("alpha", &[]);
+    home.write_config(&format!("{alpha}{}", home.fixture("beta", &[])));
+    let (a, mut ca) = home.client("alpha").await;
+    let (b, mut cb) = home.client("beta").await;
+    let (beta_pid, _) = fixture_pid(&mut cb).await;
+    leave(b, cb).await;
+
+    home.write_config(&alpha);
+    home.wait_status("beta gone", SLOW, |s| status_server(s, "beta").is_none()).await;
+    wait_all_dead(&[beta_pid], SLOW).await;
+    let mut p = home.connect("beta");
+    let mut c = p.client();
+    c.timeout = SLOW;
+    let resp = c.request("initialize", init_params("e2e", "1")).await;
+    let message = resp["error"]["message"].as_str().unwrap_or_else(|| panic!("initialize was not refused: {resp}"));
+    assert!(message.contains("beta"), "the error does not name the server: {message}");
+    assert!(message.contains(&home.config_str()), "the error does not name the config file: {message}");
+    assert!(!p.wait_timeout(SLOW).await.success(), "connect exited 0 after failing");
+    assert_eq!(ca.call_text("echo", json!({"text": "still"})).await, "still");
+    leave(a, ca).await;
+    home.shutdown().await;
+}
+
+/// A broken file keeps the last good config in force (the servers keep working, untouched) and
+/// the daemon logs one line naming the file and the line; a good file later is taken again.
+#[tokio::test]
+async fn hot_reload_a_broken_file_keeps_the_last_good_config_with_one_log_line() {
+    let home = Home::new();
+    let alpha = home.fixture("alpha", &[]);
+    home.write_config(&alpha);
+    let (a, mut ca) = home.client("alpha").await;
+    let (pid, _) = fixture_pid(&mut ca).await;
+    let log = home.status_json().await["log"].as_str().map(std::path::PathBuf::from).expect("the daemon's log file");
+
+    let bad_line = alpha.lines().count() + 1;
+    home.write_config(&format!("{alpha}[servers.beta\ncommand = \"x\"\n"));
+    let config = home.config_str();
+    let naming = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.contains(&config) && l.contains(&format!("line {bad_line}")))
+            .map(String::from)
+            .collect()
+    };
+    let deadline = Instant::now() + SLOW;
+    while naming(&std::fs::read_to_string(&log).unwrap_or_default()).is_empty() {
+        assert!(Instant::now() < deadline, "no log line names {config} and line {bad_line}:\n{}", home.logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Time for a duplicate to show up, if the daemon logged the same error twice.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let lines = naming(&std::fs::read_to_string(&log).unwrap_or_default());
+    assert_eq!(lines.len(), 1, "the broken file was logged {} times: {lines:#?}", lines.len());
+    println!("the daemon's log line: {}", lines[0]);
+
+    assert_eq!(fixture_pid(&mut ca).await, (pid, "alpha".to_string()), "the running server changed");
+    let (b, mut cb) = home.client("alpha").await;
+    assert_eq!(fixture_pid(&mut cb).await.0, pid);
+    leave(b, cb).await;
+
+    // Mended: the file is read again.
+    home.write_config(&format!("{alpha}{}", home.fixture("beta", &[])));
+    home.wait_status("server beta", SLOW, |s| status_server(s, "beta").is_some()).await;
+    let (b, mut cb) = home.client("beta").await;
+    assert_eq!(fixture_pid(&mut cb).await.1, "beta");
+    leave(b, cb).await;
+    leave(a, ca).await;
+    home.shutdown().await;
+}
