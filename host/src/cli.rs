@@ -286,10 +286,19 @@ pub fn run_blocking(args: RunArgs) -> anyhow::Result<()> {
     result
 }
 
-/// `switchyard connect SOCKET`.
-pub fn connect_blocking(socket: &std::path::Path) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let result = runtime.block_on(crate::downstream::connect(socket));
+/// `switchyard connect NAME [--config FILE] [--socket PATH]`. The reason of a failure is on
+/// stderr already when this returns (the relay says it as it happens, once).
+pub fn connect_blocking(opts: crate::client::Options) -> anyhow::Result<()> {
+    // stderr through the logging thread: a closed or full stderr never blocks nor panics the relay.
+    crate::logging::init();
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            crate::logging::write(format!("switchyard connect: cannot start the async runtime: {e}\n").into_bytes());
+            return Err(e.into());
+        }
+    };
+    let result = runtime.block_on(crate::client::run(&opts));
     // A terminal's stdin is read on the blocking pool; a read still parked there must not keep
     // the process alive once the router is gone.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));

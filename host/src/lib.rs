@@ -8,6 +8,7 @@
 #![deny(unsafe_code)]
 
 pub mod cli;
+pub mod client;
 pub mod codec;
 pub mod config;
 pub mod daemon;
@@ -123,6 +124,7 @@ mod layering {
         "session",
         "router",
         "downstream",
+        "client",
         "demo",
         "cli",
         // `switchyard daemon`, `status`, `stop`: beside `run` (cli), whose tracing and signal set-up it shares.

@@ -20,10 +20,18 @@ enum Command {
     /// Run an MCP server behind the router (a command after `--`, or a remote one with --url),
     /// speaking MCP on stdin/stdout.
     Run(switchyard::cli::RunArgs),
-    /// Join a router started with `run --listen SOCKET` as one more client, over stdin/stdout.
+    /// Relay stdin/stdout to server NAME of the user's daemon (started when none runs), as one
+    /// more client; put this in an MCP client's config instead of the server's command.
     Connect {
-        /// The router's socket.
-        socket: PathBuf,
+        /// A server of the config. With a `/`, the socket of a router started with
+        /// `run --listen SOCKET` (no daemon is started then).
+        name: PathBuf,
+        /// The daemon's config file [default: ~/.config/switchyard/switchyard.toml].
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// The daemon's socket [default: one per config file, in $XDG_RUNTIME_DIR/switchyard].
+        #[arg(long, value_name = "PATH")]
+        socket: Option<PathBuf>,
     },
     /// Run the long-lived router for a config file: it owns every server in it and outlives its
     /// clients, which join with `switchyard connect NAME` (which starts it when needed).
@@ -114,7 +122,13 @@ fn main() -> ExitCode {
         Command::Status { json, which } => report(switchyard::daemon::status_blocking(which, json)),
         Command::Stop { which } => report(switchyard::daemon::stop_blocking(which)),
         Command::Demo => report(switchyard::demo::run_blocking()),
-        Command::Connect { socket } => report(switchyard::cli::connect_blocking(&socket)),
+        Command::Connect { name, config, socket } => {
+            // connect says why it fails on stderr itself, as it happens.
+            match switchyard::cli::connect_blocking(switchyard::client::Options { name, config, socket }) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(_) => ExitCode::FAILURE,
+            }
+        }
         Command::Plugin { command: PluginCommand::Check { file, config, config_file, call } } => {
             let opts = switchyard::policy::check::Options {
                 config_json: config.as_deref(),
