@@ -45,6 +45,9 @@ const FIRST_REQUEST_WAIT: Duration = Duration::from_secs(10);
 /// Client lines that may wait for a connection; past this, requests are answered with an error
 /// at once (a client that keeps sending while the router is away must not grow `connect`).
 const QUEUE_MAX: usize = 1024;
+/// A router that vanished under a hello is tried again this many times in all, this far apart.
+const VANISHED_TRIES: u32 = 5;
+const VANISHED_PAUSE: Duration = Duration::from_millis(50);
 /// The id prefix of the requests `connect` makes itself when it replays a session.
 const REPLAY_ID: &str = "switchyard-replay-";
 
@@ -281,8 +284,19 @@ struct Joined {
 /// Reaches the router at `place` (starting the daemon when nobody listens and a config is
 /// known) and says hello. The error says what failed, where, and what to do.
 async fn join(place: &Place, exe: &Path) -> Result<Joined, String> {
-    let stream = reach(place, exe).await?;
-    greet(place, stream).await
+    let mut tries = 1;
+    loop {
+        let stream = reach(place, exe).await?;
+        match greet(place, stream).await {
+            Ok(joined) => return Ok(joined),
+            // A daemon that was just killed: soon its socket refuses, and reach starts a new one.
+            Err(Greeting::Vanished(_)) if tries < VANISHED_TRIES => {
+                tries += 1;
+                tokio::time::sleep(VANISHED_PAUSE).await;
+            }
+            Err(Greeting::Vanished(why) | Greeting::Failed(why)) => return Err(why),
+        }
+    }
 }
 
 fn nobody_listens(e: &std::io::Error) -> bool {
@@ -425,17 +439,27 @@ async fn start_daemon(exe: &Path, config: &Path, socket: &Path) -> Result<(), St
 }
 
 /// Says hello and reads the router's reply.
-async fn greet(place: &Place, stream: UnixStream) -> Result<Joined, String> {
+async fn greet(place: &Place, stream: UnixStream) -> Result<Joined, Greeting> {
     let (r, mut writer) = stream.into_split();
     let at = place.socket.display();
     let hello = wire::line(&Hello::Connect { server: place.server.clone(), version: VERSION.to_string() });
-    writer.write_all(hello.as_bytes()).await.map_err(|e| format!("the router at {at} failed: {e}"))?;
+    writer
+        .write_all(hello.as_bytes())
+        .await
+        .map_err(|e| Greeting::io(format!("the router at {at} failed: {e}"), &e))?;
     let mut reader = BufReader::with_capacity(64 * 1024, r);
     let mut line = Vec::new();
     match tokio::time::timeout(HELLO_WAIT, reader.read_until(b'\n', &mut line)).await {
-        Err(_) => return Err(format!("the router at {at} did not answer within {} s", HELLO_WAIT.as_secs())),
-        Ok(Err(e)) => return Err(format!("the router at {at} failed: {e}")),
-        Ok(Ok(0)) => return Err(format!("the router at {at} closed the connection without a word")),
+        Err(_) => {
+            return Err(Greeting::Failed(format!(
+                "the router at {at} did not answer within {} s",
+                HELLO_WAIT.as_secs()
+            )));
+        }
+        Ok(Err(e)) => return Err(Greeting::io(format!("the router at {at} failed: {e}"), &e)),
+        Ok(Ok(0)) => {
+            return Err(Greeting::Vanished(format!("the router at {at} closed the connection without a word")));
+        }
         Ok(Ok(_)) => {}
     }
     let text = String::from_utf8_lossy(&line);
@@ -446,17 +470,39 @@ async fn greet(place: &Place, stream: UnixStream) -> Result<Joined, String> {
             codec::parse(text.trim()).is_ok_and(|e| e.kind == Kind::Response && e.is_error && e.id.is_none());
         return match (&place.server, pre_hello) {
             (None, true) => Ok(Joined { reader, writer, version: None }),
-            (Some(name), true) => Err(format!(
+            (Some(name), true) => Err(Greeting::Failed(format!(
                 "the router at {at} is a switchyard older than `connect NAME` and cannot choose server `{name}`; stop it and connect again to start this version"
-            )),
-            _ => Err(format!("the router at {at} answered something other than a switchyard welcome: {}", text.trim())),
+            ))),
+            _ => Err(Greeting::Failed(format!(
+                "the router at {at} answered something other than a switchyard welcome: {}",
+                text.trim()
+            ))),
         };
     }
     match wire::reply(&text) {
         Ok(Reply::Welcome { version, .. }) => Ok(Joined { reader, writer, version: Some(version) }),
-        Ok(Reply::Refused { error }) => Err(format!("the router at {at} refused {}: {error}", place.what())),
-        Ok(other) => Err(format!("the router at {at} answered the hello with {other:?}, not a welcome")),
-        Err(e) => Err(format!("the router at {at}: {e}")),
+        Ok(Reply::Refused { error }) => {
+            Err(Greeting::Failed(format!("the router at {at} refused {}: {error}", place.what())))
+        }
+        Ok(other) => {
+            Err(Greeting::Failed(format!("the router at {at} answered the hello with {other:?}, not a welcome")))
+        }
+        Err(e) => Err(Greeting::Failed(format!("the router at {at}: {e}"))),
+    }
+}
+
+/// Why a hello got no welcome.
+enum Greeting {
+    /// The router went away under it (the connection reset, or closed without a word): a daemon
+    /// being killed keeps its listening socket for a moment after it stopped serving.
+    Vanished(String),
+    Failed(String),
+}
+
+impl Greeting {
+    fn io(why: String, e: &std::io::Error) -> Greeting {
+        use std::io::ErrorKind::{BrokenPipe, ConnectionReset};
+        if matches!(e.kind(), ConnectionReset | BrokenPipe) { Greeting::Vanished(why) } else { Greeting::Failed(why) }
     }
 }
 
