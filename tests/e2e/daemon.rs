@@ -64,6 +64,8 @@ async fn seed_003_sigterm_to_connect_leaves_the_server_and_its_state_to_the_next
     // The server outlived the client's SIGTERM (give a wrong kill the time to land).
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(pid_alive(pid), "the server (pid {pid}) died with the connect that was SIGTERMed");
+    // That client's session ended, and only that.
+    home.wait_status("no session left", SLOW, |s| sessions(s, "memory") == 0).await;
 
     let (b, mut cb) = home.client("memory").await;
     let (pid_b, _) = fixture_pid(&mut cb).await;
@@ -118,7 +120,7 @@ async fn seed_000_a_long_call_does_not_block_another_clients_calls() {
 #[tokio::test]
 async fn ten_connects_at_once_start_exactly_one_daemon() {
     let home = Home::new();
-    home.write_config(&home.fixture("x", &[]));
+    home.write_config(&format!("{}[servers.x.pools.default]\nmax = 1\n", home.fixture("x", &[])));
     let mut procs: Vec<Proc> = (0..10).map(|_| home.connect("x")).collect();
     let mut clients: Vec<Client> = procs.iter_mut().map(Proc::client).collect();
     let mut ids = Vec::new();
@@ -143,8 +145,8 @@ async fn ten_connects_at_once_start_exactly_one_daemon() {
         .await;
     assert!(left.iter().any(|p| p.pid == daemon && p.argv.iter().any(|a| a.contains(&home.config_str()))));
     let status = home.status_json().await;
-    let sessions = status_server(&status, "x").and_then(|s| s["sessions"].as_array()).map_or(0, Vec::len);
-    assert_eq!(sessions, 10, "not every client is a session of the one daemon:\n{status:#}");
+    assert_eq!(sessions(&status, "x"), 10, "not every client is a session of the one daemon:\n{status:#}");
+    assert_eq!(starts(&home.journal("x")), 1, "the server (a pool of one) was started more than once");
     for (p, c) in procs.into_iter().zip(clients) {
         leave(p, c).await;
     }
@@ -283,9 +285,12 @@ async fn kill_9_of_the_daemon_leaves_no_server_and_the_next_connect_starts_a_new
     let (pid, _) = fixture_pid(&mut ca).await;
     leave(a, ca).await;
     let daemon = home.daemon_pid().await;
+    let socket = home.socket().expect("a socket while the daemon runs");
     kill(daemon, libc::SIGKILL);
     wait_all_dead(&[daemon, pid], SLOW).await;
     home.wait_no_processes(SLOW).await;
+    // The killed daemon could not remove its socket: the next connect meets a stale one.
+    assert!(socket.exists(), "no stale socket to replace");
 
     let (b, mut cb) = home.client("alpha").await;
     let (pid_b, _) = fixture_pid(&mut cb).await;
@@ -319,6 +324,14 @@ async fn a_live_connect_survives_the_daemon_going_away(sig: i32) -> Value {
     // The new instance was initialised (connect replayed the client's initialize to the daemon).
     let inits = received(&journal(home.journal("alpha")), "initialize").count();
     assert!(inits >= 2, "the new server instance was never initialised");
+    // The new daemon knows the session by the client's own initialize, replayed by connect.
+    let status = home.status_json().await;
+    let clients: Vec<&Value> =
+        status_server(&status, "alpha").and_then(|s| s["sessions"].as_array()).into_iter().flatten().collect();
+    assert!(
+        clients.iter().any(|s| s["client"] == "switchyard-e2e 0.0.0"),
+        "the new daemon's session does not carry the client's clientInfo:\n{status:#}"
+    );
     leave(a, ca).await;
     home.shutdown().await;
     answer

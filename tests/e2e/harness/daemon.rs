@@ -354,6 +354,11 @@ pub fn status_server<'a>(status: &'a Value, name: &str) -> Option<&'a Value> {
     status["servers"].as_array()?.iter().find(|s| s["name"] == name)
 }
 
+/// How many sessions a server has in a status (0 when it is not listed).
+pub fn sessions(status: &Value, name: &str) -> usize {
+    status_server(status, name).and_then(|s| s["sessions"].as_array()).map_or(0, Vec::len)
+}
+
 /// The pids of a server's instances in a status.
 pub fn instance_pids(status: &Value, name: &str) -> Vec<u32> {
     status_server(status, name)
