@@ -300,10 +300,17 @@ async fn kill_9_of_the_daemon_leaves_no_server_and_the_next_connect_starts_a_new
     home.shutdown().await;
 }
 
+/// How the daemon goes away under a live client.
+enum Away {
+    Signal(i32),
+    /// `switchyard stop`.
+    Stop,
+}
+
 /// A live `connect` across a daemon restart: the call in flight is answered (not left hanging),
 /// and the next call is answered by a new daemon that `connect` started and initialised with the
 /// client's own initialize. The client never initialises again.
-async fn a_live_connect_survives_the_daemon_going_away(sig: i32) -> Value {
+async fn a_live_connect_survives_the_daemon_going_away(away: Away) -> Value {
     let home = Home::new();
     home.write_config(&home.fixture("alpha", &[]));
     let (mut a, mut ca) = home.client("alpha").await;
@@ -313,8 +320,13 @@ async fn a_live_connect_survives_the_daemon_going_away(sig: i32) -> Value {
     let inflight = ca.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": 3000}})).await;
     wait_call_arrived(&home.journal("alpha"), "sleep").await;
 
-    kill(daemon, sig);
-    let answer = ca.wait_response(&inflight).await;
+    let stop = async {
+        match away {
+            Away::Signal(sig) => kill(daemon, sig),
+            Away::Stop => drop(home.stop().await),
+        }
+    };
+    let (answer, ()) = tokio::join!(ca.wait_response(&inflight), stop);
     wait_all_dead(&[daemon, pid], SLOW).await;
     let (pid_after, _) = fixture_pid(&mut ca).await;
     assert_ne!(pid_after, pid, "the old server answered");
@@ -339,16 +351,22 @@ async fn a_live_connect_survives_the_daemon_going_away(sig: i32) -> Value {
 
 #[tokio::test]
 async fn a_live_connect_survives_sigterm_to_the_daemon() {
-    let answer = a_live_connect_survives_the_daemon_going_away(libc::SIGTERM).await;
+    let answer = a_live_connect_survives_the_daemon_going_away(Away::Signal(libc::SIGTERM)).await;
     // A daemon stopping cleanly may finish the call or refuse it; either way it is answered.
     println!("the call in flight when the daemon was SIGTERMed was answered with: {answer}");
 }
 
 #[tokio::test]
 async fn a_live_connect_survives_sigkill_to_the_daemon() {
-    let answer = a_live_connect_survives_the_daemon_going_away(libc::SIGKILL).await;
+    let answer = a_live_connect_survives_the_daemon_going_away(Away::Signal(libc::SIGKILL)).await;
     let message = answer["error"]["message"].as_str().unwrap_or_else(|| panic!("not an error: {answer}"));
     assert!(!message.is_empty());
+}
+
+#[tokio::test]
+async fn a_live_connect_survives_stop_of_the_daemon() {
+    let answer = a_live_connect_survives_the_daemon_going_away(Away::Stop).await;
+    println!("the call in flight when the daemon was stopped was answered with: {answer}");
 }
 
 /// `[daemon] idle_exit_ms`: the daemon exits, with its servers, once its last client left.
