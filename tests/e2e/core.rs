@@ -816,6 +816,50 @@ async fn the_socket_is_private_to_its_user_whatever_the_umask() {
     assert_eq!(r.wait().await.code(), Some(0));
 }
 
+/// The socket file's mode is not the only guard: a peer of another uid is refused even when
+/// the file was opened to everyone by hand. (Runs where the tests may change uid, as root in CI.)
+#[tokio::test]
+async fn a_peer_of_another_uid_is_refused_even_through_an_open_socket() {
+    use std::os::unix::fs::PermissionsExt;
+    if rustix::process::getuid().as_raw() != 0 {
+        eprintln!("skipped: changing uid needs root");
+        return;
+    }
+    let dir = temp_dir();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let socket = dir.path().join("s.sock");
+    let mut r = socket_router(&socket, "077");
+    wait_ready(&r).await;
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    // As uid/gid 65534 (nobody): connect, say initialize, read what comes back.
+    let script = r#"
+import os, socket, sys
+os.setgroups([]); os.setgid(65534); os.setuid(65534)
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+try:
+    s.sendall(b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}\n')
+    s.settimeout(5)
+    data = s.recv(4096)
+except (ConnectionResetError, BrokenPipeError):
+    data = b""
+print("connected-as", os.getuid(), "got", len(data), "bytes", data[:200])
+"#;
+    let out = std::process::Command::new("python3").arg("-c").arg(script).arg(&socket).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("connected-as 65534 got 0 bytes"),
+        "stdout: {said}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = r.stderr.text();
+    assert!(log.contains("refused a connection") && log.contains("uid 65534"), "{log}");
+    // The owner is still served.
+    assert!(std::os::unix::net::UnixStream::connect(&socket).is_ok());
+    r.signal(libc::SIGTERM);
+    assert_eq!(r.wait().await.code(), Some(0));
+}
+
 /// A router that stops removes its socket file only if it is still the one it made: a second
 /// router that bound the same path after the first one's file was deleted keeps its socket.
 #[tokio::test]
