@@ -262,7 +262,11 @@ async fn refuse_first_request(mut lines: mpsc::Receiver<Vec<u8>>, out: &mpsc::Se
             ids.iter().map(|id| codec::response_error(id, codec::SERVER_UNAVAILABLE, why, None)).collect();
         let text = if batch { format!("[{}]", errors.join(",")) } else { errors.join("\n") };
         let _ = out.send(text.into_bytes()).await;
-        return;
+        // Every request until the client's `initialize` is answered (a client may ping first),
+        // so the one the client waits on carries the reason.
+        if std::str::from_utf8(&line).is_ok_and(|t| t.contains("\"initialize\"")) {
+            return;
+        }
     }
 }
 
@@ -322,7 +326,7 @@ async fn reach(place: &Place, exe: &Path) -> Result<UnixStream, String> {
     let config = place.config.as_deref().expect("checked above");
     let canonical = crate::places::canonical_config(config).map_err(|e| format!("{e:#}"))?;
     // One `connect` at a time starts the daemon; the others wait here and then find it running.
-    let lock_path = crate::places::lock_for(socket);
+    let lock_path = crate::places::lock_for(socket).map_err(|e| format!("{e:#}"))?;
     let _lock = lock(&lock_path, &canonical).await?;
     match UnixStream::connect(socket).await {
         Ok(s) => return Ok(s),
@@ -385,6 +389,7 @@ async fn start_daemon(exe: &Path, config: &Path, socket: &Path) -> Result<(), St
         )
     };
     let mut child = tokio::process::Command::new(exe)
+        .arg0(crate::places::program_name())
         .arg("daemon")
         .arg("--config")
         .arg(config)
@@ -561,7 +566,7 @@ impl Memory {
 
 enum State {
     Live,
-    /// The router asked for a new connection: requests wait until the ones in flight are answered.
+    /// The router asked for a new connection: the old one serves on until nothing is in flight.
     Draining,
     /// Reaching the router again.
     Joining(Pin<Box<dyn Future<Output = Result<Joined, String>> + Send>>),
@@ -717,7 +722,7 @@ impl Relay {
             return;
         }
         let request = !request_ids(&line).0.is_empty();
-        if self.queue.len() >= QUEUE_MAX && !matches!(self.state, State::Draining if !request) {
+        if self.queue.len() >= QUEUE_MAX && !matches!(self.state, State::Draining) {
             let why = format!(
                 "{QUEUE_MAX} messages already wait for the router at {} to come back; try again in a moment",
                 self.place.socket.display()
@@ -726,8 +731,9 @@ impl Relay {
         }
         match &self.state {
             State::Live | State::Joining(_) => self.queue.push_back(line),
-            // Only new requests wait; the rest still belongs to the old connection's session.
-            State::Draining if request => self.queue.push_back(line),
+            // The old connection's session still serves everything (on the server as it was
+            // configured) until the first moment nothing is in flight: a quick call never waits
+            // for a slow one because the configuration changed.
             State::Draining => self.send(line).await,
             // Nowhere to go (a notification, or an answer to a router that is gone).
             State::Down { .. } if !request => {}
@@ -775,6 +781,23 @@ impl Relay {
                 ledger.batches.push(ids.clone());
             }
             ledger.ids.extend(ids);
+        }
+        // A request the client cancels is owed no answer (the router sends none): it is no
+        // longer in flight, or a drain would wait for it forever.
+        if let Ok(text) = std::str::from_utf8(&line)
+            && text.contains("notifications/cancelled")
+        {
+            let mut ledger = self.ledger.lock().expect("lock");
+            for_each_message(text, |m, env| {
+                if env.method.as_deref() == Some("notifications/cancelled")
+                    && let Some(span) = env.params.as_ref().and_then(|p| codec::param_fields(m, p).request_id)
+                {
+                    ledger.ids.remove(&m[span]);
+                }
+            });
+            if ledger.ids.is_empty() {
+                self.idle.notify_one();
+            }
         }
         // Parsed again only when it may hold what a replay needs.
         if let Ok(text) = std::str::from_utf8(&line)
@@ -841,7 +864,7 @@ impl Relay {
             Event::Drain { generation, reason } if generation == self.generation => {
                 if matches!(self.state, State::Live) && self.closing.is_none() {
                     say(&format!(
-                        "switchyard connect: the router at {} asked for a new connection ({reason}); reconnecting once the calls in flight are answered",
+                        "switchyard connect: the router at {} asked for a new connection ({reason}); it moves at the first moment no call is in flight",
                         self.place.socket.display()
                     ));
                     self.state = State::Draining;
@@ -1381,7 +1404,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_drain_holds_new_requests_for_the_next_connection_and_loses_nothing() {
+    async fn a_drain_never_holds_a_call_and_moves_once_nothing_is_in_flight_a_cancel_included() {
         let (d, socket) = dir();
         let fake = Fake::start(&socket, None).await;
         let mut c = Client::start(named(&socket, Some(d.path().join("switchyard.toml"))), no_daemon());
@@ -1392,29 +1415,24 @@ mod tests {
         // Once the line after it reached the client, connect has the drain in hand.
         fake.send(1, json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}));
         assert_eq!(c.recv().await["method"], "notifications/tools/list_changed");
-        c.request(json!("new"), "tools/call", json!({"name": "echo"})).await;
-        // A waiting request the client gives up on never goes out (nor does its cancellation).
-        c.request(json!("dropped"), "tools/call", json!({"name": "echo"})).await;
-        c.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "dropped"}}))
-            .await;
-        c.send(json!({"jsonrpc": "2.0", "method": "notifications/roots/list_changed"})).await;
-        fake.wait_for("the notification", |f| {
-            f.got(1).iter().any(|m| m["method"] == "notifications/roots/list_changed")
+        // A quick call during the drain is served at once, by the old connection.
+        c.request(json!("quick"), "tools/call", json!({"name": "echo"})).await;
+        let quick = c.recv().await;
+        assert_eq!((quick["id"].clone(), quick["result"]["conn"].clone()), (json!("quick"), json!(1)), "{quick}");
+        assert_eq!(fake.conns.lock().unwrap().len(), 1, "still on the old connection while the slow call runs");
+        // The client gives up on the slow call: nothing is owed any more, so connect moves on
+        // (the cancellation itself still reaches the old session, which must stop the call).
+        c.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "old"}})).await;
+        fake.wait_for("the replay on a new connection", |f| {
+            f.got(2).iter().any(|m| m["method"] == "notifications/initialized")
         })
         .await;
-        c.quiet().await;
-        assert!(!fake.got(1).iter().any(|m| m["id"] == "new"), "a new request reached the draining connection");
-        // The old call's answer still comes through the old connection; then connect moves on.
-        fake.send(1, json!({"jsonrpc": "2.0", "id": "old", "result": {"late": true}}));
-        let old = c.recv().await;
-        assert_eq!((old["id"].clone(), old["result"]["late"].clone()), (json!("old"), json!(true)), "{old}");
-        let new = c.recv().await;
-        assert_eq!((new["id"].clone(), new["result"]["conn"].clone()), (json!("new"), json!(2)), "{new}");
+        assert!(fake.got(1).iter().any(|m| m["method"] == "notifications/cancelled"));
+        c.request(json!("after"), "tools/call", json!({"name": "echo"})).await;
+        let after = c.recv().await;
+        assert_eq!((after["id"].clone(), after["result"]["conn"].clone()), (json!("after"), json!(2)), "{after}");
         let methods: Vec<Value> = fake.got(2)[1..].iter().map(|m| m["method"].clone()).collect();
         assert_eq!(methods, [json!("initialize"), json!("notifications/initialized"), json!("tools/call")]);
-        assert!(!fake.got(1).iter().any(|m| m["id"] == "new"));
-        let everything = [fake.got(1), fake.got(2)].concat();
-        assert!(!everything.iter().any(|m| m["id"] == "dropped" || m["method"] == "notifications/cancelled"));
         c.quiet().await;
     }
 

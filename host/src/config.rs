@@ -542,6 +542,9 @@ impl ServerConfig {
     fn check_as(&self, entry: Option<&str>, at: &dyn Fn(&str) -> String) -> anyhow::Result<()> {
         let table = if entry.is_some() { "" } else { "[server] " };
         let Some(url) = &self.url else {
+            if self.command.as_deref().is_some_and(|c| c.trim().is_empty()) {
+                bail!("{}: {table}`command` is empty; give the program to run (e.g. \"npx\")", at("command"));
+            }
             if self.command.is_some() {
                 for (key, set) in [("transport", self.transport.is_some()), ("headers", !self.headers.is_empty())] {
                     if set {
@@ -967,6 +970,15 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_empty_command_is_an_error_naming_its_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.toml");
+        std::fs::write(&path, "[servers.gamma]\ncommand = \"\"\n").unwrap();
+        let e = format!("{:#}", Config::load(&path).unwrap_err());
+        assert!(e.contains("`command` is empty") && e.contains("line 2") && e.contains("gamma"), "{e}");
+    }
 
     #[test]
     fn full_file_parses_with_inline_and_string_plugin_config() {

@@ -262,9 +262,17 @@ async fn watch_config(router: Arc<Router>, path: PathBuf, mut applied: Applied, 
             got = rx.recv() => if got.is_none() { return },
             _ = shutdown.cancelled() => return,
         }
-        // Let the save finish, and take the events it made as one.
-        tokio::time::sleep(RELOAD_SETTLE).await;
-        while rx.try_recv().is_ok() {}
+        // Let the save finish: the file is read once no event came for RELOAD_SETTLE.
+        loop {
+            tokio::time::sleep(RELOAD_SETTLE).await;
+            let mut more = false;
+            while rx.try_recv().is_ok() {
+                more = true;
+            }
+            if !more {
+                break;
+            }
+        }
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) => {
@@ -273,6 +281,15 @@ async fn watch_config(router: Arc<Router>, path: PathBuf, mut applied: Applied, 
             }
         };
         if text == applied.text {
+            continue;
+        }
+        // An empty file is a save in progress (truncated, not yet written) far more often than
+        // a wish to remove every server; it would end every session.
+        if text.trim().is_empty() {
+            tracing::warn!(
+                "config file {} is empty; the config in force stays (to remove every server, leave a comment in the file)",
+                path.display()
+            );
             continue;
         }
         match Config::load_text(&path, &text) {
@@ -332,6 +349,7 @@ fn detach(args: &DaemonArgs, config: &Path, socket: &Path) -> anyhow::Result<()>
     let log = places::log_for(config)?;
     let offset = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
     let mut cmd = std::process::Command::new("/proc/self/exe");
+    std::os::unix::process::CommandExt::arg0(&mut cmd, places::program_name());
     cmd.arg("daemon").arg("--config").arg(config).arg("--socket").arg(socket).arg("--detached-child").arg(&log);
     if let Some(p) = &args.plugins {
         cmd.arg("--plugins").arg(std::path::absolute(p)?);
@@ -339,6 +357,9 @@ fn detach(args: &DaemonArgs, config: &Path, socket: &Path) -> anyhow::Result<()>
     if let Some(l) = &args.log_level {
         cmd.arg("--log-level").arg(l);
     }
+    // Descriptors this process inherited without close-on-exec (a client's pipe passed down to
+    // `connect`) must not live on in the daemon for as long as it runs.
+    close_inherited_on_exec();
     let log_file = open_log(&log)?;
     cmd.stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
@@ -405,6 +426,24 @@ fn detached_child(args: DaemonArgs, log: &Path) -> anyhow::Result<()> {
     })
 }
 
+/// Marks every descriptor above stderr close-on-exec.
+#[allow(unsafe_code)]
+fn close_inherited_on_exec() {
+    use std::os::fd::{BorrowedFd, RawFd};
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return };
+    let fds: Vec<RawFd> =
+        dir.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).filter(|fd| *fd > 2).collect();
+    for fd in fds {
+        // SAFETY: the descriptor is only borrowed for the fcntl calls below, which change its
+        // close-on-exec flag and nothing else; one that was closed meanwhile (the directory
+        // listing's own) makes them fail with EBADF, which is ignored.
+        let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+        if let Ok(flags) = rustix::io::fcntl_getfd(borrowed) {
+            let _ = rustix::io::fcntl_setfd(borrowed, flags | rustix::io::FdFlags::CLOEXEC);
+        }
+    }
+}
+
 /// The daemon's log file, opened for appending (made 0600).
 fn open_log(path: &Path) -> anyhow::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
@@ -420,7 +459,8 @@ fn open_log(path: &Path) -> anyhow::Result<std::fs::File> {
 fn log_since(path: &Path, offset: u64) -> String {
     let text = std::fs::read(path).unwrap_or_default();
     let new = String::from_utf8_lossy(text.get(offset as usize..).unwrap_or_default()).into_owned();
-    let lines: Vec<&str> = new.lines().collect();
+    // What went wrong, not the start-up's progress lines.
+    let lines: Vec<&str> = new.lines().filter(|l| !(l.contains("Z  INFO ") || l.contains("Z DEBUG "))).collect();
     lines[lines.len().saturating_sub(40)..].join("\n")
 }
 

@@ -160,23 +160,23 @@ pub async fn bind(path: &Path) -> anyhow::Result<Bound> {
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_socket() => {
             match UnixStream::connect(path).await {
-                Ok(_) => bail!("{} is in use by another switchyard; choose another --listen path", path.display()),
+                Ok(_) => bail!("{} is in use by another switchyard; choose another socket path", path.display()),
                 // Refused: nobody listens, the file is stale.
                 Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
                 // Not ours to judge (another user's private socket, a full backlog): leave it.
                 Err(e) => bail!(
-                    "--listen {}: a socket is there and switchyard cannot tell whether it is in use ({e}); choose another path",
+                    "socket {}: a socket is there and switchyard cannot tell whether it is in use ({e}); choose another path",
                     path.display()
                 ),
             }
             std::fs::remove_file(path).with_context(|| format!("cannot remove stale socket {}", path.display()))?;
         }
         Ok(_) => bail!(
-            "--listen {}: that path exists and is not a socket; switchyard replaces only a stale socket. Choose another path",
+            "socket {}: that path exists and is not a socket; switchyard replaces only a stale socket. Choose another path",
             path.display()
         ),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("cannot check --listen path {}", path.display())),
+        Err(e) => return Err(e).with_context(|| format!("cannot check socket path {}", path.display())),
     }
     let (listener, file) = bind_private(path).with_context(|| format!("cannot listen on {}", path.display()))?;
     let listener = UnixListener::from_std(listener).with_context(|| format!("cannot listen on {}", path.display()))?;

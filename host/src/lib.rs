@@ -3,8 +3,8 @@
 //! hub -> link (the client's queue). Each stage has a module of its own.
 
 // Unsafe code only where no safe API exists, each allowed by name: the child's pre-exec hook
-// (parent-death signal), signal dispositions in the supervisor, malloc_trim, and loading the
-// plugin compile cache.
+// (parent-death signal), signal dispositions in the supervisor, malloc_trim, loading the
+// plugin compile cache, and marking inherited descriptors close-on-exec before the daemon starts.
 #![deny(unsafe_code)]
 
 pub mod cli;

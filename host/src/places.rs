@@ -5,6 +5,12 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use sha2::Digest;
 
+/// What a process switchyard starts from its own binary (`/proc/self/exe`, which survives the
+/// file being replaced) is called in `ps`: the binary's path, so `pgrep switchyard` finds it.
+pub fn program_name() -> std::ffi::OsString {
+    std::env::current_exe().map(|p| p.into_os_string()).unwrap_or_else(|_| "switchyard".into())
+}
+
 /// The config a daemon serves when none is named: `$XDG_CONFIG_HOME/switchyard/switchyard.toml`,
 /// else `~/.config/switchyard/switchyard.toml`.
 pub fn default_config() -> anyhow::Result<PathBuf> {
@@ -80,11 +86,14 @@ pub fn socket_for(canonical: &Path) -> anyhow::Result<PathBuf> {
     Ok(runtime_dir()?.join(format!("{}.sock", config_key(canonical))))
 }
 
-/// The lock that lets one `connect` at a time start the daemon behind `socket`.
-pub fn lock_for(socket: &Path) -> PathBuf {
-    let mut name = socket.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-    name.push(".lock");
-    socket.with_file_name(name)
+/// The lock that lets one `connect` at a time start the daemon behind `socket`: in the private
+/// runtime directory whatever the socket's own directory (never a file beside a socket path given
+/// by hand), named from the socket's absolute path.
+pub fn lock_for(socket: &Path) -> anyhow::Result<PathBuf> {
+    let absolute = std::path::absolute(socket).unwrap_or_else(|_| socket.to_path_buf());
+    let hash = sha2::Sha256::digest(absolute.as_os_str().as_encoded_bytes());
+    let hex: String = hash.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    Ok(runtime_dir()?.join(format!("start-{hex}.lock")))
 }
 
 /// The log file of the detached daemon serving `canonical`.
@@ -156,7 +165,12 @@ mod tests {
     }
 
     #[test]
-    fn the_lock_sits_beside_the_socket() {
-        assert_eq!(lock_for(Path::new("/run/u/switchyard/a-1.sock")), Path::new("/run/u/switchyard/a-1.sock.lock"));
+    fn each_socket_has_its_own_lock_in_the_private_directory() {
+        let a = lock_for(Path::new("/run/u/switchyard/a-1.sock")).unwrap();
+        let b = lock_for(Path::new("/dev/null")).unwrap();
+        assert_ne!(a, b);
+        assert_eq!(a.parent(), b.parent());
+        assert_eq!(a.parent().unwrap(), runtime_dir().unwrap());
+        assert_eq!(a, lock_for(Path::new("/run/u/switchyard/a-1.sock")).unwrap());
     }
 }

@@ -152,7 +152,16 @@ impl Router {
                     return Ok(s.clone());
                 }
                 if let Some(why) = self.broken.read().expect("lock").get(n) {
-                    return Err(format!("server `{n}`{config} cannot be used: {why}"));
+                    // A daemon reads the environment it was started with, not this client's.
+                    let env = if why.contains("environment") && self.about.config.is_some() {
+                        format!(
+                            " (this daemon, pid {}, has the environment of the client that started it; after setting the variable where the daemon starts, `switchyard stop` and connect again)",
+                            std::process::id()
+                        )
+                    } else {
+                        String::new()
+                    };
+                    return Err(format!("server `{n}`{config} cannot be used: {why}{env}"));
                 }
                 let known: Vec<&str> = servers.keys().map(String::as_str).collect();
                 Err(format!(

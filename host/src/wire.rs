@@ -39,10 +39,10 @@ pub enum Reply {
     Status { status: serde_json::Value },
     /// The answer to [`Hello::Stop`]: the router stops now; the connection closes when it is gone.
     Stopping { pid: u32 },
-    /// On a live session: the server's configuration changed. The client should send no new
-    /// requests on this connection, wait for the answers it is owed, then connect again (and
-    /// replay its initialize) to reach the server as now configured. Its other messages
-    /// (notifications, answers to the server's requests) still go on this connection.
+    /// On a live session: the server's configuration changed. The session goes on serving (on
+    /// the server as it was); at its first moment with no request in flight, the client should
+    /// close this connection and connect again (replaying its initialize) to reach the server
+    /// as now configured. Until then everything still goes on this connection.
     Drain { reason: String },
 }
 

@@ -448,6 +448,102 @@ async fn hot_reload_changed_args_reach_a_live_session_and_no_call_is_lost() {
     home.shutdown().await;
 }
 
+/// A changed server never makes a client wait: while a slow call of the session runs, its quick
+/// calls are answered at once (by the instances as they were), and a call the client cancels
+/// does not keep the session on the old configuration.
+#[tokio::test]
+async fn hot_reload_holds_no_quick_call_behind_a_slow_one_nor_behind_a_cancelled_one() {
+    let home = Home::new();
+    home.write_config(&home.fixture_named("alpha", "v1", &[]));
+    let (a, mut ca) = home.client("alpha").await;
+    ca.timeout = SLOW;
+    let (old, _) = fixture_pid(&mut ca).await;
+    let slow = ca.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": 60000}})).await;
+    wait_call_arrived(&home.journal("alpha"), "sleep").await;
+    home.replace_config(&home.fixture_named("alpha", "v2", &[]));
+    home.wait_status("the old alpha draining", SLOW, |s| {
+        s["retired"].as_array().is_some_and(|r| r.iter().any(|x| x["name"] == "alpha"))
+    })
+    .await;
+    // The slow call runs on; quick calls are answered meanwhile, by the instance as it was.
+    for i in 0..3 {
+        let text = format!("quick {i}");
+        assert_eq!(ca.call_text("echo", json!({"text": text})).await, text);
+    }
+    assert_eq!(fixture_pid(&mut ca).await, (old, "v1".to_string()), "moved while a call was in flight");
+    // The client gives up on the slow call: nothing holds the session any more, it moves.
+    ca.cancel(&slow, "user pressed Esc").await;
+    let changed = Instant::now();
+    loop {
+        let (pid, name) = fixture_pid(&mut ca).await;
+        if name == "v2" {
+            assert_ne!(pid, old);
+            break;
+        }
+        assert!(changed.elapsed() < SLOW, "the session never moved to the new configuration after the cancel");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    wait_all_dead(&[old], SLOW).await;
+    leave(a, ca).await;
+    home.shutdown().await;
+}
+
+/// A save seen half-way (the file truncated, not yet written) changes nothing: an empty file
+/// would otherwise remove every server and end every session.
+#[tokio::test]
+async fn hot_reload_an_empty_file_keeps_every_server() {
+    let home = Home::new();
+    let config = home.fixture("alpha", &[]);
+    home.write_config(&config);
+    let (a, mut ca) = home.client("alpha").await;
+    let (pid, _) = fixture_pid(&mut ca).await;
+    std::fs::write(home.config_str(), "").unwrap();
+    let end = Instant::now() + SLOW;
+    while !home.logs().contains("is empty") {
+        assert!(Instant::now() < end, "no log line about the empty file:\n{}", home.logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(fixture_pid(&mut ca).await.0, pid, "the server was restarted");
+    std::fs::write(home.config_str(), &config).unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(fixture_pid(&mut ca).await.0, pid, "the same config written back restarted the server");
+    leave(a, ca).await;
+    home.shutdown().await;
+}
+
+/// The daemon does not keep descriptors its first `connect` inherited (a client's pipe): the
+/// client would wait for their end as long as the daemon runs.
+#[tokio::test]
+async fn the_daemon_keeps_no_descriptor_its_starter_inherited() {
+    let home = Home::new();
+    home.write_config(&home.fixture("alpha", &[]));
+    let script = r#"
+import os, subprocess, sys, select
+r, w = os.pipe()
+p = subprocess.Popen(sys.argv[1:], stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(w,))
+os.close(w)
+p.stdin.write(b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"fd","version":"1"}}}\n')
+p.stdin.flush()
+print("answer", p.stdout.readline()[:40])
+p.stdin.close()
+p.wait(timeout=10)
+ready, _, _ = select.select([r], [], [], 5)
+print("eof" if ready and os.read(r, 1) == b"" else "still open")
+"#;
+    let config = home.config_str();
+    let mut cmd = tokio::process::Command::new("python3");
+    cmd.arg("-c").arg(script).arg(bin()).args(["connect", "alpha", "--config", &config]).envs(home.envs());
+    let out = cmd.output().await.unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("answer b'{\"jsonrpc\"") || said.contains("answer b'{\"id\""),
+        "{said}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains("eof"), "the pipe stayed open after connect exited: {said}\n{}", home.logs());
+    home.shutdown().await;
+}
+
 /// A server removed from the file: its process goes, and a new `connect` for it is refused with
 /// an error naming the server and the file. The others go on.
 #[tokio::test]

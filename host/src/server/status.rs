@@ -31,10 +31,13 @@ impl Server {
             .map(|i| {
                 let endpoint = i.endpoint();
                 let url = (!endpoint.starts_with("pid ")).then(|| endpoint.to_string());
+                // A supervised instance's process is the supervisor; the server is its child.
+                let server_pid = i.pid().map(|p| supervised_child(p).unwrap_or(p));
                 json!({
                     "label": i.label(),
                     "pool": i.pool,
-                    "pid": i.pid(),
+                    "pid": server_pid,
+                    "supervisor_pid": i.pid().filter(|p| Some(*p) != server_pid),
                     "url": url,
                     "transport": if i.pid().is_some() { "stdio" } else { "http" },
                     "uptime_ms": i.uptime().as_millis() as u64,
@@ -54,4 +57,10 @@ impl Server {
             "instances": instances,
         })
     }
+}
+
+/// The first child of process `pid`, when it has one (Linux: /proc/PID/task/PID/children).
+fn supervised_child(pid: u32) -> Option<u32> {
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+    children.split_whitespace().next()?.parse().ok()
 }

@@ -298,6 +298,7 @@ fn start_process(spec: &Spec) -> Result<Child, String> {
             executable(&spec.command, spec.env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str()))
                 .map_err(|e| cannot_start(spec, &e))?;
             let mut cmd = Command::new(supervisor);
+            cmd.arg0(crate::places::program_name());
             cmd.arg("supervise").arg(router.as_raw_nonzero().to_string()).arg("--").arg(&spec.command);
             cmd
         }
