@@ -22,6 +22,8 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
 const START_WAIT: Duration = Duration::from_secs(30);
 /// How long `switchyard stop` waits for the daemon to exit.
 const STOP_WAIT: Duration = Duration::from_secs(20);
+/// How often the daemon checks that its socket file is still there and still its own.
+const SOCKET_CHECK: Duration = Duration::from_secs(2);
 /// Edits of the config file within this long are applied together (editors write in steps).
 const RELOAD_SETTLE: Duration = Duration::from_millis(150);
 
@@ -137,7 +139,9 @@ pub async fn serve(
     let bound = downstream::bind(&socket).await.map_err(|e| {
         anyhow::anyhow!("{e:#}\n(`switchyard status --socket {}` shows the daemon serving it)", socket.display())
     })?;
+    let file = bound.file();
     let listener = tokio::spawn(downstream::listen(router.clone(), bound, socket.clone(), shutdown.clone()));
+    tokio::spawn(keep_socket(router.clone(), socket.clone(), file, shutdown.clone()));
     tracing::info!(
         "switchyard daemon ready (pid {}) for {} on {}: servers {}",
         std::process::id(),
@@ -307,6 +311,38 @@ async fn watch_config(router: Arc<Router>, path: PathBuf, mut applied: Applied, 
                 // The same broken text is not reported again until it changes.
                 applied.text = text;
             }
+        }
+    }
+}
+
+/// Watches the socket file: one removed (a cleaner of temporary files, a user) is made again, so
+/// clients, `status` and `stop` still reach this daemon instead of starting a second one; one
+/// taken by another daemon means this one can no longer be reached, and it stops.
+async fn keep_socket(router: Arc<Router>, socket: PathBuf, mut file: (u64, u64), shutdown: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(SOCKET_CHECK) => {}
+            _ = shutdown.cancelled() => return,
+        }
+        match rustix::fs::lstat(&socket) {
+            Ok(st) if (st.st_dev, st.st_ino) == file => {}
+            Err(rustix::io::Errno::NOENT) => match downstream::bind(&socket).await {
+                Ok(bound) => {
+                    tracing::warn!("the socket {} was removed; listening on it again", socket.display());
+                    file = bound.file();
+                    tokio::spawn(downstream::listen(router.clone(), bound, socket.clone(), shutdown.clone()));
+                }
+                Err(e) => tracing::warn!("the socket {} was removed and cannot be made again: {e:#}", socket.display()),
+            },
+            Ok(_) => {
+                tracing::error!(
+                    "{} is no longer this daemon's socket (another daemon took it); stopping, since no client can reach this one",
+                    socket.display()
+                );
+                router.shutdown.cancel();
+                return;
+            }
+            Err(e) => tracing::warn!("cannot check the socket {}: {e}", socket.display()),
         }
     }
 }

@@ -153,6 +153,13 @@ pub struct Bound {
     file: (u64, u64),
 }
 
+impl Bound {
+    /// The socket file it made (device, inode).
+    pub fn file(&self) -> (u64, u64) {
+        self.file
+    }
+}
+
 /// Binds a Unix socket, replacing a stale socket file but never a live one, nor anything that
 /// is not a socket. The socket file is made 0600 (only this user may connect) whatever the umask.
 pub async fn bind(path: &Path) -> anyhow::Result<Bound> {

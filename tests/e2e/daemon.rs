@@ -544,6 +544,31 @@ print("eof" if ready and os.read(r, 1) == b"" else "still open")
     home.shutdown().await;
 }
 
+/// A socket file removed under a running daemon (a cleaner of /tmp) is made again: the next
+/// `connect` reaches the same daemon and server instead of starting a second daemon.
+#[tokio::test]
+async fn a_removed_socket_is_made_again_and_no_second_daemon_starts() {
+    let home = Home::new();
+    home.write_config(&home.fixture("alpha", &[]));
+    let (a, mut ca) = home.client("alpha").await;
+    let (pid, _) = fixture_pid(&mut ca).await;
+    leave(a, ca).await;
+    let daemon = home.daemon_pid().await;
+    let socket = home.socket().expect("the daemon's socket");
+    std::fs::remove_file(&socket).unwrap();
+    let end = Instant::now() + SLOW;
+    while !socket.exists() {
+        assert!(Instant::now() < end, "the socket was not made again:\n{}", home.logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (b, mut cb) = home.client("alpha").await;
+    assert_eq!(fixture_pid(&mut cb).await.0, pid, "another server answered");
+    assert_eq!(home.daemon_pid().await, daemon);
+    assert_eq!(home.daemons().len(), 1, "{}", render(&home.daemons()));
+    leave(b, cb).await;
+    home.shutdown().await;
+}
+
 /// A server removed from the file: its process goes, and a new `connect` for it is refused with
 /// an error naming the server and the file. The others go on.
 #[tokio::test]
