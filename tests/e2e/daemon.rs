@@ -409,21 +409,27 @@ async fn hot_reload_a_server_added_to_the_file_is_served() {
     home.shutdown().await;
 }
 
-/// A server whose arguments changed: the live session is moved to an instance with the new
-/// arguments, no call is lost (the one in flight finishes on the old instance), and the old
-/// instance goes away once drained.
-#[tokio::test]
-async fn hot_reload_changed_args_reach_a_live_session_and_no_call_is_lost() {
+/// Server `alpha` (fixture named v1) with a client whose `sleep` of `ms` runs while the file
+/// changes alpha to v2: the home, the client, v1's pid and the sleep's request id.
+async fn changed_under_a_call(ms: u64) -> (Home, Proc, Client, u32, Value) {
     let home = Home::new();
     home.write_config(&home.fixture_named("alpha", "v1", &[]));
     let (a, mut ca) = home.client("alpha").await;
     ca.timeout = SLOW;
     let (old, name) = fixture_pid(&mut ca).await;
     assert_eq!(name, "v1");
-    let inflight = ca.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": 2000}})).await;
+    let inflight = ca.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": ms}})).await;
     wait_call_arrived(&home.journal("alpha"), "sleep").await;
-
     home.replace_config(&home.fixture_named("alpha", "v2", &[]));
+    (home, a, ca, old, inflight)
+}
+
+/// A server whose arguments changed: the live session is moved to an instance with the new
+/// arguments, no call is lost (the one in flight finishes on the old instance), and the old
+/// instance goes away once drained.
+#[tokio::test]
+async fn hot_reload_changed_args_reach_a_live_session_and_no_call_is_lost() {
+    let (home, a, mut ca, old, inflight) = changed_under_a_call(2000).await;
     let changed = Instant::now();
     // Every call is answered; the session reaches the new instance soon (the daemon drains the
     // session and connect reconnects: a call or two may still go the old way meanwhile).
@@ -453,14 +459,7 @@ async fn hot_reload_changed_args_reach_a_live_session_and_no_call_is_lost() {
 /// does not keep the session on the old configuration.
 #[tokio::test]
 async fn hot_reload_holds_no_quick_call_behind_a_slow_one_nor_behind_a_cancelled_one() {
-    let home = Home::new();
-    home.write_config(&home.fixture_named("alpha", "v1", &[]));
-    let (a, mut ca) = home.client("alpha").await;
-    ca.timeout = SLOW;
-    let (old, _) = fixture_pid(&mut ca).await;
-    let slow = ca.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": 60000}})).await;
-    wait_call_arrived(&home.journal("alpha"), "sleep").await;
-    home.replace_config(&home.fixture_named("alpha", "v2", &[]));
+    let (home, a, mut ca, old, slow) = changed_under_a_call(60000).await;
     home.wait_status("the old alpha draining", SLOW, |s| {
         s["retired"].as_array().is_some_and(|r| r.iter().any(|x| x["name"] == "alpha"))
     })
