@@ -304,7 +304,9 @@ async fn join(place: &Place, exe: &Path) -> Result<Joined, String> {
 }
 
 fn nobody_listens(e: &std::io::Error) -> bool {
-    matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused)
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset, NotFound};
+    // A reset: a daemon that was just killed, whose socket still took the connection.
+    matches!(e.kind(), NotFound | ConnectionRefused | ConnectionReset | ConnectionAborted)
 }
 
 async fn reach(place: &Place, exe: &Path) -> Result<UnixStream, String> {

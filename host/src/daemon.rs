@@ -241,10 +241,19 @@ impl Applied {
 async fn watch_config(router: Arc<Router>, path: PathBuf, mut applied: Applied, shutdown: CancellationToken) {
     use notify::{RecursiveMode, Watcher};
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let name = path.file_name().map(|n| n.to_os_string());
+    // The files whose changes count: the config, and the file it links to (if it is a link).
+    let watched = |target: &Option<PathBuf>| -> Vec<PathBuf> {
+        [Some(path.clone()), target.clone()].into_iter().flatten().collect()
+    };
+    let mut target = std::fs::canonicalize(&path).ok().filter(|t| *t != path);
+    let files = Arc::new(std::sync::Mutex::new(watched(&target)));
+    let seen_by_watcher = files.clone();
     let mut watcher = match notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        // Reads (the daemon's own, among them) change nothing.
+        let files = seen_by_watcher.lock().expect("lock");
         if let Ok(e) = event
-            && e.paths.iter().any(|p| p.file_name() == name.as_deref())
+            && !matches!(e.kind, notify::EventKind::Access(_))
+            && e.paths.iter().any(|p| files.iter().any(|f| f.file_name() == p.file_name() && f.parent() == p.parent()))
         {
             let _ = tx.send(());
         }
@@ -261,6 +270,13 @@ async fn watch_config(router: Arc<Router>, path: PathBuf, mut applied: Applied, 
         tracing::warn!("cannot watch {} for changes ({e}); restart the daemon to apply edits", dir.display());
         return;
     }
+    // A config that is a link (dotfile managers make them): its target's directory too, so an
+    // edit of the target is seen as well as the link being pointed elsewhere.
+    let mut target_dir = target.as_ref().and_then(|t| t.parent()).map(Path::to_path_buf).filter(|d| *d != dir);
+    if let Some(d) = &target_dir {
+        let _ = watcher.watch(d, RecursiveMode::NonRecursive);
+    }
+    let mut seen = applied.text.clone();
     loop {
         tokio::select! {
             got = rx.recv() => if got.is_none() { return },
@@ -280,13 +296,35 @@ async fn watch_config(router: Arc<Router>, path: PathBuf, mut applied: Applied, 
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) => {
-                tracing::warn!("cannot read config file {} ({e}); the config in force stays", path.display());
+                let marker = format!("\0{e}");
+                if seen != marker {
+                    tracing::warn!("cannot read config file {} ({e}); the config in force stays", path.display());
+                    seen = marker;
+                }
                 continue;
             }
         };
-        if text == applied.text {
+        // The link may point elsewhere now: follow its target.
+        let now_target = std::fs::canonicalize(&path).ok().filter(|t| *t != path);
+        if now_target != target {
+            target = now_target;
+            *files.lock().expect("lock") = watched(&target);
+        }
+        let now = target.as_ref().and_then(|t| t.parent()).map(Path::to_path_buf).filter(|d| *d != dir);
+        if now != target_dir {
+            if let Some(d) = &target_dir {
+                let _ = watcher.unwatch(d);
+            }
+            if let Some(d) = &now {
+                let _ = watcher.watch(d, RecursiveMode::NonRecursive);
+            }
+            target_dir = now;
+        }
+        // Said once per version of the file, whatever became of it.
+        if text == seen {
             continue;
         }
+        seen = text.clone();
         // An empty file is a save in progress (truncated, not yet written) far more often than
         // a wish to remove every server; it would end every session.
         if text.trim().is_empty() {
@@ -300,7 +338,6 @@ async fn watch_config(router: Arc<Router>, path: PathBuf, mut applied: Applied, 
             Ok(config) => {
                 tracing::info!("config file {} changed; applying it", path.display());
                 applied.apply(&router, &config, &text);
-                applied.text = text;
             }
             Err(e) => {
                 let why = format!("{e:#}").replace('\n', " ");
@@ -308,8 +345,6 @@ async fn watch_config(router: Arc<Router>, path: PathBuf, mut applied: Applied, 
                     "config file {} not applied: {why}; the last good config stays in force",
                     path.display()
                 );
-                // The same broken text is not reported again until it changes.
-                applied.text = text;
             }
         }
     }

@@ -99,6 +99,10 @@ enum PluginCommand {
 }
 
 fn main() -> ExitCode {
+    // The daemon and the supervisors are started through /proc/self/exe (which survives the
+    // binary being replaced); their process name would be `exe`, which `pgrep switchyard`,
+    // `top` and `killall` do not find.
+    let _ = rustix::thread::set_name(c"switchyard");
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

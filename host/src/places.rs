@@ -27,14 +27,22 @@ fn xdg_dir(var: &str, fallback: &str) -> Option<PathBuf> {
         .or_else(|| std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| PathBuf::from(h).join(fallback)))
 }
 
-/// The config file's absolute path with links resolved: the daemon's identity.
+/// The config file's absolute path, its directory's links resolved but not the file's own: the
+/// daemon's identity. A config that is a link (dotfile managers make them) keeps its daemon when
+/// the link is pointed at another file; the daemon follows the link.
 pub fn canonical_config(config: &Path) -> anyhow::Result<PathBuf> {
-    std::fs::canonicalize(config).with_context(|| {
+    let missing = || {
         format!(
             "cannot open the config file {}; create it with a [servers.NAME] table per server (see README), or name another with --config",
             config.display()
         )
-    })
+    };
+    std::fs::metadata(config).with_context(missing)?;
+    let absolute = std::path::absolute(config).with_context(missing)?;
+    let (Some(dir), Some(name)) = (absolute.parent(), absolute.file_name()) else {
+        return std::fs::canonicalize(config).with_context(missing);
+    };
+    Ok(std::fs::canonicalize(dir).with_context(missing)?.join(name))
 }
 
 /// A short name for a config file that no other config file has: its stem (for people reading
@@ -162,6 +170,20 @@ mod tests {
         let file = tmp.path().join("f");
         std::fs::write(&file, "").unwrap();
         assert!(private_dir(&file).unwrap_err().to_string().contains("not a directory"));
+    }
+
+    #[test]
+    fn a_linked_config_is_known_by_the_link_not_its_target() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().canonicalize().unwrap();
+        std::fs::create_dir(dir.join("store")).unwrap();
+        std::fs::write(dir.join("store/gen1.toml"), "").unwrap();
+        std::os::unix::fs::symlink("store/gen1.toml", dir.join("sy.toml")).unwrap();
+        assert_eq!(canonical_config(&dir.join("sy.toml")).unwrap(), dir.join("sy.toml"));
+        // Through `..` and a linked directory alike.
+        std::os::unix::fs::symlink(&dir, dir.join("again")).unwrap();
+        assert_eq!(canonical_config(&dir.join("store/../again/sy.toml")).unwrap(), dir.join("sy.toml"));
+        assert!(canonical_config(&dir.join("none.toml")).is_err());
     }
 
     #[test]

@@ -147,6 +147,15 @@ impl Router {
             None => String::new(),
         };
         match name {
+            Some(n) if !servers.contains_key(n) && crate::config::check_server_name(n).is_err() => {
+                // Never echoed whole: it came from a client, and goes into the log.
+                let shown: String = n.chars().take(64).collect();
+                Err(format!(
+                    "{shown:?}{} is not a server name{config}: {}",
+                    if n.chars().count() > 64 { "..." } else { "" },
+                    crate::config::check_server_name(n).unwrap_err()
+                ))
+            }
             Some(n) => {
                 if let Some(s) = servers.get(n) {
                     return Ok(s.clone());

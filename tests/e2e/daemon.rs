@@ -503,6 +503,8 @@ async fn hot_reload_an_empty_file_keeps_every_server() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(fixture_pid(&mut ca).await.0, pid, "the server was restarted");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(home.logs().matches("is empty").count(), 1, "said more than once:\n{}", home.logs());
     std::fs::write(home.config_str(), &config).unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(fixture_pid(&mut ca).await.0, pid, "the same config written back restarted the server");
@@ -564,6 +566,53 @@ async fn a_removed_socket_is_made_again_and_no_second_daemon_starts() {
     assert_eq!(fixture_pid(&mut cb).await.0, pid, "another server answered");
     assert_eq!(home.daemon_pid().await, daemon);
     assert_eq!(home.daemons().len(), 1, "{}", render(&home.daemons()));
+    leave(b, cb).await;
+    home.shutdown().await;
+}
+
+/// A config that is a link (as dotfile managers make them), pointed at another file: the same
+/// daemon follows it (no second daemon), and so do edits of the file it points to.
+#[tokio::test]
+async fn a_linked_config_pointed_elsewhere_is_followed_by_the_same_daemon() {
+    let home = Home::new();
+    let store = home.path().join("store");
+    std::fs::create_dir(&store).unwrap();
+    std::fs::write(store.join("gen1.toml"), home.fixture_named("alpha", "v1", &[])).unwrap();
+    let link = std::path::PathBuf::from(home.config_str());
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(store.join("gen1.toml"), &link).unwrap();
+    let (a, mut ca) = home.client("alpha").await;
+    ca.timeout = SLOW;
+    let (v1, name) = fixture_pid(&mut ca).await;
+    assert_eq!(name, "v1");
+    let daemon = home.daemon_pid().await;
+    // Pointed at a new generation, the way `ln -s new tmp; mv tmp link` does it.
+    std::fs::write(store.join("gen2.toml"), home.fixture_named("alpha", "v2", &[])).unwrap();
+    let tmp = home.path().join("link.new");
+    std::os::unix::fs::symlink(store.join("gen2.toml"), &tmp).unwrap();
+    std::fs::rename(&tmp, &link).unwrap();
+    let end = Instant::now() + SLOW;
+    loop {
+        let (_, name) = fixture_pid(&mut ca).await;
+        if name == "v2" {
+            break;
+        }
+        assert!(Instant::now() < end, "the daemon did not follow the link:\n{}", home.logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // An edit of the file the link points to is seen too.
+    std::fs::write(store.join("gen2.toml"), home.fixture_named("alpha", "v3", &[])).unwrap();
+    let end = Instant::now() + SLOW;
+    while fixture_pid(&mut ca).await.1 != "v3" {
+        assert!(Instant::now() < end, "an edit of the link's target was not seen:\n{}", home.logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (b, mut cb) = home.client("alpha").await;
+    assert_eq!(fixture_pid(&mut cb).await.1, "v3");
+    assert_eq!(home.daemon_pid().await, daemon);
+    assert_eq!(home.daemons().len(), 1, "{}", render(&home.daemons()));
+    wait_all_dead(&[v1], SLOW).await;
+    leave(a, ca).await;
     leave(b, cb).await;
     home.shutdown().await;
 }
