@@ -152,13 +152,25 @@ impl Bench {
         Conn::socket(label, "text", argv, &sock, &self.dir.join("socket.stderr"))
     }
 
+    /// `switchyard connect NAME` to a daemon serving `server` as NAME (started by that connect),
+    /// through `env` so the daemon's home is the bench's own; the home stops the daemon when dropped.
+    fn daemon_argv(&self, name: &str, server: &[String]) -> (DaemonHome, Vec<String>) {
+        let home = DaemonHome::new(&self.exe, self.dir.join(format!("lat-daemon-{name}")), &server_table(name, server));
+        let mut argv = vec!["env".to_string()];
+        argv.extend(home.envs().into_iter().map(|(k, v)| format!("{k}={}", v.display())));
+        argv.extend(home.connect_argv(name));
+        (home, argv)
+    }
+
     /// Added latency against the fast fixture's `echo`.
     fn latency_fixture(&self) {
         let fx = self.fixture_argv();
+        let (_home, connect) = self.daemon_argv("fx", &fx);
         let mut targets = vec![
             (self.conn("direct", "text", fx.clone()), BLOCK),
             (self.conn("switchyard", "text", self.router_argv("lat", "", &[], &fx)), BLOCK),
             (self.socket_conn("switchyard via its --listen socket", &fx), BLOCK),
+            (self.conn("switchyard connect, to the daemon", "text", connect), BLOCK),
             (self.conn("shell log proxy", "text", self.shell_argv(&fx)), BLOCK / 10),
         ];
         println!("\n### Round-trip latency, fixture `echo` ({ROUNDS} alternating rounds; sequential calls)\n");
@@ -171,9 +183,11 @@ impl Bench {
             println!("\n(server-everything not installed: run `npm ci --ignore-scripts` in tests/npm)");
             return;
         };
+        let (_home, connect) = self.daemon_argv("ev", &ev);
         let mut targets = vec![
             (self.conn("direct", "message", ev.clone()), BLOCK / 2),
             (self.conn("switchyard", "message", self.router_argv("ev", "", &[], &ev)), BLOCK / 2),
+            (self.conn("switchyard connect, to the daemon", "message", connect), BLOCK / 2),
             (self.conn("shell log proxy", "message", self.shell_argv(&ev)), BLOCK / 10),
         ];
         println!(
