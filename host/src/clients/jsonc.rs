@@ -278,4 +278,95 @@ mod tests {
         let doc = Doc::parse(text).unwrap();
         assert_eq!(doc.value(&doc.root), serde_json::json!({"a\"//": "/* not */", "b": "\\"}));
     }
+
+    use proptest::prelude::*;
+
+    /// JSON with comments, blank space and trailing commas placed by `rng` around `v`.
+    fn decorate(v: &Value, rng: &mut fastrand::Rng, out: &mut String) {
+        const GAPS: &[&str] = &["", " ", "\n  ", "// c é /*\n", "/* x */", "/*\n // */"];
+        let gap = |rng: &mut fastrand::Rng, out: &mut String| out.push_str(GAPS[rng.usize(..GAPS.len())]);
+        let close = |rng: &mut fastrand::Rng, out: &mut String, any: bool, end: char| {
+            if any && rng.bool() {
+                out.push(',');
+            }
+            gap(rng, out);
+            out.push(end);
+        };
+        match v {
+            Value::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    gap(rng, out);
+                    decorate(item, rng, out);
+                    gap(rng, out);
+                }
+                close(rng, out, !items.is_empty(), ']');
+            }
+            Value::Object(map) => {
+                out.push('{');
+                for (i, (k, item)) in map.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    gap(rng, out);
+                    out.push_str(&serde_json::to_string(k).unwrap());
+                    gap(rng, out);
+                    out.push(':');
+                    gap(rng, out);
+                    decorate(item, rng, out);
+                    gap(rng, out);
+                }
+                close(rng, out, !map.is_empty(), '}');
+            }
+            scalar => out.push_str(&scalar.to_string()),
+        }
+    }
+
+    /// Every node's value is `v`'s, and its span alone reads as that value.
+    fn check(doc: &Doc, node: &Node, v: &Value) {
+        assert_eq!(&doc.value(node), v);
+        let alone = &doc.text[node.span.clone()];
+        assert_eq!(&Doc::parse(alone).unwrap().value(&Doc::parse(alone).unwrap().root), v, "{alone}");
+        match (&node.tree, v) {
+            (Tree::Object(members), Value::Object(map)) => {
+                assert_eq!(members.len(), map.len());
+                members.iter().for_each(|m| check(doc, &m.value, &map[&m.key]));
+            }
+            (Tree::Array(items), Value::Array(values)) => {
+                assert_eq!(items.len(), values.len());
+                items.iter().zip(values).for_each(|(n, v)| check(doc, n, v));
+            }
+            (Tree::Scalar, _) => {}
+            (tree, v) => panic!("{tree:?} for {v}"),
+        }
+    }
+
+    fn values() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            "[a-z/*\"\\\\é ,\\]}]{0,6}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 40, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map("[a-z/\" ]{0,4}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn any_decorated_json_reads_back_with_exact_spans(v in values(), seed in any::<u64>()) {
+            let mut text = String::new();
+            decorate(&v, &mut fastrand::Rng::with_seed(seed), &mut text);
+            let doc = Doc::parse(&text).map_err(|e| TestCaseError::fail(format!("{e:?} in {text}")))?;
+            check(&doc, &doc.root, &v);
+        }
+    }
 }
