@@ -9,6 +9,7 @@
 
 pub mod cli;
 pub mod client;
+pub mod clients;
 pub mod codec;
 pub mod config;
 pub mod daemon;
@@ -106,6 +107,8 @@ mod layering {
         "ids",
         "codec",
         "config",
+        // Reads the MCP clients' own config files (`switchyard clients`, `wrap`); names nothing.
+        "clients",
         "decision",
         "error",
         "logging",
