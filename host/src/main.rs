@@ -49,6 +49,17 @@ enum Command {
         #[command(flatten)]
         which: switchyard::daemon::Which,
     },
+    /// List the MCP client configs found (Claude Desktop, Claude Code, Cursor, VS Code), their
+    /// servers, and which already run through switchyard. Reads only; shows no secret.
+    Clients {
+        /// A project directory whose `.mcp.json`, `.cursor/mcp.json` and `.vscode/mcp.json` are
+        /// read too (default: the current directory).
+        #[arg(long, value_name = "DIR")]
+        project: Option<PathBuf>,
+        /// As JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show what switchyard fixes, measured: the fixture server directly vs through switchyard.
     Demo,
     /// Work with policy plugins.
@@ -125,6 +136,11 @@ fn main() -> ExitCode {
         Command::Daemon(args) => report(switchyard::daemon::daemon_blocking(args)),
         Command::Status { json, which } => report(switchyard::daemon::status_blocking(which, json)),
         Command::Stop { which } => report(switchyard::daemon::stop_blocking(which)),
+        Command::Clients { project, json } => {
+            report(switchyard::clients::list::run(project.as_deref(), json).map(|text| {
+                let _ = std::io::stdout().write_all(text.as_bytes());
+            }))
+        }
         Command::Demo => report(switchyard::demo::run_blocking()),
         Command::Connect { name, config, socket } => {
             // connect says why it fails on stderr itself, as it happens.

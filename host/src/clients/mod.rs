@@ -3,6 +3,7 @@
 //! writer can replace it and keep the rest of the file as it was. Reading only.
 
 pub mod jsonc;
+pub mod list;
 
 use std::collections::BTreeMap;
 use std::ops::Range;
