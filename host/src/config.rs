@@ -788,6 +788,17 @@ pub fn parse_url(s: &str) -> Result<url::Url, String> {
     Ok(u)
 }
 
+/// A URL as shown in messages and listings: scheme, host, port and path only (the query,
+/// fragment and credentials may hold a key).
+pub fn display_url(url: &url::Url) -> String {
+    let mut shown = url.clone();
+    shown.set_query(None);
+    shown.set_fragment(None);
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    shown.to_string()
+}
+
 /// A remote server's name from its URL: the host, and the port when it is not the scheme's
 /// default (`mcp.example.com`, `127.0.0.1:3001`).
 pub fn url_name(u: &url::Url) -> String {

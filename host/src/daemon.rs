@@ -579,9 +579,8 @@ pub fn stop_blocking(which: Which) -> anyhow::Result<()> {
             return Ok(());
         }
     };
-    let gone = || !Path::new(&format!("/proc/{pid}")).exists() || is_zombie(pid);
     let started = std::time::Instant::now();
-    while !gone() {
+    while !exited(pid) {
         if started.elapsed() > STOP_WAIT {
             bail!(
                 "the daemon (pid {pid}) was asked to stop {} s ago and is still running; `kill {pid}` ends it (its servers end with it)",
@@ -594,7 +593,8 @@ pub fn stop_blocking(which: Which) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn is_zombie(pid: u32) -> bool {
+/// Whether process `pid` is gone or a zombie (its stat unreadable, or in state Z).
+fn exited(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|s| s.rsplit(')').next().map(|rest| rest.trim_start().starts_with('Z')))

@@ -58,8 +58,7 @@ pub fn config_key(canonical: &Path) -> String {
                 .collect()
         })
         .unwrap_or_default();
-    let hash = sha2::Sha256::digest(canonical.as_os_str().as_encoded_bytes());
-    let hex: String = hash.iter().take(6).map(|b| format!("{b:02x}")).collect();
+    let hex = short_hash(canonical, 6);
     if stem.is_empty() { hex } else { format!("{stem}-{hex}") }
 }
 
@@ -99,9 +98,13 @@ pub fn socket_for(canonical: &Path) -> anyhow::Result<PathBuf> {
 /// by hand), named from the socket's absolute path.
 pub fn lock_for(socket: &Path) -> anyhow::Result<PathBuf> {
     let absolute = std::path::absolute(socket).unwrap_or_else(|_| socket.to_path_buf());
-    let hash = sha2::Sha256::digest(absolute.as_os_str().as_encoded_bytes());
-    let hex: String = hash.iter().take(8).map(|b| format!("{b:02x}")).collect();
-    Ok(runtime_dir()?.join(format!("start-{hex}.lock")))
+    Ok(runtime_dir()?.join(format!("start-{}.lock", short_hash(&absolute, 8))))
+}
+
+/// The first `bytes` bytes of a path's SHA-256, in hex: a file-name-safe name for it.
+fn short_hash(path: &Path, bytes: usize) -> String {
+    let hash = sha2::Sha256::digest(path.as_os_str().as_encoded_bytes());
+    hash.iter().take(bytes).map(|b| format!("{b:02x}")).collect()
 }
 
 /// The log file of the detached daemon serving `canonical`.

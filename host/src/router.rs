@@ -146,14 +146,15 @@ impl Router {
             Some(p) => format!(" in {}", p.display()),
             None => String::new(),
         };
+        let invalid =
+            name.filter(|n| !servers.contains_key(*n)).and_then(|n| crate::config::check_server_name(n).err());
         match name {
-            Some(n) if !servers.contains_key(n) && crate::config::check_server_name(n).is_err() => {
+            Some(n) if let Some(rule) = invalid => {
                 // Never echoed whole: it came from a client, and goes into the log.
                 let shown: String = n.chars().take(64).collect();
                 Err(format!(
-                    "{shown:?}{} is not a server name{config}: {}",
+                    "{shown:?}{} is not a server name{config}: {rule}",
                     if n.chars().count() > 64 { "..." } else { "" },
-                    crate::config::check_server_name(n).unwrap_err()
                 ))
             }
             Some(n) => {

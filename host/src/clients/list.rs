@@ -72,13 +72,7 @@ fn scope_text(scope: &Scope) -> String {
 /// A URL without its query, fragment or credentials (any of which may hold a key).
 fn shown_url(raw: &str) -> String {
     match url::Url::parse(raw) {
-        Ok(mut u) => {
-            u.set_query(None);
-            u.set_fragment(None);
-            let _ = u.set_username("");
-            let _ = u.set_password(None);
-            u.to_string()
-        }
+        Ok(u) => crate::config::display_url(&u),
         // A variable in place of the URL (`${API_URL}`): as written, it holds no secret itself.
         Err(_) if raw.starts_with("${") => raw.to_string(),
         Err(_) => "(not a URL)".to_string(),

@@ -23,6 +23,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::transport::{BoxFuture, Connector, Ended, Failure, Inbound, Lost, RemoteKind, RemoteSpec, Transport};
+use crate::config::display_url;
 
 use legacy::Legacy;
 use streamable::Streamable;
@@ -346,16 +347,6 @@ fn build_client(spec: &RemoteSpec) -> Result<reqwest::Client, reqwest::Error> {
         }))
         .user_agent(concat!("switchyard/", env!("CARGO_PKG_VERSION")))
         .build()
-}
-
-/// A URL as shown in messages: scheme, host, port and path only.
-fn display_url(url: &Url) -> String {
-    let mut shown = url.clone();
-    shown.set_query(None);
-    shown.set_fragment(None);
-    let _ = shown.set_username("");
-    let _ = shown.set_password(None);
-    shown.to_string()
 }
 
 fn vars_list(vars: &[String]) -> String {
