@@ -242,7 +242,7 @@ fn pick_server(config: Config, name: Option<&str>, path: &std::path::Path) -> an
     }
     let mut all = config.servers();
     let names = all.keys().cloned().collect::<Vec<_>>().join(", ");
-    match name {
+    let picked = match name {
         Some(n) => all.remove(n).ok_or_else(|| {
             anyhow!("--name {n}: config file {} has no server `{n}` in [servers]; its servers: {names}", path.display())
         }),
@@ -252,7 +252,9 @@ fn pick_server(config: Config, name: Option<&str>, path: &std::path::Path) -> an
             path.display(),
             all.len()
         ),
-    }
+    }?;
+    picked.refuse_client_env()?;
+    Ok(picked)
 }
 
 /// Runs the router until the client disconnects or a signal arrives; exits cleanly.

@@ -7,7 +7,7 @@
 //! in flight are kept in a [`Ledger`] shared by the controller and the connection readers, so
 //! that a router that goes away still leaves every request of the client answered once.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -22,6 +22,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::codec::{self, Kind};
+use crate::config::ClientValues;
 use crate::wire::{self, Hello, Reply};
 
 /// This binary's version, told to the router in the hello.
@@ -51,13 +52,15 @@ const VANISHED_PAUSE: Duration = Duration::from_millis(50);
 /// The id prefix of the requests `connect` makes itself when it replays a session.
 const REPLAY_ID: &str = "switchyard-replay-";
 
-/// `switchyard connect NAME [--config FILE] [--socket PATH]` as given.
+/// `switchyard connect NAME [--config FILE] [--socket PATH] [--env NAME,...]` as given.
 #[derive(Debug, Clone)]
 pub struct Options {
     /// A server of the config, or (with a `/`) the socket of a router: the old form.
     pub name: PathBuf,
     pub config: Option<PathBuf>,
     pub socket: Option<PathBuf>,
+    /// Variables of connect's own environment whose values go to the server (its `client_env`).
+    pub env: Vec<String>,
 }
 
 /// Where `connect` goes, which server it asks for, and how to start the daemon if nobody is there.
@@ -68,12 +71,20 @@ pub struct Place {
     pub server: Option<String>,
     /// The config a daemon is started with; None for the old form, which never starts one.
     pub config: Option<PathBuf>,
+    /// The values `--env` named, sent in every hello (Debug shows the names only).
+    pub env: ClientValues,
 }
 
 impl Place {
     /// Reads the command line: `--socket` wins; a NAME with a `/` is a socket (the old form);
     /// else the config's daemon socket.
     pub fn resolve(opts: &Options) -> anyhow::Result<Place> {
+        Place::resolve_with(opts, &|name| std::env::var_os(name))
+    }
+
+    /// [`Place::resolve`] with the environment given.
+    pub fn resolve_with(opts: &Options, getenv: &dyn Fn(&str) -> Option<std::ffi::OsString>) -> anyhow::Result<Place> {
+        let env = client_values(&opts.env, getenv)?;
         let name = opts.name.to_str().ok_or_else(|| {
             anyhow!("{}: a server name must be UTF-8 (or give a socket path, with a `/`)", opts.name.display())
         })?;
@@ -83,7 +94,7 @@ impl Place {
                     "`switchyard connect {name}` names a socket; --config and --socket go with a server name: switchyard connect NAME --config FILE"
                 );
             }
-            return Ok(Place { socket: opts.name.clone(), server: None, config: None });
+            return Ok(Place { socket: opts.name.clone(), server: None, config: None, env });
         }
         let config = match &opts.config {
             Some(c) => c.clone(),
@@ -95,7 +106,7 @@ impl Place {
             // --socket it is needed only to start a daemon, and read then.
             None => crate::places::socket_for(&crate::places::canonical_config(&config)?)?,
         };
-        Ok(Place { socket, server: Some(name.to_string()), config: Some(config) })
+        Ok(Place { socket, server: Some(name.to_string()), config: Some(config), env })
     }
 
     /// "socket S, config C" for messages.
@@ -113,6 +124,38 @@ impl Place {
             None => "the router".to_string(),
         }
     }
+}
+
+/// The values of the variables `--env` names, read from `getenv` (connect's environment). An
+/// unset one is an error naming it; a value is never put in an error.
+fn client_values(
+    names: &[String],
+    getenv: &dyn Fn(&str) -> Option<std::ffi::OsString>,
+) -> anyhow::Result<ClientValues> {
+    let mut values = BTreeMap::new();
+    for name in names.iter().flat_map(|n| n.split(',')).map(str::trim).filter(|n| !n.is_empty()) {
+        let valid = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            anyhow::bail!(
+                "--env {name:?}: not a variable name (ASCII letters, digits and `_`, not starting with a digit); --env takes names, and connect reads their values from its environment"
+            );
+        }
+        match getenv(name) {
+            Some(v) => match v.into_string() {
+                Ok(v) => {
+                    values.insert(name.to_string(), v);
+                }
+                Err(_) => {
+                    anyhow::bail!("--env {name}: the value of {name} in connect's environment is not valid UTF-8")
+                }
+            },
+            None => anyhow::bail!(
+                "--env {name}: {name} is not set in connect's environment; the MCP client's entry for this server should set it in its `env` (e.g. \"env\": {{\"{name}\": \"...\"}})"
+            ),
+        }
+    }
+    Ok(ClientValues(values))
 }
 
 /// Runs `connect` on the process's stdin and stdout, starting the daemon with this very binary.
@@ -449,7 +492,11 @@ async fn start_daemon(exe: &Path, config: &Path, socket: &Path) -> Result<(), St
 async fn greet(place: &Place, stream: UnixStream) -> Result<Joined, Greeting> {
     let (r, mut writer) = stream.into_split();
     let at = place.socket.display();
-    let hello = wire::line(&Hello::Connect { server: place.server.clone(), version: VERSION.to_string() });
+    let hello = wire::line(&Hello::Connect {
+        server: place.server.clone(),
+        version: VERSION.to_string(),
+        env: place.env.0.clone(),
+    });
     writer
         .write_all(hello.as_bytes())
         .await
@@ -1275,7 +1322,7 @@ mod tests {
     }
 
     fn named(socket: &Path, config: Option<PathBuf>) -> Place {
-        Place { socket: socket.to_path_buf(), server: Some("fs".into()), config }
+        Place { socket: socket.to_path_buf(), server: Some("fs".into()), config, env: ClientValues::default() }
     }
 
     fn no_daemon() -> PathBuf {
@@ -1348,7 +1395,10 @@ mod tests {
     #[tokio::test]
     async fn nobody_at_an_old_form_socket_is_an_error_for_the_first_request() {
         let (_d, socket) = dir();
-        let mut c = Client::start(Place { socket: socket.clone(), server: None, config: None }, no_daemon());
+        let mut c = Client::start(
+            Place { socket: socket.clone(), server: None, config: None, env: ClientValues::default() },
+            no_daemon(),
+        );
         c.send(json!({"jsonrpc": "2.0", "method": "notifications/whatever"})).await;
         c.request(json!("init"), "initialize", json!({})).await;
         let answer = c.recv().await;
@@ -1363,7 +1413,9 @@ mod tests {
         let (d, socket) = dir();
         let fake = Fake::start(&socket, None).await;
         // A config is known: connect reconnects (the fake still listens, so no daemon is started).
-        let mut c = Client::start(named(&socket, Some(d.path().join("switchyard.toml"))), no_daemon());
+        let mut place = named(&socket, Some(d.path().join("switchyard.toml")));
+        place.env = ClientValues(BTreeMap::from([("TOKEN".to_string(), "t-1".to_string())]));
+        let mut c = Client::start(place, no_daemon());
         c.initialize().await;
         c.request(json!(1), "logging/setLevel", json!({"level": "info"})).await;
         c.request(json!(2), "logging/setLevel", json!({"level": "debug"})).await;
@@ -1393,6 +1445,9 @@ mod tests {
         // The new connection got the session set up again, in order, before the waiting request;
         // the client saw none of the replay's answers.
         let got = fake.got(2);
+        // Both hellos carry the client's values: the new connection may reach a new daemon.
+        assert_eq!(fake.got(1)[0]["env"], json!({"TOKEN": "t-1"}));
+        assert_eq!(got[0]["env"], json!({"TOKEN": "t-1"}));
         let methods: Vec<&str> = got[1..].iter().map(|m| m["method"].as_str().unwrap()).collect();
         assert_eq!(
             methods,
@@ -1442,7 +1497,10 @@ mod tests {
     async fn an_old_form_connect_ends_with_an_error_when_its_router_is_gone() {
         let (_d, socket) = dir();
         let fake = Fake::start(&socket, None).await;
-        let mut c = Client::start(Place { socket: socket.clone(), server: None, config: None }, no_daemon());
+        let mut c = Client::start(
+            Place { socket: socket.clone(), server: None, config: None, env: ClientValues::default() },
+            no_daemon(),
+        );
         c.initialize().await;
         assert_eq!(fake.got(1)[0], json!({"switchyard": "connect", "server": null, "version": VERSION}));
         c.request(json!(7), "tools/call", json!({"name": "hang"})).await;
@@ -1486,7 +1544,10 @@ mod tests {
                 });
             }
         });
-        let mut old = Client::start(Place { socket: socket.clone(), server: None, config: None }, no_daemon());
+        let mut old = Client::start(
+            Place { socket: socket.clone(), server: None, config: None, env: ClientValues::default() },
+            no_daemon(),
+        );
         old.request(json!(1), "ping", json!({})).await;
         assert_eq!(old.recv().await, json!({"jsonrpc": "2.0", "id": 1, "result": {}}));
         let mut named = Client::start(named(&socket, None), no_daemon());
@@ -1501,19 +1562,46 @@ mod tests {
             name: name.into(),
             config: config.map(PathBuf::from),
             socket: socket.map(PathBuf::from),
+            env: Vec::new(),
         };
         // The old form: a socket, no server name, never a daemon start.
         let old = Place::resolve(&opts("./r.sock", None, None)).unwrap();
-        assert_eq!(old, Place { socket: "./r.sock".into(), server: None, config: None });
+        assert_eq!(old, Place { socket: "./r.sock".into(), server: None, config: None, env: ClientValues::default() });
         let e = Place::resolve(&opts("/run/r.sock", Some("c.toml"), None)).unwrap_err().to_string();
         assert!(e.contains("go with a server name"), "{e}");
         // --socket: the config is read only when a daemon must be started.
         let given = Place::resolve(&opts("fs", Some("/nowhere/c.toml"), Some("/run/s.sock"))).unwrap();
         let config = Some(PathBuf::from("/nowhere/c.toml"));
-        assert_eq!(given, Place { socket: "/run/s.sock".into(), server: Some("fs".into()), config });
+        let env = ClientValues::default();
+        assert_eq!(given, Place { socket: "/run/s.sock".into(), server: Some("fs".into()), config, env });
         // Without it, the socket is named after the config file, which must be there.
         let e = Place::resolve(&opts("fs", Some("/nowhere/c.toml"), None)).unwrap_err().to_string();
         assert!(e.contains("/nowhere/c.toml") && e.contains("--config"), "{e}");
+    }
+
+    #[test]
+    fn env_names_are_read_from_connect_s_environment_and_a_missing_one_is_named() {
+        let getenv = |n: &str| match n {
+            "A" => Some("secret-a".into()),
+            "B_2" => Some("".into()),
+            _ => None,
+        };
+        let opts = |env: &[&str]| Options {
+            name: "fs".into(),
+            config: Some("/nowhere/c.toml".into()),
+            socket: Some("/run/s.sock".into()),
+            env: env.iter().map(|s| s.to_string()).collect(),
+        };
+        // Repeated and comma-separated alike; an empty value is a value.
+        let place = Place::resolve_with(&opts(&["A", "B_2"]), &getenv).unwrap();
+        assert_eq!(place, Place::resolve_with(&opts(&["A,B_2"]), &getenv).unwrap());
+        let want = BTreeMap::from([("A".to_string(), "secret-a".to_string()), ("B_2".to_string(), String::new())]);
+        assert_eq!(place.env.0, want);
+        assert!(!format!("{place:?}").contains("secret-a"), "{place:?}");
+        let e = Place::resolve_with(&opts(&["A,MISSING"]), &getenv).unwrap_err().to_string();
+        assert!(e.contains("MISSING is not set") && e.contains("`env`") && !e.contains("secret-a"), "{e}");
+        let e = Place::resolve_with(&opts(&["9X"]), &getenv).unwrap_err().to_string();
+        assert!(e.contains("not a variable name"), "{e}");
     }
 
     /// A stand-in for `switchyard daemon ... --detach`: `body` runs with $5 = the socket.

@@ -57,6 +57,14 @@ pub struct ServerConfig {
     /// Sent with every request to `url`; `${VAR}` in a value is read from the environment.
     #[serde(default)]
     pub headers: BTreeMap<String, HeaderValue>,
+    /// Names whose values the connecting client supplies (`connect NAME --env A,B`): a server
+    /// with any is a template, only the daemon serves it (see [`Config::for_client`]).
+    #[serde(default)]
+    pub client_env: Vec<String>,
+    /// The client's values of a server made by [`Config::for_client`], read before the
+    /// environment by `${VAR}` in header values (not read from the file).
+    #[serde(skip)]
+    pub client_values: ClientValues,
 }
 
 /// One `[servers.NAME]` table: the keys of `[server]` but `name` (the table's name is the
@@ -74,6 +82,10 @@ pub struct ServerEntry {
     pub transport: Option<TransportKind>,
     #[serde(default)]
     pub headers: BTreeMap<String, HeaderValue>,
+    /// Names whose values the connecting client supplies; `${NAME}` in command, args, env
+    /// values, cwd, url and header values stands for the client's value.
+    #[serde(default)]
+    pub client_env: Vec<String>,
     /// Replace the file's pools of the same name, each as a whole.
     #[serde(default)]
     pub pools: BTreeMap<String, PoolConfig>,
@@ -94,7 +106,20 @@ impl ServerEntry {
             url: self.url.clone(),
             transport: self.transport,
             headers: self.headers.clone(),
+            client_env: self.client_env.clone(),
+            client_values: ClientValues::default(),
         }
+    }
+}
+
+/// Values a client supplied for a server's `client_env`, by name. Debug shows the names only:
+/// the values may be secrets.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct ClientValues(pub BTreeMap<String, String>);
+
+impl std::fmt::Debug for ClientValues {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.0.keys()).finish()
     }
 }
 
@@ -457,6 +482,7 @@ struct ServerSpans {
     url: Option<Spanned<IgnoredAny>>,
     transport: Option<Spanned<IgnoredAny>>,
     headers: Option<BTreeMap<String, Spanned<IgnoredAny>>>,
+    client_env: Option<Spanned<IgnoredAny>>,
 }
 
 /// Pools that cannot work: no instance at all, or more kept running than allowed.
@@ -481,6 +507,7 @@ impl ServerSpans {
             "cwd" => &self.cwd,
             "url" => &self.url,
             "transport" => &self.transport,
+            "client_env" => &self.client_env,
             // The table itself has no span here: its first entry stands for it.
             "headers" => return self.headers.iter().flat_map(|h| h.values()).map(|s| s.span().start).min(),
             _ => &None,
@@ -520,8 +547,10 @@ fn parse_error(path: &Path, text: &str, e: &toml::de::Error) -> anyhow::Error {
 impl ServerConfig {
     /// Whether no key of `[server]` is given.
     fn is_unset(&self) -> bool {
-        let ServerConfig { name, command, args, env, cwd, url, transport, headers } = self;
-        name.is_none()
+        let ServerConfig { name, command, args, env, cwd, url, transport, headers, client_env, client_values } = self;
+        client_env.is_empty()
+            && client_values.0.is_empty()
+            && name.is_none()
             && command.is_none()
             && args.is_empty()
             && env.is_empty()
@@ -541,6 +570,7 @@ impl ServerConfig {
     /// `entry`, whose `at(key)` already names the server.
     fn check_as(&self, entry: Option<&str>, at: &dyn Fn(&str) -> String) -> anyhow::Result<()> {
         let table = if entry.is_some() { "" } else { "[server] " };
+        self.check_client_env(entry.is_some(), at)?;
         let Some(url) = &self.url else {
             if self.command.as_deref().is_some_and(|c| c.trim().is_empty()) {
                 bail!("{}: {table}`command` is empty; give the program to run (e.g. \"npx\")", at("command"));
@@ -570,8 +600,39 @@ impl ServerConfig {
                 bail!("{}: {table}`{key}` applies to commands only, and this server is a `url`; remove it", at(key));
             }
         }
-        parse_url(url).map_err(|e| anyhow!("{}: {table}url {e}", at("url")))?;
+        // A URL with a client's value in it is checked once the value is known (`for_client`).
+        if !uses_client_env(url, &self.client_env) {
+            parse_url(url).map_err(|e| anyhow!("{}: {table}url {e}", at("url")))?;
+        }
         self.check_headers(entry)
+    }
+
+    /// `client_env`: only in `[servers.NAME]` (`in_entry`), variable names, each once.
+    fn check_client_env(&self, in_entry: bool, at: &dyn Fn(&str) -> String) -> anyhow::Result<()> {
+        if self.client_env.is_empty() {
+            return Ok(());
+        }
+        if !in_entry {
+            bail!(
+                "{}: [server] `client_env` takes values from the client that connects to the daemon (`switchyard connect NAME --env ...`), and `switchyard run` has no such client; move the server into a [servers.NAME] table, or remove `client_env`",
+                at("client_env")
+            );
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for name in &self.client_env {
+            if !is_var_name(name) {
+                let shown: String = name.chars().take(64).collect();
+                bail!(
+                    "{}: `client_env` has {:?}, which is not a variable name (ASCII letters, digits and `_`, not starting with a digit)",
+                    at("client_env"),
+                    shown
+                );
+            }
+            if !seen.insert(name) {
+                bail!("{}: `client_env` names `{name}` twice; keep one", at("client_env"));
+            }
+        }
+        Ok(())
     }
 
     fn check_headers(&self, entry: Option<&str>) -> anyhow::Result<()> {
@@ -639,10 +700,7 @@ enum Piece<'a> {
 /// Splits a header value into text and `${VAR}` references; `$${` stands for a literal `${`,
 /// and any other `$` is itself.
 fn pieces(raw: &str) -> Result<Vec<Piece<'_>>, String> {
-    let is_name = |n: &str| {
-        n.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-            && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-    };
+    let is_name = is_var_name;
     let mut out = Vec::new();
     let mut text = String::new();
     let mut rest = raw;
@@ -676,6 +734,47 @@ fn pieces(raw: &str) -> Result<Vec<Piece<'_>>, String> {
         out.push(Piece::Text(text));
     }
     Ok(out)
+}
+
+/// A variable name: ASCII letters, digits and `_`, not starting with a digit.
+fn is_var_name(n: &str) -> bool {
+    n.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Whether `text` refers to one of `names` as `${NAME}`.
+fn uses_client_env(text: &str, names: &[String]) -> bool {
+    names.iter().any(|n| text.contains(&format!("${{{n}}}")))
+}
+
+/// `text` with every `${NAME}` of a name in `values` replaced by its value, in one pass, so a
+/// value is never read again (a value holding `${OTHER}` stays as it is). `$${NAME}` of such a
+/// name is a literal `${NAME}`; every other text, other `${X}` included, is left as written.
+fn substitute(text: &str, values: &BTreeMap<String, String>) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("${") {
+        let after = &rest[i + 2..];
+        let named = after.find('}').map(|end| (&after[..end], &after[end + 1..]));
+        match named.and_then(|(name, tail)| Some((name, values.get(name)?, tail))) {
+            Some((name, value, tail)) => {
+                if rest[..i].ends_with('$') {
+                    out.push_str(&rest[..i - 1]);
+                    out.push_str(&format!("${{{name}}}"));
+                } else {
+                    out.push_str(&rest[..i]);
+                    out.push_str(value);
+                }
+                rest = tail;
+            }
+            None => {
+                out.push_str(&rest[..i + 2]);
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Whether a header value refers to a variable (`${VAR}`, not the escaped `$${`).
@@ -866,6 +965,12 @@ impl Config {
             }
         };
         resolve(&mut config.server.cwd);
+        // A working directory that starts with a client's value is resolved once it is known.
+        let resolve_entry = |cwd: &mut Option<PathBuf>, names: &[String]| {
+            if !cwd.as_ref().and_then(|c| c.to_str()).is_some_and(|c| uses_client_env(c, names)) {
+                resolve(cwd);
+            }
+        };
         // Where each entry starts: its table header, or its name.
         let entry_at = |name: &str| {
             let entry = spans.servers.as_ref().and_then(|s| s.get_ref().get(name));
@@ -882,7 +987,7 @@ impl Config {
             }
             let at = |key: &str| format!("server `{name}` ({})", place(keys.and_then(|k| k.offset(key)).or(start)));
             entry.server(name).check_as(Some(name), &at)?;
-            resolve(&mut entry.cwd);
+            resolve_entry(&mut entry.cwd, &entry.client_env);
         }
         config.validate_defaults().map_err(|e| anyhow!("config file {}: {e:#}", path.display()))?;
         config.validate_servers(&|name| format!("server `{name}` ({})", place(entry_at(name).0)))?;
@@ -955,6 +1060,77 @@ impl Config {
             daemon: self.daemon.clone(),
             base_dir: self.base_dir.clone(),
         }
+    }
+
+    /// The server of this single-server config (one of [`Config::servers`]) as a client that
+    /// supplied `values` gets it: each `${NAME}` of a name in its `client_env` replaced by the
+    /// client's value in `command`, `args`, `env` values, `cwd` and `url`, and read from
+    /// `values` before the environment in header values (see [`ServerConfig::client_values`]).
+    /// Values of other names are ignored. The error names the server and what is wrong, never
+    /// a value.
+    pub fn for_client(&self, values: &BTreeMap<String, String>) -> anyhow::Result<Config> {
+        let s = &self.server;
+        let name = s.name.as_deref().unwrap_or("?");
+        let missing: Vec<&str> = s.client_env.iter().filter(|n| !values.contains_key(*n)).map(String::as_str).collect();
+        if !missing.is_empty() {
+            bail!(
+                "server `{name}` takes {} from the client that connects, which did not send {}: connect with `switchyard connect {name} --env {}`, with {} set in its environment (in an MCP client's config, its `env`)",
+                s.client_env.join(", "),
+                missing.join(", "),
+                s.client_env.join(","),
+                s.client_env.join(" and ")
+            );
+        }
+        let mine: BTreeMap<String, String> = s.client_env.iter().map(|n| (n.clone(), values[n].clone())).collect();
+        for (header, value) in &s.headers {
+            for piece in pieces(&value.raw)
+                .map_err(|e| anyhow!("server `{name}`: {} {e}", about_header(header, &value.origin)))?
+            {
+                if let Piece::Var(var) = piece
+                    && let Some(what) = mine.get(var).and_then(|v| forbidden(v))
+                {
+                    bail!(
+                        "server `{name}`: {} uses ${{{var}}}, whose value from the client has {what}, which a header cannot carry",
+                        about_header(header, &value.origin)
+                    );
+                }
+            }
+        }
+        let sub = |t: &str| substitute(t, &mine);
+        let mut one = self.clone();
+        let o = &mut one.server;
+        o.command = s.command.as_deref().map(sub);
+        o.args = s.args.iter().map(|a| sub(a)).collect();
+        o.env = s.env.iter().map(|(k, v)| (k.clone(), sub(v))).collect();
+        o.url = s.url.as_deref().map(sub);
+        if let Some(cwd) = s.cwd.as_ref().and_then(|c| c.to_str()).filter(|c| uses_client_env(c, &s.client_env)) {
+            let dir = PathBuf::from(sub(cwd));
+            o.cwd = Some(match &self.base_dir {
+                Some(base) if dir.is_relative() => base.join(dir),
+                _ => dir,
+            });
+        }
+        if let Some(url) = &o.url {
+            parse_url(url).map_err(|e| anyhow!("server `{name}`: its url, with the client's values in it, {e}"))?;
+        }
+        o.client_env.clear();
+        o.client_values = ClientValues(mine);
+        Ok(one)
+    }
+
+    /// An error when this single-server config is a template (has `client_env`): only the
+    /// daemon serves one, a server per client's values (`switchyard run` has no such client).
+    pub fn refuse_client_env(&self) -> anyhow::Result<()> {
+        let s = &self.server;
+        if s.client_env.is_empty() {
+            return Ok(());
+        }
+        let name = s.name.as_deref().unwrap_or("?");
+        bail!(
+            "server `{name}` has `client_env` ({}): it takes values from the client that connects, so only the daemon serves it, through `switchyard connect {name} --env {}`; `switchyard run` has no such client",
+            s.client_env.join(", "),
+            s.client_env.join(",")
+        )
     }
 
     /// Warnings for pools no call can reach: every call goes to `default` unless a policy plugin
@@ -1503,6 +1679,108 @@ file = "hints.wasm"
         ] {
             let (dir, c) = load_text(text);
             let e = format!("{:#}", c.unwrap_err());
+            let says = says.replace("{F}", &dir.path().join("switchyard.toml").display().to_string());
+            assert!(e.contains(&says), "{text:?}: {e}");
+        }
+    }
+
+    fn values(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn a_template_gets_the_client_s_values_in_one_pass_and_other_text_stays_literal() {
+        let (dir, loaded) = load_text(
+            r#"
+            [servers.tools]
+            command = "${BIN}/python3"
+            args = ["${workspaceFolder}/tools/server.py", "--token", "${TOOLS_TOKEN}", "${HOME}", "$${TOOLS_TOKEN}", "${TOOLS_TOKEN"]
+            env = { TOKEN = "t=${TOOLS_TOKEN};", PLAIN = "${PATH}" }
+            cwd = "${workspaceFolder}/sub"
+            client_env = ["workspaceFolder", "TOOLS_TOKEN", "BIN"]
+            [servers.rel]
+            command = "x"
+            cwd = "${DIR}"
+            client_env = ["DIR"]
+            "#,
+        );
+        let config = loaded.unwrap();
+        let all = config.servers();
+        let tools = &all["tools"];
+        assert!(tools.refuse_client_env().unwrap_err().to_string().contains("--env workspaceFolder,TOOLS_TOKEN,BIN"));
+        // A value holding `${OTHER}` (even a client name) is not read again.
+        let got = tools
+            .for_client(&values(&[
+                ("workspaceFolder", "/ws"),
+                ("TOOLS_TOKEN", "a${BIN}b"),
+                ("BIN", "/usr/bin"),
+                ("EXTRA", "ignored"),
+            ]))
+            .unwrap();
+        let s = &got.server;
+        assert_eq!(s.command.as_deref(), Some("/usr/bin/python3"));
+        assert_eq!(
+            s.args,
+            ["/ws/tools/server.py", "--token", "a${BIN}b", "${HOME}", "${TOOLS_TOKEN}", "${TOOLS_TOKEN"]
+        );
+        assert_eq!(s.env["TOKEN"], "t=a${BIN}b;");
+        assert_eq!(s.env["PLAIN"], "${PATH}");
+        assert_eq!(s.cwd.as_deref(), Some(Path::new("/ws/sub")));
+        assert!(s.client_env.is_empty() && s.client_values.0.len() == 3, "only its own names are kept");
+        got.refuse_client_env().unwrap();
+        // A relative directory from the client is the config file's, as every path in it.
+        let rel = all["rel"].for_client(&values(&[("DIR", "here")])).unwrap();
+        assert_eq!(rel.server.cwd, Some(dir.path().join("here")));
+        // A missing value names the server, what is missing and what to do.
+        let e = format!("{:#}", tools.for_client(&values(&[("BIN", "/b")])).unwrap_err());
+        for want in [
+            "server `tools`",
+            "did not send workspaceFolder, TOOLS_TOKEN",
+            "connect tools --env workspaceFolder,TOOLS_TOKEN,BIN",
+        ] {
+            assert!(e.contains(want), "{want} missing from: {e}");
+        }
+    }
+
+    #[test]
+    fn a_remote_template_takes_client_values_in_its_url_and_headers() {
+        let (_dir, loaded) = load_text(
+            r#"
+            [servers.web]
+            url = "https://${HOST}/mcp"
+            headers = { Authorization = "Bearer ${KEY}", X-Both = "${KEY}:${DAEMON_VAR}:$${KEY}" }
+            client_env = ["HOST", "KEY"]
+            "#,
+        );
+        let web = loaded.unwrap().servers().remove("web").unwrap();
+        let got = web.for_client(&values(&[("HOST", "mcp.example.com"), ("KEY", "k${DAEMON_VAR}")])).unwrap();
+        assert_eq!(got.server.url.as_deref(), Some("https://mcp.example.com/mcp"));
+        // Header values are read from the client's values first, then the environment, once.
+        let env = |n: &str| if n == "DAEMON_VAR" { Ok("d".to_string()) } else { Err(std::env::VarError::NotPresent) };
+        let client = &got.server.client_values.0;
+        let lookup = |n: &str| client.get(n).cloned().map_or_else(|| env(n), Ok);
+        assert_eq!(expand(&got.server.headers["X-Both"].raw, &lookup).unwrap().value, "k${DAEMON_VAR}:d:${KEY}");
+        // A value a header cannot carry is refused, without the value.
+        let e = format!("{:#}", web.for_client(&values(&[("HOST", "h"), ("KEY", "line\nfeed")])).unwrap_err());
+        assert!(e.contains("line feed") && e.contains("${KEY}") && e.contains("`Authorization`"), "{e}");
+        assert!(!e.contains("feed\n") && !e.contains("line\n"), "{e}");
+        // So is a URL the values make invalid, without repeating it.
+        let e = format!("{:#}", web.for_client(&values(&[("HOST", "a b"), ("KEY", "k")])).unwrap_err());
+        assert!(e.contains("server `web`") && e.contains("url"), "{e}");
+    }
+
+    #[test]
+    fn client_env_is_checked_where_it_is_written() {
+        for (text, says) in [
+            (
+                "[servers.a]\ncommand = \"x\"\nclient_env = [\"OK\", \"9bad\"]\n",
+                "server `a` (config file {F}, line 3): `client_env` has \"9bad\", which is not a variable name",
+            ),
+            ("[servers.a]\ncommand = \"x\"\nclient_env = [\"A\", \"A\"]\n", "line 3): `client_env` names `A` twice"),
+            ("[server]\ncommand = \"x\"\nclient_env = [\"A\"]\n", "line 3: [server] `client_env` takes values"),
+        ] {
+            let (dir, loaded) = load_text(text);
+            let e = format!("{:#}", loaded.unwrap_err());
             let says = says.replace("{F}", &dir.path().join("switchyard.toml").display().to_string());
             assert!(e.contains(&says), "{text:?}: {e}");
         }

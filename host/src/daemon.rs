@@ -205,12 +205,17 @@ impl Applied {
                 Some(_) => format!("server `{name}` changed in the config"),
                 None => String::new(),
             };
-            match router.build(server_config) {
-                Ok(server) => {
+            // A server with `client_env` is a template: its servers are made per client's values.
+            let added = if server_config.server.client_env.is_empty() {
+                router.build(server_config).map(|server| router.add(server, &why))
+            } else {
+                router.add_template(server_config, &why)
+            };
+            match added {
+                Ok(()) => {
                     if before.is_none() && !self.parts.is_empty() {
                         tracing::info!(server = %name, "server `{name}` added to the config");
                     }
-                    router.add(server, &why);
                 }
                 Err(e) => {
                     tracing::error!(server = %name, "server `{name}` cannot be used: {e:#}");
@@ -627,6 +632,25 @@ pub fn render(s: &serde_json::Value) -> String {
     let servers = s["servers"].as_array().cloned().unwrap_or_default();
     let retired = s["retired"].as_array().cloned().unwrap_or_default();
     for (server, old) in servers.iter().map(|v| (v, false)).chain(retired.iter().map(|v| (v, true))) {
+        if let Some(names) = server["client_env"].as_array() {
+            let names: Vec<&str> = names.iter().filter_map(|n| n.as_str()).collect();
+            let variants: Vec<&str> =
+                server["variants"].as_array().into_iter().flatten().filter_map(|v| v.as_str()).collect();
+            let _ = writeln!(
+                out,
+                "\nserver {}: {}\n  one server per distinct set of client values of {} (connect --env {}); {}",
+                server["name"].as_str().unwrap_or("?"),
+                server["target"].as_str().unwrap_or(""),
+                names.join(", "),
+                names.join(","),
+                if variants.is_empty() {
+                    "none running".to_string()
+                } else {
+                    format!("running: {}", variants.join(", "))
+                }
+            );
+            continue;
+        }
         let _ = writeln!(
             out,
             "\nserver {}{}: {}",

@@ -314,7 +314,7 @@ async fn open(router: Arc<Router>, stream: UnixStream, shutdown: CancellationTok
     let text = String::from_utf8_lossy(&first).into_owned();
     let reply = |r: &Reply| wire::line(r);
     match wire::hello(&text) {
-        Some(Ok(Hello::Connect { server, version })) => match router.lookup(server.as_deref()) {
+        Some(Ok(Hello::Connect { server, version, env })) => match router.lookup(server.as_deref(), &env) {
             Ok(server) => {
                 if version != env!("CARGO_PKG_VERSION") {
                     tracing::info!(server = %server.name, "a client of switchyard {version} joined (this router is {})", env!("CARGO_PKG_VERSION"));
@@ -348,7 +348,7 @@ async fn open(router: Arc<Router>, stream: UnixStream, shutdown: CancellationTok
             let _ = w.write_all(reply(&Reply::Refused { error }).as_bytes()).await;
         }
         // No hello: a raw MCP client, for the only server.
-        None => match router.lookup(None) {
+        None => match router.lookup(None, &Default::default()) {
             Ok(server) => {
                 let opening = Opening { transport: "unix", registry: router.registry.clone(), speaks_control: false };
                 let ends = server.shutdown.clone();

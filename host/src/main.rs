@@ -32,6 +32,10 @@ enum Command {
         /// The daemon's socket [default: one per config file, in $XDG_RUNTIME_DIR/switchyard].
         #[arg(long, value_name = "PATH")]
         socket: Option<PathBuf>,
+        /// Pass these variables of connect's environment to the server (its `client_env` in the
+        /// config): values only the MCP client has, set in its entry's `env`. Repeatable.
+        #[arg(long = "env", value_name = "NAME[,NAME...]")]
+        env: Vec<String>,
     },
     /// Run the long-lived router for a config file: it owns every server in it and outlives its
     /// clients, which join with `switchyard connect NAME` (which starts it when needed).
@@ -142,9 +146,9 @@ fn main() -> ExitCode {
             }))
         }
         Command::Demo => report(switchyard::demo::run_blocking()),
-        Command::Connect { name, config, socket } => {
+        Command::Connect { name, config, socket, env } => {
             // connect says why it fails on stderr itself, as it happens.
-            match switchyard::cli::connect_blocking(switchyard::client::Options { name, config, socket }) {
+            match switchyard::cli::connect_blocking(switchyard::client::Options { name, config, socket, env }) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(_) => ExitCode::FAILURE,
             }

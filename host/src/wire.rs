@@ -9,10 +9,12 @@
 //! A client that sends no hello (a raw socket client, or `connect` of an older version) joins
 //! the router's only server, when it has exactly one.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
-/// The first line a client sends.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// The first line a client sends. Debug shows the names of `env`, never its values.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "switchyard", rename_all = "snake_case")]
 pub enum Hello {
     /// Join server `server` (None: the router's only server) as one more session.
@@ -20,11 +22,30 @@ pub enum Hello {
         server: Option<String>,
         /// The client's switchyard version, to tell a user whose daemon is older than the binary.
         version: String,
+        /// Values for the server's `client_env`, read by `connect` from its own environment
+        /// (`--env NAME,...`); sent again on every reconnect. Absent in hellos of older clients.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        env: BTreeMap<String, String>,
     },
     /// One status snapshot, then the router closes the connection.
     Status,
     /// Stop the router: its servers are stopped and it exits.
     Stop,
+}
+
+impl std::fmt::Debug for Hello {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Hello::Connect { server, version, env } => f
+                .debug_struct("Connect")
+                .field("server", server)
+                .field("version", version)
+                .field("env", &env.keys().collect::<Vec<_>>())
+                .finish(),
+            Hello::Status => f.write_str("Status"),
+            Hello::Stop => f.write_str("Stop"),
+        }
+    }
 }
 
 /// The router's lines to a client that said hello.
@@ -64,10 +85,14 @@ pub fn hello(line: &str) -> Option<Result<Hello, String>> {
     if !is_control(line) {
         return None;
     }
-    Some(
-        serde_json::from_str(line.trim())
-            .map_err(|e| format!("a switchyard hello this router does not understand ({e}): {}", line.trim())),
-    )
+    // The line is not repeated in the error: a connect hello may carry a client's secrets.
+    Some(serde_json::from_str(line.trim()).map_err(|e| {
+        let kind = serde_json::from_str::<serde_json::Value>(line.trim())
+            .ok()
+            .and_then(|v| v["switchyard"].as_str().map(|k| format!(" `{}`", k.chars().take(32).collect::<String>())))
+            .unwrap_or_default();
+        format!("a switchyard hello{kind} this router does not understand ({e})")
+    }))
 }
 
 /// Parses a router's reply or control line.
@@ -81,9 +106,13 @@ mod tests {
 
     #[test]
     fn control_lines_are_told_from_json_rpc_by_their_first_key() {
-        let h = line(&Hello::Connect { server: Some("fs".into()), version: "0.1.0".into() });
+        let h = line(&Hello::Connect { server: Some("fs".into()), version: "0.1.0".into(), env: BTreeMap::new() });
         assert!(is_control(&h));
-        assert_eq!(hello(&h), Some(Ok(Hello::Connect { server: Some("fs".into()), version: "0.1.0".into() })));
+        assert!(!h.contains("env"), "an empty env is left out, as older hellos have it: {h}");
+        assert_eq!(
+            hello(&h),
+            Some(Ok(Hello::Connect { server: Some("fs".into()), version: "0.1.0".into(), env: BTreeMap::new() }))
+        );
         assert!(is_control(&line(&Reply::Drain { reason: "x".into() })));
         assert!(!is_control(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#));
         // A JSON-RPC message carrying a "switchyard" key somewhere else is still JSON-RPC.
@@ -92,5 +121,18 @@ mod tests {
         assert!(matches!(hello(r#"{"switchyard":"dance"}"#), Some(Err(e)) if e.contains("does not understand")));
         assert_eq!(reply(r#"{"switchyard":"stopping","pid":7}"#), Ok(Reply::Stopping { pid: 7 }));
         assert_eq!(hello(r#" {"switchyard":"status"}"#), Some(Ok(Hello::Status)));
+    }
+
+    #[test]
+    fn a_hello_carries_client_values_that_debug_and_errors_never_show() {
+        let env = BTreeMap::from([("TOKEN".to_string(), "s3cr3t".to_string())]);
+        let h = Hello::Connect { server: Some("fs".into()), version: "0.1.0".into(), env };
+        let text = line(&h);
+        assert_eq!(hello(&text), Some(Ok(h.clone())));
+        assert!(!format!("{h:?}").contains("s3cr3t") && format!("{h:?}").contains("TOKEN"));
+        // A hello this router cannot read is refused without being repeated.
+        let bad = r#"{"switchyard":"connect","server":"fs","version":1,"env":{"TOKEN":"s3cr3t"}}"#;
+        let Some(Err(e)) = hello(bad) else { panic!("parsed: {bad}") };
+        assert!(!e.contains("s3cr3t") && e.contains("`connect`"), "{e}");
     }
 }
