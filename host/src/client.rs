@@ -378,7 +378,7 @@ async fn reach(place: &Place, exe: &Path) -> Result<UnixStream, String> {
         Err(e) if nobody_listens(&e) => {}
         Err(e) => return Err(cannot(e)),
     }
-    start_daemon(exe, &canonical, socket).await?;
+    start_daemon(exe, &canonical, socket, &place.env).await?;
     UnixStream::connect(socket).await.map_err(|e| {
         let log =
             crate::places::log_for(&canonical).map(|l| format!("; see its log {}", l.display())).unwrap_or_default();
@@ -423,7 +423,7 @@ async fn lock(path: &Path, config: &Path) -> Result<std::fs::File, String> {
 
 /// Runs `exe daemon --config C --socket S --detach`, which returns once the daemon accepts on its
 /// socket (or fails with the reason on stderr).
-async fn start_daemon(exe: &Path, config: &Path, socket: &Path) -> Result<(), String> {
+async fn start_daemon(exe: &Path, config: &Path, socket: &Path, client: &ClientValues) -> Result<(), String> {
     use tokio::io::AsyncReadExt;
     let failed = |detail: String| {
         format!(
@@ -433,7 +433,13 @@ async fn start_daemon(exe: &Path, config: &Path, socket: &Path) -> Result<(), St
             config.display()
         )
     };
-    let mut child = tokio::process::Command::new(exe)
+    let mut cmd = tokio::process::Command::new(exe);
+    // This client's values are its own: the daemon (and every server it starts, for any client)
+    // must not inherit them. PATH and HOME stay: without them nothing runs.
+    for name in client.0.keys().filter(|k| *k != "PATH" && *k != "HOME") {
+        cmd.env_remove(name);
+    }
+    let mut child = cmd
         .arg0(crate::places::program_name())
         .arg("daemon")
         .arg("--config")

@@ -147,7 +147,7 @@ pub async fn serve(
         std::process::id(),
         config_path.display(),
         socket.display(),
-        router.servers().iter().map(|s| s.name.clone()).collect::<Vec<_>>().join(", ")
+        router.names().join(", ")
     );
     ready();
     tokio::spawn(watch_config(router.clone(), config_path, applied, shutdown.clone()));

@@ -418,6 +418,14 @@ impl Router {
         self.servers.read().expect("lock").values().cloned().collect()
     }
 
+    /// The names of the servers and templates in force.
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.servers.read().expect("lock").keys().cloned().collect();
+        names.extend(self.templates.read().expect("lock").keys().cloned());
+        names.sort();
+        names
+    }
+
     /// The variants of every template, with how status shows each.
     fn variants(&self) -> Vec<(Arc<Server>, Shown)> {
         let templates: Vec<Arc<Template>> = self.templates.read().expect("lock").values().cloned().collect();

@@ -690,3 +690,135 @@ async fn hot_reload_a_broken_file_keeps_the_last_good_config_with_one_log_line()
     leave(a, ca).await;
     home.shutdown().await;
 }
+
+// ------------------------------------------------------------------------------------------------
+// Values only the client has (`client_env`, `connect --env`).
+
+/// `[servers.tools]`: the fixture named after the client's TOOLS_NAME (what its `pid` tool
+/// reports), `prefix` before it, taking TOOLS_NAME from the client.
+fn tools_template(home: &Home, prefix: &str) -> String {
+    format!("{}client_env = [\"TOOLS_NAME\"]\n", home.fixture_named("tools", &format!("{prefix}${{TOOLS_NAME}}"), &[]))
+}
+
+/// The names of the servers in a status.
+fn server_names(status: &Value) -> Vec<String> {
+    status["servers"].as_array().into_iter().flatten().filter_map(|s| s["name"].as_str()).map(String::from).collect()
+}
+
+/// Two clients with the same value share one server process; a third with another value gets
+/// a process of its own, which sees its own value. The values appear in no status, no daemon
+/// log, no argv of connect or the daemon, nor the daemon's environment.
+#[tokio::test]
+async fn client_env_equal_values_share_a_server_and_other_values_get_their_own() {
+    let home = Home::new();
+    home.write_config(&tools_template(&home, ""));
+    let (alpha, beta) = ("alpha-7f3a9c", "beta-52e1d0");
+    let (a, mut ca) = home.client_env("tools", &[("TOOLS_NAME", alpha)]).await;
+    let (b, mut cb) = home.client_env("tools", &[("TOOLS_NAME", alpha)]).await;
+    let (c, mut cc) = home.client_env("tools", &[("TOOLS_NAME", beta)]).await;
+    let (pa, name_a) = fixture_pid(&mut ca).await;
+    let (pb, name_b) = fixture_pid(&mut cb).await;
+    let (pc, name_c) = fixture_pid(&mut cc).await;
+    assert_eq!((name_a.as_str(), name_b.as_str(), name_c.as_str()), (alpha, alpha, beta));
+    assert_eq!(pa, pb, "two clients with equal values reached two server processes");
+    assert_ne!(pa, pc, "clients with different values share a server process");
+
+    let status = home.status_json().await;
+    let names = server_names(&status);
+    assert!(names.contains(&"tools".to_string()), "the template is not listed: {names:?}");
+    let variants: Vec<&String> = names.iter().filter(|n| n.starts_with("tools#")).collect();
+    assert_eq!(variants.len(), 2, "{names:?}");
+    let mut pids: Vec<u32> = variants.iter().flat_map(|v| instance_pids(&status, v)).collect();
+    pids.sort();
+    let mut want = vec![pa, pc];
+    want.sort();
+    assert_eq!(pids, want, "the variants' instances are not the two processes:\n{status:#}");
+    let shared = variants.iter().find(|v| instance_pids(&status, v) == [pa]).unwrap();
+    assert_eq!(sessions(&status, shared), 2, "{status:#}");
+
+    let text = home.status_text().await;
+    // The daemon's own lines: what a server writes to its stderr (forwarded as `[label] ...`) is
+    // the server's business, and this fixture names itself there.
+    let log: String = home.logs().lines().filter(|l| !l.starts_with('[')).collect::<Vec<_>>().join("\n");
+    let daemon = home.daemons().into_iter().next().expect("a daemon runs");
+    let environ = std::fs::read(format!("/proc/{}/environ", daemon.pid)).unwrap_or_default();
+    let environ = String::from_utf8_lossy(&environ).into_owned();
+    let switchyards: Vec<String> =
+        home.processes().into_iter().filter(|p| p.is("connect") || p.is("daemon")).map(|p| p.argv.join(" ")).collect();
+    assert!(switchyards.iter().filter(|a| a.contains("--env TOOLS_NAME")).count() == 3, "{switchyards:#?}");
+    for value in [alpha, beta] {
+        assert!(!status.to_string().contains(value), "status --json shows {value}:\n{status:#}");
+        assert!(!text.contains(value), "status shows {value}:\n{text}");
+        assert!(!log.contains(value), "the daemon's log has {value}:\n{log}");
+        assert!(!switchyards.iter().any(|a| a.contains(value)), "a command line has {value}: {switchyards:#?}");
+        assert!(!environ.contains(value), "the daemon inherited a client's value {value}");
+    }
+    leave(a, ca).await;
+    leave(b, cb).await;
+    leave(c, cc).await;
+    home.shutdown().await;
+}
+
+/// A connect without a value the server needs is refused: its client's first request gets the
+/// reason, naming the server, the missing name and what to do; a name `--env` gives that is not
+/// set in connect's environment is named by connect itself.
+#[tokio::test]
+async fn client_env_a_connect_without_a_needed_value_is_refused_with_what_to_do() {
+    let home = Home::new();
+    home.write_config(&tools_template(&home, ""));
+    for (mut p, says) in [
+        (home.connect("tools"), vec!["server `tools`", "did not send TOOLS_NAME", "connect tools --env TOOLS_NAME"]),
+        (home.connect_env("tools", &[("OTHER", "x")]), vec!["did not send TOOLS_NAME"]),
+    ] {
+        let mut c = p.client();
+        c.timeout = SLOW;
+        let resp = c.request("initialize", init_params("e2e", "1")).await;
+        let message = resp["error"]["message"].as_str().unwrap_or_else(|| panic!("initialize was not refused: {resp}"));
+        for want in says {
+            assert!(message.contains(want), "{want:?} missing from: {message}");
+        }
+        let status = p.wait_timeout(SLOW).await;
+        assert!(!status.success(), "connect exited {status} after being refused");
+    }
+    // Named by --env but not set where connect runs.
+    let config = home.config_str();
+    let mut p = home.spawn("connect unset", &["connect", "tools", "--config", &config, "--env", "TOOLS_NAME"]);
+    let mut c = p.client();
+    c.timeout = SLOW;
+    let resp = c.request("initialize", init_params("e2e", "1")).await;
+    let message = resp["error"]["message"].as_str().unwrap_or_else(|| panic!("initialize was not refused: {resp}"));
+    assert!(message.contains("TOOLS_NAME is not set") && message.contains("`env`"), "{message}");
+    p.wait_timeout(SLOW).await;
+    let status = home.status_json().await;
+    assert_eq!(server_names(&status), ["tools"], "a refused client started a server:\n{status:#}");
+    home.shutdown().await;
+}
+
+/// An edited template moves a live session to a server of the new definition, with the same
+/// client value; the old variant's process goes away.
+#[tokio::test]
+async fn client_env_a_template_edit_moves_a_live_session_to_the_new_definition() {
+    let home = Home::new();
+    home.write_config(&tools_template(&home, "v1-"));
+    let (a, mut ca) = home.client_env("tools", &[("TOOLS_NAME", "x1")]).await;
+    ca.timeout = SLOW;
+    let (old, name) = fixture_pid(&mut ca).await;
+    assert_eq!(name, "v1-x1");
+    home.replace_config(&tools_template(&home, "v2-"));
+    let changed = Instant::now();
+    let new = loop {
+        let (pid, name) = fixture_pid(&mut ca).await;
+        if name == "v2-x1" {
+            break pid;
+        }
+        assert_eq!(name, "v1-x1");
+        assert!(changed.elapsed() < SLOW, "the session did not reach the edited template within {SLOW:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_ne!(new, old);
+    wait_all_dead(&[old], SLOW).await;
+    let status = home.status_json().await;
+    assert_eq!(server_names(&status).len(), 2, "the template and one variant:\n{status:#}");
+    leave(a, ca).await;
+    home.shutdown().await;
+}

@@ -126,6 +126,27 @@ impl Home {
         self.spawn(&format!("connect {server}"), &["connect", server, "--config", &config])
     }
 
+    /// `switchyard connect SERVER --config FILE --env NAME,...` for the names of `vars`, with
+    /// `vars` in its environment, as an MCP client's entry with an `env` launches it.
+    pub fn connect_env(&self, server: &str, vars: &[(&str, &str)]) -> Proc {
+        let config = self.config_str();
+        let names = vars.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(",");
+        let mut argv = vec![bin().to_string()];
+        argv.extend(["connect", server, "--config", &config, "--env", &names].map(String::from));
+        let mut envs = self.envs();
+        envs.extend(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        Proc::spawn_env(&format!("connect {server} --env {names}"), &argv, &envs)
+    }
+
+    /// [`Home::connect_env`] and an initialized client on it.
+    pub async fn client_env(&self, server: &str, vars: &[(&str, &str)]) -> (Proc, Client) {
+        let mut p = self.connect_env(server, vars);
+        let mut c = p.client();
+        c.initialize().await;
+        (p, c)
+    }
+
     /// `connect` and an initialized client on it.
     pub async fn client(&self, server: &str) -> (Proc, Client) {
         let mut p = self.connect(server);
