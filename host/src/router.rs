@@ -19,6 +19,7 @@ use crate::server::Server;
 use crate::session::Registry;
 use crate::target::Target;
 use crate::upstream::remote::RemoteConnector;
+use crate::upstream::transport::{BoxFuture, Failure};
 use crate::upstream::{Connector, Spec, StdioConnector};
 
 /// How often a retired server checks whether its last session has gone.
@@ -97,6 +98,43 @@ fn redact(text: &str, values: &BTreeMap<String, String>) -> String {
     out
 }
 
+/// The connector of a variant: what it says of itself and of a failed start (which reaches
+/// clients and status) has the client's values blanked out, as `${NAME}`.
+struct Redacting {
+    inner: Arc<dyn Connector>,
+    values: BTreeMap<String, String>,
+    /// Log a failed start (the stdio connector, told not to, would have).
+    log: bool,
+}
+
+impl Connector for Redacting {
+    fn connect(
+        &self,
+        label: &str,
+        inbound: Arc<dyn crate::upstream::Inbound>,
+    ) -> BoxFuture<'static, Result<Arc<dyn crate::upstream::Transport>, Failure>> {
+        let started = self.inner.connect(label, inbound);
+        let (values, label, log) = (self.values.clone(), label.to_string(), self.log);
+        Box::pin(async move {
+            started.await.map_err(|f| {
+                let reason = redact(&f.reason, &values);
+                if log {
+                    tracing::error!(instance = %label, "{reason}");
+                }
+                Failure { reason, ..f }
+            })
+        })
+    }
+
+    fn describe(&self) -> String {
+        redact(&self.inner.describe(), &self.values)
+    }
+
+    fn hint(&self) -> String {
+        redact(&self.inner.hint(), &self.values)
+    }
+}
+
 /// One router: its servers by name, one plugin set for all, and their sessions.
 pub struct Router {
     servers: RwLock<BTreeMap<String, Arc<Server>>>,
@@ -145,6 +183,7 @@ impl Router {
             tracing::warn!("{w}");
         }
         let name = target.server().to_string();
+        let command = matches!(target, Target::Command { .. });
         let connector: Arc<dyn Connector> = match target {
             Target::Command { server, command, args, env, cwd } => Arc::new(StdioConnector::new(Spec {
                 server,
@@ -154,8 +193,15 @@ impl Router {
                 cwd,
                 max_message_bytes: config.limits.max_message_bytes,
                 supervisor: self.supervisor.clone(),
+                // A variant's failure is logged by `Redacting`, without the client's values.
+                log_start_failure: client.is_empty(),
             })),
             Target::Remote(remote) => Arc::new(RemoteConnector::new(remote).map_err(|e| anyhow!(e))?),
+        };
+        let connector: Arc<dyn Connector> = if client.is_empty() {
+            connector
+        } else {
+            Arc::new(Redacting { inner: connector, values: client.clone(), log: command })
         };
         for warning in config.unreachable_pools(&self.policy.current().names()) {
             tracing::warn!(server = %name, "{warning}");

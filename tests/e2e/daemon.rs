@@ -822,3 +822,30 @@ async fn client_env_a_template_edit_moves_a_live_session_to_the_new_definition()
     leave(a, ca).await;
     home.shutdown().await;
 }
+
+/// A server that cannot start in the directory a client's value names: the client is told why,
+/// with the value shown as `${NAME}`, and neither status nor the daemon's log shows the value.
+#[tokio::test]
+async fn client_env_a_failed_start_is_explained_without_the_client_s_value() {
+    let home = Home::new();
+    home.write_config(&format!(
+        "{}cwd = \"${{TOOLS_DIR}}/sub\"\nclient_env = [\"TOOLS_DIR\"]\n",
+        home.fixture("tools", &[])
+    ));
+    let secret = "/nonexistent/secret-dir-4f2a";
+    let mut p = home.connect_env("tools", &[("TOOLS_DIR", secret)]);
+    let mut c = p.client();
+    c.timeout = SLOW;
+    let resp = c.request("initialize", init_params("e2e", "1")).await;
+    let message = resp["error"]["message"].as_str().unwrap_or_else(|| panic!("initialize succeeded: {resp}"));
+    assert!(message.contains("${TOOLS_DIR}/sub") && message.contains("does not exist"), "{message}");
+    assert!(!message.contains("secret-dir"), "{message}");
+    let status = home.status_json().await;
+    assert!(status.to_string().contains("${TOOLS_DIR}/sub"), "no last error in status:\n{status:#}");
+    assert!(!status.to_string().contains("secret-dir"), "{status:#}");
+    let log = home.logs();
+    assert!(log.contains("${TOOLS_DIR}/sub") && !log.contains("secret-dir"), "{log}");
+    c.close().await;
+    p.wait_timeout(SLOW).await;
+    home.shutdown().await;
+}

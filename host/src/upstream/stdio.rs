@@ -36,6 +36,9 @@ pub struct Spec {
     /// in-process, where no such binary is at hand): the parent-death signal only, which
     /// reaches the server's own process but not what it starts.
     pub supervisor: Option<std::path::PathBuf>,
+    /// Log a failed start here (false: whoever asked logs it, e.g. with a client's values
+    /// blanked out of the command line).
+    pub log_start_failure: bool,
 }
 
 /// Starts instances of a command.
@@ -97,7 +100,9 @@ impl StdioTransport {
     /// logged, and the error says what to check.
     fn spawn(spec: &Spec, label: &str, inbound: Arc<dyn Inbound>) -> Result<Arc<StdioTransport>, Failure> {
         let mut child = start_process(spec).map_err(|reason| {
-            tracing::error!(instance = %label, "{reason}");
+            if spec.log_start_failure {
+                tracing::error!(instance = %label, "{reason}");
+            }
             Failure { reason, transient: false }
         })?;
         let pid = child.id();
