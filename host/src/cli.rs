@@ -512,6 +512,16 @@ mod tests {
     }
 
     #[test]
+    fn run_refuses_a_server_that_takes_values_from_its_client() {
+        let (_d, file) = config_file(
+            "[servers.tools]\ncommand = \"python3\"\nargs = [\"${DIR}/s.py\"]\nclient_env = [\"DIR\", \"KEY\"]\n",
+        );
+        let e = format!("{:#}", build_config(&parse(&["--config", &file]).unwrap()).unwrap_err());
+        assert!(e.contains("server `tools` has `client_env` (DIR, KEY)"), "{e}");
+        assert!(e.contains("switchyard connect tools --env DIR,KEY") && e.contains("`switchyard run`"), "{e}");
+    }
+
+    #[test]
     fn a_file_with_several_servers_needs_name_to_pick_one() {
         let (_d, file) = config_file(
             "[servers.fs]\ncommand = \"npx\"\n[servers.tracker]\nurl = \"https://h/mcp\"\n[servers.git]\ncommand = \"uvx\"\n",
