@@ -288,7 +288,7 @@ pub fn run_blocking(args: RunArgs) -> anyhow::Result<()> {
     result
 }
 
-/// `switchyard connect NAME [--config FILE] [--socket PATH]`. The reason of a failure is on
+/// `switchyard connect NAME [--config FILE] [--socket PATH] [--env NAME,...]`. The reason of a failure is on
 /// stderr already when this returns (the relay says it as it happens, once).
 pub fn connect_blocking(opts: crate::client::Options) -> anyhow::Result<()> {
     // stderr through the logging thread: a closed or full stderr never blocks nor panics the relay.

@@ -278,19 +278,25 @@ impl Router {
     }
 
     /// The variant of `template` for a client that sent `env`: the one serving these values, or
-    /// a new one. Names of `env` the template does not take are ignored.
+    /// a new one. Names of `env` the template does not take are ignored. None: the template
+    /// left the router meanwhile (look it up again).
     fn variant(
         self: &Arc<Self>,
         template: &Arc<Template>,
         env: &BTreeMap<String, String>,
-    ) -> Result<Arc<Server>, String> {
+    ) -> Result<Option<Arc<Server>>, String> {
         let names = &template.config.server.client_env;
         let values: BTreeMap<String, String> =
             names.iter().filter_map(|n| env.get(n).map(|v| (n.clone(), v.clone()))).collect();
         let mut variants = template.variants.lock().expect("lock");
+        // Checked under the lock `retire_template` takes after cancelling: a variant made here
+        // is either seen and retired there, or never made.
+        if template.gone.is_cancelled() {
+            return Ok(None);
+        }
         if let Some(v) = variants.iter().find(|v| v.values == values) {
             *v.used.lock().expect("lock") = Instant::now();
-            return Ok(v.server.clone());
+            return Ok(Some(v.server.clone()));
         }
         // The error texts come from code that saw the values: blanked out, to be safe.
         let concrete = template.config.for_client(&values).map_err(|e| redact(&format!("{e:#}"), &values))?;
@@ -309,7 +315,7 @@ impl Router {
             names.join(", ")
         );
         tokio::spawn(self.clone().expire(template.clone(), variant));
-        Ok(server)
+        Ok(Some(server))
     }
 
     /// Stops `variant` once it has had no session for [`VARIANT_IDLE`]; ends early when the
@@ -395,18 +401,21 @@ impl Router {
     /// The server a client asks for (None: the only one there is). `env` holds the values the
     /// client sent: of a template, the client gets the variant for its values.
     pub fn lookup(self: &Arc<Self>, name: Option<&str>, env: &BTreeMap<String, String>) -> Result<Arc<Server>, String> {
-        let template = {
-            let templates = self.templates.read().expect("lock");
-            match name {
-                Some(n) => templates.get(n).cloned(),
-                None if self.servers.read().expect("lock").is_empty() && templates.len() == 1 => {
-                    templates.values().next().cloned()
+        loop {
+            let template = {
+                let templates = self.templates.read().expect("lock");
+                match name {
+                    Some(n) => templates.get(n).cloned(),
+                    None if self.servers.read().expect("lock").is_empty() && templates.len() == 1 => {
+                        templates.values().next().cloned()
+                    }
+                    None => None,
                 }
-                None => None,
+            };
+            let Some(t) = template else { break };
+            if let Some(server) = self.variant(&t, env)? {
+                return Ok(server);
             }
-        };
-        if let Some(t) = template {
-            return self.variant(&t, env);
         }
         let servers = self.servers.read().expect("lock");
         let templates: Vec<String> = self.templates.read().expect("lock").keys().cloned().collect();
