@@ -965,7 +965,7 @@ impl Config {
             }
         };
         resolve(&mut config.server.cwd);
-        // A working directory that starts with a client's value is resolved once it is known.
+        // A working directory with a client's value in it is resolved once the value is known.
         let resolve_entry = |cwd: &mut Option<PathBuf>, names: &[String]| {
             if !cwd.as_ref().and_then(|c| c.to_str()).is_some_and(|c| uses_client_env(c, names)) {
                 resolve(cwd);
