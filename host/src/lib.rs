@@ -107,12 +107,13 @@ mod layering {
         "ids",
         "codec",
         "config",
-        // Reads the MCP clients' own config files (`switchyard clients`, `wrap`); names nothing.
-        "clients",
         "decision",
         "error",
         "logging",
         "places",
+        // The MCP clients' own config files (`switchyard clients`, `wrap`, `unwrap`): reads them,
+        // and writes them and switchyard.toml for `wrap`; names only config and places.
+        "clients",
         "wire",
         "gate",
         "policy",

@@ -64,6 +64,12 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Put every MCP server of a client's config behind switchyard: each entry moves into
+    /// switchyard's config as [servers.NAME] and becomes `switchyard connect NAME`. Try
+    /// --dry-run first: it shows the change as a diff and writes nothing.
+    Wrap(WrapArgs),
+    /// Put back the entries `switchyard wrap` replaced, exactly as they were.
+    Unwrap(WrapArgs),
     /// Show what switchyard fixes, measured: the fixture server directly vs through switchyard.
     Demo,
     /// Work with policy plugins.
@@ -86,6 +92,58 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+}
+
+#[derive(clap::Args)]
+struct WrapArgs {
+    /// A client config file (default: every file of --client found here).
+    #[arg(value_name = "FILE")]
+    file: Option<PathBuf>,
+    /// The client whose configs to change (with FILE: the client that reads FILE, when its name
+    /// does not say).
+    #[arg(long, value_enum)]
+    client: Option<ClientName>,
+    /// A project directory whose `.mcp.json`, `.cursor/mcp.json` and `.vscode/mcp.json` count
+    /// too (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    project: Option<PathBuf>,
+    /// The switchyard config that receives the servers (wrap) [default:
+    /// ~/.config/switchyard/switchyard.toml].
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Only these servers (their names in the client's file).
+    #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
+    only: Option<Vec<String>>,
+    /// Show the change as a diff; write nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ClientName {
+    ClaudeDesktop,
+    ClaudeCode,
+    Cursor,
+    Vscode,
+}
+
+impl WrapArgs {
+    fn options(self) -> switchyard::clients::wrap::Options {
+        use switchyard::clients::Client;
+        switchyard::clients::wrap::Options {
+            client: self.client.map(|c| match c {
+                ClientName::ClaudeDesktop => Client::ClaudeDesktop,
+                ClientName::ClaudeCode => Client::ClaudeCode,
+                ClientName::Cursor => Client::Cursor,
+                ClientName::Vscode => Client::VsCode,
+            }),
+            path: self.file,
+            project: self.project,
+            config: self.config,
+            only: self.only,
+            dry_run: self.dry_run,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -145,6 +203,12 @@ fn main() -> ExitCode {
                 let _ = std::io::stdout().write_all(text.as_bytes());
             }))
         }
+        Command::Wrap(args) => report(switchyard::clients::wrap::wrap(&args.options()).map(|text| {
+            let _ = std::io::stdout().write_all(text.as_bytes());
+        })),
+        Command::Unwrap(args) => report(switchyard::clients::wrap::unwrap(&args.options()).map(|text| {
+            let _ = std::io::stdout().write_all(text.as_bytes());
+        })),
         Command::Demo => report(switchyard::demo::run_blocking()),
         Command::Connect { name, config, socket, env } => {
             // connect says why it fails on stderr itself, as it happens.

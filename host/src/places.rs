@@ -102,7 +102,7 @@ pub fn lock_for(socket: &Path) -> anyhow::Result<PathBuf> {
 }
 
 /// The first `bytes` bytes of a path's SHA-256, in hex: a file-name-safe name for it.
-fn short_hash(path: &Path, bytes: usize) -> String {
+pub fn short_hash(path: &Path, bytes: usize) -> String {
     let hash = sha2::Sha256::digest(path.as_os_str().as_encoded_bytes());
     hash.iter().take(bytes).map(|b| format!("{b:02x}")).collect()
 }

@@ -79,3 +79,201 @@ fn snapshot(dir: &Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
     out.sort();
     out
 }
+
+/// `switchyard wrap|unwrap ARGS` as the user `home` runs it, in `cwd`; stdout, or the test fails
+/// with stderr.
+fn switchyard_in(home: &harness::daemon::Home, cwd: &Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(bin())
+        .args(args)
+        .current_dir(cwd)
+        .envs(home.envs())
+        .env_remove("APPDATA")
+        .env_remove("CLAUDE_CONFIG_DIR")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn ok(out: std::process::Output) -> String {
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "failed ({}):\n{text}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    text
+}
+
+/// The files of every client, placed where each client keeps them in `home` and a project.
+fn place_all(home: &harness::daemon::Home) -> (std::path::PathBuf, Vec<std::path::PathBuf>) {
+    let (h, project) = (home.path(), home.path().join("work"));
+    let files = vec![
+        h.join("config/Claude/claude_desktop_config.json"),
+        h.join(".claude.json"),
+        h.join(".cursor/mcp.json"),
+        project.join(".mcp.json"),
+        project.join(".vscode/mcp.json"),
+    ];
+    let sources =
+        ["claude_desktop_config.json", "claude.json", "cursor.mcp.json", "project.mcp.json", "vscode.mcp.json"];
+    for (from, to) in sources.iter().zip(&files) {
+        place(from, to);
+    }
+    (project, files)
+}
+
+/// `--dry-run` prints the change as a diff and writes nothing at all: no client file, no
+/// switchyard.toml, no backup, no record.
+#[test]
+fn wrap_dry_run_shows_a_diff_and_writes_nothing() {
+    let home = harness::daemon::Home::new();
+    let (project, _) = place_all(&home);
+    let before = snapshot(home.path());
+    for client in ["claude-desktop", "claude-code", "cursor", "vscode"] {
+        let text = ok(switchyard_in(&home, &project, &["wrap", "--client", client, "--dry-run"]));
+        assert!(text.contains("(dry run: nothing was written)"), "{text}");
+        assert!(text.contains("\n+") && text.contains("\n-") && text.contains("@@"), "no diff for {client}:\n{text}");
+        assert!(text.contains("+[servers."), "no switchyard.toml diff for {client}:\n{text}");
+    }
+    assert_eq!(snapshot(home.path()), before, "a dry run wrote something");
+}
+
+/// Every client's file: wrap puts each server behind switchyard (backup beside the file), a
+/// second wrap changes nothing, unwrap gives back every file byte for byte; a config file that
+/// is a link stays a link.
+#[test]
+fn wrap_then_unwrap_gives_every_file_back_byte_for_byte() {
+    let home = harness::daemon::Home::new();
+    let (project, files) = place_all(&home);
+    // Cursor's file is a link into a dotfiles directory, as stow or home-manager make it.
+    let cursor = &files[2];
+    let dotfile = home.path().join("dotfiles/cursor-mcp.json");
+    std::fs::create_dir_all(dotfile.parent().unwrap()).unwrap();
+    std::fs::rename(cursor, &dotfile).unwrap();
+    std::os::unix::fs::symlink(&dotfile, cursor).unwrap();
+    let originals: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap()).collect();
+    let clients = ["claude-desktop", "claude-code", "cursor", "vscode"];
+    for client in clients {
+        let text = ok(switchyard_in(&home, &project, &["wrap", "--client", client]));
+        assert!(text.contains("wrote "), "{text}");
+    }
+    for (file, original) in files.iter().zip(&originals) {
+        assert_ne!(&std::fs::read(file).unwrap(), original, "{} not wrapped", file.display());
+        let real = std::fs::canonicalize(file).unwrap();
+        let backup = real.with_file_name(format!("{}.switchyard-backup", real.file_name().unwrap().to_str().unwrap()));
+        assert_eq!(&std::fs::read(&backup).unwrap(), original, "backup of {}", file.display());
+    }
+    assert!(std::fs::symlink_metadata(cursor).unwrap().file_type().is_symlink(), "the link was replaced by a file");
+    let config = home.path().join("config/switchyard/switchyard.toml");
+    let toml = std::fs::read_to_string(&config).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&config).unwrap().permissions().mode() & 0o777, 0o600);
+    assert!(toml.contains("[servers.filesystem]") && toml.contains("[servers.sentry]"), "{toml}");
+    let listed = ok(switchyard_in(&home, &project, &["clients"]));
+    assert!(listed.contains("through switchyard (server `sentry`)"), "{listed}");
+
+    let wrapped: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap()).collect();
+    for client in clients {
+        let text = ok(switchyard_in(&home, &project, &["wrap", "--client", client]));
+        assert!(text.contains("nothing to wrap"), "{text}");
+    }
+    let again: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap()).collect();
+    assert_eq!(again, wrapped, "a second wrap changed a file");
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), toml, "a second wrap changed switchyard.toml");
+
+    let before = snapshot(home.path());
+    for client in clients {
+        let text = ok(switchyard_in(&home, &project, &["unwrap", "--client", client, "--dry-run"]));
+        assert!(text.contains("(dry run: nothing was written)") && text.contains("\n+"), "{text}");
+    }
+    assert_eq!(snapshot(home.path()), before, "unwrap --dry-run wrote something");
+    for client in clients {
+        let text = ok(switchyard_in(&home, &project, &["unwrap", "--client", client]));
+        assert!(text.contains("put back"), "{text}");
+        assert!(!text.contains("changed since"), "{text}");
+    }
+    for (file, original) in files.iter().zip(&originals) {
+        assert_eq!(&std::fs::read(file).unwrap(), original, "{} is not as it was", file.display());
+    }
+    assert!(std::fs::symlink_metadata(cursor).unwrap().file_type().is_symlink());
+    let text = ok(switchyard_in(&home, &project, &["unwrap", "--client", "cursor"]));
+    assert!(text.contains("nothing to unwrap"), "{text}");
+}
+
+/// After wrap, the user edits the file elsewhere: unwrap puts the entries back, keeps the edit
+/// and says so.
+#[test]
+fn unwrap_after_an_edit_keeps_the_edit_and_says_so() {
+    let home = harness::daemon::Home::new();
+    let file = home.path().join("config/Claude/claude_desktop_config.json");
+    place("claude_desktop_config.json", &file);
+    let original = std::fs::read_to_string(&file).unwrap();
+    ok(switchyard_in(&home, home.path(), &["wrap", "--client", "claude-desktop"]));
+    let wrapped = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, wrapped.replace("Alt+Space", "Ctrl+Space")).unwrap();
+    let text = ok(switchyard_in(&home, home.path(), &["unwrap", "--client", "claude-desktop"]));
+    assert!(text.contains("changed since switchyard wrote it"), "{text}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), original.replace("Alt+Space", "Ctrl+Space"));
+}
+
+/// A file that does not parse: the error names file, line and column; nothing is written.
+#[test]
+fn wrap_of_a_broken_file_names_line_and_column_and_writes_nothing() {
+    let home = harness::daemon::Home::new();
+    let project = home.path().join("work");
+    place("broken.vscode.mcp.json", &project.join(".vscode/mcp.json"));
+    let before = snapshot(home.path());
+    let out = switchyard_in(&home, &project, &["wrap", "--client", "vscode"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains(".vscode/mcp.json") && stderr.contains("line 9, column 5"), "{stderr}");
+    assert_eq!(snapshot(home.path()), before);
+}
+
+/// The wrapped entry, launched as the client launches it (its command, args and env, with the
+/// client's `${VAR:-default}` expanded as Claude Code does), answers a tool call through the
+/// daemon; two values of the client's variable reach two servers, each its own.
+#[tokio::test]
+async fn a_wrapped_entry_launched_as_the_client_would_answers_through_the_daemon() {
+    let home = harness::daemon::Home::new();
+    let project = home.path().join("work");
+    let mcp = project.join(".mcp.json");
+    std::fs::create_dir_all(&project).unwrap();
+    let entry = serde_json::json!({"mcpServers": {
+        "fix": {"type": "stdio", "command": bin(), "args": ["fixture", "--name", "${FIX_LABEL:-plain}"]},
+    }});
+    std::fs::write(&mcp, format!("{entry:#}\n")).unwrap();
+    let config = home.config_str();
+    ok(switchyard_in(&home, &project, &["wrap", ".mcp.json", "--config", &config]));
+    let wrapped: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&mcp).unwrap()).unwrap();
+    let fix = &wrapped["mcpServers"]["fix"];
+    assert_eq!(fix["args"][0], "connect", "{fix}");
+    // Claude Code expands `${VAR:-default}` in an entry's env from its own environment.
+    let launch = |label: Option<&str>| {
+        let mut argv = vec![fix["command"].as_str().unwrap().to_string()];
+        argv.extend(fix["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_string()));
+        let mut envs = home.envs();
+        for (k, v) in fix["env"].as_object().unwrap() {
+            let v = v.as_str().unwrap();
+            let expanded = match (v, label) {
+                ("${FIX_LABEL:-plain}", Some(l)) => l.to_string(),
+                ("${FIX_LABEL:-plain}", None) => "plain".to_string(),
+                (other, _) => panic!("unexpected env value {other}"),
+            };
+            envs.push((k.clone(), expanded));
+        }
+        let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        Proc::spawn_env("wrapped entry", &argv, &envs)
+    };
+    let (mut a, mut b) = (launch(None), launch(Some("alpha")));
+    let (mut ca, mut cb) = (a.client(), b.client());
+    ca.initialize().await;
+    cb.initialize().await;
+    let (ta, tb) = (ca.call_text("pid", serde_json::json!({})).await, cb.call_text("pid", serde_json::json!({})).await);
+    assert!(ta.contains("plain"), "{ta}");
+    assert!(tb.contains("alpha"), "{tb}");
+    assert_eq!(home.daemons().len(), 1, "{}", harness::daemon::render(&home.processes()));
+    let logs = home.logs();
+    assert!(!logs.contains("alpha"), "a client's value reached the daemon's log:\n{logs}");
+    ca.close().await;
+    cb.close().await;
+    a.wait().await;
+    b.wait().await;
+    home.stop().await;
+}

@@ -1,9 +1,10 @@
 //! The MCP client configurations on this machine (Claude Desktop, Claude Code, Cursor, VS Code):
 //! where they are and which servers they run, each entry with the byte span of its text so a
-//! writer can replace it and keep the rest of the file as it was. Reading only.
+//! writer ([`wrap`]) can replace it and keep the rest of the file as it was.
 
 pub mod jsonc;
 pub mod list;
+pub mod wrap;
 
 use std::collections::BTreeMap;
 use std::ops::Range;

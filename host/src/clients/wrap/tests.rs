@@ -1,0 +1,350 @@
+//! `wrap` and `unwrap` planned over the fixture files of every client (tests/clients/).
+
+use std::path::{Path, PathBuf};
+
+use super::*;
+
+const EXE: &str = "/opt/switchyard/bin/switchyard";
+const CONFIG: &str = "/home/user/.config/switchyard/switchyard.toml";
+
+fn fixture(name: &str) -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/clients").join(name)).unwrap()
+}
+
+fn input(client: Client, name: &str, scope: Scope) -> Input {
+    Input { client, path: PathBuf::from("/home/user/x").join(name), scope, text: fixture(name) }
+}
+
+fn all() -> Vec<Input> {
+    vec![
+        input(Client::ClaudeDesktop, "claude_desktop_config.json", Scope::User),
+        input(Client::ClaudeCode, "claude.json", Scope::User),
+        input(Client::ClaudeCode, "project.mcp.json", Scope::Project),
+        input(Client::Cursor, "cursor.mcp.json", Scope::User),
+        input(Client::VsCode, "vscode.mcp.json", Scope::Project),
+    ]
+}
+
+fn wrap_all(inputs: &[Input], config: Option<&str>) -> Plan {
+    plan_wrap(inputs, Path::new(CONFIG), config, Path::new(EXE), None).unwrap_or_else(|e| panic!("{e:#}"))
+}
+
+/// What `wrap` records for a change, as `apply` does.
+fn state_of(change: &Change) -> State {
+    State {
+        file: change.path.clone(),
+        client: change.client.name().into(),
+        written: sha256(&change.after),
+        entries: change.records.clone(),
+    }
+}
+
+fn after(input: &Input, change: &Change) -> Input {
+    Input { text: change.after.clone(), ..input.clone() }
+}
+
+fn entries(input: &Input) -> Vec<Entry> {
+    super::super::parse(input.client, &input.path, &input.text, input.scope.clone())
+        .unwrap()
+        .into_iter()
+        .flat_map(|f| f.servers)
+        .collect()
+}
+
+/// Every client's file: the wrapped file reads back with each server on `switchyard connect`,
+/// keeps every byte outside the replaced entries, and unwrap gives the file back byte for byte.
+#[test]
+fn every_fixture_wraps_and_unwraps_to_the_same_bytes() {
+    let inputs = all();
+    let plan = wrap_all(&inputs, None);
+    assert_eq!(plan.changes.len(), inputs.len(), "{:#?}", plan.lines);
+    for (input, change) in inputs.iter().zip(&plan.changes) {
+        let wrapped = after(input, change);
+        for e in entries(&wrapped) {
+            let skipped = e.unknown.iter().any(|k| LAUNCH_KEYS.iter().any(|(l, _)| l == k));
+            assert!(
+                e.wrapped.is_some() || skipped,
+                "{}: `{}` not wrapped:\n{}",
+                input.path.display(),
+                e.name,
+                change.after
+            );
+        }
+        // Outside the replaced spans, not a byte changed: a comment, a key order, a trailing comma.
+        let mut rest = change.after.as_str();
+        for r in &change.records {
+            let at = rest.find(&r.wrapped).unwrap();
+            rest = &rest[at + r.wrapped.len()..];
+        }
+        let restored_text = {
+            let mut lines = Vec::new();
+            let (c, keep) = plan_unwrap(&wrapped, &state_of(change), None, &mut lines).unwrap();
+            assert!(keep.is_empty(), "{keep:?}");
+            assert!(lines.iter().all(|l| !l.contains("changed since")), "{lines:?}");
+            c.unwrap().after
+        };
+        assert_eq!(restored_text, input.text, "{}: unwrap did not give the file back", input.path.display());
+    }
+    let (_, before, config) = plan.config.unwrap();
+    assert!(before.is_none());
+    crate::config::Config::load_text(Path::new(CONFIG), &config).unwrap_or_else(|e| panic!("{e:#}\n{config}"));
+}
+
+/// A second wrap changes nothing: not the client files, not switchyard.toml.
+#[test]
+fn wrap_twice_changes_nothing_the_second_time() {
+    let inputs = all();
+    let first = wrap_all(&inputs, None);
+    let config = first.config.as_ref().unwrap().2.clone();
+    let again: Vec<Input> = inputs.iter().zip(&first.changes).map(|(i, c)| after(i, c)).collect();
+    let second = wrap_all(&again, Some(&config));
+    assert!(second.changes.is_empty(), "{:#?}", second.changes);
+    assert!(second.config.is_none());
+    assert!(second.lines.iter().any(|l| l.contains("already runs through switchyard")), "{:#?}", second.lines);
+}
+
+/// VS Code's `${input:...}` and `${workspaceFolder}` stay in the client's file (in the wrapped
+/// entry's env), never in switchyard.toml; the server reads them as `client_env`.
+#[test]
+fn client_variables_stay_with_the_client_and_reach_the_server_through_connect() {
+    let vscode = input(Client::VsCode, "vscode.mcp.json", Scope::Project);
+    let plan = wrap_all(std::slice::from_ref(&vscode), None);
+    let change = &plan.changes[0];
+    let perplexity = change.records.iter().find(|r| r.name == "Perplexity").unwrap();
+    let v: serde_json::Value = serde_json::from_str(&perplexity.wrapped).unwrap();
+    assert_eq!(v["command"], EXE);
+    assert_eq!(
+        v["args"],
+        serde_json::json!(["connect", "Perplexity", "--config", CONFIG, "--env", "PERPLEXITY_API_KEY"])
+    );
+    assert_eq!(v["env"], serde_json::json!({"PERPLEXITY_API_KEY": "${input:perplexity-key}"}));
+    assert_eq!(v["type"], "stdio");
+    let github = change.records.iter().find(|r| r.name == "github").unwrap();
+    let v: serde_json::Value = serde_json::from_str(&github.wrapped).unwrap();
+    assert_eq!(v["env"], serde_json::json!({"input_perplexity_key": "${input:perplexity-key}"}));
+    let config = &plan.config.as_ref().unwrap().2;
+    assert!(!config.contains("${input:"), "a client variable went into switchyard.toml:\n{config}");
+    assert!(config.contains("env = { PERPLEXITY_API_KEY = \"${PERPLEXITY_API_KEY}\" }"), "{config}");
+    assert!(config.contains("client_env = [\"PERPLEXITY_API_KEY\"]"), "{config}");
+    assert!(config.contains("headers = { Authorization = \"Bearer ${input_perplexity_key}\" }"), "{config}");
+    // `envFile` only VS Code reads: that entry stays as it was, and the user is told why.
+    assert!(!change.records.iter().any(|r| r.name == "workspace-tools"));
+    assert!(plan.lines.iter().any(|l| l.contains("workspace-tools") && l.contains("envFile")), "{:#?}", plan.lines);
+    // The comments outside the entries are all still there.
+    assert!(change.after.contains("// 💡 Inputs are prompted") && change.after.contains("/* A local server"));
+}
+
+/// Claude Code's `${VAR:-default}` is expanded by Claude Code, default included, and passed on.
+#[test]
+fn claude_code_defaults_are_left_to_claude_code() {
+    let project = input(Client::ClaudeCode, "project.mcp.json", Scope::Project);
+    let plan = wrap_all(std::slice::from_ref(&project), None);
+    let shared = plan.changes[0].records.iter().find(|r| r.name == "shared-server").unwrap();
+    let v: serde_json::Value = serde_json::from_str(&shared.wrapped).unwrap();
+    assert_eq!(
+        v["env"],
+        serde_json::json!({"TOOLS_DIR": "${TOOLS_DIR:-/opt/tools}", "PORT": "${PORT:-8080}", "API_KEY": "${API_KEY}"})
+    );
+    let config = &plan.config.as_ref().unwrap().2;
+    assert!(config.contains("command = \"${TOOLS_DIR}/server\""), "{config}");
+    assert!(config.contains("args = [\"--port\", \"${PORT}\", \"--key\", \"${API_KEY}\"]"), "{config}");
+}
+
+/// Claude Desktop expands nothing: `${X}` in its file is text, and stays text.
+#[test]
+fn claude_desktop_text_is_never_read_as_a_variable() {
+    let desktop = input(Client::ClaudeDesktop, "claude_desktop_config.json", Scope::User);
+    let plan = wrap_all(std::slice::from_ref(&desktop), None);
+    let github = plan.changes[0].records.iter().find(|r| r.name == "github").unwrap();
+    let v: serde_json::Value = serde_json::from_str(&github.wrapped).unwrap();
+    assert!(v.get("env").is_none(), "{v}");
+    let config = &plan.config.as_ref().unwrap().2;
+    assert!(config.contains("GITHUB_PERSONAL_ACCESS_TOKEN = \"${NOT_EXPANDED_BY_CLAUDE_DESKTOP}\""), "{config}");
+    assert!(!config.contains("client_env"), "{config}");
+}
+
+/// The same name with another definition gets a name of its own, said; the same definition is
+/// shared, said too.
+#[test]
+fn two_clients_with_one_name_share_a_server_or_get_distinct_names() {
+    let a = Input {
+        client: Client::Cursor,
+        path: "/home/user/.cursor/mcp.json".into(),
+        scope: Scope::User,
+        text: r#"{"mcpServers": {"fs": {"command": "npx", "args": ["fs", "/a"]}}}"#.into(),
+    };
+    let same = Input {
+        client: Client::ClaudeDesktop,
+        path: "/home/user/.config/Claude/claude_desktop_config.json".into(),
+        scope: Scope::User,
+        text: r#"{"mcpServers": {"fs": {"command": "npx", "args": ["fs", "/a"]}}}"#.into(),
+    };
+    let other = Input {
+        client: Client::VsCode,
+        path: "/w/.vscode/mcp.json".into(),
+        scope: Scope::Project,
+        text: r#"{"servers": {"fs": {"command": "npx", "args": ["fs", "/b"]}}}"#.into(),
+    };
+    let plan = wrap_all(&[a.clone(), same, other], None);
+    let names: Vec<&str> = plan.changes.iter().map(|c| c.records[0].server.as_str()).collect();
+    assert_eq!(names, ["fs", "fs", "fs-vscode"]);
+    let config = &plan.config.as_ref().unwrap().2;
+    assert_eq!(config.matches("[servers.fs]").count(), 1, "{config}");
+    assert!(config.contains("[servers.fs-vscode]"), "{config}");
+    assert!(plan.lines.iter().any(|l| l.contains("fs-vscode") && l.contains("another server")), "{:#?}", plan.lines);
+    assert!(plan.lines.iter().any(|l| l.contains("shared")), "{:#?}", plan.lines);
+    // Against a file that already has `fs` as something else (pools added by hand do not count).
+    let existing = "[servers.fs]\ncommand = \"npx\"\nargs = [\"fs\", \"/a\"]\n[servers.fs.pools.default]\nmax = 2\n";
+    let plan = wrap_all(std::slice::from_ref(&a), Some(existing));
+    assert_eq!(plan.changes[0].records[0].server, "fs");
+    assert!(plan.config.is_none(), "the same server was added again");
+    let existing = "[servers.fs]\ncommand = \"uvx\"\n";
+    let plan = wrap_all(std::slice::from_ref(&a), Some(existing));
+    assert_eq!(plan.changes[0].records[0].server, "fs-cursor");
+    let (_, before, after) = plan.config.unwrap();
+    assert!(after.starts_with(before.unwrap().as_str()), "the file's text was not kept:\n{after}");
+}
+
+/// A name switchyard cannot use (a space, a slash) becomes one it can, said.
+#[test]
+fn an_entry_name_that_is_no_server_name_is_made_one() {
+    let a = Input {
+        client: Client::ClaudeDesktop,
+        path: "/c.json".into(),
+        scope: Scope::User,
+        text: r#"{"mcpServers": {"My Files/2": {"command": "x"}, "-x": {"command": "y"}}}"#.into(),
+    };
+    let plan = wrap_all(&[a], None);
+    let names: Vec<&str> = plan.changes[0].records.iter().map(|r| r.server.as_str()).collect();
+    assert_eq!(names, ["My-Files-2", "x"]);
+    for name in names {
+        crate::config::check_server_name(name).unwrap();
+    }
+    // A long name, taken by another server: the distinct name is still a valid one.
+    let long = "n".repeat(100);
+    let a = Input {
+        client: Client::ClaudeDesktop,
+        path: "/c.json".into(),
+        scope: Scope::User,
+        text: format!(r#"{{"mcpServers": {{"{long}": {{"command": "x"}}}}}}"#),
+    };
+    let existing = format!(
+        "[servers.{}]\ncommand = \"y\"\n[servers.{}-claude-desktop]\ncommand = \"z\"\n",
+        &long[..44],
+        &long[..44]
+    );
+    let plan = wrap_all(&[a], Some(&existing));
+    let name = &plan.changes[0].records[0].server;
+    assert_eq!(*name, format!("{}-claude-desktop-2", &long[..44]));
+    crate::config::check_server_name(name).unwrap();
+}
+
+/// An entry on one line stays on one line; a CRLF file keeps CRLF; tabs stay tabs; keys of the
+/// client (`disabled`, `alwaysAllow`) go along as written.
+#[test]
+fn the_wrapped_entry_follows_the_file_layout_and_keeps_client_keys() {
+    let text = "{\r\n\t\"mcpServers\": {\r\n\t\t\"a\": {\r\n\t\t\t\"command\": \"x\",\r\n\t\t\t\"disabled\": true,\r\n\t\t\t\"alwaysAllow\": [\"t\"]\r\n\t\t},\r\n\t\t\"b\": { \"command\": \"y\" }\r\n\t}\r\n}\r\n";
+    let a = Input { client: Client::ClaudeDesktop, path: "/c.json".into(), scope: Scope::User, text: text.into() };
+    let plan = wrap_all(std::slice::from_ref(&a), None);
+    let after = &plan.changes[0].after;
+    assert!(!after.replace("\r\n", "").contains('\n'), "a bare LF in a CRLF file:\n{after:?}");
+    assert!(
+        after.contains(&format!(
+            "\"a\": {{\r\n\t\t\t\"command\": \"{EXE}\",\r\n\t\t\t\"args\": [\"connect\", \"a\", \"--config\", \"{CONFIG}\"],\r\n\t\t\t\"disabled\": true,\r\n\t\t\t\"alwaysAllow\": [\"t\"]\r\n\t\t}},"
+        )),
+        "{after}"
+    );
+    assert!(
+        after.contains(&format!(
+            "\"b\": {{ \"command\": \"{EXE}\", \"args\": [\"connect\", \"b\", \"--config\", \"{CONFIG}\"] }}"
+        )),
+        "{after}"
+    );
+    let config = &plan.config.as_ref().unwrap().2;
+    assert!(!config.contains("disabled"), "a client setting went into switchyard.toml:\n{config}");
+}
+
+/// After an edit elsewhere in the file, unwrap puts the entries back and keeps the edit, and
+/// says so; an entry someone changed into something else is left alone, said too.
+#[test]
+fn unwrap_after_edits_keeps_them_and_says_so() {
+    let desktop = input(Client::ClaudeDesktop, "claude_desktop_config.json", Scope::User);
+    let plan = wrap_all(std::slice::from_ref(&desktop), None);
+    let change = &plan.changes[0];
+    let edited = change.after.replace("\"globalShortcut\": \"Alt+Space\"", "\"globalShortcut\": \"Ctrl+Space\"");
+    assert_ne!(edited, change.after);
+    let edited_input = Input { text: edited, ..desktop.clone() };
+    let mut lines = Vec::new();
+    let (c, _) = plan_unwrap(&edited_input, &state_of(change), None, &mut lines).unwrap();
+    let restored = c.unwrap().after;
+    assert_eq!(restored, desktop.text.replace("Alt+Space", "Ctrl+Space"));
+    assert!(lines.iter().any(|l| l.contains("changed since switchyard wrote it")), "{lines:?}");
+
+    // `filesystem` replaced by hand with another command: not switchyard's to put back.
+    let fs = change.records.iter().find(|r| r.name == "filesystem").unwrap();
+    let replaced = change.after.replace(&fs.wrapped, "{\"command\": \"mine\"}");
+    let mut lines = Vec::new();
+    let (c, keep) =
+        plan_unwrap(&Input { text: replaced, ..desktop.clone() }, &state_of(change), None, &mut lines).unwrap();
+    let restored = c.unwrap().after;
+    assert!(restored.contains("{\"command\": \"mine\"}") && restored.contains("docker"), "{restored}");
+    assert!(lines.iter().any(|l| l.contains("filesystem") && l.contains("left as it is")), "{lines:?}");
+    assert!(keep.is_empty());
+
+    // `--only`: the others stay wrapped and recorded.
+    let mut lines = Vec::new();
+    let only = vec!["github".to_string()];
+    let (c, keep) = plan_unwrap(&after(&desktop, change), &state_of(change), Some(&only), &mut lines).unwrap();
+    assert_eq!(c.unwrap().records.len(), 1);
+    assert_eq!(keep.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["filesystem"]);
+}
+
+/// A file that does not parse: an error naming file, line and column, nothing planned.
+#[test]
+fn a_broken_file_is_named_with_line_and_column() {
+    let broken = input(Client::VsCode, "broken.vscode.mcp.json", Scope::Project);
+    let e = plan_wrap(&[broken], Path::new(CONFIG), None, Path::new(EXE), None).unwrap_err().to_string();
+    assert!(e.contains("broken.vscode.mcp.json") && e.contains("line 9, column 5"), "{e}");
+}
+
+/// A switchyard config that does not load, or names a single `[server]`, receives nothing.
+#[test]
+fn a_config_that_cannot_take_servers_is_refused() {
+    let desktop = input(Client::ClaudeDesktop, "claude_desktop_config.json", Scope::User);
+    let single = "[server]\ncommand = \"x\"\n";
+    let e = plan_wrap(std::slice::from_ref(&desktop), Path::new(CONFIG), Some(single), Path::new(EXE), None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("[server]") && e.contains(CONFIG), "{e}");
+    let broken = "[servers.x\n";
+    let e = plan_wrap(&[desktop], Path::new(CONFIG), Some(broken), Path::new(EXE), None).unwrap_err();
+    assert!(format!("{e:#}").contains("line 1"), "{e:#}");
+}
+
+/// `--only` names entries; one that no file has is an error.
+#[test]
+fn only_picks_entries_and_refuses_unknown_names() {
+    let inputs = all();
+    let only = vec!["github".to_string(), "sentry".to_string()];
+    let plan = plan_wrap(&inputs, Path::new(CONFIG), None, Path::new(EXE), Some(&only)).unwrap();
+    let names: Vec<&str> = plan.changes.iter().flat_map(|c| c.records.iter().map(|r| r.name.as_str())).collect();
+    assert_eq!(names, ["github", "sentry", "github"]);
+    let only = vec!["nope".to_string()];
+    let e = plan_wrap(&inputs, Path::new(CONFIG), None, Path::new(EXE), Some(&only)).unwrap_err().to_string();
+    assert!(e.contains("nope"), "{e}");
+}
+
+/// Which client reads a file, from its name and place.
+#[test]
+fn a_file_says_which_client_reads_it() {
+    let home = Path::new("/home/u");
+    let g = |p: &str| guess(Path::new(p), home).map(|l| (l.client, l.scope));
+    assert_eq!(g("/x/Claude/claude_desktop_config.json"), Some((Client::ClaudeDesktop, Scope::User)));
+    assert_eq!(g("/home/u/.claude.json"), Some((Client::ClaudeCode, Scope::User)));
+    assert_eq!(g("/w/.mcp.json"), Some((Client::ClaudeCode, Scope::Project)));
+    assert_eq!(g("/home/u/.cursor/mcp.json"), Some((Client::Cursor, Scope::User)));
+    assert_eq!(g("/w/.cursor/mcp.json"), Some((Client::Cursor, Scope::Project)));
+    assert_eq!(g("/w/.vscode/mcp.json"), Some((Client::VsCode, Scope::Project)));
+    assert_eq!(g("/home/u/.config/Code/User/mcp.json"), Some((Client::VsCode, Scope::User)));
+    assert_eq!(g("/w/servers.json"), None);
+}
