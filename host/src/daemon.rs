@@ -726,8 +726,8 @@ mod tests {
             "servers": [{"name": "fs", "target": "npx fs", "starts": 1, "restarts": 0, "last_error": null,
                 "instances": [{"label": "fs#1", "pool": "default", "pid": 42, "url": null, "uptime_ms": 500, "inflight": 1, "ready": true}],
                 "sessions": [{"label": "unix-3", "client": "claude-code 1.0", "uptime_ms": 1500, "inflight": 1, "waiting": 0}]},
-                {"name": "tools", "target": "python3 ${DIR}/s.py", "client_env": ["DIR", "KEY"], "variants": ["tools#1"]},
-                {"name": "tools#1", "template": "tools", "target": "python3 ${DIR}/s.py", "starts": 1, "restarts": 0,
+                {"name": "tools", "target": "python3 ${DIR}/s.py", "client_env": ["DIR", "KEY"], "variants": ["tools@1"]},
+                {"name": "tools@1", "template": "tools", "target": "python3 ${DIR}/s.py", "starts": 1, "restarts": 0,
                  "last_error": null, "instances": [], "sessions": []}],
             "retired": [], "broken": [{"name": "web", "error": "TOKEN is not set"}]
         });
@@ -741,8 +741,8 @@ mod tests {
             "fs#1 [default] pid 42",
             "claude-code 1.0",
             "server web: cannot be used: TOKEN is not set",
-            "server tools: python3 ${DIR}/s.py\n  one server per distinct set of client values of DIR, KEY (connect --env DIR,KEY); running: tools#1",
-            "server tools#1: python3 ${DIR}/s.py\n  started 1 instance(s)",
+            "server tools: python3 ${DIR}/s.py\n  one server per distinct set of client values of DIR, KEY (connect --env DIR,KEY); running: tools@1",
+            "server tools@1: python3 ${DIR}/s.py\n  started 1 instance(s)",
         ] {
             assert!(text.contains(want), "{want} missing from:\n{text}");
         }

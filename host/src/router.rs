@@ -52,7 +52,7 @@ struct Template {
     /// What it fronts, as written (never with a client's value).
     shown: String,
     variants: Mutex<Vec<Arc<Variant>>>,
-    /// The number of the next variant (`NAME#N`).
+    /// The number of the next variant (`NAME@N`).
     next: AtomicU64,
     /// Fires when the template leaves the router (changed, removed): its variants' upkeep ends.
     gone: CancellationToken,
@@ -60,7 +60,7 @@ struct Template {
 
 /// One server of a template, for one set of client values.
 struct Variant {
-    /// `NAME#N`: how status names it (never by its values, nor a hash of them).
+    /// `NAME@N`: how status names it (never by its values, nor a hash of them).
     label: String,
     values: BTreeMap<String, String>,
     server: Arc<Server>,
@@ -302,7 +302,9 @@ impl Router {
         let concrete = template.config.for_client(&values).map_err(|e| redact(&format!("{e:#}"), &values))?;
         let server =
             self.build(&concrete).map_err(|e| redact(&format!("server `{}`: {e:#}", template.name), &values))?;
-        let label = format!("{}#{}", template.name, template.next.fetch_add(1, Ordering::Relaxed));
+        let label = format!("{}@{}", template.name, template.next.fetch_add(1, Ordering::Relaxed));
+        // Its instances say which variant they belong to (`NAME@2#1`) in logs and status.
+        server.set_instance_prefix(&label);
         server.tasks.spawn(server.clone().maintain());
         server.tasks.spawn(server.clone().watch_policy());
         let variant = Arc::new(Variant { label, values, server: server.clone(), used: Mutex::new(Instant::now()) });
@@ -492,7 +494,7 @@ impl Router {
     }
 
     /// Everything `switchyard status --json` shows. A template is listed with the names of its
-    /// variants, and each variant as a server of its own, named `NAME#N`; a client's values
+    /// variants, and each variant as a server of its own, named `NAME@N`; a client's values
     /// never appear.
     pub fn status(&self) -> Value {
         let sessions = self.registry.sessions();
@@ -607,7 +609,7 @@ mod tests {
         // The servers keep the template's name (what plugins and errors see); status tells them
         // apart by label, and shows the template as written, never a value.
         assert_eq!((a.name.as_str(), b.name.as_str()), ("t", "t"));
-        assert_eq!(names(&router), ["t", "t#1", "t#2"]);
+        assert_eq!(names(&router), ["t", "t@1", "t@2"]);
         let status = router.status().to_string();
         assert!(!status.contains("value-one") && !status.contains("value-two"), "{status}");
         assert!(status.contains("--token ${A}"), "{status}");
@@ -636,23 +638,23 @@ mod tests {
             CancellationToken::new(),
         ));
         tokio::time::sleep(VARIANT_IDLE * 2).await;
-        assert_eq!(names(&router), ["t", "t#1"]);
+        assert_eq!(names(&router), ["t", "t@1"]);
         // The session ends; the variant stays for the grace (a reconnecting client finds it).
         drop(client);
         serving.await.unwrap();
         tokio::time::sleep(VARIANT_IDLE - Duration::from_secs(10)).await;
-        assert_eq!(names(&router), ["t", "t#1"]);
+        assert_eq!(names(&router), ["t", "t@1"]);
         assert!(Arc::ptr_eq(&router.lookup(Some("t"), &env(&[("A", "one")])).unwrap(), &server));
         // That lookup counts as use: the grace starts again from it.
         tokio::time::sleep(VARIANT_IDLE - Duration::from_secs(10)).await;
-        assert_eq!(names(&router), ["t", "t#1"]);
+        assert_eq!(names(&router), ["t", "t@1"]);
         tokio::time::sleep(Duration::from_secs(20)).await;
         assert_eq!(names(&router), ["t"]);
         assert!(server.shutdown.is_cancelled());
         // A client with those values again gets a new one.
         let new = router.lookup(Some("t"), &env(&[("A", "one")])).unwrap();
         assert!(!Arc::ptr_eq(&new, &server));
-        assert_eq!(names(&router), ["t", "t#2"]);
+        assert_eq!(names(&router), ["t", "t@2"]);
         router.stop(Duration::from_secs(1)).await;
     }
 

@@ -269,7 +269,15 @@ async fn a_wrapped_entry_launched_as_the_client_would_answers_through_the_daemon
     assert!(ta.contains("plain"), "{ta}");
     assert!(tb.contains("alpha"), "{tb}");
     assert_eq!(home.daemons().len(), 1, "{}", harness::daemon::render(&home.processes()));
-    let logs = home.logs();
+    // Each variant's instances are told apart in the log: `[fix@1#1]`, `[fix@2#1]`.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !(home.logs().contains("[fix@1#1]") && home.logs().contains("[fix@2#1]")) {
+        assert!(std::time::Instant::now() < deadline, "instances not labelled by variant:\n{}", home.logs());
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // The daemon's own lines (a server's stderr, forwarded as `[label] ...`, is its own business:
+    // this fixture names itself there).
+    let logs: String = home.logs().lines().filter(|l| !l.starts_with('[')).collect::<Vec<_>>().join("\n");
     assert!(!logs.contains("alpha"), "a client's value reached the daemon's log:\n{logs}");
     ca.close().await;
     cb.close().await;

@@ -726,7 +726,7 @@ async fn client_env_equal_values_share_a_server_and_other_values_get_their_own()
     let status = home.status_json().await;
     let names = server_names(&status);
     assert!(names.contains(&"tools".to_string()), "the template is not listed: {names:?}");
-    let variants: Vec<&String> = names.iter().filter(|n| n.starts_with("tools#")).collect();
+    let variants: Vec<&String> = names.iter().filter(|n| n.starts_with("tools@")).collect();
     assert_eq!(variants.len(), 2, "{names:?}");
     let mut pids: Vec<u32> = variants.iter().flat_map(|v| instance_pids(&status, v)).collect();
     pids.sort();

@@ -68,6 +68,8 @@ pub struct Server {
     /// that rather than asking for an initialize the client already sent.
     init_failure: Mutex<Option<String>>,
     next_instance: AtomicU64,
+    /// What an instance's label starts with (`NAME#N`); a variant's is its own label.
+    instance_prefix: std::sync::OnceLock<String>,
     health: Mutex<StartHealth>,
     tools: RwLock<ToolCache>,
     /// One reconciliation of levels and subscriptions at a time per instance, by instance
@@ -80,6 +82,11 @@ pub struct Server {
 }
 
 impl Server {
+    /// Names its instances `PREFIX#N` instead of `NAME#N` (set before the first instance starts).
+    pub fn set_instance_prefix(&self, prefix: &str) {
+        let _ = self.instance_prefix.set(prefix.to_string());
+    }
+
     pub fn new(
         config: &Config,
         name: &str,
@@ -135,6 +142,7 @@ impl Server {
                 init_state: watch::channel(InitState::NotStarted).0,
                 init_failure: Mutex::new(None),
                 next_instance: AtomicU64::new(1),
+                instance_prefix: std::sync::OnceLock::new(),
                 health: Mutex::new(StartHealth::default()),
                 tools: RwLock::new(ToolCache::default()),
                 reconciling: Mutex::new(HashMap::new()),
@@ -227,7 +235,8 @@ impl Server {
         }
         let number = self.next_instance.fetch_add(1, Ordering::Relaxed);
         let events: Arc<dyn Events> = self.hub.clone();
-        let inst = Instance::start(&*self.connector, &self.name, number, pool, owner, events).await.map_err(|f| {
+        let prefix = self.instance_prefix.get().unwrap_or(&self.name);
+        let inst = Instance::start(&*self.connector, prefix, number, pool, owner, events).await.map_err(|f| {
             self.record_start_failure(f.reason.clone());
             CallError::Down { server: self.name.clone(), reason: f.reason }
         })?;
