@@ -285,3 +285,26 @@ async fn a_wrapped_entry_launched_as_the_client_would_answers_through_the_daemon
     b.wait().await;
     home.stop().await;
 }
+
+/// A switchyard.toml that is a link (dotfiles) stays a link: the servers go into the file it
+/// points to, whose previous text is kept beside it; its own servers and comments stay.
+#[test]
+fn wrap_into_a_linked_switchyard_config_keeps_the_link_and_a_backup() {
+    let home = harness::daemon::Home::new();
+    place("claude_desktop_config.json", &home.path().join("config/Claude/claude_desktop_config.json"));
+    let target = home.path().join("dotfiles/switchyard.toml");
+    std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+    let mine = "# my servers\n[servers.notes]\ncommand = \"notes-server\" # by hand\n";
+    std::fs::write(&target, mine).unwrap();
+    let link = home.path().join("sy.toml");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let text = ok(switchyard_in(&home, home.path(), &["wrap", "--client", "claude-desktop", "--config", "sy.toml"]));
+    assert!(text.contains("switchyard.toml.switchyard-backup"), "{text}");
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "the link was replaced by a file");
+    let now = std::fs::read_to_string(&target).unwrap();
+    assert!(now.starts_with(mine) && now.contains("[servers.filesystem]"), "{now}");
+    assert_eq!(std::fs::read_to_string(home.path().join("dotfiles/switchyard.toml.switchyard-backup")).unwrap(), mine);
+    // The wrapped entries name the config as given (absolute), so the link keeps serving.
+    let desktop = std::fs::read_to_string(home.path().join("config/Claude/claude_desktop_config.json")).unwrap();
+    assert!(desktop.contains(&format!("{}", link.display())), "{desktop}");
+}

@@ -915,9 +915,19 @@ pub fn wrap(opts: &Options) -> anyhow::Result<String> {
                 path.display()
             );
         }
+        // A linked config (dotfiles) stays a link: its target is written.
+        let real = real_path(path);
+        let backup = match before {
+            Some(before) => {
+                let backup = backup_path(&real);
+                replace_file(&backup, before.as_bytes(), Some(0o600))?;
+                format!(" (the file as it was is in {})", backup.display())
+            }
+            None => String::new(),
+        };
         // It may hold a server's env values and headers: only its user reads a new one.
-        replace_file(path, after.as_bytes(), Some(0o600))?;
-        let _ = writeln!(out, "\nadded the servers to {}", path.display());
+        replace_file(&real, after.as_bytes(), Some(0o600))?;
+        let _ = writeln!(out, "\nadded the servers to {}{backup}", path.display());
         let added = &after[before.as_deref().map_or(0, str::len)..];
         let open =
             std::fs::metadata(path).map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o077 != 0);
