@@ -88,6 +88,14 @@ pub fn state_dir() -> anyhow::Result<PathBuf> {
     }
 }
 
+/// Where [`state_dir`] is, without making it (for reading what may not be there).
+pub fn state_dir_path() -> anyhow::Result<PathBuf> {
+    match xdg_dir("XDG_STATE_HOME", ".local/state") {
+        Some(base) => Ok(base.join("switchyard")),
+        None => runtime_dir(),
+    }
+}
+
 /// The socket of the daemon serving `canonical` (a config file's canonical path).
 pub fn socket_for(canonical: &Path) -> anyhow::Result<PathBuf> {
     Ok(runtime_dir()?.join(format!("{}.sock", config_key(canonical))))

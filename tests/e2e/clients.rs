@@ -62,7 +62,8 @@ fn clients_lists_every_config_of_a_home_and_a_project_and_writes_nothing() {
     assert_eq!(snapshot(dir.path()), before, "clients changed a file");
 }
 
-/// Every file under `dir` with its bytes.
+/// Every file under `dir` with its bytes (but the lock `wrap` and `unwrap` take in switchyard's
+/// private runtime directory, which holds no data).
 fn snapshot(dir: &Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -71,6 +72,8 @@ fn snapshot(dir: &Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
             let p = e.path();
             if p.is_dir() {
                 stack.push(p);
+            } else if p.ends_with("run/switchyard/wrap.lock") {
+                continue;
             } else {
                 out.push((p.clone(), std::fs::read(&p).unwrap()));
             }
@@ -307,4 +310,42 @@ fn wrap_into_a_linked_switchyard_config_keeps_the_link_and_a_backup() {
     // The wrapped entries name the config as given (absolute), so the link keeps serving.
     let desktop = std::fs::read_to_string(home.path().join("config/Claude/claude_desktop_config.json")).unwrap();
     assert!(desktop.contains(&format!("{}", link.display())), "{desktop}");
+}
+
+/// Six `wrap`s at once into one switchyard.toml: every server is in it afterwards (each wrap
+/// reads the file the one before it wrote), and every client file names a server that exists.
+#[test]
+fn wraps_at_once_lose_no_server() {
+    let home = harness::daemon::Home::new();
+    let config = home.config_str();
+    let files: Vec<std::path::PathBuf> = (0..6)
+        .map(|i| {
+            let f = home.path().join(format!("c{i}/mcp.json"));
+            std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+            std::fs::write(&f, format!("{{\"mcpServers\": {{\"s{i}\": {{\"command\": \"srv{i}\"}}}}}}\n")).unwrap();
+            f
+        })
+        .collect();
+    let children: Vec<std::process::Child> = files
+        .iter()
+        .map(|f| {
+            std::process::Command::new(bin())
+                .args(["wrap", f.to_str().unwrap(), "--client", "cursor", "--config", &config])
+                .envs(home.envs())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let toml = std::fs::read_to_string(&home.config).unwrap();
+    for (i, file) in files.iter().enumerate() {
+        assert!(toml.contains(&format!("[servers.s{i}]")), "s{i} lost:\n{toml}");
+        let wrapped = std::fs::read_to_string(file).unwrap();
+        assert!(wrapped.contains("\"connect\""), "{wrapped}");
+    }
 }

@@ -49,7 +49,9 @@ impl Doc {
         let plain = blank(text)?;
         // serde_json judges the whole document first: its errors carry line and column, and
         // once it accepts the text the span scanner below can trust the structure.
-        if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&plain) {
+        // Read into values, not skipped: a number out of range (`1e400`) is an error here, not
+        // later when a node is read; so is nesting past serde_json's limit of 128.
+        if let Err(e) = serde_json::from_str::<Value>(&plain) {
             let message = e.to_string();
             let message = message.split(" at line ").next().unwrap_or(&message).to_string();
             return Err(SyntaxError { line: e.line().max(1), column: e.column().max(1), message });
@@ -270,6 +272,11 @@ mod tests {
         for text in ["[,]", "{,}", "[1,,]", "{\"a\": 1,,}", "[1] // x\n,"] {
             assert!(Doc::parse(text).is_err(), "{text}");
         }
+        // Valid JSON serde_json cannot hold: an error with its place, never a panic later.
+        let err = Doc::parse("{\n  \"t\": 1e400}").unwrap_err();
+        assert_eq!(err.line, 2, "{err:?}");
+        let deep = format!("{}{}", "[".repeat(50_000), "]".repeat(50_000));
+        assert!(Doc::parse(&deep).is_err());
     }
 
     #[test]

@@ -35,7 +35,13 @@ const LAUNCH_KEYS: &[(&str, &str)] = &[
     ("oauth", "the client signs in to it with OAuth, which switchyard does not do yet"),
     ("auth", "the client signs in to it, which switchyard does not do yet"),
     ("dev", "the client restarts it when its files change (development mode)"),
+    ("sandboxEnabled", "the client runs it in a sandbox, which it would leave under switchyard"),
+    ("sandbox", "the client runs it in a sandbox, which it would leave under switchyard"),
 ];
+
+/// The keys a wrapped entry writes itself (or that describe the server it replaces): never
+/// carried over from the original.
+const ENTRY_KEYS: &[&str] = &["type", "command", "args", "env", "cwd", "url", "headers"];
 
 /// What `wrap` and `unwrap` act on: the files of one client, or one file.
 #[derive(Debug, Clone)]
@@ -111,8 +117,19 @@ struct Def {
 
 #[derive(Debug, Clone, PartialEq)]
 enum DefKind {
-    Stdio { command: String, args: Vec<String>, env: BTreeMap<String, String>, cwd: Option<String> },
-    Remote { url: String, sse: bool, headers: BTreeMap<String, String> },
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        env: BTreeMap<String, String>,
+        cwd: Option<String>,
+    },
+    /// `transport`: None is switchyard's `auto` (Streamable HTTP, else legacy SSE), what VS Code
+    /// and Cursor do with an `http` entry; Claude Code's `http` is Streamable HTTP only.
+    Remote {
+        url: String,
+        transport: Option<&'static str>,
+        headers: BTreeMap<String, String>,
+    },
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -134,10 +151,19 @@ pub fn plan_wrap(
     let mut matched: BTreeSet<String> = BTreeSet::new();
     let mut already = 0;
     for input in inputs {
-        let found = super::parse(input.client, &input.path, &input.text, input.scope.clone())?;
+        let found = match super::parse(input.client, &input.path, &input.text, input.scope.clone()) {
+            Ok(found) => found,
+            // One file named: its error is the answer. Several: the others go on.
+            Err(e) if inputs.len() == 1 => return Err(e.into()),
+            Err(e) => {
+                plan.lines.push(format!("left as it is: {e}"));
+                continue;
+            }
+        };
         let mut edits: Vec<(std::ops::Range<usize>, String)> = Vec::new();
         let mut records = Vec::new();
         for map in &found {
+            let project = project_dir(input, &map.scope);
             for entry in &map.servers {
                 if only.is_some_and(|o| !o.contains(&entry.name)) {
                     continue;
@@ -153,7 +179,15 @@ pub fn plan_wrap(
                     plan.lines.push(format!("{here}: left as it is: it has `{key}`: {why}"));
                     continue;
                 }
-                let (def, client_vars) = definition(input.client, entry);
+                if let Some(why) = unwrappable(entry) {
+                    plan.lines.push(format!("{here}: left as it is: {why}"));
+                    continue;
+                }
+                let (def, client_vars) = definition(input.client, entry, project.as_deref());
+                if let Err(why) = runnable(&entry.name, &def) {
+                    plan.lines.push(format!("{here}: left as it is: switchyard cannot run it as written: {why}"));
+                    continue;
+                }
                 let (server, why) = choose_name(&entry.name, input.client, &def, &existing, &planned);
                 if !existing.contains_key(&server) && !planned.contains_key(&server) {
                     appended.push_str(&toml_table(&server, &def, input, map));
@@ -214,10 +248,11 @@ pub fn plan_wrap(
         let mut after = before.clone().unwrap_or_else(|| {
             "# switchyard's servers: `switchyard connect NAME` joins [servers.NAME]. See README.md.\n".to_string()
         });
+        let crlf = after.contains("\r\n");
         if !after.is_empty() && !after.ends_with('\n') {
-            after.push('\n');
+            after.push_str(if crlf { "\r\n" } else { "\n" });
         }
-        after.push_str(&appended);
+        after.push_str(&if crlf { appended.replace('\n', "\r\n") } else { appended });
         crate::config::Config::load_text(config_path, &after).map_err(|e| {
             anyhow!("the servers cannot be added to {}: {e:#}; nothing was written", config_path.display())
         })?;
@@ -231,6 +266,45 @@ pub fn plan_wrap(
         });
     }
     Ok(plan)
+}
+
+/// Why an entry cannot be wrapped though it reads, if so.
+fn unwrappable(entry: &Entry) -> Option<String> {
+    match &entry.kind {
+        Kind::Http { .. } | Kind::Sse { .. } if entry.unknown.iter().any(|k| k == "command") => Some(
+            "it has both `command` and `url`: which one its client runs is not clear; keep one and wrap again".into(),
+        ),
+        Kind::Stdio { command, args, .. } => {
+            let file = command.rsplit(['/', '\\']).next().unwrap_or(command);
+            let ours = file == "switchyard" || file.eq_ignore_ascii_case("switchyard.exe");
+            (ours && args.first().is_some_and(|a| a == "run")).then(|| {
+                "it already runs `switchyard run`; wrapping it would put a router in front of a router: put the server after `--` into the entry, then wrap".into()
+            })
+        }
+        _ => None,
+    }
+}
+
+/// Whether switchyard can run `def`: what its config loader says of it alone.
+fn runnable(name: &str, def: &Def) -> Result<(), String> {
+    let name = server_name(name);
+    let text = format!("[servers.{}]\n{}", toml_key(&name), toml_body(def));
+    match crate::config::Config::load_text(Path::new("switchyard.toml"), &text) {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let e = format!("{e:#}");
+            // The loader names a place in a file that does not exist yet: keep only the reason.
+            Err(e.rsplit_once("): ").map_or(e.clone(), |(_, why)| why.to_string()))
+        }
+    }
+}
+
+/// Whether two texts hold the same JSON value (layout, comments and trailing commas aside).
+fn same_json(a: &str, b: &str) -> bool {
+    match (Doc::parse(a), Doc::parse(b)) {
+        (Ok(a), Ok(b)) => a.value(&a.root) == b.value(&b.root),
+        _ => false,
+    }
 }
 
 /// `client NAME` or `client NAME (project P)`, for messages.
@@ -325,7 +399,7 @@ fn choose_name(
             } else if name != entry {
                 Some(format!("`{entry}` is not a switchyard server name"))
             } else if shared(&name) {
-                Some("the same server as another client's, shared".to_string())
+                Some(format!("the same server as `{name}` already in switchyard's config: one server, shared"))
             } else {
                 None
             };
@@ -337,7 +411,7 @@ fn choose_name(
 
 /// The entry as a switchyard server, and the client's variables it needs, as (NAME, expression
 /// the client expands), in order.
-fn definition(client: Client, entry: &Entry) -> (Def, Vec<(String, String)>) {
+fn definition(client: Client, entry: &Entry, project: Option<&Path>) -> (Def, Vec<(String, String)>) {
     let mut vars: Vec<(String, String)> = Vec::new();
     let name_for = |expr: &str, vars: &mut Vec<(String, String)>, prefer: Option<&str>| -> String {
         if let Some((n, _)) = vars.iter().find(|(_, e)| e == expr) {
@@ -384,11 +458,23 @@ fn definition(client: Client, entry: &Entry) -> (Def, Vec<(String, String)>) {
             command: sub(command),
             args: args.iter().map(|a| sub(a)).collect(),
             env: env.iter().map(|(k, v)| (k.clone(), sub(v))).collect(),
-            cwd: cwd.as_deref().map(&mut sub),
+            // A project's servers run in the project (so `.` and `./x` mean what they meant to
+            // the client); the daemon's own directory is `/`.
+            cwd: match (cwd.as_deref().map(&mut sub), project) {
+                (Some(c), Some(p)) if Path::new(&c).is_relative() && !c.starts_with("${") => {
+                    Some(p.join(c).display().to_string())
+                }
+                (None, Some(p)) => Some(p.display().to_string()),
+                (c, _) => c,
+            },
         },
         Kind::Http { url, headers } | Kind::Sse { url, headers } => DefKind::Remote {
             url: sub(url),
-            sse: matches!(entry.kind, Kind::Sse { .. }),
+            transport: match (&entry.kind, client) {
+                (Kind::Sse { .. }, _) => Some("sse"),
+                (_, Client::ClaudeCode) => Some("streamable-http"),
+                _ => None,
+            },
             headers: headers
                 .iter()
                 .map(|(k, v)| {
@@ -410,6 +496,25 @@ fn is_identifier(s: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
+/// The directory a client starts a project's servers in: the project's (Claude Code's
+/// `projects.<path>`, the directory of `.mcp.json`, the parent of `.cursor/` and `.vscode/`).
+/// None for a user's file, whose servers start wherever the client runs.
+fn project_dir(input: &Input, scope: &Scope) -> Option<PathBuf> {
+    match scope {
+        Scope::User => None,
+        Scope::ClaudeProject(p) => Some(p.clone()),
+        Scope::Project => {
+            let file = std::path::absolute(&input.path).ok()?;
+            let dir = file.parent()?;
+            let name = dir.file_name().and_then(|n| n.to_str());
+            match name {
+                Some(".cursor" | ".vscode") => dir.parent().map(Path::to_path_buf),
+                _ => Some(dir.to_path_buf()),
+            }
+        }
+    }
+}
+
 /// The environment variable that carries a client's `${...}` to `connect`: `${VAR}`,
 /// `${VAR:-x}` and `${env:VAR}` keep VAR; `${input:api-key}` becomes `input_api_key`;
 /// `${workspaceFolder}` stays `workspaceFolder`.
@@ -422,6 +527,9 @@ fn var_name(client: Client, expr: &str) -> String {
     } else {
         inner
     };
+    if inner == "/" {
+        return "pathSeparator".to_string();
+    }
     let mut name: String = inner.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
     if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
         name.insert(0, '_');
@@ -473,9 +581,11 @@ fn toml_body(def: &Def) -> String {
                 let _ = writeln!(out, "cwd = {}", toml_str(cwd));
             }
         }
-        DefKind::Remote { url, sse, headers } => {
+        DefKind::Remote { url, transport, headers } => {
             let _ = writeln!(out, "url = {}", toml_str(url));
-            let _ = writeln!(out, "transport = {}", toml_str(if *sse { "sse" } else { "streamable-http" }));
+            if let Some(t) = transport {
+                let _ = writeln!(out, "transport = {}", toml_str(t));
+            }
             if !headers.is_empty() {
                 let _ = writeln!(out, "headers = {}", toml_inline(headers));
             }
@@ -559,7 +669,8 @@ fn wrapped_entry(
     fields.push(("command".into(), json_str(exe)));
     let args_text = format!("[{}]", args.iter().map(|a| json_str(a)).collect::<Vec<_>>().join(", "));
     fields.push(("args".into(), args_text));
-    let carried: Vec<&super::jsonc::Member> = members.iter().filter(|m| entry.unknown.contains(&m.key)).collect();
+    let carried: Vec<&super::jsonc::Member> =
+        members.iter().filter(|m| entry.unknown.contains(&m.key) && !ENTRY_KEYS.contains(&m.key.as_str())).collect();
     let lay = layout(text, entry);
     match &lay.inner {
         None => {
@@ -633,16 +744,19 @@ pub fn plan_unwrap(
             .find(|e| e.name == record.name);
         match current {
             None => lines.push(format!("{here}: no longer in the file; nothing to put back")),
-            Some(e) if input.text[e.span.clone()] == record.wrapped => {
+            // The same entry, maybe laid out anew (Claude Code rewrites its file with its own
+            // indentation): put back.
+            Some(e) if same_json(&input.text[e.span.clone()], &record.wrapped) => {
                 edits.push((e.span.clone(), record.original.clone()));
                 restored.push(record.clone());
                 lines.push(format!("{here}: restored"));
             }
             Some(e) if e.wrapped.as_deref() == Some(&record.server) => {
-                edits.push((e.span.clone(), record.original.clone()));
-                restored.push(record.clone());
+                // Edited inside (a key added, say): putting the original back would lose that.
+                keep.push(record.clone());
                 lines.push(format!(
-                    "{here}: restored as it was before wrap; it had been edited since (the edited entry is in the backup)"
+                    "{here}: left as it is: it was edited since wrap, and putting the original back would lose that edit. The entry before wrap was:\n{}",
+                    record.original
                 ));
             }
             Some(_) => {
@@ -690,12 +804,36 @@ pub fn plan_unwrap(
 // ---------------------------------------------------------------------------------------------
 // files
 
+/// `~/x` as a shell would have expanded it (`--config=~/x` reaches switchyard as written).
+fn tilde(path: &Path, home: &Path) -> PathBuf {
+    match path.strip_prefix("~") {
+        Ok(rest) => home.join(rest),
+        Err(_) => path.to_path_buf(),
+    }
+}
+
+/// Whether a path names something, a dangling or looping link included (reading it then says
+/// what is wrong).
+fn present(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok()
+}
+
 /// The files `opts` names: PATH (its client from `--client` or from where it is), or every file
 /// of `--client` that exists here.
 pub fn select(opts: &Options, home: &Path, env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<Vec<Location>> {
-    let project = opts.project.clone().or_else(|| std::env::current_dir().ok());
+    let project = match &opts.project {
+        Some(p) => {
+            let p = tilde(p, home);
+            if !p.is_dir() {
+                bail!("--project {}: no such directory", p.display());
+            }
+            Some(p)
+        }
+        None => std::env::current_dir().ok(),
+    };
     if let Some(path) = &opts.path {
-        let guessed = guess(path, home);
+        let path = tilde(path, home);
+        let guessed = guess(&path, home);
         let client = opts.client.or(guessed.as_ref().map(|l| l.client)).ok_or_else(|| {
             anyhow!(
                 "cannot tell which client reads {}; say it with --client (claude-desktop, claude-code, cursor, vscode)",
@@ -706,10 +844,10 @@ pub fn select(opts: &Options, home: &Path, env: &dyn Fn(&str) -> Option<String>)
             Some(l) if l.client == client => l.scope.clone(),
             _ => Scope::Project,
         };
-        if !path.exists() {
+        if !present(&path) {
             bail!("{}: no such file", path.display());
         }
-        return Ok(vec![Location { client, path: path.clone(), scope }]);
+        return Ok(vec![Location { client, path, scope }]);
     }
     let Some(client) = opts.client else {
         bail!(
@@ -718,7 +856,7 @@ pub fn select(opts: &Options, home: &Path, env: &dyn Fn(&str) -> Option<String>)
     };
     let all: Vec<Location> =
         super::locations(home, project.as_deref(), env).into_iter().filter(|l| l.client == client).collect();
-    let here: Vec<Location> = all.iter().filter(|l| l.path.exists()).cloned().collect();
+    let here: Vec<Location> = all.iter().filter(|l| present(&l.path)).cloned().collect();
     if here.is_empty() {
         let looked: Vec<String> = all.iter().map(|l| l.path.display().to_string()).collect();
         bail!("no {} config found; looked at: {}", client.name(), looked.join(", "));
@@ -752,9 +890,10 @@ pub fn sha256(text: &str) -> String {
     sha2::Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Where `wrap` keeps its record of a client file.
+/// Where `wrap` keeps its record of a client file (the directory is made when one is written).
 fn state_path(real: &Path) -> anyhow::Result<PathBuf> {
-    Ok(crate::places::state_dir()?.join("wrapped").join(format!("{}.json", crate::places::short_hash(real, 12))))
+    let name = format!("{}.json", crate::places::short_hash(real, 12));
+    Ok(crate::places::state_dir_path()?.join("wrapped").join(name))
 }
 
 fn read_state(real: &Path) -> anyhow::Result<Option<State>> {
@@ -778,6 +917,7 @@ fn write_state(real: &Path, state: &State) -> anyhow::Result<()> {
             _ => Ok(()),
         };
     }
+    crate::places::state_dir()?;
     let dir = path.parent().expect("in the state directory");
     crate::places::private_dir(dir)?;
     let text = serde_json::to_string_pretty(state).expect("state serialises");
@@ -854,14 +994,70 @@ pub fn diff(path: &Path, before: &str, after: &str) -> String {
     similar::TextDiff::from_lines(before, after).unified_diff().context_radius(3).header(&shown, &shown).to_string()
 }
 
-fn read_inputs(locations: &[Location]) -> anyhow::Result<Vec<Input>> {
-    locations
-        .iter()
-        .map(|l| {
-            let text = std::fs::read_to_string(&l.path).with_context(|| format!("cannot read {}", l.path.display()))?;
-            Ok(Input { client: l.client, path: l.path.clone(), scope: l.scope.clone(), text })
-        })
-        .collect()
+/// The files' texts. A file that cannot be read or written is left out, said in `lines`; when
+/// it is the only file, that is the error.
+fn read_inputs(locations: &[Location], lines: &mut Vec<String>) -> anyhow::Result<Vec<Input>> {
+    let mut out = Vec::new();
+    for l in locations {
+        let read = std::fs::read_to_string(&l.path)
+            .map_err(|e| format!("cannot read {}: {e}", l.path.display()))
+            .and_then(|text| writable(&l.path).map(|()| text));
+        match read {
+            Ok(text) => out.push(Input { client: l.client, path: l.path.clone(), scope: l.scope.clone(), text }),
+            Err(e) if locations.len() == 1 => bail!("{e}"),
+            Err(e) => lines.push(format!("left as it is: {e}")),
+        }
+    }
+    Ok(out)
+}
+
+/// Whether this user may replace `path` (a link's target) as `wrap` does: write the file, and
+/// make and rename files in its directory.
+fn writable(path: &Path) -> Result<(), String> {
+    use rustix::fs::{Access, access};
+    let real = real_path(path);
+    let dir = real.parent().unwrap_or(Path::new("/"));
+    if access(&real, Access::WRITE_OK).is_err() {
+        return Err(format!(
+            "{} is read-only for you; switchyard changes only files you may write (make it writable to wrap it)",
+            path.display()
+        ));
+    }
+    if access(dir, Access::WRITE_OK).is_err() {
+        return Err(format!(
+            "{} is in a directory you may not write ({}); switchyard replaces a file through a new one beside it",
+            path.display(),
+            dir.display()
+        ));
+    }
+    Ok(())
+}
+
+/// One `wrap` or `unwrap` at a time for this user: two at once would each append servers to
+/// switchyard.toml from the text it read, and one's would be lost.
+fn exclusive() -> anyhow::Result<std::fs::File> {
+    let path = crate::places::runtime_dir()?.join("wrap.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+        .with_context(|| format!("cannot lock {}", path.display()))?;
+    Ok(file)
+}
+
+/// An error of a write, with what was written before it.
+fn after_writes(e: anyhow::Error, written: &[String]) -> anyhow::Error {
+    if written.is_empty() {
+        e
+    } else {
+        anyhow!(
+            "{e:#}. Already written before this: {} (each with its backup beside it; `switchyard unwrap` puts client entries back)",
+            written.join(", ")
+        )
+    }
 }
 
 fn home() -> anyhow::Result<PathBuf> {
@@ -875,10 +1071,15 @@ fn home() -> anyhow::Result<PathBuf> {
 pub fn wrap(opts: &Options) -> anyhow::Result<String> {
     let home = home()?;
     let env = |k: &str| std::env::var(k).ok();
+    let _lock = if opts.dry_run { None } else { Some(exclusive()?) };
     let locations = select(opts, &home, &env)?;
-    let inputs = read_inputs(&locations)?;
+    let mut lines = Vec::new();
+    let inputs = read_inputs(&locations, &mut lines)?;
     let config = match &opts.config {
-        Some(c) => std::path::absolute(c).with_context(|| format!("{}: not a usable path", c.display()))?,
+        Some(c) => {
+            let c = tilde(c, &home);
+            std::path::absolute(&c).with_context(|| format!("{}: not a usable path", c.display()))?
+        }
         None => crate::places::default_config()?,
     };
     let config_text = match std::fs::read_to_string(&config) {
@@ -891,7 +1092,7 @@ pub fn wrap(opts: &Options) -> anyhow::Result<String> {
         .context("cannot tell where the switchyard binary is, which the wrapped entries run")?;
     let plan = plan_wrap(&inputs, &config, config_text.as_deref(), &exe, opts.only.as_deref())?;
     let mut out = String::new();
-    for line in &plan.lines {
+    for line in lines.iter().chain(&plan.lines) {
         let _ = writeln!(out, "{line}");
     }
     if opts.dry_run {
@@ -904,6 +1105,7 @@ pub fn wrap(opts: &Options) -> anyhow::Result<String> {
         let _ = writeln!(out, "\n(dry run: nothing was written)");
         return Ok(out);
     }
+    let mut written: Vec<String> = Vec::new();
     if let Some((path, before, after)) = &plan.config {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -927,6 +1129,7 @@ pub fn wrap(opts: &Options) -> anyhow::Result<String> {
         };
         // It may hold a server's env values and headers: only its user reads a new one.
         replace_file(&real, after.as_bytes(), Some(0o600))?;
+        written.push(path.display().to_string());
         let _ = writeln!(out, "\nadded the servers to {}{backup}", path.display());
         let added = &after[before.as_deref().map_or(0, str::len)..];
         let open =
@@ -942,16 +1145,17 @@ pub fn wrap(opts: &Options) -> anyhow::Result<String> {
     }
     for change in &plan.changes {
         let real = real_path(&change.path);
-        let mut state = read_state(&real)?.unwrap_or_else(|| State {
+        let mut state = read_state(&real).map_err(|e| after_writes(e, &written))?.unwrap_or_else(|| State {
             file: real.clone(),
             client: change.client.name().to_string(),
             ..State::default()
         });
-        let backup = write_client_file(change)?;
+        let backup = write_client_file(change).map_err(|e| after_writes(e, &written))?;
+        written.push(change.path.display().to_string());
         state.written = sha256(&change.after);
         state.entries.retain(|r| !change.records.iter().any(|n| n.name == r.name && n.project == r.project));
         state.entries.extend(change.records.iter().cloned());
-        write_state(&real, &state)?;
+        write_state(&real, &state).map_err(|e| after_writes(e, &written))?;
         let _ = writeln!(
             out,
             "wrote {} ({} server(s) wrapped; the file as it was is in {})",
@@ -973,22 +1177,45 @@ pub fn wrap(opts: &Options) -> anyhow::Result<String> {
 pub fn unwrap(opts: &Options) -> anyhow::Result<String> {
     let home = home()?;
     let env = |k: &str| std::env::var(k).ok();
+    let _lock = if opts.dry_run { None } else { Some(exclusive()?) };
     let locations = select(opts, &home, &env)?;
-    let inputs = read_inputs(&locations)?;
+    let mut lines = Vec::new();
+    let inputs = read_inputs(&locations, &mut lines)?;
     let mut out = String::new();
     let mut planned = Vec::new();
-    let mut lines = Vec::new();
+    let mut recorded: BTreeSet<String> = BTreeSet::new();
     for input in &inputs {
         let real = real_path(&input.path);
         let Some(state) = read_state(&real)? else {
+            let backup = backup_path(&real);
+            let backup = if present(&backup) {
+                format!("; {} holds its text before switchyard's last write to it", backup.display())
+            } else {
+                String::new()
+            };
             lines.push(format!(
-                "{}: switchyard wrap has not changed it (no record): left as it is",
-                input.path.display()
+                "{}: no record of a switchyard wrap of it (records are in {}): left as it is{backup}",
+                input.path.display(),
+                crate::places::state_dir_path().map(|d| d.join("wrapped").display().to_string()).unwrap_or_default()
             ));
             continue;
         };
-        let (change, keep) = plan_unwrap(input, &state, opts.only.as_deref(), &mut lines)?;
+        recorded.extend(state.entries.iter().map(|r| r.name.clone()));
+        let (change, keep) = match plan_unwrap(input, &state, opts.only.as_deref(), &mut lines) {
+            Ok(planned) => planned,
+            Err(e) if inputs.len() == 1 => return Err(e),
+            Err(e) => {
+                lines.push(format!("left as it is: {e:#}"));
+                continue;
+            }
+        };
         planned.push((real, state, change, keep));
+    }
+    if let Some(only) = &opts.only {
+        let missing: Vec<&str> = only.iter().filter(|n| !recorded.contains(*n)).map(String::as_str).collect();
+        if !missing.is_empty() {
+            bail!("--only names {} that switchyard wrap has no record of in these files", missing.join(", "));
+        }
     }
     for line in &lines {
         let _ = writeln!(out, "{line}");
@@ -1003,9 +1230,11 @@ pub fn unwrap(opts: &Options) -> anyhow::Result<String> {
         return Ok(out);
     }
     let mut wrote = false;
+    let mut written: Vec<String> = Vec::new();
     for (real, mut state, change, keep) in planned {
         if let Some(change) = &change {
-            let backup = write_client_file(change)?;
+            let backup = write_client_file(change).map_err(|e| after_writes(e, &written))?;
+            written.push(change.path.display().to_string());
             wrote = true;
             state.written = sha256(&change.after);
             let _ = writeln!(
@@ -1018,7 +1247,7 @@ pub fn unwrap(opts: &Options) -> anyhow::Result<String> {
             );
         }
         state.entries = keep;
-        write_state(&real, &state)?;
+        write_state(&real, &state).map_err(|e| after_writes(e, &written))?;
     }
     if wrote {
         let _ = writeln!(

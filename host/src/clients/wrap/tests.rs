@@ -348,3 +348,132 @@ fn a_file_says_which_client_reads_it() {
     assert_eq!(g("/home/u/.config/Code/User/mcp.json"), Some((Client::VsCode, Scope::User)));
     assert_eq!(g("/w/servers.json"), None);
 }
+
+fn one(client: Client, path: &str, scope: Scope, text: &str) -> Input {
+    Input { client, path: path.into(), scope, text: text.into() }
+}
+
+/// A project's servers ran in the project: wrapped, they still do (`.` is the project, not the
+/// daemon's `/`), and the same entry in two projects is two servers.
+#[test]
+fn a_project_s_servers_keep_running_in_the_project() {
+    let entry = r#"{"mcpServers": {"fs": {"command": "node", "args": ["fs.js", "."]}, "sub": {"command": "x", "cwd": "tools"}}}"#;
+    let a = one(Client::ClaudeCode, "/w/a/.mcp.json", Scope::Project, entry);
+    let b = one(Client::ClaudeCode, "/w/b/.mcp.json", Scope::Project, entry);
+    let vs = one(Client::VsCode, "/w/c/.vscode/mcp.json", Scope::Project, r#"{"servers": {"v": {"command": "y"}}}"#);
+    let cur =
+        one(Client::Cursor, "/w/d/.cursor/mcp.json", Scope::Project, r#"{"mcpServers": {"c": {"command": "z"}}}"#);
+    let user = one(
+        Client::ClaudeCode,
+        "/home/u/.claude.json",
+        Scope::User,
+        r#"{"mcpServers": {"mine": {"command": "m"}}, "projects": {"/home/u/p": {"mcpServers": {"pp": {"command": "q"}}}}}"#,
+    );
+    let plan = wrap_all(&[a, b, vs, cur, user], None);
+    let config = &plan.config.as_ref().unwrap().2;
+    let parsed: toml::Table = config.parse().unwrap();
+    let cwd = |name: &str| parsed["servers"][name].get("cwd").and_then(|c| c.as_str()).map(str::to_string);
+    assert_eq!(cwd("fs").as_deref(), Some("/w/a"), "{config}");
+    assert_eq!(cwd("fs-claude-code").as_deref(), Some("/w/b"), "{config}");
+    assert_eq!(cwd("sub").as_deref(), Some("/w/a/tools"), "{config}");
+    assert_eq!(cwd("v").as_deref(), Some("/w/c"), "{config}");
+    assert_eq!(cwd("c").as_deref(), Some("/w/d"), "{config}");
+    // `projects.<path>` of ~/.claude.json: that path; the user's own servers: none.
+    assert_eq!(cwd("pp").as_deref(), Some("/home/u/p"), "{config}");
+    assert_eq!(cwd("mine"), None, "{config}");
+}
+
+/// VS Code and Cursor fall back to legacy SSE for an `http` entry; Claude Code does not.
+#[test]
+fn a_remote_entry_keeps_its_client_s_transport_rule() {
+    let vs = one(
+        Client::VsCode,
+        "/w/.vscode/mcp.json",
+        Scope::Project,
+        r#"{"servers": {"a": {"type": "http", "url": "http://h/mcp"}}}"#,
+    );
+    let cur =
+        one(Client::Cursor, "/home/u/.cursor/mcp.json", Scope::User, r#"{"mcpServers": {"b": {"url": "http://h/b"}}}"#);
+    let cc = one(
+        Client::ClaudeCode,
+        "/p/.mcp.json",
+        Scope::Project,
+        r#"{"mcpServers": {"c": {"type": "http", "url": "http://h/c"}}}"#,
+    );
+    let plan = wrap_all(&[vs, cur, cc], None);
+    let parsed: toml::Table = plan.config.as_ref().unwrap().2.parse().unwrap();
+    let transport = |n: &str| parsed["servers"][n].get("transport").and_then(|t| t.as_str()).map(str::to_string);
+    assert_eq!(transport("a"), None);
+    assert_eq!(transport("b"), None);
+    assert_eq!(transport("c").as_deref(), Some("streamable-http"));
+}
+
+/// An entry switchyard cannot take is left with the reason, and the others are wrapped; a file
+/// that does not parse among several is left, and the others are wrapped.
+#[test]
+fn one_entry_or_file_that_cannot_be_wrapped_does_not_stop_the_others() {
+    let text = r#"{"mcpServers": {
+        "both": {"command": "x", "url": "http://h/mcp"},
+        "secret-url": {"url": "https://user:pw@h/mcp"},
+        "nested": {"command": "/usr/bin/switchyard", "args": ["run", "--", "srv"]},
+        "boxed": {"command": "x", "sandboxEnabled": true},
+        "fine": {"command": "ok"}
+    }}"#;
+    let good = one(Client::Cursor, "/home/u/.cursor/mcp.json", Scope::User, text);
+    let broken = one(Client::Cursor, "/w/.cursor/mcp.json", Scope::Project, "{\"mcpServers\": {\n  \"x\": [}\n");
+    let plan = wrap_all(&[broken, good], None);
+    let names: Vec<&str> = plan.changes.iter().flat_map(|c| c.records.iter().map(|r| r.name.as_str())).collect();
+    assert_eq!(names, ["fine"], "{:#?}", plan.lines);
+    let said = plan.lines.join("\n");
+    for want in [
+        "/w/.cursor/mcp.json, line 2",
+        "`both`: left as it is: it has both `command` and `url`",
+        "`secret-url`: left as it is: switchyard cannot run it as written",
+        "`nested`: left as it is: it already runs `switchyard run`",
+        "`boxed`: left as it is: it has `sandboxEnabled`",
+    ] {
+        assert!(said.contains(want), "{want:?} not said:\n{said}");
+    }
+    assert!(!said.contains("switchyard.toml, line"), "a place in a file that does not exist:\n{said}");
+}
+
+/// unwrap puts back an entry that only its layout changed (Claude Code rewrites its file), and
+/// leaves one edited inside, showing its original, kept on record for later.
+#[test]
+fn unwrap_tells_a_new_layout_from_an_edit() {
+    let cursor = one(
+        Client::Cursor,
+        "/home/u/.cursor/mcp.json",
+        Scope::User,
+        "{\n  \"mcpServers\": {\n    \"a\": {\"command\": \"x\"},\n    \"b\": {\n      \"command\": \"y\"\n    }\n  }\n}\n",
+    );
+    let plan = wrap_all(std::slice::from_ref(&cursor), None);
+    let change = &plan.changes[0];
+    let wrapped: serde_json::Value = serde_json::from_str(&change.after).unwrap();
+    // Laid out anew (one line), and `a` edited inside (a client setting added).
+    let mut edited = wrapped.clone();
+    edited["mcpServers"]["a"]["disabled"] = serde_json::json!(true);
+    let text = serde_json::to_string(&edited).unwrap();
+    let mut lines = Vec::new();
+    let (c, keep) = plan_unwrap(&Input { text, ..cursor.clone() }, &state_of(change), None, &mut lines).unwrap();
+    let after: serde_json::Value = serde_json::from_str(&c.unwrap().after).unwrap();
+    assert_eq!(after["mcpServers"]["b"], serde_json::json!({"command": "y"}), "b was not put back");
+    assert_eq!(after["mcpServers"]["a"]["disabled"], true, "the edit of a was lost");
+    assert_eq!(keep.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["a"]);
+    let said = lines.join("\n");
+    assert!(
+        said.contains("`a`: left as it is: it was edited since wrap") && said.contains("{\"command\": \"x\"}"),
+        "{said}"
+    );
+    assert!(said.contains("`b`: restored"), "{said}");
+}
+
+/// A CRLF switchyard.toml gets CRLF lines.
+#[test]
+fn servers_appended_to_a_crlf_config_use_crlf() {
+    let desktop = input(Client::ClaudeDesktop, "claude_desktop_config.json", Scope::User);
+    let existing = "# mine\r\n[servers.other]\r\ncommand = \"o\"\r\n";
+    let plan = wrap_all(&[desktop], Some(existing));
+    let after = &plan.config.unwrap().2;
+    assert!(!after.replace("\r\n", "").contains('\n'), "{after:?}");
+}
