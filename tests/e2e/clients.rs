@@ -62,8 +62,7 @@ fn clients_lists_every_config_of_a_home_and_a_project_and_writes_nothing() {
     assert_eq!(snapshot(dir.path()), before, "clients changed a file");
 }
 
-/// Every file under `dir` with its bytes (but the lock `wrap` and `unwrap` take in switchyard's
-/// private runtime directory, which holds no data).
+/// Every file under `dir` with its bytes.
 fn snapshot(dir: &Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -72,8 +71,6 @@ fn snapshot(dir: &Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
             let p = e.path();
             if p.is_dir() {
                 stack.push(p);
-            } else if p.ends_with("run/switchyard/wrap.lock") {
-                continue;
             } else {
                 out.push((p.clone(), std::fs::read(&p).unwrap()));
             }
@@ -307,17 +304,30 @@ fn wrap_into_a_linked_switchyard_config_keeps_the_link_and_a_backup() {
     let now = std::fs::read_to_string(&target).unwrap();
     assert!(now.starts_with(mine) && now.contains("[servers.filesystem]"), "{now}");
     assert_eq!(std::fs::read_to_string(home.path().join("dotfiles/switchyard.toml.switchyard-backup")).unwrap(), mine);
+    // A link to a config not made yet: the file is made where the link points.
+    let dangling = home.path().join("sy2.toml");
+    std::os::unix::fs::symlink("dotfiles/new.toml", &dangling).unwrap();
+    let cursor = home.path().join("c.json");
+    std::fs::write(&cursor, "{\"mcpServers\": {\"n\": {\"command\": \"n\"}}}").unwrap();
+    ok(switchyard_in(&home, home.path(), &["wrap", "c.json", "--client", "cursor", "--config", "sy2.toml"]));
+    assert!(std::fs::symlink_metadata(&dangling).unwrap().file_type().is_symlink(), "the link was replaced");
+    assert!(std::fs::read_to_string(home.path().join("dotfiles/new.toml")).unwrap().contains("[servers.n]"));
     // The wrapped entries name the config as given (absolute), so the link keeps serving.
     let desktop = std::fs::read_to_string(home.path().join("config/Claude/claude_desktop_config.json")).unwrap();
     assert!(desktop.contains(&format!("{}", link.display())), "{desktop}");
 }
 
-/// Six `wrap`s at once into one switchyard.toml: every server is in it afterwards (each wrap
-/// reads the file the one before it wrote), and every client file names a server that exists.
+/// Six `wrap`s at once into one switchyard.toml, half of them with another runtime directory
+/// (a shell without XDG_RUNTIME_DIR, cron): every server is in it afterwards (each wrap reads
+/// the file the one before it wrote), and every client file names a server that exists.
 #[test]
 fn wraps_at_once_lose_no_server() {
     let home = harness::daemon::Home::new();
     let config = home.config_str();
+    let other_run = home.path().join("run2");
+    std::fs::create_dir(&other_run).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&other_run, std::fs::Permissions::from_mode(0o700)).unwrap();
     let files: Vec<std::path::PathBuf> = (0..6)
         .map(|i| {
             let f = home.path().join(format!("c{i}/mcp.json"));
@@ -328,10 +338,15 @@ fn wraps_at_once_lose_no_server() {
         .collect();
     let children: Vec<std::process::Child> = files
         .iter()
-        .map(|f| {
+        .enumerate()
+        .map(|(i, f)| {
+            let mut envs = home.envs();
+            if i % 2 == 1 {
+                envs.push(("XDG_RUNTIME_DIR".into(), other_run.display().to_string()));
+            }
             std::process::Command::new(bin())
                 .args(["wrap", f.to_str().unwrap(), "--client", "cursor", "--config", &config])
-                .envs(home.envs())
+                .envs(envs)
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
                 .spawn()

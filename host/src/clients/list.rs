@@ -19,6 +19,7 @@ pub fn to_json(found: &[Result<Found, Error>]) -> Value {
                     "path": f.path.display().to_string(),
                     "scope": scope_text(&f.scope),
                     "servers": f.servers.iter().map(entry_json).collect::<Vec<_>>(),
+                    "unreadable": f.unreadable,
                 }),
                 Err(e) => json!({"client": error_client(e).name(), "path": error_path(e).display().to_string(), "error": e.to_string()}),
             })
@@ -97,7 +98,10 @@ pub fn to_text(found: &[Result<Found, Error>], home: &Path) -> String {
             Ok(f) => {
                 files.insert(f.path.clone());
                 let _ = writeln!(out, "{} {} ({})", f.client.name(), short(&f.path, home), scope_text(&f.scope));
-                if f.servers.is_empty() {
+                for e in &f.unreadable {
+                    let _ = writeln!(out, "  cannot be read: {e}");
+                }
+                if f.servers.is_empty() && f.unreadable.is_empty() {
                     let _ = writeln!(out, "  no servers");
                 }
                 for e in &f.servers {

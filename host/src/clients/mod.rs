@@ -63,6 +63,10 @@ pub struct Found {
     pub path: PathBuf,
     pub scope: Scope,
     pub servers: Vec<Entry>,
+    /// Entries of the map that are not a server switchyard can read (`"type": "ws"`, no
+    /// `command`, `args` that are not strings, ...), each an [`Error::Invalid`]'s text:
+    /// one such entry leaves the others readable. Each says file, line, column and why.
+    pub unreadable: Vec<String>,
     /// VS Code's `inputs[].id`: what `${input:ID}` may name (empty for other clients).
     pub inputs: Vec<String>,
 }
@@ -201,20 +205,15 @@ pub fn parse(client: Client, path: &Path, text: &str, scope: Scope) -> Result<Ve
         Some(node) => reader.inputs(node)?,
         None => Vec::new(),
     };
-    let mut out = vec![Found {
-        client,
-        path: path.into(),
-        scope: scope.clone(),
-        servers: reader.servers(root.get(client.servers_key()))?,
-        inputs,
-    }];
+    let (servers, unreadable) = reader.servers(root.get(client.servers_key()))?;
+    let mut out = vec![Found { client, path: path.into(), scope: scope.clone(), servers, unreadable, inputs }];
     let projects = root.get("projects").filter(|_| client == Client::ClaudeCode && scope == Scope::User);
     if let Some(projects) = projects {
         for member in reader.object(projects, "`projects`")? {
-            let servers = reader.servers(member.value.get("mcpServers"))?;
-            if !servers.is_empty() {
+            let (servers, unreadable) = reader.servers(member.value.get("mcpServers"))?;
+            if !servers.is_empty() || !unreadable.is_empty() {
                 let scope = Scope::ClaudeProject(PathBuf::from(&member.key));
-                out.push(Found { client, path: path.into(), scope, servers, inputs: Vec::new() });
+                out.push(Found { client, path: path.into(), scope, servers, unreadable, inputs: Vec::new() });
             }
         }
     }
@@ -254,10 +253,22 @@ impl Reader<'_> {
             .collect()
     }
 
-    fn servers(&self, map: Option<&Node>) -> Result<Vec<Entry>, Error> {
-        let Some(map) = map else { return Ok(Vec::new()) };
+    /// The entries of a server map that read, and an error for each that does not.
+    fn servers(&self, map: Option<&Node>) -> Result<(Vec<Entry>, Vec<String>), Error> {
+        let Some(map) = map else { return Ok((Vec::new(), Vec::new())) };
         let key = self.client.servers_key();
-        self.object(map, &format!("`{key}`"))?.iter().map(|member| self.entry(&member.key, &member.value)).collect()
+        let (mut entries, mut unreadable) = (Vec::new(), Vec::new());
+        for member in self.object(map, &format!("`{key}`"))? {
+            match self.entry(&member.key, &member.value) {
+                Ok(e) => entries.push(e),
+                // Only this entry is left: not "this config", as the whole-file error says.
+                Err(Error::Invalid { line, column, message, .. }) => {
+                    unreadable.push(format!("{}, line {line}, column {column}: {message}", self.path.display()))
+                }
+                Err(e) => unreadable.push(e.to_string()),
+            }
+        }
+        Ok((entries, unreadable))
     }
 
     fn entry(&self, name: &str, node: &Node) -> Result<Entry, Error> {

@@ -163,6 +163,9 @@ pub fn plan_wrap(
         let mut edits: Vec<(std::ops::Range<usize>, String)> = Vec::new();
         let mut records = Vec::new();
         for map in &found {
+            for e in &map.unreadable {
+                plan.lines.push(format!("left as it is: {e}"));
+            }
             let project = project_dir(input, &map.scope);
             for entry in &map.servers {
                 if only.is_some_and(|o| !o.contains(&entry.name)) {
@@ -175,7 +178,10 @@ pub fn plan_wrap(
                     plan.lines.push(format!("{here}: already runs through switchyard (server `{server}`)"));
                     continue;
                 }
-                if let Some((key, why)) = LAUNCH_KEYS.iter().find(|(k, _)| entry.unknown.iter().any(|u| u == k)) {
+                if let Some((key, why)) = LAUNCH_KEYS
+                    .iter()
+                    .find(|(k, _)| entry.unknown.iter().any(|u| u == k) && !is_false(&input.text, entry, k))
+                {
                     plan.lines.push(format!("{here}: left as it is: it has `{key}`: {why}"));
                     continue;
                 }
@@ -254,7 +260,10 @@ pub fn plan_wrap(
         }
         after.push_str(&if crlf { appended.replace('\n', "\r\n") } else { appended });
         crate::config::Config::load_text(config_path, &after).map_err(|e| {
-            anyhow!("the servers cannot be added to {}: {e:#}; nothing was written", config_path.display())
+            anyhow!(
+                "the servers cannot be added to {}: with [servers.NAME] tables appended it does not load ({e:#}); if it writes `servers` as one inline table (`servers = {{ ... }}`), write a [servers.NAME] table per server instead. Nothing was written",
+                config_path.display()
+            )
         })?;
         plan.config = Some((config_path.to_path_buf(), before, after));
     }
@@ -266,6 +275,12 @@ pub fn plan_wrap(
         });
     }
     Ok(plan)
+}
+
+/// Whether `key` of the entry is `false` (`"sandboxEnabled": false` asks for nothing).
+fn is_false(text: &str, entry: &Entry, key: &str) -> bool {
+    Doc::parse(&text[entry.span.clone()])
+        .is_ok_and(|d| d.root.get(key).is_some_and(|n| d.value(n) == serde_json::Value::Bool(false)))
 }
 
 /// Why an entry cannot be wrapped though it reads, if so.
@@ -455,7 +470,14 @@ fn definition(client: Client, entry: &Entry, project: Option<&Path>) -> (Def, Ve
     };
     let kind = match &entry.kind {
         Kind::Stdio { command, args, env, cwd } => DefKind::Stdio {
-            command: sub(command),
+            // `./run.sh`, `.venv/bin/python`: the client found them from the project; the daemon
+            // starts servers from `/`. A bare name (`npx`) is looked up on PATH, as before.
+            command: match (sub(command), project) {
+                (c, Some(p)) if c.contains('/') && Path::new(&c).is_relative() && !c.starts_with("${") => {
+                    p.join(c).display().to_string()
+                }
+                (c, _) => c,
+            },
             args: args.iter().map(|a| sub(a)).collect(),
             env: env.iter().map(|(k, v)| (k.clone(), sub(v))).collect(),
             // A project's servers run in the project (so `.` and `./x` mean what they meant to
@@ -743,7 +765,10 @@ pub fn plan_unwrap(
             .flat_map(|m| m.servers.iter())
             .find(|e| e.name == record.name);
         match current {
-            None => lines.push(format!("{here}: no longer in the file; nothing to put back")),
+            None => lines.push(format!(
+                "{here}: no longer in the file; nothing to put back. The entry before wrap was:\n{}",
+                record.original
+            )),
             // The same entry, maybe laid out anew (Claude Code rewrites its file with its own
             // indentation): put back.
             Some(e) if same_json(&input.text[e.span.clone()], &record.wrapped) => {
@@ -761,8 +786,8 @@ pub fn plan_unwrap(
             }
             Some(_) => {
                 lines.push(format!(
-                    "{here}: left as it is: it no longer runs switchyard server `{}`, so someone changed it since wrap",
-                    record.server
+                    "{here}: left as it is: it no longer runs switchyard server `{}`, so someone changed it since wrap. The entry before wrap was:\n{}",
+                    record.server, record.original
                 ));
             }
         }
@@ -927,7 +952,18 @@ fn write_state(real: &Path, state: &State) -> anyhow::Result<()> {
 /// The file a path names, links followed (a dotfile manager's link stays a link; its target
 /// changes).
 fn real_path(path: &Path) -> PathBuf {
-    std::fs::canonicalize(path).unwrap_or_else(|_| std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()))
+    if let Ok(real) = std::fs::canonicalize(path) {
+        return real;
+    }
+    // A link to a file not made yet (a dotfile manager's link to a new config): its target.
+    let mut at = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    for _ in 0..40 {
+        match std::fs::read_link(&at) {
+            Ok(target) => at = at.parent().unwrap_or(Path::new("/")).join(target),
+            Err(_) => break,
+        }
+    }
+    at
 }
 
 /// Writes `bytes` to `path` through a temporary file in its directory renamed over it: a reader
@@ -1033,19 +1069,25 @@ fn writable(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// One `wrap` or `unwrap` at a time for this user: two at once would each append servers to
-/// switchyard.toml from the text it read, and one's would be lost.
-fn exclusive() -> anyhow::Result<std::fs::File> {
-    let path = crate::places::runtime_dir()?.join("wrap.lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .with_context(|| format!("cannot open {}", path.display()))?;
+/// Holds an exclusive lock on directory `dir` (made if missing) while the file lives: one
+/// `wrap` or `unwrap` at a time per switchyard config (its directory) and per record directory.
+/// Two wraps at once would otherwise each append servers to switchyard.toml from the text they
+/// read, and one's would be lost. A directory, not a lock file, so the lock is the same whatever
+/// environment each process has, and nothing is left behind.
+fn exclusive(dir: &Path) -> anyhow::Result<std::fs::File> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let file = std::fs::File::open(dir).with_context(|| format!("cannot open {}", dir.display()))?;
     rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
-        .with_context(|| format!("cannot lock {}", path.display()))?;
+        .with_context(|| format!("cannot lock {}", dir.display()))?;
     Ok(file)
+}
+
+/// The directory of `wrap`'s records, made (0700) and locked: before anything is written, so a
+/// record that cannot be kept stops the run before a client file changes.
+fn records_locked() -> anyhow::Result<std::fs::File> {
+    let dir = crate::places::state_dir()?.join("wrapped");
+    crate::places::private_dir(&dir)?;
+    exclusive(&dir)
 }
 
 /// An error of a write, with what was written before it.
@@ -1054,7 +1096,7 @@ fn after_writes(e: anyhow::Error, written: &[String]) -> anyhow::Error {
         e
     } else {
         anyhow!(
-            "{e:#}. Already written before this: {} (each with its backup beside it; `switchyard unwrap` puts client entries back)",
+            "{e:#}. Already written before this: {} (a file that existed has its backup beside it; `switchyard unwrap` puts client entries back)",
             written.join(", ")
         )
     }
@@ -1071,10 +1113,6 @@ fn home() -> anyhow::Result<PathBuf> {
 pub fn wrap(opts: &Options) -> anyhow::Result<String> {
     let home = home()?;
     let env = |k: &str| std::env::var(k).ok();
-    let _lock = if opts.dry_run { None } else { Some(exclusive()?) };
-    let locations = select(opts, &home, &env)?;
-    let mut lines = Vec::new();
-    let inputs = read_inputs(&locations, &mut lines)?;
     let config = match &opts.config {
         Some(c) => {
             let c = tilde(c, &home);
@@ -1082,6 +1120,16 @@ pub fn wrap(opts: &Options) -> anyhow::Result<String> {
         }
         None => crate::places::default_config()?,
     };
+    // Locks before anything is read: what is read is what is written to.
+    let _locks = if opts.dry_run {
+        None
+    } else {
+        let dir = real_path(&config).parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("/"));
+        Some((exclusive(&dir)?, records_locked()?))
+    };
+    let locations = select(opts, &home, &env)?;
+    let mut lines = Vec::new();
+    let inputs = read_inputs(&locations, &mut lines)?;
     let config_text = match std::fs::read_to_string(&config) {
         Ok(t) => Some(t),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
@@ -1177,7 +1225,7 @@ pub fn wrap(opts: &Options) -> anyhow::Result<String> {
 pub fn unwrap(opts: &Options) -> anyhow::Result<String> {
     let home = home()?;
     let env = |k: &str| std::env::var(k).ok();
-    let _lock = if opts.dry_run { None } else { Some(exclusive()?) };
+    let _lock = if opts.dry_run { None } else { Some(records_locked()?) };
     let locations = select(opts, &home, &env)?;
     let mut lines = Vec::new();
     let inputs = read_inputs(&locations, &mut lines)?;

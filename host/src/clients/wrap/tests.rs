@@ -477,3 +477,31 @@ fn servers_appended_to_a_crlf_config_use_crlf() {
     let after = &plan.config.unwrap().2;
     assert!(!after.replace("\r\n", "").contains('\n'), "{after:?}");
 }
+
+/// A project's relative command (`./run.sh`, `.venv/bin/python`) is the project's file; a bare
+/// name stays a PATH lookup; `"sandboxEnabled": false` asks for nothing and is wrapped.
+#[test]
+fn a_project_s_relative_command_is_the_project_s_file() {
+    let text = r#"{"mcpServers": {"r": {"command": "./run.sh"}, "v": {"command": ".venv/bin/python", "args": ["-m", "srv"]}, "n": {"command": "npx"}, "s": {"command": "x", "sandboxEnabled": false}}}"#;
+    let plan = wrap_all(&[one(Client::ClaudeCode, "/w/p/.mcp.json", Scope::Project, text)], None);
+    let parsed: toml::Table = plan.config.as_ref().unwrap().2.parse().unwrap();
+    let command = |n: &str| parsed["servers"][n]["command"].as_str().unwrap().to_string();
+    assert_eq!(command("r"), "/w/p/./run.sh");
+    assert_eq!(command("v"), "/w/p/.venv/bin/python");
+    assert_eq!(command("n"), "npx");
+    assert!(parsed["servers"].get("s").is_some(), "{:#?}", plan.lines);
+}
+
+/// An entry that does not read (`"type": "ws"`, no command) is left with its place; the others
+/// in the file are wrapped.
+#[test]
+fn an_entry_that_does_not_read_leaves_the_others_wrappable() {
+    let text = "{\"mcpServers\": {\n  \"good\": {\"command\": \"g\"},\n  \"ws\": {\"type\": \"ws\", \"url\": \"ws://h/\"},\n  \"bare\": {\"type\": \"stdio\"}\n}}";
+    let plan = wrap_all(&[one(Client::ClaudeCode, "/w/p/.mcp.json", Scope::Project, text)], None);
+    let names: Vec<&str> = plan.changes[0].records.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["good"]);
+    let said = plan.lines.join("\n");
+    assert!(said.contains("line 3, column 18") && said.contains("\"ws\""), "{said}");
+    assert!(!said.contains("leaves this claude-code config as it is"), "the whole file is said to be left:\n{said}");
+    assert!(said.contains("line 4") && said.contains("neither `command` nor `url`"), "{said}");
+}
