@@ -246,15 +246,16 @@ impl HttpConfig {
                 }
             }
         }
-        self.check_exposure().map_err(|e| anyhow!("{}: {e}", at("listen")))
+        self.check_exposure("[http] listen").map_err(|e| anyhow!("{}: {e}", at("listen")))
     }
 
     /// A `listen` that other machines can reach needs a token of the user's own: the generated
-    /// one is a file on this machine, meant for local clients.
-    pub fn check_exposure(&self) -> anyhow::Result<()> {
+    /// one is a file on this machine, meant for local clients. `given_by` names where `listen`
+    /// came from (`[http] listen`, `--http`).
+    pub fn check_exposure(&self, given_by: &str) -> anyhow::Result<()> {
         if self.token.is_none() && !self.listen.ip().is_loopback() {
             bail!(
-                "[http] listen {} is reachable from other machines, and [http] has no `token`: set `token = \"${{SWITCHYARD_TOKEN}}\"` in [http] (with a long random SWITCHYARD_TOKEN in the daemon's environment), or listen on 127.0.0.1",
+                "{given_by} {} is reachable from other machines, and [http] has no `token`: set `token = \"${{SWITCHYARD_TOKEN}}\"` in [http] (with a long random SWITCHYARD_TOKEN in the daemon's environment), or listen on 127.0.0.1",
                 self.listen
             );
         }
