@@ -50,7 +50,7 @@ pub struct DaemonArgs {
     /// Also serve every server over Streamable HTTP at http://ADDR/mcp/NAME, with the config's
     /// [http] settings (ADDR over its `listen`; without ADDR: its `listen`, else 127.0.0.1:7070).
     /// Clients send `Authorization: Bearer TOKEN`; `switchyard token` prints it.
-    #[arg(long, value_name = "ADDR", num_args = 0..=1, require_equals = false, value_parser = crate::config::parse_listen)]
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, value_parser = crate::config::parse_listen)]
     pub http: Option<Option<SocketAddr>>,
     /// Set by `--detach` for the process it starts: log to LOG, start a session of its own,
     /// report readiness on stdout.

@@ -101,10 +101,11 @@ impl Guard {
         if second.is_some() {
             return Err(Refusal::new(StatusCode::BAD_REQUEST, "the request has more than one Host header"));
         }
-        // HTTP/2 and absolute-form requests carry the host in the request line: it counts too.
+        // HTTP/2 and absolute-form requests carry the host in the request line: it counts too,
+        // and first (RFC 9112: a server uses it over Host).
         let line = uri.authority().map(|a| a.as_str());
         let mut named = None;
-        for text in [first.map(|v| v.to_str().unwrap_or("\u{0}")), line].into_iter().flatten() {
+        for text in [line, first.map(|v| v.to_str().unwrap_or("\u{0}"))].into_iter().flatten() {
             let Ok((host, port)) = parse_authority(text) else {
                 return Err(Refusal::new(
                     StatusCode::BAD_REQUEST,
@@ -146,8 +147,10 @@ impl Guard {
         let Ok(origin) = WebOrigin::parse(text) else {
             return forbidden("the Origin header is not an origin (scheme://host[:port])");
         };
-        // The front's own pages (the status page, served under the name the request used).
-        let own = origin.host == host.0 && host.1.is_none_or(|p| p == origin.port);
+        // The front's own pages (the status page, served under the name and port the request
+        // used; no port is the scheme's default, as behind a proxy).
+        let default = if origin.https { 443 } else { 80 };
+        let own = origin.host == host.0 && host.1.unwrap_or(default) == origin.port;
         if origin.host.is_loopback() || own || self.origins.contains(&origin) {
             return Ok(Some((origin, sent.clone())));
         }
@@ -435,6 +438,9 @@ mod tests {
         assert_eq!(post(&g, "mcp.example.com", Some("http://mcp.example.com")), 0);
         assert_eq!(post(&g, "mcp.example.com:8080", Some("http://mcp.example.com:8080")), 0);
         assert_eq!(post(&g, "mcp.example.com:8080", Some("http://mcp.example.com:9090")), 403);
+        assert_eq!(post(&g, "mcp.example.com", Some("https://mcp.example.com")), 0, "behind a TLS proxy");
+        assert_eq!(post(&g, "mcp.example.com", Some("http://mcp.example.com:9090")), 403);
+        assert_eq!(post(&g, "mcp.example.com", Some("http://other.example.com")), 403);
         let r = answer(check(&g, "POST", "/mcp", &[("host", "localhost"), ("origin", "http://localhost.evil")]));
         assert!(r.body().contains("origin http://localhost.evil is not allowed"), "{}", r.body());
         assert!(r.body().contains("[http] allowed_origins"), "{}", r.body());
