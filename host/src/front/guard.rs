@@ -1,6 +1,10 @@
 //! The HTTP front's door: decides from a request's method, path and headers, before anything
 //! else reads it, whether it may reach the daemon. In order: `Host` (DNS rebinding), `Origin`
 //! (other web pages), CORS preflights, and the bearer token.
+//!
+//! The server calls [`Guard::check`] on every request before routing it: on
+//! [`Verdict::Answer`] it sends that response as it is; on [`Verdict::Pass`] it serves the
+//! request and adds the `cors` headers to whatever it answers.
 
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Response, StatusCode, Uri};
@@ -351,7 +355,23 @@ mod tests {
             // `127.0.0.1.` is an IPv4 address to some parsers: either way it is not let through.
             assert!(code == 403 || (code == 400 && host.ends_with('.')), "{host}: {code}");
         }
-        for host in ["", ":7070", "::1", "::1:7070", "[::1", "[::1]:x", "local host", "a/b", "localhost:99999", "é"] {
+        for host in [
+            "",
+            ":7070",
+            "::1",
+            "::1:7070",
+            "[::1",
+            "[::1]:x",
+            "local host",
+            "a/b",
+            "localhost:99999",
+            "é",
+            "localhost:7070, evil.com",
+            "evil.com:80@localhost",
+            "localhost@evil.com",
+            "localhost:7070:80",
+            "localhost\\",
+        ] {
             assert_eq!(post(&g, host, None), 400, "{host:?}");
         }
         assert_eq!(status(&check(&g, "POST", "/mcp", &[("authorization", &bearer())])), 400);
