@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +11,8 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
+use crate::config::{Config, HttpConfig};
+use crate::front::token::{self, Token};
 use crate::policy::Policy;
 use crate::router::{About, Router};
 use crate::wire::{self, Hello, Reply};
@@ -45,6 +47,11 @@ pub struct DaemonArgs {
     /// Log level: error, warn, info, debug, trace (default: RUST_LOG, else info).
     #[arg(long, value_name = "LEVEL")]
     pub log_level: Option<String>,
+    /// Also serve every server over Streamable HTTP at http://ADDR/mcp/NAME, with the config's
+    /// [http] settings (ADDR over its `listen`; without ADDR: its `listen`, else 127.0.0.1:7070).
+    /// Clients send `Authorization: Bearer TOKEN`; `switchyard token` prints it.
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, value_parser = crate::config::parse_listen)]
+    pub http: Option<Option<SocketAddr>>,
     /// Set by `--detach` for the process it starts: log to LOG, start a session of its own,
     /// report readiness on stdout.
     #[arg(long, hide = true, value_name = "LOG")]
@@ -91,8 +98,53 @@ pub fn daemon_blocking(args: DaemonArgs) -> anyhow::Result<()> {
     if args.detach {
         return detach(&args, &config, &socket);
     }
+    check_http(&args, &config)?;
     crate::cli::init_tracing(args.log_level.as_deref())?;
     run_blocking(&args, config, socket, None, || {})
+}
+
+/// Refuses to start a daemon whose HTTP front could not be served (a bad `--http`, a
+/// non-loopback address without a token of the user's own, an unusable token or token file),
+/// saying so in the terminal that started it; makes the generated token on the first start.
+fn check_http(args: &DaemonArgs, config: &Path) -> anyhow::Result<()> {
+    http_front(args.http, &Config::load(config)?, config).map(|_| ())
+}
+
+/// The HTTP front this daemon serves, if any: the config's `[http]` with `--http ADDR` over its
+/// `listen` (`--http` alone: `[http]` as it is, or every default), checked, and the bearer token
+/// its clients must send (`[http] token`, else the generated one of `canonical`, the config
+/// file's canonical path). None when neither `[http]` nor `--http` asks for a front.
+pub fn http_front(
+    flag: Option<Option<SocketAddr>>,
+    config: &Config,
+    canonical: &Path,
+) -> anyhow::Result<Option<(HttpConfig, Token)>> {
+    if flag.is_none() && config.http.is_none() {
+        return Ok(None);
+    }
+    http_front_with(flag, config, &places::token_for(canonical)?, &|n| std::env::var(n))
+}
+
+/// [`http_front`] with the token file and the environment given.
+fn http_front_with(
+    flag: Option<Option<SocketAddr>>,
+    config: &Config,
+    token_file: &Path,
+    env: &dyn Fn(&str) -> Result<String, std::env::VarError>,
+) -> anyhow::Result<Option<(HttpConfig, Token)>> {
+    let mut http = match (&config.http, flag) {
+        (None, None) => return Ok(None),
+        (Some(h), _) => h.clone(),
+        (None, Some(_)) => HttpConfig::default(),
+    };
+    let mut given_by = "[http] listen";
+    if let Some(Some(addr)) = flag {
+        http.listen = addr;
+        given_by = "--http";
+    }
+    http.check_exposure(given_by)?;
+    let token = token::for_daemon(Some(&http), token_file, env)?;
+    Ok(Some((http, token)))
 }
 
 /// Runs the daemon on this thread until it is stopped.
@@ -422,6 +474,7 @@ fn detach(args: &DaemonArgs, config: &Path, socket: &Path) -> anyhow::Result<()>
         ));
         return Ok(());
     }
+    check_http(args, config)?;
     let log = places::log_for(config)?;
     let offset = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
     let mut cmd = std::process::Command::new("/proc/self/exe");
@@ -432,6 +485,15 @@ fn detach(args: &DaemonArgs, config: &Path, socket: &Path) -> anyhow::Result<()>
     }
     if let Some(l) = &args.log_level {
         cmd.arg("--log-level").arg(l);
+    }
+    match args.http {
+        Some(Some(addr)) => {
+            cmd.arg(format!("--http={addr}"));
+        }
+        Some(None) => {
+            cmd.arg("--http");
+        }
+        None => {}
     }
     // Descriptors this process inherited without close-on-exec (a client's pipe passed down to
     // `connect`) must not live on in the daemon for as long as it runs.
@@ -746,5 +808,94 @@ mod tests {
         ] {
             assert!(text.contains(want), "{want} missing from:\n{text}");
         }
+    }
+
+    /// `switchyard daemon ARGS` as clap reads it.
+    fn parse(argv: &[&str]) -> Result<DaemonArgs, clap::Error> {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            daemon: DaemonArgs,
+        }
+        use clap::Parser;
+        Cli::try_parse_from(std::iter::once("daemon").chain(argv.iter().copied())).map(|c| c.daemon)
+    }
+
+    #[test]
+    fn http_flag_alone_with_an_address_or_absent() {
+        assert_eq!(parse(&[]).unwrap().http, None);
+        assert_eq!(parse(&["--http"]).unwrap().http, Some(None));
+        assert_eq!(parse(&["--http", "--detach"]).unwrap().http, Some(None));
+        let at = |a: &str| Some(Some(a.parse::<SocketAddr>().unwrap()));
+        assert_eq!(parse(&["--http", "127.0.0.1:9000"]).unwrap().http, at("127.0.0.1:9000"));
+        assert_eq!(parse(&["--http=[::1]:9000"]).unwrap().http, at("[::1]:9000"));
+        assert_eq!(parse(&["--http", "localhost:9000"]).unwrap().http, at("127.0.0.1:9000"));
+        let e = parse(&["--http", "9000"]).unwrap_err().to_string();
+        assert!(e.contains("`9000` is not an address and port") && e.contains("127.0.0.1:7070"), "{e}");
+    }
+
+    fn config(text: &str) -> Config {
+        let mut c: Config = toml::from_str(text).unwrap();
+        c.validate().unwrap();
+        c
+    }
+
+    fn no_env(_: &str) -> Result<String, std::env::VarError> {
+        Err(std::env::VarError::NotPresent)
+    }
+
+    #[test]
+    fn the_effective_front_is_the_config_s_with_the_flag_over_its_listen() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("state/sy-1.token");
+        let front = |flag: Option<Option<SocketAddr>>, text: &str| http_front_with(flag, &config(text), &file, &no_env);
+        let addr = |a: &str| Some(Some(a.parse::<SocketAddr>().unwrap()));
+        // Neither: no front, and no token file made.
+        assert!(front(None, "").unwrap().is_none());
+        assert!(!file.exists());
+        // --http alone: every default, with the generated token (made now, kept for later starts).
+        let (h, t) = front(Some(None), "").unwrap().unwrap();
+        assert_eq!(h, HttpConfig::default());
+        assert_eq!(h.listen.to_string(), "127.0.0.1:7070");
+        assert!(t.expose().starts_with("sy_"));
+        assert_eq!(std::fs::read_to_string(&file).unwrap().trim(), t.expose());
+        // [http] alone, and with --http: the flag's address wins, the rest of [http] stays.
+        let text = "[http]\nlisten = \"127.0.0.1:8000\"\nkeepalive_ms = 5000\nallowed_hosts = [\"a.example\"]\n";
+        let (h, t2) = front(None, text).unwrap().unwrap();
+        assert_eq!((h.listen.port(), h.keepalive_ms), (8000, 5000));
+        assert_eq!(t2, t);
+        let (h, _) = front(Some(None), text).unwrap().unwrap();
+        assert_eq!(h.listen.port(), 8000);
+        let (h, _) = front(addr("[::1]:9000"), text).unwrap().unwrap();
+        assert_eq!((h.listen.to_string().as_str(), h.keepalive_ms, h.allowed_hosts.len()), ("[::1]:9000", 5000, 1));
+        // The config's own token wins over the file.
+        let own = "[http]\ntoken = \"${SY_T}\"\n";
+        let env = |n: &str| if n == "SY_T" { Ok("mine".to_string()) } else { no_env(n) };
+        let (_, t3) = http_front_with(addr("0.0.0.0:9000"), &config(own), &file, &env).unwrap().unwrap();
+        assert_eq!(t3.expose(), "mine");
+        let e = format!("{:#}", http_front_with(None, &config(own), &file, &no_env).unwrap_err());
+        assert!(e.contains("[http] token uses ${SY_T}, which is not set"), "{e}");
+        let empty = |_: &str| Ok(String::new());
+        let e = format!("{:#}", http_front_with(None, &config(own), &file, &empty).unwrap_err());
+        assert!(e.contains("[http] token is empty once ${SY_T} is read"), "{e}");
+    }
+
+    #[test]
+    fn an_address_other_machines_reach_needs_the_user_s_own_token() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("t.token");
+        for a in ["0.0.0.0:7070", "[::]:7070", "192.168.1.5:7070"] {
+            let flag = Some(Some(a.parse::<SocketAddr>().unwrap()));
+            let e = format!("{:#}", http_front_with(flag, &config("[http]\n"), &file, &no_env).unwrap_err());
+            assert!(e.starts_with(&format!("--http {a} is reachable from other machines")), "{e}");
+            assert!(e.contains("token = \"${SWITCHYARD_TOKEN}\"") && e.contains("or listen on 127.0.0.1"), "{e}");
+            let e = format!("{:#}", http_front_with(flag, &config(""), &file, &no_env).unwrap_err());
+            assert!(e.contains("reachable from other machines"), "{e}");
+        }
+        assert!(!file.exists(), "a refused front makes no token");
+        // The flag may bring a front back to loopback.
+        let text = "[http]\nlisten = \"127.0.0.1:1\"\n";
+        let flag = Some(Some("127.0.0.1:2".parse::<SocketAddr>().unwrap()));
+        assert_eq!(http_front_with(flag, &config(text), &file, &no_env).unwrap().unwrap().0.listen.port(), 2);
     }
 }

@@ -18,6 +18,7 @@ pub mod demo;
 pub mod downstream;
 pub mod engine;
 pub mod error;
+pub mod front;
 pub mod gate;
 pub mod hub;
 pub mod ids;
@@ -127,6 +128,9 @@ mod layering {
         "engine",
         "session",
         "router",
+        // The Streamable HTTP front (issue 13): guard, token, sessions over HTTP; beside
+        // downstream, the other way clients reach a router.
+        "front",
         "downstream",
         "client",
         "demo",
