@@ -123,6 +123,54 @@ impl Session {
     }
 }
 
+/// Where a session's messages come from: whole messages, one per frame.
+pub trait Input {
+    /// The next message, or `None` when the client closed its input (calls in flight get a
+    /// short grace). An error of kind `ConnectionAborted` means the client ended the session on
+    /// purpose: its calls are cancelled at once.
+    fn next(&mut self) -> impl Future<Output = std::io::Result<Option<Frame>>>;
+    /// Both ends of the message behind the last `Frame::TooLong` (where its id usually is).
+    fn skipped_ends(&self) -> (&[u8], &[u8]) {
+        (&[], &[])
+    }
+}
+
+impl<R: AsyncBufRead + Unpin> Input for LineReader<R> {
+    fn next(&mut self) -> impl Future<Output = std::io::Result<Option<Frame>>> {
+        LineReader::next(self)
+    }
+    fn skipped_ends(&self) -> (&[u8], &[u8]) {
+        LineReader::skipped_ends(self)
+    }
+}
+
+/// Where a session's messages go: `run` takes every line the session sends, in order, until the
+/// channel closes (the session ended). It returns early only when the client is gone, which
+/// ends the session. Each line taken must be given back to `backlog` (`Backlog::wrote`) once
+/// the client has it (or it is dropped), so a client that stops reading is noticed.
+pub trait Output: Send + 'static {
+    fn run(
+        self,
+        rx: mpsc::UnboundedReceiver<String>,
+        backlog: Arc<crate::link::Backlog>,
+        label: String,
+    ) -> impl Future<Output = ()> + Send + 'static;
+}
+
+/// A byte stream (stdio, a Unix socket): one line per message.
+pub struct Writer<W>(pub W);
+
+impl<W: AsyncWrite + Unpin + Send + 'static> Output for Writer<W> {
+    fn run(
+        self,
+        rx: mpsc::UnboundedReceiver<String>,
+        backlog: Arc<crate::link::Backlog>,
+        label: String,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        write_loop(self.0, rx, backlog, label)
+    }
+}
+
 /// Serves one client until it disconnects or `shutdown` fires. Every request it sent gets one
 /// response unless the client cancelled it; calls still running at the end are cancelled upstream.
 pub async fn serve<R, W>(server: Arc<Server>, reader: R, writer: W, opening: Opening, shutdown: CancellationToken)
@@ -130,6 +178,18 @@ where
     R: AsyncBufRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
+    let lines = LineReader::new(reader, server.limits.max_message_bytes);
+    serve_with(server, lines, Writer(writer), opening, shutdown).await
+}
+
+/// [`serve`] with messages read from `input` and lines given to `output`.
+pub async fn serve_with(
+    server: Arc<Server>,
+    mut input: impl Input,
+    output: impl Output,
+    opening: Opening,
+    shutdown: CancellationToken,
+) {
     let id = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);
     let label = format!("{}-{id}", opening.transport);
     let (tx, rx) = mpsc::unbounded_channel();
@@ -148,19 +208,18 @@ where
         speaks_control: opening.speaks_control,
     });
     let _registered = opening.registry.add(&session);
-    let mut writer_task = tokio::spawn(write_loop(writer, rx, session.link.backlog(), label.clone()));
+    let mut writer_task = tokio::spawn(output.run(rx, session.link.backlog(), label.clone()));
     // The writer ends early only when writing to the client failed: the client is gone.
     let mut writer_ended = false;
     tracing::debug!(session = %label, "session started");
     let tasks = TaskTracker::new();
-    let mut lines = LineReader::new(reader, server.limits.max_message_bytes);
     // Whether the client is still there to read an answer for what is cancelled below.
     let mut client_listening = false;
     // The client closed its input; it may still read what it is owed.
     let mut eof = false;
     loop {
         let frame = tokio::select! {
-            f = lines.next() => f,
+            f = input.next() => f,
             _ = shutdown.cancelled() => {
                 client_listening = true;
                 break;
@@ -175,7 +234,7 @@ where
             Ok(Some(Frame::Line(line))) => session.on_line(line, &tasks),
             Ok(Some(Frame::TooLong { bytes })) => session.link.send(codec::response_error(
                 &{
-                    let (head, tail) = lines.skipped_ends();
+                    let (head, tail) = input.skipped_ends();
                     codec::skipped_request_id(head, tail).unwrap_or_else(|| "null".to_string())
                 },
                 codec::INVALID_REQUEST,
@@ -193,6 +252,10 @@ where
             )),
             Ok(None) => {
                 eof = true;
+                break;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionAborted => {
+                tracing::debug!(session = %label, "the client ended its session: {e}");
                 break;
             }
             Err(e) => {
