@@ -152,6 +152,8 @@ pub struct Router {
     supervisor: Option<PathBuf>,
     started: Instant,
     pub shutdown: CancellationToken,
+    /// What status shows of the HTTP front, when one is served (`listen`, `sessions`).
+    pub http: std::sync::OnceLock<Box<dyn Fn() -> Value + Send + Sync>>,
 }
 
 impl Router {
@@ -167,6 +169,7 @@ impl Router {
             supervisor,
             started: Instant::now(),
             shutdown,
+            http: std::sync::OnceLock::new(),
         })
     }
 
@@ -530,7 +533,7 @@ impl Router {
         let broken: Vec<Value> =
             self.broken.read().expect("lock").iter().map(|(name, why)| json!({"name": name, "error": why})).collect();
         let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
-        json!({
+        let mut status = json!({
             "pid": std::process::id(),
             "version": env!("CARGO_PKG_VERSION"),
             "config": path(&self.about.config),
@@ -542,7 +545,11 @@ impl Router {
             "servers": servers,
             "retired": retired,
             "broken": broken,
-        })
+        });
+        if let Some(http) = self.http.get() {
+            status["http"] = http();
+        }
+        status
     }
 
     /// Stops every server (live and retired) and waits for their tasks, at most `grace`.
