@@ -98,16 +98,8 @@ pub fn daemon_blocking(args: DaemonArgs) -> anyhow::Result<()> {
     if args.detach {
         return detach(&args, &config, &socket);
     }
-    check_http(&args, &config)?;
     crate::cli::init_tracing(args.log_level.as_deref())?;
     run_blocking(&args, config, socket, None, || {})
-}
-
-/// Refuses to start a daemon whose HTTP front could not be served (a bad `--http`, a
-/// non-loopback address without a token of the user's own, an unusable token or token file),
-/// saying so in the terminal that started it; makes the generated token on the first start.
-fn check_http(args: &DaemonArgs, config: &Path) -> anyhow::Result<()> {
-    http_front(args.http, &Config::load(config)?, config).map(|_| ())
 }
 
 /// The HTTP front this daemon serves, if any: the config's `[http]` with `--http ADDR` over its
@@ -164,25 +156,29 @@ fn run_blocking(
     let result = runtime.block_on(async move {
         let shutdown = CancellationToken::new();
         tokio::spawn(crate::cli::on_signal(shutdown.clone()));
-        serve(args.plugins.clone(), config, socket, log, shutdown, ready).await
+        serve(args.plugins.clone(), config, socket, log, args.http, shutdown, ready).await
     });
     runtime.shutdown_timeout(Duration::from_millis(200));
     result
 }
 
-/// The daemon: loads the config, serves its socket, follows edits of the config, and stops its
-/// servers when `shutdown` fires, when asked to (`switchyard stop`), or when idle too long.
+/// The daemon: loads the config, serves its socket (and its HTTP front, with `[http]` or
+/// `http_flag`, which is `--http`), follows edits of the config, and stops its servers when
+/// `shutdown` fires, when asked to (`switchyard stop`), or when idle too long.
 pub async fn serve(
     plugins: Option<PathBuf>,
     config_path: PathBuf,
     socket: PathBuf,
     log: Option<PathBuf>,
+    http_flag: Option<Option<SocketAddr>>,
     shutdown: CancellationToken,
     ready: impl FnOnce(),
 ) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(&config_path)
         .with_context(|| format!("cannot read config file {}", config_path.display()))?;
     let config = Config::load_text(&config_path, &text)?;
+    // Checked before anything starts: a front that cannot be served stops the daemon here.
+    let front = http_front(http_flag, &config, &config_path)?;
     let policy = Policy::start(&config, plugins, shutdown.child_token()).await?;
     let about = About { config: Some(config_path.clone()), socket: Some(socket.clone()), log };
     let router = Router::new(policy, about, Some(PathBuf::from("/proc/self/exe")), shutdown.clone());
@@ -192,6 +188,25 @@ pub async fn serve(
         anyhow::anyhow!("{e:#}\n(`switchyard status --socket {}` shows the daemon serving it)", socket.display())
     })?;
     let file = bound.file();
+    let http = match front {
+        Some((http, token)) => {
+            let addr = http.listen;
+            let tcp = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot serve HTTP on {addr}: {e}{}",
+                    if e.kind() == std::io::ErrorKind::AddrInUse {
+                        " (another program listens there; choose another address with --http ADDR or [http] listen)"
+                    } else {
+                        ""
+                    }
+                )
+            })?;
+            let bound = tcp.local_addr().unwrap_or(addr);
+            tracing::info!("serving Streamable HTTP on http://{bound}/mcp/NAME");
+            Some(tokio::spawn(crate::front::serve(router.clone(), http, token, tcp, shutdown.clone())))
+        }
+        None => None,
+    };
     let listener = tokio::spawn(downstream::listen(router.clone(), bound, socket.clone(), shutdown.clone()));
     tokio::spawn(keep_socket(router.clone(), socket.clone(), file, shutdown.clone()));
     tracing::info!(
@@ -204,11 +219,17 @@ pub async fn serve(
     ready();
     tokio::spawn(watch_config(router.clone(), config_path, applied, shutdown.clone()));
     let idle = idle_exit(&config);
-    if !idle.is_zero() {
+    if !idle.is_zero() && http.is_some() {
+        // An HTTP client cannot start a daemon on demand, as `connect` does.
+        tracing::info!("daemon.idle_exit_ms is not applied while HTTP is served");
+    } else if !idle.is_zero() {
         tokio::spawn(exit_when_idle(router.clone(), idle));
     }
     shutdown.cancelled().await;
     let _ = listener.await;
+    if let Some(http) = http {
+        let _ = http.await;
+    }
     router.stop(SHUTDOWN_GRACE).await;
     tracing::info!("switchyard daemon stopped");
     Ok(())
@@ -474,7 +495,6 @@ fn detach(args: &DaemonArgs, config: &Path, socket: &Path) -> anyhow::Result<()>
         ));
         return Ok(());
     }
-    check_http(args, config)?;
     let log = places::log_for(config)?;
     let offset = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
     let mut cmd = std::process::Command::new("/proc/self/exe");
@@ -683,6 +703,15 @@ pub fn render(s: &serde_json::Value) -> String {
     for (label, key) in [("config", "config"), ("socket", "socket"), ("log", "log")] {
         let v = s[key].as_str().unwrap_or(if key == "log" { "stderr" } else { "-" });
         let _ = writeln!(out, "  {label}: {v}");
+    }
+    if let Some(http) = s.get("http") {
+        let _ = writeln!(
+            out,
+            "  http: {} ({} session{})",
+            http["listen"].as_str().unwrap_or("?"),
+            http["sessions"],
+            if http["sessions"] == 1 { "" } else { "s" }
+        );
     }
     let plugins: Vec<&str> = s["plugins"].as_array().into_iter().flatten().filter_map(|p| p.as_str()).collect();
     let _ = writeln!(

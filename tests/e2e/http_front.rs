@@ -1,0 +1,390 @@
+//! The daemon's Streamable HTTP front (issue 13) through the real binary: sessions of the
+//! 2025-11-25 era over HTTP next to stdio ones, each seeing only its own messages; DELETE; the
+//! door (token, Origin, Host, body size).
+
+mod harness;
+
+use std::time::Duration;
+
+use harness::daemon::*;
+use harness::*;
+use serde_json::{Value, json};
+
+const SLOW: Duration = Duration::from_secs(20);
+
+/// A daemon with `[http]` on an ephemeral loopback port, and a client of its front.
+struct Front {
+    home: Home,
+    base: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+/// An SSE response read event by event.
+struct Sse {
+    resp: reqwest::Response,
+    buf: String,
+    /// Keep-alive comments seen.
+    comments: usize,
+}
+
+impl Sse {
+    /// The next message, or None when the stream ended.
+    async fn next(&mut self) -> Option<Value> {
+        loop {
+            if let Some(end) = self.buf.find("\n\n") {
+                let event: String = self.buf.drain(..end + 2).collect();
+                let data: Vec<&str> = event.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim).collect();
+                if data.is_empty() {
+                    self.comments += event.lines().filter(|l| l.starts_with(':')).count();
+                    continue;
+                }
+                return Some(serde_json::from_str(&data.join("\n")).expect("an SSE event carries JSON"));
+            }
+            let chunk = tokio::time::timeout(SLOW, self.resp.chunk())
+                .await
+                .expect("the SSE stream went silent")
+                .expect("reading the SSE stream failed")?;
+            self.buf.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+    }
+
+    /// Every message until the stream ends.
+    async fn all(&mut self) -> Vec<Value> {
+        let mut out = Vec::new();
+        while let Some(m) = self.next().await {
+            out.push(m);
+        }
+        out
+    }
+}
+
+impl Front {
+    async fn start(config: impl FnOnce(&Home) -> String) -> Front {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let home = Home::new();
+        home.write_config(&config(&home));
+        let cfg = home.config_str();
+        let out = home.cli(&["daemon", "--config", &cfg, "--detach"]).await;
+        assert!(out.status.success(), "daemon --detach failed: {}", String::from_utf8_lossy(&out.stderr));
+        let status = home.status_json().await;
+        let listen = status["http"]["listen"].as_str().unwrap_or_else(|| panic!("no http in status: {status}"));
+        let base = format!("http://{listen}");
+        let out = home.cli(&["token", "--config", &cfg]).await;
+        let token = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        assert!(token.len() > 20, "no token printed");
+        Front { home, base, token, http: reqwest::Client::new() }
+    }
+
+    fn post(&self, path: &str, sid: Option<&str>, body: &Value) -> reqwest::RequestBuilder {
+        self.post_accepting(path, sid, body, "application/json, text/event-stream")
+    }
+
+    fn post_accepting(&self, path: &str, sid: Option<&str>, body: &Value, accept: &str) -> reqwest::RequestBuilder {
+        let mut r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .header("content-type", "application/json")
+            .header("accept", accept)
+            .body(body.to_string());
+        if let Some(s) = sid {
+            r = r.header("mcp-session-id", s).header("mcp-protocol-version", "2025-06-18");
+        }
+        r
+    }
+
+    /// initialize + initialized on `path`; the session id.
+    async fn session(&self, path: &str) -> String {
+        let body = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "http-e2e", "version": "1"}}});
+        let resp = self.post(path, None, &body).send().await.unwrap();
+        assert_eq!(resp.status(), 200);
+        assert_eq!(resp.headers()["content-type"], "text/event-stream");
+        let sid = resp.headers()["mcp-session-id"].to_str().unwrap().to_string();
+        assert!(sid.len() == 32 && sid.chars().all(|c| c.is_ascii_hexdigit()), "session id {sid:?}");
+        let msgs = Sse { resp, buf: String::new(), comments: 0 }.all().await;
+        assert_eq!(msgs.len(), 1, "{msgs:?}");
+        assert_eq!(msgs[0]["id"], 0);
+        assert!(msgs[0]["result"]["serverInfo"].is_object(), "{msgs:?}");
+        let resp = self
+            .post(path, Some(&sid), &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 202);
+        sid
+    }
+
+    /// POSTs a request in a session; its SSE stream.
+    async fn request(&self, path: &str, sid: &str, body: Value) -> Sse {
+        let resp = self.post(path, Some(sid), &body).send().await.unwrap();
+        assert_eq!(resp.status(), 200, "{body}");
+        assert_eq!(resp.headers()["content-type"], "text/event-stream");
+        Sse { resp, buf: String::new(), comments: 0 }
+    }
+}
+
+fn call(id: Value, tool: &str, args: Value, progress: Option<&str>) -> Value {
+    let mut params = json!({"name": tool, "arguments": args});
+    if let Some(p) = progress {
+        params["_meta"] = json!({"progressToken": p});
+    }
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+}
+
+fn text_of(resp: &Value) -> &str {
+    resp["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("no text in {resp}"))
+}
+
+#[tokio::test]
+async fn initialize_and_a_tool_call_through_http() {
+    let f = Front::start(|h| format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", h.fixture("alpha", &[]))).await;
+    // One server: /mcp serves it too.
+    let sid = f.session("/mcp").await;
+    let mut s = f.request("/mcp/alpha", &sid, call(json!(1), "echo", json!({"text": "over http"}), None)).await;
+    let msgs = s.all().await;
+    assert_eq!(msgs.len(), 1, "{msgs:?}");
+    assert_eq!((msgs[0]["id"].clone(), text_of(&msgs[0])), (json!(1), "over http"));
+    // A client that takes only JSON gets the response alone.
+    let resp = f
+        .post_accepting(
+            "/mcp/alpha",
+            Some(&sid),
+            &call(json!("j"), "echo", json!({"text": "as json"}), None),
+            "application/json",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "application/json");
+    let v: Value = serde_json::from_str(&resp.text().await.unwrap()).unwrap();
+    assert_eq!((v["id"].clone(), text_of(&v)), (json!("j"), "as json"));
+    // A pretty-printed body is one message all the same.
+    let pretty = serde_json::to_string_pretty(&call(json!(2), "echo", json!({"text": "a\nb"}), None)).unwrap();
+    let resp = f
+        .http
+        .post(format!("{}/mcp/alpha", f.base))
+        .bearer_auth(&f.token)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &sid)
+        .body(pretty)
+        .send()
+        .await
+        .unwrap();
+    let msgs = Sse { resp, buf: String::new(), comments: 0 }.all().await;
+    assert_eq!(text_of(&msgs[0]), "a\nb");
+    // Status shows the front and its sessions, never a session id or the token.
+    let status = f.home.status_json().await;
+    assert_eq!(status["http"]["sessions"], 1, "{status}");
+    let text = status.to_string();
+    assert!(!text.contains(&sid) && !text.contains(&f.token));
+    let human = f.home.status_text().await;
+    assert!(human.contains(&format!("http: {} (1 session)", f.base.trim_start_matches("http://"))), "{human}");
+    assert!(!f.home.logs().contains(&sid) && !f.home.logs().contains(&f.token), "the log holds a secret");
+    // `stop` ends the HTTP front with the socket.
+    f.home.shutdown().await;
+    let r = f.post("/mcp/alpha", Some(&sid), &call(json!(3), "echo", json!({"text": "x"}), None)).send().await;
+    assert!(r.as_ref().is_err_and(|e| e.is_connect()), "the front still answers after stop: {r:?}");
+}
+
+#[tokio::test]
+async fn an_address_in_use_is_named_and_the_daemon_does_not_start() {
+    let home = Home::new();
+    home.write_config(&home.fixture("alpha", &[]));
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = home.cli(&["daemon", "--config", &home.config_str(), "--http", &addr]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot serve HTTP on {addr}")) && stderr.contains("another program listens there"),
+        "{stderr}"
+    );
+    assert!(home.daemons().is_empty());
+    home.shutdown().await;
+}
+
+/// Two HTTP sessions and a stdio one call the same server at once with the same request id
+/// and the same progress token: each gets its own progress and its own answer, nothing of the
+/// others'. Logs (a server of one instance per session) reach only the session that caused them.
+#[tokio::test]
+async fn each_session_sees_only_its_own_messages() {
+    let f = Front::start(|h| {
+        format!(
+            "{}{}[servers.solo.pools.default]\nmin = 0\nmax = 4\naffinity = \"session\"\n[http]\nlisten = \"127.0.0.1:0\"\n",
+            h.fixture("shared", &[]),
+            h.fixture("solo", &[])
+        )
+    })
+    .await;
+    let (a, b) = (f.session("/mcp/shared").await, f.session("/mcp/shared").await);
+    assert_ne!(a, b);
+    let (mut p, mut c) = f.home.client("shared").await;
+    let sleep = |who: &str| call(json!(7), "sleep", json!({"ms": 800, "progress_ms": 100, "who": who}), Some("tok"));
+    let (mut sa, mut sb) =
+        (f.request("/mcp/shared", &a, sleep("a")).await, f.request("/mcp/shared", &b, sleep("b")).await);
+    c.send(&sleep("c")).await;
+    let (ma, mb) = tokio::join!(sa.all(), sb.all());
+    for (who, msgs) in [("a", &ma), ("b", &mb)] {
+        let progress: Vec<&Value> = msgs.iter().filter(|m| m["method"] == "notifications/progress").collect();
+        assert_eq!(progress.len(), 7, "session {who}: {msgs:?}");
+        assert!(progress.iter().all(|p| p["params"]["progressToken"] == "tok"));
+        assert_eq!(msgs.len(), 8, "session {who} got more than its own: {msgs:?}");
+        assert_eq!((msgs[7]["id"].clone(), text_of(&msgs[7])), (json!(7), "slept 800 ms"));
+    }
+    let mut got = Vec::new();
+    loop {
+        let m = c.recv().await;
+        let done = m.get("id") == Some(&json!(7));
+        got.push(m);
+        if done {
+            break;
+        }
+    }
+    assert_eq!(got.len(), 8, "stdio session: {got:?}");
+    c.expect_silence(Duration::from_millis(300)).await;
+    // The stdio client leaves now (its `connect` would start the daemon again after `stop`).
+    c.close().await;
+    p.wait().await;
+
+    // Logs: each session's own instance of `solo`; the GET stream of each HTTP session carries
+    // the log its own call caused after the call ended.
+    let (x, y) = (f.session("/mcp/solo").await, f.session("/mcp/solo").await);
+    let listen = |sid: &str| {
+        f.http
+            .get(format!("{}/mcp/solo", f.base))
+            .bearer_auth(&f.token)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", sid)
+            .send()
+    };
+    let (gx, gy) = (listen(&x).await.unwrap(), listen(&y).await.unwrap());
+    assert_eq!((gx.status(), gy.status()), (reqwest::StatusCode::OK, reqwest::StatusCode::OK));
+    let (mut gx, mut gy) =
+        (Sse { resp: gx, buf: String::new(), comments: 0 }, Sse { resp: gy, buf: String::new(), comments: 0 });
+    let log = |m: &str| call(json!(1), "log", json!({"message": m, "after_ms": 50}), None);
+    let r = f.request("/mcp/solo", &x, log("for x")).await.all().await;
+    assert_eq!(text_of(&r[0]), "will log");
+    let r = f.request("/mcp/solo", &y, log("for y")).await.all().await;
+    assert_eq!(text_of(&r[0]), "will log");
+    let (lx, ly) = (gx.next().await.unwrap(), gy.next().await.unwrap());
+    assert_eq!((lx["method"].as_str(), lx["params"]["data"].as_str()), (Some("notifications/message"), Some("for x")));
+    assert_eq!((ly["method"].as_str(), ly["params"]["data"].as_str()), (Some("notifications/message"), Some("for y")));
+    // Nothing else arrives on either (keep-alive comments aside).
+    for g in [&mut gx, &mut gy] {
+        assert!(tokio::time::timeout(Duration::from_millis(400), g.next()).await.is_err(), "an extra message");
+    }
+    f.home.shutdown().await;
+}
+
+#[tokio::test]
+async fn delete_cancels_calls_in_flight_and_ends_the_session() {
+    let f = Front::start(|h| format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", h.fixture("alpha", &[]))).await;
+    let sid = f.session("/mcp/alpha").await;
+    let mut s = f.request("/mcp/alpha", &sid, call(json!(5), "hang", json!({}), None)).await;
+    let journal = f.home.journal("alpha");
+    wait_journal(&journal, SLOW, |e| received(e, "tools/call").count() == 1).await;
+    let resp = f
+        .http
+        .delete(format!("{}/mcp/alpha", f.base))
+        .bearer_auth(&f.token)
+        .header("mcp-session-id", &sid)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 204);
+    // The server is told to stop the call, and the request's stream ends without an answer.
+    wait_journal(&journal, SLOW, |e| received(e, "notifications/cancelled").count() == 1).await;
+    assert!(s.all().await.is_empty());
+    // The session is gone: every use of it is 404.
+    let resp = f.post("/mcp/alpha", Some(&sid), &call(json!(6), "echo", json!({"text": "x"}), None)).send().await;
+    assert_eq!(resp.unwrap().status(), 404);
+    let status = f.home.wait_status("no HTTP session", SLOW, |s| s["http"]["sessions"] == 0).await;
+    assert_eq!(sessions(&status, "alpha"), 0);
+    f.home.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_door_refuses_what_it_must_and_the_daemon_still_serves() {
+    let f = Front::start(|h| {
+        format!("{}[limits]\nmax_message_bytes = 4096\n[http]\nlisten = \"127.0.0.1:0\"\n", h.fixture("alpha", &[]))
+    })
+    .await;
+    let url = format!("{}/mcp/alpha", f.base);
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}}});
+    // No token, a wrong one.
+    let r = f.http.post(&url).header("content-type", "application/json").body(init.to_string()).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let r = f.http.post(&url).bearer_auth("sy_wrong").body(init.to_string()).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    // A page of another site, a rebinding Host.
+    let r = f.post("/mcp/alpha", None, &init).header("origin", "http://evil.example.com").send().await.unwrap();
+    assert_eq!(r.status(), 403);
+    let r = f.post("/mcp/alpha", None, &init).header("host", "evil.example.com").send().await.unwrap();
+    assert_eq!(r.status(), 403);
+    // Without a session, only initialize; an unknown session is 404.
+    let r = f.post("/mcp/alpha", None, &call(json!(1), "echo", json!({"text": "x"}), None)).send().await.unwrap();
+    assert_eq!(r.status(), 400);
+    let r = f.post("/mcp/alpha", Some("0123456789abcdef0123456789abcdef"), &init).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    let r = f.post("/mcp/nosuch", None, &init).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    // A request of the 2026-07-28 stateless protocol, and resuming: not served, said so.
+    let modern = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}});
+    let r = f.post("/mcp/alpha", None, &modern).header("mcp-protocol-version", "2026-07-28").send().await.unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
+    assert_eq!(v["error"]["code"], -32022, "{v}");
+    // Over the server's limit: 413, and the same session goes on.
+    let sid = f.session("/mcp/alpha").await;
+    let big = call(json!(9), "echo", json!({"text": "x".repeat(5000)}), None);
+    let r = f.post("/mcp/alpha", Some(&sid), &big).send().await.unwrap();
+    assert_eq!(r.status(), 413);
+    let v: Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
+    assert!(v["error"]["message"].as_str().unwrap().contains("max_message_bytes"), "{v}");
+    let r = f
+        .http
+        .get(format!("{}/mcp/alpha", f.base))
+        .bearer_auth(&f.token)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &sid)
+        .header("last-event-id", "1.5")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    // A request id still open in the session is refused, the first request unharmed.
+    let mut first = f.request("/mcp/alpha", &sid, call(json!(4), "sleep", json!({"ms": 500}), None)).await;
+    let r = f.post("/mcp/alpha", Some(&sid), &call(json!(4), "echo", json!({"text": "dup"}), None)).send().await;
+    assert_eq!(r.unwrap().status(), 400);
+    let msgs = first.all().await;
+    assert_eq!((msgs.len(), text_of(&msgs[0])), (1, "slept 500 ms"));
+    let msgs = f.request("/mcp/alpha", &sid, call(json!(4), "echo", json!({"text": "ok"}), None)).await.all().await;
+    assert_eq!(text_of(&msgs[0]), "ok");
+    f.home.shutdown().await;
+}
+
+#[tokio::test]
+async fn idle_sessions_end_and_streams_get_keep_alives() {
+    let f = Front::start(|h| {
+        format!(
+            "{}[http]\nlisten = \"127.0.0.1:0\"\nkeepalive_ms = 1000\nsession_idle_ms = 1000\n",
+            h.fixture("alpha", &[])
+        )
+    })
+    .await;
+    let sid = f.session("/mcp/alpha").await;
+    // A call longer than the TTL keeps the session (its stream is open) and gets keep-alives.
+    let mut s = f.request("/mcp/alpha", &sid, call(json!(1), "sleep", json!({"ms": 2500}), None)).await;
+    let msgs = s.all().await;
+    assert_eq!(text_of(&msgs[0]), "slept 2500 ms");
+    assert!(s.comments >= 1, "no keep-alive comment in 2.5 s");
+    // Then, idle, it is ended.
+    f.home.wait_status("the idle session ended", SLOW, |s| s["http"]["sessions"] == 0).await;
+    let r = f.post("/mcp/alpha", Some(&sid), &call(json!(2), "echo", json!({"text": "x"}), None)).send().await;
+    assert_eq!(r.unwrap().status(), 404);
+    f.home.shutdown().await;
+}
