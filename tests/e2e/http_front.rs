@@ -3,6 +3,7 @@
 //! door (token, Origin, Host, body size).
 
 mod harness;
+mod npm_setup;
 
 use std::time::Duration;
 
@@ -388,3 +389,58 @@ async fn idle_sessions_end_and_streams_get_keep_alives() {
     assert_eq!(r.unwrap().status(), 404);
     f.home.shutdown().await;
 }
+
+/// The official TypeScript SDK's StreamableHTTPClientTransport through the front: a call, one
+/// with progress, one during which the server asks the client for a completion (which reaches
+/// it on its GET stream or the call's stream, and its answer goes back), then DELETE.
+#[tokio::test]
+async fn the_typescript_sdk_calls_tools_through_the_front() {
+    tokio::task::spawn_blocking(npm_setup::ensure_npm).await.unwrap();
+    let f = Front::start(|h| format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", h.fixture("alpha", &[]))).await;
+    let script = f.home.path().join("ts-http.mjs");
+    std::fs::write(&script, TS_CLIENT).unwrap();
+    let sdk = npm_setup::npm_dir().join("node_modules/@modelcontextprotocol/sdk/dist/esm");
+    let url = format!("{}/mcp/alpha", f.base);
+    let sdk_url = format!("file://{}", sdk.display());
+    let run = tokio::process::Command::new("node")
+        .args([script.to_str().unwrap(), &url, &f.token, &sdk_url])
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(60), run).await.expect("the TS client hung").unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "TS client failed ({}):\n{stdout}\n{stderr}\n{}", out.status, f.home.logs());
+    let got: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert_eq!(got["session"], "string", "{got}");
+    assert_eq!(got["echo"], "from ts", "{got}");
+    assert_eq!((got["sleep"].as_str(), got["progress"].as_u64()), (Some("slept 500 ms"), Some(4)), "{got}");
+    assert_eq!(got["sample"], "sampled over http", "{got}");
+    // It ended its session with DELETE.
+    f.home.wait_status("the TS session ended", SLOW, |s| s["http"]["sessions"] == 0).await;
+    f.home.shutdown().await;
+}
+
+const TS_CLIENT: &str = r#"
+const [url, token, sdk] = process.argv.slice(2);
+const { Client } = await import(`${sdk}/client/index.js`);
+const { StreamableHTTPClientTransport } = await import(`${sdk}/client/streamableHttp.js`);
+const { CreateMessageRequestSchema } = await import(`${sdk}/types.js`);
+const client = new Client({ name: "ts-http-e2e", version: "1" }, { capabilities: { sampling: {} } });
+client.setRequestHandler(CreateMessageRequestSchema, async () => ({
+  model: "m", role: "assistant", content: { type: "text", text: "sampled over http" },
+}));
+const transport = new StreamableHTTPClientTransport(new URL(url), {
+  requestInit: { headers: { Authorization: `Bearer ${token}` } },
+});
+await client.connect(transport);
+const text = (r) => r.content[0].text;
+const out = { session: typeof transport.sessionId };
+out.echo = text(await client.callTool({ name: "echo", arguments: { text: "from ts" } }));
+let progress = 0;
+out.sleep = text(await client.callTool({ name: "sleep", arguments: { ms: 500, progress_ms: 100 } }, undefined,
+  { onprogress: () => progress++ }));
+out.progress = progress;
+out.sample = text(await client.callTool({ name: "sample", arguments: { prompt: "hi" } }));
+await transport.terminateSession();
+await client.close();
+console.log(JSON.stringify(out));
+"#;

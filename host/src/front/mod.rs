@@ -401,12 +401,19 @@ async fn read_body(body: Body, limit: usize) -> Result<Bytes, Response> {
     }
 }
 
+/// The first protocol version without sessions (served statelessly, not by this front yet).
+const STATELESS_ERA: &str = "2026-07-28";
+
 /// 400 for a protocol version this front does not serve; None when it does (or none is given:
-/// the spec then assumes 2025-03-26).
+/// the spec then assumes 2025-03-26). A session's version is the one its server negotiated,
+/// which may be any version of the initialize era, so only what is not a version at all and the
+/// stateless era's are refused.
 fn check_version(headers: &HeaderMap) -> Option<Response> {
     let v = headers.get(VERSION_HEADER)?;
     let v = v.to_str().unwrap_or("(not ASCII)");
-    (!SESSION_VERSIONS.contains(&v)).then(|| unsupported_version(v, "null"))
+    let dated = v.len() == 10
+        && v.bytes().enumerate().all(|(i, b)| if i == 4 || i == 7 { b == b'-' } else { b.is_ascii_digit() });
+    (!dated || v >= STATELESS_ERA).then(|| unsupported_version(v, "null"))
 }
 
 fn unsupported_version(version: &str, id: &str) -> Response {
@@ -496,10 +503,13 @@ mod tests {
     }
 
     #[test]
-    fn versions_of_the_initialize_era_pass_others_get_400_with_the_list() {
+    fn versions_of_the_initialize_era_pass_the_stateless_era_s_and_non_versions_get_400() {
         assert!(check_version(&headers(&[])).is_none());
         assert!(check_version(&headers(&[("mcp-protocol-version", "2025-06-18")])).is_none());
-        let r = check_version(&headers(&[("mcp-protocol-version", "2026-07-28")])).unwrap();
-        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+        assert!(check_version(&headers(&[("mcp-protocol-version", "2024-10-07")])).is_none());
+        for refused in ["2026-07-28", "2027-01-01", "latest", "2025-6-18"] {
+            let r = check_version(&headers(&[("mcp-protocol-version", refused)])).unwrap();
+            assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{refused}");
+        }
     }
 }
