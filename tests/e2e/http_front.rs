@@ -221,6 +221,11 @@ async fn each_session_sees_only_its_own_messages() {
         )
     })
     .await;
+    // Two servers: /mcp names neither.
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}}});
+    let r = f.post("/mcp", None, &init).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    assert!(r.text().await.unwrap().contains("/mcp/NAME"));
     let (a, b) = (f.session("/mcp/shared").await, f.session("/mcp/shared").await);
     assert_ne!(a, b);
     let (mut p, mut c) = f.home.client("shared").await;
@@ -372,12 +377,17 @@ async fn the_door_refuses_what_it_must_and_the_daemon_still_serves() {
 async fn idle_sessions_end_and_streams_get_keep_alives() {
     let f = Front::start(|h| {
         format!(
-            "{}[http]\nlisten = \"127.0.0.1:0\"\nkeepalive_ms = 1000\nsession_idle_ms = 1000\n",
+            "{}[http]\nlisten = \"127.0.0.1:0\"\nkeepalive_ms = 1000\nsession_idle_ms = 1000\nmax_sessions = 1\n",
             h.fixture("alpha", &[])
         )
     })
     .await;
     let sid = f.session("/mcp/alpha").await;
+    // One session at most: a second initialize is turned away for now.
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}}});
+    let r = f.post("/mcp/alpha", None, &init).send().await.unwrap();
+    assert_eq!(r.status(), 503);
+    assert!(r.text().await.unwrap().contains("max_sessions"));
     // A call longer than the TTL keeps the session (its stream is open) and gets keep-alives.
     let mut s = f.request("/mcp/alpha", &sid, call(json!(1), "sleep", json!({"ms": 2500}), None)).await;
     let msgs = s.all().await;
@@ -387,6 +397,8 @@ async fn idle_sessions_end_and_streams_get_keep_alives() {
     f.home.wait_status("the idle session ended", SLOW, |s| s["http"]["sessions"] == 0).await;
     let r = f.post("/mcp/alpha", Some(&sid), &call(json!(2), "echo", json!({"text": "x"}), None)).send().await;
     assert_eq!(r.unwrap().status(), 404);
+    // Its place is free again.
+    f.session("/mcp").await;
     f.home.shutdown().await;
 }
 

@@ -179,7 +179,10 @@ impl Front {
             Some(s) => s.server.clone(),
             None => match self.router.lookup(name, &BTreeMap::new()) {
                 Ok(s) => s,
-                Err(why) => return rpc_error(StatusCode::NOT_FOUND, "null", codec::INVALID_REQUEST, &why),
+                Err(why) => {
+                    let why = if name.is_none() { format!("{why} (over HTTP: /mcp/NAME)") } else { why };
+                    return rpc_error(StatusCode::NOT_FOUND, "null", codec::INVALID_REQUEST, &why);
+                }
             },
         };
         let limit = server.limits.max_message_bytes;
@@ -221,22 +224,21 @@ impl Front {
         let (session, new_sid) = match existing {
             Some(s) => (s, None),
             None if env.kind == Kind::Request && method == "initialize" => {
-                if self.table.len() >= self.http.max_sessions {
-                    return rpc_error(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        raw_id.as_deref().unwrap_or("null"),
-                        codec::SERVER_BUSY,
-                        &format!(
-                            "the HTTP front has {} sessions, its maximum ([http] max_sessions); try again later",
-                            self.http.max_sessions
-                        ),
-                    );
-                }
-                let s = HttpSession::start(server.clone(), self.router.registry.clone(), self.shutdown.clone());
-                match self.table.add(s.clone()) {
-                    Ok(sid) => (s, Some(sid)),
+                let start = || HttpSession::start(server.clone(), self.router.registry.clone(), self.shutdown.clone());
+                match self.table.open(self.http.max_sessions, start) {
+                    Ok(Some((s, sid))) => (s, Some(sid)),
+                    Ok(None) => {
+                        return rpc_error(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            raw_id.as_deref().unwrap_or("null"),
+                            codec::SERVER_BUSY,
+                            &format!(
+                                "the HTTP front has {} sessions, its maximum ([http] max_sessions); try again later",
+                                self.http.max_sessions
+                            ),
+                        );
+                    }
                     Err(e) => {
-                        s.end();
                         return rpc_error(
                             StatusCode::INTERNAL_SERVER_ERROR,
                             raw_id.as_deref().unwrap_or("null"),

@@ -336,18 +336,31 @@ impl Table {
         (!s.ended.is_cancelled()).then_some(s)
     }
 
-    /// Adds a session under a new random id; the entry goes when the session ends.
-    pub fn add(self: &Arc<Self>, session: Arc<HttpSession>) -> std::io::Result<String> {
+    /// Starts a session (`start`) under a new random id unless `max` are live (`Ok(None)`); the
+    /// entry goes when the session ends. Checked and added under one lock, so `max` holds.
+    pub fn open(
+        self: &Arc<Self>,
+        max: usize,
+        start: impl FnOnce() -> Arc<HttpSession>,
+    ) -> std::io::Result<Option<(Arc<HttpSession>, String)>> {
         let sid = new_id()?;
-        self.sessions.lock().expect("lock").insert(sid.clone(), session.clone());
-        let (me, key) = (Arc::downgrade(self), sid.clone());
+        let session = {
+            let mut sessions = self.sessions.lock().expect("lock");
+            if sessions.len() >= max {
+                return Ok(None);
+            }
+            let session = start();
+            sessions.insert(sid.clone(), session.clone());
+            session
+        };
+        let (me, key, ended) = (Arc::downgrade(self), sid.clone(), session.ended.clone());
         tokio::spawn(async move {
-            session.ended.cancelled().await;
+            ended.cancelled().await;
             if let Some(me) = me.upgrade() {
                 me.sessions.lock().expect("lock").remove(&key);
             }
         });
-        Ok(sid)
+        Ok(Some((session, sid)))
     }
 
     /// Takes a session out and ends it.
