@@ -91,7 +91,11 @@ impl Routes {
             },
             None => t,
         };
-        self.streams.retain(|_, s| !s.tx.is_closed());
+        // Streams whose client went away take nothing more (their requests stay in flight).
+        let gone: Vec<u64> = self.streams.iter().filter(|(_, s)| s.tx.is_closed()).map(|(n, _)| *n).collect();
+        for n in gone {
+            self.close(n);
+        }
         let mut open = self.streams.values().filter(|s| !s.json_only);
         if let (Some(only), None) = (open.next(), open.next()) {
             let _ = only.tx.send(t);
@@ -476,8 +480,11 @@ mod tests {
         let mut a = open(&mut r, "1", None, false);
         r.route(taken(log, &b));
         assert_eq!(drain(&mut a).len(), 1, "the only open stream takes it");
+        let gone = open(&mut r, "3", Some("g"), false);
+        drop(gone);
         let mut c = open(&mut r, "2", None, false);
         r.route(taken(log, &b));
+        assert!(!r.by_progress.contains_key("\"g\""), "a stream whose client left is forgotten");
         assert!(drain(&mut a).is_empty() && drain(&mut c).is_empty() && r.queued.len() == 1);
         let (tx, mut g) = mpsc::unbounded_channel();
         while let Some(t) = r.queued.pop_front() {
