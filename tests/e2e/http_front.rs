@@ -290,9 +290,21 @@ async fn each_session_sees_only_its_own_messages() {
 async fn delete_cancels_calls_in_flight_and_ends_the_session() {
     let f = Front::start(|h| format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", h.fixture("alpha", &[]))).await;
     let sid = f.session("/mcp/alpha").await;
-    let mut s = f.request("/mcp/alpha", &sid, call(json!(5), "hang", json!({}), None)).await;
     let journal = f.home.journal("alpha");
+    // A cancel ends the request's stream without an answer and reaches the server; the id is
+    // free again at once.
+    let mut s = f.request("/mcp/alpha", &sid, call(json!(5), "hang", json!({}), None)).await;
     wait_journal(&journal, SLOW, |e| received(e, "tools/call").count() == 1).await;
+    let cancel =
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 5, "reason": "enough"}});
+    assert_eq!(f.post("/mcp/alpha", Some(&sid), &cancel).send().await.unwrap().status(), 202);
+    assert!(s.all().await.is_empty());
+    wait_journal(&journal, SLOW, |e| received(e, "notifications/cancelled").count() == 1).await;
+    let msgs = f.request("/mcp/alpha", &sid, call(json!(5), "echo", json!({"text": "again"}), None)).await.all().await;
+    assert_eq!(text_of(&msgs[0]), "again");
+    // DELETE cancels what is in flight.
+    let mut s = f.request("/mcp/alpha", &sid, call(json!(5), "hang", json!({}), None)).await;
+    wait_journal(&journal, SLOW, |e| received(e, "tools/call").count() == 3).await;
     let resp = f
         .http
         .delete(format!("{}/mcp/alpha", f.base))
@@ -303,7 +315,7 @@ async fn delete_cancels_calls_in_flight_and_ends_the_session() {
         .unwrap();
     assert_eq!(resp.status(), 204);
     // The server is told to stop the call, and the request's stream ends without an answer.
-    wait_journal(&journal, SLOW, |e| received(e, "notifications/cancelled").count() == 1).await;
+    wait_journal(&journal, SLOW, |e| received(e, "notifications/cancelled").count() == 2).await;
     assert!(s.all().await.is_empty());
     // The session is gone: every use of it is 404.
     let resp = f.post("/mcp/alpha", Some(&sid), &call(json!(6), "echo", json!({"text": "x"}), None)).send().await;
