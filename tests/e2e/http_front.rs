@@ -468,3 +468,41 @@ await transport.terminateSession();
 await client.close();
 console.log(JSON.stringify(out));
 "#;
+
+/// Fifty sessions at once, each doing calls with its own text under the same ids: every answer
+/// is its own session's.
+#[tokio::test]
+async fn fifty_sessions_at_once_each_get_only_their_own_answers() {
+    let f = Front::start(|h| {
+        format!(
+            "{}[servers.alpha.pools.default]\nmin = 1\nmax = 4\n[http]\nlisten = \"127.0.0.1:0\"\n",
+            h.fixture("alpha", &[])
+        )
+    })
+    .await;
+    let f = std::sync::Arc::new(f);
+    let mut tasks = tokio::task::JoinSet::new();
+    for n in 0..50 {
+        let f = f.clone();
+        tasks.spawn(async move {
+            let sid = f.session("/mcp/alpha").await;
+            for i in 0..3 {
+                let text = format!("session {n} call {i}");
+                let msgs = f
+                    .request("/mcp/alpha", &sid, call(json!(i), "echo", json!({"text": text}), None))
+                    .await
+                    .all()
+                    .await;
+                assert_eq!(msgs.len(), 1, "{msgs:?}");
+                assert_eq!((msgs[0]["id"].clone(), text_of(&msgs[0])), (json!(i), text.as_str()));
+            }
+            sid
+        });
+    }
+    let mut sids = std::collections::HashSet::new();
+    while let Some(r) = tasks.join_next().await {
+        assert!(sids.insert(r.unwrap()), "two sessions got one id");
+    }
+    assert_eq!(f.home.status_json().await["http"]["sessions"], 50);
+    f.home.shutdown().await;
+}
