@@ -275,6 +275,8 @@ struct Waiting<'a> {
     /// e.g. "tools/call `read_file` on server `fs`".
     about: &'a str,
     link: &'a SessionLink,
+    /// The raw id of the client's request that waits (the notice is about it).
+    client_id: &'a str,
     /// Checked when the notice is due: the server declared `logging` (MCP lets a server send
     /// notifications/message only then) and the client's level admits `info`.
     may_notify: &'a (dyn Fn() -> bool + Sync),
@@ -306,10 +308,13 @@ async fn bounded<T>(
                 if (waiting.may_notify)() {
                     let text = format!("switchyard: {} is waiting for {}", waiting.about, waiting_for());
                     let data = codec::json_string(&text);
-                    waiting.link.send(codec::notification(
-                        "notifications/message",
-                        &format!(r#"{{"level":"info","logger":"switchyard","data":{data}}}"#),
-                    ));
+                    waiting.link.send_for(
+                        waiting.client_id,
+                        codec::notification(
+                            "notifications/message",
+                            &format!(r#"{{"level":"info","logger":"switchyard","data":{data}}}"#),
+                        ),
+                    );
                 }
             }
         }
@@ -340,7 +345,8 @@ async fn attempt(
     let about = format!("{what} on server `{}`", server.name);
     let may_notify =
         || server.declares_logging() && server.hub.session_level(req.session).is_none_or(|l| l >= NOTICE_LEVEL);
-    let waiting = Waiting { about: &about, link: req.link, may_notify: &may_notify };
+    let client_id = &req.line[req.env.id.clone().expect("requests have ids")];
+    let waiting = Waiting { about: &about, link: req.link, client_id, may_notify: &may_notify };
     let gate_wait = || server.gate.blockers().to_string();
     let _permit =
         bounded(server.gate.acquire(eff.concurrency.clone()), deadline, &req.cancel.token, &waiting, gate_wait)
@@ -449,13 +455,13 @@ mod tests {
     use super::*;
     use tokio::sync::mpsc;
 
-    fn link() -> (Arc<SessionLink>, mpsc::UnboundedReceiver<String>) {
+    fn link() -> (Arc<SessionLink>, mpsc::UnboundedReceiver<crate::link::Out>) {
         let (tx, rx) = mpsc::unbounded_channel();
         (SessionLink::new(1, tx, 1 << 20, crate::link::Buffered::new(usize::MAX)), rx)
     }
 
     fn waiting<'a>(link: &'a SessionLink, may: &'a (dyn Fn() -> bool + Sync)) -> Waiting<'a> {
-        Waiting { about: "tools/call `x` on server `s`", link, may_notify: may }
+        Waiting { about: "tools/call `x` on server `s`", link, client_id: "1", may_notify: may }
     }
 
     #[tokio::test(start_paused = true)]
@@ -469,7 +475,9 @@ mod tests {
         let r = bounded(std::future::pending::<()>(), deadline, &cancel, &w, || "the gate".to_string()).await;
         assert_eq!(r, Err(Some("the gate".to_string())));
         assert_eq!(started.elapsed(), Duration::from_millis(2500));
-        let notice: serde_json::Value = serde_json::from_str(&rx.try_recv().unwrap()).unwrap();
+        let out = rx.try_recv().unwrap();
+        assert_eq!(out.related.as_deref(), Some("1"), "the notice is about the waiting request");
+        let notice: serde_json::Value = serde_json::from_str(&out.line).unwrap();
         assert_eq!(notice["method"], "notifications/message");
         assert_eq!(notice["params"]["level"], "info");
         assert_eq!(notice["params"]["data"], "switchyard: tools/call `x` on server `s` is waiting for the gate");

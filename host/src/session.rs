@@ -151,7 +151,7 @@ impl<R: AsyncBufRead + Unpin> Input for LineReader<R> {
 pub trait Output: Send + 'static {
     fn run(
         self,
-        rx: mpsc::UnboundedReceiver<String>,
+        rx: mpsc::UnboundedReceiver<crate::link::Out>,
         backlog: Arc<crate::link::Backlog>,
         label: String,
     ) -> impl Future<Output = ()> + Send + 'static;
@@ -163,7 +163,7 @@ pub struct Writer<W>(pub W);
 impl<W: AsyncWrite + Unpin + Send + 'static> Output for Writer<W> {
     fn run(
         self,
-        rx: mpsc::UnboundedReceiver<String>,
+        rx: mpsc::UnboundedReceiver<crate::link::Out>,
         backlog: Arc<crate::link::Backlog>,
         label: String,
     ) -> impl Future<Output = ()> + Send + 'static {
@@ -327,19 +327,19 @@ async fn or_cancelled<T>(token: &CancellationToken, f: impl Future<Output = T>) 
 /// fails (a closed pipe or socket: the client stopped reading), which ends the session.
 async fn write_loop<W: AsyncWrite + Unpin>(
     writer: W,
-    mut rx: mpsc::UnboundedReceiver<String>,
+    mut rx: mpsc::UnboundedReceiver<crate::link::Out>,
     backlog: Arc<crate::link::Backlog>,
     label: String,
 ) {
     let mut w = BufWriter::with_capacity(64 * 1024, writer);
     let failed = async {
-        while let Some(line) = rx.recv().await {
-            let mut next = Some(line);
+        while let Some(out) = rx.recv().await {
+            let mut next = Some(out.line);
             while let Some(l) = next {
                 w.write_all(l.as_bytes()).await?;
                 w.write_all(b"\n").await?;
                 backlog.wrote(l.len() + 1);
-                next = rx.try_recv().ok();
+                next = rx.try_recv().ok().map(|o| o.line);
             }
             w.flush().await?;
         }

@@ -506,3 +506,33 @@ async fn fifty_sessions_at_once_each_get_only_their_own_answers() {
     assert_eq!(f.home.status_json().await["http"]["sessions"], 50);
     f.home.shutdown().await;
 }
+
+/// switchyard's own notice that a call waits (for a pool, here) goes on that call's stream,
+/// even with several requests of the session open and no GET stream.
+#[tokio::test]
+async fn a_waiting_notice_goes_on_its_own_request_s_stream() {
+    let f = Front::start(|h| {
+        format!(
+            "{}[servers.alpha.pools.default]\nmax = 1\nmax_inflight = 1\n[http]\nlisten = \"127.0.0.1:0\"\n",
+            h.fixture("alpha", &[])
+        )
+    })
+    .await;
+    let (a, b) = (f.session("/mcp/alpha").await, f.session("/mcp/alpha").await);
+    let mut busy = f.request("/mcp/alpha", &a, call(json!(1), "sleep", json!({"ms": 2000}), None)).await;
+    let journal = f.home.journal("alpha");
+    wait_journal(&journal, SLOW, |e| received(e, "tools/call").count() == 1).await;
+    let (mut one, mut two) = (
+        f.request("/mcp/alpha", &b, call(json!(1), "echo", json!({"text": "one"}), None)).await,
+        f.request("/mcp/alpha", &b, call(json!(2), "echo", json!({"text": "two"}), None)).await,
+    );
+    let (m1, m2, mb) = tokio::join!(one.all(), two.all(), busy.all());
+    for (msgs, text) in [(&m1, "one"), (&m2, "two")] {
+        assert_eq!(msgs.len(), 2, "{msgs:?}");
+        assert_eq!(msgs[0]["method"], "notifications/message", "{msgs:?}");
+        assert!(msgs[0]["params"]["data"].as_str().unwrap().contains("is waiting for"), "{msgs:?}");
+        assert_eq!(text_of(&msgs[1]), text);
+    }
+    assert_eq!(mb.len(), 1, "the busy session got another's notice: {mb:?}");
+    f.home.shutdown().await;
+}

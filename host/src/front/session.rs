@@ -25,6 +25,8 @@ const QUEUED_MAX: usize = 1024;
 /// take it any more.
 pub struct Taken {
     pub line: String,
+    /// The raw id of the request it is about, when the line does not name it.
+    related: Option<String>,
     backlog: Arc<Backlog>,
 }
 
@@ -124,6 +126,16 @@ impl Routes {
                     let _ = s.tx.send(t);
                 }
                 self.close(stream);
+            }
+            // A notice about a request goes on its stream (else where unrelated messages go).
+            Kind::Notification if t.related.is_some() => {
+                let stream = t.related.as_deref().and_then(|id| self.by_request.get(&canonical(id)).copied());
+                match stream.and_then(|n| self.streams.get(&n)).filter(|s| !s.json_only && !s.tx.is_closed()) {
+                    Some(s) => {
+                        let _ = s.tx.send(t);
+                    }
+                    None => self.unrelated(t),
+                }
             }
             Kind::Notification if env.method.as_deref() == Some("notifications/progress") => {
                 let fields = env.params.as_ref().map(|p| codec::param_fields(&t.line, p)).unwrap_or_default();
@@ -312,9 +324,9 @@ struct Outbox {
 }
 
 impl Output for Outbox {
-    async fn run(self, mut rx: mpsc::UnboundedReceiver<String>, backlog: Arc<Backlog>, _label: String) {
-        while let Some(line) = rx.recv().await {
-            let t = Taken { line, backlog: backlog.clone() };
+    async fn run(self, mut rx: mpsc::UnboundedReceiver<crate::link::Out>, backlog: Arc<Backlog>, _label: String) {
+        while let Some(out) = rx.recv().await {
+            let t = Taken { line: out.line, related: out.related, backlog: backlog.clone() };
             self.routes.lock().expect("lock").route(t);
         }
     }
@@ -414,7 +426,7 @@ mod tests {
     /// A line queued by `link` (counted in its backlog), as the outbox takes it.
     fn taken(line: &str, link: &Arc<crate::link::SessionLink>) -> Taken {
         link.send(line.to_string());
-        Taken { line: line.to_string(), backlog: link.backlog() }
+        Taken { line: line.to_string(), related: None, backlog: link.backlog() }
     }
 
     fn link() -> Arc<crate::link::SessionLink> {
@@ -486,6 +498,11 @@ mod tests {
         r.route(taken(log, &b));
         assert!(!r.by_progress.contains_key("\"g\""), "a stream whose client left is forgotten");
         assert!(drain(&mut a).is_empty() && drain(&mut c).is_empty() && r.queued.len() == 1);
+        // A notice about request 2 goes on its stream.
+        let mut notice = taken(log, &b);
+        notice.related = Some("2".into());
+        r.route(notice);
+        assert!(drain(&mut a).is_empty() && drain(&mut c).len() == 1 && r.queued.len() == 1);
         let (tx, mut g) = mpsc::unbounded_channel();
         while let Some(t) = r.queued.pop_front() {
             tx.send(t).ok();
