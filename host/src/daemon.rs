@@ -203,6 +203,7 @@ pub async fn serve(
             })?;
             let bound = tcp.local_addr().unwrap_or(addr);
             tracing::info!("serving Streamable HTTP on http://{bound}/mcp/NAME");
+            raise_open_files();
             Some(tokio::spawn(crate::front::serve(router.clone(), http, token, tcp, shutdown.clone())))
         }
         None => None,
@@ -234,6 +235,27 @@ pub async fn serve(
     tracing::info!("switchyard daemon stopped");
     Ok(())
 }
+
+/// Lets the process open more files than the usual soft limit of 1024 (up to its hard limit,
+/// at most [`OPEN_FILES`]): each HTTP client holds a connection.
+fn raise_open_files() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    // Not the whole hard limit (often 2^20): the servers started later inherit it, and some
+    // close every descriptor up to it before they exec.
+    let wanted = limit.maximum.map_or(OPEN_FILES, |m| m.min(OPEN_FILES));
+    if limit.current.is_some_and(|c| c < wanted) {
+        limit.current = Some(wanted);
+        if let Err(e) = setrlimit(Resource::Nofile, limit) {
+            tracing::info!(
+                "could not raise the open-file limit to its maximum ({e}); many HTTP clients may be refused"
+            );
+        }
+    }
+}
+
+/// The open-file soft limit a daemon serving HTTP asks for.
+const OPEN_FILES: u64 = 65_536;
 
 fn idle_exit(config: &Config) -> Duration {
     Duration::from_millis(config.daemon.idle_exit_ms)
@@ -298,11 +320,15 @@ impl Applied {
             parts.insert(name.clone(), part);
         }
         let old: toml::Table = self.text.parse().unwrap_or_default();
-        for key in ["plugins", "daemon"] {
+        for key in ["plugins", "daemon", "http"] {
             if !self.text.is_empty() && old.get(key) != file.get(key) {
                 tracing::warn!(
                     "the config's {} changed; that takes effect when the daemon restarts (`switchyard stop`; the next `connect` starts it again)",
-                    if key == "plugins" { "[[plugins]] entries" } else { "[daemon] table" }
+                    match key {
+                        "plugins" => "[[plugins]] entries",
+                        "daemon" => "[daemon] table",
+                        _ => "[http] table",
+                    }
                 );
             }
         }

@@ -66,7 +66,10 @@ impl Front {
         let home = Home::new();
         home.write_config(&config(&home));
         let cfg = home.config_str();
-        let out = home.cli(&["daemon", "--config", &cfg, "--detach"]).await;
+        // Started with the usual soft limit of open files, which the daemon raises for HTTP.
+        let mut cmd = tokio::process::Command::new("sh");
+        cmd.arg("-c").arg(r#"ulimit -Sn 1024 && exec "$0" daemon --config "$1" --detach"#).arg(bin()).arg(&cfg);
+        let out = cmd.envs(home.envs()).stdin(std::process::Stdio::null()).output().await.unwrap();
         assert!(out.status.success(), "daemon --detach failed: {}", String::from_utf8_lossy(&out.stderr));
         let status = home.status_json().await;
         let listen = status["http"]["listen"].as_str().unwrap_or_else(|| panic!("no http in status: {status}"));
@@ -185,6 +188,20 @@ async fn initialize_and_a_tool_call_through_http() {
     let human = f.home.status_text().await;
     assert!(human.contains(&format!("http: {} (1 session)", f.base.trim_start_matches("http://"))), "{human}");
     assert!(!f.home.logs().contains(&sid) && !f.home.logs().contains(&f.token), "the log holds a secret");
+    // The daemon can hold many connections (it was started with a soft limit of 1024).
+    let pid = status["pid"].as_u64().unwrap();
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits.lines().find(|l| l.starts_with("Max open files")).unwrap();
+    let n: Vec<u64> = line.split_whitespace().skip(3).take(2).map(|v| v.parse().unwrap_or(u64::MAX)).collect();
+    assert!(n[0] >= n[1].min(65_536), "the open-file limit was not raised: {line}");
+    // An edit of [http] is said to need a restart.
+    let cfg = std::fs::read_to_string(&f.home.config).unwrap();
+    f.home.write_config(&format!("{cfg}keepalive_ms = 5000\n"));
+    let deadline = std::time::Instant::now() + SLOW;
+    while !f.home.logs().contains("[http] table changed; that takes effect when the daemon restarts") {
+        assert!(std::time::Instant::now() < deadline, "no word of the [http] edit:\n{}", f.home.logs());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     // `stop` ends the HTTP front with the socket.
     f.home.shutdown().await;
     let r = f.post("/mcp/alpha", Some(&sid), &call(json!(3), "echo", json!({"text": "x"}), None)).send().await;
