@@ -536,7 +536,7 @@ async fn a_waiting_notice_goes_on_its_own_request_s_stream() {
     })
     .await;
     let (a, b) = (f.session("/mcp/alpha").await, f.session("/mcp/alpha").await);
-    let mut busy = f.request("/mcp/alpha", &a, call(json!(1), "sleep", json!({"ms": 2000}), None)).await;
+    let mut busy = f.request("/mcp/alpha", &a, call(json!(1), "sleep", json!({"ms": 3000}), None)).await;
     let journal = f.home.journal("alpha");
     wait_journal(&journal, SLOW, |e| received(e, "tools/call").count() == 1).await;
     let (mut one, mut two) = (
