@@ -210,8 +210,10 @@ async fn client_eof_shuts_down_cleanly_and_reaps_the_server() {
     s.client.close().await;
     let status = s.router.wait_timeout(Duration::from_secs(8)).await;
     assert_eq!(status.code(), Some(0));
-    // The server leaves at stdin EOF, so nothing should hold the router for seconds.
-    assert!(closed.elapsed() < Duration::from_millis(2500), "exit took {:?}", closed.elapsed());
+    // The calls in flight get the 2 s EOF grace; the server then leaves at stdin EOF. Had it
+    // needed SIGTERM, the stop alone would take 2 s more: 4 s tells the two apart on a loaded
+    // machine (3.2 s was seen with a build running beside the tests).
+    assert!(closed.elapsed() < Duration::from_secs(4), "exit took {:?}", closed.elapsed());
     assert!(wait_gone(pid, Duration::from_secs(2)).await, "fixture {pid} outlived the router");
 }
 

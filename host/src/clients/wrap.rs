@@ -1024,6 +1024,68 @@ fn write_client_file(change: &Change) -> anyhow::Result<PathBuf> {
     Ok(backup)
 }
 
+/// `text` (diffs to print) with every env value, header value and URL query of the entries of
+/// `changes` (before and after) shown as `***`: a dry run is often pasted or shared, and
+/// `switchyard clients` shows none of them either. A value that is only a client variable
+/// (`${input:key}`) holds no secret and stays.
+fn hide_secrets(text: &str, changes: &[Change]) -> String {
+    // A value as the files write it after its key (`"KEY": "VALUE"`, `KEY = "VALUE"`), so the
+    // same text elsewhere (a `true` as a command, a path in an argument) is left alone; a query
+    // as it ends a URL (`?QUERY"`).
+    let mut keyed: BTreeSet<(Vec<String>, String)> = BTreeSet::new();
+    let mut queries: BTreeSet<String> = BTreeSet::new();
+    let secret = |v: &str| {
+        let only_variable = v.starts_with("${") && v.ends_with('}') && v.matches("${").count() == 1;
+        v.len() >= 4 && !only_variable
+    };
+    for c in changes {
+        for text in [&c.before, &c.after] {
+            let Ok(found) = super::parse(c.client, &c.path, text, Scope::User) else { continue };
+            for e in found.iter().flat_map(|f| &f.servers) {
+                let map = match &e.kind {
+                    Kind::Stdio { env, .. } => env,
+                    Kind::Http { url, headers } | Kind::Sse { url, headers } => {
+                        if let Some((_, query)) = url.split_once('?').filter(|(_, q)| secret(q)) {
+                            queries.insert(format!("?{}", &json_str(query)[1..]));
+                            queries.insert(format!("?{}", &toml_str(query)[1..]));
+                        }
+                        headers
+                    }
+                };
+                for (k, v) in map.iter().filter(|(_, v)| secret(v)) {
+                    let keys = vec![json_str(k), toml_key(k)];
+                    keyed.insert((keys.clone(), json_str(v)));
+                    keyed.insert((keys, toml_str(v)));
+                }
+            }
+        }
+    }
+    let mut out = text.to_string();
+    let before = out.clone();
+    for q in &queries {
+        out = out.replace(q.as_str(), "?***\"");
+    }
+    for (keys, quoted) in &keyed {
+        let mut result = String::with_capacity(out.len());
+        let mut rest = out.as_str();
+        while let Some(at) = rest.find(quoted.as_str()) {
+            let head = &rest[..at];
+            let lead = head.trim_end_matches([' ', '\t']);
+            let lead = lead.strip_suffix([':', '=']).map(|l| l.trim_end_matches([' ', '\t']));
+            let after_key = lead.is_some_and(|l| keys.iter().any(|k| l.ends_with(k.as_str())));
+            result.push_str(head);
+            result.push_str(if after_key { "\"***\"" } else { quoted.as_str() });
+            rest = &rest[at + quoted.len()..];
+        }
+        result.push_str(rest);
+        out = result;
+    }
+    if out != before {
+        out.push_str("\n(env and header values and URL queries are shown as ***)\n");
+    }
+    out
+}
+
 /// A unified diff of one file, for `--dry-run`.
 pub fn diff(path: &Path, before: &str, after: &str) -> String {
     let shown = path.display().to_string();
@@ -1144,12 +1206,14 @@ pub fn wrap(opts: &Options) -> anyhow::Result<String> {
         let _ = writeln!(out, "{line}");
     }
     if opts.dry_run {
+        let mut diffs = String::new();
         if let Some((path, before, after)) = &plan.config {
-            let _ = write!(out, "\n{}", diff(path, before.as_deref().unwrap_or(""), after));
+            let _ = write!(diffs, "\n{}", diff(path, before.as_deref().unwrap_or(""), after));
         }
         for c in &plan.changes {
-            let _ = write!(out, "\n{}", diff(&c.path, &c.before, &c.after));
+            let _ = write!(diffs, "\n{}", diff(&c.path, &c.before, &c.after));
         }
+        out.push_str(&hide_secrets(&diffs, &plan.changes));
         let _ = writeln!(out, "\n(dry run: nothing was written)");
         return Ok(out);
     }
@@ -1269,11 +1333,12 @@ pub fn unwrap(opts: &Options) -> anyhow::Result<String> {
         let _ = writeln!(out, "{line}");
     }
     if opts.dry_run {
-        for (_, _, change, _) in &planned {
-            if let Some(c) = change {
-                let _ = write!(out, "\n{}", diff(&c.path, &c.before, &c.after));
-            }
+        let changes: Vec<Change> = planned.iter().filter_map(|(_, _, c, _)| c.clone()).collect();
+        let mut diffs = String::new();
+        for c in &changes {
+            let _ = write!(diffs, "\n{}", diff(&c.path, &c.before, &c.after));
         }
+        out.push_str(&hide_secrets(&diffs, &changes));
         let _ = writeln!(out, "\n(dry run: nothing was written)");
         return Ok(out);
     }

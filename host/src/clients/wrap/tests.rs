@@ -505,3 +505,28 @@ fn an_entry_that_does_not_read_leaves_the_others_wrappable() {
     assert!(!said.contains("leaves this claude-code config as it is"), "the whole file is said to be left:\n{said}");
     assert!(said.contains("line 4") && said.contains("neither `command` nor `url`"), "{said}");
 }
+
+/// A dry run's diffs show env values, header values and URL queries as `***` (in the client's
+/// file and in switchyard.toml), and leave the same text elsewhere alone.
+#[test]
+fn a_dry_run_diff_hides_values_that_may_be_secrets() {
+    let text = r#"{"mcpServers": {
+  "gh": {"command": "true", "args": ["--flag", "true"], "env": {"TOKEN": "ghp_s3cr3t", "DEBUG": "true", "KEY": "${input:k}"}},
+  "api": {"url": "https://h.example/mcp?key=q5ecret", "headers": {"Authorization": "Bearer sk-live-1"}}
+}}"#;
+    let cursor = one(Client::Cursor, "/home/u/.cursor/mcp.json", Scope::User, text);
+    let plan = wrap_all(std::slice::from_ref(&cursor), None);
+    let (path, before, after) = plan.config.as_ref().unwrap();
+    let mut diffs = diff(path, before.as_deref().unwrap_or(""), after);
+    diffs.push_str(&diff(&cursor.path, &plan.changes[0].before, &plan.changes[0].after));
+    assert!(diffs.contains("ghp_s3cr3t") && diffs.contains("q5ecret"), "the test's diffs hold the values");
+    let shown = hide_secrets(&diffs, &plan.changes);
+    for secret in ["ghp_s3cr3t", "q5ecret", "sk-live-1"] {
+        assert!(!shown.contains(secret), "{secret} shown:\n{shown}");
+    }
+    assert!(shown.contains("TOKEN = \"***\"") && shown.contains("mcp?***\""), "{shown}");
+    // `true` as a command and an argument is not a secret because DEBUG is `true`.
+    assert!(shown.contains("command = \"true\"") && shown.contains("\"--flag\", \"true\""), "{shown}");
+    assert!(shown.contains("${input_k}") || shown.contains("${input:k}"), "{shown}");
+    assert!(shown.contains("shown as ***"), "{shown}");
+}
