@@ -134,9 +134,7 @@ fn client_values(
 ) -> anyhow::Result<ClientValues> {
     let mut values = BTreeMap::new();
     for name in names.iter().flat_map(|n| n.split(',')).map(str::trim).filter(|n| !n.is_empty()) {
-        let valid = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !valid {
+        if !crate::config::is_var_name(name) {
             anyhow::bail!(
                 "--env {name:?}: not a variable name (ASCII letters, digits and `_`, not starting with a digit); --env takes names, and connect reads their values from its environment"
             );

@@ -1043,7 +1043,7 @@ fn pieces(raw: &str) -> Result<Vec<Piece<'_>>, String> {
 }
 
 /// A variable name: ASCII letters, digits and `_`, not starting with a digit.
-fn is_var_name(n: &str) -> bool {
+pub fn is_var_name(n: &str) -> bool {
     n.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }

@@ -89,6 +89,13 @@ impl Variant {
     }
 }
 
+/// Starts what keeps a serving server as configured: its `min` instances, and its response to
+/// a plugin change.
+fn start_upkeep(server: &Arc<Server>) {
+    server.tasks.spawn(server.clone().maintain());
+    server.tasks.spawn(server.clone().watch_policy());
+}
+
 /// `text` with every client value (of at least [`REDACT_MIN`] bytes) replaced by `${NAME}`.
 fn redact(text: &str, values: &BTreeMap<String, String>) -> String {
     let mut out = text.to_string();
@@ -215,8 +222,7 @@ impl Router {
     /// Serves `server` under its name from now on (its upkeep starts). A server of that name
     /// already there is retired: see [`Router::retire`].
     pub fn add(self: &Arc<Self>, server: Arc<Server>, why: &str) {
-        server.tasks.spawn(server.clone().maintain());
-        server.tasks.spawn(server.clone().watch_policy());
+        start_upkeep(&server);
         self.broken.write().expect("lock").remove(&server.name);
         let template = self.templates.write().expect("lock").remove(&server.name);
         let old = self.servers.write().expect("lock").insert(server.name.clone(), server);
@@ -308,8 +314,7 @@ impl Router {
         let label = format!("{}@{}", template.name, template.next.fetch_add(1, Ordering::Relaxed));
         // Its instances say which variant they belong to (`NAME@2#1`) in logs and status.
         server.set_instance_prefix(&label);
-        server.tasks.spawn(server.clone().maintain());
-        server.tasks.spawn(server.clone().watch_policy());
+        start_upkeep(&server);
         let variant = Arc::new(Variant { label, values, server: server.clone(), used: Mutex::new(Instant::now()) });
         variants.push(variant.clone());
         drop(variants);

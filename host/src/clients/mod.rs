@@ -369,8 +369,7 @@ impl Reader<'_> {
 
 /// The server name of `switchyard connect [--config FILE] [--socket PATH] NAME`.
 fn wrapped(command: &str, args: &[String]) -> Option<String> {
-    let file = command.rsplit(['/', '\\']).next().unwrap_or(command);
-    if file != "switchyard" && !file.eq_ignore_ascii_case("switchyard.exe") {
+    if !is_switchyard(command) {
         return None;
     }
     let mut rest = args.strip_prefix(&["connect".to_string()])?.iter();
@@ -387,16 +386,31 @@ fn wrapped(command: &str, args: &[String]) -> Option<String> {
     None
 }
 
+/// Whether a command runs the switchyard binary (`switchyard`, `/path/switchyard`,
+/// `C:\\...\\switchyard.exe`).
+pub(crate) fn is_switchyard(command: &str) -> bool {
+    let file = command.rsplit(['/', '\\']).next().unwrap_or(command);
+    file == "switchyard" || file.eq_ignore_ascii_case("switchyard.exe")
+}
+
+/// The byte ranges of the `${...}` in `s`, in order (each from `${` to the first `}` after it).
+pub(crate) fn variable_spans(s: &str) -> impl Iterator<Item = Range<usize>> + '_ {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        let start = at + s[at..].find("${")?;
+        let end = start + s[start..].find('}')? + 1;
+        at = end;
+        Some(start..end)
+    })
+}
+
 /// Adds each `${...}` of `s` to `out` that is not there yet.
 fn find_variables(s: &str, out: &mut Vec<String>) {
-    let mut rest = s;
-    while let Some(start) = rest.find("${") {
-        let Some(len) = rest[start..].find('}') else { return };
-        let var = &rest[start..start + len + 1];
+    for span in variable_spans(s) {
+        let var = &s[span];
         if var.len() > 3 && !out.iter().any(|v| v == var) {
             out.push(var.to_string());
         }
-        rest = &rest[start + len + 1..];
     }
 }
 

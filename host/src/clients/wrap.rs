@@ -10,7 +10,7 @@
 //! recorded, so `unwrap` puts it back exactly: the file comes back byte for byte when nothing
 //! else changed, and with the other changes kept when something did.
 //!
-//! Planning is pure (text in, text out) so every case is tested without a file system; [`apply`]
+//! Planning is pure (text in, text out) so every case is tested without a file system; [`wrap`]
 //! writes: switchyard.toml first (a client restarted meanwhile finds its servers there), then each
 //! client file, each atomically (a temporary file renamed over it) after a backup beside it.
 
@@ -172,7 +172,7 @@ pub fn plan_wrap(
                     continue;
                 }
                 matched.insert(entry.name.clone());
-                let here = entry_place(input, map, entry);
+                let here = place(input.client, &entry.name, project_of(&map.scope).as_deref());
                 if let Some(server) = &entry.wrapped {
                     already += 1;
                     plan.lines.push(format!("{here}: already runs through switchyard (server `{server}`)"));
@@ -290,9 +290,7 @@ fn unwrappable(entry: &Entry) -> Option<String> {
             "it has both `command` and `url`: which one its client runs is not clear; keep one and wrap again".into(),
         ),
         Kind::Stdio { command, args, .. } => {
-            let file = command.rsplit(['/', '\\']).next().unwrap_or(command);
-            let ours = file == "switchyard" || file.eq_ignore_ascii_case("switchyard.exe");
-            (ours && args.first().is_some_and(|a| a == "run")).then(|| {
+            (super::is_switchyard(command) && args.first().is_some_and(|a| a == "run")).then(|| {
                 "it already runs `switchyard run`; wrapping it would put a router in front of a router: put the server after `--` into the entry, then wrap".into()
             })
         }
@@ -323,10 +321,10 @@ fn same_json(a: &str, b: &str) -> bool {
 }
 
 /// `client NAME` or `client NAME (project P)`, for messages.
-fn entry_place(input: &Input, map: &Found, entry: &Entry) -> String {
-    match &map.scope {
-        Scope::ClaudeProject(p) => format!("{} `{}` (project {})", input.client.name(), entry.name, p.display()),
-        _ => format!("{} `{}`", input.client.name(), entry.name),
+fn place(client: Client, name: &str, project: Option<&str>) -> String {
+    match project {
+        Some(p) => format!("{} `{name}` (project {p})", client.name()),
+        None => format!("{} `{name}`", client.name()),
     }
 }
 
@@ -432,7 +430,10 @@ fn definition(client: Client, entry: &Entry, project: Option<&Path>) -> (Def, Ve
         if let Some((n, _)) = vars.iter().find(|(_, e)| e == expr) {
             return n.clone();
         }
-        let base = prefer.filter(|p| is_identifier(p)).map(str::to_string).unwrap_or_else(|| var_name(client, expr));
+        let base = prefer
+            .filter(|p| crate::config::is_var_name(p))
+            .map(str::to_string)
+            .unwrap_or_else(|| var_name(client, expr));
         let mut name = base.clone();
         let mut n = 2;
         while vars.iter().any(|(v, _)| *v == name) {
@@ -452,20 +453,16 @@ fn definition(client: Client, entry: &Entry, project: Option<&Path>) -> (Def, Ve
     }
     let mut sub = |s: &str| -> String {
         let mut out = String::new();
-        let mut rest = s;
-        while let Some(start) = rest.find("${") {
-            let Some(len) = rest[start..].find('}') else { break };
-            let expr = &rest[start..start + len + 1];
-            out.push_str(&rest[..start]);
+        let mut done = 0;
+        for span in super::variable_spans(s) {
+            let expr = &s[span.clone()];
             if entry.variables.iter().any(|v| v == expr) {
-                let name = name_for(expr, &mut vars, None);
-                let _ = write!(out, "${{{name}}}");
-            } else {
-                out.push_str(expr);
+                out.push_str(&s[done..span.start]);
+                let _ = write!(out, "${{{}}}", name_for(expr, &mut vars, None));
+                done = span.end;
             }
-            rest = &rest[start + len + 1..];
         }
-        out.push_str(rest);
+        out.push_str(&s[done..]);
         out
     };
     let kind = match &entry.kind {
@@ -510,12 +507,6 @@ fn definition(client: Client, entry: &Entry, project: Option<&Path>) -> (Def, Ve
     };
     let client_env = vars.iter().map(|(n, _)| n.clone()).collect();
     (Def { kind, client_env }, vars)
-}
-
-fn is_identifier(s: &str) -> bool {
-    let mut chars = s.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// The directory a client starts a project's servers in: the project's (Claude Code's
@@ -693,35 +684,26 @@ fn wrapped_entry(
     fields.push(("args".into(), args_text));
     let carried: Vec<&super::jsonc::Member> =
         members.iter().filter(|m| entry.unknown.contains(&m.key) && !ENTRY_KEYS.contains(&m.key.as_str())).collect();
+    // One line (`{ "a": 1, "b": 2 }`) or one member per line at the file's indentation.
     let lay = layout(text, entry);
-    match &lay.inner {
-        None => {
-            if !vars.is_empty() {
-                let items: Vec<String> =
-                    vars.iter().map(|(n, e)| format!("{}: {}", json_str(n), json_str(e))).collect();
-                fields.push(("env".into(), format!("{{ {} }}", items.join(", "))));
-            }
-            for m in carried {
-                fields.push((m.key.clone(), original[m.value.span.clone()].to_string()));
-            }
-            let items: Vec<String> = fields.iter().map(|(k, v)| format!("{}: {v}", json_str(k))).collect();
-            Ok(format!("{{ {} }}", items.join(", ")))
-        }
-        Some(inner) => {
+    let object = |items: Vec<String>, indent: Option<(&str, &str)>| match indent {
+        None => format!("{{ {} }}", items.join(", ")),
+        Some((inner, outer)) => {
             let nl = lay.newline;
-            let unit = &inner[lay.outer.len()..];
-            if !vars.is_empty() {
-                let items: Vec<String> =
-                    vars.iter().map(|(n, e)| format!("{inner}{unit}{}: {}", json_str(n), json_str(e))).collect();
-                fields.push(("env".into(), format!("{{{nl}{}{nl}{inner}}}", items.join(&format!(",{nl}")))));
-            }
-            for m in carried {
-                fields.push((m.key.clone(), original[m.value.span.clone()].to_string()));
-            }
-            let items: Vec<String> = fields.iter().map(|(k, v)| format!("{inner}{}: {v}", json_str(k))).collect();
-            Ok(format!("{{{nl}{}{nl}{}}}", items.join(&format!(",{nl}")), lay.outer))
+            let items: Vec<String> = items.iter().map(|i| format!("{inner}{i}")).collect();
+            format!("{{{nl}{}{nl}{outer}}}", items.join(&format!(",{nl}")))
         }
+    };
+    let deeper = lay.inner.as_ref().map(|inner| format!("{inner}{}", &inner[lay.outer.len()..]));
+    if !vars.is_empty() {
+        let items = vars.iter().map(|(n, e)| format!("{}: {}", json_str(n), json_str(e))).collect();
+        fields.push(("env".into(), object(items, deeper.as_deref().zip(lay.inner.as_deref()))));
     }
+    for m in carried {
+        fields.push((m.key.clone(), original[m.value.span.clone()].to_string()));
+    }
+    let items = fields.iter().map(|(k, v)| format!("{}: {v}", json_str(k))).collect();
+    Ok(object(items, lay.inner.as_deref().map(|inner| (inner, lay.outer.as_str()))))
 }
 
 /// `text` with each range replaced (ranges do not overlap).
@@ -755,10 +737,7 @@ pub fn plan_unwrap(
             keep.push(record.clone());
             continue;
         }
-        let here = match &record.project {
-            Some(p) => format!("{} `{}` (project {p})", input.client.name(), record.name),
-            None => format!("{} `{}`", input.client.name(), record.name),
-        };
+        let here = place(input.client, &record.name, record.project.as_deref());
         let current = found
             .iter()
             .filter(|m| project_of(&m.scope) == record.project)
@@ -915,10 +894,14 @@ pub fn sha256(text: &str) -> String {
     sha2::Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Where `wrap` keeps its record of a client file (the directory is made when one is written).
+/// Where `wrap` keeps its records, one per client file (made by [`records_locked`]).
+fn records_dir() -> anyhow::Result<PathBuf> {
+    Ok(crate::places::state_dir_path()?.join("wrapped"))
+}
+
+/// The record of one client file.
 fn state_path(real: &Path) -> anyhow::Result<PathBuf> {
-    let name = format!("{}.json", crate::places::short_hash(real, 12));
-    Ok(crate::places::state_dir_path()?.join("wrapped").join(name))
+    Ok(records_dir()?.join(format!("{}.json", crate::places::short_hash(real, 12))))
 }
 
 fn read_state(real: &Path) -> anyhow::Result<Option<State>> {
@@ -942,9 +925,7 @@ fn write_state(real: &Path, state: &State) -> anyhow::Result<()> {
             _ => Ok(()),
         };
     }
-    crate::places::state_dir()?;
-    let dir = path.parent().expect("in the state directory");
-    crate::places::private_dir(dir)?;
+    // Its directory exists: `records_locked` made it before anything was written.
     let text = serde_json::to_string_pretty(state).expect("state serialises");
     replace_file(&path, text.as_bytes(), Some(0o600))
 }
@@ -1092,6 +1073,21 @@ pub fn diff(path: &Path, before: &str, after: &str) -> String {
     similar::TextDiff::from_lines(before, after).unified_diff().context_radius(3).header(&shown, &shown).to_string()
 }
 
+/// What `--dry-run` prints: the diff of switchyard.toml (`config`: path, text before, after) and
+/// of each client file, secrets hidden.
+fn dry_run(config: Option<&(PathBuf, Option<String>, String)>, changes: &[Change]) -> String {
+    let mut diffs = String::new();
+    if let Some((path, before, after)) = config {
+        let _ = write!(diffs, "\n{}", diff(path, before.as_deref().unwrap_or(""), after));
+    }
+    for c in changes {
+        let _ = write!(diffs, "\n{}", diff(&c.path, &c.before, &c.after));
+    }
+    let mut out = hide_secrets(&diffs, changes);
+    out.push_str("\n(dry run: nothing was written)\n");
+    out
+}
+
 /// The files' texts. A file that cannot be read or written is left out, said in `lines`; when
 /// it is the only file, that is the error.
 fn read_inputs(locations: &[Location], lines: &mut Vec<String>) -> anyhow::Result<Vec<Input>> {
@@ -1147,7 +1143,8 @@ fn exclusive(dir: &Path) -> anyhow::Result<std::fs::File> {
 /// The directory of `wrap`'s records, made (0700) and locked: before anything is written, so a
 /// record that cannot be kept stops the run before a client file changes.
 fn records_locked() -> anyhow::Result<std::fs::File> {
-    let dir = crate::places::state_dir()?.join("wrapped");
+    crate::places::state_dir()?;
+    let dir = records_dir()?;
     crate::places::private_dir(&dir)?;
     exclusive(&dir)
 }
@@ -1206,22 +1203,12 @@ pub fn wrap(opts: &Options) -> anyhow::Result<String> {
         let _ = writeln!(out, "{line}");
     }
     if opts.dry_run {
-        let mut diffs = String::new();
-        if let Some((path, before, after)) = &plan.config {
-            let _ = write!(diffs, "\n{}", diff(path, before.as_deref().unwrap_or(""), after));
-        }
-        for c in &plan.changes {
-            let _ = write!(diffs, "\n{}", diff(&c.path, &c.before, &c.after));
-        }
-        out.push_str(&hide_secrets(&diffs, &plan.changes));
-        let _ = writeln!(out, "\n(dry run: nothing was written)");
+        out.push_str(&dry_run(plan.config.as_ref(), &plan.changes));
         return Ok(out);
     }
     let mut written: Vec<String> = Vec::new();
     if let Some((path, before, after)) = &plan.config {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        }
+        // Its directory exists: the lock on it made it.
         let now = std::fs::read_to_string(path).ok();
         if now != *before {
             bail!(
@@ -1308,7 +1295,7 @@ pub fn unwrap(opts: &Options) -> anyhow::Result<String> {
             lines.push(format!(
                 "{}: no record of a switchyard wrap of it (records are in {}): left as it is{backup}",
                 input.path.display(),
-                crate::places::state_dir_path().map(|d| d.join("wrapped").display().to_string()).unwrap_or_default()
+                records_dir().map(|d| d.display().to_string()).unwrap_or_default()
             ));
             continue;
         };
@@ -1334,21 +1321,14 @@ pub fn unwrap(opts: &Options) -> anyhow::Result<String> {
     }
     if opts.dry_run {
         let changes: Vec<Change> = planned.iter().filter_map(|(_, _, c, _)| c.clone()).collect();
-        let mut diffs = String::new();
-        for c in &changes {
-            let _ = write!(diffs, "\n{}", diff(&c.path, &c.before, &c.after));
-        }
-        out.push_str(&hide_secrets(&diffs, &changes));
-        let _ = writeln!(out, "\n(dry run: nothing was written)");
+        out.push_str(&dry_run(None, &changes));
         return Ok(out);
     }
-    let mut wrote = false;
     let mut written: Vec<String> = Vec::new();
     for (real, mut state, change, keep) in planned {
         if let Some(change) = &change {
             let backup = write_client_file(change).map_err(|e| after_writes(e, &written))?;
             written.push(change.path.display().to_string());
-            wrote = true;
             state.written = sha256(&change.after);
             let _ = writeln!(
                 out,
@@ -1362,7 +1342,7 @@ pub fn unwrap(opts: &Options) -> anyhow::Result<String> {
         state.entries = keep;
         write_state(&real, &state).map_err(|e| after_writes(e, &written))?;
     }
-    if wrote {
+    if !written.is_empty() {
         let _ = writeln!(
             out,
             "\nThe servers stay in switchyard's config (another client may use them); restart the client to use the entries as they were."
