@@ -72,6 +72,14 @@ pub async fn serve(
         .set(Box::new(move || serde_json::json!({"listen": shown, "sessions": weak.upgrade().map_or(0, |t| t.len())})));
     tokio::spawn(reap(front.clone()));
     let app = axum::Router::new().fallback(handle).with_state(front);
+    // No Nagle: a response's head and its events are separate small writes, and waiting for the
+    // client's delayed ACK between them added 40 ms to every call.
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!("TCP_NODELAY on an HTTP connection: {e}");
+        }
+    });
     let serving = axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned());
     tokio::select! {
         r = serving => if let Err(e) = r {
