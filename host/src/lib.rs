@@ -24,6 +24,7 @@ pub mod hub;
 pub mod ids;
 pub mod link;
 pub mod logging;
+pub mod metrics;
 pub mod places;
 pub mod policy;
 pub mod pool;

@@ -109,6 +109,16 @@ impl Session {
         &self.server
     }
 
+    /// What carries it: the first part of its label (`stdio`, `unix`, `http`).
+    pub fn transport(&self) -> &str {
+        self.label.split('-').next().unwrap_or("")
+    }
+
+    /// Its calls waiting for a gate or an instance.
+    pub fn waiting(&self) -> usize {
+        self.link.waiting()
+    }
+
     /// The session as `switchyard status --json` shows it.
     pub fn status(&self) -> serde_json::Value {
         serde_json::json!({
@@ -191,6 +201,7 @@ pub async fn serve_with(
     shutdown: CancellationToken,
 ) {
     let id = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);
+    let started = tokio::time::Instant::now();
     let label = format!("{}-{id}", opening.transport);
     let (tx, rx) = mpsc::unbounded_channel();
     // A client that stops reading may fall this far behind before its session is closed.
@@ -204,10 +215,11 @@ pub async fn serve_with(
         server: server.clone(),
         inflight: Mutex::new(HashMap::new()),
         in_order: tokio::sync::Mutex::new(()),
-        started: tokio::time::Instant::now(),
+        started,
         speaks_control: opening.speaks_control,
     });
     let _registered = opening.registry.add(&session);
+    server.metrics.session_opened(opening.transport);
     let mut writer_task = tokio::spawn(output.run(rx, session.link.backlog(), label.clone()));
     // The writer ends early only when writing to the client failed: the client is gone.
     let mut writer_ended = false;
@@ -311,6 +323,7 @@ pub async fn serve_with(
     if peak >= crate::link::GIVE_BACK_AFTER {
         crate::link::give_back_memory();
     }
+    server.metrics.session_closed(opening.transport, started.elapsed());
     tracing::debug!(session = %label, "session ended");
 }
 
