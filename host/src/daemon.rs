@@ -653,7 +653,7 @@ fn eprintln_safe(line: &str) {
 }
 
 /// One hello and its reply, blocking (for `status`, `stop` and `--detach`).
-fn ask(socket: &Path, hello: &Hello) -> std::io::Result<Reply> {
+pub(crate) fn ask(socket: &Path, hello: &Hello) -> std::io::Result<Reply> {
     let mut stream = std::os::unix::net::UnixStream::connect(socket)?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     stream.write_all(wire::line(hello).as_bytes())?;
@@ -819,8 +819,33 @@ pub fn render(s: &serde_json::Value) -> String {
             b["error"].as_str().unwrap_or("")
         );
     }
+    let recent = s["recent_errors"].as_array().cloned().unwrap_or_default();
+    if !recent.is_empty() {
+        let shown = recent.len().min(RECENT_SHOWN);
+        let _ = writeln!(
+            out,
+            "
+recent warnings and errors (the last {shown} of {}; all in --json):",
+            recent.len()
+        );
+        for r in &recent[recent.len() - shown..] {
+            let secs = r["at_ms"].as_u64().unwrap_or(0) / 1000 % 86_400;
+            let _ = writeln!(
+                out,
+                "  {:02}:{:02}:{:02} UTC {} {}",
+                secs / 3600,
+                secs / 60 % 60,
+                secs % 60,
+                r["level"].as_str().unwrap_or("?"),
+                r["message"].as_str().unwrap_or("")
+            );
+        }
+    }
     out
 }
+
+/// How many of the recent warnings and errors the status text shows.
+const RECENT_SHOWN: usize = 10;
 
 fn human_ms(ms: u64) -> String {
     match ms {

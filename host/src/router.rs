@@ -599,6 +599,7 @@ impl Router {
         if let Some(http) = self.http.get() {
             status["http"] = http();
         }
+        status["recent_errors"] = json!(crate::logging::recent_errors());
         status
     }
 

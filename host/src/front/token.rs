@@ -170,10 +170,12 @@ fn check_file(file: &Path, regular: bool, uid: u32, mode: u32, me: u32) -> anyho
     Ok(())
 }
 
-/// `switchyard token [--config FILE] [--url]`: the token the daemon of that config accepts
-/// (the generated file made when missing), or with `url` the status page's address carrying it
-/// (`http://LISTEN/#token=T`; a fragment never reaches a server or its logs).
-pub fn command(config: Option<&Path>, url: bool) -> anyhow::Result<String> {
+/// `switchyard token [--config FILE] [--url [--http ADDR]]`: the token the daemon of that config
+/// accepts (the generated file made when missing), or with `url` the status page's address
+/// carrying it (`http://LISTEN/#token=T`; a fragment never reaches a server or its logs). The
+/// address: `http` when given, else where the running daemon of that config serves HTTP (it
+/// may have been started with `--http`), else the config's `[http] listen`, else the default.
+pub fn command(config: Option<&Path>, url: bool, http: Option<std::net::SocketAddr>) -> anyhow::Result<String> {
     let path = match config {
         Some(c) => c.to_path_buf(),
         None => places::default_config()?,
@@ -184,8 +186,19 @@ pub fn command(config: Option<&Path>, url: bool) -> anyhow::Result<String> {
     if !url {
         return Ok(format!("{}\n", token.expose()));
     }
-    let listen = loaded.http.as_ref().map_or(config::DEFAULT_HTTP_LISTEN, |h| h.listen);
+    let listen = http
+        .or_else(|| served_at(&canonical))
+        .unwrap_or_else(|| loaded.http.as_ref().map_or(config::DEFAULT_HTTP_LISTEN, |h| h.listen));
     Ok(format!("{}\n", page_url(listen, &token)))
+}
+
+/// Where the running daemon of `config` serves HTTP, if it runs and does.
+fn served_at(config: &Path) -> Option<std::net::SocketAddr> {
+    let socket = places::socket_for(config).ok()?;
+    match crate::daemon::ask(&socket, &crate::wire::Hello::Status).ok()? {
+        crate::wire::Reply::Status { status } => status["http"]["listen"].as_str()?.parse().ok(),
+        _ => None,
+    }
 }
 
 /// The status page of a front listening on `listen`, with the token in the fragment. An
