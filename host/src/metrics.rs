@@ -121,6 +121,12 @@ struct TransportLabels {
     network_transport: &'static str,
 }
 
+/// A session's transport as switchyard names it: stdio, unix, http.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SessionTransport {
+    transport: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ServerLabels {
     server: String,
@@ -217,7 +223,7 @@ pub struct Metrics {
     reconnects: Family<ReconnectLabels, Counter>,
     plugin_decision: Family<PluginLabels, Histogram, fn() -> Histogram>,
     plugin_failures: Family<PluginFailureLabels, Counter>,
-    sessions_opened: Family<TransportLabels, Counter>,
+    sessions_opened: Family<SessionTransport, Counter>,
     session_duration: Hist<TransportLabels>,
 }
 
@@ -558,8 +564,7 @@ impl Metrics {
 
     /// A client session began on `transport` (the first part of its label).
     pub fn session_opened(&self, transport: &str) {
-        let network_transport = network_transport(transport);
-        self.sessions_opened.get_or_create(&TransportLabels { network_transport }).inc();
+        self.sessions_opened.get_or_create(&SessionTransport { transport: transport_name(transport) }).inc();
     }
 
     /// A client session ended after `lasted`.
