@@ -653,7 +653,16 @@ fn eprintln_safe(line: &str) {
 }
 
 /// One hello and its reply, blocking (for `status`, `stop` and `--detach`).
-pub(crate) fn ask(socket: &Path, hello: &Hello) -> std::io::Result<Reply> {
+/// Where the running daemon of `config` (canonical) serves HTTP, if it runs and does.
+pub fn served_http(config: &Path) -> Option<SocketAddr> {
+    let socket = places::socket_for(config).ok()?;
+    match ask(&socket, &Hello::Status).ok()? {
+        Reply::Status { status } => status["http"]["listen"].as_str()?.parse().ok(),
+        _ => None,
+    }
+}
+
+fn ask(socket: &Path, hello: &Hello) -> std::io::Result<Reply> {
     let mut stream = std::os::unix::net::UnixStream::connect(socket)?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     stream.write_all(wire::line(hello).as_bytes())?;

@@ -112,6 +112,8 @@ mod layering {
         "decision",
         "error",
         "logging",
+        // The router's Prometheus metrics: names no other module.
+        "metrics",
         "places",
         // The MCP clients' own config files (`switchyard clients`, `wrap`, `unwrap`): reads them,
         // and writes them and switchyard.toml for `wrap`; names only config and places.

@@ -212,11 +212,13 @@ fn main() -> ExitCode {
         Command::Run(args) => report(switchyard::cli::run_blocking(args)),
         Command::Daemon(args) => report(switchyard::daemon::daemon_blocking(args)),
         Command::Status { json, which } => report(switchyard::daemon::status_blocking(which, json)),
-        Command::Token { config, url, http } => {
-            report(switchyard::front::token::command(config.as_deref(), url, http).map(|text| {
-                let _ = std::io::stdout().write_all(text.as_bytes());
-            }))
-        }
+        Command::Token { config, url, http } => report(
+            switchyard::front::token::command(config.as_deref(), url, http, switchyard::daemon::served_http).map(
+                |text| {
+                    let _ = std::io::stdout().write_all(text.as_bytes());
+                },
+            ),
+        ),
         Command::Stop { which } => report(switchyard::daemon::stop_blocking(which)),
         Command::Clients { project, json } => {
             report(switchyard::clients::list::run(project.as_deref(), json).map(|text| {
