@@ -106,13 +106,13 @@ struct ReconnectLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PluginLabels {
-    plugin: String,
+    plugin: Arc<str>,
     op: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PluginFailureLabels {
-    plugin: String,
+    plugin: Arc<str>,
     kind: &'static str,
 }
 
@@ -553,12 +553,10 @@ impl Metrics {
 
     /// One plugin call (`op`: decide, annotate) took `took`; `failed`: how it failed (trap,
     /// deadline, error, broken).
-    pub fn plugin_call(&self, plugin: &str, op: &'static str, took: Duration, failed: Option<&'static str>) {
-        self.plugin_decision
-            .get_or_create(&PluginLabels { plugin: plugin.to_string(), op })
-            .observe(took.as_secs_f64());
+    pub fn plugin_call(&self, plugin: &Arc<str>, op: &'static str, took: Duration, failed: Option<&'static str>) {
+        self.plugin_decision.get_or_create(&PluginLabels { plugin: plugin.clone(), op }).observe(took.as_secs_f64());
         if let Some(kind) = failed {
-            self.plugin_failures.get_or_create(&PluginFailureLabels { plugin: plugin.to_string(), kind }).inc();
+            self.plugin_failures.get_or_create(&PluginFailureLabels { plugin: plugin.clone(), kind }).inc();
         }
     }
 

@@ -130,6 +130,8 @@ impl Policy {
 struct Loaded {
     /// File name (or the `[[plugins]]` path), used as the plugin's name in logs and errors.
     name: String,
+    /// The name as a metrics label (shared: no copy per call).
+    label: Arc<str>,
     hash: [u8; 32],
     priority: i32,
     on_error: OnError,
@@ -205,7 +207,7 @@ impl PluginSet {
                 Runs::Ready(plugin) => plugin,
                 Runs::Broken(why) => {
                     if let Some(m) = &self.metrics {
-                        m.plugin_call(&p.name, "decide", std::time::Duration::ZERO, Some("broken"));
+                        m.plugin_call(&p.label, "decide", std::time::Duration::ZERO, Some("broken"));
                     }
                     // The load error was logged once; the client's error carries it too.
                     let reason = format!("plugin cannot run: {why}");
@@ -214,7 +216,7 @@ impl PluginSet {
             };
             let started = std::time::Instant::now();
             let answer = guarded(|| plugin.decide(args, &decision));
-            self.measured(&p.name, "decide", started, &answer);
+            self.measured(&p.label, "decide", started, &answer);
             match answer {
                 Ok(wasm::Verdict::Continue(d)) => decision = d,
                 Ok(wasm::Verdict::Stop(d)) => return Ok(d),
@@ -271,7 +273,7 @@ impl PluginSet {
             let Runs::Ready(plugin) = &p.plugin else { continue };
             let started = std::time::Instant::now();
             let answer = guarded(|| plugin.annotate(server, tool, declared, &hints));
-            self.measured(&p.name, "annotate", started, &answer);
+            self.measured(&p.label, "annotate", started, &answer);
             match answer {
                 Ok(h) => hints = h,
                 Err(e) => {
@@ -288,7 +290,7 @@ impl PluginSet {
     /// Counts one plugin call (`op`: decide, annotate) that began at `started`.
     fn measured<T>(
         &self,
-        plugin: &str,
+        plugin: &Arc<str>,
         op: &'static str,
         started: std::time::Instant,
         answer: &Result<T, PluginError>,
@@ -319,13 +321,15 @@ impl Loaded {
         let config_json = entry.config_json()?;
         let plugin = wasm::Plugin::load(name, bytes, &hash, wasm::Limits::from_entry(entry), &config_json, false)?;
         let plugin = Runs::Ready(Box::new(plugin));
-        Ok(Loaded { name: name.to_string(), hash, priority: entry.priority, on_error: entry.on_error, plugin })
+        let (name, label) = (name.to_string(), Arc::from(name));
+        Ok(Loaded { name, label, hash, priority: entry.priority, on_error: entry.on_error, plugin })
     }
 
     /// The stand-in for a closed plugin that does not load (see [`Runs::Broken`]).
     fn broken(name: &str, hash: [u8; 32], entry: &PluginEntry, why: String) -> Loaded {
         let plugin = Runs::Broken(why);
-        Loaded { name: name.to_string(), hash, priority: entry.priority, on_error: entry.on_error, plugin }
+        let (name, label) = (name.to_string(), Arc::from(name));
+        Loaded { name, label, hash, priority: entry.priority, on_error: entry.on_error, plugin }
     }
 
     fn is_ready(&self) -> bool {
