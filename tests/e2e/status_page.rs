@@ -32,7 +32,7 @@ impl Daemon {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let home = Home::new();
         home.write_config(&format!(
-            "{}{}[http]\nlisten = \"127.0.0.1:0\"\n",
+            "{}[servers.alpha.limits]\ncall_timeout_ms = 2000\n{}[http]\nlisten = \"127.0.0.1:0\"\n",
             home.fixture("alpha", &[]),
             home.fixture("beta", &[])
         ));
@@ -139,6 +139,33 @@ async fn metrics_need_the_token_and_count_a_call_with_otel_names() {
     assert!(value(&after, r#"switchyard_sessions_opened_total{transport="unix"}"#) >= 1.0);
     // No secret is a label.
     assert!(!text.contains(&d.token));
+
+    // A call past its timeout, then an instance that dies under a call (and is started again).
+    let slow = c.call_tool("sleep", json!({"ms": 20_000})).await;
+    assert_eq!(slow["error"]["code"], -32001, "{slow}");
+    let crashed = c.call_tool("crash", json!({})).await;
+    assert!(crashed.get("error").is_some(), "{crashed}");
+    let restarts = r#"switchyard_instance_restarts_total{server="alpha",pool="default"}"#;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let after = loop {
+        let now = samples(&d.metrics().await);
+        if value(&now, restarts) >= 1.0 {
+            break now;
+        }
+        assert!(std::time::Instant::now() < deadline, "no restart counted:\n{}", d.metrics().await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let outcome = |tool: &str, o: &str| {
+        value(
+            &after,
+            &format!(r#"switchyard_calls_total{{server="alpha",method="tools/call",tool="{tool}",outcome="{o}"}}"#),
+        )
+    };
+    assert_eq!((outcome("sleep", "timeout"), outcome("crash", "lost")), (1.0, 1.0));
+    assert_eq!(value(&after, r#"switchyard_timeouts_total{server="alpha",tool="sleep"}"#), 1.0);
+    assert_eq!(value(&after, r#"switchyard_instance_deaths_total{server="alpha",pool="default",cause="exit"}"#), 1.0);
+    let timed_out = r#"server="alpha",mcp_method_name="tools/call",gen_ai_tool_name="sleep",error_type="-32001",network_transport="unix""#;
+    assert_eq!(value(&after, &format!("mcp_server_operation_duration_seconds_count{{{timed_out}}}")), 1.0);
 }
 
 #[tokio::test]
