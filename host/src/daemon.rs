@@ -880,7 +880,8 @@ mod tests {
                 {"name": "tools", "target": "python3 ${DIR}/s.py", "client_env": ["DIR", "KEY"], "variants": ["tools@1"]},
                 {"name": "tools@1", "template": "tools", "target": "python3 ${DIR}/s.py", "starts": 1, "restarts": 0,
                  "last_error": null, "instances": [], "sessions": []}],
-            "retired": [], "broken": [{"name": "web", "error": "TOKEN is not set"}]
+            "retired": [], "broken": [{"name": "web", "error": "TOKEN is not set"}],
+            "recent_errors": [{"at_ms": 3_723_000, "level": "WARN", "message": "server=fs: pool `x` is not configured"}]
         });
         let text = render(&s);
         for want in [
@@ -894,6 +895,7 @@ mod tests {
             "server web: cannot be used: TOKEN is not set",
             "server tools: python3 ${DIR}/s.py\n  one server per distinct set of client values of DIR, KEY (connect --env DIR,KEY); running: tools@1",
             "server tools@1: python3 ${DIR}/s.py\n  started 1 instance(s)",
+            "recent warnings and errors (the last 1 of 1; all in --json):\n  01:02:03 UTC WARN server=fs: pool `x`",
         ] {
             assert!(text.contains(want), "{want} missing from:\n{text}");
         }
