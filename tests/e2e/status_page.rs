@@ -183,6 +183,25 @@ async fn api_status_is_the_status_of_the_cli_with_recent_errors() {
     assert_eq!((api["pid"].clone(), api["http"].clone()), (cli["pid"].clone(), cli["http"].clone()));
     assert!(api["recent_errors"].is_array(), "{api}");
     assert!(!api.to_string().contains(&d.token));
+
+    // A config that does not load is an error of the daemon's log: status keeps it.
+    let good = std::fs::read_to_string(&d.home.config).unwrap();
+    d.home.write_config(&format!("{good}[servers.broken\n"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let kept = loop {
+        let resp = d.get("/api/status", Some(&d.token)).await;
+        let api: Value = serde_json::from_str(&resp.text().await.unwrap()).unwrap();
+        let errors = api["recent_errors"].as_array().unwrap().clone();
+        if let Some(e) = errors.iter().find(|e| e["message"].as_str().unwrap().contains("not applied")) {
+            break e.clone();
+        }
+        assert!(std::time::Instant::now() < deadline, "the error is not in recent_errors: {api}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(kept["level"], "ERROR", "{kept}");
+    assert!(kept["message"].as_str().unwrap().chars().count() <= 300, "{kept}");
+    let text = d.home.status_text().await;
+    assert!(text.contains("recent warnings and errors") && text.contains("not applied"), "{text}");
 }
 
 /// Runs headless Chromium on `url` with `args`; its stdout.
