@@ -378,6 +378,17 @@ pub enum RetryReason {
     Other,
 }
 
+/// How an answer the router made counts: an error (with its code) or a success.
+pub fn answer_outcome(line: &str) -> (Outcome, Option<i64>) {
+    match crate::codec::parse(line) {
+        Ok(env) if env.is_error => {
+            let code = serde_json::from_str::<serde_json::Value>(line).ok().and_then(|v| v["error"]["code"].as_i64());
+            (Outcome::Error, code)
+        }
+        _ => (Outcome::Ok, None),
+    }
+}
+
 /// Whether a tools/call result says the tool failed (`isError: true`, MCP's tool error).
 pub fn is_tool_error(result: &str) -> bool {
     let r = result.as_bytes();
@@ -427,7 +438,7 @@ impl Metrics {
             Unit::Seconds,
             m.session_duration.clone(),
         );
-        r.register("switchyard_calls", "Calls forwarded to servers, by how they ended", m.calls.clone());
+        r.register("switchyard_calls", "Client requests answered, by how they ended", m.calls.clone());
         r.register("switchyard_timeouts", "Call attempts that ran out of time", m.timeouts.clone());
         r.register("switchyard_retries", "Calls tried again, by why", m.retries.clone());
         r.register_with_unit(
@@ -709,5 +720,15 @@ mod tests {
         assert_eq!(code_label(-32601), "-32601");
         assert_eq!(code_label(12345), OTHER);
         assert_eq!((network_transport("stdio-1"), network_transport("http-2")), ("pipe", "tcp"));
+    }
+
+    #[test]
+    fn answers_count_as_errors_with_their_code_and_tool_errors_are_seen() {
+        assert_eq!(answer_outcome(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#), (Outcome::Ok, None));
+        let e = r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"no"}}"#;
+        assert_eq!(answer_outcome(e), (Outcome::Error, Some(-32601)));
+        assert!(is_tool_error(r#"{"content":[],"isError":true}"#));
+        assert!(is_tool_error(r#"{"isError": true, "content":[]}"#));
+        assert!(!is_tool_error(r#"{"content":[{"type":"text","text":"\"isError\":true"}],"isError":false}"#));
     }
 }

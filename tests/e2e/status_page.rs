@@ -128,6 +128,10 @@ async fn metrics_need_the_token_and_count_a_call_with_otel_names() {
     assert!(text.contains("mcp_server_operation_duration_seconds_bucket{"), "{text}");
     assert_eq!(value(&after, &format!("mcp_server_operation_duration_seconds_count{{{op}}}")), 1.0, "{text}");
     assert_eq!(value(&after, &format!(r#"mcp_server_operation_duration_seconds_bucket{{le="+Inf",{op}}}"#)), 1.0);
+    // What the router answers itself (initialize from the server's cached result) counts too.
+    let init =
+        r#"server="alpha",mcp_method_name="initialize",gen_ai_tool_name="",error_type="",network_transport="unix""#;
+    assert_eq!(value(&after, &format!("mcp_server_operation_duration_seconds_count{{{init}}}")), 1.0, "{text}");
     // A tool the server never declared is not a label of its own.
     assert!(!text.contains("no_such_tool_at_all"), "an undeclared tool became a label");
     assert!(text.contains(r#"tool="other""#), "{text}");
