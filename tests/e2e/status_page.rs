@@ -187,6 +187,9 @@ async fn api_status_is_the_status_of_the_cli_with_recent_errors() {
     assert_eq!((api["pid"].clone(), api["http"].clone()), (cli["pid"].clone(), cli["http"].clone()));
     assert!(api["recent_errors"].is_array(), "{api}");
     assert!(!api.to_string().contains(&d.token));
+    // `token --url --http ADDR` names that address instead of the running daemon's.
+    let out = d.home.cli(&["token", "--config", &d.home.config_str(), "--url", "--http", "127.0.0.1:9"]).await;
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("http://127.0.0.1:9/#token={}", d.token));
 
     // A config that does not load is an error of the daemon's log: status keeps it.
     let good = std::fs::read_to_string(&d.home.config).unwrap();
