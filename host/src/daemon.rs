@@ -653,6 +653,15 @@ fn eprintln_safe(line: &str) {
 }
 
 /// One hello and its reply, blocking (for `status`, `stop` and `--detach`).
+/// Where the running daemon of `config` (canonical) serves HTTP, if it runs and does.
+pub fn served_http(config: &Path) -> Option<SocketAddr> {
+    let socket = places::socket_for(config).ok()?;
+    match ask(&socket, &Hello::Status).ok()? {
+        Reply::Status { status } => status["http"]["listen"].as_str()?.parse().ok(),
+        _ => None,
+    }
+}
+
 fn ask(socket: &Path, hello: &Hello) -> std::io::Result<Reply> {
     let mut stream = std::os::unix::net::UnixStream::connect(socket)?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
@@ -819,8 +828,33 @@ pub fn render(s: &serde_json::Value) -> String {
             b["error"].as_str().unwrap_or("")
         );
     }
+    let recent = s["recent_errors"].as_array().cloned().unwrap_or_default();
+    if !recent.is_empty() {
+        let shown = recent.len().min(RECENT_SHOWN);
+        let _ = writeln!(
+            out,
+            "
+recent warnings and errors (the last {shown} of {}; all in --json):",
+            recent.len()
+        );
+        for r in &recent[recent.len() - shown..] {
+            let secs = r["at_ms"].as_u64().unwrap_or(0) / 1000 % 86_400;
+            let _ = writeln!(
+                out,
+                "  {:02}:{:02}:{:02} UTC {} {}",
+                secs / 3600,
+                secs / 60 % 60,
+                secs % 60,
+                r["level"].as_str().unwrap_or("?"),
+                r["message"].as_str().unwrap_or("")
+            );
+        }
+    }
     out
 }
+
+/// How many of the recent warnings and errors the status text shows.
+const RECENT_SHOWN: usize = 10;
 
 fn human_ms(ms: u64) -> String {
     match ms {
@@ -846,7 +880,8 @@ mod tests {
                 {"name": "tools", "target": "python3 ${DIR}/s.py", "client_env": ["DIR", "KEY"], "variants": ["tools@1"]},
                 {"name": "tools@1", "template": "tools", "target": "python3 ${DIR}/s.py", "starts": 1, "restarts": 0,
                  "last_error": null, "instances": [], "sessions": []}],
-            "retired": [], "broken": [{"name": "web", "error": "TOKEN is not set"}]
+            "retired": [], "broken": [{"name": "web", "error": "TOKEN is not set"}],
+            "recent_errors": [{"at_ms": 3_723_000, "level": "WARN", "message": "server=fs: pool `x` is not configured"}]
         });
         let text = render(&s);
         for want in [
@@ -860,6 +895,7 @@ mod tests {
             "server web: cannot be used: TOKEN is not set",
             "server tools: python3 ${DIR}/s.py\n  one server per distinct set of client values of DIR, KEY (connect --env DIR,KEY); running: tools@1",
             "server tools@1: python3 ${DIR}/s.py\n  started 1 instance(s)",
+            "recent warnings and errors (the last 1 of 1; all in --json):\n  01:02:03 UTC WARN server=fs: pool `x`",
         ] {
             assert!(text.contains(want), "{want} missing from:\n{text}");
         }

@@ -24,6 +24,7 @@ pub mod hub;
 pub mod ids;
 pub mod link;
 pub mod logging;
+pub mod metrics;
 pub mod places;
 pub mod policy;
 pub mod pool;
@@ -111,6 +112,8 @@ mod layering {
         "decision",
         "error",
         "logging",
+        // The router's Prometheus metrics: names no other module.
+        "metrics",
         "places",
         // The MCP clients' own config files (`switchyard clients`, `wrap`, `unwrap`): reads them,
         // and writes them and switchyard.toml for `wrap`; names only config and places.

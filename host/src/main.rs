@@ -58,6 +58,10 @@ enum Command {
         /// (http://LISTEN/#token=TOKEN).
         #[arg(long)]
         url: bool,
+        /// With --url: the front's address (default: where the running daemon serves HTTP,
+        /// else the config's [http] listen).
+        #[arg(long, value_name = "ADDR", requires = "url")]
+        http: Option<std::net::SocketAddr>,
     },
     /// Stop a daemon: its servers are stopped and it exits.
     Stop {
@@ -208,11 +212,13 @@ fn main() -> ExitCode {
         Command::Run(args) => report(switchyard::cli::run_blocking(args)),
         Command::Daemon(args) => report(switchyard::daemon::daemon_blocking(args)),
         Command::Status { json, which } => report(switchyard::daemon::status_blocking(which, json)),
-        Command::Token { config, url } => {
-            report(switchyard::front::token::command(config.as_deref(), url).map(|text| {
-                let _ = std::io::stdout().write_all(text.as_bytes());
-            }))
-        }
+        Command::Token { config, url, http } => report(
+            switchyard::front::token::command(config.as_deref(), url, http, switchyard::daemon::served_http).map(
+                |text| {
+                    let _ = std::io::stdout().write_all(text.as_bytes());
+                },
+            ),
+        ),
         Command::Stop { which } => report(switchyard::daemon::stop_blocking(which)),
         Command::Clients { project, json } => {
             report(switchyard::clients::list::run(project.as_deref(), json).map(|text| {

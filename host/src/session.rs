@@ -14,6 +14,7 @@ use crate::codec::{self, Envelope, Frame, Kind, LineReader};
 use crate::engine::{self, Cancel};
 use crate::ids::SessionId;
 use crate::link::SessionLink;
+use crate::metrics::{Call, Outcome};
 use crate::server::Server;
 
 static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
@@ -23,6 +24,10 @@ const SESSION_GRACE: Duration = Duration::from_secs(3);
 /// After the client closed its input, how long calls in flight get to finish and be answered
 /// before they are cancelled (the SDKs wait as long after closing a server's stdin).
 const EOF_GRACE: Duration = Duration::from_secs(2);
+
+/// The methods a session answers itself (from the server's state), never through the engine.
+const ANSWERED_HERE: &[&str] =
+    &["initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"];
 
 /// A connected client.
 pub struct Session {
@@ -109,6 +114,16 @@ impl Session {
         &self.server
     }
 
+    /// What carries it: the first part of its label (`stdio`, `unix`, `http`).
+    pub fn transport(&self) -> &str {
+        self.label.split('-').next().unwrap_or("")
+    }
+
+    /// Its calls waiting for a gate or an instance.
+    pub fn waiting(&self) -> usize {
+        self.link.waiting()
+    }
+
     /// The session as `switchyard status --json` shows it.
     pub fn status(&self) -> serde_json::Value {
         serde_json::json!({
@@ -191,6 +206,7 @@ pub async fn serve_with(
     shutdown: CancellationToken,
 ) {
     let id = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);
+    let started = tokio::time::Instant::now();
     let label = format!("{}-{id}", opening.transport);
     let (tx, rx) = mpsc::unbounded_channel();
     // A client that stops reading may fall this far behind before its session is closed.
@@ -204,10 +220,11 @@ pub async fn serve_with(
         server: server.clone(),
         inflight: Mutex::new(HashMap::new()),
         in_order: tokio::sync::Mutex::new(()),
-        started: tokio::time::Instant::now(),
+        started,
         speaks_control: opening.speaks_control,
     });
     let _registered = opening.registry.add(&session);
+    server.metrics.session_opened(opening.transport);
     let mut writer_task = tokio::spawn(output.run(rx, session.link.backlog(), label.clone()));
     // The writer ends early only when writing to the client failed: the client is gone.
     let mut writer_ended = false;
@@ -311,6 +328,7 @@ pub async fn serve_with(
     if peak >= crate::link::GIVE_BACK_AFTER {
         crate::link::give_back_memory();
     }
+    server.metrics.session_closed(opening.transport, started.elapsed());
     tracing::debug!(session = %label, "session ended");
 }
 
@@ -541,10 +559,25 @@ impl Session {
     async fn run(self: Arc<Self>, line: String, env: Envelope, token: Arc<Cancel>) -> Option<String> {
         let id_span = env.id.clone().expect("requests have ids");
         let id = line[id_span].to_string();
+        let started = tokio::time::Instant::now();
         let resp = self
             .dispatch(&line, &env, &id, &token)
             .await
             .or_else(|| token.owes_answer().then(|| crate::error::CallError::ShuttingDown.to_response(&id)));
+        // What the engine forwards it counts itself; what the session answers is counted here.
+        let method = env.method.as_deref().unwrap_or_default();
+        if ANSWERED_HERE.contains(&method) {
+            let (outcome, code) = resp.as_deref().map_or((Outcome::Cancelled, None), crate::metrics::answer_outcome);
+            self.server.metrics.call(Call {
+                server: &self.server.metric_name,
+                method,
+                tool: None,
+                outcome,
+                code,
+                session_label: &self.label,
+                elapsed: started.elapsed(),
+            });
+        }
         // Out of the in-flight table before the response leaves, so the id may be reused at once
         // (unless a cancel took it out already and a new request reuses it).
         let mut inflight = self.inflight.lock().expect("lock");

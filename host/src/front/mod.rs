@@ -8,6 +8,7 @@
 
 pub mod guard;
 pub mod session;
+pub mod status;
 pub mod token;
 
 use std::collections::BTreeMap;
@@ -116,7 +117,11 @@ async fn handle(State(front): State<Arc<Front>>, req: Request) -> Response {
         Verdict::Answer(r) => return r.map(Body::from),
         Verdict::Pass { cors } => cors,
     };
-    let mut resp = front.route(&parts.method, parts.uri.path(), &parts.headers, body).await;
+    // `/`, `/metrics`, `/api/status` and the page's assets (see `status`); the rest is MCP's.
+    let mut resp = match status::serve(&front.router, &parts.method, parts.uri.path()) {
+        Some(r) => r,
+        None => front.route(&parts.method, parts.uri.path(), &parts.headers, body).await,
+    };
     resp.headers_mut().extend(cors);
     resp
 }

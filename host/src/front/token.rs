@@ -170,10 +170,18 @@ fn check_file(file: &Path, regular: bool, uid: u32, mode: u32, me: u32) -> anyho
     Ok(())
 }
 
-/// `switchyard token [--config FILE] [--url]`: the token the daemon of that config accepts
-/// (the generated file made when missing), or with `url` the status page's address carrying it
-/// (`http://LISTEN/#token=T`; a fragment never reaches a server or its logs).
-pub fn command(config: Option<&Path>, url: bool) -> anyhow::Result<String> {
+/// `switchyard token [--config FILE] [--url [--http ADDR]]`: the token the daemon of that config
+/// accepts (the generated file made when missing), or with `url` the status page's address
+/// carrying it (`http://LISTEN/#token=T`; a fragment never reaches a server or its logs). The
+/// address: `http` when given, else where the running daemon of that config serves HTTP
+/// (`running`, given the canonical config: it may have been started with `--http`), else the
+/// config's `[http] listen`, else the default.
+pub fn command(
+    config: Option<&Path>,
+    url: bool,
+    http: Option<std::net::SocketAddr>,
+    running: impl Fn(&Path) -> Option<std::net::SocketAddr>,
+) -> anyhow::Result<String> {
     let path = match config {
         Some(c) => c.to_path_buf(),
         None => places::default_config()?,
@@ -184,7 +192,9 @@ pub fn command(config: Option<&Path>, url: bool) -> anyhow::Result<String> {
     if !url {
         return Ok(format!("{}\n", token.expose()));
     }
-    let listen = loaded.http.as_ref().map_or(config::DEFAULT_HTTP_LISTEN, |h| h.listen);
+    let listen = http
+        .or_else(|| running(&canonical))
+        .unwrap_or_else(|| loaded.http.as_ref().map_or(config::DEFAULT_HTTP_LISTEN, |h| h.listen));
     Ok(format!("{}\n", page_url(listen, &token)))
 }
 
