@@ -27,16 +27,25 @@ struct Sse {
     buf: String,
     /// Keep-alive comments seen.
     comments: usize,
+    /// The id of the last event seen (a priming event's too).
+    last_id: Option<String>,
 }
 
 impl Sse {
+    fn new(resp: reqwest::Response) -> Sse {
+        Sse { resp, buf: String::new(), comments: 0, last_id: None }
+    }
+
     /// The next message, or None when the stream ended.
     async fn next(&mut self) -> Option<Value> {
         loop {
             if let Some(end) = self.buf.find("\n\n") {
                 let event: String = self.buf.drain(..end + 2).collect();
+                if let Some(id) = event.lines().find_map(|l| l.strip_prefix("id:")) {
+                    self.last_id = Some(id.trim().to_string());
+                }
                 let data: Vec<&str> = event.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim).collect();
-                if data.is_empty() {
+                if data.iter().all(|d| d.is_empty()) {
                     self.comments += event.lines().filter(|l| l.starts_with(':')).count();
                     continue;
                 }
@@ -107,7 +116,7 @@ impl Front {
         assert_eq!(resp.headers()["content-type"], "text/event-stream");
         let sid = resp.headers()["mcp-session-id"].to_str().unwrap().to_string();
         assert!(sid.len() == 32 && sid.chars().all(|c| c.is_ascii_hexdigit()), "session id {sid:?}");
-        let msgs = Sse { resp, buf: String::new(), comments: 0 }.all().await;
+        let msgs = Sse::new(resp).all().await;
         assert_eq!(msgs.len(), 1, "{msgs:?}");
         assert_eq!(msgs[0]["id"], 0);
         assert!(msgs[0]["result"]["serverInfo"].is_object(), "{msgs:?}");
@@ -125,7 +134,7 @@ impl Front {
         let resp = self.post(path, Some(sid), &body).send().await.unwrap();
         assert_eq!(resp.status(), 200, "{body}");
         assert_eq!(resp.headers()["content-type"], "text/event-stream");
-        Sse { resp, buf: String::new(), comments: 0 }
+        Sse::new(resp)
     }
 }
 
@@ -178,7 +187,7 @@ async fn initialize_and_a_tool_call_through_http() {
         .send()
         .await
         .unwrap();
-    let msgs = Sse { resp, buf: String::new(), comments: 0 }.all().await;
+    let msgs = Sse::new(resp).all().await;
     assert_eq!(text_of(&msgs[0]), "a\nb");
     // Status shows the front and its sessions, never a session id or the token.
     let status = f.home.status_json().await;
@@ -286,8 +295,7 @@ async fn each_session_sees_only_its_own_messages() {
     };
     let (gx, gy) = (listen(&x).await.unwrap(), listen(&y).await.unwrap());
     assert_eq!((gx.status(), gy.status()), (reqwest::StatusCode::OK, reqwest::StatusCode::OK));
-    let (mut gx, mut gy) =
-        (Sse { resp: gx, buf: String::new(), comments: 0 }, Sse { resp: gy, buf: String::new(), comments: 0 });
+    let (mut gx, mut gy) = (Sse::new(gx), Sse::new(gy));
     let log = |m: &str| call(json!(1), "log", json!({"message": m, "after_ms": 50}), None);
     let r = f.request("/mcp/solo", &x, log("for x")).await.all().await;
     assert_eq!(text_of(&r[0]), "will log");
@@ -551,5 +559,111 @@ async fn a_waiting_notice_goes_on_its_own_request_s_stream() {
         assert_eq!(text_of(&msgs[1]), text);
     }
     assert_eq!(mb.len(), 1, "the busy session got another's notice: {mb:?}");
+    f.home.shutdown().await;
+}
+
+impl Front {
+    /// GET on a session: its stream (`last`: resuming after that event), or the refusal.
+    async fn get(&self, path: &str, sid: &str, last: Option<&str>) -> reqwest::Response {
+        let mut r = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", sid);
+        if let Some(id) = last {
+            r = r.header("last-event-id", id);
+        }
+        r.send().await.unwrap()
+    }
+}
+
+/// Resumability (2025-11-25): a GET stream is cut while the server keeps sending; the client
+/// comes back with `Last-Event-ID` and gets exactly what it missed, in order, then what follows.
+#[tokio::test]
+async fn a_cut_get_stream_resumes_with_no_message_lost_or_repeated() {
+    let f = Front::start(|h| format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", h.fixture("alpha", &[]))).await;
+    let sid = f.session("/mcp/alpha").await;
+    let resp = f.get("/mcp/alpha", &sid, None).await;
+    assert_eq!(resp.status(), 200);
+    let mut g = Sse::new(resp);
+    // Twelve logs, one every 150 ms, each sent after the call that schedules it was answered.
+    const N: usize = 12;
+    for i in 0..N {
+        let log = call(json!(i), "log", json!({"message": format!("m{i}"), "after_ms": 300 + 150 * i}), None);
+        let r = f.request("/mcp/alpha", &sid, log).await.all().await;
+        assert_eq!(text_of(&r[0]), "will log");
+    }
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        got.push(g.next().await.unwrap()["params"]["data"].as_str().unwrap().to_string());
+    }
+    let last = g.last_id.clone().expect("events carry ids");
+    drop(g);
+    // The server goes on logging while nobody reads.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let resp = f.get("/mcp/alpha", &sid, Some(&last)).await;
+    assert_eq!(resp.status(), 200);
+    let mut g = Sse::new(resp);
+    while got.len() < N {
+        got.push(g.next().await.unwrap()["params"]["data"].as_str().unwrap().to_string());
+    }
+    let want: Vec<String> = (0..N).map(|i| format!("m{i}")).collect();
+    assert_eq!(got, want);
+    assert!(tokio::time::timeout(Duration::from_millis(400), g.next()).await.is_err(), "an extra message");
+    f.home.shutdown().await;
+}
+
+/// A POST's stream cut during a slow call: `GET` + `Last-Event-ID` brings the rest of its
+/// progress and its one response, then ends.
+#[tokio::test]
+async fn a_cut_request_stream_resumes_with_the_rest_and_the_response() {
+    let f = Front::start(|h| format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", h.fixture("alpha", &[]))).await;
+    let sid = f.session("/mcp/alpha").await;
+    let mut s = f
+        .request("/mcp/alpha", &sid, call(json!(7), "sleep", json!({"ms": 1500, "progress_ms": 100}), Some("p")))
+        .await;
+    let mut progress = Vec::new();
+    for _ in 0..3 {
+        progress.push(s.next().await.unwrap()["params"]["progress"].as_u64().unwrap());
+    }
+    let last = s.last_id.clone().expect("events carry ids");
+    drop(s);
+    let resp = f.get("/mcp/alpha", &sid, Some(&last)).await;
+    assert_eq!(resp.status(), 200);
+    let rest = Sse::new(resp).all().await;
+    let (answer, notes) = rest.split_last().expect("nothing on the resumed stream");
+    assert_eq!((answer["id"].clone(), text_of(answer)), (json!(7), "slept 1500 ms"), "{rest:?}");
+    progress.extend(notes.iter().map(|m| m["params"]["progress"].as_u64().unwrap()));
+    assert_eq!(progress, (1..15).map(|n| n * 100).collect::<Vec<u64>>(), "{rest:?}");
+    // The stream is over: resuming it again replays its events, not a second response.
+    let resp = f.get("/mcp/alpha", &sid, Some(&last)).await;
+    let again = Sse::new(resp).all().await;
+    assert_eq!(again, rest);
+    f.home.shutdown().await;
+}
+
+/// `Last-Event-ID` that is unknown, or of another session: 400 with a JSON-RPC error, never an
+/// empty stream, and nothing of the other session.
+#[tokio::test]
+async fn resuming_an_unknown_or_another_session_s_event_is_refused() {
+    let f = Front::start(|h| format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", h.fixture("alpha", &[]))).await;
+    let (a, b) = (f.session("/mcp/alpha").await, f.session("/mcp/alpha").await);
+    let mut theirs = f.request("/mcp/alpha", &b, call(json!(1), "echo", json!({"text": "b's secret"}), None)).await;
+    assert_eq!(text_of(&theirs.next().await.unwrap()), "b's secret");
+    let their_id = theirs.last_id.clone().unwrap();
+    for id in ["99999.1", "not an id", their_id.as_str()] {
+        let r = f.get("/mcp/alpha", &a, Some(id)).await;
+        assert_eq!(r.status(), 400, "{id}");
+        assert_eq!(r.headers()["content-type"], "application/json");
+        let text = r.text().await.unwrap();
+        assert!(!text.contains("secret"), "{text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["error"]["code"], -32600, "{v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains("Last-Event-ID"), "{v}");
+    }
+    // Its own session resumes it.
+    let r = f.get("/mcp/alpha", &b, Some(&their_id)).await;
+    assert_eq!(r.status(), 200);
     f.home.shutdown().await;
 }

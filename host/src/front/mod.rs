@@ -3,9 +3,10 @@
 //! ordinary session of the router, as a stdio client's is.
 //!
 //! Not served yet, and answered as such (never with silence): requests of the 2026-07-28
-//! stateless protocol (400 with -32022, listing the versions served), resuming a stream
-//! (`Last-Event-ID`: events carry no ids, 400), JSON-RPC batches (400).
+//! stateless protocol (400 with -32022, listing the versions served), JSON-RPC batches (400).
+//! Streams of a session are resumable ([`events`]).
 
+pub mod events;
 pub mod guard;
 pub mod session;
 pub mod token;
@@ -224,7 +225,10 @@ impl Front {
         let (session, new_sid) = match existing {
             Some(s) => (s, None),
             None if env.kind == Kind::Request && method == "initialize" => {
-                let start = || HttpSession::start(server.clone(), self.router.registry.clone(), self.shutdown.clone());
+                let start = || {
+                    let (registry, shutdown) = (self.router.registry.clone(), self.shutdown.clone());
+                    HttpSession::start(server.clone(), registry, shutdown, self.http.event_store_bytes)
+                };
                 match self.table.open(self.http.max_sessions, start) {
                     Ok(Some((s, sid))) => (s, Some(sid)),
                     Ok(None) => {
@@ -307,9 +311,9 @@ impl Front {
         if mode == Mode::Sse {
             return self.sse(feed);
         }
-        match feed.recv().await {
-            Some(t) => {
-                let mut r = Response::new(Body::from(t.line.clone()));
+        match feed.next().await {
+            Some(line) => {
+                let mut r = Response::new(Body::from(line));
                 r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
                 r
             }
@@ -331,14 +335,6 @@ impl Front {
             r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
             return r;
         };
-        if headers.contains_key(LAST_EVENT_HEADER) {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                "null",
-                codec::INVALID_REQUEST,
-                "resuming a stream is not supported by this switchyard (its events carry no ids); open the stream again without Last-Event-ID",
-            );
-        }
         if accepts(headers) != Some(Mode::Sse) {
             return plain(StatusCode::NOT_ACCEPTABLE, "the GET stream is text/event-stream; list it in Accept");
         }
@@ -346,9 +342,29 @@ impl Front {
             Ok(s) => s,
             Err(r) => return *r,
         };
-        match session.listen() {
-            Ok(feed) => self.sse(feed),
-            Err(_) => rpc_error(StatusCode::NOT_FOUND, "null", codec::INVALID_REQUEST, "session not found: it ended"),
+        let gone = || rpc_error(StatusCode::NOT_FOUND, "null", codec::INVALID_REQUEST, "session not found: it ended");
+        let Some(last) = headers.get(LAST_EVENT_HEADER) else {
+            return match session.listen() {
+                Ok(feed) => self.sse(feed),
+                Err(_) => gone(),
+            };
+        };
+        // Looked up in this session's events only: another session's id is unknown here.
+        match session.resume(last.to_str().unwrap_or("")) {
+            Ok(Ok(feed)) => self.sse(feed),
+            Ok(Err(why)) => rpc_error(
+                StatusCode::BAD_REQUEST,
+                "null",
+                codec::INVALID_REQUEST,
+                &match why {
+                    session::Unknown::Malformed => "Last-Event-ID is not an event id of this server (they look like 12.345); open the stream again without it".to_string(),
+                    session::Unknown::NotKept => format!(
+                        "Last-Event-ID names no event of this session still kept (events are kept up to [http] event_store_bytes = {} per session); open the stream again without it",
+                        self.http.event_store_bytes
+                    ),
+                },
+            ),
+            Err(_) => gone(),
         }
     }
 
@@ -374,7 +390,7 @@ impl Front {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let events = futures_util::stream::unfold((feed, tick), |(mut feed, mut tick)| async move {
             let bytes = tokio::select! {
-                m = feed.recv() => Bytes::from(format!("event: message\ndata: {}\n\n", m?.line)),
+                m = feed.next() => m?,
                 _ = tick.tick() => Bytes::from_static(b": keep-alive\n\n"),
             };
             Some((Ok::<_, std::convert::Infallible>(bytes), (feed, tick)))
