@@ -375,12 +375,12 @@ async fn the_door_refuses_what_it_must_and_the_daemon_still_serves() {
     assert_eq!(r.status(), 404);
     let r = f.post("/mcp/nosuch", None, &init).send().await.unwrap();
     assert_eq!(r.status(), 404);
-    // A request of the 2026-07-28 stateless protocol, and resuming: not served, said so.
+    // A request of the 2026-07-28 stateless protocol without its Mcp-Method header.
     let modern = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}});
     let r = f.post("/mcp/alpha", None, &modern).header("mcp-protocol-version", "2026-07-28").send().await.unwrap();
     assert_eq!(r.status(), 400);
     let v: Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
-    assert_eq!(v["error"]["code"], -32022, "{v}");
+    assert_eq!(v["error"]["code"], -32020, "{v}");
     // Over the server's limit: 413, and the same session goes on.
     let sid = f.session("/mcp/alpha").await;
     let big = call(json!(9), "echo", json!({"text": "x".repeat(5000)}), None);
@@ -666,4 +666,236 @@ async fn resuming_an_unknown_or_another_session_s_event_is_refused() {
     let r = f.get("/mcp/alpha", &b, Some(&their_id)).await;
     assert_eq!(r.status(), 200);
     f.home.shutdown().await;
+}
+
+/// A server of the 2026-07-28 era only (no initialize), on stdio, journalling what it receives
+/// as the fixture does: `echo`, and `slow` (`steps` progress notifications 100 ms apart, then an
+/// answer; a cancel stops it, journalled as `stopped`).
+const MODERN_SERVER: &str = r#"
+import json, sys, threading, time
+journal = open(sys.argv[1], "a")
+lock = threading.Lock()
+cancelled = set()
+def note(entry):
+    with lock:
+        journal.write(json.dumps(entry) + "\n")
+        journal.flush()
+def send(msg):
+    with lock:
+        sys.stdout.write(json.dumps(msg) + "\n")
+        sys.stdout.flush()
+def text(rid, t):
+    send({"jsonrpc": "2.0", "id": rid, "result": {"content": [{"type": "text", "text": t}], "isError": False}})
+def slow(msg):
+    rid, params = msg["id"], msg["params"]
+    token = params.get("_meta", {}).get("progressToken")
+    steps = params.get("arguments", {}).get("steps", 50)
+    for i in range(steps):
+        time.sleep(0.1)
+        if json.dumps(rid) in cancelled:
+            note({"dir": "event", "event": "stopped", "id": rid})
+            return
+        if token is not None:
+            send({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": token, "progress": i + 1}})
+    text(rid, f"slow done after {steps} steps")
+for line in sys.stdin:
+    msg = json.loads(line)
+    note({"dir": "in", "msg": msg})
+    method = msg.get("method")
+    if "id" not in msg:
+        if method == "notifications/cancelled":
+            cancelled.add(json.dumps(msg["params"]["requestId"]))
+        continue
+    rid = msg["id"]
+    if method == "server/discover":
+        send({"jsonrpc": "2.0", "id": rid, "result": {"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}},
+              "serverInfo": {"name": "modern-e2e", "version": "1"}}})
+    elif method == "tools/call" and msg["params"]["name"] == "echo":
+        text(rid, msg["params"]["arguments"]["text"])
+    elif method == "tools/call" and msg["params"]["name"] == "slow":
+        threading.Thread(target=slow, args=(msg,), daemon=True).start()
+    elif method == "tools/call":
+        send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32602, "message": "Unknown tool"}})
+    else:
+        send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": f"Method not found: {method}"}})
+"#;
+
+/// `[servers.NAME]` running [`MODERN_SERVER`], journalling to `home.journal(NAME)`.
+fn modern_server(home: &Home, name: &str) -> String {
+    let script = home.path().join("modern_server.py");
+    std::fs::write(&script, MODERN_SERVER).unwrap();
+    let args = json!([script.display().to_string(), home.journal(name).display().to_string()]);
+    format!("[servers.{name}]\ncommand = \"python3\"\nargs = {args}\n")
+}
+
+const MODERN: &str = "2026-07-28";
+
+/// A request of the 2026-07-28 era: `_meta` with the version, and the headers it needs.
+fn modern(id: Value, method: &str, mut params: Value) -> (Value, Vec<(&'static str, String)>) {
+    params["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!(MODERN);
+    params["_meta"]["io.modelcontextprotocol/clientInfo"] = json!({"name": "http-e2e", "version": "1"});
+    params["_meta"]["io.modelcontextprotocol/clientCapabilities"] = json!({});
+    let mut headers = vec![("mcp-protocol-version", MODERN.to_string()), ("mcp-method", method.to_string())];
+    if let Some(name) = params["name"].as_str().or(params["uri"].as_str()) {
+        headers.push(("mcp-name", name.to_string()));
+    }
+    (json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}), headers)
+}
+
+impl Front {
+    /// POSTs without a session, with exactly `headers` besides the usual ones.
+    async fn post_modern(&self, path: &str, body: &Value, headers: &[(&'static str, String)]) -> reqwest::Response {
+        let mut r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body.to_string());
+        for (k, v) in headers {
+            r = r.header(*k, v);
+        }
+        r.send().await.unwrap()
+    }
+}
+
+async fn json_body(r: reqwest::Response) -> Value {
+    assert_eq!(r.headers()["content-type"], "application/json");
+    serde_json::from_str(&r.text().await.unwrap()).unwrap()
+}
+
+/// The 2026-07-28 stateless era: server/discover and calls with `_meta`, each POST on its own;
+/// every header rule of its transport, refused before anything reaches the server; an unknown
+/// method is 404; session headers are ignored; no session is made.
+#[tokio::test]
+async fn stateless_requests_are_checked_against_their_headers_and_answered_alone() {
+    let f = Front::start(|h| {
+        format!("{}{}[http]\nlisten = \"127.0.0.1:0\"\n", modern_server(h, "modern"), h.fixture("alpha", &[]))
+    })
+    .await;
+    let journal = f.home.journal("modern");
+    let (body, h) = modern(json!(1), "server/discover", json!({}));
+    let r = f.post_modern("/mcp/modern", &body, &h).await;
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().get("mcp-session-id").is_none(), "a stateless request got a session");
+    let v = json_body(r).await;
+    assert_eq!((v["id"].clone(), v["result"]["serverInfo"]["name"].clone()), (json!(1), json!("modern-e2e")), "{v}");
+    // A call; Mcp-Session-Id and Last-Event-ID of a client of the other era are ignored.
+    let (body, mut h) = modern(json!("c"), "tools/call", json!({"name": "echo", "arguments": {"text": "stateless"}}));
+    h.push(("mcp-session-id", "0123456789abcdef0123456789abcdef".into()));
+    h.push(("last-event-id", "1.1".into()));
+    let v = json_body(f.post_modern("/mcp/modern", &body, &h).await).await;
+    assert_eq!((v["id"].clone(), text_of(&v)), (json!("c"), "stateless"));
+    // Mcp-Name in its base64 form (a name outside plain ASCII must come so; any may).
+    let (body, mut h) = modern(json!(2), "tools/call", json!({"name": "echo", "arguments": {"text": "b64"}}));
+    h.retain(|(k, _)| *k != "mcp-name");
+    h.push(("mcp-name", "=?base64?ZWNobw==?=".into()));
+    let v = json_body(f.post_modern("/mcp/modern", &body, &h).await).await;
+    assert_eq!(text_of(&v), "b64", "{v}");
+    // An unknown method: 404 with -32601 and the request's id.
+    let (body, h) = modern(json!(3), "nosuch/thing", json!({}));
+    let r = f.post_modern("/mcp/modern", &body, &h).await;
+    assert_eq!(r.status(), 404);
+    let v = json_body(r).await;
+    assert_eq!((v["id"].clone(), v["error"]["code"].clone()), (json!(3), json!(-32601)), "{v}");
+    let calls_before = received(&journal_entries(&journal), "tools/call").count();
+    assert_eq!(calls_before, 2);
+    // Each header rule: 400, -32020 (or -32022 for a version not served), the request's id.
+    let (body, h) = modern(json!(4), "tools/call", json!({"name": "echo", "arguments": {"text": "x"}}));
+    let without = |name: &str| h.iter().filter(|(k, _)| *k != name).cloned().collect::<Vec<_>>();
+    let with = |name: &'static str, value: &str| {
+        let mut v = without(name);
+        v.push((name, value.to_string()));
+        v
+    };
+    let later = {
+        let mut b = body.clone();
+        b["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2027-01-01");
+        b
+    };
+    type Case = (&'static str, Value, Vec<(&'static str, String)>, i64);
+    let cases: Vec<Case> = vec![
+        ("no MCP-Protocol-Version", body.clone(), without("mcp-protocol-version"), -32020),
+        ("MCP-Protocol-Version not the body's", later.clone(), h.clone(), -32020),
+        ("no Mcp-Method", body.clone(), without("mcp-method"), -32020),
+        ("Mcp-Method not the body's", body.clone(), with("mcp-method", "tools/list"), -32020),
+        ("no Mcp-Name", body.clone(), without("mcp-name"), -32020),
+        ("Mcp-Name not the body's", body.clone(), with("mcp-name", "other"), -32020),
+        ("a version not served", later.clone(), with("mcp-protocol-version", "2027-01-01"), -32022),
+    ];
+    for (what, body, headers, code) in cases {
+        let r = f.post_modern("/mcp/modern", &body, &headers).await;
+        assert_eq!(r.status(), 400, "{what}");
+        let v = json_body(r).await;
+        assert_eq!((v["id"].clone(), v["error"]["code"].as_i64()), (json!(4), Some(code)), "{what}: {v}");
+        if code == -32022 {
+            assert!(v["error"]["data"]["supported"].as_array().unwrap().contains(&json!(MODERN)), "{v}");
+        }
+    }
+    assert_eq!(received(&journal_entries(&journal), "tools/call").count(), calls_before, "a refused request went on");
+    // A server of the initialize era only: its -32022 is a 400 too.
+    let (body, h) = modern(json!(5), "tools/call", json!({"name": "echo", "arguments": {"text": "x"}}));
+    let r = f.post_modern("/mcp/alpha", &body, &h).await;
+    assert_eq!(r.status(), 400);
+    assert_eq!(json_body(r).await["error"]["code"], -32022);
+    // GET and DELETE have no place in this era.
+    for m in [reqwest::Method::GET, reqwest::Method::DELETE] {
+        let r = f
+            .http
+            .request(m.clone(), format!("{}/mcp/modern", f.base))
+            .bearer_auth(&f.token)
+            .header("mcp-protocol-version", MODERN)
+            .header("accept", "text/event-stream")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 405, "{m}");
+    }
+    assert_eq!(f.home.status_json().await["http"]["sessions"], 0);
+    f.home.shutdown().await;
+}
+
+/// A stateless request's notifications come first on an SSE stream (no event ids), its response
+/// ends it; closing that stream cancels the request upstream (the server is told, and stops).
+#[tokio::test]
+async fn closing_a_stateless_stream_cancels_the_request_upstream() {
+    let f = Front::start(|h| format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", modern_server(h, "modern"))).await;
+    let journal = f.home.journal("modern");
+    let slow = |id: Value, steps: u32| {
+        modern(
+            id,
+            "tools/call",
+            json!({"name": "slow", "arguments": {"steps": steps}, "_meta": {"progressToken": "p"}}),
+        )
+    };
+    let (body, h) = slow(json!(1), 3);
+    let r = f.post_modern("/mcp/modern", &body, &h).await;
+    assert_eq!(
+        (r.status(), r.headers()["content-type"].to_str().unwrap()),
+        (reqwest::StatusCode::OK, "text/event-stream")
+    );
+    let mut s = Sse::new(r);
+    let msgs = s.all().await;
+    assert_eq!(msgs.len(), 4, "{msgs:?}");
+    assert_eq!(text_of(&msgs[3]), "slow done after 3 steps");
+    assert!(s.last_id.is_none(), "events of this era carry no ids");
+    // A long one, cut after two progress notifications.
+    let (body, h) = slow(json!(2), 100);
+    let mut s = Sse::new(f.post_modern("/mcp/modern", &body, &h).await);
+    for n in 1..=2 {
+        assert_eq!(s.next().await.unwrap()["params"]["progress"], n);
+    }
+    drop(s);
+    let seen = wait_journal(&journal, SLOW, |e| {
+        received(e, "notifications/cancelled").count() == 1 && e.iter().any(|x| x["event"] == "stopped")
+    })
+    .await;
+    let call = received(&seen, "tools/call").last().unwrap()["id"].clone();
+    let cancel = received(&seen, "notifications/cancelled").next().unwrap();
+    assert_eq!(cancel["params"]["requestId"], call, "the cancel names another request");
+    f.home.shutdown().await;
+}
+
+fn journal_entries(path: &std::path::Path) -> Vec<Value> {
+    journal(path)
 }

@@ -69,6 +69,9 @@ struct Kept {
     frame: Bytes,
 }
 
+/// What a resume starts with (the replay) and, while its lane runs, the reader made for it.
+type Resumed = (VecDeque<Bytes>, Option<(u64, u64, Arc<Notify>)>);
+
 /// What a reader gets next from its lane.
 pub enum Next {
     /// An SSE frame (for a JSON-only lane, the response line itself).
@@ -269,7 +272,7 @@ impl Lanes {
 
     /// For `Last-Event-ID`: the kept events of that event's lane after it, and a reader of the
     /// lane when it still runs (else the resume ends after the replay).
-    fn resume(&mut self, event_id: &str) -> Result<(VecDeque<Bytes>, Option<(u64, u64, Arc<Notify>)>), Unknown> {
+    fn resume(&mut self, event_id: &str) -> Result<Resumed, Unknown> {
         let (lane, seq) = event_id.trim().split_once('.').ok_or(Unknown::Malformed)?;
         let (lane, seq): (u64, u64) =
             (lane.parse().map_err(|_| Unknown::Malformed)?, seq.parse().map_err(|_| Unknown::Malformed)?);
