@@ -899,3 +899,48 @@ async fn closing_a_stateless_stream_cancels_the_request_upstream() {
 fn journal_entries(path: &std::path::Path) -> Vec<Value> {
     journal(path)
 }
+
+/// A client that trickles its headers (a byte every 500 ms) is cut after the header-read
+/// timeout (10 s), while other clients are served all along.
+#[tokio::test]
+async fn a_client_trickling_its_headers_is_cut_and_others_are_served() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let f = Front::start(|h| format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", h.fixture("alpha", &[]))).await;
+    let slow = tokio::net::TcpStream::connect(f.base.trim_start_matches("http://")).await.unwrap();
+    let (mut rd, mut wr) = slow.into_split();
+    let started = std::time::Instant::now();
+    wr.write_all(b"POST /mcp/alpha HTTP/1.1\r\nHost: 127.0.0.1\r\n").await.unwrap();
+    let trickle = tokio::spawn(async move {
+        for b in b"X-Slow: 1\r\n".iter().cycle().take(120) {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if wr.write_all(&[*b]).await.is_err() {
+                return;
+            }
+        }
+    });
+    // Others are served meanwhile.
+    let sid = f.session("/mcp/alpha").await;
+    let msgs = f.request("/mcp/alpha", &sid, call(json!(1), "echo", json!({"text": "served"}), None)).await.all().await;
+    assert_eq!(text_of(&msgs[0]), "served");
+    // The trickler's connection is closed (with or without a word) within a generous bound.
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(45), async {
+        let mut buf = [0u8; 1024];
+        loop {
+            match rd.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "a connection trickling its headers was held for 45 s");
+    let took = started.elapsed();
+    assert!(took >= Duration::from_secs(5), "cut after {took:?}, before its time was up");
+    assert!(!String::from_utf8_lossy(&got).contains("200 OK"), "{}", String::from_utf8_lossy(&got));
+    trickle.abort();
+    // The daemon still serves.
+    let msgs = f.request("/mcp/alpha", &sid, call(json!(2), "echo", json!({"text": "still"}), None)).await.all().await;
+    assert_eq!(text_of(&msgs[0]), "still");
+    f.home.shutdown().await;
+}

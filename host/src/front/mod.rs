@@ -7,6 +7,7 @@
 
 pub mod events;
 pub mod guard;
+pub mod listen;
 pub mod session;
 pub mod stateless;
 pub mod token;
@@ -73,11 +74,8 @@ pub async fn serve(
         .set(Box::new(move || serde_json::json!({"listen": shown, "sessions": weak.upgrade().map_or(0, |t| t.len())})));
     tokio::spawn(reap(front.clone()));
     let app = axum::Router::new().fallback(handle).with_state(front);
-    let serving = axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned());
     tokio::select! {
-        r = serving => if let Err(e) = r {
-            tracing::error!("the HTTP front on {listen} stopped: {e}");
-        },
+        _ = listen::serve(listener, app, &listen, shutdown.clone()) => {}
         _ = async {
             shutdown.cancelled().await;
             tokio::time::sleep(SHUTDOWN_GRACE).await;
