@@ -918,10 +918,14 @@ async fn a_client_trickling_its_headers_is_cut_and_others_are_served() {
             }
         }
     });
-    // Others are served meanwhile.
+    // Others are served meanwhile, and a GET stream quiet all along (keep-alives every 20 s)
+    // is not taken for a slow request.
     let sid = f.session("/mcp/alpha").await;
     let msgs = f.request("/mcp/alpha", &sid, call(json!(1), "echo", json!({"text": "served"}), None)).await.all().await;
     assert_eq!(text_of(&msgs[0]), "served");
+    let resp = f.get("/mcp/alpha", &sid, None).await;
+    assert_eq!(resp.status(), 200);
+    let mut quiet = Sse::new(resp);
     // The trickler's connection is closed (with or without a word) within a generous bound.
     let mut got = Vec::new();
     let read = tokio::time::timeout(Duration::from_secs(45), async {
@@ -939,8 +943,13 @@ async fn a_client_trickling_its_headers_is_cut_and_others_are_served() {
     assert!(took >= Duration::from_secs(5), "cut after {took:?}, before its time was up");
     assert!(!String::from_utf8_lossy(&got).contains("200 OK"), "{}", String::from_utf8_lossy(&got));
     trickle.abort();
-    // The daemon still serves.
+    // The daemon still serves, the quiet stream too.
     let msgs = f.request("/mcp/alpha", &sid, call(json!(2), "echo", json!({"text": "still"}), None)).await.all().await;
     assert_eq!(text_of(&msgs[0]), "still");
+    let mut r =
+        f.request("/mcp/alpha", &sid, call(json!(3), "log", json!({"message": "late", "after_ms": 50}), None)).await;
+    assert_eq!(text_of(&r.all().await[0]), "will log");
+    assert_eq!(quiet.next().await.unwrap()["params"]["data"], "late");
+    assert_eq!(quiet.comments, 0, "the stream was not quiet");
     f.home.shutdown().await;
 }
