@@ -25,6 +25,10 @@ pub const DETACHED_TTL: Duration = Duration::from_secs(60);
 /// Bytes a kept event costs besides its frame (bookkeeping), so that even empty events count.
 const KEPT_OVERHEAD: usize = 32;
 
+/// Lanes dropped unread remembered per session, at most (a resume of one is told what happened
+/// instead of getting an empty stream).
+const LOST_MAX: usize = 1024;
+
 /// One line of the session's output on its way to a client, counted in the session's backlog
 /// until it is dropped: once taken by a response body, or discarded because nobody can take
 /// it any more.
@@ -59,6 +63,8 @@ struct Lane {
     closed: bool,
     /// Carries the response alone as `application/json`: no ids, nothing kept for replay.
     json_only: bool,
+    /// The id (JSON text) of the request whose stream it is; None for a GET stream.
+    request: Option<String>,
 }
 
 /// A delivered event, kept for a resume.
@@ -89,6 +95,8 @@ pub enum Unknown {
     Malformed,
     /// Not an event of this session, or one no longer kept.
     NotKept,
+    /// An event of a GET stream that was dropped unread.
+    Dropped,
 }
 
 /// The lanes of one session and the events they delivered.
@@ -100,6 +108,8 @@ pub struct Lanes {
     kept_bytes: usize,
     /// Bytes of delivered events kept per session, and of what a detached lane may hold.
     limit: usize,
+    /// Lanes dropped unread (their number, their request's id), oldest first.
+    lost: VecDeque<(u64, Option<String>)>,
     ended: bool,
 }
 
@@ -112,12 +122,13 @@ impl Lanes {
             kept: VecDeque::new(),
             kept_bytes: 0,
             limit,
+            lost: VecDeque::new(),
             ended: false,
         }
     }
 
-    /// A new lane, not read yet.
-    pub fn open(&mut self, json_only: bool) -> u64 {
+    /// A new lane, not read yet; `request`: the id (JSON text) of the request it is for.
+    pub fn open(&mut self, json_only: bool, request: Option<&str>) -> u64 {
         let n = NEXT_LANE.fetch_add(1, Ordering::Relaxed);
         let lane = Lane {
             pending: VecDeque::new(),
@@ -126,6 +137,7 @@ impl Lanes {
             detached: Some(Instant::now()),
             closed: self.ended,
             json_only,
+            request: request.map(str::to_string),
         };
         self.lanes.insert(n, lane);
         n
@@ -162,7 +174,7 @@ impl Lanes {
                 "dropped an HTTP stream nobody read, with {} queued messages ([http] event_store_bytes = {limit})",
                 l.pending.len() + 1
             );
-            self.lanes.remove(&lane);
+            self.drop_lane(lane);
             return Ok(());
         }
         l.pending_bytes += t.line.len();
@@ -280,20 +292,64 @@ impl Lanes {
         if self.kept[at].lane != lane {
             return Err(Unknown::NotKept);
         }
-        let replay: VecDeque<Bytes> = self
+        let mut replay: VecDeque<Bytes> = self
             .kept
             .iter()
             .skip(at + 1)
             .filter(|k| k.lane == lane && !k.frame.is_empty())
             .map(|k| k.frame.clone())
             .collect();
+        if let Some((_, request)) = self.lost.iter().find(|(n, _)| *n == lane) {
+            // Dropped unread: a request's stream ends with an error in place of its response
+            // (exactly one answer, never silence); a GET stream is refused.
+            let Some(id) = request else {
+                return Err(Unknown::Dropped);
+            };
+            let error = crate::codec::response_error(
+                id,
+                crate::codec::INTERNAL_ERROR,
+                &format!(
+                    "the response to this request was dropped: its stream was not read for {} s, or held more than [http] event_store_bytes ({} bytes); send the request again",
+                    DETACHED_TTL.as_secs(),
+                    self.limit
+                ),
+                None,
+            );
+            replay.push_back(Bytes::from(format!("event: message\ndata: {error}\n\n")));
+            return Ok((replay, None));
+        }
         let reader = self.attach(lane).map(|(n, wake)| (lane, n, wake));
         Ok((replay, reader))
     }
 
+    /// Drops a lane nobody reads, with what it holds, remembering it for a later resume.
+    fn drop_lane(&mut self, lane: u64) {
+        if let Some(l) = self.lanes.remove(&lane) {
+            if self.lost.len() >= LOST_MAX {
+                self.lost.pop_front();
+            }
+            self.lost.push_back((lane, l.request));
+        }
+    }
+
     /// Drops lanes nobody read for [`DETACHED_TTL`].
     pub fn sweep(&mut self, now: Instant) {
-        self.lanes.retain(|_, l| l.detached.is_none_or(|since| now.duration_since(since) < DETACHED_TTL));
+        let stale: Vec<u64> = self
+            .lanes
+            .iter()
+            .filter(|(_, l)| l.detached.is_some_and(|since| now.duration_since(since) >= DETACHED_TTL))
+            .map(|(n, _)| *n)
+            .collect();
+        if !stale.is_empty() {
+            tracing::info!(
+                "dropped {} HTTP stream(s) cut and not resumed within {} s",
+                stale.len(),
+                DETACHED_TTL.as_secs()
+            );
+        }
+        for n in stale {
+            self.drop_lane(n);
+        }
     }
 
     /// The session ended: every lane ends after what it holds, if it is read; else it is dropped.

@@ -365,6 +365,7 @@ impl Front {
                 codec::INVALID_REQUEST,
                 &match why {
                     session::Unknown::Malformed => "Last-Event-ID is not an event id of this server (they look like 12.345); open the stream again without it".to_string(),
+                    session::Unknown::Dropped => "the stream of that event was dropped: nobody read it in time; open the stream again without Last-Event-ID".to_string(),
                     session::Unknown::NotKept => format!(
                         "Last-Event-ID names no event of this session still kept (events are kept up to [http] event_store_bytes = {} per session); open the stream again without it",
                         self.http.event_store_bytes

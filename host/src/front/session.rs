@@ -265,7 +265,7 @@ impl HttpSession {
             if r.by_request.contains_key(&id) {
                 return Err(Refused::Duplicate(id));
             }
-            let n = r.lanes.open(json_only);
+            let n = r.lanes.open(json_only, Some(&id));
             let progress: Vec<String> = progress.map(canonical).into_iter().collect();
             for p in &progress {
                 r.by_progress.insert(p.clone(), n);
@@ -306,7 +306,7 @@ impl HttpSession {
         if r.ended {
             return Err(Refused::Gone);
         }
-        let n = r.lanes.open(false);
+        let n = r.lanes.open(false, None);
         let feed = Feed::open(&self.routes, &mut r.lanes, n, true);
         let mut moved = std::mem::take(&mut r.queued);
         if let Some(old) = r.get.replace(n) {
@@ -479,7 +479,7 @@ mod tests {
     /// A request's stream, as `HttpSession::request` opens it.
     fn open(routes: &Arc<Mutex<Routes>>, id: &str, progress: Option<&str>, json_only: bool) -> Feed {
         let mut r = routes.lock().unwrap();
-        let n = r.lanes.open(json_only);
+        let n = r.lanes.open(json_only, Some(&canonical(id)));
         let progress: Vec<String> = progress.map(canonical).into_iter().collect();
         for p in &progress {
             r.by_progress.insert(p.clone(), n);
@@ -579,7 +579,7 @@ mod tests {
         assert!(data(&mut a).is_empty() && data(&mut c).is_empty() && r.lock().unwrap().queued.len() == 1);
         let mut g = {
             let mut routes = r.lock().unwrap();
-            let n = routes.lanes.open(false);
+            let n = routes.lanes.open(false, None);
             let feed = Feed::open(&r, &mut routes.lanes, n, true);
             for t in std::mem::take(&mut routes.queued) {
                 routes.lanes.push(n, t).ok().unwrap();
@@ -682,7 +682,8 @@ mod tests {
         assert_eq!(resume(&first), Some(Unknown::NotKept), "the oldest were dropped");
         assert_eq!(resume(&seen[9].0), None, "the newest are kept");
         // A stream nobody reads holds at most the limit; past it, it is dropped.
-        let cut = open(&r, "2", None, false);
+        let mut cut = open(&r, "2", None, false);
+        let cut_at = drain(&mut cut).unwrap()[0].0.clone();
         drop(cut);
         let mut notice = taken(&log(0), &b);
         notice.related = Some("2".into());
@@ -694,5 +695,26 @@ mod tests {
         }
         let lane = r.lock().unwrap().by_request["2"];
         assert!(!r.lock().unwrap().lanes.exists(lane), "the unread stream was dropped");
+        // Resuming it gets an error in place of the response it will never have, then the end.
+        let mut resumed = {
+            let mut routes = r.lock().unwrap();
+            Feed::resume(&r, &mut routes.lanes, &cut_at).ok().unwrap()
+        };
+        let got = data(&mut resumed);
+        assert_eq!(got.len(), 1, "{got:?}");
+        let v: serde_json::Value = serde_json::from_str(&got[0]).unwrap();
+        assert_eq!(v["id"], 2);
+        assert!(v["error"]["message"].as_str().unwrap().contains("dropped"), "{v}");
+        assert!(drain(&mut resumed).is_none());
+        // A GET stream cut and not resumed for a minute is dropped; resuming it is refused.
+        let mut g = {
+            let mut routes = r.lock().unwrap();
+            let n = routes.lanes.open(false, None);
+            Feed::open(&r, &mut routes.lanes, n, true)
+        };
+        let g_at = drain(&mut g).unwrap()[0].0.clone();
+        drop(g);
+        r.lock().unwrap().lanes.sweep(Instant::now() + super::super::events::DETACHED_TTL);
+        assert_eq!(resume(&g_at), Some(Unknown::Dropped));
     }
 }
