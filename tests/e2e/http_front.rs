@@ -4,6 +4,7 @@
 
 mod harness;
 mod npm_setup;
+mod transcript;
 
 use std::time::Duration;
 
@@ -951,5 +952,53 @@ async fn a_client_trickling_its_headers_is_cut_and_others_are_served() {
     assert_eq!(text_of(&r.all().await[0]), "will log");
     assert_eq!(quiet.next().await.unwrap()["params"]["data"], "late");
     assert_eq!(quiet.comments, 0, "the stream was not quiet");
+    f.home.shutdown().await;
+}
+
+/// The official Python SDK client (mcp 2.x) over HTTP through the front, in each of its modes,
+/// against the Python SDK's server of both eras: `auto` probes server/discover and speaks
+/// 2026-07-28 statelessly, `legacy` opens a 2025-11-25 session, `2026-07-28` adopts that era
+/// without a probe. Each transcript equals the one of the same client connected directly (stdio).
+#[tokio::test]
+async fn the_python_sdk_client_over_http_matches_it_directly_in_every_mode() {
+    use harness::python_venv::{python_dir, venv_python};
+    let python = tokio::task::spawn_blocking(venv_python).await.unwrap();
+    let server = vec![python.display().to_string(), python_dir().join("server.py").display().to_string()];
+    let f = Front::start(|_| {
+        format!(
+            "[servers.py]\ncommand = {}\nargs = {}\n[http]\nlisten = \"127.0.0.1:0\"\n",
+            json!(server[0]),
+            json!([server[1]])
+        )
+    })
+    .await;
+    let calls = json!([["add", {"a": 2, "b": 40}], ["echo", {"text": "over http"}], ["fail", {"reason": "x"}]]);
+    let client = move |mode: &str, how: Vec<String>| {
+        let mut cmd = std::process::Command::new(&python);
+        cmd.arg(python_dir().join("client.py")).arg(mode).arg(calls.to_string()).args(how);
+        cmd.stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        transcript::run(cmd, "client.py", Duration::from_secs(120))
+    };
+    let url = format!("{}/mcp/py", f.base);
+    let auth = format!("Authorization: Bearer {}", f.token);
+    for (mode, version) in [("auto", "2026-07-28"), ("legacy", "2025-11-25"), ("2026-07-28", "2026-07-28")] {
+        let direct: Vec<String> = std::iter::once("--".to_string()).chain(server.iter().cloned()).collect();
+        let over_http: Vec<String> = ["--url", &url, "--transport", "streamable-http", "--header", &auth]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let (d, h) = tokio::task::spawn_blocking({
+            let client = client.clone();
+            let mode = mode.to_string();
+            move || (client(&mode, direct), client(&mode, over_http))
+        })
+        .await
+        .unwrap();
+        let (d, h) = (d.transcript(&format!("{mode}, direct")), h.transcript(&format!("{mode}, over HTTP")));
+        assert_eq!(h["protocolVersion"], version, "{mode}: {h}");
+        assert_eq!(d, h, "{mode}: over HTTP through the front differs from directly");
+    }
     f.home.shutdown().await;
 }
