@@ -963,7 +963,7 @@ async fn a_client_trickling_its_headers_is_cut_and_others_are_served() {
 async fn the_python_sdk_client_over_http_matches_it_directly_in_every_mode() {
     use harness::python_venv::{python_dir, venv_python};
     let python = tokio::task::spawn_blocking(venv_python).await.unwrap();
-    let server = vec![python.display().to_string(), python_dir().join("server.py").display().to_string()];
+    let server = [python.display().to_string(), python_dir().join("server.py").display().to_string()];
     let f = Front::start(|_| {
         format!(
             "[servers.py]\ncommand = {}\nargs = {}\n[http]\nlisten = \"127.0.0.1:0\"\n",
