@@ -4,6 +4,7 @@
 
 mod harness;
 mod npm_setup;
+mod transcript;
 
 use std::time::Duration;
 
@@ -27,16 +28,25 @@ struct Sse {
     buf: String,
     /// Keep-alive comments seen.
     comments: usize,
+    /// The id of the last event seen (a priming event's too).
+    last_id: Option<String>,
 }
 
 impl Sse {
+    fn new(resp: reqwest::Response) -> Sse {
+        Sse { resp, buf: String::new(), comments: 0, last_id: None }
+    }
+
     /// The next message, or None when the stream ended.
     async fn next(&mut self) -> Option<Value> {
         loop {
             if let Some(end) = self.buf.find("\n\n") {
                 let event: String = self.buf.drain(..end + 2).collect();
+                if let Some(id) = event.lines().find_map(|l| l.strip_prefix("id:")) {
+                    self.last_id = Some(id.trim().to_string());
+                }
                 let data: Vec<&str> = event.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim).collect();
-                if data.is_empty() {
+                if data.iter().all(|d| d.is_empty()) {
                     self.comments += event.lines().filter(|l| l.starts_with(':')).count();
                     continue;
                 }
@@ -107,7 +117,7 @@ impl Front {
         assert_eq!(resp.headers()["content-type"], "text/event-stream");
         let sid = resp.headers()["mcp-session-id"].to_str().unwrap().to_string();
         assert!(sid.len() == 32 && sid.chars().all(|c| c.is_ascii_hexdigit()), "session id {sid:?}");
-        let msgs = Sse { resp, buf: String::new(), comments: 0 }.all().await;
+        let msgs = Sse::new(resp).all().await;
         assert_eq!(msgs.len(), 1, "{msgs:?}");
         assert_eq!(msgs[0]["id"], 0);
         assert!(msgs[0]["result"]["serverInfo"].is_object(), "{msgs:?}");
@@ -125,7 +135,7 @@ impl Front {
         let resp = self.post(path, Some(sid), &body).send().await.unwrap();
         assert_eq!(resp.status(), 200, "{body}");
         assert_eq!(resp.headers()["content-type"], "text/event-stream");
-        Sse { resp, buf: String::new(), comments: 0 }
+        Sse::new(resp)
     }
 }
 
@@ -178,7 +188,7 @@ async fn initialize_and_a_tool_call_through_http() {
         .send()
         .await
         .unwrap();
-    let msgs = Sse { resp, buf: String::new(), comments: 0 }.all().await;
+    let msgs = Sse::new(resp).all().await;
     assert_eq!(text_of(&msgs[0]), "a\nb");
     // Status shows the front and its sessions, never a session id or the token.
     let status = f.home.status_json().await;
@@ -286,8 +296,7 @@ async fn each_session_sees_only_its_own_messages() {
     };
     let (gx, gy) = (listen(&x).await.unwrap(), listen(&y).await.unwrap());
     assert_eq!((gx.status(), gy.status()), (reqwest::StatusCode::OK, reqwest::StatusCode::OK));
-    let (mut gx, mut gy) =
-        (Sse { resp: gx, buf: String::new(), comments: 0 }, Sse { resp: gy, buf: String::new(), comments: 0 });
+    let (mut gx, mut gy) = (Sse::new(gx), Sse::new(gy));
     let log = |m: &str| call(json!(1), "log", json!({"message": m, "after_ms": 50}), None);
     let r = f.request("/mcp/solo", &x, log("for x")).await.all().await;
     assert_eq!(text_of(&r[0]), "will log");
@@ -367,12 +376,12 @@ async fn the_door_refuses_what_it_must_and_the_daemon_still_serves() {
     assert_eq!(r.status(), 404);
     let r = f.post("/mcp/nosuch", None, &init).send().await.unwrap();
     assert_eq!(r.status(), 404);
-    // A request of the 2026-07-28 stateless protocol, and resuming: not served, said so.
+    // A request of the 2026-07-28 stateless protocol without its Mcp-Method header.
     let modern = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}});
     let r = f.post("/mcp/alpha", None, &modern).header("mcp-protocol-version", "2026-07-28").send().await.unwrap();
     assert_eq!(r.status(), 400);
     let v: Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
-    assert_eq!(v["error"]["code"], -32022, "{v}");
+    assert_eq!(v["error"]["code"], -32020, "{v}");
     // Over the server's limit: 413, and the same session goes on.
     let sid = f.session("/mcp/alpha").await;
     let big = call(json!(9), "echo", json!({"text": "x".repeat(5000)}), None);
@@ -551,5 +560,445 @@ async fn a_waiting_notice_goes_on_its_own_request_s_stream() {
         assert_eq!(text_of(&msgs[1]), text);
     }
     assert_eq!(mb.len(), 1, "the busy session got another's notice: {mb:?}");
+    f.home.shutdown().await;
+}
+
+impl Front {
+    /// GET on a session: its stream (`last`: resuming after that event), or the refusal.
+    async fn get(&self, path: &str, sid: &str, last: Option<&str>) -> reqwest::Response {
+        let mut r = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", sid);
+        if let Some(id) = last {
+            r = r.header("last-event-id", id);
+        }
+        r.send().await.unwrap()
+    }
+}
+
+/// Resumability (2025-11-25): a GET stream is cut while the server keeps sending; the client
+/// comes back with `Last-Event-ID` and gets exactly what it missed, in order, then what follows.
+#[tokio::test]
+async fn a_cut_get_stream_resumes_with_no_message_lost_or_repeated() {
+    let f = Front::start(|h| format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", h.fixture("alpha", &[]))).await;
+    let sid = f.session("/mcp/alpha").await;
+    let resp = f.get("/mcp/alpha", &sid, None).await;
+    assert_eq!(resp.status(), 200);
+    let mut g = Sse::new(resp);
+    // Twelve logs, one every 150 ms, each sent after the call that schedules it was answered.
+    const N: usize = 12;
+    for i in 0..N {
+        let log = call(json!(i), "log", json!({"message": format!("m{i}"), "after_ms": 300 + 150 * i}), None);
+        let r = f.request("/mcp/alpha", &sid, log).await.all().await;
+        assert_eq!(text_of(&r[0]), "will log");
+    }
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        got.push(g.next().await.unwrap()["params"]["data"].as_str().unwrap().to_string());
+    }
+    let last = g.last_id.clone().expect("events carry ids");
+    drop(g);
+    // The server goes on logging while nobody reads.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let resp = f.get("/mcp/alpha", &sid, Some(&last)).await;
+    assert_eq!(resp.status(), 200);
+    let mut g = Sse::new(resp);
+    while got.len() < N {
+        got.push(g.next().await.unwrap()["params"]["data"].as_str().unwrap().to_string());
+    }
+    let want: Vec<String> = (0..N).map(|i| format!("m{i}")).collect();
+    assert_eq!(got, want);
+    assert!(tokio::time::timeout(Duration::from_millis(400), g.next()).await.is_err(), "an extra message");
+    f.home.shutdown().await;
+}
+
+/// A POST's stream cut during a slow call: `GET` + `Last-Event-ID` brings the rest of its
+/// progress and its one response, then ends.
+#[tokio::test]
+async fn a_cut_request_stream_resumes_with_the_rest_and_the_response() {
+    let f = Front::start(|h| format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", h.fixture("alpha", &[]))).await;
+    let sid = f.session("/mcp/alpha").await;
+    let mut s = f
+        .request("/mcp/alpha", &sid, call(json!(7), "sleep", json!({"ms": 1500, "progress_ms": 100}), Some("p")))
+        .await;
+    let mut progress = Vec::new();
+    for _ in 0..3 {
+        progress.push(s.next().await.unwrap()["params"]["progress"].as_u64().unwrap());
+    }
+    let last = s.last_id.clone().expect("events carry ids");
+    drop(s);
+    let resp = f.get("/mcp/alpha", &sid, Some(&last)).await;
+    assert_eq!(resp.status(), 200);
+    let rest = Sse::new(resp).all().await;
+    let (answer, notes) = rest.split_last().expect("nothing on the resumed stream");
+    assert_eq!((answer["id"].clone(), text_of(answer)), (json!(7), "slept 1500 ms"), "{rest:?}");
+    progress.extend(notes.iter().map(|m| m["params"]["progress"].as_u64().unwrap()));
+    assert_eq!(progress, (1..15).map(|n| n * 100).collect::<Vec<u64>>(), "{rest:?}");
+    // The stream is over: resuming it again replays its events, not a second response.
+    let resp = f.get("/mcp/alpha", &sid, Some(&last)).await;
+    let again = Sse::new(resp).all().await;
+    assert_eq!(again, rest);
+    f.home.shutdown().await;
+}
+
+/// `Last-Event-ID` that is unknown, or of another session: 400 with a JSON-RPC error, never an
+/// empty stream, and nothing of the other session.
+#[tokio::test]
+async fn resuming_an_unknown_or_another_session_s_event_is_refused() {
+    let f = Front::start(|h| format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", h.fixture("alpha", &[]))).await;
+    let (a, b) = (f.session("/mcp/alpha").await, f.session("/mcp/alpha").await);
+    let mut theirs = f.request("/mcp/alpha", &b, call(json!(1), "echo", json!({"text": "b's secret"}), None)).await;
+    assert_eq!(text_of(&theirs.next().await.unwrap()), "b's secret");
+    let their_id = theirs.last_id.clone().unwrap();
+    for id in ["99999.1", "not an id", their_id.as_str()] {
+        let r = f.get("/mcp/alpha", &a, Some(id)).await;
+        assert_eq!(r.status(), 400, "{id}");
+        assert_eq!(r.headers()["content-type"], "application/json");
+        let text = r.text().await.unwrap();
+        assert!(!text.contains("secret"), "{text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["error"]["code"], -32600, "{v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains("Last-Event-ID"), "{v}");
+    }
+    // Its own session resumes it.
+    let r = f.get("/mcp/alpha", &b, Some(&their_id)).await;
+    assert_eq!(r.status(), 200);
+    f.home.shutdown().await;
+}
+
+/// A server of the 2026-07-28 era only (no initialize), on stdio, journalling what it receives
+/// as the fixture does: `echo`, and `slow` (`steps` progress notifications 100 ms apart, then an
+/// answer; a cancel stops it, journalled as `stopped`).
+const MODERN_SERVER: &str = r#"
+import json, sys, threading, time
+journal = open(sys.argv[1], "a")
+lock = threading.Lock()
+cancelled = set()
+def note(entry):
+    with lock:
+        journal.write(json.dumps(entry) + "\n")
+        journal.flush()
+def send(msg):
+    with lock:
+        sys.stdout.write(json.dumps(msg) + "\n")
+        sys.stdout.flush()
+def text(rid, t):
+    send({"jsonrpc": "2.0", "id": rid, "result": {"content": [{"type": "text", "text": t}], "isError": False}})
+def slow(msg):
+    rid, params = msg["id"], msg["params"]
+    token = params.get("_meta", {}).get("progressToken")
+    steps = params.get("arguments", {}).get("steps", 50)
+    for i in range(steps):
+        time.sleep(0.1)
+        if json.dumps(rid) in cancelled:
+            note({"dir": "event", "event": "stopped", "id": rid})
+            return
+        if token is not None:
+            send({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": token, "progress": i + 1}})
+    text(rid, f"slow done after {steps} steps")
+for line in sys.stdin:
+    msg = json.loads(line)
+    note({"dir": "in", "msg": msg})
+    method = msg.get("method")
+    if "id" not in msg:
+        if method == "notifications/cancelled":
+            cancelled.add(json.dumps(msg["params"]["requestId"]))
+        continue
+    rid = msg["id"]
+    if method == "server/discover":
+        send({"jsonrpc": "2.0", "id": rid, "result": {"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}},
+              "serverInfo": {"name": "modern-e2e", "version": "1"}}})
+    elif method == "tools/call" and msg["params"]["name"] == "echo":
+        text(rid, msg["params"]["arguments"]["text"])
+    elif method == "tools/call" and msg["params"]["name"] == "slow":
+        threading.Thread(target=slow, args=(msg,), daemon=True).start()
+    elif method == "tools/call":
+        send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32602, "message": "Unknown tool"}})
+    else:
+        send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": f"Method not found: {method}"}})
+"#;
+
+/// `[servers.NAME]` running [`MODERN_SERVER`], journalling to `home.journal(NAME)`.
+fn modern_server(home: &Home, name: &str) -> String {
+    let script = home.path().join("modern_server.py");
+    std::fs::write(&script, MODERN_SERVER).unwrap();
+    let args = json!([script.display().to_string(), home.journal(name).display().to_string()]);
+    format!("[servers.{name}]\ncommand = \"python3\"\nargs = {args}\n")
+}
+
+const MODERN: &str = "2026-07-28";
+
+/// A request of the 2026-07-28 era: `_meta` with the version, and the headers it needs.
+fn modern(id: Value, method: &str, mut params: Value) -> (Value, Vec<(&'static str, String)>) {
+    params["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!(MODERN);
+    params["_meta"]["io.modelcontextprotocol/clientInfo"] = json!({"name": "http-e2e", "version": "1"});
+    params["_meta"]["io.modelcontextprotocol/clientCapabilities"] = json!({});
+    let mut headers = vec![("mcp-protocol-version", MODERN.to_string()), ("mcp-method", method.to_string())];
+    if let Some(name) = params["name"].as_str().or(params["uri"].as_str()) {
+        headers.push(("mcp-name", name.to_string()));
+    }
+    (json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}), headers)
+}
+
+impl Front {
+    /// POSTs without a session, with exactly `headers` besides the usual ones.
+    async fn post_modern(&self, path: &str, body: &Value, headers: &[(&'static str, String)]) -> reqwest::Response {
+        let mut r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body.to_string());
+        for (k, v) in headers {
+            r = r.header(*k, v);
+        }
+        r.send().await.unwrap()
+    }
+}
+
+async fn json_body(r: reqwest::Response) -> Value {
+    assert_eq!(r.headers()["content-type"], "application/json");
+    serde_json::from_str(&r.text().await.unwrap()).unwrap()
+}
+
+/// The 2026-07-28 stateless era: server/discover and calls with `_meta`, each POST on its own;
+/// every header rule of its transport, refused before anything reaches the server; an unknown
+/// method is 404; session headers are ignored; no session is made.
+#[tokio::test]
+async fn stateless_requests_are_checked_against_their_headers_and_answered_alone() {
+    let f = Front::start(|h| {
+        format!("{}{}[http]\nlisten = \"127.0.0.1:0\"\n", modern_server(h, "modern"), h.fixture("alpha", &[]))
+    })
+    .await;
+    let journal = f.home.journal("modern");
+    let (body, h) = modern(json!(1), "server/discover", json!({}));
+    let r = f.post_modern("/mcp/modern", &body, &h).await;
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().get("mcp-session-id").is_none(), "a stateless request got a session");
+    let v = json_body(r).await;
+    assert_eq!((v["id"].clone(), v["result"]["serverInfo"]["name"].clone()), (json!(1), json!("modern-e2e")), "{v}");
+    // A call; Mcp-Session-Id and Last-Event-ID of a client of the other era are ignored.
+    let (body, mut h) = modern(json!("c"), "tools/call", json!({"name": "echo", "arguments": {"text": "stateless"}}));
+    h.push(("mcp-session-id", "0123456789abcdef0123456789abcdef".into()));
+    h.push(("last-event-id", "1.1".into()));
+    let v = json_body(f.post_modern("/mcp/modern", &body, &h).await).await;
+    assert_eq!((v["id"].clone(), text_of(&v)), (json!("c"), "stateless"));
+    // Mcp-Name in its base64 form (a name outside plain ASCII must come so; any may).
+    let (body, mut h) = modern(json!(2), "tools/call", json!({"name": "echo", "arguments": {"text": "b64"}}));
+    h.retain(|(k, _)| *k != "mcp-name");
+    h.push(("mcp-name", "=?base64?ZWNobw==?=".into()));
+    let v = json_body(f.post_modern("/mcp/modern", &body, &h).await).await;
+    assert_eq!(text_of(&v), "b64", "{v}");
+    // An unknown method: 404 with -32601 and the request's id.
+    let (body, h) = modern(json!(3), "nosuch/thing", json!({}));
+    let r = f.post_modern("/mcp/modern", &body, &h).await;
+    assert_eq!(r.status(), 404);
+    let v = json_body(r).await;
+    assert_eq!((v["id"].clone(), v["error"]["code"].clone()), (json!(3), json!(-32601)), "{v}");
+    let calls_before = received(&journal_entries(&journal), "tools/call").count();
+    assert_eq!(calls_before, 2);
+    // Each header rule: 400, -32020 (or -32022 for a version not served), the request's id.
+    let (body, h) = modern(json!(4), "tools/call", json!({"name": "echo", "arguments": {"text": "x"}}));
+    let without = |name: &str| h.iter().filter(|(k, _)| *k != name).cloned().collect::<Vec<_>>();
+    let with = |name: &'static str, value: &str| {
+        let mut v = without(name);
+        v.push((name, value.to_string()));
+        v
+    };
+    let later = {
+        let mut b = body.clone();
+        b["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2027-01-01");
+        b
+    };
+    type Case = (&'static str, Value, Vec<(&'static str, String)>, i64);
+    let cases: Vec<Case> = vec![
+        ("no MCP-Protocol-Version", body.clone(), without("mcp-protocol-version"), -32020),
+        ("MCP-Protocol-Version not the body's", later.clone(), h.clone(), -32020),
+        ("no Mcp-Method", body.clone(), without("mcp-method"), -32020),
+        ("Mcp-Method not the body's", body.clone(), with("mcp-method", "tools/list"), -32020),
+        ("no Mcp-Name", body.clone(), without("mcp-name"), -32020),
+        ("Mcp-Name not the body's", body.clone(), with("mcp-name", "other"), -32020),
+        ("a version not served", later.clone(), with("mcp-protocol-version", "2027-01-01"), -32022),
+    ];
+    for (what, body, headers, code) in cases {
+        let r = f.post_modern("/mcp/modern", &body, &headers).await;
+        assert_eq!(r.status(), 400, "{what}");
+        let v = json_body(r).await;
+        assert_eq!((v["id"].clone(), v["error"]["code"].as_i64()), (json!(4), Some(code)), "{what}: {v}");
+        if code == -32022 {
+            assert!(v["error"]["data"]["supported"].as_array().unwrap().contains(&json!(MODERN)), "{v}");
+        }
+    }
+    assert_eq!(received(&journal_entries(&journal), "tools/call").count(), calls_before, "a refused request went on");
+    // A server of the initialize era only: its -32022 is a 400 too.
+    let (body, h) = modern(json!(5), "tools/call", json!({"name": "echo", "arguments": {"text": "x"}}));
+    let r = f.post_modern("/mcp/alpha", &body, &h).await;
+    assert_eq!(r.status(), 400);
+    assert_eq!(json_body(r).await["error"]["code"], -32022);
+    // GET and DELETE have no place in this era.
+    for m in [reqwest::Method::GET, reqwest::Method::DELETE] {
+        let r = f
+            .http
+            .request(m.clone(), format!("{}/mcp/modern", f.base))
+            .bearer_auth(&f.token)
+            .header("mcp-protocol-version", MODERN)
+            .header("accept", "text/event-stream")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 405, "{m}");
+    }
+    assert_eq!(f.home.status_json().await["http"]["sessions"], 0);
+    f.home.shutdown().await;
+}
+
+/// A stateless request's notifications come first on an SSE stream (no event ids), its response
+/// ends it; closing that stream cancels the request upstream (the server is told, and stops).
+#[tokio::test]
+async fn closing_a_stateless_stream_cancels_the_request_upstream() {
+    let f = Front::start(|h| format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", modern_server(h, "modern"))).await;
+    let journal = f.home.journal("modern");
+    let slow = |id: Value, steps: u32| {
+        modern(
+            id,
+            "tools/call",
+            json!({"name": "slow", "arguments": {"steps": steps}, "_meta": {"progressToken": "p"}}),
+        )
+    };
+    let (body, h) = slow(json!(1), 3);
+    let r = f.post_modern("/mcp/modern", &body, &h).await;
+    assert_eq!(
+        (r.status(), r.headers()["content-type"].to_str().unwrap()),
+        (reqwest::StatusCode::OK, "text/event-stream")
+    );
+    let mut s = Sse::new(r);
+    let msgs = s.all().await;
+    assert_eq!(msgs.len(), 4, "{msgs:?}");
+    assert_eq!(text_of(&msgs[3]), "slow done after 3 steps");
+    assert!(s.last_id.is_none(), "events of this era carry no ids");
+    // A long one, cut after two progress notifications.
+    let (body, h) = slow(json!(2), 100);
+    let mut s = Sse::new(f.post_modern("/mcp/modern", &body, &h).await);
+    for n in 1..=2 {
+        assert_eq!(s.next().await.unwrap()["params"]["progress"], n);
+    }
+    drop(s);
+    let seen = wait_journal(&journal, SLOW, |e| {
+        received(e, "notifications/cancelled").count() == 1 && e.iter().any(|x| x["event"] == "stopped")
+    })
+    .await;
+    let call = received(&seen, "tools/call").last().unwrap()["id"].clone();
+    let cancel = received(&seen, "notifications/cancelled").next().unwrap();
+    assert_eq!(cancel["params"]["requestId"], call, "the cancel names another request");
+    f.home.shutdown().await;
+}
+
+fn journal_entries(path: &std::path::Path) -> Vec<Value> {
+    journal(path)
+}
+
+/// A client that trickles its headers (a byte every 500 ms) is cut after the header-read
+/// timeout (10 s), while other clients are served all along.
+#[tokio::test]
+async fn a_client_trickling_its_headers_is_cut_and_others_are_served() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let f = Front::start(|h| format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", h.fixture("alpha", &[]))).await;
+    let slow = tokio::net::TcpStream::connect(f.base.trim_start_matches("http://")).await.unwrap();
+    let (mut rd, mut wr) = slow.into_split();
+    let started = std::time::Instant::now();
+    wr.write_all(b"POST /mcp/alpha HTTP/1.1\r\nHost: 127.0.0.1\r\n").await.unwrap();
+    let trickle = tokio::spawn(async move {
+        for b in b"X-Slow: 1\r\n".iter().cycle().take(120) {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if wr.write_all(&[*b]).await.is_err() {
+                return;
+            }
+        }
+    });
+    // Others are served meanwhile, and a GET stream quiet all along (keep-alives every 20 s)
+    // is not taken for a slow request.
+    let sid = f.session("/mcp/alpha").await;
+    let msgs = f.request("/mcp/alpha", &sid, call(json!(1), "echo", json!({"text": "served"}), None)).await.all().await;
+    assert_eq!(text_of(&msgs[0]), "served");
+    let resp = f.get("/mcp/alpha", &sid, None).await;
+    assert_eq!(resp.status(), 200);
+    let mut quiet = Sse::new(resp);
+    // The trickler's connection is closed (with or without a word) within a generous bound.
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(45), async {
+        let mut buf = [0u8; 1024];
+        loop {
+            match rd.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "a connection trickling its headers was held for 45 s");
+    let took = started.elapsed();
+    assert!(took >= Duration::from_secs(5), "cut after {took:?}, before its time was up");
+    assert!(!String::from_utf8_lossy(&got).contains("200 OK"), "{}", String::from_utf8_lossy(&got));
+    trickle.abort();
+    // The daemon still serves, the quiet stream too.
+    let msgs = f.request("/mcp/alpha", &sid, call(json!(2), "echo", json!({"text": "still"}), None)).await.all().await;
+    assert_eq!(text_of(&msgs[0]), "still");
+    let mut r =
+        f.request("/mcp/alpha", &sid, call(json!(3), "log", json!({"message": "late", "after_ms": 50}), None)).await;
+    assert_eq!(text_of(&r.all().await[0]), "will log");
+    assert_eq!(quiet.next().await.unwrap()["params"]["data"], "late");
+    assert_eq!(quiet.comments, 0, "the stream was not quiet");
+    f.home.shutdown().await;
+}
+
+/// The official Python SDK client (mcp 2.x) over HTTP through the front, in each of its modes,
+/// against the Python SDK's server of both eras: `auto` probes server/discover and speaks
+/// 2026-07-28 statelessly, `legacy` opens a 2025-11-25 session, `2026-07-28` adopts that era
+/// without a probe. Each transcript equals the one of the same client connected directly (stdio).
+#[tokio::test]
+async fn the_python_sdk_client_over_http_matches_it_directly_in_every_mode() {
+    use harness::python_venv::{python_dir, venv_python};
+    let python = tokio::task::spawn_blocking(venv_python).await.unwrap();
+    let server = [python.display().to_string(), python_dir().join("server.py").display().to_string()];
+    let f = Front::start(|_| {
+        format!(
+            "[servers.py]\ncommand = {}\nargs = {}\n[http]\nlisten = \"127.0.0.1:0\"\n",
+            json!(server[0]),
+            json!([server[1]])
+        )
+    })
+    .await;
+    let calls = json!([["add", {"a": 2, "b": 40}], ["echo", {"text": "over http"}], ["fail", {"reason": "x"}]]);
+    let client = move |mode: &str, how: Vec<String>| {
+        let mut cmd = std::process::Command::new(&python);
+        cmd.arg(python_dir().join("client.py")).arg(mode).arg(calls.to_string()).args(how);
+        cmd.stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        transcript::run(cmd, "client.py", Duration::from_secs(120))
+    };
+    let url = format!("{}/mcp/py", f.base);
+    let auth = format!("Authorization: Bearer {}", f.token);
+    for (mode, version) in [("auto", "2026-07-28"), ("legacy", "2025-11-25"), ("2026-07-28", "2026-07-28")] {
+        let direct: Vec<String> = std::iter::once("--".to_string()).chain(server.iter().cloned()).collect();
+        let over_http: Vec<String> = ["--url", &url, "--transport", "streamable-http", "--header", &auth]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let (d, h) = tokio::task::spawn_blocking({
+            let client = client.clone();
+            let mode = mode.to_string();
+            move || (client(&mode, direct), client(&mode, over_http))
+        })
+        .await
+        .unwrap();
+        let (d, h) = (d.transcript(&format!("{mode}, direct")), h.transcript(&format!("{mode}, over HTTP")));
+        assert_eq!(h["protocolVersion"], version, "{mode}: {h}");
+        assert_eq!(d, h, "{mode}: over HTTP through the front differs from directly");
+    }
     f.home.shutdown().await;
 }

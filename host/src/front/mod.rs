@@ -1,13 +1,15 @@
 //! The Streamable HTTP front of the daemon (`/mcp/NAME`): who may reach it ([`guard`]), with
-//! which bearer token ([`token`]), and its sessions of the 2025-11-25 era ([`session`]), each an
-//! ordinary session of the router, as a stdio client's is.
+//! which bearer token ([`token`]), its sessions of the 2025-11-25 era ([`session`], each an
+//! ordinary session of the router, as a stdio client's is, with resumable streams: [`events`]),
+//! and the session-less requests of the 2026-07-28 era ([`stateless`]).
 //!
-//! Not served yet, and answered as such (never with silence): requests of the 2026-07-28
-//! stateless protocol (400 with -32022, listing the versions served), resuming a stream
-//! (`Last-Event-ID`: events carry no ids, 400), JSON-RPC batches (400).
+//! Not served, and answered as such (never with silence): JSON-RPC batches (400).
 
+pub mod events;
 pub mod guard;
+pub mod listen;
 pub mod session;
+pub mod stateless;
 pub mod status;
 pub mod token;
 
@@ -73,19 +75,8 @@ pub async fn serve(
         .set(Box::new(move || serde_json::json!({"listen": shown, "sessions": weak.upgrade().map_or(0, |t| t.len())})));
     tokio::spawn(reap(front.clone()));
     let app = axum::Router::new().fallback(handle).with_state(front);
-    // No Nagle: a response's head and its events are separate small writes, and waiting for the
-    // client's delayed ACK between them added 40 ms to every call.
-    use axum::serve::ListenerExt;
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!("TCP_NODELAY on an HTTP connection: {e}");
-        }
-    });
-    let serving = axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned());
     tokio::select! {
-        r = serving => if let Err(e) = r {
-            tracing::error!("the HTTP front on {listen} stopped: {e}");
-        },
+        _ = listen::serve(listener, app, &listen, shutdown.clone()) => {}
         _ = async {
             shutdown.cancelled().await;
             tokio::time::sleep(SHUTDOWN_GRACE).await;
@@ -140,7 +131,10 @@ impl Front {
             Some(rest) if rest.len() > 1 && rest.starts_with('/') && !rest[1..].contains('/') => Some(&rest[1..]),
             _ => return plain(StatusCode::NOT_FOUND, "not found: MCP servers are at /mcp/NAME"),
         };
-        if let Some(r) = check_version(headers) {
+        // A POST's version is checked against its body (errors carry the request's id).
+        if *method != Method::POST
+            && let Some(r) = check_version(headers)
+        {
             return r;
         }
         match *method {
@@ -180,8 +174,11 @@ impl Front {
                 "Accept must list application/json and text/event-stream (MCP Streamable HTTP)",
             );
         };
+        // A request of the stateless era ignores Mcp-Session-Id.
+        let header_version = headers.get(VERSION_HEADER).map(|v| v.to_str().unwrap_or("(not ASCII)"));
+        let modern_header = header_version.is_some_and(stateless::is_modern);
         // An existing session stays on the server it began with (a config edit does not move it).
-        let existing = match headers.get(SESSION_HEADER) {
+        let existing = match headers.get(SESSION_HEADER).filter(|_| !modern_header) {
             Some(v) => match self.session(name, v.to_str().unwrap_or("")) {
                 Ok(s) => Some(s),
                 Err(r) => return *r,
@@ -228,16 +225,22 @@ impl Front {
         };
         let method = env.method.as_deref().unwrap_or_default();
         let raw_id = env.id.as_ref().map(|r| line[r.clone()].to_string());
-        if method != "initialize"
-            && let Some(p) = &env.params
-            && let Some(v) = codec::envelope_version(&line, p)
+        let enveloped = env.params.as_ref().is_some_and(|p| codec::envelope_version(&line, p).is_some());
+        if method != "initialize" && (modern_header || enveloped) {
+            return self.stateless(server, headers, line, env, mode).await;
+        }
+        if let Some(v) = header_version
+            && !stateless::is_dated(v)
         {
-            return unsupported_version(&v, raw_id.as_deref().unwrap_or("null"));
+            return stateless::unsupported(v, raw_id.as_deref().unwrap_or("null"));
         }
         let (session, new_sid) = match existing {
             Some(s) => (s, None),
             None if env.kind == Kind::Request && method == "initialize" => {
-                let start = || HttpSession::start(server.clone(), self.router.registry.clone(), self.shutdown.clone());
+                let start = || {
+                    let (registry, shutdown) = (self.router.registry.clone(), self.shutdown.clone());
+                    HttpSession::start(server.clone(), registry, shutdown, self.http.event_store_bytes)
+                };
                 match self.table.open(self.http.max_sessions, start) {
                     Ok(Some((s, sid))) => (s, Some(sid)),
                     Ok(None) => {
@@ -320,9 +323,9 @@ impl Front {
         if mode == Mode::Sse {
             return self.sse(feed);
         }
-        match feed.recv().await {
-            Some(t) => {
-                let mut r = Response::new(Body::from(t.line.clone()));
+        match feed.next().await {
+            Some(line) => {
+                let mut r = Response::new(Body::from(line));
                 r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
                 r
             }
@@ -344,14 +347,6 @@ impl Front {
             r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
             return r;
         };
-        if headers.contains_key(LAST_EVENT_HEADER) {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                "null",
-                codec::INVALID_REQUEST,
-                "resuming a stream is not supported by this switchyard (its events carry no ids); open the stream again without Last-Event-ID",
-            );
-        }
         if accepts(headers) != Some(Mode::Sse) {
             return plain(StatusCode::NOT_ACCEPTABLE, "the GET stream is text/event-stream; list it in Accept");
         }
@@ -359,9 +354,30 @@ impl Front {
             Ok(s) => s,
             Err(r) => return *r,
         };
-        match session.listen() {
-            Ok(feed) => self.sse(feed),
-            Err(_) => rpc_error(StatusCode::NOT_FOUND, "null", codec::INVALID_REQUEST, "session not found: it ended"),
+        let gone = || rpc_error(StatusCode::NOT_FOUND, "null", codec::INVALID_REQUEST, "session not found: it ended");
+        let Some(last) = headers.get(LAST_EVENT_HEADER) else {
+            return match session.listen() {
+                Ok(feed) => self.sse(feed),
+                Err(_) => gone(),
+            };
+        };
+        // Looked up in this session's events only: another session's id is unknown here.
+        match session.resume(last.to_str().unwrap_or("")) {
+            Ok(Ok(feed)) => self.sse(feed),
+            Ok(Err(why)) => rpc_error(
+                StatusCode::BAD_REQUEST,
+                "null",
+                codec::INVALID_REQUEST,
+                &match why {
+                    session::Unknown::Malformed => "Last-Event-ID is not an event id of this server (they look like 12.345); open the stream again without it".to_string(),
+                    session::Unknown::Dropped => "the stream of that event was dropped: nobody read it in time; open the stream again without Last-Event-ID".to_string(),
+                    session::Unknown::NotKept => format!(
+                        "Last-Event-ID names no event of this session still kept (events are kept up to [http] event_store_bytes = {} per session); open the stream again without it",
+                        self.http.event_store_bytes
+                    ),
+                },
+            ),
+            Err(_) => gone(),
         }
     }
 
@@ -387,7 +403,7 @@ impl Front {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let events = futures_util::stream::unfold((feed, tick), |(mut feed, mut tick)| async move {
             let bytes = tokio::select! {
-                m = feed.recv() => Bytes::from(format!("event: message\ndata: {}\n\n", m?.line)),
+                m = feed.next() => m?,
                 _ = tick.tick() => Bytes::from_static(b": keep-alive\n\n"),
             };
             Some((Ok::<_, std::convert::Infallible>(bytes), (feed, tick)))
@@ -416,33 +432,23 @@ async fn read_body(body: Body, limit: usize) -> Result<Bytes, Response> {
     }
 }
 
-/// The first protocol version without sessions (served statelessly, not by this front yet).
-const STATELESS_ERA: &str = "2026-07-28";
-
-/// 400 for a protocol version this front does not serve; None when it does (or none is given:
-/// the spec then assumes 2025-03-26). A session's version is the one its server negotiated,
-/// which may be any version of the initialize era, so only what is not a version at all and the
-/// stateless era's are refused.
+/// For GET and DELETE: 400 for a protocol version header that is no version, 405 for one of
+/// the stateless era (which has neither); None when it may go on (none given: the spec then
+/// assumes 2025-03-26).
 fn check_version(headers: &HeaderMap) -> Option<Response> {
     let v = headers.get(VERSION_HEADER)?;
     let v = v.to_str().unwrap_or("(not ASCII)");
-    let dated = v.len() == 10
-        && v.bytes().enumerate().all(|(i, b)| if i == 4 || i == 7 { b == b'-' } else { b.is_ascii_digit() });
-    (!dated || v >= STATELESS_ERA).then(|| unsupported_version(v, "null"))
-}
-
-fn unsupported_version(version: &str, id: &str) -> Response {
-    let shown: String = version.chars().take(40).collect();
-    rpc_error_data(
-        StatusCode::BAD_REQUEST,
-        id,
-        codec::UNSUPPORTED_PROTOCOL_VERSION,
-        &format!(
-            "protocol version {shown:?} is not served over HTTP by this switchyard (the 2026-07-28 stateless protocol is not yet); begin a session with initialize, protocol {}",
-            SESSION_VERSIONS.join(", ")
-        ),
-        Some(&serde_json::json!({"supported": SESSION_VERSIONS})),
-    )
+    if !stateless::is_dated(v) {
+        return Some(stateless::unsupported(v, "null"));
+    }
+    stateless::is_modern(v).then(|| {
+        let mut r = plain(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "the 2026-07-28 protocol has no GET or DELETE: POST each request to the MCP endpoint",
+        );
+        r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
+        r
+    })
 }
 
 /// How the client wants a request answered, from `Accept` (none: anything).
@@ -518,13 +524,17 @@ mod tests {
     }
 
     #[test]
-    fn versions_of_the_initialize_era_pass_the_stateless_era_s_and_non_versions_get_400() {
+    fn get_and_delete_take_initialize_era_versions_405_stateless_ones_and_400_non_versions() {
         assert!(check_version(&headers(&[])).is_none());
         assert!(check_version(&headers(&[("mcp-protocol-version", "2025-06-18")])).is_none());
         assert!(check_version(&headers(&[("mcp-protocol-version", "2024-10-07")])).is_none());
-        for refused in ["2026-07-28", "2027-01-01", "latest", "2025-6-18"] {
-            let r = check_version(&headers(&[("mcp-protocol-version", refused)])).unwrap();
-            assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{refused}");
+        for (v, status) in [
+            ("2026-07-28", StatusCode::METHOD_NOT_ALLOWED),
+            ("2027-01-01", StatusCode::METHOD_NOT_ALLOWED),
+            ("latest", StatusCode::BAD_REQUEST),
+            ("2025-6-18", StatusCode::BAD_REQUEST),
+        ] {
+            assert_eq!(check_version(&headers(&[("mcp-protocol-version", v)])).unwrap().status(), status, "{v}");
         }
     }
 }

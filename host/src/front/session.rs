@@ -20,28 +20,15 @@ use crate::session::{Input, Output};
 /// stream is closed by the same rules as a client that stops reading.
 const QUEUED_MAX: usize = 1024;
 
-/// One line of the session's output on its way to a client, counted in the session's backlog
-/// until it is dropped: once written into a response body, or discarded because nobody can
-/// take it any more.
-pub struct Taken {
-    pub line: String,
-    /// The raw id of the request it is about, when the line does not name it.
-    related: Option<String>,
-    backlog: Arc<Backlog>,
-}
+pub use super::events::Taken;
+pub use super::events::Unknown;
+use super::events::{HasLanes, Lanes};
 
-impl Drop for Taken {
-    fn drop(&mut self) {
-        self.backlog.wrote(self.line.len() + 1);
-    }
-}
+/// Where a response's body comes from: one lane of its session.
+pub type Feed = super::events::Feed<Routes>;
 
-/// Where a stream's lines go: the body of one HTTP response.
-pub type Feed = mpsc::UnboundedReceiver<Taken>;
-
-/// An open response stream of a session.
+/// What the session knows of an open request's stream.
 struct Stream {
-    tx: mpsc::UnboundedSender<Taken>,
     /// The client accepts only `application/json`: the stream carries the response and
     /// nothing else (what relates to the request goes where unrelated messages go).
     json_only: bool,
@@ -49,59 +36,79 @@ struct Stream {
     progress: Vec<String>,
 }
 
-/// Which stream each message of a session goes to. Only this session's streams are in it.
-#[derive(Default)]
-struct Routes {
+/// Which stream (lane) each message of a session goes to. Only this session's lanes are in it.
+pub struct Routes {
+    lanes: Lanes,
+    /// Request streams by lane, until their response.
     streams: HashMap<u64, Stream>,
-    next: u64,
-    /// Request id (canonical JSON text) -> its stream.
+    /// Request id (canonical JSON text) -> its lane.
     by_request: HashMap<String, u64>,
-    /// Progress token (canonical JSON text) -> its stream.
+    /// Progress token (canonical JSON text) -> its lane.
     by_progress: HashMap<String, u64>,
-    /// The standalone (GET) stream, when one is open.
-    get: Option<mpsc::UnboundedSender<Taken>>,
-    /// For the GET stream while none is open.
+    /// The lane of the standalone (GET) stream, once one was opened.
+    get: Option<u64>,
+    /// For the GET stream while none was opened.
     queued: VecDeque<Taken>,
     /// Whether the session still runs (streams opened after it ended would never end).
     ended: bool,
 }
 
+impl HasLanes for Routes {
+    fn lanes(&mut self) -> &mut Lanes {
+        &mut self.lanes
+    }
+}
+
 impl Routes {
-    fn close(&mut self, stream: u64) {
-        if let Some(s) = self.streams.remove(&stream) {
+    fn new(event_store_bytes: usize) -> Routes {
+        Routes {
+            lanes: Lanes::new(event_store_bytes),
+            streams: HashMap::new(),
+            by_request: HashMap::new(),
+            by_progress: HashMap::new(),
+            get: None,
+            queued: VecDeque::new(),
+            ended: false,
+        }
+    }
+
+    /// Forgets a request's stream (its lane ends after what it holds).
+    fn close(&mut self, lane: u64) {
+        if let Some(s) = self.streams.remove(&lane) {
             for p in s.progress {
                 self.by_progress.remove(&p);
             }
         }
+        self.lanes.close(lane);
     }
 
-    fn get_open(&mut self) -> Option<&mpsc::UnboundedSender<Taken>> {
-        if self.get.as_ref().is_some_and(|g| g.is_closed()) {
-            self.get = None;
-        }
-        self.get.as_ref()
-    }
-
-    /// Where a message that belongs to no request goes: the GET stream; without one, the only
-    /// request stream open (a client that never opens GET still gets a server's request made
-    /// during its call); else kept for the GET stream.
+    /// Where a message that belongs to no request goes: the GET stream while it is read;
+    /// else the only request stream read now (a client that never opens GET still gets a
+    /// server's request made during its call); else kept for the GET stream (on its lane, for
+    /// a client that resumes it, or queued for the first one).
     fn unrelated(&mut self, t: Taken) {
-        let t = match self.get_open() {
-            Some(g) => match g.send(t) {
+        let mut t = t;
+        if let Some(g) = self.get.filter(|g| self.lanes.attached(*g)) {
+            match self.lanes.push(g, t) {
                 Ok(()) => return,
-                Err(e) => e.0,
-            },
-            None => t,
-        };
-        // Streams whose client went away take nothing more (their requests stay in flight).
-        let gone: Vec<u64> = self.streams.iter().filter(|(_, s)| s.tx.is_closed()).map(|(n, _)| *n).collect();
-        for n in gone {
-            self.close(n);
+                Err(back) => t = back,
+            }
         }
-        let mut open = self.streams.values().filter(|s| !s.json_only);
+        let mut open = self.streams.iter().filter(|(n, s)| !s.json_only && self.lanes.attached(**n)).map(|(n, _)| *n);
         if let (Some(only), None) = (open.next(), open.next()) {
-            let _ = only.tx.send(t);
-            return;
+            match self.lanes.push(only, t) {
+                Ok(()) => return,
+                Err(back) => t = back,
+            }
+        }
+        if let Some(g) = self.get {
+            match self.lanes.push(g, t) {
+                Ok(()) => return,
+                Err(back) => {
+                    self.get = None;
+                    t = back;
+                }
+            }
         }
         if self.queued.len() >= QUEUED_MAX {
             self.queued.pop_front();
@@ -118,21 +125,23 @@ impl Routes {
         match env.kind {
             Kind::Response => {
                 let id = env.id.as_ref().map(|r| canonical(&t.line[r.clone()]));
-                let Some(stream) = id.and_then(|id| self.by_request.remove(&id)) else {
+                let Some(lane) = id.and_then(|id| self.by_request.remove(&id)) else {
                     tracing::debug!("dropped a response for a request whose stream is gone");
                     return;
                 };
-                if let Some(s) = self.streams.get(&stream) {
-                    let _ = s.tx.send(t);
+                if self.lanes.push(lane, t).is_err() {
+                    tracing::debug!("dropped a response whose stream was dropped unread");
                 }
-                self.close(stream);
+                self.close(lane);
             }
             // A notice about a request goes on its stream (else where unrelated messages go).
             Kind::Notification if t.related.is_some() => {
-                let stream = t.related.as_deref().and_then(|id| self.by_request.get(&canonical(id)).copied());
-                match stream.and_then(|n| self.streams.get(&n)).filter(|s| !s.json_only && !s.tx.is_closed()) {
-                    Some(s) => {
-                        let _ = s.tx.send(t);
+                let lane = t.related.as_deref().and_then(|id| self.by_request.get(&canonical(id)).copied());
+                match lane.filter(|n| self.streams.get(n).is_some_and(|s| !s.json_only)) {
+                    Some(n) => {
+                        if let Err(t) = self.lanes.push(n, t) {
+                            self.unrelated(t);
+                        }
                     }
                     None => self.unrelated(t),
                 }
@@ -140,12 +149,12 @@ impl Routes {
             Kind::Notification if env.method.as_deref() == Some("notifications/progress") => {
                 let fields = env.params.as_ref().map(|p| codec::param_fields(&t.line, p)).unwrap_or_default();
                 let token = fields.progress_token.map(|r| canonical(&t.line[r]));
-                let stream = token.and_then(|tok| self.by_progress.get(&tok).copied());
-                match stream.and_then(|n| self.streams.get(&n)) {
-                    Some(s) if !s.json_only => {
-                        let _ = s.tx.send(t);
+                let lane = token.and_then(|tok| self.by_progress.get(&tok).copied());
+                match lane.and_then(|n| self.streams.get(&n).map(|s| (n, s.json_only))) {
+                    Some((n, false)) => {
+                        let _ = self.lanes.push(n, t);
                     }
-                    Some(_) => self.unrelated(t),
+                    Some((_, true)) => self.unrelated(t),
                     // Progress of a request that was answered or cancelled: nobody waits for it.
                     None => {}
                 }
@@ -186,9 +195,10 @@ impl HttpSession {
         server: Arc<Server>,
         registry: Arc<crate::session::Registry>,
         shutdown: CancellationToken,
+        event_store_bytes: usize,
     ) -> Arc<HttpSession> {
         let (inbox, rx) = mpsc::unbounded_channel();
-        let routes = Arc::new(Mutex::new(Routes::default()));
+        let routes = Arc::new(Mutex::new(Routes::new(event_store_bytes)));
         let abort = CancellationToken::new();
         let session = Arc::new(HttpSession {
             server: server.clone(),
@@ -205,8 +215,11 @@ impl HttpSession {
             crate::session::serve_with(server, input, Outbox { routes: routes.clone() }, opening, shutdown).await;
             let mut r = routes.lock().expect("lock");
             r.ended = true;
-            // Every stream ends after what it holds; what was kept for a GET stream is dropped.
+            // Every stream read now ends after what it holds; the rest is dropped.
+            r.lanes.end();
             r.streams.clear();
+            r.by_request.clear();
+            r.by_progress.clear();
             r.get = None;
             r.queued.clear();
             drop(r);
@@ -224,9 +237,12 @@ impl HttpSession {
         if self.last_seen.lock().expect("lock").elapsed() < idle {
             return false;
         }
-        let mut r = self.routes.lock().expect("lock");
-        let get_open = r.get_open().is_some();
-        !get_open && r.streams.values().all(|s| s.tx.is_closed())
+        !self.routes.lock().expect("lock").lanes.any_attached()
+    }
+
+    /// Drops the streams nobody came back for (cut, not resumed within `events::DETACHED_TTL`).
+    pub fn sweep(&self) {
+        self.routes.lock().expect("lock").lanes.sweep(Instant::now());
     }
 
     /// Ends the session now: calls in flight are cancelled upstream.
@@ -239,8 +255,7 @@ impl HttpSession {
     pub fn request(&self, line: String, id: &str, progress: Option<&str>, json_only: bool) -> Result<Feed, Refused> {
         self.touch();
         let id = canonical(id);
-        let (tx, rx) = mpsc::unbounded_channel();
-        {
+        let feed = {
             let mut r = self.routes.lock().expect("lock");
             if r.ended {
                 return Err(Refused::Gone);
@@ -250,17 +265,17 @@ impl HttpSession {
             if r.by_request.contains_key(&id) {
                 return Err(Refused::Duplicate(id));
             }
-            let n = r.next;
-            r.next += 1;
+            let n = r.lanes.open(json_only, Some(&id));
             let progress: Vec<String> = progress.map(canonical).into_iter().collect();
             for p in &progress {
                 r.by_progress.insert(p.clone(), n);
             }
             r.by_request.insert(id, n);
-            r.streams.insert(n, Stream { tx, json_only, progress });
-        }
+            r.streams.insert(n, Stream { json_only, progress });
+            Feed::open(&self.routes, &mut r.lanes, n, true)
+        };
         self.push(line)?;
-        Ok(rx)
+        Ok(feed)
     }
 
     /// Takes a notification or a response of the client. A cancel also ends the stream of the
@@ -283,19 +298,38 @@ impl HttpSession {
         self.inbox.send(line).map_err(|_| Refused::Gone)
     }
 
-    /// Opens the standalone stream (a second one replaces the first, which ends).
+    /// Opens the standalone stream (a second one replaces the first, which ends; what the
+    /// first still held goes on the new one).
     pub fn listen(&self) -> Result<Feed, Refused> {
         self.touch();
-        let (tx, rx) = mpsc::unbounded_channel();
         let mut r = self.routes.lock().expect("lock");
         if r.ended {
             return Err(Refused::Gone);
         }
-        while let Some(t) = r.queued.pop_front() {
-            let _ = tx.send(t);
+        let n = r.lanes.open(false, None);
+        let feed = Feed::open(&self.routes, &mut r.lanes, n, true);
+        let mut moved = std::mem::take(&mut r.queued);
+        if let Some(old) = r.get.replace(n) {
+            let mut held = r.lanes.take_pending(old);
+            held.append(&mut moved);
+            moved = held;
+            r.lanes.close(old);
         }
-        r.get = Some(tx);
-        Ok(rx)
+        for t in moved {
+            let _ = r.lanes.push(n, t);
+        }
+        Ok(feed)
+    }
+
+    /// Resumes the stream of event `last_event_id` of this session (`Last-Event-ID`): its
+    /// events after that one, then (while it runs) what comes on it.
+    pub fn resume(&self, last_event_id: &str) -> Result<Result<Feed, Unknown>, Refused> {
+        self.touch();
+        let mut r = self.routes.lock().expect("lock");
+        if r.ended {
+            return Err(Refused::Gone);
+        }
+        Ok(Feed::resume(&self.routes, &mut r.lanes, last_event_id))
     }
 }
 
@@ -396,7 +430,9 @@ impl Table {
         let before = sessions.len();
         sessions.retain(|_, s| {
             let keep = !s.ended.is_cancelled() && !s.idle_for(idle);
-            if !keep {
+            if keep {
+                s.sweep();
+            } else {
                 s.end();
             }
             keep
@@ -421,6 +457,8 @@ fn new_id() -> std::io::Result<String> {
 
 #[cfg(test)]
 mod tests {
+    use futures_util::FutureExt;
+
     use super::*;
 
     /// A line queued by `link` (counted in its backlog), as the outbox takes it.
@@ -434,82 +472,123 @@ mod tests {
         crate::link::SessionLink::new(1, out, 1 << 20, crate::link::Buffered::new(1 << 30))
     }
 
-    fn open(r: &mut Routes, id: &str, progress: Option<&str>, json_only: bool) -> Feed {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let n = r.next;
-        r.next += 1;
+    fn routes() -> Arc<Mutex<Routes>> {
+        Arc::new(Mutex::new(Routes::new(1 << 20)))
+    }
+
+    /// A request's stream, as `HttpSession::request` opens it.
+    fn open(routes: &Arc<Mutex<Routes>>, id: &str, progress: Option<&str>, json_only: bool) -> Feed {
+        let mut r = routes.lock().unwrap();
+        let n = r.lanes.open(json_only, Some(&canonical(id)));
         let progress: Vec<String> = progress.map(canonical).into_iter().collect();
         for p in &progress {
             r.by_progress.insert(p.clone(), n);
         }
         r.by_request.insert(canonical(id), n);
-        r.streams.insert(n, Stream { tx, json_only, progress });
-        rx
+        r.streams.insert(n, Stream { json_only, progress });
+        Feed::open(routes, &mut r.lanes, n, true)
     }
 
-    fn drain(f: &mut Feed) -> Vec<String> {
+    fn route(routes: &Arc<Mutex<Routes>>, t: Taken) {
+        routes.lock().unwrap().route(t);
+    }
+
+    /// (event id, data) of each frame ready now (priming events have empty data; keep-alives
+    /// are not in a feed); `None` once the feed ended.
+    fn drain(f: &mut Feed) -> Option<Vec<(String, String)>> {
         let mut out = Vec::new();
-        while let Ok(t) = f.try_recv() {
-            out.push(t.line.clone());
+        loop {
+            match f.next().now_or_never() {
+                Some(Some(frame)) => {
+                    let text = String::from_utf8(frame.to_vec()).unwrap();
+                    let field = |k: &str| text.lines().find_map(|l| l.strip_prefix(k)).unwrap_or("").trim().to_string();
+                    out.push((field("id:"), field("data:")));
+                }
+                Some(None) if out.is_empty() => return None,
+                Some(None) | None => return Some(out),
+            }
         }
-        out
+    }
+
+    /// The data of the messages ready now (priming events left out).
+    fn data(f: &mut Feed) -> Vec<String> {
+        drain(f).unwrap_or_default().into_iter().map(|(_, d)| d).filter(|d| !d.is_empty()).collect()
     }
 
     #[test]
     fn responses_and_progress_go_to_their_own_request_s_stream_and_end_it() {
         let b = link();
-        let mut r = Routes::default();
-        let mut a = open(&mut r, "1", Some("\"pa\""), false);
-        let mut c = open(&mut r, "\"x\"", Some("7"), false);
-        r.route(taken(
-            r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":7,"progress":1}}"#,
-            &b,
-        ));
-        r.route(taken(
-            r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"pa","progress":1}}"#,
-            &b,
-        ));
-        r.route(taken(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#, &b));
-        assert_eq!(drain(&mut a).len(), 2);
-        assert!(a.try_recv().is_err() && r.streams.len() == 1, "stream 1 ended with its response");
-        assert_eq!(drain(&mut c).len(), 1);
+        let r = routes();
+        let mut a = open(&r, "1", Some("\"pa\""), false);
+        let mut c = open(&r, "\"x\"", Some("7"), false);
+        route(
+            &r,
+            taken(
+                r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":7,"progress":1}}"#,
+                &b,
+            ),
+        );
+        route(
+            &r,
+            taken(
+                r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"pa","progress":1}}"#,
+                &b,
+            ),
+        );
+        route(&r, taken(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#, &b));
+        assert_eq!(data(&mut a).len(), 2);
+        assert!(drain(&mut a).is_none() && r.lock().unwrap().streams.len() == 1, "stream 1 ended with its response");
+        assert_eq!(data(&mut c).len(), 1);
         // A late progress for the answered request reaches nobody (not the other stream).
-        r.route(taken(
-            r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"pa","progress":2}}"#,
-            &b,
-        ));
-        assert!(drain(&mut c).is_empty());
-        r.route(taken(r#"{"jsonrpc":"2.0","id":"x","result":{}}"#, &b));
-        assert_eq!(drain(&mut c).len(), 1);
+        route(
+            &r,
+            taken(
+                r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"pa","progress":2}}"#,
+                &b,
+            ),
+        );
+        assert!(data(&mut c).is_empty());
+        route(&r, taken(r#"{"jsonrpc":"2.0","id":"x","result":{}}"#, &b));
+        assert_eq!(data(&mut c).len(), 1);
+        let r = r.lock().unwrap();
         assert!(r.streams.is_empty() && r.by_progress.is_empty());
     }
 
     #[test]
     fn unrelated_messages_go_to_get_else_the_only_stream_else_wait_for_get() {
         let b = link();
-        let mut r = Routes::default();
+        let r = routes();
         let log = r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}"#;
-        let mut a = open(&mut r, "1", None, false);
-        r.route(taken(log, &b));
-        assert_eq!(drain(&mut a).len(), 1, "the only open stream takes it");
-        let gone = open(&mut r, "3", Some("g"), false);
+        let mut a = open(&r, "1", None, false);
+        route(&r, taken(log, &b));
+        assert_eq!(data(&mut a).len(), 1, "the only open stream takes it");
+        let gone = open(&r, "3", Some("g"), false);
         drop(gone);
-        let mut c = open(&mut r, "2", None, false);
-        r.route(taken(log, &b));
-        assert!(!r.by_progress.contains_key("\"g\""), "a stream whose client left is forgotten");
-        assert!(drain(&mut a).is_empty() && drain(&mut c).is_empty() && r.queued.len() == 1);
+        let mut c = open(&r, "2", None, false);
+        route(&r, taken(log, &b));
+        assert!(data(&mut a).is_empty() && data(&mut c).is_empty() && r.lock().unwrap().queued.len() == 1);
         // A notice about request 2 goes on its stream.
         let mut notice = taken(log, &b);
         notice.related = Some("2".into());
-        r.route(notice);
-        assert!(drain(&mut a).is_empty() && drain(&mut c).len() == 1 && r.queued.len() == 1);
-        let (tx, mut g) = mpsc::unbounded_channel();
-        while let Some(t) = r.queued.pop_front() {
-            tx.send(t).ok();
-        }
-        r.get = Some(tx);
-        r.route(taken(log, &b));
-        assert_eq!(drain(&mut g).len(), 2);
+        route(&r, notice);
+        assert!(data(&mut a).is_empty() && data(&mut c).len() == 1 && r.lock().unwrap().queued.len() == 1);
+        // A notice about request 3, whose client went away, waits on its stream for a resume.
+        let mut notice = taken(log, &b);
+        notice.related = Some("3".into());
+        route(&r, notice);
+        assert!(data(&mut a).is_empty() && data(&mut c).is_empty() && r.lock().unwrap().queued.len() == 1);
+        let mut g = {
+            let mut routes = r.lock().unwrap();
+            let n = routes.lanes.open(false, None);
+            let feed = Feed::open(&r, &mut routes.lanes, n, true);
+            for t in std::mem::take(&mut routes.queued) {
+                routes.lanes.push(n, t).ok().unwrap();
+            }
+            routes.get = Some(n);
+            feed
+        };
+        route(&r, taken(log, &b));
+        assert_eq!(data(&mut g).len(), 2);
     }
 
     #[test]
@@ -518,14 +597,124 @@ mod tests {
         let (out, _queue) = mpsc::unbounded_channel();
         let b = crate::link::SessionLink::new(1, out, 1 << 20, shared.clone());
         let line = r#"{"jsonrpc":"2.0","id":9,"result":{}}"#;
-        let mut r = Routes::default();
-        let mut a = open(&mut r, "9", None, false);
-        r.route(taken(line, &b)); // delivered to a
-        r.route(taken(line, &b)); // nobody's: dropped
-        let _ = open(&mut r, "9", None, false); // body gone before its answer
-        r.route(taken(line, &b));
+        let r = routes();
+        let mut a = open(&r, "9", None, false);
+        route(&r, taken(line, &b)); // queued for a
+        route(&r, taken(line, &b)); // nobody's: dropped
         assert_eq!(shared.total(), line.len() + 1, "only what `a` still holds counts");
-        drop(drain(&mut a));
+        assert_eq!(data(&mut a).len(), 1);
         assert_eq!(shared.total(), 0);
+        // A stream cut before its answer holds it for a resume; the session's end drops it.
+        let cut = open(&r, "10", None, false);
+        drop(cut);
+        route(&r, taken(r#"{"jsonrpc":"2.0","id":10,"result":{}}"#, &b));
+        assert!(shared.total() > 0);
+        r.lock().unwrap().lanes.end();
+        assert_eq!(shared.total(), 0);
+    }
+
+    #[test]
+    fn a_cut_stream_resumes_after_the_last_event_seen_with_nothing_lost_or_repeated() {
+        let b = link();
+        let r = routes();
+        let progress = |n: u32| {
+            format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":"t","progress":{n}}}}}"#
+            )
+        };
+        let mut a = open(&r, "1", Some("\"t\""), false);
+        route(&r, taken(&progress(1), &b));
+        route(&r, taken(&progress(2), &b));
+        let seen = drain(&mut a).unwrap();
+        assert_eq!(seen.len(), 3, "priming + 2: {seen:?}");
+        assert!(seen[0].1.is_empty() && !seen[0].0.is_empty(), "the priming event has an id and no data");
+        let ids: std::collections::HashSet<&String> = seen.iter().map(|(id, _)| id).collect();
+        assert_eq!(ids.len(), 3, "ids are unique: {seen:?}");
+        route(&r, taken(&progress(3), &b));
+        // The client got 3 off the wire but lost it (not in `seen`); then the connection broke.
+        assert_eq!(data(&mut a).len(), 1);
+        drop(a);
+        route(&r, taken(&progress(4), &b));
+        route(&r, taken(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#, &b));
+        let last = seen[2].0.clone();
+        let resume = |id: &str| {
+            let mut routes = r.lock().unwrap();
+            let feed = Feed::resume(&r, &mut routes.lanes, id);
+            drop(routes);
+            feed
+        };
+        let mut again = resume(&last).ok().unwrap();
+        let got = data(&mut again);
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert!(got[0].contains("\"progress\":3") && got[1].contains("\"progress\":4") && got[2].contains("\"id\":1"));
+        assert!(drain(&mut again).is_none(), "a resumed request stream ends after its response");
+        // Unknown ids, and ids of another session's events, are refused.
+        assert_eq!(resume("x").err(), Some(Unknown::Malformed));
+        assert_eq!(resume("1.999999").err(), Some(Unknown::NotKept));
+        let other = routes();
+        let mut theirs = open(&other, "1", None, false);
+        let their_id = drain(&mut theirs).unwrap()[0].0.clone();
+        assert_eq!(resume(&their_id).err(), Some(Unknown::NotKept));
+        // Resuming once more from the same event replays the same events (the client may retry).
+        let mut twice = resume(&last).ok().unwrap();
+        assert_eq!(data(&mut twice), got);
+    }
+
+    #[test]
+    fn the_store_keeps_delivered_events_up_to_its_limit_oldest_first() {
+        let b = link();
+        let r = Arc::new(Mutex::new(Routes::new(600)));
+        let log =
+            |n: u32| format!(r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"data":"{n:0100}"}}}}"#);
+        let mut a = open(&r, "1", None, false);
+        let first = drain(&mut a).unwrap()[0].0.clone();
+        for n in 0..10 {
+            route(&r, taken(&log(n), &b));
+        }
+        let seen = drain(&mut a).unwrap();
+        assert_eq!(seen.len(), 10);
+        let resume = |id: &str| {
+            let mut routes = r.lock().unwrap();
+            let feed = Feed::resume(&r, &mut routes.lanes, id);
+            drop(routes);
+            feed.err()
+        };
+        assert_eq!(resume(&first), Some(Unknown::NotKept), "the oldest were dropped");
+        assert_eq!(resume(&seen[9].0), None, "the newest are kept");
+        // A stream nobody reads holds at most the limit; past it, it is dropped.
+        let mut cut = open(&r, "2", None, false);
+        let cut_at = drain(&mut cut).unwrap()[0].0.clone();
+        drop(cut);
+        let mut notice = taken(&log(0), &b);
+        notice.related = Some("2".into());
+        route(&r, notice);
+        for n in 0..10 {
+            let mut notice = taken(&log(n), &b);
+            notice.related = Some("2".into());
+            route(&r, notice);
+        }
+        let lane = r.lock().unwrap().by_request["2"];
+        assert!(!r.lock().unwrap().lanes.exists(lane), "the unread stream was dropped");
+        // Resuming it gets an error in place of the response it will never have, then the end.
+        let mut resumed = {
+            let mut routes = r.lock().unwrap();
+            Feed::resume(&r, &mut routes.lanes, &cut_at).ok().unwrap()
+        };
+        let got = data(&mut resumed);
+        assert_eq!(got.len(), 1, "{got:?}");
+        let v: serde_json::Value = serde_json::from_str(&got[0]).unwrap();
+        assert_eq!(v["id"], 2);
+        assert!(v["error"]["message"].as_str().unwrap().contains("dropped"), "{v}");
+        assert!(drain(&mut resumed).is_none());
+        // A GET stream cut and not resumed for a minute is dropped; resuming it is refused.
+        let mut g = {
+            let mut routes = r.lock().unwrap();
+            let n = routes.lanes.open(false, None);
+            Feed::open(&r, &mut routes.lanes, n, true)
+        };
+        let g_at = drain(&mut g).unwrap()[0].0.clone();
+        drop(g);
+        r.lock().unwrap().lanes.sweep(Instant::now() + super::super::events::DETACHED_TTL);
+        assert_eq!(resume(&g_at), Some(Unknown::Dropped));
     }
 }
