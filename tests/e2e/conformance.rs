@@ -60,10 +60,17 @@ fn suite(url: &str, revision: &str, out: &Path) -> (Checks, String) {
         let scenario = scenario.rsplitn(7, '-').nth(6).unwrap_or(scenario).to_string();
         let text = std::fs::read_to_string(dir.join("checks.json")).unwrap_or_default();
         let list: Vec<Value> = serde_json::from_str(&text).unwrap_or_default();
+        // A scenario may run one check several times (once per malformed field, say): the n-th
+        // run of a check is compared with the n-th run on the other side.
+        let mut seen = BTreeMap::<String, usize>::new();
         for c in list {
             let status = c["status"].as_str().unwrap_or_default();
             if matches!(status, "SUCCESS" | "FAILURE" | "WARNING") {
-                checks.insert((scenario.clone(), c["id"].as_str().unwrap_or_default().to_string()), status.to_string());
+                let id = c["id"].as_str().unwrap_or_default().to_string();
+                let n = seen.entry(id.clone()).or_default();
+                *n += 1;
+                let id = if *n == 1 { id } else { format!("{id} (run {n})") };
+                checks.insert((scenario.clone(), id), status.to_string());
             }
         }
     }

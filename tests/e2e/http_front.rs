@@ -377,7 +377,8 @@ async fn the_door_refuses_what_it_must_and_the_daemon_still_serves() {
     let r = f.post("/mcp/nosuch", None, &init).send().await.unwrap();
     assert_eq!(r.status(), 404);
     // A request of the 2026-07-28 stateless protocol without its Mcp-Method header.
-    let modern = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}});
+    let modern = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}});
     let r = f.post("/mcp/alpha", None, &modern).header("mcp-protocol-version", "2026-07-28").send().await.unwrap();
     assert_eq!(r.status(), 400);
     let v: Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();

@@ -38,6 +38,9 @@ const FIRST_WAIT: Duration = Duration::from_secs(10);
 const METHOD_HEADER: &str = "mcp-method";
 const NAME_HEADER: &str = "mcp-name";
 
+/// Where a 2026-07-28 request's `_meta` carries the client's capabilities (required).
+const CLIENT_CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
+
 /// Whether `v` is a protocol version (`YYYY-MM-DD`).
 pub fn is_dated(v: &str) -> bool {
     v.len() == 10 && v.bytes().enumerate().all(|(i, b)| if i == 4 || i == 7 { b == b'-' } else { b.is_ascii_digit() })
@@ -62,7 +65,7 @@ pub fn unsupported(version: &str, id: &str) -> Response {
         id,
         codec::UNSUPPORTED_PROTOCOL_VERSION,
         &format!("protocol version {shown:?} is not served over HTTP by this switchyard; it serves {}", all.join(", ")),
-        Some(&serde_json::json!({ "supported": all })),
+        Some(&serde_json::json!({ "supported": all, "requested": shown })),
     )
 }
 
@@ -86,9 +89,12 @@ fn validate(headers: &HeaderMap, line: &str, env: &Envelope, id: &str) -> Result
         return Err(mismatch("the MCP-Protocol-Version header is missing".into()));
     };
     let header_version = header_version.to_str().unwrap_or("(not ASCII)");
+    // A request of this era without its `_meta` is malformed (invalid params), not a mismatch:
+    // there is nothing in the body to disagree with the header.
+    let invalid = |why: String| Box::new(rpc_error(StatusCode::BAD_REQUEST, id, codec::INVALID_PARAMS, &why));
     let Some(body_version) = body_version else {
-        return Err(mismatch(format!(
-            "MCP-Protocol-Version is {header_version:?} but params._meta carries no {}",
+        return Err(invalid(format!(
+            "Invalid params: a {header_version} request carries its protocol version in params._meta[\"{}\"]",
             codec::PROTOCOL_VERSION_META
         )));
     };
@@ -100,6 +106,8 @@ fn validate(headers: &HeaderMap, line: &str, env: &Envelope, id: &str) -> Result
     if !MODERN_VERSIONS.contains(&header_version) {
         return Err(Box::new(unsupported(header_version, id)));
     }
+    let params: serde_json::Value =
+        env.params.as_ref().and_then(|p| serde_json::from_str(&line[p.clone()]).ok()).unwrap_or_default();
     match headers.get(METHOD_HEADER).map(|v| v.to_str().unwrap_or("(not ASCII)")) {
         None => return Err(mismatch("the Mcp-Method header is missing".into())),
         Some(m) if m != method => {
@@ -107,13 +115,16 @@ fn validate(headers: &HeaderMap, line: &str, env: &Envelope, id: &str) -> Result
         }
         Some(_) => {}
     }
+    if !params["_meta"][CLIENT_CAPABILITIES_META].is_object() {
+        return Err(invalid(format!(
+            "Invalid params: a {header_version} request carries the client's capabilities in params._meta[\"{CLIENT_CAPABILITIES_META}\"] (an object)"
+        )));
+    }
     let field = match method {
         "tools/call" | "prompts/get" => "name",
         "resources/read" => "uri",
         _ => return Ok(()),
     };
-    let params: serde_json::Value =
-        env.params.as_ref().and_then(|p| serde_json::from_str(&line[p.clone()]).ok()).unwrap_or_default();
     let body = params[field].as_str().unwrap_or_default();
     match headers.get(NAME_HEADER) {
         None => Err(mismatch(format!("the Mcp-Name header is missing (required for {method})"))),
@@ -377,7 +388,7 @@ mod tests {
 
     #[test]
     fn headers_must_match_the_body() {
-        let line = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"héllo","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+        let line = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"héllo","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
         let env = codec::parse(line).unwrap();
         let check = |h: &[(&'static str, &str)]| code(validate(&headers(h), line, &env, "1"));
         let v = ("mcp-protocol-version", "2026-07-28");
@@ -392,6 +403,15 @@ mod tests {
         assert_eq!(check(&[v, m]), Some(HEADER_MISMATCH), "no Mcp-Name");
         assert_eq!(check(&[v, m, ("mcp-name", "hello")]), Some(HEADER_MISMATCH));
         assert_eq!(check(&[v, m, ("mcp-name", "=?base64?!!?=")]), Some(HEADER_MISMATCH));
+        // A body without what the era requires in `_meta` is invalid, whatever the headers say.
+        for bare in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"héllo"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"héllo","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"héllo","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":7}}}"#,
+        ] {
+            let env = codec::parse(bare).unwrap();
+            assert_eq!(code(validate(&headers(&[v, m, n]), bare, &env, "1")), Some(codec::INVALID_PARAMS), "{bare}");
+        }
         let later = line.replace("2026-07-28", "2027-01-01");
         let env = codec::parse(&later).unwrap();
         let h = headers(&[("mcp-protocol-version", "2027-01-01"), m, n]);
