@@ -10,6 +10,18 @@ command -v npm >/dev/null || { echo "npm is required (the tests install their MC
 python3 -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 10))' 2>/dev/null || {
   echo "python3 >= 3.10 with venv and ensurepip is required (the tests run the Python MCP SDK in a virtualenv;" \
        "on Debian or Ubuntu: apt-get install python3-venv)" >&2; exit 1; }
+# The status page test drives headless Chromium (Debian's package): installed here when this
+# script may (root with apt-get, as on CI); otherwise it is named as missing.
+if ! command -v chromium >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing chromium for the status page test (apt-get; a minute or two)..." >&2
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium
+  else
+    echo "chromium is required (the status page test runs it headless; on Debian or Ubuntu:" \
+         "apt-get install --no-install-recommends chromium)" >&2; exit 1
+  fi
+fi
 # Plugins are built from source for WebAssembly by host/build.rs.
 rustup target add wasm32-wasip2 >/dev/null
 

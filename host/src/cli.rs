@@ -126,12 +126,11 @@ pub fn log_filter(level: Option<&str>) -> anyhow::Result<(tracing_subscriber::En
 pub fn init_tracing(level: Option<&str>) -> anyhow::Result<()> {
     let (filter, warning) = log_filter(level)?;
     crate::logging::init();
-    let _ = tracing_subscriber::fmt()
-        .with_writer(|| crate::logging::Stderr)
-        .with_target(false)
-        .with_ansi(false)
-        .with_env_filter(filter)
-        .try_init();
+    use tracing_subscriber::prelude::*;
+    let lines =
+        tracing_subscriber::fmt::layer().with_writer(|| crate::logging::Stderr).with_target(false).with_ansi(false);
+    // The last warnings and errors are also kept for status (`recent_errors`).
+    let _ = tracing_subscriber::registry().with(filter).with(lines).with(crate::logging::RecentErrors).try_init();
     if let Some(w) = warning {
         tracing::warn!("{w}");
     }

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +11,8 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
+use crate::config::{Config, HttpConfig};
+use crate::front::token::{self, Token};
 use crate::policy::Policy;
 use crate::router::{About, Router};
 use crate::wire::{self, Hello, Reply};
@@ -45,6 +47,11 @@ pub struct DaemonArgs {
     /// Log level: error, warn, info, debug, trace (default: RUST_LOG, else info).
     #[arg(long, value_name = "LEVEL")]
     pub log_level: Option<String>,
+    /// Also serve every server over Streamable HTTP at http://ADDR/mcp/NAME, with the config's
+    /// [http] settings (ADDR over its `listen`; without ADDR: its `listen`, else 127.0.0.1:7070).
+    /// Clients send `Authorization: Bearer TOKEN`; `switchyard token` prints it.
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, value_parser = crate::config::parse_listen)]
+    pub http: Option<Option<SocketAddr>>,
     /// Set by `--detach` for the process it starts: log to LOG, start a session of its own,
     /// report readiness on stdout.
     #[arg(long, hide = true, value_name = "LOG")]
@@ -95,6 +102,43 @@ pub fn daemon_blocking(args: DaemonArgs) -> anyhow::Result<()> {
     run_blocking(&args, config, socket, None, || {})
 }
 
+/// The HTTP front this daemon serves, if any: the config's `[http]` with `--http ADDR` over its
+/// `listen` (`--http` alone: `[http]` as it is, or every default), checked, and the bearer token
+/// its clients must send (`[http] token`, else the generated one of `canonical`, the config
+/// file's canonical path). None when neither `[http]` nor `--http` asks for a front.
+pub fn http_front(
+    flag: Option<Option<SocketAddr>>,
+    config: &Config,
+    canonical: &Path,
+) -> anyhow::Result<Option<(HttpConfig, Token)>> {
+    if flag.is_none() && config.http.is_none() {
+        return Ok(None);
+    }
+    http_front_with(flag, config, &places::token_for(canonical)?, &|n| std::env::var(n))
+}
+
+/// [`http_front`] with the token file and the environment given.
+fn http_front_with(
+    flag: Option<Option<SocketAddr>>,
+    config: &Config,
+    token_file: &Path,
+    env: &dyn Fn(&str) -> Result<String, std::env::VarError>,
+) -> anyhow::Result<Option<(HttpConfig, Token)>> {
+    let mut http = match (&config.http, flag) {
+        (None, None) => return Ok(None),
+        (Some(h), _) => h.clone(),
+        (None, Some(_)) => HttpConfig::default(),
+    };
+    let mut given_by = "[http] listen";
+    if let Some(Some(addr)) = flag {
+        http.listen = addr;
+        given_by = "--http";
+    }
+    http.check_exposure(given_by)?;
+    let token = token::for_daemon(Some(&http), token_file, env)?;
+    Ok(Some((http, token)))
+}
+
 /// Runs the daemon on this thread until it is stopped.
 fn run_blocking(
     args: &DaemonArgs,
@@ -112,25 +156,29 @@ fn run_blocking(
     let result = runtime.block_on(async move {
         let shutdown = CancellationToken::new();
         tokio::spawn(crate::cli::on_signal(shutdown.clone()));
-        serve(args.plugins.clone(), config, socket, log, shutdown, ready).await
+        serve(args.plugins.clone(), config, socket, log, args.http, shutdown, ready).await
     });
     runtime.shutdown_timeout(Duration::from_millis(200));
     result
 }
 
-/// The daemon: loads the config, serves its socket, follows edits of the config, and stops its
-/// servers when `shutdown` fires, when asked to (`switchyard stop`), or when idle too long.
+/// The daemon: loads the config, serves its socket (and its HTTP front, with `[http]` or
+/// `http_flag`, which is `--http`), follows edits of the config, and stops its servers when
+/// `shutdown` fires, when asked to (`switchyard stop`), or when idle too long.
 pub async fn serve(
     plugins: Option<PathBuf>,
     config_path: PathBuf,
     socket: PathBuf,
     log: Option<PathBuf>,
+    http_flag: Option<Option<SocketAddr>>,
     shutdown: CancellationToken,
     ready: impl FnOnce(),
 ) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(&config_path)
         .with_context(|| format!("cannot read config file {}", config_path.display()))?;
     let config = Config::load_text(&config_path, &text)?;
+    // Checked before anything starts: a front that cannot be served stops the daemon here.
+    let front = http_front(http_flag, &config, &config_path)?;
     let policy = Policy::start(&config, plugins, shutdown.child_token()).await?;
     let about = About { config: Some(config_path.clone()), socket: Some(socket.clone()), log };
     let router = Router::new(policy, about, Some(PathBuf::from("/proc/self/exe")), shutdown.clone());
@@ -140,6 +188,26 @@ pub async fn serve(
         anyhow::anyhow!("{e:#}\n(`switchyard status --socket {}` shows the daemon serving it)", socket.display())
     })?;
     let file = bound.file();
+    let http = match front {
+        Some((http, token)) => {
+            let addr = http.listen;
+            let tcp = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot serve HTTP on {addr}: {e}{}",
+                    if e.kind() == std::io::ErrorKind::AddrInUse {
+                        " (another program listens there; choose another address with --http ADDR or [http] listen)"
+                    } else {
+                        ""
+                    }
+                )
+            })?;
+            let bound = tcp.local_addr().unwrap_or(addr);
+            tracing::info!("serving Streamable HTTP on http://{bound}/mcp/NAME");
+            raise_open_files();
+            Some(tokio::spawn(crate::front::serve(router.clone(), http, token, tcp, shutdown.clone())))
+        }
+        None => None,
+    };
     let listener = tokio::spawn(downstream::listen(router.clone(), bound, socket.clone(), shutdown.clone()));
     tokio::spawn(keep_socket(router.clone(), socket.clone(), file, shutdown.clone()));
     tracing::info!(
@@ -152,15 +220,42 @@ pub async fn serve(
     ready();
     tokio::spawn(watch_config(router.clone(), config_path, applied, shutdown.clone()));
     let idle = idle_exit(&config);
-    if !idle.is_zero() {
+    if !idle.is_zero() && http.is_some() {
+        // An HTTP client cannot start a daemon on demand, as `connect` does.
+        tracing::info!("daemon.idle_exit_ms is not applied while HTTP is served");
+    } else if !idle.is_zero() {
         tokio::spawn(exit_when_idle(router.clone(), idle));
     }
     shutdown.cancelled().await;
     let _ = listener.await;
+    if let Some(http) = http {
+        let _ = http.await;
+    }
     router.stop(SHUTDOWN_GRACE).await;
     tracing::info!("switchyard daemon stopped");
     Ok(())
 }
+
+/// Lets the process open more files than the usual soft limit of 1024 (up to its hard limit,
+/// at most [`OPEN_FILES`]): each HTTP client holds a connection.
+fn raise_open_files() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    // Not the whole hard limit (often 2^20): the servers started later inherit it, and some
+    // close every descriptor up to it before they exec.
+    let wanted = limit.maximum.map_or(OPEN_FILES, |m| m.min(OPEN_FILES));
+    if limit.current.is_some_and(|c| c < wanted) {
+        limit.current = Some(wanted);
+        if let Err(e) = setrlimit(Resource::Nofile, limit) {
+            tracing::info!(
+                "could not raise the open-file limit to its maximum ({e}); many HTTP clients may be refused"
+            );
+        }
+    }
+}
+
+/// The open-file soft limit a daemon serving HTTP asks for.
+const OPEN_FILES: u64 = 65_536;
 
 fn idle_exit(config: &Config) -> Duration {
     Duration::from_millis(config.daemon.idle_exit_ms)
@@ -225,11 +320,15 @@ impl Applied {
             parts.insert(name.clone(), part);
         }
         let old: toml::Table = self.text.parse().unwrap_or_default();
-        for key in ["plugins", "daemon"] {
+        for key in ["plugins", "daemon", "http"] {
             if !self.text.is_empty() && old.get(key) != file.get(key) {
                 tracing::warn!(
                     "the config's {} changed; that takes effect when the daemon restarts (`switchyard stop`; the next `connect` starts it again)",
-                    if key == "plugins" { "[[plugins]] entries" } else { "[daemon] table" }
+                    match key {
+                        "plugins" => "[[plugins]] entries",
+                        "daemon" => "[daemon] table",
+                        _ => "[http] table",
+                    }
                 );
             }
         }
@@ -433,6 +532,15 @@ fn detach(args: &DaemonArgs, config: &Path, socket: &Path) -> anyhow::Result<()>
     if let Some(l) = &args.log_level {
         cmd.arg("--log-level").arg(l);
     }
+    match args.http {
+        Some(Some(addr)) => {
+            cmd.arg(format!("--http={addr}"));
+        }
+        Some(None) => {
+            cmd.arg("--http");
+        }
+        None => {}
+    }
     // Descriptors this process inherited without close-on-exec (a client's pipe passed down to
     // `connect`) must not live on in the daemon for as long as it runs.
     close_inherited_on_exec();
@@ -545,6 +653,15 @@ fn eprintln_safe(line: &str) {
 }
 
 /// One hello and its reply, blocking (for `status`, `stop` and `--detach`).
+/// Where the running daemon of `config` (canonical) serves HTTP, if it runs and does.
+pub fn served_http(config: &Path) -> Option<SocketAddr> {
+    let socket = places::socket_for(config).ok()?;
+    match ask(&socket, &Hello::Status).ok()? {
+        Reply::Status { status } => status["http"]["listen"].as_str()?.parse().ok(),
+        _ => None,
+    }
+}
+
 fn ask(socket: &Path, hello: &Hello) -> std::io::Result<Reply> {
     let mut stream = std::os::unix::net::UnixStream::connect(socket)?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
@@ -621,6 +738,15 @@ pub fn render(s: &serde_json::Value) -> String {
     for (label, key) in [("config", "config"), ("socket", "socket"), ("log", "log")] {
         let v = s[key].as_str().unwrap_or(if key == "log" { "stderr" } else { "-" });
         let _ = writeln!(out, "  {label}: {v}");
+    }
+    if let Some(http) = s.get("http") {
+        let _ = writeln!(
+            out,
+            "  http: {} ({} session{})",
+            http["listen"].as_str().unwrap_or("?"),
+            http["sessions"],
+            if http["sessions"] == 1 { "" } else { "s" }
+        );
     }
     let plugins: Vec<&str> = s["plugins"].as_array().into_iter().flatten().filter_map(|p| p.as_str()).collect();
     let _ = writeln!(
@@ -702,8 +828,33 @@ pub fn render(s: &serde_json::Value) -> String {
             b["error"].as_str().unwrap_or("")
         );
     }
+    let recent = s["recent_errors"].as_array().cloned().unwrap_or_default();
+    if !recent.is_empty() {
+        let shown = recent.len().min(RECENT_SHOWN);
+        let _ = writeln!(
+            out,
+            "
+recent warnings and errors (the last {shown} of {}; all in --json):",
+            recent.len()
+        );
+        for r in &recent[recent.len() - shown..] {
+            let secs = r["at_ms"].as_u64().unwrap_or(0) / 1000 % 86_400;
+            let _ = writeln!(
+                out,
+                "  {:02}:{:02}:{:02} UTC {} {}",
+                secs / 3600,
+                secs / 60 % 60,
+                secs % 60,
+                r["level"].as_str().unwrap_or("?"),
+                r["message"].as_str().unwrap_or("")
+            );
+        }
+    }
     out
 }
+
+/// How many of the recent warnings and errors the status text shows.
+const RECENT_SHOWN: usize = 10;
 
 fn human_ms(ms: u64) -> String {
     match ms {
@@ -729,7 +880,8 @@ mod tests {
                 {"name": "tools", "target": "python3 ${DIR}/s.py", "client_env": ["DIR", "KEY"], "variants": ["tools@1"]},
                 {"name": "tools@1", "template": "tools", "target": "python3 ${DIR}/s.py", "starts": 1, "restarts": 0,
                  "last_error": null, "instances": [], "sessions": []}],
-            "retired": [], "broken": [{"name": "web", "error": "TOKEN is not set"}]
+            "retired": [], "broken": [{"name": "web", "error": "TOKEN is not set"}],
+            "recent_errors": [{"at_ms": 3_723_000, "level": "WARN", "message": "server=fs: pool `x` is not configured"}]
         });
         let text = render(&s);
         for want in [
@@ -743,8 +895,98 @@ mod tests {
             "server web: cannot be used: TOKEN is not set",
             "server tools: python3 ${DIR}/s.py\n  one server per distinct set of client values of DIR, KEY (connect --env DIR,KEY); running: tools@1",
             "server tools@1: python3 ${DIR}/s.py\n  started 1 instance(s)",
+            "recent warnings and errors (the last 1 of 1; all in --json):\n  01:02:03 UTC WARN server=fs: pool `x`",
         ] {
             assert!(text.contains(want), "{want} missing from:\n{text}");
         }
+    }
+
+    /// `switchyard daemon ARGS` as clap reads it.
+    fn parse(argv: &[&str]) -> Result<DaemonArgs, clap::Error> {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            daemon: DaemonArgs,
+        }
+        use clap::Parser;
+        Cli::try_parse_from(std::iter::once("daemon").chain(argv.iter().copied())).map(|c| c.daemon)
+    }
+
+    #[test]
+    fn http_flag_alone_with_an_address_or_absent() {
+        assert_eq!(parse(&[]).unwrap().http, None);
+        assert_eq!(parse(&["--http"]).unwrap().http, Some(None));
+        assert_eq!(parse(&["--http", "--detach"]).unwrap().http, Some(None));
+        let at = |a: &str| Some(Some(a.parse::<SocketAddr>().unwrap()));
+        assert_eq!(parse(&["--http", "127.0.0.1:9000"]).unwrap().http, at("127.0.0.1:9000"));
+        assert_eq!(parse(&["--http=[::1]:9000"]).unwrap().http, at("[::1]:9000"));
+        assert_eq!(parse(&["--http", "localhost:9000"]).unwrap().http, at("127.0.0.1:9000"));
+        let e = parse(&["--http", "9000"]).unwrap_err().to_string();
+        assert!(e.contains("`9000` is not an address and port") && e.contains("127.0.0.1:7070"), "{e}");
+    }
+
+    fn config(text: &str) -> Config {
+        let mut c: Config = toml::from_str(text).unwrap();
+        c.validate().unwrap();
+        c
+    }
+
+    fn no_env(_: &str) -> Result<String, std::env::VarError> {
+        Err(std::env::VarError::NotPresent)
+    }
+
+    #[test]
+    fn the_effective_front_is_the_config_s_with_the_flag_over_its_listen() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("state/sy-1.token");
+        let front = |flag: Option<Option<SocketAddr>>, text: &str| http_front_with(flag, &config(text), &file, &no_env);
+        let addr = |a: &str| Some(Some(a.parse::<SocketAddr>().unwrap()));
+        // Neither: no front, and no token file made.
+        assert!(front(None, "").unwrap().is_none());
+        assert!(!file.exists());
+        // --http alone: every default, with the generated token (made now, kept for later starts).
+        let (h, t) = front(Some(None), "").unwrap().unwrap();
+        assert_eq!(h, HttpConfig::default());
+        assert_eq!(h.listen.to_string(), "127.0.0.1:7070");
+        assert!(t.expose().starts_with("sy_"));
+        assert_eq!(std::fs::read_to_string(&file).unwrap().trim(), t.expose());
+        // [http] alone, and with --http: the flag's address wins, the rest of [http] stays.
+        let text = "[http]\nlisten = \"127.0.0.1:8000\"\nkeepalive_ms = 5000\nallowed_hosts = [\"a.example\"]\n";
+        let (h, t2) = front(None, text).unwrap().unwrap();
+        assert_eq!((h.listen.port(), h.keepalive_ms), (8000, 5000));
+        assert_eq!(t2, t);
+        let (h, _) = front(Some(None), text).unwrap().unwrap();
+        assert_eq!(h.listen.port(), 8000);
+        let (h, _) = front(addr("[::1]:9000"), text).unwrap().unwrap();
+        assert_eq!((h.listen.to_string().as_str(), h.keepalive_ms, h.allowed_hosts.len()), ("[::1]:9000", 5000, 1));
+        // The config's own token wins over the file.
+        let own = "[http]\ntoken = \"${SY_T}\"\n";
+        let env = |n: &str| if n == "SY_T" { Ok("mine".to_string()) } else { no_env(n) };
+        let (_, t3) = http_front_with(addr("0.0.0.0:9000"), &config(own), &file, &env).unwrap().unwrap();
+        assert_eq!(t3.expose(), "mine");
+        let e = format!("{:#}", http_front_with(None, &config(own), &file, &no_env).unwrap_err());
+        assert!(e.contains("[http] token uses ${SY_T}, which is not set"), "{e}");
+        let empty = |_: &str| Ok(String::new());
+        let e = format!("{:#}", http_front_with(None, &config(own), &file, &empty).unwrap_err());
+        assert!(e.contains("[http] token is empty once ${SY_T} is read"), "{e}");
+    }
+
+    #[test]
+    fn an_address_other_machines_reach_needs_the_user_s_own_token() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("t.token");
+        for a in ["0.0.0.0:7070", "[::]:7070", "192.168.1.5:7070"] {
+            let flag = Some(Some(a.parse::<SocketAddr>().unwrap()));
+            let e = format!("{:#}", http_front_with(flag, &config("[http]\n"), &file, &no_env).unwrap_err());
+            assert!(e.starts_with(&format!("--http {a} is reachable from other machines")), "{e}");
+            assert!(e.contains("token = \"${SWITCHYARD_TOKEN}\"") && e.contains("or listen on 127.0.0.1"), "{e}");
+            let e = format!("{:#}", http_front_with(flag, &config(""), &file, &no_env).unwrap_err());
+            assert!(e.contains("reachable from other machines"), "{e}");
+        }
+        assert!(!file.exists(), "a refused front makes no token");
+        // The flag may bring a front back to loopback.
+        let text = "[http]\nlisten = \"127.0.0.1:1\"\n";
+        let flag = Some(Some("127.0.0.1:2".parse::<SocketAddr>().unwrap()));
+        assert_eq!(http_front_with(flag, &config(text), &file, &no_env).unwrap().unwrap().0.listen.port(), 2);
     }
 }

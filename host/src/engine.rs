@@ -12,6 +12,7 @@ use crate::decision::{CallInfo, Concurrency, Decision, Retry};
 use crate::error::{CallError, Unanswered};
 use crate::ids::SessionId;
 use crate::link::SessionLink;
+use crate::metrics::{Call, Outcome, RetryReason};
 use crate::policy::{PluginSet, annotate};
 use crate::pool::Pool;
 use crate::server::Server;
@@ -104,15 +105,52 @@ pub struct Request<'a> {
     pub modern: bool,
 }
 
+/// How a call ended, for the metrics (filled in by [`run`]).
+struct End {
+    outcome: Outcome,
+    code: Option<i64>,
+    /// The tool's metrics label (tools/call only).
+    tool: Option<Arc<str>>,
+}
+
 /// Forwards a request to the server and returns the response for the client (None when the
-/// client cancelled it: then no response is owed).
+/// client cancelled it: then no response is owed). Counted and timed in the router's metrics.
 pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
+    let started = Instant::now();
+    let (method, session_label) = (req.env.method.as_deref().unwrap_or_default(), req.session_label);
+    let mut end = End { outcome: Outcome::Cancelled, code: None, tool: None };
+    let resp = run(server, req, &mut end).await;
+    server.metrics.call(Call {
+        server: &server.metric_name,
+        method,
+        tool: end.tool.as_ref(),
+        outcome: end.outcome,
+        code: end.code,
+        session_label,
+        elapsed: started.elapsed(),
+    });
+    resp
+}
+
+/// How a failed call counts.
+fn failure_outcome(e: &CallError) -> Outcome {
+    match e {
+        CallError::Timeout { .. } => Outcome::Timeout,
+        CallError::Died { .. } | CallError::Lost { .. } => Outcome::Lost,
+        CallError::ShuttingDown => Outcome::ShuttingDown,
+        CallError::Rejected(_) => Outcome::Rejected,
+        _ => Outcome::Error,
+    }
+}
+
+async fn run(server: &Arc<Server>, req: Request<'_>, end: &mut End) -> Option<String> {
     let line = req.line;
     let env = req.env;
     let client_id = &line[env.id.clone().expect("requests have ids")];
     let method = env.method.clone().unwrap_or_default();
     let fields = env.params.as_ref().map(|p| codec::param_fields(line, p)).unwrap_or_default();
     let tool = if method == "tools/call" { fields.name.clone() } else { None };
+    end.tool = tool.as_deref().map(|t| server.tool_label(t));
     let what = match &tool {
         Some(t) => format!("tools/call `{t}`"),
         None => method.clone(),
@@ -146,6 +184,7 @@ pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
             Ok(d) => d,
             Err(rejection) => {
                 tracing::info!(server = %server.name, session = req.session_label, "{what} rejected by `{}`: {}", rejection.plugin, rejection.reason);
+                (end.outcome, end.code) = (Outcome::Rejected, Some(codec::POLICY_REJECTED));
                 return Some(CallError::Rejected(rejection).to_response(client_id));
             }
         };
@@ -159,9 +198,15 @@ pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
         // deadline (a black-holed link included). A policy's retries each get their own timeout.
         let cap = eff.retry.is_none().then(|| first_started + eff.timeout);
         match attempt(server, &req, &eff, &what, progress.clone(), cap).await {
-            Ok(reply) => return Some(finish(server, &set, req.session_label, &method, reply, client_id).await),
+            Ok(reply) => {
+                (end.outcome, end.code) = reply_outcome(&reply, tool.is_some());
+                return Some(finish(server, &set, req.session_label, &method, reply, client_id).await);
+            }
             Err(Stop::Cancelled) => return None,
             Err(Stop::Failed(mut e)) => {
+                if matches!(e, CallError::Timeout { .. }) {
+                    server.metrics.timeout(&server.metric_name, end.tool.as_ref());
+                }
                 let retry = match (e.is_retryable(), eff.retry) {
                     (false, _) => NO_RETRY,
                     (true, Some(r)) => r,
@@ -194,8 +239,16 @@ pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
                         server = %server.name, session = req.session_label,
                         "{what} failed after {} attempt(s): {e}", call.attempt + 1
                     );
+                    (end.outcome, end.code) = (failure_outcome(&e), Some(e.code()));
                     return Some(e.to_response(client_id));
                 }
+                let reason = match &e {
+                    _ if e.never_delivered() => RetryReason::NotDelivered,
+                    CallError::Timeout { .. } => RetryReason::Timeout,
+                    CallError::Died { .. } | CallError::Lost { .. } => RetryReason::Lost,
+                    _ => RetryReason::Other,
+                };
+                server.metrics.retry(&server.metric_name, end.tool.as_ref(), reason);
                 let backoff = backoff(retry.backoff_ms, call.attempt);
                 tracing::info!(
                     server = %server.name, session = req.session_label,
@@ -209,6 +262,20 @@ pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
                 call.attempt += 1;
             }
         }
+    }
+}
+
+/// How an answer from the server counts: a JSON-RPC error (with its code), a tool's own error
+/// (`isError`), or a success. Only an error is parsed further.
+fn reply_outcome(reply: &crate::upstream::Reply, tool_call: bool) -> (Outcome, Option<i64>) {
+    if reply.env.is_error {
+        let code =
+            serde_json::from_str::<serde_json::Value>(&reply.line).ok().and_then(|v| v["error"]["code"].as_i64());
+        return (Outcome::Error, code);
+    }
+    match &reply.env.result {
+        Some(r) if tool_call && crate::metrics::is_tool_error(&reply.line[r.clone()]) => (Outcome::ToolError, None),
+        _ => (Outcome::Ok, None),
     }
 }
 
@@ -275,6 +342,8 @@ struct Waiting<'a> {
     /// e.g. "tools/call `read_file` on server `fs`".
     about: &'a str,
     link: &'a SessionLink,
+    /// The raw id of the client's request that waits (the notice is about it).
+    client_id: &'a str,
     /// Checked when the notice is due: the server declared `logging` (MCP lets a server send
     /// notifications/message only then) and the client's level admits `info`.
     may_notify: &'a (dyn Fn() -> bool + Sync),
@@ -306,10 +375,13 @@ async fn bounded<T>(
                 if (waiting.may_notify)() {
                     let text = format!("switchyard: {} is waiting for {}", waiting.about, waiting_for());
                     let data = codec::json_string(&text);
-                    waiting.link.send(codec::notification(
-                        "notifications/message",
-                        &format!(r#"{{"level":"info","logger":"switchyard","data":{data}}}"#),
-                    ));
+                    waiting.link.send_for(
+                        waiting.client_id,
+                        codec::notification(
+                            "notifications/message",
+                            &format!(r#"{{"level":"info","logger":"switchyard","data":{data}}}"#),
+                        ),
+                    );
                 }
             }
         }
@@ -340,12 +412,19 @@ async fn attempt(
     let about = format!("{what} on server `{}`", server.name);
     let may_notify =
         || server.declares_logging() && server.hub.session_level(req.session).is_none_or(|l| l >= NOTICE_LEVEL);
-    let waiting = Waiting { about: &about, link: req.link, may_notify: &may_notify };
+    let client_id = &req.line[req.env.id.clone().expect("requests have ids")];
+    let waiting = Waiting { about: &about, link: req.link, client_id, may_notify: &may_notify };
     let gate_wait = || server.gate.blockers().to_string();
     let _permit =
         bounded(server.gate.acquire(eff.concurrency.clone()), deadline, &req.cancel.token, &waiting, gate_wait)
             .await
             .map_err(|e| e.map_or(Stop::Cancelled, |w| timeout(Some(w))))?;
+    let kind = match eff.concurrency {
+        Concurrency::Shared => "shared",
+        Concurrency::Exclusive => "exclusive",
+        Concurrency::Keyed(_) => "keyed",
+    };
+    server.metrics.gate_wait(&server.metric_name, kind, started.elapsed());
     let pool = if req.modern { server.modern_pool(&eff.pool) } else { &eff.pool };
     let pool_wait = || pool.wait_status(req.session);
     let lease = bounded(pool.acquire(req.session), deadline, &req.cancel.token, &waiting, pool_wait)
@@ -449,13 +528,13 @@ mod tests {
     use super::*;
     use tokio::sync::mpsc;
 
-    fn link() -> (Arc<SessionLink>, mpsc::UnboundedReceiver<String>) {
+    fn link() -> (Arc<SessionLink>, mpsc::UnboundedReceiver<crate::link::Out>) {
         let (tx, rx) = mpsc::unbounded_channel();
         (SessionLink::new(1, tx, 1 << 20, crate::link::Buffered::new(usize::MAX)), rx)
     }
 
     fn waiting<'a>(link: &'a SessionLink, may: &'a (dyn Fn() -> bool + Sync)) -> Waiting<'a> {
-        Waiting { about: "tools/call `x` on server `s`", link, may_notify: may }
+        Waiting { about: "tools/call `x` on server `s`", link, client_id: "1", may_notify: may }
     }
 
     #[tokio::test(start_paused = true)]
@@ -469,7 +548,9 @@ mod tests {
         let r = bounded(std::future::pending::<()>(), deadline, &cancel, &w, || "the gate".to_string()).await;
         assert_eq!(r, Err(Some("the gate".to_string())));
         assert_eq!(started.elapsed(), Duration::from_millis(2500));
-        let notice: serde_json::Value = serde_json::from_str(&rx.try_recv().unwrap()).unwrap();
+        let out = rx.try_recv().unwrap();
+        assert_eq!(out.related.as_deref(), Some("1"), "the notice is about the waiting request");
+        let notice: serde_json::Value = serde_json::from_str(&out.line).unwrap();
         assert_eq!(notice["method"], "notifications/message");
         assert_eq!(notice["params"]["level"], "info");
         assert_eq!(notice["params"]["data"], "switchyard: tools/call `x` on server `s` is waiting for the gate");

@@ -116,7 +116,7 @@ pub enum CallError {
     #[error(
         "server `{server}` does not serve the 2026-07-28 protocol (it answered server/discover with method not found); connect with `initialize` (protocol {supported})"
     )]
-    WrongEra { server: String, supported: String },
+    WrongEra { server: String, supported: String, requested: String },
     #[error("switchyard is shutting down")]
     ShuttingDown,
 }
@@ -169,7 +169,9 @@ impl CallError {
                 json!({"server": server, "reason": reason})
             }
             CallError::NotInitialized { server } => json!({"server": server}),
-            CallError::WrongEra { server, supported } => json!({"server": server, "supported": [supported]}),
+            CallError::WrongEra { server, supported, requested } => {
+                json!({"server": server, "supported": [supported], "requested": requested})
+            }
             CallError::ShuttingDown => json!({}),
         }
     }

@@ -18,11 +18,13 @@ pub mod demo;
 pub mod downstream;
 pub mod engine;
 pub mod error;
+pub mod front;
 pub mod gate;
 pub mod hub;
 pub mod ids;
 pub mod link;
 pub mod logging;
+pub mod metrics;
 pub mod places;
 pub mod policy;
 pub mod pool;
@@ -110,6 +112,8 @@ mod layering {
         "decision",
         "error",
         "logging",
+        // The router's Prometheus metrics: names no other module.
+        "metrics",
         "places",
         // The MCP clients' own config files (`switchyard clients`, `wrap`, `unwrap`): reads them,
         // and writes them and switchyard.toml for `wrap`; names only config and places.
@@ -127,6 +131,9 @@ mod layering {
         "engine",
         "session",
         "router",
+        // The Streamable HTTP front (issue 13): guard, token, sessions over HTTP; beside
+        // downstream, the other way clients reach a router.
+        "front",
         "downstream",
         "client",
         "demo",

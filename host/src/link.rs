@@ -10,12 +10,20 @@ use tokio::sync::mpsc;
 use crate::ids::SessionId;
 use crate::upstream::Instance;
 
+/// One message for the client; `related`: the raw id of the client's request it is about, when
+/// the message itself does not name it (a notice about the request), so a transport with a
+/// stream per request (HTTP) can put it there. Byte streams ignore it.
+pub struct Out {
+    pub line: String,
+    pub related: Option<String>,
+}
+
 /// What the hub knows of one client session.
 pub struct SessionLink {
     pub id: SessionId,
     /// Lines to the client. Unbounded so one slow client cannot stall an instance's reader
     /// (and with it every other session's replies); `backlog` bounds it instead.
-    out: mpsc::UnboundedSender<String>,
+    out: mpsc::UnboundedSender<Out>,
     /// What is queued for the client and not yet written (shared with the writer, which must
     /// not hold the link itself: the channel closes when the last link goes).
     backlog: Arc<Backlog>,
@@ -58,7 +66,7 @@ impl crate::upstream::ProgressSink for SessionLink {
 impl SessionLink {
     pub fn new(
         id: SessionId,
-        out: mpsc::UnboundedSender<String>,
+        out: mpsc::UnboundedSender<Out>,
         queue_limit: usize,
         buffered: Arc<Buffered>,
     ) -> Arc<SessionLink> {
@@ -129,6 +137,15 @@ impl SessionLink {
     }
 
     pub fn send(&self, line: String) {
+        self.send_out(line, None);
+    }
+
+    /// A message about the client's request `id` (its raw id) that does not name it.
+    pub fn send_for(&self, id: &str, line: String) {
+        self.send_out(line, Some(id.to_string()));
+    }
+
+    fn send_out(&self, line: String, related: Option<String>) {
         if self.overflow.is_cancelled() {
             return;
         }
@@ -179,7 +196,7 @@ impl SessionLink {
                 return;
             }
         }
-        let _ = self.out.send(line);
+        let _ = self.out.send(Out { line, related });
     }
 
     /// A request or notification that a server started: held until the client is initialised.
@@ -386,7 +403,7 @@ mod tests {
         let backlog = link.backlog();
         // One answer four times the limit, read slowly (a tenth every second): never closed.
         link.send("x".repeat(4000));
-        let l = rx.try_recv().unwrap();
+        let l = rx.try_recv().unwrap().line;
         for _ in 0..10 {
             tokio::time::sleep(Duration::from_secs(1)).await;
             backlog.wrote((l.len() + 1) / 10);

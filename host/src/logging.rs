@@ -313,9 +313,117 @@ fn open_log(path: &Path) -> io::Result<File> {
     std::fs::OpenOptions::new().append(true).create(true).mode(0o600).open(path)
 }
 
+/// How many WARN and ERROR lines [`RecentErrors`] keeps.
+pub const RECENT_ERRORS: usize = 50;
+/// The longest a kept line may be (characters); longer ones are cut and end with `…`.
+pub const RECENT_ERROR_CHARS: usize = 300;
+
+/// One WARN or ERROR line kept for status.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Recent {
+    /// Milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    pub level: &'static str,
+    /// The message with its fields (`server=fs session=stdio-3: ...`).
+    pub message: String,
+}
+
+static RECENT: std::sync::Mutex<std::collections::VecDeque<Recent>> =
+    std::sync::Mutex::new(std::collections::VecDeque::new());
+
+/// A tracing layer that keeps the last [`RECENT_ERRORS`] WARN and ERROR lines of the process,
+/// for `switchyard status` and the status page. It keeps what the log shows (which holds no
+/// secrets), nothing more.
+pub struct RecentErrors;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for RecentErrors {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        let level = *event.metadata().level();
+        if level > tracing::Level::WARN {
+            return;
+        }
+        let mut line = Line::default();
+        event.record(&mut line);
+        let text = match (line.fields.is_empty(), line.message.is_empty()) {
+            (true, _) => line.message,
+            (false, true) => line.fields,
+            (false, false) => format!("{}: {}", line.fields, line.message),
+        };
+        remember(if level == tracing::Level::ERROR { "ERROR" } else { "WARN" }, &text);
+    }
+}
+
+/// Keeps one line in the ring (cut to [`RECENT_ERROR_CHARS`]).
+fn remember(level: &'static str, text: &str) {
+    let message = match text.char_indices().nth(RECENT_ERROR_CHARS - 1) {
+        Some((cut, _)) if text.chars().count() > RECENT_ERROR_CHARS => format!("{}…", &text[..cut]),
+        _ => text.to_string(),
+    };
+    let at_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+    let mut ring = RECENT.lock().unwrap_or_else(|p| p.into_inner());
+    if ring.len() == RECENT_ERRORS {
+        ring.pop_front();
+    }
+    ring.push_back(Recent { at_ms, level, message });
+}
+
+/// The WARN and ERROR lines kept so far, oldest first.
+pub fn recent_errors() -> Vec<Recent> {
+    RECENT.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().collect()
+}
+
+/// An event's message and its other fields as `name=value` words.
+#[derive(Default)]
+struct Line {
+    message: String,
+    fields: String,
+}
+
+impl tracing::field::Visit for Line {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        use std::fmt::Write as _;
+        if field.name() == "message" {
+            let _ = write!(self.message, "{value:?}");
+        } else {
+            if !self.fields.is_empty() {
+                self.fields.push(' ');
+            }
+            let _ = write!(self.fields, "{}={value:?}", field.name());
+        }
+    }
+
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "message" {
+            self.message.push_str(value);
+        } else {
+            self.record_debug(field, &format_args!("{value}"));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_last_warnings_and_errors_are_kept_cut_to_size() {
+        use tracing_subscriber::prelude::*;
+        let subscriber = tracing_subscriber::registry().with(super::RecentErrors);
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!("an info line is not kept");
+            tracing::warn!("the first warning");
+            for i in 0..super::RECENT_ERRORS - 1 {
+                tracing::warn!(server = %"fs", "warning {i}");
+            }
+            tracing::error!("{}", "é".repeat(400));
+        });
+        let kept = super::recent_errors();
+        assert_eq!(kept.len(), super::RECENT_ERRORS);
+        assert_eq!(kept[0].message, "server=fs: warning 0", "the oldest line stays");
+        let last = kept.last().unwrap();
+        assert_eq!((last.level, last.message.chars().count()), ("ERROR", super::RECENT_ERROR_CHARS));
+        assert!(last.message.ends_with('…'));
+    }
     use std::os::unix::fs::PermissionsExt;
 
     fn lines_of(path: &Path) -> Vec<String> {

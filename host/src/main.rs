@@ -48,6 +48,21 @@ enum Command {
         #[command(flatten)]
         which: switchyard::daemon::Which,
     },
+    /// Print the bearer token HTTP clients send to the daemon of a config file (`Authorization:
+    /// Bearer TOKEN`): its [http] token, else the one generated for it (made now if missing).
+    Token {
+        /// The daemon's config file [default: ~/.config/switchyard/switchyard.toml].
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Print the status page's address with the token in it instead
+        /// (http://LISTEN/#token=TOKEN).
+        #[arg(long)]
+        url: bool,
+        /// With --url: the front's address (default: where the running daemon serves HTTP,
+        /// else the config's [http] listen).
+        #[arg(long, value_name = "ADDR", requires = "url")]
+        http: Option<std::net::SocketAddr>,
+    },
     /// Stop a daemon: its servers are stopped and it exits.
     Stop {
         #[command(flatten)]
@@ -197,6 +212,13 @@ fn main() -> ExitCode {
         Command::Run(args) => report(switchyard::cli::run_blocking(args)),
         Command::Daemon(args) => report(switchyard::daemon::daemon_blocking(args)),
         Command::Status { json, which } => report(switchyard::daemon::status_blocking(which, json)),
+        Command::Token { config, url, http } => report(
+            switchyard::front::token::command(config.as_deref(), url, http, switchyard::daemon::served_http).map(
+                |text| {
+                    let _ = std::io::stdout().write_all(text.as_bytes());
+                },
+            ),
+        ),
         Command::Stop { which } => report(switchyard::daemon::stop_blocking(which)),
         Command::Clients { project, json } => {
             report(switchyard::clients::list::run(project.as_deref(), json).map(|text| {

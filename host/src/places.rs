@@ -115,6 +115,13 @@ pub fn short_hash(path: &Path, bytes: usize) -> String {
     hash.iter().take(bytes).map(|b| format!("{b:02x}")).collect()
 }
 
+/// The HTTP front's generated bearer token for the daemon serving `canonical` (used when its
+/// `[http]` sets no `token`): in the state directory, so it survives reboots and clients keep
+/// working; made by `front::token`, 0600.
+pub fn token_for(canonical: &Path) -> anyhow::Result<PathBuf> {
+    Ok(state_dir()?.join(format!("{}.token", config_key(canonical))))
+}
+
 /// The log file of the detached daemon serving `canonical`.
 pub fn log_for(canonical: &Path) -> anyhow::Result<PathBuf> {
     Ok(state_dir()?.join(format!("{}.log", config_key(canonical))))

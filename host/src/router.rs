@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::metrics::{Live, LiveServer, Metrics};
 use crate::policy::Policy;
 use crate::server::Server;
 use crate::session::Registry;
@@ -159,22 +160,60 @@ pub struct Router {
     supervisor: Option<PathBuf>,
     started: Instant,
     pub shutdown: CancellationToken,
+    /// What status shows of the HTTP front, when one is served (`listen`, `sessions`).
+    pub http: std::sync::OnceLock<Box<dyn Fn() -> Value + Send + Sync>>,
+    /// What `/metrics` shows; its gauges read this router at each scrape.
+    pub metrics: Arc<Metrics>,
 }
 
 impl Router {
     pub fn new(policy: Policy, about: About, supervisor: Option<PathBuf>, shutdown: CancellationToken) -> Arc<Router> {
-        Arc::new(Router {
-            servers: RwLock::new(BTreeMap::new()),
-            templates: RwLock::new(BTreeMap::new()),
-            broken: RwLock::new(BTreeMap::new()),
-            retired: Mutex::new(Vec::new()),
-            registry: Arc::new(Registry::default()),
-            policy,
-            about,
-            supervisor,
-            started: Instant::now(),
-            shutdown,
+        Arc::new_cyclic(|me: &std::sync::Weak<Router>| {
+            let me = me.clone();
+            let metrics = Arc::new(Metrics::new(move || me.upgrade().map(|r| r.live()).unwrap_or_default()));
+            policy.attach_metrics(&metrics);
+            Router {
+                servers: RwLock::new(BTreeMap::new()),
+                templates: RwLock::new(BTreeMap::new()),
+                broken: RwLock::new(BTreeMap::new()),
+                retired: Mutex::new(Vec::new()),
+                registry: Arc::new(Registry::default()),
+                policy,
+                about,
+                supervisor,
+                started: Instant::now(),
+                shutdown,
+                http: std::sync::OnceLock::new(),
+                metrics,
+            }
         })
+    }
+
+    /// What is live, for the gauges of `/metrics`: every server (variants and retired ones
+    /// under their name), its instances and calls in flight, and the sessions.
+    fn live(&self) -> Live {
+        let mut all = self.servers();
+        all.extend(self.variants().into_iter().map(|(s, _)| s));
+        all.extend(self.retired.lock().expect("lock").iter().map(|(s, _)| s.clone()));
+        let servers = all
+            .iter()
+            .map(|s| {
+                let instances = s.all_instances();
+                LiveServer {
+                    name: s.name.clone(),
+                    inflight: instances.iter().map(|i| i.inflight()).sum(),
+                    instances: instances.iter().map(|i| (i.pool.clone(), i.is_ready())).collect(),
+                }
+            })
+            .collect();
+        let sessions = self
+            .registry
+            .sessions()
+            .iter()
+            .map(|s| (s.server().name.clone(), s.transport().to_string(), s.waiting()))
+            .collect();
+        let buffered_bytes = all.iter().map(|s| s.buffered.total() as u64).sum();
+        Live { servers, sessions, buffered_bytes }
     }
 
     /// Makes the server one single-server `config` describes (not yet serving).
@@ -203,7 +242,9 @@ impl Router {
                 // A variant's failure is logged by `Redacting`, without the client's values.
                 log_start_failure: client.is_empty(),
             })),
-            Target::Remote(remote) => Arc::new(RemoteConnector::new(remote).map_err(|e| anyhow!(e))?),
+            Target::Remote(remote) => {
+                Arc::new(RemoteConnector::new(remote).map_err(|e| anyhow!(e))?.with_metrics(self.metrics.clone()))
+            }
         };
         let connector: Arc<dyn Connector> = if client.is_empty() {
             connector
@@ -213,7 +254,14 @@ impl Router {
         for warning in config.unreachable_pools(&self.policy.current().names()) {
             tracing::warn!(server = %name, "{warning}");
         }
-        Ok(Server::new(config, &name, connector, self.policy.clone(), self.shutdown.child_token()))
+        Ok(Server::new(
+            config,
+            &name,
+            connector,
+            self.policy.clone(),
+            self.metrics.clone(),
+            self.shutdown.child_token(),
+        ))
     }
 
     /// Serves `server` under its name from now on (its upkeep starts). A server of that name
@@ -535,7 +583,7 @@ impl Router {
         let broken: Vec<Value> =
             self.broken.read().expect("lock").iter().map(|(name, why)| json!({"name": name, "error": why})).collect();
         let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
-        json!({
+        let mut status = json!({
             "pid": std::process::id(),
             "version": env!("CARGO_PKG_VERSION"),
             "config": path(&self.about.config),
@@ -547,7 +595,12 @@ impl Router {
             "servers": servers,
             "retired": retired,
             "broken": broken,
-        })
+        });
+        if let Some(http) = self.http.get() {
+            status["http"] = http();
+        }
+        status["recent_errors"] = json!(crate::logging::recent_errors());
+        status
     }
 
     /// Stops every server (live and retired) and waits for their tasks, at most `grace`.

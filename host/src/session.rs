@@ -14,6 +14,7 @@ use crate::codec::{self, Envelope, Frame, Kind, LineReader};
 use crate::engine::{self, Cancel};
 use crate::ids::SessionId;
 use crate::link::SessionLink;
+use crate::metrics::{Call, Outcome};
 use crate::server::Server;
 
 static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
@@ -23,6 +24,10 @@ const SESSION_GRACE: Duration = Duration::from_secs(3);
 /// After the client closed its input, how long calls in flight get to finish and be answered
 /// before they are cancelled (the SDKs wait as long after closing a server's stdin).
 const EOF_GRACE: Duration = Duration::from_secs(2);
+
+/// The methods a session answers itself (from the server's state), never through the engine.
+const ANSWERED_HERE: &[&str] =
+    &["initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"];
 
 /// A connected client.
 pub struct Session {
@@ -109,6 +114,16 @@ impl Session {
         &self.server
     }
 
+    /// What carries it: the first part of its label (`stdio`, `unix`, `http`).
+    pub fn transport(&self) -> &str {
+        self.label.split('-').next().unwrap_or("")
+    }
+
+    /// Its calls waiting for a gate or an instance.
+    pub fn waiting(&self) -> usize {
+        self.link.waiting()
+    }
+
     /// The session as `switchyard status --json` shows it.
     pub fn status(&self) -> serde_json::Value {
         serde_json::json!({
@@ -123,6 +138,54 @@ impl Session {
     }
 }
 
+/// Where a session's messages come from: whole messages, one per frame.
+pub trait Input {
+    /// The next message, or `None` when the client closed its input (calls in flight get a
+    /// short grace). An error of kind `ConnectionAborted` means the client ended the session on
+    /// purpose: its calls are cancelled at once.
+    fn next(&mut self) -> impl Future<Output = std::io::Result<Option<Frame>>>;
+    /// Both ends of the message behind the last `Frame::TooLong` (where its id usually is).
+    fn skipped_ends(&self) -> (&[u8], &[u8]) {
+        (&[], &[])
+    }
+}
+
+impl<R: AsyncBufRead + Unpin> Input for LineReader<R> {
+    fn next(&mut self) -> impl Future<Output = std::io::Result<Option<Frame>>> {
+        LineReader::next(self)
+    }
+    fn skipped_ends(&self) -> (&[u8], &[u8]) {
+        LineReader::skipped_ends(self)
+    }
+}
+
+/// Where a session's messages go: `run` takes every line the session sends, in order, until the
+/// channel closes (the session ended). It returns early only when the client is gone, which
+/// ends the session. Each line taken must be given back to `backlog` (`Backlog::wrote`) once
+/// the client has it (or it is dropped), so a client that stops reading is noticed.
+pub trait Output: Send + 'static {
+    fn run(
+        self,
+        rx: mpsc::UnboundedReceiver<crate::link::Out>,
+        backlog: Arc<crate::link::Backlog>,
+        label: String,
+    ) -> impl Future<Output = ()> + Send + 'static;
+}
+
+/// A byte stream (stdio, a Unix socket): one line per message.
+pub struct Writer<W>(pub W);
+
+impl<W: AsyncWrite + Unpin + Send + 'static> Output for Writer<W> {
+    fn run(
+        self,
+        rx: mpsc::UnboundedReceiver<crate::link::Out>,
+        backlog: Arc<crate::link::Backlog>,
+        label: String,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        write_loop(self.0, rx, backlog, label)
+    }
+}
+
 /// Serves one client until it disconnects or `shutdown` fires. Every request it sent gets one
 /// response unless the client cancelled it; calls still running at the end are cancelled upstream.
 pub async fn serve<R, W>(server: Arc<Server>, reader: R, writer: W, opening: Opening, shutdown: CancellationToken)
@@ -130,7 +193,20 @@ where
     R: AsyncBufRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
+    let lines = LineReader::new(reader, server.limits.max_message_bytes);
+    serve_with(server, lines, Writer(writer), opening, shutdown).await
+}
+
+/// [`serve`] with messages read from `input` and lines given to `output`.
+pub async fn serve_with(
+    server: Arc<Server>,
+    mut input: impl Input,
+    output: impl Output,
+    opening: Opening,
+    shutdown: CancellationToken,
+) {
     let id = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);
+    let started = tokio::time::Instant::now();
     let label = format!("{}-{id}", opening.transport);
     let (tx, rx) = mpsc::unbounded_channel();
     // A client that stops reading may fall this far behind before its session is closed.
@@ -144,23 +220,23 @@ where
         server: server.clone(),
         inflight: Mutex::new(HashMap::new()),
         in_order: tokio::sync::Mutex::new(()),
-        started: tokio::time::Instant::now(),
+        started,
         speaks_control: opening.speaks_control,
     });
     let _registered = opening.registry.add(&session);
-    let mut writer_task = tokio::spawn(write_loop(writer, rx, session.link.backlog(), label.clone()));
+    server.metrics.session_opened(opening.transport);
+    let mut writer_task = tokio::spawn(output.run(rx, session.link.backlog(), label.clone()));
     // The writer ends early only when writing to the client failed: the client is gone.
     let mut writer_ended = false;
     tracing::debug!(session = %label, "session started");
     let tasks = TaskTracker::new();
-    let mut lines = LineReader::new(reader, server.limits.max_message_bytes);
     // Whether the client is still there to read an answer for what is cancelled below.
     let mut client_listening = false;
     // The client closed its input; it may still read what it is owed.
     let mut eof = false;
     loop {
         let frame = tokio::select! {
-            f = lines.next() => f,
+            f = input.next() => f,
             _ = shutdown.cancelled() => {
                 client_listening = true;
                 break;
@@ -175,7 +251,7 @@ where
             Ok(Some(Frame::Line(line))) => session.on_line(line, &tasks),
             Ok(Some(Frame::TooLong { bytes })) => session.link.send(codec::response_error(
                 &{
-                    let (head, tail) = lines.skipped_ends();
+                    let (head, tail) = input.skipped_ends();
                     codec::skipped_request_id(head, tail).unwrap_or_else(|| "null".to_string())
                 },
                 codec::INVALID_REQUEST,
@@ -193,6 +269,10 @@ where
             )),
             Ok(None) => {
                 eof = true;
+                break;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionAborted => {
+                tracing::debug!(session = %label, "the client ended its session: {e}");
                 break;
             }
             Err(e) => {
@@ -248,6 +328,7 @@ where
     if peak >= crate::link::GIVE_BACK_AFTER {
         crate::link::give_back_memory();
     }
+    server.metrics.session_closed(opening.transport, started.elapsed());
     tracing::debug!(session = %label, "session ended");
 }
 
@@ -264,19 +345,19 @@ async fn or_cancelled<T>(token: &CancellationToken, f: impl Future<Output = T>) 
 /// fails (a closed pipe or socket: the client stopped reading), which ends the session.
 async fn write_loop<W: AsyncWrite + Unpin>(
     writer: W,
-    mut rx: mpsc::UnboundedReceiver<String>,
+    mut rx: mpsc::UnboundedReceiver<crate::link::Out>,
     backlog: Arc<crate::link::Backlog>,
     label: String,
 ) {
     let mut w = BufWriter::with_capacity(64 * 1024, writer);
     let failed = async {
-        while let Some(line) = rx.recv().await {
-            let mut next = Some(line);
+        while let Some(out) = rx.recv().await {
+            let mut next = Some(out.line);
             while let Some(l) = next {
                 w.write_all(l.as_bytes()).await?;
                 w.write_all(b"\n").await?;
                 backlog.wrote(l.len() + 1);
-                next = rx.try_recv().ok();
+                next = rx.try_recv().ok().map(|o| o.line);
             }
             w.flush().await?;
         }
@@ -478,10 +559,25 @@ impl Session {
     async fn run(self: Arc<Self>, line: String, env: Envelope, token: Arc<Cancel>) -> Option<String> {
         let id_span = env.id.clone().expect("requests have ids");
         let id = line[id_span].to_string();
+        let started = tokio::time::Instant::now();
         let resp = self
             .dispatch(&line, &env, &id, &token)
             .await
             .or_else(|| token.owes_answer().then(|| crate::error::CallError::ShuttingDown.to_response(&id)));
+        // What the engine forwards it counts itself; what the session answers is counted here.
+        let method = env.method.as_deref().unwrap_or_default();
+        if ANSWERED_HERE.contains(&method) {
+            let (outcome, code) = resp.as_deref().map_or((Outcome::Cancelled, None), crate::metrics::answer_outcome);
+            self.server.metrics.call(Call {
+                server: &self.server.metric_name,
+                method,
+                tool: None,
+                outcome,
+                code,
+                session_label: &self.label,
+                elapsed: started.elapsed(),
+            });
+        }
         // Out of the in-flight table before the response leaves, so the id may be reused at once
         // (unless a cancel took it out already and a new request reuses it).
         let mut inflight = self.inflight.lock().expect("lock");

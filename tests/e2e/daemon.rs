@@ -849,3 +849,125 @@ async fn client_env_a_failed_start_is_explained_without_the_client_s_value() {
     p.wait_timeout(SLOW).await;
     home.shutdown().await;
 }
+
+// ------------------------------------------------------------------------------------------------
+// The HTTP front's token and `daemon --http` (issue 13).
+
+/// The one `*.token` file in this home's state directory.
+fn token_files(home: &Home) -> Vec<std::path::PathBuf> {
+    let dir = home.path().join("state/switchyard");
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "token")).collect()
+}
+
+fn text(out: &std::process::Output) -> (String, String) {
+    (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[tokio::test]
+async fn token_prints_one_generated_token_kept_0600_and_the_page_url() {
+    let home = Home::new();
+    home.write_config(&home.fixture("alpha", &[]));
+    let config = home.config_str();
+    let out = home.cli(&["token", "--config", &config]).await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "token failed: {stderr}");
+    let token = stdout.trim_end_matches('\n').to_string();
+    assert!(token.starts_with("sy_") && token.len() == 46, "not a generated token: {stdout:?}");
+    assert!(token[3..].chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'), "{token}");
+    let files = token_files(&home);
+    assert_eq!(files.len(), 1, "one token file in the state directory: {files:?}");
+    let file = &files[0];
+    assert!(file.file_name().unwrap().to_str().unwrap().starts_with("switchyard-"), "{}", file.display());
+    assert_eq!(std::fs::metadata(file).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(std::fs::read_to_string(file).unwrap(), format!("{token}\n"));
+    // Read back, not made again.
+    let out = home.cli(&["token", "--config", &config]).await;
+    assert_eq!(text(&out).0, format!("{token}\n"));
+    let out = home.cli(&["token", "--config", &config, "--url"]).await;
+    assert_eq!(text(&out).0, format!("http://127.0.0.1:7070/#token={token}\n"));
+    // The address follows [http] listen.
+    home.write_config(&format!("{}[http]\nlisten = \"[::1]:7171\"\n", home.fixture("alpha", &[])));
+    let out = home.cli(&["token", "--config", &config, "--url"]).await;
+    assert_eq!(text(&out).0, format!("http://[::1]:7171/#token={token}\n"));
+    // A file others may read is refused, naming it and the fix, without printing the token.
+    std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = home.cli(&["token", "--config", &config]).await;
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success() && stdout.is_empty(), "a 0644 token file was used: {stdout}");
+    assert!(stderr.contains(&format!("run `chmod 600 {}`", file.display())), "{stderr}");
+    assert!(!stderr.contains(&token), "{stderr}");
+    assert!(home.daemons().is_empty(), "`token` started a daemon");
+    home.shutdown().await;
+}
+
+#[tokio::test]
+async fn token_prints_the_config_s_own_token_read_from_the_environment() {
+    let home = Home::new();
+    home.write_config(&format!("{}[http]\ntoken = \"${{SY_E2E_TOKEN}}\"\n", home.fixture("alpha", &[])));
+    let run = |value: Option<&str>| {
+        let mut cmd = tokio::process::Command::new(bin());
+        cmd.args(["token", "--config", &home.config_str()]).envs(home.envs()).env_remove("SY_E2E_TOKEN");
+        if let Some(v) = value {
+            cmd.env("SY_E2E_TOKEN", v);
+        }
+        cmd.stdin(std::process::Stdio::null()).kill_on_drop(true).output()
+    };
+    let out = run(Some("team-token_1")).await.unwrap();
+    assert_eq!(text(&out).0, "team-token_1\n", "{}", text(&out).1);
+    assert!(token_files(&home).is_empty(), "a token file was made although the config has a token");
+    let out = run(None).await.unwrap();
+    let stderr = text(&out).1;
+    assert!(!out.status.success(), "an unset variable gave a token");
+    assert!(
+        stderr.contains("[http] token (config file") && stderr.contains("uses ${SY_E2E_TOKEN}, which is not set"),
+        "{stderr}"
+    );
+    let out = run(Some("")).await.unwrap();
+    let stderr = text(&out).1;
+    assert!(!out.status.success() && stderr.contains("is empty once ${SY_E2E_TOKEN} is read"), "{stderr}");
+    home.shutdown().await;
+}
+
+#[tokio::test]
+async fn daemon_http_refuses_an_address_other_machines_reach_without_the_user_s_token() {
+    let home = Home::new();
+    home.write_config(&home.fixture("alpha", &[]));
+    let config = home.config_str();
+    for args in [
+        vec!["daemon", "--config", &config, "--http", "0.0.0.0:7070"],
+        vec!["daemon", "--config", &config, "--detach", "--http=0.0.0.0:7070"],
+    ] {
+        let out = home.cli(&args).await;
+        let stderr = text(&out).1;
+        assert!(!out.status.success(), "{args:?} started");
+        assert!(stderr.contains("--http 0.0.0.0:7070 is reachable from other machines"), "{stderr}");
+        assert!(stderr.contains("token = \"${SWITCHYARD_TOKEN}\""), "{stderr}");
+    }
+    // The same from the file, with its line.
+    home.write_config(&format!("{}\n[http]\nlisten = \"0.0.0.0:7070\"\n", home.fixture("alpha", &[])));
+    let out = home.cli(&["daemon", "--config", &config, "--detach"]).await;
+    let stderr = text(&out).1;
+    assert!(!out.status.success() && stderr.contains(", line 6: [http] listen 0.0.0.0:7070 is reachable"), "{stderr}");
+    let out = home.cli(&["daemon", "--config", &config, "--http", "7070"]).await;
+    assert!(text(&out).1.contains("`7070` is not an address and port"), "{}", text(&out).1);
+    assert!(home.daemons().is_empty() && token_files(&home).is_empty());
+    home.shutdown().await;
+}
+
+#[tokio::test]
+async fn daemon_detach_forwards_http_and_makes_the_token_at_the_first_start() {
+    let home = Home::new();
+    home.write_config(&home.fixture("alpha", &[]));
+    let config = home.config_str();
+    let out = home.cli(&["daemon", "--config", &config, "--detach", "--http", "127.0.0.1:0"]).await;
+    assert!(out.status.success(), "daemon --detach --http failed: {}", text(&out).1);
+    let daemons = home.wait_processes("the detached daemon", SLOW, |ps| ps.iter().any(|p| p.is("daemon"))).await;
+    let child = daemons.iter().find(|p| p.is("daemon")).unwrap();
+    assert!(child.argv.iter().any(|a| a == "--http=127.0.0.1:0"), "--http not forwarded: {:?}", child.argv);
+    assert_eq!(token_files(&home).len(), 1, "no token made at the start");
+    let out = home.cli(&["token", "--config", &config]).await;
+    let token = text(&out).0;
+    assert_eq!(std::fs::read_to_string(&token_files(&home)[0]).unwrap(), token);
+    home.shutdown().await;
+}

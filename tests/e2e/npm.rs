@@ -20,6 +20,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use harness::http_servers::RemoteTransport;
+use harness::sdk_clients::{ClientTarget, node_client, python_client};
 use npm_setup::*;
 
 use serde_json::Value;
@@ -248,6 +250,68 @@ fn everything_server_is_identical_through_the_router() {
     let routed = routed_run.transcript("everything, through switchyard");
     eprintln!("everything: direct {:?}, through switchyard {:?}", direct_run.elapsed, routed_run.elapsed);
     assert_same_transcript(&direct, &routed, &routed_run);
+}
+
+/// The daemon's HTTP front (`[http]`) serving server-everything (run over stdio behind it), and
+/// the target both SDK clients reach it at: `/mcp/everything` with the bearer token.
+fn everything_behind_the_http_front() -> (harness::daemon::Home, tokio::runtime::Runtime, ClientTarget) {
+    let home = harness::daemon::Home::new();
+    let entry = everything_entry();
+    home.write_config(&format!(
+        "[servers.everything]\ncommand = \"node\"\nargs = [{}, \"stdio\"]\n[http]\nlisten = \"127.0.0.1:0\"\n",
+        serde_json::json!(entry.to_str().unwrap())
+    ));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (base, token) = rt.block_on(home.start_http());
+    let target = ClientTarget::Url {
+        url: format!("{base}/mcp/everything"),
+        transport: RemoteTransport::StreamableHttp,
+        headers: vec![format!("Authorization: Bearer {token}")],
+    };
+    (home, rt, target)
+}
+
+#[test]
+fn the_typescript_sdk_over_http_through_the_daemon_sees_what_it_sees_over_stdio() {
+    ensure_npm();
+    let entry = everything_entry();
+    let direct_run = run_client("everything", &["node", entry.to_str().unwrap(), "stdio"]);
+    let direct = direct_run.transcript("everything, direct over stdio");
+    check_everything_features(&direct);
+
+    let (home, rt, target) = everything_behind_the_http_front();
+    let routed_run = transcript::run(node_client("everything", &target), "client.mjs", CLIENT_TIMEOUT);
+    let routed = routed_run.transcript("everything, over HTTP through the daemon's front");
+    eprintln!("everything: direct {:?}, over the HTTP front {:?}", direct_run.elapsed, routed_run.elapsed);
+    assert_same_transcript(&direct, &routed, &routed_run);
+    rt.block_on(home.shutdown());
+}
+
+#[test]
+fn the_python_sdk_over_http_through_the_daemon_sees_what_it_sees_over_stdio() {
+    ensure_npm();
+    let entry = everything_entry();
+    let calls = serde_json::json!([
+        ["echo", {"message": "héllo"}],
+        ["get-sum", {"a": 2, "b": 3}],
+        ["get-structured-content", {"location": "New York"}],
+        ["trigger-long-running-operation", {"duration": 1, "steps": 3}],
+        ["no-such-tool", {}]
+    ]);
+    let direct = ClientTarget::Command(vec!["node".into(), entry.display().to_string(), "stdio".into()]);
+    let (home, rt, front) = everything_behind_the_http_front();
+    for mode in ["legacy", "auto"] {
+        let want = transcript::run(python_client(mode, &calls, &direct), "client.py", CLIENT_TIMEOUT)
+            .transcript("client.py, direct over stdio");
+        assert!(
+            want.to_string().contains("Echo: h\\u00e9llo") || want.to_string().contains("Echo: héllo"),
+            "the direct transcript lacks the echo: {want}"
+        );
+        let got = transcript::run(python_client(mode, &calls, &front), "client.py", CLIENT_TIMEOUT)
+            .transcript("client.py over HTTP through the daemon's front");
+        assert_eq!(want, got, "mode {mode}: the Python SDK sees something else over the HTTP front");
+    }
+    rt.block_on(home.shutdown());
 }
 
 // ------------------------------------------------------------------------------------------------

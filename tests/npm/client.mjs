@@ -2,7 +2,7 @@
 // server through one scenario and prints ONE normalised JSON transcript on stdout.
 //
 //   node client.mjs <everything|filesystem|fixture-cancel> -- <command> [args...]
-//   node client.mjs <everything|fixture-cancel> --url <url> --transport <streamable-http|sse>
+//   node client.mjs <everything|fixture-cancel> --url <url> --transport <streamable-http|sse> [--header 'K: V']...
 //
 // The second form connects to a remote server directly (Streamable HTTP, or legacy SSE; <url> is
 // the /mcp or /sse endpoint), for the tests that compare it with `switchyard run --url`.
@@ -55,7 +55,7 @@ const ELICITATION_CONTENT = {
 function usage(msg) {
   process.stderr.write(
     `client.mjs: ${msg}\nusage: node client.mjs <everything|filesystem|fixture-cancel> -- <command> [args...]\n` +
-      `       node client.mjs <everything|fixture-cancel> --url <url> --transport <streamable-http|sse>\n`,
+      `       node client.mjs <everything|fixture-cancel> --url <url> --transport <streamable-http|sse> [--header 'K: V']...\n`,
   );
   process.exit(2);
 }
@@ -69,9 +69,17 @@ let remote = null;
 if (argv[1] === "--") {
   [command, ...commandArgs] = argv.slice(2);
   if (!command) usage("missing server command after `--`");
-} else if (argv[1] === "--url" && argv[3] === "--transport" && argv.length === 5) {
+} else if (argv[1] === "--url" && argv[3] === "--transport" && argv.length >= 5 && argv.length % 2 === 1) {
   if (!["streamable-http", "sse"].includes(argv[4])) usage(`unknown transport ${argv[4]}`);
-  remote = { url: new URL(argv[2]), transport: argv[4] };
+  // Each `--header 'Name: value'` is sent on every request (e.g. the bearer token of a router).
+  const headers = {};
+  for (let i = 5; i < argv.length; i += 2) {
+    const [flag, value] = [argv[i], argv[i + 1]];
+    const colon = value.indexOf(":");
+    if (flag !== "--header" || colon < 1) usage(`expected --header 'Name: value', got ${flag} ${value}`);
+    headers[value.slice(0, colon).trim()] = value.slice(colon + 1).trim();
+  }
+  remote = { url: new URL(argv[2]), transport: argv[4], headers };
 } else {
   usage("expected `-- <command>` or `--url <url> --transport <streamable-http|sse>` after the scenario");
 }
@@ -216,8 +224,8 @@ client.onerror = (e) => process.stderr.write(`client.mjs: protocol note: ${e?.me
 
 const transport = remote
   ? remote.transport === "sse"
-    ? new SSEClientTransport(remote.url)
-    : new StreamableHTTPClientTransport(remote.url)
+    ? new SSEClientTransport(remote.url, { requestInit: { headers: remote.headers } })
+    : new StreamableHTTPClientTransport(remote.url, { requestInit: { headers: remote.headers } })
   : new StdioClientTransport({
       command,
       args: commandArgs,

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, OnError, PluginEntry};
 use crate::decision::{CallInfo, Decision, Hints, Rejection};
+use crate::metrics::Metrics;
 
 pub use wasm::PluginError;
 
@@ -30,6 +31,8 @@ pub struct Policy {
 
 struct Inner {
     set: ArcSwap<PluginSet>,
+    /// The router's metrics, given to every set published (plugin timings and failures).
+    metrics: std::sync::OnceLock<Arc<Metrics>>,
     /// Generation counter: bumped after each swap, so watchers can diff what changed.
     changes: tokio::sync::watch::Sender<u64>,
     dir: Option<PathBuf>,
@@ -43,7 +46,14 @@ impl Policy {
 
     fn with_set(set: PluginSet, dir: Option<PathBuf>) -> Policy {
         let (changes, _) = tokio::sync::watch::channel(0);
-        Policy { inner: Arc::new(Inner { set: ArcSwap::from_pointee(set), changes, dir }) }
+        Policy {
+            inner: Arc::new(Inner {
+                set: ArcSwap::from_pointee(set),
+                metrics: std::sync::OnceLock::new(),
+                changes,
+                dir,
+            }),
+        }
     }
 
     /// Resolves the plugins directory (`cli_dir`, else `plugins/` beside the config file, else
@@ -100,7 +110,17 @@ impl Policy {
     }
 
     /// Swaps in a new set; requests already running keep the one they loaded.
-    fn publish(&self, set: PluginSet) {
+    /// Plugin calls are timed into `metrics` from now on (the router's; set once).
+    pub fn attach_metrics(&self, metrics: &Arc<Metrics>) {
+        if self.inner.metrics.set(metrics.clone()).is_ok() {
+            // The same chain, measured: no change for watchers to see. `rcu`: a reload
+            // publishing meanwhile is not undone.
+            self.inner.set.rcu(|cur| PluginSet { chain: cur.chain.clone(), metrics: Some(metrics.clone()) });
+        }
+    }
+
+    fn publish(&self, mut set: PluginSet) {
+        set.metrics = self.inner.metrics.get().cloned();
         self.inner.set.store(Arc::new(set));
         self.inner.changes.send_modify(|n| *n += 1);
     }
@@ -110,6 +130,8 @@ impl Policy {
 struct Loaded {
     /// File name (or the `[[plugins]]` path), used as the plugin's name in logs and errors.
     name: String,
+    /// The name as a metrics label (shared: no copy per call).
+    label: Arc<str>,
     hash: [u8; 32],
     priority: i32,
     on_error: OnError,
@@ -127,17 +149,19 @@ enum Runs {
 /// An immutable, ordered chain of loaded plugins.
 pub struct PluginSet {
     chain: Vec<Arc<Loaded>>,
+    /// Where each plugin call's time and failure are counted (None: not measured).
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl PluginSet {
     fn empty() -> PluginSet {
-        PluginSet { chain: Vec::new() }
+        PluginSet { chain: Vec::new(), metrics: None }
     }
 
     /// Orders by priority (higher first), then by name.
     fn new(mut chain: Vec<Arc<Loaded>>) -> PluginSet {
         chain.sort_by(|a, b| b.priority.cmp(&a.priority).then_with(|| a.name.cmp(&b.name)));
-        PluginSet { chain }
+        PluginSet { chain, metrics: None }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -182,12 +206,18 @@ impl PluginSet {
             let plugin = match &p.plugin {
                 Runs::Ready(plugin) => plugin,
                 Runs::Broken(why) => {
+                    if let Some(m) = &self.metrics {
+                        m.plugin_call(&p.label, "decide", std::time::Duration::ZERO, Some("broken"));
+                    }
                     // The load error was logged once; the client's error carries it too.
                     let reason = format!("plugin cannot run: {why}");
                     return Err(Rejection { plugin: p.name.clone(), reason });
                 }
             };
-            match guarded(|| plugin.decide(args, &decision)) {
+            let started = std::time::Instant::now();
+            let answer = guarded(|| plugin.decide(args, &decision));
+            self.measured(&p.label, "decide", started, &answer);
+            match answer {
                 Ok(wasm::Verdict::Continue(d)) => decision = d,
                 Ok(wasm::Verdict::Stop(d)) => return Ok(d),
                 Ok(wasm::Verdict::Reject(reason)) => {
@@ -241,7 +271,10 @@ impl PluginSet {
         for p in &self.chain {
             // A broken plugin is skipped: its load error was logged once.
             let Runs::Ready(plugin) = &p.plugin else { continue };
-            match guarded(|| plugin.annotate(server, tool, declared, &hints)) {
+            let started = std::time::Instant::now();
+            let answer = guarded(|| plugin.annotate(server, tool, declared, &hints));
+            self.measured(&p.label, "annotate", started, &answer);
+            match answer {
                 Ok(h) => hints = h,
                 Err(e) => {
                     let note = format!("annotate of tool `{tool}` skipped: the plugin {e}");
@@ -250,6 +283,27 @@ impl PluginSet {
             }
         }
         hints
+    }
+}
+
+impl PluginSet {
+    /// Counts one plugin call (`op`: decide, annotate) that began at `started`.
+    fn measured<T>(
+        &self,
+        plugin: &Arc<str>,
+        op: &'static str,
+        started: std::time::Instant,
+        answer: &Result<T, PluginError>,
+    ) {
+        let Some(m) = &self.metrics else { return };
+        let failed = answer.as_ref().err().map(|e| match e {
+            PluginError::Deadline(_) => "deadline",
+            PluginError::OutOfMemory(_) => "memory",
+            PluginError::Trap(_) => "trap",
+            PluginError::SwitchedOff(_) => "breaker_open",
+            PluginError::Init(_) | PluginError::Host(_) => "error",
+        });
+        m.plugin_call(plugin, op, started.elapsed(), failed);
     }
 }
 
@@ -267,13 +321,15 @@ impl Loaded {
         let config_json = entry.config_json()?;
         let plugin = wasm::Plugin::load(name, bytes, &hash, wasm::Limits::from_entry(entry), &config_json, false)?;
         let plugin = Runs::Ready(Box::new(plugin));
-        Ok(Loaded { name: name.to_string(), hash, priority: entry.priority, on_error: entry.on_error, plugin })
+        let (name, label) = (name.to_string(), Arc::from(name));
+        Ok(Loaded { name, label, hash, priority: entry.priority, on_error: entry.on_error, plugin })
     }
 
     /// The stand-in for a closed plugin that does not load (see [`Runs::Broken`]).
     fn broken(name: &str, hash: [u8; 32], entry: &PluginEntry, why: String) -> Loaded {
         let plugin = Runs::Broken(why);
-        Loaded { name: name.to_string(), hash, priority: entry.priority, on_error: entry.on_error, plugin }
+        let (name, label) = (name.to_string(), Arc::from(name));
+        Loaded { name, label, hash, priority: entry.priority, on_error: entry.on_error, plugin }
     }
 
     fn is_ready(&self) -> bool {

@@ -166,6 +166,25 @@ fn failing_plugin_follows_on_error() {
 }
 
 #[test]
+fn each_plugin_call_is_timed_and_a_failure_counted_by_kind() {
+    let metrics = Arc::new(crate::metrics::Metrics::new(Default::default));
+    let timeouts =
+        load_as("timeouts.wasm", &example("timeouts.wasm"), r#"{"tools":{"*":{"timeout_ms":7}}}"#, 0, OnError::Open);
+    let trap = load_as("trap.wasm", &fixture("trap.wasm"), "{}", 10, OnError::Open);
+    let set = PluginSet { metrics: Some(metrics.clone()), ..PluginSet::new(vec![trap, timeouts]) };
+    assert_eq!(set.decide(&call("trap", "{}")).unwrap().timeout_ms, Some(7));
+    let text = metrics.encode();
+    for line in [
+        r#"switchyard_plugin_decision_seconds_count{plugin="trap.wasm",op="decide"} 1"#,
+        r#"switchyard_plugin_decision_seconds_count{plugin="timeouts.wasm",op="decide"} 1"#,
+        r#"switchyard_plugin_failures_total{plugin="trap.wasm",kind="trap"} 1"#,
+    ] {
+        assert!(text.lines().any(|l| l == line), "no {line} in\n{text}");
+    }
+    assert!(!text.contains(r#"plugin_failures_total{plugin="timeouts.wasm""#), "{text}");
+}
+
+#[test]
 fn deadline_stops_an_infinite_loop_and_the_next_call_works() {
     let spin = spin_fixture(OnError::Open);
     let args = wasm::CallArgs::new(&call("spin", "{}"));

@@ -21,6 +21,8 @@ impl Server {
         }
         let death = inst.death().cloned();
         self.counts.unexpected_ends.fetch_add(1, Ordering::Relaxed);
+        let status = death.as_ref().map_or("", |d| d.status.as_str());
+        self.metrics.instance_died(&self.name, &inst.pool, status);
         if let Some(d) = &death {
             self.note_error(format!("{} ended: {}", d.instance, d.status));
         }
@@ -32,9 +34,11 @@ impl Server {
         // subscriptions below may wait behind a long call on another instance.
         if pool.missing() > 0 {
             let p = pool.clone();
+            let server = self.clone();
             self.tasks.spawn(async move {
-                if let Err(e) = p.warm_up().await {
-                    tracing::warn!("pool `{}`: respawn failed: {e}", p.name);
+                match p.warm_up().await {
+                    Ok(()) => server.metrics.instance_restarted(&server.name, &p.name),
+                    Err(e) => tracing::warn!("pool `{}`: respawn failed: {e}", p.name),
                 }
             });
         }

@@ -148,6 +148,10 @@ impl Server {
 
     /// The answer to a 2026-07-28 request for a server of the initialize era only.
     pub(super) fn not_modern(&self) -> CallError {
-        CallError::WrongEra { server: self.name.clone(), supported: "2025-11-25".to_string() }
+        CallError::WrongEra {
+            server: self.name.clone(),
+            supported: "2025-11-25".to_string(),
+            requested: self.modern_version.lock().expect("lock").clone(),
+        }
     }
 }

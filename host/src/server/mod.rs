@@ -18,6 +18,7 @@ use crate::gate::Gate;
 use crate::hub::{Hub, Upstreams};
 use crate::ids::SessionId;
 use crate::link::Buffered;
+use crate::metrics::{Metrics, ToolNames};
 use crate::policy::Policy;
 use crate::pool::{Pool, Spawner};
 use crate::upstream::{Connector, Events, Instance};
@@ -77,6 +78,10 @@ pub struct Server {
     /// never the set-up of a new one.
     reconciling: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
     counts: status::Counts,
+    /// The router's metrics, and this server's name and tool labels for them.
+    pub metrics: Arc<Metrics>,
+    pub metric_name: Arc<str>,
+    pub tool_labels: ToolNames,
     pub shutdown: CancellationToken,
     pub tasks: TaskTracker,
 }
@@ -92,6 +97,7 @@ impl Server {
         name: &str,
         connector: Arc<dyn Connector>,
         policy: Policy,
+        metrics: Arc<Metrics>,
         shutdown: CancellationToken,
     ) -> Arc<Server> {
         let name = name.to_string();
@@ -147,6 +153,9 @@ impl Server {
                 tools: RwLock::new(ToolCache::default()),
                 reconciling: Mutex::new(HashMap::new()),
                 counts: Default::default(),
+                metric_name: Arc::from(name.as_str()),
+                metrics,
+                tool_labels: ToolNames::default(),
                 shutdown,
                 tasks: TaskTracker::new(),
             }
@@ -248,6 +257,7 @@ impl Server {
             Ok(()) => {
                 inst.mark_ready();
                 self.counts.starts.fetch_add(1, Ordering::Relaxed);
+                self.metrics.instance_started(&self.name, pool);
                 tracing::info!(instance = %inst.label(), at = %inst.endpoint(), pool, "instance ready");
                 let server = self.clone();
                 let watched = inst.clone();

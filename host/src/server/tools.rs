@@ -52,6 +52,12 @@ impl Server {
         self.tools.read().expect("lock").declared.get(tool).cloned().unwrap_or_default()
     }
 
+    /// The label of `tool` in metrics: its name when the server declared it (see
+    /// [`crate::metrics::ToolNames`]), else `other`.
+    pub fn tool_label(&self, tool: &str) -> Arc<str> {
+        self.tool_labels.label(tool, |t| self.tools.read().expect("lock").declared.contains_key(t))
+    }
+
     pub fn known_tools(&self) -> Vec<(String, Hints)> {
         let cache = self.tools.read().expect("lock");
         cache.declared.iter().map(|(k, v)| (k.clone(), v.clone())).collect()

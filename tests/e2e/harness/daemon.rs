@@ -209,6 +209,25 @@ impl Home {
         }
     }
 
+    /// Starts the daemon of this home's config (which has an `[http]` table) in the background;
+    /// its front's base URL (`http://127.0.0.1:PORT`, from `status`) and bearer token (from
+    /// `switchyard token`). The daemon starts with the usual soft limit of open files (1024),
+    /// which it raises itself for HTTP clients.
+    pub async fn start_http(&self) -> (String, String) {
+        let cfg = self.config_str();
+        let mut cmd = tokio::process::Command::new("sh");
+        cmd.arg("-c").arg(r#"ulimit -Sn 1024 && exec "$0" daemon --config "$1" --detach"#).arg(bin()).arg(&cfg);
+        let out = cmd.envs(self.envs()).stdin(std::process::Stdio::null()).output().await.unwrap();
+        assert!(out.status.success(), "daemon --detach failed: {}", String::from_utf8_lossy(&out.stderr));
+        let status = self.status_json().await;
+        let listen = status["http"]["listen"].as_str().unwrap_or_else(|| panic!("no http in status: {status}"));
+        let base = format!("http://{listen}");
+        let out = self.cli(&["token", "--config", &cfg]).await;
+        let token = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        assert!(token.len() > 20, "`switchyard token` printed no token");
+        (base, token)
+    }
+
     /// The daemon's pid, from `status --json`.
     pub async fn daemon_pid(&self) -> u32 {
         let status = self.status_json().await;
@@ -307,7 +326,9 @@ impl Home {
     pub fn logs(&self) -> String {
         let mut out = String::new();
         let Ok(dir) = std::fs::read_dir(self.path().join("state/switchyard")) else { return out };
-        let mut files: Vec<PathBuf> = dir.flatten().map(|e| e.path()).collect();
+        // Not the HTTP front's token files: a secret has no place in a test's output.
+        let mut files: Vec<PathBuf> =
+            dir.flatten().map(|e| e.path()).filter(|p| p.extension().is_none_or(|x| x != "token")).collect();
         files.sort();
         for f in files {
             out += &format!("--- {} ---\n{}", f.display(), std::fs::read_to_string(&f).unwrap_or_default());

@@ -17,7 +17,7 @@ pub enum ClientTarget {
     /// A server command, started by the client and spoken to over stdio (e.g. `switchyard run …`).
     Command(Vec<String>),
     /// A remote server: its endpoint URL (/mcp or /sse), transport, and `Name: value` headers sent
-    /// on every request (client.py only).
+    /// on every request.
     Url { url: String, transport: RemoteTransport, headers: Vec<String> },
 }
 
@@ -48,7 +48,7 @@ pub fn python_client(mode: &str, calls: &Value, target: &ClientTarget) -> Comman
     piped(cmd)
 }
 
-/// `node client.mjs SCENARIO (-- COMMAND… | --url URL --transport T)`; call
+/// `node client.mjs SCENARIO (-- COMMAND… | --url URL --transport T [--header H]…)`; call
 /// `npm_setup::ensure_npm` first. Over a URL the `everything` and `fixture-cancel` scenarios work
 /// (`filesystem` needs its server's command line).
 pub fn node_client(scenario: &str, target: &ClientTarget) -> Command {
@@ -59,8 +59,10 @@ pub fn node_client(scenario: &str, target: &ClientTarget) -> Command {
             cmd.arg("--").args(argv);
         }
         ClientTarget::Url { url, transport, headers } => {
-            assert!(headers.is_empty(), "client.mjs sends no extra headers; use client.py for {headers:?}");
             cmd.args(["--url", url, "--transport", transport.arg()]);
+            for h in headers {
+                cmd.args(["--header", h]);
+            }
         }
     }
     piped(cmd)

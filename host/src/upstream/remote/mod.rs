@@ -39,9 +39,17 @@ pub struct RemoteConnector {
     /// For `auto`: what the first instance found the server speaks, so later instances go
     /// straight to it.
     resolved: Arc<Mutex<Option<RemoteKind>>>,
+    /// Where reconnections are counted.
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl RemoteConnector {
+    /// Counts its transports' reconnections in `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> RemoteConnector {
+        self.metrics = Some(metrics);
+        self
+    }
+
     /// Checks the URL and the headers. Err: what is wrong, naming the server and the header
     /// (never its value).
     pub fn new(spec: RemoteSpec) -> Result<RemoteConnector, String> {
@@ -69,7 +77,7 @@ impl RemoteConnector {
             value.set_sensitive(true);
             headers.append(name, value);
         }
-        Ok(RemoteConnector { spec: Arc::new(spec), url, headers, resolved: Arc::new(Mutex::new(None)) })
+        Ok(RemoteConnector { spec: Arc::new(spec), url, headers, resolved: Arc::new(Mutex::new(None)), metrics: None })
     }
 
     /// What `auto` found the server speaks, once an instance has found out.
@@ -93,8 +101,9 @@ impl Connector for RemoteConnector {
         let headers = self.headers.clone();
         let label = label.to_string();
         let resolved = self.resolved.clone();
+        let metrics = self.metrics.clone();
         Box::pin(async move {
-            let core = Core::new(&spec, url, headers, label, inbound)?;
+            let core = Core::new(&spec, url, headers, label, inbound, metrics)?;
             let transport: Arc<dyn Transport> = match kind {
                 RemoteKind::Sse => Legacy::open(core.clone()).await?,
                 RemoteKind::StreamableHttp => Streamable::new(core.clone(), None),
@@ -135,6 +144,8 @@ enum Report {
 /// the token every task runs under.
 struct Core {
     server: String,
+    /// Where reconnections are counted (`switchyard_transport_reconnects_total`).
+    metrics: Option<Arc<crate::metrics::Metrics>>,
     label: String,
     url: Url,
     client: reqwest::Client,
@@ -163,6 +174,7 @@ impl Core {
         headers: HeaderMap,
         label: String,
         inbound: Arc<dyn Inbound>,
+        metrics: Option<Arc<crate::metrics::Metrics>>,
     ) -> Result<Arc<Core>, Failure> {
         let client = build_client(spec).map_err(|e| Failure {
             reason: format!("server {}: could not set up an HTTP client: {e}", spec.server),
@@ -186,7 +198,15 @@ impl Core {
             delivered: done_rx,
             cancel: CancellationToken::new(),
             closed: AtomicBool::new(false),
+            metrics,
         }))
+    }
+
+    /// The Streamable HTTP transport reconnected (`kind`: resume, reinit_404, reconnect).
+    fn reconnected(&self, kind: &'static str) {
+        if let Some(m) = &self.metrics {
+            m.reconnect(&self.server, "streamable_http", kind);
+        }
     }
 
     fn is_closed(&self) -> bool {

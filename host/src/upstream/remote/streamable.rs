@@ -587,6 +587,7 @@ impl Inner {
             match sent {
                 Ok(mut r) if r.status().is_success() && is_event_stream(&r) => {
                     tracing::debug!(instance = %core.label, "resumed the response stream of request {id}");
+                    core.reconnected("resume");
                     cause =
                         match self.read_stream(&mut r, Some(&mut reconnect), &mut parser, &mut answered, is_init).await
                         {
@@ -689,6 +690,7 @@ impl Inner {
         let core = &self.core;
         let mut reconnect = Reconnect::listen();
         let mut parser = Parser::new(core.limit);
+        let mut opened_before = false;
         loop {
             let (session, version) = {
                 let st = self.state.lock().unwrap();
@@ -706,6 +708,9 @@ impl Inner {
             }
             match req.send().await {
                 Ok(mut r) if r.status().is_success() && is_event_stream(&r) => {
+                    if std::mem::replace(&mut opened_before, true) {
+                        core.reconnected("reconnect");
+                    }
                     let result = self.read_stream(&mut r, Some(&mut reconnect), &mut parser, &mut None, false).await;
                     tracing::debug!(instance = %core.label, "the GET stream ended ({})",
                         result.err().map_or("closed by the server".to_string(), |e| describe(&e)));
@@ -814,6 +819,7 @@ impl Inner {
         }
         tracing::info!(instance = %core.label, "the session at {url} was lost ({why}); re-initialised a new one and replaying");
         core.renewed();
+        core.reconnected("reinit_404");
         self.listen();
         Ok(())
     }

@@ -879,3 +879,27 @@ async fn a_server_that_only_primes_its_streams_is_resumed_a_bounded_number_of_ti
     let primes = fake.lock().unwrap().primes;
     assert!(primes <= 4, "{primes} streams");
 }
+
+#[tokio::test]
+async fn a_resumed_stream_and_a_renewed_session_are_counted_as_reconnects() {
+    let (url, fake) = streamable_server().await;
+    let metrics = Arc::new(crate::metrics::Metrics::new(Default::default));
+    let conn = RemoteConnector::new(spec(&url, RemoteKind::StreamableHttp)).unwrap().with_metrics(metrics.clone());
+    let rec = Arc::new(Recorder::default());
+    let t = conn.connect("remote#1", rec.clone()).await.expect("connects");
+    handshake(&t, &rec).await;
+    t.send(call(2, "resume")).unwrap();
+    assert!(rec.response(2).await.contains("resumed"));
+    settle(&fake).await;
+    fake.lock().unwrap().live = None;
+    t.send(call(3, "echo")).unwrap();
+    rec.response(3).await;
+    let text = metrics.encode();
+    let count = |kind: &str| {
+        let series = format!(
+            r#"switchyard_transport_reconnects_total{{server="remote",transport="streamable_http",kind="{kind}"}} 1"#
+        );
+        text.lines().any(|l| l == series)
+    };
+    assert!(count("resume") && count("reinit_404"), "{text}");
+}

@@ -1,0 +1,111 @@
+//! The front's own accept loop (instead of `axum::serve`, which has neither): a client gets
+//! [`HEADER_READ_TIMEOUT`] to send a request's headers (a connection that trickles them is
+//! closed, not held), headers are bounded by [`MAX_HEADER_BYTES`], and at most
+//! [`MAX_CONNECTIONS`] connections are served at once (past it the next wait in the kernel's
+//! queue). On shutdown every connection finishes its response in progress, then closes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// How long a client may take to send the headers of a request (also how long an idle
+/// keep-alive connection stays open).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bytes a connection's read buffer may hold: the request line and headers must fit.
+pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+/// Connections served at once, at most.
+pub const MAX_CONNECTIONS: usize = 4096;
+
+/// After a failed accept for want of descriptors, wait at least this long before the next one.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// Accept failures are logged at most once per this interval (with a count of the others).
+const ACCEPT_WARN_EVERY: Duration = Duration::from_secs(5);
+
+/// Serves `app` on `listener` until `shutdown`; returns once every connection has closed.
+pub async fn serve(listener: tokio::net::TcpListener, app: axum::Router, listen: &str, shutdown: CancellationToken) {
+    let connections = TaskTracker::new();
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut backoff = ACCEPT_BACKOFF_MIN;
+    let mut last_warn: Option<Instant> = None;
+    let mut unreported = 0u64;
+    let mut full_since: Option<Instant> = None;
+    loop {
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(s) => s,
+            Err(_) => {
+                if full_since.is_none_or(|t| t.elapsed() >= ACCEPT_WARN_EVERY) {
+                    tracing::warn!(
+                        "the HTTP front on {listen} has {MAX_CONNECTIONS} connections open, its maximum; new ones wait until one closes"
+                    );
+                    full_since = Some(Instant::now());
+                }
+                tokio::select! {
+                    s = slots.clone().acquire_owned() => s.expect("the semaphore is never closed"),
+                    _ = shutdown.cancelled() => break,
+                }
+            }
+        };
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = shutdown.cancelled() => break,
+        };
+        let tcp = match accepted {
+            Ok((tcp, _)) => {
+                backoff = ACCEPT_BACKOFF_MIN;
+                tcp
+            }
+            Err(e) => {
+                unreported += 1;
+                if last_warn.is_none_or(|t| t.elapsed() >= ACCEPT_WARN_EVERY) {
+                    let others = if unreported > 1 {
+                        format!(" ({unreported} failures since the last report)")
+                    } else {
+                        String::new()
+                    };
+                    tracing::warn!("accept on {listen} failed: {e}{others}");
+                    last_warn = Some(Instant::now());
+                    unreported = 0;
+                }
+                // Out of descriptors, the pending connection stays queued and accept fails again
+                // at once: wait for connections to close instead of spinning.
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = shutdown.cancelled() => break,
+                }
+                backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                continue;
+            }
+        };
+        // No Nagle: a response's head and its first event are separate small writes, and holding
+        // the second for the client's delayed ACK added 40 ms to every call (BENCHMARKS.md).
+        let _ = tcp.set_nodelay(true);
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let shutdown = shutdown.clone();
+        connections.spawn(async move {
+            let _slot = slot;
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT).max_buf_size(MAX_HEADER_BYTES);
+            let conn = builder.serve_connection(TokioIo::new(tcp), service);
+            let mut conn = std::pin::pin!(conn);
+            let result = tokio::select! {
+                r = conn.as_mut() => r,
+                _ = shutdown.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
+            if let Err(e) = result {
+                // A client that went away, or one too slow with its headers: its business only.
+                tracing::debug!("an HTTP connection ended: {e}");
+            }
+        });
+    }
+    connections.close();
+    connections.wait().await;
+}

@@ -1,0 +1,1005 @@
+//! The daemon's Streamable HTTP front (issue 13) through the real binary: sessions of the
+//! 2025-11-25 era over HTTP next to stdio ones, each seeing only its own messages; DELETE; the
+//! door (token, Origin, Host, body size).
+
+mod harness;
+mod npm_setup;
+mod transcript;
+
+use std::time::Duration;
+
+use harness::daemon::*;
+use harness::*;
+use serde_json::{Value, json};
+
+const SLOW: Duration = Duration::from_secs(20);
+
+/// A daemon with `[http]` on an ephemeral loopback port, and a client of its front.
+struct Front {
+    home: Home,
+    base: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+/// An SSE response read event by event.
+struct Sse {
+    resp: reqwest::Response,
+    buf: String,
+    /// Keep-alive comments seen.
+    comments: usize,
+    /// The id of the last event seen (a priming event's too).
+    last_id: Option<String>,
+}
+
+impl Sse {
+    fn new(resp: reqwest::Response) -> Sse {
+        Sse { resp, buf: String::new(), comments: 0, last_id: None }
+    }
+
+    /// The next message, or None when the stream ended.
+    async fn next(&mut self) -> Option<Value> {
+        loop {
+            if let Some(end) = self.buf.find("\n\n") {
+                let event: String = self.buf.drain(..end + 2).collect();
+                if let Some(id) = event.lines().find_map(|l| l.strip_prefix("id:")) {
+                    self.last_id = Some(id.trim().to_string());
+                }
+                let data: Vec<&str> = event.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim).collect();
+                if data.iter().all(|d| d.is_empty()) {
+                    self.comments += event.lines().filter(|l| l.starts_with(':')).count();
+                    continue;
+                }
+                return Some(serde_json::from_str(&data.join("\n")).expect("an SSE event carries JSON"));
+            }
+            let chunk = tokio::time::timeout(SLOW, self.resp.chunk())
+                .await
+                .expect("the SSE stream went silent")
+                .expect("reading the SSE stream failed")?;
+            self.buf.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+    }
+
+    /// Every message until the stream ends.
+    async fn all(&mut self) -> Vec<Value> {
+        let mut out = Vec::new();
+        while let Some(m) = self.next().await {
+            out.push(m);
+        }
+        out
+    }
+}
+
+impl Front {
+    async fn start(config: impl FnOnce(&Home) -> String) -> Front {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let home = Home::new();
+        home.write_config(&config(&home));
+        let cfg = home.config_str();
+        // Started with the usual soft limit of open files, which the daemon raises for HTTP.
+        let mut cmd = tokio::process::Command::new("sh");
+        cmd.arg("-c").arg(r#"ulimit -Sn 1024 && exec "$0" daemon --config "$1" --detach"#).arg(bin()).arg(&cfg);
+        let out = cmd.envs(home.envs()).stdin(std::process::Stdio::null()).output().await.unwrap();
+        assert!(out.status.success(), "daemon --detach failed: {}", String::from_utf8_lossy(&out.stderr));
+        let status = home.status_json().await;
+        let listen = status["http"]["listen"].as_str().unwrap_or_else(|| panic!("no http in status: {status}"));
+        let base = format!("http://{listen}");
+        let out = home.cli(&["token", "--config", &cfg]).await;
+        let token = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        assert!(token.len() > 20, "no token printed");
+        Front { home, base, token, http: reqwest::Client::new() }
+    }
+
+    fn post(&self, path: &str, sid: Option<&str>, body: &Value) -> reqwest::RequestBuilder {
+        self.post_accepting(path, sid, body, "application/json, text/event-stream")
+    }
+
+    fn post_accepting(&self, path: &str, sid: Option<&str>, body: &Value, accept: &str) -> reqwest::RequestBuilder {
+        let mut r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .header("content-type", "application/json")
+            .header("accept", accept)
+            .body(body.to_string());
+        if let Some(s) = sid {
+            r = r.header("mcp-session-id", s).header("mcp-protocol-version", "2025-06-18");
+        }
+        r
+    }
+
+    /// initialize + initialized on `path`; the session id.
+    async fn session(&self, path: &str) -> String {
+        let body = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "http-e2e", "version": "1"}}});
+        let resp = self.post(path, None, &body).send().await.unwrap();
+        assert_eq!(resp.status(), 200);
+        assert_eq!(resp.headers()["content-type"], "text/event-stream");
+        let sid = resp.headers()["mcp-session-id"].to_str().unwrap().to_string();
+        assert!(sid.len() == 32 && sid.chars().all(|c| c.is_ascii_hexdigit()), "session id {sid:?}");
+        let msgs = Sse::new(resp).all().await;
+        assert_eq!(msgs.len(), 1, "{msgs:?}");
+        assert_eq!(msgs[0]["id"], 0);
+        assert!(msgs[0]["result"]["serverInfo"].is_object(), "{msgs:?}");
+        let resp = self
+            .post(path, Some(&sid), &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 202);
+        sid
+    }
+
+    /// POSTs a request in a session; its SSE stream.
+    async fn request(&self, path: &str, sid: &str, body: Value) -> Sse {
+        let resp = self.post(path, Some(sid), &body).send().await.unwrap();
+        assert_eq!(resp.status(), 200, "{body}");
+        assert_eq!(resp.headers()["content-type"], "text/event-stream");
+        Sse::new(resp)
+    }
+}
+
+fn call(id: Value, tool: &str, args: Value, progress: Option<&str>) -> Value {
+    let mut params = json!({"name": tool, "arguments": args});
+    if let Some(p) = progress {
+        params["_meta"] = json!({"progressToken": p});
+    }
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+}
+
+fn text_of(resp: &Value) -> &str {
+    resp["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("no text in {resp}"))
+}
+
+#[tokio::test]
+async fn initialize_and_a_tool_call_through_http() {
+    let f = Front::start(|h| format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", h.fixture("alpha", &[]))).await;
+    // One server: /mcp serves it too.
+    let sid = f.session("/mcp").await;
+    let mut s = f.request("/mcp/alpha", &sid, call(json!(1), "echo", json!({"text": "over http"}), None)).await;
+    let msgs = s.all().await;
+    assert_eq!(msgs.len(), 1, "{msgs:?}");
+    assert_eq!((msgs[0]["id"].clone(), text_of(&msgs[0])), (json!(1), "over http"));
+    // A client that takes only JSON gets the response alone.
+    let resp = f
+        .post_accepting(
+            "/mcp/alpha",
+            Some(&sid),
+            &call(json!("j"), "echo", json!({"text": "as json"}), None),
+            "application/json",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "application/json");
+    let v: Value = serde_json::from_str(&resp.text().await.unwrap()).unwrap();
+    assert_eq!((v["id"].clone(), text_of(&v)), (json!("j"), "as json"));
+    // A pretty-printed body is one message all the same.
+    let pretty = serde_json::to_string_pretty(&call(json!(2), "echo", json!({"text": "a\nb"}), None)).unwrap();
+    let resp = f
+        .http
+        .post(format!("{}/mcp/alpha", f.base))
+        .bearer_auth(&f.token)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &sid)
+        .body(pretty)
+        .send()
+        .await
+        .unwrap();
+    let msgs = Sse::new(resp).all().await;
+    assert_eq!(text_of(&msgs[0]), "a\nb");
+    // Status shows the front and its sessions, never a session id or the token.
+    let status = f.home.status_json().await;
+    assert_eq!(status["http"]["sessions"], 1, "{status}");
+    let text = status.to_string();
+    assert!(!text.contains(&sid) && !text.contains(&f.token));
+    let human = f.home.status_text().await;
+    assert!(human.contains(&format!("http: {} (1 session)", f.base.trim_start_matches("http://"))), "{human}");
+    assert!(!f.home.logs().contains(&sid) && !f.home.logs().contains(&f.token), "the log holds a secret");
+    // The daemon can hold many connections (it was started with a soft limit of 1024).
+    let pid = status["pid"].as_u64().unwrap();
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits.lines().find(|l| l.starts_with("Max open files")).unwrap();
+    let n: Vec<u64> = line.split_whitespace().skip(3).take(2).map(|v| v.parse().unwrap_or(u64::MAX)).collect();
+    assert!(n[0] >= n[1].min(65_536), "the open-file limit was not raised: {line}");
+    // An edit of [http] is said to need a restart.
+    let cfg = std::fs::read_to_string(&f.home.config).unwrap();
+    f.home.write_config(&format!("{cfg}keepalive_ms = 5000\n"));
+    let deadline = std::time::Instant::now() + SLOW;
+    while !f.home.logs().contains("[http] table changed; that takes effect when the daemon restarts") {
+        assert!(std::time::Instant::now() < deadline, "no word of the [http] edit:\n{}", f.home.logs());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // `stop` ends the HTTP front with the socket.
+    f.home.shutdown().await;
+    let r = f.post("/mcp/alpha", Some(&sid), &call(json!(3), "echo", json!({"text": "x"}), None)).send().await;
+    assert!(r.as_ref().is_err_and(|e| e.is_connect()), "the front still answers after stop: {r:?}");
+}
+
+#[tokio::test]
+async fn an_address_in_use_is_named_and_the_daemon_does_not_start() {
+    let home = Home::new();
+    home.write_config(&home.fixture("alpha", &[]));
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = home.cli(&["daemon", "--config", &home.config_str(), "--http", &addr]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot serve HTTP on {addr}")) && stderr.contains("another program listens there"),
+        "{stderr}"
+    );
+    assert!(home.daemons().is_empty());
+    home.shutdown().await;
+}
+
+/// Two HTTP sessions and a stdio one call the same server at once with the same request id
+/// and the same progress token: each gets its own progress and its own answer, nothing of the
+/// others'. Logs (a server of one instance per session) reach only the session that caused them.
+#[tokio::test]
+async fn each_session_sees_only_its_own_messages() {
+    let f = Front::start(|h| {
+        format!(
+            "{}{}[servers.solo.pools.default]\nmin = 0\nmax = 4\naffinity = \"session\"\n[http]\nlisten = \"127.0.0.1:0\"\n",
+            h.fixture("shared", &[]),
+            h.fixture("solo", &[])
+        )
+    })
+    .await;
+    // Two servers: /mcp names neither.
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}}});
+    let r = f.post("/mcp", None, &init).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    assert!(r.text().await.unwrap().contains("/mcp/NAME"));
+    let (a, b) = (f.session("/mcp/shared").await, f.session("/mcp/shared").await);
+    assert_ne!(a, b);
+    let (mut p, mut c) = f.home.client("shared").await;
+    let sleep = |who: &str| call(json!(7), "sleep", json!({"ms": 800, "progress_ms": 100, "who": who}), Some("tok"));
+    let (mut sa, mut sb) =
+        (f.request("/mcp/shared", &a, sleep("a")).await, f.request("/mcp/shared", &b, sleep("b")).await);
+    c.send(&sleep("c")).await;
+    let (ma, mb) = tokio::join!(sa.all(), sb.all());
+    for (who, msgs) in [("a", &ma), ("b", &mb)] {
+        let progress: Vec<&Value> = msgs.iter().filter(|m| m["method"] == "notifications/progress").collect();
+        assert_eq!(progress.len(), 7, "session {who}: {msgs:?}");
+        assert!(progress.iter().all(|p| p["params"]["progressToken"] == "tok"));
+        assert_eq!(msgs.len(), 8, "session {who} got more than its own: {msgs:?}");
+        assert_eq!((msgs[7]["id"].clone(), text_of(&msgs[7])), (json!(7), "slept 800 ms"));
+    }
+    let mut got = Vec::new();
+    loop {
+        let m = c.recv().await;
+        let done = m.get("id") == Some(&json!(7));
+        got.push(m);
+        if done {
+            break;
+        }
+    }
+    assert_eq!(got.len(), 8, "stdio session: {got:?}");
+    c.expect_silence(Duration::from_millis(300)).await;
+    // The stdio client leaves now (its `connect` would start the daemon again after `stop`).
+    c.close().await;
+    p.wait().await;
+
+    // Logs: each session's own instance of `solo`; the GET stream of each HTTP session carries
+    // the log its own call caused after the call ended.
+    let (x, y) = (f.session("/mcp/solo").await, f.session("/mcp/solo").await);
+    let listen = |sid: &str| {
+        f.http
+            .get(format!("{}/mcp/solo", f.base))
+            .bearer_auth(&f.token)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", sid)
+            .send()
+    };
+    let (gx, gy) = (listen(&x).await.unwrap(), listen(&y).await.unwrap());
+    assert_eq!((gx.status(), gy.status()), (reqwest::StatusCode::OK, reqwest::StatusCode::OK));
+    let (mut gx, mut gy) = (Sse::new(gx), Sse::new(gy));
+    let log = |m: &str| call(json!(1), "log", json!({"message": m, "after_ms": 50}), None);
+    let r = f.request("/mcp/solo", &x, log("for x")).await.all().await;
+    assert_eq!(text_of(&r[0]), "will log");
+    let r = f.request("/mcp/solo", &y, log("for y")).await.all().await;
+    assert_eq!(text_of(&r[0]), "will log");
+    let (lx, ly) = (gx.next().await.unwrap(), gy.next().await.unwrap());
+    assert_eq!((lx["method"].as_str(), lx["params"]["data"].as_str()), (Some("notifications/message"), Some("for x")));
+    assert_eq!((ly["method"].as_str(), ly["params"]["data"].as_str()), (Some("notifications/message"), Some("for y")));
+    // Nothing else arrives on either (keep-alive comments aside).
+    for g in [&mut gx, &mut gy] {
+        assert!(tokio::time::timeout(Duration::from_millis(400), g.next()).await.is_err(), "an extra message");
+    }
+    f.home.shutdown().await;
+}
+
+#[tokio::test]
+async fn delete_cancels_calls_in_flight_and_ends_the_session() {
+    let f = Front::start(|h| format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", h.fixture("alpha", &[]))).await;
+    let sid = f.session("/mcp/alpha").await;
+    let journal = f.home.journal("alpha");
+    // A cancel ends the request's stream without an answer and reaches the server; the id is
+    // free again at once.
+    let mut s = f.request("/mcp/alpha", &sid, call(json!(5), "hang", json!({}), None)).await;
+    wait_journal(&journal, SLOW, |e| received(e, "tools/call").count() == 1).await;
+    let cancel =
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 5, "reason": "enough"}});
+    assert_eq!(f.post("/mcp/alpha", Some(&sid), &cancel).send().await.unwrap().status(), 202);
+    assert!(s.all().await.is_empty());
+    wait_journal(&journal, SLOW, |e| received(e, "notifications/cancelled").count() == 1).await;
+    let msgs = f.request("/mcp/alpha", &sid, call(json!(5), "echo", json!({"text": "again"}), None)).await.all().await;
+    assert_eq!(text_of(&msgs[0]), "again");
+    // DELETE cancels what is in flight.
+    let mut s = f.request("/mcp/alpha", &sid, call(json!(5), "hang", json!({}), None)).await;
+    wait_journal(&journal, SLOW, |e| received(e, "tools/call").count() == 3).await;
+    let resp = f
+        .http
+        .delete(format!("{}/mcp/alpha", f.base))
+        .bearer_auth(&f.token)
+        .header("mcp-session-id", &sid)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 204);
+    // The server is told to stop the call, and the request's stream ends without an answer.
+    wait_journal(&journal, SLOW, |e| received(e, "notifications/cancelled").count() == 2).await;
+    assert!(s.all().await.is_empty());
+    // The session is gone: every use of it is 404.
+    let resp = f.post("/mcp/alpha", Some(&sid), &call(json!(6), "echo", json!({"text": "x"}), None)).send().await;
+    assert_eq!(resp.unwrap().status(), 404);
+    let status = f.home.wait_status("no HTTP session", SLOW, |s| s["http"]["sessions"] == 0).await;
+    assert_eq!(sessions(&status, "alpha"), 0);
+    f.home.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_door_refuses_what_it_must_and_the_daemon_still_serves() {
+    let f = Front::start(|h| {
+        format!("{}[limits]\nmax_message_bytes = 4096\n[http]\nlisten = \"127.0.0.1:0\"\n", h.fixture("alpha", &[]))
+    })
+    .await;
+    let url = format!("{}/mcp/alpha", f.base);
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}}});
+    // No token, a wrong one.
+    let r = f.http.post(&url).header("content-type", "application/json").body(init.to_string()).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let r = f.http.post(&url).bearer_auth("sy_wrong").body(init.to_string()).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    // A page of another site, a rebinding Host.
+    let r = f.post("/mcp/alpha", None, &init).header("origin", "http://evil.example.com").send().await.unwrap();
+    assert_eq!(r.status(), 403);
+    let r = f.post("/mcp/alpha", None, &init).header("host", "evil.example.com").send().await.unwrap();
+    assert_eq!(r.status(), 403);
+    // Without a session, only initialize; an unknown session is 404.
+    let r = f.post("/mcp/alpha", None, &call(json!(1), "echo", json!({"text": "x"}), None)).send().await.unwrap();
+    assert_eq!(r.status(), 400);
+    let r = f.post("/mcp/alpha", Some("0123456789abcdef0123456789abcdef"), &init).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    let r = f.post("/mcp/nosuch", None, &init).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    // A request of the 2026-07-28 stateless protocol without its Mcp-Method header.
+    let modern = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let r = f.post("/mcp/alpha", None, &modern).header("mcp-protocol-version", "2026-07-28").send().await.unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
+    assert_eq!(v["error"]["code"], -32020, "{v}");
+    // Over the server's limit: 413, and the same session goes on.
+    let sid = f.session("/mcp/alpha").await;
+    let big = call(json!(9), "echo", json!({"text": "x".repeat(5000)}), None);
+    let r = f.post("/mcp/alpha", Some(&sid), &big).send().await.unwrap();
+    assert_eq!(r.status(), 413);
+    let v: Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
+    assert!(v["error"]["message"].as_str().unwrap().contains("max_message_bytes"), "{v}");
+    let r = f
+        .http
+        .get(format!("{}/mcp/alpha", f.base))
+        .bearer_auth(&f.token)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &sid)
+        .header("last-event-id", "1.5")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    // A request id still open in the session is refused, the first request unharmed.
+    let mut first = f.request("/mcp/alpha", &sid, call(json!(4), "sleep", json!({"ms": 500}), None)).await;
+    let r = f.post("/mcp/alpha", Some(&sid), &call(json!(4), "echo", json!({"text": "dup"}), None)).send().await;
+    assert_eq!(r.unwrap().status(), 400);
+    let msgs = first.all().await;
+    assert_eq!((msgs.len(), text_of(&msgs[0])), (1, "slept 500 ms"));
+    let msgs = f.request("/mcp/alpha", &sid, call(json!(4), "echo", json!({"text": "ok"}), None)).await.all().await;
+    assert_eq!(text_of(&msgs[0]), "ok");
+    f.home.shutdown().await;
+}
+
+#[tokio::test]
+async fn idle_sessions_end_and_streams_get_keep_alives() {
+    let f = Front::start(|h| {
+        format!(
+            "{}[http]\nlisten = \"127.0.0.1:0\"\nkeepalive_ms = 1000\nsession_idle_ms = 1000\nmax_sessions = 1\n",
+            h.fixture("alpha", &[])
+        )
+    })
+    .await;
+    let sid = f.session("/mcp/alpha").await;
+    // One session at most: a second initialize is turned away for now.
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}}});
+    let r = f.post("/mcp/alpha", None, &init).send().await.unwrap();
+    assert_eq!(r.status(), 503);
+    assert!(r.text().await.unwrap().contains("max_sessions"));
+    // A call longer than the TTL keeps the session (its stream is open) and gets keep-alives.
+    let mut s = f.request("/mcp/alpha", &sid, call(json!(1), "sleep", json!({"ms": 2500}), None)).await;
+    let msgs = s.all().await;
+    assert_eq!(text_of(&msgs[0]), "slept 2500 ms");
+    assert!(s.comments >= 1, "no keep-alive comment in 2.5 s");
+    // Then, idle, it is ended.
+    f.home.wait_status("the idle session ended", SLOW, |s| s["http"]["sessions"] == 0).await;
+    let r = f.post("/mcp/alpha", Some(&sid), &call(json!(2), "echo", json!({"text": "x"}), None)).send().await;
+    assert_eq!(r.unwrap().status(), 404);
+    // Its place is free again.
+    f.session("/mcp").await;
+    f.home.shutdown().await;
+}
+
+/// The official TypeScript SDK's StreamableHTTPClientTransport through the front: a call, one
+/// with progress, one during which the server asks the client for a completion (which reaches
+/// it on its GET stream or the call's stream, and its answer goes back), then DELETE.
+#[tokio::test]
+async fn the_typescript_sdk_calls_tools_through_the_front() {
+    tokio::task::spawn_blocking(npm_setup::ensure_npm).await.unwrap();
+    let f = Front::start(|h| format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", h.fixture("alpha", &[]))).await;
+    let script = f.home.path().join("ts-http.mjs");
+    std::fs::write(&script, TS_CLIENT).unwrap();
+    let sdk = npm_setup::npm_dir().join("node_modules/@modelcontextprotocol/sdk/dist/esm");
+    let url = format!("{}/mcp/alpha", f.base);
+    let sdk_url = format!("file://{}", sdk.display());
+    let run = tokio::process::Command::new("node")
+        .args([script.to_str().unwrap(), &url, &f.token, &sdk_url])
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(60), run).await.expect("the TS client hung").unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "TS client failed ({}):\n{stdout}\n{stderr}\n{}", out.status, f.home.logs());
+    let got: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert_eq!(got["session"], "string", "{got}");
+    assert_eq!(got["echo"], "from ts", "{got}");
+    assert_eq!((got["sleep"].as_str(), got["progress"].as_u64()), (Some("slept 500 ms"), Some(4)), "{got}");
+    assert_eq!(got["sample"], "sampled over http", "{got}");
+    // It ended its session with DELETE.
+    f.home.wait_status("the TS session ended", SLOW, |s| s["http"]["sessions"] == 0).await;
+    f.home.shutdown().await;
+}
+
+const TS_CLIENT: &str = r#"
+const [url, token, sdk] = process.argv.slice(2);
+const { Client } = await import(`${sdk}/client/index.js`);
+const { StreamableHTTPClientTransport } = await import(`${sdk}/client/streamableHttp.js`);
+const { CreateMessageRequestSchema } = await import(`${sdk}/types.js`);
+const client = new Client({ name: "ts-http-e2e", version: "1" }, { capabilities: { sampling: {} } });
+client.setRequestHandler(CreateMessageRequestSchema, async () => ({
+  model: "m", role: "assistant", content: { type: "text", text: "sampled over http" },
+}));
+const transport = new StreamableHTTPClientTransport(new URL(url), {
+  requestInit: { headers: { Authorization: `Bearer ${token}` } },
+});
+await client.connect(transport);
+const text = (r) => r.content[0].text;
+const out = { session: typeof transport.sessionId };
+out.echo = text(await client.callTool({ name: "echo", arguments: { text: "from ts" } }));
+let progress = 0;
+out.sleep = text(await client.callTool({ name: "sleep", arguments: { ms: 500, progress_ms: 100 } }, undefined,
+  { onprogress: () => progress++ }));
+out.progress = progress;
+out.sample = text(await client.callTool({ name: "sample", arguments: { prompt: "hi" } }));
+await transport.terminateSession();
+await client.close();
+console.log(JSON.stringify(out));
+"#;
+
+/// Fifty sessions at once, each doing calls with its own text under the same ids: every answer
+/// is its own session's.
+#[tokio::test]
+async fn fifty_sessions_at_once_each_get_only_their_own_answers() {
+    let f = Front::start(|h| {
+        format!(
+            "{}[servers.alpha.pools.default]\nmin = 1\nmax = 4\n[http]\nlisten = \"127.0.0.1:0\"\n",
+            h.fixture("alpha", &[])
+        )
+    })
+    .await;
+    let f = std::sync::Arc::new(f);
+    let mut tasks = tokio::task::JoinSet::new();
+    for n in 0..50 {
+        let f = f.clone();
+        tasks.spawn(async move {
+            let sid = f.session("/mcp/alpha").await;
+            for i in 0..3 {
+                let text = format!("session {n} call {i}");
+                let msgs = f
+                    .request("/mcp/alpha", &sid, call(json!(i), "echo", json!({"text": text}), None))
+                    .await
+                    .all()
+                    .await;
+                assert_eq!(msgs.len(), 1, "{msgs:?}");
+                assert_eq!((msgs[0]["id"].clone(), text_of(&msgs[0])), (json!(i), text.as_str()));
+            }
+            sid
+        });
+    }
+    let mut sids = std::collections::HashSet::new();
+    while let Some(r) = tasks.join_next().await {
+        assert!(sids.insert(r.unwrap()), "two sessions got one id");
+    }
+    assert_eq!(f.home.status_json().await["http"]["sessions"], 50);
+    f.home.shutdown().await;
+}
+
+/// switchyard's own notice that a call waits (for a pool, here) goes on that call's stream,
+/// even with several requests of the session open and no GET stream.
+#[tokio::test]
+async fn a_waiting_notice_goes_on_its_own_request_s_stream() {
+    let f = Front::start(|h| {
+        format!(
+            "{}[servers.alpha.pools.default]\nmax = 1\nmax_inflight = 1\n[http]\nlisten = \"127.0.0.1:0\"\n",
+            h.fixture("alpha", &[])
+        )
+    })
+    .await;
+    let (a, b) = (f.session("/mcp/alpha").await, f.session("/mcp/alpha").await);
+    let mut busy = f.request("/mcp/alpha", &a, call(json!(1), "sleep", json!({"ms": 3000}), None)).await;
+    let journal = f.home.journal("alpha");
+    wait_journal(&journal, SLOW, |e| received(e, "tools/call").count() == 1).await;
+    let (mut one, mut two) = (
+        f.request("/mcp/alpha", &b, call(json!(1), "echo", json!({"text": "one"}), None)).await,
+        f.request("/mcp/alpha", &b, call(json!(2), "echo", json!({"text": "two"}), None)).await,
+    );
+    let (m1, m2, mb) = tokio::join!(one.all(), two.all(), busy.all());
+    for (msgs, text) in [(&m1, "one"), (&m2, "two")] {
+        assert_eq!(msgs.len(), 2, "{msgs:?}");
+        assert_eq!(msgs[0]["method"], "notifications/message", "{msgs:?}");
+        assert!(msgs[0]["params"]["data"].as_str().unwrap().contains("is waiting for"), "{msgs:?}");
+        assert_eq!(text_of(&msgs[1]), text);
+    }
+    assert_eq!(mb.len(), 1, "the busy session got another's notice: {mb:?}");
+    f.home.shutdown().await;
+}
+
+impl Front {
+    /// GET on a session: its stream (`last`: resuming after that event), or the refusal.
+    async fn get(&self, path: &str, sid: &str, last: Option<&str>) -> reqwest::Response {
+        let mut r = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", sid);
+        if let Some(id) = last {
+            r = r.header("last-event-id", id);
+        }
+        r.send().await.unwrap()
+    }
+}
+
+/// Resumability (2025-11-25): a GET stream is cut while the server keeps sending; the client
+/// comes back with `Last-Event-ID` and gets exactly what it missed, in order, then what follows.
+#[tokio::test]
+async fn a_cut_get_stream_resumes_with_no_message_lost_or_repeated() {
+    let f = Front::start(|h| format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", h.fixture("alpha", &[]))).await;
+    let sid = f.session("/mcp/alpha").await;
+    let resp = f.get("/mcp/alpha", &sid, None).await;
+    assert_eq!(resp.status(), 200);
+    let mut g = Sse::new(resp);
+    // Twelve logs, one every 150 ms, each sent after the call that schedules it was answered.
+    const N: usize = 12;
+    for i in 0..N {
+        let log = call(json!(i), "log", json!({"message": format!("m{i}"), "after_ms": 300 + 150 * i}), None);
+        let r = f.request("/mcp/alpha", &sid, log).await.all().await;
+        assert_eq!(text_of(&r[0]), "will log");
+    }
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        got.push(g.next().await.unwrap()["params"]["data"].as_str().unwrap().to_string());
+    }
+    let last = g.last_id.clone().expect("events carry ids");
+    drop(g);
+    // The server goes on logging while nobody reads.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let resp = f.get("/mcp/alpha", &sid, Some(&last)).await;
+    assert_eq!(resp.status(), 200);
+    let mut g = Sse::new(resp);
+    while got.len() < N {
+        got.push(g.next().await.unwrap()["params"]["data"].as_str().unwrap().to_string());
+    }
+    let want: Vec<String> = (0..N).map(|i| format!("m{i}")).collect();
+    assert_eq!(got, want);
+    assert!(tokio::time::timeout(Duration::from_millis(400), g.next()).await.is_err(), "an extra message");
+    f.home.shutdown().await;
+}
+
+/// A POST's stream cut during a slow call: `GET` + `Last-Event-ID` brings the rest of its
+/// progress and its one response, then ends.
+#[tokio::test]
+async fn a_cut_request_stream_resumes_with_the_rest_and_the_response() {
+    let f = Front::start(|h| format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", h.fixture("alpha", &[]))).await;
+    let sid = f.session("/mcp/alpha").await;
+    let mut s = f
+        .request("/mcp/alpha", &sid, call(json!(7), "sleep", json!({"ms": 1500, "progress_ms": 100}), Some("p")))
+        .await;
+    let mut progress = Vec::new();
+    for _ in 0..3 {
+        progress.push(s.next().await.unwrap()["params"]["progress"].as_u64().unwrap());
+    }
+    let last = s.last_id.clone().expect("events carry ids");
+    drop(s);
+    let resp = f.get("/mcp/alpha", &sid, Some(&last)).await;
+    assert_eq!(resp.status(), 200);
+    let rest = Sse::new(resp).all().await;
+    let (answer, notes) = rest.split_last().expect("nothing on the resumed stream");
+    assert_eq!((answer["id"].clone(), text_of(answer)), (json!(7), "slept 1500 ms"), "{rest:?}");
+    progress.extend(notes.iter().map(|m| m["params"]["progress"].as_u64().unwrap()));
+    assert_eq!(progress, (1..15).map(|n| n * 100).collect::<Vec<u64>>(), "{rest:?}");
+    // The stream is over: resuming it again replays its events, not a second response.
+    let resp = f.get("/mcp/alpha", &sid, Some(&last)).await;
+    let again = Sse::new(resp).all().await;
+    assert_eq!(again, rest);
+    f.home.shutdown().await;
+}
+
+/// `Last-Event-ID` that is unknown, or of another session: 400 with a JSON-RPC error, never an
+/// empty stream, and nothing of the other session.
+#[tokio::test]
+async fn resuming_an_unknown_or_another_session_s_event_is_refused() {
+    let f = Front::start(|h| format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", h.fixture("alpha", &[]))).await;
+    let (a, b) = (f.session("/mcp/alpha").await, f.session("/mcp/alpha").await);
+    let mut theirs = f.request("/mcp/alpha", &b, call(json!(1), "echo", json!({"text": "b's secret"}), None)).await;
+    assert_eq!(text_of(&theirs.next().await.unwrap()), "b's secret");
+    let their_id = theirs.last_id.clone().unwrap();
+    for id in ["99999.1", "not an id", their_id.as_str()] {
+        let r = f.get("/mcp/alpha", &a, Some(id)).await;
+        assert_eq!(r.status(), 400, "{id}");
+        assert_eq!(r.headers()["content-type"], "application/json");
+        let text = r.text().await.unwrap();
+        assert!(!text.contains("secret"), "{text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["error"]["code"], -32600, "{v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains("Last-Event-ID"), "{v}");
+    }
+    // Its own session resumes it.
+    let r = f.get("/mcp/alpha", &b, Some(&their_id)).await;
+    assert_eq!(r.status(), 200);
+    f.home.shutdown().await;
+}
+
+/// A server of the 2026-07-28 era only (no initialize), on stdio, journalling what it receives
+/// as the fixture does: `echo`, and `slow` (`steps` progress notifications 100 ms apart, then an
+/// answer; a cancel stops it, journalled as `stopped`).
+const MODERN_SERVER: &str = r#"
+import json, sys, threading, time
+journal = open(sys.argv[1], "a")
+lock = threading.Lock()
+cancelled = set()
+def note(entry):
+    with lock:
+        journal.write(json.dumps(entry) + "\n")
+        journal.flush()
+def send(msg):
+    with lock:
+        sys.stdout.write(json.dumps(msg) + "\n")
+        sys.stdout.flush()
+def text(rid, t):
+    send({"jsonrpc": "2.0", "id": rid, "result": {"content": [{"type": "text", "text": t}], "isError": False}})
+def slow(msg):
+    rid, params = msg["id"], msg["params"]
+    token = params.get("_meta", {}).get("progressToken")
+    steps = params.get("arguments", {}).get("steps", 50)
+    for i in range(steps):
+        time.sleep(0.1)
+        if json.dumps(rid) in cancelled:
+            note({"dir": "event", "event": "stopped", "id": rid})
+            return
+        if token is not None:
+            send({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": token, "progress": i + 1}})
+    text(rid, f"slow done after {steps} steps")
+for line in sys.stdin:
+    msg = json.loads(line)
+    note({"dir": "in", "msg": msg})
+    method = msg.get("method")
+    if "id" not in msg:
+        if method == "notifications/cancelled":
+            cancelled.add(json.dumps(msg["params"]["requestId"]))
+        continue
+    rid = msg["id"]
+    if method == "server/discover":
+        send({"jsonrpc": "2.0", "id": rid, "result": {"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}},
+              "serverInfo": {"name": "modern-e2e", "version": "1"}}})
+    elif method == "tools/call" and msg["params"]["name"] == "echo":
+        text(rid, msg["params"]["arguments"]["text"])
+    elif method == "tools/call" and msg["params"]["name"] == "slow":
+        threading.Thread(target=slow, args=(msg,), daemon=True).start()
+    elif method == "tools/call":
+        send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32602, "message": "Unknown tool"}})
+    else:
+        send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": f"Method not found: {method}"}})
+"#;
+
+/// `[servers.NAME]` running [`MODERN_SERVER`], journalling to `home.journal(NAME)`.
+fn modern_server(home: &Home, name: &str) -> String {
+    let script = home.path().join("modern_server.py");
+    std::fs::write(&script, MODERN_SERVER).unwrap();
+    let args = json!([script.display().to_string(), home.journal(name).display().to_string()]);
+    format!("[servers.{name}]\ncommand = \"python3\"\nargs = {args}\n")
+}
+
+const MODERN: &str = "2026-07-28";
+
+/// A request of the 2026-07-28 era: `_meta` with the version, and the headers it needs.
+fn modern(id: Value, method: &str, mut params: Value) -> (Value, Vec<(&'static str, String)>) {
+    params["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!(MODERN);
+    params["_meta"]["io.modelcontextprotocol/clientInfo"] = json!({"name": "http-e2e", "version": "1"});
+    params["_meta"]["io.modelcontextprotocol/clientCapabilities"] = json!({});
+    let mut headers = vec![("mcp-protocol-version", MODERN.to_string()), ("mcp-method", method.to_string())];
+    if let Some(name) = params["name"].as_str().or(params["uri"].as_str()) {
+        headers.push(("mcp-name", name.to_string()));
+    }
+    (json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}), headers)
+}
+
+impl Front {
+    /// POSTs without a session, with exactly `headers` besides the usual ones.
+    async fn post_modern(&self, path: &str, body: &Value, headers: &[(&'static str, String)]) -> reqwest::Response {
+        let mut r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body.to_string());
+        for (k, v) in headers {
+            r = r.header(*k, v);
+        }
+        r.send().await.unwrap()
+    }
+}
+
+async fn json_body(r: reqwest::Response) -> Value {
+    assert_eq!(r.headers()["content-type"], "application/json");
+    serde_json::from_str(&r.text().await.unwrap()).unwrap()
+}
+
+/// The 2026-07-28 stateless era: server/discover and calls with `_meta`, each POST on its own;
+/// every header rule of its transport, refused before anything reaches the server; an unknown
+/// method is 404; session headers are ignored; no session is made.
+#[tokio::test]
+async fn stateless_requests_are_checked_against_their_headers_and_answered_alone() {
+    let f = Front::start(|h| {
+        format!("{}{}[http]\nlisten = \"127.0.0.1:0\"\n", modern_server(h, "modern"), h.fixture("alpha", &[]))
+    })
+    .await;
+    let journal = f.home.journal("modern");
+    let (body, h) = modern(json!(1), "server/discover", json!({}));
+    let r = f.post_modern("/mcp/modern", &body, &h).await;
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().get("mcp-session-id").is_none(), "a stateless request got a session");
+    let v = json_body(r).await;
+    assert_eq!((v["id"].clone(), v["result"]["serverInfo"]["name"].clone()), (json!(1), json!("modern-e2e")), "{v}");
+    // A call; Mcp-Session-Id and Last-Event-ID of a client of the other era are ignored.
+    let (body, mut h) = modern(json!("c"), "tools/call", json!({"name": "echo", "arguments": {"text": "stateless"}}));
+    h.push(("mcp-session-id", "0123456789abcdef0123456789abcdef".into()));
+    h.push(("last-event-id", "1.1".into()));
+    let v = json_body(f.post_modern("/mcp/modern", &body, &h).await).await;
+    assert_eq!((v["id"].clone(), text_of(&v)), (json!("c"), "stateless"));
+    // Mcp-Name in its base64 form (a name outside plain ASCII must come so; any may).
+    let (body, mut h) = modern(json!(2), "tools/call", json!({"name": "echo", "arguments": {"text": "b64"}}));
+    h.retain(|(k, _)| *k != "mcp-name");
+    h.push(("mcp-name", "=?base64?ZWNobw==?=".into()));
+    let v = json_body(f.post_modern("/mcp/modern", &body, &h).await).await;
+    assert_eq!(text_of(&v), "b64", "{v}");
+    // An unknown method: 404 with -32601 and the request's id.
+    let (body, h) = modern(json!(3), "nosuch/thing", json!({}));
+    let r = f.post_modern("/mcp/modern", &body, &h).await;
+    assert_eq!(r.status(), 404);
+    let v = json_body(r).await;
+    assert_eq!((v["id"].clone(), v["error"]["code"].clone()), (json!(3), json!(-32601)), "{v}");
+    let calls_before = received(&journal_entries(&journal), "tools/call").count();
+    assert_eq!(calls_before, 2);
+    // Each header rule: 400, -32020 (or -32022 for a version not served), the request's id.
+    let (body, h) = modern(json!(4), "tools/call", json!({"name": "echo", "arguments": {"text": "x"}}));
+    let without = |name: &str| h.iter().filter(|(k, _)| *k != name).cloned().collect::<Vec<_>>();
+    let with = |name: &'static str, value: &str| {
+        let mut v = without(name);
+        v.push((name, value.to_string()));
+        v
+    };
+    let later = {
+        let mut b = body.clone();
+        b["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2027-01-01");
+        b
+    };
+    type Case = (&'static str, Value, Vec<(&'static str, String)>, i64);
+    let cases: Vec<Case> = vec![
+        ("no MCP-Protocol-Version", body.clone(), without("mcp-protocol-version"), -32020),
+        ("MCP-Protocol-Version not the body's", later.clone(), h.clone(), -32020),
+        ("no Mcp-Method", body.clone(), without("mcp-method"), -32020),
+        ("Mcp-Method not the body's", body.clone(), with("mcp-method", "tools/list"), -32020),
+        ("no Mcp-Name", body.clone(), without("mcp-name"), -32020),
+        ("Mcp-Name not the body's", body.clone(), with("mcp-name", "other"), -32020),
+        ("a version not served", later.clone(), with("mcp-protocol-version", "2027-01-01"), -32022),
+    ];
+    for (what, body, headers, code) in cases {
+        let r = f.post_modern("/mcp/modern", &body, &headers).await;
+        assert_eq!(r.status(), 400, "{what}");
+        let v = json_body(r).await;
+        assert_eq!((v["id"].clone(), v["error"]["code"].as_i64()), (json!(4), Some(code)), "{what}: {v}");
+        if code == -32022 {
+            assert!(v["error"]["data"]["supported"].as_array().unwrap().contains(&json!(MODERN)), "{v}");
+        }
+    }
+    assert_eq!(received(&journal_entries(&journal), "tools/call").count(), calls_before, "a refused request went on");
+    // A server of the initialize era only: its -32022 is a 400 too.
+    let (body, h) = modern(json!(5), "tools/call", json!({"name": "echo", "arguments": {"text": "x"}}));
+    let r = f.post_modern("/mcp/alpha", &body, &h).await;
+    assert_eq!(r.status(), 400);
+    assert_eq!(json_body(r).await["error"]["code"], -32022);
+    // GET and DELETE have no place in this era.
+    for m in [reqwest::Method::GET, reqwest::Method::DELETE] {
+        let r = f
+            .http
+            .request(m.clone(), format!("{}/mcp/modern", f.base))
+            .bearer_auth(&f.token)
+            .header("mcp-protocol-version", MODERN)
+            .header("accept", "text/event-stream")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 405, "{m}");
+    }
+    assert_eq!(f.home.status_json().await["http"]["sessions"], 0);
+    f.home.shutdown().await;
+}
+
+/// A stateless request's notifications come first on an SSE stream (no event ids), its response
+/// ends it; closing that stream cancels the request upstream (the server is told, and stops).
+#[tokio::test]
+async fn closing_a_stateless_stream_cancels_the_request_upstream() {
+    let f = Front::start(|h| format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", modern_server(h, "modern"))).await;
+    let journal = f.home.journal("modern");
+    let slow = |id: Value, steps: u32| {
+        modern(
+            id,
+            "tools/call",
+            json!({"name": "slow", "arguments": {"steps": steps}, "_meta": {"progressToken": "p"}}),
+        )
+    };
+    let (body, h) = slow(json!(1), 3);
+    let r = f.post_modern("/mcp/modern", &body, &h).await;
+    assert_eq!(
+        (r.status(), r.headers()["content-type"].to_str().unwrap()),
+        (reqwest::StatusCode::OK, "text/event-stream")
+    );
+    let mut s = Sse::new(r);
+    let msgs = s.all().await;
+    assert_eq!(msgs.len(), 4, "{msgs:?}");
+    assert_eq!(text_of(&msgs[3]), "slow done after 3 steps");
+    assert!(s.last_id.is_none(), "events of this era carry no ids");
+    // A long one, cut after two progress notifications.
+    let (body, h) = slow(json!(2), 100);
+    let mut s = Sse::new(f.post_modern("/mcp/modern", &body, &h).await);
+    for n in 1..=2 {
+        assert_eq!(s.next().await.unwrap()["params"]["progress"], n);
+    }
+    drop(s);
+    let seen = wait_journal(&journal, SLOW, |e| {
+        received(e, "notifications/cancelled").count() == 1 && e.iter().any(|x| x["event"] == "stopped")
+    })
+    .await;
+    let call = received(&seen, "tools/call").last().unwrap()["id"].clone();
+    let cancel = received(&seen, "notifications/cancelled").next().unwrap();
+    assert_eq!(cancel["params"]["requestId"], call, "the cancel names another request");
+    f.home.shutdown().await;
+}
+
+fn journal_entries(path: &std::path::Path) -> Vec<Value> {
+    journal(path)
+}
+
+/// A client that trickles its headers (a byte every 500 ms) is cut after the header-read
+/// timeout (10 s), while other clients are served all along.
+#[tokio::test]
+async fn a_client_trickling_its_headers_is_cut_and_others_are_served() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let f = Front::start(|h| format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", h.fixture("alpha", &[]))).await;
+    let slow = tokio::net::TcpStream::connect(f.base.trim_start_matches("http://")).await.unwrap();
+    let (mut rd, mut wr) = slow.into_split();
+    let started = std::time::Instant::now();
+    wr.write_all(b"POST /mcp/alpha HTTP/1.1\r\nHost: 127.0.0.1\r\n").await.unwrap();
+    let trickle = tokio::spawn(async move {
+        for b in b"X-Slow: 1\r\n".iter().cycle().take(120) {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if wr.write_all(&[*b]).await.is_err() {
+                return;
+            }
+        }
+    });
+    // Others are served meanwhile, and a GET stream quiet all along (keep-alives every 20 s)
+    // is not taken for a slow request.
+    let sid = f.session("/mcp/alpha").await;
+    let msgs = f.request("/mcp/alpha", &sid, call(json!(1), "echo", json!({"text": "served"}), None)).await.all().await;
+    assert_eq!(text_of(&msgs[0]), "served");
+    let resp = f.get("/mcp/alpha", &sid, None).await;
+    assert_eq!(resp.status(), 200);
+    let mut quiet = Sse::new(resp);
+    // The trickler's connection is closed (with or without a word) within a generous bound.
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(45), async {
+        let mut buf = [0u8; 1024];
+        loop {
+            match rd.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "a connection trickling its headers was held for 45 s");
+    let took = started.elapsed();
+    assert!(took >= Duration::from_secs(5), "cut after {took:?}, before its time was up");
+    assert!(!String::from_utf8_lossy(&got).contains("200 OK"), "{}", String::from_utf8_lossy(&got));
+    trickle.abort();
+    // The daemon still serves, the quiet stream too.
+    let msgs = f.request("/mcp/alpha", &sid, call(json!(2), "echo", json!({"text": "still"}), None)).await.all().await;
+    assert_eq!(text_of(&msgs[0]), "still");
+    let mut r =
+        f.request("/mcp/alpha", &sid, call(json!(3), "log", json!({"message": "late", "after_ms": 50}), None)).await;
+    assert_eq!(text_of(&r.all().await[0]), "will log");
+    assert_eq!(quiet.next().await.unwrap()["params"]["data"], "late");
+    assert_eq!(quiet.comments, 0, "the stream was not quiet");
+    f.home.shutdown().await;
+}
+
+/// The official Python SDK client (mcp 2.x) over HTTP through the front, in each of its modes,
+/// against the Python SDK's server of both eras: `auto` probes server/discover and speaks
+/// 2026-07-28 statelessly, `legacy` opens a 2025-11-25 session, `2026-07-28` adopts that era
+/// without a probe. Each transcript equals the one of the same client connected directly (stdio).
+#[tokio::test]
+async fn the_python_sdk_client_over_http_matches_it_directly_in_every_mode() {
+    use harness::python_venv::{python_dir, venv_python};
+    let python = tokio::task::spawn_blocking(venv_python).await.unwrap();
+    let server = [python.display().to_string(), python_dir().join("server.py").display().to_string()];
+    let f = Front::start(|_| {
+        format!(
+            "[servers.py]\ncommand = {}\nargs = {}\n[http]\nlisten = \"127.0.0.1:0\"\n",
+            json!(server[0]),
+            json!([server[1]])
+        )
+    })
+    .await;
+    let calls = json!([["add", {"a": 2, "b": 40}], ["echo", {"text": "over http"}], ["fail", {"reason": "x"}]]);
+    let client = move |mode: &str, how: Vec<String>| {
+        let mut cmd = std::process::Command::new(&python);
+        cmd.arg(python_dir().join("client.py")).arg(mode).arg(calls.to_string()).args(how);
+        cmd.stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        transcript::run(cmd, "client.py", Duration::from_secs(120))
+    };
+    let url = format!("{}/mcp/py", f.base);
+    let auth = format!("Authorization: Bearer {}", f.token);
+    for (mode, version) in [("auto", "2026-07-28"), ("legacy", "2025-11-25"), ("2026-07-28", "2026-07-28")] {
+        let direct: Vec<String> = std::iter::once("--".to_string()).chain(server.iter().cloned()).collect();
+        let over_http: Vec<String> = ["--url", &url, "--transport", "streamable-http", "--header", &auth]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let (d, h) = tokio::task::spawn_blocking({
+            let client = client.clone();
+            let mode = mode.to_string();
+            move || (client(&mode, direct), client(&mode, over_http))
+        })
+        .await
+        .unwrap();
+        let (d, h) = (d.transcript(&format!("{mode}, direct")), h.transcript(&format!("{mode}, over HTTP")));
+        assert_eq!(h["protocolVersion"], version, "{mode}: {h}");
+        assert_eq!(d, h, "{mode}: over HTTP through the front differs from directly");
+    }
+    f.home.shutdown().await;
+}
