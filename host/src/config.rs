@@ -1547,7 +1547,7 @@ mod tests {
     }
 
     /// Writes `text` as a config file in a fresh directory and loads it.
-    fn load_text(text: &str) -> (tempfile::TempDir, anyhow::Result<Config>) {
+    pub(super) fn load_text(text: &str) -> (tempfile::TempDir, anyhow::Result<Config>) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("switchyard.toml");
         std::fs::write(&path, text).unwrap();
@@ -2110,15 +2110,8 @@ file = "hints.wasm"
 
 #[cfg(test)]
 mod http_tests {
+    use super::tests::load_text;
     use super::*;
-
-    fn load_text(text: &str) -> (tempfile::TempDir, anyhow::Result<Config>) {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("switchyard.toml");
-        std::fs::write(&path, text).unwrap();
-        let loaded = Config::load(&path);
-        (dir, loaded)
-    }
 
     fn err(text: &str) -> String {
         let (dir, c) = load_text(text);

@@ -75,18 +75,7 @@ impl Front {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let home = Home::new();
         home.write_config(&config(&home));
-        let cfg = home.config_str();
-        // Started with the usual soft limit of open files, which the daemon raises for HTTP.
-        let mut cmd = tokio::process::Command::new("sh");
-        cmd.arg("-c").arg(r#"ulimit -Sn 1024 && exec "$0" daemon --config "$1" --detach"#).arg(bin()).arg(&cfg);
-        let out = cmd.envs(home.envs()).stdin(std::process::Stdio::null()).output().await.unwrap();
-        assert!(out.status.success(), "daemon --detach failed: {}", String::from_utf8_lossy(&out.stderr));
-        let status = home.status_json().await;
-        let listen = status["http"]["listen"].as_str().unwrap_or_else(|| panic!("no http in status: {status}"));
-        let base = format!("http://{listen}");
-        let out = home.cli(&["token", "--config", &cfg]).await;
-        let token = String::from_utf8(out.stdout).unwrap().trim().to_string();
-        assert!(token.len() > 20, "no token printed");
+        let (base, token) = home.start_http().await;
         Front { home, base, token, http: reqwest::Client::new() }
     }
 

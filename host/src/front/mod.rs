@@ -504,10 +504,11 @@ fn empty(status: StatusCode) -> Response {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+    /// A header map of `pairs` (a name may repeat).
+    pub(crate) fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
         for (k, v) in pairs {
             h.append(*k, HeaderValue::from_str(v).unwrap());

@@ -443,16 +443,7 @@ impl Table {
 
 /// 128 random bits, as 32 hex digits (visible ASCII, as the spec asks of a session id).
 fn new_id() -> std::io::Result<String> {
-    let mut bytes = [0u8; 16];
-    let mut filled = 0;
-    while filled < bytes.len() {
-        match rustix::rand::getrandom(&mut bytes[filled..], rustix::rand::GetRandomFlags::empty()) {
-            Ok(n) => filled += n,
-            Err(rustix::io::Errno::INTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(super::token::random::<16>()?.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 #[cfg(test)]

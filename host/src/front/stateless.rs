@@ -366,13 +366,7 @@ impl Output for Catch {
 mod tests {
     use super::*;
 
-    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for (k, v) in pairs {
-            h.append(*k, HeaderValue::from_str(v).unwrap());
-        }
-        h
-    }
+    use crate::front::tests::headers;
 
     fn code(r: Result<(), Box<Response>>) -> Option<i64> {
         let r = *r.err()?;

@@ -30,15 +30,7 @@ impl Token {
 
     /// A new random token: `sy_` and 43 characters of base64url (32 bytes from getrandom).
     pub fn generate() -> std::io::Result<Token> {
-        let mut bytes = [0u8; TOKEN_BYTES];
-        let mut filled = 0;
-        while filled < bytes.len() {
-            match rustix::rand::getrandom(&mut bytes[filled..], rustix::rand::GetRandomFlags::empty()) {
-                Ok(n) => filled += n,
-                Err(rustix::io::Errno::INTR) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
+        let bytes = random::<TOKEN_BYTES>()?;
         Ok(Token(format!("{PREFIX}{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))))
     }
 
@@ -209,6 +201,20 @@ pub fn page_url(listen: std::net::SocketAddr, token: &Token) -> String {
         });
     }
     format!("http://{at}/#token={}", token.expose())
+}
+
+/// `N` bytes from the kernel's random source (getrandom), for tokens and session ids.
+pub fn random<const N: usize>() -> std::io::Result<[u8; N]> {
+    let mut bytes = [0u8; N];
+    let mut filled = 0;
+    while filled < N {
+        match rustix::rand::getrandom(&mut bytes[filled..], rustix::rand::GetRandomFlags::empty()) {
+            Ok(n) => filled += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(bytes)
 }
 
 #[cfg(test)]
