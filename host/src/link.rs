@@ -365,6 +365,16 @@ impl Backlog {
     }
 
     /// The writer wrote `bytes` to the client.
+    /// Bytes queued for the client now.
+    pub fn queued(&self) -> usize {
+        self.queued.load(Ordering::Acquire)
+    }
+
+    /// Bytes queued past which the client counts as behind.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
     pub fn wrote(&self, bytes: usize) {
         self.written.fetch_add(bytes as u64, Ordering::AcqRel);
         self.shared.total.fetch_sub(bytes, Ordering::AcqRel);

@@ -25,6 +25,12 @@ pub const DETACHED_TTL: Duration = Duration::from_secs(60);
 /// Bytes a kept event costs besides its frame (bookkeeping), so that even empty events count.
 const KEPT_OVERHEAD: usize = 32;
 
+/// A lane whose reader took nothing for this long while it holds more than half the session's
+/// backlog limit is dropped (the client stopped reading that stream): it is cut before the
+/// session's own rules (over the limit with nothing taken for `BACKLOG_STALL`) would end the
+/// whole session and its other streams.
+pub const STALLED: Duration = Duration::from_millis(crate::link::BACKLOG_STALL.as_millis() as u64 / 2);
+
 /// Lanes dropped unread remembered per session, at most (a resume of one is told what happened
 /// instead of getting an empty stream).
 const LOST_MAX: usize = 1024;
@@ -58,6 +64,8 @@ struct Lane {
     reader: Option<Reader>,
     /// Since when nobody reads it (None while read).
     detached: Option<Instant>,
+    /// When its reader last took a message (or it was opened).
+    last_take: Instant,
     /// Nothing more comes (its response is queued, or the session ended): it ends once
     /// `pending` is delivered.
     closed: bool,
@@ -135,6 +143,7 @@ impl Lanes {
             pending_bytes: 0,
             reader: None,
             detached: Some(Instant::now()),
+            last_take: Instant::now(),
             closed: self.ended,
             json_only,
             request: request.map(str::to_string),
@@ -173,6 +182,17 @@ impl Lanes {
             tracing::info!(
                 "dropped an HTTP stream nobody read, with {} queued messages ([http] event_store_bytes = {limit})",
                 l.pending.len() + 1
+            );
+            self.drop_lane(lane);
+            return Ok(());
+        }
+        let stalled = t.backlog.limit() / 2;
+        if l.reader.is_some() && l.pending_bytes + t.line.len() > stalled && l.last_take.elapsed() >= STALLED {
+            tracing::warn!(
+                "dropped an HTTP stream whose client stopped reading it: {} messages ({} bytes) waited and it took none for {} s; the session and its other streams go on",
+                l.pending.len() + 1,
+                l.pending_bytes + t.line.len(),
+                STALLED.as_secs_f64()
             );
             self.drop_lane(lane);
             return Ok(());
@@ -220,6 +240,7 @@ impl Lanes {
             old.wake.notify_one();
         }
         l.detached = None;
+        l.last_take = Instant::now();
         Some((n, wake))
     }
 
@@ -258,6 +279,7 @@ impl Lanes {
             return Next::Wait;
         };
         l.pending_bytes -= t.line.len();
+        l.last_take = Instant::now();
         if l.json_only {
             return Next::Ready(Bytes::from(t.line.clone()));
         }
@@ -325,6 +347,10 @@ impl Lanes {
     /// Drops a lane nobody reads, with what it holds, remembering it for a later resume.
     fn drop_lane(&mut self, lane: u64) {
         if let Some(l) = self.lanes.remove(&lane) {
+            // Its reader, if any, finds the lane gone and ends its response.
+            if let Some(r) = &l.reader {
+                r.wake.notify_one();
+            }
             if self.lost.len() >= LOST_MAX {
                 self.lost.pop_front();
             }

@@ -708,4 +708,43 @@ mod tests {
         r.lock().unwrap().lanes.sweep(Instant::now() + super::super::events::DETACHED_TTL);
         assert_eq!(resume(&g_at), Some(Unknown::Dropped));
     }
+
+    /// A stream whose client stopped reading it (its response body is open, nothing is taken)
+    /// is dropped once it holds more than half the session's limit and took nothing for a
+    /// while; the session and its other streams go on, its backlog given back.
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_its_client_stopped_reading_is_dropped_and_the_others_go_on() {
+        let (r, b) = (routes(), link());
+        let (mut good, mut stuck) = (open(&r, "1", Some("\"p1\""), false), open(&r, "2", Some("\"p2\""), false));
+        drain(&mut good).unwrap();
+        drain(&mut stuck).unwrap();
+        let half = b.backlog().limit() / 2;
+        let big = "x".repeat(half / 4);
+        let progress = |token: &str, n: usize| {
+            format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":"{token}","progress":{n},"message":"{big}"}}}}"#
+            )
+        };
+        // Read slowly but steadily: never dropped, however much passes through.
+        for n in 0..12 {
+            route(&r, taken(&progress("p1", n), &b));
+            tokio::time::advance(Duration::from_secs(1)).await;
+            assert_eq!(data(&mut good).len(), 1, "the stream that is read lost message {n}");
+        }
+        // Not read: under half the limit it waits; over it, once nothing was taken for a while, dropped.
+        for n in 0..3 {
+            route(&r, taken(&progress("p2", n), &b));
+        }
+        let lane = r.lock().unwrap().by_request["2"];
+        tokio::time::advance(super::super::events::STALLED).await;
+        assert!(r.lock().unwrap().lanes.exists(lane), "dropped while under half the limit");
+        for n in 3..6 {
+            route(&r, taken(&progress("p2", n), &b));
+        }
+        assert!(!r.lock().unwrap().lanes.exists(lane), "the unread stream was kept past half the limit");
+        assert_eq!(b.backlog().queued(), 0, "the dropped stream's bytes are still counted");
+        assert!(drain(&mut stuck).is_none(), "the unread stream's response did not end");
+        route(&r, taken(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#, &b));
+        assert_eq!(data(&mut good), vec![r#"{"jsonrpc":"2.0","id":1,"result":{}}"#.to_string()]);
+    }
 }
