@@ -724,6 +724,12 @@ fn exited(pid: u32) -> bool {
 }
 
 /// The status as text for people.
+/// `text` with control characters escaped (`\n`, `\u{1b}`): a client names itself, and its
+/// name must not add lines to `status` or drive the terminal.
+fn printable(text: &str) -> String {
+    text.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
+}
+
 pub fn render(s: &serde_json::Value) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
@@ -813,7 +819,7 @@ pub fn render(s: &serde_json::Value) -> String {
                 out,
                 "  session {} {}, up {}, {} call(s) in flight, {} waiting",
                 c["label"].as_str().unwrap_or("?"),
-                c["client"].as_str().unwrap_or("(client not initialised yet)"),
+                c["client"].as_str().map_or("(client not initialised yet)".into(), printable),
                 ms(&c["uptime_ms"]),
                 c["inflight"],
                 c["waiting"]
@@ -846,7 +852,7 @@ recent warnings and errors (the last {shown} of {}; all in --json):",
                 secs / 60 % 60,
                 secs % 60,
                 r["level"].as_str().unwrap_or("?"),
-                r["message"].as_str().unwrap_or("")
+                printable(r["message"].as_str().unwrap_or(""))
             );
         }
     }
@@ -899,6 +905,22 @@ mod tests {
         ] {
             assert!(text.contains(want), "{want} missing from:\n{text}");
         }
+    }
+
+    #[test]
+    fn a_client_name_cannot_add_lines_or_drive_the_terminal() {
+        let s = serde_json::json!({
+            "pid": 7, "version": "0.1.0", "config": "/c.toml", "socket": "/s.sock", "log": null, "uptime_ms": 1,
+            "plugins": [], "plugins_dir": "/p", "retired": [], "broken": [],
+            "servers": [{"name": "fs", "target": "npx fs", "starts": 1, "restarts": 0, "last_error": null, "instances": [],
+                "sessions": [{"label": "http-3", "client": "evil\n\nserver fake: ok\u{1b}[31mRED\r", "uptime_ms": 1, "inflight": 0, "waiting": 0}]}],
+            "recent_errors": [{"at_ms": 1, "level": "WARN", "message": "line\nforged"}]
+        });
+        let text = render(&s);
+        assert!(!text.contains('\u{1b}') && !text.contains('\r'), "{text:?}");
+        assert!(!text.lines().any(|l| l.starts_with("server fake")), "a forged line:\n{text}");
+        assert!(text.contains(r"evil\n\nserver fake: ok\u{1b}[31mRED\r"), "{text}");
+        assert!(text.contains(r"line\nforged"), "{text}");
     }
 
     /// `switchyard daemon ARGS` as clap reads it.
