@@ -435,6 +435,11 @@ impl Router {
         if !replaced {
             tracing::info!(server = %old.name, "{why}{of}: its sessions end and its instances stop");
             old.shutdown.cancel();
+            // Sessions still on an older configuration of it (HTTP ones, which are not moved
+            // when a server is edited) end too: the server is gone, not replaced.
+            for (s, _) in self.retired.lock().expect("lock").iter().filter(|(s, _)| s.name == old.name) {
+                s.shutdown.cancel();
+            }
         } else {
             let told = self.registry.drain(&old, why);
             tracing::info!(server = %old.name, "{why}{of}: new sessions use the new configuration; {told} session(s) asked to move, the old instances stop when their last session has gone");

@@ -992,3 +992,39 @@ async fn the_python_sdk_client_over_http_matches_it_directly_in_every_mode() {
     }
     f.home.shutdown().await;
 }
+
+/// A config edit leaves an HTTP session on the server it began with (HTTP clients cannot be
+/// moved as `connect` ones are); removing the server ends its sessions: the GET stream ends and
+/// the session id is then unknown (404), so the client begins again.
+#[tokio::test]
+async fn an_edited_server_keeps_its_http_sessions_and_a_removed_one_ends_them() {
+    let f = Front::start(|h| {
+        format!("{}{}[http]\nlisten = \"127.0.0.1:0\"\n", h.fixture("alpha", &[]), h.fixture("beta", &[]))
+    })
+    .await;
+    let sid = f.session("/mcp/beta").await;
+    let pid_of = |r: Vec<Value>| text_of(r.last().unwrap()).to_string();
+    let before = pid_of(f.request("/mcp/beta", &sid, call(json!(1), "pid", json!({}), None)).await.all().await);
+    // Edited: the session goes on, on its old server.
+    f.home.write_config(&format!(
+        "{}{}[servers.beta.env]\nEDITED = \"1\"\n[http]\nlisten = \"127.0.0.1:0\"\n",
+        f.home.fixture("alpha", &[]),
+        f.home.fixture("beta", &[])
+    ));
+    f.home
+        .wait_status("beta's new configuration", SLOW, |s| s["retired"].as_array().is_some_and(|r| !r.is_empty()))
+        .await;
+    let after = pid_of(f.request("/mcp/beta", &sid, call(json!(2), "pid", json!({}), None)).await.all().await);
+    assert_eq!(before, after, "the HTTP session was moved off its server");
+    // Removed: its stream ends, its id is unknown.
+    let mut stream = Sse::new(f.get("/mcp/beta", &sid, None).await);
+    f.home.write_config(&format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", f.home.fixture("alpha", &[])));
+    let end = tokio::time::timeout(SLOW, stream.all()).await;
+    assert!(end.is_ok(), "the GET stream of a removed server's session never ended");
+    let r = f.post("/mcp/beta", Some(&sid), &call(json!(3), "echo", json!({"text": "x"}), None)).send().await.unwrap();
+    assert_eq!(r.status(), 404, "a removed server's session still answers");
+    let alpha = f.session("/mcp/alpha").await;
+    let r = f.request("/mcp/alpha", &alpha, call(json!(4), "echo", json!({"text": "still"}), None)).await.all().await;
+    assert_eq!(text_of(&r[0]), "still");
+    f.home.shutdown().await;
+}

@@ -238,7 +238,9 @@ impl Front {
             Some(s) => (s, None),
             None if env.kind == Kind::Request && method == "initialize" => {
                 let start = || {
-                    let (registry, shutdown) = (self.router.registry.clone(), self.shutdown.clone());
+                    // The server's own token: it fires when the daemon stops and when the server
+                    // is removed from the config (its sessions end, as `connect` ones do).
+                    let (registry, shutdown) = (self.router.registry.clone(), server.shutdown.clone());
                     HttpSession::start(server.clone(), registry, shutdown, self.http.event_store_bytes)
                 };
                 match self.table.open(self.http.max_sessions, start) {

@@ -192,7 +192,8 @@ impl Front {
         };
         let output = Catch { id: canonical(&id), progress, to_client, inbox: Some(inbox) };
         let input = OneRequest { rx, abort: abort.clone() };
-        tokio::spawn(crate::session::serve_with(server, input, output, opening, self.shutdown.clone()));
+        let ends = server.shutdown.clone();
+        tokio::spawn(crate::session::serve_with(server, input, output, opening, ends));
         let guard = abort.drop_guard();
         let first = if mode == Mode::Json {
             // Only the response goes to a client that takes JSON alone.
