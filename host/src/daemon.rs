@@ -192,6 +192,8 @@ pub async fn serve(
         Some((http, token)) => {
             let addr = http.listen;
             let tcp = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+                // The socket just bound is ours: leave none behind for `status` and `stop` to find.
+                let _ = std::fs::remove_file(&socket);
                 anyhow::anyhow!(
                     "cannot serve HTTP on {addr}: {e}{}",
                     if e.kind() == std::io::ErrorKind::AddrInUse {
