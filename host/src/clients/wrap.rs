@@ -145,6 +145,13 @@ pub fn plan_wrap(
     only: Option<&[String]>,
 ) -> anyhow::Result<Plan> {
     let existing = existing_servers(config_path, config_text)?;
+    // The daemon's own HTTP front: an entry pointing there already runs through switchyard
+    // (wrapping it would make the daemon a client of itself).
+    let front_port = config_text
+        .and_then(|t| crate::config::Config::load_text(config_path, t).ok())
+        .and_then(|c| c.http)
+        .map(|h| h.listen.port())
+        .filter(|p| *p != 0);
     let mut planned: BTreeMap<String, Def> = BTreeMap::new();
     let mut plan = Plan::default();
     let mut appended = String::new();
@@ -176,6 +183,13 @@ pub fn plan_wrap(
                 if let Some(server) = &entry.wrapped {
                     already += 1;
                     plan.lines.push(format!("{here}: already runs through switchyard (server `{server}`)"));
+                    continue;
+                }
+                if let Kind::Http { url, .. } | Kind::Sse { url, .. } = &entry.kind
+                    && front_port.is_some_and(|p| is_front(url, p))
+                {
+                    already += 1;
+                    plan.lines.push(format!("{here}: already runs through switchyard (its HTTP front, {url})"));
                     continue;
                 }
                 if let Some((key, why)) = LAUNCH_KEYS
@@ -275,6 +289,19 @@ pub fn plan_wrap(
         });
     }
     Ok(plan)
+}
+
+/// Whether `url` is the daemon's HTTP front on `port` of this machine (`/mcp` or `/mcp/NAME`).
+fn is_front(url: &str, port: u16) -> bool {
+    let Ok(u) = url::Url::parse(url) else { return false };
+    let loopback = match u.host() {
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(a)) => a.is_loopback(),
+        Some(url::Host::Ipv6(a)) => a.is_loopback(),
+        None => false,
+    };
+    let path = u.path().trim_end_matches('/');
+    loopback && u.port_or_known_default() == Some(port) && (path == "/mcp" || path.starts_with("/mcp/"))
 }
 
 /// Whether `key` of the entry is `false` (`"sandboxEnabled": false` asks for nothing).

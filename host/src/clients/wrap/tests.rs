@@ -530,3 +530,32 @@ fn a_dry_run_diff_hides_values_that_may_be_secrets() {
     assert!(shown.contains("${input_k}") || shown.contains("${input:k}"), "{shown}");
     assert!(shown.contains("shown as ***"), "{shown}");
 }
+
+/// An entry that reaches the daemon's own HTTP front already runs through switchyard: wrapping
+/// it would make the daemon a client of itself. A local server on another port is wrapped.
+#[test]
+fn an_entry_on_the_daemon_s_http_front_is_already_through_switchyard() {
+    let cc = one(
+        Client::ClaudeCode,
+        "/p/.mcp.json",
+        Scope::Project,
+        r#"{"mcpServers": {
+            "fix": {"type": "http", "url": "http://127.0.0.1:7070/mcp/fix", "headers": {"Authorization": "Bearer ${SWITCHYARD_TOKEN}"}},
+            "one": {"type": "http", "url": "http://localhost:7070/mcp/"},
+            "local": {"type": "http", "url": "http://localhost:3000/mcp"},
+            "elsewhere": {"type": "http", "url": "http://mcp.example.com:7070/mcp/fix"}
+        }}"#,
+    );
+    let config = "[http]\nlisten = \"127.0.0.1:7070\"\n";
+    let plan = wrap_all(std::slice::from_ref(&cc), Some(config));
+    let text = plan.lines.join("\n");
+    assert_eq!(text.matches("already runs through switchyard (its HTTP front").count(), 2, "{text}");
+    let parsed: toml::Table = plan.config.as_ref().unwrap().2.parse().unwrap();
+    let servers = parsed["servers"].as_table().unwrap();
+    assert!(servers.contains_key("local") && servers.contains_key("elsewhere"), "{parsed}");
+    assert!(!servers.contains_key("fix") && !servers.contains_key("one"), "{parsed}");
+    // Without an [http] table nothing is the front: all four are wrapped.
+    let plan = wrap_all(&[cc], None);
+    let parsed: toml::Table = plan.config.as_ref().unwrap().2.parse().unwrap();
+    assert_eq!(parsed["servers"].as_table().unwrap().len(), 4, "{parsed}");
+}
