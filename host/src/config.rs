@@ -265,6 +265,13 @@ impl HttpConfig {
     /// `[http] token` with its variables read through `env` (`std::env::var` outside tests);
     /// None when the file sets none. The error names where the token was written and the
     /// variable, never a value.
+    /// The environment variables `token` reads (`${NAME}`): the daemon keeps them from its
+    /// servers, which would otherwise inherit them with the rest of its environment.
+    pub fn token_variables(&self) -> Vec<String> {
+        let Some(token) = &self.token else { return Vec::new() };
+        expand(&token.raw, &|_| Ok(String::new())).map(|got| got.vars).unwrap_or_default()
+    }
+
     pub fn token_value(
         &self,
         env: &dyn Fn(&str) -> Result<String, std::env::VarError>,

@@ -117,6 +117,9 @@ pub fn http_front(
     http_front_with(flag, config, &places::token_for(canonical)?, &|n| std::env::var(n))
 }
 
+/// A token of the user's own shorter than this is warned about (a generated one has 46).
+const MIN_TOKEN_CHARS: usize = 24;
+
 /// [`http_front`] with the token file and the environment given.
 fn http_front_with(
     flag: Option<Option<SocketAddr>>,
@@ -136,6 +139,14 @@ fn http_front_with(
     }
     http.check_exposure(given_by)?;
     let token = token::for_daemon(Some(&http), token_file, env)?;
+    if http.token.is_some() && token.expose().len() < MIN_TOKEN_CHARS {
+        tracing::warn!(
+            "[http] token is only {} characters long: anyone who may reach {} can guess it; use {MIN_TOKEN_CHARS} or more random characters (remove `token` and switchyard makes one)",
+            token.expose().len(),
+            http.listen
+        );
+    }
+    crate::upstream::stdio::withhold(http.token_variables());
     Ok(Some((http, token)))
 }
 

@@ -1034,3 +1034,43 @@ async fn an_edited_server_keeps_its_http_sessions_and_a_removed_one_ends_them() 
     assert_eq!(text_of(&r[0]), "still");
     f.home.shutdown().await;
 }
+
+/// `[http] token = "${VAR}"`: the daemon reads the variable, and its servers, which inherit the
+/// rest of its environment, do not get it (a server may show its environment to any client:
+/// server-everything has a tool for that). A short token of the user's own is warned about.
+#[tokio::test]
+async fn the_token_s_variable_stays_out_of_the_servers_environment() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let home = Home::new();
+    home.write_config(&format!(
+        "{}[http]\nlisten = \"127.0.0.1:0\"\ntoken = \"${{SY_E2E_TOKEN}}\"\n",
+        home.fixture("alpha", &[])
+    ));
+    let secret = "sy-e2e-short";
+    let out = tokio::process::Command::new(bin())
+        .args(["daemon", "--config", &home.config_str(), "--detach"])
+        .envs(home.envs())
+        .env("SY_E2E_TOKEN", secret)
+        .env("SY_E2E_OTHER", "kept")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let status = home.status_json().await;
+    let base = format!("http://{}", status["http"]["listen"].as_str().unwrap());
+    let f = Front { home, base, token: secret.to_string(), http: reqwest::Client::new() };
+    let sid = f.session("/mcp/alpha").await;
+    let r = f.request("/mcp/alpha", &sid, call(json!(1), "echo", json!({"text": "up"}), None)).await.all().await;
+    assert_eq!(text_of(&r[0]), "up");
+    let servers = f.home.servers();
+    assert!(!servers.is_empty(), "no server process found");
+    for p in servers {
+        let environ = std::fs::read(format!("/proc/{}/environ", p.pid)).unwrap();
+        let environ = String::from_utf8_lossy(&environ);
+        assert!(environ.contains("SY_E2E_OTHER=kept"), "the server did not get the daemon's environment");
+        assert!(!environ.contains("SY_E2E_TOKEN") && !environ.contains(secret), "the server got the token");
+    }
+    assert!(f.home.logs().contains("[http] token is only 12 characters long"), "{}", f.home.logs());
+    f.home.shutdown().await;
+}

@@ -22,6 +22,15 @@ const SHUTDOWN_STEP: Duration = Duration::from_secs(2);
 /// dead even though its stdout is still open.
 const EXIT_DRAIN: Duration = Duration::from_millis(200);
 
+/// Variables of switchyard's own environment its servers do not get (the HTTP front's token
+/// read from `${NAME}`), unless a server's own `env` sets them.
+static WITHHELD: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+
+/// Keeps `names` out of the environment of every server started from now on (set once).
+pub fn withhold(names: Vec<String>) {
+    let _ = WITHHELD.set(names);
+}
+
 /// How to start instances of a server.
 #[derive(Debug, Clone)]
 pub struct Spec {
@@ -309,6 +318,9 @@ fn start_process(spec: &Spec) -> Result<Child, String> {
         }
         None => Command::new(&spec.command),
     };
+    for name in WITHHELD.get().into_iter().flatten() {
+        cmd.env_remove(name);
+    }
     cmd.args(&spec.args)
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())
