@@ -32,7 +32,7 @@ use session::{Feed, HttpSession, Refused, Table};
 use token::Token;
 
 /// Protocol versions of the initialize era this front serves (`MCP-Protocol-Version`).
-pub const SESSION_VERSIONS: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+pub const SESSION_VERSIONS: &[&str] = &["2024-10-07", "2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
 
 const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
@@ -229,8 +229,10 @@ impl Front {
         if method != "initialize" && (modern_header || enveloped) {
             return self.stateless(server, headers, line, env, mode).await;
         }
+        // A version of neither era served (spec: 400); initialize names its version in the body.
         if let Some(v) = header_version
-            && !stateless::is_dated(v)
+            && method != "initialize"
+            && !SESSION_VERSIONS.contains(&v)
         {
             return stateless::unsupported(v, raw_id.as_deref().unwrap_or("null"));
         }
@@ -434,13 +436,13 @@ async fn read_body(body: Body, limit: usize) -> Result<Bytes, Response> {
     }
 }
 
-/// For GET and DELETE: 400 for a protocol version header that is no version, 405 for one of
+/// For GET and DELETE: 400 for a protocol version header that is no version served, 405 for one of
 /// the stateless era (which has neither); None when it may go on (none given: the spec then
 /// assumes 2025-03-26).
 fn check_version(headers: &HeaderMap) -> Option<Response> {
     let v = headers.get(VERSION_HEADER)?;
     let v = v.to_str().unwrap_or("(not ASCII)");
-    if !stateless::is_dated(v) {
+    if !stateless::is_modern(v) && !SESSION_VERSIONS.contains(&v) {
         return Some(stateless::unsupported(v, "null"));
     }
     stateless::is_modern(v).then(|| {
@@ -527,7 +529,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn get_and_delete_take_initialize_era_versions_405_stateless_ones_and_400_non_versions() {
+    fn get_and_delete_take_initialize_era_versions_405_stateless_ones_and_400_others() {
         assert!(check_version(&headers(&[])).is_none());
         assert!(check_version(&headers(&[("mcp-protocol-version", "2025-06-18")])).is_none());
         assert!(check_version(&headers(&[("mcp-protocol-version", "2024-10-07")])).is_none());
@@ -536,6 +538,8 @@ pub(crate) mod tests {
             ("2027-01-01", StatusCode::METHOD_NOT_ALLOWED),
             ("latest", StatusCode::BAD_REQUEST),
             ("2025-6-18", StatusCode::BAD_REQUEST),
+            ("1999-01-01", StatusCode::BAD_REQUEST),
+            ("2025-12-01", StatusCode::BAD_REQUEST),
         ] {
             assert_eq!(check_version(&headers(&[("mcp-protocol-version", v)])).unwrap().status(), status, "{v}");
         }
