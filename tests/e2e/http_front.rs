@@ -1074,3 +1074,37 @@ async fn the_token_s_variable_stays_out_of_the_servers_environment() {
     assert!(f.home.logs().contains("[http] token is only 12 characters long"), "{}", f.home.logs());
     f.home.shutdown().await;
 }
+
+/// HTTP connections cannot take the daemon's last descriptors: with a low open-file limit,
+/// idle connections past half of it wait in the kernel's queue, and `connect` clients over the
+/// Unix socket, `status`, and HTTP clients once a slot frees, are all still served.
+#[tokio::test]
+async fn idle_http_connections_cannot_starve_the_daemon_of_descriptors() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let home = Home::new();
+    home.write_config(&format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", home.fixture("alpha", &[])));
+    let cfg = home.config_str();
+    let mut cmd = tokio::process::Command::new("sh");
+    cmd.arg("-c").arg(r#"ulimit -n 96 && exec "$0" daemon --config "$1" --detach"#).arg(bin()).arg(&cfg);
+    let out = cmd.envs(home.envs()).stdin(std::process::Stdio::null()).output().await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let status = home.status_json().await;
+    let addr = status["http"]["listen"].as_str().unwrap().to_string();
+    // Twice the limit of idle connections (no request sent); each holds a slot until the
+    // header-read timeout, or waits in the kernel's queue.
+    let mut idle = Vec::new();
+    for _ in 0..192 {
+        idle.push(tokio::net::TcpStream::connect(&addr).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (mut p, mut c) = home.client("alpha").await;
+    c.initialize().await;
+    assert_eq!(c.call_text("echo", json!({"text": "over the socket"})).await, "over the socket");
+    c.close().await;
+    p.wait().await;
+    home.status_json().await;
+    assert!(home.logs().contains("connections open, its maximum"), "{}", home.logs());
+    assert!(!home.logs().contains("Too many open files"), "{}", home.logs());
+    drop(idle);
+    home.shutdown().await;
+}

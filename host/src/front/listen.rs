@@ -1,8 +1,9 @@
 //! The front's own accept loop (instead of `axum::serve`, which has neither): a client gets
 //! [`HEADER_READ_TIMEOUT`] to send a request's headers (a connection that trickles them is
 //! closed, not held), headers are bounded by [`MAX_HEADER_BYTES`], and at most
-//! [`MAX_CONNECTIONS`] connections are served at once (past it the next wait in the kernel's
-//! queue). On shutdown every connection finishes its response in progress, then closes.
+//! [`MAX_CONNECTIONS`] connections are served at once, or half the open-file limit when that is
+//! lower (past it the next wait in the kernel's queue, and the daemon keeps descriptors for its
+//! other clients and servers). On shutdown every connection finishes its response in progress, then closes.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,7 +31,11 @@ const ACCEPT_WARN_EVERY: Duration = Duration::from_secs(5);
 /// Serves `app` on `listener` until `shutdown`; returns once every connection has closed.
 pub async fn serve(listener: tokio::net::TcpListener, app: axum::Router, listen: &str, shutdown: CancellationToken) {
     let connections = TaskTracker::new();
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    // Never more than half the descriptors this process may open: the rest stay for the Unix
+    // socket's clients, the servers' pipes and the config watch, whatever HTTP clients do.
+    let open_files = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    let cap = open_files.map_or(MAX_CONNECTIONS, |n| MAX_CONNECTIONS.min((n / 2).max(16) as usize));
+    let slots = Arc::new(Semaphore::new(cap));
     let mut backoff = ACCEPT_BACKOFF_MIN;
     let mut last_warn: Option<Instant> = None;
     let mut unreported = 0u64;
@@ -41,7 +46,7 @@ pub async fn serve(listener: tokio::net::TcpListener, app: axum::Router, listen:
             Err(_) => {
                 if full_since.is_none_or(|t| t.elapsed() >= ACCEPT_WARN_EVERY) {
                     tracing::warn!(
-                        "the HTTP front on {listen} has {MAX_CONNECTIONS} connections open, its maximum; new ones wait until one closes"
+                        "the HTTP front on {listen} has {cap} connections open, its maximum; new ones wait until one closes"
                     );
                     full_since = Some(Instant::now());
                 }
