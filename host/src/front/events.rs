@@ -66,6 +66,9 @@ struct Lane {
     detached: Option<Instant>,
     /// When its reader last took a message (or it was opened).
     last_take: Instant,
+    /// Sent after `pending`, before the end: the error that stands in for the response of a
+    /// request whose stream was dropped while a client still held it open.
+    farewell: Option<Bytes>,
     /// Nothing more comes (its response is queued, or the session ended): it ends once
     /// `pending` is delivered.
     closed: bool,
@@ -144,6 +147,7 @@ impl Lanes {
             reader: None,
             detached: Some(Instant::now()),
             last_take: Instant::now(),
+            farewell: None,
             closed: self.ended,
             json_only,
             request: request.map(str::to_string),
@@ -178,16 +182,20 @@ impl Lanes {
         let Some(l) = self.lanes.get_mut(&lane).filter(|l| !l.closed) else {
             return Err(t);
         };
-        if l.reader.is_none() && l.pending_bytes + t.line.len() > limit {
-            tracing::info!(
-                "dropped an HTTP stream nobody read, with {} queued messages ([http] event_store_bytes = {limit})",
-                l.pending.len() + 1
+        // What a stream nobody takes from may hold: the store's size, and at least half the
+        // session's backlog limit (two of its largest messages), so a cut stream keeps a big
+        // response for the client that resumes it.
+        let cap = limit.max(t.backlog.limit() / 2);
+        if l.reader.is_none() && l.pending_bytes + t.line.len() > cap {
+            tracing::warn!(
+                "dropped an HTTP stream cut and not resumed, with {} queued messages ({} bytes, more than {cap}); its request is answered with an error if the client resumes",
+                l.pending.len() + 1,
+                l.pending_bytes + t.line.len()
             );
             self.drop_lane(lane);
             return Ok(());
         }
-        let stalled = t.backlog.limit() / 2;
-        if l.reader.is_some() && l.pending_bytes + t.line.len() > stalled && l.last_take.elapsed() >= STALLED {
+        if l.reader.is_some() && l.pending_bytes + t.line.len() > cap && l.last_take.elapsed() >= STALLED {
             tracing::warn!(
                 "dropped an HTTP stream whose client stopped reading it: {} messages ({} bytes) waited and it took none for {} s; the session and its other streams go on",
                 l.pending.len() + 1,
@@ -272,6 +280,9 @@ impl Lanes {
             return Next::End;
         }
         let Some(t) = l.pending.pop_front() else {
+            if let Some(frame) = l.farewell.take() {
+                return Next::Ready(frame);
+            }
             if l.closed {
                 self.lanes.remove(&lane);
                 return Next::End;
@@ -310,44 +321,53 @@ impl Lanes {
         let (lane, seq) = event_id.trim().split_once('.').ok_or(Unknown::Malformed)?;
         let (lane, seq): (u64, u64) =
             (lane.parse().map_err(|_| Unknown::Malformed)?, seq.parse().map_err(|_| Unknown::Malformed)?);
-        let at = self.kept.binary_search_by_key(&seq, |k| k.seq).map_err(|_| Unknown::NotKept)?;
-        if self.kept[at].lane != lane {
-            return Err(Unknown::NotKept);
-        }
-        let mut replay: VecDeque<Bytes> = self
-            .kept
-            .iter()
-            .skip(at + 1)
-            .filter(|k| k.lane == lane && !k.frame.is_empty())
-            .map(|k| k.frame.clone())
-            .collect();
+        let at = self.kept.binary_search_by_key(&seq, |k| k.seq).ok().filter(|at| self.kept[*at].lane == lane);
+        let replay = |at: usize| -> VecDeque<Bytes> {
+            self.kept
+                .iter()
+                .skip(at + 1)
+                .filter(|k| k.lane == lane && !k.frame.is_empty())
+                .map(|k| k.frame.clone())
+                .collect()
+        };
         if let Some((_, request)) = self.lost.iter().find(|(n, _)| *n == lane) {
-            // Dropped unread: a request's stream ends with an error in place of its response
-            // (exactly one answer, never silence); a GET stream is refused.
+            // Dropped: a request's stream ends with an error in place of its response (exactly
+            // one answer, never silence), whether or not the event named is still kept; a GET
+            // stream is refused.
             let Some(id) = request else {
                 return Err(Unknown::Dropped);
             };
-            let error = crate::codec::response_error(
-                id,
-                crate::codec::INTERNAL_ERROR,
-                &format!(
-                    "the response to this request was dropped: its stream was not read for {} s, or held more than [http] event_store_bytes ({} bytes); send the request again",
-                    DETACHED_TTL.as_secs(),
-                    self.limit
-                ),
-                None,
-            );
-            replay.push_back(Bytes::from(format!("event: message\ndata: {error}\n\n")));
+            let mut replay = at.map(replay).unwrap_or_default();
+            replay.push_back(dropped_error(id));
             return Ok((replay, None));
         }
+        let Some(at) = at else { return Err(Unknown::NotKept) };
+        let replay = replay(at);
         let reader = self.attach(lane).map(|(n, wake)| (lane, n, wake));
         Ok((replay, reader))
     }
 
     /// Drops a lane nobody reads, with what it holds, remembering it for a later resume.
     fn drop_lane(&mut self, lane: u64) {
+        // A request's stream a client still holds open ends with the error for its request,
+        // after nothing else (what it held is given up).
+        if let Some(l) = self.lanes.get_mut(&lane)
+            && let (Some(r), Some(id)) = (&l.reader, &l.request)
+        {
+            l.pending.clear();
+            l.pending_bytes = 0;
+            l.closed = true;
+            l.farewell = Some(if l.json_only { Bytes::from(dropped_line(id)) } else { dropped_error(id) });
+            r.wake.notify_one();
+            let id = l.request.clone();
+            if self.lost.len() >= LOST_MAX {
+                self.lost.pop_front();
+            }
+            self.lost.push_back((lane, id));
+            return;
+        }
         if let Some(l) = self.lanes.remove(&lane) {
-            // Its reader, if any, finds the lane gone and ends its response.
+            // Its reader, if any (a GET stream's), finds the lane gone and ends its response.
             if let Some(r) = &l.reader {
                 r.wake.notify_one();
             }
@@ -389,6 +409,21 @@ impl Lanes {
             l.reader.is_some()
         });
     }
+}
+
+/// The SSE event that stands in for the response of request `id` whose stream was dropped.
+fn dropped_error(id: &str) -> Bytes {
+    Bytes::from(format!("event: message\ndata: {}\n\n", dropped_line(id)))
+}
+
+/// The JSON-RPC error of [`dropped_error`], as a line.
+fn dropped_line(id: &str) -> String {
+    crate::codec::response_error(
+        id,
+        crate::codec::INTERNAL_ERROR,
+        "the response to this request was dropped: its HTTP stream was cut and not resumed, or its client stopped reading it, while it held more than it may; send the request again",
+        None,
+    )
 }
 
 /// Something holding a session's lanes (its routes), which a [`Feed`] reads through.

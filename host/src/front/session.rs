@@ -672,19 +672,31 @@ mod tests {
         };
         assert_eq!(resume(&first), Some(Unknown::NotKept), "the oldest were dropped");
         assert_eq!(resume(&seen[9].0), None, "the newest are kept");
-        // A stream nobody reads holds at most the limit; past it, it is dropped.
+        // A cut stream holds what it has not sent, up to half the session's backlog limit (more
+        // than the store's 600 bytes: a big response waits for the client that resumes); past
+        // it, it is dropped.
         let mut cut = open(&r, "2", None, false);
         let cut_at = drain(&mut cut).unwrap()[0].0.clone();
         drop(cut);
-        let mut notice = taken(&log(0), &b);
-        notice.related = Some("2".into());
-        route(&r, notice);
-        for n in 0..10 {
-            let mut notice = taken(&log(n), &b);
+        let lane = r.lock().unwrap().by_request["2"];
+        let big = |n: u32| {
+            format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"data":"{n} {}"}}}}"#,
+                "x".repeat(b.backlog().limit() / 8)
+            )
+        };
+        for n in 0..3 {
+            let mut notice = taken(&big(n), &b);
             notice.related = Some("2".into());
             route(&r, notice);
         }
-        let lane = r.lock().unwrap().by_request["2"];
+        assert!(r.lock().unwrap().lanes.exists(lane), "a cut stream was dropped under half the backlog limit");
+        for n in 3..4 {
+            let mut notice = taken(&big(n), &b);
+            notice.related = Some("2".into());
+            route(&r, notice);
+        }
+        assert_eq!(b.backlog().queued(), 0, "the dropped stream's bytes are still counted");
         assert!(!r.lock().unwrap().lanes.exists(lane), "the unread stream was dropped");
         // Resuming it gets an error in place of the response it will never have, then the end.
         let mut resumed = {
@@ -710,8 +722,9 @@ mod tests {
     }
 
     /// A stream whose client stopped reading it (its response body is open, nothing is taken)
-    /// is dropped once it holds more than half the session's limit and took nothing for a
-    /// while; the session and its other streams go on, its backlog given back.
+    /// is dropped once it holds more than it may (here the store's 1 MiB, more than half the
+    /// session's limit) and took nothing for a while; the session and its other streams go on,
+    /// its backlog given back, and the client reading again gets an error for its request.
     #[tokio::test(start_paused = true)]
     async fn a_stream_its_client_stopped_reading_is_dropped_and_the_others_go_on() {
         let (r, b) = (routes(), link());
@@ -738,12 +751,21 @@ mod tests {
         let lane = r.lock().unwrap().by_request["2"];
         tokio::time::advance(super::super::events::STALLED).await;
         assert!(r.lock().unwrap().lanes.exists(lane), "dropped while under half the limit");
-        for n in 3..6 {
+        for n in 3..10 {
             route(&r, taken(&progress("p2", n), &b));
         }
-        assert!(!r.lock().unwrap().lanes.exists(lane), "the unread stream was kept past half the limit");
-        assert_eq!(b.backlog().queued(), 0, "the dropped stream's bytes are still counted");
+        assert_eq!(b.backlog().queued(), 0, "the unread stream was kept past its cap");
+        // When its client reads again: the error in place of its response, then the end.
+        let last = data(&mut stuck);
+        assert_eq!(last.len(), 1, "{last:?}");
+        let v: serde_json::Value = serde_json::from_str(&last[0]).unwrap();
+        assert_eq!(
+            (v["id"].clone(), v["error"]["code"].clone()),
+            (serde_json::json!(2), serde_json::json!(-32603)),
+            "{v}"
+        );
         assert!(drain(&mut stuck).is_none(), "the unread stream's response did not end");
+        assert!(!r.lock().unwrap().lanes.exists(lane));
         route(&r, taken(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#, &b));
         assert_eq!(data(&mut good), vec![r#"{"jsonrpc":"2.0","id":1,"result":{}}"#.to_string()]);
     }

@@ -125,7 +125,9 @@ fn validate(headers: &HeaderMap, line: &str, env: &Envelope, id: &str) -> Result
         "resources/read" => "uri",
         _ => return Ok(()),
     };
-    let body = params[field].as_str().unwrap_or_default();
+    let Some(body) = params[field].as_str() else {
+        return Err(invalid(format!("Invalid params: {method} needs params.{field}, a string")));
+    };
     match headers.get(NAME_HEADER) {
         None => Err(mismatch(format!("the Mcp-Name header is missing (required for {method})"))),
         Some(v) => match decoded(v) {
@@ -398,8 +400,10 @@ mod tests {
         assert_eq!(check(&[v, m]), Some(HEADER_MISMATCH), "no Mcp-Name");
         assert_eq!(check(&[v, m, ("mcp-name", "hello")]), Some(HEADER_MISMATCH));
         assert_eq!(check(&[v, m, ("mcp-name", "=?base64?!!?=")]), Some(HEADER_MISMATCH));
-        // A body without what the era requires in `_meta` is invalid, whatever the headers say.
+        // A body without what the era requires in `_meta`, or with a name that is no string, is
+        // invalid, whatever the headers say.
         for bare in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":5,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"héllo"}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"héllo","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"héllo","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":7}}}"#,
