@@ -119,6 +119,11 @@ pub enum CallError {
     WrongEra { server: String, supported: String, requested: String },
     #[error("switchyard is shutting down")]
     ShuttingDown,
+    /// The server was removed from the config while the call ran.
+    #[error(
+        "server `{server}` was removed from switchyard's config; its sessions end (a client of another server goes on)"
+    )]
+    Removed { server: String },
 }
 
 impl CallError {
@@ -140,7 +145,8 @@ impl CallError {
             | CallError::Lost { .. }
             | CallError::Down { .. }
             | CallError::InitFailed { .. }
-            | CallError::ShuttingDown => codec::SERVER_UNAVAILABLE,
+            | CallError::ShuttingDown
+            | CallError::Removed { .. } => codec::SERVER_UNAVAILABLE,
             CallError::Busy { .. } => codec::SERVER_BUSY,
             CallError::NotInitialized { .. } => codec::INVALID_REQUEST,
             CallError::WrongEra { .. } => codec::UNSUPPORTED_PROTOCOL_VERSION,
@@ -173,6 +179,7 @@ impl CallError {
                 json!({"server": server, "supported": [supported], "requested": requested})
             }
             CallError::ShuttingDown => json!({}),
+            CallError::Removed { server } => json!({"server": server}),
         }
     }
 

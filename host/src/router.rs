@@ -434,10 +434,19 @@ impl Router {
         let of = shown.as_ref().map(|s| format!(" ({})", s.label)).unwrap_or_default();
         if !replaced {
             tracing::info!(server = %old.name, "{why}{of}: its sessions end and its instances stop");
-            old.shutdown.cancel();
             // Sessions still on an older configuration of it (HTTP ones, which are not moved
             // when a server is edited) end too: the server is gone, not replaced.
-            for (s, _) in self.retired.lock().expect("lock").iter().filter(|(s, _)| s.name == old.name) {
+            let mut gone: Vec<Arc<Server>> = self
+                .retired
+                .lock()
+                .expect("lock")
+                .iter()
+                .map(|(s, _)| s.clone())
+                .filter(|s| s.name == old.name)
+                .collect();
+            gone.push(old.clone());
+            for s in gone {
+                s.removed.store(true, std::sync::atomic::Ordering::Release);
                 s.shutdown.cancel();
             }
         } else {

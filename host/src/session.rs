@@ -563,7 +563,7 @@ impl Session {
         let resp = self
             .dispatch(&line, &env, &id, &token)
             .await
-            .or_else(|| token.owes_answer().then(|| crate::error::CallError::ShuttingDown.to_response(&id)));
+            .or_else(|| token.owes_answer().then(|| self.server.ended().to_response(&id)));
         // What the engine forwards it counts itself; what the session answers is counted here.
         let method = env.method.as_deref().unwrap_or_default();
         if ANSWERED_HERE.contains(&method) {

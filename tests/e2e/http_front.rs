@@ -1022,9 +1022,16 @@ async fn an_edited_server_keeps_its_http_sessions_and_a_removed_one_ends_them() 
         .await;
     let after = pid_of(f.request("/mcp/beta", &sid, call(json!(2), "pid", json!({}), None)).await.all().await);
     assert_eq!(before, after, "the HTTP session was moved off its server");
-    // Removed: its stream ends, its id is unknown.
+    // Removed: a call in flight is told so, its stream ends, its id is unknown.
     let mut stream = Sse::new(f.get("/mcp/beta", &sid, None).await);
+    let mut busy = f.request("/mcp/beta", &sid, call(json!(5), "sleep", json!({"ms": 20_000}), None)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     f.home.write_config(&format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", f.home.fixture("alpha", &[])));
+    let answer = tokio::time::timeout(SLOW, busy.all()).await.expect("the call in flight was never answered");
+    let last = answer.last().unwrap_or_else(|| panic!("no answer: {answer:?}"));
+    assert_eq!(last["id"], 5, "{answer:?}");
+    let message = last["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("server `beta` was removed"), "{last}");
     let end = tokio::time::timeout(SLOW, stream.all()).await;
     assert!(end.is_ok(), "the GET stream of a removed server's session never ended");
     let r = f.post("/mcp/beta", Some(&sid), &call(json!(3), "echo", json!({"text": "x"}), None)).send().await.unwrap();

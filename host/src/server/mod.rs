@@ -83,6 +83,9 @@ pub struct Server {
     pub metric_name: Arc<str>,
     pub tool_labels: ToolNames,
     pub shutdown: CancellationToken,
+    /// Set when the server was removed from the config (its `shutdown` then fires, and what it
+    /// still owes is answered as such, not as "switchyard is shutting down").
+    pub removed: std::sync::atomic::AtomicBool,
     pub tasks: TaskTracker,
 }
 
@@ -157,6 +160,7 @@ impl Server {
                 metrics,
                 tool_labels: ToolNames::default(),
                 shutdown,
+                removed: Default::default(),
                 tasks: TaskTracker::new(),
             }
         })
@@ -222,6 +226,15 @@ impl Server {
         }
     }
 
+    /// Why a call of this server ends unanswered once its `shutdown` fired: it was removed from
+    /// the config, or switchyard is shutting down.
+    pub fn ended(&self) -> CallError {
+        match self.removed.load(std::sync::atomic::Ordering::Acquire) {
+            true => CallError::Removed { server: self.name.clone() },
+            false => CallError::ShuttingDown,
+        }
+    }
+
     /// Spawns and initialises one instance for `pool` (the pools' spawner).
     async fn start_instance(
         self: Arc<Self>,
@@ -230,7 +243,7 @@ impl Server {
         modern: bool,
     ) -> Result<Arc<Instance>, CallError> {
         if self.shutdown.is_cancelled() {
-            return Err(CallError::ShuttingDown);
+            return Err(self.ended());
         }
         if let Some(at) = self.check_start_allowed()? {
             tokio::time::sleep_until(at).await;
