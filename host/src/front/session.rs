@@ -165,7 +165,7 @@ impl Routes {
 }
 
 /// A JSON value's text in one form, so the same id or token written two ways matches.
-fn canonical(raw: &str) -> String {
+pub(super) fn canonical(raw: &str) -> String {
     serde_json::from_str::<serde_json::Value>(raw).map(|v| v.to_string()).unwrap_or_else(|_| raw.to_string())
 }
 
@@ -211,7 +211,8 @@ impl HttpSession {
         let opening = crate::session::Opening { transport: "http", registry, speaks_control: false };
         let ended = session.ended.clone();
         tokio::spawn(async move {
-            let input = Inbox { rx, abort };
+            let why = "the HTTP session was ended (DELETE or idle past [http] session_idle_ms)";
+            let input = Inbox { rx, abort, why };
             crate::session::serve_with(server, input, Outbox { routes: routes.clone() }, opening, shutdown).await;
             let mut r = routes.lock().expect("lock");
             r.ended = true;
@@ -333,20 +334,19 @@ impl HttpSession {
     }
 }
 
-/// The session's input: the messages POSTed to it.
-struct Inbox {
-    rx: mpsc::UnboundedReceiver<String>,
-    abort: CancellationToken,
+/// A session's input over HTTP: the messages POSTed to it, until `abort` ends it at once (the
+/// client ended the session, or left), saying `why`.
+pub(super) struct Inbox {
+    pub(super) rx: mpsc::UnboundedReceiver<String>,
+    pub(super) abort: CancellationToken,
+    pub(super) why: &'static str,
 }
 
 impl Input for Inbox {
     async fn next(&mut self) -> std::io::Result<Option<Frame>> {
         tokio::select! {
             biased;
-            _ = self.abort.cancelled() => Err(std::io::Error::new(
-                std::io::ErrorKind::ConnectionAborted,
-                "the HTTP session was ended (DELETE or idle past [http] session_idle_ms)",
-            )),
+            _ = self.abort.cancelled() => Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, self.why)),
             m = self.rx.recv() => Ok(m.map(Frame::Line)),
         }
     }

@@ -16,11 +16,12 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::events::Taken;
+use super::session::{Inbox, canonical};
 use super::{Front, Mode, rpc_error, rpc_error_data};
-use crate::codec::{self, Envelope, Frame, Kind};
+use crate::codec::{self, Envelope, Kind};
 use crate::link::Backlog;
 use crate::server::Server;
-use crate::session::{Input, Output};
+use crate::session::Output;
 
 /// Protocol versions of the stateless era this front serves (their header rules are these).
 pub const MODERN_VERSIONS: &[&str] = &["2026-07-28"];
@@ -193,7 +194,10 @@ impl Front {
             speaks_control: false,
         };
         let output = Catch { id: canonical(&id), progress, to_client, inbox: Some(inbox) };
-        let input = OneRequest { rx, abort: abort.clone() };
+        // The ephemeral session's input: the one request (and answers to server requests),
+        // ended once it is answered, or at once when the client left.
+        let why = "the client closed its HTTP stream (2026-07-28: that cancels the request)";
+        let input = Inbox { rx, abort: abort.clone(), why };
         let ends = server.shutdown.clone();
         tokio::spawn(crate::session::serve_with(server, input, output, opening, ends));
         let guard = abort.drop_guard();
@@ -279,30 +283,6 @@ impl Front {
 
 fn is_response(line: &str) -> bool {
     codec::parse(line).is_ok_and(|e| e.kind == Kind::Response)
-}
-
-fn canonical(raw: &str) -> String {
-    serde_json::from_str::<serde_json::Value>(raw).map(|v| v.to_string()).unwrap_or_else(|_| raw.to_string())
-}
-
-/// The ephemeral session's input: the one request (and answers to server requests), then end
-/// of input once it is answered; an error ending it at once when the client left.
-struct OneRequest {
-    rx: mpsc::UnboundedReceiver<String>,
-    abort: CancellationToken,
-}
-
-impl Input for OneRequest {
-    async fn next(&mut self) -> std::io::Result<Option<Frame>> {
-        tokio::select! {
-            biased;
-            _ = self.abort.cancelled() => Err(std::io::Error::new(
-                std::io::ErrorKind::ConnectionAborted,
-                "the client closed its HTTP stream (2026-07-28: that cancels the request)",
-            )),
-            m = self.rx.recv() => Ok(m.map(Frame::Line)),
-        }
-    }
 }
 
 /// The ephemeral session's output: the request's response and what relates to it go to the
