@@ -402,9 +402,7 @@ impl Front {
     /// A `text/event-stream` response carrying `feed`, with keep-alive comments while idle; it
     /// ends when the feed does (after a request's response; when the session ends).
     fn sse(&self, feed: Feed) -> Response {
-        let period = Duration::from_millis(self.http.keepalive_ms.max(1));
-        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let tick = self.keepalive();
         let events = futures_util::stream::unfold((feed, tick), |(mut feed, mut tick)| async move {
             let bytes = tokio::select! {
                 m = feed.next() => m?,
@@ -412,13 +410,26 @@ impl Front {
             };
             Some((Ok::<_, std::convert::Infallible>(bytes), (feed, tick)))
         });
-        let mut r = Response::new(Body::from_stream(events));
-        let h = r.headers_mut();
-        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-        r
+        event_stream(Body::from_stream(events))
     }
+
+    /// When an idle SSE stream gets its next keep-alive comment (`[http] keepalive_ms`).
+    fn keepalive(&self) -> tokio::time::Interval {
+        let period = Duration::from_millis(self.http.keepalive_ms.max(1));
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick
+    }
+}
+
+/// A `text/event-stream` response of `body`, never cached or buffered by a proxy.
+fn event_stream(body: Body) -> Response {
+    let mut r = Response::new(body);
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    r
 }
 
 /// Reads a body of at most `limit` bytes; over it, 413 with a JSON-RPC error.

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::events::Taken;
 use super::session::{Inbox, canonical};
-use super::{Front, Mode, rpc_error, rpc_error_data};
+use super::{Front, Mode, event_stream, rpc_error, rpc_error_data};
 use crate::codec::{self, Envelope, Kind};
 use crate::link::Backlog;
 use crate::server::Server;
@@ -244,9 +244,7 @@ impl Front {
         rx: mpsc::UnboundedReceiver<Taken>,
         guard: tokio_util::sync::DropGuard,
     ) -> Response {
-        let period = Duration::from_millis(self.http.keepalive_ms.max(1));
-        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let tick = self.keepalive();
         // The guard goes with the body: dropped before the response (the client closed the
         // stream), it cancels the request; after it, it is disarmed and the stream ends.
         let state = (first, rx, tick, Some(guard));
@@ -272,12 +270,7 @@ impl Front {
             };
             Some((Ok::<_, std::convert::Infallible>(bytes), (first, rx, tick, guard)))
         });
-        let mut r = Response::new(Body::from_stream(events));
-        let h = r.headers_mut();
-        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-        r
+        event_stream(Body::from_stream(events))
     }
 }
 
