@@ -22,13 +22,23 @@ if ! command -v chromium >/dev/null; then
          "apt-get install --no-install-recommends chromium)" >&2; exit 1
   fi
 fi
-# Plugins are built from source for WebAssembly by host/build.rs.
+# Plugins are built from source for WebAssembly by crates/policy/build.rs.
 rustup target add wasm32-wasip2 >/dev/null
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+# Style first: it takes seconds and a failure here is the cheapest to fix.
+echo "checking formatting (cargo fmt --check)..." >&2
+cargo fmt --all --check
+(cd examples/plugins && cargo fmt --all --check)
+echo "linting (cargo clippy, warnings denied; the first run builds the dependencies)..." >&2
+cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
+(cd examples/plugins && CARGO_TARGET_DIR=../../target/plugins-lint cargo clippy --workspace --all-targets --locked --target wasm32-wasip2 -- -D warnings)
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-cargo test --workspace --locked "$@" 2>&1 | tee "$log" || status=$?
+# --all-features turns on `interop`: the suites that need Node.js, Python and Chromium.
+cargo test --workspace --all-features --locked "$@" 2>&1 | tee "$log" || status=$?
 # One closing line for the whole run: cargo prints a summary per test binary.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed;?$/) p += $i; if ($(i+1) ~ /^failed;?$/) f += $i } }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log"

@@ -1,13 +1,11 @@
 //! `switchyard clients` through the real binary: the client configs of a home and a project.
 
-mod harness;
-
 use std::path::Path;
 
-use harness::*;
+use switchyard_testkit::*;
 
 fn place(from: &str, to: &Path) {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/clients").join(from);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/clients").join(from);
     std::fs::create_dir_all(to.parent().unwrap()).unwrap();
     std::fs::copy(src, to).unwrap();
 }
@@ -82,7 +80,7 @@ fn snapshot(dir: &Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
 
 /// `switchyard wrap|unwrap ARGS` as the user `home` runs it, in `cwd`; stdout, or the test fails
 /// with stderr.
-fn switchyard_in(home: &harness::daemon::Home, cwd: &Path, args: &[&str]) -> std::process::Output {
+fn switchyard_in(home: &switchyard_testkit::daemon::Home, cwd: &Path, args: &[&str]) -> std::process::Output {
     std::process::Command::new(bin())
         .args(args)
         .current_dir(cwd)
@@ -101,7 +99,7 @@ fn ok(out: std::process::Output) -> String {
 }
 
 /// The files of every client, placed where each client keeps them in `home` and a project.
-fn place_all(home: &harness::daemon::Home) -> (std::path::PathBuf, Vec<std::path::PathBuf>) {
+fn place_all(home: &switchyard_testkit::daemon::Home) -> (std::path::PathBuf, Vec<std::path::PathBuf>) {
     let (h, project) = (home.path(), home.path().join("work"));
     let files = vec![
         h.join("config/Claude/claude_desktop_config.json"),
@@ -122,7 +120,7 @@ fn place_all(home: &harness::daemon::Home) -> (std::path::PathBuf, Vec<std::path
 /// switchyard.toml, no backup, no record.
 #[test]
 fn wrap_dry_run_shows_a_diff_and_writes_nothing() {
-    let home = harness::daemon::Home::new();
+    let home = switchyard_testkit::daemon::Home::new();
     let (project, _) = place_all(&home);
     let before = snapshot(home.path());
     for client in ["claude-desktop", "claude-code", "cursor", "vscode"] {
@@ -139,7 +137,7 @@ fn wrap_dry_run_shows_a_diff_and_writes_nothing() {
 /// is a link stays a link.
 #[test]
 fn wrap_then_unwrap_gives_every_file_back_byte_for_byte() {
-    let home = harness::daemon::Home::new();
+    let home = switchyard_testkit::daemon::Home::new();
     let (project, files) = place_all(&home);
     // Cursor's file is a link into a dotfiles directory, as stow or home-manager make it.
     let cursor = &files[2];
@@ -200,7 +198,7 @@ fn wrap_then_unwrap_gives_every_file_back_byte_for_byte() {
 /// and says so.
 #[test]
 fn unwrap_after_an_edit_keeps_the_edit_and_says_so() {
-    let home = harness::daemon::Home::new();
+    let home = switchyard_testkit::daemon::Home::new();
     let file = home.path().join("config/Claude/claude_desktop_config.json");
     place("claude_desktop_config.json", &file);
     let original = std::fs::read_to_string(&file).unwrap();
@@ -215,7 +213,7 @@ fn unwrap_after_an_edit_keeps_the_edit_and_says_so() {
 /// A file that does not parse: the error names file, line and column; nothing is written.
 #[test]
 fn wrap_of_a_broken_file_names_line_and_column_and_writes_nothing() {
-    let home = harness::daemon::Home::new();
+    let home = switchyard_testkit::daemon::Home::new();
     let project = home.path().join("work");
     place("broken.vscode.mcp.json", &project.join(".vscode/mcp.json"));
     let before = snapshot(home.path());
@@ -231,7 +229,7 @@ fn wrap_of_a_broken_file_names_line_and_column_and_writes_nothing() {
 /// daemon; two values of the client's variable reach two servers, each its own.
 #[tokio::test]
 async fn a_wrapped_entry_launched_as_the_client_would_answers_through_the_daemon() {
-    let home = harness::daemon::Home::new();
+    let home = switchyard_testkit::daemon::Home::new();
     let project = home.path().join("work");
     let mcp = project.join(".mcp.json");
     std::fs::create_dir_all(&project).unwrap();
@@ -268,7 +266,7 @@ async fn a_wrapped_entry_launched_as_the_client_would_answers_through_the_daemon
     let (ta, tb) = (ca.call_text("pid", serde_json::json!({})).await, cb.call_text("pid", serde_json::json!({})).await);
     assert!(ta.contains("plain"), "{ta}");
     assert!(tb.contains("alpha"), "{tb}");
-    assert_eq!(home.daemons().len(), 1, "{}", harness::daemon::render(&home.processes()));
+    assert_eq!(home.daemons().len(), 1, "{}", switchyard_testkit::daemon::render(&home.processes()));
     // Each variant's instances are told apart in the log: `[fix@1#1]`, `[fix@2#1]`.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while !(home.logs().contains("[fix@1#1]") && home.logs().contains("[fix@2#1]")) {
@@ -290,7 +288,7 @@ async fn a_wrapped_entry_launched_as_the_client_would_answers_through_the_daemon
 /// points to, whose previous text is kept beside it; its own servers and comments stay.
 #[test]
 fn wrap_into_a_linked_switchyard_config_keeps_the_link_and_a_backup() {
-    let home = harness::daemon::Home::new();
+    let home = switchyard_testkit::daemon::Home::new();
     place("claude_desktop_config.json", &home.path().join("config/Claude/claude_desktop_config.json"));
     let target = home.path().join("dotfiles/switchyard.toml");
     std::fs::create_dir_all(target.parent().unwrap()).unwrap();
@@ -322,7 +320,7 @@ fn wrap_into_a_linked_switchyard_config_keeps_the_link_and_a_backup() {
 /// the file the one before it wrote), and every client file names a server that exists.
 #[test]
 fn wraps_at_once_lose_no_server() {
-    let home = harness::daemon::Home::new();
+    let home = switchyard_testkit::daemon::Home::new();
     let config = home.config_str();
     let other_run = home.path().join("run2");
     std::fs::create_dir(&other_run).unwrap();

@@ -1,11 +1,8 @@
 //! Configuration mistakes a user makes in the first hour, seen through the real binary.
 
-mod harness;
-mod setup;
-
 use std::time::Duration;
 
-use setup::*;
+use crate::setup::*;
 
 /// `[pools.defualt]` parses (pool names are free), but no call can reach it: the router must say
 /// so on stderr, naming the pool and the likely fix, and still serve calls on `default`.
@@ -30,7 +27,7 @@ async fn a_misspelt_default_pool_is_named_in_a_warning() {
 /// `switchyard run ARGS` with `envs` set (and MCP_TOKEN-like variables of the test's own
 /// environment removed), stdin closed: its exit code, stdout and stderr.
 async fn run_to_exit(args: &[&str], envs: &[(&str, &str)]) -> (Option<i32>, String, String) {
-    let mut cmd = tokio::process::Command::new(harness::bin());
+    let mut cmd = tokio::process::Command::new(switchyard_testkit::bin());
     cmd.arg("run")
         .args(args)
         .env_remove("MCP_TOKEN")
@@ -54,7 +51,7 @@ async fn run_to_exit(args: &[&str], envs: &[(&str, &str)]) -> (Option<i32>, Stri
 /// value of a variable that is set never appears, even at debug level.
 #[tokio::test]
 async fn a_missing_header_variable_stops_the_start_naming_it_and_the_file() {
-    let dir = harness::temp_dir();
+    let dir = switchyard_testkit::temp_dir();
     let file = dir.path().join("switchyard.toml");
     std::fs::write(
         &file,
@@ -94,7 +91,7 @@ async fn a_header_variable_with_a_line_break_is_named_without_its_value() {
 /// line; on the command line, as a usage error.
 #[tokio::test]
 async fn a_server_given_as_both_command_and_url_is_refused() {
-    let dir = harness::temp_dir();
+    let dir = switchyard_testkit::temp_dir();
     let file = dir.path().join("switchyard.toml");
     std::fs::write(&file, "[server]\ncommand = \"npx\"\nurl = \"https://mcp.example.com/mcp\"\n").unwrap();
     let (code, stdout, stderr) = run_to_exit(&["--config", file.to_str().unwrap()], &[]).await;
@@ -114,9 +111,9 @@ async fn a_server_given_as_both_command_and_url_is_refused() {
 /// calls (the other, whose command does not exist, is never started).
 #[tokio::test]
 async fn run_picks_one_of_the_file_s_servers_by_name() {
-    let dir = harness::temp_dir();
+    let dir = switchyard_testkit::temp_dir();
     let file = dir.path().join("switchyard.toml");
-    let fixture = harness::Proc::fixture_cmd(&[]);
+    let fixture = switchyard_testkit::Proc::fixture_cmd(&[]);
     let text = format!(
         "[limits]\ncall_timeout_ms = 60000\n\n[servers.broken]\ncommand = \"/nonexistent/switchyard-e2e\"\n\n\
          [servers.fix]\ncommand = {:?}\nargs = {:?}\n[servers.fix.limits]\ncall_timeout_ms = 20000\n",
@@ -130,7 +127,7 @@ async fn run_picks_one_of_the_file_s_servers_by_name() {
     assert!(stderr.contains("has 2 servers (broken, fix)"), "{stderr}");
     assert!(stderr.contains("switchyard connect NAME") && stderr.contains("--name NAME"), "{stderr}");
 
-    let mut router = harness::Proc::router(&["--config", file.to_str().unwrap(), "--name", "fix"]);
+    let mut router = switchyard_testkit::Proc::router(&["--config", file.to_str().unwrap(), "--name", "fix"]);
     let mut client = router.client();
     client.initialize().await;
     assert_eq!(client.call_text("echo", serde_json::json!({"text": "hi"})).await, "hi");
@@ -139,7 +136,7 @@ async fn run_picks_one_of_the_file_s_servers_by_name() {
 /// A file that is not TOML is one line on stderr: the file, the line and the column.
 #[tokio::test]
 async fn a_broken_config_file_is_named_with_its_line_and_column() {
-    let dir = harness::temp_dir();
+    let dir = switchyard_testkit::temp_dir();
     let file = dir.path().join("switchyard.toml");
     std::fs::write(&file, "[servers.fs]\ncommand = \"npx\"\nargs = [\"-y\",\n").unwrap();
     let (code, stdout, stderr) = run_to_exit(&["--config", file.to_str().unwrap()], &[]).await;

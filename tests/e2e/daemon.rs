@@ -7,14 +7,12 @@
 //! test may be left running); a failing test's Drop kills whatever is left and prints the
 //! daemon's log.
 
-mod harness;
-
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
-use harness::daemon::*;
-use harness::*;
 use serde_json::{Value, json};
+use switchyard_testkit::daemon::*;
+use switchyard_testkit::*;
 
 /// Generous bounds for things that take milliseconds on an idle machine (a daemon start, a
 /// reload, a process exit): the machine running these tests is shared and loaded.
@@ -37,7 +35,7 @@ async fn leave(mut p: Proc, mut c: Client) {
 /// SIGKILL or SIGTERM to a process that is not ours to wait for (the daemon runs detached).
 fn kill(pid: u32, sig: i32) {
     // SAFETY: kill(2) has no memory-safety preconditions.
-    unsafe { libc::kill(pid as i32, sig) };
+    signal_pid(pid, sig);
 }
 
 /// Waits until the fixture behind `journal` has received a `tools/call` of `tool`.

@@ -10,7 +10,7 @@ const LIMIT: Duration = Duration::from_secs(120);
 
 #[test]
 fn the_demo_runs_every_scenario_and_exits_0() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+    let mut child = Command::new(switchyard_testkit::bin())
         .arg("demo")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -1,13 +1,10 @@
 //! End-to-end scenarios of the engine (issue 4): pools, gates, timeouts, retries, crash recovery.
 
-mod harness;
-mod setup;
-
 use std::time::{Duration, Instant};
 
-use harness::*;
+use crate::setup::*;
 use serde_json::{Value, json};
-use setup::*;
+use switchyard_testkit::*;
 
 const POOL_OF_FOUR_SERIAL: &str = "[pools.default]\nmin = 1\nmax = 4\nmax_inflight = 1\n";
 
@@ -117,7 +114,7 @@ async fn a_crash_fails_unsafe_calls_fast_and_retries_safe_ones() {
     let sleep_id = s.client.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": 300}})).await;
     tokio::time::sleep(Duration::from_millis(150)).await;
     // SAFETY: plain kill(2) of the fixture process this test started through the router.
-    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    signal_pid(pid, libc::SIGKILL);
     let killed = Instant::now();
     let write = s.client.wait_response(&write_id).await;
     let answered = killed.elapsed();
@@ -257,7 +254,7 @@ async fn a_burst_grows_the_pool_and_idle_instances_are_reaped() {
         "three serial instances should overlap: {:?}",
         started.elapsed()
     );
-    let pids: std::collections::BTreeSet<u32> = harness::journal(&journal_file)
+    let pids: std::collections::BTreeSet<u32> = switchyard_testkit::journal(&journal_file)
         .iter()
         .filter(|e| e["msg"]["method"] == "tools/call")
         .filter_map(|e| e["pid"].as_u64())
@@ -434,7 +431,7 @@ async fn a_read_only_call_that_times_out_is_not_repeated_by_default() {
     // It names the instance the call ran on.
     assert!(msg.contains("(on ") && msg.contains('#'), "{msg}");
     assert_eq!(resp["error"]["data"]["attempts"], 1, "{resp}");
-    let entries = harness::journal(&journal_file);
+    let entries = switchyard_testkit::journal(&journal_file);
     let calls = received(&entries, "tools/call").filter(|m| m["params"]["name"] == "sleep").count();
     assert_eq!(calls, 1, "the server saw the call once: {entries:?}");
 }
@@ -491,7 +488,7 @@ async fn a_server_that_stops_reading_does_not_make_memory_grow_without_bound() {
 /// arguments themselves never reach the log.
 #[tokio::test]
 async fn debug_logs_each_calls_decision_but_not_its_arguments() {
-    let plugins = std::path::Path::new(env!("SWITCHYARD_EXAMPLE_PLUGINS"));
+    let plugins = switchyard_testkit::example_plugins();
     let cfg = r#"
 [[plugins]]
 file = "hints.wasm"
@@ -544,7 +541,7 @@ async fn a_dead_subscription_holder_is_respawned_without_waiting_for_the_handove
     wait_journal(&journal, Duration::from_secs(10), |e| received(e, "notifications/initialized").count() >= 2).await;
     let sub = s.client.request("resources/subscribe", json!({"uri": "fixture://readme"})).await;
     assert!(sub.get("result").is_some(), "{sub}");
-    let entries = harness::journal(&journal);
+    let entries = switchyard_testkit::journal(&journal);
     let holder = entries
         .iter()
         .find(|e| e["dir"] == "in" && e["msg"]["method"] == "resources/subscribe")
@@ -558,7 +555,7 @@ async fn a_dead_subscription_holder_is_respawned_without_waiting_for_the_handove
     }
     wait_journal(&journal, Duration::from_secs(5), |e| received(e, "tools/call").count() >= 2).await;
     // SAFETY: plain kill(2) of a fixture process this test started through the router.
-    unsafe { libc::kill(holder as i32, libc::SIGKILL) };
+    signal_pid(holder, libc::SIGKILL);
     let killed = Instant::now();
     // The replacement starts while the other instance is still busy for seconds.
     let entries = wait_journal(&journal, Duration::from_secs(10), |e| events(e, "start").count() >= 3).await;

@@ -1,15 +1,12 @@
 //! Randomised faults against the real binary: every request gets exactly one response (or none,
 //! if its own client cancelled it), no session sees another's messages, no child outlives the router.
 
-mod harness;
-mod setup;
-
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use harness::*;
+use crate::setup::*;
 use serde_json::json;
-use setup::*;
+use switchyard_testkit::*;
 
 /// xorshift64*: a tiny deterministic generator, so a failing seed can be replayed.
 struct Rng(u64);
@@ -116,7 +113,7 @@ async fn every_request_is_answered_once_under_random_crashes_and_cancels() {
     s.client.close().await;
     assert_eq!(s.router.wait_timeout(Duration::from_secs(10)).await.code(), Some(0));
     let pids: HashSet<u32> =
-        harness::journal(&journal_file).iter().filter_map(|e| e["pid"].as_u64()).map(|p| p as u32).collect();
+        switchyard_testkit::journal(&journal_file).iter().filter_map(|e| e["pid"].as_u64()).map(|p| p as u32).collect();
     assert!(pids.len() > 1, "the storm should have crashed instances: {pids:?}");
     for pid in pids {
         assert!(wait_gone(pid, Duration::from_secs(3)).await, "fixture {pid} outlived the router");
@@ -201,7 +198,7 @@ async fn full_storm(stderr: StderrMode) {
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(Duration::from_millis(300 + rng.below(700))).await;
-                let pids: Vec<u32> = harness::journal(&journal_file)
+                let pids: Vec<u32> = switchyard_testkit::journal(&journal_file)
                     .iter()
                     .filter_map(|e| e["pid"].as_u64())
                     .map(|p| p as u32)
@@ -209,7 +206,7 @@ async fn full_storm(stderr: StderrMode) {
                     .collect();
                 if let Some(&pid) = pids.get(rng.below(pids.len().max(1) as u64) as usize) {
                     // SAFETY: kill(2) has no memory-safety preconditions.
-                    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                    signal_pid(pid, libc::SIGKILL);
                 }
             }
         })
@@ -273,7 +270,7 @@ async fn full_storm(stderr: StderrMode) {
     eprintln!("router peak RSS during the storm: {rss} KiB");
     assert!(rss > 0 && rss < 200 * 1024, "the router's memory was not bounded: peak {rss} KiB");
     let pids: HashSet<u32> =
-        harness::journal(&journal_file).iter().filter_map(|e| e["pid"].as_u64()).map(|p| p as u32).collect();
+        switchyard_testkit::journal(&journal_file).iter().filter_map(|e| e["pid"].as_u64()).map(|p| p as u32).collect();
     assert!(pids.len() > 1, "the storm should have killed instances: {pids:?}");
     eprintln!("instances started during the storm: {}", pids.len());
     for pid in pids {
@@ -313,7 +310,7 @@ async fn storm_calls(c: &mut Client, tag: &str, rng: &mut Rng, calls: i64, numbe
 }
 
 fn test_plugin(name: &str) -> std::path::PathBuf {
-    std::path::Path::new(env!("SWITCHYARD_TEST_PLUGINS")).join(name)
+    switchyard_testkit::broken_plugins().join(name)
 }
 
 /// What the router's stderr is connected to.
@@ -371,7 +368,7 @@ impl StormRouter {
 impl Drop for StormRouter {
     fn drop(&mut self) {
         // SAFETY: kill(2) has no memory-safety preconditions.
-        unsafe { libc::kill(-(self.pid as i32), libc::SIGKILL) };
+        signal_group(self.pid, libc::SIGKILL);
     }
 }
 

@@ -1,11 +1,9 @@
 //! The fixture server driven directly (no router): proves the fixture's scripted behaviours and the harness.
 
-mod harness;
-
 use std::time::{Duration, Instant};
 
-use harness::{Client, Proc, events, received, temp_dir, tool_text, wait_journal};
 use serde_json::json;
+use switchyard_testkit::{Client, Proc, events, received, temp_dir, tool_text, wait_journal};
 
 async fn started(args: &[&str]) -> (Proc, Client) {
     let mut p = Proc::fixture(args);
@@ -67,7 +65,7 @@ async fn cancellation_stops_a_sleep_and_is_journaled() {
     assert_eq!(received(&entries, "notifications/cancelled").next().unwrap()["params"]["requestId"], id);
     // No response for the cancelled call, and the server still answers.
     c.expect_silence(Duration::from_millis(200)).await;
-    assert!(harness::is_response(&c.request("ping", json!({})).await));
+    assert!(switchyard_testkit::is_response(&c.request("ping", json!({})).await));
     assert!(c.buffered().is_empty(), "late response after cancellation: {:?}", c.buffered());
 }
 
@@ -81,7 +79,7 @@ async fn hang_never_answers_but_honours_cancellation() {
     c.cancel(&id, "enough").await;
     // Serial: the echo can only run once the hang is gone.
     assert_eq!(c.call_text("echo", json!({"text": "free"})).await, "free");
-    assert_eq!(events(&harness::journal(&jpath), "cancelled").count(), 1);
+    assert_eq!(events(&switchyard_testkit::journal(&jpath), "cancelled").count(), 1);
 }
 
 #[tokio::test]
@@ -193,7 +191,7 @@ async fn instances_share_one_journal() {
         ca.call_text("write", json!({"path": "/x", "text": format!("a{i}")})).await;
         cb.call_text("write", json!({"path": "/x", "text": format!("b{i}")})).await;
     }
-    let entries = harness::journal(&jpath);
+    let entries = switchyard_testkit::journal(&jpath);
     for p in [&a, &b] {
         let mine = |e: &&serde_json::Value| e["pid"] == p.pid;
         assert_eq!(events(&entries, "start").filter(mine).count(), 1);
@@ -205,8 +203,8 @@ async fn instances_share_one_journal() {
 #[tokio::test]
 async fn stdin_eof_ends_the_fixture_and_it_is_reaped() {
     let (mut p, mut c) = started(&[]).await;
-    assert!(harness::pid_alive(p.pid));
+    assert!(switchyard_testkit::pid_alive(p.pid));
     c.close().await;
     assert_eq!(p.exit_code().await, Some(0));
-    assert!(!harness::pid_alive(p.pid));
+    assert!(!switchyard_testkit::pid_alive(p.pid));
 }

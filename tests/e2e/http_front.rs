@@ -2,15 +2,11 @@
 //! 2025-11-25 era over HTTP next to stdio ones, each seeing only its own messages; DELETE; the
 //! door (token, Origin, Host, body size).
 
-mod harness;
-mod npm_setup;
-mod transcript;
-
 use std::time::Duration;
 
-use harness::daemon::*;
-use harness::*;
 use serde_json::{Value, json};
+use switchyard_testkit::daemon::*;
+use switchyard_testkit::*;
 
 const SLOW: Duration = Duration::from_secs(20);
 
@@ -441,11 +437,11 @@ async fn idle_sessions_end_and_streams_get_keep_alives() {
 /// it on its GET stream or the call's stream, and its answer goes back), then DELETE.
 #[tokio::test]
 async fn the_typescript_sdk_calls_tools_through_the_front() {
-    tokio::task::spawn_blocking(npm_setup::ensure_npm).await.unwrap();
+    tokio::task::spawn_blocking(crate::npm_setup::ensure_npm).await.unwrap();
     let f = Front::start(|h| format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", h.fixture("alpha", &[]))).await;
     let script = f.home.path().join("ts-http.mjs");
     std::fs::write(&script, TS_CLIENT).unwrap();
-    let sdk = npm_setup::npm_dir().join("node_modules/@modelcontextprotocol/sdk/dist/esm");
+    let sdk = crate::npm_setup::npm_dir().join("node_modules/@modelcontextprotocol/sdk/dist/esm");
     let url = format!("{}/mcp/alpha", f.base);
     let sdk_url = format!("file://{}", sdk.display());
     let run = tokio::process::Command::new("node")
@@ -957,7 +953,7 @@ async fn a_client_trickling_its_headers_is_cut_and_others_are_served() {
 /// without a probe. Each transcript equals the one of the same client connected directly (stdio).
 #[tokio::test]
 async fn the_python_sdk_client_over_http_matches_it_directly_in_every_mode() {
-    use harness::python_venv::{python_dir, venv_python};
+    use switchyard_testkit::python_venv::{python_dir, venv_python};
     let python = tokio::task::spawn_blocking(venv_python).await.unwrap();
     let server = [python.display().to_string(), python_dir().join("server.py").display().to_string()];
     let f = Front::start(|_| {
@@ -975,7 +971,7 @@ async fn the_python_sdk_client_over_http_matches_it_directly_in_every_mode() {
         cmd.stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
-        transcript::run(cmd, "client.py", Duration::from_secs(120))
+        crate::transcript::run(cmd, "client.py", Duration::from_secs(120))
     };
     let url = format!("{}/mcp/py", f.base);
     let auth = format!("Authorization: Bearer {}", f.token);

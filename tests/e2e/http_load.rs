@@ -3,13 +3,11 @@
 //! the daemon's memory is measured with the sessions idle (given per session in the output) and
 //! bounded; DELETE frees them all.
 
-mod harness;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use harness::daemon::Home;
 use serde_json::{Value, json};
+use switchyard_testkit::daemon::Home;
 
 const SESSIONS: usize = 1_000;
 const CALLS: usize = 3;

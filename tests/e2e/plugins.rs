@@ -3,23 +3,19 @@
 //! that print or panic (issue 8), configured plugins that cannot run, and a hostile plugin
 //! that must not stall other sessions (issue 9).
 
-mod harness;
-mod npm_setup;
-mod setup;
-
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use harness::*;
+use crate::setup::*;
 use serde_json::{Value, json};
-use setup::*;
+use switchyard_testkit::*;
 
 fn example(name: &str) -> PathBuf {
-    Path::new(env!("SWITCHYARD_EXAMPLE_PLUGINS")).join(name)
+    switchyard_testkit::example_plugins().join(name)
 }
 
 fn fixture_plugin(name: &str) -> PathBuf {
-    Path::new(env!("SWITCHYARD_TEST_PLUGINS")).join(name)
+    switchyard_testkit::broken_plugins().join(name)
 }
 
 /// Copies `from` into the plugins directory as `name`, written beside and renamed into place.
@@ -84,7 +80,7 @@ async fn overridden_annotations_are_enforced_by_keyed_gates() {
     assert!(took < Duration::from_millis(1150), "the other path waited for them: {took:?}");
     // One after another, in arrival order: the last write wins.
     assert_eq!(s.client.call_text("read", json!({"path": "/same/./file"})).await, "v3");
-    let entries = harness::journal(&journal_file);
+    let entries = switchyard_testkit::journal(&journal_file);
     let same: Vec<&str> = entries
         .iter()
         .filter(|e| e["path"].as_str().is_some_and(|p| p.starts_with("/same")))
@@ -407,7 +403,7 @@ config = { tools = { "write" = { timeout_ms = 600000 }, "hang" = { timeout_ms = 
     // The client waited for every attempt: the error says so.
     assert!(r["error"]["message"].as_str().unwrap().contains("in all (3 attempts)"), "{r}");
     assert_eq!(r["error"]["data"]["attempts"], 3, "{r}");
-    let entries = harness::journal(&journal_file);
+    let entries = switchyard_testkit::journal(&journal_file);
     let attempts = received(&entries, "tools/call").filter(|m| m["params"]["name"] == "hang").count();
     assert_eq!(attempts, 3, "attempts seen by the server: {entries:?}");
     let extra = drain(&mut s.client, Duration::from_millis(300)).await;
@@ -419,7 +415,7 @@ config = { tools = { "write" = { timeout_ms = 600000 }, "hang" = { timeout_ms = 
 /// concurrent read-modify-write edits of one file all survive.
 #[tokio::test]
 async fn server_filesystem_writes_marked_read_only_stay_serialised_per_file() {
-    npm_setup::ensure_npm();
+    crate::npm_setup::ensure_npm();
     let work = temp_dir();
     let file = work.path().join("notes.txt");
     let lines: Vec<String> = (0..10).map(|i| format!("slot-{i}")).collect();
@@ -434,7 +430,7 @@ config = { tools = { "write_file" = { readOnlyHint = true }, "edit_file" = { rea
 file = "fs-keys.wasm"
 priority = 5
 "#;
-    let entry = npm_setup::filesystem_entry();
+    let entry = crate::npm_setup::filesystem_entry();
     let server = ["node", entry.to_str().unwrap(), work.path().to_str().unwrap()].map(String::from);
     let plugins = [example("hints.wasm"), example("fs-keys.wasm")];
     let mut s = Setup::in_front_of(&server, &[], Some(cfg), &[&plugins[0], &plugins[1]]).await;

@@ -1,14 +1,11 @@
 //! End-to-end tests of the client protocol edges (issues 8 and 9): end of input, invalid ids,
 //! reused ids, replies switchyard cannot route, large answers, and `server/discover`.
 
-mod harness;
-mod setup;
-
 use std::time::{Duration, Instant};
 
-use harness::*;
+use crate::setup::*;
 use serde_json::{Value, json};
-use setup::*;
+use switchyard_testkit::*;
 
 /// A `server/discover` as a 2026-07-28 client sends it (the Python SDK 2.x, say).
 fn discover_params() -> Value {

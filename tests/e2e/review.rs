@@ -2,14 +2,11 @@
 //! property checked and found sound). Every test is meant to fail on the code it was written
 //! against and to pass once the bug is fixed.
 
-mod harness;
-mod setup;
-
 use std::time::{Duration, Instant};
 
-use harness::*;
+use crate::setup::*;
 use serde_json::json;
-use setup::*;
+use switchyard_testkit::*;
 
 /// A call cancelled by its client while the pool was spawning an instance for it dropped the
 /// spawn half-way: the pool's count of starting instances was never given back (so the pool
@@ -105,7 +102,7 @@ struct KillOnDrop(u32);
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
         // SAFETY: kill(2) of the helper process this test started.
-        unsafe { libc::kill(self.0 as i32, libc::SIGKILL) };
+        signal_pid(self.0, libc::SIGKILL);
     }
 }
 
@@ -164,7 +161,7 @@ async fn a_killed_launcher_fails_its_calls_and_leaves_no_orphan() {
         .await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     // SAFETY: kill(2) of the launcher this test started through the router.
-    unsafe { libc::kill(launcher as i32, libc::SIGKILL) };
+    signal_pid(launcher, libc::SIGKILL);
     let killed = Instant::now();
     client.timeout = Duration::from_secs(4);
     let resp = client.wait_response(&id).await;
@@ -231,7 +228,7 @@ impl Drop for RawRouter {
     fn drop(&mut self) {
         if let Some(pid) = self.child.id() {
             // SAFETY: kill(2) of the router group this test started.
-            unsafe { libc::killpg(pid as i32, libc::SIGKILL) };
+            signal_group(pid, libc::SIGKILL);
         }
     }
 }

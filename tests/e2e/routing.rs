@@ -2,14 +2,11 @@
 //! clients, logs, list changes) when sessions share an instance (issue 8, items 8 and 9; issue 9,
 //! item 1), with the fixture server.
 
-mod harness;
-mod setup;
-
 use std::time::Duration;
 
-use harness::*;
+use crate::setup::*;
 use serde_json::{Value, json};
-use setup::*;
+use switchyard_testkit::*;
 
 fn is_server_request(m: &Value, method: &str) -> bool {
     m["method"] == method && m.get("id").is_some()
@@ -80,7 +77,7 @@ async fn a_server_request_of_a_timed_out_call_never_reaches_another_session() {
     // Only `sample` times out (after 1 s); an abandoned call stays an owner for one default
     // call timeout, far longer than this test.
     let cfg = "[[plugins]]\nfile = \"timeouts.wasm\"\nconfig = { tools = { \"sample\" = { timeout_ms = 1000 } } }\n";
-    let timeouts = std::path::Path::new(env!("SWITCHYARD_EXAMPLE_PLUGINS")).join("timeouts.wasm");
+    let timeouts = switchyard_testkit::example_plugins().join("timeouts.wasm");
     let mut s = Setup::start(
         &["--ignore-cancel", "--journal", &journal],
         &["--listen", sock.to_str().unwrap()],
@@ -106,7 +103,7 @@ async fn a_server_request_of_a_timed_out_call_never_reaches_another_session() {
     assert_eq!(a_resp["error"]["code"], -32001, "{a_resp}");
     let b_resp = b.wait_response(&b_call).await;
     assert_eq!(tool_text(&b_resp), "slept 4000 ms", "{b_resp}");
-    let entries = harness::journal(&journal);
+    let entries = switchyard_testkit::journal(&journal);
     let refused = entries.iter().any(|m| {
         m["dir"] == "in" && m["msg"]["error"]["message"].as_str().is_some_and(|t| t.contains("sampling/createMessage"))
     });

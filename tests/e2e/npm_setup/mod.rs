@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("host/ has a parent").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).expect("the crate lives in crates/NAME").to_path_buf()
 }
 
 pub fn npm_dir() -> PathBuf {
@@ -141,7 +141,7 @@ fn install_is_stale(dir: &Path, needed: &[PathBuf]) -> bool {
 /// An exclusive lock on a file in cargo's per-target temp dir (never in the source tree), held
 /// while the returned file lives: test binaries that start at once install one at a time.
 pub fn install_lock(name: &str) -> Result<File, String> {
-    let lock_path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let lock_path = switchyard_testkit::target_tmp().join(name);
     let lock = File::options()
         .create(true)
         .truncate(false)

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::harness::*;
+use switchyard_testkit::*;
 
 /// A router in front of the fixture, with an empty plugins directory (so a user's own plugins
 /// never leak into a test) and any extra router arguments.

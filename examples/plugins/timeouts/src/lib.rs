@@ -67,11 +67,11 @@ impl Guest for Timeouts {
     }
 
     fn decide(call: Call, mut current: Decision) -> Verdict {
-        if let Some(tool) = call.tool.as_deref() {
-            if let Some(rule) = RULES.with(|r| r.borrow().get(tool).copied()) {
-                current.timeout_ms = rule.timeout_ms.or(current.timeout_ms);
-                current.retry = rule.retry.or(current.retry);
-            }
+        if let Some(tool) = call.tool.as_deref()
+            && let Some(rule) = RULES.with(|r| r.borrow().get(tool).copied())
+        {
+            current.timeout_ms = rule.timeout_ms.or(current.timeout_ms);
+            current.retry = rule.retry.or(current.retry);
         }
         Verdict::Continue(current)
     }

@@ -1,0 +1,420 @@
+//! The MCP client configurations on this machine (Claude Desktop, Claude Code, Cursor, VS Code):
+//! where they are and which servers they run, each entry with the byte span of its text so a
+//! writer ([`wrap`]) can replace it and keep the rest of the file as it was.
+
+#![forbid(unsafe_code)]
+
+pub mod jsonc;
+pub mod list;
+pub mod wrap;
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use self::jsonc::{Doc, Node, Tree};
+
+/// An MCP client whose configuration switchyard reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Client {
+    ClaudeDesktop,
+    ClaudeCode,
+    Cursor,
+    VsCode,
+}
+
+impl Client {
+    pub const ALL: [Client; 4] = [Client::ClaudeDesktop, Client::ClaudeCode, Client::Cursor, Client::VsCode];
+
+    /// The name a user types (`--client claude-code`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Client::ClaudeDesktop => "claude-desktop",
+            Client::ClaudeCode => "claude-code",
+            Client::Cursor => "cursor",
+            Client::VsCode => "vscode",
+        }
+    }
+
+    /// The key of the server map: VS Code's own `mcp.json` says `servers`, the others `mcpServers`.
+    pub fn servers_key(self) -> &'static str {
+        match self {
+            Client::VsCode => "servers",
+            _ => "mcpServers",
+        }
+    }
+}
+
+/// Whose servers a [`Found`] lists.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Scope {
+    /// Every session of the user (`~/.claude.json`, `~/.cursor/mcp.json`, ...).
+    User,
+    /// One project's file (`.mcp.json`, `.cursor/mcp.json`, `.vscode/mcp.json`).
+    Project,
+    /// Claude Code's "local" scope: `projects.<path>.mcpServers` in `~/.claude.json`.
+    ClaudeProject(PathBuf),
+}
+
+/// A server map in a client's file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Found {
+    pub client: Client,
+    pub path: PathBuf,
+    pub scope: Scope,
+    pub servers: Vec<Entry>,
+    /// Entries of the map that are not a server switchyard can read (`"type": "ws"`, no
+    /// `command`, `args` that are not strings, ...), each an [`Error::Invalid`]'s text:
+    /// one such entry leaves the others readable. Each says file, line, column and why.
+    pub unreadable: Vec<String>,
+    /// VS Code's `inputs[].id`: what `${input:ID}` may name (empty for other clients).
+    pub inputs: Vec<String>,
+}
+
+/// One server entry, in file order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    pub name: String,
+    pub kind: Kind,
+    /// The switchyard server name when the entry already runs `switchyard connect NAME`.
+    pub wrapped: Option<String>,
+    /// The client-side variables in the entry's strings, as written (`${VAR}`, `${VAR:-x}`,
+    /// `${input:key}`, `${env:X}`, `${workspaceFolder}`), each once, in file order. The client
+    /// expands them, so a writer keeps them in the client's file rather than resolving them.
+    pub variables: Vec<String>,
+    /// Keys of the entry this model does not hold (`envFile`, `auth`, `headersHelper`, ...),
+    /// which a writer must carry over or refuse to replace the entry.
+    pub unknown: Vec<String>,
+    /// The bytes of the entry's value (`{` to `}`) in the file.
+    pub span: Range<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Kind {
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        env: BTreeMap<String, String>,
+        cwd: Option<String>,
+    },
+    /// Streamable HTTP (`"type": "http"`, Cursor's `"streamable-http"`, or a `url` without a type).
+    Http {
+        url: String,
+        headers: BTreeMap<String, String>,
+    },
+    /// Legacy HTTP+SSE (`"type": "sse"`).
+    Sse {
+        url: String,
+        headers: BTreeMap<String, String>,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot read the {} config {}: {source}", client.name(), path.display())]
+    Read { client: Client, path: PathBuf, source: std::io::Error },
+    /// Not JSON with comments, or not the client's format: a file is read as a whole or not at all.
+    #[error(
+        "{}, line {line}, column {column}: {message}; switchyard leaves this {} config as it is",
+        path.display(),
+        client.name()
+    )]
+    Invalid { client: Client, path: PathBuf, line: usize, column: usize, message: String },
+}
+
+/// A file a client may keep its servers in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Location {
+    pub client: Client,
+    pub path: PathBuf,
+    pub scope: Scope,
+}
+
+/// Every place the clients keep servers, for a user whose home is `home`, working in `project`
+/// (when given); `env` answers environment variables (`APPDATA`, `XDG_CONFIG_HOME`,
+/// `CLAUDE_CONFIG_DIR`). The three desktop layouts (Linux, macOS, Windows) are all listed, since
+/// only the one of this system can exist. A path appears once, at its first place in this order.
+pub fn locations(home: &Path, project: Option<&Path>, env: &dyn Fn(&str) -> Option<String>) -> Vec<Location> {
+    let set = |name: &str| env(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let config = set("XDG_CONFIG_HOME").unwrap_or_else(|| home.join(".config"));
+    let support = home.join("Library").join("Application Support");
+    let appdata = set("APPDATA").unwrap_or_else(|| home.join("AppData").join("Roaming"));
+    let desktop_dirs = [config, support, appdata];
+    let mut all = Vec::new();
+    let mut add = |client, path: PathBuf, scope| all.push(Location { client, path, scope });
+    for dir in &desktop_dirs {
+        add(Client::ClaudeDesktop, dir.join("Claude").join("claude_desktop_config.json"), Scope::User);
+    }
+    let claude_dir = set("CLAUDE_CONFIG_DIR").unwrap_or_else(|| home.to_path_buf());
+    add(Client::ClaudeCode, claude_dir.join(".claude.json"), Scope::User);
+    add(Client::Cursor, home.join(".cursor").join("mcp.json"), Scope::User);
+    for dir in &desktop_dirs {
+        add(Client::VsCode, dir.join("Code").join("User").join("mcp.json"), Scope::User);
+    }
+    if let Some(project) = project {
+        add(Client::ClaudeCode, project.join(".mcp.json"), Scope::Project);
+        add(Client::Cursor, project.join(".cursor").join("mcp.json"), Scope::Project);
+        add(Client::VsCode, project.join(".vscode").join("mcp.json"), Scope::Project);
+    }
+    let mut seen = std::collections::HashSet::new();
+    all.retain(|l| seen.insert(l.path.clone()));
+    all
+}
+
+/// The server maps in the files of [`locations`] that exist, or per file why it cannot be read.
+pub fn discover(
+    home: &Path,
+    project: Option<&Path>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Vec<Result<Found, Error>> {
+    let mut out = Vec::new();
+    for Location { client, path, scope } in locations(home, project, env) {
+        match std::fs::read_to_string(&path) {
+            Ok(text) => match parse(client, &path, &text, scope) {
+                Ok(found) => out.extend(found.into_iter().map(Ok)),
+                Err(e) => out.push(Err(e)),
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => out.push(Err(Error::Read { client, path, source })),
+        }
+    }
+    out
+}
+
+/// Reads one client file. See [`parse`].
+pub fn read(client: Client, path: &Path, scope: Scope) -> Result<Vec<Found>, Error> {
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Read { client, path: path.into(), source })?;
+    parse(client, path, &text, scope)
+}
+
+/// The server maps in `text`, the contents of `path`: one [`Found`], and for Claude Code's user
+/// file also one per project of `projects` that has servers. A file without a server map has
+/// none; anything that is not the client's format is an error naming line and column.
+pub fn parse(client: Client, path: &Path, text: &str, scope: Scope) -> Result<Vec<Found>, Error> {
+    let doc = Doc::parse(text).map_err(|e| Error::Invalid {
+        client,
+        path: path.into(),
+        line: e.line,
+        column: e.column,
+        message: e.message,
+    })?;
+    let reader = Reader { client, path, doc: &doc };
+    let root = &doc.root;
+    reader.object(root, "the file")?;
+    let inputs = match root.get("inputs").filter(|_| client == Client::VsCode) {
+        Some(node) => reader.inputs(node)?,
+        None => Vec::new(),
+    };
+    let (servers, unreadable) = reader.servers(root.get(client.servers_key()))?;
+    let mut out = vec![Found { client, path: path.into(), scope: scope.clone(), servers, unreadable, inputs }];
+    let projects = root.get("projects").filter(|_| client == Client::ClaudeCode && scope == Scope::User);
+    if let Some(projects) = projects {
+        for member in reader.object(projects, "`projects`")? {
+            let (servers, unreadable) = reader.servers(member.value.get("mcpServers"))?;
+            if !servers.is_empty() || !unreadable.is_empty() {
+                let scope = Scope::ClaudeProject(PathBuf::from(&member.key));
+                out.push(Found { client, path: path.into(), scope, servers, unreadable, inputs: Vec::new() });
+            }
+        }
+    }
+    Ok(out)
+}
+
+struct Reader<'a> {
+    client: Client,
+    path: &'a Path,
+    doc: &'a Doc,
+}
+
+impl Reader<'_> {
+    fn invalid(&self, node: &Node, message: String) -> Error {
+        let (line, column) = self.doc.position(node.span.start);
+        Error::Invalid { client: self.client, path: self.path.into(), line, column, message }
+    }
+
+    fn object<'n>(&self, node: &'n Node, what: &str) -> Result<&'n [jsonc::Member], Error> {
+        match &node.tree {
+            Tree::Object(members) => Ok(members),
+            _ => Err(self.invalid(node, format!("{what} should be an object"))),
+        }
+    }
+
+    fn inputs(&self, node: &Node) -> Result<Vec<String>, Error> {
+        let Tree::Array(items) = &node.tree else {
+            return Err(self.invalid(node, "`inputs` should be an array".into()));
+        };
+        items
+            .iter()
+            .map(|item| match item.get("id").map(|id| (id, self.doc.value(id))) {
+                Some((_, Value::String(id))) => Ok(id),
+                Some((id, _)) => Err(self.invalid(id, "an input's `id` should be a string".into())),
+                None => Err(self.invalid(item, "an input needs an `id`".into())),
+            })
+            .collect()
+    }
+
+    /// The entries of a server map that read, and an error for each that does not.
+    fn servers(&self, map: Option<&Node>) -> Result<(Vec<Entry>, Vec<String>), Error> {
+        let Some(map) = map else { return Ok((Vec::new(), Vec::new())) };
+        let key = self.client.servers_key();
+        let (mut entries, mut unreadable) = (Vec::new(), Vec::new());
+        for member in self.object(map, &format!("`{key}`"))? {
+            match self.entry(&member.key, &member.value) {
+                Ok(e) => entries.push(e),
+                // Only this entry is left: not "this config", as the whole-file error says.
+                Err(Error::Invalid { line, column, message, .. }) => {
+                    unreadable.push(format!("{}, line {line}, column {column}: {message}", self.path.display()))
+                }
+                Err(e) => unreadable.push(e.to_string()),
+            }
+        }
+        Ok((entries, unreadable))
+    }
+
+    fn entry(&self, name: &str, node: &Node) -> Result<Entry, Error> {
+        let members = self.object(node, &format!("server `{name}`"))?;
+        let field = |key: &str| node.get(key);
+        let string = |key: &str| -> Result<Option<String>, Error> {
+            match field(key).map(|n| (n, self.doc.value(n))) {
+                None => Ok(None),
+                Some((_, Value::String(s))) => Ok(Some(s)),
+                Some((n, _)) => Err(self.invalid(n, format!("`{key}` of server `{name}` should be a string"))),
+            }
+        };
+        let map = |key: &str| -> Result<BTreeMap<String, String>, Error> {
+            let Some(n) = field(key) else { return Ok(BTreeMap::new()) };
+            let mut out = BTreeMap::new();
+            for m in self.object(n, &format!("`{key}` of server `{name}`"))? {
+                match self.doc.value(&m.value) {
+                    Value::String(v) => out.insert(m.key.clone(), v),
+                    _ => {
+                        let what = format!("`{key}.{}` of server `{name}` should be a string", m.key);
+                        return Err(self.invalid(&m.value, what));
+                    }
+                };
+            }
+            Ok(out)
+        };
+        let url = string("url")?;
+        let kind_name = string("type")?;
+        let remote = |sse: bool| -> Result<Kind, Error> {
+            let Some(url) = url.clone() else {
+                return Err(self.invalid(node, format!("server `{name}` is remote but has no `url`")));
+            };
+            let headers = map("headers")?;
+            Ok(if sse { Kind::Sse { url, headers } } else { Kind::Http { url, headers } })
+        };
+        let kind = match (kind_name.as_deref(), &url) {
+            (Some("stdio"), _) | (None, None) => {
+                let Some(command) = string("command")? else {
+                    return Err(self.invalid(node, format!("server `{name}` has neither `command` nor `url`")));
+                };
+                let args = match field("args").map(|n| (n, self.doc.value(n))) {
+                    None => Vec::new(),
+                    Some((n, Value::Array(items))) => items
+                        .into_iter()
+                        .map(|v| match v {
+                            Value::String(s) => Ok(s),
+                            _ => Err(self.invalid(n, format!("`args` of server `{name}` should hold strings"))),
+                        })
+                        .collect::<Result<_, _>>()?,
+                    Some((n, _)) => {
+                        return Err(self.invalid(n, format!("`args` of server `{name}` should be an array")));
+                    }
+                };
+                Kind::Stdio { command, args, env: map("env")?, cwd: string("cwd")? }
+            }
+            (Some("http" | "streamable-http"), _) | (None, Some(_)) => remote(false)?,
+            (Some("sse"), _) => remote(true)?,
+            (Some(other), _) => {
+                let what = format!("server `{name}` has `type` \"{other}\"; switchyard reads stdio, http and sse");
+                return Err(self.invalid(field("type").unwrap_or(node), what));
+            }
+        };
+        let known: &[&str] = match kind {
+            Kind::Stdio { .. } => &["type", "command", "args", "env", "cwd"],
+            _ => &["type", "url", "headers"],
+        };
+        let mut unknown: Vec<String> = Vec::new();
+        for m in members {
+            if !known.contains(&m.key.as_str()) && !unknown.contains(&m.key) {
+                unknown.push(m.key.clone());
+            }
+        }
+        let wrapped = match &kind {
+            Kind::Stdio { command, args, .. } => wrapped(command, args),
+            _ => None,
+        };
+        let mut variables = Vec::new();
+        // Claude Desktop expands nothing: a `${X}` there reaches the server as written.
+        if self.client != Client::ClaudeDesktop {
+            self.strings(node, &mut |s| find_variables(s, &mut variables));
+        }
+        Ok(Entry { name: name.to_string(), kind, wrapped, variables, unknown, span: node.span.clone() })
+    }
+
+    /// Calls `f` on every string value (not key) under `node`, in file order.
+    fn strings(&self, node: &Node, f: &mut dyn FnMut(&str)) {
+        match &node.tree {
+            Tree::Object(members) => members.iter().for_each(|m| self.strings(&m.value, f)),
+            Tree::Array(items) => items.iter().for_each(|i| self.strings(i, f)),
+            Tree::Scalar => {
+                if let Value::String(s) = self.doc.value(node) {
+                    f(&s)
+                }
+            }
+        }
+    }
+}
+
+/// The server name of `switchyard connect [--config FILE] [--socket PATH] NAME`.
+fn wrapped(command: &str, args: &[String]) -> Option<String> {
+    if !is_switchyard(command) {
+        return None;
+    }
+    let mut rest = args.strip_prefix(&["connect".to_string()])?.iter();
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "--config" | "--socket" => {
+                rest.next();
+            }
+            "--" => return rest.next().cloned(),
+            a if a.starts_with('-') => {}
+            name => return Some(name.to_string()),
+        }
+    }
+    None
+}
+
+/// Whether a command runs the switchyard binary (`switchyard`, `/path/switchyard`,
+/// `C:\\...\\switchyard.exe`).
+pub(crate) fn is_switchyard(command: &str) -> bool {
+    let file = command.rsplit(['/', '\\']).next().unwrap_or(command);
+    file == "switchyard" || file.eq_ignore_ascii_case("switchyard.exe")
+}
+
+/// The byte ranges of the `${...}` in `s`, in order (each from `${` to the first `}` after it).
+pub(crate) fn variable_spans(s: &str) -> impl Iterator<Item = Range<usize>> + '_ {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        let start = at + s[at..].find("${")?;
+        let end = start + s[start..].find('}')? + 1;
+        at = end;
+        Some(start..end)
+    })
+}
+
+/// Adds each `${...}` of `s` to `out` that is not there yet.
+fn find_variables(s: &str, out: &mut Vec<String>) {
+    for span in variable_spans(s) {
+        let var = &s[span];
+        if var.len() > 3 && !out.iter().any(|v| v == var) {
+            out.push(var.to_string());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

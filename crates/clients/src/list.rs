@@ -1,0 +1,195 @@
+//! `switchyard clients`: the MCP client configs found, their servers, and which already run
+//! through switchyard. Read-only; secrets (header and env values, URL queries) are never shown.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use super::{Client, Entry, Error, Found, Kind, Scope};
+
+/// What `switchyard clients` found, as JSON (`--json`): one object per server map, or per file
+/// that could not be read.
+pub fn to_json(found: &[Result<Found, Error>]) -> Value {
+    Value::Array(
+        found
+            .iter()
+            .map(|f| match f {
+                Ok(f) => json!({
+                    "client": f.client.name(),
+                    "path": f.path.display().to_string(),
+                    "scope": scope_text(&f.scope),
+                    "servers": f.servers.iter().map(entry_json).collect::<Vec<_>>(),
+                    "unreadable": f.unreadable,
+                }),
+                Err(e) => json!({"client": error_client(e).name(), "path": error_path(e).display().to_string(), "error": e.to_string()}),
+            })
+            .collect(),
+    )
+}
+
+fn entry_json(e: &Entry) -> Value {
+    let mut v = json!({
+        "name": e.name,
+        "wrapped": e.wrapped,
+        "variables": e.variables,
+    });
+    match &e.kind {
+        Kind::Stdio { command, args, env, cwd } => {
+            v["transport"] = json!("stdio");
+            v["command"] = json!(command);
+            v["args"] = json!(args);
+            v["env_keys"] = json!(env.keys().collect::<Vec<_>>());
+            v["cwd"] = json!(cwd);
+        }
+        Kind::Http { url, headers } | Kind::Sse { url, headers } => {
+            v["transport"] = json!(if matches!(e.kind, Kind::Http { .. }) { "http" } else { "sse" });
+            v["url"] = json!(shown_url(url));
+            v["header_keys"] = json!(headers.keys().collect::<Vec<_>>());
+        }
+    }
+    v
+}
+
+fn error_client(e: &Error) -> Client {
+    match e {
+        Error::Read { client, .. } | Error::Invalid { client, .. } => *client,
+    }
+}
+
+fn error_path(e: &Error) -> &Path {
+    match e {
+        Error::Read { path, .. } | Error::Invalid { path, .. } => path,
+    }
+}
+
+fn scope_text(scope: &Scope) -> String {
+    match scope {
+        Scope::User => "user".into(),
+        Scope::Project => "project".into(),
+        Scope::ClaudeProject(p) => format!("project {}", p.display()),
+    }
+}
+
+/// A URL without its query, fragment or credentials (any of which may hold a key).
+fn shown_url(raw: &str) -> String {
+    match url::Url::parse(raw) {
+        Ok(u) => switchyard_config::display_url(&u),
+        // A variable in place of the URL (`${API_URL}`): as written, it holds no secret itself.
+        Err(_) if raw.starts_with("${") => raw.to_string(),
+        Err(_) => "(not a URL)".to_string(),
+    }
+}
+
+/// `~/x` for a path under `home`.
+fn short(path: &Path, home: &Path) -> String {
+    match path.strip_prefix(home) {
+        Ok(rest) => format!("~/{}", rest.display()),
+        Err(_) => path.display().to_string(),
+    }
+}
+
+/// What `switchyard clients` prints for people.
+pub fn to_text(found: &[Result<Found, Error>], home: &Path) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let (mut files, mut servers, mut wrapped) = (std::collections::BTreeSet::<PathBuf>::new(), 0, 0);
+    for f in found {
+        match f {
+            Ok(f) => {
+                files.insert(f.path.clone());
+                let _ = writeln!(out, "{} {} ({})", f.client.name(), short(&f.path, home), scope_text(&f.scope));
+                for e in &f.unreadable {
+                    let _ = writeln!(out, "  cannot be read: {e}");
+                }
+                if f.servers.is_empty() && f.unreadable.is_empty() {
+                    let _ = writeln!(out, "  no servers");
+                }
+                for e in &f.servers {
+                    servers += 1;
+                    let what = match &e.kind {
+                        Kind::Stdio { command, args, .. } => {
+                            let line = std::iter::once(command.as_str())
+                                .chain(args.iter().map(String::as_str))
+                                .collect::<Vec<_>>()
+                                .join(" ");
+                            let line: String = line.chars().take(72).collect();
+                            format!("stdio  {line}")
+                        }
+                        Kind::Http { url, .. } => format!("http   {}", shown_url(url)),
+                        Kind::Sse { url, .. } => format!("sse    {}", shown_url(url)),
+                    };
+                    let state = match &e.wrapped {
+                        Some(name) => {
+                            wrapped += 1;
+                            format!("through switchyard (server `{name}`)")
+                        }
+                        None => "direct".to_string(),
+                    };
+                    let _ = writeln!(out, "  {:<16} {what}\n  {:<16} {state}", e.name, "");
+                }
+            }
+            Err(e) => {
+                files.insert(error_path(e).to_path_buf());
+                let _ = writeln!(out, "{} {}: cannot be read: {e}", error_client(e).name(), short(error_path(e), home));
+            }
+        }
+    }
+    if files.is_empty() {
+        let _ = writeln!(out, "no MCP client config found (Claude Desktop, Claude Code, Cursor, VS Code)");
+    } else {
+        let _ = writeln!(out, "\n{} file(s), {servers} server(s), {wrapped} through switchyard", files.len());
+    }
+    out
+}
+
+/// `switchyard clients [--project DIR] [--json]`.
+pub fn run(project: Option<&Path>, json: bool) -> anyhow::Result<String> {
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
+        .ok_or_else(|| anyhow::anyhow!("HOME is not set; switchyard looks for client configs under it"))?;
+    let cwd = std::env::current_dir().ok();
+    let project = project.map(Path::to_path_buf).or(cwd);
+    let env = |k: &str| std::env::var(k).ok();
+    let found = super::discover(&home, project.as_deref(), &env);
+    Ok(if json { format!("{:#}\n", to_json(&found)) } else { to_text(&found, &home) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(name: &str) -> String {
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/clients").join(name)).unwrap()
+    }
+
+    #[test]
+    fn the_listing_names_each_server_and_whether_it_runs_through_switchyard_and_shows_no_secret() {
+        let home = Path::new("/home/user");
+        let path = home.join(".claude.json");
+        let found: Vec<Result<Found, Error>> =
+            super::super::parse(Client::ClaudeCode, &path, &fixture("claude.json"), Scope::User)
+                .unwrap()
+                .into_iter()
+                .map(Ok)
+                .collect();
+        let text = to_text(&found, home);
+        assert!(text.contains("claude-code ~/.claude.json (user)"), "{text}");
+        assert!(text.contains("sentry") && text.contains("https://mcp.sentry.dev/mcp"), "{text}");
+        assert!(text.contains("through switchyard (server `shop-db`)"), "{text}");
+        assert!(!text.contains("Bearer"), "a header value was shown:\n{text}");
+        let json = to_json(&found);
+        let all: Vec<&Value> = json.as_array().unwrap().iter().flat_map(|f| f["servers"].as_array().unwrap()).collect();
+        let linear = all.iter().find(|s| s["name"] == "linear").unwrap();
+        assert_eq!(linear["transport"], "sse");
+        assert_eq!(linear["header_keys"], json!(["Authorization"]));
+        assert!(!json.to_string().contains("Bearer"));
+    }
+
+    #[test]
+    fn a_url_is_shown_without_what_may_hold_a_key() {
+        assert_eq!(shown_url("https://u:p@h.example/mcp?key=s3cret#x"), "https://h.example/mcp");
+        assert_eq!(shown_url("${API_URL}"), "${API_URL}");
+        assert_eq!(shown_url("not a url"), "(not a URL)");
+    }
+}

@@ -1,0 +1,561 @@
+//! `wrap` and `unwrap` planned over the fixture files of every client (tests/clients/).
+
+use std::path::{Path, PathBuf};
+
+use super::*;
+
+const EXE: &str = "/opt/switchyard/bin/switchyard";
+const CONFIG: &str = "/home/user/.config/switchyard/switchyard.toml";
+
+fn fixture(name: &str) -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/clients").join(name)).unwrap()
+}
+
+fn input(client: Client, name: &str, scope: Scope) -> Input {
+    Input { client, path: PathBuf::from("/home/user/x").join(name), scope, text: fixture(name) }
+}
+
+fn all() -> Vec<Input> {
+    vec![
+        input(Client::ClaudeDesktop, "claude_desktop_config.json", Scope::User),
+        input(Client::ClaudeCode, "claude.json", Scope::User),
+        input(Client::ClaudeCode, "project.mcp.json", Scope::Project),
+        input(Client::Cursor, "cursor.mcp.json", Scope::User),
+        input(Client::VsCode, "vscode.mcp.json", Scope::Project),
+    ]
+}
+
+fn wrap_all(inputs: &[Input], config: Option<&str>) -> Plan {
+    plan_wrap(inputs, Path::new(CONFIG), config, Path::new(EXE), None).unwrap_or_else(|e| panic!("{e:#}"))
+}
+
+/// What `wrap` records for a change, as `apply` does.
+fn state_of(change: &Change) -> State {
+    State {
+        file: change.path.clone(),
+        client: change.client.name().into(),
+        written: sha256(&change.after),
+        entries: change.records.clone(),
+    }
+}
+
+fn after(input: &Input, change: &Change) -> Input {
+    Input { text: change.after.clone(), ..input.clone() }
+}
+
+fn entries(input: &Input) -> Vec<Entry> {
+    super::super::parse(input.client, &input.path, &input.text, input.scope.clone())
+        .unwrap()
+        .into_iter()
+        .flat_map(|f| f.servers)
+        .collect()
+}
+
+/// Every client's file: the wrapped file reads back with each server on `switchyard connect`,
+/// keeps every byte outside the replaced entries, and unwrap gives the file back byte for byte.
+#[test]
+fn every_fixture_wraps_and_unwraps_to_the_same_bytes() {
+    let inputs = all();
+    let plan = wrap_all(&inputs, None);
+    assert_eq!(plan.changes.len(), inputs.len(), "{:#?}", plan.lines);
+    for (input, change) in inputs.iter().zip(&plan.changes) {
+        let wrapped = after(input, change);
+        for e in entries(&wrapped) {
+            let skipped = e.unknown.iter().any(|k| LAUNCH_KEYS.iter().any(|(l, _)| l == k));
+            assert!(
+                e.wrapped.is_some() || skipped,
+                "{}: `{}` not wrapped:\n{}",
+                input.path.display(),
+                e.name,
+                change.after
+            );
+        }
+        // Outside the replaced spans, not a byte changed: a comment, a key order, a trailing comma.
+        let mut rest = change.after.as_str();
+        for r in &change.records {
+            let at = rest.find(&r.wrapped).unwrap();
+            rest = &rest[at + r.wrapped.len()..];
+        }
+        let restored_text = {
+            let mut lines = Vec::new();
+            let (c, keep) = plan_unwrap(&wrapped, &state_of(change), None, &mut lines).unwrap();
+            assert!(keep.is_empty(), "{keep:?}");
+            assert!(lines.iter().all(|l| !l.contains("changed since")), "{lines:?}");
+            c.unwrap().after
+        };
+        assert_eq!(restored_text, input.text, "{}: unwrap did not give the file back", input.path.display());
+    }
+    let (_, before, config) = plan.config.unwrap();
+    assert!(before.is_none());
+    switchyard_config::Config::load_text(Path::new(CONFIG), &config).unwrap_or_else(|e| panic!("{e:#}\n{config}"));
+}
+
+/// A second wrap changes nothing: not the client files, not switchyard.toml.
+#[test]
+fn wrap_twice_changes_nothing_the_second_time() {
+    let inputs = all();
+    let first = wrap_all(&inputs, None);
+    let config = first.config.as_ref().unwrap().2.clone();
+    let again: Vec<Input> = inputs.iter().zip(&first.changes).map(|(i, c)| after(i, c)).collect();
+    let second = wrap_all(&again, Some(&config));
+    assert!(second.changes.is_empty(), "{:#?}", second.changes);
+    assert!(second.config.is_none());
+    assert!(second.lines.iter().any(|l| l.contains("already runs through switchyard")), "{:#?}", second.lines);
+}
+
+/// VS Code's `${input:...}` and `${workspaceFolder}` stay in the client's file (in the wrapped
+/// entry's env), never in switchyard.toml; the server reads them as `client_env`.
+#[test]
+fn client_variables_stay_with_the_client_and_reach_the_server_through_connect() {
+    let vscode = input(Client::VsCode, "vscode.mcp.json", Scope::Project);
+    let plan = wrap_all(std::slice::from_ref(&vscode), None);
+    let change = &plan.changes[0];
+    let perplexity = change.records.iter().find(|r| r.name == "Perplexity").unwrap();
+    let v: serde_json::Value = serde_json::from_str(&perplexity.wrapped).unwrap();
+    assert_eq!(v["command"], EXE);
+    assert_eq!(
+        v["args"],
+        serde_json::json!(["connect", "Perplexity", "--config", CONFIG, "--env", "PERPLEXITY_API_KEY"])
+    );
+    assert_eq!(v["env"], serde_json::json!({"PERPLEXITY_API_KEY": "${input:perplexity-key}"}));
+    assert_eq!(v["type"], "stdio");
+    let github = change.records.iter().find(|r| r.name == "github").unwrap();
+    let v: serde_json::Value = serde_json::from_str(&github.wrapped).unwrap();
+    assert_eq!(v["env"], serde_json::json!({"input_perplexity_key": "${input:perplexity-key}"}));
+    let config = &plan.config.as_ref().unwrap().2;
+    assert!(!config.contains("${input:"), "a client variable went into switchyard.toml:\n{config}");
+    assert!(config.contains("env = { PERPLEXITY_API_KEY = \"${PERPLEXITY_API_KEY}\" }"), "{config}");
+    assert!(config.contains("client_env = [\"PERPLEXITY_API_KEY\"]"), "{config}");
+    assert!(config.contains("headers = { Authorization = \"Bearer ${input_perplexity_key}\" }"), "{config}");
+    // `envFile` only VS Code reads: that entry stays as it was, and the user is told why.
+    assert!(!change.records.iter().any(|r| r.name == "workspace-tools"));
+    assert!(plan.lines.iter().any(|l| l.contains("workspace-tools") && l.contains("envFile")), "{:#?}", plan.lines);
+    // The comments outside the entries are all still there.
+    assert!(change.after.contains("// 💡 Inputs are prompted") && change.after.contains("/* A local server"));
+}
+
+/// Claude Code's `${VAR:-default}` is expanded by Claude Code, default included, and passed on.
+#[test]
+fn claude_code_defaults_are_left_to_claude_code() {
+    let project = input(Client::ClaudeCode, "project.mcp.json", Scope::Project);
+    let plan = wrap_all(std::slice::from_ref(&project), None);
+    let shared = plan.changes[0].records.iter().find(|r| r.name == "shared-server").unwrap();
+    let v: serde_json::Value = serde_json::from_str(&shared.wrapped).unwrap();
+    assert_eq!(
+        v["env"],
+        serde_json::json!({"TOOLS_DIR": "${TOOLS_DIR:-/opt/tools}", "PORT": "${PORT:-8080}", "API_KEY": "${API_KEY}"})
+    );
+    let config = &plan.config.as_ref().unwrap().2;
+    assert!(config.contains("command = \"${TOOLS_DIR}/server\""), "{config}");
+    assert!(config.contains("args = [\"--port\", \"${PORT}\", \"--key\", \"${API_KEY}\"]"), "{config}");
+}
+
+/// Claude Desktop expands nothing: `${X}` in its file is text, and stays text.
+#[test]
+fn claude_desktop_text_is_never_read_as_a_variable() {
+    let desktop = input(Client::ClaudeDesktop, "claude_desktop_config.json", Scope::User);
+    let plan = wrap_all(std::slice::from_ref(&desktop), None);
+    let github = plan.changes[0].records.iter().find(|r| r.name == "github").unwrap();
+    let v: serde_json::Value = serde_json::from_str(&github.wrapped).unwrap();
+    assert!(v.get("env").is_none(), "{v}");
+    let config = &plan.config.as_ref().unwrap().2;
+    assert!(config.contains("GITHUB_PERSONAL_ACCESS_TOKEN = \"${NOT_EXPANDED_BY_CLAUDE_DESKTOP}\""), "{config}");
+    assert!(!config.contains("client_env"), "{config}");
+}
+
+/// The same name with another definition gets a name of its own, said; the same definition is
+/// shared, said too.
+#[test]
+fn two_clients_with_one_name_share_a_server_or_get_distinct_names() {
+    let a = Input {
+        client: Client::Cursor,
+        path: "/home/user/.cursor/mcp.json".into(),
+        scope: Scope::User,
+        text: r#"{"mcpServers": {"fs": {"command": "npx", "args": ["fs", "/a"]}}}"#.into(),
+    };
+    let same = Input {
+        client: Client::ClaudeDesktop,
+        path: "/home/user/.config/Claude/claude_desktop_config.json".into(),
+        scope: Scope::User,
+        text: r#"{"mcpServers": {"fs": {"command": "npx", "args": ["fs", "/a"]}}}"#.into(),
+    };
+    let other = Input {
+        client: Client::VsCode,
+        path: "/w/.vscode/mcp.json".into(),
+        scope: Scope::Project,
+        text: r#"{"servers": {"fs": {"command": "npx", "args": ["fs", "/b"]}}}"#.into(),
+    };
+    let plan = wrap_all(&[a.clone(), same, other], None);
+    let names: Vec<&str> = plan.changes.iter().map(|c| c.records[0].server.as_str()).collect();
+    assert_eq!(names, ["fs", "fs", "fs-vscode"]);
+    let config = &plan.config.as_ref().unwrap().2;
+    assert_eq!(config.matches("[servers.fs]").count(), 1, "{config}");
+    assert!(config.contains("[servers.fs-vscode]"), "{config}");
+    assert!(plan.lines.iter().any(|l| l.contains("fs-vscode") && l.contains("another server")), "{:#?}", plan.lines);
+    assert!(plan.lines.iter().any(|l| l.contains("shared")), "{:#?}", plan.lines);
+    // Against a file that already has `fs` as something else (pools added by hand do not count).
+    let existing = "[servers.fs]\ncommand = \"npx\"\nargs = [\"fs\", \"/a\"]\n[servers.fs.pools.default]\nmax = 2\n";
+    let plan = wrap_all(std::slice::from_ref(&a), Some(existing));
+    assert_eq!(plan.changes[0].records[0].server, "fs");
+    assert!(plan.config.is_none(), "the same server was added again");
+    let existing = "[servers.fs]\ncommand = \"uvx\"\n";
+    let plan = wrap_all(std::slice::from_ref(&a), Some(existing));
+    assert_eq!(plan.changes[0].records[0].server, "fs-cursor");
+    let (_, before, after) = plan.config.unwrap();
+    assert!(after.starts_with(before.unwrap().as_str()), "the file's text was not kept:\n{after}");
+}
+
+/// A name switchyard cannot use (a space, a slash) becomes one it can, said.
+#[test]
+fn an_entry_name_that_is_no_server_name_is_made_one() {
+    let a = Input {
+        client: Client::ClaudeDesktop,
+        path: "/c.json".into(),
+        scope: Scope::User,
+        text: r#"{"mcpServers": {"My Files/2": {"command": "x"}, "-x": {"command": "y"}}}"#.into(),
+    };
+    let plan = wrap_all(&[a], None);
+    let names: Vec<&str> = plan.changes[0].records.iter().map(|r| r.server.as_str()).collect();
+    assert_eq!(names, ["My-Files-2", "x"]);
+    for name in names {
+        switchyard_config::check_server_name(name).unwrap();
+    }
+    // A long name, taken by another server: the distinct name is still a valid one.
+    let long = "n".repeat(100);
+    let a = Input {
+        client: Client::ClaudeDesktop,
+        path: "/c.json".into(),
+        scope: Scope::User,
+        text: format!(r#"{{"mcpServers": {{"{long}": {{"command": "x"}}}}}}"#),
+    };
+    let existing = format!(
+        "[servers.{}]\ncommand = \"y\"\n[servers.{}-claude-desktop]\ncommand = \"z\"\n",
+        &long[..44],
+        &long[..44]
+    );
+    let plan = wrap_all(&[a], Some(&existing));
+    let name = &plan.changes[0].records[0].server;
+    assert_eq!(*name, format!("{}-claude-desktop-2", &long[..44]));
+    switchyard_config::check_server_name(name).unwrap();
+}
+
+/// An entry on one line stays on one line; a CRLF file keeps CRLF; tabs stay tabs; keys of the
+/// client (`disabled`, `alwaysAllow`) go along as written.
+#[test]
+fn the_wrapped_entry_follows_the_file_layout_and_keeps_client_keys() {
+    let text = "{\r\n\t\"mcpServers\": {\r\n\t\t\"a\": {\r\n\t\t\t\"command\": \"x\",\r\n\t\t\t\"disabled\": true,\r\n\t\t\t\"alwaysAllow\": [\"t\"]\r\n\t\t},\r\n\t\t\"b\": { \"command\": \"y\" }\r\n\t}\r\n}\r\n";
+    let a = Input { client: Client::ClaudeDesktop, path: "/c.json".into(), scope: Scope::User, text: text.into() };
+    let plan = wrap_all(std::slice::from_ref(&a), None);
+    let after = &plan.changes[0].after;
+    assert!(!after.replace("\r\n", "").contains('\n'), "a bare LF in a CRLF file:\n{after:?}");
+    assert!(
+        after.contains(&format!(
+            "\"a\": {{\r\n\t\t\t\"command\": \"{EXE}\",\r\n\t\t\t\"args\": [\"connect\", \"a\", \"--config\", \"{CONFIG}\"],\r\n\t\t\t\"disabled\": true,\r\n\t\t\t\"alwaysAllow\": [\"t\"]\r\n\t\t}},"
+        )),
+        "{after}"
+    );
+    assert!(
+        after.contains(&format!(
+            "\"b\": {{ \"command\": \"{EXE}\", \"args\": [\"connect\", \"b\", \"--config\", \"{CONFIG}\"] }}"
+        )),
+        "{after}"
+    );
+    let config = &plan.config.as_ref().unwrap().2;
+    assert!(!config.contains("disabled"), "a client setting went into switchyard.toml:\n{config}");
+}
+
+/// After an edit elsewhere in the file, unwrap puts the entries back and keeps the edit, and
+/// says so; an entry someone changed into something else is left alone, said too.
+#[test]
+fn unwrap_after_edits_keeps_them_and_says_so() {
+    let desktop = input(Client::ClaudeDesktop, "claude_desktop_config.json", Scope::User);
+    let plan = wrap_all(std::slice::from_ref(&desktop), None);
+    let change = &plan.changes[0];
+    let edited = change.after.replace("\"globalShortcut\": \"Alt+Space\"", "\"globalShortcut\": \"Ctrl+Space\"");
+    assert_ne!(edited, change.after);
+    let edited_input = Input { text: edited, ..desktop.clone() };
+    let mut lines = Vec::new();
+    let (c, _) = plan_unwrap(&edited_input, &state_of(change), None, &mut lines).unwrap();
+    let restored = c.unwrap().after;
+    assert_eq!(restored, desktop.text.replace("Alt+Space", "Ctrl+Space"));
+    assert!(lines.iter().any(|l| l.contains("changed since switchyard wrote it")), "{lines:?}");
+
+    // `filesystem` replaced by hand with another command: not switchyard's to put back.
+    let fs = change.records.iter().find(|r| r.name == "filesystem").unwrap();
+    let replaced = change.after.replace(&fs.wrapped, "{\"command\": \"mine\"}");
+    let mut lines = Vec::new();
+    let (c, keep) =
+        plan_unwrap(&Input { text: replaced, ..desktop.clone() }, &state_of(change), None, &mut lines).unwrap();
+    let restored = c.unwrap().after;
+    assert!(restored.contains("{\"command\": \"mine\"}") && restored.contains("docker"), "{restored}");
+    assert!(lines.iter().any(|l| l.contains("filesystem") && l.contains("left as it is")), "{lines:?}");
+    assert!(keep.is_empty());
+
+    // `--only`: the others stay wrapped and recorded.
+    let mut lines = Vec::new();
+    let only = vec!["github".to_string()];
+    let (c, keep) = plan_unwrap(&after(&desktop, change), &state_of(change), Some(&only), &mut lines).unwrap();
+    assert_eq!(c.unwrap().records.len(), 1);
+    assert_eq!(keep.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["filesystem"]);
+}
+
+/// A file that does not parse: an error naming file, line and column, nothing planned.
+#[test]
+fn a_broken_file_is_named_with_line_and_column() {
+    let broken = input(Client::VsCode, "broken.vscode.mcp.json", Scope::Project);
+    let e = plan_wrap(&[broken], Path::new(CONFIG), None, Path::new(EXE), None).unwrap_err().to_string();
+    assert!(e.contains("broken.vscode.mcp.json") && e.contains("line 9, column 5"), "{e}");
+}
+
+/// A switchyard config that does not load, or names a single `[server]`, receives nothing.
+#[test]
+fn a_config_that_cannot_take_servers_is_refused() {
+    let desktop = input(Client::ClaudeDesktop, "claude_desktop_config.json", Scope::User);
+    let single = "[server]\ncommand = \"x\"\n";
+    let e = plan_wrap(std::slice::from_ref(&desktop), Path::new(CONFIG), Some(single), Path::new(EXE), None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("[server]") && e.contains(CONFIG), "{e}");
+    let broken = "[servers.x\n";
+    let e = plan_wrap(&[desktop], Path::new(CONFIG), Some(broken), Path::new(EXE), None).unwrap_err();
+    assert!(format!("{e:#}").contains("line 1"), "{e:#}");
+}
+
+/// `--only` names entries; one that no file has is an error.
+#[test]
+fn only_picks_entries_and_refuses_unknown_names() {
+    let inputs = all();
+    let only = vec!["github".to_string(), "sentry".to_string()];
+    let plan = plan_wrap(&inputs, Path::new(CONFIG), None, Path::new(EXE), Some(&only)).unwrap();
+    let names: Vec<&str> = plan.changes.iter().flat_map(|c| c.records.iter().map(|r| r.name.as_str())).collect();
+    assert_eq!(names, ["github", "sentry", "github"]);
+    let only = vec!["nope".to_string()];
+    let e = plan_wrap(&inputs, Path::new(CONFIG), None, Path::new(EXE), Some(&only)).unwrap_err().to_string();
+    assert!(e.contains("nope"), "{e}");
+}
+
+/// Which client reads a file, from its name and place.
+#[test]
+fn a_file_says_which_client_reads_it() {
+    let home = Path::new("/home/u");
+    let g = |p: &str| guess(Path::new(p), home).map(|l| (l.client, l.scope));
+    assert_eq!(g("/x/Claude/claude_desktop_config.json"), Some((Client::ClaudeDesktop, Scope::User)));
+    assert_eq!(g("/home/u/.claude.json"), Some((Client::ClaudeCode, Scope::User)));
+    assert_eq!(g("/w/.mcp.json"), Some((Client::ClaudeCode, Scope::Project)));
+    assert_eq!(g("/home/u/.cursor/mcp.json"), Some((Client::Cursor, Scope::User)));
+    assert_eq!(g("/w/.cursor/mcp.json"), Some((Client::Cursor, Scope::Project)));
+    assert_eq!(g("/w/.vscode/mcp.json"), Some((Client::VsCode, Scope::Project)));
+    assert_eq!(g("/home/u/.config/Code/User/mcp.json"), Some((Client::VsCode, Scope::User)));
+    assert_eq!(g("/w/servers.json"), None);
+}
+
+fn one(client: Client, path: &str, scope: Scope, text: &str) -> Input {
+    Input { client, path: path.into(), scope, text: text.into() }
+}
+
+/// A project's servers ran in the project: wrapped, they still do (`.` is the project, not the
+/// daemon's `/`), and the same entry in two projects is two servers.
+#[test]
+fn a_project_s_servers_keep_running_in_the_project() {
+    let entry = r#"{"mcpServers": {"fs": {"command": "node", "args": ["fs.js", "."]}, "sub": {"command": "x", "cwd": "tools"}}}"#;
+    let a = one(Client::ClaudeCode, "/w/a/.mcp.json", Scope::Project, entry);
+    let b = one(Client::ClaudeCode, "/w/b/.mcp.json", Scope::Project, entry);
+    let vs = one(Client::VsCode, "/w/c/.vscode/mcp.json", Scope::Project, r#"{"servers": {"v": {"command": "y"}}}"#);
+    let cur =
+        one(Client::Cursor, "/w/d/.cursor/mcp.json", Scope::Project, r#"{"mcpServers": {"c": {"command": "z"}}}"#);
+    let user = one(
+        Client::ClaudeCode,
+        "/home/u/.claude.json",
+        Scope::User,
+        r#"{"mcpServers": {"mine": {"command": "m"}}, "projects": {"/home/u/p": {"mcpServers": {"pp": {"command": "q"}}}}}"#,
+    );
+    let plan = wrap_all(&[a, b, vs, cur, user], None);
+    let config = &plan.config.as_ref().unwrap().2;
+    let parsed: toml::Table = config.parse().unwrap();
+    let cwd = |name: &str| parsed["servers"][name].get("cwd").and_then(|c| c.as_str()).map(str::to_string);
+    assert_eq!(cwd("fs").as_deref(), Some("/w/a"), "{config}");
+    assert_eq!(cwd("fs-claude-code").as_deref(), Some("/w/b"), "{config}");
+    assert_eq!(cwd("sub").as_deref(), Some("/w/a/tools"), "{config}");
+    assert_eq!(cwd("v").as_deref(), Some("/w/c"), "{config}");
+    assert_eq!(cwd("c").as_deref(), Some("/w/d"), "{config}");
+    // `projects.<path>` of ~/.claude.json: that path; the user's own servers: none.
+    assert_eq!(cwd("pp").as_deref(), Some("/home/u/p"), "{config}");
+    assert_eq!(cwd("mine"), None, "{config}");
+}
+
+/// VS Code and Cursor fall back to legacy SSE for an `http` entry; Claude Code does not.
+#[test]
+fn a_remote_entry_keeps_its_client_s_transport_rule() {
+    let vs = one(
+        Client::VsCode,
+        "/w/.vscode/mcp.json",
+        Scope::Project,
+        r#"{"servers": {"a": {"type": "http", "url": "http://h/mcp"}}}"#,
+    );
+    let cur =
+        one(Client::Cursor, "/home/u/.cursor/mcp.json", Scope::User, r#"{"mcpServers": {"b": {"url": "http://h/b"}}}"#);
+    let cc = one(
+        Client::ClaudeCode,
+        "/p/.mcp.json",
+        Scope::Project,
+        r#"{"mcpServers": {"c": {"type": "http", "url": "http://h/c"}}}"#,
+    );
+    let plan = wrap_all(&[vs, cur, cc], None);
+    let parsed: toml::Table = plan.config.as_ref().unwrap().2.parse().unwrap();
+    let transport = |n: &str| parsed["servers"][n].get("transport").and_then(|t| t.as_str()).map(str::to_string);
+    assert_eq!(transport("a"), None);
+    assert_eq!(transport("b"), None);
+    assert_eq!(transport("c").as_deref(), Some("streamable-http"));
+}
+
+/// An entry switchyard cannot take is left with the reason, and the others are wrapped; a file
+/// that does not parse among several is left, and the others are wrapped.
+#[test]
+fn one_entry_or_file_that_cannot_be_wrapped_does_not_stop_the_others() {
+    let text = r#"{"mcpServers": {
+        "both": {"command": "x", "url": "http://h/mcp"},
+        "secret-url": {"url": "https://user:pw@h/mcp"},
+        "nested": {"command": "/usr/bin/switchyard", "args": ["run", "--", "srv"]},
+        "boxed": {"command": "x", "sandboxEnabled": true},
+        "fine": {"command": "ok"}
+    }}"#;
+    let good = one(Client::Cursor, "/home/u/.cursor/mcp.json", Scope::User, text);
+    let broken = one(Client::Cursor, "/w/.cursor/mcp.json", Scope::Project, "{\"mcpServers\": {\n  \"x\": [}\n");
+    let plan = wrap_all(&[broken, good], None);
+    let names: Vec<&str> = plan.changes.iter().flat_map(|c| c.records.iter().map(|r| r.name.as_str())).collect();
+    assert_eq!(names, ["fine"], "{:#?}", plan.lines);
+    let said = plan.lines.join("\n");
+    for want in [
+        "/w/.cursor/mcp.json, line 2",
+        "`both`: left as it is: it has both `command` and `url`",
+        "`secret-url`: left as it is: switchyard cannot run it as written",
+        "`nested`: left as it is: it already runs `switchyard run`",
+        "`boxed`: left as it is: it has `sandboxEnabled`",
+    ] {
+        assert!(said.contains(want), "{want:?} not said:\n{said}");
+    }
+    assert!(!said.contains("switchyard.toml, line"), "a place in a file that does not exist:\n{said}");
+}
+
+/// unwrap puts back an entry that only its layout changed (Claude Code rewrites its file), and
+/// leaves one edited inside, showing its original, kept on record for later.
+#[test]
+fn unwrap_tells_a_new_layout_from_an_edit() {
+    let cursor = one(
+        Client::Cursor,
+        "/home/u/.cursor/mcp.json",
+        Scope::User,
+        "{\n  \"mcpServers\": {\n    \"a\": {\"command\": \"x\"},\n    \"b\": {\n      \"command\": \"y\"\n    }\n  }\n}\n",
+    );
+    let plan = wrap_all(std::slice::from_ref(&cursor), None);
+    let change = &plan.changes[0];
+    let wrapped: serde_json::Value = serde_json::from_str(&change.after).unwrap();
+    // Laid out anew (one line), and `a` edited inside (a client setting added).
+    let mut edited = wrapped.clone();
+    edited["mcpServers"]["a"]["disabled"] = serde_json::json!(true);
+    let text = serde_json::to_string(&edited).unwrap();
+    let mut lines = Vec::new();
+    let (c, keep) = plan_unwrap(&Input { text, ..cursor.clone() }, &state_of(change), None, &mut lines).unwrap();
+    let after: serde_json::Value = serde_json::from_str(&c.unwrap().after).unwrap();
+    assert_eq!(after["mcpServers"]["b"], serde_json::json!({"command": "y"}), "b was not put back");
+    assert_eq!(after["mcpServers"]["a"]["disabled"], true, "the edit of a was lost");
+    assert_eq!(keep.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["a"]);
+    let said = lines.join("\n");
+    assert!(
+        said.contains("`a`: left as it is: it was edited since wrap") && said.contains("{\"command\": \"x\"}"),
+        "{said}"
+    );
+    assert!(said.contains("`b`: restored"), "{said}");
+}
+
+/// A CRLF switchyard.toml gets CRLF lines.
+#[test]
+fn servers_appended_to_a_crlf_config_use_crlf() {
+    let desktop = input(Client::ClaudeDesktop, "claude_desktop_config.json", Scope::User);
+    let existing = "# mine\r\n[servers.other]\r\ncommand = \"o\"\r\n";
+    let plan = wrap_all(&[desktop], Some(existing));
+    let after = &plan.config.unwrap().2;
+    assert!(!after.replace("\r\n", "").contains('\n'), "{after:?}");
+}
+
+/// A project's relative command (`./run.sh`, `.venv/bin/python`) is the project's file; a bare
+/// name stays a PATH lookup; `"sandboxEnabled": false` asks for nothing and is wrapped.
+#[test]
+fn a_project_s_relative_command_is_the_project_s_file() {
+    let text = r#"{"mcpServers": {"r": {"command": "./run.sh"}, "v": {"command": ".venv/bin/python", "args": ["-m", "srv"]}, "n": {"command": "npx"}, "s": {"command": "x", "sandboxEnabled": false}}}"#;
+    let plan = wrap_all(&[one(Client::ClaudeCode, "/w/p/.mcp.json", Scope::Project, text)], None);
+    let parsed: toml::Table = plan.config.as_ref().unwrap().2.parse().unwrap();
+    let command = |n: &str| parsed["servers"][n]["command"].as_str().unwrap().to_string();
+    assert_eq!(command("r"), "/w/p/./run.sh");
+    assert_eq!(command("v"), "/w/p/.venv/bin/python");
+    assert_eq!(command("n"), "npx");
+    assert!(parsed["servers"].get("s").is_some(), "{:#?}", plan.lines);
+}
+
+/// An entry that does not read (`"type": "ws"`, no command) is left with its place; the others
+/// in the file are wrapped.
+#[test]
+fn an_entry_that_does_not_read_leaves_the_others_wrappable() {
+    let text = "{\"mcpServers\": {\n  \"good\": {\"command\": \"g\"},\n  \"ws\": {\"type\": \"ws\", \"url\": \"ws://h/\"},\n  \"bare\": {\"type\": \"stdio\"}\n}}";
+    let plan = wrap_all(&[one(Client::ClaudeCode, "/w/p/.mcp.json", Scope::Project, text)], None);
+    let names: Vec<&str> = plan.changes[0].records.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["good"]);
+    let said = plan.lines.join("\n");
+    assert!(said.contains("line 3, column 18") && said.contains("\"ws\""), "{said}");
+    assert!(!said.contains("leaves this claude-code config as it is"), "the whole file is said to be left:\n{said}");
+    assert!(said.contains("line 4") && said.contains("neither `command` nor `url`"), "{said}");
+}
+
+/// A dry run's diffs show env values, header values and URL queries as `***` (in the client's
+/// file and in switchyard.toml), and leave the same text elsewhere alone.
+#[test]
+fn a_dry_run_diff_hides_values_that_may_be_secrets() {
+    let text = r#"{"mcpServers": {
+  "gh": {"command": "true", "args": ["--flag", "true"], "env": {"TOKEN": "ghp_s3cr3t", "DEBUG": "true", "KEY": "${input:k}"}},
+  "api": {"url": "https://h.example/mcp?key=q5ecret", "headers": {"Authorization": "Bearer sk-live-1"}}
+}}"#;
+    let cursor = one(Client::Cursor, "/home/u/.cursor/mcp.json", Scope::User, text);
+    let plan = wrap_all(std::slice::from_ref(&cursor), None);
+    let (path, before, after) = plan.config.as_ref().unwrap();
+    let mut diffs = diff(path, before.as_deref().unwrap_or(""), after);
+    diffs.push_str(&diff(&cursor.path, &plan.changes[0].before, &plan.changes[0].after));
+    assert!(diffs.contains("ghp_s3cr3t") && diffs.contains("q5ecret"), "the test's diffs hold the values");
+    let shown = hide_secrets(&diffs, &plan.changes);
+    for secret in ["ghp_s3cr3t", "q5ecret", "sk-live-1"] {
+        assert!(!shown.contains(secret), "{secret} shown:\n{shown}");
+    }
+    assert!(shown.contains("TOKEN = \"***\"") && shown.contains("mcp?***\""), "{shown}");
+    // `true` as a command and an argument is not a secret because DEBUG is `true`.
+    assert!(shown.contains("command = \"true\"") && shown.contains("\"--flag\", \"true\""), "{shown}");
+    assert!(shown.contains("${input_k}") || shown.contains("${input:k}"), "{shown}");
+    assert!(shown.contains("shown as ***"), "{shown}");
+}
+
+/// An entry that reaches the daemon's own HTTP front already runs through switchyard: wrapping
+/// it would make the daemon a client of itself. A local server on another port is wrapped.
+#[test]
+fn an_entry_on_the_daemon_s_http_front_is_already_through_switchyard() {
+    let cc = one(
+        Client::ClaudeCode,
+        "/p/.mcp.json",
+        Scope::Project,
+        r#"{"mcpServers": {
+            "fix": {"type": "http", "url": "http://127.0.0.1:7070/mcp/fix", "headers": {"Authorization": "Bearer ${SWITCHYARD_TOKEN}"}},
+            "one": {"type": "http", "url": "http://localhost:7070/mcp/"},
+            "local": {"type": "http", "url": "http://localhost:3000/mcp"},
+            "elsewhere": {"type": "http", "url": "http://mcp.example.com:7070/mcp/fix"}
+        }}"#,
+    );
+    let config = "[http]\nlisten = \"127.0.0.1:7070\"\n";
+    let plan = wrap_all(std::slice::from_ref(&cc), Some(config));
+    let text = plan.lines.join("\n");
+    assert_eq!(text.matches("already runs through switchyard (its HTTP front").count(), 2, "{text}");
+    let parsed: toml::Table = plan.config.as_ref().unwrap().2.parse().unwrap();
+    let servers = parsed["servers"].as_table().unwrap();
+    assert!(servers.contains_key("local") && servers.contains_key("elsewhere"), "{parsed}");
+    assert!(!servers.contains_key("fix") && !servers.contains_key("one"), "{parsed}");
+    // Without an [http] table nothing is the front: all four are wrapped.
+    let plan = wrap_all(&[cc], None);
+    let parsed: toml::Table = plan.config.as_ref().unwrap().2.parse().unwrap();
+    assert_eq!(parsed["servers"].as_table().unwrap().len(), 4, "{parsed}");
+}

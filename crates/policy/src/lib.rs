@@ -1,0 +1,349 @@
+//! The policy stage: a chain of WebAssembly plugins that decides how each request is handled.
+//!
+//! [`Policy`] is the live handle (hot-reloaded from the plugins directory); [`PluginSet`] is
+//! one immutable version of the chain, read once at the start of a request. wasmtime stays
+//! inside [`wasm`]; loading and reloading live in [`reload`].
+
+pub mod annotate;
+pub mod check;
+pub mod embedded;
+mod reload;
+mod wasm;
+mod worker;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use tokio_util::sync::CancellationToken;
+
+use switchyard_config::{Config, OnError, PluginEntry};
+use switchyard_core::decision::{CallInfo, Decision, Hints, Rejection};
+use switchyard_core::metrics::Metrics;
+
+pub use wasm::PluginError;
+
+/// Cheap, cloneable handle on the live plugin set.
+#[derive(Clone)]
+pub struct Policy {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    set: ArcSwap<PluginSet>,
+    /// The router's metrics, given to every set published (plugin timings and failures).
+    metrics: std::sync::OnceLock<Arc<Metrics>>,
+    /// Generation counter: bumped after each swap, so watchers can diff what changed.
+    changes: tokio::sync::watch::Sender<u64>,
+    dir: Option<PathBuf>,
+}
+
+impl Policy {
+    /// No plugins at all: decide returns `Decision::default()`, annotate returns declared.
+    pub fn disabled() -> Policy {
+        Policy::with_set(PluginSet::empty(), None)
+    }
+
+    fn with_set(set: PluginSet, dir: Option<PathBuf>) -> Policy {
+        let (changes, _) = tokio::sync::watch::channel(0);
+        Policy {
+            inner: Arc::new(Inner {
+                set: ArcSwap::from_pointee(set),
+                metrics: std::sync::OnceLock::new(),
+                changes,
+                dir,
+            }),
+        }
+    }
+
+    /// Resolves the plugins directory (`cli_dir`, else `plugins/` beside the config file, else
+    /// `$XDG_CONFIG_HOME/switchyard/plugins`), loads every `*.wasm` in it and starts the
+    /// hot-reload watcher, which stops when `shutdown` is cancelled. A missing directory is
+    /// created. A plugin with a `[[plugins]]` entry that cannot run (file missing, not loadable,
+    /// `init` refuses its config) is an error naming it: switchyard does not start without a
+    /// plugin the config asks for. A broken file without an entry is logged and skipped.
+    pub async fn start(
+        config: &Config,
+        cli_dir: Option<PathBuf>,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<Policy> {
+        let dir = reload::resolve_dir(config, cli_dir)?;
+        let mut loader = reload::Loader::new(dir.clone(), config.plugins.clone());
+        // Compiling can take tens of milliseconds per plugin, and `init` runs plugin code: on a
+        // thread of its own, outside the async runtime.
+        let (scan, loader) = worker::run_alone("switchyard-plugin-load", move || {
+            let scan = loader.scan();
+            (scan, loader)
+        })
+        .await?;
+        if !scan.configured_failures.is_empty() {
+            anyhow::bail!(
+                "{} configured in [[plugins]] cannot run, so switchyard does not start:\n  {}",
+                if scan.configured_failures.len() == 1 { "a plugin" } else { "plugins" },
+                scan.configured_failures.join("\n  ")
+            );
+        }
+        let set = scan.set.unwrap_or_else(PluginSet::empty);
+        tracing::info!(
+            dir = %dir.display(),
+            "policy plugins in force: [{}]",
+            set.names().join(", ")
+        );
+        let policy = Policy::with_set(set, Some(dir));
+        reload::watch(policy.clone(), loader, shutdown)?;
+        Ok(policy)
+    }
+
+    /// The plugin set in force now; a request reads it once at its start.
+    pub fn current(&self) -> Arc<PluginSet> {
+        self.inner.set.load_full()
+    }
+
+    /// Bumped every time a new set is swapped in.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.changes.subscribe()
+    }
+
+    /// The directory in use.
+    pub fn dir(&self) -> Option<&Path> {
+        self.inner.dir.as_deref()
+    }
+
+    /// Swaps in a new set; requests already running keep the one they loaded.
+    /// Plugin calls are timed into `metrics` from now on (the router's; set once).
+    pub fn attach_metrics(&self, metrics: &Arc<Metrics>) {
+        if self.inner.metrics.set(metrics.clone()).is_ok() {
+            // The same chain, measured: no change for watchers to see. `rcu`: a reload
+            // publishing meanwhile is not undone.
+            self.inner.set.rcu(|cur| PluginSet { chain: cur.chain.clone(), metrics: Some(metrics.clone()) });
+        }
+    }
+
+    fn publish(&self, mut set: PluginSet) {
+        set.metrics = self.inner.metrics.get().cloned();
+        self.inner.set.store(Arc::new(set));
+        self.inner.changes.send_modify(|n| *n += 1);
+    }
+}
+
+/// One loaded plugin in a chain.
+struct Loaded {
+    /// File name (or the `[[plugins]]` path), used as the plugin's name in logs and errors.
+    name: String,
+    /// The name as a metrics label (shared: no copy per call).
+    label: Arc<str>,
+    hash: [u8; 32],
+    priority: i32,
+    on_error: OnError,
+    plugin: Runs,
+}
+
+/// Whether a plugin in the chain can run.
+enum Runs {
+    Ready(Box<wasm::Plugin>),
+    /// A configured plugin with on_error = closed whose file does not load, and no earlier
+    /// version did: it rejects the calls it would have judged until a good version arrives.
+    Broken(String),
+}
+
+/// An immutable, ordered chain of loaded plugins.
+pub struct PluginSet {
+    chain: Vec<Arc<Loaded>>,
+    /// Where each plugin call's time and failure are counted (None: not measured).
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl PluginSet {
+    fn empty() -> PluginSet {
+        PluginSet { chain: Vec::new(), metrics: None }
+    }
+
+    /// Orders by priority (higher first), then by name.
+    fn new(mut chain: Vec<Arc<Loaded>>) -> PluginSet {
+        chain.sort_by(|a, b| b.priority.cmp(&a.priority).then_with(|| a.name.cmp(&b.name)));
+        PluginSet { chain, metrics: None }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.chain.is_empty()
+    }
+
+    /// Plugin names in chain order (for logs).
+    pub fn names(&self) -> Vec<String> {
+        self.chain.iter().map(|p| p.name.clone()).collect()
+    }
+
+    /// Runs the chain for one call on a plugin worker thread, in the turn of the call's
+    /// session (see [`worker`]), and waits for it without blocking the async thread. With no
+    /// plugins it answers at once, without leaving this thread.
+    pub async fn decide_async(self: &Arc<Self>, call: &CallInfo) -> Result<Decision, Rejection> {
+        if self.chain.is_empty() {
+            return Ok(Decision::default());
+        }
+        let args = wasm::CallArgs::new(call);
+        let set = self.clone();
+        worker::run(&call.session, move || set.decide_args(&args)).await.unwrap_or_else(|e| {
+            // Each plugin call is guarded on its own (see `guarded`); this is the chain code.
+            Err(Rejection { plugin: "switchyard".to_string(), reason: e.to_string() })
+        })
+    }
+
+    /// Runs the chain on the calling thread, which must not be an async runtime thread (use
+    /// [`PluginSet::decide_async`] there): each plugin sees the decision so far; `stop` ends
+    /// the chain; `reject` refuses the call. A plugin that fails (trap, deadline, memory,
+    /// switched off) is skipped when its `on_error` is open and rejects the call when closed.
+    /// The result is not clamped.
+    pub fn decide(&self, call: &CallInfo) -> Result<Decision, Rejection> {
+        if self.chain.is_empty() {
+            return Ok(Decision::default());
+        }
+        self.decide_args(&wasm::CallArgs::new(call))
+    }
+
+    fn decide_args(&self, args: &wasm::CallArgs) -> Result<Decision, Rejection> {
+        let mut decision = Decision::default();
+        for p in &self.chain {
+            let plugin = match &p.plugin {
+                Runs::Ready(plugin) => plugin,
+                Runs::Broken(why) => {
+                    if let Some(m) = &self.metrics {
+                        m.plugin_call(&p.label, "decide", std::time::Duration::ZERO, Some("broken"));
+                    }
+                    // The load error was logged once; the client's error carries it too.
+                    let reason = format!("plugin cannot run: {why}");
+                    return Err(Rejection { plugin: p.name.clone(), reason });
+                }
+            };
+            let started = std::time::Instant::now();
+            let answer = guarded(|| plugin.decide(args, &decision));
+            self.measured(&p.label, "decide", started, &answer);
+            match answer {
+                Ok(wasm::Verdict::Continue(d)) => decision = d,
+                Ok(wasm::Verdict::Stop(d)) => return Ok(d),
+                Ok(wasm::Verdict::Reject(reason)) => {
+                    return Err(Rejection { plugin: p.name.clone(), reason });
+                }
+                Err(e) => {
+                    let what = match args.tool() {
+                        Some(t) => format!("tools/call `{t}`"),
+                        None => args.method().to_string(),
+                    };
+                    match p.on_error {
+                        OnError::Open => {
+                            let note = format!("plugin skipped for {what}: it {e} (on_error = open)");
+                            plugin.output().line(tracing::Level::WARN, "switchyard", &note);
+                        }
+                        OnError::Closed => {
+                            let note = format!("{what} rejected: the plugin {e} (on_error = closed)");
+                            plugin.output().line(tracing::Level::WARN, "switchyard", &note);
+                            return Err(Rejection { plugin: p.name.clone(), reason: format!("plugin failed: {e}") });
+                        }
+                    }
+                }
+            }
+        }
+        Ok(decision)
+    }
+
+    /// [`PluginSet::annotate`] for many tools at once, on a plugin worker thread in `lane`'s
+    /// turn. With no plugins it answers at once with the declared hints.
+    pub async fn annotate_async(self: &Arc<Self>, lane: &str, server: &str, tools: Vec<(String, Hints)>) -> Vec<Hints> {
+        if self.chain.is_empty() {
+            return tools.into_iter().map(|(_, declared)| declared).collect();
+        }
+        let set = self.clone();
+        let server = server.to_string();
+        let fallback: Vec<Hints> = tools.iter().map(|(_, d)| d.clone()).collect();
+        let run = worker::run(lane, move || {
+            tools.iter().map(|(tool, declared)| set.annotate(&server, tool, declared)).collect::<Vec<_>>()
+        });
+        run.await.unwrap_or_else(|e| {
+            tracing::warn!("annotations left as the server declared them: {e}");
+            fallback
+        })
+    }
+
+    /// Effective hints for a tool, on the calling thread (not an async runtime thread):
+    /// `declared` passed through every plugin's `annotate` in chain order. A failing plugin is
+    /// skipped (annotations are advisory; on_error is about calls).
+    pub fn annotate(&self, server: &str, tool: &str, declared: &Hints) -> Hints {
+        let mut hints = declared.clone();
+        for p in &self.chain {
+            // A broken plugin is skipped: its load error was logged once.
+            let Runs::Ready(plugin) = &p.plugin else { continue };
+            let started = std::time::Instant::now();
+            let answer = guarded(|| plugin.annotate(server, tool, declared, &hints));
+            self.measured(&p.label, "annotate", started, &answer);
+            match answer {
+                Ok(h) => hints = h,
+                Err(e) => {
+                    let note = format!("annotate of tool `{tool}` skipped: the plugin {e}");
+                    plugin.output().line(tracing::Level::WARN, "switchyard", &note);
+                }
+            }
+        }
+        hints
+    }
+}
+
+impl PluginSet {
+    /// Counts one plugin call (`op`: decide, annotate) that began at `started`.
+    fn measured<T>(
+        &self,
+        plugin: &Arc<str>,
+        op: &'static str,
+        started: std::time::Instant,
+        answer: &Result<T, PluginError>,
+    ) {
+        let Some(m) = &self.metrics else { return };
+        let failed = answer.as_ref().err().map(|e| match e {
+            PluginError::Deadline(_) => "deadline",
+            PluginError::OutOfMemory(_) => "memory",
+            PluginError::Trap(_) => "trap",
+            PluginError::SwitchedOff(_) => "breaker_open",
+            PluginError::Init(_) | PluginError::Host(_) => "error",
+        });
+        m.plugin_call(plugin, op, started.elapsed(), failed);
+    }
+}
+
+/// Runs one plugin call so that a panic in the host while serving it (a bug, but possible in
+/// any WASI host function) fails that plugin's call, never the whole request.
+fn guarded<T>(f: impl FnOnce() -> Result<T, PluginError>) -> Result<T, PluginError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .unwrap_or_else(|p| Err(PluginError::Host(worker::panic_text(&*p))))
+}
+
+impl Loaded {
+    /// Blocking: compiles, checks and inits. See [`wasm::Plugin::load`].
+    fn load(name: &str, bytes: &[u8], entry: &PluginEntry) -> anyhow::Result<Loaded> {
+        let hash = wasm::content_hash(bytes);
+        let config_json = entry.config_json()?;
+        let plugin = wasm::Plugin::load(name, bytes, &hash, wasm::Limits::from_entry(entry), &config_json, false)?;
+        let plugin = Runs::Ready(Box::new(plugin));
+        let (name, label) = (name.to_string(), Arc::from(name));
+        Ok(Loaded { name, label, hash, priority: entry.priority, on_error: entry.on_error, plugin })
+    }
+
+    /// The stand-in for a closed plugin that does not load (see [`Runs::Broken`]).
+    fn broken(name: &str, hash: [u8; 32], entry: &PluginEntry, why: String) -> Loaded {
+        let plugin = Runs::Broken(why);
+        let (name, label) = (name.to_string(), Arc::from(name));
+        Loaded { name, label, hash, priority: entry.priority, on_error: entry.on_error, plugin }
+    }
+
+    fn is_ready(&self) -> bool {
+        matches!(self.plugin, Runs::Ready(_))
+    }
+
+    #[cfg(test)]
+    fn plugin(&self) -> &wasm::Plugin {
+        match &self.plugin {
+            Runs::Ready(p) => p,
+            Runs::Broken(why) => panic!("{} cannot run: {why}", self.name),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

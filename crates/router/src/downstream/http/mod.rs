@@ -1,0 +1,558 @@
+//! The Streamable HTTP front of the daemon (`/mcp/NAME`): who may reach it ([`guard`]), with
+//! which bearer token ([`token`]), its sessions of the 2025-11-25 era ([`session`], each an
+//! ordinary session of the router, as a stdio client's is, with resumable streams: [`events`]),
+//! and the session-less requests of the 2026-07-28 era ([`stateless`]).
+//!
+//! Not served, and answered as such (never with silence): JSON-RPC batches (400).
+
+pub mod events;
+pub mod guard;
+pub mod listen;
+pub mod session;
+pub mod stateless;
+pub mod status;
+pub mod token;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::response::Response;
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Method, StatusCode};
+use tokio_util::sync::CancellationToken;
+
+use crate::registry::Router;
+use guard::{Guard, Verdict};
+use session::{Feed, HttpSession, Refused, Table};
+use switchyard_config::HttpConfig;
+use switchyard_core::codec::{self, Kind};
+use token::Token;
+
+/// Protocol versions of the initialize era this front serves (`MCP-Protocol-Version`).
+pub const SESSION_VERSIONS: &[&str] = &["2024-10-07", "2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+
+const SESSION_HEADER: &str = "mcp-session-id";
+const VERSION_HEADER: &str = "mcp-protocol-version";
+const LAST_EVENT_HEADER: &str = "last-event-id";
+
+/// After shutdown, how long open responses get to finish before the front stops waiting.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// One HTTP front of a router.
+pub struct Front {
+    router: Arc<Router>,
+    guard: Guard,
+    http: HttpConfig,
+    table: Arc<Table>,
+    shutdown: CancellationToken,
+}
+
+/// Serves the front on `listener` until `shutdown` fires; then ends its sessions and waits at
+/// most [`SHUTDOWN_GRACE`] for open responses.
+pub async fn serve(
+    router: Arc<Router>,
+    http: HttpConfig,
+    token: Token,
+    listener: tokio::net::TcpListener,
+    shutdown: CancellationToken,
+) {
+    let listen = listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| http.listen.to_string());
+    let table = Arc::new(Table::default());
+    let front = Arc::new(Front {
+        router: router.clone(),
+        guard: Guard::new(&http, &token),
+        http,
+        table: table.clone(),
+        shutdown: shutdown.clone(),
+    });
+    let weak = Arc::downgrade(&table);
+    let shown = listen.clone();
+    let _ = router
+        .http
+        .set(Box::new(move || serde_json::json!({"listen": shown, "sessions": weak.upgrade().map_or(0, |t| t.len())})));
+    tokio::spawn(reap(front.clone()));
+    let app = axum::Router::new().fallback(handle).with_state(front);
+    tokio::select! {
+        _ = listen::serve(listener, app, &listen, shutdown.clone()) => {}
+        _ = async {
+            shutdown.cancelled().await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        } => tracing::warn!("some HTTP responses were still open {} s after shutdown; they were cut", SHUTDOWN_GRACE.as_secs()),
+    }
+}
+
+/// Ends sessions idle past `[http] session_idle_ms`.
+async fn reap(front: Arc<Front>) {
+    let idle = Duration::from_millis(front.http.session_idle_ms.max(1));
+    let every = (idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(30));
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = front.shutdown.cancelled() => return,
+        }
+        let n = front.table.reap(idle);
+        if n > 0 {
+            tracing::info!("ended {n} HTTP session(s) idle for {} ms ([http] session_idle_ms)", idle.as_millis());
+        }
+    }
+}
+
+async fn handle(State(front): State<Arc<Front>>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let cors = match front.guard.check(&parts.method, &parts.uri, &parts.headers) {
+        Verdict::Answer(r) => return r.map(Body::from),
+        Verdict::Pass { cors } => cors,
+    };
+    // `/`, `/metrics`, `/api/status` and the page's assets (see `status`); the rest is MCP's.
+    let mut resp = match status::serve(&front.router, &parts.method, parts.uri.path()) {
+        Some(r) => r,
+        None => front.route(&parts.method, parts.uri.path(), &parts.headers, body).await,
+    };
+    resp.headers_mut().extend(cors);
+    resp
+}
+
+/// How the client takes the answer to a POSTed request.
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Sse,
+    Json,
+}
+
+impl Front {
+    async fn route(&self, method: &Method, path: &str, headers: &HeaderMap, body: Body) -> Response {
+        let name = match path.strip_prefix("/mcp") {
+            Some("" | "/") => None,
+            Some(rest) if rest.len() > 1 && rest.starts_with('/') && !rest[1..].contains('/') => Some(&rest[1..]),
+            _ => return plain(StatusCode::NOT_FOUND, "not found: MCP servers are at /mcp/NAME"),
+        };
+        // A POST's version is checked against its body (errors carry the request's id).
+        if *method != Method::POST
+            && let Some(r) = check_version(headers)
+        {
+            return r;
+        }
+        match *method {
+            Method::POST => self.post(name, headers, body).await,
+            Method::GET => self.get(name, headers),
+            Method::DELETE => self.delete(name, headers),
+            _ => {
+                let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "use POST, GET or DELETE");
+                r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
+                r
+            }
+        }
+    }
+
+    /// The session a request names, if it is one of this path's server.
+    fn session(&self, name: Option<&str>, sid: &str) -> Result<Arc<HttpSession>, Box<Response>> {
+        match self.table.get(sid) {
+            Some(s) if name.is_none_or(|n| n == s.server.name) => Ok(s),
+            _ => Err(Box::new(rpc_error(
+                StatusCode::NOT_FOUND,
+                "null",
+                codec::INVALID_REQUEST,
+                "session not found: it ended (DELETE, idle, or the daemon restarted) or never existed; send initialize without Mcp-Session-Id for a new one",
+            ))),
+        }
+    }
+
+    async fn post(&self, name: Option<&str>, headers: &HeaderMap, body: Body) -> Response {
+        if let Some(ct) = headers.get(header::CONTENT_TYPE)
+            && !ct.to_str().is_ok_and(|c| media(c) == "application/json")
+        {
+            return plain(StatusCode::UNSUPPORTED_MEDIA_TYPE, "a POST to an MCP endpoint carries application/json");
+        }
+        let Some(mode) = accepts(headers) else {
+            return plain(
+                StatusCode::NOT_ACCEPTABLE,
+                "Accept must list application/json and text/event-stream (MCP Streamable HTTP)",
+            );
+        };
+        // A request of the stateless era ignores Mcp-Session-Id.
+        let header_version = headers.get(VERSION_HEADER).map(|v| v.to_str().unwrap_or("(not ASCII)"));
+        let modern_header = header_version.is_some_and(stateless::is_modern);
+        // An existing session stays on the server it began with (a config edit does not move it).
+        let existing = match headers.get(SESSION_HEADER).filter(|_| !modern_header) {
+            Some(v) => match self.session(name, v.to_str().unwrap_or("")) {
+                Ok(s) => Some(s),
+                Err(r) => return *r,
+            },
+            None => None,
+        };
+        let server = match &existing {
+            Some(s) => s.server.clone(),
+            None => match self.router.lookup(name, &BTreeMap::new()) {
+                Ok(s) => s,
+                Err(why) => {
+                    let why = if name.is_none() { format!("{why} (over HTTP: /mcp/NAME)") } else { why };
+                    return rpc_error(StatusCode::NOT_FOUND, "null", codec::INVALID_REQUEST, &why);
+                }
+            },
+        };
+        let limit = server.limits.max_message_bytes;
+        let bytes = match read_body(body, limit).await {
+            Ok(b) => b,
+            Err(r) => return r,
+        };
+        let Ok(text) = String::from_utf8(bytes.to_vec()) else {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                "null",
+                codec::PARSE_ERROR,
+                "Parse error: the body is not UTF-8",
+            );
+        };
+        // One message per line for the servers behind: outside strings (where JSON allows no raw
+        // control characters) a pretty-printed body's line breaks are only whitespace.
+        let line = if text.contains(['\n', '\r']) { text.replace(['\n', '\r'], " ") } else { text };
+        if codec::is_batch(&line) {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                "null",
+                codec::INVALID_REQUEST,
+                "JSON-RPC batches are not served over HTTP by switchyard; POST one message at a time",
+            );
+        }
+        let env = match codec::parse(&line) {
+            Ok(env) => env,
+            Err(e) => return rpc_error(StatusCode::BAD_REQUEST, e.reply_id(), e.code(), &e.message()),
+        };
+        let method = env.method.as_deref().unwrap_or_default();
+        let raw_id = env.id.as_ref().map(|r| line[r.clone()].to_string());
+        let enveloped = env.params.as_ref().is_some_and(|p| codec::envelope_version(&line, p).is_some());
+        if method != "initialize" && (modern_header || enveloped) {
+            return self.stateless(server, headers, line, env, mode).await;
+        }
+        // A version of neither era served (spec: 400); initialize names its version in the body.
+        if let Some(v) = header_version
+            && method != "initialize"
+            && !SESSION_VERSIONS.contains(&v)
+        {
+            return stateless::unsupported(v, raw_id.as_deref().unwrap_or("null"));
+        }
+        let (session, new_sid) = match existing {
+            Some(s) => (s, None),
+            None if env.kind == Kind::Request && method == "initialize" => {
+                let start = || {
+                    // The server's own token: it fires when the daemon stops and when the server
+                    // is removed from the config (its sessions end, as `connect` ones do).
+                    let (registry, shutdown) = (self.router.registry.clone(), server.shutdown.clone());
+                    HttpSession::start(server.clone(), registry, shutdown, self.http.event_store_bytes)
+                };
+                match self.table.open(self.http.max_sessions, start) {
+                    Ok(Some((s, sid))) => (s, Some(sid)),
+                    Ok(None) => {
+                        return rpc_error(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            raw_id.as_deref().unwrap_or("null"),
+                            codec::SERVER_BUSY,
+                            &format!(
+                                "the HTTP front has {} sessions, its maximum ([http] max_sessions); try again later",
+                                self.http.max_sessions
+                            ),
+                        );
+                    }
+                    Err(e) => {
+                        return rpc_error(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            raw_id.as_deref().unwrap_or("null"),
+                            codec::INTERNAL_ERROR,
+                            &format!("cannot make a session id (getrandom failed: {e})"),
+                        );
+                    }
+                }
+            }
+            None => {
+                return rpc_error(
+                    StatusCode::BAD_REQUEST,
+                    raw_id.as_deref().unwrap_or("null"),
+                    codec::INVALID_REQUEST,
+                    "Bad Request: no Mcp-Session-Id header; begin a session with initialize",
+                );
+            }
+        };
+        let gone = || {
+            rpc_error(
+                StatusCode::NOT_FOUND,
+                "null",
+                codec::INVALID_REQUEST,
+                "session not found: it ended; send initialize without Mcp-Session-Id for a new one",
+            )
+        };
+        let mut resp = match env.kind {
+            Kind::Request => {
+                let id = raw_id.expect("requests have ids");
+                let progress = env
+                    .params
+                    .as_ref()
+                    .and_then(|p| codec::progress_token_in_request(&line, p))
+                    .map(|r| line[r].to_string());
+                match session.request(line, &id, progress.as_deref(), mode == Mode::Json) {
+                    Ok(feed) => self.answer(feed, mode, &id).await,
+                    Err(Refused::Duplicate(_)) => rpc_error(
+                        StatusCode::BAD_REQUEST,
+                        &id,
+                        codec::INVALID_REQUEST,
+                        &format!("Invalid Request: id {id} is already in use by a request of this session still open"),
+                    ),
+                    Err(Refused::Gone) => gone(),
+                }
+            }
+            Kind::Notification | Kind::Response => {
+                let cancelled = (method == "notifications/cancelled")
+                    .then(|| env.params.as_ref().map(|p| codec::param_fields(&line, p)))
+                    .flatten()
+                    .and_then(|f| f.request_id)
+                    .map(|r| line[r].to_string());
+                match session.message(line, cancelled.as_deref()) {
+                    Ok(()) => empty(StatusCode::ACCEPTED),
+                    Err(_) => gone(),
+                }
+            }
+        };
+        if let Some(sid) = new_sid {
+            resp.headers_mut().insert(SESSION_HEADER, HeaderValue::from_str(&sid).expect("hex is a header value"));
+        }
+        resp
+    }
+
+    /// The answer to a POSTed request: its stream, or (JSON only) its response alone.
+    async fn answer(&self, mut feed: Feed, mode: Mode, id: &str) -> Response {
+        if mode == Mode::Sse {
+            return self.sse(feed);
+        }
+        match feed.next().await {
+            Some(line) => {
+                let mut r = Response::new(Body::from(line));
+                r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                r
+            }
+            None => rpc_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                id,
+                codec::INTERNAL_ERROR,
+                "no response: the request was cancelled, or its session ended first",
+            ),
+        }
+    }
+
+    fn get(&self, name: Option<&str>, headers: &HeaderMap) -> Response {
+        let Some(sid) = headers.get(SESSION_HEADER) else {
+            let mut r = plain(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "GET opens the stream of a session: send its Mcp-Session-Id (initialize begins one)",
+            );
+            r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
+            return r;
+        };
+        if accepts(headers) != Some(Mode::Sse) {
+            return plain(StatusCode::NOT_ACCEPTABLE, "the GET stream is text/event-stream; list it in Accept");
+        }
+        let session = match self.session(name, sid.to_str().unwrap_or("")) {
+            Ok(s) => s,
+            Err(r) => return *r,
+        };
+        let gone = || rpc_error(StatusCode::NOT_FOUND, "null", codec::INVALID_REQUEST, "session not found: it ended");
+        let Some(last) = headers.get(LAST_EVENT_HEADER) else {
+            return match session.listen() {
+                Ok(feed) => self.sse(feed),
+                Err(_) => gone(),
+            };
+        };
+        // Looked up in this session's events only: another session's id is unknown here.
+        match session.resume(last.to_str().unwrap_or("")) {
+            Ok(Ok(feed)) => self.sse(feed),
+            Ok(Err(why)) => rpc_error(
+                StatusCode::BAD_REQUEST,
+                "null",
+                codec::INVALID_REQUEST,
+                &match why {
+                    session::Unknown::Malformed => "Last-Event-ID is not an event id of this server (they look like 12.345); open the stream again without it".to_string(),
+                    session::Unknown::Dropped => "the stream of that event was dropped: nobody read it in time; open the stream again without Last-Event-ID".to_string(),
+                    session::Unknown::NotKept => format!(
+                        "Last-Event-ID names no event of this session still kept (events are kept up to [http] event_store_bytes = {} per session); open the stream again without it",
+                        self.http.event_store_bytes
+                    ),
+                },
+            ),
+            Err(_) => gone(),
+        }
+    }
+
+    fn delete(&self, name: Option<&str>, headers: &HeaderMap) -> Response {
+        let Some(sid) = headers.get(SESSION_HEADER) else {
+            let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "DELETE ends a session: send its Mcp-Session-Id");
+            r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
+            return r;
+        };
+        let sid = sid.to_str().unwrap_or("");
+        if let Err(r) = self.session(name, sid) {
+            return *r;
+        }
+        self.table.remove(sid);
+        empty(StatusCode::NO_CONTENT)
+    }
+
+    /// A `text/event-stream` response carrying `feed`, with keep-alive comments while idle; it
+    /// ends when the feed does (after a request's response; when the session ends).
+    fn sse(&self, feed: Feed) -> Response {
+        let tick = self.keepalive();
+        let events = futures_util::stream::unfold((feed, tick), |(mut feed, mut tick)| async move {
+            let bytes = tokio::select! {
+                m = feed.next() => m?,
+                _ = tick.tick() => Bytes::from_static(b": keep-alive\n\n"),
+            };
+            Some((Ok::<_, std::convert::Infallible>(bytes), (feed, tick)))
+        });
+        event_stream(Body::from_stream(events))
+    }
+
+    /// When an idle SSE stream gets its next keep-alive comment (`[http] keepalive_ms`).
+    fn keepalive(&self) -> tokio::time::Interval {
+        let period = Duration::from_millis(self.http.keepalive_ms.max(1));
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick
+    }
+}
+
+/// A `text/event-stream` response of `body`, never cached or buffered by a proxy.
+fn event_stream(body: Body) -> Response {
+    let mut r = Response::new(body);
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    r
+}
+
+/// Reads a body of at most `limit` bytes; over it, 413 with a JSON-RPC error.
+async fn read_body(body: Body, limit: usize) -> Result<Bytes, Response> {
+    use http_body_util::BodyExt;
+    match http_body_util::Limited::new(body, limit).collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(rpc_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "null",
+            codec::INVALID_REQUEST,
+            &format!("the message is over the server's limit of {limit} bytes (limits.max_message_bytes)"),
+        )),
+        Err(e) => Err(plain(StatusCode::BAD_REQUEST, &format!("cannot read the request body: {e}"))),
+    }
+}
+
+/// For GET and DELETE: 400 for a protocol version header that is no version served, 405 for one of
+/// the stateless era (which has neither); None when it may go on (none given: the spec then
+/// assumes 2025-03-26).
+fn check_version(headers: &HeaderMap) -> Option<Response> {
+    let v = headers.get(VERSION_HEADER)?;
+    let v = v.to_str().unwrap_or("(not ASCII)");
+    if !stateless::is_modern(v) && !SESSION_VERSIONS.contains(&v) {
+        return Some(stateless::unsupported(v, "null"));
+    }
+    stateless::is_modern(v).then(|| {
+        let mut r = plain(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "the 2026-07-28 protocol has no GET or DELETE: POST each request to the MCP endpoint",
+        );
+        r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
+        r
+    })
+}
+
+/// How the client wants a request answered, from `Accept` (none: anything).
+fn accepts(headers: &HeaderMap) -> Option<Mode> {
+    let mut listed = headers.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()).peekable();
+    if listed.peek().is_none() {
+        return Some(Mode::Sse);
+    }
+    let types: Vec<String> = listed.flat_map(|v| v.split(',')).map(media).collect();
+    let has = |t: &str| types.iter().any(|x| x == t);
+    if has("text/event-stream") || has("*/*") || has("text/*") {
+        Some(Mode::Sse)
+    } else if has("application/json") || has("application/*") {
+        Some(Mode::Json)
+    } else {
+        None
+    }
+}
+
+/// The media type of a header value, lowercase, without parameters.
+fn media(v: &str) -> String {
+    v.split(';').next().unwrap_or("").trim().to_ascii_lowercase()
+}
+
+fn rpc_error(status: StatusCode, id: &str, code: i64, message: &str) -> Response {
+    rpc_error_data(status, id, code, message, None)
+}
+
+fn rpc_error_data(
+    status: StatusCode,
+    id: &str,
+    code: i64,
+    message: &str,
+    data: Option<&serde_json::Value>,
+) -> Response {
+    let mut r = Response::new(Body::from(codec::response_error(id, code, message, data)));
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+fn plain(status: StatusCode, message: &str) -> Response {
+    let mut r = Response::new(Body::from(format!("{message}\n")));
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    r
+}
+
+fn empty(status: StatusCode) -> Response {
+    let mut r = Response::new(Body::empty());
+    *r.status_mut() = status;
+    r
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A header map of `pairs` (a name may repeat).
+    pub(crate) fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn accept_picks_the_stream_unless_only_json_is_taken() {
+        assert!(accepts(&headers(&[])) == Some(Mode::Sse));
+        assert!(accepts(&headers(&[("accept", "application/json, text/event-stream")])) == Some(Mode::Sse));
+        assert!(accepts(&headers(&[("accept", "application/json;q=0.9")])) == Some(Mode::Json));
+        assert!(accepts(&headers(&[("accept", "text/html")])).is_none());
+    }
+
+    #[test]
+    fn get_and_delete_take_initialize_era_versions_405_stateless_ones_and_400_others() {
+        assert!(check_version(&headers(&[])).is_none());
+        assert!(check_version(&headers(&[("mcp-protocol-version", "2025-06-18")])).is_none());
+        assert!(check_version(&headers(&[("mcp-protocol-version", "2024-10-07")])).is_none());
+        for (v, status) in [
+            ("2026-07-28", StatusCode::METHOD_NOT_ALLOWED),
+            ("2027-01-01", StatusCode::METHOD_NOT_ALLOWED),
+            ("latest", StatusCode::BAD_REQUEST),
+            ("2025-6-18", StatusCode::BAD_REQUEST),
+            ("1999-01-01", StatusCode::BAD_REQUEST),
+            ("2025-12-01", StatusCode::BAD_REQUEST),
+        ] {
+            assert_eq!(check_version(&headers(&[("mcp-protocol-version", v)])).unwrap().status(), status, "{v}");
+        }
+    }
+}

@@ -1,0 +1,468 @@
+//! One client session as servers see it: output queue, messages held until it initialised, its requests, log level.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use crate::upstream::Instance;
+use switchyard_core::ids::SessionId;
+
+/// One message for the client; `related`: the raw id of the client's request it is about, when
+/// the message itself does not name it (a notice about the request), so a transport with a
+/// stream per request (HTTP) can put it there. Byte streams ignore it.
+pub struct Out {
+    pub line: String,
+    pub related: Option<String>,
+}
+
+/// What the hub knows of one client session.
+pub struct SessionLink {
+    pub id: SessionId,
+    /// Lines to the client. Unbounded so one slow client cannot stall an instance's reader
+    /// (and with it every other session's replies); `backlog` bounds it instead.
+    out: mpsc::UnboundedSender<Out>,
+    /// What is queued for the client and not yet written (shared with the writer, which must
+    /// not hold the link itself: the channel closes when the last link goes).
+    backlog: Arc<Backlog>,
+    /// Fired when the queue overflows: the session ends (its calls are cancelled).
+    pub overflow: tokio_util::sync::CancellationToken,
+    /// Requests and notifications from servers wait here until the client has finished its
+    /// initialisation (`None` from then on). switchyard initialises a server once, on the
+    /// first client's behalf, so the server may call back (roots/list, say) before this client
+    /// has even seen its initialize result; MCP lets a server do that only after `initialized`.
+    held: Mutex<Option<Vec<String>>>,
+    /// Requests from a server to this client, by the id this session sees: (instance, server's id).
+    pub(crate) outbound: Mutex<HashMap<u64, (Weak<Instance>, String)>>,
+    pub(crate) next_out: AtomicU64,
+    /// The level this client asked for with logging/setLevel (RFC 5424 severity, 7 = debug).
+    pub(crate) log_level: Mutex<Option<u8>>,
+    /// The `capabilities` the client declared in its initialize (`None`: it sent none yet, as a
+    /// 2026-07-28 client never does). MCP lets a server ask a client only for what it declared.
+    capabilities: Mutex<Option<serde_json::Value>>,
+    /// `clientInfo` of its initialize, as `name version` (for status).
+    client: Mutex<Option<String>>,
+    /// Calls of this session waiting for the gate or a pool now.
+    waiting: std::sync::atomic::AtomicUsize,
+}
+
+/// Counts a call as waiting while it lives.
+pub struct WaitingCall<'a>(&'a SessionLink);
+
+impl Drop for WaitingCall<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl crate::upstream::ProgressSink for SessionLink {
+    fn progress(&self, line: String) {
+        self.send(line);
+    }
+}
+
+impl SessionLink {
+    pub fn new(
+        id: SessionId,
+        out: mpsc::UnboundedSender<Out>,
+        queue_limit: usize,
+        buffered: Arc<Buffered>,
+    ) -> Arc<SessionLink> {
+        Arc::new(SessionLink {
+            id,
+            out,
+            backlog: Arc::new(Backlog::new(queue_limit, buffered)),
+            overflow: tokio_util::sync::CancellationToken::new(),
+            held: Mutex::new(Some(Vec::new())),
+            outbound: Mutex::new(HashMap::new()),
+            next_out: AtomicU64::new(1),
+            log_level: Mutex::new(None),
+            capabilities: Mutex::new(None),
+            client: Mutex::new(None),
+            waiting: Default::default(),
+        })
+    }
+
+    /// Records the capabilities in this client's initialize params (none declared when absent).
+    pub fn declare_capabilities(&self, initialize_params: &str) {
+        let mut params = serde_json::from_str::<serde_json::Value>(initialize_params).ok();
+        let declared = params
+            .as_mut()
+            .and_then(|v| v.get_mut("capabilities").map(serde_json::Value::take))
+            .unwrap_or_else(|| serde_json::json!({}));
+        *self.capabilities.lock().expect("lock") = Some(declared);
+        let info = params.as_ref().and_then(|p| p.get("clientInfo"));
+        let part = |k: &str| {
+            info.and_then(|i| i.get(k)).and_then(|v| v.as_str()).map(|s| s.chars().take(80).collect::<String>())
+        };
+        if let Some(name) = part("name") {
+            let client = match part("version") {
+                Some(v) => format!("{name} {v}"),
+                None => name,
+            };
+            *self.client.lock().expect("lock") = Some(client);
+        }
+    }
+
+    /// The client's name and version from its initialize, if it gave them.
+    pub fn client(&self) -> Option<String> {
+        self.client.lock().expect("lock").clone()
+    }
+
+    /// Calls of this session waiting for the gate or a pool now.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Counts a call as waiting until the returned guard is dropped.
+    pub fn wait_begins(&self) -> WaitingCall<'_> {
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        WaitingCall(self)
+    }
+
+    /// The capability a server-to-client request needs that this client did not declare.
+    /// Unknown (no initialize seen) counts as declared: switchyard refuses only what it knows.
+    pub(crate) fn lacks_capability_for(&self, method: &str) -> Option<&'static str> {
+        let needed = match method {
+            "sampling/createMessage" => "sampling",
+            "elicitation/create" => "elicitation",
+            "roots/list" => "roots",
+            _ => return None,
+        };
+        let caps = self.capabilities.lock().expect("lock");
+        let declared = caps.as_ref().is_none_or(|c| c.get(needed).is_some_and(|v| !v.is_null()));
+        (!declared).then_some(needed)
+    }
+
+    pub fn send(&self, line: String) {
+        self.send_out(line, None);
+    }
+
+    /// A message about the client's request `id` (its raw id) that does not name it.
+    pub fn send_for(&self, id: &str, line: String) {
+        self.send_out(line, Some(id.to_string()));
+    }
+
+    fn send_out(&self, line: String, related: Option<String>) {
+        if self.overflow.is_cancelled() {
+            return;
+        }
+        match self.backlog.add(line.len() + 1) {
+            Over::No => {}
+            Over::Began(run) => {
+                // Over the limit from now: while it stays so, the client must keep reading.
+                let (backlog, overflow, id) = (self.backlog.clone(), self.overflow.clone(), self.id);
+                tokio::spawn(async move {
+                    let mut seen = backlog.written();
+                    loop {
+                        tokio::time::sleep(BACKLOG_STALL).await;
+                        if !backlog.still_over(run) {
+                            return;
+                        }
+                        let now = backlog.written();
+                        if now == seen {
+                            tracing::warn!(
+                                session = id,
+                                "the client is not reading its messages: more than {} bytes wait for it and it took none for {} s; closing its session",
+                                backlog.limit,
+                                BACKLOG_STALL.as_secs()
+                            );
+                            overflow.cancel();
+                            return;
+                        }
+                        seen = now;
+                    }
+                });
+            }
+            Over::Far => {
+                tracing::warn!(
+                    session = self.id,
+                    "the client is not reading its messages fast enough: more than {} bytes wait for it; closing its session",
+                    self.backlog.limit * BACKLOG_CAP
+                );
+                self.overflow.cancel();
+                return;
+            }
+            Over::Budget(total) => {
+                tracing::warn!(
+                    session = self.id,
+                    "switchyard holds {total} bytes of output for its clients, more than limits.max_buffered_bytes ({}); closing this session, whose client is more than {} bytes behind",
+                    self.backlog.shared.budget,
+                    self.backlog.limit
+                );
+                self.overflow.cancel();
+                return;
+            }
+        }
+        let _ = self.out.send(Out { line, related });
+    }
+
+    /// A request or notification that a server started: held until the client is initialised.
+    pub fn send_from_server(&self, line: String) {
+        {
+            let mut held = self.held.lock().expect("lock");
+            if let Some(queue) = held.as_mut() {
+                if queue.len() < HELD_MAX {
+                    queue.push(line);
+                } else {
+                    tracing::warn!(
+                        session = self.id,
+                        "dropped a server message: the client has not finished initialising"
+                    );
+                }
+                return;
+            }
+        }
+        self.send(line);
+    }
+
+    /// The client finished initialising: what servers sent meanwhile goes out, in order.
+    pub fn open(&self) {
+        let held = self.held.lock().expect("lock").take();
+        for line in held.into_iter().flatten() {
+            self.send(line);
+        }
+    }
+
+    /// Takes this session's pending requests from `inst` (only the one the server knows as
+    /// `upstream_id`, when given) and returns the ids this session knows them by.
+    pub(crate) fn take_outbound(&self, inst: &Instance, upstream_id: Option<&str>) -> Vec<u64> {
+        let mut out = self.outbound.lock().expect("lock");
+        let ids: Vec<u64> = out
+            .iter()
+            .filter(|(_, (w, id))| std::ptr::eq(w.as_ptr(), inst) && upstream_id.is_none_or(|u| u == id))
+            .map(|(n, _)| *n)
+            .collect();
+        for n in &ids {
+            out.remove(n);
+        }
+        ids
+    }
+
+    /// The backlog the writer lowers as it writes queued output to the client.
+    pub fn backlog(&self) -> Arc<Backlog> {
+        self.backlog.clone()
+    }
+}
+
+/// How long a client whose output is over its limit may take nothing before it is taken to
+/// have stopped reading. A client that reads takes something well within this.
+pub const BACKLOG_STALL: Duration = Duration::from_secs(5);
+/// Past this many times its limit, a backlog closes the session at once, even if the client
+/// still reads: a slow reader must not let a fast server fill memory.
+const BACKLOG_CAP: usize = 16;
+
+/// Output queued for one client. Memory is bounded by what the client fails to read over time,
+/// not by the size of one answer: over `limit`, the session is closed when the client takes
+/// nothing for `BACKLOG_STALL`, or when the backlog reaches `BACKLOG_CAP` times the limit.
+pub struct Backlog {
+    limit: usize,
+    queued: std::sync::atomic::AtomicUsize,
+    /// The most that was ever queued (whether memory is worth giving back when it goes).
+    peak: std::sync::atomic::AtomicUsize,
+    /// What all sessions hold together.
+    shared: Arc<Buffered>,
+    /// Bytes written to the client so far (progress, for the stall check).
+    written: AtomicU64,
+    /// The current run of being over `limit` (None: under it), numbered so a check of an earlier
+    /// run never closes the session for a later one.
+    over: Mutex<Option<u64>>,
+    runs: AtomicU64,
+}
+
+/// What one more line did to a backlog.
+enum Over {
+    No,
+    /// It went over the limit (this run of being over).
+    Began(u64),
+    /// It went past the hard cap.
+    Far,
+    /// All sessions together hold more than the budget (this total), and this one is behind.
+    Budget(usize),
+}
+
+/// Output queued for every client of the process together, against `limits.max_buffered_bytes`:
+/// each session's own bound still lets many slow clients add up to too much.
+pub struct Buffered {
+    budget: usize,
+    total: std::sync::atomic::AtomicUsize,
+}
+
+impl Buffered {
+    pub fn new(budget: usize) -> Arc<Buffered> {
+        Arc::new(Buffered { budget, total: Default::default() })
+    }
+
+    /// Bytes queued for all clients now.
+    pub fn total(&self) -> usize {
+        self.total.load(Ordering::Acquire)
+    }
+}
+
+/// Backlogs at least this large leave enough freed memory behind to be worth returning.
+pub const GIVE_BACK_AFTER: usize = 4 * 1024 * 1024;
+
+/// Returns freed heap memory to the system. glibc keeps what a large backlog freed (hundreds of
+/// MiB after a few clients stopped reading) for reuse; a long-lived router should not.
+#[allow(unsafe_code)]
+pub fn give_back_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks and trims the allocator's own free lists; it takes no
+    // pointers and is safe to call from any thread at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+impl Backlog {
+    fn new(limit: usize, shared: Arc<Buffered>) -> Backlog {
+        Backlog {
+            limit,
+            queued: Default::default(),
+            peak: Default::default(),
+            shared,
+            written: AtomicU64::new(0),
+            over: Mutex::new(None),
+            runs: AtomicU64::new(0),
+        }
+    }
+
+    fn add(&self, bytes: usize) -> Over {
+        let queued = self.queued.fetch_add(bytes, Ordering::AcqRel) + bytes;
+        let total = self.shared.total.fetch_add(bytes, Ordering::AcqRel) + bytes;
+        self.peak.fetch_max(queued, Ordering::Relaxed);
+        if queued <= self.limit {
+            return Over::No;
+        }
+        if queued > self.limit.saturating_mul(BACKLOG_CAP) {
+            return Over::Far;
+        }
+        if total > self.shared.budget {
+            return Over::Budget(total);
+        }
+        let mut over = self.over.lock().expect("lock");
+        if over.is_some() {
+            return Over::No;
+        }
+        let run = self.runs.fetch_add(1, Ordering::Relaxed);
+        *over = Some(run);
+        Over::Began(run)
+    }
+
+    fn written(&self) -> u64 {
+        self.written.load(Ordering::Acquire)
+    }
+
+    fn still_over(&self, run: u64) -> bool {
+        *self.over.lock().expect("lock") == Some(run)
+    }
+
+    /// The most that was ever queued for this client.
+    pub fn peak(&self) -> usize {
+        self.peak.load(Ordering::Relaxed)
+    }
+
+    /// The writer wrote `bytes` to the client.
+    /// Bytes queued for the client now.
+    pub fn queued(&self) -> usize {
+        self.queued.load(Ordering::Acquire)
+    }
+
+    /// Bytes queued past which the client counts as behind.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    pub fn wrote(&self, bytes: usize) {
+        self.written.fetch_add(bytes as u64, Ordering::AcqRel);
+        self.shared.total.fetch_sub(bytes, Ordering::AcqRel);
+        let queued = self.queued.fetch_sub(bytes, Ordering::AcqRel) - bytes;
+        if queued <= self.limit {
+            self.over.lock().expect("lock").take();
+        }
+    }
+}
+
+impl Drop for Backlog {
+    /// What was never written leaves the shared total with the session.
+    fn drop(&mut self) {
+        self.shared.total.fetch_sub(*self.queued.get_mut(), Ordering::AcqRel);
+    }
+}
+
+/// Server messages held for a client that has not finished initialising, at most.
+const HELD_MAX: usize = 1024;
+
+/// MCP logging levels, most verbose first; index = how verbose (0 = emergency ... 7 = debug).
+pub(crate) const LEVELS: [&str; 8] = ["emergency", "alert", "critical", "error", "warning", "notice", "info", "debug"];
+
+pub fn level_rank(level: &str) -> Option<u8> {
+    LEVELS.iter().position(|l| *l == level).map(|i| i as u8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_large_answer_to_a_reading_client_passes_and_a_client_that_stops_reading_is_closed() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let link = SessionLink::new(1, tx, 1000, Buffered::new(usize::MAX));
+        let backlog = link.backlog();
+        // One answer four times the limit, read slowly (a tenth every second): never closed.
+        link.send("x".repeat(4000));
+        let l = rx.try_recv().unwrap().line;
+        for _ in 0..10 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            backlog.wrote((l.len() + 1) / 10);
+        }
+        backlog.wrote((l.len() + 1) % 10);
+        tokio::time::sleep(BACKLOG_STALL * 2).await;
+        assert!(!link.overflow.is_cancelled(), "a large answer to a client that reads is not a stall");
+        // Then it reads nothing more: once it took nothing for BACKLOG_STALL, its session closes.
+        link.send("y".repeat(4000));
+        tokio::time::sleep(BACKLOG_STALL - Duration::from_secs(1)).await;
+        link.send("z".repeat(10));
+        assert!(!link.overflow.is_cancelled(), "not stalled long enough yet");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(link.overflow.is_cancelled());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reader_slower_than_its_server_is_closed_at_the_cap() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let link = SessionLink::new(1, tx, 1000, Buffered::new(usize::MAX));
+        for _ in 0..15 {
+            link.send("x".repeat(999));
+        }
+        assert!(!link.overflow.is_cancelled());
+        link.send("x".repeat(2000));
+        assert!(link.overflow.is_cancelled(), "past BACKLOG_CAP times the limit");
+    }
+
+    #[test]
+    fn a_client_is_asked_only_for_what_it_declared() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let link = SessionLink::new(1, tx, 1000, Buffered::new(usize::MAX));
+        // Before any initialize nothing is known, so nothing is refused.
+        assert_eq!(link.lacks_capability_for("sampling/createMessage"), None);
+        link.declare_capabilities(r#"{"capabilities":{"sampling":{},"roots":null},"clientInfo":{}}"#);
+        assert_eq!(link.lacks_capability_for("sampling/createMessage"), None);
+        assert_eq!(link.lacks_capability_for("elicitation/create"), Some("elicitation"));
+        assert_eq!(link.lacks_capability_for("roots/list"), Some("roots"));
+        assert_eq!(link.lacks_capability_for("ping"), None);
+        // No capabilities at all: none declared.
+        link.declare_capabilities(r#"{"protocolVersion":"2025-06-18"}"#);
+        assert_eq!(link.lacks_capability_for("sampling/createMessage"), Some("sampling"));
+    }
+
+    #[test]
+    fn levels_rank_from_emergency_to_debug() {
+        assert_eq!(level_rank("emergency"), Some(0));
+        assert_eq!(level_rank("warning"), Some(4));
+        assert_eq!(level_rank("debug"), Some(7));
+        assert_eq!(level_rank("loud"), None);
+    }
+}

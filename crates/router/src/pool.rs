@@ -1,0 +1,693 @@
+//! Pools of server instances: pick the least loaded, spawn on demand, queue fairly across sessions.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use crate::upstream::Instance;
+use switchyard_config::{Affinity, PoolConfig};
+use switchyard_core::error::CallError;
+use switchyard_core::ids::SessionId;
+
+/// Calls waiting for an instance: served round-robin across sessions, FIFO within one.
+///
+/// A plain FIFO would let one session's burst of a thousand calls delay another session's
+/// single call behind all of them; round-robin bounds that delay by the number of sessions.
+#[derive(Default)]
+struct Waiters {
+    /// Sessions with waiters, in the order they will be served.
+    turn: VecDeque<SessionId>,
+    by_session: HashMap<SessionId, VecDeque<(u64, Grant)>>,
+    len: usize,
+}
+
+/// How a waiting call is handed an instance (already counted in its `inflight`), or the error
+/// that ended its wait.
+type Grant = oneshot::Sender<Result<Arc<Instance>, CallError>>;
+
+impl Waiters {
+    fn push(&mut self, session: SessionId, grant: Grant) -> u64 {
+        // Unique across scopes: a wait abandoned after its scope was replaced must not take out
+        // a waiter of the new one.
+        static TICKETS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let ticket = TICKETS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let q = self.by_session.entry(session).or_default();
+        if q.is_empty() {
+            self.turn.push_back(session);
+        }
+        q.push_back((ticket, grant));
+        self.len += 1;
+        ticket
+    }
+
+    /// The next waiter in round-robin order.
+    fn pop(&mut self) -> Option<Grant> {
+        let session = self.turn.pop_front()?;
+        let q = self.by_session.get_mut(&session).expect("turn lists sessions with waiters");
+        let (_, grant) = q.pop_front().expect("non-empty while in turn");
+        if q.is_empty() {
+            self.by_session.remove(&session);
+        } else {
+            self.turn.push_back(session);
+        }
+        self.len -= 1;
+        Some(grant)
+    }
+
+    /// Takes out a waiter that stopped waiting; false if it was already served.
+    fn remove(&mut self, session: SessionId, ticket: u64) -> bool {
+        let Some(q) = self.by_session.get_mut(&session) else { return false };
+        let Some(i) = q.iter().position(|(t, _)| *t == ticket) else { return false };
+        q.remove(i);
+        if q.is_empty() {
+            self.by_session.remove(&session);
+            self.turn.retain(|s| *s != session);
+        }
+        self.len -= 1;
+        true
+    }
+
+    fn drain(&mut self) -> Vec<Grant> {
+        self.turn.clear();
+        self.len = 0;
+        self.by_session.drain().flat_map(|(_, q)| q.into_iter().map(|(_, g)| g)).collect()
+    }
+}
+
+/// Starts an instance for a pool: `(pool name, owning session for affinity pools)`.
+pub type Spawner = Arc<
+    dyn Fn(String, Option<SessionId>) -> Pin<Box<dyn Future<Output = Result<Arc<Instance>, CallError>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// The instances serving one session (affinity = session) or everyone (affinity = none).
+#[derive(Default)]
+struct Scope {
+    instances: Vec<Arc<Instance>>,
+    /// Spawns under way, counted against `max`.
+    starting: usize,
+    waiters: Waiters,
+    /// A spawn failed since an instance last became ready: only new demand may try again, so a
+    /// server that cannot start is not respawned in a loop for calls that already wait.
+    failing: bool,
+    /// Which scope this is: one taken away (session ended, pool closed) and made anew under the
+    /// same key is another, and a spawn of the old one must not count itself against it.
+    epoch: u64,
+}
+
+impl Scope {
+    fn fresh() -> Scope {
+        static EPOCHS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        Scope { epoch: EPOCHS.fetch_add(1, std::sync::atomic::Ordering::Relaxed), ..Scope::default() }
+    }
+}
+
+/// A named pool of instances of one server.
+///
+/// Calls never wait for a particular spawn: a call that finds no free instance queues, the pool
+/// starts instances for the calls queued (capacity, up to `max`), and each queued call takes
+/// whichever comes first, a slot freed on a running instance or a new instance.
+pub struct Pool {
+    pub name: String,
+    pub config: PoolConfig,
+    server: String,
+    scopes: Mutex<HashMap<Option<SessionId>, Scope>>,
+    spawner: Spawner,
+}
+
+/// The right to send one call to one instance; dropping it frees the instance's slot.
+pub struct Lease {
+    pub instance: Arc<Instance>,
+    key: Option<SessionId>,
+    pool: Arc<Pool>,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.instance.end_call();
+        self.pool.dispatch_key(self.key);
+    }
+}
+
+/// A queued call's place; dropping it before it was served takes it out of the queue, and
+/// hands on an instance that was granted to it after it stopped waiting.
+struct Wait<'a> {
+    pool: &'a Arc<Pool>,
+    key: Option<SessionId>,
+    session: SessionId,
+    ticket: u64,
+    done: bool,
+    /// Owned here, so it cannot close before `drop` has settled the wait under the lock.
+    rx: oneshot::Receiver<Result<Arc<Instance>, CallError>>,
+}
+
+impl Drop for Wait<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let mut scopes = self.pool.scopes.lock().expect("pool lock");
+        if let Some(scope) = scopes.get_mut(&self.key)
+            && scope.waiters.remove(self.session, self.ticket)
+        {
+            return;
+        }
+        // Served after the caller stopped waiting: give the slot back.
+        if let Ok(Ok(inst)) = self.rx.try_recv() {
+            inst.end_call();
+            if let Some(scope) = scopes.get_mut(&self.key) {
+                self.pool.dispatch(scope, self.key);
+            }
+        }
+    }
+}
+
+impl Pool {
+    pub fn new(name: &str, server: &str, config: PoolConfig, spawner: Spawner) -> Arc<Pool> {
+        Arc::new(Pool {
+            name: name.to_string(),
+            config,
+            server: server.to_string(),
+            scopes: Mutex::new(HashMap::new()),
+            spawner,
+        })
+    }
+
+    fn scope_key(&self, session: SessionId) -> Option<SessionId> {
+        match self.config.affinity {
+            Affinity::None => None,
+            Affinity::Session => Some(session),
+        }
+    }
+
+    /// Instances alive now, across scopes.
+    pub fn instances(&self) -> Vec<Arc<Instance>> {
+        let scopes = self.scopes.lock().expect("pool lock");
+        scopes.values().flat_map(|s| s.instances.iter().cloned()).collect()
+    }
+
+    /// The least-loaded ready instance that may take another call: under `max_inflight`, and
+    /// reading its stdin (its write backlog under the limit).
+    fn pick(&self, scope: &Scope) -> Option<Arc<Instance>> {
+        let limit = self.config.max_inflight;
+        scope
+            .instances
+            .iter()
+            .filter(|i| i.is_ready() && (limit == 0 || i.inflight() < limit) && i.is_writable())
+            .min_by_key(|i| i.inflight())
+            .cloned()
+    }
+
+    fn has_room(&self, scope: &Scope) -> bool {
+        scope.instances.len() + scope.starting < self.config.max
+    }
+
+    /// Hands free instances to queued calls, in fair order, then starts instances for the calls
+    /// still queued. Runs under the pool lock whenever capacity may have changed.
+    fn dispatch(self: &Arc<Self>, scope: &mut Scope, key: Option<SessionId>) {
+        scope.instances.retain(|i| !i.is_dead());
+        while scope.waiters.len > 0 {
+            let Some(inst) = self.pick(scope) else { break };
+            let grant = scope.waiters.pop().expect("len > 0");
+            inst.begin_call();
+            if grant.send(Ok(inst.clone())).is_err() {
+                // Cannot happen while `Wait` owns the receiver; keep the count right regardless.
+                inst.end_call();
+            }
+        }
+        self.grow(scope, key, false);
+    }
+
+    fn dispatch_key(self: &Arc<Self>, key: Option<SessionId>) {
+        let mut scopes = self.scopes.lock().expect("pool lock");
+        if let Some(scope) = scopes.get_mut(&key) {
+            self.dispatch(scope, key);
+        }
+    }
+
+    /// Starts instances for queued calls not covered by the spawns under way (up to `max`).
+    /// `fresh`: a new call asks, which may try again after a failed spawn. So may calls that
+    /// nothing else could serve (their instances died): a failure then ends their wait.
+    fn grow(self: &Arc<Self>, scope: &mut Scope, key: Option<SessionId>, fresh: bool) {
+        let stranded = scope.instances.is_empty() && scope.starting == 0;
+        if scope.failing && !fresh && !stranded {
+            return;
+        }
+        let per_instance = match self.config.max_inflight {
+            0 => usize::MAX,
+            n => n,
+        };
+        while scope.waiters.len > scope.starting.saturating_mul(per_instance) && self.has_room(scope) {
+            scope.starting += 1;
+            drop(self.start(key, scope.epoch));
+            if fresh {
+                // One new call is worth one try.
+                break;
+            }
+        }
+    }
+
+    /// Spawns one instance as a task of its own (the caller has counted it in `starting`): no
+    /// caller waits for it in particular, and a caller that stops waiting cannot abandon it
+    /// half-way, which would leak `starting` or leave a started child outside the pool.
+    fn start(
+        self: &Arc<Self>,
+        key: Option<SessionId>,
+        epoch: u64,
+    ) -> tokio::task::JoinHandle<Result<Arc<Instance>, CallError>> {
+        let me = self.clone();
+        tokio::spawn(async move {
+            let result = (me.spawner)(me.name.clone(), key).await;
+            let mut scopes = me.scopes.lock().expect("pool lock");
+            let Some(scope) = scopes.get_mut(&key).filter(|s| s.epoch == epoch) else {
+                // The scope went while the instance started (its session ended, or shutdown).
+                drop(scopes);
+                if let Ok(inst) = &result {
+                    let inst = inst.clone();
+                    tokio::spawn(async move { inst.shutdown().await });
+                }
+                return result.and(Err(CallError::ShuttingDown));
+            };
+            scope.starting -= 1;
+            match &result {
+                Ok(inst) => {
+                    let pool = Arc::downgrade(&me);
+                    inst.on_drain(Box::new(move || {
+                        if let Some(pool) = pool.upgrade() {
+                            pool.dispatch_key(key);
+                        }
+                    }));
+                    scope.instances.push(inst.clone());
+                    scope.failing = false;
+                    me.dispatch(scope, key);
+                }
+                Err(e) => {
+                    scope.failing = true;
+                    scope.instances.retain(|i| !i.is_dead());
+                    if scope.instances.is_empty() && scope.starting == 0 {
+                        // Nothing left that could serve the queued calls: they get the reason.
+                        for grant in scope.waiters.drain() {
+                            let _ = grant.send(Err(e.clone()));
+                        }
+                    }
+                }
+            }
+            result
+        })
+    }
+
+    /// Starts the `min` instances of a shared pool, all at once, and waits for them (affinity
+    /// pools start on demand). The first failure, if any, is returned.
+    pub async fn warm_up(self: &Arc<Self>) -> Result<(), CallError> {
+        if self.config.affinity != Affinity::None {
+            return Ok(());
+        }
+        let starts: Vec<_> = {
+            let mut scopes = self.scopes.lock().expect("pool lock");
+            let scope = scopes.entry(None).or_insert_with(Scope::fresh);
+            scope.instances.retain(|i| !i.is_dead());
+            let need = self.config.min.saturating_sub(scope.instances.len() + scope.starting);
+            scope.starting += need;
+            (0..need).map(|_| self.start(None, scope.epoch)).collect()
+        };
+        let mut first = Ok(());
+        for s in starts {
+            if let Err(e) = s.await.unwrap_or(Err(CallError::ShuttingDown))
+                && first.is_ok()
+            {
+                first = Err(e);
+            }
+        }
+        first
+    }
+
+    /// Gets an instance for one call: the least-loaded free one at once, else a place in the
+    /// queue (fair across sessions, bounded by `max_queue`) until an instance frees up or a new
+    /// one is ready, whichever comes first. The caller bounds the wait with the call's deadline.
+    pub async fn acquire(self: &Arc<Self>, session: SessionId) -> Result<Lease, CallError> {
+        let key = self.scope_key(session);
+        let (rx, ticket) = {
+            let mut scopes = self.scopes.lock().expect("pool lock");
+            let scope = scopes.entry(key).or_insert_with(Scope::fresh);
+            scope.instances.retain(|i| !i.is_dead());
+            if scope.waiters.len == 0
+                && let Some(instance) = self.pick(scope)
+            {
+                // Pipelining: a busy instance serves at once, and a spare one starts for later calls.
+                if self.config.max_inflight == 0
+                    && instance.inflight() > 0
+                    && scope.starting == 0
+                    && !scope.failing
+                    && self.has_room(scope)
+                {
+                    scope.starting += 1;
+                    drop(self.start(key, scope.epoch));
+                }
+                instance.begin_call();
+                return Ok(Lease { instance, key, pool: self.clone() });
+            }
+            if scope.waiters.len >= self.config.max_queue {
+                return Err(CallError::Busy {
+                    server: self.server.clone(),
+                    reason: format!(
+                        "pool `{}` has {} calls queued already (max_queue = {}){}",
+                        self.name,
+                        scope.waiters.len,
+                        self.config.max_queue,
+                        self.stalled(scope)
+                    ),
+                });
+            }
+            let (tx, rx) = oneshot::channel();
+            let ticket = scope.waiters.push(session, tx);
+            self.grow(scope, key, true);
+            (rx, ticket)
+        };
+        let mut wait = Wait { pool: self, key, session, ticket, done: false, rx };
+        let granted = (&mut wait.rx).await;
+        wait.done = true;
+        match granted {
+            Ok(Ok(instance)) => Ok(Lease { instance, key, pool: self.clone() }),
+            Ok(Err(e)) => Err(e),
+            // The scope went (its session ended, or shutdown).
+            Err(_) => Err(CallError::ShuttingDown),
+        }
+    }
+
+    /// Instances that stopped reading their stdin, as a clause for messages ("" when none).
+    fn stalled(&self, scope: &Scope) -> String {
+        let stalled: Vec<String> = scope
+            .instances
+            .iter()
+            .filter(|i| !i.is_writable())
+            .map(|i| format!("{} ({} KiB unread)", i.label(), i.backlog() / 1024))
+            .collect();
+        match stalled.len() {
+            0 => String::new(),
+            _ => format!("; not reading its stdin: {}", stalled.join(", ")),
+        }
+    }
+
+    /// What a call of `session` waits for, for the "waiting" notice and timeout errors.
+    pub fn wait_status(&self, session: SessionId) -> String {
+        let key = self.scope_key(session);
+        let scopes = self.scopes.lock().expect("pool lock");
+        let Some(scope) = scopes.get(&key) else {
+            return format!("an instance of pool `{}`", self.name);
+        };
+        let limit = self.config.max_inflight;
+        let busy = scope.instances.iter().filter(|i| i.is_ready() && limit > 0 && i.inflight() >= limit).count();
+        format!(
+            "an instance of pool `{}` ({} calls queued, this one included; {} of {} instances busy, {} starting{})",
+            self.name,
+            scope.waiters.len,
+            busy,
+            scope.instances.len(),
+            scope.starting,
+            self.stalled(scope)
+        )
+    }
+
+    /// Removes a dead instance; queued calls go to another or get a new one.
+    pub fn forget(self: &Arc<Self>, instance: &Instance) {
+        let mut scopes = self.scopes.lock().expect("pool lock");
+        for (key, scope) in scopes.iter_mut() {
+            scope.instances.retain(|i| i.number() != instance.number());
+            let key = *key;
+            self.dispatch(scope, key);
+        }
+    }
+
+    /// Instances needed to get back to `min` (shared pools only).
+    pub fn missing(&self) -> usize {
+        if self.config.affinity != Affinity::None {
+            return 0;
+        }
+        let scopes = self.scopes.lock().expect("pool lock");
+        let have = scopes.get(&None).map(|s| s.instances.len() + s.starting).unwrap_or(0);
+        self.config.min.saturating_sub(have)
+    }
+
+    /// Takes the instances of a session that ended (affinity pools), for shutdown.
+    pub fn take_session(&self, session: SessionId) -> Vec<Arc<Instance>> {
+        if self.config.affinity != Affinity::Session {
+            return Vec::new();
+        }
+        let mut scopes = self.scopes.lock().expect("pool lock");
+        scopes.remove(&Some(session)).map(|s| s.instances).unwrap_or_default()
+    }
+
+    /// Takes idle instances above `min` that have been idle for `idle_timeout_ms`, for shutdown.
+    pub fn take_idle(&self) -> Vec<Arc<Instance>> {
+        if self.config.idle_timeout_ms == 0 {
+            return Vec::new();
+        }
+        let idle_for = Duration::from_millis(self.config.idle_timeout_ms);
+        let mut scopes = self.scopes.lock().expect("pool lock");
+        let mut out = Vec::new();
+        for (key, scope) in scopes.iter_mut() {
+            let keep = if key.is_none() { self.config.min } else { 1 };
+            while scope.instances.len() > keep {
+                let Some(i) = scope.instances.iter().position(|i| i.inflight() == 0 && i.idle_for() >= idle_for) else {
+                    break;
+                };
+                out.push(scope.instances.remove(i));
+            }
+        }
+        out
+    }
+
+    /// Takes every instance, for shutdown.
+    pub fn take_all(&self) -> Vec<Arc<Instance>> {
+        let mut scopes = self.scopes.lock().expect("pool lock");
+        scopes.drain().flat_map(|(_, s)| s.instances).collect()
+    }
+
+    /// Takes every instance because the pool cannot serve (`why`), and answers every call
+    /// waiting for one with `why` instead of leaving it to read as a shutdown.
+    pub fn close_with(&self, why: CallError) -> Vec<Arc<Instance>> {
+        let mut scopes = self.scopes.lock().expect("pool lock");
+        let mut out = Vec::new();
+        for (_, mut scope) in scopes.drain() {
+            while let Some(grant) = scope.waiters.pop() {
+                let _ = grant.send(Err(why.clone()));
+            }
+            out.append(&mut scope.instances);
+        }
+        out
+    }
+
+    /// Calls waiting for an instance of this pool.
+    pub fn queued(&self) -> usize {
+        let scopes = self.scopes.lock().expect("pool lock");
+        scopes.values().map(|s| s.waiters.len).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+    use tokio::time::Instant;
+
+    use crate::upstream::fake::{CountEvents, FakeConnector, answer_all};
+
+    /// Instances run over the in-memory transport; the cold start is a sleep, so paused time drives it.
+    fn spawner(cold_start: Duration, fail: bool, spawned: Arc<AtomicUsize>) -> Spawner {
+        failing_spawner(cold_start, Arc::new(AtomicBool::new(fail)), spawned)
+    }
+
+    fn failing_spawner(cold_start: Duration, fail: Arc<AtomicBool>, spawned: Arc<AtomicUsize>) -> Spawner {
+        let next = Arc::new(AtomicU64::new(1));
+        Arc::new(move |pool, owner| {
+            let (spawned, next, fail) = (spawned.clone(), next.clone(), fail.clone());
+            Box::pin(async move {
+                spawned.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(cold_start).await;
+                if fail.load(Ordering::SeqCst) {
+                    return Err(CallError::Down { server: "t".into(), reason: "it exited at once".into() });
+                }
+                let n = next.fetch_add(1, Ordering::SeqCst);
+                let events: Arc<dyn crate::upstream::Events> = Arc::new(CountEvents::default());
+                let connector = FakeConnector::new(answer_all());
+                let inst = Instance::start(&*connector, "t", n, &pool, owner, events).await.expect("fake connect");
+                inst.mark_ready();
+                Ok(inst)
+            })
+        })
+    }
+
+    fn pool(min: usize, max: usize, max_inflight: usize, max_queue: usize, spawner: Spawner) -> Arc<Pool> {
+        let config = PoolConfig { min, max, max_inflight, max_queue, ..PoolConfig::default() };
+        Pool::new("default", "t", config, spawner)
+    }
+
+    fn starting(p: &Pool) -> usize {
+        p.scopes.lock().unwrap().values().map(|s| s.starting).sum()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_queued_call_takes_a_freed_instance_instead_of_waiting_for_a_cold_start() {
+        let spawned = Arc::new(AtomicUsize::new(0));
+        let p = pool(1, 4, 1, 100, spawner(Duration::from_secs(3), false, spawned.clone()));
+        p.warm_up().await.unwrap();
+        let held = p.acquire(1).await.unwrap();
+        let started = Instant::now();
+        let p2 = p.clone();
+        let waiter = tokio::spawn(async move { p2.acquire(2).await.map(|l| l.instance.number()) });
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(starting(&p), 1, "a queued call starts an instance for capacity");
+        drop(held);
+        assert_eq!(waiter.await.unwrap().unwrap(), 1, "it takes the freed instance");
+        assert!(started.elapsed() < Duration::from_millis(10), "it waited {:?}", started.elapsed());
+        // The new instance still joins the pool.
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        assert_eq!((p.instances().len(), starting(&p), spawned.load(Ordering::SeqCst)), (2, 0, 2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_queued_call_takes_a_new_instance_when_that_comes_first() {
+        let p = pool(1, 2, 1, 100, spawner(Duration::from_secs(3), false, Arc::default()));
+        p.warm_up().await.unwrap();
+        let _held = p.acquire(1).await.unwrap();
+        let started = Instant::now();
+        let lease = p.acquire(2).await.unwrap();
+        assert_eq!(lease.instance.number(), 2);
+        assert_eq!(started.elapsed(), Duration::from_secs(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn min_instances_start_at_once() {
+        let p = pool(3, 3, 1, 100, spawner(Duration::from_secs(3), false, Arc::default()));
+        let started = Instant::now();
+        p.warm_up().await.unwrap();
+        assert_eq!(started.elapsed(), Duration::from_secs(3));
+        assert_eq!(p.instances().len(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_caller_that_stops_waiting_leaves_the_spawn_to_finish_into_the_pool() {
+        let p = pool(0, 2, 1, 100, spawner(Duration::from_secs(3), false, Arc::default()));
+        let gave_up = tokio::time::timeout(Duration::from_secs(1), p.acquire(1)).await;
+        assert!(gave_up.is_err());
+        assert_eq!((p.queued(), starting(&p)), (0, 1));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!((p.instances().len(), starting(&p)), (1, 0));
+        assert_eq!(p.instances()[0].inflight(), 0, "nobody holds the instance");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_start_fails_the_calls_nothing_else_can_serve_and_is_not_retried_in_a_loop() {
+        let spawned = Arc::new(AtomicUsize::new(0));
+        let p = pool(0, 2, 1, 100, spawner(Duration::from_millis(50), true, spawned.clone()));
+        let e = p.acquire(1).await.err().expect("no instance can start");
+        assert!(e.to_string().contains("exited at once"), "{e}");
+        assert_eq!(spawned.load(Ordering::SeqCst), 1);
+
+        // With a busy instance, a failed start for capacity leaves queued calls waiting for it.
+        let good = pool(1, 2, 1, 100, spawner(Duration::from_millis(50), false, Arc::default()));
+        good.warm_up().await.unwrap();
+        let held = good.acquire(1).await.unwrap();
+        let spawned = Arc::new(AtomicUsize::new(0));
+        let p =
+            Pool::new("default", "t", good.config.clone(), spawner(Duration::from_millis(50), true, spawned.clone()));
+        p.scopes.lock().unwrap().insert(None, Scope { instances: good.instances(), ..Scope::fresh() });
+        let p2 = p.clone();
+        let waiter = tokio::spawn(async move { p2.acquire(2).await.map(|l| l.instance.number()) });
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(!waiter.is_finished());
+        assert_eq!(spawned.load(Ordering::SeqCst), 1, "a failing start was retried for the same call");
+        // The busy instance frees up (its lease belongs to the other pool object: hand it over).
+        drop(held);
+        p.dispatch_key(None);
+        assert_eq!(waiter.await.unwrap().unwrap(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn calls_stranded_by_a_dead_instance_get_a_new_one_even_after_a_failed_start() {
+        let fail = Arc::new(AtomicBool::new(false));
+        let p = pool(1, 2, 1, 100, failing_spawner(Duration::from_millis(50), fail.clone(), Arc::default()));
+        p.warm_up().await.unwrap();
+        let held = p.acquire(1).await.unwrap();
+        fail.store(true, Ordering::SeqCst);
+        let p2 = p.clone();
+        let waiter = tokio::spawn(async move { p2.acquire(2).await.map(|l| l.instance.number()) });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!waiter.is_finished(), "the busy instance may still free up");
+        // The server works again, but the busy instance dies: nothing is left for the waiter.
+        fail.store(false, Ordering::SeqCst);
+        held.instance.kill().await;
+        p.forget(&held.instance);
+        drop(held);
+        let got = tokio::time::timeout(Duration::from_secs(5), waiter).await;
+        assert_eq!(got.expect("the stranded call waited on").unwrap().unwrap(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn queued_calls_are_served_round_robin_across_sessions() {
+        let p = pool(1, 1, 1, 100, spawner(Duration::from_millis(10), false, Arc::default()));
+        p.warm_up().await.unwrap();
+        let held = p.acquire(1).await.unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = vec![];
+        // Session 1 queues a burst of four, then session 2 queues one.
+        for (i, s) in [(10, 1), (11, 1), (12, 1), (13, 1), (20, 2)] {
+            let (p, order) = (p.clone(), order.clone());
+            tasks.push(tokio::spawn(async move {
+                let _lease = p.acquire(s).await.unwrap();
+                order.lock().unwrap().push(i);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }));
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(p.queued(), 5);
+        drop(held);
+        for t in tasks {
+            t.await.unwrap();
+        }
+        // Session 2's call goes second, not behind the whole burst.
+        assert_eq!(*order.lock().unwrap(), vec![10, 20, 11, 12, 13]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_queue_answers_busy_at_once_and_abandoned_waits_free_their_place() {
+        let p = pool(1, 1, 1, 1, spawner(Duration::from_millis(10), false, Arc::default()));
+        p.warm_up().await.unwrap();
+        let held = p.acquire(1).await.unwrap();
+        let p2 = p.clone();
+        let waiter = tokio::spawn(async move { p2.acquire(2).await.map(|_| ()) });
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let busy = p.acquire(3).await.err().expect("the queue is full");
+        assert!(busy.to_string().contains("1 calls queued already (max_queue = 1)"), "{busy}");
+        waiter.abort();
+        let _ = waiter.await;
+        assert_eq!(p.queued(), 0);
+        drop(held);
+        let again = tokio::time::timeout(Duration::from_millis(5), p.acquire(3)).await;
+        assert!(again.is_ok(), "the instance must be free again");
+    }
+
+    /// A wait abandoned after the pool handed it an instance (the grant and the drop race on
+    /// two threads): the instance's slot must come back.
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_abandoned_after_it_was_served_gives_the_slot_back() {
+        let p = pool(1, 1, 1, 10, spawner(Duration::from_millis(10), false, Arc::default()));
+        p.warm_up().await.unwrap();
+        let held = p.acquire(1).await.unwrap();
+        let (tx, rx) = oneshot::channel();
+        let ticket = p.scopes.lock().unwrap().get_mut(&None).unwrap().waiters.push(2, tx);
+        let wait = Wait { pool: &p, key: None, session: 2, ticket, done: false, rx };
+        // The holder finishes and the pool serves the waiter...
+        drop(held);
+        assert_eq!(p.instances()[0].inflight(), 1);
+        // ...whose caller has stopped waiting.
+        drop(wait);
+        assert_eq!((p.instances()[0].inflight(), p.queued()), (0, 0));
+    }
+}

@@ -1,0 +1,754 @@
+//! The servers one router serves, by name: what a client joins, what status shows, how a
+//! server whose configuration changed hands its sessions over to its successor, and the
+//! variants of a template server (one with `client_env`), one per distinct set of client values.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use anyhow::anyhow;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::server::Server;
+use crate::session::Registry;
+use crate::upstream::remote::RemoteConnector;
+use crate::upstream::target::Target;
+use crate::upstream::transport::{BoxFuture, Failure};
+use crate::upstream::{Connector, Spec, StdioConnector};
+use switchyard_config::Config;
+use switchyard_core::metrics::{Live, LiveServer, Metrics};
+use switchyard_policy::Policy;
+
+/// How often a retired server checks whether its last session has gone.
+const RETIRED_CHECK: Duration = Duration::from_millis(200);
+/// How long a variant of a template goes on running after its last session has gone: a client
+/// that comes back (a restarted chat, a `connect` killed and started again) finds its server
+/// and that server's state still there.
+pub const VARIANT_IDLE: Duration = Duration::from_secs(600);
+/// How often a variant checks whether it has been idle that long.
+const VARIANT_CHECK: Duration = Duration::from_secs(1);
+/// Client values shorter than this are not blanked out of error texts (see [`redact`]): doing
+/// so would garble the text, and so short a value is no secret.
+const REDACT_MIN: usize = 4;
+
+/// Where the router lives, for status.
+#[derive(Debug, Clone, Default)]
+pub struct About {
+    pub config: Option<PathBuf>,
+    pub socket: Option<PathBuf>,
+    /// The log file (None: stderr).
+    pub log: Option<PathBuf>,
+}
+
+/// A server with `client_env`: its config as written, and the servers made from it for the
+/// clients' values (variants), made when a client with a new set of values joins.
+struct Template {
+    name: String,
+    /// The single-server config, `${NAME}` of client names not yet replaced.
+    config: Config,
+    /// What it fronts, as written (never with a client's value).
+    shown: String,
+    variants: Mutex<Vec<Arc<Variant>>>,
+    /// The number of the next variant (`NAME@N`).
+    next: AtomicU64,
+    /// Fires when the template leaves the router (changed, removed): its variants' upkeep ends.
+    gone: CancellationToken,
+}
+
+/// One server of a template, for one set of client values.
+struct Variant {
+    /// `NAME@N`: how status names it (never by its values, nor a hash of them).
+    label: String,
+    values: BTreeMap<String, String>,
+    server: Arc<Server>,
+    /// When a client was last sent to it, or last seen on it.
+    used: Mutex<Instant>,
+}
+
+/// How status shows a server that is a variant: its label, what its template fronts, and the
+/// values to blank out of what its instances report.
+#[derive(Clone)]
+struct Shown {
+    label: String,
+    template: String,
+    target: String,
+    values: BTreeMap<String, String>,
+}
+
+impl Variant {
+    fn shown(&self, template: &Template) -> Shown {
+        Shown {
+            label: self.label.clone(),
+            template: template.name.clone(),
+            target: template.shown.clone(),
+            values: self.values.clone(),
+        }
+    }
+}
+
+/// Starts what keeps a serving server as configured: its `min` instances, and its response to
+/// a plugin change.
+fn start_upkeep(server: &Arc<Server>) {
+    server.tasks.spawn(server.clone().maintain());
+    server.tasks.spawn(server.clone().watch_policy());
+}
+
+/// `text` with every client value (of at least [`REDACT_MIN`] bytes) replaced by `${NAME}`.
+fn redact(text: &str, values: &BTreeMap<String, String>) -> String {
+    let mut out = text.to_string();
+    for (name, value) in values.iter().filter(|(_, v)| v.len() >= REDACT_MIN) {
+        out = out.replace(value.as_str(), &format!("${{{name}}}"));
+    }
+    out
+}
+
+/// The connector of a variant: what it says of itself and of a failed start (which reaches
+/// clients and status) has the client's values blanked out, as `${NAME}`.
+struct Redacting {
+    inner: Arc<dyn Connector>,
+    values: BTreeMap<String, String>,
+    /// Log a failed start (the stdio connector, told not to, would have).
+    log: bool,
+}
+
+impl Connector for Redacting {
+    fn connect(
+        &self,
+        label: &str,
+        inbound: Arc<dyn crate::upstream::Inbound>,
+    ) -> BoxFuture<'static, Result<Arc<dyn crate::upstream::Transport>, Failure>> {
+        let started = self.inner.connect(label, inbound);
+        let (values, label, log) = (self.values.clone(), label.to_string(), self.log);
+        Box::pin(async move {
+            started.await.map_err(|f| {
+                let reason = redact(&f.reason, &values);
+                if log {
+                    tracing::error!(instance = %label, "{reason}");
+                }
+                Failure { reason, ..f }
+            })
+        })
+    }
+
+    fn describe(&self) -> String {
+        redact(&self.inner.describe(), &self.values)
+    }
+
+    fn hint(&self) -> String {
+        redact(&self.inner.hint(), &self.values)
+    }
+}
+
+/// One router: its servers by name, one plugin set for all, and their sessions.
+pub struct Router {
+    servers: RwLock<BTreeMap<String, Arc<Server>>>,
+    /// Servers with `client_env`, by name (never also in `servers`).
+    templates: RwLock<BTreeMap<String, Arc<Template>>>,
+    /// Servers in the config that cannot be used, with why (a `${VAR}` that is not set, say).
+    broken: RwLock<BTreeMap<String, String>>,
+    /// Servers replaced or removed by a config change that still serve sessions (with how a
+    /// variant is shown).
+    retired: Mutex<Vec<(Arc<Server>, Option<Shown>)>>,
+    pub registry: Arc<Registry>,
+    pub policy: Policy,
+    pub about: About,
+    /// Instances run under `switchyard supervise` (see `upstream::Spec::supervisor`).
+    supervisor: Option<PathBuf>,
+    started: Instant,
+    pub shutdown: CancellationToken,
+    /// What status shows of the HTTP front, when one is served (`listen`, `sessions`).
+    pub http: std::sync::OnceLock<Box<dyn Fn() -> Value + Send + Sync>>,
+    /// What `/metrics` shows; its gauges read this router at each scrape.
+    pub metrics: Arc<Metrics>,
+}
+
+impl Router {
+    pub fn new(policy: Policy, about: About, supervisor: Option<PathBuf>, shutdown: CancellationToken) -> Arc<Router> {
+        Arc::new_cyclic(|me: &std::sync::Weak<Router>| {
+            let me = me.clone();
+            let metrics = Arc::new(Metrics::new(move || me.upgrade().map(|r| r.live()).unwrap_or_default()));
+            policy.attach_metrics(&metrics);
+            Router {
+                servers: RwLock::new(BTreeMap::new()),
+                templates: RwLock::new(BTreeMap::new()),
+                broken: RwLock::new(BTreeMap::new()),
+                retired: Mutex::new(Vec::new()),
+                registry: Arc::new(Registry::default()),
+                policy,
+                about,
+                supervisor,
+                started: Instant::now(),
+                shutdown,
+                http: std::sync::OnceLock::new(),
+                metrics,
+            }
+        })
+    }
+
+    /// What is live, for the gauges of `/metrics`: every server (variants and retired ones
+    /// under their name), its instances and calls in flight, and the sessions.
+    fn live(&self) -> Live {
+        let mut all = self.servers();
+        all.extend(self.variants().into_iter().map(|(s, _)| s));
+        all.extend(self.retired.lock().expect("lock").iter().map(|(s, _)| s.clone()));
+        let servers = all
+            .iter()
+            .map(|s| {
+                let instances = s.all_instances();
+                LiveServer {
+                    name: s.name.clone(),
+                    inflight: instances.iter().map(|i| i.inflight()).sum(),
+                    instances: instances.iter().map(|i| (i.pool.clone(), i.is_ready())).collect(),
+                }
+            })
+            .collect();
+        let sessions = self
+            .registry
+            .sessions()
+            .iter()
+            .map(|s| (s.server().name.clone(), s.transport().to_string(), s.waiting()))
+            .collect();
+        let buffered_bytes = all.iter().map(|s| s.buffered.total() as u64).sum();
+        Live { servers, sessions, buffered_bytes }
+    }
+
+    /// Makes the server one single-server `config` describes (not yet serving).
+    pub fn build(&self, config: &Config) -> anyhow::Result<Arc<Server>> {
+        config.refuse_client_env()?;
+        // A variant's header values read its client's values before the environment.
+        let client = &config.server.client_values.0;
+        let (target, warnings) = Target::resolve(config, &|name| match client.get(name) {
+            Some(v) => Ok(v.clone()),
+            None => std::env::var(name),
+        })?;
+        for w in warnings {
+            tracing::warn!("{w}");
+        }
+        let name = target.server().to_string();
+        let command = matches!(target, Target::Command { .. });
+        let connector: Arc<dyn Connector> = match target {
+            Target::Command { server, command, args, env, cwd } => Arc::new(StdioConnector::new(Spec {
+                server,
+                command,
+                args,
+                env,
+                cwd,
+                max_message_bytes: config.limits.max_message_bytes,
+                supervisor: self.supervisor.clone(),
+                // A variant's failure is logged by `Redacting`, without the client's values.
+                log_start_failure: client.is_empty(),
+            })),
+            Target::Remote(remote) => {
+                Arc::new(RemoteConnector::new(remote).map_err(|e| anyhow!(e))?.with_metrics(self.metrics.clone()))
+            }
+        };
+        let connector: Arc<dyn Connector> = if client.is_empty() {
+            connector
+        } else {
+            Arc::new(Redacting { inner: connector, values: client.clone(), log: command })
+        };
+        for warning in config.unreachable_pools(&self.policy.current().names()) {
+            tracing::warn!(server = %name, "{warning}");
+        }
+        Ok(Server::new(
+            config,
+            &name,
+            connector,
+            self.policy.clone(),
+            self.metrics.clone(),
+            self.shutdown.child_token(),
+        ))
+    }
+
+    /// Serves `server` under its name from now on (its upkeep starts). A server of that name
+    /// already there is retired: see [`Router::retire`].
+    pub fn add(self: &Arc<Self>, server: Arc<Server>, why: &str) {
+        start_upkeep(&server);
+        self.broken.write().expect("lock").remove(&server.name);
+        let template = self.templates.write().expect("lock").remove(&server.name);
+        let old = self.servers.write().expect("lock").insert(server.name.clone(), server);
+        if let Some(old) = old {
+            self.retire(old, why, true, None);
+        }
+        if let Some(t) = template {
+            self.retire_template(&t, why, true);
+        }
+    }
+
+    /// Serves the template `config` (a single-server config with `client_env`) under its name
+    /// from now on: each client gets the variant for its values. What was there under that name
+    /// is retired, as by [`Router::add`]. Fails (nothing changes) when the template cannot work
+    /// whatever the client sends: a header's `${VAR}` of the daemon's environment not set, say.
+    pub fn add_template(self: &Arc<Self>, config: &Config, why: &str) -> anyhow::Result<()> {
+        let s = &config.server;
+        let name = s.name.clone().unwrap_or_default();
+        for (header, value) in &s.headers {
+            let env = |var: &str| {
+                if s.client_env.iter().any(|n| n == var) { Ok(String::new()) } else { std::env::var(var) }
+            };
+            switchyard_config::expand(&value.raw, &env).map_err(|e| {
+                anyhow!("server `{name}`: {} {e}", switchyard_config::about_header(header, &value.origin))
+            })?;
+        }
+        let shown = match (&s.command, &s.url) {
+            (Some(command), _) => std::iter::once(command).chain(&s.args).cloned().collect::<Vec<_>>().join(" "),
+            (None, Some(url)) => match switchyard_config::parse_url(url) {
+                Ok(u) => switchyard_config::display_url(&u),
+                // `${NAME}` in the host: as written, up to any query (which may hold a key).
+                Err(_) => url.split(['?', '#']).next().unwrap_or_default().to_string(),
+            },
+            (None, None) => String::new(),
+        };
+        let template = Arc::new(Template {
+            name: name.clone(),
+            config: config.clone(),
+            shown,
+            variants: Mutex::new(Vec::new()),
+            next: AtomicU64::new(1),
+            gone: self.shutdown.child_token(),
+        });
+        self.broken.write().expect("lock").remove(&name);
+        let server = self.servers.write().expect("lock").remove(&name);
+        let old = self.templates.write().expect("lock").insert(name, template);
+        if let Some(old) = server {
+            self.retire(old, why, true, None);
+        }
+        if let Some(t) = old {
+            self.retire_template(&t, why, true);
+        }
+        Ok(())
+    }
+
+    /// A template leaves: each of its variants is retired as a server is (see [`Router::retire`]).
+    fn retire_template(self: &Arc<Self>, template: &Template, why: &str, replaced: bool) {
+        template.gone.cancel();
+        let variants = std::mem::take(&mut *template.variants.lock().expect("lock"));
+        for v in variants {
+            self.retire(v.server.clone(), why, replaced, Some(v.shown(template)));
+        }
+    }
+
+    /// The variant of `template` for a client that sent `env`: the one serving these values, or
+    /// a new one. Names of `env` the template does not take are ignored. None: the template
+    /// left the router meanwhile (look it up again).
+    fn variant(
+        self: &Arc<Self>,
+        template: &Arc<Template>,
+        env: &BTreeMap<String, String>,
+    ) -> Result<Option<Arc<Server>>, String> {
+        let names = &template.config.server.client_env;
+        let values: BTreeMap<String, String> =
+            names.iter().filter_map(|n| env.get(n).map(|v| (n.clone(), v.clone()))).collect();
+        let mut variants = template.variants.lock().expect("lock");
+        // Checked under the lock `retire_template` takes after cancelling: a variant made here
+        // is either seen and retired there, or never made.
+        if template.gone.is_cancelled() {
+            return Ok(None);
+        }
+        if let Some(v) = variants.iter().find(|v| v.values == values) {
+            *v.used.lock().expect("lock") = Instant::now();
+            return Ok(Some(v.server.clone()));
+        }
+        // The error texts come from code that saw the values: blanked out, to be safe.
+        let concrete = template.config.for_client(&values).map_err(|e| redact(&format!("{e:#}"), &values))?;
+        let server =
+            self.build(&concrete).map_err(|e| redact(&format!("server `{}`: {e:#}", template.name), &values))?;
+        let label = format!("{}@{}", template.name, template.next.fetch_add(1, Ordering::Relaxed));
+        // Its instances say which variant they belong to (`NAME@2#1`) in logs and status.
+        server.set_instance_prefix(&label);
+        start_upkeep(&server);
+        let variant = Arc::new(Variant { label, values, server: server.clone(), used: Mutex::new(Instant::now()) });
+        variants.push(variant.clone());
+        drop(variants);
+        tracing::info!(
+            server = %template.name,
+            "{} started: a client's values of {} differ from those of every running variant",
+            variant.label,
+            names.join(", ")
+        );
+        tokio::spawn(self.clone().expire(template.clone(), variant));
+        Ok(Some(server))
+    }
+
+    /// Stops `variant` once it has had no session for [`VARIANT_IDLE`]; ends early when the
+    /// template leaves (retiring the variant then is [`Router::retire_template`]'s).
+    async fn expire(self: Arc<Self>, template: Arc<Template>, variant: Arc<Variant>) {
+        loop {
+            tokio::select! {
+                _ = template.gone.cancelled() => return,
+                _ = variant.server.shutdown.cancelled() => return,
+                _ = tokio::time::sleep(VARIANT_CHECK) => {}
+            }
+            if variant.server.hub.session_count() > 0 {
+                *variant.used.lock().expect("lock") = Instant::now();
+                continue;
+            }
+            // Under the lock a client finding this variant takes, so none is sent to it now.
+            let mut variants = template.variants.lock().expect("lock");
+            if variant.used.lock().expect("lock").elapsed() < VARIANT_IDLE || variant.server.hub.session_count() > 0 {
+                continue;
+            }
+            variants.retain(|v| !Arc::ptr_eq(v, &variant));
+            break;
+        }
+        tracing::info!(
+            server = %template.name,
+            "{}: no session for {} s; its instances stop",
+            variant.label,
+            VARIANT_IDLE.as_secs()
+        );
+        stop_server(&variant.server).await;
+    }
+
+    /// Records a server of the config that cannot be used, and why; one of that name that was
+    /// serving stops (its config is no longer what the file says).
+    pub fn mark_broken(self: &Arc<Self>, name: &str, why: String) {
+        self.broken.write().expect("lock").insert(name.to_string(), why.clone());
+        if let Some(old) = self.servers.write().expect("lock").remove(name) {
+            self.retire(old, &why, false, None);
+        }
+        if let Some(t) = self.templates.write().expect("lock").remove(name) {
+            self.retire_template(&t, &why, false);
+        }
+    }
+
+    /// Takes a server out of the config.
+    pub fn remove(self: &Arc<Self>, name: &str, why: &str) {
+        self.broken.write().expect("lock").remove(name);
+        if let Some(old) = self.servers.write().expect("lock").remove(name) {
+            self.retire(old, why, false, None);
+        }
+        if let Some(t) = self.templates.write().expect("lock").remove(name) {
+            self.retire_template(&t, why, false);
+        }
+    }
+
+    /// A server leaves: new sessions no longer reach it. When it has a successor (`replaced`),
+    /// its sessions that understand control lines are told to move (they reconnect once the
+    /// calls they have in flight are answered), others stay until they end; the old instances
+    /// stop when its last session has gone. A removed server ends its sessions at once.
+    fn retire(self: &Arc<Self>, old: Arc<Server>, why: &str, replaced: bool, shown: Option<Shown>) {
+        let of = shown.as_ref().map(|s| format!(" ({})", s.label)).unwrap_or_default();
+        if !replaced {
+            tracing::info!(server = %old.name, "{why}{of}: its sessions end and its instances stop");
+            // Sessions still on an older configuration of it (HTTP ones, which are not moved
+            // when a server is edited) end too: the server is gone, not replaced.
+            let mut gone: Vec<Arc<Server>> = self
+                .retired
+                .lock()
+                .expect("lock")
+                .iter()
+                .map(|(s, _)| s.clone())
+                .filter(|s| s.name == old.name)
+                .collect();
+            gone.push(old.clone());
+            for s in gone {
+                s.removed.store(true, std::sync::atomic::Ordering::Release);
+                s.shutdown.cancel();
+            }
+        } else {
+            let told = self.registry.drain(&old, why);
+            tracing::info!(server = %old.name, "{why}{of}: new sessions use the new configuration; {told} session(s) asked to move, the old instances stop when their last session has gone");
+        }
+        self.retired.lock().expect("lock").push((old.clone(), shown));
+        let router = self.clone();
+        tokio::spawn(async move {
+            loop {
+                if old.hub.session_count() == 0 || old.shutdown.is_cancelled() {
+                    break;
+                }
+                tokio::time::sleep(RETIRED_CHECK).await;
+            }
+            stop_server(&old).await;
+            router.retired.lock().expect("lock").retain(|(s, _)| !Arc::ptr_eq(s, &old));
+        });
+    }
+
+    /// The server a client asks for (None: the only one there is). `env` holds the values the
+    /// client sent: of a template, the client gets the variant for its values.
+    pub fn lookup(self: &Arc<Self>, name: Option<&str>, env: &BTreeMap<String, String>) -> Result<Arc<Server>, String> {
+        loop {
+            let template = {
+                let templates = self.templates.read().expect("lock");
+                match name {
+                    Some(n) => templates.get(n).cloned(),
+                    None if self.servers.read().expect("lock").is_empty() && templates.len() == 1 => {
+                        templates.values().next().cloned()
+                    }
+                    None => None,
+                }
+            };
+            let Some(t) = template else { break };
+            if let Some(server) = self.variant(&t, env)? {
+                return Ok(server);
+            }
+        }
+        let servers = self.servers.read().expect("lock");
+        let templates: Vec<String> = self.templates.read().expect("lock").keys().cloned().collect();
+        let config = match &self.about.config {
+            Some(p) => format!(" in {}", p.display()),
+            None => String::new(),
+        };
+        let invalid =
+            name.filter(|n| !servers.contains_key(*n)).and_then(|n| switchyard_config::check_server_name(n).err());
+        let mut known: Vec<&str> = servers.keys().chain(&templates).map(String::as_str).collect();
+        known.sort();
+        match name {
+            Some(n) if let Some(rule) = invalid => {
+                // Never echoed whole: it came from a client, and goes into the log.
+                let shown: String = n.chars().take(64).collect();
+                Err(format!(
+                    "{shown:?}{} is not a server name{config}: {rule}",
+                    if n.chars().count() > 64 { "..." } else { "" },
+                ))
+            }
+            Some(n) => {
+                if let Some(s) = servers.get(n) {
+                    return Ok(s.clone());
+                }
+                if let Some(why) = self.broken.read().expect("lock").get(n) {
+                    // A daemon reads the environment it was started with, not this client's.
+                    let env = if why.contains("environment") && self.about.config.is_some() {
+                        format!(
+                            " (this daemon, pid {}, has the environment of the client that started it; after setting the variable where the daemon starts, `switchyard stop` and connect again)",
+                            std::process::id()
+                        )
+                    } else {
+                        String::new()
+                    };
+                    return Err(format!("server `{n}`{config} cannot be used: {why}{env}"));
+                }
+                Err(format!(
+                    "no server named `{n}`{config}; it has: {}. Add a [servers.{n}] table to the config (the daemon picks it up on save)",
+                    if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                ))
+            }
+            None => match known.len() {
+                1 => Ok(servers.values().next().expect("one").clone()),
+                0 => Err(format!("no server is configured{config}")),
+                n => Err(format!(
+                    "this router serves {n} servers{config} ({}); name one: switchyard connect NAME",
+                    known.join(", ")
+                )),
+            },
+        }
+    }
+
+    /// The servers serving now, by name.
+    pub fn servers(&self) -> Vec<Arc<Server>> {
+        self.servers.read().expect("lock").values().cloned().collect()
+    }
+
+    /// The names of the servers and templates in force.
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.servers.read().expect("lock").keys().cloned().collect();
+        names.extend(self.templates.read().expect("lock").keys().cloned());
+        names.sort();
+        names
+    }
+
+    /// The variants of every template, with how status shows each.
+    fn variants(&self) -> Vec<(Arc<Server>, Shown)> {
+        let templates: Vec<Arc<Template>> = self.templates.read().expect("lock").values().cloned().collect();
+        let mut out = Vec::new();
+        for t in templates {
+            out.extend(t.variants.lock().expect("lock").iter().map(|v| (v.server.clone(), v.shown(&t))));
+        }
+        out
+    }
+
+    /// Everything `switchyard status --json` shows. A template is listed with the names of its
+    /// variants, and each variant as a server of its own, named `NAME@N`; a client's values
+    /// never appear.
+    pub fn status(&self) -> Value {
+        let sessions = self.registry.sessions();
+        let with_sessions = |server: &Arc<Server>, shown: Option<&Shown>| {
+            let mut v = server.status();
+            let mine: Vec<Value> =
+                sessions.iter().filter(|s| Arc::ptr_eq(s.server(), server)).map(|s| s.status()).collect();
+            v["sessions"] = Value::Array(mine);
+            if let Some(shown) = shown {
+                v["name"] = json!(shown.label);
+                v["template"] = json!(shown.template);
+                // Its own command line or URL has the client's values in it.
+                v["target"] = json!(shown.target);
+                if let Some(e) = v["last_error"].as_str() {
+                    v["last_error"] = json!(redact(e, &shown.values));
+                }
+            }
+            v
+        };
+        let mut servers: Vec<Value> = self.servers().iter().map(|s| with_sessions(s, None)).collect();
+        for t in self.templates.read().expect("lock").values() {
+            let variants: Vec<String> = t.variants.lock().expect("lock").iter().map(|v| v.label.clone()).collect();
+            servers.push(json!({
+                "name": t.name,
+                "target": t.shown,
+                "client_env": t.config.server.client_env,
+                "variants": variants,
+            }));
+        }
+        servers.extend(self.variants().iter().map(|(s, shown)| with_sessions(s, Some(shown))));
+        let retired: Vec<Value> =
+            self.retired.lock().expect("lock").iter().map(|(s, shown)| with_sessions(s, shown.as_ref())).collect();
+        let broken: Vec<Value> =
+            self.broken.read().expect("lock").iter().map(|(name, why)| json!({"name": name, "error": why})).collect();
+        let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+        let mut status = json!({
+            "pid": std::process::id(),
+            "version": env!("CARGO_PKG_VERSION"),
+            "config": path(&self.about.config),
+            "socket": path(&self.about.socket),
+            "log": path(&self.about.log),
+            "uptime_ms": self.started.elapsed().as_millis() as u64,
+            "plugins": self.policy.current().names(),
+            "plugins_dir": self.policy.dir().map(|d| d.display().to_string()),
+            "servers": servers,
+            "retired": retired,
+            "broken": broken,
+        });
+        if let Some(http) = self.http.get() {
+            status["http"] = http();
+        }
+        status["recent_errors"] = json!(switchyard_core::logging::recent_errors());
+        status
+    }
+
+    /// Stops every server (live and retired) and waits for their tasks, at most `grace`.
+    pub async fn stop(&self, grace: Duration) {
+        let mut all = self.servers();
+        all.extend(self.variants().into_iter().map(|(s, _)| s));
+        all.extend(self.retired.lock().expect("lock").iter().map(|(s, _)| s.clone()));
+        let mut set = tokio::task::JoinSet::new();
+        for server in all {
+            set.spawn(async move {
+                server.shutdown.cancel();
+                stop_server(&server).await;
+                server.tasks.close();
+                if tokio::time::timeout(grace, server.tasks.wait()).await.is_err() {
+                    tracing::warn!(server = %server.name, "some tasks did not finish within {grace:?}");
+                }
+            });
+        }
+        while set.join_next().await.is_some() {}
+    }
+}
+
+/// Stops a server's instances and its upkeep.
+async fn stop_server(server: &Arc<Server>) {
+    server.shutdown.cancel();
+    server.stop().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::{self, Opening};
+
+    fn router() -> Arc<Router> {
+        Router::new(Policy::disabled(), About::default(), None, CancellationToken::new())
+    }
+
+    /// The template `[servers.t]` with `client_env = ["A"]` and `args`.
+    fn template(args: &str) -> Config {
+        let text = format!("[servers.t]\ncommand = \"/bin/true\"\nargs = {args}\nclient_env = [\"A\"]\n");
+        let mut c: Config = toml::from_str(&text).unwrap();
+        c.validate().unwrap();
+        c.servers().remove("t").unwrap()
+    }
+
+    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    fn names(router: &Router) -> Vec<String> {
+        let status = router.status();
+        status["servers"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap().to_string()).collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn equal_values_share_a_variant_and_other_values_get_their_own() {
+        let router = router();
+        router.add_template(&template("[\"--token\", \"${A}\"]"), "").unwrap();
+        let a = router.lookup(Some("t"), &env(&[("A", "value-one"), ("OTHER", "x")])).unwrap();
+        let again = router.lookup(Some("t"), &env(&[("A", "value-one")])).unwrap();
+        assert!(Arc::ptr_eq(&a, &again), "equal values, another server");
+        let b = router.lookup(Some("t"), &env(&[("A", "value-two")])).unwrap();
+        assert!(!Arc::ptr_eq(&a, &b), "other values, the same server");
+        // The servers keep the template's name (what plugins and errors see); status tells them
+        // apart by label, and shows the template as written, never a value.
+        assert_eq!((a.name.as_str(), b.name.as_str()), ("t", "t"));
+        assert_eq!(names(&router), ["t", "t@1", "t@2"]);
+        let status = router.status().to_string();
+        assert!(!status.contains("value-one") && !status.contains("value-two"), "{status}");
+        assert!(status.contains("--token ${A}"), "{status}");
+        // The only server of the router is found without a name too.
+        assert!(Arc::ptr_eq(&router.lookup(None, &env(&[("A", "value-two")])).unwrap(), &b));
+        // A client without the value is refused with what to do.
+        let Err(e) = router.lookup(Some("t"), &env(&[("B", "x")])) else { panic!("a client without A joined") };
+        assert!(e.contains("server `t`") && e.contains("did not send A") && e.contains("connect t --env A"), "{e}");
+        router.stop(Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_variant_stops_after_its_last_session_has_been_gone_for_the_idle_grace() {
+        let router = router();
+        router.add_template(&template("[\"${A}\"]"), "").unwrap();
+        let server = router.lookup(Some("t"), &env(&[("A", "one")])).unwrap();
+        // A session keeps it however long it lasts.
+        let (client, ours) = tokio::io::duplex(1024);
+        let (r, w) = tokio::io::split(ours);
+        let opening = Opening { transport: "test", registry: router.registry.clone(), speaks_control: true };
+        let serving = tokio::spawn(session::serve(
+            server.clone(),
+            tokio::io::BufReader::new(r),
+            w,
+            opening,
+            CancellationToken::new(),
+        ));
+        tokio::time::sleep(VARIANT_IDLE * 2).await;
+        assert_eq!(names(&router), ["t", "t@1"]);
+        // The session ends; the variant stays for the grace (a reconnecting client finds it).
+        drop(client);
+        serving.await.unwrap();
+        tokio::time::sleep(VARIANT_IDLE - Duration::from_secs(10)).await;
+        assert_eq!(names(&router), ["t", "t@1"]);
+        assert!(Arc::ptr_eq(&router.lookup(Some("t"), &env(&[("A", "one")])).unwrap(), &server));
+        // That lookup counts as use: the grace starts again from it.
+        tokio::time::sleep(VARIANT_IDLE - Duration::from_secs(10)).await;
+        assert_eq!(names(&router), ["t", "t@1"]);
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        assert_eq!(names(&router), ["t"]);
+        assert!(server.shutdown.is_cancelled());
+        // A client with those values again gets a new one.
+        let new = router.lookup(Some("t"), &env(&[("A", "one")])).unwrap();
+        assert!(!Arc::ptr_eq(&new, &server));
+        assert_eq!(names(&router), ["t", "t@2"]);
+        router.stop(Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_changed_template_retires_its_variants_and_a_removed_one_ends_them() {
+        let router = router();
+        router.add_template(&template("[\"v1\", \"${A}\"]"), "").unwrap();
+        let old = router.lookup(Some("t"), &env(&[("A", "one")])).unwrap();
+        router.add_template(&template("[\"v2\", \"${A}\"]"), "server `t` changed in the config").unwrap();
+        // No session: the old variant stops at once; the next client gets one of the new template.
+        let new = router.lookup(Some("t"), &env(&[("A", "one")])).unwrap();
+        assert!(!Arc::ptr_eq(&new, &old));
+        assert!(router.status().to_string().contains("v2 ${A}"));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(old.shutdown.is_cancelled());
+        assert!(router.status()["retired"].as_array().unwrap().is_empty());
+        // A removed template ends its variants and their sessions at once.
+        router.remove("t", "server `t` was removed from the config");
+        assert!(new.shutdown.is_cancelled());
+        let Err(e) = router.lookup(Some("t"), &env(&[("A", "one")])) else { panic!("a removed template served") };
+        assert!(e.contains("no server named `t`"), "{e}");
+        router.stop(Duration::from_secs(1)).await;
+    }
+}

@@ -1,0 +1,157 @@
+//! Initialise once: the first client's initialize starts the server; instance handshakes of both protocol eras.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Server;
+use crate::upstream::Instance;
+use switchyard_core::codec;
+use switchyard_core::error::CallError;
+use switchyard_core::ids::SessionId;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum InitState {
+    NotStarted,
+    Running,
+    Done,
+}
+
+/// Settles the initialisation state when an `initialize` ends, however it ends.
+struct InitSettle<'a>(&'a Server);
+
+impl Drop for InitSettle<'_> {
+    fn drop(&mut self) {
+        let s = self.0;
+        if !s.init_result.initialized() {
+            s.init_params.lock().expect("lock").take();
+        }
+        s.init_state.send_replace(if s.init_result.initialized() { InitState::Done } else { InitState::NotStarted });
+    }
+}
+
+impl Server {
+    /// True once initialised; waits while a client's initialize is still under way (requests
+    /// pipelined right behind initialize are served, not refused). False if it never started.
+    pub async fn wait_initialized(&self) -> bool {
+        let mut rx = self.init_state.subscribe();
+        loop {
+            match *rx.borrow_and_update() {
+                InitState::Done => return true,
+                InitState::NotStarted => return false,
+                InitState::Running => {}
+            }
+            if rx.changed().await.is_err() {
+                return false;
+            }
+        }
+    }
+
+    /// Answers a client's `initialize`: the first one starts the server with its params.
+    /// Marks initialisation as under way, in message order (called by the session's reader
+    /// before anything async runs), so requests right behind it wait instead of failing.
+    pub fn begin_initialize(&self, params: &str) {
+        self.init_params.lock().expect("lock").get_or_insert_with(|| params.to_string());
+        self.init_state.send_if_modified(|s| {
+            let start = *s == InitState::NotStarted;
+            if start {
+                *s = InitState::Running;
+            }
+            start
+        });
+    }
+
+    pub async fn initialize(self: &Arc<Self>, session: SessionId, params: &str) -> Result<String, CallError> {
+        self.begin_initialize(params);
+        if let Some(link) = self.hub.session(session) {
+            link.declare_capabilities(params);
+        }
+        // Whatever happens, also when the client cancels this initialize and the future is
+        // dropped, waiters must not wait forever: Done, or back to NotStarted.
+        let settle = InitSettle(self);
+        if let Some(r) = self.init_result.get() {
+            return Ok(r.clone());
+        }
+        // The params are known: every pool starts its `min` instances now, all at once. The
+        // client waits for the first instance of the default pool (its result is the answer).
+        for p in self.pools.values() {
+            let p = p.clone();
+            self.tasks.spawn(async move {
+                if let Err(e) = p.warm_up().await {
+                    tracing::warn!("pool `{}` could not start its minimum instances: {e}", p.name);
+                }
+            });
+        }
+        let pool = self.default_pool().clone();
+        let lease = pool.acquire(session).await;
+        let result = match &lease {
+            Err(e) => Err(e.clone()),
+            Ok(_) => self.init_result.get().cloned().ok_or_else(|| CallError::Down {
+                server: self.name.clone(),
+                reason: "no instance finished initialising".into(),
+            }),
+        };
+        // Before waiters wake (settle), so they see why.
+        *self.init_failure.lock().expect("lock") = result.as_ref().err().map(|e| e.to_string());
+        drop(settle);
+        drop(lease);
+        result
+    }
+
+    /// The error for a request that needs an initialised server when there is none: why the
+    /// last initialize failed, if one was sent, or that none was.
+    pub fn not_initialized(&self) -> CallError {
+        match self.init_failure.lock().expect("lock").clone() {
+            Some(reason) => CallError::InitFailed { server: self.name.clone(), reason },
+            None => CallError::NotInitialized { server: self.name.clone() },
+        }
+    }
+
+    /// Whether the server declared the `logging` capability in its initialize result, which is
+    /// what clients see: MCP lets switchyard send them notifications/message only then.
+    pub fn declares_logging(&self) -> bool {
+        let Some(result) = self.init_result.get() else { return false };
+        serde_json::from_str::<serde_json::Value>(result)
+            .is_ok_and(|v| v.pointer("/capabilities/logging").is_some_and(serde_json::Value::is_object))
+    }
+
+    pub(super) async fn handshake(self: &Arc<Self>, inst: &Arc<Instance>, params: &str) -> Result<(), CallError> {
+        let what = "initialize".to_string();
+        let timeout = Duration::from_millis(self.limits.init_timeout_ms);
+        let result = self.own_request(inst, "initialize", params, timeout, &what).await?;
+        let _ = self.init_result.set(result);
+        let _ = inst.write(codec::notification("notifications/initialized", "{}"));
+        // A new instance gets what its sessions already set up on the others.
+        let _guard = self.reconcile_lock(inst).lock_owned().await;
+        let holder = self.subscription_holder(Some(inst));
+        self.reconcile_instance(inst, holder, timeout).await;
+        Ok(())
+    }
+
+    /// An instance of the 2026-07-28 era has no initialize: switchyard's own server/discover (with
+    /// its envelope, which also fixes the era of a server that speaks both) shows that it is up,
+    /// bounded by init_timeout_ms like an initialize; clients' own probes then get fast answers.
+    pub(super) async fn modern_handshake(&self, inst: &Arc<Instance>) -> Result<(), CallError> {
+        let timeout = Duration::from_millis(self.limits.init_timeout_ms);
+        let reply =
+            self.own_reply(inst, "server/discover", &self.modern_envelope(), timeout, "server/discover").await?;
+        let code = serde_json::from_str::<serde_json::Value>(&reply.line)
+            .ok()
+            .and_then(|v| v.get("error").and_then(|e| e["code"].as_i64()));
+        if code != Some(codec::METHOD_NOT_FOUND) {
+            // Any other answer (even -32022, another version) shows a server of that era, up.
+            return Ok(());
+        }
+        tracing::debug!(server = %self.name, "server/discover answered {}", reply.line);
+        self.refuse_discover();
+        Err(self.not_modern())
+    }
+
+    /// The answer to a 2026-07-28 request for a server of the initialize era only.
+    pub(super) fn not_modern(&self) -> CallError {
+        CallError::WrongEra {
+            server: self.name.clone(),
+            supported: "2025-11-25".to_string(),
+            requested: self.modern_version.lock().expect("lock").clone(),
+        }
+    }
+}

@@ -1,0 +1,380 @@
+//! One upstream server: its pools, gate, policy and instance start-up; the children hold its other
+//! concerns (initialisation, crash-loop guard, health, reconciliation, tools).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
+
+use tokio::sync::{OnceCell, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::gate::Gate;
+use crate::peer::Buffered;
+use crate::pool::{Pool, Spawner};
+use crate::server::fanout::{Hub, Upstreams};
+use crate::upstream::{Connector, Events, Instance};
+use switchyard_config::{Config, Limits};
+use switchyard_core::codec;
+use switchyard_core::error::{CallError, Unanswered};
+use switchyard_core::ids::SessionId;
+use switchyard_core::metrics::{Metrics, ToolNames};
+use switchyard_policy::Policy;
+
+mod breaker;
+pub mod fanout;
+mod health;
+mod init;
+mod reconcile;
+mod status;
+mod tools;
+
+use breaker::StartHealth;
+use init::InitState;
+use tools::ToolCache;
+
+/// Names the 2026-07-28 counterpart of a pool (`default` -> `default@2026-07-28`).
+const MODERN_POOL_SUFFIX: &str = "@2026-07-28";
+/// The newest protocol version of the era without initialize, until a client names another.
+const LATEST_MODERN_VERSION: &str = "2026-07-28";
+
+/// One upstream server and everything that serves it.
+pub struct Server {
+    pub name: String,
+    pub hub: Arc<Hub>,
+    pub limits: Limits,
+    /// Output queued for all clients of this server together (`limits.max_buffered_bytes`).
+    pub buffered: Arc<Buffered>,
+    pub gate: Gate,
+    pub policy: Policy,
+    connector: Arc<dyn Connector>,
+    pools: BTreeMap<String, Arc<Pool>>,
+    /// Instances for requests of the 2026-07-28 era, one pool per configured pool (none kept
+    /// running). A server of both eras fixes each connection's era by its first request (the
+    /// Python SDK does), so an instance switchyard initialised cannot serve them, nor the other
+    /// way round. They are never initialised: each request carries its own envelope.
+    modern_pools: BTreeMap<String, Arc<Pool>>,
+    /// The protocol version the latest 2026-07-28-era request carried (for health probes).
+    modern_version: Mutex<String>,
+    /// The server answered server/discover with -32601: it is of the initialize era only.
+    discover_refused: std::sync::atomic::AtomicBool,
+    /// The first client's initialize params, used to initialise every instance.
+    /// Cleared again if that initialize fails, so the next client's params are used instead.
+    init_params: Mutex<Option<String>>,
+    /// The first instance's initialize result, given to every client.
+    init_result: OnceCell<String>,
+    init_state: watch::Sender<InitState>,
+    /// Why the latest `initialize` failed (cleared when one succeeds), so later requests say
+    /// that rather than asking for an initialize the client already sent.
+    init_failure: Mutex<Option<String>>,
+    next_instance: AtomicU64,
+    /// What an instance's label starts with (`NAME#N`); a variant's is its own label.
+    instance_prefix: std::sync::OnceLock<String>,
+    health: Mutex<StartHealth>,
+    tools: RwLock<ToolCache>,
+    /// One reconciliation of levels and subscriptions at a time per instance, by instance
+    /// number. Per instance, so a request stuck on a busy instance holds up only that instance,
+    /// never the set-up of a new one.
+    reconciling: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
+    counts: status::Counts,
+    /// The router's metrics, and this server's name and tool labels for them.
+    pub metrics: Arc<Metrics>,
+    pub metric_name: Arc<str>,
+    pub tool_labels: ToolNames,
+    pub shutdown: CancellationToken,
+    /// Set when the server was removed from the config (its `shutdown` then fires, and what it
+    /// still owes is answered as such, not as "switchyard is shutting down").
+    pub removed: std::sync::atomic::AtomicBool,
+    pub tasks: TaskTracker,
+}
+
+impl Server {
+    /// Names its instances `PREFIX#N` instead of `NAME#N` (set before the first instance starts).
+    pub fn set_instance_prefix(&self, prefix: &str) {
+        let _ = self.instance_prefix.set(prefix.to_string());
+    }
+
+    pub fn new(
+        config: &Config,
+        name: &str,
+        connector: Arc<dyn Connector>,
+        policy: Policy,
+        metrics: Arc<Metrics>,
+        shutdown: CancellationToken,
+    ) -> Arc<Server> {
+        let name = name.to_string();
+        Arc::new_cyclic(|weak: &Weak<Server>| {
+            let pools_of = |modern: bool| -> BTreeMap<String, Arc<Pool>> {
+                config
+                    .pools
+                    .iter()
+                    .map(|(pname, pc)| {
+                        let w = weak.clone();
+                        let spawner: Spawner = Arc::new(move |pool, owner| {
+                            let w = w.clone();
+                            Box::pin(async move {
+                                match w.upgrade() {
+                                    Some(server) => server.start_instance(&pool, owner, modern).await,
+                                    None => Err(CallError::ShuttingDown),
+                                }
+                            })
+                        });
+                        let (pool_name, mut pc) = (pname.clone(), pc.clone());
+                        if modern {
+                            pc.min = 0;
+                            return (pool_name, Pool::new(&format!("{pname}{MODERN_POOL_SUFFIX}"), &name, pc, spawner));
+                        }
+                        (pool_name, Pool::new(pname, &name, pc, spawner))
+                    })
+                    .collect()
+            };
+            let (pools, modern_pools) = (pools_of(false), pools_of(true));
+            Server {
+                name: name.clone(),
+                hub: Hub::new(
+                    &name,
+                    Duration::from_millis(config.limits.call_timeout_ms),
+                    weak.clone() as Weak<dyn Upstreams>,
+                ),
+                limits: config.limits.clone(),
+                buffered: Buffered::new(config.limits.max_buffered_bytes),
+                gate: Gate::new(),
+                policy,
+                connector,
+                pools,
+                modern_pools,
+                modern_version: Mutex::new(LATEST_MODERN_VERSION.to_string()),
+                discover_refused: Default::default(),
+                init_params: Mutex::new(None),
+                init_result: OnceCell::new(),
+                init_state: watch::channel(InitState::NotStarted).0,
+                init_failure: Mutex::new(None),
+                next_instance: AtomicU64::new(1),
+                instance_prefix: std::sync::OnceLock::new(),
+                health: Mutex::new(StartHealth::default()),
+                tools: RwLock::new(ToolCache::default()),
+                reconciling: Mutex::new(HashMap::new()),
+                counts: Default::default(),
+                metric_name: Arc::from(name.as_str()),
+                metrics,
+                tool_labels: ToolNames::default(),
+                shutdown,
+                removed: Default::default(),
+                tasks: TaskTracker::new(),
+            }
+        })
+    }
+
+    /// What it fronts: the command line or the URL.
+    pub fn describe(&self) -> String {
+        self.connector.describe()
+    }
+
+    pub fn pool(&self, name: &str) -> Option<&Arc<Pool>> {
+        self.pools.get(name)
+    }
+
+    pub fn default_pool(&self) -> &Arc<Pool> {
+        self.pools.get("default").expect("validated config always has a default pool")
+    }
+
+    pub fn all_instances(&self) -> Vec<Arc<Instance>> {
+        self.every_pool().flat_map(|p| p.instances()).collect()
+    }
+
+    /// The configured pools and their 2026-07-28 counterparts.
+    fn every_pool(&self) -> impl Iterator<Item = &Arc<Pool>> {
+        self.pools.values().chain(self.modern_pools.values())
+    }
+
+    /// The pool an instance belongs to.
+    fn pool_of(&self, inst: &Instance) -> Option<&Arc<Pool>> {
+        self.pools.get(&inst.pool).or_else(|| self.modern_pools.get(inst.pool.strip_suffix(MODERN_POOL_SUFFIX)?))
+    }
+
+    /// The 2026-07-28 counterpart of a configured pool.
+    pub fn modern_pool<'a>(&'a self, pool: &'a Arc<Pool>) -> &'a Arc<Pool> {
+        self.modern_pools.get(&pool.name).unwrap_or(pool)
+    }
+
+    /// True for an instance serving 2026-07-28-era requests (never initialised).
+    pub fn is_modern(&self, inst: &Instance) -> bool {
+        inst.pool.ends_with(MODERN_POOL_SUFFIX)
+    }
+
+    pub fn saw_modern_version(&self, version: &str) {
+        let mut v = self.modern_version.lock().expect("lock");
+        if *v != version {
+            *v = version.to_string();
+        }
+    }
+
+    pub fn discover_refused(&self) -> bool {
+        self.discover_refused.load(Ordering::Relaxed)
+    }
+
+    /// The server answered server/discover with -32601: later probes are answered at once, and
+    /// the instances started for that era (it has none) are stopped.
+    pub fn refuse_discover(&self) {
+        if self.discover_refused.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        tracing::info!(server = %self.name, "the server does not know server/discover: 2026-07-28 clients fall back to initialize");
+        for inst in self.modern_pools.values().flat_map(|p| p.close_with(self.not_modern())) {
+            self.tasks.spawn(async move { inst.shutdown().await });
+        }
+    }
+
+    /// Why a call of this server ends unanswered once its `shutdown` fired: it was removed from
+    /// the config, or switchyard is shutting down.
+    pub fn ended(&self) -> CallError {
+        match self.removed.load(std::sync::atomic::Ordering::Acquire) {
+            true => CallError::Removed { server: self.name.clone() },
+            false => CallError::ShuttingDown,
+        }
+    }
+
+    /// Spawns and initialises one instance for `pool` (the pools' spawner).
+    async fn start_instance(
+        self: Arc<Self>,
+        pool: &str,
+        owner: Option<SessionId>,
+        modern: bool,
+    ) -> Result<Arc<Instance>, CallError> {
+        if self.shutdown.is_cancelled() {
+            return Err(self.ended());
+        }
+        if let Some(at) = self.check_start_allowed()? {
+            tokio::time::sleep_until(at).await;
+        }
+        let params = self.init_params.lock().expect("lock").clone();
+        if params.is_none() && !modern {
+            return Err(self.not_initialized());
+        }
+        if modern && self.discover_refused() {
+            return Err(self.not_modern());
+        }
+        let number = self.next_instance.fetch_add(1, Ordering::Relaxed);
+        let events: Arc<dyn Events> = self.hub.clone();
+        let prefix = self.instance_prefix.get().unwrap_or(&self.name);
+        let inst = Instance::start(&*self.connector, prefix, number, pool, owner, events).await.map_err(|f| {
+            self.record_start_failure(f.reason.clone());
+            CallError::Down { server: self.name.clone(), reason: f.reason }
+        })?;
+        let handshake = match modern {
+            true => self.modern_handshake(&inst).await,
+            false => self.handshake(&inst, params.as_deref().unwrap_or("{}")).await,
+        };
+        match handshake {
+            Ok(()) => {
+                inst.mark_ready();
+                self.counts.starts.fetch_add(1, Ordering::Relaxed);
+                self.metrics.instance_started(&self.name, pool);
+                tracing::info!(instance = %inst.label(), at = %inst.endpoint(), pool, "instance ready");
+                let server = self.clone();
+                let watched = inst.clone();
+                self.tasks.spawn(async move {
+                    watched.dead().await;
+                    server.on_death(watched).await;
+                });
+                Ok(inst)
+            }
+            Err(e) => {
+                // A server that does not speak 2026-07-28 started fine: not a start failure.
+                if !(modern && self.discover_refused()) {
+                    self.record_start_failure(e.to_string());
+                }
+                inst.kill().await;
+                // A remote server that could not be reached: the calls waiting for this start
+                // are told the server is down and why (naming their own tool, not initialize).
+                if let CallError::Lost { cause, .. } = e {
+                    return Err(CallError::Down { server: self.name.clone(), reason: cause });
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Sends a request of the router's own and returns its `result` JSON.
+    pub async fn own_request(
+        &self,
+        inst: &Instance,
+        method: &str,
+        params: &str,
+        timeout: Duration,
+        what: &str,
+    ) -> Result<String, CallError> {
+        let reply = self.own_reply(inst, method, params, timeout, what).await?;
+        match reply.env.result {
+            Some(r) => Ok(reply.line[r].to_string()),
+            None => Err(CallError::Down {
+                server: self.name.clone(),
+                reason: format!("it answered {method} with an error: {}", reply.line),
+            }),
+        }
+    }
+
+    /// Sends a request of the router's own and returns the server's reply, result or error.
+    async fn own_reply(
+        &self,
+        inst: &Instance,
+        method: &str,
+        params: &str,
+        timeout: Duration,
+        what: &str,
+    ) -> Result<crate::upstream::Reply, CallError> {
+        let failed = |u: Unanswered| u.into_error(&self.name, what);
+        let sent = inst.send_own(method, params).map_err(failed)?;
+        let started = Instant::now();
+        let reply = match tokio::time::timeout(timeout, sent.reply).await {
+            Ok(Ok(r)) => r.map_err(failed)?,
+            Ok(Err(_)) => return Err(CallError::ShuttingDown),
+            Err(_) => {
+                inst.cancel(sent.upstream_id, "switchyard: timed out");
+                return Err(CallError::Timeout {
+                    server: self.name.clone(),
+                    what: format!("{method} (by switchyard, on {})", inst.label()),
+                    elapsed: started.elapsed(),
+                    attempts: 1,
+                    waiting: None,
+                });
+            }
+        };
+        Ok(reply)
+    }
+
+    /// Params carrying switchyard's own 2026-07-28 envelope (for its probes of such instances).
+    fn modern_envelope(&self) -> String {
+        let version = codec::json_string(&self.modern_version.lock().expect("lock"));
+        format!(
+            r#"{{"_meta":{{"{}":{version},"io.modelcontextprotocol/clientInfo":{{"name":"switchyard","version":"{}"}},"io.modelcontextprotocol/clientCapabilities":{{}}}}}}"#,
+            codec::PROTOCOL_VERSION_META,
+            env!("CARGO_PKG_VERSION")
+        )
+    }
+
+    /// Shuts every instance down (close stdin, wait, SIGTERM, wait, SIGKILL), all at once.
+    pub async fn stop(&self) {
+        let all: Vec<Arc<Instance>> = self.every_pool().flat_map(|p| p.take_all()).collect();
+        let mut set = tokio::task::JoinSet::new();
+        for inst in all {
+            set.spawn(async move { inst.shutdown().await });
+        }
+        while set.join_next().await.is_some() {}
+    }
+}
+
+impl Upstreams for Server {
+    fn instances(&self) -> Vec<Arc<Instance>> {
+        self.all_instances()
+    }
+    fn fetch_list<'a>(
+        &'a self,
+        inst: &'a Instance,
+        kind: &'static str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Vec<serde_json::Value>>> + Send + 'a>> {
+        Box::pin(Server::fetch_list(self, inst, kind))
+    }
+}

@@ -1,0 +1,122 @@
+//! The tools a server declared (hints for policy), list fetching, and the policy reload watcher.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Server;
+use crate::server::fanout::sort_list;
+use crate::upstream::Instance;
+use switchyard_core::codec;
+use switchyard_core::decision::Hints;
+
+/// A tools/list result as the server declared it, for hints and annotation diffs.
+#[derive(Default)]
+pub(super) struct ToolCache {
+    declared: HashMap<String, Hints>,
+}
+
+impl Server {
+    /// Records declared hints from a tools/list result that passed through.
+    pub fn learn_tools(&self, result_json: &str) {
+        #[derive(serde::Deserialize)]
+        struct ToolsResult {
+            #[serde(default)]
+            tools: Vec<serde_json::Value>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Cursor {
+            #[serde(default, rename = "nextCursor")]
+            next_cursor: Option<serde_json::Value>,
+        }
+        let Ok(r) = serde_json::from_str::<ToolsResult>(result_json) else { return };
+        self.learn_tool_values(&r.tools);
+        // A whole list (no further page) is what this client now shows; a last page of several
+        // is taken for the whole too, which can only make one list_changed too many pass.
+        if serde_json::from_str::<Cursor>(result_json).is_ok_and(|c| c.next_cursor.is_none()) {
+            self.hub.shown_list("tools", r.tools);
+        }
+    }
+
+    fn learn_tool_values(&self, tools: &[serde_json::Value]) {
+        let mut cache = self.tools.write().expect("lock");
+        for t in tools {
+            if let Some(name) = t.get("name").and_then(|n| n.as_str()) {
+                let hints = switchyard_policy::annotate::declared_hints(t.get("annotations"));
+                cache.declared.insert(name.to_string(), hints);
+            }
+        }
+    }
+
+    pub fn declared_hints(&self, tool: &str) -> Hints {
+        self.tools.read().expect("lock").declared.get(tool).cloned().unwrap_or_default()
+    }
+
+    /// The label of `tool` in metrics: its name when the server declared it (see
+    /// [`switchyard_core::metrics::ToolNames`]), else `other`.
+    pub fn tool_label(&self, tool: &str) -> Arc<str> {
+        self.tool_labels.label(tool, |t| self.tools.read().expect("lock").declared.contains_key(t))
+    }
+
+    pub fn known_tools(&self) -> Vec<(String, Hints)> {
+        let cache = self.tools.read().expect("lock");
+        cache.declared.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+
+    /// Fetches every page of tools/list from one instance into the hints cache.
+    pub async fn refresh_tools(self: &Arc<Self>) {
+        let Some(inst) = self.all_instances().into_iter().find(|i| i.is_ready() && !self.is_modern(i)) else {
+            return;
+        };
+        if let Some(tools) = self.fetch_list(&inst, "tools").await {
+            self.learn_tool_values(&tools);
+        }
+    }
+
+    /// Every page of `<kind>/list` from one instance, sorted by name (or URI); None on any error.
+    pub async fn fetch_list(&self, inst: &Instance, kind: &'static str) -> Option<Vec<serde_json::Value>> {
+        let method = format!("{kind}/list");
+        let timeout = Duration::from_millis(self.limits.init_timeout_ms);
+        let mut items = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..100 {
+            let params = match &cursor {
+                Some(c) => format!(r#"{{"cursor":{}}}"#, codec::json_string(c)),
+                None => "{}".to_string(),
+            };
+            let result = self.own_request(inst, &method, &params, timeout, &method).await.ok()?;
+            let mut page: serde_json::Value = serde_json::from_str(&result).ok()?;
+            items.extend(page.get_mut(kind).and_then(|v| v.as_array_mut()).map(std::mem::take).unwrap_or_default());
+            cursor = page.get("nextCursor").and_then(|c| c.as_str()).map(str::to_string);
+            if cursor.is_none() {
+                sort_list(&mut items);
+                return Some(items);
+            }
+        }
+        None
+    }
+
+    /// When the plugin set changes, tells clients to re-fetch tools/list if any tool's effective
+    /// annotations changed (and only then).
+    pub async fn watch_policy(self: Arc<Self>) {
+        let mut changes = self.policy.changes();
+        let mut last = self.policy.current();
+        loop {
+            tokio::select! {
+                _ = self.shutdown.cancelled() => return,
+                r = changes.changed() => if r.is_err() { return },
+            }
+            let now = self.policy.current();
+            let known = self.known_tools();
+            let differs = !known.is_empty()
+                && last.annotate_async("", &self.name, known.clone()).await
+                    != now.annotate_async("", &self.name, known).await;
+            last = now;
+            if differs {
+                tracing::info!(server = %self.name, "plugins changed tool annotations; sending tools/list_changed");
+                let note = codec::notification("notifications/tools/list_changed", "{}");
+                self.hub.broadcast(&note);
+            }
+        }
+    }
+}

@@ -1,0 +1,717 @@
+//! One client connection: reads its messages, keeps its in-flight calls, answers each request once.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::call::{self, Cancel};
+use crate::peer::SessionLink;
+use crate::server::Server;
+use switchyard_core::codec::{self, Envelope, Frame, Kind, LineReader};
+use switchyard_core::ids::SessionId;
+use switchyard_core::metrics::{Call, Outcome};
+
+static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
+
+/// How long in-flight calls get to wind down when a session ends.
+const SESSION_GRACE: Duration = Duration::from_secs(3);
+/// After the client closed its input, how long calls in flight get to finish and be answered
+/// before they are cancelled (the SDKs wait as long after closing a server's stdin).
+const EOF_GRACE: Duration = Duration::from_secs(2);
+
+/// The methods a session answers itself (from the server's state), never through the engine.
+const ANSWERED_HERE: &[&str] =
+    &["initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"];
+
+/// A connected client.
+pub struct Session {
+    pub id: SessionId,
+    pub label: String,
+    link: Arc<SessionLink>,
+    server: Arc<Server>,
+    /// Requests of this client still running, by their raw id: each owes exactly one response.
+    inflight: Mutex<HashMap<String, Arc<Cancel>>>,
+    /// Requests wait for the server's initialisation through this, one at a time in arrival
+    /// order (tokio's mutex is FIFO), so calls pipelined behind `initialize` reach a serial
+    /// server in the order the client sent them, as they would without switchyard.
+    in_order: tokio::sync::Mutex<()>,
+    started: tokio::time::Instant,
+    /// The client said a switchyard hello: it understands control lines (`control::Reply::Drain`).
+    speaks_control: bool,
+}
+
+/// How a session was opened.
+pub struct Opening {
+    /// What carries it (`stdio`, `unix`): the first part of its label.
+    pub transport: &'static str,
+    /// The router's sessions, which this one joins until it ends.
+    pub registry: Arc<Registry>,
+    /// The client understands switchyard's control lines.
+    pub speaks_control: bool,
+}
+
+/// The sessions of one router, of all its servers: for status, for telling a server's sessions
+/// that its configuration changed, and for knowing when the router has had no client for a while.
+#[derive(Default)]
+pub struct Registry {
+    sessions: Mutex<std::collections::BTreeMap<SessionId, std::sync::Weak<Session>>>,
+    /// The number of live sessions, watched by whoever waits for the router to go idle.
+    count: tokio::sync::watch::Sender<usize>,
+}
+
+/// Takes a session out of its registry when dropped.
+struct Registered<'a>(&'a Registry, SessionId);
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        let mut sessions = self.0.sessions.lock().expect("lock");
+        sessions.remove(&self.1);
+        self.0.count.send_replace(sessions.len());
+    }
+}
+
+impl Registry {
+    fn add(&self, session: &Arc<Session>) -> Registered<'_> {
+        let mut sessions = self.sessions.lock().expect("lock");
+        sessions.insert(session.id, Arc::downgrade(session));
+        self.count.send_replace(sessions.len());
+        Registered(self, session.id)
+    }
+
+    /// The live sessions, oldest first.
+    pub fn sessions(&self) -> Vec<Arc<Session>> {
+        self.sessions.lock().expect("lock").values().filter_map(std::sync::Weak::upgrade).collect()
+    }
+
+    /// Watches the number of live sessions.
+    pub fn count(&self) -> tokio::sync::watch::Receiver<usize> {
+        self.count.subscribe()
+    }
+
+    /// Tells every session of `server` that speaks control lines to move to the server as now
+    /// configured (`control::Reply::Drain`); returns how many were told.
+    pub fn drain(&self, server: &Arc<Server>, reason: &str) -> usize {
+        let line = serde_json::to_string(&crate::downstream::control::Reply::Drain { reason: reason.to_string() })
+            .expect("wire messages always serialise");
+        let mut told = 0;
+        for s in self.sessions().into_iter().filter(|s| Arc::ptr_eq(&s.server, server) && s.speaks_control) {
+            s.link.send(line.clone());
+            told += 1;
+        }
+        told
+    }
+}
+
+impl Session {
+    /// The server this session is a client of.
+    pub fn server(&self) -> &Arc<Server> {
+        &self.server
+    }
+
+    /// What carries it: the first part of its label (`stdio`, `unix`, `http`).
+    pub fn transport(&self) -> &str {
+        self.label.split('-').next().unwrap_or("")
+    }
+
+    /// Its calls waiting for a gate or an instance.
+    pub fn waiting(&self) -> usize {
+        self.link.waiting()
+    }
+
+    /// The session as `switchyard status --json` shows it.
+    pub fn status(&self) -> serde_json::Value {
+        serde_json::json!({
+            "id": self.id,
+            "label": self.label,
+            "transport": self.label.split('-').next().unwrap_or(""),
+            "client": self.link.client(),
+            "inflight": self.inflight.lock().expect("lock").len(),
+            "waiting": self.link.waiting(),
+            "uptime_ms": self.started.elapsed().as_millis() as u64,
+        })
+    }
+}
+
+/// Where a session's messages come from: whole messages, one per frame.
+pub trait Input {
+    /// The next message, or `None` when the client closed its input (calls in flight get a
+    /// short grace). An error of kind `ConnectionAborted` means the client ended the session on
+    /// purpose: its calls are cancelled at once.
+    fn next(&mut self) -> impl Future<Output = std::io::Result<Option<Frame>>>;
+    /// Both ends of the message behind the last `Frame::TooLong` (where its id usually is).
+    fn skipped_ends(&self) -> (&[u8], &[u8]) {
+        (&[], &[])
+    }
+}
+
+impl<R: AsyncBufRead + Unpin> Input for LineReader<R> {
+    fn next(&mut self) -> impl Future<Output = std::io::Result<Option<Frame>>> {
+        LineReader::next(self)
+    }
+    fn skipped_ends(&self) -> (&[u8], &[u8]) {
+        LineReader::skipped_ends(self)
+    }
+}
+
+/// Where a session's messages go: `run` takes every line the session sends, in order, until the
+/// channel closes (the session ended). It returns early only when the client is gone, which
+/// ends the session. Each line taken must be given back to `backlog` (`Backlog::wrote`) once
+/// the client has it (or it is dropped), so a client that stops reading is noticed.
+pub trait Output: Send + 'static {
+    fn run(
+        self,
+        rx: mpsc::UnboundedReceiver<crate::peer::Out>,
+        backlog: Arc<crate::peer::Backlog>,
+        label: String,
+    ) -> impl Future<Output = ()> + Send + 'static;
+}
+
+/// A byte stream (stdio, a Unix socket): one line per message.
+pub struct Writer<W>(pub W);
+
+impl<W: AsyncWrite + Unpin + Send + 'static> Output for Writer<W> {
+    fn run(
+        self,
+        rx: mpsc::UnboundedReceiver<crate::peer::Out>,
+        backlog: Arc<crate::peer::Backlog>,
+        label: String,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        write_loop(self.0, rx, backlog, label)
+    }
+}
+
+/// Serves one client until it disconnects or `shutdown` fires. Every request it sent gets one
+/// response unless the client cancelled it; calls still running at the end are cancelled upstream.
+pub async fn serve<R, W>(server: Arc<Server>, reader: R, writer: W, opening: Opening, shutdown: CancellationToken)
+where
+    R: AsyncBufRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let lines = LineReader::new(reader, server.limits.max_message_bytes);
+    serve_with(server, lines, Writer(writer), opening, shutdown).await
+}
+
+/// [`serve`] with messages read from `input` and lines given to `output`.
+pub async fn serve_with(
+    server: Arc<Server>,
+    mut input: impl Input,
+    output: impl Output,
+    opening: Opening,
+    shutdown: CancellationToken,
+) {
+    let id = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);
+    let started = tokio::time::Instant::now();
+    let label = format!("{}-{id}", opening.transport);
+    let (tx, rx) = mpsc::unbounded_channel();
+    // A client that stops reading may fall this far behind before its session is closed.
+    let queue_limit = server.limits.max_message_bytes.saturating_mul(4);
+    let link = SessionLink::new(id, tx, queue_limit, server.buffered.clone());
+    server.hub.attach(link.clone());
+    let session = Arc::new(Session {
+        id,
+        label: label.clone(),
+        link,
+        server: server.clone(),
+        inflight: Mutex::new(HashMap::new()),
+        in_order: tokio::sync::Mutex::new(()),
+        started,
+        speaks_control: opening.speaks_control,
+    });
+    let _registered = opening.registry.add(&session);
+    server.metrics.session_opened(opening.transport);
+    let mut writer_task = tokio::spawn(output.run(rx, session.link.backlog(), label.clone()));
+    // The writer ends early only when writing to the client failed: the client is gone.
+    let mut writer_ended = false;
+    tracing::debug!(session = %label, "session started");
+    let tasks = TaskTracker::new();
+    // Whether the client is still there to read an answer for what is cancelled below.
+    let mut client_listening = false;
+    // The client closed its input; it may still read what it is owed.
+    let mut eof = false;
+    loop {
+        let frame = tokio::select! {
+            f = input.next() => f,
+            _ = shutdown.cancelled() => {
+                client_listening = true;
+                break;
+            }
+            _ = session.link.overflow.cancelled() => break,
+            _ = &mut writer_task => {
+                writer_ended = true;
+                break;
+            }
+        };
+        match frame {
+            Ok(Some(Frame::Line(line))) => session.on_line(line, &tasks),
+            Ok(Some(Frame::TooLong { bytes })) => session.link.send(codec::response_error(
+                &{
+                    let (head, tail) = input.skipped_ends();
+                    codec::skipped_request_id(head, tail).unwrap_or_else(|| "null".to_string())
+                },
+                codec::INVALID_REQUEST,
+                &format!(
+                    "message of {bytes} bytes is over the limit of {} bytes (limits.max_message_bytes); it was skipped",
+                    server.limits.max_message_bytes
+                ),
+                None,
+            )),
+            Ok(Some(Frame::NotUtf8)) => session.link.send(codec::response_error(
+                "null",
+                codec::PARSE_ERROR,
+                "Parse error: the message is not valid UTF-8",
+                None,
+            )),
+            Ok(None) => {
+                eof = true;
+                break;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionAborted => {
+                tracing::debug!(session = %label, "the client ended its session: {e}");
+                break;
+            }
+            Err(e) => {
+                tracing::warn!(session = %label, "reading from the client failed: {e}");
+                break;
+            }
+        }
+    }
+    // End of input is not a cancel: what is in flight gets a short grace to be answered, as a
+    // server run directly would answer it.
+    if eof && !session.inflight.lock().expect("lock").is_empty() {
+        tasks.close();
+        tokio::select! {
+            _ = tokio::time::timeout(EOF_GRACE, tasks.wait()) => {}
+            _ = shutdown.cancelled() => client_listening = true,
+            _ = session.link.overflow.cancelled() => {}
+            _ = &mut writer_task => writer_ended = true,
+        }
+    }
+    // The client is gone, or switchyard is shutting down: cancel its calls upstream. A client
+    // that is still there gets an error for each; one that left is owed nothing.
+    let open: Vec<Arc<Cancel>> = session.inflight.lock().expect("lock").values().cloned().collect();
+    if !open.is_empty() {
+        tracing::info!(session = %label, "session ended with {} calls in flight; cancelling them", open.len());
+    }
+    for c in open {
+        if client_listening {
+            c.cancel_and_answer("switchyard is shutting down");
+        } else {
+            c.cancel(Some("the client disconnected".to_string()));
+        }
+    }
+    tasks.close();
+    if tokio::time::timeout(SESSION_GRACE, tasks.wait()).await.is_err() {
+        tracing::warn!(session = %label, "calls did not wind down within {SESSION_GRACE:?}");
+    }
+    server.detach(id).await;
+    let session_overflowed = session.link.overflow.is_cancelled();
+    let peak = session.link.backlog().peak();
+    drop(session);
+    // What is queued still goes out, unless the client stopped reading: then it is dropped.
+    // An aborted writer drops what it still held once it is polled to its end.
+    if writer_ended {
+        // Already awaited: its output is gone, and so is what was queued for it.
+    } else if session_overflowed {
+        writer_task.abort();
+        let _ = writer_task.await;
+    } else if tokio::time::timeout(SESSION_GRACE, &mut writer_task).await.is_err() {
+        tracing::warn!(session = %label, "the client did not take its last messages within {SESSION_GRACE:?}");
+        writer_task.abort();
+        let _ = writer_task.await;
+    }
+    if peak >= crate::peer::GIVE_BACK_AFTER {
+        crate::peer::give_back_memory();
+    }
+    server.metrics.session_closed(opening.transport, started.elapsed());
+    tracing::debug!(session = %label, "session ended");
+}
+
+/// Runs `f` unless the call is cancelled first (by its client, or because the session ended):
+/// then `None`, and no response is owed.
+async fn or_cancelled<T>(token: &CancellationToken, f: impl Future<Output = T>) -> Option<T> {
+    tokio::select! {
+        v = f => Some(v),
+        _ = token.cancelled() => None,
+    }
+}
+
+/// Writes the session's messages to the client. It ends before the session only when a write
+/// fails (a closed pipe or socket: the client stopped reading), which ends the session.
+async fn write_loop<W: AsyncWrite + Unpin>(
+    writer: W,
+    mut rx: mpsc::UnboundedReceiver<crate::peer::Out>,
+    backlog: Arc<crate::peer::Backlog>,
+    label: String,
+) {
+    let mut w = BufWriter::with_capacity(64 * 1024, writer);
+    let failed = async {
+        while let Some(out) = rx.recv().await {
+            let mut next = Some(out.line);
+            while let Some(l) = next {
+                w.write_all(l.as_bytes()).await?;
+                w.write_all(b"\n").await?;
+                backlog.wrote(l.len() + 1);
+                next = rx.try_recv().ok().map(|o| o.line);
+            }
+            w.flush().await?;
+        }
+        std::io::Result::Ok(())
+    }
+    .await;
+    if let Err(e) = failed {
+        tracing::info!(session = %label, "the client stopped reading its output (writing to it failed: {e}); ending its session");
+    }
+}
+
+/// What the reader loop does with one message before anything async runs.
+enum Step {
+    /// A request, registered in flight; run it.
+    Run(String, Envelope, Arc<Cancel>),
+    /// Answer this at once.
+    Reply(String),
+    /// Handled (a notification or a response) or nothing to do.
+    Done,
+}
+
+impl Session {
+    fn on_line(self: &Arc<Self>, line: String, tasks: &TaskTracker) {
+        if line.trim().is_empty() {
+            return;
+        }
+        if codec::is_batch(&line) {
+            return self.on_batch(&line, tasks);
+        }
+        match self.step(line) {
+            Step::Run(line, env, token) => {
+                let me = self.clone();
+                tasks.spawn(async move {
+                    if let Some(resp) = me.clone().run(line, env, token).await {
+                        me.link.send(resp);
+                    }
+                });
+            }
+            Step::Reply(r) => self.link.send(r),
+            Step::Done => {}
+        }
+    }
+
+    /// A JSON-RPC batch: its requests run concurrently and are answered together, as an array.
+    fn on_batch(self: &Arc<Self>, line: &str, tasks: &TaskTracker) {
+        let items = match codec::split_batch(line) {
+            Ok(items) => items,
+            Err(e) => return self.link.send(codec::response_error("null", e.code(), &e.message(), None)),
+        };
+        if items.is_empty() {
+            return self.link.send(codec::response_error(
+                "null",
+                codec::INVALID_REQUEST,
+                "Invalid Request: empty batch",
+                None,
+            ));
+        }
+        let steps: Vec<Step> = items.into_iter().map(|i| self.step(i.to_string())).collect();
+        let me = self.clone();
+        tasks.spawn(async move {
+            let mut replies = Vec::new();
+            let mut running = Vec::new();
+            for s in steps {
+                match s {
+                    Step::Run(line, env, token) => running.push(me.clone().run(line, env, token)),
+                    Step::Reply(r) => replies.push(r),
+                    Step::Done => {}
+                }
+            }
+            let mut set = tokio::task::JoinSet::new();
+            for f in running {
+                set.spawn(f);
+            }
+            while let Some(r) = set.join_next().await {
+                if let Ok(Some(r)) = r {
+                    replies.push(r);
+                }
+            }
+            if !replies.is_empty() {
+                me.link.send(format!("[{}]", replies.join(",")));
+            }
+        });
+    }
+
+    fn step(self: &Arc<Self>, line: String) -> Step {
+        let env = match codec::parse(&line) {
+            Ok(env) => env,
+            Err(e @ codec::ParseError::BadNotification { .. }) => {
+                tracing::info!(session = %self.label, "dropped a notification from the client: {}", e.message());
+                return Step::Done;
+            }
+            Err(e) => {
+                tracing::debug!(session = %self.label, "bad message from client: {}", e.message());
+                return Step::Reply(codec::response_error(e.reply_id(), e.code(), &e.message(), None));
+            }
+        };
+        match env.kind {
+            Kind::Response => {
+                self.server.hub.client_response(&self.link, &line, &env);
+                Step::Done
+            }
+            Kind::Notification => {
+                self.on_notification(&line, &env);
+                Step::Done
+            }
+            Kind::Request => {
+                let id = line[env.id.clone().expect("requests have ids")].to_string();
+                let token = Arc::new(Cancel::default());
+                let mut inflight = self.inflight.lock().expect("lock");
+                if inflight.contains_key(&id) {
+                    return Step::Reply(codec::response_error(
+                        &id,
+                        codec::INVALID_REQUEST,
+                        &format!("Invalid Request: id {id} is already in use by a request still in flight"),
+                        None,
+                    ));
+                }
+                inflight.insert(id, token.clone());
+                drop(inflight);
+                // `initialize` is the handshake of its era even when it carries the envelope.
+                let modern = env.method.as_deref() != Some("initialize")
+                    && env.params.as_ref().is_some_and(|p| codec::envelope_version(&line, p).is_some());
+                match env.method.as_deref() {
+                    // A 2026-07-28 client never initialises: its first request opens its session.
+                    _ if modern => self.link.open(),
+                    Some("initialize") => {
+                        let params = env.params.as_ref().map(|p| &line[p.clone()]).unwrap_or("{}");
+                        self.server.begin_initialize(params);
+                    }
+                    Some("ping" | "server/discover") => {}
+                    // A client that skips `initialized` is taken as initialised by its first call.
+                    _ => self.link.open(),
+                }
+                Step::Run(line, env, token)
+            }
+        }
+    }
+
+    fn on_notification(self: &Arc<Self>, line: &str, env: &Envelope) {
+        let method = env.method.as_deref().unwrap_or_default();
+        match method {
+            // switchyard initialised the server itself; the client's ack opens its session to
+            // what servers send on their own.
+            "notifications/initialized" => self.link.open(),
+            "notifications/cancelled" => {
+                let fields = env.params.as_ref().map(|p| codec::param_fields(line, p)).unwrap_or_default();
+                let Some(span) = fields.request_id else { return };
+                let id = &line[span];
+                // Out of the table at once: no response is owed, and the client may reuse the id
+                // right away (the call's task finds its entry gone and leaves a new one alone).
+                match self.inflight.lock().expect("lock").remove(id) {
+                    Some(c) => c.cancel(fields.reason),
+                    None => tracing::debug!(session = %self.label, "cancel for id {id}, which is not in flight"),
+                }
+            }
+            _ => {
+                let me = self.clone();
+                let (method, line) = (method.to_string(), line.to_string());
+                tokio::spawn(async move { me.forward_notification(&method, line).await });
+            }
+        }
+    }
+
+    /// A client notification for the servers (roots/list_changed and anything else). Like
+    /// every message that reaches a server, it passes the policy first (on a plugin worker).
+    async fn forward_notification(self: Arc<Self>, method: &str, line: String) {
+        let call = switchyard_core::decision::CallInfo {
+            server: self.server.name.clone(),
+            session: self.label.clone(),
+            method: method.to_string(),
+            tool: None,
+            arguments: None,
+            declared: Default::default(),
+            attempt: 0,
+        };
+        if let Err(r) = self.server.policy.current().decide_async(&call).await {
+            tracing::info!(session = %self.label, "{method} not forwarded: rejected by `{}`: {}", r.plugin, r.reason);
+            return;
+        }
+        if method == "notifications/roots/list_changed" {
+            // switchyard keeps the client's roots (it answers servers from them): it asks for
+            // the new ones, then passes the change on.
+            return self.server.hub.roots_list_changed(&self.link, line);
+        }
+        // To every instance of the initialize era this session may use (the 2026-07-28
+        // protocol has no such notifications).
+        let targets: Vec<_> = self
+            .server
+            .all_instances()
+            .into_iter()
+            .filter(|i| i.is_ready() && i.owner.is_none_or(|o| o == self.id) && !self.server.is_modern(i))
+            .collect();
+        for inst in targets {
+            let _ = inst.write(line.clone());
+        }
+    }
+
+    /// Runs one request to its single response (None: the client cancelled it).
+    async fn run(self: Arc<Self>, line: String, env: Envelope, token: Arc<Cancel>) -> Option<String> {
+        let id_span = env.id.clone().expect("requests have ids");
+        let id = line[id_span].to_string();
+        let started = tokio::time::Instant::now();
+        let resp = self
+            .dispatch(&line, &env, &id, &token)
+            .await
+            .or_else(|| token.owes_answer().then(|| self.server.ended().to_response(&id)));
+        // What the engine forwards it counts itself; what the session answers is counted here.
+        let method = env.method.as_deref().unwrap_or_default();
+        if ANSWERED_HERE.contains(&method) {
+            let (outcome, code) =
+                resp.as_deref().map_or((Outcome::Cancelled, None), switchyard_core::metrics::answer_outcome);
+            self.server.metrics.call(Call {
+                server: &self.server.metric_name,
+                method,
+                tool: None,
+                outcome,
+                code,
+                session_label: &self.label,
+                elapsed: started.elapsed(),
+            });
+        }
+        // Out of the in-flight table before the response leaves, so the id may be reused at once
+        // (unless a cancel took it out already and a new request reuses it).
+        let mut inflight = self.inflight.lock().expect("lock");
+        if inflight.get(&id).is_some_and(|c| Arc::ptr_eq(c, &token)) {
+            inflight.remove(&id);
+        }
+        drop(inflight);
+        resp
+    }
+
+    async fn dispatch(self: &Arc<Self>, line: &str, env: &Envelope, id: &str, cancel: &Cancel) -> Option<String> {
+        let token = &cancel.token;
+        let server = &self.server;
+        let method = env.method.as_deref().unwrap_or_default();
+        let params = env.params.as_ref().map(|p| &line[p.clone()]).unwrap_or("{}");
+        let fields = env.params.as_ref().map(|p| codec::param_fields(line, p)).unwrap_or_default();
+        let local_error = |code, msg: String| Some(codec::response_error(id, code, &msg, None));
+        // A request of the 2026-07-28 era carries its protocol version in `_meta` and needs no
+        // initialize: it goes to instances of that era, as it is (`initialize` stays a handshake).
+        let modern = match env.params.as_ref().and_then(|p| codec::envelope_version(line, p)) {
+            Some(version) if method != "initialize" => {
+                server.saw_modern_version(&version);
+                true
+            }
+            _ => false,
+        };
+        if method == "server/discover" {
+            return self.discover(line, env, cancel).await;
+        }
+        if modern {
+            return self.forward(line, env, cancel, true).await;
+        }
+        match method {
+            "initialize" => {
+                let r = tokio::select! {
+                    r = server.initialize(self.id, params) => r,
+                    _ = token.cancelled() => return None,
+                };
+                Some(match r {
+                    Ok(result) => {
+                        let s = server.clone();
+                        server.tasks.spawn(async move { s.refresh_tools().await });
+                        codec::response_ok(id, &result)
+                    }
+                    Err(e) => e.to_response(id),
+                })
+            }
+            "ping" => Some(codec::response_ok(id, "{}")),
+            _ if !or_cancelled(token, async {
+                let _turn = self.in_order.lock().await;
+                server.wait_initialized().await
+            })
+            .await? =>
+            {
+                Some(server.not_initialized().to_response(id))
+            }
+            "logging/setLevel" => match fields.level {
+                Some(level) => match or_cancelled(token, server.set_log_level(self.id, &level)).await? {
+                    Ok(()) => Some(codec::response_ok(id, "{}")),
+                    Err(e) => local_error(codec::INVALID_PARAMS, e),
+                },
+                None => local_error(codec::INVALID_PARAMS, "logging/setLevel needs params.level".into()),
+            },
+            "resources/subscribe" | "resources/unsubscribe" => {
+                let Some(uri) = fields.uri else {
+                    return local_error(codec::INVALID_PARAMS, format!("{method} needs params.uri"));
+                };
+                let r = if method == "resources/subscribe" {
+                    or_cancelled(token, server.subscribe(self.id, &uri)).await?
+                } else {
+                    or_cancelled(token, server.unsubscribe(self.id, &uri)).await?
+                };
+                match r {
+                    Ok(()) => Some(codec::response_ok(id, "{}")),
+                    Err(e) => local_error(codec::INTERNAL_ERROR, e),
+                }
+            }
+            _ => self.forward(line, env, cancel, false).await,
+        }
+    }
+
+    /// Through the policy and the engine to an instance (`modern`: one of the 2026-07-28 era).
+    async fn forward(&self, line: &str, env: &Envelope, cancel: &Cancel, modern: bool) -> Option<String> {
+        let req =
+            call::Request { line, env, session: self.id, session_label: &self.label, link: &self.link, cancel, modern };
+        call::forward(&self.server, req).await
+    }
+
+    /// `server/discover`, the 2026-07-28 client's first request (it sends no initialize). It
+    /// goes, through the policy, to an instance of that era, started if needed: a server of
+    /// that era answers it as it would directly; a 2025-11-25-only server answers -32601 and the
+    /// client falls back to initialize. Clients fall back after a timeout too, so an instance
+    /// that is up but does not answer within `limits.discover_timeout_ms` gets -32601 fast.
+    async fn discover(&self, line: &str, env: &Envelope, cancel: &Cancel) -> Option<String> {
+        let server = &self.server;
+        let id = &line[env.id.clone().expect("requests have ids")];
+        let not_found = |why: &str| {
+            Some(codec::response_error(
+                id,
+                codec::METHOD_NOT_FOUND,
+                &format!("Method not found: server/discover ({why})"),
+                None,
+            ))
+        };
+        if server.discover_refused() {
+            return not_found("the server does not support it; use initialize");
+        }
+        // Starting the instance is bounded by init_timeout_ms (a client connected directly waits
+        // for the server's start as well); the answer by discover_timeout_ms.
+        let pool = server.modern_pool(server.default_pool());
+        let started = tokio::select! {
+            r = pool.acquire(self.id) => r.map(drop),
+            _ = cancel.token.cancelled() => return None,
+        };
+        if let Err(e) = started {
+            tracing::info!(server = %server.name, "server/discover: no instance for it: {e}");
+            return not_found(&format!("no instance of server `{}` could start: {e}", server.name));
+        }
+        let limit = Duration::from_millis(server.limits.discover_timeout_ms);
+        match tokio::time::timeout(limit, self.forward(line, env, cancel, true)).await {
+            Ok(Some(reply)) => {
+                let code =
+                    serde_json::from_str::<serde_json::Value>(&reply).ok().and_then(|v| v["error"]["code"].as_i64());
+                if code == Some(codec::METHOD_NOT_FOUND) {
+                    server.refuse_discover();
+                }
+                Some(reply)
+            }
+            Ok(None) => None,
+            Err(_) => {
+                tracing::info!(server = %server.name, "server/discover not answered within {} ms (limits.discover_timeout_ms)", limit.as_millis());
+                not_found(&format!("not answered within {} ms; use initialize", limit.as_millis()))
+            }
+        }
+    }
+}

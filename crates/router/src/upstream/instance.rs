@@ -1,0 +1,724 @@
+//! One upstream server instance, whatever carries it: id rewriting, the in-flight table, its
+//! replies, and one answer for every call when a request or the whole link is lost.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use tokio::sync::{Notify, oneshot, watch};
+use tokio::time::Instant;
+
+use super::transport::{Closed, Connector, Ended, Failure, Inbound, Lost, Outbound, Transport};
+use super::{Events, ProgressSink};
+use switchyard_core::codec::{self, Envelope, Kind};
+use switchyard_core::error::{Death, Unanswered};
+use switchyard_core::ids::SessionId;
+
+/// Where a call's reply and its progress notifications go.
+struct Pending {
+    session: SessionId,
+    reply: oneshot::Sender<Result<Reply, Unanswered>>,
+    /// The client's own progress token (raw JSON) and where to send progress.
+    progress: Option<(String, Arc<dyn ProgressSink>)>,
+    /// Poked on every progress notification, so the caller can extend its deadline.
+    activity: Option<Arc<Notify>>,
+}
+
+/// What switchyard has set up on an instance on behalf of its sessions.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// The logging level sent with logging/setLevel (rank, 7 = debug).
+    pub level: Option<u8>,
+    /// URIs subscribed with resources/subscribe.
+    pub uris: std::collections::BTreeSet<String>,
+}
+
+/// A response from the server, with the range of its id (to put the client's id back).
+pub struct Reply {
+    pub line: String,
+    pub env: Envelope,
+}
+
+/// A call sent upstream: its id there, and where its reply will arrive.
+pub struct Sent {
+    pub upstream_id: u64,
+    pub reply: oneshot::Receiver<Result<Reply, Unanswered>>,
+}
+
+/// A running (or starting, or dead) instance of a server.
+pub struct Instance {
+    number: u64,
+    label: String,
+    pub pool: String,
+    /// Set for affinity pools: the only session this instance serves.
+    pub owner: Option<SessionId>,
+    /// What carries messages; set once connected, taken when it ends.
+    transport: Mutex<Option<Arc<dyn Transport>>>,
+    /// From the transport, kept for after it ended.
+    pid: OnceLock<Option<u32>>,
+    endpoint: OnceLock<String>,
+    pending: Mutex<HashMap<u64, Pending>>,
+    next_id: AtomicU64,
+    inflight: AtomicUsize,
+    ready: AtomicBool,
+    closing: AtomicBool,
+    /// Set once any client call got a response (a crash after that is not a start-up failure).
+    answered: AtomicBool,
+    death: OnceLock<Death>,
+    dead_tx: watch::Sender<bool>,
+    applied: Mutex<Applied>,
+    last_used: Mutex<Instant>,
+    /// When it was connected (for status: its uptime).
+    started: Instant,
+    /// Calls whose client stopped waiting (cancelled, timed out, disconnected) by upstream id:
+    /// the session and when. Many servers keep working after a cancel, so such a call may still
+    /// make the server ask a client something or log; it stays an owner of what the server sends
+    /// until its late response arrives, the instance ends, or the hub's linger passes.
+    abandoned: Mutex<HashMap<u64, (SessionId, Instant)>>,
+    events: Arc<dyn Events>,
+    /// Why switchyard ended it, when it did (the status its calls are answered with).
+    kill_reason: OnceLock<String>,
+    /// Itself, for handing server-initiated messages to `events` (which keeps the instance).
+    me: std::sync::Weak<Instance>,
+}
+
+/// The sessions whose calls a server-initiated message may belong to (the router's own calls,
+/// session 0, are left out: they never cause sampling, elicitation or logs for a client).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Owners {
+    /// Sessions with calls still waiting for their response here (sorted, no repeats).
+    pub live: Vec<SessionId>,
+    /// Sessions with abandoned calls the server may still be working on (sorted, no repeats).
+    pub abandoned: Vec<SessionId>,
+}
+
+impl Instance {
+    /// Connects a new instance through `connector`. Not yet initialised. A connect that fails
+    /// says why and what to check.
+    pub async fn start(
+        connector: &dyn Connector,
+        server: &str,
+        number: u64,
+        pool: &str,
+        owner: Option<SessionId>,
+        events: Arc<dyn Events>,
+    ) -> Result<Arc<Instance>, Failure> {
+        let label = format!("{server}#{number}");
+        let inst = Arc::new_cyclic(|me| Instance {
+            number,
+            label: label.clone(),
+            pool: pool.to_string(),
+            owner,
+            transport: Mutex::new(None),
+            pid: OnceLock::new(),
+            endpoint: OnceLock::new(),
+            pending: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            inflight: AtomicUsize::new(0),
+            ready: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
+            answered: AtomicBool::new(false),
+            death: OnceLock::new(),
+            dead_tx: watch::channel(false).0,
+            applied: Mutex::new(Applied::default()),
+            last_used: Mutex::new(Instant::now()),
+            started: Instant::now(),
+            abandoned: Mutex::new(HashMap::new()),
+            events,
+            kill_reason: OnceLock::new(),
+            me: me.clone(),
+        });
+        let transport = connector.connect(&label, inst.clone()).await?;
+        let _ = inst.pid.set(transport.pid());
+        let _ = inst.endpoint.set(transport.endpoint());
+        // A transport that ended during the connect has reported it already: keep none then.
+        if inst.death.get().is_none() {
+            *inst.transport.lock().expect("lock") = Some(transport);
+        }
+        Ok(inst)
+    }
+
+    pub fn number(&self) -> u64 {
+        self.number
+    }
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+    pub fn pid(&self) -> Option<u32> {
+        self.pid.get().copied().flatten()
+    }
+    /// Where it lives: `pid 4242`, or a URL.
+    pub fn endpoint(&self) -> &str {
+        self.endpoint.get().map(String::as_str).unwrap_or("not connected")
+    }
+    /// How long since it was connected.
+    pub fn uptime(&self) -> Duration {
+        self.started.elapsed()
+    }
+    fn transport(&self) -> Option<Arc<dyn Transport>> {
+        self.transport.lock().expect("lock").clone()
+    }
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire) && !self.is_dead()
+    }
+    pub fn mark_ready(&self) {
+        self.ready.store(true, Ordering::Release);
+    }
+    pub fn is_dead(&self) -> bool {
+        self.death.get().is_some() || self.closing.load(Ordering::Acquire)
+    }
+    pub fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
+    }
+    pub fn death(&self) -> Option<&Death> {
+        self.death.get()
+    }
+    pub fn has_answered(&self) -> bool {
+        self.answered.load(Ordering::Relaxed)
+    }
+    pub fn inflight(&self) -> usize {
+        self.inflight.load(Ordering::Acquire)
+    }
+    pub fn begin_call(&self) {
+        self.inflight.fetch_add(1, Ordering::AcqRel);
+        *self.last_used.lock().expect("lock") = Instant::now();
+    }
+    pub fn end_call(&self) {
+        self.inflight.fetch_sub(1, Ordering::AcqRel);
+        *self.last_used.lock().expect("lock") = Instant::now();
+    }
+    pub fn applied(&self) -> Applied {
+        self.applied.lock().expect("lock").clone()
+    }
+    pub fn update_applied(&self, f: impl FnOnce(&mut Applied)) {
+        f(&mut self.applied.lock().expect("lock"));
+    }
+
+    /// Counts as activity (a health ping answered).
+    pub fn touch(&self) {
+        *self.last_used.lock().expect("lock") = Instant::now();
+    }
+    pub fn idle_for(&self) -> Duration {
+        self.last_used.lock().expect("lock").elapsed()
+    }
+    /// Sessions with calls in flight here (for routing server-to-client requests).
+    pub fn sessions_in_flight(&self) -> Vec<SessionId> {
+        let pending = self.pending.lock().expect("lock");
+        let mut s: Vec<SessionId> = pending.values().map(|p| p.session).collect();
+        s.sort_unstable();
+        s.dedup();
+        s
+    }
+
+    /// Who may have caused what the server sends now: live calls, and abandoned calls younger
+    /// than `linger` (older ones are forgotten: a server that honours cancellation never answers
+    /// them, and they must not keep the instance ambiguous for ever).
+    pub fn owners(&self, linger: Duration) -> Owners {
+        let mut live: Vec<SessionId> =
+            self.pending.lock().expect("lock").values().map(|p| p.session).filter(|s| *s != 0).collect();
+        live.sort_unstable();
+        live.dedup();
+        let mut abandoned = self.abandoned.lock().expect("lock");
+        abandoned.retain(|_, (_, at)| at.elapsed() < linger);
+        let mut gone: Vec<SessionId> = abandoned.values().map(|(s, _)| *s).collect();
+        gone.sort_unstable();
+        gone.dedup();
+        Owners { live, abandoned: gone }
+    }
+    /// The last diagnostic lines (a child's stderr), oldest first.
+    pub fn stderr_tail(&self) -> Vec<String> {
+        match (self.death.get(), self.transport()) {
+            (Some(d), _) => d.stderr.clone(),
+            (None, Some(t)) => t.stderr_tail(),
+            (None, None) => Vec::new(),
+        }
+    }
+
+    /// Resolves when the instance has died (at once if it already has).
+    pub async fn dead(&self) {
+        let mut rx = self.dead_tx.subscribe();
+        let _ = rx.wait_for(|d| *d).await;
+    }
+
+    /// Sends one message that expects no reply (a notification, or the answer to a server's request).
+    pub fn write(&self, line: String) -> Result<(), Closed> {
+        self.transport().ok_or(Closed)?.send(Outbound { line, request: None })
+    }
+
+    /// Bytes sent to this instance that the server has not taken yet.
+    pub fn backlog(&self) -> usize {
+        self.transport().map_or(0, |t| t.backlog())
+    }
+
+    /// Whether the pool may send it another call (its backlog is under [`super::WRITE_BACKLOG_LIMIT`]).
+    pub fn is_writable(&self) -> bool {
+        self.backlog() < super::WRITE_BACKLOG_LIMIT
+    }
+
+    /// Runs `hook` whenever the backlog falls back under the limit (set once, by the pool).
+    pub fn on_drain(&self, hook: Box<dyn Fn() + Send + Sync>) {
+        if let Some(t) = self.transport() {
+            t.on_drain(hook);
+        }
+    }
+
+    /// Why a send failed: the real end if known, else "closed".
+    fn death_or_closed(&self) -> Unanswered {
+        Unanswered::Died(self.death.get().cloned().unwrap_or_else(|| Death {
+            instance: self.label.clone(),
+            status: "its link is closed".into(),
+            stderr: self.stderr_tail(),
+            local: self.pid().is_some(),
+        }))
+    }
+
+    /// Sends a client request: rewrites its id (and progress token) to a fresh upstream id.
+    pub fn send(
+        &self,
+        line: &str,
+        env: &Envelope,
+        session: SessionId,
+        progress: Option<(Range<usize>, Arc<dyn ProgressSink>)>,
+        activity: Option<Arc<Notify>>,
+    ) -> Result<Sent, Unanswered> {
+        self.submit(session, activity, |id_text| {
+            let mut route = None;
+            let mut edits = vec![(env.id.clone().expect("requests have ids"), id_text)];
+            if let Some((span, out)) = progress {
+                // The upstream id doubles as the progress token: unique on this instance.
+                route = Some((line[span.clone()].to_string(), out));
+                edits.push((span, id_text));
+            }
+            (codec::splice_many(line, edits), route)
+        })
+    }
+
+    /// Sends a request of the router's own (initialize, ping, tools/list, ...).
+    pub fn send_own(&self, method: &str, params: &str) -> Result<Sent, Unanswered> {
+        self.submit(0, None, |id_text| (codec::request(id_text, method, params), None))
+    }
+
+    /// Gives a request a fresh upstream id, registers where its reply goes, and sends it.
+    /// `build` makes the line (and the progress route) from the id's text.
+    fn submit(
+        &self,
+        session: SessionId,
+        activity: Option<Arc<Notify>>,
+        build: impl FnOnce(&str) -> (String, Option<(String, Arc<dyn ProgressSink>)>),
+    ) -> Result<Sent, Unanswered> {
+        if let Some(d) = self.death.get() {
+            return Err(Unanswered::Died(d.clone()));
+        }
+        let Some(transport) = self.transport() else { return Err(self.death_or_closed()) };
+        let upstream_id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (line, progress) = build(&upstream_id.to_string());
+        let (tx, rx) = oneshot::channel();
+        self.pending.lock().expect("lock").insert(upstream_id, Pending { session, reply: tx, progress, activity });
+        if transport.send(Outbound { line, request: Some(upstream_id) }).is_err() {
+            self.pending.lock().expect("lock").remove(&upstream_id);
+            return Err(self.death_or_closed());
+        }
+        Ok(Sent { upstream_id, reply: rx })
+    }
+
+    /// Abandons a call: its reply, if it ever comes, is dropped; the server is told to stop.
+    pub fn cancel(&self, upstream_id: u64, reason: &str) {
+        let was = self.pending.lock().expect("lock").remove(&upstream_id);
+        let was_pending = was.is_some();
+        if let Some(p) = was.filter(|p| p.session != 0) {
+            let mut abandoned = self.abandoned.lock().expect("lock");
+            // Pruned here too, so a server that never answers cancelled calls cannot grow it.
+            let linger = self.events.linger();
+            abandoned.retain(|_, (_, at)| at.elapsed() < linger);
+            abandoned.insert(upstream_id, (p.session, Instant::now()));
+        }
+        if was_pending && !self.is_dead() {
+            let params = format!(r#"{{"requestId":{upstream_id},"reason":{}}}"#, codec::json_string(reason));
+            let _ = self.write(codec::notification("notifications/cancelled", &params));
+            if let Some(t) = self.transport() {
+                t.abandon(upstream_id);
+            }
+        }
+    }
+
+    /// Forgets a call whose reply arrived or that will never be answered, without telling the server.
+    pub fn forget(&self, upstream_id: u64) {
+        self.pending.lock().expect("lock").remove(&upstream_id);
+    }
+
+    fn on_line(&self, line: String) {
+        if line.trim().is_empty() {
+            return;
+        }
+        if codec::is_batch(&line) {
+            // A batch (2025-03-26 allows them both ways): its messages are routed one by one.
+            match codec::split_batch(&line) {
+                Ok(items) => items.into_iter().for_each(|m| self.on_message(m.to_string())),
+                Err(e) => {
+                    tracing::warn!(instance = %self.label, "skipped a malformed batch on stdout: {}", e.message())
+                }
+            }
+            return;
+        }
+        self.on_message(line);
+    }
+
+    fn on_message(&self, line: String) {
+        let env = match codec::parse(&line) {
+            Ok(env) => env,
+            Err(e) => {
+                let preview: String = line.chars().take(120).collect();
+                tracing::warn!(instance = %self.label, "skipped a message from the server that is not JSON-RPC ({}): {preview}", e.message());
+                return;
+            }
+        };
+        match env.kind {
+            Kind::Response => self.on_response(line, env),
+            Kind::Request => {
+                if let Some(me) = self.me.upgrade() {
+                    self.events.clone().server_request(&me, line, env)
+                }
+            }
+            Kind::Notification => {
+                if env.method.as_deref() == Some("notifications/progress") {
+                    self.on_progress(line, env);
+                } else {
+                    if let Some(me) = self.me.upgrade() {
+                        self.events.clone().server_notification(&me, line, env);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A message over the size limit was skipped. When it was the reply to a call, that call
+    /// fails now with an error saying why, instead of waiting for its timeout.
+    fn on_too_long(&self, bytes: usize, limit: usize, id: Option<u64>) {
+        let entry = id.and_then(|id| self.pending.lock().expect("lock").remove(&id).map(|p| (id, p)));
+        let Some((id, p)) = entry else {
+            tracing::warn!(
+                instance = %self.label,
+                "skipped a {bytes}-byte message from the server: over limits.max_message_bytes ({limit}); it answered no call switchyard could identify"
+            );
+            return;
+        };
+        let why = format!(
+            "server instance {} answered with a {bytes}-byte message, over limits.max_message_bytes ({limit} bytes); switchyard dropped it. Raise the limit if answers this large are expected",
+            self.label
+        );
+        tracing::warn!(instance = %self.label, "{why}");
+        self.answer_with_error(id, p, codec::response_error(&id.to_string(), codec::INTERNAL_ERROR, &why, None));
+    }
+
+    /// Resolves a call with an error response made by switchyard (the server's own reply to it
+    /// could not be routed).
+    fn answer_with_error(&self, id: u64, p: Pending, line: String) {
+        match codec::parse(&line) {
+            Ok(env) => {
+                let _ = p.reply.send(Ok(Reply { line, env }));
+            }
+            Err(e) => tracing::warn!(instance = %self.label, "could not answer call {id}: {}", e.message()),
+        }
+    }
+
+    /// An error response with id null: the server could not tell which request it answers. With
+    /// one call in flight it can only be that one; otherwise it is logged and dropped.
+    fn on_null_id_error(&self, line: &str) {
+        let error = serde_json::from_str::<serde_json::Value>(line).ok().and_then(|v| v.get("error").cloned());
+        let mut pending = self.pending.lock().expect("lock");
+        let only = if pending.len() == 1 { pending.keys().next().copied() } else { None };
+        let Some((id, p)) = only.and_then(|id| pending.remove(&id).map(|p| (id, p))) else {
+            let calls = pending.len();
+            drop(pending);
+            tracing::warn!(
+                instance = %self.label,
+                "dropped an error response with id null from the server ({calls} calls in flight, so it fits none of them): {line}"
+            );
+            return;
+        };
+        drop(pending);
+        let error = error.unwrap_or_else(|| serde_json::json!({"code": codec::INTERNAL_ERROR, "message": "error"}));
+        tracing::warn!(instance = %self.label, "the server answered with id null; taken as the reply to its only call in flight: {line}");
+        self.answer_with_error(id, p, format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{error}}}"#));
+    }
+
+    fn on_response(&self, line: String, env: Envelope) {
+        if env.id.is_none() {
+            return self.on_null_id_error(&line);
+        }
+        let id = env.id.as_ref().and_then(|r| line[r.clone()].parse::<u64>().ok());
+        let entry = id.and_then(|id| self.pending.lock().expect("lock").remove(&id));
+        match entry {
+            Some(p) => {
+                if p.session != 0 {
+                    self.answered.store(true, Ordering::Relaxed);
+                }
+                let _ = p.reply.send(Ok(Reply { line, env }));
+            }
+            None => {
+                // A late answer to an abandoned call: the server has stopped working on it.
+                if let Some(id) = id {
+                    self.abandoned.lock().expect("lock").remove(&id);
+                }
+                tracing::debug!(
+                    instance = %self.label,
+                    "dropped a response to an unknown or abandoned id {:?}",
+                    env.id.as_ref().map(|r| &line[r.clone()])
+                )
+            }
+        }
+    }
+
+    fn on_progress(&self, line: String, env: Envelope) {
+        let Some(params) = env.params.as_ref() else { return };
+        let fields = codec::param_fields(&line, params);
+        let Some(span) = fields.progress_token else { return };
+        let Ok(token) = line[span.clone()].parse::<u64>() else {
+            tracing::debug!(instance = %self.label, "dropped progress for a token switchyard did not issue");
+            return;
+        };
+        let pending = self.pending.lock().expect("lock");
+        let Some(p) = pending.get(&token) else {
+            tracing::debug!(instance = %self.label, "dropped progress of a finished call");
+            return;
+        };
+        if let Some(a) = &p.activity {
+            a.notify_one();
+        }
+        if let Some((client_token, sink)) = &p.progress {
+            sink.progress(codec::splice(&line, span, client_token));
+        }
+    }
+
+    /// The transport ended: every call still waiting gets the death as its answer.
+    fn on_end(&self, how: Ended) {
+        let status = self.kill_reason.get().cloned().unwrap_or(how.status);
+        let death = Death { instance: self.label.clone(), status, stderr: how.stderr, local: self.pid().is_some() };
+        if self.death.set(death.clone()).is_err() {
+            return;
+        }
+        if !self.closing.load(Ordering::Acquire) {
+            tracing::warn!(instance = %self.label, status = %death.status, "instance ended");
+        }
+        // Dropped here so nothing the transport holds outlives it.
+        drop(self.transport.lock().expect("lock").take());
+        let pending: Vec<Pending> = self.pending.lock().expect("lock").drain().map(|(_, p)| p).collect();
+        for p in pending {
+            let _ = p.reply.send(Err(Unanswered::Died(death.clone())));
+        }
+        self.dead_tx.send_replace(true);
+    }
+
+    /// Stops the instance politely (stdio: close stdin, wait, SIGTERM, wait, SIGKILL; HTTP:
+    /// end the session). Never leaves an orphan.
+    pub async fn shutdown(&self) {
+        self.closing.store(true, Ordering::Release);
+        if let Some(t) = self.transport() {
+            t.close().await;
+        }
+        self.dead().await;
+    }
+
+    /// Ends the instance at once, saying why (the status its calls in flight are answered with).
+    pub async fn kill_because(&self, why: String) {
+        let _ = self.kill_reason.set(why);
+        self.kill().await;
+    }
+
+    /// Ends the instance at once (a hung instance being recycled).
+    pub async fn kill(&self) {
+        self.closing.store(true, Ordering::Release);
+        if let Some(t) = self.transport() {
+            t.kill().await;
+        }
+        self.dead().await;
+    }
+}
+
+impl Inbound for Instance {
+    fn message(&self, line: String) {
+        self.on_line(line);
+    }
+
+    fn too_long(&self, bytes: usize, limit: usize, id: Option<u64>) {
+        self.on_too_long(bytes, limit, id);
+    }
+
+    fn lost(&self, id: u64, lost: Lost) {
+        let Some(p) = self.pending.lock().expect("lock").remove(&id) else { return };
+        tracing::info!(instance = %self.label, "request {id} lost: {}", lost.cause);
+        let _ = p.reply.send(Err(Unanswered::Lost {
+            instance: self.label.clone(),
+            cause: lost.cause,
+            delivery: lost.delivery,
+        }));
+    }
+
+    fn renewed(&self) {
+        // The new server-side session has none of what was set up on the old one: the next
+        // call sets it up again (see `Server::reconcile`).
+        *self.applied.lock().expect("lock") = Applied::default();
+    }
+
+    fn ended(&self, how: Ended) {
+        self.on_end(how);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::upstream::fake::{Behaviour, CountEvents, FakeConnector, answer_all};
+    use switchyard_core::codec;
+    use switchyard_core::error::Delivery;
+
+    async fn start(behaviour: Behaviour) -> (Arc<FakeConnector>, Arc<Instance>) {
+        let connector = FakeConnector::new(behaviour);
+        let events: Arc<dyn Events> = Arc::new(CountEvents::default());
+        let inst = Instance::start(&*connector, "t", 1, "default", None, events).await.expect("connect");
+        inst.mark_ready();
+        (connector, inst)
+    }
+
+    fn request(id: &str, method: &str) -> (String, Envelope) {
+        let line = codec::request(id, method, "{}");
+        let env = codec::parse(&line).unwrap();
+        (line, env)
+    }
+
+    /// Keeps requests unanswered.
+    fn silent() -> Behaviour {
+        Arc::new(|_, _| {})
+    }
+
+    #[tokio::test]
+    async fn a_request_goes_out_under_a_fresh_id_and_its_reply_comes_back() {
+        let (c, inst) = start(answer_all()).await;
+        let (line, env) = request(r#""client-7""#, "tools/list");
+        let sent = inst.send(&line, &env, 3, None, None).unwrap();
+        let reply = sent.reply.await.unwrap().unwrap_or_else(|_| panic!("answered"));
+        assert_eq!(&reply.line[reply.env.id.clone().unwrap()], sent.upstream_id.to_string());
+        let out = c.link(0).sent.lock().unwrap().clone();
+        assert_eq!(out[0].request, Some(sent.upstream_id));
+        assert!(!out[0].line.contains("client-7"), "the client's id never reaches the server: {}", out[0].line);
+    }
+
+    #[tokio::test]
+    async fn a_lost_request_is_answered_alone_and_the_link_lives_on() {
+        let (c, inst) = start(silent()).await;
+        let (l1, e1) = request("1", "tools/call");
+        let (l2, e2) = request("2", "tools/call");
+        let a = inst.send(&l1, &e1, 1, None, None).unwrap();
+        let b = inst.send(&l2, &e2, 2, None, None).unwrap();
+        let lost = Lost { cause: "the stream ended".into(), delivery: Delivery::Maybe };
+        c.link(0).lose(a.upstream_id, lost);
+        match a.reply.await.unwrap() {
+            Err(Unanswered::Lost { cause, delivery, instance }) => {
+                assert_eq!((cause.as_str(), delivery, instance.as_str()), ("the stream ended", Delivery::Maybe, "t#1"))
+            }
+            _ => panic!("the lost call fails with Lost"),
+        }
+        assert!(!inst.is_dead());
+        // The other call is still waiting, and is answered when its reply comes.
+        c.link(0).reply(&format!(r#"{{"jsonrpc":"2.0","id":{},"result":{{}}}}"#, b.upstream_id));
+        assert!(b.reply.await.unwrap().is_ok());
+        // A loss reported twice, or for an unknown id, changes nothing.
+        c.link(0).lose(a.upstream_id, Lost { cause: "again".into(), delivery: Delivery::No });
+        assert!(!inst.is_dead());
+    }
+
+    #[tokio::test]
+    async fn the_end_of_the_link_answers_every_call_and_refuses_new_ones() {
+        let (c, inst) = start(silent()).await;
+        let calls: Vec<Sent> = (0..5)
+            .map(|i| {
+                let (l, e) = request(&i.to_string(), "ping");
+                inst.send(&l, &e, 1, None, None).unwrap()
+            })
+            .collect();
+        c.link(0).end("the SSE stream from http://x/sse ended");
+        for s in calls {
+            match s.reply.await.unwrap() {
+                Err(Unanswered::Died(d)) => {
+                    assert_eq!(d.status, "the SSE stream from http://x/sse ended");
+                    assert_eq!(d.instance, "t#1");
+                    assert_eq!(d.stderr, vec!["last words".to_string()]);
+                }
+                _ => panic!("every call in flight is answered with the end"),
+            }
+        }
+        assert!(inst.is_dead());
+        let (l, e) = request("9", "ping");
+        assert!(matches!(inst.send(&l, &e, 1, None, None), Err(Unanswered::Died(_))));
+        assert!(inst.write("{}".into()).is_err());
+        tokio::time::timeout(Duration::from_secs(1), inst.dead()).await.expect("dead resolves");
+    }
+
+    #[tokio::test]
+    async fn a_cancel_tells_the_server_and_the_transport_and_drops_the_late_answer() {
+        let (c, inst) = start(silent()).await;
+        let (l, e) = request("1", "tools/call");
+        let sent = inst.send(&l, &e, 4, None, None).unwrap();
+        inst.cancel(sent.upstream_id, "user said stop");
+        let link = c.link(0);
+        let last = link.lines().pop().unwrap();
+        assert!(last.contains("notifications/cancelled") && last.contains("user said stop"), "{last}");
+        assert_eq!(*link.abandoned.lock().unwrap(), vec![sent.upstream_id]);
+        // The abandoned call still owns what the server sends until its late answer.
+        assert_eq!(inst.owners(Duration::from_secs(60)).abandoned, vec![4]);
+        link.reply(&format!(r#"{{"jsonrpc":"2.0","id":{},"result":{{}}}}"#, sent.upstream_id));
+        assert!(inst.owners(Duration::from_secs(60)).abandoned.is_empty());
+        assert!(sent.reply.await.is_err(), "a cancelled call gets no reply");
+    }
+
+    #[tokio::test]
+    async fn a_renewed_session_forgets_what_was_set_up_there() {
+        let (c, inst) = start(answer_all()).await;
+        inst.update_applied(|a| {
+            a.level = Some(7);
+            a.uris.insert("file:///x".into());
+        });
+        c.link(0).renew();
+        assert_eq!(inst.applied(), Applied::default());
+    }
+
+    #[tokio::test]
+    async fn progress_goes_to_the_callers_sink_under_its_own_token() {
+        struct Sink(Mutex<Vec<String>>);
+        impl ProgressSink for Sink {
+            fn progress(&self, line: String) {
+                self.0.lock().unwrap().push(line);
+            }
+        }
+        let (c, inst) = start(silent()).await;
+        let line =
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":{"progressToken":"tok-A"}}}"#;
+        let env = codec::parse(line).unwrap();
+        let span = codec::progress_token_in_request(line, env.params.as_ref().unwrap()).unwrap();
+        let sink = Arc::new(Sink(Mutex::new(Vec::new())));
+        let activity = Arc::new(Notify::new());
+        let sent = inst.send(line, &env, 1, Some((span, sink.clone())), Some(activity.clone())).unwrap();
+        let id = sent.upstream_id;
+        c.link(0).reply(&format!(
+            r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":{id},"progress":1}}}}"#
+        ));
+        let got = sink.0.lock().unwrap().clone();
+        assert_eq!(got.len(), 1);
+        assert!(got[0].contains(r#""progressToken":"tok-A""#), "{}", got[0]);
+        tokio::time::timeout(Duration::from_secs(1), activity.notified()).await.expect("activity poked");
+    }
+
+    #[tokio::test]
+    async fn a_refused_connect_is_an_error_that_says_why() {
+        let connector = FakeConnector::new(answer_all());
+        *connector.refuse.lock().unwrap() = Some("connection refused by http://127.0.0.1:9/mcp".into());
+        let events: Arc<dyn Events> = Arc::new(CountEvents::default());
+        let err = Instance::start(&*connector, "t", 1, "default", None, events).await.err().expect("refused");
+        assert!(err.reason.contains("connection refused"));
+    }
+}

@@ -1,0 +1,226 @@
+//! The legacy HTTP+SSE transport (protocol 2024-11-05): one GET stream carries everything the
+//! server sends; messages are POSTed to the endpoint the stream names first. The stream
+//! ending ends the transport: the instance answers or retries what was in flight, and the pool
+//! opens a new instance (a new stream, a new endpoint, a new initialize).
+
+use std::sync::Arc;
+
+use reqwest::header::CONTENT_TYPE;
+use reqwest::{Response, StatusCode, Url};
+
+use super::event::{Event, Parser};
+use super::{Core, describe, display_url, is_event_stream, maybe_delivered, never_sent, next_event, not_delivered};
+use crate::upstream::transport::{BoxFuture, Closed, Failure, Outbound, Transport};
+use switchyard_core::codec;
+
+/// A live legacy SSE connection.
+pub struct Legacy {
+    core: Arc<Core>,
+    /// Where messages are POSTed, as the stream's `endpoint` event named it.
+    endpoint: Url,
+}
+
+impl Legacy {
+    /// GETs the stream and waits (at most the connect timeout) for its `endpoint` event.
+    pub(super) async fn open(core: Arc<Core>) -> Result<Arc<Legacy>, Failure> {
+        let opened = tokio::time::timeout(core.connect_timeout, handshake(&core)).await;
+        let (resp, parser, endpoint) = match opened {
+            Ok(r) => r?,
+            Err(_) => {
+                return Err(Failure {
+                    reason: format!(
+                        "{} sent no endpoint event within {} ms: is it a legacy SSE server (its GET stream URL)?",
+                        core.shown_url(),
+                        core.connect_timeout.as_millis()
+                    ),
+                    transient: true,
+                });
+            }
+        };
+        tracing::debug!(instance = %core.label, "SSE stream open; messages go to {}", display_url(&endpoint));
+        core.spawn(read_stream(core.clone(), resp, parser));
+        Ok(Arc::new(Legacy { core, endpoint }))
+    }
+}
+
+async fn handshake(core: &Core) -> Result<(Response, Parser, Url), Failure> {
+    let url = core.shown_url();
+    let mut resp = core
+        .get_stream(core.url.clone())
+        .send()
+        .await
+        .map_err(|e| Failure { reason: format!("could not connect to {url}: {}", describe(&e)), transient: true })?;
+    let status = resp.status();
+    if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
+        return Err(Failure { reason: core.refused(status), transient: false });
+    }
+    if !status.is_success() {
+        let transient = status.is_server_error()
+            || status == StatusCode::TOO_MANY_REQUESTS
+            || status == StatusCode::REQUEST_TIMEOUT;
+        let body = super::snippet(resp).await;
+        return Err(Failure {
+            reason: core.redact(format!("{url} answered the SSE stream request with HTTP {}: {body}", status.as_u16())),
+            transient,
+        });
+    }
+    if !is_event_stream(&resp) {
+        return Err(Failure {
+            reason: format!(
+                "{url} did not answer with an SSE stream (Content-Type {:?}): is it the stream URL of a legacy SSE server?",
+                super::content_type(&resp)
+            ),
+            transient: false,
+        });
+    }
+    let mut parser = Parser::new(core.limit);
+    loop {
+        match next_event(&mut resp, &mut parser).await {
+            Ok(Some(Event::Data { kind: Some(kind), data })) if kind == "endpoint" => {
+                let endpoint = core.url.join(data.trim()).map_err(|e| Failure {
+                    reason: format!("{url} named an endpoint that is not a valid URL ({:?}): {e}", data.trim()),
+                    transient: false,
+                })?;
+                // The configured headers (credentials) go only where the user pointed them.
+                if endpoint.origin() != core.url.origin() {
+                    return Err(Failure {
+                        reason: format!(
+                            "{url} named an endpoint on another origin ({}); switchyard only posts to the server's own",
+                            display_url(&endpoint)
+                        ),
+                        transient: false,
+                    });
+                }
+                return Ok((resp, parser, endpoint));
+            }
+            // Nothing is expected before the endpoint; whatever comes is not for a call.
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                return Err(Failure {
+                    reason: format!("{url} closed the SSE stream before naming its endpoint"),
+                    transient: true,
+                });
+            }
+            Err(e) => {
+                return Err(Failure {
+                    reason: format!("the SSE stream from {url} broke before naming its endpoint: {}", describe(&e)),
+                    transient: true,
+                });
+            }
+        }
+    }
+}
+
+/// Passes every message of the stream on; its end ends the transport.
+async fn read_stream(core: Arc<Core>, mut resp: Response, mut parser: Parser) {
+    let url = core.shown_url();
+    let status = loop {
+        match next_event(&mut resp, &mut parser).await {
+            Ok(Some(Event::Data { kind, data })) => match kind.as_deref() {
+                None | Some("message") if !data.trim().is_empty() => core.message(data),
+                None | Some("message") | Some("endpoint") => {}
+                Some(other) => tracing::debug!(instance = %core.label, "ignored an SSE event of type {other:?}"),
+            },
+            Ok(Some(Event::TooLong { bytes, head, tail })) => {
+                core.too_long(bytes, codec::skipped_response_id(&head, &tail))
+            }
+            Ok(Some(Event::NotUtf8)) => {
+                tracing::warn!(instance = %core.label, "skipped an SSE event that is not UTF-8")
+            }
+            Ok(None) => break format!("the SSE stream from {url} ended"),
+            Err(e) => break format!("the SSE stream from {url} broke: {}", describe(&e)),
+        }
+    };
+    core.end(status);
+}
+
+/// POSTs one message to the endpoint; its answer comes on the stream.
+async fn post(core: Arc<Core>, endpoint: Url, msg: Outbound) {
+    let shown = display_url(&endpoint);
+    let req = core.request(reqwest::Method::POST, endpoint).header(CONTENT_TYPE, "application/json").body(msg.line);
+    // A server that lost the session can take the connection and never answer.
+    let resp = match tokio::time::timeout(core.post_timeout, req.send()).await {
+        Ok(Ok(r)) => r,
+        Err(_) => {
+            let cause = format!("{shown} did not accept the message within {} ms", core.post_timeout.as_millis());
+            match msg.request {
+                Some(id) => core.lost(id, maybe_delivered(cause)),
+                None => tracing::warn!(instance = %core.label, "{cause}"),
+            }
+            return;
+        }
+        Ok(Err(e)) if never_sent(&e) => {
+            let cause = format!("could not reach {shown}: {}", describe(&e));
+            if let Some(id) = msg.request {
+                core.lost(id, not_delivered(cause.clone()));
+            }
+            core.end(cause);
+            return;
+        }
+        Ok(Err(e)) => {
+            let cause = format!("posting to {shown} failed: {}", describe(&e));
+            match msg.request {
+                Some(id) => core.lost(id, maybe_delivered(cause)),
+                None => tracing::warn!(instance = %core.label, "{cause}"),
+            }
+            return;
+        }
+    };
+    let status = resp.status();
+    if status.is_success() {
+        return;
+    }
+    if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
+        let cause = core.refused(status);
+        if let Some(id) = msg.request {
+            core.lost(id, not_delivered(cause.clone()));
+        }
+        core.end(cause);
+        return;
+    }
+    let body = super::snippet(resp).await;
+    if status == StatusCode::NOT_FOUND {
+        // The server no longer knows this stream's session (it restarted, or dropped it): the
+        // message was not taken, and nothing more will come on this stream.
+        let cause = format!("{shown} no longer knows this SSE session (HTTP 404: {body})");
+        if let Some(id) = msg.request {
+            core.lost(id, not_delivered(cause.clone()));
+        }
+        core.end(cause);
+        return;
+    }
+    let cause = format!("{shown} refused the message with HTTP {}: {body}", status.as_u16());
+    match msg.request {
+        Some(id) => core.lost(id, maybe_delivered(cause)),
+        None => tracing::warn!(instance = %core.label, "{cause}"),
+    }
+}
+
+impl Transport for Legacy {
+    fn send(&self, msg: Outbound) -> Result<(), Closed> {
+        if self.core.is_closed() {
+            return Err(Closed);
+        }
+        self.core.spawn(post(self.core.clone(), self.endpoint.clone(), msg));
+        Ok(())
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        // The protocol has no goodbye: closing the stream ends the session.
+        Box::pin(self.core.finish("closed".into()))
+    }
+
+    fn kill(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.core.finish("killed".into()))
+    }
+
+    fn endpoint(&self) -> String {
+        self.core.shown_url()
+    }
+}
+
+impl Drop for Legacy {
+    fn drop(&mut self) {
+        self.core.cancel.cancel();
+    }
+}

@@ -1,0 +1,6 @@
+//! One module per `switchyard` subcommand; main.rs parses the arguments and calls into these.
+
+pub mod connect;
+pub mod daemon;
+pub mod demo;
+pub mod run;

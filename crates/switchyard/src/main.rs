@@ -1,0 +1,280 @@
+//! The `switchyard` command line: parses arguments and hands over to [`commands`].
+
+mod commands;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use std::io::Write;
+
+use clap::error::ErrorKind;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "switchyard", version, about = "An MCP policy router")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run an MCP server behind the router (a command after `--`, or a remote one with --url),
+    /// speaking MCP on stdin/stdout.
+    Run(commands::run::RunArgs),
+    /// Relay stdin/stdout to server NAME of the user's daemon (started when none runs), as one
+    /// more client; put this in an MCP client's config instead of the server's command.
+    Connect {
+        /// A server of the config. With a `/`, the socket of a router started with
+        /// `run --listen SOCKET` (no daemon is started then).
+        name: PathBuf,
+        /// The daemon's config file [default: ~/.config/switchyard/switchyard.toml].
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// The daemon's socket [default: one per config file, in $XDG_RUNTIME_DIR/switchyard].
+        #[arg(long, value_name = "PATH")]
+        socket: Option<PathBuf>,
+        /// Pass these variables of connect's environment to the server (its `client_env` in the
+        /// config): values only the MCP client has, set in its entry's `env`. Repeatable.
+        #[arg(long = "env", value_name = "NAME[,NAME...]")]
+        env: Vec<String>,
+    },
+    /// Run the long-lived router for a config file: it owns every server in it and outlives its
+    /// clients, which join with `switchyard connect NAME` (which starts it when needed).
+    Daemon(commands::daemon::DaemonArgs),
+    /// Show what a daemon is doing: its servers, their instances, the sessions, the plugins.
+    Status {
+        /// The whole status as JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        which: commands::daemon::Which,
+    },
+    /// Print the bearer token HTTP clients send to the daemon of a config file (`Authorization:
+    /// Bearer TOKEN`): its [http] token, else the one generated for it (made now if missing).
+    Token {
+        /// The daemon's config file [default: ~/.config/switchyard/switchyard.toml].
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Print the status page's address with the token in it instead
+        /// (http://LISTEN/#token=TOKEN).
+        #[arg(long)]
+        url: bool,
+        /// With --url: the front's address (default: where the running daemon serves HTTP,
+        /// else the config's [http] listen).
+        #[arg(long, value_name = "ADDR", requires = "url")]
+        http: Option<std::net::SocketAddr>,
+    },
+    /// Stop a daemon: its servers are stopped and it exits.
+    Stop {
+        #[command(flatten)]
+        which: commands::daemon::Which,
+    },
+    /// List the MCP client configs found (Claude Desktop, Claude Code, Cursor, VS Code), their
+    /// servers, and which already run through switchyard. Reads only; shows no secret.
+    Clients {
+        /// A project directory whose `.mcp.json`, `.cursor/mcp.json` and `.vscode/mcp.json` are
+        /// read too (default: the current directory).
+        #[arg(long, value_name = "DIR")]
+        project: Option<PathBuf>,
+        /// As JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Put every MCP server of a client's config behind switchyard: each entry moves into
+    /// switchyard's config as [servers.NAME] and becomes `switchyard connect NAME`. Try
+    /// --dry-run first: it shows the change as a diff and writes nothing.
+    Wrap(WrapArgs),
+    /// Put back the entries `switchyard wrap` replaced, exactly as they were.
+    Unwrap(WrapArgs),
+    /// Show what switchyard fixes, measured: the fixture server directly vs through switchyard.
+    Demo,
+    /// Work with policy plugins.
+    Plugin {
+        #[command(subcommand)]
+        command: PluginCommand,
+    },
+    /// Runs one server instance for the router, so its process group dies with the router.
+    #[command(hide = true)]
+    Supervise {
+        /// The router's pid.
+        router: i32,
+        /// The server command and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// The scriptable MCP server used by tests, the demo and the benchmarks.
+    #[command(hide = true)]
+    Fixture {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+#[derive(clap::Args)]
+struct WrapArgs {
+    /// A client config file (default: every file of --client found here).
+    #[arg(value_name = "FILE")]
+    file: Option<PathBuf>,
+    /// The client whose configs to change (with FILE: the client that reads FILE, when its name
+    /// does not say).
+    #[arg(long, value_enum)]
+    client: Option<ClientName>,
+    /// A project directory whose `.mcp.json`, `.cursor/mcp.json` and `.vscode/mcp.json` count
+    /// too (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    project: Option<PathBuf>,
+    /// The switchyard config that receives the servers (wrap) [default:
+    /// ~/.config/switchyard/switchyard.toml].
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Only these servers (their names in the client's file).
+    #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
+    only: Option<Vec<String>>,
+    /// Show the change as a diff; write nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ClientName {
+    ClaudeDesktop,
+    ClaudeCode,
+    Cursor,
+    Vscode,
+}
+
+impl WrapArgs {
+    fn options(self) -> switchyard_clients::wrap::Options {
+        use switchyard_clients::Client;
+        switchyard_clients::wrap::Options {
+            client: self.client.map(|c| match c {
+                ClientName::ClaudeDesktop => Client::ClaudeDesktop,
+                ClientName::ClaudeCode => Client::ClaudeCode,
+                ClientName::Cursor => Client::Cursor,
+                ClientName::Vscode => Client::VsCode,
+            }),
+            path: self.file,
+            project: self.project,
+            config: self.config,
+            only: self.only,
+            dry_run: self.dry_run,
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum PluginCommand {
+    /// Load a plugin, run `init`, and print its decision and annotations for a sample call,
+    /// with everything the plugin logged or printed.
+    Check {
+        /// The plugin component (.wasm).
+        file: PathBuf,
+        /// JSON handed to the plugin's `init` (default `{}`).
+        #[arg(long, conflicts_with = "config_file")]
+        config: Option<String>,
+        /// A switchyard.toml: the config and limits of this file's [[plugins]] entry are used.
+        #[arg(long, value_name = "SWITCHYARD_TOML")]
+        config_file: Option<PathBuf>,
+        /// The sample call as JSON, every field optional: {"server", "session", "method",
+        /// "tool", "arguments", "annotations" (declared hints, spec names), "attempt"}.
+        #[arg(long)]
+        call: Option<String>,
+    },
+    /// Write the example plugins (hints, fs-keys, timeouts, guard, template) into DIR, to copy from.
+    Examples {
+        /// A new or empty directory (not your live plugins directory: every file there is loaded).
+        dir: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    // The daemon and the supervisors are started through /proc/self/exe (which survives the
+    // binary being replaced); their process name would be `exe`, which `pgrep switchyard`,
+    // `top` and `killall` do not find.
+    let _ = rustix::thread::set_name(c"switchyard");
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let argv: Vec<String> = std::env::args().collect();
+            let hint = commands::run::without_dashes_hint(&argv).filter(|_| e.kind() != ErrorKind::DisplayHelp);
+            let _ = e.print();
+            if let Some(line) = hint {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "\nThe server command goes after `--`, so that its options are not read as switchyard's:\n  {line}"
+                );
+            }
+            return ExitCode::from(e.exit_code() as u8);
+        }
+    };
+    let code = match cli.command {
+        Command::Fixture { args } => ExitCode::from(switchyard_fixture::main_with_args(args) as u8),
+        Command::Supervise { router, command } => switchyard_router::upstream::stdio::supervisor::run(router, &command),
+        Command::Run(args) => report(commands::run::run_blocking(args)),
+        Command::Daemon(args) => report(commands::daemon::daemon_blocking(args)),
+        Command::Status { json, which } => report(commands::daemon::status_blocking(which, json)),
+        Command::Token { config, url, http } => report(
+            switchyard_router::downstream::http::token::command(
+                config.as_deref(),
+                url,
+                http,
+                commands::daemon::served_http,
+            )
+            .map(|text| {
+                let _ = std::io::stdout().write_all(text.as_bytes());
+            }),
+        ),
+        Command::Stop { which } => report(commands::daemon::stop_blocking(which)),
+        Command::Clients { project, json } => {
+            report(switchyard_clients::list::run(project.as_deref(), json).map(|text| {
+                let _ = std::io::stdout().write_all(text.as_bytes());
+            }))
+        }
+        Command::Wrap(args) => report(switchyard_clients::wrap::wrap(&args.options()).map(|text| {
+            let _ = std::io::stdout().write_all(text.as_bytes());
+        })),
+        Command::Unwrap(args) => report(switchyard_clients::wrap::unwrap(&args.options()).map(|text| {
+            let _ = std::io::stdout().write_all(text.as_bytes());
+        })),
+        Command::Demo => report(commands::demo::run_blocking()),
+        Command::Connect { name, config, socket, env } => {
+            // connect says why it fails on stderr itself, as it happens.
+            match commands::run::connect_blocking(commands::connect::Options { name, config, socket, env }) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(_) => ExitCode::FAILURE,
+            }
+        }
+        Command::Plugin { command: PluginCommand::Check { file, config, config_file, call } } => {
+            let opts = switchyard_policy::check::Options {
+                config_json: config.as_deref(),
+                config_file: config_file.as_deref(),
+                call_json: call.as_deref(),
+            };
+            let checked = switchyard_policy::check::run(&file, &opts);
+            print!("{}", checked.text);
+            report(checked.result)
+        }
+        Command::Plugin { command: PluginCommand::Examples { dir } } => {
+            report(switchyard_policy::embedded::write_examples(&dir).map(|written| {
+                for p in written {
+                    println!("{}", p.display());
+                }
+            }))
+        }
+    };
+    // Queued log lines (and the count of any that were dropped) reach stderr before exit.
+    switchyard_core::logging::flush();
+    code
+}
+
+fn report(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // Never eprintln!: it panics when stderr is closed.
+            switchyard_core::logging::write(format!("switchyard: error: {e:#}\n").into_bytes());
+            ExitCode::FAILURE
+        }
+    }
+}

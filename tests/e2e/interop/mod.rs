@@ -1,0 +1,10 @@
+//! Suites that need toolchains beyond Rust: real MCP servers and clients from npm (Node.js), the
+//! Python MCP SDK in a virtualenv, the MCP conformance suite, headless Chromium. Built with the
+//! `interop` feature, which scripts/test.sh turns on.
+
+mod conformance;
+mod npm;
+mod python;
+mod remote;
+mod remote_fixtures;
+mod status_page;

@@ -1,0 +1,203 @@
+//! The real Python SDK client (`mcp` from PyPI, pinned in tests/python/requirements.txt), in
+//! both its protocol modes, directly and through `switchyard run`.
+//!
+//! `tests/python/client.py` connects the SDK's `Client` to a server command in `auto` mode
+//! (server/discover first: 2026-07-28 when the server speaks it, else the initialize fallback)
+//! or `legacy` mode (initialize, 2025-11-25), lists what the server offers, makes a few calls and
+//! prints a JSON transcript. Each test runs it directly and with the router in front and requires
+//! equal transcripts: a client must get through switchyard the protocol version, capabilities
+//! and answers it gets directly. The servers: the Python SDK's own (tests/python/server.py, which
+//! speaks both eras), and server-everything and server-filesystem from npm (2025-11-25 only).
+//!
+//! The setup makes a virtualenv under the target directory (reused while requirements.txt is
+//! unchanged) with `python3 -m venv` and `pip install`. Without python3 (>= 3.10, with venv and
+//! pip) these tests FAIL with a message saying what is missing, like the npm tests.
+
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::npm_setup::{ensure_npm, everything_entry, filesystem_entry};
+use crate::transcript::Run;
+use serde_json::{Value, json};
+
+/// Upper bound for one client run; generous because CI machines are shared and slow.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
+
+use switchyard_testkit::python_venv::{python_dir, venv_python};
+
+// ------------------------------------------------------------------------------------------------
+// Running the client.
+
+fn run_client(mode: &str, calls: &Value, server_cmd: &[String]) -> Run {
+    let python = venv_python();
+    let mut cmd = Command::new(&python);
+    cmd.arg(python_dir().join("client.py"))
+        .arg(mode)
+        .arg(calls.to_string())
+        .arg("--")
+        .args(server_cmd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if std::env::var_os("RUST_LOG").is_none() {
+        cmd.env("RUST_LOG", "info");
+    }
+    crate::transcript::run(cmd, "client.py", CLIENT_TIMEOUT)
+}
+
+/// `switchyard run` in front of `server_cmd`, with an empty plugins directory.
+fn routed(server_cmd: &[String], plugins: &Path) -> Vec<String> {
+    let mut v =
+        vec![switchyard_testkit::bin().to_string(), "run".into(), "--plugins".into(), plugins.display().to_string()];
+    v.push("--".into());
+    v.extend(server_cmd.iter().cloned());
+    v
+}
+
+/// Runs `mode` directly and through the router; both transcripts must be equal. Returns the
+/// direct one for feature checks.
+fn same_both_ways(what: &str, mode: &str, calls: &Value, server_cmd: &[String]) -> Value {
+    let direct_run = run_client(mode, calls, server_cmd);
+    let direct = direct_run.transcript(&format!("{what}, {mode}, direct"));
+    let plugins = switchyard_testkit::temp_dir();
+    let routed_run = run_client(mode, calls, &routed(server_cmd, plugins.path()));
+    let through = routed_run.transcript(&format!("{what}, {mode}, through switchyard"));
+    eprintln!("{what} ({mode}): direct {:?}, through switchyard {:?}", direct_run.elapsed, routed_run.elapsed);
+    if direct != through {
+        let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap();
+        let mut report = String::new();
+        for key in ["protocolVersion", "handshake", "capabilities", "mode"] {
+            if direct[key] != through[key] {
+                report += &format!(
+                    "\n=== `{key}`\n--- direct\n{}\n--- through switchyard\n{}",
+                    pretty(&direct[key]),
+                    pretty(&through[key])
+                );
+            }
+        }
+        let empty = serde_json::Map::new();
+        let (d, r) = (direct["steps"].as_object().unwrap_or(&empty), through["steps"].as_object().unwrap_or(&empty));
+        for name in d.keys().chain(r.keys().filter(|k| !d.contains_key(*k))) {
+            if d.get(name) != r.get(name) {
+                report += &format!(
+                    "\n=== step `{name}`\n--- direct\n{}\n--- through switchyard\n{}",
+                    d.get(name).map(pretty).unwrap_or_default(),
+                    r.get(name).map(pretty).unwrap_or_default()
+                );
+            }
+        }
+        panic!(
+            "{what} ({mode}): the transcript through switchyard differs from the direct one:{report}\n--- stderr of the routed run\n{}",
+            routed_run.stderr
+        );
+    }
+    direct
+}
+
+fn texts(result: &Value) -> String {
+    result["content"]
+        .as_array()
+        .map(|c| c.iter().filter_map(|b| b["text"].as_str()).collect::<Vec<_>>().join("\n"))
+        .unwrap_or_default()
+}
+
+// ------------------------------------------------------------------------------------------------
+// The tests.
+
+#[test]
+fn python_sdk_server_of_both_eras_is_identical_through_the_router_in_every_mode() {
+    let server = vec![venv_python().display().to_string(), python_dir().join("server.py").display().to_string()];
+    let calls =
+        json!([["add", {"a": 2, "b": 40}], ["echo", {"text": "through switchyard"}], ["fail", {"reason": "x"}]]);
+    // "2026-07-28": the client adopts that version without a probe; its first request is a
+    // tools/list carrying the envelope, with no initialize and no server/discover before it.
+    for (mode, version) in [("auto", "2026-07-28"), ("legacy", "2025-11-25"), ("2026-07-28", "2026-07-28")] {
+        let t = same_both_ways("python server", mode, &calls, &server);
+        assert_eq!(t["protocolVersion"], version, "{mode}: {t}");
+        let names: Vec<&str> =
+            t["steps"]["tools_list"]["tools"].as_array().unwrap().iter().filter_map(|x| x["name"].as_str()).collect();
+        assert_eq!(names, ["add", "echo", "fail"], "{mode}");
+        assert_eq!(texts(&t["steps"]["call_0_add"]), "42", "{mode}: {t}");
+        assert_eq!(texts(&t["steps"]["call_1_echo"]), "through switchyard", "{mode}");
+        assert_eq!(t["steps"]["call_2_fail"]["isError"], true, "{mode}");
+        if mode != version {
+            // Negotiated modes learn the server's capabilities (a pinned version knows none).
+            assert!(t["capabilities"]["tools"].is_object(), "{mode}: {t}");
+            assert!(t["steps"]["resources_list"]["resources"][0]["uri"] == "fixture://greeting", "{mode}: {t}");
+        }
+    }
+}
+
+#[test]
+fn everything_server_is_identical_through_the_router_for_the_python_sdk_in_both_modes() {
+    ensure_npm();
+    let server = vec!["node".to_string(), everything_entry().display().to_string(), "stdio".into()];
+    let calls = json!([["echo", {"message": "hello from python"}], ["get-sum", {"a": 2, "b": 40}]]);
+    for mode in ["auto", "legacy"] {
+        let t = same_both_ways("server-everything", mode, &calls, &server);
+        // A server of the initialize era: `auto` falls back to initialize, through switchyard too.
+        assert_eq!(t["protocolVersion"], "2025-11-25", "{mode}: {t}");
+        assert_eq!(t["handshake"]["serverInfo"]["name"], "mcp-servers/everything");
+        assert_eq!(texts(&t["steps"]["call_0_echo"]), "Echo: hello from python", "{mode}: {t}");
+        assert!(texts(&t["steps"]["call_1_get-sum"]).contains("42"), "{mode}: {t}");
+    }
+}
+
+#[test]
+fn filesystem_server_is_identical_through_the_router_for_the_python_sdk_in_both_modes() {
+    ensure_npm();
+    let dir = switchyard_testkit::temp_dir();
+    let root = dir.path().canonicalize().unwrap();
+    fs::write(root.join("a.txt"), "hello\nworld\n").unwrap();
+    fs::create_dir(root.join("sub")).unwrap();
+    let server = vec!["node".to_string(), filesystem_entry().display().to_string(), root.display().to_string()];
+    let file = root.join("a.txt").display().to_string();
+    let calls = json!([
+        ["read_text_file", {"path": file}],
+        ["list_directory", {"path": root.display().to_string()}],
+        ["read_text_file", {"path": "/etc/hostname"}],
+    ]);
+    for mode in ["auto", "legacy"] {
+        let t = same_both_ways("server-filesystem", mode, &calls, &server);
+        assert_eq!(t["protocolVersion"], "2025-11-25", "{mode}: {t}");
+        assert_eq!(texts(&t["steps"]["call_0_read_text_file"]), "hello\nworld\n", "{mode}: {t}");
+        assert!(texts(&t["steps"]["call_1_list_directory"]).contains("[DIR] sub"), "{mode}: {t}");
+        assert_eq!(t["steps"]["call_2_read_text_file"]["isError"], true, "{mode}: outside the roots: {t}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_router_serves_a_2025_and_a_2026_client_of_the_same_server_each_in_its_own_era() {
+    // The instance switchyard initialised for the first (legacy) client cannot serve the second
+    // client's 2026-07-28 requests: a server of both eras fixes each connection's era by its
+    // first request. The second client must still get 2026-07-28, as it would directly.
+    let server = vec![venv_python().display().to_string(), python_dir().join("server.py").display().to_string()];
+    let calls = json!([["add", {"a": 1, "b": 2}]]);
+    let dir = switchyard_testkit::temp_dir();
+    let sock = dir.path().join("router.sock").display().to_string();
+    let plugins = dir.path().join("plugins");
+    fs::create_dir(&plugins).unwrap();
+    let mut args = vec!["--listen", sock.as_str(), "--no-stdio", "--plugins", plugins.to_str().unwrap(), "--"];
+    args.extend(server.iter().map(String::as_str));
+    let _router = switchyard_testkit::Proc::router(&args);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !Path::new(&sock).exists() {
+        assert!(Instant::now() < deadline, "the router never made its socket {sock}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let connect = vec![switchyard_testkit::bin().to_string(), "connect".into(), sock.clone()];
+    tokio::task::block_in_place(|| {
+        for mode in ["legacy", "auto"] {
+            let direct = run_client(mode, &calls, &server).transcript(&format!("{mode}, direct"));
+            let shared_run = run_client(mode, &calls, &connect);
+            let shared = shared_run.transcript(&format!("{mode}, through the shared router"));
+            assert_eq!(
+                direct, shared,
+                "{mode}: a client of the shared router got another transcript than directly\n--- stderr\n{}",
+                shared_run.stderr
+            );
+        }
+    });
+}

@@ -1,0 +1,29 @@
+//! End-to-end tests: the real `switchyard` binary against the fixture server, real MCP servers
+//! and real clients, one test binary with a module per topic. What they share is the
+//! switchyard-testkit crate (tests/support); the suites that need Node.js, Python or Chromium
+//! are in [`interop`], behind the `interop` feature.
+
+// Helpers some of the gated suites alone use.
+#![cfg_attr(not(feature = "interop"), allow(dead_code, unused_imports))]
+
+mod npm_setup;
+mod setup;
+mod transcript;
+
+mod clients;
+mod config;
+mod daemon;
+mod demo;
+mod engine;
+mod faults;
+mod fixture;
+mod http_front;
+mod http_load;
+mod plugins;
+mod protocol;
+mod review;
+mod routing;
+mod run;
+
+#[cfg(feature = "interop")]
+mod interop;

@@ -1,0 +1,428 @@
+//! A user's daemon under test: a home of its own (every XDG directory in one temp dir), its
+//! config file, `connect` clients, `status` and `stop`, and a sweep of the processes it left.
+//!
+//! Every switchyard process a test starts gets the home's environment, so the daemon it starts
+//! (and that daemon's servers) can be found again in the process table by that environment,
+//! whatever their command lines look like: that is how a test asserts "no orphans" and how Drop
+//! makes sure no test leaves a daemon or a server behind.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::{Client, Proc, TempDir, bin, pid_alive, temp_dir};
+
+/// How long a `status` or `stop` command may take before the test fails.
+const CLI_LIMIT: Duration = Duration::from_secs(20);
+
+/// One test's user: XDG_RUNTIME_DIR, XDG_STATE_HOME, XDG_CONFIG_HOME and HOME under a temp dir,
+/// and a config file `switchyard.toml` in it.
+pub struct Home {
+    pub dir: TempDir,
+    pub config: PathBuf,
+}
+
+/// A process of this test's home, from /proc.
+#[derive(Debug, Clone)]
+pub struct ProcInfo {
+    pub pid: u32,
+    pub argv: Vec<String>,
+}
+
+impl ProcInfo {
+    /// Whether it is `switchyard SUBCOMMAND ...` (argv[1]).
+    pub fn is(&self, subcommand: &str) -> bool {
+        self.argv.get(1).is_some_and(|a| a == subcommand)
+    }
+}
+
+impl Home {
+    pub fn new() -> Home {
+        let dir = temp_dir();
+        for sub in ["run", "state", "config"] {
+            std::fs::create_dir(dir.path().join(sub)).unwrap();
+        }
+        // XDG_RUNTIME_DIR is 0700 on a real system; the daemon's own directory goes inside.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path().join("run"), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let config = dir.path().join("switchyard.toml");
+        Home { dir, config }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn config_str(&self) -> String {
+        self.config.display().to_string()
+    }
+
+    pub fn runtime_dir(&self) -> PathBuf {
+        self.path().join("run")
+    }
+
+    /// The environment of every switchyard process of this test.
+    pub fn envs(&self) -> Vec<(String, String)> {
+        let p = |sub: &str| self.path().join(sub).display().to_string();
+        vec![
+            ("XDG_RUNTIME_DIR".into(), p("run")),
+            ("XDG_STATE_HOME".into(), p("state")),
+            ("XDG_CONFIG_HOME".into(), p("config")),
+            ("HOME".into(), self.path().display().to_string()),
+        ]
+    }
+
+    /// The `XDG_RUNTIME_DIR=...` entry that marks this test's processes.
+    fn marker(&self) -> String {
+        format!("XDG_RUNTIME_DIR={}", self.runtime_dir().display())
+    }
+
+    /// The journal file of the fixture server `name` (see [`Home::fixture`]).
+    pub fn journal(&self, name: &str) -> PathBuf {
+        self.path().join(format!("{name}.journal.jsonl"))
+    }
+
+    /// A `[servers.NAME]` table running the fixture as `--name NAME`, journalling to
+    /// [`Home::journal`], with `extra` fixture arguments.
+    pub fn fixture(&self, name: &str, extra: &[&str]) -> String {
+        self.fixture_named(name, name, extra)
+    }
+
+    /// Like [`Home::fixture`], with `--name LABEL` (what the `pid` tool reports) set apart from
+    /// the server's name in the config.
+    pub fn fixture_named(&self, name: &str, label: &str, extra: &[&str]) -> String {
+        let mut args = vec!["fixture".to_string(), "--name".into(), label.into()];
+        args.extend(["--journal".into(), self.journal(name).display().to_string()]);
+        args.extend(extra.iter().map(|s| s.to_string()));
+        format!("[servers.{name}]\ncommand = {}\nargs = {}\n", json!(bin()), json!(args))
+    }
+
+    /// Writes the config file in place (as most editors do).
+    pub fn write_config(&self, text: &str) {
+        std::fs::write(&self.config, text).unwrap();
+    }
+
+    /// Writes the config file as a whole new file renamed over the old one (as careful tools do).
+    pub fn replace_config(&self, text: &str) {
+        let tmp = self.path().join(".switchyard.toml.new");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &self.config).unwrap();
+    }
+
+    /// `switchyard ARGS...` with this home's environment and stdio piped (a Proc).
+    pub fn spawn(&self, label: &str, args: &[&str]) -> Proc {
+        let mut argv = vec![bin().to_string()];
+        argv.extend(args.iter().map(|s| s.to_string()));
+        let envs = self.envs();
+        let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        Proc::spawn_env(label, &argv, &envs)
+    }
+
+    /// `switchyard connect SERVER --config FILE`, as a client launches it.
+    pub fn connect(&self, server: &str) -> Proc {
+        let config = self.config_str();
+        self.spawn(&format!("connect {server}"), &["connect", server, "--config", &config])
+    }
+
+    /// `switchyard connect SERVER --config FILE --env NAME,...` for the names of `vars`, with
+    /// `vars` in its environment, as an MCP client's entry with an `env` launches it.
+    pub fn connect_env(&self, server: &str, vars: &[(&str, &str)]) -> Proc {
+        let config = self.config_str();
+        let names = vars.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(",");
+        let mut argv = vec![bin().to_string()];
+        argv.extend(["connect", server, "--config", &config, "--env", &names].map(String::from));
+        let mut envs = self.envs();
+        envs.extend(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        Proc::spawn_env(&format!("connect {server} --env {names}"), &argv, &envs)
+    }
+
+    /// [`Home::connect_env`] and an initialized client on it.
+    pub async fn client_env(&self, server: &str, vars: &[(&str, &str)]) -> (Proc, Client) {
+        let mut p = self.connect_env(server, vars);
+        let mut c = p.client();
+        c.initialize().await;
+        (p, c)
+    }
+
+    /// `connect` and an initialized client on it.
+    pub async fn client(&self, server: &str) -> (Proc, Client) {
+        let mut p = self.connect(server);
+        let mut c = p.client();
+        c.initialize().await;
+        (p, c)
+    }
+
+    /// `switchyard ARGS...` run to completion (failing the test after CLI_LIMIT).
+    pub async fn cli(&self, args: &[&str]) -> Output {
+        let mut cmd = tokio::process::Command::new(bin());
+        cmd.args(args).envs(self.envs()).stdin(std::process::Stdio::null()).kill_on_drop(true);
+        match tokio::time::timeout(CLI_LIMIT, cmd.output()).await {
+            Ok(out) => out.unwrap_or_else(|e| panic!("run switchyard {args:?}: {e}")),
+            Err(_) => panic!("switchyard {args:?} did not finish within {CLI_LIMIT:?}"),
+        }
+    }
+
+    /// `switchyard status --json --config FILE`, parsed; fails the test when it fails.
+    pub async fn status_json(&self) -> Value {
+        let config = self.config_str();
+        let out = self.cli(&["status", "--json", "--config", &config]).await;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "status --json failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_str(stdout.trim())
+            .unwrap_or_else(|e| panic!("status --json printed no JSON object ({e}):\n{stdout}"))
+    }
+
+    /// `switchyard status --config FILE` (the text form); fails the test when it fails.
+    pub async fn status_text(&self) -> String {
+        let config = self.config_str();
+        let out = self.cli(&["status", "--config", &config]).await;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "status failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    }
+
+    /// Polls `status --json` until `pred` holds for it; returns that status.
+    pub async fn wait_status(&self, what: &str, limit: Duration, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + limit;
+        loop {
+            let status = self.status_json().await;
+            if pred(&status) {
+                return status;
+            }
+            if Instant::now() >= deadline {
+                panic!("status never showed {what} within {limit:?}; last status:\n{status:#}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Starts the daemon of this home's config (which has an `[http]` table) in the background;
+    /// its front's base URL (`http://127.0.0.1:PORT`, from `status`) and bearer token (from
+    /// `switchyard token`). The daemon starts with the usual soft limit of open files (1024),
+    /// which it raises itself for HTTP clients.
+    pub async fn start_http(&self) -> (String, String) {
+        let cfg = self.config_str();
+        let mut cmd = tokio::process::Command::new("sh");
+        cmd.arg("-c").arg(r#"ulimit -Sn 1024 && exec "$0" daemon --config "$1" --detach"#).arg(bin()).arg(&cfg);
+        let out = cmd.envs(self.envs()).stdin(std::process::Stdio::null()).output().await.unwrap();
+        assert!(out.status.success(), "daemon --detach failed: {}", String::from_utf8_lossy(&out.stderr));
+        let status = self.status_json().await;
+        let listen = status["http"]["listen"].as_str().unwrap_or_else(|| panic!("no http in status: {status}"));
+        let base = format!("http://{listen}");
+        let out = self.cli(&["token", "--config", &cfg]).await;
+        let token = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        assert!(token.len() > 20, "`switchyard token` printed no token");
+        (base, token)
+    }
+
+    /// The daemon's pid, from `status --json`.
+    pub async fn daemon_pid(&self) -> u32 {
+        let status = self.status_json().await;
+        status["pid"].as_u64().unwrap_or_else(|| panic!("status has no pid: {status}")) as u32
+    }
+
+    /// `switchyard stop --config FILE`; fails the test when it fails.
+    pub async fn stop(&self) -> Output {
+        let config = self.config_str();
+        let out = self.cli(&["stop", "--config", &config]).await;
+        assert!(
+            out.status.success(),
+            "stop failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    /// The end of a test: `stop`, then no process of this home may be left (none orphaned).
+    pub async fn shutdown(&self) {
+        if !self.daemons().is_empty() {
+            self.stop().await;
+        }
+        self.wait_no_processes(Duration::from_secs(10)).await;
+    }
+
+    /// Every live process started with this home's environment (connects, daemons, their
+    /// supervisors and servers), from /proc.
+    pub fn processes(&self) -> Vec<ProcInfo> {
+        let marker = self.marker();
+        let mut found = Vec::new();
+        let Ok(dir) = std::fs::read_dir("/proc") else { return found };
+        for entry in dir.flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+            if !environ.split(|b| *b == 0).any(|var| var == marker.as_bytes()) || !pid_alive(pid) {
+                continue;
+            }
+            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+            let argv = cmdline
+                .split(|b| *b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            found.push(ProcInfo { pid, argv });
+        }
+        found
+    }
+
+    /// This home's `switchyard daemon` processes (a `--detach` launcher included while it runs).
+    pub fn daemons(&self) -> Vec<ProcInfo> {
+        self.processes().into_iter().filter(|p| p.is("daemon")).collect()
+    }
+
+    /// This home's fixture server processes (not their supervisors).
+    pub fn servers(&self) -> Vec<ProcInfo> {
+        self.processes().into_iter().filter(|p| p.is("fixture")).collect()
+    }
+
+    /// Waits until no process of this home is left; panics naming the survivors.
+    pub async fn wait_no_processes(&self, limit: Duration) {
+        self.wait_processes("no process of the test", limit, |ps| ps.is_empty()).await;
+    }
+
+    /// Polls the process table until `pred` holds for this home's processes; returns them.
+    pub async fn wait_processes(
+        &self,
+        what: &str,
+        limit: Duration,
+        pred: impl Fn(&[ProcInfo]) -> bool,
+    ) -> Vec<ProcInfo> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let ps = self.processes();
+            if pred(&ps) {
+                return ps;
+            }
+            if Instant::now() >= deadline {
+                panic!("{what}: not so within {limit:?}; processes of the test:\n{}", render(&ps));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The daemon's socket (the one `*.sock` in the runtime directory), if there is one.
+    pub fn socket(&self) -> Option<PathBuf> {
+        let dir = self.runtime_dir().join("switchyard");
+        std::fs::read_dir(dir).ok()?.flatten().map(|e| e.path()).find(|p| p.extension().is_some_and(|x| x == "sock"))
+    }
+
+    /// Everything in the daemon's log files (the state directory), for failures and log checks.
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        let Ok(dir) = std::fs::read_dir(self.path().join("state/switchyard")) else { return out };
+        // Not the HTTP front's token files: a secret has no place in a test's output.
+        let mut files: Vec<PathBuf> =
+            dir.flatten().map(|e| e.path()).filter(|p| p.extension().is_none_or(|x| x != "token")).collect();
+        files.sort();
+        for f in files {
+            out += &format!("--- {} ---\n{}", f.display(), std::fs::read_to_string(&f).unwrap_or_default());
+        }
+        out
+    }
+}
+
+impl Default for Home {
+    fn default() -> Self {
+        Home::new()
+    }
+}
+
+impl Drop for Home {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- processes of the test ---\n{}--- daemon logs ---\n{}",
+                render(&self.processes()),
+                self.logs()
+            );
+        }
+        // A clean stop first (the daemon stops its servers), then SIGKILL for whatever is left.
+        if !self.daemons().is_empty() {
+            let config = self.config_str();
+            let mut cmd = std::process::Command::new(bin());
+            cmd.args(["stop", "--config", &config])
+                .envs(self.envs())
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null());
+            if let Ok(mut child) = cmd.spawn() {
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let left = self.processes();
+            if left.is_empty() || Instant::now() >= deadline {
+                break;
+            }
+            for p in left {
+                // SAFETY: kill(2) has no memory-safety preconditions; the pid carries this test's
+                // environment, so it is a process this test started.
+                crate::signal_pid(p.pid, libc::SIGKILL);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// One line per process: pid and command line.
+pub fn render(ps: &[ProcInfo]) -> String {
+    ps.iter().map(|p| format!("  {} {}\n", p.pid, p.argv.join(" "))).collect()
+}
+
+/// The servers of a status, by name.
+pub fn status_server<'a>(status: &'a Value, name: &str) -> Option<&'a Value> {
+    status["servers"].as_array()?.iter().find(|s| s["name"] == name)
+}
+
+/// How many sessions a server has in a status (0 when it is not listed).
+pub fn sessions(status: &Value, name: &str) -> usize {
+    status_server(status, name).and_then(|s| s["sessions"].as_array()).map_or(0, Vec::len)
+}
+
+/// The pids of a server's instances in a status.
+pub fn instance_pids(status: &Value, name: &str) -> Vec<u32> {
+    status_server(status, name)
+        .and_then(|s| s["instances"].as_array())
+        .map(|is| is.iter().filter_map(|i| i["pid"].as_u64()).map(|p| p as u32).collect())
+        .unwrap_or_default()
+}
+
+/// The `pid` tool's answer: the instance's pid and `--name`.
+pub async fn fixture_pid(c: &mut Client) -> (u32, String) {
+    let text = c.call_text("pid", json!({})).await;
+    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("pid tool answered {text:?}: {e}"));
+    (v["pid"].as_u64().expect("pid") as u32, v["name"].as_str().unwrap_or_default().to_string())
+}
+
+/// The parent of `pid` (0 when it is gone).
+pub fn parent_pid(pid: u32) -> u32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok()).unwrap_or(0)
+}
+
+/// How many times the fixture behind `journal` started.
+pub fn starts(journal: &Path) -> usize {
+    super::events(&super::journal(journal), "start").count()
+}

@@ -1,0 +1,102 @@
+//! The Python SDK's virtualenv (`mcp` pinned in tests/python/requirements.txt) for tests that run
+//! the SDK's client or servers: made once under cargo's target temp dir, shared by concurrent test
+//! binaries, rebuilt when requirements.txt changes.
+//!
+//! One copy for every test binary; the lock keeps concurrent binaries from building it twice.
+
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+/// tests/python, where the SDK scripts live.
+pub fn python_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("the crate lives in crates/NAME")
+        .join("tests")
+        .join("python")
+}
+
+/// Held (shared) while this process uses the virtualenv, so no other test binary rebuilds it.
+static VENV: OnceLock<Result<(PathBuf, File), String>> = OnceLock::new();
+
+/// The virtualenv's python, with the pinned SDK installed; fails the test saying what is missing
+/// (python3 >= 3.10 with venv and pip, or PyPI) when it cannot be made.
+pub fn venv_python() -> PathBuf {
+    match VENV.get_or_init(make_venv) {
+        Ok((python, _)) => python.clone(),
+        Err(e) => panic!("the Python SDK tests cannot run: {e}"),
+    }
+}
+
+fn make_venv() -> Result<(PathBuf, File), String> {
+    let version = Command::new("python3")
+        .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
+        .output()
+        .map_err(|e| format!("`python3` not found on PATH ({e}); install Python >= 3.10 with venv and pip"))?;
+    let version = String::from_utf8_lossy(&version.stdout).trim().to_string();
+    let (major, minor) = version.split_once('.').unwrap_or(("0", "0"));
+    if (major.parse::<u32>().unwrap_or(0), minor.parse::<u32>().unwrap_or(0)) < (3, 10) {
+        return Err(format!("python3 is `{version}`; the pinned SDK needs Python >= 3.10"));
+    }
+    let requirements = python_dir().join("requirements.txt");
+    let wanted = fs::read_to_string(&requirements).map_err(|e| format!("read {}: {e}", requirements.display()))?;
+    let venv = crate::target_tmp().join("python-venv");
+    let python = venv.join("bin").join("python");
+    let stamp = venv.join("switchyard-requirements.txt");
+
+    let lock = lock_exclusive("switchyard-python-venv.lock")?;
+    let ready = python.exists() && fs::read_to_string(&stamp).is_ok_and(|s| s == wanted);
+    if !ready {
+        let started = Instant::now();
+        let _ = fs::remove_dir_all(&venv);
+        run(
+            Command::new("python3").args(["-m", "venv"]).arg(&venv),
+            &format!("`python3 -m venv {}`", venv.display()),
+            " Python's venv module (with ensurepip) is missing: on Debian or Ubuntu install `python3-venv` (e.g. apt-get install python3.11-venv), then re-run.",
+        )?;
+        run(
+            Command::new(&python)
+                .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r"])
+                .arg(&requirements),
+            &format!("`pip install -r {}` into {}", requirements.display(), venv.display()),
+            " It needs PyPI (or a mirror set with PIP_INDEX_URL).",
+        )?;
+        fs::write(&stamp, &wanted).map_err(|e| format!("write {}: {e}", stamp.display()))?;
+        eprintln!("python virtualenv made in {:?}", started.elapsed());
+    }
+    // Shared from now on: other users are fine, a rebuild under our feet is not.
+    lock.unlock().map_err(|e| format!("unlock: {e}"))?;
+    lock.lock_shared().map_err(|e| format!("lock_shared: {e}"))?;
+    Ok((python, lock))
+}
+
+fn run(cmd: &mut Command, what: &str, hint: &str) -> Result<(), String> {
+    let out = cmd.stdin(Stdio::null()).output().map_err(|e| format!("{what}: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "{what} failed ({}).{hint}\n--- stdout\n{}\n--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    ))
+}
+
+/// An exclusive lock on a file in cargo's per-target temp dir (the same file tests/e2e/npm_setup
+/// and python.rs use for the venv).
+fn lock_exclusive(name: &str) -> Result<File, String> {
+    let path = crate::target_tmp().join(name);
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| format!("open {}: {e}", path.display()))?;
+    file.lock().map_err(|e| format!("lock {}: {e}", path.display()))?;
+    Ok(file)
+}
