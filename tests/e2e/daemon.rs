@@ -1,4 +1,4 @@
-//! End-to-end tests of the daemon (issue 11) through the real binary: `switchyard connect NAME`
+//! End-to-end tests of the daemon through the real binary: `switchyard connect NAME`
 //! clients, one daemon per config file that owns the servers and outlives its clients, hot
 //! reload of the config, `status`, `stop`, and no orphans whatever happens to the daemon.
 //!
@@ -34,7 +34,6 @@ async fn leave(mut p: Proc, mut c: Client) {
 
 /// SIGKILL or SIGTERM to a process that is not ours to wait for (the daemon runs detached).
 fn kill(pid: u32, sig: i32) {
-    // SAFETY: kill(2) has no memory-safety preconditions.
     signal_pid(pid, sig);
 }
 
@@ -849,7 +848,7 @@ async fn client_env_a_failed_start_is_explained_without_the_client_s_value() {
 }
 
 // ------------------------------------------------------------------------------------------------
-// The HTTP front's token and `daemon --http` (issue 13).
+// The HTTP front's token and `daemon --http`.
 
 /// The one `*.token` file in this home's state directory.
 fn token_files(home: &Home) -> Vec<std::path::PathBuf> {

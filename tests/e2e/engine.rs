@@ -1,4 +1,4 @@
-//! End-to-end scenarios of the engine (issue 4): pools, gates, timeouts, retries, crash recovery.
+//! End-to-end scenarios of the engine: pools, gates, timeouts, retries, crash recovery.
 
 use std::time::{Duration, Instant};
 
@@ -113,7 +113,6 @@ async fn a_crash_fails_unsafe_calls_fast_and_retries_safe_ones() {
         .await;
     let sleep_id = s.client.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": 300}})).await;
     tokio::time::sleep(Duration::from_millis(150)).await;
-    // SAFETY: plain kill(2) of the fixture process this test started through the router.
     signal_pid(pid, libc::SIGKILL);
     let killed = Instant::now();
     let write = s.client.wait_response(&write_id).await;
@@ -554,7 +553,6 @@ async fn a_dead_subscription_holder_is_respawned_without_waiting_for_the_handove
         writes.push(s.client.send_request("tools/call", json!({"name": "write", "arguments": args})).await);
     }
     wait_journal(&journal, Duration::from_secs(5), |e| received(e, "tools/call").count() >= 2).await;
-    // SAFETY: plain kill(2) of a fixture process this test started through the router.
     signal_pid(holder, libc::SIGKILL);
     let killed = Instant::now();
     // The replacement starts while the other instance is still busy for seconds.
@@ -565,4 +563,75 @@ async fn a_dead_subscription_holder_is_respawned_without_waiting_for_the_handove
     for w in &writes {
         s.client.wait_response(w).await;
     }
+}
+
+/// A call cancelled by its client while the pool was spawning an instance for it dropped the
+/// spawn half-way: the pool's count of starting instances was never given back (so the pool
+/// could never grow to `max` again) and the half-initialised child was left running outside the
+/// pool. Here a later call that needs the second instance waits for the first to be free.
+#[tokio::test]
+async fn a_call_cancelled_during_a_spawn_does_not_shrink_the_pool() {
+    let cfg = "[pools.default]\nmin = 1\nmax = 2\nmax_inflight = 1\n";
+    let mut s = Setup::with_config(&["--init-delay-ms", "1000"], &[], Some(cfg)).await;
+    s.client.initialize().await;
+    let slow = s.client.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": 6000}})).await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    // Needs a second instance (1 s to initialise); the client gives up on it half-way.
+    let gave_up = s.client.send_request("tools/call", json!({"name": "echo", "arguments": {"text": "b"}})).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    s.client.cancel(&gave_up, "changed my mind").await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    let c = s.client.send_request("tools/call", json!({"name": "echo", "arguments": {"text": "c"}})).await;
+    s.client.timeout = Duration::from_secs(8);
+    let first = s.client.recv_until(is_response).await;
+    let took = started.elapsed();
+    assert_eq!(first["id"], c, "the quick call waited for the 6 s one ({took:?}): {first}");
+    assert!(took < Duration::from_millis(2500), "the quick call took {took:?}");
+    assert_eq!(tool_text(&first), "c");
+    s.client.wait_response(&slow).await;
+    assert!(s.client.buffered().iter().all(|m| m["id"] != gave_up), "the cancelled call was answered");
+}
+
+/// A client that cancels its `initialize` (the TypeScript SDK does after 60 s, e.g. while npx
+/// is still downloading the server) must not leave the router unable to initialise, nor leave
+/// every later request of every session waiting for an initialisation nobody finishes.
+#[tokio::test]
+async fn a_cancelled_initialize_does_not_wedge_the_router() {
+    let mut s = Setup::new(&["--init-delay-ms", "800"], &[]).await;
+    s.client.send_request_with_id(json!("init-1"), "initialize", init_params(json!({}))).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    s.client.cancel(&json!("init-1"), "timed out").await;
+    // Long enough for the first instance to finish starting in the background, if it does.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    s.client.timeout = Duration::from_secs(5);
+    let again = s.client.request_with_id(json!("init-2"), "initialize", init_params(json!({}))).await;
+    assert!(again.get("result").is_some(), "{again}");
+    s.client.notify("notifications/initialized", json!({})).await;
+    let tools = s.client.request_with_id(json!("list"), "tools/list", json!({})).await;
+    assert!(tools["result"]["tools"].is_array(), "{tools}");
+}
+
+/// Requests the router answers itself after talking to the server (resources/subscribe,
+/// logging/setLevel, ...) ignored their cancellation: when the client left while one was
+/// waiting on a busy server, the session — and with it the whole router — could not end until
+/// `call_timeout_ms` (5 minutes by default) had passed.
+#[tokio::test]
+async fn a_client_leaving_during_a_subscribe_on_a_busy_server_does_not_hold_up_exit() {
+    let dir = temp_dir();
+    let sock = dir.path().join("s.sock");
+    let mut s = Setup::new(&["--serial"], &["--listen", sock.to_str().unwrap()]).await;
+    s.client.initialize().await;
+    let (_other_proc, mut other) = connect(&sock).await;
+    other.initialize().await;
+    // The other session keeps the serial server busy for good.
+    other.send_request("tools/call", json!({"name": "hang", "arguments": {}})).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    s.client.send_request("resources/subscribe", json!({"uri": "fixture://readme"})).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    s.client.close().await;
+    let started = Instant::now();
+    let status = s.router.wait_timeout(Duration::from_secs(9)).await;
+    assert_eq!(status.code(), Some(0));
+    assert!(started.elapsed() < Duration::from_secs(8), "exit took {:?}", started.elapsed());
 }

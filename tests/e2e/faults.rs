@@ -2,7 +2,7 @@
 //! if its own client cancelled it), no session sees another's messages, no child outlives the router.
 
 use std::collections::{HashMap, HashSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::setup::*;
 use serde_json::json;
@@ -205,7 +205,6 @@ async fn full_storm(stderr: StderrMode) {
                     .filter(|p| pid_alive(*p))
                     .collect();
                 if let Some(&pid) = pids.get(rng.below(pids.len().max(1) as u64) as usize) {
-                    // SAFETY: kill(2) has no memory-safety preconditions.
                     signal_pid(pid, libc::SIGKILL);
                 }
             }
@@ -367,7 +366,6 @@ impl StormRouter {
 
 impl Drop for StormRouter {
     fn drop(&mut self) {
-        // SAFETY: kill(2) has no memory-safety preconditions.
         signal_group(self.pid, libc::SIGKILL);
     }
 }
@@ -434,4 +432,96 @@ async fn clients_that_stop_reading_share_one_buffer_budget_and_give_the_memory_b
     let now = tokio::time::timeout(Duration::from_secs(10), back).await;
     assert!(now.is_ok(), "the router still holds {:?} KiB (at rest {base} KiB)", rss_kib(s.router.pid));
     drop(readers_gone);
+}
+
+/// The fixture behind a shell that first starts a detached helper (its own session, so outside
+/// the server's process group) which inherits the server's stdout, like a daemon a real server
+/// might launch. Returns the router set-up and the helper's pid (killed by the caller).
+async fn server_with_a_helper_holding_stdout(dir: &TempDir, router_args: &[&str]) -> (Proc, Client, u32) {
+    let pidfile = dir.path().join("helper.pid");
+    let script =
+        format!("setsid sleep 60 </dev/null 2>/dev/null & echo $! > {}; exec {} fixture", pidfile.display(), bin());
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    let mut args: Vec<&str> = vec!["--plugins", plugins.to_str().unwrap()];
+    args.extend_from_slice(router_args);
+    args.extend_from_slice(&["--name", "helper", "--", "sh", "-c", &script]);
+    let mut router = Proc::router(&args);
+    let mut client = router.client();
+    client.initialize().await;
+    let helper: u32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    (router, client, helper)
+}
+
+struct KillOnDrop(u32);
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        signal_pid(self.0, libc::SIGKILL);
+    }
+}
+
+/// The death of an instance was only noticed when its stdout reached EOF. A server that dies
+/// while something else still holds its stdout (a helper it started in its own session) left
+/// its in-flight calls unanswered and was never replaced.
+#[tokio::test]
+async fn a_crash_is_noticed_even_when_a_helper_keeps_stdout_open() {
+    let dir = temp_dir();
+    let (mut router, mut client, helper) = server_with_a_helper_holding_stdout(&dir, &[]).await;
+    let _helper = KillOnDrop(helper);
+    let started = Instant::now();
+    client.timeout = Duration::from_secs(4);
+    let resp = client.call_tool("crash", json!({"code": 5})).await;
+    assert_eq!(resp["error"]["code"], -32003, "{resp}");
+    assert!(resp["error"]["message"].as_str().unwrap().contains("exit status 5"), "{resp}");
+    assert!(started.elapsed() < Duration::from_secs(1), "the crash was answered after {:?}", started.elapsed());
+    assert_eq!(client.call_text("echo", json!({"text": "respawned"})).await, "respawned");
+    client.close().await;
+    router.wait_timeout(Duration::from_secs(8)).await;
+}
+
+/// Same cause, at shutdown: stopping an instance waited for its stdout to close, forever.
+#[tokio::test]
+async fn shutdown_does_not_wait_for_a_helper_that_keeps_stdout_open() {
+    let dir = temp_dir();
+    let (mut router, mut client, helper) = server_with_a_helper_holding_stdout(&dir, &[]).await;
+    let _helper = KillOnDrop(helper);
+    assert_eq!(client.call_text("echo", json!({"text": "up"})).await, "up");
+    client.close().await;
+    let started = Instant::now();
+    let status = router.wait_timeout(Duration::from_secs(9)).await;
+    assert_eq!(status.code(), Some(0));
+    assert!(started.elapsed() < Duration::from_secs(8), "exit took {:?}", started.elapsed());
+}
+
+/// The realistic form of the same bug: a server behind a launcher (`npx`, `uvx`, `sh -c`) that
+/// is killed. The server itself shares the launcher's stdout, so stdout never closed: the call
+/// in flight hung and the server went on running outside any pool.
+#[tokio::test]
+async fn a_killed_launcher_fails_its_calls_and_leaves_no_orphan() {
+    let dir = temp_dir();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    // `; true` keeps sh from exec-ing the fixture: sh stays as the launcher.
+    let script = format!("{} fixture; true", bin());
+    let mut router =
+        Proc::router(&["--plugins", plugins.to_str().unwrap(), "--name", "launched", "--", "sh", "-c", &script]);
+    let mut client = router.client();
+    client.initialize().await;
+    let server = fixture_pid(&mut client).await;
+    let launcher = descendants(router.pid).into_iter().find(|p| descendants(*p) == [server]).expect("the sh launcher");
+    // Not read-only, so not retried: the error itself must come back.
+    let id = client
+        .send_request("tools/call", json!({"name": "write", "arguments": {"path": "/p", "text": "t", "ms": 20000}}))
+        .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    signal_pid(launcher, libc::SIGKILL);
+    let killed = Instant::now();
+    client.timeout = Duration::from_secs(4);
+    let resp = client.wait_response(&id).await;
+    assert!(killed.elapsed() < Duration::from_secs(1), "answered after {:?}", killed.elapsed());
+    let msg = resp["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("killed by signal 9") && msg.contains("launched#1"), "{resp}");
+    assert!(wait_gone(server, Duration::from_secs(2)).await, "the server {server} outlived its launcher");
+    client.close().await;
+    assert_eq!(router.wait_timeout(Duration::from_secs(8)).await.code(), Some(0));
 }

@@ -1,4 +1,4 @@
-//! The daemon's Streamable HTTP front (issue 13) through the real binary: sessions of the
+//! The daemon's Streamable HTTP front through the real binary: sessions of the
 //! 2025-11-25 era over HTTP next to stdio ones, each seeing only its own messages; DELETE; the
 //! door (token, Origin, Host, body size).
 

@@ -21,7 +21,6 @@ mod http_front;
 mod http_load;
 mod plugins;
 mod protocol;
-mod review;
 mod routing;
 mod run;
 

@@ -1,7 +1,6 @@
 //! End-to-end tests of policy plugins in the real binary: annotation overrides with enforced
-//! safety (issue 4, scenario 2), rejection, tools/list_changed, hot reload under load, plugins
-//! that print or panic (issue 8), configured plugins that cannot run, and a hostile plugin
-//! that must not stall other sessions (issue 9).
+//! safety, rejection, tools/list_changed, hot reload under load, plugins that print or panic,
+//! configured plugins that cannot run, and a hostile plugin that must not stall other sessions.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

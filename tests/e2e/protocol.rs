@@ -215,3 +215,123 @@ async fn enveloped_requests_to_an_initialize_era_server_get_unsupported_version(
     s.client.initialize().await;
     assert_eq!(s.client.call_text("echo", json!({"text": "old era"})).await, "old era");
 }
+
+/// A router driven line by line, to see ids exactly as written (serde_json would normalise them).
+struct RawRouter {
+    _dir: TempDir,
+    child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+impl RawRouter {
+    async fn start(fixture_args: &[&str]) -> RawRouter {
+        use tokio::io::AsyncBufReadExt;
+        let dir = temp_dir();
+        let plugins = dir.path().join("plugins");
+        std::fs::create_dir_all(&plugins).unwrap();
+        let mut cmd = tokio::process::Command::new(bin());
+        cmd.args(["run", "--plugins", plugins.to_str().unwrap(), "--"]).args(Proc::fixture_cmd(fixture_args));
+        cmd.stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null());
+        cmd.kill_on_drop(true).process_group(0);
+        let mut child = cmd.spawn().unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        RawRouter { _dir: dir, child, stdin, lines }
+    }
+
+    async fn send(&mut self, line: &str) {
+        use tokio::io::AsyncWriteExt;
+        self.stdin.write_all(format!("{line}\n").as_bytes()).await.unwrap();
+        self.stdin.flush().await.unwrap();
+    }
+
+    async fn recv(&mut self) -> String {
+        tokio::time::timeout(Duration::from_secs(5), self.lines.next_line())
+            .await
+            .expect("a line in time")
+            .unwrap()
+            .expect("a line")
+    }
+
+    /// The next response line (notifications skipped).
+    async fn response(&mut self) -> String {
+        loop {
+            let l = self.recv().await;
+            if !l.contains("\"method\"") {
+                return l;
+            }
+        }
+    }
+}
+
+impl Drop for RawRouter {
+    fn drop(&mut self) {
+        if let Some(pid) = self.child.id() {
+            signal_group(pid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Ids come back byte for byte as the client wrote them, however unusual, on every path:
+/// forwarded, answered locally, refused, and through a batch.
+#[tokio::test]
+async fn unusual_ids_come_back_byte_for_byte() {
+    let mut r = RawRouter::start(&[]).await;
+    r.send(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#).await;
+    assert!(r.response().await.contains("\"result\""));
+    let ids =
+        [r#""a\"b\\c\u00e9\n""#, "1e3", "-0", "1.50", "18446744073709551616000", "1e400", r#""""#, r#""\ud83d\ude00""#];
+    for id in ids {
+        let echo = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"x"}}}}}}"#
+        );
+        r.send(&echo).await;
+        let resp = r.response().await;
+        assert!(resp.contains(&format!(r#""id":{id},"#)), "forwarded call with id {id}: {resp}");
+        assert!(resp.contains("\"result\""), "forwarded call with id {id}: {resp}");
+        r.send(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#)).await;
+        let resp = r.response().await;
+        assert!(resp.contains(&format!(r#""id":{id},"#)), "ping with id {id}: {resp}");
+    }
+    // A batch holding a request, a response to nothing and a notification.
+    r.send(r#"[{"jsonrpc":"2.0","id":"b\"1","method":"ping"},{"jsonrpc":"2.0","id":77,"result":{}},{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}]"#).await;
+    let resp = r.response().await;
+    assert!(resp.starts_with('[') && resp.contains(r#""id":"b\"1""#), "{resp}");
+}
+
+/// A minimal MCP server in Python that answers `tools/call` inside a JSON-RPC batch (allowed by
+/// the 2025-03-26 revision, in both directions), together with a log notification.
+const BATCHING_SERVER: &str = r#"
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if "id" not in m or "method" not in m:
+        continue
+    if m["method"] == "initialize":
+        out = {"jsonrpc": "2.0", "id": m["id"], "result": {"protocolVersion": "2025-03-26", "capabilities": {"tools": {}, "logging": {}}, "serverInfo": {"name": "batcher", "version": "1"}}}
+    elif m["method"] == "tools/call":
+        out = [{"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "in a batch"}},
+               {"jsonrpc": "2.0", "id": m["id"], "result": {"content": [{"type": "text", "text": "batched"}]}}]
+    else:
+        out = {"jsonrpc": "2.0", "id": m["id"], "result": {}}
+    sys.stdout.write(json.dumps(out) + "\n")
+    sys.stdout.flush()
+"#;
+
+#[tokio::test]
+async fn a_batch_from_the_server_is_routed_like_its_messages() {
+    let dir = temp_dir();
+    let script = dir.path().join("batcher.py");
+    std::fs::write(&script, BATCHING_SERVER).unwrap();
+    let server = ["python3".to_string(), script.display().to_string()];
+    let mut s = Setup::in_front_of(&server, &[], Some("[limits]\ncall_timeout_ms = 2000\n"), &[]).await;
+    let client = &mut s.client;
+    client.initialize().await;
+    let resp = client.call_tool("anything", json!({})).await;
+    assert_eq!(tool_text(&resp), "batched", "{resp}");
+    let log = client.recv_notification("notifications/message").await;
+    assert_eq!(log["params"]["data"], "in a batch");
+}

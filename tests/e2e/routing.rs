@@ -1,6 +1,5 @@
 //! End-to-end tests of how switchyard routes what a server starts on its own (requests to
-//! clients, logs, list changes) when sessions share an instance (issue 8, items 8 and 9; issue 9,
-//! item 1), with the fixture server.
+//! clients, logs, list changes) when sessions share an instance, with the fixture server.
 
 use std::time::Duration;
 
@@ -315,4 +314,26 @@ async fn a_server_request_never_reaches_a_client_that_lacks_its_capability() {
         )
         .await;
     assert!(tool_text(&s.client.wait_response(&call).await).contains("for A"));
+}
+
+/// With `affinity = "session"` each session has a server of its own, but `logging/setLevel`
+/// from one session was sent to every instance: session A asking for debug turned session B's
+/// private server verbose although B had asked for errors only.
+#[tokio::test]
+async fn one_sessions_log_level_does_not_reach_another_sessions_own_server() {
+    let dir = temp_dir();
+    let sock = dir.path().join("l.sock");
+    let cfg = "[pools.default]\nmin = 0\nmax = 1\naffinity = \"session\"\n";
+    let mut s = Setup::with_config(&[], &["--listen", sock.to_str().unwrap()], Some(cfg)).await;
+    s.client.initialize().await;
+    let (_p, mut b) = connect(&sock).await;
+    b.initialize().await;
+    assert_eq!(b.request("logging/setLevel", json!({"level": "error"})).await["result"], json!({}));
+    assert_eq!(b.call_text("log", json!({"level": "info", "message": "b"})).await, "suppressed");
+    assert_eq!(s.client.request("logging/setLevel", json!({"level": "debug"})).await["result"], json!({}));
+    assert_eq!(
+        b.call_text("log", json!({"level": "info", "message": "b"})).await,
+        "suppressed",
+        "A's level reached B's server"
+    );
 }

@@ -1,4 +1,4 @@
-//! End-to-end tests of `switchyard run` as a transparent router (issue 2), with the fixture server.
+//! End-to-end tests of `switchyard run` as a transparent router, with the fixture server.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -264,7 +264,6 @@ async fn a_server_request_is_withdrawn_when_its_instance_dies() {
     let pid = fixture_pid(&mut s.client).await;
     let call = s.client.send_request("tools/call", json!({"name": "sample", "arguments": {"prompt": "?"}})).await;
     let req = s.client.recv_request("sampling/createMessage").await;
-    // SAFETY: plain kill(2) of the fixture this test started through the router.
     signal_pid(pid, libc::SIGKILL);
     let cancelled = s.client.recv_notification("notifications/cancelled").await;
     assert_eq!(cancelled["params"]["requestId"], req["id"]);
@@ -325,7 +324,7 @@ async fn calls_in_flight_at_shutdown_are_answered_with_an_error() {
     assert_eq!(received(&entries, "notifications/cancelled").count(), 1);
 }
 
-// ---- stdio of every kind (issue 8 item 5, issue 9 item 10) ----
+// ---- stdio of every kind ----
 
 mod stdio_kinds {
     use std::io::{Read, Write};
@@ -1011,4 +1010,119 @@ async fn an_oversized_request_is_refused_under_its_own_id() {
     assert_eq!(e["id"], 42, "{e}");
     assert_eq!(e["error"]["code"], -32600, "{e}");
     assert_eq!(s.client.call_text("echo", json!({"text": "next"})).await, "next");
+}
+
+/// A router on a socket with one `connect` client that has a slow call and a batch in flight.
+async fn connect_with_calls_in_flight() -> (Proc, Proc, Client, TempDir) {
+    let dir = temp_dir();
+    let socket = dir.path().join("r.sock");
+    let mut argv = vec!["--listen".to_string(), socket.display().to_string(), "--no-stdio".into(), "--".into()];
+    argv.extend(Proc::fixture_cmd(&[]));
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let router = Proc::router(&argv);
+    let (conn, mut c) = connect(&socket).await;
+    c.initialize().await;
+    c.send_request_with_id(json!("slow"), "tools/call", json!({"name": "sleep", "arguments": {"ms": 60000}})).await;
+    c.send_raw(r#"[{"jsonrpc":"2.0","id":"in-batch","method":"tools/call","params":{"name":"sleep","arguments":{"ms":60000}}}]"#)
+        .await;
+    // Both reached the server: the client holds no answer yet.
+    assert_eq!(c.call_text("echo", json!({"text": "up"})).await, "up");
+    (router, conn, c, dir)
+}
+
+/// `switchyard connect` relayed bytes only: when the router died (SIGKILL) or stopped, the
+/// client got no EOF and no answers, and waited forever.
+#[tokio::test]
+async fn connect_answers_its_calls_and_exits_when_the_router_is_killed() {
+    let (mut router, mut conn, mut c, _dir) = connect_with_calls_in_flight().await;
+    router.signal(libc::SIGKILL);
+    router.wait().await;
+    let single = c.wait_response(&json!("slow")).await;
+    let batch = c.recv_until(|m| m.is_array()).await;
+    for resp in [&single, &batch[0]] {
+        assert_eq!(resp["error"]["code"], -32603, "{resp}");
+        assert!(resp["error"]["message"].as_str().unwrap().contains("closed the connection"), "{resp}");
+    }
+    assert_eq!(batch[0]["id"], "in-batch");
+    assert_eq!(conn.wait().await.code(), Some(1));
+    assert!(conn.stderr.text().contains("router at"), "the client is told why: {}", conn.stderr.text());
+}
+
+#[tokio::test]
+async fn connect_exits_when_the_router_stops() {
+    let (mut router, mut conn, mut c, _dir) = connect_with_calls_in_flight().await;
+    router.signal(libc::SIGTERM);
+    // The router answers its calls itself as it shuts down, then closes.
+    let single = c.wait_response(&json!("slow")).await;
+    let batch = c.recv_until(|m| m.is_array()).await;
+    assert!(single.get("error").is_some() && batch[0].get("error").is_some(), "{single} {batch}");
+    assert_eq!(conn.wait().await.code(), Some(1));
+    assert!(conn.stderr.text().contains("closed the connection"), "{}", conn.stderr.text());
+    assert_eq!(router.wait().await.code(), Some(0));
+}
+
+/// Out of file descriptors, accept failed at once, forever: 100 % CPU and a warning per try.
+#[tokio::test]
+async fn running_out_of_descriptors_on_accept_backs_off() {
+    let dir = temp_dir();
+    let socket = dir.path().join("r.sock");
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    // A low descriptor limit for the router only, set by the shell that execs it.
+    let mut argv = vec![
+        "sh".to_string(),
+        "-c".into(),
+        "ulimit -n 48 && exec \"$@\"".into(),
+        "sh".into(),
+        bin().to_string(),
+        "run".into(),
+        "--plugins".into(),
+        plugins.display().to_string(),
+        "--listen".into(),
+        socket.display().to_string(),
+        "--no-stdio".into(),
+        "--".into(),
+    ];
+    argv.extend(Proc::fixture_cmd(&[]));
+    let router = Proc::spawn("router", &argv);
+    let end = Instant::now() + DEFAULT_TIMEOUT;
+    while !router.stderr.text().contains("ready") {
+        assert!(Instant::now() < end, "{}", router.stderr.text());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // More connections than the router has descriptors left.
+    let mut held = Vec::new();
+    for _ in 0..60 {
+        held.push(std::os::unix::net::UnixStream::connect(&socket).unwrap());
+    }
+    let cpu = |pid: u32| -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+        // utime and stime, in clock ticks (fields 14 and 15 of stat; 12 and 13 after the name).
+        fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = cpu(router.pid);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let spent = cpu(router.pid) - before;
+    // Ticks are usually 1/100 s: a busy loop spends about 200 in 2 s.
+    assert!(spent < 60, "the router spent {spent} ticks of CPU in 2 s while out of descriptors");
+    let warnings = router.stderr.text().matches("accept on").count();
+    assert!((1..=3).contains(&warnings), "{warnings} accept warnings in about 2 s");
+    // Once descriptors are free again, new sessions are served.
+    drop(held);
+    let (_conn, mut c) = connect(&socket).await;
+    c.initialize().await;
+    assert_eq!(c.call_text("echo", json!({"text": "back"})).await, "back");
+}
+
+/// The other way round: a client that leaves first ends `connect` cleanly.
+#[tokio::test]
+async fn connect_exits_zero_when_its_client_leaves() {
+    let (mut router, mut conn, mut c, _dir) = connect_with_calls_in_flight().await;
+    c.close().await;
+    c.expect_eof().await;
+    assert_eq!(conn.wait().await.code(), Some(0), "{}", conn.stderr.text());
+    // The router serves on.
+    assert!(router.is_running());
 }

@@ -643,7 +643,7 @@ fn machine() {
 }
 
 // ------------------------------------------------------------------------------------------------
-// Remote servers (issue 10): `switchyard run --url` beside a bare HTTP client on the same server.
+// Remote servers: `switchyard run --url` beside a bare HTTP client on the same server.
 
 /// Sequential calls per block against an HTTP server (each takes a millisecond or more).
 const REMOTE_BLOCK: usize = 100;
@@ -1308,7 +1308,7 @@ fn free_port() -> u16 {
 }
 
 // ------------------------------------------------------------------------------------------------
-// The daemon (issue 11): a client's first tool result through `switchyard connect NAME` to a warm
+// The daemon: a client's first tool result through `switchyard connect NAME` to a warm
 // daemon, against `switchyard run` started cold and the server started directly; the daemon's
 // memory with ten idle servers.
 
@@ -1607,7 +1607,7 @@ fn pss_kib(pid: u32) -> u64 {
 }
 
 // ------------------------------------------------------------------------------------------------
-// The daemon's HTTP front (issue 13): server-everything behind the front (over stdio) against
+// The daemon's HTTP front: server-everything behind the front (over stdio) against
 // server-everything's own Streamable HTTP transport, reached by the same bare HTTP client.
 
 /// Sessions opened and ended (initialize, initialized, DELETE) per measurement of sessions/s.

@@ -1,4 +1,4 @@
-//! Remote servers (issue 10): `switchyard run --url` in front of real MCP servers over Streamable
+//! Remote servers: `switchyard run --url` in front of real MCP servers over Streamable
 //! HTTP and legacy SSE, with faults injected for real by a TCP proxy (sever: every connection
 //! reset; black hole: connections accepted, nothing carried) and by killing the server.
 //!

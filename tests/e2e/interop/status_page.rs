@@ -1,4 +1,4 @@
-//! The HTTP front's `/metrics`, `/api/status` and live status page (issue 13) through the real
+//! The HTTP front's `/metrics`, `/api/status` and live status page through the real
 //! daemon; the page is loaded in headless Chromium (Debian's `chromium`), which must be
 //! installed: without it these tests fail, they do not skip.
 

@@ -377,8 +377,6 @@ impl Drop for Home {
                 break;
             }
             for p in left {
-                // SAFETY: kill(2) has no memory-safety preconditions; the pid carries this test's
-                // environment, so it is a process this test started.
                 crate::signal_pid(p.pid, libc::SIGKILL);
             }
             std::thread::sleep(Duration::from_millis(20));

@@ -364,8 +364,6 @@ impl Drop for HttpServer {
 
 /// SIGKILL to the child's process group, then reap the child.
 fn kill_group(child: &mut Child) {
-    // SAFETY: killpg(2) has no memory-safety preconditions; the group is the child's own
-    // (process_group(0)), so nothing else is hit.
     crate::signal_group(child.id(), libc::SIGKILL);
     let _ = child.kill();
     let _ = child.wait();

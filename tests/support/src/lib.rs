@@ -224,7 +224,6 @@ impl Proc {
 
     /// Sends `sig` to the process itself (not its group), e.g. to test the router's own shutdown.
     pub fn signal(&self, sig: i32) {
-        // SAFETY: kill(2) has no memory-safety preconditions.
         crate::signal_pid(self.pid, sig);
     }
 
@@ -272,7 +271,6 @@ impl Proc {
 impl Drop for Proc {
     fn drop(&mut self) {
         if self.status.is_none() {
-            // SAFETY: killpg(2) has no memory-safety preconditions; the group is ours (process_group(0)).
             crate::signal_group(self.pid, libc::SIGKILL);
             let _ = self.child.start_kill();
         }
