@@ -2,7 +2,10 @@
 
 use std::path::{Path, PathBuf};
 
+use super::plan::LAUNCH_KEYS;
+use super::report::hide_secrets;
 use super::*;
+use crate::Entry;
 
 const EXE: &str = "/opt/switchyard/bin/switchyard";
 const CONFIG: &str = "/home/user/.config/switchyard/switchyard.toml";
@@ -338,7 +341,7 @@ fn only_picks_entries_and_refuses_unknown_names() {
 #[test]
 fn a_file_says_which_client_reads_it() {
     let home = Path::new("/home/u");
-    let g = |p: &str| guess(Path::new(p), home).map(|l| (l.client, l.scope));
+    let g = |p: &str| guess_client(Path::new(p), home).map(|l| (l.client, l.scope));
     assert_eq!(g("/x/Claude/claude_desktop_config.json"), Some((Client::ClaudeDesktop, Scope::User)));
     assert_eq!(g("/home/u/.claude.json"), Some((Client::ClaudeCode, Scope::User)));
     assert_eq!(g("/w/.mcp.json"), Some((Client::ClaudeCode, Scope::Project)));

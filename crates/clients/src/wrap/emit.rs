@@ -1,0 +1,183 @@
+//! The text `wrap` writes: a server's `[servers.NAME]` table for switchyard.toml, and the JSON
+//! entry that replaces the client's.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::{anyhow, bail};
+
+use super::Input;
+use super::plan::{Def, DefKind};
+use crate::jsonc::{Doc, Tree};
+use crate::{Entry, Found, Scope};
+
+/// The keys a wrapped entry writes itself (or that describe the server it replaces): never
+/// carried over from the original.
+const ENTRY_KEYS: &[&str] = &["type", "command", "args", "env", "cwd", "url", "headers"];
+
+/// A TOML string (basic, escaped).
+pub(super) fn toml_str(s: &str) -> String {
+    toml::Value::String(s.to_string()).to_string()
+}
+
+/// A TOML key: bare when it can be.
+pub(super) fn toml_key(k: &str) -> String {
+    if !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+        k.to_string()
+    } else {
+        toml_str(k)
+    }
+}
+
+fn toml_inline(map: &BTreeMap<String, String>) -> String {
+    let items: Vec<String> = map.iter().map(|(k, v)| format!("{} = {}", toml_key(k), toml_str(v))).collect();
+    format!("{{ {} }}", items.join(", "))
+}
+
+fn toml_list(items: &[String]) -> String {
+    format!("[{}]", items.iter().map(|s| toml_str(s)).collect::<Vec<_>>().join(", "))
+}
+
+/// `def` as the value of a `[servers.NAME]` table, for comparing with one in the file.
+pub(super) fn def_table(def: &Def) -> toml::Table {
+    let text = toml_body(def);
+    text.parse().expect("switchyard writes TOML it reads")
+}
+
+pub(super) fn toml_body(def: &Def) -> String {
+    let mut out = String::new();
+    match &def.kind {
+        DefKind::Stdio { command, args, env, cwd } => {
+            let _ = writeln!(out, "command = {}", toml_str(command));
+            if !args.is_empty() {
+                let _ = writeln!(out, "args = {}", toml_list(args));
+            }
+            if !env.is_empty() {
+                let _ = writeln!(out, "env = {}", toml_inline(env));
+            }
+            if let Some(cwd) = cwd {
+                let _ = writeln!(out, "cwd = {}", toml_str(cwd));
+            }
+        }
+        DefKind::Remote { url, transport, headers } => {
+            let _ = writeln!(out, "url = {}", toml_str(url));
+            if let Some(t) = transport {
+                let _ = writeln!(out, "transport = {}", toml_str(t));
+            }
+            if !headers.is_empty() {
+                let _ = writeln!(out, "headers = {}", toml_inline(headers));
+            }
+        }
+    }
+    if !def.client_env.is_empty() {
+        let _ = writeln!(out, "client_env = {}", toml_list(&def.client_env));
+    }
+    out
+}
+
+pub(super) fn toml_table(name: &str, def: &Def, input: &Input, map: &Found) -> String {
+    let from = match &map.scope {
+        Scope::ClaudeProject(p) => format!("{} (project {})", input.path.display(), p.display()),
+        _ => input.path.display().to_string(),
+    };
+    // A comment line cannot hold a line break; a path may.
+    let from: String = from.chars().map(|c| if c.is_control() { '?' } else { c }).collect();
+    format!(
+        "\n# From {} {from} (switchyard wrap)\n[servers.{}]\n{}",
+        input.client.name(),
+        toml_key(name),
+        toml_body(def)
+    )
+}
+
+/// How the file lays out an entry: the indentation of the line it starts on, that of its
+/// members (None: it is written on one line), and the line break.
+struct Layout {
+    outer: String,
+    inner: Option<String>,
+    newline: &'static str,
+}
+
+fn layout(text: &str, entry: &Entry) -> Layout {
+    let line_start = text[..entry.span.start].rfind('\n').map_or(0, |i| i + 1);
+    let outer: String = text[line_start..].chars().take_while(|c| *c == ' ' || *c == '\t').collect();
+    let body = &text[entry.span.clone()];
+    let newline = if text.contains("\r\n") { "\r\n" } else { "\n" };
+    let inner = body.find('\n').map(|nl| {
+        let next = &body[nl + 1..];
+        let indent: String = next.chars().take_while(|c| *c == ' ' || *c == '\t').collect();
+        if indent.len() > outer.len() && indent.starts_with(&outer) { indent } else { format!("{outer}  ") }
+    });
+    Layout { outer, inner, newline }
+}
+
+pub(super) fn json_str(s: &str) -> String {
+    serde_json::to_string(s).expect("a string serialises")
+}
+
+/// The text of the stdio entry that replaces `entry`: `type` when the original said it,
+/// `command`, `args`, `env` with the client's variables, then the original's other keys as they
+/// were written (client settings such as `disabled` or `autoApprove`).
+pub(super) fn wrapped_entry(
+    text: &str,
+    entry: &Entry,
+    exe: &Path,
+    config: &Path,
+    server: &str,
+    vars: &[(String, String)],
+) -> anyhow::Result<String> {
+    let original = &text[entry.span.clone()];
+    let doc = Doc::parse(original).map_err(|e| anyhow!("entry `{}` does not read alone: {}", entry.name, e.message))?;
+    let Tree::Object(members) = &doc.root.tree else { bail!("entry `{}` is not an object", entry.name) };
+    let exe = exe
+        .to_str()
+        .ok_or_else(|| anyhow!("{}: switchyard's path is not UTF-8, which JSON cannot hold", exe.display()))?;
+    let config = config
+        .to_str()
+        .ok_or_else(|| anyhow!("{}: the config's path is not UTF-8, which JSON cannot hold", config.display()))?;
+    let mut args = vec!["connect".to_string(), server.to_string(), "--config".to_string(), config.to_string()];
+    if !vars.is_empty() {
+        args.push("--env".into());
+        args.push(vars.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(","));
+    }
+    let mut fields: Vec<(String, String)> = Vec::new();
+    if members.iter().any(|m| m.key == "type") {
+        fields.push(("type".into(), json_str("stdio")));
+    }
+    fields.push(("command".into(), json_str(exe)));
+    let args_text = format!("[{}]", args.iter().map(|a| json_str(a)).collect::<Vec<_>>().join(", "));
+    fields.push(("args".into(), args_text));
+    let carried: Vec<&crate::jsonc::Member> =
+        members.iter().filter(|m| entry.unknown.contains(&m.key) && !ENTRY_KEYS.contains(&m.key.as_str())).collect();
+    // One line (`{ "a": 1, "b": 2 }`) or one member per line at the file's indentation.
+    let lay = layout(text, entry);
+    let object = |items: Vec<String>, indent: Option<(&str, &str)>| match indent {
+        None => format!("{{ {} }}", items.join(", ")),
+        Some((inner, outer)) => {
+            let nl = lay.newline;
+            let items: Vec<String> = items.iter().map(|i| format!("{inner}{i}")).collect();
+            format!("{{{nl}{}{nl}{outer}}}", items.join(&format!(",{nl}")))
+        }
+    };
+    let deeper = lay.inner.as_ref().map(|inner| format!("{inner}{}", &inner[lay.outer.len()..]));
+    if !vars.is_empty() {
+        let items = vars.iter().map(|(n, e)| format!("{}: {}", json_str(n), json_str(e))).collect();
+        fields.push(("env".into(), object(items, deeper.as_deref().zip(lay.inner.as_deref()))));
+    }
+    for m in carried {
+        fields.push((m.key.clone(), original[m.value.span.clone()].to_string()));
+    }
+    let items = fields.iter().map(|(k, v)| format!("{}: {v}", json_str(k))).collect();
+    Ok(object(items, lay.inner.as_deref().map(|inner| (inner, lay.outer.as_str()))))
+}
+
+/// `text` with each range replaced (ranges do not overlap).
+pub(super) fn splice(text: &str, mut edits: Vec<(std::ops::Range<usize>, String)>) -> String {
+    edits.sort_by_key(|(r, _)| std::cmp::Reverse(r.start));
+    let mut out = text.to_string();
+    for (range, with) in edits {
+        out.replace_range(range, &with);
+    }
+    out
+}

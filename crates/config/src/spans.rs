@@ -1,0 +1,122 @@
+//! Where things are in a config file, for errors that name the file, the line and the column.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::anyhow;
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use toml::Spanned;
+
+/// `config file X, line N` (the line when known).
+pub(crate) fn file_place(path: &Path, line: Option<usize>) -> String {
+    match line {
+        Some(n) => format!("config file {}, line {n}", path.display()),
+        None => format!("config file {}", path.display()),
+    }
+}
+
+/// Where the server keys are in a config file, for errors that name the line.
+#[derive(Default, Deserialize)]
+pub(crate) struct FileSpans {
+    /// The `[server]` table (its header, or the inline table).
+    #[serde(default)]
+    pub(crate) server: Option<Spanned<ServerSpans>>,
+    /// `servers` where it first appears, and each entry's table header (or its name, when only
+    /// a sub-table such as `[servers.x.pools.p]` opens it).
+    #[serde(default)]
+    pub(crate) servers: Option<Spanned<BTreeMap<String, Spanned<ServerSpans>>>>,
+    /// The `[http]` table and its keys.
+    #[serde(default)]
+    pub(crate) http: Option<Spanned<BTreeMap<String, Spanned<IgnoredAny>>>>,
+}
+
+#[derive(Default, Deserialize)]
+pub(crate) struct ServerSpans {
+    command: Option<Spanned<IgnoredAny>>,
+    args: Option<Spanned<IgnoredAny>>,
+    env: Option<Spanned<IgnoredAny>>,
+    cwd: Option<Spanned<IgnoredAny>>,
+    url: Option<Spanned<IgnoredAny>>,
+    transport: Option<Spanned<IgnoredAny>>,
+    pub(crate) headers: Option<BTreeMap<String, Spanned<IgnoredAny>>>,
+    client_env: Option<Spanned<IgnoredAny>>,
+}
+
+impl ServerSpans {
+    pub(crate) fn offset(&self, key: &str) -> Option<usize> {
+        let span = match key {
+            "command" => &self.command,
+            "args" => &self.args,
+            "env" => &self.env,
+            "cwd" => &self.cwd,
+            "url" => &self.url,
+            "transport" => &self.transport,
+            "client_env" => &self.client_env,
+            // The table itself has no span here: its first entry stands for it.
+            "headers" => return self.headers.iter().flat_map(|h| h.values()).map(|s| s.span().start).min(),
+            _ => &None,
+        };
+        span.as_ref().map(|s| s.span().start)
+    }
+}
+
+/// The 1-based line of byte `offset` in `text`.
+pub(crate) fn line_of(text: &str, offset: usize) -> usize {
+    text.as_bytes()[..offset.min(text.len())].iter().filter(|b| **b == b'\n').count() + 1
+}
+
+/// The 1-based line and column (in characters) of byte `offset` in `text`.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let mut at = offset.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    let start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    (line_of(text, at), text[start..at].chars().count() + 1)
+}
+
+/// A config file that is not TOML, or not switchyard's: one line with the file, the line and the
+/// column, and what is wrong there (the toml crate's own text spans several lines).
+pub(crate) fn parse_error(path: &Path, text: &str, e: &toml::de::Error) -> anyhow::Error {
+    let what = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
+    match e.span() {
+        Some(span) => {
+            let (line, col) = line_col(text, span.start);
+            anyhow!("config file {}, line {line}, column {col}: {what}", path.display())
+        }
+        None => anyhow!("config file {}: {what}", path.display()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Config;
+    use crate::test_support::load_text;
+
+    #[test]
+    fn a_broken_file_is_one_line_naming_the_file_line_and_column() {
+        for (text, line, col, says) in [
+            ("[limits]\ncall_timeout_ms = 1000\n  bad key = 3\n", 3, 7, "expected"),
+            ("[servers.fs]\ncommand = \n", 2, 11, "string values must be quoted"),
+            ("[servers.fs]\ncommand = \"x\"\ncomand = \"y\"\n", 3, 1, "unknown field `comand`"),
+            ("[servers.fs.limits]\ncall_timeout = 3\n", 2, 1, "unknown field `call_timeout`"),
+            ("[servers.fs.pools.default]\nmxa = 3\n", 2, 1, "unknown field `mxa`"),
+            ("[servers.fs]\nname = \"x\"\n", 2, 1, "unknown field `name`"),
+            ("[daemon]\nidle_exit = 3\n", 2, 1, "unknown field `idle_exit`"),
+            ("[daemon]\nidle_exit_ms = \"é\"\n", 2, 16, "invalid type"),
+        ] {
+            let (dir, c) = load_text(text);
+            let e = format!("{:#}", c.unwrap_err());
+            let file = dir.path().join("switchyard.toml");
+            let want = format!("config file {}, line {line}, column {col}: ", file.display());
+            assert!(e.starts_with(&want) && e.contains(says), "{text:?}: {e}");
+            assert!(!e.contains('\n'), "{text:?}: {e}");
+        }
+        // The column counts characters, not bytes.
+        assert_eq!(line_col("a\né = x", 5), (2, 3));
+        let e = parse_error(Path::new("f.toml"), "x", &toml::from_str::<Config>("x").unwrap_err()).to_string();
+        assert!(e.starts_with("config file f.toml, line 1, column "), "{e}");
+    }
+}
