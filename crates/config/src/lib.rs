@@ -185,7 +185,7 @@ impl Config {
         Ok(())
     }
 
-    /// Every server as a config of its own, by name, each ready for the router to resolve as a file of its own: its
+    /// Every server as a config of its own, by name, each ready to run as a file of its own would: its
     /// `server` named, its pools and limits merged over the file's (the `default` pool filled in),
     /// and the file's plugins, daemon settings and directory. In the `[server]` form, that one
     /// server under the name `target` gives it; none when it has neither a command nor a URL.
