@@ -621,7 +621,7 @@ async fn a_closed_plugin_that_does_not_load_rejects_until_it_does() {
     shutdown.cancel();
 }
 
-/// The cause of issue 8 item 1: plugin output from inside the async runtime made the host
+/// A bug once: plugin output from inside the async runtime made the host
 /// panic ("Cannot start a runtime from within a runtime") and lost the call. Through
 /// `decide_async`, on the current-thread runtime the router uses, every call is answered.
 #[tokio::test]

@@ -1,0 +1,178 @@
+//! The wasmtime engine and its epoch ticker, the generated wit bindings, resource limits and the compile cache.
+
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use anyhow::Context;
+use sha2::{Digest, Sha256};
+use wasmtime::Engine;
+use wasmtime::component::{Component, HasSelf, Linker};
+
+use switchyard_config::PluginEntry;
+
+use super::store::State;
+
+/// The one `bindgen!` site: Rust types and glue for `wit/policy.wit`.
+mod bindings {
+    wasmtime::component::bindgen!({ path: "../../wit", world: "policy" });
+}
+
+pub(super) use bindings::switchyard::policy::host::{self as wit_host, Level};
+pub(super) use bindings::switchyard::policy::types as wit;
+pub(super) use bindings::{Policy as Bindings, PolicyPre};
+
+/// How often the engine's epoch advances; deadlines are counted in these ticks.
+const TICK: Duration = Duration::from_millis(1);
+
+/// The engine, its linker and the epoch ticker, shared by every plugin of the process.
+pub(super) struct Runtime {
+    pub(super) engine: Engine,
+    pub(super) linker: Linker<State>,
+    /// Key part of cached artifacts: a different wasmtime or engine config must not reuse them.
+    compat: String,
+}
+
+pub(super) fn runtime() -> &'static Runtime {
+    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| Runtime::new().expect("the wasmtime engine configuration is valid"))
+}
+
+impl Runtime {
+    fn new() -> anyhow::Result<Runtime> {
+        let mut config = wasmtime::Config::new();
+        config.wasm_component_model(true);
+        // Deadlines: the ticker thread below advances the epoch; a store past its deadline traps.
+        config.epoch_interruption(true);
+        let engine = Engine::new(&config).map_err(wasm_err)?;
+
+        let mut linker = Linker::<State>::new(&engine);
+        // Rust's wasm32-wasip2 std imports WASI even when a plugin uses none of it; every
+        // capability is denied or stubbed in `State::new`.
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(wasm_err)?;
+        wit_host::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s).map_err(wasm_err)?;
+
+        let ticker = engine.weak();
+        std::thread::Builder::new()
+            .name("switchyard-epoch".into())
+            .spawn(move || {
+                while let Some(engine) = ticker.upgrade() {
+                    engine.increment_epoch();
+                    drop(engine);
+                    std::thread::sleep(TICK);
+                }
+            })
+            .context("cannot start the plugin deadline thread")?;
+
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        engine.precompile_compatibility_hash().hash(&mut h);
+        let compat = format!("{:016x}", h.finish());
+        Ok(Runtime { engine, linker, compat })
+    }
+}
+
+/// wasmtime has its own error type; loading code speaks anyhow.
+pub(super) fn wasm_err(e: wasmtime::Error) -> anyhow::Error {
+    anyhow::Error::from_boxed(e.into_boxed_dyn_error())
+}
+
+/// Per-plugin resource limits, from its `[[plugins]]` entry.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub deadline_ms: u64,
+    pub memory_mib: u64,
+    pub allow_clock: bool,
+    pub allow_random: bool,
+}
+
+impl Limits {
+    pub fn from_entry(e: &PluginEntry) -> Limits {
+        Limits {
+            deadline_ms: e.deadline_ms.max(1),
+            memory_mib: e.memory_mib.max(1),
+            allow_clock: e.allow_clock,
+            allow_random: e.allow_random,
+        }
+    }
+
+    pub(super) fn memory_bytes(&self) -> usize {
+        usize::try_from(self.memory_mib.saturating_mul(1024 * 1024)).unwrap_or(usize::MAX)
+    }
+
+    /// Epoch ticks for a budget: one extra tick because the next tick may come at once.
+    pub(super) fn ticks(ms: u64) -> u64 {
+        ms.saturating_add(1)
+    }
+}
+
+/// The content hash of a plugin file (SHA-256), used to skip unchanged files and as cache key.
+pub fn content_hash(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Where precompiled plugins are kept: `$XDG_CACHE_HOME/switchyard/plugins`, else
+/// `~/.cache/switchyard/plugins`. None when neither is known or the directory cannot be made.
+fn cache_dir() -> Option<&'static Path> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let base = std::env::var_os("XDG_CACHE_HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+        let dir = base.join("switchyard").join("plugins");
+        match std::fs::create_dir_all(&dir) {
+            Ok(()) => Some(dir),
+            Err(e) => {
+                tracing::debug!("no plugin compile cache ({}: {e})", dir.display());
+                None
+            }
+        }
+    })
+    .as_deref()
+}
+
+/// Compiles a component, or loads its precompiled form from the cache.
+#[allow(unsafe_code)]
+pub(super) fn compile(rt: &Runtime, bytes: &[u8], hash: &[u8; 32]) -> anyhow::Result<Component> {
+    let cached = cache_dir().map(|d| d.join(format!("{}-{}.cwasm", hex(hash), rt.compat)));
+    if let Some(path) = cached.as_deref().filter(|p| p.is_file()) {
+        // SAFETY: the cache holds only files this function wrote from `Component::serialize`
+        // under a name that pins the content hash and the engine's compatibility hash; wasmtime
+        // still checks the header and refuses a mismatching artifact.
+        match unsafe { Component::deserialize_file(&rt.engine, path) } {
+            Ok(c) => return Ok(c),
+            Err(e) => tracing::debug!("ignoring cached {}: {e}", path.display()),
+        }
+    }
+    if bytes.len() < 8 || bytes[..4] != *b"\0asm" {
+        let start = String::from_utf8_lossy(&bytes[..bytes.len().min(16)]).escape_debug().to_string();
+        anyhow::bail!("this file is not WebAssembly at all (it starts with \"{start}\", not \"\\0asm\")");
+    }
+    if is_core_module(bytes) {
+        anyhow::bail!("this is a core WebAssembly module, not a component (build for wasm32-wasip2)");
+    }
+    let component = Component::new(&rt.engine, bytes).map_err(wasm_err)?;
+    if let Some(path) = cached {
+        let write = || -> anyhow::Result<()> {
+            let art = component.serialize().map_err(wasm_err)?;
+            let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+            std::fs::write(&tmp, art)?;
+            std::fs::rename(&tmp, &path)?;
+            Ok(())
+        };
+        if let Err(e) = write() {
+            tracing::debug!("cannot cache {}: {e}", path.display());
+        }
+    }
+    Ok(component)
+}
+
+/// A core module starts with the same magic as a component but a different version field.
+fn is_core_module(bytes: &[u8]) -> bool {
+    bytes.len() >= 8 && bytes[..4] == *b"\0asm" && bytes[4..8] == [1, 0, 0, 0]
+}
