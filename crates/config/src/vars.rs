@@ -57,19 +57,9 @@ pub fn about_header(name: &str, origin: &Origin) -> String {
     format!("header `{name}` ({origin})")
 }
 
-/// Header names switchyard sets itself, as the protocol needs them; a configured one would clash.
-const PROTOCOL_HEADERS: &[&str] = &[
-    "accept",
-    "content-type",
-    "content-length",
-    "transfer-encoding",
-    "connection",
-    "mcp-session-id",
-    "mcp-protocol-version",
-    "mcp-method",
-    "mcp-name",
-    "last-event-id",
-];
+/// HTTP header names switchyard sets itself for the transport; with MCP's own
+/// (`switchyard_mcp::header::PROTOCOL`), a configured one would clash.
+const TRANSPORT_HEADERS: &[&str] = &["accept", "content-type", "content-length", "transfer-encoding", "connection"];
 
 /// A header name must be an HTTP token (RFC 9110) and not one switchyard sets itself. The name
 /// is not repeated in the error: a mistyped `--header` may have a secret where the name should be.
@@ -88,7 +78,8 @@ pub fn check_header_name(name: &str) -> Result<(), String> {
             "has a name with {what} in it; a header name has only letters, digits and !#$%&'*+-.^_`|~"
         ));
     }
-    if PROTOCOL_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+    let lower = name.to_ascii_lowercase();
+    if TRANSPORT_HEADERS.iter().chain(switchyard_mcp::header::PROTOCOL).any(|h| *h == lower) {
         return Err("is set by switchyard itself, as the protocol needs it; remove it".into());
     }
     Ok(())

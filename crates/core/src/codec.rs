@@ -454,7 +454,7 @@ struct ProgressMeta<'a> {
 }
 
 /// The key of the per-request envelope of the 2026-07-28 protocol: only such requests carry it.
-pub const PROTOCOL_VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
+pub const PROTOCOL_VERSION_META: &str = switchyard_mcp::meta::PROTOCOL_VERSION;
 
 /// The protocol version a 2026-07-28-era request carries in `params._meta` (such a request
 /// needs no `initialize`), or None for a request of the initialize era.

@@ -10,6 +10,9 @@
 #![deny(unsafe_code)]
 
 pub mod call;
+#[cfg(test)]
+mod call_path_tests;
+pub mod control;
 pub mod downstream;
 pub mod gate;
 pub mod peer;
@@ -24,7 +27,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::registry::Router;
+use crate::registry::Servers;
 use crate::upstream::target::Target;
 use switchyard_config::Config;
 use switchyard_policy::Policy;
@@ -52,7 +55,7 @@ pub async fn run(config: Config, opts: RunOptions, shutdown: CancellationToken) 
     Target::of(&config)?;
     let policy = Policy::start(&config, opts.plugins_dir.clone(), shutdown.child_token()).await?;
     let about = registry::About { config: None, socket: opts.listen.clone(), log: None };
-    let router = Router::new(policy, about, opts.supervisor.clone(), shutdown.clone());
+    let router = Servers::new(policy, about, opts.supervisor.clone(), shutdown.clone());
     let server = router.build(&config)?;
     let name = server.name.clone();
     // Bound before "ready" is logged: whoever waits for that line may connect at once.
@@ -90,6 +93,9 @@ mod layering {
 
     /// The stages in the order of the message path, lowest first.
     pub const ORDER: &[&str] = &[
+        // The Unix socket's control lines (hello, reply, drain): sessions send drains, the
+        // socket listener and `connect` speak the rest.
+        "control",
         "gate",
         // The transports to servers; declare `Events` and `ProgressSink` for what they receive.
         "upstream",
@@ -103,7 +109,7 @@ mod layering {
         "call",
         "session",
         "registry",
-        // How clients reach the router: stdio, the Unix socket (and its control protocol), HTTP.
+        // How clients reach the router: stdio, the Unix socket, HTTP.
         "downstream",
     ];
 

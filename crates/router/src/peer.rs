@@ -19,7 +19,7 @@ pub struct Out {
 }
 
 /// What the hub knows of one client session.
-pub struct SessionLink {
+pub struct ClientPeer {
     pub id: SessionId,
     /// Lines to the client. Unbounded so one slow client cannot stall an instance's reader
     /// (and with it every other session's replies); `backlog` bounds it instead.
@@ -49,7 +49,7 @@ pub struct SessionLink {
 }
 
 /// Counts a call as waiting while it lives.
-pub struct WaitingCall<'a>(&'a SessionLink);
+pub struct WaitingCall<'a>(&'a ClientPeer);
 
 impl Drop for WaitingCall<'_> {
     fn drop(&mut self) {
@@ -57,20 +57,20 @@ impl Drop for WaitingCall<'_> {
     }
 }
 
-impl crate::upstream::ProgressSink for SessionLink {
+impl crate::upstream::ProgressSink for ClientPeer {
     fn progress(&self, line: String) {
         self.send(line);
     }
 }
 
-impl SessionLink {
+impl ClientPeer {
     pub fn new(
         id: SessionId,
         out: mpsc::UnboundedSender<Out>,
         queue_limit: usize,
         buffered: Arc<Buffered>,
-    ) -> Arc<SessionLink> {
-        Arc::new(SessionLink {
+    ) -> Arc<ClientPeer> {
+        Arc::new(ClientPeer {
             id,
             out,
             backlog: Arc::new(Backlog::new(queue_limit, buffered)),
@@ -409,7 +409,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_large_answer_to_a_reading_client_passes_and_a_client_that_stops_reading_is_closed() {
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let link = SessionLink::new(1, tx, 1000, Buffered::new(usize::MAX));
+        let link = ClientPeer::new(1, tx, 1000, Buffered::new(usize::MAX));
         let backlog = link.backlog();
         // One answer four times the limit, read slowly (a tenth every second): never closed.
         link.send("x".repeat(4000));
@@ -433,7 +433,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_reader_slower_than_its_server_is_closed_at_the_cap() {
         let (tx, _rx) = mpsc::unbounded_channel();
-        let link = SessionLink::new(1, tx, 1000, Buffered::new(usize::MAX));
+        let link = ClientPeer::new(1, tx, 1000, Buffered::new(usize::MAX));
         for _ in 0..15 {
             link.send("x".repeat(999));
         }
@@ -445,7 +445,7 @@ mod tests {
     #[test]
     fn a_client_is_asked_only_for_what_it_declared() {
         let (tx, _rx) = mpsc::unbounded_channel();
-        let link = SessionLink::new(1, tx, 1000, Buffered::new(usize::MAX));
+        let link = ClientPeer::new(1, tx, 1000, Buffered::new(usize::MAX));
         // Before any initialize nothing is known, so nothing is refused.
         assert_eq!(link.lacks_capability_for("sampling/createMessage"), None);
         link.declare_capabilities(r#"{"capabilities":{"sampling":{},"roots":null},"clientInfo":{}}"#);

@@ -213,7 +213,7 @@ fn main() -> ExitCode {
         Command::Supervise { router, command } => switchyard_router::upstream::stdio::supervisor::run(router, &command),
         Command::Run(args) => report(commands::run::run_blocking(args)),
         Command::Daemon(args) => report(commands::daemon::daemon_blocking(args)),
-        Command::Status { json, which } => report(commands::daemon::status_blocking(which, json)),
+        Command::Status { json, which } => report(commands::status::status_blocking(which, json)),
         Command::Token { config, url, http } => report(
             switchyard_router::downstream::http::token::command(
                 config.as_deref(),
@@ -225,7 +225,7 @@ fn main() -> ExitCode {
                 let _ = std::io::stdout().write_all(text.as_bytes());
             }),
         ),
-        Command::Stop { which } => report(commands::daemon::stop_blocking(which)),
+        Command::Stop { which } => report(commands::stop::stop_blocking(which)),
         Command::Clients { project, json } => {
             report(switchyard_clients::list::run(project.as_deref(), json).map(|text| {
                 let _ = std::io::stdout().write_all(text.as_bytes());

@@ -3,6 +3,7 @@
 use std::time::{Duration, Instant};
 
 use super::PluginError;
+use switchyard_core::backoff::{Backoff, Jitter};
 
 /// Calls in a row past the deadline after which a plugin is switched off for a cool-down.
 pub(super) const BREAKER_THRESHOLD: u32 = 5;
@@ -48,7 +49,7 @@ impl Breaker {
                 if tried || (self.open_until.is_none() && self.deadline_streak >= BREAKER_THRESHOLD) {
                     self.trips += 1;
                     let cool_down =
-                        BREAKER_COOL_DOWN.saturating_mul(1 << (self.trips - 1).min(5)).min(BREAKER_MAX_COOL_DOWN);
+                        Backoff::new(BREAKER_COOL_DOWN, BREAKER_MAX_COOL_DOWN, Jitter::None).delay(self.trips - 1);
                     self.open_until = Some(now + cool_down);
                     return Some(BreakerChange::Opened { streak: self.deadline_streak, cool_down });
                 }

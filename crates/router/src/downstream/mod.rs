@@ -1,6 +1,5 @@
 //! Where clients come from: stdin/stdout, and a Unix socket for shared (daemon) use.
 
-pub mod control;
 pub mod http;
 
 use std::path::{Path, PathBuf};
@@ -14,16 +13,16 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use self::control::{Hello, Reply};
-use crate::registry::Router;
+use crate::control::{self, Hello, Reply};
+use crate::registry::Servers;
 use crate::server::Server;
 use crate::session::{self, Opening};
 
 /// Serves the client on stdin/stdout until it closes stdin or `shutdown` fires.
-pub async fn stdio(router: Arc<Router>, server: Arc<Server>, shutdown: CancellationToken) {
+pub async fn stdio(router: Arc<Servers>, server: Arc<Server>, shutdown: CancellationToken) {
     let (input, output, restore) = stdio::open();
     let reader = BufReader::with_capacity(64 * 1024, input);
-    let opening = Opening { transport: "stdio", registry: router.registry.clone(), speaks_control: false };
+    let opening = Opening { transport: "stdio", sessions: router.sessions.clone(), speaks_control: false };
     session::serve(server, reader, output, opening, shutdown).await;
     drop(restore);
 }
@@ -224,7 +223,7 @@ const ACCEPT_WARN_EVERY: Duration = Duration::from_secs(5);
 
 /// Accepts connections on the socket until `shutdown`; each is a session (or one status or
 /// stop request), from this user only.
-pub async fn listen(router: Arc<Router>, bound: Bound, path: PathBuf, shutdown: CancellationToken) {
+pub async fn listen(router: Arc<Servers>, bound: Bound, path: PathBuf, shutdown: CancellationToken) {
     let Bound { listener, file } = bound;
     let sessions = TaskTracker::new();
     let mut backoff = ACCEPT_BACKOFF_MIN;
@@ -301,7 +300,7 @@ const FIRST_LINE_MAX: u64 = 64 * 1024 * 1024;
 
 /// One accepted connection: a hello (`control::Hello`) says what it wants; anything else is the
 /// first MCP message of a session with the router's only server.
-async fn open(router: Arc<Router>, stream: UnixStream, shutdown: CancellationToken) {
+async fn open(router: Arc<Servers>, stream: UnixStream, shutdown: CancellationToken) {
     use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
     let (r, mut w) = stream.into_split();
     let mut reader = BufReader::with_capacity(64 * 1024, r);
@@ -330,7 +329,7 @@ async fn open(router: Arc<Router>, stream: UnixStream, shutdown: CancellationTok
                 if w.write_all(reply(&welcome).as_bytes()).await.is_err() {
                     return;
                 }
-                let opening = Opening { transport: "unix", registry: router.registry.clone(), speaks_control: true };
+                let opening = Opening { transport: "unix", sessions: router.sessions.clone(), speaks_control: true };
                 let ends = server.shutdown.clone();
                 session::serve(server, reader, w, opening, ends).await;
             }
@@ -353,7 +352,7 @@ async fn open(router: Arc<Router>, stream: UnixStream, shutdown: CancellationTok
         // No hello: a raw MCP client, for the only server.
         None => match router.lookup(None, &Default::default()) {
             Ok(server) => {
-                let opening = Opening { transport: "unix", registry: router.registry.clone(), speaks_control: false };
+                let opening = Opening { transport: "unix", sessions: router.sessions.clone(), speaks_control: false };
                 let ends = server.shutdown.clone();
                 let reader = std::io::Cursor::new(first).chain(reader);
                 session::serve(server, reader, w, opening, ends).await;

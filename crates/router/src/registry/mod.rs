@@ -2,9 +2,10 @@
 //! server whose configuration changed hands its sessions over to its successor, and the
 //! variants of a template server (one with `client_env`), one per distinct set of client values.
 
+mod templates;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -14,26 +15,18 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::server::Server;
-use crate::session::Registry;
+use crate::session::Sessions;
 use crate::upstream::remote::RemoteConnector;
 use crate::upstream::target::Target;
-use crate::upstream::transport::{BoxFuture, Failure};
 use crate::upstream::{Connector, Spec, StdioConnector};
 use switchyard_config::Config;
 use switchyard_core::metrics::{Live, LiveServer, Metrics};
 use switchyard_policy::Policy;
+pub use templates::VARIANT_IDLE;
+use templates::{Redacting, Shown, Template, redact};
 
 /// How often a retired server checks whether its last session has gone.
 const RETIRED_CHECK: Duration = Duration::from_millis(200);
-/// How long a variant of a template goes on running after its last session has gone: a client
-/// that comes back (a restarted chat, a `connect` killed and started again) finds its server
-/// and that server's state still there.
-pub const VARIANT_IDLE: Duration = Duration::from_secs(600);
-/// How often a variant checks whether it has been idle that long.
-const VARIANT_CHECK: Duration = Duration::from_secs(1);
-/// Client values shorter than this are not blanked out of error texts (see [`redact`]): doing
-/// so would garble the text, and so short a value is no secret.
-const REDACT_MIN: usize = 4;
 
 /// Where the router lives, for status.
 #[derive(Debug, Clone, Default)]
@@ -44,52 +37,6 @@ pub struct About {
     pub log: Option<PathBuf>,
 }
 
-/// A server with `client_env`: its config as written, and the servers made from it for the
-/// clients' values (variants), made when a client with a new set of values joins.
-struct Template {
-    name: String,
-    /// The single-server config, `${NAME}` of client names not yet replaced.
-    config: Config,
-    /// What it fronts, as written (never with a client's value).
-    shown: String,
-    variants: Mutex<Vec<Arc<Variant>>>,
-    /// The number of the next variant (`NAME@N`).
-    next: AtomicU64,
-    /// Fires when the template leaves the router (changed, removed): its variants' upkeep ends.
-    gone: CancellationToken,
-}
-
-/// One server of a template, for one set of client values.
-struct Variant {
-    /// `NAME@N`: how status names it (never by its values, nor a hash of them).
-    label: String,
-    values: BTreeMap<String, String>,
-    server: Arc<Server>,
-    /// When a client was last sent to it, or last seen on it.
-    used: Mutex<Instant>,
-}
-
-/// How status shows a server that is a variant: its label, what its template fronts, and the
-/// values to blank out of what its instances report.
-#[derive(Clone)]
-struct Shown {
-    label: String,
-    template: String,
-    target: String,
-    values: BTreeMap<String, String>,
-}
-
-impl Variant {
-    fn shown(&self, template: &Template) -> Shown {
-        Shown {
-            label: self.label.clone(),
-            template: template.name.clone(),
-            target: template.shown.clone(),
-            values: self.values.clone(),
-        }
-    }
-}
-
 /// Starts what keeps a serving server as configured: its `min` instances, and its response to
 /// a plugin change.
 fn start_upkeep(server: &Arc<Server>) {
@@ -97,54 +44,8 @@ fn start_upkeep(server: &Arc<Server>) {
     server.tasks.spawn(server.clone().watch_policy());
 }
 
-/// `text` with every client value (of at least [`REDACT_MIN`] bytes) replaced by `${NAME}`.
-fn redact(text: &str, values: &BTreeMap<String, String>) -> String {
-    let mut out = text.to_string();
-    for (name, value) in values.iter().filter(|(_, v)| v.len() >= REDACT_MIN) {
-        out = out.replace(value.as_str(), &format!("${{{name}}}"));
-    }
-    out
-}
-
-/// The connector of a variant: what it says of itself and of a failed start (which reaches
-/// clients and status) has the client's values blanked out, as `${NAME}`.
-struct Redacting {
-    inner: Arc<dyn Connector>,
-    values: BTreeMap<String, String>,
-    /// Log a failed start (the stdio connector, told not to, would have).
-    log: bool,
-}
-
-impl Connector for Redacting {
-    fn connect(
-        &self,
-        label: &str,
-        inbound: Arc<dyn crate::upstream::Inbound>,
-    ) -> BoxFuture<'static, Result<Arc<dyn crate::upstream::Transport>, Failure>> {
-        let started = self.inner.connect(label, inbound);
-        let (values, label, log) = (self.values.clone(), label.to_string(), self.log);
-        Box::pin(async move {
-            started.await.map_err(|f| {
-                let reason = redact(&f.reason, &values);
-                if log {
-                    tracing::error!(instance = %label, "{reason}");
-                }
-                Failure { reason, ..f }
-            })
-        })
-    }
-
-    fn describe(&self) -> String {
-        redact(&self.inner.describe(), &self.values)
-    }
-
-    fn hint(&self) -> String {
-        redact(&self.inner.hint(), &self.values)
-    }
-}
-
 /// One router: its servers by name, one plugin set for all, and their sessions.
-pub struct Router {
+pub struct Servers {
     servers: RwLock<BTreeMap<String, Arc<Server>>>,
     /// Servers with `client_env`, by name (never also in `servers`).
     templates: RwLock<BTreeMap<String, Arc<Template>>>,
@@ -153,7 +54,7 @@ pub struct Router {
     /// Servers replaced or removed by a config change that still serve sessions (with how a
     /// variant is shown).
     retired: Mutex<Vec<(Arc<Server>, Option<Shown>)>>,
-    pub registry: Arc<Registry>,
+    pub sessions: Arc<Sessions>,
     pub policy: Policy,
     pub about: About,
     /// Instances run under `switchyard supervise` (see `upstream::Spec::supervisor`).
@@ -166,18 +67,18 @@ pub struct Router {
     pub metrics: Arc<Metrics>,
 }
 
-impl Router {
-    pub fn new(policy: Policy, about: About, supervisor: Option<PathBuf>, shutdown: CancellationToken) -> Arc<Router> {
-        Arc::new_cyclic(|me: &std::sync::Weak<Router>| {
+impl Servers {
+    pub fn new(policy: Policy, about: About, supervisor: Option<PathBuf>, shutdown: CancellationToken) -> Arc<Servers> {
+        Arc::new_cyclic(|me: &std::sync::Weak<Servers>| {
             let me = me.clone();
             let metrics = Arc::new(Metrics::new(move || me.upgrade().map(|r| r.live()).unwrap_or_default()));
             policy.attach_metrics(&metrics);
-            Router {
+            Servers {
                 servers: RwLock::new(BTreeMap::new()),
                 templates: RwLock::new(BTreeMap::new()),
                 broken: RwLock::new(BTreeMap::new()),
                 retired: Mutex::new(Vec::new()),
-                registry: Arc::new(Registry::default()),
+                sessions: Arc::new(Sessions::default()),
                 policy,
                 about,
                 supervisor,
@@ -207,8 +108,8 @@ impl Router {
             })
             .collect();
         let sessions = self
-            .registry
-            .sessions()
+            .sessions
+            .list()
             .iter()
             .map(|s| (s.server().name.clone(), s.transport().to_string(), s.waiting()))
             .collect();
@@ -265,7 +166,7 @@ impl Router {
     }
 
     /// Serves `server` under its name from now on (its upkeep starts). A server of that name
-    /// already there is retired: see [`Router::retire`].
+    /// already there is retired: see [`Servers::retire`].
     pub fn add(self: &Arc<Self>, server: Arc<Server>, why: &str) {
         start_upkeep(&server);
         self.broken.write().expect("lock").remove(&server.name);
@@ -277,131 +178,6 @@ impl Router {
         if let Some(t) = template {
             self.retire_template(&t, why, true);
         }
-    }
-
-    /// Serves the template `config` (a single-server config with `client_env`) under its name
-    /// from now on: each client gets the variant for its values. What was there under that name
-    /// is retired, as by [`Router::add`]. Fails (nothing changes) when the template cannot work
-    /// whatever the client sends: a header's `${VAR}` of the daemon's environment not set, say.
-    pub fn add_template(self: &Arc<Self>, config: &Config, why: &str) -> anyhow::Result<()> {
-        let s = &config.server;
-        let name = s.name.clone().unwrap_or_default();
-        for (header, value) in &s.headers {
-            let env = |var: &str| {
-                if s.client_env.iter().any(|n| n == var) { Ok(String::new()) } else { std::env::var(var) }
-            };
-            switchyard_config::expand(&value.raw, &env).map_err(|e| {
-                anyhow!("server `{name}`: {} {e}", switchyard_config::about_header(header, &value.origin))
-            })?;
-        }
-        let shown = match (&s.command, &s.url) {
-            (Some(command), _) => std::iter::once(command).chain(&s.args).cloned().collect::<Vec<_>>().join(" "),
-            (None, Some(url)) => match switchyard_config::parse_url(url) {
-                Ok(u) => switchyard_config::display_url(&u),
-                // `${NAME}` in the host: as written, up to any query (which may hold a key).
-                Err(_) => url.split(['?', '#']).next().unwrap_or_default().to_string(),
-            },
-            (None, None) => String::new(),
-        };
-        let template = Arc::new(Template {
-            name: name.clone(),
-            config: config.clone(),
-            shown,
-            variants: Mutex::new(Vec::new()),
-            next: AtomicU64::new(1),
-            gone: self.shutdown.child_token(),
-        });
-        self.broken.write().expect("lock").remove(&name);
-        let server = self.servers.write().expect("lock").remove(&name);
-        let old = self.templates.write().expect("lock").insert(name, template);
-        if let Some(old) = server {
-            self.retire(old, why, true, None);
-        }
-        if let Some(t) = old {
-            self.retire_template(&t, why, true);
-        }
-        Ok(())
-    }
-
-    /// A template leaves: each of its variants is retired as a server is (see [`Router::retire`]).
-    fn retire_template(self: &Arc<Self>, template: &Template, why: &str, replaced: bool) {
-        template.gone.cancel();
-        let variants = std::mem::take(&mut *template.variants.lock().expect("lock"));
-        for v in variants {
-            self.retire(v.server.clone(), why, replaced, Some(v.shown(template)));
-        }
-    }
-
-    /// The variant of `template` for a client that sent `env`: the one serving these values, or
-    /// a new one. Names of `env` the template does not take are ignored. None: the template
-    /// left the router meanwhile (look it up again).
-    fn variant(
-        self: &Arc<Self>,
-        template: &Arc<Template>,
-        env: &BTreeMap<String, String>,
-    ) -> Result<Option<Arc<Server>>, String> {
-        let names = &template.config.server.client_env;
-        let values: BTreeMap<String, String> =
-            names.iter().filter_map(|n| env.get(n).map(|v| (n.clone(), v.clone()))).collect();
-        let mut variants = template.variants.lock().expect("lock");
-        // Checked under the lock `retire_template` takes after cancelling: a variant made here
-        // is either seen and retired there, or never made.
-        if template.gone.is_cancelled() {
-            return Ok(None);
-        }
-        if let Some(v) = variants.iter().find(|v| v.values == values) {
-            *v.used.lock().expect("lock") = Instant::now();
-            return Ok(Some(v.server.clone()));
-        }
-        // The error texts come from code that saw the values: blanked out, to be safe.
-        let concrete = template.config.for_client(&values).map_err(|e| redact(&format!("{e:#}"), &values))?;
-        let server =
-            self.build(&concrete).map_err(|e| redact(&format!("server `{}`: {e:#}", template.name), &values))?;
-        let label = format!("{}@{}", template.name, template.next.fetch_add(1, Ordering::Relaxed));
-        // Its instances say which variant they belong to (`NAME@2#1`) in logs and status.
-        server.set_instance_prefix(&label);
-        start_upkeep(&server);
-        let variant = Arc::new(Variant { label, values, server: server.clone(), used: Mutex::new(Instant::now()) });
-        variants.push(variant.clone());
-        drop(variants);
-        tracing::info!(
-            server = %template.name,
-            "{} started: a client's values of {} differ from those of every running variant",
-            variant.label,
-            names.join(", ")
-        );
-        tokio::spawn(self.clone().expire(template.clone(), variant));
-        Ok(Some(server))
-    }
-
-    /// Stops `variant` once it has had no session for [`VARIANT_IDLE`]; ends early when the
-    /// template leaves (retiring the variant then is [`Router::retire_template`]'s).
-    async fn expire(self: Arc<Self>, template: Arc<Template>, variant: Arc<Variant>) {
-        loop {
-            tokio::select! {
-                _ = template.gone.cancelled() => return,
-                _ = variant.server.shutdown.cancelled() => return,
-                _ = tokio::time::sleep(VARIANT_CHECK) => {}
-            }
-            if variant.server.hub.session_count() > 0 {
-                *variant.used.lock().expect("lock") = Instant::now();
-                continue;
-            }
-            // Under the lock a client finding this variant takes, so none is sent to it now.
-            let mut variants = template.variants.lock().expect("lock");
-            if variant.used.lock().expect("lock").elapsed() < VARIANT_IDLE || variant.server.hub.session_count() > 0 {
-                continue;
-            }
-            variants.retain(|v| !Arc::ptr_eq(v, &variant));
-            break;
-        }
-        tracing::info!(
-            server = %template.name,
-            "{}: no session for {} s; its instances stop",
-            variant.label,
-            VARIANT_IDLE.as_secs()
-        );
-        stop_server(&variant.server).await;
     }
 
     /// Records a server of the config that cannot be used, and why; one of that name that was
@@ -451,7 +227,7 @@ impl Router {
                 s.shutdown.cancel();
             }
         } else {
-            let told = self.registry.drain(&old, why);
+            let told = self.sessions.drain(&old, why);
             tracing::info!(server = %old.name, "{why}{of}: new sessions use the new configuration; {told} session(s) asked to move, the old instances stop when their last session has gone");
         }
         self.retired.lock().expect("lock").push((old.clone(), shown));
@@ -551,21 +327,11 @@ impl Router {
         names
     }
 
-    /// The variants of every template, with how status shows each.
-    fn variants(&self) -> Vec<(Arc<Server>, Shown)> {
-        let templates: Vec<Arc<Template>> = self.templates.read().expect("lock").values().cloned().collect();
-        let mut out = Vec::new();
-        for t in templates {
-            out.extend(t.variants.lock().expect("lock").iter().map(|v| (v.server.clone(), v.shown(&t))));
-        }
-        out
-    }
-
     /// Everything `switchyard status --json` shows. A template is listed with the names of its
     /// variants, and each variant as a server of its own, named `NAME@N`; a client's values
     /// never appear.
     pub fn status(&self) -> Value {
-        let sessions = self.registry.sessions();
+        let sessions = self.sessions.list();
         let with_sessions = |server: &Arc<Server>, shown: Option<&Shown>| {
             let mut v = server.status();
             let mine: Vec<Value> =
@@ -649,8 +415,8 @@ mod tests {
     use super::*;
     use crate::session::{self, Opening};
 
-    fn router() -> Arc<Router> {
-        Router::new(Policy::disabled(), About::default(), None, CancellationToken::new())
+    fn router() -> Arc<Servers> {
+        Servers::new(Policy::disabled(), About::default(), None, CancellationToken::new())
     }
 
     /// The template `[servers.t]` with `client_env = ["A"]` and `args`.
@@ -665,7 +431,7 @@ mod tests {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
-    fn names(router: &Router) -> Vec<String> {
+    fn names(router: &Servers) -> Vec<String> {
         let status = router.status();
         status["servers"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap().to_string()).collect()
     }
@@ -702,7 +468,7 @@ mod tests {
         // A session keeps it however long it lasts.
         let (client, ours) = tokio::io::duplex(1024);
         let (r, w) = tokio::io::split(ours);
-        let opening = Opening { transport: "test", registry: router.registry.clone(), speaks_control: true };
+        let opening = Opening { transport: "test", sessions: router.sessions.clone(), speaks_control: true };
         let serving = tokio::spawn(session::serve(
             server.clone(),
             tokio::io::BufReader::new(r),

@@ -5,6 +5,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Server;
+use switchyard_core::backoff::{Backoff, Jitter};
 use switchyard_core::error::CallError;
 
 /// Consecutive start-up failures after which the server is marked down.
@@ -25,9 +26,7 @@ impl StartHealth {
     /// 100 ms after the first failure, doubling, at most 10 s; then up to 20 % less, at random,
     /// so routers that lost the same remote server do not all knock again at the same moment.
     fn backoff(&self) -> Duration {
-        let exp = self.failures.saturating_sub(1).min(10);
-        let full = Duration::from_millis(100u64 << exp).min(MAX_WAIT);
-        full.mul_f64(1.0 - fastrand::f64() * 0.2)
+        Backoff::new(Duration::from_millis(100), MAX_WAIT, Jitter::Less(0.2)).delay(self.failures.saturating_sub(1))
     }
 
     /// Records a failed start; returns how long the server is now down, if it is.
@@ -40,8 +39,8 @@ impl StartHealth {
         }
         // Down for 1 s, then 2, 4, ... at most 10 s (as the backoff): retried "half-open" after
         // each period, so a server that comes back is used within 10 s.
-        let exp = (self.failures - CRASH_LOOP_FAILURES).min(4);
-        let down = Duration::from_secs(1u64 << exp).min(MAX_WAIT);
+        let down =
+            Backoff::new(Duration::from_secs(1), MAX_WAIT, Jitter::None).delay(self.failures - CRASH_LOOP_FAILURES);
         self.next_allowed = self.next_allowed.map(|t| t.min(now + down));
         self.down_until = Some(now + down);
         Some(down)

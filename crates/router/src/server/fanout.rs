@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
-use crate::peer::{SessionLink, level_rank};
+use crate::peer::{ClientPeer, level_rank};
 use crate::upstream::{Instance, Owners};
 use switchyard_core::codec::{self, Envelope};
 use switchyard_core::ids::SessionId;
@@ -114,14 +114,14 @@ pub trait Upstreams: Send + Sync + 'static {
 }
 
 /// Routes a server's notifications and requests to sessions; tracks subscriptions.
-pub struct Hub {
+pub struct Fanout {
     server: String,
     /// The server this hub belongs to (for fetching lists and reaching instances).
     owner: Weak<dyn Upstreams>,
     /// How long a call whose client stopped waiting still counts as an owner of what the
     /// server sends (it may still be running there): one call timeout.
     linger: Duration,
-    sessions: RwLock<BTreeMap<SessionId, Arc<SessionLink>>>,
+    sessions: RwLock<BTreeMap<SessionId, Arc<ClientPeer>>>,
     subscriptions: Mutex<HashMap<String, BTreeSet<SessionId>>>,
     roots: Mutex<HashMap<SessionId, RootsState>>,
     /// roots/list requests of servers handed to clients: (session, id the session sees).
@@ -142,7 +142,7 @@ pub struct Hub {
     elicitations: Mutex<HashMap<(u64, String), SessionId>>,
 }
 
-impl crate::upstream::Events for Hub {
+impl crate::upstream::Events for Fanout {
     fn server_request(self: Arc<Self>, from: &Arc<Instance>, line: String, env: Envelope) {
         self.on_server_request(from, line, env);
     }
@@ -154,9 +154,9 @@ impl crate::upstream::Events for Hub {
     }
 }
 
-impl Hub {
-    pub fn new(server: &str, linger: Duration, owner: Weak<dyn Upstreams>) -> Arc<Hub> {
-        Arc::new(Hub {
+impl Fanout {
+    pub fn new(server: &str, linger: Duration, owner: Weak<dyn Upstreams>) -> Arc<Fanout> {
+        Arc::new(Fanout {
             server: server.to_string(),
             owner,
             linger,
@@ -179,7 +179,7 @@ impl Hub {
         self.linger
     }
 
-    pub fn attach(&self, link: Arc<SessionLink>) {
+    pub fn attach(&self, link: Arc<ClientPeer>) {
         self.sessions.write().expect("lock").insert(link.id, link);
     }
 
@@ -197,7 +197,7 @@ impl Hub {
         self.elicitations.lock().expect("lock").retain(|_, s| *s != id);
     }
 
-    pub fn session(&self, id: SessionId) -> Option<Arc<SessionLink>> {
+    pub fn session(&self, id: SessionId) -> Option<Arc<ClientPeer>> {
         self.sessions.read().expect("lock").get(&id).cloned()
     }
 
@@ -213,7 +213,7 @@ impl Hub {
     }
 
     /// Sessions that may see traffic of `inst`: its owner only, for affinity instances.
-    fn audience(&self, inst: &Instance) -> Vec<Arc<SessionLink>> {
+    fn audience(&self, inst: &Instance) -> Vec<Arc<ClientPeer>> {
         let sessions = self.sessions.read().expect("lock");
         match inst.owner {
             Some(owner) => sessions.get(&owner).cloned().into_iter().collect(),
@@ -357,7 +357,7 @@ impl Hub {
     /// A client said its roots changed. When switchyard keeps roots of this client, it asks for
     /// the new ones before telling the servers this session may use (which then ask again and
     /// are answered from them); otherwise the change goes on at once, as it came.
-    pub fn roots_list_changed(self: &Arc<Self>, link: &Arc<SessionLink>, line: String) {
+    pub fn roots_list_changed(self: &Arc<Self>, link: &Arc<ClientPeer>, line: String) {
         let (hub, session) = (self.clone(), link.id);
         let asked = {
             let mut roots = self.roots.lock().expect("lock");
@@ -421,7 +421,7 @@ impl Hub {
 
     /// A client's response to a server-to-client request: back to the instance that asked (or,
     /// for switchyard's own roots/list, into the roots it keeps).
-    pub fn client_response(&self, link: &SessionLink, line: &str, env: &Envelope) {
+    pub fn client_response(&self, link: &ClientPeer, line: &str, env: &Envelope) {
         let Some(span) = env.id.clone() else {
             tracing::warn!(session = link.id, "dropped an error response with id null from the client");
             return;

@@ -150,7 +150,7 @@ impl Server {
     pub(super) fn not_modern(&self) -> CallError {
         CallError::WrongEra {
             server: self.name.clone(),
-            supported: "2025-11-25".to_string(),
+            supported: switchyard_mcp::version::LATEST_SESSION.to_string(),
             requested: self.modern_version.lock().expect("lock").clone(),
         }
     }

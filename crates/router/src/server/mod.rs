@@ -14,7 +14,7 @@ use tokio_util::task::TaskTracker;
 use crate::gate::Gate;
 use crate::peer::Buffered;
 use crate::pool::{Pool, Spawner};
-use crate::server::fanout::{Hub, Upstreams};
+use crate::server::fanout::{Fanout, Upstreams};
 use crate::upstream::{Connector, Events, Instance};
 use switchyard_config::{Config, Limits};
 use switchyard_core::codec;
@@ -37,13 +37,10 @@ use tools::ToolCache;
 
 /// Names the 2026-07-28 counterpart of a pool (`default` -> `default@2026-07-28`).
 const MODERN_POOL_SUFFIX: &str = "@2026-07-28";
-/// The newest protocol version of the era without initialize, until a client names another.
-const LATEST_MODERN_VERSION: &str = "2026-07-28";
-
 /// One upstream server and everything that serves it.
 pub struct Server {
     pub name: String,
-    pub hub: Arc<Hub>,
+    pub hub: Arc<Fanout>,
     pub limits: Limits,
     /// Output queued for all clients of this server together (`limits.max_buffered_bytes`).
     pub buffered: Arc<Buffered>,
@@ -133,7 +130,7 @@ impl Server {
             let (pools, modern_pools) = (pools_of(false), pools_of(true));
             Server {
                 name: name.clone(),
-                hub: Hub::new(
+                hub: Fanout::new(
                     &name,
                     Duration::from_millis(config.limits.call_timeout_ms),
                     weak.clone() as Weak<dyn Upstreams>,
@@ -145,7 +142,7 @@ impl Server {
                 connector,
                 pools,
                 modern_pools,
-                modern_version: Mutex::new(LATEST_MODERN_VERSION.to_string()),
+                modern_version: Mutex::new(switchyard_mcp::version::LATEST_STATELESS.to_string()),
                 discover_refused: Default::default(),
                 init_params: Mutex::new(None),
                 init_result: OnceCell::new(),

@@ -1,5 +1,8 @@
 //! One client connection: reads its messages, keeps its in-flight calls, answers each request once.
 
+mod answer;
+mod sessions;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -7,15 +10,17 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::call::{self, Cancel};
-use crate::peer::SessionLink;
+use crate::call::Cancel;
+use crate::peer::ClientPeer;
 use crate::server::Server;
+use sessions::Registered;
+pub use sessions::Sessions;
 use switchyard_core::codec::{self, Envelope, Frame, Kind, LineReader};
 use switchyard_core::ids::SessionId;
-use switchyard_core::metrics::{Call, Outcome};
 
 static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
 
@@ -25,15 +30,11 @@ const SESSION_GRACE: Duration = Duration::from_secs(3);
 /// before they are cancelled (the SDKs wait as long after closing a server's stdin).
 const EOF_GRACE: Duration = Duration::from_secs(2);
 
-/// The methods a session answers itself (from the server's state), never through the engine.
-const ANSWERED_HERE: &[&str] =
-    &["initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"];
-
 /// A connected client.
 pub struct Session {
     pub id: SessionId,
     pub label: String,
-    link: Arc<SessionLink>,
+    link: Arc<ClientPeer>,
     server: Arc<Server>,
     /// Requests of this client still running, by their raw id: each owes exactly one response.
     inflight: Mutex<HashMap<String, Arc<Cancel>>>,
@@ -51,61 +52,9 @@ pub struct Opening {
     /// What carries it (`stdio`, `unix`): the first part of its label.
     pub transport: &'static str,
     /// The router's sessions, which this one joins until it ends.
-    pub registry: Arc<Registry>,
+    pub sessions: Arc<Sessions>,
     /// The client understands switchyard's control lines.
     pub speaks_control: bool,
-}
-
-/// The sessions of one router, of all its servers: for status, for telling a server's sessions
-/// that its configuration changed, and for knowing when the router has had no client for a while.
-#[derive(Default)]
-pub struct Registry {
-    sessions: Mutex<std::collections::BTreeMap<SessionId, std::sync::Weak<Session>>>,
-    /// The number of live sessions, watched by whoever waits for the router to go idle.
-    count: tokio::sync::watch::Sender<usize>,
-}
-
-/// Takes a session out of its registry when dropped.
-struct Registered<'a>(&'a Registry, SessionId);
-
-impl Drop for Registered<'_> {
-    fn drop(&mut self) {
-        let mut sessions = self.0.sessions.lock().expect("lock");
-        sessions.remove(&self.1);
-        self.0.count.send_replace(sessions.len());
-    }
-}
-
-impl Registry {
-    fn add(&self, session: &Arc<Session>) -> Registered<'_> {
-        let mut sessions = self.sessions.lock().expect("lock");
-        sessions.insert(session.id, Arc::downgrade(session));
-        self.count.send_replace(sessions.len());
-        Registered(self, session.id)
-    }
-
-    /// The live sessions, oldest first.
-    pub fn sessions(&self) -> Vec<Arc<Session>> {
-        self.sessions.lock().expect("lock").values().filter_map(std::sync::Weak::upgrade).collect()
-    }
-
-    /// Watches the number of live sessions.
-    pub fn count(&self) -> tokio::sync::watch::Receiver<usize> {
-        self.count.subscribe()
-    }
-
-    /// Tells every session of `server` that speaks control lines to move to the server as now
-    /// configured (`control::Reply::Drain`); returns how many were told.
-    pub fn drain(&self, server: &Arc<Server>, reason: &str) -> usize {
-        let line = serde_json::to_string(&crate::downstream::control::Reply::Drain { reason: reason.to_string() })
-            .expect("wire messages always serialise");
-        let mut told = 0;
-        for s in self.sessions().into_iter().filter(|s| Arc::ptr_eq(&s.server, server) && s.speaks_control) {
-            s.link.send(line.clone());
-            told += 1;
-        }
-        told
-    }
 }
 
 impl Session {
@@ -205,139 +154,186 @@ pub async fn serve_with(
     opening: Opening,
     shutdown: CancellationToken,
 ) {
-    let id = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);
-    let started = tokio::time::Instant::now();
-    let label = format!("{}-{id}", opening.transport);
-    let (tx, rx) = mpsc::unbounded_channel();
-    // A client that stops reading may fall this far behind before its session is closed.
-    let queue_limit = server.limits.max_message_bytes.saturating_mul(4);
-    let link = SessionLink::new(id, tx, queue_limit, server.buffered.clone());
-    server.hub.attach(link.clone());
-    let session = Arc::new(Session {
-        id,
-        label: label.clone(),
-        link,
-        server: server.clone(),
-        inflight: Mutex::new(HashMap::new()),
-        in_order: tokio::sync::Mutex::new(()),
-        started,
-        speaks_control: opening.speaks_control,
-    });
-    let _registered = opening.registry.add(&session);
-    server.metrics.session_opened(opening.transport);
-    let mut writer_task = tokio::spawn(output.run(rx, session.link.backlog(), label.clone()));
-    // The writer ends early only when writing to the client failed: the client is gone.
-    let mut writer_ended = false;
-    tracing::debug!(session = %label, "session started");
-    let tasks = TaskTracker::new();
-    // Whether the client is still there to read an answer for what is cancelled below.
-    let mut client_listening = false;
-    // The client closed its input; it may still read what it is owed.
-    let mut eof = false;
-    loop {
-        let frame = tokio::select! {
-            f = input.next() => f,
-            _ = shutdown.cancelled() => {
-                client_listening = true;
-                break;
-            }
-            _ = session.link.overflow.cancelled() => break,
-            _ = &mut writer_task => {
-                writer_ended = true;
-                break;
-            }
-        };
-        match frame {
-            Ok(Some(Frame::Line(line))) => session.on_line(line, &tasks),
-            Ok(Some(Frame::TooLong { bytes })) => session.link.send(codec::response_error(
-                &{
-                    let (head, tail) = input.skipped_ends();
-                    codec::skipped_request_id(head, tail).unwrap_or_else(|| "null".to_string())
-                },
-                codec::INVALID_REQUEST,
-                &format!(
-                    "message of {bytes} bytes is over the limit of {} bytes (limits.max_message_bytes); it was skipped",
-                    server.limits.max_message_bytes
-                ),
-                None,
-            )),
-            Ok(Some(Frame::NotUtf8)) => session.link.send(codec::response_error(
-                "null",
-                codec::PARSE_ERROR,
-                "Parse error: the message is not valid UTF-8",
-                None,
-            )),
-            Ok(None) => {
-                eof = true;
-                break;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionAborted => {
-                tracing::debug!(session = %label, "the client ended its session: {e}");
-                break;
-            }
-            Err(e) => {
-                tracing::warn!(session = %label, "reading from the client failed: {e}");
-                break;
-            }
-        }
-    }
-    // End of input is not a cancel: what is in flight gets a short grace to be answered, as a
-    // server run directly would answer it.
-    if eof && !session.inflight.lock().expect("lock").is_empty() {
-        tasks.close();
-        tokio::select! {
-            _ = tokio::time::timeout(EOF_GRACE, tasks.wait()) => {}
-            _ = shutdown.cancelled() => client_listening = true,
-            _ = session.link.overflow.cancelled() => {}
-            _ = &mut writer_task => writer_ended = true,
-        }
-    }
-    // The client is gone, or switchyard is shutting down: cancel its calls upstream. A client
-    // that is still there gets an error for each; one that left is owed nothing.
-    let open: Vec<Arc<Cancel>> = session.inflight.lock().expect("lock").values().cloned().collect();
-    if !open.is_empty() {
-        tracing::info!(session = %label, "session ended with {} calls in flight; cancelling them", open.len());
-    }
-    for c in open {
-        if client_listening {
-            c.cancel_and_answer("switchyard is shutting down");
-        } else {
-            c.cancel(Some("the client disconnected".to_string()));
-        }
-    }
-    tasks.close();
-    if tokio::time::timeout(SESSION_GRACE, tasks.wait()).await.is_err() {
-        tracing::warn!(session = %label, "calls did not wind down within {SESSION_GRACE:?}");
-    }
-    server.detach(id).await;
-    let session_overflowed = session.link.overflow.is_cancelled();
-    let peak = session.link.backlog().peak();
-    drop(session);
-    // What is queued still goes out, unless the client stopped reading: then it is dropped.
-    // An aborted writer drops what it still held once it is polled to its end.
-    if writer_ended {
-        // Already awaited: its output is gone, and so is what was queued for it.
-    } else if session_overflowed {
-        writer_task.abort();
-        let _ = writer_task.await;
-    } else if tokio::time::timeout(SESSION_GRACE, &mut writer_task).await.is_err() {
-        tracing::warn!(session = %label, "the client did not take its last messages within {SESSION_GRACE:?}");
-        writer_task.abort();
-        let _ = writer_task.await;
-    }
-    if peak >= crate::peer::GIVE_BACK_AFTER {
-        crate::peer::give_back_memory();
-    }
-    server.metrics.session_closed(opening.transport, started.elapsed());
-    tracing::debug!(session = %label, "session ended");
+    let mut serving = Session::open(server, output, &opening);
+    let ended = serving.read_loop(&mut input, &shutdown).await;
+    serving.close(ended, &shutdown).await;
 }
 
-/// Runs `f` unless the call is cancelled first (by its client, or because the session ended):
-/// then `None`, and no response is owed.
-async fn or_cancelled<T>(token: &CancellationToken, f: impl Future<Output = T>) -> Option<T> {
-    tokio::select! {
-        v = f => Some(v),
-        _ = token.cancelled() => None,
+/// A session being served, from [`Session::open`] to [`Serving::close`].
+struct Serving<'a> {
+    session: Arc<Session>,
+    server: Arc<Server>,
+    label: String,
+    transport: &'static str,
+    started: tokio::time::Instant,
+    /// Takes the session out of the router's sessions when the serving ends.
+    _registered: Registered<'a>,
+    writer_task: JoinHandle<()>,
+    /// The writer ends early only when writing to the client failed: the client is gone.
+    writer_ended: bool,
+    /// The session's calls (and batches) running.
+    tasks: TaskTracker,
+}
+
+/// Why the read loop ended.
+#[derive(Clone, Copy, PartialEq)]
+enum Ended {
+    /// switchyard is shutting down: the client is still there to read an answer for what is
+    /// cancelled.
+    Shutdown,
+    /// The client closed its input; it may still read what it is owed.
+    Eof,
+    /// The client is gone: it ended its session, stopped reading, or reading from it failed.
+    Gone,
+}
+
+impl Session {
+    /// Sets a session up: its outbox on the server's hub, its place among the router's
+    /// sessions, and its writer.
+    fn open<'a>(server: Arc<Server>, output: impl Output, opening: &'a Opening) -> Serving<'a> {
+        let id = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);
+        let started = tokio::time::Instant::now();
+        let label = format!("{}-{id}", opening.transport);
+        let (tx, rx) = mpsc::unbounded_channel();
+        // A client that stops reading may fall this far behind before its session is closed.
+        let queue_limit = server.limits.max_message_bytes.saturating_mul(4);
+        let link = ClientPeer::new(id, tx, queue_limit, server.buffered.clone());
+        server.hub.attach(link.clone());
+        let session = Arc::new(Session {
+            id,
+            label: label.clone(),
+            link,
+            server: server.clone(),
+            inflight: Mutex::new(HashMap::new()),
+            in_order: tokio::sync::Mutex::new(()),
+            started,
+            speaks_control: opening.speaks_control,
+        });
+        let registered = opening.sessions.add(&session);
+        server.metrics.session_opened(opening.transport);
+        let writer_task = tokio::spawn(output.run(rx, session.link.backlog(), label.clone()));
+        tracing::debug!(session = %label, "session started");
+        Serving {
+            session,
+            server,
+            label,
+            transport: opening.transport,
+            started,
+            _registered: registered,
+            writer_task,
+            writer_ended: false,
+            tasks: TaskTracker::new(),
+        }
+    }
+}
+
+impl Serving<'_> {
+    /// Reads the client's messages and acts on each, until the client leaves or `shutdown` fires.
+    async fn read_loop(&mut self, input: &mut impl Input, shutdown: &CancellationToken) -> Ended {
+        let session = &self.session;
+        loop {
+            let frame = tokio::select! {
+                f = input.next() => f,
+                _ = shutdown.cancelled() => return Ended::Shutdown,
+                _ = session.link.overflow.cancelled() => return Ended::Gone,
+                _ = &mut self.writer_task => {
+                    self.writer_ended = true;
+                    return Ended::Gone;
+                }
+            };
+            match frame {
+                Ok(Some(Frame::Line(line))) => session.on_line(line, &self.tasks),
+                Ok(Some(Frame::TooLong { bytes })) => session.link.send(codec::response_error(
+                    &{
+                        let (head, tail) = input.skipped_ends();
+                        codec::skipped_request_id(head, tail).unwrap_or_else(|| "null".to_string())
+                    },
+                    codec::INVALID_REQUEST,
+                    &format!(
+                        "message of {bytes} bytes is over the limit of {} bytes (limits.max_message_bytes); it was skipped",
+                        self.server.limits.max_message_bytes
+                    ),
+                    None,
+                )),
+                Ok(Some(Frame::NotUtf8)) => session.link.send(codec::response_error(
+                    "null",
+                    codec::PARSE_ERROR,
+                    "Parse error: the message is not valid UTF-8",
+                    None,
+                )),
+                Ok(None) => return Ended::Eof,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionAborted => {
+                    tracing::debug!(session = %self.label, "the client ended its session: {e}");
+                    return Ended::Gone;
+                }
+                Err(e) => {
+                    tracing::warn!(session = %self.label, "reading from the client failed: {e}");
+                    return Ended::Gone;
+                }
+            }
+        }
+    }
+
+    /// Winds the session down: its calls get their grace, then are cancelled; it leaves its
+    /// server; its writer gets what is queued out to the client (unless the client is gone).
+    async fn close(mut self, ended: Ended, shutdown: &CancellationToken) {
+        // Whether the client is still there to read an answer for what is cancelled below.
+        let mut client_listening = ended == Ended::Shutdown;
+        // End of input is not a cancel: what is in flight gets a short grace to be answered, as a
+        // server run directly would answer it.
+        if ended == Ended::Eof && !self.session.inflight.lock().expect("lock").is_empty() {
+            self.tasks.close();
+            tokio::select! {
+                _ = tokio::time::timeout(EOF_GRACE, self.tasks.wait()) => {}
+                _ = shutdown.cancelled() => client_listening = true,
+                _ = self.session.link.overflow.cancelled() => {}
+                _ = &mut self.writer_task => self.writer_ended = true,
+            }
+        }
+        self.cancel_calls(client_listening).await;
+        self.server.detach(self.session.id).await;
+        let session_overflowed = self.session.link.overflow.is_cancelled();
+        let peak = self.session.link.backlog().peak();
+        drop(self.session);
+        // What is queued still goes out, unless the client stopped reading: then it is dropped.
+        // An aborted writer drops what it still held once it is polled to its end.
+        let mut writer_task = self.writer_task;
+        if self.writer_ended {
+            // Already awaited: its output is gone, and so is what was queued for it.
+        } else if session_overflowed {
+            writer_task.abort();
+            let _ = writer_task.await;
+        } else if tokio::time::timeout(SESSION_GRACE, &mut writer_task).await.is_err() {
+            tracing::warn!(session = %self.label, "the client did not take its last messages within {SESSION_GRACE:?}");
+            writer_task.abort();
+            let _ = writer_task.await;
+        }
+        if peak >= crate::peer::GIVE_BACK_AFTER {
+            crate::peer::give_back_memory();
+        }
+        self.server.metrics.session_closed(self.transport, self.started.elapsed());
+        tracing::debug!(session = %self.label, "session ended");
+    }
+
+    /// The client is gone, or switchyard is shutting down: cancels the session's calls upstream
+    /// and waits (a while) for them to wind down. A client that is still there
+    /// (`client_listening`) gets an error for each; one that left is owed nothing.
+    async fn cancel_calls(&self, client_listening: bool) {
+        let open: Vec<Arc<Cancel>> = self.session.inflight.lock().expect("lock").values().cloned().collect();
+        if !open.is_empty() {
+            tracing::info!(session = %self.label, "session ended with {} calls in flight; cancelling them", open.len());
+        }
+        for c in open {
+            if client_listening {
+                c.cancel_and_answer("switchyard is shutting down");
+            } else {
+                c.cancel(Some("the client disconnected".to_string()));
+            }
+        }
+        self.tasks.close();
+        if tokio::time::timeout(SESSION_GRACE, self.tasks.wait()).await.is_err() {
+            tracing::warn!(session = %self.label, "calls did not wind down within {SESSION_GRACE:?}");
+        }
     }
 }
 
@@ -552,166 +548,6 @@ impl Session {
             .collect();
         for inst in targets {
             let _ = inst.write(line.clone());
-        }
-    }
-
-    /// Runs one request to its single response (None: the client cancelled it).
-    async fn run(self: Arc<Self>, line: String, env: Envelope, token: Arc<Cancel>) -> Option<String> {
-        let id_span = env.id.clone().expect("requests have ids");
-        let id = line[id_span].to_string();
-        let started = tokio::time::Instant::now();
-        let resp = self
-            .dispatch(&line, &env, &id, &token)
-            .await
-            .or_else(|| token.owes_answer().then(|| self.server.ended().to_response(&id)));
-        // What the engine forwards it counts itself; what the session answers is counted here.
-        let method = env.method.as_deref().unwrap_or_default();
-        if ANSWERED_HERE.contains(&method) {
-            let (outcome, code) =
-                resp.as_deref().map_or((Outcome::Cancelled, None), switchyard_core::metrics::answer_outcome);
-            self.server.metrics.call(Call {
-                server: &self.server.metric_name,
-                method,
-                tool: None,
-                outcome,
-                code,
-                session_label: &self.label,
-                elapsed: started.elapsed(),
-            });
-        }
-        // Out of the in-flight table before the response leaves, so the id may be reused at once
-        // (unless a cancel took it out already and a new request reuses it).
-        let mut inflight = self.inflight.lock().expect("lock");
-        if inflight.get(&id).is_some_and(|c| Arc::ptr_eq(c, &token)) {
-            inflight.remove(&id);
-        }
-        drop(inflight);
-        resp
-    }
-
-    async fn dispatch(self: &Arc<Self>, line: &str, env: &Envelope, id: &str, cancel: &Cancel) -> Option<String> {
-        let token = &cancel.token;
-        let server = &self.server;
-        let method = env.method.as_deref().unwrap_or_default();
-        let params = env.params.as_ref().map(|p| &line[p.clone()]).unwrap_or("{}");
-        let fields = env.params.as_ref().map(|p| codec::param_fields(line, p)).unwrap_or_default();
-        let local_error = |code, msg: String| Some(codec::response_error(id, code, &msg, None));
-        // A request of the 2026-07-28 era carries its protocol version in `_meta` and needs no
-        // initialize: it goes to instances of that era, as it is (`initialize` stays a handshake).
-        let modern = match env.params.as_ref().and_then(|p| codec::envelope_version(line, p)) {
-            Some(version) if method != "initialize" => {
-                server.saw_modern_version(&version);
-                true
-            }
-            _ => false,
-        };
-        if method == "server/discover" {
-            return self.discover(line, env, cancel).await;
-        }
-        if modern {
-            return self.forward(line, env, cancel, true).await;
-        }
-        match method {
-            "initialize" => {
-                let r = tokio::select! {
-                    r = server.initialize(self.id, params) => r,
-                    _ = token.cancelled() => return None,
-                };
-                Some(match r {
-                    Ok(result) => {
-                        let s = server.clone();
-                        server.tasks.spawn(async move { s.refresh_tools().await });
-                        codec::response_ok(id, &result)
-                    }
-                    Err(e) => e.to_response(id),
-                })
-            }
-            "ping" => Some(codec::response_ok(id, "{}")),
-            _ if !or_cancelled(token, async {
-                let _turn = self.in_order.lock().await;
-                server.wait_initialized().await
-            })
-            .await? =>
-            {
-                Some(server.not_initialized().to_response(id))
-            }
-            "logging/setLevel" => match fields.level {
-                Some(level) => match or_cancelled(token, server.set_log_level(self.id, &level)).await? {
-                    Ok(()) => Some(codec::response_ok(id, "{}")),
-                    Err(e) => local_error(codec::INVALID_PARAMS, e),
-                },
-                None => local_error(codec::INVALID_PARAMS, "logging/setLevel needs params.level".into()),
-            },
-            "resources/subscribe" | "resources/unsubscribe" => {
-                let Some(uri) = fields.uri else {
-                    return local_error(codec::INVALID_PARAMS, format!("{method} needs params.uri"));
-                };
-                let r = if method == "resources/subscribe" {
-                    or_cancelled(token, server.subscribe(self.id, &uri)).await?
-                } else {
-                    or_cancelled(token, server.unsubscribe(self.id, &uri)).await?
-                };
-                match r {
-                    Ok(()) => Some(codec::response_ok(id, "{}")),
-                    Err(e) => local_error(codec::INTERNAL_ERROR, e),
-                }
-            }
-            _ => self.forward(line, env, cancel, false).await,
-        }
-    }
-
-    /// Through the policy and the engine to an instance (`modern`: one of the 2026-07-28 era).
-    async fn forward(&self, line: &str, env: &Envelope, cancel: &Cancel, modern: bool) -> Option<String> {
-        let req =
-            call::Request { line, env, session: self.id, session_label: &self.label, link: &self.link, cancel, modern };
-        call::forward(&self.server, req).await
-    }
-
-    /// `server/discover`, the 2026-07-28 client's first request (it sends no initialize). It
-    /// goes, through the policy, to an instance of that era, started if needed: a server of
-    /// that era answers it as it would directly; a 2025-11-25-only server answers -32601 and the
-    /// client falls back to initialize. Clients fall back after a timeout too, so an instance
-    /// that is up but does not answer within `limits.discover_timeout_ms` gets -32601 fast.
-    async fn discover(&self, line: &str, env: &Envelope, cancel: &Cancel) -> Option<String> {
-        let server = &self.server;
-        let id = &line[env.id.clone().expect("requests have ids")];
-        let not_found = |why: &str| {
-            Some(codec::response_error(
-                id,
-                codec::METHOD_NOT_FOUND,
-                &format!("Method not found: server/discover ({why})"),
-                None,
-            ))
-        };
-        if server.discover_refused() {
-            return not_found("the server does not support it; use initialize");
-        }
-        // Starting the instance is bounded by init_timeout_ms (a client connected directly waits
-        // for the server's start as well); the answer by discover_timeout_ms.
-        let pool = server.modern_pool(server.default_pool());
-        let started = tokio::select! {
-            r = pool.acquire(self.id) => r.map(drop),
-            _ = cancel.token.cancelled() => return None,
-        };
-        if let Err(e) = started {
-            tracing::info!(server = %server.name, "server/discover: no instance for it: {e}");
-            return not_found(&format!("no instance of server `{}` could start: {e}", server.name));
-        }
-        let limit = Duration::from_millis(server.limits.discover_timeout_ms);
-        match tokio::time::timeout(limit, self.forward(line, env, cancel, true)).await {
-            Ok(Some(reply)) => {
-                let code =
-                    serde_json::from_str::<serde_json::Value>(&reply).ok().and_then(|v| v["error"]["code"].as_i64());
-                if code == Some(codec::METHOD_NOT_FOUND) {
-                    server.refuse_discover();
-                }
-                Some(reply)
-            }
-            Ok(None) => None,
-            Err(_) => {
-                tracing::info!(server = %server.name, "server/discover not answered within {} ms (limits.discover_timeout_ms)", limit.as_millis());
-                not_found(&format!("not answered within {} ms; use initialize", limit.as_millis()))
-            }
         }
     }
 }

@@ -4,3 +4,5 @@ pub mod connect;
 pub mod daemon;
 pub mod demo;
 pub mod run;
+pub mod status;
+pub mod stop;

@@ -8,12 +8,12 @@
 pub mod events;
 pub mod guard;
 pub mod listen;
+mod post;
 pub mod session;
 pub mod stateless;
 pub mod status;
 pub mod token;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,26 +24,20 @@ use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, StatusCode};
 use tokio_util::sync::CancellationToken;
 
-use crate::registry::Router;
+use crate::registry::Servers;
 use guard::{Guard, Verdict};
-use session::{Feed, HttpSession, Refused, Table};
+use session::{Feed, HttpSession, Table};
 use switchyard_config::HttpConfig;
-use switchyard_core::codec::{self, Kind};
+use switchyard_core::codec;
+use switchyard_mcp as mcp;
 use token::Token;
-
-/// Protocol versions of the initialize era this front serves (`MCP-Protocol-Version`).
-pub const SESSION_VERSIONS: &[&str] = &["2024-10-07", "2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
-
-const SESSION_HEADER: &str = "mcp-session-id";
-const VERSION_HEADER: &str = "mcp-protocol-version";
-const LAST_EVENT_HEADER: &str = "last-event-id";
 
 /// After shutdown, how long open responses get to finish before the front stops waiting.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// One HTTP front of a router.
 pub struct Front {
-    router: Arc<Router>,
+    router: Arc<Servers>,
     guard: Guard,
     http: HttpConfig,
     table: Arc<Table>,
@@ -53,7 +47,7 @@ pub struct Front {
 /// Serves the front on `listener` until `shutdown` fires; then ends its sessions and waits at
 /// most [`SHUTDOWN_GRACE`] for open responses.
 pub async fn serve(
-    router: Arc<Router>,
+    router: Arc<Servers>,
     http: HttpConfig,
     token: Token,
     listener: tokio::net::TcpListener,
@@ -162,188 +156,8 @@ impl Front {
         }
     }
 
-    async fn post(&self, name: Option<&str>, headers: &HeaderMap, body: Body) -> Response {
-        if let Some(ct) = headers.get(header::CONTENT_TYPE)
-            && !ct.to_str().is_ok_and(|c| media(c) == "application/json")
-        {
-            return plain(StatusCode::UNSUPPORTED_MEDIA_TYPE, "a POST to an MCP endpoint carries application/json");
-        }
-        let Some(mode) = accepts(headers) else {
-            return plain(
-                StatusCode::NOT_ACCEPTABLE,
-                "Accept must list application/json and text/event-stream (MCP Streamable HTTP)",
-            );
-        };
-        // A request of the stateless era ignores Mcp-Session-Id.
-        let header_version = headers.get(VERSION_HEADER).map(|v| v.to_str().unwrap_or("(not ASCII)"));
-        let modern_header = header_version.is_some_and(stateless::is_modern);
-        // An existing session stays on the server it began with (a config edit does not move it).
-        let existing = match headers.get(SESSION_HEADER).filter(|_| !modern_header) {
-            Some(v) => match self.session(name, v.to_str().unwrap_or("")) {
-                Ok(s) => Some(s),
-                Err(r) => return *r,
-            },
-            None => None,
-        };
-        let server = match &existing {
-            Some(s) => s.server.clone(),
-            None => match self.router.lookup(name, &BTreeMap::new()) {
-                Ok(s) => s,
-                Err(why) => {
-                    let why = if name.is_none() { format!("{why} (over HTTP: /mcp/NAME)") } else { why };
-                    return rpc_error(StatusCode::NOT_FOUND, "null", codec::INVALID_REQUEST, &why);
-                }
-            },
-        };
-        let limit = server.limits.max_message_bytes;
-        let bytes = match read_body(body, limit).await {
-            Ok(b) => b,
-            Err(r) => return r,
-        };
-        let Ok(text) = String::from_utf8(bytes.to_vec()) else {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                "null",
-                codec::PARSE_ERROR,
-                "Parse error: the body is not UTF-8",
-            );
-        };
-        // One message per line for the servers behind: outside strings (where JSON allows no raw
-        // control characters) a pretty-printed body's line breaks are only whitespace.
-        let line = if text.contains(['\n', '\r']) { text.replace(['\n', '\r'], " ") } else { text };
-        if codec::is_batch(&line) {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                "null",
-                codec::INVALID_REQUEST,
-                "JSON-RPC batches are not served over HTTP by switchyard; POST one message at a time",
-            );
-        }
-        let env = match codec::parse(&line) {
-            Ok(env) => env,
-            Err(e) => return rpc_error(StatusCode::BAD_REQUEST, e.reply_id(), e.code(), &e.message()),
-        };
-        let method = env.method.as_deref().unwrap_or_default();
-        let raw_id = env.id.as_ref().map(|r| line[r.clone()].to_string());
-        let enveloped = env.params.as_ref().is_some_and(|p| codec::envelope_version(&line, p).is_some());
-        if method != "initialize" && (modern_header || enveloped) {
-            return self.stateless(server, headers, line, env, mode).await;
-        }
-        // A version of neither era served (spec: 400); initialize names its version in the body.
-        if let Some(v) = header_version
-            && method != "initialize"
-            && !SESSION_VERSIONS.contains(&v)
-        {
-            return stateless::unsupported(v, raw_id.as_deref().unwrap_or("null"));
-        }
-        let (session, new_sid) = match existing {
-            Some(s) => (s, None),
-            None if env.kind == Kind::Request && method == "initialize" => {
-                let start = || {
-                    // The server's own token: it fires when the daemon stops and when the server
-                    // is removed from the config (its sessions end, as `connect` ones do).
-                    let (registry, shutdown) = (self.router.registry.clone(), server.shutdown.clone());
-                    HttpSession::start(server.clone(), registry, shutdown, self.http.event_store_bytes)
-                };
-                match self.table.open(self.http.max_sessions, start) {
-                    Ok(Some((s, sid))) => (s, Some(sid)),
-                    Ok(None) => {
-                        return rpc_error(
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            raw_id.as_deref().unwrap_or("null"),
-                            codec::SERVER_BUSY,
-                            &format!(
-                                "the HTTP front has {} sessions, its maximum ([http] max_sessions); try again later",
-                                self.http.max_sessions
-                            ),
-                        );
-                    }
-                    Err(e) => {
-                        return rpc_error(
-                            StatusCode::INTERNAL_SERVER_ERROR,
-                            raw_id.as_deref().unwrap_or("null"),
-                            codec::INTERNAL_ERROR,
-                            &format!("cannot make a session id (getrandom failed: {e})"),
-                        );
-                    }
-                }
-            }
-            None => {
-                return rpc_error(
-                    StatusCode::BAD_REQUEST,
-                    raw_id.as_deref().unwrap_or("null"),
-                    codec::INVALID_REQUEST,
-                    "Bad Request: no Mcp-Session-Id header; begin a session with initialize",
-                );
-            }
-        };
-        let gone = || {
-            rpc_error(
-                StatusCode::NOT_FOUND,
-                "null",
-                codec::INVALID_REQUEST,
-                "session not found: it ended; send initialize without Mcp-Session-Id for a new one",
-            )
-        };
-        let mut resp = match env.kind {
-            Kind::Request => {
-                let id = raw_id.expect("requests have ids");
-                let progress = env
-                    .params
-                    .as_ref()
-                    .and_then(|p| codec::progress_token_in_request(&line, p))
-                    .map(|r| line[r].to_string());
-                match session.request(line, &id, progress.as_deref(), mode == Mode::Json) {
-                    Ok(feed) => self.answer(feed, mode, &id).await,
-                    Err(Refused::Duplicate(_)) => rpc_error(
-                        StatusCode::BAD_REQUEST,
-                        &id,
-                        codec::INVALID_REQUEST,
-                        &format!("Invalid Request: id {id} is already in use by a request of this session still open"),
-                    ),
-                    Err(Refused::Gone) => gone(),
-                }
-            }
-            Kind::Notification | Kind::Response => {
-                let cancelled = (method == "notifications/cancelled")
-                    .then(|| env.params.as_ref().map(|p| codec::param_fields(&line, p)))
-                    .flatten()
-                    .and_then(|f| f.request_id)
-                    .map(|r| line[r].to_string());
-                match session.message(line, cancelled.as_deref()) {
-                    Ok(()) => empty(StatusCode::ACCEPTED),
-                    Err(_) => gone(),
-                }
-            }
-        };
-        if let Some(sid) = new_sid {
-            resp.headers_mut().insert(SESSION_HEADER, HeaderValue::from_str(&sid).expect("hex is a header value"));
-        }
-        resp
-    }
-
-    /// The answer to a POSTed request: its stream, or (JSON only) its response alone.
-    async fn answer(&self, mut feed: Feed, mode: Mode, id: &str) -> Response {
-        if mode == Mode::Sse {
-            return self.sse(feed);
-        }
-        match feed.next().await {
-            Some(line) => {
-                let mut r = Response::new(Body::from(line));
-                r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-                r
-            }
-            None => rpc_error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                id,
-                codec::INTERNAL_ERROR,
-                "no response: the request was cancelled, or its session ended first",
-            ),
-        }
-    }
-
     fn get(&self, name: Option<&str>, headers: &HeaderMap) -> Response {
-        let Some(sid) = headers.get(SESSION_HEADER) else {
+        let Some(sid) = headers.get(mcp::header::SESSION_ID) else {
             let mut r = plain(
                 StatusCode::METHOD_NOT_ALLOWED,
                 "GET opens the stream of a session: send its Mcp-Session-Id (initialize begins one)",
@@ -359,7 +173,7 @@ impl Front {
             Err(r) => return *r,
         };
         let gone = || rpc_error(StatusCode::NOT_FOUND, "null", codec::INVALID_REQUEST, "session not found: it ended");
-        let Some(last) = headers.get(LAST_EVENT_HEADER) else {
+        let Some(last) = headers.get(mcp::header::LAST_EVENT_ID) else {
             return match session.listen() {
                 Ok(feed) => self.sse(feed),
                 Err(_) => gone(),
@@ -386,7 +200,7 @@ impl Front {
     }
 
     fn delete(&self, name: Option<&str>, headers: &HeaderMap) -> Response {
-        let Some(sid) = headers.get(SESSION_HEADER) else {
+        let Some(sid) = headers.get(mcp::header::SESSION_ID) else {
             let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "DELETE ends a session: send its Mcp-Session-Id");
             r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
             return r;
@@ -432,31 +246,16 @@ fn event_stream(body: Body) -> Response {
     r
 }
 
-/// Reads a body of at most `limit` bytes; over it, 413 with a JSON-RPC error.
-async fn read_body(body: Body, limit: usize) -> Result<Bytes, Response> {
-    use http_body_util::BodyExt;
-    match http_body_util::Limited::new(body, limit).collect().await {
-        Ok(c) => Ok(c.to_bytes()),
-        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(rpc_error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "null",
-            codec::INVALID_REQUEST,
-            &format!("the message is over the server's limit of {limit} bytes (limits.max_message_bytes)"),
-        )),
-        Err(e) => Err(plain(StatusCode::BAD_REQUEST, &format!("cannot read the request body: {e}"))),
-    }
-}
-
 /// For GET and DELETE: 400 for a protocol version header that is no version served, 405 for one of
 /// the stateless era (which has neither); None when it may go on (none given: the spec then
 /// assumes 2025-03-26).
 fn check_version(headers: &HeaderMap) -> Option<Response> {
-    let v = headers.get(VERSION_HEADER)?;
+    let v = headers.get(mcp::header::PROTOCOL_VERSION)?;
     let v = v.to_str().unwrap_or("(not ASCII)");
-    if !stateless::is_modern(v) && !SESSION_VERSIONS.contains(&v) {
+    if !mcp::version::is_stateless(v) && !mcp::version::SESSION_ERA.contains(&v) {
         return Some(stateless::unsupported(v, "null"));
     }
-    stateless::is_modern(v).then(|| {
+    mcp::version::is_stateless(v).then(|| {
         let mut r = plain(
             StatusCode::METHOD_NOT_ALLOWED,
             "the 2026-07-28 protocol has no GET or DELETE: POST each request to the MCP endpoint",

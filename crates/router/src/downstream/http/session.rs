@@ -190,10 +190,10 @@ pub struct HttpSession {
 }
 
 impl HttpSession {
-    /// Starts a session on `server`, joining `registry` (the router's sessions).
+    /// Starts a session on `server`, joining `sessions` (the router's).
     pub fn start(
         server: Arc<Server>,
-        registry: Arc<crate::session::Registry>,
+        sessions: Arc<crate::session::Sessions>,
         shutdown: CancellationToken,
         event_store_bytes: usize,
     ) -> Arc<HttpSession> {
@@ -208,7 +208,7 @@ impl HttpSession {
             ended: CancellationToken::new(),
             last_seen: Mutex::new(Instant::now()),
         });
-        let opening = crate::session::Opening { transport: "http", registry, speaks_control: false };
+        let opening = crate::session::Opening { transport: "http", sessions, speaks_control: false };
         let ended = session.ended.clone();
         tokio::spawn(async move {
             let why = "the HTTP session was ended (DELETE or idle past [http] session_idle_ms)";
@@ -453,14 +453,14 @@ mod tests {
     use super::*;
 
     /// A line queued by `link` (counted in its backlog), as the outbox takes it.
-    fn taken(line: &str, link: &Arc<crate::peer::SessionLink>) -> Taken {
+    fn taken(line: &str, link: &Arc<crate::peer::ClientPeer>) -> Taken {
         link.send(line.to_string());
         Taken { line: line.to_string(), related: None, backlog: link.backlog() }
     }
 
-    fn link() -> Arc<crate::peer::SessionLink> {
+    fn link() -> Arc<crate::peer::ClientPeer> {
         let (out, _) = mpsc::unbounded_channel();
-        crate::peer::SessionLink::new(1, out, 1 << 20, crate::peer::Buffered::new(1 << 30))
+        crate::peer::ClientPeer::new(1, out, 1 << 20, crate::peer::Buffered::new(1 << 30))
     }
 
     fn routes() -> Arc<Mutex<Routes>> {
@@ -586,7 +586,7 @@ mod tests {
     fn every_line_leaves_the_backlog_whether_delivered_or_dropped() {
         let shared = crate::peer::Buffered::new(1 << 30);
         let (out, _queue) = mpsc::unbounded_channel();
-        let b = crate::peer::SessionLink::new(1, out, 1 << 20, shared.clone());
+        let b = crate::peer::ClientPeer::new(1, out, 1 << 20, shared.clone());
         let line = r#"{"jsonrpc":"2.0","id":9,"result":{}}"#;
         let r = routes();
         let mut a = open(&r, "9", None, false);

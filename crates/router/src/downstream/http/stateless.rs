@@ -22,12 +22,7 @@ use crate::peer::Backlog;
 use crate::server::Server;
 use crate::session::Output;
 use switchyard_core::codec::{self, Envelope, Kind};
-
-/// Protocol versions of the stateless era this front serves (their header rules are these).
-pub const MODERN_VERSIONS: &[&str] = &["2026-07-28"];
-
-/// The first version without sessions.
-const STATELESS_ERA: &str = "2026-07-28";
+use switchyard_mcp as mcp;
 
 /// JSON-RPC error of the 2026-07-28 transport: headers missing or not matching the body.
 pub const HEADER_MISMATCH: i64 = -32020;
@@ -36,25 +31,9 @@ pub const HEADER_MISMATCH: i64 = -32020;
 /// becomes an SSE stream (with keep-alives) anyway.
 const FIRST_WAIT: Duration = Duration::from_secs(10);
 
-const METHOD_HEADER: &str = "mcp-method";
-const NAME_HEADER: &str = "mcp-name";
-
-/// Where a 2026-07-28 request's `_meta` carries the client's capabilities (required).
-const CLIENT_CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
-
-/// Whether `v` is a protocol version (`YYYY-MM-DD`).
-pub fn is_dated(v: &str) -> bool {
-    v.len() == 10 && v.bytes().enumerate().all(|(i, b)| if i == 4 || i == 7 { b == b'-' } else { b.is_ascii_digit() })
-}
-
-/// Whether `v` is a version of the stateless era (served or not).
-pub fn is_modern(v: &str) -> bool {
-    is_dated(v) && v >= STATELESS_ERA
-}
-
 /// Every version this front serves, both eras (`data.supported` of -32022).
 pub fn supported() -> Vec<&'static str> {
-    super::SESSION_VERSIONS.iter().chain(MODERN_VERSIONS).copied().collect()
+    mcp::version::served().collect()
 }
 
 /// 400 with -32022 for a version not served; `id` the raw request id.
@@ -86,7 +65,7 @@ fn validate(headers: &HeaderMap, line: &str, env: &Envelope, id: &str) -> Result
     };
     let method = env.method.as_deref().unwrap_or_default();
     let body_version = env.params.as_ref().and_then(|p| codec::envelope_version(line, p));
-    let Some(header_version) = headers.get(super::VERSION_HEADER) else {
+    let Some(header_version) = headers.get(mcp::header::PROTOCOL_VERSION) else {
         return Err(mismatch("the MCP-Protocol-Version header is missing".into()));
     };
     let header_version = header_version.to_str().unwrap_or("(not ASCII)");
@@ -104,21 +83,22 @@ fn validate(headers: &HeaderMap, line: &str, env: &Envelope, id: &str) -> Result
             "MCP-Protocol-Version header value {header_version:?} does not match body value {body_version:?}"
         )));
     }
-    if !MODERN_VERSIONS.contains(&header_version) {
+    if !mcp::version::STATELESS.contains(&header_version) {
         return Err(Box::new(unsupported(header_version, id)));
     }
     let params: serde_json::Value =
         env.params.as_ref().and_then(|p| serde_json::from_str(&line[p.clone()]).ok()).unwrap_or_default();
-    match headers.get(METHOD_HEADER).map(|v| v.to_str().unwrap_or("(not ASCII)")) {
+    match headers.get(mcp::header::METHOD).map(|v| v.to_str().unwrap_or("(not ASCII)")) {
         None => return Err(mismatch("the Mcp-Method header is missing".into())),
         Some(m) if m != method => {
             return Err(mismatch(format!("Mcp-Method header value {m:?} does not match body value {method:?}")));
         }
         Some(_) => {}
     }
-    if !params["_meta"][CLIENT_CAPABILITIES_META].is_object() {
+    if !params["_meta"][mcp::meta::CLIENT_CAPABILITIES].is_object() {
         return Err(invalid(format!(
-            "Invalid params: a {header_version} request carries the client's capabilities in params._meta[\"{CLIENT_CAPABILITIES_META}\"] (an object)"
+            "Invalid params: a {header_version} request carries the client's capabilities in params._meta[\"{}\"] (an object)",
+            mcp::meta::CLIENT_CAPABILITIES
         )));
     }
     let field = match method {
@@ -129,7 +109,7 @@ fn validate(headers: &HeaderMap, line: &str, env: &Envelope, id: &str) -> Result
     let Some(body) = params[field].as_str() else {
         return Err(invalid(format!("Invalid params: {method} needs params.{field}, a string")));
     };
-    match headers.get(NAME_HEADER) {
+    match headers.get(mcp::header::NAME) {
         None => Err(mismatch(format!("the Mcp-Name header is missing (required for {method})"))),
         Some(v) => match decoded(v) {
             None => Err(mismatch("the Mcp-Name header is not valid (base64 of UTF-8 in =?base64?...?=)".into())),
@@ -190,7 +170,7 @@ impl Front {
         let abort = CancellationToken::new();
         let opening = crate::session::Opening {
             transport: "http",
-            registry: self.router.registry.clone(),
+            sessions: self.router.sessions.clone(),
             speaks_control: false,
         };
         let output = Catch { id: canonical(&id), progress, to_client, inbox: Some(inbox) };
@@ -399,6 +379,11 @@ mod tests {
         }
         assert_eq!(status_of(&err(-32603)), StatusCode::OK);
         assert_eq!(status_of(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#), StatusCode::OK);
-        assert!(is_modern("2026-07-28") && is_modern("2027-01-01") && !is_modern("2025-11-25") && !is_modern("x"));
+        assert!(
+            mcp::version::is_stateless("2026-07-28")
+                && mcp::version::is_stateless("2027-01-01")
+                && !mcp::version::is_stateless("2025-11-25")
+                && !mcp::version::is_stateless("x")
+        );
     }
 }

@@ -8,7 +8,7 @@ use axum::response::Response;
 use http::header::{self, HeaderValue};
 use http::{Method, StatusCode};
 
-use crate::registry::Router;
+use crate::registry::Servers;
 
 const INDEX_HTML: &str = include_str!("ui/index.html");
 const APP_JS: &str = include_str!("ui/app.js");
@@ -21,7 +21,7 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; conn
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// The answer for one of this module's paths; None for any other path (MCP's).
-pub fn serve(router: &Router, method: &Method, path: &str) -> Option<Response> {
+pub fn serve(router: &Servers, method: &Method, path: &str) -> Option<Response> {
     let (body, kind): (Body, &'static str) = match path {
         "/" => (Body::from(INDEX_HTML), "text/html; charset=utf-8"),
         "/app.js" => (Body::from(APP_JS), "text/javascript; charset=utf-8"),
@@ -62,7 +62,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_page_its_assets_and_the_data_paths_are_served_with_strict_headers() {
-        let router = Router::new(Policy::disabled(), About::default(), None, CancellationToken::new());
+        let router = Servers::new(Policy::disabled(), About::default(), None, CancellationToken::new());
         for (path, kind) in [
             ("/", "text/html"),
             ("/app.js", "text/javascript"),

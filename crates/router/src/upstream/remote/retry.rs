@@ -4,15 +4,14 @@
 
 use std::time::Duration;
 
+use switchyard_core::backoff::{Backoff, Jitter};
+
 /// The policy and its running count for one stream.
 #[derive(Debug, Clone)]
 pub struct Reconnect {
     /// Attempts in a row allowed without new events; `None`: no limit (the standalone stream).
     max_attempts: Option<u32>,
-    base: Duration,
-    cap: Duration,
-    /// Adds up to a quarter of the delay at random, so many instances do not reconnect in step.
-    jitter: bool,
+    backoff: Backoff,
     attempts: u32,
     hint: Option<Duration>,
 }
@@ -26,9 +25,7 @@ impl Reconnect {
     pub fn resume() -> Reconnect {
         Reconnect {
             max_attempts: Some(3),
-            base: Duration::from_millis(500),
-            cap: Duration::from_secs(4),
-            jitter: false,
+            backoff: Backoff::new(Duration::from_millis(500), Duration::from_secs(4), Jitter::None),
             attempts: 0,
             hint: None,
         }
@@ -38,9 +35,8 @@ impl Reconnect {
     pub fn listen() -> Reconnect {
         Reconnect {
             max_attempts: None,
-            base: Duration::from_secs(1),
-            cap: Duration::from_secs(30),
-            jitter: true,
+            // Up to a quarter more at random, so many instances do not reconnect in step.
+            backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(30), Jitter::More(0.25)),
             attempts: 0,
             hint: None,
         }
@@ -66,17 +62,9 @@ impl Reconnect {
         if self.max_attempts.is_some_and(|max| self.attempts >= max) {
             return None;
         }
-        let n = self.attempts.min(16);
+        let n = self.attempts;
         self.attempts += 1;
-        if let Some(hint) = self.hint {
-            return Some(hint);
-        }
-        let delay = self.base.saturating_mul(1 << n).min(self.cap);
-        if self.jitter {
-            let extra = delay.mul_f64(fastrand::f64() / 4.0);
-            return Some(delay + extra);
-        }
-        Some(delay)
+        Some(self.hint.unwrap_or_else(|| self.backoff.delay(n)))
     }
 
     /// Waits for the next attempt; false once the attempts are used up.

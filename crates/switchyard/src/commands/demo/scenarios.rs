@@ -1,101 +1,26 @@
-//! `switchyard demo`: the fixture server directly and behind switchyard, side by side, measured.
-//!
-//! Everything comes from this binary: it runs itself as the fixture MCP server and as the router,
-//! writes the embedded example plugins into a scratch directory, and speaks MCP to both over
-//! pipes with the small JSON-RPC client below. Four scenarios, each a pair of measurements from
-//! the same run; the exit status says whether every one behaved as expected.
+//! The demo's four scenarios, each measured directly and through switchyard, and the calls and
+//! figures they are made of.
 
-use std::collections::HashMap;
-use std::fmt;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::PathBuf;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, anyhow, bail};
+use anyhow::{anyhow, bail};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
-use tokio::sync::{mpsc, oneshot};
 
 use switchyard_policy::embedded::EXAMPLES;
 
-/// No single request of the demo may take longer than this; past it the scenario fails.
-const CALL_LIMIT: Duration = Duration::from_secs(15);
+use super::Demo;
+use super::peer::{Peer, Unanswered, summary};
+use super::report::{Report, secs};
+
 /// The slow call of the head-of-line scenario.
 const SLOW_MS: u64 = 3000;
 /// How long each `write` of the annotation scenario takes.
 const WRITE_MS: u64 = 500;
-/// The MCP version the demo's client speaks.
-const PROTOCOL_VERSION: &str = "2025-06-18";
-/// Stderr kept per child, for the error message when something goes wrong.
-const STDERR_KEEP: usize = 16 * 1024;
-
-/// Runs the demo on a small runtime of its own; an error means a scenario misbehaved.
-pub fn run_blocking() -> anyhow::Result<()> {
-    let runtime =
-        tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?;
-    runtime.block_on(run())
-}
-
-/// Runs the four scenarios, prints progress and then the table.
-pub async fn run() -> anyhow::Result<()> {
-    let demo = Demo::new()?;
-    let started = Instant::now();
-    println!("switchyard demo: the fixture MCP server directly vs through switchyard");
-    println!("(both are this binary: {})\n", demo.exe.display());
-
-    let mut report = Report::default();
-    let scenarios: [(&str, &str); 4] = [
-        ("1 head-of-line", "a quick call behind a 3 s call on a serial server"),
-        ("2 annotations", "hints makes tools parallel, fs-keys keeps writes to one path serial"),
-        ("3 crash", "the server is killed (kill -9) with calls in flight"),
-        ("4 hot reload", "hints.wasm is replaced by hints-v2.wasm while calls are running"),
-    ];
-    for (i, (name, what)) in scenarios.iter().enumerate() {
-        println!("[{}/4] {what} ...", i + 1);
-        let t = Instant::now();
-        let before = report.failures.len();
-        let outcome = match i {
-            0 => demo.head_of_line(&mut report, name).await,
-            1 => demo.annotations(&mut report, name).await,
-            2 => demo.crash(&mut report, name).await,
-            _ => demo.hot_reload(&mut report, name).await,
-        };
-        if let Err(e) = outcome {
-            report.failures.push(format!("{name}: {e:#}"));
-        }
-        let verdict = if report.failures.len() == before { "ok" } else { "NOT AS EXPECTED" };
-        println!("      {verdict} ({})", secs(t.elapsed()));
-    }
-
-    println!();
-    report.print();
-    println!();
-    if report.failures.is_empty() {
-        println!("all 4 scenarios behaved as expected ({} in all)", secs(started.elapsed()));
-        Ok(())
-    } else {
-        for f in &report.failures {
-            println!("not as expected: {f}");
-        }
-        bail!("{} check(s) of the demo failed (see above)", report.failures.len())
-    }
-}
-
-/// The binary to run and the scratch directory for configs and plugins.
-struct Demo {
-    exe: PathBuf,
-    scratch: Scratch,
-}
 
 impl Demo {
-    fn new() -> anyhow::Result<Demo> {
-        let exe = std::env::current_exe().context("cannot find this program's own path")?;
-        Ok(Demo { exe, scratch: Scratch::new()? })
-    }
-
     /// The fixture server on its own, as a client would run it.
     async fn direct(&self, fixture_args: &[&str]) -> anyhow::Result<Peer> {
         let mut args = vec!["fixture".to_string()];
@@ -134,7 +59,7 @@ impl Demo {
     }
 
     /// 1: directly, a serial server makes the quick call wait; a pool of serial instances does not.
-    async fn head_of_line(&self, report: &mut Report, name: &str) -> anyhow::Result<()> {
+    pub(super) async fn head_of_line(&self, report: &mut Report, name: &str) -> anyhow::Result<()> {
         let direct = self.direct(&["--serial"]).await?;
         let d = quick_behind_slow(&direct).await?;
         direct.shutdown().await;
@@ -163,7 +88,7 @@ impl Demo {
 
     /// 2: the hints plugin marks `write` and `read` read-only (so a client runs them in
     /// parallel) and fs-keys keys `write` by its path, so the promise stays safe.
-    async fn annotations(&self, report: &mut Report, name: &str) -> anyhow::Result<()> {
+    pub(super) async fn annotations(&self, report: &mut Report, name: &str) -> anyhow::Result<()> {
         let (d_tools, d_same, d_other) = annotation_figures(self.direct(&[]).await?, "directly").await?;
 
         let config = r#"
@@ -214,7 +139,7 @@ config = { writes = ["write"], reads = ["read"], path_args = ["path"] }
 
     /// 3: kill -9 with a write and a read-only sleep in flight. Directly, neither is ever
     /// answered; switchyard answers the write with an error and retries the sleep.
-    async fn crash(&self, report: &mut Report, name: &str) -> anyhow::Result<()> {
+    pub(super) async fn crash(&self, report: &mut Report, name: &str) -> anyhow::Result<()> {
         let direct = self.direct(&[]).await?;
         let d = crash_with_calls_in_flight(&direct).await?;
         let d_next = direct.tool("echo", json!({"text": "after"})).await;
@@ -277,7 +202,7 @@ config = { writes = ["write"], reads = ["read"], path_args = ["path"] }
     }
 
     /// 4: a steady stream of calls while hints.wasm is replaced by hints-v2.wasm.
-    async fn hot_reload(&self, report: &mut Report, name: &str) -> anyhow::Result<()> {
+    pub(super) async fn hot_reload(&self, report: &mut Report, name: &str) -> anyhow::Result<()> {
         // Two entries, so the swapped-in file loads with a visibly different config.
         let config = r#"
 [[plugins]]
@@ -367,7 +292,6 @@ async fn quick_behind_slow(peer: &Peer) -> anyhow::Result<Duration> {
     Ok(took)
 }
 
-/// Two concurrent writes; returns the wall time until both are answered.
 /// Scenario 2's figures for one peer (then shut down): the tools a client would run in parallel,
 /// and two concurrent writes to one path and to two paths.
 async fn annotation_figures(peer: Peer, label: &str) -> anyhow::Result<(Vec<String>, Duration, Duration)> {
@@ -384,6 +308,7 @@ async fn annotation_figures(peer: Peer, label: &str) -> anyhow::Result<(Vec<Stri
     Ok((tools, same, other))
 }
 
+/// Two concurrent writes; returns the wall time until both are answered.
 async fn two_writes(peer: &Peer, a: &str, b: &str) -> anyhow::Result<Duration> {
     let t = Instant::now();
     let write = |path: &str| peer.tool("write", json!({"path": path, "text": "x", "ms": WRITE_MS}));
@@ -494,308 +419,10 @@ fn expect_text(resp: &Value, want: &str) -> anyhow::Result<()> {
     }
 }
 
-/// A response in one short line, for messages.
-fn summary(resp: &Value) -> String {
-    if let Some(e) = resp.get("error") {
-        return format!("error {}: {}", e["code"], e["message"].as_str().unwrap_or("?"));
-    }
-    let mut s = resp["result"].to_string();
-    if s.len() > 120 {
-        s.truncate(s.floor_char_boundary(120));
-        s.push('…');
-    }
-    s
-}
-
-fn secs(d: Duration) -> String {
-    if d >= Duration::from_secs(1) {
-        format!("{:.2} s", d.as_secs_f64())
-    } else {
-        format!("{:.1} ms", d.as_secs_f64() * 1000.0)
-    }
-}
-
 fn example(file: &str) -> anyhow::Result<&'static [u8]> {
     EXAMPLES
         .iter()
         .find(|(name, _)| *name == file)
         .map(|(_, bytes)| *bytes)
         .ok_or_else(|| anyhow!("no embedded example plugin {file}"))
-}
-
-/// The table and the failed expectations.
-#[derive(Default)]
-struct Report {
-    rows: Vec<[String; 4]>,
-    failures: Vec<String>,
-}
-
-impl Report {
-    fn row(&mut self, scenario: &str, what: &str, direct: impl Into<String>, routed: impl Into<String>) {
-        self.rows.push([scenario.into(), what.into(), direct.into(), routed.into()]);
-    }
-
-    fn check(&mut self, ok: bool, failure: impl FnOnce() -> String) {
-        if !ok {
-            self.failures.push(failure());
-        }
-    }
-
-    fn print(&self) {
-        let header = ["scenario", "measured", "directly", "through switchyard"].map(String::from);
-        let mut widths = [0usize; 4];
-        for row in std::iter::once(&header).chain(&self.rows) {
-            for (w, cell) in widths.iter_mut().zip(row) {
-                *w = (*w).max(cell.chars().count());
-            }
-        }
-        let line = |row: &[String; 4]| {
-            let [a, b, c, d] = row;
-            println!("{a:<w0$}  {b:<w1$}  {c:<w2$}  {d}", w0 = widths[0], w1 = widths[1], w2 = widths[2]);
-        };
-        line(&header);
-        println!("{}", "-".repeat(widths.iter().sum::<usize>() + 6));
-        for row in &self.rows {
-            line(row);
-        }
-    }
-}
-
-/// A scratch directory for configs and plugin copies, removed when the demo ends.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new() -> anyhow::Result<Scratch> {
-        let dir = std::env::temp_dir().join(format!("switchyard-demo-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        Ok(Scratch(dir))
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Why a request got no response.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Unanswered {
-    /// The server's stdout closed first.
-    Closed,
-    /// Nothing within `CALL_LIMIT`.
-    TimedOut,
-}
-
-impl fmt::Display for Unanswered {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Unanswered::Closed => f.write_str("the pipe closed without an answer"),
-            Unanswered::TimedOut => write!(f, "no answer within {} s", CALL_LIMIT.as_secs()),
-        }
-    }
-}
-
-impl std::error::Error for Unanswered {}
-
-/// Requests awaiting their response, by id; `None` once the server's stdout has closed.
-type Pending = Arc<Mutex<Option<HashMap<u64, oneshot::Sender<Value>>>>>;
-
-/// A child process spoken to as an MCP server over its stdin/stdout: a minimal JSON-RPC client
-/// that lets any number of requests be in flight at once.
-struct Peer {
-    label: &'static str,
-    child: Child,
-    stdin: tokio::sync::Mutex<Option<ChildStdin>>,
-    pending: Pending,
-    next_id: AtomicU64,
-    notifications: tokio::sync::Mutex<mpsc::UnboundedReceiver<Value>>,
-    closed_at: Arc<Mutex<Option<Instant>>>,
-    /// The tail of the child's stderr: kept out of the table, shown when something fails.
-    stderr: Arc<Mutex<Vec<u8>>>,
-}
-
-impl Peer {
-    /// Starts `program args` in a process group of its own, so that everything it starts can
-    /// be killed with it if it does not stop by itself.
-    fn spawn(label: &'static str, program: &Path, args: &[String]) -> anyhow::Result<Peer> {
-        let mut child = Command::new(program)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("cannot start {}", program.display()))?;
-        let stdin = child.stdin.take().expect("piped stdin");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let mut err = child.stderr.take().expect("piped stderr");
-
-        let pending: Pending = Arc::new(Mutex::new(Some(HashMap::new())));
-        let closed_at = Arc::new(Mutex::new(None));
-        let (note_tx, note_rx) = mpsc::unbounded_channel();
-        tokio::spawn(read_messages(stdout, pending.clone(), note_tx, closed_at.clone()));
-
-        let stderr = Arc::new(Mutex::new(Vec::new()));
-        let sink = stderr.clone();
-        tokio::spawn(async move {
-            let mut chunk = [0u8; 4096];
-            while let Ok(n @ 1..) = err.read(&mut chunk).await {
-                let mut buf = sink.lock().expect("lock");
-                buf.extend_from_slice(&chunk[..n]);
-                let excess = buf.len().saturating_sub(STDERR_KEEP);
-                buf.drain(..excess);
-            }
-        });
-
-        Ok(Peer {
-            label,
-            child,
-            stdin: tokio::sync::Mutex::new(Some(stdin)),
-            pending,
-            next_id: AtomicU64::new(1),
-            notifications: tokio::sync::Mutex::new(note_rx),
-            closed_at,
-            stderr,
-        })
-    }
-
-    async fn initialize(&self) -> anyhow::Result<()> {
-        let params = json!({
-            "protocolVersion": PROTOCOL_VERSION,
-            "capabilities": {},
-            "clientInfo": {"name": "switchyard-demo", "version": env!("CARGO_PKG_VERSION")},
-        });
-        let r = self.request("initialize", params).await.map_err(|e| self.failed("initialize", e))?;
-        if r.get("result").is_none() {
-            bail!("{}: initialize failed: {}\n{}", self.label, summary(&r), self.stderr_tail());
-        }
-        self.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-            .await
-            .map_err(|e| self.failed("notifications/initialized", e))?;
-        Ok(())
-    }
-
-    /// A request and its response message (a result or an error).
-    async fn request(&self, method: &str, params: Value) -> Result<Value, Unanswered> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        match self.pending.lock().expect("lock").as_mut() {
-            Some(pending) => pending.insert(id, tx),
-            None => return Err(Unanswered::Closed),
-        };
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).await?;
-        match tokio::time::timeout(CALL_LIMIT, rx).await {
-            Ok(Ok(msg)) => Ok(msg),
-            // The reader dropped the sender: stdout closed.
-            Ok(Err(_)) => Err(Unanswered::Closed),
-            Err(_) => {
-                if let Some(p) = self.pending.lock().expect("lock").as_mut() {
-                    p.remove(&id);
-                }
-                Err(Unanswered::TimedOut)
-            }
-        }
-    }
-
-    async fn tool(&self, name: &str, arguments: Value) -> Result<Value, Unanswered> {
-        self.request("tools/call", json!({"name": name, "arguments": arguments})).await
-    }
-
-    async fn send(&self, msg: &Value) -> Result<(), Unanswered> {
-        let mut line = msg.to_string();
-        line.push('\n');
-        let mut stdin = self.stdin.lock().await;
-        let w = stdin.as_mut().ok_or(Unanswered::Closed)?;
-        // A failed write means the process is gone; its reader reports the rest.
-        w.write_all(line.as_bytes()).await.map_err(|_| Unanswered::Closed)?;
-        w.flush().await.map_err(|_| Unanswered::Closed)
-    }
-
-    /// The next notification with this method, skipping others; None after `limit`.
-    async fn notification(&self, method: &str, limit: Duration) -> Option<Value> {
-        let mut rx = self.notifications.lock().await;
-        tokio::time::timeout(limit, async {
-            while let Some(n) = rx.recv().await {
-                if n["method"] == method {
-                    return Some(n);
-                }
-            }
-            None
-        })
-        .await
-        .ok()
-        .flatten()
-    }
-
-    fn closed_at(&self) -> Option<Instant> {
-        *self.closed_at.lock().expect("lock")
-    }
-
-    fn stderr_tail(&self) -> String {
-        let buf = self.stderr.lock().expect("lock");
-        let text = String::from_utf8_lossy(&buf);
-        let lines: Vec<&str> = text.lines().collect();
-        let tail = lines[lines.len().saturating_sub(10)..].join("\n");
-        format!("--- last stderr lines of {} ---\n{tail}", self.label)
-    }
-
-    fn failed(&self, what: &str, e: Unanswered) -> anyhow::Error {
-        anyhow!("{}: {what}: {e}\n{}", self.label, self.stderr_tail())
-    }
-
-    /// Closes stdin (the polite MCP shutdown; the router then stops its instances) and waits;
-    /// kills the process group if that takes too long.
-    async fn shutdown(mut self) {
-        self.stdin.lock().await.take();
-        if tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await.is_err() {
-            self.kill_group();
-            let _ = self.child.wait().await;
-        }
-    }
-
-    fn kill_group(&self) {
-        if let Some(pgid) = self.child.id().and_then(|pid| rustix::process::Pid::from_raw(pid as i32)) {
-            let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
-        }
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        // Only a peer that was not shut down (an early error) still runs: take its children too.
-        if matches!(self.child.try_wait(), Ok(None)) {
-            self.kill_group();
-        }
-    }
-}
-
-/// Reads the server's messages: responses go to their waiting request, notifications to the
-/// queue. Requests from the server are not expected from the tools the demo calls.
-async fn read_messages(
-    stdout: ChildStdout,
-    pending: Pending,
-    notes: mpsc::UnboundedSender<Value>,
-    closed_at: Arc<Mutex<Option<Instant>>>,
-) {
-    let mut lines = BufReader::new(stdout).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        let Ok(msg) = serde_json::from_str::<Value>(&line) else { continue };
-        if msg.get("method").is_some() {
-            if msg.get("id").is_none() {
-                let _ = notes.send(msg);
-            }
-            continue;
-        }
-        let Some(id) = msg["id"].as_u64() else { continue };
-        let waiter = pending.lock().expect("lock").as_mut().and_then(|p| p.remove(&id));
-        if let Some(tx) = waiter {
-            let _ = tx.send(msg);
-        }
-    }
-    *closed_at.lock().expect("lock") = Some(Instant::now());
-    // Dropping the senders answers every waiting request with `Closed`.
-    pending.lock().expect("lock").take();
 }

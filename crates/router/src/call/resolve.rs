@@ -1,0 +1,118 @@
+//! The decision of one attempt: the policy asked, its answer filled in with the host's
+//! defaults and held within the configured limits.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{End, Forwarded, Request};
+use crate::pool::Pool;
+use crate::server::Server;
+use switchyard_core::codec;
+use switchyard_core::decision::{CallInfo, Concurrency, Decision, Retry};
+use switchyard_core::error::CallError;
+use switchyard_core::metrics::Outcome;
+use switchyard_policy::PluginSet;
+
+/// A decision after host defaults and clamps.
+pub struct Effective {
+    pub concurrency: Concurrency,
+    pub pool: Arc<Pool>,
+    pub timeout: Duration,
+    /// None: the host default, decided when a failure happens (by then tools/list is usually known).
+    pub retry: Option<Retry>,
+}
+
+/// Fills in defaults and holds the decision within the configured limits (logging each clamp).
+pub fn resolve(server: &Server, decision: Decision) -> Effective {
+    let limits = &server.limits;
+    let pool = match decision.pool.as_deref() {
+        None => server.default_pool().clone(),
+        Some(name) => match server.pool(name) {
+            Some(p) => p.clone(),
+            None => {
+                tracing::warn!(server = %server.name, "policy chose pool `{name}`, which is not configured; using `default`");
+                server.default_pool().clone()
+            }
+        },
+    };
+    let mut timeout_ms = decision.timeout_ms.unwrap_or(limits.call_timeout_ms);
+    if timeout_ms > limits.max_call_timeout_ms || timeout_ms == 0 {
+        let clamped = timeout_ms.clamp(1, limits.max_call_timeout_ms);
+        tracing::info!(server = %server.name, "policy timeout {timeout_ms} ms clamped to {clamped} ms (limits.max_call_timeout_ms)");
+        timeout_ms = clamped;
+    }
+    let retry = decision.retry.map(|r| {
+        let c = Retry {
+            attempts: r.attempts.min(limits.max_retries),
+            backoff_ms: r.backoff_ms.min(limits.max_backoff_ms),
+        };
+        if c != r {
+            tracing::info!(server = %server.name, "policy retry {r:?} clamped to {c:?} (limits.max_retries / max_backoff_ms)");
+        }
+        c
+    });
+    Effective {
+        concurrency: decision.concurrency.unwrap_or(Concurrency::Shared),
+        pool,
+        timeout: Duration::from_millis(timeout_ms),
+        retry,
+    }
+}
+
+impl Forwarded<'_> {
+    /// Asks the plugins of `set` about the next attempt and resolves their decision. A rejection
+    /// ends the call: `Err` holds the client's answer (counted in `end`).
+    pub(super) async fn decide(
+        &mut self,
+        server: &Server,
+        set: &Arc<PluginSet>,
+        req: &Request<'_>,
+        end: &mut End,
+    ) -> Result<Effective, String> {
+        let what = &self.what;
+        // What only plugins read is gathered only when there are plugins: arguments can be large
+        // (a whole file for write_file), and the declared hints take a lookup.
+        if !set.is_empty() && !self.gathered {
+            self.gathered = true;
+            self.info.arguments = self.arguments.as_ref().map(|r| req.line[r.clone()].to_string());
+            self.info.declared = self.info.tool.as_deref().map(|t| server.declared_hints(t)).unwrap_or_default();
+        }
+        let decision = match set.decide_async(&self.info).await {
+            Ok(d) => d,
+            Err(rejection) => {
+                tracing::info!(server = %server.name, session = req.session_label, "{what} rejected by `{}`: {}", rejection.plugin, rejection.reason);
+                (end.outcome, end.code) = (Outcome::Rejected, Some(codec::POLICY_REJECTED));
+                return Err(CallError::Rejected(rejection).to_response(self.client_id));
+            }
+        };
+        // The chain's own answer is kept only for the debug line: no copy per call otherwise.
+        let decided = tracing::enabled!(tracing::Level::DEBUG).then(|| decision.clone());
+        let eff = resolve(server, decision);
+        if let Some(decided) = &decided {
+            log_decision(server, set, &self.info, what, decided, &eff);
+        }
+        Ok(eff)
+    }
+}
+
+/// One debug line per attempt: what the plugins decided and what the host made of it (after
+/// defaults and clamps). Argument values are never logged; gate keys are, as the gate uses them.
+fn log_decision(server: &Server, set: &PluginSet, call: &CallInfo, what: &str, decided: &Decision, eff: &Effective) {
+    let concurrency = match &eff.concurrency {
+        Concurrency::Shared => "shared".to_string(),
+        Concurrency::Exclusive => "exclusive".to_string(),
+        Concurrency::Keyed(keys) => format!("keyed {keys:?}"),
+    };
+    let retry = match eff.retry {
+        Some(r) => format!("{} retries, backoff {} ms", r.attempts, r.backoff_ms),
+        // The default depends on the tool's effective annotations; working them out here would
+        // cost a plugin call just for a log line.
+        None => "retries by the host default (one if the tool is read-only or idempotent)".to_string(),
+    };
+    let chain = if set.is_empty() { "none".to_string() } else { set.names().join(", ") };
+    tracing::debug!(
+        server = %server.name, session = %call.session, attempt = call.attempt,
+        "decision for {what}: concurrency {concurrency}, pool `{}`, timeout {} ms, {retry}; plugins: {chain}; chain returned {decided:?}",
+        eff.pool.name, eff.timeout.as_millis()
+    );
+}

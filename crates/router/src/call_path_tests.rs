@@ -1,0 +1,515 @@
+//! The call path's timing (timeouts, cancels, retries, crashes, queues, progress) in-process, under paused time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, WriteHalf};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::server::Server;
+use crate::session::{self, Opening, Sessions};
+use crate::upstream::Lost;
+use crate::upstream::fake::{Behaviour, FakeConnector, FakeLink};
+use switchyard_config::Config;
+use switchyard_core::error::Delivery;
+use switchyard_core::metrics::Metrics;
+use switchyard_policy::Policy;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// The fake server's tools: `echo`, `sleep` and `hang` are read-only, `lookup` is idempotent,
+/// `write` is neither.
+const TOOLS: &str = r#"{"tools":[
+    {"name":"echo","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}},
+    {"name":"sleep","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}},
+    {"name":"hang","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}},
+    {"name":"lookup","inputSchema":{"type":"object"},"annotations":{"idempotentHint":true}},
+    {"name":"write","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":false}}]}"#;
+
+/// A scripted MCP server. A `tools/call` of `hang` is never answered (the test answers it, or
+/// not); any other tool answers after `arguments.ms` (0: at once) with `arguments.text`, else
+/// "NAME after MS ms", sending progress every `arguments.progress_ms` when the call has a
+/// progress token. Other requests get `{}`. `logging`: `initialize` declares that capability.
+fn fake_server(logging: bool) -> Behaviour {
+    Arc::new(move |link, msg| {
+        let Some(id) = msg.request else { return };
+        let m: Value = serde_json::from_str(&msg.line).expect("the router sends JSON");
+        let result = match m["method"].as_str().unwrap_or_default() {
+            "initialize" => {
+                let caps = if logging { json!({"tools": {}, "logging": {}}) } else { json!({"tools": {}}) };
+                let info = json!({"name": "fake", "version": "1"});
+                json!({"protocolVersion": "2025-11-25", "capabilities": caps, "serverInfo": info})
+            }
+            "tools/list" => serde_json::from_str(TOOLS).expect("tools"),
+            "tools/call" => return tool_call(link, id, &m["params"]),
+            _ => json!({}),
+        };
+        link.reply(&json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string());
+    })
+}
+
+fn answer(id: u64, text: &str) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": text}]}}).to_string()
+}
+
+fn tool_call(link: &Arc<FakeLink>, id: u64, params: &Value) {
+    let name = params["name"].as_str().unwrap_or_default();
+    if name == "hang" {
+        return;
+    }
+    let args = &params["arguments"];
+    let total = args["ms"].as_u64().unwrap_or(0);
+    let text = args["text"].as_str().map_or_else(|| format!("{name} after {total} ms"), str::to_string);
+    if total == 0 {
+        return link.reply(&answer(id, &text));
+    }
+    let token = params["_meta"]["progressToken"].clone();
+    let every = args["progress_ms"].as_u64().filter(|_| !token.is_null());
+    let link = link.clone();
+    tokio::spawn(async move {
+        let mut at = 0;
+        while let Some(every) = every.filter(|e| at + e < total) {
+            tokio::time::sleep(ms(every)).await;
+            at += every;
+            let params = json!({"progressToken": token, "progress": at});
+            link.reply(&json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": params}).to_string());
+        }
+        tokio::time::sleep(ms(total - at)).await;
+        link.reply(&answer(id, &text));
+    });
+}
+
+/// A server named `fake` with the config `toml`, in front of the scripted fake server.
+fn start(toml: &str, logging: bool) -> (Arc<Server>, Arc<FakeConnector>) {
+    let mut config: Config = toml::from_str(toml).expect("config");
+    config.validate().expect("a valid config");
+    let fake = FakeConnector::new(fake_server(logging));
+    let metrics = Arc::new(Metrics::new(Default::default));
+    let server = Server::new(&config, "fake", fake.clone(), Policy::disabled(), metrics, CancellationToken::new());
+    (server, fake)
+}
+
+/// What the fake server received on `link` with `method`.
+fn received(link: &FakeLink, method: &str) -> Vec<Value> {
+    let all = link.lines().iter().map(|l| serde_json::from_str::<Value>(l).expect("JSON")).collect::<Vec<_>>();
+    all.into_iter().filter(|m| m["method"] == method).collect()
+}
+
+/// The `tools/call`s of `tool` the fake server received on `link`.
+fn calls_of(link: &FakeLink, tool: &str) -> Vec<Value> {
+    received(link, "tools/call").into_iter().filter(|m| m["params"]["name"] == tool).collect()
+}
+
+fn text(resp: &Value) -> &str {
+    resp["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("not a tool result: {resp}"))
+}
+
+fn error(resp: &Value) -> (i64, &str) {
+    let e = &resp["error"];
+    (e["code"].as_i64().unwrap_or_else(|| panic!("not an error: {resp}")), e["message"].as_str().unwrap_or_default())
+}
+
+/// An MCP client in a session of the router, over an in-memory pipe.
+struct Client {
+    out: WriteHalf<DuplexStream>,
+    inbox: mpsc::UnboundedReceiver<Value>,
+    /// Received and not taken yet, in order.
+    held: Vec<Value>,
+    next_id: u64,
+}
+
+impl Client {
+    /// Opens a session of `server` and initialises it.
+    async fn connect(server: &Arc<Server>) -> Client {
+        let (mine, theirs) = tokio::io::duplex(1 << 20);
+        let (r, w) = tokio::io::split(theirs);
+        let opening = Opening { transport: "stdio", sessions: Arc::new(Sessions::default()), speaks_control: false };
+        tokio::spawn(session::serve(server.clone(), BufReader::new(r), w, opening, CancellationToken::new()));
+        let (r, out) = tokio::io::split(mine);
+        let (tx, inbox) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(r).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let _ = tx.send(serde_json::from_str::<Value>(&line).expect("the router sends JSON"));
+            }
+        });
+        let mut c = Client { out, inbox, held: Vec::new(), next_id: 1 };
+        let init =
+            json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}});
+        let resp = c.request("initialize", init).await;
+        assert!(resp.get("result").is_some(), "{resp}");
+        c.notify("notifications/initialized", json!({})).await;
+        c
+    }
+
+    async fn write(&mut self, msg: Value) {
+        self.out.write_all(format!("{msg}\n").as_bytes()).await.expect("the session reads");
+    }
+
+    async fn send_with_id(&mut self, id: Value, method: &str, params: Value) {
+        self.write(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).await;
+    }
+
+    /// Sends a request; returns its id.
+    async fn send(&mut self, method: &str, params: Value) -> Value {
+        let id = json!(self.next_id);
+        self.next_id += 1;
+        self.send_with_id(id.clone(), method, params).await;
+        id
+    }
+
+    async fn notify(&mut self, method: &str, params: Value) {
+        self.write(json!({"jsonrpc": "2.0", "method": method, "params": params})).await;
+    }
+
+    /// Waits for the response to `id` (an hour of paused time at most).
+    async fn response(&mut self, id: &Value) -> Value {
+        loop {
+            let is_it = |m: &Value| m.get("method").is_none() && m["id"] == *id;
+            if let Some(i) = self.held.iter().position(is_it) {
+                return self.held.remove(i);
+            }
+            let next = tokio::time::timeout(Duration::from_secs(3600), self.inbox.recv()).await;
+            self.held.push(next.expect("no response within an hour").expect("the session ended"));
+        }
+    }
+
+    async fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.send(method, params).await;
+        self.response(&id).await
+    }
+
+    async fn call(&mut self, tool: &str, arguments: Value) -> Value {
+        self.request("tools/call", json!({"name": tool, "arguments": arguments})).await
+    }
+
+    /// Everything received so far, taken out: the messages with `method` (None: responses).
+    fn take(&mut self, method: Option<&str>) -> Vec<Value> {
+        while let Ok(m) = self.inbox.try_recv() {
+            self.held.push(m);
+        }
+        let (taken, kept) = self.held.drain(..).partition(|m| m.get("method").and_then(Value::as_str) == method);
+        self.held = kept;
+        taken
+    }
+}
+
+/// A hung call ends at `call_timeout_ms`, tells the client which server and how long, and stops
+/// the server working on it (e2e: a_hung_call_times_out_is_cancelled_upstream_and_its_late_reply_is_dropped).
+#[tokio::test(start_paused = true)]
+async fn a_call_never_answered_times_out_at_call_timeout_and_is_cancelled_upstream() {
+    let (server, fake) = start("[limits]\ncall_timeout_ms = 500\n", true);
+    let mut c = Client::connect(&server).await;
+    // `hang` is read-only, which the router knows once tools/list has passed: a timeout is
+    // still not repeated.
+    c.request("tools/list", json!({})).await;
+    let started = Instant::now();
+    let resp = c.call("hang", json!({})).await;
+    assert_eq!(started.elapsed(), ms(500));
+    let (code, msg) = error(&resp);
+    assert_eq!(code, -32001, "{resp}");
+    assert!(
+        msg.starts_with(
+            "tools/call `hang` (on fake#1) on server `fake` timed out after 0.5 s; switchyard cancelled it upstream"
+        ),
+        "{msg}"
+    );
+    assert_eq!(resp["error"]["data"]["attempts"], 1, "{resp}");
+    let link = fake.link(0);
+    let sent = calls_of(&link, "hang");
+    assert_eq!(sent.len(), 1, "a timed-out call was repeated: {sent:?}");
+    let upstream = sent[0]["id"].as_u64().expect("the router's own numeric id");
+    let cancels = received(&link, "notifications/cancelled");
+    assert_eq!(cancels.len(), 1, "{cancels:?}");
+    assert_eq!(cancels[0]["params"]["requestId"], upstream);
+    assert_eq!(cancels[0]["params"]["reason"], "switchyard: timed out after 0.5 s");
+    // A hung call may mean a hung instance: it is pinged at once, not at the next idle check.
+    tokio::time::sleep(ms(20)).await;
+    assert_eq!(received(&link, "ping").len(), 1);
+    // The server's late reply is dropped, not a second answer; the instance serves on.
+    link.reply(&answer(upstream, "late"));
+    assert_eq!(text(&c.call("echo", json!({"text": "alive"})).await), "alive");
+    assert_eq!(c.take(None), Vec::<Value>::new(), "a second answer reached the client");
+    assert_eq!(fake.links.lock().unwrap().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn progress_from_the_server_extends_the_deadline_up_to_max_call_timeout() {
+    let (server, _fake) = start("[limits]\ncall_timeout_ms = 500\nmax_call_timeout_ms = 2000\n", true);
+    let mut c = Client::connect(&server).await;
+    let started = Instant::now();
+    let args =
+        json!({"name": "sleep", "arguments": {"ms": 1500, "progress_ms": 200}, "_meta": {"progressToken": "tok"}});
+    let id = c.send("tools/call", args).await;
+    let resp = c.response(&id).await;
+    assert_eq!(text(&resp), "sleep after 1500 ms", "{resp}");
+    assert_eq!(started.elapsed(), ms(1500));
+    // The client got the progress under its own token.
+    let progress = c.take(Some("notifications/progress"));
+    assert_eq!(progress.len(), 7, "{progress:?}");
+    assert!(progress.iter().all(|p| p["params"]["progressToken"] == "tok"), "{progress:?}");
+
+    // Without progress the same call ends at its deadline.
+    let started = Instant::now();
+    let resp = c.call("sleep", json!({"ms": 1500})).await;
+    assert_eq!((error(&resp).0, started.elapsed()), (-32001, ms(500)), "{resp}");
+
+    // Progress for ever does not keep a call past max_call_timeout_ms.
+    let started = Instant::now();
+    let args = json!({"name": "sleep", "arguments": {"ms": 10000, "progress_ms": 200}, "_meta": {"progressToken": 9}});
+    let id = c.send("tools/call", args).await;
+    let resp = c.response(&id).await;
+    assert_eq!(started.elapsed(), ms(2000));
+    let (code, msg) = error(&resp);
+    assert_eq!(code, -32001, "{resp}");
+    assert!(msg.contains("timed out after 2.0 s"), "{msg}");
+}
+
+/// e2e: a_crash_fails_unsafe_calls_fast_and_retries_safe_ones.
+#[tokio::test(start_paused = true)]
+async fn a_crash_fails_unsafe_calls_at_once_and_repeats_only_safe_ones_on_a_new_instance() {
+    let (server, fake) = start("", true);
+    let mut c = Client::connect(&server).await;
+    c.request("tools/list", json!({})).await;
+    let write = c.send("tools/call", json!({"name": "write", "arguments": {"ms": 10000}})).await;
+    let sleep = c.send("tools/call", json!({"name": "sleep", "arguments": {"ms": 300}})).await;
+    let lookup = c.send("tools/call", json!({"name": "lookup", "arguments": {"ms": 300}})).await;
+    tokio::time::sleep(ms(100)).await;
+    let first = fake.link(0);
+    assert_eq!(received(&first, "tools/call").len(), 3);
+    first.end("killed by signal 9");
+    let crashed = Instant::now();
+    let resp = c.response(&write).await;
+    assert_eq!(crashed.elapsed(), Duration::ZERO, "the crash was answered only at the timeout");
+    let (code, msg) = error(&resp);
+    assert_eq!(code, -32003, "{resp}");
+    assert!(
+        msg.starts_with("server `fake` instance fake#1 ended (killed by signal 9) during tools/call `write`")
+            && msg.contains("The call may have run"),
+        "{msg}"
+    );
+    // The read-only and the idempotent call run again on a new instance, well within their deadline.
+    assert_eq!(text(&c.response(&sleep).await), "sleep after 300 ms");
+    assert_eq!(text(&c.response(&lookup).await), "lookup after 300 ms");
+    assert!(crashed.elapsed() < ms(500), "{:?}", crashed.elapsed());
+    assert_eq!(fake.links.lock().unwrap().len(), 2);
+    let second = fake.link(1);
+    assert_eq!((calls_of(&second, "sleep").len(), calls_of(&second, "lookup").len()), (1, 1));
+    assert_eq!(calls_of(&second, "write"), Vec::<Value>::new(), "an unsafe call was repeated");
+}
+
+/// A request lost on a link that lives on (an HTTP response stream broke).
+#[tokio::test(start_paused = true)]
+async fn a_lost_request_is_repeated_only_if_it_never_arrived_or_is_safe_to_repeat() {
+    let (server, fake) = start("", true);
+    let mut c = Client::connect(&server).await;
+    c.request("tools/list", json!({})).await;
+    let link = fake.link(0);
+    let upstream_of = |tool: &str, n: usize| calls_of(&link, tool)[n]["id"].as_u64().expect("an id");
+
+    // Never delivered: repeated whatever the tool, on the same instance.
+    let id = c.send("tools/call", json!({"name": "write", "arguments": {"ms": 50}})).await;
+    tokio::time::sleep(ms(10)).await;
+    link.lose(upstream_of("write", 0), Lost { cause: "connection refused".into(), delivery: Delivery::No });
+    assert_eq!(text(&c.response(&id).await), "write after 50 ms");
+    assert_eq!(calls_of(&link, "write").len(), 2);
+
+    // Maybe delivered: an unsafe call fails at once, saying it may have run...
+    let id = c.send("tools/call", json!({"name": "write", "arguments": {"ms": 5000}})).await;
+    tokio::time::sleep(ms(10)).await;
+    link.lose(upstream_of("write", 2), Lost { cause: "the stream ended".into(), delivery: Delivery::Maybe });
+    let lost = Instant::now();
+    let resp = c.response(&id).await;
+    assert_eq!(lost.elapsed(), Duration::ZERO);
+    let (code, msg) = error(&resp);
+    assert_eq!(code, -32003, "{resp}");
+    assert!(
+        msg.starts_with(
+            "tools/call `write` on server `fake` got no response: the stream ended (instance fake#1). It may have run"
+        ),
+        "{msg}"
+    );
+    assert_eq!(calls_of(&link, "write").len(), 3, "an unsafe call was repeated");
+
+    // ...and a read-only one is repeated.
+    let id = c.send("tools/call", json!({"name": "sleep", "arguments": {"ms": 50}})).await;
+    tokio::time::sleep(ms(10)).await;
+    link.lose(upstream_of("sleep", 0), Lost { cause: "the stream ended".into(), delivery: Delivery::Maybe });
+    assert_eq!(text(&c.response(&id).await), "sleep after 50 ms");
+    assert_eq!(calls_of(&link, "sleep").len(), 2);
+}
+
+/// e2e: a_full_queue_answers_busy_at_once_and_waiters_are_told_why.
+#[tokio::test(start_paused = true)]
+async fn a_full_pool_queues_a_call_until_the_first_finishes_and_refuses_past_max_queue() {
+    let (server, fake) = start("[pools.default]\nmax = 1\nmax_inflight = 1\nmax_queue = 1\n", true);
+    let mut c = Client::connect(&server).await;
+    let started = Instant::now();
+    let slow = c.send("tools/call", json!({"name": "sleep", "arguments": {"ms": 1600}})).await;
+    tokio::time::sleep(ms(10)).await;
+    let queued = c.send("tools/call", json!({"name": "echo", "arguments": {"text": "queued"}})).await;
+    tokio::time::sleep(ms(10)).await;
+    let asked = Instant::now();
+    let refused = c.call("echo", json!({"text": "refused"})).await;
+    assert_eq!(asked.elapsed(), Duration::ZERO, "a full queue must answer at once");
+    let (code, msg) = error(&refused);
+    assert_eq!(code, -32002, "{refused}");
+    assert_eq!(
+        msg,
+        "server `fake` is busy: tools/call `echo` was refused: pool `default` has 1 calls queued already (max_queue = 1); try again shortly or raise `max_queue`/`max` of the pool"
+    );
+    let link = fake.link(0);
+    assert_eq!(received(&link, "tools/call").len(), 1, "a call went past a busy serial instance");
+    assert_eq!(text(&c.response(&slow).await), "sleep after 1600 ms");
+    assert_eq!(started.elapsed(), ms(1600));
+    // The queued call goes the moment the first one is answered.
+    assert_eq!(text(&c.response(&queued).await), "queued");
+    assert_eq!(started.elapsed(), ms(1600));
+    let texts: Vec<Value> =
+        received(&link, "tools/call").iter().map(|m| m["params"]["arguments"]["text"].clone()).collect();
+    assert_eq!(texts, [Value::Null, json!("queued")], "the refused call reached the server");
+    assert_eq!(fake.links.lock().unwrap().len(), 1);
+}
+
+/// No separate limit on the wait in the queue: the call's own deadline ends it.
+#[tokio::test(start_paused = true)]
+async fn a_queued_call_times_out_at_its_own_deadline_saying_what_it_waited_for() {
+    let cfg =
+        "[limits]\ncall_timeout_ms = 500\nmax_call_timeout_ms = 5000\n[pools.default]\nmax = 1\nmax_inflight = 1\n";
+    let (server, fake) = start(cfg, true);
+    let mut c = Client::connect(&server).await;
+    // The first call keeps the only instance past 500 ms by reporting progress.
+    let args = json!({"name": "sleep", "arguments": {"ms": 2000, "progress_ms": 100}, "_meta": {"progressToken": 1}});
+    let slow = c.send("tools/call", args).await;
+    tokio::time::sleep(ms(10)).await;
+    let started = Instant::now();
+    let resp = c.call("echo", json!({"text": "never sent"})).await;
+    assert_eq!(started.elapsed(), ms(500));
+    let (code, msg) = error(&resp);
+    assert_eq!(code, -32001, "{resp}");
+    assert!(
+        msg.starts_with(
+            "tools/call `echo` on server `fake` timed out after 0.5 s while waiting for an instance of pool `default` (1 calls queued, this one included; 1 of 1 instances busy, 0 starting)"
+        ),
+        "{msg}"
+    );
+    assert_eq!(calls_of(&fake.link(0), "echo"), Vec::<Value>::new());
+    assert_eq!(text(&c.response(&slow).await), "sleep after 2000 ms");
+}
+
+/// e2e: the_waiting_notice_counts_true_and_respects_level_and_capability.
+#[tokio::test(start_paused = true)]
+async fn the_waiting_notice_comes_after_a_second_and_only_if_the_client_may_hear_it() {
+    let cfg = "[pools.default]\nmax = 1\nmax_inflight = 1\n";
+    let (server, _fake) = start(cfg, true);
+    let mut c = Client::connect(&server).await;
+    let slow = c.send("tools/call", json!({"name": "sleep", "arguments": {"ms": 3000}})).await;
+    tokio::time::sleep(ms(10)).await;
+    let waits = c.send("tools/call", json!({"name": "echo", "arguments": {"text": "w"}})).await;
+    tokio::time::sleep(ms(990)).await;
+    assert_eq!(c.take(Some("notifications/message")), Vec::<Value>::new(), "told before a second passed");
+    tokio::time::sleep(ms(20)).await;
+    let notices = c.take(Some("notifications/message"));
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert_eq!(notices[0]["params"]["level"], "info");
+    assert_eq!(
+        notices[0]["params"]["data"],
+        "switchyard: tools/call `echo` on server `fake` is waiting for an instance of pool `default` (1 calls queued, this one included; 1 of 1 instances busy, 0 starting)"
+    );
+    assert_eq!(text(&c.response(&waits).await), "w");
+    c.response(&slow).await;
+
+    // A client that asked for emergencies only is not told.
+    let r = c.request("logging/setLevel", json!({"level": "emergency"})).await;
+    assert!(r.get("result").is_some(), "{r}");
+    let slow = c.send("tools/call", json!({"name": "sleep", "arguments": {"ms": 2000}})).await;
+    tokio::time::sleep(ms(10)).await;
+    let waits = c.send("tools/call", json!({"name": "echo", "arguments": {"text": "w"}})).await;
+    c.response(&waits).await;
+    c.response(&slow).await;
+    assert_eq!(c.take(Some("notifications/message")), Vec::<Value>::new());
+
+    // Nor is the client of a server without the logging capability.
+    let (server, _fake) = start(cfg, false);
+    let mut c = Client::connect(&server).await;
+    let slow = c.send("tools/call", json!({"name": "sleep", "arguments": {"ms": 2000}})).await;
+    tokio::time::sleep(ms(10)).await;
+    let waits = c.send("tools/call", json!({"name": "echo", "arguments": {"text": "w"}})).await;
+    c.response(&waits).await;
+    c.response(&slow).await;
+    assert_eq!(c.take(Some("notifications/message")), Vec::<Value>::new());
+}
+
+#[tokio::test(start_paused = true)]
+async fn replies_in_reverse_order_reach_the_clients_own_ids() {
+    let (server, fake) = start("", true);
+    let mut c = Client::connect(&server).await;
+    c.send_with_id(json!("a"), "tools/call", json!({"name": "hang", "arguments": {"n": 1}})).await;
+    c.send_with_id(json!(100), "tools/call", json!({"name": "hang", "arguments": {"n": 2}})).await;
+    tokio::time::sleep(ms(10)).await;
+    let link = fake.link(0);
+    let sent = calls_of(&link, "hang");
+    assert_eq!(sent.len(), 2, "both calls share the one instance");
+    let ups: Vec<u64> = sent.iter().map(|m| m["id"].as_u64().expect("the router's own numeric ids")).collect();
+    assert_ne!(ups[0], ups[1]);
+    assert_eq!(
+        (sent[0]["params"]["arguments"]["n"].as_u64(), sent[1]["params"]["arguments"]["n"].as_u64()),
+        (Some(1), Some(2))
+    );
+    link.reply(&answer(ups[1], "second"));
+    link.reply(&answer(ups[0], "first"));
+    tokio::time::sleep(ms(10)).await;
+    let got = c.take(None);
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!((&got[0]["id"], text(&got[0])), (&json!(100), "second"));
+    assert_eq!((&got[1]["id"], text(&got[1])), (&json!("a"), "first"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_cancel_reaches_the_server_and_the_call_gets_no_answer() {
+    let (server, fake) = start("", true);
+    let mut c = Client::connect(&server).await;
+    c.send_with_id(json!(5), "tools/call", json!({"name": "hang", "arguments": {}})).await;
+    tokio::time::sleep(ms(10)).await;
+    let link = fake.link(0);
+    let upstream = calls_of(&link, "hang")[0]["id"].as_u64().expect("an id");
+    c.notify("notifications/cancelled", json!({"requestId": 5, "reason": "changed my mind"})).await;
+    tokio::time::sleep(ms(10)).await;
+    let cancels = received(&link, "notifications/cancelled");
+    assert_eq!(cancels.len(), 1, "{cancels:?}");
+    assert_eq!(cancels[0]["params"], json!({"requestId": upstream, "reason": "changed my mind"}));
+    link.reply(&answer(upstream, "late"));
+    // The id may be used again at once; the cancelled call is never answered.
+    c.send_with_id(json!(5), "tools/call", json!({"name": "echo", "arguments": {"text": "again"}})).await;
+    assert_eq!(text(&c.response(&json!(5)).await), "again");
+    tokio::time::sleep(ms(10)).await;
+    assert_eq!(c.take(None), Vec::<Value>::new());
+}
+
+/// A client that closes its input still gets what is answered within the grace (2 s); the
+/// rest is cancelled upstream then.
+#[tokio::test(start_paused = true)]
+async fn closing_the_input_leaves_calls_a_grace_to_finish_then_cancels_the_rest_upstream() {
+    let (server, fake) = start("", true);
+    let mut c = Client::connect(&server).await;
+    let quick = c.send("tools/call", json!({"name": "sleep", "arguments": {"ms": 1000}})).await;
+    let stuck = c.send("tools/call", json!({"name": "hang", "arguments": {}})).await;
+    tokio::time::sleep(ms(10)).await;
+    let closed = Instant::now();
+    c.out.shutdown().await.expect("close the input");
+    assert_eq!(text(&c.response(&quick).await), "sleep after 1000 ms");
+    let link = fake.link(0);
+    tokio::time::sleep_until(closed + ms(1990)).await;
+    assert_eq!(received(&link, "notifications/cancelled"), Vec::<Value>::new(), "cancelled before the grace ended");
+    tokio::time::sleep(ms(20)).await;
+    let cancels = received(&link, "notifications/cancelled");
+    assert_eq!(cancels.len(), 1, "{cancels:?}");
+    assert_eq!(cancels[0]["params"]["requestId"], calls_of(&link, "hang")[0]["id"]);
+    assert_eq!(cancels[0]["params"]["reason"], "the client disconnected");
+    assert!(c.take(None).iter().all(|m| m["id"] != stuck), "the departed client's call was answered");
+}

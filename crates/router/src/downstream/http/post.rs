@@ -1,0 +1,308 @@
+//! A POST to an MCP endpoint, step by step: its headers, its session and server, its message, its delivery.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::response::Response;
+use http::StatusCode;
+use http::header::{self, HeaderMap, HeaderValue};
+
+use super::session::{Feed, HttpSession, Refused};
+use super::{Front, Mode, accepts, empty, media, plain, rpc_error, stateless};
+use crate::server::Server;
+use switchyard_core::codec::{self, Envelope, Kind};
+use switchyard_mcp as mcp;
+
+impl Front {
+    /// A POST to an MCP endpoint: one JSON-RPC message, for a session of the initialize era or
+    /// (of the stateless era) for none.
+    pub(super) async fn post(&self, name: Option<&str>, headers: &HeaderMap, body: Body) -> Response {
+        match self.try_post(name, headers, body).await {
+            Ok(r) => r,
+            Err(refusal) => refusal.into(),
+        }
+    }
+
+    /// A POST, step by step; any step may refuse it, with the response it gets instead.
+    async fn try_post(&self, name: Option<&str>, headers: &HeaderMap, body: Body) -> Result<Response, Refusal> {
+        let posted = check_request(headers)?;
+        let (existing, server) = self.session_for(name, headers, posted.modern)?;
+        let (line, env) = read_message(body, server.limits.max_message_bytes).await?;
+        let method = env.method.as_deref().unwrap_or_default();
+        let raw_id = env.id.as_ref().map(|r| line[r.clone()].to_string());
+        let enveloped = env.params.as_ref().is_some_and(|p| codec::envelope_version(&line, p).is_some());
+        if method != "initialize" && (posted.modern || enveloped) {
+            return Ok(self.stateless(server, headers, line, env, posted.mode).await);
+        }
+        // A version of neither era served (spec: 400); initialize names its version in the body.
+        if let Some(v) = posted.version
+            && method != "initialize"
+            && !mcp::version::SESSION_ERA.contains(&v)
+        {
+            return Err(stateless::unsupported(v, raw_id.as_deref().unwrap_or("null")).into());
+        }
+        let (session, new_sid) = match existing {
+            Some(s) => (s, None),
+            None => {
+                let (s, sid) = self.open_session(&server, &env, raw_id.as_deref().unwrap_or("null"))?;
+                (s, Some(sid))
+            }
+        };
+        let mut resp = self.deliver(&session, line, &env, raw_id, posted.mode).await;
+        if let Some(sid) = new_sid {
+            resp.headers_mut()
+                .insert(mcp::header::SESSION_ID, HeaderValue::from_str(&sid).expect("hex is a header value"));
+        }
+        Ok(resp)
+    }
+
+    /// The session a POST names, if any (one of the stateless era names none), and the server
+    /// it goes to.
+    fn session_for(
+        &self,
+        name: Option<&str>,
+        headers: &HeaderMap,
+        modern: bool,
+    ) -> Result<(Option<Arc<HttpSession>>, Arc<Server>), Refusal> {
+        // An existing session stays on the server it began with (a config edit does not move it).
+        let existing = match headers.get(mcp::header::SESSION_ID).filter(|_| !modern) {
+            Some(v) => Some(self.session(name, v.to_str().unwrap_or(""))?),
+            None => None,
+        };
+        let server = match &existing {
+            Some(s) => s.server.clone(),
+            None => self.router.lookup(name, &BTreeMap::new()).map_err(|why| {
+                let why = if name.is_none() { format!("{why} (over HTTP: /mcp/NAME)") } else { why };
+                Refusal::rpc(StatusCode::NOT_FOUND, "null", codec::INVALID_REQUEST, why)
+            })?,
+        };
+        Ok((existing, server))
+    }
+
+    /// A new session on `server` for a POST that names none: only `initialize` begins one.
+    /// Returns it with its id (`id`: the request's raw id, for errors).
+    fn open_session(
+        &self,
+        server: &Arc<Server>,
+        env: &Envelope,
+        id: &str,
+    ) -> Result<(Arc<HttpSession>, String), Refusal> {
+        if env.kind != Kind::Request || env.method.as_deref() != Some("initialize") {
+            return Err(Refusal::rpc(
+                StatusCode::BAD_REQUEST,
+                id,
+                codec::INVALID_REQUEST,
+                "Bad Request: no Mcp-Session-Id header; begin a session with initialize",
+            ));
+        }
+        let start = || {
+            // The server's own token: it fires when the daemon stops and when the server
+            // is removed from the config (its sessions end, as `connect` ones do).
+            let (sessions, shutdown) = (self.router.sessions.clone(), server.shutdown.clone());
+            HttpSession::start(server.clone(), sessions, shutdown, self.http.event_store_bytes)
+        };
+        match self.table.open(self.http.max_sessions, start) {
+            Ok(Some(opened)) => Ok(opened),
+            Ok(None) => Err(Refusal::rpc(
+                StatusCode::SERVICE_UNAVAILABLE,
+                id,
+                codec::SERVER_BUSY,
+                format!(
+                    "the HTTP front has {} sessions, its maximum ([http] max_sessions); try again later",
+                    self.http.max_sessions
+                ),
+            )),
+            Err(e) => Err(Refusal::rpc(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                id,
+                codec::INTERNAL_ERROR,
+                format!("cannot make a session id (getrandom failed: {e})"),
+            )),
+        }
+    }
+
+    /// Gives a POSTed message (`line`, parsed as `env`) to its session: a request is answered
+    /// as the client takes it (`mode`), anything else with 202.
+    async fn deliver(
+        &self,
+        session: &HttpSession,
+        line: String,
+        env: &Envelope,
+        raw_id: Option<String>,
+        mode: Mode,
+    ) -> Response {
+        let gone = || {
+            rpc_error(
+                StatusCode::NOT_FOUND,
+                "null",
+                codec::INVALID_REQUEST,
+                "session not found: it ended; send initialize without Mcp-Session-Id for a new one",
+            )
+        };
+        match env.kind {
+            Kind::Request => {
+                let id = raw_id.expect("requests have ids");
+                let progress = env
+                    .params
+                    .as_ref()
+                    .and_then(|p| codec::progress_token_in_request(&line, p))
+                    .map(|r| line[r].to_string());
+                match session.request(line, &id, progress.as_deref(), mode == Mode::Json) {
+                    Ok(feed) => self.answer(feed, mode, &id).await,
+                    Err(Refused::Duplicate(_)) => rpc_error(
+                        StatusCode::BAD_REQUEST,
+                        &id,
+                        codec::INVALID_REQUEST,
+                        &format!("Invalid Request: id {id} is already in use by a request of this session still open"),
+                    ),
+                    Err(Refused::Gone) => gone(),
+                }
+            }
+            Kind::Notification | Kind::Response => {
+                let cancelled = (env.method.as_deref() == Some("notifications/cancelled"))
+                    .then(|| env.params.as_ref().map(|p| codec::param_fields(&line, p)))
+                    .flatten()
+                    .and_then(|f| f.request_id)
+                    .map(|r| line[r].to_string());
+                match session.message(line, cancelled.as_deref()) {
+                    Ok(()) => empty(StatusCode::ACCEPTED),
+                    Err(_) => gone(),
+                }
+            }
+        }
+    }
+
+    /// The answer to a POSTed request: its stream, or (JSON only) its response alone.
+    async fn answer(&self, mut feed: Feed, mode: Mode, id: &str) -> Response {
+        if mode == Mode::Sse {
+            return self.sse(feed);
+        }
+        match feed.next().await {
+            Some(line) => {
+                let mut r = Response::new(Body::from(line));
+                r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                r
+            }
+            None => rpc_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                id,
+                codec::INTERNAL_ERROR,
+                "no response: the request was cancelled, or its session ended first",
+            ),
+        }
+    }
+}
+
+/// A POST answered before it reaches a session, with what it is answered instead: mostly a
+/// JSON-RPC error (status, id, code, message). The steps of `Front::post` chain with `?`.
+enum Refusal {
+    Rpc {
+        status: StatusCode,
+        id: String,
+        code: i64,
+        message: String,
+    },
+    /// A response made otherwise (plain text, or by [`stateless`]).
+    Other(Box<Response>),
+}
+
+impl Refusal {
+    fn rpc(status: StatusCode, id: &str, code: i64, message: impl Into<String>) -> Refusal {
+        Refusal::Rpc { status, id: id.to_string(), code, message: message.into() }
+    }
+}
+
+impl From<Response> for Refusal {
+    fn from(r: Response) -> Refusal {
+        Refusal::Other(Box::new(r))
+    }
+}
+
+impl From<Box<Response>> for Refusal {
+    fn from(r: Box<Response>) -> Refusal {
+        Refusal::Other(r)
+    }
+}
+
+impl From<Refusal> for Response {
+    fn from(refusal: Refusal) -> Response {
+        match refusal {
+            Refusal::Rpc { status, id, code, message } => rpc_error(status, &id, code, &message),
+            Refusal::Other(r) => *r,
+        }
+    }
+}
+
+/// What a POST's headers say, once they pass: how the client takes the answer, and the
+/// protocol version it names.
+struct Posted<'h> {
+    mode: Mode,
+    /// `MCP-Protocol-Version`, as given.
+    version: Option<&'h str>,
+    /// That version is of the stateless era: the request ignores Mcp-Session-Id.
+    modern: bool,
+}
+
+/// Checks a POST's media type and Accept, and reads the protocol version it names.
+fn check_request(headers: &HeaderMap) -> Result<Posted<'_>, Refusal> {
+    if let Some(ct) = headers.get(header::CONTENT_TYPE)
+        && !ct.to_str().is_ok_and(|c| media(c) == "application/json")
+    {
+        return Err(
+            plain(StatusCode::UNSUPPORTED_MEDIA_TYPE, "a POST to an MCP endpoint carries application/json").into()
+        );
+    }
+    let Some(mode) = accepts(headers) else {
+        return Err(plain(
+            StatusCode::NOT_ACCEPTABLE,
+            "Accept must list application/json and text/event-stream (MCP Streamable HTTP)",
+        )
+        .into());
+    };
+    let version = headers.get(mcp::header::PROTOCOL_VERSION).map(|v| v.to_str().unwrap_or("(not ASCII)"));
+    let modern = version.is_some_and(mcp::version::is_stateless);
+    Ok(Posted { mode, version, modern })
+}
+
+/// Reads a POSTed body (at most `limit` bytes) as one JSON-RPC message on one line, parsed.
+async fn read_message(body: Body, limit: usize) -> Result<(String, Envelope), Refusal> {
+    let bytes = read_body(body, limit).await?;
+    let Ok(text) = String::from_utf8(bytes.to_vec()) else {
+        return Err(Refusal::rpc(
+            StatusCode::BAD_REQUEST,
+            "null",
+            codec::PARSE_ERROR,
+            "Parse error: the body is not UTF-8",
+        ));
+    };
+    // One message per line for the servers behind: outside strings (where JSON allows no raw
+    // control characters) a pretty-printed body's line breaks are only whitespace.
+    let line = if text.contains(['\n', '\r']) { text.replace(['\n', '\r'], " ") } else { text };
+    if codec::is_batch(&line) {
+        return Err(Refusal::rpc(
+            StatusCode::BAD_REQUEST,
+            "null",
+            codec::INVALID_REQUEST,
+            "JSON-RPC batches are not served over HTTP by switchyard; POST one message at a time",
+        ));
+    }
+    match codec::parse(&line) {
+        Ok(env) => Ok((line, env)),
+        Err(e) => Err(Refusal::rpc(StatusCode::BAD_REQUEST, e.reply_id(), e.code(), e.message())),
+    }
+}
+/// Reads a body of at most `limit` bytes; over it, 413 with a JSON-RPC error.
+async fn read_body(body: Body, limit: usize) -> Result<Bytes, Response> {
+    use http_body_util::BodyExt;
+    match http_body_util::Limited::new(body, limit).collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(rpc_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "null",
+            codec::INVALID_REQUEST,
+            &format!("the message is over the server's limit of {limit} bytes (limits.max_message_bytes)"),
+        )),
+        Err(e) => Err(plain(StatusCode::BAD_REQUEST, &format!("cannot read the request body: {e}"))),
+    }
+}

@@ -1,0 +1,187 @@
+//! A client's request run to its one response: what the session answers itself (from the
+//! server's state), and the rest through the policy and the engine ([`crate::call`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::Session;
+use crate::call::{self, Cancel};
+use switchyard_core::codec::{self, Envelope};
+use switchyard_core::metrics::{Call, Outcome};
+
+/// The methods a session answers itself (from the server's state), never through the engine.
+const ANSWERED_HERE: &[&str] =
+    &["initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"];
+
+impl Session {
+    /// Runs one request to its single response (None: the client cancelled it).
+    pub(super) async fn run(self: Arc<Self>, line: String, env: Envelope, token: Arc<Cancel>) -> Option<String> {
+        let id_span = env.id.clone().expect("requests have ids");
+        let id = line[id_span].to_string();
+        let started = tokio::time::Instant::now();
+        let resp = self
+            .dispatch(&line, &env, &id, &token)
+            .await
+            .or_else(|| token.owes_answer().then(|| self.server.ended().to_response(&id)));
+        // What the engine forwards it counts itself; what the session answers is counted here.
+        let method = env.method.as_deref().unwrap_or_default();
+        if ANSWERED_HERE.contains(&method) {
+            let (outcome, code) =
+                resp.as_deref().map_or((Outcome::Cancelled, None), switchyard_core::metrics::answer_outcome);
+            self.server.metrics.call(Call {
+                server: &self.server.metric_name,
+                method,
+                tool: None,
+                outcome,
+                code,
+                session_label: &self.label,
+                elapsed: started.elapsed(),
+            });
+        }
+        // Out of the in-flight table before the response leaves, so the id may be reused at once
+        // (unless a cancel took it out already and a new request reuses it).
+        let mut inflight = self.inflight.lock().expect("lock");
+        if inflight.get(&id).is_some_and(|c| Arc::ptr_eq(c, &token)) {
+            inflight.remove(&id);
+        }
+        drop(inflight);
+        resp
+    }
+
+    async fn dispatch(self: &Arc<Self>, line: &str, env: &Envelope, id: &str, cancel: &Cancel) -> Option<String> {
+        let token = &cancel.token;
+        let server = &self.server;
+        let method = env.method.as_deref().unwrap_or_default();
+        let params = env.params.as_ref().map(|p| &line[p.clone()]).unwrap_or("{}");
+        let fields = env.params.as_ref().map(|p| codec::param_fields(line, p)).unwrap_or_default();
+        let local_error = |code, msg: String| Some(codec::response_error(id, code, &msg, None));
+        // A request of the 2026-07-28 era carries its protocol version in `_meta` and needs no
+        // initialize: it goes to instances of that era, as it is (`initialize` stays a handshake).
+        let modern = match env.params.as_ref().and_then(|p| codec::envelope_version(line, p)) {
+            Some(version) if method != "initialize" => {
+                server.saw_modern_version(&version);
+                true
+            }
+            _ => false,
+        };
+        if method == "server/discover" {
+            return self.discover(line, env, cancel).await;
+        }
+        if modern {
+            return self.forward(line, env, cancel, true).await;
+        }
+        match method {
+            "initialize" => {
+                let r = tokio::select! {
+                    r = server.initialize(self.id, params) => r,
+                    _ = token.cancelled() => return None,
+                };
+                Some(match r {
+                    Ok(result) => {
+                        let s = server.clone();
+                        server.tasks.spawn(async move { s.refresh_tools().await });
+                        codec::response_ok(id, &result)
+                    }
+                    Err(e) => e.to_response(id),
+                })
+            }
+            "ping" => Some(codec::response_ok(id, "{}")),
+            _ if !or_cancelled(token, async {
+                let _turn = self.in_order.lock().await;
+                server.wait_initialized().await
+            })
+            .await? =>
+            {
+                Some(server.not_initialized().to_response(id))
+            }
+            "logging/setLevel" => match fields.level {
+                Some(level) => match or_cancelled(token, server.set_log_level(self.id, &level)).await? {
+                    Ok(()) => Some(codec::response_ok(id, "{}")),
+                    Err(e) => local_error(codec::INVALID_PARAMS, e),
+                },
+                None => local_error(codec::INVALID_PARAMS, "logging/setLevel needs params.level".into()),
+            },
+            "resources/subscribe" | "resources/unsubscribe" => {
+                let Some(uri) = fields.uri else {
+                    return local_error(codec::INVALID_PARAMS, format!("{method} needs params.uri"));
+                };
+                let r = if method == "resources/subscribe" {
+                    or_cancelled(token, server.subscribe(self.id, &uri)).await?
+                } else {
+                    or_cancelled(token, server.unsubscribe(self.id, &uri)).await?
+                };
+                match r {
+                    Ok(()) => Some(codec::response_ok(id, "{}")),
+                    Err(e) => local_error(codec::INTERNAL_ERROR, e),
+                }
+            }
+            _ => self.forward(line, env, cancel, false).await,
+        }
+    }
+
+    /// Through the policy and the engine to an instance (`modern`: one of the 2026-07-28 era).
+    async fn forward(&self, line: &str, env: &Envelope, cancel: &Cancel, modern: bool) -> Option<String> {
+        let req =
+            call::Request { line, env, session: self.id, session_label: &self.label, link: &self.link, cancel, modern };
+        call::forward(&self.server, req).await
+    }
+
+    /// `server/discover`, the 2026-07-28 client's first request (it sends no initialize). It
+    /// goes, through the policy, to an instance of that era, started if needed: a server of
+    /// that era answers it as it would directly; a 2025-11-25-only server answers -32601 and the
+    /// client falls back to initialize. Clients fall back after a timeout too, so an instance
+    /// that is up but does not answer within `limits.discover_timeout_ms` gets -32601 fast.
+    async fn discover(&self, line: &str, env: &Envelope, cancel: &Cancel) -> Option<String> {
+        let server = &self.server;
+        let id = &line[env.id.clone().expect("requests have ids")];
+        let not_found = |why: &str| {
+            Some(codec::response_error(
+                id,
+                codec::METHOD_NOT_FOUND,
+                &format!("Method not found: server/discover ({why})"),
+                None,
+            ))
+        };
+        if server.discover_refused() {
+            return not_found("the server does not support it; use initialize");
+        }
+        // Starting the instance is bounded by init_timeout_ms (a client connected directly waits
+        // for the server's start as well); the answer by discover_timeout_ms.
+        let pool = server.modern_pool(server.default_pool());
+        let started = tokio::select! {
+            r = pool.acquire(self.id) => r.map(drop),
+            _ = cancel.token.cancelled() => return None,
+        };
+        if let Err(e) = started {
+            tracing::info!(server = %server.name, "server/discover: no instance for it: {e}");
+            return not_found(&format!("no instance of server `{}` could start: {e}", server.name));
+        }
+        let limit = Duration::from_millis(server.limits.discover_timeout_ms);
+        match tokio::time::timeout(limit, self.forward(line, env, cancel, true)).await {
+            Ok(Some(reply)) => {
+                let code =
+                    serde_json::from_str::<serde_json::Value>(&reply).ok().and_then(|v| v["error"]["code"].as_i64());
+                if code == Some(codec::METHOD_NOT_FOUND) {
+                    server.refuse_discover();
+                }
+                Some(reply)
+            }
+            Ok(None) => None,
+            Err(_) => {
+                tracing::info!(server = %server.name, "server/discover not answered within {} ms (limits.discover_timeout_ms)", limit.as_millis());
+                not_found(&format!("not answered within {} ms; use initialize", limit.as_millis()))
+            }
+        }
+    }
+}
+
+/// Runs `f` unless the call is cancelled first (by its client, or because the session ended):
+/// then `None`, and no response is owed.
+async fn or_cancelled<T>(token: &CancellationToken, f: impl Future<Output = T>) -> Option<T> {
+    tokio::select! {
+        v = f => Some(v),
+        _ = token.cancelled() => None,
+    }
+}

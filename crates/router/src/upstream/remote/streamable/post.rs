@@ -1,0 +1,337 @@
+//! The POST path: one message per POST, its JSON or SSE answer, and the replay after a lost session.
+
+use std::sync::Arc;
+
+use reqwest::header::{CONTENT_TYPE, HeaderValue};
+use reqwest::{Method, Response, StatusCode};
+
+use super::auto::Mode;
+use super::session::says_session_lost;
+use super::{Info, Inner, answers, header_value, negotiated_version};
+use crate::upstream::remote::event::{Event, Parser};
+use crate::upstream::remote::retry::Reconnect;
+use crate::upstream::remote::{
+    describe, is_event_stream, jsonrpc_error_message, maybe_delivered, never_sent, next_event, not_delivered,
+    read_body, snippet_of,
+};
+use crate::upstream::transport::{Outbound, RemoteKind};
+use switchyard_core::codec;
+use switchyard_mcp as mcp;
+
+/// How one POST ended, for the caller that decides what follows.
+enum Outcome {
+    /// Done: answered, accepted, or reported as lost.
+    Done,
+    /// The server no longer knows the session: re-initialise and replay.
+    SessionLost(String),
+    /// `auto`'s probe was refused the way legacy servers refuse it.
+    Legacy(String),
+}
+
+impl Inner {
+    /// Sends one message, re-initialising and replaying it once if the session was lost, and
+    /// falling back to legacy SSE if it is `auto`'s refused probe.
+    pub(super) async fn deliver(self: Arc<Self>, msg: Outbound, info: Info, probe: bool) {
+        let generation = self.state.lock().unwrap().generation;
+        let outcome = self.post(&msg, &info, probe).await;
+        if probe && !matches!(outcome, Outcome::Legacy(_)) {
+            // The probe neither settled it (it failed otherwise) nor was refused: the next
+            // request probes again, and what waited goes over Streamable HTTP meanwhile.
+            self.mode.send_if_modified(|m| {
+                let was = matches!(m, Mode::Probing);
+                if was {
+                    *m = Mode::Unknown;
+                }
+                was
+            });
+        }
+        match outcome {
+            Outcome::Done => {}
+            Outcome::Legacy(why) => self.fall_back(msg, why).await,
+            Outcome::SessionLost(why) => {
+                if let Err(e) = self.renew(generation, &why).await {
+                    if let Some(id) = msg.request {
+                        self.core.lost(id, not_delivered(e.clone()));
+                    }
+                    self.core.end(e);
+                    return;
+                }
+                match self.post(&msg, &info, false).await {
+                    Outcome::Done => {}
+                    Outcome::SessionLost(again) | Outcome::Legacy(again) => {
+                        let cause =
+                            format!("{} refused the replay on its new session as well: {again}", self.core.shown_url());
+                        if let Some(id) = msg.request {
+                            self.core.lost(id, not_delivered(cause));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// One POST of one message, and the reading of its answer.
+    async fn post(self: &Arc<Self>, msg: &Outbound, info: &Info, probe: bool) -> Outcome {
+        let core = &self.core;
+        let url = core.shown_url();
+        let (session, version, modern) = {
+            let st = self.state.lock().unwrap();
+            let modern = st.init_line.is_none() && info.envelope_version.is_some();
+            (st.session.clone().filter(|_| !modern), st.version.clone(), modern)
+        };
+        let mut req = core
+            .request(Method::POST, core.url.clone())
+            .header(reqwest::header::ACCEPT, "application/json, text/event-stream")
+            .header(CONTENT_TYPE, "application/json")
+            .body(msg.line.clone());
+        if let Some(s) = &session {
+            req = self.with_session(req, s);
+        }
+        let version = if modern { info.envelope_version.clone() } else { version };
+        if let Some(v) = version.as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
+            req = req.header(mcp::header::PROTOCOL_VERSION, v);
+        }
+        if modern {
+            if let Some(m) = info.method.as_deref().and_then(|m| HeaderValue::from_str(&header_value(m)).ok()) {
+                req = req.header(mcp::header::METHOD, m);
+            }
+            if let Some(n) = info.name.as_deref().and_then(|n| HeaderValue::from_str(&header_value(n)).ok()) {
+                req = req.header(mcp::header::NAME, n);
+            }
+        }
+        // A request waits as long as the router waits for it (it abandons it at its deadline);
+        // anything else gets the short deadline.
+        let sent = if msg.request.is_some() {
+            req.send().await
+        } else {
+            match tokio::time::timeout(core.post_timeout, req.send()).await {
+                Ok(r) => r,
+                Err(_) => {
+                    tracing::warn!(instance = %core.label, "{url} did not accept a {} within {} ms",
+                        info.method.as_deref().unwrap_or("reply"), core.post_timeout.as_millis());
+                    return Outcome::Done;
+                }
+            }
+        };
+        let mut resp = match sent {
+            Ok(r) => r,
+            Err(e) if never_sent(&e) => {
+                let cause = format!("could not reach {url}: {}", describe(&e));
+                if let Some(id) = msg.request {
+                    core.lost(id, not_delivered(cause.clone()));
+                }
+                // Unreachable: the pool's start backoff decides when to try again.
+                core.end(cause);
+                return Outcome::Done;
+            }
+            Err(e) => {
+                let cause = format!("the request to {url} failed: {}", describe(&e));
+                match msg.request {
+                    Some(id) => core.lost(id, maybe_delivered(cause)),
+                    None => tracing::warn!(instance = %core.label, "{cause}"),
+                }
+                return Outcome::Done;
+            }
+        };
+        let status = resp.status();
+        if status.is_success() {
+            if probe {
+                self.resolved(RemoteKind::StreamableHttp, "");
+            }
+            if info.method.as_deref() == Some("initialize")
+                && let Some(sid) = resp.headers().get(mcp::header::SESSION_ID).and_then(|v| v.to_str().ok())
+            {
+                self.state.lock().unwrap().session = Some(sid.to_string());
+            }
+            self.read_answer(&mut resp, msg, info, modern).await;
+            return Outcome::Done;
+        }
+        if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
+            let cause = core.refused(status);
+            if let Some(id) = msg.request {
+                core.lost(id, not_delivered(cause.clone()));
+            }
+            core.end(cause);
+            return Outcome::Done;
+        }
+        let body = match read_body(&mut resp, 4096).await {
+            Ok(Ok(b)) => b,
+            _ => Vec::new(),
+        };
+        let text = String::from_utf8_lossy(&body).into_owned();
+        let shown = snippet_of(&body);
+        let code = status.as_u16();
+        if probe && matches!(code, 400 | 404 | 405) && !looks_like_jsonrpc_error(&text) {
+            return Outcome::Legacy(format!("the POST was refused with HTTP {code}"));
+        }
+        if session.is_some()
+            && (status == StatusCode::NOT_FOUND || (status == StatusCode::BAD_REQUEST && says_session_lost(&text)))
+        {
+            return Outcome::SessionLost(format!("HTTP {code}: {shown}"));
+        }
+        let cause = format!("{url} answered HTTP {code}: {shown}");
+        match msg.request {
+            Some(id) => core.lost(id, maybe_delivered(cause)),
+            None => {
+                tracing::warn!(instance = %core.label, "{} was refused: {cause}", info.method.as_deref().unwrap_or("a reply"))
+            }
+        }
+        Outcome::Done
+    }
+
+    /// Reads a 2xx answer: a JSON body, an SSE stream, or nothing (accepted).
+    async fn read_answer(self: &Arc<Self>, resp: &mut Response, msg: &Outbound, info: &Info, modern: bool) {
+        let core = &self.core;
+        let url = core.shown_url();
+        let Some(id) = msg.request else {
+            // A notification or a reply: accepted (202, or any 2xx), and a body means nothing.
+            if info.method.as_deref() == Some("notifications/initialized") && !modern {
+                self.listen();
+            }
+            return;
+        };
+        let is_init = info.method.as_deref() == Some("initialize");
+        if is_event_stream(resp) {
+            return self.read_request_stream(resp, id, is_init, modern).await;
+        }
+        let body = match read_body(resp, core.limit).await {
+            Ok(Ok(b)) => b,
+            Ok(Err(bytes)) => return core.too_long(bytes, Some(id)),
+            Err(e) => {
+                let cause = format!("the answer from {url} broke off: {}", describe(&e));
+                return core.lost(id, maybe_delivered(cause));
+            }
+        };
+        let text = String::from_utf8_lossy(&body);
+        let text = text.trim();
+        if text.is_empty() {
+            let status = resp.status().as_u16();
+            return core
+                .lost(id, maybe_delivered(format!("{url} accepted the request without answering it (HTTP {status})")));
+        }
+        if is_init && let Some(v) = negotiated_version(text) {
+            self.state.lock().unwrap().version = Some(v);
+        }
+        core.message(text.to_string());
+        if !answers(text, id) {
+            core.lost(id, maybe_delivered(format!("the answer from {url} did not hold the response to the request")));
+        }
+    }
+
+    /// Reads a request's SSE stream to its response, resuming it where the server allows.
+    async fn read_request_stream(&self, resp: &mut Response, id: u64, is_init: bool, modern: bool) {
+        let core = &self.core;
+        let url = core.shown_url();
+        let mut parser = Parser::new(core.limit);
+        let mut reconnect = Reconnect::resume();
+        let mut answered = Some(id);
+        // The last resume could not connect: the next one waits its own backoff, not the
+        // server's `retry:` (meant for a server that closed the stream on purpose).
+        let mut unreachable = false;
+        let mut cause = match self.read_stream(resp, Some(&mut reconnect), &mut parser, &mut answered, is_init).await {
+            Ok(()) => "the server closed it".to_string(),
+            Err(e) => describe(&e),
+        };
+        loop {
+            if answered.is_none() {
+                return;
+            }
+            // Resumable only in the 2025 era, and only when the server numbered its events.
+            if modern || parser.last_id().is_empty() {
+                core.lost(
+                    id,
+                    maybe_delivered(format!("the response stream from {url} ended before the response ({cause})")),
+                );
+                return;
+            }
+            match parser.retry() {
+                Some(retry) if !unreachable => reconnect.hint(retry),
+                _ if unreachable => reconnect.clear_hint(),
+                _ => {}
+            }
+            if !reconnect.wait().await {
+                core.lost(
+                    id,
+                    maybe_delivered(format!(
+                        "the response stream from {url} ended before the response and could not be resumed ({cause})"
+                    )),
+                );
+                return;
+            }
+            let (session, version) = {
+                let st = self.state.lock().unwrap();
+                (st.session.clone(), st.version.clone())
+            };
+            let mut req = core.get_stream(core.url.clone()).header(mcp::header::LAST_EVENT_ID, parser.last_id());
+            if let Some(s) = &session {
+                req = self.with_session(req, s);
+            }
+            if let Some(v) = version.as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
+                req = req.header(mcp::header::PROTOCOL_VERSION, v);
+            }
+            let sent = req.send().await;
+            unreachable = matches!(&sent, Err(e) if never_sent(e));
+            match sent {
+                Ok(mut r) if r.status().is_success() && is_event_stream(&r) => {
+                    tracing::debug!(instance = %core.label, "resumed the response stream of request {id}");
+                    core.reconnected("resume");
+                    cause =
+                        match self.read_stream(&mut r, Some(&mut reconnect), &mut parser, &mut answered, is_init).await
+                        {
+                            Ok(()) => "the server closed it".to_string(),
+                            Err(e) => describe(&e),
+                        };
+                }
+                // Refused (the session or its events are gone): trying again
+                // soon will not help, and the call must not wait for nothing.
+                Ok(r) if r.status().is_client_error() => {
+                    let why = format!("{cause}; resuming it was refused with HTTP {}", r.status().as_u16());
+                    core.lost(
+                        id,
+                        maybe_delivered(format!("the response stream from {url} ended before the response ({why})")),
+                    );
+                    return;
+                }
+                // Unreachable for now (a link that dropped, a server restarting): the next of the
+                // capped attempts may get through; the count runs out otherwise.
+                Err(e) if never_sent(&e) => {
+                    let first = cause.split("; resuming").next().unwrap_or_default().to_string();
+                    cause = format!("{first}; resuming it failed: {}", describe(&e));
+                }
+                Ok(r) => cause = format!("resuming it answered HTTP {}", r.status().as_u16()),
+                Err(e) => cause = format!("resuming it failed: {}", describe(&e)),
+            }
+        }
+    }
+}
+
+/// Whether a body is a JSON-RPC error: a server that speaks Streamable HTTP refused the
+/// request itself (unsupported version, unknown method, bad headers), so no fallback.
+fn looks_like_jsonrpc_error(body: &str) -> bool {
+    jsonrpc_error_message(body.trim()).is_some()
+}
+
+/// The response with id `own_id` from a JSON or SSE answer (other messages are dropped: they
+/// belong to no call of the router's).
+pub(super) async fn own_answer(resp: &mut Response, own_id: &str, limit: usize) -> Result<String, String> {
+    let is_own = |line: &str| codec::parse(line).ok().and_then(|e| e.id.map(|r| &line[r] == own_id)).unwrap_or(false);
+    if is_event_stream(resp) {
+        let mut parser = Parser::new(limit);
+        loop {
+            match next_event(resp, &mut parser).await {
+                Ok(Some(Event::Data { data, .. })) if is_own(&data) => return Ok(data),
+                Ok(Some(_)) => {}
+                Ok(None) => return Err("the initialize's stream ended before its response".into()),
+                Err(e) => return Err(describe(&e)),
+            }
+        }
+    }
+    match read_body(resp, limit).await {
+        Ok(Ok(body)) => {
+            let text = String::from_utf8_lossy(&body).trim().to_string();
+            if is_own(&text) { Ok(text) } else { Err("the initialize was answered with something else".into()) }
+        }
+        Ok(Err(bytes)) => Err(format!("the initialize's answer is {bytes} bytes, over the limit")),
+        Err(e) => Err(describe(&e)),
+    }
+}

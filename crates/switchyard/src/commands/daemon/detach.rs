@@ -1,0 +1,157 @@
+//! `daemon --detach`: starts the daemon as a process of its own, logging to a file, and returns
+//! once it accepts connections.
+
+use std::io::{BufRead, Write};
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+use switchyard_config::paths;
+use switchyard_router::control::{Hello, Reply};
+
+use super::{DaemonArgs, ask_daemon, eprintln_safe, run_blocking};
+
+/// How long `daemon --detach` waits for the new daemon to accept connections.
+const START_WAIT: Duration = Duration::from_secs(30);
+
+/// `daemon --detach`: starts the daemon as a process of its own and returns once it accepts.
+pub(super) fn detach(args: &DaemonArgs, config: &Path, socket: &Path) -> anyhow::Result<()> {
+    if let Ok(status) = ask_daemon(socket, &Hello::Status) {
+        let pid = match status {
+            Reply::Status { status } => status["pid"].as_u64().unwrap_or(0),
+            _ => 0,
+        };
+        eprintln_safe(&format!(
+            "a switchyard daemon (pid {pid}) already serves {} on {}",
+            config.display(),
+            socket.display()
+        ));
+        return Ok(());
+    }
+    let log = paths::log_for(config)?;
+    let offset = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+    let mut cmd = std::process::Command::new("/proc/self/exe");
+    std::os::unix::process::CommandExt::arg0(&mut cmd, paths::program_name());
+    cmd.arg("daemon").arg("--config").arg(config).arg("--socket").arg(socket).arg("--detached-child").arg(&log);
+    if let Some(p) = &args.plugins {
+        cmd.arg("--plugins").arg(std::path::absolute(p)?);
+    }
+    if let Some(l) = &args.log_level {
+        cmd.arg("--log-level").arg(l);
+    }
+    match args.http {
+        Some(Some(addr)) => {
+            cmd.arg(format!("--http={addr}"));
+        }
+        Some(None) => {
+            cmd.arg("--http");
+        }
+        None => {}
+    }
+    // Descriptors this process inherited without close-on-exec (a client's pipe passed down to
+    // `connect`) must not live on in the daemon for as long as it runs.
+    close_inherited_on_exec();
+    let log_file = open_log(&log)?;
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(log_file)
+        // Not the client's directory: the daemon outlives it (and may outlive the directory).
+        .current_dir("/");
+    let mut child = cmd.spawn().context("cannot start the daemon process")?;
+    let stdout = child.stdout.take().expect("piped");
+    // The child writes one line when its socket accepts, or nothing (and exits) if it cannot
+    // start; the wait is bounded in case it hangs before either.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    match rx.recv_timeout(START_WAIT) {
+        Ok(line) if line.starts_with("ready") => {
+            eprintln_safe(&format!(
+                "switchyard daemon started (pid {}) for {} on {}; log: {}",
+                child.id(),
+                config.display(),
+                socket.display(),
+                log.display()
+            ));
+            Ok(())
+        }
+        Ok(_) => {
+            let status = child.wait().map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
+            let said = log_since(&log, offset);
+            bail!("the daemon for {} did not start ({status}):\n{said}\n(log: {})", config.display(), log.display())
+        }
+        Err(_) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            let said = log_since(&log, offset);
+            bail!(
+                "the daemon for {} did not accept connections within {} s; it was stopped.\n{said}\n(log: {})",
+                config.display(),
+                START_WAIT.as_secs(),
+                log.display()
+            )
+        }
+    }
+}
+
+/// The process `--detach` starts: a session of its own (no terminal's hangup reaches it), stdout
+/// tells the parent it is ready, and from then on stdout is /dev/null.
+pub(super) fn detached_child(args: DaemonArgs, log: &Path) -> anyhow::Result<()> {
+    let _ = rustix::process::setsid();
+    // Its stderr is the log file too (opened by the parent, for what is written before this).
+    switchyard_core::logging::init_file(log, switchyard_core::logging::LOG_FILE_MAX_BYTES)
+        .with_context(|| format!("cannot write the daemon's log {}", log.display()))?;
+    crate::commands::run::init_tracing(args.log_level.as_deref())?;
+    let config = args.config.clone().context("--detached-child needs --config")?;
+    let socket = args.socket.clone().context("--detached-child needs --socket")?;
+    run_blocking(&args, config, socket, Some(log.to_path_buf()), || {
+        let mut out = std::io::stdout();
+        let _ = writeln!(out, "ready");
+        let _ = out.flush();
+        if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+            let _ = rustix::stdio::dup2_stdout(&null);
+        }
+    })
+}
+
+/// Marks every descriptor above stderr close-on-exec.
+#[allow(unsafe_code)]
+fn close_inherited_on_exec() {
+    use std::os::fd::{BorrowedFd, RawFd};
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return };
+    let fds: Vec<RawFd> =
+        dir.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).filter(|fd| *fd > 2).collect();
+    for fd in fds {
+        // SAFETY: the descriptor is only borrowed for the fcntl calls below, which change its
+        // close-on-exec flag and nothing else; one that was closed meanwhile (the directory
+        // listing's own) makes them fail with EBADF, which is ignored.
+        let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+        if let Ok(flags) = rustix::io::fcntl_getfd(borrowed) {
+            let _ = rustix::io::fcntl_setfd(borrowed, flags | rustix::io::FdFlags::CLOEXEC);
+        }
+    }
+}
+
+/// The daemon's log file, opened for appending (made 0600).
+fn open_log(path: &Path) -> anyhow::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("cannot open the daemon's log {}", path.display()))
+}
+
+/// What the log got since `offset` (the last 40 lines of it).
+fn log_since(path: &Path, offset: u64) -> String {
+    let text = std::fs::read(path).unwrap_or_default();
+    let new = String::from_utf8_lossy(text.get(offset as usize..).unwrap_or_default()).into_owned();
+    // What went wrong, not the start-up's progress lines.
+    let lines: Vec<&str> = new.lines().filter(|l| !(l.contains("Z  INFO ") || l.contains("Z DEBUG "))).collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}

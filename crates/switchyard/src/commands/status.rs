@@ -1,0 +1,223 @@
+//! `switchyard status`: what a running daemon is doing, as JSON or as text for people.
+
+use std::io::Write;
+
+use anyhow::{Context, bail};
+
+use switchyard_router::control::{Hello, Reply};
+
+use crate::commands::daemon::{Which, ask_daemon, locate, not_running};
+
+/// `switchyard status`.
+pub(crate) fn status_blocking(which: Which, json: bool) -> anyhow::Result<()> {
+    let (config, socket) = locate(which.config.as_deref(), which.socket.as_deref())?;
+    let status = match ask_daemon(&socket, &Hello::Status) {
+        Ok(Reply::Status { status }) => status,
+        Ok(other) => bail!("unexpected answer from the daemon on {}: {other:?}", socket.display()),
+        Err(e) => bail!("{}", not_running(&config, &socket, &e)),
+    };
+    let text = if json { format!("{status:#}\n") } else { render(&status) };
+    let mut out = std::io::stdout();
+    out.write_all(text.as_bytes()).and_then(|_| out.flush()).context("cannot write to stdout")
+}
+
+/// `text` with control characters escaped (`\n`, `\u{1b}`): a client names itself, and its
+/// name must not add lines to `status` or drive the terminal.
+fn printable(text: &str) -> String {
+    text.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
+}
+
+/// The status as text for people.
+fn render(s: &serde_json::Value) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let ms = |v: &serde_json::Value| human_ms(v.as_u64().unwrap_or(0));
+    let _ = writeln!(
+        out,
+        "switchyard {} daemon, pid {}, up {}",
+        s["version"].as_str().unwrap_or("?"),
+        s["pid"],
+        ms(&s["uptime_ms"])
+    );
+    for (label, key) in [("config", "config"), ("socket", "socket"), ("log", "log")] {
+        let v = s[key].as_str().unwrap_or(if key == "log" { "stderr" } else { "-" });
+        let _ = writeln!(out, "  {label}: {v}");
+    }
+    if let Some(http) = s.get("http") {
+        let _ = writeln!(
+            out,
+            "  http: {} ({} session{})",
+            http["listen"].as_str().unwrap_or("?"),
+            http["sessions"],
+            if http["sessions"] == 1 { "" } else { "s" }
+        );
+    }
+    let plugins: Vec<&str> = s["plugins"].as_array().into_iter().flatten().filter_map(|p| p.as_str()).collect();
+    let _ = writeln!(
+        out,
+        "  plugins: {}{}",
+        if plugins.is_empty() { "none".to_string() } else { plugins.join(", ") },
+        s["plugins_dir"].as_str().map(|d| format!(" (from {d})")).unwrap_or_default()
+    );
+    let servers = s["servers"].as_array().cloned().unwrap_or_default();
+    let retired = s["retired"].as_array().cloned().unwrap_or_default();
+    for (server, old) in servers.iter().map(|v| (v, false)).chain(retired.iter().map(|v| (v, true))) {
+        if let Some(names) = server["client_env"].as_array() {
+            let names: Vec<&str> = names.iter().filter_map(|n| n.as_str()).collect();
+            let variants: Vec<&str> =
+                server["variants"].as_array().into_iter().flatten().filter_map(|v| v.as_str()).collect();
+            let _ = writeln!(
+                out,
+                "\nserver {}: {}\n  one server per distinct set of client values of {} (connect --env {}); {}",
+                server["name"].as_str().unwrap_or("?"),
+                server["target"].as_str().unwrap_or(""),
+                names.join(", "),
+                names.join(","),
+                if variants.is_empty() {
+                    "none running".to_string()
+                } else {
+                    format!("running: {}", variants.join(", "))
+                }
+            );
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "\nserver {}{}: {}",
+            server["name"].as_str().unwrap_or("?"),
+            if old { " (old configuration, draining)" } else { "" },
+            server["target"].as_str().unwrap_or("")
+        );
+        let _ = writeln!(out, "  started {} instance(s), {} restart(s)", server["starts"], server["restarts"]);
+        if let Some(e) = server["last_error"].as_str() {
+            let _ = writeln!(out, "  last error: {e}");
+        }
+        let instances = server["instances"].as_array().cloned().unwrap_or_default();
+        if instances.is_empty() {
+            let _ = writeln!(out, "  no instance running (one starts with the first call)");
+        }
+        for i in &instances {
+            let at = match (i["pid"].as_u64(), i["url"].as_str()) {
+                (Some(pid), _) => format!("pid {pid}"),
+                (None, Some(url)) => url.to_string(),
+                _ => "-".to_string(),
+            };
+            let _ = writeln!(
+                out,
+                "  instance {} [{}] {at}, up {}, {} call(s) in flight{}",
+                i["label"].as_str().unwrap_or("?"),
+                i["pool"].as_str().unwrap_or("?"),
+                ms(&i["uptime_ms"]),
+                i["inflight"],
+                if i["ready"] == true { "" } else { ", starting" }
+            );
+        }
+        for c in server["sessions"].as_array().into_iter().flatten() {
+            let _ = writeln!(
+                out,
+                "  session {} {}, up {}, {} call(s) in flight, {} waiting",
+                c["label"].as_str().unwrap_or("?"),
+                c["client"].as_str().map_or("(client not initialised yet)".into(), printable),
+                ms(&c["uptime_ms"]),
+                c["inflight"],
+                c["waiting"]
+            );
+        }
+    }
+    for b in s["broken"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            out,
+            "\nserver {}: cannot be used: {}",
+            b["name"].as_str().unwrap_or("?"),
+            b["error"].as_str().unwrap_or("")
+        );
+    }
+    let recent = s["recent_errors"].as_array().cloned().unwrap_or_default();
+    if !recent.is_empty() {
+        let shown = recent.len().min(RECENT_SHOWN);
+        let _ = writeln!(
+            out,
+            "
+recent warnings and errors (the last {shown} of {}; all in --json):",
+            recent.len()
+        );
+        for r in &recent[recent.len() - shown..] {
+            let secs = r["at_ms"].as_u64().unwrap_or(0) / 1000 % 86_400;
+            let _ = writeln!(
+                out,
+                "  {:02}:{:02}:{:02} UTC {} {}",
+                secs / 3600,
+                secs / 60 % 60,
+                secs % 60,
+                r["level"].as_str().unwrap_or("?"),
+                printable(r["message"].as_str().unwrap_or(""))
+            );
+        }
+    }
+    out
+}
+
+/// How many of the recent warnings and errors the status text shows.
+const RECENT_SHOWN: usize = 10;
+
+fn human_ms(ms: u64) -> String {
+    match ms {
+        0..1_000 => format!("{ms} ms"),
+        1_000..60_000 => format!("{:.1} s", ms as f64 / 1000.0),
+        60_000..3_600_000 => format!("{} min", ms / 60_000),
+        _ => format!("{:.1} h", ms as f64 / 3_600_000.0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_text_names_servers_instances_and_sessions() {
+        let s = serde_json::json!({
+            "pid": 7, "version": "0.1.0", "config": "/c.toml", "socket": "/s.sock", "log": null,
+            "uptime_ms": 61_000, "plugins": ["hints.wasm"], "plugins_dir": "/p",
+            "servers": [{"name": "fs", "target": "npx fs", "starts": 1, "restarts": 0, "last_error": null,
+                "instances": [{"label": "fs#1", "pool": "default", "pid": 42, "url": null, "uptime_ms": 500, "inflight": 1, "ready": true}],
+                "sessions": [{"label": "unix-3", "client": "claude-code 1.0", "uptime_ms": 1500, "inflight": 1, "waiting": 0}]},
+                {"name": "tools", "target": "python3 ${DIR}/s.py", "client_env": ["DIR", "KEY"], "variants": ["tools@1"]},
+                {"name": "tools@1", "template": "tools", "target": "python3 ${DIR}/s.py", "starts": 1, "restarts": 0,
+                 "last_error": null, "instances": [], "sessions": []}],
+            "retired": [], "broken": [{"name": "web", "error": "TOKEN is not set"}],
+            "recent_errors": [{"at_ms": 3_723_000, "level": "WARN", "message": "server=fs: pool `x` is not configured"}]
+        });
+        let text = render(&s);
+        for want in [
+            "pid 7",
+            "up 1 min",
+            "log: stderr",
+            "hints.wasm",
+            "server fs: npx fs",
+            "fs#1 [default] pid 42",
+            "claude-code 1.0",
+            "server web: cannot be used: TOKEN is not set",
+            "server tools: python3 ${DIR}/s.py\n  one server per distinct set of client values of DIR, KEY (connect --env DIR,KEY); running: tools@1",
+            "server tools@1: python3 ${DIR}/s.py\n  started 1 instance(s)",
+            "recent warnings and errors (the last 1 of 1; all in --json):\n  01:02:03 UTC WARN server=fs: pool `x`",
+        ] {
+            assert!(text.contains(want), "{want} missing from:\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_client_name_cannot_add_lines_or_drive_the_terminal() {
+        let s = serde_json::json!({
+            "pid": 7, "version": "0.1.0", "config": "/c.toml", "socket": "/s.sock", "log": null, "uptime_ms": 1,
+            "plugins": [], "plugins_dir": "/p", "retired": [], "broken": [],
+            "servers": [{"name": "fs", "target": "npx fs", "starts": 1, "restarts": 0, "last_error": null, "instances": [],
+                "sessions": [{"label": "http-3", "client": "evil\n\nserver fake: ok\u{1b}[31mRED\r", "uptime_ms": 1, "inflight": 0, "waiting": 0}]}],
+            "recent_errors": [{"at_ms": 1, "level": "WARN", "message": "line\nforged"}]
+        });
+        let text = render(&s);
+        assert!(!text.contains('\u{1b}') && !text.contains('\r'), "{text:?}");
+        assert!(!text.lines().any(|l| l.starts_with("server fake")), "a forged line:\n{text}");
+        assert!(text.contains(r"evil\n\nserver fake: ok\u{1b}[31mRED\r"), "{text}");
+        assert!(text.contains(r"line\nforged"), "{text}");
+    }
+}

@@ -1,0 +1,45 @@
+//! `switchyard stop`: asks a running daemon to stop and waits until its process is gone.
+
+use std::time::Duration;
+
+use anyhow::bail;
+
+use switchyard_router::control::{Hello, Reply};
+
+use crate::commands::daemon::{Which, ask_daemon, eprintln_safe, locate, not_running};
+
+/// How long `switchyard stop` waits for the daemon to exit.
+const STOP_WAIT: Duration = Duration::from_secs(20);
+
+/// `switchyard stop`: asks the daemon to stop and waits until its process is gone.
+pub(crate) fn stop_blocking(which: Which) -> anyhow::Result<()> {
+    let (config, socket) = locate(which.config.as_deref(), which.socket.as_deref())?;
+    let pid = match ask_daemon(&socket, &Hello::Stop) {
+        Ok(Reply::Stopping { pid }) => pid,
+        Ok(other) => bail!("unexpected answer from the daemon on {}: {other:?}", socket.display()),
+        Err(e) => {
+            eprintln_safe(&not_running(&config, &socket, &e));
+            return Ok(());
+        }
+    };
+    let started = std::time::Instant::now();
+    while !exited(pid) {
+        if started.elapsed() > STOP_WAIT {
+            bail!(
+                "the daemon (pid {pid}) was asked to stop {} s ago and is still running; `kill {pid}` ends it (its servers end with it)",
+                STOP_WAIT.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln_safe(&format!("stopped the switchyard daemon (pid {pid}) on {}", socket.display()));
+    Ok(())
+}
+
+/// Whether process `pid` is gone or a zombie (its stat unreadable, or in state Z).
+fn exited(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit(')').next().map(|rest| rest.trim_start().starts_with('Z')))
+        .unwrap_or(true)
+}
