@@ -71,10 +71,14 @@ pub enum CallError {
     #[error("rejected by policy plugin `{}`: {}", .0.plugin, .0.reason)]
     Rejected(Rejection),
     #[error(
-        "{what} on server `{server}` timed out after {:.1} s{}{}; switchyard cancelled it upstream. {}",
+        "{what} on server `{server}` timed out after {:.1} s{}{}. {}",
         .elapsed.as_secs_f64(),
         if *.attempts > 1 { format!(" in all ({} attempts)", .attempts) } else { String::new() },
-        waiting.as_ref().map(|w| format!(" while waiting for {w}")).unwrap_or_default(),
+        // Waiting, the call was never sent; sent, it is cancelled at the server.
+        match waiting {
+            Some(w) => format!(" while waiting for {w}; it never reached the server"),
+            None => "; switchyard cancelled it upstream".to_string(),
+        },
         if what.starts_with("initialize") || what.starts_with("server/discover") {
             "Raise `limits.init_timeout_ms` if the server is expected to take this long to start"
         } else {

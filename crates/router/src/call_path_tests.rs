@@ -394,10 +394,12 @@ async fn a_queued_call_times_out_at_its_own_deadline_saying_what_it_waited_for()
     assert_eq!(code, -32001, "{resp}");
     assert!(
         msg.starts_with(
-            "tools/call `echo` on server `fake` timed out after 0.5 s while waiting for an instance of pool `default` (1 calls queued, this one included; 1 of 1 instances busy, 0 starting)"
+            "tools/call `echo` on server `fake` timed out after 0.5 s while waiting for an instance of pool `default` (1 calls queued, this one included; 1 of 1 instances busy, 0 starting); it never reached the server"
         ),
         "{msg}"
     );
+    // It was never sent, so nothing was cancelled upstream: the error does not say so.
+    assert!(!msg.contains("cancelled it upstream"), "{msg}");
     assert_eq!(calls_of(&fake.link(0), "echo"), Vec::<Value>::new());
     assert_eq!(text(&c.response(&slow).await), "sleep after 2000 ms");
 }
