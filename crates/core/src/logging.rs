@@ -77,6 +77,14 @@ fn start(name: &str, out: impl Output) -> Sink {
     Sink { tx, dropped }
 }
 
+/// One line of text for the user on stderr, through the log (never a panic when stderr is closed).
+pub fn say(text: &str) {
+    let mut line = Vec::with_capacity(text.len() + 1);
+    line.extend_from_slice(text.as_bytes());
+    line.push(b'\n');
+    write(line);
+}
+
 /// Queues one line (with its newline) for the log; drops and counts it if the log is not keeping up.
 pub fn write(line: Vec<u8>) {
     match SINK.get() {

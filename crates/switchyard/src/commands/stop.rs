@@ -6,7 +6,7 @@ use anyhow::bail;
 
 use switchyard_router::control::{Hello, Reply};
 
-use crate::commands::daemon::{Which, ask_daemon, eprintln_safe, locate, not_running};
+use crate::commands::daemon::{Which, ask_daemon, locate, not_running};
 
 /// How long `switchyard stop` waits for the daemon to exit.
 const STOP_WAIT: Duration = Duration::from_secs(20);
@@ -18,7 +18,7 @@ pub(crate) fn stop_blocking(which: Which) -> anyhow::Result<()> {
         Ok(Reply::Stopping { pid }) => pid,
         Ok(other) => bail!("unexpected answer from the daemon on {}: {other:?}", socket.display()),
         Err(e) => {
-            eprintln_safe(&not_running(&config, &socket, &e));
+            switchyard_core::logging::say(&not_running(&config, &socket, &e));
             return Ok(());
         }
     };
@@ -32,7 +32,7 @@ pub(crate) fn stop_blocking(which: Which) -> anyhow::Result<()> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    eprintln_safe(&format!("stopped the switchyard daemon (pid {pid}) on {}", socket.display()));
+    switchyard_core::logging::say(&format!("stopped the switchyard daemon (pid {pid}) on {}", socket.display()));
     Ok(())
 }
 

@@ -83,7 +83,7 @@ pub(super) async fn finish_writer(out: mpsc::Sender<Vec<u8>>, writer: JoinHandle
 /// At a failed start: answers the client's first request with `why` (one line on stderr says
 /// it too), so that the client shows the reason rather than "server exited".
 pub(super) async fn refuse_first_request(mut lines: mpsc::Receiver<Vec<u8>>, out: &mpsc::Sender<Vec<u8>>, why: &str) {
-    eprint_line(&format!("switchyard connect: {why}"));
+    switchyard_core::logging::say(&format!("switchyard connect: {why}"));
     let deadline = Instant::now() + FIRST_REQUEST_WAIT;
     while let Ok(Some(line)) = tokio::time::timeout_at(deadline, lines.recv()).await {
         let (ids, batch) = request_ids(&line);
@@ -100,13 +100,6 @@ pub(super) async fn refuse_first_request(mut lines: mpsc::Receiver<Vec<u8>>, out
             return;
         }
     }
-}
-
-/// One line on stderr.
-pub(super) fn eprint_line(text: &str) {
-    let mut line = text.as_bytes().to_vec();
-    line.push(b'\n');
-    switchyard_core::logging::write(line);
 }
 
 /// One connection's reader: the router's lines to the client, control lines to the controller,
@@ -133,10 +126,10 @@ pub(super) async fn read_router(
                 Ok(Reply::Drain { reason }) => {
                     let _ = events.send(Event::Drain { generation, reason });
                 }
-                Ok(other) => {
-                    eprint_line(&format!("switchyard connect: ignored a control line from the router: {other:?}"))
-                }
-                Err(e) => eprint_line(&format!("switchyard connect: {e}")),
+                Ok(other) => switchyard_core::logging::say(&format!(
+                    "switchyard connect: ignored a control line from the router: {other:?}"
+                )),
+                Err(e) => switchyard_core::logging::say(&format!("switchyard connect: {e}")),
             }
             continue;
         }
@@ -168,7 +161,10 @@ fn pass_on(text: &str, ledger: &Mutex<Ledger>, idle: &Notify) -> bool {
         if let Ok(env) = codec::parse(text.trim())
             && env.is_error
         {
-            eprint_line(&format!("switchyard connect: the router refused the replayed {method}: {}", text.trim()));
+            switchyard_core::logging::say(&format!(
+                "switchyard connect: the router refused the replayed {method}: {}",
+                text.trim()
+            ));
         }
         return false;
     }

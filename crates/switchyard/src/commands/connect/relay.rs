@@ -19,8 +19,7 @@ use switchyard_core::codec::{self, Kind};
 use super::Destination;
 use super::join::{Joined, join, version_note};
 use super::pumps::{
-    eprint_line, finish_writer, for_each_message, read_router, refuse_first_request, request_ids, spawn_reader,
-    spawn_writer,
+    finish_writer, for_each_message, read_router, refuse_first_request, request_ids, spawn_reader, spawn_writer,
 };
 
 /// After a failed reconnect, a new request tries again at most this often; the ones in between
@@ -233,7 +232,7 @@ impl Relay {
             && !self.warned_version
         {
             self.warned_version = true;
-            eprint_line(&note);
+            switchyard_core::logging::say(&note);
         }
         self.generation += 1;
         self.readers.retain(|r| !r.is_finished());
@@ -427,10 +426,10 @@ impl Relay {
                 }
                 if self.destination.config.is_none() {
                     // The old form: nothing will start that router again.
-                    eprint_line(&format!("switchyard connect: {why}"));
+                    switchyard_core::logging::say(&format!("switchyard connect: {why}"));
                     return Some(Err(anyhow!("{why}")));
                 }
-                eprint_line(&format!("switchyard connect: cannot reach the router again: {why}"));
+                switchyard_core::logging::say(&format!("switchyard connect: cannot reach the router again: {why}"));
                 self.state = State::Down { why, at: Instant::now() };
                 self.client_closed.then_some(Ok(()))
             }
@@ -442,7 +441,7 @@ impl Relay {
             Event::ClientGone => Some(Ok(())),
             Event::Drain { generation, reason } if generation == self.generation => {
                 if matches!(self.state, State::Live) && self.closing.is_none() {
-                    eprint_line(&format!(
+                    switchyard_core::logging::say(&format!(
                         "switchyard connect: the router at {} asked for a new connection ({reason}); it moves at the first moment no call is in flight",
                         self.destination.socket.display()
                     ));
@@ -472,7 +471,7 @@ impl Relay {
             // The old form: one attempt at once; a router that stopped is not started again.
             match join(&self.destination, &self.exe).await {
                 Ok(j) => {
-                    eprint_line(&format!("switchyard connect: {summary}; reconnected"));
+                    switchyard_core::logging::say(&format!("switchyard connect: {summary}; reconnected"));
                     self.open(j).await;
                     None
                 }
@@ -480,12 +479,12 @@ impl Relay {
                     for line in std::mem::take(&mut self.queue) {
                         self.refuse(&line, &again).await;
                     }
-                    eprint_line(&format!("switchyard connect: {summary}"));
+                    switchyard_core::logging::say(&format!("switchyard connect: {summary}"));
                     Some(Err(anyhow!("{summary}")))
                 }
             }
         } else {
-            eprint_line(&format!("switchyard connect: {summary}; reconnecting"));
+            switchyard_core::logging::say(&format!("switchyard connect: {summary}; reconnecting"));
             self.rejoin();
             None
         }

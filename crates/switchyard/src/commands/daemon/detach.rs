@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use switchyard_config::paths;
 use switchyard_router::control::{Hello, Reply};
 
-use super::{DaemonArgs, ask_daemon, eprintln_safe, run_blocking};
+use super::{DaemonArgs, ask_daemon, run_blocking};
 
 /// How long `daemon --detach` waits for the new daemon to accept connections.
 const START_WAIT: Duration = Duration::from_secs(30);
@@ -22,7 +22,7 @@ pub(super) fn detach(args: &DaemonArgs, config: &Path, socket: &Path) -> anyhow:
             Reply::Status { status } => status["pid"].as_u64().unwrap_or(0),
             _ => 0,
         };
-        eprintln_safe(&format!(
+        switchyard_core::logging::say(&format!(
             "a switchyard daemon (pid {pid}) already serves {} on {}",
             config.display(),
             socket.display()
@@ -70,7 +70,7 @@ pub(super) fn detach(args: &DaemonArgs, config: &Path, socket: &Path) -> anyhow:
     });
     match rx.recv_timeout(START_WAIT) {
         Ok(line) if line.starts_with("ready") => {
-            eprintln_safe(&format!(
+            switchyard_core::logging::say(&format!(
                 "switchyard daemon started (pid {}) for {} on {}; log: {}",
                 child.id(),
                 config.display(),

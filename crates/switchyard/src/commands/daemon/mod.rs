@@ -334,11 +334,6 @@ async fn exit_when_idle(router: Arc<Servers>, idle: Duration) {
     }
 }
 
-/// One line on stderr, through the logging thread (never a panic when stderr is closed).
-pub(super) fn eprintln_safe(line: &str) {
-    switchyard_core::logging::write(format!("{line}\n").into_bytes());
-}
-
 /// Where the running daemon of `config` (canonical) serves HTTP, if it runs and does.
 pub(crate) fn served_http(config: &Path) -> Option<SocketAddr> {
     let socket = paths::socket_for(config).ok()?;
