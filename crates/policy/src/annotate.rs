@@ -4,6 +4,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use switchyard_core::codec::{span, splice_many};
 use switchyard_core::decision::Hints;
 
 /// Hints as a server declared them in a tool's `annotations` object (None when absent).
@@ -79,7 +80,7 @@ pub async fn rewrite_tools_list(
     }
     let asked = tools.iter().map(|(_, tool, _, declared)| (tool.name.clone(), declared.clone())).collect();
     let effective = set.annotate_async(lane, server, asked).await;
-    // (byte range in result_json, replacement text), in increasing order.
+    // (byte range in result_json, replacement text).
     let mut edits: Vec<(std::ops::Range<usize>, String)> = Vec::new();
     for ((raw, tool, declared_value, declared), effective) in tools.into_iter().zip(effective) {
         if effective == declared {
@@ -103,19 +104,5 @@ pub async fn rewrite_tools_list(
     if edits.is_empty() {
         return Ok(None);
     }
-    let mut out = String::with_capacity(result_json.len() + 64 * edits.len());
-    let mut at = 0;
-    for (range, text) in edits {
-        out.push_str(&result_json[at..range.start]);
-        out.push_str(&text);
-        at = range.end;
-    }
-    out.push_str(&result_json[at..]);
-    Ok(Some(out))
-}
-
-/// Where a borrowed sub-slice sits inside the text it was parsed from.
-fn span(whole: &str, part: &str) -> std::ops::Range<usize> {
-    let start = part.as_ptr() as usize - whole.as_ptr() as usize;
-    start..start + part.len()
+    Ok(Some(splice_many(result_json, edits.iter().map(|(range, text)| (range.clone(), text.as_str())).collect())))
 }
