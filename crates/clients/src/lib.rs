@@ -91,6 +91,11 @@ pub struct Entry {
     pub span: Range<usize>,
 }
 
+/// The keys of an entry that [`Kind::Stdio`] holds, and those of a remote one: each but `type`
+/// is the switchyard launch key of the same name ([`switchyard_config::Launch::KEYS`]).
+pub(crate) const STDIO_KEYS: &[&str] = &["type", "command", "args", "env", "cwd"];
+pub(crate) const REMOTE_KEYS: &[&str] = &["type", "url", "headers"];
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Kind {
     Stdio {
@@ -333,9 +338,9 @@ impl Reader<'_> {
                 return Err(self.invalid(field("type").unwrap_or(node), what));
             }
         };
-        let known: &[&str] = match kind {
-            Kind::Stdio { .. } => &["type", "command", "args", "env", "cwd"],
-            _ => &["type", "url", "headers"],
+        let known = match kind {
+            Kind::Stdio { .. } => STDIO_KEYS,
+            _ => REMOTE_KEYS,
         };
         let mut unknown: Vec<String> = Vec::new();
         for m in members {

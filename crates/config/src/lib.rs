@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 mod http;
+mod launch;
 mod limits;
 pub mod paths;
 mod server;
@@ -20,6 +21,7 @@ use serde::Deserialize;
 pub use self::http::{
     DEFAULT_HTTP_LISTEN, HostName, HttpConfig, WebOrigin, is_bearer_token, parse_authority, parse_listen,
 };
+pub use self::launch::Launch;
 pub use self::limits::{Limits, LimitsPatch};
 pub use self::server::{
     Affinity, ClientValues, DaemonConfig, MAX_SERVER_NAME, OnError, PluginEntry, PoolConfig, ServerConfig, ServerEntry,
@@ -91,7 +93,7 @@ impl Config {
                 line(spans.servers.as_ref().map(|s| s.span().start)),
             );
         }
-        for (name, value) in config.server.headers.iter_mut() {
+        for (name, value) in config.server.launch.headers.iter_mut() {
             let at = server_keys.headers.as_ref().and_then(|h| h.get(name));
             let line = at.map(|s| line_of(text, s.span().start));
             value.origin = Origin::File { path: path.to_path_buf(), line };
@@ -108,7 +110,7 @@ impl Config {
                 *cwd = Some(base.join(dir));
             }
         };
-        resolve(&mut config.server.cwd);
+        resolve(&mut config.server.launch.cwd);
         // A working directory with a client's value in it is resolved once the value is known.
         let resolve_entry = |cwd: &mut Option<PathBuf>, names: &[String]| {
             if !cwd.as_ref().and_then(|c| c.to_str()).is_some_and(|c| uses_client_env(c, names)) {
@@ -124,14 +126,14 @@ impl Config {
             let (start, keys) = entry_at(name);
             check_server_name(name)
                 .map_err(|e| anyhow!("{}: the server name `{}` {e}", place(start), name.escape_debug()))?;
-            for (header, value) in entry.headers.iter_mut() {
+            for (header, value) in entry.launch.headers.iter_mut() {
                 let at = keys.and_then(|k| k.headers.as_ref()).and_then(|h| h.get(header));
                 let line = at.map(|s| line_of(text, s.span().start));
                 value.origin = Origin::File { path: path.to_path_buf(), line };
             }
             let at = |key: &str| format!("server `{name}` ({})", place(keys.and_then(|k| k.offset(key)).or(start)));
             entry.server(name).check_as(Some(name), &at)?;
-            resolve_entry(&mut entry.cwd, &entry.client_env);
+            resolve_entry(&mut entry.launch.cwd, &entry.launch.client_env);
         }
         if let Some(http) = config.http.as_mut() {
             let keys = spans.http.as_ref();
@@ -230,18 +232,20 @@ impl Config {
     pub fn for_client(&self, values: &BTreeMap<String, String>) -> anyhow::Result<Config> {
         let s = &self.server;
         let name = s.name.as_deref().unwrap_or("?");
-        let missing: Vec<&str> = s.client_env.iter().filter(|n| !values.contains_key(*n)).map(String::as_str).collect();
+        let missing: Vec<&str> =
+            s.launch.client_env.iter().filter(|n| !values.contains_key(*n)).map(String::as_str).collect();
         if !missing.is_empty() {
             bail!(
                 "server `{name}` takes {} from the client that connects, which did not send {}: connect with `switchyard connect {name} --env {}`, with {} set in its environment (in an MCP client's config, its `env`)",
-                s.client_env.join(", "),
+                s.launch.client_env.join(", "),
                 missing.join(", "),
-                s.client_env.join(","),
-                s.client_env.join(" and ")
+                s.launch.client_env.join(","),
+                s.launch.client_env.join(" and ")
             );
         }
-        let mine: BTreeMap<String, String> = s.client_env.iter().map(|n| (n.clone(), values[n].clone())).collect();
-        for (header, value) in &s.headers {
+        let mine: BTreeMap<String, String> =
+            s.launch.client_env.iter().map(|n| (n.clone(), values[n].clone())).collect();
+        for (header, value) in &s.launch.headers {
             for piece in pieces(&value.raw)
                 .map_err(|e| anyhow!("server `{name}`: {} {e}", about_header(header, &value.origin)))?
             {
@@ -258,21 +262,23 @@ impl Config {
         let sub = |t: &str| substitute(t, &mine);
         let mut one = self.clone();
         let o = &mut one.server;
-        o.command = s.command.as_deref().map(sub);
-        o.args = s.args.iter().map(|a| sub(a)).collect();
-        o.env = s.env.iter().map(|(k, v)| (k.clone(), sub(v))).collect();
-        o.url = s.url.as_deref().map(sub);
-        if let Some(cwd) = s.cwd.as_ref().and_then(|c| c.to_str()).filter(|c| uses_client_env(c, &s.client_env)) {
+        o.launch.command = s.launch.command.as_deref().map(sub);
+        o.launch.args = s.launch.args.iter().map(|a| sub(a)).collect();
+        o.launch.env = s.launch.env.iter().map(|(k, v)| (k.clone(), sub(v))).collect();
+        o.launch.url = s.launch.url.as_deref().map(sub);
+        if let Some(cwd) =
+            s.launch.cwd.as_ref().and_then(|c| c.to_str()).filter(|c| uses_client_env(c, &s.launch.client_env))
+        {
             let dir = PathBuf::from(sub(cwd));
-            o.cwd = Some(match &self.base_dir {
+            o.launch.cwd = Some(match &self.base_dir {
                 Some(base) if dir.is_relative() => base.join(dir),
                 _ => dir,
             });
         }
-        if let Some(url) = &o.url {
+        if let Some(url) = &o.launch.url {
             parse_url(url).map_err(|e| anyhow!("server `{name}`: its url, with the client's values in it, {e}"))?;
         }
-        o.client_env.clear();
+        o.launch.client_env.clear();
         o.client_values = ClientValues(mine);
         Ok(one)
     }
@@ -281,14 +287,14 @@ impl Config {
     /// daemon serves one, a server per client's values (`switchyard run` has no such client).
     pub fn refuse_client_env(&self) -> anyhow::Result<()> {
         let s = &self.server;
-        if s.client_env.is_empty() {
+        if s.launch.client_env.is_empty() {
             return Ok(());
         }
         let name = s.name.as_deref().unwrap_or("?");
         bail!(
             "server `{name}` has `client_env` ({}): it takes values from the client that connects, so only the daemon serves it, through `switchyard connect {name} --env {}`; `switchyard run` has no such client",
-            s.client_env.join(", "),
-            s.client_env.join(",")
+            s.launch.client_env.join(", "),
+            s.launch.client_env.join(",")
         )
     }
 
@@ -398,15 +404,15 @@ mod tests {
              [limits]\nconnect_timeout_ms = 2500\n",
         );
         let c = c.unwrap();
-        assert_eq!(c.server.url.as_deref(), Some("https://mcp.example.com/mcp"));
-        assert_eq!(c.server.transport, Some(TransportKind::StreamableHttp));
-        assert_eq!(c.server.headers["Authorization"].raw, "Bearer ${MCP_TOKEN}");
+        assert_eq!(c.server.launch.url.as_deref(), Some("https://mcp.example.com/mcp"));
+        assert_eq!(c.server.launch.transport, Some(TransportKind::StreamableHttp));
+        assert_eq!(c.server.launch.headers["Authorization"].raw, "Bearer ${MCP_TOKEN}");
         let path = dir.path().join("switchyard.toml");
-        assert_eq!(c.server.headers["X-Team"].origin, Origin::File { path, line: Some(4) });
+        assert_eq!(c.server.launch.headers["X-Team"].origin, Origin::File { path, line: Some(4) });
         assert_eq!((c.limits.connect_timeout_ms, c.limits.post_timeout_ms), (2500, 10_000));
         for t in ["auto", "sse"] {
             let c: Config = toml::from_str(&format!("[server]\nurl = \"http://h/\"\ntransport = \"{t}\"\n")).unwrap();
-            assert!(c.server.transport.is_some());
+            assert!(c.server.launch.transport.is_some());
         }
         let e = toml::from_str::<Config>("[server]\ntransport = \"websocket\"\n").unwrap_err().to_string();
         assert!(e.contains("streamable-http"), "{e}");
@@ -479,7 +485,7 @@ file = "hints.wasm"
         assert_eq!((fs.pools["default"].max, fs.pools["default"].min), (4, 1));
         assert_eq!(fs.pools["slow"].max_inflight, 1);
         assert_eq!(fs.server.name.as_deref(), Some("filesystem"));
-        assert_eq!(fs.server.cwd.as_deref(), Some(dir.path().join("work").as_path()));
+        assert_eq!(fs.server.launch.cwd.as_deref(), Some(dir.path().join("work").as_path()));
         let tracker = &all["tracker"];
         assert_eq!(
             (tracker.limits.call_timeout_ms, tracker.pools["default"].max, tracker.pools["default"].min),
@@ -504,7 +510,8 @@ file = "hints.wasm"
         assert_eq!(a.limits.call_timeout_ms, Limits::default().call_timeout_ms);
         // Built in code, unvalidated: `servers` still fills in `default`.
         let mut c = Config::default();
-        c.servers.insert("b".into(), ServerEntry { command: Some("y".into()), ..ServerEntry::default() });
+        let launch = Launch { command: Some("y".into()), ..Launch::default() };
+        c.servers.insert("b".into(), ServerEntry { launch, ..ServerEntry::default() });
         assert!(c.servers()["b"].pools.contains_key("default"));
     }
 
@@ -535,7 +542,8 @@ file = "hints.wasm"
         // validate() checks a config built in code the same way.
         let mut c = Config::default();
         let limits = LimitsPatch { max_message_bytes: Some(10), ..LimitsPatch::default() };
-        c.servers.insert("a".into(), ServerEntry { command: Some("x".into()), limits, ..ServerEntry::default() });
+        let launch = Launch { command: Some("x".into()), ..Launch::default() };
+        c.servers.insert("a".into(), ServerEntry { launch, limits, ..ServerEntry::default() });
         let e = c.validate().unwrap_err().to_string();
         assert!(e.starts_with("server `a`: limits: max_message_bytes"), "{e}");
     }
@@ -587,11 +595,11 @@ file = "hints.wasm"
         let c = c.unwrap();
         let path = dir.path().join("switchyard.toml");
         let at = |line| Origin::File { path: path.clone(), line: Some(line) };
-        assert_eq!(c.servers["a"].headers["X-A"].origin, at(3));
-        assert_eq!(c.servers["b"].headers["X-B"].origin, at(8));
-        assert_eq!(c.servers["b"].headers["X-C"].origin, at(9));
+        assert_eq!(c.servers["a"].launch.headers["X-A"].origin, at(3));
+        assert_eq!(c.servers["b"].launch.headers["X-B"].origin, at(8));
+        assert_eq!(c.servers["b"].launch.headers["X-C"].origin, at(9));
         let all = c.servers();
-        assert_eq!(all["b"].server.headers["X-C"].origin, at(9));
+        assert_eq!(all["b"].server.launch.headers["X-C"].origin, at(9));
         // The rules of [server] hold for each entry, and the errors name the server and the line.
         for (text, says) in [
             (
@@ -656,19 +664,19 @@ file = "hints.wasm"
             ]))
             .unwrap();
         let s = &got.server;
-        assert_eq!(s.command.as_deref(), Some("/usr/bin/python3"));
+        assert_eq!(s.launch.command.as_deref(), Some("/usr/bin/python3"));
         assert_eq!(
-            s.args,
+            s.launch.args,
             ["/ws/tools/server.py", "--token", "a${BIN}b", "${HOME}", "${TOOLS_TOKEN}", "${TOOLS_TOKEN"]
         );
-        assert_eq!(s.env["TOKEN"], "t=a${BIN}b;");
-        assert_eq!(s.env["PLAIN"], "${PATH}");
-        assert_eq!(s.cwd.as_deref(), Some(Path::new("/ws/sub")));
-        assert!(s.client_env.is_empty() && s.client_values.0.len() == 3, "only its own names are kept");
+        assert_eq!(s.launch.env["TOKEN"], "t=a${BIN}b;");
+        assert_eq!(s.launch.env["PLAIN"], "${PATH}");
+        assert_eq!(s.launch.cwd.as_deref(), Some(Path::new("/ws/sub")));
+        assert!(s.launch.client_env.is_empty() && s.client_values.0.len() == 3, "only its own names are kept");
         got.refuse_client_env().unwrap();
         // A relative directory from the client is the config file's, as every path in it.
         let rel = all["rel"].for_client(&values(&[("DIR", "here")])).unwrap();
-        assert_eq!(rel.server.cwd, Some(dir.path().join("here")));
+        assert_eq!(rel.server.launch.cwd, Some(dir.path().join("here")));
         // A missing value names the server, what is missing and what to do.
         let e = format!("{:#}", tools.for_client(&values(&[("BIN", "/b")])).unwrap_err());
         for want in [
@@ -692,12 +700,12 @@ file = "hints.wasm"
         );
         let web = loaded.unwrap().servers().remove("web").unwrap();
         let got = web.for_client(&values(&[("HOST", "mcp.example.com"), ("KEY", "k${DAEMON_VAR}")])).unwrap();
-        assert_eq!(got.server.url.as_deref(), Some("https://mcp.example.com/mcp"));
+        assert_eq!(got.server.launch.url.as_deref(), Some("https://mcp.example.com/mcp"));
         // Header values are read from the client's values first, then the environment, once.
         let env = |n: &str| if n == "DAEMON_VAR" { Ok("d".to_string()) } else { Err(std::env::VarError::NotPresent) };
         let client = &got.server.client_values.0;
         let lookup = |n: &str| client.get(n).cloned().map_or_else(|| env(n), Ok);
-        assert_eq!(expand(&got.server.headers["X-Both"].raw, &lookup).unwrap().value, "k${DAEMON_VAR}:d:${KEY}");
+        assert_eq!(expand(&got.server.launch.headers["X-Both"].raw, &lookup).unwrap().value, "k${DAEMON_VAR}:d:${KEY}");
         // A value a header cannot carry is refused, without the value.
         let e = format!("{:#}", web.for_client(&values(&[("HOST", "h"), ("KEY", "line\nfeed")])).unwrap_err());
         assert!(e.contains("line feed") && e.contains("${KEY}") && e.contains("`Authorization`"), "{e}");

@@ -1,72 +1,40 @@
 //! The server tables (`[server]`, `[servers.NAME]`) and the pools, plugins and daemon settings.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use anyhow::{Context, anyhow, bail};
-use serde::Deserialize;
+use serde::de::{Deserializer, MapAccess};
+use serde::{Deserialize, Serialize};
 
+use crate::launch::{self, Launch, WithLaunch, keys};
 use crate::limits::LimitsPatch;
 use crate::url::{parse_url, url_name};
-use crate::vars::{HeaderValue, about_header, check_header, is_var_name, uses_client_env};
+use crate::vars::{about_header, check_header, is_var_name, uses_client_env};
 
-/// The server: either a `command` switchyard starts, or a `url` it connects to.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// The server: either a `command` switchyard starts, or a `url` it connects to. Reads as its
+/// [`Launch`] (`server.command`).
+#[derive(Debug, Clone, Default)]
 pub struct ServerConfig {
     /// Name used in logs and errors; defaults to the command's file name, or the URL's host.
     pub name: Option<String>,
-    pub command: Option<String>,
-    #[serde(default)]
-    pub args: Vec<String>,
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    pub cwd: Option<PathBuf>,
-    /// A remote server: its MCP endpoint (Streamable HTTP) or SSE stream (legacy SSE).
-    pub url: Option<String>,
-    /// How to reach `url` (default auto).
-    pub transport: Option<TransportKind>,
-    /// Sent with every request to `url`; `${VAR}` in a value is read from the environment.
-    #[serde(default)]
-    pub headers: BTreeMap<String, HeaderValue>,
-    /// Names whose values the connecting client supplies (`connect NAME --env A,B`): a server
-    /// with any is a template, only the daemon serves it (see [`Config::for_client`]).
-    ///
-    /// [`Config::for_client`]: crate::Config::for_client
-    #[serde(default)]
-    pub client_env: Vec<String>,
+    /// What runs: `command` or `url`, and the keys that go with it.
+    pub launch: Launch,
     /// The client's values of a server made by [`Config::for_client`], read before the
     /// environment by `${VAR}` in header values (not read from the file).
     ///
     /// [`Config::for_client`]: crate::Config::for_client
-    #[serde(skip)]
     pub client_values: ClientValues,
 }
 
 /// One `[servers.NAME]` table: the keys of `[server]` but `name` (the table's name is the
-/// server's), and the server's own pools and limits over the file's.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// server's), and the server's own pools and limits over the file's. Reads as its [`Launch`].
+#[derive(Debug, Clone, Default)]
 pub struct ServerEntry {
-    pub command: Option<String>,
-    #[serde(default)]
-    pub args: Vec<String>,
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    pub cwd: Option<PathBuf>,
-    pub url: Option<String>,
-    pub transport: Option<TransportKind>,
-    #[serde(default)]
-    pub headers: BTreeMap<String, HeaderValue>,
-    /// Names whose values the connecting client supplies; `${NAME}` in command, args, env
-    /// values, cwd, url and header values stands for the client's value.
-    #[serde(default)]
-    pub client_env: Vec<String>,
+    /// What runs: `command` or `url`, and the keys that go with it.
+    pub launch: Launch,
     /// Replace the file's pools of the same name, each as a whole.
-    #[serde(default)]
     pub pools: BTreeMap<String, PoolConfig>,
     /// Override the file's `[limits]`, only the keys given.
-    #[serde(default)]
     pub limits: LimitsPatch,
 }
 
@@ -75,16 +43,59 @@ impl ServerEntry {
     pub fn server(&self, name: &str) -> ServerConfig {
         ServerConfig {
             name: Some(name.to_string()),
-            command: self.command.clone(),
-            args: self.args.clone(),
-            env: self.env.clone(),
-            cwd: self.cwd.clone(),
-            url: self.url.clone(),
-            transport: self.transport,
-            headers: self.headers.clone(),
-            client_env: self.client_env.clone(),
+            launch: self.launch.clone(),
             client_values: ClientValues::default(),
         }
+    }
+}
+
+const SERVER_KEYS: [&str; 1 + Launch::KEYS.len()] = keys(&["name"], &[]);
+const ENTRY_KEYS: [&str; Launch::KEYS.len() + 2] = keys(&[], &["pools", "limits"]);
+
+impl WithLaunch for ServerConfig {
+    const NAME: &'static str = "ServerConfig";
+    const KEYS: &'static [&'static str] = &SERVER_KEYS;
+
+    fn read_value<'de, A: MapAccess<'de>>(&mut self, key: &'static str, map: &mut A) -> Result<(), A::Error> {
+        match key {
+            "name" => self.name = map.next_value()?,
+            _ => unreachable!("`{key}` is not a key of ServerConfig"),
+        }
+        Ok(())
+    }
+
+    fn launch_mut(&mut self) -> &mut Launch {
+        &mut self.launch
+    }
+}
+
+impl WithLaunch for ServerEntry {
+    const NAME: &'static str = "ServerEntry";
+    const KEYS: &'static [&'static str] = &ENTRY_KEYS;
+
+    fn read_value<'de, A: MapAccess<'de>>(&mut self, key: &'static str, map: &mut A) -> Result<(), A::Error> {
+        match key {
+            "pools" => self.pools = map.next_value()?,
+            "limits" => self.limits = map.next_value()?,
+            _ => unreachable!("`{key}` is not a key of ServerEntry"),
+        }
+        Ok(())
+    }
+
+    fn launch_mut(&mut self) -> &mut Launch {
+        &mut self.launch
+    }
+}
+
+impl<'de> Deserialize<'de> for ServerConfig {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        launch::deserialize(d)
+    }
+}
+
+impl<'de> Deserialize<'de> for ServerEntry {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        launch::deserialize(d)
     }
 }
 
@@ -137,7 +148,7 @@ pub fn check_server_name(name: &str) -> Result<(), String> {
 }
 
 /// How a remote server is reached (`[server] transport`, `--transport`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum TransportKind {
     /// Streamable HTTP, falling back to legacy SSE when the first POST is refused the way legacy servers refuse it
@@ -286,17 +297,8 @@ pub(crate) fn check_pools(pools: &BTreeMap<String, PoolConfig>) -> anyhow::Resul
 impl ServerConfig {
     /// Whether no key of `[server]` is given.
     pub(crate) fn is_unset(&self) -> bool {
-        let ServerConfig { name, command, args, env, cwd, url, transport, headers, client_env, client_values } = self;
-        client_env.is_empty()
-            && client_values.0.is_empty()
-            && name.is_none()
-            && command.is_none()
-            && args.is_empty()
-            && env.is_empty()
-            && cwd.is_none()
-            && url.is_none()
-            && transport.is_none()
-            && headers.is_empty()
+        let ServerConfig { name, launch, client_values } = self;
+        name.is_none() && *launch == Launch::default() && client_values.0.is_empty()
     }
 
     /// The rules of `[server]` on its own: a command or a URL, not both, only the keys that fit
@@ -310,37 +312,42 @@ impl ServerConfig {
     pub(crate) fn check_as(&self, entry: Option<&str>, at: &dyn Fn(&str) -> String) -> anyhow::Result<()> {
         let table = if entry.is_some() { "" } else { "[server] " };
         self.check_client_env(entry.is_some(), at)?;
-        let Some(url) = &self.url else {
-            if self.command.as_deref().is_some_and(|c| c.trim().is_empty()) {
+        let Some(url) = &self.launch.url else {
+            if self.launch.command.as_deref().is_some_and(|c| c.trim().is_empty()) {
                 bail!("{}: {table}`command` is empty; give the program to run (e.g. \"npx\")", at("command"));
             }
-            if self.command.is_some() {
-                for (key, set) in [("transport", self.transport.is_some()), ("headers", !self.headers.is_empty())] {
+            if self.launch.command.is_some() {
+                for (key, set) in
+                    [("transport", self.launch.transport.is_some()), ("headers", !self.launch.headers.is_empty())]
+                {
                     if set {
                         bail!(
                             "{}: {table}`{key}` applies to a remote server (`url`), and this server is the command `{}`; remove it",
                             at(key),
-                            self.command.as_deref().unwrap_or_default()
+                            self.launch.command.as_deref().unwrap_or_default()
                         );
                     }
                 }
             }
             return self.check_headers(entry);
         };
-        if self.command.is_some() {
+        if self.launch.command.is_some() {
             bail!(
                 "{}: {table}has both `command` and `url`: a server is either a command switchyard starts or a URL it connects to; keep one",
                 at("url")
             );
         }
-        for (key, set) in [("args", !self.args.is_empty()), ("env", !self.env.is_empty()), ("cwd", self.cwd.is_some())]
-        {
+        for (key, set) in [
+            ("args", !self.launch.args.is_empty()),
+            ("env", !self.launch.env.is_empty()),
+            ("cwd", self.launch.cwd.is_some()),
+        ] {
             if set {
                 bail!("{}: {table}`{key}` applies to commands only, and this server is a `url`; remove it", at(key));
             }
         }
         // A URL with a client's value in it is checked once the value is known (`for_client`).
-        if !uses_client_env(url, &self.client_env) {
+        if !uses_client_env(url, &self.launch.client_env) {
             parse_url(url).map_err(|e| anyhow!("{}: {table}url {e}", at("url")))?;
         }
         self.check_headers(entry)
@@ -348,7 +355,7 @@ impl ServerConfig {
 
     /// `client_env`: only in `[servers.NAME]` (`in_entry`), variable names, each once.
     fn check_client_env(&self, in_entry: bool, at: &dyn Fn(&str) -> String) -> anyhow::Result<()> {
-        if self.client_env.is_empty() {
+        if self.launch.client_env.is_empty() {
             return Ok(());
         }
         if !in_entry {
@@ -358,7 +365,7 @@ impl ServerConfig {
             );
         }
         let mut seen = std::collections::BTreeSet::new();
-        for name in &self.client_env {
+        for name in &self.launch.client_env {
             if !is_var_name(name) {
                 let shown: String = name.chars().take(64).collect();
                 bail!(
@@ -377,7 +384,7 @@ impl ServerConfig {
     fn check_headers(&self, entry: Option<&str>) -> anyhow::Result<()> {
         let who = entry.map(|n| format!("server `{n}`: ")).unwrap_or_default();
         let mut seen = std::collections::BTreeSet::new();
-        for (name, value) in &self.headers {
+        for (name, value) in &self.launch.headers {
             check_header(name, &value.raw).map_err(|e| anyhow!("{who}{} {e}", about_header(name, &value.origin)))?;
             if !seen.insert(name.to_ascii_lowercase()) {
                 bail!("{who}{} is given twice (header names ignore case); keep one", about_header(name, &value.origin));
@@ -391,9 +398,9 @@ impl ServerConfig {
     /// The server's name as `Target::of` (in the router) gives it: `name`, else one from the command, else
     /// the URL's host. None without a command or a URL, or with a URL that is not valid.
     pub fn derived_name(&self) -> Option<String> {
-        let derived = match (&self.url, &self.command) {
+        let derived = match (&self.launch.url, &self.launch.command) {
             (Some(url), _) => url_name(&parse_url(url).ok()?),
-            (None, Some(command)) => derive_name(command, &self.args),
+            (None, Some(command)) => derive_name(command, &self.launch.args),
             (None, None) => return None,
         };
         Some(self.name.clone().unwrap_or(derived))

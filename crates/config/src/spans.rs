@@ -31,6 +31,9 @@ pub(crate) struct FileSpans {
     pub(crate) http: Option<Spanned<BTreeMap<String, Spanned<IgnoredAny>>>>,
 }
 
+/// Where each launch key of a server table is (a test holds them to [`Launch::KEYS`]).
+///
+/// [`Launch::KEYS`]: crate::Launch::KEYS
 #[derive(Default, Deserialize)]
 pub(crate) struct ServerSpans {
     command: Option<Spanned<IgnoredAny>>,
@@ -118,5 +121,14 @@ mod tests {
         assert_eq!(line_col("a\né = x", 5), (2, 3));
         let e = parse_error(Path::new("f.toml"), "x", &toml::from_str::<Config>("x").unwrap_err()).to_string();
         assert!(e.starts_with("config file f.toml, line 1, column "), "{e}");
+    }
+
+    #[test]
+    fn every_launch_key_is_found_on_its_line() {
+        let text: String = crate::Launch::KEYS.iter().map(|k| format!("{k} = {{ a = 1 }}\n")).collect();
+        let spans: ServerSpans = toml::from_str(&text).unwrap();
+        for (i, key) in crate::Launch::KEYS.iter().enumerate() {
+            assert_eq!(spans.offset(key).map(|o| line_of(&text, o)), Some(i + 1), "{key}");
+        }
     }
 }

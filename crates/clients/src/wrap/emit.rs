@@ -1,20 +1,20 @@
 //! The text `wrap` writes: a server's `[servers.NAME]` table for switchyard.toml, and the JSON
 //! entry that replaces the client's.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::{anyhow, bail};
+use switchyard_config::Launch;
 
 use super::Input;
-use super::plan::{Def, DefKind};
 use crate::jsonc::{Doc, Tree};
-use crate::{Entry, Found, Scope};
+use crate::{Entry, Found, REMOTE_KEYS, STDIO_KEYS, Scope};
 
-/// The keys a wrapped entry writes itself (or that describe the server it replaces): never
-/// carried over from the original.
-const ENTRY_KEYS: &[&str] = &["type", "command", "args", "env", "cwd", "url", "headers"];
+/// Whether a wrapped entry writes `key` itself, or it describes the server the entry replaces
+/// (switchyard's config holds that now): never carried over from the original.
+fn replaced(key: &str) -> bool {
+    STDIO_KEYS.contains(&key) || REMOTE_KEYS.contains(&key)
+}
 
 /// A TOML string (basic, escaped).
 pub(super) fn toml_str(s: &str) -> String {
@@ -30,53 +30,31 @@ pub(super) fn toml_key(k: &str) -> String {
     }
 }
 
-fn toml_inline(map: &BTreeMap<String, String>) -> String {
-    let items: Vec<String> = map.iter().map(|(k, v)| format!("{} = {}", toml_key(k), toml_str(v))).collect();
-    format!("{{ {} }}", items.join(", "))
-}
-
-fn toml_list(items: &[String]) -> String {
-    format!("[{}]", items.iter().map(|s| toml_str(s)).collect::<Vec<_>>().join(", "))
+/// A value on one line, tables inline, strings as [`toml_str`] writes them.
+fn toml_value(value: &toml::Value) -> String {
+    match value {
+        toml::Value::Table(t) => {
+            let items: Vec<String> = t.iter().map(|(k, v)| format!("{} = {}", toml_key(k), toml_value(v))).collect();
+            format!("{{ {} }}", items.join(", "))
+        }
+        toml::Value::Array(items) => format!("[{}]", items.iter().map(toml_value).collect::<Vec<_>>().join(", ")),
+        other => other.to_string(),
+    }
 }
 
 /// `def` as the value of a `[servers.NAME]` table, for comparing with one in the file.
-pub(super) fn def_table(def: &Def) -> toml::Table {
-    let text = toml_body(def);
-    text.parse().expect("switchyard writes TOML it reads")
+pub(super) fn def_table(def: &Launch) -> toml::Table {
+    toml::Table::try_from(def).expect("a launch is a table of strings")
 }
 
-pub(super) fn toml_body(def: &Def) -> String {
-    let mut out = String::new();
-    match &def.kind {
-        DefKind::Stdio { command, args, env, cwd } => {
-            let _ = writeln!(out, "command = {}", toml_str(command));
-            if !args.is_empty() {
-                let _ = writeln!(out, "args = {}", toml_list(args));
-            }
-            if !env.is_empty() {
-                let _ = writeln!(out, "env = {}", toml_inline(env));
-            }
-            if let Some(cwd) = cwd {
-                let _ = writeln!(out, "cwd = {}", toml_str(cwd));
-            }
-        }
-        DefKind::Remote { url, transport, headers } => {
-            let _ = writeln!(out, "url = {}", toml_str(url));
-            if let Some(t) = transport {
-                let _ = writeln!(out, "transport = {}", toml_str(t));
-            }
-            if !headers.is_empty() {
-                let _ = writeln!(out, "headers = {}", toml_inline(headers));
-            }
-        }
-    }
-    if !def.client_env.is_empty() {
-        let _ = writeln!(out, "client_env = {}", toml_list(&def.client_env));
-    }
-    out
+/// `def` as the body of a `[servers.NAME]` table: a line per key it sets, in the order of
+/// [`Launch::KEYS`].
+pub(super) fn toml_body(def: &Launch) -> String {
+    let table = def_table(def);
+    Launch::KEYS.iter().filter_map(|k| table.get(*k).map(|v| format!("{k} = {}\n", toml_value(v)))).collect()
 }
 
-pub(super) fn toml_table(name: &str, def: &Def, input: &Input, map: &Found) -> String {
+pub(super) fn toml_table(name: &str, def: &Launch, input: &Input, map: &Found) -> String {
     let from = match &map.scope {
         Scope::ClaudeProject(p) => format!("{} (project {})", input.path.display(), p.display()),
         _ => input.path.display().to_string(),
@@ -149,7 +127,7 @@ pub(super) fn wrapped_entry(
     let args_text = format!("[{}]", args.iter().map(|a| json_str(a)).collect::<Vec<_>>().join(", "));
     fields.push(("args".into(), args_text));
     let carried: Vec<&crate::jsonc::Member> =
-        members.iter().filter(|m| entry.unknown.contains(&m.key) && !ENTRY_KEYS.contains(&m.key.as_str())).collect();
+        members.iter().filter(|m| entry.unknown.contains(&m.key) && !replaced(&m.key)).collect();
     // One line (`{ "a": 1, "b": 2 }`) or one member per line at the file's indentation.
     let lay = layout(text, entry);
     let object = |items: Vec<String>, indent: Option<(&str, &str)>| match indent {
@@ -180,4 +158,16 @@ pub(super) fn splice(text: &str, mut edits: Vec<(std::ops::Range<usize>, String)
         out.replace_range(range, &with);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_keys_a_wrapped_entry_drops_are_switchyard_s_launch_keys_but_type() {
+        for key in STDIO_KEYS.iter().chain(REMOTE_KEYS).filter(|k| **k != "type") {
+            assert!(Launch::KEYS.contains(key), "{key}");
+        }
+    }
 }

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, anyhow, bail};
+use switchyard_config::{HeaderValue, Launch, TransportKind};
 
 use super::Input;
 use super::emit::{def_table, splice, toml_body, toml_key, toml_table, wrapped_entry};
@@ -48,30 +49,6 @@ pub struct Plan {
     pub lines: Vec<String>,
 }
 
-/// A server's definition as it goes into switchyard.toml.
-#[derive(Debug, Clone, PartialEq)]
-pub(super) struct Def {
-    pub(super) kind: DefKind,
-    pub(super) client_env: Vec<String>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub(super) enum DefKind {
-    Stdio {
-        command: String,
-        args: Vec<String>,
-        env: BTreeMap<String, String>,
-        cwd: Option<String>,
-    },
-    /// `transport`: None is switchyard's `auto` (Streamable HTTP, else legacy SSE), what VS Code
-    /// and Cursor do with an `http` entry; Claude Code's `http` is Streamable HTTP only.
-    Remote {
-        url: String,
-        transport: Option<&'static str>,
-        headers: BTreeMap<String, String>,
-    },
-}
-
 /// Plans `wrap` of `inputs` into the switchyard config at `config_path` (`config_text`: its text,
 /// None when it does not exist yet). `exe` is the switchyard binary the entries run.
 pub fn plan_wrap(
@@ -89,7 +66,7 @@ pub fn plan_wrap(
         .and_then(|c| c.http)
         .map(|h| h.listen.port())
         .filter(|p| *p != 0);
-    let mut planned: BTreeMap<String, Def> = BTreeMap::new();
+    let mut planned: BTreeMap<String, Launch> = BTreeMap::new();
     let mut plan = Plan::default();
     let mut appended = String::new();
     let mut matched: BTreeSet<String> = BTreeSet::new();
@@ -263,7 +240,7 @@ fn unwrappable(entry: &Entry) -> Option<String> {
 }
 
 /// Whether switchyard can run `def`: what its config loader says of it alone.
-fn runnable(name: &str, def: &Def) -> Result<(), String> {
+fn runnable(name: &str, def: &Launch) -> Result<(), String> {
     let name = server_name(name);
     let text = format!("[servers.{}]\n{}", toml_key(&name), toml_body(def));
     match switchyard_config::Config::load_text(Path::new("switchyard.toml"), &text) {
@@ -327,9 +304,8 @@ fn existing_servers(path: &Path, text: Option<&str>) -> anyhow::Result<BTreeMap<
 /// The keys of a `[servers.NAME]` table that say what runs: the ones two definitions must share
 /// to be one server (pools and limits a user added by hand do not make it another).
 fn launch_part(t: &toml::Table) -> toml::Table {
-    const LAUNCH: &[&str] = &["command", "args", "env", "cwd", "url", "transport", "headers", "client_env"];
     let mut out: toml::Table =
-        t.iter().filter(|(k, _)| LAUNCH.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect();
+        t.iter().filter(|(k, _)| Launch::KEYS.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect();
     // Empty lists and tables say what their absence says.
     out.retain(|_, v| {
         !matches!(v, toml::Value::Array(a) if a.is_empty()) && !matches!(v, toml::Value::Table(t) if t.is_empty())
@@ -354,9 +330,9 @@ fn server_name(entry: &str) -> String {
 fn choose_name(
     entry: &str,
     client: Client,
-    def: &Def,
+    def: &Launch,
     existing: &BTreeMap<String, toml::Table>,
-    planned: &BTreeMap<String, Def>,
+    planned: &BTreeMap<String, Launch>,
 ) -> (String, Option<String>) {
     let base = server_name(entry);
     let mine = launch_part(&def_table(def));
@@ -388,7 +364,7 @@ fn choose_name(
 
 /// The entry as a switchyard server, and the client's variables it needs, as (NAME, expression
 /// the client expands), in order.
-fn definition(client: Client, entry: &Entry, project: Option<&Path>) -> (Def, Vec<(String, String)>) {
+fn definition(client: Client, entry: &Entry, project: Option<&Path>) -> (Launch, Vec<(String, String)>) {
     let mut vars: Vec<(String, String)> = Vec::new();
     let name_for = |expr: &str, vars: &mut Vec<(String, String)>, prefer: Option<&str>| -> String {
         if let Some((n, _)) = vars.iter().find(|(_, e)| e == expr) {
@@ -429,16 +405,16 @@ fn definition(client: Client, entry: &Entry, project: Option<&Path>) -> (Def, Ve
         out.push_str(&s[done..]);
         out
     };
-    let kind = match &entry.kind {
-        Kind::Stdio { command, args, env, cwd } => DefKind::Stdio {
+    let mut def = match &entry.kind {
+        Kind::Stdio { command, args, env, cwd } => Launch {
             // `./run.sh`, `.venv/bin/python`: the client found them from the project; the daemon
             // starts servers from `/`. A bare name (`npx`) is looked up on PATH, as before.
-            command: match (sub(command), project) {
+            command: Some(match (sub(command), project) {
                 (c, Some(p)) if c.contains('/') && Path::new(&c).is_relative() && !c.starts_with("${") => {
                     p.join(c).display().to_string()
                 }
                 (c, _) => c,
-            },
+            }),
             args: args.iter().map(|a| sub(a)).collect(),
             env: env.iter().map(|(k, v)| (k.clone(), sub(v))).collect(),
             // A project's servers run in the project (so `.` and `./x` mean what they meant to
@@ -449,13 +425,17 @@ fn definition(client: Client, entry: &Entry, project: Option<&Path>) -> (Def, Ve
                 }
                 (None, Some(p)) => Some(p.display().to_string()),
                 (c, _) => c,
-            },
+            }
+            .map(PathBuf::from),
+            ..Launch::default()
         },
-        Kind::Http { url, headers } | Kind::Sse { url, headers } => DefKind::Remote {
-            url: sub(url),
+        Kind::Http { url, headers } | Kind::Sse { url, headers } => Launch {
+            url: Some(sub(url)),
+            // None is switchyard's `auto` (Streamable HTTP, else legacy SSE), what VS Code and
+            // Cursor do with an `http` entry; Claude Code's `http` is Streamable HTTP only.
             transport: match (&entry.kind, client) {
-                (Kind::Sse { .. }, _) => Some("sse"),
-                (_, Client::ClaudeCode) => Some("streamable-http"),
+                (Kind::Sse { .. }, _) => Some(TransportKind::Sse),
+                (_, Client::ClaudeCode) => Some(TransportKind::StreamableHttp),
                 _ => None,
             },
             headers: headers
@@ -464,13 +444,14 @@ fn definition(client: Client, entry: &Entry, project: Option<&Path>) -> (Def, Ve
                     // A client that expands nothing means `${` literally; switchyard's headers
                     // read `${VAR}`, and `$${` is their literal `${`.
                     let v = if client == Client::ClaudeDesktop { v.replace("${", "$${") } else { sub(v) };
-                    (k.clone(), v)
+                    (k.clone(), HeaderValue::from(v))
                 })
                 .collect(),
+            ..Launch::default()
         },
     };
-    let client_env = vars.iter().map(|(n, _)| n.clone()).collect();
-    (Def { kind, client_env }, vars)
+    def.client_env = vars.iter().map(|(n, _)| n.clone()).collect();
+    (def, vars)
 }
 
 /// The directory a client starts a project's servers in: the project's (Claude Code's

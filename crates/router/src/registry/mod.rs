@@ -354,7 +354,7 @@ impl Servers {
             servers.push(json!({
                 "name": t.name,
                 "target": t.shown,
-                "client_env": t.config.server.client_env,
+                "client_env": t.config.server.launch.client_env,
                 "variants": variants,
             }));
         }

@@ -125,16 +125,16 @@ impl Servers {
     pub fn add_template(self: &Arc<Self>, config: &Config, why: &str) -> anyhow::Result<()> {
         let s = &config.server;
         let name = s.name.clone().unwrap_or_default();
-        for (header, value) in &s.headers {
+        for (header, value) in &s.launch.headers {
             let env = |var: &str| {
-                if s.client_env.iter().any(|n| n == var) { Ok(String::new()) } else { std::env::var(var) }
+                if s.launch.client_env.iter().any(|n| n == var) { Ok(String::new()) } else { std::env::var(var) }
             };
             switchyard_config::expand(&value.raw, &env).map_err(|e| {
                 anyhow!("server `{name}`: {} {e}", switchyard_config::about_header(header, &value.origin))
             })?;
         }
-        let shown = match (&s.command, &s.url) {
-            (Some(command), _) => std::iter::once(command).chain(&s.args).cloned().collect::<Vec<_>>().join(" "),
+        let shown = match (&s.launch.command, &s.launch.url) {
+            (Some(command), _) => std::iter::once(command).chain(&s.launch.args).cloned().collect::<Vec<_>>().join(" "),
             (None, Some(url)) => match switchyard_config::parse_url(url) {
                 Ok(u) => switchyard_config::display_url(&u),
                 // `${NAME}` in the host: as written, up to any query (which may hold a key).
@@ -179,7 +179,7 @@ impl Servers {
         template: &Arc<Template>,
         env: &BTreeMap<String, String>,
     ) -> Result<Option<Arc<Server>>, String> {
-        let names = &template.config.server.client_env;
+        let names = &template.config.server.launch.client_env;
         let values: BTreeMap<String, String> =
             names.iter().filter_map(|n| env.get(n).map(|v| (n.clone(), v.clone()))).collect();
         let mut variants = template.variants.lock().expect("lock");

@@ -54,15 +54,16 @@ impl Target {
     ) -> anyhow::Result<(Target, Vec<String>)> {
         let s = &config.server;
         s.check(&|_| "the server configuration".to_string())?;
-        let Some(url) = &s.url else {
-            let Some(command) = s.command.clone() else {
+        let Some(url) = &s.launch.url else {
+            let Some(command) = s.launch.command.clone() else {
                 bail!(
                     "no server: give a command after `--` (switchyard run -- npx -y @modelcontextprotocol/server-everything), or --url URL, or [server] command or url in the config file"
                 );
             };
-            let server = s.name.clone().unwrap_or_else(|| derive_name(&command, &s.args));
-            let vars = s.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-            let target = Target::Command { server, command, args: s.args.clone(), env: vars, cwd: s.cwd.clone() };
+            let server = s.name.clone().unwrap_or_else(|| derive_name(&command, &s.launch.args));
+            let vars = s.launch.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            let target =
+                Target::Command { server, command, args: s.launch.args.clone(), env: vars, cwd: s.launch.cwd.clone() };
             return Ok((target, Vec::new()));
         };
         let parsed = parse_url(url).map_err(|e| anyhow!("[server] url {e}"))?;
@@ -70,7 +71,7 @@ impl Target {
         let mut warnings = Vec::new();
         let mut warned = Vec::new();
         let mut headers = Vec::new();
-        for (name, value) in &s.headers {
+        for (name, value) in &s.launch.headers {
             let about = about_header(name, &value.origin);
             let e = expand(&value.raw, env).map_err(|e| anyhow!("server `{server}`: {about} {e}"))?;
             for var in e.empty {
@@ -89,7 +90,7 @@ impl Target {
                 url_name(&parsed)
             ));
         }
-        let kind = match s.transport.unwrap_or_default() {
+        let kind = match s.launch.transport.unwrap_or_default() {
             TransportKind::Auto => RemoteKind::Auto,
             TransportKind::StreamableHttp => RemoteKind::StreamableHttp,
             TransportKind::Sse => RemoteKind::Sse,
@@ -212,7 +213,7 @@ mod tests {
         assert!(e.contains(&format!("header `Authorization` (config file {}, line 4)", path.display())), "{e}");
         assert!(e.contains("server `mcp.example.com`"), "{e}");
         let mut c = c;
-        c.server.headers.get_mut("Authorization").unwrap().origin = Origin::CommandLine;
+        c.server.launch.headers.get_mut("Authorization").unwrap().origin = Origin::CommandLine;
         let e = format!("{:#}", Target::resolve(&c, &env_of(&[])).unwrap_err());
         assert!(e.contains("header `Authorization` (--header) uses ${MCP_TOKEN}"), "{e}");
     }
@@ -260,11 +261,11 @@ mod tests {
     #[test]
     fn built_in_code_a_config_is_checked_all_the_same() {
         let mut c = Config::default();
-        c.server.url = Some("https://h/".into());
-        c.server.command = Some("npx".into());
+        c.server.launch.url = Some("https://h/".into());
+        c.server.launch.command = Some("npx".into());
         assert!(Target::resolve(&c, &env_of(&[])).unwrap_err().to_string().contains("both `command` and `url`"));
-        c.server.command = None;
-        c.server.headers.insert("Bad Name".into(), HeaderValue { raw: "x".into(), origin: Origin::CommandLine });
+        c.server.launch.command = None;
+        c.server.launch.headers.insert("Bad Name".into(), HeaderValue { raw: "x".into(), origin: Origin::CommandLine });
         assert!(Target::resolve(&c, &env_of(&[])).unwrap_err().to_string().contains("a space"));
     }
 

@@ -182,26 +182,26 @@ pub fn build_config(args: &RunArgs) -> anyhow::Result<Config> {
     // URLs existed), a URL keeps the file's transport and headers.
     let s = &mut config.server;
     if let Some((cmd, rest)) = args.command.split_first() {
-        s.command = Some(cmd.clone());
-        s.args = rest.to_vec();
-        s.url = None;
-        s.transport = None;
-        s.headers.clear();
+        s.launch.command = Some(cmd.clone());
+        s.launch.args = rest.to_vec();
+        s.launch.url = None;
+        s.launch.transport = None;
+        s.launch.headers.clear();
     }
     if let Some(url) = &args.url {
         parse_url(url).map_err(|e| anyhow!("--url {e}"))?;
-        s.url = Some(url.clone());
-        s.command = None;
-        s.args.clear();
-        s.env.clear();
-        s.cwd = None;
+        s.launch.url = Some(url.clone());
+        s.launch.command = None;
+        s.launch.args.clear();
+        s.launch.env.clear();
+        s.launch.cwd = None;
     }
-    if s.command.is_none() && s.url.is_none() {
+    if s.launch.command.is_none() && s.launch.url.is_none() {
         bail!(
             "no server: give its command after `--` (switchyard run -- npx -y @modelcontextprotocol/server-everything), or --url URL for a remote one, or [server] command or url in the config file"
         );
     }
-    if let Some(cmd) = &s.command
+    if let Some(cmd) = &s.launch.command
         && (args.transport.is_some() || !args.headers.is_empty())
     {
         bail!(
@@ -209,7 +209,7 @@ pub fn build_config(args: &RunArgs) -> anyhow::Result<Config> {
         );
     }
     if let Some(t) = args.transport {
-        s.transport = Some(t);
+        s.launch.transport = Some(t);
     }
     let mut given: Vec<String> = Vec::new();
     for (i, arg) in args.headers.iter().enumerate() {
@@ -225,8 +225,8 @@ pub fn build_config(args: &RunArgs) -> anyhow::Result<Config> {
             tracing::warn!("{w}");
         }
         // Over the file's header of that name, whatever its case.
-        s.headers.retain(|k, _| !k.eq_ignore_ascii_case(name));
-        s.headers.insert(name.to_string(), HeaderValue { raw: raw.to_string(), origin: Origin::CommandLine });
+        s.launch.headers.retain(|k, _| !k.eq_ignore_ascii_case(name));
+        s.launch.headers.insert(name.to_string(), HeaderValue { raw: raw.to_string(), origin: Origin::CommandLine });
     }
     if let Some(n) = &args.name {
         s.name = Some(n.clone());
@@ -360,8 +360,8 @@ mod tests {
             command: vec!["echo".into(), "hi".into()],
         };
         let c = build_config(&args).unwrap();
-        assert_eq!(c.server.command.as_deref(), Some("echo"));
-        assert_eq!(c.server.args, vec!["hi"]);
+        assert_eq!(c.server.launch.command.as_deref(), Some("echo"));
+        assert_eq!(c.server.launch.args, vec!["hi"]);
         assert_eq!(c.server.name.as_deref(), Some("x"));
         let e = build_config(&RunArgs { command: vec![], ..args }).unwrap_err().to_string();
         assert!(e.contains("after `--`") && e.contains("--url URL"), "{e}");
@@ -400,10 +400,10 @@ mod tests {
         ])
         .unwrap();
         let c = build_config(&a).unwrap();
-        assert_eq!(c.server.url.as_deref(), Some("https://mcp.example.com/mcp"));
-        assert_eq!(c.server.transport, Some(TransportKind::StreamableHttp));
-        assert_eq!(c.server.headers["Authorization"].raw, "Bearer ${MCP_TOKEN}");
-        assert_eq!(c.server.headers["X-Team"], HeaderValue { raw: "core".into(), origin: Origin::CommandLine });
+        assert_eq!(c.server.launch.url.as_deref(), Some("https://mcp.example.com/mcp"));
+        assert_eq!(c.server.launch.transport, Some(TransportKind::StreamableHttp));
+        assert_eq!(c.server.launch.headers["Authorization"].raw, "Bearer ${MCP_TOKEN}");
+        assert_eq!(c.server.launch.headers["X-Team"], HeaderValue { raw: "core".into(), origin: Origin::CommandLine });
         assert!(!format!("{a:?}").contains("MCP_TOKEN"), "Debug shows a header: {a:?}");
         assert!(parse(&["--url", "https://h/", "--transport", "websocket"]).is_err());
     }
@@ -425,20 +425,22 @@ mod tests {
         let a =
             parse(&["--config", &file, "--url", "https://b/mcp", "--header", "Authorization: Bearer ${B}"]).unwrap();
         let c = build_config(&a).unwrap();
-        assert_eq!(c.server.url.as_deref(), Some("https://b/mcp"));
-        assert_eq!((c.server.transport, c.server.name.as_deref()), (Some(TransportKind::Sse), Some("docs")));
-        let names: Vec<_> = c.server.headers.keys().cloned().collect();
+        assert_eq!(c.server.launch.url.as_deref(), Some("https://b/mcp"));
+        assert_eq!((c.server.launch.transport, c.server.name.as_deref()), (Some(TransportKind::Sse), Some("docs")));
+        let names: Vec<_> = c.server.launch.headers.keys().cloned().collect();
         assert_eq!(names, ["Authorization", "X-Team"]);
-        assert_eq!(c.server.headers["Authorization"].origin, Origin::CommandLine);
+        assert_eq!(c.server.launch.headers["Authorization"].origin, Origin::CommandLine);
         // A command on the command line drops the file's URL settings.
         let c = build_config(&parse(&["--config", &file, "--", "npx", "srv"]).unwrap()).unwrap();
-        assert!(c.server.url.is_none() && c.server.transport.is_none() && c.server.headers.is_empty());
+        assert!(
+            c.server.launch.url.is_none() && c.server.launch.transport.is_none() && c.server.launch.headers.is_empty()
+        );
         Target::resolve(&c, &|_| Err(std::env::VarError::NotPresent)).unwrap();
         // A file command with env and cwd; --url drops them (they describe a command).
         let (_d, file) = config_file("[server]\ncommand = \"npx\"\nargs = [\"x\"]\nenv = { A = \"1\" }\ncwd = \"w\"\n");
         let c = build_config(&parse(&["--config", &file, "--url", "https://h/"]).unwrap()).unwrap();
-        assert!(c.server.command.is_none() && c.server.args.is_empty() && c.server.env.is_empty());
-        assert!(c.server.cwd.is_none());
+        assert!(c.server.launch.command.is_none() && c.server.launch.args.is_empty() && c.server.launch.env.is_empty());
+        assert!(c.server.launch.cwd.is_none());
         Target::resolve(&c, &|_| Err(std::env::VarError::NotPresent)).unwrap();
         // ... while --header alone does not apply to that command.
         let e = build_config(&parse(&["--config", &file, "--header", "A: b"]).unwrap()).unwrap_err().to_string();
@@ -490,13 +492,13 @@ mod tests {
         let (_d, file) =
             config_file("[limits]\ncall_timeout_ms = 1000\n[servers.fs]\ncommand = \"npx\"\nargs = [\"srv\"]\n");
         let c = build_config(&parse(&["--config", &file]).unwrap()).unwrap();
-        assert_eq!((c.server.name.as_deref(), c.server.command.as_deref()), (Some("fs"), Some("npx")));
+        assert_eq!((c.server.name.as_deref(), c.server.launch.command.as_deref()), (Some("fs"), Some("npx")));
         assert_eq!(c.limits.call_timeout_ms, 1000);
         assert!(c.servers.is_empty());
         assert_eq!(Target::resolve(&c, &|_| Err(std::env::VarError::NotPresent)).unwrap().0.server(), "fs");
         // The command line still overrides what it gives.
         let c = build_config(&parse(&["--config", &file, "--", "uvx", "other"]).unwrap()).unwrap();
-        assert_eq!((c.server.name.as_deref(), c.server.command.as_deref()), (Some("fs"), Some("uvx")));
+        assert_eq!((c.server.name.as_deref(), c.server.launch.command.as_deref()), (Some("fs"), Some("uvx")));
     }
 
     #[test]
@@ -519,7 +521,10 @@ mod tests {
         assert!(e.contains("`switchyard run` fronts one") && e.contains("switchyard connect NAME"), "{e}");
         assert!(e.contains("--name NAME"), "{e}");
         let c = build_config(&parse(&["--config", &file, "--name", "tracker"]).unwrap()).unwrap();
-        assert_eq!((c.server.name.as_deref(), c.server.url.as_deref()), (Some("tracker"), Some("https://h/mcp")));
+        assert_eq!(
+            (c.server.name.as_deref(), c.server.launch.url.as_deref()),
+            (Some("tracker"), Some("https://h/mcp"))
+        );
         let e = build_config(&parse(&["--config", &file, "--name", "trakcer"]).unwrap()).unwrap_err().to_string();
         assert!(e.contains("no server `trakcer`") && e.contains("its servers: fs, git, tracker"), "{e}");
         // In the [server] form, --name still renames.

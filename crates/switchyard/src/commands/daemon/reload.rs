@@ -54,7 +54,7 @@ impl Applied {
                 None => String::new(),
             };
             // A server with `client_env` is a template: its servers are made per client's values.
-            let added = if server_config.server.client_env.is_empty() {
+            let added = if server_config.server.launch.client_env.is_empty() {
                 router.build(server_config).map(|server| router.add(server, &why))
             } else {
                 router.add_template(server_config, &why)
