@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, anyhow, bail};
-use switchyard_config::{HeaderValue, Launch, TransportKind};
+use switchyard_config::{HeaderValue, Launch, TransportKind, is_loopback};
 
 use super::Input;
 use super::emit::{def_table, splice, toml_body, toml_key, toml_table, wrapped_entry};
@@ -205,17 +205,12 @@ pub fn plan_wrap(
     Ok(plan)
 }
 
-/// Whether `url` is the daemon's HTTP front on `port` of this machine (`/mcp` or `/mcp/NAME`).
+/// Whether `url` is the daemon's HTTP front on `port` of this machine (`/mcp` or `/mcp/NAME`):
+/// any loopback name reaches it, `*.localhost` too.
 fn is_front(url: &str, port: u16) -> bool {
     let Ok(u) = url::Url::parse(url) else { return false };
-    let loopback = match u.host() {
-        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
-        Some(url::Host::Ipv4(a)) => a.is_loopback(),
-        Some(url::Host::Ipv6(a)) => a.is_loopback(),
-        None => false,
-    };
     let path = u.path().trim_end_matches('/');
-    loopback && u.port_or_known_default() == Some(port) && (path == "/mcp" || path.starts_with("/mcp/"))
+    is_loopback(&u) && u.port_or_known_default() == Some(port) && (path == "/mcp" || path.starts_with("/mcp/"))
 }
 
 /// Whether `key` of the entry is `false` (`"sandboxEnabled": false` asks for nothing).

@@ -545,6 +545,7 @@ fn an_entry_on_the_daemon_s_http_front_is_already_through_switchyard() {
         r#"{"mcpServers": {
             "fix": {"type": "http", "url": "http://127.0.0.1:7070/mcp/fix", "headers": {"Authorization": "Bearer ${SWITCHYARD_TOKEN}"}},
             "one": {"type": "http", "url": "http://localhost:7070/mcp/"},
+            "sub": {"type": "http", "url": "http://app.localhost:7070/mcp"},
             "local": {"type": "http", "url": "http://localhost:3000/mcp"},
             "elsewhere": {"type": "http", "url": "http://mcp.example.com:7070/mcp/fix"}
         }}"#,
@@ -552,13 +553,13 @@ fn an_entry_on_the_daemon_s_http_front_is_already_through_switchyard() {
     let config = "[http]\nlisten = \"127.0.0.1:7070\"\n";
     let plan = wrap_all(std::slice::from_ref(&cc), Some(config));
     let text = plan.lines.join("\n");
-    assert_eq!(text.matches("already runs through switchyard (its HTTP front").count(), 2, "{text}");
+    assert_eq!(text.matches("already runs through switchyard (its HTTP front").count(), 3, "{text}");
     let parsed: toml::Table = plan.config.as_ref().unwrap().2.parse().unwrap();
     let servers = parsed["servers"].as_table().unwrap();
     assert!(servers.contains_key("local") && servers.contains_key("elsewhere"), "{parsed}");
-    assert!(!servers.contains_key("fix") && !servers.contains_key("one"), "{parsed}");
-    // Without an [http] table nothing is the front: all four are wrapped.
+    assert!(["fix", "one", "sub"].iter().all(|s| !servers.contains_key(*s)), "{parsed}");
+    // Without an [http] table nothing is the front: all five are wrapped.
     let plan = wrap_all(&[cc], None);
     let parsed: toml::Table = plan.config.as_ref().unwrap().2.parse().unwrap();
-    assert_eq!(parsed["servers"].as_table().unwrap().len(), 4, "{parsed}");
+    assert_eq!(parsed["servers"].as_table().unwrap().len(), 5, "{parsed}");
 }
