@@ -4,6 +4,7 @@
 use std::ops::Range;
 
 use serde_json::Value;
+use switchyard_config::line_col;
 
 /// A document: the file's text, and a copy in which comments, trailing commas and a byte-order
 /// mark are spaces (newlines kept), so offsets, lines and columns are the same in both.
@@ -68,7 +69,7 @@ impl Doc {
 
     /// 1-based line and column (in characters) of a byte offset.
     pub fn position(&self, offset: usize) -> (usize, usize) {
-        position(&self.text, offset)
+        line_col(&self.text, offset)
     }
 }
 
@@ -82,19 +83,12 @@ impl Node {
     }
 }
 
-fn position(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let start = before.rfind('\n').map_or(0, |i| i + 1);
-    (line, before[start..].chars().count() + 1)
-}
-
 /// The text with comments, trailing commas and a leading byte-order mark replaced by spaces.
 fn blank(text: &str) -> Result<String, SyntaxError> {
     let mut out = text.as_bytes().to_vec();
     let b = text.as_bytes();
     let fail = |at: usize, message: &str| {
-        let (line, column) = position(text, at);
+        let (line, column) = line_col(text, at);
         Err(SyntaxError { line, column, message: message.to_string() })
     };
     let mut i = 0;

@@ -27,6 +27,7 @@ pub use self::server::{
     Affinity, ClientValues, DaemonConfig, MAX_SERVER_NAME, OnError, PluginEntry, PoolConfig, ServerConfig, ServerEntry,
     TransportKind, check_server_name, derive_name,
 };
+pub use self::spans::line_col;
 pub use self::url::{display_url, is_loopback, parse_url, url_name};
 pub use self::vars::{
     Expanded, HeaderValue, Origin, about_header, check_header, check_header_name, expand, is_var_name, uses_vars,

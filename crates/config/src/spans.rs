@@ -69,8 +69,9 @@ pub(crate) fn line_of(text: &str, offset: usize) -> usize {
     text.as_bytes()[..offset.min(text.len())].iter().filter(|b| **b == b'\n').count() + 1
 }
 
-/// The 1-based line and column (in characters) of byte `offset` in `text`.
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
+/// The 1-based line and column (in characters) of byte `offset` in `text` (of the character
+/// it falls in).
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let mut at = offset.min(text.len());
     while !text.is_char_boundary(at) {
         at -= 1;
