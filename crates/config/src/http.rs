@@ -3,7 +3,7 @@
 use anyhow::{anyhow, bail};
 use serde::Deserialize;
 
-use crate::vars::{HeaderValue, Origin, Piece, expand, pieces};
+use crate::vars::{HeaderValue, Piece, Source, expand, pieces};
 
 /// Where the HTTP front listens when neither `[http] listen` nor `--http ADDR` says.
 pub const DEFAULT_HTTP_LISTEN: std::net::SocketAddr =
@@ -148,8 +148,8 @@ impl HttpConfig {
         env: &dyn Fn(&str) -> Result<String, std::env::VarError>,
     ) -> anyhow::Result<Option<String>> {
         let Some(token) = &self.token else { return Ok(None) };
-        let place = match &token.origin {
-            Origin::File { .. } => format!("[http] token ({})", token.origin),
+        let place = match &token.source {
+            Source::File { .. } => format!("[http] token ({})", token.source),
             _ => "[http] token".to_string(),
         };
         let got = expand(&token.raw, env).map_err(|e| anyhow!("{place} {e}"))?;
@@ -361,7 +361,7 @@ event_store_bytes = 0
         assert_eq!(h.listen, "[::1]:9000".parse().unwrap());
         assert_eq!(h.token.as_ref().unwrap().raw, "${SY_TOKEN}");
         let path = dir.path().join("switchyard.toml");
-        assert_eq!(h.token.as_ref().unwrap().origin, Origin::File { path, line: Some(4) });
+        assert_eq!(h.token.as_ref().unwrap().source, Source::File { path, line: Some(4) });
         let origins: Vec<String> = h.allowed_origins.iter().map(|o| o.to_string()).collect();
         assert_eq!(origins, ["https://app.example", "http://localhost:5173"]);
         let hosts: Vec<String> = h.allowed_hosts.iter().map(|o| o.to_string()).collect();

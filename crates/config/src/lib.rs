@@ -30,7 +30,7 @@ pub use self::server::{
 pub use self::spans::line_col;
 pub use self::url::{display_url, is_loopback, parse_url, url_name};
 pub use self::vars::{
-    Expanded, HeaderValue, Origin, about_header, check_header, check_header_name, expand, is_var_name, uses_vars,
+    Expanded, HeaderValue, Source, about_header, check_header, check_header_name, expand, is_var_name, uses_vars,
 };
 use crate::server::check_pools;
 use crate::spans::{FileSpans, ServerSpans, file_place, line_of, parse_error};
@@ -97,7 +97,7 @@ impl Config {
         for (name, value) in config.server.launch.headers.iter_mut() {
             let at = server_keys.headers.as_ref().and_then(|h| h.get(name));
             let line = at.map(|s| line_of(text, s.span().start));
-            value.origin = Origin::File { path: path.to_path_buf(), line };
+            value.source = Source::File { path: path.to_path_buf(), line };
         }
         config.server.check(&|key| place(server_keys.offset(key)))?;
         let base_dir =
@@ -130,7 +130,7 @@ impl Config {
             for (header, value) in entry.launch.headers.iter_mut() {
                 let at = keys.and_then(|k| k.headers.as_ref()).and_then(|h| h.get(header));
                 let line = at.map(|s| line_of(text, s.span().start));
-                value.origin = Origin::File { path: path.to_path_buf(), line };
+                value.source = Source::File { path: path.to_path_buf(), line };
             }
             let at = |key: &str| format!("server `{name}` ({})", place(keys.and_then(|k| k.offset(key)).or(start)));
             entry.server(name).check_as(Some(name), &at)?;
@@ -143,7 +143,7 @@ impl Config {
                 place(key_at.or(keys.map(|k| k.span().start)))
             };
             if let Some(token) = http.token.as_mut() {
-                token.origin = Origin::File {
+                token.source = Source::File {
                     path: path.to_path_buf(),
                     line: keys.and_then(|k| k.get_ref().get("token")).map(|s| line_of(text, s.span().start)),
                 };
@@ -248,14 +248,14 @@ impl Config {
             s.launch.client_env.iter().map(|n| (n.clone(), values[n].clone())).collect();
         for (header, value) in &s.launch.headers {
             for piece in pieces(&value.raw)
-                .map_err(|e| anyhow!("server `{name}`: {} {e}", about_header(header, &value.origin)))?
+                .map_err(|e| anyhow!("server `{name}`: {} {e}", about_header(header, &value.source)))?
             {
                 if let Piece::Var(var) = piece
                     && let Some(what) = mine.get(var).and_then(|v| forbidden(v))
                 {
                     bail!(
                         "server `{name}`: {} uses ${{{var}}}, whose value from the client has {what}, which a header cannot carry",
-                        about_header(header, &value.origin)
+                        about_header(header, &value.source)
                     );
                 }
             }
@@ -409,7 +409,7 @@ mod tests {
         assert_eq!(c.server.launch.transport, Some(TransportKind::StreamableHttp));
         assert_eq!(c.server.launch.headers["Authorization"].raw, "Bearer ${MCP_TOKEN}");
         let path = dir.path().join("switchyard.toml");
-        assert_eq!(c.server.launch.headers["X-Team"].origin, Origin::File { path, line: Some(4) });
+        assert_eq!(c.server.launch.headers["X-Team"].source, Source::File { path, line: Some(4) });
         assert_eq!((c.limits.connect_timeout_ms, c.limits.post_timeout_ms), (2500, 10_000));
         for t in ["auto", "sse"] {
             let c: Config = toml::from_str(&format!("[server]\nurl = \"http://h/\"\ntransport = \"{t}\"\n")).unwrap();
@@ -595,12 +595,12 @@ file = "hints.wasm"
         );
         let c = c.unwrap();
         let path = dir.path().join("switchyard.toml");
-        let at = |line| Origin::File { path: path.clone(), line: Some(line) };
-        assert_eq!(c.servers["a"].launch.headers["X-A"].origin, at(3));
-        assert_eq!(c.servers["b"].launch.headers["X-B"].origin, at(8));
-        assert_eq!(c.servers["b"].launch.headers["X-C"].origin, at(9));
+        let at = |line| Source::File { path: path.clone(), line: Some(line) };
+        assert_eq!(c.servers["a"].launch.headers["X-A"].source, at(3));
+        assert_eq!(c.servers["b"].launch.headers["X-B"].source, at(8));
+        assert_eq!(c.servers["b"].launch.headers["X-C"].source, at(9));
         let all = c.servers();
-        assert_eq!(all["b"].server.launch.headers["X-C"].origin, at(9));
+        assert_eq!(all["b"].server.launch.headers["X-C"].source, at(9));
         // The rules of [server] hold for each entry, and the errors name the server and the line.
         for (text, says) in [
             (

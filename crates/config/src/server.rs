@@ -385,9 +385,9 @@ impl ServerConfig {
         let who = entry.map(|n| format!("server `{n}`: ")).unwrap_or_default();
         let mut seen = std::collections::BTreeSet::new();
         for (name, value) in &self.launch.headers {
-            check_header(name, &value.raw).map_err(|e| anyhow!("{who}{} {e}", about_header(name, &value.origin)))?;
+            check_header(name, &value.raw).map_err(|e| anyhow!("{who}{} {e}", about_header(name, &value.source)))?;
             if !seen.insert(name.to_ascii_lowercase()) {
-                bail!("{who}{} is given twice (header names ignore case); keep one", about_header(name, &value.origin));
+                bail!("{who}{} is given twice (header names ignore case); keep one", about_header(name, &value.source));
             }
         }
         Ok(())

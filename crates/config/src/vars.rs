@@ -13,24 +13,24 @@ use crate::spans::file_place;
 #[serde(from = "String")]
 pub struct HeaderValue {
     pub raw: String,
-    pub origin: Origin,
+    pub source: Source,
 }
 
 impl From<String> for HeaderValue {
     fn from(raw: String) -> Self {
-        HeaderValue { raw, origin: Origin::Table }
+        HeaderValue { raw, source: Source::Table }
     }
 }
 
 impl std::fmt::Debug for HeaderValue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HeaderValue").field("raw", &"<hidden>").field("origin", &self.origin).finish()
+        f.debug_struct("HeaderValue").field("raw", &"<hidden>").field("source", &self.source).finish()
     }
 }
 
 /// Where a header was given.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Origin {
+pub enum Source {
     /// A `[server] headers` table not read through [`Config::load`] (tests, built in code).
     ///
     /// [`Config::load`]: crate::Config::load
@@ -42,19 +42,19 @@ pub enum Origin {
     CommandLine,
 }
 
-impl std::fmt::Display for Origin {
+impl std::fmt::Display for Source {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Origin::Table => write!(f, "[server] headers"),
-            Origin::File { path, line } => write!(f, "{}", file_place(path, *line)),
-            Origin::CommandLine => write!(f, "--header"),
+            Source::Table => write!(f, "[server] headers"),
+            Source::File { path, line } => write!(f, "{}", file_place(path, *line)),
+            Source::CommandLine => write!(f, "--header"),
         }
     }
 }
 
 /// `header `Authorization` (config file x.toml, line 4)`: the start of every error about a header.
-pub fn about_header(name: &str, origin: &Origin) -> String {
-    format!("header `{name}` ({origin})")
+pub fn about_header(name: &str, source: &Source) -> String {
+    format!("header `{name}` ({source})")
 }
 
 /// HTTP header names switchyard sets itself for the transport; with MCP's own

@@ -130,7 +130,7 @@ impl Servers {
                 if s.launch.client_env.iter().any(|n| n == var) { Ok(String::new()) } else { std::env::var(var) }
             };
             switchyard_config::expand(&value.raw, &env).map_err(|e| {
-                anyhow!("server `{name}`: {} {e}", switchyard_config::about_header(header, &value.origin))
+                anyhow!("server `{name}`: {} {e}", switchyard_config::about_header(header, &value.source))
             })?;
         }
         let shown = match (&s.launch.command, &s.launch.url) {

@@ -72,7 +72,7 @@ impl Target {
         let mut warned = Vec::new();
         let mut headers = Vec::new();
         for (name, value) in &s.launch.headers {
-            let about = about_header(name, &value.origin);
+            let about = about_header(name, &value.source);
             let e = expand(&value.raw, env).map_err(|e| anyhow!("server `{server}`: {about} {e}"))?;
             for var in e.empty {
                 if !warned.contains(&var) {
@@ -111,7 +111,7 @@ impl Target {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use switchyard_config::{HeaderValue, Origin};
+    use switchyard_config::{HeaderValue, Source};
 
     fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Result<String, std::env::VarError> {
         move |name| pairs.iter().find(|p| p.0 == name).map(|p| p.1.to_string()).ok_or(std::env::VarError::NotPresent)
@@ -213,7 +213,7 @@ mod tests {
         assert!(e.contains(&format!("header `Authorization` (config file {}, line 4)", path.display())), "{e}");
         assert!(e.contains("server `mcp.example.com`"), "{e}");
         let mut c = c;
-        c.server.launch.headers.get_mut("Authorization").unwrap().origin = Origin::CommandLine;
+        c.server.launch.headers.get_mut("Authorization").unwrap().source = Source::CommandLine;
         let e = format!("{:#}", Target::resolve(&c, &env_of(&[])).unwrap_err());
         assert!(e.contains("header `Authorization` (--header) uses ${MCP_TOKEN}"), "{e}");
     }
@@ -265,7 +265,7 @@ mod tests {
         c.server.launch.command = Some("npx".into());
         assert!(Target::resolve(&c, &env_of(&[])).unwrap_err().to_string().contains("both `command` and `url`"));
         c.server.launch.command = None;
-        c.server.launch.headers.insert("Bad Name".into(), HeaderValue { raw: "x".into(), origin: Origin::CommandLine });
+        c.server.launch.headers.insert("Bad Name".into(), HeaderValue { raw: "x".into(), source: Source::CommandLine });
         assert!(Target::resolve(&c, &env_of(&[])).unwrap_err().to_string().contains("a space"));
     }
 

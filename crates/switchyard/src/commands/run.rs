@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{Context, anyhow, bail};
 use tokio_util::sync::CancellationToken;
 
-use switchyard_config::{Config, HeaderValue, Origin, TransportKind, about_header, check_header, parse_url, uses_vars};
+use switchyard_config::{Config, HeaderValue, Source, TransportKind, about_header, check_header, parse_url, uses_vars};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct RunArgs {
@@ -215,7 +215,7 @@ pub fn build_config(args: &RunArgs) -> anyhow::Result<Config> {
     for (i, arg) in args.headers.iter().enumerate() {
         let (name, raw) = split_header(&arg.0).map_err(|e| anyhow!("--header #{} {e}", i + 1))?;
         switchyard_config::check_header_name(name).map_err(|e| anyhow!("--header #{} {e}", i + 1))?;
-        let about = about_header(name, &Origin::CommandLine);
+        let about = about_header(name, &Source::CommandLine);
         check_header(name, raw).map_err(|e| anyhow!("{about} {e}"))?;
         if given.iter().any(|g| g.eq_ignore_ascii_case(name)) {
             bail!("{about} is given twice (header names ignore case); keep one");
@@ -226,7 +226,7 @@ pub fn build_config(args: &RunArgs) -> anyhow::Result<Config> {
         }
         // Over the file's header of that name, whatever its case.
         s.launch.headers.retain(|k, _| !k.eq_ignore_ascii_case(name));
-        s.launch.headers.insert(name.to_string(), HeaderValue { raw: raw.to_string(), origin: Origin::CommandLine });
+        s.launch.headers.insert(name.to_string(), HeaderValue { raw: raw.to_string(), source: Source::CommandLine });
     }
     if let Some(n) = &args.name {
         s.name = Some(n.clone());
@@ -403,7 +403,7 @@ mod tests {
         assert_eq!(c.server.launch.url.as_deref(), Some("https://mcp.example.com/mcp"));
         assert_eq!(c.server.launch.transport, Some(TransportKind::StreamableHttp));
         assert_eq!(c.server.launch.headers["Authorization"].raw, "Bearer ${MCP_TOKEN}");
-        assert_eq!(c.server.launch.headers["X-Team"], HeaderValue { raw: "core".into(), origin: Origin::CommandLine });
+        assert_eq!(c.server.launch.headers["X-Team"], HeaderValue { raw: "core".into(), source: Source::CommandLine });
         assert!(!format!("{a:?}").contains("MCP_TOKEN"), "Debug shows a header: {a:?}");
         assert!(parse(&["--url", "https://h/", "--transport", "websocket"]).is_err());
     }
@@ -429,7 +429,7 @@ mod tests {
         assert_eq!((c.server.launch.transport, c.server.name.as_deref()), (Some(TransportKind::Sse), Some("docs")));
         let names: Vec<_> = c.server.launch.headers.keys().cloned().collect();
         assert_eq!(names, ["Authorization", "X-Team"]);
-        assert_eq!(c.server.launch.headers["Authorization"].origin, Origin::CommandLine);
+        assert_eq!(c.server.launch.headers["Authorization"].source, Source::CommandLine);
         // A command on the command line drops the file's URL settings.
         let c = build_config(&parse(&["--config", &file, "--", "npx", "srv"]).unwrap()).unwrap();
         assert!(
