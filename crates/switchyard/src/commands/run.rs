@@ -12,7 +12,8 @@ pub struct RunArgs {
     /// The config file (server command or URL, pools, limits, plugins).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// The plugins directory (default: plugins/ beside the config file, else ~/.config/switchyard/plugins).
+    /// The plugins directory (default: plugins/ beside --config FILE; without --config,
+    /// ~/.config/switchyard/plugins). Made empty when missing.
     #[arg(long, value_name = "DIR")]
     pub plugins: Option<PathBuf>,
     /// The server's name in logs and errors (default: from the command, or the URL's host); with
