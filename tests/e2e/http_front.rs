@@ -435,6 +435,7 @@ async fn idle_sessions_end_and_streams_get_keep_alives() {
 /// The official TypeScript SDK's StreamableHTTPClientTransport through the front: a call, one
 /// with progress, one during which the server asks the client for a completion (which reaches
 /// it on its GET stream or the call's stream, and its answer goes back), then DELETE.
+#[cfg(feature = "interop")]
 #[tokio::test]
 async fn the_typescript_sdk_calls_tools_through_the_front() {
     tokio::task::spawn_blocking(crate::npm_setup::ensure_npm).await.unwrap();
@@ -951,6 +952,7 @@ async fn a_client_trickling_its_headers_is_cut_and_others_are_served() {
 /// against the Python SDK's server of both eras: `auto` probes server/discover and speaks
 /// 2026-07-28 statelessly, `legacy` opens a 2025-11-25 session, `2026-07-28` adopts that era
 /// without a probe. Each transcript equals the one of the same client connected directly (stdio).
+#[cfg(feature = "interop")]
 #[tokio::test]
 async fn the_python_sdk_client_over_http_matches_it_directly_in_every_mode() {
     use switchyard_testkit::python_venv::{python_dir, venv_python};

@@ -412,6 +412,7 @@ config = { tools = { "write" = { timeout_ms = 600000 }, "hang" = { timeout_ms = 
 /// Scenario 2 against the real @modelcontextprotocol/server-filesystem: hints marks its writes
 /// read-only (a client would now run them in parallel), fs-keys keys them by path, and ten
 /// concurrent read-modify-write edits of one file all survive.
+#[cfg(feature = "interop")]
 #[tokio::test]
 async fn server_filesystem_writes_marked_read_only_stay_serialised_per_file() {
     crate::npm_setup::ensure_npm();
