@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).expect("the crate lives in crates/NAME").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).expect("two levels below the repository").to_path_buf()
 }
 
 pub fn npm_dir() -> PathBuf {

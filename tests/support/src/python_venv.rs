@@ -15,7 +15,7 @@ pub fn python_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .ancestors()
         .nth(2)
-        .expect("the crate lives in crates/NAME")
+        .expect("two levels below the repository")
         .join("tests")
         .join("python")
 }

@@ -28,23 +28,31 @@ impl ClientTarget {
     }
 }
 
+impl ClientTarget {
+    /// The SDK clients' way of naming their server: `-- COMMAND…` or `--url URL --transport T
+    /// [--header H]…`.
+    fn add_args(&self, cmd: &mut Command) {
+        match self {
+            ClientTarget::Command(argv) => {
+                cmd.arg("--").args(argv);
+            }
+            ClientTarget::Url { url, transport, headers } => {
+                cmd.args(["--url", url, "--transport", transport.arg()]);
+                for h in headers {
+                    cmd.args(["--header", h]);
+                }
+            }
+        }
+    }
+}
+
 /// `python client.py MODE CALLS (-- COMMAND… | --url URL --transport T [--header H]…)` in the
 /// SDK's virtualenv. MODE: `auto`, `legacy` or a 2026 version (see client.py); CALLS: a JSON list
 /// of `[tool, arguments]` pairs.
 pub fn python_client(mode: &str, calls: &Value, target: &ClientTarget) -> Command {
     let mut cmd = Command::new(venv_python());
     cmd.arg(python_dir().join("client.py")).arg(mode).arg(calls.to_string());
-    match target {
-        ClientTarget::Command(argv) => {
-            cmd.arg("--").args(argv);
-        }
-        ClientTarget::Url { url, transport, headers } => {
-            cmd.args(["--url", url, "--transport", transport.arg()]);
-            for h in headers {
-                cmd.args(["--header", h]);
-            }
-        }
-    }
+    target.add_args(&mut cmd);
     piped(cmd)
 }
 
@@ -54,17 +62,7 @@ pub fn python_client(mode: &str, calls: &Value, target: &ClientTarget) -> Comman
 pub fn node_client(scenario: &str, target: &ClientTarget) -> Command {
     let mut cmd = Command::new("node");
     cmd.arg(npm_dir().join("client.mjs")).arg(scenario).current_dir(npm_dir());
-    match target {
-        ClientTarget::Command(argv) => {
-            cmd.arg("--").args(argv);
-        }
-        ClientTarget::Url { url, transport, headers } => {
-            cmd.args(["--url", url, "--transport", transport.arg()]);
-            for h in headers {
-                cmd.args(["--header", h]);
-            }
-        }
-    }
+    target.add_args(&mut cmd);
     piped(cmd)
 }
 
@@ -72,7 +70,7 @@ fn npm_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .ancestors()
         .nth(2)
-        .expect("the crate lives in crates/NAME")
+        .expect("two levels below the repository")
         .join("tests")
         .join("npm")
 }
