@@ -71,7 +71,7 @@ pub async fn run(config: Config, opts: RunOptions, shutdown: CancellationToken) 
     });
     tracing::info!(server = %name, "switchyard ready in front of {front}");
     if opts.stdio {
-        downstream::stdio(router.clone(), server.clone(), shutdown.clone()).await;
+        downstream::stdio::serve(router.clone(), server.clone(), shutdown.clone()).await;
     } else {
         shutdown.cancelled().await;
     }
