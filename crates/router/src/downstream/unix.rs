@@ -4,15 +4,14 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, bail};
 use tokio::io::BufReader;
 use tokio::net::{UnixListener, UnixStream};
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::AcceptFailures;
 use crate::control::{self, Hello, Reply};
 use crate::registry::Servers;
 use crate::session::{self, Opening};
@@ -84,20 +83,12 @@ fn bind_private(path: &Path) -> std::io::Result<(std::os::unix::net::UnixListene
     Ok((std::os::unix::net::UnixListener::from(fd), (made.st_dev, made.st_ino)))
 }
 
-/// After a failed accept for want of descriptors, wait at least this long before the next one.
-const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
-const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
-/// Accept failures are logged at most once per this interval (with a count of the others).
-const ACCEPT_WARN_EVERY: Duration = Duration::from_secs(5);
-
 /// Accepts connections on the socket until `shutdown`; each is a session (or one status or
 /// stop request), from this user only.
 pub async fn listen(router: Arc<Servers>, bound: Bound, path: PathBuf, shutdown: CancellationToken) {
     let Bound { listener, file } = bound;
     let sessions = TaskTracker::new();
-    let mut backoff = ACCEPT_BACKOFF_MIN;
-    let mut last_warn: Option<Instant> = None;
-    let mut unreported = 0u64;
+    let mut failures = AcceptFailures::new();
     let me = rustix::process::getuid().as_raw();
     loop {
         let accepted = tokio::select! {
@@ -106,7 +97,7 @@ pub async fn listen(router: Arc<Servers>, bound: Bound, path: PathBuf, shutdown:
         };
         match accepted {
             Ok((stream, _)) => {
-                backoff = ACCEPT_BACKOFF_MIN;
+                failures.accepted();
                 // The socket file is 0600 in a private directory; the peer's uid is checked too,
                 // in case the file was made reachable by hand.
                 match stream.peer_cred() {
@@ -128,25 +119,14 @@ pub async fn listen(router: Arc<Servers>, bound: Bound, path: PathBuf, shutdown:
                 sessions.spawn(async move { open(router, stream, shutdown).await });
             }
             Err(e) => {
-                unreported += 1;
-                if last_warn.is_none_or(|t| t.elapsed() >= ACCEPT_WARN_EVERY) {
-                    let others = if unreported > 1 {
-                        format!(" ({} failures since the last report)", unreported)
-                    } else {
-                        String::new()
-                    };
-                    tracing::warn!("accept on {} failed: {e}{others}", path.display());
-                    last_warn = Some(Instant::now());
-                    unreported = 0;
-                }
+                failures.failed(&e, &path.display());
                 // Out of descriptors (or kernel memory), the pending connection stays queued and
                 // accept fails again at once: wait for sessions to end instead of spinning.
                 if is_resource_exhaustion(&e) {
                     tokio::select! {
-                        _ = tokio::time::sleep(backoff) => {}
+                        _ = tokio::time::sleep(failures.wait()) => {}
                         _ = shutdown.cancelled() => break,
                     }
-                    backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
                 }
             }
         }

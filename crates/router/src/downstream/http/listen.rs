@@ -14,6 +14,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::downstream::AcceptFailures;
+
 /// How long a client may take to send the headers of a request (also how long an idle
 /// keep-alive connection stays open).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -22,11 +24,8 @@ pub const MAX_HEADER_BYTES: usize = 64 * 1024;
 /// Connections served at once, at most.
 pub const MAX_CONNECTIONS: usize = 4096;
 
-/// After a failed accept for want of descriptors, wait at least this long before the next one.
-const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
-const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
-/// Accept failures are logged at most once per this interval (with a count of the others).
-const ACCEPT_WARN_EVERY: Duration = Duration::from_secs(5);
+/// A full house is logged at most once per this interval.
+const FULL_WARN_EVERY: Duration = Duration::from_secs(5);
 
 /// Serves `app` on `listener` until `shutdown`; returns once every connection has closed.
 pub async fn serve(listener: tokio::net::TcpListener, app: axum::Router, listen: &str, shutdown: CancellationToken) {
@@ -36,15 +35,13 @@ pub async fn serve(listener: tokio::net::TcpListener, app: axum::Router, listen:
     let open_files = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
     let cap = open_files.map_or(MAX_CONNECTIONS, |n| MAX_CONNECTIONS.min((n / 2).max(16) as usize));
     let slots = Arc::new(Semaphore::new(cap));
-    let mut backoff = ACCEPT_BACKOFF_MIN;
-    let mut last_warn: Option<Instant> = None;
-    let mut unreported = 0u64;
+    let mut failures = AcceptFailures::new();
     let mut full_since: Option<Instant> = None;
     loop {
         let slot = match slots.clone().try_acquire_owned() {
             Ok(s) => s,
             Err(_) => {
-                if full_since.is_none_or(|t| t.elapsed() >= ACCEPT_WARN_EVERY) {
+                if full_since.is_none_or(|t| t.elapsed() >= FULL_WARN_EVERY) {
                     tracing::warn!(
                         "the HTTP front on {listen} has {cap} connections open, its maximum; new ones wait until one closes"
                     );
@@ -62,28 +59,17 @@ pub async fn serve(listener: tokio::net::TcpListener, app: axum::Router, listen:
         };
         let tcp = match accepted {
             Ok((tcp, _)) => {
-                backoff = ACCEPT_BACKOFF_MIN;
+                failures.accepted();
                 tcp
             }
             Err(e) => {
-                unreported += 1;
-                if last_warn.is_none_or(|t| t.elapsed() >= ACCEPT_WARN_EVERY) {
-                    let others = if unreported > 1 {
-                        format!(" ({unreported} failures since the last report)")
-                    } else {
-                        String::new()
-                    };
-                    tracing::warn!("accept on {listen} failed: {e}{others}");
-                    last_warn = Some(Instant::now());
-                    unreported = 0;
-                }
+                failures.failed(&e, &listen);
                 // Out of descriptors, the pending connection stays queued and accept fails again
                 // at once: wait for connections to close instead of spinning.
                 tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
+                    _ = tokio::time::sleep(failures.wait()) => {}
                     _ = shutdown.cancelled() => break,
                 }
-                backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
                 continue;
             }
         };
