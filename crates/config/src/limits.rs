@@ -31,6 +31,10 @@ pub struct Limits {
     pub connect_timeout_ms: u64,
     /// A remote legacy SSE server: how long a POST of one message may take to be accepted.
     pub post_timeout_ms: u64,
+    /// A remote server: how long a call may wait with nothing from its link before the link is
+    /// probed on a fresh connection (0 = never). A link that fails the probe is replaced; one
+    /// that passes it carries on (the call is a slow one, bounded by its own deadline).
+    pub liveness_ms: u64,
 }
 
 impl Default for Limits {
@@ -48,6 +52,7 @@ impl Default for Limits {
             health_timeout_ms: 10_000,
             connect_timeout_ms: 10_000,
             post_timeout_ms: 10_000,
+            liveness_ms: 10_000,
         }
     }
 }
@@ -68,6 +73,7 @@ pub struct LimitsPatch {
     pub health_timeout_ms: Option<u64>,
     pub connect_timeout_ms: Option<u64>,
     pub post_timeout_ms: Option<u64>,
+    pub liveness_ms: Option<u64>,
 }
 
 impl LimitsPatch {
@@ -87,6 +93,7 @@ impl LimitsPatch {
             health_timeout_ms: self.health_timeout_ms.unwrap_or(base.health_timeout_ms),
             connect_timeout_ms: self.connect_timeout_ms.unwrap_or(base.connect_timeout_ms),
             post_timeout_ms: self.post_timeout_ms.unwrap_or(base.post_timeout_ms),
+            liveness_ms: self.liveness_ms.unwrap_or(base.liveness_ms),
         }
     }
 }
@@ -104,6 +111,9 @@ impl Limits {
         }
         if l.connect_timeout_ms == 0 || l.post_timeout_ms == 0 {
             bail!("limits: connect_timeout_ms and post_timeout_ms must be above 0");
+        }
+        if l.liveness_ms != 0 && l.liveness_ms < 500 {
+            bail!("limits: liveness_ms ({}) must be 0 (off) or at least 500", l.liveness_ms);
         }
         if l.max_message_bytes < 1024 {
             bail!("limits: max_message_bytes must be at least 1024");

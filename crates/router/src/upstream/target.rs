@@ -103,6 +103,7 @@ impl Target {
             connect_timeout: Duration::from_millis(config.limits.connect_timeout_ms),
             max_message_bytes: config.limits.max_message_bytes,
             post_timeout: Duration::from_millis(config.limits.post_timeout_ms),
+            liveness: (config.limits.liveness_ms > 0).then(|| Duration::from_millis(config.limits.liveness_ms)),
         };
         Ok((Target::Remote(spec), warnings))
     }

@@ -166,4 +166,7 @@ pub struct RemoteSpec {
     /// Legacy SSE: how long a POST to the endpoint may take to be accepted (a server that lost
     /// the session can accept the connection and never answer).
     pub post_timeout: Duration,
+    /// How long a request may wait with nothing from its link before the link is probed
+    /// (`None`: never).
+    pub liveness: Option<Duration>,
 }

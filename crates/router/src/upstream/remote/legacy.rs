@@ -9,7 +9,8 @@ use reqwest::header::CONTENT_TYPE;
 use reqwest::{Response, StatusCode, Url};
 
 use super::event::{Event, Parser};
-use super::{Core, describe, display_url, is_event_stream, maybe_delivered, never_sent, next_event, not_delivered};
+use super::liveness::{Probe, ProbeKind};
+use super::{Core, For, describe, display_url, is_event_stream, maybe_delivered, never_sent, not_delivered};
 use crate::upstream::transport::{BoxFuture, Closed, Failure, Outbound, Transport};
 use switchyard_core::codec;
 
@@ -38,9 +39,58 @@ impl Legacy {
             }
         };
         tracing::debug!(instance = %core.label, "SSE stream open; messages go to {}", display_url(&endpoint));
+        core.watch.share_stream();
         core.spawn(read_stream(core.clone(), resp, parser));
-        Ok(Arc::new(Legacy { core, endpoint }))
+        let legacy = Arc::new(Legacy { core: core.clone(), endpoint });
+        let weak = Arc::downgrade(&legacy);
+        let probe: Probe = Arc::new(move || {
+            let legacy = weak.upgrade();
+            Box::pin(async move {
+                match legacy {
+                    Some(l) => l.probe().await,
+                    None => Ok(()),
+                }
+            })
+        });
+        core.watch_with(probe, ProbeKind(PROBE));
+        Ok(legacy)
     }
+
+    /// Posts a ping of switchyard's own on a fresh connection and waits for the stream to carry
+    /// anything after it (the pong, or whatever the server had to say): the stream is what must be
+    /// alive, since every answer comes on it.
+    pub(super) fn probe(&self) -> BoxFuture<'static, Result<(), String>> {
+        let core = self.core.clone();
+        let endpoint = self.endpoint.clone();
+        Box::pin(async move {
+            let client = core.fresh_client()?.clone();
+            let since = tokio::time::Instant::now();
+            let ping = r#"{"jsonrpc":"2.0","id":"switchyard-probe","method":"ping"}"#;
+            let post = client
+                .post(endpoint)
+                .headers(core.headers.clone())
+                .header(CONTENT_TYPE, "application/json")
+                .body(ping)
+                .send();
+            match post.await {
+                Ok(r) if r.status().is_success() => {}
+                Ok(r) => return Err(format!("answered HTTP {}", r.status().as_u16())),
+                Err(e) => return Err(format!("failed: {}", describe(&e))),
+            }
+            core.watch.stream_heard_after(since).await;
+            Ok(())
+        })
+    }
+}
+
+/// What the legacy probe is, for the message when it fails.
+pub(super) const PROBE: &str = "a ping posted on a fresh connection, whose answer comes on the stream,";
+
+/// Whether `data` is the answer to a probe of switchyard's own (not for the instance).
+fn is_probe_answer(data: &str) -> bool {
+    data.contains("\"switchyard-probe\"")
+        && codec::parse(data)
+            .is_ok_and(|e| e.id.is_some_and(|r| &data[r] == "\"switchyard-probe\"") && e.method.is_none())
 }
 
 async fn handshake(core: &Core) -> Result<(Response, Parser, Url), Failure> {
@@ -75,7 +125,7 @@ async fn handshake(core: &Core) -> Result<(Response, Parser, Url), Failure> {
     }
     let mut parser = Parser::new(core.limit);
     loop {
-        match next_event(&mut resp, &mut parser).await {
+        match core.next_event(&mut resp, &mut parser, For::Stream).await {
             Ok(Some(Event::Data { kind: Some(kind), data })) if kind == "endpoint" => {
                 let endpoint = core.url.join(data.trim()).map_err(|e| Failure {
                     reason: format!("{url} named an endpoint that is not a valid URL ({:?}): {e}", data.trim()),
@@ -115,9 +165,15 @@ async fn handshake(core: &Core) -> Result<(Response, Parser, Url), Failure> {
 async fn read_stream(core: Arc<Core>, mut resp: Response, mut parser: Parser) {
     let url = core.shown_url();
     let status = loop {
-        match next_event(&mut resp, &mut parser).await {
+        match core.next_event(&mut resp, &mut parser, For::Stream).await {
             Ok(Some(Event::Data { kind, data })) => match kind.as_deref() {
-                None | Some("message") if !data.trim().is_empty() => core.message(data),
+                None | Some("message") if is_probe_answer(&data) => {}
+                None | Some("message") if !data.trim().is_empty() => {
+                    for id in super::streamable::response_ids(&data) {
+                        core.watch.settled(id);
+                    }
+                    core.message(data)
+                }
                 None | Some("message") | Some("endpoint") => {}
                 Some(other) => tracing::debug!(instance = %core.label, "ignored an SSE event of type {other:?}"),
             },
@@ -201,8 +257,15 @@ impl Transport for Legacy {
         if self.core.is_closed() {
             return Err(Closed);
         }
+        if let Some(id) = msg.request {
+            self.core.watch.sent(id);
+        }
         self.core.spawn(post(self.core.clone(), self.endpoint.clone(), msg));
         Ok(())
+    }
+
+    fn abandon(&self, id: u64) {
+        self.core.watch.settled(id);
     }
 
     fn close(&self) -> BoxFuture<'_, ()> {

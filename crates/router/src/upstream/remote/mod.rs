@@ -8,13 +8,14 @@
 
 mod event;
 mod legacy;
+mod liveness;
 mod retry;
 mod streamable;
 #[cfg(test)]
 mod tests;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex, Once, OnceLock};
 use std::time::Duration;
 
 use reqwest::header::{ACCEPT, HeaderMap, HeaderName, HeaderValue};
@@ -26,6 +27,7 @@ use super::transport::{BoxFuture, Connector, Ended, Failure, Inbound, Lost, Remo
 use switchyard_config::display_url;
 
 use legacy::Legacy;
+use liveness::{Probe, ProbeKind, Watch};
 use streamable::Streamable;
 
 /// How much of an error body is quoted in a message.
@@ -165,6 +167,25 @@ struct Core {
     delivered: watch::Receiver<bool>,
     cancel: CancellationToken,
     closed: AtomicBool,
+    /// The requests in flight and what the link last carried for each.
+    watch: Watch,
+    /// How long a request may be silent before the link is probed (None: never).
+    liveness: Option<Duration>,
+    /// Whether the watchdog runs (it is started once, by the first transport on this core).
+    watching: AtomicBool,
+    /// A client that never reuses a connection, for probes: a pooled connection may be the dead one.
+    fresh: OnceLock<reqwest::Client>,
+}
+
+/// What the bytes being read are for, so the watchdog knows whose link is alive.
+#[derive(Clone, Copy)]
+enum For {
+    /// A request's own answer or response stream.
+    Request(u64),
+    /// The stream every answer comes on (legacy SSE).
+    Stream,
+    /// Nothing a request waits on (the standalone GET stream, an error body).
+    Other,
 }
 
 impl Core {
@@ -199,7 +220,89 @@ impl Core {
             cancel: CancellationToken::new(),
             closed: AtomicBool::new(false),
             metrics,
+            watch: Watch::new(false),
+            liveness: spec.liveness,
+            watching: AtomicBool::new(false),
+            fresh: OnceLock::new(),
         }))
+    }
+
+    /// Starts the watchdog (once per core) with this transport's probe, when liveness is on.
+    fn watch_with(self: &Arc<Self>, probe: Probe, kind: ProbeKind) {
+        let Some(window) = self.liveness else { return };
+        if self.watching.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.spawn(liveness::watchdog(self.clone(), window, probe, kind));
+    }
+
+    /// The client for probes: every request on a new connection.
+    fn fresh_client(&self) -> Result<&reqwest::Client, String> {
+        if let Some(c) = self.fresh.get() {
+            return Ok(c);
+        }
+        let c = client_builder(self.connect_timeout)
+            .pool_max_idle_per_host(0)
+            .build()
+            .map_err(|e| format!("could not set up an HTTP client: {e}"))?;
+        Ok(self.fresh.get_or_init(|| c))
+    }
+
+    /// The link carried bytes for `what`.
+    fn heard(&self, what: For) {
+        match what {
+            For::Request(id) => self.watch.heard(id),
+            For::Stream => self.watch.heard_stream(),
+            For::Other => {}
+        }
+    }
+
+    /// The next event of an SSE body (Ok(None): the stream ended), noting the bytes as heard.
+    async fn next_event(
+        &self,
+        resp: &mut Response,
+        parser: &mut event::Parser,
+        what: For,
+    ) -> Result<Option<event::Event>, reqwest::Error> {
+        loop {
+            if let Some(e) = parser.next_event() {
+                return Ok(Some(e));
+            }
+            match resp.chunk().await? {
+                Some(chunk) => {
+                    self.heard(what);
+                    parser.feed(&chunk)
+                }
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// Reads at most `limit` bytes of a body, noting the bytes as heard. Ok(Err(n)): the body is
+    /// `n` bytes, over the limit (read to its end so the count is right, without keeping it).
+    async fn read_body(
+        &self,
+        resp: &mut Response,
+        limit: usize,
+        what: For,
+    ) -> Result<Result<Vec<u8>, usize>, reqwest::Error> {
+        if let Some(len) = resp.content_length()
+            && len as usize > limit
+        {
+            return Ok(Err(len as usize));
+        }
+        let mut body = Vec::new();
+        let mut total = 0usize;
+        while let Some(chunk) = resp.chunk().await? {
+            self.heard(what);
+            total += chunk.len();
+            if total <= limit {
+                body.extend_from_slice(&chunk);
+            } else {
+                body = Vec::new();
+            }
+        }
+        if total > limit { Ok(Err(total)) } else { Ok(Ok(body)) }
     }
 
     /// The Streamable HTTP transport reconnected (`kind`: resume, reinit_404, reconnect).
@@ -246,6 +349,7 @@ impl Core {
     }
 
     fn lost(&self, id: u64, mut lost: Lost) {
+        self.watch.settled(id);
         lost.cause = self.redact(lost.cause);
         tracing::debug!(instance = %self.label, "request {id} lost: {}", lost.cause);
         let _ = self.reports.send(Report::Lost(id, lost));
@@ -340,6 +444,17 @@ async fn deliver_reports(
 }
 
 fn build_client(spec: &RemoteSpec) -> Result<reqwest::Client, reqwest::Error> {
+    client_builder(spec.connect_timeout)
+        // An idle connection may have died unseen (a NAT that forgot it, a laptop that slept):
+        // one idle for a few seconds is not reused, as browsers' and the SDKs' HTTP stacks do.
+        .pool_idle_timeout(IDLE_CONNECTION)
+        .build()
+}
+
+/// How long an idle pooled connection is kept for the next request.
+const IDLE_CONNECTION: Duration = Duration::from_secs(4);
+
+fn client_builder(connect_timeout: Duration) -> reqwest::ClientBuilder {
     static CRYPTO: Once = Once::new();
     // reqwest is built without a TLS crypto provider of its own (the default one needs a C
     // and CMake toolchain); ring is the one rustls uses here. Err: one is installed already.
@@ -347,12 +462,21 @@ fn build_client(spec: &RemoteSpec) -> Result<reqwest::Client, reqwest::Error> {
         let _ = rustls::crypto::ring::default_provider().install_default();
     });
     reqwest::Client::builder()
-        .connect_timeout(spec.connect_timeout)
-        // Finds a peer that vanished without a FIN (a quiet GET stream, an idle pooled
-        // connection) in about a minute and a half rather than the system's eleven.
-        .tcp_keepalive(Duration::from_secs(30))
-        .tcp_keepalive_interval(Duration::from_secs(10))
-        .tcp_keepalive_retries(6)
+        .connect_timeout(connect_timeout)
+        // The kernel finds a peer that vanished without a FIN (packets dropped by a NAT that
+        // forgot the connection, a peer that slept): a quiet connection is probed after 10 s
+        // and dropped after 3 unanswered probes 5 s apart; data unacknowledged for 20 s ends
+        // it too. The liveness watchdog covers what the kernel cannot see (a middlebox that
+        // acknowledges and forwards nothing).
+        .tcp_keepalive(Duration::from_secs(10))
+        .tcp_keepalive_interval(Duration::from_secs(5))
+        .tcp_keepalive_retries(3)
+        .tcp_user_timeout(Duration::from_secs(20))
+        // HTTP/2 (https servers that offer it): a PING on a quiet connection finds it dead per
+        // connection, whatever else is reachable.
+        .http2_keep_alive_interval(Duration::from_secs(10))
+        .http2_keep_alive_timeout(Duration::from_secs(5))
+        .http2_keep_alive_while_idle(true)
         // Redirects stay on the server's own origin: the configured headers (credentials) go
         // nowhere else.
         .redirect(reqwest::redirect::Policy::custom(|attempt| {
@@ -366,7 +490,6 @@ fn build_client(spec: &RemoteSpec) -> Result<reqwest::Client, reqwest::Error> {
             }
         }))
         .user_agent(concat!("switchyard/", env!("CARGO_PKG_VERSION")))
-        .build()
 }
 
 fn vars_list(vars: &[String]) -> String {
@@ -404,27 +527,6 @@ fn describe(e: &reqwest::Error) -> String {
 /// Whether the error proves the request never left: no connection could be made.
 fn never_sent(e: &reqwest::Error) -> bool {
     e.is_connect()
-}
-
-/// Reads at most `limit` bytes of a body. Ok(Err(n)): the body is `n` bytes, over the limit
-/// (read to its end so the count is right, without keeping it).
-async fn read_body(resp: &mut Response, limit: usize) -> Result<Result<Vec<u8>, usize>, reqwest::Error> {
-    if let Some(len) = resp.content_length()
-        && len as usize > limit
-    {
-        return Ok(Err(len as usize));
-    }
-    let mut body = Vec::new();
-    let mut total = 0usize;
-    while let Some(chunk) = resp.chunk().await? {
-        total += chunk.len();
-        if total <= limit {
-            body.extend_from_slice(&chunk);
-        } else {
-            body = Vec::new();
-        }
-    }
-    if total > limit { Ok(Err(total)) } else { Ok(Ok(body)) }
 }
 
 /// What of the configured headers must never be shown: each value, and each of its words of 8
@@ -501,19 +603,6 @@ fn not_delivered(cause: String) -> Lost {
 /// Lost in a way that leaves open whether the request ran.
 fn maybe_delivered(cause: String) -> Lost {
     Lost { cause, delivery: super::transport::Delivery::Maybe }
-}
-
-/// The next event of an SSE body. Ok(None): the stream ended.
-async fn next_event(resp: &mut Response, parser: &mut event::Parser) -> Result<Option<event::Event>, reqwest::Error> {
-    loop {
-        if let Some(e) = parser.next_event() {
-            return Ok(Some(e));
-        }
-        match resp.chunk().await? {
-            Some(chunk) => parser.feed(&chunk),
-            None => return Ok(None),
-        }
-    }
 }
 
 /// Whether a response carries an SSE stream.

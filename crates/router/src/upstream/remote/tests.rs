@@ -131,6 +131,16 @@ fn call(id: u64, tool: &str) -> Outbound {
     }
 }
 
+/// The liveness window of the tests that watch for silent links.
+const WINDOW: Duration = Duration::from_secs(1);
+
+async fn open_watched(url: &str, kind: RemoteKind) -> (RemoteConnector, Arc<Recorder>, Arc<dyn Transport>) {
+    let conn = RemoteConnector::new(RemoteSpec { liveness: Some(WINDOW), ..spec(url, kind) }).unwrap();
+    let rec = Arc::new(Recorder::default());
+    let t = conn.connect("remote#1", rec.clone()).await.expect("connects");
+    (conn, rec, t)
+}
+
 fn spec(url: &str, kind: RemoteKind) -> RemoteSpec {
     RemoteSpec {
         server: "remote".into(),
@@ -144,6 +154,7 @@ fn spec(url: &str, kind: RemoteKind) -> RemoteSpec {
         connect_timeout: Duration::from_secs(2),
         max_message_bytes: 64 * 1024,
         post_timeout: Duration::from_secs(2),
+        liveness: None,
     }
 }
 
@@ -184,6 +195,9 @@ struct Fake {
     refuse_init: bool,
     /// "prime-only" calls: every stream, resumed ones too, is a priming event and an end.
     primes: u32,
+    /// Resumes of a "resume" call are answered with a stream that never carries anything (an
+    /// event store that lost the events), held open here.
+    silent_resume: Vec<mpsc::UnboundedSender<String>>,
 }
 
 /// Sets its flag when dropped: the server dropped a response body (its client went away).
@@ -326,6 +340,17 @@ async fn mcp_get(State(fake): State<Shared>, headers: HeaderMap) -> Response {
     let mut f = fake.lock().unwrap();
     let last = header(&headers, "last-event-id");
     f.gets.push((header(&headers, "mcp-session-id"), last.clone()));
+    if last.as_deref() == Some("e1") && f.resumable.is_some() && !f.silent_resume.is_empty() {
+        let (tx, rx) = mpsc::unbounded_channel::<String>();
+        f.silent_resume.push(tx);
+        let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|s| (Ok::<Bytes, Infallible>(Bytes::from(s)), rx))
+        });
+        return Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(Body::from_stream(stream))
+            .unwrap();
+    }
     if last.as_deref() == Some("e1")
         && let Some(id) = f.resumable.take()
     {
@@ -696,6 +721,8 @@ struct LegacyFake {
     posts: Vec<String>,
     /// POSTs to /sse (a Streamable HTTP probe) seen.
     probes: u32,
+    /// The stream carries nothing more (it went silent on the way), though POSTs are taken.
+    mute: bool,
 }
 
 type LegacyShared = Arc<Mutex<LegacyFake>>;
@@ -721,7 +748,10 @@ async fn legacy_post(State(fake): State<LegacyShared>, body: String) -> StatusCo
     let mut f = fake.lock().unwrap();
     f.posts.push(body.clone());
     let id = msg["id"].clone();
+    // "hang" is a slow tool: taken, answered later (never, here).
     if !id.is_null()
+        && !f.mute
+        && msg["params"]["name"] != "hang"
         && let Some(tx) = &f.tx
     {
         let answer = if msg["method"] == "initialize" {
@@ -902,4 +932,107 @@ async fn a_resumed_stream_and_a_renewed_session_are_counted_as_reconnects() {
         text.lines().any(|l| l == series)
     };
     assert!(count("resume") && count("reinit_404"), "{text}");
+}
+
+// ---------------------------------------------------------------- links that go silent
+
+/// Waits for the transport's end, which must come within `within`; returns its status.
+async fn ended_within(rec: &Recorder, within: Duration) -> String {
+    let started = Instant::now();
+    let status = rec.ended().await;
+    assert!(started.elapsed() < within, "ended after {:?}, not within {within:?}: {status}", started.elapsed());
+    status
+}
+
+/// A link that carries nothing any more (a black hole: no FIN, no RST) is found by the probe
+/// one window after the call went out, not at the call's deadline.
+#[tokio::test]
+async fn a_black_holed_link_is_probed_and_ended_after_one_window() {
+    let (url, _fake) = streamable_server().await;
+    let upstream: std::net::SocketAddr = url.trim_start_matches("http://").trim_end_matches("/mcp").parse().unwrap();
+    let proxy = switchyard_testkit::proxy::FaultProxy::start(upstream);
+    let (_c, rec, t) = open_watched(&format!("http://{}/mcp", proxy.addr()), RemoteKind::StreamableHttp).await;
+    handshake(&t, &rec).await;
+    t.send(call(2, "echo")).unwrap();
+    rec.response(2).await;
+    proxy.black_hole(true);
+    t.send(call(3, "echo")).unwrap();
+    // One window, a probe of at most a third of one (but 0.3 s at least), and a tick.
+    let status = ended_within(&rec, WINDOW * 2 + Duration::from_millis(500)).await;
+    assert!(status.contains("went silent"), "{status}");
+    assert!(status.contains("HEAD request on a fresh connection"), "{status}");
+    assert!(status.contains(&proxy.addr().to_string()), "names the link: {status}");
+}
+
+/// A call that is silent on a link that answers the probe is a slow call: it keeps waiting, and
+/// its answer arrives when the server sends it.
+#[tokio::test]
+async fn a_silent_call_on_a_live_link_keeps_waiting() {
+    let (url, fake) = streamable_server().await;
+    let (_c, rec, t) = open_watched(&url, RemoteKind::StreamableHttp).await;
+    handshake(&t, &rec).await;
+    t.send(call(2, "hang")).unwrap();
+    rec.wait("progress", |r| matches!(r, Rec::Message(m) if m.contains("notifications/progress")).then_some(())).await;
+    tokio::time::sleep(WINDOW * 3).await;
+    assert!(!rec.all().iter().any(|r| matches!(r, Rec::Lost(..) | Rec::Ended(_))), "{:?}", rec.all());
+    let tx = fake.lock().unwrap().hang_tx.clone().unwrap();
+    tx.send(format!("event: message\ndata: {}\n\n", result(&serde_json::json!(2), "slow but fine"))).unwrap();
+    assert!(rec.response(2).await.contains("slow but fine"));
+}
+
+/// A resumed stream that carries nothing (an event store that lost the events) counts as lost
+/// one window after the resume: the call is answered, the link lives on.
+#[tokio::test]
+async fn a_resumed_stream_that_stays_silent_is_lost_after_one_window() {
+    let (url, fake) = streamable_server().await;
+    fake.lock().unwrap().silent_resume.push(mpsc::unbounded_channel().0);
+    let (_c, rec, t) = open_watched(&url, RemoteKind::StreamableHttp).await;
+    handshake(&t, &rec).await;
+    let sent = Instant::now();
+    t.send(call(2, "resume")).unwrap();
+    let lost = rec.lost(2).await;
+    assert_eq!(lost.delivery, Delivery::Maybe);
+    assert!(lost.cause.contains("it was resumed, but nothing came on it within 1.0 s"), "{}", lost.cause);
+    assert!(sent.elapsed() < WINDOW * 3, "lost after {:?}", sent.elapsed());
+    // Whatever the watchdog made of the silence meanwhile, the link itself is fine.
+    t.send(call(3, "echo")).unwrap();
+    rec.response(3).await;
+    assert!(!rec.all().iter().any(|r| matches!(r, Rec::Ended(_))), "{:?}", rec.all());
+}
+
+/// Legacy SSE: the stream is what carries every answer, so the probe is a ping whose answer
+/// must come on it. A stream that went silent is found although the server takes POSTs.
+#[tokio::test]
+async fn a_legacy_stream_that_went_silent_is_found_by_a_ping() {
+    let (url, fake) = legacy_server().await;
+    let (_c, rec, t) = open_watched(&url, RemoteKind::Sse).await;
+    t.send(init(1)).unwrap();
+    rec.response(1).await;
+    // A slow call on a live stream: the ping is answered on it, nothing ends.
+    t.send(call(2, "hang")).unwrap();
+    tokio::time::sleep(WINDOW * 3).await;
+    assert!(!rec.all().iter().any(|r| matches!(r, Rec::Lost(..) | Rec::Ended(_))), "{:?}", rec.all());
+    assert!(
+        !rec.all().iter().any(|r| matches!(r, Rec::Message(m) if m.contains("switchyard-probe"))),
+        "the probe's answer is switchyard's own: {:?}",
+        rec.all()
+    );
+    assert!(fake.lock().unwrap().posts.iter().any(|p| p.contains("switchyard-probe")), "it was probed");
+    fake.lock().unwrap().mute = true;
+    let status = ended_within(&rec, WINDOW * 3).await;
+    assert!(status.contains("went silent") && status.contains("ping posted on a fresh connection"), "{status}");
+}
+
+/// With liveness off, nothing is probed: a silent call waits for its deadline as before.
+#[tokio::test]
+async fn with_liveness_off_nothing_is_probed() {
+    let (url, fake) = legacy_server().await;
+    let (_c, rec, t) = open(&url, RemoteKind::Sse).await;
+    t.send(init(1)).unwrap();
+    rec.response(1).await;
+    fake.lock().unwrap().mute = true;
+    t.send(call(2, "echo")).unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!rec.all().iter().any(|r| matches!(r, Rec::Ended(_))), "{:?}", rec.all());
+    assert!(!fake.lock().unwrap().posts.iter().any(|p| p.contains("switchyard-probe")));
 }

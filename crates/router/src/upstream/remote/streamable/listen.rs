@@ -8,7 +8,7 @@ use reqwest::{Response, StatusCode};
 use super::{Inner, answers, negotiated_version};
 use crate::upstream::remote::event::{Event, Parser};
 use crate::upstream::remote::retry::Reconnect;
-use crate::upstream::remote::{describe, is_event_stream, next_event};
+use crate::upstream::remote::{For, describe, is_event_stream};
 use switchyard_core::codec;
 use switchyard_mcp as mcp;
 
@@ -25,7 +25,8 @@ impl Inner {
     ) -> Result<(), reqwest::Error> {
         let core = &self.core;
         loop {
-            let event = next_event(resp, parser).await?;
+            let what = answered.map_or(For::Other, For::Request);
+            let event = core.next_event(resp, parser, what).await?;
             let Some(event) = event else { return Ok(()) };
             match event {
                 Event::Data { kind, data } => {

@@ -23,6 +23,7 @@ use reqwest::header::HeaderValue;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::liveness::{Probe, ProbeKind};
 use super::{Core, describe, not_delivered};
 use crate::upstream::transport::{BoxFuture, Closed, Outbound, RemoteKind, Transport};
 use switchyard_core::codec::{self, Kind};
@@ -117,6 +118,16 @@ fn response_id(line: &str) -> Option<u64> {
     line[env.id?].parse().ok()
 }
 
+/// The numeric ids of the responses in `line` (a message or a batch).
+pub(in crate::upstream::remote) fn response_ids(line: &str) -> Vec<u64> {
+    if codec::is_batch(line) {
+        return codec::split_batch(line)
+            .map(|items| items.iter().filter_map(|m| response_id(m)).collect())
+            .unwrap_or_default();
+    }
+    response_id(line).into_iter().collect()
+}
+
 /// Whether `line` (a message or a batch) holds the response to request `id`.
 fn answers(line: &str, id: u64) -> bool {
     if codec::is_batch(line) {
@@ -140,14 +151,41 @@ fn negotiated_version(line: &str) -> Option<String> {
 impl Streamable {
     pub(super) fn new(core: Arc<Core>, probe: Option<Arc<Mutex<Option<RemoteKind>>>>) -> Arc<Streamable> {
         let mode = if probe.is_some() { Mode::Unknown } else { Mode::Http };
-        Arc::new(Streamable {
-            inner: Arc::new(Inner {
-                core,
-                probe,
-                mode: watch::channel(mode).0,
-                state: Mutex::new(State::default()),
-                renewing: tokio::sync::Mutex::new(()),
-            }),
+        let inner = Arc::new(Inner {
+            core: core.clone(),
+            probe,
+            mode: watch::channel(mode).0,
+            state: Mutex::new(State::default()),
+            renewing: tokio::sync::Mutex::new(()),
+        });
+        let weak = Arc::downgrade(&inner);
+        let probe: Probe = Arc::new(move || match weak.upgrade() {
+            Some(inner) => inner.probe(),
+            None => Box::pin(async { Ok(()) }),
+        });
+        core.watch_with(probe, ProbeKind(PROBE));
+        Arc::new(Streamable { inner })
+    }
+}
+
+/// What the probe is, for the message when it fails.
+const PROBE: &str = "a HEAD request on a fresh connection";
+
+impl Inner {
+    /// Asks for the URL's headers on a fresh connection: any answer, whatever its status, shows
+    /// the server reachable. Carries the configured headers (a gateway in front may want them)
+    /// but no session, so it changes nothing on the server. `auto` turned legacy probes its way.
+    fn probe(&self) -> BoxFuture<'static, Result<(), String>> {
+        if let Mode::Legacy(l) = &*self.mode.borrow() {
+            return l.probe();
+        }
+        let core = self.core.clone();
+        Box::pin(async move {
+            let client = core.fresh_client()?.clone();
+            match client.head(core.url.clone()).headers(core.headers.clone()).send().await {
+                Ok(_) => Ok(()),
+                Err(e) => Err(format!("failed: {}", describe(&e))),
+            }
         })
     }
 }
@@ -196,6 +234,7 @@ impl Transport for Streamable {
         let task = inner.clone();
         let token = match msg.request {
             Some(id) => {
+                inner.core.watch.sent(id);
                 let token = inner.core.cancel.child_token();
                 inner.state.lock().unwrap().streams.insert(id, token.clone());
                 Some((id, token))
@@ -224,6 +263,7 @@ impl Transport for Streamable {
                 inner.core.spawn(async move {
                     token.run_until_cancelled(work).await;
                     me.state.lock().unwrap().streams.remove(&id);
+                    me.core.watch.settled(id);
                 });
             }
             None => inner.core.spawn(work),

@@ -11,8 +11,7 @@ use super::{Info, Inner, answers, header_value, negotiated_version};
 use crate::upstream::remote::event::{Event, Parser};
 use crate::upstream::remote::retry::Reconnect;
 use crate::upstream::remote::{
-    describe, is_event_stream, jsonrpc_error_message, maybe_delivered, never_sent, next_event, not_delivered,
-    read_body, snippet_of,
+    Core, For, describe, is_event_stream, jsonrpc_error_message, maybe_delivered, never_sent, not_delivered, snippet_of,
 };
 use crate::upstream::transport::{Outbound, RemoteKind};
 use switchyard_core::codec;
@@ -114,7 +113,12 @@ impl Inner {
             }
         };
         let mut resp = match sent {
-            Ok(r) => r,
+            Ok(r) => {
+                if let Some(id) = msg.request {
+                    core.watch.heard(id);
+                }
+                r
+            }
             Err(e) if never_sent(&e) => {
                 let cause = format!("could not reach {url}: {}", describe(&e));
                 if let Some(id) = msg.request {
@@ -154,7 +158,7 @@ impl Inner {
             core.end(cause);
             return Outcome::Done;
         }
-        let body = match read_body(&mut resp, 4096).await {
+        let body = match core.read_body(&mut resp, 4096, For::Other).await {
             Ok(Ok(b)) => b,
             _ => Vec::new(),
         };
@@ -194,7 +198,7 @@ impl Inner {
         if is_event_stream(resp) {
             return self.read_request_stream(resp, id, is_init, modern).await;
         }
-        let body = match read_body(resp, core.limit).await {
+        let body = match core.read_body(resp, core.limit, For::Request(id)).await {
             Ok(Ok(b)) => b,
             Ok(Err(bytes)) => return core.too_long(bytes, Some(id)),
             Err(e) => {
@@ -250,6 +254,7 @@ impl Inner {
                 _ => {}
             }
             if !reconnect.wait().await {
+                tracing::info!(instance = %core.label, "gave up resuming the response stream of request {id}: {cause}");
                 core.lost(
                     id,
                     maybe_delivered(format!(
@@ -273,14 +278,34 @@ impl Inner {
             unreachable = matches!(&sent, Err(e) if never_sent(e));
             match sent {
                 Ok(mut r) if r.status().is_success() && is_event_stream(&r) => {
-                    tracing::debug!(instance = %core.label, "resumed the response stream of request {id}");
+                    tracing::info!(instance = %core.label, "resumed the response stream of request {id} ({cause})");
                     core.reconnected("resume");
-                    cause =
-                        match self.read_stream(&mut r, Some(&mut reconnect), &mut parser, &mut answered, is_init).await
-                        {
-                            Ok(()) => "the server closed it".to_string(),
-                            Err(e) => describe(&e),
-                        };
+                    // A resumed stream that stays silent is as good as lost (a server whose event
+                    // store lost the events answers the resume and sends nothing).
+                    let since = tokio::time::Instant::now();
+                    let quiet = async {
+                        match core.liveness {
+                            Some(window) => core.watch.quiet_for(id, since, window).await,
+                            None => std::future::pending().await,
+                        }
+                    };
+                    tokio::select! {
+                        read = self.read_stream(&mut r, Some(&mut reconnect), &mut parser, &mut answered, is_init) => {
+                            cause = match read {
+                                Ok(()) => "the server closed it".to_string(),
+                                Err(e) => describe(&e),
+                            };
+                        }
+                        () = quiet => {
+                            let waited = core.liveness.unwrap_or_default().as_secs_f64();
+                            tracing::info!(instance = %core.label,
+                                "gave up the resumed response stream of request {id}: nothing came on it within {waited:.1} s");
+                            core.lost(id, maybe_delivered(format!(
+                                "the response stream from {url} ended before the response ({cause}); it was resumed, but nothing came on it within {waited:.1} s"
+                            )));
+                            return;
+                        }
+                    }
                 }
                 // Refused (the session or its events are gone): trying again
                 // soon will not help, and the call must not wait for nothing.
@@ -313,12 +338,12 @@ fn looks_like_jsonrpc_error(body: &str) -> bool {
 
 /// The response with id `own_id` from a JSON or SSE answer (other messages are dropped: they
 /// belong to no call of the router's).
-pub(super) async fn own_answer(resp: &mut Response, own_id: &str, limit: usize) -> Result<String, String> {
+pub(super) async fn own_answer(core: &Core, resp: &mut Response, own_id: &str, limit: usize) -> Result<String, String> {
     let is_own = |line: &str| codec::parse(line).ok().and_then(|e| e.id.map(|r| &line[r] == own_id)).unwrap_or(false);
     if is_event_stream(resp) {
         let mut parser = Parser::new(limit);
         loop {
-            match next_event(resp, &mut parser).await {
+            match core.next_event(resp, &mut parser, For::Other).await {
                 Ok(Some(Event::Data { data, .. })) if is_own(&data) => return Ok(data),
                 Ok(Some(_)) => {}
                 Ok(None) => return Err("the initialize's stream ended before its response".into()),
@@ -326,7 +351,7 @@ pub(super) async fn own_answer(resp: &mut Response, own_id: &str, limit: usize) 
             }
         }
     }
-    match read_body(resp, limit).await {
+    match core.read_body(resp, limit, For::Other).await {
         Ok(Ok(body)) => {
             let text = String::from_utf8_lossy(&body).trim().to_string();
             if is_own(&text) { Ok(text) } else { Err("the initialize was answered with something else".into()) }

@@ -8,7 +8,7 @@ use reqwest::header::{CONTENT_TYPE, HeaderValue};
 
 use super::post::own_answer;
 use super::{Inner, negotiated_version};
-use crate::upstream::remote::{describe, read_body, snippet_of};
+use crate::upstream::remote::{For, describe, snippet_of};
 use switchyard_core::codec;
 use switchyard_mcp as mcp;
 
@@ -68,14 +68,14 @@ impl Inner {
         };
         if !resp.status().is_success() {
             let code = resp.status().as_u16();
-            let body = match read_body(&mut resp, 4096).await {
+            let body = match core.read_body(&mut resp, 4096, For::Other).await {
                 Ok(Ok(b)) => b,
                 _ => Vec::new(),
             };
             return Err(fail(format!("the initialize was answered HTTP {code}: {}", snippet_of(&body))));
         }
         let session = resp.headers().get(mcp::header::SESSION_ID).and_then(|v| v.to_str().ok()).map(str::to_string);
-        let answer = tokio::time::timeout(REINIT_TIMEOUT, own_answer(&mut resp, &own_id, core.limit))
+        let answer = tokio::time::timeout(REINIT_TIMEOUT, own_answer(core, &mut resp, &own_id, core.limit))
             .await
             .map_err(|_| fail("the initialize got no answer in time".into()))?
             .map_err(fail)?;
