@@ -81,6 +81,8 @@ pub enum CallError {
         },
         if what.starts_with("initialize") || what.starts_with("server/discover") {
             "Raise `limits.init_timeout_ms` if the server is expected to take this long to start"
+        } else if waiting.is_some() {
+            "Check that the server is up and reachable (`switchyard status` shows its instances), or raise the timeout if it is expected to be this busy"
         } else {
             "Raise the timeout in a policy or `limits.call_timeout_ms` if the tool is expected to be this slow"
         }
@@ -107,6 +109,15 @@ pub enum CallError {
     Lost { server: String, what: String, instance: String, cause: String, delivered: bool },
     #[error("server `{server}` is down: {reason}")]
     Down { server: String, reason: String },
+    /// A call switchyard repeated (safe to repeat, or it never reached the server) whose every
+    /// attempt failed: the count, the time, and the last attempt's cause.
+    #[error(
+        "{what} on server `{server}` failed {attempts} times over {:.1} s; switchyard repeated it because {why}. The last attempt: {}{}",
+        .elapsed.as_secs_f64(),
+        .last.cause(),
+        if .last.may_have_run() { ". It may have run: check its effect before calling it again" } else { "" }
+    )]
+    Repeated { server: String, what: String, attempts: u32, elapsed: Duration, why: String, last: Box<CallError> },
     #[error("server `{server}` is busy: {reason}; try again shortly or raise `max_queue`/`max` of the pool")]
     Busy { server: String, reason: String },
     #[error("server `{server}` has not been initialised yet: send `initialize` first")]
@@ -141,10 +152,37 @@ impl CallError {
         matches!(self, CallError::Lost { delivered: false, .. })
     }
 
+    /// Whether the call may have run on the server.
+    pub fn may_have_run(&self) -> bool {
+        match self {
+            CallError::Died { .. } | CallError::Timeout { waiting: None, .. } => true,
+            CallError::Lost { delivered, .. } => *delivered,
+            CallError::Repeated { last, .. } => last.may_have_run(),
+            _ => false,
+        }
+    }
+
+    /// What went wrong, without the call's name or advice: for a message that says the rest.
+    pub fn cause(&self) -> String {
+        match self {
+            CallError::Died { death, .. } => {
+                format!("instance {} ended ({}){}", death.instance, death.status, death.stderr_suffix())
+            }
+            CallError::Lost { cause, instance, delivered, .. } => {
+                let how = if *delivered { "got no response" } else { "could not be delivered" };
+                format!("it {how}: {cause} (instance {instance})")
+            }
+            CallError::Down { reason, .. } => format!("the server is down: {reason}"),
+            CallError::Repeated { last, .. } => last.cause(),
+            other => other.to_string(),
+        }
+    }
+
     pub fn code(&self) -> i64 {
         match self {
             CallError::Rejected(_) => codec::POLICY_REJECTED,
             CallError::Timeout { .. } => codec::REQUEST_TIMEOUT,
+            CallError::Repeated { last, .. } => last.code(),
             CallError::Died { .. }
             | CallError::Lost { .. }
             | CallError::Down { .. }
@@ -181,6 +219,16 @@ impl CallError {
             CallError::NotInitialized { server } => json!({"server": server}),
             CallError::WrongEra { server, supported, requested } => {
                 json!({"server": server, "supported": [supported], "requested": requested})
+            }
+            CallError::Repeated { attempts, elapsed, why, last, .. } => {
+                let mut data = last.data();
+                if let Some(d) = data.as_object_mut() {
+                    d.insert("attempts".into(), json!(attempts));
+                    d.insert("elapsedMs".into(), json!(elapsed.as_millis() as u64));
+                    d.insert("repeatedBecause".into(), json!(why));
+                    d.insert("delivered".into(), json!(last.may_have_run()));
+                }
+                data
             }
             CallError::ShuttingDown => json!({}),
             CallError::Removed { server } => json!({"server": server}),

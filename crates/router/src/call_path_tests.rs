@@ -515,3 +515,73 @@ async fn closing_the_input_leaves_calls_a_grace_to_finish_then_cancels_the_rest_
     assert_eq!(cancels[0]["params"]["reason"], "the client disconnected");
     assert!(c.take(None).iter().all(|m| m["id"] != stuck), "the departed client's call was answered");
 }
+
+/// The server is killed and takes 1.5 s to come back (connections refused meanwhile): a call
+/// that is read-only by the server's own annotations waits for it, backing off, and succeeds;
+/// an unsafe one fails at once.
+#[tokio::test(start_paused = true)]
+async fn a_safe_call_waits_for_a_restarting_server_and_succeeds() {
+    let (server, fake) = start("", true);
+    let mut c = Client::connect(&server).await;
+    c.request("tools/list", json!({})).await;
+    let sleep = c.send("tools/call", json!({"name": "sleep", "arguments": {"ms": 300}})).await;
+    let write = c.send("tools/call", json!({"name": "write", "arguments": {"ms": 300}})).await;
+    tokio::time::sleep(ms(50)).await;
+    *fake.refuse.lock().unwrap() = Some("connection refused".into());
+    fake.link(0).end("the link broke");
+    let crashed = Instant::now();
+    let back = fake.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(ms(1500)).await;
+        *back.refuse.lock().unwrap() = None;
+    });
+    let resp = c.response(&write).await;
+    assert_eq!((error(&resp).0, crashed.elapsed()), (-32003, Duration::ZERO), "{resp}");
+    assert_eq!(text(&c.response(&sleep).await), "sleep after 300 ms");
+    // Back at 1.5 s; the repeats back off 100 ms doubling, so the one that gets through starts
+    // by about 3 s, and the call takes 0.3 s.
+    assert!(crashed.elapsed() < ms(3500), "{:?}", crashed.elapsed());
+    assert_eq!(calls_of(&fake.link(1), "write"), Vec::<Value>::new(), "an unsafe call was repeated");
+}
+
+/// A safe call repeated until the server's crash-loop guard gave up says how often it was
+/// tried, for how long and why, and not that only safe calls are repeated.
+#[tokio::test(start_paused = true)]
+async fn a_repeated_call_that_never_succeeds_says_how_often_and_why() {
+    let (server, fake) = start("", true);
+    let mut c = Client::connect(&server).await;
+    c.request("tools/list", json!({})).await;
+    let id = c.send("tools/call", json!({"name": "sleep", "arguments": {"ms": 300}})).await;
+    tokio::time::sleep(ms(50)).await;
+    *fake.refuse.lock().unwrap() = Some("connection refused".into());
+    fake.link(0).end("the link broke");
+    let resp = c.response(&id).await;
+    let (code, msg) = error(&resp);
+    assert_eq!(code, -32003, "{resp}");
+    assert!(msg.starts_with("tools/call `sleep` on server `fake` failed "), "{msg}");
+    assert!(msg.contains("switchyard repeated it because it is safe to repeat"), "{msg}");
+    assert!(msg.contains("connection refused"), "the last cause: {msg}");
+    assert!(!msg.contains("repeats only calls"), "{msg}");
+    let attempts = resp["error"]["data"]["attempts"].as_u64().unwrap();
+    assert!((3..=9).contains(&attempts), "{resp}");
+}
+
+/// Progress on a token only ever increases: a repeated call's server counts from the start
+/// again, and that is held back until it passes what the client has seen.
+#[tokio::test(start_paused = true)]
+async fn progress_stays_rising_across_a_repeat() {
+    let (server, fake) = start("", true);
+    let mut c = Client::connect(&server).await;
+    c.request("tools/list", json!({})).await;
+    let args = json!({"ms": 1000, "progress_ms": 100});
+    let id = c.send("tools/call", json!({"name": "sleep", "arguments": args, "_meta": {"progressToken": "p"}})).await;
+    tokio::time::sleep(ms(450)).await;
+    fake.link(0).end("the link broke");
+    let resp = c.response(&id).await;
+    assert_eq!(text(&resp), "sleep after 1000 ms");
+    let seen: Vec<f64> =
+        c.take(Some("notifications/progress")).iter().map(|n| n["params"]["progress"].as_f64().unwrap()).collect();
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "progress went back: {seen:?}");
+    assert_eq!(seen.first(), Some(&100.0));
+    assert_eq!(seen.last(), Some(&900.0), "the repeat's progress past what was seen goes on: {seen:?}");
+}

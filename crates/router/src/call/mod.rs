@@ -15,7 +15,7 @@ use crate::gate::Permit;
 use crate::peer::ClientPeer;
 use crate::pool::Lease;
 use crate::server::Server;
-use crate::upstream::{Instance, Reply};
+use crate::upstream::{Instance, ProgressSink, Reply};
 use deadline::{NOTICE_LEVEL, Waiting, bounded};
 pub use resolve::{Effective, resolve};
 use retry::Next;
@@ -89,6 +89,13 @@ struct Forwarded<'a> {
     /// Whether an attempt that failed may have run on the server (then a later attempt's
     /// "never delivered" must not tell the client the call never ran).
     may_have_run: bool,
+    /// Whether an attempt lost its link (the instance died, the response was lost): a start
+    /// that fails after that is the server coming back, worth waiting for.
+    lost_link: bool,
+    /// Why the call was first repeated, for the error if every attempt fails.
+    repeated_because: String,
+    /// Where progress goes, shared by the attempts so that it only ever increases.
+    progress_sink: Arc<Rising>,
 }
 
 impl<'a> Forwarded<'a> {
@@ -121,7 +128,39 @@ impl<'a> Forwarded<'a> {
             gathered: false,
             first_started: Instant::now(),
             may_have_run: false,
+            lost_link: false,
+            repeated_because: String::new(),
+            progress_sink: Arc::new(Rising { to: req.link.clone(), last: std::sync::Mutex::new(None) }),
         }
+    }
+}
+
+/// Passes a call's progress on only while it increases. A repeated call's server counts from
+/// the start again, and the client must never see progress on its token go back (the spec
+/// requires it to increase), so the repeat's is held back until it passes what was sent.
+struct Rising {
+    to: Arc<ClientPeer>,
+    last: std::sync::Mutex<Option<f64>>,
+}
+
+impl crate::upstream::ProgressSink for Rising {
+    fn progress(&self, line: String) {
+        #[derive(serde::Deserialize)]
+        struct Note {
+            params: Params,
+        }
+        #[derive(serde::Deserialize)]
+        struct Params {
+            progress: f64,
+        }
+        if let Ok(note) = serde_json::from_str::<Note>(&line) {
+            let mut last = self.last.lock().expect("lock");
+            if last.is_some_and(|l| note.params.progress <= l) {
+                return;
+            }
+            *last = Some(note.params.progress);
+        }
+        crate::upstream::ProgressSink::progress(&*self.to, line);
     }
 }
 
@@ -139,7 +178,8 @@ async fn run(server: &Arc<Server>, req: Request<'_>, end: &mut End) -> Option<St
         // Retries the host adds on its own fit in the call's first deadline: a call ends at its
         // deadline (a black-holed link included). A policy's retries each get their own timeout.
         let cap = eff.retry.is_none().then(|| call.first_started + eff.timeout);
-        let e = match attempt(server, &req, &eff, &call.what, call.progress.clone(), cap).await {
+        let progress = call.progress.clone().map(|span| (span, call.progress_sink.clone() as Arc<dyn ProgressSink>));
+        let e = match attempt(server, &req, &eff, &call.what, progress, cap).await {
             Ok(reply) => {
                 (end.outcome, end.code) = reply_outcome(&reply, call.info.tool.is_some());
                 return Some(finish(server, &set, req.session_label, &call.info.method, reply, call.client_id).await);
@@ -147,7 +187,7 @@ async fn run(server: &Arc<Server>, req: Request<'_>, end: &mut End) -> Option<St
             Err(Stop::Cancelled) => return None,
             Err(Stop::Failed(e)) => e,
         };
-        let backoff = match call.after_failure(e, server, &set, &eff, &req, end).await {
+        let backoff = match call.after_failure(e, server, &eff, &req, end).await {
             Next::Retry(backoff) => backoff,
             Next::GiveUp(answer) => return Some(answer),
         };
@@ -218,7 +258,7 @@ async fn attempt(
     req: &Request<'_>,
     eff: &Effective,
     what: &str,
-    progress: Option<Range<usize>>,
+    progress: Option<(Range<usize>, Arc<dyn ProgressSink>)>,
     cap: Option<Instant>,
 ) -> Result<Reply, Stop> {
     let started = Instant::now();
@@ -286,10 +326,13 @@ impl Attempt<'_, '_> {
 
     /// Sends the call to `inst` and waits for its reply until the deadline (which progress
     /// extends, up to `limits.max_call_timeout_ms`) or the client's cancel.
-    async fn send(&self, inst: &Arc<Instance>, progress: Option<Range<usize>>) -> Result<Reply, Stop> {
+    async fn send(
+        &self,
+        inst: &Arc<Instance>,
+        route: Option<(Range<usize>, Arc<dyn ProgressSink>)>,
+    ) -> Result<Reply, Stop> {
         let (server, req, eff, what) = (self.server, self.req, self.eff, self.what);
         let activity = Arc::new(Notify::new());
-        let route = progress.map(|span| (span, req.link.clone() as Arc<dyn crate::upstream::ProgressSink>));
         let failed = |u: Unanswered| Stop::Failed(u.into_error(&server.name, what));
         let sent = inst.send(req.line, req.env, req.session, route, Some(activity.clone())).map_err(failed)?;
         let max_deadline = self.started + Duration::from_millis(server.limits.max_call_timeout_ms);

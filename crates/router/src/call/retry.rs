@@ -1,21 +1,25 @@
 //! After a failed attempt: whether the call gets another (by the policy's retry or the host's
 //! default), after what backoff.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::resolve::Effective;
 use super::{End, Forwarded, Request};
 use crate::server::Server;
 use switchyard_core::backoff::{Backoff, Jitter};
-use switchyard_core::decision::{CallInfo, Retry};
+use switchyard_core::decision::Retry;
 use switchyard_core::error::CallError;
 use switchyard_core::metrics::{Outcome, RetryReason};
-use switchyard_policy::PluginSet;
 
-/// The retry a read-only or idempotent call gets when no plugin says otherwise.
-const DEFAULT_RETRY: Retry = Retry { attempts: 1, backoff_ms: 100 };
+/// A policy retry of nothing: one attempt.
 const NO_RETRY: Retry = Retry { attempts: 0, backoff_ms: 0 };
+/// What the host does on its own for a call that lost its link and is safe to repeat (or never
+/// reached the server): repeats it while the server comes back, backing off as instance starts
+/// do (100 ms doubling, at most 10 s), within the call's first deadline. The crash-loop guard
+/// ends it sooner when the server stays down.
+const HOST_RETRY: Retry = Retry { attempts: 8, backoff_ms: 100 };
+/// The longest wait between two of the host's own repeats.
+const HOST_BACKOFF_CAP: Duration = Duration::from_secs(10);
 
 /// What follows a failed attempt.
 pub(super) enum Next {
@@ -27,13 +31,12 @@ pub(super) enum Next {
 
 impl Forwarded<'_> {
     /// Attempt `info.attempt` failed with `e`: another follows when the policy's retry (`eff`) or
-    /// the host's default (for what is safe to repeat, asked of `set`) allows it. Counted in the
-    /// metrics and, when the call ends here, in `end`.
+    /// the host's own (for what is safe to repeat by the server's own annotations, or never
+    /// reached it) allows it. Counted in the metrics and, when the call ends here, in `end`.
     pub(super) async fn after_failure(
         &mut self,
         mut e: CallError,
         server: &Server,
-        set: &Arc<PluginSet>,
         eff: &Effective,
         req: &Request<'_>,
         end: &mut End,
@@ -42,13 +45,27 @@ impl Forwarded<'_> {
         if matches!(e, CallError::Timeout { .. }) {
             server.metrics.timeout(&server.metric_name, end.tool.as_ref());
         }
-        let retry = match (e.is_retryable(), eff.retry) {
-            (false, _) => NO_RETRY,
-            (true, Some(r)) => r,
+        let link_lost = matches!(e, CallError::Died { .. } | CallError::Lost { .. });
+        // An instance start that failed after this call lost its link: the server is on its way
+        // back (a restart), unless the crash-loop guard says it is down.
+        let coming_back = matches!(e, CallError::Down { .. }) && self.lost_link && !server.is_down();
+        self.lost_link |= link_lost;
+        let unseen = e.never_delivered() || coming_back;
+        let (retry, why) = match (e.is_retryable(), eff.retry) {
+            (true, Some(r)) => (r, "a policy's retry asks for it"),
             // A call that hung once would hang again on the same instance, past the
             // deadline the client was promised: only a policy retries timeouts.
-            (true, None) if matches!(e, CallError::Timeout { .. }) => NO_RETRY,
-            (true, None) => default_retry(server, set, call).await,
+            (_, None) if matches!(e, CallError::Timeout { .. }) => (NO_RETRY, ""),
+            (_, None) if (link_lost || coming_back) && self.safe(server).await => {
+                (HOST_RETRY, "it is safe to repeat (read-only or idempotent as the server declares it)")
+            }
+            _ => (NO_RETRY, ""),
+        };
+        // A request the server never saw is repeated whatever the call is: it cannot have run
+        // (connect refused, session unknown before processing, an instance that did not start).
+        let (retry, why) = match unseen && retry.attempts == 0 {
+            true => (HOST_RETRY, "it never reached the server"),
+            false => (retry, why),
         };
         if let CallError::Lost { delivered, cause, .. } = &mut e
             && !*delivered
@@ -57,18 +74,21 @@ impl Forwarded<'_> {
             *delivered = true;
             cause.push_str("; an earlier attempt may have run");
         }
-        self.may_have_run |= !e.never_delivered();
-        // A request the server never saw is repeated whatever the call is: it cannot
-        // have run (connect refused, session unknown before processing).
-        let retry = match e.never_delivered() && retry.attempts == 0 {
-            true => DEFAULT_RETRY,
-            false => retry,
-        };
-        if call.attempt >= retry.attempts {
+        self.may_have_run |= e.may_have_run();
+        if why.is_empty() || call.attempt >= retry.attempts {
             // The client waited for every attempt, not just the last: say so.
             if let CallError::Timeout { elapsed, attempts, .. } = &mut e {
                 *elapsed = self.first_started.elapsed();
                 *attempts = call.attempt + 1;
+            } else if call.attempt > 0 {
+                e = CallError::Repeated {
+                    server: server.name.clone(),
+                    what: what.clone(),
+                    attempts: call.attempt + 1,
+                    elapsed: self.first_started.elapsed(),
+                    why: self.repeated_because.clone(),
+                    last: Box::new(e),
+                };
             }
             tracing::info!(
                 server = %server.name, session = req.session_label,
@@ -77,39 +97,38 @@ impl Forwarded<'_> {
             (end.outcome, end.code) = (failure_outcome(&e), Some(e.code()));
             return Next::GiveUp(e.to_response(self.client_id));
         }
+        if self.repeated_because.is_empty() {
+            self.repeated_because = why.to_string();
+        }
         let reason = match &e {
-            _ if e.never_delivered() => RetryReason::NotDelivered,
+            _ if unseen => RetryReason::NotDelivered,
             CallError::Timeout { .. } => RetryReason::Timeout,
             CallError::Died { .. } | CallError::Lost { .. } => RetryReason::Lost,
             _ => RetryReason::Other,
         };
         server.metrics.retry(&server.metric_name, end.tool.as_ref(), reason);
-        let backoff = backoff(retry.backoff_ms, call.attempt);
+        let cap = if eff.retry.is_some() { Duration::MAX } else { HOST_BACKOFF_CAP };
+        let backoff = backoff(retry.backoff_ms, call.attempt, cap);
         tracing::info!(
             server = %server.name, session = req.session_label,
-            "{what} failed ({e}); retry {} of {} in {} ms",
+            "{what} failed ({e}); repeating it ({} of at most {}) in {} ms because {why}",
             call.attempt + 1, retry.attempts, backoff.as_millis()
         );
         Next::Retry(backoff)
     }
-}
 
-/// Retry once for what is safe to repeat: tool calls whose effective hints say read-only or
-/// idempotent, and the read-only methods of MCP (lists, reads, gets, completion).
-async fn default_retry(server: &Server, set: &Arc<PluginSet>, call: &CallInfo) -> Retry {
-    let safe = match call.tool.as_deref() {
-        Some(tool) => {
-            let asked = vec![(tool.to_string(), server.declared_hints(tool))];
-            set.annotate_async(&call.session, &server.name, asked).await.pop().unwrap_or_default().is_idempotent()
+    /// Whether the call is safe to repeat by what the server itself declared: a tool whose own
+    /// annotations say read-only or idempotent (never a policy's override, which is for the
+    /// client's scheduling), or one of MCP's read-only methods (lists, reads, gets, completion).
+    async fn safe(&self, server: &Server) -> bool {
+        match self.info.tool.as_deref() {
+            Some(tool) => server.declared_hints(tool).is_idempotent(),
+            None => {
+                let m = self.info.method.as_str();
+                m.ends_with("/list") || m.ends_with("/read") || m.ends_with("/get") || m == "completion/complete"
+            }
         }
-        None => {
-            call.method.ends_with("/list")
-                || call.method.ends_with("/read")
-                || call.method.ends_with("/get")
-                || call.method == "completion/complete"
-        }
-    };
-    if safe { DEFAULT_RETRY } else { NO_RETRY }
+    }
 }
 
 /// How a failed call counts.
@@ -123,9 +142,9 @@ fn failure_outcome(e: &CallError) -> Outcome {
     }
 }
 
-/// Exponential backoff with jitter: base * 2^attempt, then +-25 %.
-fn backoff(base_ms: u32, attempt: u32) -> Duration {
-    Backoff::new(Duration::from_millis(base_ms.into()), Duration::MAX, Jitter::Spread(0.25)).delay(attempt)
+/// Exponential backoff with jitter: base * 2^attempt (at most `cap`), then +-25 %.
+fn backoff(base_ms: u32, attempt: u32, cap: Duration) -> Duration {
+    Backoff::new(Duration::from_millis(base_ms.into()), cap, Jitter::Spread(0.25)).delay(attempt)
 }
 
 #[cfg(test)]
@@ -135,10 +154,11 @@ mod tests {
     #[test]
     fn backoff_grows_exponentially_within_jitter() {
         for attempt in 0..5 {
-            let b = backoff(100, attempt).as_millis() as u64;
+            let b = backoff(100, attempt, Duration::MAX).as_millis() as u64;
             let exp = 100u64 << attempt;
             assert!(b >= exp - exp / 4 && b <= exp + exp / 4, "attempt {attempt}: {b} ms");
         }
-        assert_eq!(backoff(0, 3), Duration::ZERO);
+        assert_eq!(backoff(0, 3, Duration::MAX), Duration::ZERO);
+        assert!(backoff(100, 12, Duration::from_secs(10)) <= Duration::from_millis(12_500));
     }
 }

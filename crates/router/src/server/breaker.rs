@@ -69,6 +69,11 @@ impl Server {
             .map_err(|reason| CallError::Down { server: self.name.clone(), reason })
     }
 
+    /// Whether the crash-loop guard holds the server down now (calls fail fast).
+    pub fn is_down(&self) -> bool {
+        self.health.lock().expect("lock").down_until.is_some_and(|u| u > Instant::now())
+    }
+
     pub(super) fn record_start_failure(&self, what: String) {
         self.note_error(format!("start failed: {what}"));
         let mut h = self.health.lock().expect("lock");
