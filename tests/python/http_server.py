@@ -3,12 +3,15 @@ switchyard's remote-server tests (tests/e2e/remote_fixtures.rs and the tests bui
 harness, tests/e2e/harness/http_servers.rs).
 
     python http_server.py --port N --transport streamable-http|sse --runs-file PATH
-                          [--stateless] [--json-response] [--event-store] [--bearer TOKEN]
+                          [--stateless] [--json-response] [--event-store] [--forgetful-store]
+                          [--bearer TOKEN]
 
 Streamable HTTP is served at /mcp, legacy SSE at /sse (messages POSTed to /messages/?session_id=…),
 on 127.0.0.1 only. By default there is no event store, so a broken stream cannot be resumed: that
 is the case switchyard must handle itself; `--event-store` (Streamable HTTP) keeps every event in
-memory and gives it an id, so a client can resume a broken stream with `Last-Event-ID`. Nothing is printed on stdout; uvicorn logs to stderr. The server is
+memory and gives it an id, so a client can resume a broken stream with `Last-Event-ID`;
+`--forgetful-store` numbers events the same way but a resume's replay never ends and sends nothing
+(the resumed stream stays silent, as with a stuck or buggy event store). Nothing is printed on stdout; uvicorn logs to stderr. The server is
 ready when its port accepts connections.
 
 Tools (the annotations are what switchyard's retry decision reads):
@@ -83,8 +86,11 @@ async def slow_counter(ms: int) -> int:
 class MemoryEventStore(EventStore):
     """Every event of every stream, in order, for the life of the process."""
 
-    def __init__(self):
+    def __init__(self, forgetful=False):
         self.events = []  # (event id, stream id, message or None for a priming event)
+        # Forgetful: a resume is taken and its replay never ends, with nothing sent (a stuck or
+        # buggy event store), so the resumed stream stays silent for good.
+        self.forgetful = forgetful
 
     async def store_event(self, stream_id, message):
         event_id = str(len(self.events) + 1)
@@ -96,6 +102,8 @@ class MemoryEventStore(EventStore):
         if found is None:
             return None
         stream_id = self.events[found][1]
+        if self.forgetful:
+            await asyncio.Event().wait()
         for event_id, sid, message in self.events[found + 1 :]:
             if sid == stream_id and message is not None:
                 await send_callback(EventMessage(message, event_id))
@@ -138,12 +146,13 @@ def main():
     p.add_argument("--stateless", action="store_true", help="streamable-http without sessions")
     p.add_argument("--json-response", action="store_true", help="streamable-http answers JSON, not SSE")
     p.add_argument("--event-store", action="store_true", help="streamable-http with resumable streams")
+    p.add_argument("--forgetful-store", action="store_true", help="--event-store that replays nothing")
     p.add_argument("--bearer", help="require `Authorization: Bearer BEARER` on every request")
     args = p.parse_args()
     RUNS_FILE = args.runs_file
 
     if args.transport == "sse":
-        if args.stateless or args.json_response or args.event_store:
+        if args.stateless or args.json_response or args.event_store or args.forgetful_store:
             p.error("--stateless, --json-response and --event-store apply to streamable-http only")
         app = server.sse_app(sse_path="/sse", message_path="/messages/", host="127.0.0.1")
     else:
@@ -151,7 +160,7 @@ def main():
             streamable_http_path="/mcp",
             json_response=args.json_response,
             stateless_http=args.stateless,
-            event_store=MemoryEventStore() if args.event_store else None,
+            event_store=MemoryEventStore(args.forgetful_store) if args.event_store or args.forgetful_store else None,
             host="127.0.0.1",
         )
     if args.bearer:

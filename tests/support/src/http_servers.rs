@@ -102,6 +102,9 @@ pub struct PythonServerOptions {
     /// Streamable HTTP with an in-memory event store (`--event-store`): every SSE event has an id
     /// and a broken stream can be resumed with `Last-Event-ID`. Off: nothing is resumable.
     pub event_store: bool,
+    /// An event store that takes a resume and replays nothing (`--forgetful-store`), as a buggy
+    /// one does: the resumed stream stays silent.
+    pub forgetful_store: bool,
     /// Require `Authorization: Bearer <token>` on every request, else 401 (`--bearer`).
     pub bearer: Option<String>,
 }
@@ -152,6 +155,9 @@ impl HttpServer {
         }
         if options.event_store {
             argv.push("--event-store".into());
+        }
+        if options.forgetful_store {
+            argv.push("--forgetful-store".into());
         }
         if let Some(token) = &options.bearer {
             argv.extend(["--bearer".to_string(), token.clone()]);

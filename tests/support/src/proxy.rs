@@ -33,6 +33,10 @@ const CONTROL_LIMIT: Duration = Duration::from_secs(10);
 ///   already read is held, and so are a peer's FIN or RST. Nothing is dropped:
 ///   `black_hole(false)` heals the partition and everything held flows on, in order, unless a peer
 ///   gave up in the meantime (its own timeout closing its end).
+/// - `strand()`: every live connection goes silent for good, as one does when a NAT forgets it, a
+///   laptop sleeps or a VPN switches: nothing is carried on it in either direction, and no FIN or
+///   RST is ever sent (the proxy keeps both sockets open, holding what it read). New connections
+///   are carried as before. Unlike the black hole, this never heals.
 /// - `refuse(true)`: the listening socket is closed, so new connections are refused (ECONNREFUSED,
 ///   as from a server that is down); live ones carry on. `refuse(false)` listens again on the same
 ///   port.
@@ -53,6 +57,8 @@ struct Shared {
     hole: watch::Sender<bool>,
     /// Bumped by each `sever()`; a connection subscribed before the bump resets itself.
     sever: watch::Sender<u64>,
+    /// Bumped by each `strand()`; a connection accepted before the bump carries nothing more.
+    strand: watch::Sender<u64>,
     accepted: AtomicUsize,
     /// Ids of connections whose task still runs, so `sever()` can wait until they are gone.
     live: Mutex<HashSet<u64>>,
@@ -78,6 +84,7 @@ impl FaultProxy {
             upstream,
             hole: watch::Sender::new(false),
             sever: watch::Sender::new(0),
+            strand: watch::Sender::new(0),
             accepted: AtomicUsize::new(0),
             live: Mutex::new(HashSet::new()),
             gone: Condvar::new(),
@@ -132,6 +139,12 @@ impl FaultProxy {
             "fault proxy {}: severed connections still open after {CONTROL_LIMIT:?}",
             self.addr
         );
+    }
+
+    /// Every live connection goes silent for good (no FIN, no RST); new ones carry as before.
+    /// See the type's documentation.
+    pub fn strand(&self) {
+        self.shared.strand.send_modify(|generation| *generation += 1);
     }
 
     /// Turns the black hole on (nothing is carried on any connection, old or new) or off (the
@@ -242,7 +255,9 @@ async fn connection(id: u64, mut client: TcpStream, mut sever: watch::Receiver<u
 /// Connects upstream (once the black hole is off) and carries both directions until both ended;
 /// true when the connection must be reset (upstream unreachable, or a direction failed).
 async fn carry(client: &mut TcpStream, upstream: &mut Option<TcpStream>, shared: &Shared) -> bool {
+    let stranded = Stranded { born: *shared.strand.borrow(), strand: shared.strand.subscribe() };
     wait_open(&mut shared.hole.subscribe()).await;
+    stranded.hold_if_stranded().await;
     let up = match TcpStream::connect(shared.upstream).await {
         Ok(up) => upstream.insert(up),
         // The closest a proxy can come to "connection refused" once it has accepted: a reset.
@@ -253,21 +268,28 @@ async fn carry(client: &mut TcpStream, upstream: &mut Option<TcpStream>, shared:
     let (mut client_read, mut client_write) = client.split();
     let (mut up_read, mut up_write) = up.split();
     let outcome = tokio::try_join!(
-        pump(&mut client_read, &mut up_write, shared.hole.subscribe()),
-        pump(&mut up_read, &mut client_write, shared.hole.subscribe()),
+        pump(&mut client_read, &mut up_write, shared.hole.subscribe(), stranded.clone()),
+        pump(&mut up_read, &mut client_write, shared.hole.subscribe(), stranded),
     );
     outcome.is_err()
 }
 
 /// Copies one direction until EOF (passed on as a write shutdown, FIN) or an error; never moves a
 /// byte, or the EOF, while the black hole is on.
-async fn pump(from: &mut ReadHalf<'_>, to: &mut WriteHalf<'_>, mut hole: watch::Receiver<bool>) -> io::Result<()> {
+async fn pump(
+    from: &mut ReadHalf<'_>,
+    to: &mut WriteHalf<'_>,
+    mut hole: watch::Receiver<bool>,
+    stranded: Stranded,
+) -> io::Result<()> {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         wait_open(&mut hole).await;
+        stranded.hold_if_stranded().await;
         let got = from.read(&mut buf).await;
         // Whatever the read brought as the black hole came on (bytes, EOF, an error) waits for it to go off.
         wait_open(&mut hole).await;
+        stranded.hold_if_stranded().await;
         match got? {
             0 => return to.shutdown().await,
             n => to.write_all(&buf[..n]).await?,
@@ -275,7 +297,73 @@ async fn pump(from: &mut ReadHalf<'_>, to: &mut WriteHalf<'_>, mut hole: watch::
     }
 }
 
+/// Whether a connection has been stranded: `strand()` was called after it was accepted.
+#[derive(Clone)]
+struct Stranded {
+    born: u64,
+    strand: watch::Receiver<u64>,
+}
+
+impl Stranded {
+    /// Never returns once the connection is stranded (its sockets stay open, silent).
+    async fn hold_if_stranded(&self) {
+        if *self.strand.borrow() > self.born {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
 async fn wait_open(hole: &mut watch::Receiver<bool>) {
     // Err only when the sender is gone, which happens only as the proxy shuts down.
     let _ = hole.wait_for(|on| !*on).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+
+    use super::*;
+
+    /// An upstream that echoes every connection's bytes back.
+    fn echo_server() -> SocketAddr {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { return };
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 1024];
+                    while let Ok(n) = conn.read(&mut buf) {
+                        if n == 0 || conn.write_all(&buf[..n]).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    fn round_trip(conn: &mut TcpStream, text: &[u8]) -> io::Result<Vec<u8>> {
+        conn.write_all(text)?;
+        let mut got = vec![0u8; text.len()];
+        conn.read_exact(&mut got)?;
+        Ok(got)
+    }
+
+    #[test]
+    fn a_stranded_connection_stays_open_and_silent_while_new_ones_carry() {
+        let proxy = FaultProxy::start(echo_server());
+        let mut old = TcpStream::connect(proxy.addr()).unwrap();
+        assert_eq!(round_trip(&mut old, b"before").unwrap(), b"before");
+        proxy.strand();
+        old.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+        let err = round_trip(&mut old, b"after").expect_err("a stranded connection carried bytes");
+        // Silent, not closed: the read timed out, it did not see EOF or a reset.
+        assert!(matches!(err.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut), "{err:?}");
+        let mut new = TcpStream::connect(proxy.addr()).unwrap();
+        new.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        assert_eq!(round_trip(&mut new, b"fresh").unwrap(), b"fresh");
+    }
 }
