@@ -115,9 +115,18 @@ pub enum CallError {
         "{what} on server `{server}` failed {attempts} times over {:.1} s; switchyard repeated it because {why}. The last attempt: {}{}",
         .elapsed.as_secs_f64(),
         .last.cause(),
-        if .last.may_have_run() { ". It may have run: check its effect before calling it again" } else { "" }
+        if *.may_have_run { ". It may have run: check its effect before calling it again" } else { "" }
     )]
-    Repeated { server: String, what: String, attempts: u32, elapsed: Duration, why: String, last: Box<CallError> },
+    Repeated {
+        server: String,
+        what: String,
+        attempts: u32,
+        elapsed: Duration,
+        why: String,
+        /// Whether any attempt may have run on the server.
+        may_have_run: bool,
+        last: Box<CallError>,
+    },
     #[error("server `{server}` is busy: {reason}; try again shortly or raise `max_queue`/`max` of the pool")]
     Busy { server: String, reason: String },
     #[error("server `{server}` has not been initialised yet: send `initialize` first")]
@@ -157,7 +166,7 @@ impl CallError {
         match self {
             CallError::Died { .. } | CallError::Timeout { waiting: None, .. } => true,
             CallError::Lost { delivered, .. } => *delivered,
-            CallError::Repeated { last, .. } => last.may_have_run(),
+            CallError::Repeated { may_have_run, .. } => *may_have_run,
             _ => false,
         }
     }
@@ -220,13 +229,13 @@ impl CallError {
             CallError::WrongEra { server, supported, requested } => {
                 json!({"server": server, "supported": [supported], "requested": requested})
             }
-            CallError::Repeated { attempts, elapsed, why, last, .. } => {
+            CallError::Repeated { attempts, elapsed, why, last, may_have_run, .. } => {
                 let mut data = last.data();
                 if let Some(d) = data.as_object_mut() {
                     d.insert("attempts".into(), json!(attempts));
                     d.insert("elapsedMs".into(), json!(elapsed.as_millis() as u64));
                     d.insert("repeatedBecause".into(), json!(why));
-                    d.insert("delivered".into(), json!(last.may_have_run()));
+                    d.insert("delivered".into(), json!(may_have_run));
                 }
                 data
             }

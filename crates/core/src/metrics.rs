@@ -207,6 +207,10 @@ pub struct LiveServer {
     pub inflight: usize,
     /// (pool, ready) per instance.
     pub instances: Vec<(String, bool)>,
+    /// Calls between two attempts (being repeated).
+    pub repeating: usize,
+    /// Calls in flight whose link has carried nothing for them for a liveness window or more.
+    pub silent: usize,
 }
 
 /// The router's metrics: one per router, shared by its servers.
@@ -266,6 +270,18 @@ impl Collector for LiveCollector {
             "switchyard_calls_in_flight",
             "Calls sent to a server's instances and not yet answered",
             live.servers.iter().map(|s| (server(&s.name), s.inflight as i64)),
+        )?;
+        gauge_family(
+            &mut encoder,
+            "switchyard_calls_repeating",
+            "Calls between two attempts: switchyard repeats them (safe to repeat, never delivered, or a policy's retry)",
+            live.servers.iter().map(|s| (server(&s.name), s.repeating as i64)),
+        )?;
+        gauge_family(
+            &mut encoder,
+            "switchyard_calls_silent",
+            "Calls in flight whose link has carried nothing for them for limits.liveness_ms or more (remote servers)",
+            live.servers.iter().map(|s| (server(&s.name), s.silent as i64)),
         )?;
         let mut waiting: Vec<(ServerLabels, i64)> = live.servers.iter().map(|s| (server(&s.name), 0)).collect();
         waiting.extend(live.sessions.iter().map(|(s, _, w)| (server(s), *w as i64)));
@@ -632,6 +648,8 @@ mod tests {
                 name: "fs".into(),
                 inflight: 2,
                 instances: vec![("default".into(), true), ("default".into(), false)],
+                repeating: 1,
+                silent: 3,
             }],
             sessions: vec![("fs".into(), "stdio".into(), 1), ("fs".into(), "http".into(), 0)],
             buffered_bytes: 10,
@@ -691,6 +709,8 @@ mod tests {
     fn live_gauges_are_read_at_scrape() {
         let text = metrics().encode();
         assert_eq!(sample(&text, r#"switchyard_calls_in_flight{server="fs"}"#), 2.0);
+        assert_eq!(sample(&text, r#"switchyard_calls_repeating{server="fs"}"#), 1.0);
+        assert_eq!(sample(&text, r#"switchyard_calls_silent{server="fs"}"#), 3.0);
         assert_eq!(sample(&text, r#"switchyard_calls_waiting{server="fs"}"#), 1.0);
         assert_eq!(sample(&text, r#"switchyard_instances{server="fs",pool="default",state="ready"}"#), 1.0);
         assert_eq!(sample(&text, r#"switchyard_instances{server="fs",pool="default",state="starting"}"#), 1.0);

@@ -7,4 +7,5 @@ mod npm;
 mod python;
 mod remote;
 mod remote_fixtures;
+mod silent_links;
 mod status_page;

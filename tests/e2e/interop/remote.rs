@@ -341,6 +341,8 @@ async fn a_severed_stream_with_event_ids_is_resumed_and_the_call_completes_once(
 async fn a_call_that_ran_is_never_reported_as_undelivered() {
     let mut server = HttpServer::python(StreamableHttp, &PythonServerOptions::default());
     let (_p, mut c, _d) = started(&server.url(), StreamableHttp, "").await;
+    // The repeats wait about 10 s for the server to come back before giving up.
+    c.timeout = Duration::from_secs(40);
     let id = c.send_request("tools/call", json!({"name": "slow_echo", "arguments": {"text": "x", "ms": 3000}})).await;
     wait_runs(&server, "slow_echo", 1);
     server.stop();

@@ -15,6 +15,7 @@ use crate::gate::Permit;
 use crate::peer::ClientPeer;
 use crate::pool::Lease;
 use crate::server::Server;
+use crate::server::calls::{Stage, Track};
 use crate::upstream::{Instance, ProgressSink, Reply};
 use deadline::{NOTICE_LEVEL, Waiting, bounded};
 pub use resolve::{Effective, resolve};
@@ -89,9 +90,9 @@ struct Forwarded<'a> {
     /// Whether an attempt that failed may have run on the server (then a later attempt's
     /// "never delivered" must not tell the client the call never ran).
     may_have_run: bool,
-    /// Whether an attempt lost its link (the instance died, the response was lost): a start
+    /// When an attempt first lost its link (the instance died, the response was lost): a start
     /// that fails after that is the server coming back, worth waiting for.
-    lost_link: bool,
+    lost_link: Option<Instant>,
     /// Why the call was first repeated, for the error if every attempt fails.
     repeated_because: String,
     /// Where progress goes, shared by the attempts so that it only ever increases.
@@ -128,7 +129,7 @@ impl<'a> Forwarded<'a> {
             gathered: false,
             first_started: Instant::now(),
             may_have_run: false,
-            lost_link: false,
+            lost_link: None,
             repeated_because: String::new(),
             progress_sink: Arc::new(Rising { to: req.link.clone(), last: std::sync::Mutex::new(None) }),
         }
@@ -168,6 +169,7 @@ impl crate::upstream::ProgressSink for Rising {
 async fn run(server: &Arc<Server>, req: Request<'_>, end: &mut End) -> Option<String> {
     let mut call = Forwarded::new(server, &req);
     end.tool = call.info.tool.as_deref().map(|t| server.tool_label(t));
+    let track = server.calls.start(&call.what, req.session_label);
     loop {
         // The plugin set is read once per attempt; an attempt finishes on the set it started with.
         let set = server.policy.current();
@@ -179,7 +181,7 @@ async fn run(server: &Arc<Server>, req: Request<'_>, end: &mut End) -> Option<St
         // deadline (a black-holed link included). A policy's retries each get their own timeout.
         let cap = eff.retry.is_none().then(|| call.first_started + eff.timeout);
         let progress = call.progress.clone().map(|span| (span, call.progress_sink.clone() as Arc<dyn ProgressSink>));
-        let e = match attempt(server, &req, &eff, &call.what, progress, cap).await {
+        let e = match attempt(server, &req, &eff, &call.what, progress, cap, &track).await {
             Ok(reply) => {
                 (end.outcome, end.code) = reply_outcome(&reply, call.info.tool.is_some());
                 return Some(finish(server, &set, req.session_label, &call.info.method, reply, call.client_id).await);
@@ -188,7 +190,11 @@ async fn run(server: &Arc<Server>, req: Request<'_>, end: &mut End) -> Option<St
             Err(Stop::Failed(e)) => e,
         };
         let backoff = match call.after_failure(e, server, &eff, &req, end).await {
-            Next::Retry(backoff) => backoff,
+            Next::Retry { backoff, of, after } => {
+                let (attempt, at) = (call.info.attempt + 2, Instant::now() + backoff);
+                track.set(Stage::Repeating { attempt, of, at, after });
+                backoff
+            }
             Next::GiveUp(answer) => return Some(answer),
         };
         tokio::select! {
@@ -245,6 +251,7 @@ async fn finish(
 
 /// One attempt of a call, and its deadline.
 struct Attempt<'r, 'a> {
+    track: &'r Track<'r>,
     server: &'r Arc<Server>,
     req: &'r Request<'a>,
     eff: &'r Effective,
@@ -260,10 +267,12 @@ async fn attempt(
     what: &str,
     progress: Option<(Range<usize>, Arc<dyn ProgressSink>)>,
     cap: Option<Instant>,
+    track: &Track<'_>,
 ) -> Result<Reply, Stop> {
     let started = Instant::now();
     let deadline = (started + eff.timeout).min(cap.unwrap_or(Instant::now() + eff.timeout));
-    let attempt = Attempt { server, req, eff, what, started, deadline };
+    track.set(Stage::Gate);
+    let attempt = Attempt { track, server, req, eff, what, started, deadline };
     let (_permit, lease) = attempt.acquire().await?;
     let inst = lease.instance.clone();
     attempt.send(&inst, progress).await
@@ -308,6 +317,7 @@ impl Attempt<'_, '_> {
         };
         server.metrics.gate_wait(&server.metric_name, kind, self.started.elapsed());
         let pool = if req.modern { server.modern_pool(&eff.pool) } else { &eff.pool };
+        self.track.set(Stage::Instance(pool.name.clone()));
         let pool_wait = || pool.wait_status(req.session);
         let lease = bounded(pool.acquire(req.session), self.deadline, &req.cancel.token, &waiting, pool_wait)
             .await
@@ -335,6 +345,7 @@ impl Attempt<'_, '_> {
         let activity = Arc::new(Notify::new());
         let failed = |u: Unanswered| Stop::Failed(u.into_error(&server.name, what));
         let sent = inst.send(req.line, req.env, req.session, route, Some(activity.clone())).map_err(failed)?;
+        self.track.set(Stage::InFlight(inst.clone(), sent.upstream_id));
         let max_deadline = self.started + Duration::from_millis(server.limits.max_call_timeout_ms);
         let mut deadline = self.deadline;
         let mut reply = sent.reply;

@@ -1,6 +1,7 @@
 //! After a failed attempt: whether the call gets another (by the policy's retry or the host's
 //! default), after what backoff.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::resolve::Effective;
@@ -20,11 +21,16 @@ const NO_RETRY: Retry = Retry { attempts: 0, backoff_ms: 0 };
 const HOST_RETRY: Retry = Retry { attempts: 8, backoff_ms: 100 };
 /// The longest wait between two of the host's own repeats.
 const HOST_BACKOFF_CAP: Duration = Duration::from_secs(10);
+/// How long deciding whether a call is safe to repeat may wait for the server's tools/list.
+const HINTS_WAIT: Duration = Duration::from_secs(2);
+/// How long after a call lost its link the host keeps waiting for the server to come back,
+/// also once the crash-loop guard calls it down (a restart that takes a few seconds).
+const RESTART_WAIT: Duration = Duration::from_secs(10);
 
 /// What follows a failed attempt.
 pub(super) enum Next {
-    /// Another attempt, after this backoff.
-    Retry(Duration),
+    /// Another attempt (of at most `of` in all), after `backoff`; `after`: why, for status.
+    Retry { backoff: Duration, of: u32, after: String },
     /// No other attempt: the client gets this error.
     GiveUp(String),
 }
@@ -36,7 +42,7 @@ impl Forwarded<'_> {
     pub(super) async fn after_failure(
         &mut self,
         mut e: CallError,
-        server: &Server,
+        server: &Arc<Server>,
         eff: &Effective,
         req: &Request<'_>,
         end: &mut End,
@@ -46,10 +52,14 @@ impl Forwarded<'_> {
             server.metrics.timeout(&server.metric_name, end.tool.as_ref());
         }
         let link_lost = matches!(e, CallError::Died { .. } | CallError::Lost { .. });
-        // An instance start that failed after this call lost its link: the server is on its way
-        // back (a restart), unless the crash-loop guard says it is down.
-        let coming_back = matches!(e, CallError::Down { .. }) && self.lost_link && !server.is_down();
-        self.lost_link |= link_lost;
+        // An instance start that failed after this call lost its link: the server may be on its
+        // way back (a restart). Waited for a while, then only while the crash-loop guard lets
+        // starts through.
+        let coming_back = matches!(e, CallError::Down { .. })
+            && self.lost_link.is_some_and(|at| at.elapsed() < RESTART_WAIT || !server.is_down());
+        if link_lost && self.lost_link.is_none() {
+            self.lost_link = Some(tokio::time::Instant::now());
+        }
         let unseen = e.never_delivered() || coming_back;
         let (retry, why) = match (e.is_retryable(), eff.retry) {
             (true, Some(r)) => (r, "a policy's retry asks for it"),
@@ -87,6 +97,7 @@ impl Forwarded<'_> {
                     attempts: call.attempt + 1,
                     elapsed: self.first_started.elapsed(),
                     why: self.repeated_because.clone(),
+                    may_have_run: self.may_have_run,
                     last: Box::new(e),
                 };
             }
@@ -114,15 +125,15 @@ impl Forwarded<'_> {
             "{what} failed ({e}); repeating it ({} of at most {}) in {} ms because {why}",
             call.attempt + 1, retry.attempts, backoff.as_millis()
         );
-        Next::Retry(backoff)
+        Next::Retry { backoff, of: retry.attempts + 1, after: e.cause() }
     }
 
     /// Whether the call is safe to repeat by what the server itself declared: a tool whose own
     /// annotations say read-only or idempotent (never a policy's override, which is for the
     /// client's scheduling), or one of MCP's read-only methods (lists, reads, gets, completion).
-    async fn safe(&self, server: &Server) -> bool {
+    async fn safe(&self, server: &Arc<Server>) -> bool {
         match self.info.tool.as_deref() {
-            Some(tool) => server.declared_hints(tool).is_idempotent(),
+            Some(tool) => server.declared_hints_fetched(tool, HINTS_WAIT).await.is_some_and(|h| h.is_idempotent()),
             None => {
                 let m = self.info.method.as_str();
                 m.ends_with("/list") || m.ends_with("/read") || m.ends_with("/get") || m == "completion/complete"

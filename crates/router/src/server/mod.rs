@@ -24,6 +24,7 @@ use switchyard_core::metrics::{Metrics, ToolNames};
 use switchyard_policy::Policy;
 
 mod breaker;
+pub mod calls;
 pub mod fanout;
 mod health;
 mod init;
@@ -76,6 +77,8 @@ pub struct Server {
     /// never the set-up of a new one.
     reconciling: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
     counts: status::Counts,
+    /// The calls running now, for status.
+    pub calls: calls::Calls,
     /// The router's metrics, and this server's name and tool labels for them.
     pub metrics: Arc<Metrics>,
     pub metric_name: Arc<str>,
@@ -154,6 +157,7 @@ impl Server {
                 tools: RwLock::new(ToolCache::default()),
                 reconciling: Mutex::new(HashMap::new()),
                 counts: Default::default(),
+                calls: Default::default(),
                 metric_name: Arc::from(name.as_str()),
                 metrics,
                 tool_labels: ToolNames::default(),

@@ -55,6 +55,7 @@ impl Server {
             "last_error": *self.counts.last_error.lock().expect("lock"),
             "initialized": self.init_result.initialized(),
             "instances": instances,
+            "calls": self.calls.status(),
         })
     }
 }

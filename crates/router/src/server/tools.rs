@@ -52,6 +52,26 @@ impl Server {
         self.tools.read().expect("lock").declared.get(tool).cloned().unwrap_or_default()
     }
 
+    /// The hints `tool` was declared with, fetching tools/list first when it is not known yet
+    /// (the fetch after initialize may not have finished, or the instance it ran on died).
+    /// Waits at most `within` for an instance to ask; None: the server did not declare it.
+    pub async fn declared_hints_fetched(self: &Arc<Self>, tool: &str, within: Duration) -> Option<Hints> {
+        let known = |s: &Self| s.tools.read().expect("lock").declared.get(tool).cloned();
+        if let Some(h) = known(self) {
+            return Some(h);
+        }
+        let fetch = async {
+            loop {
+                if self.all_instances().iter().any(|i| i.is_ready() && !self.is_modern(i)) {
+                    return self.refresh_tools().await;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        let _ = tokio::time::timeout(within, fetch).await;
+        known(self)
+    }
+
     /// The label of `tool` in metrics: its name when the server declared it (see
     /// [`switchyard_core::metrics::ToolNames`]), else `other`.
     pub fn tool_label(&self, tool: &str) -> Arc<str> {

@@ -157,6 +157,11 @@ impl Instance {
     pub fn uptime(&self) -> Duration {
         self.started.elapsed()
     }
+    /// How long the link has carried nothing for request `upstream` (None: not known, or a
+    /// transport that does not tell).
+    pub fn silent_for(&self, upstream: u64) -> Option<Duration> {
+        self.transport()?.silent_for(upstream)
+    }
     fn transport(&self) -> Option<Arc<dyn Transport>> {
         self.transport.lock().expect("lock").clone()
     }

@@ -89,6 +89,11 @@ pub trait Transport: Send + Sync + 'static {
     }
     /// Where the instance lives, for logs and errors: `pid 4242`, or the URL (never a header value).
     fn endpoint(&self) -> String;
+    /// How long the link has carried nothing for request `id`, when the transport watches that
+    /// (remote ones do), for status.
+    fn silent_for(&self, _id: u64) -> Option<Duration> {
+        None
+    }
     /// Diagnostic lines seen so far (a child's stderr), oldest first.
     fn stderr_tail(&self) -> Vec<String> {
         Vec::new()

@@ -112,6 +112,21 @@ fn render(s: &serde_json::Value) -> String {
                 if i["ready"] == true { "" } else { ", starting" }
             );
         }
+        for c in server["calls"].as_array().into_iter().flatten() {
+            let on = c["instance"].as_str().map(|i| format!(" on {i}")).unwrap_or_default();
+            let silent = match c["silent_ms"].as_u64() {
+                Some(s) if s >= 1000 => format!(", nothing from the link for {}", human_ms(s)),
+                _ => String::new(),
+            };
+            let _ = writeln!(
+                out,
+                "  call {} of session {}, {}: {}{on}{silent}",
+                printable(c["call"].as_str().unwrap_or("?")),
+                c["session"].as_str().unwrap_or("?"),
+                ms(&c["age_ms"]),
+                printable(c["state"].as_str().unwrap_or("?"))
+            );
+        }
         for c in server["sessions"].as_array().into_iter().flatten() {
             let _ = writeln!(
                 out,
@@ -180,7 +195,9 @@ mod tests {
             "uptime_ms": 61_000, "plugins": ["hints.wasm"], "plugins_dir": "/p",
             "servers": [{"name": "fs", "target": "npx fs", "starts": 1, "restarts": 0, "last_error": null,
                 "instances": [{"label": "fs#1", "pool": "default", "pid": 42, "url": null, "uptime_ms": 500, "inflight": 1, "ready": true}],
-                "sessions": [{"label": "unix-3", "client": "claude-code 1.0", "uptime_ms": 1500, "inflight": 1, "waiting": 0}]},
+                "sessions": [{"label": "unix-3", "client": "claude-code 1.0", "uptime_ms": 1500, "inflight": 1, "waiting": 0}],
+                "calls": [{"call": "tools/call `read_file`", "session": "unix-3", "age_ms": 12_300, "state": "in flight",
+                    "instance": "fs#1", "silent_ms": 11_000}]},
                 {"name": "tools", "target": "python3 ${DIR}/s.py", "client_env": ["DIR", "KEY"], "variants": ["tools@1"]},
                 {"name": "tools@1", "template": "tools", "target": "python3 ${DIR}/s.py", "starts": 1, "restarts": 0,
                  "last_error": null, "instances": [], "sessions": []}],
@@ -195,6 +212,7 @@ mod tests {
             "hints.wasm",
             "server fs: npx fs",
             "fs#1 [default] pid 42",
+            "call tools/call `read_file` of session unix-3, 12.3 s: in flight on fs#1, nothing from the link for 11.0 s",
             "claude-code 1.0",
             "server web: cannot be used: TOKEN is not set",
             "server tools: python3 ${DIR}/s.py\n  one server per distinct set of client values of DIR, KEY (connect --env DIR,KEY); running: tools@1",

@@ -268,6 +268,10 @@ impl Transport for Legacy {
         self.core.watch.settled(id);
     }
 
+    fn silent_for(&self, id: u64) -> Option<std::time::Duration> {
+        self.core.watch.silent_for(id)
+    }
+
     fn close(&self) -> BoxFuture<'_, ()> {
         // The protocol has no goodbye: closing the stream ends the session.
         Box::pin(self.core.finish("closed".into()))

@@ -104,14 +104,25 @@ impl Watch {
         })
     }
 
-    /// The request silent longest at `now`, if any is waiting.
-    pub fn longest_silence(&self, now: Instant) -> Option<Silence> {
+    /// How long request `id` has had nothing from its link (None: not watched).
+    pub fn silent_for(&self, id: u64) -> Option<Duration> {
+        Some(Instant::now().saturating_duration_since(self.last_heard(id)?))
+    }
+
+    /// The request silent longest at `now`, if any is waiting. On a shared stream the silence is
+    /// the stream's, counted also from before the request (a stream that went quiet while idle
+    /// is as suspect as one that went quiet under a call), once the request has waited `grace`.
+    pub fn longest_silence(&self, now: Instant, grace: Duration) -> Option<Silence> {
         let st = self.state.lock().unwrap();
-        let stream = st.stream.filter(|_| self.is_shared());
+        let shared = self.is_shared();
         st.waiting
             .iter()
+            .filter(|(_, (sent, _))| !shared || now.saturating_duration_since(*sent) >= grace)
             .map(|(id, (_, last))| {
-                let last = stream.map_or(*last, |s| s.max(*last));
+                let last = match (shared, st.stream) {
+                    (true, Some(stream)) => stream,
+                    _ => *last,
+                };
                 Silence { id: *id, silent: now.saturating_duration_since(last), waiting: st.waiting.len() }
             })
             .max_by_key(|s| (s.silent, std::cmp::Reverse(s.id)))
@@ -139,21 +150,21 @@ impl Watch {
     }
 }
 
-/// How long a probe may take: a third of the window, between 0.3 and 5 s.
+/// How long a probe may take: a quarter of the window, between 0.3 and 5 s.
 pub(super) fn probe_timeout(window: Duration) -> Duration {
-    (window / 3).clamp(Duration::from_millis(300), Duration::from_secs(5))
+    (window / 4).clamp(Duration::from_millis(300), Duration::from_secs(5))
 }
 
 /// Watches the transport's requests until it ends: see the module documentation.
 pub(super) async fn watchdog(core: Arc<Core>, window: Duration, probe: Probe, kind: ProbeKind) {
-    let tick = (window / 20).clamp(Duration::from_millis(20), Duration::from_millis(500));
+    let tick = (window / 40).clamp(Duration::from_millis(20), Duration::from_millis(250));
     let within = probe_timeout(window);
     // When the last probe was answered: the next waits for another window of silence.
     let mut passed: Option<Instant> = None;
     loop {
         tokio::time::sleep(tick).await;
         let now = Instant::now();
-        let Some(s) = core.watch.longest_silence(now) else { continue };
+        let Some(s) = core.watch.longest_silence(now, window / 10) else { continue };
         if s.silent < window || passed.is_some_and(|t| now.saturating_duration_since(t) < window) {
             continue;
         }
@@ -161,6 +172,7 @@ pub(super) async fn watchdog(core: Arc<Core>, window: Duration, probe: Probe, ki
         let failed = match tokio::time::timeout(within, probe()).await {
             Ok(Ok(())) => {
                 passed = Some(Instant::now());
+                core.renew_pool();
                 tracing::debug!(
                     instance = %core.label,
                     "request {} has had nothing from {} for {:.1} s, but the server answered a probe in {} ms: a slow call, still waiting",
@@ -191,27 +203,37 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_longest_silence_is_per_request_unless_the_stream_is_shared() {
         let w = Watch::new(false);
-        assert_eq!(w.longest_silence(Instant::now()), None);
+        let grace = Duration::from_secs(1);
+        assert_eq!(w.longest_silence(Instant::now(), grace), None);
         w.sent(1);
         tokio::time::advance(Duration::from_secs(3)).await;
         w.sent(2);
         tokio::time::advance(Duration::from_secs(2)).await;
-        let s = w.longest_silence(Instant::now()).unwrap();
+        let s = w.longest_silence(Instant::now(), grace).unwrap();
         assert_eq!((s.id, s.silent, s.waiting), (1, Duration::from_secs(5), 2));
         w.heard(1);
-        assert_eq!(w.longest_silence(Instant::now()).unwrap().id, 2);
+        assert_eq!(w.longest_silence(Instant::now(), grace).unwrap().id, 2);
         // Bytes on a stream of their own do not speak for another request's.
         w.heard_stream();
-        assert_eq!(w.longest_silence(Instant::now()).unwrap().silent, Duration::from_secs(2));
+        assert_eq!(w.longest_silence(Instant::now(), grace).unwrap().silent, Duration::from_secs(2));
         w.settled(2);
         w.settled(1);
-        assert_eq!(w.longest_silence(Instant::now()), None);
+        assert_eq!(w.longest_silence(Instant::now(), grace), None);
 
         let shared = Watch::new(true);
+        shared.heard_stream();
         shared.sent(7);
         tokio::time::advance(Duration::from_secs(4)).await;
         shared.heard_stream();
-        assert_eq!(shared.longest_silence(Instant::now()).unwrap().silent, Duration::ZERO);
+        assert_eq!(shared.longest_silence(Instant::now(), grace).unwrap().silent, Duration::ZERO);
+        // A shared stream quiet for 20 s: a request sent now is judged by that silence, once it
+        // has waited its grace.
+        shared.settled(7);
+        tokio::time::advance(Duration::from_secs(20)).await;
+        shared.sent(8);
+        assert_eq!(shared.longest_silence(Instant::now(), grace), None, "within its grace");
+        tokio::time::advance(grace).await;
+        assert_eq!(shared.longest_silence(Instant::now(), grace).unwrap().silent, Duration::from_secs(21));
     }
 
     #[tokio::test(start_paused = true)]
@@ -233,8 +255,8 @@ mod tests {
     }
 
     #[test]
-    fn the_probe_gets_a_third_of_the_window_within_bounds() {
-        assert_eq!(probe_timeout(Duration::from_secs(10)), Duration::from_secs(10) / 3);
+    fn the_probe_gets_a_quarter_of_the_window_within_bounds() {
+        assert_eq!(probe_timeout(Duration::from_secs(10)), Duration::from_millis(2500));
         assert_eq!(probe_timeout(Duration::from_millis(600)), Duration::from_millis(300));
         assert_eq!(probe_timeout(Duration::from_secs(60)), Duration::from_secs(5));
     }

@@ -150,7 +150,9 @@ struct Core {
     metrics: Option<Arc<switchyard_core::metrics::Metrics>>,
     label: String,
     url: Url,
-    client: reqwest::Client,
+    /// Replaced (a new connection pool) when the watchdog found a request silent on a link that
+    /// answers probes: its connection may be one that died, and later requests must not get it.
+    client: Mutex<reqwest::Client>,
     headers: HeaderMap,
     /// Names of the configured headers and the variables their values came from.
     header_sources: Vec<(String, Vec<String>)>,
@@ -208,7 +210,7 @@ impl Core {
             server: spec.server.clone(),
             label,
             url,
-            client,
+            client: Mutex::new(client),
             headers,
             header_sources: spec.headers.iter().map(|h| (h.name.clone(), h.vars.clone())).collect(),
             secrets: secrets_of(spec),
@@ -234,6 +236,15 @@ impl Core {
             return;
         }
         self.spawn(liveness::watchdog(self.clone(), window, probe, kind));
+    }
+
+    /// Later requests go on new connections: the pooled ones may include dead ones. Requests in
+    /// flight keep theirs.
+    fn renew_pool(&self) {
+        match client_builder(self.connect_timeout).pool_idle_timeout(IDLE_CONNECTION).build() {
+            Ok(c) => *self.client.lock().unwrap() = c,
+            Err(e) => tracing::debug!(instance = %self.label, "kept the connection pool: {e}"),
+        }
     }
 
     /// The client for probes: every request on a new connection.
@@ -331,7 +342,8 @@ impl Core {
 
     /// A request with the configured headers.
     fn request(&self, method: reqwest::Method, url: Url) -> RequestBuilder {
-        self.client.request(method, url).headers(self.headers.clone())
+        let client = self.client.lock().unwrap().clone();
+        client.request(method, url).headers(self.headers.clone())
     }
 
     /// The GET that opens an SSE stream.
@@ -444,14 +456,12 @@ async fn deliver_reports(
 }
 
 fn build_client(spec: &RemoteSpec) -> Result<reqwest::Client, reqwest::Error> {
-    client_builder(spec.connect_timeout)
-        // An idle connection may have died unseen (a NAT that forgot it, a laptop that slept):
-        // one idle for a few seconds is not reused, as browsers' and the SDKs' HTTP stacks do.
-        .pool_idle_timeout(IDLE_CONNECTION)
-        .build()
+    client_builder(spec.connect_timeout).pool_idle_timeout(IDLE_CONNECTION).build()
 }
 
-/// How long an idle pooled connection is kept for the next request.
+/// How long an idle pooled connection is kept for the next request. An idle connection may have
+/// died unseen (a NAT that forgot it, a laptop that slept): one idle for a few seconds is not
+/// reused, as the SDKs' HTTP stacks do.
 const IDLE_CONNECTION: Duration = Duration::from_secs(4);
 
 fn client_builder(connect_timeout: Duration) -> reqwest::ClientBuilder {

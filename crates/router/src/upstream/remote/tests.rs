@@ -957,7 +957,7 @@ async fn a_black_holed_link_is_probed_and_ended_after_one_window() {
     rec.response(2).await;
     proxy.black_hole(true);
     t.send(call(3, "echo")).unwrap();
-    // One window, a probe of at most a third of one (but 0.3 s at least), and a tick.
+    // One window, a probe of at most a quarter of one (but 0.3 s at least), and a tick.
     let status = ended_within(&rec, WINDOW * 2 + Duration::from_millis(500)).await;
     assert!(status.contains("went silent"), "{status}");
     assert!(status.contains("HEAD request on a fresh connection"), "{status}");

@@ -60,12 +60,18 @@
     var servers = (s.servers || []).concat((s.retired || []).map(function (r) { r.retired = true; return r; }));
     var instances = [];
     var sessions = [];
+    var calls = [];
     fill("servers", servers.map(function (v) {
       var inflight = 0;
       (v.instances || []).forEach(function (i) {
         inflight += i.inflight || 0;
         instances.push([i.label, i.pool, i.pid ? "pid " + i.pid : (i.url || ""),
           i.ready ? { cls: "ok", text: "ready" } : { cls: "warn", text: "starting" }, num(i.inflight), ms(i.uptime_ms)]);
+      });
+      (v.calls || []).forEach(function (c) {
+        var silent = c.silent_ms === null || c.silent_ms === undefined ? "" : ms(c.silent_ms);
+        var quiet = c.silent_ms >= 10000 ? { cls: "warn", text: silent } : silent;
+        calls.push([{ cls: "mono", text: c.call }, v.name, c.session, ms(c.age_ms), c.state, c.instance || "", quiet]);
       });
       (v.sessions || []).forEach(function (c) {
         sessions.push([c.label, v.name, c.transport, c.client || "(not initialised yet)",
@@ -82,6 +88,7 @@
       return [b.name, "", { cls: "bad", text: "cannot be used" }, "", "", "", { cls: "bad", text: b.error }];
     })), 7);
     fill("instances", instances, 6);
+    fill("calls", calls, 7);
     fill("sessions", sessions, 7);
 
     var plugins = $("plugins");

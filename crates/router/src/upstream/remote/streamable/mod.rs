@@ -322,6 +322,11 @@ impl Transport for Streamable {
         Box::pin(self.inner.core.finish("killed".into()))
     }
 
+    fn silent_for(&self, id: u64) -> Option<Duration> {
+        // `auto` turned legacy: the legacy transport shares this core, and so its watch.
+        self.inner.core.watch.silent_for(id)
+    }
+
     fn endpoint(&self) -> String {
         let url = self.inner.core.shown_url();
         match &self.inner.state.lock().unwrap().session {

@@ -274,7 +274,23 @@ impl Inner {
             if let Some(v) = version.as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
                 req = req.header(mcp::header::PROTOCOL_VERSION, v);
             }
-            let sent = req.send().await;
+            // The resume's answer is bounded like its stream: a server whose event store is stuck
+            // may never send the headers.
+            let sent = match core.liveness {
+                Some(window) => match tokio::time::timeout(window, req.send()).await {
+                    Ok(sent) => sent,
+                    Err(_) => {
+                        let waited = window.as_secs_f64();
+                        tracing::info!(instance = %core.label,
+                            "gave up resuming the response stream of request {id}: no answer to the resume within {waited:.1} s");
+                        core.lost(id, maybe_delivered(format!(
+                            "the response stream from {url} ended before the response ({cause}); resuming it got no answer within {waited:.1} s"
+                        )));
+                        return;
+                    }
+                },
+                None => req.send().await,
+            };
             unreachable = matches!(&sent, Err(e) if never_sent(e));
             match sent {
                 Ok(mut r) if r.status().is_success() && is_event_stream(&r) => {

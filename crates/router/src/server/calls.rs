@@ -1,0 +1,152 @@
+//! The calls a server is running, for `status`, the page and `/metrics`: what each is, whose it
+//! is, how old, what it waits for, and when its link last carried anything for it. A call is
+//! registered when it starts and leaves when it ends, whatever way it ends (its [`Track`] is
+//! dropped).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use crate::upstream::Instance;
+
+/// What a call is doing now.
+#[derive(Clone)]
+pub enum Stage {
+    /// Waiting for the server's gate (an exclusive or keyed call ahead of it).
+    Gate,
+    /// Waiting for an instance of this pool (starting, or all busy).
+    Instance(String),
+    /// Sent to this instance under this upstream id; waiting for its answer.
+    InFlight(Arc<Instance>, u64),
+    /// An attempt failed; the next (`attempt` of at most `of`) starts at `at`.
+    Repeating { attempt: u32, of: u32, at: Instant, after: String },
+}
+
+struct Entry {
+    what: String,
+    session: String,
+    started: Instant,
+    stage: Stage,
+}
+
+/// Every call the server is running.
+#[derive(Default)]
+pub struct Calls {
+    next: AtomicU64,
+    running: Mutex<BTreeMap<u64, Entry>>,
+}
+
+/// One call's place in [`Calls`]; dropping it takes the call out.
+pub struct Track<'a> {
+    calls: &'a Calls,
+    id: u64,
+}
+
+impl Calls {
+    /// Registers a call (`what`: e.g. "tools/call `echo`") of `session`, waiting for the gate.
+    pub fn start(&self, what: &str, session: &str) -> Track<'_> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let entry =
+            Entry { what: what.to_string(), session: session.to_string(), started: Instant::now(), stage: Stage::Gate };
+        self.running.lock().expect("lock").insert(id, entry);
+        Track { calls: self, id }
+    }
+
+    /// How many calls are repeating (between two attempts) now.
+    pub fn repeating(&self) -> usize {
+        self.running.lock().expect("lock").values().filter(|e| matches!(e.stage, Stage::Repeating { .. })).count()
+    }
+
+    /// How many calls in flight have had nothing from their link for `at_least`.
+    pub fn silent(&self, at_least: Duration) -> usize {
+        let running = self.running.lock().expect("lock");
+        running
+            .values()
+            .filter(|e| match &e.stage {
+                Stage::InFlight(inst, upstream) => inst.silent_for(*upstream).is_some_and(|s| s >= at_least),
+                _ => false,
+            })
+            .count()
+    }
+
+    /// The calls as `status --json` shows them, oldest first.
+    pub fn status(&self) -> Vec<Value> {
+        let now = Instant::now();
+        let running = self.running.lock().expect("lock");
+        running
+            .values()
+            .map(|e| {
+                let ms = |d: Duration| d.as_millis() as u64;
+                let (state, instance, silent) = match &e.stage {
+                    Stage::Gate => ("waiting for the gate".to_string(), None, None),
+                    Stage::Instance(pool) => (format!("waiting for an instance of pool `{pool}`"), None, None),
+                    Stage::InFlight(inst, upstream) => {
+                        ("in flight".to_string(), Some(inst.label().to_string()), inst.silent_for(*upstream))
+                    }
+                    Stage::Repeating { attempt, of, at, after } => {
+                        let wait = at.saturating_duration_since(now).as_millis();
+                        (
+                            format!("repeating (attempt {attempt} of at most {of}) in {wait} ms, after: {after}"),
+                            None,
+                            None,
+                        )
+                    }
+                };
+                json!({
+                    "call": e.what,
+                    "session": e.session,
+                    "age_ms": ms(now.saturating_duration_since(e.started)),
+                    "state": state,
+                    "instance": instance,
+                    "silent_ms": silent.map(ms),
+                })
+            })
+            .collect()
+    }
+}
+
+impl Track<'_> {
+    pub fn set(&self, stage: Stage) {
+        if let Some(e) = self.calls.running.lock().expect("lock").get_mut(&self.id) {
+            e.stage = stage;
+        }
+    }
+}
+
+impl Drop for Track<'_> {
+    fn drop(&mut self) {
+        self.calls.running.lock().expect("lock").remove(&self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_is_shown_while_it_runs_with_its_stage_and_age() {
+        let calls = Calls::default();
+        let track = calls.start("tools/call `echo`", "stdio-1");
+        tokio::time::advance(Duration::from_millis(1500)).await;
+        track.set(Stage::Instance("default".into()));
+        let shown = calls.status();
+        assert_eq!(shown.len(), 1);
+        assert_eq!(shown[0]["call"], "tools/call `echo`");
+        assert_eq!(shown[0]["session"], "stdio-1");
+        assert_eq!(shown[0]["age_ms"], 1500);
+        assert_eq!(shown[0]["state"], "waiting for an instance of pool `default`");
+        let at = Instant::now() + Duration::from_millis(400);
+        track.set(Stage::Repeating { attempt: 2, of: 9, at, after: "instance fake#1 ended".into() });
+        assert_eq!(calls.repeating(), 1);
+        assert_eq!(
+            calls.status()[0]["state"],
+            "repeating (attempt 2 of at most 9) in 400 ms, after: instance fake#1 ended"
+        );
+        drop(track);
+        assert!(calls.status().is_empty(), "an ended call is gone");
+    }
+}
