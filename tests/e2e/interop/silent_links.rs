@@ -178,3 +178,130 @@ async fn a_tool_a_policy_shows_as_read_only_is_not_repeated_after_a_drop() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(server.runs("slow_counter"), 1, "a write shown as read-only was repeated");
 }
+
+/// Through the daemon (`switchyard connect`): a call whose link went silent is shown by
+/// `status` while it waits (state, instance, how long the link has been silent), is answered
+/// within 15 s naming the link, and the next call after the heal works.
+#[tokio::test]
+async fn through_connect_a_silent_call_is_shown_by_status_and_answered_within_15_s() {
+    let server = HttpServer::python(StreamableHttp, &PythonServerOptions::default());
+    let proxy = FaultProxy::start(server.addr());
+    let home = switchyard_testkit::daemon::Home::new();
+    let url = server.url_via(proxy.addr());
+    home.write_config(&format!("[servers.remote]\nurl = \"{url}\"\ntransport = \"streamable-http\"\n"));
+    let (p, mut c) = home.client("remote").await;
+    c.timeout = Duration::from_secs(40);
+    c.request("tools/list", json!({})).await;
+    assert_eq!(c.call_text("echo", json!({"text": "before"})).await, "before");
+    proxy.strand();
+    proxy.black_hole(true);
+    let id = c.send_request("tools/call", json!({"name": "slow_counter", "arguments": {"ms": 60000}})).await;
+    let silent = Instant::now();
+    let status = home
+        .wait_status("the call silent for 2 s", Duration::from_secs(10), |s| {
+            s["servers"][0]["calls"].as_array().into_iter().flatten().any(|c| c["silent_ms"].as_u64() >= Some(2000))
+        })
+        .await;
+    let shown = &status["servers"][0]["calls"][0];
+    assert_eq!(shown["call"], "tools/call `slow_counter`", "{status:#}");
+    assert_eq!(shown["state"], "in flight", "{status:#}");
+    assert_eq!(shown["instance"], "remote#1", "{status:#}");
+    let text = home.status_text().await;
+    assert!(
+        text.contains("call tools/call `slow_counter` of session") && text.contains("nothing from the link for"),
+        "{text}"
+    );
+    let resp = c.wait_response(&id).await;
+    let took = silent.elapsed();
+    eprintln!("through connect: link silent mid-call -> answered in {took:?}");
+    let why = error_message(&resp);
+    assert!(took < Duration::from_secs(15) && why.contains("went silent"), "after {took:?}: {why}");
+    proxy.black_hole(false);
+    assert_eq!(c.call_text("echo", json!({"text": "after"})).await, "after");
+    let status = home.status_json().await;
+    assert_eq!(status["servers"][0]["calls"], json!([]), "no call left running: {status:#}");
+    drop((c, p));
+    home.shutdown().await;
+}
+
+/// Through the daemon's HTTP front: an idle upstream link that went silent and healed answers
+/// the front's next call at once.
+#[tokio::test]
+async fn through_the_http_front_an_idle_link_that_went_silent_answers_the_next_call_at_once() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let server = HttpServer::python(StreamableHttp, &PythonServerOptions::default());
+    let proxy = FaultProxy::start(server.addr());
+    let home = switchyard_testkit::daemon::Home::new();
+    let url = server.url_via(proxy.addr());
+    home.write_config(&format!(
+        "[http]\nlisten = \"127.0.0.1:0\"\n\n[servers.remote]\nurl = \"{url}\"\ntransport = \"streamable-http\"\n"
+    ));
+    let (base, token) = home.start_http().await;
+    let front = FrontClient { http: reqwest::Client::new(), url: format!("{base}/mcp/remote"), token, session: None };
+    let mut front = front;
+    front.initialize().await;
+    assert_eq!(tool_text(&front.call(1, "echo", json!({"text": "before"})).await), "before");
+    proxy.strand();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let started = Instant::now();
+    let resp = front.call(2, "echo", json!({"text": "after"})).await;
+    let took = started.elapsed();
+    eprintln!("through the front: idle upstream link stranded and healed -> next call answered in {took:?}");
+    assert_eq!(tool_text(&resp), "after", "{resp}");
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    home.shutdown().await;
+}
+
+/// A minimal client of the daemon's HTTP front: one session, each request's SSE answer read to
+/// its response.
+struct FrontClient {
+    http: reqwest::Client,
+    url: String,
+    token: String,
+    session: Option<String>,
+}
+
+impl FrontClient {
+    async fn post(&self, body: Value) -> reqwest::Response {
+        let mut req = self
+            .http
+            .post(&self.url)
+            .bearer_auth(&self.token)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body.to_string());
+        if let Some(s) = &self.session {
+            req = req.header("mcp-session-id", s).header("mcp-protocol-version", "2025-11-25");
+        }
+        let resp = tokio::time::timeout(Duration::from_secs(30), req.send()).await.expect("the front answered");
+        resp.expect("the POST reached the front")
+    }
+
+    /// The response in an answer (SSE or JSON).
+    async fn answer(resp: reqwest::Response) -> Value {
+        let text = tokio::time::timeout(Duration::from_secs(30), resp.text()).await.expect("in time").unwrap();
+        let data: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim).collect();
+        let messages: Vec<Value> = if data.is_empty() {
+            vec![serde_json::from_str(&text).unwrap()]
+        } else {
+            data.iter().filter(|d| !d.is_empty()).map(|d| serde_json::from_str(d).unwrap()).collect()
+        };
+        messages.into_iter().find(|m| m.get("id").is_some() && m.get("method").is_none()).expect("a response")
+    }
+
+    async fn initialize(&mut self) {
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "silent-e2e", "version": "1"}}});
+        let resp = self.post(init).await;
+        self.session = Some(resp.headers()["mcp-session-id"].to_str().unwrap().to_string());
+        let answer = Self::answer(resp).await;
+        assert!(answer["result"]["serverInfo"].is_object(), "{answer}");
+        let note = self.post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+        assert_eq!(note.status(), 202);
+    }
+
+    async fn call(&self, id: u64, tool: &str, arguments: Value) -> Value {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": arguments}});
+        Self::answer(self.post(body).await).await
+    }
+}
