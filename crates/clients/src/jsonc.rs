@@ -47,7 +47,13 @@ pub struct SyntaxError {
 
 impl Doc {
     pub fn parse(text: &str) -> Result<Doc, SyntaxError> {
-        let plain = blank(text)?;
+        Doc::parse_with(text, true)
+    }
+
+    /// [`Doc::parse`], with trailing commas an error when `trailing_commas` is false (for a
+    /// client that reads comments but not those).
+    pub fn parse_with(text: &str, trailing_commas: bool) -> Result<Doc, SyntaxError> {
+        let plain = blank(text, trailing_commas)?;
         // serde_json judges the whole document first: its errors carry line and column, and
         // once it accepts the text the span scanner below can trust the structure.
         // Read into values, not skipped: a number out of range (`1e400`) is an error here, not
@@ -84,7 +90,7 @@ impl Node {
 }
 
 /// The text with comments, trailing commas and a leading byte-order mark replaced by spaces.
-fn blank(text: &str) -> Result<String, SyntaxError> {
+fn blank(text: &str, trailing_commas: bool) -> Result<String, SyntaxError> {
     let mut out = text.as_bytes().to_vec();
     let b = text.as_bytes();
     let fail = |at: usize, message: &str| {
@@ -139,6 +145,12 @@ fn blank(text: &str) -> Result<String, SyntaxError> {
             }
             b'}' | b']' => {
                 if let Some(c) = comma.take() {
+                    if !trailing_commas {
+                        return fail(
+                            c,
+                            "a trailing comma, which this client does not read either (its file does not load): remove it",
+                        );
+                    }
                     out[c] = b' ';
                 }
                 i += 1;

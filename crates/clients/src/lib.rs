@@ -1,9 +1,10 @@
-//! The MCP client configurations on this machine (Claude Desktop, Claude Code, Cursor, VS Code):
-//! where they are and which servers they run, each entry with the byte span of its text so a
-//! writer ([`wrap`]) can replace it and keep the rest of the file as it was.
+//! The MCP client configurations on this machine (Claude Desktop, Claude Code, Cursor, VS Code,
+//! Codex, Gemini CLI): where they are and which servers they run, each entry with the byte span of
+//! its text so a writer ([`wrap`]) can replace it and keep the rest of the file as it was.
 
 #![forbid(unsafe_code)]
 
+mod codex;
 pub mod jsonc;
 pub mod list;
 pub mod wrap;
@@ -23,10 +24,15 @@ pub enum Client {
     ClaudeCode,
     Cursor,
     VsCode,
+    /// Codex CLI: TOML, `[mcp_servers.NAME]` tables.
+    Codex,
+    /// Gemini CLI: `mcpServers` in its settings.json.
+    Gemini,
 }
 
 impl Client {
-    pub const ALL: [Client; 4] = [Client::ClaudeDesktop, Client::ClaudeCode, Client::Cursor, Client::VsCode];
+    pub const ALL: [Client; 6] =
+        [Client::ClaudeDesktop, Client::ClaudeCode, Client::Cursor, Client::VsCode, Client::Codex, Client::Gemini];
 
     /// The name a user types (`--client claude-code`).
     pub fn name(self) -> &'static str {
@@ -35,15 +41,25 @@ impl Client {
             Client::ClaudeCode => "claude-code",
             Client::Cursor => "cursor",
             Client::VsCode => "vscode",
+            Client::Codex => "codex",
+            Client::Gemini => "gemini",
         }
     }
 
-    /// The key of the server map: VS Code's own `mcp.json` says `servers`, the others `mcpServers`.
+    /// The key of the server map: VS Code's own `mcp.json` says `servers`, Codex's TOML
+    /// `mcp_servers`, the others `mcpServers`.
     pub fn servers_key(self) -> &'static str {
         match self {
             Client::VsCode => "servers",
+            Client::Codex => "mcp_servers",
             _ => "mcpServers",
         }
+    }
+
+    /// Whether the client reads a trailing comma (`[1, 2,]`) in its file. Gemini CLI parses its
+    /// settings with `JSON.parse` once comments are stripped, so a trailing comma breaks them.
+    fn trailing_commas(self) -> bool {
+        !matches!(self, Client::Gemini)
     }
 }
 
@@ -87,6 +103,9 @@ pub struct Entry {
     /// Keys of the entry this model does not hold (`envFile`, `auth`, `headersHelper`, ...),
     /// which a writer must carry over or refuse to replace the entry.
     pub unknown: Vec<String>,
+    /// Why a writer cannot replace the entry's text although it reads (a Codex server written as
+    /// dotted keys, or as tables apart in the file): None for most.
+    pub stuck: Option<String>,
     /// The bytes of the entry's value (`{` to `}`) in the file.
     pub span: Range<usize>,
 }
@@ -158,10 +177,15 @@ pub fn locations(home: &Path, project: Option<&Path>, env: &dyn Fn(&str) -> Opti
     for dir in &desktop_dirs {
         add(Client::VsCode, dir.join("Code").join("User").join("mcp.json"), Scope::User);
     }
+    let codex_dir = set("CODEX_HOME").unwrap_or_else(|| home.join(".codex"));
+    add(Client::Codex, codex_dir.join("config.toml"), Scope::User);
+    add(Client::Gemini, home.join(".gemini").join("settings.json"), Scope::User);
     if let Some(project) = project {
         add(Client::ClaudeCode, project.join(".mcp.json"), Scope::Project);
         add(Client::Cursor, project.join(".cursor").join("mcp.json"), Scope::Project);
         add(Client::VsCode, project.join(".vscode").join("mcp.json"), Scope::Project);
+        add(Client::Codex, project.join(".codex").join("config.toml"), Scope::Project);
+        add(Client::Gemini, project.join(".gemini").join("settings.json"), Scope::Project);
     }
     let mut seen = std::collections::HashSet::new();
     all.retain(|l| seen.insert(l.path.clone()));
@@ -198,7 +222,10 @@ pub fn read(client: Client, path: &Path, scope: Scope) -> Result<Vec<Found>, Err
 /// file also one per project of `projects` that has servers. A file without a server map has
 /// none; anything that is not the client's format is an error naming line and column.
 pub fn parse(client: Client, path: &Path, text: &str, scope: Scope) -> Result<Vec<Found>, Error> {
-    let doc = Doc::parse(text).map_err(|e| Error::Invalid {
+    if client == Client::Codex {
+        return codex::parse(path, text, scope);
+    }
+    let doc = Doc::parse_with(text, client.trailing_commas()).map_err(|e| Error::Invalid {
         client,
         path: path.into(),
         line: e.line,
@@ -302,8 +329,15 @@ impl Reader<'_> {
             }
             Ok(out)
         };
-        let url = string("url")?;
-        let kind_name = string("type")?;
+        // Gemini CLI: `httpUrl` is Streamable HTTP and wins over `url`; `tcp` is a WebSocket.
+        let gemini = self.client == Client::Gemini;
+        if let Some(tcp) = field("tcp").filter(|_| gemini) {
+            let what = format!("server `{name}` has `tcp` (a WebSocket); switchyard reads stdio, http and sse");
+            return Err(self.invalid(tcp, what));
+        }
+        let http_url = if gemini { string("httpUrl")? } else { None };
+        let url = http_url.clone().map_or_else(|| string("url"), |u| Ok(Some(u)))?;
+        let kind_name = if http_url.is_some() { Some("http".to_string()) } else { string("type")? };
         let remote = |sse: bool| -> Result<Kind, Error> {
             let Some(url) = url.clone() else {
                 return Err(self.invalid(node, format!("server `{name}` is remote but has no `url`")));
@@ -344,7 +378,8 @@ impl Reader<'_> {
         };
         let mut unknown: Vec<String> = Vec::new();
         for m in members {
-            if !known.contains(&m.key.as_str()) && !unknown.contains(&m.key) {
+            let known = known.contains(&m.key.as_str()) || (gemini && m.key == "httpUrl" && http_url.is_some());
+            if !known && !unknown.contains(&m.key) {
                 unknown.push(m.key.clone());
             }
         }
@@ -355,9 +390,9 @@ impl Reader<'_> {
         let mut variables = Vec::new();
         // Claude Desktop expands nothing: a `${X}` there reaches the server as written.
         if self.client != Client::ClaudeDesktop {
-            self.strings(node, &mut |s| find_variables(s, &mut variables));
+            self.strings(node, &mut |s| find_variables(self.client, s, &mut variables));
         }
-        Ok(Entry { name: name.to_string(), kind, wrapped, variables, unknown, span: node.span.clone() })
+        Ok(Entry { name: name.to_string(), kind, wrapped, variables, unknown, stuck: None, span: node.span.clone() })
     }
 
     /// Calls `f` on every string value (not key) under `node`, in file order.
@@ -400,22 +435,36 @@ pub(crate) fn is_switchyard(command: &str) -> bool {
     file == "switchyard" || file.eq_ignore_ascii_case("switchyard.exe")
 }
 
-/// The byte ranges of the `${...}` in `s`, in order (each from `${` to the first `}` after it).
-pub(crate) fn variable_spans(s: &str) -> impl Iterator<Item = Range<usize>> + '_ {
+/// The byte ranges of the variables `client` expands in `s`, in order: each `${...}` (from `${`
+/// to the first `}` after it), and for Gemini CLI also `$NAME` (a run of ASCII letters, digits
+/// and `_`), as its settings loader reads them.
+pub(crate) fn variable_spans(client: Client, s: &str) -> impl Iterator<Item = Range<usize>> + '_ {
     let mut at = 0;
     std::iter::from_fn(move || {
-        let start = at + s[at..].find("${")?;
-        let end = start + s[start..].find('}')? + 1;
-        at = end;
-        Some(start..end)
+        loop {
+            let start = at + s[at..].find('$')?;
+            let rest = &s[start + 1..];
+            if rest.starts_with('{') {
+                let end = start + s[start..].find('}')? + 1;
+                at = end;
+                return Some(start..end);
+            }
+            let word = rest.bytes().take_while(|b| b.is_ascii_alphanumeric() || *b == b'_').count();
+            at = start + 1;
+            if client == Client::Gemini && word > 0 {
+                at = start + 1 + word;
+                return Some(start..at);
+            }
+        }
     })
 }
 
-/// Adds each `${...}` of `s` to `out` that is not there yet.
-fn find_variables(s: &str, out: &mut Vec<String>) {
-    for span in variable_spans(s) {
+/// Adds each variable of `s` (see [`variable_spans`]) to `out` that is not there yet.
+fn find_variables(client: Client, s: &str, out: &mut Vec<String>) {
+    for span in variable_spans(client, s) {
         let var = &s[span];
-        if var.len() > 3 && !out.iter().any(|v| v == var) {
+        let named = if var.starts_with("${") { var.len() > 3 } else { var.len() > 1 };
+        if named && !out.iter().any(|v| v == var) {
             out.push(var.to_string());
         }
     }

@@ -135,7 +135,10 @@ pub fn to_text(found: &[Result<Found, Error>], home: &Path) -> String {
         }
     }
     if files.is_empty() {
-        let _ = writeln!(out, "no MCP client config found (Claude Desktop, Claude Code, Cursor, VS Code)");
+        let _ = writeln!(
+            out,
+            "no MCP client config found (Claude Desktop, Claude Code, Cursor, VS Code, Codex, Gemini CLI)"
+        );
     } else {
         let _ = writeln!(out, "\n{} file(s), {servers} server(s), {wrapped} through switchyard", files.len());
     }

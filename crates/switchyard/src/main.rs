@@ -70,11 +70,13 @@ enum Command {
         #[command(flatten)]
         which: commands::daemon::Which,
     },
-    /// List the MCP client configs found (Claude Desktop, Claude Code, Cursor, VS Code), their
-    /// servers, and which already run through switchyard. Reads only; shows no secret.
+    /// List the MCP client configs found (Claude Desktop, Claude Code, Cursor, VS Code, Codex,
+    /// Gemini CLI), their servers, and which already run through switchyard. Reads only; shows
+    /// no secret.
     Clients {
-        /// A project directory whose `.mcp.json`, `.cursor/mcp.json` and `.vscode/mcp.json` are
-        /// read too (default: the current directory).
+        /// A project directory whose `.mcp.json`, `.cursor/mcp.json`, `.vscode/mcp.json`,
+        /// `.codex/config.toml` and `.gemini/settings.json` are read too (default: the current
+        /// directory).
         #[arg(long, value_name = "DIR")]
         project: Option<PathBuf>,
         /// As JSON.
@@ -120,8 +122,9 @@ struct WrapArgs {
     /// does not say).
     #[arg(long, value_enum)]
     client: Option<ClientName>,
-    /// A project directory whose `.mcp.json`, `.cursor/mcp.json` and `.vscode/mcp.json` count
-    /// too (default: the current directory).
+    /// A project directory whose `.mcp.json`, `.cursor/mcp.json`, `.vscode/mcp.json`,
+    /// `.codex/config.toml` and `.gemini/settings.json` count too (default: the current
+    /// directory).
     #[arg(long, value_name = "DIR")]
     project: Option<PathBuf>,
     /// The switchyard config that receives the servers (wrap) [default:
@@ -142,6 +145,8 @@ enum ClientName {
     ClaudeCode,
     Cursor,
     Vscode,
+    Codex,
+    Gemini,
 }
 
 impl WrapArgs {
@@ -153,6 +158,8 @@ impl WrapArgs {
                 ClientName::ClaudeCode => Client::ClaudeCode,
                 ClientName::Cursor => Client::Cursor,
                 ClientName::Vscode => Client::VsCode,
+                ClientName::Codex => Client::Codex,
+                ClientName::Gemini => Client::Gemini,
             }),
             path: self.file,
             project: self.project,

@@ -8,12 +8,13 @@ use switchyard_config::Launch;
 
 use super::Input;
 use crate::jsonc::{Doc, Tree};
-use crate::{Entry, Found, REMOTE_KEYS, STDIO_KEYS, Scope};
+use crate::{Client, Entry, Found, REMOTE_KEYS, STDIO_KEYS, Scope};
 
 /// Whether a wrapped entry writes `key` itself, or it describes the server the entry replaces
 /// (switchyard's config holds that now): never carried over from the original.
 fn replaced(key: &str) -> bool {
-    STDIO_KEYS.contains(&key) || REMOTE_KEYS.contains(&key)
+    // Gemini CLI's `httpUrl` is its Streamable HTTP `url`.
+    STDIO_KEYS.contains(&key) || REMOTE_KEYS.contains(&key) || key == "httpUrl"
 }
 
 /// A TOML string (basic, escaped).
@@ -98,6 +99,7 @@ pub(super) fn json_str(s: &str) -> String {
 /// `command`, `args`, `env` with the client's variables, then the original's other keys as they
 /// were written (client settings such as `disabled` or `autoApprove`).
 pub(super) fn wrapped_entry(
+    client: Client,
     text: &str,
     entry: &Entry,
     exe: &Path,
@@ -105,20 +107,24 @@ pub(super) fn wrapped_entry(
     server: &str,
     vars: &[(String, String)],
 ) -> anyhow::Result<String> {
-    let original = &text[entry.span.clone()];
-    let doc = Doc::parse(original).map_err(|e| anyhow!("entry `{}` does not read alone: {}", entry.name, e.message))?;
-    let Tree::Object(members) = &doc.root.tree else { bail!("entry `{}` is not an object", entry.name) };
-    let exe = exe
-        .to_str()
-        .ok_or_else(|| anyhow!("{}: switchyard's path is not UTF-8, which JSON cannot hold", exe.display()))?;
-    let config = config
-        .to_str()
-        .ok_or_else(|| anyhow!("{}: the config's path is not UTF-8, which JSON cannot hold", config.display()))?;
+    let exe = exe.to_str().ok_or_else(|| {
+        anyhow!("{}: switchyard's path is not UTF-8, which a client's file cannot hold", exe.display())
+    })?;
+    let config = config.to_str().ok_or_else(|| {
+        anyhow!("{}: the config's path is not UTF-8, which a client's file cannot hold", config.display())
+    })?;
     let mut args = vec!["connect".to_string(), server.to_string(), "--config".to_string(), config.to_string()];
     if !vars.is_empty() {
         args.push("--env".into());
         args.push(vars.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(","));
     }
+    if client == Client::Codex {
+        let connect: Vec<String> = std::iter::once(exe.to_string()).chain(args).collect();
+        return crate::codex::wrapped_entry(text, entry, &connect, vars);
+    }
+    let original = &text[entry.span.clone()];
+    let doc = Doc::parse(original).map_err(|e| anyhow!("entry `{}` does not read alone: {}", entry.name, e.message))?;
+    let Tree::Object(members) = &doc.root.tree else { bail!("entry `{}` is not an object", entry.name) };
     let mut fields: Vec<(String, String)> = Vec::new();
     if members.iter().any(|m| m.key == "type") {
         fields.push(("type".into(), json_str("stdio")));

@@ -90,7 +90,7 @@ pub fn select(opts: &Options, home: &Path, env: &dyn Fn(&str) -> Option<String>)
         let guessed = guess_client(&path, home);
         let client = opts.client.or(guessed.as_ref().map(|l| l.client)).ok_or_else(|| {
             anyhow!(
-                "cannot tell which client reads {}; say it with --client (claude-desktop, claude-code, cursor, vscode)",
+                "cannot tell which client reads {}; say it with --client (claude-desktop, claude-code, cursor, vscode, codex, gemini)",
                 path.display()
             )
         })?;
@@ -105,7 +105,7 @@ pub fn select(opts: &Options, home: &Path, env: &dyn Fn(&str) -> Option<String>)
     }
     let Some(client) = opts.client else {
         bail!(
-            "name a client (--client claude-desktop|claude-code|cursor|vscode) or a file; `switchyard clients` lists them"
+            "name a client (--client claude-desktop|claude-code|cursor|vscode|codex|gemini) or a file; `switchyard clients` lists them"
         );
     };
     let all: Vec<Location> =
@@ -131,12 +131,24 @@ fn guess_client(path: &Path, home: &Path) -> Option<Location> {
             (Client::Cursor, if user { Scope::User } else { Scope::Project })
         }
         "mcp.json" if parent == ".vscode" => (Client::VsCode, Scope::Project),
+        "config.toml" if parent == ".codex" => {
+            (Client::Codex, user_or_project(path, &home.join(".codex/config.toml"))?)
+        }
+        "settings.json" if parent == ".gemini" => {
+            (Client::Gemini, user_or_project(path, &home.join(".gemini/settings.json"))?)
+        }
         "mcp.json" if parent == "User" && path.parent()?.parent()?.file_name()? == "Code" => {
             (Client::VsCode, Scope::User)
         }
         _ => return None,
     };
     Some(Location { client, path: path.to_path_buf(), scope })
+}
+
+/// The user's scope when `path` is `user` (the file in the home directory), else a project's.
+fn user_or_project(path: &Path, user: &Path) -> Option<Scope> {
+    let same = std::path::absolute(path).ok()? == std::path::absolute(user).ok()?;
+    Some(if same { Scope::User } else { Scope::Project })
 }
 
 /// The files' texts. A file that cannot be read or written is left out, said in `lines`; when

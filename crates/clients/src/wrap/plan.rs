@@ -106,10 +106,11 @@ pub fn plan_wrap(
                     plan.lines.push(format!("{here}: already runs through switchyard (its HTTP front, {url})"));
                     continue;
                 }
-                if let Some((key, why)) = LAUNCH_KEYS
-                    .iter()
-                    .find(|(k, _)| entry.unknown.iter().any(|u| u == k) && !is_false(&input.text, entry, k))
-                {
+                if let Some(why) = &entry.stuck {
+                    plan.lines.push(format!("{here}: left as it is: {why}"));
+                    continue;
+                }
+                if let Some((key, why)) = leave_reason(input, entry) {
                     plan.lines.push(format!("{here}: left as it is: it has `{key}`: {why}"));
                     continue;
                 }
@@ -127,7 +128,7 @@ pub fn plan_wrap(
                     appended.push_str(&toml_table(&server, &def, input, map));
                     planned.insert(server.clone(), def.clone());
                 }
-                let wrapped = wrapped_entry(&input.text, entry, exe, config_path, &server, &client_vars)?;
+                let wrapped = wrapped_entry(input.client, &input.text, entry, exe, config_path, &server, &client_vars)?;
                 let mut line = format!("{here} -> switchyard server `{server}`");
                 if let Some(why) = why {
                     let _ = write!(line, " ({why})");
@@ -213,6 +214,25 @@ fn is_front(url: &str, port: u16) -> bool {
     is_loopback(&u) && u.port_or_known_default() == Some(port) && (path == "/mcp" || path.starts_with("/mcp/"))
 }
 
+/// The key of an entry that only its client can honour, and why it stays as it is.
+fn leave_reason(input: &Input, entry: &Entry) -> Option<(String, String)> {
+    if input.client == Client::Codex {
+        return crate::codex::leave_reason(entry);
+    }
+    LAUNCH_KEYS
+        .iter()
+        .chain(if input.client == Client::Gemini { GEMINI_KEYS } else { &[] })
+        .find(|(k, _)| entry.unknown.iter().any(|u| u == k) && !is_false(&input.text, entry, k))
+        .map(|(k, why)| (k.to_string(), why.to_string()))
+}
+
+/// Gemini CLI's keys for signing in to a remote server with Google credentials.
+const GEMINI_KEYS: &[(&str, &str)] = &[
+    ("authProviderType", "Gemini CLI signs in to it with Google credentials, which switchyard does not do"),
+    ("targetAudience", "Gemini CLI signs in to it with Google credentials, which switchyard does not do"),
+    ("targetServiceAccount", "Gemini CLI signs in to it as a service account, which switchyard does not do"),
+];
+
 /// Whether `key` of the entry is `false` (`"sandboxEnabled": false` asks for nothing).
 fn is_false(text: &str, entry: &Entry, key: &str) -> bool {
     Doc::parse(&text[entry.span.clone()])
@@ -246,6 +266,12 @@ fn runnable(name: &str, def: &Launch) -> Result<(), String> {
             Err(e.rsplit_once("): ").map_or(e.clone(), |(_, why)| why.to_string()))
         }
     }
+}
+
+/// Whether two texts of an entry of `client`'s file hold the same value (layout and comments
+/// aside).
+fn same_entry(client: Client, a: &str, b: &str) -> bool {
+    if client == Client::Codex { crate::codex::same_entry(a, b) } else { same_json(a, b) }
 }
 
 /// Whether two texts hold the same JSON value (layout, comments and trailing commas aside).
@@ -389,7 +415,7 @@ fn definition(client: Client, entry: &Entry, project: Option<&Path>) -> (Launch,
     let mut sub = |s: &str| -> String {
         let mut out = String::new();
         let mut done = 0;
-        for span in crate::variable_spans(s) {
+        for span in crate::variable_spans(client, s) {
             let expr = &s[span.clone()];
             if entry.variables.iter().any(|v| v == expr) {
                 out.push_str(&s[done..span.start]);
@@ -430,7 +456,9 @@ fn definition(client: Client, entry: &Entry, project: Option<&Path>) -> (Launch,
             // Cursor do with an `http` entry; Claude Code's `http` is Streamable HTTP only.
             transport: match (&entry.kind, client) {
                 (Kind::Sse { .. }, _) => Some(TransportKind::Sse),
-                (_, Client::ClaudeCode) => Some(TransportKind::StreamableHttp),
+                // Codex speaks Streamable HTTP only; Gemini CLI falls back to SSE (a `url`
+                // without a type), as VS Code does.
+                (_, Client::ClaudeCode | Client::Codex) => Some(TransportKind::StreamableHttp),
                 _ => None,
             },
             headers: headers
@@ -461,7 +489,7 @@ fn project_dir(input: &Input, scope: &Scope) -> Option<PathBuf> {
             let dir = file.parent()?;
             let name = dir.file_name().and_then(|n| n.to_str());
             match name {
-                Some(".cursor" | ".vscode") => dir.parent().map(Path::to_path_buf),
+                Some(".cursor" | ".vscode" | ".codex" | ".gemini") => dir.parent().map(Path::to_path_buf),
                 _ => Some(dir.to_path_buf()),
             }
         }
@@ -472,10 +500,14 @@ fn project_dir(input: &Input, scope: &Scope) -> Option<PathBuf> {
 /// `${VAR:-x}` and `${env:VAR}` keep VAR; `${input:api-key}` becomes `input_api_key`;
 /// `${workspaceFolder}` stays `workspaceFolder`.
 fn var_name(client: Client, expr: &str) -> String {
-    let inner = &expr[2..expr.len() - 1];
+    // Gemini CLI's `$VAR` besides `${VAR}`.
+    let inner = match expr.strip_prefix("${") {
+        Some(rest) => rest.strip_suffix('}').unwrap_or(rest),
+        None => expr.strip_prefix('$').unwrap_or(expr),
+    };
     let inner = if let Some(v) = inner.strip_prefix("env:") {
         v
-    } else if client == Client::ClaudeCode && inner.contains(":-") {
+    } else if matches!(client, Client::ClaudeCode | Client::Gemini) && inner.contains(":-") {
         inner.split(":-").next().unwrap_or(inner)
     } else {
         inner
@@ -521,7 +553,7 @@ pub fn plan_unwrap(
             )),
             // The same entry, maybe laid out anew (Claude Code rewrites its file with its own
             // indentation): put back.
-            Some(e) if same_json(&input.text[e.span.clone()], &record.wrapped) => {
+            Some(e) if same_entry(input.client, &input.text[e.span.clone()], &record.wrapped) => {
                 edits.push((e.span.clone(), record.original.clone()));
                 restored.push(record.clone());
                 lines.push(format!("{here}: restored"));

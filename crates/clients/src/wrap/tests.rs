@@ -563,3 +563,182 @@ fn an_entry_on_the_daemon_s_http_front_is_already_through_switchyard() {
     let parsed: toml::Table = plan.config.as_ref().unwrap().2.parse().unwrap();
     assert_eq!(parsed["servers"].as_table().unwrap().len(), 5, "{parsed}");
 }
+
+/// Every byte of `after` outside the records' wrapped texts is `before`'s: the records' texts
+/// are found in order, and putting the originals back gives `before`.
+fn only_entries_changed(before: &str, after: &str, records: &[Record]) {
+    let mut rebuilt = String::new();
+    let mut rest = after;
+    for r in records {
+        let at = rest.find(&r.wrapped).unwrap_or_else(|| panic!("`{}` not found in:\n{after}", r.name));
+        rebuilt.push_str(&rest[..at]);
+        rebuilt.push_str(&r.original);
+        rest = &rest[at + r.wrapped.len()..];
+    }
+    rebuilt.push_str(rest);
+    assert_eq!(rebuilt, before, "bytes outside the entries changed");
+}
+
+fn unwrapped(input: &Input, change: &Change) -> String {
+    let mut lines = Vec::new();
+    let (c, keep) = plan_unwrap(&after(input, change), &state_of(change), None, &mut lines).unwrap();
+    assert!(keep.is_empty(), "{keep:?}");
+    assert!(lines.iter().all(|l| !l.contains("changed since")), "{lines:?}");
+    c.unwrap().after
+}
+
+/// Codex's TOML is edited where each server is written: its table keeps its header line (with
+/// its comment), Codex's own settings (an allow list, a timeout, per-tool approval) and nothing
+/// of how to start the server; env forwarded by Codex stays Codex's (`env_vars`) and reaches the
+/// server through `connect --env`. Everything else, byte for byte; unwrap gives the file back.
+#[test]
+fn codex_config_is_edited_in_place_and_unwraps_to_the_same_bytes() {
+    let codex = Input {
+        client: Client::Codex,
+        path: "/home/user/.codex/config.toml".into(),
+        scope: Scope::User,
+        text: fixture("codex.config.toml"),
+    };
+    let plan = wrap_all(std::slice::from_ref(&codex), None);
+    let change = &plan.changes[0];
+    let names: Vec<&str> = change.records.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["filesystem", "ünï code", "inline"], "{:#?}", plan.lines);
+    only_entries_changed(&codex.text, &change.after, &change.records);
+    let fs = &change.records[0];
+    assert_eq!(
+        fs.wrapped,
+        format!(
+            "[mcp_servers.filesystem]   # the filesystem server\ncommand = \"{EXE}\"\nargs = [\"connect\", \"filesystem\", \"--config\", \"{CONFIG}\", \"--env\", \"GITHUB_TOKEN\"]\nenv_vars = [\"GITHUB_TOKEN\"]\nstartup_timeout_sec = 20\nenabled_tools = [\"read_file\", \"list_directory\"] # allow list: stays with Codex\ntools.read_file.approval_mode = \"approve\""
+        )
+    );
+    let remote = &change.records[1];
+    assert!(remote.wrapped.starts_with("[mcp_servers.\"ünï code\"]\ncommand = "), "{}", remote.wrapped);
+    assert!(remote.wrapped.contains("env_vars = [\"EXAMPLE_TOKEN\", \"EXAMPLE_KEY\"]"), "{}", remote.wrapped);
+    assert!(remote.wrapped.ends_with("\ntool_timeout_sec = 90.5"), "{}", remote.wrapped);
+    assert_eq!(
+        change.records[2].wrapped,
+        format!(
+            "{{ command = \"{EXE}\", args = [\"connect\", \"inline\", \"--config\", \"{CONFIG}\"], enabled = false }}"
+        )
+    );
+    let said = plan.lines.join("\n");
+    assert!(said.contains("codex `linear`: left as it is: it has `scopes`: Codex signs in to it with OAuth"), "{said}");
+    assert!(said.contains("codex `memory`: already runs through switchyard"), "{said}");
+    let config = &plan.config.as_ref().unwrap().2;
+    let parsed: toml::Table = config.parse().unwrap();
+    let fs = &parsed["servers"]["filesystem"];
+    assert_eq!(fs["env"]["GITHUB_TOKEN"].as_str(), Some("${GITHUB_TOKEN}"), "{config}");
+    assert_eq!(fs["env"]["LOG_LEVEL"].as_str(), Some("debug"), "{config}");
+    assert_eq!(fs["client_env"].as_array().unwrap().len(), 1, "{config}");
+    assert!(fs.get("enabled_tools").is_none(), "a Codex setting went into switchyard.toml:\n{config}");
+    let remote = &parsed["servers"]["n--code"];
+    assert_eq!(remote["transport"].as_str(), Some("streamable-http"), "{config}");
+    assert_eq!(remote["headers"]["Authorization"].as_str(), Some("Bearer ${EXAMPLE_TOKEN}"), "{config}");
+    assert_eq!(remote["headers"]["X-Api-Key"].as_str(), Some("${EXAMPLE_KEY}"), "{config}");
+    assert_eq!(remote["headers"]["X-Team"].as_str(), Some("core"), "{config}");
+    assert_eq!(unwrapped(&codex, change), codex.text, "unwrap did not give the file back");
+    // A second wrap changes nothing.
+    let again = wrap_all(&[after(&codex, change)], Some(config));
+    assert!(again.changes.is_empty() && again.config.is_none(), "{:#?}", again.lines);
+}
+
+/// Hostile Codex files: CRLF with a byte-order mark keeps both; a server whose tables stand apart
+/// or that is written as dotted keys is left with the reason; a duplicate table or broken TOML is
+/// an error naming line and column, as Codex refuses the file too.
+#[test]
+fn hostile_codex_files() {
+    let codex = |text: &str| Input {
+        client: Client::Codex,
+        path: "/w/.codex/config.toml".into(),
+        scope: Scope::Project,
+        text: text.into(),
+    };
+    let crlf =
+        codex("\u{feff}# mine\r\n[mcp_servers.a]\r\ncommand = \"x\" # c\r\n\r\n[mcp_servers.a.env]\r\nK = \"v\"\r\n");
+    let plan = wrap_all(std::slice::from_ref(&crlf), None);
+    let after = &plan.changes[0].after;
+    assert!(after.starts_with("\u{feff}# mine\r\n[mcp_servers.a]\r\ncommand = "), "{after:?}");
+    assert!(!after.replace("\r\n", "").contains('\n'), "a bare LF in a CRLF file:\n{after:?}");
+    assert!(!after.contains("[mcp_servers.a.env]"), "{after}");
+    assert_eq!(unwrapped(&crlf, &plan.changes[0]), crlf.text);
+    // The project's servers run in the project.
+    let parsed: toml::Table = plan.config.as_ref().unwrap().2.parse().unwrap();
+    assert_eq!(parsed["servers"]["a"]["cwd"].as_str(), Some("/w"));
+
+    let apart = codex(
+        "[mcp_servers.a]\ncommand = \"x\"\n[other]\nk = 1\n[mcp_servers.a.env]\nK = \"v\"\n[mcp_servers.b]\ncommand = \"y\"\n",
+    );
+    let dotted = codex("mcp_servers.c.command = \"z\"\n");
+    let plan = wrap_all(&[apart.clone(), dotted], None);
+    let names: Vec<&str> = plan.changes.iter().flat_map(|c| c.records.iter().map(|r| r.name.as_str())).collect();
+    assert_eq!(names, ["b"], "{:#?}", plan.lines);
+    let said = plan.lines.join("\n");
+    assert!(said.contains("`a`: left as it is: its tables are apart"), "{said}");
+    assert!(said.contains("`c`: left as it is: it is written as dotted keys"), "{said}");
+    only_entries_changed(&apart.text, &plan.changes[0].after, &plan.changes[0].records);
+
+    for (text, line, says) in [
+        ("[mcp_servers.a]\ncommand = \"x\"\n\n[mcp_servers.a]\ncommand = \"y\"\n", 4, "duplicate"),
+        ("[mcp_servers.a]\ncommand = \"x\n", 2, ""),
+        ("[mcp_servers.a]\ncommand = \"x\"\nurl = \"http://h/\"\n", 0, "both `command` and `url`"),
+    ] {
+        let input = codex(text);
+        match plan_wrap(std::slice::from_ref(&input), Path::new(CONFIG), None, Path::new(EXE), None) {
+            Err(e) if line > 0 => {
+                let e = e.to_string();
+                assert!(e.contains(&format!("config.toml, line {line}, column")) && e.contains(says), "{text}: {e}");
+            }
+            Ok(plan) if line == 0 => assert!(plan.lines.join("\n").contains(says), "{:#?}", plan.lines),
+            other => panic!("{text}: {:?}", other.map(|p| p.lines)),
+        }
+    }
+}
+
+/// Gemini CLI's settings: `$VAR` and `${VAR}` stay Gemini's to expand (in the wrapped entry's
+/// `env`), `httpUrl` is a remote server, Gemini's own settings (`trust`, `timeout`, tool lists)
+/// stay on its entry, Google sign-in keeps an entry as it is, and unwrap gives the bytes back.
+#[test]
+fn gemini_settings_wrap_and_unwrap_to_the_same_bytes() {
+    let gemini = Input {
+        client: Client::Gemini,
+        path: "/home/user/.gemini/settings.json".into(),
+        scope: Scope::User,
+        text: fixture("gemini.settings.json"),
+    };
+    let plan = wrap_all(std::slice::from_ref(&gemini), None);
+    let change = &plan.changes[0];
+    let names: Vec<&str> = change.records.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["github", "docs", "events", "tools"], "{:#?}", plan.lines);
+    only_entries_changed(&gemini.text, &change.after, &change.records);
+    let github: serde_json::Value = serde_json::from_str(&change.records[0].wrapped).unwrap();
+    assert_eq!(github["env"], serde_json::json!({"GITHUB_PERSONAL_ACCESS_TOKEN": "$GITHUB_TOKEN"}));
+    assert_eq!(github["args"][5], "GITHUB_PERSONAL_ACCESS_TOKEN", "{github}");
+    assert_eq!(github["includeTools"], serde_json::json!(["search_repositories", "get_file_contents"]));
+    assert_eq!((github["timeout"].as_u64(), github["trust"].as_bool()), (Some(30000), Some(false)));
+    let docs: serde_json::Value = serde_json::from_str(&change.records[1].wrapped).unwrap();
+    assert!(docs.get("httpUrl").is_none() && docs["description"] == "the team's docs", "{docs}");
+    let tools: serde_json::Value = serde_json::from_str(&change.records[3].wrapped).unwrap();
+    assert_eq!(tools["env"], serde_json::json!({"TOOLS_DIR": "${TOOLS_DIR:-/opt/tools}", "HOME": "$HOME"}));
+    let said = plan.lines.join("\n");
+    assert!(said.contains("gemini `cloud`: left as it is: it has `authProviderType`"), "{said}");
+    assert!(said.contains("`tcp` (a WebSocket)"), "{said}");
+    let config = &plan.config.as_ref().unwrap().2;
+    assert!(!config.contains("$GITHUB_TOKEN\"") && !config.contains(":-/opt/tools"), "{config}");
+    let parsed: toml::Table = config.parse().unwrap();
+    let servers = &parsed["servers"];
+    assert_eq!(
+        servers["github"]["env"]["GITHUB_PERSONAL_ACCESS_TOKEN"].as_str(),
+        Some("${GITHUB_PERSONAL_ACCESS_TOKEN}")
+    );
+    assert_eq!(servers["docs"]["url"].as_str(), Some("https://docs.example.com/mcp"));
+    assert_eq!(servers["docs"]["headers"]["Authorization"].as_str(), Some("Bearer ${DOCS_TOKEN}"));
+    assert_eq!(servers["events"]["transport"].as_str(), Some("sse"));
+    assert_eq!(servers["tools"]["command"].as_str(), Some("${TOOLS_DIR}/server"));
+    assert_eq!(servers["tools"]["args"][1].as_str(), Some("${HOME}"));
+    assert!(servers.get("cloud").is_none() && servers.get("socket").is_none(), "{config}");
+    assert_eq!(unwrapped(&gemini, change), gemini.text, "unwrap did not give the file back");
+    // A trailing comma breaks Gemini CLI's settings: switchyard leaves the file, saying where.
+    let broken = Input { text: gemini.text.replace("\"vimMode\": true}", "\"vimMode\": true,}"), ..gemini.clone() };
+    let e = plan_wrap(&[broken], Path::new(CONFIG), None, Path::new(EXE), None).unwrap_err().to_string();
+    assert!(e.contains("settings.json, line 33, column 30: a trailing comma"), "{e}");
+}
