@@ -17,6 +17,9 @@ use crate::{Client, Entry, Error, Found, Kind, Scope};
 pub(crate) const LAUNCH: &[&str] =
     &["command", "args", "env", "env_vars", "cwd", "url", "http_headers", "env_http_headers", "bearer_token_env_var"];
 
+/// What `switchyard connect` reads of its environment to find the daemon (its socket, its log).
+const CONNECT_ENV: [&str; 2] = ["XDG_RUNTIME_DIR", "XDG_STATE_HOME"];
+
 /// Codex's own settings of a server that mean the same on a wrapped entry (behind switchyard the
 /// server's tools keep their names, so an allow list still picks the same tools): carried along
 /// as written.
@@ -312,7 +315,8 @@ fn read(path: &Path, text: &str, name: &str, item: &Item, key_at: usize) -> Resu
 }
 
 /// The text that replaces `entry` in `text`: `command` and `args` that run `switchyard connect`,
-/// `env_vars` naming what Codex forwards (each a client variable of `vars`), then the entry's
+/// `env_vars` naming what Codex forwards (each client variable of `vars`, and what `connect`
+/// needs to find the daemon), then the entry's
 /// own settings as they were written. A table stays a table (its header line, comments and
 /// carried sub-tables as they were); an inline table stays one line.
 pub(crate) fn wrapped_entry(
@@ -332,10 +336,11 @@ pub(crate) fn wrapped_entry(
         .ok_or_else(|| anyhow!("server `{}` is not in the file", entry.name))?;
     let quoted = |items: &[String]| format!("[{}]", items.iter().map(|a| toml_str(a)).collect::<Vec<_>>().join(", "));
     let mut lines = vec![format!("command = {}", toml_str(&connect[0])), format!("args = {}", quoted(&connect[1..]))];
-    if !vars.is_empty() {
-        let names: Vec<String> = vars.iter().map(|(n, _)| n.clone()).collect();
-        lines.push(format!("env_vars = {}", quoted(&names)));
-    }
+    // Codex starts a server with a few variables of its environment only (PATH, HOME, ...):
+    // without these, `connect` would look for the daemon's socket elsewhere than the daemon the
+    // user's shell started, and start another.
+    let names: Vec<String> = vars.iter().map(|(n, _)| n.clone()).chain(CONNECT_ENV.map(String::from)).collect();
+    lines.push(format!("env_vars = {}", quoted(&names)));
     match item {
         Item::Value(Value::InlineTable(t)) => Ok(inline(text, t, lines)),
         Item::Table(t) => Ok(table(text, entry.span.clone(), t, lines)),
