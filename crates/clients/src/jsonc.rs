@@ -50,10 +50,10 @@ impl Doc {
         Doc::parse_with(text, true)
     }
 
-    /// [`Doc::parse`], with trailing commas an error when `trailing_commas` is false (for a
-    /// client that reads comments but not those).
-    pub fn parse_with(text: &str, trailing_commas: bool) -> Result<Doc, SyntaxError> {
-        let plain = blank(text, trailing_commas)?;
+    /// [`Doc::parse`], with trailing commas and a byte-order mark errors when `lenient` is false
+    /// (for a client that reads comments but neither of those).
+    pub fn parse_with(text: &str, lenient: bool) -> Result<Doc, SyntaxError> {
+        let plain = blank(text, lenient)?;
         // serde_json judges the whole document first: its errors carry line and column, and
         // once it accepts the text the span scanner below can trust the structure.
         // Read into values, not skipped: a number out of range (`1e400`) is an error here, not
@@ -90,7 +90,7 @@ impl Node {
 }
 
 /// The text with comments, trailing commas and a leading byte-order mark replaced by spaces.
-fn blank(text: &str, trailing_commas: bool) -> Result<String, SyntaxError> {
+fn blank(text: &str, lenient: bool) -> Result<String, SyntaxError> {
     let mut out = text.as_bytes().to_vec();
     let b = text.as_bytes();
     let fail = |at: usize, message: &str| {
@@ -99,6 +99,12 @@ fn blank(text: &str, trailing_commas: bool) -> Result<String, SyntaxError> {
     };
     let mut i = 0;
     if b.starts_with("\u{feff}".as_bytes()) {
+        if !lenient {
+            return fail(
+                0,
+                "a byte-order mark, which this client does not read either (its file does not load): save the file without it",
+            );
+        }
         out[..3].fill(b' ');
         i = 3;
     }
@@ -145,7 +151,7 @@ fn blank(text: &str, trailing_commas: bool) -> Result<String, SyntaxError> {
             }
             b'}' | b']' => {
                 if let Some(c) = comma.take() {
-                    if !trailing_commas {
+                    if !lenient {
                         return fail(
                             c,
                             "a trailing comma, which this client does not read either (its file does not load): remove it",

@@ -56,9 +56,10 @@ impl Client {
         }
     }
 
-    /// Whether the client reads a trailing comma (`[1, 2,]`) in its file. Gemini CLI parses its
-    /// settings with `JSON.parse` once comments are stripped, so a trailing comma breaks them.
-    fn trailing_commas(self) -> bool {
+    /// Whether the client reads a trailing comma (`[1, 2,]`) and a byte-order mark in its file.
+    /// Gemini CLI parses its settings with `JSON.parse` once comments are stripped: either one
+    /// breaks them.
+    fn lenient_json(self) -> bool {
         !matches!(self, Client::Gemini)
     }
 }
@@ -225,7 +226,7 @@ pub fn parse(client: Client, path: &Path, text: &str, scope: Scope) -> Result<Ve
     if client == Client::Codex {
         return codex::parse(path, text, scope);
     }
-    let doc = Doc::parse_with(text, client.trailing_commas()).map_err(|e| Error::Invalid {
+    let doc = Doc::parse_with(text, client.lenient_json()).map_err(|e| Error::Invalid {
         client,
         path: path.into(),
         line: e.line,

@@ -256,12 +256,17 @@ fn discover_finds_each_layout_under_a_home_and_a_project() {
     let p = project.path();
     let mcp = put(p, ".mcp.json", "project.mcp.json");
     let vscode = put(p, ".vscode/mcp.json", "broken.vscode.mcp.json");
+    // Codex's user file where CODEX_HOME says; Gemini CLI's project file.
+    let codex = put(h, "codex-home/config.toml", "codex.config.toml");
+    put(h, ".codex/config.toml", "broken.vscode.mcp.json");
+    let gemini = put(p, ".gemini/settings.json", "gemini.settings.json");
     let appdata = h.join("roaming");
     let windows = put(&appdata, "Claude/claude_desktop_config.json", "claude_desktop_config.json");
     let vars: BTreeMap<&str, String> = [
         ("APPDATA", appdata.display().to_string()),
         ("CLAUDE_CONFIG_DIR", h.join("claude-config").display().to_string()),
         ("XDG_CONFIG_HOME", String::new()),
+        ("CODEX_HOME", h.join("codex-home").display().to_string()),
     ]
     .into();
     let env = |name: &str| vars.get(name).cloned();
@@ -283,7 +288,9 @@ fn discover_finds_each_layout_under_a_home_and_a_project() {
         (Client::ClaudeCode, claude, shop, 2),
         (Client::Cursor, cursor, Scope::User, 4),
         (Client::VsCode, vscode_user, Scope::User, 5),
+        (Client::Codex, codex, Scope::User, 5),
         (Client::ClaudeCode, mcp, Scope::Project, 2),
+        (Client::Gemini, gemini, Scope::Project, 5),
     ];
     assert_eq!(got, want);
     let [Error::Invalid { client: Client::VsCode, path, line: 9, column: 5, .. }] = &errors[..] else {
@@ -295,4 +302,44 @@ fn discover_finds_each_layout_under_a_home_and_a_project() {
     let cursors: Vec<_> = twice.iter().filter(|l| l.client == Client::Cursor).collect();
     assert_eq!(cursors.len(), 1);
     assert_eq!(cursors[0].scope, Scope::User);
+}
+
+#[test]
+fn codex_reads_tables_inline_tables_and_what_codex_forwards() {
+    let (text, found) = read_fixture(Client::Codex, "codex.config.toml", Scope::User);
+    let [f] = &found[..] else { panic!("{found:?}") };
+    let names: Vec<_> = f.servers.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["filesystem", "ünï code", "inline", "linear", "memory"]);
+    let fs = &f.servers[0];
+    let dirs = ["-y", "@modelcontextprotocol/server-filesystem", "/home/user/projects"];
+    // What Codex forwards from its environment is the client's variable.
+    assert_eq!(fs.kind, stdio("npx", &dirs, &[("GITHUB_TOKEN", "${GITHUB_TOKEN}"), ("LOG_LEVEL", "debug")]));
+    assert_eq!(fs.variables, ["${GITHUB_TOKEN}"]);
+    assert_eq!(fs.unknown, ["startup_timeout_sec", "enabled_tools", "tools"]);
+    // The span is its table and its sub-table, up to the last value's line.
+    let span = &text[fs.span.clone()];
+    assert!(span.starts_with("[mcp_servers.filesystem]   #") && span.ends_with("LOG_LEVEL = \"debug\" # not a secret"));
+    let remote = &f.servers[1];
+    assert_eq!(
+        remote.kind,
+        Kind::Http {
+            url: "https://mcp.example.com/mcp".into(),
+            headers: map(&[
+                ("Authorization", "Bearer ${EXAMPLE_TOKEN}"),
+                ("X-Api-Key", "${EXAMPLE_KEY}"),
+                ("X-Team", "core")
+            ])
+        }
+    );
+    assert_eq!(remote.variables, ["${EXAMPLE_KEY}", "${EXAMPLE_TOKEN}"]);
+    assert_eq!(
+        &text[f.servers[2].span.clone()],
+        "{ command = \"uvx\", args = [\"mcp-server-time\"], enabled = false }"
+    );
+    assert_eq!(f.servers[3].unknown, ["scopes"]);
+    assert_eq!(f.servers[4].wrapped.as_deref(), Some("memory"));
+    assert!(f.servers.iter().all(|e| e.stuck.is_none()) && f.unreadable.is_empty());
+    // Not TOML: an error naming line and column.
+    let err = parse(Client::Codex, Path::new("c.toml"), "[mcp_servers.a]\ncommand = \n", Scope::User).unwrap_err();
+    assert!(err.to_string().starts_with("c.toml, line 2, column"), "{err}");
 }

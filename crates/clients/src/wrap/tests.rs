@@ -349,6 +349,11 @@ fn a_file_says_which_client_reads_it() {
     assert_eq!(g("/w/.cursor/mcp.json"), Some((Client::Cursor, Scope::Project)));
     assert_eq!(g("/w/.vscode/mcp.json"), Some((Client::VsCode, Scope::Project)));
     assert_eq!(g("/home/u/.config/Code/User/mcp.json"), Some((Client::VsCode, Scope::User)));
+    assert_eq!(g("/home/u/.codex/config.toml"), Some((Client::Codex, Scope::User)));
+    assert_eq!(g("/w/.codex/config.toml"), Some((Client::Codex, Scope::Project)));
+    assert_eq!(g("/home/u/.gemini/settings.json"), Some((Client::Gemini, Scope::User)));
+    assert_eq!(g("/w/.gemini/settings.json"), Some((Client::Gemini, Scope::Project)));
+    assert_eq!(g("/w/config.toml"), None);
     assert_eq!(g("/w/servers.json"), None);
 }
 
@@ -747,4 +752,29 @@ fn gemini_settings_wrap_and_unwrap_to_the_same_bytes() {
     let broken = Input { text: gemini.text.replace("\"vimMode\": true}", "\"vimMode\": true,}"), ..gemini.clone() };
     let e = plan_wrap(&[broken], Path::new(CONFIG), None, Path::new(EXE), None).unwrap_err().to_string();
     assert!(e.contains("settings.json, line 33, column 30: a trailing comma"), "{e}");
+}
+
+/// Hostile Gemini CLI settings: CRLF, tabs, comments inside the entry and a unicode name keep
+/// their bytes; a byte-order mark, which Gemini CLI cannot read either, is an error at its place.
+#[test]
+fn hostile_gemini_settings() {
+    let text = "{\r\n\t// ü\r\n\t\"mcpServers\": {\r\n\t\t\"ünï code\": {\r\n\t\t\t\"command\": \"x\", /* c */\r\n\t\t\t\"trust\": true\r\n\t\t}\r\n\t}\r\n}\r\n";
+    let gemini = one(Client::Gemini, "/w/.gemini/settings.json", Scope::Project, text);
+    let plan = wrap_all(std::slice::from_ref(&gemini), None);
+    let change = &plan.changes[0];
+    assert_eq!(change.records[0].name, "ünï code");
+    assert!(!change.after.replace("\r\n", "").contains('\n'), "a bare LF in a CRLF file:\n{:?}", change.after);
+    assert!(
+        change.records[0].wrapped.ends_with(",\r\n\t\t\t\"trust\": true\r\n\t\t}"),
+        "{:?}",
+        change.records[0].wrapped
+    );
+    only_entries_changed(&gemini.text, &change.after, &change.records);
+    assert_eq!(unwrapped(&gemini, change), gemini.text);
+    let parsed: toml::Table = plan.config.as_ref().unwrap().2.parse().unwrap();
+    assert_eq!(parsed["servers"]["n--code"]["cwd"].as_str(), Some("/w"));
+
+    let bom = one(Client::Gemini, "/w/.gemini/settings.json", Scope::Project, &format!("\u{feff}{text}"));
+    let e = plan_wrap(&[bom], Path::new(CONFIG), None, Path::new(EXE), None).unwrap_err().to_string();
+    assert!(e.contains("settings.json, line 1, column 1: a byte-order mark"), "{e}");
 }
