@@ -293,7 +293,24 @@ impl Reader<'_> {
         let Some(map) = map else { return Ok((Vec::new(), Vec::new())) };
         let key = self.client.servers_key();
         let (mut entries, mut unreadable) = (Vec::new(), Vec::new());
-        for member in self.object(map, &format!("`{key}`"))? {
+        let members = self.object(map, &format!("`{key}`"))?;
+        for member in members {
+            // A name twice: the client runs the last one, and a writer could not tell the two
+            // apart when it puts them back.
+            let twice: Vec<&jsonc::Member> = members.iter().filter(|m| m.key == member.key).collect();
+            if twice.len() > 1 {
+                let lines: Vec<String> =
+                    twice.iter().map(|m| self.doc.position(m.value.span.start).0.to_string()).collect();
+                let (line, column) = self.doc.position(member.value.span.start);
+                unreadable.push(format!(
+                    "{}, line {line}, column {column}: server `{}` is in `{key}` {} times (lines {}); the client runs only the last: remove the others, then wrap",
+                    self.path.display(),
+                    member.key,
+                    twice.len(),
+                    lines.join(", ")
+                ));
+                continue;
+            }
             match self.entry(&member.key, &member.value) {
                 Ok(e) => entries.push(e),
                 // Only this entry is left: not "this config", as the whole-file error says.

@@ -778,3 +778,18 @@ fn hostile_gemini_settings() {
     let e = plan_wrap(&[bom], Path::new(CONFIG), None, Path::new(EXE), None).unwrap_err().to_string();
     assert!(e.contains("settings.json, line 1, column 1: a byte-order mark"), "{e}");
 }
+
+/// A server name twice in one map: the client runs the last, and unwrap could not tell the two
+/// apart. Both stay as they are, said with their lines; the other servers are wrapped and the
+/// file comes back byte for byte.
+#[test]
+fn a_server_name_twice_is_left_and_unwrap_gives_the_file_back() {
+    let text = "{\"mcpServers\": {\n  \"a\": {\"command\": \"x\"},\n  \"b\": {\"command\": \"z\"},\n  \"a\": {\"command\": \"y\"}\n}}\n";
+    let cursor = one(Client::Cursor, "/home/u/.cursor/mcp.json", Scope::User, text);
+    let plan = wrap_all(std::slice::from_ref(&cursor), None);
+    let change = &plan.changes[0];
+    assert_eq!(change.records.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["b"], "{:#?}", plan.lines);
+    let said = plan.lines.join("\n");
+    assert!(said.contains("line 2, column 8: server `a` is in `mcpServers` 2 times (lines 2, 4)"), "{said}");
+    assert_eq!(unwrapped(&cursor, change), cursor.text);
+}
