@@ -47,13 +47,13 @@ pub struct SyntaxError {
 
 impl Doc {
     pub fn parse(text: &str) -> Result<Doc, SyntaxError> {
-        Doc::parse_with(text, true)
+        Doc::parse_with(text, true, true)
     }
 
-    /// [`Doc::parse`], with trailing commas and a byte-order mark errors when `lenient` is false
-    /// (for a client that reads comments but neither of those).
-    pub fn parse_with(text: &str, lenient: bool) -> Result<Doc, SyntaxError> {
-        let plain = blank(text, lenient)?;
+    /// [`Doc::parse`], with what the client does not read an error: a trailing comma unless
+    /// `trailing_commas`, a leading byte-order mark unless `bom`.
+    pub fn parse_with(text: &str, trailing_commas: bool, bom: bool) -> Result<Doc, SyntaxError> {
+        let plain = blank(text, trailing_commas, bom)?;
         // serde_json judges the whole document first: its errors carry line and column, and
         // once it accepts the text the span scanner below can trust the structure.
         // Read into values, not skipped: a number out of range (`1e400`) is an error here, not
@@ -90,7 +90,7 @@ impl Node {
 }
 
 /// The text with comments, trailing commas and a leading byte-order mark replaced by spaces.
-fn blank(text: &str, lenient: bool) -> Result<String, SyntaxError> {
+fn blank(text: &str, trailing_commas: bool, bom: bool) -> Result<String, SyntaxError> {
     let mut out = text.as_bytes().to_vec();
     let b = text.as_bytes();
     let fail = |at: usize, message: &str| {
@@ -99,7 +99,7 @@ fn blank(text: &str, lenient: bool) -> Result<String, SyntaxError> {
     };
     let mut i = 0;
     if b.starts_with("\u{feff}".as_bytes()) {
-        if !lenient {
+        if !bom {
             return fail(
                 0,
                 "a byte-order mark, which this client does not read either (its file does not load): save the file without it",
@@ -151,7 +151,7 @@ fn blank(text: &str, lenient: bool) -> Result<String, SyntaxError> {
             }
             b'}' | b']' => {
                 if let Some(c) = comma.take() {
-                    if !lenient {
+                    if !trailing_commas {
                         return fail(
                             c,
                             "a trailing comma, which this client does not read either (its file does not load): remove it",

@@ -56,11 +56,16 @@ impl Client {
         }
     }
 
-    /// Whether the client reads a trailing comma (`[1, 2,]`) and a byte-order mark in its file.
-    /// Gemini CLI parses its settings with `JSON.parse` once comments are stripped: either one
-    /// breaks them.
-    fn lenient_json(self) -> bool {
-        !matches!(self, Client::Gemini)
+    /// Whether the client reads a trailing comma (`[1, 2,]`) in its file. Gemini CLI parses its
+    /// settings with `JSON.parse` once comments are stripped, and Claude Code refuses one too:
+    /// such a file does not load, and wrapping it would hide that.
+    fn trailing_commas(self) -> bool {
+        !matches!(self, Client::Gemini | Client::ClaudeCode)
+    }
+
+    /// Whether the client reads a file that starts with a byte-order mark (Gemini CLI does not).
+    fn bom(self) -> bool {
+        self != Client::Gemini
     }
 }
 
@@ -226,7 +231,7 @@ pub fn parse(client: Client, path: &Path, text: &str, scope: Scope) -> Result<Ve
     if client == Client::Codex {
         return codex::parse(path, text, scope);
     }
-    let doc = Doc::parse_with(text, client.lenient_json()).map_err(|e| Error::Invalid {
+    let doc = Doc::parse_with(text, client.trailing_commas(), client.bom()).map_err(|e| Error::Invalid {
         client,
         path: path.into(),
         line: e.line,
