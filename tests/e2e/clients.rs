@@ -362,3 +362,35 @@ fn wraps_at_once_lose_no_server() {
         assert!(wrapped.contains("\"connect\""), "{wrapped}");
     }
 }
+
+/// switchyard installed under another name (a copy called `sy`): wrap writes that binary's path
+/// into the entries and knows them as its own afterwards (`clients` says so, a second wrap
+/// changes nothing, unwrap puts the file back).
+#[test]
+fn wrap_works_when_the_binary_has_another_name() {
+    let home = switchyard_testkit::daemon::Home::new();
+    let sy = home.path().join("bin/sy");
+    std::fs::create_dir_all(sy.parent().unwrap()).unwrap();
+    std::fs::copy(bin(), &sy).unwrap();
+    let file = home.path().join(".cursor/mcp.json");
+    place("cursor.mcp.json", &file);
+    let original = std::fs::read(&file).unwrap();
+    let config = home.config_str();
+    let sy_run = |args: &[&str]| {
+        ok(std::process::Command::new(&sy)
+            .args(args)
+            .current_dir(home.path())
+            .envs(home.envs())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap())
+    };
+    let said = sy_run(&["wrap", "--client", "cursor", "--config", &config]);
+    assert!(said.contains("wrote "), "{said}");
+    let wrapped = std::fs::read_to_string(&file).unwrap();
+    assert!(wrapped.contains(&format!("\"command\": \"{}\"", sy.display())), "{wrapped}");
+    assert!(sy_run(&["clients"]).contains("through switchyard (server `remote-server`)"));
+    assert!(sy_run(&["wrap", "--client", "cursor", "--config", &config]).contains("nothing to wrap"));
+    sy_run(&["unwrap", "--client", "cursor"]);
+    assert_eq!(std::fs::read(&file).unwrap(), original);
+}

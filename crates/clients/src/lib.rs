@@ -452,10 +452,16 @@ fn wrapped(command: &str, args: &[String]) -> Option<String> {
 }
 
 /// Whether a command runs the switchyard binary (`switchyard`, `/path/switchyard`,
-/// `C:\\...\\switchyard.exe`).
+/// `C:\\...\\switchyard.exe`), or this very binary under another name (a copy renamed `sy`, say):
+/// `wrap` writes its own path into the entries it makes.
 pub(crate) fn is_switchyard(command: &str) -> bool {
     let file = command.rsplit(['/', '\\']).next().unwrap_or(command);
-    file == "switchyard" || file.eq_ignore_ascii_case("switchyard.exe")
+    if file == "switchyard" || file.eq_ignore_ascii_case("switchyard.exe") {
+        return true;
+    }
+    static THIS: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    let this = THIS.get_or_init(|| std::env::current_exe().and_then(std::fs::canonicalize).ok());
+    Path::new(command).is_absolute() && this.is_some() && std::fs::canonicalize(command).ok() == *this
 }
 
 /// The byte ranges of the variables `client` expands in `s`, in order: each `${...}` (from `${`
