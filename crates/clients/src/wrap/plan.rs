@@ -418,8 +418,18 @@ fn definition(client: Client, entry: &Entry, project: Option<&Path>) -> (Launch,
         for span in crate::variable_spans(client, s) {
             let expr = &s[span.clone()];
             if entry.variables.iter().any(|v| v == expr) {
-                out.push_str(&s[done..span.start]);
-                let _ = write!(out, "${{{}}}", name_for(expr, &mut vars, None));
+                // `$${VAR}` is a `$` and VAR's value to the client, but a literal `${VAR}` to
+                // switchyard: the `$` goes into the client's value instead.
+                let dollar = span.start > done && s[..span.start].ends_with('$');
+                let start = if dollar { span.start - 1 } else { span.start };
+                out.push_str(&s[done..start]);
+                let name = if dollar {
+                    let prefer = var_name(client, expr);
+                    name_for(&s[start..span.end], &mut vars, Some(&prefer))
+                } else {
+                    name_for(expr, &mut vars, None)
+                };
+                let _ = write!(out, "${{{name}}}");
                 done = span.end;
             }
         }

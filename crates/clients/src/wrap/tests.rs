@@ -805,3 +805,26 @@ fn a_claude_code_file_with_a_trailing_comma_is_left_with_its_place() {
     let cursor = one(Client::Cursor, "/w/p/.cursor/mcp.json", Scope::Project, text);
     assert_eq!(wrap_all(&[cursor], None).changes.len(), 1);
 }
+
+/// `$${VAR}` is a `$` and VAR's value to Claude Code (tried with `claude mcp list`), but
+/// `$${VAR}` in switchyard.toml is a literal `${VAR}`: the `$` stays on the client's side, so
+/// the server gets what Claude Code gave it before.
+#[test]
+fn a_dollar_before_a_client_variable_stays_a_dollar() {
+    let text = r#"{"mcpServers": {"a": {"command": "x", "args": ["--price", "$${PRICE}"], "env": {"P": "${PRICE}", "Q": "$${PRICE}"}}}}"#;
+    let cc = one(Client::ClaudeCode, "/w/p/.mcp.json", Scope::Project, text);
+    let plan = wrap_all(&[cc], None);
+    let wrapped: serde_json::Value = serde_json::from_str(&plan.changes[0].records[0].wrapped).unwrap();
+    let env = wrapped["env"].as_object().unwrap();
+    let parsed: toml::Table = plan.config.as_ref().unwrap().2.parse().unwrap();
+    let a = &parsed["servers"]["a"];
+    assert!(!plan.config.as_ref().unwrap().2.contains("$${"), "{}", plan.config.as_ref().unwrap().2);
+    // Each `${NAME}` in switchyard's table is the client's expression of the same name.
+    let client_expr = |value: &str| -> String {
+        let name = value.trim_start_matches("${").trim_end_matches('}');
+        env[name].as_str().unwrap_or_else(|| panic!("{name} not in {wrapped}")).to_string()
+    };
+    assert_eq!(client_expr(a["env"]["P"].as_str().unwrap()), "${PRICE}");
+    assert_eq!(client_expr(a["env"]["Q"].as_str().unwrap()), "$${PRICE}");
+    assert_eq!(client_expr(a["args"][1].as_str().unwrap()), "$${PRICE}");
+}
