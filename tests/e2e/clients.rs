@@ -21,6 +21,8 @@ fn clients_lists_every_config_of_a_home_and_a_project_and_writes_nothing() {
     place("cursor.mcp.json", &home.join(".cursor/mcp.json"));
     place("project.mcp.json", &project.join(".mcp.json"));
     place("broken.vscode.mcp.json", &project.join(".vscode/mcp.json"));
+    place("codex.config.toml", &home.join(".codex/config.toml"));
+    place("gemini.settings.json", &project.join(".gemini/settings.json"));
     let before = snapshot(dir.path());
     let run = |args: &[&str]| {
         let out = std::process::Command::new(bin())
@@ -32,6 +34,7 @@ fn clients_lists_every_config_of_a_home_and_a_project_and_writes_nothing() {
             .env_remove("XDG_CONFIG_HOME")
             .env_remove("APPDATA")
             .env_remove("CLAUDE_CONFIG_DIR")
+            .env_remove("CODEX_HOME")
             .output()
             .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -42,6 +45,11 @@ fn clients_lists_every_config_of_a_home_and_a_project_and_writes_nothing() {
         "claude-desktop ~/.config/Claude/claude_desktop_config.json",
         "claude-code ~/.claude.json (user)",
         "cursor ~/.cursor/mcp.json",
+        "codex ~/.codex/config.toml (user)",
+        "ünï code",
+        "through switchyard (server `memory`)",
+        "gemini ",
+        "`tcp` (a WebSocket)",
         "through switchyard (server `shop-db`)",
         "cannot be read",
         "line 9, column 5",
@@ -87,6 +95,7 @@ fn switchyard_in(home: &switchyard_testkit::daemon::Home, cwd: &Path, args: &[&s
         .envs(home.envs())
         .env_remove("APPDATA")
         .env_remove("CLAUDE_CONFIG_DIR")
+        .env_remove("CODEX_HOME")
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap()
@@ -107,9 +116,18 @@ fn place_all(home: &switchyard_testkit::daemon::Home) -> (std::path::PathBuf, Ve
         h.join(".cursor/mcp.json"),
         project.join(".mcp.json"),
         project.join(".vscode/mcp.json"),
+        h.join(".codex/config.toml"),
+        project.join(".gemini/settings.json"),
     ];
-    let sources =
-        ["claude_desktop_config.json", "claude.json", "cursor.mcp.json", "project.mcp.json", "vscode.mcp.json"];
+    let sources = [
+        "claude_desktop_config.json",
+        "claude.json",
+        "cursor.mcp.json",
+        "project.mcp.json",
+        "vscode.mcp.json",
+        "codex.config.toml",
+        "gemini.settings.json",
+    ];
     for (from, to) in sources.iter().zip(&files) {
         place(from, to);
     }
@@ -123,7 +141,7 @@ fn wrap_dry_run_shows_a_diff_and_writes_nothing() {
     let home = switchyard_testkit::daemon::Home::new();
     let (project, _) = place_all(&home);
     let before = snapshot(home.path());
-    for client in ["claude-desktop", "claude-code", "cursor", "vscode"] {
+    for client in ["claude-desktop", "claude-code", "cursor", "vscode", "codex", "gemini"] {
         let text = ok(switchyard_in(&home, &project, &["wrap", "--client", client, "--dry-run"]));
         assert!(text.contains("(dry run: nothing was written)"), "{text}");
         assert!(text.contains("\n+") && text.contains("\n-") && text.contains("@@"), "no diff for {client}:\n{text}");
@@ -146,7 +164,7 @@ fn wrap_then_unwrap_gives_every_file_back_byte_for_byte() {
     std::fs::rename(cursor, &dotfile).unwrap();
     std::os::unix::fs::symlink(&dotfile, cursor).unwrap();
     let originals: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap()).collect();
-    let clients = ["claude-desktop", "claude-code", "cursor", "vscode"];
+    let clients = ["claude-desktop", "claude-code", "cursor", "vscode", "codex", "gemini"];
     for client in clients {
         let text = ok(switchyard_in(&home, &project, &["wrap", "--client", client]));
         assert!(text.contains("wrote "), "{text}");
