@@ -82,9 +82,10 @@ fn codex_status(home: &Home) -> Vec<Value> {
     answer["result"]["data"].as_array().unwrap_or_else(|| panic!("{answer}")).clone()
 }
 
-/// Servers added with `codex mcp add` (one with `--env`, one with an allow list added by hand):
-/// after wrap, `codex mcp list` shows each on `switchyard connect`, Codex connects to each
-/// through one daemon (the allow list still picks the tools), and unwrap gives the file back.
+/// Servers added with `codex mcp add` (one with `--env`, one with an allow list added by hand)
+/// and a trusted project's (CRLF): after wrap, `codex mcp list` shows each on `switchyard
+/// connect`, Codex connects to the user's through one daemon (the allow list still picks the
+/// tools), and unwrap gives both files back.
 #[tokio::test]
 async fn codex_connects_to_every_wrapped_server_through_the_daemon() {
     ensure_client_clis();
@@ -95,15 +96,30 @@ async fn codex_connects_to_every_wrapped_server_through_the_daemon() {
     let file = home.path().join(".codex/config.toml");
     let mut text = std::fs::read_to_string(&file).unwrap();
     assert!(text.contains("[mcp_servers.fix.env]"), "codex mcp add writes env as a sub-table:\n{text}");
-    // Codex's own setting, by hand: `other`'s table is the last one.
+    // Codex's own setting, by hand: `other`'s table is the last one. And a project of the user's
+    // with servers of its own, which Codex reads once the project is trusted.
+    let project = home.path().join("work");
     text.push_str("enabled_tools = [\"pid\"] # only this one\n");
+    text.push_str(&format!("\n[projects.{}]\ntrust_level = \"trusted\"\n", json!(project.display().to_string())));
     std::fs::write(&file, &text).unwrap();
+    let project_file = project.join(".codex/config.toml");
+    std::fs::create_dir_all(project_file.parent().unwrap()).unwrap();
+    let project_text = format!(
+        "# the project's own\r\n[mcp_servers.local]\r\ncommand = {}\r\nargs = [\"fixture\", \"--name\", \"fix-c\"] # here\r\n",
+        json!(bin())
+    );
+    std::fs::write(&project_file, &project_text).unwrap();
     let before = codex_status(&home);
     assert_eq!(before.len(), 2, "{before:#?}");
 
-    let said = switchyard(&home, home.path(), &["wrap", "--client", "codex"]);
+    let said = switchyard(&home, &project, &["wrap", "--client", "codex"]);
     assert!(said.contains("codex `fix` -> switchyard server `fix`"), "{said}");
-    let listed: Value = serde_json::from_str(&codex(&["mcp", "list", "--json"])).unwrap();
+    assert!(said.contains("codex `local` -> switchyard server `local`"), "{said}");
+    // Codex's listing in the project: the user's servers and the project's, each on `connect`.
+    let listed = ok(command(&home, &codex_cli(), &project).args(["mcp", "list", "--json"]));
+    let listed: Value = serde_json::from_str(&listed).unwrap();
+    let names: Vec<&str> = listed.as_array().unwrap().iter().filter_map(|s| s["name"].as_str()).collect();
+    assert_eq!(names, ["fix", "local", "other"], "{listed:#}");
     for server in listed.as_array().unwrap() {
         assert_eq!(server["transport"]["command"], bin(), "{server:#}");
         assert_eq!(server["transport"]["args"][0], "connect", "{server:#}");
@@ -119,9 +135,10 @@ async fn codex_connects_to_every_wrapped_server_through_the_daemon() {
     assert_eq!(status.len(), 2, "{status:#?}");
     assert_eq!(home.daemons().len(), 1, "{}", switchyard_testkit::daemon::render(&home.processes()));
 
-    let said = switchyard(&home, home.path(), &["unwrap", "--client", "codex"]);
+    let said = switchyard(&home, &project, &["unwrap", "--client", "codex"]);
     assert!(!said.contains("changed since"), "{said}");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), text, "unwrap did not give the file back");
+    assert_eq!(std::fs::read_to_string(&project_file).unwrap(), project_text, "nor the project's");
     home.stop().await;
 }
 
