@@ -475,8 +475,15 @@ fn definition(client: Client, entry: &Entry, project: Option<&Path>) -> (Launch,
                 .iter()
                 .map(|(k, v)| {
                     // A client that expands nothing means `${` literally; switchyard's headers
-                    // read `${VAR}`, and `$${` is their literal `${`.
-                    let v = if client == Client::ClaudeDesktop { v.replace("${", "$${") } else { sub(v) };
+                    // read `${VAR}`, and `$${` is their literal `${`. Codex expands nothing
+                    // either: only what it forwards from its environment (a whole value, or
+                    // `Bearer ` and one) is its variable.
+                    let forwarded = |v: &str| {
+                        let var = v.strip_prefix("Bearer ").unwrap_or(v);
+                        entry.variables.iter().any(|e| e == var)
+                    };
+                    let literal = client == Client::ClaudeDesktop || (client == Client::Codex && !forwarded(v));
+                    let v = if literal { v.replace("${", "$${") } else { sub(v) };
                     (k.clone(), HeaderValue::from(v))
                 })
                 .collect(),

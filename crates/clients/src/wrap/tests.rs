@@ -828,3 +828,17 @@ fn a_dollar_before_a_client_variable_stays_a_dollar() {
     assert_eq!(client_expr(a["env"]["Q"].as_str().unwrap()), "$${PRICE}");
     assert_eq!(client_expr(a["args"][1].as_str().unwrap()), "$${PRICE}");
 }
+
+/// Codex expands nothing in its file: a `${X}` in a header it sends is text, and stays text in
+/// switchyard's header (`$${X}`), while what Codex forwards from its environment is a variable.
+#[test]
+fn a_codex_header_is_text_unless_codex_forwards_it() {
+    let text = "[mcp_servers.r]\nurl = \"https://h.example/mcp\"\nbearer_token_env_var = \"TOKEN\"\nhttp_headers = { \"X-Literal\" = \"${NOT_A_VARIABLE}\" }\n";
+    let codex = one(Client::Codex, "/home/u/.codex/config.toml", Scope::User, text);
+    let plan = wrap_all(&[codex], None);
+    let parsed: toml::Table = plan.config.as_ref().unwrap().2.parse().unwrap();
+    let headers = &parsed["servers"]["r"]["headers"];
+    assert_eq!(headers["X-Literal"].as_str(), Some("$${NOT_A_VARIABLE}"));
+    assert_eq!(headers["Authorization"].as_str(), Some("Bearer ${TOKEN}"));
+    assert_eq!(parsed["servers"]["r"]["client_env"].as_array().unwrap().len(), 1);
+}
