@@ -842,3 +842,31 @@ fn a_codex_header_is_text_unless_codex_forwards_it() {
     assert_eq!(headers["Authorization"].as_str(), Some("Bearer ${TOKEN}"));
     assert_eq!(parsed["servers"]["r"]["client_env"].as_array().unwrap().len(), 1);
 }
+
+/// The other ways TOML lets Codex's servers be written: a dotted `env.K` inside the table, one
+/// `mcp_servers = { ... }` inline table, an indented table. Each is wrapped where it is and
+/// comes back byte for byte.
+#[test]
+fn codex_servers_written_other_ways_wrap_in_place() {
+    let cases = [
+        "[mcp_servers.a]\ncommand = \"x\"\nenv.K = \"v\" # dotted\nenabled = true\n",
+        "mcp_servers = { a = { command = \"x\", env = { K = \"v\" }, enabled = true } }\nmodel = \"m\"\n",
+        "  [mcp_servers.a]\n  command = \"x\"\n  enabled = true\n\n  [mcp_servers.a.env]\n  K = \"v\"\n",
+    ];
+    for text in cases {
+        let codex = one(Client::Codex, "/home/u/.codex/config.toml", Scope::User, text);
+        let plan = wrap_all(std::slice::from_ref(&codex), None);
+        let change = plan.changes.first().unwrap_or_else(|| panic!("{text}: {:#?}", plan.lines));
+        let wrapped = &change.records[0].wrapped;
+        assert!(wrapped.contains("enabled = true") && !wrapped.contains("K = "), "{text}:\n{wrapped}");
+        // New lines take the table's indentation.
+        let indent: String = text.chars().take_while(|c| *c == ' ').collect();
+        assert!(wrapped.lines().skip(1).all(|l| l.starts_with(&indent)), "{wrapped}");
+        only_entries_changed(&codex.text, &change.after, &change.records);
+        let parsed: toml::Table = change.after.parse().unwrap_or_else(|e| panic!("{e}\n{}", change.after));
+        assert_eq!(parsed["mcp_servers"]["a"]["args"][0].as_str(), Some("connect"), "{}", change.after);
+        let config: toml::Table = plan.config.as_ref().unwrap().2.parse().unwrap();
+        assert_eq!(config["servers"]["a"]["env"]["K"].as_str(), Some("v"));
+        assert_eq!(unwrapped(&codex, change), codex.text);
+    }
+}
