@@ -37,6 +37,24 @@ pub struct Member {
     pub value: Node,
 }
 
+/// What a client's JSON allows beyond JSON itself: each one it refuses is an error where it is,
+/// since such a file does not load in the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dialect {
+    /// `//` and `/* */` comments.
+    pub comments: bool,
+    /// A comma before `]` or `}`.
+    pub trailing_commas: bool,
+    /// A leading byte-order mark.
+    pub bom: bool,
+}
+
+impl Dialect {
+    /// Comments, trailing commas and a byte-order mark (VS Code's JSONC, and what Cursor and
+    /// Claude Desktop read).
+    pub const LENIENT: Dialect = Dialect { comments: true, trailing_commas: true, bom: true };
+}
+
 /// Where a document stops being JSON with comments: 1-based line and column (in characters).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SyntaxError {
@@ -47,13 +65,12 @@ pub struct SyntaxError {
 
 impl Doc {
     pub fn parse(text: &str) -> Result<Doc, SyntaxError> {
-        Doc::parse_with(text, true, true)
+        Doc::parse_with(text, Dialect::LENIENT)
     }
 
-    /// [`Doc::parse`], with what the client does not read an error: a trailing comma unless
-    /// `trailing_commas`, a leading byte-order mark unless `bom`.
-    pub fn parse_with(text: &str, trailing_commas: bool, bom: bool) -> Result<Doc, SyntaxError> {
-        let plain = blank(text, trailing_commas, bom)?;
+    /// [`Doc::parse`], with what `dialect` does not allow an error at its place.
+    pub fn parse_with(text: &str, dialect: Dialect) -> Result<Doc, SyntaxError> {
+        let plain = blank(text, dialect)?;
         // serde_json judges the whole document first: its errors carry line and column, and
         // once it accepts the text the span scanner below can trust the structure.
         // Read into values, not skipped: a number out of range (`1e400`) is an error here, not
@@ -90,7 +107,8 @@ impl Node {
 }
 
 /// The text with comments, trailing commas and a leading byte-order mark replaced by spaces.
-fn blank(text: &str, trailing_commas: bool, bom: bool) -> Result<String, SyntaxError> {
+fn blank(text: &str, dialect: Dialect) -> Result<String, SyntaxError> {
+    let Dialect { comments, trailing_commas, bom } = dialect;
     let mut out = text.as_bytes().to_vec();
     let b = text.as_bytes();
     let fail = |at: usize, message: &str| {
@@ -124,6 +142,9 @@ fn blank(text: &str, trailing_commas: bool, bom: bool) -> Result<String, SyntaxE
                     i += if b[i] == b'\\' { 2 } else { 1 };
                 }
                 i += 1;
+            }
+            b'/' if matches!(b.get(i + 1), Some(b'/' | b'*')) && !comments => {
+                return fail(i, "a comment, which this client does not read (its file does not load): remove it");
             }
             b'/' if b.get(i + 1) == Some(&b'/') => {
                 while i < b.len() && b[i] != b'\n' {

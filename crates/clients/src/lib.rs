@@ -56,16 +56,17 @@ impl Client {
         }
     }
 
-    /// Whether the client reads a trailing comma (`[1, 2,]`) in its file. Gemini CLI parses its
-    /// settings with `JSON.parse` once comments are stripped, and Claude Code refuses one too:
-    /// such a file does not load, and wrapping it would hide that.
-    fn trailing_commas(self) -> bool {
-        !matches!(self, Client::Gemini | Client::ClaudeCode)
-    }
-
-    /// Whether the client reads a file that starts with a byte-order mark (Gemini CLI does not).
-    fn bom(self) -> bool {
-        self != Client::Gemini
+    /// What the client's JSON allows beyond JSON, as tried with each CLI: Gemini CLI parses its
+    /// settings with `JSON.parse` once comments are stripped (no trailing comma, no byte-order
+    /// mark); Claude Code refuses comments and trailing commas (its user file stops loading, a
+    /// project's `.mcp.json` is ignored). Wrapping such a file would hide that it does not load.
+    fn dialect(self) -> jsonc::Dialect {
+        let lenient = jsonc::Dialect::LENIENT;
+        match self {
+            Client::Gemini => jsonc::Dialect { trailing_commas: false, bom: false, ..lenient },
+            Client::ClaudeCode => jsonc::Dialect { comments: false, trailing_commas: false, ..lenient },
+            _ => lenient,
+        }
     }
 }
 
@@ -231,7 +232,7 @@ pub fn parse(client: Client, path: &Path, text: &str, scope: Scope) -> Result<Ve
     if client == Client::Codex {
         return codex::parse(path, text, scope);
     }
-    let doc = Doc::parse_with(text, client.trailing_commas(), client.bom()).map_err(|e| Error::Invalid {
+    let doc = Doc::parse_with(text, client.dialect()).map_err(|e| Error::Invalid {
         client,
         path: path.into(),
         line: e.line,

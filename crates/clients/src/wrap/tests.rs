@@ -794,16 +794,22 @@ fn a_server_name_twice_is_left_and_unwrap_gives_the_file_back() {
     assert_eq!(unwrapped(&cursor, change), cursor.text);
 }
 
-/// Claude Code refuses a file with a trailing comma: wrap leaves it, naming the place, rather
-/// than rewriting a file that does not load. Cursor reads one, and its file is wrapped.
+/// Claude Code refuses a file with a trailing comma or a comment: wrap leaves it, naming the
+/// place, rather than rewriting a file that does not load. Cursor reads both, and its file is
+/// wrapped.
 #[test]
-fn a_claude_code_file_with_a_trailing_comma_is_left_with_its_place() {
+fn a_claude_code_file_with_a_trailing_comma_or_a_comment_is_left_with_its_place() {
     let text = "{\"mcpServers\": {\n  \"a\": {\"command\": \"x\", \"args\": [\"-v\",]}\n}}\n";
     let cc = one(Client::ClaudeCode, "/w/p/.mcp.json", Scope::Project, text);
     let e = plan_wrap(&[cc], Path::new(CONFIG), None, Path::new(EXE), None).unwrap_err().to_string();
     assert!(e.contains("/w/p/.mcp.json, line 2, column 38: a trailing comma"), "{e}");
     let cursor = one(Client::Cursor, "/w/p/.cursor/mcp.json", Scope::Project, text);
     assert_eq!(wrap_all(&[cursor], None).changes.len(), 1);
+    // Nor does Claude Code read a comment (its user file stops loading; a project's is ignored).
+    let commented = "{\n  // mine\n  \"mcpServers\": {\"a\": {\"command\": \"x\"}}\n}\n";
+    let cc = one(Client::ClaudeCode, "/home/u/.claude.json", Scope::User, commented);
+    let e = plan_wrap(&[cc], Path::new(CONFIG), None, Path::new(EXE), None).unwrap_err().to_string();
+    assert!(e.contains("/home/u/.claude.json, line 2, column 3: a comment"), "{e}");
 }
 
 /// `$${VAR}` is a `$` and VAR's value to Claude Code (tried with `claude mcp list`), but
