@@ -32,6 +32,7 @@ fn entry_json(e: &Entry) -> Value {
         "name": e.name,
         "wrapped": e.wrapped,
         "variables": e.variables,
+        "stuck": e.stuck,
     });
     match &e.kind {
         Kind::Stdio { command, args, env, cwd } => {
@@ -123,7 +124,10 @@ pub fn to_text(found: &[Result<Found, Error>], home: &Path) -> String {
                             wrapped += 1;
                             format!("through switchyard (server `{name}`)")
                         }
-                        None => "direct".to_string(),
+                        None => match &e.stuck {
+                            Some(why) => format!("direct; wrap leaves it: {why}"),
+                            None => "direct".to_string(),
+                        },
                     };
                     let _ = writeln!(out, "  {:<16} {what}\n  {:<16} {state}", e.name, "");
                 }
@@ -187,6 +191,18 @@ mod tests {
         assert_eq!(linear["transport"], "sse");
         assert_eq!(linear["header_keys"], json!(["Authorization"]));
         assert!(!json.to_string().contains("Bearer"));
+    }
+
+    #[test]
+    fn a_codex_server_wrap_cannot_replace_says_why() {
+        let text = "[mcp_servers.a]\ncommand = \"x\"\n[other]\n[mcp_servers.a.env]\nK = \"v\"\n";
+        let path = Path::new("/home/user/.codex/config.toml");
+        let found: Vec<Result<Found, Error>> =
+            super::super::parse(Client::Codex, path, text, Scope::User).unwrap().into_iter().map(Ok).collect();
+        let shown = to_text(&found, Path::new("/home/user"));
+        assert!(shown.contains("codex ~/.codex/config.toml (user)"), "{shown}");
+        assert!(shown.contains("direct; wrap leaves it: its tables are apart"), "{shown}");
+        assert!(to_json(&found)[0]["servers"][0]["stuck"].as_str().is_some_and(|s| s.contains("apart")));
     }
 
     #[test]
