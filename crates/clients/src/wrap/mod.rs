@@ -87,7 +87,12 @@ pub fn select(opts: &Options, home: &Path, env: &dyn Fn(&str) -> Option<String>)
     };
     if let Some(path) = &opts.path {
         let path = tilde(path, home);
-        let guessed = guess_client(&path, home);
+        // A place a client keeps its file (`$CODEX_HOME/config.toml` too), else its name.
+        let absolute = |p: &Path| std::path::absolute(p).ok();
+        let guessed = super::locations(home, project.as_deref(), env)
+            .into_iter()
+            .find(|l| absolute(&l.path) == absolute(&path) && opts.client.is_none_or(|c| c == l.client))
+            .or_else(|| guess_client(&path, home));
         let client = opts.client.or(guessed.as_ref().map(|l| l.client)).ok_or_else(|| {
             anyhow!(
                 "cannot tell which client reads {}; say it with --client (claude-desktop, claude-code, cursor, vscode, codex, gemini)",

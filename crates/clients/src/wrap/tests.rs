@@ -876,3 +876,28 @@ fn codex_servers_written_other_ways_wrap_in_place() {
         assert_eq!(unwrapped(&codex, change), codex.text);
     }
 }
+
+/// A file named on the command line where a client keeps it (Codex's under `CODEX_HOME`) is that
+/// client's user file, though its name alone does not say so.
+#[test]
+fn a_named_file_in_a_client_s_place_is_that_client_s() {
+    let home = tempfile::tempdir().unwrap();
+    let file = home.path().join("codex-home/config.toml");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, "").unwrap();
+    let codex_home = file.parent().unwrap().display().to_string();
+    let env = |k: &str| (k == "CODEX_HOME").then(|| codex_home.clone());
+    let opts = Options {
+        client: None,
+        path: Some(file.clone()),
+        project: Some(home.path().to_path_buf()),
+        config: None,
+        only: None,
+        dry_run: true,
+    };
+    let [l] = &select(&opts, home.path(), &env).unwrap()[..] else { panic!() };
+    assert_eq!((l.client, &l.scope), (Client::Codex, &Scope::User));
+    // Elsewhere, a `config.toml` is nobody's until --client says.
+    let e = select(&opts, home.path(), &|_| None).unwrap_err().to_string();
+    assert!(e.contains("say it with --client"), "{e}");
+}
