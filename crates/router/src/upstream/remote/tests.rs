@@ -1036,3 +1036,25 @@ async fn with_liveness_off_nothing_is_probed() {
     assert!(!rec.all().iter().any(|r| matches!(r, Rec::Ended(_))), "{:?}", rec.all());
     assert!(!fake.lock().unwrap().posts.iter().any(|p| p.contains("switchyard-probe")));
 }
+
+/// The 2026-07-28 era (no session, no GET stream, no resumption): a request on a link that went
+/// silent is found the same way.
+#[tokio::test]
+async fn a_2026_request_on_a_black_holed_link_is_found_after_one_window() {
+    let (url, _fake) = streamable_server().await;
+    let upstream: std::net::SocketAddr = url.trim_start_matches("http://").trim_end_matches("/mcp").parse().unwrap();
+    let proxy = switchyard_testkit::proxy::FaultProxy::start(upstream);
+    let (_c, rec, t) = open_watched(&format!("http://{}/mcp", proxy.addr()), RemoteKind::StreamableHttp).await;
+    let modern = |id: u64| Outbound {
+        line: format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}}}}"#
+        ),
+        request: Some(id),
+    };
+    t.send(modern(5)).unwrap();
+    rec.response(5).await;
+    proxy.black_hole(true);
+    t.send(modern(6)).unwrap();
+    let status = ended_within(&rec, WINDOW * 2 + Duration::from_millis(500)).await;
+    assert!(status.contains("went silent"), "{status}");
+}
