@@ -968,3 +968,45 @@ async fn daemon_detach_forwards_http_and_makes_the_token_at_the_first_start() {
     assert_eq!(std::fs::read_to_string(&token_files(&home)[0]).unwrap(), token);
     home.shutdown().await;
 }
+
+/// Clients start `connect` with different environments: the harness's (XDG directories of its
+/// own) and an SDK client's (only HOME, LOGNAME, PATH, SHELL, TERM and USER). Starting at the
+/// same moment, both reach one daemon and one server instance, and `status` and `stop` from
+/// either environment agree on it.
+#[tokio::test]
+async fn clients_with_different_environments_share_one_daemon() {
+    let home = Home::new();
+    home.write_config(&home.fixture("alpha", &[]));
+    let config = home.config_str();
+    let home_dir = home.path().display().to_string();
+    let path = std::env::var("PATH").unwrap_or_default();
+    let bare: Vec<(&str, &str)> = vec![
+        ("HOME", &home_dir),
+        ("LOGNAME", "e2e"),
+        ("PATH", &path),
+        ("SHELL", "/bin/sh"),
+        ("TERM", "dumb"),
+        ("USER", "e2e"),
+    ];
+    let argv: Vec<String> = [bin(), "connect", "alpha", "--config", &config].iter().map(|s| s.to_string()).collect();
+    let mut full = home.connect("alpha");
+    let mut sdk = Proc::spawn_only_env("connect (SDK environment)", &argv, &bare);
+    let (mut a, mut b) = (full.client(), sdk.client());
+    let (ra, rb) = tokio::join!(a.initialize(), b.initialize());
+    assert!(ra["result"].is_object() && rb["result"].is_object(), "{ra}\n{rb}");
+    let ((pid_a, _), (pid_b, _)) = tokio::join!(fixture_pid(&mut a), fixture_pid(&mut b));
+    assert_eq!(pid_a, pid_b, "the two clients reached two server instances");
+    assert_eq!(home.daemons().len(), 1, "{}", render(&home.processes()));
+    // status from the bare environment names the same daemon and socket.
+    let mut cmd = tokio::process::Command::new(bin());
+    cmd.args(["status", "--json", "--config", &config]).env_clear().envs(bare.iter().copied());
+    let out = cmd.output().await.unwrap();
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    let status = home.status_json().await;
+    assert_eq!((&seen["pid"], &seen["socket"]), (&status["pid"], &status["socket"]));
+    assert_eq!(status["socket"].as_str(), Some(home.socket_path().to_str().unwrap()));
+    leave(full, a).await;
+    leave(sdk, b).await;
+    home.stop().await;
+    home.wait_no_processes(SLOW).await;
+}

@@ -217,10 +217,7 @@ async fn an_address_in_use_is_named_and_the_daemon_does_not_start() {
         "{stderr}"
     );
     assert!(home.daemons().is_empty());
-    let left: Vec<_> = std::fs::read_dir(home.runtime_dir().join("switchyard"))
-        .map(|d| d.flatten().map(|e| e.file_name()).collect())
-        .unwrap_or_default();
-    assert!(left.is_empty(), "the daemon that did not start left {left:?}");
+    assert!(!home.socket_path().exists(), "the daemon that did not start left {}", home.socket_path().display());
     let out = home.cli(&["status", "--config", &home.config_str()]).await;
     assert!(String::from_utf8_lossy(&out.stderr).contains("no switchyard daemon"), "{out:?}");
     home.shutdown().await;

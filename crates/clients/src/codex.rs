@@ -17,8 +17,9 @@ use crate::{Client, Entry, Error, Found, Kind, Scope};
 pub(crate) const LAUNCH: &[&str] =
     &["command", "args", "env", "env_vars", "cwd", "url", "http_headers", "env_http_headers", "bearer_token_env_var"];
 
-/// What `switchyard connect` reads of its environment to find the daemon (its socket, its log).
-const CONNECT_ENV: [&str; 2] = ["XDG_RUNTIME_DIR", "XDG_STATE_HOME"];
+/// What `switchyard connect` reads of its environment for the daemon it starts: where its log
+/// and HTTP token go. (The socket is found from the config path and the user id alone.)
+const CONNECT_ENV: [&str; 1] = ["XDG_STATE_HOME"];
 
 /// Codex's own settings of a server that mean the same on a wrapped entry (behind switchyard the
 /// server's tools keep their names, so an allow list still picks the same tools): carried along

@@ -62,17 +62,28 @@ pub fn config_key(canonical: &Path) -> String {
     if stem.is_empty() { hex } else { format!("{stem}-{hex}") }
 }
 
-/// The per-user directory for sockets and locks: `$XDG_RUNTIME_DIR/switchyard`, else
-/// `/tmp/switchyard-UID`. Made 0700 when missing; an existing one must be this user's and closed
-/// to everyone else (another user could otherwise put a socket of theirs where `connect` looks).
+/// The per-user directory for sockets and locks, found from the user id alone:
+/// `/run/user/UID/switchyard` where the system keeps a runtime directory for the user (systemd
+/// does, and that is what `$XDG_RUNTIME_DIR` names there), else `/tmp/switchyard-UID`. Not from
+/// the environment: clients start `connect` with different ones (the SDKs pass only HOME, PATH
+/// and a few more; Codex fewer), and all must find the one daemon of a config. Made 0700 when
+/// missing; an existing one must be this user's and closed to everyone else (another user could
+/// otherwise put a socket of theirs where `connect` looks).
 pub fn runtime_dir() -> anyhow::Result<PathBuf> {
-    let uid = rustix::process::getuid().as_raw();
-    let dir = match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|p| p.is_absolute()) {
-        Some(base) => base.join("switchyard"),
-        None => PathBuf::from(format!("/tmp/switchyard-{uid}")),
-    };
+    let dir = runtime_dir_path();
     private_dir(&dir)?;
     Ok(dir)
+}
+
+/// Where [`runtime_dir`] is, without making it.
+pub fn runtime_dir_path() -> PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    let uid = rustix::process::getuid().as_raw();
+    let system = PathBuf::from(format!("/run/user/{uid}"));
+    match std::fs::metadata(&system) {
+        Ok(m) if m.is_dir() && m.uid() == uid => system.join("switchyard"),
+        _ => PathBuf::from(format!("/tmp/switchyard-{uid}")),
+    }
 }
 
 /// The per-user directory for daemon logs: `$XDG_STATE_HOME/switchyard`, else
@@ -146,7 +157,7 @@ pub fn private_dir(dir: &Path) -> anyhow::Result<()> {
     }
     if meta.uid() != uid {
         bail!(
-            "{} belongs to uid {}, not to you (uid {uid}); switchyard will not put its sockets there. Remove it or set XDG_RUNTIME_DIR",
+            "{} belongs to uid {}, not to you (uid {uid}); switchyard will not put its sockets there. Remove it, or give the daemon and every connect the same --socket PATH",
             dir.display(),
             meta.uid()
         );

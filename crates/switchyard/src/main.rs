@@ -31,7 +31,7 @@ enum Command {
         /// The daemon's config file [default: ~/.config/switchyard/switchyard.toml].
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
-        /// The daemon's socket [default: one per config file, in $XDG_RUNTIME_DIR/switchyard].
+        /// The daemon's socket [default: one per config file, in /run/user/UID/switchyard or /tmp/switchyard-UID].
         #[arg(long, value_name = "PATH")]
         socket: Option<PathBuf>,
         /// Pass these variables of connect's environment to the server (its `client_env` in the

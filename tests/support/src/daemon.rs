@@ -256,10 +256,13 @@ impl Home {
         self.wait_no_processes(Duration::from_secs(10)).await;
     }
 
-    /// Every live process started with this home's environment (connects, daemons, their
-    /// supervisors and servers), from /proc.
+    /// Every live process of this home (connects, daemons, their supervisors and servers), from
+    /// /proc: started with this home's environment, or naming a file of this home on its command
+    /// line (a client that starts `connect` with a bare environment, as the SDKs and Codex do,
+    /// starts a daemon without the environment; its `--config` is still this home's).
     pub fn processes(&self) -> Vec<ProcInfo> {
         let marker = self.marker();
+        let home = self.path().display().to_string();
         let mut found = Vec::new();
         let Ok(dir) = std::fs::read_dir("/proc") else { return found };
         for entry in dir.flatten() {
@@ -267,15 +270,17 @@ impl Home {
                 continue;
             };
             let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
-            if !environ.split(|b| *b == 0).any(|var| var == marker.as_bytes()) || !pid_alive(pid) {
-                continue;
-            }
             let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
-            let argv = cmdline
+            let argv: Vec<String> = cmdline
                 .split(|b| *b == 0)
                 .filter(|a| !a.is_empty())
                 .map(|a| String::from_utf8_lossy(a).into_owned())
                 .collect();
+            let ours = environ.split(|b| *b == 0).any(|var| var == marker.as_bytes())
+                || argv.iter().any(|a| a.starts_with(&home));
+            if !ours || !pid_alive(pid) {
+                continue;
+            }
             found.push(ProcInfo { pid, argv });
         }
         found
@@ -316,10 +321,30 @@ impl Home {
         }
     }
 
-    /// The daemon's socket (the one `*.sock` in the runtime directory), if there is one.
+    /// The daemon's socket, if it is there.
     pub fn socket(&self) -> Option<PathBuf> {
-        let dir = self.runtime_dir().join("switchyard");
-        std::fs::read_dir(dir).ok()?.flatten().map(|e| e.path()).find(|p| p.extension().is_some_and(|x| x == "sock"))
+        let path = self.socket_path();
+        path.exists().then_some(path)
+    }
+
+    /// Where this config's daemon has its socket, worked out as the docs say (docs/daemon.md):
+    /// in the user's runtime directory, found from the uid alone, named from the config file's
+    /// stem and a hash of its absolute path.
+    pub fn socket_path(&self) -> PathBuf {
+        use sha2::Digest;
+        use std::os::unix::fs::MetadataExt;
+        let uid = rustix::process::getuid().as_raw();
+        let system = PathBuf::from(format!("/run/user/{uid}"));
+        let dir = match std::fs::metadata(&system) {
+            Ok(m) if m.is_dir() && m.uid() == uid => system.join("switchyard"),
+            _ => PathBuf::from(format!("/tmp/switchyard-{uid}")),
+        };
+        let parent = std::fs::canonicalize(self.config.parent().unwrap()).unwrap();
+        let canonical = parent.join(self.config.file_name().unwrap());
+        let hash = sha2::Sha256::digest(canonical.as_os_str().as_encoded_bytes());
+        let hex: String = hash.iter().take(6).map(|b| format!("{b:02x}")).collect();
+        let stem = canonical.file_stem().unwrap().to_string_lossy();
+        dir.join(format!("{stem}-{hex}.sock"))
     }
 
     /// Everything in the daemon's log files (the state directory), for failures and log checks.

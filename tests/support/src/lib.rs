@@ -162,10 +162,22 @@ impl Proc {
 
     /// `spawn` with extra environment variables (e.g. `RUST_LOG`).
     pub fn spawn_env(label: &str, argv: &[String], envs: &[(&str, &str)]) -> Proc {
+        Proc::spawn_with(label, argv, envs, false)
+    }
+
+    /// `spawn` with `envs` as the whole environment (as an SDK client starts its servers).
+    pub fn spawn_only_env(label: &str, argv: &[String], envs: &[(&str, &str)]) -> Proc {
+        Proc::spawn_with(label, argv, envs, true)
+    }
+
+    fn spawn_with(label: &str, argv: &[String], envs: &[(&str, &str)], clear: bool) -> Proc {
         // A plain blocking pipe for stderr (close-on-exec, so no other child inherits it and
         // EOF really means this process tree is gone).
         let (err_read, err_write) = std::io::pipe().expect("stderr pipe");
         let mut cmd = Command::new(&argv[0]);
+        if clear {
+            cmd.env_clear();
+        }
         cmd.args(&argv[1..])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -613,15 +613,13 @@ fn codex_config_is_edited_in_place_and_unwraps_to_the_same_bytes() {
     assert_eq!(
         fs.wrapped,
         format!(
-            "[mcp_servers.filesystem]   # the filesystem server\ncommand = \"{EXE}\"\nargs = [\"connect\", \"filesystem\", \"--config\", \"{CONFIG}\", \"--env\", \"GITHUB_TOKEN\"]\nenv_vars = [\"GITHUB_TOKEN\", \"XDG_RUNTIME_DIR\", \"XDG_STATE_HOME\"]\nstartup_timeout_sec = 20\nenabled_tools = [\"read_file\", \"list_directory\"] # allow list: stays with Codex\ntools.read_file.approval_mode = \"approve\""
+            "[mcp_servers.filesystem]   # the filesystem server\ncommand = \"{EXE}\"\nargs = [\"connect\", \"filesystem\", \"--config\", \"{CONFIG}\", \"--env\", \"GITHUB_TOKEN\"]\nenv_vars = [\"GITHUB_TOKEN\", \"XDG_STATE_HOME\"]\nstartup_timeout_sec = 20\nenabled_tools = [\"read_file\", \"list_directory\"] # allow list: stays with Codex\ntools.read_file.approval_mode = \"approve\""
         )
     );
     let remote = &change.records[1];
     assert!(remote.wrapped.starts_with("[mcp_servers.\"ünï code\"]\ncommand = "), "{}", remote.wrapped);
     assert!(
-        remote
-            .wrapped
-            .contains("env_vars = [\"EXAMPLE_TOKEN\", \"EXAMPLE_KEY\", \"XDG_RUNTIME_DIR\", \"XDG_STATE_HOME\"]"),
+        remote.wrapped.contains("env_vars = [\"EXAMPLE_TOKEN\", \"EXAMPLE_KEY\", \"XDG_STATE_HOME\"]"),
         "{}",
         remote.wrapped
     );
@@ -629,7 +627,7 @@ fn codex_config_is_edited_in_place_and_unwraps_to_the_same_bytes() {
     assert_eq!(
         change.records[2].wrapped,
         format!(
-            "{{ command = \"{EXE}\", args = [\"connect\", \"inline\", \"--config\", \"{CONFIG}\"], env_vars = [\"XDG_RUNTIME_DIR\", \"XDG_STATE_HOME\"], enabled = false }}"
+            "{{ command = \"{EXE}\", args = [\"connect\", \"inline\", \"--config\", \"{CONFIG}\"], env_vars = [\"XDG_STATE_HOME\"], enabled = false }}"
         )
     );
     let said = plan.lines.join("\n");

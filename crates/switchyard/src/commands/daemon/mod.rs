@@ -35,7 +35,7 @@ pub(crate) struct DaemonArgs {
     /// The config file with every server (default: ~/.config/switchyard/switchyard.toml).
     #[arg(long, value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,
-    /// The socket to serve (default: one per config file, in $XDG_RUNTIME_DIR/switchyard).
+    /// The socket to serve (default: one per config file, in /run/user/UID/switchyard or /tmp/switchyard-UID).
     #[arg(long, value_name = "PATH")]
     pub(crate) socket: Option<PathBuf>,
     /// Start in the background, detached from this terminal, logging to a file; return once it
