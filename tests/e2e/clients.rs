@@ -169,11 +169,26 @@ fn wrap_then_unwrap_gives_every_file_back_byte_for_byte() {
         let text = ok(switchyard_in(&home, &project, &["wrap", "--client", client]));
         assert!(text.contains("wrote "), "{text}");
     }
+    let backups: Vec<(String, Vec<u8>)> = std::fs::read_dir(home.path().join("state/switchyard/wrapped/backups"))
+        .unwrap()
+        .flatten()
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap()))
+        .collect();
     for (file, original) in files.iter().zip(&originals) {
         assert_ne!(&std::fs::read(file).unwrap(), original, "{} not wrapped", file.display());
         let real = std::fs::canonicalize(file).unwrap();
-        let backup = real.with_file_name(format!("{}.switchyard-backup", real.file_name().unwrap().to_str().unwrap()));
-        assert_eq!(&std::fs::read(&backup).unwrap(), original, "backup of {}", file.display());
+        let name = real.file_name().unwrap().to_str().unwrap();
+        // Kept in the state directory, not beside the file (which may be in a repository).
+        assert!(
+            backups.iter().any(|(n, text)| n.starts_with(&format!("{name}-")) && text == original),
+            "no backup of {} in the state directory",
+            file.display()
+        );
+        assert!(
+            !real.with_file_name(format!("{name}.switchyard-backup")).exists(),
+            "a backup beside {}",
+            file.display()
+        );
     }
     assert!(std::fs::symlink_metadata(cursor).unwrap().file_type().is_symlink(), "the link was replaced by a file");
     let config = home.path().join("config/switchyard/switchyard.toml");
@@ -411,4 +426,39 @@ fn wrap_works_when_the_binary_has_another_name() {
     assert!(sy_run(&["wrap", "--client", "cursor", "--config", &config]).contains("nothing to wrap"));
     sy_run(&["unwrap", "--client", "cursor"]);
     assert_eq!(std::fs::read(&file).unwrap(), original);
+}
+
+/// A project's `.mcp.json` committed to its repository: `wrap` leaves it (its wrapped entries
+/// would carry this machine's paths to everyone), says why, and with `--include-tracked` wraps it
+/// without leaving a file in the repository; `unwrap` gives the repository back clean.
+#[test]
+fn a_file_git_tracks_is_left_unless_asked_and_no_backup_lands_in_the_repository() {
+    let home = switchyard_testkit::daemon::Home::new();
+    let repo = home.path().join("repo");
+    place("project.mcp.json", &repo.join(".mcp.json"));
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+            .args(args)
+            .current_dir(&repo)
+            .output()
+            .expect("git runs");
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    git(&["init", "-q"]);
+    git(&["add", ".mcp.json"]);
+    git(&["commit", "-q", "-m", "servers"]);
+    let original = std::fs::read(repo.join(".mcp.json")).unwrap();
+    let text = ok(switchyard_in(&home, &repo, &["wrap", "--client", "claude-code"]));
+    assert!(text.contains("tracked by git") && text.contains("--include-tracked"), "{text}");
+    assert_eq!(std::fs::read(repo.join(".mcp.json")).unwrap(), original, "a tracked file was wrapped");
+    assert_eq!(git(&["status", "--porcelain"]), "", "the repository changed");
+
+    let text = ok(switchyard_in(&home, &repo, &["wrap", "--client", "claude-code", "--include-tracked"]));
+    assert!(text.contains("wrote "), "{text}");
+    assert_eq!(git(&["status", "--porcelain"]).trim(), "M .mcp.json", "only the file itself changes in the repository");
+    ok(switchyard_in(&home, &repo, &["unwrap", "--client", "claude-code"]));
+    assert_eq!(std::fs::read(repo.join(".mcp.json")).unwrap(), original);
+    assert_eq!(git(&["status", "--porcelain"]), "", "the repository is not clean after unwrap");
 }

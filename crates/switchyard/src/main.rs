@@ -137,6 +137,10 @@ struct WrapArgs {
     /// Show the change as a diff; write nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Wrap files that git tracks too (a project's `.mcp.json` in its repository): the wrapped
+    /// entries hold this machine's paths, which would go to everyone who shares the repository.
+    #[arg(long)]
+    include_tracked: bool,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -166,6 +170,7 @@ impl WrapArgs {
             config: self.config,
             only: self.only,
             dry_run: self.dry_run,
+            include_tracked: self.include_tracked,
         }
     }
 }

@@ -28,7 +28,7 @@ mod records;
 mod report;
 
 pub use plan::{Change, Plan, plan_unwrap, plan_wrap};
-pub use records::{Record, State, backup_path, sha256};
+pub use records::{Record, State, backup_beside, backup_path, sha256, tracked_by_git};
 pub use report::diff;
 
 use records::{
@@ -47,6 +47,8 @@ pub struct Options {
     /// Only these entries (by their name in the client's file).
     pub only: Option<Vec<String>>,
     pub dry_run: bool,
+    /// Wrap files that git tracks too (`wrap` leaves them by default).
+    pub include_tracked: bool,
 }
 
 /// One client file to work on, with its text as read.
@@ -232,8 +234,21 @@ pub fn wrap(opts: &Options) -> anyhow::Result<String> {
         let dir = real_path(&config).parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("/"));
         Some((lock_dir(&dir)?, records_locked()?))
     };
-    let locations = select(opts, &home, &env)?;
+    let mut locations = select(opts, &home, &env)?;
     let mut lines = Vec::new();
+    if !opts.include_tracked {
+        locations.retain(|l| match records::tracked_by_git(&l.path) {
+            Some(repo) => {
+                lines.push(format!(
+                    "{}: tracked by git (the repository at {}): wrapped, its entries would hold this machine's paths for everyone who shares the repository; left as it is (--include-tracked wraps it anyway, or wrap your user-level file)",
+                    l.path.display(),
+                    repo.display()
+                ));
+                false
+            }
+            None => true,
+        });
+    }
     let inputs = read_inputs(&locations, &mut lines)?;
     let config_text = match std::fs::read_to_string(&config) {
         Ok(t) => Some(t),
@@ -266,7 +281,7 @@ pub fn wrap(opts: &Options) -> anyhow::Result<String> {
         let real = real_path(path);
         let backup = match before {
             Some(before) => {
-                let backup = backup_path(&real);
+                let backup = backup_beside(&real);
                 replace_file(&backup, before.as_bytes(), Some(0o600))?;
                 format!(" (the file as it was is in {})", backup.display())
             }
@@ -332,7 +347,7 @@ pub fn unwrap(opts: &Options) -> anyhow::Result<String> {
     for input in &inputs {
         let real = real_path(&input.path);
         let Some(state) = read_state(&real)? else {
-            let backup = backup_path(&real);
+            let backup = backup_path(&real)?;
             let backup = if exists_even_dangling(&backup) {
                 format!("; {} holds its text before switchyard's last write to it", backup.display())
             } else {

@@ -122,11 +122,42 @@ pub(super) fn replace_file(path: &Path, bytes: &[u8], mode: Option<u32>) -> anyh
     })
 }
 
-/// The backup beside a client file: its text before switchyard's last write.
-pub fn backup_path(real: &Path) -> PathBuf {
+/// The backup of a client file, its text before switchyard's last write: in switchyard's state
+/// directory beside the records (`wrapped/backups/NAME-HASH`), never beside the file, which may
+/// be in a repository (a project's `.mcp.json`) where a stray file would be committed.
+pub fn backup_path(real: &Path) -> anyhow::Result<PathBuf> {
+    let name = real.file_name().unwrap_or_default().to_string_lossy();
+    let hash = switchyard_config::paths::short_hash(real, 6);
+    Ok(records_dir()?.join("backups").join(format!("{name}-{hash}")))
+}
+
+/// The backup beside a file of switchyard's own (its config): `FILE.switchyard-backup`.
+pub fn backup_beside(real: &Path) -> PathBuf {
     let mut name = real.file_name().unwrap_or_default().to_os_string();
     name.push(".switchyard-backup");
     real.with_file_name(name)
+}
+
+/// The top of the git work tree that tracks `path`, when git tracks it (None: not tracked, not
+/// in a repository, or no git to ask).
+pub fn tracked_by_git(path: &Path) -> Option<PathBuf> {
+    let real = real_path(path);
+    let dir = real.parent()?;
+    let name = real.file_name()?;
+    let git = |args: &[&std::ffi::OsStr]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+    };
+    git(&["ls-files".as_ref(), "--error-unmatch".as_ref(), "--".as_ref(), name])?;
+    let top = git(&["rev-parse".as_ref(), "--show-toplevel".as_ref()])?;
+    Some(PathBuf::from(String::from_utf8_lossy(&top.stdout).trim()))
 }
 
 /// Writes a client file's new text: its current text must still be what was planned on (a
@@ -141,7 +172,10 @@ pub(super) fn write_client_file(change: &Change) -> anyhow::Result<PathBuf> {
             change.path.display()
         );
     }
-    let backup = backup_path(&real);
+    let backup = backup_path(&real)?;
+    if let Some(dir) = backup.parent() {
+        switchyard_config::paths::private_dir(dir)?;
+    }
     replace_file(&backup, change.before.as_bytes(), Some(0o600))?;
     replace_file(&real, change.after.as_bytes(), None)?;
     Ok(backup)

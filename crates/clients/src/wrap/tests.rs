@@ -892,6 +892,7 @@ fn a_named_file_in_a_client_s_place_is_that_client_s() {
         config: None,
         only: None,
         dry_run: true,
+        include_tracked: false,
     };
     let [l] = &select(&opts, home.path(), &env).unwrap()[..] else { panic!() };
     assert_eq!((l.client, &l.scope), (Client::Codex, &Scope::User));
