@@ -502,10 +502,10 @@ file = "hints.wasm"
     }
 
     #[test]
-    fn a_server_without_pools_gets_the_default_pool_and_daemon_defaults_to_never() {
+    fn a_server_without_pools_gets_the_default_pool_and_the_daemon_exits_after_half_an_hour_idle() {
         let (_d, c) = load_text("[servers.a]\ncommand = \"x\"\n");
         let c = c.unwrap();
-        assert_eq!(c.daemon.idle_exit_ms, 0);
+        assert_eq!(c.daemon.idle_exit_ms, 1_800_000);
         let a = &c.servers()["a"];
         assert_eq!(a.pools.keys().collect::<Vec<_>>(), ["default"]);
         assert_eq!(a.limits.call_timeout_ms, Limits::default().call_timeout_ms);

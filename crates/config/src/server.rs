@@ -111,11 +111,20 @@ impl std::fmt::Debug for ClientValues {
 }
 
 /// `[daemon]`: settings of the long-lived router that fronts every server of the file.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DaemonConfig {
     /// Exit after this long without a client session (0 = never).
     pub idle_exit_ms: u64,
+}
+
+impl Default for DaemonConfig {
+    /// A daemon nobody uses any more (every client unwrapped or closed) does not keep its
+    /// servers running for ever: it exits after half an hour without a session, and the next
+    /// `connect` starts it again.
+    fn default() -> Self {
+        DaemonConfig { idle_exit_ms: 30 * 60 * 1000 }
+    }
 }
 
 /// The longest server name: it appears in URLs (`/mcp/NAME`), socket paths and command lines.
