@@ -16,6 +16,9 @@ pub struct Death {
     pub stderr: Vec<String>,
     /// A local process (which has a stderr to speak of), not a remote server.
     pub local: bool,
+    /// How long its link had carried nothing when it was ended for that (zero: the end came
+    /// when it happened): the server became unreachable that long ago.
+    pub quiet_for: Duration,
 }
 
 impl Death {
@@ -264,6 +267,7 @@ mod tests {
                 status: "exit status 3".into(),
                 stderr: vec!["boom".into(), "bye".into()],
                 local: true,
+                quiet_for: Duration::ZERO,
             },
         };
         let m = e.to_string();

@@ -585,3 +585,57 @@ async fn progress_stays_rising_across_a_repeat() {
     assert_eq!(seen.first(), Some(&100.0));
     assert_eq!(seen.last(), Some(&900.0), "the repeat's progress past what was seen goes on: {seen:?}");
 }
+
+/// A link found dead after 12 s of silence: the server has had its time to come back, so a
+/// read-only call on it is answered at once with that cause instead of being repeated into a
+/// path that is most likely still dead (each repeat would wait for a new instance's start).
+#[tokio::test(start_paused = true)]
+async fn a_safe_call_on_a_link_found_silent_is_answered_at_once() {
+    let (server, fake) = start("", true);
+    let mut c = Client::connect(&server).await;
+    c.request("tools/list", json!({})).await;
+    let id = c.send("tools/call", json!({"name": "sleep", "arguments": {"ms": 300}})).await;
+    tokio::time::sleep(ms(50)).await;
+    fake.link(0).end_quiet("the link went silent", Duration::from_secs(12));
+    let ended = Instant::now();
+    let resp = c.response(&id).await;
+    assert_eq!(ended.elapsed(), Duration::ZERO, "answered only after {:?}", ended.elapsed());
+    let (code, msg) = error(&resp);
+    assert_eq!(code, -32003, "{resp}");
+    assert!(msg.contains("the link went silent") && msg.contains("may have run"), "{msg}");
+    tokio::time::sleep(ms(1000)).await;
+    let links = fake.links.lock().unwrap().len();
+    let repeated: usize = (1..links).map(|n| calls_of(&fake.link(n), "sleep").len()).sum();
+    assert_eq!(repeated, 0, "repeated into the dead link's replacement");
+}
+
+/// A pool of two: both instances hear a client's roots change and each logs it, but the client
+/// hears it once (the lowest-numbered ready instance speaks for the pool when no call is on
+/// either); a log that belongs to a call still reaches its session from whichever instance.
+#[tokio::test(start_paused = true)]
+async fn a_pool_says_once_what_each_of_its_instances_says_on_its_own() {
+    let mut config: Config = toml::from_str("[pools.default]\nmin = 2\nmax = 2\n").expect("config");
+    config.validate().expect("a valid config");
+    let inner = fake_server(true);
+    let logging: crate::upstream::fake::Behaviour = Arc::new(move |link, msg| {
+        if msg.line.contains("notifications/roots/list_changed") {
+            let params = json!({"level": "info", "data": "Roots updated"});
+            link.reply(&json!({"jsonrpc": "2.0", "method": "notifications/message", "params": params}).to_string());
+        }
+        inner(link, msg);
+    });
+    let fake = FakeConnector::new(logging);
+    let metrics = Arc::new(Metrics::new(Default::default));
+    let server = Server::new(&config, "fake", fake.clone(), Policy::disabled(), metrics, CancellationToken::new());
+    let mut c = Client::connect(&server).await;
+    c.request("tools/list", json!({})).await;
+    tokio::time::sleep(ms(100)).await;
+    assert_eq!(fake.links.lock().unwrap().len(), 2, "min = 2 runs two instances");
+    c.take(Some("notifications/message"));
+    c.notify("notifications/roots/list_changed", json!({})).await;
+    tokio::time::sleep(ms(200)).await;
+    let heard = (0..2).filter(|n| received(&fake.link(*n), "notifications/roots/list_changed").len() == 1).count();
+    assert_eq!(heard, 2, "both instances heard the change");
+    let logs = c.take(Some("notifications/message"));
+    assert_eq!(logs.len(), 1, "the client heard the pool's log {} times: {logs:?}", logs.len());
+}

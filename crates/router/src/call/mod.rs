@@ -178,8 +178,15 @@ async fn run(server: &Arc<Server>, req: Request<'_>, end: &mut End) -> Option<St
             Err(rejected) => return Some(rejected),
         };
         // Retries the host adds on its own fit in the call's first deadline: a call ends at its
-        // deadline (a black-holed link included). A policy's retries each get their own timeout.
-        let cap = eff.retry.is_none().then(|| call.first_started + eff.timeout);
+        // deadline (a black-holed link included), and a repeat after a lost link within the
+        // server's time to come back. A policy's retries each get their own timeout.
+        let cap = eff.retry.is_none().then(|| {
+            let deadline = call.first_started + eff.timeout;
+            match call.lost_link {
+                Some(at) => deadline.min(at + retry::RESTART_WAIT),
+                None => deadline,
+            }
+        });
         let progress = call.progress.clone().map(|span| (span, call.progress_sink.clone() as Arc<dyn ProgressSink>));
         let e = match attempt(server, &req, &eff, &call.what, progress, cap, &track).await {
             Ok(reply) => {

@@ -23,9 +23,11 @@ const HOST_RETRY: Retry = Retry { attempts: 8, backoff_ms: 100 };
 const HOST_BACKOFF_CAP: Duration = Duration::from_secs(10);
 /// How long deciding whether a call is safe to repeat may wait for the server's tools/list.
 const HINTS_WAIT: Duration = Duration::from_secs(2);
-/// How long after a call lost its link the host keeps waiting for the server to come back,
-/// also once the crash-loop guard calls it down (a restart that takes a few seconds).
-const RESTART_WAIT: Duration = Duration::from_secs(10);
+/// How long after a call lost its link (for a link found silent: after it went quiet) the host
+/// keeps repeating it while the server comes back (a restart that takes a few seconds), also
+/// once the crash-loop guard calls the server down. A link silent for longer than this has had
+/// its time: the call is answered at once.
+pub(super) const RESTART_WAIT: Duration = Duration::from_secs(10);
 
 /// What follows a failed attempt.
 pub(super) enum Next {
@@ -52,21 +54,26 @@ impl Forwarded<'_> {
             server.metrics.timeout(&server.metric_name, end.tool.as_ref());
         }
         let link_lost = matches!(e, CallError::Died { .. } | CallError::Lost { .. });
-        // An instance start that failed after this call lost its link: the server may be on its
-        // way back (a restart). Waited for a while, then only while the crash-loop guard lets
-        // starts through.
-        let coming_back = matches!(e, CallError::Down { .. })
-            && self.lost_link.is_some_and(|at| at.elapsed() < RESTART_WAIT || !server.is_down());
         if link_lost && self.lost_link.is_none() {
-            self.lost_link = Some(tokio::time::Instant::now());
+            // When the server became unreachable: for a link found silent, when it went quiet.
+            let quiet = match &e {
+                CallError::Died { death, .. } => death.quiet_for,
+                _ => Duration::ZERO,
+            };
+            let now = tokio::time::Instant::now();
+            self.lost_link = Some(now.checked_sub(quiet).unwrap_or(now));
         }
+        // The server gets RESTART_WAIT from losing the link to come back; an instance start that
+        // fails meanwhile is the server on its way back (a restart).
+        let in_wait = self.lost_link.is_some_and(|at| at.elapsed() < RESTART_WAIT);
+        let coming_back = matches!(e, CallError::Down { .. }) && in_wait;
         let unseen = e.never_delivered() || coming_back;
         let (retry, why) = match (e.is_retryable(), eff.retry) {
             (true, Some(r)) => (r, "a policy's retry asks for it"),
             // A call that hung once would hang again on the same instance, past the
             // deadline the client was promised: only a policy retries timeouts.
             (_, None) if matches!(e, CallError::Timeout { .. }) => (NO_RETRY, ""),
-            (_, None) if (link_lost || coming_back) && self.safe(server).await => {
+            (_, None) if (link_lost || coming_back) && in_wait && self.safe(server).await => {
                 (HOST_RETRY, "it is safe to repeat (read-only or idempotent as the server declares it)")
             }
             _ => (NO_RETRY, ""),
@@ -85,9 +92,16 @@ impl Forwarded<'_> {
             cause.push_str("; an earlier attempt may have run");
         }
         self.may_have_run |= e.may_have_run();
-        if why.is_empty() || call.attempt >= retry.attempts {
+        let cap = if eff.retry.is_some() { Duration::MAX } else { HOST_BACKOFF_CAP };
+        let backoff = backoff(retry.backoff_ms, call.attempt, cap);
+        // The host's own repeats stop where the server's time to come back ends.
+        let too_late = eff.retry.is_none()
+            && self.lost_link.is_some_and(|at| tokio::time::Instant::now() + backoff >= at + RESTART_WAIT);
+        if why.is_empty() || call.attempt >= retry.attempts || too_late {
             // The client waited for every attempt, not just the last: say so.
-            if let CallError::Timeout { elapsed, attempts, .. } = &mut e {
+            if let CallError::Timeout { elapsed, attempts, .. } = &mut e
+                && (call.attempt == 0 || eff.retry.is_some())
+            {
                 *elapsed = self.first_started.elapsed();
                 *attempts = call.attempt + 1;
             } else if call.attempt > 0 {
@@ -118,8 +132,6 @@ impl Forwarded<'_> {
             _ => RetryReason::Other,
         };
         server.metrics.retry(&server.metric_name, end.tool.as_ref(), reason);
-        let cap = if eff.retry.is_some() { Duration::MAX } else { HOST_BACKOFF_CAP };
-        let backoff = backoff(retry.backoff_ms, call.attempt, cap);
         tracing::info!(
             server = %server.name, session = req.session_label,
             "{what} failed ({e}); repeating it ({} of at most {}) in {} ms because {why}",

@@ -107,8 +107,12 @@ impl FakeLink {
     }
     /// The link ends (reported once; later calls do nothing).
     pub fn end(&self, status: &str) {
+        self.end_quiet(status, Duration::ZERO);
+    }
+    /// The link is ended after it carried nothing for `quiet_for` (a silent link found dead).
+    pub fn end_quiet(&self, status: &str, quiet_for: Duration) {
         if let Some(i) = self.inbound.lock().unwrap().take() {
-            i.ended(Ended { status: status.to_string(), stderr: vec!["last words".into()] });
+            i.ended(Ended { status: status.to_string(), stderr: vec!["last words".into()], quiet_for });
         }
     }
     pub fn is_ended(&self) -> bool {

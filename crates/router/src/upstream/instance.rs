@@ -276,6 +276,7 @@ impl Instance {
             status: "its link is closed".into(),
             stderr: self.stderr_tail(),
             local: self.pid().is_some(),
+            quiet_for: Duration::ZERO,
         }))
     }
 
@@ -500,7 +501,13 @@ impl Instance {
     /// The transport ended: every call still waiting gets the death as its answer.
     fn on_end(&self, how: Ended) {
         let status = self.kill_reason.get().cloned().unwrap_or(how.status);
-        let death = Death { instance: self.label.clone(), status, stderr: how.stderr, local: self.pid().is_some() };
+        let death = Death {
+            instance: self.label.clone(),
+            status,
+            stderr: how.stderr,
+            local: self.pid().is_some(),
+            quiet_for: how.quiet_for,
+        };
         if self.death.set(death.clone()).is_err() {
             return;
         }

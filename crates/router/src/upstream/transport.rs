@@ -45,6 +45,9 @@ pub struct Ended {
     pub status: String,
     /// The last lines of diagnostic output (a child's stderr), oldest first; may be empty.
     pub stderr: Vec<String>,
+    /// How long the link had carried nothing when it was ended for that (a silent link found
+    /// by the liveness probe); zero for an end that came when it happened.
+    pub quiet_for: std::time::Duration,
 }
 
 /// What a transport reports, from its own tasks. Implemented by `Instance`.

@@ -191,7 +191,7 @@ pub(super) async fn watchdog(core: Arc<Core>, window: Duration, probe: Probe, ki
             kind.0
         );
         tracing::warn!(instance = %core.label, "{status}; replacing the link");
-        core.end(status);
+        drop(core.finish_quiet(status, s.silent));
         return;
     }
 }

@@ -374,11 +374,20 @@ impl Core {
     /// Ends the transport (the first call wins): stops every task, tells the instance, and
     /// resolves once it has been told.
     fn finish(&self, status: String) -> impl std::future::Future<Output = ()> + Send + 'static {
+        self.finish_quiet(status, Duration::ZERO)
+    }
+
+    /// [`Core::finish`] for a link that had carried nothing for `quiet_for`.
+    fn finish_quiet(
+        &self,
+        status: String,
+        quiet_for: Duration,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
         let status = self.redact(status);
         if !self.closed.swap(true, Ordering::AcqRel) {
             tracing::debug!(instance = %self.label, "transport ended: {status}");
             self.cancel.cancel();
-            let _ = self.reports.send(Report::Ended(Ended { status, stderr: Vec::new() }));
+            let _ = self.reports.send(Report::Ended(Ended { status, stderr: Vec::new(), quiet_for }));
         }
         let mut delivered = self.delivered.clone();
         async move {
@@ -450,7 +459,11 @@ async fn deliver_reports(
     // Every sender is gone without an end: the transport was dropped without close or kill
     // (or its connect failed or was given up, which the connect's caller knows of already).
     if handed {
-        inbound.ended(Ended { status: "the transport was dropped".into(), stderr: Vec::new() });
+        inbound.ended(Ended {
+            status: "the transport was dropped".into(),
+            stderr: Vec::new(),
+            quiet_for: Duration::ZERO,
+        });
     }
     let _ = done.send(true);
 }

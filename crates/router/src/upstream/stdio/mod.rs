@@ -257,7 +257,7 @@ impl Shared {
         // What the leader left behind in its group (e.g. a server under a killed `npx` or `sh`)
         // would be an orphan: it goes too.
         self.signal(rustix::process::Signal::KILL);
-        inbound.ended(Ended { status, stderr: self.tail() });
+        inbound.ended(Ended { status, stderr: self.tail(), quiet_for: Duration::ZERO });
         self.ended.send_replace(true);
     }
 
