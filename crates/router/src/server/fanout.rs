@@ -453,9 +453,35 @@ impl Fanout {
     }
 
     /// A notification from the server: fan it out by the rules of its method.
+    /// Whether `inst` is an additional instance still starting: the first instance of the server
+    /// is the one its first client waits for, any later one (a pool growing, a session's own
+    /// instance, a replacement) starts unseen, its start-up chatter (logs, list changes) to nobody.
+    fn starting_unseen(inst: &Instance) -> bool {
+        !inst.is_ready() && inst.number() > 1
+    }
+
+    /// Whether another instance of `inst`'s pool speaks for it: with no call of any session on
+    /// it, what a shared instance says on its own (a log after a roots change every instance
+    /// heard) is said by each instance of the pool; only the lowest-numbered ready one is heard.
+    fn spoken_for(&self, inst: &Instance) -> bool {
+        if inst.owner.is_some() || !inst.sessions_in_flight().is_empty() {
+            return false;
+        }
+        let Some(server) = self.owner.upgrade() else { return false };
+        server
+            .instances()
+            .iter()
+            .any(|o| o.owner.is_none() && o.pool == inst.pool && o.is_ready() && o.number() < inst.number())
+    }
+
     fn on_server_notification(self: &Arc<Self>, inst: &Arc<Instance>, line: String, env: Envelope) {
         let method = env.method.as_deref().unwrap_or_default();
         let fields = env.params.as_ref().map(|p| codec::param_fields(&line, p)).unwrap_or_default();
+        let chatter = method == "notifications/message" || method.ends_with("/list_changed");
+        if chatter && Self::starting_unseen(inst) {
+            tracing::debug!(instance = %inst.label(), "withheld {method} of an instance still starting");
+            return;
+        }
         match method {
             "notifications/message" => self.server_log(inst, line, fields.level.as_deref()),
             "notifications/resources/updated" => {
@@ -510,9 +536,11 @@ impl Fanout {
     /// for. When no one session can be named, nobody gets it (counted): a log may carry one
     /// client's data. A pool instance starting up logs to nobody either: clients never see it start.
     fn server_log(&self, inst: &Instance, line: String, level: Option<&str>) {
-        let starting = inst.owner.is_none() && !inst.is_ready() && inst.number() > 1;
+        if self.spoken_for(inst) {
+            tracing::debug!(instance = %inst.label(), "withheld a log message another instance of the pool speaks for");
+            return;
+        }
         let target = match self.attribute_log(inst) {
-            _ if starting => Err("a pool instance is starting".to_string()),
             Attribution::Session(id) => self.session(id).ok_or_else(|| "its session has disconnected".to_string()),
             Attribution::Unclear(why) => Err(why),
         };
