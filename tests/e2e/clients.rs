@@ -317,6 +317,41 @@ async fn a_wrapped_entry_launched_as_the_client_would_answers_through_the_daemon
     home.stop().await;
 }
 
+/// A variable Codex forwards (`env_vars`) but that is unset where Codex runs: Codex starts the
+/// server without it, and so does the wrapped entry, launched as Codex launches it.
+#[tokio::test]
+async fn a_codex_entry_whose_forwarded_variable_is_unset_still_starts() {
+    const UNSET: &str = "SWITCHYARD_TEST_CODEX_UNSET_TOKEN";
+    assert!(std::env::var_os(UNSET).is_none(), "{UNSET} is set in the test's environment");
+    let home = switchyard_testkit::daemon::Home::new();
+    let file = home.path().join(".codex/config.toml");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    let text = format!(
+        "[mcp_servers.fix]\ncommand = {}\nargs = [\"fixture\", \"--name\", \"fix-o\"]\nenv_vars = [\"{UNSET}\"]\n",
+        serde_json::json!(bin())
+    );
+    std::fs::write(&file, text).unwrap();
+    let config = home.config_str();
+    let said = ok(switchyard_in(&home, home.path(), &["wrap", ".codex/config.toml", "--config", &config]));
+    assert!(said.contains("note: Codex starts servers"), "{said}");
+    let wrapped: toml::Table = std::fs::read_to_string(&file).unwrap().parse().unwrap();
+    let fix = &wrapped["mcp_servers"]["fix"];
+    let mut argv = vec![fix["command"].as_str().unwrap().to_string()];
+    argv.extend(fix["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_string()));
+    assert!(argv.contains(&format!("{UNSET}?")), "{argv:?}");
+    // Codex forwards what of `env_vars` is set (here the home's XDG directories) and leaves the rest.
+    let envs = home.envs();
+    let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut entry = Proc::spawn_env("wrapped codex entry", &argv, &envs);
+    let mut client = entry.client();
+    client.initialize().await;
+    let answer = client.call_text("pid", serde_json::json!({})).await;
+    assert!(answer.contains("fix-o"), "{answer}");
+    client.close().await;
+    entry.wait().await;
+    home.stop().await;
+}
+
 /// A switchyard.toml that is a link (dotfiles) stays a link: the servers go into the file it
 /// points to, whose previous text is kept beside it; its own servers and comments stay.
 #[test]

@@ -187,7 +187,11 @@ fn place(
         ))
     };
     match item {
-        Item::Table(t) if t.is_dotted() || dotted_map => (key_at..line_end(text, extent(item)), dotted()),
+        // A `[mcp_servers.NAME]` table is one even when another server made `mcp_servers`
+        // dotted (`mcp_servers.other.command = ...`).
+        Item::Table(t) if t.is_dotted() || (dotted_map && (t.is_implicit() || t.span().is_none())) => {
+            (key_at..line_end(text, extent(item)), dotted())
+        }
         Item::Table(t) => {
             let Some(own) = t.span().filter(|_| !t.is_implicit()) else {
                 let why = format!(
@@ -225,6 +229,9 @@ fn place(
 /// One server as switchyard's model holds it. Codex expands no variables in its file; what it
 /// hands the server from its own environment (`env_vars`, `bearer_token_env_var`,
 /// `env_http_headers`) is written in the model as `${NAME}`, the variable the client supplies.
+/// Codex leaves an unset variable of `env_vars` out of the server's environment and a header of
+/// `env_http_headers` off the requests, and starts the server all the same: those are optional.
+/// An unset `bearer_token_env_var` stops the server from starting: that one it needs.
 fn read(path: &Path, text: &str, name: &str, item: &Item, key_at: usize) -> Result<Entry, Error> {
     let at = |i: &Item| i.span().map_or(key_at, |s| s.start);
     let fail = |i: &Item, message: String| invalid(path, text, at(i), message);
@@ -280,15 +287,18 @@ fn read(path: &Path, text: &str, name: &str, item: &Item, key_at: usize) -> Resu
         expr
     };
     let command = string("command")?;
+    let (mut optional, mut needed) = (Vec::new(), Vec::new());
     let kind = match (string("url")?, command) {
         (Some(url), _) => {
             let mut headers = map("http_headers")?;
             for (header, var) in map("env_http_headers")? {
                 let v = forward(&var, &mut variables);
+                optional.push(v.clone());
                 headers.insert(header, v);
             }
             if let Some(var) = string("bearer_token_env_var")? {
                 let v = forward(&var, &mut variables);
+                needed.push(v.clone());
                 headers.insert("Authorization".into(), format!("Bearer {v}"));
             }
             Kind::Http { url, headers }
@@ -297,6 +307,7 @@ fn read(path: &Path, text: &str, name: &str, item: &Item, key_at: usize) -> Resu
             let mut env = map("env")?;
             for var in strings("env_vars")? {
                 let v = forward(&var, &mut variables);
+                optional.push(v.clone());
                 env.entry(var).or_insert(v);
             }
             Kind::Stdio { command, args: strings("args")?, env, cwd: string("cwd")? }
@@ -312,7 +323,8 @@ fn read(path: &Path, text: &str, name: &str, item: &Item, key_at: usize) -> Resu
         Kind::Stdio { command, args, .. } => crate::wrapped(command, args),
         _ => None,
     };
-    Ok(Entry { name: name.to_string(), kind, wrapped, variables, unknown, stuck, span: 0..0 })
+    optional.retain(|v| !needed.contains(v));
+    Ok(Entry { name: name.to_string(), kind, wrapped, variables, optional, unknown, stuck, span: 0..0 })
 }
 
 /// The text that replaces `entry` in `text`: `command` and `args` that run `switchyard connect`,

@@ -107,6 +107,9 @@ pub struct Entry {
     /// `${input:key}`, `${env:X}`, `${workspaceFolder}`), each once, in file order. The client
     /// expands them, so a writer keeps them in the client's file rather than resolving them.
     pub variables: Vec<String>,
+    /// Those of `variables` the client leaves out when they are unset, and starts the server all
+    /// the same (Codex's `env_vars` and `env_http_headers`): the others it needs.
+    pub optional: Vec<String>,
     /// Keys of the entry this model does not hold (`envFile`, `auth`, `headersHelper`, ...),
     /// which a writer must carry over or refuse to replace the entry.
     pub unknown: Vec<String>,
@@ -416,7 +419,16 @@ impl Reader<'_> {
         if self.client != Client::ClaudeDesktop {
             self.strings(node, &mut |s| find_variables(self.client, s, &mut variables));
         }
-        Ok(Entry { name: name.to_string(), kind, wrapped, variables, unknown, stuck: None, span: node.span.clone() })
+        Ok(Entry {
+            name: name.to_string(),
+            kind,
+            wrapped,
+            variables,
+            optional: Vec::new(),
+            unknown,
+            stuck: None,
+            span: node.span.clone(),
+        })
     }
 
     /// Calls `f` on every string value (not key) under `node`, in file order.
@@ -487,6 +499,30 @@ pub(crate) fn variable_spans(client: Client, s: &str) -> impl Iterator<Item = Ra
             }
         }
     })
+}
+
+/// `s` with the default of every `${VAR:-default}` shown as `***`: a default may be a secret
+/// written in the file (`${TOKEN:-sk-live-...}`), and what switchyard shows of a client's file
+/// holds no env or header value.
+pub fn mask_defaults(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(start) = rest.find("${") {
+        let Some(end) = rest[start..].find('}').map(|e| start + e) else { break };
+        let inner = &rest[start + 2..end];
+        out.push_str(&rest[..start + 2]);
+        match inner.split_once(":-") {
+            Some((name, _)) => {
+                out.push_str(name);
+                out.push_str(":-***");
+            }
+            None => out.push_str(inner),
+        }
+        out.push('}');
+        rest = &rest[end + 1..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Adds each variable of `s` (see [`variable_spans`]) to `out` that is not there yet.

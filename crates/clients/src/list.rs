@@ -1,11 +1,12 @@
 //! `switchyard clients`: the MCP client configs found, their servers, and which already run
-//! through switchyard. Read-only; secrets (header and env values, URL queries) are never shown.
+//! through switchyard. Read-only; secrets (header and env values, URL queries, the defaults of
+//! `${VAR:-default}`) are never shown.
 
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use super::{Client, Entry, Error, Found, Kind, Scope};
+use super::{Client, Entry, Error, Found, Kind, Scope, mask_defaults};
 
 /// What `switchyard clients` found, as JSON (`--json`): one object per server map, or per file
 /// that could not be read.
@@ -31,16 +32,16 @@ fn entry_json(e: &Entry) -> Value {
     let mut v = json!({
         "name": e.name,
         "wrapped": e.wrapped,
-        "variables": e.variables,
+        "variables": e.variables.iter().map(|v| mask_defaults(v)).collect::<Vec<_>>(),
         "stuck": e.stuck,
     });
     match &e.kind {
         Kind::Stdio { command, args, env, cwd } => {
             v["transport"] = json!("stdio");
-            v["command"] = json!(command);
-            v["args"] = json!(args);
+            v["command"] = json!(mask_defaults(command));
+            v["args"] = json!(args.iter().map(|a| mask_defaults(a)).collect::<Vec<_>>());
             v["env_keys"] = json!(env.keys().collect::<Vec<_>>());
-            v["cwd"] = json!(cwd);
+            v["cwd"] = json!(cwd.as_deref().map(mask_defaults));
         }
         Kind::Http { url, headers } | Kind::Sse { url, headers } => {
             v["transport"] = json!(if matches!(e.kind, Kind::Http { .. }) { "http" } else { "sse" });
@@ -76,7 +77,7 @@ fn shown_url(raw: &str) -> String {
     match url::Url::parse(raw) {
         Ok(u) => switchyard_config::display_url(&u),
         // A variable in place of the URL (`${API_URL}`): as written, it holds no secret itself.
-        Err(_) if raw.starts_with("${") => raw.to_string(),
+        Err(_) if raw.starts_with("${") => mask_defaults(raw),
         Err(_) => "(not a URL)".to_string(),
     }
 }
@@ -113,6 +114,7 @@ pub fn to_text(found: &[Result<Found, Error>], home: &Path) -> String {
                                 .chain(args.iter().map(String::as_str))
                                 .collect::<Vec<_>>()
                                 .join(" ");
+                            let line = mask_defaults(&line);
                             let line: String = line.chars().take(72).collect();
                             format!("stdio  {line}")
                         }
@@ -203,6 +205,19 @@ mod tests {
         assert!(shown.contains("codex ~/.codex/config.toml (user)"), "{shown}");
         assert!(shown.contains("direct; wrap leaves it: its tables are apart"), "{shown}");
         assert!(to_json(&found)[0]["servers"][0]["stuck"].as_str().is_some_and(|s| s.contains("apart")));
+    }
+
+    #[test]
+    fn a_default_in_a_client_variable_is_not_shown() {
+        let text = r#"{"mcpServers": {"a": {"command": "x", "env": {"T": "${TOK:-sk-live-DEFAULTSECRET}", "H": "${HOME}"}, "args": ["--k", "${K:-sk-live-ARGSECRET}"]}}}"#;
+        let path = Path::new("/home/user/.gemini/settings.json");
+        let found: Vec<Result<Found, Error>> =
+            super::super::parse(Client::Gemini, path, text, Scope::User).unwrap().into_iter().map(Ok).collect();
+        let json = to_json(&found);
+        assert!(!json.to_string().contains("DEFAULTSECRET") && !json.to_string().contains("ARGSECRET"), "{json:#}");
+        assert_eq!(json[0]["servers"][0]["variables"], json!(["${TOK:-***}", "${HOME}", "${K:-***}"]));
+        let text = to_text(&found, Path::new("/home/user"));
+        assert!(!text.contains("ARGSECRET") && text.contains("${K:-***}"), "{text}");
     }
 
     #[test]

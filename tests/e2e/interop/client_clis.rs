@@ -13,10 +13,13 @@ use switchyard_testkit::*;
 
 use crate::npm_setup::{codex_cli, ensure_client_clis, gemini_cli};
 
+/// A variable a Codex entry forwards that is set nowhere: Codex starts the server all the same.
+const UNSET: &str = "SWITCHYARD_TEST_CODEX_UNSET_TOKEN";
+
 /// `program ARGS` as the test's user (its HOME and XDG directories), in `cwd`.
 fn command(home: &Home, program: &Path, cwd: &Path) -> Command {
     let mut c = Command::new(program);
-    c.current_dir(cwd).envs(home.envs()).env_remove("CODEX_HOME").stdin(Stdio::null());
+    c.current_dir(cwd).envs(home.envs()).env_remove("CODEX_HOME").env_remove(UNSET).stdin(Stdio::null());
     c
 }
 
@@ -82,10 +85,11 @@ fn codex_status(home: &Home) -> Vec<Value> {
     answer["result"]["data"].as_array().unwrap_or_else(|| panic!("{answer}")).clone()
 }
 
-/// Servers added with `codex mcp add` (one with `--env`, one with an allow list added by hand)
-/// and a trusted project's (CRLF): after wrap, `codex mcp list` shows each on `switchyard
-/// connect`, Codex connects to the user's through one daemon (the allow list still picks the
-/// tools), and unwrap gives both files back.
+/// Servers added with `codex mcp add` (one with `--env`, one with an allow list and a forwarded
+/// variable that is unset added by hand) and a trusted project's (CRLF): after wrap, `codex mcp
+/// list` shows each on `switchyard connect`, Codex connects to the user's through one daemon (the
+/// allow list still picks the tools, the unset variable stops nothing), and unwrap gives both
+/// files back.
 #[tokio::test]
 async fn codex_connects_to_every_wrapped_server_through_the_daemon() {
     ensure_client_clis();
@@ -100,6 +104,7 @@ async fn codex_connects_to_every_wrapped_server_through_the_daemon() {
     // with servers of its own, which Codex reads once the project is trusted.
     let project = home.path().join("work");
     text.push_str("enabled_tools = [\"pid\"] # only this one\n");
+    text.push_str(&format!("env_vars = [\"{UNSET}\"]\n"));
     text.push_str(&format!("\n[projects.{}]\ntrust_level = \"trusted\"\n", json!(project.display().to_string())));
     std::fs::write(&file, &text).unwrap();
     let project_file = project.join(".codex/config.toml");
@@ -115,6 +120,7 @@ async fn codex_connects_to_every_wrapped_server_through_the_daemon() {
     let said = switchyard(&home, &project, &["wrap", "--client", "codex"]);
     assert!(said.contains("codex `fix` -> switchyard server `fix`"), "{said}");
     assert!(said.contains("codex `local` -> switchyard server `local`"), "{said}");
+    assert!(said.contains("note: Codex starts servers with few variables"), "{said}");
     // Codex's listing in the project: the user's servers and the project's, each on `connect`.
     let listed = ok(command(&home, &codex_cli(), &project).args(["mcp", "list", "--json"]));
     let listed: Value = serde_json::from_str(&listed).unwrap();

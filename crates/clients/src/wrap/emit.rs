@@ -115,8 +115,11 @@ pub(super) fn wrapped_entry(
     })?;
     let mut args = vec!["connect".to_string(), server.to_string(), "--config".to_string(), config.to_string()];
     if !vars.is_empty() {
+        // `NAME?`: the client starts the server without it, so `connect` must too.
+        let names: Vec<String> =
+            vars.iter().map(|(n, e)| if entry.optional.contains(e) { format!("{n}?") } else { n.clone() }).collect();
         args.push("--env".into());
-        args.push(vars.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(","));
+        args.push(names.join(","));
     }
     if client == Client::Codex {
         let connect: Vec<String> = std::iter::once(exe.to_string()).chain(args).collect();

@@ -70,7 +70,8 @@ pub fn plan_wrap(
     let mut plan = Plan::default();
     let mut appended = String::new();
     let mut matched: BTreeSet<String> = BTreeSet::new();
-    let mut already = 0;
+    let (mut already, mut left) = (0, 0);
+    let mut codex = false;
     for input in inputs {
         let found = match crate::parse(input.client, &input.path, &input.text, input.scope.clone()) {
             Ok(found) => found,
@@ -85,6 +86,7 @@ pub fn plan_wrap(
         let mut records = Vec::new();
         for map in &found {
             for e in &map.unreadable {
+                left += 1;
                 plan.lines.push(format!("left as it is: {e}"));
             }
             let project = project_dir(input, &map.scope);
@@ -106,21 +108,28 @@ pub fn plan_wrap(
                     plan.lines.push(format!("{here}: already runs through switchyard (its HTTP front, {url})"));
                     continue;
                 }
+                // Where the entry is, so the reader finds what to change.
+                let line = switchyard_config::line_col(&input.text, entry.span.start).0;
+                let mut leave = |why: String| {
+                    left += 1;
+                    let at = format!("{}, line {line}", input.path.display());
+                    plan.lines.push(format!("{here} ({at}): left as it is: {why}"));
+                };
                 if let Some(why) = &entry.stuck {
-                    plan.lines.push(format!("{here}: left as it is: {why}"));
+                    leave(why.clone());
                     continue;
                 }
                 if let Some((key, why)) = leave_reason(input, entry) {
-                    plan.lines.push(format!("{here}: left as it is: it has `{key}`: {why}"));
+                    leave(format!("it has `{key}`: {why}"));
                     continue;
                 }
-                if let Some(why) = unwrappable(entry) {
-                    plan.lines.push(format!("{here}: left as it is: {why}"));
+                if let Some(why) = unwrappable(entry).or_else(|| relative_cwd(entry, project.as_deref())) {
+                    leave(why);
                     continue;
                 }
-                let (def, client_vars) = definition(input.client, entry, project.as_deref());
+                let (def, client_vars) = definition(input, entry, project.as_deref());
                 if let Err(why) = runnable(&entry.name, &def) {
-                    plan.lines.push(format!("{here}: left as it is: switchyard cannot run it as written: {why}"));
+                    leave(format!("switchyard cannot run it as written: {why}"));
                     continue;
                 }
                 let (server, why) = choose_name(&entry.name, input.client, &def, &existing, &planned);
@@ -138,6 +147,7 @@ pub fn plan_wrap(
                     let _ = write!(line, "; the client still supplies {}", names.join(", "));
                 }
                 plan.lines.push(line);
+                codex |= input.client == Client::Codex;
                 records.push(Record {
                     project: project_of(&map.scope),
                     name: entry.name.clone(),
@@ -196,14 +206,36 @@ pub fn plan_wrap(
         })?;
         plan.config = Some((config_path.to_path_buf(), before, after));
     }
+    if codex {
+        plan.lines.push(CODEX_NOTE.to_string());
+    }
     if plan.changes.is_empty() {
-        plan.lines.push(if already > 0 {
-            "nothing to wrap: every server here already runs through switchyard".to_string()
-        } else {
-            "nothing to wrap".to_string()
+        plan.lines.push(match (already, left) {
+            (0, _) => "nothing to wrap".to_string(),
+            (_, 0) => "nothing to wrap: every server here already runs through switchyard".to_string(),
+            (a, l) => format!(
+                "nothing to wrap: {a} server(s) already run through switchyard, and {l} cannot be wrapped (the reasons are above)"
+            ),
         });
     }
     Ok(plan)
+}
+
+/// What a user who wraps Codex's servers should know: the daemon's servers get the environment
+/// of the `connect` that started it, and Codex gives its servers few variables.
+const CODEX_NOTE: &str = "note: Codex starts servers with few variables of its environment; if Codex starts the daemon, every client's servers get only those: put what servers need in their `env` in switchyard.toml, or start the daemon from a shell first (`switchyard daemon --detach`); see docs/wrap.md";
+
+/// Why a user-level entry with a relative `cwd` stays as it is: the client resolves it against
+/// the directory the client runs in, which switchyard cannot know (in switchyard.toml it would be
+/// the config file's directory). A project's entry resolves it against the project.
+fn relative_cwd(entry: &Entry, project: Option<&Path>) -> Option<String> {
+    let Kind::Stdio { cwd: Some(cwd), .. } = &entry.kind else { return None };
+    (project.is_none() && Path::new(cwd).is_relative() && !cwd.starts_with('$')).then(|| {
+        format!(
+            "its `cwd` \"{}\" is relative: the client resolves it against the directory the client runs in, which switchyard cannot know; make it absolute and wrap again",
+            cwd.escape_debug()
+        )
+    })
 }
 
 /// Whether `url` is the daemon's HTTP front on `port` of this machine (`/mcp` or `/mcp/NAME`):
@@ -385,7 +417,8 @@ fn choose_name(
 
 /// The entry as a switchyard server, and the client's variables it needs, as (NAME, expression
 /// the client expands), in order.
-fn definition(client: Client, entry: &Entry, project: Option<&Path>) -> (Launch, Vec<(String, String)>) {
+fn definition(input: &Input, entry: &Entry, project: Option<&Path>) -> (Launch, Vec<(String, String)>) {
+    let client = input.client;
     let mut vars: Vec<(String, String)> = Vec::new();
     let name_for = |expr: &str, vars: &mut Vec<(String, String)>, prefer: Option<&str>| -> String {
         if let Some((n, _)) = vars.iter().find(|(_, e)| e == expr) {
@@ -466,9 +499,12 @@ fn definition(client: Client, entry: &Entry, project: Option<&Path>) -> (Launch,
             // Cursor do with an `http` entry; Claude Code's `http` is Streamable HTTP only.
             transport: match (&entry.kind, client) {
                 (Kind::Sse { .. }, _) => Some(TransportKind::Sse),
-                // Codex speaks Streamable HTTP only; Gemini CLI falls back to SSE (a `url`
-                // without a type), as VS Code does.
+                // Codex speaks Streamable HTTP only; Gemini CLI too for `httpUrl` and `"type":
+                // "http"`, and falls back to SSE for a `url` without a type, as VS Code does.
                 (_, Client::ClaudeCode | Client::Codex) => Some(TransportKind::StreamableHttp),
+                (_, Client::Gemini) if gemini_streamable(&input.text[entry.span.clone()]) => {
+                    Some(TransportKind::StreamableHttp)
+                }
                 _ => None,
             },
             headers: headers
@@ -492,6 +528,15 @@ fn definition(client: Client, entry: &Entry, project: Option<&Path>) -> (Launch,
     };
     def.client_env = vars.iter().map(|(n, _)| n.clone()).collect();
     (def, vars)
+}
+
+/// Whether a Gemini CLI entry (its text) asks for Streamable HTTP alone: `httpUrl`, or `"type":
+/// "http"`.
+fn gemini_streamable(entry: &str) -> bool {
+    Doc::parse(entry).is_ok_and(|d| {
+        d.root.get("httpUrl").is_some()
+            || d.root.get("type").is_some_and(|t| d.value(t) == serde_json::Value::String("http".into()))
+    })
 }
 
 /// The directory a client starts a project's servers in: the project's (Claude Code's

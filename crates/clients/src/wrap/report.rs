@@ -64,8 +64,10 @@ pub(super) fn hide_secrets(text: &str, changes: &[Change]) -> String {
         result.push_str(rest);
         out = result;
     }
+    // A client variable's default may be a secret written in the file (`${TOKEN:-sk-...}`).
+    out = crate::mask_defaults(&out);
     if out != before {
-        out.push_str("\n(env and header values and URL queries are shown as ***)\n");
+        out.push_str("\n(env and header values, URL queries and `${VAR:-default}` defaults are shown as ***)\n");
     }
     out
 }

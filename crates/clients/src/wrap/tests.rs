@@ -435,10 +435,10 @@ fn one_entry_or_file_that_cannot_be_wrapped_does_not_stop_the_others() {
     let said = plan.lines.join("\n");
     for want in [
         "/w/.cursor/mcp.json, line 2",
-        "`both`: left as it is: it has both `command` and `url`",
-        "`secret-url`: left as it is: switchyard cannot run it as written",
-        "`nested`: left as it is: it already runs `switchyard run`",
-        "`boxed`: left as it is: it has `sandboxEnabled`",
+        "`both` (/home/u/.cursor/mcp.json, line 2): left as it is: it has both `command` and `url`",
+        "`secret-url` (/home/u/.cursor/mcp.json, line 3): left as it is: switchyard cannot run it as written",
+        "`nested` (/home/u/.cursor/mcp.json, line 4): left as it is: it already runs `switchyard run`",
+        "`boxed` (/home/u/.cursor/mcp.json, line 5): left as it is: it has `sandboxEnabled`",
     ] {
         assert!(said.contains(want), "{want:?} not said:\n{said}");
     }
@@ -613,7 +613,7 @@ fn codex_config_is_edited_in_place_and_unwraps_to_the_same_bytes() {
     assert_eq!(
         fs.wrapped,
         format!(
-            "[mcp_servers.filesystem]   # the filesystem server\ncommand = \"{EXE}\"\nargs = [\"connect\", \"filesystem\", \"--config\", \"{CONFIG}\", \"--env\", \"GITHUB_TOKEN\"]\nenv_vars = [\"GITHUB_TOKEN\", \"XDG_STATE_HOME\"]\nstartup_timeout_sec = 20\nenabled_tools = [\"read_file\", \"list_directory\"] # allow list: stays with Codex\ntools.read_file.approval_mode = \"approve\""
+            "[mcp_servers.filesystem]   # the filesystem server\ncommand = \"{EXE}\"\nargs = [\"connect\", \"filesystem\", \"--config\", \"{CONFIG}\", \"--env\", \"GITHUB_TOKEN?\"]\nenv_vars = [\"GITHUB_TOKEN\", \"XDG_STATE_HOME\"]\nstartup_timeout_sec = 20\nenabled_tools = [\"read_file\", \"list_directory\"] # allow list: stays with Codex\ntools.read_file.approval_mode = \"approve\""
         )
     );
     let remote = &change.records[1];
@@ -631,7 +631,11 @@ fn codex_config_is_edited_in_place_and_unwraps_to_the_same_bytes() {
         )
     );
     let said = plan.lines.join("\n");
-    assert!(said.contains("codex `linear`: left as it is: it has `scopes`: Codex signs in to it with OAuth"), "{said}");
+    assert!(
+        said.contains("codex `linear` (/home/user/.codex/config.toml, line ")
+            && said.contains("): left as it is: it has `scopes`: Codex signs in to it with OAuth"),
+        "{said}"
+    );
     assert!(said.contains("codex `memory`: already runs through switchyard"), "{said}");
     let config = &plan.config.as_ref().unwrap().2;
     let parsed: toml::Table = config.parse().unwrap();
@@ -682,8 +686,11 @@ fn hostile_codex_files() {
     let names: Vec<&str> = plan.changes.iter().flat_map(|c| c.records.iter().map(|r| r.name.as_str())).collect();
     assert_eq!(names, ["b"], "{:#?}", plan.lines);
     let said = plan.lines.join("\n");
-    assert!(said.contains("`a`: left as it is: its tables are apart"), "{said}");
-    assert!(said.contains("`c`: left as it is: it is written as dotted keys"), "{said}");
+    assert!(said.contains("`a` (/w/.codex/config.toml, line 1): left as it is: its tables are apart"), "{said}");
+    assert!(
+        said.contains("`c` (/w/.codex/config.toml, line 1): left as it is: it is written as dotted keys"),
+        "{said}"
+    );
     only_entries_changed(&apart.text, &plan.changes[0].after, &plan.changes[0].records);
 
     for (text, line, says) in [
@@ -717,7 +724,7 @@ fn gemini_settings_wrap_and_unwrap_to_the_same_bytes() {
     let plan = wrap_all(std::slice::from_ref(&gemini), None);
     let change = &plan.changes[0];
     let names: Vec<&str> = change.records.iter().map(|r| r.name.as_str()).collect();
-    assert_eq!(names, ["github", "docs", "events", "tools"], "{:#?}", plan.lines);
+    assert_eq!(names, ["github", "docs", "events"], "{:#?}", plan.lines);
     only_entries_changed(&gemini.text, &change.after, &change.records);
     let github: serde_json::Value = serde_json::from_str(&change.records[0].wrapped).unwrap();
     assert_eq!(github["env"], serde_json::json!({"GITHUB_PERSONAL_ACCESS_TOKEN": "$GITHUB_TOKEN"}));
@@ -726,10 +733,19 @@ fn gemini_settings_wrap_and_unwrap_to_the_same_bytes() {
     assert_eq!((github["timeout"].as_u64(), github["trust"].as_bool()), (Some(30000), Some(false)));
     let docs: serde_json::Value = serde_json::from_str(&change.records[1].wrapped).unwrap();
     assert!(docs.get("httpUrl").is_none() && docs["description"] == "the team's docs", "{docs}");
-    let tools: serde_json::Value = serde_json::from_str(&change.records[3].wrapped).unwrap();
-    assert_eq!(tools["env"], serde_json::json!({"TOOLS_DIR": "${TOOLS_DIR:-/opt/tools}", "HOME": "$HOME"}));
     let said = plan.lines.join("\n");
-    assert!(said.contains("gemini `cloud`: left as it is: it has `authProviderType`"), "{said}");
+    // A user's entry with a relative `cwd`: where the client runs is not switchyard's to know.
+    assert!(
+        said.contains(
+            "gemini `tools` (/home/user/.gemini/settings.json, line 22): left as it is: its `cwd` \"./sub\" is relative"
+        ),
+        "{said}"
+    );
+    assert!(
+        said.contains("gemini `cloud` (/home/user/.gemini/settings.json, line ")
+            && said.contains("): left as it is: it has `authProviderType`"),
+        "{said}"
+    );
     assert!(said.contains("`tcp` (a WebSocket)"), "{said}");
     let config = &plan.config.as_ref().unwrap().2;
     assert!(!config.contains("$GITHUB_TOKEN\"") && !config.contains(":-/opt/tools"), "{config}");
@@ -742,10 +758,19 @@ fn gemini_settings_wrap_and_unwrap_to_the_same_bytes() {
     assert_eq!(servers["docs"]["url"].as_str(), Some("https://docs.example.com/mcp"));
     assert_eq!(servers["docs"]["headers"]["Authorization"].as_str(), Some("Bearer ${DOCS_TOKEN}"));
     assert_eq!(servers["events"]["transport"].as_str(), Some("sse"));
-    assert_eq!(servers["tools"]["command"].as_str(), Some("${TOOLS_DIR}/server"));
-    assert_eq!(servers["tools"]["args"][1].as_str(), Some("${HOME}"));
     assert!(servers.get("cloud").is_none() && servers.get("socket").is_none(), "{config}");
     assert_eq!(unwrapped(&gemini, change), gemini.text, "unwrap did not give the file back");
+    // The same file as a project's: `./sub` is the project's, and `tools` is wrapped.
+    let project = Input { path: "/w/.gemini/settings.json".into(), scope: Scope::Project, ..gemini.clone() };
+    let plan = wrap_all(std::slice::from_ref(&project), None);
+    let tools = plan.changes[0].records.iter().find(|r| r.name == "tools").unwrap();
+    let tools: serde_json::Value = serde_json::from_str(&tools.wrapped).unwrap();
+    assert_eq!(tools["env"], serde_json::json!({"TOOLS_DIR": "${TOOLS_DIR:-/opt/tools}", "HOME": "$HOME"}));
+    let parsed: toml::Table = plan.config.as_ref().unwrap().2.parse().unwrap();
+    let tools = &parsed["servers"]["tools"];
+    assert_eq!(tools["command"].as_str(), Some("${TOOLS_DIR}/server"));
+    assert_eq!(tools["args"][1].as_str(), Some("${HOME}"));
+    assert_eq!(tools["cwd"].as_str(), Some("/w/./sub"));
     // A trailing comma breaks Gemini CLI's settings: switchyard leaves the file, saying where.
     let broken = Input { text: gemini.text.replace("\"vimMode\": true}", "\"vimMode\": true,}"), ..gemini.clone() };
     let e = plan_wrap(&[broken], Path::new(CONFIG), None, Path::new(EXE), None).unwrap_err().to_string();
@@ -899,4 +924,132 @@ fn a_named_file_in_a_client_s_place_is_that_client_s() {
     // Elsewhere, a `config.toml` is nobody's until --client says.
     let e = select(&opts, home.path(), &|_| None).unwrap_err().to_string();
     assert!(e.contains("say it with --client"), "{e}");
+}
+
+/// A variable Codex forwards from its environment and starts the server without when it is
+/// unset (`env_vars`, `env_http_headers`) is optional to `connect` too (`--env NAME?`); the
+/// variable of `bearer_token_env_var`, without which Codex does not start the server, is not.
+#[test]
+fn a_variable_codex_may_leave_unset_stays_optional_behind_switchyard() {
+    let text = "[mcp_servers.gh]\ncommand = \"npx\"\nenv_vars = [\"GITHUB_TOKEN\"]\n\n[mcp_servers.r]\nurl = \"https://h.example/mcp\"\nbearer_token_env_var = \"TOKEN\"\nenv_http_headers = { \"X-Key\" = \"KEY\", \"X-Also\" = \"TOKEN\" }\n";
+    let codex = one(Client::Codex, "/home/u/.codex/config.toml", Scope::User, text);
+    let plan = wrap_all(std::slice::from_ref(&codex), None);
+    let after: toml::Table = plan.changes[0].after.parse().unwrap();
+    let args = |name: &str| -> Vec<String> {
+        after["mcp_servers"][name]["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().into()).collect()
+    };
+    assert_eq!(args("gh")[4..], ["--env", "GITHUB_TOKEN?"]);
+    assert_eq!(args("r")[4..], ["--env", "TOKEN,KEY?"]);
+    // Codex forwards them under their own names, without the mark.
+    let forwarded = after["mcp_servers"]["gh"]["env_vars"].as_array().unwrap();
+    assert_eq!(forwarded[0].as_str(), Some("GITHUB_TOKEN"));
+    assert_eq!(unwrapped(&codex, &plan.changes[0]), codex.text);
+}
+
+/// Every wrap of a Codex file says, once, that a daemon Codex starts gives every client's
+/// servers Codex's few variables.
+#[test]
+fn a_codex_wrap_says_whose_environment_the_daemon_gets() {
+    let codex = one(Client::Codex, "/home/u/.codex/config.toml", Scope::User, "[mcp_servers.a]\ncommand = \"x\"\n");
+    let plan = wrap_all(std::slice::from_ref(&codex), None);
+    let notes: Vec<&String> = plan.lines.iter().filter(|l| l.starts_with("note: Codex starts servers")).collect();
+    assert_eq!(notes.len(), 1, "{:#?}", plan.lines);
+    let cursor =
+        one(Client::Cursor, "/home/u/.cursor/mcp.json", Scope::User, r#"{"mcpServers": {"a": {"command": "x"}}}"#);
+    assert!(!wrap_all(&[cursor], None).lines.iter().any(|l| l.contains("note: Codex")));
+}
+
+/// A dry run shows no `${VAR:-default}`'s default: it may be a secret written in the file.
+#[test]
+fn a_dry_run_hides_the_defaults_of_client_variables() {
+    let text = r#"{"mcpServers": {"a": {"command": "x", "args": ["--k", "${TOK:-sk-live-DEFAULTSECRET}"], "env": {"T": "${TOK2:-sk-live-OTHER}"}}}}"#;
+    let cc = one(Client::ClaudeCode, "/w/p/.mcp.json", Scope::Project, text);
+    let plan = wrap_all(std::slice::from_ref(&cc), None);
+    let shown = dry_run(plan.config.as_ref(), &plan.changes);
+    assert!(!shown.contains("DEFAULTSECRET") && !shown.contains("sk-live-OTHER"), "{shown}");
+    assert!(shown.contains("${TOK:-***}") && shown.contains("${TOK2:-***}"), "{shown}");
+}
+
+/// A user-level entry's relative `cwd` meant the directory the client runs in, which
+/// switchyard cannot know: the entry stays as it is, said with its line. A project's relative
+/// `cwd` is the project's, as before.
+#[test]
+fn a_user_level_relative_cwd_is_left_with_the_reason() {
+    let text = "{\n  \"mcpServers\": {\n    \"rel\": {\"command\": \"x\", \"cwd\": \"sub\"},\n    \"abs\": {\"command\": \"x\", \"cwd\": \"/srv\"}\n  }\n}\n";
+    let user = one(Client::Gemini, "/home/u/.gemini/settings.json", Scope::User, text);
+    let plan = wrap_all(std::slice::from_ref(&user), None);
+    assert_eq!(plan.changes[0].records.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["abs"]);
+    let said = plan.lines.join("\n");
+    assert!(
+        said.contains(
+            "gemini `rel` (/home/u/.gemini/settings.json, line 3): left as it is: its `cwd` \"sub\" is relative"
+        ),
+        "{said}"
+    );
+    let project = one(Client::Gemini, "/w/.gemini/settings.json", Scope::Project, text);
+    let plan = wrap_all(std::slice::from_ref(&project), None);
+    let parsed: toml::Table = plan.config.as_ref().unwrap().2.parse().unwrap();
+    assert_eq!(parsed["servers"]["rel"]["cwd"].as_str(), Some("/w/sub"));
+}
+
+/// Gemini CLI's `httpUrl` and `"type": "http"` are Streamable HTTP alone, as Codex's remote
+/// servers are: the same remote in both is one shared server. A `url` without a type is `auto`.
+#[test]
+fn gemini_streamable_http_entries_say_so_and_share_a_server_with_codex() {
+    let text = r#"{"mcpServers": {
+  "docs": {"httpUrl": "https://docs.example.com/mcp"},
+  "typed": {"type": "http", "url": "https://t.example.com/mcp"},
+  "either": {"url": "https://e.example.com/mcp"}
+}}"#;
+    let gemini = one(Client::Gemini, "/home/u/.gemini/settings.json", Scope::User, text);
+    let codex = one(
+        Client::Codex,
+        "/home/u/.codex/config.toml",
+        Scope::User,
+        "[mcp_servers.docs]\nurl = \"https://docs.example.com/mcp\"\n",
+    );
+    let plan = wrap_all(&[gemini, codex], None);
+    let config = &plan.config.as_ref().unwrap().2;
+    let parsed: toml::Table = config.parse().unwrap();
+    let servers = &parsed["servers"];
+    assert_eq!(servers["docs"]["transport"].as_str(), Some("streamable-http"), "{config}");
+    assert_eq!(servers["typed"]["transport"].as_str(), Some("streamable-http"), "{config}");
+    assert!(servers["either"].get("transport").is_none(), "{config}");
+    assert_eq!(servers.as_table().unwrap().len(), 3, "{config}");
+    assert_eq!(plan.changes[1].records[0].server, "docs");
+}
+
+/// A Codex file with one server written as dotted keys and another as a table: only the dotted
+/// one is left (with its line), and the table is wrapped.
+#[test]
+fn a_dotted_codex_server_leaves_its_table_neighbour_wrappable() {
+    let text = "mcp_servers.dotted.command = \"x\"\n\n[mcp_servers.ok]\ncommand = \"y\"\n";
+    let codex = one(Client::Codex, "/home/u/.codex/config.toml", Scope::User, text);
+    let plan = wrap_all(std::slice::from_ref(&codex), None);
+    let names: Vec<&str> = plan.changes.iter().flat_map(|c| c.records.iter().map(|r| r.name.as_str())).collect();
+    assert_eq!(names, ["ok"], "{:#?}", plan.lines);
+    let said = plan.lines.join("\n");
+    assert!(
+        said.contains(
+            "codex `dotted` (/home/u/.codex/config.toml, line 1): left as it is: it is written as dotted keys"
+        ),
+        "{said}"
+    );
+    assert!(!said.contains("`ok` ("), "{said}");
+    only_entries_changed(&codex.text, &plan.changes[0].after, &plan.changes[0].records);
+    assert_eq!(unwrapped(&codex, &plan.changes[0]), codex.text);
+}
+
+/// A second wrap that finds some servers wrapped and others it cannot wrap says both, not that
+/// every server runs through switchyard.
+#[test]
+fn nothing_to_wrap_says_what_was_left() {
+    let text = r#"{"mcpServers": {"a": {"command": "x"}, "b": {"command": "y", "envFile": ".env"}}}"#;
+    let cursor = one(Client::Cursor, "/home/u/.cursor/mcp.json", Scope::User, text);
+    let first = wrap_all(std::slice::from_ref(&cursor), None);
+    let config = first.config.as_ref().unwrap().2.clone();
+    let second = wrap_all(&[after(&cursor, &first.changes[0])], Some(&config));
+    let last = second.lines.last().unwrap();
+    assert!(!last.contains("every server"), "{last}");
+    assert!(last.contains("1 server(s) already run through switchyard, and 1 cannot be wrapped"), "{last}");
 }

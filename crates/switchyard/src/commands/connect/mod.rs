@@ -104,16 +104,22 @@ impl Destination {
 }
 
 /// The values of the variables `--env` names, read from `getenv` (connect's environment). An
-/// unset one is an error naming it; a value is never put in an error.
+/// unset one is an error naming it, unless written `NAME?` (optional): then the server gets it
+/// empty, as near as a template comes to a client that leaves an unset variable out (Codex's
+/// `env_vars`). A value is never put in an error.
 fn client_values(
     names: &[String],
     getenv: &dyn Fn(&str) -> Option<std::ffi::OsString>,
 ) -> anyhow::Result<ClientValues> {
     let mut values = BTreeMap::new();
-    for name in names.iter().flat_map(|n| n.split(',')).map(str::trim).filter(|n| !n.is_empty()) {
+    for given in names.iter().flat_map(|n| n.split(',')).map(str::trim).filter(|n| !n.is_empty()) {
+        let (name, optional) = match given.strip_suffix('?') {
+            Some(name) => (name, true),
+            None => (given, false),
+        };
         if !switchyard_config::is_var_name(name) {
             anyhow::bail!(
-                "--env {name:?}: not a variable name (ASCII letters, digits and `_`, not starting with a digit); --env takes names, and connect reads their values from its environment"
+                "--env {given:?}: not a variable name (ASCII letters, digits and `_`, not starting with a digit, and `?` after it when it may be unset); --env takes names, and connect reads their values from its environment"
             );
         }
         match getenv(name) {
@@ -125,8 +131,11 @@ fn client_values(
                     anyhow::bail!("--env {name}: the value of {name} in connect's environment is not valid UTF-8")
                 }
             },
+            None if optional => {
+                values.insert(name.to_string(), String::new());
+            }
             None => anyhow::bail!(
-                "--env {name}: {name} is not set in connect's environment; the MCP client's entry for this server should set it in its `env` (e.g. \"env\": {{\"{name}\": \"...\"}})"
+                "--env {name}: {name} is not set in connect's environment; the MCP client's entry for this server should give connect {name} (in its environment settings), or name it `--env {name}?` if the server may run without it"
             ),
         }
     }

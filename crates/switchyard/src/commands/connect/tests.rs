@@ -467,7 +467,16 @@ fn env_names_are_read_from_connect_s_environment_and_a_missing_one_is_named() {
     assert_eq!(place.env.0, want);
     assert!(!format!("{place:?}").contains("secret-a"), "{place:?}");
     let e = Destination::resolve_with(&opts(&["A,MISSING"]), &getenv).unwrap_err().to_string();
-    assert!(e.contains("MISSING is not set") && e.contains("`env`") && !e.contains("secret-a"), "{e}");
+    assert!(e.contains("MISSING is not set") && e.contains("`--env MISSING?`") && !e.contains("secret-a"), "{e}");
+    // The hint fits any client's format: no JSON for a TOML file.
+    assert!(!e.contains('{') && !e.contains('"'), "{e}");
+    // `NAME?`: a variable that may be unset goes to the server empty (Codex's `env_vars` leave
+    // an unset one out and still start the server); one that is set goes as it is.
+    let place = Destination::resolve_with(&opts(&["A?,MISSING?"]), &getenv).unwrap();
+    let want = BTreeMap::from([("A".to_string(), "secret-a".to_string()), ("MISSING".to_string(), String::new())]);
+    assert_eq!(place.env.0, want);
+    let e = Destination::resolve_with(&opts(&["?"]), &getenv).unwrap_err().to_string();
+    assert!(e.contains("not a variable name"), "{e}");
     let e = Destination::resolve_with(&opts(&["9X"]), &getenv).unwrap_err().to_string();
     assert!(e.contains("not a variable name"), "{e}");
 }
