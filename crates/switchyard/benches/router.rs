@@ -3,8 +3,9 @@
 //! A plain bench binary (`cargo bench --bench router [-- SECTION...]`), not criterion: what is
 //! measured is a JSON-RPC round trip through pipes and other processes, and the figures wanted
 //! are percentiles and pairs from one run, which criterion's model does not give. Sections:
-//! `latency`, `everything`, `plugins`, `throughput`, `memory`, `remote`, `daemon`, `http` (default: all). Tables are
-//! printed as Markdown, ready for BENCHMARKS.md.
+//! `latency`, `everything`, `plugins`, `throughput`, `memory`, `remote`, `daemon`, `http`,
+//! `silent` (default: all; `silent` alone takes about a quarter of an hour). Tables are printed
+//! as Markdown, ready for BENCHMARKS.md.
 
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::os::unix::process::CommandExt;
@@ -17,6 +18,10 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 
 use switchyard_testkit::{descendants, proxy, python_venv, signal_group, signal_pid};
+
+// Not `mod silent;`: cargo would take benches/silent.rs for a bench target of its own.
+#[path = "silent/mod.rs"]
+mod silent;
 
 /// Sequential round trips per block; blocks of all targets alternate, so drift hits all alike.
 const BLOCK: usize = 500;
@@ -53,6 +58,9 @@ fn main() {
     }
     if run("http") {
         b.http();
+    }
+    if run("silent") {
+        b.silent();
     }
     let _ = std::fs::remove_dir_all(&b.dir);
 }
@@ -1176,9 +1184,14 @@ impl HttpServer {
     /// `slow_counter(ms)` not) on Streamable HTTP, without an event store: a broken stream
     /// cannot be resumed.
     fn python(python: &Path, repo: &Path, dir: &Path, label: &str) -> HttpServer {
+        HttpServer::python_with(python, repo, dir, label, &[])
+    }
+
+    /// [`HttpServer::python`] with more of http_server.py's options (e.g. `--forgetful-store`).
+    fn python_with(python: &Path, repo: &Path, dir: &Path, label: &str, options: &[&str]) -> HttpServer {
         let port = free_port();
         let runs = dir.join(format!("{label}.runs.jsonl"));
-        let argv = vec![
+        let mut argv = vec![
             python.display().to_string(),
             repo.join("tests/python/http_server.py").display().to_string(),
             "--port".into(),
@@ -1188,6 +1201,7 @@ impl HttpServer {
             "--runs-file".into(),
             runs.display().to_string(),
         ];
+        argv.extend(options.iter().map(|o| o.to_string()));
         HttpServer::launch(label, argv, vec![("PYTHONUNBUFFERED".into(), "1".into())], port, dir, runs)
     }
 

@@ -2,12 +2,16 @@
 //!
 //! Everything comes from this binary: it runs itself as the fixture MCP server and as the router,
 //! writes the embedded example plugins into a scratch directory, and speaks MCP to both over
-//! pipes with the small JSON-RPC client of [`peer`]. Four scenarios ([`scenarios`]), each a pair
-//! of measurements from the same run; the exit status says whether every one behaved as expected.
+//! pipes with the small JSON-RPC client of [`peer`]. Five scenarios ([`scenarios`], [`silent`]),
+//! each a pair of measurements from the same run; the exit status says whether every one behaved
+//! as expected. The fifth reaches the fixture over HTTP, through `switchyard daemon`'s front and
+//! a [`relay`] that can make a link go silent.
 
 mod peer;
+mod relay;
 mod report;
 mod scenarios;
+mod silent;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -23,7 +27,7 @@ pub(crate) fn run_blocking() -> anyhow::Result<()> {
     runtime.block_on(run())
 }
 
-/// Runs the four scenarios, prints progress and then the table.
+/// Runs the five scenarios, prints progress and then the table.
 async fn run() -> anyhow::Result<()> {
     let demo = Demo::new()?;
     let started = Instant::now();
@@ -31,21 +35,23 @@ async fn run() -> anyhow::Result<()> {
     println!("(both are this binary: {})\n", demo.exe.display());
 
     let mut report = Report::default();
-    let scenarios: [(&str, &str); 4] = [
+    let scenarios: [(&str, &str); 5] = [
         ("1 head-of-line", "a quick call behind a 3 s call on a serial server"),
         ("2 annotations", "hints makes tools parallel, fs-keys keeps writes to one path serial"),
         ("3 crash", "the server is killed (kill -9) with calls in flight"),
         ("4 hot reload", "hints.wasm is replaced by hints-v2.wasm while calls are running"),
+        ("5 silent link", "a remote server's link goes silent (no FIN, no RST), then the network heals"),
     ];
     for (i, (name, what)) in scenarios.iter().enumerate() {
-        println!("[{}/4] {what} ...", i + 1);
+        println!("[{}/{}] {what} ...", i + 1, scenarios.len());
         let t = Instant::now();
         let before = report.failures.len();
         let outcome = match i {
             0 => demo.head_of_line(&mut report, name).await,
             1 => demo.annotations(&mut report, name).await,
             2 => demo.crash(&mut report, name).await,
-            _ => demo.hot_reload(&mut report, name).await,
+            3 => demo.hot_reload(&mut report, name).await,
+            _ => demo.silent_link(&mut report, name).await,
         };
         if let Err(e) = outcome {
             report.failures.push(format!("{name}: {e:#}"));
@@ -58,7 +64,7 @@ async fn run() -> anyhow::Result<()> {
     report.print();
     println!();
     if report.failures.is_empty() {
-        println!("all 4 scenarios behaved as expected ({} in all)", secs(started.elapsed()));
+        println!("all {} scenarios behaved as expected ({} in all)", scenarios.len(), secs(started.elapsed()));
         Ok(())
     } else {
         for f in &report.failures {

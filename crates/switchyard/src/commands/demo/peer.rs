@@ -62,8 +62,19 @@ impl Peer {
     /// Starts `program args` in a process group of its own, so that everything it starts can
     /// be killed with it if it does not stop by itself.
     pub(super) fn spawn(label: &'static str, program: &Path, args: &[String]) -> anyhow::Result<Peer> {
+        Peer::spawn_env(label, program, args, &[])
+    }
+
+    /// [`Peer::spawn`] with these variables added to the child's environment.
+    pub(super) fn spawn_env(
+        label: &'static str,
+        program: &Path,
+        args: &[String],
+        envs: &[(&str, &str)],
+    ) -> anyhow::Result<Peer> {
         let mut child = Command::new(program)
             .args(args)
+            .envs(envs.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
