@@ -1126,3 +1126,38 @@ async fn connect_exits_zero_when_its_client_leaves() {
     // The router serves on.
     assert!(router.is_running());
 }
+
+/// `run` stopped while its instance is still starting, by either way a client stops it (stdin
+/// EOF, SIGTERM), with a server that ignores both: no process of the instance may outlive it.
+/// (The runtime dropped the starting instance's task, whose child handle killed the supervisor
+/// alone; the server lived on, 4 runs out of 4.)
+#[tokio::test]
+async fn stopping_while_an_instance_starts_leaves_no_orphan() {
+    for run in 0..20 {
+        let mut s = Setup::new(&["--init-delay-ms", "3000", "--ignore-sigterm", "--ignore-stdin-eof"], &[]).await;
+        s.client.send_request("initialize", init_params(json!({}))).await;
+        // The supervisor and the server under it, both started: the instance is starting.
+        let end = Instant::now() + Duration::from_secs(10);
+        let mut tree = descendants(s.router.pid);
+        while tree.len() < 2 && Instant::now() < end {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            tree = descendants(s.router.pid);
+        }
+        assert!(tree.len() >= 2, "run {run}: the instance did not start: {tree:?}");
+        // Every other run ends by stdin EOF, the others by SIGTERM, at varied points of the start.
+        tokio::time::sleep(Duration::from_millis(50 * (run % 5))).await;
+        if run % 2 == 0 {
+            s.client.close().await;
+        } else {
+            s.router.signal(libc::SIGTERM);
+        }
+        let status = s.router.wait_timeout(Duration::from_secs(10)).await;
+        assert_eq!(status.code(), Some(0), "run {run}: {}", s.router.stderr.text());
+        for pid in &tree {
+            assert!(
+                wait_gone(*pid, Duration::from_secs(2)).await,
+                "run {run}: pid {pid} of the instance outlived the router"
+            );
+        }
+    }
+}

@@ -435,11 +435,27 @@ async fn write_loop(stdin: ChildStdin, mut rx: mpsc::UnboundedReceiver<String>, 
 }
 
 async fn wait_exit(mut child: Child, tx: watch::Sender<Option<String>>) {
+    let group = GroupKill(child.id());
     let status = match child.wait().await {
         Ok(s) => describe_status(s),
         Err(e) => format!("wait failed: {e}"),
     };
+    std::mem::forget(group);
     tx.send_replace(Some(status));
+}
+
+/// Kills a child's whole process group when dropped before the child was reaped: the router is
+/// going away without having stopped the instance (its runtime drops this task at exit, say
+/// while the instance was still starting). `kill_on_drop` alone would SIGKILL the supervisor
+/// only, which then cannot kill the group, and the server would live on as an orphan.
+struct GroupKill(Option<u32>);
+
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0.and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
+            let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+        }
+    }
 }
 
 fn describe_status(s: std::process::ExitStatus) -> String {
