@@ -482,6 +482,35 @@ async fn a_server_that_stops_reading_does_not_make_memory_grow_without_bound() {
     assert!(told_why > 0, "no error said that the server is not reading");
 }
 
+/// Notifications a client keeps sending to a server that stopped reading count against the
+/// same 1 MiB of unread input as calls: past it they are dropped (and the drop logged with a
+/// count), never held. 2,000 of 100 KB used to take the router from 13 to ~200 MB.
+#[tokio::test]
+async fn notifications_to_a_server_that_stopped_reading_are_dropped_not_held() {
+    let mut s = Setup::new(&["--stop-reading-after-calls", "1"], &[]).await;
+    s.client.timeout = Duration::from_secs(60);
+    s.client.initialize().await;
+    assert_eq!(s.client.call_text("echo", json!({"text": "last one read"})).await, "last one read");
+    let base = rss_kib(s.router.pid).unwrap_or(0);
+    let big = "x".repeat(100 * 1024);
+    let mut peak = base;
+    for i in 0..2000 {
+        s.client.notify("notifications/e2e/chatter", json!({"text": big})).await;
+        if i % 100 == 0 {
+            peak = peak.max(rss_kib(s.router.pid).unwrap_or(0));
+        }
+    }
+    // The router took them all: a ping behind them is answered.
+    let pong = s.client.request("ping", json!({})).await;
+    assert!(pong.get("result").is_some(), "{pong}");
+    peak = peak.max(rss_kib(s.router.pid).unwrap_or(0));
+    let grown_mib = peak.saturating_sub(base) / 1024;
+    eprintln!("router RSS: {base} KiB at start, {peak} KiB at peak");
+    assert!(grown_mib < 40, "200 MB of notifications to a server not reading grew the router by {grown_mib} MiB");
+    let log = s.router.stderr.text();
+    assert!(log.contains("dropped a client's notifications/e2e/chatter"), "{log}");
+}
+
 /// Issue 8, item 14: at debug level switchyard logs each call's effective decision (plugins,
 /// concurrency and keys, pool, timeout, retry), so a user can see a policy take effect; the
 /// arguments themselves never reach the log.

@@ -335,3 +335,32 @@ async fn a_batch_from_the_server_is_routed_like_its_messages() {
     let log = client.recv_notification("notifications/message").await;
     assert_eq!(log["params"]["data"], "in a batch");
 }
+
+/// A `tools/call` without an id is a notification by JSON-RPC, and no MCP one: it reaches no
+/// instance (it went to every instance of the pool, past the policy without its tool name), is
+/// never answered, and its drop is logged once, however many come.
+#[tokio::test]
+async fn a_request_method_without_an_id_reaches_no_server() {
+    let dir = temp_dir();
+    let journal = journal_in(&dir);
+    let cfg = "[pools.default]\nmin = 2\nmax = 2\n";
+    let mut s = Setup::with_config(&["--journal", &journal], &[], Some(cfg)).await;
+    s.client.initialize().await;
+    wait_journal(&journal, Duration::from_secs(10), |e| received(e, "notifications/initialized").count() >= 2).await;
+    for _ in 0..5 {
+        s.client
+            .send_raw(
+                r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"echo","arguments":{"text":"no id"}}}"#,
+            )
+            .await;
+    }
+    s.client.send_raw(r#"{"jsonrpc":"2.0","method":"resources/read","params":{"uri":"fixture://readme"}}"#).await;
+    s.client.expect_silence(Duration::from_millis(300)).await;
+    assert_eq!(s.client.call_text("echo", json!({"text": "with id"})).await, "with id");
+    let entries = switchyard_testkit::journal(&journal);
+    let calls: Vec<&Value> = received(&entries, "tools/call").collect();
+    assert_eq!(calls.len(), 1, "only the call with an id reaches a server: {calls:?}");
+    assert_eq!(received(&entries, "resources/read").count(), 0);
+    let log = s.router.stderr.text();
+    assert_eq!(log.matches("dropped a `tools/call` without an id").count(), 1, "logged once: {log}");
+}

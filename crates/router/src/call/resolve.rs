@@ -30,7 +30,14 @@ pub fn resolve(server: &Server, decision: Decision) -> Effective {
         Some(name) => match server.pool(name) {
             Some(p) => p.clone(),
             None => {
-                tracing::warn!(server = %server.name, "policy chose pool `{name}`, which is not configured; using `default`");
+                // Per call: a policy that keeps naming it would flood the log.
+                if let Some(n) = server.repeats.unknown_pool.hit() {
+                    tracing::warn!(
+                        server = %server.name,
+                        "policy chose pool `{name}`, which is not configured; using `default`{}",
+                        switchyard_core::logging::times(n)
+                    );
+                }
                 server.default_pool().clone()
             }
         },

@@ -20,6 +20,7 @@ use switchyard_config::{Config, Limits};
 use switchyard_core::codec;
 use switchyard_core::error::{CallError, Unanswered};
 use switchyard_core::ids::SessionId;
+use switchyard_core::logging::Repeats;
 use switchyard_core::metrics::{Metrics, ToolNames};
 use switchyard_policy::Policy;
 
@@ -88,6 +89,31 @@ pub struct Server {
     /// still owes is answered as such, not as "switchyard is shutting down").
     pub removed: std::sync::atomic::AtomicBool,
     pub tasks: TaskTracker,
+    /// Warnings that could otherwise repeat once per call or message.
+    pub repeats: Repeated,
+}
+
+/// A server's warnings that may come once per call or per message, each logged at most once
+/// per [`Repeated::EVERY`] with a count.
+pub struct Repeated {
+    /// A policy routed a call to a pool this server does not have.
+    pub unknown_pool: Repeats,
+    /// A client sent a request's method without an id (a notification named like a request).
+    pub request_without_id: Repeats,
+    /// A client notification was dropped: the instance it was for has this much unread already.
+    pub notification_unread: Repeats,
+}
+
+impl Repeated {
+    pub const EVERY: Duration = Duration::from_secs(10);
+
+    fn new() -> Repeated {
+        Repeated {
+            unknown_pool: Repeats::new(Self::EVERY),
+            request_without_id: Repeats::new(Self::EVERY),
+            notification_unread: Repeats::new(Self::EVERY),
+        }
+    }
 }
 
 impl Server {
@@ -164,6 +190,7 @@ impl Server {
                 shutdown,
                 removed: Default::default(),
                 tasks: TaskTracker::new(),
+                repeats: Repeated::new(),
             }
         })
     }

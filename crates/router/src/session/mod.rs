@@ -509,6 +509,20 @@ impl Session {
                     None => tracing::debug!(session = %self.label, "cancel for id {id}, which is not in flight"),
                 }
             }
+            // A request's method without an id is no request (JSON-RPC: a notification), and
+            // MCP has no such notification: no server would answer it, a policy would judge it
+            // without its tool, and it would go to every instance. Dropped, as JSON-RPC wants
+            // a notification it cannot take to be (no reply).
+            _ if !method.starts_with("notifications/") => {
+                if let Some(n) = self.server.repeats.request_without_id.hit() {
+                    tracing::warn!(
+                        session = %self.label,
+                        server = %self.server.name,
+                        "dropped a `{method}` without an id from the client: a request needs an id to be answered, and this one was neither sent to the server nor judged by the policy{}",
+                        switchyard_core::logging::times(n)
+                    );
+                }
+            }
             _ => {
                 let me = self.clone();
                 let (method, line) = (method.to_string(), line.to_string());
@@ -547,6 +561,20 @@ impl Session {
             .filter(|i| i.is_ready() && i.owner.is_none_or(|o| o == self.id) && !self.server.is_modern(i))
             .collect();
         for inst in targets {
+            // Counted against the same unread budget as calls: a server that stopped reading
+            // must not make switchyard hold every notification a client keeps sending.
+            if !inst.is_writable() {
+                if let Some(n) = self.server.repeats.notification_unread.hit() {
+                    tracing::warn!(
+                        session = %self.label,
+                        instance = %inst.label(),
+                        "dropped a client's {method}: the server has not read the last {} bytes sent to it{}",
+                        inst.backlog(),
+                        switchyard_core::logging::times(n)
+                    );
+                }
+                continue;
+            }
             let _ = inst.write(line.clone());
         }
     }
