@@ -214,9 +214,20 @@ impl Home {
     /// `switchyard token`). The daemon starts with the usual soft limit of open files (1024),
     /// which it raises itself for HTTP clients.
     pub async fn start_http(&self) -> (String, String) {
+        self.start_http_limited("ulimit -Sn 1024").await
+    }
+
+    /// [`Home::start_http`] with a hard limit of `n` open files too (a desktop's usual 1024,
+    /// say), so the daemon cannot raise its soft limit past it.
+    pub async fn start_http_with_open_files(&self, n: u32) -> (String, String) {
+        self.start_http_limited(&format!("ulimit -Sn {n} && ulimit -Hn {n}")).await
+    }
+
+    async fn start_http_limited(&self, ulimit: &str) -> (String, String) {
         let cfg = self.config_str();
         let mut cmd = tokio::process::Command::new("sh");
-        cmd.arg("-c").arg(r#"ulimit -Sn 1024 && exec "$0" daemon --config "$1" --detach"#).arg(bin()).arg(&cfg);
+        let script = format!(r#"{ulimit} && exec "$0" daemon --config "$1" --detach"#);
+        cmd.arg("-c").arg(script).arg(bin()).arg(&cfg);
         let out = cmd.envs(self.envs()).stdin(std::process::Stdio::null()).output().await.unwrap();
         assert!(out.status.success(), "daemon --detach failed: {}", String::from_utf8_lossy(&out.stderr));
         let status = self.status_json().await;

@@ -4,8 +4,17 @@
 //! [`MAX_CONNECTIONS`] connections are served at once, or half the open-file limit when that is
 //! lower (past it the next wait in the kernel's queue, and the daemon keeps descriptors for its
 //! other clients and servers). On shutdown every connection finishes its response in progress, then closes.
+//!
+//! Anyone who can reach the port can open connections, token or not, so a connection counts as
+//! *unproven* until a request on it passes with the token ([`Admission`]). A new connection gets
+//! [`FIRST_BYTE_TIMEOUT`] to send anything; unproven connections may hold at most three quarters
+//! of the slots, and half of those from one peer address; past either, the oldest unproven one
+//! (of that peer, or of all) is closed to admit the newcomer. So idle or slow connections never
+//! keep a client with the token waiting: its new connection evicts one, and its proven ones stay.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -23,6 +32,8 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_HEADER_BYTES: usize = 64 * 1024;
 /// Connections served at once, at most.
 pub const MAX_CONNECTIONS: usize = 4096;
+/// How long a new connection may take to send its first byte before it is closed.
+pub const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A full house is logged at most once per this interval.
 const FULL_WARN_EVERY: Duration = Duration::from_secs(5);
@@ -35,6 +46,7 @@ pub async fn serve(listener: tokio::net::TcpListener, app: axum::Router, listen:
     let open_files = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
     let cap = open_files.map_or(MAX_CONNECTIONS, |n| MAX_CONNECTIONS.min((n / 2).max(16) as usize));
     let slots = Arc::new(Semaphore::new(cap));
+    let admission = Arc::new(Admission::new(cap));
     let mut failures = AcceptFailures::new();
     let mut full_since: Option<Instant> = None;
     loop {
@@ -57,10 +69,10 @@ pub async fn serve(listener: tokio::net::TcpListener, app: axum::Router, listen:
             a = listener.accept() => a,
             _ = shutdown.cancelled() => break,
         };
-        let tcp = match accepted {
-            Ok((tcp, _)) => {
+        let (tcp, peer) = match accepted {
+            Ok((tcp, peer)) => {
                 failures.accepted();
-                tcp
+                (tcp, peer.ip())
             }
             Err(e) => {
                 failures.failed(&e, &listen);
@@ -76,16 +88,39 @@ pub async fn serve(listener: tokio::net::TcpListener, app: axum::Router, listen:
         // No Nagle: a response's head and its first event are separate small writes, and holding
         // the second for the client's delayed ACK added 40 ms to every call (BENCHMARKS.md).
         let _ = tcp.set_nodelay(true);
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let conn = admission.admit(peer, has_input(&tcp));
+        let tower = hyper_util::service::TowerToHyperService::new(app.clone());
+        let this = conn.clone();
+        // Each request carries its connection, for the front to mark it proven.
+        let service = hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
+            req.extensions_mut().insert(this.clone());
+            hyper::service::Service::call(&tower, req)
+        });
         let shutdown = shutdown.clone();
         connections.spawn(async move {
             let _slot = slot;
+            let evicted = conn.evicted.clone();
+            // Nothing sent in time (an idle connection holding a slot): closed before hyper
+            // spends a buffer on it.
+            let mut first = [0u8; 1];
+            tokio::select! {
+                r = tokio::time::timeout(FIRST_BYTE_TIMEOUT, tcp.peek(&mut first)) => {
+                    if !matches!(r, Ok(Ok(n)) if n > 0) {
+                        return;
+                    }
+                    conn.spoke();
+                }
+                _ = evicted.cancelled() => return,
+                _ = shutdown.cancelled() => return,
+            }
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT).max_buf_size(MAX_HEADER_BYTES);
             let conn = builder.serve_connection(TokioIo::new(tcp), service);
             let mut conn = std::pin::pin!(conn);
             let result = tokio::select! {
                 r = conn.as_mut() => r,
+                // Closed to admit a newer connection while no request on it had the token.
+                _ = evicted.cancelled() => Ok(()),
                 _ = shutdown.cancelled() => {
                     conn.as_mut().graceful_shutdown();
                     conn.await
@@ -99,4 +134,189 @@ pub async fn serve(listener: tokio::net::TcpListener, app: axum::Router, listen:
     }
     connections.close();
     connections.wait().await;
+}
+
+/// Which connections are unproven (no request with the token on them yet), oldest first, and
+/// how many per peer address: the ones closed when a new connection needs room. Those that
+/// never sent a byte go first: a client's new connection has its request in flight from the
+/// start, while idle ones were only holding a slot.
+pub struct Admission {
+    /// Unproven connections at most (the rest of the slots are kept for proven ones).
+    unproven_max: usize,
+    /// Unproven connections of one peer address at most.
+    per_peer_max: usize,
+    state: Mutex<Unproven>,
+}
+
+#[derive(Default)]
+struct Unproven {
+    next: u64,
+    /// By admission order: peer and the token that closes the connection.
+    by_age: BTreeMap<u64, (IpAddr, CancellationToken)>,
+    /// Those of `by_age` that have sent nothing yet.
+    silent: BTreeSet<u64>,
+    per_peer: HashMap<IpAddr, usize>,
+    /// Closed to make room, since the last report.
+    evicted: u64,
+    last_report: Option<Instant>,
+}
+
+/// One admitted connection; requests on it carry a clone (as an extension), so the front can
+/// mark it proven. Dropping the last clone (the connection closed) takes it out of the count.
+#[derive(Clone)]
+pub struct Conn {
+    seq: u64,
+    admission: Arc<Admission>,
+    /// Fired when the connection is closed to make room for a newer one.
+    evicted: CancellationToken,
+    _alive: Arc<Leave>,
+}
+
+/// Takes a closed connection out of the unproven ones (a no-op when it was proven or evicted).
+struct Leave(u64, std::sync::Weak<Admission>);
+
+impl Drop for Leave {
+    fn drop(&mut self) {
+        if let Some(a) = self.1.upgrade() {
+            a.remove(self.0);
+        }
+    }
+}
+
+impl Conn {
+    /// A request on this connection carried the token: it is never closed to make room.
+    pub fn prove(&self) {
+        self.admission.remove(self.seq);
+    }
+
+    /// The client sent something: it is closed to make room only after every silent one.
+    fn spoke(&self) {
+        self.admission.state.lock().expect("lock").silent.remove(&self.seq);
+    }
+}
+
+impl Admission {
+    /// For a front of `slots` connections.
+    pub fn new(slots: usize) -> Admission {
+        let unproven_max = (slots - slots / 4).max(1);
+        Admission { unproven_max, per_peer_max: (unproven_max / 2).max(1), state: Mutex::new(Unproven::default()) }
+    }
+
+    /// Admits a new connection from `peer` as unproven (`spoke`: it has sent bytes already),
+    /// closing an unproven one of that peer (or of all) when it has (or they have) too many:
+    /// the oldest silent one, else the oldest.
+    pub fn admit(self: &Arc<Self>, peer: IpAddr, spoke: bool) -> Conn {
+        let mut s = self.state.lock().expect("lock");
+        let victim = if s.per_peer.get(&peer).copied().unwrap_or(0) >= self.per_peer_max {
+            let of_peer = |k: &u64| s.by_age.get(k).is_some_and(|(ip, _)| *ip == peer);
+            s.silent.iter().copied().find(of_peer).or_else(|| s.by_age.keys().copied().find(of_peer))
+        } else if s.by_age.len() >= self.unproven_max {
+            s.silent.first().or_else(|| s.by_age.keys().next()).copied()
+        } else {
+            None
+        };
+        if let Some(k) = victim {
+            if let Some((ip, token)) = s.by_age.remove(&k) {
+                s.silent.remove(&k);
+                Self::uncount(&mut s, ip);
+                token.cancel();
+                s.evicted += 1;
+            }
+            if s.last_report.is_none_or(|t| t.elapsed() >= FULL_WARN_EVERY) {
+                tracing::warn!(
+                    "the HTTP front closed {} connection(s) that sent no request with the token, to admit new ones (at most {} such connections, {} per address)",
+                    s.evicted,
+                    self.unproven_max,
+                    self.per_peer_max
+                );
+                s.evicted = 0;
+                s.last_report = Some(Instant::now());
+            }
+        }
+        let seq = s.next;
+        s.next += 1;
+        let evicted = CancellationToken::new();
+        s.by_age.insert(seq, (peer, evicted.clone()));
+        if !spoke {
+            s.silent.insert(seq);
+        }
+        *s.per_peer.entry(peer).or_default() += 1;
+        Conn { seq, admission: self.clone(), evicted, _alive: Arc::new(Leave(seq, Arc::downgrade(self))) }
+    }
+
+    fn remove(&self, seq: u64) {
+        let mut s = self.state.lock().expect("lock");
+        if let Some((ip, _)) = s.by_age.remove(&seq) {
+            s.silent.remove(&seq);
+            Self::uncount(&mut s, ip);
+        }
+    }
+
+    fn uncount(s: &mut Unproven, ip: IpAddr) {
+        if let Some(n) = s.per_peer.get_mut(&ip) {
+            *n -= 1;
+            if *n == 0 {
+                s.per_peer.remove(&ip);
+            }
+        }
+    }
+
+    /// Unproven connections now.
+    pub fn unproven(&self) -> usize {
+        self.state.lock().expect("lock").by_age.len()
+    }
+}
+
+/// Whether the client has sent bytes that wait to be read (a peek that never blocks).
+fn has_input(tcp: &tokio::net::TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    rustix::net::recv(tcp, &mut byte, rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT)
+        .is_ok_and(|(n, _)| n > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(last: u8) -> IpAddr {
+        IpAddr::from([10, 0, 0, last])
+    }
+
+    #[test]
+    fn a_new_connection_evicts_the_oldest_unproven_one_never_a_proven_one() {
+        // 8 slots: 6 unproven at most, 3 per address.
+        let a = Arc::new(Admission::new(8));
+        let proven = a.admit(ip(1), false);
+        proven.prove();
+        let first: Vec<Conn> = (0..3).map(|_| a.admit(ip(2), false)).collect();
+        // A fourth from the same address closes that address's oldest.
+        let fourth = a.admit(ip(2), false);
+        assert!(first[0].evicted.is_cancelled());
+        assert!(!first[1].evicted.is_cancelled() && !fourth.evicted.is_cancelled());
+        // Other addresses fill the rest; past 6 unproven the oldest of all goes.
+        let others: Vec<Conn> = (3..6).map(|n| a.admit(ip(n), false)).collect();
+        assert_eq!(a.unproven(), 6);
+        assert!(!first[1].evicted.is_cancelled());
+        let newest = a.admit(ip(6), false);
+        assert_eq!(a.unproven(), 6);
+        assert!(first[1].evicted.is_cancelled(), "the oldest unproven of all");
+        assert!(!newest.evicted.is_cancelled() && !proven.evicted.is_cancelled(), "a proven one is never closed");
+        // A closed connection leaves the count.
+        drop(others);
+        assert_eq!(a.unproven(), 3);
+    }
+
+    #[test]
+    fn a_connection_that_spoke_is_closed_only_after_every_silent_one() {
+        let a = Arc::new(Admission::new(8));
+        let talking = a.admit(ip(1), true);
+        let silent: Vec<Conn> = (0..5).map(|_| a.admit(ip(1), false)).collect();
+        // Past three from one address: the oldest silent one goes, not the older talking one.
+        assert!(silent[0].evicted.is_cancelled() && silent[1].evicted.is_cancelled());
+        assert!(!talking.evicted.is_cancelled());
+        let later = a.admit(ip(1), false);
+        later.spoke();
+        let _more: Vec<Conn> = (0..2).map(|_| a.admit(ip(1), false)).collect();
+        assert!(!talking.evicted.is_cancelled() && !later.evicted.is_cancelled());
+    }
 }

@@ -102,6 +102,12 @@ async fn handle(State(front): State<Arc<Front>>, req: Request) -> Response {
         Verdict::Answer(r) => return r.map(Body::from),
         Verdict::Pass { cors } => cors,
     };
+    // It carried the token: its connection is a client's, never closed to admit another.
+    if guard::needs_token(parts.uri.path())
+        && let Some(conn) = parts.extensions.get::<listen::Conn>()
+    {
+        conn.prove();
+    }
     // `/`, `/metrics`, `/api/status` and the page's assets (see `status`); the rest is MCP's.
     let mut resp = match status::serve(&front.router, &parts.method, parts.uri.path()) {
         Some(r) => r,
