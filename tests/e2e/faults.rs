@@ -525,3 +525,43 @@ async fn a_killed_launcher_fails_its_calls_and_leaves_no_orphan() {
     client.close().await;
     assert_eq!(router.wait_timeout(Duration::from_secs(8)).await.code(), Some(0));
 }
+
+/// Issue 23: a session kept about three times the largest line it ever sent in its read buffer
+/// for as long as it stayed connected (four idle sessions that once sent a 60 MB line held
+/// 732 MiB). A large line's buffer now goes with the line.
+#[tokio::test]
+async fn sessions_that_once_sent_a_large_line_do_not_keep_its_memory() {
+    let dir = temp_dir();
+    let sock = dir.path().join("l.sock");
+    let mut s = Setup::with_config(&[], &["--listen", sock.to_str().unwrap()], None).await;
+    s.client.initialize().await;
+    let base = rss_kib(s.router.pid).expect("router RSS");
+    let pad = "x".repeat(16 << 20);
+    let mut idle = Vec::new();
+    for _ in 0..4 {
+        let (p, mut c) = connect(&sock).await;
+        c.timeout = Duration::from_secs(60);
+        c.initialize().await;
+        // One 16 MB request, answered; then the session stays, idle.
+        let resp = c.request("tools/call", json!({"name": "echo", "arguments": {"text": "big", "pad": pad}})).await;
+        assert_eq!(tool_text(&resp), "big", "{resp}");
+        idle.push((p, c));
+    }
+    // What the large lines left must go back within a few seconds, while all four stay connected.
+    let settled = async {
+        loop {
+            let now = rss_kib(s.router.pid).unwrap_or(u64::MAX);
+            if now < base + 40 * 1024 {
+                return now;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let now = tokio::time::timeout(Duration::from_secs(10), settled).await;
+    eprintln!(
+        "router RSS: {base} KiB before, {:?} KiB with four idle sessions that sent 16 MB each",
+        rss_kib(s.router.pid)
+    );
+    assert!(now.is_ok(), "four idle sessions hold {:?} KiB (from {base} KiB)", rss_kib(s.router.pid));
+    drop(idle);
+}

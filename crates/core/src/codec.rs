@@ -54,11 +54,14 @@ const ENDS_KEPT: usize = 256;
 
 impl<R: AsyncBufRead + Unpin> LineReader<R> {
     pub fn new(inner: R, limit: usize) -> Self {
-        LineReader { inner, limit, buf: Vec::with_capacity(8 * 1024), head: Vec::new(), tail: Vec::new() }
+        LineReader { inner, limit, buf: Vec::with_capacity(INITIAL_CAPACITY), head: Vec::new(), tail: Vec::new() }
     }
 
     /// The next frame, or `None` at end of stream. A final line without `\n` is still a frame.
     pub async fn next(&mut self) -> std::io::Result<Option<Frame>> {
+        if self.buf.capacity() > KEEP_CAPACITY {
+            self.buf = Vec::with_capacity(INITIAL_CAPACITY);
+        }
         self.buf.clear();
         let mut skipped: Option<usize> = None;
         loop {
@@ -119,12 +122,28 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
             self.tail = self.buf[end.saturating_sub(ENDS_KEPT)..end].to_vec();
             return Frame::TooLong { bytes: end };
         }
+        if self.buf.capacity() > KEEP_CAPACITY {
+            // A large line leaves with its buffer, whose memory goes when the message does; the
+            // reader starts small again instead of holding the largest line it ever read.
+            let mut line = std::mem::replace(&mut self.buf, Vec::with_capacity(INITIAL_CAPACITY));
+            line.truncate(end);
+            return match String::from_utf8(line) {
+                Ok(s) => Frame::Line(s),
+                Err(_) => Frame::NotUtf8,
+            };
+        }
         match std::str::from_utf8(&self.buf[..end]) {
             Ok(s) => Frame::Line(s.to_string()),
             Err(_) => Frame::NotUtf8,
         }
     }
 }
+
+/// A reader's buffer to begin with.
+const INITIAL_CAPACITY: usize = 8 * 1024;
+/// A buffer grown past this for a line goes with the line: each long-lived connection keeps at
+/// most this much between messages.
+const KEEP_CAPACITY: usize = 64 * 1024;
 
 /// Appends to `tail`, keeping only its last ENDS_KEPT bytes.
 fn keep_tail(tail: &mut Vec<u8>, bytes: &[u8]) {
@@ -791,5 +810,19 @@ mod tests {
         assert_eq!(id(r#"{"id":null,"method":"x"}"#, ""), None);
         assert_eq!(id(r#"{"id":"cut"#, ""), None);
         assert_eq!(id("not json", "xx"), None);
+    }
+
+    #[tokio::test]
+    async fn a_large_line_leaves_no_large_buffer_behind() {
+        let big = "x".repeat(4 << 20);
+        let input = format!("{big}\n{{}}\n");
+        let mut r = LineReader::new(tokio::io::BufReader::new(input.as_bytes()), 8 << 20);
+        match r.next().await.unwrap() {
+            Some(Frame::Line(l)) => assert_eq!(l.len(), big.len()),
+            _ => panic!("the large line"),
+        }
+        assert!(r.buf.capacity() <= KEEP_CAPACITY, "kept {} bytes after the large line", r.buf.capacity());
+        assert!(matches!(r.next().await.unwrap(), Some(Frame::Line(l)) if l == "{}"));
+        assert!(r.buf.capacity() <= KEEP_CAPACITY);
     }
 }
