@@ -565,3 +565,46 @@ async fn sessions_that_once_sent_a_large_line_do_not_keep_its_memory() {
     assert!(now.is_ok(), "four idle sessions hold {:?} KiB (from {base} KiB)", rss_kib(s.router.pid));
     drop(idle);
 }
+
+/// Issue 23: `limits.max_buffered_bytes` did not bound anything while each session stayed
+/// under its own limit (4 x max_message_bytes): 12 clients held 189 MiB with a 32 MiB budget.
+/// Now the sessions furthest behind are closed as soon as all of them together hold more.
+#[tokio::test]
+async fn the_buffer_budget_holds_for_sessions_each_within_their_own_limit() {
+    let dir = temp_dir();
+    let sock = dir.path().join("g.sock");
+    // Each session may fall 8 MiB behind; all together 4 MiB.
+    let cfg = "[limits]\nmax_message_bytes = 2097152\nmax_buffered_bytes = 4194304\n";
+    let mut s = Setup::with_config(&[], &["--listen", sock.to_str().unwrap()], Some(cfg)).await;
+    s.client.timeout = Duration::from_secs(30);
+    s.client.initialize().await;
+    let base = rss_kib(s.router.pid).expect("router RSS");
+    let mut not_reading = Vec::new();
+    for _ in 0..5 {
+        let (p, mut c) = connect(&sock).await;
+        c.timeout = Duration::from_secs(30);
+        c.initialize().await;
+        // Six answers of 1 MiB, none read: 6 MiB, under the session's own 8 MiB.
+        for i in 0..6 {
+            c.send_request_with_id(
+                json!(100 + i),
+                "tools/call",
+                json!({"name": "big", "arguments": {"bytes": 1 << 20}}),
+            )
+            .await;
+        }
+        not_reading.push((p, c));
+    }
+    let mut peak = base;
+    let end = std::time::Instant::now() + Duration::from_secs(6);
+    while std::time::Instant::now() < end {
+        peak = peak.max(rss_kib(s.router.pid).unwrap_or(0));
+        assert_eq!(s.client.call_text("echo", json!({"text": "still here"})).await, "still here");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("router RSS: {base} KiB at rest, {peak} KiB at the peak (30 MiB asked for, 4 MiB budget)");
+    let log = s.router.stderr.text();
+    assert!(log.contains("more than limits.max_buffered_bytes"), "no session was closed for the budget:\n{log}");
+    assert!(peak < base + 24 * 1024, "output for clients that do not read grew to {peak} KiB (from {base} KiB)");
+    drop(not_reading);
+}

@@ -90,7 +90,15 @@ fn start(toml: &str, logging: bool) -> (Arc<Server>, Arc<FakeConnector>) {
     config.validate().expect("a valid config");
     let fake = FakeConnector::new(fake_server(logging));
     let metrics = Arc::new(Metrics::new(Default::default));
-    let server = Server::new(&config, "fake", fake.clone(), Policy::disabled(), metrics, CancellationToken::new());
+    let server = Server::new(
+        &config,
+        "fake",
+        fake.clone(),
+        Policy::disabled(),
+        metrics,
+        crate::peer::Buffered::new(config.limits.max_buffered_bytes),
+        CancellationToken::new(),
+    );
     (server, fake)
 }
 

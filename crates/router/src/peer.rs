@@ -70,11 +70,14 @@ impl ClientPeer {
         queue_limit: usize,
         buffered: Arc<Buffered>,
     ) -> Arc<ClientPeer> {
+        let backlog = Arc::new(Backlog::new(queue_limit, buffered.clone()));
+        let overflow = tokio_util::sync::CancellationToken::new();
+        buffered.join(id, &backlog, &overflow);
         Arc::new(ClientPeer {
             id,
             out,
-            backlog: Arc::new(Backlog::new(queue_limit, buffered)),
-            overflow: tokio_util::sync::CancellationToken::new(),
+            backlog,
+            overflow,
             held: Mutex::new(Some(Vec::new())),
             outbound: Mutex::new(HashMap::new()),
             next_out: AtomicU64::new(1),
@@ -185,15 +188,12 @@ impl ClientPeer {
                 self.overflow.cancel();
                 return;
             }
-            Over::Budget(total) => {
-                tracing::warn!(
-                    session = self.id,
-                    "switchyard holds {total} bytes of output for its clients, more than limits.max_buffered_bytes ({}); closing this session, whose client is more than {} bytes behind",
-                    self.backlog.shared.budget,
-                    self.backlog.limit
-                );
-                self.overflow.cancel();
-                return;
+            Over::Budget => {
+                // Sessions furthest behind are closed until what the rest hold fits the budget;
+                // when this one is among them its line goes nowhere.
+                if self.backlog.shared.shed().contains(&self.id) {
+                    return;
+                }
             }
         }
         let _ = self.out.send(Out { line, related });
@@ -279,25 +279,81 @@ enum Over {
     Began(u64),
     /// It went past the hard cap.
     Far,
-    /// All sessions together hold more than the budget (this total), and this one is behind.
-    Budget(usize),
+    /// All sessions together hold more than the budget.
+    Budget,
 }
 
 /// Output queued for every client of the process together, against `limits.max_buffered_bytes`:
 /// each session's own bound still lets many slow clients add up to too much.
 pub struct Buffered {
-    budget: usize,
+    /// `limits.max_buffered_bytes`; the smallest one given when servers set different ones.
+    budget: std::sync::atomic::AtomicUsize,
     total: std::sync::atomic::AtomicUsize,
+    /// Every session's backlog and the token that closes the session, to close the ones
+    /// furthest behind when the total is over the budget.
+    members: Mutex<Vec<Member>>,
+}
+
+struct Member {
+    id: SessionId,
+    backlog: Weak<Backlog>,
+    overflow: tokio_util::sync::CancellationToken,
 }
 
 impl Buffered {
     pub fn new(budget: usize) -> Arc<Buffered> {
-        Arc::new(Buffered { budget, total: Default::default() })
+        Arc::new(Buffered { budget: budget.into(), total: Default::default(), members: Mutex::new(Vec::new()) })
     }
 
     /// Bytes queued for all clients now.
     pub fn total(&self) -> usize {
         self.total.load(Ordering::Acquire)
+    }
+
+    /// The budget all sessions share.
+    pub fn budget(&self) -> usize {
+        self.budget.load(Ordering::Relaxed)
+    }
+
+    /// A server that sets a smaller budget lowers it for all: it is one bound on the process.
+    pub fn lower_budget(&self, budget: usize) {
+        self.budget.fetch_min(budget, Ordering::Relaxed);
+    }
+
+    fn join(&self, id: SessionId, backlog: &Arc<Backlog>, overflow: &tokio_util::sync::CancellationToken) {
+        let mut m = self.members.lock().expect("lock");
+        m.retain(|m| m.backlog.strong_count() > 0);
+        m.push(Member { id, backlog: Arc::downgrade(backlog), overflow: overflow.clone() });
+    }
+
+    /// All sessions together hold more than the budget: closes the sessions furthest behind
+    /// until what the others hold fits it (sessions already closing count as gone). Returns
+    /// the sessions it closed.
+    fn shed(&self) -> Vec<SessionId> {
+        let budget = self.budget();
+        let mut m = self.members.lock().expect("lock");
+        m.retain(|m| m.backlog.strong_count() > 0);
+        let mut open: Vec<(usize, &Member)> = m
+            .iter()
+            .filter(|m| !m.overflow.is_cancelled())
+            .filter_map(|m| m.backlog.upgrade().map(|b| (b.queued(), m)))
+            .collect();
+        let mut held: usize = open.iter().map(|(q, _)| q).sum();
+        open.sort_by(|a, b| b.0.cmp(&a.0));
+        let mut closed = Vec::new();
+        for (queued, member) in open {
+            if held <= budget || queued == 0 {
+                break;
+            }
+            tracing::warn!(
+                session = member.id,
+                "switchyard holds {held} bytes of output for its clients, more than limits.max_buffered_bytes ({budget}); closing this session, the furthest behind ({queued} bytes unread)"
+            );
+            member.overflow.cancel();
+            held -= queued;
+            closed.push(member.id);
+        }
+        closed
     }
 }
 
@@ -333,14 +389,14 @@ impl Backlog {
         let queued = self.queued.fetch_add(bytes, Ordering::AcqRel) + bytes;
         let total = self.shared.total.fetch_add(bytes, Ordering::AcqRel) + bytes;
         self.peak.fetch_max(queued, Ordering::Relaxed);
+        if total > self.shared.budget() {
+            return Over::Budget;
+        }
         if queued <= self.limit {
             return Over::No;
         }
         if queued > self.limit.saturating_mul(BACKLOG_CAP) {
             return Over::Far;
-        }
-        if total > self.shared.budget {
-            return Over::Budget(total);
         }
         let mut over = self.over.lock().expect("lock");
         if over.is_some() {
@@ -464,5 +520,24 @@ mod tests {
         assert_eq!(level_rank("warning"), Some(4));
         assert_eq!(level_rank("debug"), Some(7));
         assert_eq!(level_rank("loud"), None);
+    }
+
+    #[test]
+    fn the_budget_closes_the_sessions_furthest_behind_even_within_their_own_limits() {
+        let budget = Buffered::new(10_000);
+        let (tx, _rx) = mpsc::unbounded_channel();
+        // Each may fall 8,000 bytes behind on its own; three together may hold 10,000.
+        let links: Vec<_> = (1..=3).map(|id| ClientPeer::new(id, tx.clone(), 8_000, budget.clone())).collect();
+        links[0].send("a".repeat(2_999));
+        links[1].send("b".repeat(4_999));
+        links[2].send("c".repeat(1_999));
+        assert!(links.iter().all(|l| !l.overflow.is_cancelled()), "9,000 bytes: within the budget");
+        links[2].send("c".repeat(1_999));
+        // 11,000 held: the one furthest behind goes, and only it.
+        assert!(links[1].overflow.is_cancelled());
+        assert!(!links[0].overflow.is_cancelled() && !links[2].overflow.is_cancelled());
+        // Its bytes count as gone: the next line over nothing new closes no one else.
+        links[0].send("a".repeat(9));
+        assert!(!links[0].overflow.is_cancelled() && !links[2].overflow.is_cancelled());
     }
 }

@@ -65,6 +65,9 @@ pub struct Servers {
     pub http: std::sync::OnceLock<Box<dyn Fn() -> Value + Send + Sync>>,
     /// What `/metrics` shows; its gauges read this router at each scrape.
     pub metrics: Arc<Metrics>,
+    /// Output queued for every client of every server, against `limits.max_buffered_bytes`
+    /// (the smallest a server sets).
+    pub buffered: Arc<crate::peer::Buffered>,
 }
 
 impl Servers {
@@ -86,6 +89,7 @@ impl Servers {
                 shutdown,
                 http: std::sync::OnceLock::new(),
                 metrics,
+                buffered: crate::peer::Buffered::new(usize::MAX),
             }
         })
     }
@@ -115,7 +119,7 @@ impl Servers {
             .iter()
             .map(|s| (s.server().name.clone(), s.transport().to_string(), s.waiting()))
             .collect();
-        let buffered_bytes = all.iter().map(|s| s.buffered.total() as u64).sum();
+        let buffered_bytes = self.buffered.total() as u64;
         Live { servers, sessions, buffered_bytes }
     }
 
@@ -157,12 +161,15 @@ impl Servers {
         for warning in config.unreachable_pools(&self.policy.current().names()) {
             tracing::warn!(server = %name, "{warning}");
         }
+        // One budget for the output of every session of every server.
+        self.buffered.lower_budget(config.limits.max_buffered_bytes);
         Ok(Server::new(
             config,
             &name,
             connector,
             self.policy.clone(),
             self.metrics.clone(),
+            self.buffered.clone(),
             self.shutdown.child_token(),
         ))
     }

@@ -44,7 +44,7 @@ pub struct Server {
     pub name: String,
     pub hub: Arc<Fanout>,
     pub limits: Limits,
-    /// Output queued for all clients of this server together (`limits.max_buffered_bytes`).
+    /// Output queued for all clients of the router together (`limits.max_buffered_bytes`).
     pub buffered: Arc<Buffered>,
     pub gate: Gate,
     pub policy: Policy,
@@ -128,6 +128,7 @@ impl Server {
         connector: Arc<dyn Connector>,
         policy: Policy,
         metrics: Arc<Metrics>,
+        buffered: Arc<Buffered>,
         shutdown: CancellationToken,
     ) -> Arc<Server> {
         let name = name.to_string();
@@ -165,7 +166,7 @@ impl Server {
                     weak.clone() as Weak<dyn Upstreams>,
                 ),
                 limits: config.limits.clone(),
-                buffered: Buffered::new(config.limits.max_buffered_bytes),
+                buffered,
                 gate: Gate::new(),
                 policy,
                 connector,
