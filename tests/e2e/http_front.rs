@@ -1211,3 +1211,34 @@ async fn an_oversize_content_length_is_refused_at_once() {
     eprintln!("a 10 GB Content-Length was refused in {:?}", started.elapsed());
     f.home.shutdown().await;
 }
+
+/// The request head is bounded by what docs/http.md says (64 KiB): one of 56 KiB is served,
+/// any over 64 KiB refused with 431 (hyper's read buffer let heads of 100 KiB through).
+#[tokio::test]
+async fn request_heads_are_bounded_at_64_kib() {
+    let f = Front::start(|h| format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", h.fixture("alpha", &[]))).await;
+    let addr = f.base.trim_start_matches("http://").to_string();
+    let mut seen = Vec::new();
+    for kib in [56usize, 65, 66, 80, 100, 120] {
+        let mut tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let filler = "a".repeat(kib * 1024 - 200);
+        let head = format!(
+            "GET /api/status HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\nX-Filler: {filler}\r\nConnection: close\r\n\r\n",
+            f.token
+        );
+        let _ = tokio::io::AsyncWriteExt::write_all(&mut tcp, head.as_bytes()).await;
+        let mut buf = vec![0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(5), tokio::io::AsyncReadExt::read(&mut tcp, &mut buf))
+            .await
+            .expect("no answer within 5 s")
+            .unwrap_or(0);
+        let status = String::from_utf8_lossy(&buf[..n]).split_whitespace().nth(1).unwrap_or("closed").to_string();
+        seen.push((kib, status));
+    }
+    eprintln!("request heads by size (KiB) and their status: {seen:?}");
+    assert_eq!(seen[0].1, "200", "{seen:?}");
+    for (kib, status) in &seen[1..] {
+        assert_eq!(status, "431", "a {kib} KiB head: {seen:?}");
+    }
+    f.home.shutdown().await;
+}

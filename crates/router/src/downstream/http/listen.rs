@@ -28,8 +28,15 @@ use crate::downstream::AcceptFailures;
 /// How long a client may take to send the headers of a request (also how long an idle
 /// keep-alive connection stays open).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-/// Bytes a connection's read buffer may hold: the request line and headers must fit.
+/// A request's line and headers together are refused (431) past this many bytes.
 pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+/// Bytes taken from a connection per read. hyper checks its read buffer against its limit only
+/// between reads, so one read may take it past the limit by as much as that read brought (heads
+/// of 100 KiB and more went through a 64 KiB limit); small reads keep the overshoot small.
+const READ_CHUNK: usize = 8 * 1024;
+/// hyper's read-buffer limit: with reads of [`READ_CHUNK`], no head over [`MAX_HEADER_BYTES`]
+/// gets through, and every head under this one does.
+const READ_BUFFER_LIMIT: usize = MAX_HEADER_BYTES - READ_CHUNK;
 /// Connections served at once, at most.
 pub const MAX_CONNECTIONS: usize = 4096;
 /// How long a new connection may take to send its first byte before it is closed.
@@ -114,8 +121,8 @@ pub async fn serve(listener: tokio::net::TcpListener, app: axum::Router, listen:
                 _ = shutdown.cancelled() => return,
             }
             let mut builder = hyper::server::conn::http1::Builder::new();
-            builder.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT).max_buf_size(MAX_HEADER_BYTES);
-            let conn = builder.serve_connection(TokioIo::new(tcp), service);
+            builder.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT).max_buf_size(READ_BUFFER_LIMIT);
+            let conn = builder.serve_connection(TokioIo::new(Chunked(tcp)), service);
             let mut conn = std::pin::pin!(conn);
             let result = tokio::select! {
                 r = conn.as_mut() => r,
@@ -264,6 +271,62 @@ impl Admission {
     /// Unproven connections now.
     pub fn unproven(&self) -> usize {
         self.state.lock().expect("lock").by_age.len()
+    }
+}
+
+/// A connection read at most [`READ_CHUNK`] bytes at a time (see [`READ_BUFFER_LIMIT`]).
+struct Chunked(tokio::net::TcpStream);
+
+impl tokio::io::AsyncRead for Chunked {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        if buf.remaining() <= READ_CHUNK {
+            return std::pin::Pin::new(&mut self.0).poll_read(cx, buf);
+        }
+        let mut chunk = [0u8; READ_CHUNK];
+        let mut part = tokio::io::ReadBuf::new(&mut chunk);
+        std::task::ready!(std::pin::Pin::new(&mut self.0).poll_read(cx, &mut part))?;
+        buf.put_slice(part.filled());
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+impl tokio::io::AsyncWrite for Chunked {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.0.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
     }
 }
 
