@@ -1009,4 +1009,33 @@ async fn clients_with_different_environments_share_one_daemon() {
     leave(sdk, b).await;
     home.stop().await;
     home.wait_no_processes(SLOW).await;
+
+/// A server removed from the file while its instance is still starting loses that instance at
+/// once; it used to live until its start ended (still there 12 s later), and the waiting client
+/// is told the server was removed.
+#[tokio::test]
+async fn hot_reload_a_server_removed_while_it_starts_loses_its_instance_at_once() {
+    let home = Home::new();
+    let alpha = home.fixture("alpha", &[]);
+    home.write_config(&format!("{alpha}{}", home.fixture("slow", &["--init-delay-ms", "30000"])));
+    let mut p = home.connect("slow");
+    let mut c = p.client();
+    c.timeout = SLOW;
+    let id = c.send_request("initialize", init_params("e2e", "1")).await;
+    let starting = home
+        .wait_processes("the slow server starting", SLOW, |ps| {
+            ps.iter().any(|p| p.is("fixture") && p.argv.iter().any(|a| a == "--init-delay-ms"))
+        })
+        .await;
+    let pids: Vec<u32> =
+        starting.iter().filter(|p| p.argv.iter().any(|a| a == "--init-delay-ms")).map(|p| p.pid).collect();
+    home.write_config(&alpha);
+    let removed = Instant::now();
+    wait_all_dead(&pids, Duration::from_secs(5)).await;
+    eprintln!("the starting instance was gone {:?} after the config was saved", removed.elapsed());
+    let resp = c.wait_response(&id).await;
+    let message = resp["error"]["message"].as_str().unwrap_or_else(|| panic!("initialize was answered: {resp}"));
+    assert!(message.contains("slow"), "{message}");
+    drop(p);
+    home.shutdown().await;
 }

@@ -292,9 +292,21 @@ impl Server {
             self.record_start_failure(f.reason.clone());
             CallError::Down { server: self.name.clone(), reason: f.reason }
         })?;
-        let handshake = match modern {
-            true => self.modern_handshake(&inst).await,
-            false => self.handshake(&inst, params.as_deref().unwrap_or("{}")).await,
+        let handshake = async {
+            match modern {
+                true => self.modern_handshake(&inst).await,
+                false => self.handshake(&inst, params.as_deref().unwrap_or("{}")).await,
+            }
+        };
+        // Removed from the config (or switchyard stopping) while it starts: the instance goes
+        // now, not when its start ends (init_timeout_ms later, for a server slow to start).
+        let handshake = tokio::select! {
+            h = handshake => h,
+            _ = self.shutdown.cancelled() => {
+                tracing::info!(instance = %inst.label(), "stopped while starting: {}", self.ended());
+                inst.kill().await;
+                return Err(self.ended());
+            }
         };
         match handshake {
             Ok(()) => {

@@ -323,9 +323,11 @@ impl Serving<'_> {
         if !open.is_empty() {
             tracing::info!(session = %self.label, "session ended with {} calls in flight; cancelling them", open.len());
         }
+        // Shutting down, or (the server's own token fired) its server was removed.
+        let why = self.server.ended().to_string();
         for c in open {
             if client_listening {
-                c.cancel_and_answer("switchyard is shutting down");
+                c.cancel_and_answer(&why);
             } else {
                 c.cancel(Some("the client disconnected".to_string()));
             }
