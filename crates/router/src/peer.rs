@@ -339,7 +339,7 @@ impl Buffered {
             .filter_map(|m| m.backlog.upgrade().map(|b| (b.queued(), m)))
             .collect();
         let mut held: usize = open.iter().map(|(q, _)| q).sum();
-        open.sort_by(|a, b| b.0.cmp(&a.0));
+        open.sort_by_key(|m| std::cmp::Reverse(m.0));
         let mut closed = Vec::new();
         for (queued, member) in open {
             if held <= budget || queued == 0 {
