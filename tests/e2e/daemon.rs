@@ -1039,3 +1039,28 @@ async fn hot_reload_a_server_removed_while_it_starts_loses_its_instance_at_once(
     drop(p);
     home.shutdown().await;
 }
+
+/// The daemon stopped by SIGTERM while an instance of a server that ignores SIGTERM is still
+/// starting: nothing of it outlives the daemon.
+#[tokio::test]
+async fn a_daemon_stopped_while_an_instance_starts_leaves_no_orphan() {
+    let home = Home::new();
+    home.write_config(&home.fixture("slow", &["--init-delay-ms", "30000", "--ignore-sigterm", "--ignore-stdin-eof"]));
+    let mut p = home.connect("slow");
+    let mut c = p.client();
+    c.send_request("initialize", init_params("e2e", "1")).await;
+    let ps = home.wait_processes("the slow server starting", SLOW, |ps| ps.iter().any(|p| p.is("fixture"))).await;
+    // The daemon, and the instance's supervisor and server.
+    let doomed: Vec<u32> =
+        ps.iter().filter(|p| p.is("daemon") || p.is("supervise") || p.is("fixture")).map(|p| p.pid).collect();
+    assert_eq!(doomed.len(), 3, "{ps:?}");
+    let daemon = home.daemon_pid().await;
+    assert!(doomed.contains(&daemon) && doomed.iter().all(|p| pid_alive(*p)), "{ps:?}");
+    signal_pid(daemon, libc::SIGTERM);
+    let stopped = Instant::now();
+    wait_all_dead(&doomed, Duration::from_secs(5)).await;
+    eprintln!("the daemon and its starting instance were gone {:?} after SIGTERM", stopped.elapsed());
+    // The relay starts a daemon again on its own: that one is stopped as usual.
+    drop(p);
+    home.shutdown().await;
+}
