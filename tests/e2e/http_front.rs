@@ -1242,3 +1242,38 @@ async fn request_heads_are_bounded_at_64_kib() {
     }
     f.home.shutdown().await;
 }
+
+/// Notifications POSTed for a server that stopped reading were answered 202 and held without
+/// bound (2,000 of 100 KB took the daemon from 13 to 210 MB); they now count against the same
+/// unread budget as calls and are dropped past it.
+#[tokio::test]
+async fn notifications_over_http_to_a_server_that_stopped_reading_are_not_held() {
+    let f = Front::start(|h| {
+        format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", h.fixture("alpha", &["--stop-reading-after-calls", "1"]))
+    })
+    .await;
+    let sid = f.session("/mcp/alpha").await;
+    let msgs =
+        f.request("/mcp/alpha", &sid, call(json!(1), "echo", json!({"text": "last read"}), None)).await.all().await;
+    assert_eq!(text_of(&msgs[0]), "last read");
+    let pid = f.home.daemon_pid().await;
+    let base = rss_kib(pid).unwrap();
+    let big = "x".repeat(100 * 1024);
+    let mut peak = base;
+    for i in 0..1000 {
+        let note = json!({"jsonrpc": "2.0", "method": "notifications/e2e/chatter", "params": {"text": big}});
+        let r = f.post("/mcp/alpha", Some(&sid), &note).send().await.unwrap();
+        assert_eq!(r.status(), 202);
+        if i % 100 == 0 {
+            peak = peak.max(rss_kib(pid).unwrap_or(0));
+        }
+    }
+    peak = peak.max(rss_kib(pid).unwrap_or(0));
+    eprintln!("daemon RSS: {base} KiB at start, {peak} KiB at peak after 100 MB of notifications");
+    assert!(
+        peak < base + 40 * 1024,
+        "notifications to a server not reading grew the daemon to {peak} KiB from {base} KiB"
+    );
+    assert!(f.home.logs().contains("dropped a client's notifications/e2e/chatter"));
+    f.home.shutdown().await;
+}
