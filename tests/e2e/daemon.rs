@@ -1009,6 +1009,7 @@ async fn clients_with_different_environments_share_one_daemon() {
     leave(sdk, b).await;
     home.stop().await;
     home.wait_no_processes(SLOW).await;
+}
 
 /// A server removed from the file while its instance is still starting loses that instance at
 /// once; it used to live until its start ended (still there 12 s later), and the waiting client

@@ -391,6 +391,9 @@ async fn clients_that_stop_reading_share_one_buffer_budget_and_give_the_memory_b
     let cfg = "[limits]\nmax_message_bytes = 2097152\nmax_buffered_bytes = 12582912\n";
     let mut s = Setup::with_config(&[], &["--listen", sock.to_str().unwrap()], Some(cfg)).await;
     s.client.initialize().await;
+    // The server makes 120 MiB of answers meanwhile: on a busy machine a reading client's echo
+    // can wait behind them for more than the default 10 s.
+    s.client.timeout = Duration::from_secs(40);
     let base = rss_kib(s.router.pid).expect("router RSS");
     let mut readers_gone = Vec::new();
     for _ in 0..3 {

@@ -488,7 +488,8 @@ async fn the_default_plugins_directory_follows_xdg_config_home() {
         if router.stderr.text().contains("plugin loaded") {
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(5), "{}", router.stderr.text());
+        // Generous: the watcher's event can come late on a machine busy with builds.
+        assert!(started.elapsed() < Duration::from_secs(30), "{}", router.stderr.text());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(router.stderr.text().contains(&wanted.display().to_string()));

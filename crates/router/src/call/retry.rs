@@ -15,12 +15,12 @@ use switchyard_core::metrics::{Outcome, RetryReason};
 /// A policy retry of nothing: one attempt.
 const NO_RETRY: Retry = Retry { attempts: 0, backoff_ms: 0 };
 /// What the host does on its own for a call that lost its link and is safe to repeat (or never
-/// reached the server): repeats it while the server comes back, backing off as instance starts
-/// do (100 ms doubling, at most 10 s), within the call's first deadline. The crash-loop guard
-/// ends it sooner when the server stays down.
-const HOST_RETRY: Retry = Retry { attempts: 8, backoff_ms: 100 };
+/// reached the server): repeats it while the server comes back, backing off (100 ms doubling, at
+/// most a second, so a server that is back is used within a second), within the call's first
+/// deadline and the server's time to come back.
+const HOST_RETRY: Retry = Retry { attempts: 12, backoff_ms: 100 };
 /// The longest wait between two of the host's own repeats.
-const HOST_BACKOFF_CAP: Duration = Duration::from_secs(10);
+const HOST_BACKOFF_CAP: Duration = Duration::from_secs(1);
 /// How long deciding whether a call is safe to repeat may wait for the server's tools/list.
 const HINTS_WAIT: Duration = Duration::from_secs(2);
 /// How long after a call lost its link (for a link found silent: after it went quiet) the host
