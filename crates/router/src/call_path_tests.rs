@@ -648,3 +648,49 @@ async fn a_pool_says_once_what_each_of_its_instances_says_on_its_own() {
     let logs = c.take(Some("notifications/message"));
     assert_eq!(logs.len(), 1, "the client heard the pool's log {} times: {logs:?}", logs.len());
 }
+
+/// A link that died without a word while the server stays reachable: nothing tells a dead
+/// connection from a slow tool. A call the server declares read-only is sent once more on a new
+/// connection after a window and a probe's time of silence, and the copy's answer is the call's;
+/// the first copy is cancelled. A call that is not safe to repeat is never sent twice.
+#[tokio::test(start_paused = true)]
+async fn a_safe_call_silent_on_a_live_link_is_sent_once_more_and_the_first_answer_wins() {
+    let inner = fake_server(true);
+    // The first `hang` goes into a dead connection: never answered. Its copy is.
+    let seen = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = seen.clone();
+    let behaviour: crate::upstream::fake::Behaviour = Arc::new(move |link, msg| {
+        let m: Value = serde_json::from_str(&msg.line).unwrap();
+        let tool = m["params"]["name"].as_str().unwrap_or_default().to_string();
+        if m["method"] == "tools/call" && (tool == "hang" || tool == "write") {
+            if tool == "hang" && counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+                link.reply(&answer(msg.request.unwrap(), "from the copy"));
+            }
+            return;
+        }
+        inner(link, msg);
+    });
+    let (server, fake) = start_with("[limits]\ncall_timeout_ms = 60000\n", behaviour);
+    let mut c = Client::connect(&server).await;
+    c.request("tools/list", json!({})).await;
+    let link = fake.link(0);
+    *link.silent_since.lock().unwrap() = Some(Instant::now());
+    let sent = Instant::now();
+    let hang = c.send("tools/call", json!({"name": "hang", "arguments": {}})).await;
+    let write = c.send("tools/call", json!({"name": "write", "arguments": {}})).await;
+    let resp = c.response(&hang).await;
+    assert_eq!(text(&resp), "from the copy");
+    // A window (10 s), a probe's time (2.5 s) and half a second.
+    assert_eq!(sent.elapsed(), ms(13_000), "sent once more after {:?}", sent.elapsed());
+    let hangs = calls_of(&link, "hang");
+    assert_eq!(hangs.len(), 2);
+    let cancelled = received(&link, "notifications/cancelled");
+    assert!(
+        cancelled.iter().any(|n| n["params"]["requestId"] == hangs[0]["id"]),
+        "the first copy was not cancelled: {cancelled:?}"
+    );
+    // The write waits for its own deadline, sent once.
+    let resp = c.response(&write).await;
+    assert_eq!(error(&resp).0, -32001, "{resp}");
+    assert_eq!(calls_of(&link, "write").len(), 1, "a call that is not safe to repeat was sent twice");
+}

@@ -187,8 +187,7 @@ async fn run(server: &Arc<Server>, req: Request<'_>, end: &mut End) -> Option<St
                 None => deadline,
             }
         });
-        let progress = call.progress.clone().map(|span| (span, call.progress_sink.clone() as Arc<dyn ProgressSink>));
-        let e = match attempt(server, &req, &eff, &call.what, progress, cap, &track).await {
+        let e = match attempt(server, &req, &eff, &call, cap, &track).await {
             Ok(reply) => {
                 (end.outcome, end.code) = reply_outcome(&reply, call.info.tool.is_some());
                 return Some(finish(server, &set, req.session_label, &call.info.method, reply, call.client_id).await);
@@ -265,21 +264,26 @@ struct Attempt<'r, 'a> {
     what: &'r str,
     started: Instant,
     deadline: Instant,
+    /// Safe to repeat by the server's own declaration: may be sent once more on a new
+    /// connection when its link has been silent while the server answers probes.
+    safe: bool,
 }
 
 async fn attempt(
     server: &Arc<Server>,
     req: &Request<'_>,
     eff: &Effective,
-    what: &str,
-    progress: Option<(Range<usize>, Arc<dyn ProgressSink>)>,
+    call: &Forwarded<'_>,
     cap: Option<Instant>,
     track: &Track<'_>,
 ) -> Result<Reply, Stop> {
+    let what = call.what.as_str();
+    let progress = call.progress.clone().map(|span| (span, call.progress_sink.clone() as Arc<dyn ProgressSink>));
+    let safe = call.safe_now(server);
     let started = Instant::now();
     let deadline = (started + eff.timeout).min(cap.unwrap_or(Instant::now() + eff.timeout));
     track.set(Stage::Gate);
-    let attempt = Attempt { track, server, req, eff, what, started, deadline };
+    let attempt = Attempt { track, server, req, eff, what, started, deadline, safe };
     let (_permit, lease) = attempt.acquire().await?;
     let inst = lease.instance.clone();
     attempt.send(&inst, progress).await
@@ -351,14 +355,61 @@ impl Attempt<'_, '_> {
         let (server, req, eff, what) = (self.server, self.req, self.eff, self.what);
         let activity = Arc::new(Notify::new());
         let failed = |u: Unanswered| Stop::Failed(u.into_error(&server.name, what));
-        let sent = inst.send(req.line, req.env, req.session, route, Some(activity.clone())).map_err(failed)?;
+        let sent = inst.send(req.line, req.env, req.session, route.clone(), Some(activity.clone())).map_err(failed)?;
         self.track.set(Stage::InFlight(inst.clone(), sent.upstream_id));
         let max_deadline = self.started + Duration::from_millis(server.limits.max_call_timeout_ms);
         let mut deadline = self.deadline;
         let mut reply = sent.reply;
+        // A link that died silently while the server stays reachable (new connections work, so
+        // the probe passes) is told from a slow tool by nothing on the wire. A call that is safe
+        // to repeat is sent once more, on a new connection, once its link has been silent for a
+        // window and a probe's time: the first answer wins, the other copy is cancelled.
+        let window = Duration::from_millis(server.limits.liveness_ms);
+        let watched = self.safe && !window.is_zero() && inst.silent_for(sent.upstream_id).is_some();
+        let mut hedge_at = watched.then(|| Instant::now() + hedge_after(window));
+        let mut second: Option<crate::upstream::Sent> = None;
+        let cancel_all = |reason: &str, second: &Option<crate::upstream::Sent>| {
+            inst.cancel(sent.upstream_id, reason);
+            if let Some(s) = second {
+                inst.cancel(s.upstream_id, reason);
+            }
+        };
         loop {
             tokio::select! {
+                r = async { (&mut second.as_mut().expect("guarded").reply).await }, if second.is_some() => {
+                    let copy = second.take().expect("guarded");
+                    match r {
+                        Ok(Ok(reply)) => {
+                            inst.cancel(sent.upstream_id, "switchyard: answered on a new connection");
+                            server.record_success();
+                            return Ok(reply);
+                        }
+                        // The copy failed: the first may still be answered.
+                        _ => tracing::debug!(instance = %inst.label(), "the second copy of {what} (request {}) got no answer", copy.upstream_id),
+                    }
+                }
+                _ = async { tokio::time::sleep_until(hedge_at.expect("guarded")).await }, if hedge_at.is_some() => {
+                    hedge_at = None;
+                    match inst.silent_for(sent.upstream_id) {
+                        Some(silent) if silent >= window => {
+                            if let Ok(copy) = inst.send(req.line, req.env, req.session, route.clone(), Some(activity.clone())) {
+                                tracing::info!(
+                                    server = %server.name, instance = %inst.label(), session = req.session_label,
+                                    "{what} has had nothing from its link for {:.1} s while the server answers probes: sent once more on a new connection (it is safe to repeat); the first answer wins",
+                                    silent.as_secs_f64()
+                                );
+                                second = Some(copy);
+                            }
+                        }
+                        // Bytes came meanwhile: look again once it could have been silent that long.
+                        Some(silent) => hedge_at = Some(Instant::now() + hedge_after(window) - silent.min(window)),
+                        None => {}
+                    }
+                }
                 r = &mut reply => {
+                    if let Some(copy) = second.take() {
+                        inst.cancel(copy.upstream_id, "switchyard: answered on the first connection");
+                    }
                     return match r {
                         Ok(Ok(reply)) => {
                             server.record_success();
@@ -375,7 +426,7 @@ impl Attempt<'_, '_> {
                 }
                 _ = tokio::time::sleep_until(deadline) => {
                     let elapsed = self.started.elapsed();
-                    inst.cancel(sent.upstream_id, &format!("switchyard: timed out after {:.1} s", elapsed.as_secs_f64()));
+                    cancel_all(&format!("switchyard: timed out after {:.1} s", elapsed.as_secs_f64()), &second);
                     // A call that hangs may mean a hung instance: check it now rather than at the
                     // next idle ping (unless health pings are switched off).
                     if server.limits.health_interval_ms > 0 {
@@ -390,12 +441,19 @@ impl Attempt<'_, '_> {
                     return Err(self.timed_out(format!("{what} (on {})", inst.label()), None));
                 }
                 _ = req.cancel.token.cancelled() => {
-                    inst.cancel(sent.upstream_id, req.cancel.reason());
+                    cancel_all(req.cancel.reason(), &second);
                     return Err(Stop::Cancelled);
                 }
             }
         }
     }
+}
+
+/// How long a safe call's link may be silent before the call is sent once more: a liveness
+/// window, the probe's time (a quarter of it) and a little, so a dead path has ended the link
+/// first.
+fn hedge_after(window: Duration) -> Duration {
+    window + window / 4 + Duration::from_millis(500)
 }
 
 /// A client's way to stop one of its calls, and the reason it gave.

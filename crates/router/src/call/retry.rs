@@ -140,18 +140,29 @@ impl Forwarded<'_> {
         Next::Retry { backoff, of: retry.attempts + 1, after: e.cause() }
     }
 
+    /// [`Forwarded::safe`] from what is known now (no fetch): for sending a copy on a new
+    /// connection, which must never wait.
+    pub(super) fn safe_now(&self, server: &Server) -> bool {
+        match self.info.tool.as_deref() {
+            Some(tool) => server.declared_hints(tool).is_idempotent(),
+            None => safe_method(&self.info.method),
+        }
+    }
+
     /// Whether the call is safe to repeat by what the server itself declared: a tool whose own
     /// annotations say read-only or idempotent (never a policy's override, which is for the
     /// client's scheduling), or one of MCP's read-only methods (lists, reads, gets, completion).
     async fn safe(&self, server: &Arc<Server>) -> bool {
         match self.info.tool.as_deref() {
             Some(tool) => server.declared_hints_fetched(tool, HINTS_WAIT).await.is_some_and(|h| h.is_idempotent()),
-            None => {
-                let m = self.info.method.as_str();
-                m.ends_with("/list") || m.ends_with("/read") || m.ends_with("/get") || m == "completion/complete"
-            }
+            None => safe_method(&self.info.method),
         }
     }
+}
+
+/// MCP's read-only methods: lists, reads, gets, completion.
+fn safe_method(m: &str) -> bool {
+    m.ends_with("/list") || m.ends_with("/read") || m.ends_with("/get") || m == "completion/complete"
 }
 
 /// How a failed call counts.

@@ -58,6 +58,7 @@ impl Connector for FakeConnector {
             sent: Mutex::new(Vec::new()),
             abandoned: Mutex::new(Vec::new()),
             behaviour: self.behaviour.clone(),
+            silent_since: Mutex::new(None),
         });
         if refused.is_none() {
             self.links.lock().unwrap().push(link.clone());
@@ -83,6 +84,9 @@ pub struct FakeLink {
     pub sent: Mutex<Vec<Outbound>>,
     pub abandoned: Mutex<Vec<u64>>,
     behaviour: Behaviour,
+    /// Set: the link says every request has had nothing from it since then (a remote link's
+    /// liveness watch); unset: it does not watch.
+    pub silent_since: Mutex<Option<tokio::time::Instant>>,
 }
 
 impl FakeLink {
@@ -146,6 +150,10 @@ impl Transport for FakeTransport {
     }
     fn endpoint(&self) -> String {
         "fake".into()
+    }
+    fn silent_for(&self, _id: u64) -> Option<Duration> {
+        let since = (*self.0.silent_since.lock().unwrap())?;
+        Some(tokio::time::Instant::now().saturating_duration_since(since))
     }
 }
 
