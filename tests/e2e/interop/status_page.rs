@@ -257,6 +257,12 @@ async fn the_status_page_goes_live_in_chromium_and_draws_its_servers() {
     }
     assert!(dom.contains("unix-"), "the session is not on the page:\n{dom}");
 
+    // A call running is on the page, with its stage and instance.
+    let slow = c.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": 60000}})).await;
+    let dom = chromium(&dir.path().join("profile-calls"), &["--dump-dom"], &d.page).await;
+    assert!(dom.contains("tools/call `sleep`") && dom.contains(">in flight<"), "the call is not on the page:\n{dom}");
+    c.cancel(&slow, "done looking").await;
+
     // A refused token says how to get a good one.
     let bad = format!("{}/#token=sy_not_the_token", d.base);
     let dom = chromium(&dir.path().join("profile2"), &["--dump-dom"], &bad).await;
