@@ -784,7 +784,7 @@ async fn client_env_a_connect_without_a_needed_value_is_refused_with_what_to_do(
     c.timeout = SLOW;
     let resp = c.request("initialize", init_params("e2e", "1")).await;
     let message = resp["error"]["message"].as_str().unwrap_or_else(|| panic!("initialize was not refused: {resp}"));
-    assert!(message.contains("TOOLS_NAME is not set") && message.contains("`env`"), "{message}");
+    assert!(message.contains("TOOLS_NAME is not set") && message.contains("--env TOOLS_NAME?"), "{message}");
     p.wait_timeout(SLOW).await;
     let status = home.status_json().await;
     assert_eq!(server_names(&status), ["tools"], "a refused client started a server:\n{status:#}");

@@ -137,6 +137,8 @@ pub struct Fanout {
     withheld_logs: AtomicU64,
     /// list_changed notices that changed nothing clients were shown.
     absorbed: AtomicU64,
+    /// Clients' roots/list_changed not passed to an instance that stopped reading.
+    dropped_roots_notices: AtomicU64,
     /// URL-mode elicitations handed to a session, by (instance number, elicitationId): their
     /// `notifications/elicitation/complete` goes to that session only.
     elicitations: Mutex<HashMap<(u64, String), SessionId>>,
@@ -170,6 +172,7 @@ impl Fanout {
             list_watch: Mutex::new(HashMap::new()),
             withheld_logs: AtomicU64::new(0),
             absorbed: AtomicU64::new(0),
+            dropped_roots_notices: AtomicU64::new(0),
             elicitations: Mutex::new(HashMap::new()),
         })
     }
@@ -388,6 +391,19 @@ impl Fanout {
             let targets =
                 server.instances().into_iter().filter(|i| i.is_ready() && i.owner.is_none_or(|o| o == session));
             for inst in targets {
+                // Counted against the same unread budget as calls: a client that keeps saying its
+                // roots changed to a server that stopped reading must not grow switchyard's memory.
+                if !inst.is_writable() {
+                    let n = hub.dropped_roots_notices.fetch_add(1, Ordering::Relaxed) + 1;
+                    if n == 1 || n.is_multiple_of(100) {
+                        tracing::warn!(
+                            instance = %inst.label(),
+                            "dropped a client's roots/list_changed ({n} so far): the server has not read the last {} bytes sent to it",
+                            inst.backlog()
+                        );
+                    }
+                    continue;
+                }
                 let _ = inst.write(line.clone());
             }
         });

@@ -39,8 +39,10 @@ const READ_CHUNK: usize = 8 * 1024;
 const READ_BUFFER_LIMIT: usize = MAX_HEADER_BYTES - READ_CHUNK;
 /// Connections served at once, at most.
 pub const MAX_CONNECTIONS: usize = 4096;
-/// How long a new connection may take to send its first byte before it is closed.
-pub const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a new connection may take to send its first byte before it is closed. As long as a
+/// head may take: a burst of legitimate clients on a busy machine can take seconds to write, and
+/// idle peers cannot starve the front anyway (the oldest unproven connection makes room).
+pub const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A full house is logged at most once per this interval.
 const FULL_WARN_EVERY: Duration = Duration::from_secs(5);
