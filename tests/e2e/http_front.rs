@@ -1183,7 +1183,9 @@ async fn idle_connections_without_the_token_do_not_delay_a_client_that_has_it() 
         opened.load(std::sync::atomic::Ordering::Relaxed)
     );
     assert!(median < Duration::from_millis(100), "median {median:?}: {took:?}");
-    assert!(worst < Duration::from_millis(500), "worst {worst:?}: {took:?}");
+    // One connect may meet a full accept queue (the idlers reconnect as fast as they can) and be
+    // retried by the kernel a second later; more than that would be the front's doing.
+    assert!(worst < Duration::from_millis(2000), "worst {worst:?}: {took:?}");
     home.shutdown().await;
 }
 
