@@ -241,7 +241,7 @@ impl Core {
     /// Later requests go on new connections: the pooled ones may include dead ones. Requests in
     /// flight keep theirs.
     fn renew_pool(&self) {
-        match client_builder(self.connect_timeout).pool_idle_timeout(IDLE_CONNECTION).build() {
+        match pooled_client(self.connect_timeout) {
             Ok(c) => *self.client.lock().unwrap() = c,
             Err(e) => tracing::debug!(instance = %self.label, "kept the connection pool: {e}"),
         }
@@ -469,7 +469,12 @@ async fn deliver_reports(
 }
 
 fn build_client(spec: &RemoteSpec) -> Result<reqwest::Client, reqwest::Error> {
-    client_builder(spec.connect_timeout).pool_idle_timeout(IDLE_CONNECTION).build()
+    pooled_client(spec.connect_timeout)
+}
+
+/// The client requests go on: pooled connections, none reused after [`IDLE_CONNECTION`].
+fn pooled_client(connect_timeout: Duration) -> Result<reqwest::Client, reqwest::Error> {
+    client_builder(connect_timeout).pool_idle_timeout(IDLE_CONNECTION).build()
 }
 
 /// How long an idle pooled connection is kept for the next request. An idle connection may have
