@@ -113,10 +113,12 @@ pub enum CallError {
     #[error("server `{server}` is down: {reason}")]
     Down { server: String, reason: String },
     /// A call switchyard repeated (safe to repeat, or it never reached the server) whose every
-    /// attempt failed: the count, the time, and the last attempt's cause.
+    /// attempt failed: the count, the time, the first attempt's cause when it differs from the
+    /// last's, and the last attempt's.
     #[error(
-        "{what} on server `{server}` failed {attempts} times over {:.1} s; switchyard repeated it because {why}. The last attempt: {}{}",
+        "{what} on server `{server}` failed {attempts} times over {:.1} s; switchyard repeated it because {why}. {}The last attempt: {}{}",
         .elapsed.as_secs_f64(),
+        first_cause(.first.as_deref(), .last),
         .last.cause(),
         if *.may_have_run { ". It may have run: check its effect before calling it again" } else { "" }
     )]
@@ -128,6 +130,8 @@ pub enum CallError {
         why: String,
         /// Whether any attempt may have run on the server.
         may_have_run: bool,
+        /// The first attempt's failure (what made the call be repeated).
+        first: Option<Box<CallError>>,
         last: Box<CallError>,
     },
     #[error("server `{server}` is busy: {reason}; try again shortly or raise `max_queue`/`max` of the pool")]
@@ -164,6 +168,11 @@ impl CallError {
         matches!(self, CallError::Lost { delivered: false, .. })
     }
 
+    /// Whether the call ended before reaching any server: refused, or no instance in time.
+    pub fn never_reached(&self) -> bool {
+        self.never_delivered() || matches!(self, CallError::Timeout { waiting: Some(_), .. })
+    }
+
     /// Whether the call may have run on the server.
     pub fn may_have_run(&self) -> bool {
         match self {
@@ -194,6 +203,8 @@ impl CallError {
         match self {
             CallError::Rejected(_) => codec::POLICY_REJECTED,
             CallError::Timeout { .. } => codec::REQUEST_TIMEOUT,
+            // A last attempt that found no instance says less than what started it all.
+            CallError::Repeated { first: Some(first), last, .. } if last.never_reached() => first.code(),
             CallError::Repeated { last, .. } => last.code(),
             CallError::Died { .. }
             | CallError::Lost { .. }
@@ -250,6 +261,14 @@ impl CallError {
     /// The JSON-RPC error response for request `id`.
     pub fn to_response(&self, id: &str) -> String {
         codec::response_error(id, self.code(), &self.to_string(), Some(&self.data()))
+    }
+}
+
+/// "The first attempt: CAUSE. " when the first attempt failed otherwise than the last.
+fn first_cause(first: Option<&CallError>, last: &CallError) -> String {
+    match first.map(CallError::cause) {
+        Some(cause) if cause != last.cause() => format!("The first attempt: {cause}. "),
+        _ => String::new(),
     }
 }
 

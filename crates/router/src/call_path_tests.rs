@@ -599,11 +599,10 @@ async fn progress_stays_rising_across_a_repeat() {
     assert_eq!(seen.last(), Some(&900.0), "the repeat's progress past what was seen goes on: {seen:?}");
 }
 
-/// A link found dead after 12 s of silence: the server has had its time to come back, so a
-/// read-only call on it is answered at once with that cause instead of being repeated into a
-/// path that is most likely still dead (each repeat would wait for a new instance's start).
+/// A link found dead after 12 s of silence where a fresh link works (a NAT timeout or a sleep
+/// killed only the old connection): a read-only call on it is repeated on the new link at once.
 #[tokio::test(start_paused = true)]
-async fn a_safe_call_on_a_link_found_silent_is_answered_at_once() {
+async fn a_safe_call_on_a_link_found_silent_is_repeated_on_a_fresh_link() {
     let (server, fake) = start("", true);
     let mut c = Client::connect(&server).await;
     c.request("tools/list", json!({})).await;
@@ -612,14 +611,42 @@ async fn a_safe_call_on_a_link_found_silent_is_answered_at_once() {
     fake.link(0).end_quiet("the link went silent", Duration::from_secs(12));
     let ended = Instant::now();
     let resp = c.response(&id).await;
-    assert_eq!(ended.elapsed(), Duration::ZERO, "answered only after {:?}", ended.elapsed());
+    assert_eq!(text(&resp), "sleep after 300 ms", "{resp}");
+    assert!(ended.elapsed() < ms(1000), "answered only after {:?}", ended.elapsed());
+    assert_eq!(calls_of(&fake.link(1), "sleep").len(), 1, "not repeated on the fresh link");
+}
+
+/// The same where the path is still dead (the fresh link's initialize sits in the black hole
+/// too): the call gets the short time a fresh link has and is answered naming the silent link,
+/// not repeated into a path that stays dead until its deadline.
+#[tokio::test(start_paused = true)]
+async fn a_safe_call_on_a_link_found_silent_gives_up_when_no_fresh_link_comes() {
+    let answering = fake_server(true);
+    let initialised = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let black_hole: crate::upstream::fake::Behaviour = Arc::new(move |link, msg| {
+        if msg.line.contains("\"initialize\"") && initialised.fetch_add(1, std::sync::atomic::Ordering::SeqCst) > 0 {
+            return;
+        }
+        answering(link, msg);
+    });
+    let (server, fake) = start_with("", black_hole);
+    let mut c = Client::connect(&server).await;
+    c.request("tools/list", json!({})).await;
+    let id = c.send("tools/call", json!({"name": "sleep", "arguments": {"ms": 300}})).await;
+    tokio::time::sleep(ms(50)).await;
+    fake.link(0).end_quiet("the link went silent", Duration::from_secs(12));
+    let ended = Instant::now();
+    let resp = c.response(&id).await;
+    let took = ended.elapsed();
+    // A fresh link gets 3 s (retry::SILENT_REPEAT).
+    assert!(took <= ms(3100), "answered only after {took:?}");
     let (code, msg) = error(&resp);
     assert_eq!(code, -32003, "{resp}");
-    assert!(msg.contains("the link went silent") && msg.contains("may have run"), "{msg}");
-    tokio::time::sleep(ms(1000)).await;
+    assert!(msg.contains("The first attempt: instance fake#1 ended (the link went silent)"), "{msg}");
+    assert!(msg.contains("may have run"), "{msg}");
     let links = fake.links.lock().unwrap().len();
     let repeated: usize = (1..links).map(|n| calls_of(&fake.link(n), "sleep").len()).sum();
-    assert_eq!(repeated, 0, "repeated into the dead link's replacement");
+    assert_eq!(repeated, 0, "a call reached a link whose initialize never came back");
 }
 
 /// A pool of two: both instances hear a client's roots change and each logs it, but the client

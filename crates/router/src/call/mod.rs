@@ -95,6 +95,9 @@ struct Forwarded<'a> {
     lost_link: Option<Instant>,
     /// Why the call was first repeated, for the error if every attempt fails.
     repeated_because: String,
+    /// The first attempt's failure, when the call was repeated: the root cause when a later
+    /// attempt found no instance (the link went silent, then no fresh link came).
+    first_failure: Option<Box<CallError>>,
     /// Where progress goes, shared by the attempts so that it only ever increases.
     progress_sink: Arc<Rising>,
 }
@@ -131,6 +134,7 @@ impl<'a> Forwarded<'a> {
             may_have_run: false,
             lost_link: None,
             repeated_because: String::new(),
+            first_failure: None,
             progress_sink: Arc::new(Rising { to: req.link.clone(), last: std::sync::Mutex::new(None) }),
         }
     }

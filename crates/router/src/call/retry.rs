@@ -25,9 +25,12 @@ const HOST_BACKOFF_CAP: Duration = Duration::from_secs(1);
 const HINTS_WAIT: Duration = Duration::from_secs(2);
 /// How long after a call lost its link (for a link found silent: after it went quiet) the host
 /// keeps repeating it while the server comes back (a restart that takes a few seconds), also
-/// once the crash-loop guard calls the server down. A link silent for longer than this has had
-/// its time: the call is answered at once.
+/// once the crash-loop guard calls the server down.
 pub(super) const RESTART_WAIT: Duration = Duration::from_secs(10);
+/// What a link found silent leaves of [`RESTART_WAIT`], however long it was quiet: time for one
+/// fresh link. A NAT or sleep kills only the old connection, and a new one answers at once; a
+/// path that is still dead is given up when this runs out, not repeated into.
+pub(super) const SILENT_REPEAT: Duration = Duration::from_secs(3);
 
 /// What follows a failed attempt.
 pub(super) enum Next {
@@ -55,9 +58,10 @@ impl Forwarded<'_> {
         }
         let link_lost = matches!(e, CallError::Died { .. } | CallError::Lost { .. });
         if link_lost && self.lost_link.is_none() {
-            // When the server became unreachable: for a link found silent, when it went quiet.
+            // When the server became unreachable: for a link found silent, when it went quiet,
+            // but leaving it SILENT_REPEAT for a fresh link.
             let quiet = match &e {
-                CallError::Died { death, .. } => death.quiet_for,
+                CallError::Died { death, .. } => death.quiet_for.min(RESTART_WAIT - SILENT_REPEAT),
                 _ => Duration::ZERO,
             };
             let now = tokio::time::Instant::now();
@@ -112,6 +116,7 @@ impl Forwarded<'_> {
                     elapsed: self.first_started.elapsed(),
                     why: self.repeated_because.clone(),
                     may_have_run: self.may_have_run,
+                    first: self.first_failure.take(),
                     last: Box::new(e),
                 };
             }
@@ -124,6 +129,7 @@ impl Forwarded<'_> {
         }
         if self.repeated_because.is_empty() {
             self.repeated_because = why.to_string();
+            self.first_failure = Some(Box::new(e.clone()));
         }
         let reason = match &e {
             _ if unseen => RetryReason::NotDelivered,
