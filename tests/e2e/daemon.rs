@@ -1065,3 +1065,73 @@ async fn a_daemon_stopped_while_an_instance_starts_leaves_no_orphan() {
     drop(p);
     home.shutdown().await;
 }
+
+/// Initialises `c` as client `name`, and returns the pid of the fixture instance serving it.
+async fn pid_as_client(c: &mut Client, name: &str) -> u32 {
+    let r = c.request("initialize", init_params(name, "1")).await;
+    assert!(r["result"].is_object(), "{r}");
+    c.notify("notifications/initialized", json!({})).await;
+    fixture_pid(c).await.0
+}
+
+/// `share = "client"`: chats of one client share instances, another client never reaches them,
+/// and they outlive the client's `connect` (a SIGTERM of it keeps the server and its state):
+/// the client that comes back is served by the same process.
+#[tokio::test]
+async fn share_client_gives_each_client_instances_of_its_own_that_outlive_it() {
+    let home = Home::new();
+    home.write_config(&format!("{}share = \"client\"\n", home.fixture("alpha", &[])));
+    let (mut pa, mut pa2, mut pb) = (home.connect("alpha"), home.connect("alpha"), home.connect("alpha"));
+    let (mut a, mut a2, mut b) = (pa.client(), pa2.client(), pb.client());
+    let (chat_1, chat_2, other) =
+        tokio::join!(pid_as_client(&mut a, "desktop"), pid_as_client(&mut a2, "desktop"), pid_as_client(&mut b, "cli"));
+    assert_eq!(chat_1, chat_2, "two chats of one client got two servers");
+    assert_ne!(chat_1, other, "another client reached this client's server");
+    pa.signal(libc::SIGTERM);
+    pa2.signal(libc::SIGTERM);
+    pa.wait_timeout(SLOW).await;
+    pa2.wait_timeout(SLOW).await;
+    let mut back = home.connect("alpha");
+    let mut c = back.client();
+    assert_eq!(pid_as_client(&mut c, "desktop").await, chat_1, "the client's server did not outlive its connect");
+    let status = home.status_json().await;
+    let labels: Vec<&str> = status["servers"].as_array().unwrap().iter().filter_map(|s| s["name"].as_str()).collect();
+    assert_eq!(labels, ["alpha", "alpha~2"], "{status:#}");
+    leave(back, c).await;
+    leave(pb, b).await;
+    home.stop().await;
+    home.wait_no_processes(SLOW).await;
+}
+
+/// A server known from before is answered at once: a client of a daemon started anew gets the
+/// initialize result the server gave last time while the server is still starting (Claude Code
+/// gives up on a server whose initialize takes more than about 3 s), and its first call waits
+/// for the server and is answered by it.
+#[tokio::test]
+async fn a_known_server_is_answered_initialize_while_it_starts() {
+    let home = Home::new();
+    home.write_config(&home.fixture("slow", &["--init-delay-ms", "4000"]));
+    let mut first = home.connect("slow");
+    let mut c = first.client();
+    c.timeout = SLOW;
+    let learned = c.request("initialize", init_params("e2e", "1")).await;
+    assert!(learned["result"].is_object(), "{learned}");
+    leave(first, c).await;
+    home.stop().await;
+    home.wait_no_processes(SLOW).await;
+
+    let mut again = home.connect("slow");
+    let mut c = again.client();
+    c.timeout = SLOW;
+    let answered = c.request("initialize", init_params("e2e", "1")).await;
+    assert_eq!(answered["result"], learned["result"]);
+    let status = home.status_json().await;
+    let up = &status["servers"][0]["initialized"];
+    assert_eq!(up, &json!(false), "answered only once the server was up: {status:#}");
+    c.notify("notifications/initialized", json!({})).await;
+    let (pid, _) = fixture_pid(&mut c).await;
+    assert!(pid > 0);
+    leave(again, c).await;
+    home.stop().await;
+    home.wait_no_processes(SLOW).await;
+}

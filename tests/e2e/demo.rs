@@ -1,5 +1,5 @@
 //! End-to-end test of `switchyard demo`: it runs on embedded defaults, exits 0 and reports all
-//! five scenarios, the silent link's with the call that hung directly and was answered through
+//! six scenarios, the silent link's with the call that hung directly and was answered through
 //! switchyard.
 
 use std::io::Read;
@@ -46,12 +46,14 @@ fn the_demo_runs_every_scenario_and_exits_0() {
     };
     let (out, err) = (out.join().unwrap(), err.join().unwrap());
     assert!(status.success(), "demo failed ({status})\n--- stdout ---\n{out}\n--- stderr ---\n{err}");
-    for section in ["1 head-of-line", "2 annotations", "3 crash", "4 hot reload", "5 silent link"] {
+    for section in ["1 head-of-line", "2 annotations", "3 crash", "4 hot reload", "5 silent link", "6 sigterm"] {
         assert!(out.contains(section), "no `{section}` in the demo's output:\n{out}");
     }
     let silent = out.lines().find(|l| l.starts_with("5 silent link")).expect("the silent link's row");
     assert!(silent.contains("no answer in 20 s (hung)") && silent.contains("result (new connection)"), "{silent}");
-    assert!(out.contains("all 5 scenarios behaved as expected"), "{out}");
+    let sigterm = out.lines().find(|l| l.starts_with("6 sigterm")).expect("the sigterm row");
+    assert!(sigterm.contains("dies, with its state") && sigterm.contains("lives on (same pid)"), "{sigterm}");
+    assert!(out.contains("all 6 scenarios behaved as expected"), "{out}");
     // The children's logs stay out of the table.
     assert!(!out.contains("fixture[fixture]: pid"), "child stderr leaked into stdout:\n{out}");
 }

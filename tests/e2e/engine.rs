@@ -679,3 +679,49 @@ async fn a_client_leaving_during_a_subscribe_on_a_busy_server_does_not_hold_up_e
     assert_eq!(status.code(), Some(0));
     assert!(started.elapsed() < Duration::from_secs(8), "exit took {:?}", started.elapsed());
 }
+
+/// `switchyard status --json` of the router listening on `sock`.
+async fn status_of(sock: &std::path::Path) -> Value {
+    let out = tokio::process::Command::new(bin())
+        .args(["status", "--json", "--socket", sock.to_str().unwrap()])
+        .output()
+        .await
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"))
+}
+
+/// Three calls, each sent while another runs (`slow_ms` each), answered in turn.
+async fn overlapping_calls(c: &mut Client, slow_ms: u64) {
+    for _ in 0..3 {
+        let first = c.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": slow_ms}})).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let second = c.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": 10}})).await;
+        c.wait_response(&first).await;
+        c.wait_response(&second).await;
+    }
+}
+
+/// A server that answers one request at a time makes every client wait behind the slowest
+/// call: switchyard notices (calls sent while another ran waited for it, and no answer ever came
+/// out of order) and says so once, in the log and in status, with the pool recipe. A server
+/// that runs calls side by side is never called that.
+#[tokio::test]
+async fn a_server_that_answers_one_request_at_a_time_is_named_with_the_pool_recipe() {
+    let sock_dir = temp_dir();
+    let sock = sock_dir.path().join("s.sock");
+    let mut s = Setup::new(&["--serial"], &["--listen", sock.to_str().unwrap()]).await;
+    s.client.initialize().await;
+    overlapping_calls(&mut s.client, 700).await;
+    let status = status_of(&sock).await;
+    let note = status["servers"][0]["one_at_a_time"].as_str().unwrap_or_else(|| panic!("not noticed: {status:#}"));
+    assert!(note.contains("one request at a time") && note.contains("max = 4"), "{note}");
+    let log = s.router.stderr.text();
+    assert_eq!(log.matches("seems to answer one request at a time").count(), 1, "{log}");
+
+    let sock = sock_dir.path().join("c.sock");
+    let mut c = Setup::new(&[], &["--listen", sock.to_str().unwrap()]).await;
+    c.client.initialize().await;
+    overlapping_calls(&mut c.client, 700).await;
+    let status = status_of(&sock).await;
+    assert!(status["servers"][0]["one_at_a_time"].is_null(), "a concurrent server was called serial: {status:#}");
+}

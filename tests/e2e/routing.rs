@@ -184,9 +184,10 @@ async fn a_starting_instance_gets_the_clients_roots_from_switchyard() {
     let journal = journal_in(&dir);
     let cfg = "[pools.default]\nmin = 1\nmax = 2\nmax_inflight = 1\n";
     let mut s = Setup::with_config(&["--roots-on-initialized", "--journal", &journal], &[], Some(cfg)).await;
+    // The client answers switchyard's roots/list with these (the server's own is answered
+    // from them).
+    s.client.roots = Some(json!({"roots": [{"uri": "file:///a", "name": "a"}]}));
     s.client.initialize().await;
-    let req = s.client.recv_request("roots/list").await;
-    s.client.respond(req["id"].clone(), json!({"roots": [{"uri": "file:///a", "name": "a"}]})).await;
 
     // Instance 1 is busy: the echo starts instance 2, which asks for roots at once.
     let slow = s.client.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": 1500}})).await;
@@ -203,14 +204,8 @@ async fn a_starting_instance_gets_the_clients_roots_from_switchyard() {
     );
 
     // The client's roots change: switchyard asks it, then servers get the new roots from it.
+    s.client.roots = Some(json!({"roots": [{"uri": "file:///a", "name": "a"}, {"uri": "file:///b", "name": "b"}]}));
     s.client.notify("notifications/roots/list_changed", json!({})).await;
-    let ask = s.client.recv_request("roots/list").await;
-    s.client
-        .respond(
-            ask["id"].clone(),
-            json!({"roots": [{"uri": "file:///a", "name": "a"}, {"uri": "file:///b", "name": "b"}]}),
-        )
-        .await;
     let listed = s.client.call_text("roots", json!({})).await;
     assert!(listed.contains("file:///b"), "{listed}");
     let seen = drain(&mut s.client, Duration::from_millis(300)).await;
@@ -224,15 +219,14 @@ async fn one_sessions_roots_never_answer_for_another_session() {
     let dir = temp_dir();
     let sock = dir.path().join("o.sock");
     let mut s = Setup::new(&["--roots-on-initialized"], &["--listen", sock.to_str().unwrap()]).await;
+    // Each client answers switchyard's roots/list (and so the server's) with its own roots.
+    s.client.roots = Some(json!({"roots": [{"uri": "file:///only-a", "name": "a"}]}));
     s.client.initialize().await;
-    let req = s.client.recv_request("roots/list").await;
-    s.client.respond(req["id"].clone(), json!({"roots": [{"uri": "file:///only-a", "name": "a"}]})).await;
     let (_bp, mut b) = connect(&sock).await;
+    b.roots = Some(json!({"roots": [{"uri": "file:///only-b", "name": "b"}]}));
     b.initialize().await;
 
     let call = b.send_request("tools/call", json!({"name": "roots", "arguments": {}})).await;
-    let ask = b.recv_request("roots/list").await;
-    b.respond(ask["id"].clone(), json!({"roots": [{"uri": "file:///only-b", "name": "b"}]})).await;
     let listed = tool_text(&b.wait_response(&call).await).to_string();
     assert!(listed.contains("only-b") && !listed.contains("only-a"), "{listed}");
     // And A's own call gets A's roots from switchyard, without asking A again.

@@ -137,6 +137,7 @@ async fn progress_tokens_are_rewritten_and_mapped_back() {
 #[tokio::test]
 async fn server_requests_reach_the_client_and_answers_go_back() {
     let mut s = Setup::new(&[], &[]).await;
+    s.client.roots = Some(json!({"roots": [{"uri": "file:///w", "name": "w"}]}));
     s.client.initialize().await;
     let id = s.client.send_request("tools/call", json!({"name": "sample", "arguments": {"prompt": "hello?"}})).await;
     let req = s.client.recv_request("sampling/createMessage").await;
@@ -148,10 +149,9 @@ async fn server_requests_reach_the_client_and_answers_go_back() {
         .await;
     let resp = s.client.wait_response(&id).await;
     assert!(tool_text(&resp).contains("sampled!"), "{resp}");
-    let id = s.client.send_request("tools/call", json!({"name": "roots", "arguments": {}})).await;
-    let req = s.client.recv_request("roots/list").await;
-    s.client.respond(req["id"].clone(), json!({"roots": [{"uri": "file:///w", "name": "w"}]})).await;
-    assert!(tool_text(&s.client.wait_response(&id).await).contains("file:///w"));
+    // roots/list is answered by switchyard from the roots the client gave it (asked once the
+    // client was initialised); the client's own answer reaches the server.
+    assert!(s.client.call_text("roots", json!({})).await.contains("file:///w"));
 }
 
 #[tokio::test]
@@ -294,7 +294,10 @@ async fn a_client_that_stops_reading_is_disconnected_not_buffered_forever() {
 async fn a_server_calls_back_only_after_the_client_is_initialised() {
     // The router initialises the server on the client's behalf; the server asks for roots at
     // once. The client must not see that request before its own `initialized`.
+    // switchyard asks the client for its roots itself (once it is initialised), and answers the
+    // server from them: the test sees that ask, so it answers by hand.
     let mut s = Setup::new(&["--roots-on-initialized"], &[]).await;
+    s.client.roots = None;
     let init = s.client.request("initialize", init_params(json!({"roots": {}}))).await;
     assert!(init.get("result").is_some(), "{init}");
     let early = drain(&mut s.client, Duration::from_millis(400)).await;
@@ -303,6 +306,7 @@ async fn a_server_calls_back_only_after_the_client_is_initialised() {
     let req = s.client.recv_request("roots/list").await;
     s.client.respond(req["id"].clone(), json!({"roots": [{"uri": "file:///held", "name": "h"}]})).await;
     // And the server got the answer.
+    assert!(s.client.call_text("roots", json!({})).await.contains("file:///held"));
     assert_eq!(s.client.call_text("echo", json!({"text": "after"})).await, "after");
 }
 

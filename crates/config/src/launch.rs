@@ -44,12 +44,44 @@ pub struct Launch {
     /// [`Config::for_client`]: crate::Config::for_client
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub client_env: Vec<String>,
+    /// Which clients share an instance of the server (default `profile`): see [`Share`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<Share>,
+}
+
+/// Which clients share the instances of a server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Share {
+    /// Every client shares them: the first client's initialize, capabilities and roots are
+    /// what the server sees for all.
+    All,
+    /// Clients the server cannot tell apart share them: the same protocol version, declared
+    /// capabilities, roots and client values. A client that differs gets instances of its own.
+    #[default]
+    Profile,
+    /// As `profile`, and each client (its `connect` entry: client name and project directory)
+    /// gets instances of its own, kept across its reconnects until they idle out.
+    Client,
+    /// Each session gets instances of its own, which stop when it ends.
+    Session,
+}
+
+impl Share {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Share::All => "all",
+            Share::Profile => "profile",
+            Share::Client => "client",
+            Share::Session => "session",
+        }
+    }
 }
 
 impl Launch {
     /// The keys, in the order of the fields (a test holds them to the struct).
     pub const KEYS: &'static [&'static str] =
-        &["command", "args", "env", "cwd", "url", "transport", "headers", "client_env"];
+        &["command", "args", "env", "cwd", "url", "transport", "headers", "client_env", "share"];
 }
 
 /// Header values as written (`${VAR}` unexpanded).

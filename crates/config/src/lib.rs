@@ -21,7 +21,7 @@ use serde::Deserialize;
 pub use self::http::{
     DEFAULT_HTTP_LISTEN, HostName, HttpConfig, WebOrigin, is_bearer_token, parse_authority, parse_listen,
 };
-pub use self::launch::Launch;
+pub use self::launch::{Launch, Share};
 pub use self::limits::{Limits, LimitsPatch};
 pub use self::server::{
     Affinity, ClientValues, DaemonConfig, MAX_SERVER_NAME, OnError, PluginEntry, PoolConfig, ServerConfig, ServerEntry,

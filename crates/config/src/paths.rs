@@ -133,6 +133,11 @@ pub fn token_for(canonical: &Path) -> anyhow::Result<PathBuf> {
     Ok(state_dir()?.join(format!("{}.token", config_key(canonical))))
 }
 
+/// Where the daemon serving `canonical` keeps its servers' earlier answers (0600).
+pub fn answers_for(canonical: &Path) -> anyhow::Result<PathBuf> {
+    Ok(state_dir()?.join(format!("{}.answers.json", config_key(canonical))))
+}
+
 /// The log file of the detached daemon serving `canonical`.
 pub fn log_for(canonical: &Path) -> anyhow::Result<PathBuf> {
     Ok(state_dir()?.join(format!("{}.log", config_key(canonical))))

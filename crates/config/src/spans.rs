@@ -44,6 +44,7 @@ pub(crate) struct ServerSpans {
     transport: Option<Spanned<IgnoredAny>>,
     pub(crate) headers: Option<BTreeMap<String, Spanned<IgnoredAny>>>,
     client_env: Option<Spanned<IgnoredAny>>,
+    share: Option<Spanned<IgnoredAny>>,
 }
 
 impl ServerSpans {
@@ -56,6 +57,7 @@ impl ServerSpans {
             "url" => &self.url,
             "transport" => &self.transport,
             "client_env" => &self.client_env,
+            "share" => &self.share,
             // The table itself has no span here: its first entry stands for it.
             "headers" => return self.headers.iter().flat_map(|h| h.values()).map(|s| s.span().start).min(),
             _ => &None,

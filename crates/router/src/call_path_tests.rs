@@ -127,6 +127,31 @@ fn error(resp: &Value) -> (i64, &str) {
     (e["code"].as_i64().unwrap_or_else(|| panic!("not an error: {resp}")), e["message"].as_str().unwrap_or_default())
 }
 
+/// [`start`], where a client whose profile differs gets a sibling (instances of its own), made
+/// on the same fake connector (its links follow the first server's in `fake.links`).
+fn start_family(toml: &str) -> (Arc<Server>, Arc<FakeConnector>) {
+    let mut config: Config = toml::from_str(toml).expect("config");
+    config.validate().expect("a valid config");
+    let fake = FakeConnector::new(fake_server(true));
+    let build = {
+        let (config, fake) = (config.clone(), fake.clone());
+        move || {
+            Server::new(
+                &config,
+                "fake",
+                fake.clone(),
+                Policy::disabled(),
+                Arc::new(Metrics::new(Default::default)),
+                crate::peer::Buffered::new(config.limits.max_buffered_bytes),
+                CancellationToken::new(),
+            )
+        }
+    };
+    let server = build();
+    server.allow_siblings(Box::new(move |_| Ok(build())));
+    (server, fake)
+}
+
 /// An MCP client in a session of the router, over an in-memory pipe.
 struct Client {
     out: WriteHalf<DuplexStream>,
@@ -139,9 +164,19 @@ struct Client {
 impl Client {
     /// Opens a session of `server` and initialises it.
     async fn connect(server: &Arc<Server>) -> Client {
+        Client::connect_with(server, json!({})).await
+    }
+
+    /// [`Client::connect`] with these client capabilities.
+    async fn connect_with(server: &Arc<Server>, capabilities: Value) -> Client {
         let (mine, theirs) = tokio::io::duplex(1 << 20);
         let (r, w) = tokio::io::split(theirs);
-        let opening = Opening { transport: "stdio", sessions: Arc::new(Sessions::default()), speaks_control: false };
+        let opening = Opening {
+            transport: "stdio",
+            sessions: Arc::new(Sessions::default()),
+            speaks_control: false,
+            client_dir: None,
+        };
         tokio::spawn(session::serve(server.clone(), BufReader::new(r), w, opening, CancellationToken::new()));
         let (r, out) = tokio::io::split(mine);
         let (tx, inbox) = mpsc::unbounded_channel();
@@ -152,8 +187,7 @@ impl Client {
             }
         });
         let mut c = Client { out, inbox, held: Vec::new(), next_id: 1 };
-        let init =
-            json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}});
+        let init = json!({"protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": {"name": "t", "version": "1"}});
         let resp = c.request("initialize", init).await;
         assert!(resp.get("result").is_some(), "{resp}");
         c.notify("notifications/initialized", json!({})).await;
@@ -720,4 +754,74 @@ async fn a_safe_call_silent_on_a_live_link_is_sent_once_more_and_the_first_answe
     let resp = c.response(&write).await;
     assert_eq!(error(&resp).0, -32001, "{resp}");
     assert_eq!(calls_of(&link, "write").len(), 1, "a call that is not safe to repeat was sent twice");
+}
+
+/// Clients that the server could tell apart (other capabilities) get instances initialised with
+/// their own initialize; clients alike share one. Before, every client shared the instance the
+/// first client's initialize had set up.
+#[tokio::test(start_paused = true)]
+async fn a_client_with_other_capabilities_gets_instances_initialised_for_it() {
+    let (server, fake) = start_family("");
+    let mut bare = Client::connect(&server).await;
+    assert_eq!(bare.call_text_of("echo", "one").await, "one");
+    let mut sampling = Client::connect_with(&server, json!({"sampling": {}})).await;
+    assert_eq!(sampling.call_text_of("echo", "two").await, "two");
+    let mut bare_again = Client::connect(&server).await;
+    assert_eq!(bare_again.call_text_of("echo", "three").await, "three");
+    let links = fake.links.lock().unwrap().len();
+    assert_eq!(links, 2, "one instance per profile");
+    let caps = |n: usize| received(&fake.link(n), "initialize")[0]["params"]["capabilities"].clone();
+    assert_eq!(caps(0), json!({}));
+    assert_eq!(caps(1), json!({"sampling": {}}));
+    assert_eq!(calls_of(&fake.link(1), "echo").len(), 1, "the sampling client's call went elsewhere");
+    assert_eq!(calls_of(&fake.link(0), "echo").len(), 2);
+}
+
+/// Two clients with the same roots share an instance; when one says its roots changed it moves
+/// to instances for its new roots, which are answered with them; the other's instance keeps the
+/// roots it had and hears of no change.
+#[tokio::test(start_paused = true)]
+async fn a_client_whose_roots_change_moves_to_instances_for_them() {
+    let (server, fake) = start_family("");
+    let caps = json!({"roots": {"listChanged": true}});
+    let roots = |dir: &str| json!({"roots": [{"uri": format!("file:///{dir}")}]});
+    let mut a = Client::connect_with(&server, caps.clone()).await;
+    a.answer_roots(roots("project")).await;
+    assert_eq!(a.call_text_of("echo", "a").await, "a");
+    let mut b = Client::connect_with(&server, caps).await;
+    b.answer_roots(roots("project")).await;
+    assert_eq!(b.call_text_of("echo", "b").await, "b");
+    assert_eq!(fake.links.lock().unwrap().len(), 1, "alike clients share an instance");
+    b.notify("notifications/roots/list_changed", json!({})).await;
+    b.answer_roots(roots("elsewhere")).await;
+    assert_eq!(b.call_text_of("echo", "b2").await, "b2");
+    assert_eq!(fake.links.lock().unwrap().len(), 2, "the client with new roots got an instance of its own");
+    assert_eq!(calls_of(&fake.link(1), "echo").len(), 1);
+    assert!(
+        received(&fake.link(0), "notifications/roots/list_changed").is_empty(),
+        "the first instance heard of another's roots"
+    );
+    assert_eq!(a.call_text_of("echo", "a2").await, "a2");
+    assert_eq!(calls_of(&fake.link(0), "echo").len(), 3);
+}
+
+impl Client {
+    /// Calls `echo`-like `tool` with `text` and returns the text of its result.
+    async fn call_text_of(&mut self, tool: &str, t: &str) -> String {
+        let resp = self.call(tool, json!({"text": t})).await;
+        text(&resp).to_string()
+    }
+
+    /// Waits for switchyard's roots/list and answers it with `result`.
+    async fn answer_roots(&mut self, result: Value) {
+        loop {
+            let asked = self.take(Some("roots/list"));
+            if let Some(ask) = asked.first() {
+                let id = ask["id"].clone();
+                return self.write(json!({"jsonrpc": "2.0", "id": id, "result": result})).await;
+            }
+            let next = tokio::time::timeout(Duration::from_secs(60), self.inbox.recv()).await;
+            self.held.push(next.expect("no roots/list within a minute").expect("the session ended"));
+        }
+    }
 }

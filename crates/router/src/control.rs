@@ -26,6 +26,10 @@ pub enum Hello {
         /// (`--env NAME,...`); sent again on every reconnect. Absent in hellos of older clients.
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         env: BTreeMap<String, String>,
+        /// The directory `connect` runs in (the client's project): with `share = "client"` a
+        /// client's instances are its own, by client name and this directory.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dir: Option<String>,
     },
     /// One status snapshot, then the router closes the connection.
     Status,
@@ -36,11 +40,12 @@ pub enum Hello {
 impl std::fmt::Debug for Hello {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Hello::Connect { server, version, env } => f
+            Hello::Connect { server, version, env, dir } => f
                 .debug_struct("Connect")
                 .field("server", server)
                 .field("version", version)
                 .field("env", &env.keys().collect::<Vec<_>>())
+                .field("dir", dir)
                 .finish(),
             Hello::Status => f.write_str("Status"),
             Hello::Stop => f.write_str("Stop"),
@@ -106,12 +111,22 @@ mod tests {
 
     #[test]
     fn control_lines_are_told_from_json_rpc_by_their_first_key() {
-        let h = line(&Hello::Connect { server: Some("fs".into()), version: "0.1.0".into(), env: BTreeMap::new() });
+        let h = line(&Hello::Connect {
+            server: Some("fs".into()),
+            version: "0.1.0".into(),
+            env: BTreeMap::new(),
+            dir: None,
+        });
         assert!(is_control(&h));
         assert!(!h.contains("env"), "an empty env is left out, as older hellos have it: {h}");
         assert_eq!(
             hello(&h),
-            Some(Ok(Hello::Connect { server: Some("fs".into()), version: "0.1.0".into(), env: BTreeMap::new() }))
+            Some(Ok(Hello::Connect {
+                server: Some("fs".into()),
+                version: "0.1.0".into(),
+                env: BTreeMap::new(),
+                dir: None
+            }))
         );
         assert!(is_control(&line(&Reply::Drain { reason: "x".into() })));
         assert!(!is_control(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#));
@@ -126,7 +141,7 @@ mod tests {
     #[test]
     fn a_hello_carries_client_values_that_debug_and_errors_never_show() {
         let env = BTreeMap::from([("TOKEN".to_string(), "s3cr3t".to_string())]);
-        let h = Hello::Connect { server: Some("fs".into()), version: "0.1.0".into(), env };
+        let h = Hello::Connect { server: Some("fs".into()), version: "0.1.0".into(), env, dir: Some("/w".into()) };
         let text = line(&h);
         assert_eq!(hello(&text), Some(Ok(h.clone())));
         assert!(!format!("{h:?}").contains("s3cr3t") && format!("{h:?}").contains("TOKEN"));

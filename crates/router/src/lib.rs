@@ -54,7 +54,7 @@ pub async fn run(config: Config, opts: RunOptions, shutdown: CancellationToken) 
     // Checked before the plugins load, so a bad server is reported first.
     Target::of(&config)?;
     let policy = Policy::start(&config, opts.plugins_dir.clone(), shutdown.child_token()).await?;
-    let about = registry::About { config: None, socket: opts.listen.clone(), log: None };
+    let about = registry::About { config: None, socket: opts.listen.clone(), log: None, answers: None };
     let router = Servers::new(policy, about, opts.supervisor.clone(), shutdown.clone());
     let server = router.build(&config)?;
     let name = server.name.clone();

@@ -5,6 +5,7 @@
 mod client_clis;
 mod conformance;
 mod npm;
+mod profiles;
 mod python;
 mod remote;
 mod remote_fixtures;

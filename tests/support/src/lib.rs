@@ -330,6 +330,10 @@ pub struct Client {
     /// Non-JSON stdout lines; without `allow_non_json` the first one fails the test.
     pub non_json: Vec<String>,
     allow_non_json: bool,
+    /// What switchyard's own roots/list (`switchyard-roots-N`, sent to place a client that
+    /// shares a server with others) is answered with, as a real client would answer it: no
+    /// roots by default. None: such requests are received like any other message.
+    pub roots: Option<Value>,
 }
 
 impl Client {
@@ -350,6 +354,7 @@ impl Client {
             stderr,
             non_json: Vec::new(),
             allow_non_json: false,
+            roots: Some(json!({"roots": []})),
         }
     }
 
@@ -520,7 +525,15 @@ impl Client {
             if text.is_empty() {
                 continue;
             }
-            match serde_json::from_str(text) {
+            match serde_json::from_str::<Value>(text) {
+                Ok(v)
+                    if v["method"] == "roots/list"
+                        && v["id"].as_str().is_some_and(|id| id.starts_with("switchyard-roots-"))
+                        && self.roots.is_some() =>
+                {
+                    let answer = json!({"jsonrpc": "2.0", "id": v["id"], "result": self.roots});
+                    self.send(&answer).await;
+                }
                 Ok(v) => return Got::Msg(v),
                 Err(e) if self.allow_non_json => {
                     let _ = e;

@@ -165,7 +165,7 @@ async fn open(router: Arc<Servers>, stream: UnixStream, shutdown: CancellationTo
     let text = String::from_utf8_lossy(&first).into_owned();
     let reply = |r: &Reply| control::line(r);
     match control::hello(&text) {
-        Some(Ok(Hello::Connect { server, version, env })) => match router.lookup(server.as_deref(), &env) {
+        Some(Ok(Hello::Connect { server, version, env, dir })) => match router.lookup(server.as_deref(), &env) {
             Ok(server) => {
                 if version != env!("CARGO_PKG_VERSION") {
                     tracing::info!(server = %server.name, "a client of switchyard {version} joined (this router is {})", env!("CARGO_PKG_VERSION"));
@@ -178,7 +178,12 @@ async fn open(router: Arc<Servers>, stream: UnixStream, shutdown: CancellationTo
                 if w.write_all(reply(&welcome).as_bytes()).await.is_err() {
                     return;
                 }
-                let opening = Opening { transport: "unix", sessions: router.sessions.clone(), speaks_control: true };
+                let opening = Opening {
+                    transport: "unix",
+                    sessions: router.sessions.clone(),
+                    speaks_control: true,
+                    client_dir: dir,
+                };
                 let ends = server.shutdown.clone();
                 session::serve(server, reader, w, opening, ends).await;
             }
@@ -201,7 +206,12 @@ async fn open(router: Arc<Servers>, stream: UnixStream, shutdown: CancellationTo
         // No hello: a raw MCP client, for the only server.
         None => match router.lookup(None, &Default::default()) {
             Ok(server) => {
-                let opening = Opening { transport: "unix", sessions: router.sessions.clone(), speaks_control: false };
+                let opening = Opening {
+                    transport: "unix",
+                    sessions: router.sessions.clone(),
+                    speaks_control: false,
+                    client_dir: None,
+                };
                 let ends = server.shutdown.clone();
                 let reader = std::io::Cursor::new(first).chain(reader);
                 session::serve(server, reader, w, opening, ends).await;

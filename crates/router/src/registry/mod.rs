@@ -35,6 +35,8 @@ pub struct About {
     pub socket: Option<PathBuf>,
     /// The log file (None: stderr).
     pub log: Option<PathBuf>,
+    /// Where the servers' answers are kept between runs (None: in memory only).
+    pub answers: Option<PathBuf>,
 }
 
 /// Starts what keeps a serving server as configured: its `min` instances, and its response to
@@ -63,6 +65,10 @@ pub struct Servers {
     pub shutdown: CancellationToken,
     /// What status shows of the HTTP front, when one is served (`listen`, `sessions`).
     pub http: std::sync::OnceLock<Box<dyn Fn() -> Value + Send + Sync>>,
+    /// Itself, for what it hands out that must reach it later (a server making its siblings).
+    me: std::sync::Weak<Servers>,
+    /// What the servers answered before (see [`crate::server::answers`]).
+    answers: Arc<crate::server::answers::Answers>,
     /// What `/metrics` shows; its gauges read this router at each scrape.
     pub metrics: Arc<Metrics>,
     /// Output queued for every client of every server, against `limits.max_buffered_bytes`
@@ -72,8 +78,9 @@ pub struct Servers {
 
 impl Servers {
     pub fn new(policy: Policy, about: About, supervisor: Option<PathBuf>, shutdown: CancellationToken) -> Arc<Servers> {
+        let answers = Arc::new(crate::server::answers::Answers::open(about.answers.clone()));
         Arc::new_cyclic(|me: &std::sync::Weak<Servers>| {
-            let me = me.clone();
+            let (me, myself) = (me.clone(), me.clone());
             let metrics = Arc::new(Metrics::new(move || me.upgrade().map(|r| r.live()).unwrap_or_default()));
             policy.attach_metrics(&metrics);
             Servers {
@@ -88,6 +95,8 @@ impl Servers {
                 started: Instant::now(),
                 shutdown,
                 http: std::sync::OnceLock::new(),
+                me: myself,
+                answers,
                 metrics,
                 buffered: crate::peer::Buffered::new(usize::MAX),
             }
@@ -100,6 +109,7 @@ impl Servers {
         let mut all = self.servers();
         all.extend(self.variants().into_iter().map(|(s, _)| s));
         all.extend(self.retired.lock().expect("lock").iter().map(|(s, _)| s.clone()));
+        let all = with_siblings(all);
         let servers = all
             .iter()
             .map(|s| {
@@ -123,8 +133,22 @@ impl Servers {
         Live { servers, sessions, buffered_bytes }
     }
 
-    /// Makes the server one single-server `config` describes (not yet serving).
+    /// Makes the server one single-server `config` describes (not yet serving). Clients whose
+    /// profile differs from the first one's get siblings of it, made from the same config.
     pub fn build(&self, config: &Config) -> anyhow::Result<Arc<Server>> {
+        let server = self.build_one(config)?;
+        let (me, config) = (self.me.clone(), config.clone());
+        server.allow_siblings(Box::new(move |_label| {
+            let router = me.upgrade().ok_or_else(|| anyhow!("switchyard is shutting down"))?;
+            let sibling = router.build_one(&config)?;
+            start_upkeep(&sibling);
+            Ok(sibling)
+        }));
+        Ok(server)
+    }
+
+    /// [`Servers::build`] of one server, without siblings.
+    fn build_one(&self, config: &Config) -> anyhow::Result<Arc<Server>> {
         config.refuse_client_env()?;
         // A variant's header values read its client's values before the environment.
         let client = &config.server.client_values.0;
@@ -163,7 +187,7 @@ impl Servers {
         }
         // One budget for the output of every session of every server.
         self.buffered.lower_budget(config.limits.max_buffered_bytes);
-        Ok(Server::new(
+        let server = Server::new(
             config,
             &name,
             connector,
@@ -171,7 +195,15 @@ impl Servers {
             self.metrics.clone(),
             self.buffered.clone(),
             self.shutdown.child_token(),
-        ))
+        );
+        // Keyed by all that makes the server what it is, hashed. A server made for a client's
+        // values (a variant) keeps none: its answers may hold them, and they stay off the disk.
+        if client.is_empty() {
+            let launch = serde_json::to_string(&config.server.launch).unwrap_or_default();
+            let key = crate::server::answers::digest(&[&name, &launch]);
+            server.keep_answers(self.answers.clone(), key);
+        }
+        Ok(server)
     }
 
     /// Serves `server` under its name from now on (its upkeep starts). A server of that name
@@ -231,7 +263,7 @@ impl Servers {
                 .filter(|s| s.name == old.name)
                 .collect();
             gone.push(old.clone());
-            for s in gone {
+            for s in with_siblings(gone) {
                 s.removed.store(true, std::sync::atomic::Ordering::Release);
                 s.shutdown.cancel();
             }
@@ -243,7 +275,8 @@ impl Servers {
         let router = self.clone();
         tokio::spawn(async move {
             loop {
-                if old.hub.session_count() == 0 || old.shutdown.is_cancelled() {
+                let family = with_siblings(vec![old.clone()]);
+                if family.iter().all(|s| s.hub.session_count() == 0) || old.shutdown.is_cancelled() {
                     break;
                 }
                 tokio::time::sleep(RETIRED_CHECK).await;
@@ -344,7 +377,7 @@ impl Servers {
         let with_sessions = |server: &Arc<Server>, shown: Option<&Shown>| {
             let mut v = server.status();
             let mine: Vec<Value> =
-                sessions.iter().filter(|s| Arc::ptr_eq(s.server(), server)).map(|s| s.status()).collect();
+                sessions.iter().filter(|s| Arc::ptr_eq(&s.server(), server)).map(|s| s.status()).collect();
             v["sessions"] = Value::Array(mine);
             if let Some(shown) = shown {
                 v["name"] = json!(shown.label);
@@ -357,7 +390,11 @@ impl Servers {
             }
             v
         };
-        let mut servers: Vec<Value> = self.servers().iter().map(|s| with_sessions(s, None)).collect();
+        let mut servers: Vec<Value> = Vec::new();
+        for s in self.servers() {
+            servers.push(with_sessions(&s, None));
+            servers.extend(s.siblings().iter().map(|sib| sibling_status(with_sessions(sib, None), sib, &s)));
+        }
         for t in self.templates.read().expect("lock").values() {
             let variants: Vec<String> = t.variants.lock().expect("lock").iter().map(|v| v.label.clone()).collect();
             servers.push(json!({
@@ -367,7 +404,10 @@ impl Servers {
                 "variants": variants,
             }));
         }
-        servers.extend(self.variants().iter().map(|(s, shown)| with_sessions(s, Some(shown))));
+        for (s, shown) in self.variants() {
+            servers.push(with_sessions(&s, Some(&shown)));
+            servers.extend(s.siblings().iter().map(|sib| sibling_status(with_sessions(sib, Some(&shown)), sib, &s)));
+        }
         let retired: Vec<Value> =
             self.retired.lock().expect("lock").iter().map(|(s, shown)| with_sessions(s, shown.as_ref())).collect();
         let broken: Vec<Value> =
@@ -398,6 +438,7 @@ impl Servers {
         let mut all = self.servers();
         all.extend(self.variants().into_iter().map(|(s, _)| s));
         all.extend(self.retired.lock().expect("lock").iter().map(|(s, _)| s.clone()));
+        let all = with_siblings(all);
         let mut set = tokio::task::JoinSet::new();
         for server in all {
             set.spawn(async move {
@@ -413,8 +454,25 @@ impl Servers {
     }
 }
 
-/// Stops a server's instances and its upkeep.
+/// `servers` and the siblings each has made for clients of other profiles.
+fn with_siblings(servers: Vec<Arc<Server>>) -> Vec<Arc<Server>> {
+    servers.into_iter().flat_map(|s| std::iter::once(s.clone()).chain(s.siblings())).collect()
+}
+
+/// How status shows a sibling: under its own label, with the server it was made from.
+fn sibling_status(mut v: Value, sibling: &Server, base: &Server) -> Value {
+    v["name"] = json!(sibling.instance_label_prefix());
+    v["sibling_of"] = json!(base.instance_label_prefix());
+    v["share"] = json!(sibling.share().as_str());
+    v
+}
+
+/// Stops a server's instances and its upkeep (and its siblings').
 async fn stop_server(server: &Arc<Server>) {
+    for sibling in server.siblings() {
+        sibling.shutdown.cancel();
+        sibling.stop().await;
+    }
     server.shutdown.cancel();
     server.stop().await;
 }
@@ -477,7 +535,8 @@ mod tests {
         // A session keeps it however long it lasts.
         let (client, ours) = tokio::io::duplex(1024);
         let (r, w) = tokio::io::split(ours);
-        let opening = Opening { transport: "test", sessions: router.sessions.clone(), speaks_control: true };
+        let opening =
+            Opening { transport: "test", sessions: router.sessions.clone(), speaks_control: true, client_dir: None };
         let serving = tokio::spawn(session::serve(
             server.clone(),
             tokio::io::BufReader::new(r),

@@ -77,6 +77,17 @@ pub(crate) fn sort_list(items: &mut [serde_json::Value]) {
     items.sort_by_cached_key(|v| v.get("name").or_else(|| v.get("uri")).map(|k| k.to_string()));
 }
 
+/// Where the answer to switchyard's own roots/list goes (None: the client answered an error).
+type RootsAnswer = tokio::sync::oneshot::Sender<Option<serde_json::Value>>;
+
+/// An instance's roots/list waiting for a client's roots: the instance, its request id, and the
+/// session it belongs to (None: unclear, answered when the server's clients agree).
+struct Parked {
+    inst: Weak<Instance>,
+    id: String,
+    session: Option<SessionId>,
+}
+
 /// What switchyard knows of one client's roots.
 #[derive(Debug, Clone, PartialEq)]
 enum RootsState {
@@ -105,6 +116,10 @@ struct ListWatch {
 pub trait Upstreams: Send + Sync + 'static {
     /// Every instance alive now.
     fn instances(&self) -> Vec<Arc<Instance>>;
+    /// An instance seems to answer one request at a time (see [`crate::upstream::Events`]).
+    fn answers_one_at_a_time(&self, inst: &Instance, waited: Duration);
+    /// A client's roots, learned from its answer to the server's own roots/list.
+    fn roots_learned(&self, session: SessionId, roots: &serde_json::Value);
     /// The whole `{kind}/list` of an instance (None: it could not be fetched).
     fn fetch_list<'a>(
         &'a self,
@@ -127,7 +142,10 @@ pub struct Fanout {
     /// roots/list requests of servers handed to clients: (session, id the session sees).
     roots_asked: Mutex<BTreeSet<(SessionId, u64)>>,
     /// switchyard's own roots/list requests to clients, by id text: the session, and who waits.
-    own_asks: Mutex<HashMap<String, (SessionId, tokio::sync::oneshot::Sender<()>)>>,
+    own_asks: Mutex<HashMap<String, (SessionId, RootsAnswer)>>,
+    /// roots/list requests of instances that wait while switchyard asks its clients for their
+    /// roots (so a starting instance is answered with the roots of its clients, not refused).
+    parked_roots: Mutex<Vec<Parked>>,
     next_ask: AtomicU64,
     /// Each list kind as clients were last shown it (sorted): a tools/list that passed through,
     /// or what switchyard fetched when it passed a list_changed on (clients then fetch it too).
@@ -154,6 +172,11 @@ impl crate::upstream::Events for Fanout {
     fn linger(&self) -> Duration {
         self.linger
     }
+    fn answers_one_at_a_time(&self, from: &Instance, waited: Duration) {
+        if let Some(server) = self.owner.upgrade() {
+            server.answers_one_at_a_time(from, waited);
+        }
+    }
 }
 
 impl Fanout {
@@ -167,6 +190,7 @@ impl Fanout {
             roots: Mutex::new(HashMap::new()),
             roots_asked: Mutex::new(BTreeSet::new()),
             own_asks: Mutex::new(HashMap::new()),
+            parked_roots: Mutex::new(Vec::new()),
             next_ask: AtomicU64::new(1),
             lists: Mutex::new(HashMap::new()),
             list_watch: Mutex::new(HashMap::new()),
@@ -198,10 +222,16 @@ impl Fanout {
         self.roots_asked.lock().expect("lock").retain(|(s, _)| *s != id);
         self.own_asks.lock().expect("lock").retain(|_, (s, _)| *s != id);
         self.elicitations.lock().expect("lock").retain(|_, s| *s != id);
+        self.answer_parked_roots();
     }
 
     pub fn session(&self, id: SessionId) -> Option<Arc<ClientPeer>> {
         self.sessions.read().expect("lock").get(&id).cloned()
+    }
+
+    /// The sessions on this server now.
+    pub fn session_ids(&self) -> Vec<SessionId> {
+        self.sessions.read().expect("lock").keys().copied().collect()
     }
 
     pub fn session_count(&self) -> usize {
@@ -286,7 +316,7 @@ impl Fanout {
     /// A request from the server to a client (sampling, elicitation, roots, ...): to the session
     /// whose call caused it, never to another one. roots/list is answered from the roots the
     /// clients gave when they agree, so a starting instance does not show.
-    fn on_server_request(&self, inst: &Arc<Instance>, line: String, env: Envelope) {
+    fn on_server_request(self: &Arc<Self>, inst: &Arc<Instance>, line: String, env: Envelope) {
         let method = env.method.clone().unwrap_or_default();
         let id_span = env.id.clone().expect("requests have ids");
         let attribution = self.attribute(inst);
@@ -296,6 +326,27 @@ impl Fanout {
             Self::reply_to(inst, codec::response_ok(&line[id_span], &result));
             return;
         }
+        if method == "roots/list" {
+            let waits = match &attribution {
+                Attribution::Session(id) => self.roots.lock().expect("lock").get(id) == Some(&RootsState::Refreshing),
+                Attribution::Unclear(_) => self.roots_pending(),
+            };
+            if waits {
+                let session = match attribution {
+                    Attribution::Session(id) => Some(id),
+                    Attribution::Unclear(_) => None,
+                };
+                return self.park_roots_ask(inst, line, env, session);
+            }
+        }
+        self.route_server_request(inst, line, env);
+    }
+
+    /// [`Fanout::on_server_request`] past the roots switchyard answers itself.
+    fn route_server_request(&self, inst: &Arc<Instance>, line: String, env: Envelope) {
+        let method = env.method.clone().unwrap_or_default();
+        let id_span = env.id.clone().expect("requests have ids");
+        let attribution = self.attribute(inst);
         let target = match attribution {
             Attribution::Session(id) => {
                 self.session(id).ok_or_else(|| "the session it belongs to has disconnected".to_string())
@@ -357,66 +408,146 @@ impl Fanout {
         agreed.map(|v| v.to_string())
     }
 
-    /// A client said its roots changed. When switchyard keeps roots of this client, it asks for
-    /// the new ones before telling the servers this session may use (which then ask again and
-    /// are answered from them); otherwise the change goes on at once, as it came.
-    pub fn roots_list_changed(self: &Arc<Self>, link: &Arc<ClientPeer>, line: String) {
-        let (hub, session) = (self.clone(), link.id);
-        let asked = {
-            let mut roots = self.roots.lock().expect("lock");
-            roots.get(&session).is_some().then(|| {
-                roots.insert(session, RootsState::Refreshing);
-                let id = format!("\"switchyard-roots-{}\"", self.next_ask.fetch_add(1, Ordering::Relaxed));
-                let (tx, rx) = tokio::sync::oneshot::channel();
-                self.own_asks.lock().expect("lock").insert(id.clone(), (session, tx));
-                link.send_from_server(codec::request(&id, "roots/list", "{}"));
-                (id, rx)
-            })
-        };
-        tokio::spawn(async move {
-            if let Some((id, rx)) = asked
-                && !matches!(tokio::time::timeout(ROOTS_REFRESH_WAIT, rx).await, Ok(Ok(())))
-            {
+    /// Asks the client for its roots (switchyard's own roots/list) and waits for them, at most
+    /// `wait`: what it answered (None: an error, or no answer in time). Meanwhile instances that
+    /// ask for roots wait too. The answer is kept as the session's roots unless `keep` is false
+    /// (the session is about to move to another server, which is told them instead).
+    pub async fn fetch_roots(&self, link: &Arc<ClientPeer>, wait: Duration) -> Option<serde_json::Value> {
+        let session = link.id;
+        let id = format!("\"switchyard-roots-{}\"", self.next_ask.fetch_add(1, Ordering::Relaxed));
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.roots.lock().expect("lock").insert(session, RootsState::Refreshing);
+        self.own_asks.lock().expect("lock").insert(id.clone(), (session, tx));
+        link.send_from_server(codec::request(&id, "roots/list", "{}"));
+        let got = match tokio::time::timeout(wait, rx).await {
+            Ok(Ok(v)) => v,
+            _ => {
                 tracing::info!(
                     session,
-                    "the client did not answer switchyard's roots/list within {ROOTS_REFRESH_WAIT:?}; servers will ask it themselves"
+                    "the client did not answer switchyard's roots/list within {wait:?}; servers will ask it themselves"
                 );
-                hub.own_asks.lock().expect("lock").remove(&id);
-                let mut roots = hub.roots.lock().expect("lock");
-                if roots.get(&session) == Some(&RootsState::Refreshing) {
-                    roots.remove(&session);
-                }
+                self.own_asks.lock().expect("lock").remove(&id);
+                None
             }
-            let Some(server) = hub.owner.upgrade() else { return };
-            let targets =
-                server.instances().into_iter().filter(|i| i.is_ready() && i.owner.is_none_or(|o| o == session));
-            for inst in targets {
-                // Counted against the same unread budget as calls: a client that keeps saying its
-                // roots changed to a server that stopped reading must not grow switchyard's memory.
-                if !inst.is_writable() {
-                    let n = hub.dropped_roots_notices.fetch_add(1, Ordering::Relaxed) + 1;
-                    if n == 1 || n.is_multiple_of(100) {
-                        tracing::warn!(
-                            instance = %inst.label(),
-                            "dropped a client's roots/list_changed ({n} so far): the server has not read the last {} bytes sent to it",
-                            inst.backlog()
-                        );
-                    }
-                    continue;
-                }
-                let _ = inst.write(line.clone());
+        };
+        self.set_roots(session, got.clone());
+        got
+    }
+
+    /// The session's client declared roots and will be asked for them (once it is initialised):
+    /// until then, instances that ask for roots wait rather than be refused. A client that is
+    /// not asked within [`ROOTS_REFRESH_WAIT`] twice over counts as one whose roots are unknown.
+    pub fn expect_roots(self: &Arc<Self>, session: SessionId) {
+        self.roots.lock().expect("lock").insert(session, RootsState::Refreshing);
+        let hub = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(ROOTS_REFRESH_WAIT * 2).await;
+            let asking = hub.own_asks.lock().expect("lock").values().any(|(s, _)| *s == session);
+            let pending = hub.roots.lock().expect("lock").get(&session) == Some(&RootsState::Refreshing);
+            if pending && !asking {
+                hub.set_roots(session, None);
             }
         });
     }
 
-    /// Records a client's answer to roots/list (`None`: it answered with an error).
-    fn learn_roots(&self, session: SessionId, line: &str, env: &Envelope) {
-        let result = env.result.as_ref().and_then(|r| serde_json::from_str::<serde_json::Value>(&line[r.clone()]).ok());
-        let mut roots = self.roots.lock().expect("lock");
-        match result {
-            Some(v) => roots.insert(session, RootsState::Known(v)),
-            None => roots.remove(&session),
-        };
+    /// Records `roots` as the session's (None: unknown), and answers instances that waited.
+    pub fn set_roots(&self, session: SessionId, roots: Option<serde_json::Value>) {
+        {
+            let mut known = self.roots.lock().expect("lock");
+            match roots {
+                Some(v) => known.insert(session, RootsState::Known(v)),
+                None => known.remove(&session),
+            };
+        }
+        self.answer_parked_roots();
+    }
+
+    /// Whether switchyard is asking a client of this server for its roots now.
+    fn roots_pending(&self) -> bool {
+        self.roots.lock().expect("lock").values().any(|r| *r == RootsState::Refreshing)
+    }
+
+    /// An instance's roots/list waits while a client's roots are being asked for: it is
+    /// answered when they are known (see [`Fanout::answer_parked_roots`]), or after
+    /// [`ROOTS_REFRESH_WAIT`] goes the way it would have gone.
+    fn park_roots_ask(self: &Arc<Self>, inst: &Arc<Instance>, line: String, env: Envelope, session: Option<SessionId>) {
+        let id = line[env.id.clone().expect("requests have ids")].to_string();
+        self.parked_roots.lock().expect("lock").push(Parked { inst: Arc::downgrade(inst), id: id.clone(), session });
+        let (hub, inst) = (self.clone(), inst.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(ROOTS_REFRESH_WAIT).await;
+            let mut parked = hub.parked_roots.lock().expect("lock");
+            let before = parked.len();
+            parked.retain(|p| !(p.inst.as_ptr() == Arc::as_ptr(&inst) && p.id == id));
+            let still = parked.len() != before;
+            drop(parked);
+            if still {
+                hub.route_server_request(&inst, line, env);
+            }
+        });
+    }
+
+    /// Answers the instances' parked roots/list whose roots are known now: a session's own, or
+    /// (for one whose session is unclear or gone) those the server's clients agree on.
+    fn answer_parked_roots(&self) {
+        let parked = std::mem::take(&mut *self.parked_roots.lock().expect("lock"));
+        if parked.is_empty() {
+            return;
+        }
+        let mut kept = Vec::new();
+        for p in parked {
+            let attached = p.session.filter(|s| self.sessions.read().expect("lock").contains_key(s));
+            let answer = match attached {
+                Some(s) => self.cached_roots(&Attribution::Session(s)),
+                None if self.roots_pending() => None,
+                None => self.cached_roots(&Attribution::Unclear(String::new())),
+            };
+            match (answer, p.inst.upgrade()) {
+                (Some(result), Some(inst)) => Self::reply_to(&inst, codec::response_ok(&p.id, &result)),
+                (None, Some(_)) => kept.push(p),
+                (_, None) => {}
+            }
+        }
+        self.parked_roots.lock().expect("lock").extend(kept);
+    }
+
+    /// A client said its roots changed: switchyard asks for the new ones (when it keeps this
+    /// client's roots) and returns them; the change is then passed on by
+    /// [`Fanout::pass_roots_changed`], or the session moves to a server for its new roots.
+    pub async fn refresh_roots(&self, link: &Arc<ClientPeer>) -> Option<serde_json::Value> {
+        let known = self.roots.lock().expect("lock").get(&link.id).is_some();
+        if !known {
+            return None;
+        }
+        self.fetch_roots(link, ROOTS_REFRESH_WAIT).await
+    }
+
+    /// Passes a client's roots/list_changed on to the instances its session may use (which then
+    /// ask again and are answered from the roots switchyard keeps).
+    pub fn pass_roots_changed(&self, session: SessionId, line: String) {
+        let Some(server) = self.owner.upgrade() else { return };
+        let targets = server.instances().into_iter().filter(|i| i.is_ready() && i.owner.is_none_or(|o| o == session));
+        for inst in targets {
+            // Counted against the same unread budget as calls: a client that keeps saying its
+            // roots changed to a server that stopped reading must not grow switchyard's memory.
+            if !inst.is_writable() {
+                let n = self.dropped_roots_notices.fetch_add(1, Ordering::Relaxed) + 1;
+                if n == 1 || n.is_multiple_of(100) {
+                    tracing::warn!(
+                        instance = %inst.label(),
+                        "dropped a client's roots/list_changed ({n} so far): the server has not read the last {} bytes sent to it",
+                        inst.backlog()
+                    );
+                }
+                continue;
+            }
+            let _ = inst.write(line.clone());
+        }
+    }
+
+    /// A client's answer to roots/list, as JSON (`None`: it answered with an error).
+    fn roots_in(line: &str, env: &Envelope) -> Option<serde_json::Value> {
+        env.result.as_ref().and_then(|r| serde_json::from_str::<serde_json::Value>(&line[r.clone()]).ok())
     }
 
     /// An instance ended: its requests that clients still hold are withdrawn, so no client
@@ -447,9 +578,8 @@ impl Fanout {
             let mine = asks.get(&line[span.clone()]).is_some_and(|(s, _)| *s == link.id);
             if mine { asks.remove(&line[span.clone()]) } else { None }
         };
-        if let Some((session, done)) = own {
-            self.learn_roots(session, line, env);
-            let _ = done.send(());
+        if let Some((_, done)) = own {
+            let _ = done.send(Self::roots_in(line, env));
             return;
         }
         let n = line[span.clone()].parse::<u64>().ok();
@@ -461,7 +591,11 @@ impl Fanout {
         if let Some(n) = n
             && self.roots_asked.lock().expect("lock").remove(&(link.id, n))
         {
-            self.learn_roots(link.id, line, env);
+            let roots = Self::roots_in(line, env);
+            if let (Some(r), Some(server)) = (&roots, self.owner.upgrade()) {
+                server.roots_learned(link.id, r);
+            }
+            self.set_roots(link.id, roots);
         }
         let Some(inst) = inst.upgrade() else { return };
         let rewritten = codec::splice(line, span, &upstream_id);

@@ -97,6 +97,11 @@ impl Server {
         result
     }
 
+    /// Whether a client's initialize has been answered by an instance of this server.
+    pub fn is_initialized(&self) -> bool {
+        self.init_result.initialized()
+    }
+
     /// The error for a request that needs an initialised server when there is none: why the
     /// last initialize failed, if one was sent, or that none was.
     pub fn not_initialized(&self) -> CallError {

@@ -24,11 +24,13 @@ use switchyard_core::logging::Repeats;
 use switchyard_core::metrics::{Metrics, ToolNames};
 use switchyard_policy::Policy;
 
+pub mod answers;
 mod breaker;
 pub mod calls;
 pub mod fanout;
 mod health;
 mod init;
+pub mod profile;
 mod reconcile;
 mod status;
 mod tools;
@@ -91,6 +93,14 @@ pub struct Server {
     pub tasks: TaskTracker,
     /// Warnings that could otherwise repeat once per call or message.
     pub repeats: Repeated,
+    /// Which clients share its instances (`share`).
+    share: switchyard_config::Share,
+    /// Its place among the servers of one config, and the profile it serves.
+    family: profile::Family,
+    /// What it answered before (shared by the router's servers), and its config's key there.
+    answers: std::sync::OnceLock<(Arc<answers::Answers>, String)>,
+    /// Said once an instance seems to answer one request at a time (for status and the page).
+    serial: Mutex<Option<String>>,
 }
 
 /// A server's warnings that may come once per call or per message, each logged at most once
@@ -120,6 +130,33 @@ impl Server {
     /// Names its instances `PREFIX#N` instead of `NAME#N` (set before the first instance starts).
     pub fn set_instance_prefix(&self, prefix: &str) {
         let _ = self.instance_prefix.set(prefix.to_string());
+    }
+
+    /// Keeps what this server answers in `answers`, under `key` (its config's digest); a server
+    /// known to refuse server/discover refuses it at once from now on.
+    pub fn keep_answers(&self, answers: Arc<answers::Answers>, key: String) {
+        if answers.get(&format!("{key}:discover")).as_deref() == Some("refused") {
+            self.discover_refused.store(true, Ordering::Relaxed);
+        }
+        let _ = self.answers.set((answers, key));
+    }
+
+    /// The initialize result this server gave a client of `profile` before, if it did.
+    pub fn remembered_initialize(&self, profile: &profile::Profile) -> Option<String> {
+        let (answers, key) = self.answers.get()?;
+        answers.get(&profile.answer_key(key))
+    }
+
+    /// Remembers the initialize result for clients of `profile`.
+    pub fn remember_initialize(&self, profile: &profile::Profile, result: &str) {
+        if let Some((answers, key)) = self.answers.get() {
+            answers.put(&profile.answer_key(key), result);
+        }
+    }
+
+    /// What its instances' labels start with: its name, or the label of its variant or sibling.
+    pub fn instance_label_prefix(&self) -> &str {
+        self.instance_prefix.get().unwrap_or(&self.name)
     }
 
     pub fn new(
@@ -192,6 +229,10 @@ impl Server {
                 removed: Default::default(),
                 tasks: TaskTracker::new(),
                 repeats: Repeated::new(),
+                share: config.server.launch.share.unwrap_or_default(),
+                family: profile::Family::default(),
+                answers: std::sync::OnceLock::new(),
+                serial: Mutex::new(None),
             }
         })
     }
@@ -247,6 +288,9 @@ impl Server {
     /// The server answered server/discover with -32601: later probes are answered at once, and
     /// the instances started for that era (it has none) are stopped.
     pub fn refuse_discover(&self) {
+        if let Some((answers, key)) = self.answers.get() {
+            answers.put(&format!("{key}:discover"), "refused");
+        }
         if self.discover_refused.swap(true, Ordering::Relaxed) {
             return;
         }
@@ -287,7 +331,7 @@ impl Server {
         }
         let number = self.next_instance.fetch_add(1, Ordering::Relaxed);
         let events: Arc<dyn Events> = self.hub.clone();
-        let prefix = self.instance_prefix.get().unwrap_or(&self.name);
+        let prefix = self.instance_label_prefix();
         let inst = Instance::start(&*self.connector, prefix, number, pool, owner, events).await.map_err(|f| {
             self.record_start_failure(f.reason.clone());
             CallError::Down { server: self.name.clone(), reason: f.reason }
@@ -410,6 +454,25 @@ impl Server {
 impl Upstreams for Server {
     fn instances(&self) -> Vec<Arc<Instance>> {
         self.all_instances()
+    }
+    fn answers_one_at_a_time(&self, inst: &Instance, waited: Duration) {
+        let pool = self.pool_of(inst);
+        let Some(pool) = pool.filter(|p| p.config.max <= 1) else { return };
+        let name = &self.name;
+        let hint = format!(
+            "server `{name}` seems to answer one request at a time: calls sent while another ran on {} waited for it (the last {:.1} s), so every client waits behind the slowest call. If it keeps no state between calls, a pool runs calls side by side: [servers.{name}.pools.{}] max = 4",
+            inst.label(),
+            waited.as_secs_f64(),
+            pool.name
+        );
+        let mut serial = self.serial.lock().expect("lock");
+        if serial.is_none() {
+            tracing::warn!(server = %name, "{hint}");
+            *serial = Some(hint);
+        }
+    }
+    fn roots_learned(&self, session: SessionId, roots: &serde_json::Value) {
+        self.take_roots(session, roots);
     }
     fn fetch_list<'a>(
         &'a self,

@@ -56,6 +56,7 @@ impl Server {
             "initialized": self.init_result.initialized(),
             "instances": instances,
             "calls": self.calls.status(),
+            "one_at_a_time": *self.serial.lock().expect("lock"),
         })
     }
 }

@@ -24,14 +24,15 @@ impl Session {
         let resp = self
             .dispatch(&line, &env, &id, &token)
             .await
-            .or_else(|| token.owes_answer().then(|| self.server.ended().to_response(&id)));
+            .or_else(|| token.owes_answer().then(|| self.server().ended().to_response(&id)));
         // What the engine forwards it counts itself; what the session answers is counted here.
         let method = env.method.as_deref().unwrap_or_default();
         if ANSWERED_HERE.contains(&method) {
+            let server = self.server();
             let (outcome, code) =
                 resp.as_deref().map_or((Outcome::Cancelled, None), switchyard_core::metrics::answer_outcome);
-            self.server.metrics.call(Call {
-                server: &self.server.metric_name,
+            server.metrics.call(Call {
+                server: &server.metric_name,
                 method,
                 tool: None,
                 outcome,
@@ -52,8 +53,13 @@ impl Session {
 
     async fn dispatch(self: &Arc<Self>, line: &str, env: &Envelope, id: &str, cancel: &Cancel) -> Option<String> {
         let token = &cancel.token;
-        let server = &self.server;
         let method = env.method.as_deref().unwrap_or_default();
+        // A request waits while the session is being placed (its roots asked for); what it may
+        // send before it is initialised does not.
+        if !matches!(method, "initialize" | "ping" | "server/discover") {
+            or_cancelled(token, self.placed()).await?;
+        }
+        let server = &self.server();
         let params = env.params.as_ref().map(|p| &line[p.clone()]).unwrap_or("{}");
         let fields = env.params.as_ref().map(|p| codec::param_fields(line, p)).unwrap_or_default();
         let local_error = |code, msg: String| Some(codec::response_error(id, code, &msg, None));
@@ -74,12 +80,41 @@ impl Session {
         }
         match method {
             "initialize" => {
+                let profile = self.profile();
+                // A server known from before is answered at once with what it answered then;
+                // its start goes on, and requests wait for it.
+                if !server.is_initialized()
+                    && let Some(p) = &profile
+                    && let Some(remembered) = server.remembered_initialize(p)
+                {
+                    let (me, server, params, p) = (self.clone(), server.clone(), params.to_string(), p.clone());
+                    let answered = remembered.clone();
+                    server.clone().tasks.spawn(async move {
+                        match server.initialize(me.id, &params).await {
+                            Ok(result) => {
+                                server.remember_initialize(&p, &result);
+                                if !same_answer(&result, &answered) {
+                                    me.tell_lists_changed(&result);
+                                }
+                                server.refresh_tools().await;
+                            }
+                            Err(e) => tracing::warn!(
+                                session = %me.label, server = %server.name,
+                                "initialize was answered from the server's earlier answer, but the server did not start: {e}; the client's requests get this error"
+                            ),
+                        }
+                    });
+                    return Some(codec::response_ok(id, &remembered));
+                }
                 let r = tokio::select! {
                     r = server.initialize(self.id, params) => r,
                     _ = token.cancelled() => return None,
                 };
                 Some(match r {
                     Ok(result) => {
+                        if let Some(p) = &profile {
+                            server.remember_initialize(p, &result);
+                        }
                         let s = server.clone();
                         server.tasks.spawn(async move { s.refresh_tools().await });
                         codec::response_ok(id, &result)
@@ -125,7 +160,7 @@ impl Session {
     async fn forward(&self, line: &str, env: &Envelope, cancel: &Cancel, modern: bool) -> Option<String> {
         let req =
             call::Request { line, env, session: self.id, session_label: &self.label, link: &self.link, cancel, modern };
-        call::forward(&self.server, req).await
+        call::forward(&self.server(), req).await
     }
 
     /// `server/discover`, the 2026-07-28 client's first request (it sends no initialize). It
@@ -134,7 +169,7 @@ impl Session {
     /// client falls back to initialize. Clients fall back after a timeout too, so an instance
     /// that is up but does not answer within `limits.discover_timeout_ms` gets -32601 fast.
     async fn discover(&self, line: &str, env: &Envelope, cancel: &Cancel) -> Option<String> {
-        let server = &self.server;
+        let server = &self.server();
         let id = &line[env.id.clone().expect("requests have ids")];
         let not_found = |why: &str| {
             Some(codec::response_error(
@@ -183,5 +218,27 @@ async fn or_cancelled<T>(token: &CancellationToken, f: impl Future<Output = T>) 
     tokio::select! {
         v = f => Some(v),
         _ = token.cancelled() => None,
+    }
+}
+
+/// Whether two initialize results tell a client the same: the server, its capabilities, its
+/// protocol version and instructions (in any key order).
+fn same_answer(a: &str, b: &str) -> bool {
+    let parse = |t: &str| serde_json::from_str::<serde_json::Value>(t).ok();
+    parse(a) == parse(b)
+}
+
+impl Session {
+    /// The client was answered initialize from an earlier answer that differs from the server's
+    /// own now: it is told each list the server says may change did, so it fetches them again.
+    fn tell_lists_changed(&self, result: &str) {
+        let v: serde_json::Value = serde_json::from_str(result).unwrap_or_default();
+        tracing::info!(session = %self.label, "the server's initialize differs from its earlier answer the client got; telling it its lists changed");
+        // Only for lists the server says may change (a client is told of changes to no other).
+        for kind in ["tools", "prompts", "resources"] {
+            if v["capabilities"][kind]["listChanged"] == serde_json::Value::Bool(true) {
+                self.link.send_from_server(codec::notification(&format!("notifications/{kind}/list_changed"), "{}"));
+            }
+        }
     }
 }

@@ -17,8 +17,10 @@ use tokio_util::task::TaskTracker;
 use crate::call::Cancel;
 use crate::peer::ClientPeer;
 use crate::server::Server;
+use crate::server::profile::{Placed, Profile};
 use sessions::Registered;
 pub use sessions::Sessions;
+use switchyard_config::Share;
 use switchyard_core::codec::{self, Envelope, Frame, Kind, LineReader};
 use switchyard_core::ids::SessionId;
 
@@ -35,7 +37,10 @@ pub struct Session {
     pub id: SessionId,
     pub label: String,
     link: Arc<ClientPeer>,
-    server: Arc<Server>,
+    /// The server it is a client of: the one it joined, until its profile sends it to a sibling
+    /// (see [`crate::server::profile`]).
+    server: std::sync::RwLock<Arc<Server>>,
+    placement: Placement,
     /// Requests of this client still running, by their raw id: each owes exactly one response.
     inflight: Mutex<HashMap<String, Arc<Cancel>>>,
     /// Requests wait for the server's initialisation through this, one at a time in arrival
@@ -47,6 +52,27 @@ pub struct Session {
     speaks_control: bool,
 }
 
+/// Where a session stands in finding the server instances that serve its profile.
+struct Placement {
+    /// Its profile, once it sent initialize.
+    profile: Mutex<Option<Profile>>,
+    /// Its initialize params: a server it moves to is initialised with them.
+    init_params: Mutex<Option<String>>,
+    /// False while switchyard asks the client for its roots to place it: its requests wait.
+    settled: tokio::sync::watch::Sender<bool>,
+    /// The roots are being asked for, or were.
+    asked: std::sync::atomic::AtomicBool,
+    /// The client's project directory, when `connect` said it (for `share = "client"`).
+    client_dir: Option<String>,
+    /// A roots change is being taken up, and another was said meanwhile.
+    refreshing: std::sync::atomic::AtomicBool,
+    again: std::sync::atomic::AtomicBool,
+}
+
+/// How long a session waits for its client's roots before it is placed without them (a
+/// client answers in milliseconds; one that does not answer is served as one with no roots).
+const ROOTS_WAIT: Duration = Duration::from_secs(2);
+
 /// How a session was opened.
 pub struct Opening {
     /// What carries it (`stdio`, `unix`): the first part of its label.
@@ -55,12 +81,14 @@ pub struct Opening {
     pub sessions: Arc<Sessions>,
     /// The client understands switchyard's control lines.
     pub speaks_control: bool,
+    /// The client's project directory (`connect`'s working directory), when known.
+    pub client_dir: Option<String>,
 }
 
 impl Session {
-    /// The server this session is a client of.
-    pub fn server(&self) -> &Arc<Server> {
-        &self.server
+    /// The server this session is a client of now.
+    pub fn server(&self) -> Arc<Server> {
+        self.server.read().expect("lock").clone()
     }
 
     /// What carries it: the first part of its label (`stdio`, `unix`, `http`).
@@ -203,7 +231,16 @@ impl Session {
             id,
             label: label.clone(),
             link,
-            server: server.clone(),
+            server: std::sync::RwLock::new(server.clone()),
+            placement: Placement {
+                profile: Mutex::new(None),
+                init_params: Mutex::new(None),
+                settled: tokio::sync::watch::channel(true).0,
+                asked: Default::default(),
+                client_dir: opening.client_dir.clone(),
+                refreshing: Default::default(),
+                again: Default::default(),
+            },
             inflight: Mutex::new(HashMap::new()),
             in_order: tokio::sync::Mutex::new(()),
             started,
@@ -291,7 +328,7 @@ impl Serving<'_> {
             }
         }
         self.cancel_calls(client_listening).await;
-        self.server.detach(self.session.id).await;
+        self.session.server().detach(self.session.id).await;
         let session_overflowed = self.session.link.overflow.is_cancelled();
         let peak = self.session.link.backlog().peak();
         drop(self.session);
@@ -324,7 +361,7 @@ impl Serving<'_> {
             tracing::info!(session = %self.label, "session ended with {} calls in flight; cancelling them", open.len());
         }
         // Shutting down, or (the server's own token fired) its server was removed.
-        let why = self.server.ended().to_string();
+        let why = self.session.server().ended().to_string();
         for c in open {
             if client_listening {
                 c.cancel_and_answer(&why);
@@ -454,7 +491,7 @@ impl Session {
         };
         match env.kind {
             Kind::Response => {
-                self.server.hub.client_response(&self.link, &line, &env);
+                self.server().hub.client_response(&self.link, &line, &env);
                 Step::Done
             }
             Kind::Notification => {
@@ -483,11 +520,15 @@ impl Session {
                     _ if modern => self.link.open(),
                     Some("initialize") => {
                         let params = env.params.as_ref().map(|p| &line[p.clone()]).unwrap_or("{}");
-                        self.server.begin_initialize(params);
+                        self.place_at_initialize(params);
+                        self.server().begin_initialize(params);
                     }
                     Some("ping" | "server/discover") => {}
                     // A client that skips `initialized` is taken as initialised by its first call.
-                    _ => self.link.open(),
+                    _ => {
+                        self.link.open();
+                        self.settle_roots();
+                    }
                 }
                 Step::Run(line, env, token)
             }
@@ -499,7 +540,10 @@ impl Session {
         match method {
             // switchyard initialised the server itself; the client's ack opens its session to
             // what servers send on their own.
-            "notifications/initialized" => self.link.open(),
+            "notifications/initialized" => {
+                self.link.open();
+                self.settle_roots();
+            }
             "notifications/cancelled" => {
                 let fields = env.params.as_ref().map(|p| codec::param_fields(line, p)).unwrap_or_default();
                 let Some(span) = fields.request_id else { return };
@@ -516,10 +560,11 @@ impl Session {
             // without its tool, and it would go to every instance. Dropped, as JSON-RPC wants
             // a notification it cannot take to be (no reply).
             _ if !method.starts_with("notifications/") => {
-                if let Some(n) = self.server.repeats.request_without_id.hit() {
+                let server = self.server();
+                if let Some(n) = server.repeats.request_without_id.hit() {
                     tracing::warn!(
                         session = %self.label,
-                        server = %self.server.name,
+                        server = %server.name,
                         "dropped a `{method}` without an id from the client: a request needs an id to be answered, and this one was neither sent to the server nor judged by the policy{}",
                         switchyard_core::logging::times(n)
                     );
@@ -536,8 +581,9 @@ impl Session {
     /// A client notification for the servers (roots/list_changed and anything else). Like
     /// every message that reaches a server, it passes the policy first (on a plugin worker).
     async fn forward_notification(self: Arc<Self>, method: &str, line: String) {
+        let server = self.server();
         let call = switchyard_core::decision::CallInfo {
-            server: self.server.name.clone(),
+            server: server.name.clone(),
             session: self.label.clone(),
             method: method.to_string(),
             tool: None,
@@ -545,28 +591,27 @@ impl Session {
             declared: Default::default(),
             attempt: 0,
         };
-        if let Err(r) = self.server.policy.current().decide_async(&call).await {
+        if let Err(r) = server.policy.current().decide_async(&call).await {
             tracing::info!(session = %self.label, "{method} not forwarded: rejected by `{}`: {}", r.plugin, r.reason);
             return;
         }
         if method == "notifications/roots/list_changed" {
             // switchyard keeps the client's roots (it answers servers from them): it asks for
             // the new ones, then passes the change on.
-            return self.server.hub.roots_list_changed(&self.link, line);
+            return self.roots_changed(line).await;
         }
         // To every instance of the initialize era this session may use (the 2026-07-28
         // protocol has no such notifications).
-        let targets: Vec<_> = self
-            .server
+        let targets: Vec<_> = server
             .all_instances()
             .into_iter()
-            .filter(|i| i.is_ready() && i.owner.is_none_or(|o| o == self.id) && !self.server.is_modern(i))
+            .filter(|i| i.is_ready() && i.owner.is_none_or(|o| o == self.id) && !server.is_modern(i))
             .collect();
         for inst in targets {
             // Counted against the same unread budget as calls: a server that stopped reading
             // must not make switchyard hold every notification a client keeps sending.
             if !inst.is_writable() {
-                if let Some(n) = self.server.repeats.notification_unread.hit() {
+                if let Some(n) = server.repeats.notification_unread.hit() {
                     tracing::warn!(
                         session = %self.label,
                         instance = %inst.label(),
@@ -578,6 +623,160 @@ impl Session {
                 continue;
             }
             let _ = inst.write(line.clone());
+        }
+    }
+}
+
+impl Session {
+    /// At `initialize`: the session's profile, and the server that serves it (this one, or a
+    /// sibling made for it). A client that declares roots is placed again once they are known.
+    fn place_at_initialize(self: &Arc<Self>, params: &str) {
+        let server = self.server();
+        let owner = match server.share() {
+            Share::Client => {
+                let v: serde_json::Value = serde_json::from_str(params).unwrap_or_default();
+                let name = v["clientInfo"]["name"].as_str().unwrap_or_default();
+                Some(format!("{name} in {}", self.placement.client_dir.as_deref().unwrap_or("")))
+            }
+            Share::Session => Some(format!("session {}", self.id)),
+            Share::All | Share::Profile => None,
+        };
+        let profile = Profile::of_initialize(params, owner);
+        *self.placement.init_params.lock().expect("lock") = Some(params.to_string());
+        *self.placement.profile.lock().expect("lock") = Some(profile.clone());
+        let server = self.place(&server, &profile, false).unwrap_or(server);
+        // switchyard asks a client that declares roots for them once it is initialised. Where
+        // its requests could be served by instances set up for other roots (the server's roots
+        // are known, another client's; or it has other clients), they wait for the answer; a
+        // client alone on a server new to roots is served meanwhile, and the server takes its
+        // roots when they come.
+        let ask = profile.declares_roots() && server.has_family();
+        if ask {
+            let others = server.profile().is_some_and(|p| p.roots.is_some()) || server.hub.session_count() > 1;
+            if others {
+                self.placement.settled.send_replace(false);
+            } else {
+                server.reserve_roots(self.id);
+            }
+            server.hub.expect_roots(self.id);
+        }
+        self.placement.asked.store(!ask, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Sends the session to the server for `profile` when that is not `server`; returns it then.
+    fn place(self: &Arc<Self>, server: &Arc<Server>, profile: &Profile, roots_changed: bool) -> Option<Arc<Server>> {
+        match server.place(self.id, profile, roots_changed) {
+            Ok(Placed::Stay) => None,
+            Ok(Placed::Move(to)) => {
+                *self.server.write().expect("lock") = to.clone();
+                to.hub.attach(self.link.clone());
+                server.hub.detach(self.id);
+                let (from, id) = (server.clone(), self.id);
+                server.tasks.spawn(async move { from.detach(id).await });
+                tracing::info!(
+                    session = %self.label,
+                    "served by {}: what the server sees of this client differs from the clients of {}",
+                    to.instance_label_prefix(),
+                    server.instance_label_prefix()
+                );
+                Some(to)
+            }
+            Err(why) => {
+                tracing::warn!(
+                    session = %self.label,
+                    server = %server.name,
+                    "could not start instances for this client's profile ({why}); it shares those of {}",
+                    server.instance_label_prefix()
+                );
+                None
+            }
+        }
+    }
+
+    /// Once the client is initialised, where its initialize asked for it (see
+    /// [`Session::place_at_initialize`]): asks for its roots and places the session by them. Its
+    /// requests wait meanwhile (at most [`ROOTS_WAIT`]).
+    fn settle_roots(self: &Arc<Self>) {
+        // Once per initialize that asks for it (cheap on every later request).
+        if self.placement.asked.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        let me = self.clone();
+        tokio::spawn(async move {
+            let server = me.server();
+            if let Some(roots) = server.hub.fetch_roots(&me.link, ROOTS_WAIT).await {
+                me.place_by_roots(&server, roots, false);
+            }
+            me.placement.settled.send_replace(true);
+        });
+    }
+
+    /// The client's roots are `roots`: the session goes to the server for them (initialised
+    /// for it when it is not yet). True when it moved.
+    fn place_by_roots(self: &Arc<Self>, server: &Arc<Server>, roots: serde_json::Value, changed: bool) -> bool {
+        let profile = {
+            let mut p = self.placement.profile.lock().expect("lock");
+            let Some(p) = p.as_mut() else { return false };
+            p.roots = Some(crate::server::profile::canonical_roots(&roots));
+            p.clone()
+        };
+        let Some(to) = self.place(server, &profile, changed) else { return false };
+        to.hub.set_roots(self.id, Some(roots));
+        let params = self.placement.init_params.lock().expect("lock").clone();
+        if let Some(params) = params {
+            to.begin_initialize(&params);
+            let (me, to) = (self.clone(), to.clone());
+            to.clone().tasks.spawn(async move {
+                match to.initialize(me.id, &params).await {
+                    Ok(_) => to.refresh_tools().await,
+                    Err(e) => tracing::warn!(session = %me.label, "{} could not start for this client: {e}", to.instance_label_prefix()),
+                }
+            });
+        }
+        true
+    }
+
+    /// A client's roots/list_changed: switchyard learns the new roots; a session that shares its
+    /// instances with clients of the old roots moves to instances for the new ones, else the
+    /// change goes on to its instances.
+    async fn roots_changed(self: &Arc<Self>, line: String) {
+        use std::sync::atomic::Ordering::SeqCst;
+        // One refresh at a time: a change said while one runs is taken up by it (asked again
+        // once it ends), so a client that keeps saying so holds neither asks nor its lines.
+        if self.placement.refreshing.swap(true, SeqCst) {
+            self.placement.again.store(true, SeqCst);
+            return;
+        }
+        let mut line = line;
+        loop {
+            let server = self.server();
+            let moved = match server.hub.refresh_roots(&self.link).await {
+                Some(roots) if server.has_family() => self.place_by_roots(&server, roots, true),
+                _ => false,
+            };
+            if !moved {
+                server.hub.pass_roots_changed(self.id, line);
+            }
+            self.placement.refreshing.store(false, SeqCst);
+            if !self.placement.again.swap(false, SeqCst) || self.placement.refreshing.swap(true, SeqCst) {
+                return;
+            }
+            line = codec::notification("notifications/roots/list_changed", "{}");
+        }
+    }
+
+    /// Its profile, once it sent initialize.
+    fn profile(&self) -> Option<Profile> {
+        self.placement.profile.lock().expect("lock").clone()
+    }
+
+    /// Waits until the session is placed (see [`Session::settle_roots`]).
+    async fn placed(&self) {
+        let mut rx = self.placement.settled.subscribe();
+        while !*rx.borrow_and_update() {
+            if rx.changed().await.is_err() {
+                return;
+            }
         }
     }
 }

@@ -45,13 +45,13 @@ impl Sessions {
         self.count.subscribe()
     }
 
-    /// Tells every session of `server` that speaks control lines to move to the server as now
+    /// Tells every session of `server` (and of its siblings) that speaks control lines to move to the server as now
     /// configured (`control::Reply::Drain`); returns how many were told.
     pub fn drain(&self, server: &Arc<Server>, reason: &str) -> usize {
         let line = serde_json::to_string(&crate::control::Reply::Drain { reason: reason.to_string() })
             .expect("wire messages always serialise");
         let mut told = 0;
-        for s in self.list().into_iter().filter(|s| Arc::ptr_eq(&s.server, server) && s.speaks_control) {
+        for s in self.list().into_iter().filter(|s| Arc::ptr_eq(&s.server().base(), server) && s.speaks_control) {
             s.link.send(line.clone());
             told += 1;
         }

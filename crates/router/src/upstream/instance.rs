@@ -24,7 +24,27 @@ struct Pending {
     progress: Option<(String, Arc<dyn ProgressSink>)>,
     /// Poked on every progress notification, so the caller can extend its deadline.
     activity: Option<Arc<Notify>>,
+    /// When it was sent, and whether another call was in flight on the instance then.
+    sent: Instant,
+    behind: bool,
 }
+
+/// How an instance has answered calls that overlapped: whether it ever answered a later call
+/// before an earlier one (it runs calls concurrently), and how often a call sent while another
+/// was running got its answer only after that one, having waited a while (it may run one at a
+/// time).
+#[derive(Default)]
+struct Overlap {
+    out_of_order: bool,
+    waited_behind: u32,
+    told: bool,
+}
+
+/// How many long waits behind another call, with no answer ever out of order, make switchyard
+/// say that a server seems to answer one request at a time.
+const SERIAL_EVIDENCE: u32 = 3;
+/// A wait this long behind another call counts.
+const SERIAL_WAIT: Duration = Duration::from_millis(500);
 
 /// What switchyard has set up on an instance on behalf of its sessions.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -66,6 +86,8 @@ pub struct Instance {
     closing: AtomicBool,
     /// Set once any client call got a response (a crash after that is not a start-up failure).
     answered: AtomicBool,
+    /// How it answered calls that overlapped (does it run calls one at a time?).
+    overlap: Mutex<Overlap>,
     death: OnceLock<Death>,
     dead_tx: watch::Sender<bool>,
     applied: Mutex<Applied>,
@@ -120,6 +142,7 @@ impl Instance {
             ready: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             answered: AtomicBool::new(false),
+            overlap: Mutex::new(Overlap::default()),
             death: OnceLock::new(),
             dead_tx: watch::channel(false).0,
             applied: Mutex::new(Applied::default()),
@@ -321,7 +344,10 @@ impl Instance {
         let upstream_id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (line, progress) = build(&upstream_id.to_string());
         let (tx, rx) = oneshot::channel();
-        self.pending.lock().expect("lock").insert(upstream_id, Pending { session, reply: tx, progress, activity });
+        let mut pending = self.pending.lock().expect("lock");
+        let behind = session != 0 && pending.values().any(|p| p.session != 0);
+        pending.insert(upstream_id, Pending { session, reply: tx, progress, activity, sent: Instant::now(), behind });
+        drop(pending);
         if transport.send(Outbound { line, request: Some(upstream_id) }).is_err() {
             self.pending.lock().expect("lock").remove(&upstream_id);
             return Err(self.death_or_closed());
@@ -450,16 +476,39 @@ impl Instance {
         self.answer_with_error(id, p, format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{error}}}"#));
     }
 
+    /// Notes how a call that overlapped another was answered (see [`Overlap`]); once the
+    /// instance looks like it answers one request at a time, its events hear of it, once.
+    fn watch_overlap(&self, p: &Pending, earlier_pending: bool) {
+        let mut o = self.overlap.lock().expect("lock");
+        if earlier_pending {
+            o.out_of_order = true;
+        } else if p.behind && p.sent.elapsed() >= SERIAL_WAIT {
+            o.waited_behind += 1;
+        }
+        if o.out_of_order || o.told || o.waited_behind < SERIAL_EVIDENCE {
+            return;
+        }
+        o.told = true;
+        drop(o);
+        self.events.answers_one_at_a_time(self, p.sent.elapsed());
+    }
+
     fn on_response(&self, line: String, env: Envelope) {
         if env.id.is_none() {
             return self.on_null_id_error(&line);
         }
         let id = env.id.as_ref().and_then(|r| line[r.clone()].parse::<u64>().ok());
-        let entry = id.and_then(|id| self.pending.lock().expect("lock").remove(&id));
+        let (entry, earlier_pending) = {
+            let mut pending = self.pending.lock().expect("lock");
+            let entry = id.and_then(|id| pending.remove(&id));
+            let earlier = id.is_some_and(|id| pending.iter().any(|(k, p)| *k < id && p.session != 0));
+            (entry, earlier)
+        };
         match entry {
             Some(p) => {
                 if p.session != 0 {
                     self.answered.store(true, Ordering::Relaxed);
+                    self.watch_overlap(&p, earlier_pending);
                 }
                 let _ = p.reply.send(Ok(Reply { line, env }));
             }

@@ -37,6 +37,9 @@ pub trait Events: Send + Sync + 'static {
     fn server_notification(self: Arc<Self>, from: &Arc<Instance>, line: String, env: Envelope);
     /// How long an abandoned call still owns what its instance sends.
     fn linger(&self) -> Duration;
+    /// The instance seems to answer one request at a time: calls sent while another ran waited
+    /// for it (the last one `waited`), and no answer ever came out of order.
+    fn answers_one_at_a_time(&self, _from: &Instance, _waited: Duration) {}
 }
 
 /// Where a call's progress notifications go (the client's session queue).

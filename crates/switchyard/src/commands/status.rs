@@ -92,6 +92,13 @@ fn render(s: &serde_json::Value) -> String {
         if let Some(e) = server["last_error"].as_str() {
             let _ = writeln!(out, "  last error: {e}");
         }
+        if let Some(base) = server["sibling_of"].as_str() {
+            let _ =
+                writeln!(out, "  instances for clients that differ from those of {base} (share = {})", server["share"]);
+        }
+        if let Some(hint) = server["one_at_a_time"].as_str() {
+            let _ = writeln!(out, "  note: {hint}");
+        }
         let instances = server["instances"].as_array().cloned().unwrap_or_default();
         if instances.is_empty() {
             let _ = writeln!(out, "  no instance running (one starts with the first call)");

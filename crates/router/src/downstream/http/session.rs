@@ -208,7 +208,7 @@ impl HttpSession {
             ended: CancellationToken::new(),
             last_seen: Mutex::new(Instant::now()),
         });
-        let opening = crate::session::Opening { transport: "http", sessions, speaks_control: false };
+        let opening = crate::session::Opening { transport: "http", sessions, speaks_control: false, client_dir: None };
         let ended = session.ended.clone();
         tokio::spawn(async move {
             let why = "the HTTP session was ended (DELETE or idle past [http] session_idle_ms)";

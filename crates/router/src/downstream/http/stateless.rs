@@ -172,6 +172,7 @@ impl Front {
             transport: "http",
             sessions: self.router.sessions.clone(),
             speaks_control: false,
+            client_dir: None,
         };
         let output = Catch { id: canonical(&id), progress, to_client, inbox: Some(inbox) };
         // The ephemeral session's input: the one request (and answers to server requests),

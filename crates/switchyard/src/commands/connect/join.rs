@@ -214,6 +214,7 @@ async fn greet(destination: &Destination, stream: UnixStream) -> Result<Joined, 
         server: destination.server.clone(),
         version: VERSION.to_string(),
         env: destination.env.0.clone(),
+        dir: std::env::current_dir().ok().map(|d| d.display().to_string()),
     });
     writer
         .write_all(hello.as_bytes())

@@ -205,7 +205,8 @@ async fn a_welcomed_session_is_relayed_both_ways_and_control_lines_stay_with_con
     assert_eq!((answer["id"].clone(), answer["result"]["conn"].clone()), (json!("a"), json!(1)), "{answer}");
     fake.wait_for("the initialized notification", |f| f.got(1).len() == 4).await;
     let got = fake.got(1);
-    assert_eq!(got[0], json!({"switchyard": "connect", "server": "fs", "version": VERSION}));
+    let here = std::env::current_dir().unwrap().display().to_string();
+    assert_eq!(got[0], json!({"switchyard": "connect", "server": "fs", "version": VERSION, "dir": here}));
     assert_eq!(got[2]["method"], "notifications/initialized");
     // The router's own lines: a control line is acted on (an unknown one is dropped), never passed on.
     fake.send(1, control::line(&Reply::Status { status: json!({}) }).trim());
@@ -367,7 +368,8 @@ async fn an_old_form_connect_ends_with_an_error_when_its_router_is_gone() {
         no_daemon(),
     );
     c.initialize().await;
-    assert_eq!(fake.got(1)[0], json!({"switchyard": "connect", "server": null, "version": VERSION}));
+    let here = std::env::current_dir().unwrap().display().to_string();
+    assert_eq!(fake.got(1)[0], json!({"switchyard": "connect", "server": null, "version": VERSION, "dir": here}));
     c.request(json!(7), "tools/call", json!({"name": "hang"})).await;
     fake.wait_for("the call", |f| f.got(1).iter().any(|m| m["id"] == 7)).await;
     fake.stop();

@@ -192,7 +192,11 @@ async fn serve(
     // Checked before anything starts: a front that cannot be served stops the daemon here.
     let front = http_front(http_flag, &config, &config_path)?;
     let policy = Policy::start(&config, plugins, shutdown.child_token()).await?;
-    let about = About { config: Some(config_path.clone()), socket: Some(socket.clone()), log };
+    // Without a state directory the answers are kept in memory only: said, not fatal.
+    let answers = switchyard_config::paths::answers_for(&config_path)
+        .map_err(|e| tracing::warn!("servers' answers are not kept between runs: {e:#}"))
+        .ok();
+    let about = About { config: Some(config_path.clone()), socket: Some(socket.clone()), log, answers };
     let router = Servers::new(policy, about, Some(PathBuf::from("/proc/self/exe")), shutdown.clone());
     let mut applied = Applied::default();
     applied.apply(&router, &config, &text);

@@ -2,15 +2,17 @@
 //!
 //! Everything comes from this binary: it runs itself as the fixture MCP server and as the router,
 //! writes the embedded example plugins into a scratch directory, and speaks MCP to both over
-//! pipes with the small JSON-RPC client of [`peer`]. Five scenarios ([`scenarios`], [`silent`]),
-//! each a pair of measurements from the same run; the exit status says whether every one behaved
-//! as expected. The fifth reaches the fixture over HTTP, through `switchyard daemon`'s front and
-//! a [`relay`] that can make a link go silent.
+//! pipes with the small JSON-RPC client of [`peer`]. Six scenarios ([`scenarios`], [`silent`],
+//! [`sigterm`]), each a pair of measurements from the same run; the exit status says whether
+//! every one behaved as expected. The fifth reaches the fixture over HTTP, through `switchyard
+//! daemon`'s front and a [`relay`] that can make a link go silent; the sixth goes through
+//! `switchyard connect` and its daemon.
 
 mod peer;
 mod relay;
 mod report;
 mod scenarios;
+mod sigterm;
 mod silent;
 
 use std::path::PathBuf;
@@ -27,7 +29,7 @@ pub(crate) fn run_blocking() -> anyhow::Result<()> {
     runtime.block_on(run())
 }
 
-/// Runs the five scenarios, prints progress and then the table.
+/// Runs the six scenarios, prints progress and then the table.
 async fn run() -> anyhow::Result<()> {
     let demo = Demo::new()?;
     let started = Instant::now();
@@ -35,12 +37,13 @@ async fn run() -> anyhow::Result<()> {
     println!("(both are this binary: {})\n", demo.exe.display());
 
     let mut report = Report::default();
-    let scenarios: [(&str, &str); 5] = [
+    let scenarios: [(&str, &str); 6] = [
         ("1 head-of-line", "a quick call behind a 3 s call on a serial server"),
         ("2 annotations", "hints makes tools parallel, fs-keys keeps writes to one path serial"),
         ("3 crash", "the server is killed (kill -9) with calls in flight"),
         ("4 hot reload", "hints.wasm is replaced by hints-v2.wasm while calls are running"),
         ("5 silent link", "a remote server's link goes silent (no FIN, no RST), then the network heals"),
+        ("6 sigterm", "the client SIGTERMs its server command (a server that takes 2 s to start)"),
     ];
     for (i, (name, what)) in scenarios.iter().enumerate() {
         println!("[{}/{}] {what} ...", i + 1, scenarios.len());
@@ -51,7 +54,8 @@ async fn run() -> anyhow::Result<()> {
             1 => demo.annotations(&mut report, name).await,
             2 => demo.crash(&mut report, name).await,
             3 => demo.hot_reload(&mut report, name).await,
-            _ => demo.silent_link(&mut report, name).await,
+            4 => demo.silent_link(&mut report, name).await,
+            _ => demo.sigterm(&mut report, name).await,
         };
         if let Err(e) = outcome {
             report.failures.push(format!("{name}: {e:#}"));

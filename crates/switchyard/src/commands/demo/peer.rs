@@ -209,6 +209,13 @@ impl Peer {
         }
     }
 
+    /// SIGTERM to the process itself (as a client ends its server command).
+    pub(super) fn terminate(&self) {
+        if let Some(pid) = self.child.id().and_then(|pid| rustix::process::Pid::from_raw(pid as i32)) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+    }
+
     fn kill_group(&self) {
         if let Some(pgid) = self.child.id().and_then(|pid| rustix::process::Pid::from_raw(pid as i32)) {
             let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);

@@ -401,7 +401,7 @@ async fn parallel_tools(peer: &Peer) -> anyhow::Result<Vec<String>> {
     Ok(names)
 }
 
-async fn fixture_pid(peer: &Peer) -> anyhow::Result<u32> {
+pub(super) async fn fixture_pid(peer: &Peer) -> anyhow::Result<u32> {
     let r = peer.tool("pid", json!({})).await?;
     let text = tool_text(&r).ok_or_else(|| anyhow!("pid: {}", summary(&r)))?;
     let v: Value = serde_json::from_str(text)?;

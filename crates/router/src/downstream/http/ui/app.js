@@ -80,7 +80,8 @@
       var state;
       if (v.client_env) { state = { cls: "", text: "template: " + (v.variants || []).length + " running" }; }
       else if (v.retired) { state = { cls: "warn", text: "old configuration, draining" }; }
-      else if (v.initialized) { state = { cls: "ok", text: "serving" }; }
+      else if (v.one_at_a_time) { state = { cls: "warn", text: v.one_at_a_time }; }
+      else if (v.initialized) { state = { cls: "ok", text: v.sibling_of ? "serving clients that differ from " + v.sibling_of + "'s" : "serving" }; }
       else { state = { cls: "", text: "waiting for its first client" }; }
       return [v.name, { cls: "mono", text: v.target }, state, num(v.starts), num(v.restarts), num(inflight),
         v.last_error ? { cls: "bad", text: v.last_error } : ""];

@@ -1,0 +1,349 @@
+//! Which clients share a server's instances. A client's profile is what the server can observe of
+//! it: the protocol version and capabilities of its initialize, its roots, and (by `share`) the
+//! client or session itself. The server as configured (the base) serves the first profile that
+//! initialises it; a client whose profile differs gets a sibling: a server of the same config,
+//! with its own instances, initialised with that client's initialize, labelled `NAME~N`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use serde_json::Value;
+
+use super::Server;
+use switchyard_config::Share;
+
+/// What a server can observe of a client, as far as it is known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Profile {
+    /// The `protocolVersion` of its initialize.
+    pub version: String,
+    /// Its declared `capabilities`, in one canonical form.
+    pub capabilities: String,
+    /// Its roots (canonical, in one order) once switchyard has asked for them; `None` until then
+    /// and for a client that declares no roots.
+    pub roots: Option<String>,
+    /// By `share`: the client (`client`) or the session (`session`) the instances are for.
+    pub owner: Option<String>,
+}
+
+impl Profile {
+    /// The profile in `initialize` params (roots not known yet).
+    pub fn of_initialize(params: &str, owner: Option<String>) -> Profile {
+        let v: Value = serde_json::from_str(params).unwrap_or(Value::Null);
+        Profile {
+            version: v["protocolVersion"].as_str().unwrap_or_default().to_string(),
+            capabilities: canonical(v.get("capabilities").unwrap_or(&Value::Null)),
+            roots: None,
+            owner,
+        }
+    }
+
+    /// Whether a client with this profile declared the roots capability (so its roots are part
+    /// of what the server sees).
+    pub fn declares_roots(&self) -> bool {
+        serde_json::from_str::<Value>(&self.capabilities).is_ok_and(|c| c.get("roots").is_some_and(|r| !r.is_null()))
+    }
+
+    /// Where the initialize result for this profile is kept, for a server whose config key is
+    /// `server` (the roots play no part: they are learned after initialize).
+    pub fn answer_key(&self, server: &str) -> String {
+        let owner = self.owner.as_deref().unwrap_or("");
+        format!("{server}:initialize:{}", super::answers::digest(&[&self.version, &self.capabilities, owner]))
+    }
+
+    /// Everything but the roots agrees.
+    fn same_client(&self, other: &Profile) -> bool {
+        self.version == other.version && self.capabilities == other.capabilities && self.owner == other.owner
+    }
+}
+
+/// A `roots/list` result's roots in one order (by URI), so that equal sets compare equal.
+pub fn canonical_roots(result: &Value) -> String {
+    let mut roots: Vec<Value> = result.get("roots").and_then(Value::as_array).cloned().unwrap_or_default();
+    roots.sort_by_cached_key(|r| r.get("uri").map(Value::to_string).unwrap_or_default());
+    canonical(&Value::Array(roots))
+}
+
+/// JSON text with every object's keys in order.
+fn canonical(v: &Value) -> String {
+    fn sorted(v: &Value) -> Value {
+        match v {
+            Value::Object(m) => {
+                let mut keys: Vec<&String> = m.keys().collect();
+                keys.sort();
+                Value::Object(keys.into_iter().map(|k| (k.clone(), sorted(&m[k]))).collect())
+            }
+            Value::Array(a) => Value::Array(a.iter().map(sorted).collect()),
+            other => other.clone(),
+        }
+    }
+    sorted(v).to_string()
+}
+
+/// Makes a sibling of a base server, labelled as given (set by the router, which builds servers).
+pub type MakeSibling = Box<dyn Fn(&str) -> anyhow::Result<Arc<Server>> + Send + Sync>;
+
+/// A server's place among the servers of one config: the base keeps its siblings.
+#[derive(Default)]
+pub struct Family {
+    /// On a sibling: its base.
+    base: OnceLock<Weak<Server>>,
+    /// On the base: the siblings serving now.
+    siblings: Mutex<Vec<Arc<Server>>>,
+    /// On the base: how siblings are made (None: this server never gets siblings).
+    make: OnceLock<MakeSibling>,
+    next: AtomicU64,
+    /// The profile this server serves, once a client claimed it (an initialised server keeps it).
+    claimed: Mutex<Option<Profile>>,
+    /// When a client was last sent here: a sibling is not stopped just as a client arrives.
+    touched: Mutex<Option<Instant>>,
+    /// The session served here before its roots were known: the roots this server takes are
+    /// its, not those of a client that came later and answered first.
+    reserved: Mutex<Option<u64>>,
+}
+
+/// Where a client goes.
+pub enum Placed {
+    /// The server it is on serves its profile.
+    Stay,
+    /// Another server of the family serves it.
+    Move(Arc<Server>),
+}
+
+impl Server {
+    /// How this server's instances are shared.
+    pub fn share(&self) -> Share {
+        self.share
+    }
+
+    /// Lets this server make siblings for clients of other profiles.
+    pub fn allow_siblings(&self, make: MakeSibling) {
+        let _ = self.family.make.set(make);
+    }
+
+    /// Whether clients of other profiles get instances of their own here (`share` is not `all`,
+    /// and the router lets this server have siblings).
+    pub fn has_family(&self) -> bool {
+        self.share != Share::All && (self.family.make.get().is_some() || self.family.base.get().is_some())
+    }
+
+    /// The server as configured (itself, unless it is a sibling).
+    pub fn base(self: &Arc<Self>) -> Arc<Server> {
+        self.family.base.get().and_then(Weak::upgrade).unwrap_or_else(|| self.clone())
+    }
+
+    /// The siblings serving now (on the base; none on a sibling).
+    pub fn siblings(&self) -> Vec<Arc<Server>> {
+        self.family.siblings.lock().expect("lock").clone()
+    }
+
+    /// The profile this server serves, if one was claimed.
+    pub fn profile(&self) -> Option<Profile> {
+        self.family.claimed.lock().expect("lock").clone()
+    }
+
+    /// Claims this server for `want` if it is free or serves a profile `want` fits (filling in
+    /// the roots, when the server's are not known yet). True if it serves `want` now.
+    fn claim(&self, session: u64, want: &Profile) -> bool {
+        // Reserved for a session still on it whose roots are not known yet: only it may set them.
+        let reserved = *self.family.reserved.lock().expect("lock");
+        let held_for_other = reserved.is_some_and(|r| r != session && self.hub.session(r).is_some());
+        let mut claimed = self.family.claimed.lock().expect("lock");
+        match claimed.as_mut() {
+            None => {
+                *claimed = Some(want.clone());
+                true
+            }
+            Some(p) if !p.same_client(want) => false,
+            Some(p) => match (&p.roots, &want.roots) {
+                (_, None) => true,
+                (None, Some(_)) if held_for_other => false,
+                (None, Some(_)) => {
+                    p.roots = want.roots.clone();
+                    *self.family.reserved.lock().expect("lock") = None;
+                    true
+                }
+                (Some(a), Some(b)) => a == b,
+            },
+        }
+    }
+
+    /// `session` is served here before its roots are known: the roots this server takes are
+    /// its (see [`Family`]).
+    pub fn reserve_roots(&self, session: u64) {
+        let claimed = self.family.claimed.lock().expect("lock");
+        if claimed.as_ref().is_some_and(|p| p.roots.is_none()) {
+            self.family.reserved.lock().expect("lock").get_or_insert(session);
+        }
+    }
+
+    /// The server's client answered its roots/list: a server whose profile has no roots yet
+    /// takes them (a client alone on a server is not asked by switchyard itself; the server's
+    /// own question tells them).
+    pub(super) fn take_roots(&self, session: u64, roots: &Value) {
+        if self.family.reserved.lock().expect("lock").is_some_and(|r| r != session) {
+            return;
+        }
+        if let Some(p) = self.family.claimed.lock().expect("lock").as_mut()
+            && p.roots.is_none()
+            && p.declares_roots()
+        {
+            p.roots = Some(canonical_roots(roots));
+        }
+    }
+
+    /// Whether only this session is on this server (or none): a session alone may change the
+    /// server's roots rather than move.
+    fn alone(&self, session: u64) -> bool {
+        self.hub.session_ids().iter().all(|s| *s == session)
+    }
+
+    /// Where a client of profile `want`, a session on this server, is served: here, when this
+    /// server serves that profile (or is free to); else the sibling that does, made if none.
+    /// `roots_changed`: the client's roots changed, so a server it is alone on takes them.
+    pub fn place(self: &Arc<Self>, session: u64, want: &Profile, roots_changed: bool) -> Result<Placed, String> {
+        if !self.has_family() {
+            return Ok(Placed::Stay);
+        }
+        if roots_changed && self.alone(session) {
+            let mut claimed = self.family.claimed.lock().expect("lock");
+            if let Some(p) = claimed.as_mut().filter(|p| p.same_client(want)) {
+                p.roots = want.roots.clone();
+                return Ok(Placed::Stay);
+            }
+        }
+        let base = self.base();
+        // With `share = "session"` the base serves no session: it would outlive it, keeping
+        // that session's state; each session's sibling stops with it.
+        let base_serves = self.share != Share::Session;
+        let is_base = Arc::ptr_eq(&base, self);
+        if (base_serves || !is_base) && self.claim(session, want) {
+            return Ok(Placed::Stay);
+        }
+        if base_serves && !is_base && base.claim(session, want) {
+            return Ok(Placed::Move(base));
+        }
+        let mut siblings = base.family.siblings.lock().expect("lock");
+        if let Some(s) =
+            siblings.iter().find(|s| !Arc::ptr_eq(s, self) && !s.shutdown.is_cancelled() && s.claim(session, want))
+        {
+            *s.family.touched.lock().expect("lock") = Some(Instant::now());
+            return Ok(Placed::Move(s.clone()));
+        }
+        let Some(make) = base.family.make.get() else { return Ok(Placed::Stay) };
+        let label =
+            format!("{}~{}", base.instance_label_prefix(), base.family.next.fetch_add(1, Ordering::Relaxed) + 2);
+        let sibling = make(&label).map_err(|e| format!("{e:#}"))?;
+        let _ = sibling.family.base.set(Arc::downgrade(&base));
+        sibling.set_instance_prefix(&label);
+        sibling.claim(session, want);
+        siblings.push(sibling.clone());
+        drop(siblings);
+        base.tasks.spawn(expire(Arc::downgrade(&base), sibling.clone()));
+        tracing::info!(
+            server = %base.name,
+            "{label} started: a client differs from those of the running instances in what the server sees ({}); it gets instances of its own (share = \"{}\")",
+            differs(&base, want),
+            self.share.as_str()
+        );
+        Ok(Placed::Move(sibling))
+    }
+}
+
+/// How long a sibling goes on running after its last session left: a client that comes back
+/// (a restarted chat, a `connect` started again) finds its instances and their state there.
+/// A sibling of `share = "session"` stops when its session ends: no other session is its.
+pub const SIBLING_IDLE: Duration = Duration::from_secs(600);
+/// How often a sibling checks whether it has been idle that long.
+const SIBLING_CHECK: Duration = Duration::from_secs(1);
+
+/// Stops `sibling` once it has had no session for [`SIBLING_IDLE`] (or at once, for
+/// `share = "session"`), or when it or its base stops.
+async fn expire(base: Weak<Server>, sibling: Arc<Server>) {
+    let linger = if sibling.share == Share::Session { Duration::ZERO } else { SIBLING_IDLE };
+    let mut used = Instant::now();
+    loop {
+        tokio::select! {
+            _ = sibling.shutdown.cancelled() => break,
+            _ = tokio::time::sleep(SIBLING_CHECK) => {}
+        }
+        let Some(base) = base.upgrade() else { break };
+        if base.shutdown.is_cancelled() {
+            break;
+        }
+        if sibling.hub.session_count() > 0 {
+            used = Instant::now();
+            continue;
+        }
+        if used.elapsed() < linger {
+            continue;
+        }
+        // Under the lock a client finding a sibling takes, so none is sent to it now.
+        let mut siblings = base.family.siblings.lock().expect("lock");
+        let touched = *sibling.family.touched.lock().expect("lock");
+        if sibling.hub.session_count() > 0 || touched.is_some_and(|t| t.elapsed() < SIBLING_CHECK * 2) {
+            continue;
+        }
+        siblings.retain(|s| !Arc::ptr_eq(s, &sibling));
+        drop(siblings);
+        tracing::info!(
+            server = %base.name,
+            "{}: no session for {} s; its instances stop",
+            sibling.instance_label_prefix(),
+            linger.as_secs()
+        );
+        break;
+    }
+    sibling.shutdown.cancel();
+    sibling.stop().await;
+}
+
+/// How `want` differs from the base's profile, in words (never the values: roots name paths).
+fn differs(base: &Server, want: &Profile) -> String {
+    let Some(p) = base.profile() else { return "another profile".into() };
+    let mut parts = Vec::new();
+    if p.version != want.version {
+        parts.push(format!("protocol {} instead of {}", want.version, p.version));
+    }
+    if p.capabilities != want.capabilities {
+        parts.push("other capabilities".into());
+    }
+    if p.roots != want.roots {
+        parts.push("other roots".into());
+    }
+    if p.owner != want.owner {
+        parts.push("another client".into());
+    }
+    if parts.is_empty() { "another profile".into() } else { parts.join(", ") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profiles_compare_by_content_not_by_form() {
+        let a = Profile::of_initialize(
+            r#"{"protocolVersion":"2025-11-25","capabilities":{"sampling":{},"roots":{"listChanged":true}}}"#,
+            None,
+        );
+        let b = Profile::of_initialize(
+            r#"{"capabilities":{"roots":{"listChanged":true},"sampling":{}},"protocolVersion":"2025-11-25","clientInfo":{"name":"x"}}"#,
+            None,
+        );
+        assert_eq!(a, b);
+        assert!(a.declares_roots());
+        let c = Profile::of_initialize(r#"{"protocolVersion":"2025-11-25","capabilities":{"roots":{}}}"#, None);
+        assert_ne!(a, c);
+        let none = Profile::of_initialize(r#"{"protocolVersion":"2025-11-25","capabilities":{"roots":null}}"#, None);
+        assert!(!none.declares_roots());
+        let x: Value =
+            serde_json::from_str(r#"{"roots":[{"uri":"file:///b"},{"uri":"file:///a","name":"A"}]}"#).unwrap();
+        let y: Value =
+            serde_json::from_str(r#"{"roots":[{"name":"A","uri":"file:///a"},{"uri":"file:///b"}]}"#).unwrap();
+        assert_eq!(canonical_roots(&x), canonical_roots(&y));
+    }
+}
