@@ -63,6 +63,16 @@ fn agreed_roots<'a>(states: impl IntoIterator<Item = Option<&'a RootsState>>) ->
 }
 
 /// `params.elicitationId` of a URL-mode elicitation or its completion notice.
+/// The task a server's request is made for (`_meta` related-task), if it names one.
+fn related_task(line: &str, params: Option<&std::ops::Range<usize>>) -> Option<String> {
+    let p = &line[params?.clone()];
+    if !p.contains(super::tasks::RELATED_TASK) {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(p).ok()?;
+    v["_meta"][super::tasks::RELATED_TASK]["taskId"].as_str().map(str::to_string)
+}
+
 fn elicitation_id(line: &str, params: Option<&std::ops::Range<usize>>) -> Option<String> {
     let text = &line[params?.clone()];
     if !text.contains("elicitationId") {
@@ -142,6 +152,9 @@ pub struct Fanout {
     /// URL-mode elicitations handed to a session, by (instance number, elicitationId): their
     /// `notifications/elicitation/complete` goes to that session only.
     elicitations: Mutex<HashMap<(u64, String), SessionId>>,
+    /// The tasks clients were handed: their instance and session (their notifications go to
+    /// that session only) and the gates their creating calls still hold.
+    pub tasks: Arc<super::tasks::Tasks>,
 }
 
 impl crate::upstream::Events for Fanout {
@@ -174,6 +187,7 @@ impl Fanout {
             absorbed: AtomicU64::new(0),
             dropped_roots_notices: AtomicU64::new(0),
             elicitations: Mutex::new(HashMap::new()),
+            tasks: Arc::default(),
         })
     }
 
@@ -288,8 +302,41 @@ impl Fanout {
     /// clients gave when they agree, so a starting instance does not show.
     fn on_server_request(&self, inst: &Arc<Instance>, line: String, env: Envelope) {
         let method = env.method.clone().unwrap_or_default();
+        // A request on behalf of a task (elicitation while it waits for input) is for the session
+        // that was handed the task, whoever else has calls on the instance.
+        let task = related_task(&line, env.params.as_ref())
+            .and_then(|up| self.tasks.session_of(inst.number(), &up).map(|s| (up, s)))
+            .filter(|(_, s)| *s != super::tasks::NO_SESSION);
+        let attribution = match &task {
+            Some((_, session)) => Attribution::Session(*session),
+            None => self.attribute(inst),
+        };
+        // The task's id as the session knows it (the params change length: the id's place is
+        // found again by parsing the new line).
+        let sealed = task.as_ref().zip(env.params.as_ref()).and_then(|((upstream, session), params)| {
+            let route = super::tasks::Route { instance: inst.number(), session: *session, upstream: upstream.clone() };
+            let new = super::tasks::replace_task_id(
+                &line[params.clone()],
+                upstream,
+                &super::tasks::seal(&self.server, &route),
+            )?;
+            let rewritten = codec::splice(&line, params.clone(), &new);
+            codec::parse(&rewritten).ok().map(|e| (rewritten, e))
+        });
+        let (line, env) = sealed.unwrap_or((line, env));
+        self.deliver_request(inst, line, env, attribution, method)
+    }
+
+    /// A server's request to the session `attribution` names, or refused when none is.
+    fn deliver_request(
+        &self,
+        inst: &Arc<Instance>,
+        line: String,
+        env: Envelope,
+        attribution: Attribution,
+        method: String,
+    ) {
         let id_span = env.id.clone().expect("requests have ids");
-        let attribution = self.attribute(inst);
         if method == "roots/list"
             && let Some(result) = self.cached_roots(&attribution)
         {
@@ -423,6 +470,7 @@ impl Fanout {
     /// keeps a sampling or elicitation dialog open for a server that is gone.
     pub fn instance_gone(&self, inst: &Instance) {
         self.elicitations.lock().expect("lock").retain(|(n, _), _| *n != inst.number());
+        self.tasks.instance_gone(inst.number());
         for s in self.sessions.read().expect("lock").values() {
             for n in s.take_outbound(inst, None) {
                 self.roots_asked.lock().expect("lock").remove(&(s.id, n));
@@ -521,6 +569,9 @@ impl Fanout {
                     }
                 }
             }
+            // A task's status (2025-11-25), or the tasks extension's notice: to the session that
+            // was handed the task, under the id it knows, and nobody else.
+            "notifications/tasks/status" | "notifications/tasks" => self.task_notification(inst, line, &env),
             "notifications/elicitation/complete" => {
                 // Only the session that was asked may hear that the user finished.
                 let key = elicitation_id(&line, env.params.as_ref()).map(|id| (inst.number(), id));
@@ -544,6 +595,40 @@ impl Fanout {
                 for s in self.audience(inst) {
                     s.send_from_server(line.clone());
                 }
+            }
+        }
+    }
+
+    /// A notification about one task: to the session that was handed it, under the id that
+    /// session knows it by. A task no session was handed (or whose session left) is nobody's.
+    fn task_notification(&self, inst: &Instance, line: String, env: &Envelope) {
+        let Some(params) = env.params.as_ref() else { return };
+        let fields = codec::param_fields(&line, params);
+        let Some(upstream) = fields.task_id.and_then(|s| serde_json::from_str::<String>(&line[s]).ok()) else {
+            return;
+        };
+        let Some(session) = self.tasks.session_of(inst.number(), &upstream) else {
+            tracing::debug!(instance = %inst.label(), "dropped a notice about task {upstream}, which no session was handed");
+            return;
+        };
+        let p = &line[params.clone()];
+        if let Some(status) = super::tasks::status_in(p) {
+            self.tasks.saw_status(inst.number(), &upstream, &status);
+        }
+        let client_id = super::tasks::seal(
+            &self.server,
+            &super::tasks::Route { instance: inst.number(), session, upstream: upstream.clone() },
+        );
+        let rewritten = match super::tasks::replace_task_id(p, &upstream, &client_id) {
+            Some(new) => codec::splice(&line, params.clone(), &new),
+            None => line,
+        };
+        // A task of the 2026-07-28 era belongs to no session: its notices travel on the listen
+        // stream that asked for them, never to whoever is connected.
+        match self.session(session).filter(|_| session != super::tasks::NO_SESSION) {
+            Some(s) => s.send_from_server(rewritten),
+            None => {
+                tracing::debug!(instance = %inst.label(), "dropped a notice about task {upstream}: its session is not connected")
             }
         }
     }

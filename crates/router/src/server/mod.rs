@@ -31,6 +31,7 @@ mod health;
 mod init;
 mod reconcile;
 mod status;
+pub mod tasks;
 mod tools;
 
 use breaker::StartHealth;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::Session;
-use crate::call::{self, Cancel};
+use crate::call::Cancel;
 use switchyard_core::codec::{self, Envelope};
 use switchyard_core::metrics::{Call, Outcome};
 
@@ -70,6 +70,9 @@ impl Session {
             return self.discover(line, env, cancel).await;
         }
         if modern {
+            if crate::server::tasks::ABOUT_ONE_TASK.contains(&method) {
+                return self.about_task(line, env, cancel, true).await;
+            }
             return self.forward(line, env, cancel, true).await;
         }
         match method {
@@ -117,15 +120,15 @@ impl Session {
                     Err(e) => local_error(codec::INTERNAL_ERROR, e),
                 }
             }
+            m if crate::server::tasks::ABOUT_ONE_TASK.contains(&m) => self.about_task(line, env, cancel, false).await,
+            "tasks/list" => self.list_tasks(line, env, cancel).await,
             _ => self.forward(line, env, cancel, false).await,
         }
     }
 
     /// Through the policy and the engine to an instance (`modern`: one of the 2026-07-28 era).
     async fn forward(&self, line: &str, env: &Envelope, cancel: &Cancel, modern: bool) -> Option<String> {
-        let req =
-            call::Request { line, env, session: self.id, session_label: &self.label, link: &self.link, cancel, modern };
-        call::forward(&self.server, req).await
+        self.forward_to(line, env, cancel, modern, None).await
     }
 
     /// `server/discover`, the 2026-07-28 client's first request (it sends no initialize). It

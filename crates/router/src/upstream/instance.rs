@@ -24,6 +24,9 @@ struct Pending {
     progress: Option<(String, Arc<dyn ProgressSink>)>,
     /// Poked on every progress notification, so the caller can extend its deadline.
     activity: Option<Arc<Notify>>,
+    /// For a `subscriptions/listen`: the client's own id of it (raw JSON) and where the
+    /// notifications of its stream go (each names it in `_meta`, mapped back to this id).
+    stream: Option<(String, Arc<dyn ProgressSink>)>,
 }
 
 /// What switchyard has set up on an instance on behalf of its sessions.
@@ -280,7 +283,9 @@ impl Instance {
         }))
     }
 
-    /// Sends a client request: rewrites its id (and progress token) to a fresh upstream id.
+    /// Sends a client request: rewrites its id (and progress token) to a fresh upstream id. The
+    /// notifications of its own stream (a `subscriptions/listen`'s) go to `stream`, under the
+    /// client's id of the request.
     pub fn send(
         &self,
         line: &str,
@@ -288,10 +293,13 @@ impl Instance {
         session: SessionId,
         progress: Option<(Range<usize>, Arc<dyn ProgressSink>)>,
         activity: Option<Arc<Notify>>,
+        stream: Option<Arc<dyn ProgressSink>>,
     ) -> Result<Sent, Unanswered> {
-        self.submit(session, activity, |id_text| {
+        let id_span = env.id.clone().expect("requests have ids");
+        let stream = stream.map(|s| (line[id_span.clone()].to_string(), s));
+        self.submit(session, activity, stream, |id_text| {
             let mut route = None;
-            let mut edits = vec![(env.id.clone().expect("requests have ids"), id_text)];
+            let mut edits = vec![(id_span, id_text)];
             if let Some((span, out)) = progress {
                 // The upstream id doubles as the progress token: unique on this instance.
                 route = Some((line[span.clone()].to_string(), out));
@@ -303,7 +311,7 @@ impl Instance {
 
     /// Sends a request of the router's own (initialize, ping, tools/list, ...).
     pub fn send_own(&self, method: &str, params: &str) -> Result<Sent, Unanswered> {
-        self.submit(0, None, |id_text| (codec::request(id_text, method, params), None))
+        self.submit(0, None, None, |id_text| (codec::request(id_text, method, params), None))
     }
 
     /// Gives a request a fresh upstream id, registers where its reply goes, and sends it.
@@ -312,6 +320,7 @@ impl Instance {
         &self,
         session: SessionId,
         activity: Option<Arc<Notify>>,
+        stream: Option<(String, Arc<dyn ProgressSink>)>,
         build: impl FnOnce(&str) -> (String, Option<(String, Arc<dyn ProgressSink>)>),
     ) -> Result<Sent, Unanswered> {
         if let Some(d) = self.death.get() {
@@ -321,7 +330,10 @@ impl Instance {
         let upstream_id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (line, progress) = build(&upstream_id.to_string());
         let (tx, rx) = oneshot::channel();
-        self.pending.lock().expect("lock").insert(upstream_id, Pending { session, reply: tx, progress, activity });
+        self.pending
+            .lock()
+            .expect("lock")
+            .insert(upstream_id, Pending { session, reply: tx, progress, activity, stream });
         if transport.send(Outbound { line, request: Some(upstream_id) }).is_err() {
             self.pending.lock().expect("lock").remove(&upstream_id);
             return Err(self.death_or_closed());
@@ -390,10 +402,10 @@ impl Instance {
             Kind::Notification => {
                 if env.method.as_deref() == Some("notifications/progress") {
                     self.on_progress(line, env);
-                } else {
-                    if let Some(me) = self.me.upgrade() {
-                        self.events.clone().server_notification(&me, line, env);
-                    }
+                } else if let Some(line) = self.on_stream(line, &env)
+                    && let Some(me) = self.me.upgrade()
+                {
+                    self.events.clone().server_notification(&me, line, env);
                 }
             }
         }
@@ -475,6 +487,28 @@ impl Instance {
                 )
             }
         }
+    }
+
+    /// A notification of a `subscriptions/listen` stream (it names the listen request's id in
+    /// `_meta`): to that request's client under its own id; else it is given back.
+    fn on_stream(&self, line: String, env: &Envelope) -> Option<String> {
+        let Some(span) = env.params.as_ref().and_then(|p| codec::subscription_id(&line, p)) else { return Some(line) };
+        let Ok(upstream) = line[span.clone()].parse::<u64>() else { return Some(line) };
+        let pending = self.pending.lock().expect("lock");
+        let Some((client_id, sink, activity)) =
+            pending.get(&upstream).and_then(|p| p.stream.as_ref().map(|(c, s)| (c, s, &p.activity)))
+        else {
+            drop(pending);
+            // Named for a request that ended, or one that opened no stream: no one else's.
+            tracing::debug!(instance = %self.label, "dropped a notification of subscription {upstream}, which no open listen request has");
+            return None;
+        };
+        // A stream that speaks is alive: like progress, it extends the request's deadline.
+        if let Some(a) = activity {
+            a.notify_one();
+        }
+        sink.progress(codec::splice(&line, span, client_id));
+        None
     }
 
     fn on_progress(&self, line: String, env: Envelope) {
@@ -612,7 +646,7 @@ mod tests {
     async fn a_request_goes_out_under_a_fresh_id_and_its_reply_comes_back() {
         let (c, inst) = start(answer_all()).await;
         let (line, env) = request(r#""client-7""#, "tools/list");
-        let sent = inst.send(&line, &env, 3, None, None).unwrap();
+        let sent = inst.send(&line, &env, 3, None, None, None).unwrap();
         let reply = sent.reply.await.unwrap().unwrap_or_else(|_| panic!("answered"));
         assert_eq!(&reply.line[reply.env.id.clone().unwrap()], sent.upstream_id.to_string());
         let out = c.link(0).sent.lock().unwrap().clone();
@@ -625,8 +659,8 @@ mod tests {
         let (c, inst) = start(silent()).await;
         let (l1, e1) = request("1", "tools/call");
         let (l2, e2) = request("2", "tools/call");
-        let a = inst.send(&l1, &e1, 1, None, None).unwrap();
-        let b = inst.send(&l2, &e2, 2, None, None).unwrap();
+        let a = inst.send(&l1, &e1, 1, None, None, None).unwrap();
+        let b = inst.send(&l2, &e2, 2, None, None, None).unwrap();
         let lost = Lost { cause: "the stream ended".into(), delivery: Delivery::Maybe };
         c.link(0).lose(a.upstream_id, lost);
         match a.reply.await.unwrap() {
@@ -650,7 +684,7 @@ mod tests {
         let calls: Vec<Sent> = (0..5)
             .map(|i| {
                 let (l, e) = request(&i.to_string(), "ping");
-                inst.send(&l, &e, 1, None, None).unwrap()
+                inst.send(&l, &e, 1, None, None, None).unwrap()
             })
             .collect();
         c.link(0).end("the SSE stream from http://x/sse ended");
@@ -666,7 +700,7 @@ mod tests {
         }
         assert!(inst.is_dead());
         let (l, e) = request("9", "ping");
-        assert!(matches!(inst.send(&l, &e, 1, None, None), Err(Unanswered::Died(_))));
+        assert!(matches!(inst.send(&l, &e, 1, None, None, None), Err(Unanswered::Died(_))));
         assert!(inst.write("{}".into()).is_err());
         tokio::time::timeout(Duration::from_secs(1), inst.dead()).await.expect("dead resolves");
     }
@@ -675,7 +709,7 @@ mod tests {
     async fn a_cancel_tells_the_server_and_the_transport_and_drops_the_late_answer() {
         let (c, inst) = start(silent()).await;
         let (l, e) = request("1", "tools/call");
-        let sent = inst.send(&l, &e, 4, None, None).unwrap();
+        let sent = inst.send(&l, &e, 4, None, None, None).unwrap();
         inst.cancel(sent.upstream_id, "user said stop");
         let link = c.link(0);
         let last = link.lines().pop().unwrap();
@@ -714,7 +748,7 @@ mod tests {
         let span = codec::progress_token_in_request(line, env.params.as_ref().unwrap()).unwrap();
         let sink = Arc::new(Sink(Mutex::new(Vec::new())));
         let activity = Arc::new(Notify::new());
-        let sent = inst.send(line, &env, 1, Some((span, sink.clone())), Some(activity.clone())).unwrap();
+        let sent = inst.send(line, &env, 1, Some((span, sink.clone())), Some(activity.clone()), None).unwrap();
         let id = sent.upstream_id;
         c.link(0).reply(&format!(
             r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":{id},"progress":1}}}}"#

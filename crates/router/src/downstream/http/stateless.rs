@@ -181,6 +181,10 @@ impl Front {
         let ends = server.shutdown.clone();
         tokio::spawn(crate::session::serve_with(server, input, output, opening, ends));
         let guard = abort.drop_guard();
+        // A listen request is a stream by nature: its headers go at once, its events as they come.
+        if mode != Mode::Json && env.method.as_deref() == Some("subscriptions/listen") {
+            return self.stateless_sse(None, from_session, guard);
+        }
         let first = if mode == Mode::Json {
             // Only the response goes to a client that takes JSON alone.
             loop {
