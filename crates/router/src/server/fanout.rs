@@ -535,7 +535,7 @@ impl Fanout {
         server
             .instances()
             .iter()
-            .any(|o| o.owner.is_none() && o.pool == inst.pool && o.is_ready() && o.number() < inst.number())
+            .any(|o| o.owner.is_none() && o.pool() == inst.pool() && o.is_ready() && o.number() < inst.number())
     }
 
     fn on_server_notification(self: &Arc<Self>, inst: &Arc<Instance>, line: String, env: Envelope) {

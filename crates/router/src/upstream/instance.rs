@@ -54,7 +54,9 @@ pub struct Sent {
 pub struct Instance {
     number: u64,
     label: String,
-    pub pool: String,
+    /// The pool it serves; changes once at most, when an instance started for a 2026-07-28
+    /// probe turns out to be of the initialize era and is kept for that era's pool.
+    pool: Mutex<Arc<str>>,
     /// Set for affinity pools: the only session this instance serves.
     pub owner: Option<SessionId>,
     /// What carries messages; set once connected, taken when it ends.
@@ -112,7 +114,7 @@ impl Instance {
         let inst = Arc::new_cyclic(|me| Instance {
             number,
             label: label.clone(),
-            pool: pool.to_string(),
+            pool: Mutex::new(Arc::from(pool)),
             owner,
             transport: Mutex::new(None),
             pid: OnceLock::new(),
@@ -146,6 +148,16 @@ impl Instance {
     pub fn number(&self) -> u64 {
         self.number
     }
+    /// The pool it serves.
+    pub fn pool(&self) -> Arc<str> {
+        self.pool.lock().expect("lock").clone()
+    }
+
+    /// Moves it to another pool (see the `pool` field).
+    pub fn move_to_pool(&self, pool: &str) {
+        *self.pool.lock().expect("lock") = Arc::from(pool);
+    }
+
     pub fn label(&self) -> &str {
         &self.label
     }

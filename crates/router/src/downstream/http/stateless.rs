@@ -31,21 +31,23 @@ pub const HEADER_MISMATCH: i64 = -32020;
 /// becomes an SSE stream (with keep-alives) anyway.
 const FIRST_WAIT: Duration = Duration::from_secs(10);
 
-/// Every version this front serves, both eras (`data.supported` of -32022).
-pub fn supported() -> Vec<&'static str> {
-    mcp::version::served().collect()
-}
-
-/// 400 with -32022 for a version not served; `id` the raw request id.
+/// 400 with -32022 for a version not served; `id` the raw request id. `data.supported` names
+/// the versions a request may carry in `_meta` (the stateless era's, as `server/discover` says:
+/// a client retries with one of them); the initialize era's are reached by `initialize`, which
+/// the message names too.
 pub fn unsupported(version: &str, id: &str) -> Response {
     let shown: String = version.chars().take(40).collect();
-    let all = supported();
+    let modern = mcp::version::STATELESS;
     rpc_error_data(
         StatusCode::BAD_REQUEST,
         id,
         codec::UNSUPPORTED_PROTOCOL_VERSION,
-        &format!("protocol version {shown:?} is not served over HTTP by this switchyard; it serves {}", all.join(", ")),
-        Some(&serde_json::json!({ "supported": all, "requested": shown })),
+        &format!(
+            "protocol version {shown:?} is not served over HTTP by this switchyard; it serves {} per request, and {} after initialize",
+            modern.join(", "),
+            mcp::version::SESSION_ERA.join(", ")
+        ),
+        Some(&serde_json::json!({ "supported": modern, "requested": shown })),
     )
 }
 
