@@ -106,6 +106,8 @@ fn validate(headers: &HeaderMap, line: &str, env: &Envelope, id: &str) -> Result
     let field = match method {
         "tools/call" | "prompts/get" => "name",
         "resources/read" => "uri",
+        // The tasks extension: the client names the task, so intermediaries route by it.
+        "tasks/get" | "tasks/update" | "tasks/cancel" => "taskId",
         _ => return Ok(()),
     };
     let Some(body) = params[field].as_str() else {
@@ -161,6 +163,16 @@ impl Front {
         };
         if let Err(r) = validate(headers, &line, &env, &id) {
             return *r;
+        }
+        // The stateless era has no initialize (a server of both eras answers it so); a client of
+        // the initialize era sends it without this era's version header and envelope.
+        if env.method.as_deref() == Some("initialize") {
+            return rpc_error(
+                StatusCode::NOT_FOUND,
+                &id,
+                codec::METHOD_NOT_FOUND,
+                "Method not found: initialize is no method of protocol 2026-07-28 (each request carries its version and capabilities in _meta); a client of 2025-11-25 sends initialize without MCP-Protocol-Version 2026-07-28 and without the _meta envelope",
+            );
         }
         let progress =
             env.params.as_ref().and_then(|p| codec::progress_token_in_request(&line, p)).map(|r| canonical(&line[r]));
@@ -374,6 +386,14 @@ mod tests {
         let env = codec::parse(&later).unwrap();
         let h = headers(&[("mcp-protocol-version", "2027-01-01"), m, n]);
         assert_eq!(code(validate(&h, &later, &env, "1")), Some(codec::UNSUPPORTED_PROTOCOL_VERSION));
+        // The tasks extension: a task request names its task in Mcp-Name.
+        let poll = r#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"sy-task.x","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+        let env = codec::parse(poll).unwrap();
+        let get = ("mcp-method", "tasks/get");
+        let check = |h: &[(&'static str, &str)]| code(validate(&headers(h), poll, &env, "1"));
+        assert_eq!(check(&[v, get, ("mcp-name", "sy-task.x")]), None);
+        assert_eq!(check(&[v, get]), Some(HEADER_MISMATCH), "no Mcp-Name");
+        assert_eq!(check(&[v, get, ("mcp-name", "other")]), Some(HEADER_MISMATCH));
     }
 
     #[test]
