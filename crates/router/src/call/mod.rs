@@ -272,7 +272,12 @@ fn task_ids(
     let result = &reply.line[r.clone()];
     let new = match req.task {
         Some(Pinned { ids: Some((upstream, client)), .. }) => {
-            if let Some(status) = tasks::status_in(result) {
+            // tasks/result answers once the task is terminal; the others say its status.
+            let status = match req.env.method.as_deref() {
+                Some("tasks/result") => Some("completed".to_string()),
+                _ => tasks::status_in(result),
+            };
+            if let Some(status) = status {
                 server.hub.tasks.saw_status(instance.number(), upstream, &status);
             }
             tasks::replace_task_id(result, upstream, client)
