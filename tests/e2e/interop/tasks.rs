@@ -4,9 +4,9 @@
 //! `switchyard run`, through `switchyard connect` to the daemon, and through the daemon's HTTP
 //! front; each client must see what it sees connected to one server directly.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::npm_setup::{ensure_npm, everything_entry};
 use switchyard_testkit::daemon::Home;
@@ -99,4 +99,42 @@ fn six_tasks_over_a_pool_of_three_complete_through_run_connect_and_the_front() {
     let status = rt.block_on(home.status_json());
     assert!(status.to_string().contains("everything#3"), "a pool of three instances: {status:#}");
     rt.block_on(home.shutdown());
+}
+
+/// A gate the creating call held stays held while its task runs: with fs-keys making the task
+/// tool and `echo` exclusive, an `echo` sent after the task was created waits until a poll sees
+/// the task completed (polls pass the gate), rather than running while the task still works.
+#[tokio::test]
+async fn an_exclusive_call_s_gate_is_held_until_its_task_completes() {
+    ensure_npm();
+    let entry = everything_entry();
+    let server = vec!["node".to_string(), entry.display().to_string(), "stdio".to_string()];
+    let config = r#"
+[[plugins]]
+file = "fs-keys.wasm"
+config = { writes = ["simulate-research-query", "echo"], path_args = ["path"] }
+"#;
+    let fs_keys = switchyard_testkit::example_plugins().join("fs-keys.wasm");
+    let mut s = crate::setup::Setup::in_front_of(&server, &[], Some(config), &[&fs_keys]).await;
+    s.client.initialize().await;
+    let args = json!({"name": "simulate-research-query", "arguments": {"topic": "gates"}, "task": {"ttl": 60000}});
+    let created = s.client.request("tools/call", args).await;
+    let task = created["result"]["task"]["taskId"].as_str().unwrap_or_else(|| panic!("no task: {created}")).to_string();
+    let started = Instant::now();
+    let echo = s.client.send_request("tools/call", json!({"name": "echo", "arguments": {"message": "after"}})).await;
+    let mut completed_at = None;
+    for _ in 0..40 {
+        let g = s.client.request("tasks/get", json!({"taskId": task})).await;
+        if g["result"]["status"] == "completed" {
+            completed_at = Some(started.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let completed_at = completed_at.expect("the task completed within 10 s");
+    let answer = s.client.wait_response(&echo).await;
+    let echoed_at = started.elapsed();
+    assert!(answer["result"]["content"][0]["text"].as_str().is_some_and(|t| t.contains("after")), "{answer}");
+    assert!(echoed_at >= completed_at, "echo ran at {echoed_at:?}, before its task completed at {completed_at:?}");
+    assert!(completed_at > Duration::from_secs(2), "the task takes four 1 s stages: {completed_at:?}");
 }
