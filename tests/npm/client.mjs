@@ -30,6 +30,11 @@ import {
   LoggingMessageNotificationSchema,
   ResourceUpdatedNotificationSchema,
   ToolListChangedNotificationSchema,
+  CreateTaskResultSchema,
+  GetTaskResultSchema,
+  GetTaskPayloadResultSchema,
+  ListTasksResultSchema,
+  RELATED_TASK_META_KEY,
 } from "@modelcontextprotocol/sdk/types.js";
 
 // ---------------------------------------------------------------------------------------------
@@ -629,7 +634,78 @@ async function fixtureCancel() {
 }
 
 // ---------------------------------------------------------------------------------------------
-const scenarios = { everything, filesystem, "fixture-cancel": fixtureCancel };
+// Scenario: server-everything's task tool (2025-11-25 Tasks). Six tasks are created at once (so a
+// router's pool spreads them over its instances), each is polled with tasks/get until it is
+// terminal, its result is fetched with tasks/result, and tasks/list must list all six. A task id
+// nobody handed out must be refused as unknown (-32602). Task ids are opaque and differ behind a
+// router, so the transcript records facts about them, never the ids themselves.
+const TASK_TOPICS = ["rivers", "bridges", "comets", "glaciers", "looms", "orchards"];
+async function tasks() {
+  await step("initialize", async () => ({ serverInfo: client.getServerVersion() }));
+  let created = [];
+  await step("create", async () => {
+    created = await Promise.all(
+      TASK_TOPICS.map((topic) =>
+        client.request(
+          {
+            method: "tools/call",
+            params: { name: "simulate-research-query", arguments: { topic }, task: { ttl: 120000 } },
+          },
+          CreateTaskResultSchema,
+        ),
+      ),
+    );
+    const ids = created.map((c) => c.task.taskId);
+    return { count: created.length, distinct: new Set(ids).size, statuses: created.map((c) => c.task.status) };
+  });
+  await step("poll", async () => {
+    // Each task's status once it stopped changing (how many polls that took depends on timing).
+    return await Promise.all(
+      created.map(async (c) => {
+        const { taskId } = c.task;
+        for (let i = 0; i < 60; i++) {
+          const t = await client.request({ method: "tasks/get", params: { taskId } }, GetTaskResultSchema);
+          if (t.taskId !== taskId) return { wrongId: t.taskId };
+          if (["completed", "failed", "cancelled"].includes(t.status)) return t.status;
+          await sleep(c.task.pollInterval ?? 500);
+        }
+        return "still working after 60 polls";
+      }),
+    );
+  });
+  await step("results", async () => {
+    return await Promise.all(
+      created.map(async (c, i) => {
+        const { taskId } = c.task;
+        const r = await client.request({ method: "tasks/result", params: { taskId } }, GetTaskPayloadResultSchema);
+        const text = (r.content ?? []).map((x) => x.text ?? "").join("");
+        return {
+          report: text.includes(`# Research Report: ${TASK_TOPICS[i]}`),
+          relatedTaskIsOurs: r._meta?.[RELATED_TASK_META_KEY]?.taskId === taskId,
+        };
+      }),
+    );
+  });
+  await step("list", async () => {
+    const listed = await client.request({ method: "tasks/list", params: {} }, ListTasksResultSchema);
+    const ids = new Set(listed.tasks.map((t) => t.taskId));
+    return {
+      allSix: created.every((c) => ids.has(c.task.taskId)),
+      completed: listed.tasks.filter((t) => ids.has(t.taskId) && t.status === "completed").length,
+    };
+  });
+  await step("unknown_task", async () => {
+    try {
+      await client.request({ method: "tasks/get", params: { taskId: "no-such-task" } }, GetTaskResultSchema);
+      return { refused: false };
+    } catch (e) {
+      return { refused: true, code: e?.code ?? null };
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+const scenarios = { everything, filesystem, "fixture-cancel": fixtureCancel, tasks };
 const scenario = scenarios[scenarioName];
 if (!scenario) usage(`unknown scenario ${scenarioName}`);
 

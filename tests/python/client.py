@@ -27,6 +27,8 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 # One run's bound; the Rust side has its own, longer one.
 RUN_TIMEOUT_S = 90
+# How long a listen stream's acknowledgement may take (a server sends it at once).
+LISTEN_ACK_S = 15
 
 
 def dump(model):
@@ -79,9 +81,24 @@ async def run(mode, calls, target):
         for i, (tool, args) in enumerate(calls):
             await step(steps, f"call_{i}_{tool}", c.call_tool(tool, args))
         await step(steps, "call_unknown_tool", c.call_tool("no-such-tool", {}))
+        if c.protocol_version >= "2026-07-28":
+            steps["listen"] = await listened(c)
         if mode == "legacy":
             await step(steps, "ping", c.send_ping())
         return transcript
+
+
+async def listened(c):
+    """Opens a `subscriptions/listen` stream (2026-07-28) and waits for its acknowledgement, which
+    the client matches by the subscription id the server stamps on it."""
+    try:
+        async with asyncio.timeout(LISTEN_ACK_S):
+            async with c.listen(tools_list_changed=True) as sub:
+                return {"acknowledged": True, "honored": dump(sub.honored) if sub.honored else None}
+    except TimeoutError:
+        return {"error": f"no acknowledgement within {LISTEN_ACK_S} s"}
+    except MCPError as e:
+        return {"error": {"code": e.code, "message": e.error.message}}
 
 
 def parse_target(rest):

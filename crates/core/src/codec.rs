@@ -470,6 +470,8 @@ struct ProgressMeta<'a> {
     progress_token: Option<&'a RawValue>,
     #[serde(borrow, default, rename = "io.modelcontextprotocol/protocolVersion")]
     protocol_version: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "io.modelcontextprotocol/subscriptionId")]
+    subscription_id: Option<&'a RawValue>,
 }
 
 /// The key of the per-request envelope of the 2026-07-28 protocol: only such requests carry it.
@@ -484,6 +486,18 @@ pub fn envelope_version(line: &str, params: &Range<usize>) -> Option<String> {
     }
     let holder: MetaHolder = serde_json::from_str(p).ok()?;
     raw_string(holder.meta?.protocol_version)
+}
+
+/// Range of `params._meta["io.modelcontextprotocol/subscriptionId"]` in `line`: the id of the
+/// `subscriptions/listen` request a notification belongs to.
+pub fn subscription_id(line: &str, params: &Range<usize>) -> Option<Range<usize>> {
+    let p = &line[params.clone()];
+    if !p.contains(switchyard_mcp::meta::SUBSCRIPTION_ID) {
+        return None;
+    }
+    let holder: MetaHolder = serde_json::from_str(p).ok()?;
+    let id = holder.meta?.subscription_id?;
+    Some(span(line, id.get()))
 }
 
 /// Range of `params._meta.progressToken` in `line`, if the request asks for progress.
@@ -515,6 +529,8 @@ struct TokenHolder<'a> {
     arguments: Option<&'a RawValue>,
     #[serde(borrow, default)]
     reason: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "taskId")]
+    task_id: Option<&'a RawValue>,
 }
 
 fn raw_string(raw: Option<&RawValue>) -> Option<String> {
@@ -538,6 +554,9 @@ pub struct ParamFields {
     pub arguments: Option<Range<usize>>,
     /// `reason` (notifications/cancelled).
     pub reason: Option<String>,
+    /// `taskId` (tasks/get, tasks/result, tasks/cancel, tasks/update, task notifications): the
+    /// span of its JSON string, quotes included.
+    pub task_id: Option<Range<usize>>,
 }
 
 /// Reads the routing fields of a params object; missing or malformed fields are `None`.
@@ -552,6 +571,7 @@ pub fn param_fields(line: &str, params: &Range<usize>) -> ParamFields {
             name: raw_string(h.name),
             arguments: h.arguments.map(|r| span(line, r.get())),
             reason: raw_string(h.reason),
+            task_id: h.task_id.filter(|r| r.get().starts_with('"')).map(|r| span(line, r.get())),
         },
         Err(_) => ParamFields::default(),
     }

@@ -65,6 +65,9 @@ pub mod meta {
     pub const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
     /// The client's capabilities (required on every request).
     pub const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+    /// On every notification of a `subscriptions/listen` stream, its acknowledgement included:
+    /// the JSON-RPC id of that listen request (so a client correlates them, on stdio too).
+    pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 }
 
 #[cfg(test)]

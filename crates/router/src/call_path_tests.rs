@@ -825,3 +825,129 @@ impl Client {
         }
     }
 }
+
+/// A server of 2025-11-25 tasks: a `tools/call` with `params.task` creates a task in the memory
+/// of the instance (the link) that ran it; `tasks/get` and `tasks/result` know only that
+/// instance's tasks, as an SDK's in-memory task store does; `tasks/list` lists them all.
+fn task_server() -> Behaviour {
+    let held: Arc<std::sync::Mutex<Vec<(usize, String)>>> = Arc::default();
+    Arc::new(move |link, msg| {
+        let Some(id) = msg.request else { return };
+        let m: Value = serde_json::from_str(&msg.line).expect("the router sends JSON");
+        let me = Arc::as_ptr(link) as usize;
+        let task =
+            |t: &str| json!({"taskId": t, "status": "completed", "ttl": 60000, "createdAt": "x", "lastUpdatedAt": "x"});
+        let result = match m["method"].as_str().unwrap_or_default() {
+            "initialize" => {
+                json!({"protocolVersion": "2025-11-25", "capabilities": {"tools": {}, "tasks": {"list": {}}},
+                                   "serverInfo": {"name": "fake", "version": "1"}})
+            }
+            "tools/call" if m["params"]["task"].is_object() => {
+                // Created after a moment, so calls made at once overlap and spread over the pool.
+                let t = format!("task-{id}");
+                held.lock().unwrap().push((me, t.clone()));
+                let created = json!({"task": {"taskId": t, "status": "working", "ttl": 60000, "createdAt": "x", "lastUpdatedAt": "x"}});
+                let link = link.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(ms(100)).await;
+                    link.reply(&json!({"jsonrpc": "2.0", "id": id, "result": created}).to_string());
+                });
+                return;
+            }
+            method @ ("tasks/get" | "tasks/result") => {
+                let t = m["params"]["taskId"].as_str().unwrap_or_default().to_string();
+                if !held.lock().unwrap().contains(&(me, t.clone())) {
+                    let e = json!({"code": -32602, "message": format!("Task not found: {t}")});
+                    return link.reply(&json!({"jsonrpc": "2.0", "id": id, "error": e}).to_string());
+                }
+                match method {
+                    "tasks/get" => task(&t),
+                    _ => json!({"content": [{"type": "text", "text": t}],
+                                "_meta": {"io.modelcontextprotocol/related-task": {"taskId": t}}}),
+                }
+            }
+            "tasks/list" => {
+                let mine: Vec<Value> =
+                    held.lock().unwrap().iter().filter(|(l, _)| *l == me).map(|(_, t)| task(t)).collect();
+                json!({"tasks": mine})
+            }
+            _ => json!({}),
+        };
+        link.reply(&json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string());
+    })
+}
+
+/// Tasks over a pool of three: each poll and result reaches the instance holding its task; ids
+/// are switchyard's own and unforgeable; another session sees none of them; a task whose instance
+/// ended is answered at once as not found, never polled elsewhere.
+#[tokio::test(start_paused = true)]
+async fn tasks_are_routed_to_the_instance_that_holds_them() {
+    let (server, fake) = start_with("[pools.default]\nmin = 3\nmax = 3\n", task_server());
+    let mut c = Client::connect(&server).await;
+    // Six at once, so the pool spreads them.
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        let args = json!({"name": "research", "arguments": {"topic": i}, "task": {"ttl": 60000}});
+        ids.push(c.send("tools/call", args).await);
+    }
+    let mut tasks = Vec::new();
+    for id in &ids {
+        let r = c.response(id).await;
+        let t = r["result"]["task"]["taskId"].as_str().unwrap_or_else(|| panic!("no task: {r}")).to_string();
+        assert!(t.starts_with("sy-task."), "the client gets switchyard's id: {t}");
+        tasks.push(t);
+    }
+    let used = (0..3).filter(|n| !calls_of(&fake.link(*n), "research").is_empty()).count();
+    assert_eq!(used, 3, "the tasks were spread over the pool");
+    for t in &tasks {
+        let g = c.request("tasks/get", json!({"taskId": t})).await;
+        assert_eq!(
+            (g["result"]["taskId"].as_str(), g["result"]["status"].as_str()),
+            (Some(t.as_str()), Some("completed")),
+            "{g}"
+        );
+        let r = c.request("tasks/result", json!({"taskId": t})).await;
+        assert_eq!(r["result"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], json!(t), "{r}");
+    }
+    let listed = c.request("tasks/list", json!({})).await;
+    let mut got: Vec<String> = listed["result"]["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["taskId"].as_str().unwrap().to_string())
+        .collect();
+    got.sort();
+    let mut want = tasks.clone();
+    want.sort();
+    assert_eq!(got, want, "{listed}");
+
+    // Another session: none of them is its own, and its list is empty.
+    let mut other = Client::connect(&server).await;
+    let r = other.request("tasks/get", json!({"taskId": tasks[0]})).await;
+    let (code, msg) = error(&r);
+    assert_eq!(code, -32602);
+    assert!(msg.contains("not created in this session"), "{msg}");
+    let theirs = other.request("tasks/list", json!({})).await;
+    assert_eq!(theirs["result"]["tasks"], json!([]), "{theirs}");
+    // A forged or altered id is unknown.
+    let mut forged = tasks[0].clone();
+    forged.pop();
+    forged.push('x');
+    for bad in ["task-3", forged.as_str()] {
+        let r = c.request("tasks/get", json!({"taskId": bad})).await;
+        let (code, msg) = error(&r);
+        assert_eq!(code, -32602, "{r}");
+        assert!(msg.contains("did not hand out this task id"), "{msg}");
+    }
+
+    // The instance holding the first task ends: its task is gone, said at once.
+    let holder = crate::server::tasks::open("fake", &tasks[0]).unwrap().instance;
+    let inst = server.all_instances().into_iter().find(|i| i.number() == holder).expect("running");
+    inst.kill().await;
+    let started = Instant::now();
+    let r = c.request("tasks/get", json!({"taskId": tasks[0]})).await;
+    let (code, msg) = error(&r);
+    assert_eq!(code, -32602, "{r}");
+    assert!(msg.contains("has ended"), "{msg}");
+    assert!(started.elapsed() < ms(100), "answered at once: {:?}", started.elapsed());
+}

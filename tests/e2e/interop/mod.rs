@@ -11,3 +11,4 @@ mod remote;
 mod remote_fixtures;
 mod silent_links;
 mod status_page;
+mod tasks;

@@ -122,12 +122,48 @@ fn python_sdk_server_of_both_eras_is_identical_through_the_router_in_every_mode(
         assert_eq!(texts(&t["steps"]["call_0_add"]), "42", "{mode}: {t}");
         assert_eq!(texts(&t["steps"]["call_1_echo"]), "through switchyard", "{mode}");
         assert_eq!(t["steps"]["call_2_fail"]["isError"], true, "{mode}");
+        if version == "2026-07-28" {
+            // `Client.listen()` matches the acknowledgement by the subscription id the server
+            // stamps on it: the listen request's id, which the router rewrote.
+            assert_eq!(t["steps"]["listen"]["acknowledged"], true, "{mode}: {t}");
+        }
         if mode != version {
             // Negotiated modes learn the server's capabilities (a pinned version knows none).
             assert!(t["capabilities"]["tools"].is_object(), "{mode}: {t}");
             assert!(t["steps"]["resources_list"]["resources"][0]["uri"] == "fixture://greeting", "{mode}: {t}");
         }
     }
+}
+
+/// `Client.listen()` of a 2026-07-28 client is acknowledged through the daemon: by `connect`
+/// and by the HTTP front (which streams the listen POST: headers at once, events as they come).
+#[test]
+fn a_listen_stream_is_acknowledged_through_connect_and_the_http_front() {
+    use switchyard_testkit::http_servers::RemoteTransport;
+    use switchyard_testkit::sdk_clients::{ClientTarget, python_client};
+    let home = switchyard_testkit::daemon::Home::new();
+    home.write_config(&format!(
+        "[servers.py]\ncommand = {}\nargs = [{}]\n[http]\nlisten = \"127.0.0.1:0\"\n",
+        json!(venv_python().display().to_string()),
+        json!(python_dir().join("server.py").display().to_string()),
+    ));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (base, token) = rt.block_on(home.start_http());
+    let calls = json!([["add", {"a": 2, "b": 40}]]);
+    let connect = ClientTarget::Command(home.connect_command("py"));
+    let front = ClientTarget::Url {
+        url: format!("{base}/mcp/py"),
+        transport: RemoteTransport::StreamableHttp,
+        headers: vec![format!("Authorization: Bearer {token}")],
+    };
+    for (what, target) in [("connect", connect), ("the HTTP front", front)] {
+        let mut cmd = python_client("2026-07-28", &calls, &target);
+        cmd.envs(home.envs());
+        let t = crate::transcript::run(cmd, "client.py", CLIENT_TIMEOUT).transcript(what);
+        assert_eq!(t["protocolVersion"], "2026-07-28", "{what}: {t}");
+        assert_eq!(t["steps"]["listen"]["acknowledged"], true, "through {what}: {t}");
+    }
+    rt.block_on(home.shutdown());
 }
 
 #[test]

@@ -120,6 +120,12 @@ impl Home {
         Proc::spawn_env(label, &argv, &envs)
     }
 
+    /// The command line of `switchyard connect SERVER --config FILE`, for a client that starts
+    /// its server itself (an SDK client); give it this home's [`Home::envs`].
+    pub fn connect_command(&self, server: &str) -> Vec<String> {
+        [bin(), "connect", server, "--config", &self.config_str()].map(String::from).to_vec()
+    }
+
     /// `switchyard connect SERVER --config FILE`, as a client launches it.
     pub fn connect(&self, server: &str) -> Proc {
         let config = self.config_str();

@@ -16,6 +16,7 @@ use crate::peer::ClientPeer;
 use crate::pool::Lease;
 use crate::server::Server;
 use crate::server::calls::{Stage, Track};
+use crate::server::tasks::{self, Pinned};
 use crate::upstream::{Instance, ProgressSink, Reply};
 use deadline::{NOTICE_LEVEL, Waiting, bounded};
 pub use resolve::{Effective, resolve};
@@ -43,6 +44,8 @@ pub struct Request<'a> {
     pub cancel: &'a Cancel,
     /// A 2026-07-28-era request (protocol version in `_meta`): runs on that era's instances.
     pub modern: bool,
+    /// A request about one task: it goes to the instance holding the task, past gate and pool.
+    pub task: Option<&'a Pinned>,
 }
 
 /// How a call ended, for the metrics (filled in by [`run`]).
@@ -169,6 +172,20 @@ impl crate::upstream::ProgressSink for Rising {
     }
 }
 
+/// Where the notifications of a client's `subscriptions/listen` go: to its client, as messages
+/// of that request (the HTTP front puts them on the request's own stream).
+struct StreamTo {
+    to: Arc<ClientPeer>,
+    /// The client's raw id of the listen request.
+    id: String,
+}
+
+impl crate::upstream::ProgressSink for StreamTo {
+    fn progress(&self, line: String) {
+        self.to.send_for(&self.id, line);
+    }
+}
+
 /// Runs the call's attempts to its response (None: cancelled), noting in `end` how it ended.
 async fn run(server: &Arc<Server>, req: Request<'_>, end: &mut End) -> Option<String> {
     let mut call = Forwarded::new(server, &req);
@@ -192,8 +209,9 @@ async fn run(server: &Arc<Server>, req: Request<'_>, end: &mut End) -> Option<St
             }
         });
         let e = match attempt(server, &req, &eff, &call, cap, &track).await {
-            Ok(reply) => {
+            Ok(Answered { reply, permit, instance }) => {
                 (end.outcome, end.code) = reply_outcome(&reply, call.info.tool.is_some());
+                let reply = task_ids(server, &req, &eff, reply, permit, &instance);
                 return Some(finish(server, &set, req.session_label, &call.info.method, reply, call.client_id).await);
             }
             Err(Stop::Cancelled) => return None,
@@ -229,6 +247,67 @@ fn reply_outcome(reply: &Reply, tool_call: bool) -> (Outcome, Option<i64>) {
         }
         _ => (Outcome::Ok, None),
     }
+}
+
+/// An attempt's answer, with the gate permit it held and the instance that gave it.
+struct Answered {
+    reply: Reply,
+    /// None for a task request, which passes the gate.
+    permit: Option<Permit>,
+    instance: Arc<Instance>,
+}
+
+/// Task ids in a reply, between the server's and the client's: a call that created a task gets
+/// the id that routes back to its instance (and its gate permit stays with the task); a request
+/// about a task gets the id the client sent. Other replies pass unchanged.
+fn task_ids(
+    server: &Server,
+    req: &Request<'_>,
+    eff: &Effective,
+    mut reply: Reply,
+    permit: Option<Permit>,
+    instance: &Instance,
+) -> Reply {
+    let Some(r) = reply.env.result.clone() else { return reply };
+    let result = &reply.line[r.clone()];
+    let new = match req.task {
+        Some(Pinned { ids: Some((upstream, client)), .. }) => {
+            // tasks/result answers once the task is terminal; the others say its status.
+            let status = match req.env.method.as_deref() {
+                Some("tasks/result") => Some("completed".to_string()),
+                _ => tasks::status_in(result),
+            };
+            if let Some(status) = status {
+                server.hub.tasks.saw_status(instance.number(), upstream, &status);
+            }
+            tasks::replace_task_id(result, upstream, client)
+        }
+        Some(Pinned { ids: None, .. }) => None,
+        None if req.env.method.as_deref() == Some("tools/call") => {
+            let Some((upstream, status, ttl)) = tasks::created_task(result) else { return reply };
+            let session = if req.modern { tasks::NO_SESSION } else { req.session };
+            // Held until the task ends, or its time to live (the call's longest allowed
+            // time when the server gives none) passes.
+            let hold = Duration::from_millis(ttl.unwrap_or(server.limits.max_call_timeout_ms));
+            let permit = permit.filter(|_| !tasks::TERMINAL.contains(&status.as_str()));
+            if permit.is_some() && !matches!(eff.concurrency, Concurrency::Shared) {
+                tracing::info!(server = %server.name, instance = %instance.label(), "task {upstream} keeps its call's {:?} gate until it ends", eff.concurrency);
+            }
+            let client = server.hub.tasks.created(&server.name, instance.number(), session, &upstream, permit, hold);
+            tasks::replace_task_id(result, &upstream, &client)
+        }
+        None => None,
+    };
+    if let Some(new) = new {
+        let line = codec::splice(&reply.line, r, &new);
+        match codec::parse(&line) {
+            Ok(env) => reply = Reply { line, env },
+            Err(e) => {
+                tracing::warn!(server = %server.name, "a reply with task ids rewritten did not parse ({}); sent as the server sent it", e.message())
+            }
+        }
+    }
+    reply
 }
 
 /// Puts the client's id back and, for tools/list, applies annotation overrides.
@@ -271,6 +350,8 @@ struct Attempt<'r, 'a> {
     /// Safe to repeat by the server's own declaration: may be sent once more on a new
     /// connection when its link has been silent while the server answers probes.
     safe: bool,
+    /// Where the notifications of a `subscriptions/listen` stream go (its client, its request).
+    stream: Option<Arc<dyn ProgressSink>>,
 }
 
 async fn attempt(
@@ -280,17 +361,35 @@ async fn attempt(
     call: &Forwarded<'_>,
     cap: Option<Instant>,
     track: &Track<'_>,
-) -> Result<Reply, Stop> {
+) -> Result<Answered, Stop> {
     let what = call.what.as_str();
     let progress = call.progress.clone().map(|span| (span, call.progress_sink.clone() as Arc<dyn ProgressSink>));
     let safe = call.safe_now(server);
     let started = Instant::now();
     let deadline = (started + eff.timeout).min(cap.unwrap_or(Instant::now() + eff.timeout));
     track.set(Stage::Gate);
-    let attempt = Attempt { track, server, req, eff, what, started, deadline, safe };
-    let (_permit, lease) = attempt.acquire().await?;
-    let inst = lease.instance.clone();
-    attempt.send(&inst, progress).await
+    let stream = (call.info.method == "subscriptions/listen")
+        .then(|| Arc::new(StreamTo { to: req.link.clone(), id: call.client_id.to_string() }) as Arc<dyn ProgressSink>);
+    let attempt = Attempt { track, server, req, eff, what, started, deadline, safe, stream };
+    if let Some(pinned) = req.task {
+        // The instance that holds the task, and no other: a repeat after it ended finds it dead.
+        let instance = pinned.instance.clone();
+        if instance.is_dead() {
+            return Err(Stop::Failed(CallError::Down {
+                server: server.name.clone(),
+                reason: format!(
+                    "{what}: the instance {} that held the task has ended, and the task with it; start the task again",
+                    instance.label()
+                ),
+            }));
+        }
+        let reply = attempt.send(&instance, progress).await?;
+        return Ok(Answered { reply, permit: None, instance });
+    }
+    let (permit, lease) = attempt.acquire().await?;
+    let instance = lease.instance.clone();
+    let reply = attempt.send(&instance, progress).await?;
+    Ok(Answered { reply, permit: Some(permit), instance })
 }
 
 impl Attempt<'_, '_> {
@@ -359,7 +458,9 @@ impl Attempt<'_, '_> {
         let (server, req, eff, what) = (self.server, self.req, self.eff, self.what);
         let activity = Arc::new(Notify::new());
         let failed = |u: Unanswered| Stop::Failed(u.into_error(&server.name, what));
-        let sent = inst.send(req.line, req.env, req.session, route.clone(), Some(activity.clone())).map_err(failed)?;
+        let sent = inst
+            .send(req.line, req.env, req.session, route.clone(), Some(activity.clone()), self.stream.clone())
+            .map_err(failed)?;
         self.track.set(Stage::InFlight(inst.clone(), sent.upstream_id));
         let max_deadline = self.started + Duration::from_millis(server.limits.max_call_timeout_ms);
         let mut deadline = self.deadline;
@@ -396,7 +497,7 @@ impl Attempt<'_, '_> {
                     hedge_at = None;
                     match inst.silent_for(sent.upstream_id) {
                         Some(silent) if silent >= window => {
-                            if let Ok(copy) = inst.send(req.line, req.env, req.session, route.clone(), Some(activity.clone())) {
+                            if let Ok(copy) = inst.send(req.line, req.env, req.session, route.clone(), Some(activity.clone()), self.stream.clone()) {
                                 tracing::info!(
                                     server = %server.name, instance = %inst.label(), session = req.session_label,
                                     "{what} has had nothing from its link for {:.1} s while the server answers probes: sent once more on a new connection (it is safe to repeat); the first answer wins",

@@ -117,7 +117,7 @@ impl Servers {
                 LiveServer {
                     name: s.name.clone(),
                     inflight: instances.iter().map(|i| i.inflight()).sum(),
-                    instances: instances.iter().map(|i| (i.pool.clone(), i.is_ready())).collect(),
+                    instances: instances.iter().map(|i| (i.pool().to_string(), i.is_ready())).collect(),
                     repeating: s.calls.repeating(),
                     silent: s.calls.silent(std::time::Duration::from_millis(s.limits.liveness_ms.max(1))),
                 }

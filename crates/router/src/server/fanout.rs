@@ -63,6 +63,16 @@ fn agreed_roots<'a>(states: impl IntoIterator<Item = Option<&'a RootsState>>) ->
 }
 
 /// `params.elicitationId` of a URL-mode elicitation or its completion notice.
+/// The task a server's request is made for (`_meta` related-task), if it names one.
+fn related_task(line: &str, params: Option<&std::ops::Range<usize>>) -> Option<String> {
+    let p = &line[params?.clone()];
+    if !p.contains(super::tasks::RELATED_TASK) {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(p).ok()?;
+    v["_meta"][super::tasks::RELATED_TASK]["taskId"].as_str().map(str::to_string)
+}
+
 fn elicitation_id(line: &str, params: Option<&std::ops::Range<usize>>) -> Option<String> {
     let text = &line[params?.clone()];
     if !text.contains("elicitationId") {
@@ -160,6 +170,9 @@ pub struct Fanout {
     /// URL-mode elicitations handed to a session, by (instance number, elicitationId): their
     /// `notifications/elicitation/complete` goes to that session only.
     elicitations: Mutex<HashMap<(u64, String), SessionId>>,
+    /// The tasks clients were handed: their instance and session (their notifications go to
+    /// that session only) and the gates their creating calls still hold.
+    pub tasks: Arc<super::tasks::Tasks>,
 }
 
 impl crate::upstream::Events for Fanout {
@@ -198,6 +211,7 @@ impl Fanout {
             absorbed: AtomicU64::new(0),
             dropped_roots_notices: AtomicU64::new(0),
             elicitations: Mutex::new(HashMap::new()),
+            tasks: Arc::default(),
         })
     }
 
@@ -318,8 +332,41 @@ impl Fanout {
     /// clients gave when they agree, so a starting instance does not show.
     fn on_server_request(self: &Arc<Self>, inst: &Arc<Instance>, line: String, env: Envelope) {
         let method = env.method.clone().unwrap_or_default();
+        // A request on behalf of a task (elicitation while it waits for input) is for the session
+        // that was handed the task, whoever else has calls on the instance.
+        let task = related_task(&line, env.params.as_ref())
+            .and_then(|up| self.tasks.session_of(inst.number(), &up).map(|s| (up, s)))
+            .filter(|(_, s)| *s != super::tasks::NO_SESSION);
+        let attribution = match &task {
+            Some((_, session)) => Attribution::Session(*session),
+            None => self.attribute(inst),
+        };
+        // The task's id as the session knows it (the params change length: the id's place is
+        // found again by parsing the new line).
+        let sealed = task.as_ref().zip(env.params.as_ref()).and_then(|((upstream, session), params)| {
+            let route = super::tasks::Route { instance: inst.number(), session: *session, upstream: upstream.clone() };
+            let new = super::tasks::replace_task_id(
+                &line[params.clone()],
+                upstream,
+                &super::tasks::seal(&self.server, &route),
+            )?;
+            let rewritten = codec::splice(&line, params.clone(), &new);
+            codec::parse(&rewritten).ok().map(|e| (rewritten, e))
+        });
+        let (line, env) = sealed.unwrap_or((line, env));
+        self.deliver_request(inst, line, env, attribution, method)
+    }
+
+    /// A server's request to the session `attribution` names, or refused when none is.
+    fn deliver_request(
+        self: &Arc<Self>,
+        inst: &Arc<Instance>,
+        line: String,
+        env: Envelope,
+        attribution: Attribution,
+        method: String,
+    ) {
         let id_span = env.id.clone().expect("requests have ids");
-        let attribution = self.attribute(inst);
         if method == "roots/list"
             && let Some(result) = self.cached_roots(&attribution)
         {
@@ -332,21 +379,16 @@ impl Fanout {
                 Attribution::Unclear(_) => self.roots_pending(),
             };
             if waits {
-                let session = match attribution {
-                    Attribution::Session(id) => Some(id),
-                    Attribution::Unclear(_) => None,
-                };
-                return self.park_roots_ask(inst, line, env, session);
+                return self.park_roots_ask(inst, line, env, attribution);
             }
         }
-        self.route_server_request(inst, line, env);
+        self.route_server_request(inst, line, env, attribution);
     }
 
-    /// [`Fanout::on_server_request`] past the roots switchyard answers itself.
-    fn route_server_request(&self, inst: &Arc<Instance>, line: String, env: Envelope) {
+    /// [`Fanout::deliver_request`] past the roots switchyard answers itself.
+    fn route_server_request(&self, inst: &Arc<Instance>, line: String, env: Envelope, attribution: Attribution) {
         let method = env.method.clone().unwrap_or_default();
         let id_span = env.id.clone().expect("requests have ids");
-        let attribution = self.attribute(inst);
         let target = match attribution {
             Attribution::Session(id) => {
                 self.session(id).ok_or_else(|| "the session it belongs to has disconnected".to_string())
@@ -470,7 +512,11 @@ impl Fanout {
     /// An instance's roots/list waits while a client's roots are being asked for: it is
     /// answered when they are known (see [`Fanout::answer_parked_roots`]), or after
     /// [`ROOTS_REFRESH_WAIT`] goes the way it would have gone.
-    fn park_roots_ask(self: &Arc<Self>, inst: &Arc<Instance>, line: String, env: Envelope, session: Option<SessionId>) {
+    fn park_roots_ask(self: &Arc<Self>, inst: &Arc<Instance>, line: String, env: Envelope, attribution: Attribution) {
+        let session = match attribution {
+            Attribution::Session(id) => Some(id),
+            Attribution::Unclear(_) => None,
+        };
         let id = line[env.id.clone().expect("requests have ids")].to_string();
         self.parked_roots.lock().expect("lock").push(Parked { inst: Arc::downgrade(inst), id: id.clone(), session });
         let (hub, inst) = (self.clone(), inst.clone());
@@ -482,7 +528,7 @@ impl Fanout {
             let still = parked.len() != before;
             drop(parked);
             if still {
-                hub.route_server_request(&inst, line, env);
+                hub.route_server_request(&inst, line, env, attribution);
             }
         });
     }
@@ -554,6 +600,7 @@ impl Fanout {
     /// keeps a sampling or elicitation dialog open for a server that is gone.
     pub fn instance_gone(&self, inst: &Instance) {
         self.elicitations.lock().expect("lock").retain(|(n, _), _| *n != inst.number());
+        self.tasks.instance_gone(inst.number());
         for s in self.sessions.read().expect("lock").values() {
             for n in s.take_outbound(inst, None) {
                 self.roots_asked.lock().expect("lock").remove(&(s.id, n));
@@ -621,7 +668,7 @@ impl Fanout {
         server
             .instances()
             .iter()
-            .any(|o| o.owner.is_none() && o.pool == inst.pool && o.is_ready() && o.number() < inst.number())
+            .any(|o| o.owner.is_none() && o.pool() == inst.pool() && o.is_ready() && o.number() < inst.number())
     }
 
     fn on_server_notification(self: &Arc<Self>, inst: &Arc<Instance>, line: String, env: Envelope) {
@@ -655,6 +702,9 @@ impl Fanout {
                     }
                 }
             }
+            // A task's status (2025-11-25), or the tasks extension's notice: to the session that
+            // was handed the task, under the id it knows, and nobody else.
+            "notifications/tasks/status" | "notifications/tasks" => self.task_notification(inst, line, &env),
             "notifications/elicitation/complete" => {
                 // Only the session that was asked may hear that the user finished.
                 let key = elicitation_id(&line, env.params.as_ref()).map(|id| (inst.number(), id));
@@ -678,6 +728,40 @@ impl Fanout {
                 for s in self.audience(inst) {
                     s.send_from_server(line.clone());
                 }
+            }
+        }
+    }
+
+    /// A notification about one task: to the session that was handed it, under the id that
+    /// session knows it by. A task no session was handed (or whose session left) is nobody's.
+    fn task_notification(&self, inst: &Instance, line: String, env: &Envelope) {
+        let Some(params) = env.params.as_ref() else { return };
+        let fields = codec::param_fields(&line, params);
+        let Some(upstream) = fields.task_id.and_then(|s| serde_json::from_str::<String>(&line[s]).ok()) else {
+            return;
+        };
+        let Some(session) = self.tasks.session_of(inst.number(), &upstream) else {
+            tracing::debug!(instance = %inst.label(), "dropped a notice about task {upstream}, which no session was handed");
+            return;
+        };
+        let p = &line[params.clone()];
+        if let Some(status) = super::tasks::status_in(p) {
+            self.tasks.saw_status(inst.number(), &upstream, &status);
+        }
+        let client_id = super::tasks::seal(
+            &self.server,
+            &super::tasks::Route { instance: inst.number(), session, upstream: upstream.clone() },
+        );
+        let rewritten = match super::tasks::replace_task_id(p, &upstream, &client_id) {
+            Some(new) => codec::splice(&line, params.clone(), &new),
+            None => line,
+        };
+        // A task of the 2026-07-28 era belongs to no session: its notices travel on the listen
+        // stream that asked for them, never to whoever is connected.
+        match self.session(session).filter(|_| session != super::tasks::NO_SESSION) {
+            Some(s) => s.send_from_server(rewritten),
+            None => {
+                tracing::debug!(instance = %inst.label(), "dropped a notice about task {upstream}: its session is not connected")
             }
         }
     }

@@ -22,7 +22,7 @@ impl Server {
         let death = inst.death().cloned();
         self.counts.unexpected_ends.fetch_add(1, Ordering::Relaxed);
         let status = death.as_ref().map_or("", |d| d.status.as_str());
-        self.metrics.instance_died(&self.name, &inst.pool, status);
+        self.metrics.instance_died(&self.name, &inst.pool(), status);
         if let Some(d) = &death {
             self.note_error(format!("{} ended: {}", d.instance, d.status));
         }

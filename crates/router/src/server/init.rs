@@ -147,7 +147,7 @@ impl Server {
             return Ok(());
         }
         tracing::debug!(server = %self.name, "server/discover answered {}", reply.line);
-        self.refuse_discover();
+        self.refuse_discover(&reply.line);
         Err(self.not_modern())
     }
 

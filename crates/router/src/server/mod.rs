@@ -33,6 +33,7 @@ mod init;
 pub mod profile;
 mod reconcile;
 mod status;
+pub mod tasks;
 mod tools;
 
 use breaker::StartHealth;
@@ -41,6 +42,9 @@ use tools::ToolCache;
 
 /// Names the 2026-07-28 counterpart of a pool (`default` -> `default@2026-07-28`).
 const MODERN_POOL_SUFFIX: &str = "@2026-07-28";
+/// How long an instance that answered a probe as a server of the initialize era is kept for
+/// that era's first start (its client falls back to initialize at once, or not at all).
+const SPARE_KEEP: Duration = Duration::from_secs(30);
 /// One upstream server and everything that serves it.
 pub struct Server {
     pub name: String,
@@ -61,6 +65,11 @@ pub struct Server {
     modern_version: Mutex<String>,
     /// The server answered server/discover with -32601: it is of the initialize era only.
     discover_refused: std::sync::atomic::AtomicBool,
+    /// The instance that answered so: started and of the initialize era, it serves that era's
+    /// next start, so a client that falls back does not wait for the server to start twice.
+    spare: Mutex<Option<Arc<Instance>>>,
+    /// That answer's `error` object as the server sent it, given to clients' probes as theirs.
+    discover_refusal: std::sync::OnceLock<String>,
     /// The first client's initialize params, used to initialise every instance.
     /// Cleared again if that initialize fails, so the next client's params are used instead.
     init_params: Mutex<Option<String>>,
@@ -133,9 +142,10 @@ impl Server {
     }
 
     /// Keeps what this server answers in `answers`, under `key` (its config's digest); a server
-    /// known to refuse server/discover refuses it at once from now on.
+    /// known to refuse server/discover refuses it at once from now on, with its own error.
     pub fn keep_answers(&self, answers: Arc<answers::Answers>, key: String) {
-        if answers.get(&format!("{key}:discover")).as_deref() == Some("refused") {
+        if let Some(error) = answers.get(&format!("{key}:discover")) {
+            let _ = self.discover_refusal.set(error);
             self.discover_refused.store(true, Ordering::Relaxed);
         }
         let _ = self.answers.set((answers, key));
@@ -211,6 +221,8 @@ impl Server {
                 modern_pools,
                 modern_version: Mutex::new(switchyard_mcp::version::LATEST_STATELESS.to_string()),
                 discover_refused: Default::default(),
+                discover_refusal: Default::default(),
+                spare: Mutex::new(None),
                 init_params: Mutex::new(None),
                 init_result: OnceCell::new(),
                 init_state: watch::channel(InitState::NotStarted).0,
@@ -261,7 +273,8 @@ impl Server {
 
     /// The pool an instance belongs to.
     fn pool_of(&self, inst: &Instance) -> Option<&Arc<Pool>> {
-        self.pools.get(&inst.pool).or_else(|| self.modern_pools.get(inst.pool.strip_suffix(MODERN_POOL_SUFFIX)?))
+        let pool = inst.pool();
+        self.pools.get(&*pool).or_else(|| self.modern_pools.get(pool.strip_suffix(MODERN_POOL_SUFFIX)?))
     }
 
     /// The 2026-07-28 counterpart of a configured pool.
@@ -271,7 +284,7 @@ impl Server {
 
     /// True for an instance serving 2026-07-28-era requests (never initialised).
     pub fn is_modern(&self, inst: &Instance) -> bool {
-        inst.pool.ends_with(MODERN_POOL_SUFFIX)
+        inst.pool().ends_with(MODERN_POOL_SUFFIX)
     }
 
     pub fn saw_modern_version(&self, version: &str) {
@@ -285,11 +298,21 @@ impl Server {
         self.discover_refused.load(Ordering::Relaxed)
     }
 
-    /// The server answered server/discover with -32601: later probes are answered at once, and
-    /// the instances started for that era (it has none) are stopped.
-    pub fn refuse_discover(&self) {
-        if let Some((answers, key)) = self.answers.get() {
-            answers.put(&format!("{key}:discover"), "refused");
+    /// The server's own `error` object of its -32601 to server/discover, once it gave one.
+    pub fn discover_refusal(&self) -> Option<&str> {
+        self.discover_refusal.get().map(String::as_str)
+    }
+
+    /// The server answered server/discover with -32601 (`reply`, its response): later probes
+    /// are answered at once, with its own error (by later daemons too), and the instances
+    /// started for that era (it has none) are stopped.
+    pub fn refuse_discover(&self, reply: &str) {
+        if let Some(error) = serde_json::from_str::<serde_json::Value>(reply).ok().and_then(|v| v.get("error").cloned())
+        {
+            if let Some((answers, key)) = self.answers.get() {
+                answers.put(&format!("{key}:discover"), &error.to_string());
+            }
+            let _ = self.discover_refusal.set(error.to_string());
         }
         if self.discover_refused.swap(true, Ordering::Relaxed) {
             return;
@@ -329,13 +352,18 @@ impl Server {
         if modern && self.discover_refused() {
             return Err(self.not_modern());
         }
-        let number = self.next_instance.fetch_add(1, Ordering::Relaxed);
-        let events: Arc<dyn Events> = self.hub.clone();
-        let prefix = self.instance_label_prefix();
-        let inst = Instance::start(&*self.connector, prefix, number, pool, owner, events).await.map_err(|f| {
-            self.record_start_failure(f.reason.clone());
-            CallError::Down { server: self.name.clone(), reason: f.reason }
-        })?;
+        let inst = match (!modern).then(|| self.take_spare(pool, owner)).flatten() {
+            Some(spare) => spare,
+            None => {
+                let number = self.next_instance.fetch_add(1, Ordering::Relaxed);
+                let events: Arc<dyn Events> = self.hub.clone();
+                let prefix = self.instance_label_prefix();
+                Instance::start(&*self.connector, prefix, number, pool, owner, events).await.map_err(|f| {
+                    self.record_start_failure(f.reason.clone());
+                    CallError::Down { server: self.name.clone(), reason: f.reason }
+                })?
+            }
+        };
         let handshake = async {
             match modern {
                 true => self.modern_handshake(&inst).await,
@@ -370,6 +398,9 @@ impl Server {
                 // A server that does not speak 2026-07-28 started fine: not a start failure.
                 if !(modern && self.discover_refused()) {
                     self.record_start_failure(e.to_string());
+                } else if owner.is_none() && matches!(e, CallError::WrongEra { .. }) && !inst.is_dead() {
+                    self.keep_spare(inst, pool);
+                    return Err(e);
                 }
                 inst.kill().await;
                 // A remote server that could not be reached: the calls waiting for this start
@@ -380,6 +411,38 @@ impl Server {
                 Err(e)
             }
         }
+    }
+
+    /// Keeps `inst`, started for the 2026-07-28 pool `pool` and found of the initialize era, for
+    /// that era's pool of the same name; stopped if unused within [`SPARE_KEEP`].
+    fn keep_spare(self: &Arc<Self>, inst: Arc<Instance>, pool: &str) {
+        inst.move_to_pool(pool.strip_suffix(MODERN_POOL_SUFFIX).unwrap_or(pool));
+        tracing::info!(instance = %inst.label(), "kept for the initialize era: a client that probed with server/discover falls back to initialize, and finds it started");
+        if let Some(old) = self.spare.lock().expect("lock").replace(inst.clone()) {
+            self.tasks.spawn(async move { old.shutdown().await });
+        }
+        let me = self.clone();
+        self.tasks.spawn(async move {
+            tokio::select! {
+                _ = tokio::time::sleep(SPARE_KEEP) => {}
+                _ = me.shutdown.cancelled() => {}
+            }
+            let unused = {
+                let mut spare = me.spare.lock().expect("lock");
+                if spare.as_ref().is_some_and(|s| Arc::ptr_eq(s, &inst)) { spare.take() } else { None }
+            };
+            if let Some(i) = unused {
+                tracing::debug!(instance = %i.label(), "no initialize came for it within {SPARE_KEEP:?}: stopped");
+                i.shutdown().await;
+            }
+        });
+    }
+
+    /// The kept instance, if it fits a start for `pool` (shared, not a session's own).
+    fn take_spare(&self, pool: &str, owner: Option<SessionId>) -> Option<Arc<Instance>> {
+        let mut spare = self.spare.lock().expect("lock");
+        let fits = owner.is_none() && spare.as_ref().is_some_and(|s| &*s.pool() == pool && !s.is_dead());
+        if fits { spare.take() } else { None }
     }
 
     /// Sends a request of the router's own and returns its `result` JSON.
@@ -442,7 +505,8 @@ impl Server {
 
     /// Shuts every instance down (close stdin, wait, SIGTERM, wait, SIGKILL), all at once.
     pub async fn stop(&self) {
-        let all: Vec<Arc<Instance>> = self.every_pool().flat_map(|p| p.take_all()).collect();
+        let spare = self.spare.lock().expect("lock").take();
+        let all: Vec<Arc<Instance>> = self.every_pool().flat_map(|p| p.take_all()).chain(spare).collect();
         let mut set = tokio::task::JoinSet::new();
         for inst in all {
             set.spawn(async move { inst.shutdown().await });

@@ -35,7 +35,7 @@ impl Server {
                 let server_pid = i.pid().map(|p| supervised_child(p).unwrap_or(p));
                 json!({
                     "label": i.label(),
-                    "pool": i.pool,
+                    "pool": &*i.pool(),
                     "pid": server_pid,
                     "supervisor_pid": i.pid().filter(|p| Some(*p) != server_pid),
                     "url": url,

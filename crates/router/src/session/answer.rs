@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::Session;
-use crate::call::{self, Cancel};
+use crate::call::Cancel;
 use switchyard_core::codec::{self, Envelope};
 use switchyard_core::metrics::{Call, Outcome};
 
@@ -76,6 +76,9 @@ impl Session {
             return self.discover(line, env, cancel).await;
         }
         if modern {
+            if crate::server::tasks::ABOUT_ONE_TASK.contains(&method) {
+                return self.about_task(line, env, cancel, true).await;
+            }
             return self.forward(line, env, cancel, true).await;
         }
         match method {
@@ -152,15 +155,15 @@ impl Session {
                     Err(e) => local_error(codec::INTERNAL_ERROR, e),
                 }
             }
+            m if crate::server::tasks::ABOUT_ONE_TASK.contains(&m) => self.about_task(line, env, cancel, false).await,
+            "tasks/list" => self.list_tasks(line, env, cancel).await,
             _ => self.forward(line, env, cancel, false).await,
         }
     }
 
     /// Through the policy and the engine to an instance (`modern`: one of the 2026-07-28 era).
     async fn forward(&self, line: &str, env: &Envelope, cancel: &Cancel, modern: bool) -> Option<String> {
-        let req =
-            call::Request { line, env, session: self.id, session_label: &self.label, link: &self.link, cancel, modern };
-        call::forward(&self.server(), req).await
+        self.forward_to(line, env, cancel, modern, None).await
     }
 
     /// `server/discover`, the 2026-07-28 client's first request (it sends no initialize). It
@@ -179,8 +182,13 @@ impl Session {
                 None,
             ))
         };
+        // The server's own answer, as a client connected to it directly gets it.
+        let refused = || {
+            let error = server.discover_refusal()?;
+            Some(format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{error}}}"#))
+        };
         if server.discover_refused() {
-            return not_found("the server does not support it; use initialize");
+            return refused().or_else(|| not_found("the server does not support it; use initialize"));
         }
         // Starting the instance is bounded by init_timeout_ms (a client connected directly waits
         // for the server's start as well); the answer by discover_timeout_ms.
@@ -190,6 +198,12 @@ impl Session {
             _ = cancel.token.cancelled() => return None,
         };
         if let Err(e) = started {
+            // The instance started and answered -32601: that answer is the client's.
+            if server.discover_refused()
+                && let Some(r) = refused()
+            {
+                return Some(r);
+            }
             tracing::info!(server = %server.name, "server/discover: no instance for it: {e}");
             return not_found(&format!("no instance of server `{}` could start: {e}", server.name));
         }
@@ -199,9 +213,9 @@ impl Session {
                 let code =
                     serde_json::from_str::<serde_json::Value>(&reply).ok().and_then(|v| v["error"]["code"].as_i64());
                 if code == Some(codec::METHOD_NOT_FOUND) {
-                    server.refuse_discover();
+                    server.refuse_discover(&reply);
                 }
-                Some(reply)
+                Some(served_versions_only(reply))
             }
             Ok(None) => None,
             Err(_) => {
@@ -210,6 +224,22 @@ impl Session {
             }
         }
     }
+}
+
+/// A server/discover answer with `supportedVersions` cut to the versions switchyard serves per
+/// request: a client picks one of them, and switchyard refuses the others (-32022, naming the
+/// same list), so offering them would send the client into that refusal.
+fn served_versions_only(reply: String) -> String {
+    let Ok(mut v) = serde_json::from_str::<serde_json::Value>(&reply) else { return reply };
+    let Some(versions) = v.pointer_mut("/result/supportedVersions").and_then(|s| s.as_array_mut()) else {
+        return reply;
+    };
+    let before = versions.len();
+    versions.retain(|x| x.as_str().is_some_and(|x| switchyard_mcp::version::STATELESS.contains(&x)));
+    if versions.len() == before {
+        return reply;
+    }
+    v.to_string()
 }
 
 /// Runs `f` unless the call is cancelled first (by its client, or because the session ended):

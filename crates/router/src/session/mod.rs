@@ -2,6 +2,7 @@
 
 mod answer;
 mod sessions;
+mod tasks;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -27,6 +27,9 @@ struct Pending {
     /// When it was sent, and whether another call was in flight on the instance then.
     sent: Instant,
     behind: bool,
+    /// For a `subscriptions/listen`: the client's own id of it (raw JSON) and where the
+    /// notifications of its stream go (each names it in `_meta`, mapped back to this id).
+    stream: Option<(String, Arc<dyn ProgressSink>)>,
 }
 
 /// How an instance has answered calls that overlapped: whether it ever answered a later call
@@ -71,7 +74,9 @@ pub struct Sent {
 pub struct Instance {
     number: u64,
     label: String,
-    pub pool: String,
+    /// The pool it serves; changes once at most, when an instance started for a 2026-07-28
+    /// probe turns out to be of the initialize era and is kept for that era's pool.
+    pool: Mutex<Arc<str>>,
     /// Set for affinity pools: the only session this instance serves.
     pub owner: Option<SessionId>,
     /// What carries messages; set once connected, taken when it ends.
@@ -131,7 +136,7 @@ impl Instance {
         let inst = Arc::new_cyclic(|me| Instance {
             number,
             label: label.clone(),
-            pool: pool.to_string(),
+            pool: Mutex::new(Arc::from(pool)),
             owner,
             transport: Mutex::new(None),
             pid: OnceLock::new(),
@@ -166,6 +171,16 @@ impl Instance {
     pub fn number(&self) -> u64 {
         self.number
     }
+    /// The pool it serves.
+    pub fn pool(&self) -> Arc<str> {
+        self.pool.lock().expect("lock").clone()
+    }
+
+    /// Moves it to another pool (see the `pool` field).
+    pub fn move_to_pool(&self, pool: &str) {
+        *self.pool.lock().expect("lock") = Arc::from(pool);
+    }
+
     pub fn label(&self) -> &str {
         &self.label
     }
@@ -303,7 +318,9 @@ impl Instance {
         }))
     }
 
-    /// Sends a client request: rewrites its id (and progress token) to a fresh upstream id.
+    /// Sends a client request: rewrites its id (and progress token) to a fresh upstream id. The
+    /// notifications of its own stream (a `subscriptions/listen`'s) go to `stream`, under the
+    /// client's id of the request.
     pub fn send(
         &self,
         line: &str,
@@ -311,10 +328,13 @@ impl Instance {
         session: SessionId,
         progress: Option<(Range<usize>, Arc<dyn ProgressSink>)>,
         activity: Option<Arc<Notify>>,
+        stream: Option<Arc<dyn ProgressSink>>,
     ) -> Result<Sent, Unanswered> {
-        self.submit(session, activity, |id_text| {
+        let id_span = env.id.clone().expect("requests have ids");
+        let stream = stream.map(|s| (line[id_span.clone()].to_string(), s));
+        self.submit(session, activity, stream, |id_text| {
             let mut route = None;
-            let mut edits = vec![(env.id.clone().expect("requests have ids"), id_text)];
+            let mut edits = vec![(id_span, id_text)];
             if let Some((span, out)) = progress {
                 // The upstream id doubles as the progress token: unique on this instance.
                 route = Some((line[span.clone()].to_string(), out));
@@ -326,7 +346,7 @@ impl Instance {
 
     /// Sends a request of the router's own (initialize, ping, tools/list, ...).
     pub fn send_own(&self, method: &str, params: &str) -> Result<Sent, Unanswered> {
-        self.submit(0, None, |id_text| (codec::request(id_text, method, params), None))
+        self.submit(0, None, None, |id_text| (codec::request(id_text, method, params), None))
     }
 
     /// Gives a request a fresh upstream id, registers where its reply goes, and sends it.
@@ -335,6 +355,7 @@ impl Instance {
         &self,
         session: SessionId,
         activity: Option<Arc<Notify>>,
+        stream: Option<(String, Arc<dyn ProgressSink>)>,
         build: impl FnOnce(&str) -> (String, Option<(String, Arc<dyn ProgressSink>)>),
     ) -> Result<Sent, Unanswered> {
         if let Some(d) = self.death.get() {
@@ -346,7 +367,8 @@ impl Instance {
         let (tx, rx) = oneshot::channel();
         let mut pending = self.pending.lock().expect("lock");
         let behind = session != 0 && pending.values().any(|p| p.session != 0);
-        pending.insert(upstream_id, Pending { session, reply: tx, progress, activity, sent: Instant::now(), behind });
+        let sent = Instant::now();
+        pending.insert(upstream_id, Pending { session, reply: tx, progress, activity, stream, sent, behind });
         drop(pending);
         if transport.send(Outbound { line, request: Some(upstream_id) }).is_err() {
             self.pending.lock().expect("lock").remove(&upstream_id);
@@ -416,10 +438,10 @@ impl Instance {
             Kind::Notification => {
                 if env.method.as_deref() == Some("notifications/progress") {
                     self.on_progress(line, env);
-                } else {
-                    if let Some(me) = self.me.upgrade() {
-                        self.events.clone().server_notification(&me, line, env);
-                    }
+                } else if let Some(line) = self.on_stream(line, &env)
+                    && let Some(me) = self.me.upgrade()
+                {
+                    self.events.clone().server_notification(&me, line, env);
                 }
             }
         }
@@ -524,6 +546,28 @@ impl Instance {
                 )
             }
         }
+    }
+
+    /// A notification of a `subscriptions/listen` stream (it names the listen request's id in
+    /// `_meta`): to that request's client under its own id; else it is given back.
+    fn on_stream(&self, line: String, env: &Envelope) -> Option<String> {
+        let Some(span) = env.params.as_ref().and_then(|p| codec::subscription_id(&line, p)) else { return Some(line) };
+        let Ok(upstream) = line[span.clone()].parse::<u64>() else { return Some(line) };
+        let pending = self.pending.lock().expect("lock");
+        let Some((client_id, sink, activity)) =
+            pending.get(&upstream).and_then(|p| p.stream.as_ref().map(|(c, s)| (c, s, &p.activity)))
+        else {
+            drop(pending);
+            // Named for a request that ended, or one that opened no stream: no one else's.
+            tracing::debug!(instance = %self.label, "dropped a notification of subscription {upstream}, which no open listen request has");
+            return None;
+        };
+        // A stream that speaks is alive: like progress, it extends the request's deadline.
+        if let Some(a) = activity {
+            a.notify_one();
+        }
+        sink.progress(codec::splice(&line, span, client_id));
+        None
     }
 
     fn on_progress(&self, line: String, env: Envelope) {
@@ -661,7 +705,7 @@ mod tests {
     async fn a_request_goes_out_under_a_fresh_id_and_its_reply_comes_back() {
         let (c, inst) = start(answer_all()).await;
         let (line, env) = request(r#""client-7""#, "tools/list");
-        let sent = inst.send(&line, &env, 3, None, None).unwrap();
+        let sent = inst.send(&line, &env, 3, None, None, None).unwrap();
         let reply = sent.reply.await.unwrap().unwrap_or_else(|_| panic!("answered"));
         assert_eq!(&reply.line[reply.env.id.clone().unwrap()], sent.upstream_id.to_string());
         let out = c.link(0).sent.lock().unwrap().clone();
@@ -674,8 +718,8 @@ mod tests {
         let (c, inst) = start(silent()).await;
         let (l1, e1) = request("1", "tools/call");
         let (l2, e2) = request("2", "tools/call");
-        let a = inst.send(&l1, &e1, 1, None, None).unwrap();
-        let b = inst.send(&l2, &e2, 2, None, None).unwrap();
+        let a = inst.send(&l1, &e1, 1, None, None, None).unwrap();
+        let b = inst.send(&l2, &e2, 2, None, None, None).unwrap();
         let lost = Lost { cause: "the stream ended".into(), delivery: Delivery::Maybe };
         c.link(0).lose(a.upstream_id, lost);
         match a.reply.await.unwrap() {
@@ -699,7 +743,7 @@ mod tests {
         let calls: Vec<Sent> = (0..5)
             .map(|i| {
                 let (l, e) = request(&i.to_string(), "ping");
-                inst.send(&l, &e, 1, None, None).unwrap()
+                inst.send(&l, &e, 1, None, None, None).unwrap()
             })
             .collect();
         c.link(0).end("the SSE stream from http://x/sse ended");
@@ -715,7 +759,7 @@ mod tests {
         }
         assert!(inst.is_dead());
         let (l, e) = request("9", "ping");
-        assert!(matches!(inst.send(&l, &e, 1, None, None), Err(Unanswered::Died(_))));
+        assert!(matches!(inst.send(&l, &e, 1, None, None, None), Err(Unanswered::Died(_))));
         assert!(inst.write("{}".into()).is_err());
         tokio::time::timeout(Duration::from_secs(1), inst.dead()).await.expect("dead resolves");
     }
@@ -724,7 +768,7 @@ mod tests {
     async fn a_cancel_tells_the_server_and_the_transport_and_drops_the_late_answer() {
         let (c, inst) = start(silent()).await;
         let (l, e) = request("1", "tools/call");
-        let sent = inst.send(&l, &e, 4, None, None).unwrap();
+        let sent = inst.send(&l, &e, 4, None, None, None).unwrap();
         inst.cancel(sent.upstream_id, "user said stop");
         let link = c.link(0);
         let last = link.lines().pop().unwrap();
@@ -763,7 +807,7 @@ mod tests {
         let span = codec::progress_token_in_request(line, env.params.as_ref().unwrap()).unwrap();
         let sink = Arc::new(Sink(Mutex::new(Vec::new())));
         let activity = Arc::new(Notify::new());
-        let sent = inst.send(line, &env, 1, Some((span, sink.clone())), Some(activity.clone())).unwrap();
+        let sent = inst.send(line, &env, 1, Some((span, sink.clone())), Some(activity.clone()), None).unwrap();
         let id = sent.upstream_id;
         c.link(0).reply(&format!(
             r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":{id},"progress":1}}}}"#

@@ -40,7 +40,9 @@ impl Front {
         let method = env.method.as_deref().unwrap_or_default();
         let raw_id = env.id.as_ref().map(|r| line[r.clone()].to_string());
         let enveloped = env.params.as_ref().is_some_and(|p| codec::envelope_version(&line, p).is_some());
-        if method != "initialize" && (posted.modern || enveloped) {
+        // `initialize` in the stateless era's form (its version header, or the envelope) is a
+        // request of that era, which has no such method: answered as such there, never a session.
+        if posted.modern || enveloped {
             return Ok(self.stateless(server, headers, line, env, posted.mode).await);
         }
         // A version of neither era served (spec: 400); initialize names its version in the body.

@@ -31,21 +31,23 @@ pub const HEADER_MISMATCH: i64 = -32020;
 /// becomes an SSE stream (with keep-alives) anyway.
 const FIRST_WAIT: Duration = Duration::from_secs(10);
 
-/// Every version this front serves, both eras (`data.supported` of -32022).
-pub fn supported() -> Vec<&'static str> {
-    mcp::version::served().collect()
-}
-
-/// 400 with -32022 for a version not served; `id` the raw request id.
+/// 400 with -32022 for a version not served; `id` the raw request id. `data.supported` names
+/// the versions a request may carry in `_meta` (the stateless era's, as `server/discover` says:
+/// a client retries with one of them); the initialize era's are reached by `initialize`, which
+/// the message names too.
 pub fn unsupported(version: &str, id: &str) -> Response {
     let shown: String = version.chars().take(40).collect();
-    let all = supported();
+    let modern = mcp::version::STATELESS;
     rpc_error_data(
         StatusCode::BAD_REQUEST,
         id,
         codec::UNSUPPORTED_PROTOCOL_VERSION,
-        &format!("protocol version {shown:?} is not served over HTTP by this switchyard; it serves {}", all.join(", ")),
-        Some(&serde_json::json!({ "supported": all, "requested": shown })),
+        &format!(
+            "protocol version {shown:?} is not served over HTTP by this switchyard; it serves {} per request, and {} after initialize",
+            modern.join(", "),
+            mcp::version::SESSION_ERA.join(", ")
+        ),
+        Some(&serde_json::json!({ "supported": modern, "requested": shown })),
     )
 }
 
@@ -104,6 +106,8 @@ fn validate(headers: &HeaderMap, line: &str, env: &Envelope, id: &str) -> Result
     let field = match method {
         "tools/call" | "prompts/get" => "name",
         "resources/read" => "uri",
+        // The tasks extension: the client names the task, so intermediaries route by it.
+        "tasks/get" | "tasks/update" | "tasks/cancel" => "taskId",
         _ => return Ok(()),
     };
     let Some(body) = params[field].as_str() else {
@@ -160,6 +164,16 @@ impl Front {
         if let Err(r) = validate(headers, &line, &env, &id) {
             return *r;
         }
+        // The stateless era has no initialize (a server of both eras answers it so); a client of
+        // the initialize era sends it without this era's version header and envelope.
+        if env.method.as_deref() == Some("initialize") {
+            return rpc_error(
+                StatusCode::NOT_FOUND,
+                &id,
+                codec::METHOD_NOT_FOUND,
+                "Method not found: initialize is no method of protocol 2026-07-28 (each request carries its version and capabilities in _meta); a client of 2025-11-25 sends initialize without MCP-Protocol-Version 2026-07-28 and without the _meta envelope",
+            );
+        }
         let progress =
             env.params.as_ref().and_then(|p| codec::progress_token_in_request(&line, p)).map(|r| canonical(&line[r]));
         let (inbox, rx) = mpsc::unbounded_channel();
@@ -182,6 +196,10 @@ impl Front {
         let ends = server.shutdown.clone();
         tokio::spawn(crate::session::serve_with(server, input, output, opening, ends));
         let guard = abort.drop_guard();
+        // A listen request is a stream by nature: its headers go at once, its events as they come.
+        if mode != Mode::Json && env.method.as_deref() == Some("subscriptions/listen") {
+            return self.stateless_sse(None, from_session, guard);
+        }
         let first = if mode == Mode::Json {
             // Only the response goes to a client that takes JSON alone.
             loop {
@@ -369,6 +387,14 @@ mod tests {
         let env = codec::parse(&later).unwrap();
         let h = headers(&[("mcp-protocol-version", "2027-01-01"), m, n]);
         assert_eq!(code(validate(&h, &later, &env, "1")), Some(codec::UNSUPPORTED_PROTOCOL_VERSION));
+        // The tasks extension: a task request names its task in Mcp-Name.
+        let poll = r#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"sy-task.x","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+        let env = codec::parse(poll).unwrap();
+        let get = ("mcp-method", "tasks/get");
+        let check = |h: &[(&'static str, &str)]| code(validate(&headers(h), poll, &env, "1"));
+        assert_eq!(check(&[v, get, ("mcp-name", "sy-task.x")]), None);
+        assert_eq!(check(&[v, get]), Some(HEADER_MISMATCH), "no Mcp-Name");
+        assert_eq!(check(&[v, get, ("mcp-name", "other")]), Some(HEADER_MISMATCH));
     }
 
     #[test]

@@ -203,19 +203,7 @@ pub fn page_url(listen: std::net::SocketAddr, token: &Token) -> String {
     format!("http://{at}/#token={}", token.expose())
 }
 
-/// `N` bytes from the kernel's random source (getrandom), for tokens and session ids.
-pub fn random<const N: usize>() -> std::io::Result<[u8; N]> {
-    let mut bytes = [0u8; N];
-    let mut filled = 0;
-    while filled < N {
-        match rustix::rand::getrandom(&mut bytes[filled..], rustix::rand::GetRandomFlags::empty()) {
-            Ok(n) => filled += n,
-            Err(rustix::io::Errno::INTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(bytes)
-}
+pub use switchyard_core::ids::random;
 
 #[cfg(test)]
 mod tests {

@@ -73,7 +73,7 @@ struct Info {
     method: Option<String>,
     /// 2026-07-28 era: the protocol version the request carries in `_meta`.
     envelope_version: Option<String>,
-    /// `params.name` or `params.uri`, for the `Mcp-Name` header.
+    /// `params.name`, `params.uri` or `params.taskId`, for the `Mcp-Name` header.
     name: Option<String>,
 }
 
@@ -88,6 +88,11 @@ fn classify(line: &str) -> Info {
         _ if envelope_version.is_none() => None,
         (Some("tools/call" | "prompts/get"), Some(p)) => codec::param_fields(line, p).name,
         (Some("resources/read"), Some(p)) => codec::param_fields(line, p).uri,
+        // The tasks extension: the task id, so a balancer sends the request to the server
+        // instance holding the task (the server's own id: switchyard's was mapped already).
+        (Some("tasks/get" | "tasks/update" | "tasks/cancel"), Some(p)) => {
+            codec::param_fields(line, p).task_id.and_then(|s| serde_json::from_str::<String>(&line[s]).ok())
+        }
         _ => None,
     };
     Info { method: env.method, envelope_version, name }
@@ -358,6 +363,8 @@ mod unit {
         let old = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"x"}}"#;
         assert_eq!(classify(old).envelope_version, None);
         assert_eq!(classify(old).name, None, "no Mcp-Name before the 2026 era");
+        let poll = r#"{"jsonrpc":"2.0","id":4,"method":"tasks/get","params":{"taskId":"t-7","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+        assert_eq!(classify(poll).name.as_deref(), Some("t-7"), "SEP-2663: Mcp-Name is the task id");
     }
 
     #[test]

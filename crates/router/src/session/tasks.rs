@@ -1,0 +1,153 @@
+//! A session's requests about tasks: each to the instance that holds its task, and tasks/list
+//! merged from the instances holding this session's tasks (never another session's).
+
+use super::Session;
+use crate::call::{self, Cancel};
+use crate::server::tasks::{self, Pinned};
+use switchyard_core::codec::{self, Envelope};
+
+/// The most pages of one instance's tasks/list followed before the list is answered.
+const MAX_PAGES: usize = 100;
+
+impl Session {
+    /// A request about one task (get, result, cancel, update): to the instance the task id
+    /// names, if it is one this router handed this session and that instance still runs; else
+    /// the spec's answer for an unknown task (-32602) at once. A request without a task id goes
+    /// on as it is, for the server to answer.
+    pub(super) async fn about_task(&self, line: &str, env: &Envelope, cancel: &Cancel, modern: bool) -> Option<String> {
+        let server = &self.server();
+        let id = &line[env.id.clone().expect("requests have ids")];
+        let fields = env.params.as_ref().map(|p| codec::param_fields(line, p)).unwrap_or_default();
+        let Some((span, client_task)) =
+            fields.task_id.and_then(|s| serde_json::from_str::<String>(&line[s.clone()]).ok().map(|t| (s, t)))
+        else {
+            return self.forward_to(line, env, cancel, modern, None).await;
+        };
+        let not_found = |why: String| {
+            Some(codec::response_error(
+                id,
+                codec::INVALID_PARAMS,
+                &format!("Task not found: {client_task} ({why})"),
+                None,
+            ))
+        };
+        let Some(route) = tasks::open(&server.name, &client_task) else {
+            return not_found(format!(
+                "switchyard did not hand out this task id for server `{}`: it is mistyped, from another server, or from before switchyard restarted",
+                server.name
+            ));
+        };
+        if route.session != if modern { tasks::NO_SESSION } else { self.id } {
+            return not_found("it was not created in this session".to_string());
+        }
+        let Some(instance) = server.all_instances().into_iter().find(|i| i.number() == route.instance && !i.is_dead())
+        else {
+            return not_found(format!(
+                "the instance of server `{}` that held it (#{}) has ended, and its tasks with it; start the task again",
+                server.name, route.instance
+            ));
+        };
+        let sent = codec::splice(line, span, &codec::json_string(&route.upstream));
+        let sent_env = match codec::parse(&sent) {
+            Ok(e) => e,
+            Err(e) => return Some(codec::response_error(id, e.code(), &e.message(), None)),
+        };
+        let pinned = Pinned { instance, ids: Some((route.upstream, client_task.clone())) };
+        self.forward_to(&sent, &sent_env, cancel, modern, Some(&pinned)).await
+    }
+
+    /// tasks/list (2025-11-25): each instance holding tasks of this session is asked (every page),
+    /// and the tasks this session was handed are answered, under their ids, in one list. An
+    /// instance lists every task it holds, other sessions' too: only this session's pass.
+    pub(super) async fn list_tasks(&self, line: &str, env: &Envelope, cancel: &Cancel) -> Option<String> {
+        let server = &self.server();
+        let id = &line[env.id.clone().expect("requests have ids")];
+        let params = env.params.as_ref().map(|p| &line[p.clone()]).unwrap_or("{}");
+        if serde_json::from_str::<serde_json::Value>(params).is_ok_and(|p| !p["cursor"].is_null()) {
+            return Some(codec::response_error(
+                id,
+                codec::INVALID_PARAMS,
+                "Invalid cursor: switchyard answers tasks/list whole, without pages; send it without a cursor",
+                None,
+            ));
+        }
+        let mine = server.hub.tasks.of_session(self.id);
+        let mut listed = Vec::new();
+        let mut asked = false;
+        for (number, ids) in mine {
+            // An instance that ended took its tasks with it: they are not listed.
+            let Some(instance) = server.all_instances().into_iter().find(|i| i.number() == number && !i.is_dead())
+            else {
+                continue;
+            };
+            let pinned = Pinned { instance, ids: None };
+            let mut page = line.to_string();
+            for _ in 0..MAX_PAGES {
+                let page_env = match codec::parse(&page) {
+                    Ok(e) => e,
+                    Err(e) => return Some(codec::response_error(id, e.code(), &e.message(), None)),
+                };
+                let reply = self.forward_to(&page, &page_env, cancel, false, Some(&pinned)).await?;
+                let v: serde_json::Value = match serde_json::from_str(&reply) {
+                    Ok(v) => v,
+                    Err(_) => return Some(reply),
+                };
+                // The server's own error (say, it lists no tasks) is the answer, as it would be directly.
+                if v.get("error").is_some() {
+                    return Some(reply);
+                }
+                asked = true;
+                for t in v["result"]["tasks"].as_array().into_iter().flatten() {
+                    let Some(upstream) = t["taskId"].as_str().filter(|u| ids.iter().any(|i| i == u)) else { continue };
+                    let route = tasks::Route { instance: number, session: self.id, upstream: upstream.to_string() };
+                    let mut t = t.clone();
+                    t["taskId"] = serde_json::Value::String(tasks::seal(&server.name, &route));
+                    if let Some(status) = t["status"].as_str() {
+                        server.hub.tasks.saw_status(number, upstream, status);
+                    }
+                    listed.push(t);
+                }
+                match v["result"]["nextCursor"].as_str() {
+                    Some(cursor) => {
+                        let params = serde_json::json!({ "cursor": cursor }).to_string();
+                        page = codec::request(id, "tasks/list", &params);
+                    }
+                    None => break,
+                }
+            }
+        }
+        if !asked {
+            // No task of this session is held anywhere: the server is asked as usual, for its
+            // own answer (an error when it has no tasks), and shows none of its tasks.
+            let reply = self.forward_to(line, env, cancel, false, None).await?;
+            return Some(match serde_json::from_str::<serde_json::Value>(&reply) {
+                Ok(v) if v.get("result").is_some() => codec::response_ok(id, r#"{"tasks":[]}"#),
+                _ => reply,
+            });
+        }
+        Some(codec::response_ok(id, &serde_json::json!({ "tasks": listed }).to_string()))
+    }
+
+    /// Through the policy and the engine: to the instance `task` names, else to one the pool picks
+    /// (`modern`: of the 2026-07-28 era).
+    pub(super) async fn forward_to(
+        &self,
+        line: &str,
+        env: &Envelope,
+        cancel: &Cancel,
+        modern: bool,
+        task: Option<&Pinned>,
+    ) -> Option<String> {
+        let req = call::Request {
+            line,
+            env,
+            session: self.id,
+            session_label: &self.label,
+            link: &self.link,
+            cancel,
+            modern,
+            task,
+        };
+        call::forward(&self.server(), req).await
+    }
+}
