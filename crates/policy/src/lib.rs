@@ -7,6 +7,7 @@
 pub mod annotate;
 pub mod check;
 pub mod embedded;
+pub mod project;
 mod reload;
 mod wasm;
 mod worker;
