@@ -575,3 +575,43 @@ async fn hot_reload_goes_on_after_the_plugins_directory_is_deleted_or_replaced()
     log_shows(&s, "policy plugins in force: [hints.wasm, timeouts.wasm]").await;
     assert_eq!(s.client.call_text("echo", json!({"text": "still here"})).await, "still here");
 }
+
+/// Issue 27: `--record-calls` writes live traffic as the recorded calls `plugin test` replays,
+/// with the calls' arguments only when asked (`--record-arguments`).
+#[tokio::test]
+async fn live_calls_are_recorded_for_plugin_test_arguments_only_when_asked() {
+    for with_arguments in [false, true] {
+        let dir = temp_dir();
+        let file = dir.path().join("calls.jsonl");
+        let file_arg = file.display().to_string();
+        let mut args = vec!["--record-calls", file_arg.as_str()];
+        if with_arguments {
+            args.push("--record-arguments");
+        }
+        let mut s = Setup::new(&[], &args).await;
+        s.client.initialize().await;
+        s.client.request("tools/list", json!({})).await;
+        assert_eq!(s.client.call_text("echo", json!({"text": "private words"})).await, "private words");
+        // Written by a thread of its own: wait for the call's line.
+        let end = Instant::now() + Duration::from_secs(10);
+        let text = loop {
+            let text = std::fs::read_to_string(&file).unwrap_or_default();
+            if text.contains(r#""tool":"echo""#) || Instant::now() > end {
+                break text;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert!(text.contains(r#""tool":"echo""#) && text.contains(r#""name":"echo""#), "{text}");
+        assert_eq!(text.contains("private words"), with_arguments, "{text}");
+        // Without plugins every answer was the pass-through: the template gives them all.
+        let out = std::process::Command::new(bin())
+            .args(["plugin", "test", "--plugin"])
+            .arg(example("template.wasm"))
+            .arg("--calls")
+            .arg(&file)
+            .output()
+            .unwrap();
+        let report = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && report.contains(" recorded calls match"), "{report}");
+    }
+}

@@ -66,7 +66,7 @@ pub async fn rewrite_tools_list(
     server: &str,
     result_json: &str,
 ) -> anyhow::Result<Option<String>> {
-    if set.is_empty() {
+    if !set.reads_calls() {
         return Ok(None);
     }
     let list: ListResult<'_> = serde_json::from_str(result_json)

@@ -21,6 +21,8 @@ pub struct Options<'a> {
     pub config_file: Option<&'a Path>,
     /// The sample call (see [`sample_call`]).
     pub call_json: Option<&'a str>,
+    /// Also time this many warm `decide` calls and print their p50 and p99 (0: do not).
+    pub bench: u32,
 }
 
 /// What `plugin check` found: the transcript to print, and whether the plugin passed.
@@ -40,14 +42,7 @@ pub fn run(file: &Path, opts: &Options<'_>) -> Report {
 
 fn check(file: &Path, opts: &Options<'_>, out: &mut String) -> anyhow::Result<()> {
     let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| file.display().to_string());
-    let entry = entry_for(&name, opts)?;
-    let config_json = match opts.config_json {
-        Some(json) => {
-            serde_json::from_str::<Value>(json).context("--config is not valid JSON")?;
-            json.to_string()
-        }
-        None => entry.config_json()?,
-    };
+    let (entry, config_json) = entry_and_config(&name, opts.config_json, opts.config_file)?;
     let call = sample_call(opts.call_json)?;
     let bytes = super::reload::read_plugin_file(file)?;
 
@@ -66,6 +61,18 @@ fn check(file: &Path, opts: &Options<'_>, out: &mut String) -> anyhow::Result<()
     );
     let _ = writeln!(out, "config:   {config_json}");
     printed(out, &plugin);
+    // What each new instance costs (the host starts one per concurrent call, and after a trap):
+    // for Python and JavaScript this is their runtime's start.
+    let t = Instant::now();
+    let fresh = plugin.start_fresh_instance();
+    let us = t.elapsed().as_micros();
+    printed(out, &plugin);
+    match fresh {
+        Ok(()) => {
+            let _ = writeln!(out, "instance: a fresh one instantiated and init-ed in {us} µs");
+        }
+        Err(e) => bail!("{}: a second instance failed: the plugin {e}", file.display()),
+    }
     let _ = writeln!(
         out,
         "call:     {} {} {}",
@@ -93,6 +100,23 @@ fn check(file: &Path, opts: &Options<'_>, out: &mut String) -> anyhow::Result<()
         }
     }
 
+    if opts.bench > 0 {
+        let mut times = Vec::with_capacity(opts.bench as usize);
+        for _ in 0..opts.bench {
+            let t = Instant::now();
+            let verdict = plugin.decide(&args, &Decision::default());
+            times.push(t.elapsed().as_nanos());
+            if let Err(e) = verdict {
+                printed(out, &plugin);
+                bail!("{}: decide failed during --bench: the plugin {e}", file.display());
+            }
+        }
+        drop(plugin.output().take_captured());
+        times.sort_unstable();
+        let at = |q: usize| times[(times.len() * q / 100).min(times.len() - 1)] as f64 / 1000.0;
+        let _ = writeln!(out, "bench:    decide x{}: p50 {:.1} µs, p99 {:.1} µs", times.len(), at(50), at(99));
+    }
+
     let t = Instant::now();
     let hints =
         plugin.annotate(&call.server, call.tool.as_deref().unwrap_or("example"), &call.declared, &call.declared);
@@ -117,10 +141,29 @@ fn printed(out: &mut String, plugin: &wasm::Plugin) {
     }
 }
 
+/// The limits and the `init` config to run plugin `name` with: its `[[plugins]]` entry in
+/// `config_file` (`--config-file`), else the defaults; `config_json` (`--config`) else the
+/// entry's config.
+pub(crate) fn entry_and_config(
+    name: &str,
+    config_json: Option<&str>,
+    config_file: Option<&Path>,
+) -> anyhow::Result<(PluginEntry, String)> {
+    let entry = entry_for(name, config_json, config_file)?;
+    let config_json = match config_json {
+        Some(json) => {
+            serde_json::from_str::<Value>(json).context("--config is not valid JSON")?;
+            json.to_string()
+        }
+        None => entry.config_json()?,
+    };
+    Ok((entry, config_json))
+}
+
 /// The plugin's `[[plugins]]` entry from `--config-file`, else the defaults.
-fn entry_for(name: &str, opts: &Options<'_>) -> anyhow::Result<PluginEntry> {
-    let Some(path) = opts.config_file else { return Ok(PluginEntry::defaults_for(name)) };
-    if opts.config_json.is_some() {
+fn entry_for(name: &str, config_json: Option<&str>, config_file: Option<&Path>) -> anyhow::Result<PluginEntry> {
+    let Some(path) = config_file else { return Ok(PluginEntry::defaults_for(name)) };
+    if config_json.is_some() {
         bail!("give --config or --config-file, not both");
     }
     let config = Config::load(path)?;
@@ -142,24 +185,29 @@ fn entry_for(name: &str, opts: &Options<'_>) -> anyhow::Result<PluginEntry> {
 pub const CALL_FIELDS: &[&str] = &["server", "session", "method", "tool", "arguments", "annotations", "attempt"];
 
 /// The call to try: `--call` JSON (every field optional) or a `tools/call` of `example`.
-/// Fields: server, session, method, tool, arguments (any JSON), annotations (the declared
-/// hints, spec names), attempt. Any other field is an error, so a typo is not silently ignored.
 fn sample_call(call_json: Option<&str>) -> anyhow::Result<CallInfo> {
     let v: Value = match call_json {
         Some(text) => serde_json::from_str(text).context("--call is not valid JSON")?,
         None => Value::Object(Default::default()),
     };
+    call_from_json(&v, "--call")
+}
+
+/// A call from JSON, every field optional: server, session, method, tool, arguments (any
+/// JSON), annotations (the declared hints, spec names), attempt. Any other field is an error,
+/// so a typo is not silently ignored. `what` names the JSON in messages.
+pub(crate) fn call_from_json(v: &Value, what: &str) -> anyhow::Result<CallInfo> {
     let Some(obj) = v.as_object() else {
-        bail!("--call must be a JSON object like {{\"tool\": \"read_file\", \"arguments\": {{\"path\": \"/tmp/x\"}}}}");
+        bail!("{what} must be a JSON object like {{\"tool\": \"read_file\", \"arguments\": {{\"path\": \"/tmp/x\"}}}}");
     };
     if let Some(k) = obj.keys().find(|k| !CALL_FIELDS.contains(&k.as_str())) {
-        bail!("--call has an unknown field `{k}`; the fields are {}", CALL_FIELDS.join(", "));
+        bail!("{what} has an unknown field `{k}`; the fields are {}", CALL_FIELDS.join(", "));
     }
     let text = |k: &str, default: &str| -> anyhow::Result<String> {
         match v.get(k) {
             None => Ok(default.to_string()),
             Some(Value::String(s)) => Ok(s.clone()),
-            Some(_) => bail!("--call field `{k}` must be a string"),
+            Some(_) => bail!("{what} field `{k}` must be a string"),
         }
     };
     let attempt = match v.get("attempt") {
@@ -167,14 +215,20 @@ fn sample_call(call_json: Option<&str>) -> anyhow::Result<CallInfo> {
         Some(a) => a
             .as_u64()
             .and_then(|n| u32::try_from(n).ok())
-            .context("--call field `attempt` must be a small non-negative integer")?,
+            .with_context(|| format!("{what} field `attempt` must be a small non-negative integer"))?,
     };
+    let method = text("method", "tools/call")?;
+    // Only a tools/call names a tool and carries arguments (as the router sees it).
+    let is_tool_call = method == "tools/call";
     Ok(CallInfo {
         server: text("server", "example-server")?,
         session: text("session", "check")?,
-        method: text("method", "tools/call")?,
-        tool: Some(text("tool", "example")?),
-        arguments: Some(v.get("arguments").map(Value::to_string).unwrap_or_else(|| "{}".to_string())),
+        tool: if is_tool_call || v.get("tool").is_some() { Some(text("tool", "example")?) } else { None },
+        arguments: match v.get("arguments") {
+            Some(a) => Some(a.to_string()),
+            None => is_tool_call.then(|| "{}".to_string()),
+        },
+        method,
         declared: declared_hints(v.get("annotations")),
         attempt,
     })

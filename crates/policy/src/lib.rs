@@ -7,6 +7,8 @@
 pub mod annotate;
 pub mod check;
 pub mod embedded;
+pub mod project;
+pub mod record;
 mod reload;
 mod wasm;
 mod worker;
@@ -21,6 +23,8 @@ use switchyard_config::{Config, OnError, PluginEntry};
 use switchyard_core::decision::{CallInfo, Decision, Hints, Rejection};
 use switchyard_core::metrics::Metrics;
 
+use record::Recorder;
+
 pub use wasm::PluginError;
 
 /// Cheap, cloneable handle on the live plugin set.
@@ -33,6 +37,8 @@ struct Inner {
     set: ArcSwap<PluginSet>,
     /// The router's metrics, given to every set published (plugin timings and failures).
     metrics: std::sync::OnceLock<Arc<Metrics>>,
+    /// Where calls are recorded (`--record-calls`), given to every set published.
+    recorder: std::sync::OnceLock<Arc<Recorder>>,
     /// Generation counter: bumped after each swap, so watchers can diff what changed.
     changes: tokio::sync::watch::Sender<u64>,
     dir: Option<PathBuf>,
@@ -50,6 +56,7 @@ impl Policy {
             inner: Arc::new(Inner {
                 set: ArcSwap::from_pointee(set),
                 metrics: std::sync::OnceLock::new(),
+                recorder: std::sync::OnceLock::new(),
                 changes,
                 dir,
             }),
@@ -115,12 +122,30 @@ impl Policy {
         if self.inner.metrics.set(metrics.clone()).is_ok() {
             // The same chain, measured: no change for watchers to see. `rcu`: a reload
             // publishing meanwhile is not undone.
-            self.inner.set.rcu(|cur| PluginSet { chain: cur.chain.clone(), metrics: Some(metrics.clone()) });
+            self.inner.set.rcu(|cur| PluginSet {
+                chain: cur.chain.clone(),
+                metrics: Some(metrics.clone()),
+                recorder: cur.recorder.clone(),
+            });
+        }
+    }
+
+    /// Records every call the chain decides and every tool it annotates from now on (set once;
+    /// see [`record`]).
+    pub fn attach_recorder(&self, recorder: Recorder) {
+        let recorder = Arc::new(recorder);
+        if self.inner.recorder.set(recorder.clone()).is_ok() {
+            self.inner.set.rcu(|cur| PluginSet {
+                chain: cur.chain.clone(),
+                metrics: cur.metrics.clone(),
+                recorder: Some(recorder.clone()),
+            });
         }
     }
 
     fn publish(&self, mut set: PluginSet) {
         set.metrics = self.inner.metrics.get().cloned();
+        set.recorder = self.inner.recorder.get().cloned();
         self.inner.set.store(Arc::new(set));
         self.inner.changes.send_modify(|n| *n += 1);
     }
@@ -151,21 +176,29 @@ pub struct PluginSet {
     chain: Vec<Arc<Loaded>>,
     /// Where each plugin call's time and failure are counted (None: not measured).
     metrics: Option<Arc<Metrics>>,
+    /// Where the chain's answers are recorded (None: not recorded).
+    recorder: Option<Arc<Recorder>>,
 }
 
 impl PluginSet {
     fn empty() -> PluginSet {
-        PluginSet { chain: Vec::new(), metrics: None }
+        PluginSet { chain: Vec::new(), metrics: None, recorder: None }
     }
 
     /// Orders by priority (higher first), then by name.
     fn new(mut chain: Vec<Arc<Loaded>>) -> PluginSet {
         chain.sort_by(|a, b| b.priority.cmp(&a.priority).then_with(|| a.name.cmp(&b.name)));
-        PluginSet { chain, metrics: None }
+        PluginSet { chain, metrics: None, recorder: None }
     }
 
     pub fn is_empty(&self) -> bool {
         self.chain.is_empty()
+    }
+
+    /// Whether anything reads the details of calls and tool lists (arguments, declared hints):
+    /// a plugin, or the recorder. Without either they are not gathered.
+    pub fn reads_calls(&self) -> bool {
+        !self.chain.is_empty() || self.recorder.is_some()
     }
 
     /// Plugin names in chain order (for logs).
@@ -177,15 +210,20 @@ impl PluginSet {
     /// session (see [`worker`]), and waits for it without blocking the async thread. With no
     /// plugins it answers at once, without leaving this thread.
     pub async fn decide_async(self: &Arc<Self>, call: &CallInfo) -> Result<Decision, Rejection> {
-        if self.chain.is_empty() {
-            return Ok(Decision::default());
+        let answer = if self.chain.is_empty() {
+            Ok(Decision::default())
+        } else {
+            let args = wasm::CallArgs::new(call);
+            let set = self.clone();
+            worker::run(&call.session, move || set.decide_args(&args)).await.unwrap_or_else(|e| {
+                // Each plugin call is guarded on its own (see `guarded`); this is the chain code.
+                Err(Rejection { plugin: "switchyard".to_string(), reason: e.to_string() })
+            })
+        };
+        if let Some(r) = &self.recorder {
+            r.decide(call, &answer);
         }
-        let args = wasm::CallArgs::new(call);
-        let set = self.clone();
-        worker::run(&call.session, move || set.decide_args(&args)).await.unwrap_or_else(|e| {
-            // Each plugin call is guarded on its own (see `guarded`); this is the chain code.
-            Err(Rejection { plugin: "switchyard".to_string(), reason: e.to_string() })
-        })
+        answer
     }
 
     /// Runs the chain on the calling thread, which must not be an async runtime thread (use
@@ -249,6 +287,11 @@ impl PluginSet {
     /// turn. With no plugins it answers at once with the declared hints.
     pub async fn annotate_async(self: &Arc<Self>, lane: &str, server: &str, tools: Vec<(String, Hints)>) -> Vec<Hints> {
         if self.chain.is_empty() {
+            if let Some(r) = &self.recorder {
+                for (tool, declared) in &tools {
+                    r.annotate(server, tool, declared, declared);
+                }
+            }
             return tools.into_iter().map(|(_, declared)| declared).collect();
         }
         let set = self.clone();
@@ -281,6 +324,9 @@ impl PluginSet {
                     plugin.output().line(tracing::Level::WARN, "switchyard", &note);
                 }
             }
+        }
+        if let Some(r) = &self.recorder {
+            r.annotate(server, tool, declared, &hints);
         }
         hints
     }

@@ -346,7 +346,18 @@ fn declared_hints_read_the_spec_names() {
 }
 
 fn checked(file: &Path, config: Option<&str>, call: Option<&str>) -> check::Report {
-    check::run(file, &check::Options { config_json: config, config_file: None, call_json: call })
+    check::run(file, &check::Options { config_json: config, config_file: None, call_json: call, bench: 0 })
+}
+
+#[test]
+fn plugin_check_shows_the_start_of_a_fresh_instance_and_times_decide_when_asked() {
+    let opts = check::Options { bench: 50, ..check::Options::default() };
+    let r = check::run(&example("template.wasm"), &opts);
+    r.result.unwrap();
+    assert!(r.text.contains("instance: a fresh one instantiated and init-ed in "), "{}", r.text);
+    assert!(r.text.contains("bench:    decide x50: p50 "), "{}", r.text);
+    let r = checked(&example("template.wasm"), None, None);
+    assert!(!r.text.contains("bench:"), "{}", r.text);
 }
 
 #[test]
@@ -392,7 +403,7 @@ fn plugin_check_takes_the_config_of_a_plugins_entry() {
     let dir = tempfile::tempdir().unwrap();
     let toml = dir.path().join("switchyard.toml");
     std::fs::write(&toml, "[[plugins]]\nfile = \"guard.wasm\"\nconfig = { deny = [\"ex*\"] }\n").unwrap();
-    let opts = check::Options { config_json: None, config_file: Some(&toml), call_json: None };
+    let opts = check::Options { config_json: None, config_file: Some(&toml), call_json: None, bench: 0 };
     let r = check::run(&example("guard.wasm"), &opts);
     r.result.unwrap();
     assert!(r.text.contains("reject: tool `example` is blocked by policy"), "{}", r.text);

@@ -46,6 +46,10 @@ pub struct RunOptions {
     /// The switchyard binary, to run each instance under `switchyard supervise` (see
     /// `upstream::Spec::supervisor`).
     pub supervisor: Option<PathBuf>,
+    /// Record calls and tool annotations into this file (`--record-calls`).
+    pub record_calls: Option<PathBuf>,
+    /// Record the calls' arguments too (`--record-arguments`).
+    pub record_arguments: bool,
 }
 
 /// Runs the router until the stdio client leaves or `shutdown` fires, then cancels what is in
@@ -54,6 +58,9 @@ pub async fn run(config: Config, opts: RunOptions, shutdown: CancellationToken) 
     // Checked before the plugins load, so a bad server is reported first.
     Target::of(&config)?;
     let policy = Policy::start(&config, opts.plugins_dir.clone(), shutdown.child_token()).await?;
+    if let Some(file) = &opts.record_calls {
+        policy.attach_recorder(switchyard_policy::record::Recorder::start(file, opts.record_arguments)?);
+    }
     let about = registry::About { config: None, socket: opts.listen.clone(), log: None, answers: None };
     let router = Servers::new(policy, about, opts.supervisor.clone(), shutdown.clone());
     let server = router.build(&config)?;

@@ -192,12 +192,68 @@ enum PluginCommand {
         /// "tool", "arguments", "annotations" (declared hints, spec names), "attempt"}.
         #[arg(long)]
         call: Option<String>,
+        /// Also time N warm `decide` calls of the sample call and print their p50 and p99.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        bench: u32,
+    },
+    /// Start a plugin project in NAME (a new directory): the policy WIT, a plugin that passes
+    /// everything through (with one commented example per export), a README and calls.jsonl.
+    New {
+        /// The plugin's name and directory (lowercase letters, digits, `-`, `_`).
+        name: PathBuf,
+        /// The language to write the plugin in.
+        #[arg(long, value_enum)]
+        lang: PluginLang,
+    },
+    /// Build the plugin project in DIR into DIR/<DIR's name>.wasm with the language's own
+    /// toolchain (cargo, componentize-py, jco), then check that the host accepts it.
+    Build {
+        /// The project directory (default: the current directory).
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+    },
+    /// Replay recorded calls (DIR/calls.jsonl) against the built plugin in the real host and
+    /// print a diff for every answer that differs from the recorded one.
+    Test {
+        /// The project directory (default: the current directory).
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+        /// The recorded calls, one JSON object a line (default: DIR/calls.jsonl).
+        #[arg(long, value_name = "JSONL")]
+        calls: Option<PathBuf>,
+        /// The component to test (default: DIR/<DIR's name>.wasm, what `plugin build` writes).
+        #[arg(long, value_name = "WASM")]
+        plugin: Option<PathBuf>,
+        /// JSON handed to the plugin's `init` (default `{}`).
+        #[arg(long, conflicts_with = "config_file")]
+        config: Option<String>,
+        /// A switchyard.toml: the config and limits of the plugin's [[plugins]] entry are used.
+        #[arg(long, value_name = "SWITCHYARD_TOML")]
+        config_file: Option<PathBuf>,
     },
     /// Write the example plugins (hints, fs-keys, timeouts, guard, template) into DIR, to copy from.
     Examples {
         /// A new or empty directory (not your live plugins directory: every file there is loaded).
         dir: PathBuf,
     },
+}
+
+/// The languages `plugin new` writes projects in.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum PluginLang {
+    Rust,
+    Python,
+    Js,
+}
+
+impl From<PluginLang> for switchyard_policy::project::Lang {
+    fn from(l: PluginLang) -> Self {
+        match l {
+            PluginLang::Rust => Self::Rust,
+            PluginLang::Python => Self::Python,
+            PluginLang::Js => Self::Js,
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -257,15 +313,29 @@ fn main() -> ExitCode {
                 Err(_) => ExitCode::FAILURE,
             }
         }
-        Command::Plugin { command: PluginCommand::Check { file, config, config_file, call } } => {
+        Command::Plugin { command: PluginCommand::Check { file, config, config_file, call, bench } } => {
             let opts = switchyard_policy::check::Options {
                 config_json: config.as_deref(),
                 config_file: config_file.as_deref(),
                 call_json: call.as_deref(),
+                bench,
             };
             let checked = switchyard_policy::check::run(&file, &opts);
             print!("{}", checked.text);
             report(checked.result)
+        }
+        Command::Plugin { command: PluginCommand::New { name, lang } } => {
+            report(switchyard_policy::project::new_project(&name, lang.into()).map(|written| {
+                for p in written {
+                    println!("{}", p.display());
+                }
+            }))
+        }
+        Command::Plugin { command: PluginCommand::Build { dir } } => {
+            report(switchyard_policy::project::build::build(&dir).map(|wasm| println!("{}", wasm.display())))
+        }
+        Command::Plugin { command: PluginCommand::Test { dir, calls, plugin, config, config_file } } => {
+            report(plugin_test(&dir, calls, plugin, config.as_deref(), config_file.as_deref()))
         }
         Command::Plugin { command: PluginCommand::Examples { dir } } => {
             report(switchyard_policy::embedded::write_examples(&dir).map(|written| {
@@ -278,6 +348,25 @@ fn main() -> ExitCode {
     // Queued log lines (and the count of any that were dropped) reach stderr before exit.
     switchyard_core::logging::flush();
     code
+}
+
+/// `plugin test`: the project's defaults for what is not given, then the replay's report.
+fn plugin_test(
+    dir: &std::path::Path,
+    calls: Option<PathBuf>,
+    plugin: Option<PathBuf>,
+    config_json: Option<&str>,
+    config_file: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    use switchyard_policy::project;
+    let plugin = match plugin {
+        Some(p) => p,
+        None => project::output_path(dir)?,
+    };
+    let calls = calls.unwrap_or_else(|| dir.join("calls.jsonl"));
+    let replayed = project::recorded::replay(&plugin, &calls, &project::recorded::Options { config_json, config_file });
+    print!("{}", replayed.text);
+    replayed.result
 }
 
 fn report(result: anyhow::Result<()>) -> ExitCode {

@@ -1,10 +1,12 @@
 //! Suites that need toolchains beyond Rust: real MCP servers and clients from npm (Node.js), the
-//! Python MCP SDK in a virtualenv, the MCP conformance suite, headless Chromium. Built with the
-//! `interop` feature, which scripts/test.sh turns on.
+//! Python MCP SDK in a virtualenv, the MCP conformance suite, headless Chromium, and the Python
+//! and JavaScript plugin toolchains. Built with the `interop` feature, which scripts/test.sh
+//! turns on.
 
 mod client_clis;
 mod conformance;
 mod npm;
+mod plugin_langs;
 mod profiles;
 mod python;
 mod remote;

@@ -106,19 +106,7 @@ impl Plugin {
         config_json: &str,
         capture: bool,
     ) -> anyhow::Result<Plugin> {
-        let rt = runtime();
-        let component = compile(rt, bytes, hash)
-            .map_err(|e| anyhow::anyhow!("not a loadable WebAssembly component: {}", one_line(&e)))?;
-        let instance_pre = rt
-            .linker
-            .instantiate_pre(&component)
-            .map_err(|e| wasm_err(e).context("it needs imports switchyard does not provide (wrong interface?)"))?;
-        let pre = PolicyPre::new(instance_pre).map_err(|e| {
-            wasm_err(e).context(
-                "it does not implement the world switchyard:policy/policy@0.1.0 \
-                 (wrong interface: expected exports init, decide, annotate)",
-            )
-        })?;
+        let pre = type_checked(bytes, hash)?;
         let plugin = Plugin {
             name: Arc::from(name),
             pre,
@@ -264,11 +252,41 @@ impl Plugin {
         Ok(from_wit_hints(h))
     }
 
+    /// Makes and `init`s one fresh instance and drops it: what a cold start costs (`plugin
+    /// check` times it).
+    pub fn start_fresh_instance(&self) -> Result<(), PluginError> {
+        self.instantiate().map(drop)
+    }
+
     /// Instances kept warm now (for tests).
     #[cfg(test)]
     pub fn warm_count(&self) -> usize {
         self.warm.lock().unwrap().len()
     }
+}
+
+/// Compiles `bytes` (or takes them from the cache) and checks them against the policy world,
+/// without running any of the plugin's code.
+fn type_checked(bytes: &[u8], hash: &[u8; 32]) -> anyhow::Result<PolicyPre<State>> {
+    let rt = runtime();
+    let component = compile(rt, bytes, hash)
+        .map_err(|e| anyhow::anyhow!("not a loadable WebAssembly component: {}", one_line(&e)))?;
+    let instance_pre = rt
+        .linker
+        .instantiate_pre(&component)
+        .map_err(|e| wasm_err(e).context("it needs imports switchyard does not provide (wrong interface?)"))?;
+    PolicyPre::new(instance_pre).map_err(|e| {
+        wasm_err(e).context(
+            "it does not implement the world switchyard:policy/policy@0.1.0 \
+             (wrong interface: expected exports init, decide, annotate)",
+        )
+    })
+}
+
+/// Whether `bytes` is a component the host can load as a policy plugin (`plugin build` checks
+/// what it made). `init` is not run: it needs the plugin's config.
+pub fn type_check(bytes: &[u8]) -> anyhow::Result<()> {
+    type_checked(bytes, &content_hash(bytes)).map(drop)
 }
 
 /// Adds what the plugin printed last to a trap (a panic's message is printed before it traps).

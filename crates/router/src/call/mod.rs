@@ -325,7 +325,7 @@ async fn finish(
     {
         let result = &reply.line[r.clone()];
         server.learn_tools(result);
-        if !set.is_empty() {
+        if set.reads_calls() {
             match annotate::rewrite_tools_list(set, lane, &server.name, result).await {
                 Ok(Some(new)) => {
                     return codec::splice_many(&reply.line, vec![(id_span, client_id), (r, new.as_str())]);

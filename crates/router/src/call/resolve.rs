@@ -77,9 +77,9 @@ impl Forwarded<'_> {
         end: &mut End,
     ) -> Result<Effective, String> {
         let what = &self.what;
-        // What only plugins read is gathered only when there are plugins: arguments can be large
-        // (a whole file for write_file), and the declared hints take a lookup.
-        if !set.is_empty() && !self.gathered {
+        // What only plugins (or the recorder) read is gathered only for them: arguments can be
+        // large (a whole file for write_file), and the declared hints take a lookup.
+        if set.reads_calls() && !self.gathered {
             self.gathered = true;
             self.info.arguments = self.arguments.as_ref().map(|r| req.line[r.clone()].to_string());
             self.info.declared = self.info.tool.as_deref().map(|t| server.declared_hints(t)).unwrap_or_default();

@@ -42,9 +42,23 @@ pub struct RunArgs {
     /// so that secrets stay out of the process list: --header 'Authorization: Bearer ${MCP_TOKEN}'
     #[arg(long = "header", value_name = "NAME: VALUE")]
     pub headers: Vec<HeaderArg>,
+    #[command(flatten)]
+    pub record: RecordArgs,
     /// The server command and its arguments, after `--`.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// `--record-calls`: live traffic as recorded calls for `switchyard plugin test` (run and daemon).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct RecordArgs {
+    /// Append every call the policy chain decides and every tool it annotates to FILE, with the
+    /// client's session and the chain's answer: recorded calls for `switchyard plugin test`.
+    #[arg(long, value_name = "FILE")]
+    pub record_calls: Option<PathBuf>,
+    /// With --record-calls: write each call's arguments too (they may hold anything a user typed).
+    #[arg(long, requires = "record_calls")]
+    pub record_arguments: bool,
 }
 
 /// One `--header 'Name: value'` as given. It may hold a secret written out, so Debug hides it,
@@ -145,7 +159,8 @@ pub fn init_tracing(level: Option<&str>) -> anyhow::Result<()> {
 /// `argv` is the whole command line, program name first.
 pub fn without_dashes_hint(argv: &[String]) -> Option<String> {
     // Options of `run` that take a value: their value is not the server command.
-    const VALUED: &[&str] = &["--config", "--plugins", "--name", "--log-level", "--listen", "--transport", "--header"];
+    const VALUED: &[&str] =
+        &["--config", "--plugins", "--name", "--log-level", "--listen", "--transport", "--header", "--record-calls"];
     let rest = argv.get(2..).filter(|_| argv.get(1).is_some_and(|a| a == "run"))?;
     // With --url there is no command to move behind `--` (and a stray word may be a header's
     // value, not to be echoed).
@@ -280,6 +295,8 @@ pub fn run_blocking(args: RunArgs) -> anyhow::Result<()> {
             stdio: !args.no_stdio,
             // This very binary, even if its file was replaced or removed since it started.
             supervisor: Some(PathBuf::from("/proc/self/exe")),
+            record_calls: args.record.record_calls.clone(),
+            record_arguments: args.record.record_arguments,
         };
         switchyard_router::run(config, opts, shutdown).await
     });
@@ -358,6 +375,7 @@ mod tests {
             url: None,
             transport: None,
             headers: vec![],
+            record: RecordArgs::default(),
             command: vec!["echo".into(), "hi".into()],
         };
         let c = build_config(&args).unwrap();

@@ -1,4 +1,5 @@
-//! A policy plugin that changes nothing: copy this crate to start your own.
+//! A policy plugin that changes nothing: start your own from here (`switchyard plugin new NAME
+//! --lang rust` writes this file into a ready project).
 
 // Generates the Rust types and traits of the `policy` world from the WIT contract.
 wit_bindgen::generate!({ path: "../../../wit", world: "policy" });
@@ -22,13 +23,23 @@ impl Guest for Template {
 
     /// Decides how one request is handled; `current` is what earlier plugins decided.
     fn decide(_call: Call, current: Decision) -> Verdict {
-        // Continue: hand the decision on unchanged. `Verdict::Stop(d)` would end the chain,
-        // `Verdict::Reject(reason)` would refuse the call.
+        // Example: refuse one tool, and run writes one at a time.
+        //     if call.tool.as_deref() == Some("delete_file") {
+        //         return Verdict::Reject("deleting files is not allowed here".into());
+        //     }
+        //     if call.declared.read_only != Some(true) {
+        //         current.concurrency = Some(Concurrency::Exclusive);
+        //     }
+        // Continue hands the decision on; `Verdict::Stop(d)` would end the chain.
         Verdict::Continue(current)
     }
 
     /// Annotation hints for one listed tool; `current` is what earlier plugins made of them.
     fn annotate(_tool: Tool, current: Hints) -> Hints {
+        // Example: tell clients that `search` only reads, so they may run it in parallel.
+        //     if tool.name == "search" {
+        //         return Hints { read_only: Some(true), ..current };
+        //     }
         current
     }
 }

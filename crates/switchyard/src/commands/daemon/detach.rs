@@ -40,6 +40,13 @@ pub(super) fn detach(args: &DaemonArgs, config: &Path, socket: &Path) -> anyhow:
     if let Some(l) = &args.log_level {
         cmd.arg("--log-level").arg(l);
     }
+    if let Some(f) = &args.record.record_calls {
+        // The daemon runs in `/`: a relative path must mean what it meant here.
+        cmd.arg("--record-calls").arg(std::path::absolute(f)?);
+    }
+    if args.record.record_arguments {
+        cmd.arg("--record-arguments");
+    }
     match args.http {
         Some(Some(addr)) => {
             cmd.arg(format!("--http={addr}"));

@@ -53,6 +53,8 @@ pub(crate) struct DaemonArgs {
     /// Clients send `Authorization: Bearer TOKEN`; `switchyard token` prints it.
     #[arg(long, value_name = "ADDR", num_args = 0..=1, value_parser = switchyard_config::parse_listen)]
     pub(crate) http: Option<Option<SocketAddr>>,
+    #[command(flatten)]
+    pub(crate) record: crate::commands::run::RecordArgs,
     /// Set by `--detach` for the process it starts: log to LOG, start a session of its own,
     /// report readiness on stdout.
     #[arg(long, hide = true, value_name = "LOG")]
@@ -168,7 +170,8 @@ fn run_blocking(
     let result = runtime.block_on(async move {
         let shutdown = CancellationToken::new();
         tokio::spawn(crate::commands::run::on_signal(shutdown.clone()));
-        serve(args.plugins.clone(), config, socket, log, args.http, shutdown, ready).await
+        let record = &args.record;
+        serve(args.plugins.clone(), record, config, socket, log, args.http, shutdown, ready).await
     });
     runtime.shutdown_timeout(Duration::from_millis(200));
     result
@@ -177,8 +180,10 @@ fn run_blocking(
 /// The daemon: loads the config, serves its socket (and its HTTP front, with `[http]` or
 /// `http_flag`, which is `--http`), follows edits of the config, and stops its servers when
 /// `shutdown` fires, when asked to (`switchyard stop`), or when idle too long.
+#[allow(clippy::too_many_arguments)]
 async fn serve(
     plugins: Option<PathBuf>,
+    record: &crate::commands::run::RecordArgs,
     config_path: PathBuf,
     socket: PathBuf,
     log: Option<PathBuf>,
@@ -192,6 +197,9 @@ async fn serve(
     // Checked before anything starts: a front that cannot be served stops the daemon here.
     let front = http_front(http_flag, &config, &config_path)?;
     let policy = Policy::start(&config, plugins, shutdown.child_token()).await?;
+    if let Some(file) = &record.record_calls {
+        policy.attach_recorder(switchyard_policy::record::Recorder::start(file, record.record_arguments)?);
+    }
     // Without a state directory the answers are kept in memory only: said, not fatal.
     let answers = switchyard_config::paths::answers_for(&config_path)
         .map_err(|e| tracing::warn!("servers' answers are not kept between runs: {e:#}"))

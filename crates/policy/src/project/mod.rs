@@ -1,0 +1,275 @@
+//! Plugin projects in Rust, Python and JavaScript: `switchyard plugin new` writes one,
+//! [`build`] turns it into a component with the language's own toolchain, [`recorded`] replays
+//! recorded calls against it (`plugin test`).
+//!
+//! Everything a project starts from (the WIT of the current policy world, the pass-through
+//! plugins, the pinned tool versions) is compiled into the binary; nothing is fetched.
+
+pub mod build;
+pub mod recorded;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+
+/// The contract every project targets, copied into `wit/policy.wit`.
+pub const POLICY_WIT: &str = include_str!("../../../../wit/policy.wit");
+
+/// The versions `plugin new` pins and the tests build with. Change them together with the
+/// interop tests' lock file (tests/plugin-langs), which is where they are proven to work.
+pub const WIT_BINDGEN_VERSION: &str = "0.61.1";
+pub const COMPONENTIZE_PY_VERSION: &str = "0.25.1";
+pub const JCO_VERSION: &str = "1.24.6";
+pub const COMPONENTIZE_JS_VERSION: &str = "0.21.0";
+
+/// The pass-through plugins: the same files the repository builds and tests as examples.
+const RUST_LIB: &str = include_str!("../../../../examples/plugins/template/src/lib.rs");
+const PYTHON_APP: &str = include_str!("../../../../examples/plugins/python/template/app.py");
+const JS_POLICY: &str = include_str!("../../../../examples/plugins/js/template/policy.js");
+/// How the example template finds the WIT inside the repository, and in a project.
+const RUST_WIT_PATH_IN_REPO: &str = r#"path: "../../../wit""#;
+const RUST_WIT_PATH_IN_PROJECT: &str = r#"path: "wit""#;
+
+/// The calls every new project replays: a read, a write and a listed tool, each expected to
+/// pass through unchanged (what the template does).
+const CALLS_JSONL: &str = r#"{"call": {"server": "files", "method": "tools/call", "tool": "read_file", "arguments": {"path": "/tmp/notes.txt"}, "annotations": {"readOnlyHint": true}}, "client": "session-1", "expect": {"verdict": "continue", "decision": {}}}
+{"call": {"server": "files", "method": "tools/call", "tool": "write_file", "arguments": {"path": "/tmp/notes.txt", "content": "hi"}}, "client": "session-1", "expect": {"verdict": "continue", "decision": {}}}
+{"tool": {"server": "files", "name": "search", "annotations": {"readOnlyHint": false}}, "expect": {"hints": {"readOnlyHint": false}}}
+"#;
+
+/// A language a plugin project can be written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lang {
+    Rust,
+    Python,
+    Js,
+}
+
+impl Lang {
+    pub fn name(self) -> &'static str {
+        match self {
+            Lang::Rust => "Rust",
+            Lang::Python => "Python",
+            Lang::Js => "JavaScript",
+        }
+    }
+
+    /// The file whose presence says a directory is a project in this language (and which the
+    /// user edits, for Python and JavaScript).
+    pub fn marker(self) -> &'static str {
+        match self {
+            Lang::Rust => "Cargo.toml",
+            Lang::Python => "app.py",
+            Lang::Js => "policy.js",
+        }
+    }
+
+    /// The language of the project in `dir`, told by its marker file.
+    pub fn detect(dir: &Path) -> anyhow::Result<Lang> {
+        let found: Vec<Lang> =
+            [Lang::Rust, Lang::Python, Lang::Js].into_iter().filter(|l| dir.join(l.marker()).is_file()).collect();
+        match found.as_slice() {
+            [one] => Ok(*one),
+            [] => bail!(
+                "{} is not a plugin project: it has none of Cargo.toml (Rust), app.py (Python) or policy.js \
+                 (JavaScript); create one with `switchyard plugin new NAME --lang rust|python|js`",
+                dir.display()
+            ),
+            many => bail!(
+                "{} holds more than one kind of plugin project ({}); keep one per directory",
+                dir.display(),
+                many.iter().map(|l| l.marker()).collect::<Vec<_>>().join(", ")
+            ),
+        }
+    }
+}
+
+/// The plugin's name: the project directory's own name (also the name of the `.wasm`).
+pub fn project_name(dir: &Path) -> anyhow::Result<String> {
+    let abs = std::path::absolute(dir).with_context(|| format!("cannot resolve {}", dir.display()))?;
+    let abs = abs.canonicalize().unwrap_or(abs);
+    let name = abs.file_name().map(|n| n.to_string_lossy().into_owned());
+    name.filter(|n| !n.is_empty())
+        .with_context(|| format!("{} has no directory name to name the plugin by", dir.display()))
+}
+
+/// Where `plugin build` puts the component of the project in `dir`.
+pub fn output_path(dir: &Path) -> anyhow::Result<PathBuf> {
+    Ok(dir.join(format!("{}.wasm", project_name(dir)?)))
+}
+
+/// Writes a new project into the directory `path` (created; it must not hold anything yet),
+/// named by its last component. Returns the files written.
+pub fn new_project(path: &Path, lang: Lang) -> anyhow::Result<Vec<PathBuf>> {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    check_name(&name)?;
+    if path.exists() {
+        let empty = path.is_dir() && std::fs::read_dir(path).map(|mut d| d.next().is_none()).unwrap_or(false);
+        if !empty {
+            bail!("{} exists already and is not an empty directory; choose a new name", path.display());
+        }
+    }
+    let mut files: Vec<(&str, String)> = vec![
+        ("wit/policy.wit", POLICY_WIT.to_string()),
+        ("calls.jsonl", CALLS_JSONL.to_string()),
+        ("README.md", readme(&name, lang)),
+    ];
+    match lang {
+        Lang::Rust => {
+            files.push(("Cargo.toml", cargo_toml(&name)));
+            files.push(("src/lib.rs", rust_lib()?));
+            files.push((".gitignore", format!("/target/\n/{name}.wasm\n")));
+        }
+        Lang::Python => {
+            files.push(("app.py", PYTHON_APP.to_string()));
+            files.push((".gitignore", format!("/.venv/\n__pycache__/\n/{name}.wasm\n")));
+        }
+        Lang::Js => {
+            files.push(("policy.js", JS_POLICY.to_string()));
+            files.push(("package.json", package_json(&name)));
+            files.push((".gitignore", format!("/node_modules/\n/{name}.wasm\n")));
+        }
+    }
+    let mut written = Vec::new();
+    for (rel, text) in files {
+        let file = path.join(rel);
+        if let Some(parent) = file.parent() {
+            std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+        std::fs::write(&file, text).with_context(|| format!("cannot write {}", file.display()))?;
+        written.push(file);
+    }
+    Ok(written)
+}
+
+/// A name every toolchain accepts as a package name and a file name.
+fn check_name(name: &str) -> anyhow::Result<()> {
+    let ok = name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+    if !ok {
+        bail!(
+            "`{name}` cannot name a plugin: use lowercase letters, digits, `-` and `_`, starting with a letter \
+             (it becomes the package name and the .wasm file name)"
+        );
+    }
+    Ok(())
+}
+
+fn rust_lib() -> anyhow::Result<String> {
+    if !RUST_LIB.contains(RUST_WIT_PATH_IN_REPO) {
+        bail!("internal: the Rust template no longer names its WIT as {RUST_WIT_PATH_IN_REPO}");
+    }
+    Ok(RUST_LIB.replace(RUST_WIT_PATH_IN_REPO, RUST_WIT_PATH_IN_PROJECT))
+}
+
+fn cargo_toml(name: &str) -> String {
+    format!(
+        r#"[package]
+name = "{name}"
+version = "0.1.0"
+edition = "2024"
+publish = false
+
+[lib]
+crate-type = ["cdylib"]
+
+[dependencies]
+# The guest-side bindings of wit/policy.wit; the host runs plugins synchronously, so no async.
+wit-bindgen = {{ version = "{WIT_BINDGEN_VERSION}", default-features = false, features = ["macros", "realloc"] }}
+
+[profile.release]
+# Small components load faster and are cheaper to keep warm.
+opt-level = "s"
+lto = true
+codegen-units = 1
+strip = true
+panic = "abort"
+
+# A workspace of its own, so the project builds inside another workspace's directory too.
+[workspace]
+"#
+    )
+}
+
+fn package_json(name: &str) -> String {
+    format!(
+        r#"{{
+  "name": "{name}",
+  "private": true,
+  "type": "module",
+  "description": "A switchyard policy plugin; `switchyard plugin build` componentizes policy.js",
+  "devDependencies": {{
+    "@bytecodealliance/componentize-js": "{COMPONENTIZE_JS_VERSION}",
+    "@bytecodealliance/jco": "{JCO_VERSION}"
+  }}
+}}
+"#
+    )
+}
+
+/// What to run once so that `plugin build` finds the language's toolchain.
+pub fn install_hint(lang: Lang) -> String {
+    match lang {
+        Lang::Rust => "rustup target add wasm32-wasip2".to_string(),
+        Lang::Python => {
+            format!("python3 -m venv .venv && .venv/bin/pip install componentize-py=={COMPONENTIZE_PY_VERSION}")
+        }
+        Lang::Js => "npm install".to_string(),
+    }
+}
+
+fn readme(name: &str, lang: Lang) -> String {
+    let (file, tool) = match lang {
+        Lang::Rust => ("src/lib.rs", "Rust with the wasm32-wasip2 target".to_string()),
+        Lang::Python => ("app.py", format!("componentize-py {COMPONENTIZE_PY_VERSION}")),
+        Lang::Js => ("policy.js", format!("jco {JCO_VERSION} with componentize-js {COMPONENTIZE_JS_VERSION}")),
+    };
+    format!(
+        "# {name}: a switchyard policy plugin in {lang}; edit {file} (the contract is wit/policy.wit)\n\
+         Build: `switchyard plugin build .` writes {name}.wasm with {tool} (once: `{hint}`).\n\
+         Test: `switchyard plugin test .` replays calls.jsonl in the host; then copy {name}.wasm into the router's plugins/ directory.\n",
+        lang = lang.name(),
+        hint = install_hint(lang),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_project_has_the_wit_the_plugin_the_readme_and_the_calls() {
+        let dir = tempfile::tempdir().unwrap();
+        for (lang, source) in [(Lang::Rust, "src/lib.rs"), (Lang::Python, "app.py"), (Lang::Js, "policy.js")] {
+            let path = dir.path().join(format!("p-{}", lang.marker().replace('.', "-").to_lowercase()));
+            new_project(&path, lang).unwrap();
+            assert_eq!(std::fs::read_to_string(path.join("wit/policy.wit")).unwrap(), POLICY_WIT);
+            assert_eq!(std::fs::read_to_string(path.join("README.md")).unwrap().lines().count(), 3);
+            assert!(path.join(source).is_file(), "{lang:?}");
+            assert_eq!(Lang::detect(&path).unwrap(), lang);
+            for line in std::fs::read_to_string(path.join("calls.jsonl")).unwrap().lines() {
+                recorded::Case::parse(line).unwrap();
+            }
+        }
+        let lib = std::fs::read_to_string(dir.path().join("p-cargo-toml/src/lib.rs")).unwrap();
+        assert!(lib.contains(r#"generate!({ path: "wit", world: "policy" })"#), "{lib}");
+    }
+
+    #[test]
+    fn a_project_is_never_written_over_files_or_under_a_bad_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mine");
+        new_project(&path, Lang::Python).unwrap();
+        let e = new_project(&path, Lang::Python).unwrap_err().to_string();
+        assert!(e.contains("exists already"), "{e}");
+        let e = new_project(&dir.path().join("My Plugin"), Lang::Js).unwrap_err().to_string();
+        assert!(e.contains("cannot name a plugin"), "{e}");
+    }
+
+    #[test]
+    fn a_directory_without_a_project_says_how_to_make_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Lang::detect(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("switchyard plugin new"), "{e}");
+    }
+}

@@ -1,0 +1,201 @@
+//! `--record-calls FILE`: live traffic written as recorded calls (the calls.jsonl that
+//! `switchyard plugin test` replays): each call the chain decides, with the client's session
+//! and the chain's answer, and each tool it annotates, with the hints it gave.
+//!
+//! Lines go through a bounded queue to a writer thread of their own, so a slow disk never
+//! holds up a call; when the queue is full a line is dropped and counted. Arguments are
+//! written only when asked (`--record-arguments`): they may hold anything a user typed.
+
+use std::collections::HashSet;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+
+use anyhow::Context;
+use serde_json::{Map, json};
+
+use crate::project::recorded::{decision_to_json, hints_to_json};
+use switchyard_core::decision::{CallInfo, Decision, Hints, Rejection};
+
+/// Lines waiting for the writer at most.
+const QUEUE: usize = 4096;
+/// Distinct annotated tools remembered so that a re-listed tool is written once.
+const MAX_TOOLS_SEEN: usize = 100_000;
+
+/// Where recorded calls go.
+pub struct Recorder {
+    tx: SyncSender<String>,
+    path: PathBuf,
+    with_arguments: bool,
+    dropped: AtomicU64,
+    /// Annotate lines written already: clients list tools again and again.
+    tools_seen: Mutex<HashSet<String>>,
+}
+
+impl Recorder {
+    /// Opens `path` for appending (created when missing) and starts the writer thread.
+    pub fn start(path: &Path, with_arguments: bool) -> anyhow::Result<Recorder> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("cannot open {} to record calls into (--record-calls)", path.display()))?;
+        let (tx, rx) = sync_channel(QUEUE);
+        let shown = path.to_path_buf();
+        std::thread::Builder::new()
+            .name("switchyard-record".into())
+            .spawn(move || write_lines(rx, file, &shown))
+            .context("cannot start the call recorder's thread")?;
+        tracing::info!(
+            file = %path.display(),
+            "recording calls{}",
+            if with_arguments { " with their arguments" } else { " (without arguments)" }
+        );
+        Ok(Recorder {
+            tx,
+            path: path.to_path_buf(),
+            with_arguments,
+            dropped: AtomicU64::new(0),
+            tools_seen: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// Records one call and the chain's answer to it.
+    pub(crate) fn decide(&self, call: &CallInfo, answer: &Result<Decision, Rejection>) {
+        let mut c = Map::new();
+        c.insert("server".into(), json!(call.server));
+        c.insert("method".into(), json!(call.method));
+        if let Some(t) = &call.tool {
+            c.insert("tool".into(), json!(t));
+        }
+        if self.with_arguments
+            && let Some(a) = &call.arguments
+        {
+            c.insert("arguments".into(), serde_json::from_str(a).unwrap_or_else(|_| json!(a)));
+        }
+        let declared = hints_to_json(&call.declared);
+        if declared.as_object().is_some_and(|o| !o.is_empty()) {
+            c.insert("annotations".into(), declared);
+        }
+        if call.attempt > 0 {
+            c.insert("attempt".into(), json!(call.attempt));
+        }
+        let expect = match answer {
+            Ok(d) => json!({"verdict": "continue", "decision": decision_to_json(d)}),
+            Err(r) => json!({"verdict": "reject", "reason": r.reason}),
+        };
+        self.send(json!({"call": c, "client": call.session, "expect": expect}).to_string());
+    }
+
+    /// Records one annotated tool, once per distinct (tool, declared, answer).
+    pub(crate) fn annotate(&self, server: &str, tool: &str, declared: &Hints, hints: &Hints) {
+        let tool = json!({"server": server, "name": tool, "annotations": hints_to_json(declared)});
+        let line = json!({"tool": tool, "expect": {"hints": hints_to_json(hints)}}).to_string();
+        {
+            let mut seen = self.tools_seen.lock().unwrap_or_else(|p| p.into_inner());
+            if seen.contains(&line) {
+                return;
+            }
+            if seen.len() < MAX_TOOLS_SEEN {
+                seen.insert(line.clone());
+            }
+        }
+        self.send(line);
+    }
+
+    fn send(&self, line: String) {
+        match self.tx.try_send(line) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                // Relaxed: a count for a log line.
+                let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+                if n == 1 || n.is_multiple_of(1000) {
+                    tracing::warn!(file = %self.path.display(), "recording cannot keep up: {n} calls left out so far");
+                }
+            }
+            // The writer stopped after a write error, which it logged.
+            Err(TrySendError::Disconnected(_)) => {}
+        }
+    }
+}
+
+/// The writer thread: one line per message, flushed whenever the queue runs empty.
+fn write_lines(rx: Receiver<String>, file: std::fs::File, path: &Path) {
+    let mut out = std::io::BufWriter::new(file);
+    let mut pending = false;
+    loop {
+        let line = if pending {
+            match rx.try_recv() {
+                Ok(l) => Some(l),
+                Err(std::sync::mpsc::TryRecvError::Empty) => None,
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => break,
+            }
+        } else {
+            match rx.recv() {
+                Ok(l) => Some(l),
+                Err(_) => break,
+            }
+        };
+        let written = match line {
+            Some(l) => {
+                pending = true;
+                writeln!(out, "{l}")
+            }
+            None => {
+                pending = false;
+                out.flush()
+            }
+        };
+        if let Err(e) = written {
+            tracing::error!(file = %path.display(), "recording calls stopped: cannot write: {e}");
+            return;
+        }
+    }
+    let _ = out.flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::project::recorded::Case;
+
+    #[test]
+    fn recorded_lines_read_back_as_cases_and_arguments_only_when_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        for with_arguments in [false, true] {
+            let path = dir.path().join(format!("calls-{with_arguments}.jsonl"));
+            let r = Recorder::start(&path, with_arguments).unwrap();
+            let call = CallInfo {
+                server: "fs".into(),
+                session: "s-1".into(),
+                method: "tools/call".into(),
+                tool: Some("write".into()),
+                arguments: Some(r#"{"path":"/secret"}"#.into()),
+                declared: Hints { read_only: Some(false), ..Hints::default() },
+                attempt: 0,
+            };
+            r.decide(&call, &Ok(Decision { timeout_ms: Some(9), ..Decision::default() }));
+            r.decide(&call, &Err(Rejection { plugin: "guard".into(), reason: "no".into() }));
+            let hints = Hints { read_only: Some(true), ..Hints::default() };
+            r.annotate("fs", "read", &Hints::default(), &hints);
+            r.annotate("fs", "read", &Hints::default(), &hints);
+            drop(r);
+            let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            let text = loop {
+                let text = std::fs::read_to_string(&path).unwrap();
+                if text.lines().count() >= 3 || std::time::Instant::now() > end {
+                    break text;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            };
+            assert_eq!(text.lines().count(), 3, "{text}");
+            assert_eq!(text.contains("/secret"), with_arguments, "{text}");
+            for line in text.lines() {
+                Case::parse(line).unwrap();
+            }
+            assert!(text.contains(r#""client":"s-1""#) && text.contains(r#""reason":"no""#), "{text}");
+        }
+    }
+}

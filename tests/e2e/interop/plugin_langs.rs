@@ -1,0 +1,275 @@
+//! Plugins in Rust, Python and JavaScript, the way a user makes them: `plugin new`, an edit,
+//! `plugin build` with the real toolchains (componentize-py and jco at the versions `plugin new`
+//! pins, installed here under target/tmp/plugin-langs and reused by later runs), `plugin test`
+//! against recorded calls, then the component dropped into a running router's plugins/.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use serde_json::json;
+
+use crate::setup::*;
+use switchyard_policy::project::{COMPONENTIZE_JS_VERSION, COMPONENTIZE_PY_VERSION, JCO_VERSION};
+use switchyard_testkit::*;
+
+fn langs_dir() -> PathBuf {
+    crate::npm_setup::repo_root().join("tests/plugin-langs")
+}
+
+/// Where the toolchains and the Rust builds are kept between runs.
+fn cache() -> PathBuf {
+    target_tmp().join("plugin-langs")
+}
+
+/// Runs `cmd`, failing the test with its output when it fails.
+fn must(cmd: &mut Command, what: &str) {
+    let out = cmd.stdin(Stdio::null()).output().unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Installs `what` with `install` unless `stamp` already records `key` (the pinned versions).
+fn once(stamp: &Path, key: &str, what: &str, install: impl FnOnce()) {
+    if std::fs::read_to_string(stamp).is_ok_and(|k| k == key) {
+        return;
+    }
+    let t = Instant::now();
+    install();
+    std::fs::write(stamp, key).unwrap();
+    eprintln!("installed {what} in {:?}", t.elapsed());
+}
+
+/// A PATH with componentize-py (a virtualenv) and jco (npm ci of tests/plugin-langs) first.
+fn toolchain_path() -> &'static str {
+    static PATH: OnceLock<String> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let dir = cache();
+        std::fs::create_dir_all(&dir).unwrap();
+        let requirements = std::fs::read_to_string(langs_dir().join("requirements.txt")).unwrap();
+        assert!(
+            requirements.contains(&format!("componentize-py=={COMPONENTIZE_PY_VERSION}")),
+            "tests/plugin-langs/requirements.txt must pin the componentize-py that `plugin new` names"
+        );
+        let venv = dir.join("venv");
+        once(&dir.join("venv.stamp"), &requirements, "componentize-py", || {
+            let _ = std::fs::remove_dir_all(&venv);
+            must(Command::new("python3").args(["-m", "venv"]).arg(&venv), "python3 -m venv");
+            must(
+                Command::new(venv.join("bin/pip"))
+                    .args(["install", "--quiet", "--disable-pip-version-check", "-r"])
+                    .arg(langs_dir().join("requirements.txt")),
+                "pip install componentize-py",
+            );
+        });
+        let lock = std::fs::read_to_string(langs_dir().join("package-lock.json")).unwrap();
+        let manifest = std::fs::read_to_string(langs_dir().join("package.json")).unwrap();
+        for pin in [
+            format!("\"@bytecodealliance/jco\": \"{JCO_VERSION}\""),
+            format!("\"@bytecodealliance/componentize-js\": \"{COMPONENTIZE_JS_VERSION}\""),
+        ] {
+            assert!(manifest.contains(&pin), "tests/plugin-langs/package.json must pin what `plugin new` pins: {pin}");
+        }
+        let js = dir.join("js");
+        once(&dir.join("js.stamp"), &lock, "jco and componentize-js", || {
+            let _ = std::fs::remove_dir_all(&js);
+            std::fs::create_dir_all(&js).unwrap();
+            for f in ["package.json", "package-lock.json"] {
+                std::fs::copy(langs_dir().join(f), js.join(f)).unwrap();
+            }
+            must(Command::new("npm").args(["ci", "--no-audit", "--no-fund"]).current_dir(&js), "npm ci of jco");
+        });
+        format!(
+            "{}:{}:{}",
+            venv.join("bin").display(),
+            js.join("node_modules/.bin").display(),
+            std::env::var("PATH").unwrap_or_default()
+        )
+    })
+}
+
+/// `switchyard plugin ARGS` with the toolchains on PATH; Rust builds share one target dir.
+fn plugin(args: &[&str], path: &str) -> Output {
+    Command::new(bin())
+        .arg("plugin")
+        .args(args)
+        .env("PATH", path)
+        .env("CARGO_TARGET_DIR", cache().join("rust-target"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+/// Turns the template's commented `annotate` example into code, aimed at the fixture's `read`
+/// tool (which declares no hints): the edit a user makes first.
+fn use_annotate_example(source: &Path, comment: &str) {
+    let text = std::fs::read_to_string(source).unwrap();
+    let mut out = Vec::new();
+    let mut in_example = false;
+    for line in text.lines() {
+        if line.contains("Example: tell clients that `search` only reads") {
+            in_example = true;
+            out.push(line.to_string());
+            continue;
+        }
+        if in_example && line.trim_start().starts_with(comment) {
+            out.push(
+                line.replacen(&format!("{comment} "), "", 1)
+                    .replace("\"search\"", "\"read\"")
+                    .replace("'search'", "'read'"),
+            );
+        } else {
+            in_example = false;
+            out.push(line.to_string());
+        }
+    }
+    // The Rust template names the unused parameter `_tool`; the example uses it.
+    let edited = out.join("\n").replace("fn annotate(_tool: Tool", "fn annotate(tool: Tool");
+    assert_ne!(
+        edited.trim_end(),
+        text.trim_end(),
+        "the template's annotate example was not found in {}",
+        source.display()
+    );
+    std::fs::write(source, edited + "\n").unwrap();
+}
+
+/// new -> uncomment the annotate example -> build -> test (the recorded calls pass, a changed
+/// verdict fails with a diff) -> dropped into a running router, whose client sees the change.
+async fn template_round_trip(lang: &str, source: &str, comment: &str) {
+    let path = toolchain_path();
+    let work = temp_dir();
+    let project = work.path().join(format!("probe-{lang}"));
+    let project_arg = project.display().to_string();
+    let out = plugin(&["new", &project_arg, "--lang", lang], path);
+    assert!(out.status.success(), "{}", text(&out));
+    use_annotate_example(&project.join(source), comment);
+
+    let t = Instant::now();
+    let out = plugin(&["build", &project_arg], path);
+    assert!(out.status.success(), "{lang} build failed:\n{}", text(&out));
+    let wasm = project.join(format!("probe-{lang}.wasm"));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), wasm.display().to_string());
+    eprintln!("{lang}: built in {:?}, {} bytes", t.elapsed(), std::fs::metadata(&wasm).unwrap().len());
+
+    // The default 5 ms per call is wall time: on a loaded CI machine even a Rust plugin's first
+    // call can miss it. The deadline is not what this test is about.
+    let toml = work.path().join("limits.toml");
+    std::fs::write(&toml, format!("[[plugins]]\nfile = \"probe-{lang}.wasm\"\ndeadline_ms = 1000\n")).unwrap();
+    let toml_arg = toml.display().to_string();
+    let out = plugin(&["test", &project_arg, "--config-file", &toml_arg], path);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("3 of 3 recorded calls match"), "{}", text(&out));
+
+    // A recorded verdict the plugin no longer gives: the run fails and shows the difference.
+    let calls = project.join("calls.jsonl");
+    let recorded = std::fs::read_to_string(&calls).unwrap();
+    let read_line = r#"{"tool": {"server": "fixture", "name": "read", "annotations": {}}, "expect": {"hints": {}}}"#;
+    std::fs::write(&calls, format!("{recorded}{read_line}\n")).unwrap();
+    let out = plugin(&["test", &project_arg, "--config-file", &toml_arg], path);
+    assert!(!out.status.success(), "{}", text(&out));
+    let report = text(&out);
+    assert!(report.contains("FAIL  line 4: annotate read"), "{report}");
+    assert!(report.contains("+    \"readOnlyHint\": true"), "{report}");
+    assert!(report.contains("3 of 4 recorded calls match"), "{report}");
+
+    // Interpreters need more than the default 5 ms on a loaded machine (docs/plugins.md).
+    let cfg = format!("[[plugins]]\nfile = \"probe-{lang}.wasm\"\nrequired = false\ndeadline_ms = 1000\n");
+    let mut s = Setup::with_config(&[], &[], Some(&cfg)).await;
+    s.client.initialize().await;
+    let staged = s.plugins_dir().join(".probe.tmp");
+    std::fs::copy(&wasm, &staged).unwrap();
+    std::fs::rename(&staged, s.plugins_dir().join(format!("probe-{lang}.wasm"))).unwrap();
+    // Loading takes a compile when the cache lacks it: tens of seconds for an interpreter.
+    let end = Instant::now() + std::time::Duration::from_secs(180);
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        match s.client.recv_timeout(left).await {
+            Some(m) if m["method"] == "notifications/tools/list_changed" => break,
+            Some(_) => {}
+            None => panic!("{lang}: the plugin never took effect:\n{}", s.router.stderr.text()),
+        }
+    }
+    let list = s.client.request("tools/list", json!({})).await;
+    let read = list["result"]["tools"].as_array().unwrap().iter().find(|t| t["name"] == "read").unwrap();
+    assert_eq!(read["annotations"]["readOnlyHint"], true, "{lang}: {list}\n{}", s.router.stderr.text());
+    assert_eq!(s.client.call_text("echo", json!({"text": "through"})).await, "through");
+}
+
+#[tokio::test]
+async fn a_rust_plugin_goes_from_new_to_a_running_router() {
+    template_round_trip("rust", "src/lib.rs", "//").await;
+}
+
+#[tokio::test]
+async fn a_python_plugin_goes_from_new_to_a_running_router() {
+    template_round_trip("python", "app.py", "#").await;
+}
+
+#[tokio::test]
+async fn a_javascript_plugin_goes_from_new_to_a_running_router() {
+    template_round_trip("js", "policy.js", "//").await;
+}
+
+/// The Python and JavaScript `hints` examples: built from a new project with the example's
+/// source, and held to the example's recorded calls with its config.
+#[test]
+fn the_python_and_javascript_hints_examples_pass_their_recorded_calls() {
+    let path = toolchain_path();
+    let work = temp_dir();
+    let examples = crate::npm_setup::repo_root().join("examples/plugins");
+    for (lang, source) in [("python", "app.py"), ("js", "policy.js")] {
+        let project = work.path().join(format!("hints-{lang}"));
+        let project_arg = project.display().to_string();
+        let out = plugin(&["new", &project_arg, "--lang", lang], path);
+        assert!(out.status.success(), "{}", text(&out));
+        let example = examples.join(lang).join("hints");
+        std::fs::copy(example.join(source), project.join(source)).unwrap();
+        let out = plugin(&["build", &project_arg], path);
+        assert!(out.status.success(), "{lang} hints build failed:\n{}", text(&out));
+        let config = std::fs::read_to_string(example.join("config.json")).unwrap();
+        let calls = example.join("calls.jsonl").display().to_string();
+        // Interpreters need more than the default 5 ms on a loaded machine (docs/plugins.md).
+        let toml = work.path().join(format!("{lang}.toml"));
+        let entry =
+            format!("[[plugins]]\nfile = \"hints-{lang}.wasm\"\ndeadline_ms = 1000\nconfig = '{}'\n", config.trim());
+        std::fs::write(&toml, entry).unwrap();
+        let toml_arg = toml.display().to_string();
+        let out = plugin(&["test", &project_arg, "--calls", &calls, "--config-file", &toml_arg], path);
+        assert!(out.status.success(), "{lang} hints:\n{}", text(&out));
+        // A config the example does not understand is refused by its init, by name.
+        let out = plugin(&["test", &project_arg, "--calls", &calls, "--config", r#"{"tool": {}}"#], path);
+        assert!(text(&out).contains("unknown key `tool`"), "{lang}: {}", text(&out));
+    }
+}
+
+/// Without the language's toolchain, `plugin build` says what to install and how, and
+/// installs nothing.
+#[test]
+fn a_missing_toolchain_is_named_with_its_install_command() {
+    let work = temp_dir();
+    let bare = "/usr/bin:/bin";
+    for (lang, says) in [
+        ("python", format!("pip install componentize-py=={COMPONENTIZE_PY_VERSION}")),
+        ("js", "npm install".to_string()),
+    ] {
+        let project = work.path().join(format!("bare-{lang}"));
+        let project_arg = project.display().to_string();
+        assert!(plugin(&["new", &project_arg, "--lang", lang], bare).status.success());
+        let out = plugin(&["build", &project_arg], bare);
+        assert!(!out.status.success());
+        assert!(text(&out).contains(&says), "{lang}: {}", text(&out));
+        assert!(!project.join(format!("bare-{lang}.wasm")).exists());
+        assert!(!project.join(".venv").exists() && !project.join("node_modules").exists());
+    }
+}
