@@ -633,20 +633,27 @@ async fn progress_stays_rising_across_a_repeat() {
     assert_eq!(seen.last(), Some(&900.0), "the repeat's progress past what was seen goes on: {seen:?}");
 }
 
-/// A link found dead after 12 s of silence where a fresh link works (a NAT timeout or a sleep
-/// killed only the old connection): a read-only call on it is repeated on the new link at once.
-#[tokio::test(start_paused = true)]
-async fn a_safe_call_on_a_link_found_silent_is_repeated_on_a_fresh_link() {
-    let (server, fake) = start("", true);
-    let mut c = Client::connect(&server).await;
+/// A read-only `sleep` whose link is found dead after 12 s of silence while it runs: its
+/// response, and how long after the link's end it came.
+async fn sleep_on_a_link_found_silent(server: &Arc<Server>, fake: &FakeConnector) -> (Value, Duration) {
+    let mut c = Client::connect(server).await;
     c.request("tools/list", json!({})).await;
     let id = c.send("tools/call", json!({"name": "sleep", "arguments": {"ms": 300}})).await;
     tokio::time::sleep(ms(50)).await;
     fake.link(0).end_quiet("the link went silent", Duration::from_secs(12));
     let ended = Instant::now();
     let resp = c.response(&id).await;
+    (resp, ended.elapsed())
+}
+
+/// A link found dead after 12 s of silence where a fresh link works (a NAT timeout or a sleep
+/// killed only the old connection): a read-only call on it is repeated on the new link at once.
+#[tokio::test(start_paused = true)]
+async fn a_safe_call_on_a_link_found_silent_is_repeated_on_a_fresh_link() {
+    let (server, fake) = start("", true);
+    let (resp, took) = sleep_on_a_link_found_silent(&server, &fake).await;
     assert_eq!(text(&resp), "sleep after 300 ms", "{resp}");
-    assert!(ended.elapsed() < ms(1000), "answered only after {:?}", ended.elapsed());
+    assert!(took < ms(1000), "answered only after {took:?}");
     assert_eq!(calls_of(&fake.link(1), "sleep").len(), 1, "not repeated on the fresh link");
 }
 
@@ -664,14 +671,7 @@ async fn a_safe_call_on_a_link_found_silent_gives_up_when_no_fresh_link_comes() 
         answering(link, msg);
     });
     let (server, fake) = start_with("", black_hole);
-    let mut c = Client::connect(&server).await;
-    c.request("tools/list", json!({})).await;
-    let id = c.send("tools/call", json!({"name": "sleep", "arguments": {"ms": 300}})).await;
-    tokio::time::sleep(ms(50)).await;
-    fake.link(0).end_quiet("the link went silent", Duration::from_secs(12));
-    let ended = Instant::now();
-    let resp = c.response(&id).await;
-    let took = ended.elapsed();
+    let (resp, took) = sleep_on_a_link_found_silent(&server, &fake).await;
     // A fresh link gets 3 s (retry::SILENT_REPEAT).
     assert!(took <= ms(3100), "answered only after {took:?}");
     let (code, msg) = error(&resp);
