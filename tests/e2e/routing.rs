@@ -331,3 +331,22 @@ async fn one_sessions_log_level_does_not_reach_another_sessions_own_server() {
         "A's level reached B's server"
     );
 }
+
+/// A client that declares roots but does not answer switchyard's roots/list (or answers it
+/// with an error) is never served by instances set up for another client's roots: once the
+/// wait for its answer is over it gets instances of its own.
+#[tokio::test]
+async fn a_client_that_does_not_say_its_roots_never_gets_another_clients_instance() {
+    let dir = temp_dir();
+    let sock = dir.path().join("n.sock");
+    let mut s = Setup::new(&[], &["--listen", sock.to_str().unwrap()]).await;
+    s.client.roots = Some(json!({"roots": [{"uri": "file:///only-a", "name": "a"}]}));
+    s.client.initialize().await;
+    let pid_a = fixture_pid(&mut s.client).await;
+    let (_bp, mut b) = connect(&sock).await;
+    b.roots = None;
+    b.initialize().await;
+    let pid_b = fixture_pid(&mut b).await;
+    assert_ne!(pid_a, pid_b, "a client whose roots are unknown was served by another client's instance");
+    assert_eq!(fixture_pid(&mut s.client).await, pid_a);
+}

@@ -121,39 +121,16 @@ impl Recorder {
     }
 }
 
-/// The writer thread: one line per message, flushed whenever the queue runs empty.
-fn write_lines(rx: Receiver<String>, file: std::fs::File, path: &Path) {
-    let mut out = std::io::BufWriter::new(file);
-    let mut pending = false;
-    loop {
-        let line = if pending {
-            match rx.try_recv() {
-                Ok(l) => Some(l),
-                Err(std::sync::mpsc::TryRecvError::Empty) => None,
-                Err(std::sync::mpsc::TryRecvError::Disconnected) => break,
-            }
-        } else {
-            match rx.recv() {
-                Ok(l) => Some(l),
-                Err(_) => break,
-            }
-        };
-        let written = match line {
-            Some(l) => {
-                pending = true;
-                writeln!(out, "{l}")
-            }
-            None => {
-                pending = false;
-                out.flush()
-            }
-        };
-        if let Err(e) = written {
+/// The writer thread: one line per message, each in one `write` to the file opened for
+/// appending, so lines of two routers recording into one file never interleave.
+fn write_lines(rx: Receiver<String>, mut file: std::fs::File, path: &Path) {
+    while let Ok(mut line) = rx.recv() {
+        line.push('\n');
+        if let Err(e) = file.write_all(line.as_bytes()) {
             tracing::error!(file = %path.display(), "recording calls stopped: cannot write: {e}");
             return;
         }
     }
-    let _ = out.flush();
 }
 
 #[cfg(test)]

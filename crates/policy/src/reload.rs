@@ -211,6 +211,15 @@ impl Loader {
                 continue;
             }
             let started = Instant::now();
+            // A component of an interpreter (Python, JS) takes tens of seconds to compile the
+            // first time: say so before, not only after.
+            if bytes.len() > 4 << 20 {
+                tracing::info!(
+                    plugin = %name,
+                    "compiling plugin ({} MB); a large component (Python, JavaScript) takes up to a minute the first time, then loads from the cache",
+                    bytes.len() >> 20
+                );
+            }
             match Loaded::load(name, &bytes, &self.entry_for(name)) {
                 Ok(l) => {
                     let verb = if self.loaded.get(name).is_some_and(|l| l.is_ready()) { "reloaded" } else { "loaded" };

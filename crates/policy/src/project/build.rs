@@ -17,6 +17,9 @@ const WASM_TARGET: &str = "wasm32-wasip2";
 /// Builds the project in `dir` into `dir/<name>.wasm` and checks that the host accepts it as a
 /// policy plugin. Tool output goes to stderr; returns the component's path.
 pub fn build(dir: &Path) -> anyhow::Result<PathBuf> {
+    // Absolute: the tools run in the project's directory, and a tool found in it (.venv,
+    // node_modules) is named by a path that must hold from there too.
+    let dir = &std::path::absolute(dir).with_context(|| format!("cannot resolve {}", dir.display()))?;
     if !dir.is_dir() {
         bail!("{} is not a directory; give the plugin project's directory", dir.display());
     }
@@ -28,18 +31,35 @@ pub fn build(dir: &Path) -> anyhow::Result<PathBuf> {
             dir.display()
         );
     }
+    // Built beside the result and put in its place only once the host accepts it: a build that
+    // fails leaves the last good plugin where it was.
     let out = output_path(dir)?;
-    match lang {
-        Lang::Rust => build_rust(dir, &out)?,
-        Lang::Python => build_python(dir, &out)?,
-        Lang::Js => build_js(dir, &out)?,
+    let fresh = out.with_extension("building.wasm");
+    let built = build_checked(dir, lang, &fresh);
+    if let Err(e) = built {
+        let _ = std::fs::remove_file(&fresh);
+        return Err(e);
     }
-    let bytes = std::fs::read(&out).with_context(|| {
+    std::fs::rename(&fresh, &out).with_context(|| format!("cannot move {} to {}", fresh.display(), out.display()))?;
+    Ok(out)
+}
+
+/// Builds into `out` and checks that the host accepts it.
+fn build_checked(dir: &Path, lang: Lang, out: &Path) -> anyhow::Result<()> {
+    match lang {
+        Lang::Rust => build_rust(dir, out)?,
+        Lang::Python => build_python(dir, out)?,
+        Lang::Js => build_js(dir, out)?,
+    }
+    let bytes = std::fs::read(out).with_context(|| {
         format!("the {} build said it succeeded, but {} cannot be read", lang.name(), out.display())
     })?;
-    crate::wasm::type_check(&bytes)
-        .map_err(|e| e.context(format!("{} is not a usable policy plugin", out.display())))?;
-    Ok(out)
+    crate::wasm::type_check(&bytes).map_err(|e| {
+        e.context(format!(
+            "the build of {} is not a usable policy plugin (the last good one, if any, is kept)",
+            dir.display()
+        ))
+    })
 }
 
 /// A progress line on stderr, written at once so it lands before the tool's own output.

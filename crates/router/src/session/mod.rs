@@ -705,24 +705,29 @@ impl Session {
         let me = self.clone();
         tokio::spawn(async move {
             let server = me.server();
-            if let Some(roots) = server.hub.fetch_roots(&me.link, ROOTS_WAIT).await {
-                me.place_by_roots(&server, roots, false);
-            }
+            // No answer in time, or an error: the client's roots are unknown, and it must not
+            // be served by instances set up for another client's roots. It gets instances of
+            // its own (which ask it for its roots themselves).
+            let roots = server.hub.fetch_roots(&me.link, ROOTS_WAIT).await;
+            me.place_by_roots(&server, roots, false);
             me.placement.settled.send_replace(true);
         });
     }
 
-    /// The client's roots are `roots`: the session goes to the server for them (initialised
-    /// for it when it is not yet). True when it moved.
-    fn place_by_roots(self: &Arc<Self>, server: &Arc<Server>, roots: serde_json::Value, changed: bool) -> bool {
+    /// The client's roots are `roots` (None: unknown, it did not say): the session goes to the
+    /// server for them (initialised for it when it is not yet). True when it moved.
+    fn place_by_roots(self: &Arc<Self>, server: &Arc<Server>, roots: Option<serde_json::Value>, changed: bool) -> bool {
         let profile = {
             let mut p = self.placement.profile.lock().expect("lock");
             let Some(p) = p.as_mut() else { return false };
-            p.roots = Some(crate::server::profile::canonical_roots(&roots));
+            p.roots = Some(match &roots {
+                Some(r) => crate::server::profile::canonical_roots(r),
+                None => format!("unknown to session {}", self.id),
+            });
             p.clone()
         };
         let Some(to) = self.place(server, &profile, changed) else { return false };
-        to.hub.set_roots(self.id, Some(roots));
+        to.hub.set_roots(self.id, roots);
         let params = self.placement.init_params.lock().expect("lock").clone();
         if let Some(params) = params {
             to.begin_initialize(&params);
@@ -752,7 +757,7 @@ impl Session {
         loop {
             let server = self.server();
             let moved = match server.hub.refresh_roots(&self.link).await {
-                Some(roots) if server.has_family() => self.place_by_roots(&server, roots, true),
+                Some(roots) if server.has_family() => self.place_by_roots(&server, Some(roots), true),
                 _ => false,
             };
             if !moved {
