@@ -319,6 +319,9 @@ async fn resumable_call_running() -> (HttpServer, FaultProxy, Proc, Client, swit
     c.initialize_with("2025-11-25").await;
     let id = c.send_request("tools/call", json!({"name": "slow_counter", "arguments": {"ms": 2000}})).await;
     wait_runs(&server, "slow_counter", 1);
+    // The stream's first event (its id is what a resume asks for) left the server before the
+    // tool ran; on a loaded machine it may still be on its way through the proxy to switchyard.
+    tokio::time::sleep(Duration::from_millis(500)).await;
     (server, proxy, p, c, d, id)
 }
 
