@@ -84,6 +84,8 @@ impl Server {
         let pool = self.default_pool().clone();
         let lease = pool.acquire(session).await;
         let result = match &lease {
+            // A pool closed under the wait: the server was removed, or switchyard stops.
+            Err(CallError::ShuttingDown) => Err(self.ended()),
             Err(e) => Err(e.clone()),
             Ok(_) => self.init_result.get().cloned().ok_or_else(|| CallError::Down {
                 server: self.name.clone(),
