@@ -131,6 +131,7 @@ async fn sampling_elicitation_and_roots_round_trip_through_the_client() {
     let got: serde_json::Value = serde_json::from_str(tool_text(&c.wait_response(&call).await)).unwrap();
     assert_eq!(got, json!({"action": "accept", "content": {"answer": "Ada"}}));
 
+    c.roots = None;
     let call = c.send_request("tools/call", json!({"name": "roots", "arguments": {}})).await;
     let req = c.recv_request("roots/list").await;
     c.respond_error(req["id"].clone(), -32603, "no roots today").await;

@@ -330,9 +330,9 @@ pub struct Client {
     /// Non-JSON stdout lines; without `allow_non_json` the first one fails the test.
     pub non_json: Vec<String>,
     allow_non_json: bool,
-    /// What switchyard's own roots/list (`switchyard-roots-N`, sent to place a client that
-    /// shares a server with others) is answered with, as a real client would answer it: no
-    /// roots by default. None: such requests are received like any other message.
+    /// What a roots/list (switchyard's own, sent to place the client, or a server's) is
+    /// answered with, as a real client answers it: no roots by default. None: such requests are
+    /// received like any other message.
     pub roots: Option<Value>,
 }
 
@@ -526,11 +526,7 @@ impl Client {
                 continue;
             }
             match serde_json::from_str::<Value>(text) {
-                Ok(v)
-                    if v["method"] == "roots/list"
-                        && v["id"].as_str().is_some_and(|id| id.starts_with("switchyard-roots-"))
-                        && self.roots.is_some() =>
-                {
+                Ok(v) if v["method"] == "roots/list" && !v["id"].is_null() && self.roots.is_some() => {
                     let answer = json!({"jsonrpc": "2.0", "id": v["id"], "result": self.roots});
                     self.send(&answer).await;
                 }

@@ -180,6 +180,14 @@ impl Server {
         }
     }
 
+    /// Whether this server waits for the roots of another session than `session`, served here
+    /// before its roots were known (they decide whether `session` may share it).
+    pub fn roots_reserved_for_other(&self, session: u64) -> bool {
+        let reserved = *self.family.reserved.lock().expect("lock");
+        let unknown = self.family.claimed.lock().expect("lock").as_ref().is_some_and(|p| p.roots.is_none());
+        unknown && reserved.is_some_and(|r| r != session && self.hub.session(r).is_some())
+    }
+
     /// The server's client answered its roots/list: a server whose profile has no roots yet
     /// takes them (a client alone on a server is not asked by switchyard itself; the server's
     /// own question tells them).

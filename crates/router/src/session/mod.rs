@@ -70,6 +70,10 @@ struct Placement {
     again: std::sync::atomic::AtomicBool,
 }
 
+/// How long a session whose roots are known waits for those of a client served before it, to
+/// share that client's instances when their roots agree.
+const RESERVED_WAIT: Duration = Duration::from_millis(300);
+
 /// How long a session waits for its client's roots before it is placed without them (a
 /// client answers in milliseconds; one that does not answer is served as one with no roots).
 const ROOTS_WAIT: Duration = Duration::from_secs(2);
@@ -709,6 +713,14 @@ impl Session {
             // be served by instances set up for another client's roots. It gets instances of
             // its own (which ask it for its roots themselves).
             let roots = server.hub.fetch_roots(&me.link, ROOTS_WAIT).await;
+            // A client served here first, whose roots are not known yet, decides whether this
+            // one may share: wait a moment for them (two clients starting together answer within
+            // milliseconds of each other) rather than start instances for clients that may well
+            // be alike; past that, this one gets its own.
+            let waited = tokio::time::Instant::now();
+            while server.roots_reserved_for_other(me.id) && waited.elapsed() < RESERVED_WAIT {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
             me.place_by_roots(&server, roots, false);
             me.placement.settled.send_replace(true);
         });
