@@ -22,17 +22,7 @@ impl Demo {
         let fixture: Vec<String> = ["fixture", "--init-delay-ms", START_MS].map(String::from).to_vec();
 
         // Directly: the client's child; a SIGTERM ends it and what it held.
-        let first = Peer::spawn("fixture", &self.exe, &fixture)?;
-        first.initialize().await?;
-        let d_pid = fixture_pid(&first).await?;
-        first.terminate();
-        first.shutdown().await;
-        let next = Peer::spawn("fixture", &self.exe, &fixture)?;
-        let t = Instant::now();
-        next.initialize().await?;
-        let d_again = t.elapsed();
-        let d_pid_after = fixture_pid(&next).await?;
-        next.shutdown().await;
+        let (d_pid, d_again, d_pid_after) = self.sigterm_then_next("fixture", &fixture, &[]).await?;
         println!(
             "      directly: the next client waited {} for initialize (a new server, pid {d_pid_after})",
             secs(d_again)
@@ -52,17 +42,7 @@ impl Demo {
         let connect: Vec<String> =
             ["connect", "slow", "--config", &config.display().to_string()].map(String::from).to_vec();
 
-        let c1 = Peer::spawn_env("connect", &self.exe, &connect, &envs)?;
-        c1.initialize().await?;
-        let s_pid = fixture_pid(&c1).await?;
-        c1.terminate();
-        c1.shutdown().await;
-        let c2 = Peer::spawn_env("connect", &self.exe, &connect, &envs)?;
-        let t = Instant::now();
-        c2.initialize().await?;
-        let s_again = t.elapsed();
-        let s_pid_after = fixture_pid(&c2).await?;
-        c2.shutdown().await;
+        let (s_pid, s_again, s_pid_after) = self.sigterm_then_next("connect", &connect, &envs).await?;
         println!(
             "      through switchyard: the next client waited {} (the same server, pid {s_pid_after})",
             secs(s_again)
@@ -98,6 +78,30 @@ impl Demo {
         report.row("", "next client's initialize", secs(d_again), secs(s_again));
         report.row("", "initialize from a new daemon", "-", format!("{} (remembered)", secs(s_cached)));
         Ok(())
+    }
+}
+
+impl Demo {
+    /// A client starts `args` and SIGTERMs it; the next client starts it again. Returns the
+    /// server's pid for the first, how long the next waited for initialize, and its pid for it.
+    async fn sigterm_then_next(
+        &self,
+        label: &'static str,
+        args: &[String],
+        envs: &[(&str, &str)],
+    ) -> anyhow::Result<(u32, Duration, u32)> {
+        let first = Peer::spawn_env(label, &self.exe, args, envs)?;
+        first.initialize().await?;
+        let before = fixture_pid(&first).await?;
+        first.terminate();
+        first.shutdown().await;
+        let next = Peer::spawn_env(label, &self.exe, args, envs)?;
+        let t = Instant::now();
+        next.initialize().await?;
+        let waited = t.elapsed();
+        let after = fixture_pid(&next).await?;
+        next.shutdown().await;
+        Ok((before, waited, after))
     }
 }
 
