@@ -523,6 +523,39 @@ async fn fifty_sessions_at_once_each_get_only_their_own_answers() {
     f.home.shutdown().await;
 }
 
+/// A new session costs the server no tools/list: switchyard fetches the list once when the
+/// server starts (for the tools' hints), and again only after the server says it changed.
+#[tokio::test]
+async fn new_sessions_cost_the_server_no_tools_list() {
+    let f = Front::start(|h| format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", h.fixture("alpha", &[]))).await;
+    let journal = f.home.journal("alpha");
+    let lists = || received(&journal_entries(&journal), "tools/list").count();
+    let first = f.session("/mcp/alpha").await;
+    wait_journal(&journal, SLOW, |e| received(e, "tools/list").count() == 1).await;
+    let f = std::sync::Arc::new(f);
+    for _ in 0..3 {
+        let mut starts = tokio::task::JoinSet::new();
+        for _ in 0..10 {
+            let f = f.clone();
+            starts.spawn(async move { f.session("/mcp/alpha").await });
+        }
+        while let Some(r) = starts.join_next().await {
+            r.unwrap();
+        }
+    }
+    // What a session's start would send the server is sent right after its initialize.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(lists(), 1, "30 new sessions sent the server tools/list");
+
+    let changed = call(json!(1), "change_tools", json!({"add": "extra"}), None);
+    f.request("/mcp/alpha", &first, changed).await.all().await;
+    wait_journal(&journal, SLOW, |e| received(e, "tools/list").count() == 2).await;
+    f.session("/mcp/alpha").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(lists(), 2, "a session after the change fetched the list again");
+    f.home.shutdown().await;
+}
+
 /// switchyard's own notice that a call waits (for a pool, here) goes on that call's stream,
 /// even with several requests of the session open and no GET stream.
 #[tokio::test]

@@ -84,6 +84,7 @@ pub struct Server {
     instance_prefix: std::sync::OnceLock<String>,
     health: Mutex<StartHealth>,
     tools: RwLock<ToolCache>,
+    tools_refresh: tokio::sync::Mutex<()>,
     /// One reconciliation of levels and subscriptions at a time per instance, by instance
     /// number. Per instance, so a request stuck on a busy instance holds up only that instance,
     /// never the set-up of a new one.
@@ -231,6 +232,7 @@ impl Server {
                 instance_prefix: std::sync::OnceLock::new(),
                 health: Mutex::new(StartHealth::default()),
                 tools: RwLock::new(ToolCache::default()),
+                tools_refresh: tokio::sync::Mutex::new(()),
                 reconciling: Mutex::new(HashMap::new()),
                 counts: Default::default(),
                 calls: Default::default(),

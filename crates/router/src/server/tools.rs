@@ -14,6 +14,9 @@ use switchyard_core::decision::Hints;
 #[derive(Default)]
 pub(super) struct ToolCache {
     declared: HashMap<String, Hints>,
+    /// The instance whose whole tools/list `declared` holds, since its last tools/list_changed:
+    /// while it lives, a new client session costs the server no tools/list.
+    fetched_from: Option<u64>,
 }
 
 impl Server {
@@ -83,19 +86,31 @@ impl Server {
         cache.declared.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
     }
 
-    /// Fetches every page of tools/list from one instance into the hints cache.
+    /// Fetches every page of tools/list from one instance into the hints cache, unless the
+    /// cache holds a whole list from an instance still alive that has not said its list changed.
+    /// Refreshes run one at a time, so many sessions starting together send the server one.
     pub async fn refresh_tools(self: &Arc<Self>) {
-        let Some(inst) = self.all_instances().into_iter().find(|i| i.is_ready() && !self.is_modern(i)) else {
+        let _one = self.tools_refresh.lock().await;
+        let instances = self.all_instances();
+        let fresh = self.tools.read().expect("lock").fetched_from;
+        if fresh.is_some_and(|n| instances.iter().any(|i| i.number() == n && !i.is_dead())) {
+            return;
+        }
+        let Some(inst) = instances.into_iter().find(|i| i.is_ready() && !self.is_modern(i)) else {
             return;
         };
-        if let Some(tools) = self.fetch_list(&inst, "tools").await {
-            self.learn_tool_values(&tools);
-        }
+        // The whole list is learnt by fetch_list itself.
+        self.fetch_list(&inst, "tools").await;
     }
 
     /// Every page of `<kind>/list` from one instance, sorted by name (or URI); None on any error.
     pub async fn fetch_list(&self, inst: &Instance, kind: &'static str) -> Option<Vec<serde_json::Value>> {
         let method = format!("{kind}/list");
+        if kind == "tools" {
+            // Fetched again after a tools/list_changed: until this one succeeds, the last
+            // whole list is not taken as the server's.
+            self.tools.write().expect("lock").fetched_from = None;
+        }
         let timeout = Duration::from_millis(self.limits.init_timeout_ms);
         let mut items = Vec::new();
         let mut cursor: Option<String> = None;
@@ -110,6 +125,10 @@ impl Server {
             cursor = page.get("nextCursor").and_then(|c| c.as_str()).map(str::to_string);
             if cursor.is_none() {
                 sort_list(&mut items);
+                if kind == "tools" {
+                    self.learn_tool_values(&items);
+                    self.tools.write().expect("lock").fetched_from = Some(inst.number());
+                }
                 return Some(items);
             }
         }
