@@ -3,7 +3,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -107,6 +107,50 @@ impl Scope {
     }
 }
 
+/// The shared instances of one pool across a server and its siblings (`NAME~N`, clients of other
+/// profiles): the pool's `max` bounds them all. A sibling with no instance may always start one,
+/// else a client of another profile could not be served at all while the others are at `max`.
+/// Locked only under a pool's lock, never the other way round.
+#[derive(Default)]
+pub struct Budget {
+    inner: Mutex<BudgetInner>,
+}
+
+#[derive(Default)]
+struct BudgetInner {
+    live: Vec<Weak<Instance>>,
+    starting: usize,
+}
+
+impl Budget {
+    /// Instances alive or starting, across the family.
+    pub fn in_use(&self) -> usize {
+        let mut inner = self.inner.lock().expect("budget lock");
+        inner.live.retain(|w| w.upgrade().is_some_and(|i| !i.is_dead()));
+        inner.live.len() + inner.starting
+    }
+
+    /// Takes a place for one start: under `max`, or the first of a pool that has none.
+    fn take(&self, max: usize, first: bool) -> bool {
+        let mut inner = self.inner.lock().expect("budget lock");
+        inner.live.retain(|w| w.upgrade().is_some_and(|i| !i.is_dead()));
+        if first || inner.live.len() + inner.starting < max {
+            inner.starting += 1;
+            return true;
+        }
+        false
+    }
+
+    /// A start taken with [`Budget::take`] ended: with an instance, or not.
+    fn settle(&self, started: Option<&Arc<Instance>>) {
+        let mut inner = self.inner.lock().expect("budget lock");
+        inner.starting = inner.starting.saturating_sub(1);
+        if let Some(inst) = started {
+            inner.live.push(Arc::downgrade(inst));
+        }
+    }
+}
+
 /// A named pool of instances of one server.
 ///
 /// Calls never wait for a particular spawn: a call that finds no free instance queues, the pool
@@ -118,6 +162,8 @@ pub struct Pool {
     server: String,
     scopes: Mutex<HashMap<Option<SessionId>, Scope>>,
     spawner: Spawner,
+    /// Its shared instances and those of the same pool of the server's siblings.
+    budget: Mutex<Arc<Budget>>,
 }
 
 /// The right to send one call to one instance; dropping it frees the instance's slot.
@@ -175,7 +221,19 @@ impl Pool {
             server: server.to_string(),
             scopes: Mutex::new(HashMap::new()),
             spawner,
+            budget: Mutex::new(Arc::default()),
         })
+    }
+
+    /// The count of shared instances this pool's `max` bounds (its own and its siblings').
+    pub fn budget(&self) -> Arc<Budget> {
+        self.budget.lock().expect("budget lock").clone()
+    }
+
+    /// Counts this pool's shared instances in `budget` (a sibling's pool, in its base's), before
+    /// it starts any.
+    pub fn share_budget(&self, budget: Arc<Budget>) {
+        *self.budget.lock().expect("budget lock") = budget;
     }
 
     fn scope_key(&self, session: SessionId) -> Option<SessionId> {
@@ -203,8 +261,13 @@ impl Pool {
             .cloned()
     }
 
-    fn has_room(&self, scope: &Scope) -> bool {
-        scope.instances.len() + scope.starting < self.config.max
+    /// Whether `scope` may start one more instance, and if so, its place taken in the family's
+    /// budget (shared scopes only: a session's own instances are bounded per session).
+    fn take_room(&self, scope: &Scope, key: Option<SessionId>) -> bool {
+        if scope.instances.len() + scope.starting >= self.config.max {
+            return false;
+        }
+        key.is_some() || self.budget().take(self.config.max, scope.instances.is_empty() && scope.starting == 0)
     }
 
     /// Hands free instances to queued calls, in fair order, then starts instances for the calls
@@ -242,7 +305,7 @@ impl Pool {
             0 => usize::MAX,
             n => n,
         };
-        while scope.waiters.len > scope.starting.saturating_mul(per_instance) && self.has_room(scope) {
+        while scope.waiters.len > scope.starting.saturating_mul(per_instance) && self.take_room(scope, key) {
             scope.starting += 1;
             drop(self.start(key, scope.epoch));
             if fresh {
@@ -263,6 +326,9 @@ impl Pool {
         let me = self.clone();
         tokio::spawn(async move {
             let result = (me.spawner)(me.name.clone(), key).await;
+            if key.is_none() {
+                me.budget().settle(result.as_ref().ok());
+            }
             let mut scopes = me.scopes.lock().expect("pool lock");
             let Some(scope) = scopes.get_mut(&key).filter(|s| s.epoch == epoch) else {
                 // The scope went while the instance started (its session ended, or shutdown).
@@ -312,8 +378,15 @@ impl Pool {
             let scope = scopes.entry(None).or_insert_with(Scope::fresh);
             scope.instances.retain(|i| !i.is_dead());
             let need = self.config.min.saturating_sub(scope.instances.len() + scope.starting);
-            scope.starting += need;
-            (0..need).map(|_| self.start(None, scope.epoch)).collect()
+            let mut starts = Vec::with_capacity(need);
+            for _ in 0..need {
+                if !self.take_room(scope, None) {
+                    break;
+                }
+                scope.starting += 1;
+                starts.push(self.start(None, scope.epoch));
+            }
+            starts
         };
         let mut first = Ok(());
         for s in starts {
@@ -343,7 +416,7 @@ impl Pool {
                     && instance.inflight() > 0
                     && scope.starting == 0
                     && !scope.failing
-                    && self.has_room(scope)
+                    && self.take_room(scope, key)
                 {
                     scope.starting += 1;
                     drop(self.start(key, scope.epoch));
@@ -560,6 +633,33 @@ mod tests {
         let lease = p.acquire(2).await.unwrap();
         assert_eq!(lease.instance.number(), 2);
         assert_eq!(started.elapsed(), Duration::from_secs(3));
+    }
+
+    /// A pool's `max` counts the shared instances of the same pool of the server's siblings
+    /// (clients of other profiles) too: at `max`, a sibling that has an instance queues its
+    /// calls for it, and one that has none still starts one.
+    #[tokio::test(start_paused = true)]
+    async fn max_counts_the_instances_of_every_profile() {
+        let spawned = Arc::new(AtomicUsize::new(0));
+        let base = pool(0, 2, 1, 100, spawner(Duration::from_millis(100), false, spawned.clone()));
+        let sibling = pool(0, 2, 1, 100, spawner(Duration::from_millis(100), false, spawned.clone()));
+        sibling.share_budget(base.budget());
+        let (_a, _b) = (base.acquire(1).await.unwrap(), base.acquire(2).await.unwrap());
+        assert_eq!(base.instances().len(), 2);
+        let first = sibling.acquire(3).await.expect("a profile with no instance gets one");
+        assert_eq!((sibling.instances().len(), base.budget().in_use()), (1, 3));
+        let s2 = sibling.clone();
+        let waiter = tokio::spawn(async move { s2.acquire(4).await.map(|l| l.instance.number()) });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!waiter.is_finished(), "the second call did not wait");
+        assert_eq!(spawned.load(Ordering::SeqCst), 3, "an instance started beyond max");
+        let number = first.instance.number();
+        drop(first);
+        assert_eq!(waiter.await.unwrap().unwrap(), number, "it takes the sibling's instance");
+        // A pool of its own (no sibling) still grows to its max.
+        let alone = pool(0, 2, 1, 100, spawner(Duration::from_millis(100), false, Arc::default()));
+        let (_c, _d) = (alone.acquire(1).await.unwrap(), alone.acquire(2).await.unwrap());
+        assert_eq!(alone.instances().len(), 2);
     }
 
     #[tokio::test(start_paused = true)]

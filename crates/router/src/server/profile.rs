@@ -247,6 +247,12 @@ impl Server {
         let sibling = make(&label).map_err(|e| format!("{e:#}"))?;
         let _ = sibling.family.base.set(Arc::downgrade(&base));
         sibling.set_instance_prefix(&label);
+        // Its pools' instances count against the base's pools' `max`.
+        for (name, pool) in &sibling.pools {
+            if let Some(own) = base.pools.get(name) {
+                pool.share_budget(own.budget());
+            }
+        }
         sibling.claim(session, want);
         siblings.push(sibling.clone());
         drop(siblings);
