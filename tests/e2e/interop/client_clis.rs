@@ -1,6 +1,6 @@
-//! Codex CLI and Gemini CLI, the real ones from npm (tests/client-clis): servers they add
-//! themselves (`codex mcp add`, `gemini mcp add`) are wrapped, each CLI connects to every one of
-//! them through one daemon, and unwrap gives their files back byte for byte.
+//! Claude Code CLI, Codex CLI and Gemini CLI, the real ones from npm (tests/client-clis): servers
+//! they add themselves (`claude mcp add`, `codex mcp add`, `gemini mcp add`) are wrapped, each CLI
+//! connects to every one of them through one daemon, and unwrap gives their entries back.
 
 use std::io::{BufRead, Write};
 use std::path::Path;
@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use switchyard_testkit::daemon::Home;
 use switchyard_testkit::*;
 
-use crate::npm_setup::{codex_cli, ensure_client_clis, gemini_cli};
+use crate::npm_setup::{claude_cli, codex_cli, ensure_client_clis, ensure_npm, filesystem_entry, gemini_cli};
 
 /// A variable a Codex entry forwards that is set nowhere: Codex starts the server all the same.
 const UNSET: &str = "SWITCHYARD_TEST_CODEX_UNSET_TOKEN";
@@ -189,5 +189,76 @@ async fn gemini_mcp_list_connects_to_every_wrapped_server_through_the_daemon() {
     for (file, original) in files.iter().zip(&originals) {
         assert_eq!(&std::fs::read_to_string(file).unwrap(), original, "{} is not as it was", file.display());
     }
+    home.stop().await;
+}
+
+/// The line of `claude mcp list` that names `server`.
+fn listed<'a>(listing: &'a str, server: &str) -> Option<&'a str> {
+    listing.lines().find(|l| l.starts_with(&format!("{server}: ")))
+}
+
+/// The names of the servers the daemon runs (siblings included), sorted.
+async fn daemon_servers(home: &Home) -> Vec<String> {
+    let status = home.status_json().await;
+    let mut names: Vec<String> =
+        status["servers"].as_array().unwrap().iter().filter_map(|s| s["name"].as_str().map(String::from)).collect();
+    names.sort();
+    names
+}
+
+/// Servers added with `claude mcp add` (two of the user's, one of a project's): after wrap,
+/// `claude mcp list`, which connects to every server and says whether it answered, reaches each
+/// through one daemon. Run in two projects at once, it declares each project as its root, and
+/// each project gets instances of its own (server-filesystem confines itself to its client's
+/// roots); run again in the first, it is served by that project's. Unwrap puts the entries back.
+#[tokio::test]
+async fn claude_code_connects_to_every_wrapped_server_through_the_daemon() {
+    ensure_client_clis();
+    ensure_npm();
+    let home = Home::new();
+    let (a, b, allowed) = (home.path().join("project-a"), home.path().join("project-b"), home.path().join("allowed"));
+    for d in [&a, &b, &allowed] {
+        std::fs::create_dir(d).unwrap();
+    }
+    let claude = |cwd: &Path, args: &[&str]| ok(command(&home, &claude_cli(), cwd).args(args));
+    let fs_entry = filesystem_entry().display().to_string();
+    let allowed_dir = allowed.display().to_string();
+    claude(&a, &["mcp", "add", "-s", "user", "fs", "--", "node", &fs_entry, &allowed_dir]);
+    claude(&a, &["mcp", "add", "-s", "user", "fix", "--", bin(), "fixture", "--name", "fix-a"]);
+    claude(&a, &["mcp", "add", "-s", "local", "proj", "--", bin(), "fixture", "--name", "fix-p"]);
+    let direct = claude(&a, &["mcp", "list"]);
+    for name in ["fs", "fix", "proj"] {
+        assert!(listed(&direct, name).is_some_and(|l| l.ends_with("Connected")), "{name} directly:\n{direct}");
+    }
+
+    let said = switchyard(&home, &a, &["wrap", "--client", "claude-code"]);
+    assert!(said.contains("claude-code `fs` -> switchyard server `fs`"), "{said}");
+    assert!(said.contains("claude-code `proj` (project "), "{said}");
+    let in_project = |dir: &Path| {
+        let mut c = command(&home, &claude_cli(), dir);
+        c.args(["mcp", "list"]);
+        std::thread::spawn(move || ok(&mut c))
+    };
+    let (la, lb) = (in_project(&a), in_project(&b));
+    let (la, lb) = (la.join().unwrap(), lb.join().unwrap());
+    for (listing, names) in [(&la, &["fs", "fix", "proj"][..]), (&lb, &["fs", "fix"][..])] {
+        for name in names {
+            let line = listed(listing, name).unwrap_or_else(|| panic!("{name} not listed:\n{listing}"));
+            assert!(line.contains(&format!(" connect {name} ")), "{name} not through switchyard:\n{listing}");
+            assert!(line.ends_with("Connected"), "{name} did not answer through switchyard:\n{listing}");
+        }
+    }
+    assert!(listed(&lb, "proj").is_none(), "another project's server:\n{lb}");
+    let servers = daemon_servers(&home).await;
+    assert_eq!(servers, ["fix", "fix~2", "fs", "fs~2", "proj"], "one instance set per project");
+    let got = claude(&a, &["mcp", "get", "fs"]);
+    assert!(got.contains("Status: ✔ Connected") && got.contains("connect fs"), "{got}");
+    assert_eq!(daemon_servers(&home).await, servers, "project-a again got new instances");
+    assert_eq!(home.daemons().len(), 1, "{}", switchyard_testkit::daemon::render(&home.processes()));
+
+    let said = switchyard(&home, &a, &["unwrap", "--client", "claude-code"]);
+    assert!(said.contains("3 entries put back"), "{said}");
+    let got = claude(&a, &["mcp", "get", "fix"]);
+    assert!(got.contains("Args: fixture --name fix-a"), "{got}");
     home.stop().await;
 }

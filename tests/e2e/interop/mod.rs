@@ -5,6 +5,7 @@
 
 mod client_clis;
 mod conformance;
+mod desktop_commander;
 mod npm;
 mod plugin_langs;
 mod profiles;

