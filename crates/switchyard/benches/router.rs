@@ -141,6 +141,15 @@ impl Bench {
         argv
     }
 
+    /// The line-copying proxy (benches/peers/line-proxy.py) in front of `server`: the least a
+    /// proxy does, the baseline of the stdio path.
+    fn line_proxy_argv(&self, server: &[String]) -> Vec<String> {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/peers/line-proxy.py");
+        let mut argv = vec!["python3".into(), self.s(&script)];
+        argv.extend(server.iter().cloned());
+        argv
+    }
+
     /// A connection to `argv`, whose `echo` tool takes its text in `field`.
     fn conn(&self, label: &str, field: &'static str, argv: Vec<String>) -> Conn {
         let stderr = self.dir.join(format!("{}.stderr", label.replace([' ', '/', ','], "_")));
@@ -176,6 +185,7 @@ impl Bench {
             (self.conn("switchyard", "text", self.router_argv("lat", "", &[], &fx)), BLOCK),
             (self.socket_conn("switchyard via its --listen socket", &fx), BLOCK),
             (self.conn("switchyard connect, to the daemon", "text", connect), BLOCK),
+            (self.conn("line-copying proxy (Python)", "text", self.line_proxy_argv(&fx)), BLOCK),
             (self.conn("shell log proxy", "text", self.shell_argv(&fx)), BLOCK / 10),
         ];
         println!("\n### Round-trip latency, fixture `echo` ({ROUNDS} alternating rounds; sequential calls)\n");
@@ -193,6 +203,7 @@ impl Bench {
             (self.conn("direct", "message", ev.clone()), BLOCK / 2),
             (self.conn("switchyard", "message", self.router_argv("ev", "", &[], &ev)), BLOCK / 2),
             (self.conn("switchyard connect, to the daemon", "message", connect), BLOCK / 2),
+            (self.conn("line-copying proxy (Python)", "message", self.line_proxy_argv(&ev)), BLOCK / 2),
             (self.conn("shell log proxy", "message", self.shell_argv(&ev)), BLOCK / 10),
         ];
         println!(
@@ -237,6 +248,7 @@ impl Bench {
                 self.router_argv(&format!("t{n}"), &config, &[], &fx),
             ));
         }
+        targets.push(self.conn("line-copying proxy (Python)", "text", self.line_proxy_argv(&fx)));
         targets.push(self.conn("shell log proxy", "text", self.shell_argv(&fx)));
         let windows = [1usize, 8, 64];
         let mut rates = vec![vec![0.0f64; windows.len()]; targets.len()];
