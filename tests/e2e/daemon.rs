@@ -1135,3 +1135,49 @@ async fn a_known_server_is_answered_initialize_while_it_starts() {
     home.stop().await;
     home.wait_no_processes(SLOW).await;
 }
+
+/// A client answered from the server's earlier initialize that the server, as it starts now, no
+/// longer matches: a capability it was told of and the server dropped gets a clear error naming
+/// what happened, not an answer the server would never give.
+#[tokio::test]
+async fn a_capability_the_server_dropped_since_its_remembered_answer_gets_a_clear_error() {
+    let home = Home::new();
+    let flags = home.path().join("flags");
+    std::fs::write(&flags, "").unwrap();
+    // The server's options come from a file the test edits between daemons (the config, and so
+    // the key of what the daemon remembers, stays the same).
+    let script = r#"exec "$0" fixture --init-delay-ms 1500 $(cat "$1")"#;
+    home.write_config(&format!(
+        "[servers.slow]\ncommand = \"sh\"\nargs = [\"-c\", {}, {}, {}]\n",
+        json!(script),
+        json!(bin()),
+        json!(flags.display().to_string())
+    ));
+    let mut first = home.connect("slow");
+    let mut c = first.client();
+    c.timeout = SLOW;
+    let learned = c.request("initialize", init_params("e2e", "1")).await;
+    assert!(learned["result"]["capabilities"]["logging"].is_object(), "{learned}");
+    leave(first, c).await;
+    home.stop().await;
+    home.wait_no_processes(SLOW).await;
+
+    std::fs::write(&flags, "--no-logging").unwrap();
+    let mut again = home.connect("slow");
+    let mut c = again.client();
+    c.timeout = SLOW;
+    let answered = c.request("initialize", init_params("e2e", "1")).await;
+    assert_eq!(answered["result"], learned["result"], "not answered from memory");
+    c.notify("notifications/initialized", json!({})).await;
+    let refused = c.request("logging/setLevel", json!({"level": "debug"})).await;
+    let message = refused["error"]["message"].as_str().unwrap_or_else(|| panic!("{refused}"));
+    assert_eq!(refused["error"]["code"], -32601, "{refused}");
+    assert!(message.contains("does not offer `logging` as it runs now"), "{message}");
+    assert!(message.contains("Restart the client"), "{message}");
+    // What it still offers works.
+    let (pid, _) = fixture_pid(&mut c).await;
+    assert!(pid > 0);
+    leave(again, c).await;
+    home.stop().await;
+    home.wait_no_processes(SLOW).await;
+}

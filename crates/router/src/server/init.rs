@@ -113,6 +113,13 @@ impl Server {
         }
     }
 
+    /// Whether the server's initialize result (once it has one) lacks capability `name`.
+    pub fn lacks_capability(&self, name: &str) -> bool {
+        let Some(result) = self.init_result.get() else { return false };
+        serde_json::from_str::<serde_json::Value>(result)
+            .is_ok_and(|v| v.get("capabilities").and_then(|c| c.get(name)).is_none_or(serde_json::Value::is_null))
+    }
+
     /// Whether the server declared the `logging` capability in its initialize result, which is
     /// what clients see: MCP lets switchyard send them notifications/message only then.
     pub fn declares_logging(&self) -> bool {

@@ -90,6 +90,7 @@ impl Session {
                     && let Some(p) = &profile
                     && let Some(remembered) = server.remembered_initialize(p)
                 {
+                    let _ = self.promised.set(remembered.clone());
                     let (me, server, params, p) = (self.clone(), server.clone(), params.to_string(), p.clone());
                     let answered = remembered.clone();
                     server.clone().tasks.spawn(async move {
@@ -133,6 +134,16 @@ impl Session {
             .await? =>
             {
                 Some(server.not_initialized().to_response(id))
+            }
+            m if self.withdrawn(server, m).is_some() => {
+                let capability = self.withdrawn(server, m).unwrap_or_default();
+                local_error(
+                    codec::METHOD_NOT_FOUND,
+                    format!(
+                        "{m}: server `{}` does not offer `{capability}` as it runs now. This client was told it did: switchyard answered its initialize from the server's earlier answer while the server started, and the server's own answer differs. Restart the client (or reconnect it) to get what the server offers now",
+                        server.name
+                    ),
+                )
             }
             "logging/setLevel" => match fields.level {
                 Some(level) => match or_cancelled(token, server.set_log_level(self.id, &level)).await? {
@@ -258,7 +269,30 @@ fn same_answer(a: &str, b: &str) -> bool {
     parse(a) == parse(b)
 }
 
+/// The capability a server must declare for a client to send `method` (None: none is needed).
+fn capability_of(method: &str) -> Option<&'static str> {
+    let (family, _) = method.split_once('/')?;
+    Some(match family {
+        "tools" => "tools",
+        "prompts" => "prompts",
+        "resources" => "resources",
+        "logging" => "logging",
+        "completion" => "completions",
+        _ => return None,
+    })
+}
+
 impl Session {
+    /// The capability `method` needs when this client was promised it (answered initialize from
+    /// the server's earlier answer) and the server as it runs now does not declare it.
+    fn withdrawn(&self, server: &crate::server::Server, method: &str) -> Option<&'static str> {
+        let promised = self.promised.get()?;
+        let capability = capability_of(method)?;
+        let v: serde_json::Value = serde_json::from_str(promised).ok()?;
+        let was = v.get("capabilities").and_then(|c| c.get(capability)).is_some_and(|c| !c.is_null());
+        (was && server.lacks_capability(capability)).then_some(capability)
+    }
+
     /// The client was answered initialize from an earlier answer that differs from the server's
     /// own now: it is told each list the server says may change did, so it fetches them again.
     fn tell_lists_changed(&self, result: &str) {

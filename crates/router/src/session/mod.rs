@@ -51,6 +51,9 @@ pub struct Session {
     started: tokio::time::Instant,
     /// The client said a switchyard hello: it understands control lines (`control::Reply::Drain`).
     speaks_control: bool,
+    /// The server's earlier initialize result, when the client was answered with it while the
+    /// server started: what it was told the server offers.
+    promised: std::sync::OnceLock<String>,
 }
 
 /// Where a session stands in finding the server instances that serve its profile.
@@ -250,6 +253,7 @@ impl Session {
             in_order: tokio::sync::Mutex::new(()),
             started,
             speaks_control: opening.speaks_control,
+            promised: std::sync::OnceLock::new(),
         });
         let registered = opening.sessions.add(&session);
         server.metrics.session_opened(opening.transport);
