@@ -439,19 +439,33 @@ fn wrap_works_when_the_binary_has_another_name() {
     let home = switchyard_testkit::daemon::Home::new();
     let sy = home.path().join("bin/sy");
     std::fs::create_dir_all(sy.parent().unwrap()).unwrap();
-    std::fs::copy(bin(), &sy).unwrap();
+    // A hard link, not a copy: a copy is written through a file descriptor that a child forked
+    // meanwhile by another test inherits, and exec of a file open for writing fails (ETXTBSY).
+    if std::fs::hard_link(bin(), &sy).is_err() {
+        std::fs::copy(bin(), &sy).unwrap();
+    }
     let file = home.path().join(".cursor/mcp.json");
     place("cursor.mcp.json", &file);
     let original = std::fs::read(&file).unwrap();
     let config = home.config_str();
     let sy_run = |args: &[&str]| {
-        ok(std::process::Command::new(&sy)
-            .args(args)
-            .current_dir(home.path())
-            .envs(home.envs())
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap())
+        let mut tries = 0;
+        loop {
+            let run = std::process::Command::new(&sy)
+                .args(args)
+                .current_dir(home.path())
+                .envs(home.envs())
+                .stdin(std::process::Stdio::null())
+                .output();
+            match run {
+                // The copy's descriptor lives on in a child forked meanwhile until it execs.
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                run => break ok(run.unwrap()),
+            }
+        }
     };
     let said = sy_run(&["wrap", "--client", "cursor", "--config", &config]);
     assert!(said.contains("wrote "), "{said}");
