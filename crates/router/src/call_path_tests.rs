@@ -130,9 +130,14 @@ fn error(resp: &Value) -> (i64, &str) {
 /// [`start`], where a client whose profile differs gets a sibling (instances of its own), made
 /// on the same fake connector (its links follow the first server's in `fake.links`).
 fn start_family(toml: &str) -> (Arc<Server>, Arc<FakeConnector>) {
+    start_family_with(toml, fake_server(true))
+}
+
+/// [`start_family`] with the servers behaving as `behaviour`.
+fn start_family_with(toml: &str, behaviour: Behaviour) -> (Arc<Server>, Arc<FakeConnector>) {
     let mut config: Config = toml::from_str(toml).expect("config");
     config.validate().expect("a valid config");
-    let fake = FakeConnector::new(fake_server(true));
+    let fake = FakeConnector::new(behaviour);
     let build = {
         let (config, fake) = (config.clone(), fake.clone());
         move || {
@@ -950,4 +955,34 @@ async fn tasks_are_routed_to_the_instance_that_holds_them() {
     assert_eq!(code, -32602, "{r}");
     assert!(msg.contains("has ended"), "{msg}");
     assert!(started.elapsed() < ms(100), "answered at once: {:?}", started.elapsed());
+}
+
+/// A task created while the session shared the first client's instance is still reached, on
+/// that instance, after the session moved to instances of its own (its roots changed): instance
+/// numbers are unique across a server and its siblings, so its id names one instance.
+#[tokio::test(start_paused = true)]
+async fn a_task_created_before_its_session_moved_is_reached_after() {
+    let (server, fake) = start_family_with("", task_server());
+    let caps = json!({"roots": {"listChanged": true}});
+    let roots = |dir: &str| json!({"roots": [{"uri": format!("file:///{dir}")}]});
+    let mut a = Client::connect_with(&server, caps.clone()).await;
+    a.answer_roots(roots("project")).await;
+    let mut b = Client::connect_with(&server, caps).await;
+    b.answer_roots(roots("project")).await;
+    let created = b.call("research", json!({"topic": 1})).await;
+    assert!(created["result"].is_object(), "{created}");
+    let args = json!({"name": "research", "arguments": {}, "task": {"ttl": 60000}});
+    let r = b.request("tools/call", args).await;
+    let task = r["result"]["task"]["taskId"].as_str().unwrap_or_else(|| panic!("no task: {r}")).to_string();
+    b.notify("notifications/roots/list_changed", json!({})).await;
+    b.answer_roots(roots("elsewhere")).await;
+    b.call("research", json!({"topic": 2})).await;
+    assert_eq!(fake.links.lock().unwrap().len(), 2, "the client did not move to instances of its own");
+    let g = b.request("tasks/get", json!({"taskId": task})).await;
+    assert_eq!(g["result"]["status"], "completed", "{g}");
+    assert_eq!(received(&fake.link(1), "tasks/get").len(), 0, "asked the new instance, which never held it");
+    let listed = b.request("tasks/list", json!({})).await;
+    assert_eq!(listed["result"]["tasks"][0]["taskId"], json!(task), "{listed}");
+    let r = a.request("tasks/get", json!({"taskId": task})).await;
+    assert!(error(&r).1.contains("not created in this session"), "{r}");
 }

@@ -357,7 +357,9 @@ impl Server {
         let inst = match (!modern).then(|| self.take_spare(pool, owner)).flatten() {
             Some(spare) => spare,
             None => {
-                let number = self.next_instance.fetch_add(1, Ordering::Relaxed);
+                // Numbered across the family: a task id names its instance by number, and must name
+                // one instance of the server and its siblings (a session may move between them).
+                let number = self.base().next_instance.fetch_add(1, Ordering::Relaxed);
                 let events: Arc<dyn Events> = self.hub.clone();
                 let prefix = self.instance_label_prefix();
                 Instance::start(&*self.connector, prefix, number, pool, owner, events).await.map_err(|f| {

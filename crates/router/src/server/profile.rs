@@ -140,6 +140,23 @@ impl Server {
         self.family.siblings.lock().expect("lock").clone()
     }
 
+    /// This server, then the others of its family (its base and the base's siblings).
+    pub fn family_members(self: &Arc<Self>) -> Vec<Arc<Server>> {
+        let base = self.base();
+        let mut all = vec![self.clone()];
+        all.extend(std::iter::once(base.clone()).chain(base.siblings()).filter(|s| !Arc::ptr_eq(s, self)));
+        all
+    }
+
+    /// The live instance numbered `number` in this server's family (numbers are unique there),
+    /// and the server it belongs to.
+    pub fn family_instance(self: &Arc<Self>, number: u64) -> Option<(Arc<Server>, Arc<crate::upstream::Instance>)> {
+        self.family_members().into_iter().find_map(|s| {
+            let inst = s.all_instances().into_iter().find(|i| i.number() == number && !i.is_dead())?;
+            Some((s, inst))
+        })
+    }
+
     /// The profile this server serves, if one was claimed.
     pub fn profile(&self) -> Option<Profile> {
         self.family.claimed.lock().expect("lock").clone()

@@ -40,8 +40,8 @@ impl Session {
         if route.session != if modern { tasks::NO_SESSION } else { self.id } {
             return not_found("it was not created in this session".to_string());
         }
-        let Some(instance) = server.all_instances().into_iter().find(|i| i.number() == route.instance && !i.is_dead())
-        else {
+        // The session may have moved to another server of the family since (its roots changed).
+        let Some((_, instance)) = server.family_instance(route.instance) else {
             return not_found(format!(
                 "the instance of server `{}` that held it (#{}) has ended, and its tasks with it; start the task again",
                 server.name, route.instance
@@ -71,13 +71,13 @@ impl Session {
                 None,
             ));
         }
-        let mine = server.hub.tasks.of_session(self.id);
+        // Held on this server, or on another of its family the session was on before it moved.
+        let mine: Vec<_> = server.family_members().iter().flat_map(|s| s.hub.tasks.of_session(self.id)).collect();
         let mut listed = Vec::new();
         let mut asked = false;
         for (number, ids) in mine {
             // An instance that ended took its tasks with it: they are not listed.
-            let Some(instance) = server.all_instances().into_iter().find(|i| i.number() == number && !i.is_dead())
-            else {
+            let Some((holder, instance)) = server.family_instance(number) else {
                 continue;
             };
             let pinned = Pinned { instance, ids: None };
@@ -103,7 +103,7 @@ impl Session {
                     let mut t = t.clone();
                     t["taskId"] = serde_json::Value::String(tasks::seal(&server.name, &route));
                     if let Some(status) = t["status"].as_str() {
-                        server.hub.tasks.saw_status(number, upstream, status);
+                        holder.hub.tasks.saw_status(number, upstream, status);
                     }
                     listed.push(t);
                 }
