@@ -38,7 +38,8 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
 # --all-features turns on `interop`: the suites that need Node.js, Python and Chromium.
-cargo test --workspace --all-features --locked "$@" 2>&1 | tee "$log" || status=$?
+# --no-fail-fast: every test binary runs, so one failure does not hide the others.
+cargo test --workspace --all-features --locked --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
 # One closing line for the whole run: cargo prints a summary per test binary.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed;?$/) p += $i; if ($(i+1) ~ /^failed;?$/) f += $i } }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
