@@ -147,6 +147,7 @@ mod tests {
             let call = CallInfo {
                 server: "fs".into(),
                 session: "s-1".into(),
+                caller: Default::default(),
                 method: "tools/call".into(),
                 tool: Some("write".into()),
                 arguments: Some(r#"{"path":"/secret"}"#.into()),

@@ -8,7 +8,9 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use crate::upstream::Instance;
+use switchyard_core::decision::{Caller, Transport};
 use switchyard_core::ids::SessionId;
+use switchyard_policy::annotate::ClientView;
 
 /// One message for the client; `related`: the raw id of the client's request it is about, when
 /// the message itself does not name it (a notice about the request), so a transport with a
@@ -46,6 +48,11 @@ pub struct ClientPeer {
     client: Mutex<Option<String>>,
     /// Calls of this session waiting for the gate or a pool now.
     waiting: std::sync::atomic::AtomicUsize,
+    /// Who the client is, as the policy is told (its transport and directory from the start,
+    /// its name, version and era from its initialize).
+    caller: Mutex<Caller>,
+    /// Per server: the renames in the last `tools/list` of it this client was shown.
+    tool_views: Mutex<HashMap<String, Arc<ClientView>>>,
 }
 
 /// Counts a call as waiting while it lives.
@@ -85,7 +92,31 @@ impl ClientPeer {
             capabilities: Mutex::new(None),
             client: Mutex::new(None),
             waiting: Default::default(),
+            caller: Mutex::new(Caller::default()),
+            tool_views: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Notes what carries the session and the project directory its client runs in.
+    pub fn set_origin(&self, transport: Transport, dir: Option<String>) {
+        let mut caller = self.caller.lock().expect("lock");
+        caller.transport = transport;
+        caller.dir = dir;
+    }
+
+    /// Who the client is, as far as known (the policy's `client`).
+    pub fn caller(&self) -> Caller {
+        self.caller.lock().expect("lock").clone()
+    }
+
+    /// Keeps the renames of the `tools/list` of `server` this client was just shown.
+    pub fn set_tool_view(&self, server: &str, view: ClientView) {
+        self.tool_views.lock().expect("lock").insert(server.to_string(), Arc::new(view));
+    }
+
+    /// The renames of the last `tools/list` of `server` this client was shown.
+    pub fn tool_view(&self, server: &str) -> Option<Arc<ClientView>> {
+        self.tool_views.lock().expect("lock").get(server).cloned()
     }
 
     /// Records the capabilities in this client's initialize params (none declared when absent).
@@ -100,6 +131,15 @@ impl ClientPeer {
         let part = |k: &str| {
             info.and_then(|i| i.get(k)).and_then(|v| v.as_str()).map(|s| s.chars().take(80).collect::<String>())
         };
+        {
+            let mut caller = self.caller.lock().expect("lock");
+            let full = |k: &str| info.and_then(|i| i.get(k)).and_then(|v| v.as_str()).map(str::to_string);
+            caller.name = full("name");
+            caller.version = full("version");
+            if let Some(v) = params.as_ref().and_then(|p| p.get("protocolVersion")).and_then(|v| v.as_str()) {
+                caller.era = v.to_string();
+            }
+        }
         if let Some(name) = part("name") {
             let client = match part("version") {
                 Some(v) => format!("{name} {v}"),

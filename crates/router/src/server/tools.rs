@@ -14,6 +14,8 @@ use switchyard_core::decision::Hints;
 #[derive(Default)]
 pub(super) struct ToolCache {
     declared: HashMap<String, Hints>,
+    /// Each tool's `title` and `description`, as listed (what a tool-list hook judges).
+    words: HashMap<String, (Option<String>, Option<String>)>,
 }
 
 impl Server {
@@ -44,7 +46,22 @@ impl Server {
             if let Some(name) = t.get("name").and_then(|n| n.as_str()) {
                 let hints = switchyard_policy::annotate::declared_hints(t.get("annotations"));
                 cache.declared.insert(name.to_string(), hints);
+                let text = |k: &str| t.get(k).and_then(|v| v.as_str()).map(str::to_string);
+                cache.words.insert(name.to_string(), (text("title"), text("description")));
             }
+        }
+    }
+
+    /// `tool` as the server listed it, as far as known (the tool-list hook judges a call with it).
+    pub fn listed_tool(&self, tool: &str) -> switchyard_policy::ListedTool {
+        let cache = self.tools.read().expect("lock");
+        let (title, description) = cache.words.get(tool).cloned().unwrap_or_default();
+        switchyard_policy::ListedTool {
+            server: self.name.clone(),
+            name: tool.to_string(),
+            title,
+            description,
+            declared: cache.declared.get(tool).cloned().unwrap_or_default(),
         }
     }
 
