@@ -109,9 +109,18 @@ impl ClientPeer {
         self.caller.lock().expect("lock").clone()
     }
 
-    /// Keeps the renames of the `tools/list` of `server` this client was just shown.
+    /// Adds the renames of the `tools/list` (or page of one) of `server` this client was just
+    /// shown to those of its earlier lists. One that no longer holds is harmless: a call is
+    /// checked against what the chain shows the client now.
     pub fn set_tool_view(&self, server: &str, view: ClientView) {
-        self.tool_views.lock().expect("lock").insert(server.to_string(), Arc::new(view));
+        let mut views = self.tool_views.lock().expect("lock");
+        let kept = views.entry(server.to_string()).or_default();
+        if view.renamed.iter().all(|(shown, original)| kept.renamed.get(shown) == Some(original)) {
+            return;
+        }
+        let mut merged = ClientView::clone(kept);
+        merged.renamed.extend(view.renamed);
+        *kept = Arc::new(merged);
     }
 
     /// The renames of the last `tools/list` of `server` this client was shown.
@@ -536,6 +545,32 @@ mod tests {
         assert!(!link.overflow.is_cancelled());
         link.send("x".repeat(2000));
         assert!(link.overflow.is_cancelled(), "past BACKLOG_CAP times the limit");
+    }
+
+    #[test]
+    fn the_policy_is_told_the_client_its_transport_dir_and_era() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let link = ClientPeer::new(1, tx, 1000, Buffered::new(usize::MAX));
+        link.set_origin(Transport::Socket, Some("/work/p".into()));
+        link.declare_capabilities(
+            r#"{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"cursor","version":"1.7.2"}}"#,
+        );
+        let c = link.caller();
+        assert_eq!((c.name.as_deref(), c.version.as_deref()), (Some("cursor"), Some("1.7.2")));
+        assert_eq!((c.transport, c.dir.as_deref(), c.era.as_str()), (Transport::Socket, Some("/work/p"), "2025-11-25"));
+    }
+
+    #[test]
+    fn the_renames_of_every_page_of_a_tools_list_add_up_per_server() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let link = ClientPeer::new(1, tx, 1000, Buffered::new(usize::MAX));
+        let view = |shown: &str, original: &str| ClientView { renamed: [(shown.into(), original.into())].into() };
+        link.set_tool_view("fs", view("cat", "read_file"));
+        link.set_tool_view("fs", view("put", "write_file"));
+        let fs = link.tool_view("fs").unwrap();
+        assert_eq!(fs.renamed.get("cat").map(String::as_str), Some("read_file"));
+        assert_eq!(fs.renamed.get("put").map(String::as_str), Some("write_file"));
+        assert!(link.tool_view("github").is_none(), "renames are per server");
     }
 
     #[test]
