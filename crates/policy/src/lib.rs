@@ -270,6 +270,22 @@ impl PluginSet {
         !self.chain.is_empty() || self.recorder.is_some()
     }
 
+    /// Whether the plugins that may hide or rename tools (of `switchyard:policy@0.2.0`) are the
+    /// same in both sets: same files, configs and servers. When they are not, what each client
+    /// is shown may have changed, which no single client's view can tell.
+    pub fn shows_tools_as(&self, other: &PluginSet) -> bool {
+        /// A hook's file name, content hash, config and servers.
+        type Hook<'a> = (&'a str, [u8; 32], &'a str, Option<&'a [String]>);
+        fn listing(set: &PluginSet) -> Vec<Hook<'_>> {
+            let v2 = set.chain.iter().filter_map(|p| match &p.plugin {
+                Runs::Ready(w) if w.contract() == Contract::V2 => Some((p, w)),
+                _ => None,
+            });
+            v2.map(|(p, w)| (p.name.as_str(), p.hash, w.config_json(), p.servers.as_deref())).collect()
+        }
+        listing(self) == listing(other)
+    }
+
     /// Plugin names in chain order (for logs).
     pub fn names(&self) -> Vec<String> {
         self.chain.iter().map(|p| p.name.clone()).collect()

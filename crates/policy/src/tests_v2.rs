@@ -210,3 +210,14 @@ fn plugin_check_takes_a_client_and_shows_the_tool_list_hook() {
     let e = report.result.unwrap_err().to_string();
     assert!(e.contains("unknown field `nmae`"), "{e}");
 }
+
+#[test]
+fn a_changed_tool_list_hook_is_told_apart_from_an_unchanged_one() {
+    let filter = |cfg: &str| PluginSet::new(vec![load("tool-filter.wasm", &example("tool-filter.wasm"), cfg, None)]);
+    let hints = |cfg: &str| PluginSet::new(vec![load("hints.wasm", &example("hints.wasm"), cfg, None)]);
+    assert!(filter(FILTER).shows_tools_as(&filter(FILTER)));
+    assert!(!filter(FILTER).shows_tools_as(&filter(r#"{"clients": {"cursor": {"hide": ["*"]}}}"#)));
+    assert!(!filter(FILTER).shows_tools_as(&PluginSet::empty()), "a hook removed");
+    // 0.1 plugins change annotations only, which are compared on their own.
+    assert!(hints("{}").shows_tools_as(&hints(r#"{"tools":{"*":{"title":"x"}}}"#)));
+}

@@ -166,6 +166,11 @@ impl Plugin {
         &self.output
     }
 
+    /// The JSON its `init` was given.
+    pub fn config_json(&self) -> &str {
+        &self.config_json
+    }
+
     /// The contract it was built against.
     pub fn contract(&self) -> Contract {
         match self.pre {

@@ -145,12 +145,16 @@ impl Server {
             }
             let now = self.policy.current();
             let known = self.known_tools();
-            let differs = !known.is_empty()
+            let any_known = !known.is_empty();
+            let differs = any_known
                 && last.annotate_async("", &self.name, known.clone()).await
                     != now.annotate_async("", &self.name, known).await;
+            // A plugin that hides or renames tools per client changed: the lists may differ.
+            let shown_differs = any_known && !last.shows_tools_as(&now);
             last = now;
-            if differs {
-                tracing::info!(server = %self.name, "plugins changed tool annotations; sending tools/list_changed");
+            if differs || shown_differs {
+                let what = if differs { "tool annotations" } else { "the tools some clients are shown" };
+                tracing::info!(server = %self.name, "plugins changed {what}; sending tools/list_changed");
                 let note = codec::notification("notifications/tools/list_changed", "{}");
                 self.hub.broadcast(&note);
             }
