@@ -123,6 +123,21 @@ impl Policy {
         cli_dir: Option<PathBuf>,
         shutdown: CancellationToken,
     ) -> anyhow::Result<Policy> {
+        // A file's `servers` were checked against its servers as it loaded. Here a router may
+        // serve one of them (`run NAME`), or one named after its command (`run -- CMD`): an
+        // entry for none of those judges nothing, which is said once.
+        let serving = config.server_names();
+        for entry in &config.plugins {
+            let Some(servers) = &entry.servers else { continue };
+            if !serving.is_empty() && !servers.iter().any(|s| serving.contains(s)) {
+                tracing::info!(
+                    "plugin {} is for servers [{}], none of which this router serves ([{}]): it judges nothing here",
+                    entry.file,
+                    servers.join(", "),
+                    serving.join(", ")
+                );
+            }
+        }
         let dir = reload::resolve_dir(config, cli_dir)?;
         let mut loader = reload::Loader::new(dir.clone(), config.plugins.clone());
         // Compiling can take tens of milliseconds per plugin, and `init` runs plugin code: on a
