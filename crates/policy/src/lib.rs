@@ -269,10 +269,15 @@ impl PluginSet {
         PluginSet { chain, metrics: None, recorder: None, lists }
     }
 
-    /// Whether a plugin of the chain may hide or rename tools (one of `switchyard:policy@0.2.0`):
-    /// only then is a `tools/call` checked against what its client was shown.
-    pub fn may_hide_or_rename(&self) -> bool {
+    /// Whether a plugin of the chain for `server` may hide or rename tools (one of
+    /// `switchyard:policy@0.2.0`): only then is a `tools/call` checked against what its client
+    /// was shown.
+    pub fn may_hide_or_rename(&self, server: &str) -> bool {
         self.lists
+            && self
+                .chain
+                .iter()
+                .any(|p| p.applies_to(server) && matches!(&p.plugin, Runs::Ready(w) if w.contract() == Contract::V2))
     }
 
     pub fn is_empty(&self) -> bool {

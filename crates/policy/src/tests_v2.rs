@@ -71,7 +71,7 @@ fn a_0_1_0_plugin_built_before_0_2_still_loads_and_behaves_as_before() {
     let old = load("hints.wasm", &hints_0_1_0(), r#"{"tools":{"read_*":{"readOnlyHint":true,"title":"Read"}}}"#, None);
     assert_eq!(old.plugin().contract(), Contract::V1);
     let set = Arc::new(PluginSet::new(vec![old]));
-    assert!(!set.may_hide_or_rename(), "a 0.1 plugin hides and renames nothing");
+    assert!(!set.may_hide_or_rename("fs"), "a 0.1 plugin hides and renames nothing");
     let d = set.decide(&call_by(client("cursor"), "fs", "read_file")).unwrap();
     assert_eq!(d.concurrency, Some(Concurrency::Shared));
     assert_eq!(set.decide(&call_by(client("cursor"), "fs", "write_file")).unwrap(), Decision::default());
@@ -89,7 +89,9 @@ fn a_0_1_0_plugin_built_before_0_2_still_loads_and_behaves_as_before() {
 #[test]
 fn tool_filter_hides_and_renames_per_client_name() {
     let set = PluginSet::new(vec![load("tool-filter.wasm", &example("tool-filter.wasm"), FILTER, None)]);
-    assert!(set.may_hide_or_rename());
+    assert!(set.may_hide_or_rename("fs"));
+    let scoped = PluginSet::new(vec![load("tool-filter.wasm", &example("tool-filter.wasm"), FILTER, Some(&["fs"]))]);
+    assert!(scoped.may_hide_or_rename("fs") && !scoped.may_hide_or_rename("github"), "checked only where it applies");
     let now = tokio::time::Instant::now();
     let show = |who: &str, tool: &str| set.list_tool(&listed("fs", tool), &client(who), now, false);
     let w = show("cursor", "write_file");

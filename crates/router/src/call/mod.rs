@@ -80,7 +80,7 @@ async fn shown_tool(server: &Server, req: &Request<'_>) -> Result<Option<(String
         return Ok(None);
     }
     let set = server.policy.current();
-    if !set.may_hide_or_rename() {
+    if !set.may_hide_or_rename(&server.name) {
         return Ok(None);
     }
     let fields = req.env.params.as_ref().map(|p| codec::param_fields(req.line, p)).unwrap_or_default();
@@ -414,7 +414,7 @@ async fn finish(
             let lane = req.session_label;
             match annotate::rewrite_tools_list(set, lane, &info.caller, &server.name, result).await {
                 Ok(rewritten) => {
-                    if set.may_hide_or_rename() {
+                    if set.may_hide_or_rename(&server.name) {
                         req.link.set_tool_view(&server.name, rewritten.view);
                     }
                     if let Some(new) = rewritten.result {
