@@ -19,6 +19,8 @@ const EXAMPLES: &[(&str, &str, &str)] = &[
     ("timeouts", "timeouts", "timeouts.wasm"),
     ("guard", "guard", "guard.wasm"),
     ("template", "template", "template.wasm"),
+    ("tool-filter", "tool_filter", "tool-filter.wasm"),
+    ("rate-limit", "rate_limit", "rate-limit.wasm"),
 ];
 const FIXTURES: &[(&str, &str, &str)] = &[
     ("broken/spin", "broken_spin", "spin.wasm"),

@@ -1326,3 +1326,73 @@ async fn notifications_over_http_to_a_server_that_stopped_reading_are_not_held()
     assert!(f.home.logs().contains("dropped a client's notifications/e2e/chatter"));
     f.home.shutdown().await;
 }
+
+/// A policy of `switchyard:policy@0.2.0` judges an HTTP client by the name it gave at
+/// initialize, as it judges a stdio or socket client: `tool-filter` hides `write` from it.
+#[tokio::test]
+async fn tool_filter_judges_an_http_client_by_its_name() {
+    let f = Front::start(|h| {
+        let plugins = h.path().join("plugins");
+        std::fs::create_dir_all(&plugins).unwrap();
+        std::fs::copy(example_plugins().join("tool-filter.wasm"), plugins.join("tool-filter.wasm")).unwrap();
+        let filter = r#"{"clients": {"http-e2e": {"hide": ["write*"]}}}"#;
+        format!(
+            "{}[http]\nlisten = \"127.0.0.1:0\"\n[[plugins]]\nfile = \"tool-filter.wasm\"\nconfig = '{filter}'\n",
+            h.fixture("alpha", &[])
+        )
+    })
+    .await;
+    let sid = f.session("/mcp/alpha").await;
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
+    let msgs = f.request("/mcp/alpha", &sid, list).await.all().await;
+    let tools = msgs[0]["result"]["tools"].as_array().unwrap_or_else(|| panic!("no tools: {msgs:?}"));
+    let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+    assert!(names.contains(&"read") && !names.contains(&"write"), "{names:?}");
+    let msgs = f
+        .request("/mcp/alpha", &sid, call(json!(2), "write", json!({"path": "/a", "text": "x"}), None))
+        .await
+        .all()
+        .await;
+    assert_eq!(msgs[0]["error"]["code"], -32004, "{msgs:?}");
+    let msg = msgs[0]["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("tool-filter.wasm") && msg.contains("hidden from client `http-e2e`"), "{msg}");
+    assert_eq!(
+        text_of(
+            &f.request("/mcp/alpha", &sid, call(json!(3), "read", json!({"path": "/a"}), None)).await.all().await[0]
+        ),
+        ""
+    );
+    f.home.shutdown().await;
+}
+
+/// A 2026-07-28 request names its client in its own `_meta` (there is no initialize): the
+/// policy judges it by that name. Here a nameless client would be shown nothing, and
+/// `http-e2e` everything but `slow`.
+#[tokio::test]
+async fn tool_filter_judges_a_stateless_request_by_the_client_in_its_meta() {
+    let f = Front::start(|h| {
+        let plugins = h.path().join("plugins");
+        std::fs::create_dir_all(&plugins).unwrap();
+        std::fs::copy(example_plugins().join("tool-filter.wasm"), plugins.join("tool-filter.wasm")).unwrap();
+        let filter = r#"{"clients": {"http-e2e": {"hide": ["slow"]}, "": {"hide": ["*"]}}}"#;
+        format!(
+            "{}[http]\nlisten = \"127.0.0.1:0\"\n[[plugins]]\nfile = \"tool-filter.wasm\"\nconfig = '{filter}'\n",
+            modern_server(h, "modern")
+        )
+    })
+    .await;
+    let (body, h) = modern(json!(1), "tools/call", json!({"name": "echo", "arguments": {"text": "named"}}));
+    let v = json_body(f.post_modern("/mcp/modern", &body, &h).await).await;
+    assert_eq!(text_of(&v), "named", "{v}");
+    let (body, h) = modern(json!(2), "tools/call", json!({"name": "slow", "arguments": {"steps": 1}}));
+    let v = json_body(f.post_modern("/mcp/modern", &body, &h).await).await;
+    assert_eq!(v["error"]["code"], -32004, "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("tool-filter.wasm") && msg.contains("hidden from client `http-e2e`"), "{msg}");
+    let sent: Vec<Value> = journal_entries(&f.home.journal("modern"))
+        .into_iter()
+        .filter(|e| e["msg"]["params"]["name"] == "slow")
+        .collect();
+    assert!(sent.is_empty(), "the hidden tool's call reached the server: {sent:?}");
+    f.home.shutdown().await;
+}

@@ -20,6 +20,7 @@ mod fixture;
 mod http_front;
 mod http_load;
 mod plugins;
+mod policy_v2;
 mod protocol;
 mod routing;
 mod run;

@@ -150,9 +150,23 @@ impl Config {
             }
             http.check(&at)?;
         }
+        // A file that names no server (its server comes from the command line) is not checked.
+        let known = config.server_names();
+        for (n, entry) in config.plugins.iter().enumerate().filter(|_| !known.is_empty()) {
+            let at = spans.plugins.get(n).and_then(|k| k.get("servers").or_else(|| k.get("file")));
+            entry.check_servers(&known).map_err(|e| anyhow!("{}: {e}", place(at.map(|s| s.span().start))))?;
+        }
         config.validate_defaults().map_err(|e| anyhow!("config file {}: {e:#}", path.display()))?;
         config.validate_servers(&|name| format!("server `{name}` ({})", place(entry_at(name).0)))?;
         Ok(config)
+    }
+
+    /// The names of the file's servers: its `[servers.NAME]`, or its one `[server]`'s name.
+    pub fn server_names(&self) -> Vec<String> {
+        if self.servers.is_empty() {
+            return self.server.derived_name().into_iter().collect();
+        }
+        self.servers.keys().cloned().collect()
     }
 
     /// Fills in the `default` pool and checks values that would make the router misbehave,
@@ -371,6 +385,45 @@ mod tests {
         assert_eq!(v["tools"]["read_*"]["readOnlyHint"], true);
         assert_eq!(c.plugins[1].config_json().unwrap(), r#"{"deny": ["rm*"]}"#);
         assert_eq!(c.plugins[1].deadline_ms, 5);
+    }
+
+    #[test]
+    fn a_plugin_entry_scoped_to_servers_keeps_their_names() {
+        let (_dir, c) = load_text(
+            "[servers.fs]\ncommand = \"fs-server\"\n[servers.github]\ncommand = \"gh-server\"\n\
+             [[plugins]]\nfile = \"hints.wasm\"\nservers = [\"fs\"]\n[[plugins]]\nfile = \"guard.wasm\"\n",
+        );
+        let c = c.unwrap();
+        assert_eq!(c.plugins[0].servers.as_deref(), Some(&["fs".to_string()][..]));
+        assert_eq!(c.plugins[1].servers, None, "no `servers`: every server");
+    }
+
+    #[test]
+    fn a_plugin_scoped_to_an_unknown_server_is_refused_with_the_file_line_and_the_known_ones() {
+        let (dir, c) = load_text(
+            "[servers.fs]\ncommand = \"fs-server\"\n[servers.github]\ncommand = \"gh-server\"\n\
+             [[plugins]]\nfile = \"hints.wasm\"\nservers = [\"fs\", \"gihtub\"]\n",
+        );
+        let e = format!("{:#}", c.unwrap_err());
+        let file = dir.path().join("switchyard.toml");
+        assert!(e.contains(&format!("config file {}, line 7", file.display())), "{e}");
+        assert!(e.contains("plugin hints.wasm") && e.contains("`gihtub`"), "{e}");
+        assert!(e.contains("its servers: fs, github"), "{e}");
+        let (_dir, c) =
+            load_text("[servers.fs]\ncommand = \"fs-server\"\n[[plugins]]\nfile = \"hints.wasm\"\nservers = []\n");
+        let e = format!("{:#}", c.unwrap_err());
+        assert!(e.contains("line 5") && e.contains("`servers = []`"), "{e}");
+    }
+
+    #[test]
+    fn in_the_one_server_form_servers_names_that_server() {
+        let (_dir, c) =
+            load_text("[server]\nname = \"fs\"\ncommand = \"x\"\n[[plugins]]\nfile = \"a.wasm\"\nservers = [\"fs\"]\n");
+        c.unwrap();
+        let (_dir, c) =
+            load_text("[server]\nname = \"fs\"\ncommand = \"x\"\n[[plugins]]\nfile = \"a.wasm\"\nservers = [\"gh\"]\n");
+        let e = format!("{:#}", c.unwrap_err());
+        assert!(e.contains("line 6") && e.contains("its servers: fs"), "{e}");
     }
 
     #[test]

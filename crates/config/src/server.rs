@@ -248,6 +248,9 @@ pub struct PluginEntry {
     /// loaded version in force. `false`: the entry only configures the file when it is there.
     #[serde(default = "default_required")]
     pub required: bool,
+    /// The servers (by name) whose calls and tool lists it judges; None: every server.
+    #[serde(default)]
+    pub servers: Option<Vec<String>>,
 }
 
 fn default_deadline_ms() -> u64 {
@@ -273,7 +276,30 @@ impl PluginEntry {
             allow_clock: false,
             allow_random: false,
             required: default_required(),
+            servers: None,
         }
+    }
+
+    /// Whether the servers it is scoped to (`servers`) are among `known`, the file's servers.
+    pub fn check_servers(&self, known: &[String]) -> anyhow::Result<()> {
+        let Some(servers) = &self.servers else { return Ok(()) };
+        if servers.is_empty() {
+            anyhow::bail!(
+                "plugin {}: `servers = []` scopes it to no server, so it would never run; list the servers it is for, or remove `servers` for every server",
+                self.file
+            );
+        }
+        for name in servers {
+            if !known.iter().any(|k| k == name) {
+                anyhow::bail!(
+                    "plugin {}: `servers` names `{}`, which is not a server of this file (its servers: {}); fix the name or remove it",
+                    self.file,
+                    name.escape_debug(),
+                    known.join(", ")
+                );
+            }
+        }
+        Ok(())
     }
 
     /// The `config` value as JSON text for `init` (`{}` when absent).

@@ -29,6 +29,9 @@ pub(crate) struct FileSpans {
     /// The `[http]` table and its keys.
     #[serde(default)]
     pub(crate) http: Option<Spanned<BTreeMap<String, Spanned<IgnoredAny>>>>,
+    /// Each `[[plugins]]` entry's keys.
+    #[serde(default)]
+    pub(crate) plugins: Vec<BTreeMap<String, Spanned<IgnoredAny>>>,
 }
 
 /// Where each launch key of a server table is (a test holds them to [`Launch::KEYS`]).

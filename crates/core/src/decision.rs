@@ -51,11 +51,51 @@ pub struct Decision {
     pub retry: Option<Retry>,
 }
 
+/// What carries a client's session to switchyard.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Transport {
+    /// The client started switchyard itself (`switchyard run`), over its stdin and stdout.
+    #[default]
+    Stdio,
+    /// The daemon's Unix socket (`switchyard connect`, which a wrapped client starts).
+    Socket,
+    /// The daemon's Streamable HTTP front.
+    Http,
+}
+
+impl Transport {
+    /// From the first part of a session's label (`stdio`, `unix`, `http`).
+    pub fn of_label(label: &str) -> Transport {
+        match label.split('-').next().unwrap_or_default() {
+            "unix" => Transport::Socket,
+            "http" => Transport::Http,
+            _ => Transport::Stdio,
+        }
+    }
+}
+
+/// Who is calling: what a policy of `switchyard:policy@0.2.0` is told about the client.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Caller {
+    /// `clientInfo.name` of the client's initialize, when it gave one.
+    pub name: Option<String>,
+    /// `clientInfo.version`, when it gave one.
+    pub version: Option<String>,
+    pub transport: Transport,
+    /// The project directory `switchyard connect` ran in, when known.
+    pub dir: Option<String>,
+    /// The protocol version the client speaks (its initialize's, or a 2026-07-28-era
+    /// request's own); empty before it said one.
+    pub era: String,
+}
+
 /// What the chain is told about one request.
 #[derive(Debug, Clone)]
 pub struct CallInfo {
     pub server: String,
     pub session: String,
+    /// Who sent it.
+    pub caller: Caller,
     pub method: String,
     /// `params.name` for `tools/call`.
     pub tool: Option<String>,

@@ -33,6 +33,7 @@ fn call() -> CallInfo {
     CallInfo {
         server: "filesystem".into(),
         session: "s1".into(),
+        caller: Default::default(),
         method: "tools/call".into(),
         tool: Some("write_file".into()),
         arguments: Some(r#"{"path":"/tmp/project/src/main.rs","content":"fn main() {}"}"#.into()),

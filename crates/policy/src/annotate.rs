@@ -1,11 +1,16 @@
-//! Rewrites `tools/list` results so clients see the annotations the plugin chain decided.
+//! Rewrites `tools/list` results so each client sees the tools the plugin chain decided: the
+//! annotations it gave them, and (0.2 plugins) which are shown to that client and by what name.
+
+use std::collections::HashMap;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use switchyard_core::codec::{span, splice_many};
-use switchyard_core::decision::Hints;
+use switchyard_core::decision::{Caller, Hints, Rejection};
+
+use super::ListedTool;
 
 /// Hints as a server declared them in a tool's `annotations` object (None when absent).
 pub fn declared_hints(annotations: Option<&Value>) -> Hints {
@@ -44,65 +49,195 @@ fn write_hints(annotations: &mut Map<String, Value>, hints: &Hints) {
 #[derive(Deserialize)]
 struct ListResult<'a> {
     #[serde(borrow)]
-    tools: Vec<&'a RawValue>,
+    tools: &'a RawValue,
 }
 
 #[derive(Deserialize)]
 struct ToolView<'a> {
     name: String,
+    #[serde(default)]
+    title: Option<String>,
+    #[serde(default)]
+    description: Option<String>,
     #[serde(borrow, default)]
     annotations: Option<&'a RawValue>,
 }
 
-/// Rewrites a `tools/list` result (the JSON text of `result`) through the chain's `annotate`
-/// (on a plugin worker thread, in `lane`'s turn): Some(new result JSON) when any tool's
-/// annotations changed, None when nothing changed.
+/// What a client calls by another name than the server's, from the last `tools/list` it was
+/// shown of a server: the name it was shown, to the server's name.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ClientView {
+    pub renamed: HashMap<String, String>,
+}
+
+/// A `tools/list` result as one client is to see it.
+#[derive(Debug, Default)]
+pub struct Rewritten {
+    /// The new result JSON; None when nothing changed.
+    pub result: Option<String>,
+    /// The renames in it (empty when none).
+    pub view: ClientView,
+}
+
+/// Rewrites a `tools/list` result (the JSON text of `result`) for the client `caller` through
+/// the chain's tool-list hook (on a plugin worker thread, in `lane`'s turn): tools a plugin
+/// hid are left out; renamed or reworded ones, and those whose annotations changed, are
+/// rewritten.
 ///
-/// Only the `annotations` object of a changed tool is re-serialised; every other byte of the
-/// result (field order, numbers, unknown newer fields) is copied through as the server sent it.
+/// Only what changed is re-serialised: a tool whose annotations alone changed gets a new
+/// `annotations` object, and every other byte of the result (field order, numbers, unknown
+/// newer fields) is copied through as the server sent it.
 pub async fn rewrite_tools_list(
     set: &std::sync::Arc<super::PluginSet>,
     lane: &str,
+    caller: &Caller,
     server: &str,
     result_json: &str,
-) -> anyhow::Result<Option<String>> {
+) -> anyhow::Result<Rewritten> {
     if !set.reads_calls() {
-        return Ok(None);
+        return Ok(Rewritten::default());
     }
     let list: ListResult<'_> = serde_json::from_str(result_json)
         .map_err(|e| anyhow::anyhow!("tools/list result from {server} is not usable: {e}"))?;
+    let raws: Vec<&RawValue> = serde_json::from_str(list.tools.get())
+        .map_err(|e| anyhow::anyhow!("tools/list result from {server} is not usable: {e}"))?;
+    // Each tool that parses, with its annotations as the server declared them.
     let mut tools = Vec::new();
-    for raw in &list.tools {
+    let mut asked = Vec::new();
+    for raw in &raws {
         let Ok(tool) = serde_json::from_str::<ToolView<'_>>(raw.get()) else { continue };
         let declared_value: Option<Value> = tool.annotations.and_then(|a| serde_json::from_str(a.get()).ok());
         let declared = declared_hints(declared_value.as_ref());
-        tools.push((raw, tool, declared_value, declared));
+        asked.push(ListedTool {
+            server: server.to_string(),
+            name: tool.name.clone(),
+            title: tool.title.clone(),
+            description: tool.description.clone(),
+            declared,
+        });
+        tools.push((*raw, tool, declared_value));
     }
-    let asked = tools.iter().map(|(_, tool, _, declared)| (tool.name.clone(), declared.clone())).collect();
-    let effective = set.annotate_async(lane, server, asked).await;
-    // (byte range in result_json, replacement text).
+    let shown = set.list_tools_async(lane, caller, asked.clone(), true).await;
+    let mut view = ClientView::default();
+    // (the tool's raw text, what replaces it: None to leave it out).
+    let mut whole: Vec<(&RawValue, Option<String>)> = Vec::new();
+    // (byte range in result_json, replacement text): edits that keep the rest as it was.
     let mut edits: Vec<(std::ops::Range<usize>, String)> = Vec::new();
-    for ((raw, tool, declared_value, declared), effective) in tools.into_iter().zip(effective) {
-        if effective == declared {
+    for (((raw, tool, declared_value), listed), shown) in tools.into_iter().zip(&asked).zip(shown) {
+        let l = &shown.listing;
+        if l.hidden {
+            whole.push((raw, None));
+            continue;
+        }
+        if l.name != listed.name {
+            view.renamed.insert(l.name.clone(), listed.name.clone());
+        }
+        let reworded = l.name != listed.name || l.title != listed.title || l.description != listed.description;
+        if reworded {
+            let mut obj: Map<String, Value> = serde_json::from_str(raw.get())?;
+            obj.insert("name".to_string(), Value::String(l.name.clone()));
+            for (key, value) in [("title", &l.title), ("description", &l.description)] {
+                match value {
+                    Some(v) => obj.insert(key.to_string(), Value::String(v.clone())),
+                    None => obj.remove(key),
+                };
+            }
+            if l.hints != listed.declared {
+                let mut map = match declared_value {
+                    Some(Value::Object(map)) => map,
+                    _ => Map::new(),
+                };
+                write_hints(&mut map, &l.hints);
+                obj.insert("annotations".to_string(), Value::Object(map));
+            }
+            whole.push((raw, Some(serde_json::to_string(&obj)?)));
+            continue;
+        }
+        if l.hints == listed.declared {
             continue;
         }
         match (tool.annotations, declared_value) {
             (Some(ann_raw), Some(Value::Object(mut map))) => {
-                write_hints(&mut map, &effective);
+                write_hints(&mut map, &l.hints);
                 edits.push((span(result_json, ann_raw.get()), serde_json::to_string(&map)?));
             }
             _ => {
                 // No annotations object (or not an object): rebuild just this tool.
                 let mut obj: Map<String, Value> = serde_json::from_str(raw.get())?;
                 let mut map = Map::new();
-                write_hints(&mut map, &effective);
+                write_hints(&mut map, &l.hints);
                 obj.insert("annotations".to_string(), Value::Object(map));
-                edits.push((span(result_json, raw.get()), serde_json::to_string(&obj)?));
+                whole.push((raw, Some(serde_json::to_string(&obj)?)));
             }
         }
     }
-    if edits.is_empty() {
-        return Ok(None);
+    if whole.iter().any(|(_, text)| text.is_none()) {
+        // A tool left out: the array is written anew from its tools' texts (raw where unchanged).
+        let mut texts: Vec<String> = Vec::new();
+        for raw in &raws {
+            let ptr = raw.get().as_ptr();
+            let changed = whole.iter().find(|(r, _)| r.get().as_ptr() == ptr).map(|(_, t)| t.clone());
+            let annotated = edits.iter().find(|(range, _)| {
+                let at = span(result_json, raw.get());
+                range.start >= at.start && range.end <= at.end
+            });
+            match (changed, annotated) {
+                (Some(None), _) => {}
+                (Some(Some(text)), _) => texts.push(text),
+                (None, Some((range, text))) => {
+                    let at = span(result_json, raw.get());
+                    let inner = (range.start - at.start)..(range.end - at.start);
+                    texts.push(splice_many(raw.get(), vec![(inner, text.as_str())]));
+                }
+                (None, None) => texts.push(raw.get().to_string()),
+            }
+        }
+        let array = format!("[{}]", texts.join(","));
+        let result = splice_many(result_json, vec![(span(result_json, list.tools.get()), array.as_str())]);
+        return Ok(Rewritten { result: Some(result), view });
     }
-    Ok(Some(splice_many(result_json, edits.iter().map(|(range, text)| (range.clone(), text.as_str())).collect())))
+    for (raw, text) in whole {
+        edits.push((span(result_json, raw.get()), text.expect("only left-out tools have none")));
+    }
+    if edits.is_empty() {
+        return Ok(Rewritten { result: None, view });
+    }
+    let result = splice_many(result_json, edits.iter().map(|(range, text)| (range.clone(), text.as_str())).collect());
+    Ok(Rewritten { result: Some(result), view })
+}
+
+/// A `tools/call` of tool `called` by `caller`, checked against what the chain shows that
+/// client: Ok(Some(the server's name)) when `called` is the name a plugin gave the tool for
+/// this client (from `view`, its last `tools/list` of the server); Ok(None) to call it as
+/// named; Err when a plugin hides the tool from this client, or shows it under another name
+/// (the mapping is exact: a renamed tool is called by its new name only). `listed` gives what
+/// the server listed of a tool by its name (its title, description and declared hints, as far
+/// as known).
+pub async fn check_call(
+    set: &std::sync::Arc<super::PluginSet>,
+    lane: &str,
+    caller: &Caller,
+    view: Option<&ClientView>,
+    called: &str,
+    listed: impl FnOnce(&str) -> ListedTool,
+) -> Result<Option<String>, Rejection> {
+    let original = view.and_then(|v| v.renamed.get(called)).cloned();
+    let tool = listed(original.as_deref().unwrap_or(called));
+    let shown = set.list_tools_async(lane, caller, vec![tool], false).await.pop();
+    let Some(shown) = shown else { return Ok(original) };
+    let client = caller.name.as_deref().unwrap_or("(a client that gave no name)");
+    if let Some(plugin) = shown.hidden_by {
+        let reason = format!("tool `{called}` is hidden from client `{client}`; it was not sent to the server");
+        return Err(Rejection { plugin, reason });
+    }
+    if shown.listing.name != called {
+        let plugin = shown.renamed_by.unwrap_or_else(|| "switchyard".to_string());
+        let reason = format!(
+            "client `{client}` is shown this server's tool `{}` as `{}`; call it by that name",
+            original.as_deref().unwrap_or(called),
+            shown.listing.name
+        );
+        return Err(Rejection { plugin, reason });
+    }
+    Ok(original)
 }

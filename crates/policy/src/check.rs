@@ -9,8 +9,9 @@ use serde_json::Value;
 
 use super::annotate::declared_hints;
 use super::wasm::{self, CallArgs, Limits, Verdict};
+use super::{ListedTool, Listing};
 use switchyard_config::{Config, PluginEntry};
-use switchyard_core::decision::{CallInfo, Concurrency, Decision, Hints};
+use switchyard_core::decision::{CallInfo, Caller, Concurrency, Decision, Hints, Transport};
 
 /// What to check a plugin with.
 #[derive(Debug, Default, Clone, Copy)]
@@ -59,6 +60,7 @@ fn check(file: &Path, opts: &Options<'_>, out: &mut String) -> anyhow::Result<()
         t.elapsed().as_micros(),
         bytes.len()
     );
+    let _ = writeln!(out, "contract: {}", plugin.contract());
     let _ = writeln!(out, "config:   {config_json}");
     printed(out, &plugin);
     // What each new instance costs (the host starts one per concurrent call, and after a trap):
@@ -80,6 +82,9 @@ fn check(file: &Path, opts: &Options<'_>, out: &mut String) -> anyhow::Result<()
         call.tool.as_deref().unwrap_or("-"),
         call.arguments.as_deref().unwrap_or("")
     );
+    if plugin.contract() == wasm::Contract::V2 {
+        let _ = writeln!(out, "client:   {}", caller_text(&call.caller));
+    }
 
     let args = CallArgs::new(&call);
     // The first call may pay for lazy initialisation inside the plugin; the second shows the
@@ -117,6 +122,29 @@ fn check(file: &Path, opts: &Options<'_>, out: &mut String) -> anyhow::Result<()
         let _ = writeln!(out, "bench:    decide x{}: p50 {:.1} µs, p99 {:.1} µs", times.len(), at(50), at(99));
     }
 
+    if plugin.contract() == wasm::Contract::V2 {
+        let tool = ListedTool {
+            server: call.server.clone(),
+            name: call.tool.clone().unwrap_or_else(|| "example".to_string()),
+            title: None,
+            description: None,
+            declared: call.declared.clone(),
+        };
+        let t = Instant::now();
+        let listed = plugin.list_tool(&tool, &call.caller, &Listing::of(&tool), tokio::time::Instant::now());
+        let us = t.elapsed().as_micros();
+        return match listed {
+            Ok(l) => {
+                let _ = writeln!(out, "list:     {} ({us} µs)", listing_text(&tool, &l));
+                printed(out, &plugin);
+                Ok(())
+            }
+            Err(e) => {
+                printed(out, &plugin);
+                bail!("{}: list-tool failed: the plugin {e}", file.display());
+            }
+        };
+    }
     let t = Instant::now();
     let hints =
         plugin.annotate(&call.server, call.tool.as_deref().unwrap_or("example"), &call.declared, &call.declared);
@@ -182,7 +210,45 @@ fn entry_for(name: &str, config_json: Option<&str>, config_file: Option<&Path>) 
 }
 
 /// The fields `--call` may have.
-pub const CALL_FIELDS: &[&str] = &["server", "session", "method", "tool", "arguments", "annotations", "attempt"];
+pub const CALL_FIELDS: &[&str] =
+    &["server", "session", "client", "era", "method", "tool", "arguments", "annotations", "attempt"];
+
+/// The fields `client` in `--call` may have (or it is a string: the client's name).
+const CLIENT_FIELDS: &[&str] = &["name", "version", "transport", "dir"];
+
+/// The caller of a `--call`: `client` as a name, or an object of [`CLIENT_FIELDS`].
+fn caller_from_json(v: &Value, what: &str) -> anyhow::Result<Caller> {
+    let era = match v.get("era") {
+        None => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => bail!("{what} field `era` must be a string (a protocol version, e.g. \"2025-11-25\")"),
+    };
+    let client = match v.get("client") {
+        None => return Ok(Caller { era, ..Caller::default() }),
+        Some(Value::String(name)) => return Ok(Caller { name: Some(name.clone()), era, ..Caller::default() }),
+        Some(Value::Object(c)) => c,
+        Some(_) => bail!(
+            "{what} field `client` must be a name or an object like {{\"name\": \"cursor\", \"version\": \"1.2\"}}"
+        ),
+    };
+    if let Some(k) = client.keys().find(|k| !CLIENT_FIELDS.contains(&k.as_str())) {
+        bail!("{what} field `client` has an unknown field `{k}`; the fields are {}", CLIENT_FIELDS.join(", "));
+    }
+    let text = |k: &str| -> anyhow::Result<Option<String>> {
+        match client.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => bail!("{what} field `client.{k}` must be a string"),
+        }
+    };
+    let transport = match text("transport")?.as_deref() {
+        None | Some("stdio") => Transport::Stdio,
+        Some("socket") => Transport::Socket,
+        Some("http") => Transport::Http,
+        Some(other) => bail!("{what} field `client.transport` is `{other}`; it is one of stdio, socket, http"),
+    };
+    Ok(Caller { name: text("name")?, version: text("version")?, transport, dir: text("dir")?, era })
+}
 
 /// The call to try: `--call` JSON (every field optional) or a `tools/call` of `example`.
 fn sample_call(call_json: Option<&str>) -> anyhow::Result<CallInfo> {
@@ -223,6 +289,7 @@ pub(crate) fn call_from_json(v: &Value, what: &str) -> anyhow::Result<CallInfo> 
     Ok(CallInfo {
         server: text("server", "example-server")?,
         session: text("session", "check")?,
+        caller: caller_from_json(v, what)?,
         tool: if is_tool_call || v.get("tool").is_some() { Some(text("tool", "example")?) } else { None },
         arguments: match v.get("arguments") {
             Some(a) => Some(a.to_string()),
@@ -263,6 +330,47 @@ fn decision_text(d: &Decision) -> String {
         parts.push(format!("retry={}x/{}ms", r.attempts, r.backoff_ms));
     }
     if parts.is_empty() { "{} (host defaults)".to_string() } else { format!("{{{}}}", parts.join(", ")) }
+}
+
+fn caller_text(c: &Caller) -> String {
+    let mut text = match (&c.name, &c.version) {
+        (Some(n), Some(v)) => format!("{n} {v}"),
+        (Some(n), None) => n.clone(),
+        (None, _) => "(no name)".to_string(),
+    };
+    let transport = match c.transport {
+        Transport::Stdio => "stdio",
+        Transport::Socket => "socket",
+        Transport::Http => "http",
+    };
+    let _ = write!(text, " over {transport}");
+    if let Some(d) = &c.dir {
+        let _ = write!(text, " in {d}");
+    }
+    if !c.era.is_empty() {
+        let _ = write!(text, ", era {}", c.era);
+    }
+    text
+}
+
+/// What `list-tool` made of a tool, against what the server listed.
+fn listing_text(tool: &ListedTool, l: &Listing) -> String {
+    if l.hidden {
+        return format!("tool `{}` hidden from this client", tool.name);
+    }
+    let mut text = if l.name == tool.name {
+        format!("tool `{}` shown", tool.name)
+    } else {
+        format!("tool `{}` shown as `{}`", tool.name, l.name)
+    };
+    if l.title != tool.title {
+        let _ = write!(text, ", title {:?}", l.title.as_deref().unwrap_or(""));
+    }
+    if l.description != tool.description {
+        let _ = write!(text, ", description {:?}", l.description.as_deref().unwrap_or(""));
+    }
+    let _ = write!(text, ", annotations {} -> {}", hints_text(&tool.declared), hints_text(&l.hints));
+    text
 }
 
 fn hints_text(h: &Hints) -> String {

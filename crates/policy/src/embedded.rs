@@ -13,6 +13,8 @@ pub const EXAMPLES: &[(&str, &[u8])] = &[
     ("timeouts.wasm", include_bytes!(concat!(env!("SWITCHYARD_EXAMPLE_PLUGINS"), "/timeouts.wasm"))),
     ("guard.wasm", include_bytes!(concat!(env!("SWITCHYARD_EXAMPLE_PLUGINS"), "/guard.wasm"))),
     ("template.wasm", include_bytes!(concat!(env!("SWITCHYARD_EXAMPLE_PLUGINS"), "/template.wasm"))),
+    ("tool-filter.wasm", include_bytes!(concat!(env!("SWITCHYARD_EXAMPLE_PLUGINS"), "/tool-filter.wasm"))),
+    ("rate-limit.wasm", include_bytes!(concat!(env!("SWITCHYARD_EXAMPLE_PLUGINS"), "/rate-limit.wasm"))),
 ];
 
 /// Writes the example plugins into `dir` (created if missing), refusing to overwrite a file.

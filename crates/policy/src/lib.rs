@@ -8,6 +8,7 @@ pub mod annotate;
 pub mod check;
 pub mod embedded;
 pub mod project;
+pub mod rate;
 pub mod record;
 mod reload;
 mod wasm;
@@ -20,12 +21,60 @@ use arc_swap::ArcSwap;
 use tokio_util::sync::CancellationToken;
 
 use switchyard_config::{Config, OnError, PluginEntry};
-use switchyard_core::decision::{CallInfo, Decision, Hints, Rejection};
+use switchyard_core::decision::{CallInfo, Caller, Decision, Hints, Rejection};
 use switchyard_core::metrics::Metrics;
 
 use record::Recorder;
 
-pub use wasm::PluginError;
+pub use wasm::{Contract, PluginError};
+
+/// A tool as a server listed it: what the tool-list hook is shown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedTool {
+    pub server: String,
+    pub name: String,
+    pub title: Option<String>,
+    pub description: Option<String>,
+    pub declared: Hints,
+}
+
+/// How a tool is shown to one client (the tool-list hook's answer).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listing {
+    pub hidden: bool,
+    pub name: String,
+    pub title: Option<String>,
+    pub description: Option<String>,
+    pub hints: Hints,
+}
+
+impl Listing {
+    /// The tool as the server listed it.
+    pub fn of(tool: &ListedTool) -> Listing {
+        Listing {
+            hidden: false,
+            name: tool.name.clone(),
+            title: tool.title.clone(),
+            description: tool.description.clone(),
+            hints: tool.declared.clone(),
+        }
+    }
+
+    fn with_hints(mut self, hints: Hints) -> Listing {
+        self.hints = hints;
+        self
+    }
+}
+
+/// What the whole chain made of one listed tool for one client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shown {
+    pub listing: Listing,
+    /// The plugin that hid it (the chain stops there).
+    pub hidden_by: Option<String>,
+    /// The last plugin that gave it another name.
+    pub renamed_by: Option<String>,
+}
 
 /// Cheap, cloneable handle on the live plugin set.
 #[derive(Clone)]
@@ -74,6 +123,21 @@ impl Policy {
         cli_dir: Option<PathBuf>,
         shutdown: CancellationToken,
     ) -> anyhow::Result<Policy> {
+        // A file's `servers` were checked against its servers as it loaded. Here a router may
+        // serve one of them (`run NAME`), or one named after its command (`run -- CMD`): an
+        // entry for none of those judges nothing, which is said once.
+        let serving = config.server_names();
+        for entry in &config.plugins {
+            let Some(servers) = &entry.servers else { continue };
+            if !serving.is_empty() && !servers.iter().any(|s| serving.contains(s)) {
+                tracing::info!(
+                    "plugin {} is for servers [{}], none of which this router serves ([{}]): it judges nothing here",
+                    entry.file,
+                    servers.join(", "),
+                    serving.join(", ")
+                );
+            }
+        }
         let dir = reload::resolve_dir(config, cli_dir)?;
         let mut loader = reload::Loader::new(dir.clone(), config.plugins.clone());
         // Compiling can take tens of milliseconds per plugin, and `init` runs plugin code: on a
@@ -126,6 +190,7 @@ impl Policy {
                 chain: cur.chain.clone(),
                 metrics: Some(metrics.clone()),
                 recorder: cur.recorder.clone(),
+                lists: cur.lists,
             });
         }
     }
@@ -139,6 +204,7 @@ impl Policy {
                 chain: cur.chain.clone(),
                 metrics: cur.metrics.clone(),
                 recorder: Some(recorder.clone()),
+                lists: cur.lists,
             });
         }
     }
@@ -160,7 +226,16 @@ struct Loaded {
     hash: [u8; 32],
     priority: i32,
     on_error: OnError,
+    /// The servers it applies to (`[[plugins]] servers`); None: every server.
+    servers: Option<Vec<String>>,
     plugin: Runs,
+}
+
+impl Loaded {
+    /// Whether its entry scopes it to `server` (or to every server).
+    fn applies_to(&self, server: &str) -> bool {
+        self.servers.as_ref().is_none_or(|s| s.iter().any(|n| n == server))
+    }
 }
 
 /// Whether a plugin in the chain can run.
@@ -178,17 +253,31 @@ pub struct PluginSet {
     metrics: Option<Arc<Metrics>>,
     /// Where the chain's answers are recorded (None: not recorded).
     recorder: Option<Arc<Recorder>>,
+    /// A plugin of the chain is of `switchyard:policy@0.2.0`: it may hide or rename tools.
+    lists: bool,
 }
 
 impl PluginSet {
     fn empty() -> PluginSet {
-        PluginSet { chain: Vec::new(), metrics: None, recorder: None }
+        PluginSet { chain: Vec::new(), metrics: None, recorder: None, lists: false }
     }
 
     /// Orders by priority (higher first), then by name.
     fn new(mut chain: Vec<Arc<Loaded>>) -> PluginSet {
         chain.sort_by(|a, b| b.priority.cmp(&a.priority).then_with(|| a.name.cmp(&b.name)));
-        PluginSet { chain, metrics: None, recorder: None }
+        let lists = chain.iter().any(|p| matches!(&p.plugin, Runs::Ready(w) if w.contract() == Contract::V2));
+        PluginSet { chain, metrics: None, recorder: None, lists }
+    }
+
+    /// Whether a plugin of the chain for `server` may hide or rename tools (one of
+    /// `switchyard:policy@0.2.0`): only then is a `tools/call` checked against what its client
+    /// was shown.
+    pub fn may_hide_or_rename(&self, server: &str) -> bool {
+        self.lists
+            && self
+                .chain
+                .iter()
+                .any(|p| p.applies_to(server) && matches!(&p.plugin, Runs::Ready(w) if w.contract() == Contract::V2))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -199,6 +288,22 @@ impl PluginSet {
     /// a plugin, or the recorder. Without either they are not gathered.
     pub fn reads_calls(&self) -> bool {
         !self.chain.is_empty() || self.recorder.is_some()
+    }
+
+    /// Whether the plugins that may hide or rename tools (of `switchyard:policy@0.2.0`) are the
+    /// same in both sets: same files, configs and servers. When they are not, what each client
+    /// is shown may have changed, which no single client's view can tell.
+    pub fn shows_tools_as(&self, other: &PluginSet) -> bool {
+        /// A hook's file name, content hash, config and servers.
+        type Hook<'a> = (&'a str, [u8; 32], &'a str, Option<&'a [String]>);
+        fn listing(set: &PluginSet) -> Vec<Hook<'_>> {
+            let v2 = set.chain.iter().filter_map(|p| match &p.plugin {
+                Runs::Ready(w) if w.contract() == Contract::V2 => Some((p, w)),
+                _ => None,
+            });
+            v2.map(|(p, w)| (p.name.as_str(), p.hash, w.config_json(), p.servers.as_deref())).collect()
+        }
+        listing(self) == listing(other)
     }
 
     /// Plugin names in chain order (for logs).
@@ -240,7 +345,7 @@ impl PluginSet {
 
     fn decide_args(&self, args: &wasm::CallArgs) -> Result<Decision, Rejection> {
         let mut decision = Decision::default();
-        for p in &self.chain {
+        for p in self.chain.iter().filter(|p| p.applies_to(args.server())) {
             let plugin = match &p.plugin {
                 Runs::Ready(plugin) => plugin,
                 Runs::Broken(why) => {
@@ -311,7 +416,7 @@ impl PluginSet {
     /// skipped (annotations are advisory; on_error is about calls).
     pub fn annotate(&self, server: &str, tool: &str, declared: &Hints) -> Hints {
         let mut hints = declared.clone();
-        for p in &self.chain {
+        for p in self.chain.iter().filter(|p| p.applies_to(server)) {
             // A broken plugin is skipped: its load error was logged once.
             let Runs::Ready(plugin) = &p.plugin else { continue };
             let started = std::time::Instant::now();
@@ -333,6 +438,75 @@ impl PluginSet {
 }
 
 impl PluginSet {
+    /// [`PluginSet::list_tools`] on a plugin worker thread in `lane`'s turn. With no plugins it
+    /// answers at once: every tool as listed. If the worker fails, the tools are shown as the
+    /// server listed them.
+    /// `record`: what the chain made of them goes to the recorder (a listing does; the check of
+    /// a call does not).
+    pub async fn list_tools_async(
+        self: &Arc<Self>,
+        lane: &str,
+        caller: &Caller,
+        tools: Vec<ListedTool>,
+        record: bool,
+    ) -> Vec<Shown> {
+        let unchanged = |tools: &[ListedTool]| -> Vec<Shown> {
+            tools.iter().map(|t| Shown { listing: Listing::of(t), hidden_by: None, renamed_by: None }).collect()
+        };
+        if self.chain.is_empty() {
+            if let Some(r) = self.recorder.as_ref().filter(|_| record) {
+                for t in &tools {
+                    r.annotate(&t.server, &t.name, &t.declared, &t.declared);
+                }
+            }
+            return unchanged(&tools);
+        }
+        let set = self.clone();
+        let caller = caller.clone();
+        let now = tokio::time::Instant::now();
+        let fallback = unchanged(&tools);
+        let run =
+            worker::run(lane, move || tools.iter().map(|t| set.list_tool(t, &caller, now, record)).collect::<Vec<_>>());
+        run.await.unwrap_or_else(|e| {
+            tracing::warn!("tools shown as the server listed them: {e}");
+            fallback
+        })
+    }
+
+    /// How `tool` is shown to `caller`, on the calling thread (not an async runtime thread):
+    /// the listing passed through every plugin that applies to its server, in chain order. A
+    /// plugin that hides it ends the chain. A failing plugin is skipped, as for annotations.
+    pub fn list_tool(&self, tool: &ListedTool, caller: &Caller, now: tokio::time::Instant, record: bool) -> Shown {
+        let mut shown = Shown { listing: Listing::of(tool), hidden_by: None, renamed_by: None };
+        for p in self.chain.iter().filter(|p| p.applies_to(&tool.server)) {
+            let Runs::Ready(plugin) = &p.plugin else { continue };
+            let started = std::time::Instant::now();
+            let answer = guarded(|| plugin.list_tool(tool, caller, &shown.listing, now));
+            self.measured(&p.label, "list_tool", started, &answer);
+            match answer {
+                Ok(l) => {
+                    if l.name != shown.listing.name {
+                        shown.renamed_by = Some(p.name.clone());
+                    }
+                    let hidden = l.hidden;
+                    shown.listing = l;
+                    if hidden {
+                        shown.hidden_by = Some(p.name.clone());
+                        break;
+                    }
+                }
+                Err(e) => {
+                    let note = format!("list-tool of tool `{}` skipped: the plugin {e}", tool.name);
+                    plugin.output().line(tracing::Level::WARN, "switchyard", &note);
+                }
+            }
+        }
+        if let Some(r) = self.recorder.as_ref().filter(|_| record) {
+            r.annotate(&tool.server, &tool.name, &tool.declared, &shown.listing.hints);
+        }
+        shown
+    }
+
     /// Counts one plugin call (`op`: decide, annotate) that began at `started`.
     fn measured<T>(
         &self,
@@ -368,14 +542,16 @@ impl Loaded {
         let plugin = wasm::Plugin::load(name, bytes, &hash, wasm::Limits::from_entry(entry), &config_json, false)?;
         let plugin = Runs::Ready(Box::new(plugin));
         let (name, label) = (name.to_string(), Arc::from(name));
-        Ok(Loaded { name, label, hash, priority: entry.priority, on_error: entry.on_error, plugin })
+        let servers = entry.servers.clone();
+        Ok(Loaded { name, label, hash, priority: entry.priority, on_error: entry.on_error, servers, plugin })
     }
 
     /// The stand-in for a closed plugin that does not load (see [`Runs::Broken`]).
     fn broken(name: &str, hash: [u8; 32], entry: &PluginEntry, why: String) -> Loaded {
         let plugin = Runs::Broken(why);
         let (name, label) = (name.to_string(), Arc::from(name));
-        Loaded { name, label, hash, priority: entry.priority, on_error: entry.on_error, plugin }
+        let servers = entry.servers.clone();
+        Loaded { name, label, hash, priority: entry.priority, on_error: entry.on_error, servers, plugin }
     }
 
     fn is_ready(&self) -> bool {
@@ -393,3 +569,5 @@ impl Loaded {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_v2;

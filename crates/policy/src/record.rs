@@ -17,7 +17,7 @@ use anyhow::Context;
 use serde_json::{Map, json};
 
 use crate::project::recorded::{decision_to_json, hints_to_json};
-use switchyard_core::decision::{CallInfo, Decision, Hints, Rejection};
+use switchyard_core::decision::{CallInfo, Decision, Hints, Rejection, Transport};
 
 /// Lines waiting for the writer at most.
 const QUEUE: usize = 4096;
@@ -82,6 +82,26 @@ impl Recorder {
         if call.attempt > 0 {
             c.insert("attempt".into(), json!(call.attempt));
         }
+        // Who called, as a 0.2 plugin is told (`plugin test` replays it so).
+        let who = &call.caller;
+        if who.name.is_some() || who.dir.is_some() || who.transport != Transport::Stdio {
+            let mut client = Map::new();
+            for (k, v) in [("name", &who.name), ("version", &who.version), ("dir", &who.dir)] {
+                if let Some(v) = v {
+                    client.insert(k.into(), json!(v));
+                }
+            }
+            let transport = match who.transport {
+                Transport::Stdio => "stdio",
+                Transport::Socket => "socket",
+                Transport::Http => "http",
+            };
+            client.insert("transport".into(), json!(transport));
+            c.insert("client".into(), client.into());
+        }
+        if !who.era.is_empty() {
+            c.insert("era".into(), json!(who.era));
+        }
         let expect = match answer {
             Ok(d) => json!({"verdict": "continue", "decision": decision_to_json(d)}),
             Err(r) => json!({"verdict": "reject", "reason": r.reason}),
@@ -137,6 +157,7 @@ fn write_lines(rx: Receiver<String>, mut file: std::fs::File, path: &Path) {
 mod tests {
     use super::*;
     use crate::project::recorded::Case;
+    use switchyard_core::decision::Caller;
 
     #[test]
     fn recorded_lines_read_back_as_cases_and_arguments_only_when_asked() {
@@ -147,6 +168,13 @@ mod tests {
             let call = CallInfo {
                 server: "fs".into(),
                 session: "s-1".into(),
+                caller: Caller {
+                    name: Some("cursor".into()),
+                    version: Some("1.7".into()),
+                    transport: Transport::Socket,
+                    dir: None,
+                    era: "2025-11-25".into(),
+                },
                 method: "tools/call".into(),
                 tool: Some("write".into()),
                 arguments: Some(r#"{"path":"/secret"}"#.into()),
@@ -170,7 +198,9 @@ mod tests {
             assert_eq!(text.lines().count(), 3, "{text}");
             assert_eq!(text.contains("/secret"), with_arguments, "{text}");
             for line in text.lines() {
-                Case::parse(line).unwrap();
+                if let Case::Decide { call: read, .. } = Case::parse(line).unwrap() {
+                    assert_eq!(read.caller, call.caller, "the caller reads back as it was: {line}");
+                }
             }
             assert!(text.contains(r#""client":"s-1""#) && text.contains(r#""reason":"no""#), "{text}");
         }

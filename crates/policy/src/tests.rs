@@ -52,6 +52,7 @@ fn call(tool: &str, args: &str) -> CallInfo {
     CallInfo {
         server: "filesystem".into(),
         session: "s1".into(),
+        caller: Default::default(),
         method: "tools/call".into(),
         tool: Some(tool.into()),
         arguments: Some(args.into()),
@@ -301,7 +302,11 @@ async fn tools_list_is_rewritten_with_the_chains_hints() {
         OnError::Open,
     );
     let set = Arc::new(PluginSet::new(vec![hints]));
-    let out = annotate::rewrite_tools_list(&set, "s1", "filesystem", TOOLS_LIST).await.unwrap().expect("changed");
+    let out = annotate::rewrite_tools_list(&set, "s1", &Caller::default(), "filesystem", TOOLS_LIST)
+        .await
+        .unwrap()
+        .result
+        .expect("changed");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let tools = v["tools"].as_array().unwrap();
     assert_eq!(
@@ -327,10 +332,19 @@ async fn tools_list_is_rewritten_with_the_chains_hints() {
         0,
         OnError::Open,
     )]));
-    assert_eq!(annotate::rewrite_tools_list(&nothing, "s1", "filesystem", TOOLS_LIST).await.unwrap(), None);
+    assert_eq!(
+        annotate::rewrite_tools_list(&nothing, "s1", &Caller::default(), "filesystem", TOOLS_LIST)
+            .await
+            .unwrap()
+            .result,
+        None
+    );
     let empty = Arc::new(PluginSet::empty());
-    assert_eq!(annotate::rewrite_tools_list(&empty, "s1", "filesystem", TOOLS_LIST).await.unwrap(), None);
-    assert!(annotate::rewrite_tools_list(&set, "s1", "filesystem", "{").await.is_err());
+    assert_eq!(
+        annotate::rewrite_tools_list(&empty, "s1", &Caller::default(), "filesystem", TOOLS_LIST).await.unwrap().result,
+        None
+    );
+    assert!(annotate::rewrite_tools_list(&set, "s1", &Caller::default(), "filesystem", "{").await.is_err());
 }
 
 #[test]
@@ -413,7 +427,7 @@ fn plugin_check_takes_the_config_of_a_plugins_entry() {
 
 #[test]
 fn embedded_examples_are_components() {
-    assert_eq!(embedded::EXAMPLES.len(), 5);
+    assert_eq!(embedded::EXAMPLES.len(), 7);
     assert!(embedded::EXAMPLES.iter().any(|(n, _)| *n == "template.wasm"), "the docs list the template");
     for (name, bytes) in embedded::EXAMPLES {
         assert!(name.ends_with(".wasm"));

@@ -8,7 +8,9 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use crate::upstream::Instance;
+use switchyard_core::decision::{Caller, Transport};
 use switchyard_core::ids::SessionId;
+use switchyard_policy::annotate::ClientView;
 
 /// One message for the client; `related`: the raw id of the client's request it is about, when
 /// the message itself does not name it (a notice about the request), so a transport with a
@@ -46,6 +48,11 @@ pub struct ClientPeer {
     client: Mutex<Option<String>>,
     /// Calls of this session waiting for the gate or a pool now.
     waiting: std::sync::atomic::AtomicUsize,
+    /// Who the client is, as the policy is told (its transport and directory from the start,
+    /// its name, version and era from its initialize).
+    caller: Mutex<Caller>,
+    /// Per server: the renames in the last `tools/list` of it this client was shown.
+    tool_views: Mutex<HashMap<String, Arc<ClientView>>>,
 }
 
 /// Counts a call as waiting while it lives.
@@ -85,7 +92,40 @@ impl ClientPeer {
             capabilities: Mutex::new(None),
             client: Mutex::new(None),
             waiting: Default::default(),
+            caller: Mutex::new(Caller::default()),
+            tool_views: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Notes what carries the session and the project directory its client runs in.
+    pub fn set_origin(&self, transport: Transport, dir: Option<String>) {
+        let mut caller = self.caller.lock().expect("lock");
+        caller.transport = transport;
+        caller.dir = dir;
+    }
+
+    /// Who the client is, as far as known (the policy's `client`).
+    pub fn caller(&self) -> Caller {
+        self.caller.lock().expect("lock").clone()
+    }
+
+    /// Adds the renames of the `tools/list` (or page of one) of `server` this client was just
+    /// shown to those of its earlier lists. One that no longer holds is harmless: a call is
+    /// checked against what the chain shows the client now.
+    pub fn set_tool_view(&self, server: &str, view: ClientView) {
+        let mut views = self.tool_views.lock().expect("lock");
+        let kept = views.entry(server.to_string()).or_default();
+        if view.renamed.iter().all(|(shown, original)| kept.renamed.get(shown) == Some(original)) {
+            return;
+        }
+        let mut merged = ClientView::clone(kept);
+        merged.renamed.extend(view.renamed);
+        *kept = Arc::new(merged);
+    }
+
+    /// The renames of the last `tools/list` of `server` this client was shown.
+    pub fn tool_view(&self, server: &str) -> Option<Arc<ClientView>> {
+        self.tool_views.lock().expect("lock").get(server).cloned()
     }
 
     /// Records the capabilities in this client's initialize params (none declared when absent).
@@ -100,6 +140,15 @@ impl ClientPeer {
         let part = |k: &str| {
             info.and_then(|i| i.get(k)).and_then(|v| v.as_str()).map(|s| s.chars().take(80).collect::<String>())
         };
+        {
+            let mut caller = self.caller.lock().expect("lock");
+            let full = |k: &str| info.and_then(|i| i.get(k)).and_then(|v| v.as_str()).map(str::to_string);
+            caller.name = full("name");
+            caller.version = full("version");
+            if let Some(v) = params.as_ref().and_then(|p| p.get("protocolVersion")).and_then(|v| v.as_str()) {
+                caller.era = v.to_string();
+            }
+        }
         if let Some(name) = part("name") {
             let client = match part("version") {
                 Some(v) => format!("{name} {v}"),
@@ -496,6 +545,32 @@ mod tests {
         assert!(!link.overflow.is_cancelled());
         link.send("x".repeat(2000));
         assert!(link.overflow.is_cancelled(), "past BACKLOG_CAP times the limit");
+    }
+
+    #[test]
+    fn the_policy_is_told_the_client_its_transport_dir_and_era() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let link = ClientPeer::new(1, tx, 1000, Buffered::new(usize::MAX));
+        link.set_origin(Transport::Socket, Some("/work/p".into()));
+        link.declare_capabilities(
+            r#"{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"cursor","version":"1.7.2"}}"#,
+        );
+        let c = link.caller();
+        assert_eq!((c.name.as_deref(), c.version.as_deref()), (Some("cursor"), Some("1.7.2")));
+        assert_eq!((c.transport, c.dir.as_deref(), c.era.as_str()), (Transport::Socket, Some("/work/p"), "2025-11-25"));
+    }
+
+    #[test]
+    fn the_renames_of_every_page_of_a_tools_list_add_up_per_server() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let link = ClientPeer::new(1, tx, 1000, Buffered::new(usize::MAX));
+        let view = |shown: &str, original: &str| ClientView { renamed: [(shown.into(), original.into())].into() };
+        link.set_tool_view("fs", view("cat", "read_file"));
+        link.set_tool_view("fs", view("put", "write_file"));
+        let fs = link.tool_view("fs").unwrap();
+        assert_eq!(fs.renamed.get("cat").map(String::as_str), Some("read_file"));
+        assert_eq!(fs.renamed.get("put").map(String::as_str), Some("write_file"));
+        assert!(link.tool_view("github").is_none(), "renames are per server");
     }
 
     #[test]

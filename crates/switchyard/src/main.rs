@@ -188,8 +188,9 @@ enum PluginCommand {
         /// A switchyard.toml: the config and limits of this file's [[plugins]] entry are used.
         #[arg(long, value_name = "SWITCHYARD_TOML")]
         config_file: Option<PathBuf>,
-        /// The sample call as JSON, every field optional: {"server", "session", "method",
-        /// "tool", "arguments", "annotations" (declared hints, spec names), "attempt"}.
+        /// The sample call as JSON, every field optional: {"server", "session", "client"
+        /// (a name, or {"name", "version", "transport", "dir"}), "era", "method", "tool",
+        /// "arguments", "annotations" (declared hints, spec names), "attempt"}.
         #[arg(long)]
         call: Option<String>,
         /// Also time N warm `decide` calls of the sample call and print their p50 and p99.

@@ -26,7 +26,7 @@ use switchyard_core::decision::{CallInfo, Concurrency, Decision, Hints, Retry};
 /// One recorded line: what to ask the plugin, and the answer recorded for it.
 #[derive(Debug, Clone)]
 pub enum Case {
-    Decide { call: CallInfo, current: Decision, expect: Verdict },
+    Decide { call: Box<CallInfo>, current: Decision, expect: Verdict },
     Annotate { server: String, name: String, declared: Hints, current: Hints, expect: Hints },
 }
 
@@ -46,7 +46,7 @@ impl Case {
                     None => {}
                 }
                 let current = obj.get("current").map(decision_from_json).transpose()?.unwrap_or_default();
-                Ok(Case::Decide { call, current, expect: verdict_from_json(expect)? })
+                Ok(Case::Decide { call: Box::new(call), current, expect: verdict_from_json(expect)? })
             }
             (None, Some(tool)) => {
                 let t = tool.as_object().context("`tool` must be an object {server, name, annotations}")?;

@@ -2,30 +2,124 @@
 
 use switchyard_core::decision;
 
-use super::runtime::wit;
+use std::sync::OnceLock;
 
-/// A call converted once per chain run, so each plugin does not pay for the conversion.
-pub struct CallArgs(pub(super) wit::Call);
+use super::runtime::{wit, wit2};
+
+/// A call converted once per chain run, so each plugin does not pay for the conversion (the
+/// 0.2 form only when a 0.2 plugin asks for it).
+pub struct CallArgs {
+    pub(super) v1: wit::Call,
+    caller: decision::Caller,
+    v2: OnceLock<wit2::Call>,
+    /// When the call came: what `host.take` counts from (tokio's clock, which tests may pause).
+    pub(super) now: tokio::time::Instant,
+}
 
 impl CallArgs {
     pub fn new(c: &decision::CallInfo) -> CallArgs {
-        CallArgs(wit::Call {
-            server: c.server.clone(),
-            session: c.session.clone(),
-            method: c.method.clone(),
-            tool: c.tool.clone(),
-            arguments: c.arguments.clone(),
-            declared: to_wit_hints(&c.declared),
-            attempt: c.attempt,
-        })
+        CallArgs {
+            v1: wit::Call {
+                server: c.server.clone(),
+                session: c.session.clone(),
+                method: c.method.clone(),
+                tool: c.tool.clone(),
+                arguments: c.arguments.clone(),
+                declared: to_wit_hints(&c.declared),
+                attempt: c.attempt,
+            },
+            caller: c.caller.clone(),
+            v2: OnceLock::new(),
+            now: tokio::time::Instant::now(),
+        }
+    }
+
+    pub fn server(&self) -> &str {
+        &self.v1.server
     }
 
     pub fn method(&self) -> &str {
-        &self.0.method
+        &self.v1.method
     }
 
     pub fn tool(&self) -> Option<&str> {
-        self.0.tool.as_deref()
+        self.v1.tool.as_deref()
+    }
+
+    pub(super) fn v2(&self) -> &wit2::Call {
+        self.v2.get_or_init(|| {
+            let c = &self.v1;
+            wit2::Call {
+                server: c.server.clone(),
+                session: c.session.clone(),
+                client: to_wit2_client(&self.caller),
+                era: self.caller.era.clone(),
+                method: c.method.clone(),
+                tool: c.tool.clone(),
+                arguments: c.arguments.clone(),
+                declared: to_wit2_hints(&from_wit_hints(c.declared.clone())),
+                attempt: c.attempt,
+            }
+        })
+    }
+}
+
+pub(super) fn to_wit2_client(c: &decision::Caller) -> wit2::Client {
+    wit2::Client {
+        name: c.name.clone(),
+        version: c.version.clone(),
+        transport: match c.transport {
+            decision::Transport::Stdio => wit2::Transport::Stdio,
+            decision::Transport::Socket => wit2::Transport::Socket,
+            decision::Transport::Http => wit2::Transport::Http,
+        },
+        dir: c.dir.clone(),
+    }
+}
+
+pub(super) fn to_wit2_hints(h: &decision::Hints) -> wit2::Hints {
+    wit2::Hints {
+        read_only: h.read_only,
+        destructive: h.destructive,
+        idempotent: h.idempotent,
+        open_world: h.open_world,
+        title: h.title.clone(),
+    }
+}
+
+pub(super) fn from_wit2_hints(h: wit2::Hints) -> decision::Hints {
+    decision::Hints {
+        read_only: h.read_only,
+        destructive: h.destructive,
+        idempotent: h.idempotent,
+        open_world: h.open_world,
+        title: h.title,
+    }
+}
+
+pub(super) fn to_wit2_decision(d: &decision::Decision) -> wit2::Decision {
+    wit2::Decision {
+        concurrency: d.concurrency.as_ref().map(|c| match c {
+            decision::Concurrency::Shared => wit2::Concurrency::Shared,
+            decision::Concurrency::Exclusive => wit2::Concurrency::Exclusive,
+            decision::Concurrency::Keyed(keys) => wit2::Concurrency::Keyed(keys.iter().cloned().collect()),
+        }),
+        pool: d.pool.clone(),
+        timeout_ms: d.timeout_ms,
+        retry: d.retry.map(|r| wit2::Retry { attempts: r.attempts, backoff_ms: r.backoff_ms }),
+    }
+}
+
+pub(super) fn from_wit2_decision(d: wit2::Decision) -> decision::Decision {
+    decision::Decision {
+        concurrency: d.concurrency.map(|c| match c {
+            wit2::Concurrency::Shared => decision::Concurrency::Shared,
+            wit2::Concurrency::Exclusive => decision::Concurrency::Exclusive,
+            wit2::Concurrency::Keyed(keys) => decision::Concurrency::Keyed(keys.into_iter().collect()),
+        }),
+        pool: d.pool,
+        timeout_ms: d.timeout_ms,
+        retry: d.retry.map(|r| decision::Retry { attempts: r.attempts, backoff_ms: r.backoff_ms }),
     }
 }
 

@@ -24,9 +24,15 @@ use wasmtime::Store;
 use switchyard_core::decision;
 
 use breaker::{BREAKER_THRESHOLD, Breaker, BreakerChange};
-use convert::{from_wit_decision, from_wit_hints, to_wit_decision, to_wit_hints};
-use runtime::{Bindings, PolicyPre, compile, runtime, wasm_err, wit};
+use convert::{
+    from_wit_decision, from_wit_hints, from_wit2_decision, from_wit2_hints, to_wit_decision, to_wit_hints,
+    to_wit2_client, to_wit2_decision, to_wit2_hints,
+};
+use runtime::{Bindings, Bindings2, PolicyPre, PolicyPre2, compile, runtime, wasm_err, wit, wit2};
 use store::State;
+
+use crate::rate::{self, Buckets};
+use crate::{ListedTool, Listing};
 
 pub use convert::CallArgs;
 pub use output::Output;
@@ -70,14 +76,46 @@ pub enum Verdict {
 /// A warm instance: its store and the typed handles on its exports.
 struct Warm {
     store: Store<State>,
-    bindings: Bindings,
+    bindings: Exports,
+}
+
+/// The version of the contract a plugin was built against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Contract {
+    /// `switchyard:policy@0.1.0`: `decide` and `annotate`, no caller.
+    V1,
+    /// `switchyard:policy@0.2.0`: the caller, `list-tool` and `host.take`.
+    V2,
+}
+
+impl std::fmt::Display for Contract {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Contract::V1 => "switchyard:policy@0.1.0",
+            Contract::V2 => "switchyard:policy@0.2.0",
+        })
+    }
+}
+
+/// A type-checked plugin, ready to instantiate, of either contract.
+enum Pre {
+    V1(PolicyPre<State>),
+    V2(PolicyPre2<State>),
+}
+
+/// An instance's exports, of either contract.
+enum Exports {
+    V1(Bindings),
+    V2(Bindings2),
 }
 
 /// One loaded plugin version: compiled, type-checked, and proven to `init`.
 pub struct Plugin {
     name: Arc<str>,
-    pre: PolicyPre<State>,
+    pre: Pre,
     limits: Limits,
+    /// `host.take`'s buckets: the plugin's, whichever instance asks.
+    buckets: Arc<Buckets>,
     config_json: String,
     output: Arc<Output>,
     warm: Mutex<Vec<Warm>>,
@@ -111,6 +149,7 @@ impl Plugin {
             name: Arc::from(name),
             pre,
             limits,
+            buckets: rate::of_plugin(name),
             config_json: config_json.to_string(),
             output: Arc::new(Output::new(name, capture)),
             warm: Mutex::new(Vec::new()),
@@ -127,14 +166,30 @@ impl Plugin {
         &self.output
     }
 
+    /// The JSON its `init` was given.
+    pub fn config_json(&self) -> &str {
+        &self.config_json
+    }
+
+    /// The contract it was built against.
+    pub fn contract(&self) -> Contract {
+        match self.pre {
+            Pre::V1(_) => Contract::V1,
+            Pre::V2(_) => Contract::V2,
+        }
+    }
+
     /// A fresh store and instance, `init`-ed with the plugin's config.
     fn instantiate(&self) -> Result<Warm, PluginError> {
-        let mut store = Store::new(&runtime().engine, State::new(&self.output, &self.limits));
+        let mut store = Store::new(&runtime().engine, State::new(&self.output, &self.limits, &self.buckets));
         store.limiter(|s| s as &mut dyn wasmtime::ResourceLimiter);
         store.epoch_deadline_trap();
         let init_ms = self.limits.deadline_ms.max(MIN_INIT_DEADLINE_MS);
         store.set_epoch_deadline(Limits::ticks(init_ms));
-        let instantiated = self.pre.instantiate(&mut store);
+        let instantiated = match &self.pre {
+            Pre::V1(pre) => pre.instantiate(&mut store).map(Exports::V1),
+            Pre::V2(pre) => pre.instantiate(&mut store).map(Exports::V2),
+        };
         let bindings = match instantiated {
             Ok(b) => b,
             Err(e) => {
@@ -143,7 +198,10 @@ impl Plugin {
                 return Err(PluginError::Init(format!("instantiation {e}")));
             }
         };
-        let r = bindings.call_init(&mut store, &self.config_json);
+        let r = match &bindings {
+            Exports::V1(b) => b.call_init(&mut store, &self.config_json),
+            Exports::V2(b) => b.call_init(&mut store, &self.config_json),
+        };
         let printed = store.data().end_call();
         match r {
             Ok(Ok(())) => Ok(Warm { store, bindings }),
@@ -171,11 +229,13 @@ impl Plugin {
     /// memory may be in any state after a trap.
     fn with_instance<R>(
         &self,
-        f: impl FnOnce(&Bindings, &mut Store<State>) -> wasmtime::Result<R>,
+        now: tokio::time::Instant,
+        f: impl FnOnce(&Exports, &mut Store<State>) -> wasmtime::Result<R>,
     ) -> Result<R, PluginError> {
         self.admit()?;
         let result = self.take().and_then(|mut w| {
             w.store.set_epoch_deadline(Limits::ticks(self.limits.deadline_ms));
+            w.store.data_mut().now = Some(now);
             let r = f(&w.bindings, &mut w.store);
             let printed = w.store.data().end_call();
             match r {
@@ -229,16 +289,36 @@ impl Plugin {
 
     /// Asks the plugin about one call.
     pub fn decide(&self, call: &CallArgs, current: &decision::Decision) -> Result<Verdict, PluginError> {
-        let current = to_wit_decision(current);
-        let v = self.with_instance(|b, s| b.call_decide(s, &call.0, &current))?;
-        Ok(match v {
-            wit::Verdict::Continue(d) => Verdict::Continue(from_wit_decision(d)),
-            wit::Verdict::Stop(d) => Verdict::Stop(from_wit_decision(d)),
-            wit::Verdict::Reject(reason) => Verdict::Reject(reason),
-        })
+        match &self.pre {
+            Pre::V1(_) => {
+                let current = to_wit_decision(current);
+                let v = self.with_instance(call.now, |b, s| match b {
+                    Exports::V1(b) => b.call_decide(s, &call.v1, &current),
+                    Exports::V2(_) => unreachable!("a plugin's instances are of its own contract"),
+                })?;
+                Ok(match v {
+                    wit::Verdict::Continue(d) => Verdict::Continue(from_wit_decision(d)),
+                    wit::Verdict::Stop(d) => Verdict::Stop(from_wit_decision(d)),
+                    wit::Verdict::Reject(reason) => Verdict::Reject(reason),
+                })
+            }
+            Pre::V2(_) => {
+                let current = to_wit2_decision(current);
+                let v = self.with_instance(call.now, |b, s| match b {
+                    Exports::V2(b) => b.call_decide(s, call.v2(), &current),
+                    Exports::V1(_) => unreachable!("a plugin's instances are of its own contract"),
+                })?;
+                Ok(match v {
+                    wit2::Verdict::Continue(d) => Verdict::Continue(from_wit2_decision(d)),
+                    wit2::Verdict::Stop(d) => Verdict::Stop(from_wit2_decision(d)),
+                    wit2::Verdict::Reject(reason) => Verdict::Reject(reason),
+                })
+            }
+        }
     }
 
-    /// Asks the plugin for one tool's hints.
+    /// Asks the plugin for one tool's hints (a 0.2 plugin: the hints of its `list-tool`, for
+    /// a client it is told nothing of).
     pub fn annotate(
         &self,
         server: &str,
@@ -246,10 +326,67 @@ impl Plugin {
         declared: &decision::Hints,
         current: &decision::Hints,
     ) -> Result<decision::Hints, PluginError> {
+        if let Pre::V2(_) = self.pre {
+            let listed = ListedTool {
+                server: server.to_string(),
+                name: tool.to_string(),
+                title: None,
+                description: None,
+                declared: declared.clone(),
+            };
+            let current = Listing::of(&listed).with_hints(current.clone());
+            let now = tokio::time::Instant::now();
+            return self.list_tool(&listed, &decision::Caller::default(), &current, now).map(|l| l.hints);
+        }
         let tool = wit::Tool { server: server.to_string(), name: tool.to_string(), declared: to_wit_hints(declared) };
         let current = to_wit_hints(current);
-        let h = self.with_instance(|b, s| b.call_annotate(s, &tool, &current))?;
+        let h = self.with_instance(tokio::time::Instant::now(), |b, s| match b {
+            Exports::V1(b) => b.call_annotate(s, &tool, &current),
+            Exports::V2(_) => unreachable!("a plugin's instances are of its own contract"),
+        })?;
         Ok(from_wit_hints(h))
+    }
+
+    /// How one tool is shown to `caller`: a 0.2 plugin's `list-tool`; a 0.1 plugin's `annotate`,
+    /// which changes the hints only.
+    pub fn list_tool(
+        &self,
+        tool: &ListedTool,
+        caller: &decision::Caller,
+        current: &Listing,
+        now: tokio::time::Instant,
+    ) -> Result<Listing, PluginError> {
+        if let Pre::V1(_) = self.pre {
+            let hints = self.annotate(&tool.server, &tool.name, &tool.declared, &current.hints)?;
+            return Ok(current.clone().with_hints(hints));
+        }
+        let wit_tool = wit2::Tool {
+            server: tool.server.clone(),
+            name: tool.name.clone(),
+            title: tool.title.clone(),
+            description: tool.description.clone(),
+            declared: to_wit2_hints(&tool.declared),
+            client: to_wit2_client(caller),
+            era: caller.era.clone(),
+        };
+        let wit_current = wit2::Listing {
+            hidden: current.hidden,
+            name: current.name.clone(),
+            title: current.title.clone(),
+            description: current.description.clone(),
+            hints: to_wit2_hints(&current.hints),
+        };
+        let l = self.with_instance(now, |b, s| match b {
+            Exports::V2(b) => b.call_list_tool(s, &wit_tool, &wit_current),
+            Exports::V1(_) => unreachable!("a plugin's instances are of its own contract"),
+        })?;
+        Ok(Listing {
+            hidden: l.hidden,
+            name: l.name,
+            title: l.title,
+            description: l.description,
+            hints: from_wit2_hints(l.hints),
+        })
     }
 
     /// Makes and `init`s one fresh instance and drops it: what a cold start costs (`plugin
@@ -267,7 +404,7 @@ impl Plugin {
 
 /// Compiles `bytes` (or takes them from the cache) and checks them against the policy world,
 /// without running any of the plugin's code.
-fn type_checked(bytes: &[u8], hash: &[u8; 32]) -> anyhow::Result<PolicyPre<State>> {
+fn type_checked(bytes: &[u8], hash: &[u8; 32]) -> anyhow::Result<Pre> {
     let rt = runtime();
     let component = compile(rt, bytes, hash)
         .map_err(|e| anyhow::anyhow!("not a loadable WebAssembly component: {}", one_line(&e)))?;
@@ -275,10 +412,14 @@ fn type_checked(bytes: &[u8], hash: &[u8; 32]) -> anyhow::Result<PolicyPre<State
         .linker
         .instantiate_pre(&component)
         .map_err(|e| wasm_err(e).context("it needs imports switchyard does not provide (wrong interface?)"))?;
-    PolicyPre::new(instance_pre).map_err(|e| {
+    // A 0.2 plugin exports `list-tool`, a 0.1 one `annotate`: the exports tell them apart.
+    if let Ok(pre) = PolicyPre2::new(instance_pre.clone()) {
+        return Ok(Pre::V2(pre));
+    }
+    PolicyPre::new(instance_pre).map(Pre::V1).map_err(|e| {
         wasm_err(e).context(
-            "it does not implement the world switchyard:policy/policy@0.1.0 \
-             (wrong interface: expected exports init, decide, annotate)",
+            "it implements neither the world switchyard:policy/policy@0.2.0 (expected exports init, \
+             decide, list-tool) nor switchyard:policy/policy@0.1.0 (init, decide, annotate): wrong interface",
         )
     })
 }

@@ -19,9 +19,17 @@ mod bindings {
     wasmtime::component::bindgen!({ path: "../../wit", world: "policy" });
 }
 
+/// The same for `wit/0.2/policy.wit` (`switchyard:policy@0.2.0`); a plugin implements one of the two.
+mod bindings_v2 {
+    wasmtime::component::bindgen!({ path: "../../wit/0.2", world: "policy" });
+}
+
 pub(super) use bindings::switchyard::policy::host::{self as wit_host, Level};
 pub(super) use bindings::switchyard::policy::types as wit;
 pub(super) use bindings::{Policy as Bindings, PolicyPre};
+pub(super) use bindings_v2::switchyard::policy::host as wit2_host;
+pub(super) use bindings_v2::switchyard::policy::types as wit2;
+pub(super) use bindings_v2::{Policy as Bindings2, PolicyPre as PolicyPre2};
 
 /// How often the engine's epoch advances; deadlines are counted in these ticks.
 const TICK: Duration = Duration::from_millis(1);
@@ -52,6 +60,7 @@ impl Runtime {
         // capability is denied or stubbed in `State::new`.
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(wasm_err)?;
         wit_host::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s).map_err(wasm_err)?;
+        wit2_host::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s).map_err(wasm_err)?;
 
         let ticker = engine.weak();
         std::thread::Builder::new()

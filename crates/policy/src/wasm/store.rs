@@ -7,7 +7,8 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::output::{LogStream, Output, Printed, Stream};
-use super::runtime::{Level, Limits, wit_host};
+use super::runtime::{Level, Limits, wit_host, wit2_host};
+use crate::rate::Buckets;
 
 /// Per-instance host state.
 pub(super) struct State {
@@ -18,10 +19,15 @@ pub(super) struct State {
     pub(super) memory_limit: usize,
     /// Set when the plugin asked for more memory than allowed, to name the failure.
     pub(super) hit_memory_limit: bool,
+    /// The plugin's rate-limit buckets (`host.take`), shared by all its instances.
+    buckets: Arc<Buckets>,
+    /// The time the call being served counts from (set per call; tokio's clock, which tests
+    /// may pause).
+    pub(super) now: Option<tokio::time::Instant>,
 }
 
 impl State {
-    pub(super) fn new(output: &Arc<Output>, limits: &Limits) -> State {
+    pub(super) fn new(output: &Arc<Output>, limits: &Limits, buckets: &Arc<Buckets>) -> State {
         let printed = Arc::new(Mutex::new(Printed::default()));
         let mut b = WasiCtxBuilder::new();
         // stdout carries the MCP protocol: plugin output goes to the log instead.
@@ -45,6 +51,8 @@ impl State {
             table: ResourceTable::new(),
             memory_limit: limits.memory_bytes(),
             hit_memory_limit: false,
+            buckets: buckets.clone(),
+            now: None,
         }
     }
 }
@@ -96,6 +104,24 @@ impl wit_host::Host for State {
             Level::Error => tracing::Level::ERROR,
         };
         self.output.line(level, "log", &message);
+    }
+}
+
+impl wit2_host::Host for State {
+    fn log(&mut self, level: wit2_host::Level, message: String) {
+        let level = match level {
+            wit2_host::Level::Trace => Level::Trace,
+            wit2_host::Level::Debug => Level::Debug,
+            wit2_host::Level::Info => Level::Info,
+            wit2_host::Level::Warn => Level::Warn,
+            wit2_host::Level::Error => Level::Error,
+        };
+        wit_host::Host::log(self, level, message);
+    }
+
+    fn take(&mut self, key: String, per_minute: u32, burst: u32) -> Option<u64> {
+        let now = self.now.unwrap_or_else(tokio::time::Instant::now);
+        self.buckets.take(&key, per_minute, burst, now)
     }
 }
 

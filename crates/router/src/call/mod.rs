@@ -48,6 +48,69 @@ pub struct Request<'a> {
     pub task: Option<&'a Pinned>,
 }
 
+/// Who sent `req`: what its session knows of its client; for a request of the 2026-07-28 era,
+/// which has no initialize, its own protocol version and the `clientInfo` in its `_meta`.
+fn caller_of(req: &Request<'_>) -> switchyard_core::decision::Caller {
+    const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+    let mut caller = req.link.caller();
+    let Some(params) = req.env.params.as_ref().filter(|_| req.modern) else { return caller };
+    if let Some(version) = codec::envelope_version(req.line, params) {
+        caller.era = version;
+    }
+    let text = &req.line[params.clone()];
+    if text.contains(CLIENT_INFO)
+        && let Ok(v) = serde_json::from_str::<serde_json::Value>(text)
+    {
+        let info = &v["_meta"][CLIENT_INFO];
+        let part = |k: &str| info.get(k).and_then(|s| s.as_str()).map(str::to_string);
+        if let Some(name) = part("name") {
+            caller.name = Some(name);
+            caller.version = part("version");
+        }
+    }
+    caller
+}
+
+/// A `tools/call` checked against what the plugins show its client (only when a plugin may
+/// hide or rename tools): Ok(Some(the request with the server's name of the tool)) when the
+/// client called it by a name a plugin gave it; Ok(None) to send it as it is; Err(the client's
+/// error) when a plugin hides the tool from this client or shows it under another name.
+async fn shown_tool(server: &Server, req: &Request<'_>) -> Result<Option<(String, Envelope)>, String> {
+    if req.env.method.as_deref() != Some("tools/call") || req.task.is_some() {
+        return Ok(None);
+    }
+    let set = server.policy.current();
+    if !set.may_hide_or_rename(&server.name) {
+        return Ok(None);
+    }
+    let fields = req.env.params.as_ref().map(|p| codec::param_fields(req.line, p)).unwrap_or_default();
+    let Some(called) = fields.name else { return Ok(None) };
+    let caller = caller_of(req);
+    let view = req.link.tool_view(&server.name);
+    let listed = |name: &str| server.listed_tool(name);
+    let client_id = &req.line[req.env.id.clone().expect("requests have ids")];
+    match annotate::check_call(&set, req.session_label, &caller, view.as_deref(), &called, listed).await {
+        Ok(None) => Ok(None),
+        Ok(Some(original)) => {
+            let internal = |why: String| {
+                let msg = format!(
+                    "tools/call `{called}`: switchyard could not put the server's name `{original}` in the request: {why}"
+                );
+                codec::response_error(client_id, codec::INTERNAL_ERROR, &msg, None)
+            };
+            let mut v: serde_json::Value = serde_json::from_str(req.line).map_err(|e| internal(e.to_string()))?;
+            v["params"]["name"] = serde_json::Value::String(original.clone());
+            let line = v.to_string();
+            let env = codec::parse(&line).map_err(|e| internal(e.message()))?;
+            Ok(Some((line, env)))
+        }
+        Err(rejection) => {
+            tracing::info!(server = %server.name, session = req.session_label, "tools/call `{called}` rejected by `{}`: {}", rejection.plugin, rejection.reason);
+            Err(CallError::Rejected(rejection).to_response(client_id))
+        }
+    }
+}
+
 /// How a call ended, for the metrics (filled in by [`run`]).
 struct End {
     outcome: Outcome,
@@ -62,7 +125,28 @@ pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
     let started = Instant::now();
     let (method, session_label) = (req.env.method.as_deref().unwrap_or_default(), req.session_label);
     let mut end = End { outcome: Outcome::Cancelled, code: None, tool: None };
-    let resp = run(server, req, &mut end).await;
+    // A tool the client calls by the name a plugin gave it reaches the server under its own.
+    let renamed = match shown_tool(server, &req).await {
+        Ok(renamed) => renamed,
+        Err(refused) => {
+            end.outcome = Outcome::Rejected;
+            end.code = Some(codec::POLICY_REJECTED);
+            server.metrics.call(Call {
+                server: &server.metric_name,
+                method,
+                tool: None,
+                outcome: end.outcome,
+                code: end.code,
+                session_label,
+                elapsed: started.elapsed(),
+            });
+            return Some(refused);
+        }
+    };
+    let resp = match &renamed {
+        Some((line, env)) => run(server, Request { line, env, ..req }, &mut end).await,
+        None => run(server, req, &mut end).await,
+    };
     server.metrics.call(Call {
         server: &server.metric_name,
         method,
@@ -120,6 +204,7 @@ impl<'a> Forwarded<'a> {
         let info = CallInfo {
             server: server.name.clone(),
             session: req.session_label.to_string(),
+            caller: caller_of(req),
             method,
             tool,
             arguments: None,
@@ -212,7 +297,7 @@ async fn run(server: &Arc<Server>, req: Request<'_>, end: &mut End) -> Option<St
             Ok(Answered { reply, permit, instance }) => {
                 (end.outcome, end.code) = reply_outcome(&reply, call.info.tool.is_some());
                 let reply = task_ids(server, &req, &eff, reply, permit, &instance);
-                return Some(finish(server, &set, req.session_label, &call.info.method, reply, call.client_id).await);
+                return Some(finish(server, &set, &req, &call.info, reply, call.client_id).await);
             }
             Err(Stop::Cancelled) => return None,
             Err(Stop::Failed(e)) => e,
@@ -314,23 +399,28 @@ fn task_ids(
 async fn finish(
     server: &Server,
     set: &Arc<PluginSet>,
-    lane: &str,
-    method: &str,
+    req: &Request<'_>,
+    info: &CallInfo,
     reply: Reply,
     client_id: &str,
 ) -> String {
     let id_span = reply.env.id.clone().expect("responses routed by id have one");
-    if method == "tools/list"
+    if info.method == "tools/list"
         && let Some(r) = reply.env.result.clone()
     {
         let result = &reply.line[r.clone()];
         server.learn_tools(result);
         if set.reads_calls() {
-            match annotate::rewrite_tools_list(set, lane, &server.name, result).await {
-                Ok(Some(new)) => {
-                    return codec::splice_many(&reply.line, vec![(id_span, client_id), (r, new.as_str())]);
+            let lane = req.session_label;
+            match annotate::rewrite_tools_list(set, lane, &info.caller, &server.name, result).await {
+                Ok(rewritten) => {
+                    if set.may_hide_or_rename(&server.name) {
+                        req.link.set_tool_view(&server.name, rewritten.view);
+                    }
+                    if let Some(new) = rewritten.result {
+                        return codec::splice_many(&reply.line, vec![(id_span, client_id), (r, new.as_str())]);
+                    }
                 }
-                Ok(None) => {}
                 Err(e) => tracing::warn!(server = %server.name, "tools/list result left as the server sent it: {e}"),
             }
         }

@@ -17,6 +17,8 @@ pub(super) struct ToolCache {
     /// The instance whose whole tools/list `declared` holds, since its last tools/list_changed:
     /// while it lives, a new client session costs the server no tools/list.
     fetched_from: Option<u64>,
+    /// Each tool's `title` and `description`, as listed (what a tool-list hook judges).
+    words: HashMap<String, (Option<String>, Option<String>)>,
 }
 
 impl Server {
@@ -47,7 +49,22 @@ impl Server {
             if let Some(name) = t.get("name").and_then(|n| n.as_str()) {
                 let hints = switchyard_policy::annotate::declared_hints(t.get("annotations"));
                 cache.declared.insert(name.to_string(), hints);
+                let text = |k: &str| t.get(k).and_then(|v| v.as_str()).map(str::to_string);
+                cache.words.insert(name.to_string(), (text("title"), text("description")));
             }
+        }
+    }
+
+    /// `tool` as the server listed it, as far as known (the tool-list hook judges a call with it).
+    pub fn listed_tool(&self, tool: &str) -> switchyard_policy::ListedTool {
+        let cache = self.tools.read().expect("lock");
+        let (title, description) = cache.words.get(tool).cloned().unwrap_or_default();
+        switchyard_policy::ListedTool {
+            server: self.name.clone(),
+            name: tool.to_string(),
+            title,
+            description,
+            declared: cache.declared.get(tool).cloned().unwrap_or_default(),
         }
     }
 
@@ -147,12 +164,16 @@ impl Server {
             }
             let now = self.policy.current();
             let known = self.known_tools();
-            let differs = !known.is_empty()
+            let any_known = !known.is_empty();
+            let differs = any_known
                 && last.annotate_async("", &self.name, known.clone()).await
                     != now.annotate_async("", &self.name, known).await;
+            // A plugin that hides or renames tools per client changed: the lists may differ.
+            let shown_differs = any_known && !last.shows_tools_as(&now);
             last = now;
-            if differs {
-                tracing::info!(server = %self.name, "plugins changed tool annotations; sending tools/list_changed");
+            if differs || shown_differs {
+                let what = if differs { "tool annotations" } else { "the tools some clients are shown" };
+                tracing::info!(server = %self.name, "plugins changed {what}; sending tools/list_changed");
                 let note = codec::notification("notifications/tools/list_changed", "{}");
                 self.hub.broadcast(&note);
             }

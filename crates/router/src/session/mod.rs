@@ -23,6 +23,7 @@ use sessions::Registered;
 pub use sessions::Sessions;
 use switchyard_config::Share;
 use switchyard_core::codec::{self, Envelope, Frame, Kind, LineReader};
+use switchyard_core::decision::Transport;
 use switchyard_core::ids::SessionId;
 
 static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
@@ -234,6 +235,7 @@ impl Session {
         // A client that stops reading may fall this far behind before its session is closed.
         let queue_limit = server.limits.max_message_bytes.saturating_mul(4);
         let link = ClientPeer::new(id, tx, queue_limit, server.buffered.clone());
+        link.set_origin(Transport::of_label(opening.transport), opening.client_dir.clone());
         server.hub.attach(link.clone());
         let session = Arc::new(Session {
             id,
@@ -594,6 +596,7 @@ impl Session {
         let call = switchyard_core::decision::CallInfo {
             server: server.name.clone(),
             session: self.label.clone(),
+            caller: self.link.caller(),
             method: method.to_string(),
             tool: None,
             arguments: None,

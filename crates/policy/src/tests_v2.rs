@@ -1,0 +1,225 @@
+//! Tests of `switchyard:policy@0.2.0` beside 0.1.0: the caller, the tool-list hook, the rate
+//! limits of `host.take`, `[[plugins]] servers`, and a 0.1.0 plugin built before 0.2 existed.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::annotate::{ClientView, check_call, rewrite_tools_list};
+use super::*;
+use switchyard_core::decision::{Concurrency, Transport};
+
+const EXAMPLES: &str = env!("SWITCHYARD_EXAMPLE_PLUGINS");
+
+fn example(name: &str) -> PathBuf {
+    Path::new(EXAMPLES).join(name)
+}
+
+/// The `hints` example as built from the 0.1.0 contract before 0.2 was added, kept as it was.
+fn hints_0_1_0() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/hints-0.1.0.wasm")
+}
+
+fn load(name: &str, path: &Path, config: &str, servers: Option<&[&str]>) -> Arc<Loaded> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut e = PluginEntry::defaults_for(name);
+    e.config = Some(toml::Value::String(config.to_string()));
+    // Epoch deadlines count wall-clock time; a busy test machine must not trip them.
+    e.deadline_ms = 1_000;
+    e.servers = servers.map(|s| s.iter().map(|n| n.to_string()).collect());
+    Arc::new(Loaded::load(name, &bytes, &e).unwrap_or_else(|e| panic!("{name} does not load: {e:#}")))
+}
+
+fn client(name: &str) -> Caller {
+    Caller {
+        name: Some(name.to_string()),
+        version: Some("1.0".into()),
+        transport: Transport::Socket,
+        dir: Some("/work/project".into()),
+        era: "2025-11-25".into(),
+    }
+}
+
+fn call_by(caller: Caller, server: &str, tool: &str) -> CallInfo {
+    CallInfo {
+        server: server.into(),
+        session: "s1".into(),
+        caller,
+        method: "tools/call".into(),
+        tool: Some(tool.into()),
+        arguments: Some("{}".into()),
+        declared: Hints::default(),
+        attempt: 0,
+    }
+}
+
+fn listed(server: &str, name: &str) -> ListedTool {
+    ListedTool {
+        server: server.into(),
+        name: name.into(),
+        title: None,
+        description: Some(format!("the {name} tool")),
+        declared: Hints::default(),
+    }
+}
+
+const FILTER: &str = r#"{"clients": {"cursor": {"hide": ["write_*"], "rename": {"read_file": "cat"}},
+    "claude-*": {}, "only-*": {"only": ["read_*"]}}}"#;
+
+#[test]
+fn a_0_1_0_plugin_built_before_0_2_still_loads_and_behaves_as_before() {
+    let old = load("hints.wasm", &hints_0_1_0(), r#"{"tools":{"read_*":{"readOnlyHint":true,"title":"Read"}}}"#, None);
+    assert_eq!(old.plugin().contract(), Contract::V1);
+    let set = Arc::new(PluginSet::new(vec![old]));
+    assert!(!set.may_hide_or_rename("fs"), "a 0.1 plugin hides and renames nothing");
+    let d = set.decide(&call_by(client("cursor"), "fs", "read_file")).unwrap();
+    assert_eq!(d.concurrency, Some(Concurrency::Shared));
+    assert_eq!(set.decide(&call_by(client("cursor"), "fs", "write_file")).unwrap(), Decision::default());
+    let h = set.annotate("fs", "read_file", &Hints::default());
+    assert_eq!((h.read_only, h.title.as_deref()), (Some(true), Some("Read")));
+    // Through the tool-list hook, a 0.1 plugin changes the annotations only.
+    let shown = set.list_tool(&listed("fs", "read_file"), &client("cursor"), tokio::time::Instant::now(), false);
+    assert_eq!(shown.listing.hints.read_only, Some(true));
+    assert_eq!((shown.listing.name.as_str(), shown.hidden_by.as_deref()), ("read_file", None));
+    // The examples built now from the same source are 0.1 still.
+    let now = load("hints.wasm", &example("hints.wasm"), "{}", None);
+    assert_eq!(now.plugin().contract(), Contract::V1);
+}
+
+#[test]
+fn tool_filter_hides_and_renames_per_client_name() {
+    let set = PluginSet::new(vec![load("tool-filter.wasm", &example("tool-filter.wasm"), FILTER, None)]);
+    assert!(set.may_hide_or_rename("fs"));
+    let scoped = PluginSet::new(vec![load("tool-filter.wasm", &example("tool-filter.wasm"), FILTER, Some(&["fs"]))]);
+    assert!(scoped.may_hide_or_rename("fs") && !scoped.may_hide_or_rename("github"), "checked only where it applies");
+    let now = tokio::time::Instant::now();
+    let show = |who: &str, tool: &str| set.list_tool(&listed("fs", tool), &client(who), now, false);
+    let w = show("cursor", "write_file");
+    assert!(w.listing.hidden && w.hidden_by.as_deref() == Some("tool-filter.wasm"), "{w:?}");
+    let r = show("cursor", "read_file");
+    assert_eq!((r.listing.name.as_str(), r.renamed_by.as_deref()), ("cat", Some("tool-filter.wasm")));
+    assert_eq!(r.listing.description.as_deref(), Some("the read_file tool"), "the rest is kept");
+    for tool in ["write_file", "read_file"] {
+        let c = show("claude-code", tool);
+        assert_eq!((c.listing.hidden, c.listing.name.as_str()), (false, tool), "claude-code sees {tool} as is");
+    }
+    assert!(show("only-reads", "write_file").listing.hidden, "`only` leaves out what it does not match");
+    assert!(!show("only-reads", "read_text").listing.hidden);
+    // A client that gave no name is matched as "" (no glob here matches it).
+    let nameless = set.list_tool(&listed("fs", "write_file"), &Caller::default(), now, false);
+    assert!(!nameless.listing.hidden);
+}
+
+#[tokio::test]
+async fn a_tools_list_is_rewritten_for_its_client_and_calls_are_checked_against_it() {
+    let set = Arc::new(PluginSet::new(vec![load("tool-filter.wasm", &example("tool-filter.wasm"), FILTER, None)]));
+    let result = r#"{"tools":[{"name":"read_file","description":"reads","inputSchema":{"type":"object"}},{"name":"write_file","inputSchema":{}},{"name":"list_dir","annotations":{"readOnlyHint":true},"x-new":1}],"nextCursor":null}"#;
+    let cursor = client("cursor");
+    let out = rewrite_tools_list(&set, "s1", &cursor, "fs", result).await.unwrap();
+    let v: serde_json::Value = serde_json::from_str(out.result.as_deref().unwrap()).unwrap();
+    let names: Vec<&str> = v["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["cat", "list_dir"]);
+    assert_eq!(v["tools"][0]["description"], "reads");
+    assert_eq!(v["tools"][1]["x-new"], 1, "an unchanged tool is copied through");
+    assert!(v["nextCursor"].is_null());
+    assert_eq!(out.view, ClientView { renamed: [("cat".to_string(), "read_file".to_string())].into() });
+    // The same list for claude-code is left as the server sent it.
+    let out = rewrite_tools_list(&set, "s2", &client("claude-code"), "fs", result).await.unwrap();
+    assert_eq!(out.result, None);
+
+    let known = |name: &str| listed("fs", name);
+    let view = out_view();
+    let view = Some(&view);
+    assert_eq!(check_call(&set, "s1", &cursor, view, "cat", known).await, Ok(Some("read_file".to_string())));
+    let e = check_call(&set, "s1", &cursor, view, "write_file", known).await.unwrap_err();
+    assert_eq!(e.plugin, "tool-filter.wasm");
+    assert!(e.reason.contains("`write_file` is hidden from client `cursor`"), "{}", e.reason);
+    // Hidden also without a list seen first.
+    assert!(check_call(&set, "s1", &cursor, None, "write_file", known).await.is_err());
+    let e = check_call(&set, "s1", &cursor, view, "read_file", known).await.unwrap_err();
+    assert!(e.reason.contains("as `cat`; call it by that name"), "{}", e.reason);
+    assert_eq!(check_call(&set, "s2", &client("claude-code"), None, "write_file", known).await, Ok(None));
+}
+
+fn out_view() -> ClientView {
+    ClientView { renamed: [("cat".to_string(), "read_file".to_string())].into() }
+}
+
+#[test]
+fn a_plugin_scoped_to_a_server_leaves_the_others_alone() {
+    let cfg = r#"{"tools":{"*":{"readOnlyHint":true}}}"#;
+    let set = PluginSet::new(vec![load("hints.wasm", &example("hints.wasm"), cfg, Some(&["fs"]))]);
+    assert_eq!(set.annotate("fs", "write_file", &Hints::default()).read_only, Some(true));
+    assert_eq!(set.annotate("github", "write_file", &Hints::default()), Hints::default());
+    assert_eq!(set.decide(&call_by(client("c"), "fs", "x")).unwrap().concurrency, Some(Concurrency::Shared));
+    assert_eq!(set.decide(&call_by(client("c"), "github", "x")).unwrap(), Decision::default());
+    let now = tokio::time::Instant::now();
+    let gh = set.list_tool(&listed("github", "write_file"), &client("c"), now, false);
+    assert_eq!(gh.listing.hints, Hints::default());
+}
+
+#[tokio::test(start_paused = true)]
+async fn rate_limit_refuses_the_eleventh_call_in_a_minute_for_one_client_only() {
+    // A name of its own: the buckets of a plugin name live as long as the process.
+    let name = "rate-limit-unit.wasm";
+    let cfg = r#"{"tools":{"search_*":{"per_client_per_minute":10}}}"#;
+    let set = Arc::new(PluginSet::new(vec![load(name, &example("rate-limit.wasm"), cfg, None)]));
+    for n in 1..=10 {
+        set.decide_async(&call_by(client("cursor"), "fs", "search_files"))
+            .await
+            .unwrap_or_else(|r| panic!("call {n}: {r:?}"));
+    }
+    let r = set.decide_async(&call_by(client("cursor"), "fs", "search_files")).await.unwrap_err();
+    assert_eq!(r.plugin, name);
+    assert!(r.reason.contains("rate limit `search_*` (at most 10 calls a minute per client)"), "{}", r.reason);
+    assert!(r.reason.contains("client `cursor`") && r.reason.contains("allowed in 6.0 s"), "{}", r.reason);
+    // Another client has its own bucket; other tools are not limited.
+    set.decide_async(&call_by(client("claude-code"), "fs", "search_files")).await.unwrap();
+    set.decide_async(&call_by(client("cursor"), "fs", "read_file")).await.unwrap();
+    // Six seconds on, one more call of cursor's is free.
+    tokio::time::advance(Duration::from_secs(6)).await;
+    set.decide_async(&call_by(client("cursor"), "fs", "search_files")).await.unwrap();
+    assert!(set.decide_async(&call_by(client("cursor"), "fs", "search_files")).await.is_err());
+}
+
+#[test]
+fn plugin_check_takes_a_client_and_shows_the_tool_list_hook() {
+    let report = check::run(
+        &example("tool-filter.wasm"),
+        &check::Options {
+            config_json: Some(FILTER),
+            call_json: Some(r#"{"tool": "write_file", "client": {"name": "cursor", "transport": "http"}}"#),
+            ..Default::default()
+        },
+    );
+    report.result.unwrap();
+    assert!(report.text.contains("contract: switchyard:policy@0.2.0"), "{}", report.text);
+    assert!(report.text.contains("client:   cursor over http"), "{}", report.text);
+    assert!(report.text.contains("list:     tool `write_file` hidden from this client"), "{}", report.text);
+    let report = check::run(
+        &example("tool-filter.wasm"),
+        &check::Options {
+            config_json: Some(FILTER),
+            call_json: Some(r#"{"tool": "read_file", "client": "cursor"}"#),
+            ..Default::default()
+        },
+    );
+    assert!(report.text.contains("tool `read_file` shown as `cat`"), "{}", report.text);
+    let report = check::run(
+        &example("tool-filter.wasm"),
+        &check::Options { call_json: Some(r#"{"client": {"nmae": "x"}}"#), ..Default::default() },
+    );
+    let e = report.result.unwrap_err().to_string();
+    assert!(e.contains("unknown field `nmae`"), "{e}");
+}
+
+#[test]
+fn a_changed_tool_list_hook_is_told_apart_from_an_unchanged_one() {
+    let filter = |cfg: &str| PluginSet::new(vec![load("tool-filter.wasm", &example("tool-filter.wasm"), cfg, None)]);
+    let hints = |cfg: &str| PluginSet::new(vec![load("hints.wasm", &example("hints.wasm"), cfg, None)]);
+    assert!(filter(FILTER).shows_tools_as(&filter(FILTER)));
+    assert!(!filter(FILTER).shows_tools_as(&filter(r#"{"clients": {"cursor": {"hide": ["*"]}}}"#)));
+    assert!(!filter(FILTER).shows_tools_as(&PluginSet::empty()), "a hook removed");
+    // 0.1 plugins change annotations only, which are compared on their own.
+    assert!(hints("{}").shows_tools_as(&hints(r#"{"tools":{"*":{"title":"x"}}}"#)));
+}

@@ -1,0 +1,94 @@
+//! `rate-limit`: at most N calls a minute per client to the tools matching a glob.
+//!
+//! Config: `{"tools": {"<glob>": {"per_client_per_minute": N}}}`. The most specific glob that
+//! matches a called tool applies. A client is its `clientInfo.name` (a client that gave none
+//! counts per session). The counts live in the host (`host.take`), so every instance of the
+//! plugin shares them; each client may use its N calls at once, then one more every 60/N
+//! seconds. A call over the limit is refused with the limit and when it frees. Built against
+//! `switchyard:policy@0.2.0`.
+
+wit_bindgen::generate!({ path: "../../../wit/0.2", world: "policy" });
+
+use std::cell::RefCell;
+
+use plugin_util::{GlobMap, parse_config};
+use switchyard::policy::host::{Level, log, take};
+
+struct RateLimit;
+
+/// One limit: the glob it was configured under, and its calls a minute.
+struct Limit {
+    glob: String,
+    per_minute: u32,
+}
+
+thread_local! {
+    // Filled by `init`; a component instance is single-threaded, so a RefCell is enough.
+    static LIMITS: RefCell<GlobMap<Limit>> = RefCell::new(GlobMap::new());
+}
+
+impl Guest for RateLimit {
+    fn init(config: String) -> Result<(), String> {
+        let config = parse_config(&config)?;
+        if let Some(k) = config.keys().find(|k| *k != "tools") {
+            return Err(format!("unknown key `{k}` (rate-limit knows only `tools`)"));
+        }
+        let mut limits = GlobMap::new();
+        if let Some(tools) = config.get("tools") {
+            let tools = tools.as_object().ok_or("`tools` must be an object of glob -> limit")?;
+            for (glob, v) in tools {
+                let obj = v.as_object().ok_or_else(|| format!("tools.{glob} must be an object"))?;
+                if let Some(k) = obj.keys().find(|k| *k != "per_client_per_minute") {
+                    return Err(format!("tools.{glob}: unknown key `{k}` (the key is per_client_per_minute)"));
+                }
+                let per_minute = obj
+                    .get("per_client_per_minute")
+                    .and_then(|n| n.as_u64())
+                    .and_then(|n| u32::try_from(n).ok())
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| format!("tools.{glob}.per_client_per_minute must be a whole number above 0"))?;
+                limits.insert(glob.clone(), Limit { glob: glob.clone(), per_minute });
+            }
+        }
+        if limits.is_empty() {
+            log(Level::Warn, "no `tools` configured: this plugin limits nothing");
+        }
+        LIMITS.with(|l| *l.borrow_mut() = limits);
+        Ok(())
+    }
+
+    fn decide(call: Call, current: Decision) -> Verdict {
+        let Some(tool) = call.tool.as_deref().filter(|_| call.method == "tools/call") else {
+            return Verdict::Continue(current);
+        };
+        // A retry is the same call: it was counted on its first try.
+        if call.attempt > 0 {
+            return Verdict::Continue(current);
+        }
+        LIMITS.with(|l| {
+            let limits = l.borrow();
+            let Some(limit) = limits.get(tool) else { return Verdict::Continue(current) };
+            let client = match &call.client.name {
+                Some(name) => format!("client `{name}`"),
+                None => format!("session {}", call.session),
+            };
+            let key = format!("{}\n{client}", limit.glob);
+            match take(&key, limit.per_minute, limit.per_minute) {
+                None => Verdict::Continue(current),
+                Some(ms) => Verdict::Reject(format!(
+                    "rate limit `{}` (at most {} calls a minute per client) is used up for {client}; \
+                     the next call is allowed in {:.1} s",
+                    limit.glob,
+                    limit.per_minute,
+                    ms as f64 / 1000.0
+                )),
+            }
+        })
+    }
+
+    fn list_tool(_tool: Tool, current: Listing) -> Listing {
+        current
+    }
+}
+
+export!(RateLimit);

@@ -1,0 +1,179 @@
+//! End-to-end tests of `switchyard:policy@0.2.0` through the daemon: plugins that know who is
+//! calling (`tool-filter`, `rate-limit`), `[[plugins]] servers`, and a 0.1.0 plugin binary
+//! built before 0.2 existed.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use switchyard_testkit::daemon::Home;
+use switchyard_testkit::*;
+
+const SLOW: Duration = Duration::from_secs(20);
+
+fn example(name: &str) -> PathBuf {
+    switchyard_testkit::example_plugins().join(name)
+}
+
+/// The `hints` example built against 0.1.0 before 0.2 was added (crates/policy/fixtures).
+fn hints_0_1_0() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../policy/fixtures/hints-0.1.0.wasm")
+}
+
+/// Puts `plugins` (file, source) in the plugins directory beside `home`'s config.
+fn install(home: &Home, plugins: &[(&str, PathBuf)]) {
+    let dir = home.path().join("plugins");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, from) in plugins {
+        std::fs::copy(from, dir.join(name)).unwrap();
+    }
+}
+
+/// `switchyard connect SERVER` and a client on it that initialises as `name`.
+async fn client_named(home: &Home, server: &str, name: &str) -> (Proc, Client) {
+    let mut p = home.connect(server);
+    let mut c = p.client();
+    c.timeout = SLOW;
+    let resp = c
+        .request(
+            "initialize",
+            json!({
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": name, "version": "1.0.0"},
+            }),
+        )
+        .await;
+    assert!(resp.get("result").is_some(), "initialize as {name} failed: {resp}");
+    c.notify("notifications/initialized", json!({})).await;
+    (p, c)
+}
+
+async fn leave(mut p: Proc, mut c: Client) {
+    c.close().await;
+    p.wait_timeout(SLOW).await;
+}
+
+fn tool_names(list: &Value) -> Vec<String> {
+    let tools = list["result"]["tools"].as_array().unwrap_or_else(|| panic!("no tools in {list}"));
+    tools.iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
+}
+
+fn tool<'a>(list: &'a Value, name: &str) -> &'a Value {
+    let tools = list["result"]["tools"].as_array().unwrap();
+    tools.iter().find(|t| t["name"] == name).unwrap_or_else(|| panic!("no tool {name} in {list}"))
+}
+
+#[tokio::test]
+async fn tool_filter_hides_write_tools_from_cursor_and_renames_for_it_only() {
+    let home = Home::new();
+    let config = format!(
+        "{}[[plugins]]\nfile = \"tool-filter.wasm\"\nconfig = '{}'\n",
+        home.fixture("fs", &[]),
+        r#"{"clients": {"cursor": {"hide": ["write*"], "rename": {"echo": "say"}}}}"#
+    );
+    home.write_config(&config);
+    install(&home, &[("tool-filter.wasm", example("tool-filter.wasm"))]);
+
+    let (cp, mut cursor) = client_named(&home, "fs", "cursor").await;
+    let (kp, mut claude) = client_named(&home, "fs", "claude-code").await;
+
+    let seen = tool_names(&cursor.request("tools/list", json!({})).await);
+    assert!(!seen.iter().any(|n| n.starts_with("write")), "cursor sees {seen:?}");
+    assert!(seen.contains(&"say".to_string()) && !seen.contains(&"echo".to_string()), "{seen:?}");
+    assert!(seen.contains(&"read".to_string()), "{seen:?}");
+    let seen = tool_names(&claude.request("tools/list", json!({})).await);
+    assert!(seen.contains(&"write".to_string()) && seen.contains(&"echo".to_string()), "claude-code sees {seen:?}");
+
+    // cursor's call to the hidden tool is refused, naming the plugin; nothing reaches the server.
+    let r = cursor.call_tool("write", json!({"path": "/a", "text": "from cursor"})).await;
+    assert_eq!(r["error"]["code"], -32004, "{r}");
+    let msg = r["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("tool-filter.wasm") && msg.contains("hidden from client `cursor`"), "{msg}");
+    // claude-code writes as before.
+    claude.call_text("write", json!({"path": "/a", "text": "from claude"})).await;
+    assert_eq!(claude.call_text("read", json!({"path": "/a"})).await, "from claude");
+    let calls: Vec<Value> = journal(home.journal("fs")).into_iter().filter(|e| e["event"] == "write_start").collect();
+    assert_eq!(calls.len(), 1, "only claude-code's write reached the server: {calls:?}");
+
+    // The renamed tool: under its new name it reaches `echo`; under the old one it is refused.
+    assert_eq!(cursor.call_text("say", json!({"text": "hi"})).await, "hi");
+    let r = cursor.call_tool("echo", json!({"text": "hi"})).await;
+    assert_eq!(r["error"]["code"], -32004, "{r}");
+    assert!(r["error"]["message"].as_str().unwrap().contains("as `say`"), "{r}");
+    // The mapping is cursor's alone.
+    let r = claude.call_tool("say", json!({"text": "hi"})).await;
+    assert!(r.get("error").is_some() || r["result"]["isError"] == true, "claude-code has no `say`: {r}");
+    assert_eq!(claude.call_text("echo", json!({"text": "hi"})).await, "hi");
+
+    leave(cp, cursor).await;
+    leave(kp, claude).await;
+    home.shutdown().await;
+}
+
+#[tokio::test]
+async fn rate_limit_refuses_the_eleventh_call_of_one_client_while_another_passes() {
+    let home = Home::new();
+    let config = format!(
+        "{}[[plugins]]\nfile = \"rate-limit.wasm\"\nconfig = {{ tools = {{ \"ech*\" = {{ per_client_per_minute = 10 }} }} }}\n",
+        home.fixture("fs", &[])
+    );
+    home.write_config(&config);
+    install(&home, &[("rate-limit.wasm", example("rate-limit.wasm"))]);
+    let (cp, mut cursor) = client_named(&home, "fs", "cursor").await;
+    let (kp, mut claude) = client_named(&home, "fs", "claude-code").await;
+    for n in 1..=10 {
+        assert_eq!(cursor.call_text("echo", json!({"text": format!("{n}")})).await, format!("{n}"));
+    }
+    let r = cursor.call_tool("echo", json!({"text": "11"})).await;
+    assert_eq!(r["error"]["code"], -32004, "the 11th call passed: {r}");
+    let msg = r["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("rate-limit.wasm") && msg.contains("rate limit `ech*`"), "{msg}");
+    assert!(msg.contains("client `cursor`") && msg.contains("next call is allowed in"), "{msg}");
+    for n in 1..=10 {
+        assert_eq!(claude.call_text("echo", json!({"text": format!("{n}")})).await, format!("{n}"));
+    }
+    // Other tools are not limited.
+    assert!(cursor.call_tool("read", json!({"path": "/x"})).await.get("result").is_some());
+    leave(cp, cursor).await;
+    leave(kp, claude).await;
+    home.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_plugin_scoped_to_one_server_leaves_the_others_annotations_and_a_0_1_0_binary_still_works() {
+    let home = Home::new();
+    let config = format!(
+        "{}{}[[plugins]]\nfile = \"hints.wasm\"\nservers = [\"fs\"]\nconfig = {{ tools = {{ \"write\" = {{ readOnlyHint = true, title = \"Scoped\" }} }} }}\n",
+        home.fixture("fs", &[]),
+        home.fixture("other", &[])
+    );
+    home.write_config(&config);
+    install(&home, &[("hints.wasm", hints_0_1_0())]);
+    let (fp, mut fs) = client_named(&home, "fs", "claude-code").await;
+    let (op, mut other) = client_named(&home, "other", "claude-code").await;
+    let in_fs = fs.request("tools/list", json!({})).await;
+    assert_eq!(tool(&in_fs, "write")["annotations"]["readOnlyHint"], true, "{in_fs}");
+    assert_eq!(tool(&in_fs, "write")["annotations"]["title"], "Scoped", "{in_fs}");
+    let in_other = other.request("tools/list", json!({})).await;
+    let write = tool(&in_other, "write");
+    assert_ne!(write["annotations"]["readOnlyHint"], true, "{write}");
+    assert!(write["annotations"].get("title").is_none(), "{write}");
+    // The 0.1.0 plugin decides too: its read-only tool is served.
+    assert_eq!(fs.call_text("echo", json!({"text": "ok"})).await, "ok");
+    leave(fp, fs).await;
+    leave(op, other).await;
+    home.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_plugin_scoped_to_an_unknown_server_stops_the_start_with_the_file_and_line() {
+    let home = Home::new();
+    let config = format!("{}[[plugins]]\nfile = \"hints.wasm\"\nservers = [\"gihtub\"]\n", home.fixture("fs", &[]));
+    home.write_config(&config);
+    let out = home.cli(&["connect", "fs", "--config", &home.config_str()]).await;
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains(&format!("config file {}, line 6", home.config_str())), "{text}");
+    assert!(text.contains("`gihtub`") && text.contains("its servers: fs"), "{text}");
+}
