@@ -1136,6 +1136,30 @@ async fn a_known_server_is_answered_initialize_while_it_starts() {
     home.wait_no_processes(SLOW).await;
 }
 
+/// A client that never sent initialize is served by none of the instances set up for clients
+/// that did: it cannot read what another client stored there, nor set the server's log level.
+#[tokio::test]
+async fn a_session_without_initialize_reaches_no_other_client_s_instance() {
+    let home = Home::new();
+    home.write_config(&home.fixture("alpha", &[]));
+    let (pa, mut a) = home.client("alpha").await;
+    a.call_text("write", json!({"path": "secret", "text": "alice's"})).await;
+    let mut pm = home.connect("alpha");
+    let mut m = pm.client();
+    let read = m.call_tool("read", json!({"path": "secret"})).await;
+    assert_eq!(read["error"]["code"], -32600, "served without initialize: {read}");
+    let message = read["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("has not sent initialize"), "{message}");
+    let level = m.request("logging/setLevel", json!({"level": "debug"})).await;
+    assert_eq!(level["error"]["code"], -32600, "{level}");
+    // Once it initializes, it is served.
+    m.initialize().await;
+    assert_eq!(m.call_text("echo", json!({"text": "now"})).await, "now");
+    leave(pm, m).await;
+    leave(pa, a).await;
+    home.stop().await;
+}
+
 /// A client answered from the server's earlier initialize that the server, as it starts now, no
 /// longer matches: a capability it was told of and the server dropped gets a clear error naming
 /// what happened, not an answer the server would never give.

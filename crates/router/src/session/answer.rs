@@ -127,6 +127,15 @@ impl Session {
                 })
             }
             "ping" => Some(codec::response_ok(id, "{}")),
+            // The server's instances were set up for clients that did initialize: a session that
+            // did not is served by none of them, as a server of its own would serve it nothing.
+            _ if self.profile().is_none() => local_error(
+                codec::INVALID_REQUEST,
+                format!(
+                    "{method}: this session has not sent initialize to server `{}`. A client sends initialize (then notifications/initialized) before any other request",
+                    server.name
+                ),
+            ),
             _ if !or_cancelled(token, async {
                 let _turn = self.in_order.lock().await;
                 server.wait_initialized().await
