@@ -130,6 +130,9 @@ pub trait Upstreams: Send + Sync + 'static {
     fn answers_one_at_a_time(&self, inst: &Instance, waited: Duration);
     /// A client's roots, learned from its answer to the server's own roots/list.
     fn roots_learned(&self, session: SessionId, roots: &serde_json::Value);
+    /// The roots of the profile the server serves, as a roots/list result, once known: every
+    /// client on its instances has them.
+    fn profile_roots(&self) -> Option<String>;
     /// The whole `{kind}/list` of an instance (None: it could not be fetched).
     fn fetch_list<'a>(
         &'a self,
@@ -436,6 +439,13 @@ impl Fanout {
     /// belongs to; when that is unclear (an instance starting, say), those every connected
     /// session has, if they all agree. Never one session's roots for another's call.
     fn cached_roots(&self, attribution: &Attribution) -> Option<String> {
+        // The instance serves one profile, and so one set of roots, whichever of its clients it
+        // asks for (one of them may be on its way to other instances).
+        if matches!(attribution, Attribution::Unclear(_))
+            && let Some(result) = self.owner.upgrade().and_then(|s| s.profile_roots())
+        {
+            return Some(result);
+        }
         let roots = self.roots.lock().expect("lock");
         let agreed = match attribution {
             Attribution::Session(id) => agreed_roots([roots.get(id)]),

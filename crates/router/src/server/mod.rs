@@ -542,6 +542,11 @@ impl Upstreams for Server {
     fn roots_learned(&self, session: SessionId, roots: &serde_json::Value) {
         self.take_roots(session, roots);
     }
+    fn profile_roots(&self) -> Option<String> {
+        let roots = self.profile()?.roots?;
+        let list: serde_json::Value = serde_json::from_str(&roots).ok()?;
+        list.is_array().then(|| serde_json::json!({ "roots": list }).to_string())
+    }
     fn fetch_list<'a>(
         &'a self,
         inst: &'a Instance,
