@@ -986,3 +986,27 @@ async fn a_task_created_before_its_session_moved_is_reached_after() {
     let r = a.request("tasks/get", json!({"taskId": task})).await;
     assert!(error(&r).1.contains("not created in this session"), "{r}");
 }
+
+/// A remembered initialize answer is used only if it has the shape a server's has: an answers
+/// file edited into something else is learned anew, not handed to clients.
+#[tokio::test(start_paused = true)]
+async fn a_remembered_answer_a_server_would_not_give_is_not_used() {
+    let (server, _fake) = start("", true);
+    let answers = Arc::new(crate::server::answers::Answers::open(None));
+    server.keep_answers(answers.clone(), "k".to_string());
+    let profile =
+        crate::server::profile::Profile::of_initialize(r#"{"protocolVersion":"2025-06-18","capabilities":{}}"#, None);
+    let good =
+        r#"{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"s","version":"1"}}"#;
+    server.remember_initialize(&profile, good);
+    assert_eq!(server.remembered_initialize(&profile).as_deref(), Some(good));
+    for bad in [
+        r#"{"protocolVersion":"1999-01-01","capabilities":{},"serverInfo":{"name":"EVIL","version":"1"}}"#,
+        r#"{"protocolVersion":12,"capabilities":{"tools":5},"serverInfo":{}}"#,
+        r#"{"protocolVersion":"2025-06-18","capabilities":5,"serverInfo":{"name":"s"}}"#,
+        r#"[]"#,
+    ] {
+        server.remember_initialize(&profile, bad);
+        assert_eq!(server.remembered_initialize(&profile), None, "{bad} was used");
+    }
+}

@@ -153,9 +153,22 @@ impl Server {
     }
 
     /// The initialize result this server gave a client of `profile` before, if it did.
+    /// Only an answer of the shape a server gives is used (a version of the initialize era, and
+    /// `capabilities` and `serverInfo` objects): the file is the user's to edit, and a broken
+    /// answer is learned anew rather than handed to a client.
     pub fn remembered_initialize(&self, profile: &profile::Profile) -> Option<String> {
         let (answers, key) = self.answers.get()?;
-        answers.get(&profile.answer_key(key))
+        let answer = answers.get(&profile.answer_key(key))?;
+        let v: serde_json::Value = serde_json::from_str(&answer).ok()?;
+        let version = v.get("protocolVersion").and_then(|x| x.as_str()).unwrap_or_default();
+        let plausible = switchyard_mcp::version::SESSION_ERA.contains(&version)
+            && v.get("capabilities").is_some_and(serde_json::Value::is_object)
+            && v.get("serverInfo").is_some_and(serde_json::Value::is_object);
+        if !plausible {
+            tracing::warn!(server = %self.name, "the remembered initialize answer is not one a server gives (version {version:?}); not used, the server's own is awaited and kept");
+            return None;
+        }
+        Some(answer)
     }
 
     /// Remembers the initialize result for clients of `profile`.
