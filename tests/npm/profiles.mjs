@@ -1,7 +1,7 @@
 // A real MCP client (the official TypeScript SDK) with the capabilities and roots it is given:
 // for the tests of what one server shows clients that differ (tests/e2e/interop/profiles.rs).
 //
-//   node profiles.mjs [--caps roots,sampling,elicitation] [--roots DIR,...] [--hold-ms N]
+//   node profiles.mjs [--caps roots,sampling,elicitation] [--roots DIR,...] [--hold-ms N] [--settle-ms N]
 //                     [--call TOOL [--args JSON]]... -- <command> [args...]
 //
 // It connects to the command over stdio (its environment passed on), lists the tools, makes
@@ -34,6 +34,9 @@ const opts = argv.slice(0, dash);
 let caps = [];
 let roots = [];
 let holdMs = 0;
+// Before the calls: server-filesystem applies the roots it is given asynchronously, so a call
+// sent right after the handshake can find none yet, through switchyard or directly.
+let settleMs = 0;
 const calls = [];
 for (let i = 0; i < opts.length; i += 2) {
   const [flag, value] = [opts[i], opts[i + 1]];
@@ -41,6 +44,7 @@ for (let i = 0; i < opts.length; i += 2) {
   if (flag === "--caps") caps = value.split(",").filter(Boolean);
   else if (flag === "--roots") roots = value.split(",").filter(Boolean);
   else if (flag === "--hold-ms") holdMs = Number(value);
+  else if (flag === "--settle-ms") settleMs = Number(value);
   else if (flag === "--call") calls.push({ tool: value, args: {} });
   else if (flag === "--args") {
     if (!calls.length) usage("--args before --call");
@@ -85,6 +89,7 @@ try {
 } catch (e) {
   out.toolsError = String(e);
 }
+if (settleMs > 0) await new Promise((r) => setTimeout(r, settleMs));
 for (const { tool, args } of calls) {
   try {
     const r = await client.callTool({ name: tool, arguments: args }, undefined, { timeout: 60000 });

@@ -96,6 +96,8 @@ async fn two_clients_with_different_roots_each_reach_only_their_own() {
             mine.to_str().unwrap(),
             "--hold-ms",
             "1500",
+            "--settle-ms",
+            "300",
             "--call",
             "list_allowed_directories",
             "--call",
