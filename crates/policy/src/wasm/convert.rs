@@ -77,94 +77,57 @@ pub(super) fn to_wit2_client(c: &decision::Caller) -> wit2::Client {
     }
 }
 
-pub(super) fn to_wit2_hints(h: &decision::Hints) -> wit2::Hints {
-    wit2::Hints {
-        read_only: h.read_only,
-        destructive: h.destructive,
-        idempotent: h.idempotent,
-        open_world: h.open_world,
-        title: h.title.clone(),
-    }
+/// The conversions of the types both contracts have alike, field for field (hints, decision),
+/// for one contract's generated module: bindgen makes a distinct type per contract.
+macro_rules! alike_in_both_contracts {
+    ($wit:ident, $to_hints:ident, $from_hints:ident, $to_decision:ident, $from_decision:ident) => {
+        pub(super) fn $to_hints(h: &decision::Hints) -> $wit::Hints {
+            $wit::Hints {
+                read_only: h.read_only,
+                destructive: h.destructive,
+                idempotent: h.idempotent,
+                open_world: h.open_world,
+                title: h.title.clone(),
+            }
+        }
+
+        pub(super) fn $from_hints(h: $wit::Hints) -> decision::Hints {
+            decision::Hints {
+                read_only: h.read_only,
+                destructive: h.destructive,
+                idempotent: h.idempotent,
+                open_world: h.open_world,
+                title: h.title,
+            }
+        }
+
+        pub(super) fn $to_decision(d: &decision::Decision) -> $wit::Decision {
+            $wit::Decision {
+                concurrency: d.concurrency.as_ref().map(|c| match c {
+                    decision::Concurrency::Shared => $wit::Concurrency::Shared,
+                    decision::Concurrency::Exclusive => $wit::Concurrency::Exclusive,
+                    decision::Concurrency::Keyed(keys) => $wit::Concurrency::Keyed(keys.iter().cloned().collect()),
+                }),
+                pool: d.pool.clone(),
+                timeout_ms: d.timeout_ms,
+                retry: d.retry.map(|r| $wit::Retry { attempts: r.attempts, backoff_ms: r.backoff_ms }),
+            }
+        }
+
+        pub(super) fn $from_decision(d: $wit::Decision) -> decision::Decision {
+            decision::Decision {
+                concurrency: d.concurrency.map(|c| match c {
+                    $wit::Concurrency::Shared => decision::Concurrency::Shared,
+                    $wit::Concurrency::Exclusive => decision::Concurrency::Exclusive,
+                    $wit::Concurrency::Keyed(keys) => decision::Concurrency::Keyed(keys.into_iter().collect()),
+                }),
+                pool: d.pool,
+                timeout_ms: d.timeout_ms,
+                retry: d.retry.map(|r| decision::Retry { attempts: r.attempts, backoff_ms: r.backoff_ms }),
+            }
+        }
+    };
 }
 
-pub(super) fn from_wit2_hints(h: wit2::Hints) -> decision::Hints {
-    decision::Hints {
-        read_only: h.read_only,
-        destructive: h.destructive,
-        idempotent: h.idempotent,
-        open_world: h.open_world,
-        title: h.title,
-    }
-}
-
-pub(super) fn to_wit2_decision(d: &decision::Decision) -> wit2::Decision {
-    wit2::Decision {
-        concurrency: d.concurrency.as_ref().map(|c| match c {
-            decision::Concurrency::Shared => wit2::Concurrency::Shared,
-            decision::Concurrency::Exclusive => wit2::Concurrency::Exclusive,
-            decision::Concurrency::Keyed(keys) => wit2::Concurrency::Keyed(keys.iter().cloned().collect()),
-        }),
-        pool: d.pool.clone(),
-        timeout_ms: d.timeout_ms,
-        retry: d.retry.map(|r| wit2::Retry { attempts: r.attempts, backoff_ms: r.backoff_ms }),
-    }
-}
-
-pub(super) fn from_wit2_decision(d: wit2::Decision) -> decision::Decision {
-    decision::Decision {
-        concurrency: d.concurrency.map(|c| match c {
-            wit2::Concurrency::Shared => decision::Concurrency::Shared,
-            wit2::Concurrency::Exclusive => decision::Concurrency::Exclusive,
-            wit2::Concurrency::Keyed(keys) => decision::Concurrency::Keyed(keys.into_iter().collect()),
-        }),
-        pool: d.pool,
-        timeout_ms: d.timeout_ms,
-        retry: d.retry.map(|r| decision::Retry { attempts: r.attempts, backoff_ms: r.backoff_ms }),
-    }
-}
-
-pub(super) fn to_wit_hints(h: &decision::Hints) -> wit::Hints {
-    wit::Hints {
-        read_only: h.read_only,
-        destructive: h.destructive,
-        idempotent: h.idempotent,
-        open_world: h.open_world,
-        title: h.title.clone(),
-    }
-}
-
-pub(super) fn from_wit_hints(h: wit::Hints) -> decision::Hints {
-    decision::Hints {
-        read_only: h.read_only,
-        destructive: h.destructive,
-        idempotent: h.idempotent,
-        open_world: h.open_world,
-        title: h.title,
-    }
-}
-
-pub(super) fn to_wit_decision(d: &decision::Decision) -> wit::Decision {
-    wit::Decision {
-        concurrency: d.concurrency.as_ref().map(|c| match c {
-            decision::Concurrency::Shared => wit::Concurrency::Shared,
-            decision::Concurrency::Exclusive => wit::Concurrency::Exclusive,
-            decision::Concurrency::Keyed(keys) => wit::Concurrency::Keyed(keys.iter().cloned().collect()),
-        }),
-        pool: d.pool.clone(),
-        timeout_ms: d.timeout_ms,
-        retry: d.retry.map(|r| wit::Retry { attempts: r.attempts, backoff_ms: r.backoff_ms }),
-    }
-}
-
-pub(super) fn from_wit_decision(d: wit::Decision) -> decision::Decision {
-    decision::Decision {
-        concurrency: d.concurrency.map(|c| match c {
-            wit::Concurrency::Shared => decision::Concurrency::Shared,
-            wit::Concurrency::Exclusive => decision::Concurrency::Exclusive,
-            wit::Concurrency::Keyed(keys) => decision::Concurrency::Keyed(keys.into_iter().collect()),
-        }),
-        pool: d.pool,
-        timeout_ms: d.timeout_ms,
-        retry: d.retry.map(|r| decision::Retry { attempts: r.attempts, backoff_ms: r.backoff_ms }),
-    }
-}
+alike_in_both_contracts!(wit, to_wit_hints, from_wit_hints, to_wit_decision, from_wit_decision);
+alike_in_both_contracts!(wit2, to_wit2_hints, from_wit2_hints, to_wit2_decision, from_wit2_decision);
