@@ -122,19 +122,24 @@ struct BudgetInner {
     starting: usize,
 }
 
+impl BudgetInner {
+    /// Instances alive or starting (the ended ones are forgotten here).
+    fn in_use(&mut self) -> usize {
+        self.live.retain(|w| w.upgrade().is_some_and(|i| !i.is_dead()));
+        self.live.len() + self.starting
+    }
+}
+
 impl Budget {
     /// Instances alive or starting, across the family.
     pub fn in_use(&self) -> usize {
-        let mut inner = self.inner.lock().expect("budget lock");
-        inner.live.retain(|w| w.upgrade().is_some_and(|i| !i.is_dead()));
-        inner.live.len() + inner.starting
+        self.inner.lock().expect("budget lock").in_use()
     }
 
     /// Takes a place for one start: under `max`, or the first of a pool that has none.
     fn take(&self, max: usize, first: bool) -> bool {
         let mut inner = self.inner.lock().expect("budget lock");
-        inner.live.retain(|w| w.upgrade().is_some_and(|i| !i.is_dead()));
-        if first || inner.live.len() + inner.starting < max {
+        if first || inner.in_use() < max {
             inner.starting += 1;
             return true;
         }

@@ -129,7 +129,7 @@ impl Session {
             "ping" => Some(codec::response_ok(id, "{}")),
             // The server's instances were set up for clients that did initialize: a session that
             // did not is served by none of them, as a server of its own would serve it nothing.
-            _ if self.profile().is_none() => local_error(
+            _ if !self.sent_initialize() => local_error(
                 codec::INVALID_REQUEST,
                 format!(
                     "{method}: this session has not sent initialize to server `{}`. A client sends initialize (then notifications/initialized) before any other request",
@@ -144,16 +144,13 @@ impl Session {
             {
                 Some(server.not_initialized().to_response(id))
             }
-            m if self.withdrawn(server, m).is_some() => {
-                let capability = self.withdrawn(server, m).unwrap_or_default();
-                local_error(
-                    codec::METHOD_NOT_FOUND,
-                    format!(
-                        "{m}: server `{}` does not offer `{capability}` as it runs now. This client was told it did: switchyard answered its initialize from the server's earlier answer while the server started, and the server's own answer differs. Restart the client (or reconnect it) to get what the server offers now",
-                        server.name
-                    ),
-                )
-            }
+            m if let Some(capability) = self.withdrawn(server, m) => local_error(
+                codec::METHOD_NOT_FOUND,
+                format!(
+                    "{m}: server `{}` does not offer `{capability}` as it runs now. This client was told it did: switchyard answered its initialize from the server's earlier answer while the server started, and the server's own answer differs. Restart the client (or reconnect it) to get what the server offers now",
+                    server.name
+                ),
+            ),
             "logging/setLevel" => match fields.level {
                 Some(level) => match or_cancelled(token, server.set_log_level(self.id, &level)).await? {
                     Ok(()) => Some(codec::response_ok(id, "{}")),
@@ -293,13 +290,19 @@ fn capability_of(method: &str) -> Option<&'static str> {
 
 impl Session {
     /// The capability `method` needs when this client was promised it (answered initialize from
-    /// the server's earlier answer) and the server as it runs now does not declare it.
+    /// the server's earlier answer) and the server as it runs now does not declare it. Worked out
+    /// once, at the session's first request after the server is initialised.
     fn withdrawn(&self, server: &crate::server::Server, method: &str) -> Option<&'static str> {
         let promised = self.promised.get()?;
         let capability = capability_of(method)?;
-        let v: serde_json::Value = serde_json::from_str(promised).ok()?;
-        let was = v.get("capabilities").and_then(|c| c.get(capability)).is_some_and(|c| !c.is_null());
-        (was && server.lacks_capability(capability)).then_some(capability)
+        let gone = self.withdrawn.get_or_init(|| {
+            let v: serde_json::Value = serde_json::from_str(promised).unwrap_or_default();
+            ["tools", "prompts", "resources", "logging", "completions"]
+                .into_iter()
+                .filter(|c| v["capabilities"].get(c).is_some_and(|x| !x.is_null()) && server.lacks_capability(c))
+                .collect()
+        });
+        gone.contains(&capability).then_some(capability)
     }
 
     /// The client was answered initialize from an earlier answer that differs from the server's

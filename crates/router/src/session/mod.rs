@@ -55,6 +55,8 @@ pub struct Session {
     /// The server's earlier initialize result, when the client was answered with it while the
     /// server started: what it was told the server offers.
     promised: std::sync::OnceLock<String>,
+    /// The capabilities of `promised` the server, once initialised, does not declare.
+    withdrawn: std::sync::OnceLock<Vec<&'static str>>,
 }
 
 /// Where a session stands in finding the server instances that serve its profile.
@@ -256,6 +258,7 @@ impl Session {
             started,
             speaks_control: opening.speaks_control,
             promised: std::sync::OnceLock::new(),
+            withdrawn: std::sync::OnceLock::new(),
         });
         let registered = opening.sessions.add(&session);
         server.metrics.session_opened(opening.transport);
@@ -793,6 +796,11 @@ impl Session {
     /// Its profile, once it sent initialize.
     fn profile(&self) -> Option<Profile> {
         self.placement.profile.lock().expect("lock").clone()
+    }
+
+    /// Whether the client sent initialize (without copying its profile: asked on every request).
+    fn sent_initialize(&self) -> bool {
+        self.placement.profile.lock().expect("lock").is_some()
     }
 
     /// Waits until the session is placed (see [`Session::settle_roots`]).
