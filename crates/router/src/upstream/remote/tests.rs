@@ -310,6 +310,14 @@ async fn mcp_post(State(fake): State<Shared>, headers: HeaderMap, body: String) 
             sse(vec!["id: e1\nretry: 10\ndata:\n\n".into()])
         }
         "big" => json(result(&id, &"x".repeat(100_000))),
+        // The server's own error under an HTTP error status, as a 2026-07-28 server answers an
+        // unknown method (404, -32601).
+        "refused" => (
+            StatusCode::NOT_FOUND,
+            [("content-type", "application/json")],
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32601,"message":"Method not found: refused"}}}}"#),
+        )
+            .into_response(),
         // A server that echoes the credentials it refused in its error body.
         "echo-auth" => {
             let auth = header(&headers, "authorization").unwrap_or_default();
@@ -404,6 +412,29 @@ async fn settle(fake: &Shared) {
 }
 
 // ---------------------------------------------------------------- Streamable HTTP tests
+
+/// A 2026-07-28 request (no session) answered with the server's own JSON-RPC error under an
+/// HTTP error status (an unknown method: 404 and -32601) gets that answer, as it would directly:
+/// not a lost request, nor a link failure. (In the session era a 404 still means the session is
+/// gone: a new one is opened and the request replayed.)
+#[tokio::test]
+async fn a_2026_answer_under_an_http_error_status_is_the_server_s_own() {
+    let (url, fake) = streamable_server().await;
+    let (_c, rec, t) = open(&url, RemoteKind::StreamableHttp).await;
+    let modern = |id: u64, tool: &str| Outbound {
+        line: format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{{}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}}}}"#
+        ),
+        request: Some(id),
+    };
+    t.send(modern(2, "refused")).unwrap();
+    let answer = rec.response(2).await;
+    assert!(answer.contains("-32601") && answer.contains("Method not found: refused"), "{answer}");
+    t.send(modern(3, "echo")).unwrap();
+    assert!(rec.response(3).await.contains("\"ok\""));
+    assert!(!rec.all().iter().any(|r| matches!(r, Rec::Lost(..) | Rec::Renewed | Rec::Ended(_))), "{:?}", rec.all());
+    assert_eq!(fake.lock().unwrap().initializes, 0);
+}
 
 #[tokio::test]
 async fn json_answers_carry_the_session_and_version_and_notifications_get_202() {

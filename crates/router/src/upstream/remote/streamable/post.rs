@@ -173,6 +173,16 @@ impl Inner {
         {
             return Outcome::SessionLost(format!("HTTP {code}: {shown}"));
         }
+        // The server's own JSON-RPC answer to the request, under an HTTP error status (a
+        // 2026-07-28 server answers an unknown method 404 with -32601): it is the client's, as it
+        // would be directly, and says nothing of the link.
+        let text = text.trim();
+        if let Some(id) = msg.request
+            && answers(text, id)
+        {
+            core.message(text.to_string());
+            return Outcome::Done;
+        }
         let cause = format!("{url} answered HTTP {code}: {shown}");
         match msg.request {
             Some(id) => core.lost(id, maybe_delivered(cause)),
