@@ -531,6 +531,8 @@ struct TokenHolder<'a> {
     reason: Option<&'a RawValue>,
     #[serde(borrow, default, rename = "taskId")]
     task_id: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "requestState")]
+    request_state: Option<&'a RawValue>,
 }
 
 fn raw_string(raw: Option<&RawValue>) -> Option<String> {
@@ -557,6 +559,9 @@ pub struct ParamFields {
     /// `taskId` (tasks/get, tasks/result, tasks/cancel, tasks/update, task notifications): the
     /// span of its JSON string, quotes included.
     pub task_id: Option<Range<usize>>,
+    /// `requestState` (a 2026-07-28 retry of a request the server answered `input_required`):
+    /// the span of its JSON string, quotes included.
+    pub request_state: Option<Range<usize>>,
 }
 
 /// Reads the routing fields of a params object; missing or malformed fields are `None`.
@@ -572,6 +577,7 @@ pub fn param_fields(line: &str, params: &Range<usize>) -> ParamFields {
             arguments: h.arguments.map(|r| span(line, r.get())),
             reason: raw_string(h.reason),
             task_id: h.task_id.filter(|r| r.get().starts_with('"')).map(|r| span(line, r.get())),
+            request_state: h.request_state.filter(|r| r.get().starts_with('"')).map(|r| span(line, r.get())),
         },
         Err(_) => ParamFields::default(),
     }

@@ -174,6 +174,16 @@ impl Client {
 
     /// [`Client::connect`] with these client capabilities.
     async fn connect_with(server: &Arc<Server>, capabilities: Value) -> Client {
+        let mut c = Client::open(server);
+        let init = json!({"protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": {"name": "t", "version": "1"}});
+        let resp = c.request("initialize", init).await;
+        assert!(resp.get("result").is_some(), "{resp}");
+        c.notify("notifications/initialized", json!({})).await;
+        c
+    }
+
+    /// Opens a session of `server` without initialising it (a 2026-07-28 client's way).
+    fn open(server: &Arc<Server>) -> Client {
         let (mine, theirs) = tokio::io::duplex(1 << 20);
         let (r, w) = tokio::io::split(theirs);
         let opening = Opening {
@@ -191,12 +201,7 @@ impl Client {
                 let _ = tx.send(serde_json::from_str::<Value>(&line).expect("the router sends JSON"));
             }
         });
-        let mut c = Client { out, inbox, held: Vec::new(), next_id: 1 };
-        let init = json!({"protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": {"name": "t", "version": "1"}});
-        let resp = c.request("initialize", init).await;
-        assert!(resp.get("result").is_some(), "{resp}");
-        c.notify("notifications/initialized", json!({})).await;
-        c
+        Client { out, inbox, held: Vec::new(), next_id: 1 }
     }
 
     async fn write(&mut self, msg: Value) {
@@ -320,6 +325,150 @@ async fn progress_from_the_server_extends_the_deadline_up_to_max_call_timeout() 
     let (code, msg) = error(&resp);
     assert_eq!(code, -32001, "{resp}");
     assert!(msg.contains("timed out after 2.0 s"), "{msg}");
+}
+
+/// `_meta` of a 2026-07-28 request: the era's envelope, which needs no initialize.
+fn modern_meta() -> Value {
+    json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}})
+}
+
+/// [`fake_server`], where a `subscriptions/listen` is acknowledged on its stream (a notification
+/// naming the listen's id) and then left open, as a server of the 2026-07-28 era does.
+fn listening_server() -> Behaviour {
+    let inner = fake_server(false);
+    Arc::new(move |link, msg| {
+        let m: Value = serde_json::from_str(&msg.line).expect("the router sends JSON");
+        if m["method"] == "subscriptions/listen" {
+            let ack = json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": m["id"]}}});
+            link.reply(&ack.to_string());
+            return;
+        }
+        inner(link, msg)
+    })
+}
+
+/// A listen stream is a subscription, not a call: quiet for longer than any call may take, it
+/// stays open; it takes no place of a serial server's one call at a time; and it ends when its
+/// client cancels it, with the cancel passed on and no answer owed.
+#[tokio::test(start_paused = true)]
+async fn a_quiet_listen_stream_outlives_the_call_timeout_and_takes_no_call_slot() {
+    let cfg =
+        "[limits]\ncall_timeout_ms = 500\nmax_call_timeout_ms = 2000\n[pools.default]\nmax = 1\nmax_inflight = 1\n";
+    let (server, fake) = start_with(cfg, listening_server());
+    let mut c = Client::open(&server);
+    let listen = c
+        .send("subscriptions/listen", json!({"notifications": {"toolsListChanged": true}, "_meta": modern_meta()}))
+        .await;
+    tokio::time::sleep(ms(100)).await;
+    let acks = c.take(Some("notifications/subscriptions/acknowledged"));
+    assert_eq!(acks.len(), 1, "{acks:?}");
+    assert_eq!(acks[0]["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], listen);
+
+    // Quiet for five times the longest call: no answer, no cancel upstream.
+    tokio::time::sleep(ms(10_000)).await;
+    assert_eq!(c.take(None), Vec::<Value>::new(), "the listen stream was answered");
+    let link = fake.link(0);
+    assert_eq!(received(&link, "notifications/cancelled"), Vec::<Value>::new());
+
+    // A call goes through while it is open, though the server takes one call at a time.
+    let started = Instant::now();
+    let resp = c
+        .request("tools/call", json!({"name": "echo", "arguments": {"text": "meanwhile"}, "_meta": modern_meta()}))
+        .await;
+    assert_eq!(text(&resp), "meanwhile", "{resp}");
+    assert_eq!(started.elapsed(), ms(0));
+
+    // What the server sends on the stream later still reaches the client, under its id.
+    let upstream = received(&link, "subscriptions/listen")[0]["id"].clone();
+    link.reply(
+        &json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed",
+        "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": upstream}}})
+        .to_string(),
+    );
+    tokio::time::sleep(ms(10)).await;
+    let changed = c.take(Some("notifications/tools/list_changed"));
+    assert_eq!(changed.len(), 1, "{changed:?}");
+    assert_eq!(changed[0]["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], listen);
+
+    // The client ends it: the server is told, and the client is owed nothing.
+    c.notify("notifications/cancelled", json!({"requestId": listen, "_meta": modern_meta()})).await;
+    tokio::time::sleep(ms(10)).await;
+    let cancels = received(&link, "notifications/cancelled");
+    assert_eq!(cancels.len(), 1, "{cancels:?}");
+    assert_eq!(cancels[0]["params"]["requestId"], upstream);
+    assert_eq!(c.take(None), Vec::<Value>::new());
+}
+
+/// [`fake_server`] with a tool `ask` of the 2026-07-28 era: called without `requestState` it
+/// answers `input_required` with the state `asked here`; called with one, it says which state came.
+fn asking_server() -> Behaviour {
+    let inner = fake_server(false);
+    Arc::new(move |link, msg| {
+        let m: Value = serde_json::from_str(&msg.line).expect("the router sends JSON");
+        if m["method"] == "tools/call" && m["params"]["name"] == "ask" {
+            let id = msg.request.expect("a request");
+            let result = match m["params"]["requestState"].as_str() {
+                None => json!({"resultType": "input_required", "requestState": "asked here",
+                    "inputRequests": {"q": {"method": "elicitation/create", "params": {"message": "sure?"}}}}),
+                Some(state) => json!({"content": [{"type": "text", "text": format!("resumed with {state}")}]}),
+            };
+            link.reply(&json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string());
+            return;
+        }
+        inner(link, msg)
+    })
+}
+
+/// The retry of an `input_required` answer (2026-07-28) goes to the instance that asked, even
+/// when the pool would pick another: a server may keep the request's state, or the key that
+/// seals it, in that instance's memory. The state the client holds is sealed by switchyard (a
+/// forged one reaches the server as it is, for it to refuse); once the instance has ended, the
+/// retry is answered at once.
+#[tokio::test(start_paused = true)]
+async fn the_retry_of_an_input_required_answer_goes_to_the_instance_that_asked() {
+    let cfg = "[limits]\ncall_timeout_ms = 5000\n[pools.default]\nmax = 2\nmax_inflight = 1\n";
+    let (server, fake) = start_with(cfg, asking_server());
+    let mut c = Client::open(&server);
+    let call = |name: &str, extra: Value| {
+        let mut p = json!({"name": name, "arguments": {}, "_meta": modern_meta()});
+        p.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        p
+    };
+    // The first instance is busy, so `ask` starts and goes to a second.
+    let hang = c.send("tools/call", call("hang", json!({}))).await;
+    tokio::time::sleep(ms(10)).await;
+    let asked = c.request("tools/call", call("ask", json!({}))).await;
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    let state = asked["result"]["requestState"].as_str().expect("a state").to_string();
+    assert!(state.starts_with("sy-state."), "the server's state reached the client unsealed: {state}");
+    assert_eq!(asked["result"]["inputRequests"]["q"]["params"]["message"], "sure?");
+    let (first, second) = (fake.link(0), fake.link(1));
+    assert_eq!(calls_of(&second, "ask").len(), 1);
+
+    // Now the first instance is free and the second idle too: the pool would pick the first.
+    let upstream = calls_of(&first, "hang")[0]["id"].as_u64().unwrap();
+    first.reply(&answer(upstream, "done"));
+    assert_eq!(text(&c.response(&hang).await), "done");
+    let answers = json!({"requestState": state, "inputResponses": {"q": {"action": "accept"}}});
+    let resumed = c.request("tools/call", call("ask", answers)).await;
+    assert_eq!(text(&resumed), "resumed with asked here", "{resumed}");
+    assert_eq!(calls_of(&first, "ask").len(), 0, "the retry went to an instance that did not ask");
+    assert_eq!(calls_of(&second, "ask").len(), 2);
+
+    // A state switchyard did not seal goes on as it is.
+    let forged = c.request("tools/call", call("ask", json!({"requestState": "made up"}))).await;
+    assert_eq!(text(&forged), "resumed with made up");
+
+    // The instance that asked has ended: the retry is answered at once, saying what to do.
+    second.end("exit status: 1");
+    tokio::time::sleep(ms(10)).await;
+    let started = Instant::now();
+    let late = c.request("tools/call", call("ask", json!({"requestState": state}))).await;
+    let (code, msg) = error(&late);
+    assert_eq!(code, -32602, "{late}");
+    assert!(msg.contains("has ended") && msg.contains("without `requestState`"), "{msg}");
+    assert_eq!(started.elapsed(), ms(0));
 }
 
 /// e2e: a_crash_fails_unsafe_calls_fast_and_retries_safe_ones.

@@ -237,3 +237,40 @@ async fn one_router_serves_a_2025_and_a_2026_client_of_the_same_server_each_in_i
         }
     });
 }
+
+/// Input rounds (2026-07-28) over a pool: the Python SDK answers a call that needs the client's
+/// input `input_required`, with a `requestState` sealed under a key of the process that made it,
+/// and refuses that state in any other process. Six calls at once through the daemon (`connect`),
+/// on a pool of up to 3 instances that take one call at a time, each answered after a wait: every
+/// call completes, and the pool did spread them over several instances. Without the retries
+/// pinned to the instance that asked, a retry that lands elsewhere is refused by the server.
+#[test]
+fn input_rounds_complete_over_a_pool_each_retry_on_the_instance_that_asked() {
+    let home = switchyard_testkit::daemon::Home::new();
+    home.write_config(&format!(
+        "[servers.ask]\ncommand = {}\nargs = [{}]\n[servers.ask.pools.default]\nmax = 3\nmax_inflight = 1\n",
+        json!(venv_python().display().to_string()),
+        json!(python_dir().join("asking_server.py").display().to_string()),
+    ));
+    let mut cmd = Command::new(venv_python());
+    cmd.arg(python_dir().join("input_rounds.py"))
+        .args(["6", "300", "--"])
+        .args(home.connect_command("ask"))
+        .envs(home.envs())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let run = crate::transcript::run(cmd, "input_rounds.py", CLIENT_TIMEOUT);
+    let out = run.transcript("input rounds through connect");
+    let results = out["results"].as_array().expect("results");
+    let mut pids = std::collections::BTreeSet::new();
+    for (i, r) in results.iter().enumerate() {
+        let text = r.as_str().unwrap_or_else(|| panic!("call {i} failed: {r}\n--- stderr\n{}", run.stderr));
+        let pid = text.strip_prefix(&format!("q{i}: yes (pid ")).and_then(|t| t.strip_suffix(')'));
+        pids.insert(pid.unwrap_or_else(|| panic!("call {i}: {text}")).to_string());
+    }
+    assert_eq!(results.len(), 6);
+    assert!(pids.len() >= 2, "the calls all ran on one instance, which tests nothing: {pids:?}");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(home.shutdown());
+}

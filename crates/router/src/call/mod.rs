@@ -46,6 +46,9 @@ pub struct Request<'a> {
     pub modern: bool,
     /// A request about one task: it goes to the instance holding the task, past gate and pool.
     pub task: Option<&'a Pinned>,
+    /// The retry of a request the server answered `input_required` (2026-07-28): it goes to the
+    /// instance that asked for the input, through the gate, whatever the pool would pick.
+    pub resume: Option<Arc<Instance>>,
 }
 
 /// Who sent `req`: what its session knows of its client; for a request of the 2026-07-28 era,
@@ -297,6 +300,7 @@ async fn run(server: &Arc<Server>, req: Request<'_>, end: &mut End) -> Option<St
             Ok(Answered { reply, permit, instance }) => {
                 (end.outcome, end.code) = reply_outcome(&reply, call.info.tool.is_some());
                 let reply = task_ids(server, &req, &eff, reply, permit, &instance);
+                let reply = input_state(server, reply, &instance);
                 return Some(finish(server, &set, &req, &call.info, reply, call.client_id).await);
             }
             Err(Stop::Cancelled) => return None,
@@ -395,6 +399,25 @@ fn task_ids(
     reply
 }
 
+/// The `requestState` of an `input_required` reply, sealed with the instance that gave it: the
+/// client's retry carries it back, and goes to that instance (a server may keep the state, or the
+/// key that protects it, in that instance's memory only). Other replies pass unchanged.
+fn input_state(server: &Server, reply: Reply, instance: &Instance) -> Reply {
+    let Some(r) = reply.env.result.clone() else { return reply };
+    let Some(state) = tasks::input_state(&reply.line[r.clone()]) else { return reply };
+    let route = tasks::Route { instance: instance.number(), session: tasks::NO_SESSION, upstream: state };
+    let sealed = tasks::seal_state(&server.name, &route);
+    let Some(result) = tasks::replace_input_state(&reply.line[r.clone()], &sealed) else { return reply };
+    let line = codec::splice(&reply.line, r, &result);
+    match codec::parse(&line) {
+        Ok(env) => Reply { line, env },
+        Err(e) => {
+            tracing::warn!(server = %server.name, "an input_required reply with its state sealed did not parse ({}); sent as the server sent it", e.message());
+            reply
+        }
+    }
+}
+
 /// Puts the client's id back and, for tools/list, applies annotation overrides.
 async fn finish(
     server: &Server,
@@ -441,6 +464,9 @@ struct Attempt<'r, 'a> {
     /// connection when its link has been silent while the server answers probes.
     safe: bool,
     /// Where the notifications of a `subscriptions/listen` stream go (its client, its request).
+    /// Such a stream is a subscription, not a call: it passes no gate, holds no place in its
+    /// instance's calls, and has no deadline once sent (it ends when its client cancels it, or
+    /// when its link or instance does).
     stream: Option<Arc<dyn ProgressSink>>,
 }
 
@@ -476,10 +502,28 @@ async fn attempt(
         let reply = attempt.send(&instance, progress).await?;
         return Ok(Answered { reply, permit: None, instance });
     }
+    if let Some(instance) = req.resume.clone() {
+        if instance.is_dead() {
+            return Err(Stop::Failed(CallError::Down {
+                server: server.name.clone(),
+                reason: format!(
+                    "{what}: the instance {} that asked for the client's input has ended, and the request's state with it; send the request again without `requestState` and `inputResponses`",
+                    instance.label()
+                ),
+            }));
+        }
+        let permit = attempt.gate().await?;
+        let reply = attempt.send(&instance, progress).await?;
+        return Ok(Answered { reply, permit: Some(permit), instance });
+    }
     let (permit, lease) = attempt.acquire().await?;
     let instance = lease.instance.clone();
+    if attempt.stream.is_some() {
+        // Open for as long as its client wants it: a serial server's next call does not wait for it.
+        drop(lease);
+    }
     let reply = attempt.send(&instance, progress).await?;
-    Ok(Answered { reply, permit: Some(permit), instance })
+    Ok(Answered { reply, permit, instance })
 }
 
 impl Attempt<'_, '_> {
@@ -494,12 +538,10 @@ impl Attempt<'_, '_> {
         })
     }
 
-    /// Waits for the gate, then for an instance of the pool, within the deadline.
-    async fn acquire(&self) -> Result<(Permit, Lease), Stop> {
-        let (server, req, eff, what) = (self.server, self.req, self.eff, self.what);
-        // Before an instance was found, the error says what the call waited for.
-        let timeout = |waiting: Option<String>| self.timed_out(what.to_string(), waiting);
-        let about = format!("{what} on server `{}`", server.name);
+    /// Waits for the gate within the deadline.
+    async fn gate(&self) -> Result<Permit, Stop> {
+        let (server, req, eff) = (self.server, self.req, self.eff);
+        let about = format!("{} on server `{}`", self.what, server.name);
         let may_notify =
             || server.declares_logging() && server.hub.session_level(req.session).is_none_or(|l| l >= NOTICE_LEVEL);
         let client_id = &req.line[req.env.id.clone().expect("requests have ids")];
@@ -513,13 +555,31 @@ impl Attempt<'_, '_> {
             gate_wait,
         )
         .await
-        .map_err(|e| e.map_or(Stop::Cancelled, |w| timeout(Some(w))))?;
+        .map_err(|e| e.map_or(Stop::Cancelled, |w| self.timed_out(self.what.to_string(), Some(w))))?;
         let kind = match eff.concurrency {
             Concurrency::Shared => "shared",
             Concurrency::Exclusive => "exclusive",
             Concurrency::Keyed(_) => "keyed",
         };
         server.metrics.gate_wait(&server.metric_name, kind, self.started.elapsed());
+        Ok(permit)
+    }
+
+    /// Waits for the gate (not a listen stream, which runs nothing), then for an instance of the
+    /// pool, within the deadline.
+    async fn acquire(&self) -> Result<(Option<Permit>, Lease), Stop> {
+        let (server, req, eff, what) = (self.server, self.req, self.eff, self.what);
+        // Before an instance was found, the error says what the call waited for.
+        let timeout = |waiting: Option<String>| self.timed_out(what.to_string(), waiting);
+        let about = format!("{what} on server `{}`", server.name);
+        let may_notify =
+            || server.declares_logging() && server.hub.session_level(req.session).is_none_or(|l| l >= NOTICE_LEVEL);
+        let client_id = &req.line[req.env.id.clone().expect("requests have ids")];
+        let waiting = Waiting { about: &about, link: req.link, client_id, may_notify: &may_notify };
+        let permit = match self.stream {
+            Some(_) => None,
+            None => Some(self.gate().await?),
+        };
         let pool = if req.modern { server.modern_pool(&eff.pool) } else { &eff.pool };
         self.track.set(Stage::Instance(pool.name.clone()));
         let pool_wait = || pool.wait_status(req.session);
@@ -560,7 +620,9 @@ impl Attempt<'_, '_> {
         // to repeat is sent once more, on a new connection, once its link has been silent for a
         // window and a probe's time: the first answer wins, the other copy is cancelled.
         let window = Duration::from_millis(server.limits.liveness_ms);
-        let watched = self.safe && !window.is_zero() && inst.silent_for(sent.upstream_id).is_some();
+        // A listen stream is quiet by nature, and a second one would double its notifications.
+        let watched =
+            self.stream.is_none() && self.safe && !window.is_zero() && inst.silent_for(sent.upstream_id).is_some();
         let mut hedge_at = watched.then(|| Instant::now() + hedge_after(window));
         let mut second: Option<crate::upstream::Sent> = None;
         let cancel_all = |reason: &str, second: &Option<crate::upstream::Sent>| {
@@ -619,7 +681,7 @@ impl Attempt<'_, '_> {
                     // Progress shows the call is alive: extend its deadline, up to the hard maximum.
                     deadline = deadline.max((Instant::now() + eff.timeout).min(max_deadline));
                 }
-                _ = tokio::time::sleep_until(deadline) => {
+                _ = tokio::time::sleep_until(deadline), if self.stream.is_none() => {
                     let elapsed = self.started.elapsed();
                     cancel_all(&format!("switchyard: timed out after {:.1} s", elapsed.as_secs_f64()), &second);
                     // A call that hangs may mean a hung instance: check it now rather than at the

@@ -21,12 +21,19 @@ use switchyard_core::ids::SessionId;
 /// The requests about one task, both eras (2025-11-25 `tasks/*`; the 2026-07-28 tasks
 /// extension's get, update and cancel). Each carries `params.taskId`.
 pub const ABOUT_ONE_TASK: &[&str] = &["tasks/get", "tasks/result", "tasks/cancel", "tasks/update"];
+/// Those of them the 2026-07-28 tasks extension has: it removed `tasks/result` (and
+/// `tasks/list`), which a server of that era answers -32601, as it must get to.
+pub const ABOUT_ONE_TASK_2026: &[&str] = &["tasks/get", "tasks/cancel", "tasks/update"];
 /// The statuses after which a task changes no more.
 pub const TERMINAL: &[&str] = &["completed", "failed", "cancelled"];
 /// The `_meta` key that ties a result or a server's request to a task (2025-11-25).
 pub const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 /// What every sealed task id starts with.
 const PREFIX: &str = "sy-task.";
+/// What every sealed `requestState` starts with: the state a server gave with an
+/// `input_required` answer (2026-07-28), sealed with the instance that gave it, because the
+/// server may keep (or key) it in that instance's memory only.
+const STATE_PREFIX: &str = "sy-state.";
 /// The session recorded for tasks of the 2026-07-28 era, which has no sessions: any request of
 /// that era may reach them (as it would reach the server directly).
 pub const NO_SESSION: SessionId = 0;
@@ -71,19 +78,39 @@ pub struct Route {
 
 /// The id a client is handed for `route`, on server `server`.
 pub fn seal(server: &str, route: &Route) -> String {
-    let payload = format!("{}.{}.{}", route.instance, route.session, route.upstream);
-    let tag = mac(&[server.as_bytes(), payload.as_bytes()]);
-    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-    format!("{PREFIX}{}.{}", b64.encode(payload), b64.encode(&tag[..16]))
+    seal_as(PREFIX, server, route)
 }
 
 /// The route of a task id this process handed out for `server`; None for any other string.
 pub fn open(server: &str, id: &str) -> Option<Route> {
+    open_as(PREFIX, server, id)
+}
+
+/// The `requestState` a client is handed for `route` (its `upstream`: the server's own state).
+pub fn seal_state(server: &str, route: &Route) -> String {
+    seal_as(STATE_PREFIX, server, route)
+}
+
+/// The route of a `requestState` this process handed out for `server`; None for any other string.
+pub fn open_state(server: &str, state: &str) -> Option<Route> {
+    open_as(STATE_PREFIX, server, state)
+}
+
+/// `route` sealed under the process key, for `server`; `prefix` says what it is, and is sealed
+/// too, so that a task id is never taken for a request state or the other way round.
+fn seal_as(prefix: &str, server: &str, route: &Route) -> String {
+    let payload = format!("{}.{}.{}", route.instance, route.session, route.upstream);
+    let tag = mac(&[prefix.as_bytes(), server.as_bytes(), payload.as_bytes()]);
     let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-    let (payload, tag) = id.strip_prefix(PREFIX)?.split_once('.')?;
+    format!("{prefix}{}.{}", b64.encode(payload), b64.encode(&tag[..16]))
+}
+
+fn open_as(prefix: &str, server: &str, sealed: &str) -> Option<Route> {
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let (payload, tag) = sealed.strip_prefix(prefix)?.split_once('.')?;
     let payload = b64.decode(payload).ok()?;
     let tag = b64.decode(tag).ok()?;
-    let want = mac(&[server.as_bytes(), &payload]);
+    let want = mac(&[prefix.as_bytes(), server.as_bytes(), &payload]);
     // Compared in constant time: the tag must not be guessable byte by byte.
     if tag.len() != 16 || tag.iter().zip(&want[..16]).fold(0u8, |acc, (a, b)| acc | (a ^ b)) != 0 {
         return None;
@@ -234,6 +261,30 @@ pub fn replace_task_id(json: &str, from: &str, to: &str) -> Option<String> {
     walk(&mut v, from, to).then(|| v.to_string())
 }
 
+/// The `requestState` of an `input_required` result (2026-07-28), if it is one with a state.
+pub fn input_state(result: &str) -> Option<String> {
+    // Parsed only when it can be one: results are passed through unparsed otherwise.
+    if !result.contains("\"input_required\"") || !result.contains("\"requestState\"") {
+        return None;
+    }
+    #[derive(serde::Deserialize)]
+    struct R {
+        #[serde(rename = "resultType")]
+        result_type: Option<String>,
+        #[serde(rename = "requestState")]
+        request_state: Option<String>,
+    }
+    let r: R = serde_json::from_str(result).ok()?;
+    r.request_state.filter(|_| r.result_type.as_deref() == Some("input_required"))
+}
+
+/// `result` (an `input_required` one) with its top-level `requestState` set to `to`.
+pub fn replace_input_state(result: &str, to: &str) -> Option<String> {
+    let mut v: serde_json::Value = serde_json::from_str(result).ok()?;
+    *v.get_mut("requestState")? = serde_json::Value::String(to.to_string());
+    Some(v.to_string())
+}
+
 /// The status a task object (or a result that is one) reports.
 pub fn status_in(json: &str) -> Option<String> {
     #[derive(serde::Deserialize)]
@@ -262,6 +313,34 @@ mod tests {
         }
         assert_eq!(open("everything", "no-such-task"), None);
         assert_ne!(seal("everything", &Route { session: 8, ..r.clone() }), id, "the session is part of the id");
+    }
+
+    #[test]
+    fn a_sealed_request_state_is_never_taken_for_a_task_id() {
+        let r = Route { instance: 2, session: NO_SESSION, upstream: "opaque+state/==".into() };
+        let state = seal_state("py", &r);
+        assert_eq!(open_state("py", &state), Some(r.clone()));
+        assert_eq!(open_state("other", &state), None);
+        assert_eq!(open("py", &state), None, "a request state opened as a task id");
+        assert_eq!(open_state("py", &seal("py", &r)), None, "a task id opened as a request state");
+        let mut forged = state.clone().into_bytes();
+        let last = forged.len() - 1;
+        forged[last] = if forged[last] == b'A' { b'B' } else { b'A' };
+        assert_eq!(open_state("py", &String::from_utf8(forged).unwrap()), None);
+    }
+
+    #[test]
+    fn the_state_of_an_input_required_result_is_found_and_replaced() {
+        let asked = r#"{"resultType":"input_required","inputRequests":{"a":{"method":"elicitation/create"}},"requestState":"s1"}"#;
+        assert_eq!(input_state(asked).as_deref(), Some("s1"));
+        let sealed = replace_input_state(asked, "sy-state.x").unwrap();
+        let v: serde_json::Value = serde_json::from_str(&sealed).unwrap();
+        assert_eq!(v["requestState"], "sy-state.x");
+        assert_eq!(v["inputRequests"]["a"]["method"], "elicitation/create", "the rest is kept");
+        // A complete result, or one that only mentions the words in its content, is not one.
+        assert_eq!(input_state(r#"{"resultType":"complete","requestState":"s"}"#), None);
+        let text = r#"{"content":[{"type":"text","text":"\"input_required\" \"requestState\""}]}"#;
+        assert_eq!(input_state(text), None);
     }
 
     #[test]

@@ -76,8 +76,11 @@ impl Session {
             return self.discover(line, env, cancel).await;
         }
         if modern {
-            if crate::server::tasks::ABOUT_ONE_TASK.contains(&method) {
+            if crate::server::tasks::ABOUT_ONE_TASK_2026.contains(&method) {
                 return self.about_task(line, env, cancel, true).await;
+            }
+            if let Some(state) = fields.request_state {
+                return self.resume(line, env, cancel, state).await;
             }
             return self.forward(line, env, cancel, true).await;
         }

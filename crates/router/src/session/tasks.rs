@@ -1,6 +1,8 @@
 //! A session's requests about tasks: each to the instance that holds its task, and tasks/list
 //! merged from the instances holding this session's tasks (never another session's).
 
+use std::ops::Range;
+
 use super::Session;
 use crate::call::{self, Cancel};
 use crate::server::tasks::{self, Pinned};
@@ -54,6 +56,39 @@ impl Session {
         };
         let pinned = Pinned { instance, ids: Some((route.upstream, client_task.clone())) };
         self.forward_to(&sent, &sent_env, cancel, modern, Some(&pinned)).await
+    }
+
+    /// The retry of a request the server answered `input_required` (2026-07-28): a
+    /// `requestState` switchyard sealed goes, as the server gave it, to the instance that gave
+    /// it (the spec's -32602 at once when that instance has ended). Any other state goes on as
+    /// it is, for the server to judge as it would directly.
+    pub(super) async fn resume(
+        &self,
+        line: &str,
+        env: &Envelope,
+        cancel: &Cancel,
+        span: Range<usize>,
+    ) -> Option<String> {
+        let server = &self.server();
+        let sealed = serde_json::from_str::<String>(&line[span.clone()]).ok();
+        let Some(route) = sealed.and_then(|s| tasks::open_state(&server.name, &s)) else {
+            return self.forward_to(line, env, cancel, true, None).await;
+        };
+        let id = &line[env.id.clone().expect("requests have ids")];
+        let Some((_, instance)) = server.family_instance(route.instance) else {
+            let message = format!(
+                "Invalid requestState: the instance of server `{}` that asked for this input (#{}) has ended, and the request's state with it; send the request again without `requestState` and `inputResponses`",
+                server.name, route.instance
+            );
+            return Some(codec::response_error(id, codec::INVALID_PARAMS, &message, None));
+        };
+        let sent = codec::splice(line, span, &codec::json_string(&route.upstream));
+        let sent_env = match codec::parse(&sent) {
+            Ok(e) => e,
+            Err(e) => return Some(codec::response_error(id, e.code(), &e.message(), None)),
+        };
+        let req = call::Request { resume: Some(instance), ..self.request(&sent, &sent_env, cancel, true, None) };
+        call::forward(&self.server(), req).await
     }
 
     /// tasks/list (2025-11-25): each instance holding tasks of this session is asked (every page),
@@ -138,7 +173,18 @@ impl Session {
         modern: bool,
         task: Option<&Pinned>,
     ) -> Option<String> {
-        let req = call::Request {
+        call::forward(&self.server(), self.request(line, env, cancel, modern, task)).await
+    }
+
+    fn request<'a>(
+        &'a self,
+        line: &'a str,
+        env: &'a Envelope,
+        cancel: &'a Cancel,
+        modern: bool,
+        task: Option<&'a Pinned>,
+    ) -> call::Request<'a> {
+        call::Request {
             line,
             env,
             session: self.id,
@@ -147,7 +193,7 @@ impl Session {
             cancel,
             modern,
             task,
-        };
-        call::forward(&self.server(), req).await
+            resume: None,
+        }
     }
 }

@@ -1,0 +1,38 @@
+"""An MCP server on the Python SDK (mcp 2.x) whose one tool needs an answer from the client, for
+switchyard's test of input rounds (tests/e2e/interop/python.rs). In the 2026-07-28 era the SDK
+answers the first call `input_required` with a `requestState` sealed under a key made when this
+process started, and runs the tool when the client calls again with its answer and that state:
+another process cannot open the state and refuses the call.
+
+    python asking_server.py      (stdio)
+
+`confirm(question)`: asks the client (an elicitation of `{"ok": bool}`), then returns
+"QUESTION: yes|no (pid PID)", naming the process that ran it.
+"""
+
+import os
+from typing import Annotated
+
+from pydantic import BaseModel
+
+from mcp.server.mcpserver import Elicit, MCPServer, Resolve
+
+
+class Answer(BaseModel):
+    ok: bool
+
+
+def ask(question: str) -> Elicit[Answer]:
+    return Elicit(question, Answer)
+
+
+server = MCPServer("switchyard-asking-fixture", version="1.0.0")
+
+
+@server.tool(description="Asks the client to confirm, then says what it answered")
+def confirm(question: str, answer: Annotated[Answer, Resolve(ask)]) -> str:
+    return f"{question}: {'yes' if answer.ok else 'no'} (pid {os.getpid()})"
+
+
+if __name__ == "__main__":
+    server.run()
