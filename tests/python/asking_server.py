@@ -6,10 +6,12 @@ another process cannot open the state and refuses the call.
 
     python asking_server.py      (stdio)
 
-`confirm(question)`: asks the client (an elicitation of `{"ok": bool}`), then returns
-"QUESTION: yes|no (pid PID)", naming the process that ran it.
+`confirm(question, ms)`: takes `ms` milliseconds to think of its question (each round: the SDK
+runs the question's resolver again when the answer comes), asks the client (an elicitation of
+`{"ok": bool}`), then returns "QUESTION: yes|no (pid PID)", naming the process that ran it.
 """
 
+import asyncio
 import os
 from typing import Annotated
 
@@ -22,7 +24,8 @@ class Answer(BaseModel):
     ok: bool
 
 
-def ask(question: str) -> Elicit[Answer]:
+async def ask(question: str, ms: int) -> Elicit[Answer]:
+    await asyncio.sleep(ms / 1000)
     return Elicit(question, Answer)
 
 
@@ -30,7 +33,7 @@ server = MCPServer("switchyard-asking-fixture", version="1.0.0")
 
 
 @server.tool(description="Asks the client to confirm, then says what it answered")
-def confirm(question: str, answer: Annotated[Answer, Resolve(ask)]) -> str:
+def confirm(question: str, ms: int, answer: Annotated[Answer, Resolve(ask)]) -> str:
     return f"{question}: {'yes' if answer.ok else 'no'} (pid {os.getpid()})"
 
 

@@ -241,9 +241,10 @@ async fn one_router_serves_a_2025_and_a_2026_client_of_the_same_server_each_in_i
 /// Input rounds (2026-07-28) over a pool: the Python SDK answers a call that needs the client's
 /// input `input_required`, with a `requestState` sealed under a key of the process that made it,
 /// and refuses that state in any other process. Six calls at once through the daemon (`connect`),
-/// on a pool of up to 3 instances that take one call at a time, each answered after a wait: every
-/// call completes, and the pool did spread them over several instances. Without the retries
-/// pinned to the instance that asked, a retry that lands elsewhere is refused by the server.
+/// on a pool of up to 3 instances that take one call at a time; each round of each call keeps its
+/// instance busy for a second, and the client answers after a wait: every call completes, and
+/// the pool did spread them over several instances. Without the retries pinned to the instance
+/// that asked, a retry that lands elsewhere is refused by the server.
 #[test]
 fn input_rounds_complete_over_a_pool_each_retry_on_the_instance_that_asked() {
     let home = switchyard_testkit::daemon::Home::new();
@@ -254,7 +255,7 @@ fn input_rounds_complete_over_a_pool_each_retry_on_the_instance_that_asked() {
     ));
     let mut cmd = Command::new(venv_python());
     cmd.arg(python_dir().join("input_rounds.py"))
-        .args(["6", "300", "--"])
+        .args(["6", "300", "1000", "--"])
         .args(home.connect_command("ask"))
         .envs(home.envs())
         .stdin(Stdio::null())
