@@ -487,30 +487,26 @@ async fn attempt(
     let stream = (call.info.method == "subscriptions/listen")
         .then(|| Arc::new(StreamTo { to: req.link.clone(), id: call.client_id.to_string() }) as Arc<dyn ProgressSink>);
     let attempt = Attempt { track, server, req, eff, what, started, deadline, safe, stream };
+    // A request pinned to one instance, and no other: a repeat after it ended finds it dead.
+    let ended = |instance: &Instance, held: &str, again: &str| {
+        Stop::Failed(CallError::Down {
+            server: server.name.clone(),
+            reason: format!("{what}: the instance {} that {held} has ended, {again}", instance.label()),
+        })
+    };
     if let Some(pinned) = req.task {
-        // The instance that holds the task, and no other: a repeat after it ended finds it dead.
         let instance = pinned.instance.clone();
         if instance.is_dead() {
-            return Err(Stop::Failed(CallError::Down {
-                server: server.name.clone(),
-                reason: format!(
-                    "{what}: the instance {} that held the task has ended, and the task with it; start the task again",
-                    instance.label()
-                ),
-            }));
+            return Err(ended(&instance, "held the task", "and the task with it; start the task again"));
         }
         let reply = attempt.send(&instance, progress).await?;
         return Ok(Answered { reply, permit: None, instance });
     }
     if let Some(instance) = req.resume.clone() {
         if instance.is_dead() {
-            return Err(Stop::Failed(CallError::Down {
-                server: server.name.clone(),
-                reason: format!(
-                    "{what}: the instance {} that asked for the client's input has ended, and the request's state with it; send the request again without `requestState` and `inputResponses`",
-                    instance.label()
-                ),
-            }));
+            let again =
+                "and the request's state with it; send the request again without `requestState` and `inputResponses`";
+            return Err(ended(&instance, "asked for the client's input", again));
         }
         let permit = attempt.gate().await?;
         let reply = attempt.send(&instance, progress).await?;
