@@ -275,3 +275,47 @@ fn input_rounds_complete_over_a_pool_each_retry_on_the_instance_that_asked() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(home.shutdown());
 }
+
+/// `Mcp-Param-*` headers (2026-07-28): the Python SDK server's tool `where` marks its argument
+/// `region` with `x-mcp-header: Region`, and the SDK refuses a call that carries the argument
+/// without the header (HTTP 400, -32020). A 2026-07-28 client through the daemon (`connect`, so
+/// no headers of its own) gets the call served as directly: switchyard, the server's client,
+/// sends the header it learnt from the tool list.
+#[test]
+fn a_remote_2026_server_gets_the_headers_its_tools_mirror() {
+    use switchyard_testkit::http_servers::{RemoteTransport, free_port, local, wait_for_port};
+    use switchyard_testkit::sdk_clients::{ClientTarget, python_client};
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let port = free_port();
+    let _server = Killed(
+        Command::new(venv_python())
+            .arg(python_dir().join("header_server.py"))
+            .args(["--port", &port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start header_server.py"),
+    );
+    assert!(wait_for_port(local(port), Duration::from_secs(60)), "header_server.py did not listen on {port}");
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let home = switchyard_testkit::daemon::Home::new();
+    home.write_config(&format!("[servers.h]\nurl = {}\ntransport = \"streamable-http\"\n", json!(url)));
+    let calls = json!([["where", {"region": "eu-west"}]]);
+    let direct = ClientTarget::url(url.as_str(), RemoteTransport::StreamableHttp);
+    let through = ClientTarget::Command(home.connect_command("h"));
+    for (what, target) in [("directly", direct), ("through connect", through)] {
+        let mut cmd = python_client("2026-07-28", &calls, &target);
+        cmd.envs(home.envs());
+        let t = crate::transcript::run(cmd, "client.py", CLIENT_TIMEOUT).transcript(what);
+        assert_eq!(t["protocolVersion"], "2026-07-28", "{what}: {t}");
+        assert_eq!(texts(&t["steps"]["call_0_where"]), "served in eu-west", "{what}: {t}");
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(home.shutdown());
+}

@@ -44,6 +44,9 @@ impl Server {
     }
 
     fn learn_tool_values(&self, tools: &[serde_json::Value]) {
+        if let Some(headers) = self.connector.tool_headers() {
+            headers.learn(tools);
+        }
         let mut cache = self.tools.write().expect("lock");
         for t in tools {
             if let Some(name) = t.get("name").and_then(|n| n.as_str()) {

@@ -119,6 +119,11 @@ pub trait Connector: Send + Sync + 'static {
     fn hint(&self) -> String {
         "Check the command and its stderr above".into()
     }
+    /// Where a remote server's tool lists teach its transports which arguments to mirror in
+    /// `Mcp-Param-*` headers (None: a transport without headers).
+    fn tool_headers(&self) -> Option<Arc<super::remote::ToolHeaders>> {
+        None
+    }
 }
 
 /// A connect that failed.

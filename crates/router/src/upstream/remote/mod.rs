@@ -29,6 +29,7 @@ use switchyard_config::display_url;
 use legacy::Legacy;
 use liveness::{Probe, ProbeKind, Watch};
 use streamable::Streamable;
+pub use streamable::ToolHeaders;
 
 /// How much of an error body is quoted in a message.
 const SNIPPET: usize = 200;
@@ -43,6 +44,8 @@ pub struct RemoteConnector {
     resolved: Arc<Mutex<Option<RemoteKind>>>,
     /// Where reconnections are counted.
     metrics: Option<Arc<switchyard_core::metrics::Metrics>>,
+    /// The arguments the server's tools mirror in `Mcp-Param-*` headers (2026-07-28).
+    tool_headers: Arc<ToolHeaders>,
 }
 
 impl RemoteConnector {
@@ -79,7 +82,14 @@ impl RemoteConnector {
             value.set_sensitive(true);
             headers.append(name, value);
         }
-        Ok(RemoteConnector { spec: Arc::new(spec), url, headers, resolved: Arc::new(Mutex::new(None)), metrics: None })
+        Ok(RemoteConnector {
+            spec: Arc::new(spec),
+            url,
+            headers,
+            resolved: Arc::new(Mutex::new(None)),
+            metrics: None,
+            tool_headers: Arc::default(),
+        })
     }
 
     /// What `auto` found the server speaks, once an instance has found out.
@@ -104,8 +114,9 @@ impl Connector for RemoteConnector {
         let label = label.to_string();
         let resolved = self.resolved.clone();
         let metrics = self.metrics.clone();
+        let tool_headers = self.tool_headers.clone();
         Box::pin(async move {
-            let core = Core::new(&spec, url, headers, label, inbound, metrics)?;
+            let core = Core::new(&spec, url, headers, label, inbound, metrics, tool_headers)?;
             let transport: Arc<dyn Transport> = match kind {
                 RemoteKind::Sse => Legacy::open(core.clone()).await?,
                 RemoteKind::StreamableHttp => Streamable::new(core.clone(), None),
@@ -124,6 +135,10 @@ impl Connector for RemoteConnector {
 
     fn hint(&self) -> String {
         format!("Check that {} is up and reachable from here", display_url(&self.url))
+    }
+
+    fn tool_headers(&self) -> Option<Arc<ToolHeaders>> {
+        Some(self.tool_headers.clone())
     }
 }
 
@@ -177,6 +192,8 @@ struct Core {
     watching: AtomicBool,
     /// A client that never reuses a connection, for probes: a pooled connection may be the dead one.
     fresh: OnceLock<reqwest::Client>,
+    /// The arguments the server's tools mirror in `Mcp-Param-*` headers (2026-07-28).
+    tool_headers: Arc<ToolHeaders>,
 }
 
 /// What the bytes being read are for, so the watchdog knows whose link is alive.
@@ -198,6 +215,7 @@ impl Core {
         label: String,
         inbound: Arc<dyn Inbound>,
         metrics: Option<Arc<switchyard_core::metrics::Metrics>>,
+        tool_headers: Arc<ToolHeaders>,
     ) -> Result<Arc<Core>, Failure> {
         let client = build_client(spec).map_err(|e| Failure {
             reason: format!("server {}: could not set up an HTTP client: {e}", spec.server),
@@ -226,6 +244,7 @@ impl Core {
             liveness: spec.liveness,
             watching: AtomicBool::new(false),
             fresh: OnceLock::new(),
+            tool_headers,
         }))
     }
 

@@ -218,6 +218,8 @@ struct Post {
     version: Option<String>,
     mcp_method: Option<String>,
     mcp_name: Option<String>,
+    /// `Mcp-Param-*` headers, names in lower case, sorted.
+    params: Vec<(String, String)>,
 }
 
 type Shared = Arc<Mutex<Fake>>;
@@ -259,6 +261,15 @@ async fn mcp_post(State(fake): State<Shared>, headers: HeaderMap, body: String) 
         version: header(&headers, "mcp-protocol-version"),
         mcp_method: header(&headers, "mcp-method"),
         mcp_name: header(&headers, "mcp-name"),
+        params: {
+            let mut p: Vec<(String, String)> = headers
+                .iter()
+                .filter(|(k, _)| k.as_str().starts_with("mcp-param-"))
+                .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or_default().to_string()))
+                .collect();
+            p.sort();
+            p
+        },
     });
     if let Some(status) = f.refuse_all {
         return (status, "go away").into_response();
@@ -412,6 +423,30 @@ async fn settle(fake: &Shared) {
 }
 
 // ---------------------------------------------------------------- Streamable HTTP tests
+
+/// A 2026-07-28 `tools/call` mirrors the arguments its tool's schema marks with `x-mcp-header`
+/// in `Mcp-Param-*` headers, as a direct client does (a server of that era refuses the call
+/// when a header is missing): learnt from the tool list, encoded as the spec says.
+#[tokio::test]
+async fn a_2026_call_mirrors_its_marked_arguments_in_headers() {
+    let (url, fake) = streamable_server().await;
+    let (c, rec, t) = open(&url, RemoteKind::StreamableHttp).await;
+    let schema = serde_json::json!({"type": "object", "properties": {
+        "region": {"type": "string", "x-mcp-header": "Region"},
+        "who": {"type": "string", "x-mcp-header": "Who"},
+        "dry": {"type": "boolean", "x-mcp-header": "Dry"},
+        "text": {"type": "string"}}});
+    let learnt = crate::upstream::Connector::tool_headers(&c).expect("a remote connector learns tool headers");
+    learnt.learn(&[serde_json::json!({"name": "deploy", "inputSchema": schema})]);
+    let line = r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"deploy","arguments":{"region":"eu-west","who":"Zoë","dry":false,"text":"body only"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+    t.send(Outbound { line: line.into(), request: Some(4) }).unwrap();
+    rec.response(4).await;
+    let f = fake.lock().unwrap();
+    let post = f.posts.iter().find(|p| p.tool == "deploy").expect("the call reached the server");
+    let want = [("mcp-param-dry", "false"), ("mcp-param-region", "eu-west"), ("mcp-param-who", "=?base64?Wm/Dqw==?=")];
+    assert_eq!(post.params, want.map(|(a, b)| (a.to_string(), b.to_string())));
+    assert_eq!(post.mcp_name.as_deref(), Some("deploy"));
+}
 
 /// A 2026-07-28 request (no session) answered with the server's own JSON-RPC error under an
 /// HTTP error status (an unknown method: 404 and -32601) gets that answer, as it would directly:

@@ -9,8 +9,11 @@
 
 mod auto;
 mod listen;
+mod params;
 mod post;
 mod session;
+
+pub use params::ToolHeaders;
 
 use std::collections::HashMap;
 use std::ops::Range;

@@ -97,6 +97,13 @@ impl Inner {
             if let Some(n) = info.name.as_deref().and_then(|n| HeaderValue::from_str(&header_value(n)).ok()) {
                 req = req.header(mcp::header::NAME, n);
             }
+            if info.method.as_deref() == Some("tools/call") && !core.tool_headers.is_empty() {
+                for (name, value) in mirrored(&core.tool_headers, &msg.line) {
+                    if let Ok(v) = HeaderValue::from_str(&header_value(&value)) {
+                        req = req.header(name, v);
+                    }
+                }
+            }
         }
         // A request waits as long as the router waits for it (it abandons it at its deadline);
         // anything else gets the short deadline.
@@ -384,5 +391,23 @@ pub(super) async fn own_answer(core: &Core, resp: &mut Response, own_id: &str, l
         }
         Ok(Err(bytes)) => Err(format!("the initialize's answer is {bytes} bytes, over the limit")),
         Err(e) => Err(describe(&e)),
+    }
+}
+
+/// The `Mcp-Param-*` headers of the `tools/call` in `line`: the arguments its tool mirrors.
+fn mirrored(headers: &super::ToolHeaders, line: &str) -> Vec<(String, String)> {
+    #[derive(serde::Deserialize)]
+    struct Call {
+        params: Params,
+    }
+    #[derive(serde::Deserialize)]
+    struct Params {
+        name: String,
+        #[serde(default)]
+        arguments: serde_json::Value,
+    }
+    match serde_json::from_str::<Call>(line) {
+        Ok(c) => headers.for_call(&c.params.name, &c.params.arguments),
+        Err(_) => Vec::new(),
     }
 }
