@@ -309,13 +309,16 @@ fn a_remote_2026_server_gets_the_headers_its_tools_mirror() {
     let calls = json!([["where", {"region": "eu-west"}]]);
     let direct = ClientTarget::url(url.as_str(), RemoteTransport::StreamableHttp);
     let through = ClientTarget::Command(home.connect_command("h"));
+    let mut transcripts = Vec::new();
     for (what, target) in [("directly", direct), ("through connect", through)] {
         let mut cmd = python_client("2026-07-28", &calls, &target);
         cmd.envs(home.envs());
         let t = crate::transcript::run(cmd, "client.py", CLIENT_TIMEOUT).transcript(what);
         assert_eq!(t["protocolVersion"], "2026-07-28", "{what}: {t}");
         assert_eq!(texts(&t["steps"]["call_0_where"]), "served in eu-west", "{what}: {t}");
+        transcripts.push(t);
     }
+    assert_eq!(transcripts[0], transcripts[1], "a client through the daemon saw another server than directly");
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(home.shutdown());
 }
