@@ -168,6 +168,11 @@ impl Auth {
         Ok(Auth { server_url, settings, http, store, tokens: Mutex::new(tokens), flow: tokio::sync::Mutex::new(()) })
     }
 
+    /// The access token in force, as it is (see [`Auth::bearer`] for one refreshed in time).
+    pub fn current(&self) -> Option<Secret> {
+        self.tokens.lock().unwrap().as_ref().map(|t| t.access_token.clone())
+    }
+
     pub fn store(&self) -> &Store {
         &self.store
     }

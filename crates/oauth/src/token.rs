@@ -46,21 +46,23 @@ pub async fn request(
         Grant::Refresh { .. } => Step::Refresh,
     };
     let fail = |cause: String| Error::new(step, cause);
-    let mut form = url::form_urlencoded::Serializer::new(String::new());
+    let mut form: Vec<(&str, &str)> = Vec::new();
     let old_refresh = match &grant {
         Grant::Code { code, verifier, redirect_uri } => {
-            form.append_pair("grant_type", "authorization_code")
-                .append_pair("code", code.expose())
-                .append_pair("redirect_uri", redirect_uri)
-                .append_pair("code_verifier", verifier);
+            form.extend([
+                ("grant_type", "authorization_code"),
+                ("code", code.expose()),
+                ("redirect_uri", redirect_uri),
+                ("code_verifier", verifier),
+            ]);
             None
         }
         Grant::Refresh { token } => {
-            form.append_pair("grant_type", "refresh_token").append_pair("refresh_token", token.expose());
+            form.extend([("grant_type", "refresh_token"), ("refresh_token", token.expose())]);
             Some((*token).clone())
         }
     };
-    form.append_pair("resource", resource);
+    form.push(("resource", resource));
     let mut req = http.post(endpoint).header(reqwest::header::ACCEPT, "application/json");
     match (client.auth_method.as_str(), &client.client_secret) {
         ("client_secret_basic", Some(secret)) => {
@@ -74,15 +76,16 @@ pub async fn request(
             req = req.header(reqwest::header::AUTHORIZATION, value);
         }
         ("client_secret_post", Some(secret)) => {
-            form.append_pair("client_id", &client.client_id).append_pair("client_secret", secret.expose());
+            form.extend([("client_id", client.client_id.as_str()), ("client_secret", secret.expose())]);
         }
         _ => {
-            form.append_pair("client_id", &client.client_id);
+            form.push(("client_id", &client.client_id));
         }
     }
+    let body = url::form_urlencoded::Serializer::new(String::new()).extend_pairs(form).finish();
     let resp = req
         .header(reqwest::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-        .body(form.finish())
+        .body(body)
         .send()
         .await
         .map_err(|e| fail(format!("could not reach {endpoint}: {}", crate::describe(&e))))?;
