@@ -180,6 +180,7 @@ impl Auth {
     /// The access token to send, refreshed first when it is about to expire. None: not
     /// signed in.
     pub async fn bearer(&self) -> Option<Secret> {
+        self.follow_store();
         let current = self.tokens.lock().unwrap().clone()?;
         if current.expires_within(REFRESH_MARGIN) && current.refresh_token.is_some() {
             let _flow = self.flow.lock().await;
@@ -207,6 +208,10 @@ impl Auth {
         announce: &Announce,
     ) -> Result<(), Error> {
         let _flow = self.flow.lock().await;
+        // A `switchyard login` in another process may have signed in meanwhile.
+        if let Some(t) = self.store.load().tokens {
+            *self.tokens.lock().unwrap() = Some(t);
+        }
         let current = self.tokens.lock().unwrap().clone();
         if status == 401 && current.as_ref().map(|t| &t.access_token) != sent {
             // Another request renewed the token while this one waited.
@@ -262,6 +267,18 @@ impl Auth {
 
     pub fn status(&self) -> Status {
         status_of(self.tokens.lock().unwrap().as_ref())
+    }
+
+    /// Takes in what another process did to the file: a sign-in (`switchyard login`) when none
+    /// is held here, a `switchyard logout` (the file gone). One stat per request.
+    fn follow_store(&self) {
+        let held = self.tokens.lock().unwrap().is_some();
+        let exists = self.store.path().exists();
+        if held && !exists {
+            *self.tokens.lock().unwrap() = None;
+        } else if !held && exists {
+            *self.tokens.lock().unwrap() = self.store.load().tokens;
+        }
     }
 
     /// A POST without a token, for the 401's challenge. None: no Bearer challenge came back.

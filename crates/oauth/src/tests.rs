@@ -317,3 +317,19 @@ fn a_pre_registered_secret_uses_basic_unless_only_post_is_offered() {
     assert_eq!(pick_method(Some(&post), true), "client_secret_post");
     assert_eq!(pick_method(Some(&post), false), "none");
 }
+
+#[tokio::test]
+async fn a_sign_in_or_sign_out_by_another_process_is_taken_in() {
+    let (_fake, url) = start(|_| {}).await;
+    let dir = tempfile::tempdir().unwrap();
+    let running = auth(&url, dir.path());
+    assert_eq!(running.bearer().await, None);
+    // `switchyard login` in another process.
+    let login = auth(&url, dir.path());
+    login.login(&*follow()).await.unwrap();
+    assert_eq!(running.bearer().await.unwrap().expose(), "secret-access-1");
+    // `switchyard logout`.
+    assert!(login.logout().unwrap());
+    assert_eq!(running.bearer().await, None);
+    assert!(!running.status().signed_in);
+}
