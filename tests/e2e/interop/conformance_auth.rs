@@ -1,0 +1,120 @@
+//! The MCP conformance suite's client authorization scenarios (`auth/*`, the pinned version in
+//! tests/conformance) with switchyard as the client under test. The suite starts a resource
+//! server and an authorization server per scenario and runs `tests/conformance/oauth-client.mjs`,
+//! which starts `switchyard run` on the scenario's URL with a browser command that only follows
+//! redirects (curl) and sends initialize, tools/list and a tool call. The sign-in (discovery,
+//! registration, PKCE, the redirect, `iss`, scopes, step-up) is all switchyard's.
+//!
+//! Every scenario the suite lists must pass, but for the exceptions named below with their
+//! reason; an unlisted failure fails the test.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::npm_setup::*;
+
+/// One scenario may take this long (most take 1 to 3 s).
+const SCENARIO_LIMIT: Duration = Duration::from_secs(90);
+
+/// Scenarios switchyard does not claim, and why. All are extensions, not part of the MCP
+/// authorization spec.
+const EXCEPTIONS: &[(&str, &str)] = &[
+    (
+        "auth/client-credentials-jwt",
+        "extension: the client credentials grant with a JWT assertion, for machine clients",
+    ),
+    ("auth/client-credentials-basic", "extension: the client credentials grant, for machine clients"),
+    (
+        "auth/enterprise-managed-authorization",
+        "extension: enterprise-managed authorization (token exchange via an IdP)",
+    ),
+    ("auth/dpop", "extension: DPoP proof-of-possession tokens"),
+    ("auth/dpop-nonce", "extension: DPoP proof-of-possession tokens with server nonces"),
+    ("auth/wif-jwt-bearer", "extension: workload identity federation (JWT bearer grant)"),
+];
+
+/// The client scenarios whose names start with `auth/`, from `conformance list`.
+fn auth_scenarios() -> Vec<String> {
+    let out = Command::new(node22())
+        .arg(conformance_cli())
+        .arg("list")
+        .current_dir(conformance_dir())
+        .output()
+        .expect("run `conformance list`");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut in_client = false;
+    let mut names = Vec::new();
+    for line in text.lines() {
+        if !line.starts_with(' ') {
+            in_client = line.starts_with("Client scenarios");
+            continue;
+        }
+        if in_client
+            && let Some(name) = line.trim().strip_prefix("- ").and_then(|l| l.split_whitespace().next())
+            && name.starts_with("auth/")
+        {
+            names.push(name.to_string());
+        }
+    }
+    names
+}
+
+/// Runs one scenario; Ok, or Err with the suite's report.
+fn scenario(name: &str, out: &Path) -> Result<(), String> {
+    let driver = conformance_dir().join("oauth-client.mjs");
+    let node = node22();
+    let mut cmd = Command::new(&node);
+    cmd.arg(conformance_cli())
+        .args(["client", "--scenario", name, "--timeout", "60000", "-o"])
+        .arg(out)
+        .arg("--command")
+        .arg(format!("{} {}", node.display(), driver.display()))
+        .env("SWITCHYARD", switchyard_testkit::bin())
+        .current_dir(conformance_dir())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let run = crate::transcript::run(cmd, name, SCENARIO_LIMIT);
+    let text = format!("{}\n{}", run.stdout, run.stderr);
+    if run.status == Some(0) && text.contains("OVERALL: PASSED") {
+        Ok(())
+    } else {
+        let failed: Vec<&str> = text.lines().filter(|l| l.contains("FAILURE") || l.contains("WARNING")).collect();
+        Err(format!("exit {:?}; {}", run.status, if failed.is_empty() { text.clone() } else { failed.join("\n") }))
+    }
+}
+
+#[test]
+fn every_auth_client_scenario_passes_with_switchyard_as_the_client() {
+    ensure_npm();
+    ensure_conformance();
+    let curl = Command::new("curl").arg("--version").stdout(Stdio::null()).status();
+    assert!(curl.is_ok_and(|s| s.success()), "the browser stand-in needs curl on PATH");
+    let names = auth_scenarios();
+    assert!(names.len() >= 20, "the suite lists only {names:?}");
+    let out = switchyard_testkit::temp_dir();
+    let results: Vec<(String, Result<(), String>)> = std::thread::scope(|s| {
+        let chunks: Vec<Vec<String>> = names.chunks(names.len().div_ceil(3)).map(|c| c.to_vec()).collect();
+        let handles: Vec<_> = chunks
+            .into_iter()
+            .map(|chunk| {
+                let dir = out.path().to_path_buf();
+                s.spawn(move || chunk.into_iter().map(|n| (n.clone(), scenario(&n, &dir))).collect::<Vec<_>>())
+            })
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    let mut unexpected = Vec::new();
+    let mut passed = 0;
+    for (name, result) in &results {
+        let excepted = EXCEPTIONS.iter().find(|(n, _)| n == name);
+        match (result, excepted) {
+            (Ok(()), _) => passed += 1,
+            (Err(why), None) => unexpected.push(format!("{name}: {why}")),
+            (Err(_), Some((_, reason))) => eprintln!("{name}: not claimed ({reason})"),
+        }
+    }
+    eprintln!("auth scenarios: {passed} of {} passed, {} excepted", results.len(), EXCEPTIONS.len());
+    assert!(unexpected.is_empty(), "auth scenarios failed:\n{}", unexpected.join("\n\n"));
+}
