@@ -389,8 +389,10 @@ impl Core {
         let status = resp.status();
         let values: Vec<&str> =
             resp.headers().get_all(reqwest::header::WWW_AUTHENTICATE).iter().filter_map(|v| v.to_str().ok()).collect();
-        let challenge = Challenge::parse(values);
-        if status == StatusCode::FORBIDDEN && !challenge.as_ref().is_some_and(Challenge::insufficient_scope) {
+        // Without a Bearer challenge the server wants something else (an API key header, say):
+        // the refusal is reported as it is, naming the headers.
+        let challenge = Challenge::parse(values)?;
+        if status == StatusCode::FORBIDDEN && !challenge.insufficient_scope() {
             return None;
         }
         let server = self.server.clone();
@@ -400,7 +402,7 @@ impl Core {
             )
         };
         let url = self.shown_url();
-        Some(auth.refused(status.as_u16(), challenge.as_ref(), sent, &announce).await.map_err(|e| {
+        Some(auth.refused(status.as_u16(), Some(&challenge), sent, &announce).await.map_err(|e| {
             let hint =
                 if e.timed_out { "sign in with" } else { "check the server's oauth settings, then sign in with" };
             format!("could not sign in to {url}: {e}; {hint} `switchyard login {}`", self.server)
