@@ -118,3 +118,100 @@ fn every_auth_client_scenario_passes_with_switchyard_as_the_client() {
     eprintln!("auth scenarios: {passed} of {} passed, {} excepted", results.len(), EXCEPTIONS.len());
     assert!(unexpected.is_empty(), "auth scenarios failed:\n{}", unexpected.join("\n\n"));
 }
+
+/// A scenario's servers held up for a test of its own: the suite runs a "client" that only
+/// writes down the URL and waits. Ends when dropped.
+struct HeldScenario {
+    child: std::process::Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl HeldScenario {
+    fn start(name: &str) -> HeldScenario {
+        let dir = switchyard_testkit::temp_dir();
+        let script = dir.path().join("hold.sh");
+        let url_file = dir.path().join("url");
+        std::fs::write(&script, format!("#!/bin/sh\necho \"$1\" > {}\nsleep 120\n", url_file.display())).unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let child = Command::new(node22())
+            .arg(conformance_cli())
+            .args(["client", "--scenario", name, "--timeout", "150000", "--command"])
+            .arg(&script)
+            .current_dir(conformance_dir())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the conformance suite");
+        // Held from here, so a failed start still ends it (Drop).
+        let mut held = HeldScenario { child, url: String::new(), _dir: dir };
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(url) = std::fs::read_to_string(&url_file)
+                && !url.trim().is_empty()
+            {
+                held.url = url.trim().to_string();
+                return held;
+            }
+            assert!(std::time::Instant::now() < deadline, "the suite did not start scenario {name}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for HeldScenario {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_signed_in_with_login_works_through_connect_and_logout_forgets_it() {
+    ensure_npm();
+    ensure_conformance();
+    let held = HeldScenario::start("auth/metadata-default");
+    let home = switchyard_testkit::daemon::Home::new();
+    // The daemon never opens a browser here: only `login` signs in.
+    home.write_config(&format!(
+        "[servers.tracker]\nurl = {:?}\n[servers.tracker.oauth]\nopen_browser = false\nlogin_timeout_ms = 2000\n",
+        held.url
+    ));
+    let config = home.config_str();
+    let login = tokio::process::Command::new(switchyard_testkit::bin())
+        .args(["login", "tracker", "--config", &config])
+        .envs(home.envs())
+        .env("BROWSER", "curl -sL -o /dev/null")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let said = String::from_utf8_lossy(&login.stdout);
+    assert!(login.status.success(), "login failed:\n{said}\n{}", String::from_utf8_lossy(&login.stderr));
+    assert!(said.contains("Signed in to server `tracker`"), "{said}");
+
+    let files: Vec<_> =
+        std::fs::read_dir(home.path().join("state/switchyard/oauth")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&files[0]).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600);
+    let stored: serde_json::Value = serde_json::from_slice(&std::fs::read(&files[0]).unwrap()).unwrap();
+    let token = stored["tokens"]["access_token"].as_str().unwrap().to_string();
+
+    let (_relay, mut c) = home.client("tracker").await;
+    let listed = c.request("tools/list", serde_json::json!({})).await;
+    assert_eq!(listed["result"]["tools"][0]["name"], "test-tool", "{listed}");
+    assert_eq!(c.call_text("test-tool", serde_json::json!({})).await, "test");
+
+    let text = home.status_text().await;
+    assert!(text.contains("tracker: signed in (the token expires in"), "{text}");
+    let json = home.status_json().await.to_string();
+    assert!(!text.contains(&token) && !json.contains(&token), "status shows the token");
+
+    let out = home.cli(&["logout", "tracker", "--config", &config]).await;
+    assert!(out.status.success());
+    assert!(home.status_text().await.contains("tracker: not signed in (`switchyard login tracker`)"));
+    c.close().await;
+    home.shutdown().await;
+}

@@ -60,8 +60,10 @@ fn auth_of(
             "server `{name}` has sign-in off (`oauth = false`, or an Authorization header is configured); set `oauth = true` to sign in"
         );
     };
+    // `login` is asked for by a person: the browser opens unless --no-browser, whatever
+    // `open_browser` says (that is for the sign-ins the router starts on its own).
     if let Some(open) = open_browser {
-        settings.open_browser = settings.open_browser && open;
+        settings.open_browser = open;
     }
     if let Some(w) = wait {
         settings.login_timeout = w;
