@@ -215,3 +215,64 @@ async fn a_server_signed_in_with_login_works_through_connect_and_logout_forgets_
     c.close().await;
     home.shutdown().await;
 }
+
+/// `switchyard run --config FILE` for `url` with these `[server.oauth]` lines, its tokens under
+/// `state`.
+fn run_signing_in(url: &str, oauth: &str, state: &Path, browser: &str) -> switchyard_testkit::Proc {
+    let config = state.join("switchyard.toml");
+    std::fs::write(&config, format!("[server]\nname = \"tracker\"\nurl = {url:?}\n[server.oauth]\n{oauth}")).unwrap();
+    let argv: Vec<String> =
+        [switchyard_testkit::bin(), "run", "--config", config.to_str().unwrap()].map(String::from).to_vec();
+    let state_home = state.join("state");
+    let envs = [("XDG_STATE_HOME", state_home.to_str().unwrap()), ("BROWSER", browser), ("RUST_LOG", "trace")];
+    switchyard_testkit::Proc::spawn_env("run tracker", &argv, &envs)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sign_in_nobody_completes_answers_the_call_within_the_bound_naming_login() {
+    ensure_npm();
+    ensure_conformance();
+    let held = HeldScenario::start("auth/metadata-default");
+    let dir = switchyard_testkit::temp_dir();
+    // A browser that never arrives: the call must not wait on it past login_timeout_ms.
+    let mut p = run_signing_in(&held.url, "login_timeout_ms = 1500\n", dir.path(), "true");
+    let mut c = p.client();
+    let started = std::time::Instant::now();
+    let resp = c
+        .request(
+            "initialize",
+            serde_json::json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}),
+        )
+        .await;
+    let waited = started.elapsed();
+    let why = resp["error"]["message"].as_str().unwrap_or_else(|| panic!("an error: {resp}")).to_string();
+    assert!(waited < Duration::from_secs(10), "the call waited {waited:?}");
+    for part in
+        [held.url.as_str(), "the browser sign-in failed", "nobody signed in within 1 s", "`switchyard login tracker`"]
+    {
+        assert!(why.contains(part), "the error says {part:?}: {why}");
+    }
+    c.close().await;
+    p.wait_timeout(Duration::from_secs(10)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_never_reaches_the_logs_even_at_trace_level() {
+    ensure_npm();
+    ensure_conformance();
+    let held = HeldScenario::start("auth/metadata-default");
+    let dir = switchyard_testkit::temp_dir();
+    let mut p = run_signing_in(&held.url, "", dir.path(), "curl -sL -o /dev/null");
+    let mut c = p.client();
+    c.initialize().await;
+    assert_eq!(c.call_text("test-tool", serde_json::json!({})).await, "test");
+    c.close().await;
+    p.wait_timeout(Duration::from_secs(10)).await;
+    let file = std::fs::read_dir(dir.path().join("state/switchyard/oauth")).unwrap().next().unwrap().unwrap().path();
+    let stored: serde_json::Value = serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap();
+    let token = stored["tokens"]["access_token"].as_str().unwrap();
+    let log = p.stderr.text();
+    assert!(log.contains("sign in at"), "the sign-in was logged:\n{log}");
+    assert!(!log.contains(token), "the token is in the log:\n{log}");
+    assert!(!log.contains("test-auth-code"), "the authorization code is in the log");
+}
