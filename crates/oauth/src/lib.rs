@@ -139,6 +139,9 @@ pub struct Auth {
     tokens: Mutex<Option<Tokens>>,
     /// One sign-in or refresh at a time.
     flow: tokio::sync::Mutex<()>,
+    /// The last sign-in that failed, and when: requests that waited for it get its error
+    /// rather than a sign-in each, one after the other.
+    failed: Mutex<Option<(std::time::Instant, Error)>>,
 }
 
 impl std::fmt::Debug for Auth {
@@ -165,7 +168,15 @@ impl Auth {
             .map_err(|e| format!("could not set up an HTTP client: {e}"))?;
         let store = Store::new(dir, &server_url);
         let tokens = store.load().tokens;
-        Ok(Auth { server_url, settings, http, store, tokens: Mutex::new(tokens), flow: tokio::sync::Mutex::new(()) })
+        Ok(Auth {
+            server_url,
+            settings,
+            http,
+            store,
+            tokens: Mutex::new(tokens),
+            flow: tokio::sync::Mutex::new(()),
+            failed: Mutex::new(None),
+        })
     }
 
     /// The access token in force, as it is (see [`Auth::bearer`] for one refreshed in time).
@@ -207,7 +218,23 @@ impl Auth {
         sent: Option<&Secret>,
         announce: &Announce,
     ) -> Result<(), Error> {
+        let asked = std::time::Instant::now();
         let _flow = self.flow.lock().await;
+        let result = self.refused_now(status, challenge, sent, asked, announce).await;
+        if let Err(e) = &result {
+            *self.failed.lock().unwrap() = Some((std::time::Instant::now(), e.clone()));
+        }
+        result
+    }
+
+    async fn refused_now(
+        &self,
+        status: u16,
+        challenge: Option<&Challenge>,
+        sent: Option<&Secret>,
+        asked: std::time::Instant,
+        announce: &Announce,
+    ) -> Result<(), Error> {
         // A `switchyard login` in another process may have signed in meanwhile.
         if let Some(t) = self.store.load().tokens {
             *self.tokens.lock().unwrap() = Some(t);
@@ -216,6 +243,13 @@ impl Auth {
         if status == 401 && current.as_ref().map(|t| &t.access_token) != sent {
             // Another request renewed the token while this one waited.
             return Ok(());
+        }
+        // A sign-in failed while this request waited for it: the same answer, at once (a call
+        // waits for one sign-in at most, never for a queue of them).
+        if let Some((at, e)) = self.failed.lock().unwrap().clone()
+            && at >= asked
+        {
+            return Err(e);
         }
         if status == 403 {
             let Some(c) = challenge.filter(|c| c.insufficient_scope()) else {

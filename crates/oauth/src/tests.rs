@@ -333,3 +333,28 @@ async fn a_sign_in_or_sign_out_by_another_process_is_taken_in() {
     assert_eq!(running.bearer().await, None);
     assert!(!running.status().signed_in);
 }
+
+#[tokio::test]
+async fn requests_that_waited_for_a_failed_sign_in_share_its_error() {
+    let (fake, url) = start(|_| {}).await;
+    let dir = tempfile::tempdir().unwrap();
+    let settings = Settings { open_browser: false, login_timeout: Duration::from_millis(400), ..Settings::default() };
+    let a = Arc::new(Auth::new(url.clone(), settings, dir.path()).unwrap());
+    let started = std::time::Instant::now();
+    let calls: Vec<_> = (0..3)
+        .map(|_| {
+            let a = a.clone();
+            let c = www(&url);
+            tokio::spawn(async move { a.refused(401, Some(&c), None, &|_: &str| {}).await })
+        })
+        .collect();
+    for call in calls {
+        assert!(call.await.unwrap().unwrap_err().timed_out);
+    }
+    // One sign-in's wait, not three in a row.
+    assert!(started.elapsed() < Duration::from_millis(1100), "{:?}", started.elapsed());
+    assert_eq!(fake.lock().unwrap().seen.iter().filter(|s| *s == "GET prm").count(), 1);
+    // A later request tries again.
+    assert!(a.refused(401, Some(&www(&url)), None, &|_: &str| {}).await.unwrap_err().timed_out);
+    assert_eq!(fake.lock().unwrap().seen.iter().filter(|s| *s == "GET prm").count(), 2);
+}
