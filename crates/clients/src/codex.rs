@@ -44,7 +44,7 @@ pub(crate) fn leave_reason(entry: &Entry) -> Option<(String, String)> {
     let key = entry.unknown.iter().find(|k| !CARRIED.contains(&k.as_str()) && !LAUNCH.contains(&k.as_str()))?;
     let why = match key.as_str() {
         "oauth" | "auth" | "scopes" | "oauth_resource" => {
-            "Codex signs in to it with OAuth (`codex mcp login`), which switchyard does not do yet".to_string()
+            "Codex's own OAuth settings for it would not carry over; switchyard signs in to remote servers itself (`switchyard login NAME`): remove them and wrap again to use that".to_string()
         }
         "http_headers_helper" => "Codex runs a command for its headers on each connection; switchyard cannot".into(),
         other => format!(

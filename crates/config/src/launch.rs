@@ -10,6 +10,7 @@ use serde::de::value::{MapAccessDeserializer, StrDeserializer};
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
+use crate::oauth::OAuthConfig;
 use crate::server::TransportKind;
 use crate::vars::HeaderValue;
 
@@ -47,6 +48,10 @@ pub struct Launch {
     /// Which clients share an instance of the server (default `profile`): see [`Share`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub share: Option<Share>,
+    /// Signing in to `url` when it asks (the MCP authorization flow): `false`, `true`, or a
+    /// table of settings. Without it, on unless an `Authorization` header is configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oauth: Option<OAuthConfig>,
 }
 
 /// Which clients share the instances of a server.
@@ -81,7 +86,7 @@ impl Share {
 impl Launch {
     /// The keys, in the order of the fields (a test holds them to the struct).
     pub const KEYS: &'static [&'static str] =
-        &["command", "args", "env", "cwd", "url", "transport", "headers", "client_env", "share"];
+        &["command", "args", "env", "cwd", "url", "transport", "headers", "client_env", "share", "oauth"];
 }
 
 /// Header values as written (`${VAR}` unexpanded).

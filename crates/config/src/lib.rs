@@ -6,6 +6,7 @@
 mod http;
 mod launch;
 mod limits;
+mod oauth;
 pub mod paths;
 mod server;
 mod spans;
@@ -23,6 +24,7 @@ pub use self::http::{
 };
 pub use self::launch::{Launch, Share};
 pub use self::limits::{Limits, LimitsPatch};
+pub use self::oauth::{DEFAULT_LOGIN_TIMEOUT_MS, OAuthConfig};
 pub use self::server::{
     Affinity, ClientValues, DaemonConfig, MAX_SERVER_NAME, OnError, PluginEntry, PoolConfig, ServerConfig, ServerEntry,
     TransportKind, check_server_name, derive_name,

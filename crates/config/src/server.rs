@@ -352,9 +352,11 @@ impl ServerConfig {
                 bail!("{}: {table}`command` is empty; give the program to run (e.g. \"npx\")", at("command"));
             }
             if self.launch.command.is_some() {
-                for (key, set) in
-                    [("transport", self.launch.transport.is_some()), ("headers", !self.launch.headers.is_empty())]
-                {
+                for (key, set) in [
+                    ("transport", self.launch.transport.is_some()),
+                    ("headers", !self.launch.headers.is_empty()),
+                    ("oauth", self.launch.oauth.is_some()),
+                ] {
                     if set {
                         bail!(
                             "{}: {table}`{key}` applies to a remote server (`url`), and this server is the command `{}`; remove it",
@@ -384,6 +386,9 @@ impl ServerConfig {
         // A URL with a client's value in it is checked once the value is known (`for_client`).
         if !uses_client_env(url, &self.launch.client_env) {
             parse_url(url).map_err(|e| anyhow!("{}: {table}url {e}", at("url")))?;
+        }
+        if let Some(oauth) = &self.launch.oauth {
+            oauth.check().map_err(|e| anyhow!("{}: {table}`oauth` {e}", at("oauth")))?;
         }
         self.check_headers(entry)
     }

@@ -48,6 +48,7 @@ pub(crate) struct ServerSpans {
     pub(crate) headers: Option<BTreeMap<String, Spanned<IgnoredAny>>>,
     client_env: Option<Spanned<IgnoredAny>>,
     share: Option<Spanned<IgnoredAny>>,
+    oauth: Option<Spanned<IgnoredAny>>,
 }
 
 impl ServerSpans {
@@ -61,6 +62,7 @@ impl ServerSpans {
             "transport" => &self.transport,
             "client_env" => &self.client_env,
             "share" => &self.share,
+            "oauth" => &self.oauth,
             // The table itself has no span here: its first entry stands for it.
             "headers" => return self.headers.iter().flat_map(|h| h.values()).map(|s| s.span().start).min(),
             _ => &None,

@@ -65,6 +65,11 @@ enum Command {
         #[arg(long, value_name = "ADDR", requires = "url")]
         http: Option<std::net::SocketAddr>,
     },
+    /// Sign in to remote server NAME (the MCP authorization flow) in the browser, or with
+    /// --no-browser by printing the URL; the tokens are kept for the router and the daemon.
+    Login(commands::login::LoginArgs),
+    /// Forget remote server NAME's sign-in: its tokens and client registrations.
+    Logout(commands::login::LogoutArgs),
     /// Stop a daemon: its servers are stopped and it exits.
     Stop {
         #[command(flatten)]
@@ -295,6 +300,8 @@ fn main() -> ExitCode {
             }),
         ),
         Command::Stop { which } => report(commands::stop::stop_blocking(which)),
+        Command::Login(args) => report(commands::login::login_blocking(args)),
+        Command::Logout(args) => report(commands::login::logout_blocking(args)),
         Command::Clients { project, json } => {
             report(switchyard_clients::list::run(project.as_deref(), json).map(|text| {
                 let _ = std::io::stdout().write_all(text.as_bytes());

@@ -5,6 +5,7 @@
 
 mod client_clis;
 mod conformance;
+mod conformance_auth;
 mod desktop_commander;
 mod npm;
 mod plugin_langs;

@@ -22,8 +22,11 @@ pub(super) const LAUNCH_KEYS: &[(&str, &str)] = &[
         "the client loads its variables from a file that switchyard does not read; move them into `env` and wrap again",
     ),
     ("headersHelper", "the client runs a command for its headers on each connection; switchyard cannot"),
-    ("oauth", "the client signs in to it with OAuth, which switchyard does not do yet"),
-    ("auth", "the client signs in to it, which switchyard does not do yet"),
+    (
+        "oauth",
+        "the client's own OAuth settings for it (a client id, scopes) would not carry over; switchyard signs in to remote servers itself (`switchyard login NAME`): remove `oauth` and wrap again to use that",
+    ),
+    ("auth", "the client signs in to it its own way, which a wrapped entry would not carry over"),
     ("dev", "the client restarts it when its files change (development mode)"),
     ("sandboxEnabled", "the client runs it in a sandbox, which it would leave under switchyard"),
     ("sandbox", "the client runs it in a sandbox, which it would leave under switchyard"),

@@ -633,7 +633,8 @@ fn codex_config_is_edited_in_place_and_unwraps_to_the_same_bytes() {
     let said = plan.lines.join("\n");
     assert!(
         said.contains("codex `linear` (/home/user/.codex/config.toml, line ")
-            && said.contains("): left as it is: it has `scopes`: Codex signs in to it with OAuth"),
+            && said
+                .contains("): left as it is: it has `scopes`: Codex's own OAuth settings for it would not carry over"),
         "{said}"
     );
     assert!(said.contains("codex `memory`: already runs through switchyard"), "{said}");

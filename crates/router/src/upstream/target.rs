@@ -7,7 +7,9 @@ use std::time::Duration;
 use anyhow::{anyhow, bail};
 
 use crate::upstream::transport::{Header, RemoteKind, RemoteSpec};
-use switchyard_config::{Config, TransportKind, about_header, derive_name, expand, is_loopback, parse_url, url_name};
+use switchyard_config::{
+    Config, OAuthConfig, TransportKind, about_header, derive_name, expand, is_loopback, parse_url, url_name,
+};
 
 /// The configured server, ready to start or connect to.
 #[derive(Debug, Clone)]
@@ -90,6 +92,8 @@ impl Target {
                 url_name(&parsed)
             ));
         }
+        let oauth =
+            oauth_settings(s.launch.oauth.as_ref(), &headers, env).map_err(|e| anyhow!("server `{server}`: {e}"))?;
         let kind = match s.launch.transport.unwrap_or_default() {
             TransportKind::Auto => RemoteKind::Auto,
             TransportKind::StreamableHttp => RemoteKind::StreamableHttp,
@@ -104,9 +108,40 @@ impl Target {
             max_message_bytes: config.limits.max_message_bytes,
             post_timeout: Duration::from_millis(config.limits.post_timeout_ms),
             liveness: (config.limits.liveness_ms > 0).then(|| Duration::from_millis(config.limits.liveness_ms)),
+            oauth,
         };
         Ok((Target::Remote(spec), warnings))
     }
+}
+
+/// The sign-in settings of a remote server: as configured, or on by default where no
+/// `Authorization` header is (a server given a token by hand has no use for a sign-in).
+fn oauth_settings(
+    config: Option<&OAuthConfig>,
+    headers: &[Header],
+    env: &dyn Fn(&str) -> Result<String, std::env::VarError>,
+) -> anyhow::Result<Option<switchyard_oauth::Settings>> {
+    let config = match config {
+        Some(c) if !c.enabled => return Ok(None),
+        Some(c) => c.clone(),
+        None if headers.iter().any(|h| h.name.eq_ignore_ascii_case("authorization")) => return Ok(None),
+        None => OAuthConfig::default(),
+    };
+    let client_secret = match &config.client_secret {
+        Some(raw) => {
+            let e = expand(raw, env).map_err(|e| anyhow!("`oauth` client_secret {e}"))?;
+            Some(switchyard_oauth::Secret::new(e.value))
+        }
+        None => None,
+    };
+    Ok(Some(switchyard_oauth::Settings {
+        client_id: config.client_id.clone(),
+        client_secret,
+        client_metadata_url: config.client_metadata_url.clone(),
+        scopes: config.scopes.clone(),
+        login_timeout: Duration::from_millis(config.login_timeout_ms()),
+        open_browser: config.open_browser(),
+    }))
 }
 
 #[cfg(test)]
@@ -125,6 +160,32 @@ mod tests {
             (Target::Remote(spec), warnings) => Ok((spec, warnings)),
             (other, _) => panic!("not remote: {other:?}"),
         }
+    }
+
+    #[test]
+    fn sign_in_is_on_unless_a_token_is_configured_or_it_is_turned_off() {
+        let url = "[server]\nurl = \"https://h.example/mcp\"\n";
+        let (spec, _) = remote(url, &[]).unwrap();
+        let on = spec.oauth.unwrap();
+        assert!(on.open_browser);
+        assert_eq!(on.login_timeout, Duration::from_secs(60));
+        let with_token = format!("{url}headers = {{ Authorization = \"Bearer x\" }}\n");
+        assert!(remote(&with_token, &[]).unwrap().0.oauth.is_none());
+        assert!(remote(&format!("{url}oauth = false\n"), &[]).unwrap().0.oauth.is_none());
+        let both = format!("{url}headers = {{ Authorization = \"Bearer x\" }}\noauth = true\n");
+        assert!(remote(&both, &[]).unwrap().0.oauth.is_some());
+        let table = format!(
+            "{url}[server.oauth]\nclient_id = \"c\"\nclient_secret = \"${{SECRET}}\"\nlogin_timeout_ms = 5000\nopen_browser = false\n"
+        );
+        let s = remote(&table, &[("SECRET", "s3cr3t-value")]).unwrap().0.oauth.unwrap();
+        assert_eq!(s.client_secret.as_ref().map(|s| s.expose()), Some("s3cr3t-value"));
+        assert_eq!(s.login_timeout, Duration::from_millis(5000));
+        assert!(!s.open_browser);
+        // The spec's Debug (logged at start-up) keeps the secret hidden.
+        let (spec, _) = remote(&table, &[("SECRET", "s3cr3t-value")]).unwrap();
+        assert!(!format!("{spec:?}").contains("s3cr3t"));
+        let missing = remote(&table, &[]).unwrap_err().to_string();
+        assert!(missing.contains("client_secret") && missing.contains("SECRET"), "{missing}");
     }
 
     fn load(text: &str) -> Config {

@@ -182,4 +182,6 @@ pub struct RemoteSpec {
     /// How long a request may wait with nothing from its link before the link is probed
     /// (`None`: never).
     pub liveness: Option<Duration>,
+    /// Signing in when the server asks (None: off; a 401 is reported as it is).
+    pub oauth: Option<switchyard_oauth::Settings>,
 }

@@ -3,6 +3,7 @@
 pub mod connect;
 pub mod daemon;
 pub mod demo;
+pub mod login;
 pub mod run;
 pub mod status;
 pub mod stop;

@@ -11,12 +11,25 @@ use crate::commands::daemon::{Which, ask_daemon, locate, not_running};
 /// `switchyard status`.
 pub(crate) fn status_blocking(which: Which, json: bool) -> anyhow::Result<()> {
     let (config, socket) = locate(which.config.as_deref(), which.socket.as_deref())?;
-    let status = match ask_daemon(&socket, &Hello::Status) {
+    let mut status = match ask_daemon(&socket, &Hello::Status) {
         Ok(Reply::Status { status }) => status,
         Ok(other) => bail!("unexpected answer from the daemon on {}: {other:?}", socket.display()),
         Err(e) => bail!("{}", not_running(&config, &socket, &e)),
     };
-    let text = if json { format!("{status:#}\n") } else { render(&status) };
+    // Each remote server's sign-in, from its token file (never a token).
+    let sign_ins = config.as_deref().map(crate::commands::login::sign_ins).unwrap_or_default();
+    if !sign_ins.is_empty() {
+        let map: serde_json::Map<String, serde_json::Value> =
+            sign_ins.iter().map(|(n, s)| (n.clone(), serde_json::Value::String(s.clone()))).collect();
+        status["sign_in"] = serde_json::Value::Object(map);
+    }
+    let mut text = if json { format!("{status:#}\n") } else { render(&status) };
+    if !json && !sign_ins.is_empty() {
+        text.push_str("\nsign-in:\n");
+        for (name, state) in &sign_ins {
+            text.push_str(&format!("  {name}: {state}\n"));
+        }
+    }
     let mut out = std::io::stdout();
     out.write_all(text.as_bytes()).and_then(|_| out.flush()).context("cannot write to stdout")
 }

@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::transport::{BoxFuture, Connector, Ended, Failure, Inbound, Lost, RemoteKind, RemoteSpec, Transport};
 use switchyard_config::display_url;
+use switchyard_oauth::{Auth, Challenge, Secret};
 
 use legacy::Legacy;
 use liveness::{Probe, ProbeKind, Watch};
@@ -44,6 +45,8 @@ pub struct RemoteConnector {
     resolved: Arc<Mutex<Option<RemoteKind>>>,
     /// Where reconnections are counted.
     metrics: Option<Arc<switchyard_core::metrics::Metrics>>,
+    /// The server's sign-in, shared by its instances (None: off).
+    auth: Option<Arc<Auth>>,
     /// The arguments the server's tools mirror in `Mcp-Param-*` headers (2026-07-28).
     tool_headers: Arc<ToolHeaders>,
 }
@@ -82,6 +85,17 @@ impl RemoteConnector {
             value.set_sensitive(true);
             headers.append(name, value);
         }
+        let auth = match &spec.oauth {
+            Some(settings) => {
+                let dir = switchyard_config::paths::state_dir()
+                    .map_err(|e| format!("server {server}: no place for its sign-in tokens: {e:#}"))?
+                    .join("oauth");
+                let auth =
+                    Auth::new(url.clone(), settings.clone(), &dir).map_err(|e| format!("server {server}: {e}"))?;
+                Some(Arc::new(auth))
+            }
+            None => None,
+        };
         Ok(RemoteConnector {
             spec: Arc::new(spec),
             url,
@@ -89,7 +103,13 @@ impl RemoteConnector {
             resolved: Arc::new(Mutex::new(None)),
             metrics: None,
             tool_headers: Arc::default(),
+            auth,
         })
+    }
+
+    /// The server's sign-in, when it is on.
+    pub fn auth(&self) -> Option<Arc<Auth>> {
+        self.auth.clone()
     }
 
     /// What `auto` found the server speaks, once an instance has found out.
@@ -115,8 +135,10 @@ impl Connector for RemoteConnector {
         let resolved = self.resolved.clone();
         let metrics = self.metrics.clone();
         let tool_headers = self.tool_headers.clone();
+        let auth = self.auth.clone();
         Box::pin(async move {
-            let core = Core::new(&spec, url, headers, label, inbound, metrics, tool_headers)?;
+            let shared = Shared { metrics, auth, tool_headers };
+            let core = Core::new(&spec, url, headers, label, inbound, shared)?;
             let transport: Arc<dyn Transport> = match kind {
                 RemoteKind::Sse => Legacy::open(core.clone()).await?,
                 RemoteKind::StreamableHttp => Streamable::new(core.clone(), None),
@@ -140,6 +162,13 @@ impl Connector for RemoteConnector {
     fn tool_headers(&self) -> Option<Arc<ToolHeaders>> {
         Some(self.tool_headers.clone())
     }
+}
+
+/// What the instances of one remote server share, besides its configuration.
+struct Shared {
+    metrics: Option<Arc<switchyard_core::metrics::Metrics>>,
+    auth: Option<Arc<Auth>>,
+    tool_headers: Arc<ToolHeaders>,
 }
 
 /// What a transport reports, in order, to its `Inbound`.
@@ -192,6 +221,8 @@ struct Core {
     watching: AtomicBool,
     /// A client that never reuses a connection, for probes: a pooled connection may be the dead one.
     fresh: OnceLock<reqwest::Client>,
+    /// The server's sign-in: its token goes on every request, and a 401 starts it.
+    auth: Option<Arc<Auth>>,
     /// The arguments the server's tools mirror in `Mcp-Param-*` headers (2026-07-28).
     tool_headers: Arc<ToolHeaders>,
 }
@@ -214,9 +245,9 @@ impl Core {
         headers: HeaderMap,
         label: String,
         inbound: Arc<dyn Inbound>,
-        metrics: Option<Arc<switchyard_core::metrics::Metrics>>,
-        tool_headers: Arc<ToolHeaders>,
+        shared: Shared,
     ) -> Result<Arc<Core>, Failure> {
+        let Shared { metrics, auth, tool_headers } = shared;
         let client = build_client(spec).map_err(|e| Failure {
             reason: format!("server {}: could not set up an HTTP client: {e}", spec.server),
             transient: false,
@@ -244,6 +275,7 @@ impl Core {
             liveness: spec.liveness,
             watching: AtomicBool::new(false),
             fresh: OnceLock::new(),
+            auth,
             tool_headers,
         }))
     }
@@ -359,10 +391,42 @@ impl Core {
         });
     }
 
-    /// A request with the configured headers.
+    /// A request with the configured headers, and the sign-in's token when there is one.
     fn request(&self, method: reqwest::Method, url: Url) -> RequestBuilder {
         let client = self.client.lock().unwrap().clone();
-        client.request(method, url).headers(self.headers.clone())
+        let req = client.request(method, url).headers(self.headers.clone());
+        match self.auth.as_ref().and_then(|a| a.current()) {
+            Some(token) => with_bearer(req, &token),
+            None => req,
+        }
+    }
+
+    /// After a 401, or a 403 asking for more scope: signs in (or refreshes, or steps up) when
+    /// sign-in is on. Ok: send the request again. Err: why not, for the caller's error (None:
+    /// sign-in is off, or this refusal is not one a sign-in answers).
+    async fn sign_in(&self, resp: &Response, sent: Option<&Secret>) -> Option<Result<(), String>> {
+        let auth = self.auth.as_ref()?;
+        let status = resp.status();
+        let values: Vec<&str> =
+            resp.headers().get_all(reqwest::header::WWW_AUTHENTICATE).iter().filter_map(|v| v.to_str().ok()).collect();
+        // Without a Bearer challenge the server wants something else (an API key header, say):
+        // the refusal is reported as it is, naming the headers.
+        let challenge = Challenge::parse(values)?;
+        if status == StatusCode::FORBIDDEN && !challenge.insufficient_scope() {
+            return None;
+        }
+        let server = self.server.clone();
+        let announce = move |url: &str| {
+            tracing::warn!(
+                "server {server}: sign in at {url} (opening the browser unless open_browser = false; or run `switchyard login {server}`)"
+            )
+        };
+        let url = self.shown_url();
+        Some(auth.refused(status.as_u16(), Some(&challenge), sent, &announce).await.map_err(|e| {
+            let hint =
+                if e.timed_out { "sign in with" } else { "check the server's oauth settings, then sign in with" };
+            format!("could not sign in to {url}: {e}; {hint} `switchyard login {}`", self.server)
+        }))
     }
 
     /// The GET that opens an SSE stream.
@@ -537,6 +601,17 @@ fn client_builder(connect_timeout: Duration) -> reqwest::ClientBuilder {
             }
         }))
         .user_agent(concat!("switchyard/", env!("CARGO_PKG_VERSION")))
+}
+
+/// `req` with `Authorization: Bearer TOKEN`, marked sensitive (never in Debug output).
+fn with_bearer(req: RequestBuilder, token: &Secret) -> RequestBuilder {
+    match HeaderValue::from_str(&format!("Bearer {}", token.expose())) {
+        Ok(mut v) => {
+            v.set_sensitive(true);
+            req.header(reqwest::header::AUTHORIZATION, v)
+        }
+        Err(_) => req,
+    }
 }
 
 fn vars_list(vars: &[String]) -> String {

@@ -144,6 +144,7 @@ async fn open_watched(url: &str, kind: RemoteKind) -> (RemoteConnector, Arc<Reco
 fn spec(url: &str, kind: RemoteKind) -> RemoteSpec {
     RemoteSpec {
         server: "remote".into(),
+        oauth: None,
         url: url.into(),
         kind,
         headers: vec![Header {

@@ -25,14 +25,20 @@ enum Outcome {
     SessionLost(String),
     /// `auto`'s probe was refused the way legacy servers refuse it.
     Legacy(String),
+    /// The server asked for a sign-in, which is done: send the message again.
+    SignedIn,
 }
+
+/// Sign-ins one message may cause (a 401, then a step-up or two): a server that keeps refusing
+/// gets an error, not a loop of browser windows.
+const MAX_SIGN_INS: u32 = 3;
 
 impl Inner {
     /// Sends one message, re-initialising and replaying it once if the session was lost, and
     /// falling back to legacy SSE if it is `auto`'s refused probe.
     pub(super) async fn deliver(self: Arc<Self>, msg: Outbound, info: Info, probe: bool) {
         let generation = self.state.lock().unwrap().generation;
-        let outcome = self.post(&msg, &info, probe).await;
+        let outcome = self.post_signed(&msg, &info, probe).await;
         if probe && !matches!(outcome, Outcome::Legacy(_)) {
             // The probe neither settled it (it failed otherwise) nor was refused: the next
             // request probes again, and what waited goes over Streamable HTTP meanwhile.
@@ -45,7 +51,7 @@ impl Inner {
             });
         }
         match outcome {
-            Outcome::Done => {}
+            Outcome::Done | Outcome::SignedIn => {}
             Outcome::Legacy(why) => self.fall_back(msg, why).await,
             Outcome::SessionLost(why) => {
                 if let Err(e) = self.renew(generation, &why).await {
@@ -55,8 +61,8 @@ impl Inner {
                     self.core.end(e);
                     return;
                 }
-                match self.post(&msg, &info, false).await {
-                    Outcome::Done => {}
+                match self.post_signed(&msg, &info, false).await {
+                    Outcome::Done | Outcome::SignedIn => {}
                     Outcome::SessionLost(again) | Outcome::Legacy(again) => {
                         let cause =
                             format!("{} refused the replay on its new session as well: {again}", self.core.shown_url());
@@ -69,10 +75,28 @@ impl Inner {
         }
     }
 
-    /// One POST of one message, and the reading of its answer.
-    async fn post(self: &Arc<Self>, msg: &Outbound, info: &Info, probe: bool) -> Outcome {
+    /// [`Inner::post`], again after each sign-in the server asked for (a bounded number).
+    async fn post_signed(self: &Arc<Self>, msg: &Outbound, info: &Info, probe: bool) -> Outcome {
+        let mut sign_ins = 0;
+        loop {
+            let last = sign_ins >= MAX_SIGN_INS;
+            match self.post(msg, info, probe, !last).await {
+                Outcome::SignedIn => sign_ins += 1,
+                other => return other,
+            }
+        }
+    }
+
+    /// One POST of one message, and the reading of its answer. `may_sign_in`: a 401 (or a 403
+    /// asking for scope) starts a sign-in, and SignedIn says to send the message again.
+    async fn post(self: &Arc<Self>, msg: &Outbound, info: &Info, probe: bool, may_sign_in: bool) -> Outcome {
         let core = &self.core;
         let url = core.shown_url();
+        // The token is refreshed first when it is about to expire.
+        let token = match &core.auth {
+            Some(auth) => auth.bearer().await,
+            None => None,
+        };
         let (session, version, modern) = {
             let st = self.state.lock().unwrap();
             let modern = st.init_line.is_none() && info.envelope_version.is_some();
@@ -158,7 +182,23 @@ impl Inner {
             return Outcome::Done;
         }
         if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
-            let cause = core.refused(status);
+            let signed = if may_sign_in { core.sign_in(&resp, token.as_ref()).await } else { None };
+            let cause = match signed {
+                Some(Ok(())) => return Outcome::SignedIn,
+                // The instance stays: the next request may sign in (or a `switchyard login`
+                // may have signed in meanwhile).
+                Some(Err(cause)) => {
+                    match msg.request {
+                        Some(id) => core.lost(id, not_delivered(cause)),
+                        None => tracing::warn!(instance = %core.label, "{cause}"),
+                    }
+                    return Outcome::Done;
+                }
+                None if core.auth.is_some() && !may_sign_in => {
+                    format!("{url} still refused the request (HTTP {}) after {MAX_SIGN_INS} sign-ins", status.as_u16())
+                }
+                None => core.refused(status),
+            };
             if let Some(id) = msg.request {
                 core.lost(id, not_delivered(cause.clone()));
             }

@@ -1,0 +1,202 @@
+//! The browser step: the authorization URL handed to a browser command, and the loopback
+//! listener the authorization server redirects back to (127.0.0.1 only; `state` checked).
+
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::{Error, Step};
+
+/// The path the redirect comes back to.
+const CALLBACK: &str = "/callback";
+/// The longest request head read from a browser.
+const MAX_HEAD: usize = 16 * 1024;
+/// How long a connection may take to send its request head.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What a successful redirect carried.
+#[derive(Debug)]
+pub struct Callback {
+    pub code: crate::Secret,
+    /// RFC 9207: the issuer, when the server sent one.
+    pub iss: Option<String>,
+}
+
+/// A loopback listener for one authorization's redirect.
+pub struct Listener {
+    listener: TcpListener,
+    pub redirect_uri: String,
+}
+
+impl Listener {
+    /// Listens on 127.0.0.1: on the port of `preferred` (a redirect URI registered earlier) when
+    /// it is free, else on a port the system picks.
+    pub async fn bind(preferred: Option<&str>) -> Result<Listener, Error> {
+        let port = preferred
+            .and_then(|u| url::Url::parse(u).ok())
+            .filter(|u| u.host_str() == Some("127.0.0.1") && u.path() == CALLBACK)
+            .and_then(|u| u.port());
+        let listener = match port {
+            Some(p) => match TcpListener::bind(("127.0.0.1", p)).await {
+                Ok(l) => l,
+                Err(_) => bind_any().await?,
+            },
+            None => bind_any().await?,
+        };
+        let port = listener.local_addr().map_err(|e| Error::new(Step::Authorization, e.to_string()))?.port();
+        Ok(Listener { listener, redirect_uri: format!("http://127.0.0.1:{port}{CALLBACK}") })
+    }
+
+    /// Waits for the redirect with `state`. A redirect with another state, or an error from
+    /// the authorization server, ends the wait with an error; other requests (a favicon) are
+    /// answered 404 and the wait goes on.
+    pub async fn wait(self, state: &str) -> Result<Callback, Error> {
+        let fail = |cause: String| Error::new(Step::Authorization, cause);
+        loop {
+            let (mut stream, _) = self.listener.accept().await.map_err(|e| fail(e.to_string()))?;
+            let Ok(Ok(head)) = tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut stream)).await else {
+                continue;
+            };
+            let target = head.split_whitespace().nth(1).unwrap_or("").to_string();
+            let Ok(url) = url::Url::parse(&format!("http://127.0.0.1{target}")) else {
+                answer(&mut stream, 400, "Bad request.").await;
+                continue;
+            };
+            if url.path() != CALLBACK {
+                answer(&mut stream, 404, "Not found.").await;
+                continue;
+            }
+            let param = |name: &str| url.query_pairs().find(|(k, _)| k == name).map(|(_, v)| v.into_owned());
+            if param("state").as_deref() != Some(state) {
+                answer(&mut stream, 400, "Sign-in refused: this answer is not for the sign-in switchyard started.")
+                    .await;
+                return Err(fail("the redirect's state did not match the one sent: refused it".into()));
+            }
+            if let Some(error) = param("error") {
+                answer(&mut stream, 400, "Sign-in failed. You can close this tab.").await;
+                let about = param("error_description").map(|d| format!(": {d}")).unwrap_or_default();
+                return Err(fail(format!("the authorization server answered {error}{about}")));
+            }
+            let Some(code) = param("code") else {
+                answer(&mut stream, 400, "Sign-in failed: no code. You can close this tab.").await;
+                return Err(fail("the redirect carried no code".into()));
+            };
+            answer(&mut stream, 200, "Signed in to switchyard. You can close this tab.").await;
+            return Ok(Callback { code: crate::Secret::new(code), iss: param("iss") });
+        }
+    }
+}
+
+async fn bind_any() -> Result<TcpListener, Error> {
+    TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .map_err(|e| Error::new(Step::Authorization, format!("could not listen on 127.0.0.1 for the redirect: {e}")))
+}
+
+/// The request line and headers, up to the blank line.
+async fn read_head(stream: &mut TcpStream) -> std::io::Result<String> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 2048];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < MAX_HEAD {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+async fn answer(stream: &mut TcpStream, status: u16, text: &str) {
+    let reason = match status {
+        200 => "OK",
+        404 => "Not Found",
+        _ => "Bad Request",
+    };
+    let body = format!("<!doctype html><title>switchyard</title><p>{text}</p>\n");
+    let head = format!(
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: text/html; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\ncache-control: no-store\r\n\r\n",
+        body.len()
+    );
+    let _ = stream.write_all(head.as_bytes()).await;
+    let _ = stream.write_all(body.as_bytes()).await;
+    let _ = stream.shutdown().await;
+}
+
+/// Starts the browser on `url`: `$BROWSER` (a command, the URL as its last argument), else
+/// the platform's opener. The command is not waited for (a browser may stay open); it is reaped
+/// when it exits.
+pub fn open_browser(url: &str) -> Result<(), String> {
+    let mut cmd = match std::env::var("BROWSER").ok().filter(|b| !b.trim().is_empty()) {
+        Some(_) => {
+            // `$BROWSER` may hold arguments: the shell splits it; the URL goes as "$1", never
+            // through the shell's parsing.
+            let mut c = tokio::process::Command::new("sh");
+            c.arg("-c").arg("$BROWSER \"$1\"").arg("switchyard-browser").arg(url);
+            c
+        }
+        None => {
+            let opener = if cfg!(target_os = "macos") { "open" } else { "xdg-open" };
+            let mut c = tokio::process::Command::new(opener);
+            c.arg(url);
+            c
+        }
+    };
+    cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+    let mut child = cmd.spawn().map_err(|e| format!("could not start the browser: {e}"))?;
+    tokio::spawn(async move {
+        let _ = child.wait().await;
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn get(uri: &str) -> String {
+        let url = url::Url::parse(uri).unwrap();
+        let mut s = TcpStream::connect(("127.0.0.1", url.port().unwrap())).await.unwrap();
+        let target = match url.query() {
+            Some(q) => format!("{}?{q}", url.path()),
+            None => url.path().to_string(),
+        };
+        s.write_all(format!("GET {target} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes()).await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    }
+
+    #[tokio::test]
+    async fn the_redirect_with_the_state_gives_the_code() {
+        let l = Listener::bind(None).await.unwrap();
+        let uri = l.redirect_uri.clone();
+        assert!(uri.starts_with("http://127.0.0.1:"));
+        let wait = tokio::spawn(l.wait("s1"));
+        assert!(get(&uri.replace("/callback", "/favicon.ico")).await.starts_with("HTTP/1.1 404"));
+        assert!(get(&format!("{uri}?code=c1&state=s1&iss=https%3A%2F%2Fas")).await.starts_with("HTTP/1.1 200"));
+        let cb = wait.await.unwrap().unwrap();
+        assert_eq!(cb.code.expose(), "c1");
+        assert_eq!(cb.iss.as_deref(), Some("https://as"));
+    }
+
+    #[tokio::test]
+    async fn a_redirect_with_another_state_is_refused() {
+        let l = Listener::bind(None).await.unwrap();
+        let uri = l.redirect_uri.clone();
+        let wait = tokio::spawn(l.wait("mine"));
+        assert!(get(&format!("{uri}?code=c1&state=theirs")).await.starts_with("HTTP/1.1 400"));
+        let err = wait.await.unwrap().unwrap_err();
+        assert!(err.to_string().contains("state did not match"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn the_registered_port_is_reused_when_free() {
+        let first = Listener::bind(None).await.unwrap();
+        let uri = first.redirect_uri.clone();
+        drop(first);
+        let again = Listener::bind(Some(&uri)).await.unwrap();
+        assert_eq!(again.redirect_uri, uri);
+    }
+}
