@@ -1152,6 +1152,8 @@ async fn a_session_without_initialize_reaches_no_other_client_s_instance() {
     assert!(message.contains("has not sent initialize"), "{message}");
     let level = m.request("logging/setLevel", json!({"level": "debug"})).await;
     assert_eq!(level["error"]["code"], -32600, "{level}");
+    // It declared no roots (nor anything else): it is not asked for them.
+    m.expect_silence(Duration::from_millis(500)).await;
     // Once it initializes, it is served.
     m.initialize().await;
     assert_eq!(m.call_text("echo", json!({"text": "now"})).await, "now");

@@ -712,6 +712,11 @@ impl Session {
     /// [`Session::place_at_initialize`]): asks for its roots and places the session by them. Its
     /// requests wait meanwhile (at most [`ROOTS_WAIT`]).
     fn settle_roots(self: &Arc<Self>) {
+        // A client that never sent initialize declared no roots: it is asked for none (its
+        // requests are refused anyway).
+        if !self.sent_initialize() {
+            return;
+        }
         // Once per initialize that asks for it (cheap on every later request).
         if self.placement.asked.swap(true, std::sync::atomic::Ordering::Relaxed) {
             return;
