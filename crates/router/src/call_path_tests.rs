@@ -91,9 +91,13 @@ fn start(toml: &str, logging: bool) -> (Arc<Server>, Arc<FakeConnector>) {
 
 /// [`start`] in front of a server that behaves as `behaviour` says.
 fn start_with(toml: &str, behaviour: crate::upstream::fake::Behaviour) -> (Arc<Server>, Arc<FakeConnector>) {
+    start_on(toml, FakeConnector::new(behaviour))
+}
+
+/// [`start`] in front of the servers `fake` connects to.
+fn start_on(toml: &str, fake: Arc<FakeConnector>) -> (Arc<Server>, Arc<FakeConnector>) {
     let mut config: Config = toml::from_str(toml).expect("config");
     config.validate().expect("a valid config");
-    let fake = FakeConnector::new(behaviour);
     let metrics = Arc::new(Metrics::new(Default::default));
     let server = Server::new(
         &config,
@@ -469,6 +473,28 @@ async fn the_retry_of_an_input_required_answer_goes_to_the_instance_that_asked()
     assert_eq!(code, -32602, "{late}");
     assert!(msg.contains("has ended") && msg.contains("without `requestState`"), "{msg}");
     assert_eq!(started.elapsed(), ms(0));
+}
+
+/// A 2026-07-28 client sends no initialize: its first request may be what starts the server. It
+/// waits for the start as a direct connection would (up to `init_timeout_ms`, not
+/// `call_timeout_ms`), then has its own time to run; once an instance is up, a request waits for
+/// one no longer than its own deadline.
+#[tokio::test(start_paused = true)]
+async fn a_2026_request_waits_for_the_server_to_start_then_has_its_own_time() {
+    let cfg = "[limits]\ncall_timeout_ms = 3000\ninit_timeout_ms = 20000\n";
+    let (server, _fake) = start_on(cfg, FakeConnector::slow(fake_server(false), ms(5000)));
+    let mut c = Client::open(&server);
+    let started = Instant::now();
+    let first = json!({"name": "sleep", "arguments": {"ms": 2000}, "_meta": modern_meta()});
+    let resp = c.request("tools/call", first).await;
+    assert_eq!(text(&resp), "sleep after 2000 ms", "{resp}");
+    assert_eq!(started.elapsed(), ms(7000), "5 s to start, then 2 s to run");
+    // Up now: a call that needs longer than its deadline is timed out at it.
+    let started = Instant::now();
+    let slow = json!({"name": "sleep", "arguments": {"ms": 4000}, "_meta": modern_meta()});
+    let resp = c.request("tools/call", slow).await;
+    assert_eq!(error(&resp).0, -32001, "{resp}");
+    assert_eq!(started.elapsed(), ms(3000));
 }
 
 /// e2e: a_crash_fails_unsafe_calls_fast_and_retries_safe_ones.

@@ -512,8 +512,16 @@ async fn attempt(
         let reply = attempt.send(&instance, progress).await?;
         return Ok(Answered { reply, permit: Some(permit), instance });
     }
+    let first = attempt.waits_for_a_start();
     let (permit, lease) = attempt.acquire().await?;
     let instance = lease.instance.clone();
+    // A call that waited for its instance to start has its own time to run from then.
+    let attempt = match first {
+        true => {
+            Attempt { deadline: attempt.deadline.max(Instant::now() + (attempt.deadline - attempt.started)), ..attempt }
+        }
+        false => attempt,
+    };
     if attempt.stream.is_some() {
         // Open for as long as its client wants it: a serial server's next call does not wait for it.
         drop(lease);
@@ -532,6 +540,23 @@ impl Attempt<'_, '_> {
             attempts: 1,
             waiting,
         })
+    }
+
+    /// How long the call may wait for an instance of `pool`: its deadline; but a request of the
+    /// 2026-07-28 era may be the first the server gets (such a client sends no initialize), and
+    /// when no instance of that era runs yet it waits for one to start, as a direct connection
+    /// waits for the server's start: `init_timeout_ms` (its own time to run then starts with
+    /// the instance, see [`attempt`]).
+    fn pool_deadline(&self) -> Instant {
+        match self.waits_for_a_start() {
+            true => self.deadline.max(self.started + Duration::from_millis(self.server.limits.init_timeout_ms)),
+            false => self.deadline,
+        }
+    }
+
+    /// A 2026-07-28 request while no instance of that era is up: it waits for one to start.
+    fn waits_for_a_start(&self) -> bool {
+        self.req.modern && !self.server.modern_pool(&self.eff.pool).instances().iter().any(|i| i.is_ready())
     }
 
     /// Waits for the gate within the deadline.
@@ -579,7 +604,7 @@ impl Attempt<'_, '_> {
         let pool = if req.modern { server.modern_pool(&eff.pool) } else { &eff.pool };
         self.track.set(Stage::Instance(pool.name.clone()));
         let pool_wait = || pool.wait_status(req.session);
-        let lease = bounded(pool.acquire(req.session), self.deadline, &req.cancel.token, &waiting, pool_wait)
+        let lease = bounded(pool.acquire(req.session), self.pool_deadline(), &req.cancel.token, &waiting, pool_wait)
             .await
             .map_err(|e| e.map_or(Stop::Cancelled, |w| timeout(Some(w))))?
             .map_err(|e| {

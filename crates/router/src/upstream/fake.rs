@@ -41,6 +41,11 @@ impl FakeConnector {
         })
     }
 
+    /// A connector whose connects take `delay` (a server slow to start).
+    pub fn slow(behaviour: Behaviour, delay: Duration) -> Arc<FakeConnector> {
+        Arc::new(FakeConnector { behaviour, links: Mutex::new(Vec::new()), refuse: Mutex::new(None), delay })
+    }
+
     pub fn link(&self, n: usize) -> Arc<FakeLink> {
         self.links.lock().unwrap()[n].clone()
     }
