@@ -310,7 +310,22 @@ async fn mcp_post(State(fake): State<Shared>, headers: HeaderMap, body: String) 
     if id.is_null() {
         return StatusCode::ACCEPTED.into_response();
     }
+    if method == "tools/list" {
+        // One tool per page: `deploy` mirrors `region` in `Mcp-Param-Region`.
+        let page = match msg["params"]["cursor"].as_str() {
+            None => r#"{"tools":[{"name":"echo","inputSchema":{"type":"object"}}],"nextCursor":"2"}"#.to_string(),
+            Some(_) => r#"{"tools":[{"name":"deploy","inputSchema":{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}}}}]}"#.to_string(),
+        };
+        return json(format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{page}}}"#));
+    }
     match tool.as_str() {
+        // Refused, as a 2026 server refuses it, without the header its argument is mirrored in.
+        "deploy" if header(&headers, "mcp-param-region").as_deref() != msg["params"]["arguments"]["region"].as_str() => (
+            StatusCode::BAD_REQUEST,
+            [("content-type", "application/json")],
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32020,"message":"Mcp-Param-Region header is missing"}}}}"#),
+        )
+            .into_response(),
         "progress" => {
             sse(vec![PROGRESS.to_string() + "\n\n", format!("event: message\ndata: {}\n\n", result(&id, "done"))])
         }
@@ -447,6 +462,37 @@ async fn a_2026_call_mirrors_its_marked_arguments_in_headers() {
     let want = [("mcp-param-dry", "false"), ("mcp-param-region", "eu-west"), ("mcp-param-who", "=?base64?Wm/Dqw==?=")];
     assert_eq!(post.params, want.map(|(a, b)| (a.to_string(), b.to_string())));
     assert_eq!(post.mcp_name.as_deref(), Some("deploy"));
+}
+
+/// A 2026-07-28 call of a tool whose schema switchyard has not seen yet (the daemon just
+/// started, the client lists no tools: it kept its list from before) is refused for a missing
+/// `Mcp-Param-*` header; switchyard reads the tool list (every page) and sends the call once
+/// more, with the header. A call the server still refuses gets the server's answer.
+#[tokio::test]
+async fn a_2026_call_refused_for_unknown_headers_is_sent_again_once_the_list_is_read() {
+    let (url, fake) = streamable_server().await;
+    let (_c, rec, t) = open(&url, RemoteKind::StreamableHttp).await;
+    let call = |id: u64, args: &str| Outbound {
+        line: format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"deploy","arguments":{args},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
+        ),
+        request: Some(id),
+    };
+    t.send(call(7, r#"{"region":"eu"}"#)).unwrap();
+    let answer = rec.response(7).await;
+    assert!(answer.contains("\"ok\""), "{answer}");
+    {
+        let f = fake.lock().unwrap();
+        let methods: Vec<_> = f.posts.iter().map(|p| (p.method.as_str(), p.params.len())).collect();
+        let want = [("tools/call", 0), ("tools/list", 0), ("tools/list", 0), ("tools/call", 1)];
+        assert_eq!(methods, want, "the call, the list's two pages, the call with its header");
+    }
+    // Refused though its header was sent (the argument is not the string the schema says): the
+    // server's refusal is the answer, and the list is not read again.
+    t.send(call(8, r#"{"region":7}"#)).unwrap();
+    let refused = rec.response(8).await;
+    assert!(refused.contains("-32020"), "{refused}");
+    assert_eq!(fake.lock().unwrap().posts.iter().filter(|p| p.method == "tools/list").count(), 2);
 }
 
 /// A 2026-07-28 request (no session) answered with the server's own JSON-RPC error under an

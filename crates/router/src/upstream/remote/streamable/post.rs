@@ -27,7 +27,13 @@ enum Outcome {
     Legacy(String),
     /// The server asked for a sign-in, which is done: send the message again.
     SignedIn,
+    /// A 2026-07-28 `tools/call` refused for a missing `Mcp-Param-*` header (-32020), of a tool
+    /// switchyard knows no schema of yet: the server's answer, held while the tool list is read.
+    ParamsUnknown(String),
 }
+
+/// Pages of a tool list read for a call's `Mcp-Param-*` headers, at most.
+const MAX_TOOL_PAGES: usize = 20;
 
 /// Sign-ins one message may cause (a 401, then a step-up or two): a server that keeps refusing
 /// gets an error, not a loop of browser windows.
@@ -52,6 +58,7 @@ impl Inner {
         }
         match outcome {
             Outcome::Done | Outcome::SignedIn => {}
+            Outcome::ParamsUnknown(answer) => self.core.message(answer),
             Outcome::Legacy(why) => self.fall_back(msg, why).await,
             Outcome::SessionLost(why) => {
                 if let Err(e) = self.renew(generation, &why).await {
@@ -63,6 +70,7 @@ impl Inner {
                 }
                 match self.post_signed(&msg, &info, false).await {
                     Outcome::Done | Outcome::SignedIn => {}
+                    Outcome::ParamsUnknown(answer) => self.core.message(answer),
                     Outcome::SessionLost(again) | Outcome::Legacy(again) => {
                         let cause =
                             format!("{} refused the replay on its new session as well: {again}", self.core.shown_url());
@@ -75,16 +83,67 @@ impl Inner {
         }
     }
 
-    /// [`Inner::post`], again after each sign-in the server asked for (a bounded number).
+    /// [`Inner::post`], again after each sign-in the server asked for (a bounded number), and
+    /// once more when a call was refused for headers that the tool list, read then, gives.
     async fn post_signed(self: &Arc<Self>, msg: &Outbound, info: &Info, probe: bool) -> Outcome {
         let mut sign_ins = 0;
+        let mut listed = false;
         loop {
             let last = sign_ins >= MAX_SIGN_INS;
             match self.post(msg, info, probe, !last).await {
                 Outcome::SignedIn => sign_ins += 1,
+                // Refused before it ran (the server checks headers first): safe to send again.
+                Outcome::ParamsUnknown(answer) if !listed => {
+                    listed = true;
+                    if !self.learn_tool_headers(msg, info).await {
+                        return Outcome::ParamsUnknown(answer);
+                    }
+                }
                 other => return other,
             }
         }
+    }
+
+    /// Reads the server's tool list (every page, with the envelope of `msg`, a 2026-07-28
+    /// request) into the tool headers. True when the tool `msg` calls mirrors arguments now.
+    async fn learn_tool_headers(&self, msg: &Outbound, info: &Info) -> bool {
+        let core = &self.core;
+        let meta = serde_json::from_str::<serde_json::Value>(&msg.line)
+            .ok()
+            .and_then(|v| v["params"].get("_meta").cloned())
+            .unwrap_or_default();
+        let mut cursor: Option<serde_json::Value> = None;
+        let read = async {
+            for _ in 0..MAX_TOOL_PAGES {
+                let mut params = serde_json::json!({ "_meta": meta });
+                if let Some(c) = cursor.take() {
+                    params["cursor"] = c;
+                }
+                let line = codec::request(r#""switchyard-tools""#, "tools/list", &params.to_string());
+                let mut req = core
+                    .request(Method::POST, core.url.clone())
+                    .header(reqwest::header::ACCEPT, "application/json, text/event-stream")
+                    .header(CONTENT_TYPE, "application/json")
+                    .header(mcp::header::METHOD, "tools/list")
+                    .body(line);
+                if let Some(v) = info.envelope_version.as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
+                    req = req.header(mcp::header::PROTOCOL_VERSION, v);
+                }
+                let Ok(mut resp) = req.send().await else { return };
+                let Some(result) = tools_list_result(core, &mut resp).await else { return };
+                if let Some(tools) = result["tools"].as_array() {
+                    core.tool_headers.learn(tools);
+                }
+                match result.get("nextCursor").filter(|c| !c.is_null()) {
+                    Some(c) => cursor = Some(c.clone()),
+                    None => return,
+                }
+            }
+        };
+        if tokio::time::timeout(core.post_timeout, read).await.is_err() {
+            tracing::debug!(instance = %core.label, "the tool list, read for a call's headers, did not come in time");
+        }
+        !mirrored(&core.tool_headers, &msg.line).is_empty()
     }
 
     /// One POST of one message, and the reading of its answer. `may_sign_in`: a 401 (or a 403
@@ -227,6 +286,15 @@ impl Inner {
         if let Some(id) = msg.request
             && answers(text, id)
         {
+            let tool_call = info.method.as_deref() == Some("tools/call");
+            if modern
+                && tool_call
+                && code == 400
+                && is_header_mismatch(text)
+                && mirrored(&core.tool_headers, &msg.line).is_empty()
+            {
+                return Outcome::ParamsUnknown(text.to_string());
+            }
             core.message(text.to_string());
             return Outcome::Done;
         }
@@ -450,4 +518,34 @@ fn mirrored(headers: &super::ToolHeaders, line: &str) -> Vec<(String, String)> {
         Ok(c) => headers.for_call(&c.params.name, &c.params.arguments),
         Err(_) => Vec::new(),
     }
+}
+
+/// An error answer with the code of a header that does not match the body (-32020).
+fn is_header_mismatch(text: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(text).is_ok_and(|v| v["error"]["code"] == -32020)
+}
+
+/// The result of the router's own `tools/list` (id `"switchyard-tools"`), from a JSON body or
+/// an SSE stream; None when the server answered anything else.
+async fn tools_list_result(core: &Core, resp: &mut Response) -> Option<serde_json::Value> {
+    let answer = |text: &str| {
+        let v: serde_json::Value = serde_json::from_str(text).ok()?;
+        (v["id"] == "switchyard-tools").then(|| v["result"].clone()).filter(|r| r.is_object())
+    };
+    if !resp.status().is_success() {
+        return None;
+    }
+    if !is_event_stream(resp) {
+        let body = core.read_body(resp, core.limit, For::Other).await.ok()?.ok()?;
+        return answer(String::from_utf8_lossy(&body).trim());
+    }
+    let mut parser = Parser::new(core.limit);
+    while let Ok(Some(event)) = core.next_event(resp, &mut parser, For::Other).await {
+        if let Event::Data { data, .. } = event
+            && let Some(result) = answer(&data)
+        {
+            return Some(result);
+        }
+    }
+    None
 }
