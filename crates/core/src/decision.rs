@@ -89,6 +89,16 @@ pub struct Caller {
     pub era: String,
 }
 
+/// The task a request is about (a task's get, result, cancel or update).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TaskRef {
+    /// The task id the client sent (the one switchyard handed it, not the server's own).
+    pub id: String,
+    /// The server's name of the tool whose call created the task; None once switchyard no
+    /// longer holds the task (past its time to live).
+    pub tool: Option<String>,
+}
+
 /// What the chain is told about one request.
 #[derive(Debug, Clone)]
 pub struct CallInfo {
@@ -105,6 +115,8 @@ pub struct CallInfo {
     pub declared: Hints,
     /// 0 for the first try, 1 for the first retry, ...
     pub attempt: u32,
+    /// The task the request is about, for a request about one task.
+    pub task: Option<TaskRef>,
 }
 
 /// A plugin said no: the client gets a JSON-RPC error naming the plugin and its reason.

@@ -28,6 +28,11 @@ use record::Recorder;
 
 pub use wasm::{Contract, PluginError};
 
+/// Where the build put the test fixture plugins (the deliberately broken ones, and the probe
+/// that tells what a plugin is shown), for the tests of this crate and the router's.
+#[doc(hidden)]
+pub const TEST_PLUGINS: &str = env!("SWITCHYARD_TEST_PLUGINS");
+
 /// A tool as a server listed it: what the tool-list hook is shown.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListedTool {

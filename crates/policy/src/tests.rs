@@ -58,6 +58,7 @@ fn call(tool: &str, args: &str) -> CallInfo {
         arguments: Some(args.into()),
         declared: Hints::default(),
         attempt: 0,
+        task: None,
     }
 }
 

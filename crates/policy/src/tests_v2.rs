@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::annotate::{ClientView, check_call, rewrite_tools_list};
 use super::*;
-use switchyard_core::decision::{Concurrency, Transport};
+use switchyard_core::decision::{Concurrency, TaskRef, Transport};
 
 const EXAMPLES: &str = env!("SWITCHYARD_EXAMPLE_PLUGINS");
 
@@ -50,6 +50,7 @@ fn call_by(caller: Caller, server: &str, tool: &str) -> CallInfo {
         arguments: Some("{}".into()),
         declared: Hints::default(),
         attempt: 0,
+        task: None,
     }
 }
 
@@ -222,4 +223,43 @@ fn a_changed_tool_list_hook_is_told_apart_from_an_unchanged_one() {
     assert!(!filter(FILTER).shows_tools_as(&PluginSet::empty()), "a hook removed");
     // 0.1 plugins change annotations only, which are compared on their own.
     assert!(hints("{}").shows_tools_as(&hints(r#"{"tools":{"*":{"title":"x"}}}"#)));
+}
+
+/// The probe fixture: refuses `methods`, saying as JSON what it was told of the call.
+fn probe(methods: &str) -> Arc<Loaded> {
+    let path = Path::new(env!("SWITCHYARD_TEST_PLUGINS")).join("probe-caller.wasm");
+    load("probe-caller.wasm", &path, &format!(r#"{{"methods": {methods}}}"#), None)
+}
+
+#[test]
+fn a_request_about_a_task_tells_the_plugin_which_task_and_the_tool_that_created_it() {
+    let set = PluginSet::new(vec![probe(r#"["tasks/get", "tools/call"]"#)]);
+    let task = TaskRef { id: "sy-task.abc".into(), tool: Some("research".into()) };
+    let get =
+        CallInfo { method: "tasks/get".into(), tool: None, task: Some(task), ..call_by(client("cursor"), "fs", "x") };
+    let seen: serde_json::Value = serde_json::from_str(&set.decide(&get).unwrap_err().reason).unwrap();
+    assert_eq!(seen["task"], serde_json::json!({"id": "sy-task.abc", "tool": "research"}), "{seen}");
+    assert_eq!(seen["client"]["name"], "cursor", "{seen}");
+    let seen: serde_json::Value =
+        serde_json::from_str(&set.decide(&call_by(client("cursor"), "fs", "read_file")).unwrap_err().reason).unwrap();
+    assert_eq!(seen["task"], serde_json::Value::Null, "a call about no task: {seen}");
+
+    // `plugin check --call` takes a task and says it.
+    let report = check::run(
+        &Path::new(env!("SWITCHYARD_TEST_PLUGINS")).join("probe-caller.wasm"),
+        &check::Options {
+            config_json: Some(r#"{"methods": ["tasks/get"]}"#),
+            call_json: Some(r#"{"method": "tasks/get", "task": {"id": "sy-task.abc", "tool": "research"}}"#),
+            ..Default::default()
+        },
+    );
+    report.result.unwrap();
+    assert!(report.text.contains("task:     sy-task.abc, created by `research`"), "{}", report.text);
+    assert!(report.text.contains(r#""task":{"id":"sy-task.abc","tool":"research"}"#), "{}", report.text);
+    let report = check::run(
+        &example("tool-filter.wasm"),
+        &check::Options { call_json: Some(r#"{"task": {"id": "t", "tol": "x"}}"#), ..Default::default() },
+    );
+    let e = report.result.unwrap_err().to_string();
+    assert!(e.contains("unknown field `tol`"), "{e}");
 }

@@ -22,7 +22,7 @@ use deadline::{NOTICE_LEVEL, Waiting, bounded};
 pub use resolve::{Effective, resolve};
 use retry::Next;
 use switchyard_core::codec::{self, Envelope};
-use switchyard_core::decision::{CallInfo, Concurrency};
+use switchyard_core::decision::{CallInfo, Concurrency, TaskRef};
 use switchyard_core::error::{CallError, Unanswered};
 use switchyard_core::ids::SessionId;
 use switchyard_core::metrics::{Call, Outcome};
@@ -210,6 +210,10 @@ impl<'a> Forwarded<'a> {
             arguments: None,
             declared: Default::default(),
             attempt: 0,
+            task: req.task.and_then(|p| {
+                let (_, client) = p.ids.as_ref()?;
+                Some(TaskRef { id: client.clone(), tool: p.created_by.clone() })
+            }),
         };
         Forwarded {
             client_id,
@@ -296,7 +300,7 @@ async fn run(server: &Arc<Server>, req: Request<'_>, end: &mut End) -> Option<St
         let e = match attempt(server, &req, &eff, &call, cap, &track).await {
             Ok(Answered { reply, permit, instance }) => {
                 (end.outcome, end.code) = reply_outcome(&reply, call.info.tool.is_some());
-                let reply = task_ids(server, &req, &eff, reply, permit, &instance);
+                let reply = task_ids(server, &req, &call.info, &eff, reply, permit, &instance);
                 return Some(finish(server, &set, &req, &call.info, reply, call.client_id).await);
             }
             Err(Stop::Cancelled) => return None,
@@ -348,6 +352,7 @@ struct Answered {
 fn task_ids(
     server: &Server,
     req: &Request<'_>,
+    info: &CallInfo,
     eff: &Effective,
     mut reply: Reply,
     permit: Option<Permit>,
@@ -378,7 +383,9 @@ fn task_ids(
             if permit.is_some() && !matches!(eff.concurrency, Concurrency::Shared) {
                 tracing::info!(server = %server.name, instance = %instance.label(), "task {upstream} keeps its call's {:?} gate until it ends", eff.concurrency);
             }
-            let client = server.hub.tasks.created(&server.name, instance.number(), session, &upstream, permit, hold);
+            let tool = info.tool.clone();
+            let client =
+                server.hub.tasks.created(&server.name, instance.number(), session, &upstream, tool, permit, hold);
             tasks::replace_task_id(result, &upstream, &client)
         }
         None => None,
