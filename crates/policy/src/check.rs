@@ -128,6 +128,7 @@ fn check(file: &Path, opts: &Options<'_>, out: &mut String) -> anyhow::Result<()
 
     if plugin.contract() == wasm::Contract::V2 {
         let tool = ListedTool {
+            kind: super::Kind::Tool,
             server: call.server.clone(),
             name: call.tool.clone().unwrap_or_else(|| "example".to_string()),
             title: None,

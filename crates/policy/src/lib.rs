@@ -33,9 +33,57 @@ pub use wasm::{Contract, PluginError};
 #[doc(hidden)]
 pub const TEST_PLUGINS: &str = env!("SWITCHYARD_TEST_PLUGINS");
 
-/// A tool as a server listed it: what the tool-list hook is shown.
+/// What a server lists that the list hook judges.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Kind {
+    #[default]
+    Tool,
+    Prompt,
+    ResourceTemplate,
+}
+
+impl Kind {
+    /// The kind a list method lists (`tools/list`, `prompts/list`, `resources/templates/list`).
+    pub fn of_list_method(method: &str) -> Option<Kind> {
+        Some(match method {
+            "tools/list" => Kind::Tool,
+            "prompts/list" => Kind::Prompt,
+            "resources/templates/list" => Kind::ResourceTemplate,
+            _ => return None,
+        })
+    }
+
+    pub fn list_method(self) -> &'static str {
+        match self {
+            Kind::Tool => "tools/list",
+            Kind::Prompt => "prompts/list",
+            Kind::ResourceTemplate => "resources/templates/list",
+        }
+    }
+
+    /// The field of the list result that holds the items.
+    pub fn list_key(self) -> &'static str {
+        match self {
+            Kind::Tool => "tools",
+            Kind::Prompt => "prompts",
+            Kind::ResourceTemplate => "resourceTemplates",
+        }
+    }
+
+    /// What errors call one.
+    pub fn noun(self) -> &'static str {
+        match self {
+            Kind::Tool => "tool",
+            Kind::Prompt => "prompt",
+            Kind::ResourceTemplate => "resource template",
+        }
+    }
+}
+
+/// A tool (or prompt, or resource template) as a server listed it: what the list hook is shown.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListedTool {
+    pub kind: Kind,
     pub server: String,
     pub name: String,
     pub title: Option<String>,

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::annotate::{ClientView, check_call, rewrite_tools_list};
+use super::annotate::{ClientView, check_call, rewrite_list, rewrite_tools_list};
 use super::*;
 use switchyard_core::decision::{Concurrency, TaskRef, Transport};
 
@@ -56,6 +56,7 @@ fn call_by(caller: Caller, server: &str, tool: &str) -> CallInfo {
 
 fn listed(server: &str, name: &str) -> ListedTool {
     ListedTool {
+        kind: Kind::Tool,
         server: server.into(),
         name: name.into(),
         title: None,
@@ -262,4 +263,48 @@ fn a_request_about_a_task_tells_the_plugin_which_task_and_the_tool_that_created_
     );
     let e = report.result.unwrap_err().to_string();
     assert!(e.contains("unknown field `tol`"), "{e}");
+}
+
+#[tokio::test]
+async fn prompts_and_resource_templates_are_shown_per_client_and_a_hidden_prompt_is_refused() {
+    let cfg = r#"{"clients": {"cursor": {"prompts": {"hide": ["secret_*"], "rename": {"greet": "hello"}},
+        "resource_templates": {"hide": ["logs"], "rename": {"file": "doc"}}}}}"#;
+    let set = Arc::new(PluginSet::new(vec![load("tool-filter.wasm", &example("tool-filter.wasm"), cfg, None)]));
+    let names = |v: &serde_json::Value, key: &str| -> Vec<String> {
+        v[key].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
+    };
+    let cursor = client("cursor");
+    let prompts = r#"{"prompts":[{"name":"greet","description":"Greets","arguments":[]},{"name":"secret_plan"}]}"#;
+    let out = rewrite_list(&set, "s1", &cursor, "fs", Kind::Prompt, prompts).await.unwrap();
+    let v: serde_json::Value = serde_json::from_str(out.result.as_deref().unwrap()).unwrap();
+    assert_eq!(names(&v, "prompts"), ["hello"]);
+    assert_eq!(v["prompts"][0]["description"], "Greets");
+    assert_eq!(out.view, ClientView { renamed: [("hello".to_string(), "greet".to_string())].into() });
+    let claude = rewrite_list(&set, "s2", &client("claude-code"), "fs", Kind::Prompt, prompts).await.unwrap();
+    assert_eq!(claude.result, None, "another client is shown them as listed");
+
+    let templates = r#"{"resourceTemplates":[{"uriTemplate":"file:///{path}","name":"file"},{"uriTemplate":"log://{id}","name":"logs"}]}"#;
+    let t = rewrite_list(&set, "s1", &cursor, "fs", Kind::ResourceTemplate, templates).await.unwrap();
+    let v: serde_json::Value = serde_json::from_str(t.result.as_deref().unwrap()).unwrap();
+    assert_eq!(names(&v, "resourceTemplates"), ["doc"]);
+    assert_eq!(v["resourceTemplates"][0]["uriTemplate"], "file:///{path}", "read by the same URIs");
+
+    // A rule about prompts leaves tools of the same names alone.
+    let tools = r#"{"tools":[{"name":"greet","inputSchema":{}},{"name":"secret_plan","inputSchema":{}}]}"#;
+    assert_eq!(rewrite_tools_list(&set, "s1", &cursor, "fs", tools).await.unwrap().result, None);
+
+    let prompt = |name: &str| ListedTool { kind: Kind::Prompt, ..listed("fs", name) };
+    let view = Some(&out.view);
+    let e = check_call(&set, "s1", &cursor, view, "secret_plan", prompt).await.unwrap_err();
+    assert_eq!(e.plugin, "tool-filter.wasm");
+    assert!(e.reason.contains("prompt `secret_plan` is hidden from client `cursor`"), "{}", e.reason);
+    assert_eq!(check_call(&set, "s1", &cursor, view, "hello", prompt).await, Ok(Some("greet".to_string())));
+    let e = check_call(&set, "s1", &cursor, view, "greet", prompt).await.unwrap_err();
+    assert!(e.reason.contains("prompt `greet` as `hello`; ask for it by that name"), "{}", e.reason);
+    assert_eq!(check_call(&set, "s2", &client("claude-code"), None, "greet", prompt).await, Ok(None));
+
+    // A 0.1 plugin knows tools only: it leaves prompts as listed.
+    let old =
+        Arc::new(PluginSet::new(vec![load("hints.wasm", &hints_0_1_0(), r#"{"tools":{"*":{"title":"T"}}}"#, None)]));
+    assert_eq!(rewrite_list(&old, "s1", &cursor, "fs", Kind::Prompt, prompts).await.unwrap().result, None);
 }
