@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 /// MCP tool annotation hints (spec `ToolAnnotations`). `None` means "not said".
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Hints {
     pub read_only: Option<bool>,
     pub destructive: Option<bool>,
@@ -52,7 +52,7 @@ pub struct Decision {
 }
 
 /// What carries a client's session to switchyard.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum Transport {
     /// The client started switchyard itself (`switchyard run`), over its stdin and stdout.
     #[default]
@@ -75,7 +75,7 @@ impl Transport {
 }
 
 /// Who is calling: what a policy of `switchyard:policy@0.2.0` is told about the client.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Caller {
     /// `clientInfo.name` of the client's initialize, when it gave one.
     pub name: Option<String>,

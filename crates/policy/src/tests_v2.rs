@@ -308,3 +308,36 @@ async fn prompts_and_resource_templates_are_shown_per_client_and_a_hidden_prompt
         Arc::new(PluginSet::new(vec![load("hints.wasm", &hints_0_1_0(), r#"{"tools":{"*":{"title":"T"}}}"#, None)]));
     assert_eq!(rewrite_list(&old, "s1", &cursor, "fs", Kind::Prompt, prompts).await.unwrap().result, None);
 }
+
+#[tokio::test]
+async fn a_call_checked_after_its_client_was_shown_the_tool_costs_no_plugin_call() {
+    let metrics = Arc::new(switchyard_core::metrics::Metrics::new(Default::default));
+    let filter = load("tool-filter.wasm", &example("tool-filter.wasm"), FILTER, None);
+    let set = Arc::new(PluginSet { metrics: Some(metrics.clone()), ..PluginSet::new(vec![filter]) });
+    let asked = || -> u64 {
+        let prefix = r#"switchyard_plugin_decision_seconds_count{plugin="tool-filter.wasm",op="list_tool"} "#;
+        let text = metrics.encode();
+        text.lines().find_map(|l| l.strip_prefix(prefix)).map_or(0, |n| n.parse().unwrap())
+    };
+    let cursor = client("cursor");
+    let result = r#"{"tools":[{"name":"read_file","description":"the read_file tool","inputSchema":{}},{"name":"write_file","description":"the write_file tool","inputSchema":{}}]}"#;
+    let out = rewrite_tools_list(&set, "s1", &cursor, "fs", result).await.unwrap();
+    assert_eq!(asked(), 2, "each tool asked about once");
+    let known = |name: &str| listed("fs", name);
+    let view = Some(&out.view);
+    assert_eq!(check_call(&set, "s1", &cursor, view, "cat", known).await, Ok(Some("read_file".to_string())));
+    assert!(check_call(&set, "s1", &cursor, view, "write_file", known).await.is_err());
+    assert_eq!(asked(), 2, "the calls are checked against what the list was shown");
+    assert_eq!(rewrite_tools_list(&set, "s1", &cursor, "fs", result).await.unwrap().view, out.view);
+    assert_eq!(asked(), 2, "a list asked again is answered the same, without asking");
+    // Another client is asked about once.
+    let claude = client("claude-code");
+    for _ in 0..3 {
+        assert_eq!(check_call(&set, "s2", &claude, None, "write_file", known).await, Ok(None));
+    }
+    assert_eq!(asked(), 3);
+    // A tool listed with other words is another tool to ask about.
+    let reworded = |name: &str| ListedTool { description: Some("new words".into()), ..listed("fs", name) };
+    assert!(check_call(&set, "s1", &cursor, view, "write_file", reworded).await.is_err());
+    assert_eq!(asked(), 4);
+}
