@@ -83,9 +83,23 @@ fn a_0_1_0_plugin_built_before_0_2_still_loads_and_behaves_as_before() {
     let shown = set.list_tool(&listed("fs", "read_file"), &client("cursor"), tokio::time::Instant::now(), false);
     assert_eq!(shown.listing.hints.read_only, Some(true));
     assert_eq!((shown.listing.name.as_str(), shown.hidden_by.as_deref()), ("read_file", None));
-    // The examples built now from the same source are 0.1 still.
-    let now = load("hints.wasm", &example("hints.wasm"), "{}", None);
-    assert_eq!(now.plugin().contract(), Contract::V1);
+    // The example built now from the same source is of 0.2, and answers alike.
+    let now = load(
+        "hints.wasm",
+        &example("hints.wasm"),
+        r#"{"tools":{"read_*":{"readOnlyHint":true,"title":"Read"}}}"#,
+        None,
+    );
+    assert_eq!(now.plugin().contract(), Contract::V2);
+    let new = Arc::new(PluginSet::new(vec![now]));
+    for tool in ["read_file", "write_file"] {
+        let call = call_by(client("cursor"), "fs", tool);
+        assert_eq!(new.decide(&call), set.decide(&call), "{tool}");
+        assert_eq!(new.annotate("fs", tool, &Hints::default()), set.annotate("fs", tool, &Hints::default()), "{tool}");
+    }
+    let prompt = ListedTool { kind: Kind::Prompt, ..listed("fs", "read_me") };
+    let shown = new.list_tool(&prompt, &client("cursor"), tokio::time::Instant::now(), false);
+    assert_eq!(shown.listing.hints, Hints::default(), "a prompt has no annotations to override");
 }
 
 #[test]
@@ -218,7 +232,7 @@ fn plugin_check_takes_a_client_and_shows_the_tool_list_hook() {
 #[test]
 fn a_changed_tool_list_hook_is_told_apart_from_an_unchanged_one() {
     let filter = |cfg: &str| PluginSet::new(vec![load("tool-filter.wasm", &example("tool-filter.wasm"), cfg, None)]);
-    let hints = |cfg: &str| PluginSet::new(vec![load("hints.wasm", &example("hints.wasm"), cfg, None)]);
+    let hints = |cfg: &str| PluginSet::new(vec![load("hints.wasm", &hints_0_1_0(), cfg, None)]);
     assert!(filter(FILTER).shows_tools_as(&filter(FILTER)));
     assert!(!filter(FILTER).shows_tools_as(&filter(r#"{"clients": {"cursor": {"hide": ["*"]}}}"#)));
     assert!(!filter(FILTER).shows_tools_as(&PluginSet::empty()), "a hook removed");

@@ -9,7 +9,7 @@ use crate::server::fanout::sort_list;
 use crate::upstream::Instance;
 use switchyard_core::codec;
 use switchyard_core::decision::Hints;
-use switchyard_policy::Kind;
+use switchyard_policy::{Kind, ListedTool, PluginSet};
 
 /// A tools/list result as the server declared it, for hints and annotation diffs.
 #[derive(Default)]
@@ -122,6 +122,38 @@ impl Server {
         self.tool_labels.label(tool, |t| self.tools.read().expect("lock").declared.contains_key(t))
     }
 
+    /// Whether the list hooks of `before` and `after` show a connected client any known tool or
+    /// prompt otherwise.
+    async fn shown_differs(&self, before: &Arc<PluginSet>, after: &Arc<PluginSet>) -> bool {
+        let items: Vec<ListedTool> = {
+            let cache = self.tools.read().expect("lock");
+            let tools = cache.declared.keys().map(|n| (Kind::Tool, n.clone()));
+            let prompts = cache.prompt_words.keys().map(|n| (Kind::Prompt, n.clone()));
+            tools.chain(prompts).collect::<Vec<_>>()
+        }
+        .into_iter()
+        .map(|(kind, name)| self.listed_item(kind, &name))
+        .collect();
+        if items.is_empty() {
+            return false;
+        }
+        let mut callers = self.hub.callers();
+        callers.dedup();
+        for caller in callers {
+            let shown = |set: &Arc<PluginSet>| {
+                let (set, items, caller) = (set.clone(), items.clone(), caller.clone());
+                async move {
+                    let shown = set.list_tools_async("", &caller, items, false).await;
+                    shown.into_iter().map(|s| s.listing).collect::<Vec<_>>()
+                }
+            };
+            if shown(before).await != shown(after).await {
+                return true;
+            }
+        }
+        false
+    }
+
     pub fn known_tools(&self) -> Vec<(String, Hints)> {
         let cache = self.tools.read().expect("lock");
         cache.declared.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
@@ -192,8 +224,10 @@ impl Server {
             let differs = any_known
                 && last.annotate_async("", &self.name, known.clone()).await
                     != now.annotate_async("", &self.name, known).await;
-            // A plugin that hides or renames tools per client changed: the lists may differ.
-            let hook_changed = !last.shows_tools_as(&now);
+            // A plugin that judges lists per client changed: what the connected clients are shown
+            // of the tools and prompts known is compared (a plugin added that changes no list,
+            // as timeouts, makes no client re-fetch).
+            let hook_changed = !last.shows_tools_as(&now) && self.shown_differs(&last, &now).await;
             let shown_differs = any_known && hook_changed;
             last = now;
             if hook_changed {
