@@ -27,6 +27,7 @@ const FIXTURES: &[(&str, &str, &str)] = &[
     ("broken/noisy", "broken_noisy", "noisy.wasm"),
     ("broken/trap", "broken_trap", "trap.wasm"),
     ("broken/wrong-interface", "broken_wrong_interface", "wrong-interface.wasm"),
+    ("probe/caller", "probe_caller", "probe-caller.wasm"),
 ];
 
 fn main() {

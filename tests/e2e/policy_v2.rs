@@ -177,3 +177,56 @@ async fn a_plugin_scoped_to_an_unknown_server_stops_the_start_with_the_file_and_
     assert!(text.contains(&format!("config file {}, line 6", home.config_str())), "{text}");
     assert!(text.contains("`gihtub`") && text.contains("its servers: fs"), "{text}");
 }
+
+fn prompt_names(list: &Value) -> Vec<String> {
+    let prompts = list["result"]["prompts"].as_array().unwrap_or_else(|| panic!("no prompts in {list}"));
+    prompts.iter().map(|p| p["name"].as_str().unwrap().to_string()).collect()
+}
+
+#[tokio::test]
+async fn tool_filter_hides_and_renames_prompts_per_client() {
+    let home = Home::new();
+    let config = format!(
+        "{}[[plugins]]\nfile = \"tool-filter.wasm\"\nconfig = '{}'\n",
+        home.fixture("fs", &[]),
+        r#"{"clients": {"cursor": {"prompts": {"rename": {"greet": "hello"}}}, "windsurf": {"prompts": {"hide": ["gr*"]}}}}"#
+    );
+    home.write_config(&config);
+    install(&home, &[("tool-filter.wasm", example("tool-filter.wasm"))]);
+
+    let (cp, mut cursor) = client_named(&home, "fs", "cursor").await;
+    let (wp, mut windsurf) = client_named(&home, "fs", "windsurf").await;
+    let (kp, mut claude) = client_named(&home, "fs", "claude-code").await;
+    let greet = |name: &str| json!({"name": name, "arguments": {"name": "Ada"}});
+    let text = |r: &Value| r["result"]["messages"][0]["content"]["text"].as_str().map(str::to_string);
+
+    assert_eq!(prompt_names(&cursor.request("prompts/list", json!({})).await), ["hello"]);
+    assert!(prompt_names(&windsurf.request("prompts/list", json!({})).await).is_empty());
+    assert_eq!(prompt_names(&claude.request("prompts/list", json!({})).await), ["greet"]);
+    // Tools are left as listed: the rule names prompts only.
+    assert!(tool_names(&cursor.request("tools/list", json!({})).await).contains(&"echo".to_string()));
+
+    // cursor asks by the new name and reaches `greet`; by the old one it is refused.
+    let r = cursor.request("prompts/get", greet("hello")).await;
+    assert_eq!(text(&r).as_deref(), Some("Hello, Ada!"), "{r}");
+    let r = cursor.request("prompts/get", greet("greet")).await;
+    assert_eq!(r["error"]["code"], -32004, "{r}");
+    assert!(r["error"]["message"].as_str().unwrap().contains("prompt `greet` as `hello`"), "{r}");
+    // windsurf's hidden prompt is refused, naming the plugin.
+    let r = windsurf.request("prompts/get", greet("greet")).await;
+    assert_eq!(r["error"]["code"], -32004, "{r}");
+    let msg = r["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("tool-filter.wasm") && msg.contains("prompt `greet` is hidden from client `windsurf`"),
+        "{msg}"
+    );
+    // The rename is cursor's alone.
+    let r = claude.request("prompts/get", greet("hello")).await;
+    assert!(r.get("error").is_some(), "claude-code has no `hello`: {r}");
+    assert_eq!(text(&claude.request("prompts/get", greet("greet")).await).as_deref(), Some("Hello, Ada!"));
+
+    leave(cp, cursor).await;
+    leave(wp, windsurf).await;
+    leave(kp, claude).await;
+    home.shutdown().await;
+}

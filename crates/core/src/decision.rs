@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 /// MCP tool annotation hints (spec `ToolAnnotations`). `None` means "not said".
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Hints {
     pub read_only: Option<bool>,
     pub destructive: Option<bool>,
@@ -52,7 +52,7 @@ pub struct Decision {
 }
 
 /// What carries a client's session to switchyard.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum Transport {
     /// The client started switchyard itself (`switchyard run`), over its stdin and stdout.
     #[default]
@@ -75,7 +75,7 @@ impl Transport {
 }
 
 /// Who is calling: what a policy of `switchyard:policy@0.2.0` is told about the client.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Caller {
     /// `clientInfo.name` of the client's initialize, when it gave one.
     pub name: Option<String>,
@@ -87,6 +87,16 @@ pub struct Caller {
     /// The protocol version the client speaks (its initialize's, or a 2026-07-28-era
     /// request's own); empty before it said one.
     pub era: String,
+}
+
+/// The task a request is about (a task's get, result, cancel or update).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TaskRef {
+    /// The task id the client sent (the one switchyard handed it, not the server's own).
+    pub id: String,
+    /// The server's name of the tool whose call created the task; None once switchyard no
+    /// longer holds the task (past its time to live).
+    pub tool: Option<String>,
 }
 
 /// What the chain is told about one request.
@@ -105,6 +115,8 @@ pub struct CallInfo {
     pub declared: Hints,
     /// 0 for the first try, 1 for the first retry, ...
     pub attempt: u32,
+    /// The task the request is about, for a request about one task.
+    pub task: Option<TaskRef>,
 }
 
 /// A plugin said no: the client gets a JSON-RPC error naming the plugin and its reason.

@@ -39,6 +39,7 @@ fn call() -> CallInfo {
         arguments: Some(r#"{"path":"/tmp/project/src/main.rs","content":"fn main() {}"}"#.into()),
         declared: Hints::default(),
         attempt: 0,
+        task: None,
     }
 }
 

@@ -1,5 +1,7 @@
 //! Rewrites `tools/list` results so each client sees the tools the plugin chain decided: the
-//! annotations it gave them, and (0.2 plugins) which are shown to that client and by what name.
+//! annotations it gave them, and (0.2 plugins) which are shown to that client and by what name;
+//! `prompts/list` and `resources/templates/list` results the same way (which, by what name,
+//! with what title and description).
 
 use std::collections::HashMap;
 
@@ -10,7 +12,7 @@ use serde_json::{Map, Value};
 use switchyard_core::codec::{span, splice_many};
 use switchyard_core::decision::{Caller, Hints, Rejection};
 
-use super::ListedTool;
+use super::{Kind, ListedTool};
 
 /// Hints as a server declared them in a tool's `annotations` object (None when absent).
 pub fn declared_hints(annotations: Option<&Value>) -> Hints {
@@ -45,13 +47,6 @@ fn write_hints(annotations: &mut Map<String, Value>, hints: &Hints) {
     }
 }
 
-/// The parts of a `tools/list` result this module reads; everything else stays raw text.
-#[derive(Deserialize)]
-struct ListResult<'a> {
-    #[serde(borrow)]
-    tools: &'a RawValue,
-}
-
 #[derive(Deserialize)]
 struct ToolView<'a> {
     name: String,
@@ -63,8 +58,8 @@ struct ToolView<'a> {
     annotations: Option<&'a RawValue>,
 }
 
-/// What a client calls by another name than the server's, from the last `tools/list` it was
-/// shown of a server: the name it was shown, to the server's name.
+/// What a client calls by another name than the server's, from the last list (of tools, or of
+/// prompts) it was shown of a server: the name it was shown, to the server's name.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ClientView {
     pub renamed: HashMap<String, String>,
@@ -79,14 +74,8 @@ pub struct Rewritten {
     pub view: ClientView,
 }
 
-/// Rewrites a `tools/list` result (the JSON text of `result`) for the client `caller` through
-/// the chain's tool-list hook (on a plugin worker thread, in `lane`'s turn): tools a plugin
-/// hid are left out; renamed or reworded ones, and those whose annotations changed, are
-/// rewritten.
-///
-/// Only what changed is re-serialised: a tool whose annotations alone changed gets a new
-/// `annotations` object, and every other byte of the result (field order, numbers, unknown
-/// newer fields) is copied through as the server sent it.
+/// Rewrites a `tools/list` result (the JSON text of `result`) for the client `caller`: see
+/// [`rewrite_list`].
 pub async fn rewrite_tools_list(
     set: &std::sync::Arc<super::PluginSet>,
     lane: &str,
@@ -94,21 +83,45 @@ pub async fn rewrite_tools_list(
     server: &str,
     result_json: &str,
 ) -> anyhow::Result<Rewritten> {
+    rewrite_list(set, lane, caller, server, Kind::Tool, result_json).await
+}
+
+/// Rewrites a list result of `kind` (the JSON text of `result`) for the client `caller`
+/// through the chain's list hook (on a plugin worker thread, in `lane`'s turn): items a plugin
+/// hid are left out; renamed or reworded ones, and tools whose annotations changed, are
+/// rewritten. Prompts and resource templates have no hints: what a plugin says of theirs is
+/// not used.
+///
+/// Only what changed is re-serialised: a tool whose annotations alone changed gets a new
+/// `annotations` object, and every other byte of the result (field order, numbers, unknown
+/// newer fields) is copied through as the server sent it.
+pub async fn rewrite_list(
+    set: &std::sync::Arc<super::PluginSet>,
+    lane: &str,
+    caller: &Caller,
+    server: &str,
+    kind: Kind,
+    result_json: &str,
+) -> anyhow::Result<Rewritten> {
     if !set.reads_calls() {
         return Ok(Rewritten::default());
     }
-    let list: ListResult<'_> = serde_json::from_str(result_json)
-        .map_err(|e| anyhow::anyhow!("tools/list result from {server} is not usable: {e}"))?;
-    let raws: Vec<&RawValue> = serde_json::from_str(list.tools.get())
-        .map_err(|e| anyhow::anyhow!("tools/list result from {server} is not usable: {e}"))?;
+    let method = kind.list_method();
+    let unusable = |e: serde_json::Error| anyhow::anyhow!("{method} result from {server} is not usable: {e}");
+    let mut fields: HashMap<String, &RawValue> = serde_json::from_str(result_json).map_err(unusable)?;
+    let Some(items) = fields.remove(kind.list_key()) else {
+        anyhow::bail!("{method} result from {server} is not usable: it has no `{}`", kind.list_key());
+    };
+    let raws: Vec<&RawValue> = serde_json::from_str(items.get()).map_err(unusable)?;
     // Each tool that parses, with its annotations as the server declared them.
     let mut tools = Vec::new();
     let mut asked = Vec::new();
     for raw in &raws {
         let Ok(tool) = serde_json::from_str::<ToolView<'_>>(raw.get()) else { continue };
         let declared_value: Option<Value> = tool.annotations.and_then(|a| serde_json::from_str(a.get()).ok());
-        let declared = declared_hints(declared_value.as_ref());
+        let declared = if kind == Kind::Tool { declared_hints(declared_value.as_ref()) } else { Hints::default() };
         asked.push(ListedTool {
+            kind,
             server: server.to_string(),
             name: tool.name.clone(),
             title: tool.title.clone(),
@@ -123,7 +136,11 @@ pub async fn rewrite_tools_list(
     let mut whole: Vec<(&RawValue, Option<String>)> = Vec::new();
     // (byte range in result_json, replacement text): edits that keep the rest as it was.
     let mut edits: Vec<(std::ops::Range<usize>, String)> = Vec::new();
-    for (((raw, tool, declared_value), listed), shown) in tools.into_iter().zip(&asked).zip(shown) {
+    for (((raw, tool, declared_value), listed), mut shown) in tools.into_iter().zip(&asked).zip(shown) {
+        if kind != Kind::Tool {
+            // Only tools have annotations.
+            shown.listing.hints = listed.declared.clone();
+        }
         let l = &shown.listing;
         if l.hidden {
             whole.push((raw, None));
@@ -193,7 +210,7 @@ pub async fn rewrite_tools_list(
             }
         }
         let array = format!("[{}]", texts.join(","));
-        let result = splice_many(result_json, vec![(span(result_json, list.tools.get()), array.as_str())]);
+        let result = splice_many(result_json, vec![(span(result_json, items.get()), array.as_str())]);
         return Ok(Rewritten { result: Some(result), view });
     }
     for (raw, text) in whole {
@@ -206,13 +223,13 @@ pub async fn rewrite_tools_list(
     Ok(Rewritten { result: Some(result), view })
 }
 
-/// A `tools/call` of tool `called` by `caller`, checked against what the chain shows that
-/// client: Ok(Some(the server's name)) when `called` is the name a plugin gave the tool for
-/// this client (from `view`, its last `tools/list` of the server); Ok(None) to call it as
-/// named; Err when a plugin hides the tool from this client, or shows it under another name
-/// (the mapping is exact: a renamed tool is called by its new name only). `listed` gives what
-/// the server listed of a tool by its name (its title, description and declared hints, as far
-/// as known).
+/// A `tools/call` of tool `called` (or a `prompts/get` of prompt `called`) by `caller`, checked
+/// against what the chain shows that client: Ok(Some(the server's name)) when `called` is the
+/// name a plugin gave the item for this client (from `view`, its last list of the server);
+/// Ok(None) to ask for it as named; Err when a plugin hides the item from this client, or shows
+/// it under another name (the mapping is exact: a renamed item is asked for by its new name
+/// only). `listed` gives what the server listed of an item by its name (its kind, title,
+/// description and declared hints, as far as known).
 pub async fn check_call(
     set: &std::sync::Arc<super::PluginSet>,
     lane: &str,
@@ -223,19 +240,21 @@ pub async fn check_call(
 ) -> Result<Option<String>, Rejection> {
     let original = view.and_then(|v| v.renamed.get(called)).cloned();
     let tool = listed(original.as_deref().unwrap_or(called));
-    let shown = set.list_tools_async(lane, caller, vec![tool], false).await.pop();
+    let shown = set.list_tools_async(lane, caller, vec![tool.clone()], false).await.pop();
     let Some(shown) = shown else { return Ok(original) };
     let client = caller.name.as_deref().unwrap_or("(a client that gave no name)");
+    let what = tool.kind.noun();
     if let Some(plugin) = shown.hidden_by {
-        let reason = format!("tool `{called}` is hidden from client `{client}`; it was not sent to the server");
+        let reason = format!("{what} `{called}` is hidden from client `{client}`; it was not sent to the server");
         return Err(Rejection { plugin, reason });
     }
     if shown.listing.name != called {
         let plugin = shown.renamed_by.unwrap_or_else(|| "switchyard".to_string());
         let reason = format!(
-            "client `{client}` is shown this server's tool `{}` as `{}`; call it by that name",
+            "client `{client}` is shown this server's {what} `{}` as `{}`; {} it by that name",
             original.as_deref().unwrap_or(called),
-            shown.listing.name
+            shown.listing.name,
+            if tool.kind == Kind::Tool { "call" } else { "ask for" },
         );
         return Err(Rejection { plugin, reason });
     }

@@ -11,7 +11,7 @@ use super::annotate::declared_hints;
 use super::wasm::{self, CallArgs, Limits, Verdict};
 use super::{ListedTool, Listing};
 use switchyard_config::{Config, PluginEntry};
-use switchyard_core::decision::{CallInfo, Caller, Concurrency, Decision, Hints, Transport};
+use switchyard_core::decision::{CallInfo, Caller, Concurrency, Decision, Hints, TaskRef, Transport};
 
 /// What to check a plugin with.
 #[derive(Debug, Default, Clone, Copy)]
@@ -84,6 +84,10 @@ fn check(file: &Path, opts: &Options<'_>, out: &mut String) -> anyhow::Result<()
     );
     if plugin.contract() == wasm::Contract::V2 {
         let _ = writeln!(out, "client:   {}", caller_text(&call.caller));
+        if let Some(task) = &call.task {
+            let tool = task.tool.as_deref().map(|t| format!(", created by `{t}`")).unwrap_or_default();
+            let _ = writeln!(out, "task:     {}{tool}", task.id);
+        }
     }
 
     let args = CallArgs::new(&call);
@@ -124,6 +128,7 @@ fn check(file: &Path, opts: &Options<'_>, out: &mut String) -> anyhow::Result<()
 
     if plugin.contract() == wasm::Contract::V2 {
         let tool = ListedTool {
+            kind: super::Kind::Tool,
             server: call.server.clone(),
             name: call.tool.clone().unwrap_or_else(|| "example".to_string()),
             title: None,
@@ -211,7 +216,7 @@ fn entry_for(name: &str, config_json: Option<&str>, config_file: Option<&Path>) 
 
 /// The fields `--call` may have.
 pub const CALL_FIELDS: &[&str] =
-    &["server", "session", "client", "era", "method", "tool", "arguments", "annotations", "attempt"];
+    &["server", "session", "client", "era", "method", "tool", "arguments", "annotations", "attempt", "task"];
 
 /// The fields `client` in `--call` may have (or it is a string: the client's name).
 const CLIENT_FIELDS: &[&str] = &["name", "version", "transport", "dir"];
@@ -248,6 +253,29 @@ fn caller_from_json(v: &Value, what: &str) -> anyhow::Result<Caller> {
         Some(other) => bail!("{what} field `client.transport` is `{other}`; it is one of stdio, socket, http"),
     };
     Ok(Caller { name: text("name")?, version: text("version")?, transport, dir: text("dir")?, era })
+}
+
+/// The task of a `--call`: `{"id": "...", "tool": "..."}` (`tool` optional), or the id alone.
+fn task_from_json(v: &Value, what: &str) -> anyhow::Result<Option<TaskRef>> {
+    const TASK_FIELDS: &[&str] = &["id", "tool"];
+    let task = match v.get("task") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(id)) => return Ok(Some(TaskRef { id: id.clone(), tool: None })),
+        Some(Value::Object(t)) => t,
+        Some(_) => {
+            bail!("{what} field `task` must be a task id or an object like {{\"id\": \"t-1\", \"tool\": \"research\"}}")
+        }
+    };
+    if let Some(k) = task.keys().find(|k| !TASK_FIELDS.contains(&k.as_str())) {
+        bail!("{what} field `task` has an unknown field `{k}`; the fields are {}", TASK_FIELDS.join(", "));
+    }
+    let Some(Value::String(id)) = task.get("id") else { bail!("{what} field `task.id` must be a string") };
+    let tool = match task.get("tool") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(t)) => Some(t.clone()),
+        Some(_) => bail!("{what} field `task.tool` must be a string"),
+    };
+    Ok(Some(TaskRef { id: id.clone(), tool }))
 }
 
 /// The call to try: `--call` JSON (every field optional) or a `tools/call` of `example`.
@@ -298,6 +326,7 @@ pub(crate) fn call_from_json(v: &Value, what: &str) -> anyhow::Result<CallInfo> 
         method,
         declared: declared_hints(v.get("annotations")),
         attempt,
+        task: task_from_json(v, what)?,
     })
 }
 

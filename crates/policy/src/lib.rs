@@ -14,6 +14,7 @@ mod reload;
 mod wasm;
 mod worker;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -28,9 +29,62 @@ use record::Recorder;
 
 pub use wasm::{Contract, PluginError};
 
-/// A tool as a server listed it: what the tool-list hook is shown.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where the build put the test fixture plugins (the deliberately broken ones, and the probe
+/// that tells what a plugin is shown), for the tests of this crate and the router's.
+#[doc(hidden)]
+pub const TEST_PLUGINS: &str = env!("SWITCHYARD_TEST_PLUGINS");
+
+/// What a server lists that the list hook judges.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Kind {
+    #[default]
+    Tool,
+    Prompt,
+    ResourceTemplate,
+}
+
+impl Kind {
+    /// The kind a list method lists (`tools/list`, `prompts/list`, `resources/templates/list`).
+    pub fn of_list_method(method: &str) -> Option<Kind> {
+        Some(match method {
+            "tools/list" => Kind::Tool,
+            "prompts/list" => Kind::Prompt,
+            "resources/templates/list" => Kind::ResourceTemplate,
+            _ => return None,
+        })
+    }
+
+    pub fn list_method(self) -> &'static str {
+        match self {
+            Kind::Tool => "tools/list",
+            Kind::Prompt => "prompts/list",
+            Kind::ResourceTemplate => "resources/templates/list",
+        }
+    }
+
+    /// The field of the list result that holds the items.
+    pub fn list_key(self) -> &'static str {
+        match self {
+            Kind::Tool => "tools",
+            Kind::Prompt => "prompts",
+            Kind::ResourceTemplate => "resourceTemplates",
+        }
+    }
+
+    /// What errors call one.
+    pub fn noun(self) -> &'static str {
+        match self {
+            Kind::Tool => "tool",
+            Kind::Prompt => "prompt",
+            Kind::ResourceTemplate => "resource template",
+        }
+    }
+}
+
+/// A tool (or prompt, or resource template) as a server listed it: what the list hook is shown.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ListedTool {
+    pub kind: Kind,
     pub server: String,
     pub name: String,
     pub title: Option<String>,
@@ -191,6 +245,7 @@ impl Policy {
                 metrics: Some(metrics.clone()),
                 recorder: cur.recorder.clone(),
                 lists: cur.lists,
+                shown: ShownKept::default(),
             });
         }
     }
@@ -205,6 +260,7 @@ impl Policy {
                 metrics: cur.metrics.clone(),
                 recorder: Some(recorder.clone()),
                 lists: cur.lists,
+                shown: ShownKept::default(),
             });
         }
     }
@@ -246,6 +302,42 @@ enum Runs {
     Broken(String),
 }
 
+/// How many (item, client) answers of the list hook a set keeps at most; past it they are all
+/// dropped and asked again.
+const SHOWN_KEPT: usize = 65_536;
+
+/// What the list hook made of each listed item for each client, kept for the life of one
+/// plugin set: `list-tool`'s answer depends on the item and the client only (the contract says
+/// so), so a call checked against what its client is shown, or a list asked again, costs no
+/// plugin call once the item was judged for that client. A new set (a plugin changed) starts
+/// empty, and an item listed anew with other words or hints is another key.
+#[derive(Default)]
+struct ShownKept {
+    /// (answers kept, item -> client -> answer).
+    map: std::sync::Mutex<(usize, ShownByItem)>,
+}
+
+/// The list hook's answers, by item, then by client.
+type ShownByItem = HashMap<ListedTool, HashMap<Caller, Shown>>;
+
+impl ShownKept {
+    fn get(&self, tool: &ListedTool, caller: &Caller) -> Option<Shown> {
+        self.map.lock().expect("lock").1.get(tool)?.get(caller).cloned()
+    }
+
+    fn put(&self, tool: &ListedTool, caller: &Caller, shown: &Shown) {
+        let mut kept = self.map.lock().expect("lock");
+        let (count, map) = &mut *kept;
+        if *count >= SHOWN_KEPT {
+            map.clear();
+            *count = 0;
+        }
+        if map.entry(tool.clone()).or_default().insert(caller.clone(), shown.clone()).is_none() {
+            *count += 1;
+        }
+    }
+}
+
 /// An immutable, ordered chain of loaded plugins.
 pub struct PluginSet {
     chain: Vec<Arc<Loaded>>,
@@ -255,18 +347,20 @@ pub struct PluginSet {
     recorder: Option<Arc<Recorder>>,
     /// A plugin of the chain is of `switchyard:policy@0.2.0`: it may hide or rename tools.
     lists: bool,
+    /// The list hook's answers so far (see [`ShownKept`]).
+    shown: ShownKept,
 }
 
 impl PluginSet {
     fn empty() -> PluginSet {
-        PluginSet { chain: Vec::new(), metrics: None, recorder: None, lists: false }
+        PluginSet { chain: Vec::new(), metrics: None, recorder: None, lists: false, shown: ShownKept::default() }
     }
 
     /// Orders by priority (higher first), then by name.
     fn new(mut chain: Vec<Arc<Loaded>>) -> PluginSet {
         chain.sort_by(|a, b| b.priority.cmp(&a.priority).then_with(|| a.name.cmp(&b.name)));
         let lists = chain.iter().any(|p| matches!(&p.plugin, Runs::Ready(w) if w.contract() == Contract::V2));
-        PluginSet { chain, metrics: None, recorder: None, lists }
+        PluginSet { chain, metrics: None, recorder: None, lists, shown: ShownKept::default() }
     }
 
     /// Whether a plugin of the chain for `server` may hide or rename tools (one of
@@ -461,6 +555,16 @@ impl PluginSet {
             }
             return unchanged(&tools);
         }
+        // Answers the set has given before come at once, without a turn on a plugin thread.
+        let kept: Option<Vec<Shown>> = tools.iter().map(|t| self.shown.get(t, caller)).collect();
+        if let Some(shown) = kept {
+            if let Some(r) = self.recorder.as_ref().filter(|_| record) {
+                for (t, s) in tools.iter().zip(&shown) {
+                    r.annotate(&t.server, &t.name, &t.declared, &s.listing.hints);
+                }
+            }
+            return shown;
+        }
         let set = self.clone();
         let caller = caller.clone();
         let now = tokio::time::Instant::now();
@@ -476,7 +580,28 @@ impl PluginSet {
     /// How `tool` is shown to `caller`, on the calling thread (not an async runtime thread):
     /// the listing passed through every plugin that applies to its server, in chain order. A
     /// plugin that hides it ends the chain. A failing plugin is skipped, as for annotations.
+    /// An answer given before for the same item and client is given again without asking.
     pub fn list_tool(&self, tool: &ListedTool, caller: &Caller, now: tokio::time::Instant, record: bool) -> Shown {
+        let shown = match self.shown.get(tool, caller) {
+            Some(shown) => shown,
+            None => {
+                let (shown, every_plugin_answered) = self.ask_list_hook(tool, caller, now);
+                // An answer with a plugin skipped for failing is not kept: it may answer next time.
+                if every_plugin_answered {
+                    self.shown.put(tool, caller, &shown);
+                }
+                shown
+            }
+        };
+        if let Some(r) = self.recorder.as_ref().filter(|_| record) {
+            r.annotate(&tool.server, &tool.name, &tool.declared, &shown.listing.hints);
+        }
+        shown
+    }
+
+    /// [`PluginSet::list_tool`] asked of the plugins, and whether none of them failed.
+    fn ask_list_hook(&self, tool: &ListedTool, caller: &Caller, now: tokio::time::Instant) -> (Shown, bool) {
+        let mut answered = true;
         let mut shown = Shown { listing: Listing::of(tool), hidden_by: None, renamed_by: None };
         for p in self.chain.iter().filter(|p| p.applies_to(&tool.server)) {
             let Runs::Ready(plugin) = &p.plugin else { continue };
@@ -496,15 +621,13 @@ impl PluginSet {
                     }
                 }
                 Err(e) => {
-                    let note = format!("list-tool of tool `{}` skipped: the plugin {e}", tool.name);
+                    answered = false;
+                    let note = format!("list-tool of {} `{}` skipped: the plugin {e}", tool.kind.noun(), tool.name);
                     plugin.output().line(tracing::Level::WARN, "switchyard", &note);
                 }
             }
         }
-        if let Some(r) = self.recorder.as_ref().filter(|_| record) {
-            r.annotate(&tool.server, &tool.name, &tool.declared, &shown.listing.hints);
-        }
-        shown
+        (shown, answered)
     }
 
     /// Counts one plugin call (`op`: decide, annotate) that began at `started`.

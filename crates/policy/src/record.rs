@@ -102,6 +102,14 @@ impl Recorder {
         if !who.era.is_empty() {
             c.insert("era".into(), json!(who.era));
         }
+        if let Some(task) = &call.task {
+            let mut t = Map::new();
+            t.insert("id".into(), json!(task.id));
+            if let Some(tool) = &task.tool {
+                t.insert("tool".into(), json!(tool));
+            }
+            c.insert("task".into(), t.into());
+        }
         let expect = match answer {
             Ok(d) => json!({"verdict": "continue", "decision": decision_to_json(d)}),
             Err(r) => json!({"verdict": "reject", "reason": r.reason}),
@@ -157,7 +165,7 @@ fn write_lines(rx: Receiver<String>, mut file: std::fs::File, path: &Path) {
 mod tests {
     use super::*;
     use crate::project::recorded::Case;
-    use switchyard_core::decision::Caller;
+    use switchyard_core::decision::{Caller, TaskRef};
 
     #[test]
     fn recorded_lines_read_back_as_cases_and_arguments_only_when_asked() {
@@ -180,6 +188,7 @@ mod tests {
                 arguments: Some(r#"{"path":"/secret"}"#.into()),
                 declared: Hints { read_only: Some(false), ..Hints::default() },
                 attempt: 0,
+                task: Some(TaskRef { id: "sy-task.x".into(), tool: Some("research".into()) }),
             };
             r.decide(&call, &Ok(Decision { timeout_ms: Some(9), ..Decision::default() }));
             r.decide(&call, &Err(Rejection { plugin: "guard".into(), reason: "no".into() }));
@@ -200,6 +209,7 @@ mod tests {
             for line in text.lines() {
                 if let Case::Decide { call: read, .. } = Case::parse(line).unwrap() {
                     assert_eq!(read.caller, call.caller, "the caller reads back as it was: {line}");
+                    assert_eq!(read.task, call.task, "the task reads back as it was: {line}");
                 }
             }
             assert!(text.contains(r#""client":"s-1""#) && text.contains(r#""reason":"no""#), "{text}");

@@ -58,6 +58,7 @@ fn call(tool: &str, args: &str) -> CallInfo {
         arguments: Some(args.into()),
         declared: Hints::default(),
         attempt: 0,
+        task: None,
     }
 }
 
@@ -378,7 +379,7 @@ fn plugin_check_shows_the_start_of_a_fresh_instance_and_times_decide_when_asked(
 fn plugin_check_explains_and_names_broken_files() {
     let r = checked(&example("hints.wasm"), Some(r#"{"tools":{"example":{"readOnlyHint":true}}}"#), None);
     r.result.unwrap();
-    assert!(r.text.contains("annotate: {} -> {readOnlyHint=true}"), "{}", r.text);
+    assert!(r.text.contains("list:     tool `example` shown, annotations {} -> {readOnlyHint=true}"), "{}", r.text);
     let r = checked(&example("fs-keys.wasm"), None, Some(r#"{"tool":"write_file","arguments":{"path":"/x"}}"#));
     r.result.unwrap();
     assert!(r.text.contains("continue {concurrency=keyed[/x]}"), "{}", r.text);

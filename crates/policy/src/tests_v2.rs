@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::annotate::{ClientView, check_call, rewrite_tools_list};
+use super::annotate::{ClientView, check_call, rewrite_list, rewrite_tools_list};
 use super::*;
-use switchyard_core::decision::{Concurrency, Transport};
+use switchyard_core::decision::{Concurrency, TaskRef, Transport};
 
 const EXAMPLES: &str = env!("SWITCHYARD_EXAMPLE_PLUGINS");
 
@@ -50,11 +50,13 @@ fn call_by(caller: Caller, server: &str, tool: &str) -> CallInfo {
         arguments: Some("{}".into()),
         declared: Hints::default(),
         attempt: 0,
+        task: None,
     }
 }
 
 fn listed(server: &str, name: &str) -> ListedTool {
     ListedTool {
+        kind: Kind::Tool,
         server: server.into(),
         name: name.into(),
         title: None,
@@ -81,9 +83,23 @@ fn a_0_1_0_plugin_built_before_0_2_still_loads_and_behaves_as_before() {
     let shown = set.list_tool(&listed("fs", "read_file"), &client("cursor"), tokio::time::Instant::now(), false);
     assert_eq!(shown.listing.hints.read_only, Some(true));
     assert_eq!((shown.listing.name.as_str(), shown.hidden_by.as_deref()), ("read_file", None));
-    // The examples built now from the same source are 0.1 still.
-    let now = load("hints.wasm", &example("hints.wasm"), "{}", None);
-    assert_eq!(now.plugin().contract(), Contract::V1);
+    // The example built now from the same source is of 0.2, and answers alike.
+    let now = load(
+        "hints.wasm",
+        &example("hints.wasm"),
+        r#"{"tools":{"read_*":{"readOnlyHint":true,"title":"Read"}}}"#,
+        None,
+    );
+    assert_eq!(now.plugin().contract(), Contract::V2);
+    let new = Arc::new(PluginSet::new(vec![now]));
+    for tool in ["read_file", "write_file"] {
+        let call = call_by(client("cursor"), "fs", tool);
+        assert_eq!(new.decide(&call), set.decide(&call), "{tool}");
+        assert_eq!(new.annotate("fs", tool, &Hints::default()), set.annotate("fs", tool, &Hints::default()), "{tool}");
+    }
+    let prompt = ListedTool { kind: Kind::Prompt, ..listed("fs", "read_me") };
+    let shown = new.list_tool(&prompt, &client("cursor"), tokio::time::Instant::now(), false);
+    assert_eq!(shown.listing.hints, Hints::default(), "a prompt has no annotations to override");
 }
 
 #[test]
@@ -216,10 +232,126 @@ fn plugin_check_takes_a_client_and_shows_the_tool_list_hook() {
 #[test]
 fn a_changed_tool_list_hook_is_told_apart_from_an_unchanged_one() {
     let filter = |cfg: &str| PluginSet::new(vec![load("tool-filter.wasm", &example("tool-filter.wasm"), cfg, None)]);
-    let hints = |cfg: &str| PluginSet::new(vec![load("hints.wasm", &example("hints.wasm"), cfg, None)]);
+    let hints = |cfg: &str| PluginSet::new(vec![load("hints.wasm", &hints_0_1_0(), cfg, None)]);
     assert!(filter(FILTER).shows_tools_as(&filter(FILTER)));
     assert!(!filter(FILTER).shows_tools_as(&filter(r#"{"clients": {"cursor": {"hide": ["*"]}}}"#)));
     assert!(!filter(FILTER).shows_tools_as(&PluginSet::empty()), "a hook removed");
     // 0.1 plugins change annotations only, which are compared on their own.
     assert!(hints("{}").shows_tools_as(&hints(r#"{"tools":{"*":{"title":"x"}}}"#)));
+}
+
+/// The probe fixture: refuses `methods`, saying as JSON what it was told of the call.
+fn probe(methods: &str) -> Arc<Loaded> {
+    let path = Path::new(env!("SWITCHYARD_TEST_PLUGINS")).join("probe-caller.wasm");
+    load("probe-caller.wasm", &path, &format!(r#"{{"methods": {methods}}}"#), None)
+}
+
+#[test]
+fn a_request_about_a_task_tells_the_plugin_which_task_and_the_tool_that_created_it() {
+    let set = PluginSet::new(vec![probe(r#"["tasks/get", "tools/call"]"#)]);
+    let task = TaskRef { id: "sy-task.abc".into(), tool: Some("research".into()) };
+    let get =
+        CallInfo { method: "tasks/get".into(), tool: None, task: Some(task), ..call_by(client("cursor"), "fs", "x") };
+    let seen: serde_json::Value = serde_json::from_str(&set.decide(&get).unwrap_err().reason).unwrap();
+    assert_eq!(seen["task"], serde_json::json!({"id": "sy-task.abc", "tool": "research"}), "{seen}");
+    assert_eq!(seen["client"]["name"], "cursor", "{seen}");
+    let seen: serde_json::Value =
+        serde_json::from_str(&set.decide(&call_by(client("cursor"), "fs", "read_file")).unwrap_err().reason).unwrap();
+    assert_eq!(seen["task"], serde_json::Value::Null, "a call about no task: {seen}");
+
+    // `plugin check --call` takes a task and says it.
+    let report = check::run(
+        &Path::new(env!("SWITCHYARD_TEST_PLUGINS")).join("probe-caller.wasm"),
+        &check::Options {
+            config_json: Some(r#"{"methods": ["tasks/get"]}"#),
+            call_json: Some(r#"{"method": "tasks/get", "task": {"id": "sy-task.abc", "tool": "research"}}"#),
+            ..Default::default()
+        },
+    );
+    report.result.unwrap();
+    assert!(report.text.contains("task:     sy-task.abc, created by `research`"), "{}", report.text);
+    assert!(report.text.contains(r#""task":{"id":"sy-task.abc","tool":"research"}"#), "{}", report.text);
+    let report = check::run(
+        &example("tool-filter.wasm"),
+        &check::Options { call_json: Some(r#"{"task": {"id": "t", "tol": "x"}}"#), ..Default::default() },
+    );
+    let e = report.result.unwrap_err().to_string();
+    assert!(e.contains("unknown field `tol`"), "{e}");
+}
+
+#[tokio::test]
+async fn prompts_and_resource_templates_are_shown_per_client_and_a_hidden_prompt_is_refused() {
+    let cfg = r#"{"clients": {"cursor": {"prompts": {"hide": ["secret_*"], "rename": {"greet": "hello"}},
+        "resource_templates": {"hide": ["logs"], "rename": {"file": "doc"}}}}}"#;
+    let set = Arc::new(PluginSet::new(vec![load("tool-filter.wasm", &example("tool-filter.wasm"), cfg, None)]));
+    let names = |v: &serde_json::Value, key: &str| -> Vec<String> {
+        v[key].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
+    };
+    let cursor = client("cursor");
+    let prompts = r#"{"prompts":[{"name":"greet","description":"Greets","arguments":[]},{"name":"secret_plan"}]}"#;
+    let out = rewrite_list(&set, "s1", &cursor, "fs", Kind::Prompt, prompts).await.unwrap();
+    let v: serde_json::Value = serde_json::from_str(out.result.as_deref().unwrap()).unwrap();
+    assert_eq!(names(&v, "prompts"), ["hello"]);
+    assert_eq!(v["prompts"][0]["description"], "Greets");
+    assert_eq!(out.view, ClientView { renamed: [("hello".to_string(), "greet".to_string())].into() });
+    let claude = rewrite_list(&set, "s2", &client("claude-code"), "fs", Kind::Prompt, prompts).await.unwrap();
+    assert_eq!(claude.result, None, "another client is shown them as listed");
+
+    let templates = r#"{"resourceTemplates":[{"uriTemplate":"file:///{path}","name":"file"},{"uriTemplate":"log://{id}","name":"logs"}]}"#;
+    let t = rewrite_list(&set, "s1", &cursor, "fs", Kind::ResourceTemplate, templates).await.unwrap();
+    let v: serde_json::Value = serde_json::from_str(t.result.as_deref().unwrap()).unwrap();
+    assert_eq!(names(&v, "resourceTemplates"), ["doc"]);
+    assert_eq!(v["resourceTemplates"][0]["uriTemplate"], "file:///{path}", "read by the same URIs");
+
+    // A rule about prompts leaves tools of the same names alone.
+    let tools = r#"{"tools":[{"name":"greet","inputSchema":{}},{"name":"secret_plan","inputSchema":{}}]}"#;
+    assert_eq!(rewrite_tools_list(&set, "s1", &cursor, "fs", tools).await.unwrap().result, None);
+
+    let prompt = |name: &str| ListedTool { kind: Kind::Prompt, ..listed("fs", name) };
+    let view = Some(&out.view);
+    let e = check_call(&set, "s1", &cursor, view, "secret_plan", prompt).await.unwrap_err();
+    assert_eq!(e.plugin, "tool-filter.wasm");
+    assert!(e.reason.contains("prompt `secret_plan` is hidden from client `cursor`"), "{}", e.reason);
+    assert_eq!(check_call(&set, "s1", &cursor, view, "hello", prompt).await, Ok(Some("greet".to_string())));
+    let e = check_call(&set, "s1", &cursor, view, "greet", prompt).await.unwrap_err();
+    assert!(e.reason.contains("prompt `greet` as `hello`; ask for it by that name"), "{}", e.reason);
+    assert_eq!(check_call(&set, "s2", &client("claude-code"), None, "greet", prompt).await, Ok(None));
+
+    // A 0.1 plugin knows tools only: it leaves prompts as listed.
+    let old =
+        Arc::new(PluginSet::new(vec![load("hints.wasm", &hints_0_1_0(), r#"{"tools":{"*":{"title":"T"}}}"#, None)]));
+    assert_eq!(rewrite_list(&old, "s1", &cursor, "fs", Kind::Prompt, prompts).await.unwrap().result, None);
+}
+
+#[tokio::test]
+async fn a_call_checked_after_its_client_was_shown_the_tool_costs_no_plugin_call() {
+    let metrics = Arc::new(switchyard_core::metrics::Metrics::new(Default::default));
+    let filter = load("tool-filter.wasm", &example("tool-filter.wasm"), FILTER, None);
+    let set = Arc::new(PluginSet { metrics: Some(metrics.clone()), ..PluginSet::new(vec![filter]) });
+    let asked = || -> u64 {
+        let prefix = r#"switchyard_plugin_decision_seconds_count{plugin="tool-filter.wasm",op="list_tool"} "#;
+        let text = metrics.encode();
+        text.lines().find_map(|l| l.strip_prefix(prefix)).map_or(0, |n| n.parse().unwrap())
+    };
+    let cursor = client("cursor");
+    let result = r#"{"tools":[{"name":"read_file","description":"the read_file tool","inputSchema":{}},{"name":"write_file","description":"the write_file tool","inputSchema":{}}]}"#;
+    let out = rewrite_tools_list(&set, "s1", &cursor, "fs", result).await.unwrap();
+    assert_eq!(asked(), 2, "each tool asked about once");
+    let known = |name: &str| listed("fs", name);
+    let view = Some(&out.view);
+    assert_eq!(check_call(&set, "s1", &cursor, view, "cat", known).await, Ok(Some("read_file".to_string())));
+    assert!(check_call(&set, "s1", &cursor, view, "write_file", known).await.is_err());
+    assert_eq!(asked(), 2, "the calls are checked against what the list was shown");
+    assert_eq!(rewrite_tools_list(&set, "s1", &cursor, "fs", result).await.unwrap().view, out.view);
+    assert_eq!(asked(), 2, "a list asked again is answered the same, without asking");
+    // Another client is asked about once.
+    let claude = client("claude-code");
+    for _ in 0..3 {
+        assert_eq!(check_call(&set, "s2", &claude, None, "write_file", known).await, Ok(None));
+    }
+    assert_eq!(asked(), 3);
+    // A tool listed with other words is another tool to ask about.
+    let reworded = |name: &str| ListedTool { description: Some("new words".into()), ..listed("fs", name) };
+    assert!(check_call(&set, "s1", &cursor, view, "write_file", reworded).await.is_err());
+    assert_eq!(asked(), 4);
 }

@@ -1132,6 +1132,60 @@ async fn tasks_are_routed_to_the_instance_that_holds_them() {
     assert!(started.elapsed() < ms(100), "answered at once: {:?}", started.elapsed());
 }
 
+/// A policy of the probe fixture plugin alone, which refuses the `methods` with what it was
+/// told of each call as JSON (kept in the returned directory).
+async fn probe_policy(methods: &[&str]) -> (Policy, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let probe = std::path::Path::new(switchyard_policy::TEST_PLUGINS).join("probe-caller.wasm");
+    std::fs::copy(&probe, dir.path().join("probe-caller.wasm")).expect("the build made the probe");
+    let methods = serde_json::to_string(methods).expect("JSON");
+    let toml = format!(
+        "[[plugins]]\nfile = \"probe-caller.wasm\"\ndeadline_ms = 1000\nconfig = '{{\"methods\": {methods}}}'\n"
+    );
+    let config: Config = toml::from_str(&toml).expect("config");
+    let policy = Policy::start(&config, Some(dir.path().to_path_buf()), CancellationToken::new()).await.expect("loads");
+    (policy, dir)
+}
+
+/// What the probe plugin was told of the call it refused with `resp`.
+fn probed(resp: &Value) -> Value {
+    let reason = resp["error"]["data"]["reason"].as_str().unwrap_or_else(|| panic!("not refused by the probe: {resp}"));
+    serde_json::from_str(reason).expect("the probe's reason is JSON")
+}
+
+/// A request about a task tells the policy which task (the id the client knows) and the tool
+/// whose call created it; a request of another kind names no task. Real time: the plugin runs
+/// on threads of its own.
+#[tokio::test]
+async fn a_policy_sees_the_task_a_request_is_about_and_the_tool_that_created_it() {
+    let (policy, _dir) = probe_policy(&["tasks/get", "tasks/result", "tasks/cancel", "resources/list"]).await;
+    let mut config: Config = toml::from_str("").expect("config");
+    config.validate().expect("a valid config");
+    let fake = FakeConnector::new(task_server());
+    let server = Server::new(
+        &config,
+        "fake",
+        fake.clone(),
+        policy,
+        Arc::new(Metrics::new(Default::default)),
+        crate::peer::Buffered::new(config.limits.max_buffered_bytes),
+        CancellationToken::new(),
+    );
+    let mut c = Client::connect(&server).await;
+    let created = c.request("tools/call", json!({"name": "research", "arguments": {}, "task": {"ttl": 60000}})).await;
+    let task = created["result"]["task"]["taskId"].as_str().unwrap_or_else(|| panic!("no task: {created}")).to_string();
+    for method in ["tasks/get", "tasks/result", "tasks/cancel"] {
+        let seen = probed(&c.request(method, json!({"taskId": task})).await);
+        assert_eq!(seen["method"], method, "{seen}");
+        assert_eq!(seen["task"], json!({"id": task, "tool": "research"}), "{method}: {seen}");
+        assert_eq!(seen["tool"], Value::Null, "a task request calls no tool: {seen}");
+        assert_eq!(seen["client"]["name"], "t", "{seen}");
+    }
+    let seen = probed(&c.request("resources/list", json!({})).await);
+    assert_eq!(seen["task"], Value::Null, "a request about no task: {seen}");
+    assert!(calls_of(&fake.link(0), "research").len() == 1 && received(&fake.link(0), "tasks/get").is_empty());
+}
+
 /// A task created while the session shared the first client's instance is still reached, on
 /// that instance, after the session moved to instances of its own (its roots changed): instance
 /// numbers are unique across a server and its siblings, so its id names one instance.

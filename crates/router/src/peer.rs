@@ -10,6 +10,7 @@ use tokio::sync::mpsc;
 use crate::upstream::Instance;
 use switchyard_core::decision::{Caller, Transport};
 use switchyard_core::ids::SessionId;
+use switchyard_policy::Kind;
 use switchyard_policy::annotate::ClientView;
 
 /// One message for the client; `related`: the raw id of the client's request it is about, when
@@ -51,8 +52,9 @@ pub struct ClientPeer {
     /// Who the client is, as the policy is told (its transport and directory from the start,
     /// its name, version and era from its initialize).
     caller: Mutex<Caller>,
-    /// Per server: the renames in the last `tools/list` of it this client was shown.
-    tool_views: Mutex<HashMap<String, Arc<ClientView>>>,
+    /// Per server and kind (tools, prompts): the renames in the last list of it this client
+    /// was shown.
+    tool_views: Mutex<HashMap<(String, Kind), Arc<ClientView>>>,
 }
 
 /// Counts a call as waiting while it lives.
@@ -109,12 +111,12 @@ impl ClientPeer {
         self.caller.lock().expect("lock").clone()
     }
 
-    /// Adds the renames of the `tools/list` (or page of one) of `server` this client was just
+    /// Adds the renames of the list of `kind` (or page of one) of `server` this client was just
     /// shown to those of its earlier lists. One that no longer holds is harmless: a call is
     /// checked against what the chain shows the client now.
-    pub fn set_tool_view(&self, server: &str, view: ClientView) {
+    pub fn set_tool_view(&self, server: &str, kind: Kind, view: ClientView) {
         let mut views = self.tool_views.lock().expect("lock");
-        let kept = views.entry(server.to_string()).or_default();
+        let kept = views.entry((server.to_string(), kind)).or_default();
         if view.renamed.iter().all(|(shown, original)| kept.renamed.get(shown) == Some(original)) {
             return;
         }
@@ -123,9 +125,9 @@ impl ClientPeer {
         *kept = Arc::new(merged);
     }
 
-    /// The renames of the last `tools/list` of `server` this client was shown.
-    pub fn tool_view(&self, server: &str) -> Option<Arc<ClientView>> {
-        self.tool_views.lock().expect("lock").get(server).cloned()
+    /// The renames of the last list of `kind` of `server` this client was shown.
+    pub fn tool_view(&self, server: &str, kind: Kind) -> Option<Arc<ClientView>> {
+        self.tool_views.lock().expect("lock").get(&(server.to_string(), kind)).cloned()
     }
 
     /// Records the capabilities in this client's initialize params (none declared when absent).
@@ -565,12 +567,13 @@ mod tests {
         let (tx, _rx) = mpsc::unbounded_channel();
         let link = ClientPeer::new(1, tx, 1000, Buffered::new(usize::MAX));
         let view = |shown: &str, original: &str| ClientView { renamed: [(shown.into(), original.into())].into() };
-        link.set_tool_view("fs", view("cat", "read_file"));
-        link.set_tool_view("fs", view("put", "write_file"));
-        let fs = link.tool_view("fs").unwrap();
+        link.set_tool_view("fs", Kind::Tool, view("cat", "read_file"));
+        link.set_tool_view("fs", Kind::Tool, view("put", "write_file"));
+        let fs = link.tool_view("fs", Kind::Tool).unwrap();
         assert_eq!(fs.renamed.get("cat").map(String::as_str), Some("read_file"));
         assert_eq!(fs.renamed.get("put").map(String::as_str), Some("write_file"));
-        assert!(link.tool_view("github").is_none(), "renames are per server");
+        assert!(link.tool_view("github", Kind::Tool).is_none(), "renames are per server");
+        assert!(link.tool_view("fs", Kind::Prompt).is_none(), "and per kind");
     }
 
     #[test]

@@ -11,6 +11,7 @@ use super::runtime::{wit, wit2};
 pub struct CallArgs {
     pub(super) v1: wit::Call,
     caller: decision::Caller,
+    task: Option<decision::TaskRef>,
     v2: OnceLock<wit2::Call>,
     /// When the call came: what `host.take` counts from (tokio's clock, which tests may pause).
     pub(super) now: tokio::time::Instant,
@@ -29,6 +30,7 @@ impl CallArgs {
                 attempt: c.attempt,
             },
             caller: c.caller.clone(),
+            task: c.task.clone(),
             v2: OnceLock::new(),
             now: tokio::time::Instant::now(),
         }
@@ -59,6 +61,7 @@ impl CallArgs {
                 arguments: c.arguments.clone(),
                 declared: to_wit2_hints(&from_wit_hints(c.declared.clone())),
                 attempt: c.attempt,
+                task: self.task.as_ref().map(|t| wit2::Task { id: t.id.clone(), tool: t.tool.clone() }),
             }
         })
     }

@@ -328,6 +328,7 @@ impl Plugin {
     ) -> Result<decision::Hints, PluginError> {
         if let Pre::V2(_) = self.pre {
             let listed = ListedTool {
+                kind: super::Kind::Tool,
                 server: server.to_string(),
                 name: tool.to_string(),
                 title: None,
@@ -357,10 +358,19 @@ impl Plugin {
         now: tokio::time::Instant,
     ) -> Result<Listing, PluginError> {
         if let Pre::V1(_) = self.pre {
+            // A 0.1 plugin knows tools only.
+            if tool.kind != super::Kind::Tool {
+                return Ok(current.clone());
+            }
             let hints = self.annotate(&tool.server, &tool.name, &tool.declared, &current.hints)?;
             return Ok(current.clone().with_hints(hints));
         }
         let wit_tool = wit2::Tool {
+            kind: match tool.kind {
+                super::Kind::Tool => wit2::ItemKind::Tool,
+                super::Kind::Prompt => wit2::ItemKind::Prompt,
+                super::Kind::ResourceTemplate => wit2::ItemKind::ResourceTemplate,
+            },
             server: tool.server.clone(),
             name: tool.name.clone(),
             title: tool.title.clone(),

@@ -22,11 +22,11 @@ use deadline::{NOTICE_LEVEL, Waiting, bounded};
 pub use resolve::{Effective, resolve};
 use retry::Next;
 use switchyard_core::codec::{self, Envelope};
-use switchyard_core::decision::{CallInfo, Concurrency};
+use switchyard_core::decision::{CallInfo, Concurrency, TaskRef};
 use switchyard_core::error::{CallError, Unanswered};
 use switchyard_core::ids::SessionId;
 use switchyard_core::metrics::{Call, Outcome};
-use switchyard_policy::{PluginSet, annotate};
+use switchyard_policy::{Kind, PluginSet, annotate};
 
 /// Why an attempt ended without a response.
 enum Stop {
@@ -74,12 +74,18 @@ fn caller_of(req: &Request<'_>) -> switchyard_core::decision::Caller {
     caller
 }
 
-/// A `tools/call` checked against what the plugins show its client (only when a plugin may
-/// hide or rename tools): Ok(Some(the request with the server's name of the tool)) when the
-/// client called it by a name a plugin gave it; Ok(None) to send it as it is; Err(the client's
-/// error) when a plugin hides the tool from this client or shows it under another name.
+/// A `tools/call` (or `prompts/get`) checked against what the plugins show its client (only
+/// when a plugin may hide or rename tools and prompts): Ok(Some(the request with the server's
+/// name of the tool)) when the client called it by a name a plugin gave it; Ok(None) to send it
+/// as it is; Err(the client's error) when a plugin hides the tool from this client or shows it
+/// under another name.
 async fn shown_tool(server: &Server, req: &Request<'_>) -> Result<Option<(String, Envelope)>, String> {
-    if req.env.method.as_deref() != Some("tools/call") || req.task.is_some() {
+    let kind = match req.env.method.as_deref() {
+        Some("tools/call") => Kind::Tool,
+        Some("prompts/get") => Kind::Prompt,
+        _ => return Ok(None),
+    };
+    if req.task.is_some() {
         return Ok(None);
     }
     let set = server.policy.current();
@@ -89,15 +95,16 @@ async fn shown_tool(server: &Server, req: &Request<'_>) -> Result<Option<(String
     let fields = req.env.params.as_ref().map(|p| codec::param_fields(req.line, p)).unwrap_or_default();
     let Some(called) = fields.name else { return Ok(None) };
     let caller = caller_of(req);
-    let view = req.link.tool_view(&server.name);
-    let listed = |name: &str| server.listed_tool(name);
+    let view = req.link.tool_view(&server.name, kind);
+    let listed = |name: &str| server.listed_item(kind, name);
     let client_id = &req.line[req.env.id.clone().expect("requests have ids")];
     match annotate::check_call(&set, req.session_label, &caller, view.as_deref(), &called, listed).await {
         Ok(None) => Ok(None),
         Ok(Some(original)) => {
             let internal = |why: String| {
                 let msg = format!(
-                    "tools/call `{called}`: switchyard could not put the server's name `{original}` in the request: {why}"
+                    "{} `{called}`: switchyard could not put the server's name `{original}` in the request: {why}",
+                    kind.noun()
                 );
                 codec::response_error(client_id, codec::INTERNAL_ERROR, &msg, None)
             };
@@ -108,7 +115,7 @@ async fn shown_tool(server: &Server, req: &Request<'_>) -> Result<Option<(String
             Ok(Some((line, env)))
         }
         Err(rejection) => {
-            tracing::info!(server = %server.name, session = req.session_label, "tools/call `{called}` rejected by `{}`: {}", rejection.plugin, rejection.reason);
+            tracing::info!(server = %server.name, session = req.session_label, "{} `{called}` rejected by `{}`: {}", kind.noun(), rejection.plugin, rejection.reason);
             Err(CallError::Rejected(rejection).to_response(client_id))
         }
     }
@@ -213,6 +220,10 @@ impl<'a> Forwarded<'a> {
             arguments: None,
             declared: Default::default(),
             attempt: 0,
+            task: req.task.and_then(|p| {
+                let (_, client) = p.ids.as_ref()?;
+                Some(TaskRef { id: client.clone(), tool: p.created_by.clone() })
+            }),
         };
         Forwarded {
             client_id,
@@ -299,7 +310,7 @@ async fn run(server: &Arc<Server>, req: Request<'_>, end: &mut End) -> Option<St
         let e = match attempt(server, &req, &eff, &call, cap, &track).await {
             Ok(Answered { reply, permit, instance }) => {
                 (end.outcome, end.code) = reply_outcome(&reply, call.info.tool.is_some());
-                let reply = task_ids(server, &req, &eff, reply, permit, &instance);
+                let reply = task_ids(server, &req, &call.info, &eff, reply, permit, &instance);
                 let reply = input_state(server, reply, &instance);
                 return Some(finish(server, &set, &req, &call.info, reply, call.client_id).await);
             }
@@ -352,6 +363,7 @@ struct Answered {
 fn task_ids(
     server: &Server,
     req: &Request<'_>,
+    info: &CallInfo,
     eff: &Effective,
     mut reply: Reply,
     permit: Option<Permit>,
@@ -382,7 +394,9 @@ fn task_ids(
             if permit.is_some() && !matches!(eff.concurrency, Concurrency::Shared) {
                 tracing::info!(server = %server.name, instance = %instance.label(), "task {upstream} keeps its call's {:?} gate until it ends", eff.concurrency);
             }
-            let client = server.hub.tasks.created(&server.name, instance.number(), session, &upstream, permit, hold);
+            let tool = info.tool.clone();
+            let client =
+                server.hub.tasks.created(&server.name, instance.number(), session, &upstream, tool, permit, hold);
             tasks::replace_task_id(result, &upstream, &client)
         }
         None => None,
@@ -428,23 +442,29 @@ async fn finish(
     client_id: &str,
 ) -> String {
     let id_span = reply.env.id.clone().expect("responses routed by id have one");
-    if info.method == "tools/list"
+    if let Some(kind) = Kind::of_list_method(&info.method)
         && let Some(r) = reply.env.result.clone()
     {
         let result = &reply.line[r.clone()];
-        server.learn_tools(result);
+        match kind {
+            Kind::Tool => server.learn_tools(result),
+            Kind::Prompt => server.learn_prompts(result),
+            Kind::ResourceTemplate => {}
+        }
         if set.reads_calls() {
             let lane = req.session_label;
-            match annotate::rewrite_tools_list(set, lane, &info.caller, &server.name, result).await {
+            match annotate::rewrite_list(set, lane, &info.caller, &server.name, kind, result).await {
                 Ok(rewritten) => {
                     if set.may_hide_or_rename(&server.name) {
-                        req.link.set_tool_view(&server.name, rewritten.view);
+                        req.link.set_tool_view(&server.name, kind, rewritten.view);
                     }
                     if let Some(new) = rewritten.result {
                         return codec::splice_many(&reply.line, vec![(id_span, client_id), (r, new.as_str())]);
                     }
                 }
-                Err(e) => tracing::warn!(server = %server.name, "tools/list result left as the server sent it: {e}"),
+                Err(e) => {
+                    tracing::warn!(server = %server.name, "{} result left as the server sent it: {e}", kind.list_method())
+                }
             }
         }
     }

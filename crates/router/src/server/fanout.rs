@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::peer::{ClientPeer, level_rank};
 use crate::upstream::{Instance, Owners};
 use switchyard_core::codec::{self, Envelope};
+use switchyard_core::decision::Caller;
 use switchyard_core::ids::SessionId;
 
 /// Whom a message that an instance sent on its own (a request to a client, a log) belongs to.
@@ -256,6 +257,11 @@ impl Fanout {
     }
 
     /// Sends a line to every session.
+    /// Who the connected clients are, as the policy is told.
+    pub fn callers(&self) -> Vec<Caller> {
+        self.sessions.read().expect("lock").values().map(|s| s.caller()).collect()
+    }
+
     pub fn broadcast(&self, line: &str) {
         for s in self.sessions.read().expect("lock").values() {
             s.send_from_server(line.to_string());

@@ -120,6 +120,11 @@ impl Server {
             .is_ok_and(|v| v.get("capabilities").and_then(|c| c.get(name)).is_none_or(serde_json::Value::is_null))
     }
 
+    /// Whether the server declared capability `name` in its initialize result (once it has one).
+    pub fn declares(&self, name: &str) -> bool {
+        self.init_result.get().is_some() && !self.lacks_capability(name)
+    }
+
     /// Whether the server declared the `logging` capability in its initialize result, which is
     /// what clients see: MCP lets switchyard send them notifications/message only then.
     pub fn declares_logging(&self) -> bool {

@@ -130,11 +130,16 @@ pub struct Pinned {
     /// The server's id of the task and the id the client knows it by (None: tasks/list, which
     /// names no one task).
     pub ids: Option<(String, String)>,
+    /// The server's name of the tool whose call created the task, while it is held (what a
+    /// policy is told of the task).
+    pub created_by: Option<String>,
 }
 
 /// A task a client was handed.
 struct Held {
     session: SessionId,
+    /// The server's name of the tool whose call created it.
+    tool: Option<String>,
     /// The gate permit of the call that created the task: the task's work runs on after the
     /// call's response, so the call's exclusive or keyed claim holds until the task ends.
     permit: Option<Permit>,
@@ -147,19 +152,21 @@ pub struct Tasks {
 }
 
 impl Tasks {
-    /// A call created a task on `instance`: records it (keeping `permit` until the task ends, or
-    /// for `hold` at most: its time to live) and returns the id to hand the client.
+    /// A call of `tool` created a task on `instance`: records it (keeping `permit` until the task
+    /// ends, or for `hold` at most: its time to live) and returns the id to hand the client.
+    #[allow(clippy::too_many_arguments)]
     pub fn created(
         self: &Arc<Self>,
         server: &str,
         instance: u64,
         session: SessionId,
         upstream: &str,
+        tool: Option<String>,
         permit: Option<Permit>,
         hold: Duration,
     ) -> String {
         let key = (instance, upstream.to_string());
-        self.held.lock().expect("lock").insert(key.clone(), Held { session, permit });
+        self.held.lock().expect("lock").insert(key.clone(), Held { session, tool, permit });
         // Past its time to live the server has dropped the task: so does switchyard.
         let me: Weak<Tasks> = Arc::downgrade(self);
         tokio::spawn(async move {
@@ -174,6 +181,11 @@ impl Tasks {
     /// The session a task of `instance` belongs to, if a client was handed it.
     pub fn session_of(&self, instance: u64, upstream: &str) -> Option<SessionId> {
         self.held.lock().expect("lock").get(&(instance, upstream.to_string())).map(|h| h.session)
+    }
+
+    /// The server's name of the tool whose call created a task of `instance`, while it is held.
+    pub fn tool_of(&self, instance: u64, upstream: &str) -> Option<String> {
+        self.held.lock().expect("lock").get(&(instance, upstream.to_string())).and_then(|h| h.tool.clone())
     }
 
     /// A task was seen in `status`: a terminal one releases the gate its creating call held.
@@ -373,7 +385,8 @@ mod tests {
         let gate = crate::gate::Gate::new();
         let tasks = Arc::new(Tasks::default());
         let exclusive = || gate.acquire(switchyard_core::decision::Concurrency::Exclusive);
-        let id = tasks.created("s", 1, 5, "u", Some(exclusive().await), Duration::from_secs(60));
+        let id =
+            tasks.created("s", 1, 5, "u", Some("research".into()), Some(exclusive().await), Duration::from_secs(60));
         assert!(!free(&gate).await, "held by the task");
         assert_eq!(open("s", &id).map(|r| r.session), Some(5));
         tasks.saw_status(1, "u", "working");
@@ -381,14 +394,15 @@ mod tests {
         tasks.saw_status(1, "u", "completed");
         assert!(free(&gate).await, "released at the terminal status");
         assert_eq!(tasks.session_of(1, "u"), Some(5));
+        assert_eq!(tasks.tool_of(1, "u").as_deref(), Some("research"), "the tool that created it");
 
-        tasks.created("s", 2, 5, "v", Some(exclusive().await), Duration::from_secs(60));
+        tasks.created("s", 2, 5, "v", None, Some(exclusive().await), Duration::from_secs(60));
         assert!(!free(&gate).await);
         tokio::time::sleep(Duration::from_secs(61)).await;
         assert!(free(&gate).await, "released when its time to live passed");
         assert_eq!(tasks.session_of(2, "v"), None);
 
-        tasks.created("s", 3, 5, "w", Some(exclusive().await), Duration::from_secs(60));
+        tasks.created("s", 3, 5, "w", None, Some(exclusive().await), Duration::from_secs(60));
         assert!(!free(&gate).await);
         tasks.instance_gone(3);
         assert!(free(&gate).await, "released when its instance ended");

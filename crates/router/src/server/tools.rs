@@ -9,6 +9,7 @@ use crate::server::fanout::sort_list;
 use crate::upstream::Instance;
 use switchyard_core::codec;
 use switchyard_core::decision::Hints;
+use switchyard_policy::{Kind, ListedTool, PluginSet};
 
 /// A tools/list result as the server declared it, for hints and annotation diffs.
 #[derive(Default)]
@@ -19,6 +20,8 @@ pub(super) struct ToolCache {
     fetched_from: Option<u64>,
     /// Each tool's `title` and `description`, as listed (what a tool-list hook judges).
     words: HashMap<String, (Option<String>, Option<String>)>,
+    /// Each prompt's `title` and `description`, from the last `prompts/list` that passed.
+    prompt_words: HashMap<String, (Option<String>, Option<String>)>,
 }
 
 impl Server {
@@ -58,16 +61,37 @@ impl Server {
         }
     }
 
-    /// `tool` as the server listed it, as far as known (the tool-list hook judges a call with it).
-    pub fn listed_tool(&self, tool: &str) -> switchyard_policy::ListedTool {
+    /// Records each prompt's title and description from a prompts/list result that passed.
+    pub fn learn_prompts(&self, result_json: &str) {
+        #[derive(serde::Deserialize)]
+        struct PromptsResult {
+            #[serde(default)]
+            prompts: Vec<serde_json::Value>,
+        }
+        let Ok(r) = serde_json::from_str::<PromptsResult>(result_json) else { return };
+        let mut cache = self.tools.write().expect("lock");
+        for p in &r.prompts {
+            if let Some(name) = p.get("name").and_then(|n| n.as_str()) {
+                let text = |k: &str| p.get(k).and_then(|v| v.as_str()).map(str::to_string);
+                cache.prompt_words.insert(name.to_string(), (text("title"), text("description")));
+            }
+        }
+    }
+
+    /// A tool (or prompt) as the server listed it, as far as known (the list hook judges a
+    /// call with it).
+    pub fn listed_item(&self, kind: Kind, name: &str) -> switchyard_policy::ListedTool {
         let cache = self.tools.read().expect("lock");
-        let (title, description) = cache.words.get(tool).cloned().unwrap_or_default();
+        let words = if kind == Kind::Prompt { &cache.prompt_words } else { &cache.words };
+        let (title, description) = words.get(name).cloned().unwrap_or_default();
+        let declared = if kind == Kind::Tool { cache.declared.get(name).cloned() } else { None };
         switchyard_policy::ListedTool {
+            kind,
             server: self.name.clone(),
-            name: tool.to_string(),
+            name: name.to_string(),
             title,
             description,
-            declared: cache.declared.get(tool).cloned().unwrap_or_default(),
+            declared: declared.unwrap_or_default(),
         }
     }
 
@@ -99,6 +123,38 @@ impl Server {
     /// [`switchyard_core::metrics::ToolNames`]), else `other`.
     pub fn tool_label(&self, tool: &str) -> Arc<str> {
         self.tool_labels.label(tool, |t| self.tools.read().expect("lock").declared.contains_key(t))
+    }
+
+    /// Whether the list hooks of `before` and `after` show a connected client any known tool or
+    /// prompt otherwise.
+    async fn shown_differs(&self, before: &Arc<PluginSet>, after: &Arc<PluginSet>) -> bool {
+        let items: Vec<ListedTool> = {
+            let cache = self.tools.read().expect("lock");
+            let tools = cache.declared.keys().map(|n| (Kind::Tool, n.clone()));
+            let prompts = cache.prompt_words.keys().map(|n| (Kind::Prompt, n.clone()));
+            tools.chain(prompts).collect::<Vec<_>>()
+        }
+        .into_iter()
+        .map(|(kind, name)| self.listed_item(kind, &name))
+        .collect();
+        if items.is_empty() {
+            return false;
+        }
+        let mut callers = self.hub.callers();
+        callers.dedup();
+        for caller in callers {
+            let shown = |set: &Arc<PluginSet>| {
+                let (set, items, caller) = (set.clone(), items.clone(), caller.clone());
+                async move {
+                    let shown = set.list_tools_async("", &caller, items, false).await;
+                    shown.into_iter().map(|s| s.listing).collect::<Vec<_>>()
+                }
+            };
+            if shown(before).await != shown(after).await {
+                return true;
+            }
+        }
+        false
     }
 
     pub fn known_tools(&self) -> Vec<(String, Hints)> {
@@ -171,9 +227,23 @@ impl Server {
             let differs = any_known
                 && last.annotate_async("", &self.name, known.clone()).await
                     != now.annotate_async("", &self.name, known).await;
-            // A plugin that hides or renames tools per client changed: the lists may differ.
-            let shown_differs = any_known && !last.shows_tools_as(&now);
+            // A plugin that judges lists per client changed: what the connected clients are shown
+            // of the tools and prompts known is compared (a plugin added that changes no list,
+            // as timeouts, makes no client re-fetch).
+            let hook_changed = !last.shows_tools_as(&now) && self.shown_differs(&last, &now).await;
+            let shown_differs = any_known && hook_changed;
             last = now;
+            if hook_changed {
+                // So may the prompts and resource templates each client is shown.
+                for (capability, method) in [
+                    ("prompts", "notifications/prompts/list_changed"),
+                    ("resources", "notifications/resources/list_changed"),
+                ] {
+                    if self.declares(capability) {
+                        self.hub.broadcast(&codec::notification(method, "{}"));
+                    }
+                }
+            }
             if differs || shown_differs {
                 let what = if differs { "tool annotations" } else { "the tools some clients are shown" };
                 tracing::info!(server = %self.name, "plugins changed {what}; sending tools/list_changed");

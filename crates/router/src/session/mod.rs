@@ -605,6 +605,7 @@ impl Session {
             arguments: None,
             declared: Default::default(),
             attempt: 0,
+            task: None,
         };
         if let Err(r) = server.policy.current().decide_async(&call).await {
             tracing::info!(session = %self.label, "{method} not forwarded: rejected by `{}`: {}", r.plugin, r.reason);

@@ -43,7 +43,7 @@ impl Session {
             return not_found("it was not created in this session".to_string());
         }
         // The session may have moved to another server of the family since (its roots changed).
-        let Some((_, instance)) = server.family_instance(route.instance) else {
+        let Some((holder, instance)) = server.family_instance(route.instance) else {
             return not_found(format!(
                 "the instance of server `{}` that held it (#{}) has ended, and its tasks with it; start the task again",
                 server.name, route.instance
@@ -54,7 +54,8 @@ impl Session {
             Ok(e) => e,
             Err(e) => return Some(codec::response_error(id, e.code(), &e.message(), None)),
         };
-        let pinned = Pinned { instance, ids: Some((route.upstream, client_task.clone())) };
+        let created_by = holder.hub.tasks.tool_of(route.instance, &route.upstream);
+        let pinned = Pinned { instance, ids: Some((route.upstream, client_task.clone())), created_by };
         self.forward_to(&sent, &sent_env, cancel, modern, Some(&pinned)).await
     }
 
@@ -115,7 +116,7 @@ impl Session {
             let Some((holder, instance)) = server.family_instance(number) else {
                 continue;
             };
-            let pinned = Pinned { instance, ids: None };
+            let pinned = Pinned { instance, ids: None, created_by: None };
             let mut page = line.to_string();
             for _ in 0..MAX_PAGES {
                 let page_env = match codec::parse(&page) {

@@ -9,7 +9,7 @@
 //!   "servers": ["<glob>", ...]}`. The defaults fit @modelcontextprotocol/server-filesystem
 //! and Desktop Commander.
 
-wit_bindgen::generate!({ path: "../../../wit", world: "policy" });
+wit_bindgen::generate!({ path: "../../../wit/0.2", world: "policy" });
 
 use std::cell::RefCell;
 
@@ -145,7 +145,7 @@ impl Guest for FsKeys {
         Verdict::Continue(current)
     }
 
-    fn annotate(_tool: Tool, current: Hints) -> Hints {
+    fn list_tool(_tool: Tool, current: Listing) -> Listing {
         current
     }
 }

@@ -3,7 +3,7 @@
 //! Config: `{"deny": ["delete_*", "rm"], "reason": "..."}` or, with a reason per pattern,
 //! `{"deny": {"delete_*": "deleting is off in this workspace"}}`.
 
-wit_bindgen::generate!({ path: "../../../wit", world: "policy" });
+wit_bindgen::generate!({ path: "../../../wit/0.2", world: "policy" });
 
 use std::cell::RefCell;
 
@@ -62,7 +62,7 @@ impl Guest for Guard {
         }
     }
 
-    fn annotate(_tool: Tool, current: Hints) -> Hints {
+    fn list_tool(_tool: Tool, current: Listing) -> Listing {
         current
     }
 }

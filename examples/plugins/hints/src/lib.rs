@@ -4,7 +4,7 @@
 //! "destructiveHint": false, "openWorldHint": false, "title": "..."}}}`. Only the fields given
 //! are overridden; the most specific matching glob wins.
 
-wit_bindgen::generate!({ path: "../../../wit", world: "policy" });
+wit_bindgen::generate!({ path: "../../../wit/0.2", world: "policy" });
 
 use std::cell::RefCell;
 
@@ -79,15 +79,20 @@ impl Guest for HintsPlugin {
         Verdict::Continue(current)
     }
 
-    fn annotate(tool: Tool, mut current: Hints) -> Hints {
+    fn list_tool(tool: Tool, mut current: Listing) -> Listing {
+        // Prompts and resource templates have no annotations.
+        if tool.kind != ItemKind::Tool {
+            return current;
+        }
         RULES.with(|r| {
             if let Some(o) = r.borrow().get(&tool.name) {
-                current.read_only = o.read_only.or(current.read_only);
-                current.destructive = o.destructive.or(current.destructive);
-                current.idempotent = o.idempotent.or(current.idempotent);
-                current.open_world = o.open_world.or(current.open_world);
+                let hints = &mut current.hints;
+                hints.read_only = o.read_only.or(hints.read_only);
+                hints.destructive = o.destructive.or(hints.destructive);
+                hints.idempotent = o.idempotent.or(hints.idempotent);
+                hints.open_world = o.open_world.or(hints.open_world);
                 if o.title.is_some() {
-                    current.title = o.title.clone();
+                    hints.title = o.title.clone();
                 }
             }
         });

@@ -3,7 +3,7 @@
 //! Config: `{"tools": {"<glob>": {"timeout_ms": 120000, "retry": {"attempts": 2,
 //! "backoff_ms": 500}}}}`. The most specific matching glob wins; `"*"` sets a default.
 
-wit_bindgen::generate!({ path: "../../../wit", world: "policy" });
+wit_bindgen::generate!({ path: "../../../wit/0.2", world: "policy" });
 
 use std::cell::RefCell;
 
@@ -76,7 +76,7 @@ impl Guest for Timeouts {
         Verdict::Continue(current)
     }
 
-    fn annotate(_tool: Tool, current: Hints) -> Hints {
+    fn list_tool(_tool: Tool, current: Listing) -> Listing {
         current
     }
 }
