@@ -6,13 +6,14 @@
 //! over a pool of three instances through `switchyard connect` to the daemon and through the
 //! daemon's HTTP front, polls them to the end, cancels a seventh and asks for an unknown one; it
 //! must see what it sees connected to one server directly, with the six spread over all three
-//! instances.
+//! instances. The same client reaches the server over Streamable HTTP through `connect` too.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use switchyard_testkit::daemon::{Home, status_server};
+use switchyard_testkit::http_servers::{free_port, local, wait_for_port};
 use switchyard_testkit::python_venv::{python_dir, tasks_venv_python};
 
 /// Six one-second tasks polled five times a second, with room for a slow machine.
@@ -110,5 +111,45 @@ fn six_extension_tasks_over_a_pool_of_three_complete_through_connect_and_the_fro
     assert_eq!(direct["steps"], routed["steps"]);
     assert_eq!(routed["pids"], 3, "the six tasks ran on all three instances: {routed}");
     rt.block_on(client.close());
+    rt.block_on(home.shutdown());
+}
+
+/// The same server over Streamable HTTP, reached through `switchyard connect`: the extension
+/// refuses a task request whose `Mcp-Name` header differs from the body's `taskId`, so a
+/// `tasks/get` or `tasks/cancel` forwarded with the sealed id its client was handed in that header
+/// (and the server's id in the body) would fail.
+#[test]
+fn extension_tasks_of_a_remote_server_complete_through_connect() {
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let port = free_port();
+    let _server = Killed(
+        Command::new(tasks_venv_python())
+            .arg(python_dir().join("tasks_server.py"))
+            .args(["--port", &port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start tasks_server.py"),
+    );
+    assert!(wait_for_port(local(port), POOL_READY), "tasks_server.py did not listen on {port}");
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let direct = tasks_transcript("remote tasks extension, direct", &["--url".into(), url.clone()], &[]);
+    check_tasks("directly", &direct);
+
+    let home = Home::new();
+    home.write_config(&format!("[servers.tasks]\nurl = {}\ntransport = \"streamable-http\"\n", Value::from(url)));
+    let mut connect = vec!["--".to_string()];
+    connect.extend(home.connect_command("tasks"));
+    let routed = tasks_transcript("remote tasks extension, through connect", &connect, &home.envs());
+    check_tasks("through `switchyard connect`", &routed);
+    assert_eq!(direct["steps"], routed["steps"]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(home.shutdown());
 }
