@@ -16,3 +16,4 @@ mod remote_fixtures;
 mod silent_links;
 mod status_page;
 mod tasks;
+mod tasks_extension;

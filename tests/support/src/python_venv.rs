@@ -1,8 +1,11 @@
-//! The Python SDK's virtualenv (`mcp` pinned in tests/python/requirements.txt) for tests that run
-//! the SDK's client or servers: made once under cargo's target temp dir, shared by concurrent test
-//! binaries, rebuilt when requirements.txt changes.
+//! The Python virtualenvs for tests that run Python MCP clients and servers: the SDK's (`mcp`
+//! pinned in tests/python/requirements.txt) and FastMCP's with its tasks extension
+//! (tests/python/requirements-tasks.txt, kept apart so the SDK tests do not install it). Each is
+//! made once under cargo's target temp dir, shared by concurrent test binaries, rebuilt when its
+//! requirements file changes.
 //!
-//! One copy for every test binary; the lock keeps concurrent binaries from building it twice.
+//! One copy of each for every test binary; a lock keeps concurrent binaries from building one
+//! twice.
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
@@ -22,17 +25,31 @@ pub fn python_dir() -> PathBuf {
 
 /// Held (shared) while this process uses the virtualenv, so no other test binary rebuilds it.
 static VENV: OnceLock<Result<(PathBuf, File), String>> = OnceLock::new();
+static TASKS_VENV: OnceLock<Result<(PathBuf, File), String>> = OnceLock::new();
 
 /// The virtualenv's python, with the pinned SDK installed; fails the test saying what is missing
 /// (python3 >= 3.10 with venv and pip, or PyPI) when it cannot be made.
 pub fn venv_python() -> PathBuf {
-    match VENV.get_or_init(make_venv) {
+    match VENV.get_or_init(|| make_venv("requirements.txt", "python-venv", "switchyard-python-venv.lock")) {
         Ok((python, _)) => python.clone(),
         Err(e) => panic!("the Python SDK tests cannot run: {e}"),
     }
 }
 
-fn make_venv() -> Result<(PathBuf, File), String> {
+/// The python of a virtualenv with FastMCP and its tasks extension (`io.modelcontextprotocol/tasks`)
+/// installed, pinned in tests/python/requirements-tasks.txt; fails like [`venv_python`].
+pub fn tasks_venv_python() -> PathBuf {
+    let made = TASKS_VENV
+        .get_or_init(|| make_venv("requirements-tasks.txt", "python-tasks-venv", "switchyard-python-tasks-venv.lock"));
+    match made {
+        Ok((python, _)) => python.clone(),
+        Err(e) => panic!("the FastMCP tasks tests cannot run: {e}"),
+    }
+}
+
+/// Makes (or reuses) the virtualenv `dir` under the target temp dir with `requirements` (a file
+/// in tests/python) installed, guarded by the lock file `lock_name`.
+fn make_venv(requirements: &str, dir: &str, lock_name: &str) -> Result<(PathBuf, File), String> {
     let version = Command::new("python3")
         .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
         .output()
@@ -42,13 +59,13 @@ fn make_venv() -> Result<(PathBuf, File), String> {
     if (major.parse::<u32>().unwrap_or(0), minor.parse::<u32>().unwrap_or(0)) < (3, 10) {
         return Err(format!("python3 is `{version}`; the pinned SDK needs Python >= 3.10"));
     }
-    let requirements = python_dir().join("requirements.txt");
+    let requirements = python_dir().join(requirements);
     let wanted = fs::read_to_string(&requirements).map_err(|e| format!("read {}: {e}", requirements.display()))?;
-    let venv = crate::target_tmp().join("python-venv");
+    let venv = crate::target_tmp().join(dir);
     let python = venv.join("bin").join("python");
     let stamp = venv.join("switchyard-requirements.txt");
 
-    let lock = lock_exclusive("switchyard-python-venv.lock")?;
+    let lock = lock_exclusive(lock_name)?;
     let ready = python.exists() && fs::read_to_string(&stamp).is_ok_and(|s| s == wanted);
     if !ready {
         let started = Instant::now();
@@ -66,7 +83,7 @@ fn make_venv() -> Result<(PathBuf, File), String> {
             " It needs PyPI (or a mirror set with PIP_INDEX_URL).",
         )?;
         fs::write(&stamp, &wanted).map_err(|e| format!("write {}: {e}", stamp.display()))?;
-        eprintln!("python virtualenv made in {:?}", started.elapsed());
+        eprintln!("python virtualenv {dir} made in {:?}", started.elapsed());
     }
     // Shared from now on: other users are fine, a rebuild under our feet is not.
     lock.unlock().map_err(|e| format!("unlock: {e}"))?;
