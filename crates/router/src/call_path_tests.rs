@@ -497,6 +497,29 @@ async fn a_2026_request_waits_for_the_server_to_start_then_has_its_own_time() {
     assert_eq!(started.elapsed(), ms(3000));
 }
 
+/// A request whose envelope names a version switchyard does not serve per request gets -32022
+/// with the versions it does, as the HTTP front answers it, and never reaches the server (which
+/// may not check).
+#[tokio::test(start_paused = true)]
+async fn an_enveloped_request_of_an_unserved_version_gets_32022_and_the_server_never_sees_it() {
+    let (server, fake) = start_with("", fake_server(false));
+    let mut c = Client::open(&server);
+    for version in ["2027-01-01", "2025-11-25"] {
+        let meta = json!({"io.modelcontextprotocol/protocolVersion": version, "io.modelcontextprotocol/clientCapabilities": {}});
+        let resp = c.request("tools/call", json!({"name": "echo", "arguments": {}, "_meta": meta})).await;
+        let (code, msg) = error(&resp);
+        assert_eq!(code, -32022, "{version}: {resp}");
+        assert!(msg.contains(version), "{msg}");
+        assert_eq!(resp["error"]["data"]["supported"], json!(["2026-07-28"]), "{resp}");
+        assert_eq!(resp["error"]["data"]["requested"], version);
+    }
+    assert!(fake.links.lock().unwrap().iter().all(|l| calls_of(l, "echo").is_empty()));
+    // The served version goes through.
+    let ok =
+        c.request("tools/call", json!({"name": "echo", "arguments": {"text": "served"}, "_meta": modern_meta()})).await;
+    assert_eq!(text(&ok), "served");
+}
+
 /// e2e: a_crash_fails_unsafe_calls_fast_and_retries_safe_ones.
 #[tokio::test(start_paused = true)]
 async fn a_crash_fails_unsafe_calls_at_once_and_repeats_only_safe_ones_on_a_new_instance() {

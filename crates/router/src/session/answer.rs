@@ -66,6 +66,22 @@ impl Session {
         // A request of the 2026-07-28 era carries its protocol version in `_meta` and needs no
         // initialize: it goes to instances of that era, as it is (`initialize` stays a handshake).
         let modern = match env.params.as_ref().and_then(|p| codec::envelope_version(line, p)) {
+            // A version switchyard does not serve per request gets the spec's answer, as the
+            // HTTP front gives it: the server behind may not check.
+            Some(version)
+                if !matches!(method, "initialize" | "server/discover")
+                    && !switchyard_mcp::version::STATELESS.contains(&version.as_str()) =>
+            {
+                let shown: String = version.chars().take(40).collect();
+                let supported = switchyard_mcp::version::STATELESS;
+                let message = format!(
+                    "Unsupported protocol version {shown:?}: switchyard serves {} per request (in `_meta`), and {} after initialize",
+                    supported.join(", "),
+                    switchyard_mcp::version::SESSION_ERA.join(", ")
+                );
+                let data = serde_json::json!({ "supported": supported, "requested": shown });
+                return Some(codec::response_error(id, codec::UNSUPPORTED_PROTOCOL_VERSION, &message, Some(&data)));
+            }
             Some(version) if method != "initialize" => {
                 server.saw_modern_version(&version);
                 true
