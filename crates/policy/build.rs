@@ -21,6 +21,7 @@ const EXAMPLES: &[(&str, &str, &str)] = &[
     ("template", "template", "template.wasm"),
     ("tool-filter", "tool_filter", "tool-filter.wasm"),
     ("rate-limit", "rate_limit", "rate-limit.wasm"),
+    ("placement", "placement", "placement.wasm"),
 ];
 const FIXTURES: &[(&str, &str, &str)] = &[
     ("broken/spin", "broken_spin", "spin.wasm"),

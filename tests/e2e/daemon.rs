@@ -8,6 +8,7 @@
 //! daemon's log.
 
 use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -30,6 +31,32 @@ fn init_params(client: &str, version: &str) -> Value {
 async fn leave(mut p: Proc, mut c: Client) {
     c.close().await;
     p.wait_timeout(SLOW).await;
+}
+
+/// Server `name` as `sh -c SCRIPT SWITCHYARD FILE`: the script reads FILE (which the test edits
+/// between daemons; the config, and so the key of what a daemon remembers, stays the same) to
+/// decide how the fixture starts, as `"$0" fixture ...`.
+fn write_sh_server(home: &Home, name: &str, script: &str, file: &Path) {
+    home.write_config(&format!(
+        "[servers.{name}]\ncommand = \"sh\"\nargs = [\"-c\", {}, {}, {}]\n",
+        json!(script),
+        json!(bin()),
+        json!(file.display().to_string())
+    ));
+}
+
+/// A client initializes `name` through a first daemon, which is then stopped: the next daemon
+/// answers `initialize` from what this one learned. The answer.
+async fn learn_initialize(home: &Home, name: &str) -> Value {
+    let mut first = home.connect(name);
+    let mut c = first.client();
+    c.timeout = SLOW;
+    let learned = c.request("initialize", init_params("e2e", "1")).await;
+    assert!(learned["result"].is_object(), "{learned}");
+    leave(first, c).await;
+    home.stop().await;
+    home.wait_no_processes(SLOW).await;
+    learned
 }
 
 /// SIGKILL or SIGTERM to a process that is not ours to wait for (the daemon runs detached).
@@ -364,6 +391,12 @@ async fn a_live_connect_survives_sigkill_to_the_daemon() {
 async fn a_live_connect_survives_stop_of_the_daemon() {
     let answer = a_live_connect_survives_the_daemon_going_away(Away::Stop).await;
     println!("the call in flight when the daemon was stopped was answered with: {answer}");
+    // The call was with the server: the client is told it may have run, never only that
+    // switchyard is shutting down.
+    if let Some(message) = answer["error"]["message"].as_str() {
+        assert!(message.contains("outcome is unknown"), "{answer}");
+        assert_eq!(answer["error"]["code"], -32603, "{answer}");
+    }
 }
 
 /// `[daemon] idle_exit_ms`: the daemon exits, with its servers, once its last client left.
@@ -1170,23 +1203,10 @@ async fn a_capability_the_server_dropped_since_its_remembered_answer_gets_a_clea
     let home = Home::new();
     let flags = home.path().join("flags");
     std::fs::write(&flags, "").unwrap();
-    // The server's options come from a file the test edits between daemons (the config, and so
-    // the key of what the daemon remembers, stays the same).
-    let script = r#"exec "$0" fixture --init-delay-ms 1500 $(cat "$1")"#;
-    home.write_config(&format!(
-        "[servers.slow]\ncommand = \"sh\"\nargs = [\"-c\", {}, {}, {}]\n",
-        json!(script),
-        json!(bin()),
-        json!(flags.display().to_string())
-    ));
-    let mut first = home.connect("slow");
-    let mut c = first.client();
-    c.timeout = SLOW;
-    let learned = c.request("initialize", init_params("e2e", "1")).await;
+    // The server's options come from the file.
+    write_sh_server(&home, "slow", r#"exec "$0" fixture --init-delay-ms 1500 $(cat "$1")"#, &flags);
+    let learned = learn_initialize(&home, "slow").await;
     assert!(learned["result"]["capabilities"]["logging"].is_object(), "{learned}");
-    leave(first, c).await;
-    home.stop().await;
-    home.wait_no_processes(SLOW).await;
 
     std::fs::write(&flags, "--no-logging").unwrap();
     let mut again = home.connect("slow");
@@ -1203,6 +1223,47 @@ async fn a_capability_the_server_dropped_since_its_remembered_answer_gets_a_clea
     // What it still offers works.
     let (pid, _) = fixture_pid(&mut c).await;
     assert!(pid > 0);
+    leave(again, c).await;
+    home.stop().await;
+    home.wait_no_processes(SLOW).await;
+}
+
+/// A client answered from the server's earlier initialize while the server's start then fails
+/// (here: its command fails until a file is back; in life, a sign-in nobody had done yet) is
+/// served once the cause is gone, without initializing again: it was told the server is up and
+/// will not send initialize again, so its next request starts the server anew rather than
+/// repeating the old failure until the client is restarted.
+#[tokio::test]
+async fn a_client_answered_from_memory_is_served_once_a_failed_start_can_succeed() {
+    let home = Home::new();
+    let ready = home.path().join("ready");
+    std::fs::write(&ready, "").unwrap();
+    let script = r#"test -f "$1" || { echo "not ready: $1 is missing" >&2; exit 3; }; exec "$0" fixture"#;
+    write_sh_server(&home, "flaky", script, &ready);
+    let learned = learn_initialize(&home, "flaky").await;
+
+    std::fs::remove_file(&ready).unwrap();
+    let mut again = home.connect("flaky");
+    let mut c = again.client();
+    c.timeout = SLOW;
+    let answered = c.request("initialize", init_params("e2e", "1")).await;
+    assert_eq!(answered["result"], learned["result"], "not answered from memory");
+    c.notify("notifications/initialized", json!({})).await;
+    let failed = c.call_tool("echo", json!({"text": "early"})).await;
+    let message = failed["error"]["message"].as_str().unwrap_or_else(|| panic!("not an error: {failed}"));
+    assert!(message.contains("not ready"), "the start's own failure: {message}");
+
+    std::fs::write(&ready, "").unwrap();
+    let end = Instant::now() + SLOW;
+    loop {
+        let r = c.call_tool("echo", json!({"text": "later"})).await;
+        if r["result"]["content"][0]["text"] == "later" {
+            break;
+        }
+        // The server's start backoff may hold the next start a moment.
+        assert!(Instant::now() < end, "still refused once the server could start: {r}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     leave(again, c).await;
     home.stop().await;
     home.wait_no_processes(SLOW).await;

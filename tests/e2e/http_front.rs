@@ -1365,6 +1365,87 @@ async fn tool_filter_judges_an_http_client_by_its_name() {
     f.home.shutdown().await;
 }
 
+/// A named token of `[http.tokens]`: a policy is told its name for the client it served (in
+/// both eras), a session begun with it answers to it alone, and it does not open the status
+/// API. The daemon's own token stays nameless.
+#[tokio::test]
+async fn a_named_token_is_told_to_the_policy_and_binds_its_session() {
+    const LAPTOP: &str = "sy_e2e_laptop_0123456789abcdefghijkl";
+    const CI: &str = "sy_e2e_ci_0123456789abcdefghijklmnopq";
+    let mut f = Front::start(|h| {
+        let plugins = h.path().join("plugins");
+        std::fs::create_dir_all(&plugins).unwrap();
+        std::fs::copy(broken_plugins().join("probe-caller.wasm"), plugins.join("probe-caller.wasm")).unwrap();
+        format!(
+            "{}{}{}share = \"client\"\n[http]\nlisten = \"127.0.0.1:0\"\n\
+             [http.tokens]\nlaptop = \"{LAPTOP}\"\nci = \"{CI}\"\n[[plugins]]\nfile = \"probe-caller.wasm\"\n\
+             servers = [\"alpha\", \"modern\"]\nconfig = '{{\"methods\": [\"tools/call\"]}}'\n",
+            h.fixture("alpha", &[]),
+            modern_server(h, "modern"),
+            h.fixture("beta", &[]),
+        )
+    })
+    .await;
+    let daemon = f.token.clone();
+    // What the probe was told of the client of a refused call.
+    let told = |msg: &Value| -> Value {
+        let reason = msg["error"]["message"].as_str().unwrap_or_else(|| panic!("not refused: {msg}"));
+        let json = &reason[reason.find('{').unwrap_or_else(|| panic!("{reason}"))..];
+        serde_json::from_str::<Value>(json).unwrap_or_else(|e| panic!("{e}: {reason}"))["client"].clone()
+    };
+    f.token = LAPTOP.into();
+    let sid = f.session("/mcp/alpha").await;
+    let msgs = f.request("/mcp/alpha", &sid, call(json!(1), "read", json!({"path": "/a"}), None)).await.all().await;
+    let client = told(&msgs[0]);
+    assert_eq!((client["token"].as_str(), client["name"].as_str()), (Some("laptop"), Some("http-e2e")), "{client}");
+    // The holder of another token, or of the daemon's, does not reach that session.
+    for other in [CI, daemon.as_str()] {
+        f.token = other.into();
+        let resp = f.post("/mcp/alpha", Some(&sid), &call(json!(2), "read", json!({}), None)).send().await.unwrap();
+        assert_eq!(resp.status(), 404, "another token used the session");
+        assert_eq!(f.get("/mcp/alpha", &sid, None).await.status(), 404);
+    }
+    // The status API takes the daemon's token only.
+    let status = |token: &str| f.http.get(format!("{}/api/status", f.base)).bearer_auth(token).send();
+    let resp = status(CI).await.unwrap();
+    assert_eq!(resp.status(), 403);
+    let body = resp.text().await.unwrap();
+    assert!(body.contains("the token `ci` of [http.tokens] opens the MCP endpoints") && !body.contains(CI), "{body}");
+    assert_eq!(status(&daemon).await.unwrap().status(), 200);
+    // A server that is not there is named, not where the daemon's config file is.
+    let init = json!({"jsonrpc": "2.0", "id": 9, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "http-e2e", "version": "1"}}});
+    let resp = f.post("/mcp/nope", None, &init).send().await.unwrap();
+    assert_eq!(resp.status(), 404);
+    let body = resp.text().await.unwrap();
+    let home = f.home.path().display().to_string();
+    assert!(body.contains("no server named") && !body.contains(&home), "{body}");
+    // The 2026-07-28 era, request by request: the token of each.
+    f.token = CI.into();
+    let (body, h) = modern(json!(3), "tools/call", json!({"name": "echo", "arguments": {"text": "x"}}));
+    let v = json_body(f.post_modern("/mcp/modern", &body, &h).await).await;
+    assert_eq!(told(&v)["token"], "ci", "{v}");
+    // With `share = "client"`, two clients of one name with different tokens are two clients.
+    let mut pids = Vec::new();
+    for token in [LAPTOP, CI, LAPTOP] {
+        f.token = token.into();
+        let sid = f.session("/mcp/beta").await;
+        let msgs = f.request("/mcp/beta", &sid, call(json!(5), "pid", json!({}), None)).await.all().await;
+        pids.push(serde_json::from_str::<Value>(text_of(&msgs[0])).unwrap()["pid"].clone());
+    }
+    assert_ne!(pids[0], pids[1], "the holders of two tokens shared an instance");
+    assert_eq!(pids[0], pids[2], "one token's sessions are one client's");
+    // The daemon's own token has no name.
+    f.token = daemon;
+    let sid = f.session("/mcp/alpha").await;
+    let msgs = f.request("/mcp/alpha", &sid, call(json!(4), "read", json!({"path": "/a"}), None)).await.all().await;
+    assert_eq!(told(&msgs[0])["token"], Value::Null);
+    // No token's value reached the log.
+    let logs = f.home.logs();
+    assert!(!logs.contains(LAPTOP) && !logs.contains(CI), "a token is in the log");
+    f.home.shutdown().await;
+}
+
 /// A 2026-07-28 request names its client in its own `_meta` (there is no initialize): the
 /// policy judges it by that name. Here a nameless client would be shown nothing, and
 /// `http-e2e` everything but `slow`.

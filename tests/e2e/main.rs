@@ -19,6 +19,7 @@ mod faults;
 mod fixture;
 mod http_front;
 mod http_load;
+mod idle;
 mod plugins;
 mod policy_v2;
 mod protocol;

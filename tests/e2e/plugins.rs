@@ -168,6 +168,66 @@ config = { tools = { "write" = { readOnlyHint = true } } }
     assert!(quiet.iter().all(|m| m["method"] != "notifications/tools/list_changed"), "{quiet:?}");
 }
 
+/// The 0.2 chain judges a client of `switchyard run` (stdio) by the name it gave at initialize,
+/// as it judges socket and HTTP clients: `tool-filter` hides `write` from `cursor`, whose call
+/// to it is refused naming the plugin, and leaves it to `claude-code`.
+#[tokio::test]
+async fn tool_filter_judges_a_stdio_client_by_its_name() {
+    let cfg = r#"
+[[plugins]]
+file = "tool-filter.wasm"
+config = '{"clients": {"cursor": {"hide": ["write*"]}}}'
+"#;
+    for (name, hidden) in [("cursor", true), ("claude-code", false)] {
+        let mut s = Setup::start(&[], &[], Some(cfg), &[&example("tool-filter.wasm")]).await;
+        let init =
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": name, "version": "1"}});
+        assert!(s.client.request("initialize", init).await.get("result").is_some());
+        s.client.notify("notifications/initialized", json!({})).await;
+        let list = s.client.request("tools/list", json!({})).await;
+        let tools = list["result"]["tools"].as_array().unwrap_or_else(|| panic!("no tools: {list}"));
+        let listed = |tool: &str| tools.iter().any(|t| t["name"] == tool);
+        assert!(listed("read") && listed("write") != hidden, "{name}: {list}");
+        let r = s.client.call_tool("write", json!({"path": "/a", "text": "x"})).await;
+        if hidden {
+            assert_eq!(r["error"]["code"], -32004, "{name}: {r}");
+            let msg = r["error"]["message"].as_str().unwrap();
+            assert!(msg.contains("tool-filter.wasm") && msg.contains("hidden from client `cursor`"), "{msg}");
+        } else {
+            assert!(r.get("result").is_some(), "{name}: {r}");
+        }
+    }
+}
+
+/// A plugin change that alters only the resource templates clients are shown tells them so
+/// (`resources/list_changed`), and says nothing of tools or prompts, which it left alone.
+#[tokio::test]
+async fn a_plugin_that_changes_only_resource_templates_sends_resources_list_changed() {
+    let cfg = r#"
+[[plugins]]
+file = "tool-filter.wasm"
+required = false
+config = '{"clients": {"*": {"resource_templates": {"hide": ["note"]}}}}'
+"#;
+    let mut s = Setup::start(&[], &[], Some(cfg), &[&example("template.wasm")]).await;
+    s.client.initialize().await;
+    let templates = |list: &Value| -> Vec<String> {
+        let all = list["result"]["resourceTemplates"].as_array().unwrap_or_else(|| panic!("no templates: {list}"));
+        all.iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(templates(&s.client.request("resources/templates/list", json!({})).await), ["note"]);
+    // The client has listed everything, so any change would be news to it.
+    s.client.request("tools/list", json!({})).await;
+    s.client.request("prompts/list", json!({})).await;
+    install(&s.plugins_dir(), &example("tool-filter.wasm"), "tool-filter.wasm");
+    s.client.recv_notification("notifications/resources/list_changed").await;
+    assert!(templates(&s.client.request("resources/templates/list", json!({})).await).is_empty());
+    let quiet = drain(&mut s.client, Duration::from_millis(1500)).await;
+    for other in ["notifications/tools/list_changed", "notifications/prompts/list_changed"] {
+        assert!(quiet.iter().all(|m| m["method"] != other), "{other} for a change of templates only: {quiet:?}");
+    }
+}
+
 /// Issue 8, item 1: a plugin that prints on every call, panics in `decide` (for `read`) and
 /// panics in `annotate` (for `write`) once made the host panic inside the async runtime and
 /// lost the call. Under load, with on_error open and closed, every call is answered as
@@ -540,7 +600,8 @@ async fn plugin_check_and_examples_through_the_binary() {
     let ex = dir.path().join("examples");
     let (ok, out, _) = run(&["examples", ex.to_str().unwrap()]);
     assert!(ok && out.contains("template.wasm") && ex.join("template.wasm").is_file(), "{out}");
-    for v2 in ["tool-filter.wasm", "rate-limit.wasm"] {
+    // The template is what `plugin new --lang rust` writes: of 0.2, as every example.
+    for v2 in ["tool-filter.wasm", "rate-limit.wasm", "placement.wasm", "template.wasm"] {
         assert!(ex.join(v2).is_file(), "{v2} is not among the examples the binary carries: {out}");
         let (ok, out, err) = run(&["check", ex.join(v2).to_str().unwrap(), "--call", r#"{"client": "cursor"}"#]);
         assert!(ok && out.contains("contract: switchyard:policy@0.2.0"), "{out}{err}");

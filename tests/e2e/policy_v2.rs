@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use switchyard_testkit::daemon::Home;
+use switchyard_testkit::daemon::{Home, fixture_pid, status_server};
 use switchyard_testkit::*;
 
 const SLOW: Duration = Duration::from_secs(20);
@@ -108,6 +108,32 @@ async fn tool_filter_hides_write_tools_from_cursor_and_renames_for_it_only() {
 
     leave(cp, cursor).await;
     leave(kp, claude).await;
+    home.shutdown().await;
+}
+
+/// A daemon that goes away under a client it showed a tool under another name: `connect` starts
+/// a new one and shows it the client's lists again, so the client's next call under the new
+/// name still reaches the tool (it heard of no change and will not list again).
+#[tokio::test]
+async fn a_renamed_tool_still_answers_by_its_new_name_after_the_daemon_restarts() {
+    let home = Home::new();
+    let config = format!(
+        "{}[[plugins]]\nfile = \"tool-filter.wasm\"\nconfig = '{}'\n",
+        home.fixture("fs", &[]),
+        r#"{"clients": {"cursor": {"rename": {"echo": "say"}}}}"#
+    );
+    home.write_config(&config);
+    install(&home, &[("tool-filter.wasm", example("tool-filter.wasm"))]);
+    let (cp, mut cursor) = client_named(&home, "fs", "cursor").await;
+    assert!(tool_names(&cursor.request("tools/list", json!({})).await).contains(&"say".to_string()));
+    assert_eq!(cursor.call_text("say", json!({"text": "before"})).await, "before");
+    let daemon = home.daemon_pid().await;
+    drop(home.stop().await);
+    assert_eq!(cursor.call_text("say", json!({"text": "after"})).await, "after");
+    assert_ne!(home.daemon_pid().await, daemon, "the call was not served by a new daemon");
+    let r = cursor.call_tool("echo", json!({"text": "x"})).await;
+    assert_eq!(r["error"]["code"], -32004, "the old name is still refused to cursor: {r}");
+    leave(cp, cursor).await;
     home.shutdown().await;
 }
 
@@ -227,6 +253,57 @@ async fn tool_filter_hides_and_renames_prompts_per_client() {
 
     leave(cp, cursor).await;
     leave(wp, windsurf).await;
+    leave(kp, claude).await;
+    home.shutdown().await;
+}
+
+/// The pids of the fixture instances that received a `tools/call` of `tool`.
+fn pids_called(home: &Home, server: &str, tool: &str) -> std::collections::BTreeSet<u64> {
+    let calls = journal(home.journal(server))
+        .into_iter()
+        .filter(|e| e["dir"] == "in" && e["msg"]["method"] == "tools/call" && e["msg"]["params"]["name"] == tool);
+    calls.filter_map(|e| e["pid"].as_u64()).collect()
+}
+
+#[tokio::test]
+async fn placement_gives_each_client_its_own_instance_for_one_tool_while_another_stays_shared() {
+    let home = Home::new();
+    let config = format!(
+        "{}[[plugins]]\nfile = \"placement.wasm\"\nconfig = '{}'\n",
+        home.fixture("fs", &[]),
+        r#"{"tools": {"pid": "client", "echo": "shared"}}"#
+    );
+    home.write_config(&config);
+    install(&home, &[("placement.wasm", example("placement.wasm"))]);
+    let (cp, mut cursor) = client_named(&home, "fs", "cursor").await;
+    let (kp, mut claude) = client_named(&home, "fs", "claude-code").await;
+
+    let (cursor_pid, _) = fixture_pid(&mut cursor).await;
+    let (claude_pid, _) = fixture_pid(&mut claude).await;
+    assert_ne!(cursor_pid, claude_pid, "two clients' `pid` calls ran on one instance");
+    assert_eq!(fixture_pid(&mut cursor).await.0, cursor_pid, "a client's calls stay on its instance");
+    assert_eq!(cursor.call_text("echo", json!({"text": "a"})).await, "a");
+    assert_eq!(claude.call_text("echo", json!({"text": "b"})).await, "b");
+    let echoed = pids_called(&home, "fs", "echo");
+    assert_eq!(echoed.len(), 1, "the shared tool ran on more than one instance: {echoed:?}");
+    assert!(!echoed.contains(&(cursor_pid as u64)) && !echoed.contains(&(claude_pid as u64)), "{echoed:?}");
+
+    // Status names each instance's scope: the clients by name, never their directory.
+    let status = home.status_json().await;
+    let instances = status_server(&status, "fs").and_then(|s| s["instances"].as_array()).cloned().unwrap_or_default();
+    let scope_of = |pid: u32| {
+        let i = instances.iter().find(|i| i["pid"] == pid).unwrap_or_else(|| panic!("no {pid} in {instances:?}"));
+        i["scope"].as_str().unwrap_or_default().to_string()
+    };
+    assert!(scope_of(cursor_pid).starts_with("client cursor"), "{instances:?}");
+    assert!(scope_of(claude_pid).starts_with("client claude-code"), "{instances:?}");
+    let text = home.status_text().await;
+    let placed: Vec<&str> = text.lines().filter(|l| l.contains(", client ")).collect();
+    assert_eq!(placed.len(), 2, "{text}");
+    assert!(placed.iter().any(|l| l.contains("[default, client cursor")), "{text}");
+    assert!(placed.iter().all(|l| !l.contains('/')), "status shows a client's directory:\n{text}");
+
+    leave(cp, cursor).await;
     leave(kp, claude).await;
     home.shutdown().await;
 }

@@ -320,8 +320,11 @@ async fn calls_in_flight_at_shutdown_are_answered_with_an_error() {
     wait_journal(&journal_file, Duration::from_secs(5), |e| received(e, "tools/call").count() > 0).await;
     s.router.signal(libc::SIGTERM);
     let resp = s.client.wait_response(&id).await;
-    assert_eq!(resp["error"]["code"], -32003, "{resp}");
-    assert!(resp["error"]["message"].as_str().unwrap().contains("shutting down"), "{resp}");
+    // It was with the server: the client is told it may have run.
+    assert_eq!(resp["error"]["code"], -32603, "{resp}");
+    let msg = resp["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("shut down while this call was with server") && msg.contains("outcome is unknown"), "{resp}");
+    assert_eq!(resp["error"]["data"]["delivered"], true, "{resp}");
     assert_eq!(s.router.wait_timeout(Duration::from_secs(8)).await.code(), Some(0));
     // The server was told to stop the call before it was shut down.
     let entries = switchyard_testkit::journal(&journal_file);

@@ -22,6 +22,10 @@ pub struct HttpConfig {
     /// None: a generated one kept in a 0600 file (`switchyard token` prints it), which only a
     /// loopback `listen` may use.
     pub token: Option<HeaderValue>,
+    /// Named tokens, one per client or person (`[http.tokens] laptop = "${LAPTOP_TOKEN}"`):
+    /// each lets its holder use the MCP endpoints (not the status page or metrics), and a
+    /// policy plugin is told the name of the token that served a client.
+    pub tokens: std::collections::BTreeMap<String, HeaderValue>,
     /// Browser origins allowed besides loopback ones (`https://app.example`), each exact; only
     /// these get CORS answers.
     pub allowed_origins: Vec<WebOrigin>,
@@ -45,6 +49,7 @@ impl Default for HttpConfig {
         HttpConfig {
             listen: DEFAULT_HTTP_LISTEN,
             token: None,
+            tokens: std::collections::BTreeMap::new(),
             allowed_origins: Vec::new(),
             allowed_hosts: Vec::new(),
             session_idle_ms: 30 * 60 * 1000,
@@ -102,20 +107,17 @@ impl HttpConfig {
             bail!("{}: [http] max_sessions must be at least 1", at("max_sessions"));
         }
         if let Some(token) = &self.token {
-            let pieces = pieces(&token.raw).map_err(|e| anyhow!("{}: [http] token {e}", at("token")))?;
-            if pieces.is_empty() {
+            check_token_text(token, "[http] token", "or remove it to use a generated one", &at("token"))?;
+        }
+        for (name, token) in &self.tokens {
+            let place = format!("[http.tokens] {name}");
+            if !is_token_name(name) {
                 bail!(
-                    "{}: [http] token is empty; give a long random value (e.g. \"${{SWITCHYARD_TOKEN}}\", read from the environment), or remove it to use a generated one",
-                    at("token")
+                    "{}: {place}: a token's name has 1 to 64 ASCII letters, digits, `-` and `_` (it is shown to policy plugins and in the log)",
+                    at("tokens")
                 );
             }
-            for piece in pieces {
-                if let Piece::Text(t) = piece
-                    && !t.chars().all(|c| c.is_ascii_alphanumeric() || "-._~+/=".contains(c))
-                {
-                    bail!("{}: [http] token has a character a bearer token cannot carry; {TOKEN_CHARS}", at("token"));
-                }
-            }
+            check_token_text(token, &place, "or remove the entry", &at("tokens"))?;
         }
         self.check_exposure("[http] listen").map_err(|e| anyhow!("{}: {e}", at("listen")))
     }
@@ -136,8 +138,8 @@ impl HttpConfig {
     /// The environment variables `token` reads (`${NAME}`): the daemon keeps them from its
     /// servers, which would otherwise inherit them with the rest of its environment.
     pub fn token_variables(&self) -> Vec<String> {
-        let Some(token) = &self.token else { return Vec::new() };
-        expand(&token.raw, &|_| Ok(String::new())).map(|got| got.vars).unwrap_or_default()
+        let all = self.token.iter().chain(self.tokens.values());
+        all.flat_map(|t| expand(&t.raw, &|_| Ok(String::new())).map(|got| got.vars).unwrap_or_default()).collect()
     }
 
     /// `[http] token` with its variables read through `env` (`std::env::var` outside tests);
@@ -148,25 +150,75 @@ impl HttpConfig {
         env: &dyn Fn(&str) -> Result<String, std::env::VarError>,
     ) -> anyhow::Result<Option<String>> {
         let Some(token) = &self.token else { return Ok(None) };
-        let place = match &token.source {
-            Source::File { .. } => format!("[http] token ({})", token.source),
-            _ => "[http] token".to_string(),
-        };
-        let got = expand(&token.raw, env).map_err(|e| anyhow!("{place} {e}"))?;
-        if got.value.is_empty() {
-            bail!(
-                "{place} is empty once {} is read; set {} to a long random value, or remove `token` to use a generated one",
-                got.vars.iter().map(|v| format!("${{{v}}}")).collect::<Vec<_>>().join(", "),
-                got.vars.join(", ")
-            );
-        }
-        if !is_bearer_token(&got.value) {
-            let from =
-                if got.vars.is_empty() { String::new() } else { format!(" (read from {})", got.vars.join(", ")) };
-            bail!("{place}{from} has a character a bearer token cannot carry; {TOKEN_CHARS}");
-        }
-        Ok(Some(got.value))
+        token_text(token, "[http] token", "or remove `token` to use a generated one", env).map(Some)
     }
+
+    /// `[http.tokens]` with their variables read through `env`: (name, value), by name. The
+    /// error names the entry and the variable, never a value.
+    pub fn named_token_values(
+        &self,
+        env: &dyn Fn(&str) -> Result<String, std::env::VarError>,
+    ) -> anyhow::Result<Vec<(String, String)>> {
+        self.tokens
+            .iter()
+            .map(|(name, token)| {
+                let place = format!("[http.tokens] {name}");
+                Ok((name.clone(), token_text(token, &place, "or remove the entry", env)?))
+            })
+            .collect()
+    }
+}
+
+/// A token's name in `[http.tokens]`.
+fn is_token_name(name: &str) -> bool {
+    (1..=64).contains(&name.len()) && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+/// A token as written (before its variables are read): not empty, and its literal text of
+/// characters a bearer token may carry. `place` names the key, `at` where it was written,
+/// `instead` what else the user may do about an empty one.
+fn check_token_text(token: &HeaderValue, place: &str, instead: &str, at: &str) -> anyhow::Result<()> {
+    let pieces = pieces(&token.raw).map_err(|e| anyhow!("{at}: {place} {e}"))?;
+    if pieces.is_empty() {
+        bail!(
+            "{at}: {place} is empty; give a long random value (e.g. \"${{SWITCHYARD_TOKEN}}\", read from the environment), {instead}"
+        );
+    }
+    for piece in pieces {
+        if let Piece::Text(t) = piece
+            && !t.chars().all(|c| c.is_ascii_alphanumeric() || "-._~+/=".contains(c))
+        {
+            bail!("{at}: {place} has a character a bearer token cannot carry; {TOKEN_CHARS}");
+        }
+    }
+    Ok(())
+}
+
+/// A token's value, its variables read through `env`. `place` names the key (and the file and
+/// line, when known); `instead` is what else the user may do about an empty one.
+fn token_text(
+    token: &HeaderValue,
+    place: &str,
+    instead: &str,
+    env: &dyn Fn(&str) -> Result<String, std::env::VarError>,
+) -> anyhow::Result<String> {
+    let place = match &token.source {
+        Source::File { .. } => format!("{place} ({})", token.source),
+        _ => place.to_string(),
+    };
+    let got = expand(&token.raw, env).map_err(|e| anyhow!("{place} {e}"))?;
+    if got.value.is_empty() {
+        bail!(
+            "{place} is empty once {} is read; set {} to a long random value, {instead}",
+            got.vars.iter().map(|v| format!("${{{v}}}")).collect::<Vec<_>>().join(", "),
+            got.vars.join(", ")
+        );
+    }
+    if !is_bearer_token(&got.value) {
+        let from = if got.vars.is_empty() { String::new() } else { format!(" (read from {})", got.vars.join(", ")) };
+        bail!("{place}{from} has a character a bearer token cannot carry; {TOKEN_CHARS}");
+    }
+    Ok(got.value)
 }
 
 const TOKEN_CHARS: &str =
@@ -390,6 +442,9 @@ event_store_bytes = 0
             ("[http]\ntoken = \"\"\n", "line 2: [http] token is empty; give a long random value"),
             ("[http]\ntoken = \"a b\"\n", "line 2: [http] token has a character a bearer token cannot carry"),
             ("[http]\ntoken = \"${A\"\n", "line 2: [http] token has `${` without a closing `}`"),
+            ("[http.tokens]\n\"a b\" = \"x\"\n", "line 1: [http.tokens] a b: a token's name has 1 to 64 ASCII letters"),
+            ("[http]\ntokens = { laptop = \"\" }\n", "line 2: [http.tokens] laptop is empty; give a long random value"),
+            ("[http.tokens]\nci = \"a:b\"\n", "[http.tokens] ci has a character a bearer token cannot carry"),
             (
                 "[http]\nallowed_origins = [\"app.example\"]\n",
                 "line 2, column 19: [http] allowed_origins: `app.example` is not an origin; write it as scheme://host[:port]",
@@ -454,6 +509,34 @@ event_store_bytes = 0
         let lit = HttpConfig { token: Some(HeaderValue::from("sy_literal".to_string())), ..HttpConfig::default() };
         assert_eq!(lit.token_value(&no_env).unwrap().as_deref(), Some("sy_literal"));
         assert_eq!(HttpConfig::default().token_value(&no_env).unwrap(), None);
+    }
+
+    #[test]
+    fn named_tokens_are_read_from_the_environment_each_named_where_it_is_written() {
+        let (dir, c) = load_text(
+            "[http]\ntoken = \"${SY_T}\"\n\n[http.tokens]\nlaptop = \"${SY_LAPTOP}\"\nci = \"sy_ci_literal\"\n",
+        );
+        let h = c.unwrap().http.unwrap();
+        let file = dir.path().join("switchyard.toml").display().to_string();
+        let mut vars = h.token_variables();
+        vars.sort();
+        assert_eq!(vars, ["SY_LAPTOP", "SY_T"], "the daemon keeps every token's variable from its servers");
+        let env = |n: &str| if n == "SY_LAPTOP" { Ok("sy_from_env".to_string()) } else { no_env(n) };
+        assert_eq!(
+            h.named_token_values(&env).unwrap(),
+            [("ci".to_string(), "sy_ci_literal".to_string()), ("laptop".to_string(), "sy_from_env".to_string())]
+        );
+        let e = format!("{:#}", h.named_token_values(&no_env).unwrap_err());
+        assert!(
+            e.starts_with(&format!(
+                "[http.tokens] laptop (config file {file}, line 5) uses ${{SY_LAPTOP}}, which is not set"
+            )),
+            "{e}"
+        );
+        let bad = |n: &str| if n == "SY_LAPTOP" { Ok("two words".to_string()) } else { no_env(n) };
+        let e = format!("{:#}", h.named_token_values(&bad).unwrap_err());
+        assert!(e.contains("laptop") && e.contains("(read from SY_LAPTOP) has a character"), "{e}");
+        assert!(!e.contains("two words"), "the value is shown: {e}");
     }
 
     #[test]

@@ -150,7 +150,23 @@ impl Config {
                     line: keys.and_then(|k| k.get_ref().get("token")).map(|s| line_of(text, s.span().start)),
                 };
             }
+            let named = spans::token_lines(text);
+            for (name, token) in http.tokens.iter_mut() {
+                token.source = Source::File { path: path.to_path_buf(), line: named.get(name).copied() };
+            }
             http.check(&at)?;
+        }
+        // Two entries for one file: which one applies would be a guess.
+        for (n, entry) in config.plugins.iter().enumerate() {
+            if let Some(first) = config.plugins[..n].iter().position(|e| e.file == entry.file) {
+                let at = |i: usize| place(spans.plugins.get(i).and_then(|k| k.get("file")).map(|s| s.span().start));
+                bail!(
+                    "{}: a second [[plugins]] entry for {:?} (the first is at {}); give each plugin file one entry",
+                    at(n),
+                    entry.file,
+                    at(first)
+                );
+            }
         }
         // A file that names no server (its server comes from the command line) is not checked.
         let known = config.server_names();
@@ -418,6 +434,21 @@ mod tests {
     }
 
     #[test]
+    fn a_second_entry_for_one_plugin_file_is_refused_naming_both_lines() {
+        let (dir, c) = load_text(
+            "[servers.fs]\ncommand = \"fs-server\"\n[[plugins]]\nfile = \"hints.wasm\"\nservers = [\"fs\"]\n\
+             [[plugins]]\nfile = \"hints.wasm\"\npriority = 3\n",
+        );
+        let e = format!("{:#}", c.unwrap_err());
+        let file = dir.path().join("switchyard.toml").display().to_string();
+        assert!(
+            e.starts_with(&format!("config file {file}, line 7: a second [[plugins]] entry for \"hints.wasm\"")),
+            "{e}"
+        );
+        assert!(e.contains(&format!("the first is at config file {file}, line 4")), "{e}");
+    }
+
+    #[test]
     fn in_the_one_server_form_servers_names_that_server() {
         let (_dir, c) =
             load_text("[server]\nname = \"fs\"\ncommand = \"x\"\n[[plugins]]\nfile = \"a.wasm\"\nservers = [\"fs\"]\n");
@@ -569,6 +600,17 @@ file = "hints.wasm"
         let launch = Launch { command: Some("y".into()), ..Launch::default() };
         c.servers.insert("b".into(), ServerEntry { launch, ..ServerEntry::default() });
         assert!(c.servers()["b"].pools.contains_key("default"));
+    }
+
+    #[test]
+    fn max_placements_defaults_to_16_and_must_allow_one() {
+        let (_d, c) = load_text("[servers.a]\ncommand = \"x\"\n[servers.a.pools.default]\nmax_placements = 4\n");
+        assert_eq!(c.unwrap().servers()["a"].pools["default"].max_placements, 4);
+        let (_d, c) = load_text("[servers.a]\ncommand = \"x\"\n");
+        assert_eq!(c.unwrap().servers()["a"].pools["default"].max_placements, 16);
+        let (_d, c) = load_text("[servers.a]\ncommand = \"x\"\n[servers.a.pools.default]\nmax_placements = 0\n");
+        let e = format!("{:#}", c.unwrap_err());
+        assert!(e.contains("pool `default`: max_placements must be at least 1"), "{e}");
     }
 
     #[test]

@@ -36,6 +36,10 @@ pub struct OAuthConfig {
     /// Whether a sign-in starts the browser (`$BROWSER`, else the platform's opener).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub open_browser: Option<bool>,
+    /// The port of 127.0.0.1 the redirect comes back to, for a client registered by hand with
+    /// a redirect URI of a fixed port (else a free port is taken for each sign-in).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redirect_port: Option<u16>,
 }
 
 impl Default for OAuthConfig {
@@ -48,6 +52,7 @@ impl Default for OAuthConfig {
             scopes: Vec::new(),
             login_timeout_ms: None,
             open_browser: None,
+            redirect_port: None,
         }
     }
 }
@@ -80,6 +85,9 @@ impl OAuthConfig {
                 _ => return Err(format!("client_metadata_url {u:?} must be an https URL with a path")),
             }
         }
+        if self.redirect_port == Some(0) {
+            return Err("redirect_port must be a port from 1 to 65535 (leave it out for a free port each time)".into());
+        }
         if self.login_timeout_ms == Some(0) {
             return Err("login_timeout_ms must be more than 0".into());
         }
@@ -100,6 +108,7 @@ struct Table {
     scopes: Vec<String>,
     login_timeout_ms: Option<u64>,
     open_browser: Option<bool>,
+    redirect_port: Option<u16>,
 }
 
 impl<'de> Deserialize<'de> for OAuthConfig {
@@ -131,6 +140,7 @@ impl<'de> Visitor<'de> for OAuthVisitor {
             scopes: t.scopes,
             login_timeout_ms: t.login_timeout_ms,
             open_browser: t.open_browser,
+            redirect_port: t.redirect_port,
         })
     }
 }
@@ -156,6 +166,11 @@ mod tests {
         assert_eq!(t.oauth.client_id.as_deref(), Some("c"));
         assert_eq!(t.oauth.login_timeout_ms(), 5);
         assert!(t.oauth.check().is_ok());
+        let port: Holder = toml::from_str("[oauth]\nclient_id = \"c\"\nredirect_port = 8976\n").unwrap();
+        assert_eq!(port.oauth.redirect_port, Some(8976));
+        let zero: Holder = toml::from_str("[oauth]\nredirect_port = 0\n").unwrap();
+        assert!(zero.oauth.check().unwrap_err().contains("redirect_port must be a port from 1 to 65535"));
+        assert!(toml::from_str::<Holder>("[oauth]\nredirect_port = 70000\n").is_err());
         let e = toml::from_str::<Holder>("[oauth]\nclient = \"c\"\n").unwrap_err();
         assert!(e.to_string().contains("unknown field `client`"), "{e}");
     }

@@ -99,6 +99,12 @@ pub fn state_dir() -> anyhow::Result<PathBuf> {
     }
 }
 
+/// Where remote servers' sign-in tokens are kept, one file per server URL: `oauth/` in the
+/// state directory. The router and `login`/`logout` must agree on it.
+pub fn oauth_dir() -> anyhow::Result<PathBuf> {
+    Ok(state_dir()?.join("oauth"))
+}
+
 /// Where [`state_dir`] is, without making it (for reading what may not be there).
 pub fn state_dir_path() -> anyhow::Result<PathBuf> {
     match xdg_dir("XDG_STATE_HOME", ".local/state") {

@@ -193,6 +193,10 @@ pub struct PoolConfig {
     pub idle_timeout_ms: u64,
     /// Calls waiting for this pool at most; past it a call is answered "server busy" at once.
     pub max_queue: usize,
+    /// Scopes of instances of their own that policies may place calls on at once (a client's,
+    /// a session's, a key's; each up to `max` instances); past it a call so placed is answered
+    /// "server busy". Bounds a policy that names a key per argument value.
+    pub max_placements: usize,
 }
 
 impl Default for PoolConfig {
@@ -204,6 +208,7 @@ impl Default for PoolConfig {
             affinity: Affinity::None,
             idle_timeout_ms: 300_000,
             max_queue: 1024,
+            max_placements: 16,
         }
     }
 }
@@ -324,6 +329,11 @@ pub(crate) fn check_pools(pools: &BTreeMap<String, PoolConfig>) -> anyhow::Resul
         }
         if pool.min > pool.max {
             bail!("pool `{name}`: min ({}) is larger than max ({})", pool.min, pool.max);
+        }
+        if pool.max_placements == 0 {
+            bail!(
+                "pool `{name}`: max_placements must be at least 1 (the scopes of instances a policy may place calls on at once; default 16)"
+            );
         }
     }
     Ok(())

@@ -71,6 +71,23 @@ impl ServerSpans {
     }
 }
 
+/// The line of each `[http.tokens]` entry in `text`, by name.
+pub(crate) fn token_lines(text: &str) -> BTreeMap<String, usize> {
+    #[derive(Default, Deserialize)]
+    struct File {
+        #[serde(default)]
+        http: Option<Http>,
+    }
+    #[derive(Default, Deserialize)]
+    struct Http {
+        #[serde(default)]
+        tokens: BTreeMap<String, Spanned<IgnoredAny>>,
+    }
+    let file: File = toml::from_str(text).unwrap_or_default();
+    let tokens = file.http.map(|h| h.tokens).unwrap_or_default();
+    tokens.into_iter().map(|(name, at)| (name, line_of(text, at.span().start))).collect()
+}
+
 /// The 1-based line of byte `offset` in `text`.
 pub(crate) fn line_of(text: &str, offset: usize) -> usize {
     text.as_bytes()[..offset.min(text.len())].iter().filter(|b| **b == b'\n').count() + 1

@@ -49,6 +49,34 @@ pub struct Decision {
     pub pool: Option<String>,
     pub timeout_ms: Option<u64>,
     pub retry: Option<Retry>,
+    /// Which instances of the pool run the call (None: shared).
+    pub placement: Option<Placement>,
+}
+
+/// Which instances of a pool run one call. The server's `share` says which clients may share an
+/// instance at all; a placement narrows that for one call.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Placement {
+    /// Any instance of the pool.
+    Shared,
+    /// Instances of the calling client's own (its name, project and token).
+    Client,
+    /// Instances of the calling session's own, stopped when it ends.
+    Session,
+    /// Instances of their own for every call placed under this key.
+    Key(String),
+}
+
+impl Placement {
+    /// How the decision is written for people (`plugin check`, logs).
+    pub fn describe(&self) -> String {
+        match self {
+            Placement::Shared => "shared".into(),
+            Placement::Client => "client".into(),
+            Placement::Session => "session".into(),
+            Placement::Key(k) => format!("key({k})"),
+        }
+    }
 }
 
 /// What carries a client's session to switchyard.
@@ -84,6 +112,8 @@ pub struct Caller {
     pub transport: Transport,
     /// The project directory `switchyard connect` ran in, when known.
     pub dir: Option<String>,
+    /// The name of the `[http.tokens]` entry whose token the HTTP front was sent, when one was.
+    pub token: Option<String>,
     /// The protocol version the client speaks (its initialize's, or a 2026-07-28-era
     /// request's own); empty before it said one.
     pub era: String,

@@ -41,6 +41,9 @@ pub enum Delivery {
     No,
     /// It may have run (the link broke after it was sent): repeat only if the call is safe to repeat.
     Maybe,
+    /// The server refused it unrun and a sign-in could not change that (nobody signed in in
+    /// time, the authorization server said no): a repeat would only wait for another sign-in.
+    Refused,
 }
 
 /// Why a request sent upstream got no reply.
@@ -57,6 +60,9 @@ impl Unanswered {
     pub fn into_error(self, server: &str, what: &str) -> CallError {
         match self {
             Unanswered::Died(death) => CallError::Died { server: server.to_string(), what: what.to_string(), death },
+            Unanswered::Lost { instance, cause, delivery: Delivery::Refused } => {
+                CallError::Refused { server: server.to_string(), what: what.to_string(), instance, cause }
+            }
             Unanswered::Lost { instance, cause, delivery } => CallError::Lost {
                 server: server.to_string(),
                 what: what.to_string(),
@@ -110,6 +116,10 @@ pub enum CallError {
         if *.delivered { ". It may have run: switchyard repeats only calls that are safe to repeat (read-only or idempotent tools, or a policy's retry), so check its effect before calling it again" } else { "" }
     )]
     Lost { server: String, what: String, instance: String, cause: String, delivered: bool },
+    /// The server refused the call unrun, and switchyard could not sign in: final, as a repeat
+    /// would wait on the sign-in again (and a call waits for one sign-in at most).
+    #[error("{what} on server `{server}` was refused: {cause} (instance {instance}); it did not run")]
+    Refused { server: String, what: String, instance: String, cause: String },
     #[error("server `{server}` is down: {reason}")]
     Down { server: String, reason: String },
     /// A call switchyard repeated (safe to repeat, or it never reached the server) whose every
@@ -134,7 +144,8 @@ pub enum CallError {
         first: Option<Box<CallError>>,
         last: Box<CallError>,
     },
-    #[error("server `{server}` is busy: {reason}; try again shortly or raise `max_queue`/`max` of the pool")]
+    /// `reason` says what is full and what to do about it.
+    #[error("server `{server}` is busy: {reason}")]
     Busy { server: String, reason: String },
     #[error("server `{server}` has not been initialised yet: send `initialize` first")]
     NotInitialized { server: String },
@@ -150,6 +161,11 @@ pub enum CallError {
     WrongEra { server: String, supported: String, requested: String },
     #[error("switchyard is shutting down")]
     ShuttingDown,
+    /// switchyard shut down while the call was with the server: it may have run.
+    #[error(
+        "switchyard shut down while this call was with server `{server}`; this call's outcome is unknown: check whether it ran before sending it again"
+    )]
+    ShutDownInFlight { server: String },
     /// The server was removed from the config while the call ran.
     #[error(
         "server `{server}` was removed from switchyard's config; its sessions end (a client of another server goes on)"
@@ -176,7 +192,9 @@ impl CallError {
     /// Whether the call may have run on the server.
     pub fn may_have_run(&self) -> bool {
         match self {
-            CallError::Died { .. } | CallError::Timeout { waiting: None, .. } => true,
+            CallError::Died { .. } | CallError::Timeout { waiting: None, .. } | CallError::ShutDownInFlight { .. } => {
+                true
+            }
             CallError::Lost { delivered, .. } => *delivered,
             CallError::Repeated { may_have_run, .. } => *may_have_run,
             _ => false,
@@ -208,10 +226,12 @@ impl CallError {
             CallError::Repeated { last, .. } => last.code(),
             CallError::Died { .. }
             | CallError::Lost { .. }
+            | CallError::Refused { .. }
             | CallError::Down { .. }
             | CallError::InitFailed { .. }
             | CallError::ShuttingDown
             | CallError::Removed { .. } => codec::SERVER_UNAVAILABLE,
+            CallError::ShutDownInFlight { .. } => codec::INTERNAL_ERROR,
             CallError::Busy { .. } => codec::SERVER_BUSY,
             CallError::NotInitialized { .. } => codec::INVALID_REQUEST,
             CallError::WrongEra { .. } => codec::UNSUPPORTED_PROTOCOL_VERSION,
@@ -234,6 +254,9 @@ impl CallError {
             CallError::Lost { server, what, instance, cause, delivered } => json!({
                 "server": server, "call": what, "instance": instance, "cause": cause, "delivered": delivered,
             }),
+            CallError::Refused { server, what, instance, cause } => json!({
+                "server": server, "call": what, "instance": instance, "cause": cause, "delivered": false,
+            }),
             CallError::Down { server, reason }
             | CallError::Busy { server, reason }
             | CallError::InitFailed { server, reason } => {
@@ -254,6 +277,7 @@ impl CallError {
                 data
             }
             CallError::ShuttingDown => json!({}),
+            CallError::ShutDownInFlight { server } => json!({"server": server, "delivered": true}),
             CallError::Removed { server } => json!({"server": server}),
         }
     }
@@ -297,6 +321,26 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&e.to_response("4")).unwrap();
         assert_eq!(v["error"]["code"], codec::SERVER_UNAVAILABLE);
         assert_eq!(v["error"]["data"]["stderr"][1], "bye");
+    }
+
+    /// A refusal no sign-in answered is final: were it repeated as "never delivered", each
+    /// repeat would wait for a sign-in of its own, past `login_timeout_ms`.
+    #[test]
+    fn a_refusal_no_sign_in_answered_is_final() {
+        let lost = Unanswered::Lost {
+            instance: "tracker#1".into(),
+            cause: "could not sign in to http://h/mcp: nobody signed in within 1 s".into(),
+            delivery: Delivery::Refused,
+        };
+        let e = lost.into_error("tracker", "tools/call `whoami`");
+        assert!(!e.is_retryable() && !e.never_delivered() && !e.may_have_run(), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "tools/call `whoami` on server `tracker` was refused: could not sign in to http://h/mcp: nobody signed in within 1 s (instance tracker#1); it did not run"
+        );
+        let v: serde_json::Value = serde_json::from_str(&e.to_response("4")).unwrap();
+        assert_eq!(v["error"]["code"], codec::SERVER_UNAVAILABLE);
+        assert_eq!(v["error"]["data"]["delivered"], false);
     }
 
     #[test]

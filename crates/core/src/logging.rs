@@ -127,17 +127,41 @@ pub fn flush() {
 }
 
 /// The writer for tracing: each formatted event arrives in one `write` call and becomes one line.
+/// A line break inside it (from a client's name, a server's error text, anything quoted) is
+/// written as `\n`, so nothing a client or server says can start a line of its own that looks
+/// like the router's.
 pub struct Stderr;
 
 impl Write for Stderr {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        write(buf.to_vec());
+        write(one_line(buf));
         Ok(buf.len())
     }
 
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
+}
+
+/// `event` (ending in its line feed) with every other line break escaped.
+fn one_line(event: &[u8]) -> Vec<u8> {
+    let (body, end) = match event.strip_suffix(b"\n") {
+        Some(body) => (body, &b"\n"[..]),
+        None => (event, &b""[..]),
+    };
+    if !body.iter().any(|b| *b == b'\n' || *b == b'\r') {
+        return event.to_vec();
+    }
+    let mut out = Vec::with_capacity(event.len() + 8);
+    for b in body {
+        match b {
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b => out.push(*b),
+        }
+    }
+    out.extend_from_slice(end);
+    out
 }
 
 /// Where the log thread writes its lines.
@@ -447,6 +471,14 @@ pub fn times(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_event_is_one_line_whatever_its_text_holds() {
+        let forged = b"INFO rejected client `cursor\n2026-11-26T10:00:00Z ERROR fake`\r\n\n";
+        assert_eq!(one_line(forged), b"INFO rejected client `cursor\\n2026-11-26T10:00:00Z ERROR fake`\\r\\n\n");
+        assert_eq!(one_line(b"plain line\n"), b"plain line\n");
+        assert_eq!(one_line(b"no end"), b"no end");
+    }
 
     #[test]
     fn the_last_warnings_and_errors_are_kept_cut_to_size() {

@@ -99,8 +99,19 @@ pub async fn server_metadata(http: &reqwest::Client, issuer: &str) -> Result<Ser
     if base.scheme() != "https" && base.scheme() != "http" {
         return Err(fail(format!("the authorization server {issuer:?} is not an http(s) URL")));
     }
+    let (mut unreachable, mut answered) = (None, false);
     for candidate in server_candidates(&base) {
-        if let Ok(Some(m)) = get_json::<ServerMetadata>(http, &candidate).await {
+        let found = match get_json::<ServerMetadata>(http, &candidate).await {
+            Ok(found) => {
+                answered = true;
+                found
+            }
+            Err(e) => {
+                unreachable.get_or_insert(e);
+                continue;
+            }
+        };
+        if let Some(m) = found {
             // RFC 8414 section 3.3: metadata for another issuer is not this server's.
             if m.issuer != issuer {
                 return Err(fail(format!(
@@ -115,6 +126,13 @@ pub async fn server_metadata(http: &reqwest::Client, issuer: &str) -> Result<Ser
             }
             return Ok(m);
         }
+    }
+    // A server that answered none of the requests is not one without metadata: it is down, or
+    // not reachable from here (the default endpoints would only fail further on).
+    if let Some(cause) = unreachable.filter(|_| !answered) {
+        return Err(fail(format!(
+            "could not reach the authorization server {issuer}: {cause}; check that it is up and reachable from here"
+        )));
     }
     // The 2025-03-26 spec's fallback: the default endpoints at the server's base.
     let at = |path: &str| format!("{}{path}", base.origin().ascii_serialization());

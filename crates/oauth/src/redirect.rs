@@ -48,9 +48,23 @@ impl Listener {
         Ok(Listener { listener, redirect_uri: format!("http://127.0.0.1:{port}{CALLBACK}") })
     }
 
-    /// Waits for the redirect with `state`. A redirect with another state, or an error from
-    /// the authorization server, ends the wait with an error; other requests (a favicon) are
-    /// answered 404 and the wait goes on.
+    /// A listener on exactly `port` of 127.0.0.1 (`redirect_port`): the redirect URI registered
+    /// for the client names it, so no other port will do.
+    pub async fn bind_exact(port: u16) -> Result<Listener, Error> {
+        let listener = TcpListener::bind(("127.0.0.1", port)).await.map_err(|e| {
+            Error::new(
+                Step::Authorization,
+                format!(
+                    "could not listen on 127.0.0.1:{port} for the redirect (oauth redirect_port): {e}; stop what listens there, or register another redirect URI for the client and set redirect_port to its port"
+                ),
+            )
+        })?;
+        Ok(Listener { listener, redirect_uri: format!("http://127.0.0.1:{port}{CALLBACK}") })
+    }
+
+    /// Waits for the redirect with `state`. An error from the authorization server ends the wait
+    /// with an error; a redirect with another state is refused (400) and other requests (a
+    /// favicon) are answered 404, and the wait goes on.
     pub async fn wait(self, state: &str) -> Result<Callback, Error> {
         let fail = |cause: String| Error::new(Step::Authorization, cause);
         loop {
@@ -69,9 +83,14 @@ impl Listener {
             }
             let param = |name: &str| url.query_pairs().find(|(k, _)| k == name).map(|(_, v)| v.into_owned());
             if param("state").as_deref() != Some(state) {
+                // Not this sign-in's answer (an old tab, another program): refused, and the wait
+                // goes on, so that no one on this machine can cancel a sign-in by a request.
                 answer(&mut stream, 400, "Sign-in refused: this answer is not for the sign-in switchyard started.")
                     .await;
-                return Err(fail("the redirect's state did not match the one sent: refused it".into()));
+                tracing::warn!(
+                    "refused a redirect whose state is not the one this sign-in sent (an old sign-in's tab, or another program); still waiting for the sign-in"
+                );
+                continue;
             }
             if let Some(error) = param("error") {
                 answer(&mut stream, 400, "Sign-in failed. You can close this tab.").await;
@@ -128,32 +147,76 @@ async fn answer(stream: &mut TcpStream, status: u16, text: &str) {
 /// the platform's opener. The command is not waited for (a browser may stay open); it is reaped
 /// when it exits.
 pub fn open_browser(url: &str) -> Result<(), String> {
-    let mut cmd = match std::env::var("BROWSER").ok().filter(|b| !b.trim().is_empty()) {
-        Some(_) => {
-            // `$BROWSER` may hold arguments: the shell splits it; the URL goes as "$1", never
-            // through the shell's parsing.
-            let mut c = tokio::process::Command::new("sh");
-            c.arg("-c").arg("$BROWSER \"$1\"").arg("switchyard-browser").arg(url);
-            c
-        }
-        None => {
-            let opener = if cfg!(target_os = "macos") { "open" } else { "xdg-open" };
-            let mut c = tokio::process::Command::new(opener);
-            c.arg(url);
-            c
-        }
-    };
-    cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
-    let mut child = cmd.spawn().map_err(|e| format!("could not start the browser: {e}"))?;
+    let browser = std::env::var("BROWSER").ok().filter(|b| !b.trim().is_empty());
+    let mut child =
+        browser_command(browser.is_some(), url).spawn().map_err(|e| format!("could not start the browser: {e}"))?;
     tokio::spawn(async move {
-        let _ = child.wait().await;
+        if let Some(why) = browser_failed(&mut child, browser.is_some()).await {
+            tracing::warn!("{why}");
+        }
     });
     Ok(())
+}
+
+/// The command that opens `url`: `$BROWSER` (`from_env`) through the shell, else the
+/// platform's opener.
+fn browser_command(from_env: bool, url: &str) -> tokio::process::Command {
+    let mut cmd = if from_env {
+        // `$BROWSER` may hold arguments: the shell splits it; the URL goes as "$1", never
+        // through the shell's parsing.
+        let mut c = tokio::process::Command::new("sh");
+        c.arg("-c").arg("$BROWSER \"$1\"").arg("switchyard-browser").arg(url);
+        c
+    } else {
+        let opener = if cfg!(target_os = "macos") { "open" } else { "xdg-open" };
+        let mut c = tokio::process::Command::new(opener);
+        c.arg(url);
+        c
+    };
+    cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+    cmd
+}
+
+/// Why the browser command failed, once it has ended (None: it did not, as far as its exit
+/// says). A browser that cannot start is otherwise silent, and the sign-in just waits out its
+/// bound; this says so at once, with what to do.
+async fn browser_failed(child: &mut tokio::process::Child, from_env: bool) -> Option<String> {
+    let status = child.wait().await.ok()?;
+    if status.success() {
+        return None;
+    }
+    let what = if from_env { "the browser command in $BROWSER" } else { "xdg-open (or open)" };
+    let how = match status.code() {
+        Some(127) => "was not found (exit status 127)".to_string(),
+        Some(code) => format!("failed (exit status {code})"),
+        None => "was killed by a signal".to_string(),
+    };
+    Some(format!(
+        "{what} {how}: open the sign-in URL logged above by hand, or sign in with `switchyard login NAME --no-browser`"
+    ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A browser command that is missing or fails is reported, with what to do; one that
+    /// works is not.
+    #[tokio::test]
+    async fn a_browser_that_fails_is_reported() {
+        let run = |browser: &'static str| async move {
+            let mut cmd = browser_command(true, "http://127.0.0.1:1/authorize");
+            cmd.env("BROWSER", browser);
+            let mut child = cmd.spawn().unwrap();
+            browser_failed(&mut child, true).await
+        };
+        let missing = run("/nonexistent/browser").await.expect("a missing browser is reported");
+        assert!(missing.contains("$BROWSER was not found (exit status 127)"), "{missing}");
+        assert!(missing.contains("switchyard login NAME --no-browser"), "{missing}");
+        let failing = run("false").await.expect("a failing browser is reported");
+        assert!(failing.contains("failed (exit status 1)"), "{failing}");
+        assert_eq!(run("true").await, None);
+    }
 
     async fn get(uri: &str) -> String {
         let url = url::Url::parse(uri).unwrap();
@@ -181,22 +244,41 @@ mod tests {
         assert_eq!(cb.iss.as_deref(), Some("https://as"));
     }
 
+    /// A redirect with another state is refused, and does not end the sign-in: the one with
+    /// its own state still completes it (a stray request must not cancel a sign-in).
     #[tokio::test]
-    async fn a_redirect_with_another_state_is_refused() {
+    async fn a_redirect_with_another_state_is_refused_and_the_wait_goes_on() {
         let l = Listener::bind(None).await.unwrap();
         let uri = l.redirect_uri.clone();
         let wait = tokio::spawn(l.wait("mine"));
         assert!(get(&format!("{uri}?code=c1&state=theirs")).await.starts_with("HTTP/1.1 400"));
-        let err = wait.await.unwrap().unwrap_err();
-        assert!(err.to_string().contains("state did not match"), "{err}");
+        assert!(get(&format!("{uri}?code=c2")).await.starts_with("HTTP/1.1 400"));
+        assert!(!wait.is_finished());
+        assert!(get(&format!("{uri}?code=c3&state=mine")).await.starts_with("HTTP/1.1 200"));
+        assert_eq!(wait.await.unwrap().unwrap().code.expose(), "c3");
+    }
+
+    /// Between the drop and the bind, another test running at the same time may be given the
+    /// freed port; that run proves nothing either way, so it is tried again.
+    #[tokio::test]
+    async fn the_registered_port_is_reused_when_free() {
+        for _ in 0..5 {
+            let first = Listener::bind(None).await.unwrap();
+            let uri = first.redirect_uri.clone();
+            drop(first);
+            let again = Listener::bind(Some(&uri)).await.unwrap();
+            if again.redirect_uri == uri {
+                return;
+            }
+        }
+        panic!("the freed registered port was not bound again in five tries");
     }
 
     #[tokio::test]
-    async fn the_registered_port_is_reused_when_free() {
-        let first = Listener::bind(None).await.unwrap();
-        let uri = first.redirect_uri.clone();
-        drop(first);
-        let again = Listener::bind(Some(&uri)).await.unwrap();
-        assert_eq!(again.redirect_uri, uri);
+    async fn a_taken_registered_port_gives_way_to_another() {
+        let holder = Listener::bind(None).await.unwrap();
+        let other = Listener::bind(Some(&holder.redirect_uri)).await.unwrap();
+        assert_ne!(other.redirect_uri, holder.redirect_uri);
+        assert!(other.redirect_uri.starts_with("http://127.0.0.1:") && other.redirect_uri.ends_with("/callback"));
     }
 }

@@ -93,11 +93,16 @@ pub async fn request(
     let body = crate::read_limited(resp, MAX_RESPONSE).await.map_err(fail)?;
     if !status.is_success() {
         // Only the error code and its description are shown: nothing else of the body.
-        let why = match serde_json::from_slice::<ErrorResponse>(&body) {
-            Ok(e) => format!("{}{}", e.error, e.error_description.map(|d| format!(" ({d})")).unwrap_or_default()),
-            Err(_) => "no OAuth error in the body".into(),
+        let parsed = serde_json::from_slice::<ErrorResponse>(&body).ok();
+        let why = match &parsed {
+            Some(e) => {
+                format!("{}{}", e.error, e.error_description.as_ref().map(|d| format!(" ({d})")).unwrap_or_default())
+            }
+            None => "no OAuth error in the body".into(),
         };
-        return Err(fail(format!("{endpoint} answered HTTP {}: {why}", status.as_u16())));
+        let mut e = fail(format!("{endpoint} answered HTTP {}: {why}", status.as_u16()));
+        e.oauth_error = parsed.map(|p| p.error);
+        return Err(e);
     }
     let t: TokenResponse =
         serde_json::from_slice(&body).map_err(|_| fail(format!("{endpoint} answered without an access token")))?;
@@ -113,6 +118,7 @@ pub async fn request(
         // A refresh answer without a new refresh token leaves the old one in force.
         refresh_token: t.refresh_token.or(old_refresh),
         expires_at: t.expires_in.map(|s| now_secs() + s),
+        lifetime: t.expires_in,
         scope: t.scope.or_else(|| scope.map(str::to_string)),
     })
 }

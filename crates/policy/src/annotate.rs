@@ -3,7 +3,7 @@
 //! `prompts/list` and `resources/templates/list` results the same way (which, by what name,
 //! with what title and description).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use switchyard_core::codec::{span, splice_many};
 use switchyard_core::decision::{Caller, Hints, Rejection};
 
-use super::{Kind, ListedTool};
+use super::{Kind, ListedTool, Shown};
 
 /// Hints as a server declared them in a tool's `annotations` object (None when absent).
 pub fn declared_hints(annotations: Option<&Value>) -> Hints {
@@ -63,6 +63,9 @@ struct ToolView<'a> {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ClientView {
     pub renamed: HashMap<String, String>,
+    /// Server's names of items a plugin renamed onto a name another item of the list had: they
+    /// are shown (and called) by their own names.
+    pub unrenamed: HashSet<String>,
 }
 
 /// A `tools/list` result as one client is to see it.
@@ -130,8 +133,8 @@ pub async fn rewrite_list(
         });
         tools.push((*raw, tool, declared_value));
     }
-    let shown = set.list_tools_async(lane, caller, asked.clone(), true).await;
-    let mut view = ClientView::default();
+    let mut shown = set.list_tools_async(lane, caller, asked.clone(), true).await;
+    let mut view = ClientView { unrenamed: undo_clashing_renames(&asked, &mut shown, caller), ..ClientView::default() };
     // (the tool's raw text, what replaces it: None to leave it out).
     let mut whole: Vec<(&RawValue, Option<String>)> = Vec::new();
     // (byte range in result_json, replacement text): edits that keep the rest as it was.
@@ -223,6 +226,44 @@ pub async fn rewrite_list(
     Ok(Rewritten { result: Some(result), view })
 }
 
+/// A list with two items of one name cannot be called right (a call under that name reaches
+/// one of them only): an item a plugin renamed onto a name another shown item has keeps its
+/// own name, and the plugin is named in the log. Returns the server's names of those items.
+fn undo_clashing_renames(asked: &[ListedTool], shown: &mut [Shown], caller: &Caller) -> HashSet<String> {
+    let mut undone = HashSet::new();
+    loop {
+        let mut count: HashMap<String, usize> = HashMap::new();
+        for s in shown.iter().filter(|s| !s.listing.hidden) {
+            *count.entry(s.listing.name.clone()).or_default() += 1;
+        }
+        let clashing: Vec<usize> = (0..shown.len())
+            .filter(|&i| {
+                let l = &shown[i].listing;
+                !l.hidden && l.name != asked[i].name && count[&l.name] > 1
+            })
+            .collect();
+        if clashing.is_empty() {
+            return undone;
+        }
+        for i in clashing {
+            let (item, s) = (&asked[i], &mut shown[i]);
+            tracing::warn!(
+                server = %item.server,
+                "{} renames the {} `{}` to `{}` for client `{}`, a name another {} of the list has: it is shown by its own name",
+                s.renamed_by.as_deref().unwrap_or("a plugin"),
+                item.kind.noun(),
+                item.name,
+                s.listing.name.escape_debug(),
+                caller.name.as_deref().unwrap_or("(no name)").escape_debug(),
+                item.kind.noun(),
+            );
+            s.listing.name = item.name.clone();
+            s.renamed_by = None;
+            undone.insert(item.name.clone());
+        }
+    }
+}
+
 /// A `tools/call` of tool `called` (or a `prompts/get` of prompt `called`) by `caller`, checked
 /// against what the chain shows that client: Ok(Some(the server's name)) when `called` is the
 /// name a plugin gave the item for this client (from `view`, its last list of the server);
@@ -248,7 +289,9 @@ pub async fn check_call(
         let reason = format!("{what} `{called}` is hidden from client `{client}`; it was not sent to the server");
         return Err(Rejection { plugin, reason });
     }
-    if shown.listing.name != called {
+    // A rename that clashed in the client's list was not shown: the item goes by its own name.
+    let kept_own = original.is_none() && view.is_some_and(|v| v.unrenamed.contains(called));
+    if shown.listing.name != called && !kept_own {
         let plugin = shown.renamed_by.unwrap_or_else(|| "switchyard".to_string());
         let reason = format!(
             "client `{client}` is shown this server's {what} `{}` as `{}`; {} it by that name",

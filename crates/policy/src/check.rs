@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::annotate::declared_hints;
 use super::wasm::{self, CallArgs, Limits, Verdict};
@@ -219,10 +219,11 @@ pub const CALL_FIELDS: &[&str] =
     &["server", "session", "client", "era", "method", "tool", "arguments", "annotations", "attempt", "task"];
 
 /// The fields `client` in `--call` may have (or it is a string: the client's name).
-const CLIENT_FIELDS: &[&str] = &["name", "version", "transport", "dir"];
+const CLIENT_FIELDS: &[&str] = &["name", "version", "transport", "dir", "token"];
 
-/// The caller of a `--call`: `client` as a name, or an object of [`CLIENT_FIELDS`].
-fn caller_from_json(v: &Value, what: &str) -> anyhow::Result<Caller> {
+/// The caller of a `--call` (or of a recorded line's `tool`): `client` as a name, or an object of
+/// [`CLIENT_FIELDS`], and `era`.
+pub(crate) fn caller_from_json(v: &Value, what: &str) -> anyhow::Result<Caller> {
     let era = match v.get("era") {
         None => String::new(),
         Some(Value::String(s)) => s.clone(),
@@ -239,20 +240,30 @@ fn caller_from_json(v: &Value, what: &str) -> anyhow::Result<Caller> {
     if let Some(k) = client.keys().find(|k| !CLIENT_FIELDS.contains(&k.as_str())) {
         bail!("{what} field `client` has an unknown field `{k}`; the fields are {}", CLIENT_FIELDS.join(", "));
     }
-    let text = |k: &str| -> anyhow::Result<Option<String>> {
-        match client.get(k) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(_) => bail!("{what} field `client.{k}` must be a string"),
-        }
-    };
+    let text = |k: &str| optional_string(client, k, &format!("{what} field `client.{k}`"));
     let transport = match text("transport")?.as_deref() {
         None | Some("stdio") => Transport::Stdio,
         Some("socket") => Transport::Socket,
         Some("http") => Transport::Http,
         Some(other) => bail!("{what} field `client.transport` is `{other}`; it is one of stdio, socket, http"),
     };
-    Ok(Caller { name: text("name")?, version: text("version")?, transport, dir: text("dir")?, era })
+    Ok(Caller {
+        name: text("name")?,
+        version: text("version")?,
+        transport,
+        dir: text("dir")?,
+        token: text("token")?,
+        era,
+    })
+}
+
+/// The string at `key` of `obj`, None when it is absent or null; `what` names it in the error.
+pub(crate) fn optional_string(obj: &Map<String, Value>, key: &str, what: &str) -> anyhow::Result<Option<String>> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => bail!("{what} must be a string"),
+    }
 }
 
 /// The task of a `--call`: `{"id": "...", "tool": "..."}` (`tool` optional), or the id alone.
@@ -358,6 +369,9 @@ fn decision_text(d: &Decision) -> String {
     if let Some(r) = d.retry {
         parts.push(format!("retry={}x/{}ms", r.attempts, r.backoff_ms));
     }
+    if let Some(p) = &d.placement {
+        parts.push(format!("placement={}", p.describe()));
+    }
     if parts.is_empty() { "{} (host defaults)".to_string() } else { format!("{{{}}}", parts.join(", ")) }
 }
 
@@ -375,6 +389,9 @@ fn caller_text(c: &Caller) -> String {
     let _ = write!(text, " over {transport}");
     if let Some(d) = &c.dir {
         let _ = write!(text, " in {d}");
+    }
+    if let Some(t) = &c.token {
+        let _ = write!(text, " with token {t}");
     }
     if !c.era.is_empty() {
         let _ = write!(text, ", era {}", c.era);

@@ -15,6 +15,7 @@ pub const EXAMPLES: &[(&str, &[u8])] = &[
     ("template.wasm", include_bytes!(concat!(env!("SWITCHYARD_EXAMPLE_PLUGINS"), "/template.wasm"))),
     ("tool-filter.wasm", include_bytes!(concat!(env!("SWITCHYARD_EXAMPLE_PLUGINS"), "/tool-filter.wasm"))),
     ("rate-limit.wasm", include_bytes!(concat!(env!("SWITCHYARD_EXAMPLE_PLUGINS"), "/rate-limit.wasm"))),
+    ("placement.wasm", include_bytes!(concat!(env!("SWITCHYARD_EXAMPLE_PLUGINS"), "/placement.wasm"))),
 ];
 
 /// Writes the example plugins into `dir` (created if missing), refusing to overwrite a file.

@@ -550,7 +550,7 @@ impl PluginSet {
         if self.chain.is_empty() {
             if let Some(r) = self.recorder.as_ref().filter(|_| record) {
                 for t in &tools {
-                    r.annotate(&t.server, &t.name, &t.declared, &t.declared);
+                    r.listed(t, caller, &Listing::of(t));
                 }
             }
             return unchanged(&tools);
@@ -560,7 +560,7 @@ impl PluginSet {
         if let Some(shown) = kept {
             if let Some(r) = self.recorder.as_ref().filter(|_| record) {
                 for (t, s) in tools.iter().zip(&shown) {
-                    r.annotate(&t.server, &t.name, &t.declared, &s.listing.hints);
+                    r.listed(t, caller, &s.listing);
                 }
             }
             return shown;
@@ -594,7 +594,7 @@ impl PluginSet {
             }
         };
         if let Some(r) = self.recorder.as_ref().filter(|_| record) {
-            r.annotate(&tool.server, &tool.name, &tool.declared, &shown.listing.hints);
+            r.listed(tool, caller, &shown.listing);
         }
         shown
     }

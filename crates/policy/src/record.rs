@@ -14,10 +14,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 
 use anyhow::Context;
-use serde_json::{Map, json};
+use serde_json::{Map, Value, json};
 
-use crate::project::recorded::{decision_to_json, hints_to_json};
-use switchyard_core::decision::{CallInfo, Decision, Hints, Rejection, Transport};
+use crate::project::recorded::{decision_to_json, hints_to_json, kind_name, listing_to_json};
+use switchyard_core::decision::{CallInfo, Caller, Decision, Hints, Rejection, Transport};
+
+use crate::{Kind, ListedTool, Listing};
 
 /// Lines waiting for the writer at most.
 const QUEUE: usize = 4096;
@@ -83,25 +85,7 @@ impl Recorder {
             c.insert("attempt".into(), json!(call.attempt));
         }
         // Who called, as a 0.2 plugin is told (`plugin test` replays it so).
-        let who = &call.caller;
-        if who.name.is_some() || who.dir.is_some() || who.transport != Transport::Stdio {
-            let mut client = Map::new();
-            for (k, v) in [("name", &who.name), ("version", &who.version), ("dir", &who.dir)] {
-                if let Some(v) = v {
-                    client.insert(k.into(), json!(v));
-                }
-            }
-            let transport = match who.transport {
-                Transport::Stdio => "stdio",
-                Transport::Socket => "socket",
-                Transport::Http => "http",
-            };
-            client.insert("transport".into(), json!(transport));
-            c.insert("client".into(), client.into());
-        }
-        if !who.era.is_empty() {
-            c.insert("era".into(), json!(who.era));
-        }
+        insert_caller(&mut c, &call.caller);
         if let Some(task) = &call.task {
             let mut t = Map::new();
             t.insert("id".into(), json!(task.id));
@@ -117,10 +101,37 @@ impl Recorder {
         self.send(json!({"call": c, "client": call.session, "expect": expect}).to_string());
     }
 
+    /// Records how one listed item is shown to one client, once per distinct (item, client,
+    /// answer): the line `plugin test` replays as a `list-tool` for that client.
+    pub(crate) fn listed(&self, tool: &ListedTool, caller: &Caller, shown: &Listing) {
+        let mut t = Map::new();
+        t.insert("server".into(), json!(tool.server));
+        t.insert("name".into(), json!(tool.name));
+        if tool.kind != Kind::Tool {
+            t.insert("kind".into(), json!(kind_name(tool.kind)));
+        }
+        for (k, v) in [("title", &tool.title), ("description", &tool.description)] {
+            if let Some(v) = v {
+                t.insert(k.into(), json!(v));
+            }
+        }
+        let declared = hints_to_json(&tool.declared);
+        if declared.as_object().is_some_and(|o| !o.is_empty()) {
+            t.insert("annotations".into(), declared);
+        }
+        insert_caller(&mut t, caller);
+        let expect = listing_to_json(shown, &Listing::of(tool));
+        self.once(json!({"tool": t, "expect": expect}).to_string());
+    }
+
     /// Records one annotated tool, once per distinct (tool, declared, answer).
     pub(crate) fn annotate(&self, server: &str, tool: &str, declared: &Hints, hints: &Hints) {
         let tool = json!({"server": server, "name": tool, "annotations": hints_to_json(declared)});
-        let line = json!({"tool": tool, "expect": {"hints": hints_to_json(hints)}}).to_string();
+        self.once(json!({"tool": tool, "expect": {"hints": hints_to_json(hints)}}).to_string());
+    }
+
+    /// Sends `line` unless the same line was sent before (clients list tools again and again).
+    fn once(&self, line: String) {
         {
             let mut seen = self.tools_seen.lock().unwrap_or_else(|p| p.into_inner());
             if seen.contains(&line) {
@@ -146,6 +157,29 @@ impl Recorder {
             // The writer stopped after a write error, which it logged.
             Err(TrySendError::Disconnected(_)) => {}
         }
+    }
+}
+
+/// `client` and `era` of `obj` for `who`, as a 0.2 plugin is told them; nothing for a stdio
+/// client that gave no name (what a line without them replays as).
+fn insert_caller(obj: &mut Map<String, Value>, who: &Caller) {
+    if who.name.is_some() || who.dir.is_some() || who.transport != Transport::Stdio {
+        let mut client = Map::new();
+        for (k, v) in [("name", &who.name), ("version", &who.version), ("dir", &who.dir), ("token", &who.token)] {
+            if let Some(v) = v {
+                client.insert(k.into(), json!(v));
+            }
+        }
+        let transport = match who.transport {
+            Transport::Stdio => "stdio",
+            Transport::Socket => "socket",
+            Transport::Http => "http",
+        };
+        client.insert("transport".into(), json!(transport));
+        obj.insert("client".into(), client.into());
+    }
+    if !who.era.is_empty() {
+        obj.insert("era".into(), json!(who.era));
     }
 }
 
@@ -181,6 +215,7 @@ mod tests {
                     version: Some("1.7".into()),
                     transport: Transport::Socket,
                     dir: None,
+                    token: Some("laptop".into()),
                     era: "2025-11-25".into(),
                 },
                 method: "tools/call".into(),
@@ -195,23 +230,50 @@ mod tests {
             let hints = Hints { read_only: Some(true), ..Hints::default() };
             r.annotate("fs", "read", &Hints::default(), &hints);
             r.annotate("fs", "read", &Hints::default(), &hints);
+            // A listed prompt as one client sees it (renamed), and the same for another client.
+            let prompt = ListedTool {
+                kind: Kind::Prompt,
+                server: "fs".into(),
+                name: "review".into(),
+                title: Some("Review".into()),
+                description: None,
+                declared: Hints::default(),
+            };
+            let shown = Listing { name: "check".into(), ..Listing::of(&prompt) };
+            r.listed(&prompt, &call.caller, &shown);
+            r.listed(&prompt, &call.caller, &shown);
+            let other = Caller { name: Some("claude-code".into()), ..call.caller.clone() };
+            r.listed(&prompt, &other, &Listing::of(&prompt));
             drop(r);
             let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
             let text = loop {
                 let text = std::fs::read_to_string(&path).unwrap();
-                if text.lines().count() >= 3 || std::time::Instant::now() > end {
+                if text.lines().count() >= 5 || std::time::Instant::now() > end {
                     break text;
                 }
                 std::thread::sleep(std::time::Duration::from_millis(10));
             };
-            assert_eq!(text.lines().count(), 3, "{text}");
+            assert_eq!(text.lines().count(), 5, "{text}");
             assert_eq!(text.contains("/secret"), with_arguments, "{text}");
+            let mut listed = Vec::new();
             for line in text.lines() {
-                if let Case::Decide { call: read, .. } = Case::parse(line).unwrap() {
-                    assert_eq!(read.caller, call.caller, "the caller reads back as it was: {line}");
-                    assert_eq!(read.task, call.task, "the task reads back as it was: {line}");
+                match Case::parse(line).unwrap() {
+                    Case::Decide { call: read, .. } => {
+                        assert_eq!(read.caller, call.caller, "the caller reads back as it was: {line}");
+                        assert_eq!(read.task, call.task, "the task reads back as it was: {line}");
+                    }
+                    Case::List { tool, caller, expect, .. } if tool.kind == Kind::Prompt => {
+                        assert_eq!(*tool, prompt, "the item reads back as it was: {line}");
+                        listed.push((caller.name.clone(), expect.name.clone()));
+                    }
+                    Case::List { .. } => {}
                 }
             }
+            assert_eq!(
+                listed,
+                [(Some("cursor".to_string()), "check".to_string()), (Some("claude-code".into()), "review".into())],
+                "each client's view, with who it was: {text}"
+            );
             assert!(text.contains(r#""client":"s-1""#) && text.contains(r#""reason":"no""#), "{text}");
         }
     }

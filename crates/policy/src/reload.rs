@@ -14,14 +14,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use notify::RecursiveMode;
-use notify_debouncer_full::{DebounceEventResult, new_debouncer};
+use notify::{RecursiveMode, Watcher};
 use tokio_util::sync::CancellationToken;
 
 use super::{Loaded, PluginSet, Policy};
 use switchyard_config::{Config, OnError, PluginEntry};
 
-/// Events closer together than this are handled as one change (editors write in bursts).
+/// Events closer together than this are handled as one change (editors write in bursts). The
+/// wait is timed on the runtime and starts with an event: nothing ticks while nothing changes.
 const DEBOUNCE: Duration = Duration::from_millis(250);
 
 /// The most of a plugin file that is read: far above any real component, and a bound on memory
@@ -277,35 +277,30 @@ pub(super) fn watch(policy: Policy, mut loader: Loader, shutdown: CancellationTo
     let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(1);
     let rearm = Arc::new(AtomicBool::new(false));
     let (watched, flag) = (dir.clone(), rearm.clone());
-    let mut debouncer = new_debouncer(DEBOUNCE, None, move |res: DebounceEventResult| match res {
-        Ok(events) => {
+    let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| match res {
+        Ok(e) if e.kind.is_access() => {}
+        Ok(e) => {
             let mut wanted = false;
-            for e in events.iter().filter(|e| !e.kind.is_access()) {
-                if e.paths.iter().any(|p| p == &watched) {
-                    // The directory itself was created, deleted, renamed or replaced.
-                    flag.store(true, Ordering::Relaxed);
-                    wanted = true;
-                } else if e.paths.iter().any(|p| p.parent() == Some(watched.as_path())) {
-                    wanted = true;
-                }
+            if e.paths.iter().any(|p| p == &watched) {
+                // The directory itself was created, deleted, renamed or replaced.
+                flag.store(true, Ordering::Relaxed);
+                wanted = true;
+            } else if e.paths.iter().any(|p| p.parent() == Some(watched.as_path())) {
+                wanted = true;
             }
             if wanted {
                 let _ = tx.try_send(());
             }
         }
-        Err(errors) => {
-            for e in errors {
-                tracing::warn!("plugins directory watcher: {e}");
-            }
-        }
+        Err(e) => tracing::warn!("plugins directory watcher: {e}"),
     })
     .context("cannot start the plugins directory watcher")?;
-    debouncer
+    watcher
         .watch(&dir, RecursiveMode::NonRecursive)
         .with_context(|| format!("cannot watch plugins directory {}", dir.display()))?;
     match &parent {
         Some(p) => {
-            if let Err(e) = debouncer.watch(p, RecursiveMode::NonRecursive) {
+            if let Err(e) = watcher.watch(p, RecursiveMode::NonRecursive) {
                 tracing::warn!(
                     "cannot watch {} (the plugins directory's parent): {e}; if the plugins directory \
                      is deleted or replaced, hot reload stops until switchyard restarts",
@@ -317,8 +312,8 @@ pub(super) fn watch(policy: Policy, mut loader: Loader, shutdown: CancellationTo
     }
 
     tokio::spawn(async move {
-        // Dropping the debouncer stops its thread: keep it for the life of this task.
-        let mut debouncer = debouncer;
+        // Dropping the watcher stops its thread: keep it for the life of this task.
+        let mut watcher = watcher;
         let mut dir_gone = false;
         loop {
             tokio::select! {
@@ -327,9 +322,11 @@ pub(super) fn watch(policy: Policy, mut loader: Loader, shutdown: CancellationTo
                     if got.is_none() {
                         break;
                     }
+                    // One rescan for a burst: once no event came for DEBOUNCE.
+                    while let Ok(Some(())) = tokio::time::timeout(DEBOUNCE, rx.recv()).await {}
                     if rearm.swap(false, Ordering::Relaxed) {
                         // Whatever happened to the directory, watch what the name means now.
-                        let _ = debouncer.unwatch(&dir);
+                        let _ = watcher.unwatch(&dir);
                         if !dir.is_dir() {
                             if !dir_gone {
                                 tracing::warn!(
@@ -341,7 +338,7 @@ pub(super) fn watch(policy: Policy, mut loader: Loader, shutdown: CancellationTo
                             dir_gone = true;
                             continue;
                         }
-                        if let Err(e) = debouncer.watch(&dir, RecursiveMode::NonRecursive) {
+                        if let Err(e) = watcher.watch(&dir, RecursiveMode::NonRecursive) {
                             tracing::error!("cannot watch plugins directory {} again: {e}", dir.display());
                         }
                         if std::mem::take(&mut dir_gone) {

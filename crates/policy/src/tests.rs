@@ -204,6 +204,29 @@ fn deadline_stops_an_infinite_loop_and_the_next_call_works() {
     assert_eq!(r.reason, "plugin failed: exceeded its deadline of 5 ms");
 }
 
+/// The deadline clock sleeps while no plugin code runs; a call that starts then wakes it, and
+/// its deadline still stops it.
+#[test]
+fn a_deadline_holds_for_a_call_that_starts_while_the_clock_sleeps() {
+    let spin = spin_fixture(OnError::Open);
+    // Other tests of this process run plugins too: wait for a quiet moment.
+    let quiet = Instant::now() + Duration::from_secs(60);
+    while !wasm::deadline_clock_asleep() {
+        assert!(Instant::now() < quiet, "the deadline clock never went to sleep");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // On a thread of its own: a clock that never wakes would leave the call looping for ever.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let t = Instant::now();
+        let r = spin.plugin().decide(&wasm::CallArgs::new(&call("spin", "{}")), &Decision::default());
+        let _ = tx.send((r, t.elapsed()));
+    });
+    let (r, took) = rx.recv_timeout(Duration::from_secs(10)).expect("the deadline never stopped the call");
+    assert_eq!(r.unwrap_err(), PluginError::Deadline(5));
+    assert!(took < Duration::from_millis(500), "the deadline did not stop it in time: {took:?}");
+}
+
 #[test]
 fn a_trap_discards_the_instance() {
     let trap = load_as("trap.wasm", &fixture("trap.wasm"), "{}", 0, OnError::Open);
@@ -366,7 +389,12 @@ fn checked(file: &Path, config: Option<&str>, call: Option<&str>) -> check::Repo
 
 #[test]
 fn plugin_check_shows_the_start_of_a_fresh_instance_and_times_decide_when_asked() {
-    let opts = check::Options { bench: 50, ..check::Options::default() };
+    // Epoch deadlines count wall-clock time: one of 50 calls on a busy test machine can miss the
+    // default 5 ms, and the deadline is not what this test is about.
+    let dir = tempfile::tempdir().unwrap();
+    let toml = dir.path().join("switchyard.toml");
+    std::fs::write(&toml, "[[plugins]]\nfile = \"template.wasm\"\ndeadline_ms = 1000\n").unwrap();
+    let opts = check::Options { bench: 50, config_file: Some(&toml), ..check::Options::default() };
     let r = check::run(&example("template.wasm"), &opts);
     r.result.unwrap();
     assert!(r.text.contains("instance: a fresh one instantiated and init-ed in "), "{}", r.text);
@@ -428,7 +456,7 @@ fn plugin_check_takes_the_config_of_a_plugins_entry() {
 
 #[test]
 fn embedded_examples_are_components() {
-    assert_eq!(embedded::EXAMPLES.len(), 7);
+    assert_eq!(embedded::EXAMPLES.len(), 8);
     assert!(embedded::EXAMPLES.iter().any(|(n, _)| *n == "template.wasm"), "the docs list the template");
     for (name, bytes) in embedded::EXAMPLES {
         assert!(name.ends_with(".wasm"));

@@ -36,6 +36,7 @@ fn client(name: &str) -> Caller {
         version: Some("1.0".into()),
         transport: Transport::Socket,
         dir: Some("/work/project".into()),
+        token: None,
         era: "2025-11-25".into(),
     }
 }
@@ -126,6 +127,62 @@ fn tool_filter_hides_and_renames_per_client_name() {
     assert!(!nameless.listing.hidden);
 }
 
+/// A named token of the HTTP front is the daemon's word, a client's name its own: a `tokens`
+/// rule that matches the token applies in place of the client rule.
+#[test]
+fn tool_filter_judges_a_client_by_its_named_token_before_its_name() {
+    let cfg = r#"{"clients": {"cursor": {"hide": ["write_*"]}}, "tokens": {"ci-*": {"only": ["read_*"]}}}"#;
+    let set = PluginSet::new(vec![load("tool-filter.wasm", &example("tool-filter.wasm"), cfg, None)]);
+    let now = tokio::time::Instant::now();
+    let with_token = |name: &str, token: Option<&str>| Caller {
+        transport: Transport::Http,
+        token: token.map(str::to_string),
+        ..client(name)
+    };
+    let hidden = |who: &Caller, tool: &str| set.list_tool(&listed("fs", tool), who, now, false).listing.hidden;
+    // A client calling itself `cursor` with the CI token: the token's rule, not cursor's.
+    let ci = with_token("cursor", Some("ci-nightly"));
+    assert!(hidden(&ci, "search") && !hidden(&ci, "read_file"), "`only` of the token's rule");
+    assert!(hidden(&ci, "write_file"), "not read_*");
+    // Another named token no rule matches: judged by the name, as without a token.
+    let laptop = with_token("cursor", Some("laptop"));
+    assert!(hidden(&laptop, "write_file") && !hidden(&laptop, "search"));
+    let e = load_err(r#"{"tokens": {"ci": {"hide": "x"}}}"#);
+    assert!(e.contains("tokens.ci.hide"), "{e}");
+    let e = load_err(r#"{"tokens": {"bad name!": {"hide": ["*"]}}}"#);
+    assert!(e.contains("tokens.bad name!: no token can have that name"), "{e}");
+    let e = load_err(r#"{"token": {}}"#);
+    assert!(e.contains("unknown key `token` (tool-filter knows `clients` and `tokens`)"), "{e}");
+    // A name no client would take is refused where it is written.
+    let e = load_err(r#"{"clients": {"*": {"rename": {"read_file": "read file"}}}}"#);
+    assert!(e.contains(r#"clients.*.rename.read_file: "read file" is not a tool name clients take"#), "{e}");
+    let long = "x".repeat(129);
+    let e = load_err(&format!(r#"{{"tokens": {{"ci": {{"rename": {{"t": "{long}"}}}}}}}}"#));
+    assert!(e.contains("tokens.ci.rename.t"), "{e}");
+    assert!(load_err_or_ok(r#"{"clients": {"*": {"rename": {"read_file": "fs.read-file_2"}}}}"#).is_none());
+    // Prompts and resource templates have no such form in the spec: their names are left alone.
+    assert!(load_err_or_ok(r#"{"clients": {"*": {"prompts": {"rename": {"p": "Review code"}}}}}"#).is_none());
+}
+
+/// [`load_err`], or None when `config` is taken.
+fn load_err_or_ok(config: &str) -> Option<String> {
+    let bytes = std::fs::read(example("tool-filter.wasm")).unwrap();
+    let mut e = PluginEntry::defaults_for("tool-filter.wasm");
+    e.config = Some(toml::Value::String(config.to_string()));
+    Loaded::load("tool-filter.wasm", &bytes, &e).err().map(|e| format!("{e:#}"))
+}
+
+/// The error `init` gives `tool-filter` for `config`.
+fn load_err(config: &str) -> String {
+    let bytes = std::fs::read(example("tool-filter.wasm")).unwrap();
+    let mut e = PluginEntry::defaults_for("tool-filter.wasm");
+    e.config = Some(toml::Value::String(config.to_string()));
+    match Loaded::load("tool-filter.wasm", &bytes, &e) {
+        Ok(_) => panic!("{config} was taken"),
+        Err(e) => format!("{e:#}"),
+    }
+}
+
 #[tokio::test]
 async fn a_tools_list_is_rewritten_for_its_client_and_calls_are_checked_against_it() {
     let set = Arc::new(PluginSet::new(vec![load("tool-filter.wasm", &example("tool-filter.wasm"), FILTER, None)]));
@@ -138,7 +195,10 @@ async fn a_tools_list_is_rewritten_for_its_client_and_calls_are_checked_against_
     assert_eq!(v["tools"][0]["description"], "reads");
     assert_eq!(v["tools"][1]["x-new"], 1, "an unchanged tool is copied through");
     assert!(v["nextCursor"].is_null());
-    assert_eq!(out.view, ClientView { renamed: [("cat".to_string(), "read_file".to_string())].into() });
+    assert_eq!(
+        out.view,
+        ClientView { renamed: [("cat".to_string(), "read_file".to_string())].into(), ..Default::default() }
+    );
     // The same list for claude-code is left as the server sent it.
     let out = rewrite_tools_list(&set, "s2", &client("claude-code"), "fs", result).await.unwrap();
     assert_eq!(out.result, None);
@@ -157,8 +217,39 @@ async fn a_tools_list_is_rewritten_for_its_client_and_calls_are_checked_against_
     assert_eq!(check_call(&set, "s2", &client("claude-code"), None, "write_file", known).await, Ok(None));
 }
 
+/// A rename onto the name of another tool still shown would list two tools of one name (a call
+/// under it reaches only one): that tool keeps its own name, and both stay callable by it. A
+/// swap of two names clashes with nothing and stands.
+#[tokio::test]
+async fn a_rename_onto_another_shown_tool_s_name_is_not_shown() {
+    let result = r#"{"tools":[{"name":"read","inputSchema":{}},{"name":"write","inputSchema":{}},{"name":"echo","inputSchema":{}}]}"#;
+    let names = |out: &annotate::Rewritten| -> Vec<String> {
+        let v: serde_json::Value = serde_json::from_str(out.result.as_deref().unwrap_or(result)).unwrap();
+        v["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
+    };
+    let cursor = client("cursor");
+    let known = |name: &str| listed("fs", name);
+    let clash = r#"{"clients": {"cursor": {"rename": {"read": "write", "echo": "say"}}}}"#;
+    let set = Arc::new(PluginSet::new(vec![load("tool-filter.wasm", &example("tool-filter.wasm"), clash, None)]));
+    let out = rewrite_tools_list(&set, "s1", &cursor, "fs", result).await.unwrap();
+    assert_eq!(names(&out), ["read", "write", "say"]);
+    assert_eq!(out.view.unrenamed, ["read".to_string()].into());
+    assert_eq!(out.view.renamed, [("say".to_string(), "echo".to_string())].into());
+    let view = Some(&out.view);
+    assert_eq!(check_call(&set, "s1", &cursor, view, "read", known).await, Ok(None));
+    assert_eq!(check_call(&set, "s1", &cursor, view, "write", known).await, Ok(None), "the real `write`");
+    assert_eq!(check_call(&set, "s1", &cursor, view, "say", known).await, Ok(Some("echo".to_string())));
+
+    let swap = r#"{"clients": {"cursor": {"rename": {"read": "write", "write": "read"}}}}"#;
+    let set = Arc::new(PluginSet::new(vec![load("tool-filter.wasm", &example("tool-filter.wasm"), swap, None)]));
+    let out = rewrite_tools_list(&set, "s2", &cursor, "fs", result).await.unwrap();
+    assert_eq!(names(&out), ["write", "read", "echo"]);
+    assert!(out.view.unrenamed.is_empty());
+    assert_eq!(check_call(&set, "s2", &cursor, Some(&out.view), "write", known).await, Ok(Some("read".to_string())));
+}
+
 fn out_view() -> ClientView {
-    ClientView { renamed: [("cat".to_string(), "read_file".to_string())].into() }
+    ClientView { renamed: [("cat".to_string(), "read_file".to_string())].into(), ..Default::default() }
 }
 
 #[test]
@@ -196,6 +287,19 @@ async fn rate_limit_refuses_the_eleventh_call_in_a_minute_for_one_client_only() 
     tokio::time::advance(Duration::from_secs(6)).await;
     set.decide_async(&call_by(client("cursor"), "fs", "search_files")).await.unwrap();
     assert!(set.decide_async(&call_by(client("cursor"), "fs", "search_files")).await.is_err());
+    // A client is what switchyard knows of it: the same name with a named token of its own, or
+    // on another server, has a count of its own.
+    let on_token = Caller { token: Some("ci".into()), ..client("cursor") };
+    set.decide_async(&call_by(on_token, "fs", "search_files")).await.unwrap();
+    set.decide_async(&call_by(client("cursor"), "github", "search_files")).await.unwrap();
+    // The clients that gave no name share one count: connecting again starts none afresh.
+    let nameless =
+        |session: &str| CallInfo { session: session.into(), ..call_by(Caller::default(), "fs", "search_files") };
+    for n in 0..10 {
+        set.decide_async(&nameless(&format!("s-{n}"))).await.unwrap_or_else(|r| panic!("call {n}: {r:?}"));
+    }
+    let r = set.decide_async(&nameless("s-new")).await.unwrap_err();
+    assert!(r.reason.contains("the clients that gave no name on server `fs`"), "{}", r.reason);
 }
 
 #[test]
@@ -293,7 +397,10 @@ async fn prompts_and_resource_templates_are_shown_per_client_and_a_hidden_prompt
     let v: serde_json::Value = serde_json::from_str(out.result.as_deref().unwrap()).unwrap();
     assert_eq!(names(&v, "prompts"), ["hello"]);
     assert_eq!(v["prompts"][0]["description"], "Greets");
-    assert_eq!(out.view, ClientView { renamed: [("hello".to_string(), "greet".to_string())].into() });
+    assert_eq!(
+        out.view,
+        ClientView { renamed: [("hello".to_string(), "greet".to_string())].into(), ..Default::default() }
+    );
     let claude = rewrite_list(&set, "s2", &client("claude-code"), "fs", Kind::Prompt, prompts).await.unwrap();
     assert_eq!(claude.result, None, "another client is shown them as listed");
 
@@ -354,4 +461,105 @@ async fn a_call_checked_after_its_client_was_shown_the_tool_costs_no_plugin_call
     let reworded = |name: &str| ListedTool { description: Some("new words".into()), ..listed("fs", name) };
     assert!(check_call(&set, "s1", &cursor, view, "write_file", reworded).await.is_err());
     assert_eq!(asked(), 4);
+}
+
+/// The `placement` example places each tool's calls as configured (a tool no glob matches,
+/// and any other request, as the plugins before it did), and a 0.1 plugin after it keeps its
+/// placement, which it cannot see.
+#[test]
+fn placement_places_tools_as_configured_and_a_0_1_plugin_after_it_keeps_that() {
+    use switchyard_core::decision::Placement;
+    const PLACE: &str =
+        r#"{"tools": {"*": "shared", "browser_*": "client", "shell": "session", "index_*": {"key": "index"}}}"#;
+    let placer = load("placement.wasm", &example("placement.wasm"), PLACE, None);
+    let set = PluginSet::new(vec![placer]);
+    let placed = |tool: &str| set.decide(&call_by(client("cursor"), "fs", tool)).unwrap().placement;
+    assert_eq!(placed("browser_open"), Some(Placement::Client));
+    assert_eq!(placed("shell"), Some(Placement::Session));
+    assert_eq!(placed("index_build"), Some(Placement::Key("index".into())));
+    assert_eq!(placed("read_file"), Some(Placement::Shared));
+    let listing = CallInfo { method: "resources/list".into(), tool: None, ..call_by(client("cursor"), "fs", "x") };
+    assert_eq!(set.decide(&listing).unwrap().placement, None, "only tools/call is placed");
+
+    // Before the 0.1 `hints` (a higher priority runs first): its decision joins, the placement stays.
+    let bytes = std::fs::read(example("placement.wasm")).unwrap();
+    let mut first = PluginEntry::defaults_for("placement.wasm");
+    first.config = Some(toml::Value::String(PLACE.to_string()));
+    (first.deadline_ms, first.priority) = (1_000, 10);
+    let first = Arc::new(Loaded::load("placement.wasm", &bytes, &first).unwrap());
+    let old = load("hints.wasm", &hints_0_1_0(), r#"{"tools":{"browser_*":{"readOnlyHint":true}}}"#, None);
+    let chain = PluginSet::new(vec![old, first]);
+    assert_eq!(chain.names(), ["placement.wasm", "hints.wasm"]);
+    let d = chain.decide(&call_by(client("cursor"), "fs", "browser_open")).unwrap();
+    assert_eq!((d.placement, d.concurrency), (Some(Placement::Client), Some(Concurrency::Shared)));
+
+    // A config it cannot use is refused, saying where.
+    for (bad, says) in [
+        (r#"{"tools": {"x": "everywhere"}}"#, "tools.x: unknown placement `everywhere`"),
+        (r#"{"tools": {"x": {"key": ""}}}"#, "tools.x.key must be the key's name"),
+        (r#"{"tool": {}}"#, "unknown key `tool`"),
+    ] {
+        let mut e = PluginEntry::defaults_for("placement.wasm");
+        e.config = Some(toml::Value::String(bad.to_string()));
+        let err = format!("{:#}", Loaded::load("placement.wasm", &bytes, &e).err().expect(bad));
+        assert!(err.contains(says), "{bad}: {err}");
+    }
+}
+
+/// `plugin test` asks a 0.2 plugin `list-tool` for the client a `tool` line names and holds
+/// it to the whole listing (hidden, name, hints); a 0.1 plugin is held to its hints.
+#[test]
+fn recorded_tool_lines_are_replayed_for_their_client() {
+    use crate::project::recorded::{Options, replay};
+    let dir = tempfile::tempdir().unwrap();
+    let calls = dir.path().join("calls.jsonl");
+    let lines = [
+        r#"{"tool": {"server": "fs", "name": "write_file", "client": {"name": "cursor"}}, "expect": {"hidden": true}}"#,
+        r#"{"tool": {"server": "fs", "name": "read_file", "client": "cursor"}, "expect": {"name": "cat"}}"#,
+        r#"{"tool": {"server": "fs", "name": "write_file", "client": "claude-code"}, "expect": {}}"#,
+        // Recorded before the plugin hid it: the replay fails and shows the difference.
+        r#"{"tool": {"server": "fs", "name": "write_notes", "client": "cursor"}, "expect": {"hints": {}}}"#,
+    ];
+    std::fs::write(&calls, lines.join("\n")).unwrap();
+    let opts = Options { config_json: Some(FILTER), config_file: None };
+    let r = replay(&example("tool-filter.wasm"), &calls, &opts);
+    assert!(r.result.is_err(), "{}", r.text);
+    assert!(r.text.contains("ok    line 1: list-tool write_file for cursor"), "{}", r.text);
+    assert!(r.text.contains("ok    line 2: list-tool read_file for cursor"), "{}", r.text);
+    assert!(r.text.contains("ok    line 3: list-tool write_file for claude-code"), "{}", r.text);
+    assert!(r.text.contains("FAIL  line 4: list-tool write_notes for cursor"), "{}", r.text);
+    assert!(r.text.contains("+  \"hidden\": true,"), "{}", r.text);
+    assert!(r.text.contains("3 of 4 recorded calls match"), "{}", r.text);
+
+    // A 0.1 plugin changes the hints only, whoever the client is.
+    let lines = [
+        r#"{"tool": {"name": "read", "client": "cursor"}, "expect": {"hints": {"readOnlyHint": true}}}"#,
+        r#"{"tool": {"name": "read", "client": "cursor"}, "expect": {"hidden": true}}"#,
+    ];
+    std::fs::write(&calls, lines.join("\n")).unwrap();
+    let opts = Options { config_json: Some(r#"{"tools": {"read": {"readOnlyHint": true}}}"#), config_file: None };
+    let r = replay(&hints_0_1_0(), &calls, &opts);
+    assert!(r.text.contains("ok    line 1: annotate read"), "{}", r.text);
+    assert!(r.text.contains("FAIL  line 2: annotate read"), "{}", r.text);
+}
+
+/// The Python and JavaScript `hints` examples are twins of the Rust one: the Rust `hints`
+/// gives the answers recorded for them (examples/plugins/{python,js}/hints/calls.jsonl).
+#[test]
+fn the_rust_hints_example_gives_the_answers_recorded_for_its_twins() {
+    use crate::project::recorded::{Options, replay};
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/plugins");
+    let dir = tempfile::tempdir().unwrap();
+    for lang in ["python", "js"] {
+        let twin = examples.join(lang).join("hints");
+        let config = std::fs::read_to_string(twin.join("config.json")).unwrap();
+        // Epoch deadlines count wall-clock time; a busy test machine must not trip them.
+        let toml = dir.path().join(format!("{lang}.toml"));
+        let entry = format!("[[plugins]]\nfile = \"hints.wasm\"\ndeadline_ms = 1000\nconfig = '{}'\n", config.trim());
+        std::fs::write(&toml, entry).unwrap();
+        let opts = Options { config_json: None, config_file: Some(&toml) };
+        let r = replay(&example("hints.wasm"), &twin.join("calls.jsonl"), &opts);
+        assert!(r.result.is_ok(), "{lang}: {:#?}\n{}", r.result, r.text);
+        assert!(r.text.contains("list-tool prompt read for cursor"), "{lang}: {}", r.text);
+    }
 }

@@ -96,19 +96,22 @@ fn start_with(toml: &str, behaviour: crate::upstream::fake::Behaviour) -> (Arc<S
 
 /// [`start`] in front of the servers `fake` connects to.
 fn start_on(toml: &str, fake: Arc<FakeConnector>) -> (Arc<Server>, Arc<FakeConnector>) {
+    (server_with(toml, fake.clone(), Policy::disabled()), fake)
+}
+
+/// A server named `fake` with the config `toml` and `policy`, in front of `fake`'s servers.
+fn server_with(toml: &str, fake: Arc<FakeConnector>, policy: Policy) -> Arc<Server> {
     let mut config: Config = toml::from_str(toml).expect("config");
     config.validate().expect("a valid config");
-    let metrics = Arc::new(Metrics::new(Default::default));
-    let server = Server::new(
+    Server::new(
         &config,
         "fake",
-        fake.clone(),
-        Policy::disabled(),
-        metrics,
+        fake,
+        policy,
+        Arc::new(Metrics::new(Default::default)),
         crate::peer::Buffered::new(config.limits.max_buffered_bytes),
         CancellationToken::new(),
-    );
-    (server, fake)
+    )
 }
 
 /// What the fake server received on `link` with `method`.
@@ -139,22 +142,10 @@ fn start_family(toml: &str) -> (Arc<Server>, Arc<FakeConnector>) {
 
 /// [`start_family`] with the servers behaving as `behaviour`.
 fn start_family_with(toml: &str, behaviour: Behaviour) -> (Arc<Server>, Arc<FakeConnector>) {
-    let mut config: Config = toml::from_str(toml).expect("config");
-    config.validate().expect("a valid config");
     let fake = FakeConnector::new(behaviour);
     let build = {
-        let (config, fake) = (config.clone(), fake.clone());
-        move || {
-            Server::new(
-                &config,
-                "fake",
-                fake.clone(),
-                Policy::disabled(),
-                Arc::new(Metrics::new(Default::default)),
-                crate::peer::Buffered::new(config.limits.max_buffered_bytes),
-                CancellationToken::new(),
-            )
-        }
+        let (toml, fake) = (toml.to_string(), fake.clone());
+        move || server_with(&toml, fake.clone(), Policy::disabled())
     };
     let server = build();
     server.allow_siblings(Box::new(move |_| Ok(build())));
@@ -195,6 +186,7 @@ impl Client {
             sessions: Arc::new(Sessions::default()),
             speaks_control: false,
             client_dir: None,
+            client_token: None,
         };
         tokio::spawn(session::serve(server.clone(), BufReader::new(r), w, opening, CancellationToken::new()));
         let (r, out) = tokio::io::split(mine);
@@ -1182,18 +1174,8 @@ fn probed(resp: &Value) -> Value {
 #[tokio::test]
 async fn a_policy_sees_the_task_a_request_is_about_and_the_tool_that_created_it() {
     let (policy, _dir) = probe_policy(&["tasks/get", "tasks/result", "tasks/cancel", "resources/list"]).await;
-    let mut config: Config = toml::from_str("").expect("config");
-    config.validate().expect("a valid config");
     let fake = FakeConnector::new(task_server());
-    let server = Server::new(
-        &config,
-        "fake",
-        fake.clone(),
-        policy,
-        Arc::new(Metrics::new(Default::default)),
-        crate::peer::Buffered::new(config.limits.max_buffered_bytes),
-        CancellationToken::new(),
-    );
+    let server = server_with("", fake.clone(), policy);
     let mut c = Client::connect(&server).await;
     let created = c.request("tools/call", json!({"name": "research", "arguments": {}, "task": {"ttl": 60000}})).await;
     let task = created["result"]["task"]["taskId"].as_str().unwrap_or_else(|| panic!("no task: {created}")).to_string();
@@ -1261,4 +1243,77 @@ async fn a_remembered_answer_a_server_would_not_give_is_not_used() {
         server.remember_initialize(&profile, bad);
         assert_eq!(server.remembered_initialize(&profile), None, "{bad} was used");
     }
+}
+
+/// A policy of the `placement` example alone, with `config` (kept in the returned directory).
+async fn placement_policy(config: &str) -> (Policy, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (_, bytes) = switchyard_policy::embedded::EXAMPLES
+        .iter()
+        .find(|(name, _)| *name == "placement.wasm")
+        .expect("the build embeds the placement example");
+    std::fs::write(dir.path().join("placement.wasm"), bytes).expect("write the plugin");
+    let toml = format!("[[plugins]]\nfile = \"placement.wasm\"\ndeadline_ms = 1000\nconfig = '{config}'\n");
+    let config: Config = toml::from_str(&toml).expect("config");
+    let policy = Policy::start(&config, Some(dir.path().to_path_buf()), CancellationToken::new()).await.expect("loads");
+    (policy, dir)
+}
+
+/// A call placed under a key runs on an instance of that key's own, and so does the task it
+/// creates; the task's polls, which the policy leaves unplaced (they name no tool), still go to
+/// that instance, never to the shared one. Real time: the plugin runs on threads of its own.
+#[tokio::test]
+async fn a_task_poll_goes_to_the_instance_holding_the_task_whatever_its_placement() {
+    let (policy, _dir) = placement_policy(r#"{"tools": {"research": {"key": "research"}}}"#).await;
+    let fake = FakeConnector::new(task_server());
+    let server = server_with("[pools.default]\nmin = 1\nmax = 2\n", fake.clone(), policy);
+    let mut c = Client::connect(&server).await;
+    let created = c.request("tools/call", json!({"name": "research", "arguments": {}, "task": {"ttl": 60000}})).await;
+    let task = created["result"]["task"]["taskId"].as_str().unwrap_or_else(|| panic!("no task: {created}")).to_string();
+    assert_eq!(fake.links.lock().unwrap().len(), 2, "the placed call started an instance of its own");
+    assert!(calls_of(&fake.link(0), "research").is_empty(), "the placed call ran on the shared instance");
+    assert_eq!(calls_of(&fake.link(1), "research").len(), 1);
+    let placed = server.all_instances().into_iter().find(|i| i.number() == 2).expect("the key's instance");
+    assert_eq!(placed.scope, crate::placement::ScopeKey::Key(Arc::from("research")));
+    for method in ["tasks/get", "tasks/result"] {
+        let r = c.request(method, json!({"taskId": task})).await;
+        assert!(r.get("result").is_some(), "{method}: {r}");
+        assert_eq!(received(&fake.link(1), method).len(), 1, "{method} did not reach the task's instance");
+        assert!(received(&fake.link(0), method).is_empty(), "{method} went to the shared instance");
+    }
+}
+
+/// The upkeep sleeps until the next ping or stop is due, not on a tick: an instance idle for 10 s
+/// of a 30 s ping period is due in 20 s; one busy now, in a full period; an instance above `min`
+/// idle for 4 s of a 5 s idle limit, in 1 s. (The old upkeep woke every second whatever was due.)
+#[tokio::test(start_paused = true)]
+async fn the_upkeep_sleeps_until_a_ping_or_a_stop_is_due() {
+    let (server, _fake) = start("[limits]\nhealth_interval_ms = 30000\n", true);
+    let mut pings = crate::server::health::Pings::default();
+    let mut c = Client::connect(&server).await;
+    assert_eq!(text(&c.call("echo", json!({"text": "hi"})).await), "hi");
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(server.next_upkeep(&pings), Duration::from_secs(20));
+    // Pinged once it was due: the next ping is an interval after it, whatever the answer was (a
+    // server that refuses pings is not asked again at once, in a loop).
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert_eq!(server.next_upkeep(&pings), ms(100), "due now (the upkeep's floor)");
+    let inst = server.all_instances()[0].number();
+    pings.started(inst);
+    pings.ended(inst);
+    assert_eq!(server.next_upkeep(&pings), Duration::from_secs(30), "pinged just now");
+    let _busy = c.send("tools/call", json!({"name": "sleep", "arguments": {"ms": 60000}})).await;
+    tokio::time::sleep(ms(1)).await;
+    assert_eq!(server.next_upkeep(&pings), Duration::from_secs(30), "a busy instance is not due");
+
+    let (server, _fake) =
+        start("[pools.default]\nmin = 0\nidle_timeout_ms = 5000\n[limits]\nhealth_interval_ms = 0\n", true);
+    let mut c = Client::connect(&server).await;
+    assert_eq!(text(&c.call("echo", json!({"text": "hi"})).await), "hi");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(server.next_upkeep(&pings), Duration::from_secs(1));
+    // No pings, and shared instances never stopped: only instances placed per client or key
+    // would be, after 10 minutes.
+    let (server, _fake) = start("[pools.default]\nidle_timeout_ms = 0\n[limits]\nhealth_interval_ms = 0\n", true);
+    assert_eq!(server.next_upkeep(&pings), crate::placement::LINGER);
 }

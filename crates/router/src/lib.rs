@@ -16,6 +16,7 @@ pub mod control;
 pub mod downstream;
 pub mod gate;
 pub mod peer;
+pub mod placement;
 pub mod pool;
 pub mod registry;
 pub mod server;
@@ -104,6 +105,8 @@ mod layering {
         // socket listener and `connect` speak the rest.
         "control",
         "gate",
+        // Which of a pool's instances serve a call (its scope), from policy and affinity.
+        "placement",
         // The transports to servers; declare `Events` and `ProgressSink` for what they receive.
         "upstream",
         // A session's outbox and what servers may know of its client.

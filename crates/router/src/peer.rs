@@ -99,11 +99,13 @@ impl ClientPeer {
         })
     }
 
-    /// Notes what carries the session and the project directory its client runs in.
-    pub fn set_origin(&self, transport: Transport, dir: Option<String>) {
+    /// Notes what carries the session, the project directory its client runs in, and the
+    /// name of the HTTP front's named token that serves it.
+    pub fn set_origin(&self, transport: Transport, dir: Option<String>, token: Option<String>) {
         let mut caller = self.caller.lock().expect("lock");
         caller.transport = transport;
         caller.dir = dir;
+        caller.token = token;
     }
 
     /// Who the client is, as far as known (the policy's `client`).
@@ -117,11 +119,14 @@ impl ClientPeer {
     pub fn set_tool_view(&self, server: &str, kind: Kind, view: ClientView) {
         let mut views = self.tool_views.lock().expect("lock");
         let kept = views.entry((server.to_string(), kind)).or_default();
-        if view.renamed.iter().all(|(shown, original)| kept.renamed.get(shown) == Some(original)) {
+        if view.renamed.iter().all(|(shown, original)| kept.renamed.get(shown) == Some(original))
+            && view.unrenamed.is_subset(&kept.unrenamed)
+        {
             return;
         }
         let mut merged = ClientView::clone(kept);
         merged.renamed.extend(view.renamed);
+        merged.unrenamed.extend(view.unrenamed);
         *kept = Arc::new(merged);
     }
 
@@ -553,7 +558,7 @@ mod tests {
     fn the_policy_is_told_the_client_its_transport_dir_and_era() {
         let (tx, _rx) = mpsc::unbounded_channel();
         let link = ClientPeer::new(1, tx, 1000, Buffered::new(usize::MAX));
-        link.set_origin(Transport::Socket, Some("/work/p".into()));
+        link.set_origin(Transport::Socket, Some("/work/p".into()), None);
         link.declare_capabilities(
             r#"{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"cursor","version":"1.7.2"}}"#,
         );
@@ -566,7 +571,10 @@ mod tests {
     fn the_renames_of_every_page_of_a_tools_list_add_up_per_server() {
         let (tx, _rx) = mpsc::unbounded_channel();
         let link = ClientPeer::new(1, tx, 1000, Buffered::new(usize::MAX));
-        let view = |shown: &str, original: &str| ClientView { renamed: [(shown.into(), original.into())].into() };
+        let view = |shown: &str, original: &str| ClientView {
+            renamed: [(shown.into(), original.into())].into(),
+            ..Default::default()
+        };
         link.set_tool_view("fs", Kind::Tool, view("cat", "read_file"));
         link.set_tool_view("fs", Kind::Tool, view("put", "write_file"));
         let fs = link.tool_view("fs", Kind::Tool).unwrap();

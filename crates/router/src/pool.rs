@@ -8,10 +8,14 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
+use crate::placement::{LINGER, ScopeKey};
 use crate::upstream::Instance;
 use switchyard_config::{Affinity, PoolConfig};
 use switchyard_core::error::CallError;
 use switchyard_core::ids::SessionId;
+
+/// Names the 2026-07-28 counterpart of a pool (`default` -> `default@2026-07-28`).
+pub const MODERN_POOL_SUFFIX: &str = "@2026-07-28";
 
 /// Calls waiting for an instance: served round-robin across sessions, FIFO within one.
 ///
@@ -78,14 +82,12 @@ impl Waiters {
     }
 }
 
-/// Starts an instance for a pool: `(pool name, owning session for affinity pools)`.
+/// Starts an instance for a pool: `(pool name, the scope it will serve)`.
 pub type Spawner = Arc<
-    dyn Fn(String, Option<SessionId>) -> Pin<Box<dyn Future<Output = Result<Arc<Instance>, CallError>> + Send>>
-        + Send
-        + Sync,
+    dyn Fn(String, ScopeKey) -> Pin<Box<dyn Future<Output = Result<Arc<Instance>, CallError>> + Send>> + Send + Sync,
 >;
 
-/// The instances serving one session (affinity = session) or everyone (affinity = none).
+/// The instances of one scope: everyone's (shared), one session's, one client's or one key's.
 #[derive(Default)]
 struct Scope {
     instances: Vec<Arc<Instance>>,
@@ -165,7 +167,7 @@ pub struct Pool {
     pub name: String,
     pub config: PoolConfig,
     server: String,
-    scopes: Mutex<HashMap<Option<SessionId>, Scope>>,
+    scopes: Mutex<HashMap<ScopeKey, Scope>>,
     spawner: Spawner,
     /// Its shared instances and those of the same pool of the server's siblings.
     budget: Mutex<Arc<Budget>>,
@@ -174,14 +176,14 @@ pub struct Pool {
 /// The right to send one call to one instance; dropping it frees the instance's slot.
 pub struct Lease {
     pub instance: Arc<Instance>,
-    key: Option<SessionId>,
+    key: ScopeKey,
     pool: Arc<Pool>,
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
         self.instance.end_call();
-        self.pool.dispatch_key(self.key);
+        self.pool.dispatch_key(&self.key);
     }
 }
 
@@ -189,7 +191,7 @@ impl Drop for Lease {
 /// hands on an instance that was granted to it after it stopped waiting.
 struct Wait<'a> {
     pool: &'a Arc<Pool>,
-    key: Option<SessionId>,
+    key: ScopeKey,
     session: SessionId,
     ticket: u64,
     done: bool,
@@ -212,7 +214,7 @@ impl Drop for Wait<'_> {
         if let Ok(Ok(inst)) = self.rx.try_recv() {
             inst.end_call();
             if let Some(scope) = scopes.get_mut(&self.key) {
-                self.pool.dispatch(scope, self.key);
+                self.pool.dispatch(scope, &self.key);
             }
         }
     }
@@ -241,11 +243,55 @@ impl Pool {
         *self.budget.lock().expect("budget lock") = budget;
     }
 
-    fn scope_key(&self, session: SessionId) -> Option<SessionId> {
+    /// The scope of a call of `session` that asks for `wanted` (its placement): a placement
+    /// narrows what the pool shares, never widens it, so a pool of `affinity = "session"` keeps
+    /// every call on its session's own instances.
+    fn scope_key(&self, session: SessionId, wanted: &ScopeKey) -> ScopeKey {
         match self.config.affinity {
-            Affinity::None => None,
-            Affinity::Session => Some(session),
+            Affinity::None => wanted.clone(),
+            Affinity::Session => ScopeKey::Session(session),
         }
+    }
+
+    /// Whether a scope of this pool is a placement's (a policy chose it), which
+    /// `max_placements` bounds. A pool of `affinity = "session"` has no placed scopes: its
+    /// sessions' own are its affinity's.
+    fn is_placed(&self, key: &ScopeKey) -> bool {
+        self.config.affinity == Affinity::None && *key != ScopeKey::Shared
+    }
+
+    /// Why a call that needs instances of placed scope `key` is refused: this pool has none of
+    /// that scope yet, and runs those of `max_placements` scopes already (None: it may go on).
+    /// Scopes left with nothing (their instances stopped or ended) are let go here first.
+    fn placement_refusal(&self, scopes: &mut HashMap<ScopeKey, Scope>, key: &ScopeKey) -> Option<CallError> {
+        if !self.is_placed(key) || scopes.contains_key(key) {
+            return None;
+        }
+        scopes.retain(|k, s| {
+            !self.is_placed(k) || !s.instances.iter().all(|i| i.is_dead()) || s.starting > 0 || s.waiters.len > 0
+        });
+        let live = scopes.keys().filter(|k| self.is_placed(k)).count();
+        let max = self.config.max_placements;
+        if live < max {
+            return None;
+        }
+        Some(CallError::Busy {
+            server: self.server.clone(),
+            reason: format!(
+                "the policy placed it on instances of their own ({}), and pool `{}` runs instances for {live} placements already (max_placements = {max}). Raise it ([servers.{server}.pools.{pool}] max_placements = {}), or have the policy place calls under fewer keys; a client's or key's instances stop once idle for the pool's idle_timeout_ms",
+                key.describe(),
+                self.name,
+                max * 2,
+                // A sibling (`NAME~2`) has its base's config.
+                server = self.server.split('~').next().unwrap_or(&self.server),
+                pool = self.config_name(),
+            ),
+        })
+    }
+
+    /// The pool's name in the config (a 2026-07-28 counterpart's without its suffix).
+    fn config_name(&self) -> &str {
+        self.name.strip_suffix(MODERN_POOL_SUFFIX).unwrap_or(&self.name)
     }
 
     /// Instances alive now, across scopes.
@@ -268,16 +314,17 @@ impl Pool {
 
     /// Whether `scope` may start one more instance, and if so, its place taken in the family's
     /// budget (shared scopes only: a session's own instances are bounded per session).
-    fn take_room(&self, scope: &Scope, key: Option<SessionId>) -> bool {
+    fn take_room(&self, scope: &Scope, key: &ScopeKey) -> bool {
         if scope.instances.len() + scope.starting >= self.config.max {
             return false;
         }
-        key.is_some() || self.budget().take(self.config.max, scope.instances.is_empty() && scope.starting == 0)
+        *key != ScopeKey::Shared
+            || self.budget().take(self.config.max, scope.instances.is_empty() && scope.starting == 0)
     }
 
     /// Hands free instances to queued calls, in fair order, then starts instances for the calls
     /// still queued. Runs under the pool lock whenever capacity may have changed.
-    fn dispatch(self: &Arc<Self>, scope: &mut Scope, key: Option<SessionId>) {
+    fn dispatch(self: &Arc<Self>, scope: &mut Scope, key: &ScopeKey) {
         scope.instances.retain(|i| !i.is_dead());
         while scope.waiters.len > 0 {
             let Some(inst) = self.pick(scope) else { break };
@@ -291,9 +338,9 @@ impl Pool {
         self.grow(scope, key, false);
     }
 
-    fn dispatch_key(self: &Arc<Self>, key: Option<SessionId>) {
+    fn dispatch_key(self: &Arc<Self>, key: &ScopeKey) {
         let mut scopes = self.scopes.lock().expect("pool lock");
-        if let Some(scope) = scopes.get_mut(&key) {
+        if let Some(scope) = scopes.get_mut(key) {
             self.dispatch(scope, key);
         }
     }
@@ -301,7 +348,7 @@ impl Pool {
     /// Starts instances for queued calls not covered by the spawns under way (up to `max`).
     /// `fresh`: a new call asks, which may try again after a failed spawn. So may calls that
     /// nothing else could serve (their instances died): a failure then ends their wait.
-    fn grow(self: &Arc<Self>, scope: &mut Scope, key: Option<SessionId>, fresh: bool) {
+    fn grow(self: &Arc<Self>, scope: &mut Scope, key: &ScopeKey, fresh: bool) {
         let stranded = scope.instances.is_empty() && scope.starting == 0;
         if scope.failing && !fresh && !stranded {
             return;
@@ -312,7 +359,7 @@ impl Pool {
         };
         while scope.waiters.len > scope.starting.saturating_mul(per_instance) && self.take_room(scope, key) {
             scope.starting += 1;
-            drop(self.start(key, scope.epoch));
+            drop(self.start(key.clone(), scope.epoch));
             if fresh {
                 // One new call is worth one try.
                 break;
@@ -323,15 +370,11 @@ impl Pool {
     /// Spawns one instance as a task of its own (the caller has counted it in `starting`): no
     /// caller waits for it in particular, and a caller that stops waiting cannot abandon it
     /// half-way, which would leak `starting` or leave a started child outside the pool.
-    fn start(
-        self: &Arc<Self>,
-        key: Option<SessionId>,
-        epoch: u64,
-    ) -> tokio::task::JoinHandle<Result<Arc<Instance>, CallError>> {
+    fn start(self: &Arc<Self>, key: ScopeKey, epoch: u64) -> tokio::task::JoinHandle<Result<Arc<Instance>, CallError>> {
         let me = self.clone();
         tokio::spawn(async move {
-            let result = (me.spawner)(me.name.clone(), key).await;
-            if key.is_none() {
+            let result = (me.spawner)(me.name.clone(), key.clone()).await;
+            if key == ScopeKey::Shared {
                 me.budget().settle(result.as_ref().ok());
             }
             let mut scopes = me.scopes.lock().expect("pool lock");
@@ -348,14 +391,15 @@ impl Pool {
             match &result {
                 Ok(inst) => {
                     let pool = Arc::downgrade(&me);
+                    let drained = key.clone();
                     inst.on_drain(Box::new(move || {
                         if let Some(pool) = pool.upgrade() {
-                            pool.dispatch_key(key);
+                            pool.dispatch_key(&drained);
                         }
                     }));
                     scope.instances.push(inst.clone());
                     scope.failing = false;
-                    me.dispatch(scope, key);
+                    me.dispatch(scope, &key);
                 }
                 Err(e) => {
                     scope.failing = true;
@@ -380,16 +424,16 @@ impl Pool {
         }
         let starts: Vec<_> = {
             let mut scopes = self.scopes.lock().expect("pool lock");
-            let scope = scopes.entry(None).or_insert_with(Scope::fresh);
+            let scope = scopes.entry(ScopeKey::Shared).or_insert_with(Scope::fresh);
             scope.instances.retain(|i| !i.is_dead());
             let need = self.config.min.saturating_sub(scope.instances.len() + scope.starting);
             let mut starts = Vec::with_capacity(need);
             for _ in 0..need {
-                if !self.take_room(scope, None) {
+                if !self.take_room(scope, &ScopeKey::Shared) {
                     break;
                 }
                 scope.starting += 1;
-                starts.push(self.start(None, scope.epoch));
+                starts.push(self.start(ScopeKey::Shared, scope.epoch));
             }
             starts
         };
@@ -407,11 +451,15 @@ impl Pool {
     /// Gets an instance for one call: the least-loaded free one at once, else a place in the
     /// queue (fair across sessions, bounded by `max_queue`) until an instance frees up or a new
     /// one is ready, whichever comes first. The caller bounds the wait with the call's deadline.
-    pub async fn acquire(self: &Arc<Self>, session: SessionId) -> Result<Lease, CallError> {
-        let key = self.scope_key(session);
+    /// `wanted`: the instances the call's placement asks for (see [`Pool::scope_key`]).
+    pub async fn acquire(self: &Arc<Self>, session: SessionId, wanted: &ScopeKey) -> Result<Lease, CallError> {
+        let key = self.scope_key(session, wanted);
         let (rx, ticket) = {
             let mut scopes = self.scopes.lock().expect("pool lock");
-            let scope = scopes.entry(key).or_insert_with(Scope::fresh);
+            if let Some(busy) = self.placement_refusal(&mut scopes, &key) {
+                return Err(busy);
+            }
+            let scope = scopes.entry(key.clone()).or_insert_with(Scope::fresh);
             scope.instances.retain(|i| !i.is_dead());
             if scope.waiters.len == 0
                 && let Some(instance) = self.pick(scope)
@@ -421,10 +469,10 @@ impl Pool {
                     && instance.inflight() > 0
                     && scope.starting == 0
                     && !scope.failing
-                    && self.take_room(scope, key)
+                    && self.take_room(scope, &key)
                 {
                     scope.starting += 1;
-                    drop(self.start(key, scope.epoch));
+                    drop(self.start(key.clone(), scope.epoch));
                 }
                 instance.begin_call();
                 return Ok(Lease { instance, key, pool: self.clone() });
@@ -433,7 +481,7 @@ impl Pool {
                 return Err(CallError::Busy {
                     server: self.server.clone(),
                     reason: format!(
-                        "pool `{}` has {} calls queued already (max_queue = {}){}",
+                        "pool `{}` has {} calls queued already (max_queue = {}){}; try again shortly or raise `max_queue`/`max` of the pool",
                         self.name,
                         scope.waiters.len,
                         self.config.max_queue,
@@ -443,14 +491,14 @@ impl Pool {
             }
             let (tx, rx) = oneshot::channel();
             let ticket = scope.waiters.push(session, tx);
-            self.grow(scope, key, true);
+            self.grow(scope, &key, true);
             (rx, ticket)
         };
         let mut wait = Wait { pool: self, key, session, ticket, done: false, rx };
         let granted = (&mut wait.rx).await;
         wait.done = true;
         match granted {
-            Ok(Ok(instance)) => Ok(Lease { instance, key, pool: self.clone() }),
+            Ok(Ok(instance)) => Ok(Lease { instance, key: wait.key.clone(), pool: self.clone() }),
             Ok(Err(e)) => Err(e),
             // The scope went (its session ended, or shutdown).
             Err(_) => Err(CallError::ShuttingDown),
@@ -471,17 +519,22 @@ impl Pool {
         }
     }
 
-    /// What a call of `session` waits for, for the "waiting" notice and timeout errors.
-    pub fn wait_status(&self, session: SessionId) -> String {
-        let key = self.scope_key(session);
+    /// What a call of `session` placed on `wanted` waits for, for the "waiting" notice and
+    /// timeout errors.
+    pub fn wait_status(&self, session: SessionId, wanted: &ScopeKey) -> String {
+        let key = self.scope_key(session, wanted);
+        let of = match self.is_placed(&key) {
+            true => format!(" placed {}", key.describe()),
+            false => String::new(),
+        };
         let scopes = self.scopes.lock().expect("pool lock");
         let Some(scope) = scopes.get(&key) else {
-            return format!("an instance of pool `{}`", self.name);
+            return format!("an instance of pool `{}`{of}", self.name);
         };
         let limit = self.config.max_inflight;
         let busy = scope.instances.iter().filter(|i| i.is_ready() && limit > 0 && i.inflight() >= limit).count();
         format!(
-            "an instance of pool `{}` ({} calls queued, this one included; {} of {} instances busy, {} starting{})",
+            "an instance of pool `{}`{of} ({} calls queued, this one included; {} of {} instances busy, {} starting{})",
             self.name,
             scope.waiters.len,
             busy,
@@ -496,7 +549,6 @@ impl Pool {
         let mut scopes = self.scopes.lock().expect("pool lock");
         for (key, scope) in scopes.iter_mut() {
             scope.instances.retain(|i| i.number() != instance.number());
-            let key = *key;
             self.dispatch(scope, key);
         }
     }
@@ -507,29 +559,29 @@ impl Pool {
             return 0;
         }
         let scopes = self.scopes.lock().expect("pool lock");
-        let have = scopes.get(&None).map(|s| s.instances.len() + s.starting).unwrap_or(0);
+        let have = scopes.get(&ScopeKey::Shared).map(|s| s.instances.len() + s.starting).unwrap_or(0);
         self.config.min.saturating_sub(have)
     }
 
-    /// Takes the instances of a session that ended (affinity pools), for shutdown.
+    /// Takes the instances of a session that ended (its affinity's, and those of calls placed
+    /// on it), for shutdown.
     pub fn take_session(&self, session: SessionId) -> Vec<Arc<Instance>> {
-        if self.config.affinity != Affinity::Session {
-            return Vec::new();
-        }
         let mut scopes = self.scopes.lock().expect("pool lock");
-        scopes.remove(&Some(session)).map(|s| s.instances).unwrap_or_default()
+        scopes.remove(&ScopeKey::Session(session)).map(|s| s.instances).unwrap_or_default()
     }
 
-    /// Takes idle instances above `min` that have been idle for `idle_timeout_ms`, for shutdown.
+    /// Takes idle instances for shutdown: shared ones above `min` and a session's beyond its
+    /// first, idle for `idle_timeout_ms` (0: never); every instance of a client's or a key's
+    /// (which outlive their sessions) idle that long, or [`LINGER`] when it is 0. A
+    /// placement left with nothing is let go, and no longer counts against `max_placements`.
     pub fn take_idle(&self) -> Vec<Arc<Instance>> {
-        if self.config.idle_timeout_ms == 0 {
-            return Vec::new();
-        }
-        let idle_for = Duration::from_millis(self.config.idle_timeout_ms);
         let mut scopes = self.scopes.lock().expect("pool lock");
         let mut out = Vec::new();
         for (key, scope) in scopes.iter_mut() {
-            let keep = if key.is_none() { self.config.min } else { 1 };
+            let (keep, idle_for) = self.reaping(key);
+            if idle_for.is_zero() {
+                continue;
+            }
             while scope.instances.len() > keep {
                 let Some(i) = scope.instances.iter().position(|i| i.inflight() == 0 && i.idle_for() >= idle_for) else {
                     break;
@@ -537,7 +589,44 @@ impl Pool {
                 out.push(scope.instances.remove(i));
             }
         }
+        scopes.retain(|k, s| !k.lingers() || !s.instances.is_empty() || s.starting > 0 || s.waiters.len > 0);
         out
+    }
+
+    /// How many instances of a scope stay however idle, and how long the others may be idle
+    /// (zero: for ever).
+    fn reaping(&self, key: &ScopeKey) -> (usize, Duration) {
+        let configured = Duration::from_millis(self.config.idle_timeout_ms);
+        match key {
+            ScopeKey::Shared => (self.config.min, configured),
+            ScopeKey::Session(_) => (1, configured),
+            ScopeKey::Client(_) | ScopeKey::Key(_) if configured.is_zero() => (0, LINGER),
+            ScopeKey::Client(_) | ScopeKey::Key(_) => (0, configured),
+        }
+    }
+
+    /// When [`Pool::take_idle`] may next find something to take: the soonest an idle instance
+    /// that may be stopped passes its limit, or, for one that is busy or not there yet, the
+    /// shortest limit (it starts counting no earlier than now). `None` when nothing is ever taken.
+    pub fn next_reap(&self) -> Option<Duration> {
+        let scopes = self.scopes.lock().expect("pool lock");
+        // The limits of every kind of scope: a scope that appears later has one of them.
+        let mut soonest = [ScopeKey::Shared, ScopeKey::Session(0), ScopeKey::Key("".into())]
+            .iter()
+            .map(|k| self.reaping(k).1)
+            .filter(|d| !d.is_zero())
+            .min();
+        for (key, scope) in scopes.iter() {
+            let (keep, idle_for) = self.reaping(key);
+            if idle_for.is_zero() || scope.instances.len() <= keep {
+                continue;
+            }
+            for i in scope.instances.iter().filter(|i| i.inflight() == 0) {
+                let left = idle_for.saturating_sub(i.idle_for());
+                soonest = Some(soonest.map_or(left, |s| s.min(left)));
+            }
+        }
+        soonest
     }
 
     /// Takes every instance, for shutdown.
@@ -610,15 +699,116 @@ mod tests {
         p.scopes.lock().unwrap().values().map(|s| s.starting).sum()
     }
 
+    fn key(k: &str) -> ScopeKey {
+        ScopeKey::Key(Arc::from(k))
+    }
+
+    fn client(name: &str, dir: &str) -> ScopeKey {
+        let id = crate::placement::ClientId { name: name.into(), dir: Some(dir.into()), token: None };
+        ScopeKey::Client(Arc::new(id))
+    }
+
+    /// Each placement has instances of its own, shared by the calls placed alike whoever makes
+    /// them: a session's are that session's (its owner, as affinity's are), a client's are its
+    /// sessions' together, a key's are every caller's; unplaced calls keep the shared ones.
+    #[tokio::test(start_paused = true)]
+    async fn placed_calls_run_on_instances_of_their_placement_only() {
+        let p = pool(1, 4, 0, 100, spawner(Duration::from_millis(10), false, Arc::default()));
+        p.warm_up().await.unwrap();
+        let on = |session: SessionId, wanted: ScopeKey| {
+            let p = p.clone();
+            async move { p.acquire(session, &wanted).await.unwrap().instance.clone() }
+        };
+        let shared = on(1, ScopeKey::Shared).await;
+        assert_eq!(on(2, ScopeKey::Shared).await.number(), shared.number());
+        let s1 = on(1, ScopeKey::Session(1)).await;
+        let s2 = on(2, ScopeKey::Session(2)).await;
+        assert_eq!((s1.owner, s2.owner), (Some(1), Some(2)));
+        assert_eq!(on(1, ScopeKey::Session(1)).await.number(), s1.number());
+        let cursor = on(1, client("cursor", "/p")).await;
+        assert_eq!(on(2, client("cursor", "/p")).await.number(), cursor.number(), "one client, two sessions");
+        let elsewhere = on(1, client("cursor", "/q")).await;
+        let docs = on(1, key("docs")).await;
+        assert_eq!(on(2, key("docs")).await.number(), docs.number(), "a key is every caller's");
+        let other = on(2, key("other")).await;
+        let numbers: std::collections::BTreeSet<u64> =
+            [&shared, &s1, &s2, &cursor, &elsewhere, &docs, &other].iter().map(|i| i.number()).collect();
+        assert_eq!(numbers.len(), 7, "every placement has an instance of its own");
+        // A client's and a key's serve several sessions: attributed by their calls, as shared ones.
+        assert_eq!((cursor.owner, docs.owner), (None, None));
+        assert_eq!((cursor.scope.clone(), docs.scope.clone()), (client("cursor", "/p"), key("docs")));
+        // A pool of affinity = "session" keeps every call on the session's own instances.
+        let config = PoolConfig { min: 0, max: 2, affinity: Affinity::Session, ..PoolConfig::default() };
+        let a = Pool::new("default", "t", config, spawner(Duration::from_millis(10), false, Arc::default()));
+        let mine = a.acquire(5, &ScopeKey::Session(5)).await.unwrap().instance.number();
+        assert_eq!(a.acquire(5, &key("docs")).await.unwrap().instance.number(), mine);
+        assert_eq!(a.acquire(5, &client("cursor", "/p")).await.unwrap().instance.owner, Some(5));
+    }
+
+    /// A client's instances outlive its session and stop once idle for `idle_timeout_ms` (for
+    /// a pool that never stops idle instances, after [`LINGER`]); a session's stop with it.
+    #[tokio::test(start_paused = true)]
+    async fn a_clients_instances_outlive_its_sessions_and_stop_once_idle() {
+        for (idle_timeout_ms, idle) in [(0, LINGER), (5_000, Duration::from_secs(5))] {
+            let config = PoolConfig { min: 0, max: 2, idle_timeout_ms, ..PoolConfig::default() };
+            let p = Pool::new("default", "t", config, spawner(Duration::from_millis(10), false, Arc::default()));
+            drop(p.acquire(1, &client("cursor", "/p")).await.unwrap());
+            drop(p.acquire(1, &ScopeKey::Session(1)).await.unwrap());
+            let ended = p.take_session(1);
+            assert_eq!(ended.iter().map(|i| i.scope.clone()).collect::<Vec<_>>(), [ScopeKey::Session(1)]);
+            assert_eq!(p.instances().len(), 1, "the client's instance outlives its session");
+            tokio::time::sleep(idle - Duration::from_millis(100)).await;
+            assert!(p.take_idle().is_empty(), "stopped before it was idle for {idle:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let stopped = p.take_idle();
+            assert_eq!(stopped.len(), 1, "idle_timeout_ms = {idle_timeout_ms}");
+            assert_eq!(stopped[0].scope, client("cursor", "/p"));
+            assert!(p.scopes.lock().unwrap().is_empty(), "the placement is let go with its instances");
+        }
+    }
+
+    /// A pool runs instances for `max_placements` placements at most: one more is refused at
+    /// once, saying what the limit is and how to raise it; a placement let go makes room.
+    #[tokio::test(start_paused = true)]
+    async fn a_placement_past_max_placements_is_refused_with_the_limit_and_the_way_out() {
+        let config = PoolConfig { min: 0, max: 2, max_placements: 2, idle_timeout_ms: 1000, ..PoolConfig::default() };
+        let spawned = Arc::new(AtomicUsize::new(0));
+        let p = Pool::new("search", "t", config, spawner(Duration::from_millis(10), false, spawned.clone()));
+        drop(p.acquire(1, &key("a")).await.unwrap());
+        drop(p.acquire(1, &ScopeKey::Session(1)).await.unwrap());
+        let e = p.acquire(2, &key("b")).await.err().expect("a third placement");
+        let msg = e.to_string();
+        assert!(matches!(e, CallError::Busy { .. }), "{e:?}");
+        for part in [
+            "(key b)",
+            "pool `search`",
+            "2 placements already (max_placements = 2)",
+            "[servers.t.pools.search] max_placements = 4",
+        ] {
+            assert!(msg.contains(part), "{part:?} missing from: {msg}");
+        }
+        assert_eq!(spawned.load(Ordering::SeqCst), 2, "nothing started for the refused call");
+        // The placements it runs, and unplaced calls, are still served.
+        drop(p.acquire(2, &key("a")).await.unwrap());
+        drop(p.acquire(2, &ScopeKey::Shared).await.unwrap());
+        // Key `a` idles out: its place goes to `b`.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(p.take_idle().len(), 2, "key a's instance and the shared one above min");
+        assert_eq!(p.acquire(2, &key("b")).await.unwrap().instance.scope, key("b"));
+        // A session's end lets its placement go too.
+        p.take_session(1);
+        drop(p.acquire(2, &key("c")).await.unwrap());
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_queued_call_takes_a_freed_instance_instead_of_waiting_for_a_cold_start() {
         let spawned = Arc::new(AtomicUsize::new(0));
         let p = pool(1, 4, 1, 100, spawner(Duration::from_secs(3), false, spawned.clone()));
         p.warm_up().await.unwrap();
-        let held = p.acquire(1).await.unwrap();
+        let held = p.acquire(1, &ScopeKey::Shared).await.unwrap();
         let started = Instant::now();
         let p2 = p.clone();
-        let waiter = tokio::spawn(async move { p2.acquire(2).await.map(|l| l.instance.number()) });
+        let waiter = tokio::spawn(async move { p2.acquire(2, &ScopeKey::Shared).await.map(|l| l.instance.number()) });
         tokio::time::sleep(Duration::from_millis(1)).await;
         assert_eq!(starting(&p), 1, "a queued call starts an instance for capacity");
         drop(held);
@@ -633,9 +823,9 @@ mod tests {
     async fn a_queued_call_takes_a_new_instance_when_that_comes_first() {
         let p = pool(1, 2, 1, 100, spawner(Duration::from_secs(3), false, Arc::default()));
         p.warm_up().await.unwrap();
-        let _held = p.acquire(1).await.unwrap();
+        let _held = p.acquire(1, &ScopeKey::Shared).await.unwrap();
         let started = Instant::now();
-        let lease = p.acquire(2).await.unwrap();
+        let lease = p.acquire(2, &ScopeKey::Shared).await.unwrap();
         assert_eq!(lease.instance.number(), 2);
         assert_eq!(started.elapsed(), Duration::from_secs(3));
     }
@@ -649,12 +839,13 @@ mod tests {
         let base = pool(0, 2, 1, 100, spawner(Duration::from_millis(100), false, spawned.clone()));
         let sibling = pool(0, 2, 1, 100, spawner(Duration::from_millis(100), false, spawned.clone()));
         sibling.share_budget(base.budget());
-        let (_a, _b) = (base.acquire(1).await.unwrap(), base.acquire(2).await.unwrap());
+        let (_a, _b) =
+            (base.acquire(1, &ScopeKey::Shared).await.unwrap(), base.acquire(2, &ScopeKey::Shared).await.unwrap());
         assert_eq!(base.instances().len(), 2);
-        let first = sibling.acquire(3).await.expect("a profile with no instance gets one");
+        let first = sibling.acquire(3, &ScopeKey::Shared).await.expect("a profile with no instance gets one");
         assert_eq!((sibling.instances().len(), base.budget().in_use()), (1, 3));
         let s2 = sibling.clone();
-        let waiter = tokio::spawn(async move { s2.acquire(4).await.map(|l| l.instance.number()) });
+        let waiter = tokio::spawn(async move { s2.acquire(4, &ScopeKey::Shared).await.map(|l| l.instance.number()) });
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(!waiter.is_finished(), "the second call did not wait");
         assert_eq!(spawned.load(Ordering::SeqCst), 3, "an instance started beyond max");
@@ -663,7 +854,8 @@ mod tests {
         assert_eq!(waiter.await.unwrap().unwrap(), number, "it takes the sibling's instance");
         // A pool of its own (no sibling) still grows to its max.
         let alone = pool(0, 2, 1, 100, spawner(Duration::from_millis(100), false, Arc::default()));
-        let (_c, _d) = (alone.acquire(1).await.unwrap(), alone.acquire(2).await.unwrap());
+        let (_c, _d) =
+            (alone.acquire(1, &ScopeKey::Shared).await.unwrap(), alone.acquire(2, &ScopeKey::Shared).await.unwrap());
         assert_eq!(alone.instances().len(), 2);
     }
 
@@ -679,7 +871,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_caller_that_stops_waiting_leaves_the_spawn_to_finish_into_the_pool() {
         let p = pool(0, 2, 1, 100, spawner(Duration::from_secs(3), false, Arc::default()));
-        let gave_up = tokio::time::timeout(Duration::from_secs(1), p.acquire(1)).await;
+        let gave_up = tokio::time::timeout(Duration::from_secs(1), p.acquire(1, &ScopeKey::Shared)).await;
         assert!(gave_up.is_err());
         assert_eq!((p.queued(), starting(&p)), (0, 1));
         tokio::time::sleep(Duration::from_secs(3)).await;
@@ -691,26 +883,26 @@ mod tests {
     async fn a_failed_start_fails_the_calls_nothing_else_can_serve_and_is_not_retried_in_a_loop() {
         let spawned = Arc::new(AtomicUsize::new(0));
         let p = pool(0, 2, 1, 100, spawner(Duration::from_millis(50), true, spawned.clone()));
-        let e = p.acquire(1).await.err().expect("no instance can start");
+        let e = p.acquire(1, &ScopeKey::Shared).await.err().expect("no instance can start");
         assert!(e.to_string().contains("exited at once"), "{e}");
         assert_eq!(spawned.load(Ordering::SeqCst), 1);
 
         // With a busy instance, a failed start for capacity leaves queued calls waiting for it.
         let good = pool(1, 2, 1, 100, spawner(Duration::from_millis(50), false, Arc::default()));
         good.warm_up().await.unwrap();
-        let held = good.acquire(1).await.unwrap();
+        let held = good.acquire(1, &ScopeKey::Shared).await.unwrap();
         let spawned = Arc::new(AtomicUsize::new(0));
         let p =
             Pool::new("default", "t", good.config.clone(), spawner(Duration::from_millis(50), true, spawned.clone()));
-        p.scopes.lock().unwrap().insert(None, Scope { instances: good.instances(), ..Scope::fresh() });
+        p.scopes.lock().unwrap().insert(ScopeKey::Shared, Scope { instances: good.instances(), ..Scope::fresh() });
         let p2 = p.clone();
-        let waiter = tokio::spawn(async move { p2.acquire(2).await.map(|l| l.instance.number()) });
+        let waiter = tokio::spawn(async move { p2.acquire(2, &ScopeKey::Shared).await.map(|l| l.instance.number()) });
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert!(!waiter.is_finished());
         assert_eq!(spawned.load(Ordering::SeqCst), 1, "a failing start was retried for the same call");
         // The busy instance frees up (its lease belongs to the other pool object: hand it over).
         drop(held);
-        p.dispatch_key(None);
+        p.dispatch_key(&ScopeKey::Shared);
         assert_eq!(waiter.await.unwrap().unwrap(), 1);
     }
 
@@ -719,10 +911,10 @@ mod tests {
         let fail = Arc::new(AtomicBool::new(false));
         let p = pool(1, 2, 1, 100, failing_spawner(Duration::from_millis(50), fail.clone(), Arc::default()));
         p.warm_up().await.unwrap();
-        let held = p.acquire(1).await.unwrap();
+        let held = p.acquire(1, &ScopeKey::Shared).await.unwrap();
         fail.store(true, Ordering::SeqCst);
         let p2 = p.clone();
-        let waiter = tokio::spawn(async move { p2.acquire(2).await.map(|l| l.instance.number()) });
+        let waiter = tokio::spawn(async move { p2.acquire(2, &ScopeKey::Shared).await.map(|l| l.instance.number()) });
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(!waiter.is_finished(), "the busy instance may still free up");
         // The server works again, but the busy instance dies: nothing is left for the waiter.
@@ -738,14 +930,14 @@ mod tests {
     async fn queued_calls_are_served_round_robin_across_sessions() {
         let p = pool(1, 1, 1, 100, spawner(Duration::from_millis(10), false, Arc::default()));
         p.warm_up().await.unwrap();
-        let held = p.acquire(1).await.unwrap();
+        let held = p.acquire(1, &ScopeKey::Shared).await.unwrap();
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut tasks = vec![];
         // Session 1 queues a burst of four, then session 2 queues one.
         for (i, s) in [(10, 1), (11, 1), (12, 1), (13, 1), (20, 2)] {
             let (p, order) = (p.clone(), order.clone());
             tasks.push(tokio::spawn(async move {
-                let _lease = p.acquire(s).await.unwrap();
+                let _lease = p.acquire(s, &ScopeKey::Shared).await.unwrap();
                 order.lock().unwrap().push(i);
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }));
@@ -764,17 +956,17 @@ mod tests {
     async fn a_full_queue_answers_busy_at_once_and_abandoned_waits_free_their_place() {
         let p = pool(1, 1, 1, 1, spawner(Duration::from_millis(10), false, Arc::default()));
         p.warm_up().await.unwrap();
-        let held = p.acquire(1).await.unwrap();
+        let held = p.acquire(1, &ScopeKey::Shared).await.unwrap();
         let p2 = p.clone();
-        let waiter = tokio::spawn(async move { p2.acquire(2).await.map(|_| ()) });
+        let waiter = tokio::spawn(async move { p2.acquire(2, &ScopeKey::Shared).await.map(|_| ()) });
         tokio::time::sleep(Duration::from_millis(1)).await;
-        let busy = p.acquire(3).await.err().expect("the queue is full");
+        let busy = p.acquire(3, &ScopeKey::Shared).await.err().expect("the queue is full");
         assert!(busy.to_string().contains("1 calls queued already (max_queue = 1)"), "{busy}");
         waiter.abort();
         let _ = waiter.await;
         assert_eq!(p.queued(), 0);
         drop(held);
-        let again = tokio::time::timeout(Duration::from_millis(5), p.acquire(3)).await;
+        let again = tokio::time::timeout(Duration::from_millis(5), p.acquire(3, &ScopeKey::Shared)).await;
         assert!(again.is_ok(), "the instance must be free again");
     }
 
@@ -784,10 +976,10 @@ mod tests {
     async fn a_wait_abandoned_after_it_was_served_gives_the_slot_back() {
         let p = pool(1, 1, 1, 10, spawner(Duration::from_millis(10), false, Arc::default()));
         p.warm_up().await.unwrap();
-        let held = p.acquire(1).await.unwrap();
+        let held = p.acquire(1, &ScopeKey::Shared).await.unwrap();
         let (tx, rx) = oneshot::channel();
-        let ticket = p.scopes.lock().unwrap().get_mut(&None).unwrap().waiters.push(2, tx);
-        let wait = Wait { pool: &p, key: None, session: 2, ticket, done: false, rx };
+        let ticket = p.scopes.lock().unwrap().get_mut(&ScopeKey::Shared).unwrap().waiters.push(2, tx);
+        let wait = Wait { pool: &p, key: ScopeKey::Shared, session: 2, ticket, done: false, rx };
         // The holder finishes and the pool serves the waiter...
         drop(held);
         assert_eq!(p.instances()[0].inflight(), 1);

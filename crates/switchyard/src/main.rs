@@ -194,8 +194,9 @@ enum PluginCommand {
         #[arg(long, value_name = "SWITCHYARD_TOML")]
         config_file: Option<PathBuf>,
         /// The sample call as JSON, every field optional: {"server", "session", "client"
-        /// (a name, or {"name", "version", "transport", "dir"}), "era", "method", "tool",
-        /// "arguments", "annotations" (declared hints, spec names), "attempt"}.
+        /// (a name, or {"name", "version", "transport", "dir", "token"}), "era", "task" (a task
+        /// id, or {"id", "tool"}), "method", "tool", "arguments", "annotations" (declared
+        /// hints, spec names), "attempt"}.
         #[arg(long)]
         call: Option<String>,
         /// Also time N warm `decide` calls of the sample call and print their p50 and p99.
@@ -237,7 +238,8 @@ enum PluginCommand {
         #[arg(long, value_name = "SWITCHYARD_TOML")]
         config_file: Option<PathBuf>,
     },
-    /// Write the example plugins (hints, fs-keys, timeouts, guard, template) into DIR, to copy from.
+    /// Write the example plugins (hints, fs-keys, timeouts, guard, template, tool-filter,
+    /// rate-limit, placement) into DIR, to copy from.
     Examples {
         /// A new or empty directory (not your live plugins directory: every file there is loaded).
         dir: PathBuf,

@@ -191,8 +191,7 @@ async fn a_server_signed_in_with_login_works_through_connect_and_logout_forgets_
     assert!(login.status.success(), "login failed:\n{said}\n{}", String::from_utf8_lossy(&login.stderr));
     assert!(said.contains("Signed in to server `tracker`"), "{said}");
 
-    let files: Vec<_> =
-        std::fs::read_dir(home.path().join("state/switchyard/oauth")).unwrap().map(|e| e.unwrap().path()).collect();
+    let files = token_files(&home.path().join("state/switchyard/oauth"));
     assert_eq!(files.len(), 1, "{files:?}");
     let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&files[0]).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o600);
@@ -254,6 +253,25 @@ async fn a_sign_in_nobody_completes_answers_the_call_within_the_bound_naming_log
     }
     c.close().await;
     p.wait_timeout(Duration::from_secs(10)).await;
+
+    // A sign-in allowed longer than a server's start (the defaults are both a minute): the
+    // start waits for it, and its failure is what the client is told, not a start timed out.
+    let dir = switchyard_testkit::temp_dir();
+    let slow = "login_timeout_ms = 2500\n[limits]\ninit_timeout_ms = 1000\n";
+    let mut p = run_signing_in(&held.url, slow, dir.path(), "true");
+    let mut c = p.client();
+    let resp = c
+        .request(
+            "initialize",
+            serde_json::json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}),
+        )
+        .await;
+    let why = resp["error"]["message"].as_str().unwrap_or_else(|| panic!("an error: {resp}")).to_string();
+    for part in ["nobody signed in within 2 s", "`switchyard login tracker`"] {
+        assert!(why.contains(part), "the error says {part:?}: {why}");
+    }
+    c.close().await;
+    p.wait_timeout(Duration::from_secs(10)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -268,11 +286,17 @@ async fn a_token_never_reaches_the_logs_even_at_trace_level() {
     assert_eq!(c.call_text("test-tool", serde_json::json!({})).await, "test");
     c.close().await;
     p.wait_timeout(Duration::from_secs(10)).await;
-    let file = std::fs::read_dir(dir.path().join("state/switchyard/oauth")).unwrap().next().unwrap().unwrap().path();
+    let file = token_files(&dir.path().join("state/switchyard/oauth")).remove(0);
     let stored: serde_json::Value = serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap();
     let token = stored["tokens"]["access_token"].as_str().unwrap();
     let log = p.stderr.text();
     assert!(log.contains("sign in at"), "the sign-in was logged:\n{log}");
     assert!(!log.contains(token), "the token is in the log:\n{log}");
     assert!(!log.contains("test-auth-code"), "the authorization code is in the log");
+}
+
+/// The token files under `dir` (beside them are the empty files that lock a sign-in).
+fn token_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let all = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path());
+    all.filter(|p| p.extension().is_some_and(|e| e == "json")).collect()
 }

@@ -11,6 +11,7 @@ mod npm;
 mod plugin_langs;
 mod profiles;
 mod python;
+mod real_oauth;
 mod remote;
 mod remote_fixtures;
 mod silent_links;

@@ -110,14 +110,17 @@ fn text(out: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
 
-/// Turns the template's commented `annotate` example into code, aimed at the fixture's `read`
-/// tool (which declares no hints): the edit a user makes first.
-fn use_annotate_example(source: &Path, comment: &str) {
+/// The client name the e2e client gives in its initialize (tests/support).
+const E2E_CLIENT: &str = "switchyard-e2e";
+
+/// Turns the template's commented `list-tool` example into code, aimed at the fixture's `write`
+/// tool and the e2e client: the edit a user makes first.
+fn use_list_tool_example(source: &Path, comment: &str) {
     let text = std::fs::read_to_string(source).unwrap();
     let mut out = Vec::new();
     let mut in_example = false;
     for line in text.lines() {
-        if line.contains("Example: tell clients that `search` only reads") {
+        if line.contains("Example: hide one tool from one client") {
             in_example = true;
             out.push(line.to_string());
             continue;
@@ -125,8 +128,9 @@ fn use_annotate_example(source: &Path, comment: &str) {
         if in_example && line.trim_start().starts_with(comment) {
             out.push(
                 line.replacen(&format!("{comment} "), "", 1)
-                    .replace("\"search\"", "\"read\"")
-                    .replace("'search'", "'read'"),
+                    .replace("cursor", E2E_CLIENT)
+                    .replace("\"delete_file\"", "\"write\"")
+                    .replace("'delete_file'", "'write'"),
             );
         } else {
             in_example = false;
@@ -134,18 +138,20 @@ fn use_annotate_example(source: &Path, comment: &str) {
         }
     }
     // The Rust template names the unused parameter `_tool`; the example uses it.
-    let edited = out.join("\n").replace("fn annotate(_tool: Tool", "fn annotate(tool: Tool");
+    let edited = out.join("\n").replace("fn list_tool(_tool: Tool", "fn list_tool(tool: Tool");
     assert_ne!(
         edited.trim_end(),
         text.trim_end(),
-        "the template's annotate example was not found in {}",
+        "the template's list-tool example was not found in {}",
         source.display()
     );
     std::fs::write(source, edited + "\n").unwrap();
 }
 
-/// new -> uncomment the annotate example -> build -> test (the recorded calls pass, a changed
-/// verdict fails with a diff) -> dropped into a running router, whose client sees the change.
+/// new -> build and test as written (a 0.2 plugin: `plugin test` asks its `list-tool`) ->
+/// uncomment the list-tool example -> build -> test (the recorded calls pass, a changed listing
+/// fails with a diff) -> dropped into a running router, whose client no longer sees the tool
+/// the plugin hides from it and is refused calling it.
 async fn template_round_trip(lang: &str, source: &str, comment: &str) {
     let path = toolchain_path();
     let work = temp_dir();
@@ -153,35 +159,48 @@ async fn template_round_trip(lang: &str, source: &str, comment: &str) {
     let project_arg = project.display().to_string();
     let out = plugin(&["new", &project_arg, "--lang", lang], path);
     assert!(out.status.success(), "{}", text(&out));
-    use_annotate_example(&project.join(source), comment);
-
-    let t = Instant::now();
-    let out = plugin(&["build", &project_arg], path);
-    assert!(out.status.success(), "{lang} build failed:\n{}", text(&out));
-    let wasm = project.join(format!("probe-{lang}.wasm"));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), wasm.display().to_string());
-    eprintln!("{lang}: built in {:?}, {} bytes", t.elapsed(), std::fs::metadata(&wasm).unwrap().len());
+    let wit = std::fs::read_to_string(project.join("wit/policy.wit")).unwrap();
+    assert!(wit.contains("package switchyard:policy@0.2.0;"), "{lang}: a new project is written against 0.2");
 
     // The default 5 ms per call is wall time: on a loaded CI machine even a Rust plugin's first
     // call can miss it. The deadline is not what this test is about.
     let toml = work.path().join("limits.toml");
     std::fs::write(&toml, format!("[[plugins]]\nfile = \"probe-{lang}.wasm\"\ndeadline_ms = 1000\n")).unwrap();
     let toml_arg = toml.display().to_string();
-    let out = plugin(&["test", &project_arg, "--config-file", &toml_arg], path);
-    assert!(out.status.success(), "{}", text(&out));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("3 of 3 recorded calls match"), "{}", text(&out));
 
-    // A recorded verdict the plugin no longer gives: the run fails and shows the difference.
+    // Out of the box: the project builds, and its recorded calls pass.
+    let t = Instant::now();
+    let out = plugin(&["build", &project_arg], path);
+    assert!(out.status.success(), "{lang} build failed:\n{}", text(&out));
+    let wasm = project.join(format!("probe-{lang}.wasm"));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), wasm.display().to_string());
+    eprintln!("{lang}: built in {:?}, {} bytes", t.elapsed(), std::fs::metadata(&wasm).unwrap().len());
+    let out = plugin(&["test", &project_arg, "--config-file", &toml_arg], path);
+    assert!(out.status.success(), "{lang}, as written:\n{}", text(&out));
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(report.contains("4 of 4 recorded calls match"), "{report}");
+    // `list-tool` names the line only when the plugin is of 0.2 (a 0.1 one is asked `annotate`).
+    assert!(report.contains("ok    line 3: list-tool delete_file for cursor"), "{lang}: {report}");
+
+    use_list_tool_example(&project.join(source), comment);
+    let out = plugin(&["build", &project_arg], path);
+    assert!(out.status.success(), "{lang} build of the edit failed:\n{}", text(&out));
+    let out = plugin(&["test", &project_arg, "--config-file", &toml_arg], path);
+    assert!(out.status.success(), "{lang}, edited:\n{}", text(&out));
+
+    // A recorded listing the plugin no longer gives: the run fails and shows the difference.
     let calls = project.join("calls.jsonl");
     let recorded = std::fs::read_to_string(&calls).unwrap();
-    let read_line = r#"{"tool": {"server": "fixture", "name": "read", "annotations": {}}, "expect": {"hints": {}}}"#;
-    std::fs::write(&calls, format!("{recorded}{read_line}\n")).unwrap();
+    let write_line = format!(
+        r#"{{"tool": {{"server": "fixture", "name": "write", "client": {{"name": "{E2E_CLIENT}"}}}}, "expect": {{}}}}"#
+    );
+    std::fs::write(&calls, format!("{recorded}{write_line}\n")).unwrap();
     let out = plugin(&["test", &project_arg, "--config-file", &toml_arg], path);
     assert!(!out.status.success(), "{}", text(&out));
     let report = text(&out);
-    assert!(report.contains("FAIL  line 4: annotate read"), "{report}");
-    assert!(report.contains("+    \"readOnlyHint\": true"), "{report}");
-    assert!(report.contains("3 of 4 recorded calls match"), "{report}");
+    assert!(report.contains(&format!("FAIL  line 5: list-tool write for {E2E_CLIENT}")), "{report}");
+    assert!(report.contains("+  \"hidden\": true,"), "{report}");
+    assert!(report.contains("4 of 5 recorded calls match"), "{report}");
 
     // Interpreters need more than the default 5 ms on a loaded machine (docs/plugins.md).
     let cfg = format!("[[plugins]]\nfile = \"probe-{lang}.wasm\"\nrequired = false\ndeadline_ms = 1000\n");
@@ -201,8 +220,14 @@ async fn template_round_trip(lang: &str, source: &str, comment: &str) {
         }
     }
     let list = s.client.request("tools/list", json!({})).await;
-    let read = list["result"]["tools"].as_array().unwrap().iter().find(|t| t["name"] == "read").unwrap();
-    assert_eq!(read["annotations"]["readOnlyHint"], true, "{lang}: {list}\n{}", s.router.stderr.text());
+    let names: Vec<&str> =
+        list["result"]["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
+    assert!(!names.contains(&"write"), "{lang}: {names:?}\n{}", s.router.stderr.text());
+    assert!(names.contains(&"read") && names.contains(&"echo"), "{lang}: {names:?}");
+    let r = s.client.call_tool("write", json!({"path": "/a", "text": "hidden"})).await;
+    assert_eq!(r["error"]["code"], -32004, "{lang}: {r}");
+    let msg = r["error"]["message"].as_str().unwrap();
+    assert!(msg.contains(&format!("probe-{lang}.wasm")) && msg.contains(&format!("`{E2E_CLIENT}`")), "{msg}");
     assert_eq!(s.client.call_text("echo", json!({"text": "through"})).await, "through");
 }
 
@@ -221,8 +246,9 @@ async fn a_javascript_plugin_goes_from_new_to_a_running_router() {
     template_round_trip("js", "policy.js", "//").await;
 }
 
-/// The Python and JavaScript `hints` examples: built from a new project with the example's
-/// source, and held to the example's recorded calls with its config.
+/// The Python and JavaScript `hints` examples (0.2): built from a new project with the example's
+/// source, and held to the example's recorded calls with its config (the Rust `hints` is held to
+/// the same calls in crates/policy).
 #[test]
 fn the_python_and_javascript_hints_examples_pass_their_recorded_calls() {
     let path = toolchain_path();
@@ -247,6 +273,10 @@ fn the_python_and_javascript_hints_examples_pass_their_recorded_calls() {
         let toml_arg = toml.display().to_string();
         let out = plugin(&["test", &project_arg, "--calls", &calls, "--config-file", &toml_arg], path);
         assert!(out.status.success(), "{lang} hints:\n{}", text(&out));
+        // Asked as a 0.2 plugin: its `list-tool`, for the client of each line.
+        let report = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(report.contains("ok    line 8: list-tool prompt read for cursor"), "{lang}: {report}");
+        assert!(report.contains("8 of 8 recorded calls match"), "{lang}: {report}");
         // A config the example does not understand is refused by its init, by name.
         let out = plugin(&["test", &project_arg, "--calls", &calls, "--config", r#"{"tool": {}}"#], path);
         assert!(text(&out).contains("unknown key `tool`"), "{lang}: {}", text(&out));

@@ -25,6 +25,7 @@ use serde_json::{Value, json};
 /// Upper bound for one client run; generous because CI machines are shared and slow.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
 
+use switchyard_testkit::KillOnDrop;
 use switchyard_testkit::python_venv::{python_dir, venv_python};
 
 // ------------------------------------------------------------------------------------------------
@@ -285,15 +286,8 @@ fn input_rounds_complete_over_a_pool_each_retry_on_the_instance_that_asked() {
 fn a_remote_2026_server_gets_the_headers_its_tools_mirror() {
     use switchyard_testkit::http_servers::{RemoteTransport, free_port, local, wait_for_port};
     use switchyard_testkit::sdk_clients::{ClientTarget, python_client};
-    struct Killed(std::process::Child);
-    impl Drop for Killed {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
     let port = free_port();
-    let _server = Killed(
+    let _server = KillOnDrop(
         Command::new(venv_python())
             .arg(python_dir().join("header_server.py"))
             .args(["--port", &port.to_string()])

@@ -27,13 +27,21 @@ struct Daemon {
 
 impl Daemon {
     async fn start() -> Daemon {
+        Daemon::start_with(|home| {
+            format!(
+                "{}[servers.alpha.limits]\ncall_timeout_ms = 2000\n{}",
+                home.fixture("alpha", &[]),
+                home.fixture("beta", &[])
+            )
+        })
+        .await
+    }
+
+    /// A daemon serving the servers `servers` writes, and HTTP.
+    async fn start_with(servers: impl FnOnce(&Home) -> String) -> Daemon {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let home = Home::new();
-        home.write_config(&format!(
-            "{}[servers.alpha.limits]\ncall_timeout_ms = 2000\n{}[http]\nlisten = \"127.0.0.1:0\"\n",
-            home.fixture("alpha", &[]),
-            home.fixture("beta", &[])
-        ));
+        home.write_config(&format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", servers(&home)));
         let cfg = home.config_str();
         let out = home.cli(&["daemon", "--config", &cfg, "--detach"]).await;
         assert!(out.status.success(), "daemon --detach failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -292,4 +300,20 @@ async fn the_status_page_goes_live_in_chromium_and_draws_its_servers() {
     let band =
         (0..40).flat_map(|y| (0..info.width).map(move |x| (x, y))).filter(|&(x, y)| near(px(x, y), ACCENT)).count();
     assert!(band * 2 > 40 * info.width as usize, "the header band is not in the accent colour ({band} pixels)");
+}
+
+/// A remote server that nobody has signed in to says so in its row, with the command that
+/// signs in; `/api/status` has its state and no token.
+#[tokio::test]
+async fn the_status_page_says_a_remote_server_needs_a_sign_in() {
+    // Sign-in is on for a remote server without an Authorization header; nothing listens on
+    // the discard port, and nothing needs to for the state.
+    let d = Daemon::start_with(|_| "[servers.tracker]\nurl = \"http://127.0.0.1:9/mcp\"\n".to_string()).await;
+    let resp = d.get("/api/status", Some(&d.token)).await;
+    let api: Value = serde_json::from_str(&resp.text().await.unwrap()).unwrap();
+    assert_eq!(api["servers"][0]["sign_in"]["state"], "not_signed_in", "{api}");
+    let dir = temp_dir();
+    let dom = chromium(&dir.path().join("profile"), &["--dump-dom"], &d.page).await;
+    assert!(dom.contains(r#"data-state="live""#), "the page did not go live:\n{dom}");
+    assert!(dom.contains("not signed in: switchyard login tracker"), "the sign-in is not on the page:\n{dom}");
 }

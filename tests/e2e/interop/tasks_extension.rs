@@ -5,13 +5,15 @@
 //! tests/python/tasks_client.py, a raw JSON-RPC client of the extension, creates six tasks at once
 //! over a pool of three instances through `switchyard connect` to the daemon and through the
 //! daemon's HTTP front, polls them to the end, cancels a seventh and asks for an unknown one; it
-//! must see what it sees connected to one server directly, with the six spread over all three
-//! instances. The same client reaches the server over Streamable HTTP through `connect` too.
+//! must see what it sees connected to one server directly, with the six spread over more than
+//! one of the three instances. The same client reaches the server over Streamable HTTP through
+//! `connect` too.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use switchyard_testkit::KillOnDrop;
 use switchyard_testkit::daemon::{Home, status_server};
 use switchyard_testkit::http_servers::{free_port, local, wait_for_port};
 use switchyard_testkit::python_venv::{python_dir, tasks_venv_python};
@@ -50,6 +52,25 @@ fn check_tasks(what: &str, t: &Value) {
     assert_eq!(steps["results"], serde_json::json!(squares), "{what}: {pretty}");
     assert_eq!(steps["cancel"], serde_json::json!({"answered": true, "status": "cancelled"}), "{what}: {pretty}");
     assert_eq!(steps["unknownTask"], serde_json::json!({"refused": true, "code": -32602}), "{what}: {pretty}");
+}
+
+/// Runs the client until its six tasks landed on more than one instance, checking every run. How
+/// many instances take a task depends on how the six creates overlap (each is answered at once, so
+/// on a loaded machine one instance may answer all six before the next arrives); more than one is
+/// what makes a poll on the wrong instance possible, so a run on one proves too little and is
+/// repeated, up to five runs.
+fn spread_over_instances(what: &str, direct: &Value, mut run: impl FnMut() -> Value) {
+    let mut runs = Vec::new();
+    for _ in 0..5 {
+        let routed = run();
+        check_tasks(what, &routed);
+        assert_eq!(direct["steps"], routed["steps"], "{what}");
+        if routed["pids"].as_u64() >= Some(2) {
+            return;
+        }
+        runs.push(routed);
+    }
+    panic!("{what}: in five runs the six tasks always ran on one instance: {runs:?}");
 }
 
 #[test]
@@ -95,10 +116,9 @@ fn six_extension_tasks_over_a_pool_of_three_complete_through_connect_and_the_fro
 
     let mut connect = vec!["--".to_string()];
     connect.extend(home.connect_command("tasks"));
-    let routed = tasks_transcript("tasks extension, through connect", &connect, &home.envs());
-    check_tasks("through `switchyard connect`", &routed);
-    assert_eq!(direct["steps"], routed["steps"]);
-    assert_eq!(routed["pids"], 3, "the six tasks ran on all three instances: {routed}");
+    spread_over_instances("through `switchyard connect`", &direct, || {
+        tasks_transcript("tasks extension, through connect", &connect, &home.envs())
+    });
 
     let front = vec![
         "--url".to_string(),
@@ -106,10 +126,9 @@ fn six_extension_tasks_over_a_pool_of_three_complete_through_connect_and_the_fro
         "--header".into(),
         format!("Authorization: Bearer {token}"),
     ];
-    let routed = tasks_transcript("tasks extension, through the HTTP front", &front, &[]);
-    check_tasks("through the HTTP front", &routed);
-    assert_eq!(direct["steps"], routed["steps"]);
-    assert_eq!(routed["pids"], 3, "the six tasks ran on all three instances: {routed}");
+    spread_over_instances("through the HTTP front", &direct, || {
+        tasks_transcript("tasks extension, through the HTTP front", &front, &[])
+    });
     rt.block_on(client.close());
     rt.block_on(home.shutdown());
 }
@@ -120,15 +139,8 @@ fn six_extension_tasks_over_a_pool_of_three_complete_through_connect_and_the_fro
 /// (and the server's id in the body) would fail.
 #[test]
 fn extension_tasks_of_a_remote_server_complete_through_connect() {
-    struct Killed(std::process::Child);
-    impl Drop for Killed {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
     let port = free_port();
-    let _server = Killed(
+    let _server = KillOnDrop(
         Command::new(tasks_venv_python())
             .arg(python_dir().join("tasks_server.py"))
             .args(["--port", &port.to_string()])

@@ -113,7 +113,13 @@ pub fn ensure_npm() {
         install(
             &npm,
             "switchyard-npm-install.lock",
-            &[everything_entry(), filesystem_entry(), npm.join("node_modules/@modelcontextprotocol/sdk/package.json")],
+            &[
+                everything_entry(),
+                filesystem_entry(),
+                npm.join("node_modules/@modelcontextprotocol/sdk/package.json"),
+                npm.join("node_modules/oidc-provider/package.json"),
+                npm.join("node_modules/jose/package.json"),
+            ],
         )
     });
     if let Err(e) = ready {

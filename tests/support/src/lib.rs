@@ -69,6 +69,17 @@ pub fn broken_plugins() -> PathBuf {
     target_dir().join("plugins/fixtures")
 }
 
+/// A child process started with `std::process::Command` (a server the test runs beside the
+/// router), killed and reaped when the guard is dropped, also when the test panics.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Sends signal `sig` to process `pid`; one already gone is no error (a test kills what may have
 /// exited).
 pub fn signal_pid(pid: u32, sig: i32) {

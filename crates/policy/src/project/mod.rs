@@ -2,8 +2,9 @@
 //! [`build`] turns it into a component with the language's own toolchain, [`recorded`] replays
 //! recorded calls against it (`plugin test`).
 //!
-//! Everything a project starts from (the WIT of the current policy world, the pass-through
-//! plugins, the pinned tool versions) is compiled into the binary; nothing is fetched.
+//! Everything a project starts from (the WIT of the policy world new plugins are written
+//! against, switchyard:policy@0.2.0; the pass-through plugins; the pinned tool versions) is
+//! compiled into the binary; nothing is fetched.
 
 pub mod build;
 pub mod recorded;
@@ -12,8 +13,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 
-/// The contract every project targets, copied into `wit/policy.wit`.
-pub const POLICY_WIT: &str = include_str!("../../../../wit/policy.wit");
+/// The contract every new project targets (switchyard:policy@0.2.0), copied into
+/// `wit/policy.wit`. A project of 0.1 keeps its own copy of 0.1 and builds as it did.
+pub const POLICY_WIT: &str = include_str!("../../../../wit/0.2/policy.wit");
 
 /// The versions `plugin new` pins and the tests build with. Change them together with the
 /// interop tests' lock file (tests/plugin-langs), which is where they are proven to work.
@@ -27,14 +29,16 @@ const RUST_LIB: &str = include_str!("../../../../examples/plugins/template/src/l
 const PYTHON_APP: &str = include_str!("../../../../examples/plugins/python/template/app.py");
 const JS_POLICY: &str = include_str!("../../../../examples/plugins/js/template/policy.js");
 /// How the example template finds the WIT inside the repository, and in a project.
-const RUST_WIT_PATH_IN_REPO: &str = r#"path: "../../../wit""#;
+const RUST_WIT_PATH_IN_REPO: &str = r#"path: "../../../wit/0.2""#;
 const RUST_WIT_PATH_IN_PROJECT: &str = r#"path: "wit""#;
 
-/// The calls every new project replays: a read, a write and a listed tool, each expected to
-/// pass through unchanged (what the template does).
-const CALLS_JSONL: &str = r#"{"call": {"server": "files", "method": "tools/call", "tool": "read_file", "arguments": {"path": "/tmp/notes.txt"}, "annotations": {"readOnlyHint": true}}, "client": "session-1", "expect": {"verdict": "continue", "decision": {}}}
-{"call": {"server": "files", "method": "tools/call", "tool": "write_file", "arguments": {"path": "/tmp/notes.txt", "content": "hi"}}, "client": "session-1", "expect": {"verdict": "continue", "decision": {}}}
-{"tool": {"server": "files", "name": "search", "annotations": {"readOnlyHint": false}}, "expect": {"hints": {"readOnlyHint": false}}}
+/// The calls every new project replays, each expected to pass through unchanged (what the
+/// template does): a read and a delete by one client, and the tool listed to that client and to
+/// another. Uncommenting the template's examples makes the delete's lines fail, with a diff.
+const CALLS_JSONL: &str = r#"{"call": {"server": "files", "method": "tools/call", "tool": "read_file", "arguments": {"path": "/tmp/notes.txt"}, "annotations": {"readOnlyHint": true}, "client": {"name": "cursor", "version": "1.7.0", "transport": "socket"}, "era": "2025-11-25"}, "client": "session-1", "expect": {"verdict": "continue", "decision": {}}}
+{"call": {"server": "files", "method": "tools/call", "tool": "delete_file", "arguments": {"path": "/tmp/notes.txt"}, "client": {"name": "cursor", "version": "1.7.0", "transport": "socket"}, "era": "2025-11-25"}, "client": "session-1", "expect": {"verdict": "continue", "decision": {}}}
+{"tool": {"server": "files", "name": "delete_file", "annotations": {"destructiveHint": true}, "client": {"name": "cursor", "transport": "socket"}}, "expect": {"hints": {"destructiveHint": true}}}
+{"tool": {"server": "files", "name": "delete_file", "annotations": {"destructiveHint": true}, "client": {"name": "claude-code", "transport": "stdio"}}, "expect": {"hints": {"destructiveHint": true}}}
 "#;
 
 /// A language a plugin project can be written in.
@@ -225,7 +229,7 @@ fn readme(name: &str, lang: Lang) -> String {
         Lang::Js => ("policy.js", format!("jco {JCO_VERSION} with componentize-js {COMPONENTIZE_JS_VERSION}")),
     };
     format!(
-        "# {name}: a switchyard policy plugin in {lang}; edit {file} (the contract is wit/policy.wit)\n\
+        "# {name}: a switchyard policy plugin in {lang}; edit {file} (the contract is wit/policy.wit, switchyard:policy@0.2.0)\n\
          Build: `switchyard plugin build .` writes {name}.wasm with {tool} (once: `{hint}`).\n\
          Test: `switchyard plugin test .` replays calls.jsonl in the host; then copy {name}.wasm into the router's plugins/ directory.\n",
         lang = lang.name(),
@@ -243,13 +247,20 @@ mod tests {
         for (lang, source) in [(Lang::Rust, "src/lib.rs"), (Lang::Python, "app.py"), (Lang::Js, "policy.js")] {
             let path = dir.path().join(format!("p-{}", lang.marker().replace('.', "-").to_lowercase()));
             new_project(&path, lang).unwrap();
-            assert_eq!(std::fs::read_to_string(path.join("wit/policy.wit")).unwrap(), POLICY_WIT);
+            let wit = std::fs::read_to_string(path.join("wit/policy.wit")).unwrap();
+            assert!(wit.contains("package switchyard:policy@0.2.0;"), "{lang:?}: a new project is of 0.2");
             assert_eq!(std::fs::read_to_string(path.join("README.md")).unwrap().lines().count(), 3);
             assert!(path.join(source).is_file(), "{lang:?}");
             assert_eq!(Lang::detect(&path).unwrap(), lang);
+            let (mut with_caller, mut listed_to) = (0, Vec::new());
             for line in std::fs::read_to_string(path.join("calls.jsonl")).unwrap().lines() {
-                recorded::Case::parse(line).unwrap();
+                match recorded::Case::parse(line).unwrap() {
+                    recorded::Case::Decide { call, .. } => with_caller += usize::from(call.caller.name.is_some()),
+                    recorded::Case::List { caller, .. } => listed_to.extend(caller.name),
+                }
             }
+            assert_eq!(with_caller, 2, "{lang:?}: the calls say who called");
+            assert_eq!(listed_to, ["cursor", "claude-code"], "{lang:?}: a tool is listed to two clients");
         }
         let lib = std::fs::read_to_string(dir.path().join("p-cargo-toml/src/lib.rs")).unwrap();
         assert!(lib.contains(r#"generate!({ path: "wit", world: "policy" })"#), "{lib}");

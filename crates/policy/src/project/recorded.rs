@@ -5,10 +5,14 @@
 //! `{"call": {"server", "method", "tool", "arguments", "annotations", "attempt"}, "client":
 //! "<session>", "current": <decision>, "expect": {"verdict": "continue"|"stop", "decision":
 //! <decision>} | {"verdict": "reject", "reason": "..."}}`
-//! or a listed tool and the hints expected for it:
-//! `{"tool": {"server", "name", "annotations"}, "current": <hints>, "expect": {"hints": <hints>}}`.
+//! or a listed tool, the client it is listed to, and how that client is expected to see it:
+//! `{"tool": {"server", "name", "kind", "title", "description", "annotations", "client", "era"},
+//! "current": <hints>, "expect": {"hidden", "name", "title", "description", "hints": <hints>}}`
+//! (a 0.2 plugin is asked `list-tool` for that client; a 0.1 plugin `annotate`). An `expect`
+//! field left out is expected unchanged from what the server listed (`hints`: from `current`).
 //! A decision is `{"concurrency": "shared"|"exclusive"|{"keyed": [..]}, "pool", "timeout_ms",
-//! "retry": {"attempts", "backoff_ms"}}`, hints use the MCP names (`readOnlyHint`, ...); an
+//! "retry": {"attempts", "backoff_ms"}, "placement": "shared"|"client"|"session"|{"key": ".."}}`,
+//! hints use the MCP names (`readOnlyHint`, ...); an
 //! absent field is "not said". `current` is optional (default: nothing decided, the declared
 //! hints). Blank lines and lines starting with `//` are skipped.
 
@@ -19,16 +23,33 @@ use std::path::Path;
 use anyhow::{Context, bail};
 use serde_json::{Map, Value, json};
 
-use crate::check::{call_from_json, entry_and_config};
-use crate::wasm::{self, CallArgs, Limits, Verdict};
-use switchyard_core::decision::{CallInfo, Concurrency, Decision, Hints, Retry};
+use crate::check::{call_from_json, caller_from_json, entry_and_config, optional_string};
+use crate::wasm::{self, CallArgs, Contract, Limits, Verdict};
+use crate::{Kind, ListedTool, Listing};
+use switchyard_core::decision::{CallInfo, Caller, Concurrency, Decision, Hints, Placement, Retry};
 
 /// One recorded line: what to ask the plugin, and the answer recorded for it.
 #[derive(Debug, Clone)]
 pub enum Case {
-    Decide { call: Box<CallInfo>, current: Decision, expect: Verdict },
-    Annotate { server: String, name: String, declared: Hints, current: Hints, expect: Hints },
+    Decide {
+        call: Box<CallInfo>,
+        current: Decision,
+        expect: Verdict,
+    },
+    /// A listed tool: `current` is what the plugins before made of it, `expect` how `caller`
+    /// is to see it (a 0.1 plugin can change the hints only).
+    List {
+        tool: Box<ListedTool>,
+        caller: Box<Caller>,
+        current: Listing,
+        expect: Listing,
+    },
 }
+
+/// The fields of a line's `tool`.
+const TOOL_FIELDS: &[&str] = &["server", "name", "kind", "title", "description", "annotations", "client", "era"];
+/// The fields of a `tool` line's `expect`.
+const LISTING_FIELDS: &[&str] = &["hidden", "name", "title", "description", "hints"];
 
 impl Case {
     /// Reads one line of a calls file.
@@ -49,33 +70,57 @@ impl Case {
                 Ok(Case::Decide { call: Box::new(call), current, expect: verdict_from_json(expect)? })
             }
             (None, Some(tool)) => {
-                let t = tool.as_object().context("`tool` must be an object {server, name, annotations}")?;
-                known_fields(t, &["server", "name", "annotations"], "`tool`")?;
-                let text = |k: &str| t.get(k).and_then(Value::as_str).map(str::to_string);
-                let declared = t.get("annotations").map(hints_from_json).transpose()?.unwrap_or_default();
-                let current = obj.get("current").map(hints_from_json).transpose()?.unwrap_or_else(|| declared.clone());
-                let e = expect.as_object().context("`expect` of a tool must be {\"hints\": {...}}")?;
-                known_fields(e, &["hints"], "`expect`")?;
-                Ok(Case::Annotate {
-                    server: text("server").unwrap_or_else(|| "example-server".to_string()),
-                    name: text("name").context("`tool` needs a `name`")?,
-                    declared,
-                    current,
-                    expect: hints_from_json(e.get("hints").context("`expect` of a tool needs `hints`")?)?,
-                })
+                if obj.contains_key("client") {
+                    bail!(
+                        "a `tool` line names the client it is listed to in `tool.client` (the line's own \
+                         `client` is the session of a call)"
+                    );
+                }
+                let t = tool.as_object().context("`tool` must be an object {server, name, annotations, client}")?;
+                known_fields(t, TOOL_FIELDS, "`tool`")?;
+                let text = |k: &str| optional_string(t, k, &format!("`tool.{k}`"));
+                let kind = match text("kind")? {
+                    None => Kind::Tool,
+                    Some(name) => KINDS.into_iter().find(|k| kind_name(*k) == name).with_context(|| {
+                        format!("`tool.kind` is `{name}`; it is one of tool, prompt, resource-template")
+                    })?,
+                };
+                let listed = ListedTool {
+                    kind,
+                    server: text("server")?.unwrap_or_else(|| "example-server".to_string()),
+                    name: text("name")?.context("`tool` needs a `name`")?,
+                    title: text("title")?,
+                    description: text("description")?,
+                    declared: t.get("annotations").map(hints_from_json).transpose()?.unwrap_or_default(),
+                };
+                let caller = caller_from_json(tool, "`tool`")?;
+                let hints = obj.get("current").map(hints_from_json).transpose()?;
+                let current =
+                    Listing { hints: hints.unwrap_or_else(|| listed.declared.clone()), ..Listing::of(&listed) };
+                let expect = listing_from_json(expect, &current)?;
+                Ok(Case::List { tool: Box::new(listed), caller: Box::new(caller), current, expect })
             }
-            _ => bail!("a line holds either a `call` (for decide) or a `tool` (for annotate)"),
+            _ => bail!("a line holds either a `call` (for decide) or a `tool` (for list-tool)"),
         }
     }
 
-    /// A short name for the line in the report.
-    fn label(&self) -> String {
+    /// A short name for the line in the report, in the words of the plugin's contract.
+    fn label(&self, contract: Contract) -> String {
         match self {
             Case::Decide { call, .. } => match &call.tool {
                 Some(t) => format!("decide {} {t}", call.method),
                 None => format!("decide {}", call.method),
             },
-            Case::Annotate { name, .. } => format!("annotate {name}"),
+            Case::List { tool, .. } if contract == Contract::V1 => format!("annotate {}", tool.name),
+            Case::List { tool, caller, .. } => {
+                let kind = match tool.kind {
+                    Kind::Tool => "",
+                    Kind::Prompt => "prompt ",
+                    Kind::ResourceTemplate => "resource template ",
+                };
+                let to = caller.name.as_deref().map(|n| format!(" for {n}")).unwrap_or_default();
+                format!("list-tool {kind}{}{to}", tool.name)
+            }
         }
     }
 }
@@ -140,15 +185,17 @@ fn run(plugin_path: &Path, calls: &Path, opts: &Options<'_>, out: &mut String) -
             Case::Decide { call, current, expect } => {
                 (verdict_to_json(expect), plugin.decide(&CallArgs::new(call), current).map(|v| verdict_to_json(&v)))
             }
-            Case::Annotate { server, name, declared, current, expect } => (
-                json!({"hints": hints_to_json(expect)}),
-                plugin.annotate(server, name, declared, current).map(|h| json!({"hints": hints_to_json(&h)})),
+            Case::List { tool, caller, current, expect } => (
+                listing_to_json(expect, current),
+                plugin
+                    .list_tool(tool, caller, current, tokio::time::Instant::now())
+                    .map(|l| listing_to_json(&l, current)),
             ),
         };
         let printed = plugin.output().take_captured();
         match got {
             Ok(got) if got == expected => {
-                let _ = writeln!(out, "ok    line {n}: {}", case.label());
+                let _ = writeln!(out, "ok    line {n}: {}", case.label(plugin.contract()));
             }
             Ok(got) => {
                 failed += 1;
@@ -158,12 +205,12 @@ fn run(plugin_path: &Path, calls: &Path, opts: &Options<'_>, out: &mut String) -
                     .context_radius(8)
                     .header("recorded", "now")
                     .to_string();
-                let _ =
-                    writeln!(out, "FAIL  line {n}: {}: the answer differs from the recorded one\n{diff}", case.label());
+                let label = case.label(plugin.contract());
+                let _ = writeln!(out, "FAIL  line {n}: {label}: the answer differs from the recorded one\n{diff}");
             }
             Err(e) => {
                 failed += 1;
-                let _ = writeln!(out, "FAIL  line {n}: {}: the plugin {e}", case.label());
+                let _ = writeln!(out, "FAIL  line {n}: {}: the plugin {e}", case.label(plugin.contract()));
             }
         }
         for line in printed {
@@ -233,12 +280,22 @@ pub fn decision_to_json(d: &Decision) -> Value {
     if let Some(r) = d.retry {
         m.insert("retry".into(), json!({"attempts": r.attempts, "backoff_ms": r.backoff_ms}));
     }
+    if let Some(p) = &d.placement {
+        m.insert(
+            "placement".into(),
+            match p {
+                Placement::Key(k) => json!({"key": k}),
+                other => json!(other.describe()),
+            },
+        );
+    }
     Value::Object(m)
 }
 
 fn decision_from_json(v: &Value) -> anyhow::Result<Decision> {
-    let obj = v.as_object().context("a decision must be an object {concurrency, pool, timeout_ms, retry}")?;
-    known_fields(obj, &["concurrency", "pool", "timeout_ms", "retry"], "a decision")?;
+    let obj =
+        v.as_object().context("a decision must be an object {concurrency, pool, timeout_ms, retry, placement}")?;
+    known_fields(obj, &["concurrency", "pool", "timeout_ms", "retry", "placement"], "a decision")?;
     let concurrency = match obj.get("concurrency") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) if s == "shared" => Some(Concurrency::Shared),
@@ -267,7 +324,79 @@ fn decision_from_json(v: &Value) -> anyhow::Result<Decision> {
             Some(Retry { attempts, backoff_ms })
         }
     };
-    Ok(Decision { concurrency, pool, timeout_ms, retry })
+    let placement = match obj.get("placement") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if s == "shared" => Some(Placement::Shared),
+        Some(Value::String(s)) if s == "client" => Some(Placement::Client),
+        Some(Value::String(s)) if s == "session" => Some(Placement::Session),
+        Some(Value::Object(k)) if k.len() == 1 && k.get("key").is_some_and(Value::is_string) => {
+            Some(Placement::Key(k["key"].as_str().unwrap_or_default().to_string()))
+        }
+        Some(_) => bail!("`placement` must be \"shared\", \"client\", \"session\" or {{\"key\": \"name\"}}"),
+    };
+    Ok(Decision { concurrency, pool, timeout_ms, retry, placement })
+}
+
+/// Every kind of listed item, for reading a `tool.kind`.
+const KINDS: [Kind; 3] = [Kind::Tool, Kind::Prompt, Kind::ResourceTemplate];
+
+/// How a line names a kind of listed item (`tool.kind`), written and read.
+pub(crate) fn kind_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Tool => "tool",
+        Kind::Prompt => "prompt",
+        Kind::ResourceTemplate => "resource-template",
+    }
+}
+
+/// How a tool is shown, in the words of a `tool` line's `expect`: `hints` always, and each
+/// other field only where it differs from `base` (what the server listed).
+pub(crate) fn listing_to_json(l: &Listing, base: &Listing) -> Value {
+    let mut m = Map::new();
+    if l.hidden {
+        m.insert("hidden".into(), json!(true));
+    }
+    if l.name != base.name {
+        m.insert("name".into(), json!(l.name));
+    }
+    if l.title != base.title {
+        m.insert("title".into(), json!(l.title));
+    }
+    if l.description != base.description {
+        m.insert("description".into(), json!(l.description));
+    }
+    m.insert("hints".into(), hints_to_json(&l.hints));
+    Value::Object(m)
+}
+
+/// A `tool` line's `expect`; a field left out is `base`'s (`null` for a title or description
+/// says it has none).
+fn listing_from_json(v: &Value, base: &Listing) -> anyhow::Result<Listing> {
+    let obj = v.as_object().context("`expect` of a tool must be an object like {\"hints\": {...}}")?;
+    known_fields(obj, LISTING_FIELDS, "`expect`")?;
+    let text = |k: &str, base: &Option<String>| -> anyhow::Result<Option<String>> {
+        match obj.get(k) {
+            None => Ok(base.clone()),
+            Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => bail!("`expect.{k}` must be a string (or null: none)"),
+        }
+    };
+    Ok(Listing {
+        hidden: match obj.get("hidden") {
+            None => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => bail!("`expect.hidden` must be true or false"),
+        },
+        name: match obj.get("name") {
+            None => base.name.clone(),
+            Some(Value::String(s)) => s.clone(),
+            Some(_) => bail!("`expect.name` must be a string"),
+        },
+        title: text("title", &base.title)?,
+        description: text("description", &base.description)?,
+        hints: obj.get("hints").map(hints_from_json).transpose()?.unwrap_or_else(|| base.hints.clone()),
+    })
 }
 
 /// The MCP names of the boolean hints, beside their field in [`Hints`].
@@ -319,17 +448,24 @@ fn hints_from_json(v: &Value) -> anyhow::Result<Hints> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use switchyard_core::decision::Transport;
 
     #[test]
     fn a_recorded_decision_reads_back_as_it_is_written() {
         let line = r#"{"call": {"server": "fs", "tool": "write", "arguments": {"path": "/a"}}, "client": "s-1",
             "expect": {"verdict": "continue", "decision": {"concurrency": {"keyed": ["/a"]}, "pool": "big",
-            "timeout_ms": 3000, "retry": {"attempts": 2, "backoff_ms": 100}}}}"#;
+            "timeout_ms": 3000, "retry": {"attempts": 2, "backoff_ms": 100}, "placement": {"key": "/a"}}}}"#;
         let Case::Decide { call, expect, .. } = Case::parse(&line.replace('\n', " ")).unwrap() else { panic!() };
         assert_eq!(call.session, "s-1");
         assert_eq!(call.arguments.as_deref(), Some(r#"{"path":"/a"}"#));
         let v: Value = serde_json::from_str(line).unwrap();
         assert_eq!(verdict_to_json(&expect), v["expect"]);
+        for p in ["shared", "client", "session"] {
+            let d = decision_from_json(&json!({ "placement": p })).unwrap();
+            assert_eq!(decision_to_json(&d), json!({ "placement": p }));
+        }
+        let err = decision_from_json(&json!({"placement": "per-client"})).unwrap_err().to_string();
+        assert!(err.contains("\"client\""), "{err}");
     }
 
     #[test]
@@ -339,9 +475,41 @@ mod tests {
             (r#"{"call": {}, "expect": {"verdict": "allow"}}"#, "must be \"continue\""),
             (r#"{"tool": {"name": "x"}, "expect": {"hints": {"readOnly": true}}}"#, "readOnly"),
             (r#"{"call": {}}"#, "no `expect`"),
+            (r#"{"tool": {"name": "x", "kind": "resource"}, "expect": {}}"#, "resource-template"),
+            (r#"{"tool": {"name": "x"}, "client": "cursor", "expect": {}}"#, "`tool.client`"),
+            (r#"{"tool": {"name": "x"}, "expect": {"hidden": "yes"}}"#, "`expect.hidden`"),
+            (r#"{"tool": {"name": "x"}, "expect": {"renamed": "y"}}"#, "renamed"),
         ] {
             let e = format!("{:#}", Case::parse(line).unwrap_err());
             assert!(e.contains(says), "{line}: {e}");
         }
+    }
+
+    #[test]
+    fn a_listed_tool_is_expected_unchanged_but_for_what_its_line_says() {
+        let line = r#"{"tool": {"server": "fs", "name": "read_file", "kind": "prompt", "title": "Read",
+            "annotations": {"readOnlyHint": true}, "client": {"name": "cursor", "transport": "socket"},
+            "era": "2025-11-25"}, "expect": {"name": "cat", "title": null}}"#;
+        let Case::List { tool, caller, current, expect } = Case::parse(&line.replace('\n', " ")).unwrap() else {
+            panic!()
+        };
+        assert_eq!((tool.kind, tool.title.as_deref()), (Kind::Prompt, Some("Read")));
+        assert_eq!((caller.name.as_deref(), caller.transport), (Some("cursor"), Transport::Socket));
+        assert_eq!(caller.era, "2025-11-25");
+        assert_eq!(current, Listing::of(&tool), "without `current`, what the server listed");
+        assert_eq!(
+            expect,
+            Listing { name: "cat".into(), title: None, ..Listing::of(&tool) },
+            "hints, description and visibility unchanged"
+        );
+        assert_eq!(
+            listing_to_json(&expect, &current),
+            json!({"name": "cat", "title": null, "hints": {"readOnlyHint": true}})
+        );
+        // The lines of 0.1's calls files read as they did: the hints expected, for no client.
+        let old = r#"{"tool": {"server": "fs", "name": "search", "annotations": {}}, "expect": {"hints": {"readOnlyHint": true}}}"#;
+        let Case::List { caller, expect, .. } = Case::parse(old).unwrap() else { panic!() };
+        assert_eq!(*caller, Caller::default());
+        assert_eq!((expect.hidden, expect.name.as_str(), expect.hints.read_only), (false, "search", Some(true)));
     }
 }

@@ -77,13 +77,20 @@ pub(super) fn to_wit2_client(c: &decision::Caller) -> wit2::Client {
             decision::Transport::Http => wit2::Transport::Http,
         },
         dir: c.dir.clone(),
+        token: c.token.clone(),
     }
 }
 
 /// The conversions of the types both contracts have alike, field for field (hints, decision),
 /// for one contract's generated module: bindgen makes a distinct type per contract.
 macro_rules! alike_in_both_contracts {
-    ($wit:ident, $to_hints:ident, $from_hints:ident, $to_decision:ident, $from_decision:ident) => {
+    (@placement $d:ident) => {
+        None
+    };
+    (@placement $d:ident $placement:ident) => {
+        from_wit2_placement($d.$placement)
+    };
+    ($wit:ident, $to_hints:ident, $from_hints:ident, $to_decision:ident, $from_decision:ident $(, $placement:ident)?) => {
         pub(super) fn $to_hints(h: &decision::Hints) -> $wit::Hints {
             $wit::Hints {
                 read_only: h.read_only,
@@ -104,6 +111,7 @@ macro_rules! alike_in_both_contracts {
             }
         }
 
+        /// The fields of a decision both contracts have (all but 0.2's `placement`).
         pub(super) fn $to_decision(d: &decision::Decision) -> $wit::Decision {
             $wit::Decision {
                 concurrency: d.concurrency.as_ref().map(|c| match c {
@@ -114,9 +122,11 @@ macro_rules! alike_in_both_contracts {
                 pool: d.pool.clone(),
                 timeout_ms: d.timeout_ms,
                 retry: d.retry.map(|r| $wit::Retry { attempts: r.attempts, backoff_ms: r.backoff_ms }),
+                $($placement: to_wit2_placement(d.$placement.as_ref()),)?
             }
         }
 
+        /// The plugin's decision (with no placement from a 0.1 plugin, which cannot say one).
         pub(super) fn $from_decision(d: $wit::Decision) -> decision::Decision {
             decision::Decision {
                 concurrency: d.concurrency.map(|c| match c {
@@ -127,10 +137,29 @@ macro_rules! alike_in_both_contracts {
                 pool: d.pool,
                 timeout_ms: d.timeout_ms,
                 retry: d.retry.map(|r| decision::Retry { attempts: r.attempts, backoff_ms: r.backoff_ms }),
+                placement: alike_in_both_contracts!(@placement d $($placement)?),
             }
         }
     };
 }
 
 alike_in_both_contracts!(wit, to_wit_hints, from_wit_hints, to_wit_decision, from_wit_decision);
-alike_in_both_contracts!(wit2, to_wit2_hints, from_wit2_hints, to_wit2_decision, from_wit2_decision);
+alike_in_both_contracts!(wit2, to_wit2_hints, from_wit2_hints, to_wit2_decision, from_wit2_decision, placement);
+
+fn to_wit2_placement(p: Option<&decision::Placement>) -> Option<wit2::Placement> {
+    p.map(|p| match p {
+        decision::Placement::Shared => wit2::Placement::Shared,
+        decision::Placement::Client => wit2::Placement::Client,
+        decision::Placement::Session => wit2::Placement::Session,
+        decision::Placement::Key(k) => wit2::Placement::Key(k.clone()),
+    })
+}
+
+fn from_wit2_placement(p: Option<wit2::Placement>) -> Option<decision::Placement> {
+    p.map(|p| match p {
+        wit2::Placement::Shared => decision::Placement::Shared,
+        wit2::Placement::Client => decision::Placement::Client,
+        wit2::Placement::Session => decision::Placement::Session,
+        wit2::Placement::Key(k) => decision::Placement::Key(k),
+    })
+}

@@ -31,6 +31,12 @@ use convert::{
 use runtime::{Bindings, Bindings2, PolicyPre, PolicyPre2, compile, runtime, wasm_err, wit, wit2};
 use store::State;
 
+/// Whether the deadline clock sleeps (no plugin code has run for a while).
+#[cfg(test)]
+pub(crate) fn deadline_clock_asleep() -> bool {
+    runtime().ticker_asleep()
+}
+
 use crate::rate::{self, Buckets};
 use crate::{ListedTool, Listing};
 
@@ -184,6 +190,7 @@ impl Plugin {
         let mut store = Store::new(&runtime().engine, State::new(&self.output, &self.limits, &self.buckets));
         store.limiter(|s| s as &mut dyn wasmtime::ResourceLimiter);
         store.epoch_deadline_trap();
+        let _running = runtime().running();
         let init_ms = self.limits.deadline_ms.max(MIN_INIT_DEADLINE_MS);
         store.set_epoch_deadline(Limits::ticks(init_ms));
         let instantiated = match &self.pre {
@@ -234,6 +241,7 @@ impl Plugin {
     ) -> Result<R, PluginError> {
         self.admit()?;
         let result = self.take().and_then(|mut w| {
+            let _running = runtime().running();
             w.store.set_epoch_deadline(Limits::ticks(self.limits.deadline_ms));
             w.store.data_mut().now = Some(now);
             let r = f(&w.bindings, &mut w.store);
@@ -291,14 +299,20 @@ impl Plugin {
     pub fn decide(&self, call: &CallArgs, current: &decision::Decision) -> Result<Verdict, PluginError> {
         match &self.pre {
             Pre::V1(_) => {
+                // 0.1 has no placement: the one decided before this plugin stands.
+                let kept = current.placement.clone();
                 let current = to_wit_decision(current);
                 let v = self.with_instance(call.now, |b, s| match b {
                     Exports::V1(b) => b.call_decide(s, &call.v1, &current),
                     Exports::V2(_) => unreachable!("a plugin's instances are of its own contract"),
                 })?;
                 Ok(match v {
-                    wit::Verdict::Continue(d) => Verdict::Continue(from_wit_decision(d)),
-                    wit::Verdict::Stop(d) => Verdict::Stop(from_wit_decision(d)),
+                    wit::Verdict::Continue(d) => {
+                        Verdict::Continue(decision::Decision { placement: kept, ..from_wit_decision(d) })
+                    }
+                    wit::Verdict::Stop(d) => {
+                        Verdict::Stop(decision::Decision { placement: kept, ..from_wit_decision(d) })
+                    }
                     wit::Verdict::Reject(reason) => Verdict::Reject(reason),
                 })
             }

@@ -1,8 +1,13 @@
 //! The wasmtime engine and its epoch ticker, the generated wit bindings, resource limits and the compile cache.
+//!
+//! The ticker advances the epoch only while plugin code runs (and for a short linger after), and
+//! sleeps without a timeout otherwise: a daemon with plugins that serves no calls is not woken a
+//! thousand times a second to count time nobody is measuring.
 
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -33,6 +38,9 @@ pub(super) use bindings_v2::{Policy as Bindings2, PolicyPre as PolicyPre2};
 
 /// How often the engine's epoch advances; deadlines are counted in these ticks.
 const TICK: Duration = Duration::from_millis(1);
+/// Ticks the ticker goes on after the last plugin call ended before it sleeps: calls that come
+/// close together do not each wake it.
+const LINGER_TICKS: u32 = 100;
 
 /// The engine, its linker and the epoch ticker, shared by every plugin of the process.
 pub(super) struct Runtime {
@@ -40,6 +48,7 @@ pub(super) struct Runtime {
     pub(super) linker: Linker<State>,
     /// Key part of cached artifacts: a different wasmtime or engine config must not reuse them.
     compat: String,
+    ticker: Arc<Ticker>,
 }
 
 pub(super) fn runtime() -> &'static Runtime {
@@ -62,22 +71,86 @@ impl Runtime {
         wit_host::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s).map_err(wasm_err)?;
         wit2_host::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s).map_err(wasm_err)?;
 
-        let ticker = engine.weak();
+        let ticker = Arc::new(Ticker::default());
+        let (weak, t) = (engine.weak(), ticker.clone());
         std::thread::Builder::new()
             .name("switchyard-epoch".into())
-            .spawn(move || {
-                while let Some(engine) = ticker.upgrade() {
-                    engine.increment_epoch();
-                    drop(engine);
-                    std::thread::sleep(TICK);
-                }
-            })
+            .spawn(move || t.run(weak))
             .context("cannot start the plugin deadline thread")?;
 
         let mut h = std::collections::hash_map::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut h);
         let compat = format!("{:016x}", h.finish());
-        Ok(Runtime { engine, linker, compat })
+        Ok(Runtime { engine, linker, compat, ticker })
+    }
+
+    /// Keeps the epoch advancing until the guard is dropped: taken around any run of plugin code
+    /// under a deadline, before the deadline is set.
+    pub(super) fn running(&self) -> Running {
+        self.ticker.enter();
+        Running(self.ticker.clone())
+    }
+
+    /// Whether the ticker sleeps (no plugin code has run for a while).
+    #[cfg(test)]
+    pub(super) fn ticker_asleep(&self) -> bool {
+        self.ticker.asleep.load(Ordering::SeqCst)
+    }
+}
+
+/// Plugin code is running (see [`Runtime::running`]).
+pub(super) struct Running(Arc<Ticker>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The epoch ticker's state: how many runs of plugin code need it, and whether it sleeps.
+#[derive(Default)]
+struct Ticker {
+    active: AtomicUsize,
+    asleep: AtomicBool,
+    lock: Mutex<()>,
+    wake: Condvar,
+}
+
+impl Ticker {
+    fn enter(&self) {
+        // SeqCst on both sides: either `run` sees this count before it waits, or this sees its
+        // `asleep` and wakes it under the lock it waits with.
+        self.active.fetch_add(1, Ordering::SeqCst);
+        if self.asleep.load(Ordering::SeqCst) {
+            let _held = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+            self.wake.notify_one();
+        }
+    }
+
+    /// Advances the epoch every tick while plugin code runs (and `LINGER_TICKS` after), else
+    /// sleeps until some starts; ends with the engine.
+    fn run(&self, engine: wasmtime::EngineWeak) {
+        let mut idle = 0;
+        while let Some(e) = engine.upgrade() {
+            e.increment_epoch();
+            drop(e);
+            std::thread::sleep(TICK);
+            if self.active.load(Ordering::SeqCst) > 0 {
+                idle = 0;
+                continue;
+            }
+            idle += 1;
+            if idle < LINGER_TICKS {
+                continue;
+            }
+            let mut held = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+            self.asleep.store(true, Ordering::SeqCst);
+            while self.active.load(Ordering::SeqCst) == 0 {
+                held = self.wake.wait(held).unwrap_or_else(|p| p.into_inner());
+            }
+            self.asleep.store(false, Ordering::SeqCst);
+            idle = 0;
+        }
     }
 }
 

@@ -15,13 +15,13 @@ const WAIT_NOTICE_AFTER: Duration = Duration::from_secs(1);
 /// A call that may have to wait, and whether its client may be told why.
 pub(super) struct Waiting<'a> {
     /// e.g. "tools/call `read_file` on server `fs`".
-    pub(super) about: &'a str,
+    pub(super) about: String,
     pub(super) link: &'a ClientPeer,
     /// The raw id of the client's request that waits (the notice is about it).
     pub(super) client_id: &'a str,
     /// Checked when the notice is due: the server declared `logging` (MCP lets a server send
     /// notifications/message only then) and the client's level admits `info`.
-    pub(super) may_notify: &'a (dyn Fn() -> bool + Sync),
+    pub(super) may_notify: Box<dyn Fn() -> bool + Send + Sync + 'a>,
 }
 
 /// MCP level of the "waiting" notice (RFC 5424 severity: 6 = info).
@@ -75,7 +75,7 @@ mod tests {
     }
 
     fn waiting<'a>(link: &'a ClientPeer, may: &'a (dyn Fn() -> bool + Sync)) -> Waiting<'a> {
-        Waiting { about: "tools/call `x` on server `s`", link, client_id: "1", may_notify: may }
+        Waiting { about: "tools/call `x` on server `s`".into(), link, client_id: "1", may_notify: Box::new(may) }
     }
 
     #[tokio::test(start_paused = true)]

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use crate::gate::Permit;
 use crate::peer::ClientPeer;
+use crate::placement::ScopeKey;
 use crate::pool::Lease;
 use crate::server::Server;
 use crate::server::calls::{Stage, Track};
@@ -74,12 +75,44 @@ fn caller_of(req: &Request<'_>) -> switchyard_core::decision::Caller {
     caller
 }
 
+/// How long a call by an unknown name waits for a starting server's tool list.
+const RENAMED_WAIT: Duration = Duration::from_secs(2);
+
+/// The server's item of `kind` a plugin shows this client as `called`, when the client calls
+/// by a name the server does not list and no list this session saw gave it: a daemon started
+/// anew under a `connect` whose client listed before, or a client that keeps its tool list
+/// between sessions. Asked of the chain for the items the server is known to list (its answers
+/// are mostly kept already).
+async fn renamed_to(
+    set: &Arc<PluginSet>,
+    server: &Arc<Server>,
+    req: &Request<'_>,
+    caller: &switchyard_core::decision::Caller,
+    kind: Kind,
+    called: &str,
+) -> Option<String> {
+    // A server just started has not been asked for its tools yet: it is, once (a name it does
+    // not list is then known not to be its own).
+    // (A server of the 2026-07-28 era is not asked: its tools are learned from the lists that
+    // pass.)
+    if kind == Kind::Tool && !req.modern {
+        server.declared_hints_fetched(called, RENAMED_WAIT).await;
+    }
+    let items: Vec<_> = server.known_names(kind).iter().map(|n| server.listed_item(kind, n)).collect();
+    let shown = set.list_tools_async(req.session_label, caller, items.clone(), false).await;
+    items
+        .into_iter()
+        .zip(shown)
+        .find(|(_, s)| s.hidden_by.is_none() && s.listing.name == called)
+        .map(|(item, _)| item.name)
+}
+
 /// A `tools/call` (or `prompts/get`) checked against what the plugins show its client (only
 /// when a plugin may hide or rename tools and prompts): Ok(Some(the request with the server's
 /// name of the tool)) when the client called it by a name a plugin gave it; Ok(None) to send it
 /// as it is; Err(the client's error) when a plugin hides the tool from this client or shows it
 /// under another name.
-async fn shown_tool(server: &Server, req: &Request<'_>) -> Result<Option<(String, Envelope)>, String> {
+async fn shown_tool(server: &Arc<Server>, req: &Request<'_>) -> Result<Option<(String, Envelope)>, String> {
     let kind = match req.env.method.as_deref() {
         Some("tools/call") => Kind::Tool,
         Some("prompts/get") => Kind::Prompt,
@@ -95,7 +128,15 @@ async fn shown_tool(server: &Server, req: &Request<'_>) -> Result<Option<(String
     let fields = req.env.params.as_ref().map(|p| codec::param_fields(req.line, p)).unwrap_or_default();
     let Some(called) = fields.name else { return Ok(None) };
     let caller = caller_of(req);
-    let view = req.link.tool_view(&server.name, kind);
+    let mut view = req.link.tool_view(&server.name, kind);
+    if !view.as_ref().is_some_and(|v| v.renamed.contains_key(&called))
+        && !server.lists(kind, &called)
+        && let Some(original) = renamed_to(&set, server, req, &caller, kind, &called).await
+    {
+        let found = annotate::ClientView { renamed: [(called.clone(), original)].into(), ..Default::default() };
+        req.link.set_tool_view(&server.name, kind, found);
+        view = req.link.tool_view(&server.name, kind);
+    }
     let listed = |name: &str| server.listed_item(kind, name);
     let client_id = &req.line[req.env.id.clone().expect("requests have ids")];
     match annotate::check_call(&set, req.session_label, &caller, view.as_deref(), &called, listed).await {
@@ -446,11 +487,7 @@ async fn finish(
         && let Some(r) = reply.env.result.clone()
     {
         let result = &reply.line[r.clone()];
-        match kind {
-            Kind::Tool => server.learn_tools(result),
-            Kind::Prompt => server.learn_prompts(result),
-            Kind::ResourceTemplate => {}
-        }
+        server.learn_listed(kind, result);
         if set.reads_calls() {
             let lane = req.session_label;
             match annotate::rewrite_list(set, lane, &info.caller, &server.name, kind, result).await {
@@ -483,6 +520,8 @@ struct Attempt<'r, 'a> {
     /// Safe to repeat by the server's own declaration: may be sent once more on a new
     /// connection when its link has been silent while the server answers probes.
     safe: bool,
+    /// The instances the call's placement asks for (the pool's affinity may narrow it).
+    scope: ScopeKey,
     /// Where the notifications of a `subscriptions/listen` stream go (its client, its request).
     /// Such a stream is a subscription, not a call: it passes no gate, holds no place in its
     /// instance's calls, and has no deadline once sent (it ends when its client cancels it, or
@@ -506,8 +545,10 @@ async fn attempt(
     track.set(Stage::Gate);
     let stream = (call.info.method == "subscriptions/listen")
         .then(|| Arc::new(StreamTo { to: req.link.clone(), id: call.client_id.to_string() }) as Arc<dyn ProgressSink>);
-    let attempt = Attempt { track, server, req, eff, what, started, deadline, safe, stream };
-    // A request pinned to one instance, and no other: a repeat after it ended finds it dead.
+    let scope = ScopeKey::wanted(eff.placement.as_ref(), req.session, &call.info.caller);
+    let attempt = Attempt { track, server, req, eff, what, started, deadline, safe, scope, stream };
+    // A request pinned to one instance, and no other, whatever its placement says: a repeat
+    // after it ended finds it dead.
     let ended = |instance: &Instance, held: &str, again: &str| {
         Stop::Failed(CallError::Down {
             server: server.name.clone(),
@@ -579,14 +620,23 @@ impl Attempt<'_, '_> {
         self.req.modern && !self.server.modern_pool(&self.eff.pool).instances().iter().any(|i| i.is_ready())
     }
 
+    /// What the client is told of this call while it waits (for the gate or an instance).
+    fn waiting(&self) -> Waiting<'_> {
+        let (server, req) = (self.server, self.req);
+        Waiting {
+            about: format!("{} on server `{}`", self.what, server.name),
+            link: req.link,
+            client_id: &req.line[req.env.id.clone().expect("requests have ids")],
+            may_notify: Box::new(move || {
+                server.declares_logging() && server.hub.session_level(req.session).is_none_or(|l| l >= NOTICE_LEVEL)
+            }),
+        }
+    }
+
     /// Waits for the gate within the deadline.
     async fn gate(&self) -> Result<Permit, Stop> {
         let (server, req, eff) = (self.server, self.req, self.eff);
-        let about = format!("{} on server `{}`", self.what, server.name);
-        let may_notify =
-            || server.declares_logging() && server.hub.session_level(req.session).is_none_or(|l| l >= NOTICE_LEVEL);
-        let client_id = &req.line[req.env.id.clone().expect("requests have ids")];
-        let waiting = Waiting { about: &about, link: req.link, client_id, may_notify: &may_notify };
+        let waiting = self.waiting();
         let gate_wait = || server.gate.blockers().to_string();
         let permit = bounded(
             server.gate.acquire(eff.concurrency.clone()),
@@ -612,30 +662,32 @@ impl Attempt<'_, '_> {
         let (server, req, eff, what) = (self.server, self.req, self.eff, self.what);
         // Before an instance was found, the error says what the call waited for.
         let timeout = |waiting: Option<String>| self.timed_out(what.to_string(), waiting);
-        let about = format!("{what} on server `{}`", server.name);
-        let may_notify =
-            || server.declares_logging() && server.hub.session_level(req.session).is_none_or(|l| l >= NOTICE_LEVEL);
-        let client_id = &req.line[req.env.id.clone().expect("requests have ids")];
-        let waiting = Waiting { about: &about, link: req.link, client_id, may_notify: &may_notify };
+        let waiting = self.waiting();
         let permit = match self.stream {
             Some(_) => None,
             None => Some(self.gate().await?),
         };
         let pool = if req.modern { server.modern_pool(&eff.pool) } else { &eff.pool };
         self.track.set(Stage::Instance(pool.name.clone()));
-        let pool_wait = || pool.wait_status(req.session);
-        let lease = bounded(pool.acquire(req.session), self.pool_deadline(), &req.cancel.token, &waiting, pool_wait)
-            .await
-            .map_err(|e| e.map_or(Stop::Cancelled, |w| timeout(Some(w))))?
-            .map_err(|e| {
-                Stop::Failed(match e {
-                    // The pool does not know the call: the error names it.
-                    CallError::Busy { server, reason } => {
-                        CallError::Busy { server, reason: format!("{what} was refused: {reason}") }
-                    }
-                    e => e,
-                })
-            })?;
+        let pool_wait = || pool.wait_status(req.session, &self.scope);
+        let lease = bounded(
+            pool.acquire(req.session, &self.scope),
+            self.pool_deadline(),
+            &req.cancel.token,
+            &waiting,
+            pool_wait,
+        )
+        .await
+        .map_err(|e| e.map_or(Stop::Cancelled, |w| timeout(Some(w))))?
+        .map_err(|e| {
+            Stop::Failed(match e {
+                // The pool does not know the call: the error names it.
+                CallError::Busy { server, reason } => {
+                    CallError::Busy { server, reason: format!("{what} was refused: {reason}") }
+                }
+                e => e,
+            })
+        })?;
         Ok((permit, lease))
     }
 
@@ -652,6 +704,7 @@ impl Attempt<'_, '_> {
         let sent = inst
             .send(req.line, req.env, req.session, route.clone(), Some(activity.clone()), self.stream.clone())
             .map_err(failed)?;
+        req.cancel.mark_sent();
         self.track.set(Stage::InFlight(inst.clone(), sent.upstream_id));
         let max_deadline = self.started + Duration::from_millis(server.limits.max_call_timeout_ms);
         let mut deadline = self.deadline;
@@ -714,8 +767,9 @@ impl Attempt<'_, '_> {
                             Ok(reply)
                         }
                         Ok(Err(u)) => Err(failed(u)),
-                        // The instance dropped the call without a death: only at shutdown.
-                        Err(_) => Err(Stop::Failed(CallError::ShuttingDown)),
+                        // The instance dropped the call without a death: only at shutdown, with
+                        // the call sent, so it may have run.
+                        Err(_) => Err(Stop::Failed(CallError::ShutDownInFlight { server: server.name.clone() })),
                     };
                 }
                 _ = activity.notified() => {
@@ -762,6 +816,8 @@ pub struct Cancel {
     /// Set when switchyard itself stops the call (shutdown) while the client is still there:
     /// then the client is owed an error rather than silence.
     answer: std::sync::atomic::AtomicBool,
+    /// Set once the call was handed to an instance: from then on it may have run.
+    sent: std::sync::atomic::AtomicBool,
 }
 
 impl Cancel {
@@ -776,6 +832,16 @@ impl Cancel {
     pub fn cancel_and_answer(&self, reason: &str) {
         self.answer.store(true, std::sync::atomic::Ordering::Release);
         self.cancel(Some(reason.to_string()));
+    }
+
+    /// The call was handed to an instance (it may run from now on).
+    pub fn mark_sent(&self) {
+        self.sent.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether the call was handed to an instance, so it may have run.
+    pub fn was_sent(&self) -> bool {
+        self.sent.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Whether switchyard stopped the call while its client still listens (it gets an error).

@@ -8,7 +8,7 @@ use super::{End, Forwarded, Request};
 use crate::pool::Pool;
 use crate::server::Server;
 use switchyard_core::codec;
-use switchyard_core::decision::{CallInfo, Concurrency, Decision, Retry};
+use switchyard_core::decision::{CallInfo, Concurrency, Decision, Placement, Retry};
 use switchyard_core::error::CallError;
 use switchyard_core::metrics::Outcome;
 use switchyard_policy::PluginSet;
@@ -20,6 +20,8 @@ pub struct Effective {
     pub timeout: Duration,
     /// None: the host default, decided when a failure happens (by then tools/list is usually known).
     pub retry: Option<Retry>,
+    /// Which of the pool's instances run it (None: shared); the pool's affinity may narrow it.
+    pub placement: Option<Placement>,
 }
 
 /// Fills in defaults and holds the decision within the configured limits (logging each clamp).
@@ -63,6 +65,7 @@ pub fn resolve(server: &Server, decision: Decision) -> Effective {
         pool,
         timeout: Duration::from_millis(timeout_ms),
         retry,
+        placement: decision.placement,
     }
 }
 
@@ -117,9 +120,10 @@ fn log_decision(server: &Server, set: &PluginSet, call: &CallInfo, what: &str, d
         None => "retries by the host default (one if the tool is read-only or idempotent)".to_string(),
     };
     let chain = if set.is_empty() { "none".to_string() } else { set.names().join(", ") };
+    let placement = eff.placement.as_ref().map_or("shared".to_string(), |p| p.describe());
     tracing::debug!(
         server = %server.name, session = %call.session, attempt = call.attempt,
-        "decision for {what}: concurrency {concurrency}, pool `{}`, timeout {} ms, {retry}; plugins: {chain}; chain returned {decided:?}",
+        "decision for {what}: concurrency {concurrency}, pool `{}`, placement {placement}, timeout {} ms, {retry}; plugins: {chain}; chain returned {decided:?}",
         eff.pool.name, eff.timeout.as_millis()
     );
 }

@@ -176,7 +176,7 @@ fn failure_outcome(e: &CallError) -> Outcome {
     match e {
         CallError::Timeout { .. } => Outcome::Timeout,
         CallError::Died { .. } | CallError::Lost { .. } => Outcome::Lost,
-        CallError::ShuttingDown => Outcome::ShuttingDown,
+        CallError::ShuttingDown | CallError::ShutDownInFlight { .. } => Outcome::ShuttingDown,
         CallError::Rejected(_) => Outcome::Rejected,
         _ => Outcome::Error,
     }

@@ -124,8 +124,13 @@ fn reopen(fd: BorrowedFd<'_>, access: OFlags, stat: &rustix::fs::Stat) -> Option
 pub async fn serve(router: Arc<Servers>, server: Arc<Server>, shutdown: CancellationToken) {
     let (input, output, restore) = open();
     let reader = BufReader::with_capacity(64 * 1024, input);
-    let opening =
-        Opening { transport: "stdio", sessions: router.sessions.clone(), speaks_control: false, client_dir: None };
+    let opening = Opening {
+        transport: "stdio",
+        sessions: router.sessions.clone(),
+        speaks_control: false,
+        client_dir: None,
+        client_token: None,
+    };
     session::serve(server, reader, output, opening, shutdown).await;
     drop(restore);
 }

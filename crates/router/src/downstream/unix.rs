@@ -183,6 +183,7 @@ async fn open(router: Arc<Servers>, stream: UnixStream, shutdown: CancellationTo
                     sessions: router.sessions.clone(),
                     speaks_control: true,
                     client_dir: dir,
+                    client_token: None,
                 };
                 let ends = server.shutdown.clone();
                 session::serve(server, reader, w, opening, ends).await;
@@ -211,6 +212,7 @@ async fn open(router: Arc<Servers>, stream: UnixStream, shutdown: CancellationTo
                     sessions: router.sessions.clone(),
                     speaks_control: false,
                     client_dir: None,
+                    client_token: None,
                 };
                 let ends = server.shutdown.clone();
                 let reader = std::io::Cursor::new(first).chain(reader);

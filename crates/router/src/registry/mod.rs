@@ -535,8 +535,13 @@ mod tests {
         // A session keeps it however long it lasts.
         let (client, ours) = tokio::io::duplex(1024);
         let (r, w) = tokio::io::split(ours);
-        let opening =
-            Opening { transport: "test", sessions: router.sessions.clone(), speaks_control: true, client_dir: None };
+        let opening = Opening {
+            transport: "test",
+            sessions: router.sessions.clone(),
+            speaks_control: true,
+            client_dir: None,
+            client_token: None,
+        };
         let serving = tokio::spawn(session::serve(
             server.clone(),
             tokio::io::BufReader::new(r),

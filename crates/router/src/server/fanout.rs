@@ -675,7 +675,8 @@ impl Fanout {
 
     /// Whether another instance of `inst`'s pool speaks for it: with no call of any session on
     /// it, what a shared instance says on its own (a log after a roots change every instance
-    /// heard) is said by each instance of the pool; only the lowest-numbered ready one is heard.
+    /// heard) is said by each instance of the pool; only the lowest-numbered ready one of the
+    /// same scope (the shared instances, or one client's or key's) is heard.
     fn spoken_for(&self, inst: &Instance) -> bool {
         if inst.owner.is_some() || !inst.sessions_in_flight().is_empty() {
             return false;
@@ -684,7 +685,7 @@ impl Fanout {
         server
             .instances()
             .iter()
-            .any(|o| o.owner.is_none() && o.pool() == inst.pool() && o.is_ready() && o.number() < inst.number())
+            .any(|o| o.scope == inst.scope && o.pool() == inst.pool() && o.is_ready() && o.number() < inst.number())
     }
 
     fn on_server_notification(self: &Arc<Self>, inst: &Arc<Instance>, line: String, env: Envelope) {

@@ -1,11 +1,12 @@
 //! Upkeep of running instances: idle reaping, health pings, and what happens when one dies.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use super::Server;
 use crate::upstream::Instance;
@@ -49,17 +50,20 @@ impl Server {
     }
 
     /// Background upkeep: reap idle instances, ping idle ones and recycle those that do not answer.
+    /// It sleeps until the next of these is due (or a ping ends), never on a fixed tick: a server
+    /// whose instances are busy or fresh wakes nobody.
     pub async fn maintain(self: Arc<Self>) {
-        let interval = Duration::from_millis(self.limits.health_interval_ms.clamp(100, 1000));
-        let mut pinging: BTreeSet<u64> = BTreeSet::new();
+        let mut pings = Pings::default();
         let (done_tx, mut done_rx) = mpsc::unbounded_channel::<u64>();
         loop {
+            let wait = self.next_upkeep(&pings);
             tokio::select! {
                 _ = self.shutdown.cancelled() => return,
-                _ = tokio::time::sleep(interval) => {}
-            }
-            while let Ok(n) = done_rx.try_recv() {
-                pinging.remove(&n);
+                Some(n) = done_rx.recv() => {
+                    pings.ended(n);
+                    continue;
+                }
+                _ = tokio::time::sleep(wait) => {}
             }
             for pool in self.every_pool() {
                 for inst in pool.take_idle() {
@@ -71,13 +75,11 @@ impl Server {
                 continue;
             }
             let every = Duration::from_millis(self.limits.health_interval_ms);
-            for inst in self.all_instances() {
-                if inst.is_ready()
-                    && inst.inflight() == 0
-                    && inst.idle_for() >= every
-                    && !pinging.contains(&inst.number())
-                {
-                    pinging.insert(inst.number());
+            let instances = self.all_instances();
+            pings.last.retain(|n, _| instances.iter().any(|i| i.number() == *n));
+            for inst in instances {
+                if pings.due_in(&inst, every) == Some(Duration::ZERO) {
+                    pings.started(inst.number());
                     let (server, done) = (self.clone(), done_tx.clone());
                     self.tasks.spawn(async move {
                         server.health_check(&inst).await;
@@ -88,13 +90,43 @@ impl Server {
         }
     }
 
+    /// How long [`Server::maintain`] may sleep: until an idle instance is due for its ping or its
+    /// stop. An instance busy now, or started later, is idle from some time after now, so it is
+    /// due no sooner than the shortest period from now; that period bounds the sleep.
+    pub(crate) fn next_upkeep(&self, pings: &Pings) -> Duration {
+        // Not below this: instances that became due together are handled in one wake-up.
+        const FLOOR: Duration = Duration::from_millis(100);
+        // Nothing due at all (no pings, nothing ever stopped): look again now and then anyway.
+        const CEILING: Duration = Duration::from_secs(3600);
+        let mut wait = CEILING;
+        for pool in self.every_pool() {
+            if let Some(d) = pool.next_reap() {
+                wait = wait.min(d);
+            }
+        }
+        if self.limits.health_interval_ms != 0 {
+            let every = Duration::from_millis(self.limits.health_interval_ms);
+            wait = wait.min(every);
+            for inst in self.all_instances() {
+                if let Some(due) = pings.due_in(&inst, every) {
+                    wait = wait.min(due);
+                }
+            }
+        }
+        wait.max(FLOOR)
+    }
+
     /// Pings an instance; one that does not answer in time is killed (and respawned to `min`).
     pub async fn health_check(&self, inst: &Arc<Instance>) {
         let timeout = Duration::from_millis(self.limits.health_timeout_ms);
         // The 2026-07-28 protocol has no ping: its instances are probed with server/discover.
+        // Quiet: a server that wants a sign-in is not signed in to for a health check.
         let probe = match self.is_modern(inst) {
-            true => self.own_request(inst, "server/discover", &self.modern_envelope(), timeout, "health probe").await,
-            false => self.own_request(inst, "ping", "{}", timeout, "health ping").await,
+            true => {
+                self.own_request_as(inst, "server/discover", &self.modern_envelope(), timeout, "health probe", true)
+                    .await
+            }
+            false => self.own_request_as(inst, "ping", "{}", timeout, "health ping", true).await,
         };
         match probe {
             Ok(_) => inst.touch(),
@@ -120,5 +152,39 @@ impl Server {
             }
             Err(_) => {}
         }
+    }
+}
+
+/// A server's health pings: which run now, and when each instance was last pinged. An instance is
+/// pinged once it has been idle for the health interval, and again no sooner than an interval
+/// after its last ping, whatever that ping's answer: a server that refuses pings (a sign-in is
+/// missing) is asked once an interval, not in a loop.
+#[derive(Default)]
+pub(crate) struct Pings {
+    running: BTreeSet<u64>,
+    last: HashMap<u64, Instant>,
+}
+
+impl Pings {
+    /// A ping of instance `n` starts now.
+    pub(crate) fn started(&mut self, n: u64) {
+        self.running.insert(n);
+        self.last.insert(n, Instant::now());
+    }
+
+    /// The ping of instance `n` ended (answered or not).
+    pub(crate) fn ended(&mut self, n: u64) {
+        self.running.remove(&n);
+    }
+
+    /// How long until `inst` is due a ping (zero: now); None while it is not pinged at all:
+    /// not ready, busy, or a ping of it runs.
+    fn due_in(&self, inst: &Instance, every: Duration) -> Option<Duration> {
+        if !inst.is_ready() || inst.inflight() > 0 || self.running.contains(&inst.number()) {
+            return None;
+        }
+        let idle_left = every.saturating_sub(inst.idle_for());
+        let since_ping = self.last.get(&inst.number()).map(Instant::elapsed);
+        Some(idle_left.max(since_ping.map_or(Duration::ZERO, |s| every.saturating_sub(s))))
     }
 }

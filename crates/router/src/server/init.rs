@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Server;
+use crate::placement::ScopeKey;
 use crate::upstream::Instance;
 use switchyard_core::codec;
 use switchyard_core::error::CallError;
@@ -82,7 +83,7 @@ impl Server {
             });
         }
         let pool = self.default_pool().clone();
-        let lease = pool.acquire(session).await;
+        let lease = pool.acquire(session, &ScopeKey::Shared).await;
         let result = match &lease {
             // A pool closed under the wait: the server was removed, or switchyard stops.
             Err(CallError::ShuttingDown) => Err(self.ended()),
@@ -133,9 +134,16 @@ impl Server {
             .is_ok_and(|v| v.pointer("/capabilities/logging").is_some_and(serde_json::Value::is_object))
     }
 
+    /// How long an instance's first request may take: `init_timeout_ms`, and the sign-in's
+    /// bound on top where a user must sign in first, so that a sign-in nobody completes is
+    /// reported as that, not as a server that did not start.
+    fn start_timeout(&self) -> Duration {
+        Duration::from_millis(self.limits.init_timeout_ms) + self.connector.sign_in_wait()
+    }
+
     pub(super) async fn handshake(self: &Arc<Self>, inst: &Arc<Instance>, params: &str) -> Result<(), CallError> {
         let what = "initialize".to_string();
-        let timeout = Duration::from_millis(self.limits.init_timeout_ms);
+        let timeout = self.start_timeout();
         let result = self.own_request(inst, "initialize", params, timeout, &what).await?;
         let _ = self.init_result.set(result);
         let _ = inst.write(codec::notification("notifications/initialized", "{}"));
@@ -150,9 +158,9 @@ impl Server {
     /// its envelope, which also fixes the era of a server that speaks both) shows that it is up,
     /// bounded by init_timeout_ms like an initialize; clients' own probes then get fast answers.
     pub(super) async fn modern_handshake(&self, inst: &Arc<Instance>) -> Result<(), CallError> {
-        let timeout = Duration::from_millis(self.limits.init_timeout_ms);
+        let timeout = self.start_timeout();
         let reply =
-            self.own_reply(inst, "server/discover", &self.modern_envelope(), timeout, "server/discover").await?;
+            self.own_reply(inst, "server/discover", &self.modern_envelope(), timeout, "server/discover", false).await?;
         let code = serde_json::from_str::<serde_json::Value>(&reply.line)
             .ok()
             .and_then(|v| v.get("error").and_then(|e| e["code"].as_i64()));

@@ -13,7 +13,8 @@ use tokio_util::task::TaskTracker;
 
 use crate::gate::Gate;
 use crate::peer::Buffered;
-use crate::pool::{Pool, Spawner};
+use crate::placement::ScopeKey;
+use crate::pool::{MODERN_POOL_SUFFIX, Pool, Spawner};
 use crate::server::fanout::{Fanout, Upstreams};
 use crate::upstream::{Connector, Events, Instance};
 use switchyard_config::{Config, Limits};
@@ -28,7 +29,7 @@ pub mod answers;
 mod breaker;
 pub mod calls;
 pub mod fanout;
-mod health;
+pub(crate) mod health;
 mod init;
 pub mod profile;
 mod reconcile;
@@ -40,8 +41,6 @@ use breaker::StartHealth;
 use init::InitState;
 use tools::ToolCache;
 
-/// Names the 2026-07-28 counterpart of a pool (`default` -> `default@2026-07-28`).
-const MODERN_POOL_SUFFIX: &str = "@2026-07-28";
 /// How long an instance that answered a probe as a server of the initialize era is kept for
 /// that era's first start (its client falls back to initialize at once, or not at all).
 const SPARE_KEEP: Duration = Duration::from_secs(30);
@@ -200,11 +199,11 @@ impl Server {
                     .iter()
                     .map(|(pname, pc)| {
                         let w = weak.clone();
-                        let spawner: Spawner = Arc::new(move |pool, owner| {
+                        let spawner: Spawner = Arc::new(move |pool, scope| {
                             let w = w.clone();
                             Box::pin(async move {
                                 match w.upgrade() {
-                                    Some(server) => server.start_instance(&pool, owner, modern).await,
+                                    Some(server) => server.start_instance(&pool, scope, modern).await,
                                     None => Err(CallError::ShuttingDown),
                                 }
                             })
@@ -347,11 +346,11 @@ impl Server {
         }
     }
 
-    /// Spawns and initialises one instance for `pool` (the pools' spawner).
+    /// Spawns and initialises one instance for `scope` of `pool` (the pools' spawner).
     async fn start_instance(
         self: Arc<Self>,
         pool: &str,
-        owner: Option<SessionId>,
+        scope: ScopeKey,
         modern: bool,
     ) -> Result<Arc<Instance>, CallError> {
         if self.shutdown.is_cancelled() {
@@ -367,7 +366,8 @@ impl Server {
         if modern && self.discover_refused() {
             return Err(self.not_modern());
         }
-        let inst = match (!modern).then(|| self.take_spare(pool, owner)).flatten() {
+        let shared = scope == ScopeKey::Shared;
+        let inst = match (!modern && shared).then(|| self.take_spare(pool)).flatten() {
             Some(spare) => spare,
             None => {
                 // Numbered across the family: a task id names its instance by number, and must name
@@ -375,7 +375,7 @@ impl Server {
                 let number = self.base().next_instance.fetch_add(1, Ordering::Relaxed);
                 let events: Arc<dyn Events> = self.hub.clone();
                 let prefix = self.instance_label_prefix();
-                Instance::start(&*self.connector, prefix, number, pool, owner, events).await.map_err(|f| {
+                Instance::start(&*self.connector, prefix, number, pool, scope, events).await.map_err(|f| {
                     self.record_start_failure(f.reason.clone());
                     CallError::Down { server: self.name.clone(), reason: f.reason }
                 })?
@@ -415,14 +415,14 @@ impl Server {
                 // A server that does not speak 2026-07-28 started fine: not a start failure.
                 if !(modern && self.discover_refused()) {
                     self.record_start_failure(e.to_string());
-                } else if owner.is_none() && matches!(e, CallError::WrongEra { .. }) && !inst.is_dead() {
+                } else if shared && matches!(e, CallError::WrongEra { .. }) && !inst.is_dead() {
                     self.keep_spare(inst, pool);
                     return Err(e);
                 }
                 inst.kill().await;
                 // A remote server that could not be reached: the calls waiting for this start
                 // are told the server is down and why (naming their own tool, not initialize).
-                if let CallError::Lost { cause, .. } = e {
+                if let CallError::Lost { cause, .. } | CallError::Refused { cause, .. } = e {
                     return Err(CallError::Down { server: self.name.clone(), reason: cause });
                 }
                 Err(e)
@@ -455,10 +455,10 @@ impl Server {
         });
     }
 
-    /// The kept instance, if it fits a start for `pool` (shared, not a session's own).
-    fn take_spare(&self, pool: &str, owner: Option<SessionId>) -> Option<Arc<Instance>> {
+    /// The kept instance (a shared one), if it fits a start of a shared instance of `pool`.
+    fn take_spare(&self, pool: &str) -> Option<Arc<Instance>> {
         let mut spare = self.spare.lock().expect("lock");
-        let fits = owner.is_none() && spare.as_ref().is_some_and(|s| &*s.pool() == pool && !s.is_dead());
+        let fits = spare.as_ref().is_some_and(|s| &*s.pool() == pool && !s.is_dead());
         if fits { spare.take() } else { None }
     }
 
@@ -471,7 +471,20 @@ impl Server {
         timeout: Duration,
         what: &str,
     ) -> Result<String, CallError> {
-        let reply = self.own_reply(inst, method, params, timeout, what).await?;
+        self.own_request_as(inst, method, params, timeout, what, false).await
+    }
+
+    /// [`Server::own_request`]; `quiet`: a health check's, which starts no sign-in.
+    pub(crate) async fn own_request_as(
+        &self,
+        inst: &Instance,
+        method: &str,
+        params: &str,
+        timeout: Duration,
+        what: &str,
+        quiet: bool,
+    ) -> Result<String, CallError> {
+        let reply = self.own_reply(inst, method, params, timeout, what, quiet).await?;
         match reply.env.result {
             Some(r) => Ok(reply.line[r].to_string()),
             None => Err(CallError::Down {
@@ -489,9 +502,10 @@ impl Server {
         params: &str,
         timeout: Duration,
         what: &str,
+        quiet: bool,
     ) -> Result<crate::upstream::Reply, CallError> {
         let failed = |u: Unanswered| u.into_error(&self.name, what);
-        let sent = inst.send_own(method, params).map_err(failed)?;
+        let sent = inst.send_own(method, params, quiet).map_err(failed)?;
         let started = Instant::now();
         let reply = match tokio::time::timeout(timeout, sent.reply).await {
             Ok(Ok(r)) => r.map_err(failed)?,

@@ -287,7 +287,7 @@ impl Server {
 /// How long a sibling goes on running after its last session left: a client that comes back
 /// (a restarted chat, a `connect` started again) finds its instances and their state there.
 /// A sibling of `share = "session"` stops when its session ends: no other session is its.
-pub const SIBLING_IDLE: Duration = Duration::from_secs(600);
+pub const SIBLING_IDLE: Duration = crate::placement::LINGER;
 /// How often a sibling checks whether it has been idle that long.
 const SIBLING_CHECK: Duration = Duration::from_secs(1);
 

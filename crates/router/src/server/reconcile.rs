@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::Server;
 use crate::peer::{LEVELS, level_rank};
+use crate::placement::ScopeKey;
 use crate::upstream::Instance;
 use switchyard_core::codec;
 use switchyard_core::error::CallError;
@@ -55,13 +56,14 @@ impl Server {
     }
 
     /// The shared instance that holds subscriptions: the lowest-numbered ready one (or `extra`,
-    /// an instance being set up, when it is lower or the only one).
+    /// an instance being set up, when it is lower or the only one). Never one of a client's or a
+    /// key's: those stop once idle, and the subscriptions with them.
     pub(super) fn subscription_holder(&self, extra: Option<&Arc<Instance>>) -> Option<u64> {
         self.all_instances()
             .iter()
             .filter(|i| i.is_ready() && !self.is_modern(i))
             .chain(extra)
-            .filter(|i| i.owner.is_none())
+            .filter(|i| i.scope == ScopeKey::Shared)
             .map(|i| i.number())
             .min()
     }
@@ -137,7 +139,8 @@ impl Server {
         failures
     }
 
-    /// A session ended: drop its subscriptions and log level, stop its affinity instances.
+    /// A session ended: drop its subscriptions and log level, stop its own instances (of its
+    /// affinity, or placed `session`).
     /// The upstream housekeeping is bounded tightly: a hung server must not hold a departing
     /// client (or the router's shutdown) for long.
     pub async fn detach(&self, session: SessionId) {

@@ -44,6 +44,8 @@ impl Server {
                     "inflight": i.inflight(),
                     "ready": i.is_ready(),
                     "owner_session": i.owner,
+                    // Which calls it serves: `shared`, `session 3`, `client cursor`, `key docs`.
+                    "scope": i.scope.describe(),
                 })
             })
             .collect();
@@ -57,6 +59,8 @@ impl Server {
             "instances": instances,
             "calls": self.calls.status(),
             "one_at_a_time": *self.serial.lock().expect("lock"),
+            // A remote server's sign-in: its state and expiry, never a token.
+            "sign_in": self.connector.sign_in(),
         })
     }
 }

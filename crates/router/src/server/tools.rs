@@ -20,8 +20,9 @@ pub(super) struct ToolCache {
     fetched_from: Option<u64>,
     /// Each tool's `title` and `description`, as listed (what a tool-list hook judges).
     words: HashMap<String, (Option<String>, Option<String>)>,
-    /// Each prompt's `title` and `description`, from the last `prompts/list` that passed.
-    prompt_words: HashMap<String, (Option<String>, Option<String>)>,
+    /// Each prompt's and resource template's `title` and `description`, from the lists that
+    /// passed (what a list hook judges of them).
+    other_words: HashMap<(Kind, String), (Option<String>, Option<String>)>,
 }
 
 impl Server {
@@ -61,19 +62,21 @@ impl Server {
         }
     }
 
-    /// Records each prompt's title and description from a prompts/list result that passed.
-    pub fn learn_prompts(&self, result_json: &str) {
-        #[derive(serde::Deserialize)]
-        struct PromptsResult {
-            #[serde(default)]
-            prompts: Vec<serde_json::Value>,
-        }
-        let Ok(r) = serde_json::from_str::<PromptsResult>(result_json) else { return };
+    /// Records each prompt's (or resource template's) title and description from a
+    /// `prompts/list` (`resources/templates/list`) result that passed.
+    pub fn learn_listed(&self, kind: Kind, result_json: &str) {
+        let field = match kind {
+            Kind::Prompt => "prompts",
+            Kind::ResourceTemplate => "resourceTemplates",
+            Kind::Tool => return self.learn_tools(result_json),
+        };
+        let Ok(mut r) = serde_json::from_str::<serde_json::Value>(result_json) else { return };
+        let Some(items) = r.get_mut(field).and_then(|v| v.as_array_mut()).map(std::mem::take) else { return };
         let mut cache = self.tools.write().expect("lock");
-        for p in &r.prompts {
+        for p in &items {
             if let Some(name) = p.get("name").and_then(|n| n.as_str()) {
                 let text = |k: &str| p.get(k).and_then(|v| v.as_str()).map(str::to_string);
-                cache.prompt_words.insert(name.to_string(), (text("title"), text("description")));
+                cache.other_words.insert((kind, name.to_string()), (text("title"), text("description")));
             }
         }
     }
@@ -82,8 +85,11 @@ impl Server {
     /// call with it).
     pub fn listed_item(&self, kind: Kind, name: &str) -> switchyard_policy::ListedTool {
         let cache = self.tools.read().expect("lock");
-        let words = if kind == Kind::Prompt { &cache.prompt_words } else { &cache.words };
-        let (title, description) = words.get(name).cloned().unwrap_or_default();
+        let words = match kind {
+            Kind::Tool => cache.words.get(name),
+            _ => cache.other_words.get(&(kind, name.to_string())),
+        };
+        let (title, description) = words.cloned().unwrap_or_default();
         let declared = if kind == Kind::Tool { cache.declared.get(name).cloned() } else { None };
         switchyard_policy::ListedTool {
             kind,
@@ -125,21 +131,18 @@ impl Server {
         self.tool_labels.label(tool, |t| self.tools.read().expect("lock").declared.contains_key(t))
     }
 
-    /// Whether the list hooks of `before` and `after` show a connected client any known tool or
-    /// prompt otherwise.
-    async fn shown_differs(&self, before: &Arc<PluginSet>, after: &Arc<PluginSet>) -> bool {
+    /// The kinds of list (tools, prompts, resource templates) whose known items the list hooks
+    /// of `before` and `after` show some connected client otherwise.
+    async fn shown_differs(&self, before: &Arc<PluginSet>, after: &Arc<PluginSet>) -> Vec<Kind> {
         let items: Vec<ListedTool> = {
             let cache = self.tools.read().expect("lock");
             let tools = cache.declared.keys().map(|n| (Kind::Tool, n.clone()));
-            let prompts = cache.prompt_words.keys().map(|n| (Kind::Prompt, n.clone()));
-            tools.chain(prompts).collect::<Vec<_>>()
+            tools.chain(cache.other_words.keys().cloned()).collect::<Vec<_>>()
         }
         .into_iter()
         .map(|(kind, name)| self.listed_item(kind, &name))
         .collect();
-        if items.is_empty() {
-            return false;
-        }
+        let mut differ = Vec::new();
         let mut callers = self.hub.callers();
         callers.dedup();
         for caller in callers {
@@ -150,11 +153,35 @@ impl Server {
                     shown.into_iter().map(|s| s.listing).collect::<Vec<_>>()
                 }
             };
-            if shown(before).await != shown(after).await {
-                return true;
+            let (was, is) = (shown(before).await, shown(after).await);
+            for ((item, a), b) in items.iter().zip(&was).zip(&is) {
+                if a != b && !differ.contains(&item.kind) {
+                    differ.push(item.kind);
+                }
+            }
+            if differ.len() == 3 {
+                break;
             }
         }
-        false
+        differ
+    }
+
+    /// The names of the items of `kind` the server is known to list.
+    pub fn known_names(&self, kind: Kind) -> Vec<String> {
+        let cache = self.tools.read().expect("lock");
+        match kind {
+            Kind::Tool => cache.declared.keys().cloned().collect(),
+            _ => cache.other_words.keys().filter(|(k, _)| *k == kind).map(|(_, n)| n.clone()).collect(),
+        }
+    }
+
+    /// Whether the server is known to list an item of `kind` named `name` (no copy of the names).
+    pub fn lists(&self, kind: Kind, name: &str) -> bool {
+        let cache = self.tools.read().expect("lock");
+        match kind {
+            Kind::Tool => cache.declared.contains_key(name),
+            _ => cache.other_words.keys().any(|(k, n)| *k == kind && n == name),
+        }
     }
 
     pub fn known_tools(&self) -> Vec<(String, Hints)> {
@@ -228,22 +255,19 @@ impl Server {
                 && last.annotate_async("", &self.name, known.clone()).await
                     != now.annotate_async("", &self.name, known).await;
             // A plugin that judges lists per client changed: what the connected clients are shown
-            // of the tools and prompts known is compared (a plugin added that changes no list,
-            // as timeouts, makes no client re-fetch).
-            let hook_changed = !last.shows_tools_as(&now) && self.shown_differs(&last, &now).await;
-            let shown_differs = any_known && hook_changed;
+            // of the tools, prompts and resource templates known is compared, kind by kind (a
+            // plugin added that changes no list, as timeouts, makes no client re-fetch).
+            let changed = if last.shows_tools_as(&now) { Vec::new() } else { self.shown_differs(&last, &now).await };
             last = now;
-            if hook_changed {
-                // So may the prompts and resource templates each client is shown.
-                for (capability, method) in [
-                    ("prompts", "notifications/prompts/list_changed"),
-                    ("resources", "notifications/resources/list_changed"),
-                ] {
-                    if self.declares(capability) {
-                        self.hub.broadcast(&codec::notification(method, "{}"));
-                    }
+            for (kind, capability, method) in [
+                (Kind::Prompt, "prompts", "notifications/prompts/list_changed"),
+                (Kind::ResourceTemplate, "resources", "notifications/resources/list_changed"),
+            ] {
+                if changed.contains(&kind) && self.declares(capability) {
+                    self.hub.broadcast(&codec::notification(method, "{}"));
                 }
             }
+            let shown_differs = changed.contains(&Kind::Tool);
             if differs || shown_differs {
                 let what = if differs { "tool annotations" } else { "the tools some clients are shown" };
                 tracing::info!(server = %self.name, "plugins changed {what}; sending tools/list_changed");

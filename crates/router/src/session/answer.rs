@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Session;
 use crate::call::Cancel;
+use crate::placement::ScopeKey;
 use switchyard_core::codec::{self, Envelope};
 use switchyard_core::metrics::{Call, Outcome};
 
@@ -16,6 +17,18 @@ const ANSWERED_HERE: &[&str] =
     &["initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"];
 
 impl Session {
+    /// Why a call switchyard stopped at shutdown (or at its server's removal) ends unanswered:
+    /// one that was with the server may have run, and the client is told so.
+    fn ended_for(&self, token: &Cancel) -> switchyard_core::error::CallError {
+        let server = self.server();
+        match server.ended() {
+            switchyard_core::error::CallError::ShuttingDown if token.was_sent() => {
+                switchyard_core::error::CallError::ShutDownInFlight { server: server.name.clone() }
+            }
+            other => other,
+        }
+    }
+
     /// Runs one request to its single response (None: the client cancelled it).
     pub(super) async fn run(self: Arc<Self>, line: String, env: Envelope, token: Arc<Cancel>) -> Option<String> {
         let id_span = env.id.clone().expect("requests have ids");
@@ -24,7 +37,7 @@ impl Session {
         let resp = self
             .dispatch(&line, &env, &id, &token)
             .await
-            .or_else(|| token.owes_answer().then(|| self.server().ended().to_response(&id)));
+            .or_else(|| token.owes_answer().then(|| self.ended_for(&token).to_response(&id)));
         // What the engine forwards it counts itself; what the session answers is counted here.
         let method = env.method.as_deref().unwrap_or_default();
         if ANSWERED_HERE.contains(&method) {
@@ -49,6 +62,25 @@ impl Session {
         }
         drop(inflight);
         resp
+    }
+
+    /// For a client whose initialize was answered from the server's earlier answer while the
+    /// server's start then failed: starts it again, once per request, and says whether it is
+    /// up now. That client was told the server is up and will not initialize again, and the
+    /// cause may be gone since (a sign-in done meanwhile, a server back up); repeating the old
+    /// failure for ever would leave it no way but a restart. Another client gets the failure.
+    async fn start_again(&self, server: &Arc<crate::server::Server>) -> bool {
+        if self.promised.get().is_none() {
+            return false;
+        }
+        let Some(params) = self.placement.init_params.lock().expect("lock").clone() else { return false };
+        match server.initialize(self.id, &params).await {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::debug!(session = %self.label, server = %server.name, "the server's start failed again: {e}");
+                false
+            }
+        }
     }
 
     async fn dispatch(self: &Arc<Self>, line: &str, env: &Envelope, id: &str, cancel: &Cancel) -> Option<String> {
@@ -157,7 +189,7 @@ impl Session {
             ),
             _ if !or_cancelled(token, async {
                 let _turn = self.in_order.lock().await;
-                server.wait_initialized().await
+                server.wait_initialized().await || self.start_again(server).await
             })
             .await? =>
             {
@@ -230,7 +262,7 @@ impl Session {
         // for the server's start as well); the answer by discover_timeout_ms.
         let pool = server.modern_pool(server.default_pool());
         let started = tokio::select! {
-            r = pool.acquire(self.id) => r.map(drop),
+            r = pool.acquire(self.id, &ScopeKey::Shared) => r.map(drop),
             _ = cancel.token.cancelled() => return None,
         };
         if let Err(e) = started {

@@ -71,6 +71,8 @@ struct Placement {
     asked: std::sync::atomic::AtomicBool,
     /// The client's project directory, when `connect` said it (for `share = "client"`).
     client_dir: Option<String>,
+    /// The name of the HTTP front's named token that serves the client (for `share = "client"`).
+    client_token: Option<String>,
     /// A roots change is being taken up, and another was said meanwhile.
     refreshing: std::sync::atomic::AtomicBool,
     again: std::sync::atomic::AtomicBool,
@@ -94,6 +96,8 @@ pub struct Opening {
     pub speaks_control: bool,
     /// The client's project directory (`connect`'s working directory), when known.
     pub client_dir: Option<String>,
+    /// The name of the `[http.tokens]` entry whose token the HTTP front was sent, when one was.
+    pub client_token: Option<String>,
 }
 
 impl Session {
@@ -237,7 +241,11 @@ impl Session {
         // A client that stops reading may fall this far behind before its session is closed.
         let queue_limit = server.limits.max_message_bytes.saturating_mul(4);
         let link = ClientPeer::new(id, tx, queue_limit, server.buffered.clone());
-        link.set_origin(Transport::of_label(opening.transport), opening.client_dir.clone());
+        link.set_origin(
+            Transport::of_label(opening.transport),
+            opening.client_dir.clone(),
+            opening.client_token.clone(),
+        );
         server.hub.attach(link.clone());
         let session = Arc::new(Session {
             id,
@@ -250,6 +258,7 @@ impl Session {
                 settled: tokio::sync::watch::channel(true).0,
                 asked: Default::default(),
                 client_dir: opening.client_dir.clone(),
+                client_token: opening.client_token.clone(),
                 refreshing: Default::default(),
                 again: Default::default(),
             },
@@ -652,7 +661,12 @@ impl Session {
             Share::Client => {
                 let v: serde_json::Value = serde_json::from_str(params).unwrap_or_default();
                 let name = v["clientInfo"]["name"].as_str().unwrap_or_default();
-                Some(format!("{name} in {}", self.placement.client_dir.as_deref().unwrap_or("")))
+                let dir = self.placement.client_dir.as_deref().unwrap_or("");
+                // Holders of two named tokens are two clients, whatever their names say.
+                match &self.placement.client_token {
+                    Some(token) => Some(format!("{name} in {dir} with token {token}")),
+                    None => Some(format!("{name} in {dir}")),
+                }
             }
             Share::Session => Some(format!("session {}", self.id)),
             Share::All | Share::Profile => None,

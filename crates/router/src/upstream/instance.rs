@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use super::transport::{Closed, Connector, Ended, Failure, Inbound, Lost, Outbound, Transport};
 use super::{Events, ProgressSink};
+use crate::placement::ScopeKey;
 use switchyard_core::codec::{self, Envelope, Kind};
 use switchyard_core::error::{Death, Unanswered};
 use switchyard_core::ids::SessionId;
@@ -77,8 +78,13 @@ pub struct Instance {
     /// The pool it serves; changes once at most, when an instance started for a 2026-07-28
     /// probe turns out to be of the initialize era and is kept for that era's pool.
     pool: Mutex<Arc<str>>,
-    /// Set for affinity pools: the only session this instance serves.
+    /// The only session this instance serves: set for a session's own instances (a pool's
+    /// `affinity = "session"`, a call placed `session`). What it sends on its own goes to that
+    /// session alone; the instances of other scopes are attributed by their calls in flight.
     pub owner: Option<SessionId>,
+    /// Which of its pool's scopes it serves (for status, and so that only shared instances
+    /// hold what every session shares, such as resource subscriptions).
+    pub scope: ScopeKey,
     /// What carries messages; set once connected, taken when it ends.
     transport: Mutex<Option<Arc<dyn Transport>>>,
     /// From the transport, kept for after it ended.
@@ -129,15 +135,20 @@ impl Instance {
         server: &str,
         number: u64,
         pool: &str,
-        owner: Option<SessionId>,
+        scope: ScopeKey,
         events: Arc<dyn Events>,
     ) -> Result<Arc<Instance>, Failure> {
         let label = format!("{server}#{number}");
+        let owner = match scope {
+            ScopeKey::Session(s) => Some(s),
+            _ => None,
+        };
         let inst = Arc::new_cyclic(|me| Instance {
             number,
             label: label.clone(),
             pool: Mutex::new(Arc::from(pool)),
             owner,
+            scope,
             transport: Mutex::new(None),
             pid: OnceLock::new(),
             endpoint: OnceLock::new(),
@@ -287,7 +298,7 @@ impl Instance {
 
     /// Sends one message that expects no reply (a notification, or the answer to a server's request).
     pub fn write(&self, line: String) -> Result<(), Closed> {
-        self.transport().ok_or(Closed)?.send(Outbound { line, request: None })
+        self.transport().ok_or(Closed)?.send(Outbound { line, request: None, quiet: false })
     }
 
     /// Bytes sent to this instance that the server has not taken yet.
@@ -332,7 +343,7 @@ impl Instance {
     ) -> Result<Sent, Unanswered> {
         let id_span = env.id.clone().expect("requests have ids");
         let stream = stream.map(|s| (line[id_span.clone()].to_string(), s));
-        self.submit(session, activity, stream, |id_text| {
+        self.submit(session, activity, stream, false, |id_text| {
             let mut route = None;
             let mut edits = vec![(id_span, id_text)];
             if let Some((span, out)) = progress {
@@ -344,9 +355,10 @@ impl Instance {
         })
     }
 
-    /// Sends a request of the router's own (initialize, ping, tools/list, ...).
-    pub fn send_own(&self, method: &str, params: &str) -> Result<Sent, Unanswered> {
-        self.submit(0, None, None, |id_text| (codec::request(id_text, method, params), None))
+    /// Sends a request of the router's own (initialize, ping, tools/list, ...); `quiet`: a
+    /// health check's (see [`Outbound::quiet`]).
+    pub fn send_own(&self, method: &str, params: &str, quiet: bool) -> Result<Sent, Unanswered> {
+        self.submit(0, None, None, quiet, |id_text| (codec::request(id_text, method, params), None))
     }
 
     /// Gives a request a fresh upstream id, registers where its reply goes, and sends it.
@@ -356,6 +368,7 @@ impl Instance {
         session: SessionId,
         activity: Option<Arc<Notify>>,
         stream: Option<(String, Arc<dyn ProgressSink>)>,
+        quiet: bool,
         build: impl FnOnce(&str) -> (String, Option<(String, Arc<dyn ProgressSink>)>),
     ) -> Result<Sent, Unanswered> {
         if let Some(d) = self.death.get() {
@@ -370,7 +383,7 @@ impl Instance {
         let sent = Instant::now();
         pending.insert(upstream_id, Pending { session, reply: tx, progress, activity, stream, sent, behind });
         drop(pending);
-        if transport.send(Outbound { line, request: Some(upstream_id) }).is_err() {
+        if transport.send(Outbound { line, request: Some(upstream_id), quiet }).is_err() {
             self.pending.lock().expect("lock").remove(&upstream_id);
             return Err(self.death_or_closed());
         }
@@ -685,7 +698,7 @@ mod tests {
     async fn start(behaviour: Behaviour) -> (Arc<FakeConnector>, Arc<Instance>) {
         let connector = FakeConnector::new(behaviour);
         let events: Arc<dyn Events> = Arc::new(CountEvents::default());
-        let inst = Instance::start(&*connector, "t", 1, "default", None, events).await.expect("connect");
+        let inst = Instance::start(&*connector, "t", 1, "default", ScopeKey::Shared, events).await.expect("connect");
         inst.mark_ready();
         (connector, inst)
     }
@@ -823,7 +836,8 @@ mod tests {
         let connector = FakeConnector::new(answer_all());
         *connector.refuse.lock().unwrap() = Some("connection refused by http://127.0.0.1:9/mcp".into());
         let events: Arc<dyn Events> = Arc::new(CountEvents::default());
-        let err = Instance::start(&*connector, "t", 1, "default", None, events).await.err().expect("refused");
+        let err =
+            Instance::start(&*connector, "t", 1, "default", ScopeKey::Shared, events).await.err().expect("refused");
         assert!(err.reason.contains("connection refused"));
     }
 }

@@ -141,6 +141,7 @@ fn oauth_settings(
         scopes: config.scopes.clone(),
         login_timeout: Duration::from_millis(config.login_timeout_ms()),
         open_browser: config.open_browser(),
+        redirect_port: config.redirect_port,
     }))
 }
 

@@ -21,6 +21,9 @@ pub struct Outbound {
     /// instance and were given by the `Instance`). `None` for notifications and for replies to
     /// the server's own requests.
     pub request: Option<u64>,
+    /// switchyard's own health check: a refusal may renew a token by refresh, but starts no
+    /// sign-in (no one waits on it, and no browser opens for a request no user made).
+    pub quiet: bool,
 }
 
 /// The transport is closed: nothing more can be sent.
@@ -122,6 +125,15 @@ pub trait Connector: Send + Sync + 'static {
     /// Where a remote server's tool lists teach its transports which arguments to mirror in
     /// `Mcp-Param-*` headers (None: a transport without headers).
     fn tool_headers(&self) -> Option<Arc<super::remote::ToolHeaders>> {
+        None
+    }
+    /// How much longer than `init_timeout_ms` a start may take because a user must sign in
+    /// first (a remote server with no token yet): the sign-in's own bound.
+    fn sign_in_wait(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+    /// Where the server's sign-in stands (None: it does not sign in).
+    fn sign_in(&self) -> Option<switchyard_oauth::Status> {
         None
     }
 }

@@ -11,25 +11,12 @@ use crate::commands::daemon::{Which, ask_daemon, locate, not_running};
 /// `switchyard status`.
 pub(crate) fn status_blocking(which: Which, json: bool) -> anyhow::Result<()> {
     let (config, socket) = locate(which.config.as_deref(), which.socket.as_deref())?;
-    let mut status = match ask_daemon(&socket, &Hello::Status) {
+    let status = match ask_daemon(&socket, &Hello::Status) {
         Ok(Reply::Status { status }) => status,
         Ok(other) => bail!("unexpected answer from the daemon on {}: {other:?}", socket.display()),
         Err(e) => bail!("{}", not_running(&config, &socket, &e)),
     };
-    // Each remote server's sign-in, from its token file (never a token).
-    let sign_ins = config.as_deref().map(crate::commands::login::sign_ins).unwrap_or_default();
-    if !sign_ins.is_empty() {
-        let map: serde_json::Map<String, serde_json::Value> =
-            sign_ins.iter().map(|(n, s)| (n.clone(), serde_json::Value::String(s.clone()))).collect();
-        status["sign_in"] = serde_json::Value::Object(map);
-    }
-    let mut text = if json { format!("{status:#}\n") } else { render(&status) };
-    if !json && !sign_ins.is_empty() {
-        text.push_str("\nsign-in:\n");
-        for (name, state) in &sign_ins {
-            text.push_str(&format!("  {name}: {state}\n"));
-        }
-    }
+    let text = if json { format!("{status:#}\n") } else { render(&status) };
     let mut out = std::io::stdout();
     out.write_all(text.as_bytes()).and_then(|_| out.flush()).context("cannot write to stdout")
 }
@@ -122,9 +109,14 @@ fn render(s: &serde_json::Value) -> String {
                 (None, Some(url)) => url.to_string(),
                 _ => "-".to_string(),
             };
+            // An instance of one session's, client's or key's own says whose.
+            let scope = match i["scope"].as_str() {
+                None | Some("shared") => String::new(),
+                Some(s) => format!(", {}", printable(s)),
+            };
             let _ = writeln!(
                 out,
-                "  instance {} [{}] {at}, up {}, {} call(s) in flight{}",
+                "  instance {} [{}{scope}] {at}, up {}, {} call(s) in flight{}",
                 i["label"].as_str().unwrap_or("?"),
                 i["pool"].as_str().unwrap_or("?"),
                 ms(&i["uptime_ms"]),
@@ -167,6 +159,18 @@ fn render(s: &serde_json::Value) -> String {
             b["error"].as_str().unwrap_or("")
         );
     }
+    // Each remote server's sign-in, as the daemon holds it (never a token).
+    let sign_ins: Vec<(&str, &serde_json::Value)> = servers
+        .iter()
+        .filter(|v| v["sign_in"].is_object())
+        .map(|v| (v["name"].as_str().unwrap_or("?"), &v["sign_in"]))
+        .collect();
+    if !sign_ins.is_empty() {
+        let _ = writeln!(out, "\nsign-in:");
+        for (name, si) in sign_ins {
+            let _ = writeln!(out, "  {name}: {}", sign_in_text(name, si, crate::commands::login::now_secs()));
+        }
+    }
     let recent = s["recent_errors"].as_array().cloned().unwrap_or_default();
     if !recent.is_empty() {
         let shown = recent.len().min(RECENT_SHOWN);
@@ -192,6 +196,34 @@ recent warnings and errors (the last {shown} of {}; all in --json):",
     out
 }
 
+/// Where server `name`'s sign-in stands (`sign_in` of its status), and what to do about it.
+fn sign_in_text(name: &str, si: &serde_json::Value, now: u64) -> String {
+    use crate::commands::login::human_secs;
+    let login = format!("`switchyard login {name}`");
+    let error = printable(si["error"].as_str().unwrap_or("no cause recorded"));
+    let expires_at = si["expires_at"].as_u64();
+    let ago = expires_at.map(|at| human_secs(now.saturating_sub(at))).unwrap_or_default();
+    match si["state"].as_str().unwrap_or("") {
+        "signed_in" => {
+            // Refreshed when next used: an idle token may expire unrefreshed, and that is fine.
+            let refresh = if si["refreshable"] == true { "; it is refreshed when next used near then" } else { "" };
+            match expires_at {
+                Some(at) => format!("signed in (the token expires in {}{refresh})", human_secs(at.saturating_sub(now))),
+                None => "signed in (the token has no stated expiry)".to_string(),
+            }
+        }
+        "expired" => format!("signed in; the token expired {ago} ago and is refreshed at the next request"),
+        "expired_for_good" => {
+            format!("the token expired {ago} ago and there is no refresh token: the next request signs in ({login})")
+        }
+        "refresh_failing" => {
+            format!("the token's refresh is failing: {error}; a refusal of the token signs in again ({login})")
+        }
+        "sign_in_failed" => format!("not signed in: the last sign-in failed: {error} ({login})"),
+        _ => format!("not signed in ({login})"),
+    }
+}
+
 /// How many of the recent warnings and errors the status text shows.
 const RECENT_SHOWN: usize = 10;
 
@@ -214,7 +246,8 @@ mod tests {
             "pid": 7, "version": "0.1.0", "config": "/c.toml", "socket": "/s.sock", "log": null,
             "uptime_ms": 61_000, "plugins": ["hints.wasm"], "plugins_dir": "/p",
             "servers": [{"name": "fs", "target": "npx fs", "starts": 1, "restarts": 0, "last_error": null,
-                "instances": [{"label": "fs#1", "pool": "default", "pid": 42, "url": null, "uptime_ms": 500, "inflight": 1, "ready": true}],
+                "instances": [{"label": "fs#1", "pool": "default", "pid": 42, "url": null, "uptime_ms": 500, "inflight": 1, "ready": true, "scope": "shared"},
+                    {"label": "fs#2", "pool": "default", "pid": 43, "url": null, "uptime_ms": 500, "inflight": 0, "ready": true, "scope": "client cursor (token ci)"}],
                 "sessions": [{"label": "unix-3", "client": "claude-code 1.0", "uptime_ms": 1500, "inflight": 1, "waiting": 0}],
                 "calls": [{"call": "tools/call `read_file`", "session": "unix-3", "age_ms": 12_300, "state": "in flight",
                     "instance": "fs#1", "silent_ms": 11_000}]},
@@ -232,6 +265,7 @@ mod tests {
             "hints.wasm",
             "server fs: npx fs",
             "fs#1 [default] pid 42",
+            "fs#2 [default, client cursor (token ci)] pid 43",
             "call tools/call `read_file` of session unix-3, 12.3 s: in flight on fs#1, nothing from the link for 11.0 s",
             "claude-code 1.0",
             "server web: cannot be used: TOKEN is not set",
@@ -257,5 +291,40 @@ mod tests {
         assert!(!text.lines().any(|l| l.starts_with("server fake")), "a forged line:\n{text}");
         assert!(text.contains(r"evil\n\nserver fake: ok\u{1b}[31mRED\r"), "{text}");
         assert!(text.contains(r"line\nforged"), "{text}");
+    }
+
+    /// Each state of a sign-in reads as where it stands and what to do, with the cause where
+    /// something failed, and the cause cannot add lines.
+    #[test]
+    fn each_sign_in_state_says_what_to_do() {
+        let now = 1_000_000;
+        let text = |si: serde_json::Value| sign_in_text("tracker", &si, now);
+        use serde_json::json;
+        assert_eq!(
+            text(json!({"state": "signed_in", "expires_at": now + 3540, "refreshable": true})),
+            "signed in (the token expires in 59 min; it is refreshed when next used near then)"
+        );
+        assert_eq!(
+            text(json!({"state": "expired", "expires_at": now - 90, "refreshable": true})),
+            "signed in; the token expired 90 s ago and is refreshed at the next request"
+        );
+        assert!(
+            text(json!({"state": "expired_for_good", "expires_at": now - 7200, "refreshable": false}))
+                .ends_with("there is no refresh token: the next request signs in (`switchyard login tracker`)")
+        );
+        let failing = text(json!({"state": "refresh_failing", "error": "refreshing the token failed: HTTP 400\nx"}));
+        assert!(failing.contains(r"HTTP 400\nx") && failing.contains("switchyard login tracker"), "{failing}");
+        assert_eq!(text(json!({"state": "not_signed_in"})), "not signed in (`switchyard login tracker`)");
+        let failed = text(json!({"state": "sign_in_failed", "error": "the browser sign-in failed: nobody signed in"}));
+        assert!(failed.starts_with("not signed in: the last sign-in failed: the browser"), "{failed}");
+        // In the whole text: a section of its own, for servers that sign in.
+        let s = json!({
+            "pid": 7, "version": "0.1.0", "uptime_ms": 1, "plugins": [], "retired": [], "broken": [],
+            "servers": [{"name": "tracker", "target": "https://h/mcp", "instances": [],
+                "sign_in": {"state": "not_signed_in"}}, {"name": "fs", "target": "npx fs", "instances": [], "sign_in": null}],
+        });
+        let all = render(&s);
+        assert!(all.contains("\nsign-in:\n  tracker: not signed in (`switchyard login tracker`)\n"), "{all}");
+        assert!(!all.contains("  fs: "), "{all}");
     }
 }

@@ -1,11 +1,11 @@
 // hints: overrides the annotations of matching tools and lets read-only ones run in parallel.
 //
-// The JavaScript twin of the Rust `hints` example. Config:
+// The JavaScript twin of the Rust `hints` example (switchyard:policy@0.2.0). Config:
 // {"tools": {"<glob>": {"readOnlyHint": true, "idempotentHint": true, "destructiveHint": false,
 // "openWorldHint": false, "title": "..."}}}. Only the fields given are overridden; the most
 // specific matching glob (most literal characters) wins.
 
-import { log } from 'switchyard:policy/host@0.1.0';
+import { log } from 'switchyard:policy/host@0.2.0';
 
 const FLAGS = {
   readOnlyHint: 'readOnly',
@@ -75,7 +75,10 @@ export function decide(call, current) {
   return { tag: 'continue', val: current };
 }
 
-export function annotate(tool, current) {
+export function listTool(tool, current) {
+  // Prompts and resource templates have no annotations.
+  if (tool.kind !== 'tool') return current;
   const rule = ruleFor(tool.name);
-  return rule ? { ...current, ...rule } : current;
+  if (rule) current.hints = { ...current.hints, ...rule };
+  return current;
 }

@@ -1,10 +1,11 @@
 // A policy plugin that changes nothing: start your own from here.
 //
-// Built with `switchyard plugin build` (jco componentize, world `policy` of wit/policy.wit).
-// Records are objects with camelCase fields (readOnly, timeoutMs), an absent option is
-// `undefined`, a variant is `{ tag, val }`, and `init` refuses its config by throwing.
+// Built with `switchyard plugin build` (jco componentize, world `policy` of wit/policy.wit,
+// switchyard:policy@0.2.0). Records are objects with camelCase fields (readOnly, timeoutMs),
+// an absent option is `undefined`, a variant is `{ tag, val }`, an enum is a string
+// ('socket'), and `init` refuses its config by throwing.
 
-import { log } from 'switchyard:policy/host@0.1.0';
+import { log } from 'switchyard:policy/host@0.2.0';
 
 // Runs once per instance with the plugin's `config` from switchyard.toml (JSON text).
 // Refuse what you do not understand: a typo in a key must not leave the plugin doing nothing.
@@ -17,22 +18,21 @@ export function init(config) {
 
 // Decides how one request is handled; `current` is what earlier plugins decided.
 export function decide(call, current) {
-  // Example: refuse one tool, and run writes one at a time.
-  //     if (call.tool === 'delete_file') {
-  //       return { tag: 'reject', val: 'deleting files is not allowed here' };
+  // Example: refuse one tool to one client (`call.client.name` is the name it gave).
+  //     if (call.client.name === 'cursor' && call.tool === 'delete_file') {
+  //       return { tag: 'reject', val: 'cursor may not delete files here' };
   //     }
-  //     if (call.declared.readOnly !== true) {
-  //       current.concurrency = { tag: 'exclusive' };
-  //     }
-  // Continue hands the decision on; { tag: 'stop', val: current } would end the chain.
+  // Continue hands the decision on (set a field of `current`, keep the others);
+  // { tag: 'stop', val: current } would end the chain.
   return { tag: 'continue', val: current };
 }
 
-// Annotation hints for one listed tool; `current` is what earlier plugins made of them.
-export function annotate(tool, current) {
-  // Example: tell clients that `search` only reads, so they may run it in parallel.
-  //     if (tool.name === 'search') {
-  //       current.readOnly = true;
+// How one listed tool is shown to the client it is listed to; `current` is what earlier
+// plugins made of it.
+export function listTool(tool, current) {
+  // Example: hide one tool from one client; the others still see it.
+  //     if (tool.client.name === 'cursor' && tool.name === 'delete_file') {
+  //       current.hidden = true;
   //     }
   return current;
 }

@@ -1,6 +1,6 @@
 """hints: overrides the annotations of matching tools and lets read-only ones run in parallel.
 
-The Python twin of the Rust `hints` example. Config:
+The Python twin of the Rust `hints` example (switchyard:policy@0.2.0). Config:
 {"tools": {"<glob>": {"readOnlyHint": true, "idempotentHint": true, "destructiveHint": false,
 "openWorldHint": false, "title": "..."}}}. Only the fields given are overridden; the most
 specific matching glob (most literal characters) wins.
@@ -76,9 +76,12 @@ class WitWorld(wit_world.WitWorld):
             current.concurrency = types.Concurrency_Shared()
         return types.Verdict_Continue(current)
 
-    def annotate(self, tool: types.Tool, current: types.Hints) -> types.Hints:
+    def list_tool(self, tool: types.Tool, current: types.Listing) -> types.Listing:
+        # Prompts and resource templates have no annotations.
+        if tool.kind != types.ItemKind.TOOL:
+            return current
         rule = rule_for(tool.name)
         if rule is not None:
             for field, value in rule.items():
-                setattr(current, field, value)
+                setattr(current.hints, field, value)
         return current

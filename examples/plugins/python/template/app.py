@@ -1,7 +1,8 @@
 """A policy plugin that changes nothing: start your own from here.
 
-Built with `switchyard plugin build` (componentize-py, world `policy` of wit/policy.wit).
-The types come from the WIT: wit_world.imports.types (Call, Decision, Verdict_*, Tool, Hints).
+Built with `switchyard plugin build` (componentize-py, world `policy` of wit/policy.wit,
+switchyard:policy@0.2.0). The types come from the WIT: wit_world.imports.types (Call, Client,
+Decision, Verdict_*, Tool, Listing, Hints).
 """
 
 import json
@@ -23,17 +24,17 @@ class WitWorld(wit_world.WitWorld):
 
     def decide(self, call: types.Call, current: types.Decision) -> types.Verdict:
         """Decides how one request is handled; `current` is what earlier plugins decided."""
-        # Example: refuse one tool, and run writes one at a time.
-        # if call.tool == "delete_file":
-        #     return types.Verdict_Reject("deleting files is not allowed here")
-        # if call.declared.read_only is not True:
-        #     current.concurrency = types.Concurrency_Exclusive()
-        # Continue hands the decision on; types.Verdict_Stop(current) would end the chain.
+        # Example: refuse one tool to one client (`call.client.name` is the name it gave).
+        # if call.client.name == "cursor" and call.tool == "delete_file":
+        #     return types.Verdict_Reject("cursor may not delete files here")
+        # Continue hands the decision on (set a field of `current`, keep the others);
+        # types.Verdict_Stop(current) would end the chain.
         return types.Verdict_Continue(current)
 
-    def annotate(self, tool: types.Tool, current: types.Hints) -> types.Hints:
-        """Annotation hints for one listed tool; `current` is what earlier plugins made of them."""
-        # Example: tell clients that `search` only reads, so they may run it in parallel.
-        # if tool.name == "search":
-        #     current.read_only = True
+    def list_tool(self, tool: types.Tool, current: types.Listing) -> types.Listing:
+        """How one listed tool is shown to the client it is listed to; `current` is what
+        earlier plugins made of it."""
+        # Example: hide one tool from one client; the others still see it.
+        # if tool.client.name == "cursor" and tool.name == "delete_file":
+        #     current.hidden = True
         return current

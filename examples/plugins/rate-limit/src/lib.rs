@@ -1,10 +1,13 @@
 //! `rate-limit`: at most N calls a minute per client to the tools matching a glob.
 //!
 //! Config: `{"tools": {"<glob>": {"per_client_per_minute": N}}}`. The most specific glob that
-//! matches a called tool applies. A client is its `clientInfo.name` (a client that gave none
-//! counts per session). The counts live in the host (`host.take`), so every instance of the
-//! plugin shares them; each client may use its N calls at once, then one more every 60/N
-//! seconds. A call over the limit is refused with the limit and when it frees. Built against
+//! matches a called tool applies, per server. A client is what switchyard knows of it: its
+//! `clientInfo.name`, the project directory `connect` ran in, and over HTTP the name of the
+//! named token it was served with (so people on different tokens never share a limit, and a
+//! name alone cannot escape one); the clients that gave no name share one count (a client
+//! cannot start afresh by connecting again). The counts live in the host (`host.take`), so
+//! every instance of the plugin shares them; each client may use its N calls at once, then one
+//! more every 60/N seconds. A call over the limit is refused with the limit and when it frees. Built against
 //! `switchyard:policy@0.2.0`.
 
 wit_bindgen::generate!({ path: "../../../wit/0.2", world: "policy" });
@@ -46,7 +49,9 @@ impl Guest for RateLimit {
                     .and_then(|n| n.as_u64())
                     .and_then(|n| u32::try_from(n).ok())
                     .filter(|n| *n > 0)
-                    .ok_or_else(|| format!("tools.{glob}.per_client_per_minute must be a whole number above 0"))?;
+                    .ok_or_else(|| {
+                        format!("tools.{glob}.per_client_per_minute must be a whole number from 1 to {}", u32::MAX)
+                    })?;
                 limits.insert(glob.clone(), Limit { glob: glob.clone(), per_minute });
             }
         }
@@ -68,18 +73,23 @@ impl Guest for RateLimit {
         LIMITS.with(|l| {
             let limits = l.borrow();
             let Some(limit) = limits.get(tool) else { return Verdict::Continue(current) };
-            let client = match &call.client.name {
-                Some(name) => format!("client `{name}`"),
-                None => format!("session {}", call.session),
+            let c = &call.client;
+            let mut client = match &c.name {
+                Some(name) => format!("client `{}`", name.escape_debug()),
+                None => "the clients that gave no name".to_string(),
             };
-            let key = format!("{}\n{client}", limit.glob);
+            if let Some(token) = &c.token {
+                client.push_str(&format!(" with token `{token}`"));
+            }
+            let key = format!("{}\n{}\n{client}\n{}", limit.glob, call.server, c.dir.as_deref().unwrap_or(""));
             match take(&key, limit.per_minute, limit.per_minute) {
                 None => Verdict::Continue(current),
                 Some(ms) => Verdict::Reject(format!(
-                    "rate limit `{}` (at most {} calls a minute per client) is used up for {client}; \
-                     the next call is allowed in {:.1} s",
+                    "rate limit `{}` (at most {} calls a minute per client) is used up for {client} on \
+                     server `{}`; the next call is allowed in {:.1} s",
                     limit.glob,
                     limit.per_minute,
+                    call.server,
                     ms as f64 / 1000.0
                 )),
             }

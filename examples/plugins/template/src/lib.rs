@@ -1,8 +1,9 @@
 //! A policy plugin that changes nothing: start your own from here (`switchyard plugin new NAME
 //! --lang rust` writes this file into a ready project).
 
-// Generates the Rust types and traits of the `policy` world from the WIT contract.
-wit_bindgen::generate!({ path: "../../../wit", world: "policy" });
+// Generates the Rust types and traits of the `policy` world from the WIT contract
+// (switchyard:policy@0.2.0).
+wit_bindgen::generate!({ path: "../../../wit/0.2", world: "policy" });
 
 use switchyard::policy::host::{Level, log};
 
@@ -23,22 +24,21 @@ impl Guest for Template {
 
     /// Decides how one request is handled; `current` is what earlier plugins decided.
     fn decide(_call: Call, current: Decision) -> Verdict {
-        // Example: refuse one tool, and run writes one at a time.
-        //     if call.tool.as_deref() == Some("delete_file") {
-        //         return Verdict::Reject("deleting files is not allowed here".into());
+        // Example: refuse one tool to one client (`call.client.name` is the name it gave).
+        //     if call.client.name.as_deref() == Some("cursor") && call.tool.as_deref() == Some("delete_file") {
+        //         return Verdict::Reject("cursor may not delete files here".into());
         //     }
-        //     if call.declared.read_only != Some(true) {
-        //         current.concurrency = Some(Concurrency::Exclusive);
-        //     }
-        // Continue hands the decision on; `Verdict::Stop(d)` would end the chain.
+        // Continue hands the decision on (change a field of `current`, keep the others);
+        // `Verdict::Stop(current)` would end the chain.
         Verdict::Continue(current)
     }
 
-    /// Annotation hints for one listed tool; `current` is what earlier plugins made of them.
-    fn annotate(_tool: Tool, current: Hints) -> Hints {
-        // Example: tell clients that `search` only reads, so they may run it in parallel.
-        //     if tool.name == "search" {
-        //         return Hints { read_only: Some(true), ..current };
+    /// How one listed tool is shown to the client it is listed to; `current` is what earlier
+    /// plugins made of it.
+    fn list_tool(_tool: Tool, current: Listing) -> Listing {
+        // Example: hide one tool from one client; the others still see it.
+        //     if tool.client.name.as_deref() == Some("cursor") && tool.name == "delete_file" {
+        //         return Listing { hidden: true, ..current };
         //     }
         current
     }

@@ -6,6 +6,8 @@
 //! [`Verdict::Answer`] it sends that response as it is; on [`Verdict::Pass`] it serves the
 //! request and adds the `cors` headers to whatever it answers.
 
+use std::sync::Arc;
+
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Response, StatusCode, Uri};
 
@@ -28,7 +30,9 @@ const ALLOW_METHODS: &str = "GET, POST, DELETE";
 #[derive(Debug)]
 pub enum Verdict {
     /// Let it through; add `cors` to its response (empty unless a listed origin sent it).
-    Pass { cors: HeaderMap },
+    /// `token`: the name of the `[http.tokens]` entry it carried (None: the daemon's token, or
+    /// a path that needs none).
+    Pass { cors: HeaderMap, token: Option<Arc<str>> },
     /// Answer with this at once; the request goes no further (a refusal, or a CORS preflight).
     Answer(Response<String>),
 }
@@ -42,6 +46,8 @@ pub struct Guard {
     /// SHA-256 of the token: a presented token is hashed and the digests compared, so the
     /// comparison's time tells nothing about how much of the secret a guess got right.
     digest: [u8; 32],
+    /// The named tokens of `[http.tokens]`, each by its name: they open the MCP endpoints only.
+    named: Vec<(Arc<str>, [u8; 32])>,
 }
 
 impl std::fmt::Debug for Guard {
@@ -51,14 +57,17 @@ impl std::fmt::Debug for Guard {
 }
 
 impl Guard {
-    pub fn new(http: &HttpConfig, token: &Token) -> Guard {
+    /// The guard of a front with the daemon's `token` and the `named` ones (checked distinct
+    /// by [`token::named_for_daemon`](super::token::named_for_daemon)).
+    pub fn new(http: &HttpConfig, token: &Token, named: &[(String, Token)]) -> Guard {
         let mut hosts = http.allowed_hosts.clone();
         // Clients of a front bound to one address of this machine name that address.
         let ip = http.listen.ip();
         if !ip.is_unspecified() && !ip.is_loopback() {
             hosts.push(HostName::Ip(ip));
         }
-        Guard { hosts, origins: http.allowed_origins.clone(), digest: token.digest() }
+        let named = named.iter().map(|(name, t)| (Arc::from(name.as_str()), t.digest())).collect();
+        Guard { hosts, origins: http.allowed_origins.clone(), digest: token.digest(), named }
     }
 
     /// The verdict on a request: `uri` as the server read it (its path, and its authority when
@@ -87,14 +96,24 @@ impl Guard {
             });
         }
         let cors = listed.as_ref().map(cors_headers).unwrap_or_default();
-        if needs_token(uri.path())
-            && let Err(refusal) = self.authorized(headers)
-        {
-            let mut answer = refusal.response();
-            answer.headers_mut().extend(cors);
-            return Verdict::Answer(answer);
+        if !needs_token(uri.path()) {
+            return Verdict::Pass { cors, token: None };
         }
-        Verdict::Pass { cors }
+        let refused = |refusal: Refusal| {
+            let mut answer = refusal.response();
+            answer.headers_mut().extend(cors.clone());
+            Verdict::Answer(answer)
+        };
+        match self.authorized(headers) {
+            Err(refusal) => refused(refusal),
+            Ok(Some(name)) if super::mcp_endpoint(uri.path()).is_none() => refused(Refusal::new(
+                StatusCode::FORBIDDEN,
+                &format!(
+                    "the token `{name}` of [http.tokens] opens the MCP endpoints (/mcp/NAME) only; the status page, its API and the metrics take the daemon's own token (`switchyard token --config FILE` prints it)"
+                ),
+            )),
+            Ok(token) => Verdict::Pass { cors, token },
+        }
     }
 
     /// The host the request names (its `Host`, and the request line's authority when given),
@@ -163,9 +182,10 @@ impl Guard {
         ))
     }
 
-    /// Whether the request carries this front's token as `Authorization: Bearer TOKEN` (the
-    /// scheme in any case, one or more spaces before the token, as RFC 6750 writes it).
-    fn authorized(&self, headers: &HeaderMap) -> Result<(), Refusal> {
+    /// Whether the request carries one of this front's tokens as `Authorization: Bearer TOKEN`
+    /// (the scheme in any case, one or more spaces before the token, as RFC 6750 writes it):
+    /// None for the daemon's own, else the name of the named one.
+    fn authorized(&self, headers: &HeaderMap) -> Result<Option<Arc<str>>, Refusal> {
         let mut given = headers.get_all(header::AUTHORIZATION).iter();
         let (Some(sent), None) = (given.next(), given.next()) else {
             return Err(unauthorized(
@@ -185,18 +205,24 @@ impl Guard {
             ));
         };
         let digest = Token::new(presented.to_string()).digest();
-        // Every byte compared, whatever the first difference.
-        let differs = digest.iter().zip(self.digest.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b));
-        if differs != 0 {
-            return Err(unauthorized(
-                "Bearer error=\"invalid_token\"",
-                "the bearer token is not this daemon's (`switchyard token --config FILE` prints it; a token generated for another config file is that daemon's)",
-            ));
+        // Every byte of every token compared, whatever the first difference or match.
+        let same = |other: &[u8; 32]| digest.iter().zip(other).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
+        let mut matched = same(&self.digest).then_some(None);
+        for (name, d) in &self.named {
+            if same(d) {
+                matched = Some(Some(name.clone()));
+            }
         }
-        Ok(())
+        matched.ok_or_else(|| {
+            unauthorized(
+                "Bearer error=\"invalid_token\"",
+                "the bearer token is not this daemon's (`switchyard token --config FILE` prints it; a token generated for another config file is that daemon's; a named one must be in [http.tokens] of this config)",
+            )
+        })
     }
 }
 
+/// Whether `path` is an MCP endpoint (`/mcp`, `/mcp/NAME`, with anything after).
 /// Whether a request for `path` must carry the token: all but [`PUBLIC_PATHS`] (`/mcp`,
 /// `/mcp/NAME`, `/metrics`, `/api/status` among them).
 pub fn needs_token(path: &str) -> bool {
@@ -262,11 +288,13 @@ mod tests {
     use http::header::HeaderName;
 
     const TOKEN: &str = "sy_0123456789abcdefghijklmnopqrstuvwxyzABCDEFG";
+    /// The named token `laptop` of every guard here.
+    const LAPTOP: &str = "sy_laptop_0123456789abcdefghijklmnopqrstuvwxyz";
 
     fn guard_with(extra: &str) -> Guard {
         let text = format!("[http]\n{extra}");
         let c: switchyard_config::Config = toml::from_str(&text).unwrap();
-        Guard::new(&c.http.unwrap(), &Token::new(TOKEN.into()))
+        Guard::new(&c.http.unwrap(), &Token::new(TOKEN.into()), &[("laptop".into(), Token::new(LAPTOP.into()))])
     }
 
     fn guard() -> Guard {
@@ -502,6 +530,39 @@ mod tests {
         assert_eq!(status(&check(&g, "GET", "/metrics?x=1", &[("host", "localhost")])), 401);
     }
 
+    #[test]
+    fn a_named_token_opens_the_mcp_endpoints_only_and_says_whose_it_is() {
+        let g = guard();
+        let pass = |method: &str, path: &str, auth: &str| match check(
+            &g,
+            method,
+            path,
+            &[("host", "localhost:7070"), ("authorization", auth)],
+        ) {
+            Verdict::Pass { token, .. } => Ok(token.map(|t| t.to_string())),
+            Verdict::Answer(r) => Err((r.status().as_u16(), r.into_body())),
+        };
+        let laptop = format!("Bearer {LAPTOP}");
+        for path in ["/mcp", "/mcp/", "/mcp/fs"] {
+            for method in ["GET", "POST", "DELETE"] {
+                assert_eq!(pass(method, path, &laptop), Ok(Some("laptop".into())), "{method} {path}");
+                assert_eq!(pass(method, path, &bearer()), Ok(None), "{method} {path}");
+            }
+        }
+        // What the router would not serve as an endpoint (`/mcp/a/b`) is no MCP endpoint here either.
+        for path in ["/metrics", "/api/status", "/api", "/other", "/mcpx", "/%6dcp/fs", "/mcp/a/b", "/mcp//"] {
+            let (status, body) = pass("GET", path, &laptop).unwrap_err();
+            assert_eq!(status, 403, "{path}");
+            assert!(body.contains("the token `laptop` of [http.tokens] opens the MCP endpoints"), "{body}");
+            assert!(!body.contains(LAPTOP), "{body}");
+            assert_eq!(pass("GET", path, &bearer()), Ok(None), "{path}");
+        }
+        // Only the exact value: a prefix or a near miss of the named token is no one's.
+        for bad in [&LAPTOP[..LAPTOP.len() - 1], "sy_laptop_", &LAPTOP.to_uppercase()] {
+            assert_eq!(pass("POST", "/mcp/fs", &format!("Bearer {bad}")).unwrap_err().0, 401, "{bad}");
+        }
+    }
+
     fn post_path(g: &Guard, path: &str, auth: &str) -> u16 {
         status(&check(g, "POST", path, &[("host", "localhost:7070"), ("authorization", auth)]))
     }
@@ -592,7 +653,7 @@ mod tests {
             )
         };
         match req(&a) {
-            Verdict::Pass { cors } => {
+            Verdict::Pass { cors, .. } => {
                 assert_eq!(cors[header::ACCESS_CONTROL_ALLOW_ORIGIN], "https://app.example");
                 assert_eq!(cors[header::ACCESS_CONTROL_EXPOSE_HEADERS], "Mcp-Session-Id");
             }
@@ -607,7 +668,7 @@ mod tests {
             vec![("host", "localhost"), ("origin", "http://localhost:3000"), ("authorization", a.as_str())],
         ] {
             match check(&g, "POST", "/mcp", &h) {
-                Verdict::Pass { cors } => assert!(cors.is_empty(), "{cors:?}"),
+                Verdict::Pass { cors, .. } => assert!(cors.is_empty(), "{cors:?}"),
                 other => panic!("{other:?}"),
             }
         }

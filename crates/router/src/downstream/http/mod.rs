@@ -30,7 +30,7 @@ use session::{Feed, HttpSession, Table};
 use switchyard_config::HttpConfig;
 use switchyard_core::codec;
 use switchyard_mcp as mcp;
-use token::Token;
+use token::Tokens;
 
 /// After shutdown, how long open responses get to finish before the front stops waiting.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -49,7 +49,7 @@ pub struct Front {
 pub async fn serve(
     router: Arc<Servers>,
     http: HttpConfig,
-    token: Token,
+    tokens: Tokens,
     listener: tokio::net::TcpListener,
     shutdown: CancellationToken,
 ) {
@@ -57,7 +57,7 @@ pub async fn serve(
     let table = Arc::new(Table::default());
     let front = Arc::new(Front {
         router: router.clone(),
-        guard: Guard::new(&http, &token),
+        guard: Guard::new(&http, &tokens.daemon, &tokens.named),
         http,
         table: table.clone(),
         shutdown: shutdown.clone(),
@@ -98,9 +98,9 @@ async fn reap(front: Arc<Front>) {
 
 async fn handle(State(front): State<Arc<Front>>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
-    let cors = match front.guard.check(&parts.method, &parts.uri, &parts.headers) {
+    let (cors, token) = match front.guard.check(&parts.method, &parts.uri, &parts.headers) {
         Verdict::Answer(r) => return r.map(Body::from),
-        Verdict::Pass { cors } => cors,
+        Verdict::Pass { cors, token } => (cors, token),
     };
     // It carried the token: its connection is a client's, never closed to admit another.
     if guard::needs_token(parts.uri.path())
@@ -111,7 +111,7 @@ async fn handle(State(front): State<Arc<Front>>, req: Request) -> Response {
     // `/`, `/metrics`, `/api/status` and the page's assets (see `status`); the rest is MCP's.
     let mut resp = match status::serve(&front.router, &parts.method, parts.uri.path()) {
         Some(r) => r,
-        None => front.route(&parts.method, parts.uri.path(), &parts.headers, body).await,
+        None => front.route(&parts.method, parts.uri.path(), &parts.headers, token, body).await,
     };
     resp.headers_mut().extend(cors);
     resp
@@ -125,11 +125,17 @@ enum Mode {
 }
 
 impl Front {
-    async fn route(&self, method: &Method, path: &str, headers: &HeaderMap, body: Body) -> Response {
-        let name = match path.strip_prefix("/mcp") {
-            Some("" | "/") => None,
-            Some(rest) if rest.len() > 1 && rest.starts_with('/') && !rest[1..].contains('/') => Some(&rest[1..]),
-            _ => return plain(StatusCode::NOT_FOUND, "not found: MCP servers are at /mcp/NAME"),
+    /// An MCP request; `token`: the name of the named token it carried, if it did.
+    async fn route(
+        &self,
+        method: &Method,
+        path: &str,
+        headers: &HeaderMap,
+        token: Option<Arc<str>>,
+        body: Body,
+    ) -> Response {
+        let Some(name) = mcp_endpoint(path) else {
+            return plain(StatusCode::NOT_FOUND, "not found: MCP servers are at /mcp/NAME");
         };
         // A POST's version is checked against its body (errors carry the request's id).
         if *method != Method::POST
@@ -138,9 +144,9 @@ impl Front {
             return r;
         }
         match *method {
-            Method::POST => self.post(name, headers, body).await,
-            Method::GET => self.get(name, headers),
-            Method::DELETE => self.delete(name, headers),
+            Method::POST => self.post(name, headers, token, body).await,
+            Method::GET => self.get(name, headers, token.as_deref()),
+            Method::DELETE => self.delete(name, headers, token.as_deref()),
             _ => {
                 let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "use POST, GET or DELETE");
                 r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
@@ -149,10 +155,11 @@ impl Front {
         }
     }
 
-    /// The session a request names, if it is one of this path's server.
-    fn session(&self, name: Option<&str>, sid: &str) -> Result<Arc<HttpSession>, Box<Response>> {
+    /// The session a request names, if it is one of this path's server, begun with the token
+    /// the request carries (a session id seen by the holder of another token is of no use).
+    fn session(&self, name: Option<&str>, sid: &str, token: Option<&str>) -> Result<Arc<HttpSession>, Box<Response>> {
         match self.table.get(sid) {
-            Some(s) if name.is_none_or(|n| n == s.server.name) => Ok(s),
+            Some(s) if name.is_none_or(|n| n == s.server.name) && s.token.as_deref() == token => Ok(s),
             _ => Err(Box::new(rpc_error(
                 StatusCode::NOT_FOUND,
                 "null",
@@ -162,7 +169,7 @@ impl Front {
         }
     }
 
-    fn get(&self, name: Option<&str>, headers: &HeaderMap) -> Response {
+    fn get(&self, name: Option<&str>, headers: &HeaderMap, token: Option<&str>) -> Response {
         let Some(sid) = headers.get(mcp::header::SESSION_ID) else {
             let mut r = plain(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -174,7 +181,7 @@ impl Front {
         if accepts(headers) != Some(Mode::Sse) {
             return plain(StatusCode::NOT_ACCEPTABLE, "the GET stream is text/event-stream; list it in Accept");
         }
-        let session = match self.session(name, sid.to_str().unwrap_or("")) {
+        let session = match self.session(name, sid.to_str().unwrap_or(""), token) {
             Ok(s) => s,
             Err(r) => return *r,
         };
@@ -205,14 +212,14 @@ impl Front {
         }
     }
 
-    fn delete(&self, name: Option<&str>, headers: &HeaderMap) -> Response {
+    fn delete(&self, name: Option<&str>, headers: &HeaderMap, token: Option<&str>) -> Response {
         let Some(sid) = headers.get(mcp::header::SESSION_ID) else {
             let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "DELETE ends a session: send its Mcp-Session-Id");
             r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
             return r;
         };
         let sid = sid.to_str().unwrap_or("");
-        if let Err(r) = self.session(name, sid) {
+        if let Err(r) = self.session(name, sid, token) {
             return *r;
         }
         self.table.remove(sid);
@@ -321,6 +328,16 @@ fn empty(status: StatusCode) -> Response {
     let mut r = Response::new(Body::empty());
     *r.status_mut() = status;
     r
+}
+
+/// The MCP endpoint `path` names: `Some(None)` for `/mcp` (the only server), `Some(Some(name))`
+/// for `/mcp/NAME`, None for any other path. The guard and the router both ask this.
+pub(super) fn mcp_endpoint(path: &str) -> Option<Option<&str>> {
+    match path.strip_prefix("/mcp")? {
+        "" | "/" => Some(None),
+        rest if rest.len() > 1 && rest.starts_with('/') && !rest[1..].contains('/') => Some(Some(&rest[1..])),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

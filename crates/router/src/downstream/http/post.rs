@@ -18,17 +18,30 @@ use switchyard_mcp as mcp;
 impl Front {
     /// A POST to an MCP endpoint: one JSON-RPC message, for a session of the initialize era or
     /// (of the stateless era) for none.
-    pub(super) async fn post(&self, name: Option<&str>, headers: &HeaderMap, body: Body) -> Response {
-        match self.try_post(name, headers, body).await {
+    /// `token`: the name of the named token the request carried, if it did.
+    pub(super) async fn post(
+        &self,
+        name: Option<&str>,
+        headers: &HeaderMap,
+        token: Option<Arc<str>>,
+        body: Body,
+    ) -> Response {
+        match self.try_post(name, headers, token, body).await {
             Ok(r) => r,
             Err(refusal) => refusal.into(),
         }
     }
 
     /// A POST, step by step; any step may refuse it, with the response it gets instead.
-    async fn try_post(&self, name: Option<&str>, headers: &HeaderMap, body: Body) -> Result<Response, Refusal> {
+    async fn try_post(
+        &self,
+        name: Option<&str>,
+        headers: &HeaderMap,
+        token: Option<Arc<str>>,
+        body: Body,
+    ) -> Result<Response, Refusal> {
         let posted = check_request(headers)?;
-        let (existing, server) = self.session_for(name, headers, posted.modern)?;
+        let (existing, server) = self.session_for(name, headers, token.as_deref(), posted.modern)?;
         let limit = server.limits.max_message_bytes;
         // A declared length over the limit is refused before a byte of the body is read.
         if let Some(declared) = content_length(headers)
@@ -43,7 +56,7 @@ impl Front {
         // `initialize` in the stateless era's form (its version header, or the envelope) is a
         // request of that era, which has no such method: answered as such there, never a session.
         if posted.modern || enveloped {
-            return Ok(self.stateless(server, headers, line, env, posted.mode).await);
+            return Ok(self.stateless(server, headers, token, line, env, posted.mode).await);
         }
         // A version of neither era served (spec: 400); initialize names its version in the body.
         if let Some(v) = posted.version
@@ -55,7 +68,7 @@ impl Front {
         let (session, new_sid) = match existing {
             Some(s) => (s, None),
             None => {
-                let (s, sid) = self.open_session(&server, &env, raw_id.as_deref().unwrap_or("null"))?;
+                let (s, sid) = self.open_session(&server, &env, token, raw_id.as_deref().unwrap_or("null"))?;
                 (s, Some(sid))
             }
         };
@@ -73,16 +86,23 @@ impl Front {
         &self,
         name: Option<&str>,
         headers: &HeaderMap,
+        token: Option<&str>,
         modern: bool,
     ) -> Result<(Option<Arc<HttpSession>>, Arc<Server>), Refusal> {
         // An existing session stays on the server it began with (a config edit does not move it).
         let existing = match headers.get(mcp::header::SESSION_ID).filter(|_| !modern) {
-            Some(v) => Some(self.session(name, v.to_str().unwrap_or(""))?),
+            Some(v) => Some(self.session(name, v.to_str().unwrap_or(""), token)?),
             None => None,
         };
         let server = match &existing {
             Some(s) => s.server.clone(),
             None => self.router.lookup(name, &BTreeMap::new()).map_err(|why| {
+                // Where the config file is stays on this machine: an HTTP client may be another
+                // person's (a named token) or another machine's.
+                let why = match &self.router.about.config {
+                    Some(path) => why.replace(&path.display().to_string(), "the daemon's config file"),
+                    None => why,
+                };
                 let why = if name.is_none() { format!("{why} (over HTTP: /mcp/NAME)") } else { why };
                 Refusal::rpc(StatusCode::NOT_FOUND, "null", codec::INVALID_REQUEST, why)
             })?,
@@ -96,6 +116,7 @@ impl Front {
         &self,
         server: &Arc<Server>,
         env: &Envelope,
+        token: Option<Arc<str>>,
         id: &str,
     ) -> Result<(Arc<HttpSession>, String), Refusal> {
         if env.kind != Kind::Request || env.method.as_deref() != Some("initialize") {
@@ -110,7 +131,7 @@ impl Front {
             // The server's own token: it fires when the daemon stops and when the server
             // is removed from the config (its sessions end, as `connect` ones do).
             let (sessions, shutdown) = (self.router.sessions.clone(), server.shutdown.clone());
-            HttpSession::start(server.clone(), sessions, shutdown, self.http.event_store_bytes)
+            HttpSession::start(server.clone(), sessions, shutdown, self.http.event_store_bytes, token.clone())
         };
         match self.table.open(self.http.max_sessions, start) {
             Ok(Some(opened)) => Ok(opened),

@@ -187,6 +187,9 @@ pub struct HttpSession {
     /// Fired when the session has ended, whatever ended it.
     pub ended: CancellationToken,
     last_seen: Mutex<Instant>,
+    /// The name of the named token it was begun with (None: the daemon's own): only requests
+    /// with that token reach it.
+    pub token: Option<Arc<str>>,
 }
 
 impl HttpSession {
@@ -196,6 +199,7 @@ impl HttpSession {
         sessions: Arc<crate::session::Sessions>,
         shutdown: CancellationToken,
         event_store_bytes: usize,
+        token: Option<Arc<str>>,
     ) -> Arc<HttpSession> {
         let (inbox, rx) = mpsc::unbounded_channel();
         let routes = Arc::new(Mutex::new(Routes::new(event_store_bytes)));
@@ -207,8 +211,15 @@ impl HttpSession {
             abort: abort.clone(),
             ended: CancellationToken::new(),
             last_seen: Mutex::new(Instant::now()),
+            token: token.clone(),
         });
-        let opening = crate::session::Opening { transport: "http", sessions, speaks_control: false, client_dir: None };
+        let opening = crate::session::Opening {
+            transport: "http",
+            sessions,
+            speaks_control: false,
+            client_dir: None,
+            client_token: token.map(|t| t.to_string()),
+        };
         let ended = session.ended.clone();
         tokio::spawn(async move {
             let why = "the HTTP session was ended (DELETE or idle past [http] session_idle_ms)";

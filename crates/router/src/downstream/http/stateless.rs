@@ -143,6 +143,7 @@ impl Front {
         &self,
         server: Arc<Server>,
         headers: &HeaderMap,
+        token: Option<Arc<str>>,
         line: String,
         env: Envelope,
         mode: Mode,
@@ -187,6 +188,7 @@ impl Front {
             sessions: self.router.sessions.clone(),
             speaks_control: false,
             client_dir: None,
+            client_token: token.map(|t| t.to_string()),
         };
         let output = Catch { id: canonical(&id), progress, to_client, inbox: Some(inbox) };
         // The ephemeral session's input: the one request (and answers to server requests),

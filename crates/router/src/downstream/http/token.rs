@@ -71,6 +71,39 @@ pub fn for_daemon(
     load_or_create(file)
 }
 
+/// The tokens a front takes: the daemon's own, and the named ones of `[http.tokens]` (Debug
+/// shows the names only).
+#[derive(Debug)]
+pub struct Tokens {
+    pub daemon: Token,
+    /// By name.
+    pub named: Vec<(String, Token)>,
+}
+
+/// `[http.tokens]` with their variables read through `env`. Two entries with one value (or
+/// one with the daemon's token) are refused: the front could not tell whose a request is.
+pub fn named_for_daemon(
+    http: &HttpConfig,
+    daemon: &Token,
+    env: &dyn Fn(&str) -> Result<String, std::env::VarError>,
+) -> anyhow::Result<Vec<(String, Token)>> {
+    let named: Vec<(String, Token)> =
+        http.named_token_values(env)?.into_iter().map(|(name, value)| (name, Token::new(value))).collect();
+    for (i, (name, token)) in named.iter().enumerate() {
+        if token == daemon {
+            bail!(
+                "[http.tokens] {name} has the daemon's own token as its value: give each named token a value of its own (the front tells clients apart by their token)"
+            );
+        }
+        if let Some((other, _)) = named[..i].iter().find(|(_, t)| t == token) {
+            bail!(
+                "[http.tokens] {other} and {name} have the same value: give each named token a value of its own (the front tells clients apart by their token)"
+            );
+        }
+    }
+    Ok(named)
+}
+
 /// The token in `file`, made first when there is none. The file is created exclusively, 0600,
 /// with its whole content (written under a temporary name and linked into place, so a daemon
 /// and `switchyard token` starting together agree on one token and never read a half-written

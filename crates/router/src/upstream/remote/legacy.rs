@@ -10,7 +10,10 @@ use reqwest::{Response, StatusCode, Url};
 
 use super::event::{Event, Parser};
 use super::liveness::{Probe, ProbeKind};
-use super::{Core, For, describe, display_url, is_event_stream, maybe_delivered, never_sent, not_delivered};
+use super::{
+    Core, For, MAX_SIGN_INS, describe, display_url, is_event_stream, maybe_delivered, never_sent, not_delivered,
+    refused, with_bearer,
+};
 use crate::upstream::transport::{BoxFuture, Closed, Failure, Outbound, Transport};
 use switchyard_core::codec;
 
@@ -22,21 +25,48 @@ pub struct Legacy {
 }
 
 impl Legacy {
-    /// GETs the stream and waits (at most the connect timeout) for its `endpoint` event.
+    /// GETs the stream and waits (at most the connect timeout) for its `endpoint` event. A 401
+    /// (or a 403 asking for scope) starts a sign-in, outside that timeout, and the GET goes again.
     pub(super) async fn open(core: Arc<Core>) -> Result<Arc<Legacy>, Failure> {
-        let opened = tokio::time::timeout(core.connect_timeout, handshake(&core)).await;
-        let (resp, parser, endpoint) = match opened {
-            Ok(r) => r?,
-            Err(_) => {
-                return Err(Failure {
-                    reason: format!(
-                        "{} sent no endpoint event within {} ms: is it a legacy SSE server (its GET stream URL)?",
-                        core.shown_url(),
-                        core.connect_timeout.as_millis()
-                    ),
-                    transient: true,
-                });
-            }
+        let mut sign_ins = 0;
+        let (resp, parser, endpoint) = loop {
+            // The token is refreshed first when it is about to expire.
+            let token = core.bearer().await;
+            let opened = tokio::time::timeout(core.connect_timeout, handshake(&core)).await;
+            let refusal = match opened {
+                Ok(Ok(Handshake::Open(resp, parser, endpoint))) => break (resp, *parser, endpoint),
+                Ok(Ok(Handshake::Refused(resp))) => resp,
+                Ok(Err(e)) => return Err(e),
+                Err(_) => {
+                    return Err(Failure {
+                        reason: format!(
+                            "{} sent no endpoint event within {} ms: is it a legacy SSE server (its GET stream URL)?",
+                            core.shown_url(),
+                            core.connect_timeout.as_millis()
+                        ),
+                        transient: true,
+                    });
+                }
+            };
+            let may_sign_in = sign_ins < MAX_SIGN_INS;
+            // The stream opens for a client's request (an instance starts for it).
+            let signed = if may_sign_in { core.sign_in(&refusal, token.as_ref(), true).await } else { None };
+            let status = refusal.status();
+            // A refusal no sign-in answered is final: starting again meets it again.
+            let reason = match signed {
+                Some(Ok(())) => {
+                    sign_ins += 1;
+                    continue;
+                }
+                Some(Err(cause)) => cause,
+                None if core.auth.is_some() && !may_sign_in => format!(
+                    "{} still refused the SSE stream request (HTTP {}) after {MAX_SIGN_INS} sign-ins",
+                    core.shown_url(),
+                    status.as_u16()
+                ),
+                None => core.refused(status),
+            };
+            return Err(Failure { reason, transient: false });
         };
         tracing::debug!(instance = %core.label, "SSE stream open; messages go to {}", display_url(&endpoint));
         core.watch.share_stream();
@@ -66,12 +96,11 @@ impl Legacy {
             let client = core.fresh_client()?.clone();
             let since = tokio::time::Instant::now();
             let ping = r#"{"jsonrpc":"2.0","id":"switchyard-probe","method":"ping"}"#;
-            let post = client
-                .post(endpoint)
-                .headers(core.headers.clone())
-                .header(CONTENT_TYPE, "application/json")
-                .body(ping)
-                .send();
+            let mut post = client.post(endpoint).headers(core.headers.clone());
+            if let Some(token) = core.auth.as_ref().and_then(|a| a.current()) {
+                post = with_bearer(post, &token);
+            }
+            let post = post.header(CONTENT_TYPE, "application/json").body(ping).send();
             match post.await {
                 Ok(r) if r.status().is_success() => {}
                 Ok(r) => return Err(format!("answered HTTP {}", r.status().as_u16())),
@@ -81,6 +110,14 @@ impl Legacy {
             Ok(())
         })
     }
+}
+
+/// What the GET of the stream came to.
+enum Handshake {
+    /// The stream, its parser (boxed: it holds its buffer), and the endpoint it named.
+    Open(Response, Box<Parser>, Url),
+    /// HTTP 401 or 403: a sign-in may answer it.
+    Refused(Response),
 }
 
 /// What the legacy probe is, for the message when it fails.
@@ -93,7 +130,7 @@ fn is_probe_answer(data: &str) -> bool {
             .is_ok_and(|e| e.id.is_some_and(|r| &data[r] == "\"switchyard-probe\"") && e.method.is_none())
 }
 
-async fn handshake(core: &Core) -> Result<(Response, Parser, Url), Failure> {
+async fn handshake(core: &Core) -> Result<Handshake, Failure> {
     let url = core.shown_url();
     let mut resp = core
         .get_stream(core.url.clone())
@@ -102,7 +139,7 @@ async fn handshake(core: &Core) -> Result<(Response, Parser, Url), Failure> {
         .map_err(|e| Failure { reason: format!("could not connect to {url}: {}", describe(&e)), transient: true })?;
     let status = resp.status();
     if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
-        return Err(Failure { reason: core.refused(status), transient: false });
+        return Ok(Handshake::Refused(resp));
     }
     if !status.is_success() {
         let transient = status.is_server_error()
@@ -141,7 +178,7 @@ async fn handshake(core: &Core) -> Result<(Response, Parser, Url), Failure> {
                         transient: false,
                     });
                 }
-                return Ok((resp, parser, endpoint));
+                return Ok(Handshake::Open(resp, Box::new(parser), endpoint));
             }
             // Nothing is expected before the endpoint; whatever comes is not for a call.
             Ok(Some(_)) => {}
@@ -190,50 +227,79 @@ async fn read_stream(core: Arc<Core>, mut resp: Response, mut parser: Parser) {
     core.end(status);
 }
 
-/// POSTs one message to the endpoint; its answer comes on the stream.
+/// POSTs one message to the endpoint; its answer comes on the stream. A 401 (a token that
+/// expired or was revoked mid-session) signs in, and the message, refused unread, goes again once.
 async fn post(core: Arc<Core>, endpoint: Url, msg: Outbound) {
     let shown = display_url(&endpoint);
-    let req = core.request(reqwest::Method::POST, endpoint).header(CONTENT_TYPE, "application/json").body(msg.line);
-    // A server that lost the session can take the connection and never answer.
-    let resp = match tokio::time::timeout(core.post_timeout, req.send()).await {
-        Ok(Ok(r)) => r,
-        Err(_) => {
-            let cause = format!("{shown} did not accept the message within {} ms", core.post_timeout.as_millis());
-            match msg.request {
-                Some(id) => core.lost(id, maybe_delivered(cause)),
-                None => tracing::warn!(instance = %core.label, "{cause}"),
+    let mut signed_in = false;
+    let (resp, status) = loop {
+        // The token is refreshed first when it is about to expire.
+        let token = core.bearer().await;
+        let req = core
+            .request(reqwest::Method::POST, endpoint.clone())
+            .header(CONTENT_TYPE, "application/json")
+            .body(msg.line.clone());
+        // A server that lost the session can take the connection and never answer.
+        let resp = match tokio::time::timeout(core.post_timeout, req.send()).await {
+            Ok(Ok(r)) => r,
+            Err(_) => {
+                let cause = format!("{shown} did not accept the message within {} ms", core.post_timeout.as_millis());
+                match msg.request {
+                    Some(id) => core.lost(id, maybe_delivered(cause)),
+                    None => tracing::warn!(instance = %core.label, "{cause}"),
+                }
+                return;
             }
+            Ok(Err(e)) if never_sent(&e) => {
+                let cause = format!("could not reach {shown}: {}", describe(&e));
+                if let Some(id) = msg.request {
+                    core.lost(id, not_delivered(cause.clone()));
+                }
+                core.end(cause);
+                return;
+            }
+            Ok(Err(e)) => {
+                let cause = format!("posting to {shown} failed: {}", describe(&e));
+                match msg.request {
+                    Some(id) => core.lost(id, maybe_delivered(cause)),
+                    None => tracing::warn!(instance = %core.label, "{cause}"),
+                }
+                return;
+            }
+        };
+        let status = resp.status();
+        if status.is_success() {
             return;
         }
-        Ok(Err(e)) if never_sent(&e) => {
-            let cause = format!("could not reach {shown}: {}", describe(&e));
-            if let Some(id) = msg.request {
-                core.lost(id, not_delivered(cause.clone()));
-            }
-            core.end(cause);
-            return;
+        if status != StatusCode::UNAUTHORIZED && status != StatusCode::FORBIDDEN {
+            break (resp, status);
         }
-        Ok(Err(e)) => {
-            let cause = format!("posting to {shown} failed: {}", describe(&e));
-            match msg.request {
-                Some(id) => core.lost(id, maybe_delivered(cause)),
-                None => tracing::warn!(instance = %core.label, "{cause}"),
+        let signed = if signed_in { None } else { core.sign_in(&resp, token.as_ref(), !msg.quiet).await };
+        let cause = match signed {
+            Some(Ok(())) => {
+                signed_in = true;
+                continue;
             }
-            return;
-        }
-    };
-    let status = resp.status();
-    if status.is_success() {
-        return;
-    }
-    if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
-        let cause = core.refused(status);
+            // The stream stays: the next message may sign in (or a `switchyard login` may have
+            // signed in meanwhile).
+            Some(Err(cause)) => {
+                match msg.request {
+                    Some(id) => core.lost(id, refused(cause)),
+                    None => tracing::warn!(instance = %core.label, "{cause}"),
+                }
+                return;
+            }
+            None if signed_in => {
+                format!("{shown} still refused the message (HTTP {}) after a sign-in", status.as_u16())
+            }
+            None => core.refused(status),
+        };
         if let Some(id) = msg.request {
             core.lost(id, not_delivered(cause.clone()));
         }
         core.end(cause);
         return;
-    }
+    };
     let body = super::snippet(resp).await;
     if status == StatusCode::NOT_FOUND {
         // The server no longer knows this stream's session (it restarted, or dropped it): the

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::transport::{BoxFuture, Connector, Ended, Failure, Inbound, Lost, RemoteKind, RemoteSpec, Transport};
 use switchyard_config::display_url;
-use switchyard_oauth::{Auth, Challenge, Secret};
+use switchyard_oauth::{Auth, Challenge, Secret, State, describe};
 
 use legacy::Legacy;
 use liveness::{Probe, ProbeKind, Watch};
@@ -87,9 +87,8 @@ impl RemoteConnector {
         }
         let auth = match &spec.oauth {
             Some(settings) => {
-                let dir = switchyard_config::paths::state_dir()
-                    .map_err(|e| format!("server {server}: no place for its sign-in tokens: {e:#}"))?
-                    .join("oauth");
+                let dir = switchyard_config::paths::oauth_dir()
+                    .map_err(|e| format!("server {server}: no place for its sign-in tokens: {e:#}"))?;
                 let auth =
                     Auth::new(url.clone(), settings.clone(), &dir).map_err(|e| format!("server {server}: {e}"))?;
                 Some(Arc::new(auth))
@@ -155,7 +154,25 @@ impl Connector for RemoteConnector {
         display_url(&self.url)
     }
 
+    fn sign_in_wait(&self) -> Duration {
+        self.auth.as_ref().map_or(Duration::ZERO, |a| a.sign_in_wait())
+    }
+
+    fn sign_in(&self) -> Option<switchyard_oauth::Status> {
+        self.auth.as_ref().map(|a| a.status())
+    }
+
     fn hint(&self) -> String {
+        // Starts that fail because no one is signed in are not a server that is down.
+        if let Some(auth) = &self.auth
+            && !matches!(auth.status().state, State::SignedIn | State::Expired)
+        {
+            return format!(
+                "Sign in with `{}`, or check that {} is up and reachable from here",
+                login_command(&self.spec.server, &self.url),
+                display_url(&self.url)
+            );
+        }
         format!("Check that {} is up and reachable from here", display_url(&self.url))
     }
 
@@ -184,6 +201,15 @@ enum Report {
     Ended(Ended),
     /// The transport reached the instance: from now on its end must be reported.
     Handed,
+}
+
+/// The `switchyard login` that signs in to `server`: by name for a server of the config, by URL
+/// for one named after its URL (`run --url`, which no config file names).
+fn login_command(server: &str, url: &Url) -> String {
+    match server == switchyard_config::url_name(url) {
+        true => format!("switchyard login {}", display_url(url)),
+        false => format!("switchyard login {server}"),
+    }
 }
 
 /// What both transports share: the client, the configured headers, the reporting channel and
@@ -383,6 +409,10 @@ impl Core {
         display_url(&self.url)
     }
 
+    fn login_command(&self) -> String {
+        login_command(&self.server, &self.url)
+    }
+
     /// Runs `work` as one of this transport's tasks: it ends when the transport does.
     fn spawn(&self, work: impl std::future::Future<Output = ()> + Send + 'static) {
         let cancel = self.cancel.clone();
@@ -401,10 +431,20 @@ impl Core {
         }
     }
 
+    /// The token to send, refreshed first when it is about to expire (None: sign-in is off, or
+    /// nobody has signed in yet).
+    async fn bearer(&self) -> Option<Secret> {
+        match &self.auth {
+            Some(auth) => auth.bearer().await,
+            None => None,
+        }
+    }
+
     /// After a 401, or a 403 asking for more scope: signs in (or refreshes, or steps up) when
     /// sign-in is on. Ok: send the request again. Err: why not, for the caller's error (None:
     /// sign-in is off, or this refusal is not one a sign-in answers).
-    async fn sign_in(&self, resp: &Response, sent: Option<&Secret>) -> Option<Result<(), String>> {
+    /// `interactive`: whether a sign-in may start (a client's request); else only a refresh.
+    async fn sign_in(&self, resp: &Response, sent: Option<&Secret>, interactive: bool) -> Option<Result<(), String>> {
         let auth = self.auth.as_ref()?;
         let status = resp.status();
         let values: Vec<&str> =
@@ -416,16 +456,24 @@ impl Core {
             return None;
         }
         let server = self.server.clone();
+        let login = self.login_command();
         let announce = move |url: &str| {
             tracing::warn!(
-                "server {server}: sign in at {url} (opening the browser unless open_browser = false; or run `switchyard login {server}`)"
+                "server {server}: sign in at {url} (opening the browser unless open_browser = false; or run `{login}`)"
             )
         };
         let url = self.shown_url();
-        Some(auth.refused(status.as_u16(), Some(&challenge), sent, &announce).await.map_err(|e| {
-            let hint =
-                if e.timed_out { "sign in with" } else { "check the server's oauth settings, then sign in with" };
-            format!("could not sign in to {url}: {e}; {hint} `switchyard login {}`", self.server)
+        let answer = match interactive {
+            true => auth.refused(status.as_u16(), Some(&challenge), sent, &announce).await,
+            false => auth.refused_quietly(status.as_u16(), Some(&challenge), sent).await,
+        };
+        Some(answer.map_err(|e| {
+            let hint = if e.timed_out || !interactive {
+                "sign in with"
+            } else {
+                "check the server's oauth settings, then sign in with"
+            };
+            format!("could not sign in to {url}: {e}; {hint} `{}`", self.login_command())
         }))
     }
 
@@ -619,33 +667,6 @@ fn vars_list(vars: &[String]) -> String {
     named.join(" and ")
 }
 
-/// An error and its causes on one line (reqwest's own top line repeats the URL, with its query).
-fn describe(e: &reqwest::Error) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        let text = s.to_string();
-        // hyper-util's "client error (Connect)" only says which layer wraps the real cause.
-        if !text.starts_with("client error (") && !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        source = s.source();
-    }
-    if !parts.is_empty() {
-        return parts.join(": ");
-    }
-    let what = if e.is_timeout() {
-        "timed out"
-    } else if e.is_connect() {
-        "could not connect"
-    } else if e.is_body() || e.is_decode() {
-        "the body broke off"
-    } else {
-        "the request failed"
-    };
-    what.to_string()
-}
-
 /// Whether the error proves the request never left: no connection could be made.
 fn never_sent(e: &reqwest::Error) -> bool {
     e.is_connect()
@@ -720,6 +741,15 @@ fn jsonrpc_error_message(body: &str) -> Option<String> {
 /// Lost in a way that proves the request was never delivered.
 fn not_delivered(cause: String) -> Lost {
     Lost { cause, delivery: super::transport::Delivery::No }
+}
+
+/// Sign-ins one message (or the opening of a legacy stream) may cause: a 401, then a step-up or
+/// two. A server that keeps refusing gets an error, not a loop of browser windows.
+const MAX_SIGN_INS: u32 = 3;
+
+/// Refused unrun by a server that no sign-in satisfied: final, not repeated.
+fn refused(cause: String) -> Lost {
+    Lost { cause, delivery: super::transport::Delivery::Refused }
 }
 
 /// Lost in a way that leaves open whether the request ran.

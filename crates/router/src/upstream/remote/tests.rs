@@ -115,11 +115,12 @@ fn init(id: u64) -> Outbound {
             r#"{{"jsonrpc":"2.0","id":{id},"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{{}},"clientInfo":{{"name":"t","version":"0"}}}}}}"#
         ),
         request: Some(id),
+        quiet: false,
     }
 }
 
 fn initialized() -> Outbound {
-    Outbound { line: r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.into(), request: None }
+    Outbound { line: r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.into(), request: None, quiet: false }
 }
 
 fn call(id: u64, tool: &str) -> Outbound {
@@ -128,6 +129,7 @@ fn call(id: u64, tool: &str) -> Outbound {
             r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{{}}}}}}"#
         ),
         request: Some(id),
+        quiet: false,
     }
 }
 
@@ -166,7 +168,7 @@ async fn open(url: &str, kind: RemoteKind) -> (RemoteConnector, Arc<Recorder>, A
     (conn, rec, t)
 }
 
-/// Initialises a Streamable HTTP transport the way an instance does.
+/// Initialises a transport the way an instance does.
 async fn handshake(t: &Arc<dyn Transport>, rec: &Recorder) {
     t.send(init(1)).unwrap();
     rec.response(1).await;
@@ -455,7 +457,7 @@ async fn a_2026_call_mirrors_its_marked_arguments_in_headers() {
     let learnt = crate::upstream::Connector::tool_headers(&c).expect("a remote connector learns tool headers");
     learnt.learn(&[serde_json::json!({"name": "deploy", "inputSchema": schema})]);
     let line = r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"deploy","arguments":{"region":"eu-west","who":"Zoë","dry":false,"text":"body only"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
-    t.send(Outbound { line: line.into(), request: Some(4) }).unwrap();
+    t.send(Outbound { line: line.into(), request: Some(4), quiet: false }).unwrap();
     rec.response(4).await;
     let f = fake.lock().unwrap();
     let post = f.posts.iter().find(|p| p.tool == "deploy").expect("the call reached the server");
@@ -477,6 +479,7 @@ async fn a_2026_call_refused_for_unknown_headers_is_sent_again_once_the_list_is_
             r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"deploy","arguments":{args},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
         ),
         request: Some(id),
+        quiet: false,
     };
     t.send(call(7, r#"{"region":"eu"}"#)).unwrap();
     let answer = rec.response(7).await;
@@ -508,6 +511,7 @@ async fn a_2026_answer_under_an_http_error_status_is_the_server_s_own() {
             r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{{}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}}}}"#
         ),
         request: Some(id),
+        quiet: false,
     };
     t.send(modern(2, "refused")).unwrap();
     let answer = rec.response(2).await;
@@ -699,11 +703,19 @@ async fn an_over_long_event_on_a_request_stream_is_reported_with_its_request() {
     assert!(!rec.all().iter().any(|r| matches!(r, Rec::Lost(..))), "{:?}", rec.all());
 }
 
+/// A port on which connections are refused, held (bound, never listening) so that no other
+/// test running at the same time can be given it.
+fn refused_port() -> (tokio::net::TcpSocket, u16) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = socket.local_addr().unwrap().port();
+    (socket, port)
+}
+
 #[tokio::test]
 async fn connect_refused_loses_the_call_undelivered_and_ends_the_transport() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    drop(listener);
+    let (_held, port) = refused_port();
+    let url = format!("http://127.0.0.1:{port}/mcp");
     let (_c, rec, t) = open(&url, RemoteKind::StreamableHttp).await;
     t.send(init(1)).unwrap();
     let lost = rec.lost(1).await;
@@ -765,7 +777,7 @@ async fn a_2026_request_carries_its_version_method_and_name_and_no_session() {
     let (url, fake) = streamable_server().await;
     let (_c, rec, t) = open(&url, RemoteKind::StreamableHttp).await;
     let line = r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"echo","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
-    t.send(Outbound { line: line.into(), request: Some(5) }).unwrap();
+    t.send(Outbound { line: line.into(), request: Some(5), quiet: false }).unwrap();
     rec.response(5).await;
     let f = fake.lock().unwrap();
     let p = &f.posts[0];
@@ -818,7 +830,7 @@ async fn a_2026_request_whose_stream_breaks_is_lost_without_resuming() {
     let (url, fake) = streamable_server().await;
     let (_c, rec, t) = open(&url, RemoteKind::StreamableHttp).await;
     let line = r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"resume","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
-    t.send(Outbound { line: line.into(), request: Some(5) }).unwrap();
+    t.send(Outbound { line: line.into(), request: Some(5), quiet: false }).unwrap();
     let lost = rec.lost(5).await;
     assert_eq!(lost.delivery, Delivery::Maybe);
     assert!(fake.lock().unwrap().gets.is_empty(), "streams of the 2026 era are not resumable");
@@ -897,9 +909,7 @@ async fn legacy_server() -> (String, LegacyShared) {
 async fn legacy_sse_posts_to_the_endpoint_and_reads_answers_from_the_stream() {
     let (url, fake) = legacy_server().await;
     let (_c, rec, t) = open(&url, RemoteKind::Sse).await;
-    t.send(init(1)).unwrap();
-    rec.response(1).await;
-    t.send(initialized()).unwrap();
+    handshake(&t, &rec).await;
     t.send(call(2, "echo")).unwrap();
     assert!(rec.response(2).await.contains("legacy"));
     assert_eq!(fake.lock().unwrap().probes, 0);
@@ -976,9 +986,8 @@ async fn a_legacy_server_refusing_the_credentials_fails_the_connect_for_good() {
 
 #[tokio::test]
 async fn a_legacy_server_that_is_down_fails_the_connect_as_transient() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/sse", listener.local_addr().unwrap());
-    drop(listener);
+    let (_held, port) = refused_port();
+    let url = format!("http://127.0.0.1:{port}/sse");
     let conn = RemoteConnector::new(spec(&url, RemoteKind::Sse)).unwrap();
     let rec = Arc::new(Recorder::default());
     let err = conn.connect("remote#1", rec.clone()).await.err().expect("cannot connect");
@@ -1163,6 +1172,7 @@ async fn a_2026_request_on_a_black_holed_link_is_found_after_one_window() {
             r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}}}}"#
         ),
         request: Some(id),
+        quiet: false,
     };
     t.send(modern(5)).unwrap();
     rec.response(5).await;
@@ -1170,4 +1180,310 @@ async fn a_2026_request_on_a_black_holed_link_is_found_after_one_window() {
     t.send(modern(6)).unwrap();
     let status = ended_within(&rec, WINDOW * 2 + Duration::from_millis(500)).await;
     assert!(status.contains("went silent"), "{status}");
+}
+
+// ---------------------------------------------------------------- legacy SSE behind a sign-in
+
+/// A legacy SSE server that takes only the bearer token it issued last, and the authorization
+/// server that issues them (discovery, registration, authorization and token endpoints).
+#[derive(Default)]
+struct Guarded {
+    base: String,
+    /// Tokens issued so far: `tok-N` is the N-th, and only the last one is taken.
+    issued: u32,
+    /// Authorization requests (browser sign-ins) seen.
+    authorizes: u32,
+    /// Refuse every token, good or not.
+    refuse_all: bool,
+    /// Refuse refresh grants (`invalid_grant`): only a browser sign-in gets a token.
+    refresh_refused: bool,
+    /// The `Authorization` of each GET of the stream and POST of a message.
+    seen: Vec<(&'static str, Option<String>)>,
+    tx: Option<mpsc::UnboundedSender<String>>,
+}
+
+type GuardedShared = Arc<Mutex<Guarded>>;
+
+impl Guarded {
+    /// Notes the request; None when its token is taken, else the 401 that asks for a sign-in.
+    fn check(&mut self, what: &'static str, headers: &HeaderMap) -> Option<Response> {
+        let auth = header(headers, "authorization");
+        let good = auth.as_deref() == Some(&format!("Bearer tok-{}", self.issued)) && !self.refuse_all;
+        self.seen.push((what, auth));
+        if good {
+            return None;
+        }
+        let challenge = format!(r#"Bearer resource_metadata="{}/.well-known/oauth-protected-resource/sse""#, self.base);
+        Some((StatusCode::UNAUTHORIZED, [("www-authenticate", challenge)]).into_response())
+    }
+}
+
+async fn guarded_get(State(fake): State<GuardedShared>, headers: HeaderMap) -> Response {
+    let mut f = fake.lock().unwrap();
+    if let Some(refusal) = f.check("GET", &headers) {
+        return refusal;
+    }
+    let (tx, rx) = mpsc::unbounded_channel::<String>();
+    tx.send("event: endpoint\ndata: /messages\n\n".into()).unwrap();
+    f.tx = Some(tx);
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|s| (Ok::<Bytes, Infallible>(Bytes::from(s)), rx))
+    });
+    Response::builder().header("content-type", "text/event-stream").body(Body::from_stream(stream)).unwrap()
+}
+
+async fn guarded_post(State(fake): State<GuardedShared>, headers: HeaderMap, body: String) -> Response {
+    let mut f = fake.lock().unwrap();
+    if let Some(refusal) = f.check("POST", &headers) {
+        return refusal;
+    }
+    let id = serde_json::from_str::<serde_json::Value>(&body).unwrap()["id"].clone();
+    if !id.is_null()
+        && let Some(tx) = &f.tx
+    {
+        let _ = tx.send(format!("event: message\ndata: {}\n\n", result(&id, "guarded")));
+    }
+    StatusCode::ACCEPTED.into_response()
+}
+
+async fn guarded_resource(State(fake): State<GuardedShared>) -> Response {
+    let base = fake.lock().unwrap().base.clone();
+    json(serde_json::json!({"resource": format!("{base}/sse"), "authorization_servers": [base]}).to_string())
+}
+
+async fn guarded_metadata(State(fake): State<GuardedShared>) -> Response {
+    let base = fake.lock().unwrap().base.clone();
+    json(
+        serde_json::json!({
+            "issuer": base,
+            "authorization_endpoint": format!("{base}/authorize"),
+            "token_endpoint": format!("{base}/token"),
+            "registration_endpoint": format!("{base}/register"),
+            "code_challenge_methods_supported": ["S256"],
+            "token_endpoint_auth_methods_supported": ["none"],
+            "authorization_response_iss_parameter_supported": true,
+        })
+        .to_string(),
+    )
+}
+
+async fn guarded_register() -> Response {
+    json(serde_json::json!({"client_id": "client-1", "token_endpoint_auth_method": "none"}).to_string())
+}
+
+/// Signs in at once: back to the redirect URI with a code, the state and the issuer.
+async fn guarded_authorize(State(fake): State<GuardedShared>, uri: axum::http::Uri) -> Response {
+    let mut f = fake.lock().unwrap();
+    f.authorizes += 1;
+    let asked = reqwest::Url::parse(&format!("http://x/?{}", uri.query().unwrap_or(""))).unwrap();
+    let field = |k: &str| asked.query_pairs().find(|(n, _)| n == k).map(|(_, v)| v.into_owned()).unwrap();
+    let mut to = reqwest::Url::parse(&field("redirect_uri")).unwrap();
+    to.query_pairs_mut()
+        .append_pair("code", "code-1")
+        .append_pair("state", &field("state"))
+        .append_pair("iss", &f.base);
+    (StatusCode::FOUND, [("location", to.to_string())]).into_response()
+}
+
+/// Any grant (the code, or a refresh token unless refused) gets the next token.
+async fn guarded_token(State(fake): State<GuardedShared>, body: String) -> Response {
+    let mut f = fake.lock().unwrap();
+    if f.refresh_refused && body.contains("grant_type=refresh_token") {
+        let refused = serde_json::json!({"error": "invalid_grant"}).to_string();
+        return (StatusCode::BAD_REQUEST, [("content-type", "application/json")], refused).into_response();
+    }
+    f.issued += 1;
+    let n = f.issued;
+    json(
+        serde_json::json!({
+            "access_token": format!("tok-{n}"), "token_type": "Bearer",
+            "refresh_token": format!("refresh-{n}"), "expires_in": 3600,
+        })
+        .to_string(),
+    )
+}
+
+async fn guarded_server() -> (String, GuardedShared) {
+    let fake: GuardedShared = Arc::default();
+    let app = Router::new()
+        .route("/sse", get(guarded_get))
+        .route("/messages", post(guarded_post))
+        .route("/.well-known/oauth-protected-resource/sse", get(guarded_resource))
+        .route("/.well-known/oauth-authorization-server", get(guarded_metadata))
+        .route("/register", post(guarded_register))
+        .route("/authorize", get(guarded_authorize))
+        .route("/token", post(guarded_token))
+        .with_state(fake.clone());
+    let base = serve(app).await;
+    fake.lock().unwrap().base = base.clone();
+    (format!("{base}/sse"), fake)
+}
+
+/// A connector for `url` with sign-in on (tokens kept in `dir`) and no configured header.
+fn signing_in(url: &str, dir: &std::path::Path, login_timeout: Duration) -> RemoteConnector {
+    let mut conn = RemoteConnector::new(RemoteSpec { headers: Vec::new(), ..spec(url, RemoteKind::Sse) }).unwrap();
+    let settings = switchyard_oauth::Settings { open_browser: false, login_timeout, ..Default::default() };
+    let auth = switchyard_oauth::Auth::new(reqwest::Url::parse(url).unwrap(), settings, dir).unwrap();
+    conn.auth = Some(Arc::new(auth));
+    conn
+}
+
+/// The browser: follows the sign-in URL that switchyard announces (in a log line, as
+/// `open_browser = false` does) to the authorization server and on to the redirect.
+struct Browser;
+
+impl tracing::Subscriber for Browser {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        struct Message(String);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    self.0 = format!("{value:?}");
+                }
+            }
+        }
+        let mut m = Message(String::new());
+        event.record(&mut m);
+        if let Some((_, rest)) = m.0.split_once("sign in at ")
+            && let Some((url, _)) = rest.split_once(" (")
+        {
+            let url = url.to_string();
+            tokio::spawn(async move {
+                let _ = reqwest::Client::new().get(url).send().await;
+            });
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// The sign-in is on the stream's GET; the token goes on it and on every POST; a token revoked
+/// mid-session is refreshed and the refused message sent again.
+#[tokio::test]
+async fn a_legacy_server_asking_for_a_sign_in_is_signed_in_and_answers() {
+    let _browser = tracing::subscriber::set_default(Browser);
+    let (url, fake) = guarded_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let conn = signing_in(&url, dir.path(), Duration::from_secs(10));
+    let rec = Arc::new(Recorder::default());
+    let t = conn.connect("remote#1", rec.clone()).await.expect("signs in and connects");
+    handshake(&t, &rec).await;
+    t.send(call(2, "echo")).unwrap();
+    assert!(rec.response(2).await.contains("guarded"));
+    {
+        let f = fake.lock().unwrap();
+        assert_eq!(f.authorizes, 1, "one browser sign-in");
+        assert_eq!(f.seen[0], ("GET", None), "the first GET has no token yet");
+        assert_eq!(f.seen[1], ("GET", Some("Bearer tok-1".into())), "the GET again, with the token");
+        let posts: Vec<_> = f.seen.iter().filter(|s| s.0 == "POST").collect();
+        assert_eq!(posts.len(), 3, "{posts:?}");
+        assert!(posts.iter().all(|p| p.1.as_deref() == Some("Bearer tok-1")), "{posts:?}");
+    }
+    // The token is revoked mid-session (the server issued another): the POST is refused, the
+    // token refreshed (no browser), and the message sent again once.
+    fake.lock().unwrap().issued += 1;
+    t.send(call(3, "echo")).unwrap();
+    assert!(rec.response(3).await.contains("guarded"));
+    let f = fake.lock().unwrap();
+    let last: Vec<_> = f.seen.iter().rev().take(2).rev().cloned().collect();
+    assert_eq!(last, vec![("POST", Some("Bearer tok-1".into())), ("POST", Some("Bearer tok-3".into()))]);
+    assert_eq!(f.authorizes, 1, "refreshed, not signed in again");
+    assert!(!rec.all().iter().any(|r| matches!(r, Rec::Lost(..) | Rec::Ended(_))), "{:?}", rec.all());
+}
+
+/// A server that refuses even a good token gets an error after the bound, not a loop of
+/// sign-ins, and the error shows no token.
+#[tokio::test]
+async fn a_legacy_server_that_keeps_refusing_fails_the_connect_after_three_sign_ins() {
+    let _browser = tracing::subscriber::set_default(Browser);
+    let (url, fake) = guarded_server().await;
+    fake.lock().unwrap().refuse_all = true;
+    let dir = tempfile::tempdir().unwrap();
+    let conn = signing_in(&url, dir.path(), Duration::from_secs(10));
+    let connect = conn.connect("remote#1", Arc::new(Recorder::default()));
+    let err = tokio::time::timeout(Duration::from_secs(30), connect).await.expect("bounded").err().expect("refused");
+    assert!(!err.transient, "starting again meets the same refusal");
+    assert!(err.reason.contains("after 3 sign-ins") && err.reason.contains(&url), "{}", err.reason);
+    assert!(!err.reason.contains("tok-") && !err.reason.contains("refresh-"), "a token leaked: {}", err.reason);
+    let f = fake.lock().unwrap();
+    assert_eq!(f.seen.len(), 4, "the GET and one after each sign-in: {:?}", f.seen);
+    assert_eq!(f.authorizes, 1, "one browser window; the others refreshed");
+}
+
+/// A sign-in nobody completes fails the connect for good, naming `switchyard login`.
+#[tokio::test]
+async fn a_legacy_sign_in_nobody_completes_fails_the_connect_naming_login() {
+    let (url, fake) = guarded_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let conn = signing_in(&url, dir.path(), Duration::from_millis(300));
+    let err = conn.connect("remote#1", Arc::new(Recorder::default())).await.err().expect("not signed in");
+    assert!(!err.transient, "starting again would only open another sign-in");
+    assert!(err.reason.contains("switchyard login remote"), "{}", err.reason);
+    assert_eq!(fake.lock().unwrap().seen.len(), 1, "the GET is not sent again: {:?}", fake.lock().unwrap().seen);
+}
+
+/// A server named after its URL (`run --url`, in no config file) is signed in to by its URL:
+/// the error names the `switchyard login` that works for it. Its status says the sign-in failed.
+#[tokio::test]
+async fn a_server_named_after_its_url_names_login_by_url() {
+    let (url, _fake) = guarded_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut conn = signing_in(&url, dir.path(), Duration::from_millis(300));
+    let name = switchyard_config::url_name(&reqwest::Url::parse(&url).unwrap());
+    conn.spec = Arc::new(RemoteSpec { server: name, ..(*conn.spec).clone() });
+    use crate::upstream::transport::Connector;
+    assert_eq!(conn.sign_in().unwrap().state, switchyard_oauth::State::NotSignedIn);
+    let err = conn.connect("remote#1", Arc::new(Recorder::default())).await.err().expect("not signed in");
+    assert!(err.reason.contains(&format!("`switchyard login {url}`")), "{}", err.reason);
+    let status = conn.sign_in().unwrap();
+    assert_eq!(status.state, switchyard_oauth::State::SignInFailed);
+    assert!(status.error.unwrap().contains("nobody signed in"));
+    // Were starts to keep failing, the server is not said to be merely down.
+    assert!(conn.hint().starts_with(&format!("Sign in with `switchyard login {url}`")), "{}", conn.hint());
+}
+
+/// A health check's message (quiet) renews a refused token by refresh, but never starts a
+/// sign-in: with the refresh refused too it is refused itself, and no browser opens. A client's
+/// message in the same state signs in.
+#[tokio::test]
+async fn a_health_check_refreshes_but_never_opens_a_sign_in() {
+    let _browser = tracing::subscriber::set_default(Browser);
+    let (url, fake) = guarded_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let conn = signing_in(&url, dir.path(), Duration::from_secs(10));
+    let rec = Arc::new(Recorder::default());
+    let t = conn.connect("remote#1", rec.clone()).await.expect("signs in and connects");
+    handshake(&t, &rec).await;
+    let ping = |id: u64| Outbound {
+        line: format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#),
+        request: Some(id),
+        quiet: true,
+    };
+    // The token was replaced meanwhile: the ping refreshes it, without a browser.
+    fake.lock().unwrap().issued += 1;
+    t.send(ping(2)).unwrap();
+    assert!(rec.response(2).await.contains("guarded"));
+    assert_eq!(fake.lock().unwrap().authorizes, 1);
+    // Replaced again, and no refresh taken: the ping is refused, still without a browser.
+    {
+        let mut f = fake.lock().unwrap();
+        f.issued += 1;
+        f.refresh_refused = true;
+    }
+    t.send(ping(3)).unwrap();
+    let lost = rec.lost(3).await;
+    assert!(format!("{lost:?}").contains("starts no sign-in"), "{lost:?}");
+    assert_eq!(fake.lock().unwrap().authorizes, 1, "a health check opened a sign-in");
+    // A client's call in the same state signs in.
+    t.send(call(4, "echo")).unwrap();
+    assert!(rec.response(4).await.contains("guarded"));
+    assert_eq!(fake.lock().unwrap().authorizes, 2);
 }

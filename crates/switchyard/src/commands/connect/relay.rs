@@ -111,6 +111,9 @@ pub(super) struct Ledger {
     pub(super) replayed: HashMap<String, String>,
 }
 
+/// The list methods whose answers may rename what a client calls (see [`Memory::listed`]).
+const LISTS: [&str; 3] = ["tools/list", "prompts/list", "resources/templates/list"];
+
 /// What the client set up in its session, for replay on a new connection.
 #[derive(Default)]
 struct Memory {
@@ -121,6 +124,11 @@ struct Memory {
     level: Option<String>,
     /// Subscribed resource URIs, in order.
     subscribed: Vec<String>,
+    /// The lists the client asked for (`tools/list`, `prompts/list`,
+    /// `resources/templates/list`), first asked first: a policy may show a client a tool under
+    /// another name, and the router learns which from the list it showed, so a new router is
+    /// shown the lists again before the client's next call under such a name.
+    listed: Vec<&'static str>,
 }
 
 impl Memory {
@@ -130,6 +138,12 @@ impl Memory {
             (Kind::Request, Some("initialize")) => self.initialize = Some(message.to_string()),
             (Kind::Notification, Some("notifications/initialized")) => self.initialized = true,
             (Kind::Request, Some("logging/setLevel")) => self.level = params.map(|p| message[p.clone()].to_string()),
+            (Kind::Request, Some(m @ ("tools/list" | "prompts/list" | "resources/templates/list"))) => {
+                let m = LISTS.iter().find(|l| **l == m).expect("one of LISTS");
+                if !self.listed.contains(m) {
+                    self.listed.push(m);
+                }
+            }
             (Kind::Request, Some(m @ ("resources/subscribe" | "resources/unsubscribe"))) => {
                 let Some(uri) = params.and_then(|p| codec::param_fields(message, p).uri) else { return };
                 self.subscribed.retain(|u| *u != uri);
@@ -285,6 +299,12 @@ impl Relay {
             let params = format!(r#"{{"uri":{}}}"#, codec::json_string(uri));
             lines.push(codec::request(&id, "resources/subscribe", &params));
         }
+        // Its first page: where a later page renamed something, the client's next list of it
+        // teaches the router the rest.
+        for method in &self.memory.listed {
+            let id = own(method);
+            lines.push(codec::request(&id, method, "{}"));
+        }
         for line in &mut lines {
             line.push('\n');
         }
@@ -379,7 +399,9 @@ impl Relay {
         }
         // Parsed again only when it may hold what a replay needs.
         if let Ok(text) = std::str::from_utf8(&line)
-            && ["initialize", "logging/setLevel", "resources/"].iter().any(|m| text.contains(m))
+            && ["initialize", "logging/setLevel", "resources/", "tools/list", "prompts/list"]
+                .iter()
+                .any(|m| text.contains(m))
         {
             for_each_message(text, |m, env| self.memory.note(m, env));
         }

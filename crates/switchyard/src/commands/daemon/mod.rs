@@ -19,7 +19,7 @@ use switchyard_config::{Config, HttpConfig};
 use switchyard_policy::Policy;
 use switchyard_router::control::{self, Hello, Reply};
 use switchyard_router::downstream;
-use switchyard_router::downstream::http::token::{self, Token};
+use switchyard_router::downstream::http::token::{self, Tokens};
 use switchyard_router::registry::{About, Servers};
 
 use detach::{detach, detached_child};
@@ -27,8 +27,10 @@ use reload::{Applied, watch_config};
 
 /// How long stopping may take before the daemon stops waiting for its tasks.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
-/// How often the daemon checks that its socket file is still there and still its own.
-const SOCKET_CHECK: Duration = Duration::from_secs(2);
+/// How often the daemon checks that its socket file is still there and still its own, besides
+/// whenever its directory changes (and every 2 s when that directory cannot be watched).
+const SOCKET_CHECK: Duration = Duration::from_secs(60);
+const SOCKET_CHECK_UNWATCHED: Duration = Duration::from_secs(2);
 
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct DaemonArgs {
@@ -113,7 +115,7 @@ fn http_front(
     flag: Option<Option<SocketAddr>>,
     config: &Config,
     canonical: &Path,
-) -> anyhow::Result<Option<(HttpConfig, Token)>> {
+) -> anyhow::Result<Option<(HttpConfig, Tokens)>> {
     if flag.is_none() && config.http.is_none() {
         return Ok(None);
     }
@@ -129,7 +131,7 @@ fn http_front_with(
     config: &Config,
     token_file: &Path,
     env: &dyn Fn(&str) -> Result<String, std::env::VarError>,
-) -> anyhow::Result<Option<(HttpConfig, Token)>> {
+) -> anyhow::Result<Option<(HttpConfig, Tokens)>> {
     let mut http = match (&config.http, flag) {
         (None, None) => return Ok(None),
         (Some(h), _) => h.clone(),
@@ -149,8 +151,16 @@ fn http_front_with(
             http.listen
         );
     }
+    let named = token::named_for_daemon(&http, &token, env)?;
+    for (name, t) in named.iter().filter(|(_, t)| t.expose().len() < MIN_TOKEN_CHARS) {
+        tracing::warn!(
+            "[http.tokens] {name} is only {} characters long: anyone who may reach {} can guess it; use {MIN_TOKEN_CHARS} or more random characters",
+            t.expose().len(),
+            http.listen
+        );
+    }
     switchyard_router::upstream::stdio::withhold(http.token_variables());
-    Ok(Some((http, token)))
+    Ok(Some((http, Tokens { daemon: token, named })))
 }
 
 /// Runs the daemon on this thread until it is stopped.
@@ -213,7 +223,7 @@ async fn serve(
     })?;
     let file = bound.file();
     let http = match front {
-        Some((http, token)) => {
+        Some((http, tokens)) => {
             let addr = http.listen;
             let tcp = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
                 // The socket just bound is ours: leave none behind for `status` and `stop` to find.
@@ -233,7 +243,7 @@ async fn serve(
             Some(tokio::spawn(switchyard_router::downstream::http::serve(
                 router.clone(),
                 http,
-                token,
+                tokens,
                 tcp,
                 shutdown.clone(),
             )))
@@ -296,10 +306,38 @@ fn idle_exit(config: &Config) -> Duration {
 /// Watches the socket file: one removed (a cleaner of temporary files, a user) is made again, so
 /// clients, `status` and `stop` still reach this daemon instead of starting a second one; one
 /// taken by another daemon means this one can no longer be reached, and it stops.
+///
+/// The socket's directory is watched, so a change is seen at once and an idle daemon is not woken
+/// to look; the slow check stays for what a watch can miss.
 async fn keep_socket(router: Arc<Servers>, socket: PathBuf, mut file: (u64, u64), shutdown: CancellationToken) {
+    use notify::{RecursiveMode, Watcher};
+    let (tx, mut changed) = tokio::sync::mpsc::channel::<()>(1);
+    let name = socket.file_name().map(|n| n.to_os_string());
+    let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        if let Ok(e) = event
+            && !e.kind.is_access()
+            && e.paths.iter().any(|p| p.file_name().map(|n| n.to_os_string()) == name)
+        {
+            let _ = tx.try_send(());
+        }
+    });
+    let watched = watcher.and_then(|mut w| {
+        w.watch(socket.parent().unwrap_or(Path::new("/")), RecursiveMode::NonRecursive)?;
+        Ok(w)
+    });
+    let every = match &watched {
+        Ok(_) => SOCKET_CHECK,
+        Err(e) => {
+            tracing::debug!(
+                "cannot watch the socket's directory ({e}); checking the socket every {SOCKET_CHECK_UNWATCHED:?}"
+            );
+            SOCKET_CHECK_UNWATCHED
+        }
+    };
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(SOCKET_CHECK) => {}
+            _ = tokio::time::sleep(every) => {}
+            Some(()) = changed.recv() => {}
             _ = shutdown.cancelled() => return,
         }
         match rustix::fs::lstat(&socket) {
@@ -419,14 +457,15 @@ mod tests {
         assert!(front(None, "").unwrap().is_none());
         assert!(!file.exists());
         // --http alone: every default, with the generated token (made now, kept for later starts).
-        let (h, t) = front(Some(None), "").unwrap().unwrap();
+        let (h, Tokens { daemon: t, named }) = front(Some(None), "").unwrap().unwrap();
+        assert!(named.is_empty());
         assert_eq!(h, HttpConfig::default());
         assert_eq!(h.listen.to_string(), "127.0.0.1:7070");
         assert!(t.expose().starts_with("sy_"));
         assert_eq!(std::fs::read_to_string(&file).unwrap().trim(), t.expose());
         // [http] alone, and with --http: the flag's address wins, the rest of [http] stays.
         let text = "[http]\nlisten = \"127.0.0.1:8000\"\nkeepalive_ms = 5000\nallowed_hosts = [\"a.example\"]\n";
-        let (h, t2) = front(None, text).unwrap().unwrap();
+        let (h, Tokens { daemon: t2, .. }) = front(None, text).unwrap().unwrap();
         assert_eq!((h.listen.port(), h.keepalive_ms), (8000, 5000));
         assert_eq!(t2, t);
         let (h, _) = front(Some(None), text).unwrap().unwrap();
@@ -437,12 +476,44 @@ mod tests {
         let own = "[http]\ntoken = \"${SY_T}\"\n";
         let env = |n: &str| if n == "SY_T" { Ok("mine".to_string()) } else { no_env(n) };
         let (_, t3) = http_front_with(addr("0.0.0.0:9000"), &config(own), &file, &env).unwrap().unwrap();
-        assert_eq!(t3.expose(), "mine");
+        assert_eq!(t3.daemon.expose(), "mine");
         let e = format!("{:#}", http_front_with(None, &config(own), &file, &no_env).unwrap_err());
         assert!(e.contains("[http] token uses ${SY_T}, which is not set"), "{e}");
         let empty = |_: &str| Ok(String::new());
         let e = format!("{:#}", http_front_with(None, &config(own), &file, &empty).unwrap_err());
         assert!(e.contains("[http] token is empty once ${SY_T} is read"), "{e}");
+    }
+
+    #[test]
+    fn named_tokens_come_with_the_front_and_each_must_differ_from_the_others() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("state/sy-1.token");
+        let env = |n: &str| match n {
+            "SY_T" => Ok("sy_daemon_token".to_string()),
+            "SY_A" => Ok("sy_laptop_token".to_string()),
+            "SY_B" => Ok("sy_ci_token".to_string()),
+            _ => no_env(n),
+        };
+        let text = "[http]\ntoken = \"${SY_T}\"\ntokens = { laptop = \"${SY_A}\", ci = \"${SY_B}\" }\n";
+        let (_, tokens) = http_front_with(None, &config(text), &file, &env).unwrap().unwrap();
+        let names: Vec<&str> = tokens.named.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["ci", "laptop"]);
+        assert_eq!(tokens.named[1].1.expose(), "sy_laptop_token");
+        // With the generated token too.
+        let text = "[http.tokens]\nlaptop = \"${SY_A}\"\n";
+        let (_, tokens) = http_front_with(None, &config(text), &file, &env).unwrap().unwrap();
+        assert!(tokens.daemon.expose().starts_with("sy_") && tokens.named.len() == 1);
+        for (text, says) in [
+            ("[http.tokens]\na = \"${SY_A}\"\nb = \"${SY_A}\"\n", "[http.tokens] a and b have the same value"),
+            (
+                "[http]\ntoken = \"${SY_T}\"\ntokens = { a = \"${SY_T}\" }\n",
+                "[http.tokens] a has the daemon's own token",
+            ),
+        ] {
+            let e = format!("{:#}", http_front_with(None, &config(text), &file, &env).unwrap_err());
+            assert!(e.contains(says), "{e}");
+            assert!(!e.contains("sy_laptop_token") && !e.contains("sy_daemon_token"), "a value is shown: {e}");
+        }
     }
 
     #[test]

@@ -45,6 +45,7 @@ impl Guest for Probe {
                 "version": call.client.version,
                 "transport": transport,
                 "dir": call.client.dir,
+                "token": call.client.token,
             },
             "era": call.era,
             "task": call.task.map(|t| json!({"id": t.id, "tool": t.tool})),

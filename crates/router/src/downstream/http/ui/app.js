@@ -29,6 +29,17 @@
     if (v < 3600000) { return Math.floor(v / 60000) + " min"; }
     return (v / 3600000).toFixed(1) + " h";
   }
+
+  // A remote server whose sign-in needs a person: what to do, in its state column.
+  function signInTrouble(v) {
+    var si = v.sign_in;
+    if (!si || si.state === "signed_in" || si.state === "expired") { return null; }
+    var login = "switchyard login " + v.name;
+    if (si.state === "not_signed_in") { return { cls: "warn", text: "not signed in: " + login }; }
+    if (si.state === "expired_for_good") { return { cls: "warn", text: "the token has expired: " + login }; }
+    return { cls: "bad", text: (si.error || "the sign-in is failing") + ": " + login };
+  }
+
   function fill(id, rows, columns) {
     var body = $(id).tBodies[0];
     var fresh = document.createElement("tbody");
@@ -65,7 +76,9 @@
       var inflight = 0;
       (v.instances || []).forEach(function (i) {
         inflight += i.inflight || 0;
-        instances.push([i.label, i.pool, i.pid ? "pid " + i.pid : (i.url || ""),
+        // An instance of one session's, client's or key's own says whose (`default, client cursor`).
+        var pool = i.scope && i.scope !== "shared" ? i.pool + ", " + i.scope : i.pool;
+        instances.push([i.label, pool, i.pid ? "pid " + i.pid : (i.url || ""),
           i.ready ? { cls: "ok", text: "ready" } : { cls: "warn", text: "starting" }, num(i.inflight), ms(i.uptime_ms)]);
       });
       (v.calls || []).forEach(function (c) {
@@ -81,6 +94,7 @@
       if (v.client_env) { state = { cls: "", text: "template: " + (v.variants || []).length + " running" }; }
       else if (v.retired) { state = { cls: "warn", text: "old configuration, draining" }; }
       else if (v.one_at_a_time) { state = { cls: "warn", text: v.one_at_a_time }; }
+      else if (signInTrouble(v)) { state = signInTrouble(v); }
       else if (v.initialized) { state = { cls: "ok", text: v.sibling_of ? "serving clients that differ from " + v.sibling_of + "'s" : "serving" }; }
       else { state = { cls: "", text: "waiting for its first client" }; }
       return [v.name, { cls: "mono", text: v.target }, state, num(v.starts), num(v.restarts), num(inflight),

@@ -11,7 +11,8 @@ use super::{Info, Inner, answers, header_value, negotiated_version};
 use crate::upstream::remote::event::{Event, Parser};
 use crate::upstream::remote::retry::Reconnect;
 use crate::upstream::remote::{
-    Core, For, describe, is_event_stream, jsonrpc_error_message, maybe_delivered, never_sent, not_delivered, snippet_of,
+    Core, For, MAX_SIGN_INS, describe, is_event_stream, jsonrpc_error_message, maybe_delivered, never_sent,
+    not_delivered, refused, snippet_of,
 };
 use crate::upstream::transport::{Outbound, RemoteKind};
 use switchyard_core::codec;
@@ -34,10 +35,6 @@ enum Outcome {
 
 /// Pages of a tool list read for a call's `Mcp-Param-*` headers, at most.
 const MAX_TOOL_PAGES: usize = 20;
-
-/// Sign-ins one message may cause (a 401, then a step-up or two): a server that keeps refusing
-/// gets an error, not a loop of browser windows.
-const MAX_SIGN_INS: u32 = 3;
 
 impl Inner {
     /// Sends one message, re-initialising and replaying it once if the session was lost, and
@@ -152,10 +149,7 @@ impl Inner {
         let core = &self.core;
         let url = core.shown_url();
         // The token is refreshed first when it is about to expire.
-        let token = match &core.auth {
-            Some(auth) => auth.bearer().await,
-            None => None,
-        };
+        let token = core.bearer().await;
         let (session, version, modern) = {
             let st = self.state.lock().unwrap();
             let modern = st.init_line.is_none() && info.envelope_version.is_some();
@@ -241,14 +235,14 @@ impl Inner {
             return Outcome::Done;
         }
         if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
-            let signed = if may_sign_in { core.sign_in(&resp, token.as_ref()).await } else { None };
+            let signed = if may_sign_in { core.sign_in(&resp, token.as_ref(), !msg.quiet).await } else { None };
             let cause = match signed {
                 Some(Ok(())) => return Outcome::SignedIn,
                 // The instance stays: the next request may sign in (or a `switchyard login`
                 // may have signed in meanwhile).
                 Some(Err(cause)) => {
                     match msg.request {
-                        Some(id) => core.lost(id, not_delivered(cause)),
+                        Some(id) => core.lost(id, refused(cause)),
                         None => tracing::warn!(instance = %core.label, "{cause}"),
                     }
                     return Outcome::Done;

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""What one sequential stdio round trip costs the process in the middle: per `echo` call to the
+fixture server, the context switches of all the middle process's threads and its CPU time (user
+and system, from /proc), with the client's p50 and p90. Targets, in one run, alternating:
+
+- the fixture directly (the "middle" process is then the server itself);
+- `switchyard run` in front of it;
+- the line-copying proxy of the benches (crates/switchyard/benches/peers/line-proxy.py).
+
+    python3 scripts/bench_call_cost.py path/to/switchyard [--calls N] [--rounds R]
+
+Run `strace -c -f -p PID` on the middle process meanwhile to count its system calls per call.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LINE_PROXY = os.path.join(ROOT, "crates/switchyard/benches/peers/line-proxy.py")
+WARM = 200
+
+
+def usage(pid):
+    switches = 0
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{t}/status") as f:
+                switches += sum(int(l.split()[1]) for l in f if "ctxt_switches:" in l)
+        except OSError:
+            pass
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return switches, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(argv, calls):
+    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
+    init = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "b", "version": "1"}}}
+    p.stdin.write((json.dumps(init) + "\n").encode())
+    p.stdout.readline()
+    p.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+    lines = [(json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                          "params": {"name": "echo", "arguments": {"text": "hello"}}}) + "\n").encode()
+             for i in range(1, WARM + calls + 1)]
+    for line in lines[:WARM]:
+        p.stdin.write(line)
+        p.stdout.readline()
+    before = usage(p.pid)
+    times = []
+    for line in lines[WARM:]:
+        t = time.perf_counter()
+        p.stdin.write(line)
+        p.stdout.readline()
+        times.append(time.perf_counter() - t)
+    after = usage(p.pid)
+    p.stdin.close()
+    p.wait(timeout=10)
+    times.sort()
+    return (times[len(times) // 2] * 1e6, times[len(times) * 9 // 10] * 1e6,
+            (after[0] - before[0]) / calls, (after[1] - before[1]) / calls * 1e6)
+
+
+def main():
+    args = sys.argv[1:]
+    calls, rounds = 5000, 3
+    for flag in ("--calls", "--rounds"):
+        if flag in args:
+            i = args.index(flag)
+            value = int(args[i + 1])
+            del args[i:i + 2]
+            calls, rounds = (value, rounds) if flag == "--calls" else (calls, value)
+    if len(args) != 1:
+        sys.exit(__doc__)
+    exe = os.path.abspath(args[0])
+    fixture = [exe, "fixture"]
+    targets = [("direct", fixture), ("`switchyard run`", [exe, "run", "--", *fixture]),
+               ("line-copying proxy (Python)", [sys.executable, LINE_PROXY, *fixture])]
+    results = {name: [] for name, _ in targets}
+    for _ in range(rounds):
+        for name, argv in targets:
+            results[name].append(measure(argv, calls))
+    print(f"| {calls} calls × {rounds} rounds | p50 µs | p90 µs | middle process: switches/call | CPU µs/call |")
+    print("|---|---:|---:|---:|---:|")
+    for name, rows in results.items():
+        med = [sorted(col)[len(col) // 2] for col in zip(*rows)]
+        print(f"| {name} | {med[0]:.0f} | {med[1]:.0f} | {med[2]:.2f} | {med[3]:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
