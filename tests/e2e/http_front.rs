@@ -527,7 +527,11 @@ async fn fifty_sessions_at_once_each_get_only_their_own_answers() {
 /// server starts (for the tools' hints), and again only after the server says it changed.
 #[tokio::test]
 async fn new_sessions_cost_the_server_no_tools_list() {
-    let f = Front::start(|h| format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", h.fixture("alpha", &[]))).await;
+    // A slow tools/list: sessions that start while a fetch is on its way wait for it.
+    let f = Front::start(|h| {
+        format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", h.fixture("alpha", &["--list-delay-ms", "400"]))
+    })
+    .await;
     let journal = f.home.journal("alpha");
     let lists = || received(&journal_entries(&journal), "tools/list").count();
     let first = f.session("/mcp/alpha").await;

@@ -202,12 +202,19 @@ impl Server {
         let Some(inst) = instances.into_iter().find(|i| i.is_ready() && !self.is_modern(i)) else {
             return;
         };
-        // The whole list is learnt by fetch_list itself.
-        self.fetch_list(&inst, "tools").await;
+        // The whole list is learnt by fetch_pages itself.
+        self.fetch_pages(&inst, "tools").await;
     }
 
     /// Every page of `<kind>/list` from one instance, sorted by name (or URI); None on any error.
+    /// A fetch of tools/list holds the refresh lock, so a session that starts while a
+    /// list_changed is being checked waits for that fetch rather than sending one of its own.
     pub async fn fetch_list(&self, inst: &Instance, kind: &'static str) -> Option<Vec<serde_json::Value>> {
+        let _one = if kind == "tools" { Some(self.tools_refresh.lock().await) } else { None };
+        self.fetch_pages(inst, kind).await
+    }
+
+    async fn fetch_pages(&self, inst: &Instance, kind: &'static str) -> Option<Vec<serde_json::Value>> {
         let method = format!("{kind}/list");
         if kind == "tools" {
             // Fetched again after a tools/list_changed: until this one succeeds, the last
