@@ -108,19 +108,24 @@ pub async fn serve(listener: tokio::net::TcpListener, app: axum::Router, listen:
         let shutdown = shutdown.clone();
         connections.spawn(async move {
             let _slot = slot;
-            let evicted = conn.evicted.clone();
+            let mut evicted = conn.evicted.clone();
             // Nothing sent in time (an idle connection holding a slot): closed before hyper
             // spends a buffer on it.
             let mut first = [0u8; 1];
-            tokio::select! {
-                r = tokio::time::timeout(FIRST_BYTE_TIMEOUT, tcp.peek(&mut first)) => {
-                    if !matches!(r, Ok(Ok(n)) if n > 0) {
-                        return;
-                    }
-                    conn.spoke();
-                }
-                _ = evicted.cancelled() => return,
+            let spoke = tokio::select! {
+                r = tokio::time::timeout(FIRST_BYTE_TIMEOUT, tcp.peek(&mut first)) => matches!(r, Ok(Ok(n)) if n > 0),
+                // Chosen to make room before this task had looked: bytes that came meanwhile
+                // make it a client, kept in place of the next silent one.
+                _ = evicted.cancelled() => has_input(&tcp),
                 _ = shutdown.cancelled() => return,
+            };
+            if !spoke {
+                return;
+            }
+            if evicted.is_cancelled() {
+                evicted = conn.reinstate();
+            } else {
+                conn.spoke();
             }
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT).max_buf_size(READ_BUFFER_LIMIT);
@@ -175,6 +180,7 @@ struct Unproven {
 #[derive(Clone)]
 pub struct Conn {
     seq: u64,
+    peer: IpAddr,
     admission: Arc<Admission>,
     /// Fired when the connection is closed to make room for a newer one.
     evicted: CancellationToken,
@@ -202,6 +208,18 @@ impl Conn {
     fn spoke(&self) {
         self.admission.state.lock().expect("lock").silent.remove(&self.seq);
     }
+
+    /// Closed to make room, but it had sent bytes by then (its task had not looked yet): it
+    /// counts again as unproven and spoken, in its place by age, and the room is made again
+    /// elsewhere. Returns the token that now closes it.
+    fn reinstate(&self) -> CancellationToken {
+        let mut s = self.admission.state.lock().expect("lock");
+        self.admission.make_room(&mut s, self.peer);
+        let evicted = CancellationToken::new();
+        s.by_age.insert(self.seq, (self.peer, evicted.clone()));
+        *s.per_peer.entry(self.peer).or_default() += 1;
+        evicted
+    }
 }
 
 impl Admission {
@@ -216,6 +234,20 @@ impl Admission {
     /// the oldest silent one, else the oldest.
     pub fn admit(self: &Arc<Self>, peer: IpAddr, spoke: bool) -> Conn {
         let mut s = self.state.lock().expect("lock");
+        self.make_room(&mut s, peer);
+        let seq = s.next;
+        s.next += 1;
+        let evicted = CancellationToken::new();
+        s.by_age.insert(seq, (peer, evicted.clone()));
+        if !spoke {
+            s.silent.insert(seq);
+        }
+        *s.per_peer.entry(peer).or_default() += 1;
+        Conn { seq, peer, admission: self.clone(), evicted, _alive: Arc::new(Leave(seq, Arc::downgrade(self))) }
+    }
+
+    /// Closes the unproven connection that must go for one more of `peer` to fit, if one must.
+    fn make_room(&self, s: &mut Unproven, peer: IpAddr) {
         let victim = if s.per_peer.get(&peer).copied().unwrap_or(0) >= self.per_peer_max {
             let of_peer = |k: &u64| s.by_age.get(k).is_some_and(|(ip, _)| *ip == peer);
             s.silent.iter().copied().find(of_peer).or_else(|| s.by_age.keys().copied().find(of_peer))
@@ -227,7 +259,7 @@ impl Admission {
         if let Some(k) = victim {
             if let Some((ip, token)) = s.by_age.remove(&k) {
                 s.silent.remove(&k);
-                Self::uncount(&mut s, ip);
+                Self::uncount(s, ip);
                 token.cancel();
                 s.evicted += 1;
             }
@@ -242,15 +274,6 @@ impl Admission {
                 s.last_report = Some(Instant::now());
             }
         }
-        let seq = s.next;
-        s.next += 1;
-        let evicted = CancellationToken::new();
-        s.by_age.insert(seq, (peer, evicted.clone()));
-        if !spoke {
-            s.silent.insert(seq);
-        }
-        *s.per_peer.entry(peer).or_default() += 1;
-        Conn { seq, admission: self.clone(), evicted, _alive: Arc::new(Leave(seq, Arc::downgrade(self))) }
     }
 
     fn remove(&self, seq: u64) {
@@ -383,5 +406,29 @@ mod tests {
         later.spoke();
         let _more: Vec<Conn> = (0..2).map(|_| a.admit(ip(1), false)).collect();
         assert!(!talking.evicted.is_cancelled() && !later.evicted.is_cancelled());
+    }
+
+    #[test]
+    fn a_connection_closed_before_its_bytes_were_seen_is_kept_in_place_of_a_silent_one() {
+        // 8 slots: 3 unproven per address. A client's connection, its request not seen yet, is
+        // chosen to make room for three newer silent ones.
+        let a = Arc::new(Admission::new(8));
+        let client = a.admit(ip(1), false);
+        let idlers: Vec<Conn> = (0..3).map(|_| a.admit(ip(1), false)).collect();
+        assert!(client.evicted.is_cancelled());
+        // Its bytes had come: it is kept, and the oldest silent one goes instead.
+        let token = client.reinstate();
+        assert!(!token.is_cancelled());
+        assert!(idlers[0].evicted.is_cancelled());
+        assert!(!idlers[1].evicted.is_cancelled() && !idlers[2].evicted.is_cancelled());
+        assert_eq!(a.unproven(), 3);
+        // As one that spoke, it goes only after every silent one.
+        let _more: Vec<Conn> = (0..2).map(|_| a.admit(ip(1), false)).collect();
+        assert!(!token.is_cancelled());
+        // Proven, it leaves the count; closed, nothing is counted twice.
+        client.prove();
+        assert_eq!(a.unproven(), 2);
+        drop(client);
+        assert_eq!(a.unproven(), 2);
     }
 }
