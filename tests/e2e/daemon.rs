@@ -1268,3 +1268,119 @@ async fn a_client_answered_from_memory_is_served_once_a_failed_start_can_succeed
     home.stop().await;
     home.wait_no_processes(SLOW).await;
 }
+
+// ------------------------------------------------------------------------------------------------
+// The hand-off: connect gives the daemon its pipes.
+
+/// The kernel's name of the pipe at descriptor `fd` of `pid` (`pipe:[N]`).
+fn pipe_of(pid: u32, fd: u32) -> String {
+    std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).map(|p| p.display().to_string()).unwrap_or_default()
+}
+
+/// Whether process `pid` holds a descriptor on `pipe`.
+fn holds(pid: u32, pipe: &str) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.display().to_string() == pipe))
+}
+
+/// A connect whose stdin and stdout are pipes hands them to the daemon, which then reads and
+/// writes the client's pipes itself; `SWITCHYARD_HANDOFF=0` keeps the relay. Both serve calls.
+#[tokio::test]
+async fn connect_hands_its_pipes_to_the_daemon_unless_told_not_to() {
+    let home = Home::new();
+    home.write_config(&home.fixture("alpha", &[]));
+    let (a, mut ca) = home.client("alpha").await;
+    assert_eq!(ca.call_text("echo", json!({"text": "handed"})).await, "handed");
+    let daemon = home.daemon_pid().await;
+    let (input, output) = (pipe_of(a.pid, 0), pipe_of(a.pid, 1));
+    assert!(input.starts_with("pipe:") && output.starts_with("pipe:"), "{input} {output}");
+    assert!(holds(daemon, &input) && holds(daemon, &output), "the daemon does not hold connect's pipes");
+
+    let mut envs = home.envs();
+    envs.push(("SWITCHYARD_HANDOFF".into(), "0".into()));
+    let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut b = Proc::spawn_env("connect alpha (relayed)", &home.connect_command("alpha"), &envs);
+    let mut cb = b.client();
+    cb.initialize().await;
+    assert_eq!(cb.call_text("echo", json!({"text": "relayed"})).await, "relayed");
+    assert!(!holds(daemon, &pipe_of(b.pid, 1)), "the daemon holds a relayed connect's pipe");
+    leave(a, ca).await;
+    leave(b, cb).await;
+    home.shutdown().await;
+}
+
+/// kill -9 of a connect that handed its pipes off: the client sees its output close at once, as
+/// it would with the relay, and the server lives on for the next client.
+#[tokio::test]
+async fn kill_9_of_a_handed_off_connect_closes_the_client_s_output_and_keeps_the_server() {
+    let home = Home::new();
+    home.write_config(&home.fixture("alpha", &[]));
+    let (a, mut ca) = home.client("alpha").await;
+    let (pid, _) = fixture_pid(&mut ca).await;
+    let _call = ca.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": 30000}})).await;
+    wait_call_arrived(&home.journal("alpha"), "sleep").await;
+    let killed = Instant::now();
+    a.signal(libc::SIGKILL);
+    ca.timeout = Duration::from_secs(5);
+    let seen = ca.expect_eof().await;
+    println!("output closed {:?} after kill -9 of connect; read meanwhile: {seen:?}", killed.elapsed());
+    assert!(pid_alive(pid), "the server died with its client's connect");
+    let (b, mut cb) = home.client("alpha").await;
+    assert_eq!(fixture_pid(&mut cb).await.0, pid, "the next client did not get the same server");
+    leave(b, cb).await;
+    drop(a);
+    home.shutdown().await;
+}
+
+/// kill -9 of the daemon under a handed-off session with calls in flight, calls it had read and
+/// not taken up, and half a line: each request is answered exactly once (those taken up with an
+/// error, as they may have run; the rest by the next daemon), the half line is completed and
+/// served, and the session goes on.
+#[tokio::test]
+async fn kill_9_of_the_daemon_under_a_handed_off_session_answers_each_request_once() {
+    let home = Home::new();
+    home.write_config(&home.fixture("alpha", &[]));
+    let (mut a, mut ca) = home.client("alpha").await;
+    ca.timeout = SLOW;
+    let daemon = home.daemon_pid().await;
+    let mut ids = Vec::new();
+    for i in 0..30 {
+        let id = json!(format!("call-{i}"));
+        ca.send_request_with_id(id.clone(), "tools/call", json!({"name": "sleep", "arguments": {"ms": 400}})).await;
+        ids.push(id);
+    }
+    wait_call_arrived(&home.journal("alpha"), "sleep").await;
+    ca.send_raw_partial(r#"{"jsonrpc":"2.0","id":"half","method":"tools/call","#).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    kill(daemon, libc::SIGKILL);
+    wait_all_dead(&[daemon], SLOW).await;
+    ca.send_raw(r#""params":{"name":"echo","arguments":{"text":"whole"}}}"#).await;
+    ids.push(json!("half"));
+
+    let mut answers: std::collections::HashMap<String, Value> = Default::default();
+    let deadline = Instant::now() + SLOW;
+    while answers.len() < ids.len() && Instant::now() < deadline {
+        let Some(m) = ca.recv_timeout(Duration::from_secs(1)).await else { continue };
+        if let Some(id) = m.get("id").filter(|_| is_response(&m)) {
+            let previous = answers.insert(id.to_string(), m.clone());
+            assert!(previous.is_none(), "{id} answered twice: {previous:?} and {m}");
+        }
+    }
+    let missing: Vec<&Value> = ids.iter().filter(|id| !answers.contains_key(&id.to_string())).collect();
+    assert!(missing.is_empty(), "never answered: {missing:?}");
+    assert_eq!(tool_text(&answers["\"half\""]), "whole", "{}", answers["\"half\""]);
+    let errors = answers.values().filter(|m| m.get("error").is_some()).count();
+    println!("{errors} of {} answered with an error after kill -9 of the daemon", ids.len());
+    assert!(errors >= 1, "the call the server had was not answered as lost");
+    for m in answers.values().filter(|m| m.get("error").is_some()) {
+        assert!(m["error"]["message"].as_str().unwrap_or("").contains("outcome is unknown"), "{m}");
+    }
+    ca.expect_silence(Duration::from_millis(500)).await;
+    assert_eq!(ca.call_text("echo", json!({"text": "after"})).await, "after");
+    assert!(a.is_running(), "connect exited");
+    leave(a, ca).await;
+    home.shutdown().await;
+}

@@ -1064,7 +1064,9 @@ async fn connect_exits_when_the_router_stops() {
     let batch = c.recv_until(|m| m.is_array()).await;
     assert!(single.get("error").is_some() && batch[0].get("error").is_some(), "{single} {batch}");
     assert_eq!(conn.wait().await.code(), Some(1));
-    assert!(conn.stderr.text().contains("closed the connection"), "{}", conn.stderr.text());
+    // Relayed, the router closed the connection; handed off, it handed the session back.
+    let said = conn.stderr.text();
+    assert!(said.contains("closed the connection") || said.contains("handed the session back"), "{said}");
     assert_eq!(router.wait().await.code(), Some(0));
 }
 

@@ -30,6 +30,10 @@ pub enum Hello {
         /// client's instances are its own, by client name and this directory.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         dir: Option<String>,
+        /// `connect` offers to hand its stdin and stdout to the router (see [`crate::handoff`]).
+        /// Absent (false) in hellos of older clients.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        handoff: bool,
     },
     /// One status snapshot, then the router closes the connection.
     Status,
@@ -40,12 +44,13 @@ pub enum Hello {
 impl std::fmt::Debug for Hello {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Hello::Connect { server, version, env, dir } => f
+            Hello::Connect { server, version, env, dir, handoff } => f
                 .debug_struct("Connect")
                 .field("server", server)
                 .field("version", version)
                 .field("env", &env.keys().collect::<Vec<_>>())
                 .field("dir", dir)
+                .field("handoff", handoff)
                 .finish(),
             Hello::Status => f.write_str("Status"),
             Hello::Stop => f.write_str("Stop"),
@@ -57,8 +62,15 @@ impl std::fmt::Debug for Hello {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "switchyard", rename_all = "snake_case")]
 pub enum Reply {
-    /// The session is open: MCP follows.
-    Welcome { server: String, version: String, pid: u32 },
+    /// The session is open: MCP follows, or, with `handoff`, the client's descriptors (see
+    /// [`crate::handoff`]). A router older than the hand-off never says `handoff`.
+    Welcome {
+        server: String,
+        version: String,
+        pid: u32,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        handoff: bool,
+    },
     /// Nothing follows; the router closes the connection. `error` says why and what to do.
     Refused { error: String },
     /// The answer to [`Hello::Status`].
@@ -70,6 +82,12 @@ pub enum Reply {
     /// close this connection and connect again (replaying its initialize) to reach the server
     /// as now configured. Until then everything still goes on this connection.
     Drain { reason: String },
+    /// On a handed-off session: the client's side ended it (closed its input, or stopped
+    /// reading); `connect` exits.
+    Ended,
+    /// On a handed-off session: the router let go of the client's descriptors with nothing in
+    /// flight, and `connect` carries the session on from the journal (`reason` says why).
+    Handback { reason: String },
 }
 
 /// Whether a line is a switchyard control line rather than JSON-RPC: a JSON object whose first
@@ -116,8 +134,10 @@ mod tests {
             version: "0.1.0".into(),
             env: BTreeMap::new(),
             dir: None,
+            handoff: false,
         });
         assert!(is_control(&h));
+        assert!(!h.contains("handoff"), "no offer is left out, as older hellos have it: {h}");
         assert!(!h.contains("env"), "an empty env is left out, as older hellos have it: {h}");
         assert_eq!(
             hello(&h),
@@ -125,7 +145,8 @@ mod tests {
                 server: Some("fs".into()),
                 version: "0.1.0".into(),
                 env: BTreeMap::new(),
-                dir: None
+                dir: None,
+                handoff: false,
             }))
         );
         assert!(is_control(&line(&Reply::Drain { reason: "x".into() })));
@@ -141,7 +162,13 @@ mod tests {
     #[test]
     fn a_hello_carries_client_values_that_debug_and_errors_never_show() {
         let env = BTreeMap::from([("TOKEN".to_string(), "s3cr3t".to_string())]);
-        let h = Hello::Connect { server: Some("fs".into()), version: "0.1.0".into(), env, dir: Some("/w".into()) };
+        let h = Hello::Connect {
+            server: Some("fs".into()),
+            version: "0.1.0".into(),
+            env,
+            dir: Some("/w".into()),
+            handoff: false,
+        };
         let text = line(&h);
         assert_eq!(hello(&text), Some(Ok(h.clone())));
         assert!(!format!("{h:?}").contains("s3cr3t") && format!("{h:?}").contains("TOKEN"));

@@ -6,7 +6,8 @@
 //! name; [`run`] serves one of them for `switchyard run`.
 
 // Unsafe code only where no safe API exists, each allowed by name: the child's pre-exec hook
-// (parent-death signal), signal dispositions in the supervisor and malloc_trim.
+// (parent-death signal), signal dispositions in the supervisor, malloc_trim, and the shared
+// memory of the hand-off's journal.
 #![deny(unsafe_code)]
 
 pub mod call;
@@ -15,6 +16,7 @@ mod call_path_tests;
 pub mod control;
 pub mod downstream;
 pub mod gate;
+pub mod handoff;
 pub mod peer;
 pub mod placement;
 pub mod pool;

@@ -180,11 +180,13 @@ impl Bench {
     fn latency_fixture(&self) {
         let fx = self.fixture_argv();
         let (_home, connect) = self.daemon_argv("fx", &fx);
+        let relayed = relayed(&connect);
         let mut targets = vec![
             (self.conn("direct", "text", fx.clone()), BLOCK),
             (self.conn("switchyard", "text", self.router_argv("lat", "", &[], &fx)), BLOCK),
             (self.socket_conn("switchyard via its --listen socket", &fx), BLOCK),
             (self.conn("switchyard connect, to the daemon", "text", connect), BLOCK),
+            (self.conn("switchyard connect, relayed (SWITCHYARD_HANDOFF=0)", "text", relayed), BLOCK),
             (self.conn("line-copying proxy (Python)", "text", self.line_proxy_argv(&fx)), BLOCK),
             (self.conn("shell log proxy", "text", self.shell_argv(&fx)), BLOCK / 10),
         ];
@@ -199,10 +201,12 @@ impl Bench {
             return;
         };
         let (_home, connect) = self.daemon_argv("ev", &ev);
+        let relayed = relayed(&connect);
         let mut targets = vec![
             (self.conn("direct", "message", ev.clone()), BLOCK / 2),
             (self.conn("switchyard", "message", self.router_argv("ev", "", &[], &ev)), BLOCK / 2),
             (self.conn("switchyard connect, to the daemon", "message", connect), BLOCK / 2),
+            (self.conn("switchyard connect, relayed (SWITCHYARD_HANDOFF=0)", "message", relayed), BLOCK / 2),
             (self.conn("line-copying proxy (Python)", "message", self.line_proxy_argv(&ev)), BLOCK / 2),
             (self.conn("shell log proxy", "message", self.shell_argv(&ev)), BLOCK / 10),
         ];
@@ -248,6 +252,9 @@ impl Bench {
                 self.router_argv(&format!("t{n}"), &config, &[], &fx),
             ));
         }
+        let (_home, connect) = self.daemon_argv("tc", &fx);
+        targets.push(self.conn("switchyard connect, relayed (SWITCHYARD_HANDOFF=0)", "text", relayed(&connect)));
+        targets.push(self.conn("switchyard connect, to the daemon", "text", connect));
         targets.push(self.conn("line-copying proxy (Python)", "text", self.line_proxy_argv(&fx)));
         targets.push(self.conn("shell log proxy", "text", self.shell_argv(&fx)));
         let windows = [1usize, 8, 64];
@@ -322,6 +329,13 @@ impl Bench {
             mib(fixture_busy)
         );
     }
+}
+
+/// The argv of a `connect` (`env K=V ... switchyard connect ...`) that keeps the relay.
+fn relayed(connect: &[String]) -> Vec<String> {
+    let mut argv = connect.to_vec();
+    argv.insert(1, "SWITCHYARD_HANDOFF=0".to_string());
+    argv
 }
 
 /// One MCP connection over a child's stdin/stdout, driven with blocking I/O from this thread.

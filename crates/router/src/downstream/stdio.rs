@@ -110,6 +110,16 @@ fn accessible(flags: OFlags, access: OFlags) -> bool {
     flags.contains(OFlags::WRONLY) == access.contains(OFlags::WRONLY)
 }
 
+/// A description of this process's own on the pipe at `fd` (stdin or stdout), non-blocking and
+/// close-on-exec; None when `fd` is not a pipe or cannot be reopened.
+pub fn own_pipe(fd: BorrowedFd<'_>, write: bool) -> Option<OwnedFd> {
+    let stat = rustix::fs::fstat(fd).ok()?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::Fifo {
+        return None;
+    }
+    reopen(fd, if write { OFlags::WRONLY } else { OFlags::RDONLY }, &stat)
+}
+
 /// A new open file description on the same pipe, non-blocking from the start.
 fn reopen(fd: BorrowedFd<'_>, access: OFlags, stat: &rustix::fs::Stat) -> Option<OwnedFd> {
     use std::os::fd::AsRawFd;

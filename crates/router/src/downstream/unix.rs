@@ -144,6 +144,26 @@ pub async fn listen(router: Arc<Servers>, bound: Bound, path: PathBuf, shutdown:
     }
 }
 
+/// How long a `connect` that offered the hand-off may take to send its descriptors.
+const HANDED_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The descriptors a `connect` sends after a welcome that took its offer.
+async fn take_handed(
+    reader: &BufReader<tokio::net::unix::OwnedReadHalf>,
+    shutdown: &CancellationToken,
+) -> std::io::Result<crate::handoff::Handed> {
+    use std::os::fd::AsFd;
+    if !reader.buffer().is_empty() {
+        return Err(std::io::Error::other("it sent bytes before its descriptors"));
+    }
+    let stream: &UnixStream = reader.get_ref().as_ref();
+    let receive = stream.async_io(tokio::io::Interest::READABLE, || crate::handoff::recv_fds(stream.as_fd()));
+    tokio::select! {
+        r = tokio::time::timeout(HANDED_WAIT, receive) => r.map_err(|_| std::io::Error::other(format!("none came within {HANDED_WAIT:?}")))?,
+        _ = shutdown.cancelled() => Err(std::io::Error::other("the router is stopping")),
+    }
+}
+
 /// The longest first line read before a connection is known to be a hello or an MCP message.
 const FIRST_LINE_MAX: u64 = 64 * 1024 * 1024;
 
@@ -165,7 +185,8 @@ async fn open(router: Arc<Servers>, stream: UnixStream, shutdown: CancellationTo
     let text = String::from_utf8_lossy(&first).into_owned();
     let reply = |r: &Reply| control::line(r);
     match control::hello(&text) {
-        Some(Ok(Hello::Connect { server, version, env, dir })) => match router.lookup(server.as_deref(), &env) {
+        Some(Ok(Hello::Connect { server, version, env, dir, handoff })) => match router.lookup(server.as_deref(), &env)
+        {
             Ok(server) => {
                 if version != env!("CARGO_PKG_VERSION") {
                     tracing::info!(server = %server.name, "a client of switchyard {version} joined (this router is {})", env!("CARGO_PKG_VERSION"));
@@ -174,6 +195,7 @@ async fn open(router: Arc<Servers>, stream: UnixStream, shutdown: CancellationTo
                     server: server.name.clone(),
                     version: env!("CARGO_PKG_VERSION").to_string(),
                     pid: std::process::id(),
+                    handoff,
                 };
                 if w.write_all(reply(&welcome).as_bytes()).await.is_err() {
                     return;
@@ -186,7 +208,15 @@ async fn open(router: Arc<Servers>, stream: UnixStream, shutdown: CancellationTo
                     client_token: None,
                 };
                 let ends = server.shutdown.clone();
-                session::serve(server, reader, w, opening, ends).await;
+                if !handoff {
+                    return session::serve(server, reader, w, opening, ends).await;
+                }
+                match take_handed(&reader, &shutdown).await {
+                    Ok(handed) => crate::handoff::serve::serve(server, handed, (reader, w), opening, ends).await,
+                    Err(e) => {
+                        tracing::info!(server = %server.name, "a connect offered its pipes and did not send them: {e}")
+                    }
+                }
             }
             Err(error) => {
                 tracing::info!("refused a client: {error}");

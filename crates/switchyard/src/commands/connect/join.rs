@@ -35,15 +35,24 @@ pub(super) struct Joined {
     pub(super) writer: OwnedWriteHalf,
     /// The router's version; None for a router older than the hello.
     pub(super) version: Option<String>,
+    /// The router took the hand-off offered: connect's descriptors are to follow.
+    pub(super) handoff: bool,
+    /// The router's process (0 when unknown).
+    pub(super) pid: u32,
 }
 
 /// Reaches the router at `destination` (starting the daemon when nobody listens and a config is
 /// known) and says hello. The error says what failed, where, and what to do.
 pub(super) async fn join(destination: &Destination, exe: &Path) -> Result<Joined, String> {
+    join_offering(destination, exe, false).await
+}
+
+/// [`join`], offering the router the hand-off of connect's pipes when `handoff`.
+pub(super) async fn join_offering(destination: &Destination, exe: &Path, handoff: bool) -> Result<Joined, String> {
     let mut tries = 1;
     loop {
         let stream = reach(destination, exe).await?;
-        match greet(destination, stream).await {
+        match greet(destination, stream, handoff).await {
             Ok(joined) => return Ok(joined),
             // A daemon that was just killed: soon its socket refuses, and reach starts a new one.
             Err(Greeting::Vanished(_)) if tries < VANISHED_TRIES => {
@@ -207,7 +216,7 @@ async fn start_daemon(exe: &Path, config: &Path, socket: &Path, client: &ClientV
 }
 
 /// Says hello and reads the router's reply.
-async fn greet(destination: &Destination, stream: UnixStream) -> Result<Joined, Greeting> {
+async fn greet(destination: &Destination, stream: UnixStream, handoff: bool) -> Result<Joined, Greeting> {
     let (r, mut writer) = stream.into_split();
     let at = destination.socket.display();
     let hello = control::line(&Hello::Connect {
@@ -215,6 +224,7 @@ async fn greet(destination: &Destination, stream: UnixStream) -> Result<Joined, 
         version: VERSION.to_string(),
         env: destination.env.0.clone(),
         dir: std::env::current_dir().ok().map(|d| d.display().to_string()),
+        handoff,
     });
     writer
         .write_all(hello.as_bytes())
@@ -242,7 +252,7 @@ async fn greet(destination: &Destination, stream: UnixStream) -> Result<Joined, 
         let pre_hello =
             codec::parse(text.trim()).is_ok_and(|e| e.kind == Kind::Response && e.is_error && e.id.is_none());
         return match (&destination.server, pre_hello) {
-            (None, true) => Ok(Joined { reader, writer, version: None }),
+            (None, true) => Ok(Joined { reader, writer, version: None, handoff: false, pid: 0 }),
             (Some(name), true) => Err(Greeting::Failed(format!(
                 "the router at {at} is a switchyard older than `connect NAME` and cannot choose server `{name}`; stop it and connect again to start this version"
             ))),
@@ -253,7 +263,10 @@ async fn greet(destination: &Destination, stream: UnixStream) -> Result<Joined, 
         };
     }
     match control::reply(&text) {
-        Ok(Reply::Welcome { version, .. }) => Ok(Joined { reader, writer, version: Some(version) }),
+        // A router older than the hand-off never says it took one.
+        Ok(Reply::Welcome { version, pid, handoff: took, .. }) => {
+            Ok(Joined { reader, writer, version: Some(version), handoff: handoff && took, pid })
+        }
         Ok(Reply::Refused { error }) => {
             Err(Greeting::Failed(format!("the router at {at} refused {}: {error}", destination.session_label())))
         }

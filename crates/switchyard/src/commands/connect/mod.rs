@@ -7,9 +7,14 @@
 //! in flight are kept in a [`relay::Ledger`] shared by the controller and the connection readers,
 //! so that a router that goes away still leaves every request of the client answered once.
 //!
+//! When the client's stdin and stdout are pipes, connect first offers them to the router
+//! ([`handed`]): then the router reads and writes them itself, and the relay runs only if the
+//! router lets go of the session (it died, stopped, or moved the session to a new configuration).
+//!
 //! Here: where to connect ([`Destination`]); [`join`]: reaching (or starting) the daemon and the
-//! hello; [`relay`]: the controller; [`pumps`]: the tasks that move lines.
+//! hello; [`handed`]: the hand-off; [`relay`]: the controller; [`pumps`]: the tasks that move lines.
 
+mod handed;
 mod join;
 mod pumps;
 mod relay;
@@ -24,7 +29,7 @@ use anyhow::anyhow;
 use switchyard_config::ClientValues;
 
 use pumps::{finish_writer, refuse_first_request, spawn_reader, spawn_writer};
-use relay::relay;
+use relay::{Start, relay};
 
 /// `switchyard connect NAME [--config FILE] [--socket PATH] [--env NAME,...]` as given.
 #[derive(Debug, Clone)]
@@ -143,20 +148,34 @@ fn client_values(
 }
 
 /// Runs `connect` on the process's stdin and stdout, starting the daemon with this very binary.
+/// The session is handed to the router when it can be ([`handed`]), else relayed ([`relay`]).
 /// The reason of a failure is on stderr already when this returns.
 pub(crate) async fn run(opts: &Options) -> anyhow::Result<()> {
-    let (input, output, restore) = switchyard_router::downstream::stdio::open();
-    let result = match Destination::resolve(opts) {
-        Ok(destination) => relay(destination, PathBuf::from("/proc/self/exe"), input, output).await,
+    let destination = match Destination::resolve(opts) {
+        Ok(d) => d,
         Err(e) => {
             let why = format!("{e:#}");
-            let (lines, _) = spawn_reader(input);
+            let (input, output, restore) = switchyard_router::downstream::stdio::open();
+            let (lines, _) = spawn_reader(input, false);
             let (out, writer) = spawn_writer(output, None);
             refuse_first_request(lines, &out, &why).await;
             finish_writer(out, writer).await;
-            Err(anyhow!(why))
+            drop(restore);
+            return Err(anyhow!(why));
         }
     };
+    let exe = PathBuf::from("/proc/self/exe");
+    let start = if handed::wanted() {
+        match handed::hand_off(&destination, &exe).await {
+            handed::Outcome::Ended => return Ok(()),
+            handed::Outcome::Relay(first) => Start::Fresh(first),
+            handed::Outcome::Recovered { recovered, why } => Start::Recovered { recovered, why },
+        }
+    } else {
+        Start::Fresh(join::join(&destination, &exe).await)
+    };
+    let (input, output, restore) = switchyard_router::downstream::stdio::open();
+    let result = relay(destination, exe, input, output, start).await;
     drop(restore);
     result
 }

@@ -10,17 +10,22 @@ use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use switchyard_core::codec::{self, Kind};
+use switchyard_core::codec;
 use switchyard_router::control::{self, Reply};
 
 use super::relay::{Event, Ledger};
+use switchyard_router::handoff::response_ids;
+pub(super) use switchyard_router::handoff::{for_each_message, request_ids};
 
 /// At a start that failed, how long to wait for the client's first request, to answer it.
 const FIRST_REQUEST_WAIT: Duration = Duration::from_secs(10);
 
 /// The client's lines, one by one (each with its newline, if it had one), until it closes.
+/// With `skip_first`, the first line (the rest of one the router was skipping as too long) is
+/// dropped.
 pub(super) fn spawn_reader<R: AsyncRead + Send + Unpin + 'static>(
     input: R,
+    mut skip_first: bool,
 ) -> (mpsc::Receiver<Vec<u8>>, JoinHandle<()>) {
     let (tx, rx) = mpsc::channel(32);
     let task = tokio::spawn(async move {
@@ -30,6 +35,9 @@ pub(super) fn spawn_reader<R: AsyncRead + Send + Unpin + 'static>(
             match input.read_until(b'\n', &mut line).await {
                 Ok(0) | Err(_) => break,
                 Ok(_) => {}
+            }
+            if std::mem::take(&mut skip_first) {
+                continue;
             }
             if tx.send(line).await.is_err() {
                 break;
@@ -179,40 +187,4 @@ fn pass_on(text: &str, ledger: &Mutex<Ledger>, idle: &Notify) -> bool {
         idle.notify_one();
     }
     true
-}
-
-/// Calls `f` with each message of a line (each element of a batch) that parses.
-pub(super) fn for_each_message(text: &str, mut f: impl FnMut(&str, &codec::Envelope)) {
-    let text = text.trim();
-    let items = if codec::is_batch(text) { codec::split_batch(text).unwrap_or_default() } else { vec![text] };
-    for m in items {
-        if let Ok(env) = codec::parse(m) {
-            f(m, &env);
-        }
-    }
-}
-
-/// Ids (raw JSON) of the requests in one line from the client, and whether it is a batch.
-pub(super) fn request_ids(line: &[u8]) -> (Vec<String>, bool) {
-    let batch = std::str::from_utf8(line).is_ok_and(|t| codec::is_batch(t.trim()));
-    (messages(line, Kind::Request), batch)
-}
-
-/// Ids (raw JSON) of the responses in one line from the router.
-fn response_ids(line: &[u8]) -> Vec<String> {
-    messages(line, Kind::Response)
-}
-
-fn messages(line: &[u8], kind: Kind) -> Vec<String> {
-    let mut out = Vec::new();
-    if let Ok(text) = std::str::from_utf8(line) {
-        for_each_message(text, |m, env| {
-            if env.kind == kind
-                && let Some(r) = env.id.clone()
-            {
-                out.push(m[r].to_string());
-            }
-        });
-    }
-    out
 }

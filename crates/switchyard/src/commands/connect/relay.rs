@@ -14,7 +14,8 @@ use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use switchyard_core::codec::{self, Kind};
+use switchyard_core::codec;
+use switchyard_router::handoff::{Memory, Recovered};
 
 use super::Destination;
 use super::join::{Joined, join, version_note};
@@ -35,6 +36,14 @@ const QUEUE_MAX: usize = 1024;
 /// The id prefix of the requests `connect` makes itself when it replays a session.
 pub(super) const REPLAY_ID: &str = "switchyard-replay-";
 
+/// How a relay starts.
+pub(super) enum Start {
+    /// With the first attempt to reach the router (made before any of the client's input was read).
+    Fresh(Result<Joined, String>),
+    /// Carrying on a handed-off session the router let go of (`why`), from its journal.
+    Recovered { recovered: Recovered, why: String },
+}
+
 /// Relays `input` (the client's messages) to the router at `destination` and the router's messages
 /// to `output`, until the client closes `input`. `exe` is the switchyard binary that starts a
 /// daemon (`exe daemon --config C --socket S --detach`).
@@ -43,24 +52,25 @@ pub(super) const REPLAY_ID: &str = "switchyard-replay-";
 /// request is answered with the reason first. In the old form it also fails when the router
 /// goes away and cannot be reached again at once (nothing would start it again). The reason of
 /// a failure is on stderr already when this returns.
-pub(super) async fn relay<R, W>(destination: Destination, exe: PathBuf, input: R, output: W) -> anyhow::Result<()>
+pub(super) async fn relay<R, W>(
+    destination: Destination,
+    exe: PathBuf,
+    input: R,
+    output: W,
+    start: Start,
+) -> anyhow::Result<()>
 where
     R: AsyncRead + Send + Unpin + 'static,
     W: AsyncWrite + Send + Unpin + 'static,
 {
-    let (lines, reader) = spawn_reader(input);
+    use tokio::io::AsyncReadExt;
+    let (pending, skipping) = match &start {
+        Start::Recovered { recovered, .. } => unread(recovered),
+        Start::Fresh(_) => (Vec::new(), false),
+    };
+    let (lines, reader) = spawn_reader(std::io::Cursor::new(pending).chain(input), skipping);
     let (events_tx, events) = mpsc::unbounded_channel();
     let (out, writer) = spawn_writer(output, Some(events_tx.clone()));
-    let first = join(&destination, &exe).await;
-    let joined = match first {
-        Ok(j) => j,
-        Err(why) => {
-            refuse_first_request(lines, &out, &why).await;
-            finish_writer(out, writer).await;
-            reader.abort();
-            return Err(anyhow!(why));
-        }
-    };
     let mut relay = Relay {
         destination,
         exe,
@@ -79,14 +89,50 @@ where
         closing: None,
         next_replay: 0,
     };
-    relay.open(joined).await;
-    let result = relay.run(lines, events).await;
+    let result = match start {
+        Start::Fresh(Ok(joined)) => {
+            relay.open(joined).await;
+            relay.run(lines, events).await
+        }
+        Start::Fresh(Err(why)) => {
+            refuse_first_request(lines, &relay.out, &why).await;
+            Err(anyhow!(why))
+        }
+        Start::Recovered { recovered, why } => {
+            if recovered.mid_line {
+                // The router stopped in the middle of a line: it is ended, so the next is whole.
+                let _ = relay.out.send(b"\n".to_vec()).await;
+            }
+            relay.memory = recovered.memory;
+            {
+                let mut ledger = relay.ledger.lock().expect("lock");
+                ledger.ids.extend(recovered.open);
+                ledger.batches = recovered.batches;
+            }
+            match relay.connection_lost(why).await {
+                Some(end) => end,
+                None => relay.run(lines, events).await,
+            }
+        }
+    };
     for r in relay.readers.drain(..) {
         r.abort();
     }
     finish_writer(relay.out, writer).await;
     reader.abort();
     result
+}
+
+/// The client's bytes a journal holds that the router never took up, and whether the first line
+/// still to be read is the rest of one it was skipping (dropped, as the router would have).
+fn unread(recovered: &Recovered) -> (Vec<u8>, bool) {
+    if !recovered.skipping {
+        return (recovered.pending.clone(), false);
+    }
+    match recovered.pending.iter().position(|&b| b == b'\n') {
+        Some(nl) => (recovered.pending[nl + 1..].to_vec(), false),
+        None => (Vec::new(), true),
+    }
 }
 
 /// What reaches the controller from the other tasks.
@@ -109,51 +155,6 @@ pub(super) struct Ledger {
     pub(super) batches: Vec<Vec<String>>,
     /// `connect`'s own replayed requests (raw id -> method): their answers are not the client's.
     pub(super) replayed: HashMap<String, String>,
-}
-
-/// The list methods whose answers may rename what a client calls (see [`Memory::listed`]).
-const LISTS: [&str; 3] = ["tools/list", "prompts/list", "resources/templates/list"];
-
-/// What the client set up in its session, for replay on a new connection.
-#[derive(Default)]
-struct Memory {
-    /// The client's `initialize` request, as sent.
-    initialize: Option<String>,
-    initialized: bool,
-    /// The params of the latest `logging/setLevel`.
-    level: Option<String>,
-    /// Subscribed resource URIs, in order.
-    subscribed: Vec<String>,
-    /// The lists the client asked for (`tools/list`, `prompts/list`,
-    /// `resources/templates/list`), first asked first: a policy may show a client a tool under
-    /// another name, and the router learns which from the list it showed, so a new router is
-    /// shown the lists again before the client's next call under such a name.
-    listed: Vec<&'static str>,
-}
-
-impl Memory {
-    fn note(&mut self, message: &str, env: &codec::Envelope) {
-        let params = env.params.as_ref();
-        match (env.kind, env.method.as_deref()) {
-            (Kind::Request, Some("initialize")) => self.initialize = Some(message.to_string()),
-            (Kind::Notification, Some("notifications/initialized")) => self.initialized = true,
-            (Kind::Request, Some("logging/setLevel")) => self.level = params.map(|p| message[p.clone()].to_string()),
-            (Kind::Request, Some(m @ ("tools/list" | "prompts/list" | "resources/templates/list"))) => {
-                let m = LISTS.iter().find(|l| **l == m).expect("one of LISTS");
-                if !self.listed.contains(m) {
-                    self.listed.push(m);
-                }
-            }
-            (Kind::Request, Some(m @ ("resources/subscribe" | "resources/unsubscribe"))) => {
-                let Some(uri) = params.and_then(|p| codec::param_fields(message, p).uri) else { return };
-                self.subscribed.retain(|u| *u != uri);
-                if m == "resources/subscribe" {
-                    self.subscribed.push(uri);
-                }
-            }
-            _ => {}
-        }
-    }
 }
 
 enum State {
@@ -241,7 +242,7 @@ impl Relay {
 
     /// Starts using a connection the router welcomed: its reader, the replay, then the queue.
     async fn open(&mut self, joined: Joined) {
-        let Joined { reader, writer, version } = joined;
+        let Joined { reader, writer, version, .. } = joined;
         if let Some(note) = version.and_then(|v| version_note(&self.destination.socket, &v))
             && !self.warned_version
         {
@@ -399,11 +400,11 @@ impl Relay {
         }
         // Parsed again only when it may hold what a replay needs.
         if let Ok(text) = std::str::from_utf8(&line)
-            && ["initialize", "logging/setLevel", "resources/", "tools/list", "prompts/list"]
-                .iter()
-                .any(|m| text.contains(m))
+            && Memory::may_note(text)
         {
-            for_each_message(text, |m, env| self.memory.note(m, env));
+            for_each_message(text, |m, env| {
+                self.memory.note(m, env);
+            });
         }
         self.write(&line).await;
     }

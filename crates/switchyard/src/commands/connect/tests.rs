@@ -72,7 +72,7 @@ impl Fake {
             return;
         }
         welcomes.acquire().await.unwrap().forget();
-        let welcome = Reply::Welcome { server: "fs".into(), version: VERSION.into(), pid: 1 };
+        let welcome = Reply::Welcome { server: "fs".into(), version: VERSION.into(), pid: 1, handoff: false };
         w.write_all(control::line(&welcome).as_bytes()).await.unwrap();
         loop {
             tokio::select! {
@@ -145,7 +145,10 @@ impl Client {
     fn start(place: Destination, exe: PathBuf) -> Client {
         let (input, relay_in) = tokio::io::duplex(64 * 1024);
         let (relay_out, output) = tokio::io::duplex(64 * 1024);
-        let relay = tokio::spawn(relay(place, exe, relay_in, relay_out));
+        let relay = tokio::spawn(async move {
+            let first = super::join::join(&place, &exe).await;
+            relay(place, exe, relay_in, relay_out, super::relay::Start::Fresh(first)).await
+        });
         Client { input, output: BufReader::new(output).lines(), relay }
     }
 

@@ -1,0 +1,535 @@
+//! The router's side of a handed-off session: the client's pipes read and written here, with the
+//! journal kept as it goes, and the socket to `connect` watched for its end.
+
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::unix::pipe;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::{Notify, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use switchyard_core::codec::{self, Frame};
+
+use super::journal::{Full, Head, ID_MAX, Map, Position, SLOT_COUNT};
+use super::{Handed, Memory, cancelled_ids, for_each_message, request_ids, response_ids};
+use crate::control::{self, Reply};
+use crate::server::Server;
+use crate::session::{self, Input, Opening, Output};
+
+/// The most read from the client's pipe at once.
+const READ_MAX: usize = 64 * 1024;
+/// Memory of the input buffer past this, touched by a large line, is given back once the line
+/// is taken up (as the line reader lets a large line's buffer go with it).
+const KEEP_TOUCHED: usize = 256 * 1024;
+/// How many bytes of each end of a skipped line are kept (as the line reader does).
+const ENDS_KEPT: usize = 256;
+
+/// What the reader, the writer and the controller of one handed-off session share.
+struct Shared {
+    head: Head,
+    /// Why the router must let go of the session, once it must.
+    back: std::sync::Mutex<Option<String>>,
+    /// Wakes the reader: a hand-back was asked, or the last request in flight was answered.
+    wake: Notify,
+    /// The reader stopped, with nothing in flight, for a hand-back.
+    quiet: CancellationToken,
+    /// `connect` is gone: the pipes are let go of at once.
+    dead: CancellationToken,
+    /// The client's side ended the session (its input ended, or its output failed).
+    client_ended: AtomicBool,
+}
+
+impl Shared {
+    fn ask_back(&self, reason: String) {
+        self.back.lock().expect("lock").get_or_insert(reason);
+        self.wake.notify_one();
+    }
+
+    fn handing_back(&self) -> bool {
+        self.back.lock().expect("lock").is_some()
+    }
+
+    /// These requests were answered (or cancelled): their slots are freed.
+    fn answered(&self, ids: &[String]) {
+        if !ids.is_empty() && self.head.free(ids) == 0 && self.handing_back() {
+            self.wake.notify_one();
+        }
+    }
+}
+
+/// Serves a session on the descriptors `connect` handed over, until the client ends it,
+/// `connect` is gone, or the router lets go of it (`ends` fired, or the server's configuration
+/// changed). `socket` is the connection to `connect`, after the welcome; it is told how the
+/// session ended.
+pub async fn serve(
+    server: Arc<Server>,
+    handed: Handed,
+    socket: (BufReader<OwnedReadHalf>, OwnedWriteHalf),
+    opening: Opening,
+    ends: CancellationToken,
+) {
+    let (mut from_connect, mut to_connect) = socket;
+    let limit = server.limits.max_message_bytes;
+    let (input, output, shared) = match open(handed, limit) {
+        Ok(parts) => parts,
+        Err(e) => {
+            // Nothing was read from the client yet: connect carries the session itself.
+            tracing::warn!(server = %server.name, "cannot take over connect's pipes: {e}; connect relays instead");
+            let reason = format!("the router could not take the session over ({e})");
+            let _ = to_connect.write_all(control::line(&Reply::Handback { reason }).as_bytes()).await;
+            return;
+        }
+    };
+    let stop = CancellationToken::new();
+    let ended_by = server.clone();
+    let session = session::serve_with(server, input, output, opening, stop.clone());
+    tokio::pin!(session);
+    let mut watching = true;
+    let mut scratch = [0u8; 64];
+    loop {
+        tokio::select! {
+            _ = &mut session => break,
+            read = from_connect.read(&mut scratch), if watching => {
+                // connect says nothing after the hand-off; its socket closing means it is gone.
+                if !matches!(read, Ok(n) if n > 0) {
+                    watching = false;
+                    shared.dead.cancel();
+                    stop.cancel();
+                }
+            }
+            _ = shared.quiet.cancelled(), if !stop.is_cancelled() => stop.cancel(),
+            _ = ends.cancelled(), if !stop.is_cancelled() => {
+                shared.ask_back(ended_by.ended().to_string());
+                stop.cancel();
+            }
+        }
+    }
+    // The pipes and the journal's input are let go of with the session; connect may read the
+    // journal from here on.
+    if shared.dead.is_cancelled() {
+        return;
+    }
+    let back = shared.back.lock().expect("lock").clone();
+    let reply = match back {
+        Some(reason) if !shared.client_ended.load(Ordering::Acquire) => Reply::Handback { reason },
+        _ => Reply::Ended,
+    };
+    let _ = to_connect.write_all(control::line(&reply).as_bytes()).await;
+    let _ = to_connect.shutdown().await;
+}
+
+fn open(handed: Handed, limit: usize) -> std::io::Result<(HandedInput, HandedOutput, Arc<Shared>)> {
+    if !super::is_pipe(&handed.input) || !super::is_pipe(&handed.output) {
+        return Err(std::io::Error::other("the client's stdin and stdout must be pipes"));
+    }
+    let head = Head::open(handed.head.as_fd())?;
+    // Room for a whole line at the limit, and for moving it to the front without overlap.
+    let cap = 2 * (limit + 2 + READ_MAX) + READ_MAX;
+    rustix::fs::ftruncate(&handed.input_buf, cap as u64)?;
+    let buf = Map::new(handed.input_buf.as_fd(), cap)?;
+    let buf_fd = handed.input_buf;
+    let shared = Arc::new(Shared {
+        head,
+        back: Default::default(),
+        wake: Notify::new(),
+        quiet: CancellationToken::new(),
+        dead: CancellationToken::new(),
+        client_ended: AtomicBool::new(false),
+    });
+    let (refuse, refusals) = mpsc::unbounded_channel();
+    let input = HandedInput {
+        pipe: pipe::Receiver::from_owned_fd(handed.input)?,
+        buf,
+        buf_fd,
+        touched: 0,
+        position: Position::default(),
+        scan: 0,
+        limit,
+        skipped: None,
+        head_bytes: Vec::new(),
+        tail: Vec::new(),
+        memory: Memory::default(),
+        shared: shared.clone(),
+        refuse,
+    };
+    let output = HandedOutput { pipe: pipe::Sender::from_owned_fd(handed.output)?, shared: shared.clone(), refusals };
+    Ok((input, output, shared))
+}
+
+/// The client's pipe, read into the journal's input buffer; each line is booked (its requests
+/// in flight, its set-up) before the session takes it up.
+struct HandedInput {
+    pipe: pipe::Receiver,
+    buf: Map,
+    /// The memfd behind `buf`.
+    buf_fd: std::os::fd::OwnedFd,
+    /// The end of the bytes of `buf` ever written (and so backed by memory).
+    touched: usize,
+    /// As recorded in the journal (offsets into `buf`).
+    position: Position,
+    /// Where the search for the next newline goes on.
+    scan: usize,
+    limit: usize,
+    /// Bytes of the over-long line being skipped, so far.
+    skipped: Option<usize>,
+    head_bytes: Vec<u8>,
+    tail: Vec<u8>,
+    memory: Memory,
+    shared: Arc<Shared>,
+    /// Errors for requests that cannot be booked, to the writer.
+    refuse: mpsc::UnboundedSender<String>,
+}
+
+impl HandedInput {
+    fn start(&self) -> usize {
+        self.position.start as usize
+    }
+
+    fn filled(&self) -> usize {
+        self.position.filled as usize
+    }
+
+    /// Takes up the bytes before `next` (a line, or what of a skipped line was seen).
+    fn take_up(&mut self, next: usize, line_ended: bool) {
+        self.position.start = next as u64;
+        if line_ended {
+            self.position.lines += 1;
+        }
+        self.scan = next;
+        self.shared.head.set_position(self.position);
+    }
+
+    /// Books one line's requests and set-up; the error line to send instead when its requests
+    /// cannot be booked (then nothing of it is booked).
+    fn book(&mut self, line: &str) -> Result<(), String> {
+        let (ids, batch) = request_ids(line.as_bytes());
+        let number = self.position.lines;
+        for (i, id) in ids.iter().enumerate() {
+            if let Err(full) = self.shared.head.book(id, number, batch) {
+                self.shared.head.free(&ids[..i]);
+                let why = match full {
+                    Full::IdTooLong => format!(
+                        "switchyard connect carries request ids of at most {ID_MAX} bytes; this one has {}: use a shorter id",
+                        id.len()
+                    ),
+                    Full::NoSlot => format!(
+                        "{SLOT_COUNT} requests of this session are already in flight through switchyard connect; wait for some to finish"
+                    ),
+                };
+                let errors: Vec<String> =
+                    ids.iter().map(|id| codec::response_error(id, codec::INVALID_REQUEST, &why, None)).collect();
+                return Err(if batch { format!("[{}]", errors.join(",")) } else { errors.join("\n") });
+            }
+        }
+        // A request the client cancels is owed no answer: it is no longer in flight.
+        let cancelled = cancelled_ids(line);
+        self.shared.answered(&cancelled);
+        if Memory::may_note(line) {
+            let mut changed = false;
+            for_each_message(line, |m, env| changed |= self.memory.note(m, env));
+            if changed && !self.shared.head.set_memory(&self.memory) {
+                tracing::warn!(
+                    "this session's set-up is too large for connect's journal; after a router restart it is replayed as it was before"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The line that ends at `nl` (its newline, or the end of the input), taken up to `next`;
+    /// None when it was answered with an error instead.
+    fn line_at(&mut self, nl: usize, next: usize) -> Option<Frame> {
+        let start = self.start();
+        if let Some(bytes) = self.skipped.take() {
+            let bytes = bytes + (nl - start);
+            keep_tail(&mut self.tail, &self.buf.bytes_mut()[start..nl]);
+            self.position.skipping = false;
+            self.take_up(next, true);
+            return Some(Frame::TooLong { bytes });
+        }
+        let mut end = nl;
+        if end > start && self.buf.bytes_mut()[end - 1] == b'\r' {
+            end -= 1;
+        }
+        if end - start > self.limit {
+            let bytes = &self.buf.bytes_mut()[start..end];
+            self.head_bytes = bytes[..ENDS_KEPT.min(bytes.len())].to_vec();
+            self.tail = bytes[bytes.len().saturating_sub(ENDS_KEPT)..].to_vec();
+            let len = bytes.len();
+            self.take_up(next, true);
+            return Some(Frame::TooLong { bytes: len });
+        }
+        let text = match std::str::from_utf8(&self.buf.bytes_mut()[start..end]) {
+            Ok(t) => t.to_string(),
+            Err(_) => {
+                self.take_up(next, true);
+                return Some(Frame::NotUtf8);
+            }
+        };
+        let booked = self.book(&text);
+        self.take_up(next, true);
+        match booked {
+            Ok(()) => Some(Frame::Line(text)),
+            Err(refusal) => {
+                let _ = self.refuse.send(refusal);
+                None
+            }
+        }
+    }
+
+    /// Over the limit with no newline yet: the bytes so far are dropped, both ends kept.
+    fn skip(&mut self) {
+        let (start, filled) = (self.start(), self.filled());
+        match self.skipped.as_mut() {
+            Some(n) => {
+                *n += filled - start;
+                keep_tail(&mut self.tail, &self.buf.bytes_mut()[start..filled]);
+            }
+            None => {
+                let bytes = &self.buf.bytes_mut()[start..filled];
+                self.head_bytes = bytes[..ENDS_KEPT.min(bytes.len())].to_vec();
+                self.tail.clear();
+                keep_tail(&mut self.tail, bytes);
+                self.skipped = Some(filled - start);
+                // Its id, when the head shows it, is booked: the session answers it with an
+                // error at the line's end, and a router that dies before then leaves it owed.
+                if let Some(id) = codec::skipped_request_id(&self.head_bytes, &[]) {
+                    let _ = self.shared.head.book(&id, self.position.lines, false);
+                }
+            }
+        }
+        self.position.skipping = true;
+        self.take_up(filled, false);
+    }
+
+    /// Moves what is not taken up to the front once that cannot overwrite it.
+    fn make_room(&mut self) {
+        let (start, filled) = (self.start(), self.filled());
+        let pending = filled - start;
+        let crowded = filled + READ_MAX > self.buf.len();
+        if start == 0 || pending > start || !(crowded || start >= READ_MAX) {
+            return;
+        }
+        let bytes = self.buf.bytes_mut();
+        let (front, back) = bytes.split_at_mut(start);
+        front[..pending].copy_from_slice(&back[..pending]);
+        self.scan -= start;
+        self.position.start = 0;
+        self.position.filled = pending as u64;
+        self.shared.head.set_position(self.position);
+        self.give_back();
+    }
+
+    /// Gives back the memory of the buffer past what is in use, once a large line left it.
+    fn give_back(&mut self) {
+        let keep = self.filled().max(KEEP_TOUCHED).next_multiple_of(4096);
+        if self.touched <= keep {
+            return;
+        }
+        use rustix::fs::FallocateFlags;
+        let hole = FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE;
+        if let Err(e) = rustix::fs::fallocate(&self.buf_fd, hole, keep as u64, (self.touched - keep) as u64) {
+            tracing::debug!("cannot give back the input buffer's memory: {e}");
+        }
+        self.touched = keep;
+    }
+
+    /// Reads what the client sent next into the buffer; 0 at the end of its input.
+    async fn fill(&mut self) -> std::io::Result<usize> {
+        let filled = self.filled();
+        let end = (filled + READ_MAX).min(self.buf.len());
+        debug_assert!(end > filled, "make_room leaves room to read");
+        let HandedInput { pipe, buf, .. } = self;
+        let window = &mut buf.bytes_mut()[filled..end];
+        loop {
+            pipe.readable().await?;
+            match pipe.try_read(window) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+impl Input for HandedInput {
+    async fn next(&mut self) -> std::io::Result<Option<Frame>> {
+        loop {
+            if self.shared.handing_back() && self.shared.head.in_flight() == 0 {
+                // Nothing in flight and nothing more taken up: connect carries on from here.
+                self.shared.quiet.cancel();
+                self.shared.dead.cancelled().await;
+                return Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "connect is gone"));
+            }
+            let filled = self.filled();
+            if let Some(i) = memchr::memchr(b'\n', &self.buf.bytes_mut()[self.scan..filled]) {
+                let nl = self.scan + i;
+                match self.line_at(nl, nl + 1) {
+                    Some(frame) => return Ok(Some(frame)),
+                    None => continue,
+                }
+            }
+            self.scan = filled;
+            if self.skipped.is_some() || filled - self.start() > self.limit + 2 {
+                self.skip();
+            }
+            self.make_room();
+            let shared = self.shared.clone();
+            let read = tokio::select! {
+                read = self.fill() => read,
+                _ = shared.wake.notified() => continue,
+                _ = shared.dead.cancelled() => {
+                    return Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "connect is gone"));
+                }
+            };
+            match read {
+                Ok(0) => {
+                    if self.skipped.is_some() || self.filled() > self.start() {
+                        // A last line without a newline is still a line.
+                        let end = self.filled();
+                        if let Some(frame) = self.line_at(end, end) {
+                            return Ok(Some(frame));
+                        }
+                        continue;
+                    }
+                    self.shared.client_ended.store(true, Ordering::Release);
+                    return Ok(None);
+                }
+                Ok(n) => {
+                    self.position.filled += n as u64;
+                    self.touched = self.touched.max(self.filled());
+                    self.shared.head.set_position(self.position);
+                }
+                Err(e) => {
+                    self.shared.client_ended.store(true, Ordering::Release);
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    fn skipped_ends(&self) -> (&[u8], &[u8]) {
+        (&self.head_bytes, &self.tail)
+    }
+}
+
+/// Appends to `tail`, keeping only its last ENDS_KEPT bytes.
+fn keep_tail(tail: &mut Vec<u8>, bytes: &[u8]) {
+    let from = bytes.len().saturating_sub(ENDS_KEPT);
+    tail.extend_from_slice(&bytes[from..]);
+    let excess = tail.len().saturating_sub(ENDS_KEPT);
+    tail.drain(..excess);
+}
+
+/// The client's output pipe: lines written as they come, the answered requests freed in the
+/// journal once written, and the router's control lines turned into a hand-back.
+struct HandedOutput {
+    pipe: pipe::Sender,
+    shared: Arc<Shared>,
+    refusals: mpsc::UnboundedReceiver<String>,
+}
+
+impl Output for HandedOutput {
+    async fn run(
+        self,
+        rx: mpsc::UnboundedReceiver<crate::peer::Out>,
+        backlog: Arc<crate::peer::Backlog>,
+        label: String,
+    ) {
+        let shared = self.shared.clone();
+        if let Err(e) = self.write_loop(rx, &backlog).await {
+            shared.client_ended.store(true, Ordering::Release);
+            tracing::info!(session = %label, "the client stopped reading its output (writing to it failed: {e}); ending its session");
+        }
+    }
+}
+
+impl HandedOutput {
+    async fn write_loop(
+        mut self,
+        mut rx: mpsc::UnboundedReceiver<crate::peer::Out>,
+        backlog: &crate::peer::Backlog,
+    ) -> std::io::Result<()> {
+        let mut batch = Batch::default();
+        loop {
+            tokio::select! {
+                biased;
+                _ = self.shared.dead.cancelled() => return Ok(()),
+                out = rx.recv() => match out {
+                    Some(out) => batch.take(out.line, true, &self.shared, backlog),
+                    None => break,
+                },
+                Some(refusal) = self.refusals.recv() => batch.take(refusal, false, &self.shared, backlog),
+            }
+            while batch.bytes.len() < READ_MAX {
+                if let Ok(out) = rx.try_recv() {
+                    batch.take(out.line, true, &self.shared, backlog);
+                } else if let Ok(refusal) = self.refusals.try_recv() {
+                    batch.take(refusal, false, &self.shared, backlog);
+                } else {
+                    break;
+                }
+            }
+            self.write(&mut batch, backlog).await?;
+        }
+        while let Ok(refusal) = self.refusals.try_recv() {
+            batch.take(refusal, false, &self.shared, backlog);
+        }
+        self.write(&mut batch, backlog).await
+    }
+
+    async fn write(&mut self, batch: &mut Batch, backlog: &crate::peer::Backlog) -> std::io::Result<()> {
+        let mut off = 0;
+        while off < batch.bytes.len() {
+            let n = tokio::select! {
+                biased;
+                _ = self.shared.dead.cancelled() => return Ok(()),
+                n = self.pipe.write(&batch.bytes[off..]) => n?,
+            };
+            if n == 0 {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            off += n;
+            self.shared.head.set_mid_line(batch.bytes[off - 1] != b'\n');
+        }
+        for n in batch.counted.drain(..) {
+            backlog.wrote(n);
+        }
+        self.shared.answered(&batch.answered);
+        batch.answered.clear();
+        batch.bytes.clear();
+        Ok(())
+    }
+}
+
+/// Lines gathered for one write.
+#[derive(Default)]
+struct Batch {
+    bytes: Vec<u8>,
+    /// The sizes of the session's lines in it, given back to its backlog once written.
+    counted: Vec<usize>,
+    /// The responses in it.
+    answered: Vec<String>,
+}
+
+impl Batch {
+    fn take(&mut self, line: String, counted: bool, shared: &Shared, backlog: &crate::peer::Backlog) {
+        if counted && control::is_control(&line) {
+            // Not for the client: the router asks for the session to move.
+            if let Ok(Reply::Drain { reason }) = control::reply(&line) {
+                shared.ask_back(reason);
+            }
+            backlog.wrote(line.len() + 1);
+            return;
+        }
+        self.answered.extend(response_ids(line.as_bytes()));
+        self.bytes.extend_from_slice(line.as_bytes());
+        self.bytes.push(b'\n');
+        if counted {
+            self.counted.push(line.len() + 1);
+        }
+    }
+}
