@@ -480,6 +480,8 @@ async fn hot_reload_changed_args_reach_a_live_session_and_no_call_is_lost() {
     assert_eq!(tool_text(&resp), "slept 2000 ms", "the call in flight during the change was lost: {resp}");
     assert_eq!(fixture_pid(&mut ca).await, (new, "v2".to_string()));
     wait_all_dead(&[old], SLOW).await;
+    // connect took the session back from the daemon to move it, and handed it over again.
+    assert!(holds(home.daemon_pid().await, &pipe_of(a.pid, 1)), "the moved session is relayed, not handed off");
     leave(a, ca).await;
     home.shutdown().await;
 }
@@ -1381,6 +1383,7 @@ async fn kill_9_of_the_daemon_under_a_handed_off_session_answers_each_request_on
     ca.expect_silence(Duration::from_millis(500)).await;
     assert_eq!(ca.call_text("echo", json!({"text": "after"})).await, "after");
     assert!(a.is_running(), "connect exited");
+    assert!(holds(home.daemon_pid().await, &pipe_of(a.pid, 1)), "the new daemon was not handed the session");
     leave(a, ca).await;
     home.shutdown().await;
 }

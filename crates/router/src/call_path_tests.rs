@@ -85,7 +85,7 @@ fn tool_call(link: &Arc<FakeLink>, id: u64, params: &Value) {
 }
 
 /// A server named `fake` with the config `toml`, in front of the scripted fake server.
-fn start(toml: &str, logging: bool) -> (Arc<Server>, Arc<FakeConnector>) {
+pub(crate) fn start(toml: &str, logging: bool) -> (Arc<Server>, Arc<FakeConnector>) {
     start_with(toml, fake_server(logging))
 }
 

@@ -50,15 +50,43 @@ const MEMORY_HALF: usize = 512 * 1024;
 /// The size of the head memfd.
 pub const HEAD_LEN: usize = MEMORY + 2 * MEMORY_HALF;
 
-/// Makes the two memfds of a new journal (in `connect`): the head, marked, and an empty input
-/// buffer the router sizes.
-pub fn create() -> std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+/// The most `connect` puts in a new journal's input buffer before a hand-off.
+pub const PREFILL_MAX: usize = 64 * 1024;
+
+/// Makes the two memfds of a new journal (in `connect`): the head, marked, and an input buffer
+/// the router sizes, holding `prefill` (at most [`PREFILL_MAX`] bytes), which the router reads
+/// before the client's pipe.
+pub fn create(prefill: &[u8]) -> std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
     use rustix::fs::{MemfdFlags, ftruncate, memfd_create};
+    if prefill.len() > PREFILL_MAX {
+        return Err(std::io::Error::other(format!("{} bytes to send on first, over {PREFILL_MAX}", prefill.len())));
+    }
     let head = memfd_create("switchyard-journal", MemfdFlags::CLOEXEC)?;
     ftruncate(&head, HEAD_LEN as u64)?;
     rustix::io::pwrite(&head, &MAGIC.to_le_bytes(), 0)?;
     let input = memfd_create("switchyard-input", MemfdFlags::CLOEXEC)?;
+    if !prefill.is_empty() {
+        ftruncate(&input, prefill.len() as u64)?;
+        write_all_at(input.as_fd(), prefill, 0)?;
+        // Position copy 0 (current while STATE_CURRENT is 0): start 0, filled, no lines yet.
+        write_all_at(head.as_fd(), &(prefill.len() as u64).to_ne_bytes(), (STATE + 8) as u64)?;
+    }
     Ok((head, input))
+}
+
+fn write_all_at(fd: BorrowedFd<'_>, mut bytes: &[u8], mut offset: u64) -> std::io::Result<()> {
+    while !bytes.is_empty() {
+        match rustix::io::pwrite(fd, bytes, offset) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                bytes = &bytes[n..];
+                offset += n as u64;
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 /// A shared mapping of a whole memfd.
@@ -193,6 +221,18 @@ impl Head {
         Ok(Head { map, slots: Default::default() })
     }
 
+    /// The input's position as recorded (by `connect`, before a hand-off that starts with bytes
+    /// already in the buffer: a replay, and what the last router had not taken up).
+    pub(crate) fn position(&self) -> Position {
+        let at = STATE + (self.map.u32_at(STATE_CURRENT).load(Ordering::Acquire).min(1) as usize) * STATE_LEN;
+        Position {
+            start: self.map.u64_at(at).load(Ordering::Relaxed),
+            filled: self.map.u64_at(at + 8).load(Ordering::Relaxed),
+            lines: self.map.u64_at(at + 16).load(Ordering::Relaxed),
+            skipping: self.map.u64_at(at + 24).load(Ordering::Relaxed) != 0,
+        }
+    }
+
     /// Records the input's position: into the spare copy, then made current.
     pub(crate) fn set_position(&self, p: Position) {
         let current = self.map.u32_at(STATE_CURRENT).load(Ordering::Relaxed) as usize;
@@ -288,6 +328,8 @@ pub struct Recovered {
     pub skipping: bool,
     /// The output stops in the middle of a line: a newline ends it before anything else.
     pub mid_line: bool,
+    /// How many of the client's lines the router took up.
+    pub lines: u64,
 }
 
 /// Reads the journal in the two memfds (with plain reads: the router is done with them).
@@ -333,7 +375,15 @@ pub fn recover(head: impl AsFd, input: impl AsFd) -> std::io::Result<Recovered> 
         pending = vec![0u8; (position.filled - position.start) as usize];
         read_exact_at(input.as_fd(), &mut pending, position.start)?;
     }
-    Ok(Recovered { memory, open, batches, pending, skipping: position.skipping, mid_line: u32_at(OUT_MID_LINE) != 0 })
+    Ok(Recovered {
+        memory,
+        open,
+        batches,
+        pending,
+        skipping: position.skipping,
+        mid_line: u32_at(OUT_MID_LINE) != 0,
+        lines: position.lines,
+    })
 }
 
 fn read_exact_at(fd: BorrowedFd<'_>, mut buf: &mut [u8], mut offset: u64) -> std::io::Result<()> {

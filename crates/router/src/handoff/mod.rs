@@ -166,6 +166,71 @@ impl Memory {
     }
 }
 
+/// The id prefix of the requests `connect` makes itself when it replays a session: their answers
+/// are `connect`'s, never the client's.
+pub const REPLAY_ID: &str = "switchyard-replay-";
+
+/// Whether a raw JSON id is one of a replay's.
+pub fn is_replay_id(raw: &str) -> bool {
+    raw.strip_prefix('"').is_some_and(|r| r.starts_with(REPLAY_ID))
+}
+
+impl Memory {
+    /// The lines, each with its newline, that set the client's session up again on a new
+    /// router. `own(method)` gives each request of the replay its raw id (of [`REPLAY_ID`]).
+    pub fn replay(&self, mut own: impl FnMut(&str) -> String) -> Vec<String> {
+        let mut lines = Vec::new();
+        if let Some(init) = &self.initialize
+            && let Ok(env) = codec::parse(init)
+            && let Some(span) = env.id
+        {
+            let id = own("initialize");
+            lines.push(codec::splice(init, span, &id));
+        }
+        if self.initialized {
+            lines.push(codec::notification("notifications/initialized", "{}"));
+        }
+        if let Some(params) = &self.level {
+            let id = own("logging/setLevel");
+            lines.push(codec::request(&id, "logging/setLevel", params));
+        }
+        for uri in &self.subscribed {
+            let id = own("resources/subscribe");
+            let params = format!(r#"{{"uri":{}}}"#, codec::json_string(uri));
+            lines.push(codec::request(&id, "resources/subscribe", &params));
+        }
+        // Its first page: where a later page renamed something, the client's next list of it
+        // teaches the router the rest.
+        for method in &self.listed {
+            let id = own(method);
+            lines.push(codec::request(&id, method, "{}"));
+        }
+        for line in &mut lines {
+            line.push('\n');
+        }
+        lines
+    }
+}
+
+/// The answers owed for requests a router took up and can no longer answer (`open`, of which
+/// `batches` came in batches, each answered as one array, as the router would have): an error
+/// saying `why` and that the call may have run. Replayed requests are `connect`'s, and skipped.
+pub fn lost_answers(why: &str, open: &[String], batches: &[Vec<String>]) -> Vec<String> {
+    let msg = format!("{why}; this call's outcome is unknown");
+    let error = |id: &str| codec::response_error(id, codec::INTERNAL_ERROR, &msg, None);
+    let mut single: std::collections::BTreeSet<&str> =
+        open.iter().map(String::as_str).filter(|id| !is_replay_id(id)).collect();
+    let mut lines = Vec::new();
+    for batch in batches {
+        let errors: Vec<String> = batch.iter().filter(|id| single.remove(id.as_str())).map(|id| error(id)).collect();
+        if !errors.is_empty() {
+            lines.push(format!("[{}]", errors.join(",")));
+        }
+    }
+    lines.extend(single.into_iter().map(error));
+    lines
+}
+
 /// Calls `f` with each message of a line (each element of a batch) that parses.
 pub fn for_each_message(text: &str, mut f: impl FnMut(&str, &codec::Envelope)) {
     let text = text.trim();

@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 
 use switchyard_core::codec::{self, Frame};
 
-use super::journal::{Full, Head, ID_MAX, Map, Position, SLOT_COUNT};
-use super::{Handed, Memory, cancelled_ids, for_each_message, request_ids, response_ids};
+use super::journal::{self, Full, Head, ID_MAX, Map, Position, SLOT_COUNT};
+use super::{Handed, Memory, cancelled_ids, for_each_message, is_replay_id, request_ids, response_ids};
 use crate::control::{self, Reply};
 use crate::server::Server;
 use crate::session::{self, Input, Opening, Output};
@@ -131,6 +131,11 @@ fn open(handed: Handed, limit: usize) -> std::io::Result<(HandedInput, HandedOut
     rustix::fs::ftruncate(&handed.input_buf, cap as u64)?;
     let buf = Map::new(handed.input_buf.as_fd(), cap)?;
     let buf_fd = handed.input_buf;
+    // What connect put first (a replay, and what the last router had not taken up).
+    let position = head.position();
+    if position.start > position.filled || position.filled as usize > journal::PREFILL_MAX || position.lines > 0 {
+        return Err(std::io::Error::other("the journal does not start as a new one"));
+    }
     let shared = Arc::new(Shared {
         head,
         back: Default::default(),
@@ -144,8 +149,8 @@ fn open(handed: Handed, limit: usize) -> std::io::Result<(HandedInput, HandedOut
         pipe: pipe::Receiver::from_owned_fd(handed.input)?,
         buf,
         buf_fd,
-        touched: 0,
-        position: Position::default(),
+        touched: position.filled as usize,
+        position,
         scan: 0,
         limit,
         skipped: None,
@@ -525,7 +530,16 @@ impl Batch {
             backlog.wrote(line.len() + 1);
             return;
         }
-        self.answered.extend(response_ids(line.as_bytes()));
+        let ids = response_ids(line.as_bytes());
+        if ids.len() == 1 && is_replay_id(&ids[0]) && !codec::is_batch(line.trim()) {
+            // The answer to a request of connect's replay: not the client's.
+            if line.contains("\"error\"") {
+                tracing::info!("a request connect replayed was refused: {line}");
+            }
+            self.answered.extend(ids);
+            return;
+        }
+        self.answered.extend(ids);
         self.bytes.extend_from_slice(line.as_bytes());
         self.bytes.push(b'\n');
         if counted {

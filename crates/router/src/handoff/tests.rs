@@ -17,7 +17,7 @@ fn write_all(fd: &OwnedFd, bytes: &[u8]) {
 
 #[test]
 fn a_recovered_journal_holds_only_what_was_recorded_as_taken_up() {
-    let (head_fd, input_fd) = journal::create().unwrap();
+    let (head_fd, input_fd) = journal::create(&[]).unwrap();
     let head = Head::open(head_fd.as_fd()).unwrap();
     let text =
         b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"a\"}\n{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"b\"}\n{\"par";
@@ -57,7 +57,7 @@ fn a_recovered_journal_holds_only_what_was_recorded_as_taken_up() {
 
 #[test]
 fn slots_refuse_long_ids_and_run_out_at_the_count() {
-    let (head_fd, _) = journal::create().unwrap();
+    let (head_fd, _) = journal::create(&[]).unwrap();
     let head = Head::open(head_fd.as_fd()).unwrap();
     assert_eq!(head.book(&"9".repeat(journal::ID_MAX + 1), 0, false), Err(journal::Full::IdTooLong));
     for i in 0..journal::SLOT_COUNT {
@@ -82,7 +82,7 @@ fn a_head_that_is_not_a_journal_is_refused() {
 fn descriptors_cross_a_socket_and_arrive_close_on_exec() {
     let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
     let (r, w) = pipe();
-    let (head, input) = journal::create().unwrap();
+    let (head, input) = journal::create(&[]).unwrap();
     send_fds(a.as_fd(), [r.as_fd(), w.as_fd(), head.as_fd(), input.as_fd()]).unwrap();
     let handed = recv_fds(b.as_fd()).unwrap();
     for fd in [&handed.input, &handed.output, &handed.head, &handed.input_buf] {
@@ -118,4 +118,197 @@ fn memory_keeps_what_a_replay_needs() {
     assert_eq!(m.listed, ["tools/list"]);
     assert_eq!(m.subscribed, ["a://b"]);
     assert!(m.initialized && m.initialize.is_some());
+}
+
+/// The router's side of a hand-off, in process: a fake server, real pipes for the client, a real
+/// socket pair for `connect`.
+mod served {
+    use std::os::fd::OwnedFd;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use serde_json::{Value, json};
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+    use tokio_util::sync::CancellationToken;
+
+    use super::super::{Handed, journal, recover};
+    use crate::control::{self, Reply};
+    use crate::session::{Opening, Sessions};
+
+    struct Rig {
+        /// The client's end of its input.
+        to_router: Option<std::fs::File>,
+        /// The client's end of its output.
+        from_router: tokio::io::Lines<BufReader<tokio::net::unix::pipe::Receiver>>,
+        /// connect's end of the socket.
+        connect: Option<tokio::net::UnixStream>,
+        head: OwnedFd,
+        buf: OwnedFd,
+        /// connect's own stdin (the client's input stays readable after a hand-back).
+        _stdin: OwnedFd,
+        sessions: Arc<Sessions>,
+        server: Arc<crate::server::Server>,
+        served: tokio::task::JoinHandle<()>,
+    }
+
+    fn rig() -> Rig {
+        let (server, _fake) = crate::call_path_tests::start("", false);
+        let (in_r, in_w) = std::io::pipe().unwrap();
+        let (out_r, out_w) = std::io::pipe().unwrap();
+        let (head, buf) = journal::create(&[]).unwrap();
+        let stdin = in_r.try_clone().unwrap().into();
+        let handed = Handed {
+            input: in_r.into(),
+            output: out_w.into(),
+            head: head.try_clone().unwrap(),
+            input_buf: buf.try_clone().unwrap(),
+        };
+        let (connect, router) = tokio::net::UnixStream::pair().unwrap();
+        let (r, w) = router.into_split();
+        let sessions = Arc::new(Sessions::default());
+        let opening = Opening {
+            transport: "unix",
+            sessions: sessions.clone(),
+            speaks_control: true,
+            client_dir: None,
+            client_token: None,
+        };
+        let served = tokio::spawn(super::super::serve::serve(
+            server.clone(),
+            handed,
+            (BufReader::new(r), w),
+            opening,
+            CancellationToken::new(),
+        ));
+        let out = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(out_r)).unwrap();
+        Rig {
+            to_router: Some(std::fs::File::from(OwnedFd::from(in_w))),
+            from_router: BufReader::new(out).lines(),
+            connect: Some(connect),
+            head,
+            buf,
+            _stdin: stdin,
+            sessions,
+            server,
+            served,
+        }
+    }
+
+    impl Rig {
+        fn send(&mut self, m: Value) {
+            use std::io::Write;
+            writeln!(self.to_router.as_ref().unwrap(), "{m}").unwrap();
+        }
+
+        async fn recv(&mut self) -> Value {
+            let line = tokio::time::timeout(Duration::from_secs(5), self.from_router.next_line())
+                .await
+                .expect("an answer within 5 s")
+                .unwrap()
+                .expect("a line");
+            serde_json::from_str(&line).unwrap()
+        }
+
+        async fn initialize(&mut self) {
+            let params = json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}});
+            self.send(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params}));
+            assert!(self.recv().await["result"].is_object());
+            self.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        }
+
+        fn call(&mut self, id: u64, tool: &str, ms: u64) {
+            let params = json!({"name": tool, "arguments": {"ms": ms}});
+            self.send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}));
+        }
+
+        /// The next line connect is told.
+        async fn told(&mut self) -> Option<Reply> {
+            let mut line = String::new();
+            let connect = self.connect.as_mut().unwrap();
+            let mut r = BufReader::new(connect);
+            tokio::time::timeout(Duration::from_secs(5), r.read_line(&mut line))
+                .await
+                .expect("told within 5 s")
+                .unwrap();
+            (!line.is_empty()).then(|| control::reply(&line).unwrap())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_handed_session_is_served_on_the_client_s_pipes_and_its_end_is_told() {
+        let mut rig = rig();
+        rig.initialize().await;
+        rig.call(1, "echo", 0);
+        assert_eq!(rig.recv().await["result"]["content"][0]["text"], "echo after 0 ms");
+        // Answered and written: nothing left in flight; the set-up is in the journal.
+        let j = recover(&rig.head, &rig.buf).unwrap();
+        assert!(j.open.is_empty() && j.pending.is_empty() && !j.mid_line, "{j:?}");
+        assert!(j.memory.initialize.is_some() && j.memory.initialized);
+        rig.to_router = None;
+        assert_eq!(rig.told().await, Some(Reply::Ended));
+        rig.served.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_call_in_flight_is_in_the_journal_until_its_answer_is_written() {
+        let mut rig = rig();
+        rig.initialize().await;
+        rig.call(7, "sleep", 300);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(recover(&rig.head, &rig.buf).unwrap().open, ["7"]);
+        assert_eq!(rig.recv().await["id"], 7);
+        assert!(recover(&rig.head, &rig.buf).unwrap().open.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_drain_hands_the_session_back_only_once_nothing_is_in_flight() {
+        let mut rig = rig();
+        rig.initialize().await;
+        rig.call(1, "sleep", 400);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(rig.sessions.drain(&rig.server.base(), "server fake changed"), 1);
+        // The session still takes up the client's lines meanwhile.
+        rig.call(2, "echo", 0);
+        assert_eq!(rig.recv().await["id"], 2);
+        assert_eq!(rig.recv().await["id"], 1);
+        assert_eq!(rig.told().await, Some(Reply::Handback { reason: "server fake changed".into() }));
+        (&mut rig.served).await.unwrap();
+        // Nothing owed; the control line never reached the client; what it sends now waits for
+        // connect in its pipe.
+        let j = recover(&rig.head, &rig.buf).unwrap();
+        assert!(j.open.is_empty() && !j.mid_line, "{j:?}");
+        rig.call(3, "echo", 0);
+        let next = tokio::time::timeout(Duration::from_millis(300), rig.from_router.next_line()).await;
+        assert!(matches!(next, Ok(Ok(None))), "the router still wrote to the client: {next:?}");
+    }
+
+    #[tokio::test]
+    async fn connect_gone_lets_go_of_the_client_s_output_at_once() {
+        let mut rig = rig();
+        rig.initialize().await;
+        rig.call(1, "hang", 0);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let started = tokio::time::Instant::now();
+        rig.connect = None;
+        let mut rest = String::new();
+        let mut out = rig.from_router.into_inner();
+        tokio::time::timeout(Duration::from_secs(1), out.read_to_string(&mut rest))
+            .await
+            .expect("the client's output closed within 1 s")
+            .unwrap();
+        println!("output closed {:?} after connect went", started.elapsed());
+        rig.served.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_answer_to_a_replayed_request_never_reaches_the_client() {
+        let mut rig = rig();
+        let params =
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}});
+        rig.send(json!({"jsonrpc": "2.0", "id": "switchyard-replay-1", "method": "initialize", "params": params}));
+        rig.call(1, "echo", 0);
+        let first = rig.recv().await;
+        assert_eq!(first["id"], 1, "{first}");
+        assert!(recover(&rig.head, &rig.buf).unwrap().open.is_empty());
+    }
 }

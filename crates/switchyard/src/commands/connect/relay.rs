@@ -15,7 +15,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use switchyard_core::codec;
-use switchyard_router::handoff::{Memory, Recovered};
+pub(super) use switchyard_router::handoff::REPLAY_ID;
+use switchyard_router::handoff::{Memory, Recovered, lost_answers};
 
 use super::Destination;
 use super::join::{Joined, join, version_note};
@@ -33,8 +34,6 @@ const DRAINED_LINGER: Duration = Duration::from_secs(10);
 /// Client lines that may wait for a connection; past this, requests are answered with an error
 /// at once (a client that keeps sending while the router is away must not grow `connect`).
 const QUEUE_MAX: usize = 1024;
-/// The id prefix of the requests `connect` makes itself when it replays a session.
-pub(super) const REPLAY_ID: &str = "switchyard-replay-";
 
 /// How a relay starts.
 pub(super) enum Start {
@@ -273,43 +272,14 @@ impl Relay {
     /// The lines that set the client's session up again on a new connection; their answers are
     /// swallowed by the reader.
     fn replay(&mut self) -> Vec<String> {
-        let mut lines = Vec::new();
         let mut ledger = self.ledger.lock().expect("lock");
-        let mut own = |method: &str| {
-            self.next_replay += 1;
-            let id = codec::json_string(&format!("{REPLAY_ID}{}", self.next_replay));
+        let next_replay = &mut self.next_replay;
+        self.memory.replay(|method| {
+            *next_replay += 1;
+            let id = codec::json_string(&format!("{REPLAY_ID}{next_replay}"));
             ledger.replayed.insert(id.clone(), method.to_string());
             id
-        };
-        if let Some(init) = &self.memory.initialize
-            && let Ok(env) = codec::parse(init)
-            && let Some(span) = env.id
-        {
-            let id = own("initialize");
-            lines.push(codec::splice(init, span, &id));
-        }
-        if self.memory.initialized {
-            lines.push(codec::notification("notifications/initialized", "{}"));
-        }
-        if let Some(params) = &self.memory.level {
-            let id = own("logging/setLevel");
-            lines.push(codec::request(&id, "logging/setLevel", params));
-        }
-        for uri in &self.memory.subscribed {
-            let id = own("resources/subscribe");
-            let params = format!(r#"{{"uri":{}}}"#, codec::json_string(uri));
-            lines.push(codec::request(&id, "resources/subscribe", &params));
-        }
-        // Its first page: where a later page renamed something, the client's next list of it
-        // teaches the router the rest.
-        for method in &self.memory.listed {
-            let id = own(method);
-            lines.push(codec::request(&id, method, "{}"));
-        }
-        for line in &mut lines {
-            line.push('\n');
-        }
-        lines
+        })
     }
 
     async fn client_line(&mut self, line: Vec<u8>) {
@@ -515,27 +485,16 @@ impl Relay {
 
     /// Errors for every client request in flight; how many there were.
     async fn answer_in_flight(&mut self, why: &str) -> usize {
-        let (mut ids, batches) = {
+        let (ids, batches) = {
             let mut ledger = self.ledger.lock().expect("lock");
             ledger.replayed.clear();
             (std::mem::take(&mut ledger.ids), std::mem::take(&mut ledger.batches))
         };
-        let count = ids.len();
-        let msg = format!("{why}; this call's outcome is unknown");
-        let error = |id: &str| codec::response_error(id, codec::INTERNAL_ERROR, &msg, None);
-        // A batch is answered as one array, as the router would have.
-        let mut lines = Vec::new();
-        for batch in batches {
-            let open: Vec<String> = batch.iter().filter(|id| ids.remove(*id)).map(|id| error(id)).collect();
-            if !open.is_empty() {
-                lines.push(format!("[{}]", open.join(",")));
-            }
-        }
-        lines.extend(ids.iter().map(|id| error(id)));
-        for line in lines {
+        let ids: Vec<String> = ids.into_iter().collect();
+        for line in lost_answers(why, &ids, &batches) {
             let _ = self.out.send(line.into_bytes()).await;
         }
-        count
+        ids.len()
     }
 
     /// During a drain: once nothing is in flight, closes the old connection and reconnects.
