@@ -161,6 +161,22 @@ impl Map {
     pub(crate) fn len(&self) -> usize {
         self.len
     }
+
+    /// Frees the memory behind `range` (page-aligned): it reads as zeros from then on.
+    pub(crate) fn release(&mut self, range: std::ops::Range<usize>) -> std::io::Result<()> {
+        assert!(range.start.is_multiple_of(4096) && range.start <= range.end && range.end <= self.len);
+        // SAFETY: a range of this mapping, which `&mut self` keeps anyone else from reading;
+        // MADV_REMOVE frees the shared memory behind it.
+        #[allow(unsafe_code)]
+        unsafe {
+            rustix::mm::madvise(
+                self.ptr.as_ptr().add(range.start).cast(),
+                range.end - range.start,
+                rustix::mm::Advice::LinuxRemove,
+            )?;
+        }
+        Ok(())
+    }
 }
 
 impl Drop for Map {

@@ -130,7 +130,6 @@ fn open(handed: Handed, limit: usize) -> std::io::Result<(HandedInput, HandedOut
     let cap = 2 * (limit + 2 + READ_MAX) + READ_MAX;
     rustix::fs::ftruncate(&handed.input_buf, cap as u64)?;
     let buf = Map::new(handed.input_buf.as_fd(), cap)?;
-    let buf_fd = handed.input_buf;
     // What connect put first (a replay, and what the last router had not taken up).
     let position = head.position();
     if position.start > position.filled || position.filled as usize > journal::PREFILL_MAX || position.lines > 0 {
@@ -148,7 +147,6 @@ fn open(handed: Handed, limit: usize) -> std::io::Result<(HandedInput, HandedOut
     let input = HandedInput {
         pipe: pipe::Receiver::from_owned_fd(handed.input)?,
         buf,
-        buf_fd,
         touched: position.filled as usize,
         position,
         scan: 0,
@@ -169,8 +167,6 @@ fn open(handed: Handed, limit: usize) -> std::io::Result<(HandedInput, HandedOut
 struct HandedInput {
     pipe: pipe::Receiver,
     buf: Map,
-    /// The memfd behind `buf`.
-    buf_fd: std::os::fd::OwnedFd,
     /// The end of the bytes of `buf` ever written (and so backed by memory).
     touched: usize,
     /// As recorded in the journal (offsets into `buf`).
@@ -334,9 +330,8 @@ impl HandedInput {
         if self.touched <= keep {
             return;
         }
-        use rustix::fs::FallocateFlags;
-        let hole = FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE;
-        if let Err(e) = rustix::fs::fallocate(&self.buf_fd, hole, keep as u64, (self.touched - keep) as u64) {
+        let end = self.touched.next_multiple_of(4096).min(self.buf.len());
+        if let Err(e) = self.buf.release(keep..end) {
             tracing::debug!("cannot give back the input buffer's memory: {e}");
         }
         self.touched = keep;
