@@ -5,7 +5,9 @@ and system, from /proc), with the client's p50 and p90. Targets, in one run, alt
 
 - the fixture directly (the "middle" process is then the server itself);
 - `switchyard run` in front of it;
-- the line-copying proxy of the benches (crates/switchyard/benches/peers/line-proxy.py).
+- the line-copying proxy of the benches (crates/switchyard/benches/peers/line-proxy.py);
+- `switchyard connect` to a daemon serving the fixture: handed off (the middle is the daemon),
+  and relayed with SWITCHYARD_HANDOFF=0 (the middle is connect and the daemon together).
 
     python3 scripts/bench_call_cost.py path/to/switchyard [--calls N] [--rounds R]
 
@@ -14,8 +16,10 @@ Run `strace -c -f -p PID` on the middle process meanwhile to count its system ca
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -36,8 +40,31 @@ def usage(pid):
     return switches, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure(argv, calls):
-    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
+def daemon_pids(config):
+    """The daemon serving `config` (there is one once a connect was answered)."""
+    pids = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"daemon" in argv and config.encode() in argv:
+            pids.append(int(pid))
+    return pids
+
+
+def total_usage(pids):
+    switches = cpu = 0
+    for pid in pids:
+        s, c = usage(pid)
+        switches, cpu = switches + s, cpu + c
+    return switches, cpu
+
+
+def measure(argv, calls, env=None, config=None):
+    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0,
+                         env=env)
     init = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
             "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "b", "version": "1"}}}
     p.stdin.write((json.dumps(init) + "\n").encode())
@@ -49,14 +76,18 @@ def measure(argv, calls):
     for line in lines[:WARM]:
         p.stdin.write(line)
         p.stdout.readline()
-    before = usage(p.pid)
+    # The middle: the process started, or (for connect) the daemon, with connect when it relays.
+    middle = [p.pid]
+    if config:
+        middle = daemon_pids(config) + ([p.pid] if env and env.get("SWITCHYARD_HANDOFF") == "0" else [])
+    before = total_usage(middle)
     times = []
     for line in lines[WARM:]:
         t = time.perf_counter()
         p.stdin.write(line)
         p.stdout.readline()
         times.append(time.perf_counter() - t)
-    after = usage(p.pid)
+    after = total_usage(middle)
     p.stdin.close()
     p.wait(timeout=10)
     times.sort()
@@ -77,12 +108,29 @@ def main():
         sys.exit(__doc__)
     exe = os.path.abspath(args[0])
     fixture = [exe, "fixture"]
-    targets = [("direct", fixture), ("`switchyard run`", [exe, "run", "--", *fixture]),
-               ("line-copying proxy (Python)", [sys.executable, LINE_PROXY, *fixture])]
-    results = {name: [] for name, _ in targets}
-    for _ in range(rounds):
-        for name, argv in targets:
-            results[name].append(measure(argv, calls))
+    home = tempfile.mkdtemp(prefix="switchyard-call-cost-")
+    config = os.path.join(home, "config.toml")
+    with open(config, "w") as f:
+        f.write(f"[servers.fx]\ncommand = {json.dumps(exe)}\nargs = [\"fixture\"]\n")
+    env = dict(os.environ)
+    for var in ("XDG_RUNTIME_DIR", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME"):
+        env[var] = os.path.join(home, var.lower())
+        os.makedirs(env[var], mode=0o700, exist_ok=True)
+    relayed = dict(env, SWITCHYARD_HANDOFF="0")
+    connect = [exe, "connect", "fx", "--config", config]
+    targets = [("direct", fixture, None, None), ("`switchyard run`", [exe, "run", "--", *fixture], None, None),
+               ("`switchyard connect`, handed off", connect, env, config),
+               ("`switchyard connect`, relayed", connect, relayed, config),
+               ("line-copying proxy (Python)", [sys.executable, LINE_PROXY, *fixture], None, None)]
+    results = {name: [] for name, *_ in targets}
+    try:
+        for _ in range(rounds):
+            for name, argv, env_of, config_of in targets:
+                results[name].append(measure(argv, calls, env_of, config_of))
+    finally:
+        subprocess.run([exe, "stop", "--config", config], env=env, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, check=False)
+        shutil.rmtree(home, ignore_errors=True)
     print(f"| {calls} calls × {rounds} rounds | p50 µs | p90 µs | middle process: switches/call | CPU µs/call |")
     print("|---|---:|---:|---:|---:|")
     for name, rows in results.items():

@@ -30,7 +30,7 @@ pub enum Hello {
         /// client's instances are its own, by client name and this directory.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         dir: Option<String>,
-        /// `connect` offers to hand its stdin and stdout to the router (see [`crate::handoff`]).
+        /// `connect` offers to hand its stdin and stdout to the router (see the `handoff` module).
         /// Absent (false) in hellos of older clients.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         handoff: bool,
@@ -63,7 +63,7 @@ impl std::fmt::Debug for Hello {
 #[serde(tag = "switchyard", rename_all = "snake_case")]
 pub enum Reply {
     /// The session is open: MCP follows, or, with `handoff`, the client's descriptors (see
-    /// [`crate::handoff`]). A router older than the hand-off never says `handoff`.
+    /// the `handoff` module). A router older than the hand-off never says `handoff`.
     Welcome {
         server: String,
         version: String,

@@ -120,6 +120,8 @@ mod layering {
         // One forwarded call: decide, gate, pool, send, deadline, retry.
         "call",
         "session",
+        // connect's pipes handed to the router: a session served on them, and the journal.
+        "handoff",
         "registry",
         // How clients reach the router: stdio, the Unix socket, HTTP.
         "downstream",
