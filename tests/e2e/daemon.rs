@@ -1387,3 +1387,91 @@ async fn kill_9_of_the_daemon_under_a_handed_off_session_answers_each_request_on
     leave(a, ca).await;
     home.shutdown().await;
 }
+
+/// kill -9 of the daemon while it sends a client an answer far longer than one unsplit write:
+/// the client only ever reads whole JSON lines, that answer arrives once (whole, or as the error
+/// of a call whose outcome is unknown), and the session goes on.
+#[tokio::test]
+async fn kill_9_of_the_daemon_mid_answer_never_leaves_the_client_half_a_line() {
+    let home = Home::new();
+    home.write_config(&home.fixture("alpha", &[]));
+    for round in 0..3 {
+        let (a, mut ca) = home.client("alpha").await;
+        ca.timeout = SLOW;
+        let daemon = home.daemon_pid().await;
+        // 8 MB, unread for now: the daemon is still sending it (or waiting for connect, which
+        // waits for the client) when it dies.
+        let id = ca.send_request("tools/call", json!({"name": "big", "arguments": {"bytes": 8_000_000}})).await;
+        wait_call_arrived(&home.journal("alpha"), "big").await;
+        tokio::time::sleep(Duration::from_millis(20 * round)).await;
+        kill(daemon, libc::SIGKILL);
+        wait_all_dead(&[daemon], SLOW).await;
+        // Every line the client reads parses (the client fails the test on one that does not).
+        let answer = ca.wait_response(&id).await;
+        match answer["result"]["content"][0]["text"].as_str() {
+            Some(text) => assert_eq!(text.len(), 8_000_000),
+            None => {
+                assert!(answer["error"]["message"].as_str().unwrap_or("").contains("outcome is unknown"), "{answer}")
+            }
+        }
+        println!("round {round}: {}", if answer.get("result").is_some() { "whole" } else { "lost, said so" });
+        assert_eq!(ca.call_text("echo", json!({"text": "after"})).await, "after");
+        ca.expect_silence(Duration::from_millis(300)).await;
+        leave(a, ca).await;
+    }
+    home.shutdown().await;
+}
+
+/// Node's `child_process` (Claude Code, the TypeScript SDK) gives a server Unix socket pairs as
+/// stdin and stdout, not pipes: connect hands those over too, and the session survives the
+/// daemon's kill -9 as a piped one does.
+#[tokio::test]
+async fn connect_hands_over_socket_pairs_as_node_clients_give_them() {
+    use std::io::{BufRead, Write};
+    use std::os::fd::OwnedFd;
+    let home = Home::new();
+    home.write_config(&home.fixture("alpha", &[]));
+    let (to_connect, theirs_in) = std::os::unix::net::UnixStream::pair().unwrap();
+    let (from_connect, theirs_out) = std::os::unix::net::UnixStream::pair().unwrap();
+    let mut child = std::process::Command::new(bin())
+        .args(["connect", "alpha", "--config", &home.config_str()])
+        .env_clear()
+        .envs(home.envs())
+        .stdin(std::process::Stdio::from(OwnedFd::from(theirs_in)))
+        .stdout(std::process::Stdio::from(OwnedFd::from(theirs_out)))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    from_connect.set_read_timeout(Some(SLOW)).unwrap();
+    let mut lines = std::io::BufReader::new(from_connect.try_clone().unwrap()).lines();
+    let mut to = &to_connect;
+    let mut ask = |id: u64, method: &str, params: Value| -> Value {
+        writeln!(to, "{}", json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).unwrap();
+        loop {
+            let line = lines.next().expect("a line").expect("read");
+            let m: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+            if m["id"] == id {
+                return m;
+            }
+        }
+    };
+    assert!(ask(1, "initialize", init_params("node-like", "1"))["result"].is_object());
+    writeln!(&mut &to_connect, "{}", json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).unwrap();
+    let echo = ask(2, "tools/call", json!({"name": "echo", "arguments": {"text": "s"}}));
+    assert_eq!(echo["result"]["content"][0]["text"], "s");
+    let daemon = home.daemon_pid().await;
+    let socket = pipe_of(child.id(), 1);
+    assert!(
+        socket.starts_with("socket:") && holds(daemon, &socket),
+        "the daemon does not hold connect's socket {socket}"
+    );
+    kill(daemon, libc::SIGKILL);
+    wait_all_dead(&[daemon], SLOW).await;
+    let echo = ask(3, "tools/call", json!({"name": "echo", "arguments": {"text": "again"}}));
+    assert_eq!(echo["result"]["content"][0]["text"], "again");
+    assert!(holds(home.daemon_pid().await, &socket), "the new daemon was not handed the socket");
+    drop(to_connect);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "connect exited with {status}");
+    home.shutdown().await;
+}

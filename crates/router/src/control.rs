@@ -82,9 +82,12 @@ pub enum Reply {
     /// close this connection and connect again (replaying its initialize) to reach the server
     /// as now configured. Until then everything still goes on this connection.
     Drain { reason: String },
-    /// On a handed-off session: the client's side ended it (closed its input, or stopped
-    /// reading); `connect` exits.
-    Ended,
+    /// On a handed-off session: it ended (the client closed its input or stopped reading, or,
+    /// with `reason`, the router ended it); `connect` exits.
+    Ended {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
     /// On a handed-off session: the router let go of the client's descriptors with nothing in
     /// flight, and `connect` carries the session on from the journal (`reason` says why).
     Handback { reason: String },

@@ -28,8 +28,6 @@ const STATE_CURRENT: usize = 8;
 /// Two copies of the input position, 32 bytes each: start, filled, lines taken up, skipping.
 const STATE: usize = 16;
 const STATE_LEN: usize = 32;
-/// 1 while the bytes written to the client so far do not end with a newline.
-const OUT_MID_LINE: usize = 96;
 /// Which half holds the current set-up: 0 none, 1 or 2.
 const MEMORY_CURRENT: usize = 100;
 /// The length of each half's set-up.
@@ -50,13 +48,15 @@ const MEMORY_HALF: usize = 512 * 1024;
 /// The size of the head memfd.
 pub const HEAD_LEN: usize = MEMORY + 2 * MEMORY_HALF;
 
-/// The most `connect` puts in a new journal's input buffer before a hand-off.
-pub const PREFILL_MAX: usize = 64 * 1024;
+/// The most `connect` puts in a new journal's input buffer before a hand-off (the router takes
+/// what fits its own buffer, which holds a line at its `max_message_bytes`).
+pub const PREFILL_MAX: usize = 256 * 1024 * 1024;
 
 /// Makes the two memfds of a new journal (in `connect`): the head, marked, and an input buffer
 /// the router sizes, holding `prefill` (at most [`PREFILL_MAX`] bytes), which the router reads
-/// before the client's pipe.
-pub fn create(prefill: &[u8]) -> std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+/// before the client's pipe; with `skipping`, what it reads first, up to a newline, is the rest of
+/// a line the last router was skipping as too long (dropped without a word: it was answered).
+pub fn create(prefill: &[u8], skipping: bool) -> std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
     use rustix::fs::{MemfdFlags, ftruncate, memfd_create};
     if prefill.len() > PREFILL_MAX {
         return Err(std::io::Error::other(format!("{} bytes to send on first, over {PREFILL_MAX}", prefill.len())));
@@ -70,6 +70,9 @@ pub fn create(prefill: &[u8]) -> std::io::Result<(std::os::fd::OwnedFd, std::os:
         write_all_at(input.as_fd(), prefill, 0)?;
         // Position copy 0 (current while STATE_CURRENT is 0): start 0, filled, no lines yet.
         write_all_at(head.as_fd(), &(prefill.len() as u64).to_ne_bytes(), (STATE + 8) as u64)?;
+    }
+    if skipping {
+        write_all_at(head.as_fd(), &1u64.to_ne_bytes(), (STATE + 24) as u64)?;
     }
     Ok((head, input))
 }
@@ -211,8 +214,9 @@ pub(crate) struct Head {
 
 #[derive(Default)]
 struct Slots {
-    /// Id -> slot, for the ids in flight.
-    by_id: std::collections::HashMap<String, usize>,
+    /// Id -> its slot, and how many requests in flight carry it (a client may reuse an id that
+    /// is in flight; the router refuses the second, and the first stays owed).
+    by_id: std::collections::HashMap<String, (usize, u32)>,
     /// Slots never used yet start at `fresh`; freed ones are kept here.
     free: Vec<usize>,
     fresh: usize,
@@ -261,11 +265,6 @@ impl Head {
         self.map.u32_at(STATE_CURRENT).store(spare as u32, Ordering::Release);
     }
 
-    /// Records whether the output stops in the middle of a line.
-    pub(crate) fn set_mid_line(&self, mid: bool) {
-        self.map.u32_at(OUT_MID_LINE).store(mid as u32, Ordering::Release);
-    }
-
     /// Records the session's set-up: into the spare half, then made current. False when it
     /// does not fit (the journal then keeps the last that did).
     pub(crate) fn set_memory(&self, memory: &Memory) -> bool {
@@ -282,15 +281,15 @@ impl Head {
         true
     }
 
-    /// Books request `id` of line number `line` (a batch when `batch`) as in flight. An id already in flight keeps its
-    /// slot (the router answers the second with an error, which frees it: the first is then no
-    /// longer counted, and at worst gets a second answer after a crash).
+    /// Books request `id` of line number `line` (a batch when `batch`) as in flight. An id
+    /// already in flight keeps its slot, counted twice: each answer frees one count.
     pub(crate) fn book(&self, id: &str, line: u64, batch: bool) -> Result<(), Full> {
         if id.len() > ID_MAX {
             return Err(Full::IdTooLong);
         }
         let mut slots = self.slots.lock().expect("lock");
-        if slots.by_id.contains_key(id) {
+        if let Some((_, count)) = slots.by_id.get_mut(id) {
+            *count += 1;
             return Ok(());
         }
         let slot = match slots.free.pop() {
@@ -306,15 +305,20 @@ impl Head {
         self.map.u64_at(at + 8).store(line, Ordering::Relaxed);
         self.map.put(at + SLOT_ID, id.as_bytes());
         self.map.u32_at(at).store(if batch { 2 } else { 1 }, Ordering::Release);
-        slots.by_id.insert(id.to_string(), slot);
+        slots.by_id.insert(id.to_string(), (slot, 1));
         Ok(())
     }
 
-    /// Frees the slots of these ids (answered, or cancelled by the client). How many are left.
+    /// One request of each of these ids was answered (or cancelled by the client): its slot is
+    /// freed when no other request in flight carries the id. How many ids are left.
     pub(crate) fn free(&self, ids: &[String]) -> usize {
         let mut slots = self.slots.lock().expect("lock");
         for id in ids {
-            if let Some(slot) = slots.by_id.remove(id) {
+            let Some((slot, count)) = slots.by_id.get_mut(id) else { continue };
+            *count -= 1;
+            if *count == 0 {
+                let slot = *slot;
+                slots.by_id.remove(id);
                 self.map.u32_at(SLOTS + slot * SLOT_LEN).store(0, Ordering::Release);
                 slots.free.push(slot);
             }
@@ -342,8 +346,6 @@ pub struct Recovered {
     /// The client's input is in the middle of an over-long line the router was skipping: its
     /// rest (up to the next newline) is dropped.
     pub skipping: bool,
-    /// The output stops in the middle of a line: a newline ends it before anything else.
-    pub mid_line: bool,
     /// How many of the client's lines the router took up.
     pub lines: u64,
 }
@@ -365,8 +367,10 @@ pub fn recover(head: impl AsFd, input: impl AsFd) -> std::io::Result<Recovered> 
     for slot in 0..SLOT_COUNT {
         let at = SLOTS + slot * SLOT_LEN;
         let (state, len, line) = (u32_at(at), u32_at(at + 4) as usize, u64_at(at + 8));
-        // A slot of a line not yet recorded as taken up: that line is sent on again instead.
-        if !(state == 1 || state == 2) || line >= position.lines || len > ID_MAX {
+        // A slot of a line not yet recorded as taken up: that line is sent on again instead. The
+        // line being skipped as too long is the exception: its rest is dropped, never sent on.
+        let taken_up = line < position.lines || (position.skipping && line == position.lines);
+        if !(state == 1 || state == 2) || !taken_up || len > ID_MAX {
             continue;
         }
         let id = String::from_utf8_lossy(&bytes[at + SLOT_ID..at + SLOT_ID + len]).into_owned();
@@ -391,15 +395,7 @@ pub fn recover(head: impl AsFd, input: impl AsFd) -> std::io::Result<Recovered> 
         pending = vec![0u8; (position.filled - position.start) as usize];
         read_exact_at(input.as_fd(), &mut pending, position.start)?;
     }
-    Ok(Recovered {
-        memory,
-        open,
-        batches,
-        pending,
-        skipping: position.skipping,
-        mid_line: u32_at(OUT_MID_LINE) != 0,
-        lines: position.lines,
-    })
+    Ok(Recovered { memory, open, batches, pending, skipping: position.skipping, lines: position.lines })
 }
 
 fn read_exact_at(fd: BorrowedFd<'_>, mut buf: &mut [u8], mut offset: u64) -> std::io::Result<()> {

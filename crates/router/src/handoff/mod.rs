@@ -6,10 +6,16 @@
 //! costs what one through `switchyard run` costs.
 //!
 //! How it goes: the hello offers the hand-off (`Hello::Connect { handoff: true }`) when connect's
-//! stdin and stdout are pipes; a router that takes it says so in its welcome, and connect sends,
-//! with one byte over the socket (`SCM_RIGHTS`), four descriptors: its own open descriptions of
-//! the two pipes, and two memfds that make the journal ([`journal`]). From then on connect only
-//! waits on the socket, and the router serves the session on the pipes ([`serve`]).
+//! stdin and stdout are pipes or Unix stream sockets; a router that takes it says so in its
+//! welcome, and connect sends, with one byte over the socket (`SCM_RIGHTS`), four descriptors:
+//! the client's two (a pipe as an open description of connect's own), and two memfds that make
+//! the journal ([`journal`]). From then on connect only waits on the socket, and the router
+//! serves the session on the client's descriptors ([`serve`]).
+//!
+//! The router writes to the client in writes of at most 4 KiB, which the kernel never splits, so
+//! the client's output never stops in the middle of a line, whatever happens to the router. A
+//! longer line goes through connect, which writes it whole and says `.`; the router writes on
+//! once it did.
 //!
 //! What each side promises:
 //! - connect dies (SIGTERM, kill -9): the router sees the socket close and lets go of the pipes
@@ -108,10 +114,29 @@ pub fn recv_fds(socket: BorrowedFd<'_>) -> std::io::Result<Handed> {
     Ok(Handed { input: next(), output: next(), head: next(), input_buf: next() })
 }
 
-/// Whether `fd` is a pipe (a FIFO): the only kind handed off. A socket's description is shared
-/// with whoever made it, and a terminal or a file is better left where it is.
-pub fn is_pipe(fd: impl AsFd) -> bool {
-    rustix::fs::fstat(fd).is_ok_and(|s| rustix::fs::FileType::from_raw_mode(s.st_mode) == rustix::fs::FileType::Fifo)
+/// What a descriptor handed off may be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stdio {
+    /// A pipe (a FIFO), as most programs start a server.
+    Pipe,
+    /// A Unix stream socket, as Node's `child_process` (libuv) starts one.
+    Socket,
+}
+
+/// Whether `fd` can be handed off, and as what. A terminal, a file or any other socket stays
+/// with connect, which relays it.
+pub fn kind(fd: impl AsFd) -> Option<Stdio> {
+    use rustix::fs::FileType;
+    let stat = rustix::fs::fstat(&fd).ok()?;
+    match FileType::from_raw_mode(stat.st_mode) {
+        FileType::Fifo => Some(Stdio::Pipe),
+        FileType::Socket => {
+            let unix = rustix::net::sockopt::socket_domain(&fd).ok()? == rustix::net::AddressFamily::UNIX;
+            let stream = rustix::net::sockopt::socket_type(&fd).ok()? == rustix::net::SocketType::STREAM;
+            (unix && stream).then_some(Stdio::Socket)
+        }
+        _ => None,
+    }
 }
 
 /// What a client set up in its session, for replay on a new connection.

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use switchyard_core::codec::{self, Frame};
 
-use super::journal::{self, Full, Head, ID_MAX, Map, Position, SLOT_COUNT};
+use super::journal::{Full, Head, ID_MAX, Map, Position, SLOT_COUNT};
 use super::{Handed, Memory, cancelled_ids, for_each_message, is_replay_id, request_ids, response_ids};
 use crate::control::{self, Reply};
 use crate::server::Server;
@@ -40,6 +40,11 @@ struct Shared {
     dead: CancellationToken,
     /// The client's side ended the session (its input ended, or its output failed).
     client_ended: AtomicBool,
+    /// The socket to connect: lines too long to write to the client at once go through it.
+    to_connect: tokio::sync::Mutex<OwnedWriteHalf>,
+    /// How many of those connect has written to the client (it says `.` for each).
+    acked: std::sync::atomic::AtomicU64,
+    acks: Notify,
 }
 
 impl Shared {
@@ -73,16 +78,45 @@ pub async fn serve(
 ) {
     let (mut from_connect, mut to_connect) = socket;
     let limit = server.limits.max_message_bytes;
-    let (input, output, shared) = match open(handed, limit) {
-        Ok(parts) => parts,
+    let taken = match open(handed, limit) {
+        Ok(taken) => taken,
         Err(e) => {
             // Nothing was read from the client yet: connect carries the session itself.
-            tracing::warn!(server = %server.name, "cannot take over connect's pipes: {e}; connect relays instead");
+            tracing::warn!(server = %server.name, "cannot take over connect's pipes: {e}");
             let reason = format!("the router could not take the session over ({e})");
             let _ = to_connect.write_all(control::line(&Reply::Handback { reason }).as_bytes()).await;
             return;
         }
     };
+    let shared = Arc::new(Shared {
+        head: taken.head,
+        back: Default::default(),
+        wake: Notify::new(),
+        quiet: CancellationToken::new(),
+        dead: CancellationToken::new(),
+        client_ended: AtomicBool::new(false),
+        to_connect: tokio::sync::Mutex::new(to_connect),
+        acked: Default::default(),
+        acks: Notify::new(),
+    });
+    let (refuse, refusals) = mpsc::unbounded_channel();
+    let input = HandedInput {
+        read_end: taken.read_end,
+        buf: taken.buf,
+        touched: taken.position.filled as usize,
+        position: taken.position,
+        scan: 0,
+        limit,
+        skipped: None,
+        silent: false,
+        discard_after_prefill: taken.discard_after_prefill,
+        head_bytes: Vec::new(),
+        tail: Vec::new(),
+        memory: Memory::default(),
+        shared: shared.clone(),
+        refuse,
+    };
+    let output = HandedOutput { write_end: taken.write_end, shared: shared.clone(), refusals, sent: 0 };
     let stop = CancellationToken::new();
     let ended_by = server.clone();
     let session = session::serve_with(server, input, output, opening, stop.clone());
@@ -92,14 +126,20 @@ pub async fn serve(
     loop {
         tokio::select! {
             _ = &mut session => break,
-            read = from_connect.read(&mut scratch), if watching => {
-                // connect says nothing after the hand-off; its socket closing means it is gone.
-                if !matches!(read, Ok(n) if n > 0) {
+            read = from_connect.read(&mut scratch), if watching => match read {
+                // connect says `.` for each line it wrote for the router; its socket closing
+                // means it is gone.
+                Ok(n) if n > 0 => {
+                    let acks = scratch[..n].iter().filter(|&&b| b == b'.').count() as u64;
+                    shared.acked.fetch_add(acks, Ordering::AcqRel);
+                    shared.acks.notify_one();
+                }
+                _ => {
                     watching = false;
                     shared.dead.cancel();
                     stop.cancel();
                 }
-            }
+            },
             _ = shared.quiet.cancelled(), if !stop.is_cancelled() => stop.cancel(),
             _ = ends.cancelled(), if !stop.is_cancelled() => {
                 shared.ask_back(ended_by.ended().to_string());
@@ -113,59 +153,116 @@ pub async fn serve(
         return;
     }
     let back = shared.back.lock().expect("lock").clone();
+    let client_ended = shared.client_ended.load(Ordering::Acquire);
     let reply = match back {
-        Some(reason) if !shared.client_ended.load(Ordering::Acquire) => Reply::Handback { reason },
-        _ => Reply::Ended,
+        Some(reason) if !client_ended => Reply::Handback { reason },
+        _ if client_ended => Reply::Ended { reason: None },
+        _ => Reply::Ended {
+            reason: Some(format!(
+                "the router at pid {} ended the session: its client fell too far behind in reading its output (see the daemon's log)",
+                std::process::id()
+            )),
+        },
     };
+    let mut to_connect = shared.to_connect.lock().await;
     let _ = to_connect.write_all(control::line(&reply).as_bytes()).await;
     let _ = to_connect.shutdown().await;
 }
 
-fn open(handed: Handed, limit: usize) -> std::io::Result<(HandedInput, HandedOutput, Arc<Shared>)> {
-    if !super::is_pipe(&handed.input) || !super::is_pipe(&handed.output) {
-        return Err(std::io::Error::other("the client's stdin and stdout must be pipes"));
-    }
+/// What the router takes over from connect's descriptors.
+struct Taken {
+    head: Head,
+    read_end: ReadEnd,
+    write_end: WriteEnd,
+    buf: Map,
+    position: Position,
+    /// What connect put first is followed by the rest of a line the last router was skipping.
+    discard_after_prefill: bool,
+}
+
+fn open(handed: Handed, limit: usize) -> std::io::Result<Taken> {
+    let read_end = ReadEnd::new(handed.input)?;
+    let write_end = WriteEnd::new(handed.output)?;
     let head = Head::open(handed.head.as_fd())?;
     // Room for a whole line at the limit, and for moving it to the front without overlap.
     let cap = 2 * (limit + 2 + READ_MAX) + READ_MAX;
     rustix::fs::ftruncate(&handed.input_buf, cap as u64)?;
     let buf = Map::new(handed.input_buf.as_fd(), cap)?;
     // What connect put first (a replay, and what the last router had not taken up).
-    let position = head.position();
-    if position.start > position.filled || position.filled as usize > journal::PREFILL_MAX || position.lines > 0 {
-        return Err(std::io::Error::other("the journal does not start as a new one"));
+    let mut position = head.position();
+    if position.start > position.filled || position.filled as usize + 2 * READ_MAX > cap || position.lines > 0 {
+        return Err(std::io::Error::other("the journal does not start as a new one this router can hold"));
     }
-    let shared = Arc::new(Shared {
-        head,
-        back: Default::default(),
-        wake: Notify::new(),
-        quiet: CancellationToken::new(),
-        dead: CancellationToken::new(),
-        client_ended: AtomicBool::new(false),
-    });
-    let (refuse, refusals) = mpsc::unbounded_channel();
-    let input = HandedInput {
-        pipe: pipe::Receiver::from_owned_fd(handed.input)?,
-        buf,
-        touched: position.filled as usize,
-        position,
-        scan: 0,
-        limit,
-        skipped: None,
-        head_bytes: Vec::new(),
-        tail: Vec::new(),
-        memory: Memory::default(),
-        shared: shared.clone(),
-        refuse,
-    };
-    let output = HandedOutput { pipe: pipe::Sender::from_owned_fd(handed.output)?, shared: shared.clone(), refusals };
-    Ok((input, output, shared))
+    let discard_after_prefill = std::mem::take(&mut position.skipping);
+    head.set_position(position);
+    Ok(Taken { head, read_end, write_end, buf, position, discard_after_prefill })
 }
 
-/// The client's pipe, read into the journal's input buffer; each line is booked (its requests
+/// The client's input: a pipe, or a Unix stream socket (what Node's `child_process` gives).
+enum ReadEnd {
+    Pipe(pipe::Receiver),
+    Socket(tokio::net::UnixStream),
+}
+
+impl ReadEnd {
+    fn new(fd: std::os::fd::OwnedFd) -> std::io::Result<ReadEnd> {
+        match super::kind(&fd) {
+            Some(super::Stdio::Pipe) => Ok(ReadEnd::Pipe(pipe::Receiver::from_owned_fd(fd)?)),
+            Some(super::Stdio::Socket) => Ok(ReadEnd::Socket(unix_stream(fd)?)),
+            None => Err(std::io::Error::other("the client's stdin is neither a pipe nor a Unix stream socket")),
+        }
+    }
+
+    async fn readable(&self) -> std::io::Result<()> {
+        match self {
+            ReadEnd::Pipe(p) => p.readable().await,
+            ReadEnd::Socket(s) => s.readable().await,
+        }
+    }
+
+    fn try_read(&self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            ReadEnd::Pipe(p) => p.try_read(buf),
+            ReadEnd::Socket(s) => s.try_read(buf),
+        }
+    }
+}
+
+/// The client's output, a pipe or a Unix stream socket. A write of at most [`ATOMIC_WRITE`]
+/// bytes to either is never split: on a pipe by POSIX (PIPE_BUF), on a Unix stream socket
+/// because it is one buffer of the kernel's, taken whole or not at all.
+enum WriteEnd {
+    Pipe(pipe::Sender),
+    Socket(tokio::net::UnixStream),
+}
+
+impl WriteEnd {
+    fn new(fd: std::os::fd::OwnedFd) -> std::io::Result<WriteEnd> {
+        match super::kind(&fd) {
+            Some(super::Stdio::Pipe) => Ok(WriteEnd::Pipe(pipe::Sender::from_owned_fd(fd)?)),
+            Some(super::Stdio::Socket) => Ok(WriteEnd::Socket(unix_stream(fd)?)),
+            None => Err(std::io::Error::other("the client's stdout is neither a pipe nor a Unix stream socket")),
+        }
+    }
+
+    async fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        match self {
+            WriteEnd::Pipe(p) => p.write(bytes).await,
+            WriteEnd::Socket(s) => s.write(bytes).await,
+        }
+    }
+}
+
+fn unix_stream(fd: std::os::fd::OwnedFd) -> std::io::Result<tokio::net::UnixStream> {
+    let std = std::os::unix::net::UnixStream::from(fd);
+    std.set_nonblocking(true)?;
+    tokio::net::UnixStream::from_std(std)
+}
+
+/// The client's input, read into the journal's input buffer; each line is booked (its requests
 /// in flight, its set-up) before the session takes it up.
 struct HandedInput {
-    pipe: pipe::Receiver,
+    read_end: ReadEnd,
     buf: Map,
     /// The end of the bytes of `buf` ever written (and so backed by memory).
     touched: usize,
@@ -176,6 +273,11 @@ struct HandedInput {
     limit: usize,
     /// Bytes of the over-long line being skipped, so far.
     skipped: Option<usize>,
+    /// The line being skipped is the rest of one the last router skipped and answered: it ends
+    /// without a word.
+    silent: bool,
+    /// Once what connect put first is taken up, the rest of such a line follows.
+    discard_after_prefill: bool,
     head_bytes: Vec<u8>,
     tail: Vec<u8>,
     memory: Memory,
@@ -249,7 +351,7 @@ impl HandedInput {
             keep_tail(&mut self.tail, &self.buf.bytes_mut()[start..nl]);
             self.position.skipping = false;
             self.take_up(next, true);
-            return Some(Frame::TooLong { bytes });
+            return (!std::mem::take(&mut self.silent)).then_some(Frame::TooLong { bytes });
         }
         let mut end = nl;
         if end > start && self.buf.bytes_mut()[end - 1] == b'\r' {
@@ -342,11 +444,11 @@ impl HandedInput {
         let filled = self.filled();
         let end = (filled + READ_MAX).min(self.buf.len());
         debug_assert!(end > filled, "make_room leaves room to read");
-        let HandedInput { pipe, buf, .. } = self;
+        let HandedInput { read_end, buf, .. } = self;
         let window = &mut buf.bytes_mut()[filled..end];
         loop {
-            pipe.readable().await?;
-            match pipe.try_read(window) {
+            read_end.readable().await?;
+            match read_end.try_read(window) {
                 Ok(n) => return Ok(n),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
                 Err(e) => return Err(e),
@@ -373,6 +475,11 @@ impl Input for HandedInput {
                 }
             }
             self.scan = filled;
+            if std::mem::take(&mut self.discard_after_prefill) {
+                // What connect put first is taken up; the rest of the skipped line follows.
+                self.skipped = Some(0);
+                self.silent = true;
+            }
             if self.skipped.is_some() || filled - self.start() > self.limit + 2 {
                 self.skip();
             }
@@ -424,12 +531,20 @@ fn keep_tail(tail: &mut Vec<u8>, bytes: &[u8]) {
     tail.drain(..excess);
 }
 
-/// The client's output pipe: lines written as they come, the answered requests freed in the
-/// journal once written, and the router's control lines turned into a hand-back.
+/// The most written to the client in one write: never split by the kernel (see [`WriteEnd`]),
+/// so the client's output never stops mid-line whatever happens to the router. A longer line
+/// goes through connect, which writes it whole.
+const ATOMIC_WRITE: usize = 4096;
+
+/// The client's output: lines written as they come, in writes that are never split, the
+/// answered requests freed in the journal once written, and the router's control lines turned
+/// into a hand-back.
 struct HandedOutput {
-    pipe: pipe::Sender,
+    write_end: WriteEnd,
     shared: Arc<Shared>,
     refusals: mpsc::UnboundedReceiver<String>,
+    /// Lines sent through connect so far.
+    sent: u64,
 }
 
 impl Output for HandedOutput {
@@ -447,98 +562,156 @@ impl Output for HandedOutput {
     }
 }
 
+/// A line to write, and whether it is one of the session's (counted in its backlog).
+struct Item {
+    line: String,
+    counted: bool,
+}
+
 impl HandedOutput {
     async fn write_loop(
         mut self,
         mut rx: mpsc::UnboundedReceiver<crate::peer::Out>,
         backlog: &crate::peer::Backlog,
     ) -> std::io::Result<()> {
-        let mut batch = Batch::default();
+        let mut items: Vec<Item> = Vec::new();
         loop {
             tokio::select! {
                 biased;
                 _ = self.shared.dead.cancelled() => return Ok(()),
                 out = rx.recv() => match out {
-                    Some(out) => batch.take(out.line, true, &self.shared, backlog),
+                    Some(out) => items.push(Item { line: out.line, counted: true }),
                     None => break,
                 },
-                Some(refusal) = self.refusals.recv() => batch.take(refusal, false, &self.shared, backlog),
+                Some(refusal) = self.refusals.recv() => items.push(Item { line: refusal, counted: false }),
             }
-            while batch.bytes.len() < READ_MAX {
+            while items.len() < 256 {
                 if let Ok(out) = rx.try_recv() {
-                    batch.take(out.line, true, &self.shared, backlog);
+                    items.push(Item { line: out.line, counted: true });
                 } else if let Ok(refusal) = self.refusals.try_recv() {
-                    batch.take(refusal, false, &self.shared, backlog);
+                    items.push(Item { line: refusal, counted: false });
                 } else {
                     break;
                 }
             }
-            self.write(&mut batch, backlog).await?;
+            self.write(&mut items, backlog).await?;
         }
         while let Ok(refusal) = self.refusals.try_recv() {
-            batch.take(refusal, false, &self.shared, backlog);
+            items.push(Item { line: refusal, counted: false });
         }
-        self.write(&mut batch, backlog).await
+        self.write(&mut items, backlog).await
     }
 
-    async fn write(&mut self, batch: &mut Batch, backlog: &crate::peer::Backlog) -> std::io::Result<()> {
+    /// Writes `items` in order: short lines gathered into writes of at most [`ATOMIC_WRITE`]
+    /// bytes, longer ones through connect.
+    async fn write(&mut self, items: &mut Vec<Item>, backlog: &crate::peer::Backlog) -> std::io::Result<()> {
+        let mut chunk = Vec::with_capacity(ATOMIC_WRITE);
+        let mut written = Written::default();
+        for item in items.drain(..) {
+            if item.counted && control::is_control(&item.line) {
+                // Not for the client: the router asks for the session to move.
+                if let Ok(Reply::Drain { reason }) = control::reply(&item.line) {
+                    self.shared.ask_back(reason);
+                }
+                backlog.wrote(item.line.len() + 1);
+                continue;
+            }
+            let ids = response_ids(item.line.as_bytes());
+            if ids.len() == 1 && is_replay_id(&ids[0]) && !codec::is_batch(item.line.trim()) {
+                // The answer to a request of connect's replay: not the client's.
+                if item.line.contains("\"error\"") {
+                    tracing::info!("a request connect replayed was refused: {}", item.line);
+                }
+                written.add(&item, ids);
+                continue;
+            }
+            let len = item.line.len() + 1;
+            if chunk.len() + len > ATOMIC_WRITE {
+                self.write_chunk(&mut chunk, &mut written, backlog).await?;
+            }
+            if len > ATOMIC_WRITE {
+                self.through_connect(&item.line).await?;
+                written.add(&item, ids);
+                written.done(&self.shared, backlog);
+                continue;
+            }
+            chunk.extend_from_slice(item.line.as_bytes());
+            chunk.push(b'\n');
+            written.add(&item, ids);
+        }
+        self.write_chunk(&mut chunk, &mut written, backlog).await
+    }
+
+    /// Writes the gathered short lines in one write, which the kernel never splits.
+    async fn write_chunk(
+        &mut self,
+        chunk: &mut Vec<u8>,
+        written: &mut Written,
+        backlog: &crate::peer::Backlog,
+    ) -> std::io::Result<()> {
         let mut off = 0;
-        while off < batch.bytes.len() {
+        while off < chunk.len() {
             let n = tokio::select! {
                 biased;
                 _ = self.shared.dead.cancelled() => return Ok(()),
-                n = self.pipe.write(&batch.bytes[off..]) => n?,
+                n = self.write_end.write(&chunk[off..]) => n?,
             };
             if n == 0 {
                 return Err(std::io::ErrorKind::WriteZero.into());
             }
             off += n;
-            self.shared.head.set_mid_line(batch.bytes[off - 1] != b'\n');
         }
-        for n in batch.counted.drain(..) {
-            backlog.wrote(n);
+        chunk.clear();
+        written.done(&self.shared, backlog);
+        Ok(())
+    }
+
+    /// A line too long for one unsplit write goes through connect, which writes it whole; the
+    /// next line waits until connect says it did.
+    async fn through_connect(&mut self, line: &str) -> std::io::Result<()> {
+        let sent = async {
+            let mut to_connect = self.shared.to_connect.lock().await;
+            to_connect.write_all(line.as_bytes()).await?;
+            to_connect.write_all(b"\n").await
+        };
+        tokio::select! {
+            biased;
+            _ = self.shared.dead.cancelled() => return Ok(()),
+            r = sent => r.map_err(|e| std::io::Error::new(e.kind(), format!("connect: {e}")))?,
         }
-        self.shared.answered(&batch.answered);
-        batch.answered.clear();
-        batch.bytes.clear();
+        self.sent += 1;
+        while self.shared.acked.load(Ordering::Acquire) < self.sent {
+            tokio::select! {
+                _ = self.shared.acks.notified() => {}
+                _ = self.shared.dead.cancelled() => return Ok(()),
+            }
+        }
         Ok(())
     }
 }
 
-/// Lines gathered for one write.
+/// What was written since the journal and the backlog were last told.
 #[derive(Default)]
-struct Batch {
-    bytes: Vec<u8>,
-    /// The sizes of the session's lines in it, given back to its backlog once written.
+struct Written {
+    /// The sizes of the session's lines, given back to its backlog.
     counted: Vec<usize>,
-    /// The responses in it.
+    /// The responses among them.
     answered: Vec<String>,
 }
 
-impl Batch {
-    fn take(&mut self, line: String, counted: bool, shared: &Shared, backlog: &crate::peer::Backlog) {
-        if counted && control::is_control(&line) {
-            // Not for the client: the router asks for the session to move.
-            if let Ok(Reply::Drain { reason }) = control::reply(&line) {
-                shared.ask_back(reason);
-            }
-            backlog.wrote(line.len() + 1);
-            return;
-        }
-        let ids = response_ids(line.as_bytes());
-        if ids.len() == 1 && is_replay_id(&ids[0]) && !codec::is_batch(line.trim()) {
-            // The answer to a request of connect's replay: not the client's.
-            if line.contains("\"error\"") {
-                tracing::info!("a request connect replayed was refused: {line}");
-            }
-            self.answered.extend(ids);
-            return;
+impl Written {
+    fn add(&mut self, item: &Item, ids: Vec<String>) {
+        if item.counted {
+            self.counted.push(item.line.len() + 1);
         }
         self.answered.extend(ids);
-        self.bytes.extend_from_slice(line.as_bytes());
-        self.bytes.push(b'\n');
-        if counted {
-            self.counted.push(line.len() + 1);
+    }
+
+    fn done(&mut self, shared: &Shared, backlog: &crate::peer::Backlog) {
+        for n in self.counted.drain(..) {
+            backlog.wrote(n);
         }
+        shared.answered(&self.answered);
+        self.answered.clear();
     }
 }

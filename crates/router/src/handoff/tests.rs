@@ -17,7 +17,7 @@ fn write_all(fd: &OwnedFd, bytes: &[u8]) {
 
 #[test]
 fn a_recovered_journal_holds_only_what_was_recorded_as_taken_up() {
-    let (head_fd, input_fd) = journal::create(&[]).unwrap();
+    let (head_fd, input_fd) = journal::create(&[], false).unwrap();
     let head = Head::open(head_fd.as_fd()).unwrap();
     let text =
         b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"a\"}\n{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"b\"}\n{\"par";
@@ -30,19 +30,17 @@ fn a_recovered_journal_holds_only_what_was_recorded_as_taken_up() {
     head.set_position(Position { start: first_end as u64, filled: text.len() as u64, lines: 1, skipping: false });
     let memory = Memory { initialize: Some("{\"id\":0}".into()), initialized: true, ..Memory::default() };
     assert!(head.set_memory(&memory));
-    head.set_mid_line(true);
 
     let r = recover(&head_fd, &input_fd).unwrap();
     assert_eq!(r.open, ["1"], "id 2's line is sent on again, not answered");
     assert_eq!(r.pending, &text[first_end..]);
     assert_eq!(r.memory, memory);
-    assert!(r.mid_line && !r.skipping);
+    assert!(!r.skipping);
 
     // Answered: freed; a freed slot is used again for the next id.
     assert_eq!(head.free(&["1".to_string()]), 1);
     head.book("\"x\"", 1, false).unwrap();
     head.set_position(Position { start: text.len() as u64 - 5, filled: text.len() as u64, lines: 2, skipping: false });
-    head.set_mid_line(false);
     let mut open = recover(&head_fd, &input_fd).unwrap().open;
     open.sort();
     assert_eq!(open, ["\"x\"", "2"]);
@@ -57,7 +55,7 @@ fn a_recovered_journal_holds_only_what_was_recorded_as_taken_up() {
 
 #[test]
 fn slots_refuse_long_ids_and_run_out_at_the_count() {
-    let (head_fd, _) = journal::create(&[]).unwrap();
+    let (head_fd, _) = journal::create(&[], false).unwrap();
     let head = Head::open(head_fd.as_fd()).unwrap();
     assert_eq!(head.book(&"9".repeat(journal::ID_MAX + 1), 0, false), Err(journal::Full::IdTooLong));
     for i in 0..journal::SLOT_COUNT {
@@ -82,13 +80,17 @@ fn a_head_that_is_not_a_journal_is_refused() {
 fn descriptors_cross_a_socket_and_arrive_close_on_exec() {
     let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
     let (r, w) = pipe();
-    let (head, input) = journal::create(&[]).unwrap();
+    let (head, input) = journal::create(&[], false).unwrap();
     send_fds(a.as_fd(), [r.as_fd(), w.as_fd(), head.as_fd(), input.as_fd()]).unwrap();
     let handed = recv_fds(b.as_fd()).unwrap();
     for fd in [&handed.input, &handed.output, &handed.head, &handed.input_buf] {
         assert!(rustix::io::fcntl_getfd(fd).unwrap().contains(rustix::io::FdFlags::CLOEXEC));
     }
-    assert!(is_pipe(&handed.input) && is_pipe(&handed.output) && !is_pipe(&handed.head));
+    assert_eq!(
+        (kind(&handed.input), kind(&handed.output), kind(&handed.head)),
+        (Some(Stdio::Pipe), Some(Stdio::Pipe), None)
+    );
+    assert_eq!(kind(&a), Some(Stdio::Socket));
     // The same pipe: what goes in one end comes out of the other.
     write_all(&handed.output, b"hi");
     let mut buf = [0u8; 2];
@@ -128,7 +130,7 @@ mod served {
     use std::time::Duration;
 
     use serde_json::{Value, json};
-    use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
     use tokio_util::sync::CancellationToken;
 
     use super::super::{Handed, journal, recover};
@@ -152,10 +154,15 @@ mod served {
     }
 
     fn rig() -> Rig {
+        rig_with(b"", false)
+    }
+
+    /// A rig whose journal starts with `prefill` (and, with `skipping`, the rest of a skipped line).
+    fn rig_with(prefill: &[u8], skipping: bool) -> Rig {
         let (server, _fake) = crate::call_path_tests::start("", false);
         let (in_r, in_w) = std::io::pipe().unwrap();
         let (out_r, out_w) = std::io::pipe().unwrap();
-        let (head, buf) = journal::create(&[]).unwrap();
+        let (head, buf) = journal::create(prefill, skipping).unwrap();
         let stdin = in_r.try_clone().unwrap().into();
         let handed = Handed {
             input: in_r.into(),
@@ -222,14 +229,26 @@ mod served {
         }
 
         /// The next line connect is told.
-        async fn told(&mut self) -> Option<Reply> {
-            let mut line = String::new();
+        /// The next line connect is told (read byte by byte: nothing after it is taken).
+        async fn told_line(&mut self) -> String {
             let connect = self.connect.as_mut().unwrap();
-            let mut r = BufReader::new(connect);
-            tokio::time::timeout(Duration::from_secs(5), r.read_line(&mut line))
-                .await
-                .expect("told within 5 s")
-                .unwrap();
+            let mut line = Vec::new();
+            let mut byte = [0u8; 1];
+            while line.last() != Some(&b'\n') {
+                let n = tokio::time::timeout(Duration::from_secs(5), connect.read(&mut byte))
+                    .await
+                    .expect("told within 5 s")
+                    .unwrap();
+                if n == 0 {
+                    break;
+                }
+                line.push(byte[0]);
+            }
+            String::from_utf8(line).unwrap()
+        }
+
+        async fn told(&mut self) -> Option<Reply> {
+            let line = self.told_line().await;
             (!line.is_empty()).then(|| control::reply(&line).unwrap())
         }
     }
@@ -242,10 +261,10 @@ mod served {
         assert_eq!(rig.recv().await["result"]["content"][0]["text"], "echo after 0 ms");
         // Answered and written: nothing left in flight; the set-up is in the journal.
         let j = recover(&rig.head, &rig.buf).unwrap();
-        assert!(j.open.is_empty() && j.pending.is_empty() && !j.mid_line, "{j:?}");
+        assert!(j.open.is_empty() && j.pending.is_empty(), "{j:?}");
         assert!(j.memory.initialize.is_some() && j.memory.initialized);
         rig.to_router = None;
-        assert_eq!(rig.told().await, Some(Reply::Ended));
+        assert_eq!(rig.told().await, Some(Reply::Ended { reason: None }));
         rig.served.await.unwrap();
     }
 
@@ -276,7 +295,7 @@ mod served {
         // Nothing owed; the control line never reached the client; what it sends now waits for
         // connect in its pipe.
         let j = recover(&rig.head, &rig.buf).unwrap();
-        assert!(j.open.is_empty() && !j.mid_line, "{j:?}");
+        assert!(j.open.is_empty(), "{j:?}");
         rig.call(3, "echo", 0);
         let next = tokio::time::timeout(Duration::from_millis(300), rig.from_router.next_line()).await;
         assert!(matches!(next, Ok(Ok(None))), "the router still wrote to the client: {next:?}");
@@ -301,6 +320,46 @@ mod served {
     }
 
     #[tokio::test]
+    async fn a_line_too_long_for_one_unsplit_write_goes_through_connect_and_order_holds() {
+        let mut rig = rig();
+        rig.initialize().await;
+        let text = "x".repeat(10_000);
+        let params = json!({"name": "echo", "arguments": {"text": text}});
+        rig.send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}));
+        let long = rig.told_line().await;
+        let long: Value = serde_json::from_str(&long).unwrap();
+        assert_eq!(long["id"], 1);
+        assert_eq!(long["result"]["content"][0]["text"].as_str().map(str::len), Some(10_000));
+        // The next answer waits until connect wrote the long one and said so.
+        rig.call(2, "echo", 0);
+        let early = tokio::time::timeout(Duration::from_millis(300), rig.from_router.next_line()).await;
+        assert!(early.is_err(), "written before the long line was: {early:?}");
+        // Until then the long line's request is owed, and so is the one behind it.
+        let mut open = recover(&rig.head, &rig.buf).unwrap().open;
+        open.sort();
+        assert_eq!(open, ["1", "2"]);
+        rig.connect.as_mut().unwrap().write_all(b".").await.unwrap();
+        assert_eq!(rig.recv().await["id"], 2);
+        assert!(recover(&rig.head, &rig.buf).unwrap().open.is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_rest_of_a_line_skipped_by_the_last_router_is_dropped_without_a_word() {
+        let params =
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}});
+        let init = format!("{}\n", json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params}));
+        let mut rig = rig_with(init.as_bytes(), true);
+        assert!(rig.recv().await["result"].is_object());
+        {
+            use std::io::Write;
+            writeln!(rig.to_router.as_ref().unwrap(), "{}\"}}}}", "y".repeat(5000)).unwrap();
+        }
+        rig.call(1, "echo", 0);
+        let next = rig.recv().await;
+        assert_eq!(next["id"], 1, "the rest of the skipped line was answered: {next}");
+    }
+
+    #[tokio::test]
     async fn an_answer_to_a_replayed_request_never_reaches_the_client() {
         let mut rig = rig();
         let params =
@@ -310,5 +369,41 @@ mod served {
         let first = rig.recv().await;
         assert_eq!(first["id"], 1, "{first}");
         assert!(recover(&rig.head, &rig.buf).unwrap().open.is_empty());
+    }
+}
+
+/// Tests of the fixes the outside try found.
+mod found {
+    use std::os::fd::AsFd;
+
+    use super::super::journal::{self, Head, Position};
+    use super::super::recover;
+
+    #[test]
+    fn a_reused_id_in_flight_keeps_the_first_request_owed() {
+        let (head_fd, input_fd) = journal::create(&[], false).unwrap();
+        let head = Head::open(head_fd.as_fd()).unwrap();
+        head.book("7", 0, false).unwrap();
+        head.book("7", 1, false).unwrap();
+        head.set_position(Position { lines: 2, ..Position::default() });
+        // The second is refused, which frees one count: the first is still owed.
+        assert_eq!(head.free(&["7".to_string()]), 1);
+        assert_eq!(recover(&head_fd, &input_fd).unwrap().open, ["7"]);
+        assert_eq!(head.free(&["7".to_string()]), 0);
+        assert!(recover(&head_fd, &input_fd).unwrap().open.is_empty());
+    }
+
+    #[test]
+    fn the_request_of_a_line_being_skipped_is_owed_at_once() {
+        let (head_fd, input_fd) = journal::create(&[], false).unwrap();
+        let head = Head::open(head_fd.as_fd()).unwrap();
+        head.book("\"big\"", 3, false).unwrap();
+        head.set_position(Position { start: 0, filled: 0, lines: 3, skipping: true });
+        let r = recover(&head_fd, &input_fd).unwrap();
+        assert_eq!(r.open, ["\"big\""], "its rest is dropped, so nobody else answers it");
+        assert!(r.skipping);
+        // Not skipping: the same slot's line is sent on again instead.
+        head.set_position(Position { start: 0, filled: 0, lines: 3, skipping: false });
+        assert!(recover(&head_fd, &input_fd).unwrap().open.is_empty());
     }
 }

@@ -1,14 +1,16 @@
 //! connect's side of the hand-off (see `switchyard_router::handoff`): the offer, the descriptors
-//! sent, the wait, and the journal read when the router lets go.
+//! sent, the wait (writing the lines too long for the router to write unsplit), and the journal
+//! read when the router lets go.
 
+use std::collections::HashSet;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::time::Duration;
 
-use tokio::io::AsyncBufReadExt;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 use switchyard_router::control::{self, Reply};
-use switchyard_router::handoff::{self, REPLAY_ID, Recovered, journal, lost_answers};
+use switchyard_router::handoff::{self, REPLAY_ID, Recovered, Stdio, journal, lost_answers, response_ids};
 
 use super::Destination;
 use super::join::{Joined, join, join_offering, version_note};
@@ -19,7 +21,7 @@ const GONE_WAIT: Duration = Duration::from_secs(5);
 
 /// How a hand-off came out.
 pub(super) enum Outcome {
-    /// The client's side ended the session: connect is done.
+    /// The session ended: connect is done.
     Ended,
     /// Nothing was handed off: the relay starts, with this first attempt to reach the router.
     Relay(Result<Joined, String>),
@@ -27,50 +29,53 @@ pub(super) enum Outcome {
     Recovered { recovered: Recovered, why: String },
 }
 
-/// Whether to offer the hand-off: stdin and stdout are both pipes (as MCP clients start
-/// servers), and `SWITCHYARD_HANDOFF=0` does not turn it off.
+/// Whether to offer the hand-off: stdin and stdout are pipes or Unix stream sockets (as MCP
+/// clients start servers), and `SWITCHYARD_HANDOFF=0` does not turn it off.
 pub(super) fn wanted() -> bool {
     std::env::var_os("SWITCHYARD_HANDOFF").is_none_or(|v| v != "0")
-        && handoff::is_pipe(std::io::stdin())
-        && handoff::is_pipe(std::io::stdout())
+        && handoff::kind(std::io::stdin()).is_some()
+        && handoff::kind(std::io::stdout()).is_some()
 }
 
-/// Offers the router connect's pipes, and serves as the process its client watches until the
-/// session ends. When the router lets go of the session (it died, stopped, or moved it to a new
-/// configuration), what it owed is answered from the journal and the session is handed to the
-/// router again, set up anew by a replay; the relay carries it on only when that cannot be done.
+/// Offers the router connect's stdin and stdout, and serves as the process its client watches
+/// until the session ends. When the router lets go of the session (it died, stopped, or moved it
+/// to a new configuration), what it owed is answered from the journal and the session is handed
+/// to the router again, set up anew by a replay; the relay carries it on only when that cannot be
+/// done.
 pub(super) async fn hand_off(destination: &Destination, exe: &Path) -> Outcome {
+    let Some(mut out) = ClientOut::open() else { return Outcome::Relay(join(destination, exe).await) };
     // After a round ends: the session as the relay would carry it on (what was owed answered).
     let mut carried: Option<(Recovered, String)> = None;
     let mut replays = 0u64;
     let mut idle_rounds = 0;
     loop {
-        let prefill = match carried.take() {
-            None => Vec::new(),
+        let (prefill, skipping) = match carried.take() {
+            None => (Vec::new(), false),
             Some((r, why)) => match prefill(&r, &mut replays) {
                 Some(bytes) => {
+                    let skipping = r.skipping && !r.pending.contains(&b'\n');
                     carried = Some((r, why));
-                    bytes
+                    (bytes, skipping)
                 }
                 None => return Outcome::Recovered { recovered: r, why },
             },
         };
-        let (handed, joined) = match (offer(destination, exe, &prefill).await, carried) {
+        let (handed, joined) = match (offer(destination, exe, &prefill, skipping).await, carried) {
             (Offer::Taken(handed, joined), _) => (handed, joined),
             (Offer::NotTaken(first), None) => return Outcome::Relay(first),
             (Offer::NotTaken(_), Some((recovered, why))) => return Outcome::Recovered { recovered, why },
         };
-        let Some((why, recovered)) = serve_handed(destination, handed, joined).await else {
+        let Some((why, recovered, delivered)) = serve_handed(destination, handed, joined, &mut out).await else {
             return Outcome::Ended;
         };
-        if recovered.mid_line {
-            // The router stopped in the middle of a line: it is ended, so the next is whole.
-            to_client(b"\n".to_vec()).await;
-        }
-        let owed = lost_answers(&why, &recovered.open, &recovered.batches);
+        // Lines connect wrote for the router are answered, whatever the journal had time to say.
+        let open: Vec<String> = recovered.open.iter().filter(|id| !delivered.contains(*id)).cloned().collect();
+        let owed = lost_answers(&why, &open, &recovered.batches);
         let count = owed.len();
         for line in owed {
-            to_client(format!("{line}\n").into_bytes()).await;
+            if !out.line(line.as_bytes()).await {
+                return Outcome::Ended;
+            }
         }
         idle_rounds = if recovered.lines == 0 { idle_rounds + 1 } else { 0 };
         switchyard_core::logging::say(&format!(
@@ -92,13 +97,13 @@ pub(super) async fn hand_off(destination: &Destination, exe: &Path) -> Outcome {
 }
 
 /// The bytes a new router reads first: the session's set-up replayed, then what the last router
-/// had not taken up. None when that cannot be put in a journal (the relay then carries it).
+/// had not taken up (of a line it was skipping as too long, nothing: the new router drops its
+/// rest). None when that cannot be put in a journal (the relay then carries it).
 fn prefill(r: &Recovered, replays: &mut u64) -> Option<Vec<u8>> {
     let pending = match (r.skipping, r.pending.iter().position(|&b| b == b'\n')) {
         (false, _) => &r.pending[..],
-        // The rest of a line the router was skipping as too long is dropped, as it would have.
         (true, Some(nl)) => &r.pending[nl + 1..],
-        (true, None) => return None,
+        (true, None) => &[],
     };
     let mut bytes: Vec<u8> = r
         .memory
@@ -112,15 +117,47 @@ fn prefill(r: &Recovered, replays: &mut u64) -> Option<Vec<u8>> {
     (bytes.len() <= journal::PREFILL_MAX).then_some(bytes)
 }
 
-/// Writes to the client's output (connect's own stdout), off the runtime.
-async fn to_client(bytes: Vec<u8>) {
-    let _ = tokio::task::spawn_blocking(move || {
-        use std::io::Write;
-        let mut out = std::io::stdout().lock();
-        let _ = out.write_all(&bytes);
-        let _ = out.flush();
-    })
-    .await;
+/// connect's own writer to the client's output, for what connect writes itself while the router
+/// holds the session: lines too long for the router to write unsplit, and answers owed.
+enum ClientOut {
+    Pipe(tokio::net::unix::pipe::Sender),
+    Socket(tokio::net::UnixStream),
+}
+
+impl ClientOut {
+    fn open() -> Option<ClientOut> {
+        let stdout = std::io::stdout();
+        match handoff::kind(stdout.as_fd())? {
+            Stdio::Pipe => {
+                let own = switchyard_router::downstream::stdio::own_pipe(stdout.as_fd(), true)?;
+                tokio::net::unix::pipe::Sender::from_owned_fd(own).ok().map(ClientOut::Pipe)
+            }
+            Stdio::Socket => {
+                let std = std::os::unix::net::UnixStream::from(stdout.as_fd().try_clone_to_owned().ok()?);
+                std.set_nonblocking(true).ok()?;
+                tokio::net::UnixStream::from_std(std).ok().map(ClientOut::Socket)
+            }
+        }
+    }
+
+    /// Writes `line` whole, ending it with a newline when it has none. False when the client is
+    /// gone.
+    async fn line(&mut self, line: &[u8]) -> bool {
+        let newline: &[u8] = if line.ends_with(b"\n") { b"" } else { b"\n" };
+        let written = async {
+            match self {
+                ClientOut::Pipe(p) => {
+                    p.write_all(line).await?;
+                    p.write_all(newline).await
+                }
+                ClientOut::Socket(s) => {
+                    s.write_all(line).await?;
+                    s.write_all(newline).await
+                }
+            }
+        };
+        written.await.is_ok()
+    }
 }
 
 /// What connect hands over, and keeps to read the journal from.
@@ -136,13 +173,21 @@ enum Offer {
     NotTaken(Result<Joined, String>),
 }
 
-/// Offers the router the session, with a journal starting with `prefill`, and sends the
-/// descriptors once it takes the offer.
-async fn offer(destination: &Destination, exe: &Path, prefill: &[u8]) -> Offer {
-    use switchyard_router::downstream::stdio::own_pipe;
-    let input = own_pipe(std::io::stdin().as_fd(), false);
-    let output = own_pipe(std::io::stdout().as_fd(), true);
-    let (Some(input), Some(output), Ok((head, buf))) = (input, output, journal::create(prefill)) else {
+/// The descriptor to hand over for `fd` (stdin or stdout): of a pipe, an open description of
+/// connect's own; of a socket, the socket.
+fn handed(fd: std::os::fd::BorrowedFd<'_>, write: bool) -> Option<OwnedFd> {
+    match handoff::kind(fd)? {
+        Stdio::Pipe => switchyard_router::downstream::stdio::own_pipe(fd, write),
+        Stdio::Socket => fd.try_clone_to_owned().ok(),
+    }
+}
+
+/// Offers the router the session, with a journal starting with `prefill` (followed by the rest of
+/// a skipped line when `skipping`), and sends the descriptors once it takes the offer.
+async fn offer(destination: &Destination, exe: &Path, prefill: &[u8], skipping: bool) -> Offer {
+    let input = handed(std::io::stdin().as_fd(), false);
+    let output = handed(std::io::stdout().as_fd(), true);
+    let (Some(input), Some(output), Ok((head, buf))) = (input, output, journal::create(prefill, skipping)) else {
         return Offer::NotTaken(join(destination, exe).await);
     };
     let joined = match join_offering(destination, exe, true).await {
@@ -158,18 +203,25 @@ async fn offer(destination: &Destination, exe: &Path, prefill: &[u8]) -> Offer {
         drop(joined);
         return Offer::NotTaken(join(destination, exe).await);
     }
-    // The router holds the pipes now; connect's own stdin and stdout stay open, unread.
+    // The router holds them now; connect's own stdin and stdout stay open, unread.
     Offer::Taken(Handing { head, buf }, joined)
 }
 
-/// Waits on the router while it serves the session. When it let go of the session: why, and its
-/// journal; None when the client's side ended the session.
-async fn serve_handed(destination: &Destination, handing: Handing, joined: Joined) -> Option<(String, Recovered)> {
-    let Joined { mut reader, writer, version, pid, .. } = joined;
+/// Waits on the router while it serves the session, writing the long lines it sends. When it let
+/// go of the session: why, its journal, and the responses connect wrote for it; None when the
+/// session ended.
+async fn serve_handed(
+    destination: &Destination,
+    handing: Handing,
+    joined: Joined,
+    out: &mut ClientOut,
+) -> Option<(String, Recovered, HashSet<String>)> {
+    let Joined { mut reader, mut writer, version, pid, .. } = joined;
     if let Some(note) = version.and_then(|v| version_note(&destination.socket, &v)) {
         switchyard_core::logging::say(&note);
     }
     let at = destination.socket.display();
+    let mut delivered = HashSet::new();
     let (why, gone) = loop {
         let mut line = Vec::new();
         match reader.read_until(b'\n', &mut line).await {
@@ -182,8 +234,28 @@ async fn serve_handed(destination: &Destination, handing: Handing, joined: Joine
             Err(e) => break (format!("the connection to the router at {at} failed: {e}"), true),
             Ok(_) => {}
         }
-        match control::reply(&String::from_utf8_lossy(&line)) {
-            Ok(Reply::Ended) => return None,
+        if !line.ends_with(b"\n") {
+            // Cut off by the router's end: never written, so still owed (from the journal).
+            continue;
+        }
+        let text = String::from_utf8_lossy(&line);
+        if !control::is_control(&text) {
+            // A line too long for the router to write unsplit: connect writes it, then says so.
+            if !out.line(&line).await {
+                return None;
+            }
+            delivered.extend(response_ids(&line));
+            // A router gone meanwhile is seen at the next read.
+            let _ = writer.write_all(b".").await;
+            continue;
+        }
+        match control::reply(&text) {
+            Ok(Reply::Ended { reason }) => {
+                if let Some(reason) = reason {
+                    switchyard_core::logging::say(&format!("switchyard connect: {reason}"));
+                }
+                return None;
+            }
             Ok(Reply::Handback { reason }) => {
                 break (format!("the router at {at} handed the session back: {reason}"), false);
             }
@@ -205,7 +277,7 @@ async fn serve_handed(destination: &Destination, handing: Handing, joined: Joine
         ));
         Recovered::default()
     });
-    Some((why, recovered))
+    Some((why, recovered, delivered))
 }
 
 /// Waits (bounded) until process `pid` has exited.

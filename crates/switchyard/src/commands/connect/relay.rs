@@ -98,10 +98,6 @@ where
             Err(anyhow!(why))
         }
         Start::Recovered { recovered, why } => {
-            if recovered.mid_line {
-                // The router stopped in the middle of a line: it is ended, so the next is whole.
-                let _ = relay.out.send(b"\n".to_vec()).await;
-            }
             relay.memory = recovered.memory;
             {
                 let mut ledger = relay.ledger.lock().expect("lock");
