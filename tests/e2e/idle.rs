@@ -83,3 +83,24 @@ async fn an_idle_daemon_with_servers_and_a_plugin_is_not_woken_by_timers() {
     }
     home.shutdown().await;
 }
+
+/// A `connect` that handed its client's pipes to the daemon is out of the message path: calls
+/// do not wake it (a first version woke it at each read of the client's, holding a writer to the
+/// client's output registered with its reactor).
+#[tokio::test]
+async fn calls_through_a_handed_off_connect_do_not_wake_it() {
+    let home = Home::new();
+    home.write_config(&home.fixture("alpha", &[]));
+    let (a, mut ca) = home.client("alpha").await;
+    assert_eq!(ca.call_text("echo", json!({"text": "warm"})).await, "warm");
+    let before = switches(a.pid);
+    for i in 0..200 {
+        assert_eq!(ca.call_text("echo", json!({"text": i.to_string()})).await, i.to_string());
+    }
+    let woke = switches(a.pid).saturating_sub(before);
+    eprintln!("connect: {woke} context switches over 200 calls");
+    assert!(woke <= MOST_WAKE_UPS, "a handed-off connect woke {woke} times over 200 calls");
+    drop(ca);
+    drop(a);
+    home.shutdown().await;
+}

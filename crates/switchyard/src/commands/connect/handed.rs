@@ -43,7 +43,9 @@ pub(super) fn wanted() -> bool {
 /// to the router again, set up anew by a replay; the relay carries it on only when that cannot be
 /// done.
 pub(super) async fn hand_off(destination: &Destination, exe: &Path) -> Outcome {
-    let Some(mut out) = ClientOut::open() else { return Outcome::Relay(join(destination, exe).await) };
+    if ClientOut::open().is_none() {
+        return Outcome::Relay(join(destination, exe).await);
+    }
     // After a round ends: the session as the relay would carry it on (what was owed answered).
     let mut carried: Option<(Recovered, String)> = None;
     let mut replays = 0u64;
@@ -65,7 +67,7 @@ pub(super) async fn hand_off(destination: &Destination, exe: &Path) -> Outcome {
             (Offer::NotTaken(first), None) => return Outcome::Relay(first),
             (Offer::NotTaken(_), Some((recovered, why))) => return Outcome::Recovered { recovered, why },
         };
-        let Some((why, recovered, delivered)) = serve_handed(destination, handed, joined, &mut out).await else {
+        let Some((why, recovered, delivered)) = serve_handed(destination, handed, joined).await else {
             return Outcome::Ended;
         };
         // Lines connect wrote for the router are answered, whatever the journal had time to say.
@@ -73,7 +75,7 @@ pub(super) async fn hand_off(destination: &Destination, exe: &Path) -> Outcome {
         let owed = lost_answers(&why, &open, &recovered.batches);
         let count = owed.len();
         for line in owed {
-            if !out.line(line.as_bytes()).await {
+            if !ClientOut::line(line.as_bytes()).await {
                 return Outcome::Ended;
             }
         }
@@ -118,7 +120,9 @@ fn prefill(r: &Recovered, replays: &mut u64) -> Option<Vec<u8>> {
 }
 
 /// connect's own writer to the client's output, for what connect writes itself while the router
-/// holds the session: lines too long for the router to write unsplit, and answers owed.
+/// holds the session: lines too long for the router to write unsplit, and answers owed. Opened
+/// for each such line and closed after it: held open, its registration with the reactor would
+/// wake connect each time the client reads its output, which costs every call.
 enum ClientOut {
     Pipe(tokio::net::unix::pipe::Sender),
     Socket(tokio::net::UnixStream),
@@ -140,12 +144,13 @@ impl ClientOut {
         }
     }
 
-    /// Writes `line` whole, ending it with a newline when it has none. False when the client is
-    /// gone.
-    async fn line(&mut self, line: &[u8]) -> bool {
+    /// Writes `line` whole to the client, ending it with a newline when it has none. False when
+    /// the client is gone.
+    async fn line(line: &[u8]) -> bool {
+        let Some(mut out) = ClientOut::open() else { return false };
         let newline: &[u8] = if line.ends_with(b"\n") { b"" } else { b"\n" };
         let written = async {
-            match self {
+            match &mut out {
                 ClientOut::Pipe(p) => {
                     p.write_all(line).await?;
                     p.write_all(newline).await
@@ -214,7 +219,6 @@ async fn serve_handed(
     destination: &Destination,
     handing: Handing,
     joined: Joined,
-    out: &mut ClientOut,
 ) -> Option<(String, Recovered, HashSet<String>)> {
     let Joined { mut reader, mut writer, version, pid, .. } = joined;
     if let Some(note) = version.and_then(|v| version_note(&destination.socket, &v)) {
@@ -241,7 +245,7 @@ async fn serve_handed(
         let text = String::from_utf8_lossy(&line);
         if !control::is_control(&text) {
             // A line too long for the router to write unsplit: connect writes it, then says so.
-            if !out.line(&line).await {
+            if !ClientOut::line(&line).await {
                 return None;
             }
             delivered.extend(response_ids(&line));
