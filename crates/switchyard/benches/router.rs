@@ -243,6 +243,9 @@ impl Bench {
     /// Calls/s with 1, 8 and 64 requests outstanding on one connection.
     fn throughput(&self) {
         let fx = self.fixture_argv();
+        // Made before the targets, so dropped after them: stopped with its connects still live,
+        // the daemon would be started again by them (as a live connect does).
+        let (_home, connect) = self.daemon_argv("tc", &fx);
         let mut targets: Vec<Conn> = vec![self.conn("direct", "text", fx.clone())];
         for n in [1, 2, 4] {
             let config = format!("[pools.default]\nmin = {n}\nmax = {n}\n");
@@ -252,7 +255,6 @@ impl Bench {
                 self.router_argv(&format!("t{n}"), &config, &[], &fx),
             ));
         }
-        let (_home, connect) = self.daemon_argv("tc", &fx);
         targets.push(self.conn("switchyard connect, relayed (SWITCHYARD_HANDOFF=0)", "text", relayed(&connect)));
         targets.push(self.conn("switchyard connect, to the daemon", "text", connect));
         targets.push(self.conn("line-copying proxy (Python)", "text", self.line_proxy_argv(&fx)));
