@@ -50,7 +50,7 @@ pub struct LineReader<R> {
 }
 
 /// How many bytes of each end of a skipped line are kept.
-const ENDS_KEPT: usize = 256;
+pub const ENDS_KEPT: usize = 256;
 
 impl<R: AsyncBufRead + Unpin> LineReader<R> {
     pub fn new(inner: R, limit: usize) -> Self {
@@ -146,7 +146,7 @@ const INITIAL_CAPACITY: usize = 8 * 1024;
 const KEEP_CAPACITY: usize = 64 * 1024;
 
 /// Appends to `tail`, keeping only its last ENDS_KEPT bytes.
-fn keep_tail(tail: &mut Vec<u8>, bytes: &[u8]) {
+pub fn keep_tail(tail: &mut Vec<u8>, bytes: &[u8]) {
     let from = bytes.len().saturating_sub(ENDS_KEPT);
     tail.extend_from_slice(&bytes[from..]);
     let excess = tail.len().saturating_sub(ENDS_KEPT);

@@ -211,16 +211,8 @@ async fn open(router: Arc<Servers>, stream: UnixStream, shutdown: CancellationTo
                 if !handoff {
                     return session::serve(server, reader, w, opening, ends).await;
                 }
-                match take_handed(&reader, &shutdown).await {
-                    Ok(handed) => crate::handoff::serve::serve(server, handed, (reader, w), opening, ends).await,
-                    Err(e) => {
-                        // Out of descriptors, say: nothing was read from the client, and connect
-                        // carries the session on (or offers it again) without waiting.
-                        tracing::warn!(server = %server.name, "could not take over a connect's pipes: {e}");
-                        let reason = format!("the router could not take the session over ({e})");
-                        let _ = w.write_all(reply(&Reply::Handback { reason }).as_bytes()).await;
-                    }
-                }
+                let handed = take_handed(&reader, &shutdown).await;
+                crate::handoff::serve::serve(server, handed, (reader, w), opening, ends).await;
             }
             Err(error) => {
                 tracing::info!("refused a client: {error}");

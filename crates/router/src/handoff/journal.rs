@@ -350,6 +350,21 @@ pub struct Recovered {
     pub lines: u64,
 }
 
+impl Recovered {
+    /// The client's bytes to send on (those the router read and did not take up), and whether
+    /// what the client sends next starts with the rest of a line the router was skipping as too
+    /// long (to be dropped, as the router would have: it answered that line).
+    pub fn unread(&self) -> (&[u8], bool) {
+        if !self.skipping {
+            return (&self.pending, false);
+        }
+        match self.pending.iter().position(|&b| b == b'\n') {
+            Some(nl) => (&self.pending[nl + 1..], false),
+            None => (&[], true),
+        }
+    }
+}
+
 /// Reads the journal in the two memfds (with plain reads: the router is done with them).
 pub fn recover(head: impl AsFd, input: impl AsFd) -> std::io::Result<Recovered> {
     let mut bytes = vec![0u8; HEAD_LEN];

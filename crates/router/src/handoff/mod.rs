@@ -42,6 +42,8 @@ use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
+use tokio::io::AsyncWriteExt;
+
 use serde::{Deserialize, Serialize};
 use switchyard_core::codec::{self, Kind};
 
@@ -137,6 +139,48 @@ pub fn kind(fd: impl AsFd) -> Option<Stdio> {
         }
         _ => None,
     }
+}
+
+/// The client's output, a pipe or a Unix stream socket, as the router writes to it (and
+/// `connect`, for the lines the router sends it). A write of at most 4 KiB to either is never
+/// split: on a pipe by POSIX (PIPE_BUF), on a Unix stream socket because it is one buffer of the
+/// kernel's, taken whole or not at all.
+pub enum WriteEnd {
+    Pipe(tokio::net::unix::pipe::Sender),
+    Socket(tokio::net::UnixStream),
+}
+
+impl WriteEnd {
+    pub fn new(fd: OwnedFd) -> std::io::Result<WriteEnd> {
+        match kind(&fd) {
+            Some(Stdio::Pipe) => Ok(WriteEnd::Pipe(tokio::net::unix::pipe::Sender::from_owned_fd(fd)?)),
+            Some(Stdio::Socket) => Ok(WriteEnd::Socket(unix_stream(fd)?)),
+            None => Err(std::io::Error::other("the client's stdout is neither a pipe nor a Unix stream socket")),
+        }
+    }
+
+    /// One write (at most 4 KiB is never split).
+    pub async fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        match self {
+            WriteEnd::Pipe(p) => p.write(bytes).await,
+            WriteEnd::Socket(s) => s.write(bytes).await,
+        }
+    }
+
+    /// All of `bytes`, in as many writes as it takes.
+    pub async fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match self {
+            WriteEnd::Pipe(p) => p.write_all(bytes).await,
+            WriteEnd::Socket(s) => s.write_all(bytes).await,
+        }
+    }
+}
+
+/// A Unix stream socket for the reactor.
+pub(crate) fn unix_stream(fd: OwnedFd) -> std::io::Result<tokio::net::UnixStream> {
+    let std = std::os::unix::net::UnixStream::from(fd);
+    std.set_nonblocking(true)?;
+    tokio::net::UnixStream::from_std(std)
 }
 
 /// What a client set up in its session, for replay on a new connection.

@@ -11,10 +11,12 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use switchyard_core::codec::{self, Frame};
+use switchyard_core::codec::{self, ENDS_KEPT, Frame, keep_tail};
 
 use super::journal::{Full, Head, ID_MAX, Map, Position, SLOT_COUNT};
-use super::{Handed, Memory, cancelled_ids, for_each_message, is_replay_id, request_ids, response_ids};
+use super::{
+    Handed, Memory, WriteEnd, cancelled_ids, for_each_message, is_replay_id, request_ids, response_ids, unix_stream,
+};
 use crate::control::{self, Reply};
 use crate::server::Server;
 use crate::session::{self, Input, Opening, Output};
@@ -24,8 +26,6 @@ const READ_MAX: usize = 64 * 1024;
 /// Memory of the input buffer past this, touched by a large line, is given back once the line
 /// is taken up (as the line reader lets a large line's buffer go with it).
 const KEEP_TOUCHED: usize = 256 * 1024;
-/// How many bytes of each end of a skipped line are kept (as the line reader does).
-const ENDS_KEPT: usize = 256;
 
 /// What the reader, the writer and the controller of one handed-off session share.
 struct Shared {
@@ -68,21 +68,23 @@ impl Shared {
 /// Serves a session on the descriptors `connect` handed over, until the client ends it,
 /// `connect` is gone, or the router lets go of it (`ends` fired, or the server's configuration
 /// changed). `socket` is the connection to `connect`, after the welcome; it is told how the
-/// session ended.
+/// session ended. When the descriptors did not come (`handed` failed) or cannot be taken over,
+/// connect is told so at once and carries the session on itself.
 pub async fn serve(
     server: Arc<Server>,
-    handed: Handed,
+    handed: std::io::Result<Handed>,
     socket: (BufReader<OwnedReadHalf>, OwnedWriteHalf),
     opening: Opening,
     ends: CancellationToken,
 ) {
     let (mut from_connect, mut to_connect) = socket;
     let limit = server.limits.max_message_bytes;
-    let taken = match open(handed, limit) {
+    let taken = match handed.and_then(|handed| open(handed, limit)) {
         Ok(taken) => taken,
         Err(e) => {
-            // Nothing was read from the client yet: connect carries the session itself.
-            tracing::warn!(server = %server.name, "cannot take over connect's pipes: {e}");
+            // Out of descriptors, say. Nothing was read from the client yet: connect carries the
+            // session on (or offers it again) without waiting.
+            tracing::warn!(server = %server.name, "could not take over a connect's stdin and stdout: {e}");
             let reason = format!("the router could not take the session over ({e})");
             let _ = to_connect.write_all(control::line(&Reply::Handback { reason }).as_bytes()).await;
             return;
@@ -226,37 +228,6 @@ impl ReadEnd {
             ReadEnd::Socket(s) => s.try_read(buf),
         }
     }
-}
-
-/// The client's output, a pipe or a Unix stream socket. A write of at most [`ATOMIC_WRITE`]
-/// bytes to either is never split: on a pipe by POSIX (PIPE_BUF), on a Unix stream socket
-/// because it is one buffer of the kernel's, taken whole or not at all.
-enum WriteEnd {
-    Pipe(pipe::Sender),
-    Socket(tokio::net::UnixStream),
-}
-
-impl WriteEnd {
-    fn new(fd: std::os::fd::OwnedFd) -> std::io::Result<WriteEnd> {
-        match super::kind(&fd) {
-            Some(super::Stdio::Pipe) => Ok(WriteEnd::Pipe(pipe::Sender::from_owned_fd(fd)?)),
-            Some(super::Stdio::Socket) => Ok(WriteEnd::Socket(unix_stream(fd)?)),
-            None => Err(std::io::Error::other("the client's stdout is neither a pipe nor a Unix stream socket")),
-        }
-    }
-
-    async fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        match self {
-            WriteEnd::Pipe(p) => p.write(bytes).await,
-            WriteEnd::Socket(s) => s.write(bytes).await,
-        }
-    }
-}
-
-fn unix_stream(fd: std::os::fd::OwnedFd) -> std::io::Result<tokio::net::UnixStream> {
-    let std = std::os::unix::net::UnixStream::from(fd);
-    std.set_nonblocking(true)?;
-    tokio::net::UnixStream::from_std(std)
 }
 
 /// The client's input, read into the journal's input buffer; each line is booked (its requests
@@ -523,15 +494,7 @@ impl Input for HandedInput {
     }
 }
 
-/// Appends to `tail`, keeping only its last ENDS_KEPT bytes.
-fn keep_tail(tail: &mut Vec<u8>, bytes: &[u8]) {
-    let from = bytes.len().saturating_sub(ENDS_KEPT);
-    tail.extend_from_slice(&bytes[from..]);
-    let excess = tail.len().saturating_sub(ENDS_KEPT);
-    tail.drain(..excess);
-}
-
-/// The most written to the client in one write: never split by the kernel (see [`WriteEnd`]),
+/// The most written to the client in one write: never split by the kernel (see `WriteEnd`),
 /// so the client's output never stops mid-line whatever happens to the router. A longer line
 /// goes through connect, which writes it whole.
 const ATOMIC_WRITE: usize = 4096;

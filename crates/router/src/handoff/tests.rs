@@ -182,7 +182,7 @@ mod served {
         };
         let served = tokio::spawn(super::super::serve::serve(
             server.clone(),
-            handed,
+            Ok(handed),
             (BufReader::new(r), w),
             opening,
             CancellationToken::new(),

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 use switchyard_router::control::{self, Reply};
-use switchyard_router::handoff::{self, REPLAY_ID, Recovered, Stdio, journal, lost_answers, response_ids};
+use switchyard_router::handoff::{self, REPLAY_ID, Recovered, Stdio, WriteEnd, journal, lost_answers, response_ids};
 
 use super::Destination;
 use super::join::{Joined, join, join_offering, version_note};
@@ -43,7 +43,7 @@ pub(super) fn wanted() -> bool {
 /// to the router again, set up anew by a replay; the relay carries it on only when that cannot be
 /// done.
 pub(super) async fn hand_off(destination: &Destination, exe: &Path) -> Outcome {
-    if ClientOut::open().is_none() {
+    if client_out().is_none() {
         return Outcome::Relay(join(destination, exe).await);
     }
     // After a round ends: the session as the relay would carry it on (what was owed answered).
@@ -54,10 +54,9 @@ pub(super) async fn hand_off(destination: &Destination, exe: &Path) -> Outcome {
         let (prefill, skipping) = match carried.take() {
             None => (Vec::new(), false),
             Some((r, why)) => match prefill(&r, &mut replays) {
-                Some(bytes) => {
-                    let skipping = r.skipping && !r.pending.contains(&b'\n');
+                Some(first) => {
                     carried = Some((r, why));
-                    (bytes, skipping)
+                    first
                 }
                 None => return Outcome::Recovered { recovered: r, why },
             },
@@ -75,7 +74,7 @@ pub(super) async fn hand_off(destination: &Destination, exe: &Path) -> Outcome {
         let owed = lost_answers(&why, &open, &recovered.batches);
         let count = owed.len();
         for line in owed {
-            if !ClientOut::line(line.as_bytes()).await {
+            if !to_client(line.as_bytes()).await {
                 return Outcome::Ended;
             }
         }
@@ -99,14 +98,11 @@ pub(super) async fn hand_off(destination: &Destination, exe: &Path) -> Outcome {
 }
 
 /// The bytes a new router reads first: the session's set-up replayed, then what the last router
-/// had not taken up (of a line it was skipping as too long, nothing: the new router drops its
-/// rest). None when that cannot be put in a journal (the relay then carries it).
-fn prefill(r: &Recovered, replays: &mut u64) -> Option<Vec<u8>> {
-    let pending = match (r.skipping, r.pending.iter().position(|&b| b == b'\n')) {
-        (false, _) => &r.pending[..],
-        (true, Some(nl)) => &r.pending[nl + 1..],
-        (true, None) => &[],
-    };
+/// had not taken up; and whether the rest of a line it was skipping as too long follows them in
+/// the client's input (the new router drops it). None when that cannot be put in a journal (the
+/// relay then carries it).
+fn prefill(r: &Recovered, replays: &mut u64) -> Option<(Vec<u8>, bool)> {
+    let (pending, skipping) = r.unread();
     let mut bytes: Vec<u8> = r
         .memory
         .replay(|_| {
@@ -116,53 +112,22 @@ fn prefill(r: &Recovered, replays: &mut u64) -> Option<Vec<u8>> {
         .concat()
         .into_bytes();
     bytes.extend_from_slice(pending);
-    (bytes.len() <= journal::PREFILL_MAX).then_some(bytes)
+    (bytes.len() <= journal::PREFILL_MAX).then_some((bytes, skipping))
 }
 
-/// connect's own writer to the client's output, for what connect writes itself while the router
-/// holds the session: lines too long for the router to write unsplit, and answers owed. Opened
-/// for each such line and closed after it: held open, its registration with the reactor would
-/// wake connect each time the client reads its output, which costs every call.
-enum ClientOut {
-    Pipe(tokio::net::unix::pipe::Sender),
-    Socket(tokio::net::UnixStream),
+/// Writes `line` whole to the client (ending it with a newline when it has none), on a writer
+/// of connect's own opened for it and closed after: held open, its registration with the
+/// reactor would wake connect each time the client reads its output, which costs every call.
+/// False when the client is gone.
+async fn to_client(line: &[u8]) -> bool {
+    let Some(mut out) = client_out() else { return false };
+    let newline: &[u8] = if line.ends_with(b"\n") { b"" } else { b"\n" };
+    out.write_all(line).await.is_ok() && out.write_all(newline).await.is_ok()
 }
 
-impl ClientOut {
-    fn open() -> Option<ClientOut> {
-        let stdout = std::io::stdout();
-        match handoff::kind(stdout.as_fd())? {
-            Stdio::Pipe => {
-                let own = switchyard_router::downstream::stdio::own_pipe(stdout.as_fd(), true)?;
-                tokio::net::unix::pipe::Sender::from_owned_fd(own).ok().map(ClientOut::Pipe)
-            }
-            Stdio::Socket => {
-                let std = std::os::unix::net::UnixStream::from(stdout.as_fd().try_clone_to_owned().ok()?);
-                std.set_nonblocking(true).ok()?;
-                tokio::net::UnixStream::from_std(std).ok().map(ClientOut::Socket)
-            }
-        }
-    }
-
-    /// Writes `line` whole to the client, ending it with a newline when it has none. False when
-    /// the client is gone.
-    async fn line(line: &[u8]) -> bool {
-        let Some(mut out) = ClientOut::open() else { return false };
-        let newline: &[u8] = if line.ends_with(b"\n") { b"" } else { b"\n" };
-        let written = async {
-            match &mut out {
-                ClientOut::Pipe(p) => {
-                    p.write_all(line).await?;
-                    p.write_all(newline).await
-                }
-                ClientOut::Socket(s) => {
-                    s.write_all(line).await?;
-                    s.write_all(newline).await
-                }
-            }
-        };
-        written.await.is_ok()
-    }
+/// connect's own writer to the client's output.
+fn client_out() -> Option<WriteEnd> {
+    WriteEnd::new(handed(std::io::stdout().as_fd(), true)?).ok()
 }
 
 /// What connect hands over, and keeps to read the journal from.
@@ -245,7 +210,7 @@ async fn serve_handed(
         let text = String::from_utf8_lossy(&line);
         if !control::is_control(&text) {
             // A line too long for the router to write unsplit: connect writes it, then says so.
-            if !ClientOut::line(&line).await {
+            if !to_client(&line).await {
                 return None;
             }
             delivered.extend(response_ids(&line));

@@ -7,9 +7,10 @@
 //! in flight are kept in a [`relay::Ledger`] shared by the controller and the connection readers,
 //! so that a router that goes away still leaves every request of the client answered once.
 //!
-//! When the client's stdin and stdout are pipes, connect first offers them to the router
-//! ([`handed`]): then the router reads and writes them itself, and the relay runs only if the
-//! router lets go of the session (it died, stopped, or moved the session to a new configuration).
+//! When the client's stdin and stdout are pipes or Unix stream sockets, connect first offers them
+//! to the router ([`handed`]): then the router reads and writes them itself, and connect hands the
+//! session over again when the router lets go of it (it died, stopped, or moved the session to a
+//! new configuration). The relay runs only where that cannot be done.
 //!
 //! Here: where to connect ([`Destination`]); [`join`]: reaching (or starting) the daemon and the
 //! hello; [`handed`]: the hand-off; [`relay`]: the controller; [`pumps`]: the tasks that move lines.

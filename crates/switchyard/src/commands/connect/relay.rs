@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use switchyard_core::codec;
 pub(super) use switchyard_router::handoff::REPLAY_ID;
-use switchyard_router::handoff::{Memory, Recovered, lost_answers};
+use switchyard_router::handoff::{Memory, Recovered, cancelled_ids, lost_answers};
 
 use super::Destination;
 use super::join::{Joined, join, version_note};
@@ -64,7 +64,10 @@ where
 {
     use tokio::io::AsyncReadExt;
     let (pending, skipping) = match &start {
-        Start::Recovered { recovered, .. } => unread(recovered),
+        Start::Recovered { recovered, .. } => {
+            let (pending, skipping) = recovered.unread();
+            (pending.to_vec(), skipping)
+        }
         Start::Fresh(_) => (Vec::new(), false),
     };
     let (lines, reader) = spawn_reader(std::io::Cursor::new(pending).chain(input), skipping);
@@ -116,18 +119,6 @@ where
     finish_writer(relay.out, writer).await;
     reader.abort();
     result
-}
-
-/// The client's bytes a journal holds that the router never took up, and whether the first line
-/// still to be read is the rest of one it was skipping (dropped, as the router would have).
-fn unread(recovered: &Recovered) -> (Vec<u8>, bool) {
-    if !recovered.skipping {
-        return (recovered.pending.clone(), false);
-    }
-    match recovered.pending.iter().position(|&b| b == b'\n') {
-        Some(nl) => (recovered.pending[nl + 1..].to_vec(), false),
-        None => (Vec::new(), true),
-    }
 }
 
 /// What reaches the controller from the other tasks.
@@ -349,19 +340,16 @@ impl Relay {
         }
         // A request the client cancels is owed no answer (the router sends none): it is no
         // longer in flight, or a drain would wait for it forever.
-        if let Ok(text) = std::str::from_utf8(&line)
-            && text.contains("notifications/cancelled")
-        {
-            let mut ledger = self.ledger.lock().expect("lock");
-            for_each_message(text, |m, env| {
-                if env.method.as_deref() == Some("notifications/cancelled")
-                    && let Some(span) = env.params.as_ref().and_then(|p| codec::param_fields(m, p).request_id)
-                {
-                    ledger.ids.remove(&m[span]);
+        if let Ok(text) = std::str::from_utf8(&line) {
+            let cancelled = cancelled_ids(text);
+            if !cancelled.is_empty() {
+                let mut ledger = self.ledger.lock().expect("lock");
+                for id in &cancelled {
+                    ledger.ids.remove(id);
                 }
-            });
-            if ledger.ids.is_empty() {
-                self.idle.notify_one();
+                if ledger.ids.is_empty() {
+                    self.idle.notify_one();
+                }
             }
         }
         // Parsed again only when it may hold what a replay needs.
