@@ -1,0 +1,192 @@
+//! Files and directories only their user may read: secrets (tokens, sign-ins, remembered
+//! answers), logs, sockets, and the start lock.
+//!
+//! - Unix: files made 0600 and directories 0700 at creation (never through the process-wide
+//!   umask, which other threads share); an existing directory must be this user's, and one open
+//!   to others is narrowed.
+//! - Windows: a protected DACL that admits the current user alone, set on what switchyard makes
+//!   (files under `%LOCALAPPDATA%` inherit as much already; the explicit DACL holds wherever
+//!   the file is).
+//!
+//! Locks are `std::fs::File::try_lock` on every OS (flock; LockFileEx), released when the file
+//! closes, including when the process dies.
+
+use std::path::Path;
+
+/// Options that create a file only its user may read and write (0600; a user-only DACL is set
+/// by [`restrict`] after creation on Windows).
+pub fn private_options() -> std::fs::OpenOptions {
+    #[allow(unused_mut)]
+    let mut options = std::fs::OpenOptions::new();
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options
+}
+
+/// Narrows an existing file or directory to its user: 0600 or 0700 on Unix, a user-only DACL
+/// on Windows.
+pub fn restrict(path: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = if std::fs::symlink_metadata(path)?.is_dir() { 0o700 } else { 0o600 };
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+    }
+    #[cfg(windows)]
+    {
+        restrict_windows(path)
+    }
+}
+
+#[cfg(windows)]
+#[allow(unsafe_code)]
+fn restrict_windows(path: &Path) -> std::io::Result<()> {
+    use windows_sys::Win32::Security::Authorization::{SE_FILE_OBJECT, SetNamedSecurityInfoW};
+    use windows_sys::Win32::Security::{
+        ACL, DACL_SECURITY_INFORMATION, GetSecurityDescriptorDacl, PROTECTED_DACL_SECURITY_INFORMATION,
+    };
+    let descriptor = crate::win::Descriptor::user_only()?;
+    let (mut present, mut defaulted) = (0, 0);
+    let mut dacl: *mut ACL = std::ptr::null_mut();
+    // SAFETY: the descriptor is valid while `descriptor` lives; the outputs are plain locals.
+    if unsafe { GetSecurityDescriptorDacl(descriptor.as_ptr(), &mut present, &mut dacl, &mut defaulted) } == 0 {
+        return Err(crate::win::last_error("cannot read the user-only DACL"));
+    }
+    let name = crate::win::wide(path.as_os_str());
+    // SAFETY: `name` is NUL-terminated; `dacl` points into `descriptor`, alive for the call.
+    let code = unsafe {
+        SetNamedSecurityInfoW(
+            name.as_ptr(),
+            SE_FILE_OBJECT,
+            DACL_SECURITY_INFORMATION | PROTECTED_DACL_SECURITY_INFORMATION,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            dacl,
+            std::ptr::null(),
+        )
+    };
+    if code != 0 {
+        return Err(std::io::Error::from_raw_os_error(code as i32));
+    }
+    Ok(())
+}
+
+/// Writes `bytes` to `path` as a private file (made private before the first byte on Unix,
+/// right after creation on Windows), replacing what was there.
+pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut file = private_options().write(true).create(true).truncate(true).open(path)?;
+    restrict(path)?;
+    file.write_all(bytes)
+}
+
+/// Whether others than its user may read or change `meta`'s file (Unix: any group or other
+/// bit; Windows: never judged from metadata, which carries no ACL, so false).
+pub fn open_to_others(meta: &std::fs::Metadata) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        meta.permissions().mode() & 0o077 != 0
+    }
+    #[cfg(windows)]
+    {
+        let _ = meta;
+        false
+    }
+}
+
+/// Why a directory cannot serve as a private one.
+#[derive(Debug)]
+pub enum NotPrivate {
+    /// It could not be made or read.
+    Io(std::io::Error),
+    /// Something that is not a directory is there.
+    NotADirectory,
+    /// It belongs to another user (uid on Unix).
+    Foreign { owner: u32, me: u32 },
+}
+
+/// Makes `dir` (and its parents) if missing, private to this user; checks that an existing one
+/// is a directory of this user's (Unix), and narrows one open to others.
+pub fn private_dir(dir: &Path) -> Result<(), NotPrivate> {
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent).map_err(NotPrivate::Io)?;
+    }
+    #[allow(unused_mut)]
+    let mut builder = std::fs::DirBuilder::new();
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    let made = match builder.create(dir) {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+        Err(e) => return Err(NotPrivate::Io(e)),
+    };
+    let meta = std::fs::symlink_metadata(dir).map_err(NotPrivate::Io)?;
+    if !meta.is_dir() {
+        return Err(NotPrivate::NotADirectory);
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let me = rustix::process::getuid().as_raw();
+        if meta.uid() != me {
+            return Err(NotPrivate::Foreign { owner: meta.uid(), me });
+        }
+    }
+    if made || open_to_others(&meta) {
+        restrict(dir).map_err(NotPrivate::Io)?;
+    }
+    Ok(())
+}
+
+/// Takes an exclusive lock on `file` without waiting: Ok(true) taken, Ok(false) held elsewhere.
+pub fn try_lock(file: &std::fs::File) -> std::io::Result<bool> {
+    match file.try_lock() {
+        Ok(()) => Ok(true),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(false),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
+    }
+}
+
+/// Takes an exclusive lock on `file`, waiting for it.
+pub fn lock(file: &std::fs::File) -> std::io::Result<()> {
+    file.lock()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_private_file_is_private_and_its_lock_is_exclusive() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("secret");
+        write_private(&path, b"token").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"token");
+        assert!(!open_to_others(&std::fs::metadata(&path).unwrap()));
+        let a = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        let b = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        assert!(try_lock(&a).unwrap());
+        assert!(!try_lock(&b).unwrap(), "a second open file description must not get the lock");
+        drop(a);
+        assert!(try_lock(&b).unwrap(), "closing the holder releases the lock");
+    }
+
+    #[test]
+    fn a_private_dir_is_made_and_an_open_one_narrowed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a/b");
+        private_dir(&dir).unwrap();
+        assert!(!open_to_others(&std::fs::metadata(&dir).unwrap()));
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+            private_dir(&dir).unwrap();
+            assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+        }
+        let file = tmp.path().join("f");
+        std::fs::write(&file, "").unwrap();
+        assert!(matches!(private_dir(&file), Err(NotPrivate::NotADirectory)));
+    }
+}
