@@ -5,26 +5,20 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use sha2::Digest;
 
-/// What a process switchyard starts from its own binary (`/proc/self/exe`, which survives the
-/// file being replaced) is called in `ps`: the binary's path, so `pgrep switchyard` finds it.
-pub fn program_name() -> std::ffi::OsString {
-    std::env::current_exe().map(|p| p.into_os_string()).unwrap_or_else(|_| "switchyard".into())
-}
+/// What a process switchyard starts from its own binary is called in `ps`.
+pub use switchyard_os::exe::program_name;
 
-/// The config a daemon serves when none is named: `$XDG_CONFIG_HOME/switchyard/switchyard.toml`,
-/// else `~/.config/switchyard/switchyard.toml`.
+/// The config a daemon serves when none is named: `switchyard/switchyard.toml` in the user's
+/// config directory (`$XDG_CONFIG_HOME`, else `~/.config`; `%APPDATA%` on Windows).
 pub fn default_config() -> anyhow::Result<PathBuf> {
-    Ok(xdg_dir("XDG_CONFIG_HOME", ".config")
-        .context("neither XDG_CONFIG_HOME nor HOME is set; name the config file with --config")?
-        .join("switchyard/switchyard.toml"))
-}
-
-/// `$VAR` when it is an absolute path (the XDG spec ignores relative ones), else `~/<fallback>`.
-fn xdg_dir(var: &str, fallback: &str) -> Option<PathBuf> {
-    std::env::var_os(var)
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .or_else(|| std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| PathBuf::from(h).join(fallback)))
+    Ok(switchyard_os::dirs::config_home()
+        .context(if cfg!(windows) {
+            "neither APPDATA nor USERPROFILE is set; name the config file with --config"
+        } else {
+            "neither XDG_CONFIG_HOME nor HOME is set; name the config file with --config"
+        })?
+        .join("switchyard")
+        .join("switchyard.toml"))
 }
 
 /// The config file's absolute path, its directory's links resolved but not the file's own: the
@@ -62,13 +56,9 @@ pub fn config_key(canonical: &Path) -> String {
     if stem.is_empty() { hex } else { format!("{stem}-{hex}") }
 }
 
-/// The per-user directory for sockets and locks, found from the user id alone:
-/// `/run/user/UID/switchyard` where the system keeps a runtime directory for the user (systemd
-/// does, and that is what `$XDG_RUNTIME_DIR` names there), else `/tmp/switchyard-UID`. Not from
-/// the environment: clients start `connect` with different ones (the SDKs pass only HOME, PATH
-/// and a few more; Codex fewer), and all must find the one daemon of a config. Made 0700 when
-/// missing; an existing one must be this user's and closed to everyone else (another user could
-/// otherwise put a socket of theirs where `connect` looks).
+/// The per-user directory for sockets and locks (see `switchyard_os::dirs` for where it is on
+/// each OS). Made private when missing; an existing one must be this user's and closed to
+/// everyone else (another user could otherwise put a socket of theirs where `connect` looks).
 pub fn runtime_dir() -> anyhow::Result<PathBuf> {
     let dir = runtime_dir_path();
     private_dir(&dir)?;
@@ -77,19 +67,13 @@ pub fn runtime_dir() -> anyhow::Result<PathBuf> {
 
 /// Where [`runtime_dir`] is, without making it.
 pub fn runtime_dir_path() -> PathBuf {
-    use std::os::unix::fs::MetadataExt;
-    let uid = rustix::process::getuid().as_raw();
-    let system = PathBuf::from(format!("/run/user/{uid}"));
-    match std::fs::metadata(&system) {
-        Ok(m) if m.is_dir() && m.uid() == uid => system.join("switchyard"),
-        _ => PathBuf::from(format!("/tmp/switchyard-{uid}")),
-    }
+    switchyard_os::dirs::runtime_dir_path()
 }
 
 /// The per-user directory for daemon logs: `$XDG_STATE_HOME/switchyard`, else
 /// `~/.local/state/switchyard`, else the runtime directory.
 pub fn state_dir() -> anyhow::Result<PathBuf> {
-    match xdg_dir("XDG_STATE_HOME", ".local/state") {
+    match switchyard_os::dirs::state_home() {
         Some(base) => {
             let dir = base.join("switchyard");
             private_dir(&dir)?;
@@ -107,15 +91,18 @@ pub fn oauth_dir() -> anyhow::Result<PathBuf> {
 
 /// Where [`state_dir`] is, without making it (for reading what may not be there).
 pub fn state_dir_path() -> anyhow::Result<PathBuf> {
-    match xdg_dir("XDG_STATE_HOME", ".local/state") {
+    match switchyard_os::dirs::state_home() {
         Some(base) => Ok(base.join("switchyard")),
         None => runtime_dir(),
     }
 }
 
-/// The socket of the daemon serving `canonical` (a config file's canonical path).
+/// The endpoint of the daemon serving `canonical` (a config file's canonical path): a socket in
+/// the runtime directory (named by a hash alone where the full name would pass the OS's limit
+/// on socket paths), or a named pipe on Windows.
 pub fn socket_for(canonical: &Path) -> anyhow::Result<PathBuf> {
-    Ok(runtime_dir()?.join(format!("{}.sock", config_key(canonical))))
+    let short = short_hash(canonical, 6);
+    Ok(switchyard_os::endpoint::path_for(&runtime_dir()?, &config_key(canonical), &short))
 }
 
 /// The lock that lets one `connect` at a time start the daemon behind `socket`: in the private
@@ -149,36 +136,21 @@ pub fn log_for(canonical: &Path) -> anyhow::Result<PathBuf> {
     Ok(state_dir()?.join(format!("{}.log", config_key(canonical))))
 }
 
-/// Makes `dir` (and its parents) if missing, 0700; checks that it is a directory of this user's
-/// that nobody else may enter or write.
+/// Makes `dir` (and its parents) if missing, private to this user; checks that it is a
+/// directory of this user's that nobody else may enter or write.
 pub fn private_dir(dir: &Path) -> anyhow::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-    if let Some(parent) = dir.parent() {
-        std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
+    use switchyard_os::fs::NotPrivate;
+    match switchyard_os::fs::private_dir(dir) {
+        Ok(()) => Ok(()),
+        Err(NotPrivate::Io(e)) => Err(e).with_context(|| format!("cannot make {} private to you", dir.display())),
+        Err(NotPrivate::NotADirectory) => {
+            bail!("{} is not a directory; switchyard keeps its sockets there. Move it away", dir.display())
+        }
+        Err(NotPrivate::Foreign { owner, me }) => bail!(
+            "{} belongs to uid {owner}, not to you (uid {me}); switchyard will not put its sockets there. Remove it, or give the daemon and every connect the same --socket PATH",
+            dir.display()
+        ),
     }
-    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e).with_context(|| format!("cannot create {}", dir.display())),
-    }
-    let meta = std::fs::symlink_metadata(dir).with_context(|| format!("cannot read {}", dir.display()))?;
-    let uid = rustix::process::getuid().as_raw();
-    if !meta.is_dir() {
-        bail!("{} is not a directory; switchyard keeps its sockets there. Move it away", dir.display());
-    }
-    if meta.uid() != uid {
-        bail!(
-            "{} belongs to uid {}, not to you (uid {uid}); switchyard will not put its sockets there. Remove it, or give the daemon and every connect the same --socket PATH",
-            dir.display(),
-            meta.uid()
-        );
-    }
-    if meta.mode() & 0o077 != 0 {
-        // Ours: narrow it rather than refuse (a directory made by hand with the default umask).
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-            .with_context(|| format!("{} is open to other users and cannot be made 0700", dir.display()))?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -197,6 +169,7 @@ mod tests {
         assert!(odd.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'), "{odd}");
     }
 
+    #[cfg(unix)]
     #[test]
     fn a_private_dir_is_made_0700_and_an_open_one_is_narrowed() {
         use std::os::unix::fs::PermissionsExt;
@@ -212,6 +185,7 @@ mod tests {
         assert!(private_dir(&file).unwrap_err().to_string().contains("not a directory"));
     }
 
+    #[cfg(unix)]
     #[test]
     fn a_linked_config_is_known_by_the_link_not_its_target() {
         let tmp = tempfile::tempdir().unwrap();

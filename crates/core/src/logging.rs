@@ -8,7 +8,6 @@
 
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
@@ -42,7 +41,7 @@ static SINK: OnceLock<Sink> = OnceLock::new();
 pub fn init() {
     SINK.get_or_init(|| {
         // A duplicate of fd 2, so the thread owns what it writes to.
-        match io::stderr().as_fd().try_clone_to_owned().map(File::from) {
+        match switchyard_os::fs::stderr_file() {
             Ok(out) => start("switchyard-stderr", StderrOut(out)),
             // No stderr at all: every line is dropped (and counted, for nobody).
             Err(_) => start("switchyard-stderr", Nowhere),
@@ -227,15 +226,13 @@ fn write_loop(mut out: impl Output, rx: Receiver<Msg>, dropped: Arc<AtomicU64>) 
 /// `write_all` that also copes with a non-blocking stderr (one shared with a socket on stdout
 /// that the session made non-blocking): it waits for room instead of failing.
 fn write_all(out: &mut File, mut buf: &[u8]) -> io::Result<()> {
-    use rustix::event::{PollFd, PollFlags, poll};
     while !buf.is_empty() {
         match out.write(buf) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => buf = &buf[n..],
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                let mut fds = [PollFd::new(&*out, PollFlags::OUT)];
-                let _ = poll(&mut fds, None);
+                switchyard_os::fs::wait_writable(out);
             }
             Err(e) => return Err(e),
         }
@@ -341,8 +338,7 @@ fn old_file(path: &Path, n: usize) -> PathBuf {
 /// Opens a log file to append, creating it readable by this user only (it names servers,
 /// tools and arguments).
 fn open_log(path: &Path) -> io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new().append(true).create(true).mode(0o600).open(path)
+    switchyard_os::fs::private_options().append(true).create(true).open(path)
 }
 
 /// How many WARN and ERROR lines [`RecentErrors`] keeps.

@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -132,18 +131,18 @@ impl Store {
     /// may have read its tokens meanwhile.
     fn restrict_if_open(&self) {
         let Ok(meta) = std::fs::metadata(&self.path) else { return };
-        let mode = meta.permissions().mode() & 0o777;
-        if mode & 0o077 == 0 {
+        if !switchyard_os::fs::open_to_others(&meta) {
             return;
         }
-        match std::fs::set_permissions(&self.path, std::fs::Permissions::from_mode(0o600)) {
+        let mode = switchyard_os::fs::access_text(&meta);
+        match switchyard_os::fs::restrict(&self.path) {
             Ok(()) => tracing::warn!(
-                "the token file {} could be read by others (mode {mode:o}); it is now 0600. If others use this machine, sign out and in again (`switchyard logout {url}`, then `switchyard login {url}`)",
+                "the token file {} could be read by others ({mode}); it is now its owner's alone. If others use this machine, sign out and in again (`switchyard logout {url}`, then `switchyard login {url}`)",
                 self.path.display(),
                 url = crate::shown(&self.url)
             ),
             Err(e) => tracing::warn!(
-                "the token file {} can be read by others (mode {mode:o}) and could not be restricted: {e}",
+                "the token file {} can be read by others ({mode}) and could not be restricted: {e}",
                 self.path.display()
             ),
         }
@@ -154,7 +153,7 @@ impl Store {
         let dir = self.path.parent().unwrap_or(Path::new("."));
         let fail = |what: &str, e: std::io::Error| format!("could not {what} {}: {e}", dir.display());
         std::fs::create_dir_all(dir).map_err(|e| fail("create", e))?;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(|e| fail("restrict", e))?;
+        switchyard_os::fs::restrict(dir).map_err(|e| fail("restrict", e))?;
         Ok(dir)
     }
 
@@ -164,9 +163,9 @@ impl Store {
         let body = serde_json::to_vec_pretty(stored).map_err(|e| format!("could not encode the tokens: {e}"))?;
         let tmp = self.path.with_extension(format!("tmp{}", std::process::id()));
         let write = || -> std::io::Result<()> {
-            let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+            let mut f = switchyard_os::fs::private_options().write(true).create(true).truncate(true).open(&tmp)?;
             // An existing file of that name keeps its mode: make it ours.
-            f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+            switchyard_os::fs::restrict(&tmp)?;
             f.write_all(&body)?;
             f.sync_all()?;
             std::fs::rename(&tmp, &self.path)
@@ -183,7 +182,7 @@ impl Store {
     pub async fn lock(&self, limit: Duration) -> Option<Held> {
         let path = self.path.with_extension("lock");
         let opened = self.own_dir().and_then(|_| {
-            let file = std::fs::OpenOptions::new().write(true).create(true).truncate(false).mode(0o600).open(&path);
+            let file = switchyard_os::fs::private_options().write(true).create(true).truncate(false).open(&path);
             file.map_err(|e| format!("could not open the sign-in lock {}: {e}", path.display()))
         });
         let file = match opened {
@@ -248,6 +247,8 @@ pub(crate) fn now_secs() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(unix)]
+    use std::os::unix::fs::PermissionsExt;
 
     fn tokens() -> Tokens {
         Tokens {

@@ -95,6 +95,45 @@ pub fn open_to_others(meta: &std::fs::Metadata) -> bool {
     }
 }
 
+/// Whether this user may write `path` (Unix: `access(W_OK)`; Windows: the file is not
+/// read-only, its ACL being judged when it is opened).
+pub fn may_write(path: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        rustix::fs::access(path, rustix::fs::Access::WRITE_OK).is_ok()
+    }
+    #[cfg(windows)]
+    {
+        std::fs::metadata(path).is_ok_and(|m| !m.permissions().readonly())
+    }
+}
+
+/// Locks directory `dir` against other processes doing the same, waiting for the lock, which
+/// goes with the returned file. Unix: flock on the directory itself, so nothing is left behind.
+/// Windows cannot lock a directory: `dir\.lock` is locked instead.
+pub fn lock_dir(dir: &Path) -> std::io::Result<std::fs::File> {
+    #[cfg(unix)]
+    let file = std::fs::File::open(dir)?;
+    #[cfg(windows)]
+    let file = private_options().write(true).create(true).truncate(false).open(dir.join(".lock"))?;
+    file.lock()?;
+    Ok(file)
+}
+
+/// How a file's access reads in a message: `mode 644` on Unix, `its ACL` on Windows.
+pub fn access_text(meta: &std::fs::Metadata) -> String {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        format!("mode {:o}", meta.permissions().mode() & 0o777)
+    }
+    #[cfg(windows)]
+    {
+        let _ = meta;
+        "its ACL".to_string()
+    }
+}
+
 /// Why a directory cannot serve as a private one.
 #[derive(Debug)]
 pub enum NotPrivate {
@@ -151,6 +190,28 @@ pub fn try_lock(file: &std::fs::File) -> std::io::Result<bool> {
 /// Takes an exclusive lock on `file`, waiting for it.
 pub fn lock(file: &std::fs::File) -> std::io::Result<()> {
     file.lock()
+}
+
+/// A file of this process's own on its stderr (a duplicate of fd 2, or of the stderr handle).
+pub fn stderr_file() -> std::io::Result<std::fs::File> {
+    #[cfg(unix)]
+    let owned = std::os::fd::AsFd::as_fd(&std::io::stderr()).try_clone_to_owned()?;
+    #[cfg(windows)]
+    let owned = std::os::windows::io::AsHandle::as_handle(&std::io::stderr()).try_clone_to_owned()?;
+    Ok(std::fs::File::from(owned))
+}
+
+/// Waits until `file` (a non-blocking descriptor that said WouldBlock) has room to write.
+/// Windows never makes a descriptor switchyard writes to non-blocking: it returns at once.
+pub fn wait_writable(file: &std::fs::File) {
+    #[cfg(unix)]
+    {
+        use rustix::event::{PollFd, PollFlags, poll};
+        let mut fds = [PollFd::new(file, PollFlags::OUT)];
+        let _ = poll(&mut fds, None);
+    }
+    #[cfg(windows)]
+    let _ = file;
 }
 
 #[cfg(test)]

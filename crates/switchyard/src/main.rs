@@ -268,7 +268,8 @@ fn main() -> ExitCode {
     // The daemon and the supervisors are started through /proc/self/exe (which survives the
     // binary being replaced); their process name would be `exe`, which `pgrep switchyard`,
     // `top` and `killall` do not find.
-    let _ = rustix::thread::set_name(c"switchyard");
+    switchyard_os::process::name_main_thread();
+    switchyard_os::exe::init();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -286,7 +287,14 @@ fn main() -> ExitCode {
     };
     let code = match cli.command {
         Command::Fixture { args } => ExitCode::from(switchyard_fixture::main_with_args(args) as u8),
+        #[cfg(unix)]
         Command::Supervise { router, command } => switchyard_router::upstream::stdio::supervisor::run(router, &command),
+        #[cfg(windows)]
+        Command::Supervise { .. } => {
+            // Windows servers run in a Job Object of the router's, never under a supervisor.
+            let _ = writeln!(std::io::stderr(), "switchyard supervise: not used on Windows");
+            ExitCode::from(2)
+        }
         Command::Run(args) => report(commands::run::run_blocking(args)),
         Command::Daemon(args) => report(commands::daemon::daemon_blocking(args)),
         Command::Status { json, which } => report(commands::status::status_blocking(which, json)),
@@ -315,7 +323,13 @@ fn main() -> ExitCode {
         Command::Unwrap(args) => report(switchyard_clients::wrap::unwrap(&args.options()).map(|text| {
             let _ = std::io::stdout().write_all(text.as_bytes());
         })),
+        #[cfg(unix)]
         Command::Demo => report(commands::demo::run_blocking()),
+        // Its scenarios kill servers and routers with POSIX signals.
+        #[cfg(windows)]
+        Command::Demo => report(Err(anyhow::anyhow!(
+            "the demo runs on Linux and macOS (it shows kill -9 and SIGTERM); on Windows try `switchyard run -- switchyard fixture` with a client"
+        ))),
         Command::Connect { name, config, socket, env } => {
             // connect says why it fails on stderr itself, as it happens.
             match commands::run::connect_blocking(commands::connect::Options { name, config, socket, env }) {

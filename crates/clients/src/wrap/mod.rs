@@ -178,16 +178,15 @@ fn read_inputs(locations: &[Location], lines: &mut Vec<String>) -> anyhow::Resul
 /// Whether this user may replace `path` (a link's target) as `wrap` does: write the file, and
 /// make and rename files in its directory.
 fn writable(path: &Path) -> Result<(), String> {
-    use rustix::fs::{Access, access};
     let real = real_path(path);
     let dir = real.parent().unwrap_or(Path::new("/"));
-    if access(&real, Access::WRITE_OK).is_err() {
+    if !switchyard_os::fs::may_write(&real) {
         return Err(format!(
             "{} is read-only for you; switchyard changes only files you may write (make it writable to wrap it)",
             path.display()
         ));
     }
-    if access(dir, Access::WRITE_OK).is_err() {
+    if !switchyard_os::fs::may_write(dir) {
         return Err(format!(
             "{} is in a directory you may not write ({}); switchyard replaces a file through a new one beside it",
             path.display(),
@@ -292,8 +291,7 @@ pub fn wrap(opts: &Options) -> anyhow::Result<String> {
         written.push(path.display().to_string());
         let _ = writeln!(out, "\nadded the servers to {}{backup}", path.display());
         let added = &after[before.as_deref().map_or(0, str::len)..];
-        let open =
-            std::fs::metadata(path).map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o077 != 0);
+        let open = std::fs::metadata(path).map(|m| switchyard_os::fs::open_to_others(&m));
         if open.unwrap_or(false) && (added.contains("\nenv = ") || added.contains("\nheaders = ")) {
             let _ = writeln!(
                 out,

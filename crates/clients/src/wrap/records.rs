@@ -94,20 +94,25 @@ pub(super) fn real_path(path: &Path) -> PathBuf {
 /// a new file).
 pub(super) fn replace_file(path: &Path, bytes: &[u8], mode: Option<u32>) -> anyhow::Result<()> {
     use std::io::Write as _;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path.file_name().ok_or_else(|| anyhow!("{}: not a file name", path.display()))?;
     let tmp = dir.join(format!(".{}.switchyard-{}.tmp", name.to_string_lossy(), std::process::id()));
-    let perms = std::fs::metadata(path).ok().map(|m| m.permissions().mode() & 0o7777);
+    let perms = std::fs::metadata(path).ok().map(|m| m.permissions());
     let write = || -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(perms.or(mode).unwrap_or(0o644))
-            .open(&tmp)?;
+        let mut options = std::fs::OpenOptions::new();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+            options.mode(perms.as_ref().map(|p| p.mode() & 0o7777).or(mode).unwrap_or(0o644));
+        }
+        let mut f = options.write(true).create_new(true).open(&tmp)?;
+        // A new private file is its user's alone on Windows too (Unix: the mode above).
+        if cfg!(windows) && perms.is_none() && mode == Some(0o600) {
+            switchyard_os::fs::restrict(&tmp)?;
+        }
         f.write_all(bytes)?;
         if let Some(p) = perms {
-            f.set_permissions(std::fs::Permissions::from_mode(p))?;
+            f.set_permissions(p)?;
         }
         f.sync_all()?;
         std::fs::rename(&tmp, path)?;
@@ -188,10 +193,7 @@ pub(super) fn write_client_file(change: &Change) -> anyhow::Result<PathBuf> {
 /// environment each process has, and nothing is left behind.
 pub(super) fn lock_dir(dir: &Path) -> anyhow::Result<std::fs::File> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let file = std::fs::File::open(dir).with_context(|| format!("cannot open {}", dir.display()))?;
-    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
-        .with_context(|| format!("cannot lock {}", dir.display()))?;
-    Ok(file)
+    switchyard_os::fs::lock_dir(dir).with_context(|| format!("cannot lock {}", dir.display()))
 }
 
 /// The directory of `wrap`'s records, made (0700) and locked: before anything is written, so a

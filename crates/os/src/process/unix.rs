@@ -241,3 +241,51 @@ pub fn exit_like(status: std::process::ExitStatus) -> ! {
     }
     std::process::exit(status.code().unwrap_or(1))
 }
+
+/// Nothing to set at spawn on Unix: the detached daemon leaves the session itself
+/// ([`leave_session`]).
+pub fn detach(_cmd: &mut std::process::Command) {}
+
+/// Spawns a command [`detach`]ed.
+pub fn spawn_detached(cmd: &mut std::process::Command) -> std::io::Result<std::process::Child> {
+    cmd.spawn()
+}
+
+/// Starts a session of this process's own, so no terminal's hangup reaches it.
+pub fn leave_session() {
+    let _ = rustix::process::setsid();
+}
+
+/// Points stdout at /dev/null (the detached daemon, once it said it is ready).
+pub fn stdout_to_null() {
+    if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+        let _ = rustix::stdio::dup2_stdout(&null);
+    }
+}
+
+/// Marks every descriptor above stderr close-on-exec, so a client's pipe that `connect`
+/// inherited does not live on in a daemon it starts.
+#[allow(unsafe_code)]
+pub fn close_inherited_on_exec() {
+    use std::os::fd::{BorrowedFd, RawFd};
+    let listing = if cfg!(target_os = "linux") { "/proc/self/fd" } else { "/dev/fd" };
+    let Ok(dir) = std::fs::read_dir(listing) else { return };
+    let fds: Vec<RawFd> =
+        dir.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).filter(|fd| *fd > 2).collect();
+    for fd in fds {
+        // SAFETY: the descriptor is only borrowed for the fcntl calls below, which change its
+        // close-on-exec flag and nothing else; one that was closed meanwhile (the directory
+        // listing's own) makes them fail with EBADF, which is ignored.
+        let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+        if let Ok(flags) = rustix::io::fcntl_getfd(borrowed) {
+            let _ = rustix::io::fcntl_setfd(borrowed, flags | rustix::io::FdFlags::CLOEXEC);
+        }
+    }
+}
+
+/// Names this process's main thread `switchyard` where the OS keeps such a name (Linux: a
+/// process started through /proc/self/exe would show as `exe` in `top` and `pgrep`).
+pub fn name_main_thread() {
+    #[cfg(target_os = "linux")]
+    let _ = rustix::thread::set_name(c"switchyard");
+}

@@ -153,3 +153,40 @@ pub fn open_files_limit() -> Option<u64> {
 pub fn raise_open_files(_wanted: u64) -> std::io::Result<()> {
     Ok(())
 }
+
+/// Starts the daemon with no console and in a process group of its own, out of the job of the
+/// client that started it where that job allows (a client that ends its job must not end the
+/// daemon); [`spawn_detached`] retries without when it does not.
+pub fn detach(cmd: &mut std::process::Command) {
+    use std::os::windows::process::CommandExt;
+    use windows_sys::Win32::System::Threading::{
+        CREATE_BREAKAWAY_FROM_JOB, CREATE_NEW_PROCESS_GROUP, DETACHED_PROCESS,
+    };
+    cmd.creation_flags(DETACHED_PROCESS | CREATE_NEW_PROCESS_GROUP | CREATE_NO_WINDOW | CREATE_BREAKAWAY_FROM_JOB);
+}
+
+/// Spawns a command [`detach`]ed: without leaving the job when the job forbids it.
+pub fn spawn_detached(cmd: &mut std::process::Command) -> std::io::Result<std::process::Child> {
+    use std::os::windows::process::CommandExt;
+    use windows_sys::Win32::System::Threading::{CREATE_NEW_PROCESS_GROUP, DETACHED_PROCESS};
+    match cmd.spawn() {
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            cmd.creation_flags(DETACHED_PROCESS | CREATE_NEW_PROCESS_GROUP | CREATE_NO_WINDOW);
+            cmd.spawn()
+        }
+        other => other,
+    }
+}
+
+/// Windows has no sessions to leave: [`detach`] did it at spawn.
+pub fn leave_session() {}
+
+/// Nothing to do: the daemon's stdout is a pipe whose reader is gone once it said it is ready,
+/// and nothing writes to it after that.
+pub fn stdout_to_null() {}
+
+/// Windows children inherit only the handles a spawn names: nothing to mark.
+pub fn close_inherited_on_exec() {}
+
+/// Windows names a process by its file; nothing to set.
+pub fn name_main_thread() {}

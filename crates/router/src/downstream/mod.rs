@@ -1,10 +1,17 @@
-//! Where clients come from: stdin/stdout ([`stdio`]), a Unix socket for shared (daemon) use
-//! ([`unix`]), and HTTP ([`http`]).
+//! Where clients come from: stdin/stdout ([`stdio`]), the daemon's local endpoint for shared
+//! use (a Unix socket, `unix`; a named pipe on Windows, `pipe`), and HTTP ([`http`]).
 
 pub mod http;
+mod local;
+#[cfg(windows)]
+pub mod pipe;
 pub mod stdio;
+#[cfg(unix)]
 pub mod unix;
 
+#[cfg(windows)]
+pub use pipe::{Bound, bind, listen};
+#[cfg(unix)]
 pub use unix::{Bound, bind, listen};
 
 use std::time::Duration;

@@ -11,13 +11,17 @@
 //! stderr, when that is the same pipe). A socket cannot be reopened; its description is made
 //! non-blocking and its flags are put back as found when the returned guard is dropped.
 
+#[cfg(unix)]
 use std::io;
+#[cfg(unix)]
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use std::sync::Arc;
 
+#[cfg(unix)]
 use rustix::fs::{FileType, Mode, OFlags};
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
+#[cfg(unix)]
 use tokio::net::unix::pipe;
 use tokio_util::sync::CancellationToken;
 
@@ -29,9 +33,23 @@ pub type Input = Box<dyn AsyncRead + Send + Unpin>;
 pub type Output = Box<dyn AsyncWrite + Send + Unpin>;
 
 /// Puts back the flags of the descriptions that were made non-blocking.
+#[cfg(unix)]
 #[derive(Default)]
 pub struct Restore(Vec<(OwnedFd, OFlags)>);
 
+/// Nothing to put back: Windows' stdin and stdout stay as they are.
+#[cfg(windows)]
+#[derive(Default)]
+pub struct Restore;
+
+/// Stdin and stdout through tokio's portable streams (Windows: a pipe handle is not driven by
+/// the reactor).
+#[cfg(windows)]
+pub fn open() -> (Input, Output, Restore) {
+    (Box::new(tokio::io::stdin()), Box::new(tokio::io::stdout()), Restore)
+}
+
+#[cfg(unix)]
 impl Drop for Restore {
     fn drop(&mut self) {
         for (fd, flags) in &self.0 {
@@ -40,6 +58,7 @@ impl Drop for Restore {
     }
 }
 
+#[cfg(unix)]
 /// Stdin and stdout, each reactor-driven when it is a pipe or a socket. Must run inside a
 /// tokio runtime with I/O enabled.
 pub fn open() -> (Input, Output, Restore) {
@@ -67,12 +86,14 @@ pub fn open() -> (Input, Output, Restore) {
     (input, output, restore)
 }
 
+#[cfg(unix)]
 enum Stream {
     /// A description of our own on the pipe, already non-blocking.
     Pipe(OwnedFd),
     Socket(tokio::net::UnixStream),
 }
 
+#[cfg(unix)]
 fn reactor_stream(fd: BorrowedFd<'_>, access: OFlags, flags: Option<OFlags>, restore: &mut Restore) -> Option<Stream> {
     let stat = rustix::fs::fstat(fd).ok()?;
     // A descriptor open the other way round (stdin write-only, say) is left to std, which
@@ -103,6 +124,7 @@ fn reactor_stream(fd: BorrowedFd<'_>, access: OFlags, flags: Option<OFlags>, res
     }
 }
 
+#[cfg(unix)]
 fn accessible(flags: OFlags, access: OFlags) -> bool {
     if flags.contains(OFlags::RDWR) {
         return true;
@@ -110,6 +132,7 @@ fn accessible(flags: OFlags, access: OFlags) -> bool {
     flags.contains(OFlags::WRONLY) == access.contains(OFlags::WRONLY)
 }
 
+#[cfg(unix)]
 /// A description of this process's own on the pipe at `fd` (stdin or stdout), non-blocking and
 /// close-on-exec; None when `fd` is not a pipe or cannot be reopened.
 pub fn own_pipe(fd: BorrowedFd<'_>, write: bool) -> Option<OwnedFd> {
@@ -120,6 +143,7 @@ pub fn own_pipe(fd: BorrowedFd<'_>, write: bool) -> Option<OwnedFd> {
     reopen(fd, if write { OFlags::WRONLY } else { OFlags::RDONLY }, &stat)
 }
 
+#[cfg(unix)]
 /// A new open file description on the same pipe, non-blocking from the start.
 fn reopen(fd: BorrowedFd<'_>, access: OFlags, stat: &rustix::fs::Stat) -> Option<OwnedFd> {
     use std::os::fd::AsRawFd;

@@ -1,20 +1,17 @@
-//! The Unix socket clients of a shared router (`connect`, `run --listen`) reach it by: bound
-//! only for its user, accepted with back-off when descriptors run out, each connection opened by
-//! a control hello or as a plain MCP session.
+//! The Unix socket clients of a shared router (`connect`, `run --listen`) reach it by on Linux
+//! and macOS: bound only for its user, accepted with back-off when descriptors run out, each
+//! connection opened by [`super::local::open`].
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use tokio::io::BufReader;
 use tokio::net::{UnixListener, UnixStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::AcceptFailures;
-use crate::control::{self, Hello, Reply};
 use crate::registry::Servers;
-use crate::session::{self, Opening};
 
 /// A socket bound by [`bind`]: its listener, and which file it made at its path (device and
 /// inode), so that only that file is removed at the end.
@@ -116,7 +113,8 @@ pub async fn listen(router: Arc<Servers>, bound: Bound, path: PathBuf, shutdown:
                     }
                 }
                 let (router, shutdown) = (router.clone(), shutdown.clone());
-                sessions.spawn(async move { open(router, stream, shutdown).await });
+                let (r, w) = stream.into_split();
+                sessions.spawn(async move { super::local::open(router, r, w, shutdown, HANDOFF).await });
             }
             Err(e) => {
                 failures.failed(&e, &path.display());
@@ -144,12 +142,37 @@ pub async fn listen(router: Arc<Servers>, bound: Bound, path: PathBuf, shutdown:
     }
 }
 
+/// Linux takes `connect`'s offer of its pipes; macOS has no hand-off (the session is relayed).
+#[cfg(target_os = "linux")]
+const HANDOFF: Option<super::local::HandOff<tokio::net::unix::OwnedReadHalf, tokio::net::unix::OwnedWriteHalf>> =
+    Some(serve_handed);
+#[cfg(not(target_os = "linux"))]
+const HANDOFF: Option<super::local::HandOff<tokio::net::unix::OwnedReadHalf, tokio::net::unix::OwnedWriteHalf>> = None;
+
+/// Serves a session whose `connect` hands its pipes over: takes the descriptors, then serves.
+#[cfg(target_os = "linux")]
+fn serve_handed(
+    server: Arc<crate::server::Server>,
+    reader: tokio::io::BufReader<tokio::net::unix::OwnedReadHalf>,
+    w: tokio::net::unix::OwnedWriteHalf,
+    opening: crate::session::Opening,
+    ends: CancellationToken,
+    shutdown: CancellationToken,
+) -> futures_util::future::BoxFuture<'static, ()> {
+    Box::pin(async move {
+        let handed = take_handed(&reader, &shutdown).await;
+        crate::handoff::serve::serve(server, handed, (reader, w), opening, ends).await;
+    })
+}
+
 /// How long a `connect` that offered the hand-off may take to send its descriptors.
+#[cfg(target_os = "linux")]
 const HANDED_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The descriptors a `connect` sends after a welcome that took its offer.
+#[cfg(target_os = "linux")]
 async fn take_handed(
-    reader: &BufReader<tokio::net::unix::OwnedReadHalf>,
+    reader: &tokio::io::BufReader<tokio::net::unix::OwnedReadHalf>,
     shutdown: &CancellationToken,
 ) -> std::io::Result<crate::handoff::Handed> {
     use std::os::fd::AsFd;
@@ -161,108 +184,6 @@ async fn take_handed(
     tokio::select! {
         r = tokio::time::timeout(HANDED_WAIT, receive) => r.map_err(|_| std::io::Error::other(format!("none came within {HANDED_WAIT:?}")))?,
         _ = shutdown.cancelled() => Err(std::io::Error::other("the router is stopping")),
-    }
-}
-
-/// The longest first line read before a connection is known to be a hello or an MCP message.
-const FIRST_LINE_MAX: u64 = 64 * 1024 * 1024;
-
-/// One accepted connection: a hello (`control::Hello`) says what it wants; anything else is the
-/// first MCP message of a session with the router's only server.
-async fn open(router: Arc<Servers>, stream: UnixStream, shutdown: CancellationToken) {
-    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
-    let (r, mut w) = stream.into_split();
-    let mut reader = BufReader::with_capacity(64 * 1024, r);
-    let mut first = Vec::new();
-    let mut limited = (&mut reader).take(FIRST_LINE_MAX);
-    let read = tokio::select! {
-        r = limited.read_until(b'\n', &mut first) => r,
-        _ = shutdown.cancelled() => return,
-    };
-    if !matches!(read, Ok(n) if n > 0) {
-        return;
-    }
-    let text = String::from_utf8_lossy(&first).into_owned();
-    let reply = |r: &Reply| control::line(r);
-    match control::hello(&text) {
-        Some(Ok(Hello::Connect { server, version, env, dir, handoff })) => match router.lookup(server.as_deref(), &env)
-        {
-            Ok(server) => {
-                if version != env!("CARGO_PKG_VERSION") {
-                    tracing::info!(server = %server.name, "a client of switchyard {version} joined (this router is {})", env!("CARGO_PKG_VERSION"));
-                }
-                let welcome = Reply::Welcome {
-                    server: server.name.clone(),
-                    version: env!("CARGO_PKG_VERSION").to_string(),
-                    pid: std::process::id(),
-                    handoff,
-                };
-                if w.write_all(reply(&welcome).as_bytes()).await.is_err() {
-                    return;
-                }
-                let opening = Opening {
-                    transport: "unix",
-                    sessions: router.sessions.clone(),
-                    speaks_control: true,
-                    client_dir: dir,
-                    client_token: None,
-                };
-                let ends = server.shutdown.clone();
-                if !handoff {
-                    return session::serve(server, reader, w, opening, ends).await;
-                }
-                let handed = take_handed(&reader, &shutdown).await;
-                crate::handoff::serve::serve(server, handed, (reader, w), opening, ends).await;
-            }
-            Err(error) => {
-                tracing::info!("refused a client: {error}");
-                let _ = w.write_all(reply(&Reply::Refused { error }).as_bytes()).await;
-            }
-        },
-        Some(Ok(Hello::Status)) => {
-            let _ = w.write_all(reply(&Reply::Status { status: router.status() }).as_bytes()).await;
-        }
-        Some(Ok(Hello::Stop)) => {
-            tracing::info!("asked to stop (switchyard stop)");
-            let _ = w.write_all(reply(&Reply::Stopping { pid: std::process::id() }).as_bytes()).await;
-            router.shutdown.cancel();
-        }
-        Some(Err(error)) => {
-            let _ = w.write_all(reply(&Reply::Refused { error }).as_bytes()).await;
-        }
-        // No hello: a raw MCP client, for the only server.
-        None => match router.lookup(None, &Default::default()) {
-            Ok(server) => {
-                let opening = Opening {
-                    transport: "unix",
-                    sessions: router.sessions.clone(),
-                    speaks_control: false,
-                    client_dir: None,
-                    client_token: None,
-                };
-                let ends = server.shutdown.clone();
-                let reader = std::io::Cursor::new(first).chain(reader);
-                session::serve(server, reader, w, opening, ends).await;
-            }
-            Err(why) => {
-                let id = switchyard_core::codec::parse(text.trim())
-                    .ok()
-                    .and_then(|e| e.id.map(|r| text.trim()[r].to_string()));
-                let msg = format!("{why}; this connection sent no switchyard hello, so it cannot name one");
-                let _ = w
-                    .write_all(
-                        switchyard_core::codec::response_error(
-                            id.as_deref().unwrap_or("null"),
-                            switchyard_core::codec::INVALID_REQUEST,
-                            &msg,
-                            None,
-                        )
-                        .as_bytes(),
-                    )
-                    .await;
-                let _ = w.write_all(b"\n").await;
-            }
-        },
     }
 }
 

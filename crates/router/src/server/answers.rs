@@ -61,9 +61,9 @@ impl Answers {
 /// Writes `text` to `path` through a temporary file beside it, readable by the user only.
 fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+    let mut f = switchyard_os::fs::private_options().write(true).create(true).truncate(true).open(&tmp)?;
+    switchyard_os::fs::restrict(&tmp)?;
     f.write_all(text.as_bytes())?;
     f.sync_all()?;
     std::fs::rename(&tmp, path)
@@ -92,8 +92,7 @@ mod tests {
         a.put("k", r#"{"serverInfo":{"name":"x"}}"#);
         let again = Answers::open(Some(path.clone()));
         assert_eq!(again.get("k").as_deref(), Some(r#"{"serverInfo":{"name":"x"}}"#));
-        use std::os::unix::fs::PermissionsExt;
-        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert!(!switchyard_os::fs::open_to_others(&std::fs::metadata(&path).unwrap()));
         std::fs::write(&path, "not json").unwrap();
         assert_eq!(Answers::open(Some(path)).get("k"), None, "a broken file is an empty store");
         assert_ne!(digest(&["a", "bc"]), digest(&["ab", "c"]));

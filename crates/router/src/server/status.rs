@@ -65,8 +65,11 @@ impl Server {
     }
 }
 
-/// The first child of process `pid`, when it has one (Linux: /proc/PID/task/PID/children).
+/// The first child of process `pid`, when it has one.
+/// Windows runs servers under no supervisor: the instance's process is the server.
 fn supervised_child(pid: u32) -> Option<u32> {
-    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
-    children.split_whitespace().next()?.parse().ok()
+    if cfg!(windows) {
+        return None;
+    }
+    switchyard_os::process::first_child(pid)
 }

@@ -2,6 +2,7 @@
 
 pub mod connect;
 pub mod daemon;
+#[cfg(unix)]
 pub mod demo;
 pub mod login;
 pub mod run;

@@ -294,7 +294,7 @@ pub fn run_blocking(args: RunArgs) -> anyhow::Result<()> {
             listen: args.listen.clone(),
             stdio: !args.no_stdio,
             // This very binary, even if its file was replaced or removed since it started.
-            supervisor: Some(PathBuf::from("/proc/self/exe")),
+            supervisor: cfg!(unix).then(switchyard_os::exe::spawnable),
             record_calls: args.record.record_calls.clone(),
             record_arguments: args.record.record_arguments,
         };
@@ -328,18 +328,7 @@ pub fn connect_blocking(opts: crate::commands::connect::Options) -> anyhow::Resu
 }
 
 pub async fn on_signal(shutdown: CancellationToken) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int), Ok(mut hup)) =
-        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::hangup()))
-    else {
-        tracing::error!("cannot install signal handlers; stop switchyard by closing its stdin");
-        return;
-    };
-    let name = tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-        _ = hup.recv() => "SIGHUP",
-    };
+    let name = switchyard_os::shutdown::requested().await;
     tracing::info!("{name}: shutting down");
     shutdown.cancel();
 }

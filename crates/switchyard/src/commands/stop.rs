@@ -36,10 +36,7 @@ pub(crate) fn stop_blocking(which: Which) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Whether process `pid` is gone or a zombie (its stat unreadable, or in state Z).
+/// Whether process `pid` is gone (a zombie counts as gone).
 fn exited(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| s.rsplit(')').next().map(|rest| rest.trim_start().starts_with('Z')))
-        .unwrap_or(true)
+    !switchyard_os::process::running(pid)
 }

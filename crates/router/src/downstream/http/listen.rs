@@ -52,7 +52,7 @@ pub async fn serve(listener: tokio::net::TcpListener, app: axum::Router, listen:
     let connections = TaskTracker::new();
     // Never more than half the descriptors this process may open: the rest stay for the Unix
     // socket's clients, the servers' pipes and the config watch, whatever HTTP clients do.
-    let open_files = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    let open_files = switchyard_os::process::open_files_limit();
     let cap = open_files.map_or(MAX_CONNECTIONS, |n| MAX_CONNECTIONS.min((n / 2).max(16) as usize));
     let slots = Arc::new(Semaphore::new(cap));
     let admission = Arc::new(Admission::new(cap));
@@ -357,9 +357,9 @@ impl tokio::io::AsyncWrite for Chunked {
 
 /// Whether the client has sent bytes that wait to be read (a peek that never blocks).
 fn has_input(tcp: &tokio::net::TcpStream) -> bool {
-    let mut byte = [0u8; 1];
-    rustix::net::recv(tcp, &mut byte, rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT)
-        .is_ok_and(|(n, _)| n > 0)
+    // tokio's sockets are non-blocking: a peek with nothing waiting says WouldBlock.
+    let mut byte = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+    socket2::SockRef::from(tcp).peek(&mut byte).is_ok_and(|n| n > 0)
 }
 
 #[cfg(test)]

@@ -121,8 +121,8 @@ pub fn load_or_create(file: &Path) -> anyhow::Result<Token> {
     let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = dir.join(format!(".{name}.{}.{seq}.{}", std::process::id(), fastrand::u32(..)));
     let written = (|| {
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+        let mut f = switchyard_os::fs::private_options().write(true).create_new(true).open(&tmp)?;
+        switchyard_os::fs::restrict(&tmp)?;
         f.write_all(format!("{}\n", token.expose()).as_bytes())?;
         f.sync_all()
     })();
@@ -142,15 +142,30 @@ pub fn load_or_create(file: &Path) -> anyhow::Result<Token> {
     }
 }
 
+/// Whether opening failed because the path is a symbolic link (O_NOFOLLOW's ELOOP).
+fn is_loop(e: &std::io::Error) -> bool {
+    #[cfg(unix)]
+    return e.raw_os_error() == Some(libc::ELOOP);
+    #[cfg(windows)]
+    return {
+        let _ = e;
+        false
+    };
+}
+
 /// The token in `file`, None when there is no such file.
 fn read(file: &Path) -> anyhow::Result<Option<Token>> {
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let delete = format!("delete {} and a new token is made on the next start", file.display());
-    let opened = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(file);
+    let mut options = std::fs::OpenOptions::new();
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NOFOLLOW);
+    // Windows opens through a link whatever the flags: the link is seen before opening.
+    let linked = cfg!(windows) && std::fs::symlink_metadata(file).is_ok_and(|m| m.file_type().is_symlink());
+    let opened = if linked { Err(std::io::Error::other("a symbolic link")) } else { options.read(true).open(file) };
     let f = match opened {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+        Err(e) if linked || is_loop(&e) => {
             bail!(
                 "the HTTP token file {} is a symbolic link; switchyard reads its token only from a file of its own: {delete}",
                 file.display()
@@ -159,7 +174,15 @@ fn read(file: &Path) -> anyhow::Result<Option<Token>> {
         Err(e) => return Err(e).with_context(|| format!("cannot read the HTTP token file {}", file.display())),
     };
     let meta = f.metadata().with_context(|| format!("cannot read the HTTP token file {}", file.display()))?;
-    check_file(file, meta.is_file(), meta.uid(), meta.mode(), rustix::process::getuid().as_raw())?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        check_file(file, meta.is_file(), meta.uid(), meta.mode(), rustix::process::getuid().as_raw())?;
+    }
+    #[cfg(windows)]
+    if !meta.is_file() {
+        bail!("the HTTP token file {} is not a file: {delete}", file.display());
+    }
     let mut text = String::new();
     f.take(4096)
         .read_to_string(&mut text)
@@ -174,6 +197,7 @@ fn read(file: &Path) -> anyhow::Result<Option<Token>> {
     Ok(Some(Token(value.to_string())))
 }
 
+#[cfg(unix)]
 /// Whether a token file found on disk may be used: a regular file, this user's (uid `me`), that
 /// no one else may read or write.
 fn check_file(file: &Path, regular: bool, uid: u32, mode: u32, me: u32) -> anyhow::Result<()> {

@@ -620,7 +620,7 @@ fn client_builder(connect_timeout: Duration) -> reqwest::ClientBuilder {
     CRYPTO.call_once(|| {
         let _ = rustls::crypto::ring::default_provider().install_default();
     });
-    reqwest::Client::builder()
+    let builder = reqwest::Client::builder()
         .connect_timeout(connect_timeout)
         // The kernel finds a peer that vanished without a FIN (packets dropped by a NAT that
         // forgot the connection, a peer that slept): a quiet connection is probed after 10 s
@@ -629,8 +629,12 @@ fn client_builder(connect_timeout: Duration) -> reqwest::ClientBuilder {
         // acknowledges and forwards nothing).
         .tcp_keepalive(Duration::from_secs(10))
         .tcp_keepalive_interval(Duration::from_secs(5))
-        .tcp_keepalive_retries(3)
-        .tcp_user_timeout(Duration::from_secs(20))
+        .tcp_keepalive_retries(3);
+    // Linux alone lets a socket give up on data unacknowledged for 20 s (TCP_USER_TIMEOUT);
+    // elsewhere the keepalive probes and the liveness watchdog find a dead link.
+    #[cfg(target_os = "linux")]
+    let builder = builder.tcp_user_timeout(Duration::from_secs(20));
+    builder
         // HTTP/2 (https servers that offer it): a PING on a quiet connection finds it dead per
         // connection, whatever else is reachable.
         .http2_keep_alive_interval(Duration::from_secs(10))

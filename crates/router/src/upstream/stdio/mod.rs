@@ -1,5 +1,6 @@
 //! The stdio transport: a child process per instance, messages as lines on its stdin and stdout.
 
+#[cfg(unix)]
 pub mod supervisor;
 
 use std::collections::VecDeque;
@@ -15,6 +16,7 @@ use tokio::sync::{mpsc, watch};
 use super::WRITE_BACKLOG_LIMIT;
 use super::transport::{BoxFuture, Closed, Connector, Ended, Failure, Inbound, Outbound, Transport};
 use switchyard_core::codec::{self, Frame, LineReader};
+use switchyard_os::process::{Stop, Tree};
 
 /// How many stderr lines of an instance are kept for error messages.
 const STDERR_TAIL: usize = 20;
@@ -43,9 +45,10 @@ pub struct Spec {
     pub cwd: Option<std::path::PathBuf>,
     pub max_message_bytes: usize,
     /// A program with the `supervise` subcommand (the switchyard binary): each instance runs
-    /// under it, so its whole process group dies with the router. `None` (the library used
-    /// in-process, where no such binary is at hand): the parent-death signal only, which
-    /// reaches the server's own process but not what it starts.
+    /// under it, so its whole process group dies with the router (Linux, macOS). `None` (the
+    /// library used in-process, where no such binary is at hand): the parent-death signal only,
+    /// which reaches the server's own process but not what it starts. Windows needs neither:
+    /// each instance's Job Object dies with the router.
     pub supervisor: Option<std::path::PathBuf>,
     /// Log a failed start here (false: whoever asked logs it, e.g. with a client's values
     /// blanked out of the command line).
@@ -96,6 +99,8 @@ struct StdioTransport {
 struct Shared {
     label: String,
     pid: Option<u32>,
+    /// The instance's process tree: what `close` and `kill` end.
+    tree: Arc<Tree>,
     exit_rx: watch::Receiver<Option<String>>,
     stderr_tail: Mutex<VecDeque<String>>,
     /// Set when the child's stderr reached EOF (every line is in `stderr_tail`).
@@ -110,13 +115,14 @@ impl StdioTransport {
     /// Starts the child process and its reader, writer and stderr tasks. A start that fails is
     /// logged, and the error says what to check.
     fn spawn(spec: &Spec, label: &str, inbound: Arc<dyn Inbound>) -> Result<Arc<StdioTransport>, Failure> {
-        let mut child = start_process(spec).map_err(|reason| {
+        let (mut child, tree) = start_process(spec).map_err(|reason| {
             if spec.log_start_failure {
                 tracing::error!(instance = %label, "{reason}");
             }
             Failure { reason, transient: false }
         })?;
         let pid = child.id();
+        let tree = Arc::new(tree);
         let stdin = child.stdin.take().expect("piped");
         let stdout = child.stdout.take().expect("piped");
         let stderr = child.stderr.take().expect("piped");
@@ -125,6 +131,7 @@ impl StdioTransport {
         let shared = Arc::new(Shared {
             label: label.to_string(),
             pid,
+            tree: tree.clone(),
             exit_rx,
             stderr_tail: Mutex::new(VecDeque::new()),
             stderr_done: watch::channel(false).0,
@@ -137,7 +144,7 @@ impl StdioTransport {
             shared: shared.clone(),
         });
         tokio::spawn(write_loop(stdin, wrx, label.to_string(), t.backlog.clone()));
-        tokio::spawn(wait_exit(child, exit_tx));
+        tokio::spawn(wait_exit(child, tree, exit_tx));
         tokio::spawn(stderr_loop(stderr, shared.clone()));
         let limit = spec.max_message_bytes;
         let (s, i) = (shared.clone(), inbound.clone());
@@ -179,29 +186,30 @@ impl Transport for StdioTransport {
         let _ = self.backlog.on_drain.set(hook);
     }
 
-    /// Close stdin, wait, SIGTERM, wait, SIGKILL. Never leaves an orphan.
+    /// Close stdin, wait, SIGTERM, wait, SIGKILL (Windows: close stdin, wait, end the job).
+    /// Never leaves an orphan.
     fn close(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             self.writer.lock().expect("lock").take();
             let s = &self.shared;
             if !s.exited_within(SHUTDOWN_STEP).await {
-                tracing::info!(instance = %s.label, "did not exit after stdin closed; sending SIGTERM");
-                s.signal(rustix::process::Signal::TERM);
+                tracing::info!(instance = %s.label, "did not exit after stdin closed; {}", Stop::Ask.describe());
+                s.tree.stop(Stop::Ask);
                 if !s.exited_within(SHUTDOWN_STEP).await {
-                    tracing::warn!(instance = %s.label, "did not exit after SIGTERM; sending SIGKILL");
-                    s.signal(rustix::process::Signal::KILL);
+                    tracing::warn!(instance = %s.label, "did not exit when asked to stop; {}", Stop::Kill.describe());
+                    s.tree.stop(Stop::Kill);
                     s.exited_within(SHUTDOWN_STEP).await;
                 }
             }
             // Whatever the leader left behind in its group goes too.
-            s.signal(rustix::process::Signal::KILL);
+            s.tree.stop(Stop::Kill);
             s.ended_now().await;
         })
     }
 
     fn kill(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            self.shared.signal(rustix::process::Signal::KILL);
+            self.shared.tree.stop(Stop::Kill);
             self.shared.ended_now().await;
         })
     }
@@ -243,7 +251,7 @@ impl Shared {
         let status = match self.exit_status_within(Duration::from_millis(500)).await {
             Some(s) => s,
             None => {
-                self.signal(rustix::process::Signal::KILL);
+                self.tree.stop(Stop::Kill);
                 match self.exit_status_within(Duration::from_secs(1)).await {
                     Some(s) => format!("closed stdout, then {s}"),
                     None => "closed stdout".to_string(),
@@ -256,16 +264,9 @@ impl Shared {
         let _ = tokio::time::timeout(Duration::from_millis(20), done.wait_for(|d| *d)).await;
         // What the leader left behind in its group (e.g. a server under a killed `npx` or `sh`)
         // would be an orphan: it goes too.
-        self.signal(rustix::process::Signal::KILL);
+        self.tree.stop(Stop::Kill);
         inbound.ended(Ended { status, stderr: self.tail(), quiet_for: Duration::ZERO });
         self.ended.send_replace(true);
-    }
-
-    /// Signals the child's process group (the one it was started in).
-    fn signal(&self, sig: rustix::process::Signal) {
-        if let Some(pgid) = self.pid.and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
-            let _ = rustix::process::kill_process_group(pgid, sig);
-        }
     }
 
     async fn exited_within(&self, limit: Duration) -> bool {
@@ -302,24 +303,19 @@ async fn read_loop(shared: &Shared, stdout: tokio::process::ChildStdout, limit: 
     }
 }
 
-/// Spawns the server process in a process group of its own (so signals reach what it starts,
-/// such as `npx` -> `node`), with piped stdio, under the supervisor when there is one.
-#[allow(unsafe_code)]
-fn start_process(spec: &Spec) -> Result<Child, String> {
-    let router = rustix::process::getpid();
-    let mut cmd = match &spec.supervisor {
-        Some(supervisor) => {
-            // The supervisor would report a missing program only as its exit status and a
-            // stderr line; found here, it is the same immediate error as without it.
-            executable(&spec.command, spec.env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str()))
-                .map_err(|e| cannot_start(spec, &e))?;
-            let mut cmd = Command::new(supervisor);
-            cmd.arg0(switchyard_config::paths::program_name());
-            cmd.arg("supervise").arg(router.as_raw_nonzero().to_string()).arg("--").arg(&spec.command);
-            cmd
-        }
-        None => Command::new(&spec.command),
-    };
+/// Spawns the server process as a tree of its own (a process group; a Job Object on Windows)
+/// so that ending it reaches what it starts (`npx` -> `node`), with piped stdio, under the
+/// supervisor when there is one (Unix).
+fn start_process(spec: &Spec) -> Result<(Child, Tree), String> {
+    // Found here, a missing program is an immediate error naming what to check, not the
+    // supervisor's exit status. Windows also needs the file itself: `npx` is `npx.cmd`, which
+    // CreateProcess would not find by its bare name.
+    let program = switchyard_os::launch::resolve(
+        &spec.command,
+        spec.env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str()),
+    )
+    .map_err(|e| cannot_start(spec, &e))?;
+    let mut cmd = command_for(spec, &program);
     for name in WITHHELD.get().into_iter().flatten() {
         cmd.env_remove(name);
     }
@@ -328,14 +324,14 @@ fn start_process(spec: &Spec) -> Result<Child, String> {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .process_group(0);
+        .kill_on_drop(true);
+    switchyard_os::process::prepare(&mut cmd);
     if let Some(cwd) = &spec.cwd {
         // Checked here because a missing directory fails the spawn with the same ENOENT as a
         // missing command, and would be reported as one.
         if !cwd.is_dir() {
             return Err(format!(
-                "cannot start `{}`: its working directory {} ([server] cwd) does not exist or is not a directory",
+                "cannot start `{}`: its working directory {} (cwd in the server's table) does not exist or is not a directory",
                 spec.command,
                 cwd.display()
             ));
@@ -343,53 +339,40 @@ fn start_process(spec: &Spec) -> Result<Child, String> {
         cmd.current_dir(cwd);
     }
     if spec.supervisor.is_none() {
-        // If the router dies without a chance to clean up (SIGKILL), the kernel kills the child.
-        // PR_SET_PDEATHSIG fires when the *thread* that forked exits: spawns run on the runtime
-        // thread, which lives as long as the router. (The supervisor watches the router
-        // process through a pidfd instead, and must not get this signal: it would die before
-        // it could kill the group.)
-        // SAFETY: prctl and getppid are async-signal-safe; nothing else runs between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                use rustix::process::{Signal, getppid, set_parent_process_death_signal};
-                set_parent_process_death_signal(Some(Signal::KILL))?;
-                // The router may have died before the line above: then nobody would kill us.
-                if getppid() != Some(router) {
-                    return Err(std::io::Error::other("the router exited while starting the server"));
-                }
-                Ok(())
-            });
-        }
+        // The supervisor watches the router itself, and must not die with it before it could
+        // end the group: only a server started without one gets the parent-death signal.
+        switchyard_os::process::die_with_parent(&mut cmd);
     }
-    cmd.spawn().map_err(|e| cannot_start(spec, &e))
+    let child = cmd.spawn().map_err(|e| cannot_start(spec, &e))?;
+    let tree = switchyard_os::process::adopt(&child).map_err(|e| cannot_start(spec, &e))?;
+    Ok((child, tree))
+}
+
+/// The command that starts `program`: through the supervisor on Unix when there is one.
+#[cfg(unix)]
+fn command_for(spec: &Spec, program: &std::path::Path) -> Command {
+    match &spec.supervisor {
+        Some(supervisor) => {
+            let mut cmd = Command::new(supervisor);
+            cmd.arg0(switchyard_os::exe::program_name());
+            cmd.arg("supervise").arg(switchyard_os::process::own_pid().to_string()).arg("--").arg(&spec.command);
+            let _ = program;
+            cmd
+        }
+        None => Command::new(&spec.command),
+    }
+}
+
+/// The command that starts `program` (its resolved file: a `.cmd` shim runs through cmd.exe).
+#[cfg(windows)]
+fn command_for(_spec: &Spec, program: &std::path::Path) -> Command {
+    Command::new(program)
 }
 
 fn cannot_start(spec: &Spec, e: &std::io::Error) -> String {
-    format!(
-        "cannot start `{}`: {e}. Check the command after `--` (or [server] command) and that it is on PATH",
-        spec.command
-    )
-}
-
-/// Whether `command` names an executable file, directly or through PATH (the server's own
-/// PATH when its env sets one), as exec would find it.
-fn executable(command: &str, path: Option<&str>) -> std::io::Result<()> {
-    use rustix::fs::{Access, access};
-    if command.contains('/') {
-        return access(command, Access::EXEC_OK).map_err(Into::into);
-    }
-    let path = path.map(str::to_string).or_else(|| std::env::var("PATH").ok()).unwrap_or_default();
-    let mut last: std::io::Error = rustix::io::Errno::NOENT.into();
-    for dir in path.split(':') {
-        let dir = if dir.is_empty() { "." } else { dir };
-        match access(format!("{dir}/{command}").as_str(), Access::EXEC_OK) {
-            Ok(()) => return Ok(()),
-            // A file that is there but not executable is the more useful error to show.
-            Err(e) if e != rustix::io::Errno::NOENT && e != rustix::io::Errno::NOTDIR => last = e.into(),
-            Err(_) => {}
-        }
-    }
-    Err(last)
+    let what =
+        if spec.supervisor.is_some() || cfg!(windows) { "the server's command" } else { "the command after `--`" };
+    format!("cannot start `{}`: {e}. Check {what} and that it is on PATH", spec.command)
 }
 
 /// The bytes queued for a child's stdin, shared by `send` and the writer task.
@@ -434,36 +417,28 @@ async fn write_loop(stdin: ChildStdin, mut rx: mpsc::UnboundedReceiver<String>, 
     let _ = w.shutdown().await;
 }
 
-async fn wait_exit(mut child: Child, tx: watch::Sender<Option<String>>) {
-    let group = GroupKill(child.id());
+async fn wait_exit(mut child: Child, tree: Arc<Tree>, tx: watch::Sender<Option<String>>) {
+    let mut group = TreeKill(Some(tree));
     let status = match child.wait().await {
-        Ok(s) => describe_status(s),
+        Ok(s) => switchyard_os::process::describe_exit(s),
         Err(e) => format!("wait failed: {e}"),
     };
-    std::mem::forget(group);
+    // Reaped: ending the tree is the transport's to do from here.
+    group.0 = None;
     tx.send_replace(Some(status));
 }
 
-/// Kills a child's whole process group when dropped before the child was reaped: the router is
-/// going away without having stopped the instance (its runtime drops this task at exit, say
-/// while the instance was still starting). `kill_on_drop` alone would SIGKILL the supervisor
-/// only, which then cannot kill the group, and the server would live on as an orphan.
-struct GroupKill(Option<u32>);
+/// Ends a child's whole tree when dropped before the child was reaped: the router is going
+/// away without having stopped the instance (its runtime drops this task at exit, say while
+/// the instance was still starting). `kill_on_drop` alone would SIGKILL the supervisor only,
+/// which then cannot kill the group, and the server would live on as an orphan.
+struct TreeKill(Option<Arc<Tree>>);
 
-impl Drop for GroupKill {
+impl Drop for TreeKill {
     fn drop(&mut self) {
-        if let Some(pgid) = self.0.and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
-            let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+        if let Some(tree) = &self.0 {
+            tree.stop(Stop::Kill);
         }
-    }
-}
-
-fn describe_status(s: std::process::ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (s.code(), s.signal()) {
-        (Some(c), _) => format!("exit status {c}"),
-        (None, Some(sig)) => format!("killed by signal {sig}"),
-        _ => s.to_string(),
     }
 }
 
@@ -485,9 +460,11 @@ async fn stderr_loop(stderr: tokio::process::ChildStderr, shared: Arc<Shared>) {
     shared.stderr_done.send_replace(true);
 }
 
-#[cfg(test)]
+#[cfg(all(test, unix))]
 mod tests {
-    use super::executable;
+    fn executable(command: &str, path: Option<&str>) -> std::io::Result<std::path::PathBuf> {
+        switchyard_os::launch::resolve(command, path)
+    }
 
     #[test]
     fn programs_are_found_like_exec_finds_them() {

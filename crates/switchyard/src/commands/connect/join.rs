@@ -5,9 +5,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use switchyard_os::endpoint::{self, ReadHalf as OwnedReadHalf, Stream as UnixStream, WriteHalf as OwnedWriteHalf};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::net::UnixStream;
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::time::Instant;
 
 use switchyard_config::ClientValues;
@@ -35,9 +34,11 @@ pub(super) struct Joined {
     pub(super) writer: OwnedWriteHalf,
     /// The router's version; None for a router older than the hello.
     pub(super) version: Option<String>,
-    /// The router took the hand-off offered: connect's descriptors are to follow.
+    /// The router took the hand-off offered: connect's descriptors are to follow (Linux).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(super) handoff: bool,
     /// The router's process (0 when unknown).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(super) pid: u32,
 }
 
@@ -75,7 +76,7 @@ async fn reach(destination: &Destination, exe: &Path) -> Result<UnixStream, Stri
     let cannot = |e: std::io::Error| {
         format!("cannot connect to {} ({}): {e}", destination.session_label(), destination.socket_and_config())
     };
-    match UnixStream::connect(socket).await {
+    match endpoint::connect(socket).await {
         Ok(s) => return Ok(s),
         Err(e) if nobody_listens(&e) => {
             if destination.config.is_none() {
@@ -93,13 +94,13 @@ async fn reach(destination: &Destination, exe: &Path) -> Result<UnixStream, Stri
     // One `connect` at a time starts the daemon; the others wait here and then find it running.
     let lock_path = switchyard_config::paths::lock_for(socket).map_err(|e| format!("{e:#}"))?;
     let _lock = lock(&lock_path, &canonical).await?;
-    match UnixStream::connect(socket).await {
+    match endpoint::connect(socket).await {
         Ok(s) => return Ok(s),
         Err(e) if nobody_listens(&e) => {}
         Err(e) => return Err(cannot(e)),
     }
     start_daemon(exe, &canonical, socket, &destination.env).await?;
-    UnixStream::connect(socket).await.map_err(|e| {
+    endpoint::connect(socket).await.map_err(|e| {
         let log = switchyard_config::paths::log_for(&canonical)
             .map(|l| format!("; see its log {}", l.display()))
             .unwrap_or_default();
@@ -114,19 +115,17 @@ async fn reach(destination: &Destination, exe: &Path) -> Result<UnixStream, Stri
 /// Takes the start lock (an exclusive flock, released when the file closes), polling so that the
 /// runtime is never blocked and the wait stays bounded.
 async fn lock(path: &Path, config: &Path) -> Result<std::fs::File, String> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
+    let file = switchyard_os::fs::private_options()
         .create(true)
         .truncate(false)
         .write(true)
-        .mode(0o600)
         .open(path)
         .map_err(|e| format!("cannot open the daemon's start lock {}: {e}", path.display()))?;
     let deadline = Instant::now() + LOCK_WAIT;
     loop {
-        match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => return Ok(file),
-            Err(rustix::io::Errno::WOULDBLOCK) | Err(rustix::io::Errno::INTR) => {}
+        match switchyard_os::fs::try_lock(&file) {
+            Ok(true) => return Ok(file),
+            Ok(false) => {}
             Err(e) => return Err(format!("cannot lock the daemon's start lock {}: {e}", path.display())),
         }
         if Instant::now() >= deadline {
@@ -160,8 +159,12 @@ async fn start_daemon(exe: &Path, config: &Path, socket: &Path, client: &ClientV
     for name in client.0.keys().filter(|k| *k != "PATH" && *k != "HOME") {
         cmd.env_remove(name);
     }
+    #[cfg(unix)]
+    cmd.arg0(switchyard_config::paths::program_name());
+    // The `daemon --detach` in between must not flash a console window on Windows.
+    #[cfg(windows)]
+    cmd.creation_flags(0x0800_0000); // CREATE_NO_WINDOW (the binary crate names no Win32 crate)
     let mut child = cmd
-        .arg0(switchyard_config::paths::program_name())
         .arg("daemon")
         .arg("--config")
         .arg(config)
@@ -217,7 +220,7 @@ async fn start_daemon(exe: &Path, config: &Path, socket: &Path, client: &ClientV
 
 /// Says hello and reads the router's reply.
 async fn greet(destination: &Destination, stream: UnixStream, handoff: bool) -> Result<Joined, Greeting> {
-    let (r, mut writer) = stream.into_split();
+    let (r, mut writer) = endpoint::split(stream);
     let at = destination.socket.display();
     let hello = control::line(&Hello::Connect {
         server: destination.server.clone(),

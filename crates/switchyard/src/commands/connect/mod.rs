@@ -15,6 +15,7 @@
 //! Here: where to connect ([`Destination`]); [`join`]: reaching (or starting) the daemon and the
 //! hello; [`handed`]: the hand-off; [`relay`]: the controller; [`pumps`]: the tasks that move lines.
 
+#[cfg(target_os = "linux")]
 mod handed;
 mod join;
 mod pumps;
@@ -165,7 +166,10 @@ pub(crate) async fn run(opts: &Options) -> anyhow::Result<()> {
             return Err(anyhow!(why));
         }
     };
-    let exe = PathBuf::from("/proc/self/exe");
+    let exe = switchyard_os::exe::spawnable();
+    #[cfg(not(target_os = "linux"))]
+    let start = Start::Fresh(join::join(&destination, &exe).await);
+    #[cfg(target_os = "linux")]
     let start = if handed::wanted() {
         match handed::hand_off(&destination, &exe).await {
             handed::Outcome::Ended => return Ok(()),

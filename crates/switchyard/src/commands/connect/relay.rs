@@ -8,15 +8,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::anyhow;
+use switchyard_os::endpoint::WriteHalf as OwnedWriteHalf;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use switchyard_core::codec;
 pub(super) use switchyard_router::handoff::REPLAY_ID;
-use switchyard_router::handoff::{Memory, Recovered, cancelled_ids, lost_answers};
+#[cfg(target_os = "linux")]
+use switchyard_router::handoff::Recovered;
+use switchyard_router::handoff::{Memory, cancelled_ids, lost_answers};
 
 use super::Destination;
 use super::join::{Joined, join, version_note};
@@ -40,6 +42,7 @@ pub(super) enum Start {
     /// With the first attempt to reach the router (made before any of the client's input was read).
     Fresh(Result<Joined, String>),
     /// Carrying on a handed-off session the router let go of (`why`), from its journal.
+    #[cfg(target_os = "linux")]
     Recovered { recovered: Recovered, why: String },
 }
 
@@ -64,6 +67,7 @@ where
 {
     use tokio::io::AsyncReadExt;
     let (pending, skipping) = match &start {
+        #[cfg(target_os = "linux")]
         Start::Recovered { recovered, .. } => {
             let (pending, skipping) = recovered.unread();
             (pending.to_vec(), skipping)
@@ -100,6 +104,7 @@ where
             refuse_first_request(lines, &relay.out, &why).await;
             Err(anyhow!(why))
         }
+        #[cfg(target_os = "linux")]
         Start::Recovered { recovered, why } => {
             relay.memory = recovered.memory;
             {

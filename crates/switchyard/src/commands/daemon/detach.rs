@@ -31,8 +31,8 @@ pub(super) fn detach(args: &DaemonArgs, config: &Path, socket: &Path) -> anyhow:
     }
     let log = paths::log_for(config)?;
     let offset = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
-    let mut cmd = std::process::Command::new("/proc/self/exe");
-    std::os::unix::process::CommandExt::arg0(&mut cmd, paths::program_name());
+    let mut cmd = switchyard_os::exe::command();
+    switchyard_os::process::detach(&mut cmd);
     cmd.arg("daemon").arg("--config").arg(config).arg("--socket").arg(socket).arg("--detached-child").arg(&log);
     if let Some(p) = &args.plugins {
         cmd.arg("--plugins").arg(std::path::absolute(p)?);
@@ -58,14 +58,14 @@ pub(super) fn detach(args: &DaemonArgs, config: &Path, socket: &Path) -> anyhow:
     }
     // Descriptors this process inherited without close-on-exec (a client's pipe passed down to
     // `connect`) must not live on in the daemon for as long as it runs.
-    close_inherited_on_exec();
+    switchyard_os::process::close_inherited_on_exec();
     let log_file = open_log(&log)?;
     cmd.stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(log_file)
         // Not the client's directory: the daemon outlives it (and may outlive the directory).
-        .current_dir("/");
-    let mut child = cmd.spawn().context("cannot start the daemon process")?;
+        .current_dir(std::env::temp_dir().ancestors().last().unwrap_or(Path::new("/")));
+    let mut child = switchyard_os::process::spawn_detached(&mut cmd).context("cannot start the daemon process")?;
     let stdout = child.stdout.take().expect("piped");
     // The child writes one line when its socket accepts, or nothing (and exits) if it cannot
     // start; the wait is bounded in case it hangs before either.
@@ -108,7 +108,7 @@ pub(super) fn detach(args: &DaemonArgs, config: &Path, socket: &Path) -> anyhow:
 /// The process `--detach` starts: a session of its own (no terminal's hangup reaches it), stdout
 /// tells the parent it is ready, and from then on stdout is /dev/null.
 pub(super) fn detached_child(args: DaemonArgs, log: &Path) -> anyhow::Result<()> {
-    let _ = rustix::process::setsid();
+    switchyard_os::process::leave_session();
     // Its stderr is the log file too (opened by the parent, for what is written before this).
     switchyard_core::logging::init_file(log, switchyard_core::logging::LOG_FILE_MAX_BYTES)
         .with_context(|| format!("cannot write the daemon's log {}", log.display()))?;
@@ -119,37 +119,15 @@ pub(super) fn detached_child(args: DaemonArgs, log: &Path) -> anyhow::Result<()>
         let mut out = std::io::stdout();
         let _ = writeln!(out, "ready");
         let _ = out.flush();
-        if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
-            let _ = rustix::stdio::dup2_stdout(&null);
-        }
+        switchyard_os::process::stdout_to_null();
     })
 }
 
-/// Marks every descriptor above stderr close-on-exec.
-#[allow(unsafe_code)]
-fn close_inherited_on_exec() {
-    use std::os::fd::{BorrowedFd, RawFd};
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return };
-    let fds: Vec<RawFd> =
-        dir.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).filter(|fd| *fd > 2).collect();
-    for fd in fds {
-        // SAFETY: the descriptor is only borrowed for the fcntl calls below, which change its
-        // close-on-exec flag and nothing else; one that was closed meanwhile (the directory
-        // listing's own) makes them fail with EBADF, which is ignored.
-        let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
-        if let Ok(flags) = rustix::io::fcntl_getfd(borrowed) {
-            let _ = rustix::io::fcntl_setfd(borrowed, flags | rustix::io::FdFlags::CLOEXEC);
-        }
-    }
-}
-
-/// The daemon's log file, opened for appending (made 0600).
+/// The daemon's log file, opened for appending (made its user's alone).
 fn open_log(path: &Path) -> anyhow::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
+    switchyard_os::fs::private_options()
         .create(true)
         .append(true)
-        .mode(0o600)
         .open(path)
         .with_context(|| format!("cannot open the daemon's log {}", path.display()))
 }

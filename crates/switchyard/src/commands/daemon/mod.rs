@@ -5,7 +5,6 @@
 mod detach;
 mod reload;
 
-use std::io::{BufRead, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -27,9 +26,11 @@ use reload::{Applied, watch_config};
 
 /// How long stopping may take before the daemon stops waiting for its tasks.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
+#[cfg(unix)]
 /// How often the daemon checks that its socket file is still there and still its own, besides
 /// whenever its directory changes (and every 2 s when that directory cannot be watched).
 const SOCKET_CHECK: Duration = Duration::from_secs(60);
+#[cfg(unix)]
 const SOCKET_CHECK_UNWATCHED: Duration = Duration::from_secs(2);
 
 #[derive(clap::Args, Debug, Clone)]
@@ -215,12 +216,13 @@ async fn serve(
         .map_err(|e| tracing::warn!("servers' answers are not kept between runs: {e:#}"))
         .ok();
     let about = About { config: Some(config_path.clone()), socket: Some(socket.clone()), log, answers };
-    let router = Servers::new(policy, about, Some(PathBuf::from("/proc/self/exe")), shutdown.clone());
+    let router = Servers::new(policy, about, cfg!(unix).then(switchyard_os::exe::spawnable), shutdown.clone());
     let mut applied = Applied::default();
     applied.apply(&router, &config, &text);
     let bound = downstream::bind(&socket).await.map_err(|e| {
         anyhow::anyhow!("{e:#}\n(`switchyard status --socket {}` shows the daemon serving it)", socket.display())
     })?;
+    #[cfg(unix)]
     let file = bound.file();
     let http = match front {
         Some((http, tokens)) => {
@@ -251,6 +253,8 @@ async fn serve(
         None => None,
     };
     let listener = tokio::spawn(downstream::listen(router.clone(), bound, socket.clone(), shutdown.clone()));
+    // A named pipe cannot be removed from under its daemon: only a socket file is kept.
+    #[cfg(unix)]
     tokio::spawn(keep_socket(router.clone(), socket.clone(), file, shutdown.clone()));
     tracing::info!(
         "switchyard daemon ready (pid {}) for {} on {}: servers {}",
@@ -281,18 +285,10 @@ async fn serve(
 /// Lets the process open more files than the usual soft limit of 1024 (up to its hard limit,
 /// at most [`OPEN_FILES`]): each HTTP client holds a connection.
 fn raise_open_files() {
-    use rustix::process::{Resource, getrlimit, setrlimit};
-    let mut limit = getrlimit(Resource::Nofile);
     // Not the whole hard limit (often 2^20): the servers started later inherit it, and some
     // close every descriptor up to it before they exec.
-    let wanted = limit.maximum.map_or(OPEN_FILES, |m| m.min(OPEN_FILES));
-    if limit.current.is_some_and(|c| c < wanted) {
-        limit.current = Some(wanted);
-        if let Err(e) = setrlimit(Resource::Nofile, limit) {
-            tracing::info!(
-                "could not raise the open-file limit to its maximum ({e}); many HTTP clients may be refused"
-            );
-        }
+    if let Err(e) = switchyard_os::process::raise_open_files(OPEN_FILES) {
+        tracing::info!("could not raise the open-file limit to its maximum ({e}); many HTTP clients may be refused");
     }
 }
 
@@ -309,6 +305,7 @@ fn idle_exit(config: &Config) -> Duration {
 ///
 /// The socket's directory is watched, so a change is seen at once and an idle daemon is not woken
 /// to look; the slow check stays for what a watch can miss.
+#[cfg(unix)]
 async fn keep_socket(router: Arc<Servers>, socket: PathBuf, mut file: (u64, u64), shutdown: CancellationToken) {
     use notify::{RecursiveMode, Watcher};
     let (tx, mut changed) = tokio::sync::mpsc::channel::<()>(1);
@@ -395,11 +392,7 @@ pub(crate) fn served_http(config: &Path) -> Option<SocketAddr> {
 
 /// One hello and its reply, blocking (for `status`, `stop` and `--detach`).
 pub(super) fn ask_daemon(socket: &Path, hello: &Hello) -> std::io::Result<Reply> {
-    let mut stream = std::os::unix::net::UnixStream::connect(socket)?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    stream.write_all(control::line(hello).as_bytes())?;
-    let mut line = String::new();
-    std::io::BufReader::new(&stream).read_line(&mut line)?;
+    let line = switchyard_os::endpoint::request(socket, control::line(hello).as_bytes(), Duration::from_secs(10))?;
     control::reply(&line).map_err(std::io::Error::other)
 }
 
