@@ -34,12 +34,23 @@ echo "linting (cargo clippy, warnings denied; the first run builds the dependenc
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 (cd examples/plugins && CARGO_TARGET_DIR=../../target/plugins-lint cargo clippy --workspace --all-targets --locked --target wasm32-wasip2 -- -D warnings)
 
+# macOS and Windows: built, linked and linted with warnings denied (SWITCHYARD_NATIVE_ONLY=1 skips
+# this and the Wine tests below, for a quick local run).
+if [ "${SWITCHYARD_NATIVE_ONLY:-0}" != 1 ]; then
+  echo "building and linting for macOS and Windows (scripts/cross.sh; the first run takes minutes)..." >&2
+  bash scripts/cross.sh
+fi
+
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
 # --all-features turns on `interop`: the suites that need Node.js, Python and Chromium.
 # --no-fail-fast: every test binary runs, so one failure does not hide the others.
 cargo test --workspace --all-features --locked --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
+if [ "${SWITCHYARD_NATIVE_ONLY:-0}" != 1 ]; then
+  echo "Windows tests under Wine (scripts/windows.sh)..." >&2
+  bash scripts/windows.sh 2>&1 | tee -a "$log" || status=$?
+fi
 # One closing line for the whole run: cargo prints a summary per test binary.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed;?$/) p += $i; if ($(i+1) ~ /^failed;?$/) f += $i } }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log"

@@ -153,10 +153,9 @@ pub fn to_text(found: &[Result<Found, Error>], home: &Path) -> String {
 
 /// `switchyard clients [--project DIR] [--json]`.
 pub fn run(project: Option<&Path>, json: bool) -> anyhow::Result<String> {
-    let home = std::env::var_os("HOME")
-        .filter(|h| !h.is_empty())
-        .map(PathBuf::from)
-        .ok_or_else(|| anyhow::anyhow!("HOME is not set; switchyard looks for client configs under it"))?;
+    let home = switchyard_os::dirs::home().ok_or_else(|| {
+        anyhow::anyhow!("{} is not set; switchyard looks for client configs under it", switchyard_os::dirs::HOME_VAR)
+    })?;
     let cwd = std::env::current_dir().ok();
     let project = project.map(Path::to_path_buf).or(cwd);
     let env = |k: &str| std::env::var(k).ok();

@@ -30,6 +30,23 @@ fn known(var: &str, fallback: &str) -> Option<PathBuf> {
         .or_else(|| std::env::var_os("USERPROFILE").filter(|h| !h.is_empty()).map(|h| PathBuf::from(h).join(fallback)))
 }
 
+/// The user's home directory: `$HOME` on Unix, `%USERPROFILE%` on Windows (non-empty).
+pub fn home() -> Option<PathBuf> {
+    let var = if cfg!(windows) { "USERPROFILE" } else { "HOME" };
+    std::env::var_os(var).filter(|h| !h.is_empty()).map(PathBuf::from)
+}
+
+/// What names the home directory, for an error that says it is missing.
+pub const HOME_VAR: &str = if cfg!(windows) { "USERPROFILE" } else { "HOME" };
+
+/// Where compiled caches live: `$XDG_CACHE_HOME`, else `~/.cache` (Unix); `%LOCALAPPDATA%`.
+pub fn cache_home() -> Option<PathBuf> {
+    #[cfg(unix)]
+    return xdg("XDG_CACHE_HOME", ".cache");
+    #[cfg(windows)]
+    return known("LOCALAPPDATA", r"AppData\Local");
+}
+
 /// Where the user's configuration lives; None when the environment names no home.
 pub fn config_home() -> Option<PathBuf> {
     #[cfg(unix)]

@@ -42,12 +42,13 @@ fn not_found(command: &str) -> std::io::Error {
 pub fn resolve_unix(command: &str, path: &str, executable: &dyn Fn(&Path) -> bool) -> std::io::Result<PathBuf> {
     if command.contains('/') {
         let file = PathBuf::from(command);
-        return if executable(&file) {
-            Ok(file)
-        } else if file.exists() {
-            Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, format!("{command} is not executable")))
-        } else {
-            Err(std::io::Error::new(std::io::ErrorKind::NotFound, format!("{command} does not exist")))
+        return match std::fs::metadata(&file) {
+            // The OS's own words for a path that is not there ("No such file or directory").
+            Err(e) => Err(e),
+            Ok(_) if executable(&file) => Ok(file),
+            Ok(_) => {
+                Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, format!("{command} is not executable")))
+            }
         };
     }
     let mut denied = None;
@@ -175,6 +176,8 @@ mod tests {
         let d = dir.path().to_str().unwrap();
         std::fs::write(dir.path().join("plain"), "x").unwrap();
         let yes = |p: &Path| p.ends_with("tool");
+        let e = resolve_unix("/no/such/dir/tool", d, &yes).unwrap_err();
+        assert!(e.to_string().contains("No such file"), "{e}");
         assert_eq!(resolve_unix("tool", &format!("/nowhere:{d}"), &yes).unwrap(), PathBuf::from("/nowhere/tool"));
         let no = |_: &Path| false;
         let e = resolve_unix("plain", &format!("/nowhere:{d}"), &no).unwrap_err();

@@ -67,16 +67,16 @@ pub(super) fn resolve_dir(config: &Config, cli_dir: Option<PathBuf>) -> anyhow::
     Ok(dir)
 }
 
-/// `$XDG_CONFIG_HOME/switchyard/plugins`, else `~/.config/switchyard/plugins` (an empty or
-/// relative XDG_CONFIG_HOME is ignored, as the XDG base directory spec says).
+/// `switchyard/plugins` in the user's config directory: `$XDG_CONFIG_HOME`, else `~/.config`
+/// (an empty or relative XDG_CONFIG_HOME is ignored, as the XDG base directory spec says);
+/// `%APPDATA%` on Windows.
 fn default_dir() -> anyhow::Result<PathBuf> {
-    let xdg = std::env::var_os("XDG_CONFIG_HOME").map(PathBuf::from).filter(|p| p.is_absolute());
-    let base = match xdg {
-        Some(base) => base,
-        None => std::env::var_os("HOME")
-            .map(|h| PathBuf::from(h).join(".config"))
-            .context("no --plugins directory, no config file, and neither XDG_CONFIG_HOME nor HOME is set")?,
-    };
+    let base = switchyard_os::dirs::config_home().with_context(|| {
+        format!(
+            "no --plugins directory, no config file, and no config directory ({} is not set)",
+            switchyard_os::dirs::HOME_VAR
+        )
+    })?;
     Ok(base.join("switchyard").join("plugins"))
 }
 

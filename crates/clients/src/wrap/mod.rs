@@ -209,10 +209,9 @@ fn after_writes(e: anyhow::Error, written: &[String]) -> anyhow::Error {
 }
 
 fn home() -> anyhow::Result<PathBuf> {
-    std::env::var_os("HOME")
-        .filter(|h| !h.is_empty())
-        .map(PathBuf::from)
-        .ok_or_else(|| anyhow!("HOME is not set; switchyard looks for client configs under it"))
+    switchyard_os::dirs::home().ok_or_else(|| {
+        anyhow!("{} is not set; switchyard looks for client configs under it", switchyard_os::dirs::HOME_VAR)
+    })
 }
 
 /// `switchyard wrap`: returns what to print.

@@ -31,12 +31,28 @@ pub fn pipe_path(key: &str) -> PathBuf {
     PathBuf::from(format!(r"\\.\pipe\switchyard-{sid}-{key}"))
 }
 
+/// A path given by hand (`--socket`, `run --listen`) must name a pipe.
+fn check_pipe_path(path: &Path) -> std::io::Result<()> {
+    let text = path.to_string_lossy();
+    if text.len() > 9 && text.get(..9).is_some_and(|p| p.eq_ignore_ascii_case(r"\\.\pipe\")) {
+        return Ok(());
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!(
+            "{} is not a named pipe; on Windows the daemon's endpoint is one: give \\\\.\\pipe\\NAME",
+            path.display()
+        ),
+    ))
+}
+
 /// How long a connect waits for a free instance of a busy pipe.
 const BUSY_WAIT: Duration = Duration::from_secs(5);
 
 /// Connects to the daemon's pipe, once it is checked to be served by this user. NotFound:
 /// nobody listens.
 pub async fn connect(path: &Path) -> std::io::Result<Stream> {
+    check_pipe_path(path)?;
     let deadline = tokio::time::Instant::now() + BUSY_WAIT;
     let client = loop {
         match ClientOptions::new().pipe_mode(PipeMode::Byte).open(path) {
@@ -72,6 +88,7 @@ fn check_server(pipe: HANDLE, path: &Path) -> std::io::Result<()> {
 
 /// Sends one line and reads one line back, blocking at most `wait` for the answer.
 pub fn request(path: &Path, line: &[u8], wait: Duration) -> std::io::Result<String> {
+    check_pipe_path(path)?;
     let mut file = std::fs::OpenOptions::new().read(true).write(true).open(path)?;
     check_server(file.as_raw_handle() as HANDLE, path)?;
     file.write_all(line)?;
@@ -96,6 +113,7 @@ impl Listener {
     /// Creates the pipe's first instance. Fails when the name exists (another daemon, or
     /// someone else's pipe): the error says so.
     pub fn bind(path: &Path) -> std::io::Result<Listener> {
+        check_pipe_path(path)?;
         let descriptor = Descriptor::user_only()?;
         let next = create(path.as_os_str(), &descriptor, true).map_err(|e| {
             if e.kind() == std::io::ErrorKind::PermissionDenied {

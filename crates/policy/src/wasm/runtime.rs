@@ -202,10 +202,7 @@ fn hex(bytes: &[u8]) -> String {
 fn cache_dir() -> Option<&'static Path> {
     static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
     DIR.get_or_init(|| {
-        let base = std::env::var_os("XDG_CACHE_HOME")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+        let base = switchyard_os::dirs::cache_home()?;
         let dir = base.join("switchyard").join("plugins");
         match std::fs::create_dir_all(&dir) {
             Ok(()) => Some(dir),
