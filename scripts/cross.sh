@@ -32,7 +32,7 @@ say "clippy for Windows (x86_64-pc-windows-gnu)..."
 cargo clippy "${packages[@]}" --lib --bins --tests --locked --target x86_64-pc-windows-gnu -- -D warnings
 for target in aarch64-apple-darwin x86_64-apple-darwin; do
   say "clippy for macOS ($target, C through zig)..."
-  cargo zigbuild clippy "${packages[@]}" --lib --bins --tests --locked --target "$target" -- -D warnings
+  cargo-zigbuild clippy "${packages[@]}" --lib --bins --tests --locked --target "$target" -- -D warnings
 done
 say "building and linking the macOS binaries (zig)..."
 cargo zigbuild -p switchyard --bins --locked --target aarch64-apple-darwin --target x86_64-apple-darwin

@@ -3,6 +3,9 @@
 //! switchyard-testkit crate (tests/support); the suites that need Node.js, Python or Chromium
 //! are in [`interop`], behind the `interop` feature.
 
+// Linux and macOS: the suite drives routers and servers with Unix sockets and signals (Windows
+// has its own subset, tests/windows).
+#![cfg(unix)]
 // Helpers some of the gated suites alone use.
 #![cfg_attr(not(feature = "interop"), allow(dead_code, unused_imports))]
 

@@ -458,7 +458,12 @@ mod stdio_kinds {
             }
             In::Pty => {
                 use rustix::pty::*;
-                let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC).unwrap();
+                // macOS's posix_openpt takes no close-on-exec flag.
+                #[cfg(target_os = "linux")]
+                let flags = OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC;
+                #[cfg(not(target_os = "linux"))]
+                let flags = OpenptFlags::RDWR | OpenptFlags::NOCTTY;
+                let master = openpt(flags).unwrap();
                 grantpt(&master).unwrap();
                 unlockpt(&master).unwrap();
                 let name = ptsname(&master, Vec::new()).unwrap();

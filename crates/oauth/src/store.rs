@@ -269,10 +269,13 @@ mod tests {
         let store = Store::new(&dir.path().join("oauth"), &url);
         let stored = Stored { server_url: url.to_string(), tokens: Some(tokens()), ..Default::default() };
         store.save(&stored).unwrap();
-        let mode = std::fs::metadata(store.path()).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o600);
-        let dir_mode = std::fs::metadata(dir.path().join("oauth")).unwrap().permissions().mode() & 0o777;
-        assert_eq!(dir_mode, 0o700);
+        #[cfg(unix)]
+        {
+            let mode = std::fs::metadata(store.path()).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600);
+            let dir_mode = std::fs::metadata(dir.path().join("oauth")).unwrap().permissions().mode() & 0o777;
+            assert_eq!(dir_mode, 0o700);
+        }
         let back = store.load();
         assert_eq!(back.tokens.unwrap().access_token.expose(), "at-123456789");
         // Only the file remains: nothing written aside is left over.
@@ -312,6 +315,7 @@ mod tests {
         assert!(store.load().tokens.is_some());
     }
 
+    #[cfg(unix)]
     #[test]
     fn a_file_others_can_read_is_made_the_owners_alone() {
         let dir = tempfile::tempdir().unwrap();

@@ -37,10 +37,16 @@ pub type Output = Box<dyn AsyncWrite + Send + Unpin>;
 #[derive(Default)]
 pub struct Restore(Vec<(OwnedFd, OFlags)>);
 
-/// Nothing to put back: Windows' stdin and stdout stay as they are.
+/// Nothing to put back: Windows' stdin and stdout stay as they are. Dropped where Unix's is,
+/// so callers read the same on every OS.
 #[cfg(windows)]
 #[derive(Default)]
 pub struct Restore;
+
+#[cfg(windows)]
+impl Drop for Restore {
+    fn drop(&mut self) {}
+}
 
 /// Stdin and stdout through tokio's portable streams (Windows: a pipe handle is not driven by
 /// the reactor).

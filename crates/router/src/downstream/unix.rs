@@ -62,13 +62,22 @@ pub async fn bind(path: &Path) -> anyhow::Result<Bound> {
 /// the process-wide umask is never touched (other threads create files meanwhile).
 fn bind_private(path: &Path) -> std::io::Result<(std::os::unix::net::UnixListener, (u64, u64))> {
     use rustix::fs::{FileType, Mode};
-    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketType};
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
     let fd = rustix::net::socket_with(
         AddressFamily::UNIX,
         SocketType::STREAM,
-        SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+        rustix::net::SocketFlags::CLOEXEC | rustix::net::SocketFlags::NONBLOCK,
         None,
     )?;
+    // macOS has no SOCK_CLOEXEC: the flags are set right after, before anything could exec.
+    #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
+    let fd = {
+        let fd = rustix::net::socket(AddressFamily::UNIX, SocketType::STREAM, None)?;
+        rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC)?;
+        rustix::io::ioctl_fionbio(&fd, true)?;
+        fd
+    };
     rustix::net::bind(&fd, &SocketAddrUnix::new(path)?)?;
     let made = rustix::fs::lstat(path)?;
     if FileType::from_raw_mode(made.st_mode) != FileType::Socket {
@@ -77,7 +86,13 @@ fn bind_private(path: &Path) -> std::io::Result<(std::os::unix::net::UnixListene
     }
     rustix::fs::chmod(path, Mode::RUSR | Mode::WUSR)?;
     rustix::net::listen(&fd, 1024)?;
-    Ok((std::os::unix::net::UnixListener::from(fd), (made.st_dev, made.st_ino)))
+    Ok((std::os::unix::net::UnixListener::from(fd), file_id(&made)))
+}
+
+/// Which file `st` describes: its device and inode (of the OS's own widths).
+#[allow(clippy::unnecessary_cast)]
+pub fn file_id(st: &rustix::fs::Stat) -> (u64, u64) {
+    (st.st_dev as u64, st.st_ino as u64)
 }
 
 /// Accepts connections on the socket until `shutdown`; each is a session (or one status or
@@ -134,7 +149,7 @@ pub async fn listen(router: Arc<Servers>, bound: Bound, path: PathBuf, shutdown:
     // Only the file this router made: if it was removed and another router bound the path
     // since, that router's socket stays.
     match rustix::fs::lstat(&path) {
-        Ok(st) if (st.st_dev, st.st_ino) == file => {
+        Ok(st) if file_id(&st) == file => {
             let _ = std::fs::remove_file(&path);
         }
         Ok(_) => tracing::info!("{} is no longer this router's socket; left in place", path.display()),

@@ -223,5 +223,5 @@ pub fn cancelled_ids(text: &str) -> Vec<String> {
     out
 }
 
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux"))]
 mod tests;

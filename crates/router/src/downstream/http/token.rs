@@ -262,7 +262,7 @@ pub fn page_url(listen: std::net::SocketAddr, token: &Token) -> String {
 
 pub use switchyard_core::ids::random;
 
-#[cfg(test)]
+#[cfg(all(test, unix))]
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;

@@ -11,7 +11,7 @@ mod legacy;
 mod liveness;
 mod retry;
 mod streamable;
-#[cfg(test)]
+#[cfg(all(test, unix))]
 mod tests;
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -20,7 +20,7 @@ mod handed;
 mod join;
 mod pumps;
 mod relay;
-#[cfg(test)]
+#[cfg(all(test, unix))]
 mod tests;
 
 use std::collections::BTreeMap;

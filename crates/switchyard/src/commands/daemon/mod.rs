@@ -338,7 +338,7 @@ async fn keep_socket(router: Arc<Servers>, socket: PathBuf, mut file: (u64, u64)
             _ = shutdown.cancelled() => return,
         }
         match rustix::fs::lstat(&socket) {
-            Ok(st) if (st.st_dev, st.st_ino) == file => {}
+            Ok(st) if downstream::unix::file_id(&st) == file => {}
             Err(rustix::io::Errno::NOENT) => match downstream::bind(&socket).await {
                 Ok(bound) => {
                     tracing::warn!("the socket {} was removed; listening on it again", socket.display());
