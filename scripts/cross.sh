@@ -34,8 +34,25 @@ for target in aarch64-apple-darwin x86_64-apple-darwin; do
   say "clippy for macOS ($target, C through zig)..."
   cargo-zigbuild clippy "${packages[@]}" --lib --bins --tests --locked --target "$target" -- -D warnings
 done
-say "building and linking the macOS binaries (zig)..."
-cargo zigbuild -p switchyard --bins --locked --target aarch64-apple-darwin --target x86_64-apple-darwin
+# Linked against stubs of the system frameworks (Apple's SDK is in no registry): see
+# scripts/macos_stubs.py. Only the binary's own link takes the -F flag, so nothing rebuilds.
+stubs="$PWD/target/macos-frameworks"
+mkdir -p "$stubs"
+link_log=$(mktemp)
+trap 'rm -f "$link_log"' EXIT
+for target in aarch64-apple-darwin x86_64-apple-darwin; do
+  say "building and linking the macOS binary ($target, zig)..."
+  for attempt in 1 2 3 4; do
+    if cargo-zigbuild rustc -p switchyard --bin switchyard --locked --target "$target" -- -C "link-arg=-F$stubs" \
+        >"$link_log" 2>&1; then
+      break
+    fi
+    if [ "$attempt" = 4 ] || ! python3 scripts/macos_stubs.py "$stubs" "$link_log"; then
+      tail -n 40 "$link_log" >&2
+      exit 1
+    fi
+  done
+done
 say "building the Windows binary..."
 cargo build -p switchyard --bins --locked --target x86_64-pc-windows-gnu
 for f in target/aarch64-apple-darwin/debug/switchyard target/x86_64-apple-darwin/debug/switchyard \

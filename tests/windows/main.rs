@@ -171,6 +171,32 @@ fn run_answers_calls_and_repeats_a_safe_call_when_its_server_dies() {
     wait_gone(second);
 }
 
+#[test]
+fn a_cmd_shim_on_path_starts_by_its_bare_name_with_its_arguments_intact() {
+    // As npm installs `npx`: a `.cmd` file on PATH that CreateProcess alone would not find.
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("shims");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(bin.join("myserver.cmd"), format!("@echo off\r\n\"{}\" fixture %*\r\n", exe().display())).unwrap();
+    let path = format!("{};{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let mut cmd = Command::new(exe());
+    cmd.args(["run", "--", "myserver", "--name", "shim with spaces"])
+        .env("PATH", path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    profile(&mut cmd, dir.path());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    writeln!(stdin, "{init}").unwrap();
+    let answer: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(answer["result"]["serverInfo"]["name"], "shim with spaces", "{answer}");
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+}
+
 fn write_config(dir: &Path) -> PathBuf {
     let config = dir.join("switchyard.toml");
     let exe = exe().to_string_lossy().replace('\\', "\\\\");

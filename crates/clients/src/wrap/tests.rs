@@ -363,6 +363,8 @@ fn one(client: Client, path: &str, scope: Scope, text: &str) -> Input {
 
 /// A project's servers ran in the project: wrapped, they still do (`.` is the project, not the
 /// daemon's `/`), and the same entry in two projects is two servers.
+// Unix paths (`/w/p`) in the files and the expected output.
+#[cfg(unix)]
 #[test]
 fn a_project_s_servers_keep_running_in_the_project() {
     let entry = r#"{"mcpServers": {"fs": {"command": "node", "args": ["fs.js", "."]}, "sub": {"command": "x", "cwd": "tools"}}}"#;
@@ -488,6 +490,8 @@ fn servers_appended_to_a_crlf_config_use_crlf() {
 
 /// A project's relative command (`./run.sh`, `.venv/bin/python`) is the project's file; a bare
 /// name stays a PATH lookup; `"sandboxEnabled": false` asks for nothing and is wrapped.
+// Unix paths (`/w/p`) in the files and the expected output.
+#[cfg(unix)]
 #[test]
 fn a_project_s_relative_command_is_the_project_s_file() {
     let text = r#"{"mcpServers": {"r": {"command": "./run.sh"}, "v": {"command": ".venv/bin/python", "args": ["-m", "srv"]}, "n": {"command": "npx"}, "s": {"command": "x", "sandboxEnabled": false}}}"#;
@@ -659,6 +663,8 @@ fn codex_config_is_edited_in_place_and_unwraps_to_the_same_bytes() {
 /// Hostile Codex files: CRLF with a byte-order mark keeps both; a server whose tables stand apart
 /// or that is written as dotted keys is left with the reason; a duplicate table or broken TOML is
 /// an error naming line and column, as Codex refuses the file too.
+// Unix paths (`/w/p`) in the files and the expected output.
+#[cfg(unix)]
 #[test]
 fn hostile_codex_files() {
     let codex = |text: &str| Input {
@@ -714,6 +720,8 @@ fn hostile_codex_files() {
 /// Gemini CLI's settings: `$VAR` and `${VAR}` stay Gemini's to expand (in the wrapped entry's
 /// `env`), `httpUrl` is a remote server, Gemini's own settings (`trust`, `timeout`, tool lists)
 /// stay on its entry, Google sign-in keeps an entry as it is, and unwrap gives the bytes back.
+// Unix paths (`/w/p`) in the files and the expected output.
+#[cfg(unix)]
 #[test]
 fn gemini_settings_wrap_and_unwrap_to_the_same_bytes() {
     let gemini = Input {
@@ -780,6 +788,8 @@ fn gemini_settings_wrap_and_unwrap_to_the_same_bytes() {
 
 /// Hostile Gemini CLI settings: CRLF, tabs, comments inside the entry and a unicode name keep
 /// their bytes; a byte-order mark, which Gemini CLI cannot read either, is an error at its place.
+// Unix paths (`/w/p`) in the files and the expected output.
+#[cfg(unix)]
 #[test]
 fn hostile_gemini_settings() {
     let text = "{\r\n\t// ü\r\n\t\"mcpServers\": {\r\n\t\t\"ünï code\": {\r\n\t\t\t\"command\": \"x\", /* c */\r\n\t\t\t\"trust\": true\r\n\t\t}\r\n\t}\r\n}\r\n";
@@ -974,6 +984,8 @@ fn a_dry_run_hides_the_defaults_of_client_variables() {
 /// A user-level entry's relative `cwd` meant the directory the client runs in, which
 /// switchyard cannot know: the entry stays as it is, said with its line. A project's relative
 /// `cwd` is the project's, as before.
+// Unix paths (`/w/p`) in the files and the expected output.
+#[cfg(unix)]
 #[test]
 fn a_user_level_relative_cwd_is_left_with_the_reason() {
     let text = "{\n  \"mcpServers\": {\n    \"rel\": {\"command\": \"x\", \"cwd\": \"sub\"},\n    \"abs\": {\"command\": \"x\", \"cwd\": \"/srv\"}\n  }\n}\n";
