@@ -38,7 +38,7 @@ fi
 
 export CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER=wine
 say "unit tests under Wine..."
-cargo test --locked --target x86_64-pc-windows-gnu -p switchyard-os -p switchyard-config -p switchyard-clients \
+cargo test --locked --no-fail-fast --target x86_64-pc-windows-gnu -p switchyard-os -p switchyard-config -p switchyard-clients \
   -p switchyard-oauth "$@"
 say "end-to-end tests under Wine (switchyard.exe run, daemon, connect, stop, wrap)..."
 cargo test --locked --target x86_64-pc-windows-gnu -p switchyard --test windows -- --test-threads=1 "$@"

@@ -769,6 +769,8 @@ file = "hints.wasm"
         );
         assert_eq!(s.launch.env["TOKEN"], "t=a${BIN}b;");
         assert_eq!(s.launch.env["PLAIN"], "${PATH}");
+        // `/ws` is absolute on Unix only (on Windows it is the config's drive, and joined).
+        #[cfg(unix)]
         assert_eq!(s.launch.cwd.as_deref(), Some(Path::new("/ws/sub")));
         assert!(s.launch.client_env.is_empty() && s.client_values.0.len() == 3, "only its own names are kept");
         got.refuse_client_env().unwrap();

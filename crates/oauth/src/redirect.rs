@@ -158,14 +158,24 @@ pub fn open_browser(url: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The command that opens `url`: `$BROWSER` (`from_env`) through the shell, else the
-/// platform's opener.
+/// The command that opens `url`: `$BROWSER` (`from_env`), else the platform's opener
+/// (`xdg-open`; `open` on macOS; on Windows the URL handler through `rundll32`, which parses no
+/// shell syntax in the URL).
 fn browser_command(from_env: bool, url: &str) -> tokio::process::Command {
-    let mut cmd = if from_env {
+    let mut cmd = if from_env && cfg!(windows) {
+        // No shell to split it: `%BROWSER%` names the program, the URL is its one argument.
+        let mut c = tokio::process::Command::new(std::env::var("BROWSER").unwrap_or_default());
+        c.arg(url);
+        c
+    } else if from_env {
         // `$BROWSER` may hold arguments: the shell splits it; the URL goes as "$1", never
         // through the shell's parsing.
         let mut c = tokio::process::Command::new("sh");
         c.arg("-c").arg("$BROWSER \"$1\"").arg("switchyard-browser").arg(url);
+        c
+    } else if cfg!(windows) {
+        let mut c = tokio::process::Command::new("rundll32.exe");
+        c.arg("url.dll,FileProtocolHandler").arg(url);
         c
     } else {
         let opener = if cfg!(target_os = "macos") { "open" } else { "xdg-open" };
@@ -201,7 +211,9 @@ mod tests {
     use super::*;
 
     /// A browser command that is missing or fails is reported, with what to do; one that
-    /// works is not.
+    /// works is not. (Unix: `$BROWSER` through the shell; on Windows a missing program fails
+    /// to start instead, which `open_browser` reports.)
+    #[cfg(unix)]
     #[tokio::test]
     async fn a_browser_that_fails_is_reported() {
         let run = |browser: &'static str| async move {
