@@ -8,17 +8,8 @@ cd "$(dirname "$0")/.."
 
 say() { echo "cross: $*" >&2; }
 
-need_apt=()
-command -v x86_64-w64-mingw32-gcc >/dev/null || need_apt+=(gcc-mingw-w64-x86-64)
-if [ ${#need_apt[@]} -gt 0 ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    say "installing ${need_apt[*]} (apt-get)..."
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
-  else
-    say "missing: ${need_apt[*]} (apt-get install them)"; exit 1
-  fi
-fi
+source scripts/apt.sh
+need_apt x86_64-w64-mingw32-gcc gcc-mingw-w64-x86-64
 if ! command -v cargo-zigbuild >/dev/null || ! python3 -c 'import ziglang' 2>/dev/null; then
   say "installing zig and cargo-zigbuild (pip)..."
   python3 -m pip install -q ziglang==0.17.1 cargo-zigbuild==0.24.1

@@ -8,18 +8,9 @@ cd "$(dirname "$0")/.."
 
 say() { echo "windows: $*" >&2; }
 
-need_apt=()
-command -v x86_64-w64-mingw32-gcc >/dev/null || need_apt+=(gcc-mingw-w64-x86-64)
-command -v wine >/dev/null || need_apt+=(wine wine64)
-if [ ${#need_apt[@]} -gt 0 ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    say "installing ${need_apt[*]} (apt-get; a minute or two)..."
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
-  else
-    say "missing: ${need_apt[*]} (apt-get install them)"; exit 1
-  fi
-fi
+source scripts/apt.sh
+need_apt x86_64-w64-mingw32-gcc gcc-mingw-w64-x86-64
+need_apt wine wine wine64
 rustup target add x86_64-pc-windows-gnu >/dev/null
 
 # A prefix of the tests' own, made once per target directory.
