@@ -102,8 +102,22 @@ impl Peer {
         self.request(id, "tools/call", json!({"name": tool, "arguments": arguments}))
     }
 
+    /// Whether the process's stdout reaches its end (every holder of the pipe closed it)
+    /// within `limit`, skipping what it still says.
+    fn output_ends_within(&mut self, limit: Duration) -> bool {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(_) => continue,
+                Err(mpsc::RecvTimeoutError::Disconnected) => return true,
+                Err(mpsc::RecvTimeoutError::Timeout) => return false,
+            }
+        }
+    }
+
     /// Closes stdin and waits for the process to exit.
-    fn finish(mut self) -> std::process::ExitStatus {
+    fn finish(&mut self) -> std::process::ExitStatus {
         drop(self.stdin.take());
         let deadline = std::time::Instant::now() + WAIT;
         loop {
@@ -168,6 +182,7 @@ fn run_answers_calls_and_repeats_a_safe_call_when_its_server_dies() {
     let second = server_pid(&mut run, 5);
     assert_ne!(first, second, "a new instance serves after the crash");
     assert!(run.finish().success());
+    assert!(run.output_ends_within(Duration::from_secs(10)), "the server holds the client's output open");
     wait_gone(second);
 }
 
@@ -227,8 +242,13 @@ fn the_daemon_serves_two_connects_over_its_pipe_outlives_one_and_stop_leaves_no_
     assert_eq!(text_of(&a.call(1, "echo", json!({"text": "from a"}))), "from a");
     assert_eq!(text_of(&b.call(1, "echo", json!({"text": "from b"}))), "from b");
     let server = server_pid(&mut b, 2);
-    // One client leaves: the daemon and its server stay for the other.
+    // One client leaves: the daemon and its server stay for the other. `a` started the daemon,
+    // which must not have inherited `a`'s pipes: `a`'s output ends when `a` exits, and `a`
+    // exits at once with nothing in flight (a named pipe has no half-close to wait on).
+    let closed = std::time::Instant::now();
     assert!(a.finish().success());
+    assert!(closed.elapsed() < Duration::from_secs(4), "connect took {:?} to exit", closed.elapsed());
+    assert!(a.output_ends_within(Duration::from_secs(10)), "the client's output pipe is held open by another process");
     assert_eq!(text_of(&b.call(3, "echo", json!({"text": "still here"}))), "still here");
     assert_eq!(server_pid(&mut b, 4), server, "the server lived on");
     let status = switchyard(&["status", "--config", config], dir.path());

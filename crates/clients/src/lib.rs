@@ -473,8 +473,10 @@ pub(crate) fn is_switchyard(command: &str) -> bool {
         return true;
     }
     static THIS: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
-    let this = THIS.get_or_init(|| std::env::current_exe().and_then(std::fs::canonicalize).ok());
-    Path::new(command).is_absolute() && this.is_some() && std::fs::canonicalize(command).ok() == *this
+    let this = THIS.get_or_init(|| std::env::current_exe().and_then(|e| switchyard_os::fs::canonicalize(&e)).ok());
+    Path::new(command).is_absolute()
+        && this.is_some()
+        && switchyard_os::fs::canonicalize(Path::new(command)).ok() == *this
 }
 
 /// The byte ranges of the variables `client` expands in `s`, in order: each `${...}` (from `${`

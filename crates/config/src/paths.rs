@@ -34,9 +34,9 @@ pub fn canonical_config(config: &Path) -> anyhow::Result<PathBuf> {
     std::fs::metadata(config).with_context(missing)?;
     let absolute = std::path::absolute(config).with_context(missing)?;
     let (Some(dir), Some(name)) = (absolute.parent(), absolute.file_name()) else {
-        return std::fs::canonicalize(config).with_context(missing);
+        return switchyard_os::fs::canonicalize(config).with_context(missing);
     };
-    Ok(std::fs::canonicalize(dir).with_context(missing)?.join(name))
+    Ok(switchyard_os::fs::canonicalize(dir).with_context(missing)?.join(name))
 }
 
 /// A short name for a config file that no other config file has: its stem (for people reading

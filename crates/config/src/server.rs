@@ -462,9 +462,15 @@ impl ServerConfig {
 pub fn derive_name(command: &str, args: &[String]) -> String {
     // Path parts that say nothing about which server it is.
     const GENERIC: &[&str] = &["index", "main", "cli", "server", "dist", "build", "lib", "src", "bin", "out"];
+    // The last part of a path, Unix or Windows, without a Windows program's extension.
     let base = |s: &str| {
-        let s = s.trim_end_matches('/');
-        s.rsplit('/').next().unwrap_or(s).to_string()
+        let s = s.trim_end_matches(['/', '\\']);
+        let name = s.rsplit(['/', '\\']).next().unwrap_or(s);
+        let lower = name.to_ascii_lowercase();
+        match [".exe", ".cmd", ".bat"].iter().find(|ext| lower.ends_with(*ext)) {
+            Some(ext) => name[..name.len() - ext.len()].to_string(),
+            None => name.to_string(),
+        }
     };
     let cmd = base(command);
     let launchers = ["npx", "node", "uvx", "uv", "python", "python3", "deno", "bunx", "bun", "pipx"];
@@ -479,7 +485,7 @@ pub fn derive_name(command: &str, args: &[String]) -> String {
         p.trim_end_matches(".js").trim_end_matches(".mjs").trim_end_matches(".py").to_string()
     };
     // The last path part that names something: a file, else the package directory above it.
-    let parts: Vec<String> = arg.trim_end_matches('/').split('/').map(strip).collect();
+    let parts: Vec<String> = arg.trim_end_matches(['/', '\\']).split(['/', '\\']).map(strip).collect();
     parts
         .iter()
         .rev()
@@ -507,6 +513,13 @@ mod tests {
         assert_eq!(derive_name("python3", &a(&["-m", "weather_server.py"])), "weather_server");
         assert_eq!(derive_name("uvx", &a(&["mcp-server-git@1.2"])), "mcp-server-git");
         assert_eq!(derive_name("/opt/bin/my-server", &a(&["--port", "3"])), "my-server");
+        // Windows: backslashes, drive letters and program extensions.
+        assert_eq!(derive_name(r"C:\Tools\weather.EXE", &a(&[])), "weather");
+        assert_eq!(
+            derive_name(r"C:\Program Files\nodejs\npx.cmd", &a(&["-y", "@modelcontextprotocol/server-memory"])),
+            "server-memory"
+        );
+        assert_eq!(derive_name("node", &a(&[r"C:\srv\server-git\dist\index.js"])), "server-git");
     }
 
     #[test]

@@ -120,6 +120,26 @@ pub fn lock_dir(dir: &Path) -> std::io::Result<std::fs::File> {
     Ok(file)
 }
 
+/// `std::fs::canonicalize`, written as a user would write the path: on Windows without the
+/// `\\?\` prefix where the path needs none (a drive path; `\\?\UNC\` back to `\\`), so it can
+/// go into a client's config, a command line or a message (cmd.exe does not take `\\?\`).
+pub fn canonicalize(path: &Path) -> std::io::Result<std::path::PathBuf> {
+    let real = std::fs::canonicalize(path)?;
+    Ok(plain(real))
+}
+
+/// `path` without a verbatim prefix it does not need (see [`canonicalize`]).
+pub fn plain(path: std::path::PathBuf) -> std::path::PathBuf {
+    let text = path.to_string_lossy();
+    if let Some(rest) = text.strip_prefix(r"\\?\UNC\") {
+        return std::path::PathBuf::from(format!(r"\\{rest}"));
+    }
+    match text.strip_prefix(r"\\?\") {
+        Some(rest) if rest.as_bytes().get(1) == Some(&b':') && rest.len() < 260 => std::path::PathBuf::from(rest),
+        _ => path,
+    }
+}
+
 /// How a file's access reads in a message: `mode 644` on Unix, `its ACL` on Windows.
 pub fn access_text(meta: &std::fs::Metadata) -> String {
     #[cfg(unix)]
@@ -231,6 +251,17 @@ mod tests {
         assert!(!try_lock(&b).unwrap(), "a second open file description must not get the lock");
         drop(a);
         assert!(try_lock(&b).unwrap(), "closing the holder releases the lock");
+    }
+
+    #[test]
+    fn verbatim_prefixes_go_where_the_path_needs_none() {
+        use std::path::PathBuf;
+        assert_eq!(plain(PathBuf::from(r"\\?\C:\Users\me\x.toml")), PathBuf::from(r"C:\Users\me\x.toml"));
+        assert_eq!(plain(PathBuf::from(r"\\?\UNC\host\share\x")), PathBuf::from(r"\\host\share\x"));
+        assert_eq!(plain(PathBuf::from("/home/me/x.toml")), PathBuf::from("/home/me/x.toml"));
+        // A path too long for the plain form keeps its prefix.
+        let long = format!(r"\\?\C:\{}", "d".repeat(300));
+        assert_eq!(plain(PathBuf::from(&long)), PathBuf::from(&long));
     }
 
     #[test]

@@ -121,6 +121,9 @@ pub fn resolve_windows(
             }
         }
     }
+    if has_dir {
+        return Err(std::io::Error::new(std::io::ErrorKind::NotFound, format!("{command} does not exist")));
+    }
     Err(not_found(command))
 }
 
@@ -164,6 +167,8 @@ mod tests {
             resolve_windows(r"D:\tools\server", r"C:\elsewhere", None, &exists).unwrap(),
             PathBuf::from(r"D:\tools\server.bat")
         );
+        let e = resolve_windows(r"D:\tools\gone.exe", r"C:\elsewhere", None, &exists).unwrap_err();
+        assert!(e.to_string().contains(r"D:\tools\gone.exe does not exist"), "{e}");
         let e = resolve_windows("missing", r"C:\bin;;C:\x", Some(""), &exists).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
         assert!(e.to_string().contains("`missing` is not on PATH"), "{e}");

@@ -269,6 +269,7 @@ fn main() -> ExitCode {
     // binary being replaced); their process name would be `exe`, which `pgrep switchyard`,
     // `top` and `killall` do not find.
     switchyard_os::process::name_main_thread();
+    switchyard_os::process::keep_std_handles_from_children();
     switchyard_os::exe::init();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,

@@ -254,7 +254,7 @@ pub fn wrap(opts: &Options) -> anyhow::Result<String> {
         Err(e) => return Err(e).with_context(|| format!("cannot read {}", config.display())),
     };
     let exe = std::env::current_exe()
-        .and_then(std::fs::canonicalize)
+        .and_then(|e| switchyard_os::fs::canonicalize(&e))
         .context("cannot tell where the switchyard binary is, which the wrapped entries run")?;
     let plan = plan_wrap(&inputs, &config, config_text.as_deref(), &exe, opts.only.as_deref())?;
     let mut out = String::new();

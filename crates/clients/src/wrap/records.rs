@@ -75,7 +75,7 @@ pub(super) fn write_state(real: &Path, state: &State) -> anyhow::Result<()> {
 /// The file a path names, links followed (a dotfile manager's link stays a link; its target
 /// changes).
 pub(super) fn real_path(path: &Path) -> PathBuf {
-    if let Ok(real) = std::fs::canonicalize(path) {
+    if let Ok(real) = switchyard_os::fs::canonicalize(path) {
         return real;
     }
     // A link to a file not made yet (a dotfile manager's link to a new config): its target.

@@ -289,3 +289,7 @@ pub fn name_main_thread() {
     #[cfg(target_os = "linux")]
     let _ = rustix::thread::set_name(c"switchyard");
 }
+
+/// Nothing to do on Unix: every child's stdin, stdout and stderr are replaced at spawn, and
+/// other descriptors are close-on-exec.
+pub fn keep_std_handles_from_children() {}

@@ -185,8 +185,30 @@ pub fn leave_session() {}
 /// and nothing writes to it after that.
 pub fn stdout_to_null() {}
 
-/// Windows children inherit only the handles a spawn names: nothing to mark.
+/// Nothing more to mark: [`keep_std_handles_from_children`] made the handles this process was
+/// given non-inheritable at start, and switchyard opens none inheritable itself.
 pub fn close_inherited_on_exec() {}
 
 /// Windows names a process by its file; nothing to set.
 pub fn name_main_thread() {}
+
+/// Makes this process's own stdin, stdout and stderr non-inheritable. A Windows child inherits
+/// every inheritable handle of its parent, not only the three it is given: a daemon started by
+/// `connect` would otherwise hold the client's pipes open after `connect` exits, and the client
+/// would wait for an end of output that never comes. A child given `Stdio::inherit()` still gets
+/// them (the standard library passes an inheritable duplicate). Called first thing in `main`.
+#[allow(unsafe_code)]
+pub fn keep_std_handles_from_children() {
+    use windows_sys::Win32::Foundation::{HANDLE_FLAG_INHERIT, INVALID_HANDLE_VALUE, SetHandleInformation};
+    use windows_sys::Win32::System::Console::{GetStdHandle, STD_ERROR_HANDLE, STD_INPUT_HANDLE, STD_OUTPUT_HANDLE};
+    for which in [STD_INPUT_HANDLE, STD_OUTPUT_HANDLE, STD_ERROR_HANDLE] {
+        // SAFETY: GetStdHandle takes no pointers; the handle it returns (if any) is this
+        // process's, and SetHandleInformation changes only its inherit flag.
+        unsafe {
+            let handle = GetStdHandle(which);
+            if !handle.is_null() && handle != INVALID_HANDLE_VALUE {
+                SetHandleInformation(handle, HANDLE_FLAG_INHERIT, 0);
+            }
+        }
+    }
+}

@@ -31,6 +31,9 @@ use super::pumps::{
 pub(super) const RETRY_EVERY: Duration = Duration::from_secs(1);
 /// After the client closed its input, how long answers still owed may take.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
+/// Whether shutting the connection's write half tells the router the input ended (a Unix
+/// socket does; a Windows named pipe does not).
+const HALF_CLOSE: bool = cfg!(unix);
 /// How long a drained connection may go on delivering the server's messages after it was closed.
 const DRAINED_LINGER: Duration = Duration::from_secs(10);
 /// Client lines that may wait for a connection; past this, requests are answered with an error
@@ -226,7 +229,23 @@ impl Relay {
                     }
                 },
                 _ = idle.notified(), if draining => self.drain_step().await,
-                _ = tokio::time::sleep_until(closing.unwrap_or_else(Instant::now)), if closing.is_some() => return Ok(()),
+                // A named pipe has no half-close: the router never sees the end of the input, so
+                // the end is when the last answer came (the router's session ends as connect
+                // exits and the pipe closes).
+                _ = idle.notified(), if closing.is_some() && !HALF_CLOSE => {
+                    if self.ledger.lock().expect("lock").ids.is_empty() {
+                        return Ok(());
+                    }
+                }
+                _ = tokio::time::sleep_until(closing.unwrap_or_else(Instant::now)), if closing.is_some() => {
+                    let why = format!(
+                        "the client closed its input and the router at {} did not answer within {} s",
+                        self.destination.socket.display(),
+                        CLOSE_GRACE.as_secs()
+                    );
+                    self.answer_in_flight(&why).await;
+                    return Ok(());
+                }
             }
         }
     }
@@ -515,6 +534,9 @@ impl Relay {
         match self.state {
             State::Down { .. } => true,
             State::Live => {
+                if !HALF_CLOSE && self.ledger.lock().expect("lock").ids.is_empty() {
+                    return true;
+                }
                 if let Some(w) = self.conn.as_mut() {
                     let _ = w.shutdown().await;
                 }
