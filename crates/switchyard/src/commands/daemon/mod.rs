@@ -219,9 +219,14 @@ async fn serve(
     let router = Servers::new(policy, about, cfg!(unix).then(switchyard_os::exe::spawnable), shutdown.clone());
     let mut applied = Applied::default();
     applied.apply(&router, &config, &text);
-    let bound = downstream::bind(&socket).await.map_err(|e| {
-        anyhow::anyhow!("{e:#}\n(`switchyard status --socket {}` shows the daemon serving it)", socket.display())
-    })?;
+    let bound = match downstream::bind(&socket).await {
+        Ok(bound) => bound,
+        // The hint only where a daemon does serve it (not for a path that is no socket at all).
+        Err(e) if ask_daemon(&socket, &Hello::Status).is_ok() => {
+            anyhow::bail!("{e:#}\n(`switchyard status --socket {}` shows the daemon serving it)", socket.display())
+        }
+        Err(e) => return Err(e),
+    };
     #[cfg(unix)]
     let file = bound.file();
     let http = match front {
