@@ -82,10 +82,10 @@ fn shown_url(raw: &str) -> String {
     }
 }
 
-/// `~/x` for a path under `home`.
+/// `~/x` for a path under `home` (`~\x` on Windows).
 fn short(path: &Path, home: &Path) -> String {
     match path.strip_prefix(home) {
-        Ok(rest) => format!("~/{}", rest.display()),
+        Ok(rest) => format!("~{}{}", std::path::MAIN_SEPARATOR, rest.display()),
         Err(_) => path.display().to_string(),
     }
 }

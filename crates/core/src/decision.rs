@@ -92,10 +92,11 @@ pub enum Transport {
 }
 
 impl Transport {
-    /// From the first part of a session's label (`stdio`, `unix`, `http`).
+    /// From the first part of a session's label (`stdio`, `unix`, `pipe` for Windows' named
+    /// pipe, `http`).
     pub fn of_label(label: &str) -> Transport {
         match label.split('-').next().unwrap_or_default() {
-            "unix" => Transport::Socket,
+            "unix" | "pipe" => Transport::Socket,
             "http" => Transport::Http,
             _ => Transport::Stdio,
         }

@@ -320,6 +320,7 @@ fn transport_name(t: &str) -> &'static str {
     match t {
         "stdio" => "stdio",
         "unix" => "unix",
+        "pipe" => "pipe",
         "http" => "http",
         _ => OTHER,
     }
@@ -328,7 +329,7 @@ fn transport_name(t: &str) -> &'static str {
 /// OTel `network.transport` of a session, from its label (`stdio-3`, `unix-4`, `http-5`).
 pub fn network_transport(session_label: &str) -> &'static str {
     match session_label.split('-').next().unwrap_or("") {
-        "stdio" => "pipe",
+        "stdio" | "pipe" => "pipe",
         "unix" => "unix",
         "http" => "tcp",
         _ => OTHER,
@@ -641,6 +642,15 @@ fn other() -> &'static Arc<str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_local_endpoint_keeps_its_own_transport_name() {
+        assert_eq!(network_transport("unix-4"), "unix");
+        assert_eq!(network_transport("pipe-4"), "pipe");
+        assert_eq!(transport_name("pipe"), "pipe");
+        assert_eq!(crate::decision::Transport::of_label("pipe-3"), crate::decision::Transport::of_label("unix-3"));
+        assert_ne!(crate::decision::Transport::of_label("pipe-3"), crate::decision::Transport::of_label("stdio-3"));
+    }
 
     fn metrics() -> Metrics {
         Metrics::new(|| Live {

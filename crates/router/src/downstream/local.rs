@@ -21,9 +21,11 @@ pub(crate) type HandOff<R, W> =
 /// The longest first line read before a connection is known to be a hello or an MCP message.
 const FIRST_LINE_MAX: u64 = 64 * 1024 * 1024;
 
-/// One accepted connection: a hello (`control::Hello`) says what it wants; anything else is the
+/// One accepted connection (`transport`: `unix` or `pipe`, the first part of its sessions'
+/// labels): a hello (`control::Hello`) says what it wants; anything else is the
 /// first MCP message of a session with the router's only server.
 pub(crate) async fn open<R, W>(
+    transport: &'static str,
     router: Arc<Servers>,
     r: R,
     mut w: W,
@@ -65,7 +67,7 @@ pub(crate) async fn open<R, W>(
                         return;
                     }
                     let opening = Opening {
-                        transport: "unix",
+                        transport,
                         sessions: router.sessions.clone(),
                         speaks_control: true,
                         client_dir: dir,
@@ -98,7 +100,7 @@ pub(crate) async fn open<R, W>(
         None => match router.lookup(None, &Default::default()) {
             Ok(server) => {
                 let opening = Opening {
-                    transport: "unix",
+                    transport,
                     sessions: router.sessions.clone(),
                     speaks_control: false,
                     client_dir: None,

@@ -41,7 +41,7 @@ pub async fn listen(router: Arc<Servers>, bound: Bound, path: PathBuf, shutdown:
                 failures.accepted();
                 let (router, shutdown) = (router.clone(), shutdown.clone());
                 let (r, w) = tokio::io::split(pipe);
-                sessions.spawn(async move { super::local::open(router, r, w, shutdown, None).await });
+                sessions.spawn(async move { super::local::open("pipe", router, r, w, shutdown, None).await });
             }
             Err(e) => {
                 failures.failed(&e, &path.display());

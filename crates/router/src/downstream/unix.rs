@@ -129,7 +129,7 @@ pub async fn listen(router: Arc<Servers>, bound: Bound, path: PathBuf, shutdown:
                 }
                 let (router, shutdown) = (router.clone(), shutdown.clone());
                 let (r, w) = stream.into_split();
-                sessions.spawn(async move { super::local::open(router, r, w, shutdown, HANDOFF).await });
+                sessions.spawn(async move { super::local::open("unix", router, r, w, shutdown, HANDOFF).await });
             }
             Err(e) => {
                 failures.failed(&e, &path.display());
