@@ -14,6 +14,10 @@ if ! command -v cargo-zigbuild >/dev/null || ! python3 -c 'import ziglang' 2>/de
   say "installing zig and cargo-zigbuild (pip)..."
   python3 -m pip install -q ziglang==0.17.1 cargo-zigbuild==0.24.1
 fi
+# pip puts cargo-zigbuild in Python's scripts directory, which a pyenv or user install may not
+# have on PATH yet.
+PATH="$PATH:$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')"
+command -v cargo-zigbuild >/dev/null || { say "cargo-zigbuild is not on PATH after pip install"; exit 1; }
 rustup target add aarch64-apple-darwin x86_64-apple-darwin x86_64-pc-windows-gnu >/dev/null
 
 # The crates that make up the product; the test kit and the Linux end-to-end suite are Linux's.
