@@ -161,6 +161,26 @@ async fn discover_on_a_server_of_the_initialize_era_gets_its_method_not_found_an
     assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
 }
 
+/// Found from outside: Python SDK 1.x servers answer server/discover with -32602, not -32601.
+/// That is a server of the initialize era all the same: the client gets its error as it gave
+/// it, falls back to initialize, and one server process serves both (a 2026-era mistake started
+/// a second one for the fallback and kept it for the whole session).
+#[tokio::test]
+async fn a_discover_refused_with_invalid_params_is_the_initialize_era_and_one_process_serves() {
+    let dir = temp_dir();
+    let journal = dir.path().join("journal.jsonl");
+    let j = journal.display().to_string();
+    let mut s = Setup::new(&["--discover-error", "-32602", "--journal", &j], &[]).await;
+    let d = s.client.request("server/discover", discover_params()).await;
+    assert_eq!(d["error"]["code"], -32602, "the server's own error: {d}");
+    s.client.initialize().await;
+    assert_eq!(s.client.call_text("echo", json!({"text": "fell back"})).await, "fell back");
+    let again = s.client.request("server/discover", discover_params()).await;
+    assert_eq!(again["error"]["code"], -32602, "known by now, and answered the same: {again}");
+    let entries = wait_journal(&journal, Duration::from_secs(5), |e| events(e, "start").count() >= 1).await;
+    assert_eq!(events(&entries, "start").count(), 1, "one server process for discover and initialize");
+}
+
 /// An auto-mode client before a server of the initialize era that is slow to start (Node or
 /// Python loading): its server/discover starts an instance, which answers -32601; the client
 /// falls back to initialize, which must find that instance rather than wait for a second start.

@@ -161,11 +161,7 @@ impl Server {
         let timeout = self.start_timeout();
         let reply =
             self.own_reply(inst, "server/discover", &self.modern_envelope(), timeout, "server/discover", false).await?;
-        let code = serde_json::from_str::<serde_json::Value>(&reply.line)
-            .ok()
-            .and_then(|v| v.get("error").and_then(|e| e["code"].as_i64()));
-        if code != Some(codec::METHOD_NOT_FOUND) {
-            // Any other answer (even -32022, another version) shows a server of that era, up.
+        if is_modern_answer(&reply.line) {
             return Ok(());
         }
         tracing::debug!(server = %self.name, "server/discover answered {}", reply.line);
@@ -180,5 +176,17 @@ impl Server {
             supported: switchyard_mcp::version::LATEST_SESSION.to_string(),
             requested: self.modern_version.lock().expect("lock").clone(),
         }
+    }
+}
+
+/// Whether a server's answer to `server/discover` shows a server of the 2026-07-28 era: a result,
+/// or -32022 (it knows the method, not the version asked). Any other error means the server
+/// predates it, whatever the code: -32601 from most, -32602 from Python SDK 1.x servers.
+pub(crate) fn is_modern_answer(reply: &str) -> bool {
+    let code =
+        serde_json::from_str::<serde_json::Value>(reply).ok().and_then(|v| v.get("error").map(|e| e["code"].as_i64()));
+    match code {
+        None => true,
+        Some(code) => code == Some(codec::UNSUPPORTED_PROTOCOL_VERSION),
     }
 }

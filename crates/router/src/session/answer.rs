@@ -278,9 +278,7 @@ impl Session {
         let limit = Duration::from_millis(server.limits.discover_timeout_ms);
         match tokio::time::timeout(limit, self.forward(line, env, cancel, true)).await {
             Ok(Some(reply)) => {
-                let code =
-                    serde_json::from_str::<serde_json::Value>(&reply).ok().and_then(|v| v["error"]["code"].as_i64());
-                if code == Some(codec::METHOD_NOT_FOUND) {
+                if !crate::server::is_modern_answer(&reply) {
                     server.refuse_discover(&reply);
                 }
                 Some(served_versions_only(reply))
