@@ -182,7 +182,8 @@ mod tests {
                 .map(Ok)
                 .collect();
         let text = to_text(&found, home);
-        assert!(text.contains("claude-code ~/.claude.json (user)"), "{text}");
+        let sep = std::path::MAIN_SEPARATOR;
+        assert!(text.contains(&format!("claude-code ~{sep}.claude.json (user)")), "{text}");
         assert!(text.contains("sentry") && text.contains("https://mcp.sentry.dev/mcp"), "{text}");
         assert!(text.contains("through switchyard (server `shop-db`)"), "{text}");
         assert!(!text.contains("Bearer"), "a header value was shown:\n{text}");
@@ -201,7 +202,9 @@ mod tests {
         let found: Vec<Result<Found, Error>> =
             super::super::parse(Client::Codex, path, text, Scope::User).unwrap().into_iter().map(Ok).collect();
         let shown = to_text(&found, Path::new("/home/user"));
-        assert!(shown.contains("codex ~/.codex/config.toml (user)"), "{shown}");
+        // `~` and the OS's separator, then the rest of the path as it was written.
+        let sep = std::path::MAIN_SEPARATOR;
+        assert!(shown.contains(&format!("codex ~{sep}.codex/config.toml (user)")), "{shown}");
         assert!(shown.contains("direct; wrap leaves it: its tables are apart"), "{shown}");
         assert!(to_json(&found)[0]["servers"][0]["stuck"].as_str().is_some_and(|s| s.contains("apart")));
     }
