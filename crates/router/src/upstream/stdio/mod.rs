@@ -348,15 +348,15 @@ fn start_process(spec: &Spec) -> Result<(Child, Tree), String> {
     Ok((child, tree))
 }
 
-/// The command that starts `program`: through the supervisor on Unix when there is one.
+/// The command that starts the server: through the supervisor on Unix when there is one, by
+/// its name as given either way (exec searches the server's own PATH as the check did).
 #[cfg(unix)]
-fn command_for(spec: &Spec, program: &std::path::Path) -> Command {
+fn command_for(spec: &Spec, _program: &std::path::Path) -> Command {
     match &spec.supervisor {
         Some(supervisor) => {
             let mut cmd = Command::new(supervisor);
             cmd.arg0(switchyard_os::exe::program_name());
             cmd.arg("supervise").arg(switchyard_os::process::own_pid().to_string()).arg("--").arg(&spec.command);
-            let _ = program;
             cmd
         }
         None => Command::new(&spec.command),
