@@ -161,6 +161,50 @@ async fn discover_on_a_server_of_the_initialize_era_gets_its_method_not_found_an
     assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
 }
 
+/// A stdio server of both eras: discover lists both versions, initialize answers 2025-11-25.
+const BOTH_ERAS_SERVER: &str = r#"
+import json, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method, rid = msg.get("method"), msg["id"]
+    if method == "server/discover":
+        result = {"supportedVersions": ["2026-07-28", "2025-11-25"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "both-eras", "version": "1"}}
+    elif method == "initialize":
+        result = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "both-eras", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": []}
+    else:
+        result = None
+    reply = {"jsonrpc": "2.0", "id": rid}
+    if result is None:
+        reply["error"] = {"code": -32601, "message": "Method not found"}
+    else:
+        reply["result"] = result
+    sys.stdout.write(json.dumps(reply) + "\n")
+    sys.stdout.flush()
+"#;
+
+/// Found from outside: a server of both eras offered ["2026-07-28", "2025-11-25"] directly, but
+/// only ["2026-07-28"] through switchyard, which serves 2025-11-25 too (through initialize).
+#[tokio::test]
+async fn discover_offers_every_version_the_server_lists_that_switchyard_serves() {
+    let dir = temp_dir();
+    let script = dir.path().join("both_eras.py");
+    std::fs::write(&script, BOTH_ERAS_SERVER).unwrap();
+    let script = script.display().to_string();
+    let mut r = Proc::router(&["--", "python3", &script]);
+    let mut c = r.client();
+    let d = c.request("server/discover", discover_params()).await;
+    assert_eq!(d["result"]["supportedVersions"], json!(["2026-07-28", "2025-11-25"]), "{d}");
+    // And the older one is served, as offered.
+    let init = c.initialize_with("2025-11-25").await;
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25", "{init}");
+}
+
 /// Found from outside: Python SDK 1.x servers answer server/discover with -32602, not -32601.
 /// That is a server of the initialize era all the same: the client gets its error as it gave
 /// it, falls back to initialize, and one server process serves both (a 2026-era mistake started

@@ -292,16 +292,17 @@ impl Session {
     }
 }
 
-/// A server/discover answer with `supportedVersions` cut to the versions switchyard serves per
-/// request: a client picks one of them, and switchyard refuses the others (-32022, naming the
-/// same list), so offering them would send the client into that refusal.
+/// A server/discover answer with `supportedVersions` cut to the versions switchyard serves: per
+/// request (2026-07-28) or through initialize (the session era). A client picks one of them;
+/// a version switchyard serves neither way would send the client into its refusal (-32022).
 fn served_versions_only(reply: String) -> String {
     let Ok(mut v) = serde_json::from_str::<serde_json::Value>(&reply) else { return reply };
     let Some(versions) = v.pointer_mut("/result/supportedVersions").and_then(|s| s.as_array_mut()) else {
         return reply;
     };
     let before = versions.len();
-    versions.retain(|x| x.as_str().is_some_and(|x| switchyard_mcp::version::STATELESS.contains(&x)));
+    use switchyard_mcp::version::{SESSION_ERA, STATELESS};
+    versions.retain(|x| x.as_str().is_some_and(|x| STATELESS.contains(&x) || SESSION_ERA.contains(&x)));
     if versions.len() == before {
         return reply;
     }
