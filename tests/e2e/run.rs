@@ -227,6 +227,32 @@ async fn sigterm_escalates_for_a_stubborn_server_and_exits_zero() {
     assert!(log.contains("SIGTERM") && log.contains("SIGKILL"), "escalation is logged: {log}");
 }
 
+/// Found under faults: a server that leaves a helper in its process group and exits when its
+/// stdin closes. When the router was killed, the supervisor reaped the server and exited before
+/// its watch of the router woke, and the helper lived on (11 of 16 trials). Tried 5 times.
+#[tokio::test]
+async fn a_killed_router_takes_a_helper_the_server_left_in_its_group() {
+    for trial in 0..5 {
+        let dir = temp_dir();
+        let helper_pid = dir.path().join("helper.pid");
+        let script = format!("sleep 300 & echo $! > {}; exec {} fixture", helper_pid.display(), bin());
+        let mut r = Proc::router(&["--", "sh", "-c", &script]);
+        let mut c = r.client();
+        c.initialize().await;
+        let end = Instant::now() + Duration::from_secs(10);
+        let helper = loop {
+            if let Some(pid) = std::fs::read_to_string(&helper_pid).ok().and_then(|t| t.trim().parse::<u32>().ok()) {
+                break pid;
+            }
+            assert!(Instant::now() < end, "the server never wrote its helper's pid");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        r.signal(libc::SIGKILL);
+        r.wait().await;
+        assert!(wait_gone(helper, Duration::from_secs(3)).await, "trial {trial}: helper {helper} outlived the router");
+    }
+}
+
 #[tokio::test]
 async fn a_killed_router_leaves_no_orphan() {
     let mut s = Setup::new(&["--ignore-stdin-eof"], &[]).await;

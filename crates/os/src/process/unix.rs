@@ -293,3 +293,13 @@ pub fn name_main_thread() {
 /// Nothing to do on Unix: every child's stdin, stdout and stderr are replaced at spawn, and
 /// other descriptors are close-on-exec.
 pub fn keep_std_handles_from_children() {}
+
+/// Whether every writer of this process's stdin has closed it (a pipe's POLLHUP), without
+/// waiting: for the supervisor, the router closed the server's input or died.
+pub fn stdin_hung_up() -> bool {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let stdin = std::io::stdin();
+    let mut fds = [PollFd::new(&stdin, PollFlags::IN)];
+    let zero = Timespec { tv_sec: 0, tv_nsec: 0 };
+    poll(&mut fds, Some(&zero)).is_ok() && fds[0].revents().intersects(PollFlags::HUP | PollFlags::ERR)
+}

@@ -13,6 +13,10 @@ use std::process::Command;
 
 use switchyard_os::process::{self as os, ParentWatch};
 
+/// How long a supervisor whose server exited after its input closed waits to see whether the
+/// router died too.
+const ROUTER_EXIT_GRACE: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Runs `command` under supervision and exits as it did. Never returns.
 pub fn run(router: i32, command: &[String]) -> ! {
     let Some((program, args)) = command.split_first() else {
@@ -37,8 +41,10 @@ pub fn run(router: i32, command: &[String]) -> ! {
     };
     // Set after the spawn, so the server keeps the default dispositions.
     os::ignore_stop_signals();
+    let (router_gone, gone) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         watch.wait();
+        let _ = router_gone.send(());
         // The router is gone: everything it started through us goes too.
         os::kill_own_group();
     });
@@ -46,6 +52,15 @@ pub fn run(router: i32, command: &[String]) -> ! {
         Ok(s) => s,
         Err(e) => fail(1, &format!("switchyard supervise: waiting for `{program}` failed: {e}")),
     };
+    // A server that exits because the router died (its stdin closed as the router's descriptors
+    // went) exits a moment before the router's death is seen: leaving now would leave what the
+    // server started in its group. So when the router has closed the server's input, its exit
+    // is awaited a moment, and if it comes the group goes (this process with it). A server that
+    // exits on its own (a crash) finds its input open and is reported at once; a router that
+    // lives kills the group itself once it sees the server's exit.
+    if os::stdin_hung_up() && gone.recv_timeout(ROUTER_EXIT_GRACE).is_ok() {
+        os::kill_own_group();
+    }
     os::exit_like(status)
 }
 
