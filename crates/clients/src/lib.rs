@@ -166,6 +166,13 @@ pub struct Location {
     pub scope: Scope,
 }
 
+/// The user's home, under which the clients keep their configs (HOME; USERPROFILE on Windows).
+pub(crate) fn home() -> anyhow::Result<PathBuf> {
+    switchyard_os::dirs::home().ok_or_else(|| {
+        anyhow::anyhow!("{} is not set; switchyard looks for client configs under it", switchyard_os::dirs::HOME_VAR)
+    })
+}
+
 /// Every place the clients keep servers, for a user whose home is `home`, working in `project`
 /// (when given); `env` answers environment variables (`APPDATA`, `XDG_CONFIG_HOME`,
 /// `CLAUDE_CONFIG_DIR`). The three desktop layouts (Linux, macOS, Windows) are all listed, since

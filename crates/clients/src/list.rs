@@ -153,9 +153,7 @@ pub fn to_text(found: &[Result<Found, Error>], home: &Path) -> String {
 
 /// `switchyard clients [--project DIR] [--json]`.
 pub fn run(project: Option<&Path>, json: bool) -> anyhow::Result<String> {
-    let home = switchyard_os::dirs::home().ok_or_else(|| {
-        anyhow::anyhow!("{} is not set; switchyard looks for client configs under it", switchyard_os::dirs::HOME_VAR)
-    })?;
+    let home = crate::home()?;
     let cwd = std::env::current_dir().ok();
     let project = project.map(Path::to_path_buf).or(cwd);
     let env = |k: &str| std::env::var(k).ok();

@@ -207,11 +207,6 @@ pub fn try_lock(file: &std::fs::File) -> std::io::Result<bool> {
     }
 }
 
-/// Takes an exclusive lock on `file`, waiting for it.
-pub fn lock(file: &std::fs::File) -> std::io::Result<()> {
-    file.lock()
-}
-
 /// A file of this process's own on its stderr (a duplicate of fd 2, or of the stderr handle).
 pub fn stderr_file() -> std::io::Result<std::fs::File> {
     #[cfg(unix)]

@@ -208,15 +208,9 @@ fn after_writes(e: anyhow::Error, written: &[String]) -> anyhow::Error {
     }
 }
 
-fn home() -> anyhow::Result<PathBuf> {
-    switchyard_os::dirs::home().ok_or_else(|| {
-        anyhow!("{} is not set; switchyard looks for client configs under it", switchyard_os::dirs::HOME_VAR)
-    })
-}
-
 /// `switchyard wrap`: returns what to print.
 pub fn wrap(opts: &Options) -> anyhow::Result<String> {
-    let home = home()?;
+    let home = crate::home()?;
     let env = |k: &str| std::env::var(k).ok();
     let config = match &opts.config {
         Some(c) => {
@@ -332,7 +326,7 @@ pub fn wrap(opts: &Options) -> anyhow::Result<String> {
 
 /// `switchyard unwrap`: returns what to print.
 pub fn unwrap(opts: &Options) -> anyhow::Result<String> {
-    let home = home()?;
+    let home = crate::home()?;
     let env = |k: &str| std::env::var(k).ok();
     let _lock = if opts.dry_run { None } else { Some(records_locked()?) };
     let locations = select(opts, &home, &env)?;

@@ -152,6 +152,3 @@ fn create(name: &std::ffi::OsStr, descriptor: &Descriptor, first: bool) -> std::
             .create_with_security_attributes_raw(name, (&mut attributes as *mut SECURITY_ATTRIBUTES).cast())
     }
 }
-
-/// A client's connection as the router serves it.
-pub type ServerStream = NamedPipeServer;

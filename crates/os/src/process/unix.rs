@@ -58,11 +58,6 @@ pub fn die_with_parent(cmd: &mut tokio::process::Command) {
     let _ = cmd;
 }
 
-/// This process's id, as the supervisor's argument names the router.
-pub fn own_pid() -> u32 {
-    std::process::id()
-}
-
 /// How often the parent is checked for where no event tells of its exit.
 const PARENT_POLL: Duration = Duration::from_millis(200);
 

@@ -108,11 +108,6 @@ fn resume(pid: u32) -> std::io::Result<()> {
 /// Nothing to do on Windows: the job ends the tree when the router's handle to it closes.
 pub fn die_with_parent(_cmd: &mut tokio::process::Command) {}
 
-/// This process's id.
-pub fn own_pid() -> u32 {
-    std::process::id()
-}
-
 /// Whether process `pid` is running.
 #[allow(unsafe_code)]
 pub fn running(pid: u32) -> bool {

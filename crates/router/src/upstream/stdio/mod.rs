@@ -356,7 +356,7 @@ fn command_for(spec: &Spec, _program: &std::path::Path) -> Command {
         Some(supervisor) => {
             let mut cmd = Command::new(supervisor);
             cmd.arg0(switchyard_os::exe::program_name());
-            cmd.arg("supervise").arg(switchyard_os::process::own_pid().to_string()).arg("--").arg(&spec.command);
+            cmd.arg("supervise").arg(std::process::id().to_string()).arg("--").arg(&spec.command);
             cmd
         }
         None => Command::new(&spec.command),
