@@ -63,7 +63,8 @@ pub(super) fn detach(args: &DaemonArgs, config: &Path, socket: &Path) -> anyhow:
     cmd.stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(log_file)
-        // Not the client's directory: the daemon outlives it (and may outlive the directory).
+        // Not the client's directory: the daemon outlives it (and may outlive the directory). The root:
+        // `/`, or on Windows the drive of the temporary directory.
         .current_dir(std::env::temp_dir().ancestors().last().unwrap_or(Path::new("/")));
     let mut child = switchyard_os::process::spawn_detached(&mut cmd).context("cannot start the daemon process")?;
     let stdout = child.stdout.take().expect("piped");
