@@ -333,20 +333,31 @@ async fn one_sessions_log_level_does_not_reach_another_sessions_own_server() {
 }
 
 /// A client that declares roots but does not answer switchyard's roots/list (or answers it
-/// with an error) is never served by instances set up for another client's roots: once the
-/// wait for its answer is over it gets instances of its own.
+/// with an error) is never served by instances set up for another client's roots. Such clients
+/// share one set of instances among themselves (a burst of them must not start a server each,
+/// kept for minutes: that once exhausted the daemon's descriptors), and it stops as soon as the
+/// last of them leaves.
 #[tokio::test]
-async fn a_client_that_does_not_say_its_roots_never_gets_another_clients_instance() {
+async fn clients_that_do_not_say_their_roots_share_instances_that_go_with_them() {
     let dir = temp_dir();
     let sock = dir.path().join("n.sock");
     let mut s = Setup::new(&[], &["--listen", sock.to_str().unwrap()]).await;
     s.client.roots = Some(json!({"roots": [{"uri": "file:///only-a", "name": "a"}]}));
     s.client.initialize().await;
     let pid_a = fixture_pid(&mut s.client).await;
-    let (_bp, mut b) = connect(&sock).await;
+    let (bp, mut b) = connect(&sock).await;
+    let (cp, mut c) = connect(&sock).await;
     b.roots = None;
-    b.initialize().await;
-    let pid_b = fixture_pid(&mut b).await;
+    c.roots = None;
+    let (_, _) = tokio::join!(b.initialize(), c.initialize());
+    let (pid_b, pid_c) = tokio::join!(fixture_pid(&mut b), fixture_pid(&mut c));
     assert_ne!(pid_a, pid_b, "a client whose roots are unknown was served by another client's instance");
+    assert_eq!(pid_b, pid_c, "two clients whose roots are unknown each got a server of their own");
     assert_eq!(fixture_pid(&mut s.client).await, pid_a);
+    drop((b, c, bp, cp));
+    assert!(
+        wait_gone(pid_b, Duration::from_secs(10)).await,
+        "the instance of clients whose roots are unknown outlived them"
+    );
+    assert_eq!(fixture_pid(&mut s.client).await, pid_a, "the known client's instance went too");
 }

@@ -54,11 +54,23 @@ impl Profile {
         format!("{server}:initialize:{}", super::answers::digest(&[&self.version, &self.capabilities, owner]))
     }
 
+    /// Whether the client declared roots but did not say them (see [`UNKNOWN_ROOTS`]).
+    pub fn roots_unknown(&self) -> bool {
+        self.roots.as_deref() == Some(UNKNOWN_ROOTS)
+    }
+
     /// Everything but the roots agrees.
     fn same_client(&self, other: &Profile) -> bool {
         self.version == other.version && self.capabilities == other.capabilities && self.owner == other.owner
     }
 }
+
+/// The roots of a client that declares roots but did not say them (no answer in time, an error
+/// answer, or no way to ask it, as an HTTP session without a stream). Such clients must not be
+/// served by instances set up for another client's roots; they share one set of instances
+/// among themselves, which stops as soon as the last of them leaves: a burst of them costs one
+/// set, not one each kept for minutes. (A `roots/list` result is a JSON array: never this.)
+pub const UNKNOWN_ROOTS: &str = "unknown";
 
 /// A `roots/list` result's roots in one order (by URI), so that equal sets compare equal.
 pub fn canonical_roots(result: &Value) -> String {
@@ -286,15 +298,15 @@ impl Server {
 
 /// How long a sibling goes on running after its last session left: a client that comes back
 /// (a restarted chat, a `connect` started again) finds its instances and their state there.
-/// A sibling of `share = "session"` stops when its session ends: no other session is its.
+/// A sibling of `share = "session"` stops when its session ends: no other session is its; so
+/// does one for clients whose roots are unknown: no later client is known to be theirs.
 pub const SIBLING_IDLE: Duration = crate::placement::LINGER;
 /// How often a sibling checks whether it has been idle that long.
 const SIBLING_CHECK: Duration = Duration::from_secs(1);
 
 /// Stops `sibling` once it has had no session for [`SIBLING_IDLE`] (or at once, for
-/// `share = "session"`), or when it or its base stops.
+/// `share = "session"` and for clients whose roots are unknown), or when it or its base stops.
 async fn expire(base: Weak<Server>, sibling: Arc<Server>) {
-    let linger = if sibling.share == Share::Session { Duration::ZERO } else { SIBLING_IDLE };
     let mut used = Instant::now();
     loop {
         tokio::select! {
@@ -309,6 +321,9 @@ async fn expire(base: Weak<Server>, sibling: Arc<Server>) {
             used = Instant::now();
             continue;
         }
+        // Asked each time: a sibling made before its client's roots were known takes them later.
+        let ephemeral = sibling.share == Share::Session || sibling.profile().is_some_and(|p| p.roots_unknown());
+        let linger = if ephemeral { Duration::ZERO } else { SIBLING_IDLE };
         if used.elapsed() < linger {
             continue;
         }
@@ -320,12 +335,11 @@ async fn expire(base: Weak<Server>, sibling: Arc<Server>) {
         }
         siblings.retain(|s| !Arc::ptr_eq(s, &sibling));
         drop(siblings);
-        tracing::info!(
-            server = %base.name,
-            "{}: no session for {} s; its instances stop",
-            sibling.instance_label_prefix(),
-            linger.as_secs()
-        );
+        let label = sibling.instance_label_prefix();
+        match linger.as_secs() {
+            0 => tracing::info!(server = %base.name, "{label}: its last session left; its instances stop"),
+            s => tracing::info!(server = %base.name, "{label}: no session for {s} s; its instances stop"),
+        }
         break;
     }
     sibling.shutdown.cancel();
@@ -342,7 +356,9 @@ fn differs(base: &Server, want: &Profile) -> String {
     if p.capabilities != want.capabilities {
         parts.push("other capabilities".into());
     }
-    if p.roots != want.roots {
+    if want.roots_unknown() {
+        parts.push("roots it did not say".into());
+    } else if p.roots != want.roots {
         parts.push("other roots".into());
     }
     if p.owner != want.owner {

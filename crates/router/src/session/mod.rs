@@ -764,7 +764,7 @@ impl Session {
             let Some(p) = p.as_mut() else { return false };
             p.roots = Some(match &roots {
                 Some(r) => crate::server::profile::canonical_roots(r),
-                None => format!("unknown to session {}", self.id),
+                None => crate::server::profile::UNKNOWN_ROOTS.to_string(),
             });
             p.clone()
         };
