@@ -439,6 +439,29 @@ async fn hot_reload_a_server_added_to_the_file_is_served() {
     home.shutdown().await;
 }
 
+/// A client that names a server just added to the file (as a client started right after
+/// `switchyard wrap` does) is served, though the daemon had not seen the change yet: a name it
+/// does not know is looked up in the file as it is now before it is refused.
+#[tokio::test]
+async fn a_server_added_to_the_file_is_served_to_a_client_that_comes_at_once() {
+    let home = Home::new();
+    let alpha = home.fixture("alpha", &[]);
+    home.write_config(&alpha);
+    let (a, mut ca) = home.client("alpha").await;
+    let (pid, _) = fixture_pid(&mut ca).await;
+
+    home.write_config(&format!("{alpha}{}", home.fixture("beta", &[])));
+    let (b, mut cb) = home.client("beta").await;
+    assert_eq!(fixture_pid(&mut cb).await.1, "beta");
+    assert_eq!(fixture_pid(&mut ca).await, (pid, "alpha".to_string()), "alpha changed under its client");
+    // The watcher sees the same version later: applied once, beta's instance stays.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(home.logs().matches("applying it").count(), 1, "{}", home.logs());
+    leave(a, ca).await;
+    leave(b, cb).await;
+    home.shutdown().await;
+}
+
 /// Server `alpha` (fixture named v1) with a client whose `sleep` of `ms` runs while the file
 /// changes alpha to v2: the home, the client, v1's pid and the sleep's request id.
 async fn changed_under_a_call(ms: u64) -> (Home, Proc, Client, u32, Value) {

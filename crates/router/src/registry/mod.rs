@@ -74,6 +74,11 @@ pub struct Servers {
     /// Output queued for every client of every server, against `limits.max_buffered_bytes`
     /// (the smallest a server sets).
     pub buffered: Arc<crate::peer::Buffered>,
+    /// Brings the router to its config file as it is now (set by a daemon, which follows the
+    /// file): asked before a name the router does not know is refused, since a client may come
+    /// right after the file was saved (`switchyard wrap` adds a server and the client starts
+    /// it at once), before the change was seen.
+    pub reread: std::sync::OnceLock<Box<dyn Fn(&Arc<Servers>) + Send + Sync>>,
 }
 
 impl Servers {
@@ -99,6 +104,7 @@ impl Servers {
                 answers,
                 metrics,
                 buffered: crate::peer::Buffered::new(usize::MAX),
+                reread: std::sync::OnceLock::new(),
             }
         })
     }
@@ -289,6 +295,13 @@ impl Servers {
     /// The server a client asks for (None: the only one there is). `env` holds the values the
     /// client sent: of a template, the client gets the variant for its values.
     pub fn lookup(self: &Arc<Self>, name: Option<&str>, env: &BTreeMap<String, String>) -> Result<Arc<Server>, String> {
+        if let Some(n) = name
+            && !self.knows(n)
+            && switchyard_config::check_server_name(n).is_ok()
+            && let Some(reread) = self.reread.get()
+        {
+            reread(self);
+        }
         loop {
             let template = {
                 let templates = self.templates.read().expect("lock");
@@ -354,6 +367,13 @@ impl Servers {
                 )),
             },
         }
+    }
+
+    /// Whether `name` is a server, template or broken server of the config in force.
+    fn knows(&self, name: &str) -> bool {
+        self.servers.read().expect("lock").contains_key(name)
+            || self.templates.read().expect("lock").contains_key(name)
+            || self.broken.read().expect("lock").contains_key(name)
     }
 
     /// The servers serving now, by name.

@@ -22,7 +22,7 @@ use switchyard_router::downstream::http::token::{self, Tokens};
 use switchyard_router::registry::{About, Servers};
 
 use detach::{detach, detached_child};
-use reload::{Applied, watch_config};
+use reload::{Applied, reread_on_unknown_names, watch_config};
 
 /// How long stopping may take before the daemon stops waiting for its tasks.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
@@ -219,6 +219,8 @@ async fn serve(
     let router = Servers::new(policy, about, cfg!(unix).then(switchyard_os::exe::spawnable), shutdown.clone());
     let mut applied = Applied::default();
     applied.apply(&router, &config, &text);
+    let applied = Arc::new(std::sync::Mutex::new(applied));
+    reread_on_unknown_names(&router, config_path.clone(), applied.clone());
     let bound = match downstream::bind(&socket).await {
         Ok(bound) => bound,
         // The hint only where a daemon does serve it (not for a path that is no socket at all).

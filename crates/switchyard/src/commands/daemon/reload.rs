@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -93,14 +93,41 @@ impl Applied {
     }
 }
 
+/// The config in force, shared by the file watcher and the router's look-up of a name it does not
+/// know yet (see [`Servers::reread`]).
+pub(super) type Shared = Arc<Mutex<Applied>>;
+
+/// Applies `text`, the config file's content now, unless it is what is in force: true when it
+/// was applied, or why it was not.
+fn apply_text(router: &Arc<Servers>, path: &Path, applied: &Shared, text: &str) -> Result<bool, String> {
+    // An empty file is a save in progress (truncated, not yet written) far more often than a wish
+    // to remove every server; it would end every session.
+    if text.trim().is_empty() {
+        return Err("it is empty (to remove every server, leave a comment in the file)".into());
+    }
+    let mut applied = applied.lock().expect("lock");
+    if applied.text == text {
+        return Ok(false);
+    }
+    let config = Config::load_text(path, text).map_err(|e| format!("{e:#}").replace('\n', " "))?;
+    tracing::info!("config file {} changed; applying it", path.display());
+    applied.apply(router, &config, text);
+    Ok(true)
+}
+
+/// Lets the router read the config file when a client names a server it does not know: the file
+/// may have gained it a moment ago. What does not load is left to the watcher to report.
+pub(super) fn reread_on_unknown_names(router: &Arc<Servers>, path: PathBuf, applied: Shared) {
+    let _ = router.reread.set(Box::new(move |router: &Arc<Servers>| {
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            let _ = apply_text(router, &path, &applied, &text);
+        }
+    }));
+}
+
 /// Follows edits of the config file: each saved version that loads is applied; one that does not
 /// leaves the config in force as it is, with one log line saying why.
-pub(super) async fn watch_config(
-    router: Arc<Servers>,
-    path: PathBuf,
-    mut applied: Applied,
-    shutdown: CancellationToken,
-) {
+pub(super) async fn watch_config(router: Arc<Servers>, path: PathBuf, applied: Shared, shutdown: CancellationToken) {
     use notify::{RecursiveMode, Watcher};
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     // The files whose changes count: the config, and the file it links to (if it is a link).
@@ -138,7 +165,7 @@ pub(super) async fn watch_config(
     if let Some(d) = &target_dir {
         let _ = watcher.watch(d, RecursiveMode::NonRecursive);
     }
-    let mut seen = applied.text.clone();
+    let mut seen = applied.lock().expect("lock").text.clone();
     loop {
         tokio::select! {
             got = rx.recv() => if got.is_none() { return },
@@ -187,27 +214,8 @@ pub(super) async fn watch_config(
             continue;
         }
         seen = text.clone();
-        // An empty file is a save in progress (truncated, not yet written) far more often than
-        // a wish to remove every server; it would end every session.
-        if text.trim().is_empty() {
-            tracing::warn!(
-                "config file {} is empty; the config in force stays (to remove every server, leave a comment in the file)",
-                path.display()
-            );
-            continue;
-        }
-        match Config::load_text(&path, &text) {
-            Ok(config) => {
-                tracing::info!("config file {} changed; applying it", path.display());
-                applied.apply(&router, &config, &text);
-            }
-            Err(e) => {
-                let why = format!("{e:#}").replace('\n', " ");
-                tracing::error!(
-                    "config file {} not applied: {why}; the last good config stays in force",
-                    path.display()
-                );
-            }
+        if let Err(why) = apply_text(&router, &path, &applied, &text) {
+            tracing::error!("config file {} not applied: {why}; the last good config stays in force", path.display());
         }
     }
 }
