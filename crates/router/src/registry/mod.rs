@@ -46,6 +46,9 @@ fn start_upkeep(server: &Arc<Server>) {
     server.tasks.spawn(server.clone().watch_policy());
 }
 
+/// How a daemon brings its router to the config file as it is now (see [`Servers::reread`]).
+pub type Reread = Box<dyn Fn(&Arc<Servers>) + Send + Sync>;
+
 /// One router: its servers by name, one plugin set for all, and their sessions.
 pub struct Servers {
     servers: RwLock<BTreeMap<String, Arc<Server>>>,
@@ -78,7 +81,7 @@ pub struct Servers {
     /// file): asked before a name the router does not know is refused, since a client may come
     /// right after the file was saved (`switchyard wrap` adds a server and the client starts
     /// it at once), before the change was seen.
-    pub reread: std::sync::OnceLock<Box<dyn Fn(&Arc<Servers>) + Send + Sync>>,
+    pub reread: std::sync::OnceLock<Reread>,
 }
 
 impl Servers {
