@@ -786,6 +786,49 @@ async fn a_safe_call_waits_for_a_restarting_server_and_succeeds() {
     assert_eq!(calls_of(&fake.link(1), "write"), Vec::<Value>::new(), "an unsafe call was repeated");
 }
 
+/// A safe call repeated after a crash has the rest of its own time to run (300 s by default),
+/// not only the 10 s the server gets to come back: a 12 s call whose instance died 0.5 s in
+/// succeeds on the new one.
+#[tokio::test(start_paused = true)]
+async fn a_repeat_after_a_crash_keeps_the_call_s_own_deadline() {
+    let (server, fake) = start("", true);
+    let mut c = Client::connect(&server).await;
+    c.request("tools/list", json!({})).await;
+    let id = c.send("tools/call", json!({"name": "sleep", "arguments": {"ms": 12000}})).await;
+    tokio::time::sleep(ms(500)).await;
+    fake.link(0).end("killed by signal 9");
+    let resp = c.response(&id).await;
+    assert_eq!(text(&resp), "sleep after 12000 ms", "{resp}");
+    assert_eq!(calls_of(&fake.link(1), "sleep").len(), 1);
+}
+
+/// A repeat that finds no instance within the server's time to come back says that, not that
+/// the call timed out (which would send the user to raise a timeout that did not limit it).
+#[tokio::test(start_paused = true)]
+async fn a_repeat_that_finds_no_instance_in_time_blames_the_server_not_the_timeout() {
+    // Once muted, the server answers nothing: the next instance never finishes its initialize.
+    let muted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (inner, mute) = (fake_server(true), muted.clone());
+    let behaviour: Behaviour = Arc::new(move |link, msg| {
+        if !mute.load(std::sync::atomic::Ordering::SeqCst) {
+            inner(link, msg)
+        }
+    });
+    let (server, fake) = start_with("[limits]\ninit_timeout_ms = 60000\n", behaviour);
+    let mut c = Client::connect(&server).await;
+    c.request("tools/list", json!({})).await;
+    let id = c.send("tools/call", json!({"name": "sleep", "arguments": {"ms": 1000}})).await;
+    tokio::time::sleep(ms(100)).await;
+    muted.store(true, std::sync::atomic::Ordering::SeqCst);
+    fake.link(0).end("killed by signal 9");
+    let lost = Instant::now();
+    let resp = c.response(&id).await;
+    let (_, msg) = error(&resp);
+    assert!(lost.elapsed() >= ms(9500) && lost.elapsed() < ms(11000), "{:?}: {resp}", lost.elapsed());
+    assert!(msg.contains("not back within 10 s"), "{msg}");
+    assert!(!msg.contains("raise the timeout") && !msg.contains("timed out"), "{msg}");
+}
+
 /// A safe call repeated until the server's crash-loop guard gave up says how often it was
 /// tried, for how long and why, and not that only safe calls are repeated.
 #[tokio::test(start_paused = true)]

@@ -339,15 +339,13 @@ async fn run(server: &Arc<Server>, req: Request<'_>, end: &mut End) -> Option<St
             Err(rejected) => return Some(rejected),
         };
         // Retries the host adds on its own fit in the call's first deadline: a call ends at its
-        // deadline (a black-holed link included), and a repeat after a lost link within the
-        // server's time to come back. A policy's retries each get their own timeout.
-        let cap = eff.retry.is_none().then(|| {
-            let deadline = call.first_started + eff.timeout;
-            match call.lost_link {
-                Some(at) => deadline.min(at + retry::RESTART_WAIT),
-                None => deadline,
-            }
-        });
+        // deadline (a black-holed link included). After a lost link, a repeat waits for the
+        // gate and an instance only within the server's time to come back; once sent, it has
+        // the rest of the call's own time. A policy's retries each get their own timeout.
+        let cap = Cap {
+            deadline: eff.retry.is_none().then(|| call.first_started + eff.timeout),
+            back_by: call.lost_link.map(|at| at + retry::RESTART_WAIT),
+        };
         let e = match attempt(server, &req, &eff, &call, cap, &track).await {
             Ok(Answered { reply, permit, instance }) => {
                 (end.outcome, end.code) = reply_outcome(&reply, call.info.tool.is_some());
@@ -508,6 +506,16 @@ async fn finish(
     codec::splice(&reply.line, id_span, client_id)
 }
 
+/// What bounds an attempt beyond its own timeout.
+#[derive(Clone, Copy)]
+struct Cap {
+    /// The call's first deadline (for the host's own repeats, which fit in it).
+    deadline: Option<Instant>,
+    /// After a lost link: when the server's time to come back ends. A repeat that has not found
+    /// the gate and an instance by then is given up, with that as the reason.
+    back_by: Option<Instant>,
+}
+
 /// One attempt of a call, and its deadline.
 struct Attempt<'r, 'a> {
     track: &'r Track<'r>,
@@ -517,6 +525,9 @@ struct Attempt<'r, 'a> {
     what: &'r str,
     started: Instant,
     deadline: Instant,
+    /// When waiting for the gate and an instance ends: the deadline, or sooner after a lost
+    /// link (see [`Cap::back_by`]).
+    wait_until: Instant,
     /// Safe to repeat by the server's own declaration: may be sent once more on a new
     /// connection when its link has been silent while the server answers probes.
     safe: bool,
@@ -534,19 +545,20 @@ async fn attempt(
     req: &Request<'_>,
     eff: &Effective,
     call: &Forwarded<'_>,
-    cap: Option<Instant>,
+    cap: Cap,
     track: &Track<'_>,
 ) -> Result<Answered, Stop> {
     let what = call.what.as_str();
     let progress = call.progress.clone().map(|span| (span, call.progress_sink.clone() as Arc<dyn ProgressSink>));
     let safe = call.safe_now(server);
     let started = Instant::now();
-    let deadline = (started + eff.timeout).min(cap.unwrap_or(Instant::now() + eff.timeout));
+    let deadline = (started + eff.timeout).min(cap.deadline.unwrap_or(started + eff.timeout));
+    let wait_until = deadline.min(cap.back_by.unwrap_or(deadline));
     track.set(Stage::Gate);
     let stream = (call.info.method == "subscriptions/listen")
         .then(|| Arc::new(StreamTo { to: req.link.clone(), id: call.client_id.to_string() }) as Arc<dyn ProgressSink>);
     let scope = ScopeKey::wanted(eff.placement.as_ref(), req.session, &call.info.caller);
-    let attempt = Attempt { track, server, req, eff, what, started, deadline, safe, scope, stream };
+    let attempt = Attempt { track, server, req, eff, what, started, deadline, wait_until, safe, scope, stream };
     // A request pinned to one instance, and no other, whatever its placement says: a repeat
     // after it ended finds it dead.
     let ended = |instance: &Instance, held: &str, again: &str| {
@@ -610,9 +622,25 @@ impl Attempt<'_, '_> {
     /// the instance, see [`attempt`]).
     fn pool_deadline(&self) -> Instant {
         match self.waits_for_a_start() {
-            true => self.deadline.max(self.started + Duration::from_millis(self.server.limits.init_timeout_ms)),
-            false => self.deadline,
+            true => self.wait_until.max(self.started + Duration::from_millis(self.server.limits.init_timeout_ms)),
+            false => self.wait_until,
         }
+    }
+
+    /// Waiting for `what` (the gate, an instance) ended at `until`: a timeout, or, when the
+    /// server's time to come back after a lost link ran out first, the server down.
+    fn waited_out(&self, what: String, waiting: Option<String>, until: Instant) -> Stop {
+        if until < self.deadline {
+            let waited = retry::RESTART_WAIT.as_secs();
+            return Stop::Failed(CallError::Down {
+                server: self.server.name.clone(),
+                reason: format!(
+                    "{what} lost its link and the server was not back within {waited} s{}",
+                    waiting.map(|w| format!(" ({w})")).unwrap_or_default()
+                ),
+            });
+        }
+        self.timed_out(what, waiting)
     }
 
     /// A 2026-07-28 request while no instance of that era is up: it waits for one to start.
@@ -640,13 +668,13 @@ impl Attempt<'_, '_> {
         let gate_wait = || server.gate.blockers().to_string();
         let permit = bounded(
             server.gate.acquire(eff.concurrency.clone()),
-            self.deadline,
+            self.wait_until,
             &req.cancel.token,
             &waiting,
             gate_wait,
         )
         .await
-        .map_err(|e| e.map_or(Stop::Cancelled, |w| self.timed_out(self.what.to_string(), Some(w))))?;
+        .map_err(|e| e.map_or(Stop::Cancelled, |w| self.waited_out(self.what.to_string(), Some(w), self.wait_until)))?;
         let kind = match eff.concurrency {
             Concurrency::Shared => "shared",
             Concurrency::Exclusive => "exclusive",
@@ -661,7 +689,8 @@ impl Attempt<'_, '_> {
     async fn acquire(&self) -> Result<(Option<Permit>, Lease), Stop> {
         let (server, req, eff, what) = (self.server, self.req, self.eff, self.what);
         // Before an instance was found, the error says what the call waited for.
-        let timeout = |waiting: Option<String>| self.timed_out(what.to_string(), waiting);
+        let until = self.pool_deadline();
+        let timeout = |waiting: Option<String>| self.waited_out(what.to_string(), waiting, until);
         let waiting = self.waiting();
         let permit = match self.stream {
             Some(_) => None,
@@ -670,24 +699,18 @@ impl Attempt<'_, '_> {
         let pool = if req.modern { server.modern_pool(&eff.pool) } else { &eff.pool };
         self.track.set(Stage::Instance(pool.name.clone()));
         let pool_wait = || pool.wait_status(req.session, &self.scope);
-        let lease = bounded(
-            pool.acquire(req.session, &self.scope),
-            self.pool_deadline(),
-            &req.cancel.token,
-            &waiting,
-            pool_wait,
-        )
-        .await
-        .map_err(|e| e.map_or(Stop::Cancelled, |w| timeout(Some(w))))?
-        .map_err(|e| {
-            Stop::Failed(match e {
-                // The pool does not know the call: the error names it.
-                CallError::Busy { server, reason } => {
-                    CallError::Busy { server, reason: format!("{what} was refused: {reason}") }
-                }
-                e => e,
-            })
-        })?;
+        let lease = bounded(pool.acquire(req.session, &self.scope), until, &req.cancel.token, &waiting, pool_wait)
+            .await
+            .map_err(|e| e.map_or(Stop::Cancelled, |w| timeout(Some(w))))?
+            .map_err(|e| {
+                Stop::Failed(match e {
+                    // The pool does not know the call: the error names it.
+                    CallError::Busy { server, reason } => {
+                        CallError::Busy { server, reason: format!("{what} was refused: {reason}") }
+                    }
+                    e => e,
+                })
+            })?;
         Ok((permit, lease))
     }
 
