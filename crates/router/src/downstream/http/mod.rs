@@ -5,6 +5,7 @@
 //!
 //! Not served, and answered as such (never with silence): JSON-RPC batches (400).
 
+mod body;
 pub mod events;
 pub mod guard;
 pub mod listen;
@@ -42,6 +43,8 @@ pub struct Front {
     http: HttpConfig,
     table: Arc<Table>,
     shutdown: CancellationToken,
+    /// What the POST bodies being read at once may hold in all.
+    bodies: body::Bodies,
 }
 
 /// Serves the front on `listener` until `shutdown` fires; then ends its sessions and waits at
@@ -61,6 +64,7 @@ pub async fn serve(
         http,
         table: table.clone(),
         shutdown: shutdown.clone(),
+        bodies: body::Bodies::new(body::BODIES_BUDGET),
     });
     let weak = Arc::downgrade(&table);
     let shown = listen.clone();

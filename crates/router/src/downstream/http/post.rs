@@ -2,13 +2,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::response::Response;
 use http::StatusCode;
 use http::header::{self, HeaderMap, HeaderValue};
 
+use super::body::{Bodies, content_length, read_body, too_large};
 use super::session::{Feed, HttpSession, Refused};
 use super::{Front, Mode, accepts, empty, media, plain, rpc_error, stateless};
 use crate::server::Server;
@@ -44,12 +44,11 @@ impl Front {
         let (existing, server) = self.session_for(name, headers, token.as_deref(), posted.modern)?;
         let limit = server.limits.max_message_bytes;
         // A declared length over the limit is refused before a byte of the body is read.
-        if let Some(declared) = content_length(headers)
-            && declared > limit as u64
-        {
+        let declared = content_length(headers);
+        if declared.is_some_and(|d| d > limit as u64) {
             return Err(too_large(limit).into());
         }
-        let (line, env) = read_message(body, limit).await?;
+        let (line, env) = read_message(body, limit, declared, &self.bodies).await?;
         let method = env.method.as_deref().unwrap_or_default();
         let raw_id = env.id.as_ref().map(|r| line[r.clone()].to_string());
         let enveloped = env.params.as_ref().is_some_and(|p| codec::envelope_version(&line, p).is_some());
@@ -297,9 +296,15 @@ fn check_request(headers: &HeaderMap) -> Result<Posted<'_>, Refusal> {
 }
 
 /// Reads a POSTed body (at most `limit` bytes) as one JSON-RPC message on one line, parsed.
-async fn read_message(body: Body, limit: usize) -> Result<(String, Envelope), Refusal> {
-    let bytes = read_body(body, limit).await?;
-    let Ok(text) = String::from_utf8(bytes.to_vec()) else {
+async fn read_message(
+    body: Body,
+    limit: usize,
+    declared: Option<u64>,
+    bodies: &Bodies,
+) -> Result<(String, Envelope), Refusal> {
+    // The body's share of the front's budget is given back once its bytes are a message.
+    let (bytes, _share) = read_body(body, limit, declared, bodies).await?;
+    let Ok(text) = String::from_utf8(bytes) else {
         return Err(Refusal::rpc(
             StatusCode::BAD_REQUEST,
             "null",
@@ -321,72 +326,5 @@ async fn read_message(body: Body, limit: usize) -> Result<(String, Envelope), Re
     match codec::parse(&line) {
         Ok(env) => Ok((line, env)),
         Err(e) => Err(Refusal::rpc(StatusCode::BAD_REQUEST, e.reply_id(), e.code(), e.message())),
-    }
-}
-/// How long a client may take to send a request's body: a body that trickles in (a byte a
-/// second) would otherwise hold its connection, and what it sent so far, for ever.
-pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The `Content-Length` a request declares, if it declares one that is a number.
-fn content_length(headers: &HeaderMap) -> Option<u64> {
-    headers.get(header::CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
-}
-
-/// 413 with a JSON-RPC error, for a body over `limit` bytes.
-fn too_large(limit: usize) -> Response {
-    rpc_error(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "null",
-        codec::INVALID_REQUEST,
-        &format!("the message is over the server's limit of {limit} bytes (limits.max_message_bytes)"),
-    )
-}
-
-/// Reads a body of at most `limit` bytes within [`BODY_READ_TIMEOUT`]; over the size, 413 with
-/// a JSON-RPC error; over the time, 408.
-async fn read_body(body: Body, limit: usize) -> Result<Bytes, Response> {
-    use http_body_util::BodyExt;
-    let read = tokio::time::timeout(BODY_READ_TIMEOUT, http_body_util::Limited::new(body, limit).collect());
-    match read.await {
-        Ok(Ok(c)) => Ok(c.to_bytes()),
-        Ok(Err(e)) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(too_large(limit)),
-        Ok(Err(e)) => Err(plain(StatusCode::BAD_REQUEST, &format!("cannot read the request body: {e}"))),
-        Err(_) => Err(plain(
-            StatusCode::REQUEST_TIMEOUT,
-            &format!(
-                "the request body did not arrive within {} s; send it whole and at once",
-                BODY_READ_TIMEOUT.as_secs()
-            ),
-        )),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A body that sends one byte a second, never ending.
-    fn trickle() -> Body {
-        let bytes = futures_util::stream::unfold((), |()| async {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            Some((Ok::<_, std::convert::Infallible>(Bytes::from_static(b" ")), ()))
-        });
-        Body::from_stream(bytes)
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_body_that_trickles_in_is_cut_at_the_read_timeout() {
-        let started = tokio::time::Instant::now();
-        let refused = read_body(trickle(), 1 << 20).await.unwrap_err();
-        assert_eq!(refused.status(), StatusCode::REQUEST_TIMEOUT);
-        assert_eq!(started.elapsed(), BODY_READ_TIMEOUT);
-    }
-
-    #[test]
-    fn a_declared_length_is_read_when_it_is_a_number() {
-        let h = crate::downstream::http::tests::headers;
-        assert_eq!(content_length(&h(&[("content-length", "10000000000")])), Some(10_000_000_000));
-        assert_eq!(content_length(&h(&[("content-length", "ten")])), None);
-        assert_eq!(content_length(&h(&[])), None);
     }
 }
