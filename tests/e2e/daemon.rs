@@ -171,6 +171,10 @@ async fn ten_connects_at_once_start_exactly_one_daemon() {
     let status = home.status_json().await;
     assert_eq!(sessions(&status, "x"), 10, "not every client is a session of the one daemon:\n{status:#}");
     assert_eq!(starts(&home.journal("x")), 1, "the server (a pool of one) was started more than once");
+    // The start lock went with the last `connect` that held it: none piles up.
+    let socket = status["socket"].as_str().expect("the daemon's socket");
+    let lock = switchyard_config::paths::lock_for(Path::new(socket)).unwrap();
+    assert!(!lock.exists(), "the start lock {} was left behind", lock.display());
     for (p, c) in procs.into_iter().zip(clients) {
         leave(p, c).await;
     }

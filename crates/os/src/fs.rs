@@ -207,6 +207,58 @@ pub fn try_lock(file: &std::fs::File) -> std::io::Result<bool> {
     }
 }
 
+/// An exclusive lock on a file that exists only while someone holds it: on Unix the holder
+/// removes the file before it lets go, and a taker checks that the file it locked is still the
+/// one at the path (a taker that opened it before it was removed locks a file nobody else will
+/// find, so it opens the path anew). On Windows an open file cannot be removed from under the
+/// others that have it open, so the file stays (one per daemon, reused).
+pub struct LockFile {
+    file: std::fs::File,
+    #[cfg(unix)]
+    path: std::path::PathBuf,
+}
+
+impl LockFile {
+    /// Takes the lock at `path` without waiting: Some when taken, None when another holds it.
+    pub fn try_take(path: &Path) -> std::io::Result<Option<LockFile>> {
+        loop {
+            let file = private_options().create(true).truncate(false).write(true).open(path)?;
+            if !try_lock(&file)? {
+                return Ok(None);
+            }
+            if still_at(&file, path)? {
+                #[cfg(unix)]
+                return Ok(Some(LockFile { file, path: path.to_path_buf() }));
+                #[cfg(windows)]
+                return Ok(Some(LockFile { file }));
+            }
+        }
+    }
+}
+
+/// Whether `file` is still the file at `path` (not removed by the lock's holder meanwhile).
+#[cfg(unix)]
+fn still_at(file: &std::fs::File, path: &Path) -> std::io::Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let held = file.metadata()?;
+    Ok(std::fs::metadata(path).is_ok_and(|now| now.dev() == held.dev() && now.ino() == held.ino()))
+}
+
+/// On Windows a lock file is never removed (see [`LockFile`]): the one opened is the one there.
+#[cfg(windows)]
+fn still_at(_file: &std::fs::File, _path: &Path) -> std::io::Result<bool> {
+    Ok(true)
+}
+
+impl Drop for LockFile {
+    fn drop(&mut self) {
+        // Removed while still locked: whoever opens the path next makes a new file.
+        #[cfg(unix)]
+        let _ = std::fs::remove_file(&self.path);
+        let _ = self.file.unlock();
+    }
+}
+
 /// A file of this process's own on its stderr (a duplicate of fd 2, or of the stderr handle).
 pub fn stderr_file() -> std::io::Result<std::fs::File> {
     #[cfg(unix)]
@@ -246,6 +298,38 @@ mod tests {
         assert!(!try_lock(&b).unwrap(), "a second open file description must not get the lock");
         drop(a);
         assert!(try_lock(&b).unwrap(), "closing the holder releases the lock");
+    }
+
+    /// Threads that each take the lock many times (each opening the path anew, as separate
+    /// `connect`s do) never hold it two at once, though its file is removed and made again
+    /// between them; on Unix no file is left once nobody holds it.
+    #[test]
+    fn a_lock_file_is_held_by_one_at_a_time_and_goes_with_its_holder() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("start.lock");
+        let (holding, taken) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    let mut mine = 0;
+                    while mine < 50 {
+                        let Some(lock) = LockFile::try_take(&path).unwrap() else { continue };
+                        assert_eq!(holding.fetch_add(1, Ordering::SeqCst), 0, "two held the lock at once");
+                        std::thread::yield_now();
+                        holding.fetch_sub(1, Ordering::SeqCst);
+                        drop(lock);
+                        mine += 1;
+                        taken.fetch_add(1, Ordering::SeqCst);
+                    }
+                });
+            }
+        });
+        assert_eq!(taken.load(Ordering::SeqCst), 200);
+        let held = LockFile::try_take(&path).unwrap().expect("free");
+        assert!(LockFile::try_take(&path).unwrap().is_none(), "taken twice");
+        drop(held);
+        assert_eq!(path.exists(), cfg!(windows), "the lock file outlived its holder");
     }
 
     #[test]

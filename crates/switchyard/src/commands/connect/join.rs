@@ -112,21 +112,15 @@ async fn reach(destination: &Destination, exe: &Path) -> Result<UnixStream, Stri
     })
 }
 
-/// Takes the start lock (an exclusive flock, released when the file closes), polling so that the
-/// runtime is never blocked and the wait stays bounded.
-async fn lock(path: &Path, config: &Path) -> Result<std::fs::File, String> {
-    let file = switchyard_os::fs::private_options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
-        .map_err(|e| format!("cannot open the daemon's start lock {}: {e}", path.display()))?;
+/// Takes the start lock (an exclusive lock, given up and its file removed when it is dropped),
+/// polling so that the runtime is never blocked and the wait stays bounded.
+async fn lock(path: &Path, config: &Path) -> Result<switchyard_os::fs::LockFile, String> {
     let deadline = Instant::now() + LOCK_WAIT;
     loop {
-        match switchyard_os::fs::try_lock(&file) {
-            Ok(true) => return Ok(file),
-            Ok(false) => {}
-            Err(e) => return Err(format!("cannot lock the daemon's start lock {}: {e}", path.display())),
+        match switchyard_os::fs::LockFile::try_take(path) {
+            Ok(Some(lock)) => return Ok(lock),
+            Ok(None) => {}
+            Err(e) => return Err(format!("cannot take the daemon's start lock {}: {e}", path.display())),
         }
         if Instant::now() >= deadline {
             return Err(format!(
@@ -214,8 +208,12 @@ async fn start_daemon(exe: &Path, config: &Path, socket: &Path, client: &ClientV
         .filter(|l| !l.is_empty())
         .map(|l| l.strip_prefix("switchyard: error: ").unwrap_or(l))
         .collect();
-    let said = said.join(" / ");
-    Err(failed(if said.is_empty() { format!("`daemon --detach` exited with {status} and said nothing") } else { said }))
+    match said.as_slice() {
+        // The daemon said why in one line, with what to do: that is the whole message.
+        [reason] => Err(format!("the switchyard daemon for {} could not start: {reason}", config.display())),
+        [] => Err(failed(format!("`daemon --detach` exited with {status} and said nothing"))),
+        lines => Err(failed(lines.join(" / "))),
+    }
 }
 
 /// Says hello and reads the router's reply.
