@@ -1165,6 +1165,34 @@ async fn share_client_gives_each_client_instances_of_its_own_that_outlive_it() {
     home.wait_no_processes(SLOW).await;
 }
 
+/// A broken file of remembered answers is not dropped without a word: the daemon says so in its
+/// log, keeps the file aside, and asks the server anew.
+#[tokio::test]
+async fn a_broken_answers_file_is_said_and_kept_aside() {
+    let home = Home::new();
+    home.write_config(&home.fixture("x", &[]));
+    let (p, c) = home.client("x").await;
+    leave(p, c).await;
+    home.stop().await;
+    home.wait_no_processes(SLOW).await;
+    let state = home.dir.path().join("state/switchyard");
+    let answers = std::fs::read_dir(&state)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with(".answers.json"))
+        .expect("the daemon kept its servers' answers");
+    std::fs::write(&answers, "{\"x:initialize:1\": tru").unwrap();
+
+    let (p, mut c) = home.client("x").await;
+    assert_eq!(fixture_pid(&mut c).await.1, "x");
+    let logs = home.logs();
+    assert!(logs.contains("are not valid JSON") && logs.contains(".answers.json.broken"), "{logs}");
+    assert_eq!(std::fs::read_to_string(answers.with_extension("json.broken")).unwrap(), "{\"x:initialize:1\": tru");
+    leave(p, c).await;
+    home.shutdown().await;
+}
+
 /// A server known from before is answered at once: a client of a daemon started anew gets the
 /// initialize result the server gave last time while the server is still starting (Claude Code
 /// gives up on a server whose initialize takes more than about 3 s), and its first call waits

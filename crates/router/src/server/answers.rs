@@ -5,8 +5,9 @@
 //! and headers never reach the file), so a changed server is learned anew.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use sha2::Digest;
 
@@ -15,6 +16,8 @@ pub struct Answers {
     /// The file (None: kept in memory only, as for `switchyard run`).
     path: Option<PathBuf>,
     entries: Mutex<BTreeMap<String, String>>,
+    /// A write of the file failed already (said once, not at every answer).
+    write_failed: AtomicBool,
 }
 
 /// How many entries the file keeps at most (a config whose servers keep changing must not grow
@@ -22,14 +25,12 @@ pub struct Answers {
 const MAX_ENTRIES: usize = 256;
 
 impl Answers {
-    /// The answers kept in `path` (read now; a missing or unreadable file is an empty store).
+    /// The answers kept in `path` (read now). A missing file is an empty store; one that cannot
+    /// be read or parsed is too, said in the log, and a broken one is kept beside it for a look
+    /// (`.broken`) before the next answer replaces it.
     pub fn open(path: Option<PathBuf>) -> Answers {
-        let entries = path
-            .as_ref()
-            .and_then(|p| std::fs::read_to_string(p).ok())
-            .and_then(|text| serde_json::from_str::<BTreeMap<String, String>>(&text).ok())
-            .unwrap_or_default();
-        Answers { path, entries: Mutex::new(entries) }
+        let entries = path.as_deref().map(load).unwrap_or_default();
+        Answers { path, entries: Mutex::new(entries), write_failed: AtomicBool::new(false) }
     }
 
     pub fn get(&self, key: &str) -> Option<String> {
@@ -52,8 +53,42 @@ impl Answers {
         };
         if let Some(path) = &self.path
             && let Err(e) = write_private(path, &text)
+            && !self.write_failed.swap(true, Ordering::Relaxed)
         {
-            tracing::debug!("could not keep the servers' answers in {}: {e}", path.display());
+            tracing::warn!(
+                "cannot keep the servers' answers in {} ({e}); a daemon started again asks each server anew, which makes clients wait for its start",
+                path.display()
+            );
+        }
+    }
+}
+
+/// The entries in the file at `path` (see [`Answers::open`]).
+fn load(path: &Path) -> BTreeMap<String, String> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return BTreeMap::new(),
+        Err(e) => {
+            tracing::warn!(
+                "cannot read the servers' remembered answers in {} ({e}); each server is asked anew",
+                path.display()
+            );
+            return BTreeMap::new();
+        }
+    };
+    match serde_json::from_str(&text) {
+        Ok(entries) => entries,
+        Err(e) => {
+            let kept = path.with_extension("json.broken");
+            let kept_note = match std::fs::rename(path, &kept) {
+                Ok(()) => format!("it is kept as {}", kept.display()),
+                Err(e) => format!("it could not be set aside ({e}) and is replaced by the next answer"),
+            };
+            tracing::warn!(
+                "the servers' remembered answers in {} are not valid JSON ({e}); each server is asked anew, and {kept_note}",
+                path.display()
+            );
+            BTreeMap::new()
         }
     }
 }
@@ -94,7 +129,8 @@ mod tests {
         assert_eq!(again.get("k").as_deref(), Some(r#"{"serverInfo":{"name":"x"}}"#));
         assert!(!switchyard_os::fs::open_to_others(&std::fs::metadata(&path).unwrap()));
         std::fs::write(&path, "not json").unwrap();
-        assert_eq!(Answers::open(Some(path)).get("k"), None, "a broken file is an empty store");
+        assert_eq!(Answers::open(Some(path.clone())).get("k"), None, "a broken file is an empty store");
+        assert_eq!(std::fs::read(dir.path().join("answers.json.broken")).unwrap(), b"not json", "not kept aside");
         assert_ne!(digest(&["a", "bc"]), digest(&["ab", "c"]));
     }
 }
