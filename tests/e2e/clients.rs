@@ -96,6 +96,9 @@ fn switchyard_in(home: &switchyard_testkit::daemon::Home, cwd: &Path, args: &[&s
         .env_remove("APPDATA")
         .env_remove("CLAUDE_CONFIG_DIR")
         .env_remove("CODEX_HOME")
+        // The binary under test lives in cargo's build directory, which wrap never writes into a
+        // client's entry by itself (see `wrap_from_a_build_directory_...`).
+        .env("SWITCHYARD_STABLE_BIN", bin())
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap()
@@ -413,6 +416,7 @@ fn wraps_at_once_lose_no_server() {
             std::process::Command::new(bin())
                 .args(["wrap", f.to_str().unwrap(), "--client", "cursor", "--config", &config])
                 .envs(envs)
+                .env("SWITCHYARD_STABLE_BIN", bin())
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
                 .spawn()
@@ -510,4 +514,45 @@ fn a_file_git_tracks_is_left_unless_asked_and_no_backup_lands_in_the_repository(
     ok(switchyard_in(&home, &repo, &["unwrap", "--client", "claude-code"]));
     assert_eq!(std::fs::read(repo.join(".mcp.json")).unwrap(), original);
     assert_eq!(git(&["status", "--porcelain"]), "", "the repository is not clean after unwrap");
+}
+
+/// Run from cargo's build directory, `wrap` writes no entry that the next build would replace:
+/// with no other switchyard on PATH it says so and what to do, writing nothing; with one there
+/// (an installed copy), the entries run that one.
+#[test]
+fn wrap_from_a_build_directory_writes_the_switchyard_on_path_or_nothing() {
+    let home = switchyard_testkit::daemon::Home::new();
+    let file = home.path().join(".cursor/mcp.json");
+    place("cursor.mcp.json", &file);
+    let original = std::fs::read(&file).unwrap();
+    let config = home.config_str();
+    let wrap = |path: &Path| {
+        std::process::Command::new(bin())
+            .args(["wrap", "--client", "cursor", "--config", &config])
+            .current_dir(home.path())
+            .envs(home.envs())
+            .env("PATH", path)
+            .env_remove("SWITCHYARD_STABLE_BIN")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    // The build directory on PATH counts for nothing.
+    let out = wrap(Path::new(bin()).parent().unwrap());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("a cargo build directory") && said.contains("run `switchyard wrap` again"), "{said}");
+    assert_eq!(std::fs::read(&file).unwrap(), original, "wrap wrote though it refused");
+    assert!(!home.config.exists());
+
+    let installed = home.path().join("bin/switchyard");
+    std::fs::create_dir_all(installed.parent().unwrap()).unwrap();
+    // A link, not a copy (see `wrap_works_when_the_binary_has_another_name`).
+    if std::fs::hard_link(bin(), &installed).is_err() {
+        std::fs::copy(bin(), &installed).unwrap();
+    }
+    let said = ok(wrap(installed.parent().unwrap()));
+    assert!(said.contains("the switchyard on PATH"), "{said}");
+    let wrapped = std::fs::read_to_string(&file).unwrap();
+    assert!(wrapped.contains(&format!("\"command\": \"{}\"", installed.display())), "{wrapped}");
 }

@@ -225,7 +225,8 @@ fn write_config(dir: &Path) -> PathBuf {
 
 fn switchyard(args: &[&str], dir: &Path) -> std::process::Output {
     let mut cmd = Command::new(exe());
-    cmd.args(args).stdin(Stdio::null());
+    // What `wrap` writes into the entries: the binary under test, though it is in a build directory.
+    cmd.args(args).stdin(Stdio::null()).env("SWITCHYARD_STABLE_BIN", std::path::absolute(exe()).unwrap());
     profile(&mut cmd, dir);
     cmd.output().unwrap()
 }

@@ -20,6 +20,8 @@ const UNSET: &str = "SWITCHYARD_TEST_CODEX_UNSET_TOKEN";
 fn command(home: &Home, program: &Path, cwd: &Path) -> Command {
     let mut c = Command::new(program);
     c.current_dir(cwd).envs(home.envs()).env_remove("CODEX_HOME").env_remove(UNSET).stdin(Stdio::null());
+    // What `wrap` writes into the entries: the binary under test, though it is in a build directory.
+    c.env("SWITCHYARD_STABLE_BIN", bin());
     c
 }
 

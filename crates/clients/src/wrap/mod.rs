@@ -26,6 +26,7 @@ mod emit;
 mod plan;
 mod records;
 mod report;
+mod stable;
 
 pub use plan::{Change, Plan, plan_unwrap, plan_wrap};
 pub use records::{Record, State, backup_beside, backup_path, sha256, tracked_by_git};
@@ -247,9 +248,10 @@ pub fn wrap(opts: &Options) -> anyhow::Result<String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(e).with_context(|| format!("cannot read {}", config.display())),
     };
-    let exe = std::env::current_exe()
-        .and_then(|e| switchyard_os::fs::canonicalize(&e))
-        .context("cannot tell where the switchyard binary is, which the wrapped entries run")?;
+    let exe =
+        std::env::current_exe().context("cannot tell where the switchyard binary is, which the wrapped entries run")?;
+    let (exe, note) = stable::switchyard(&exe, &env)?;
+    lines.extend(note);
     let plan = plan_wrap(&inputs, &config, config_text.as_deref(), &exe, opts.only.as_deref())?;
     let mut out = String::new();
     for line in lines.iter().chain(&plan.lines) {
