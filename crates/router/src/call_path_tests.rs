@@ -948,6 +948,58 @@ async fn a_pool_says_once_what_each_of_its_instances_says_on_its_own() {
     assert_eq!(logs.len(), 1, "the client heard the pool's log {} times: {logs:?}", logs.len());
 }
 
+/// A log the server sends a moment after it answered a call (servers log a call's last steps)
+/// reaches the session whose call it was, and only that one, though no call is in flight then.
+#[tokio::test(start_paused = true)]
+async fn a_log_that_trails_its_call_reaches_that_call_s_session_alone() {
+    let inner = fake_server(true);
+    let trailing: Behaviour = Arc::new(move |link, msg| {
+        if msg.line.contains(r#""name":"echo""#) {
+            let link = link.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(ms(300)).await;
+                let params = json!({"level": "info", "data": "echo: done"});
+                link.reply(&json!({"jsonrpc": "2.0", "method": "notifications/message", "params": params}).to_string());
+            });
+        }
+        inner(link, msg);
+    });
+    let (server, _fake) = start_with("", trailing);
+    let mut a = Client::connect(&server).await;
+    let mut b = Client::connect(&server).await;
+    a.request("tools/list", json!({})).await;
+    assert_eq!(text(&a.call("echo", json!({"text": "x"})).await), "x");
+    tokio::time::sleep(ms(500)).await;
+    let heard: Vec<Value> = a.take(Some("notifications/message"));
+    assert_eq!(heard.len(), 1, "the call's own session did not hear its log: {heard:?}");
+    assert_eq!(heard[0]["params"]["data"], "echo: done");
+    assert_eq!(b.take(Some("notifications/message")), Vec::<Value>::new(), "another session heard it");
+}
+
+/// An error with id null while two calls are in flight answers the one the server leaves
+/// unanswered once it has answered the other, not at that call's deadline.
+#[tokio::test(start_paused = true)]
+async fn an_error_with_id_null_answers_the_call_left_once_the_others_are_answered() {
+    let inner = fake_server(true);
+    let null_for_bad: Behaviour = Arc::new(move |link, msg| {
+        if msg.line.contains(r#""name":"bad""#) {
+            let error = json!({"code": -32600, "message": "Invalid request: bad arguments"});
+            return link.reply(&json!({"jsonrpc": "2.0", "id": null, "error": error}).to_string());
+        }
+        inner(link, msg);
+    });
+    let (server, _fake) = start_with("", null_for_bad);
+    let mut c = Client::connect(&server).await;
+    c.request("tools/list", json!({})).await;
+    let started = Instant::now();
+    let slow = c.send("tools/call", json!({"name": "sleep", "arguments": {"ms": 500}})).await;
+    let bad = c.send("tools/call", json!({"name": "bad", "arguments": {}})).await;
+    let resp = c.response(&bad).await;
+    assert_eq!(error(&resp), (-32600, "Invalid request: bad arguments"), "{resp}");
+    assert_eq!(started.elapsed(), ms(500), "answered only at its deadline, or before the other call");
+    assert_eq!(text(&c.response(&slow).await), "sleep after 500 ms");
+}
+
 /// A link that died without a word while the server stays reachable: nothing tells a dead
 /// connection from a slow tool. A call the server declares read-only is sent once more on a new
 /// connection after a window and a probe's time of silence, and the copy's answer is the call's;

@@ -284,14 +284,17 @@ impl Fanout {
     }
 
     /// The session a log message of `inst` belongs to. Unlike a request, a log needs no answer,
-    /// so an abandoned call's log may still go to its own session: only a stranger must not see it.
+    /// so an abandoned call's log may still go to its own session, and so may a log that trails
+    /// a call just answered (within [`crate::upstream::instance::LOG_TRAIL`]): only a stranger
+    /// must not see it.
     fn attribute_log(&self, inst: &Instance) -> Attribution {
         let attached: Vec<SessionId> = self.sessions.read().expect("lock").keys().copied().collect();
         let owners = inst.owners(self.linger);
-        let mut live: Vec<SessionId> = owners.live.iter().chain(&owners.abandoned).copied().collect();
+        let mut live: Vec<SessionId> =
+            owners.live.iter().chain(&owners.abandoned).chain(&owners.lately).copied().collect();
         live.sort_unstable();
         live.dedup();
-        attribute(inst.owner, &Owners { live, abandoned: Vec::new() }, &attached)
+        attribute(inst.owner, &Owners { live, ..Owners::default() }, &attached)
     }
 
     /// The most verbose level any session asked for.
@@ -678,7 +681,7 @@ impl Fanout {
     /// heard) is said by each instance of the pool; only the lowest-numbered ready one of the
     /// same scope (the shared instances, or one client's or key's) is heard.
     fn spoken_for(&self, inst: &Instance) -> bool {
-        if inst.owner.is_some() || !inst.sessions_in_flight().is_empty() {
+        if inst.owner.is_some() || !inst.sessions_in_flight().is_empty() || inst.ended_calls_lately() {
             return false;
         }
         let Some(server) = self.owner.upgrade() else { return false };
@@ -889,7 +892,7 @@ mod tests {
     use super::*;
 
     fn owners(live: &[SessionId], abandoned: &[SessionId]) -> Owners {
-        Owners { live: live.to_vec(), abandoned: abandoned.to_vec() }
+        Owners { live: live.to_vec(), abandoned: abandoned.to_vec(), lately: Vec::new() }
     }
 
     fn unclear(a: Attribution) -> String {

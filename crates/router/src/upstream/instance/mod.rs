@@ -10,6 +10,10 @@ use std::time::Duration;
 use tokio::sync::{Notify, oneshot, watch};
 use tokio::time::Instant;
 
+mod strays;
+
+pub use strays::LOG_TRAIL;
+
 use super::transport::{Closed, Connector, Ended, Failure, Inbound, Lost, Outbound, Transport};
 use super::{Events, ProgressSink};
 use crate::placement::ScopeKey;
@@ -110,6 +114,8 @@ pub struct Instance {
     /// make the server ask a client something or log; it stays an owner of what the server sends
     /// until its late response arrives, the instance ends, or the hub's linger passes.
     abandoned: Mutex<HashMap<u64, (SessionId, Instant)>>,
+    /// What it sent that names no call (see [`strays`]).
+    strays: strays::Strays,
     events: Arc<dyn Events>,
     /// Why switchyard ended it, when it did (the status its calls are answered with).
     kill_reason: OnceLock<String>,
@@ -125,6 +131,8 @@ pub struct Owners {
     pub live: Vec<SessionId>,
     /// Sessions with abandoned calls the server may still be working on (sorted, no repeats).
     pub abandoned: Vec<SessionId>,
+    /// Sessions whose calls here ended within [`LOG_TRAIL`] (a log may trail its call).
+    pub lately: Vec<SessionId>,
 }
 
 impl Instance {
@@ -165,6 +173,7 @@ impl Instance {
             last_used: Mutex::new(Instant::now()),
             started: Instant::now(),
             abandoned: Mutex::new(HashMap::new()),
+            strays: Default::default(),
             events,
             kill_reason: OnceLock::new(),
             me: me.clone(),
@@ -266,6 +275,11 @@ impl Instance {
         s
     }
 
+    /// Whether calls of clients ended here within [`LOG_TRAIL`] (what it says now may be about them).
+    pub fn ended_calls_lately(&self) -> bool {
+        !self.strays.lately().is_empty()
+    }
+
     /// Who may have caused what the server sends now: live calls, and abandoned calls younger
     /// than `linger` (older ones are forgotten: a server that honours cancellation never answers
     /// them, and they must not keep the instance ambiguous for ever).
@@ -279,7 +293,7 @@ impl Instance {
         let mut gone: Vec<SessionId> = abandoned.values().map(|(s, _)| *s).collect();
         gone.sort_unstable();
         gone.dedup();
-        Owners { live, abandoned: gone }
+        Owners { live, abandoned: gone, lately: self.strays.lately() }
     }
     /// The last diagnostic lines (a child's stderr), oldest first.
     pub fn stderr_tail(&self) -> Vec<String> {
@@ -401,6 +415,9 @@ impl Instance {
             abandoned.retain(|_, (_, at)| at.elapsed() < linger);
             abandoned.insert(upstream_id, (p.session, Instant::now()));
         }
+        if was_pending {
+            self.settle_strays();
+        }
         if was_pending && !self.is_dead() {
             let params = format!(r#"{{"requestId":{upstream_id},"reason":{}}}"#, codec::json_string(reason));
             let _ = self.write(codec::notification("notifications/cancelled", &params));
@@ -413,6 +430,7 @@ impl Instance {
     /// Forgets a call whose reply arrived or that will never be answered, without telling the server.
     pub fn forget(&self, upstream_id: u64) {
         self.pending.lock().expect("lock").remove(&upstream_id);
+        self.settle_strays();
     }
 
     fn on_line(&self, line: String) {
@@ -460,57 +478,6 @@ impl Instance {
         }
     }
 
-    /// A message over the size limit was skipped. When it was the reply to a call, that call
-    /// fails now with an error saying why, instead of waiting for its timeout.
-    fn on_too_long(&self, bytes: usize, limit: usize, id: Option<u64>) {
-        let entry = id.and_then(|id| self.pending.lock().expect("lock").remove(&id).map(|p| (id, p)));
-        let Some((id, p)) = entry else {
-            tracing::warn!(
-                instance = %self.label,
-                "skipped a {bytes}-byte message from the server: over limits.max_message_bytes ({limit}); it answered no call switchyard could identify"
-            );
-            return;
-        };
-        let why = format!(
-            "server instance {} answered with a {bytes}-byte message, over limits.max_message_bytes ({limit} bytes); switchyard dropped it. Raise the limit if answers this large are expected",
-            self.label
-        );
-        tracing::warn!(instance = %self.label, "{why}");
-        self.answer_with_error(id, p, codec::response_error(&id.to_string(), codec::INTERNAL_ERROR, &why, None));
-    }
-
-    /// Resolves a call with an error response made by switchyard (the server's own reply to it
-    /// could not be routed).
-    fn answer_with_error(&self, id: u64, p: Pending, line: String) {
-        match codec::parse(&line) {
-            Ok(env) => {
-                let _ = p.reply.send(Ok(Reply { line, env }));
-            }
-            Err(e) => tracing::warn!(instance = %self.label, "could not answer call {id}: {}", e.message()),
-        }
-    }
-
-    /// An error response with id null: the server could not tell which request it answers. With
-    /// one call in flight it can only be that one; otherwise it is logged and dropped.
-    fn on_null_id_error(&self, line: &str) {
-        let error = serde_json::from_str::<serde_json::Value>(line).ok().and_then(|v| v.get("error").cloned());
-        let mut pending = self.pending.lock().expect("lock");
-        let only = if pending.len() == 1 { pending.keys().next().copied() } else { None };
-        let Some((id, p)) = only.and_then(|id| pending.remove(&id).map(|p| (id, p))) else {
-            let calls = pending.len();
-            drop(pending);
-            tracing::warn!(
-                instance = %self.label,
-                "dropped an error response with id null from the server ({calls} calls in flight, so it fits none of them): {line}"
-            );
-            return;
-        };
-        drop(pending);
-        let error = error.unwrap_or_else(|| serde_json::json!({"code": codec::INTERNAL_ERROR, "message": "error"}));
-        tracing::warn!(instance = %self.label, "the server answered with id null; taken as the reply to its only call in flight: {line}");
-        self.answer_with_error(id, p, format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{error}}}"#));
-    }
-
     /// Notes how a call that overlapped another was answered (see [`Overlap`]); once the
     /// instance looks like it answers one request at a time, its events hear of it, once.
     fn watch_overlap(&self, p: &Pending, earlier_pending: bool) {
@@ -544,8 +511,10 @@ impl Instance {
                 if p.session != 0 {
                     self.answered.store(true, Ordering::Relaxed);
                     self.watch_overlap(&p, earlier_pending);
+                    self.strays.call_ended(p.session);
                 }
                 let _ = p.reply.send(Ok(Reply { line, env }));
+                self.settle_strays();
             }
             None => {
                 // A late answer to an abandoned call: the server has stopped working on it.
@@ -672,6 +641,7 @@ impl Inbound for Instance {
             cause: lost.cause,
             delivery: lost.delivery,
         }));
+        self.settle_strays();
     }
 
     fn renewed(&self) {
@@ -686,158 +656,4 @@ impl Inbound for Instance {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    use super::*;
-    use crate::upstream::fake::{Behaviour, CountEvents, FakeConnector, answer_all};
-    use switchyard_core::codec;
-    use switchyard_core::error::Delivery;
-
-    async fn start(behaviour: Behaviour) -> (Arc<FakeConnector>, Arc<Instance>) {
-        let connector = FakeConnector::new(behaviour);
-        let events: Arc<dyn Events> = Arc::new(CountEvents::default());
-        let inst = Instance::start(&*connector, "t", 1, "default", ScopeKey::Shared, events).await.expect("connect");
-        inst.mark_ready();
-        (connector, inst)
-    }
-
-    fn request(id: &str, method: &str) -> (String, Envelope) {
-        let line = codec::request(id, method, "{}");
-        let env = codec::parse(&line).unwrap();
-        (line, env)
-    }
-
-    /// Keeps requests unanswered.
-    fn silent() -> Behaviour {
-        Arc::new(|_, _| {})
-    }
-
-    #[tokio::test]
-    async fn a_request_goes_out_under_a_fresh_id_and_its_reply_comes_back() {
-        let (c, inst) = start(answer_all()).await;
-        let (line, env) = request(r#""client-7""#, "tools/list");
-        let sent = inst.send(&line, &env, 3, None, None, None).unwrap();
-        let reply = sent.reply.await.unwrap().unwrap_or_else(|_| panic!("answered"));
-        assert_eq!(&reply.line[reply.env.id.clone().unwrap()], sent.upstream_id.to_string());
-        let out = c.link(0).sent.lock().unwrap().clone();
-        assert_eq!(out[0].request, Some(sent.upstream_id));
-        assert!(!out[0].line.contains("client-7"), "the client's id never reaches the server: {}", out[0].line);
-    }
-
-    #[tokio::test]
-    async fn a_lost_request_is_answered_alone_and_the_link_lives_on() {
-        let (c, inst) = start(silent()).await;
-        let (l1, e1) = request("1", "tools/call");
-        let (l2, e2) = request("2", "tools/call");
-        let a = inst.send(&l1, &e1, 1, None, None, None).unwrap();
-        let b = inst.send(&l2, &e2, 2, None, None, None).unwrap();
-        let lost = Lost { cause: "the stream ended".into(), delivery: Delivery::Maybe };
-        c.link(0).lose(a.upstream_id, lost);
-        match a.reply.await.unwrap() {
-            Err(Unanswered::Lost { cause, delivery, instance }) => {
-                assert_eq!((cause.as_str(), delivery, instance.as_str()), ("the stream ended", Delivery::Maybe, "t#1"))
-            }
-            _ => panic!("the lost call fails with Lost"),
-        }
-        assert!(!inst.is_dead());
-        // The other call is still waiting, and is answered when its reply comes.
-        c.link(0).reply(&format!(r#"{{"jsonrpc":"2.0","id":{},"result":{{}}}}"#, b.upstream_id));
-        assert!(b.reply.await.unwrap().is_ok());
-        // A loss reported twice, or for an unknown id, changes nothing.
-        c.link(0).lose(a.upstream_id, Lost { cause: "again".into(), delivery: Delivery::No });
-        assert!(!inst.is_dead());
-    }
-
-    #[tokio::test]
-    async fn the_end_of_the_link_answers_every_call_and_refuses_new_ones() {
-        let (c, inst) = start(silent()).await;
-        let calls: Vec<Sent> = (0..5)
-            .map(|i| {
-                let (l, e) = request(&i.to_string(), "ping");
-                inst.send(&l, &e, 1, None, None, None).unwrap()
-            })
-            .collect();
-        c.link(0).end("the SSE stream from http://x/sse ended");
-        for s in calls {
-            match s.reply.await.unwrap() {
-                Err(Unanswered::Died(d)) => {
-                    assert_eq!(d.status, "the SSE stream from http://x/sse ended");
-                    assert_eq!(d.instance, "t#1");
-                    assert_eq!(d.stderr, vec!["last words".to_string()]);
-                }
-                _ => panic!("every call in flight is answered with the end"),
-            }
-        }
-        assert!(inst.is_dead());
-        let (l, e) = request("9", "ping");
-        assert!(matches!(inst.send(&l, &e, 1, None, None, None), Err(Unanswered::Died(_))));
-        assert!(inst.write("{}".into()).is_err());
-        tokio::time::timeout(Duration::from_secs(1), inst.dead()).await.expect("dead resolves");
-    }
-
-    #[tokio::test]
-    async fn a_cancel_tells_the_server_and_the_transport_and_drops_the_late_answer() {
-        let (c, inst) = start(silent()).await;
-        let (l, e) = request("1", "tools/call");
-        let sent = inst.send(&l, &e, 4, None, None, None).unwrap();
-        inst.cancel(sent.upstream_id, "user said stop");
-        let link = c.link(0);
-        let last = link.lines().pop().unwrap();
-        assert!(last.contains("notifications/cancelled") && last.contains("user said stop"), "{last}");
-        assert_eq!(*link.abandoned.lock().unwrap(), vec![sent.upstream_id]);
-        // The abandoned call still owns what the server sends until its late answer.
-        assert_eq!(inst.owners(Duration::from_secs(60)).abandoned, vec![4]);
-        link.reply(&format!(r#"{{"jsonrpc":"2.0","id":{},"result":{{}}}}"#, sent.upstream_id));
-        assert!(inst.owners(Duration::from_secs(60)).abandoned.is_empty());
-        assert!(sent.reply.await.is_err(), "a cancelled call gets no reply");
-    }
-
-    #[tokio::test]
-    async fn a_renewed_session_forgets_what_was_set_up_there() {
-        let (c, inst) = start(answer_all()).await;
-        inst.update_applied(|a| {
-            a.level = Some(7);
-            a.uris.insert("file:///x".into());
-        });
-        c.link(0).renew();
-        assert_eq!(inst.applied(), Applied::default());
-    }
-
-    #[tokio::test]
-    async fn progress_goes_to_the_callers_sink_under_its_own_token() {
-        struct Sink(Mutex<Vec<String>>);
-        impl ProgressSink for Sink {
-            fn progress(&self, line: String) {
-                self.0.lock().unwrap().push(line);
-            }
-        }
-        let (c, inst) = start(silent()).await;
-        let line =
-            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":{"progressToken":"tok-A"}}}"#;
-        let env = codec::parse(line).unwrap();
-        let span = codec::progress_token_in_request(line, env.params.as_ref().unwrap()).unwrap();
-        let sink = Arc::new(Sink(Mutex::new(Vec::new())));
-        let activity = Arc::new(Notify::new());
-        let sent = inst.send(line, &env, 1, Some((span, sink.clone())), Some(activity.clone()), None).unwrap();
-        let id = sent.upstream_id;
-        c.link(0).reply(&format!(
-            r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":{id},"progress":1}}}}"#
-        ));
-        let got = sink.0.lock().unwrap().clone();
-        assert_eq!(got.len(), 1);
-        assert!(got[0].contains(r#""progressToken":"tok-A""#), "{}", got[0]);
-        tokio::time::timeout(Duration::from_secs(1), activity.notified()).await.expect("activity poked");
-    }
-
-    #[tokio::test]
-    async fn a_refused_connect_is_an_error_that_says_why() {
-        let connector = FakeConnector::new(answer_all());
-        *connector.refuse.lock().unwrap() = Some("connection refused by http://127.0.0.1:9/mcp".into());
-        let events: Arc<dyn Events> = Arc::new(CountEvents::default());
-        let err =
-            Instance::start(&*connector, "t", 1, "default", ScopeKey::Shared, events).await.err().expect("refused");
-        assert!(err.reason.contains("connection refused"));
-    }
-}
+mod tests;

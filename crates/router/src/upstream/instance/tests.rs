@@ -1,0 +1,153 @@
+//! An instance's in-flight table, replies and ends, over the fake transport.
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::*;
+use crate::upstream::fake::{Behaviour, CountEvents, FakeConnector, answer_all};
+use switchyard_core::codec;
+use switchyard_core::error::Delivery;
+
+async fn start(behaviour: Behaviour) -> (Arc<FakeConnector>, Arc<Instance>) {
+    let connector = FakeConnector::new(behaviour);
+    let events: Arc<dyn Events> = Arc::new(CountEvents::default());
+    let inst = Instance::start(&*connector, "t", 1, "default", ScopeKey::Shared, events).await.expect("connect");
+    inst.mark_ready();
+    (connector, inst)
+}
+
+fn request(id: &str, method: &str) -> (String, Envelope) {
+    let line = codec::request(id, method, "{}");
+    let env = codec::parse(&line).unwrap();
+    (line, env)
+}
+
+/// Keeps requests unanswered.
+fn silent() -> Behaviour {
+    Arc::new(|_, _| {})
+}
+
+#[tokio::test]
+async fn a_request_goes_out_under_a_fresh_id_and_its_reply_comes_back() {
+    let (c, inst) = start(answer_all()).await;
+    let (line, env) = request(r#""client-7""#, "tools/list");
+    let sent = inst.send(&line, &env, 3, None, None, None).unwrap();
+    let reply = sent.reply.await.unwrap().unwrap_or_else(|_| panic!("answered"));
+    assert_eq!(&reply.line[reply.env.id.clone().unwrap()], sent.upstream_id.to_string());
+    let out = c.link(0).sent.lock().unwrap().clone();
+    assert_eq!(out[0].request, Some(sent.upstream_id));
+    assert!(!out[0].line.contains("client-7"), "the client's id never reaches the server: {}", out[0].line);
+}
+
+#[tokio::test]
+async fn a_lost_request_is_answered_alone_and_the_link_lives_on() {
+    let (c, inst) = start(silent()).await;
+    let (l1, e1) = request("1", "tools/call");
+    let (l2, e2) = request("2", "tools/call");
+    let a = inst.send(&l1, &e1, 1, None, None, None).unwrap();
+    let b = inst.send(&l2, &e2, 2, None, None, None).unwrap();
+    let lost = Lost { cause: "the stream ended".into(), delivery: Delivery::Maybe };
+    c.link(0).lose(a.upstream_id, lost);
+    match a.reply.await.unwrap() {
+        Err(Unanswered::Lost { cause, delivery, instance }) => {
+            assert_eq!((cause.as_str(), delivery, instance.as_str()), ("the stream ended", Delivery::Maybe, "t#1"))
+        }
+        _ => panic!("the lost call fails with Lost"),
+    }
+    assert!(!inst.is_dead());
+    // The other call is still waiting, and is answered when its reply comes.
+    c.link(0).reply(&format!(r#"{{"jsonrpc":"2.0","id":{},"result":{{}}}}"#, b.upstream_id));
+    assert!(b.reply.await.unwrap().is_ok());
+    // A loss reported twice, or for an unknown id, changes nothing.
+    c.link(0).lose(a.upstream_id, Lost { cause: "again".into(), delivery: Delivery::No });
+    assert!(!inst.is_dead());
+}
+
+#[tokio::test]
+async fn the_end_of_the_link_answers_every_call_and_refuses_new_ones() {
+    let (c, inst) = start(silent()).await;
+    let calls: Vec<Sent> = (0..5)
+        .map(|i| {
+            let (l, e) = request(&i.to_string(), "ping");
+            inst.send(&l, &e, 1, None, None, None).unwrap()
+        })
+        .collect();
+    c.link(0).end("the SSE stream from http://x/sse ended");
+    for s in calls {
+        match s.reply.await.unwrap() {
+            Err(Unanswered::Died(d)) => {
+                assert_eq!(d.status, "the SSE stream from http://x/sse ended");
+                assert_eq!(d.instance, "t#1");
+                assert_eq!(d.stderr, vec!["last words".to_string()]);
+            }
+            _ => panic!("every call in flight is answered with the end"),
+        }
+    }
+    assert!(inst.is_dead());
+    let (l, e) = request("9", "ping");
+    assert!(matches!(inst.send(&l, &e, 1, None, None, None), Err(Unanswered::Died(_))));
+    assert!(inst.write("{}".into()).is_err());
+    tokio::time::timeout(Duration::from_secs(1), inst.dead()).await.expect("dead resolves");
+}
+
+#[tokio::test]
+async fn a_cancel_tells_the_server_and_the_transport_and_drops_the_late_answer() {
+    let (c, inst) = start(silent()).await;
+    let (l, e) = request("1", "tools/call");
+    let sent = inst.send(&l, &e, 4, None, None, None).unwrap();
+    inst.cancel(sent.upstream_id, "user said stop");
+    let link = c.link(0);
+    let last = link.lines().pop().unwrap();
+    assert!(last.contains("notifications/cancelled") && last.contains("user said stop"), "{last}");
+    assert_eq!(*link.abandoned.lock().unwrap(), vec![sent.upstream_id]);
+    // The abandoned call still owns what the server sends until its late answer.
+    assert_eq!(inst.owners(Duration::from_secs(60)).abandoned, vec![4]);
+    link.reply(&format!(r#"{{"jsonrpc":"2.0","id":{},"result":{{}}}}"#, sent.upstream_id));
+    assert!(inst.owners(Duration::from_secs(60)).abandoned.is_empty());
+    assert!(sent.reply.await.is_err(), "a cancelled call gets no reply");
+}
+
+#[tokio::test]
+async fn a_renewed_session_forgets_what_was_set_up_there() {
+    let (c, inst) = start(answer_all()).await;
+    inst.update_applied(|a| {
+        a.level = Some(7);
+        a.uris.insert("file:///x".into());
+    });
+    c.link(0).renew();
+    assert_eq!(inst.applied(), Applied::default());
+}
+
+#[tokio::test]
+async fn progress_goes_to_the_callers_sink_under_its_own_token() {
+    struct Sink(Mutex<Vec<String>>);
+    impl ProgressSink for Sink {
+        fn progress(&self, line: String) {
+            self.0.lock().unwrap().push(line);
+        }
+    }
+    let (c, inst) = start(silent()).await;
+    let line =
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":{"progressToken":"tok-A"}}}"#;
+    let env = codec::parse(line).unwrap();
+    let span = codec::progress_token_in_request(line, env.params.as_ref().unwrap()).unwrap();
+    let sink = Arc::new(Sink(Mutex::new(Vec::new())));
+    let activity = Arc::new(Notify::new());
+    let sent = inst.send(line, &env, 1, Some((span, sink.clone())), Some(activity.clone()), None).unwrap();
+    let id = sent.upstream_id;
+    c.link(0).reply(&format!(
+        r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":{id},"progress":1}}}}"#
+    ));
+    let got = sink.0.lock().unwrap().clone();
+    assert_eq!(got.len(), 1);
+    assert!(got[0].contains(r#""progressToken":"tok-A""#), "{}", got[0]);
+    tokio::time::timeout(Duration::from_secs(1), activity.notified()).await.expect("activity poked");
+}
+
+#[tokio::test]
+async fn a_refused_connect_is_an_error_that_says_why() {
+    let connector = FakeConnector::new(answer_all());
+    *connector.refuse.lock().unwrap() = Some("connection refused by http://127.0.0.1:9/mcp".into());
+    let events: Arc<dyn Events> = Arc::new(CountEvents::default());
+    let err = Instance::start(&*connector, "t", 1, "default", ScopeKey::Shared, events).await.err().expect("refused");
+    assert!(err.reason.contains("connection refused"));
+}
