@@ -1369,6 +1369,47 @@ async fn connect_hands_its_pipes_to_the_daemon_unless_told_not_to() {
     home.shutdown().await;
 }
 
+/// A call sent right after kill -9 of the daemon never reached it: it goes to the next daemon
+/// and is answered there, never with "this call's outcome is unknown". With the hand-off, the
+/// call waits in the client's pipe, which the dead daemon never read; with the relay, a write to
+/// a router that is gone fails (connect is stopped while the daemon dies and the call is
+/// written, so that it goes on with both at once). A write that lands in the socket of a router
+/// still being torn down cannot be told apart from one the router read: that one stays unknown.
+#[tokio::test]
+async fn a_call_sent_after_kill_9_of_the_daemon_is_served_by_the_next_one() {
+    let home = Home::new();
+    home.write_config(&home.fixture("alpha", &[]));
+    for relay in [false, true] {
+        let mut envs = home.envs();
+        if relay {
+            envs.push(("SWITCHYARD_HANDOFF".into(), "0".into()));
+        }
+        let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let mut p = Proc::spawn_env("connect alpha", &home.connect_command("alpha"), &envs);
+        let mut c = p.client();
+        c.timeout = SLOW;
+        c.initialize().await;
+        for round in 0..3 {
+            assert_eq!(c.call_text("echo", json!({"text": "before"})).await, "before");
+            let daemon = home.daemon_pid().await;
+            if relay {
+                kill(p.pid, libc::SIGSTOP);
+            }
+            kill(daemon, libc::SIGKILL);
+            let text = format!("after {round}");
+            let id = c.send_request("tools/call", json!({"name": "echo", "arguments": {"text": text}})).await;
+            if relay {
+                wait_all_dead(&[daemon], SLOW).await;
+                kill(p.pid, libc::SIGCONT);
+            }
+            let resp = c.wait_response(&id).await;
+            assert_eq!(resp["result"]["content"][0]["text"], text, "relay {relay}, round {round}: {resp}");
+        }
+        leave(p, c).await;
+    }
+    home.shutdown().await;
+}
+
 /// kill -9 of a connect that handed its pipes off: the client sees its output close at once, as
 /// it would with the relay, and the server lives on for the next client.
 #[tokio::test]

@@ -275,7 +275,10 @@ impl Relay {
         for line in self.replay() {
             self.write(line.as_bytes()).await;
         }
-        while let Some(line) = self.queue.pop_front() {
+        // Until a write fails: what is left waits for the next connection.
+        while self.conn.is_some()
+            && let Some(line) = self.queue.pop_front()
+        {
             self.send(line).await;
         }
     }
@@ -360,7 +363,7 @@ impl Relay {
             if batch {
                 ledger.batches.push(ids.clone());
             }
-            ledger.ids.extend(ids);
+            ledger.ids.extend(ids.iter().cloned());
         }
         // A request the client cancels is owed no answer (the router sends none): it is no
         // longer in flight, or a drain would wait for it forever.
@@ -376,6 +379,21 @@ impl Relay {
                 }
             }
         }
+        if !self.write(&line).await {
+            // The router was gone before it got the line (a write to a closed connection
+            // fails; its reader reports the end in a moment): none of its requests can have run.
+            // They go to the next router, not into the answers owed as "outcome unknown".
+            let mut ledger = self.ledger.lock().expect("lock");
+            for id in &ids {
+                ledger.ids.remove(id);
+            }
+            if batch && ledger.batches.last() == Some(&ids) {
+                ledger.batches.pop();
+            }
+            drop(ledger);
+            self.queue.push_front(line);
+            return;
+        }
         // Parsed again only when it may hold what a replay needs.
         if let Ok(text) = std::str::from_utf8(&line)
             && Memory::may_note(text)
@@ -384,16 +402,17 @@ impl Relay {
                 self.memory.note(m, env);
             });
         }
-        self.write(&line).await;
     }
 
-    async fn write(&mut self, line: &[u8]) {
-        let Some(w) = self.conn.as_mut() else { return };
-        // A failed write means the router is gone: its reader sees that too and says so, after
-        // the answers it still got, so nothing is done here.
+    /// Writes to the live connection; false when there is none or the write failed (the router
+    /// is gone: its reader sees that too and says so, after the answers it still got).
+    async fn write(&mut self, line: &[u8]) -> bool {
+        let Some(w) = self.conn.as_mut() else { return false };
         if w.write_all(line).await.is_err() {
             self.conn = None;
+            return false;
         }
+        true
     }
 
     /// Answers the requests in `line` with an error at once.
