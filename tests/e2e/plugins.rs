@@ -389,6 +389,49 @@ async fn a_configured_plugin_that_cannot_run_stops_the_start() {
     assert!(log.contains("guard.wasm") && log.contains("unknown key `denny`"), "{log}");
 }
 
+/// What a client is told of a plugin file that is not WebAssembly: one sentence naming the
+/// file, what is wrong and the fix, not the file's bytes and the log's lines.
+fn assert_one_sentence(msg: &str, file: &std::path::Path, limit: usize) {
+    let named = format!("plugin {} is not WebAssembly", file.display());
+    assert!(msg.contains(&named) && msg.contains("`switchyard plugin build`"), "{msg}");
+    assert!(msg.len() <= limit, "{} bytes, over {limit}: {msg}", msg.len());
+    assert!(msg.is_ascii() && !msg.contains('\n'), "the file's bytes or several lines: {msg:?}");
+    assert!(!msg.contains(" ERROR ") && !msg.contains(" INFO "), "log lines: {msg}");
+}
+
+/// Issue 43: a broken plugin's error carried the file's raw bytes (and, through the daemon,
+/// log lines with their timestamps) in a 1.3 KB JSON-RPC message. A closed plugin that does
+/// not load rejects calls with one sentence; so does a daemon that does not start for a
+/// required one, to the client whose `connect` started it; the log keeps the detail.
+#[tokio::test]
+async fn a_broken_plugin_is_one_sentence_to_the_client() {
+    let garbage: Vec<u8> = (0..300u32).map(|n| (n.wrapping_mul(151) % 251) as u8 | 0x80).collect();
+    let staged = temp_dir();
+    std::fs::write(staged.path().join("garbage.wasm"), &garbage).unwrap();
+
+    let cfg = "[[plugins]]\nfile = \"garbage.wasm\"\non_error = \"closed\"\nrequired = false\n";
+    let mut s = Setup::start(&[], &[], Some(cfg), &[&staged.path().join("garbage.wasm")]).await;
+    s.client.initialize().await;
+    let r = s.client.call_tool("echo", json!({"text": "x"})).await;
+    assert_eq!(r["error"]["code"], -32004, "{r}");
+    let file = s.plugins_dir().join("garbage.wasm");
+    assert_one_sentence(r["error"]["message"].as_str().unwrap(), &file, 400);
+    assert!(s.router.stderr.text().contains("it starts with the bytes "), "the log lost the detail");
+
+    let home = switchyard_testkit::daemon::Home::new();
+    let plugins = home.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    std::fs::write(plugins.join("garbage.wasm"), &garbage).unwrap();
+    home.write_config(&format!("{}\n[[plugins]]\nfile = \"garbage.wasm\"\n", home.fixture("fx", &[])));
+    let mut p = home.connect("fx");
+    let mut c = p.client();
+    let r = c.request("initialize", init_params(json!({}))).await;
+    let msg = r["error"]["message"].as_str().unwrap_or_else(|| panic!("{r}"));
+    assert!(msg.contains("could not start"), "{msg}");
+    assert_one_sentence(msg, &plugins.join("garbage.wasm"), 700);
+    assert!(home.logs().contains("it starts with the bytes "), "the daemon's log lost the detail");
+}
+
 #[tokio::test]
 async fn replacing_plugins_under_load_loses_and_fails_no_call() {
     let mut s = Setup::start(&[], &[], Some(FIXTURE_SAFETY), &[&example("hints.wasm"), &example("fs-keys.wasm")]).await;

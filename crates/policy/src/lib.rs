@@ -202,10 +202,10 @@ impl Policy {
         })
         .await?;
         if !scan.configured_failures.is_empty() {
+            // One sentence each (the log has the whole errors), on one line.
             anyhow::bail!(
-                "{} configured in [[plugins]] cannot run, so switchyard does not start:\n  {}",
-                if scan.configured_failures.len() == 1 { "a plugin" } else { "plugins" },
-                scan.configured_failures.join("\n  ")
+                "{}; switchyard starts only once every plugin its [[plugins]] entries require loads",
+                scan.configured_failures.join("; ")
             );
         }
         let set = scan.set.unwrap_or_else(PluginSet::empty);
@@ -298,7 +298,8 @@ impl Loaded {
 enum Runs {
     Ready(Box<wasm::Plugin>),
     /// A configured plugin with on_error = closed whose file does not load, and no earlier
-    /// version did: it rejects the calls it would have judged until a good version arrives.
+    /// version did: it rejects the calls it would have judged until a good version arrives,
+    /// with this sentence (the file, what is wrong, the fix) as the reason.
     Broken(String),
 }
 
@@ -446,9 +447,8 @@ impl PluginSet {
                     if let Some(m) = &self.metrics {
                         m.plugin_call(&p.label, "decide", std::time::Duration::ZERO, Some("broken"));
                     }
-                    // The load error was logged once; the client's error carries it too.
-                    let reason = format!("plugin cannot run: {why}");
-                    return Err(Rejection { plugin: p.name.clone(), reason });
+                    // The load error was logged whole, once; the client's error has its sentence.
+                    return Err(Rejection { plugin: p.name.clone(), reason: why.clone() });
                 }
             };
             let started = std::time::Instant::now();
@@ -644,7 +644,7 @@ impl PluginSet {
             PluginError::OutOfMemory(_) => "memory",
             PluginError::Trap(_) => "trap",
             PluginError::SwitchedOff(_) => "breaker_open",
-            PluginError::Init(_) | PluginError::Host(_) => "error",
+            PluginError::Init(_) | PluginError::ConfigRefused(_) | PluginError::Host(_) => "error",
         });
         m.plugin_call(plugin, op, started.elapsed(), failed);
     }

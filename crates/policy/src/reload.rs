@@ -175,7 +175,10 @@ impl Loader {
             }
             let path = self.dir.join(name);
             if !self.loaded.contains_key(name) {
-                configured_failures.push(format!("{name}: its file {} does not exist", path.display()));
+                configured_failures.push(format!(
+                    "plugin {} does not exist: put it there, or remove its [[plugins]] entry (or give it required = false)",
+                    path.display()
+                ));
             } else if self.missing.insert(name.clone()) {
                 tracing::error!(
                     plugin = %name,
@@ -235,17 +238,19 @@ impl Loader {
                     changed = true;
                 }
                 Err(e) => {
+                    // The whole error for the log; one sentence for what clients and terminals get.
                     let reason = format!("{e:#}");
+                    let sentence = super::wasm::sentence(path, &e);
                     let entry = self.entry(name).cloned();
                     let has_good = self.loaded.get(name).is_some_and(|l| l.is_ready());
                     if entry.as_ref().is_some_and(|e| e.required) && !has_good {
-                        configured_failures.push(format!("{name}: {reason}"));
+                        configured_failures.push(sentence.clone());
                     }
                     let keeping = match (&entry, has_good) {
                         (_, true) => "keeping the last good version in force",
                         (Some(e), false) if e.on_error == OnError::Closed => {
                             // A configured closed plugin that never ran must not fail open.
-                            let l = Loaded::broken(name, hash, e, reason.clone());
+                            let l = Loaded::broken(name, hash, e, sentence);
                             self.loaded.insert(name.clone(), Arc::new(l));
                             changed = true;
                             "on_error = closed: the calls it would judge are rejected until it loads"

@@ -646,6 +646,12 @@ async fn start_refuses_a_configured_plugin_that_cannot_run() {
         assert!(e.contains("guard.wasm") && e.contains("unknown key `denny`"), "{e}");
     }
     assert!(start(vec![entry("guard.wasm", r#"{"deny":["delete_*"]}"#, 0, OnError::Closed)]).await.is_ok());
+    // A file that is not WebAssembly: one line, one sentence, without the file's bytes.
+    std::fs::write(dir.path().join("bytes.wasm"), [0x8f_u8, 0xfe, 0x00, 0x1b, 0x9c].repeat(60)).unwrap();
+    let e = start(vec![entry("bytes.wasm", "{}", 0, OnError::Closed)]).await.unwrap_err();
+    let named = format!("plugin {} is not WebAssembly", dir.path().join("bytes.wasm").display());
+    assert!(e.starts_with(&named) && e.contains("switchyard starts only once"), "{e}");
+    assert!(e.is_ascii() && !e.contains('\n') && e.len() < 400, "{e:?}");
     // An entry that only configures a file for when it is dropped in says so.
     let mut later = entry("later.wasm", "{}", 0, OnError::Open);
     later.required = false;
@@ -668,7 +674,10 @@ async fn a_closed_plugin_that_does_not_load_rejects_until_it_does() {
     wait_for(&policy, "the broken plugin in the chain", |s| s.names() == ["later.wasm"]).await;
     let r = policy.current().decide(&call("read_file", "{}")).unwrap_err();
     assert_eq!(r.plugin, "later.wasm");
-    assert!(r.reason.contains("cannot run") && r.reason.contains("not WebAssembly"), "{}", r.reason);
+    // One sentence: the file, what is wrong, the fix; not the file's bytes (the log has them).
+    let named = format!("plugin {} is not WebAssembly", dir.path().join("later.wasm").display());
+    assert!(r.reason.starts_with(&named) && r.reason.contains("`switchyard plugin build`"), "{}", r.reason);
+    assert!(!r.reason.contains("not a component") && r.reason.len() < 300, "{}", r.reason);
     replace(dir.path(), "later.wasm", &std::fs::read(example("guard.wasm")).unwrap());
     wait_for(&policy, "the good version", |s| s.decide(&call("read_file", "{}")).is_ok()).await;
     assert!(rejects(&policy.current(), "rm"), "the guard with the entry's config");

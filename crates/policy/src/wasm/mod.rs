@@ -7,9 +7,11 @@
 //!
 //! This file holds [`Plugin`] and its warm pool; `runtime` the engine, bindings, limits and
 //! compile cache; `store` the per-instance host state; `output` the capture of what a plugin
-//! prints; `breaker` the circuit breaker; `convert` the conversions to and from wit types.
+//! prints; `breaker` the circuit breaker; `convert` the conversions to and from wit types;
+//! `broken` why a file does not load.
 
 mod breaker;
+mod broken;
 mod convert;
 mod output;
 mod runtime;
@@ -40,6 +42,7 @@ pub(crate) fn deadline_clock_asleep() -> bool {
 use crate::rate::{self, Buckets};
 use crate::{ListedTool, Listing};
 
+pub use broken::{LoadError, sentence};
 pub use convert::CallArgs;
 pub use output::Output;
 pub use runtime::{Limits, content_hash};
@@ -63,6 +66,9 @@ pub enum PluginError {
     Trap(String),
     #[error("init failed: {0}")]
     Init(String),
+    /// `init` returned an error: the plugin refused its config (the message is the plugin's).
+    #[error("init failed: {0}")]
+    ConfigRefused(String),
     #[error(
         "is switched off for now: its last {BREAKER_THRESHOLD} calls ran past their deadline (tried again in {0} ms)"
     )]
@@ -212,7 +218,7 @@ impl Plugin {
         let printed = store.data().end_call();
         match r {
             Ok(Ok(())) => Ok(Warm { store, bindings }),
-            Ok(Err(msg)) => Err(PluginError::Init(msg)),
+            Ok(Err(msg)) => Err(PluginError::ConfigRefused(msg)),
             Err(e) => Err(PluginError::Init(with_printed(classify(&store, e, init_ms), &printed).to_string())),
         }
     }
@@ -430,22 +436,16 @@ impl Plugin {
 /// without running any of the plugin's code.
 fn type_checked(bytes: &[u8], hash: &[u8; 32]) -> anyhow::Result<Pre> {
     let rt = runtime();
-    let component = compile(rt, bytes, hash)
-        .map_err(|e| anyhow::anyhow!("not a loadable WebAssembly component: {}", one_line(&e)))?;
-    let instance_pre = rt
-        .linker
-        .instantiate_pre(&component)
-        .map_err(|e| wasm_err(e).context("it needs imports switchyard does not provide (wrong interface?)"))?;
+    let component = compile(rt, bytes, hash).map_err(|e| match e.downcast::<LoadError>() {
+        Ok(known) => known,
+        Err(e) => LoadError::Unparsable(one_line(&e)),
+    })?;
+    let instance_pre = rt.linker.instantiate_pre(&component).map_err(|e| LoadError::Imports(one_line(&wasm_err(e))))?;
     // A 0.2 plugin exports `list-tool`, a 0.1 one `annotate`: the exports tell them apart.
     if let Ok(pre) = PolicyPre2::new(instance_pre.clone()) {
         return Ok(Pre::V2(pre));
     }
-    PolicyPre::new(instance_pre).map(Pre::V1).map_err(|e| {
-        wasm_err(e).context(
-            "it implements neither the world switchyard:policy/policy@0.2.0 (expected exports init, \
-             decide, list-tool) nor switchyard:policy/policy@0.1.0 (init, decide, annotate): wrong interface",
-        )
-    })
+    PolicyPre::new(instance_pre).map(Pre::V1).map_err(|e| LoadError::WrongWorld(one_line(&wasm_err(e))).into())
 }
 
 /// Whether `bytes` is a component the host can load as a policy plugin (`plugin build` checks

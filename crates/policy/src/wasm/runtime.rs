@@ -17,6 +17,7 @@ use wasmtime::component::{Component, HasSelf, Linker};
 
 use switchyard_config::PluginEntry;
 
+use super::LoadError;
 use super::store::State;
 
 /// The one `bindgen!` site: Rust types and glue for `wit/policy.wit`.
@@ -229,11 +230,10 @@ pub(super) fn compile(rt: &Runtime, bytes: &[u8], hash: &[u8; 32]) -> anyhow::Re
         }
     }
     if bytes.len() < 8 || bytes[..4] != *b"\0asm" {
-        let start = String::from_utf8_lossy(&bytes[..bytes.len().min(16)]).escape_debug().to_string();
-        anyhow::bail!("this file is not WebAssembly at all (it starts with \"{start}\", not \"\\0asm\")");
+        return Err(LoadError::NotWasm(super::broken::first_bytes(bytes)).into());
     }
     if is_core_module(bytes) {
-        anyhow::bail!("this is a core WebAssembly module, not a component (build for wasm32-wasip2)");
+        return Err(LoadError::CoreModule.into());
     }
     let component = Component::new(&rt.engine, bytes).map_err(wasm_err)?;
     if let Some(path) = cached {

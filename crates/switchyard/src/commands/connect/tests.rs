@@ -544,9 +544,20 @@ async fn a_daemon_that_cannot_start_is_the_answer_to_initialize() {
     c.request(json!(0), "initialize", json!({})).await;
     let answer = c.recv().await;
     let message = answer["error"]["message"].as_str().unwrap();
-    assert!(message.contains("could not start") && message.contains("unknown field `comand`"), "{message}");
-    assert!(message.contains(&socket.display().to_string()) && message.contains("switchyard daemon --config"));
+    // The daemon's one line says why: that, and whose daemon, is the whole message.
+    let want =
+        format!("the switchyard daemon for {} could not start: servers.fs: unknown field `comand`", config.display());
+    assert_eq!(message, want);
     assert!(tokio::time::timeout(Duration::from_secs(5), c.relay).await.unwrap().unwrap().is_err());
+
+    // Lines that are not one reason come with the socket and what to do to see more.
+    let exe = fake_daemon(d.path(), "echo 'starting' >&2\necho 'then it broke' >&2\nexit 1");
+    let mut c = Client::start(named(&socket, Some(config.clone())), exe);
+    c.request(json!(0), "initialize", json!({})).await;
+    let answer = c.recv().await;
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(message.contains("could not start") && message.contains("starting / then it broke"), "{message}");
+    assert!(message.contains(&socket.display().to_string()) && message.contains("switchyard daemon --config"));
 }
 
 #[tokio::test]

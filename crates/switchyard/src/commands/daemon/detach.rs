@@ -90,6 +90,10 @@ pub(super) fn detach(args: &DaemonArgs, config: &Path, socket: &Path) -> anyhow:
         Ok(_) => {
             let status = child.wait().map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
             let said = log_since(&log, offset);
+            // Its own error says why in one line; the log lines before it stay in the log.
+            if let Some(reason) = own_error(&said) {
+                bail!("{reason} (the daemon exited, {status}; its log: {})", log.display());
+            }
             bail!("the daemon for {} did not start ({status}):\n{said}\n(log: {})", config.display(), log.display())
         }
         Err(_) => {
@@ -131,6 +135,14 @@ fn open_log(path: &Path) -> anyhow::Result<std::fs::File> {
         .append(true)
         .open(path)
         .with_context(|| format!("cannot open the daemon's log {}", path.display()))
+}
+
+/// The error the daemon ended with (what follows `switchyard: error: `, on one line), when it
+/// wrote one: why it did not start, without the log lines before it.
+fn own_error(said: &str) -> Option<String> {
+    let (_, reason) = said.rsplit_once("switchyard: error: ")?;
+    let reason = reason.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ");
+    (!reason.is_empty()).then_some(reason)
 }
 
 /// What the log got since `offset` (the last 40 lines of it).
