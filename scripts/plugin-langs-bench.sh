@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Policy plugins by language (BENCHMARKS.md): builds the pass-through template of each language
-# with `switchyard plugin build`, then measures each with `plugin check --bench` in one run:
+# Policy plugins by language (BENCHMARKS.md): builds the template of each language (one example
+# rule) with `switchyard plugin build`, then measures each with `plugin check --bench` in one run:
 # .wasm size, the start of a fresh instance, and decide per call (p50, p99).
 # Needs the toolchains the interop tests install under target/tmp/plugin-langs (run
 # `cargo test --all-features --test e2e plugin_langs` once) and a built binary

@@ -715,7 +715,8 @@ async fn live_calls_are_recorded_for_plugin_test_arguments_only_when_asked() {
         };
         assert!(text.contains(r#""tool":"echo""#) && text.contains(r#""name":"echo""#), "{text}");
         assert_eq!(text.contains("private words"), with_arguments, "{text}");
-        // Without plugins every answer was the pass-through: the template gives them all.
+        // Without plugins every answer was the pass-through: the template, whose example rule
+        // is about `delete_file` alone, gives them all.
         let out = std::process::Command::new(bin())
             .args(["plugin", "test", "--plugin"])
             .arg(example("template.wasm"))

@@ -113,46 +113,42 @@ fn text(out: &Output) -> String {
 /// The client name the e2e client gives in its initialize (tests/support).
 const E2E_CLIENT: &str = "switchyard-e2e";
 
-/// Turns the template's commented `list-tool` example into code, aimed at the fixture's `write`
-/// tool and the e2e client: the edit a user makes first.
-fn use_list_tool_example(source: &Path, comment: &str) {
+/// Retargets the template's example rule, in `decide` and in `list-tool`, from `cursor` and
+/// `delete_file` to the e2e client and the fixture's `write` tool: the edit a user makes first.
+fn retarget_example_rule(source: &Path) {
     let text = std::fs::read_to_string(source).unwrap();
-    let mut out = Vec::new();
-    let mut in_example = false;
-    for line in text.lines() {
-        if line.contains("Example: hide one tool from one client") {
-            in_example = true;
-            out.push(line.to_string());
-            continue;
-        }
-        if in_example && line.trim_start().starts_with(comment) {
-            out.push(
-                line.replacen(&format!("{comment} "), "", 1)
-                    .replace("cursor", E2E_CLIENT)
-                    .replace("\"delete_file\"", "\"write\"")
-                    .replace("'delete_file'", "'write'"),
-            );
-        } else {
-            in_example = false;
-            out.push(line.to_string());
-        }
-    }
-    // The Rust template names the unused parameter `_tool`; the example uses it.
-    let edited = out.join("\n").replace("fn list_tool(_tool: Tool", "fn list_tool(tool: Tool");
-    assert_ne!(
-        edited.trim_end(),
-        text.trim_end(),
-        "the template's list-tool example was not found in {}",
+    let edited = text.replace("cursor", E2E_CLIENT).replace("delete_file", "write");
+    assert!(
+        edited.matches("\"write\"").count() + edited.matches("'write'").count() >= 3,
+        "the template's example rule was not found in {}:\n{edited}",
         source.display()
     );
-    std::fs::write(source, edited + "\n").unwrap();
+    std::fs::write(source, edited).unwrap();
 }
 
-/// new -> build and test as written (a 0.2 plugin: `plugin test` asks its `list-tool`) ->
-/// uncomment the list-tool example -> build -> test (the recorded calls pass, a changed listing
-/// fails with a diff) -> dropped into a running router, whose client no longer sees the tool
-/// the plugin hides from it and is refused calling it.
-async fn template_round_trip(lang: &str, source: &str, comment: &str) {
+/// Adds a rule of each kind where the Rust template says to: one sets a field of the decision,
+/// one rewords a listed tool. Both compile only with the parameters named and `current`
+/// mutable, as the template writes them.
+fn add_rust_rules(source: &Path) {
+    let text = std::fs::read_to_string(source).unwrap();
+    let decide = "        Verdict::Continue(current)\n";
+    let list = "        current\n    }\n}\n";
+    assert!(text.contains(decide) && text.contains(list), "the template's ends changed:\n{text}");
+    let edited = text
+        .replace(decide, &format!("        if call.tool.as_deref() == Some(\"sleep\") {{\n            current.timeout_ms = Some(60_000);\n        }}\n{decide}"))
+        .replace(list, &format!("        if tool.name == \"echo\" {{\n            current.description = Some(\"{ECHO_REWORDED}\".into());\n        }}\n{list}"));
+    std::fs::write(source, edited).unwrap();
+}
+
+/// The description the rule [`add_rust_rules`] adds gives `echo`.
+const ECHO_REWORDED: &str = "Says its text back (reworded by a rule)";
+
+/// new -> build and test as written (a 0.2 plugin: `plugin test` asks its `list-tool`; the
+/// recorded calls are the example rule's) -> retarget the example rule (Rust: and add a rule of
+/// each kind) -> build -> test (the lines of the rule now fail, with a diff) -> dropped into a
+/// running router, whose client no longer sees the tool the rule hides from it and is refused
+/// calling it.
+async fn template_round_trip(lang: &str, source: &str) {
     let path = toolchain_path();
     let work = temp_dir();
     let project = work.path().join(format!("probe-{lang}"));
@@ -178,29 +174,32 @@ async fn template_round_trip(lang: &str, source: &str, comment: &str) {
     let out = plugin(&["test", &project_arg, "--config-file", &toml_arg], path);
     assert!(out.status.success(), "{lang}, as written:\n{}", text(&out));
     let report = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(report.contains("4 of 4 recorded calls match"), "{report}");
+    assert!(report.contains("5 of 5 recorded calls match"), "{report}");
     // `list-tool` names the line only when the plugin is of 0.2 (a 0.1 one is asked `annotate`).
-    assert!(report.contains("ok    line 3: list-tool delete_file for cursor"), "{lang}: {report}");
+    assert!(report.contains("ok    line 4: list-tool delete_file for cursor"), "{lang}: {report}");
 
-    use_list_tool_example(&project.join(source), comment);
+    retarget_example_rule(&project.join(source));
+    if lang == "rust" {
+        add_rust_rules(&project.join(source));
+    }
     let out = plugin(&["build", &project_arg], path);
     assert!(out.status.success(), "{lang} build of the edit failed:\n{}", text(&out));
+    if lang == "rust" {
+        assert!(!text(&out).contains("warning"), "the edited template builds with warnings:\n{}", text(&out));
+    }
+    // The recorded calls are the rule's: each of its three answers about `delete_file` changed.
     let out = plugin(&["test", &project_arg, "--config-file", &toml_arg], path);
-    assert!(out.status.success(), "{lang}, edited:\n{}", text(&out));
-
-    // A recorded listing the plugin no longer gives: the run fails and shows the difference.
-    let calls = project.join("calls.jsonl");
-    let recorded = std::fs::read_to_string(&calls).unwrap();
-    let write_line = format!(
-        r#"{{"tool": {{"server": "fixture", "name": "write", "client": {{"name": "{E2E_CLIENT}"}}}}, "expect": {{}}}}"#
-    );
-    std::fs::write(&calls, format!("{recorded}{write_line}\n")).unwrap();
-    let out = plugin(&["test", &project_arg, "--config-file", &toml_arg], path);
-    assert!(!out.status.success(), "{}", text(&out));
+    assert!(!out.status.success(), "{lang}: the edit changed nothing plugin test sees:\n{}", text(&out));
     let report = text(&out);
-    assert!(report.contains(&format!("FAIL  line 5: list-tool write for {E2E_CLIENT}")), "{report}");
-    assert!(report.contains("+  \"hidden\": true,"), "{report}");
-    assert!(report.contains("4 of 5 recorded calls match"), "{report}");
+    for line in [
+        "FAIL  line 2: decide tools/call delete_file",
+        "FAIL  line 3: decide tools/call delete_file",
+        "FAIL  line 4: list-tool delete_file for cursor",
+    ] {
+        assert!(report.contains(line), "{lang}: no `{line}` in\n{report}");
+    }
+    assert!(report.contains("-  \"verdict\": \"reject\""), "{lang}: {report}");
+    assert!(report.contains("2 of 5 recorded calls match"), "{lang}: {report}");
 
     // Interpreters need more than the default 5 ms on a loaded machine (docs/plugins.md).
     let cfg = format!("[[plugins]]\nfile = \"probe-{lang}.wasm\"\nrequired = false\ndeadline_ms = 1000\n");
@@ -220,30 +219,34 @@ async fn template_round_trip(lang: &str, source: &str, comment: &str) {
         }
     }
     let list = s.client.request("tools/list", json!({})).await;
-    let names: Vec<&str> =
-        list["result"]["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
+    let tools = list["result"]["tools"].as_array().unwrap();
+    let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
     assert!(!names.contains(&"write"), "{lang}: {names:?}\n{}", s.router.stderr.text());
     assert!(names.contains(&"read") && names.contains(&"echo"), "{lang}: {names:?}");
+    if lang == "rust" {
+        let echo = tools.iter().find(|t| t["name"] == "echo").unwrap();
+        assert_eq!(echo["description"], ECHO_REWORDED, "the added rule did not run: {echo}");
+    }
     let r = s.client.call_tool("write", json!({"path": "/a", "text": "hidden"})).await;
     assert_eq!(r["error"]["code"], -32004, "{lang}: {r}");
     let msg = r["error"]["message"].as_str().unwrap();
-    assert!(msg.contains(&format!("probe-{lang}.wasm")) && msg.contains(&format!("`{E2E_CLIENT}`")), "{msg}");
+    assert!(msg.contains(&format!("probe-{lang}.wasm")) && msg.contains(E2E_CLIENT), "{msg}");
     assert_eq!(s.client.call_text("echo", json!({"text": "through"})).await, "through");
 }
 
 #[tokio::test]
 async fn a_rust_plugin_goes_from_new_to_a_running_router() {
-    template_round_trip("rust", "src/lib.rs", "//").await;
+    template_round_trip("rust", "src/lib.rs").await;
 }
 
 #[tokio::test]
 async fn a_python_plugin_goes_from_new_to_a_running_router() {
-    template_round_trip("python", "app.py", "#").await;
+    template_round_trip("python", "app.py").await;
 }
 
 #[tokio::test]
 async fn a_javascript_plugin_goes_from_new_to_a_running_router() {
-    template_round_trip("js", "policy.js", "//").await;
+    template_round_trip("js", "policy.js").await;
 }
 
 /// The Python and JavaScript `hints` examples (0.2): built from a new project with the example's

@@ -3,8 +3,8 @@
 //! recorded calls against it (`plugin test`).
 //!
 //! Everything a project starts from (the WIT of the policy world new plugins are written
-//! against, switchyard:policy@0.2.0; the pass-through plugins; the pinned tool versions) is
-//! compiled into the binary; nothing is fetched.
+//! against, switchyard:policy@0.2.0; the templates and their recorded calls; the pinned tool
+//! versions) is compiled into the binary; nothing is fetched.
 
 pub mod build;
 pub mod recorded;
@@ -24,7 +24,8 @@ pub const COMPONENTIZE_PY_VERSION: &str = "0.25.1";
 pub const JCO_VERSION: &str = "1.24.6";
 pub const COMPONENTIZE_JS_VERSION: &str = "0.21.0";
 
-/// The pass-through plugins: the same files the repository builds and tests as examples.
+/// The templates, each with the example rule [`CALLS_JSONL`] expects: the same files the
+/// repository builds and tests as examples.
 const RUST_LIB: &str = include_str!("../../../../examples/plugins/template/src/lib.rs");
 const PYTHON_APP: &str = include_str!("../../../../examples/plugins/python/template/app.py");
 const JS_POLICY: &str = include_str!("../../../../examples/plugins/js/template/policy.js");
@@ -32,12 +33,14 @@ const JS_POLICY: &str = include_str!("../../../../examples/plugins/js/template/p
 const RUST_WIT_PATH_IN_REPO: &str = r#"path: "../../../wit/0.2""#;
 const RUST_WIT_PATH_IN_PROJECT: &str = r#"path: "wit""#;
 
-/// The calls every new project replays, each expected to pass through unchanged (what the
-/// template does): a read and a delete by one client, and the tool listed to that client and to
-/// another. Uncommenting the template's examples makes the delete's lines fail, with a diff.
+/// The calls every new project replays, each with what the template's example rule answers:
+/// `cursor` reads a file (passed on), tries to delete it (refused), `claude-code` deletes it
+/// (run alone), and the delete tool listed to each of them (hidden from `cursor` only). An edit
+/// to the rule changes at least one of these answers, and `plugin test` shows which.
 const CALLS_JSONL: &str = r#"{"call": {"server": "files", "method": "tools/call", "tool": "read_file", "arguments": {"path": "/tmp/notes.txt"}, "annotations": {"readOnlyHint": true}, "client": {"name": "cursor", "version": "1.7.0", "transport": "socket"}, "era": "2025-11-25"}, "client": "session-1", "expect": {"verdict": "continue", "decision": {}}}
-{"call": {"server": "files", "method": "tools/call", "tool": "delete_file", "arguments": {"path": "/tmp/notes.txt"}, "client": {"name": "cursor", "version": "1.7.0", "transport": "socket"}, "era": "2025-11-25"}, "client": "session-1", "expect": {"verdict": "continue", "decision": {}}}
-{"tool": {"server": "files", "name": "delete_file", "annotations": {"destructiveHint": true}, "client": {"name": "cursor", "transport": "socket"}}, "expect": {"hints": {"destructiveHint": true}}}
+{"call": {"server": "files", "method": "tools/call", "tool": "delete_file", "arguments": {"path": "/tmp/notes.txt"}, "client": {"name": "cursor", "version": "1.7.0", "transport": "socket"}, "era": "2025-11-25"}, "client": "session-1", "expect": {"verdict": "reject", "reason": "cursor may not delete files here"}}
+{"call": {"server": "files", "method": "tools/call", "tool": "delete_file", "arguments": {"path": "/tmp/notes.txt"}, "client": {"name": "claude-code", "version": "2.1.0", "transport": "stdio"}, "era": "2025-11-25"}, "client": "session-2", "expect": {"verdict": "continue", "decision": {"concurrency": "exclusive"}}}
+{"tool": {"server": "files", "name": "delete_file", "annotations": {"destructiveHint": true}, "client": {"name": "cursor", "transport": "socket"}}, "expect": {"hidden": true}}
 {"tool": {"server": "files", "name": "delete_file", "annotations": {"destructiveHint": true}, "client": {"name": "claude-code", "transport": "stdio"}}, "expect": {"hints": {"destructiveHint": true}}}
 "#;
 
@@ -231,7 +234,7 @@ fn readme(name: &str, lang: Lang) -> String {
     format!(
         "# {name}: a switchyard policy plugin in {lang}; edit {file} (the contract is wit/policy.wit, switchyard:policy@0.2.0)\n\
          Build: `switchyard plugin build .` writes {name}.wasm with {tool} (once: `{hint}`).\n\
-         Test: `switchyard plugin test .` replays calls.jsonl in the host; then copy {name}.wasm into the router's plugins/ directory.\n",
+         Test: `switchyard plugin test .` replays calls.jsonl (what the example rule answers; record what yours should) in the host; then copy {name}.wasm into the router's plugins/ directory.\n",
         lang = lang.name(),
         hint = install_hint(lang),
     )
@@ -259,11 +262,35 @@ mod tests {
                     recorded::Case::List { caller, .. } => listed_to.extend(caller.name),
                 }
             }
-            assert_eq!(with_caller, 2, "{lang:?}: the calls say who called");
+            assert_eq!(with_caller, 3, "{lang:?}: the calls say who called");
             assert_eq!(listed_to, ["cursor", "claude-code"], "{lang:?}: a tool is listed to two clients");
         }
         let lib = std::fs::read_to_string(dir.path().join("p-cargo-toml/src/lib.rs")).unwrap();
         assert!(lib.contains(r#"generate!({ path: "wit", world: "policy" })"#), "{lib}");
+    }
+
+    /// The recorded calls are of the template's own rule: the Rust template (built as the
+    /// example `template.wasm`) matches them all, and a plugin that passes everything does not.
+    #[test]
+    fn the_recorded_calls_hold_the_template_to_its_example_rule() {
+        let dir = tempfile::tempdir().unwrap();
+        let project = dir.path().join("rule");
+        new_project(&project, Lang::Rust).unwrap();
+        let calls = project.join("calls.jsonl");
+        let example = |name: &str| Path::new(env!("SWITCHYARD_EXAMPLE_PLUGINS")).join(name);
+        let opts = recorded::Options::default();
+        let r = recorded::replay(&example("template.wasm"), &calls, &opts);
+        assert!(r.result.is_ok() && r.text.contains("5 of 5 recorded calls match"), "{}", r.text);
+        // `hints` with no tools configured changes nothing: every line of the rule fails.
+        let passing = recorded::Options { config_json: Some(r#"{"tools": {}}"#), ..opts };
+        let r = recorded::replay(&example("hints.wasm"), &calls, &passing);
+        assert!(r.result.is_err(), "{}", r.text);
+        for line in
+            ["line 2: decide tools/call delete_file", "line 3: decide tools/call", "line 4: list-tool delete_file"]
+        {
+            assert!(r.text.contains(&format!("FAIL  {line}")), "{line}:\n{}", r.text);
+        }
+        assert!(r.text.contains("2 of 5 recorded calls match"), "{}", r.text);
     }
 
     #[test]
