@@ -306,3 +306,63 @@ fn a_missing_toolchain_is_named_with_its_install_command() {
         assert!(!project.join(".venv").exists() && !project.join("node_modules").exists());
     }
 }
+
+/// A `jco` on PATH that says it is `version` and, asked for anything else, writes its arguments
+/// to `ran` and fails as a mismatched jco does. Returns the directory to put first on PATH.
+fn other_jco(dir: &Path, version: &str, ran: &Path) -> PathBuf {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let script = format!(
+        "#!/bin/sh\nif [ \"$1\" = --version ]; then echo {version}; exit 0; fi\necho \"$@\" >> '{}'\n\
+         echo 'Error: failed to get path metadata' >&2\nexit 1\n",
+        ran.display()
+    );
+    let jco = bin.join("jco");
+    std::fs::write(&jco, script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&jco, std::fs::Permissions::from_mode(0o755)).unwrap();
+    bin
+}
+
+/// Issue 43: a JavaScript project built before `npm install`, with another jco on PATH (the
+/// 1.35 that `npm i -g` gives), is not handed to it: the mismatch is named with the command
+/// that installs the pinned jco. Once the project has its own jco, that one builds it, whatever
+/// PATH holds; and one of another version than package.json pins is named too.
+#[test]
+fn a_jco_other_than_the_pinned_one_is_named_not_run() {
+    let work = temp_dir();
+    let ran = work.path().join("other-jco-ran");
+    let other = other_jco(work.path(), "1.35.0", &ran);
+    let path = format!("{}:/usr/bin:/bin", other.display());
+    let project = work.path().join("pinned-js");
+    let project_arg = project.display().to_string();
+    assert!(plugin(&["new", &project_arg, "--lang", "js"], &path).status.success());
+
+    let out = plugin(&["build", &project_arg], &path);
+    assert!(!out.status.success(), "{}", text(&out));
+    let said = text(&out);
+    assert!(!ran.exists(), "the jco on PATH was run: {}", std::fs::read_to_string(&ran).unwrap_or_default());
+    assert!(!said.contains("path metadata"), "{said}");
+    for part in ["the jco on PATH is 1.35.0", &format!("pins {JCO_VERSION}"), "run `npm install` in"] {
+        assert!(said.contains(part), "no `{part}` in: {said}");
+    }
+
+    // The project's own jco (the pinned one, as `npm install` leaves it) is the one used.
+    toolchain_path();
+    let toolchain = cache().join("js/node_modules");
+    std::os::unix::fs::symlink(&toolchain, project.join("node_modules")).unwrap();
+    let out = plugin(&["build", &project_arg], &path);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(!ran.exists(), "the jco on PATH was run: {}", std::fs::read_to_string(&ran).unwrap_or_default());
+    assert!(project.join("pinned-js.wasm").is_file());
+
+    // A package.json that pins another version than node_modules holds: named, not built.
+    let manifest = project.join("package.json");
+    let pinned = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(&manifest, pinned.replace(&format!("\"{JCO_VERSION}\""), "\"1.35.0\"")).unwrap();
+    let out = plugin(&["build", &project_arg], &path);
+    assert!(!out.status.success(), "{}", text(&out));
+    let said = text(&out);
+    let holds = format!("node_modules holds jco {JCO_VERSION}, but package.json pins 1.35.0");
+    assert!(said.contains(&holds) && said.contains("run `npm install` in"), "{said}");
+}

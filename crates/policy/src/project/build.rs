@@ -1,8 +1,8 @@
 //! `switchyard plugin build`: one component from a plugin project, made by the language's own
 //! toolchain (cargo, componentize-py, jco), then type-checked by the host.
 //!
-//! A missing tool is named with the command that installs it; nothing is installed behind the
-//! user's back. The one exception the user asked for by choosing Rust is the wasm32-wasip2
+//! A missing tool is named with the command that installs it, and so is a jco of another
+//! version than the project pins (it is not run); nothing is installed behind the user's back. The one exception the user asked for by choosing Rust is the wasm32-wasip2
 //! target, which is added with rustup, saying so first.
 
 use std::path::{Path, PathBuf};
@@ -176,20 +176,90 @@ fn build_js(dir: &Path, out: &Path) -> anyhow::Result<()> {
             dir.display()
         );
     }
-    let missing = format!(
-        "jco is not installed (it builds JavaScript plugins). In {}, run:\n  {}\n\
-         (its package.json pins @bytecodealliance/jco {JCO_VERSION} and @bytecodealliance/componentize-js \
-         {COMPONENTIZE_JS_VERSION}), then `switchyard plugin build` again",
-        dir.display(),
-        install_hint(Lang::Js)
-    );
-    // The project's own pinned jco (package.json) first, then PATH.
-    let tool = Componentizer { name: "jco", local: "node_modules/.bin/jco", missing };
+    let jco = pinned_jco(dir)?;
+    say(&format!("building {} with {}...", dir.display(), jco.display()));
     // Plugins get no network: without `--disable` jco imports wasi:http (for fetch), which the
     // host does not provide, and the component would not load.
     let args =
         ["componentize", "policy.js", "--wit", "wit", "--world-name", "policy", "--disable", "http", "fetch-event"];
-    tool.run(dir, &[&args[..], &["-o"]].concat(), out)
+    let out = out.file_name().expect("output paths end in a file name");
+    run(Command::new(&jco).args(args).arg("-o").arg(out).current_dir(dir), "jco")
+}
+
+/// The npm package of jco, as package.json names it.
+const JCO_PACKAGE: &str = "@bytecodealliance/jco";
+
+/// The jco to build the project in `dir` with: its own (`node_modules/.bin/jco`, what `npm
+/// install` puts there), else one on PATH, either only when it is the version package.json pins.
+/// Another jco fails on a project in ways that do not say why (a wasm-tools stack trace), so a
+/// mismatch is named with the command that installs the pinned one, and nothing is run.
+fn pinned_jco(dir: &Path) -> anyhow::Result<PathBuf> {
+    let pin = pinned_version(dir, JCO_PACKAGE)?;
+    let install = format!("run `npm install` in {}", dir.display());
+    let local = dir.join("node_modules/.bin/jco");
+    if local.is_file() {
+        let manifest = dir.join("node_modules").join(JCO_PACKAGE).join("package.json");
+        let installed = std::fs::read_to_string(&manifest)
+            .ok()
+            .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+            .and_then(|v| v["version"].as_str().map(str::to_string));
+        if let (Some(pin), Some(installed)) = (&pin, &installed)
+            && !same_version(pin, installed)
+        {
+            bail!(
+                "{} holds jco {installed}, but package.json pins {pin}: {install} to install the pinned one, \
+                 then `switchyard plugin build` again",
+                dir.join("node_modules").display()
+            );
+        }
+        return Ok(local);
+    }
+    let Some(on_path) = version_of(Path::new("jco")) else {
+        bail!(
+            "jco is not installed (it builds JavaScript plugins). In {}, run:\n  {}\n\
+             (its package.json pins {JCO_PACKAGE} {} and @bytecodealliance/componentize-js {COMPONENTIZE_JS_VERSION}), \
+             then `switchyard plugin build` again",
+            dir.display(),
+            install_hint(Lang::Js),
+            pin.as_deref().unwrap_or(JCO_VERSION),
+        );
+    };
+    if let Some(pin) = pin.as_deref().filter(|pin| !same_version(pin, &on_path)) {
+        bail!(
+            "the jco on PATH is {on_path}, but {} pins {pin}, and {} has no node_modules/.bin/jco of its own: \
+             {install} to install jco {pin} there (`plugin build` uses it before PATH), then `switchyard plugin build` again",
+            dir.join("package.json").display(),
+            dir.display()
+        );
+    }
+    Ok(PathBuf::from("jco"))
+}
+
+/// The version of `package` that the project's package.json asks for (devDependencies or
+/// dependencies); None when it names none, or has no package.json.
+fn pinned_version(dir: &Path, package: &str) -> anyhow::Result<Option<String>> {
+    let file = dir.join("package.json");
+    let Ok(text) = std::fs::read_to_string(&file) else { return Ok(None) };
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not valid JSON; correct it (npm reads it too)", file.display()))?;
+    let pinned = ["devDependencies", "dependencies"].iter().find_map(|key| v[key][package].as_str());
+    Ok(pinned.map(str::to_string))
+}
+
+/// Whether `installed` is what `wanted` (a package.json version) asks for. Only an exact
+/// version (`1.24.6`, `=1.24.6`) is compared; a range (`^1.24.6`) is npm's to resolve, and any
+/// version passes it here.
+fn same_version(wanted: &str, installed: &str) -> bool {
+    let exact = wanted.trim().trim_start_matches('=').trim_start_matches('v');
+    let is_exact = !exact.is_empty() && exact.chars().all(|c| c.is_ascii_digit() || c == '.');
+    !is_exact || exact == installed.trim().trim_start_matches('v')
+}
+
+/// What `program --version` prints (its first word), when it runs.
+fn version_of(program: &Path) -> Option<String> {
+    let out = Command::new(program).arg("--version").stdin(Stdio::null()).stderr(Stdio::null()).output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    out.status.success().then(|| text.split_whitespace().next().unwrap_or_default().to_string())
 }
 
 /// The tool that makes a component of a Python or JavaScript project.
