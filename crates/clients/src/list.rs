@@ -95,6 +95,8 @@ pub fn to_text(found: &[Result<Found, Error>], home: &Path) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let (mut files, mut servers, mut wrapped) = (std::collections::BTreeSet::<PathBuf>::new(), 0, 0);
+    // One name column for the whole listing, as wide as its longest name.
+    let width = found.iter().flatten().flat_map(|f| &f.servers).map(|e| e.name.chars().count()).max().unwrap_or(0);
     for f in found {
         match f {
             Ok(f) => {
@@ -114,9 +116,8 @@ pub fn to_text(found: &[Result<Found, Error>], home: &Path) -> String {
                                 .chain(args.iter().map(String::as_str))
                                 .collect::<Vec<_>>()
                                 .join(" ");
-                            let line = mask_defaults(&line);
-                            let line: String = line.chars().take(72).collect();
-                            format!("stdio  {line}")
+                            // Whole: a command cut short cannot be told from another.
+                            format!("stdio  {}", mask_defaults(&line))
                         }
                         Kind::Http { url, .. } => format!("http   {}", shown_url(url)),
                         Kind::Sse { url, .. } => format!("sse    {}", shown_url(url)),
@@ -131,7 +132,7 @@ pub fn to_text(found: &[Result<Found, Error>], home: &Path) -> String {
                             None => "direct".to_string(),
                         },
                     };
-                    let _ = writeln!(out, "  {:<16} {what}\n  {:<16} {state}", e.name, "");
+                    let _ = writeln!(out, "  {:<width$} {what}\n  {:<width$} {state}", e.name, "");
                 }
             }
             Err(e) => {
@@ -191,6 +192,33 @@ mod tests {
         assert_eq!(linear["transport"], "sse");
         assert_eq!(linear["header_keys"], json!(["Authorization"]));
         assert!(!json.to_string().contains("Bearer"));
+    }
+
+    /// Issue 43: names over 16 characters pushed their line's columns out of line with the
+    /// others, and commands were cut at 72 characters.
+    #[test]
+    fn the_columns_fit_the_longest_name_and_commands_are_whole() {
+        let long_args: Vec<String> = (1..=12).map(|n| format!("--flag-number-{n}")).collect();
+        let text = serde_json::to_string(&json!({"mcpServers": {
+            "fs": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/w"]},
+            "a-rather-long-server-name": {"command": "long-tool", "args": long_args},
+            "remote": {"url": "https://h.example/mcp"},
+        }}))
+        .unwrap();
+        let path = Path::new("/home/user/.cursor/mcp.json");
+        let found: Vec<Result<Found, Error>> =
+            super::super::parse(Client::Cursor, path, &text, Scope::User).unwrap().into_iter().map(Ok).collect();
+        let shown = to_text(&found, Path::new("/home/user"));
+        let whole = format!("long-tool {}", long_args.join(" "));
+        assert!(whole.len() > 72 && shown.contains(&whole), "the command was cut:\n{shown}");
+        // Every transport and every state starts in one column, just past the longest name.
+        let column = 2 + "a-rather-long-server-name".len() + 1;
+        let rows: Vec<&str> = shown.lines().filter(|l| l.starts_with("  ")).collect();
+        assert_eq!(rows.len(), 6, "{shown}");
+        for row in rows {
+            let (name, rest) = row.split_at(column);
+            assert!(name.ends_with(' ') && !rest.starts_with(' '), "out of column:\n{row}\nin\n{shown}");
+        }
     }
 
     #[test]
