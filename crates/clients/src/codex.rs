@@ -318,13 +318,17 @@ fn read(path: &Path, text: &str, name: &str, item: &Item, key_at: usize) -> Resu
         Kind::Stdio { .. } => &["command", "args", "env", "env_vars", "cwd"],
         _ => &["url", "http_headers", "env_http_headers", "bearer_token_env_var"],
     };
-    let unknown = t.iter().map(|(k, _)| k.to_string()).filter(|k| !launch.contains(&k.as_str())).collect();
+    let unknown: Vec<String> = t.iter().map(|(k, _)| k.to_string()).filter(|k| !launch.contains(&k.as_str())).collect();
+    // A key's own place, else its value's, else the entry's.
+    let key_at =
+        |k: &str| t.key(k).and_then(|k| k.span()).or_else(|| t.get(k).and_then(Item::span)).map_or(key_at, |s| s.start);
+    let unknown_at = unknown.iter().map(|k| (k.clone(), key_at(k))).collect();
     let wrapped = match &kind {
         Kind::Stdio { command, args, .. } => crate::wrapped(command, args),
         _ => None,
     };
     optional.retain(|v| !needed.contains(v));
-    Ok(Entry { name: name.to_string(), kind, wrapped, variables, optional, unknown, stuck, span: 0..0 })
+    Ok(Entry { name: name.to_string(), kind, wrapped, variables, optional, unknown, unknown_at, stuck, span: 0..0 })
 }
 
 /// The text that replaces `entry` in `text`: `command` and `args` that run `switchyard connect`,

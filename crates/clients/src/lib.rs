@@ -113,6 +113,10 @@ pub struct Entry {
     /// Keys of the entry this model does not hold (`envFile`, `auth`, `headersHelper`, ...),
     /// which a writer must carry over or refuse to replace the entry.
     pub unknown: Vec<String>,
+    /// Where each of `unknown` is written: the byte offset of its key in the file (in JSON, of
+    /// its value, on the key's line as clients write them), so that a message about one names
+    /// its own line.
+    pub unknown_at: BTreeMap<String, usize>,
     /// Why a writer cannot replace the entry's text although it reads (a Codex server written as
     /// dotted keys, or as tables apart in the file): None for most.
     pub stuck: Option<String>,
@@ -410,11 +414,12 @@ impl Reader<'_> {
             Kind::Stdio { .. } => STDIO_KEYS,
             _ => REMOTE_KEYS,
         };
-        let mut unknown: Vec<String> = Vec::new();
+        let (mut unknown, mut unknown_at) = (Vec::new(), BTreeMap::new());
         for m in members {
             let known = known.contains(&m.key.as_str()) || (gemini && m.key == "httpUrl" && http_url.is_some());
             if !known && !unknown.contains(&m.key) {
                 unknown.push(m.key.clone());
+                unknown_at.insert(m.key.clone(), m.value.span.start);
             }
         }
         let wrapped = match &kind {
@@ -433,6 +438,7 @@ impl Reader<'_> {
             variables,
             optional: Vec::new(),
             unknown,
+            unknown_at,
             stuck: None,
             span: node.span.clone(),
         })

@@ -42,8 +42,14 @@ fn assert_spans(client: Client, text: &str, found: &Found) {
         let alone = format!("{{\"{}\": {{\"x\": {slice}}}}}", client.servers_key());
         let again = parse(client, Path::new("span"), &alone, Scope::Project).unwrap();
         let mut same = again[0].servers[0].clone();
+        // The places of its unknown keys, counted from the entry's start, are the same too.
+        let from_start = |e: &Entry| -> Vec<(String, usize)> {
+            e.unknown_at.iter().map(|(k, at)| (k.clone(), at - e.span.start)).collect()
+        };
+        assert_eq!(from_start(&same), from_start(entry), "{}", entry.name);
         same.name.clone_from(&entry.name);
         same.span.clone_from(&entry.span);
+        same.unknown_at.clone_from(&entry.unknown_at);
         assert_eq!(&same, entry);
     }
 }

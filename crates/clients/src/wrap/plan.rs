@@ -111,28 +111,29 @@ pub fn plan_wrap(
                     plan.lines.push(format!("{here}: already runs through switchyard (its HTTP front, {url})"));
                     continue;
                 }
-                // Where the entry is, so the reader finds what to change.
-                let line = switchyard_config::line_col(&input.text, entry.span.start).0;
-                let mut leave = |why: String| {
+                // Where the entry is (or the key the reason is about), so the reader finds what to change.
+                let mut leave = |at: usize, why: String| {
                     left += 1;
+                    let line = switchyard_config::line_col(&input.text, at).0;
                     let at = format!("{}, line {line}", input.path.display());
                     plan.lines.push(format!("{here} ({at}): left as it is: {why}"));
                 };
+                let start = entry.span.start;
                 if let Some(why) = &entry.stuck {
-                    leave(why.clone());
+                    leave(start, why.clone());
                     continue;
                 }
                 if let Some((key, why)) = leave_reason(input, entry) {
-                    leave(format!("it has `{key}`: {why}"));
+                    leave(entry.unknown_at.get(&key).copied().unwrap_or(start), format!("it has `{key}`: {why}"));
                     continue;
                 }
                 if let Some(why) = unwrappable(entry).or_else(|| relative_cwd(entry, project.as_deref())) {
-                    leave(why);
+                    leave(start, why);
                     continue;
                 }
                 let (def, client_vars) = definition(input, entry, project.as_deref());
                 if let Err(why) = runnable(&entry.name, &def) {
-                    leave(format!("switchyard cannot run it as written: {why}"));
+                    leave(start, format!("switchyard cannot run it as written: {why}"));
                     continue;
                 }
                 let (server, why) = choose_name(&entry.name, input.client, &def, &existing, &planned);

@@ -447,6 +447,28 @@ fn one_entry_or_file_that_cannot_be_wrapped_does_not_stop_the_others() {
     assert!(!said.contains("switchyard.toml, line"), "a place in a file that does not exist:\n{said}");
 }
 
+/// Issue 43: an entry left for a key switchyard does not know is reported at that key's own
+/// line, not at the line its entry starts on (TOML and JSON alike).
+#[test]
+fn an_unknown_key_is_reported_at_its_own_line() {
+    let codex = "# mine\n[mcp_servers.q]\ncommand = \"x\"\nargs = [\"a\"]\n\nweird_key = 1\n";
+    let json = "{\"mcpServers\": {\n  \"boxed\": {\n    \"command\": \"x\",\n    \"sandboxEnabled\": true\n  }\n}}";
+    let plan = wrap_all(
+        &[
+            one(Client::Codex, "/home/u/.codex/config.toml", Scope::User, codex),
+            one(Client::Cursor, "/home/u/.cursor/mcp.json", Scope::User, json),
+        ],
+        None,
+    );
+    let said = plan.lines.join("\n");
+    for want in [
+        "codex `q` (/home/u/.codex/config.toml, line 6): left as it is: it has `weird_key`",
+        "`boxed` (/home/u/.cursor/mcp.json, line 4): left as it is: it has `sandboxEnabled`",
+    ] {
+        assert!(said.contains(want), "{want:?} not said:\n{said}");
+    }
+}
+
 /// unwrap puts back an entry that only its layout changed (Claude Code rewrites its file), and
 /// leaves one edited inside, showing its original, kept on record for later.
 #[test]
