@@ -150,6 +150,44 @@ async fn codex_connects_to_every_wrapped_server_through_the_daemon() {
     home.stop().await;
 }
 
+/// What docs/wrap.md says of Codex: `codex mcp list` connects to no server (no daemon starts),
+/// the app server's `mcpServerStatus/list` starts each wrapped one, and `codex mcp add` writes
+/// the file anew (a comment goes, `20` becomes `20.0`), so unwrap leaves the entry it changed,
+/// and puts back the one it wrote as it was.
+#[tokio::test]
+async fn codex_lists_without_connecting_and_writes_the_file_anew_on_mcp_add() {
+    ensure_client_clis();
+    let home = Home::new();
+    let file = home.path().join(".codex/config.toml");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    let text = format!(
+        "[mcp_servers.timed]  # mine\ncommand = {b}\nargs = [\"fixture\", \"--name\", \"fix-a\"]\n\
+         startup_timeout_sec = 20\n\n[mcp_servers.plain]\ncommand = {b}\nargs = [\"fixture\", \"--name\", \"fix-b\"]\n",
+        b = json!(bin())
+    );
+    std::fs::write(&file, &text).unwrap();
+    let said = switchyard(&home, home.path(), &["wrap", "--client", "codex"]);
+    assert!(said.contains("codex `timed` -> switchyard server `timed`"), "{said}");
+
+    let listed = ok(command(&home, &codex_cli(), home.path()).args(["mcp", "list", "--json"]));
+    assert_eq!(listed.matches("\"connect\"").count(), 2, "{listed}");
+    let rendered = switchyard_testkit::daemon::render(&home.processes());
+    assert!(home.daemons().is_empty(), "`codex mcp list` started a server:\n{rendered}");
+    let status = codex_status(&home);
+    assert_eq!(status.len(), 2, "{status:#?}");
+    for server in &status {
+        assert!(server["serverInfo"].is_object() && server["toolsError"].is_null(), "not started: {server:#}");
+    }
+
+    ok(command(&home, &codex_cli(), home.path()).args(["mcp", "add", "added", "--", bin(), "fixture"]));
+    let rewritten = std::fs::read_to_string(&file).unwrap();
+    assert!(!rewritten.contains("# mine") && rewritten.contains("startup_timeout_sec = 20.0"), "{rewritten}");
+    let said = switchyard(&home, home.path(), &["unwrap", "--client", "codex"]);
+    assert!(said.contains("codex `timed`: left as it is: it was edited since wrap"), "{said}");
+    assert!(said.contains("codex `plain`: restored"), "{said}");
+    home.stop().await;
+}
+
 /// Servers added with `gemini mcp add` to the user's settings and a project's (one with a
 /// `$VAR` Gemini expands): after wrap, `gemini mcp list` connects to each through one daemon;
 /// unwrap gives both files back.
