@@ -22,7 +22,7 @@ pub struct Death {
 }
 
 impl Death {
-    fn stderr_suffix(&self) -> String {
+    pub fn stderr_suffix(&self) -> String {
         if !self.local {
             String::new()
         } else if self.stderr.is_empty() {

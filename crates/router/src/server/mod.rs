@@ -413,6 +413,7 @@ impl Server {
                 Ok(inst)
             }
             Err(e) => {
+                let e = self.start_error(e, modern);
                 // A server that does not speak 2026-07-28 started fine: not a start failure.
                 if !(modern && self.discover_refused()) {
                     self.record_start_failure(e.to_string());
@@ -421,13 +422,31 @@ impl Server {
                     return Err(e);
                 }
                 inst.kill().await;
-                // A remote server that could not be reached: the calls waiting for this start
-                // are told the server is down and why (naming their own tool, not initialize).
-                if let CallError::Lost { cause, .. } | CallError::Refused { cause, .. } = e {
-                    return Err(CallError::Down { server: self.name.clone(), reason: cause });
-                }
                 Err(e)
             }
+        }
+    }
+
+    /// What the calls waiting for a start that failed with `e` are told. A remote server that
+    /// could not be reached is down, and why (naming their own tool, not initialize); one that
+    /// ended before it answered its first request never started, so nothing ran (not "the call
+    /// may have run", which is about a call the server had).
+    fn start_error(&self, e: CallError, modern: bool) -> CallError {
+        match e {
+            CallError::Lost { cause, .. } | CallError::Refused { cause, .. } => {
+                CallError::Down { server: self.name.clone(), reason: cause }
+            }
+            CallError::Died { death, .. } => CallError::Down {
+                server: self.name.clone(),
+                reason: format!(
+                    "instance {} ended ({}) while it started, before it answered {}{}; check the server's command and what it wrote",
+                    death.instance,
+                    death.status,
+                    if modern { "server/discover" } else { "initialize" },
+                    death.stderr_suffix()
+                ),
+            },
+            e => e,
         }
     }
 
