@@ -1285,6 +1285,32 @@ async fn a_capability_the_server_dropped_since_its_remembered_answer_gets_a_clea
     home.wait_no_processes(SLOW).await;
 }
 
+/// A config edit that drops a capability moves a live session to the new configuration; the
+/// client keeps what the old one told it at its initialize, so a request for what the server no
+/// longer offers gets the same clear error as after a restart answered from memory.
+#[tokio::test]
+async fn a_capability_a_config_edit_dropped_gets_a_clear_error_after_the_move() {
+    let home = Home::new();
+    home.write_config(&home.fixture("alpha", &[]));
+    let (p, mut c) = home.client("alpha").await;
+    c.timeout = SLOW;
+    let (pid, _) = fixture_pid(&mut c).await;
+    assert!(c.request("logging/setLevel", json!({"level": "debug"})).await["result"].is_object());
+
+    home.write_config(&home.fixture("alpha", &["--no-logging"]));
+    let moved = Instant::now();
+    while fixture_pid(&mut c).await.0 == pid {
+        assert!(moved.elapsed() < SLOW, "the session never moved to the new configuration");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let refused = c.request("logging/setLevel", json!({"level": "info"})).await;
+    assert_eq!(refused["error"]["code"], -32601, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("does not offer `logging` as it runs now"), "{message}");
+    leave(p, c).await;
+    home.shutdown().await;
+}
+
 /// A client answered from the server's earlier initialize while the server's start then fails
 /// (here: its command fails until a file is back; in life, a sign-in nobody had done yet) is
 /// served once the cause is gone, without initializing again: it was told the server is up and

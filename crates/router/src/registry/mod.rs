@@ -221,6 +221,9 @@ impl Servers {
         start_upkeep(&server);
         self.broken.write().expect("lock").remove(&server.name);
         let template = self.templates.write().expect("lock").remove(&server.name);
+        if let Some(old) = self.servers.read().expect("lock").get(&server.name) {
+            server.replaces(old);
+        }
         let old = self.servers.write().expect("lock").insert(server.name.clone(), server);
         if let Some(old) = old {
             self.retire(old, why, true, None);

@@ -109,6 +109,9 @@ pub struct Server {
     family: profile::Family,
     /// What it answered before (shared by the router's servers), and its config's key there.
     answers: std::sync::OnceLock<(Arc<answers::Answers>, String)>,
+    /// The key there of the configuration this one replaced (the config file was edited): what
+    /// the clients it takes over were told.
+    replaced: std::sync::OnceLock<String>,
     /// Said once an instance seems to answer one request at a time (for status and the page).
     serial: Mutex<Option<String>>,
 }
@@ -169,6 +172,20 @@ impl Server {
             return None;
         }
         Some(answer)
+    }
+
+    /// This server takes over the clients of `old` (the config file changed it).
+    pub fn replaces(&self, old: &Server) {
+        if let Some((_, key)) = old.answers.get() {
+            let _ = self.replaced.set(key.clone());
+        }
+    }
+
+    /// What a client of `profile` moved here from the configuration this one replaced was told
+    /// at its initialize there, if that is known.
+    pub fn told_before(&self, profile: &profile::Profile) -> Option<String> {
+        let (answers, _) = self.answers.get()?;
+        answers.get(&profile.answer_key(self.replaced.get()?))
     }
 
     /// Remembers the initialize result for clients of `profile`.
@@ -259,6 +276,7 @@ impl Server {
                 share: config.server.launch.share.unwrap_or_default(),
                 family: profile::Family::default(),
                 answers: std::sync::OnceLock::new(),
+                replaced: std::sync::OnceLock::new(),
                 serial: Mutex::new(None),
             }
         })

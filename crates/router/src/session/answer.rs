@@ -135,6 +135,14 @@ impl Session {
         match method {
             "initialize" => {
                 let profile = self.profile();
+                // `connect` sets a moved session up again with the client's initialize: the
+                // client keeps what the configuration it left told it, which is what this one
+                // must keep to (as with an answer from memory).
+                if crate::handoff::is_replay_id(id)
+                    && let Some(told) = profile.as_ref().and_then(|p| server.base().told_before(p))
+                {
+                    let _ = self.promised.set(told);
+                }
                 // A server known from before is answered at once with what it answered then;
                 // its start goes on, and requests wait for it.
                 if !server.is_initialized()
