@@ -612,6 +612,39 @@ config = { writes = ["write"], reads = ["read"], path_args = ["path"] }
     assert!(!s.router.stderr.text().contains(secret), "an argument value reached the log");
 }
 
+/// A subscription on a pool sees a change made through any instance: every shared instance
+/// holds it (a server tells only the subscribers of its own connection), and each change
+/// reaches the client once.
+#[tokio::test]
+async fn a_subscription_on_a_pool_sees_changes_through_every_instance_once_each() {
+    let dir = temp_dir();
+    let journal = journal_in(&dir);
+    let cfg = "[pools.default]\nmin = 2\nmax = 2\n";
+    let mut s = Setup::with_config(&["--journal", &journal], &[], Some(cfg)).await;
+    s.client.initialize().await;
+    wait_journal(&journal, Duration::from_secs(10), |e| received(e, "notifications/initialized").count() >= 2).await;
+    let uri = "fixture://a";
+    assert_eq!(s.client.request("resources/subscribe", json!({"uri": uri})).await["result"], json!({}));
+    // Calls side by side land on both instances.
+    let mut ids = Vec::new();
+    for _ in 0..6 {
+        ids.push(s.client.send_request("tools/call", json!({"name": "touch", "arguments": {"uri": uri}})).await);
+    }
+    for id in &ids {
+        let resp = s.client.wait_response(id).await;
+        assert_ne!(tool_text(&resp), "not subscribed", "a change went through an instance that holds no subscription");
+    }
+    let pids: std::collections::BTreeSet<u64> = switchyard_testkit::journal(&journal)
+        .iter()
+        .filter(|e| e["dir"] == "in" && e["msg"]["params"]["name"] == "touch")
+        .filter_map(|e| e["pid"].as_u64())
+        .collect();
+    assert_eq!(pids.len(), 2, "the calls did not reach both instances");
+    let seen = drain(&mut s.client, Duration::from_millis(300)).await;
+    let updates = seen.iter().filter(|m| m["method"] == "notifications/resources/updated").count();
+    assert_eq!(updates, 6, "each change once: {seen:?}");
+}
+
 /// Issue 9, item 12: when the instance holding the subscriptions died, the router first moved
 /// them to another instance (waiting behind that one's long call on a serial server) and only
 /// then respawned the pool back to `min`.

@@ -126,6 +126,15 @@ pub fn reply(line: &str) -> Result<Reply, String> {
     serde_json::from_str(line.trim()).map_err(|e| format!("unexpected line from the router ({e}): {}", line.trim()))
 }
 
+/// The id prefix of the requests `connect` makes itself when it replays a session on a new
+/// connection (or router): their answers are `connect`'s, never the client's.
+pub const REPLAY_ID: &str = "switchyard-replay-";
+
+/// Whether a raw JSON id is one of a replay's.
+pub fn is_replay_id(raw: &str) -> bool {
+    raw.strip_prefix('"').is_some_and(|r| r.starts_with(REPLAY_ID))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -106,14 +106,7 @@ impl Memory {
     }
 }
 
-/// The id prefix of the requests `connect` makes itself when it replays a session: their answers
-/// are `connect`'s, never the client's.
-pub const REPLAY_ID: &str = "switchyard-replay-";
-
-/// Whether a raw JSON id is one of a replay's.
-pub fn is_replay_id(raw: &str) -> bool {
-    raw.strip_prefix('"').is_some_and(|r| r.starts_with(REPLAY_ID))
-}
+pub use crate::control::{REPLAY_ID, is_replay_id};
 
 impl Memory {
     /// The lines, each with its newline, that set the client's session up again on a new

@@ -151,7 +151,7 @@ pub struct Fanout {
     /// server sends (it may still be running there): one call timeout.
     linger: Duration,
     sessions: RwLock<BTreeMap<SessionId, Arc<ClientPeer>>>,
-    subscriptions: Mutex<HashMap<String, BTreeSet<SessionId>>>,
+    subscriptions: super::subscriptions::Subscriptions,
     roots: Mutex<HashMap<SessionId, RootsState>>,
     /// roots/list requests of servers handed to clients: (session, id the session sees).
     roots_asked: Mutex<BTreeSet<(SessionId, u64)>>,
@@ -203,7 +203,7 @@ impl Fanout {
             owner,
             linger,
             sessions: RwLock::new(BTreeMap::new()),
-            subscriptions: Mutex::new(HashMap::new()),
+            subscriptions: Default::default(),
             roots: Mutex::new(HashMap::new()),
             roots_asked: Mutex::new(BTreeSet::new()),
             own_asks: Mutex::new(HashMap::new()),
@@ -231,11 +231,7 @@ impl Fanout {
     /// Removes a session, its subscriptions and what it told of its roots.
     pub fn detach(&self, id: SessionId) {
         self.sessions.write().expect("lock").remove(&id);
-        let mut subs = self.subscriptions.lock().expect("lock");
-        subs.retain(|_, set| {
-            set.remove(&id);
-            !set.is_empty()
-        });
+        self.subscriptions.remove_session(id);
         self.roots.lock().expect("lock").remove(&id);
         self.roots_asked.lock().expect("lock").retain(|(s, _)| *s != id);
         self.own_asks.lock().expect("lock").retain(|_, (s, _)| *s != id);
@@ -315,23 +311,16 @@ impl Fanout {
     }
 
     pub fn subscribe(&self, id: SessionId, uri: &str) {
-        self.subscriptions.lock().expect("lock").entry(uri.to_string()).or_default().insert(id);
+        self.subscriptions.subscribe(id, uri);
     }
 
     pub fn unsubscribe(&self, id: SessionId, uri: &str) {
-        let mut subs = self.subscriptions.lock().expect("lock");
-        if let Some(set) = subs.get_mut(uri) {
-            set.remove(&id);
-            if set.is_empty() {
-                subs.remove(uri);
-            }
-        }
+        self.subscriptions.unsubscribe(id, uri);
     }
 
     /// URIs some session subscribed to (`Some(id)`: that session only).
     pub fn uris(&self, of: Option<SessionId>) -> BTreeSet<String> {
-        let subs = self.subscriptions.lock().expect("lock");
-        subs.iter().filter(|(_, set)| of.is_none_or(|id| set.contains(&id))).map(|(u, _)| u.clone()).collect()
+        self.subscriptions.uris(of)
     }
 
     /// Writes a line to an instance (queued: never waits).
@@ -703,7 +692,8 @@ impl Fanout {
             "notifications/message" => self.server_log(inst, line, fields.level.as_deref()),
             "notifications/resources/updated" => {
                 let Some(uri) = fields.uri else { return };
-                let subs = self.subscriptions.lock().expect("lock").get(&uri).cloned().unwrap_or_default();
+                let by_calls = !inst.sessions_in_flight().is_empty() || inst.ended_calls_lately();
+                let subs = self.subscriptions.updated(&uri, inst.number(), by_calls);
                 for s in self.audience(inst) {
                     if subs.contains(&s.id) {
                         s.send_from_server(line.clone());

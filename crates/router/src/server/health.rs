@@ -31,8 +31,8 @@ impl Server {
             let status = death.map(|d| d.status).unwrap_or_default();
             self.record_start_failure(format!("{} {status} before answering any call", inst.label()));
         }
-        // Back to `min`, with the start backoff applied inside start_instance. First: moving the
-        // subscriptions below may wait behind a long call on another instance.
+        // Back to `min`, with the start backoff applied inside start_instance (the new instance
+        // takes the shared subscriptions as it starts).
         if pool.missing() > 0 {
             let p = pool.clone();
             let server = self.clone();
@@ -42,10 +42,6 @@ impl Server {
                     Err(e) => tracing::warn!("pool `{}`: respawn failed: {e}", p.name),
                 }
             });
-        }
-        if !inst.applied().uris.is_empty() {
-            // It held the subscriptions: another shared instance takes them over.
-            self.reconcile(Duration::from_millis(self.limits.call_timeout_ms)).await;
         }
     }
 

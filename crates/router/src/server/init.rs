@@ -149,8 +149,7 @@ impl Server {
         let _ = inst.write(codec::notification("notifications/initialized", "{}"));
         // A new instance gets what its sessions already set up on the others.
         let _guard = self.reconcile_lock(inst).lock_owned().await;
-        let holder = self.subscription_holder(Some(inst));
-        self.reconcile_instance(inst, holder, timeout).await;
+        self.reconcile_instance(inst, timeout).await;
         Ok(())
     }
 

@@ -31,6 +31,7 @@ pub mod calls;
 pub mod fanout;
 pub(crate) mod health;
 mod init;
+mod subscriptions;
 pub(crate) use init::is_modern_answer;
 pub mod profile;
 mod reconcile;

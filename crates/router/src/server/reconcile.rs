@@ -37,8 +37,10 @@ impl Server {
         first_failure(failures, |op| matches!(op, Setup::Level))
     }
 
-    /// resources/subscribe: held on one shared instance (so one change is one update) and on the
-    /// session's own instances; `resources/updated` goes to subscribers only.
+    /// resources/subscribe: held on every shared instance (a change made through any of them is
+    /// seen: a server tells only the subscribers of its own connection) and on the session's own
+    /// instances; `resources/updated` goes to subscribers only, once per change (see
+    /// [`super::fanout`]).
     pub async fn subscribe(&self, session: SessionId, uri: &str) -> Result<(), String> {
         self.hub.subscribe(session, uri);
         let failures = self.reconcile(Duration::from_millis(self.limits.call_timeout_ms)).await;
@@ -55,28 +57,13 @@ impl Server {
         first_failure(failures, |op| matches!(op, Setup::Unsubscribe(u) if u == uri))
     }
 
-    /// The shared instance that holds subscriptions: the lowest-numbered ready one (or `extra`,
-    /// an instance being set up, when it is lower or the only one). Never one of a client's or a
-    /// key's: those stop once idle, and the subscriptions with them.
-    pub(super) fn subscription_holder(&self, extra: Option<&Arc<Instance>>) -> Option<u64> {
-        self.all_instances()
-            .iter()
-            .filter(|i| i.is_ready() && !self.is_modern(i))
-            .chain(extra)
-            .filter(|i| i.scope == ScopeKey::Shared)
-            .map(|i| i.number())
-            .min()
-    }
-
     /// Brings every ready instance's level and subscriptions to what its sessions want.
     pub(super) async fn reconcile(&self, timeout: Duration) -> Vec<(Setup, String)> {
         let mut failures = Vec::new();
         // Levels and subscriptions are of the initialize era (2026-07-28 has neither request).
         for inst in self.all_instances().into_iter().filter(|i| i.is_ready() && !self.is_modern(i)) {
             let _guard = self.reconcile_lock(&inst).lock_owned().await;
-            // Who holds the subscriptions is decided under the lock: it may have changed meanwhile.
-            let holder = self.subscription_holder(None);
-            failures.extend(self.reconcile_instance(&inst, holder, timeout).await);
+            failures.extend(self.reconcile_instance(&inst, timeout).await);
         }
         failures
     }
@@ -92,15 +79,12 @@ impl Server {
         locks.entry(inst.number()).or_default().clone()
     }
 
-    pub(super) async fn reconcile_instance(
-        &self,
-        inst: &Instance,
-        holder: Option<u64>,
-        timeout: Duration,
-    ) -> Vec<(Setup, String)> {
+    pub(super) async fn reconcile_instance(&self, inst: &Instance, timeout: Duration) -> Vec<(Setup, String)> {
         let (level, uris) = match inst.owner {
             Some(owner) => (self.hub.session_level(owner), self.hub.uris(Some(owner))),
-            None if holder == Some(inst.number()) => (self.hub.wanted_level(), self.hub.uris(None)),
+            // A shared instance of a client's or a key's scope stops once idle, its
+            // subscriptions with it: only those of the shared scope hold the shared ones.
+            None if inst.scope == ScopeKey::Shared => (self.hub.wanted_level(), self.hub.uris(None)),
             None => (self.hub.wanted_level(), BTreeSet::new()),
         };
         let applied = inst.applied();

@@ -138,7 +138,7 @@ impl Session {
                 // `connect` sets a moved session up again with the client's initialize: the
                 // client keeps what the configuration it left told it, which is what this one
                 // must keep to (as with an answer from memory).
-                if crate::handoff::is_replay_id(id)
+                if crate::control::is_replay_id(id)
                     && let Some(told) = profile.as_ref().and_then(|p| server.base().told_before(p))
                 {
                     let _ = self.promised.set(told);
