@@ -125,6 +125,10 @@ async fn a_crash_fails_unsafe_calls_fast_and_retries_safe_ones() {
     let sleep = s.client.wait_response(&sleep_id).await;
     assert_eq!(tool_text(&sleep), "slept 300 ms", "{sleep}");
     assert_ne!(fixture_pid(&mut s.client).await, pid);
+    // The log says it repeats the call, and not in the same line to check its effect first.
+    let log = s.router.stderr.text();
+    let repeat = log.lines().find(|l| l.contains("repeating it")).unwrap_or_else(|| panic!("no repeat logged:\n{log}"));
+    assert!(repeat.contains("killed by signal 9") && !repeat.contains("check its effect"), "{repeat}");
 }
 
 #[tokio::test]

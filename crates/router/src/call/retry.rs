@@ -138,10 +138,12 @@ impl Forwarded<'_> {
             _ => RetryReason::Other,
         };
         server.metrics.retry(&server.metric_name, end.tool.as_ref(), reason);
+        // The cause only: the error's own advice ("check its effect before calling it again")
+        // is for a client that gets it, not for a call switchyard repeats.
         tracing::info!(
             server = %server.name, session = req.session_label,
-            "{what} failed ({e}); repeating it ({} of at most {}) in {} ms because {why}",
-            call.attempt + 1, retry.attempts, backoff.as_millis()
+            "{what} failed ({}); repeating it ({} of at most {}) in {} ms because {why}",
+            e.cause(), call.attempt + 1, retry.attempts, backoff.as_millis()
         );
         Next::Retry { backoff, of: retry.attempts + 1, after: e.cause() }
     }
