@@ -270,6 +270,8 @@ async fn a_missing_command_is_a_clear_error() {
     let resp = c.request("initialize", init_params(json!({}))).await;
     let msg = resp["error"]["message"].as_str().unwrap_or_default().to_string();
     assert!(msg.contains("/nonexistent/mcp-server") && msg.contains("No such file"), "{resp}");
+    // In words true of `run` and the daemon alike (not `run`'s "the command after `--`").
+    assert!(msg.contains("Check the server's command") && !msg.contains("after `--`"), "{resp}");
 }
 
 #[tokio::test]
