@@ -212,7 +212,7 @@ async fn get_json<T: serde::de::DeserializeOwned>(http: &reqwest::Client, url: &
     if !resp.status().is_success() {
         return Ok(None);
     }
-    let body = crate::read_limited(resp, MAX_DOCUMENT).await?;
+    let body = crate::http::read_limited(resp, MAX_DOCUMENT).await?;
     Ok(serde_json::from_slice(&body).ok())
 }
 

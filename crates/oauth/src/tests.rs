@@ -1,7 +1,9 @@
 //! The flow against an in-process authorization server and resource: discovery order, PKCE,
 //! `iss`, refresh before expiry, step-up, and what errors show.
 
+use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -9,8 +11,15 @@ use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use base64::Engine;
+use sha2::Digest;
+
+use url::Url;
 
 use super::*;
+use crate::refresh::EARLY_REFRESH_WAIT;
+use crate::register::pick_method;
+use crate::sign_in::SIGN_IN_SLACK;
 
 /// What the fake authorization server does, and what it saw.
 #[derive(Default)]

@@ -90,7 +90,7 @@ pub async fn request(
         .await
         .map_err(|e| fail(format!("could not reach {endpoint}: {}", crate::describe(&e))))?;
     let status = resp.status();
-    let body = crate::read_limited(resp, MAX_RESPONSE).await.map_err(fail)?;
+    let body = crate::http::read_limited(resp, MAX_RESPONSE).await.map_err(fail)?;
     if !status.is_success() {
         // Only the error code and its description are shown: nothing else of the body.
         let parsed = serde_json::from_slice::<ErrorResponse>(&body).ok();
