@@ -1311,6 +1311,52 @@ async fn a_capability_a_config_edit_dropped_gets_a_clear_error_after_the_move() 
     home.shutdown().await;
 }
 
+/// The first tools/list of a client answered initialize from memory is answered from memory
+/// too, at once, while the server (4 s to start) is still starting; once it is up, a server
+/// whose tools differ from those remembered makes the client hear tools/list_changed.
+#[tokio::test]
+async fn the_first_list_of_a_known_server_is_answered_while_it_starts() {
+    let home = Home::new();
+    let flags = home.path().join("flags");
+    std::fs::write(&flags, "").unwrap();
+    write_sh_server(&home, "slow", r#"exec "$0" fixture --init-delay-ms 4000 $(cat "$1")"#, &flags);
+    let names = |list: &Value| -> Vec<String> {
+        let tools = list["result"]["tools"].as_array().unwrap_or_else(|| panic!("not a list: {list}"));
+        tools.iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
+    };
+    // A first daemon learns the initialize answer and the list.
+    let mut first = home.connect("slow");
+    let mut c = first.client();
+    c.timeout = SLOW;
+    assert!(c.request("initialize", init_params("e2e", "1")).await["result"].is_object());
+    c.notify("notifications/initialized", json!({})).await;
+    let learned = names(&c.request("tools/list", json!({})).await);
+    leave(first, c).await;
+    home.stop().await;
+    home.wait_no_processes(SLOW).await;
+
+    for (round, extra) in [(0, ""), (1, "--extra-tool added_meanwhile")] {
+        std::fs::write(&flags, extra).unwrap();
+        let mut again = home.connect("slow");
+        let mut c = again.client();
+        c.timeout = SLOW;
+        assert!(c.request("initialize", init_params("e2e", "1")).await["result"].is_object());
+        c.notify("notifications/initialized", json!({})).await;
+        let asked = Instant::now();
+        let listed = c.request("tools/list", json!({})).await;
+        assert!(asked.elapsed() < Duration::from_secs(2), "round {round}: waited {:?} for the start", asked.elapsed());
+        assert_eq!(names(&listed), learned, "round {round}");
+        // The server is up once a call is answered; then the client hears of a change, if any.
+        assert_eq!(c.call_text("echo", json!({"text": "up"})).await, "up");
+        let told = crate::setup::drain(&mut c, Duration::from_millis(1500)).await;
+        let changed = told.iter().filter(|m| m["method"] == "notifications/tools/list_changed").count();
+        assert_eq!(changed, round, "round {round}: {told:?}");
+        leave(again, c).await;
+        home.stop().await;
+        home.wait_no_processes(SLOW).await;
+    }
+}
+
 /// A client answered from the server's earlier initialize while the server's start then fails
 /// (here: its command fails until a file is back; in life, a sign-in nobody had done yet) is
 /// served once the cause is gone, without initializing again: it was told the server is up and

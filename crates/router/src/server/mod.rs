@@ -175,6 +175,21 @@ impl Server {
         Some(answer)
     }
 
+    /// Remembers a whole list (the items of `method`'s result, in the server's order) as the
+    /// server gave it to clients of this server's profile.
+    pub(super) fn remember_list(&self, method: &str, items: &[serde_json::Value]) {
+        if let (Some((answers, key)), Some(p)) = (self.answers.get(), self.profile()) {
+            answers.put(&p.key_for(key, method), &serde_json::Value::from(items.to_vec()).to_string());
+        }
+    }
+
+    /// The whole list `method` last gave clients of this server's profile (whatever their roots).
+    pub fn remembered_list(&self, method: &str) -> Option<Vec<serde_json::Value>> {
+        let (answers, key) = self.answers.get()?;
+        let text = answers.get(&self.profile()?.key_for(key, method))?;
+        serde_json::from_str(&text).ok()
+    }
+
     /// This server takes over the clients of `old` (the config file changed it).
     pub fn replaces(&self, old: &Server) {
         if let Some((_, key)) = old.answers.get() {

@@ -50,8 +50,14 @@ impl Profile {
     /// Where the initialize result for this profile is kept, for a server whose config key is
     /// `server` (the roots play no part: they are learned after initialize).
     pub fn answer_key(&self, server: &str) -> String {
+        self.key_for(server, "initialize")
+    }
+
+    /// Where the server's answer to `what` (a method) for this profile is kept (see
+    /// [`Profile::answer_key`]).
+    pub fn key_for(&self, server: &str, what: &str) -> String {
         let owner = self.owner.as_deref().unwrap_or("");
-        format!("{server}:initialize:{}", super::answers::digest(&[&self.version, &self.capabilities, owner]))
+        format!("{server}:{what}:{}", super::answers::digest(&[&self.version, &self.capabilities, owner]))
     }
 
     /// Whether the client declared roots but did not say them (see [`UNKNOWN_ROOTS`]).

@@ -43,6 +43,7 @@ impl Server {
         // A whole list (no further page) is what this client now shows; a last page of several
         // is taken for the whole too, which can only make one list_changed too many pass.
         if serde_json::from_str::<Cursor>(result_json).is_ok_and(|c| c.next_cursor.is_none()) {
+            self.remember_list("tools/list", &r.tools);
             self.hub.shown_list("tools", r.tools);
         }
     }
@@ -71,7 +72,11 @@ impl Server {
             Kind::Tool => return self.learn_tools(result_json),
         };
         let Ok(mut r) = serde_json::from_str::<serde_json::Value>(result_json) else { return };
+        let whole = r.get("nextCursor").is_none_or(serde_json::Value::is_null);
         let Some(items) = r.get_mut(field).and_then(|v| v.as_array_mut()).map(std::mem::take) else { return };
+        if whole && kind == Kind::Prompt {
+            self.remember_list("prompts/list", &items);
+        }
         let mut cache = self.tools.write().expect("lock");
         for p in &items {
             if let Some(name) = p.get("name").and_then(|n| n.as_str()) {
@@ -234,6 +239,9 @@ impl Server {
             items.extend(page.get_mut(kind).and_then(|v| v.as_array_mut()).map(std::mem::take).unwrap_or_default());
             cursor = page.get("nextCursor").and_then(|c| c.as_str()).map(str::to_string);
             if cursor.is_none() {
+                if matches!(kind, "tools" | "prompts") {
+                    self.remember_list(&method, &items);
+                }
                 sort_list(&mut items);
                 if kind == "tools" {
                     self.learn_tool_values(&items);

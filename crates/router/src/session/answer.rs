@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+mod remembered;
+
 use super::Session;
 use crate::call::Cancel;
 use crate::placement::ScopeKey;
@@ -195,6 +197,11 @@ impl Session {
                     server.name
                 ),
             ),
+            // Before the wait for the server's start: answered from memory while it starts.
+            m @ ("tools/list" | "prompts/list") if let Some(items) = self.remembered_list(server, m, line, env) => {
+                let method = if m == "tools/list" { "tools/list" } else { "prompts/list" };
+                Some(self.answer_from_memory(server, method, id, items).await)
+            }
             _ if !or_cancelled(token, async {
                 let _turn = self.in_order.lock().await;
                 server.wait_initialized().await || self.start_again(server).await

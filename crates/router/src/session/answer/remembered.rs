@@ -1,0 +1,93 @@
+//! The first lists of a client answered from memory while its server starts: a client whose
+//! initialize was answered from the server's earlier answer (a new project's profile, a daemon
+//! started again) gets its first `tools/list` and `prompts/list` as the server last gave them
+//! to clients like it, shaped by the policy as any list is, instead of waiting for the start
+//! (Claude Code gives up on a server whose tools take seconds to list). Once the server is up,
+//! its own list is fetched; where it differs, the client is told the list changed.
+
+use std::sync::Arc;
+
+use super::Session;
+use crate::server::Server;
+use switchyard_core::codec::{self, Envelope};
+use switchyard_policy::Kind;
+use switchyard_policy::annotate;
+
+impl Session {
+    /// The list `method` asks for as remembered, when it may be answered so: the server is not
+    /// up yet, the client was promised a server that says when that list changes (so it hears
+    /// if the server's own differs), the request asks for the first page, and a whole list of
+    /// it is remembered for clients like this one.
+    pub(super) fn remembered_list(
+        &self,
+        server: &Server,
+        method: &str,
+        line: &str,
+        env: &Envelope,
+    ) -> Option<Vec<serde_json::Value>> {
+        if server.is_initialized() {
+            return None;
+        }
+        let capability = method.strip_suffix("/list")?;
+        let promised: serde_json::Value = serde_json::from_str(self.promised.get()?).ok()?;
+        if promised["capabilities"][capability]["listChanged"] != serde_json::Value::Bool(true) {
+            return None;
+        }
+        if env.params.as_ref().is_some_and(|p| line[p.clone()].contains("\"cursor\"")) {
+            return None;
+        }
+        server.remembered_list(method)
+    }
+
+    /// Answers request `id` with `items`, the remembered list `method`, through the policy's
+    /// list hooks; the server's own list, once it is up, decides whether the client hears that
+    /// the list changed.
+    pub(super) async fn answer_from_memory(
+        self: &Arc<Self>,
+        server: &Arc<Server>,
+        method: &'static str,
+        id: &str,
+        items: Vec<serde_json::Value>,
+    ) -> String {
+        let field = method.strip_suffix("/list").unwrap_or(method);
+        let mut result = serde_json::json!({ field: items }).to_string();
+        let set = server.policy.current();
+        if let Some(kind) = Kind::of_list_method(method)
+            && set.reads_calls()
+        {
+            match annotate::rewrite_list(&set, &self.label, &self.link.caller(), &server.name, kind, &result).await {
+                Ok(rewritten) => {
+                    if set.may_hide_or_rename(&server.name) {
+                        self.link.set_tool_view(&server.name, kind, rewritten.view);
+                    }
+                    if let Some(new) = rewritten.result {
+                        result = new;
+                    }
+                }
+                Err(e) => tracing::warn!(server = %server.name, "{method} from memory left as remembered: {e}"),
+            }
+        }
+        tracing::info!(session = %self.label, server = %server.name, "{method} answered from the server's earlier list while it starts");
+        let (me, server) = (self.clone(), server.clone());
+        let mut given = items;
+        crate::server::fanout::sort_list(&mut given);
+        server.clone().tasks.spawn(async move { me.check_remembered(&server, field, given).await });
+        codec::response_ok(id, &result)
+    }
+
+    /// Once the server is up: its own list of `kind`, and a list_changed to this client where
+    /// it differs from the remembered one it was given (both sorted).
+    async fn check_remembered(&self, server: &Server, kind: &'static str, given: Vec<serde_json::Value>) {
+        if !server.wait_initialized().await {
+            return;
+        }
+        let Some(inst) = server.all_instances().into_iter().find(|i| i.is_ready() && !server.is_modern(i)) else {
+            return;
+        };
+        let Some(now) = server.fetch_list(&inst, kind).await else { return };
+        if now != given {
+            tracing::info!(session = %self.label, server = %server.name, "the server's {kind} differ from those remembered; telling the client its list changed");
+            self.link.send_from_server(codec::notification(&format!("notifications/{kind}/list_changed"), "{}"));
+        }
+    }
+}
