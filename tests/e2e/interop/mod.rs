@@ -12,6 +12,7 @@ mod plugin_langs;
 mod profiles;
 mod python;
 mod real_oauth;
+mod release;
 mod remote;
 mod remote_fixtures;
 mod silent_links;
