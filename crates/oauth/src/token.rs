@@ -63,25 +63,8 @@ pub async fn request(
         }
     };
     form.push(("resource", resource));
-    let mut req = http.post(endpoint).header(reqwest::header::ACCEPT, "application/json");
-    match (client.auth_method.as_str(), &client.client_secret) {
-        ("client_secret_basic", Some(secret)) => {
-            // RFC 6749 section 2.3.1: each part form-encoded, then base64 of `id:secret`.
-            let enc = |s: &str| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
-            let pair = format!("{}:{}", enc(&client.client_id), enc(secret.expose()));
-            let value = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair));
-            let mut value = reqwest::header::HeaderValue::from_str(&value)
-                .map_err(|_| fail("the client secret is not valid in a header".into()))?;
-            value.set_sensitive(true);
-            req = req.header(reqwest::header::AUTHORIZATION, value);
-        }
-        ("client_secret_post", Some(secret)) => {
-            form.extend([("client_id", client.client_id.as_str()), ("client_secret", secret.expose())]);
-        }
-        _ => {
-            form.push(("client_id", &client.client_id));
-        }
-    }
+    let req = http.post(endpoint).header(reqwest::header::ACCEPT, "application/json");
+    let req = authenticate(req, &mut form, client).map_err(fail)?;
     let body = url::form_urlencoded::Serializer::new(String::new()).extend_pairs(form).finish();
     let resp = req
         .header(reqwest::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
@@ -121,4 +104,32 @@ pub async fn request(
         lifetime: t.expires_in,
         scope: t.scope.or_else(|| scope.map(str::to_string)),
     })
+}
+
+/// `req` with the client's authentication, as its registration says: a Basic header, or its
+/// id (and secret) added to `form`.
+fn authenticate<'a>(
+    mut req: reqwest::RequestBuilder,
+    form: &mut Vec<(&'a str, &'a str)>,
+    client: &'a Registration,
+) -> Result<reqwest::RequestBuilder, String> {
+    match (client.auth_method.as_str(), &client.client_secret) {
+        ("client_secret_basic", Some(secret)) => {
+            // RFC 6749 section 2.3.1: each part form-encoded, then base64 of `id:secret`.
+            let enc = |s: &str| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
+            let pair = format!("{}:{}", enc(&client.client_id), enc(secret.expose()));
+            let value = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair));
+            let mut value = reqwest::header::HeaderValue::from_str(&value)
+                .map_err(|_| "the client secret is not valid in a header".to_string())?;
+            value.set_sensitive(true);
+            req = req.header(reqwest::header::AUTHORIZATION, value);
+        }
+        ("client_secret_post", Some(secret)) => {
+            form.extend([("client_id", client.client_id.as_str()), ("client_secret", secret.expose())]);
+        }
+        _ => {
+            form.push(("client_id", &client.client_id));
+        }
+    }
+    Ok(req)
 }
