@@ -361,3 +361,52 @@ async fn clients_that_do_not_say_their_roots_share_instances_that_go_with_them()
     );
     assert_eq!(fixture_pid(&mut s.client).await, pid_a, "the known client's instance went too");
 }
+
+/// A client answers a sampling request of its own call and gets the tool's result.
+async fn sample_through(c: &mut Client, prompt: &str) -> Value {
+    let id = c.send_request("tools/call", json!({"name": "sample", "arguments": {"prompt": prompt}})).await;
+    let req = c.recv_request("sampling/createMessage").await;
+    let answer =
+        json!({"role": "assistant", "content": {"type": "text", "text": format!("sampled {prompt}")}, "model": "m"});
+    c.respond(req["id"].clone(), answer).await;
+    c.wait_response(&id).await
+}
+
+/// Two clients of one profile: once the server has asked a client for sampling, a call of one
+/// client does not share an instance with the other's call in flight (while the pool can start
+/// one), so its sampling request names one client and reaches it, instead of being refused
+/// because calls of two sessions were on the instance.
+#[tokio::test]
+async fn sampling_reaches_its_client_while_another_client_s_call_is_in_flight() {
+    let dir = temp_dir();
+    let sock = dir.path().join("s.sock");
+    // The server asks for the roots once up, so the first client's are known and the second,
+    // with the same roots, shares its instances (one profile).
+    let cfg = Some("[pools.default]\nmax = 2\n");
+    let mut s = Setup::with_config(&["--roots-on-initialized"], &["--listen", sock.to_str().unwrap()], cfg).await;
+    let roots = json!({"roots": [{"uri": "file:///project", "name": "p"}]});
+    s.client.roots = Some(roots.clone());
+    s.client.initialize().await;
+    assert_eq!(s.client.call_text("echo", json!({"text": "a"})).await, "a");
+    let (_bp, mut b) = connect(&sock).await;
+    b.roots = Some(roots);
+    b.initialize().await;
+    // Placed (its roots asked and answered) before its long call goes out.
+    assert_eq!(b.call_text("echo", json!({"text": "b"})).await, "b");
+    // The server asks a client for the first time: switchyard learns that it does.
+    let first = sample_through(&mut s.client, "one").await;
+    assert!(tool_text(&first).contains("sampled one"), "{first}");
+    // B's long call is in flight when A's call asks for sampling.
+    let long = b.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": 2000}})).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let second = sample_through(&mut s.client, "two").await;
+    eprintln!("DEBUG {}", s.router.stderr.text());
+    assert!(tool_text(&second).contains("sampled two"), "refused or misrouted: {second}");
+    assert!(b.wait_response(&long).await["result"].is_object());
+    assert!(!s.router.stderr.text().contains("served by"), "the clients were not of one profile");
+    assert!(
+        !b.buffered().iter().any(|m| m["method"] == "sampling/createMessage"),
+        "the other client got a sampling request: {:?}",
+        b.buffered()
+    );
+}

@@ -3,6 +3,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -62,6 +63,20 @@ impl Waiters {
         Some(grant)
     }
 
+    /// The next waiter of `session` (which has waiters), which then waits its turn again.
+    fn pop_of(&mut self, session: SessionId) -> Option<Grant> {
+        let q = self.by_session.get_mut(&session)?;
+        let (_, grant) = q.pop_front()?;
+        self.turn.retain(|s| *s != session);
+        if q.is_empty() {
+            self.by_session.remove(&session);
+        } else {
+            self.turn.push_back(session);
+        }
+        self.len -= 1;
+        Some(grant)
+    }
+
     /// Takes out a waiter that stopped waiting; false if it was already served.
     fn remove(&mut self, session: SessionId, ticket: u64) -> bool {
         let Some(q) = self.by_session.get_mut(&session) else { return false };
@@ -100,9 +115,36 @@ struct Scope {
     /// Which scope this is: one taken away (session ended, pool closed) and made anew under the
     /// same key is another, and a spawn of the old one must not count itself against it.
     epoch: u64,
+    /// Per instance (by number): the session whose calls it has, and how many (see
+    /// [`Pool::keep_sessions_apart`]).
+    held: HashMap<u64, (SessionId, usize)>,
 }
 
 impl Scope {
+    /// `inst` takes a call of `session`.
+    fn hold(&mut self, inst: &Instance, session: SessionId) {
+        let held = self.held.entry(inst.number()).or_insert((session, 0));
+        if held.1 == 0 {
+            held.0 = session;
+        }
+        held.1 += 1;
+    }
+
+    /// A call of `inst` ended.
+    fn release(&mut self, inst: &Instance) {
+        if let Some(held) = self.held.get_mut(&inst.number()) {
+            held.1 = held.1.saturating_sub(1);
+            if held.1 == 0 {
+                self.held.remove(&inst.number());
+            }
+        }
+    }
+
+    /// Whether `inst` has calls of a session other than `session`.
+    fn held_by_other(&self, inst: &Instance, session: SessionId) -> bool {
+        self.held.get(&inst.number()).is_some_and(|(s, n)| *n > 0 && *s != session)
+    }
+
     fn fresh() -> Scope {
         static EPOCHS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Scope { epoch: EPOCHS.fetch_add(1, std::sync::atomic::Ordering::Relaxed), ..Scope::default() }
@@ -171,6 +213,9 @@ pub struct Pool {
     spawner: Spawner,
     /// Its shared instances and those of the same pool of the server's siblings.
     budget: Mutex<Arc<Budget>>,
+    /// Set once the server asked a client something (sampling, elicitation): see
+    /// [`Pool::keep_sessions_apart`].
+    apart: Mutex<Arc<AtomicBool>>,
 }
 
 /// The right to send one call to one instance; dropping it frees the instance's slot.
@@ -183,7 +228,11 @@ pub struct Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         self.instance.end_call();
-        self.pool.dispatch_key(&self.key);
+        let mut scopes = self.pool.scopes.lock().expect("pool lock");
+        if let Some(scope) = scopes.get_mut(&self.key) {
+            scope.release(&self.instance);
+            self.pool.dispatch(scope, &self.key);
+        }
     }
 }
 
@@ -214,6 +263,7 @@ impl Drop for Wait<'_> {
         if let Ok(Ok(inst)) = self.rx.try_recv() {
             inst.end_call();
             if let Some(scope) = scopes.get_mut(&self.key) {
+                scope.release(&inst);
                 self.pool.dispatch(scope, &self.key);
             }
         }
@@ -229,7 +279,21 @@ impl Pool {
             scopes: Mutex::new(HashMap::new()),
             spawner,
             budget: Mutex::new(Arc::default()),
+            apart: Mutex::new(Arc::default()),
         })
+    }
+
+    /// From when `flag` is set, calls of different sessions go to different instances where the
+    /// pool can have them: a server's request to a client (sampling, elicitation) names no call,
+    /// and reaches the right client only when the instance that sent it has one client's calls.
+    /// An instance with another session's calls is passed over while the pool may start one
+    /// more; at `max` they share, as before (the request is refused when it cannot be told).
+    pub fn keep_sessions_apart(&self, flag: Arc<AtomicBool>) {
+        *self.apart.lock().expect("apart lock") = flag;
+    }
+
+    fn apart(&self) -> bool {
+        self.apart.lock().expect("apart lock").load(Ordering::Relaxed)
     }
 
     /// The count of shared instances this pool's `max` bounds (its own and its siblings').
@@ -300,16 +364,34 @@ impl Pool {
         scopes.values().flat_map(|s| s.instances.iter().cloned()).collect()
     }
 
-    /// The least-loaded ready instance that may take another call: under `max_inflight`, and
-    /// reading its stdin (its write backlog under the limit).
-    fn pick(&self, scope: &Scope) -> Option<Arc<Instance>> {
+    /// The least-loaded ready instance that may take another call of `session`: under
+    /// `max_inflight`, and reading its stdin (its write backlog under the limit); while sessions
+    /// are kept apart, one without another session's calls, unless none can come (nothing
+    /// starting, no room to start one: see [`Pool::keep_sessions_apart`]).
+    fn pick(&self, scope: &Scope, key: &ScopeKey, session: SessionId) -> Option<Arc<Instance>> {
         let limit = self.config.max_inflight;
-        scope
-            .instances
-            .iter()
-            .filter(|i| i.is_ready() && (limit == 0 || i.inflight() < limit) && i.is_writable())
-            .min_by_key(|i| i.inflight())
-            .cloned()
+        let free = |i: &&Arc<Instance>| i.is_ready() && (limit == 0 || i.inflight() < limit) && i.is_writable();
+        let least = |apart: bool| {
+            scope
+                .instances
+                .iter()
+                .filter(free)
+                .filter(|i| !apart || !scope.held_by_other(i, session))
+                .min_by_key(|i| i.inflight())
+                .cloned()
+        };
+        if !self.apart() {
+            return least(false);
+        }
+        // Shared only when no instance of its own can come: none starting, no room for one.
+        let own_may_come = scope.starting > 0 || self.has_room(scope, key);
+        least(true).or_else(|| (!own_may_come).then(|| least(false)).flatten())
+    }
+
+    /// Whether `scope` could start one more instance now (without taking the place).
+    fn has_room(&self, scope: &Scope, key: &ScopeKey) -> bool {
+        scope.instances.len() + scope.starting < self.config.max
+            && (*key != ScopeKey::Shared || self.budget().in_use() < self.config.max)
     }
 
     /// Whether `scope` may start one more instance, and if so, its place taken in the family's
@@ -327,12 +409,16 @@ impl Pool {
     fn dispatch(self: &Arc<Self>, scope: &mut Scope, key: &ScopeKey) {
         scope.instances.retain(|i| !i.is_dead());
         while scope.waiters.len > 0 {
-            let Some(inst) = self.pick(scope) else { break };
-            let grant = scope.waiters.pop().expect("len > 0");
+            // In turn, the first session with a waiter that an instance may take now.
+            let next = scope.waiters.turn.iter().find_map(|s| self.pick(scope, key, *s).map(|i| (*s, i)));
+            let Some((session, inst)) = next else { break };
+            let grant = scope.waiters.pop_of(session).expect("a session in turn has waiters");
             inst.begin_call();
+            scope.hold(&inst, session);
             if grant.send(Ok(inst.clone())).is_err() {
                 // Cannot happen while `Wait` owns the receiver; keep the count right regardless.
                 inst.end_call();
+                scope.release(&inst);
             }
         }
         self.grow(scope, key, false);
@@ -462,7 +548,7 @@ impl Pool {
             let scope = scopes.entry(key.clone()).or_insert_with(Scope::fresh);
             scope.instances.retain(|i| !i.is_dead());
             if scope.waiters.len == 0
-                && let Some(instance) = self.pick(scope)
+                && let Some(instance) = self.pick(scope, &key, session)
             {
                 // Pipelining: a busy instance serves at once, and a spare one starts for later calls.
                 if self.config.max_inflight == 0
@@ -475,6 +561,7 @@ impl Pool {
                     drop(self.start(key.clone(), scope.epoch));
                 }
                 instance.begin_call();
+                scope.hold(&instance, session);
                 return Ok(Lease { instance, key, pool: self.clone() });
             }
             if scope.waiters.len >= self.config.max_queue {
@@ -706,6 +793,35 @@ mod tests {
     fn client(name: &str, dir: &str) -> ScopeKey {
         let id = crate::placement::ClientId { name: name.into(), dir: Some(dir.into()), token: None };
         ScopeKey::Client(Arc::new(id))
+    }
+
+    /// Once sessions are kept apart, a call of a second session passes over an instance with the
+    /// first's calls and gets one of its own while the pool has room; at `max` they share. Calls
+    /// of one session still share its instance.
+    #[tokio::test(start_paused = true)]
+    async fn sessions_kept_apart_get_instances_of_their_own_while_there_is_room() {
+        let spawned = Arc::new(AtomicUsize::new(0));
+        let p = pool(0, 2, 0, 16, spawner(Duration::from_millis(10), false, spawned.clone()));
+        let apart = Arc::new(AtomicBool::new(false));
+        p.keep_sessions_apart(apart.clone());
+        let a1 = p.acquire(1, &ScopeKey::Shared).await.unwrap();
+        // Not yet apart: session 2 shares the first instance (pipelining).
+        let shared = p.acquire(2, &ScopeKey::Shared).await.unwrap();
+        assert_eq!(shared.instance.number(), a1.instance.number());
+        drop(shared);
+        apart.store(true, Ordering::Relaxed);
+        let a2 = p.acquire(1, &ScopeKey::Shared).await.unwrap();
+        assert_eq!(a2.instance.number(), a1.instance.number(), "one session's calls share its instance");
+        let b = p.acquire(2, &ScopeKey::Shared).await.unwrap();
+        assert_ne!(b.instance.number(), a1.instance.number(), "session 2 got session 1's instance");
+        // At max (2): a third session shares the least loaded.
+        let c = p.acquire(3, &ScopeKey::Shared).await.unwrap();
+        assert_eq!(c.instance.number(), b.instance.number());
+        assert_eq!(spawned.load(Ordering::SeqCst), 2);
+        // Once session 1's calls end, its instance is anyone's again.
+        drop((a1, a2));
+        let d = p.acquire(4, &ScopeKey::Shared).await.unwrap();
+        assert_ne!(d.instance.number(), b.instance.number(), "session 4 was put with others' calls");
     }
 
     /// Each placement has instances of its own, shared by the calls placed alike whoever makes

@@ -26,6 +26,7 @@ use switchyard_core::metrics::{Metrics, ToolNames};
 use switchyard_policy::Policy;
 
 pub mod answers;
+mod apart;
 mod breaker;
 pub mod calls;
 pub mod fanout;
@@ -113,6 +114,9 @@ pub struct Server {
     /// The key there of the configuration this one replaced (the config file was edited): what
     /// the clients it takes over were told.
     replaced: std::sync::OnceLock<String>,
+    /// Set once the server asked a client something (sampling, elicitation): its pools keep
+    /// sessions on instances of their own where they can (see `Pool::keep_sessions_apart`).
+    apart: Arc<std::sync::atomic::AtomicBool>,
     /// Said once an instance seems to answer one request at a time (for status and the page).
     serial: Mutex<Option<String>>,
 }
@@ -152,6 +156,9 @@ impl Server {
         if let Some(error) = answers.get(&format!("{key}:discover")) {
             let _ = self.discover_refusal.set(error);
             self.discover_refused.store(true, Ordering::Relaxed);
+        }
+        if answers.get(&format!("{key}:asks-clients")).is_some() {
+            self.apart.store(true, Ordering::Relaxed);
         }
         let _ = self.answers.set((answers, key));
     }
@@ -252,6 +259,10 @@ impl Server {
                     .collect()
             };
             let (pools, modern_pools) = (pools_of(false), pools_of(true));
+            let apart = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            for pool in pools.values().chain(modern_pools.values()) {
+                pool.keep_sessions_apart(apart.clone());
+            }
             Server {
                 name: name.clone(),
                 hub: Fanout::new(
@@ -294,6 +305,7 @@ impl Server {
                 answers: std::sync::OnceLock::new(),
                 replaced: std::sync::OnceLock::new(),
                 serial: Mutex::new(None),
+                apart,
             }
         })
     }
@@ -408,7 +420,7 @@ impl Server {
                 // Numbered across the family: a task id names its instance by number, and must name
                 // one instance of the server and its siblings (a session may move between them).
                 let number = self.base().next_instance.fetch_add(1, Ordering::Relaxed);
-                let events: Arc<dyn Events> = self.hub.clone();
+                let events: Arc<dyn Events> = apart::Watch::new(&self);
                 let prefix = self.instance_label_prefix();
                 Instance::start(&*self.connector, prefix, number, pool, scope, events).await.map_err(|f| {
                     self.record_start_failure(f.reason.clone());
