@@ -1,0 +1,98 @@
+//! A call by the name a plugin shows its client: checked against what the plugins show that
+//! client (a hidden tool is refused), and put back under the server's own name.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Request, caller_of};
+use crate::server::Server;
+use switchyard_core::codec::{self, Envelope};
+use switchyard_core::error::CallError;
+use switchyard_policy::{Kind, PluginSet, annotate};
+
+/// How long a call by an unknown name waits for a starting server's tool list.
+const RENAMED_WAIT: Duration = Duration::from_secs(2);
+
+/// The server's item of `kind` a plugin shows this client as `called`, when the client calls
+/// by a name the server does not list and no list this session saw gave it: a daemon started
+/// anew under a `connect` whose client listed before, or a client that keeps its tool list
+/// between sessions. Asked of the chain for the items the server is known to list (its answers
+/// are mostly kept already).
+async fn renamed_to(
+    set: &Arc<PluginSet>,
+    server: &Arc<Server>,
+    req: &Request<'_>,
+    caller: &switchyard_core::decision::Caller,
+    kind: Kind,
+    called: &str,
+) -> Option<String> {
+    // A server just started has not been asked for its tools yet: it is, once (a name it does
+    // not list is then known not to be its own).
+    // (A server of the 2026-07-28 era is not asked: its tools are learned from the lists that
+    // pass.)
+    if kind == Kind::Tool && !req.modern {
+        server.declared_hints_fetched(called, RENAMED_WAIT).await;
+    }
+    let items: Vec<_> = server.known_names(kind).iter().map(|n| server.listed_item(kind, n)).collect();
+    let shown = set.list_tools_async(req.session_label, caller, items.clone(), false).await;
+    items
+        .into_iter()
+        .zip(shown)
+        .find(|(_, s)| s.hidden_by.is_none() && s.listing.name == called)
+        .map(|(item, _)| item.name)
+}
+
+/// A `tools/call` (or `prompts/get`) checked against what the plugins show its client (only
+/// when a plugin may hide or rename tools and prompts): Ok(Some(the request with the server's
+/// name of the tool)) when the client called it by a name a plugin gave it; Ok(None) to send it
+/// as it is; Err(the client's error) when a plugin hides the tool from this client or shows it
+/// under another name.
+pub(super) async fn shown_tool(server: &Arc<Server>, req: &Request<'_>) -> Result<Option<(String, Envelope)>, String> {
+    let kind = match req.env.method.as_deref() {
+        Some("tools/call") => Kind::Tool,
+        Some("prompts/get") => Kind::Prompt,
+        _ => return Ok(None),
+    };
+    if req.task.is_some() {
+        return Ok(None);
+    }
+    let set = server.policy.current();
+    if !set.may_hide_or_rename(&server.name) {
+        return Ok(None);
+    }
+    let fields = req.env.params.as_ref().map(|p| codec::param_fields(req.line, p)).unwrap_or_default();
+    let Some(called) = fields.name else { return Ok(None) };
+    let caller = caller_of(req);
+    let mut view = req.link.tool_view(&server.name, kind);
+    if !view.as_ref().is_some_and(|v| v.renamed.contains_key(&called))
+        && !server.lists(kind, &called)
+        && let Some(original) = renamed_to(&set, server, req, &caller, kind, &called).await
+    {
+        let found = annotate::ClientView { renamed: [(called.clone(), original)].into(), ..Default::default() };
+        req.link.set_tool_view(&server.name, kind, found);
+        view = req.link.tool_view(&server.name, kind);
+    }
+    let listed = |name: &str| server.listed_item(kind, name);
+    let client_id = &req.line[req.env.id.clone().expect("requests have ids")];
+    match annotate::check_call(&set, req.session_label, &caller, view.as_deref(), &called, listed).await {
+        Ok(None) => Ok(None),
+        Ok(Some(original)) => {
+            let internal = |why: String| {
+                let msg = format!(
+                    "{} `{called}`: switchyard could not put the server's name `{original}` in the request: {why}",
+                    kind.noun()
+                );
+                codec::response_error(client_id, codec::INTERNAL_ERROR, &msg, None)
+            };
+            let mut v: serde_json::Value = serde_json::from_str(req.line).map_err(|e| internal(e.to_string()))?;
+            v["params"]["name"] = serde_json::Value::String(original.clone());
+            let line = v.to_string();
+            let env = codec::parse(&line).map_err(|e| internal(e.message()))?;
+            Ok(Some((line, env)))
+        }
+        Err(rejection) => {
+            tracing::info!(server = %server.name, session = req.session_label, "{} `{called}` rejected by `{}`: {}", kind.noun(), rejection.plugin, rejection.reason);
+            Err(CallError::Rejected(rejection).to_response(client_id))
+        }
+    }
+}
