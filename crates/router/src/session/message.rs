@@ -1,0 +1,235 @@
+//! One message from the client, as the read loop hands it on: a request registered in flight
+//! and run, a batch, a response to a server, or a notification acted on or passed to the servers.
+
+use std::sync::Arc;
+
+use tokio_util::task::TaskTracker;
+
+use super::Session;
+use crate::call::Cancel;
+use switchyard_core::codec::{self, Envelope, Kind};
+
+/// What the reader loop does with one message before anything async runs.
+enum Step {
+    /// A request, registered in flight; run it.
+    Run(String, Envelope, Arc<Cancel>),
+    /// Answer this at once.
+    Reply(String),
+    /// Handled (a notification or a response) or nothing to do.
+    Done,
+}
+
+impl Session {
+    pub(super) fn on_line(self: &Arc<Self>, line: String, tasks: &TaskTracker) {
+        if line.trim().is_empty() {
+            return;
+        }
+        if codec::is_batch(&line) {
+            return self.on_batch(&line, tasks);
+        }
+        match self.step(line) {
+            Step::Run(line, env, token) => {
+                let me = self.clone();
+                tasks.spawn(async move {
+                    if let Some(resp) = me.clone().run(line, env, token).await {
+                        me.link.send(resp);
+                    }
+                });
+            }
+            Step::Reply(r) => self.link.send(r),
+            Step::Done => {}
+        }
+    }
+
+    /// A JSON-RPC batch: its requests run concurrently and are answered together, as an array.
+    fn on_batch(self: &Arc<Self>, line: &str, tasks: &TaskTracker) {
+        let items = match codec::split_batch(line) {
+            Ok(items) => items,
+            Err(e) => return self.link.send(codec::response_error("null", e.code(), &e.message(), None)),
+        };
+        if items.is_empty() {
+            return self.link.send(codec::response_error(
+                "null",
+                codec::INVALID_REQUEST,
+                "Invalid Request: empty batch",
+                None,
+            ));
+        }
+        let steps: Vec<Step> = items.into_iter().map(|i| self.step(i.to_string())).collect();
+        let me = self.clone();
+        tasks.spawn(async move {
+            let mut replies = Vec::new();
+            let mut running = Vec::new();
+            for s in steps {
+                match s {
+                    Step::Run(line, env, token) => running.push(me.clone().run(line, env, token)),
+                    Step::Reply(r) => replies.push(r),
+                    Step::Done => {}
+                }
+            }
+            let mut set = tokio::task::JoinSet::new();
+            for f in running {
+                set.spawn(f);
+            }
+            while let Some(r) = set.join_next().await {
+                if let Ok(Some(r)) = r {
+                    replies.push(r);
+                }
+            }
+            if !replies.is_empty() {
+                me.link.send(format!("[{}]", replies.join(",")));
+            }
+        });
+    }
+
+    fn step(self: &Arc<Self>, line: String) -> Step {
+        let env = match codec::parse(&line) {
+            Ok(env) => env,
+            Err(e @ codec::ParseError::BadNotification { .. }) => {
+                tracing::info!(session = %self.label, "dropped a notification from the client: {}", e.message());
+                return Step::Done;
+            }
+            Err(e) => {
+                tracing::debug!(session = %self.label, "bad message from client: {}", e.message());
+                return Step::Reply(codec::response_error(e.reply_id(), e.code(), &e.message(), None));
+            }
+        };
+        match env.kind {
+            Kind::Response => {
+                self.server().hub.client_response(&self.link, &line, &env);
+                Step::Done
+            }
+            Kind::Notification => {
+                self.on_notification(&line, &env);
+                Step::Done
+            }
+            Kind::Request => {
+                let id = line[env.id.clone().expect("requests have ids")].to_string();
+                let token = Arc::new(Cancel::default());
+                let mut inflight = self.inflight.lock().expect("lock");
+                if inflight.contains_key(&id) {
+                    return Step::Reply(codec::response_error(
+                        &id,
+                        codec::INVALID_REQUEST,
+                        &format!("Invalid Request: id {id} is already in use by a request still in flight"),
+                        None,
+                    ));
+                }
+                inflight.insert(id, token.clone());
+                drop(inflight);
+                // `initialize` is the handshake of its era even when it carries the envelope.
+                let modern = env.method.as_deref() != Some("initialize")
+                    && env.params.as_ref().is_some_and(|p| codec::envelope_version(&line, p).is_some());
+                match env.method.as_deref() {
+                    // A 2026-07-28 client never initialises: its first request opens its session.
+                    _ if modern => self.link.open(),
+                    Some("initialize") => {
+                        let params = env.params.as_ref().map(|p| &line[p.clone()]).unwrap_or("{}");
+                        self.place_at_initialize(params);
+                        self.server().begin_initialize(params);
+                    }
+                    Some("ping" | "server/discover") => {}
+                    // A client that skips `initialized` is taken as initialised by its first call.
+                    _ => {
+                        self.link.open();
+                        self.settle_roots();
+                    }
+                }
+                Step::Run(line, env, token)
+            }
+        }
+    }
+
+    fn on_notification(self: &Arc<Self>, line: &str, env: &Envelope) {
+        let method = env.method.as_deref().unwrap_or_default();
+        match method {
+            // switchyard initialised the server itself; the client's ack opens its session to
+            // what servers send on their own.
+            "notifications/initialized" => {
+                self.link.open();
+                self.settle_roots();
+            }
+            "notifications/cancelled" => {
+                let fields = env.params.as_ref().map(|p| codec::param_fields(line, p)).unwrap_or_default();
+                let Some(span) = fields.request_id else { return };
+                let id = &line[span];
+                // Out of the table at once: no response is owed, and the client may reuse the id
+                // right away (the call's task finds its entry gone and leaves a new one alone).
+                match self.inflight.lock().expect("lock").remove(id) {
+                    Some(c) => c.cancel(fields.reason),
+                    None => tracing::debug!(session = %self.label, "cancel for id {id}, which is not in flight"),
+                }
+            }
+            // A request's method without an id is no request (JSON-RPC: a notification), and
+            // MCP has no such notification: no server would answer it, a policy would judge it
+            // without its tool, and it would go to every instance. Dropped, as JSON-RPC wants
+            // a notification it cannot take to be (no reply).
+            _ if !method.starts_with("notifications/") => {
+                let server = self.server();
+                if let Some(n) = server.repeats.request_without_id.hit() {
+                    tracing::warn!(
+                        session = %self.label,
+                        server = %server.name,
+                        "dropped a `{method}` without an id from the client: a request needs an id to be answered, and this one was neither sent to the server nor judged by the policy{}",
+                        switchyard_core::logging::times(n)
+                    );
+                }
+            }
+            _ => {
+                let me = self.clone();
+                let (method, line) = (method.to_string(), line.to_string());
+                tokio::spawn(async move { me.forward_notification(&method, line).await });
+            }
+        }
+    }
+
+    /// A client notification for the servers (roots/list_changed and anything else). Like
+    /// every message that reaches a server, it passes the policy first (on a plugin worker).
+    async fn forward_notification(self: Arc<Self>, method: &str, line: String) {
+        let server = self.server();
+        let call = switchyard_core::decision::CallInfo {
+            server: server.name.clone(),
+            session: self.label.clone(),
+            caller: self.link.caller(),
+            method: method.to_string(),
+            tool: None,
+            arguments: None,
+            declared: Default::default(),
+            attempt: 0,
+            task: None,
+        };
+        if let Err(r) = server.policy.current().decide_async(&call).await {
+            tracing::info!(session = %self.label, "{method} not forwarded: rejected by `{}`: {}", r.plugin, r.reason);
+            return;
+        }
+        if method == "notifications/roots/list_changed" {
+            // switchyard keeps the client's roots (it answers servers from them): it asks for
+            // the new ones, then passes the change on.
+            return self.roots_changed(line).await;
+        }
+        // To every instance of the initialize era this session may use (the 2026-07-28
+        // protocol has no such notifications).
+        let targets: Vec<_> = server
+            .all_instances()
+            .into_iter()
+            .filter(|i| i.is_ready() && i.owner.is_none_or(|o| o == self.id) && !server.is_modern(i))
+            .collect();
+        for inst in targets {
+            // Counted against the same unread budget as calls: a server that stopped reading
+            // must not make switchyard hold every notification a client keeps sending.
+            if !inst.is_writable() {
+                if let Some(n) = server.repeats.notification_unread.hit() {
+                    tracing::warn!(
+                        session = %self.label,
+                        instance = %inst.label(),
+                        "dropped a client's {method}: the server has not read the last {} bytes sent to it{}",
+                        inst.backlog(),
+                        switchyard_core::logging::times(n)
+                    );
+                }
+                continue;
+            }
+            let _ = inst.write(line.clone());
+        }
+    }
+}
