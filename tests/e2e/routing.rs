@@ -114,16 +114,25 @@ async fn a_server_request_of_a_timed_out_call_never_reaches_another_session() {
     );
 }
 
-/// A log message sent during session A's call goes to A only; one that belongs to no call goes
-/// to nobody (counted in the router's log), never to another session.
+/// A log message sent during session A's call, or just after it, goes to A only; one that
+/// belongs to no call goes to nobody (counted in the router's log), never to another session.
 #[tokio::test]
 async fn log_messages_go_to_the_session_whose_call_sent_them() {
     let dir = temp_dir();
     let sock = dir.path().join("l.sock");
-    let mut s = Setup::new(&[], &["--listen", sock.to_str().unwrap()]).await;
+    // The server asks for the roots once up, so A's are known and B, with the same roots, is on
+    // the same instance for the whole test (one profile).
+    let mut s = Setup::new(&["--roots-on-initialized"], &["--listen", sock.to_str().unwrap()]).await;
+    let roots = json!({"roots": [{"uri": "file:///project", "name": "p"}]});
+    s.client.roots = Some(roots.clone());
     s.client.initialize().await;
+    assert_eq!(s.client.call_text("echo", json!({"text": "a"})).await, "a");
     let (_bp, mut b) = connect(&sock).await;
+    b.roots = Some(roots);
     b.initialize().await;
+    assert_eq!(b.call_text("echo", json!({"text": "b"})).await, "b");
+    // Past the 2 s in which a log may still be the tail of B's call.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
 
     assert_eq!(s.client.call_text("log", json!({"level": "info", "message": "A's private note"})).await, "logged");
     let a_seen = drain(&mut s.client, Duration::from_millis(300)).await;
@@ -132,16 +141,26 @@ async fn log_messages_go_to_the_session_whose_call_sent_them() {
     assert_eq!(a_logs.len(), 1, "{a_logs:?}");
     assert_eq!(a_logs[0]["params"]["data"], "A's private note");
 
-    // Logged after its call ended: nobody can be named for it.
+    // Logged 200 ms after its call ended (a call's last steps): still A's, and only A's.
     assert_eq!(
         s.client.call_text("log", json!({"level": "info", "message": "A's late note", "after_ms": 200})).await,
         "will log"
     );
     let a_seen = drain(&mut s.client, Duration::from_millis(800)).await;
+    let late: Vec<&Value> = a_seen.iter().filter(|m| m["method"] == "notifications/message").collect();
+    assert_eq!(late.len(), 1, "{a_seen:?}");
+    assert_eq!(late[0]["params"]["data"], "A's late note");
+    // Logged long after (past the 2 s a log may trail its call): nobody can be named for it.
+    assert_eq!(
+        s.client.call_text("log", json!({"level": "info", "message": "A's stray note", "after_ms": 2500})).await,
+        "will log"
+    );
+    let a_seen = drain(&mut s.client, Duration::from_millis(3000)).await;
     assert!(a_seen.iter().all(|m| m["method"] != "notifications/message"), "{a_seen:?}");
     let b_seen = drain(&mut b, Duration::from_millis(300)).await;
     assert!(b_seen.iter().all(|m| m["method"] != "notifications/message"), "B got A's logs: {b_seen:?}");
     assert!(s.router.stderr.text().contains("withheld a log message"), "the withholding is logged");
+    assert!(!s.router.stderr.text().contains("served by"), "the clients were not of one profile");
 }
 
 /// Pool instances that announce tools/list_changed while starting change nothing clients were

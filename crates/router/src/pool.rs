@@ -51,16 +51,8 @@ impl Waiters {
 
     /// The next waiter in round-robin order.
     fn pop(&mut self) -> Option<Grant> {
-        let session = self.turn.pop_front()?;
-        let q = self.by_session.get_mut(&session).expect("turn lists sessions with waiters");
-        let (_, grant) = q.pop_front().expect("non-empty while in turn");
-        if q.is_empty() {
-            self.by_session.remove(&session);
-        } else {
-            self.turn.push_back(session);
-        }
-        self.len -= 1;
-        Some(grant)
+        let session = *self.turn.front()?;
+        self.pop_of(session)
     }
 
     /// The next waiter of `session` (which has waiters), which then waits its turn again.

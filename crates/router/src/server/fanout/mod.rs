@@ -219,13 +219,17 @@ impl Fanout {
 
     /// The session a log message of `inst` belongs to. Unlike a request, a log needs no answer,
     /// so an abandoned call's log may still go to its own session, and so may a log that trails
-    /// a call just answered (within [`crate::upstream::instance::LOG_TRAIL`]): only a stranger
-    /// must not see it.
+    /// a call just answered (within [`crate::upstream::instance::LOG_TRAIL`], when no call is on
+    /// the instance): only a stranger must not see it.
     fn attribute_log(&self, inst: &Instance) -> Attribution {
         let attached: Vec<SessionId> = self.sessions.read().expect("lock").keys().copied().collect();
         let owners = inst.owners(self.linger);
-        let mut live: Vec<SessionId> =
-            owners.live.iter().chain(&owners.abandoned).chain(&owners.lately).copied().collect();
+        let mut live: Vec<SessionId> = owners.live.iter().chain(&owners.abandoned).copied().collect();
+        // Calls that ended lately count only when none is on it: a log during a call is that
+        // call's far more often than the tail of one that ended.
+        if live.is_empty() {
+            live = owners.lately;
+        }
         live.sort_unstable();
         live.dedup();
         attribute(inst.owner, &Owners { live, ..Owners::default() }, &attached)
