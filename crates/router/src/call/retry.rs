@@ -102,30 +102,7 @@ impl Forwarded<'_> {
         let too_late = eff.retry.is_none()
             && self.lost_link.is_some_and(|at| tokio::time::Instant::now() + backoff >= at + RESTART_WAIT);
         if why.is_empty() || call.attempt >= retry.attempts || too_late {
-            // The client waited for every attempt, not just the last: say so.
-            if let CallError::Timeout { elapsed, attempts, .. } = &mut e
-                && (call.attempt == 0 || eff.retry.is_some())
-            {
-                *elapsed = self.first_started.elapsed();
-                *attempts = call.attempt + 1;
-            } else if call.attempt > 0 {
-                e = CallError::Repeated {
-                    server: server.name.clone(),
-                    what: what.clone(),
-                    attempts: call.attempt + 1,
-                    elapsed: self.first_started.elapsed(),
-                    why: self.repeated_because.clone(),
-                    may_have_run: self.may_have_run,
-                    first: self.first_failure.take(),
-                    last: Box::new(e),
-                };
-            }
-            tracing::info!(
-                server = %server.name, session = req.session_label,
-                "{what} failed after {} attempt(s): {e}", call.attempt + 1
-            );
-            (end.outcome, end.code) = (failure_outcome(&e), Some(e.code()));
-            return Next::GiveUp(e.to_response(self.client_id));
+            return self.give_up(e, server, eff, req, end);
         }
         if self.repeated_because.is_empty() {
             self.repeated_because = why.to_string();
@@ -146,6 +123,43 @@ impl Forwarded<'_> {
             e.cause(), call.attempt + 1, retry.attempts, backoff.as_millis()
         );
         Next::Retry { backoff, of: retry.attempts + 1, after: e.cause() }
+    }
+
+    /// No other attempt follows the one that failed with `e`: the client's answer, which says
+    /// how often and for how long the call was tried when it was more than once.
+    fn give_up(
+        &mut self,
+        mut e: CallError,
+        server: &Server,
+        eff: &Effective,
+        req: &Request<'_>,
+        end: &mut End,
+    ) -> Next {
+        let (what, attempt) = (&self.what, self.info.attempt);
+        // The client waited for every attempt, not just the last: say so.
+        if let CallError::Timeout { elapsed, attempts, .. } = &mut e
+            && (attempt == 0 || eff.retry.is_some())
+        {
+            *elapsed = self.first_started.elapsed();
+            *attempts = attempt + 1;
+        } else if attempt > 0 {
+            e = CallError::Repeated {
+                server: server.name.clone(),
+                what: what.clone(),
+                attempts: attempt + 1,
+                elapsed: self.first_started.elapsed(),
+                why: self.repeated_because.clone(),
+                may_have_run: self.may_have_run,
+                first: self.first_failure.take(),
+                last: Box::new(e),
+            };
+        }
+        tracing::info!(
+            server = %server.name, session = req.session_label,
+            "{what} failed after {} attempt(s): {e}", attempt + 1
+        );
+        (end.outcome, end.code) = (failure_outcome(&e), Some(e.code()));
+        Next::GiveUp(e.to_response(self.client_id))
     }
 
     /// [`Forwarded::safe`] from what is known now (no fetch): for sending a copy on a new

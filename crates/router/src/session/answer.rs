@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+mod initialize;
 mod remembered;
 
 use super::Session;
@@ -97,30 +98,9 @@ impl Session {
         let params = env.params.as_ref().map(|p| &line[p.clone()]).unwrap_or("{}");
         let fields = env.params.as_ref().map(|p| codec::param_fields(line, p)).unwrap_or_default();
         let local_error = |code, msg: String| Some(codec::response_error(id, code, &msg, None));
-        // A request of the 2026-07-28 era carries its protocol version in `_meta` and needs no
-        // initialize: it goes to instances of that era, as it is (`initialize` stays a handshake).
-        let modern = match env.params.as_ref().and_then(|p| codec::envelope_version(line, p)) {
-            // A version switchyard does not serve per request gets the spec's answer, as the
-            // HTTP front gives it: the server behind may not check.
-            Some(version)
-                if !matches!(method, "initialize" | "server/discover")
-                    && !switchyard_mcp::version::STATELESS.contains(&version.as_str()) =>
-            {
-                let shown: String = version.chars().take(40).collect();
-                let supported = switchyard_mcp::version::STATELESS;
-                let message = format!(
-                    "Unsupported protocol version {shown:?}: switchyard serves {} per request (in `_meta`), and {} after initialize",
-                    supported.join(", "),
-                    switchyard_mcp::version::SESSION_ERA.join(", ")
-                );
-                let data = serde_json::json!({ "supported": supported, "requested": shown });
-                return Some(codec::response_error(id, codec::UNSUPPORTED_PROTOCOL_VERSION, &message, Some(&data)));
-            }
-            Some(version) if method != "initialize" => {
-                server.saw_modern_version(&version);
-                true
-            }
-            _ => false,
+        let modern = match self.era(server, method, line, env, id) {
+            Ok(modern) => modern,
+            Err(refusal) => return Some(refusal),
         };
         if method == "server/discover" {
             return self.discover(line, env, cancel).await;
@@ -135,58 +115,7 @@ impl Session {
             return self.forward(line, env, cancel, true).await;
         }
         match method {
-            "initialize" => {
-                let profile = self.profile();
-                // `connect` sets a moved session up again with the client's initialize: the
-                // client keeps what the configuration it left told it, which is what this one
-                // must keep to (as with an answer from memory).
-                if crate::control::is_replay_id(id)
-                    && let Some(told) = profile.as_ref().and_then(|p| server.base().told_before(p))
-                {
-                    let _ = self.promised.set(told);
-                }
-                // A server known from before is answered at once with what it answered then;
-                // its start goes on, and requests wait for it.
-                if !server.is_initialized()
-                    && let Some(p) = &profile
-                    && let Some(remembered) = server.remembered_initialize(p)
-                {
-                    let _ = self.promised.set(remembered.clone());
-                    let (me, server, params, p) = (self.clone(), server.clone(), params.to_string(), p.clone());
-                    let answered = remembered.clone();
-                    server.clone().tasks.spawn(async move {
-                        match server.initialize(me.id, &params).await {
-                            Ok(result) => {
-                                server.remember_initialize(&p, &result);
-                                if !same_answer(&result, &answered) {
-                                    me.tell_lists_changed(&result);
-                                }
-                                server.refresh_tools().await;
-                            }
-                            Err(e) => tracing::warn!(
-                                session = %me.label, server = %server.name,
-                                "initialize was answered from the server's earlier answer, but the server did not start: {e}; the client's requests get this error"
-                            ),
-                        }
-                    });
-                    return Some(codec::response_ok(id, &remembered));
-                }
-                let r = tokio::select! {
-                    r = server.initialize(self.id, params) => r,
-                    _ = token.cancelled() => return None,
-                };
-                Some(match r {
-                    Ok(result) => {
-                        if let Some(p) = &profile {
-                            server.remember_initialize(p, &result);
-                        }
-                        let s = server.clone();
-                        server.tasks.spawn(async move { s.refresh_tools().await });
-                        codec::response_ok(id, &result)
-                    }
-                    Err(e) => e.to_response(id),
-                })
-            }
+            "initialize" => self.initialize(server, params, id, token).await,
             "ping" => Some(codec::response_ok(id, "{}")),
             // The server's instances were set up for clients that did initialize: a session that
             // did not is served by none of them, as a server of its own would serve it nothing.
