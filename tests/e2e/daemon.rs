@@ -45,6 +45,16 @@ fn write_sh_server(home: &Home, name: &str, script: &str, file: &Path) {
     ));
 }
 
+/// Server `slow`: the fixture taking `init_delay_ms` to start, with the options the returned
+/// file holds (empty at first; the test writes it between daemons).
+fn slow_server_with_flags(home: &Home, init_delay_ms: u64) -> std::path::PathBuf {
+    let flags = home.path().join("flags");
+    std::fs::write(&flags, "").unwrap();
+    let script = format!(r#"exec "$0" fixture --init-delay-ms {init_delay_ms} $(cat "$1")"#);
+    write_sh_server(home, "slow", &script, &flags);
+    flags
+}
+
 /// A client initializes `name` through a first daemon, which is then stopped: the next daemon
 /// answers `initialize` from what this one learned. The answer.
 async fn learn_initialize(home: &Home, name: &str) -> Value {
@@ -1258,10 +1268,7 @@ async fn a_session_without_initialize_reaches_no_other_client_s_instance() {
 #[tokio::test]
 async fn a_capability_the_server_dropped_since_its_remembered_answer_gets_a_clear_error() {
     let home = Home::new();
-    let flags = home.path().join("flags");
-    std::fs::write(&flags, "").unwrap();
-    // The server's options come from the file.
-    write_sh_server(&home, "slow", r#"exec "$0" fixture --init-delay-ms 1500 $(cat "$1")"#, &flags);
+    let flags = slow_server_with_flags(&home, 1500);
     let learned = learn_initialize(&home, "slow").await;
     assert!(learned["result"]["capabilities"]["logging"].is_object(), "{learned}");
 
@@ -1317,9 +1324,7 @@ async fn a_capability_a_config_edit_dropped_gets_a_clear_error_after_the_move() 
 #[tokio::test]
 async fn the_first_list_of_a_known_server_is_answered_while_it_starts() {
     let home = Home::new();
-    let flags = home.path().join("flags");
-    std::fs::write(&flags, "").unwrap();
-    write_sh_server(&home, "slow", r#"exec "$0" fixture --init-delay-ms 4000 $(cat "$1")"#, &flags);
+    let flags = slow_server_with_flags(&home, 4000);
     let names = |list: &Value| -> Vec<String> {
         let tools = list["result"]["tools"].as_array().unwrap_or_else(|| panic!("not a list: {list}"));
         tools.iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()

@@ -114,23 +114,30 @@ async fn a_server_request_of_a_timed_out_call_never_reaches_another_session() {
     );
 }
 
-/// A log message sent during session A's call, or just after it, goes to A only; one that
-/// belongs to no call goes to nobody (counted in the router's log), never to another session.
-#[tokio::test]
-async fn log_messages_go_to_the_session_whose_call_sent_them() {
+/// A router (with `config`) whose first client (the Setup's) and a second one, on its socket,
+/// are of one profile and stay so: the server asks for the roots once up, so the first's are
+/// known, and the second, with the same roots, shares its instances. Each has made a call (the
+/// second is placed: its roots asked and answered). What the second needs kept is returned.
+async fn two_clients_of_one_profile(config: Option<&str>) -> (Setup, (TempDir, Proc), Client) {
     let dir = temp_dir();
-    let sock = dir.path().join("l.sock");
-    // The server asks for the roots once up, so A's are known and B, with the same roots, is on
-    // the same instance for the whole test (one profile).
-    let mut s = Setup::new(&["--roots-on-initialized"], &["--listen", sock.to_str().unwrap()]).await;
+    let sock = dir.path().join("one-profile.sock");
+    let mut s = Setup::with_config(&["--roots-on-initialized"], &["--listen", sock.to_str().unwrap()], config).await;
     let roots = json!({"roots": [{"uri": "file:///project", "name": "p"}]});
     s.client.roots = Some(roots.clone());
     s.client.initialize().await;
     assert_eq!(s.client.call_text("echo", json!({"text": "a"})).await, "a");
-    let (_bp, mut b) = connect(&sock).await;
+    let (p, mut b) = connect(&sock).await;
     b.roots = Some(roots);
     b.initialize().await;
     assert_eq!(b.call_text("echo", json!({"text": "b"})).await, "b");
+    (s, (dir, p), b)
+}
+
+/// A log message sent during session A's call, or just after it, goes to A only; one that
+/// belongs to no call goes to nobody (counted in the router's log), never to another session.
+#[tokio::test]
+async fn log_messages_go_to_the_session_whose_call_sent_them() {
+    let (mut s, _keep, mut b) = two_clients_of_one_profile(None).await;
     // Past the 2 s in which a log may still be the tail of B's call.
     tokio::time::sleep(Duration::from_millis(2100)).await;
 
@@ -397,21 +404,7 @@ async fn sample_through(c: &mut Client, prompt: &str) -> Value {
 /// because calls of two sessions were on the instance.
 #[tokio::test]
 async fn sampling_reaches_its_client_while_another_client_s_call_is_in_flight() {
-    let dir = temp_dir();
-    let sock = dir.path().join("s.sock");
-    // The server asks for the roots once up, so the first client's are known and the second,
-    // with the same roots, shares its instances (one profile).
-    let cfg = Some("[pools.default]\nmax = 2\n");
-    let mut s = Setup::with_config(&["--roots-on-initialized"], &["--listen", sock.to_str().unwrap()], cfg).await;
-    let roots = json!({"roots": [{"uri": "file:///project", "name": "p"}]});
-    s.client.roots = Some(roots.clone());
-    s.client.initialize().await;
-    assert_eq!(s.client.call_text("echo", json!({"text": "a"})).await, "a");
-    let (_bp, mut b) = connect(&sock).await;
-    b.roots = Some(roots);
-    b.initialize().await;
-    // Placed (its roots asked and answered) before its long call goes out.
-    assert_eq!(b.call_text("echo", json!({"text": "b"})).await, "b");
+    let (mut s, _keep, mut b) = two_clients_of_one_profile(Some("[pools.default]\nmax = 2\n")).await;
     // The server asks a client for the first time: switchyard learns that it does.
     let first = sample_through(&mut s.client, "one").await;
     assert!(tool_text(&first).contains("sampled one"), "{first}");
