@@ -388,6 +388,26 @@ async fn clients_that_do_not_say_their_roots_share_instances_that_go_with_them()
     assert_eq!(fixture_pid(&mut s.client).await, pid_a, "the known client's instance went too");
 }
 
+/// A client that declares roots, never says them, and leaves before switchyard stops waiting
+/// for them (2 s) gets nothing started for it after it left: no instance is left behind.
+#[tokio::test]
+async fn a_client_that_leaves_while_its_roots_are_awaited_leaves_no_instance() {
+    let dir = temp_dir();
+    let sock = dir.path().join("r.sock");
+    let mut s = Setup::new(&[], &["--listen", sock.to_str().unwrap()]).await;
+    s.client.roots = Some(json!({"roots": [{"uri": "file:///only-a", "name": "a"}]}));
+    s.client.initialize().await;
+    fixture_pid(&mut s.client).await;
+    let (bp, mut b) = connect(&sock).await;
+    b.roots = None;
+    b.initialize().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    drop((b, bp));
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let log = s.router.stderr.text();
+    assert!(!log.contains("~2 started"), "an instance was started for a client that had left:\n{log}");
+}
+
 /// A client answers a sampling request of its own call and gets the tool's result.
 async fn sample_through(c: &mut Client, prompt: &str) -> Value {
     let id = c.send_request("tools/call", json!({"name": "sample", "arguments": {"prompt": prompt}})).await;

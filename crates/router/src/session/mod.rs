@@ -35,6 +35,9 @@ pub struct Session {
     /// The server it is a client of: the one it joined, until its profile sends it to a sibling
     /// (see [`crate::server::profile`]).
     server: std::sync::RwLock<Arc<Server>>,
+    /// Set as the session winds down: it is placed nowhere any more (a wait for its roots that
+    /// ends after it left must not start instances for it, or attach it to them).
+    leaving: std::sync::atomic::AtomicBool,
     placement: Placement,
     /// Requests of this client still running, by their raw id: each owes exactly one response.
     inflight: Mutex<HashMap<String, Arc<Cancel>>>,

@@ -96,6 +96,10 @@ impl Session {
 
     /// Sends the session to the server for `profile` when that is not `server`; returns it then.
     fn place(self: &Arc<Self>, server: &Arc<Server>, profile: &Profile, roots_changed: bool) -> Option<Arc<Server>> {
+        // Gone (its client left while its roots were awaited): nothing is started for it.
+        if self.leaving.load(std::sync::atomic::Ordering::SeqCst) {
+            return None;
+        }
         match server.place(self.id, profile, roots_changed) {
             Ok(Placed::Stay) => None,
             Ok(Placed::Move(to)) => {

@@ -85,6 +85,7 @@ impl Session {
             started,
             speaks_control: opening.speaks_control,
             promised: std::sync::OnceLock::new(),
+            leaving: Default::default(),
             withdrawn: std::sync::OnceLock::new(),
         });
         let registered = opening.sessions.add(&session);
@@ -155,6 +156,7 @@ impl Serving<'_> {
     /// Winds the session down: its calls get their grace, then are cancelled; it leaves its
     /// server; its writer gets what is queued out to the client (unless the client is gone).
     pub(super) async fn close(mut self, ended: Ended, shutdown: &CancellationToken) {
+        self.session.leaving.store(true, std::sync::atomic::Ordering::SeqCst);
         // Whether the client is still there to read an answer for what is cancelled below.
         let mut client_listening = ended == Ended::Shutdown;
         // End of input is not a cancel: what is in flight gets a short grace to be answered, as a
