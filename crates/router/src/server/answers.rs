@@ -65,8 +65,9 @@ impl Answers {
 
 /// The entries in the file at `path` (see [`Answers::open`]).
 fn load(path: &Path) -> BTreeMap<String, String> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
+    // Bytes, not text: a file that is not UTF-8 is as broken as one that is not JSON.
+    let text = match std::fs::read(path) {
+        Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return BTreeMap::new(),
         Err(e) => {
             tracing::warn!(
@@ -76,7 +77,7 @@ fn load(path: &Path) -> BTreeMap<String, String> {
             return BTreeMap::new();
         }
     };
-    match serde_json::from_str(&text) {
+    match serde_json::from_slice(&text) {
         Ok(entries) => entries,
         Err(e) => {
             let kept = path.with_extension("json.broken");
@@ -99,9 +100,12 @@ fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
     let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
     let mut f = switchyard_os::fs::private_options().write(true).create(true).truncate(true).open(&tmp)?;
     switchyard_os::fs::restrict(&tmp)?;
-    f.write_all(text.as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
+    let written = f.write_all(text.as_bytes()).and_then(|()| f.sync_all()).and_then(|()| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        // Nothing half-written is left beside the file.
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 /// A short digest of `parts`, for keys that must not hold what they are made of.
@@ -131,6 +135,16 @@ mod tests {
         std::fs::write(&path, "not json").unwrap();
         assert_eq!(Answers::open(Some(path.clone())).get("k"), None, "a broken file is an empty store");
         assert_eq!(std::fs::read(dir.path().join("answers.json.broken")).unwrap(), b"not json", "not kept aside");
+        // Not even text: as broken, and kept aside the same way.
+        std::fs::write(&path, b"\x00\xffnot json").unwrap();
+        assert_eq!(Answers::open(Some(path.clone())).get("k"), None);
+        assert_eq!(std::fs::read(dir.path().join("answers.json.broken")).unwrap(), b"\x00\xffnot json");
+        // A directory where the file goes: nothing is written, and no temporary file is left.
+        let blocked = dir.path().join("blocked.json");
+        std::fs::create_dir(&blocked).unwrap();
+        Answers::open(Some(blocked)).put("k", "v");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert!(!left.iter().any(|n| n.to_string_lossy().contains("tmp-")), "{left:?}");
         assert_ne!(digest(&["a", "bc"]), digest(&["ab", "c"]));
     }
 }
