@@ -96,7 +96,8 @@ pub fn to_text(found: &[Result<Found, Error>], home: &Path) -> String {
     let mut out = String::new();
     let (mut files, mut servers, mut wrapped) = (std::collections::BTreeSet::<PathBuf>::new(), 0, 0);
     // One name column for the whole listing, as wide as its longest name.
-    let width = found.iter().flatten().flat_map(|f| &f.servers).map(|e| e.name.chars().count()).max().unwrap_or(0);
+    let width =
+        found.iter().flatten().flat_map(|f| &f.servers).map(|e| shown(&e.name).chars().count()).max().unwrap_or(0);
     for f in found {
         match f {
             Ok(f) => {
@@ -114,6 +115,7 @@ pub fn to_text(found: &[Result<Found, Error>], home: &Path) -> String {
                         Kind::Stdio { command, args, .. } => {
                             let line = std::iter::once(command.as_str())
                                 .chain(args.iter().map(String::as_str))
+                                .map(shown_word)
                                 .collect::<Vec<_>>()
                                 .join(" ");
                             // Whole: a command cut short cannot be told from another.
@@ -132,7 +134,7 @@ pub fn to_text(found: &[Result<Found, Error>], home: &Path) -> String {
                             None => "direct".to_string(),
                         },
                     };
-                    let _ = writeln!(out, "  {:<width$} {what}\n  {:<width$} {state}", e.name, "");
+                    let _ = writeln!(out, "  {:<width$} {what}\n  {:<width$} {state}", shown(&e.name), "");
                 }
             }
             Err(e) => {
@@ -150,6 +152,19 @@ pub fn to_text(found: &[Result<Found, Error>], home: &Path) -> String {
         let _ = writeln!(out, "\n{} file(s), {servers} server(s), {wrapped} through switchyard", files.len());
     }
     out
+}
+
+/// `text` as it may go to a terminal: a config file is anyone's to write, and a control
+/// character in it (an escape sequence, a line break) must not act on the user's terminal or
+/// break the listing; each is shown escaped.
+fn shown(text: &str) -> String {
+    text.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
+}
+
+/// One word of a command line as [`shown`], quoted when it holds a space (so it reads as one).
+fn shown_word(word: &str) -> String {
+    let text = shown(word);
+    if word.is_empty() || word.contains(' ') { format!("{text:?}") } else { text }
 }
 
 /// `switchyard clients [--project DIR] [--json]`.
@@ -192,6 +207,31 @@ mod tests {
         assert_eq!(linear["transport"], "sse");
         assert_eq!(linear["header_keys"], json!(["Authorization"]));
         assert!(!json.to_string().contains("Bearer"));
+    }
+
+    /// A config file is anyone's to write: control characters in a server's name or arguments
+    /// (an escape sequence, a line break) are shown escaped, never sent to the terminal, and an
+    /// argument with a space is quoted.
+    #[test]
+    fn control_characters_in_a_config_never_reach_the_terminal() {
+        let text = serde_json::to_string(&json!({"mcpServers": {
+            "red\u{1b}[31mname": {"command": "tool", "args": ["a\nb", "my dir"]},
+        }}))
+        .unwrap();
+        let path = Path::new("/home/user/.cursor/mcp.json");
+        let found: Vec<Result<Found, Error>> =
+            super::super::parse(Client::Cursor, path, &text, Scope::User).unwrap().into_iter().map(Ok).collect();
+        let listed = to_text(&found, Path::new("/home/user"));
+        assert!(!listed.contains('\u{1b}'), "{listed:?}");
+        assert!(
+            listed.contains("red\\u{1b}[31mname") && listed.contains("a\\nb") && listed.contains("\"my dir\""),
+            "{listed}"
+        );
+        assert_eq!(
+            listed.lines().filter(|l| l.contains("tool")).count(),
+            1,
+            "a line break in an argument split the line:\n{listed}"
+        );
     }
 
     /// Issue 43: names over 16 characters pushed their line's columns out of line with the
