@@ -66,8 +66,18 @@ absolute() { case "$1" in /*) echo "$1" ;; *) echo "$here/$1" ;; esac; }
 out=$(absolute "${out:-$PWD/target/dist}")
 [ -z "$binary" ] || binary=$(absolute "$binary")
 
-version=$(cargo metadata --no-deps --format-version 1 --locked |
-  python3 -c 'import json, sys; print(next(p["version"] for p in json.load(sys.stdin)["packages"] if p["name"] == "switchyard"))')
+# The version, from the manifests themselves: packaging a binary built elsewhere (--binary)
+# needs no Rust here.
+version=$(python3 - <<'PY'
+import tomllib
+crate = tomllib.load(open("crates/switchyard/Cargo.toml", "rb"))["package"]["version"]
+if isinstance(crate, dict):
+    crate = tomllib.load(open("Cargo.toml", "rb"))["workspace"]["package"]["version"]
+print(crate)
+PY
+) || die "cannot read switchyard's version from crates/switchyard/Cargo.toml and Cargo.toml"
+# Written into the install scripts inside single quotes (sh and PowerShell alike).
+case "$base_url" in *"'"*) die "--base-url must not hold a single quote: $base_url" ;; esac
 
 # The row of TARGETS for a Rust target.
 row() {

@@ -22,8 +22,9 @@ function Fail([string]$Message) {
 if (-not $From) {
     Fail "this install script names no download address: give -From with the URL or directory that holds the release's archives and SHA256SUMS"
 }
-# Windows on Arm runs the x86_64 binary under emulation.
-$arch = $env:PROCESSOR_ARCHITECTURE
+# Windows on Arm runs the x86_64 binary under emulation. A 32-bit PowerShell on 64-bit Windows
+# says x86 here and names the machine's processor in PROCESSOR_ARCHITEW6432.
+$arch = if ($env:PROCESSOR_ARCHITEW6432) { $env:PROCESSOR_ARCHITEW6432 } else { $env:PROCESSOR_ARCHITECTURE }
 if ($arch -ne 'AMD64' -and $arch -ne 'ARM64') {
     Fail "no prebuilt switchyard for the $arch processor (there is for x86_64): build it from source with Rust"
 }
@@ -40,12 +41,17 @@ try {
             $url = $From.TrimEnd('/') + '/' + $File
             try {
                 [Net.ServicePointManager]::SecurityProtocol = [Net.ServicePointManager]::SecurityProtocol -bor [Net.SecurityProtocolType]::Tls12
+                # The progress bar makes Windows PowerShell 5.1 download many times slower.
+                $ProgressPreference = 'SilentlyContinue'
                 Invoke-WebRequest -UseBasicParsing -Uri $url -OutFile $dest
             } catch {
                 Fail "cannot download ${url}: $($_.Exception.Message)"
             }
         } else {
-            $src = Join-Path ($From -replace '^file://', '') $File
+            # A directory, or a file:// URL of one (file:///C:/rel is the directory C:/rel).
+            $dir = $From
+            if ($From -match '^file://') { $dir = ([Uri]$From).LocalPath }
+            $src = Join-Path $dir $File
             if (-not (Test-Path -LiteralPath $src -PathType Leaf)) { Fail "$src cannot be read" }
             Copy-Item -LiteralPath $src -Destination $dest
         }

@@ -37,7 +37,7 @@ function binary() {
   try {
     return require.resolve(`${pkg}/bin/${file}`);
   } catch (e) {
-    fail(`the package ${pkg}, which holds the binary for ${key}, is not installed: npm leaves it out when told to omit optional dependencies (--omit=optional, --no-optional); install again without that, or add ${pkg}@${VERSION} beside switchyard-mcp`);
+    fail(`the package ${pkg}, which holds the binary for ${key}, is not installed: npm leaves it out when told to omit optional dependencies (--omit=optional, --no-optional); install again without that, or add it: npm install -g ${pkg}@${VERSION} (without -g where switchyard-mcp is a project's dependency)`);
   }
 }
 
