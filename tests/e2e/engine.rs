@@ -623,10 +623,7 @@ config = { writes = ["write"], reads = ["read"], path_args = ["path"] }
 async fn a_subscription_on_a_pool_sees_changes_through_every_instance_once_each() {
     let dir = temp_dir();
     let journal = journal_in(&dir);
-    let cfg = "[pools.default]\nmin = 2\nmax = 2\n";
-    let mut s = Setup::with_config(&["--journal", &journal], &[], Some(cfg)).await;
-    s.client.initialize().await;
-    wait_journal(&journal, Duration::from_secs(10), |e| received(e, "notifications/initialized").count() >= 2).await;
+    let mut s = pool_of_two(&journal).await;
     let uri = "fixture://a";
     assert_eq!(s.client.request("resources/subscribe", json!({"uri": uri})).await["result"], json!({}));
     // Calls side by side land on both instances.

@@ -428,10 +428,7 @@ async fn a_batch_from_the_server_is_routed_like_its_messages() {
 async fn a_request_method_without_an_id_reaches_no_server() {
     let dir = temp_dir();
     let journal = journal_in(&dir);
-    let cfg = "[pools.default]\nmin = 2\nmax = 2\n";
-    let mut s = Setup::with_config(&["--journal", &journal], &[], Some(cfg)).await;
-    s.client.initialize().await;
-    wait_journal(&journal, Duration::from_secs(10), |e| received(e, "notifications/initialized").count() >= 2).await;
+    let mut s = pool_of_two(&journal).await;
     for _ in 0..5 {
         s.client
             .send_raw(

@@ -114,3 +114,13 @@ pub async fn connect(socket: &std::path::Path) -> (Proc, Client) {
 pub fn journal_in(dir: &TempDir) -> String {
     dir.path().join("journal.jsonl").display().to_string()
 }
+
+/// A router in front of a pool of two fixture instances (`min = max = 2`) that write `journal`,
+/// once both are initialised; the client is initialised too.
+pub async fn pool_of_two(journal: &str) -> Setup {
+    let cfg = "[pools.default]\nmin = 2\nmax = 2\n";
+    let mut s = Setup::with_config(&["--journal", journal], &[], Some(cfg)).await;
+    s.client.initialize().await;
+    wait_journal(journal, Duration::from_secs(10), |e| received(e, "notifications/initialized").count() >= 2).await;
+    s
+}
