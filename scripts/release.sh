@@ -69,10 +69,25 @@ out=$(absolute "${out:-$PWD/target/dist}")
 # The version, from the manifests themselves: packaging a binary built elsewhere (--binary)
 # needs no Rust here.
 version=$(python3 - <<'PY'
-import tomllib
-crate = tomllib.load(open("crates/switchyard/Cargo.toml", "rb"))["package"]["version"]
-if isinstance(crate, dict):
-    crate = tomllib.load(open("Cargo.toml", "rb"))["workspace"]["package"]["version"]
+try:
+    import tomllib
+
+    def table(path, name):
+        t = tomllib.load(open(path, "rb"))
+        for key in name.split("."):
+            t = t[key]
+        return t
+except ImportError:  # Python 3.10 (which the tests accept) has no tomllib: the plain keys of [name]
+    import re
+
+    def table(path, name):
+        text = open(path, encoding="utf-8").read()
+        body = re.search(r"^\[" + re.escape(name) + r"\]$(.*?)(?=^\[|\Z)", text, re.M | re.S).group(1)
+        return {k: v.strip().strip('"') for k, v in re.findall(r"^(\w+)\s*=\s*(.+)$", body, re.M)}
+
+crate = table("crates/switchyard/Cargo.toml", "package").get("version")
+if not isinstance(crate, str):  # `version.workspace = true`
+    crate = table("Cargo.toml", "workspace.package")["version"]
 print(crate)
 PY
 ) || die "cannot read switchyard's version from crates/switchyard/Cargo.toml and Cargo.toml"
