@@ -72,4 +72,5 @@ def main():
         print(f"| {what} | {m:.0f} | {m / direct:.3f} | {m / base:.2f} |")
 
 
-main()
+if __name__ == "__main__":
+    main()

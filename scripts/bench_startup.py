@@ -23,33 +23,15 @@ import sys
 import tempfile
 import time
 
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}},
-}
+# The timed initialize is bench_initialize.py's (this directory).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_initialize import initialize_ms  # noqa: E402
 
 
 def until_exit_ms(argv, env):
     started = time.monotonic()
     subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     return (time.monotonic() - started) * 1000
-
-
-def until_initialized_ms(argv, env):
-    """Starts argv, sends initialize, returns ms to its answer; then closes the client."""
-    started = time.monotonic()
-    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
-    p.stdin.write((json.dumps(INIT) + "\n").encode())
-    p.stdin.flush()
-    line = p.stdout.readline()
-    took = (time.monotonic() - started) * 1000
-    if b'"result"' not in line:
-        raise SystemExit(f"no initialize result from {argv}: {line!r}")
-    p.stdin.close()
-    p.wait(timeout=30)
-    return took
 
 
 class Target:
@@ -69,9 +51,9 @@ class Target:
     def round(self):
         self.times["version"].append(until_exit_ms([self.bin, "--version"], self.env))
         run = [self.bin, "run", "--plugins", self.plugins, "--", self.bin, "fixture"]
-        self.times["run"].append(until_initialized_ms(run, self.env))
+        self.times["run"].append(initialize_ms(run, self.env))
         connect = [self.bin, "connect", "fixture", "--config", self.config]
-        self.times["connect"].append(until_initialized_ms(connect, self.env))
+        self.times["connect"].append(initialize_ms(connect, self.env))
 
     def stop(self):
         subprocess.run([self.bin, "stop", "--config", self.config], env=self.env,
