@@ -1262,6 +1262,16 @@ async fn a_session_without_initialize_reaches_no_other_client_s_instance() {
     home.stop().await;
 }
 
+/// logging/setLevel from a client that was told of `logging`, to a server that no longer offers
+/// it: refused (-32601) saying so; the message.
+async fn logging_refused(c: &mut Client) -> String {
+    let refused = c.request("logging/setLevel", json!({"level": "info"})).await;
+    assert_eq!(refused["error"]["code"], -32601, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap_or_else(|| panic!("{refused}")).to_string();
+    assert!(message.contains("does not offer `logging` as it runs now"), "{message}");
+    message
+}
+
 /// A client answered from the server's earlier initialize that the server, as it starts now, no
 /// longer matches: a capability it was told of and the server dropped gets a clear error naming
 /// what happened, not an answer the server would never give.
@@ -1279,10 +1289,7 @@ async fn a_capability_the_server_dropped_since_its_remembered_answer_gets_a_clea
     let answered = c.request("initialize", init_params("e2e", "1")).await;
     assert_eq!(answered["result"], learned["result"], "not answered from memory");
     c.notify("notifications/initialized", json!({})).await;
-    let refused = c.request("logging/setLevel", json!({"level": "debug"})).await;
-    let message = refused["error"]["message"].as_str().unwrap_or_else(|| panic!("{refused}"));
-    assert_eq!(refused["error"]["code"], -32601, "{refused}");
-    assert!(message.contains("does not offer `logging` as it runs now"), "{message}");
+    let message = logging_refused(&mut c).await;
     assert!(message.contains("Restart the client"), "{message}");
     // What it still offers works.
     let (pid, _) = fixture_pid(&mut c).await;
@@ -1310,10 +1317,7 @@ async fn a_capability_a_config_edit_dropped_gets_a_clear_error_after_the_move() 
         assert!(moved.elapsed() < SLOW, "the session never moved to the new configuration");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let refused = c.request("logging/setLevel", json!({"level": "info"})).await;
-    assert_eq!(refused["error"]["code"], -32601, "{refused}");
-    let message = refused["error"]["message"].as_str().unwrap_or_default();
-    assert!(message.contains("does not offer `logging` as it runs now"), "{message}");
+    logging_refused(&mut c).await;
     leave(p, c).await;
     home.shutdown().await;
 }
