@@ -13,7 +13,7 @@ use crate::upstream::{Instance, Reply};
 use switchyard_core::codec;
 use switchyard_core::decision::{CallInfo, Concurrency};
 use switchyard_core::metrics::Outcome;
-use switchyard_policy::{Kind, PluginSet, annotate};
+use switchyard_policy::{Kind, PluginSet};
 
 /// How an answer from the server counts: a JSON-RPC error (with its code), a tool's own error
 /// (`isError`), or a success. Only an error is parsed further.
@@ -121,21 +121,8 @@ pub(super) async fn finish(
     {
         let result = &reply.line[r.clone()];
         server.learn_listed(kind, result);
-        if set.reads_calls() {
-            let lane = req.session_label;
-            match annotate::rewrite_list(set, lane, &info.caller, &server.name, kind, result).await {
-                Ok(rewritten) => {
-                    if set.may_hide_or_rename(&server.name) {
-                        req.link.set_tool_view(&server.name, kind, rewritten.view);
-                    }
-                    if let Some(new) = rewritten.result {
-                        return codec::splice_many(&reply.line, vec![(id_span, client_id), (r, new.as_str())]);
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(server = %server.name, "{} result left as the server sent it: {e}", kind.list_method())
-                }
-            }
+        if let Some(new) = server.list_for_client(set, req.session_label, &info.caller, req.link, kind, result).await {
+            return codec::splice_many(&reply.line, vec![(id_span, client_id), (r, new.as_str())]);
         }
     }
     codec::splice(&reply.line, id_span, client_id)

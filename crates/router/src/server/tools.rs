@@ -253,6 +253,35 @@ impl Server {
         None
     }
 
+    /// A list result of `kind` as the plugins of `set` show it to one client (`link`, whose calls
+    /// run in `lane` as `caller`): the new result where they change it, None where it stays as
+    /// the server sent it. The renames the client is shown are kept on its link.
+    pub async fn list_for_client(
+        &self,
+        set: &Arc<PluginSet>,
+        lane: &str,
+        caller: &switchyard_core::decision::Caller,
+        link: &crate::peer::ClientPeer,
+        kind: Kind,
+        result: &str,
+    ) -> Option<String> {
+        if !set.reads_calls() {
+            return None;
+        }
+        match switchyard_policy::annotate::rewrite_list(set, lane, caller, &self.name, kind, result).await {
+            Ok(rewritten) => {
+                if set.may_hide_or_rename(&self.name) {
+                    link.set_tool_view(&self.name, kind, rewritten.view);
+                }
+                rewritten.result
+            }
+            Err(e) => {
+                tracing::warn!(server = %self.name, "{} result left as the server sent it: {e}", kind.list_method());
+                None
+            }
+        }
+    }
+
     /// When the plugin set changes, tells clients to re-fetch tools/list if any tool's effective
     /// annotations changed (and only then).
     pub async fn watch_policy(self: Arc<Self>) {

@@ -11,7 +11,6 @@ use super::Session;
 use crate::server::Server;
 use switchyard_core::codec::{self, Envelope};
 use switchyard_policy::Kind;
-use switchyard_policy::annotate;
 
 impl Session {
     /// The list `method` asks for as remembered, when it may be answered so: the server is not
@@ -51,20 +50,11 @@ impl Session {
     ) -> String {
         let field = method.strip_suffix("/list").unwrap_or(method);
         let mut result = serde_json::json!({ field: items }).to_string();
-        let set = server.policy.current();
-        if let Some(kind) = Kind::of_list_method(method)
-            && set.reads_calls()
-        {
-            match annotate::rewrite_list(&set, &self.label, &self.link.caller(), &server.name, kind, &result).await {
-                Ok(rewritten) => {
-                    if set.may_hide_or_rename(&server.name) {
-                        self.link.set_tool_view(&server.name, kind, rewritten.view);
-                    }
-                    if let Some(new) = rewritten.result {
-                        result = new;
-                    }
-                }
-                Err(e) => tracing::warn!(server = %server.name, "{method} from memory left as remembered: {e}"),
+        if let Some(kind) = Kind::of_list_method(method) {
+            let set = server.policy.current();
+            let caller = self.link.caller();
+            if let Some(new) = server.list_for_client(&set, &self.label, &caller, &self.link, kind, &result).await {
+                result = new;
             }
         }
         tracing::info!(session = %self.label, server = %server.name, "{method} answered from the server's earlier list while it starts");
