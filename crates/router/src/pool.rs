@@ -207,7 +207,7 @@ pub struct Pool {
     budget: Mutex<Arc<Budget>>,
     /// Set once the server asked a client something (sampling, elicitation): see
     /// [`Pool::keep_sessions_apart`].
-    apart: Mutex<Arc<AtomicBool>>,
+    apart: std::sync::OnceLock<Arc<AtomicBool>>,
 }
 
 /// The right to send one call to one instance; dropping it frees the instance's slot.
@@ -271,7 +271,7 @@ impl Pool {
             scopes: Mutex::new(HashMap::new()),
             spawner,
             budget: Mutex::new(Arc::default()),
-            apart: Mutex::new(Arc::default()),
+            apart: std::sync::OnceLock::new(),
         })
     }
 
@@ -280,12 +280,13 @@ impl Pool {
     /// and reaches the right client only when the instance that sent it has one client's calls.
     /// An instance with another session's calls is passed over while the pool may start one
     /// more; at `max` they share, as before (the request is refused when it cannot be told).
+    /// Given once, as the pool is made (a second flag is ignored).
     pub fn keep_sessions_apart(&self, flag: Arc<AtomicBool>) {
-        *self.apart.lock().expect("apart lock") = flag;
+        let _ = self.apart.set(flag);
     }
 
     fn apart(&self) -> bool {
-        self.apart.lock().expect("apart lock").load(Ordering::Relaxed)
+        self.apart.get().is_some_and(|a| a.load(Ordering::Relaxed))
     }
 
     /// The count of shared instances this pool's `max` bounds (its own and its siblings').
