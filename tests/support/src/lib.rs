@@ -684,13 +684,15 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
     status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.split_whitespace().next()?.parse().ok()
 }
 
-/// Whether `pid` is a live process (a zombie counts as dead: it no longer runs anything).
+/// Whether `pid` is a live process (a zombie counts as dead: it no longer runs anything). Every
+/// thread counts: after kill -9 the main thread may be a zombie while another is still exiting,
+/// and until the last one is gone the process's descriptors (its sockets) are still open.
 pub fn pid_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state letter follows the parenthesised command name, which may contain spaces.
-        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])),
-        Err(_) => false,
-    }
+    let running =
+        |stat: &str| stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X']));
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    // The state letter follows the parenthesised command name, which may contain spaces.
+    tasks.flatten().any(|t| std::fs::read_to_string(t.path().join("stat")).is_ok_and(|s| running(&s)))
 }
 
 /// Live descendants of `pid` (children, grandchildren…), from /proc.
