@@ -224,7 +224,7 @@ pub enum OnError {
 }
 
 /// One `[[plugins]]` entry. Plugins in the directory without an entry load with defaults.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PluginEntry {
     /// File name inside the plugins directory (or a path relative to it).
