@@ -150,9 +150,20 @@ pub struct CallInfo {
     pub task: Option<TaskRef>,
 }
 
-/// A plugin said no: the client gets a JSON-RPC error naming the plugin and its reason.
+/// A plugin said no: the client is told which plugin and why (a tool result for `tools/call`,
+/// else a JSON-RPC error; see `error::refusal`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejection {
     pub plugin: String,
     pub reason: String,
+    /// When the call would be allowed again: the plugin refused it after the host told it that
+    /// one of its rate limits (`host.take`) was used up, and the limit frees a token then.
+    pub retry_after: Option<std::time::Duration>,
+}
+
+impl Rejection {
+    /// A refusal that says nothing of when to try again.
+    pub fn new(plugin: impl Into<String>, reason: impl Into<String>) -> Rejection {
+        Rejection { plugin: plugin.into(), reason: reason.into(), retry_after: None }
+    }
 }

@@ -77,7 +77,7 @@ impl Unanswered {
 /// A call that did not get a response from the server.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CallError {
-    #[error("rejected by policy plugin `{}`: {}", .0.plugin, .0.reason)]
+    #[error("rejected by policy plugin `{}`: {}{}", .0.plugin, .0.reason, next_allowed(.0.retry_after))]
     Rejected(Rejection),
     #[error(
         "{what} on server `{server}` timed out after {:.1} s{}{}. {}",
@@ -242,7 +242,12 @@ impl CallError {
     pub fn data(&self) -> serde_json::Value {
         use serde_json::json;
         match self {
-            CallError::Rejected(r) => json!({"plugin": r.plugin, "reason": r.reason}),
+            CallError::Rejected(r) => match r.retry_after {
+                Some(after) => {
+                    json!({"plugin": r.plugin, "reason": r.reason, "retryAfterMs": after.as_millis() as u64})
+                }
+                None => json!({"plugin": r.plugin, "reason": r.reason}),
+            },
             CallError::Timeout { server, what, elapsed, attempts, waiting } => json!({
                 "server": server, "call": what, "elapsedMs": elapsed.as_millis() as u64,
                 "attempts": attempts, "waitingFor": waiting,
@@ -285,6 +290,35 @@ impl CallError {
     /// The JSON-RPC error response for request `id`.
     pub fn to_response(&self, id: &str) -> String {
         codec::response_error(id, self.code(), &self.to_string(), Some(&self.data()))
+    }
+}
+
+/// "; the next call is allowed in N s" for a refusal by a rate limit.
+fn next_allowed(after: Option<Duration>) -> String {
+    after.map(|a| format!("; the next call is allowed in {:.1} s", a.as_secs_f64())).unwrap_or_default()
+}
+
+/// The result that answers a `tools/call` of `tool` a plugin refused: a tool result with
+/// `isError: true` whose text tells the model what happened and what it can do. Clients hand a
+/// tool result to the model, and may not show it a JSON-RPC error. `modern`: the request is of
+/// the 2026-07-28 era, whose results say their `resultType`.
+pub fn refusal_result(r: &Rejection, tool: &str, modern: bool) -> String {
+    let reason = r.reason.trim_end_matches(['.', ' ']);
+    let mut text = format!(
+        "The call of tool `{tool}` was refused by policy plugin `{}` and did not run. Reason: {reason}.",
+        r.plugin
+    );
+    if let Some(after) = r.retry_after {
+        text.push_str(&format!(
+            " The next call is allowed in {:.1} s; wait at least that long before calling `{tool}` again.",
+            after.as_secs_f64()
+        ));
+    }
+    let content = serde_json::json!([{"type": "text", "text": text}]);
+    if modern {
+        format!(r#"{{"content":{content},"isError":true,"resultType":"complete"}}"#)
+    } else {
+        format!(r#"{{"content":{content},"isError":true}}"#)
     }
 }
 
@@ -364,6 +398,39 @@ mod tests {
         assert!(retried.to_string().contains("timed out after 3.1 s in all (3 attempts)"), "{retried}");
         assert_eq!(retried.data()["attempts"], 3);
         assert!(!CallError::Busy { server: "s".into(), reason: "r".into() }.is_retryable());
-        assert!(!CallError::Rejected(Rejection { plugin: "p".into(), reason: "no".into() }).is_retryable());
+        assert!(!CallError::Rejected(Rejection::new("p", "no")).is_retryable());
+    }
+
+    /// A refused tools/call is a tool result the model reads: which plugin, why, and for a rate
+    /// limit when to call again; a 2026-07-28 request's result says its `resultType`.
+    #[test]
+    fn a_refusal_is_a_tool_result_that_says_who_why_and_when() {
+        let r = Rejection::new("guard.wasm", "deleting files is not allowed here.");
+        let v: serde_json::Value = serde_json::from_str(&refusal_result(&r, "delete_file", false)).unwrap();
+        assert_eq!(v["isError"], true);
+        assert!(v.get("resultType").is_none(), "{v}");
+        assert_eq!(
+            v["content"],
+            serde_json::json!([{"type": "text", "text": "The call of tool `delete_file` was refused by policy plugin `guard.wasm` and did not run. Reason: deleting files is not allowed here."}])
+        );
+        let limited = Rejection {
+            retry_after: Some(Duration::from_millis(6000)),
+            ..Rejection::new("rate-limit.wasm", "rate limit `ech*` is used up")
+        };
+        let v: serde_json::Value = serde_json::from_str(&refusal_result(&limited, "echo", true)).unwrap();
+        assert_eq!((&v["isError"], &v["resultType"]), (&serde_json::json!(true), &serde_json::json!("complete")));
+        let text = v["content"][0]["text"].as_str().unwrap();
+        assert!(text.ends_with("Reason: rate limit `ech*` is used up. The next call is allowed in 6.0 s; wait at least that long before calling `echo` again."), "{text}");
+        // As an error (`refusals = "error"`, or a method other than tools/call), the same facts.
+        let e = CallError::Rejected(limited);
+        assert_eq!(
+            e.to_string(),
+            "rejected by policy plugin `rate-limit.wasm`: rate limit `ech*` is used up; the next call is allowed in 6.0 s"
+        );
+        let v: serde_json::Value = serde_json::from_str(&e.to_response("1")).unwrap();
+        assert_eq!(v["error"]["code"], codec::POLICY_REJECTED);
+        assert_eq!(v["error"]["data"]["retryAfterMs"], 6000);
+        let v: serde_json::Value = serde_json::from_str(&CallError::Rejected(r).to_response("1")).unwrap();
+        assert!(v["error"]["data"].get("retryAfterMs").is_none(), "{v}");
     }
 }

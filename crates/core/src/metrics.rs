@@ -184,7 +184,8 @@ pub struct Call<'a> {
     /// The tool label ([`ToolNames::label`]), for tools/call.
     pub tool: Option<&'a Arc<str>>,
     pub outcome: Outcome,
-    /// The JSON-RPC error code of the answer, when it is an error.
+    /// The JSON-RPC error code of the answer, when it is an error (None for a refusal answered
+    /// as a tool result).
     pub code: Option<i64>,
     /// The session's label (`stdio-3`, `unix-4`, `http-5`): its transport.
     pub session_label: &'a str,
@@ -511,6 +512,8 @@ impl Metrics {
         let error_type = match c.outcome {
             Outcome::Ok | Outcome::Cancelled => "",
             Outcome::ToolError => "tool_error",
+            // A refusal answered as a tool result (`isError`), not as a JSON-RPC error.
+            Outcome::Rejected if c.code.is_none() => "tool_error",
             _ => c.code.map(code_label).unwrap_or(OTHER),
         };
         self.calls
@@ -692,6 +695,9 @@ mod tests {
         m.call(call(Outcome::ToolError, None));
         m.call(call(Outcome::Timeout, Some(-32001)));
         m.call(call(Outcome::Cancelled, None));
+        // Refusals: one answered as a tool result, one as the error -32004.
+        m.call(call(Outcome::Rejected, None));
+        m.call(call(Outcome::Rejected, Some(-32004)));
         let text = m.encode();
         let calls = |o: &str| {
             sample(
@@ -700,6 +706,7 @@ mod tests {
             )
         };
         assert_eq!((calls("ok"), calls("tool_error"), calls("timeout"), calls("cancelled")), (2.0, 1.0, 1.0, 1.0));
+        assert_eq!(calls("rejected"), 2.0, "a refusal counts as rejected however it is answered");
         let op = |le: &str, error_type: &str| {
             let labels = format!(
                 r#"server="fs",mcp_method_name="tools/call",gen_ai_tool_name="read_file",error_type="{error_type}",network_transport="pipe""#
@@ -708,10 +715,10 @@ mod tests {
         };
         // 30 ms: above the 0.02 bucket, within 0.05.
         assert_eq!((op("0.02", ""), op("0.05", ""), op("+Inf", "")), (0.0, 2.0, 2.0));
-        assert_eq!((op("+Inf", "tool_error"), op("+Inf", "-32001")), (1.0, 1.0));
+        assert_eq!((op("+Inf", "tool_error"), op("+Inf", "-32001"), op("+Inf", "-32004")), (2.0, 1.0, 1.0));
         // Every OTel bucket is there; a cancelled call has no operation time.
         let buckets = text.lines().filter(|l| l.starts_with("mcp_server_operation_duration_seconds_bucket{"));
-        assert_eq!(buckets.count(), 3 * (OTEL_BUCKETS.len() + 1));
+        assert_eq!(buckets.count(), 4 * (OTEL_BUCKETS.len() + 1));
         assert!(text.ends_with("# EOF\n"), "{text}");
     }
 
