@@ -223,6 +223,33 @@ pub enum OnError {
     Closed,
 }
 
+/// How a plugin's refusal of a `tools/call` reaches the client (`[[plugins]] refusals`).
+/// Requests of other methods are always refused with a JSON-RPC error: only tools have results
+/// that can say so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Refusals {
+    /// A tool result with `isError: true` whose text says which plugin refused and why (and
+    /// when to try again, for a rate limit): clients hand it to the model, which can adapt.
+    #[default]
+    Result,
+    /// A JSON-RPC error (-32004) with the plugin and reason in its `data`, for programs that
+    /// read errors; clients may not show it to the model.
+    Error,
+}
+
+impl<'de> Deserialize<'de> for Refusals {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        match s.as_str() {
+            "result" => Ok(Refusals::Result),
+            "error" => Ok(Refusals::Error),
+            other => Err(serde::de::Error::custom(format!(
+                "`refusals = {other:?}` is not a way to refuse: use \"result\" (the default: a refused tools/call is answered with a tool result the model reads) or \"error\" (a JSON-RPC error -32004)"
+            ))),
+        }
+    }
+}
+
 /// One `[[plugins]]` entry. Plugins in the directory without an entry load with defaults.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -234,6 +261,9 @@ pub struct PluginEntry {
     pub priority: i32,
     #[serde(default)]
     pub on_error: OnError,
+    /// How its refusals of `tools/call` are answered.
+    #[serde(default)]
+    pub refusals: Refusals,
     /// Handed to the plugin's `init` as JSON: a JSON string, or an inline TOML table.
     #[serde(default)]
     pub config: Option<toml::Value>,
@@ -275,6 +305,7 @@ impl PluginEntry {
             file: file.to_string(),
             priority: 0,
             on_error: OnError::default(),
+            refusals: Refusals::default(),
             config: None,
             deadline_ms: default_deadline_ms(),
             memory_mib: default_memory_mib(),
@@ -591,6 +622,21 @@ mod tests {
         let mut c = Config::default();
         c.servers.insert("".into(), ServerEntry::default());
         assert!(c.validate().unwrap_err().to_string().contains("the server name `` is empty"));
+    }
+
+    #[test]
+    fn refusals_are_results_unless_the_entry_asks_for_errors_and_a_bad_value_is_named_at_its_line() {
+        let (_d, c) = load_text(
+            "[servers.fs]\ncommand = \"x\"\n[[plugins]]\nfile = \"a.wasm\"\n[[plugins]]\nfile = \"b.wasm\"\nrefusals = \"error\"\n",
+        );
+        let c = c.unwrap();
+        assert_eq!((c.plugins[0].refusals, c.plugins[1].refusals), (Refusals::Result, Refusals::Error));
+        assert_eq!(PluginEntry::defaults_for("c.wasm").refusals, Refusals::Result);
+        let (dir, c) = load_text("[[plugins]]\nfile = \"a.wasm\"\nrefusals = \"errors\"\n");
+        let e = format!("{:#}", c.unwrap_err());
+        let file = dir.path().join("switchyard.toml");
+        assert!(e.starts_with(&format!("config file {}, line 3, column 12: ", file.display())), "{e}");
+        assert!(e.contains("`refusals = \"errors\"`") && e.contains("\"result\"") && e.contains("\"error\""), "{e}");
     }
 
     #[test]
