@@ -286,8 +286,12 @@ pub async fn check_call(
     let client = caller.name.as_deref().unwrap_or("(a client that gave no name)");
     let what = tool.kind.noun();
     if let Some(plugin) = shown.hidden_by {
-        let reason = format!("{what} `{called}` is hidden from client `{client}`; it was not sent to the server");
-        return Err(Rejection { plugin, reason });
+        // Said so that a model reading it stops asking for the item rather than retrying.
+        let reason = format!(
+            "{what} `{called}` is not available to client `{client}`: this plugin hides it from that client, so it was not sent to the server{}",
+            if tool.kind == Kind::Tool { "; use another tool" } else { "" }
+        );
+        return Err(Rejection::new(plugin, reason));
     }
     // A rename that clashed in the client's list was not shown: the item goes by its own name.
     let kept_own = original.is_none() && view.is_some_and(|v| v.unrenamed.contains(called));
@@ -299,7 +303,7 @@ pub async fn check_call(
             shown.listing.name,
             if tool.kind == Kind::Tool { "call" } else { "ask for" },
         );
-        return Err(Rejection { plugin, reason });
+        return Err(Rejection::new(plugin, reason));
     }
     Ok(original)
 }

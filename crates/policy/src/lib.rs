@@ -21,7 +21,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use tokio_util::sync::CancellationToken;
 
-use switchyard_config::{Config, OnError, PluginEntry};
+use switchyard_config::{Config, OnError, PluginEntry, Refusals};
 use switchyard_core::decision::{CallInfo, Caller, Decision, Hints, Rejection};
 use switchyard_core::metrics::Metrics;
 
@@ -282,6 +282,8 @@ struct Loaded {
     hash: [u8; 32],
     priority: i32,
     on_error: OnError,
+    /// How its refusals of `tools/call` are answered (`[[plugins]] refusals`).
+    refusals: Refusals,
     /// The servers it applies to (`[[plugins]] servers`); None: every server.
     servers: Option<Vec<String>>,
     plugin: Runs,
@@ -401,6 +403,13 @@ impl PluginSet {
         listing(self) == listing(other)
     }
 
+    /// Whether the plugin named `plugin` refuses `tools/call` with a JSON-RPC error
+    /// (`refusals = "error"`) rather than a tool result. A name not in the chain (`switchyard`,
+    /// for a refusal of the host's own) takes the default: a result.
+    pub fn refuses_with_error(&self, plugin: &str) -> bool {
+        self.chain.iter().any(|p| p.name == plugin && p.refusals == Refusals::Error)
+    }
+
     /// Plugin names in chain order (for logs).
     pub fn names(&self) -> Vec<String> {
         self.chain.iter().map(|p| p.name.clone()).collect()
@@ -417,7 +426,7 @@ impl PluginSet {
             let set = self.clone();
             worker::run(&call.session, move || set.decide_args(&args)).await.unwrap_or_else(|e| {
                 // Each plugin call is guarded on its own (see `guarded`); this is the chain code.
-                Err(Rejection { plugin: "switchyard".to_string(), reason: e.to_string() })
+                Err(Rejection::new("switchyard", e.to_string()))
             })
         };
         if let Some(r) = &self.recorder {
@@ -448,17 +457,17 @@ impl PluginSet {
                         m.plugin_call(&p.label, "decide", std::time::Duration::ZERO, Some("broken"));
                     }
                     // The load error was logged whole, once; the client's error has its sentence.
-                    return Err(Rejection { plugin: p.name.clone(), reason: why.clone() });
+                    return Err(Rejection::new(&p.name, why.clone()));
                 }
             };
             let started = std::time::Instant::now();
-            let answer = guarded(|| plugin.decide(args, &decision));
+            let answer = guarded(|| plugin.decide_waited(args, &decision));
             self.measured(&p.label, "decide", started, &answer);
             match answer {
-                Ok(wasm::Verdict::Continue(d)) => decision = d,
-                Ok(wasm::Verdict::Stop(d)) => return Ok(d),
-                Ok(wasm::Verdict::Reject(reason)) => {
-                    return Err(Rejection { plugin: p.name.clone(), reason });
+                Ok((wasm::Verdict::Continue(d), _)) => decision = d,
+                Ok((wasm::Verdict::Stop(d), _)) => return Ok(d),
+                Ok((wasm::Verdict::Reject(reason), retry_after)) => {
+                    return Err(Rejection { plugin: p.name.clone(), reason, retry_after });
                 }
                 Err(e) => {
                     let what = match args.tool() {
@@ -473,7 +482,7 @@ impl PluginSet {
                         OnError::Closed => {
                             let note = format!("{what} rejected: the plugin {e} (on_error = closed)");
                             plugin.output().line(tracing::Level::WARN, "switchyard", &note);
-                            return Err(Rejection { plugin: p.name.clone(), reason: format!("plugin failed: {e}") });
+                            return Err(Rejection::new(&p.name, format!("plugin failed: {e}")));
                         }
                     }
                 }
@@ -666,7 +675,8 @@ impl Loaded {
         let plugin = Runs::Ready(Box::new(plugin));
         let (name, label) = (name.to_string(), Arc::from(name));
         let servers = entry.servers.clone();
-        Ok(Loaded { name, label, hash, priority: entry.priority, on_error: entry.on_error, servers, plugin })
+        let (priority, on_error, refusals) = (entry.priority, entry.on_error, entry.refusals);
+        Ok(Loaded { name, label, hash, priority, on_error, refusals, servers, plugin })
     }
 
     /// The stand-in for a closed plugin that does not load (see [`Runs::Broken`]).
@@ -674,7 +684,8 @@ impl Loaded {
         let plugin = Runs::Broken(why);
         let (name, label) = (name.to_string(), Arc::from(name));
         let servers = entry.servers.clone();
-        Loaded { name, label, hash, priority: entry.priority, on_error: entry.on_error, servers, plugin }
+        let (priority, on_error, refusals) = (entry.priority, entry.on_error, entry.refusals);
+        Loaded { name, label, hash, priority, on_error, refusals, servers, plugin }
     }
 
     fn is_ready(&self) -> bool {

@@ -226,7 +226,7 @@ mod tests {
                 task: Some(TaskRef { id: "sy-task.x".into(), tool: Some("research".into()) }),
             };
             r.decide(&call, &Ok(Decision { timeout_ms: Some(9), ..Decision::default() }));
-            r.decide(&call, &Err(Rejection { plugin: "guard".into(), reason: "no".into() }));
+            r.decide(&call, &Err(Rejection::new("guard", "no")));
             let hints = Hints { read_only: Some(true), ..Hints::default() };
             r.annotate("fs", "read", &Hints::default(), &hints);
             r.annotate("fs", "read", &Hints::default(), &hints);

@@ -209,7 +209,8 @@ async fn a_tools_list_is_rewritten_for_its_client_and_calls_are_checked_against_
     assert_eq!(check_call(&set, "s1", &cursor, view, "cat", known).await, Ok(Some("read_file".to_string())));
     let e = check_call(&set, "s1", &cursor, view, "write_file", known).await.unwrap_err();
     assert_eq!(e.plugin, "tool-filter.wasm");
-    assert!(e.reason.contains("`write_file` is hidden from client `cursor`"), "{}", e.reason);
+    assert!(e.reason.contains("tool `write_file` is not available to client `cursor`"), "{}", e.reason);
+    assert!(e.reason.ends_with("use another tool") && e.retry_after.is_none(), "{e:?}");
     // Hidden also without a list seen first.
     assert!(check_call(&set, "s1", &cursor, None, "write_file", known).await.is_err());
     let e = check_call(&set, "s1", &cursor, view, "read_file", known).await.unwrap_err();
@@ -279,7 +280,9 @@ async fn rate_limit_refuses_the_eleventh_call_in_a_minute_for_one_client_only() 
     let r = set.decide_async(&call_by(client("cursor"), "fs", "search_files")).await.unwrap_err();
     assert_eq!(r.plugin, name);
     assert!(r.reason.contains("rate limit `search_*` (at most 10 calls a minute per client)"), "{}", r.reason);
-    assert!(r.reason.contains("client `cursor`") && r.reason.contains("allowed in 6.0 s"), "{}", r.reason);
+    assert!(r.reason.contains("client `cursor`") && r.reason.ends_with("on server `fs`"), "{}", r.reason);
+    // When the next call is allowed, the host knows from `take`: one token every 6 s.
+    assert_eq!(r.retry_after, Some(Duration::from_secs(6)));
     // Another client has its own bucket; other tools are not limited.
     set.decide_async(&call_by(client("claude-code"), "fs", "search_files")).await.unwrap();
     set.decide_async(&call_by(client("cursor"), "fs", "read_file")).await.unwrap();
@@ -300,6 +303,24 @@ async fn rate_limit_refuses_the_eleventh_call_in_a_minute_for_one_client_only() 
     }
     let r = set.decide_async(&nameless("s-new")).await.unwrap_err();
     assert!(r.reason.contains("the clients that gave no name on server `fs`"), "{}", r.reason);
+}
+
+/// How each plugin's refusals of tools/call are answered is its entry's `refusals`; a refusal
+/// of the host's own (named `switchyard`) is a result.
+#[test]
+fn a_plugin_refuses_with_an_error_only_when_its_entry_says_so() {
+    let guard = |file: &str, refusals: Refusals| {
+        let mut e = PluginEntry::defaults_for(file);
+        e.refusals = refusals;
+        e.config = Some(toml::Value::String(r#"{"deny": ["delete_*"]}"#.into()));
+        e.deadline_ms = 1_000;
+        Arc::new(Loaded::load(file, &std::fs::read(example("guard.wasm")).unwrap(), &e).unwrap())
+    };
+    let set = PluginSet::new(vec![guard("a.wasm", Refusals::Error), guard("b.wasm", Refusals::Result)]);
+    assert!(set.refuses_with_error("a.wasm"));
+    assert!(!set.refuses_with_error("b.wasm") && !set.refuses_with_error("switchyard"));
+    let r = set.decide(&call_by(client("cursor"), "fs", "delete_file")).unwrap_err();
+    assert_eq!((r.plugin.as_str(), r.retry_after), ("a.wasm", None), "{r:?}");
 }
 
 #[test]
@@ -418,7 +439,7 @@ async fn prompts_and_resource_templates_are_shown_per_client_and_a_hidden_prompt
     let view = Some(&out.view);
     let e = check_call(&set, "s1", &cursor, view, "secret_plan", prompt).await.unwrap_err();
     assert_eq!(e.plugin, "tool-filter.wasm");
-    assert!(e.reason.contains("prompt `secret_plan` is hidden from client `cursor`"), "{}", e.reason);
+    assert!(e.reason.contains("prompt `secret_plan` is not available to client `cursor`"), "{}", e.reason);
     assert_eq!(check_call(&set, "s1", &cursor, view, "hello", prompt).await, Ok(Some("greet".to_string())));
     let e = check_call(&set, "s1", &cursor, view, "greet", prompt).await.unwrap_err();
     assert!(e.reason.contains("prompt `greet` as `hello`; ask for it by that name"), "{}", e.reason);

@@ -250,6 +250,7 @@ impl Plugin {
             let _running = runtime().running();
             w.store.set_epoch_deadline(Limits::ticks(self.limits.deadline_ms));
             w.store.data_mut().now = Some(now);
+            w.store.data_mut().waited = None;
             let r = f(&w.bindings, &mut w.store);
             let printed = w.store.data().end_call();
             match r {
@@ -303,6 +304,16 @@ impl Plugin {
 
     /// Asks the plugin about one call.
     pub fn decide(&self, call: &CallArgs, current: &decision::Decision) -> Result<Verdict, PluginError> {
+        self.decide_waited(call, current).map(|(verdict, _)| verdict)
+    }
+
+    /// [`Plugin::decide`], and how long the longest wait was that a rate limit (`host.take`)
+    /// told the plugin of while it decided: when a refusal would be allowed again.
+    pub fn decide_waited(
+        &self,
+        call: &CallArgs,
+        current: &decision::Decision,
+    ) -> Result<(Verdict, Option<std::time::Duration>), PluginError> {
         match &self.pre {
             Pre::V1(_) => {
                 // 0.1 has no placement: the one decided before this plugin stands.
@@ -312,7 +323,8 @@ impl Plugin {
                     Exports::V1(b) => b.call_decide(s, &call.v1, &current),
                     Exports::V2(_) => unreachable!("a plugin's instances are of its own contract"),
                 })?;
-                Ok(match v {
+                // 0.1 has no `host.take`: nothing to wait for.
+                let v = match v {
                     wit::Verdict::Continue(d) => {
                         Verdict::Continue(decision::Decision { placement: kept, ..from_wit_decision(d) })
                     }
@@ -320,19 +332,21 @@ impl Plugin {
                         Verdict::Stop(decision::Decision { placement: kept, ..from_wit_decision(d) })
                     }
                     wit::Verdict::Reject(reason) => Verdict::Reject(reason),
-                })
+                };
+                Ok((v, None))
             }
             Pre::V2(_) => {
                 let current = to_wit2_decision(current);
-                let v = self.with_instance(call.now, |b, s| match b {
-                    Exports::V2(b) => b.call_decide(s, call.v2(), &current),
+                let (v, waited) = self.with_instance(call.now, |b, s| match b {
+                    Exports::V2(b) => b.call_decide(&mut *s, call.v2(), &current).map(|v| (v, s.data().waited)),
                     Exports::V1(_) => unreachable!("a plugin's instances are of its own contract"),
                 })?;
-                Ok(match v {
+                let v = match v {
                     wit2::Verdict::Continue(d) => Verdict::Continue(from_wit2_decision(d)),
                     wit2::Verdict::Stop(d) => Verdict::Stop(from_wit2_decision(d)),
                     wit2::Verdict::Reject(reason) => Verdict::Reject(reason),
-                })
+                };
+                Ok((v, waited.map(std::time::Duration::from_millis)))
             }
         }
     }

@@ -24,6 +24,10 @@ pub(super) struct State {
     /// The time the call being served counts from (set per call; tokio's clock, which tests
     /// may pause).
     pub(super) now: Option<tokio::time::Instant>,
+    /// The longest wait `take` answered during the call being served (reset per call), in ms:
+    /// when a refusal after it would be allowed again. None: every bucket had a token, or an
+    /// empty one never refills.
+    pub(super) waited: Option<u64>,
 }
 
 impl State {
@@ -53,6 +57,7 @@ impl State {
             hit_memory_limit: false,
             buckets: buckets.clone(),
             now: None,
+            waited: None,
         }
     }
 }
@@ -121,7 +126,11 @@ impl wit2_host::Host for State {
 
     fn take(&mut self, key: String, per_minute: u32, burst: u32) -> Option<u64> {
         let now = self.now.unwrap_or_else(tokio::time::Instant::now);
-        self.buckets.take(&key, per_minute, burst, now)
+        let wait = self.buckets.take(&key, per_minute, burst, now);
+        if let Some(ms) = wait.filter(|ms| *ms != u64::MAX) {
+            self.waited = self.waited.max(Some(ms));
+        }
+        wait
     }
 }
 

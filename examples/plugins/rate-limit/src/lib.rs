@@ -7,8 +7,9 @@
 //! name alone cannot escape one); the clients that gave no name share one count (a client
 //! cannot start afresh by connecting again). The counts live in the host (`host.take`), so
 //! every instance of the plugin shares them; each client may use its N calls at once, then one
-//! more every 60/N seconds. A call over the limit is refused with the limit and when it frees. Built against
-//! `switchyard:policy@0.2.0`.
+//! more every 60/N seconds. A call over the limit is refused naming the limit; the host adds
+//! when the next call is allowed (it knows from `host.take`), in the tool result the model reads
+//! and in the error. Built against `switchyard:policy@0.2.0`.
 
 wit_bindgen::generate!({ path: "../../../wit/0.2", world: "policy" });
 
@@ -84,13 +85,10 @@ impl Guest for RateLimit {
             let key = format!("{}\n{}\n{client}\n{}", limit.glob, call.server, c.dir.as_deref().unwrap_or(""));
             match take(&key, limit.per_minute, limit.per_minute) {
                 None => Verdict::Continue(current),
-                Some(ms) => Verdict::Reject(format!(
-                    "rate limit `{}` (at most {} calls a minute per client) is used up for {client} on \
-                     server `{}`; the next call is allowed in {:.1} s",
-                    limit.glob,
-                    limit.per_minute,
-                    call.server,
-                    ms as f64 / 1000.0
+                // When the next call is allowed, the host adds: `take` told it.
+                Some(_) => Verdict::Reject(format!(
+                    "rate limit `{}` (at most {} calls a minute per client) is used up for {client} on server `{}`",
+                    limit.glob, limit.per_minute, call.server,
                 )),
             }
         })
