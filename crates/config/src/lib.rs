@@ -26,8 +26,8 @@ pub use self::launch::{Launch, Share};
 pub use self::limits::{Limits, LimitsPatch};
 pub use self::oauth::{DEFAULT_LOGIN_TIMEOUT_MS, OAuthConfig};
 pub use self::server::{
-    Affinity, ClientValues, DaemonConfig, MAX_SERVER_NAME, OnError, PluginEntry, PoolConfig, ServerConfig, ServerEntry,
-    TransportKind, check_server_name, derive_name,
+    Affinity, ClientValues, DaemonConfig, MAX_SERVER_NAME, OnError, PluginEntry, PoolConfig, Refusals, ServerConfig,
+    ServerEntry, TransportKind, check_server_name, derive_name,
 };
 pub use self::spans::line_col;
 pub use self::url::{display_url, is_loopback, parse_url, url_name};
