@@ -1245,12 +1245,17 @@ async fn tasks_are_routed_to_the_instance_that_holds_them() {
 /// A policy of the probe fixture plugin alone, which refuses the `methods` with what it was
 /// told of each call as JSON (kept in the returned directory).
 async fn probe_policy(methods: &[&str]) -> (Policy, tempfile::TempDir) {
+    probe_policy_with(methods, "").await
+}
+
+/// [`probe_policy`] with `more` keys in the probe's `[[plugins]]` entry.
+async fn probe_policy_with(methods: &[&str], more: &str) -> (Policy, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let probe = std::path::Path::new(switchyard_policy::TEST_PLUGINS).join("probe-caller.wasm");
     std::fs::copy(&probe, dir.path().join("probe-caller.wasm")).expect("the build made the probe");
     let methods = serde_json::to_string(methods).expect("JSON");
     let toml = format!(
-        "[[plugins]]\nfile = \"probe-caller.wasm\"\ndeadline_ms = 1000\nconfig = '{{\"methods\": {methods}}}'\n"
+        "[[plugins]]\nfile = \"probe-caller.wasm\"\ndeadline_ms = 1000\nconfig = '{{\"methods\": {methods}}}'\n{more}"
     );
     let config: Config = toml::from_str(&toml).expect("config");
     let policy = Policy::start(&config, Some(dir.path().to_path_buf()), CancellationToken::new()).await.expect("loads");
@@ -1261,6 +1266,47 @@ async fn probe_policy(methods: &[&str]) -> (Policy, tempfile::TempDir) {
 fn probed(resp: &Value) -> Value {
     let reason = resp["error"]["data"]["reason"].as_str().unwrap_or_else(|| panic!("not refused by the probe: {resp}"));
     serde_json::from_str(reason).expect("the probe's reason is JSON")
+}
+
+/// A plugin's refusal of a tools/call is a tool result the model reads (`isError`: which
+/// plugin, why), in both eras (a 2026-07-28 result says its `resultType`), counted as rejected;
+/// a refusal of another method is the JSON-RPC error -32004; and an entry that says
+/// `refusals = "error"` keeps the error for tools/call too. Nothing refused reaches the server.
+/// Real time: the plugin runs on threads of its own.
+#[tokio::test]
+async fn a_refused_tools_call_is_a_tool_result_unless_the_entry_asks_for_an_error() {
+    let (policy, _dir) = probe_policy(&["tools/call", "resources/list"]).await;
+    let fake = FakeConnector::new(fake_server(false));
+    let server = server_with("", fake.clone(), policy);
+    let mut c = Client::connect(&server).await;
+    let r = c.call("echo", json!({"text": "x"})).await;
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert!(r["result"].get("resultType").is_none() && r.get("error").is_none(), "{r}");
+    let said = text(&r);
+    let start = "The call of tool `echo` was refused by policy plugin `probe-caller.wasm` and did not run. Reason: {";
+    assert!(said.starts_with(start), "{said}");
+    let mut c26 = Client::open(&server);
+    let r = c26.request("tools/call", json!({"name": "echo", "arguments": {}, "_meta": modern_meta()})).await;
+    assert_eq!((&r["result"]["isError"], &r["result"]["resultType"]), (&json!(true), &json!("complete")), "{r}");
+    assert!(text(&r).starts_with(start), "{r}");
+    let r = c.request("resources/list", json!({})).await;
+    let (code, msg) = error(&r);
+    assert_eq!(code, -32004, "{r}");
+    assert!(msg.starts_with("rejected by policy plugin `probe-caller.wasm`: {"), "{msg}");
+    assert!(calls_of(&fake.link(0), "echo").is_empty(), "a refused call reached the server");
+    let metrics = server.metrics.encode();
+    let rejected =
+        metrics.lines().find(|l| l.contains(r#"method="tools/call""#) && l.contains(r#"outcome="rejected""#));
+    assert!(rejected.is_some_and(|l| l.ends_with(" 2")), "{metrics}");
+
+    let (policy, _dir) = probe_policy_with(&["tools/call"], "refusals = \"error\"\n").await;
+    let server = server_with("", FakeConnector::new(fake_server(false)), policy);
+    let mut c = Client::connect(&server).await;
+    let r = c.call("echo", json!({"text": "x"})).await;
+    let (code, msg) = error(&r);
+    assert_eq!(code, -32004, "{r}");
+    assert!(msg.starts_with("rejected by policy plugin `probe-caller.wasm`: {"), "{msg}");
+    assert_eq!(r["error"]["data"]["plugin"], "probe-caller.wasm", "{r}");
 }
 
 /// A request about a task tells the policy which task (the id the client knows) and the tool

@@ -1,11 +1,13 @@
 //! Runs one forwarded request: policy decision, clamps, gate, pool, upstream, timeout and retry.
 //!
 //! Here: the call across its attempts ([`forward`]). Its stages are the children: `shown` (a tool
-//! called by the name a plugin shows), `resolve` (decide), `attempt` (gate and pool), `send` (to
-//! the instance and back), `reply` (the client's answer), `retry` and `deadline`.
+//! called by the name a plugin shows), `resolve` (decide), `refused` (a plugin's refusal as the
+//! client's answer), `attempt` (gate and pool), `send` (to the instance and back), `reply` (the
+//! client's answer), `retry` and `deadline`.
 
 mod attempt;
 mod deadline;
+mod refused;
 mod reply;
 mod resolve;
 mod retry;
@@ -99,7 +101,7 @@ pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
         Ok(renamed) => renamed,
         Err(refused) => {
             end.outcome = Outcome::Rejected;
-            end.code = Some(codec::POLICY_REJECTED);
+            end.code = refused.code;
             server.metrics.call(Call {
                 server: &server.metric_name,
                 method,
@@ -109,7 +111,7 @@ pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
                 session_label,
                 elapsed: started.elapsed(),
             });
-            return Some(refused);
+            return Some(refused.answer);
         }
     };
     let resp = match &renamed {

@@ -4,12 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::refused::refused;
 use super::{End, Forwarded, Request};
 use crate::pool::Pool;
 use crate::server::Server;
-use switchyard_core::codec;
 use switchyard_core::decision::{CallInfo, Concurrency, Decision, Placement, Retry};
-use switchyard_core::error::CallError;
 use switchyard_core::metrics::Outcome;
 use switchyard_policy::PluginSet;
 
@@ -90,9 +89,11 @@ impl Forwarded<'_> {
         let decision = match set.decide_async(&self.info).await {
             Ok(d) => d,
             Err(rejection) => {
-                tracing::info!(server = %server.name, session = req.session_label, "{what} rejected by `{}`: {}", rejection.plugin, rejection.reason);
-                (end.outcome, end.code) = (Outcome::Rejected, Some(codec::POLICY_REJECTED));
-                return Err(CallError::Rejected(rejection).to_response(self.client_id));
+                let after = rejection.retry_after.map(|a| format!(" (allowed again in {} ms)", a.as_millis()));
+                tracing::info!(server = %server.name, session = req.session_label, "{what} rejected by `{}`: {}{}", rejection.plugin, rejection.reason, after.unwrap_or_default());
+                let answer = refused(set, self.info.tool.as_deref(), req.modern, self.client_id, rejection);
+                (end.outcome, end.code) = (Outcome::Rejected, answer.code);
+                return Err(answer.answer);
             }
         };
         // The chain's own answer is kept only for the debug line: no copy per call otherwise.

@@ -4,10 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::refused::{Refused, refused};
 use super::{Request, caller_of};
 use crate::server::Server;
 use switchyard_core::codec::{self, Envelope};
-use switchyard_core::error::CallError;
 use switchyard_policy::{Kind, PluginSet, annotate};
 
 /// How long a call by an unknown name waits for a starting server's tool list.
@@ -45,9 +45,9 @@ async fn renamed_to(
 /// A `tools/call` (or `prompts/get`) checked against what the plugins show its client (only
 /// when a plugin may hide or rename tools and prompts): Ok(Some(the request with the server's
 /// name of the tool)) when the client called it by a name a plugin gave it; Ok(None) to send it
-/// as it is; Err(the client's error) when a plugin hides the tool from this client or shows it
-/// under another name.
-pub(super) async fn shown_tool(server: &Arc<Server>, req: &Request<'_>) -> Result<Option<(String, Envelope)>, String> {
+/// as it is; Err(the client's answer) when a plugin hides the tool from this client or shows it
+/// under another name (for a tool, a result the model reads; see `refused`).
+pub(super) async fn shown_tool(server: &Arc<Server>, req: &Request<'_>) -> Result<Option<(String, Envelope)>, Refused> {
     let kind = match req.env.method.as_deref() {
         Some("tools/call") => Kind::Tool,
         Some("prompts/get") => Kind::Prompt,
@@ -82,7 +82,8 @@ pub(super) async fn shown_tool(server: &Arc<Server>, req: &Request<'_>) -> Resul
                     "{} `{called}`: switchyard could not put the server's name `{original}` in the request: {why}",
                     kind.noun()
                 );
-                codec::response_error(client_id, codec::INTERNAL_ERROR, &msg, None)
+                let answer = codec::response_error(client_id, codec::INTERNAL_ERROR, &msg, None);
+                Refused { answer, code: Some(codec::INTERNAL_ERROR) }
             };
             let mut v: serde_json::Value = serde_json::from_str(req.line).map_err(|e| internal(e.to_string()))?;
             v["params"]["name"] = serde_json::Value::String(original.clone());
@@ -92,7 +93,8 @@ pub(super) async fn shown_tool(server: &Arc<Server>, req: &Request<'_>) -> Resul
         }
         Err(rejection) => {
             tracing::info!(server = %server.name, session = req.session_label, "{} `{called}` rejected by `{}`: {}", kind.noun(), rejection.plugin, rejection.reason);
-            Err(CallError::Rejected(rejection).to_response(client_id))
+            let tool = (kind == Kind::Tool).then_some(called.as_str());
+            Err(refused(&set, tool, req.modern, client_id, rejection))
         }
     }
 }
