@@ -10,6 +10,7 @@ mod oauth;
 pub mod paths;
 mod server;
 mod spans;
+mod tolerant;
 mod url;
 mod vars;
 
@@ -30,6 +31,7 @@ pub use self::server::{
     ServerEntry, TransportKind, check_server_name, derive_name,
 };
 pub use self::spans::line_col;
+pub use self::tolerant::{BrokenPlugin, Tolerated};
 pub use self::url::{display_url, is_loopback, parse_url, url_name};
 pub use self::vars::{
     Expanded, HeaderValue, Source, about_header, check_header, check_header_name, expand, is_var_name, uses_vars,
@@ -81,6 +83,12 @@ impl Config {
     /// [`Config::load`] of a file already read: `text` is its content, and `path` names it in
     /// errors and gives the directory that relative paths in it start from.
     pub fn load_text(path: &Path, text: &str) -> anyhow::Result<Config> {
+        Config::load_known(path, text, &[])
+    }
+
+    /// [`Config::load_text`] of a file from which parts were taken out: `[[plugins]]` entries
+    /// may name the servers in `also_known` too.
+    fn load_known(path: &Path, text: &str, also_known: &[String]) -> anyhow::Result<Config> {
         let mut config: Config = toml::from_str(text).map_err(|e| parse_error(path, text, &e))?;
         // The same text again, only for where the server keys are (it parsed above, so this does too).
         let spans: FileSpans = toml::from_str(text).unwrap_or_default();
@@ -169,7 +177,8 @@ impl Config {
             }
         }
         // A file that names no server (its server comes from the command line) is not checked.
-        let known = config.server_names();
+        let mut known = config.server_names();
+        known.extend(also_known.iter().filter(|n| !known.contains(n)).cloned().collect::<Vec<_>>());
         for (n, entry) in config.plugins.iter().enumerate().filter(|_| !known.is_empty()) {
             let at = spans.plugins.get(n).and_then(|k| k.get("servers").or_else(|| k.get("file")));
             entry.check_servers(&known).map_err(|e| anyhow!("{}: {e}", place(at.map(|s| s.span().start))))?;

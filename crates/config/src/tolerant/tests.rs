@@ -1,0 +1,165 @@
+use super::*;
+use std::path::PathBuf;
+
+fn load(text: &str) -> anyhow::Result<Tolerated> {
+    Config::load_tolerant(&PathBuf::from("/c/switchyard.toml"), text)
+}
+
+fn names(t: &Tolerated) -> Vec<String> {
+    t.config.servers().keys().cloned().collect()
+}
+
+#[test]
+fn a_whole_file_loads_as_it_is() {
+    let t = load("[servers.a]\ncommand = \"x\"\n[servers.b]\ncommand = \"y\"\n").unwrap();
+    assert!(t.is_whole());
+    assert_eq!(names(&t), ["a", "b"]);
+}
+
+#[test]
+fn a_server_with_a_typo_is_left_out_with_its_own_line_and_the_rest_loads() {
+    let text = "\
+# my servers
+[limits]
+call_timeout_ms = 5000
+
+[servers.a]
+command = \"x\"
+
+[servers.b]
+comand = \"y\"   # the typo
+[servers.b.env]
+K = \"v\"
+
+[servers.c]
+url = \"http://127.0.0.1:9/mcp\"
+[servers.c.limits]
+call_timeout_ms = 7000
+";
+    let t = load(text).unwrap();
+    assert_eq!(names(&t), ["a", "c"]);
+    assert_eq!(t.config.servers()["c"].limits.call_timeout_ms, 7000);
+    assert_eq!(t.config.servers()["a"].limits.call_timeout_ms, 5000);
+    let why = &t.broken_servers["b"];
+    assert!(why.starts_with("config file /c/switchyard.toml, line 9, column 1:") && why.contains("comand"), "{why}");
+    assert!(t.broken_plugins.is_empty());
+}
+
+#[test]
+fn servers_given_inline_or_dotted_are_taken_out_by_their_lines() {
+    let text = "\
+[servers]
+a = { command = \"x\" }
+b = { command = \"y\", share = \"sometimes\" }
+";
+    let t = load(text).unwrap();
+    assert_eq!(names(&t), ["a"]);
+    assert!(t.broken_servers["b"].contains("line 3"), "{:?}", t.broken_servers);
+    let text = "servers.a.command = \"x\"\nservers.b.commnd = \"y\"\n";
+    let t = load(text).unwrap();
+    assert_eq!(names(&t), ["a"]);
+    assert!(t.broken_servers["b"].contains("line 2"), "{:?}", t.broken_servers);
+}
+
+#[test]
+fn a_server_opened_only_by_its_sub_tables_is_taken_out_whole() {
+    let text = "\
+[servers.a]
+command = \"x\"
+[servers.b.pools.default]
+mxa = 3
+[servers.b.limits]
+call_timeout_ms = 1
+";
+    let t = load(text).unwrap();
+    assert_eq!(names(&t), ["a"]);
+    assert!(t.broken_servers["b"].contains("mxa"), "{:?}", t.broken_servers);
+}
+
+#[test]
+fn a_broken_plugin_entry_is_named_with_the_servers_it_was_for() {
+    let text = "\
+[servers.a]
+command = \"x\"
+[servers.b]
+command = \"y\"
+
+[[plugins]]
+file = \"filter.wasm\"
+servers = [\"b\"]
+config = \"{not json\"
+
+[[plugins]]
+file = \"ok.wasm\"
+
+[[plugins]]
+file = \"typo.wasm\"
+deadline = 3
+";
+    let t = load(text).unwrap();
+    assert_eq!(names(&t), ["a", "b"]);
+    let files: Vec<&str> = t.config.plugins.iter().map(|p| p.file.as_str()).collect();
+    assert_eq!(files, ["ok.wasm"]);
+    assert_eq!(t.broken_plugins.len(), 2);
+    let (filter, typo) = (&t.broken_plugins[0], &t.broken_plugins[1]);
+    assert_eq!(filter.file.as_deref(), Some("filter.wasm"));
+    assert_eq!(filter.servers.as_deref(), Some(&["b".to_string()][..]));
+    assert!(filter.applies_to("b") && !filter.applies_to("a"));
+    assert!(filter.why.contains("filter.wasm"), "{}", filter.why);
+    assert_eq!(typo.file.as_deref(), Some("typo.wasm"));
+    assert!(typo.servers.is_none() && typo.applies_to("a"));
+    assert!(typo.why.contains("line 16") && typo.why.contains("deadline"), "{}", typo.why);
+}
+
+#[test]
+fn a_plugin_entry_naming_a_broken_server_does_not_break_with_it() {
+    let text = "\
+[servers.a]
+command = \"x\"
+[servers.b]
+command = \"y\"
+bad = 1
+[[plugins]]
+file = \"f.wasm\"
+servers = [\"b\"]
+";
+    let t = load(text).unwrap();
+    assert_eq!(names(&t), ["a"]);
+    assert!(t.broken_plugins.is_empty());
+    assert_eq!(t.config.plugins[0].servers.as_deref(), Some(&["b".to_string()][..]));
+}
+
+#[test]
+fn a_mistake_outside_servers_and_plugins_is_the_whole_file_s() {
+    for (text, says) in [
+        ("[servers.a]\ncommand = \"x\"\n[daemon]\nidle_exit = 3\n", "idle_exit"),
+        ("[servers.a]\ncommand = \"x\"\n[limits]\ncall_timeout_ms = 0\n", "call_timeout_ms"),
+        ("[servers.a]\ncommand = \"x\"\n[servers.b\ncommand = \"y\"\n", "line 3"),
+        // Two entries for one file: each loads alone, not together.
+        ("[servers.a]\ncommand = \"x\"\n[[plugins]]\nfile = \"p.wasm\"\n[[plugins]]\nfile = \"p.wasm\"\n", "second"),
+        ("plugins = [{ file = \"p.wasm\", bad = 1 }]\n[servers.a]\ncommand = \"x\"\n", "bad"),
+    ] {
+        let e = format!("{:#}", load(text).unwrap_err());
+        assert!(e.contains(says), "{text:?}: {e}");
+    }
+}
+
+#[test]
+fn blanking_keeps_every_line_and_character_boundary() {
+    let text = "a = \"é\"\nb = 1\r\nc = 2\n";
+    let out = blank(text, vec![&(0..10)]);
+    assert_eq!(out.len(), text.len());
+    assert_eq!(out.lines().count(), text.lines().count());
+    assert!(out.ends_with("\r\nc = 2\n"), "{out:?}");
+}
+
+#[test]
+fn a_mistake_in_http_leaves_the_front_out_and_every_server_in() {
+    let text = "[servers.a]\ncommand = \"x\"\n\n[http]\nlisten = \"0.0.0.0:7070\"\n[http.tokens]\nci = \"${T}\"\n";
+    let t = load(text).unwrap();
+    assert_eq!(names(&t), ["a"]);
+    assert!(t.config.http.is_none());
+    let why = t.broken_http.as_deref().unwrap();
+    assert!(why.contains("line 5") && why.contains("reachable from other machines"), "{why}");
+    assert!(!t.is_whole());
+}
