@@ -80,6 +80,20 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     file.write_all(bytes)
 }
 
+/// Replaces `path` with `bytes` as a private file, through a temporary file beside it: a reader
+/// sees the old content or the new, never half of it, and nothing half-written is left.
+pub fn replace_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    let mut f = private_options().write(true).create(true).truncate(true).open(&tmp)?;
+    restrict(&tmp)?;
+    let written = f.write_all(bytes).and_then(|()| f.sync_all()).and_then(|()| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
 /// Whether others than its user may read or change `meta`'s file (Unix: any group or other
 /// bit; Windows: never judged from metadata, which carries no ACL, so false).
 pub fn open_to_others(meta: &std::fs::Metadata) -> bool {

@@ -96,16 +96,7 @@ fn load(path: &Path) -> BTreeMap<String, String> {
 
 /// Writes `text` to `path` through a temporary file beside it, readable by the user only.
 fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-    let mut f = switchyard_os::fs::private_options().write(true).create(true).truncate(true).open(&tmp)?;
-    switchyard_os::fs::restrict(&tmp)?;
-    let written = f.write_all(text.as_bytes()).and_then(|()| f.sync_all()).and_then(|()| std::fs::rename(&tmp, path));
-    if written.is_err() {
-        // Nothing half-written is left beside the file.
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
+    switchyard_os::fs::replace_private(path, text.as_bytes())
 }
 
 /// A short digest of `parts`, for keys that must not hold what they are made of.
