@@ -49,6 +49,9 @@ fn start_upkeep(server: &Arc<Server>) {
 /// How a daemon brings its router to the config file as it is now (see [`Servers::reread`]).
 pub type Reread = Box<dyn Fn(&Arc<Servers>) + Send + Sync>;
 
+/// What `status` shows of the HTTP front serving now.
+pub type HttpShown = Box<dyn Fn() -> Value + Send + Sync>;
+
 /// One router: its servers by name, one plugin set for all, and their sessions.
 pub struct Servers {
     servers: RwLock<BTreeMap<String, Arc<Server>>>,
@@ -66,8 +69,9 @@ pub struct Servers {
     supervisor: Option<PathBuf>,
     started: Instant,
     pub shutdown: CancellationToken,
-    /// What status shows of the HTTP front, when one is served (`listen`, `sessions`).
-    pub http: std::sync::OnceLock<Box<dyn Fn() -> Value + Send + Sync>>,
+    /// What status shows of the HTTP front, when one is served (`listen`, `sessions`); the
+    /// front that serves now sets it (a settings change may replace the front).
+    pub http: RwLock<Option<HttpShown>>,
     /// Itself, for what it hands out that must reach it later (a server making its siblings).
     me: std::sync::Weak<Servers>,
     /// What the servers answered before (see [`crate::server::answers`]).
@@ -82,6 +86,9 @@ pub struct Servers {
     /// right after the file was saved (`switchyard wrap` adds a server and the client starts
     /// it at once), before the change was seen.
     pub reread: std::sync::OnceLock<Reread>,
+    /// What the daemon says of itself in `status` beside its servers (by key: why its config
+    /// file is not the one in force, why its HTTP front is not served), set and cleared by it.
+    pub notes: RwLock<BTreeMap<&'static str, Value>>,
 }
 
 impl Servers {
@@ -102,12 +109,13 @@ impl Servers {
                 supervisor,
                 started: Instant::now(),
                 shutdown,
-                http: std::sync::OnceLock::new(),
+                http: RwLock::new(None),
                 me: myself,
                 answers,
                 metrics,
                 buffered: crate::peer::Buffered::new(usize::MAX),
                 reread: std::sync::OnceLock::new(),
+                notes: RwLock::new(BTreeMap::new()),
             }
         })
     }
@@ -452,8 +460,11 @@ impl Servers {
             "retired": retired,
             "broken": broken,
         });
-        if let Some(http) = self.http.get() {
+        if let Some(http) = self.http.read().expect("lock").as_ref() {
             status["http"] = http();
+        }
+        for (key, note) in self.notes.read().expect("lock").iter() {
+            status[*key] = note.clone();
         }
         status["recent_errors"] = json!(switchyard_core::logging::recent_errors());
         status

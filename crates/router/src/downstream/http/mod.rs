@@ -68,9 +68,8 @@ pub async fn serve(
     });
     let weak = Arc::downgrade(&table);
     let shown = listen.clone();
-    let _ = router
-        .http
-        .set(Box::new(move || serde_json::json!({"listen": shown, "sessions": weak.upgrade().map_or(0, |t| t.len())})));
+    *router.http.write().expect("lock") =
+        Some(Box::new(move || serde_json::json!({"listen": shown, "sessions": weak.upgrade().map_or(0, |t| t.len())})));
     tokio::spawn(reap(front.clone()));
     let app = axum::Router::new().fallback(handle).with_state(front);
     tokio::select! {
