@@ -1,12 +1,16 @@
 //! The policy stage: a chain of WebAssembly plugins that decides how each request is handled.
 //!
-//! [`Policy`] is the live handle (hot-reloaded from the plugins directory); [`PluginSet`] is
-//! one immutable version of the chain, read once at the start of a request. wasmtime stays
-//! inside [`wasm`]; loading and reloading live in [`reload`].
+//! [`Policy`] is the live handle (hot-reloaded from the plugins directory and the config's
+//! `[[plugins]]` entries); [`PluginSet`] is one immutable version of the chain, read once at the
+//! start of a request. wasmtime stays inside [`wasm`]; what the directory and the entries make
+//! is in [`loader`], following their changes in [`reload`], and what is wrong with them in
+//! [`problems`].
 
 pub mod annotate;
 pub mod check;
 pub mod embedded;
+mod loader;
+pub mod problems;
 pub mod project;
 pub mod rate;
 pub mod record;
@@ -25,6 +29,7 @@ use switchyard_config::{Config, OnError, PluginEntry, Refusals};
 use switchyard_core::decision::{CallInfo, Caller, Decision, Hints, Rejection};
 use switchyard_core::metrics::Metrics;
 
+use problems::Problem;
 use record::Recorder;
 
 pub use wasm::{Contract, PluginError};
@@ -145,6 +150,12 @@ struct Inner {
     /// Generation counter: bumped after each swap, so watchers can diff what changed.
     changes: tokio::sync::watch::Sender<u64>,
     dir: Option<PathBuf>,
+    /// What is wrong with the plugins now (see [`Policy::problems`]).
+    problems: ArcSwap<Vec<Problem>>,
+    /// The `[[plugins]]` entries the set in force was made with.
+    entries: ArcSwap<Vec<PluginEntry>>,
+    /// Where new entries go to be applied (None: nothing follows them, as in a disabled policy).
+    reload: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<reload::EntriesRequest>>,
 }
 
 impl Policy {
@@ -162,16 +173,20 @@ impl Policy {
                 recorder: std::sync::OnceLock::new(),
                 changes,
                 dir,
+                problems: ArcSwap::from_pointee(Vec::new()),
+                entries: ArcSwap::from_pointee(Vec::new()),
+                reload: std::sync::OnceLock::new(),
             }),
         }
     }
 
     /// Resolves the plugins directory (`cli_dir`, else `plugins/` beside the config file, else
-    /// `$XDG_CONFIG_HOME/switchyard/plugins`), loads every `*.wasm` in it and starts the
-    /// hot-reload watcher, which stops when `shutdown` is cancelled. A missing directory is
-    /// created. A plugin with a `[[plugins]]` entry that cannot run (file missing, not loadable,
-    /// `init` refuses its config) is an error naming it: switchyard does not start without a
-    /// plugin the config asks for. A broken file without an entry is logged and skipped.
+    /// `$XDG_CONFIG_HOME/switchyard/plugins`), loads the plugins of `config`'s `[[plugins]]`
+    /// entries and starts the hot-reload watcher, which stops when `shutdown` is cancelled. A
+    /// missing directory is created. A plugin never stops the start: one that must run and
+    /// cannot (file missing, not loadable, `init` refuses its config) refuses the calls it would
+    /// judge, naming itself and the fix; the others are left out. A file without an entry is
+    /// not applied. Each is logged, and listed by [`Policy::problems`].
     pub async fn start(
         config: &Config,
         cli_dir: Option<PathBuf>,
@@ -193,7 +208,7 @@ impl Policy {
             }
         }
         let dir = reload::resolve_dir(config, cli_dir)?;
-        let mut loader = reload::Loader::new(dir.clone(), config.plugins.clone());
+        let mut loader = loader::Loader::new(dir.clone(), config.plugins.clone());
         // Compiling can take tens of milliseconds per plugin, and `init` runs plugin code: on a
         // thread of its own, outside the async runtime.
         let (scan, loader) = worker::run_alone("switchyard-plugin-load", move || {
@@ -201,22 +216,49 @@ impl Policy {
             (scan, loader)
         })
         .await?;
-        if !scan.configured_failures.is_empty() {
-            // One sentence each (the log has the whole errors), on one line.
-            anyhow::bail!(
-                "{}; switchyard starts only once every plugin its [[plugins]] entries require loads",
-                scan.configured_failures.join("; ")
-            );
-        }
-        let set = scan.set.unwrap_or_else(PluginSet::empty);
-        tracing::info!(
-            dir = %dir.display(),
-            "policy plugins in force: [{}]",
-            set.names().join(", ")
-        );
-        let policy = Policy::with_set(set, Some(dir));
-        reload::watch(policy.clone(), loader, shutdown)?;
+        let policy = Policy::with_set(PluginSet::empty(), Some(dir.clone()));
+        policy.took(scan, loader.entries());
+        let (tx, entries) = tokio::sync::mpsc::unbounded_channel();
+        let _ = policy.inner.reload.set(tx);
+        reload::watch(policy.clone(), loader, entries, shutdown)?;
         Ok(policy)
+    }
+
+    /// Applies a config's `[[plugins]]` entries to the running chain, and returns once the set
+    /// they make is in force: plugins whose entry changed are loaded again with it (the others
+    /// keep running as they are), new entries load their plugin, and a removed entry's plugin
+    /// is no longer applied. The whole set is swapped at once: a call runs under the old
+    /// entries or the new ones, never a mix. A plugin whose new entry does not load (its `init`
+    /// refuses the new config) keeps its last good version in force, and is logged.
+    pub async fn set_entries(&self, entries: Vec<PluginEntry>) {
+        let Some(reload) = self.inner.reload.get() else { return };
+        let (done, applied) = tokio::sync::oneshot::channel();
+        if reload.send((entries, done)).is_ok() {
+            let _ = applied.await;
+        }
+    }
+
+    /// The `[[plugins]]` entries the set in force was made with.
+    pub fn entries(&self) -> Arc<Vec<PluginEntry>> {
+        self.inner.entries.load_full()
+    }
+
+    /// Every plugin that is broken or not applied now, by file: each with one sentence (the
+    /// file, what is wrong, the fix), what it does to calls, and the servers its entry names.
+    pub fn problems(&self) -> Arc<Vec<Problem>> {
+        self.inner.problems.load_full()
+    }
+
+    /// Takes in what a scan found (made with `entries`).
+    fn took(&self, scan: loader::Scan, entries: &[PluginEntry]) {
+        self.inner.problems.store(Arc::new(scan.problems));
+        if scan.complete {
+            self.inner.entries.store(Arc::new(entries.to_vec()));
+        }
+        if let Some(set) = scan.set {
+            tracing::info!("policy plugins in force: [{}]", set.names().join(", "));
+            self.publish(set);
+        }
     }
 
     /// The plugin set in force now; a request reads it once at its start.
@@ -280,28 +322,27 @@ struct Loaded {
     /// The name as a metrics label (shared: no copy per call).
     label: Arc<str>,
     hash: [u8; 32],
-    priority: i32,
-    on_error: OnError,
-    /// How its refusals of `tools/call` are answered (`[[plugins]] refusals`).
-    refusals: Refusals,
-    /// The servers it applies to (`[[plugins]] servers`); None: every server.
-    servers: Option<Vec<String>>,
     plugin: Runs,
+    /// The entry it was loaded with: its priority, on_error, refusals (how its refusals of
+    /// `tools/call` are answered) and servers (None: every server). A changed entry loads the
+    /// plugin again.
+    entry: PluginEntry,
 }
 
 impl Loaded {
     /// Whether its entry scopes it to `server` (or to every server).
     fn applies_to(&self, server: &str) -> bool {
-        self.servers.as_ref().is_none_or(|s| s.iter().any(|n| n == server))
+        self.entry.servers.as_ref().is_none_or(|s| s.iter().any(|n| n == server))
     }
 }
 
 /// Whether a plugin in the chain can run.
 enum Runs {
     Ready(Box<wasm::Plugin>),
-    /// A configured plugin with on_error = closed whose file does not load, and no earlier
-    /// version did: it rejects the calls it would have judged until a good version arrives,
-    /// with this sentence (the file, what is wrong, the fix) as the reason.
+    /// A plugin that must run (its entry is `required`, or says on_error = closed) whose file
+    /// does not load, and no earlier version did: it rejects the calls it would have judged
+    /// until a good version arrives, with this sentence (the file, what is wrong, the fix) as
+    /// the reason.
     Broken(String),
 }
 
@@ -361,7 +402,7 @@ impl PluginSet {
 
     /// Orders by priority (higher first), then by name.
     fn new(mut chain: Vec<Arc<Loaded>>) -> PluginSet {
-        chain.sort_by(|a, b| b.priority.cmp(&a.priority).then_with(|| a.name.cmp(&b.name)));
+        chain.sort_by(|a, b| b.entry.priority.cmp(&a.entry.priority).then_with(|| a.name.cmp(&b.name)));
         let lists = chain.iter().any(|p| matches!(&p.plugin, Runs::Ready(w) if w.contract() == Contract::V2));
         PluginSet { chain, metrics: None, recorder: None, lists, shown: ShownKept::default() }
     }
@@ -398,7 +439,7 @@ impl PluginSet {
                 Runs::Ready(w) if w.contract() == Contract::V2 => Some((p, w)),
                 _ => None,
             });
-            v2.map(|(p, w)| (p.name.as_str(), p.hash, w.config_json(), p.servers.as_deref())).collect()
+            v2.map(|(p, w)| (p.name.as_str(), p.hash, w.config_json(), p.entry.servers.as_deref())).collect()
         }
         listing(self) == listing(other)
     }
@@ -407,7 +448,7 @@ impl PluginSet {
     /// (`refusals = "error"`) rather than a tool result. A name not in the chain (`switchyard`,
     /// for a refusal of the host's own) takes the default: a result.
     pub fn refuses_with_error(&self, plugin: &str) -> bool {
-        self.chain.iter().any(|p| p.name == plugin && p.refusals == Refusals::Error)
+        self.chain.iter().any(|p| p.name == plugin && p.entry.refusals == Refusals::Error)
     }
 
     /// Plugin names in chain order (for logs).
@@ -474,7 +515,7 @@ impl PluginSet {
                         Some(t) => format!("tools/call `{t}`"),
                         None => args.method().to_string(),
                     };
-                    match p.on_error {
+                    match p.entry.on_error {
                         OnError::Open => {
                             let note = format!("plugin skipped for {what}: it {e} (on_error = open)");
                             plugin.output().line(tracing::Level::WARN, "switchyard", &note);
@@ -674,22 +715,23 @@ impl Loaded {
         let plugin = wasm::Plugin::load(name, bytes, &hash, wasm::Limits::from_entry(entry), &config_json, false)?;
         let plugin = Runs::Ready(Box::new(plugin));
         let (name, label) = (name.to_string(), Arc::from(name));
-        let servers = entry.servers.clone();
-        let (priority, on_error, refusals) = (entry.priority, entry.on_error, entry.refusals);
-        Ok(Loaded { name, label, hash, priority, on_error, refusals, servers, plugin })
+        Ok(Loaded { name, label, hash, plugin, entry: entry.clone() })
     }
 
-    /// The stand-in for a closed plugin that does not load (see [`Runs::Broken`]).
+    /// The stand-in for a plugin that must run and does not load (see [`Runs::Broken`]).
     fn broken(name: &str, hash: [u8; 32], entry: &PluginEntry, why: String) -> Loaded {
         let plugin = Runs::Broken(why);
         let (name, label) = (name.to_string(), Arc::from(name));
-        let servers = entry.servers.clone();
-        let (priority, on_error, refusals) = (entry.priority, entry.on_error, entry.refusals);
-        Loaded { name, label, hash, priority, on_error, refusals, servers, plugin }
+        Loaded { name, label, hash, plugin, entry: entry.clone() }
     }
 
     fn is_ready(&self) -> bool {
         matches!(self.plugin, Runs::Ready(_))
+    }
+
+    /// Whether it is a stand-in refusing calls with `why`.
+    fn broken_with(&self, why: &str) -> bool {
+        matches!(&self.plugin, Runs::Broken(w) if w == why)
     }
 
     #[cfg(test)]
@@ -703,5 +745,7 @@ impl Loaded {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_live;
 #[cfg(test)]
 mod tests_v2;

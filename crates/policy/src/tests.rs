@@ -12,15 +12,15 @@ use switchyard_core::decision::{Concurrency, Retry};
 const EXAMPLES: &str = env!("SWITCHYARD_EXAMPLE_PLUGINS");
 const FIXTURES: &str = env!("SWITCHYARD_TEST_PLUGINS");
 
-fn example(name: &str) -> PathBuf {
+pub(super) fn example(name: &str) -> PathBuf {
     Path::new(EXAMPLES).join(name)
 }
 
-fn fixture(name: &str) -> PathBuf {
+pub(super) fn fixture(name: &str) -> PathBuf {
     Path::new(FIXTURES).join(name)
 }
 
-fn entry(file: &str, config: &str, priority: i32, on_error: OnError) -> PluginEntry {
+pub(super) fn entry(file: &str, config: &str, priority: i32, on_error: OnError) -> PluginEntry {
     let mut e = PluginEntry::defaults_for(file);
     e.config = Some(toml::Value::String(config.to_string()));
     e.priority = priority;
@@ -48,7 +48,7 @@ fn load_as(name: &str, path: &Path, config: &str, priority: i32, on_error: OnErr
     )
 }
 
-fn call(tool: &str, args: &str) -> CallInfo {
+pub(super) fn call(tool: &str, args: &str) -> CallInfo {
     CallInfo {
         server: "filesystem".into(),
         session: "s1".into(),
@@ -466,7 +466,7 @@ fn embedded_examples_are_components() {
 }
 
 /// Polls until `pred` holds on the set in force (the watcher debounces for 250 ms).
-async fn wait_for(policy: &Policy, what: &str, pred: impl Fn(&PluginSet) -> bool) {
+pub(super) async fn wait_for(policy: &Policy, what: &str, pred: impl Fn(&PluginSet) -> bool) {
     let deadline = Instant::now() + Duration::from_secs(15);
     while !pred(&policy.current()) {
         assert!(Instant::now() < deadline, "timed out waiting for: {what} (set: {:?})", policy.current().names());
@@ -475,13 +475,20 @@ async fn wait_for(policy: &Policy, what: &str, pred: impl Fn(&PluginSet) -> bool
 }
 
 /// Writes beside the target and renames into place, as careful deploy tools do.
-fn replace(dir: &Path, name: &str, bytes: &[u8]) {
+pub(super) fn replace(dir: &Path, name: &str, bytes: &[u8]) {
     let tmp = dir.join(format!(".{name}.part"));
     std::fs::write(&tmp, bytes).unwrap();
     std::fs::rename(&tmp, dir.join(name)).unwrap();
 }
 
-fn rejects(set: &PluginSet, tool: &str) -> bool {
+/// An entry with `{}` as config for a file that may be absent (`required = false`).
+pub(super) fn optional(file: &str) -> PluginEntry {
+    let mut e = entry(file, "{}", 0, OnError::Open);
+    e.required = false;
+    e
+}
+
+pub(super) fn rejects(set: &PluginSet, tool: &str) -> bool {
     set.decide(&call(tool, "{}")).is_err()
 }
 
@@ -490,7 +497,9 @@ async fn hot_reload_follows_the_directory() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = Config::default();
     config.plugins.push(entry("guard.wasm", r#"{"deny":["rm*"]}"#, 0, OnError::Open));
-    // A configured plugin must be there at start: the trap fixture (which accepts any config
+    // Dropped in later: an entry that does not require it.
+    config.plugins.push(optional("hints.wasm"));
+    // A required plugin must be there at start (or it refuses every call): the trap fixture (which accepts any config
     // and refuses nothing) stands in for the guard until the real one is dropped in.
     std::fs::copy(fixture("trap.wasm"), dir.path().join("guard.wasm")).unwrap();
     let shutdown = CancellationToken::new();
@@ -543,7 +552,8 @@ async fn hot_reload_follows_the_directory() {
     assert!(!rejects(&policy.current(), "rm"), "still the stand-in");
     assert_eq!(*changes.borrow(), generation, "nothing was swapped in");
 
-    // Create a second plugin; the broken guard.wasm stays at its last good version.
+    // Create a second plugin; the broken guard.wasm stays at its last good version. (other.wasm,
+    // without an entry, is not applied.)
     std::fs::copy(example("hints.wasm"), dir.path().join("hints.wasm")).unwrap();
     wait_for(&policy, "hints added", |s| s.names() == ["guard.wasm", "hints.wasm"]).await;
 
@@ -558,8 +568,8 @@ async fn hot_reload_follows_the_directory() {
     tokio::time::sleep(Duration::from_millis(900)).await;
     assert_eq!(*changes.borrow(), generation);
 
-    // Delete: a plugin without an entry goes; one with an entry stays in force (it is a
-    // plugin the config asks for; the log says so).
+    // Delete: a plugin whose entry does not require it goes; one whose entry does stays in
+    // force (the log says so).
     std::fs::remove_file(dir.path().join("hints.wasm")).unwrap();
     std::fs::remove_file(dir.path().join("guard.wasm")).unwrap();
     wait_for(&policy, "hints removed", |s| s.names() == ["guard.wasm"]).await;
@@ -577,8 +587,10 @@ async fn hot_reload_survives_the_directory_being_deleted_renamed_or_replaced() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("plugins");
     std::fs::create_dir(&dir).unwrap();
+    let config =
+        Config { plugins: ["hints.wasm", "timeouts.wasm", "fs-keys.wasm"].map(optional).to_vec(), ..Config::default() };
     let shutdown = CancellationToken::new();
-    let policy = Policy::start(&Config::default(), Some(dir.clone()), shutdown.clone()).await.unwrap();
+    let policy = Policy::start(&config, Some(dir.clone()), shutdown.clone()).await.unwrap();
     // Deleted and created again: a plugin dropped in afterwards is applied.
     std::fs::remove_dir(&dir).unwrap();
     tokio::time::sleep(Duration::from_millis(600)).await;
@@ -605,8 +617,10 @@ async fn hot_reload_survives_the_directory_being_deleted_renamed_or_replaced() {
     shutdown.cancel();
 }
 
+/// At start a plugin applies under its entry only: files without one are not applied, and a
+/// broken one whose entry lets it be left out is left out; each is a problem with its sentence.
 #[tokio::test]
-async fn start_loads_what_is_there_and_skips_broken_files() {
+async fn start_applies_what_the_entries_name_and_lists_the_rest() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(example("hints.wasm"), dir.path().join("hints.wasm")).unwrap();
     std::fs::copy(example("timeouts.wasm"), dir.path().join("timeouts.wasm")).unwrap();
@@ -617,45 +631,77 @@ async fn start_loads_what_is_there_and_skips_broken_files() {
     let shutdown = CancellationToken::new();
     let beside = Policy::start(&config, None, shutdown.clone()).await.unwrap();
     assert!(dir.path().join("conf/plugins").is_dir());
-    assert!(beside.current().is_empty());
+    assert!(beside.current().is_empty() && beside.problems().is_empty());
 
     config.plugins.push(entry("timeouts.wasm", r#"{"tools":{"*":{"timeout_ms":42}}}"#, 5, OnError::Open));
+    config.plugins.push(optional("broken.wasm"));
     let policy = Policy::start(&config, Some(dir.path().to_path_buf()), shutdown.clone()).await.unwrap();
     let set = policy.current();
-    assert_eq!(set.names(), ["timeouts.wasm", "hints.wasm"], "priority 5 first; broken.wasm skipped");
+    assert_eq!(set.names(), ["timeouts.wasm"], "hints.wasm has no entry; broken.wasm does not load");
     assert_eq!(set.decide(&call("x", "{}")).unwrap().timeout_ms, Some(42));
+    let problems = policy.problems();
+    let found: Vec<(&str, problems::Effect)> = problems.iter().map(|p| (p.plugin.as_str(), p.effect)).collect();
+    use problems::Effect::NotApplied;
+    assert_eq!(found, [("broken.wasm", NotApplied), ("hints.wasm", NotApplied)]);
+    let [broken, hints] = &problems[..] else { unreachable!() };
+    assert!(broken.sentence.contains("does not implement switchyard:policy"), "{}", broken.sentence);
+    assert!(broken.detail.as_deref().is_some_and(|d| d.contains("wrong interface")), "{broken:?}");
+    let named = format!("plugin {} has no [[plugins]] entry", dir.path().join("hints.wasm").display());
+    assert!(hints.sentence.starts_with(&named) && hints.sentence.contains(r#"file = "hints.wasm""#), "{hints}");
+    assert!(hints.to_string().ends_with("calls go on without it"), "{hints}");
     shutdown.cancel();
 }
 
+/// A plugin that must run and cannot (file missing, not WebAssembly, `init` refuses its
+/// config) no longer stops the start: the calls it would judge, on the servers its entry names,
+/// are refused with one sentence naming the file, what is wrong and the fix.
 #[tokio::test]
-async fn start_refuses_a_configured_plugin_that_cannot_run() {
+async fn a_required_plugin_that_cannot_run_refuses_the_calls_it_judges() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(example("guard.wasm"), dir.path().join("guard.wasm")).unwrap();
     let shutdown = CancellationToken::new();
     let start = |plugins: Vec<PluginEntry>| {
         let config = Config { plugins, ..Config::default() };
         let (dir, shutdown) = (dir.path().to_path_buf(), shutdown.clone());
-        async move { Policy::start(&config, Some(dir), shutdown).await.map(|_| ()).map_err(|e| format!("{e:#}")) }
+        async move { Policy::start(&config, Some(dir), shutdown).await.unwrap() }
     };
-    // The file is missing.
-    let e = start(vec![entry("gaurd.wasm", r#"{"deny":["delete_*"]}"#, 0, OnError::Closed)]).await.unwrap_err();
-    assert!(e.contains("gaurd.wasm") && e.contains("does not exist"), "{e}");
+    let refusal = |policy: &Policy, server: &str| {
+        let mut c = call("read_file", "{}");
+        c.server = server.to_string();
+        policy.current().decide(&c).err().map(|r| format!("{}: {}", r.plugin, r.reason))
+    };
+    // The file is missing; the entry is for `fs` only.
+    let mut missing = entry("gaurd.wasm", r#"{"deny":["delete_*"]}"#, 0, OnError::Open);
+    missing.servers = Some(vec!["fs".to_string()]);
+    let policy = start(vec![missing]).await;
+    let r = refusal(&policy, "fs").expect("refused on fs");
+    let named = format!("gaurd.wasm: plugin {} does not exist", dir.path().join("gaurd.wasm").display());
+    assert!(r.starts_with(&named) && r.contains("remove its [[plugins]] entry"), "{r}");
+    assert_eq!(refusal(&policy, "github"), None, "a server it is not for runs its calls");
+    let found = policy.problems();
+    let p = found.iter().find(|p| p.plugin == "gaurd.wasm").expect("a problem");
+    assert_eq!((p.effect, p.servers.as_deref()), (problems::Effect::Refuses, Some(&["fs".to_string()][..])));
+    assert!(p.to_string().ends_with("the calls it judges on fs are refused until it loads"), "{p}");
     // init refuses the config (a typo in a key), whatever on_error says.
     for on_error in [OnError::Open, OnError::Closed] {
-        let e = start(vec![entry("guard.wasm", r#"{"denny":["delete_*"]}"#, 0, on_error)]).await.unwrap_err();
-        assert!(e.contains("guard.wasm") && e.contains("unknown key `denny`"), "{e}");
+        let policy = start(vec![entry("guard.wasm", r#"{"denny":["delete_*"]}"#, 0, on_error)]).await;
+        let r = refusal(&policy, "fs").expect("refused");
+        assert!(r.contains("guard.wasm refused its config (") && r.contains("unknown key `denny`"), "{r}");
+        assert!(r.ends_with("correct the `config` of its [[plugins]] entry"), "{r}");
     }
-    assert!(start(vec![entry("guard.wasm", r#"{"deny":["delete_*"]}"#, 0, OnError::Closed)]).await.is_ok());
+    let good = start(vec![entry("guard.wasm", r#"{"deny":["delete_*"]}"#, 0, OnError::Closed)]).await;
+    assert!(refusal(&good, "fs").is_none());
+    assert!(good.problems().iter().all(|p| p.plugin != "guard.wasm"), "{:?}", good.problems());
     // A file that is not WebAssembly: one line, one sentence, without the file's bytes.
     std::fs::write(dir.path().join("bytes.wasm"), [0x8f_u8, 0xfe, 0x00, 0x1b, 0x9c].repeat(60)).unwrap();
-    let e = start(vec![entry("bytes.wasm", "{}", 0, OnError::Closed)]).await.unwrap_err();
-    let named = format!("plugin {} is not WebAssembly", dir.path().join("bytes.wasm").display());
-    assert!(e.starts_with(&named) && e.contains("switchyard starts only once"), "{e}");
-    assert!(e.is_ascii() && !e.contains('\n') && e.len() < 400, "{e:?}");
-    // An entry that only configures a file for when it is dropped in says so.
-    let mut later = entry("later.wasm", "{}", 0, OnError::Open);
-    later.required = false;
-    assert!(start(vec![later]).await.is_ok());
+    let r = refusal(&start(vec![entry("bytes.wasm", "{}", 0, OnError::Open)]).await, "fs").expect("refused");
+    let named = format!("bytes.wasm: plugin {} is not WebAssembly", dir.path().join("bytes.wasm").display());
+    assert!(r.starts_with(&named), "{r}");
+    assert!(r.is_ascii() && !r.contains('\n') && r.len() < 400, "{r:?}");
+    // An entry that only configures a file for when it is dropped in is no problem.
+    let later = start(vec![optional("later.wasm")]).await;
+    assert!(later.current().is_empty());
+    assert!(later.problems().iter().all(|p| p.effect == problems::Effect::NotApplied && p.plugin != "later.wasm"));
     shutdown.cancel();
 }
 
