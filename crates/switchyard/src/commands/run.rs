@@ -12,8 +12,9 @@ pub struct RunArgs {
     /// The config file (server command or URL, pools, limits, plugins).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// The plugins directory (default: plugins/ beside --config FILE; without --config,
-    /// ~/.config/switchyard/plugins). Made empty when missing.
+    /// The plugins directory (default: plugins/ beside --config FILE; without --config, the
+    /// daemon's ~/.config/switchyard/plugins, with the [[plugins]] entries of the daemon's
+    /// switchyard.toml beside it). Made empty when missing.
     #[arg(long, value_name = "DIR")]
     pub plugins: Option<PathBuf>,
     /// The server's name in logs and errors (default: from the command, or the URL's host); with
@@ -250,6 +251,49 @@ pub fn build_config(args: &RunArgs) -> anyhow::Result<Config> {
     Ok(config)
 }
 
+/// The `[[plugins]]` entries of `file`, the daemon's config, for a `run` without `--config` and
+/// `--plugins`: it uses the plugins directory beside that file, and applies its plugins as the
+/// daemon does, each with the config its entry gives it (a plugin without one is not applied).
+/// `serving`: the names of the server `run` fronts. No file: no entries. A file that does not
+/// load, or whose entry for a plugin that judges this server does not, is an error when the
+/// directory holds plugins: they are what a user relies on for access control, and must never
+/// run with another config than theirs, nor be left out without a word.
+fn daemon_plugins(file: &std::path::Path, serving: &[String]) -> anyhow::Result<Vec<switchyard_config::PluginEntry>> {
+    let text = match std::fs::read_to_string(file) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(anyhow!("cannot read config file {}: {e}", file.display())),
+    };
+    let dir = file.with_file_name("plugins");
+    let refuse = |why: String| {
+        let plugins = std::fs::read_dir(&dir).into_iter().flatten().flatten().any(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            !name.starts_with('.') && name.ends_with(".wasm")
+        });
+        if !plugins {
+            tracing::warn!("{why}; `switchyard run` applies no plugins (there are none in {})", dir.display());
+            return Ok(Vec::new());
+        }
+        bail!(
+            "{why}. Without --config, `switchyard run` applies the [[plugins]] entries of {} to the plugins in {}, and does not run them without the config their entries give them: fix the file, or name the file whose entries apply with --config FILE",
+            file.display(),
+            dir.display()
+        )
+    };
+    let loaded = match Config::load_tolerant(file, &text) {
+        Ok(loaded) => loaded,
+        Err(e) => return refuse(format!("{e:#}")),
+    };
+    // A broken server table or [http] is the daemon's concern: `run` fronts a server of its own.
+    let judging_this = loaded.broken_plugins.iter().filter(|p| serving.iter().any(|s| p.applies_to(s)));
+    let whys: Vec<&str> = judging_this.map(|p| p.why.as_str()).collect();
+    if !whys.is_empty() {
+        return refuse(whys.join("; "));
+    }
+    Ok(loaded.config.plugins)
+}
+
 /// The one server `run` fronts from a file with `[servers]`: its only one, or the one `--name`
 /// names. A file in the `[server]` form is returned as it is (`--name` renames that server).
 fn pick_server(config: Config, name: Option<&str>, path: &std::path::Path) -> anyhow::Result<Config> {
@@ -276,7 +320,13 @@ fn pick_server(config: Config, name: Option<&str>, path: &std::path::Path) -> an
 /// Runs the router until the client disconnects or a signal arrives; exits cleanly.
 pub fn run_blocking(args: RunArgs) -> anyhow::Result<()> {
     init_tracing(args.log_level.as_deref())?;
-    let config = build_config(&args)?;
+    let mut config = build_config(&args)?;
+    if args.config.is_none() && args.plugins.is_none() {
+        // Without a home directory there is no such file (and the plugins directory says so).
+        if let Ok(file) = switchyard_config::paths::default_config() {
+            config.plugins = daemon_plugins(&file, &config.server_names())?;
+        }
+    }
     // One thread: a message crosses several tasks (session, engine, instance writer and reader)
     // and on one thread each hand-over is a queue push, not a cross-thread wake-up. Measured on
     // 2 cores: added p50 latency +38 µs against +70 µs with the multi-threaded runtime, and the
@@ -517,6 +567,51 @@ mod tests {
         let e = format!("{:#}", build_config(&parse(&["--config", &file]).unwrap()).unwrap_err());
         assert!(e.contains("server `tools` has `client_env` (DIR, KEY)"), "{e}");
         assert!(e.contains("switchyard connect tools --env DIR,KEY") && e.contains("`switchyard run`"), "{e}");
+    }
+
+    /// Without --config, `run` applies the [[plugins]] entries of the daemon's config, as the
+    /// daemon does; a file that does not load stops it when there are plugins it would leave
+    /// without their config, and an entry broken only for other servers does not.
+    #[test]
+    fn run_without_config_takes_the_daemon_s_plugin_entries_or_says_why_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("switchyard.toml");
+        let serving = ["fs".to_string()];
+        assert!(daemon_plugins(&file, &serving).unwrap().is_empty(), "no file: no entries");
+        std::fs::write(
+            &file,
+            "[servers.fs]\ncommand = \"x\"\n[[plugins]]\nfile = \"tool-filter.wasm\"\nconfig = { clients = {} }\non_error = \"closed\"\n",
+        )
+        .unwrap();
+        let entries = daemon_plugins(&file, &serving).unwrap();
+        assert_eq!(entries.len(), 1);
+        assert_eq!(
+            (entries[0].file.as_str(), entries[0].on_error),
+            ("tool-filter.wasm", switchyard_config::OnError::Closed)
+        );
+        assert_eq!(entries[0].config_json().unwrap(), r#"{"clients":{}}"#);
+
+        // A file that does not load, with no plugin beside it: nothing is left out.
+        std::fs::write(&file, "[[plugins]]\nfile = \"tool-filter.wasm\"\nconfg = {}\n").unwrap();
+        assert!(daemon_plugins(&file, &serving).unwrap().is_empty());
+        // With one, `run` does not start, and says where the mistake is and what to do.
+        std::fs::create_dir(dir.path().join("plugins")).unwrap();
+        std::fs::write(dir.path().join("plugins").join("tool-filter.wasm"), b"\0asm").unwrap();
+        let e = format!("{:#}", daemon_plugins(&file, &serving).unwrap_err());
+        assert!(e.starts_with(&format!("config file {}, line 3", file.display())), "{e}");
+        assert!(e.contains("unknown field `confg`") && e.contains("--config FILE"), "{e}");
+        assert!(e.contains(&dir.path().join("plugins").display().to_string()), "{e}");
+
+        // An entry broken for another server only is that server's concern; one for this
+        // server stops the start.
+        let two = "[servers.fs]\ncommand = \"x\"\n[servers.gh]\ncommand = \"y\"\n\
+                   [[plugins]]\nfile = \"a.wasm\"\nservers = [\"gh\"]\nrefusals = \"eror\"\n\
+                   [[plugins]]\nfile = \"tool-filter.wasm\"\n";
+        std::fs::write(&file, two).unwrap();
+        let entries = daemon_plugins(&file, &serving).unwrap();
+        assert_eq!(entries.iter().map(|e| e.file.as_str()).collect::<Vec<_>>(), ["tool-filter.wasm"]);
+        let e = format!("{:#}", daemon_plugins(&file, &["gh".to_string()]).unwrap_err());
+        assert!(e.contains("line 8") && e.contains("`refusals = \"eror\"`"), "{e}");
     }
 
     #[test]
