@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::*;
-use switchyard_core::decision::{Concurrency, Retry};
+use switchyard_core::decision::{Caller, Concurrency, Retry};
 
 const EXAMPLES: &str = env!("SWITCHYARD_EXAMPLE_PLUGINS");
 const FIXTURES: &str = env!("SWITCHYARD_TEST_PLUGINS");

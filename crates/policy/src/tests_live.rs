@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use super::problems::Effect;
 use super::tests::{call, entry, example, optional, rejects, wait_for};
 use super::*;
+use switchyard_core::decision::Caller;
 
 /// The plugin of the chain named `name`.
 fn member(set: &PluginSet, name: &str) -> Arc<Loaded> {

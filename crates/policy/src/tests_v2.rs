@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::annotate::{ClientView, check_call, rewrite_list, rewrite_tools_list};
 use super::*;
-use switchyard_core::decision::{Concurrency, TaskRef, Transport};
+use switchyard_core::decision::{Caller, Concurrency, TaskRef, Transport};
 
 const EXAMPLES: &str = env!("SWITCHYARD_EXAMPLE_PLUGINS");
 
