@@ -250,7 +250,7 @@ impl<'de> Deserialize<'de> for Refusals {
     }
 }
 
-/// One `[[plugins]]` entry. Plugins in the directory without an entry load with defaults.
+/// One `[[plugins]]` entry: a plugin in the directory runs only under its entry, with its config.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PluginEntry {
@@ -279,8 +279,9 @@ pub struct PluginEntry {
     /// Give the plugin random numbers (off: a fixed stream).
     #[serde(default)]
     pub allow_random: bool,
-    /// The plugin must run: a missing file stops the start, and deleting it later keeps the
-    /// loaded version in force. `false`: the entry only configures the file when it is there.
+    /// The plugin must run: while it cannot (file missing or broken, config refused), the calls
+    /// it would judge are refused, and deleting its file later keeps the loaded version in
+    /// force. `false`: the entry only configures the file for when it is there.
     #[serde(default = "default_required")]
     pub required: bool,
     /// The servers (by name) whose calls and tool lists it judges; None: every server.
@@ -299,7 +300,7 @@ fn default_required() -> bool {
 }
 
 impl PluginEntry {
-    /// An entry with every default, for a file found in the directory without a config entry.
+    /// An entry with every default (what `plugin check` runs a file with when no config names it).
     pub fn defaults_for(file: &str) -> PluginEntry {
         PluginEntry {
             file: file.to_string(),

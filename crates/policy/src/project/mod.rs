@@ -234,7 +234,7 @@ fn readme(name: &str, lang: Lang) -> String {
     format!(
         "# {name}: a switchyard policy plugin in {lang}; edit {file} (the contract is wit/policy.wit, switchyard:policy@0.2.0)\n\
          Build: `switchyard plugin build .` writes {name}.wasm with {tool} (once: `{hint}`).\n\
-         Test: `switchyard plugin test .` replays calls.jsonl (what the example rule answers; record what yours should) in the host; then copy {name}.wasm into the router's plugins/ directory.\n",
+         Test: `switchyard plugin test .` replays calls.jsonl (what the example rule answers; record what yours should) in the host; then copy {name}.wasm into the router's plugins/ directory and give it a [[plugins]] entry (`file = \"{name}.wasm\"`) in its config.\n",
         lang = lang.name(),
         hint = install_hint(lang),
     )
