@@ -23,6 +23,8 @@ pub mod pool;
 pub mod registry;
 pub mod server;
 pub mod session;
+#[cfg(test)]
+mod sharing_tests;
 pub mod upstream;
 
 use std::path::PathBuf;

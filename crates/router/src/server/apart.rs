@@ -1,4 +1,5 @@
-//! Keeping sessions apart once a server asks clients things. A server's request to a client
+//! Keeping sessions apart once a server asks clients things, and noting what it asked (which
+//! decides which clients share its instances: see `alike`). A server's request to a client
 //! (sampling, elicitation) names no call: it reaches the right client only when the instance
 //! that sent it has one client's calls. From the first such request on (remembered for later
 //! runs), the server's pools give calls of different sessions instances of their own where they
@@ -53,10 +54,14 @@ impl Watch {
 
 impl Events for Watch {
     fn server_request(self: Arc<Self>, from: &Arc<Instance>, line: String, env: Envelope) {
-        if let Some(method) = env.method.as_deref().filter(|m| ASKS.contains(m))
+        if let Some(method) = env.method.as_deref()
             && let Some(server) = self.server.upgrade()
         {
-            server.keep_sessions_apart(method);
+            // Before it is routed: what it shows the server uses decides whom it may share with.
+            server.saw_request(method);
+            if ASKS.contains(&method) {
+                server.keep_sessions_apart(method);
+            }
         }
         self.hub.clone().server_request(from, line, env);
     }

@@ -51,7 +51,14 @@ impl Server {
     /// Marks initialisation as under way, in message order (called by the session's reader
     /// before anything async runs), so requests right behind it wait instead of failing.
     pub fn begin_initialize(&self, params: &str) {
-        self.init_params.lock().expect("lock").get_or_insert_with(|| params.to_string());
+        // The instances are started for the profile this server serves: a client that shares
+        // them by the evidence never starts them with its own (see `alike`).
+        let other = self
+            .profile()
+            .is_some_and(|p| !p.same_client(&super::profile::Profile::of_initialize(params, p.owner.clone())));
+        if !other {
+            self.init_params.lock().expect("lock").get_or_insert_with(|| params.to_string());
+        }
         self.init_state.send_if_modified(|s| {
             let start = *s == InitState::NotStarted;
             if start {

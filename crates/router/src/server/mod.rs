@@ -25,6 +25,7 @@ use switchyard_core::logging::Repeats;
 use switchyard_core::metrics::{Metrics, ToolNames};
 use switchyard_policy::Policy;
 
+pub mod alike;
 pub mod answers;
 mod apart;
 mod breaker;
@@ -36,6 +37,7 @@ mod subscriptions;
 pub(crate) use init::is_modern_answer;
 pub mod profile;
 mod reconcile;
+mod served;
 mod status;
 pub mod tasks;
 mod tools;
@@ -211,10 +213,27 @@ impl Server {
         answers.get(&profile.answer_key(self.replaced.get()?))
     }
 
-    /// Remembers the initialize result for clients of `profile`.
+    /// Remembers the initialize result for clients of `profile`, when they are of the profile
+    /// this server's instances were started for (a client sharing them by the evidence was told
+    /// its own answer: theirs is not its).
     pub fn remember_initialize(&self, profile: &profile::Profile, result: &str) {
+        if self.profile().is_some_and(|p| !p.same_client(profile)) {
+            return;
+        }
         if let Some((answers, key)) = self.answers.get() {
             answers.put(&profile.answer_key(key), result);
+        }
+    }
+
+    /// The initialize result a client of `profile` is told, given `result`, this server's own:
+    /// a client sharing instances started for another profile (by the evidence) is told what
+    /// the server answered clients of its own profile (its protocol version, first of all).
+    pub fn answer_for(&self, profile: Option<&profile::Profile>, result: String) -> String {
+        match profile {
+            Some(p) if self.profile().is_some_and(|c| !c.same_client(p)) => {
+                self.remembered_initialize(p).unwrap_or(result)
+            }
+            _ => result,
         }
     }
 
@@ -447,6 +466,15 @@ impl Server {
         match handshake {
             Ok(()) => {
                 inst.mark_ready();
+                // The first instance of a server that may share with other profiles tells what
+                // it answers its own (see `alike`).
+                if !modern
+                    && self.share == switchyard_config::Share::Profile
+                    && self.has_family()
+                    && !self.family.gathering.swap(true, Ordering::Relaxed)
+                {
+                    self.tasks.spawn(self.clone().gather_evidence(inst.clone()));
+                }
                 self.counts.starts.fetch_add(1, Ordering::Relaxed);
                 self.metrics.instance_started(&self.name, pool);
                 tracing::info!(instance = %inst.label(), at = %inst.endpoint(), pool, "instance ready");
@@ -634,6 +662,9 @@ impl Upstreams for Server {
     }
     fn roots_learned(&self, session: SessionId, roots: &serde_json::Value) {
         self.take_roots(session, roots);
+    }
+    fn roots_unshared(&self) -> Option<String> {
+        Server::roots_unshared(self)
     }
     fn profile_roots(&self) -> Option<String> {
         let roots = self.profile()?.roots?;

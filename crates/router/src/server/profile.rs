@@ -16,7 +16,7 @@ use super::Server;
 use switchyard_config::Share;
 
 /// What a server can observe of a client, as far as it is known.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Profile {
     /// The `protocolVersion` of its initialize.
     pub version: String,
@@ -27,18 +27,55 @@ pub struct Profile {
     pub roots: Option<String>,
     /// By `share`: the client (`client`) or the session (`session`) the instances are for.
     pub owner: Option<String>,
+    /// Who the client says it is: for status only, never compared.
+    pub client: ClientInfo,
+}
+
+/// Profiles compare by what a server sees of them that may change what it does; `clientInfo` is
+/// not among it (clients of one kind and version differ in nothing else).
+impl PartialEq for Profile {
+    fn eq(&self, other: &Profile) -> bool {
+        self.same_client(other) && self.roots == other.roots
+    }
+}
+
+impl Eq for Profile {}
+
+/// A client's `clientInfo`, as far as it gave it (each part cut to 80 characters).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClientInfo {
+    pub name: Option<String>,
+    pub version: Option<String>,
+    pub title: Option<String>,
 }
 
 impl Profile {
     /// The profile in `initialize` params (roots not known yet).
     pub fn of_initialize(params: &str, owner: Option<String>) -> Profile {
         let v: Value = serde_json::from_str(params).unwrap_or(Value::Null);
+        let info = |k: &str| v["clientInfo"][k].as_str().map(|s| s.chars().take(80).collect::<String>());
         Profile {
             version: v["protocolVersion"].as_str().unwrap_or_default().to_string(),
             capabilities: canonical(v.get("capabilities").unwrap_or(&Value::Null)),
             roots: None,
             owner,
+            client: ClientInfo { name: info("name"), version: info("version"), title: info("title") },
         }
+    }
+
+    /// The names of the capabilities it declares, in order.
+    pub fn capability_names(&self) -> Vec<String> {
+        let caps: Value = serde_json::from_str(&self.capabilities).unwrap_or_default();
+        caps.as_object()
+            .map(|m| m.iter().filter(|(_, v)| !v.is_null()).map(|(k, _)| k.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// What kind of client it is to a server: `protocol 2025-11-25; roots, elicitation`.
+    pub fn kind(&self) -> String {
+        let caps = self.capability_names();
+        let caps = if caps.is_empty() { "no capabilities".to_string() } else { caps.join(", ") };
+        format!("protocol {}; {caps}", self.version)
     }
 
     /// Whether a client with this profile declared the roots capability (so its roots are part
@@ -66,7 +103,7 @@ impl Profile {
     }
 
     /// Everything but the roots agrees.
-    fn same_client(&self, other: &Profile) -> bool {
+    pub fn same_client(&self, other: &Profile) -> bool {
         self.version == other.version && self.capabilities == other.capabilities && self.owner == other.owner
     }
 }
@@ -121,6 +158,25 @@ pub struct Family {
     /// The session served here before its roots were known: the roots this server takes are
     /// its, not those of a client that came later and answered first.
     reserved: Mutex<Option<u64>>,
+    /// The sessions it serves, with their profiles, and the clients it served lately (status).
+    pub(super) served: super::served::Served,
+    /// On the base: one update of what the server was seen to ask clients at a time.
+    pub(super) asked_lock: Mutex<()>,
+    /// Its evidence is being gathered, or was (once per server).
+    pub(super) gathering: std::sync::atomic::AtomicBool,
+    /// The profiles (`kind`) said in the log to share its instances by the evidence.
+    joined_said: Mutex<std::collections::BTreeSet<String>>,
+}
+
+/// Whether a server serves a profile.
+#[derive(Debug, PartialEq)]
+enum Claim {
+    /// It serves that profile (or took it).
+    Serves,
+    /// It serves another that the evidence says it cannot tell from this one.
+    Joins,
+    /// It does not; why not, when the evidence was weighed.
+    No(Option<String>),
 }
 
 /// Where a client goes.
@@ -135,6 +191,32 @@ impl Server {
     /// How this server's instances are shared.
     pub fn share(&self) -> Share {
         self.share
+    }
+
+    /// Whether a client of `want` may share instances started for `claimed` (Err: why not):
+    /// [`Server::judge`], and one set of roots where the server asks for them.
+    fn may_join(&self, claimed: &Profile, want: &Profile) -> Result<(), String> {
+        self.judge(claimed, want)?;
+        let roots_agree = match (&claimed.roots, &want.roots) {
+            _ if !self.asked().contains(&super::alike::Feature::Roots) => true,
+            (_, None) => true,
+            (Some(a), Some(b)) => a == b,
+            // This server's roots are its own profile's to set.
+            (None, Some(_)) => false,
+        };
+        if roots_agree { Ok(()) } else { Err("the server asks clients for roots and theirs differ".into()) }
+    }
+
+    /// Whether the clients of `sibling` would share another server of the family now (by the
+    /// evidence): then no new client comes to it, and it stops when its last session leaves.
+    fn redundant(base: &Arc<Server>, sibling: &Arc<Server>) -> bool {
+        let Some(mine) = sibling.profile() else { return false };
+        base.family_members().iter().any(|m| {
+            !Arc::ptr_eq(m, sibling)
+                && !m.shutdown.is_cancelled()
+                && m.share == Share::Profile
+                && m.profile().is_some_and(|c| !c.same_client(&mine) && m.may_join(&c, &mine).is_ok())
+        })
     }
 
     /// Lets this server make siblings for clients of other profiles.
@@ -181,18 +263,23 @@ impl Server {
     }
 
     /// Claims this server for `want` if it is free or serves a profile `want` fits (filling in
-    /// the roots, when the server's are not known yet). True if it serves `want` now.
-    fn claim(&self, session: u64, want: &Profile) -> bool {
+    /// the roots, when the server's are not known yet), or one the evidence says this server
+    /// cannot tell from it (see [`super::alike`]). Whether it serves `want` now.
+    fn claim(&self, session: u64, want: &Profile) -> Claim {
         // Reserved for a session still on it whose roots are not known yet: only it may set them.
         let reserved = *self.family.reserved.lock().expect("lock");
         let held_for_other = reserved.is_some_and(|r| r != session && self.hub.session(r).is_some());
         let mut claimed = self.family.claimed.lock().expect("lock");
-        match claimed.as_mut() {
+        let fits = match claimed.as_mut() {
             None => {
                 *claimed = Some(want.clone());
                 true
             }
-            Some(p) if !p.same_client(want) => false,
+            Some(p) if !p.same_client(want) => {
+                let p = p.clone();
+                drop(claimed);
+                return self.joins(&p, want);
+            }
             Some(p) => match (&p.roots, &want.roots) {
                 (_, None) => true,
                 (None, Some(_)) if held_for_other => false,
@@ -203,14 +290,41 @@ impl Server {
                 }
                 (Some(a), Some(b)) => a == b,
             },
+        };
+        if fits { Claim::Serves } else { Claim::No(None) }
+    }
+
+    /// Whether `want`, a profile other than `claimed` (this server's), shares its instances by
+    /// the evidence ([`Server::judge`]). The instances must have been started (or be starting)
+    /// for `claimed`: `want`'s initialize never starts them. A server that asks clients for
+    /// their roots keeps to one set of roots, as for clients of one profile.
+    fn joins(&self, claimed: &Profile, want: &Profile) -> Claim {
+        if self.share != Share::Profile {
+            return Claim::No(None);
         }
+        if !self.is_initialized() && self.init_params.lock().expect("lock").is_none() {
+            return Claim::No(Some("its instances have not started yet".into()));
+        }
+        if let Err(why) = self.may_join(claimed, want) {
+            return Claim::No(Some(why));
+        }
+        if self.family.joined_said.lock().expect("lock").insert(want.kind()) {
+            tracing::info!(
+                server = %self.name,
+                "clients of {} share {}, started for clients of {}: the server answered both alike and never asked a client for what they differ in",
+                want.kind(),
+                self.instance_label_prefix(),
+                claimed.kind()
+            );
+        }
+        Claim::Joins
     }
 
     /// `session` is served here before its roots are known: the roots this server takes are
     /// its (see [`Family`]).
     pub fn reserve_roots(&self, session: u64) {
         let claimed = self.family.claimed.lock().expect("lock");
-        if claimed.as_ref().is_some_and(|p| p.roots.is_none()) {
+        if claimed.as_ref().is_some_and(|p| p.roots.is_none() && p.declares_roots()) {
             self.family.reserved.lock().expect("lock").get_or_insert(session);
         }
     }
@@ -248,14 +362,34 @@ impl Server {
     /// server serves that profile (or is free to); else the sibling that does, made if none.
     /// `roots_changed`: the client's roots changed, so a server it is alone on takes them.
     pub fn place(self: &Arc<Self>, session: u64, want: &Profile, roots_changed: bool) -> Result<Placed, String> {
+        let placed = self.place_in_family(session, want, roots_changed)?;
+        let (to, joined) = match &placed {
+            (Placed::Stay, joined) => (self, *joined),
+            (Placed::Move(to), joined) => {
+                self.family.served.leave(session);
+                (to, *joined)
+            }
+        };
+        to.family.served.enter(session, want, joined);
+        Ok(placed.0)
+    }
+
+    /// [`Server::place`]: where the session goes, and whether it joins a server started for
+    /// another profile by the evidence.
+    fn place_in_family(
+        self: &Arc<Self>,
+        session: u64,
+        want: &Profile,
+        roots_changed: bool,
+    ) -> Result<(Placed, bool), String> {
         if !self.has_family() {
-            return Ok(Placed::Stay);
+            return Ok((Placed::Stay, false));
         }
         if roots_changed && self.alone(session) {
             let mut claimed = self.family.claimed.lock().expect("lock");
             if let Some(p) = claimed.as_mut().filter(|p| p.same_client(want)) {
                 p.roots = want.roots.clone();
-                return Ok(Placed::Stay);
+                return Ok((Placed::Stay, false));
             }
         }
         let base = self.base();
@@ -263,20 +397,36 @@ impl Server {
         // that session's state; each session's sibling stops with it.
         let base_serves = self.share != Share::Session;
         let is_base = Arc::ptr_eq(&base, self);
-        if (base_serves || !is_base) && self.claim(session, want) {
-            return Ok(Placed::Stay);
+        // Why the servers weighed by the evidence could not take it (for the log).
+        let mut why_not = None;
+        let mut fits = |s: &Arc<Server>| match s.claim(session, want) {
+            Claim::No(why) => {
+                why_not = why_not.take().or(why);
+                None
+            }
+            c => Some(c == Claim::Joins),
+        };
+        if (base_serves || !is_base)
+            && let Some(joined) = fits(self)
+        {
+            return Ok((Placed::Stay, joined));
         }
-        if base_serves && !is_base && base.claim(session, want) {
-            return Ok(Placed::Move(base));
+        if base_serves
+            && !is_base
+            && let Some(joined) = fits(&base)
+        {
+            return Ok((Placed::Move(base), joined));
         }
         let mut siblings = base.family.siblings.lock().expect("lock");
-        if let Some(s) =
-            siblings.iter().find(|s| !Arc::ptr_eq(s, self) && !s.shutdown.is_cancelled() && s.claim(session, want))
-        {
+        let found = siblings.iter().filter(|s| !Arc::ptr_eq(s, self) && !s.shutdown.is_cancelled()).find_map(|s| {
+            let joined = fits(s)?;
+            Some((s.clone(), joined))
+        });
+        if let Some((s, joined)) = found {
             *s.family.touched.lock().expect("lock") = Some(Instant::now());
-            return Ok(Placed::Move(s.clone()));
+            return Ok((Placed::Move(s), joined));
         }
-        let Some(make) = base.family.make.get() else { return Ok(Placed::Stay) };
+        let Some(make) = base.family.make.get() else { return Ok((Placed::Stay, false)) };
         let label =
             format!("{}~{}", base.instance_label_prefix(), base.family.next.fetch_add(1, Ordering::Relaxed) + 2);
         let sibling = make(&label).map_err(|e| format!("{e:#}"))?;
@@ -292,13 +442,14 @@ impl Server {
         siblings.push(sibling.clone());
         drop(siblings);
         base.tasks.spawn(expire(Arc::downgrade(&base), sibling.clone()));
+        let unshared = why_not.map(|w| format!("; not shared with other clients' instances: {w}")).unwrap_or_default();
         tracing::info!(
             server = %base.name,
-            "{label} started: a client differs from those of the running instances in what the server sees ({}); it gets instances of its own (share = \"{}\")",
+            "{label} started: a client differs from those of the running instances in what the server sees ({}); it gets instances of its own (share = \"{}\"){unshared}",
             differs(&base, want),
             self.share.as_str()
         );
-        Ok(Placed::Move(sibling))
+        Ok((Placed::Move(sibling), false))
     }
 }
 
@@ -328,7 +479,10 @@ async fn expire(base: Weak<Server>, sibling: Arc<Server>) {
             continue;
         }
         // Asked each time: a sibling made before its client's roots were known takes them later.
-        let ephemeral = sibling.share == Share::Session || sibling.profile().is_some_and(|p| p.roots_unknown());
+        // So does one whose clients another server of the family serves now by the evidence.
+        let ephemeral = sibling.share == Share::Session
+            || sibling.profile().is_some_and(|p| p.roots_unknown())
+            || Server::redundant(&base, &sibling);
         let linger = if ephemeral { Duration::ZERO } else { SIBLING_IDLE };
         if used.elapsed() < linger {
             continue;
@@ -343,6 +497,9 @@ async fn expire(base: Weak<Server>, sibling: Arc<Server>) {
         drop(siblings);
         let label = sibling.instance_label_prefix();
         match linger.as_secs() {
+            0 if sibling.share == Share::Profile && !sibling.profile().is_some_and(|p| p.roots_unknown()) => {
+                tracing::info!(server = %base.name, "{label}: its last session left, and clients like it share other instances now; its instances stop")
+            }
             0 => tracing::info!(server = %base.name, "{label}: its last session left; its instances stop"),
             s => tracing::info!(server = %base.name, "{label}: no session for {s} s; its instances stop"),
         }

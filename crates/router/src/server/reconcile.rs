@@ -128,6 +128,7 @@ impl Server {
     /// The upstream housekeeping is bounded tightly: a hung server must not hold a departing
     /// client (or the router's shutdown) for long.
     pub async fn detach(&self, session: SessionId) {
+        self.family.served.leave(session);
         self.hub.detach(session);
         let mut own = Vec::new();
         for pool in self.every_pool() {

@@ -46,6 +46,8 @@ impl Server {
                     "owner_session": i.owner,
                     // Which calls it serves: `shared`, `session 3`, `client cursor`, `key docs`.
                     "scope": i.scope.describe(),
+                    // Whose: the clients (`name version`) of the sessions it may serve now.
+                    "clients": self.clients_of(i.owner),
                 })
             })
             .collect();
@@ -59,6 +61,10 @@ impl Server {
             "instances": instances,
             "calls": self.calls.status(),
             "one_at_a_time": *self.serial.lock().expect("lock"),
+            // The clients its instances serve and served lately, and what the server asked
+            // clients for (which decides which kinds of client share them).
+            "clients": self.clients_status(),
+            "asks": self.asked().iter().map(|f| f.name()).collect::<Vec<_>>(),
             // A remote server's sign-in: its state and expiry, never a token.
             "sign_in": self.connector.sign_in(),
         })

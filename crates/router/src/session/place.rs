@@ -207,7 +207,9 @@ impl Session {
                 Some(roots) if server.has_family() => self.place_by_roots(&server, Some(roots), true),
                 _ => false,
             };
-            if !moved {
+            // Instances started for clients that declare no roots (this one shares them by the
+            // evidence) are not told of roots: their server knows of none.
+            if !moved && server.profile().is_none_or(|p| p.declares_roots()) {
                 server.hub.pass_roots_changed(self.id, line);
             }
             self.placement.refreshing.store(false, SeqCst);

@@ -69,6 +69,9 @@ pub trait Upstreams: Send + Sync + 'static {
     fn answers_one_at_a_time(&self, inst: &Instance, waited: Duration);
     /// A client's roots, learned from its answer to the server's own roots/list.
     fn roots_learned(&self, session: SessionId, roots: &serde_json::Value);
+    /// Why the server's instances may not be told one client's roots now (see
+    /// `Server::roots_unshared`); None: they may.
+    fn roots_unshared(&self) -> Option<String>;
     /// The roots of the profile the server serves, as a roots/list result, once known: every
     /// client on its instances has them.
     fn profile_roots(&self) -> Option<String>;

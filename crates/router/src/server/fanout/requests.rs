@@ -69,6 +69,15 @@ impl Fanout {
     ) {
         let id_span = env.id.clone().expect("requests have ids");
         if method == "roots/list"
+            && let Some(why) = self.owner.upgrade().and_then(|s| s.roots_unshared())
+        {
+            let why =
+                format!("switchyard refused `roots/list` from server `{}` ({}): {why}", self.server, inst.label());
+            tracing::warn!("{why}");
+            Self::reply_to(inst, codec::response_error(&line[id_span], codec::INTERNAL_ERROR, &why, None));
+            return;
+        }
+        if method == "roots/list"
             && let Some(result) = self.cached_roots(&attribution)
         {
             Self::reply_to(inst, codec::response_ok(&line[id_span], &result));

@@ -40,6 +40,7 @@ impl Session {
                 match server.initialize(me.id, &params).await {
                     Ok(result) => {
                         server.remember_initialize(&p, &result);
+                        let result = server.answer_for(Some(&p), result);
                         if !same_answer(&result, &answered) {
                             me.tell_lists_changed(&result);
                         }
@@ -62,6 +63,8 @@ impl Session {
                 if let Some(p) = &profile {
                     server.remember_initialize(p, &result);
                 }
+                // A client sharing instances started for another profile gets its own answer.
+                let result = server.answer_for(profile.as_ref(), result);
                 let s = server.clone();
                 server.tasks.spawn(async move { s.refresh_tools().await });
                 codec::response_ok(id, &result)
