@@ -96,6 +96,10 @@ fn render(s: &serde_json::Value) -> String {
             let _ =
                 writeln!(out, "  instances for clients that differ from those of {base} (share = {})", server["share"]);
         }
+        // Whom its instances serve: each client (clientInfo) and its kind.
+        for c in server["clients"].as_array().into_iter().flatten() {
+            let _ = writeln!(out, "  {}", client_text(c));
+        }
         if let Some(hint) = server["one_at_a_time"].as_str() {
             let _ = writeln!(out, "  note: {hint}");
         }
@@ -236,9 +240,45 @@ fn human_ms(ms: u64) -> String {
     }
 }
 
+/// One client a server's instances serve, from status's `clients`: `serves claude-code 2.1
+/// (Claude Code; protocol 2025-11-25; roots, elicitation), 1 session now`.
+fn client_text(c: &serde_json::Value) -> String {
+    let name = c["name"].as_str().map_or("a client without clientInfo".into(), printable);
+    let version = c["version"].as_str().map(|v| format!(" {}", printable(v))).unwrap_or_default();
+    let title = c["title"].as_str().map(|t| format!("{}; ", printable(t))).unwrap_or_default();
+    let joined = if c["joined"] == true {
+        ", sharing instances started for another kind (the server cannot tell them apart)"
+    } else {
+        ""
+    };
+    let sessions = match c["sessions"].as_u64().unwrap_or(0) {
+        0 => "no session now".to_string(),
+        1 => "1 session now".to_string(),
+        n => format!("{n} sessions now"),
+    };
+    format!("serves {name}{version} ({title}{}){joined}, {sessions}", printable(c["kind"].as_str().unwrap_or("?")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn status_text_names_the_clients_a_server_serves_and_their_kind() {
+        let s = serde_json::json!({"servers": [{"name": "memory~2", "sibling_of": "memory", "share": "profile",
+            "target": "node m.js", "starts": 1, "restarts": 0, "instances": [],
+            "clients": [{"name": "codex-mcp-client", "version": "0.169.0", "title": "Codex", "kind": "protocol 2025-06-18; elicitation",
+                "sessions": 0, "joined": false},
+                {"name": "mcp-test-client", "version": null, "title": null, "kind": "protocol 2025-06-18; no capabilities",
+                "sessions": 2, "joined": true}]}]});
+        let text = render(&s);
+        for want in [
+            "serves codex-mcp-client 0.169.0 (Codex; protocol 2025-06-18; elicitation), no session now",
+            "serves mcp-test-client (protocol 2025-06-18; no capabilities), sharing instances started for another kind (the server cannot tell them apart), 2 sessions now",
+        ] {
+            assert!(text.contains(want), "{want} missing from:\n{text}");
+        }
+    }
 
     #[test]
     fn status_text_names_servers_instances_and_sessions() {
