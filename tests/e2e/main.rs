@@ -23,9 +23,11 @@ mod fixture;
 mod http_front;
 mod http_load;
 mod idle;
+mod live_settings;
 mod plugins;
 mod policy_v2;
 mod protocol;
+mod resilience;
 mod routing;
 mod run;
 

@@ -131,6 +131,18 @@ pub fn answers_for(canonical: &Path) -> anyhow::Result<PathBuf> {
     Ok(state_dir()?.join(format!("{}.answers.json", config_key(canonical))))
 }
 
+/// The last version of `canonical` that loaded, kept by its daemon: a later start whose file does
+/// not load at all runs on it (loudly) instead of serving nothing.
+pub fn last_good_for(canonical: &Path) -> anyhow::Result<PathBuf> {
+    Ok(state_dir()?.join(format!("{}.last-good.toml", config_key(canonical))))
+}
+
+/// Why the last start of the daemon serving `canonical` failed (removed by a start that
+/// succeeds), for `status` to say when no daemon runs.
+pub fn start_error_for(canonical: &Path) -> anyhow::Result<PathBuf> {
+    Ok(state_dir()?.join(format!("{}.start-error", config_key(canonical))))
+}
+
 /// The log file of the detached daemon serving `canonical`.
 pub fn log_for(canonical: &Path) -> anyhow::Result<PathBuf> {
     Ok(state_dir()?.join(format!("{}.log", config_key(canonical))))

@@ -42,6 +42,10 @@ enum Command {
     /// Run the long-lived router for a config file: it owns every server in it and outlives its
     /// clients, which join with `switchyard connect NAME` (which starts it when needed).
     Daemon(commands::daemon::DaemonArgs),
+    /// Check a config file as the daemon would load it, without starting anything: each server
+    /// and plugin entry, each server's command, each plugin with its config, and what the
+    /// running daemon has in force. Exits 1 when anything does not load.
+    Check(commands::check::CheckArgs),
     /// Show what a daemon is doing: its servers, their instances, the sessions, the plugins.
     Status {
         /// The whole status as JSON.
@@ -298,6 +302,7 @@ fn main() -> ExitCode {
         }
         Command::Run(args) => report(commands::run::run_blocking(args)),
         Command::Daemon(args) => report(commands::daemon::daemon_blocking(args)),
+        Command::Check(args) => report(commands::check::check_blocking(args)),
         Command::Status { json, which } => report(commands::status::status_blocking(which, json)),
         Command::Token { config, url, http } => report(
             switchyard_router::downstream::http::token::command(

@@ -14,7 +14,13 @@ pub(crate) fn status_blocking(which: Which, json: bool) -> anyhow::Result<()> {
     let status = match ask_daemon(&socket, &Hello::Status) {
         Ok(Reply::Status { status }) => status,
         Ok(other) => bail!("unexpected answer from the daemon on {}: {other:?}", socket.display()),
-        Err(e) => bail!("{}", not_running(&config, &socket, &e)),
+        Err(e) => {
+            let why = config.as_deref().and_then(crate::commands::daemon::start::last_failure);
+            match why {
+                Some(why) => bail!("{}; {why}", not_running(&config, &socket, &e)),
+                None => bail!("{}", not_running(&config, &socket, &e)),
+            }
+        }
     };
     let text = if json { format!("{status:#}\n") } else { render(&status) };
     let mut out = std::io::stdout();
@@ -51,6 +57,15 @@ fn render(s: &serde_json::Value) -> String {
             http["sessions"],
             if http["sessions"] == 1 { "" } else { "s" }
         );
+    }
+    for key in ["config_error", "config_kept", "http_error"] {
+        let notes: Vec<&str> = match &s[key] {
+            serde_json::Value::Array(items) => items.iter().filter_map(|i| i.as_str()).collect(),
+            other => other.as_str().into_iter().collect(),
+        };
+        for note in notes {
+            let _ = writeln!(out, "  problem: {}", printable(note));
+        }
     }
     let plugins: Vec<&str> = s["plugins"].as_array().into_iter().flatten().filter_map(|p| p.as_str()).collect();
     let _ = writeln!(

@@ -3,7 +3,9 @@
 //! and `--detach` find a running one and ask it.
 
 mod detach;
+mod live;
 mod reload;
+pub(crate) mod start;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -22,6 +24,7 @@ use switchyard_router::downstream::http::token::{self, Tokens};
 use switchyard_router::registry::{About, Servers};
 
 use detach::{detach, detached_child};
+use live::{Live, Settings};
 use reload::{Applied, reread_on_unknown_names, watch_config};
 
 /// How long stopping may take before the daemon stops waiting for its tasks.
@@ -178,13 +181,24 @@ fn run_blocking(
         .thread_name("switchyard-daemon")
         .build()
         .context("cannot start the async runtime")?;
-    let result = runtime.block_on(async move {
+    let started = std::cell::Cell::new(false);
+    let ready = || {
+        started.set(true);
+        start::clear_failure(&config);
+        ready();
+    };
+    let result = runtime.block_on(async {
         let shutdown = CancellationToken::new();
         tokio::spawn(crate::commands::run::on_signal(shutdown.clone()));
         let record = &args.record;
-        serve(args.plugins.clone(), record, config, socket, log, args.http, shutdown, ready).await
+        serve(args.plugins.clone(), record, config.clone(), socket, log, args.http, shutdown, ready).await
     });
     runtime.shutdown_timeout(Duration::from_millis(200));
+    if let Err(e) = &result
+        && !started.get()
+    {
+        start::note_failure(&config, e);
+    }
     result
 }
 
@@ -202,12 +216,14 @@ async fn serve(
     shutdown: CancellationToken,
     ready: impl FnOnce(),
 ) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(&config_path)
-        .with_context(|| format!("cannot read config file {}", config_path.display()))?;
-    let config = Config::load_text(&config_path, &text)?;
-    // Checked before anything starts: a front that cannot be served stops the daemon here.
-    let front = http_front(http_flag, &config, &config_path)?;
-    let policy = Policy::start(&config, plugins, shutdown.child_token()).await?;
+    let start = start::load(&config_path)?;
+    let config = &start.loaded.config;
+    // A front the command line asks for that cannot be served stops the daemon before anything
+    // starts (again below, once bound); one the file asks for is left out, and said.
+    if http_flag.is_some() {
+        http_front(http_flag, config, &config_path)?;
+    }
+    let policy = Policy::start(config, plugins, shutdown.child_token()).await?;
     if let Some(file) = &record.record_calls {
         policy.attach_recorder(switchyard_policy::record::Recorder::start(file, record.record_arguments)?);
     }
@@ -218,7 +234,16 @@ async fn serve(
     let about = About { config: Some(config_path.clone()), socket: Some(socket.clone()), log, answers };
     let router = Servers::new(policy, about, cfg!(unix).then(switchyard_os::exe::spawnable), shutdown.clone());
     let mut applied = Applied::default();
-    applied.apply(&router, &config, &text);
+    applied.apply(&router, &start.loaded, &start.text);
+    if let Some(why) = &start.fallback {
+        reload::note(
+            &router,
+            "config_error",
+            Some(format!("{why}; the config in force is the last one that loaded").into()),
+        );
+    }
+    let (settings, changes) = tokio::sync::watch::channel(Settings::of(&start.loaded));
+    applied.settings = Some(settings);
     let applied = Arc::new(std::sync::Mutex::new(applied));
     reread_on_unknown_names(&router, config_path.clone(), applied.clone());
     let bound = match downstream::bind(&socket).await {
@@ -231,34 +256,14 @@ async fn serve(
     };
     #[cfg(unix)]
     let file = bound.file();
-    let http = match front {
-        Some((http, tokens)) => {
-            let addr = http.listen;
-            let tcp = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+    let live =
+        Live::start(router.clone(), http_flag, config_path.clone(), Settings::of(&start.loaded), shutdown.clone())
+            .await
+            .inspect_err(|_| {
                 // The socket just bound is ours: leave none behind for `status` and `stop` to find.
                 let _ = std::fs::remove_file(&socket);
-                anyhow::anyhow!(
-                    "cannot serve HTTP on {addr}: {e}{}",
-                    if e.kind() == std::io::ErrorKind::AddrInUse {
-                        " (another program listens there; choose another address with --http ADDR or [http] listen)"
-                    } else {
-                        ""
-                    }
-                )
             })?;
-            let bound = tcp.local_addr().unwrap_or(addr);
-            tracing::info!("serving Streamable HTTP on http://{bound}/mcp/NAME");
-            raise_open_files();
-            Some(tokio::spawn(switchyard_router::downstream::http::serve(
-                router.clone(),
-                http,
-                tokens,
-                tcp,
-                shutdown.clone(),
-            )))
-        }
-        None => None,
-    };
+    let idle = live.idle();
     let listener = tokio::spawn(downstream::listen(router.clone(), bound, socket.clone(), shutdown.clone()));
     // A named pipe cannot be removed from under its daemon: only a socket file is kept.
     #[cfg(unix)]
@@ -272,18 +277,11 @@ async fn serve(
     );
     ready();
     tokio::spawn(watch_config(router.clone(), config_path, applied, shutdown.clone()));
-    let idle = idle_exit(&config);
-    if !idle.is_zero() && http.is_some() {
-        // An HTTP client cannot start a daemon on demand, as `connect` does.
-        tracing::info!("daemon.idle_exit_ms is not applied while HTTP is served");
-    } else if !idle.is_zero() {
-        tokio::spawn(exit_when_idle(router.clone(), idle));
-    }
+    let front = tokio::spawn(live.follow(changes));
+    tokio::spawn(exit_when_idle(router.clone(), idle));
     shutdown.cancelled().await;
     let _ = listener.await;
-    if let Some(http) = http {
-        let _ = http.await;
-    }
+    let _ = front.await;
     router.stop(SHUTDOWN_GRACE).await;
     tracing::info!("switchyard daemon stopped");
     Ok(())
@@ -301,10 +299,6 @@ fn raise_open_files() {
 
 /// The open-file soft limit a daemon serving HTTP asks for.
 const OPEN_FILES: u64 = 65_536;
-
-fn idle_exit(config: &Config) -> Duration {
-    Duration::from_millis(config.daemon.idle_exit_ms)
-}
 
 /// Watches the socket file: one removed (a cleaner of temporary files, a user) is made again, so
 /// clients, `status` and `stop` still reach this daemon instead of starting a second one; one
@@ -367,23 +361,23 @@ async fn keep_socket(router: Arc<Servers>, socket: PathBuf, mut file: (u64, u64)
     }
 }
 
-/// Stops the router once it has had no session for `idle`.
-async fn exit_when_idle(router: Arc<Servers>, idle: Duration) {
+/// Stops the router once it has had no session for as long as `idle` says (zero: never; it
+/// changes with the settings).
+async fn exit_when_idle(router: Arc<Servers>, mut idle: tokio::sync::watch::Receiver<Duration>) {
     let mut count = router.sessions.count();
     loop {
-        if *count.borrow_and_update() == 0 {
-            tokio::select! {
-                _ = tokio::time::sleep(idle) => {
-                    if *count.borrow() == 0 {
-                        tracing::info!("no session for {} ms (idle_exit_ms); stopping", idle.as_millis());
-                        router.shutdown.cancel();
-                        return;
-                    }
+        let limit = *idle.borrow_and_update();
+        let none = *count.borrow_and_update() == 0;
+        tokio::select! {
+            _ = tokio::time::sleep(limit), if none && !limit.is_zero() => {
+                if *count.borrow() == 0 {
+                    tracing::info!("no session for {} ms (idle_exit_ms); stopping", limit.as_millis());
+                    router.shutdown.cancel();
+                    return;
                 }
-                changed = count.changed() => if changed.is_err() { return },
             }
-        } else if count.changed().await.is_err() {
-            return;
+            changed = count.changed() => if changed.is_err() { return },
+            changed = idle.changed() => if changed.is_err() { return },
         }
     }
 }

@@ -1,5 +1,5 @@
 //! The daemon's config hot reload: each saved version of the file that loads is applied, server
-//! by server, to the running router.
+//! by server, to the running router, after its `[[plugins]]` entries are put in force.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use switchyard_config::Config;
+use switchyard_config::{Config, PluginEntry, Tolerated};
 use switchyard_router::registry::Servers;
 
 /// Edits of the config file within this long are applied together (editors write in steps).
@@ -19,6 +19,8 @@ const RELOAD_SETTLE: Duration = Duration::from_millis(150);
 pub(super) struct Applied {
     parts: BTreeMap<String, toml::Value>,
     text: String,
+    /// Where the daemon's own settings (`[http]`, `[daemon]`) of each version applied go.
+    pub(super) settings: Option<tokio::sync::watch::Sender<super::live::Settings>>,
 }
 
 impl Applied {
@@ -36,13 +38,20 @@ impl Applied {
         toml::Value::Table(part)
     }
 
-    /// Brings the router to `config`: new servers are added, changed ones replaced, removed ones
-    /// taken out.
-    pub(super) fn apply(&mut self, router: &Arc<Servers>, config: &Config, text: &str) {
+    /// Brings the router to `loaded`: new servers are added, changed ones replaced, removed ones
+    /// taken out. A server whose table does not load keeps the configuration in force; one that
+    /// has none (a start, or a server new in the file) is refused to its clients with the error,
+    /// and so is each server a `[[plugins]]` entry that does not load applies to.
+    pub(super) fn apply(&mut self, router: &Arc<Servers>, loaded: &Tolerated, text: &str) {
         let file: toml::Table = text.parse().unwrap_or_default();
+        let config = &loaded.config;
         let wanted = config.servers();
         let mut parts = BTreeMap::new();
+        self.keep_or_refuse(router, loaded, &mut parts);
         for (name, server_config) in &wanted {
+            if parts.contains_key(name) {
+                continue;
+            }
             let part = Self::part(&file, name);
             let before = self.parts.get(name);
             if before == Some(&part) {
@@ -72,24 +81,52 @@ impl Applied {
             }
             parts.insert(name.clone(), part);
         }
-        let old: toml::Table = self.text.parse().unwrap_or_default();
-        for key in ["plugins", "daemon", "http"] {
-            if !self.text.is_empty() && old.get(key) != file.get(key) {
-                tracing::warn!(
-                    "the config's {} changed; that takes effect when the daemon restarts (`switchyard stop`; the next `connect` starts it again)",
-                    match key {
-                        "plugins" => "[[plugins]] entries",
-                        "daemon" => "[daemon] table",
-                        _ => "[http] table",
-                    }
-                );
-            }
+        // `[[plugins]]` entries are applied before (see `apply_plugins`); `[http]` and `[daemon]`
+        // by the daemon's own task, after.
+        if let Some(settings) = &self.settings {
+            let now = super::live::Settings::of(loaded);
+            settings.send_if_modified(|s| std::mem::replace(s, now.clone()) != now);
         }
-        for name in self.parts.keys().filter(|n| !wanted.contains_key(*n)) {
+        for name in self.parts.keys().filter(|n| !wanted.contains_key(*n) && !parts.contains_key(*n)) {
             router.remove(name, &format!("server `{name}` was removed from the config"));
         }
         self.parts = parts;
         self.text = text.to_string();
+    }
+
+    /// The servers of `loaded` that are not applied as the file has them: those whose table does
+    /// not load, and those a `[[plugins]]` entry that does not load applies to. Each keeps the
+    /// configuration in force (its part goes into `parts` as it was), or, without one, is
+    /// refused with the reason.
+    fn keep_or_refuse(&self, router: &Arc<Servers>, loaded: &Tolerated, parts: &mut BTreeMap<String, toml::Value>) {
+        let mut refused: BTreeMap<String, String> = loaded.broken_servers.clone();
+        let mut kept = Vec::new();
+        for name in loaded.config.servers().into_keys() {
+            if let Some(p) = loaded.broken_plugins.iter().find(|p| p.applies_to(&name)) {
+                let which = p.file.as_deref().map(|f| format!("plugin {f}")).unwrap_or_else(|| "a plugin".into());
+                refused.entry(name).or_insert(format!(
+                    "the [[plugins]] entry of {which}, which judges its calls, does not load ({}); switchyard does not run its calls without it",
+                    p.why
+                ));
+            }
+        }
+        for (name, why) in refused {
+            match self.parts.get(&name) {
+                Some(part) => {
+                    let said = format!(
+                        "server `{name}` is not changed as the config file says: {why}; the configuration in force stays until it loads"
+                    );
+                    tracing::error!(server = %name, "{said}");
+                    kept.push(said);
+                    parts.insert(name, part.clone());
+                }
+                None => {
+                    tracing::error!(server = %name, "server `{name}` cannot be used: {why}");
+                    router.mark_broken(&name, why);
+                }
+            }
+        }
+        note(router, "config_kept", (!kept.is_empty()).then(|| kept.into()));
     }
 }
 
@@ -109,17 +146,70 @@ fn apply_text(router: &Arc<Servers>, path: &Path, applied: &Shared, text: &str) 
     if applied.text == text {
         return Ok(false);
     }
-    let config = Config::load_text(path, text).map_err(|e| format!("{e:#}").replace('\n', " "))?;
+    let loaded = Config::load_tolerant(path, text).map_err(|e| format!("{e:#}").replace('\n', " "));
+    // A plugin entry that does not load leaves every plugin entry as it is in force: applying
+    // the others would run its plugin without the config it was given.
+    let loaded = loaded.and_then(|l| match l.broken_plugins.first() {
+        Some(p) => Err(p.why.replace('\n', " ")),
+        None => Ok(l),
+    });
+    let loaded = match loaded {
+        Ok(l) => l,
+        Err(why) => {
+            note(
+                router,
+                "config_error",
+                Some(format!("{why}; the config in force is the last one that loaded").into()),
+            );
+            return Err(why);
+        }
+    };
     tracing::info!("config file {} changed; applying it", path.display());
-    applied.apply(router, &config, text);
+    applied.apply(router, &loaded, text);
+    note(router, "config_error", None);
+    super::start::keep_good(path, text);
     Ok(true)
 }
 
+/// Sets (or, with None, clears) what `status` shows under `key`.
+pub(super) fn note(router: &Servers, key: &'static str, value: Option<serde_json::Value>) {
+    let mut notes = router.notes.write().expect("lock");
+    match value {
+        Some(v) => notes.insert(key, v),
+        None => notes.remove(key),
+    };
+}
+
+/// The `[[plugins]]` entries `text` would put in force, when they differ from those in force
+/// and the file is one [`apply_text`] applies.
+fn new_plugin_entries(router: &Servers, path: &Path, text: &str) -> Option<Vec<PluginEntry>> {
+    if text.trim().is_empty() {
+        return None;
+    }
+    let loaded = Config::load_tolerant(path, text).ok().filter(|l| l.broken_plugins.is_empty())?;
+    (*router.policy.entries() != loaded.config.plugins).then_some(loaded.config.plugins)
+}
+
+/// Puts the `[[plugins]]` entries of `text` in force, and returns once the plugin set they make
+/// is: the servers applied next never run a call under the entries before (a server added with
+/// a guard scoped to it in one save would otherwise serve a moment without it). Only the
+/// plugins whose entry changed load again; one whose new entry does not load keeps its last
+/// good version, as the log says.
+async fn apply_plugins(router: &Servers, path: &Path, text: &str) {
+    if let Some(entries) = new_plugin_entries(router, path, text) {
+        tracing::info!("the config's [[plugins]] entries changed; applying them");
+        router.policy.set_entries(entries).await;
+    }
+}
+
 /// Lets the router read the config file when a client names a server it does not know: the file
-/// may have gained it a moment ago. What does not load is left to the watcher to report.
+/// may have gained it a moment ago. What does not load is left to the watcher to report, and so
+/// is a file whose `[[plugins]]` entries changed too: the watcher puts those in force first.
 pub(super) fn reread_on_unknown_names(router: &Arc<Servers>, path: PathBuf, applied: Shared) {
     let _ = router.reread.set(Box::new(move |router: &Arc<Servers>| {
-        if let Ok(text) = std::fs::read_to_string(&path) {
+        if let Ok(text) = std::fs::read_to_string(&path)
+            && new_plugin_entries(router, &path, &text).is_none()
+        {
             let _ = apply_text(router, &path, &applied, &text);
         }
     }));
@@ -214,6 +304,7 @@ pub(super) async fn watch_config(router: Arc<Servers>, path: PathBuf, applied: S
             continue;
         }
         seen = text.clone();
+        apply_plugins(&router, &path, &text).await;
         if let Err(why) = apply_text(&router, &path, &applied, &text) {
             tracing::error!("config file {} not applied: {why}; the last good config stays in force", path.display());
         }

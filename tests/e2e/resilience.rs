@@ -1,0 +1,165 @@
+//! A mistake in the config never takes every server down: a server table that does not load is
+//! refused alone, with its line; a file that does not load at all gives way to the last version
+//! that did; `[http]` that does not load leaves the front out; `status` says why, with no daemon
+//! too; and `switchyard check` shows all of it before anything starts.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use switchyard_testkit::daemon::*;
+
+const SLOW: Duration = Duration::from_secs(20);
+
+fn init_params() -> Value {
+    json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "e2e", "version": "1"}})
+}
+
+/// The error a `connect NAME` client gets for its initialize.
+async fn refused(home: &Home, name: &str) -> String {
+    let mut p = home.connect(name);
+    let mut c = p.client();
+    c.timeout = SLOW;
+    let resp = c.request("initialize", init_params()).await;
+    let message = resp["error"]["message"].as_str().unwrap_or_else(|| panic!("{name} was served: {resp}"));
+    p.wait_timeout(SLOW).await;
+    message.to_string()
+}
+
+async fn echo(home: &Home, name: &str) {
+    let (mut p, mut c) = home.client(name).await;
+    assert_eq!(c.call_text("echo", json!({"text": name})).await, name);
+    c.close().await;
+    p.wait_timeout(SLOW).await;
+}
+
+async fn check(home: &Home) -> (bool, String) {
+    let config = home.config_str();
+    let out = home.cli(&["check", "--config", &config]).await;
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+/// The story: a typo in one server's table, saved while the daemon runs, waits for the
+/// next start. The running daemon keeps that server as it was and says so in `status` and
+/// `check`; after a restart, that server alone is refused with the file's line, and the others
+/// serve.
+#[tokio::test]
+async fn a_typo_in_one_server_is_said_at_once_and_after_a_restart_refuses_only_that_server() {
+    let home = Home::new();
+    let good = format!("{}{}", home.fixture("alpha", &[]), home.fixture("beta", &[]));
+    home.write_config(&good);
+    echo(&home, "beta").await;
+    let typo = good.replace("[servers.beta]\ncommand", "[servers.beta]\ncomand");
+    let line = typo.lines().position(|l| l.starts_with("comand")).unwrap() + 1;
+    home.write_config(&typo);
+    let status = home.wait_status("the kept server", SLOW, |s| s.get("config_kept").is_some()).await;
+    let kept = status["config_kept"].to_string();
+    assert!(kept.contains("server `beta`") && kept.contains(&format!("line {line}")), "{kept}");
+    assert!(home.status_text().await.contains("problem: server `beta` is not changed"));
+    echo(&home, "beta").await;
+    let (ok, said) = check(&home).await;
+    assert!(!ok, "check passed a file with a typo:\n{said}");
+    assert!(
+        said.contains(&format!("server beta: does not load: config file {}, line {line}", home.config_str())),
+        "{said}"
+    );
+    assert!(said.contains("server alpha: `") && said.contains("daemon: runs"), "{said}");
+
+    home.stop().await;
+    let message = refused(&home, "beta").await;
+    assert!(message.contains(&format!("line {line}")) && message.contains("comand"), "{message}");
+    echo(&home, "alpha").await;
+    let status = home.status_json().await;
+    assert_eq!(status["broken"][0]["name"], "beta", "{status:#}");
+    // Fixed: served at once, without a restart.
+    home.write_config(&good);
+    home.wait_status("beta back", SLOW, |s| s["broken"].as_array().is_some_and(|b| b.is_empty())).await;
+    echo(&home, "beta").await;
+    assert!(check(&home).await.0);
+    home.shutdown().await;
+}
+
+/// A file that does not load at all (not TOML) at a start: the daemon runs on the last version
+/// that loaded, says so in `status`, and takes the file once it is fixed.
+#[tokio::test]
+async fn a_file_that_does_not_load_at_a_start_gives_way_to_the_last_that_did() {
+    let home = Home::new();
+    let good = home.fixture("alpha", &[]);
+    home.write_config(&good);
+    echo(&home, "alpha").await;
+    home.stop().await;
+    home.write_config(&format!("{good}\n[daemon\n"));
+    echo(&home, "alpha").await;
+    let status = home.status_json().await;
+    let why = status["config_error"].as_str().unwrap_or_else(|| panic!("no config_error: {status:#}"));
+    assert!(why.contains("line 5") && why.contains("the last one that loaded"), "{why}");
+    assert!(home.logs().contains("runs on the last version of the file that loaded"));
+    let (ok, said) = check(&home).await;
+    assert!(!ok && said.contains("does not load: config file") && said.contains("line 5"), "{said}");
+    home.write_config(&format!("{good}{}", home.fixture("beta", &[])));
+    home.wait_status("the fixed file", SLOW, |s| s.get("config_error").is_none()).await;
+    echo(&home, "beta").await;
+    home.shutdown().await;
+}
+
+/// No daemon, and its start failed: `status` says why, not only that none runs.
+#[tokio::test]
+async fn status_without_a_daemon_says_why_its_last_start_failed() {
+    let home = Home::new();
+    home.write_config("[servers.alpha\ncommand = \"x\"\n");
+    let message = refused(&home, "alpha").await;
+    assert!(message.contains("line 1"), "{message}");
+    let config = home.config_str();
+    let out = home.cli(&["status", "--config", &config]).await;
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("no switchyard daemon runs") && said.contains("its last start failed ("), "{said}");
+    assert!(said.contains(&format!("config file {config}, line 1")), "{said}");
+    home.write_config(&home.fixture("alpha", &[]));
+    echo(&home, "alpha").await;
+    home.stop().await;
+    let out = home.cli(&["status", "--config", &config]).await;
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("last start failed"), "a start that succeeded is forgotten");
+    home.shutdown().await;
+}
+
+/// `[http]` that does not load (an address other machines reach, without the user's token):
+/// the daemon serves its socket without the front, and says why.
+#[tokio::test]
+async fn an_http_table_that_does_not_load_leaves_the_front_out_and_the_servers_in() {
+    let home = Home::new();
+    home.write_config(&format!("{}\n[http]\nlisten = \"0.0.0.0:7070\"\n", home.fixture("alpha", &[])));
+    echo(&home, "alpha").await;
+    let status = home.status_json().await;
+    assert!(status.get("http").is_none(), "{status:#}");
+    let why = status["http_error"].as_str().unwrap_or_else(|| panic!("no http_error: {status:#}"));
+    assert!(why.contains("line 6") && why.contains("reachable from other machines"), "{why}");
+    home.shutdown().await;
+}
+
+/// `check` names a command that is not there, a plugin file that is not a plugin, and a server
+/// table that does not load; it passes a good file; it starts nothing.
+#[tokio::test]
+async fn check_names_each_problem_and_starts_nothing() {
+    let home = Home::new();
+    let plugins = home.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    std::fs::write(plugins.join("garbage.wasm"), b"not a component").unwrap();
+    home.write_config(&format!(
+        "{}[servers.gone]\ncommand = \"no-such-server-xyz\"\n[servers.typo]\ncommand = \"x\"\nshare = \"sometimes\"\n",
+        home.fixture("alpha", &[])
+    ));
+    let (ok, said) = check(&home).await;
+    assert!(!ok, "{said}");
+    assert!(said.contains("server gone: `no-such-server-xyz` cannot start"), "{said}");
+    assert!(said.contains("server typo: does not load") && said.contains("sometimes"), "{said}");
+    assert!(said.contains("plugin garbage.wasm: does not load"), "{said}");
+    assert!(said.contains("3 problem(s)"), "{said}");
+    assert!(said.contains("daemon: not running"), "{said}");
+    std::fs::remove_file(plugins.join("garbage.wasm")).unwrap();
+    home.write_config(&home.fixture("alpha", &[]));
+    let (ok, said) = check(&home).await;
+    assert!(ok && said.contains("everything loads"), "{said}");
+    assert!(home.processes().is_empty(), "check started something: {}", render(&home.processes()));
+    home.shutdown().await;
+}
