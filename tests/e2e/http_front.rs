@@ -1350,9 +1350,8 @@ async fn tool_filter_judges_an_http_client_by_its_name() {
         .await
         .all()
         .await;
-    assert_eq!(msgs[0]["error"]["code"], -32004, "{msgs:?}");
-    let msg = msgs[0]["error"]["message"].as_str().unwrap();
-    assert!(msg.contains("tool-filter.wasm") && msg.contains("hidden from client `http-e2e`"), "{msg}");
+    let msg = refusal_text(&msgs[0]);
+    assert!(msg.contains("`tool-filter.wasm`") && msg.contains("not available to client `http-e2e`"), "{msg}");
     assert_eq!(
         text_of(
             &f.request("/mcp/alpha", &sid, call(json!(3), "read", json!({"path": "/a"}), None)).await.all().await[0]
@@ -1384,11 +1383,13 @@ async fn a_named_token_is_told_to_the_policy_and_binds_its_session() {
     })
     .await;
     let daemon = f.token.clone();
-    // What the probe was told of the client of a refused call.
+    // What the probe was told of the client of a refused call (its reason is that, as JSON).
     let told = |msg: &Value| -> Value {
-        let reason = msg["error"]["message"].as_str().unwrap_or_else(|| panic!("not refused: {msg}"));
+        let reason = refusal_text(msg);
         let json = &reason[reason.find('{').unwrap_or_else(|| panic!("{reason}"))..];
-        serde_json::from_str::<Value>(json).unwrap_or_else(|e| panic!("{e}: {reason}"))["client"].clone()
+        let mut values = serde_json::Deserializer::from_str(json).into_iter::<Value>();
+        values.next().unwrap_or_else(|| panic!("{reason}")).unwrap_or_else(|e| panic!("{e}: {reason}"))["client"]
+            .clone()
     };
     f.token = LAPTOP.into();
     let sid = f.session("/mcp/alpha").await;
@@ -1464,9 +1465,10 @@ async fn tool_filter_judges_a_stateless_request_by_the_client_in_its_meta() {
     assert_eq!(text_of(&v), "named", "{v}");
     let (body, h) = modern(json!(2), "tools/call", json!({"name": "slow", "arguments": {"steps": 1}}));
     let v = json_body(f.post_modern("/mcp/modern", &body, &h).await).await;
-    assert_eq!(v["error"]["code"], -32004, "{v}");
-    let msg = v["error"]["message"].as_str().unwrap();
-    assert!(msg.contains("tool-filter.wasm") && msg.contains("hidden from client `http-e2e`"), "{msg}");
+    // A result of the 2026-07-28 era, which says its `resultType`.
+    assert_eq!(v["result"]["resultType"], "complete", "{v}");
+    let msg = refusal_text(&v);
+    assert!(msg.contains("`tool-filter.wasm`") && msg.contains("not available to client `http-e2e`"), "{msg}");
     let sent: Vec<Value> = journal_entries(&f.home.journal("modern"))
         .into_iter()
         .filter(|e| e["msg"]["params"]["name"] == "slow")

@@ -85,11 +85,11 @@ async fn tool_filter_hides_write_tools_from_cursor_and_renames_for_it_only() {
     let seen = tool_names(&claude.request("tools/list", json!({})).await);
     assert!(seen.contains(&"write".to_string()) && seen.contains(&"echo".to_string()), "claude-code sees {seen:?}");
 
-    // cursor's call to the hidden tool is refused, naming the plugin; nothing reaches the server.
+    // cursor's call to the hidden tool is refused, naming the plugin, in a result its model
+    // reads; nothing reaches the server.
     let r = cursor.call_tool("write", json!({"path": "/a", "text": "from cursor"})).await;
-    assert_eq!(r["error"]["code"], -32004, "{r}");
-    let msg = r["error"]["message"].as_str().unwrap();
-    assert!(msg.contains("tool-filter.wasm") && msg.contains("hidden from client `cursor`"), "{msg}");
+    let msg = refusal_text(&r);
+    assert!(msg.contains("`tool-filter.wasm`") && msg.contains("not available to client `cursor`"), "{msg}");
     // claude-code writes as before.
     claude.call_text("write", json!({"path": "/a", "text": "from claude"})).await;
     assert_eq!(claude.call_text("read", json!({"path": "/a"})).await, "from claude");
@@ -99,8 +99,7 @@ async fn tool_filter_hides_write_tools_from_cursor_and_renames_for_it_only() {
     // The renamed tool: under its new name it reaches `echo`; under the old one it is refused.
     assert_eq!(cursor.call_text("say", json!({"text": "hi"})).await, "hi");
     let r = cursor.call_tool("echo", json!({"text": "hi"})).await;
-    assert_eq!(r["error"]["code"], -32004, "{r}");
-    assert!(r["error"]["message"].as_str().unwrap().contains("as `say`"), "{r}");
+    assert!(refusal_text(&r).contains("as `say`; call it by that name"), "{r}");
     // The mapping is cursor's alone.
     let r = claude.call_tool("say", json!({"text": "hi"})).await;
     assert!(r.get("error").is_some() || r["result"]["isError"] == true, "claude-code has no `say`: {r}");
@@ -132,7 +131,7 @@ async fn a_renamed_tool_still_answers_by_its_new_name_after_the_daemon_restarts(
     assert_eq!(cursor.call_text("say", json!({"text": "after"})).await, "after");
     assert_ne!(home.daemon_pid().await, daemon, "the call was not served by a new daemon");
     let r = cursor.call_tool("echo", json!({"text": "x"})).await;
-    assert_eq!(r["error"]["code"], -32004, "the old name is still refused to cursor: {r}");
+    assert!(is_refusal(&r), "the old name is still refused to cursor: {r}");
     leave(cp, cursor).await;
     home.shutdown().await;
 }
@@ -152,10 +151,11 @@ async fn rate_limit_refuses_the_eleventh_call_of_one_client_while_another_passes
         assert_eq!(cursor.call_text("echo", json!({"text": format!("{n}")})).await, format!("{n}"));
     }
     let r = cursor.call_tool("echo", json!({"text": "11"})).await;
-    assert_eq!(r["error"]["code"], -32004, "the 11th call passed: {r}");
-    let msg = r["error"]["message"].as_str().unwrap();
-    assert!(msg.contains("rate-limit.wasm") && msg.contains("rate limit `ech*`"), "{msg}");
-    assert!(msg.contains("client `cursor`") && msg.contains("next call is allowed in"), "{msg}");
+    assert!(is_refusal(&r), "the 11th call passed: {r}");
+    let msg = refusal_text(&r);
+    assert!(msg.contains("`rate-limit.wasm`") && msg.contains("rate limit `ech*`"), "{msg}");
+    assert!(msg.contains("client `cursor`") && msg.contains("The next call is allowed in "), "{msg}");
+    assert!(msg.ends_with(" s; wait at least that long before calling `echo` again."), "{msg}");
     for n in 1..=10 {
         assert_eq!(claude.call_text("echo", json!({"text": format!("{n}")})).await, format!("{n}"));
     }
@@ -163,6 +163,32 @@ async fn rate_limit_refuses_the_eleventh_call_of_one_client_while_another_passes
     assert!(cursor.call_tool("read", json!({"path": "/x"})).await.get("result").is_some());
     leave(cp, cursor).await;
     leave(kp, claude).await;
+    home.shutdown().await;
+}
+
+/// An entry that says `refusals = "error"` keeps the JSON-RPC error -32004 for its plugin's
+/// refusals of tools/call (for programs that read errors), with the plugin and its reason in
+/// the error's data; another plugin's refusals stay tool results.
+#[tokio::test]
+async fn refusals_error_keeps_the_json_rpc_error_for_that_plugin_only() {
+    let home = Home::new();
+    let config = format!(
+        "{}[[plugins]]\nfile = \"guard.wasm\"\nrefusals = \"error\"\nconfig = {{ deny = {{ \"write\" = \"writes are off here\" }} }}\n\
+         [[plugins]]\nfile = \"tool-filter.wasm\"\nconfig = '{}'\n",
+        home.fixture("fs", &[]),
+        r#"{"clients": {"cursor": {"hide": ["read"]}}}"#
+    );
+    home.write_config(&config);
+    install(&home, &[("guard.wasm", example("guard.wasm")), ("tool-filter.wasm", example("tool-filter.wasm"))]);
+    let (cp, mut cursor) = client_named(&home, "fs", "cursor").await;
+    let r = cursor.call_tool("write", json!({"path": "/a", "text": "x"})).await;
+    assert_eq!(r["error"]["code"], -32004, "{r}");
+    assert_eq!(r["error"]["message"], "rejected by policy plugin `guard.wasm`: writes are off here", "{r}");
+    assert_eq!(r["error"]["data"], json!({"plugin": "guard.wasm", "reason": "writes are off here"}), "{r}");
+    let r = cursor.call_tool("read", json!({"path": "/a"})).await;
+    assert!(refusal_text(&r).contains("`tool-filter.wasm`"), "{r}");
+    assert_eq!(cursor.call_text("echo", json!({"text": "fine"})).await, "fine");
+    leave(cp, cursor).await;
     home.shutdown().await;
 }
 
@@ -243,7 +269,7 @@ async fn tool_filter_hides_and_renames_prompts_per_client() {
     assert_eq!(r["error"]["code"], -32004, "{r}");
     let msg = r["error"]["message"].as_str().unwrap();
     assert!(
-        msg.contains("tool-filter.wasm") && msg.contains("prompt `greet` is hidden from client `windsurf`"),
+        msg.contains("tool-filter.wasm") && msg.contains("prompt `greet` is not available to client `windsurf`"),
         "{msg}"
     );
     // The rename is cursor's alone.

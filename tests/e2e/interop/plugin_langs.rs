@@ -228,8 +228,7 @@ async fn template_round_trip(lang: &str, source: &str) {
         assert_eq!(echo["description"], ECHO_REWORDED, "the added rule did not run: {echo}");
     }
     let r = s.client.call_tool("write", json!({"path": "/a", "text": "hidden"})).await;
-    assert_eq!(r["error"]["code"], -32004, "{lang}: {r}");
-    let msg = r["error"]["message"].as_str().unwrap();
+    let msg = refusal_text(&r);
     assert!(msg.contains(&format!("probe-{lang}.wasm")) && msg.contains(E2E_CLIENT), "{msg}");
     assert_eq!(s.client.call_text("echo", json!({"text": "through"})).await, "through");
 }

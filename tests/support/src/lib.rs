@@ -638,6 +638,22 @@ pub fn tool_text(resp: &Value) -> &str {
     resp["result"]["content"][0]["text"].as_str().unwrap_or_default()
 }
 
+/// The text of a policy plugin's refusal of a tools/call: a tool result with `isError: true`
+/// (what clients hand to the model). Panics, showing `resp`, when it is anything else.
+pub fn refusal_text(resp: &Value) -> &str {
+    let text = tool_text(resp);
+    assert!(
+        resp["result"]["isError"] == true && text.contains("was refused by policy plugin"),
+        "not a refusal as a tool result: {resp}"
+    );
+    text
+}
+
+/// Whether `resp` is a policy plugin's refusal of a tools/call (see [`refusal_text`]).
+pub fn is_refusal(resp: &Value) -> bool {
+    resp["result"]["isError"] == true && tool_text(resp).contains("was refused by policy plugin")
+}
+
 /// The fixture's journal: one JSON value per line; missing file = empty.
 pub fn journal(path: impl AsRef<Path>) -> Vec<Value> {
     let Ok(text) = std::fs::read_to_string(path.as_ref()) else {
