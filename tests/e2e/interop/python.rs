@@ -316,3 +316,52 @@ fn a_remote_2026_server_gets_the_headers_its_tools_mirror() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(home.shutdown());
 }
+
+/// A policy refusal of `tools/call` reaches the Python SDK as a tool result (`isError` and the
+/// reason, which a client hands to the model) in both eras, not as a JSON-RPC error a client may
+/// keep from the model. Through `switchyard run`, `rate-limit` lets `echo` through once a minute
+/// (the second call says when the next is allowed) and `tool-filter` hides `add` from every
+/// client (its call says the tool is not available to this client).
+#[test]
+fn a_policy_refusal_reaches_the_python_sdk_as_a_tool_result_in_both_eras() {
+    let dir = switchyard_testkit::temp_dir();
+    let plugins = dir.path().join("plugins");
+    fs::create_dir(&plugins).unwrap();
+    for file in ["rate-limit.wasm", "tool-filter.wasm"] {
+        fs::copy(switchyard_testkit::example_plugins().join(file), plugins.join(file)).unwrap();
+    }
+    let config = dir.path().join("switchyard.toml");
+    fs::write(
+        &config,
+        "[[plugins]]\nfile = \"rate-limit.wasm\"\nconfig = { tools = { \"echo\" = { per_client_per_minute = 1 } } }\n\
+         [[plugins]]\nfile = \"tool-filter.wasm\"\nconfig = '{\"clients\": {\"*\": {\"hide\": [\"add\"]}}}'\n",
+    )
+    .unwrap();
+    let server = vec![venv_python().display().to_string(), python_dir().join("server.py").display().to_string()];
+    let mut routed = vec![switchyard_testkit::bin().to_string(), "run".into(), "--config".into()];
+    routed.extend([config.display().to_string(), "--".into()]);
+    routed.extend(server);
+    let calls = json!([["echo", {"text": "first"}], ["echo", {"text": "second"}], ["add", {"a": 2, "b": 40}]]);
+    for (mode, version) in [("auto", "2026-07-28"), ("legacy", "2025-11-25")] {
+        let run = run_client(mode, &calls, &routed);
+        let t = run.transcript(&format!("refusals, {mode}"));
+        let steps = &t["steps"];
+        let why = format!("{mode}: {t}\n--- stderr\n{}", run.stderr);
+        assert_eq!(t["protocolVersion"], version, "{why}");
+        assert_eq!(texts(&steps["call_0_echo"]), "first", "{why}");
+        let limited = &steps["call_1_echo"];
+        assert_eq!(limited["isError"], true, "{why}");
+        let said = texts(limited);
+        assert!(said.starts_with("The call of tool `echo` was refused by policy plugin `rate-limit.wasm`"), "{why}");
+        assert!(said.contains("rate limit `echo` (at most 1 call a minute per client)"), "{why}");
+        assert!(
+            said.contains("The next call is allowed in ") && said.ends_with("before calling `echo` again."),
+            "{why}"
+        );
+        let hidden = &steps["call_2_add"];
+        assert_eq!(hidden["isError"], true, "{why}");
+        let said = texts(hidden);
+        assert!(said.contains("`tool-filter.wasm`") && said.contains("tool `add` is not available to client"), "{why}");
+        assert!(said.contains("use another tool"), "{why}");
+    }
+}

@@ -87,8 +87,11 @@ impl Guest for RateLimit {
                 None => Verdict::Continue(current),
                 // When the next call is allowed, the host adds: `take` told it.
                 Some(_) => Verdict::Reject(format!(
-                    "rate limit `{}` (at most {} calls a minute per client) is used up for {client} on server `{}`",
-                    limit.glob, limit.per_minute, call.server,
+                    "rate limit `{}` (at most {} call{} a minute per client) is used up for {client} on server `{}`",
+                    limit.glob,
+                    limit.per_minute,
+                    if limit.per_minute == 1 { "" } else { "s" },
+                    call.server,
                 )),
             }
         })
