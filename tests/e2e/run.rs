@@ -359,6 +359,45 @@ async fn calls_in_flight_at_shutdown_are_answered_with_an_error() {
     assert_eq!(received(&entries, "notifications/cancelled").count(), 1);
 }
 
+/// Issue 39, item 3: `run` without `--config` used the daemon's plugins directory without the
+/// `[[plugins]]` entries of the daemon's config beside it, so a tool filter meant as access
+/// control ran with `{}` and hid nothing. It now applies those entries, as the daemon does; and
+/// when that file does not load, it does not start rather than run the plugins without them.
+#[tokio::test]
+async fn run_without_config_applies_the_daemon_s_plugin_entries() {
+    let home = switchyard_testkit::daemon::Home::new();
+    let dir = home.path().join("config").join("switchyard");
+    std::fs::create_dir_all(dir.join("plugins")).unwrap();
+    std::fs::copy(example_plugins().join("tool-filter.wasm"), dir.join("plugins").join("tool-filter.wasm")).unwrap();
+    let entry =
+        "[[plugins]]\nfile = \"tool-filter.wasm\"\nconfig = '{\"clients\": {\"e2e\": {\"hide\": [\"write\"]}}}'\n";
+    std::fs::write(dir.join("switchyard.toml"), format!("{}{entry}", home.fixture("fs", &[]))).unwrap();
+    let mut argv = vec!["run", "--"];
+    let fixture = Proc::fixture_cmd(&[]);
+    argv.extend(fixture.iter().map(String::as_str));
+    let mut router = home.spawn("run", &argv);
+    let mut c = router.client();
+    assert!(c.request("initialize", init_params(json!({}))).await.get("result").is_some());
+    c.notify("notifications/initialized", json!({})).await;
+    let list = c.request("tools/list", json!({})).await;
+    let names: Vec<&str> =
+        list["result"]["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
+    assert!(names.contains(&"read") && !names.contains(&"write"), "the entry's config was not applied: {names:?}");
+    let r = c.call_tool("write", json!({"path": "/a", "text": "x"})).await;
+    assert!(refusal_text(&r).contains("not available to client `e2e`"), "{r}");
+    c.close().await;
+    router.wait_timeout(Duration::from_secs(10)).await;
+
+    // A mistake in the file: `run` does not start, and says where and what to do.
+    let file = dir.join("switchyard.toml");
+    std::fs::write(&file, entry.replace("config =", "confg =")).unwrap();
+    let out = home.cli(&argv).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("config file {}, line 3", file.display())), "{stderr}");
+    assert!(stderr.contains("unknown field `confg`") && stderr.contains("--config FILE"), "{stderr}");
+}
+
 // ---- stdio of every kind ----
 
 mod stdio_kinds {
@@ -686,8 +725,12 @@ async fn log_level_debug_is_switchyards_own_not_its_dependencies() {
     for p in &plugins {
         std::fs::copy(p, plugins_dir.join(p.file_name().unwrap())).unwrap();
     }
+    // A plugin loads only under its entry.
+    let config = dir.path().join("switchyard.toml");
+    std::fs::write(&config, "[[plugins]]\nfile = \"guard.wasm\"\n").unwrap();
     let mut argv =
         vec!["--plugins".to_string(), plugins_dir.display().to_string(), "--log-level".into(), "debug".into()];
+    argv.extend(["--config".to_string(), config.display().to_string()]);
     argv.push("--".into());
     argv.extend(Proc::fixture_cmd(&[]));
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
