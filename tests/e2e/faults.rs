@@ -141,7 +141,9 @@ async fn full_storm(stderr: StderrMode) {
         &config,
         "[pools.default]\nmin = 1\nmax = 3\nmax_inflight = 2\n\
          [limits]\ncall_timeout_ms = 2000\nmax_message_bytes = 65536\n\
-         [[plugins]]\nfile = \"noisy.wasm\"\nconfig = { panic_in_decide = \"panicky\" }\n",
+         [[plugins]]\nfile = \"noisy.wasm\"\nconfig = { panic_in_decide = \"panicky\" }\n\
+         [[plugins]]\nfile = \"noisy2.wasm\"\nrequired = false\n\
+         [[plugins]]\nfile = \"spin.wasm\"\nrequired = false\n",
     )
     .unwrap();
     let mut argv: Vec<String> = ["run", "--config", config.to_str().unwrap(), "--plugins", plugins.to_str().unwrap()]
@@ -169,7 +171,8 @@ async fn full_storm(stderr: StderrMode) {
         })
     };
 
-    // Plugin files come and go: a copy of the printing plugin and the looping one, unconfigured.
+    // Plugin files come and go: a copy of the printing plugin and the looping one, with entries
+    // that do not require them and give them no config.
     let churn = {
         let plugins = plugins.clone();
         let mut rng = Rng(seed.rotate_left(7) | 1);

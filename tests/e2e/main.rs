@@ -25,6 +25,7 @@ mod http_load;
 mod idle;
 mod live_settings;
 mod plugins;
+mod plugins_live;
 mod policy_v2;
 mod protocol;
 mod resilience;

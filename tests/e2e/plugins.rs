@@ -150,6 +150,13 @@ async fn clients_are_told_when_plugins_change_annotations() {
 [[plugins]]
 file = "hints.wasm"
 config = { tools = { "write" = { readOnlyHint = true } } }
+
+[[plugins]]
+file = "template.wasm"
+
+[[plugins]]
+file = "timeouts.wasm"
+required = false   # dropped in later
 "#;
     // The trap fixture stands in for hints (it accepts the config and changes no annotation).
     let staged = temp_dir();
@@ -209,6 +216,9 @@ async fn a_plugin_that_changes_only_resource_templates_sends_resources_list_chan
 file = "tool-filter.wasm"
 required = false
 config = '{"clients": {"*": {"resource_templates": {"hide": ["note"]}}}}'
+
+[[plugins]]
+file = "template.wasm"
 "#;
     let mut s = Setup::start(&[], &[], Some(cfg), &[&example("template.wasm")]).await;
     s.client.initialize().await;
@@ -366,23 +376,29 @@ async fn a_long_plugin_deadline_in_one_session_does_not_hold_up_another() {
     assert!(r.get("result").is_some() || r.get("error").is_some(), "{r}");
 }
 
-/// Issue 8, item 2: a configured plugin that cannot run stops the router from starting, with
-/// an error naming it, instead of leaving a guard silently off.
+/// Issue 8, item 2, as issue 39 changed it: a configured plugin that cannot run never leaves
+/// a guard silently off, and no longer stops the start either: every call it would judge is
+/// refused, naming it and what to do, and the log has the whole error.
 #[tokio::test]
-async fn a_configured_plugin_that_cannot_run_stops_the_start() {
+async fn a_configured_plugin_that_cannot_run_refuses_the_calls_it_would_judge() {
     let missing = "[[plugins]]\nfile = \"guard.wasm\"\non_error = \"closed\"\nconfig = { deny = [\"delete_*\"] }\n";
-    let mut s = Setup::start(&[], &[], Some(missing), &[]).await;
-    let status = s.router.wait_timeout(Duration::from_secs(20)).await;
-    assert!(!status.success());
-    let log = s.router.stderr.text();
-    assert!(log.contains("guard.wasm") && log.contains("does not exist"), "{log}");
-
     let typo = "[[plugins]]\nfile = \"guard.wasm\"\nconfig = { denny = [\"delete_*\"] }\n";
-    let mut s = Setup::start(&[], &[], Some(typo), &[&example("guard.wasm")]).await;
-    let status = s.router.wait_timeout(Duration::from_secs(20)).await;
-    assert!(!status.success());
-    let log = s.router.stderr.text();
-    assert!(log.contains("guard.wasm") && log.contains("unknown key `denny`"), "{log}");
+    let guard = example("guard.wasm");
+    for (cfg, plugins, said) in
+        [(missing, vec![], "does not exist"), (typo, vec![guard.as_path()], "unknown key `denny`")]
+    {
+        let mut s = Setup::start(&[], &[], Some(cfg), &plugins).await;
+        s.client.initialize().await;
+        let r = s.client.call_tool("echo", json!({"text": "x"})).await;
+        let msg = refusal_text(&r);
+        assert!(msg.contains("`guard.wasm`") && msg.contains(said), "{msg}");
+        // The log has it too (read from the router's stderr as it comes).
+        let end = Instant::now() + Duration::from_secs(5);
+        while !(s.router.stderr.text().contains("guard.wasm") && s.router.stderr.text().contains(said)) {
+            assert!(Instant::now() < end, "{}", s.router.stderr.text());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 }
 
 /// What a client is told of a plugin file that is not WebAssembly: one sentence naming the
@@ -397,8 +413,8 @@ fn assert_one_sentence(msg: &str, file: &std::path::Path, limit: usize) {
 
 /// Issue 43: a broken plugin's error carried the file's raw bytes (and, through the daemon,
 /// log lines with their timestamps) in a 1.3 KB JSON-RPC message. A closed plugin that does
-/// not load rejects calls with one sentence; so does a daemon that does not start for a
-/// required one, to the client whose `connect` started it; the log keeps the detail.
+/// not load rejects calls with one sentence; so does a daemon for a required one; the log keeps
+/// the detail.
 #[tokio::test]
 async fn a_broken_plugin_is_one_sentence_to_the_client() {
     let garbage: Vec<u8> = (0..300u32).map(|n| (n.wrapping_mul(151) % 251) as u8 | 0x80).collect();
@@ -419,18 +435,17 @@ async fn a_broken_plugin_is_one_sentence_to_the_client() {
     std::fs::create_dir(&plugins).unwrap();
     std::fs::write(plugins.join("garbage.wasm"), &garbage).unwrap();
     home.write_config(&format!("{}\n[[plugins]]\nfile = \"garbage.wasm\"\n", home.fixture("fx", &[])));
-    let mut p = home.connect("fx");
-    let mut c = p.client();
-    let r = c.request("initialize", init_params(json!({}))).await;
-    let msg = r["error"]["message"].as_str().unwrap_or_else(|| panic!("{r}"));
-    assert!(msg.contains("could not start"), "{msg}");
-    assert_one_sentence(msg, &plugins.join("garbage.wasm"), 700);
+    let (_p, mut c) = home.client("fx").await;
+    let r = c.call_tool("echo", json!({"text": "x"})).await;
+    assert_one_sentence(refusal_text(&r), &plugins.join("garbage.wasm"), 500);
     assert!(home.logs().contains("it starts with the bytes "), "the daemon's log lost the detail");
 }
 
 #[tokio::test]
 async fn replacing_plugins_under_load_loses_and_fails_no_call() {
-    let mut s = Setup::start(&[], &[], Some(FIXTURE_SAFETY), &[&example("hints.wasm"), &example("fs-keys.wasm")]).await;
+    // broken.wasm, dropped in broken, has an entry: a file without one would not even be loaded.
+    let cfg = format!("{FIXTURE_SAFETY}\n[[plugins]]\nfile = \"broken.wasm\"\nrequired = false\n");
+    let mut s = Setup::start(&[], &[], Some(&cfg), &[&example("hints.wasm"), &example("fs-keys.wasm")]).await;
     s.client.initialize().await;
     let plugins = s.plugins_dir();
     let swapper = tokio::spawn(async move {
@@ -582,12 +597,12 @@ async fn the_default_plugins_directory_follows_xdg_config_home() {
     let wanted = xdg.join("switchyard/plugins");
     assert!(wanted.is_dir(), "{} was not created", wanted.display());
     assert!(!home.join(".config").exists(), "HOME/.config is used only without XDG_CONFIG_HOME");
-    // It is the directory in force: a guard dropped there is applied.
+    // It is the directory in force: a guard dropped there is seen (without an entry to give it
+    // its config it is not applied, and the log says so).
     install(&wanted, &example("guard.wasm"), "guard.wasm");
     let started = Instant::now();
     loop {
-        // guard.wasm without an entry denies nothing, but its load is logged.
-        if router.stderr.text().contains("plugin loaded") {
+        if router.stderr.text().contains("guard.wasm has no [[plugins]] entry") {
             break;
         }
         // Generous: the watcher's event can come late on a machine busy with builds.
@@ -663,7 +678,9 @@ async fn log_shows(s: &Setup, text: &str) {
 /// again, and after it is replaced by another directory renamed into its place.
 #[tokio::test]
 async fn hot_reload_goes_on_after_the_plugins_directory_is_deleted_or_replaced() {
-    let mut s = Setup::start(&[], &[], None, &[]).await;
+    let optional = |file: &str| format!("[[plugins]]\nfile = \"{file}\"\nrequired = false\n");
+    let cfg: String = ["guard.wasm", "hints.wasm", "timeouts.wasm"].map(optional).concat();
+    let mut s = Setup::start(&[], &[], Some(&cfg), &[]).await;
     s.client.initialize().await;
     let plugins = s.plugins_dir();
     std::fs::remove_dir(&plugins).unwrap();
