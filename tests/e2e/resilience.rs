@@ -146,14 +146,15 @@ async fn check_names_each_problem_and_starts_nothing() {
     std::fs::create_dir(&plugins).unwrap();
     std::fs::write(plugins.join("garbage.wasm"), b"not a component").unwrap();
     home.write_config(&format!(
-        "{}[servers.gone]\ncommand = \"no-such-server-xyz\"\n[servers.typo]\ncommand = \"x\"\nshare = \"sometimes\"\n",
+        "{}[servers.gone]\ncommand = \"no-such-server-xyz\"\n[servers.typo]\ncommand = \"x\"\nshare = \"sometimes\"\n[[plugins]]\nfile = \"garbage.wasm\"\nservers = [\"alpha\"]\n",
         home.fixture("alpha", &[])
     ));
     let (ok, said) = check(&home).await;
     assert!(!ok, "{said}");
     assert!(said.contains("server gone: `no-such-server-xyz` cannot start"), "{said}");
     assert!(said.contains("server typo: does not load") && said.contains("sometimes"), "{said}");
-    assert!(said.contains("plugin garbage.wasm: does not load"), "{said}");
+    let plugin = said.lines().find(|l| l.starts_with("plugin garbage.wasm: ")).unwrap_or_else(|| panic!("{said}"));
+    assert!(plugin.contains("on alpha are refused until it loads"), "{plugin}");
     assert!(said.contains("3 problem(s)"), "{said}");
     assert!(said.contains("daemon: not running"), "{said}");
     std::fs::remove_file(plugins.join("garbage.wasm")).unwrap();

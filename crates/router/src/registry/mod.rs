@@ -455,6 +455,7 @@ impl Servers {
             "log": path(&self.about.log),
             "uptime_ms": self.started.elapsed().as_millis() as u64,
             "plugins": self.policy.current().names(),
+            "plugin_problems": self.policy.problems().iter().map(|p| p.to_string()).collect::<Vec<_>>(),
             "plugins_dir": self.policy.dir().map(|d| d.display().to_string()),
             "servers": servers,
             "retired": retired,

@@ -119,59 +119,19 @@ fn plugin_entries(loaded: &Tolerated, dir: Option<&Path>, out: &mut String) -> u
             p.why
         );
     }
-    let config = &loaded.config;
-    let dir = match dir {
-        Some(d) => d.to_path_buf(),
-        None => match &config.base_dir {
-            Some(base) => base.join("plugins"),
-            None => return problems,
-        },
+    let findings = match switchyard_policy::problems::check(&loaded.config, dir) {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = writeln!(out, "plugins: {e:#}");
+            return problems + 1;
+        }
     };
-    let mut files: Vec<String> = std::fs::read_dir(&dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".wasm") && !n.starts_with('.'))
-        .collect();
-    for entry in &config.plugins {
-        if !files.contains(&entry.file) {
-            files.push(entry.file.clone());
-        }
+    for plugin in &findings.applied {
+        let _ = writeln!(out, "plugin {plugin}: loads with its entry's config");
     }
-    files.sort();
-    for file in files {
-        let entry = config.plugins.iter().find(|e| e.file == file);
-        let path = dir.join(&file);
-        if !path.is_file() {
-            if entry.is_some_and(|e| e.required) {
-                problems += 1;
-                let _ = writeln!(out, "plugin {file}: {} does not exist (its entry requires it)", path.display());
-            } else {
-                let _ = writeln!(out, "plugin {file}: not there (its entry does not require it)");
-            }
-            continue;
-        }
-        let json = match entry.map(|e| e.config_json()).transpose() {
-            Ok(j) => j,
-            Err(e) => {
-                problems += 1;
-                let _ = writeln!(out, "plugin {file}: {e:#}");
-                continue;
-            }
-        };
-        let opts = switchyard_policy::check::Options { config_json: json.as_deref(), ..Default::default() };
-        let report = switchyard_policy::check::run(&path, &opts);
-        let with = if entry.is_some() { "with its entry's config" } else { "without an entry (defaults)" };
-        match report.result {
-            Ok(()) => {
-                let _ = writeln!(out, "plugin {file}: loads {with}");
-            }
-            Err(e) => {
-                problems += 1;
-                let _ = writeln!(out, "plugin {file}: does not load {with}: {}", format!("{e:#}").replace('\n', " "));
-            }
-        }
+    for p in &findings.problems {
+        problems += 1;
+        let _ = writeln!(out, "plugin {}: {p}", p.plugin);
     }
     problems
 }
@@ -182,7 +142,7 @@ fn daemon_line(config: &Path, socket: &Path) -> String {
     match ask_daemon(socket, &Hello::Status) {
         Ok(Reply::Status { status }) => {
             let mut line = format!("daemon: runs (pid {})", status["pid"]);
-            for key in ["config_error", "config_kept", "http_error"] {
+            for key in ["config_error", "config_kept", "http_error", "plugin_problems"] {
                 if let Some(note) = status.get(key) {
                     let note = match note {
                         serde_json::Value::Array(items) => {
