@@ -120,8 +120,10 @@ async fn a_plugin_config_edited_in_the_file_applies_to_a_connected_client() {
     assert!(tool_names(&cursor.request("tools/list", json!({})).await).contains(&"write".to_string()));
     let (pid, _) = fixture_pid(&mut cursor).await;
 
+    let saved = Instant::now();
     home.replace_config(&config("write*"));
     cursor.recv_notification("notifications/tools/list_changed").await;
+    eprintln!("the saved plugin config reached the client after {:?}", saved.elapsed());
     let seen = tool_names(&cursor.request("tools/list", json!({})).await);
     assert!(!seen.contains(&"write".to_string()) && seen.contains(&"read".to_string()), "{seen:?}");
     let r = cursor.call_tool("write", json!({"path": "/a", "text": "x"})).await;
