@@ -368,9 +368,14 @@ impl Home {
     pub fn logs(&self) -> String {
         let mut out = String::new();
         let Ok(dir) = std::fs::read_dir(self.path().join("state/switchyard")) else { return out };
-        // Not the HTTP front's token files: a secret has no place in a test's output.
-        let mut files: Vec<PathBuf> =
-            dir.flatten().map(|e| e.path()).filter(|p| p.extension().is_none_or(|x| x != "token")).collect();
+        // Not the HTTP front's token files, nor the daemon's copy of the config file that last
+        // loaded (it holds what the file holds): a secret has no place in a test's output.
+        let mut files: Vec<PathBuf> = dir
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_none_or(|x| x != "token"))
+            .filter(|p| !p.to_string_lossy().ends_with(".last-good.toml"))
+            .collect();
         files.sort();
         for f in files {
             out += &format!("--- {} ---\n{}", f.display(), std::fs::read_to_string(&f).unwrap_or_default());
