@@ -142,7 +142,7 @@ fn daemon_line(config: &Path, socket: &Path) -> String {
     match ask_daemon(socket, &Hello::Status) {
         Ok(Reply::Status { status }) => {
             let mut line = format!("daemon: runs (pid {})", status["pid"]);
-            for key in ["config_error", "config_kept", "http_error", "plugin_problems"] {
+            for key in ["config_error", "config_kept", "plugin_entries", "http_error", "plugin_problems"] {
                 if let Some(note) = status.get(key) {
                     let note = match note {
                         serde_json::Value::Array(items) => {

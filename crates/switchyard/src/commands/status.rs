@@ -58,7 +58,7 @@ fn render(s: &serde_json::Value) -> String {
             if http["sessions"] == 1 { "" } else { "s" }
         );
     }
-    for key in ["config_error", "config_kept", "http_error", "plugin_problems"] {
+    for key in ["config_error", "config_kept", "plugin_entries", "http_error", "plugin_problems"] {
         let notes: Vec<&str> = match &s[key] {
             serde_json::Value::Array(items) => items.iter().filter_map(|i| i.as_str()).collect(),
             other => other.as_str().into_iter().collect(),

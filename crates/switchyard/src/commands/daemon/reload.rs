@@ -127,6 +127,10 @@ impl Applied {
             }
         }
         note(router, "config_kept", (!kept.is_empty()).then(|| kept.into()));
+        // Said even when it names no server of the file (then nothing is refused for it).
+        let entries: Vec<String> =
+            loaded.broken_plugins.iter().map(|p| format!("a [[plugins]] entry does not load: {}", p.why)).collect();
+        note(router, "plugin_entries", (!entries.is_empty()).then(|| entries.into()));
     }
 }
 
