@@ -207,13 +207,15 @@ impl Server {
         if roots_agree { Ok(()) } else { Err("the server asks clients for roots and theirs differ".into()) }
     }
 
-    /// Whether the clients of `sibling` would share another server of the family now (by the
-    /// evidence): then no new client comes to it, and it stops when its last session leaves.
+    /// Whether the clients of `sibling` would share the base or an older sibling now (by the
+    /// evidence): then it stops when its last session leaves, and its clients go there. (Only
+    /// older ones: of two siblings whose clients could share either, the younger goes.)
     fn redundant(base: &Arc<Server>, sibling: &Arc<Server>) -> bool {
         let Some(mine) = sibling.profile() else { return false };
-        base.family_members().iter().any(|m| {
-            !Arc::ptr_eq(m, sibling)
-                && !m.shutdown.is_cancelled()
+        let older =
+            std::iter::once(base.clone()).chain(base.siblings().into_iter().take_while(|s| !Arc::ptr_eq(s, sibling)));
+        older.into_iter().any(|m| {
+            !m.shutdown.is_cancelled()
                 && m.share == Share::Profile
                 && m.profile().is_some_and(|c| !c.same_client(&mine) && m.may_join(&c, &mine).is_ok())
         })
