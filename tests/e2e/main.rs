@@ -31,6 +31,7 @@ mod protocol;
 mod resilience;
 mod routing;
 mod run;
+mod sharing;
 
 #[cfg(feature = "interop")]
 mod interop;
