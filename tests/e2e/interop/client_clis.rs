@@ -11,7 +11,10 @@ use serde_json::{Value, json};
 use switchyard_testkit::daemon::Home;
 use switchyard_testkit::*;
 
-use crate::npm_setup::{claude_cli, codex_cli, ensure_client_clis, ensure_npm, filesystem_entry, gemini_cli};
+use crate::npm_setup::{
+    claude_cli, codex_cli, ensure_client_clis, ensure_npm, everything_entry, filesystem_entry, gemini_cli,
+    memory_entry, sequential_thinking_entry,
+};
 
 /// A variable a Codex entry forwards that is set nowhere: Codex starts the server all the same.
 const UNSET: &str = "SWITCHYARD_TEST_CODEX_UNSET_TOKEN";
@@ -300,5 +303,182 @@ async fn claude_code_connects_to_every_wrapped_server_through_the_daemon() {
     assert!(said.contains("3 entries put back"), "{said}");
     let got = claude(&a, &["mcp", "get", "fix"]);
     assert!(got.contains("Args: fixture --name fix-a"), "{got}");
+    home.stop().await;
+}
+
+/// The servers of [`three_kinds_of_client_share_what_the_servers_cannot_tell_apart`]: name and
+/// command line (server-filesystem confined to `project`).
+fn four_servers(project: &Path) -> Vec<(&'static str, Vec<String>)> {
+    let node = |entry: std::path::PathBuf, rest: &[&str]| {
+        let mut argv = vec!["node".to_string(), entry.display().to_string()];
+        argv.extend(rest.iter().map(|s| s.to_string()));
+        argv
+    };
+    vec![
+        ("memory", node(memory_entry(), &[])),
+        ("thinking", node(sequential_thinking_entry(), &[])),
+        ("fs", node(filesystem_entry(), &[&project.display().to_string()])),
+        ("everything", node(everything_entry(), &["stdio"])),
+    ]
+}
+
+/// Per server of the config: how many instances run, and the client names each server (base
+/// or sibling) serves, by `status --json`.
+fn by_server(status: &Value) -> std::collections::BTreeMap<String, (usize, Vec<Vec<String>>)> {
+    let mut out: std::collections::BTreeMap<String, (usize, Vec<Vec<String>>)> = Default::default();
+    for s in status["servers"].as_array().unwrap() {
+        let name = s["name"].as_str().unwrap_or_default();
+        let base = name.split('~').next().unwrap_or(name).to_string();
+        let entry = out.entry(base).or_default();
+        entry.0 += s["instances"].as_array().map_or(0, Vec::len);
+        let mut clients: Vec<String> = s["clients"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["name"].as_str().map(String::from))
+            .collect();
+        clients.sort();
+        entry.1.push(clients);
+    }
+    out
+}
+
+/// The total of instances and of instance starts status shows.
+fn counts(status: &Value) -> (usize, u64) {
+    let servers = status["servers"].as_array().unwrap();
+    let instances = servers.iter().map(|s| s["instances"].as_array().map_or(0, Vec::len)).sum();
+    (instances, servers.iter().filter_map(|s| s["starts"].as_u64()).sum())
+}
+
+/// Claude Code, Codex CLI and Gemini CLI, each with the same four servers from npm (memory,
+/// sequential-thinking, filesystem on the project, everything), wrapped into one daemon. Run
+/// directly they start 12 server processes; through switchyard the clients of the three kinds
+/// share what the servers cannot tell them apart in: memory and sequential-thinking answer all
+/// three alike and never ask a client anything (one instance each); server-filesystem asks a
+/// client that declares roots for them (Claude Code: its own instance), and answers Codex and
+/// Gemini alike (one); server-everything lists other tools to each kind (three). 7 instances,
+/// each client shown what it is shown directly, and no client's roots on an instance another
+/// kind of client uses. A daemon started again knows all that: it starts those 7 and no more.
+#[tokio::test]
+async fn three_kinds_of_client_share_what_the_servers_cannot_tell_apart() {
+    ensure_client_clis();
+    ensure_npm();
+    let home = Home::new();
+    let project = home.path().join("work");
+    std::fs::create_dir(&project).unwrap();
+    let servers = four_servers(&project);
+    let in_project = |program: &Path| {
+        let mut c = command(&home, program, &project);
+        c.env("GEMINI_CLI_TRUST_WORKSPACE", "true");
+        c
+    };
+    for (name, argv) in &servers {
+        let rest: Vec<&str> = argv[1..].iter().map(String::as_str).collect();
+        let mut claude = vec!["mcp", "add", "-s", "user", name, "--", &argv[0]];
+        claude.extend(&rest);
+        ok(in_project(&claude_cli()).args(&claude));
+        let mut codex = vec!["mcp", "add", name, "--", &argv[0]];
+        codex.extend(&rest);
+        ok(in_project(&codex_cli()).args(&codex));
+        let mut gemini = vec!["mcp", "add", "-s", "user", name, &argv[0], "--"];
+        gemini.extend(&rest);
+        ok_both(in_project(&gemini_cli()).args(&gemini));
+    }
+    let claude_list = || ok(in_project(&claude_cli()).args(["mcp", "list"]));
+    let gemini_list = || {
+        let (out, err) = ok_both(in_project(&gemini_cli()).args(["mcp", "list"]));
+        out + &err
+    };
+    let connected = |listing: &str, wrapped: bool| {
+        for (name, _) in &servers {
+            let line =
+                listing.lines().find(|l| l.contains(&format!("{name}: "))).unwrap_or_else(|| panic!("{listing}"));
+            assert!(line.contains("Connected"), "{name} not connected:\n{listing}");
+            assert_eq!(line.contains(" connect "), wrapped, "{name}:\n{listing}");
+        }
+    };
+    let tools = |status: &[Value]| -> std::collections::BTreeMap<String, Vec<String>> {
+        status
+            .iter()
+            .map(|s| {
+                let mut t: Vec<String> =
+                    s["tools"].as_object().map(|t| t.keys().cloned().collect()).unwrap_or_default();
+                t.sort();
+                (s["name"].as_str().unwrap().to_string(), t)
+            })
+            .collect()
+    };
+    connected(&claude_list(), false);
+    connected(&gemini_list(), false);
+    let direct = tools(&codex_status(&home));
+    assert_eq!(direct.len(), 4, "{direct:?}");
+
+    for client in ["claude-code", "codex", "gemini"] {
+        let said = switchyard(&home, &project, &["wrap", "--client", client]);
+        assert!(said.contains(&format!("{client} `memory` -> switchyard server `memory`")), "{said}");
+    }
+    let config = std::fs::read_to_string(home.config_str()).unwrap();
+    let tables = config.lines().filter(|l| l.starts_with("[servers.")).count();
+    assert_eq!(tables, 4, "one server per definition, whichever client:\n{config}");
+
+    // One after the other: each new kind is learned on instances of its own, which stop as it leaves.
+    connected(&claude_list(), true);
+    assert_eq!(tools(&codex_status(&home)), direct, "Codex is shown other tools through switchyard");
+    connected(&gemini_list(), true);
+    let want = |status: &Value| {
+        let per = by_server(status);
+        ["memory", "thinking", "fs", "everything"].map(|s| per.get(s).map_or(0, |p| p.0)) == [1, 1, 2, 3]
+    };
+    let status = home.wait_status("7 instances, as the rule says", Duration::from_secs(30), want).await;
+    let siblings = home.logs().matches(" started: a client differs").count();
+    eprintln!(
+        "one run of each client (12 directly): {} instances now, {} started in all {:?}",
+        counts(&status).0,
+        4 + siblings,
+        by_server(&status)
+    );
+
+    // Again, all at once, with a daemon started anew: it knows the servers, and learns nothing.
+    home.stop().await;
+    let (claude, gemini, codex) = std::thread::scope(|s| {
+        let (claude, gemini) = (s.spawn(claude_list), s.spawn(gemini_list));
+        let codex = codex_status(&home);
+        (claude.join().unwrap(), gemini.join().unwrap(), codex)
+    });
+    connected(&claude, true);
+    connected(&gemini, true);
+    assert_eq!(tools(&codex), direct);
+    let status = home.status_json().await;
+    let per = by_server(&status);
+    eprintln!("a daemon started again: {:?} (instances, instance starts) {per:?}", counts(&status));
+    // The same servers serve the same clients; an instance may not have started at all (a
+    // client answered from the remembered answers and lists, gone before it needed one).
+    let families = ["memory", "thinking", "fs", "everything"].map(|s| per.get(s).map_or(0, |p| p.1.len()));
+    assert_eq!(families, [1, 1, 2, 3], "{per:?}\n{status:#}");
+    assert!(counts(&status).1 <= 7, "instances started to learn what was known: {status:#}");
+    let logs = home.logs();
+    let second = &logs[logs.rfind("switchyard daemon ready").expect("a daemon started")..];
+    assert!(!second.contains("are not known yet"), "the daemon started again learned anew:\n{second}");
+    let all = ["claude-code", "codex-mcp-client", "mcp-test-client"].map(String::from).to_vec();
+    assert_eq!(per["memory"].1, [all.clone()], "{status:#}");
+    assert_eq!(per["thinking"].1, [all], "{status:#}");
+    let fs = &per["fs"].1;
+    assert!(fs.contains(&vec!["claude-code".to_string()]), "Claude Code shares server-filesystem: {status:#}");
+    assert!(fs.contains(&["codex-mcp-client", "mcp-test-client"].map(String::from).to_vec()), "{status:#}");
+    assert!(per["everything"].1.iter().all(|c| c.len() == 1), "{status:#}");
+    // server-filesystem took roots on Claude Code's instance only.
+    let fs_claude = status["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"].as_str().is_some_and(|n| n.starts_with("fs")) && s["clients"][0]["name"] == "claude-code")
+        .and_then(|s| s["name"].as_str())
+        .unwrap()
+        .to_string();
+    let took_roots: Vec<&str> = second.lines().filter(|l| l.contains("from MCP roots")).collect();
+    assert!(!took_roots.is_empty(), "server-filesystem never took Claude Code's roots:\n{second}");
+    for line in &took_roots {
+        assert!(line.contains(&format!("{fs_claude}#")), "roots on an instance another kind uses: {line}");
+    }
     home.stop().await;
 }

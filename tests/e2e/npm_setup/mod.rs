@@ -26,6 +26,14 @@ pub fn filesystem_entry() -> PathBuf {
     npm_dir().join("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js")
 }
 
+pub fn memory_entry() -> PathBuf {
+    npm_dir().join("node_modules/@modelcontextprotocol/server-memory/dist/index.js")
+}
+
+pub fn sequential_thinking_entry() -> PathBuf {
+    npm_dir().join("node_modules/@modelcontextprotocol/server-sequential-thinking/dist/index.js")
+}
+
 // ------------------------------------------------------------------------------------------------
 // npm setup: `npm ci --ignore-scripts`, once, shared by every test binary that needs it.
 
@@ -116,6 +124,8 @@ pub fn ensure_npm() {
             &[
                 everything_entry(),
                 filesystem_entry(),
+                memory_entry(),
+                sequential_thinking_entry(),
                 npm.join("node_modules/@modelcontextprotocol/sdk/package.json"),
                 npm.join("node_modules/oidc-provider/package.json"),
                 npm.join("node_modules/jose/package.json"),
