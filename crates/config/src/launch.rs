@@ -62,7 +62,9 @@ pub enum Share {
     /// what the server sees for all.
     All,
     /// Clients the server cannot tell apart share them: the same protocol version, declared
-    /// capabilities, roots and client values. A client that differs gets instances of its own.
+    /// capabilities, roots and client values, or differences the server has shown it ignores
+    /// (it answered both alike and never asked a client for what they differ in; see
+    /// docs/daemon.md). A client that differs otherwise gets instances of its own.
     #[default]
     Profile,
     /// As `profile`, and each client (its `connect` entry: client name and project directory)
