@@ -1,8 +1,10 @@
 //! What a server answered before, so a known server is answered at once while it starts: its
-//! `initialize` result per client profile, and whether it refuses `server/discover`. Kept in a
-//! file of the daemon's (private state directory, mode 0600), so a daemon started again answers
-//! its clients in milliseconds; the entries are keyed by the server's config (hashed: env values
-//! and headers never reach the file), so a changed server is learned anew.
+//! `initialize` result and lists per client profile (which also tell which profiles it cannot
+//! tell apart: see `alike`), what it asked clients for, and whether it refuses
+//! `server/discover`. Kept in a file of the daemon's (private state directory, mode 0600), so a
+//! daemon started again answers its clients in milliseconds; the entries are keyed by the
+//! server's config (hashed: env values and headers never reach the file), so a changed server
+//! is learned anew.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -21,8 +23,10 @@ pub struct Answers {
 }
 
 /// How many entries the file keeps at most (a config whose servers keep changing must not grow
-/// it without bound): past it, entries are dropped to make room.
-const MAX_ENTRIES: usize = 256;
+/// it without bound): past it, entries are dropped to make room. Each kind of client of each
+/// server has about six (its initialize answer, its lists, the evidence `alike` reads), so this
+/// holds some forty servers with four kinds of client each.
+const MAX_ENTRIES: usize = 1024;
 
 impl Answers {
     /// The answers kept in `path` (read now). A missing file is an empty store; one that cannot
