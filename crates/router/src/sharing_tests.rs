@@ -97,6 +97,11 @@ impl Client {
     /// Opens a session, initialises it as `kind`, and answers switchyard's roots/list (a client
     /// with roots gives `/project`).
     async fn connect(server: &Arc<Server>, kind: (&str, &str, fn() -> Value)) -> Client {
+        Client::connect_in(server, kind, "file:///project").await
+    }
+
+    /// [`Client::connect`], a client with roots giving `root`.
+    async fn connect_in(server: &Arc<Server>, kind: (&str, &str, fn() -> Value), root: &str) -> Client {
         let (mine, theirs) = tokio::io::duplex(1 << 20);
         let (r, w) = tokio::io::split(theirs);
         let opening = Opening {
@@ -125,8 +130,7 @@ impl Client {
         c.write(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
         if caps().get("roots").is_some() {
             let ask = c.next_request("roots/list").await;
-            c.write(json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"roots": [{"uri": "file:///project"}]}}))
-                .await;
+            c.write(json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"roots": [{"uri": root}]}})).await;
         }
         c
     }
@@ -351,4 +355,34 @@ async fn a_request_from_a_shared_instance_reaches_its_own_client_only() {
     assert!(base.asked().iter().any(|f| f.name() == "sampling"));
     let _next = Client::connect(&base, sampling).await;
     assert_eq!(live_links(&fake), 2, "sampling splits clients that differ in it");
+}
+
+/// A client of another kind, with other roots, shares the instance of a server that never asked
+/// for roots; when the server then asks, its instance would learn one client's roots for both:
+/// refused, and the next such client gets an instance of its own.
+#[tokio::test(start_paused = true)]
+async fn a_roots_request_on_an_instance_of_clients_with_other_roots_is_refused() {
+    let fake = FakeConnector::new(server(false));
+    let base = family(&fake, &Arc::new(Answers::open(None)));
+    let roots_only = ("zed", "2025-06-18", (|| json!({"roots": {}})) as fn() -> Value);
+    let mut claude = Client::connect(&base, CLAUDE).await;
+    Client::connect_in(&base, roots_only, "file:///other").await.leave().await;
+    let mut other = Client::connect_in(&base, roots_only, "file:///other").await;
+    assert_eq!(live_links(&fake), 1, "{}", base.status());
+    assert!(base.roots_unshared().is_some());
+    let link = fake.link(0);
+    link.reply(r#"{"jsonrpc":"2.0","id":"r1","method":"roots/list","params":{}}"#);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let refused = answered(&link, "r1");
+    assert!(refused["error"]["message"].as_str().is_some_and(|m| m.contains("roots differ")), "{refused}");
+    assert!(!refused.to_string().contains("/project") && !refused.to_string().contains("/other"), "{refused}");
+    assert!(claude.unread().iter().chain(other.unread().iter()).all(|m| m["method"] != "roots/list"));
+    let _next = Client::connect_in(&base, roots_only, "file:///other").await;
+    assert_eq!(live_links(&fake), 2, "a client with other roots shared after the server asked");
+    // Alone again, the first client's instance is told its roots.
+    other.leave().await;
+    assert!(base.roots_unshared().is_none());
+    link.reply(r#"{"jsonrpc":"2.0","id":"r2","method":"roots/list","params":{}}"#);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(answered(&link, "r2")["result"]["roots"][0]["uri"], "file:///project");
 }

@@ -47,16 +47,18 @@ impl Served {
 impl Server {
     /// Why this server's instances may not be told one client's roots now (None: they may): a
     /// session on them shares them by the evidence while its roots differ from those of the
-    /// profile they were started for (or one of the two declares roots and the other does not).
+    /// profile they were started for, or are not known yet (or one of the two declares roots and
+    /// the other does not).
     /// The server had never asked for roots; answering one client would show its roots to the
     /// others, so the request is refused, and from now on such clients get instances of their own.
     pub fn roots_unshared(&self) -> Option<String> {
         let claimed = self.profile()?;
         let now = self.family.served.now.lock().expect("lock");
+        // Roots not known yet are not known to agree.
         let mixed = now.values().any(|(p, joined)| {
             *joined
                 && (p.declares_roots() != claimed.declares_roots()
-                    || p.roots.as_ref().zip(claimed.roots.as_ref()).is_some_and(|(a, b)| a != b))
+                    || (p.declares_roots() && (p.roots.is_none() || p.roots != claimed.roots)))
         });
         mixed.then(|| {
             "its instances serve clients whose roots differ (they share them because the server had never asked for roots), and one client's roots must not reach instances another client uses; from now on such clients get instances of their own, and a client started again is asked for its roots there".to_string()
