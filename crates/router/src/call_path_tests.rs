@@ -4,13 +4,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, WriteHalf};
+use tokio::io::{AsyncWriteExt, DuplexStream, WriteHalf};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::server::Server;
-use crate::session::{self, Opening, Sessions};
 use crate::upstream::Lost;
 use crate::upstream::fake::{Behaviour, FakeConnector, FakeLink};
 use switchyard_config::Config;
@@ -179,24 +178,7 @@ impl Client {
 
     /// Opens a session of `server` without initialising it (a 2026-07-28 client's way).
     fn open(server: &Arc<Server>) -> Client {
-        let (mine, theirs) = tokio::io::duplex(1 << 20);
-        let (r, w) = tokio::io::split(theirs);
-        let opening = Opening {
-            transport: "stdio",
-            sessions: Arc::new(Sessions::default()),
-            speaks_control: false,
-            client_dir: None,
-            client_token: None,
-        };
-        tokio::spawn(session::serve(server.clone(), BufReader::new(r), w, opening, CancellationToken::new()));
-        let (r, out) = tokio::io::split(mine);
-        let (tx, inbox) = mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(r).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                let _ = tx.send(serde_json::from_str::<Value>(&line).expect("the router sends JSON"));
-            }
-        });
+        let (out, inbox) = crate::test_session::open(server, CancellationToken::new());
         Client { out, inbox, held: Vec::new(), next_id: 1 }
     }
 

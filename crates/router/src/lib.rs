@@ -25,6 +25,8 @@ pub mod server;
 pub mod session;
 #[cfg(test)]
 mod sharing_tests;
+#[cfg(test)]
+mod test_session;
 pub mod upstream;
 
 use std::path::PathBuf;

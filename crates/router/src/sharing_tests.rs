@@ -6,13 +6,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, WriteHalf};
+use tokio::io::{AsyncWriteExt, DuplexStream, WriteHalf};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::server::Server;
 use crate::server::answers::Answers;
-use crate::session::{self, Opening, Sessions};
 use crate::upstream::fake::{Behaviour, FakeConnector, FakeLink};
 use switchyard_config::Config;
 use switchyard_core::metrics::Metrics;
@@ -102,25 +101,8 @@ impl Client {
 
     /// [`Client::connect`], a client with roots giving `root`.
     async fn connect_in(server: &Arc<Server>, kind: (&str, &str, fn() -> Value), root: &str) -> Client {
-        let (mine, theirs) = tokio::io::duplex(1 << 20);
-        let (r, w) = tokio::io::split(theirs);
-        let opening = Opening {
-            transport: "stdio",
-            sessions: Arc::new(Sessions::default()),
-            speaks_control: false,
-            client_dir: None,
-            client_token: None,
-        };
         let ended = CancellationToken::new();
-        tokio::spawn(session::serve(server.clone(), BufReader::new(r), w, opening, ended.clone()));
-        let (r, out) = tokio::io::split(mine);
-        let (tx, inbox) = mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(r).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                let _ = tx.send(serde_json::from_str::<Value>(&line).expect("JSON"));
-            }
-        });
+        let (out, inbox) = crate::test_session::open(server, ended.clone());
         let mut c = Client { out, inbox, held: Vec::new(), next: 1, told: Value::Null, ended };
         let (name, version, caps) = kind;
         let params =

@@ -15,7 +15,6 @@ use serde_json::Value;
 use super::Server;
 use super::profile::Profile;
 use crate::upstream::Instance;
-use switchyard_core::codec;
 
 /// What a server may ask a client for, as far as sharing goes: each is a client capability.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -253,34 +252,13 @@ impl Server {
             if !self.declares(capability) {
                 continue;
             }
-            match self.fetch_whole(&inst, method, field).await {
+            match self.all_pages(&inst, method, field).await {
                 Some(items) => self.remember_list(method, &items),
                 None => {
                     return tracing::debug!(server = %self.name, "{method} could not be fetched whole: no evidence of this profile yet");
                 }
             }
         }
-    }
-
-    /// Every page of `method` from `inst`, its items (`field`) in the server's order.
-    async fn fetch_whole(&self, inst: &Instance, method: &str, field: &str) -> Option<Vec<Value>> {
-        let timeout = std::time::Duration::from_millis(self.limits.init_timeout_ms);
-        let mut items = Vec::new();
-        let mut cursor: Option<String> = None;
-        for _ in 0..100 {
-            let params = match &cursor {
-                Some(c) => format!(r#"{{"cursor":{}}}"#, codec::json_string(c)),
-                None => "{}".to_string(),
-            };
-            let result = self.own_request(inst, method, &params, timeout, method).await.ok()?;
-            let mut page: Value = serde_json::from_str(&result).ok()?;
-            items.extend(page.get_mut(field).and_then(|v| v.as_array_mut()).map(std::mem::take).unwrap_or_default());
-            cursor = page.get("nextCursor").and_then(|c| c.as_str()).map(str::to_string);
-            if cursor.is_none() {
-                return Some(items);
-            }
-        }
-        None
     }
 }
 

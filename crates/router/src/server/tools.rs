@@ -226,6 +226,21 @@ impl Server {
             // whole list is not taken as the server's.
             self.tools.write().expect("lock").fetched_from = None;
         }
+        let mut items = self.all_pages(inst, &method, kind).await?;
+        if matches!(kind, "tools" | "prompts") {
+            self.remember_list(&method, &items);
+        }
+        sort_list(&mut items);
+        if kind == "tools" {
+            self.learn_tool_values(&items);
+            self.tools.write().expect("lock").fetched_from = Some(inst.number());
+        }
+        Some(items)
+    }
+
+    /// Every page of `method` from `inst`: the items under `field`, in the server's order; None
+    /// on any error, or past 100 pages.
+    pub(super) async fn all_pages(&self, inst: &Instance, method: &str, field: &str) -> Option<Vec<serde_json::Value>> {
         let timeout = Duration::from_millis(self.limits.init_timeout_ms);
         let mut items = Vec::new();
         let mut cursor: Option<String> = None;
@@ -234,19 +249,11 @@ impl Server {
                 Some(c) => format!(r#"{{"cursor":{}}}"#, codec::json_string(c)),
                 None => "{}".to_string(),
             };
-            let result = self.own_request(inst, &method, &params, timeout, &method).await.ok()?;
+            let result = self.own_request(inst, method, &params, timeout, method).await.ok()?;
             let mut page: serde_json::Value = serde_json::from_str(&result).ok()?;
-            items.extend(page.get_mut(kind).and_then(|v| v.as_array_mut()).map(std::mem::take).unwrap_or_default());
+            items.extend(page.get_mut(field).and_then(|v| v.as_array_mut()).map(std::mem::take).unwrap_or_default());
             cursor = page.get("nextCursor").and_then(|c| c.as_str()).map(str::to_string);
             if cursor.is_none() {
-                if matches!(kind, "tools" | "prompts") {
-                    self.remember_list(&method, &items);
-                }
-                sort_list(&mut items);
-                if kind == "tools" {
-                    self.learn_tool_values(&items);
-                    self.tools.write().expect("lock").fetched_from = Some(inst.number());
-                }
                 return Some(items);
             }
         }
