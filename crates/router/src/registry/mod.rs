@@ -365,6 +365,12 @@ impl Servers {
                     } else {
                         String::new()
                     };
+                    // A reason read from the file names it already, with the line.
+                    let config = if self.about.config.as_ref().is_some_and(|p| why.contains(&p.display().to_string())) {
+                        ""
+                    } else {
+                        config.as_str()
+                    };
                     return Err(format!("server `{n}`{config} cannot be used: {why}{env}"));
                 }
                 Err(format!(
@@ -539,6 +545,24 @@ mod tests {
     fn names(router: &Servers) -> Vec<String> {
         let status = router.status();
         status["servers"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap().to_string()).collect()
+    }
+
+    /// A broken server's refusal names the config file once: its reason, read from the file,
+    /// names it already with the line (trial 39: "Refusal text gives the config path twice").
+    #[tokio::test(start_paused = true)]
+    async fn a_broken_server_s_refusal_names_the_config_file_once() {
+        let file = PathBuf::from("/home/u/.config/switchyard/switchyard.toml");
+        let about = About { config: Some(file.clone()), ..About::default() };
+        let router = Servers::new(Policy::disabled(), about, None, CancellationToken::new());
+        let read = format!("config file {}, line 2, column 1: unknown field `comand`", file.display());
+        router.mark_broken("memory", read.clone());
+        let Err(e) = router.lookup(Some("memory"), &env(&[])) else { panic!("a broken server was served") };
+        assert_eq!(e, format!("server `memory` cannot be used: {read}"));
+        // A reason that does not name the file still says which file the server is in.
+        router.mark_broken("web", "TOKEN is not set".into());
+        let Err(e) = router.lookup(Some("web"), &env(&[])) else { panic!("a broken server was served") };
+        assert_eq!(e, format!("server `web` in {} cannot be used: TOKEN is not set", file.display()));
+        router.stop(Duration::from_secs(1)).await;
     }
 
     #[tokio::test(start_paused = true)]
