@@ -164,3 +164,65 @@ async fn check_names_each_problem_and_starts_nothing() {
     assert!(home.processes().is_empty(), "check started something: {}", render(&home.processes()));
     home.shutdown().await;
 }
+
+/// A `[[plugins]]` entry that does not load (its config is not JSON) at a start: the servers it
+/// names are refused with the reason, never served without it; the others serve; `check` says
+/// it once.
+#[tokio::test]
+async fn a_plugin_entry_that_does_not_load_refuses_its_servers_at_a_start() {
+    let home = Home::new();
+    let plugins = home.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    std::fs::write(plugins.join("guard.wasm"), b"never read").unwrap();
+    let entry = "[[plugins]]\nfile = \"guard.wasm\"\nservers = [\"beta\"]\nconfig = '{\"hide\": [\"echo\"'\n";
+    home.write_config(&format!("{}{}{entry}", home.fixture("alpha", &[]), home.fixture("beta", &[])));
+    echo(&home, "alpha").await;
+    let message = refused(&home, "beta").await;
+    assert!(message.contains("guard.wasm") && message.contains("does not load"), "{message}");
+    let status = home.status_json().await;
+    assert_eq!(status["broken"][0]["name"], "beta", "{status:#}");
+    assert!(status["plugin_problems"].as_array().unwrap().is_empty(), "said twice: {status:#}");
+    let (ok, said) = check(&home).await;
+    assert!(!ok, "{said}");
+    assert_eq!(said.lines().filter(|l| l.starts_with("plugin guard.wasm")).count(), 1, "{said}");
+    assert!(said.contains(&format!("config file {}, line 10", home.config_str())), "{said}");
+    home.shutdown().await;
+}
+
+/// Saved while the daemon runs, an entry that does not load keeps the plugin entries in force
+/// and the servers it names as they are; every other edit of the same save applies (a server
+/// added is served, not refused as unknown).
+#[tokio::test]
+async fn a_plugin_entry_that_does_not_load_holds_back_only_what_it_names() {
+    let home = Home::new();
+    let (alpha, beta, gamma) = (home.fixture("alpha", &[]), home.fixture("beta", &[]), home.fixture("gamma", &[]));
+    home.write_config(&format!("{alpha}{beta}"));
+    echo(&home, "beta").await;
+    let entry = "[[plugins]]\nfile = \"guard.wasm\"\nservers = [\"beta\"]\nconfig = '{\"hide\": ['\n";
+    home.write_config(&format!("{alpha}{beta}{gamma}{entry}"));
+    home.wait_status("the entry", SLOW, |s| s.get("plugin_entries").is_some()).await;
+    echo(&home, "gamma").await;
+    echo(&home, "beta").await;
+    // Unscoped, it names every server: a server new in the same save is refused with the reason.
+    let delta = home.fixture("delta", &[]);
+    home.write_config(&format!("{alpha}{beta}{gamma}{delta}[[plugins]]\nfile = \"guard.wasm\"\nconfig = '{{'\n"));
+    home.wait_status("delta refused", SLOW, |s| s["broken"].to_string().contains("delta")).await;
+    let message = refused(&home, "delta").await;
+    assert!(message.contains("guard.wasm") && !message.contains("no server named"), "{message}");
+    echo(&home, "alpha").await;
+    home.shutdown().await;
+}
+
+/// A file saved broken, then put back exactly as it is in force (an undo): the problem is gone.
+#[tokio::test]
+async fn a_file_put_back_as_it_is_in_force_clears_the_problem() {
+    let home = Home::new();
+    let good = home.fixture("alpha", &[]);
+    home.write_config(&good);
+    echo(&home, "alpha").await;
+    home.write_config(&format!("{good}garbage = = =\n"));
+    home.wait_status("the broken file", SLOW, |s| s.get("config_error").is_some()).await;
+    home.write_config(&good);
+    home.wait_status("the problem cleared", SLOW, |s| s.get("config_error").is_none()).await;
+    home.shutdown().await;
+}

@@ -176,6 +176,11 @@ impl Config {
                 );
             }
         }
+        // Where each entry's config is, for its error (validate_defaults checks it again, without).
+        for (n, entry) in config.plugins.iter().enumerate() {
+            let at = spans.plugins.get(n).and_then(|k| k.get("config").or_else(|| k.get("file")));
+            entry.config_json().map_err(|e| anyhow!("{}: {e:#}", place(at.map(|s| s.span().start))))?;
+        }
         // A file that names no server (its server comes from the command line) is not checked.
         let mut known = config.server_names();
         known.extend(also_known.iter().filter(|n| !known.contains(n)).cloned().collect::<Vec<_>>());

@@ -409,6 +409,16 @@ impl Servers {
         names
     }
 
+    /// The plugin set's problems, in a sentence each; not a plugin whose `[[plugins]]` entry does
+    /// not load (the daemon's `plugin_entry_files` note), which is said with the entry.
+    fn plugin_problems(&self) -> Vec<String> {
+        let notes = self.notes.read().expect("lock");
+        let said = |file: &str| {
+            notes.get("plugin_entry_files").and_then(Value::as_array).is_some_and(|f| f.iter().any(|f| f == file))
+        };
+        self.policy.problems().iter().filter(|p| !said(&p.plugin)).map(|p| p.to_string()).collect()
+    }
+
     /// Everything `switchyard status --json` shows. A template is listed with the names of its
     /// variants, and each variant as a server of its own, named `NAME@N`; a client's values
     /// never appear.
@@ -461,7 +471,7 @@ impl Servers {
             "log": path(&self.about.log),
             "uptime_ms": self.started.elapsed().as_millis() as u64,
             "plugins": self.policy.current().names(),
-            "plugin_problems": self.policy.problems().iter().map(|p| p.to_string()).collect::<Vec<_>>(),
+            "plugin_problems": self.plugin_problems(),
             "plugins_dir": self.policy.dir().map(|d| d.display().to_string()),
             "servers": servers,
             "retired": retired,

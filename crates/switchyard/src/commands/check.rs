@@ -115,7 +115,11 @@ fn plugin_entries(loaded: &Tolerated, dir: Option<&Path>, out: &mut String) -> u
             out,
             "plugin {}: entry does not load, so the calls of {} are refused: {}",
             p.file.as_deref().unwrap_or("?"),
-            p.servers.as_ref().map(|s| format!("servers {}", s.join(", "))).unwrap_or_else(|| "every server".into()),
+            match p.servers.as_deref() {
+                None => "every server".to_string(),
+                Some([one]) => format!("server {one}"),
+                Some(many) => format!("servers {}", many.join(", ")),
+            },
             p.why
         );
     }
@@ -130,6 +134,10 @@ fn plugin_entries(loaded: &Tolerated, dir: Option<&Path>, out: &mut String) -> u
         let _ = writeln!(out, "plugin {plugin}: loads with its entry's config");
     }
     for p in &findings.problems {
+        // A plugin whose entry does not load is said above, with the entry.
+        if loaded.broken_plugins.iter().any(|b| b.file.as_deref() == Some(p.plugin.as_str())) {
+            continue;
+        }
         problems += 1;
         let _ = writeln!(out, "plugin {}: {p}", p.plugin);
     }

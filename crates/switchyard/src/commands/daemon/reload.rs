@@ -1,7 +1,7 @@
 //! The daemon's config hot reload: each saved version of the file that loads is applied, server
 //! by server, to the running router, after its `[[plugins]]` entries are put in force.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -47,9 +47,9 @@ impl Applied {
         let config = &loaded.config;
         let wanted = config.servers();
         let mut parts = BTreeMap::new();
-        self.keep_or_refuse(router, loaded, &mut parts);
+        let refused = self.keep_or_refuse(router, loaded, &mut parts);
         for (name, server_config) in &wanted {
-            if parts.contains_key(name) {
+            if parts.contains_key(name) || refused.contains(name) {
                 continue;
             }
             let part = Self::part(&file, name);
@@ -98,7 +98,12 @@ impl Applied {
     /// not load, and those a `[[plugins]]` entry that does not load applies to. Each keeps the
     /// configuration in force (its part goes into `parts` as it was), or, without one, is
     /// refused with the reason.
-    fn keep_or_refuse(&self, router: &Arc<Servers>, loaded: &Tolerated, parts: &mut BTreeMap<String, toml::Value>) {
+    fn keep_or_refuse(
+        &self,
+        router: &Arc<Servers>,
+        loaded: &Tolerated,
+        parts: &mut BTreeMap<String, toml::Value>,
+    ) -> BTreeSet<String> {
         let mut refused: BTreeMap<String, String> = loaded.broken_servers.clone();
         let mut kept = Vec::new();
         for name in loaded.config.servers().into_keys() {
@@ -110,6 +115,7 @@ impl Applied {
                 ));
             }
         }
+        let mut unserved = BTreeSet::new();
         for (name, why) in refused {
             match self.parts.get(&name) {
                 Some(part) => {
@@ -123,6 +129,7 @@ impl Applied {
                 None => {
                     tracing::error!(server = %name, "server `{name}` cannot be used: {why}");
                     router.mark_broken(&name, why);
+                    unserved.insert(name);
                 }
             }
         }
@@ -131,6 +138,11 @@ impl Applied {
         let entries: Vec<String> =
             loaded.broken_plugins.iter().map(|p| format!("a [[plugins]] entry does not load: {}", p.why)).collect();
         note(router, "plugin_entries", (!entries.is_empty()).then(|| entries.into()));
+        // Their plugins have no entry that loads: status says so once, here, not also as a
+        // plugin without an entry.
+        let files: Vec<&str> = loaded.broken_plugins.iter().filter_map(|p| p.file.as_deref()).collect();
+        note(router, "plugin_entry_files", (!files.is_empty()).then(|| files.into()));
+        unserved
     }
 }
 
@@ -148,15 +160,16 @@ fn apply_text(router: &Arc<Servers>, path: &Path, applied: &Shared, text: &str) 
     }
     let mut applied = applied.lock().expect("lock");
     if applied.text == text {
+        // Back to the version in force (an undo, a restored backup): nothing is wrong any more.
+        if router.notes.read().expect("lock").contains_key("config_error") {
+            tracing::info!("config file {} is back to the version in force", path.display());
+            note(router, "config_error", None);
+        }
         return Ok(false);
     }
+    // A `[[plugins]]` entry that does not load keeps the entries in force as they are (see
+    // `new_plugin_entries`), and the servers it names as they are: the rest is applied.
     let loaded = Config::load_tolerant(path, text).map_err(|e| format!("{e:#}").replace('\n', " "));
-    // A plugin entry that does not load leaves every plugin entry as it is in force: applying
-    // the others would run its plugin without the config it was given.
-    let loaded = loaded.and_then(|l| match l.broken_plugins.first() {
-        Some(p) => Err(p.why.replace('\n', " ")),
-        None => Ok(l),
-    });
     let loaded = match loaded {
         Ok(l) => l,
         Err(why) => {
@@ -171,7 +184,9 @@ fn apply_text(router: &Arc<Servers>, path: &Path, applied: &Shared, text: &str) 
     tracing::info!("config file {} changed; applying it", path.display());
     applied.apply(router, &loaded, text);
     note(router, "config_error", None);
-    super::start::keep_good(path, text);
+    if loaded.is_whole() {
+        super::start::keep_good(path, text);
+    }
     Ok(true)
 }
 

@@ -26,7 +26,10 @@ pub(super) fn load(config_path: &Path) -> anyhow::Result<Start> {
         .with_context(|| format!("cannot read config file {}", config_path.display()))?;
     let error = match Config::load_tolerant(config_path, &text) {
         Ok(loaded) => {
-            keep_good(config_path, &text);
+            // Only a version of which every part loads is one to fall back on.
+            if loaded.is_whole() {
+                keep_good(config_path, &text);
+            }
             return Ok(Start { loaded, text, fallback: None });
         }
         Err(e) => e,
