@@ -226,3 +226,21 @@ async fn a_file_put_back_as_it_is_in_force_clears_the_problem() {
     home.wait_status("the problem cleared", SLOW, |s| s.get("config_error").is_none()).await;
     home.shutdown().await;
 }
+
+/// `stop` with clients connected says that their `connect` starts the daemon again, and with
+/// which environment: a user who stops it to change the environment is not left guessing.
+#[tokio::test]
+async fn stop_with_clients_connected_says_they_start_it_again() {
+    let home = Home::new();
+    home.write_config(&home.fixture("alpha", &[]));
+    let (mut p, mut c) = home.client("alpha").await;
+    let out = home.stop().await;
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("note: 1 client(s) were connected through `switchyard connect`"), "{said}");
+    assert_eq!(c.call_text("echo", json!({"text": "again"})).await, "again");
+    c.close().await;
+    p.wait_timeout(SLOW).await;
+    let out = home.stop().await;
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("note:"), "no client was connected");
+    home.shutdown().await;
+}

@@ -107,7 +107,10 @@ pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
 /// A config file that is not TOML, or not switchyard's: one line with the file, the line and the
 /// column, and what is wrong there (the toml crate's own text spans several lines).
 pub(crate) fn parse_error(path: &Path, text: &str, e: &toml::de::Error) -> anyhow::Error {
-    let what = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut what = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
+    if let Some(key) = did_you_mean(&what) {
+        what = format!("{what}; did you mean `{key}`?");
+    }
     match e.span() {
         Some(span) => {
             let (line, col) = line_col(text, span.start);
@@ -115,6 +118,39 @@ pub(crate) fn parse_error(path: &Path, text: &str, e: &toml::de::Error) -> anyho
         }
         None => anyhow!("config file {}: {what}", path.display()),
     }
+}
+
+/// For "unknown field `X`, expected one of `a`, `b`": the expected key `X` is most likely a typo
+/// of (one or two letters off, or letters swapped), if one is.
+fn did_you_mean(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (unknown, rest) = rest.split_once('`')?;
+    let expected = rest.split_once("expected ")?.1;
+    let keys = expected.split('`').skip(1).step_by(2);
+    keys.map(|k| (edits(unknown, k), k)).filter(|(d, _)| *d <= 2).min_by_key(|(d, _)| *d).map(|(_, k)| k.to_string())
+}
+
+/// The edit distance of `a` and `b` (insertions, deletions, substitutions and swaps of two
+/// neighbours), for the short keys of a config file.
+fn edits(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for j in 0..=b.len() {
+        d[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            d[i][j] = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d[i][j] = d[i][j].min(d[i - 2][j - 2] + 1);
+            }
+        }
+    }
+    d[a.len()][b.len()]
 }
 
 #[cfg(test)]
@@ -146,6 +182,27 @@ mod tests {
         assert_eq!(line_col("a\né = x", 5), (2, 3));
         let e = parse_error(Path::new("f.toml"), "x", &toml::from_str::<Config>("x").unwrap_err()).to_string();
         assert!(e.starts_with("config file f.toml, line 1, column "), "{e}");
+    }
+
+    #[test]
+    fn a_misspelt_key_gets_the_one_it_likely_meant() {
+        for (text, says) in [
+            ("[servers.fs]\ncomand = \"x\"\n", "did you mean `command`?"),
+            ("[servers.fs]\ncommand = \"x\"\nsahre = \"all\"\n", "did you mean `share`?"),
+            (
+                "[servers.fs]\ncommand = \"x\"\n[servers.fs.limits]\ncall_timout_ms = 3\n",
+                "did you mean `call_timeout_ms`?",
+            ),
+        ] {
+            let (_dir, c) = load_text(text);
+            let e = format!("{:#}", c.unwrap_err());
+            assert!(e.contains(says), "{text:?}: {e}");
+        }
+        // Nothing near: no guess.
+        let (_dir, c) = load_text("[servers.fs]\ncommand = \"x\"\nbanana = 1\n");
+        assert!(!format!("{:#}", c.unwrap_err()).contains("did you mean"));
+        assert_eq!(edits("comand", "command"), 1);
+        assert_eq!(edits("sahre", "share"), 1);
     }
 
     #[test]

@@ -199,8 +199,17 @@ impl Live {
     }
 
     fn say_front_problem(&self, why: &str) {
-        tracing::error!("{why}");
-        note(&self.router, "http_error", Some(why.into()));
+        // A daemon reads the environment it was started with, not the shell's of the user.
+        let hint = if why.contains("environment") {
+            format!(
+                " (this daemon, pid {}, has the environment of the client that started it: set the variable where the daemon starts, then `switchyard stop` and start it again)",
+                std::process::id()
+            )
+        } else {
+            String::new()
+        };
+        tracing::error!("{why}{hint}");
+        note(&self.router, "http_error", Some(format!("{why}{hint}").into()));
     }
 
     /// The idle exit for the settings in force: none while HTTP is served (an HTTP client
