@@ -5,6 +5,7 @@ pub mod connect;
 pub mod daemon;
 #[cfg(unix)]
 pub mod demo;
+pub mod lines;
 pub mod login;
 pub mod run;
 pub mod status;

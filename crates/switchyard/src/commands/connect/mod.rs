@@ -30,7 +30,6 @@ use anyhow::anyhow;
 
 use switchyard_config::ClientValues;
 
-use pumps::{finish_writer, refuse_first_request, spawn_reader, spawn_writer};
 use relay::{Start, relay};
 
 /// `switchyard connect NAME [--config FILE] [--socket PATH] [--env NAME,...]` as given.
@@ -157,12 +156,8 @@ pub(crate) async fn run(opts: &Options) -> anyhow::Result<()> {
         Ok(d) => d,
         Err(e) => {
             let why = format!("{e:#}");
-            let (input, output, restore) = switchyard_router::downstream::stdio::open();
-            let (lines, _) = spawn_reader(input, false);
-            let (out, writer) = spawn_writer(output, None);
-            refuse_first_request(lines, &out, &why).await;
-            finish_writer(out, writer).await;
-            drop(restore);
+            switchyard_core::logging::say(&format!("switchyard connect: {why}"));
+            crate::commands::lines::refuse_on_stdio(&why).await;
             return Err(anyhow!(why));
         }
     };

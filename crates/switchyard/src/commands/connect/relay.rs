@@ -22,9 +22,8 @@ use switchyard_router::handoff::{Memory, cancelled_ids, lost_answers};
 
 use super::Destination;
 use super::join::{Joined, join, version_note};
-use super::pumps::{
-    finish_writer, for_each_message, read_router, refuse_first_request, request_ids, spawn_reader, spawn_writer,
-};
+use super::pumps::{for_each_message, read_router, request_ids};
+use crate::commands::lines::{finish_writer, refuse_first_request, spawn_reader, spawn_writer};
 
 /// After a failed reconnect, a new request tries again at most this often; the ones in between
 /// get the last failure at once.
@@ -79,7 +78,10 @@ where
     };
     let (lines, reader) = spawn_reader(std::io::Cursor::new(pending).chain(input), skipping);
     let (events_tx, events) = mpsc::unbounded_channel();
-    let (out, writer) = spawn_writer(output, Some(events_tx.clone()));
+    let gone = events_tx.clone();
+    let (out, writer) = spawn_writer(output, move || {
+        let _ = gone.send(Event::ClientGone);
+    });
     let mut relay = Relay {
         destination,
         exe,
@@ -104,6 +106,7 @@ where
             relay.run(lines, events).await
         }
         Start::Fresh(Err(why)) => {
+            switchyard_core::logging::say(&format!("switchyard connect: {why}"));
             refuse_first_request(lines, &relay.out, &why).await;
             Err(anyhow!(why))
         }
