@@ -398,6 +398,55 @@ async fn run_without_config_applies_the_daemon_s_plugin_entries() {
     assert!(stderr.contains("unknown field `confg`") && stderr.contains("--config FILE"), "{stderr}");
 }
 
+/// Trial 39, item 5: a `run` that cannot start said why on stderr only, and a client showed just
+/// "connection closed". It now answers the client's initialize with the reason (the file, the
+/// line, the fix), keeps stdout to protocol, says it on stderr too and exits 1.
+#[tokio::test]
+async fn a_run_that_cannot_start_tells_the_client_why() {
+    // Its own config file does not load.
+    let dir = temp_dir();
+    let file = dir.path().join("switchyard.toml");
+    std::fs::write(&file, "[servers.fs]\ncommand = \"npx\"\nargs = [\"-y\",\n").unwrap();
+    let mut r = Proc::router(&["--config", file.to_str().unwrap()]);
+    let mut c = r.client();
+    let resp = c.request("initialize", init_params(json!({}))).await;
+    let msg = resp["error"]["message"].as_str().unwrap_or_default().to_string();
+    assert!(msg.contains(&format!("config file {}, line 3, column 14", file.display())), "{resp}");
+    assert!(msg.starts_with("switchyard run could not start"), "{resp}");
+    assert!(c.expect_eof().await.is_empty() && c.non_json.is_empty(), "stdout is protocol only");
+    assert_eq!(r.exit_code().await, Some(1));
+    assert!(r.stderr.text().contains("switchyard: error: config file"), "{}", r.stderr.text());
+
+    // Without --config: the daemon's file does not load while plugins wait for its entries.
+    let home = switchyard_testkit::daemon::Home::new();
+    let conf = home.path().join("config").join("switchyard");
+    std::fs::create_dir_all(conf.join("plugins")).unwrap();
+    std::fs::copy(example_plugins().join("tool-filter.wasm"), conf.join("plugins").join("tool-filter.wasm")).unwrap();
+    let file = conf.join("switchyard.toml");
+    std::fs::write(&file, "nope = = 1\n").unwrap();
+    let mut argv = vec!["run", "--"];
+    let fixture = Proc::fixture_cmd(&[]);
+    argv.extend(fixture.iter().map(String::as_str));
+    let mut r = home.spawn("run", &argv);
+    let mut c = r.client();
+    // A client may ping before it initializes: that is answered with the reason too.
+    let ping = c.request("ping", json!({})).await;
+    assert!(ping["error"]["message"].is_string(), "{ping}");
+    let resp = c.request("initialize", init_params(json!({}))).await;
+    let msg = resp["error"]["message"].as_str().unwrap_or_default().to_string();
+    assert!(msg.contains(&format!("config file {}, line 1", file.display())), "{resp}");
+    assert!(msg.contains("--config FILE") && msg.contains("fix the file"), "{resp}");
+    assert_eq!(ping["error"]["message"], resp["error"]["message"]);
+    assert_eq!(r.exit_code().await, Some(1));
+
+    // A client that closes its input at once is not waited for.
+    let mut r = home.spawn("run", &argv);
+    r.client().close().await;
+    let started = Instant::now();
+    assert_eq!(r.exit_code().await, Some(1));
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+}
+
 // ---- stdio of every kind ----
 
 mod stdio_kinds {

@@ -300,7 +300,11 @@ fn main() -> ExitCode {
             let _ = writeln!(std::io::stderr(), "switchyard supervise: not used on Windows");
             ExitCode::from(2)
         }
-        Command::Run(args) => report(commands::run::run_blocking(args)),
+        // run says why it fails on stderr itself, before it tells the client.
+        Command::Run(args) => match commands::run::run_blocking(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(_) => ExitCode::FAILURE,
+        },
         Command::Daemon(args) => report(commands::daemon::daemon_blocking(args)),
         Command::Check(args) => report(commands::check::check_blocking(args)),
         Command::Status { json, which } => report(commands::status::status_blocking(which, json)),

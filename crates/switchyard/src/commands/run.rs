@@ -317,43 +317,93 @@ fn pick_server(config: Config, name: Option<&str>, path: &std::path::Path) -> an
     Ok(picked)
 }
 
-/// Runs the router until the client disconnects or a signal arrives; exits cleanly.
+/// Runs the router until the client disconnects or a signal arrives; exits cleanly. A start that
+/// fails is said on stderr, and, when the client is on stdin and stdout, as the answer to its
+/// first request (see [`refuse_start`]); the reason is on stderr already when this returns.
 pub fn run_blocking(args: RunArgs) -> anyhow::Result<()> {
-    init_tracing(args.log_level.as_deref())?;
-    let mut config = build_config(&args)?;
+    // Logging first, so that whatever fails after it is logged the usual way.
+    let logging = init_tracing(args.log_level.as_deref());
+    // One thread: a message crosses several tasks (session, engine, instance writer and reader)
+    // and on one thread each hand-over is a queue push, not a cross-thread wake-up. Measured on
+    // 2 cores: added p50 latency +38 µs against +70 µs with the multi-threaded runtime, and the
+    // servers keep the other core. Plugin compiles run on the blocking pool, off this thread.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .thread_name("switchyard")
+        .build()
+        .context("cannot start the async runtime")
+    {
+        Ok(r) => r,
+        Err(e) => {
+            say_error(&e);
+            return Err(e);
+        }
+    };
+    let result = runtime.block_on(async move {
+        let shutdown = CancellationToken::new();
+        tokio::spawn(on_signal(shutdown.clone()));
+        let stdio = !args.no_stdio;
+        let started = match logging.and_then(|()| configure(&args)) {
+            Ok(config) => serve(config, &args, shutdown.clone()).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = &started {
+            refuse_start(e, stdio, &shutdown).await;
+        }
+        started
+    });
+    // A blocking read of stdin may still be parked in the runtime's thread pool (after a signal
+    // the client has not closed it); it must not keep the process alive.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    result
+}
+
+/// The config `run` serves: the command line over the file, with the daemon's `[[plugins]]`
+/// entries when neither --config nor --plugins is given.
+fn configure(args: &RunArgs) -> anyhow::Result<Config> {
+    let mut config = build_config(args)?;
     if args.config.is_none() && args.plugins.is_none() {
         // Without a home directory there is no such file (and the plugins directory says so).
         if let Ok(file) = switchyard_config::paths::default_config() {
             config.plugins = daemon_plugins(&file, &config.server_names())?;
         }
     }
-    // One thread: a message crosses several tasks (session, engine, instance writer and reader)
-    // and on one thread each hand-over is a queue push, not a cross-thread wake-up. Measured on
-    // 2 cores: added p50 latency +38 µs against +70 µs with the multi-threaded runtime, and the
-    // servers keep the other core. Plugin compiles run on the blocking pool, off this thread.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .thread_name("switchyard")
-        .build()
-        .context("cannot start the async runtime")?;
-    let result = runtime.block_on(async move {
-        let shutdown = CancellationToken::new();
-        tokio::spawn(on_signal(shutdown.clone()));
-        let opts = switchyard_router::RunOptions {
-            plugins_dir: args.plugins.clone(),
-            listen: args.listen.clone(),
-            stdio: !args.no_stdio,
-            // This very binary, even if its file was replaced or removed since it started.
-            supervisor: cfg!(unix).then(switchyard_os::exe::spawnable),
-            record_calls: args.record.record_calls.clone(),
-            record_arguments: args.record.record_arguments,
-        };
-        switchyard_router::run(config, opts, shutdown).await
-    });
-    // A blocking read of stdin may still be parked in the runtime's thread pool (after a signal
-    // the client has not closed it); it must not keep the process alive.
-    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
-    result
+    Ok(config)
+}
+
+/// The router, until the client leaves or `shutdown` fires. An error is a start that failed:
+/// nothing was served.
+async fn serve(config: Config, args: &RunArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let opts = switchyard_router::RunOptions {
+        plugins_dir: args.plugins.clone(),
+        listen: args.listen.clone(),
+        stdio: !args.no_stdio,
+        // This very binary, even if its file was replaced or removed since it started.
+        supervisor: cfg!(unix).then(switchyard_os::exe::spawnable),
+        record_calls: args.record.record_calls.clone(),
+        record_arguments: args.record.record_arguments,
+    };
+    switchyard_router::run(config, opts, shutdown).await
+}
+
+/// A start that failed: said on stderr, then, with the client on stdin and stdout, given as the
+/// error answer to its first request (a client shows that, where it shows only "connection
+/// closed" for a server that exits). Ends early when the client closes its input, sends
+/// nothing for a while, or a signal comes.
+async fn refuse_start(e: &anyhow::Error, stdio: bool, shutdown: &CancellationToken) {
+    say_error(e);
+    if stdio {
+        let why = format!("switchyard run could not start: {e:#}");
+        tokio::select! {
+            () = crate::commands::lines::refuse_on_stdio(&why) => {}
+            () = shutdown.cancelled() => {}
+        }
+    }
+}
+
+/// `switchyard: error: ...` on stderr (never eprintln!: it panics when stderr is closed).
+fn say_error(e: &anyhow::Error) {
+    switchyard_core::logging::write(format!("switchyard: error: {e:#}\n").into_bytes());
 }
 
 /// `switchyard connect NAME [--config FILE] [--socket PATH] [--env NAME,...]`. The reason of a failure is on
