@@ -368,3 +368,20 @@ async fn a_roots_request_on_an_instance_of_clients_with_other_roots_is_refused()
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(answered(&link, "r2")["result"]["roots"][0]["uri"], "file:///project");
 }
+
+/// The evidence of the profile a server's first instance serves costs the server no second
+/// tools/list: the list switchyard fetches anyway (for hints, and so that new sessions cost the
+/// server none) is the evidence.
+#[tokio::test(start_paused = true)]
+async fn the_evidence_is_the_tools_list_switchyard_fetches_anyway() {
+    let fake = FakeConnector::new(server(false));
+    let base = family(&fake, &Arc::new(Answers::open(None)));
+    let _gemini = Client::connect(&base, GEMINI).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(received(&fake.link(0), "tools/list").len(), 1, "tools/list fetched again for the evidence");
+    let (name, version, caps) = GEMINI;
+    let params = json!({"protocolVersion": version, "capabilities": caps(), "clientInfo": {"name": name}});
+    let profile = crate::server::profile::Profile::of_initialize(&params.to_string(), None);
+    let evidence = base.answered(&profile).expect("the evidence of the first profile");
+    assert_eq!(evidence.lists[0].1[0]["name"], "echo");
+}

@@ -243,7 +243,8 @@ impl Server {
 
     /// Once this server's first instance is up, the evidence of its profile: its initialize
     /// result and every list it offers, fetched whole from that instance and remembered (later
-    /// list changes are remembered as they pass).
+    /// list changes are remembered as they pass). The tools list is the one switchyard fetches
+    /// anyway (see [`Server::refresh_tools`]): that fetch is the evidence, never a second one.
     pub(super) async fn gather_evidence(self: Arc<Self>, inst: Arc<Instance>) {
         let Some(profile) = self.profile() else { return };
         let Some(result) = self.init_result.get().cloned() else { return };
@@ -251,6 +252,12 @@ impl Server {
         for (method, capability, field) in LISTS {
             if !self.declares(capability) {
                 continue;
+            }
+            if method == "tools/list" {
+                if self.tools_fetched().await {
+                    continue;
+                }
+                return tracing::debug!(server = %self.name, "tools/list could not be fetched whole: no evidence of this profile yet");
             }
             match self.all_pages(&inst, method, field).await {
                 Some(items) => self.remember_list(method, &items),

@@ -211,6 +211,14 @@ impl Server {
         self.fetch_pages(&inst, "tools").await;
     }
 
+    /// Whether the server's whole tools list is known (and remembered, see
+    /// [`Server::remember_list`]), fetched now by [`Server::refresh_tools`] unless it is known
+    /// from an instance still alive: what a new session would fetch, fetched once.
+    pub(super) async fn tools_fetched(self: &Arc<Self>) -> bool {
+        self.refresh_tools().await;
+        self.tools.read().expect("lock").fetched_from.is_some()
+    }
+
     /// Every page of `<kind>/list` from one instance, sorted by name (or URI); None on any error.
     /// A fetch of tools/list holds the refresh lock, so a session that starts while a
     /// list_changed is being checked waits for that fetch rather than sending one of its own.
