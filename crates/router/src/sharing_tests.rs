@@ -385,3 +385,28 @@ async fn the_evidence_is_the_tools_list_switchyard_fetches_anyway() {
     let evidence = base.answered(&profile).expect("the evidence of the first profile");
     assert_eq!(evidence.lists[0].1[0]["name"], "echo");
 }
+
+/// A client's roots/list_changed reaches the instances started for its own profile, even when
+/// it declares no roots (switchyard has none to ask it for: the server decides what to do); a
+/// client that shares by the evidence instances started for clients without roots does not
+/// tell them of its roots (their server knows of none).
+#[tokio::test(start_paused = true)]
+async fn roots_changes_reach_instances_of_the_client_s_own_profile_only() {
+    let fake = FakeConnector::new(server(false));
+    let base = family(&fake, &Arc::new(Answers::open(None)));
+    let changed = json!({"jsonrpc": "2.0", "method": "notifications/roots/list_changed"});
+    let mut gemini = Client::connect(&base, GEMINI).await;
+    gemini.write(changed.clone()).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let passed = || received(&fake.link(0), "notifications/roots/list_changed").len();
+    assert_eq!(passed(), 1, "the change of the client the instance was started for was not passed on");
+    Client::connect(&base, CLAUDE).await.leave().await;
+    let mut claude = Client::connect(&base, CLAUDE).await;
+    assert_eq!(live_links(&fake), 1, "{}", base.status());
+    claude.write(changed).await;
+    let ask = claude.next_request("roots/list").await;
+    claude.write(json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"roots": [{"uri": "file:///elsewhere"}]}})).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(passed(), 1, "a joined client's roots change reached instances of clients without roots");
+    assert_eq!(live_links(&fake), 1);
+}

@@ -207,9 +207,10 @@ impl Session {
                 Some(roots) if server.has_family() => self.place_by_roots(&server, Some(roots), true),
                 _ => false,
             };
-            // Instances started for clients that declare no roots (this one shares them by the
-            // evidence) are not told of roots: their server knows of none.
-            if !moved && server.profile().is_none_or(|p| p.declares_roots()) {
+            // Instances started for clients that declare no roots, which this client shares
+            // by the evidence, are not told of its roots: their server knows of none. A client
+            // of the profile they were started for has its change passed on, as ever.
+            if !moved && !self.shares_rootless(&server) {
                 server.hub.pass_roots_changed(self.id, line);
             }
             self.placement.refreshing.store(false, SeqCst);
@@ -218,6 +219,13 @@ impl Session {
             }
             line = codec::notification("notifications/roots/list_changed", "{}");
         }
+    }
+
+    /// Whether this session shares, by the evidence, instances of `server` started for clients
+    /// of another profile that declare no roots.
+    fn shares_rootless(&self, server: &Server) -> bool {
+        let Some(claimed) = server.profile() else { return false };
+        !claimed.declares_roots() && self.profile().is_some_and(|me| !me.same_client(&claimed))
     }
 
     /// Its profile, once it sent initialize.
