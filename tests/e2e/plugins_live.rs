@@ -196,6 +196,49 @@ async fn a_plugin_dropped_in_before_its_entry_runs_only_with_the_entry() {
     home.shutdown().await;
 }
 
+/// A list answered from memory while its server starts (a daemon started again) passes the same
+/// policy as a live one. With a required tool filter that hides `echo` from cursor and whose file
+/// is garbage (then missing) at the daemon's start, cursor's first tools/list is refused at once
+/// as the live one is, naming the plugin: never the server's whole list, `echo` and all.
+#[tokio::test]
+async fn a_list_from_memory_is_refused_as_a_live_one_while_a_required_filter_is_broken() {
+    let home = Home::new();
+    install(&home, "tool-filter.wasm");
+    let filter = r#"{"clients": {"cursor": {"hide": ["echo", "get-env"]}}}"#;
+    let entry = format!("[[plugins]]\nfile = \"tool-filter.wasm\"\non_error = \"closed\"\nconfig = '{filter}'\n");
+    // 3 s to start: a daemon started again answers the first list from memory meanwhile.
+    home.write_config(&format!("{}{entry}", home.fixture("fs", &["--init-delay-ms", "3000"])));
+    let (p, mut cursor) = client_named(&home, "fs", "cursor").await;
+    let seen = tool_names(&cursor.request("tools/list", json!({})).await);
+    assert!(!seen.contains(&"echo".to_string()) && seen.contains(&"read".to_string()), "{seen:?}");
+    leave(p, cursor).await;
+    let wasm = home.path().join("plugins").join("tool-filter.wasm");
+    for broken in ["garbage", "missing"] {
+        home.stop().await;
+        home.wait_no_processes(SLOW).await;
+        match broken {
+            "garbage" => std::fs::write(&wasm, b"<!DOCTYPE html><html>saved a web page</html>").unwrap(),
+            _ => std::fs::remove_file(&wasm).unwrap(),
+        }
+        let (p, mut cursor) = client_named(&home, "fs", "cursor").await;
+        let asked = Instant::now();
+        let first = cursor.request("tools/list", json!({})).await;
+        let waited = asked.elapsed();
+        assert!(first.get("result").is_none(), "{broken}: the list from memory passed a broken required filter: {first}");
+        assert!(waited < Duration::from_secs(2), "{broken}: not answered from memory (waited {waited:?} for the start)");
+        assert_eq!(first["error"]["code"], -32004, "{broken}: {first}");
+        let why = first["error"]["message"].as_str().unwrap_or_default();
+        assert!(why.contains("tool-filter.wasm"), "{broken}: {why}");
+        // A call waits for the start (and is refused too); then the live list is refused alike.
+        let r = cursor.call_tool("echo", json!({"text": "hi"})).await;
+        assert!(refusal(&r).is_some_and(|w| w.contains("tool-filter.wasm")), "{broken}: {r}");
+        let live = cursor.request("tools/list", json!({})).await;
+        assert_eq!(live["error"], first["error"], "{broken}: the live list is refused otherwise");
+        leave(p, cursor).await;
+    }
+    home.shutdown().await;
+}
+
 async fn leave(mut p: Proc, mut c: Client) {
     c.close().await;
     p.wait_timeout(SLOW).await;

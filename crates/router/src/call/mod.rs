@@ -1,6 +1,7 @@
 //! Runs one forwarded request: policy decision, clamps, gate, pool, upstream, timeout and retry.
 //!
-//! Here: the call across its attempts ([`forward`]). Its stages are the children: `shown` (a tool
+//! Here: the call across its attempts ([`forward`]), and the policy's verdict alone on a request
+//! switchyard answers in the server's stead ([`judge`]). Its stages are the children: `shown` (a tool
 //! called by the name a plugin shows), `resolve` (decide), `refused` (a plugin's refusal as the
 //! client's answer), `attempt` (gate and pool), `send` (to the instance and back), `reply` (the
 //! client's answer), `retry` and `deadline`.
@@ -128,6 +129,32 @@ pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
         elapsed: started.elapsed(),
     });
     resp
+}
+
+/// The policy's verdict on `req`, a request switchyard answers itself in the server's stead (a
+/// list from memory while the server starts), from the plugins of `set`: the chain is asked
+/// what [`forward`] would ask it, so a request the live path refuses (a required plugin that
+/// does not load, a plugin's own refusal) is refused here too, and counted so. `Err` holds the
+/// client's answer.
+pub async fn judge(
+    server: &Arc<Server>,
+    set: &Arc<switchyard_policy::PluginSet>,
+    req: &Request<'_>,
+) -> Result<(), String> {
+    let started = Instant::now();
+    let mut call = Forwarded::new(server, req);
+    let mut end = End { outcome: Outcome::Rejected, code: None, tool: None };
+    let Err(answer) = call.decide(server, set, req, &mut end).await else { return Ok(()) };
+    server.metrics.call(Call {
+        server: &server.metric_name,
+        method: &call.info.method,
+        tool: None,
+        outcome: end.outcome,
+        code: end.code,
+        session_label: req.session_label,
+        elapsed: started.elapsed(),
+    });
+    Err(answer)
 }
 
 /// One forwarded call, across its attempts: what each of them needs, worked out once.

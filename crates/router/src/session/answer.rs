@@ -129,7 +129,7 @@ impl Session {
             // Before the wait for the server's start: answered from memory while it starts.
             m @ ("tools/list" | "prompts/list") if let Some(items) = self.remembered_list(server, m, line, env) => {
                 let method = if m == "tools/list" { "tools/list" } else { "prompts/list" };
-                Some(self.answer_from_memory(server, method, id, items).await)
+                Some(self.answer_from_memory(server, method, self.request(line, env, cancel, false, None), items).await)
             }
             _ if !or_cancelled(token, async {
                 let _turn = self.in_order.lock().await;

@@ -177,7 +177,7 @@ impl Session {
         call::forward(&self.server(), self.request(line, env, cancel, modern, task)).await
     }
 
-    fn request<'a>(
+    pub(super) fn request<'a>(
         &'a self,
         line: &'a str,
         env: &'a Envelope,

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use super::Session;
+use crate::call;
 use crate::server::Server;
 use switchyard_core::codec::{self, Envelope};
 use switchyard_policy::Kind;
@@ -38,20 +39,26 @@ impl Session {
         server.remembered_list(method)
     }
 
-    /// Answers request `id` with `items`, the remembered list `method`, through the policy's
-    /// list hooks; the server's own list, once it is up, decides whether the client hears that
-    /// the list changed.
+    /// Answers `req`, the client's request for the remembered list `method`, with `items`,
+    /// through the same policy as a live list: the chain's verdict on the request (a required
+    /// plugin that does not load refuses it, as it refuses the live one), then its list hooks.
+    /// The server's own list, once it is up, decides whether the client hears that the list
+    /// changed.
     pub(super) async fn answer_from_memory(
         self: &Arc<Self>,
         server: &Arc<Server>,
         method: &'static str,
-        id: &str,
+        req: call::Request<'_>,
         items: Vec<serde_json::Value>,
     ) -> String {
+        let id = &req.line[req.env.id.clone().expect("requests have ids")];
+        let set = server.policy.current();
+        if let Err(refused) = call::judge(server, &set, &req).await {
+            return refused;
+        }
         let field = method.strip_suffix("/list").unwrap_or(method);
         let mut result = serde_json::json!({ field: items }).to_string();
         if let Some(kind) = Kind::of_list_method(method) {
-            let set = server.policy.current();
             let caller = self.link.caller();
             if let Some(new) = server.list_for_client(&set, &self.label, &caller, &self.link, kind, &result).await {
                 result = new;
