@@ -15,7 +15,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 mod repeats;
-pub use repeats::{Repeats, times};
+pub use repeats::{Hit, KeyedRepeats, Repeats, times};
 
 /// A sensible cap for the daemon's log file: past it the file is renamed to `PATH.1`.
 pub const LOG_FILE_MAX_BYTES: u64 = 10 * 1024 * 1024;
