@@ -90,6 +90,14 @@ async fn tool_filter_hides_write_tools_from_cursor_and_renames_for_it_only() {
     let r = cursor.call_tool("write", json!({"path": "/a", "text": "from cursor"})).await;
     let msg = refusal_text(&r);
     assert!(msg.contains("`tool-filter.wasm`") && msg.contains("not available to client `cursor`"), "{msg}");
+    // Called again and again, it is refused each time, and logged once (then counted every 10
+    // s at most; trial 39: 3,000 lines in 15 s pushed real errors out of the log).
+    for _ in 0..50 {
+        let r = cursor.call_tool("write", json!({"path": "/a", "text": "again"})).await;
+        assert!(refusal_text(&r).contains("not available to client `cursor`"), "{r}");
+    }
+    let logged = home.logs().lines().filter(|l| l.contains("tool `write` rejected by `tool-filter.wasm`")).count();
+    assert!((1..=2).contains(&logged), "51 refusals, {logged} lines:\n{}", home.logs());
     // claude-code writes as before.
     claude.call_text("write", json!({"path": "/a", "text": "from claude"})).await;
     assert_eq!(claude.call_text("read", json!({"path": "/a"})).await, "from claude");

@@ -1291,6 +1291,76 @@ async fn a_refused_tools_call_is_a_tool_result_unless_the_entry_asks_for_an_erro
     assert_eq!(r["error"]["data"]["plugin"], "probe-caller.wasm", "{r}");
 }
 
+/// The log lines that say a call was refused, with their level.
+#[derive(Clone, Default)]
+struct RefusalLines(Arc<std::sync::Mutex<Vec<(tracing::Level, String)>>>);
+
+impl RefusalLines {
+    fn at(&self, level: tracing::Level) -> Vec<String> {
+        let lines = self.0.lock().unwrap();
+        lines.iter().filter(|(l, _)| *l == level).map(|(_, m)| m.clone()).collect()
+    }
+}
+
+impl tracing::Subscriber for RefusalLines {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        struct Message(String);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    self.0 = format!("{value:?}");
+                }
+            }
+        }
+        let mut m = Message(String::new());
+        event.record(&mut m);
+        if m.0.contains("rejected by") {
+            self.0.lock().unwrap().push((*event.metadata().level(), m.0));
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// A client that keeps calling a refused tool writes one line at info, not one per call (trial
+/// 39: 3,000 lines in 15 s pushed real errors out of the log); the others are at debug, and the
+/// metrics count every one. Another tool's refusal gets its own first line. Real time: the
+/// plugin runs on threads of its own (the counts over time are `KeyedRepeats`' test).
+#[tokio::test]
+async fn a_burst_of_refusals_is_one_line_in_the_log_and_every_one_in_the_metrics() {
+    let lines = RefusalLines::default();
+    let _log = tracing::subscriber::set_default(lines.clone());
+    let (policy, _dir) = probe_policy(&["tools/call"]).await;
+    let server = server_with("", FakeConnector::new(fake_server(false)), policy);
+    let mut c = Client::connect(&server).await;
+    for _ in 0..200 {
+        let r = c.call("echo", json!({"text": "x"})).await;
+        assert_eq!(r["result"]["isError"], true, "{r}");
+    }
+    let info = lines.at(tracing::Level::INFO);
+    assert_eq!(info.len(), 1, "{info:#?}");
+    assert!(info[0].starts_with("tools/call `echo` rejected by `probe-caller.wasm`: {"), "{}", info[0]);
+    assert_eq!(lines.at(tracing::Level::DEBUG).len(), 199);
+    c.call("lookup", json!({})).await;
+    let info = lines.at(tracing::Level::INFO);
+    assert!(info.len() == 2 && info[1].starts_with("tools/call `lookup` rejected"), "{info:#?}");
+    let metrics = server.metrics.encode();
+    let rejected = |tool: &str| {
+        let labels = format!(r#"method="tools/call",tool="{tool}",outcome="rejected""#);
+        metrics.lines().find(|l| l.starts_with("switchyard_calls_total") && l.contains(&labels)).map(str::to_string)
+    };
+    assert!(rejected("echo").is_some_and(|l| l.ends_with(" 200")), "{metrics}");
+    assert!(rejected("lookup").is_some_and(|l| l.ends_with(" 1")), "{metrics}");
+}
+
 /// A request about a task tells the policy which task (the id the client knows) and the tool
 /// whose call created it; a request of another kind names no task. Real time: the plugin runs
 /// on threads of its own.

@@ -89,8 +89,7 @@ impl Forwarded<'_> {
         let decision = match set.decide_async(&self.info).await {
             Ok(d) => d,
             Err(rejection) => {
-                let after = rejection.retry_after.map(|a| format!(" (allowed again in {} ms)", a.as_millis()));
-                tracing::info!(server = %server.name, session = req.session_label, "{what} rejected by `{}`: {}{}", rejection.plugin, rejection.reason, after.unwrap_or_default());
+                server.log_refusal(req.session_label, what, &rejection);
                 let answer = refused(set, self.info.tool.as_deref(), req.modern, self.client_id, rejection);
                 (end.outcome, end.code) = (Outcome::Rejected, answer.code);
                 return Err(answer.answer);

@@ -92,7 +92,7 @@ pub(super) async fn shown_tool(server: &Arc<Server>, req: &Request<'_>) -> Resul
             Ok(Some((line, env)))
         }
         Err(rejection) => {
-            tracing::info!(server = %server.name, session = req.session_label, "{} `{called}` rejected by `{}`: {}", kind.noun(), rejection.plugin, rejection.reason);
+            server.log_refusal(req.session_label, &format!("{} `{called}`", kind.noun()), &rejection);
             let tool = (kind == Kind::Tool).then_some(called.as_str());
             Err(refused(&set, tool, req.modern, client_id, rejection))
         }

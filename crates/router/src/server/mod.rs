@@ -21,7 +21,6 @@ use switchyard_config::{Config, Limits};
 use switchyard_core::codec;
 use switchyard_core::error::{CallError, Unanswered};
 use switchyard_core::ids::SessionId;
-use switchyard_core::logging::Repeats;
 use switchyard_core::metrics::{Metrics, ToolNames};
 use switchyard_policy::Policy;
 
@@ -38,6 +37,8 @@ pub(crate) use init::is_modern_answer;
 pub mod profile;
 mod reconcile;
 mod remembered;
+mod repeated;
+pub use repeated::Repeated;
 mod served;
 mod status;
 pub mod tasks;
@@ -122,29 +123,6 @@ pub struct Server {
     apart: Arc<std::sync::atomic::AtomicBool>,
     /// Said once an instance seems to answer one request at a time (for status and the page).
     serial: Mutex<Option<String>>,
-}
-
-/// A server's warnings that may come once per call or per message, each logged at most once
-/// per [`Repeated::EVERY`] with a count.
-pub struct Repeated {
-    /// A policy routed a call to a pool this server does not have.
-    pub unknown_pool: Repeats,
-    /// A client sent a request's method without an id (a notification named like a request).
-    pub request_without_id: Repeats,
-    /// A client notification was dropped: the instance it was for has this much unread already.
-    pub notification_unread: Repeats,
-}
-
-impl Repeated {
-    pub const EVERY: Duration = Duration::from_secs(10);
-
-    fn new() -> Repeated {
-        Repeated {
-            unknown_pool: Repeats::new(Self::EVERY),
-            request_without_id: Repeats::new(Self::EVERY),
-            notification_unread: Repeats::new(Self::EVERY),
-        }
-    }
 }
 
 impl Server {

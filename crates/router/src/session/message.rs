@@ -199,7 +199,7 @@ impl Session {
             task: None,
         };
         if let Err(r) = server.policy.current().decide_async(&call).await {
-            tracing::info!(session = %self.label, "{method} not forwarded: rejected by `{}`: {}", r.plugin, r.reason);
+            server.log_refusal(&self.label, method, &r);
             return;
         }
         if method == "notifications/roots/list_changed" {
