@@ -239,6 +239,45 @@ async fn a_list_from_memory_is_refused_as_a_live_one_while_a_required_filter_is_
     home.shutdown().await;
 }
 
+/// A daemon started again answers a client's first list from memory, filtered for it; the
+/// server, once up, announces its list as it registers its tools (server-everything does), and
+/// the list is the one the client was shown: the client hears nothing (it used to hear
+/// tools/list_changed after every start). A real change still reaches it, once.
+#[tokio::test]
+async fn a_list_from_memory_that_the_started_server_keeps_is_not_announced_as_changed() {
+    let home = Home::new();
+    install(&home, "tool-filter.wasm");
+    let filter = r#"{"clients": {"cursor": {"hide": ["echo", "get-env"]}}}"#;
+    let entry = format!("[[plugins]]\nfile = \"tool-filter.wasm\"\non_error = \"closed\"\nconfig = '{filter}'\n");
+    let flags = ["--init-delay-ms", "3000", "--list-changed-on-initialized", "1"];
+    home.write_config(&format!("{}{entry}", home.fixture("fs", &flags)));
+    let (p, mut cursor) = client_named(&home, "fs", "cursor").await;
+    let learned = tool_names(&cursor.request("tools/list", json!({})).await);
+    assert!(!learned.contains(&"echo".to_string()), "{learned:?}");
+    leave(p, cursor).await;
+    for round in 1..=2 {
+        home.stop().await;
+        home.wait_no_processes(SLOW).await;
+        let (p, mut cursor) = client_named(&home, "fs", "cursor").await;
+        let asked = Instant::now();
+        assert_eq!(tool_names(&cursor.request("tools/list", json!({})).await), learned, "round {round}");
+        assert!(asked.elapsed() < Duration::from_secs(2), "round {round}: not answered from memory");
+        // Up once a call is answered; its notice and the check of the list come right after.
+        fixture_pid(&mut cursor).await;
+        let told = crate::setup::drain(&mut cursor, Duration::from_millis(1500)).await;
+        let changed: Vec<&Value> = told.iter().filter(|m| m["method"] == "notifications/tools/list_changed").collect();
+        assert!(changed.is_empty(), "round {round}: an unchanged list was announced: {told:?}");
+        if round == 2 {
+            let r = cursor.call_tool("change_tools", json!({"add": "fresh"})).await;
+            assert!(refusal(&r).is_none(), "{r}");
+            cursor.recv_notification("notifications/tools/list_changed").await;
+            assert!(tool_names(&cursor.request("tools/list", json!({})).await).contains(&"fresh".to_string()));
+        }
+        leave(p, cursor).await;
+    }
+    home.shutdown().await;
+}
+
 async fn leave(mut p: Proc, mut c: Client) {
     c.close().await;
     p.wait_timeout(SLOW).await;

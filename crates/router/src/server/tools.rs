@@ -76,6 +76,7 @@ impl Server {
         let Some(items) = r.get_mut(field).and_then(|v| v.as_array_mut()).map(std::mem::take) else { return };
         if whole && kind == Kind::Prompt {
             self.remember_list("prompts/list", &items);
+            self.hub.shown_list("prompts", items.clone());
         }
         let mut cache = self.tools.write().expect("lock");
         for p in &items {

@@ -3,7 +3,8 @@
 //! started again) gets its first `tools/list` and `prompts/list` as the server last gave them
 //! to clients like it, shaped by the policy as any list is, instead of waiting for the start
 //! (Claude Code gives up on a server whose tools take seconds to list). Once the server is up,
-//! its own list is fetched; where it differs, the client is told the list changed.
+//! its own list is fetched; where it differs, the client is told the list changed (and where it
+//! does not, the server's own notice at its start passes to no one).
 
 use std::sync::Arc;
 
@@ -68,6 +69,9 @@ impl Session {
         let (me, server) = (self.clone(), server.clone());
         let mut given = items;
         crate::server::fanout::sort_list(&mut given);
+        // What the client was shown, as a live list would be recorded: a starting server that
+        // announces its unchanged list (as one registering its tools does) then tells no one.
+        server.hub.shown_list(field, given.clone());
         server.clone().tasks.spawn(async move { me.check_remembered(&server, field, given).await });
         codec::response_ok(id, &result)
     }
