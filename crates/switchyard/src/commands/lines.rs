@@ -105,8 +105,12 @@ pub(crate) async fn refuse_first_request(mut lines: mpsc::Receiver<Vec<u8>>, out
 }
 
 /// [`refuse_first_request`] on the process's own stdin and stdout, which nothing else reads
-/// or writes yet.
+/// or writes yet. Not on a terminal: a person there has read the reason on stderr, and no
+/// client waits for an answer.
 pub(crate) async fn refuse_on_stdio(why: &str) {
+    if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+        return;
+    }
     let (input, output, restore) = switchyard_router::downstream::stdio::open();
     refuse_on(input, output, why).await;
     drop(restore);
