@@ -269,7 +269,10 @@ async fn greet(destination: &Destination, stream: UnixStream, handoff: bool) -> 
             Ok(Joined { reader, writer, version: Some(version), handoff: handoff && took, pid })
         }
         Ok(Reply::Refused { error }) => {
-            Err(Greeting::Failed(format!("the router at {at} refused {}: {error}", destination.session_label())))
+            // The router's reason names the server already, as a rule: once is enough.
+            let label = destination.session_label();
+            let what = if error.contains(&label) { String::new() } else { format!(" {label}") };
+            Err(Greeting::Failed(format!("the router at {at} refused{what}: {error}")))
         }
         Ok(other) => {
             Err(Greeting::Failed(format!("the router at {at} answered the hello with {other:?}, not a welcome")))

@@ -256,7 +256,8 @@ async fn a_refused_session_answers_the_client_s_initialize_with_the_reason() {
     let answer = c.recv().await;
     assert_eq!(answer["id"], 1, "{answer}");
     let message = answer["error"]["message"].as_str().unwrap();
-    assert!(message.contains("refused server `fs`") && message.contains("servers: git, web"), "{message}");
+    assert!(message.contains("refused: no server `fs` in") && message.contains("servers: git, web"), "{message}");
+    assert_eq!(message.matches("`fs`").count(), 1, "{message}");
     let ended = tokio::time::timeout(Duration::from_secs(5), c.relay).await.expect("connect ends");
     assert!(ended.unwrap().unwrap_err().to_string().contains("servers: git, web"));
 }
