@@ -224,8 +224,14 @@ async fn a_list_from_memory_is_refused_as_a_live_one_while_a_required_filter_is_
         let asked = Instant::now();
         let first = cursor.request("tools/list", json!({})).await;
         let waited = asked.elapsed();
-        assert!(first.get("result").is_none(), "{broken}: the list from memory passed a broken required filter: {first}");
-        assert!(waited < Duration::from_secs(2), "{broken}: not answered from memory (waited {waited:?} for the start)");
+        assert!(
+            first.get("result").is_none(),
+            "{broken}: the list from memory passed a broken required filter: {first}"
+        );
+        assert!(
+            waited < Duration::from_secs(2),
+            "{broken}: not answered from memory (waited {waited:?} for the start)"
+        );
         assert_eq!(first["error"]["code"], -32004, "{broken}: {first}");
         let why = first["error"]["message"].as_str().unwrap_or_default();
         assert!(why.contains("tool-filter.wasm"), "{broken}: {why}");
