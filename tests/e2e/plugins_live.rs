@@ -136,6 +136,34 @@ async fn a_plugin_config_edited_in_the_file_applies_to_a_connected_client() {
     home.shutdown().await;
 }
 
+/// One save makes a filter stricter and adds a broken entry for another server: the stricter
+/// config applies all the same (the broken entry holds back only itself and its server).
+#[tokio::test]
+async fn a_broken_entry_for_another_server_does_not_hold_back_a_stricter_filter() {
+    let home = Home::new();
+    install(&home, "tool-filter.wasm");
+    let (fs, other) = (home.fixture("fs", &[]), home.fixture("other", &[]));
+    let filter = |hide: &str| {
+        format!(
+            "[[plugins]]\nfile = \"tool-filter.wasm\"\nconfig = '{{\"clients\": {{\"cursor\": {{\"hide\": [\"{hide}\"]}}}}}}'\n"
+        )
+    };
+    home.write_config(&format!("{fs}{other}{}", filter("nothing*")));
+    let (p, mut cursor) = client_named(&home, "fs", "cursor").await;
+    assert!(tool_names(&cursor.request("tools/list", json!({})).await).contains(&"write".to_string()));
+    let broken = "[[plugins]]\nfile = \"guard.wasm\"\nservers = [\"other\"]\nconfig = '{\"deny\": '\n";
+    home.replace_config(&format!("{fs}{other}{}{broken}", filter("write*")));
+    cursor.recv_notification("notifications/tools/list_changed").await;
+    let seen = tool_names(&cursor.request("tools/list", json!({})).await);
+    assert!(!seen.contains(&"write".to_string()), "{seen:?}");
+    let r = cursor.call_tool("write", json!({"path": "/a", "text": "x"})).await;
+    assert!(refusal(&r).is_some_and(|w| w.contains("tool-filter.wasm")), "{r}");
+    let status = home.status_json().await;
+    assert!(status["plugin_entries"].to_string().contains("guard.wasm"), "{status:#}");
+    leave(p, cursor).await;
+    home.shutdown().await;
+}
+
 /// A `[[plugins]]` entry added to the file applies at once: while the plugin it requires is
 /// missing, the calls it would judge are refused saying so; once the file is there, it judges
 /// them with the entry's config. The entry removed, calls run without it. One server instance

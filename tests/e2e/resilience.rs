@@ -96,6 +96,11 @@ async fn a_file_that_does_not_load_at_a_start_gives_way_to_the_last_that_did() {
     assert!(home.logs().contains("runs on the last version of the file that loaded"));
     let (ok, said) = check(&home).await;
     assert!(!ok && said.contains("does not load: config file") && said.contains("line 5"), "{said}");
+    // Put back as it was kept (what is in force): the problem is gone.
+    home.write_config(&good);
+    home.wait_status("the file back", SLOW, |s| s.get("config_error").is_none()).await;
+    home.write_config(&format!("{good}\n[daemon\n"));
+    home.wait_status("broken again", SLOW, |s| s.get("config_error").is_some()).await;
     home.write_config(&format!("{good}{}", home.fixture("beta", &[])));
     home.wait_status("the fixed file", SLOW, |s| s.get("config_error").is_none()).await;
     echo(&home, "beta").await;

@@ -90,7 +90,7 @@ impl Config {
         for (n, entry) in parts.plugins.iter().enumerate() {
             let others = parts.plugins.iter().enumerate().filter(|(m, _)| *m != n).flat_map(|(_, r)| r);
             if let Err(e) = load(all_servers().chain(others).chain(bad_http.iter().copied()).collect()) {
-                broken_plugins.push(plugin_of(&doc, n, format!("{e:#}")));
+                broken_plugins.push(plugin_of(&doc, n, format!("{e:#}"), &known));
                 bad_entries.extend(entry);
             }
         }
@@ -281,13 +281,16 @@ fn blank(text: &str, ranges: Vec<&Range<usize>>) -> String {
     String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
-/// What of entry `n` of `[[plugins]]` reads, with `why` it does not load.
-fn plugin_of(doc: &Document<&str>, n: usize, why: String) -> BrokenPlugin {
+/// What of entry `n` of `[[plugins]]` reads, with `why` it does not load. Its `servers` count
+/// only when each is one of the file's (`known`): a misspelt name says the entry was meant for
+/// some server, not which, so it stands for every server.
+fn plugin_of(doc: &Document<&str>, n: usize, why: String, known: &[String]) -> BrokenPlugin {
     let entry = doc.as_table().get("plugins").and_then(Item::as_array_of_tables).and_then(|a| a.get(n));
     let file = entry.and_then(|e| e.get("file")).and_then(Item::as_str).map(str::to_string);
     let servers = entry.and_then(|e| e.get("servers")).and_then(Item::as_array).and_then(|a| {
         a.iter().map(|v| v.as_str().map(str::to_string)).collect::<Option<Vec<String>>>().filter(|s| !s.is_empty())
     });
+    let servers = servers.filter(|s| s.iter().all(|n| known.contains(n)));
     BrokenPlugin { file, servers, why }
 }
 

@@ -112,6 +112,15 @@ deadline = 3
 }
 
 #[test]
+fn a_plugin_entry_scoped_to_a_server_the_file_lacks_stands_for_every_server() {
+    let text = "[servers.a]\ncommand = \"x\"\n[[plugins]]\nfile = \"f.wasm\"\nservers = [\"aa\"]\n";
+    let t = load(text).unwrap();
+    let p = &t.broken_plugins[0];
+    assert!(p.servers.is_none() && p.applies_to("a"), "{p:?}");
+    assert!(p.why.contains("`aa`") && p.why.contains("line 5"), "{}", p.why);
+}
+
+#[test]
 fn a_plugin_entry_naming_a_broken_server_does_not_break_with_it() {
     let text = "\
 [servers.a]

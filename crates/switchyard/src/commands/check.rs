@@ -158,7 +158,9 @@ fn daemon_line(config: &Path, socket: &Path) -> String {
                         }
                         other => other.as_str().unwrap_or_default().to_string(),
                     };
-                    let _ = write!(line, "\n  {note}");
+                    if !note.is_empty() {
+                        let _ = write!(line, "\n  {note}");
+                    }
                 }
             }
             line + "\n"

@@ -39,7 +39,7 @@ pub(crate) fn stop_blocking(which: Which) -> anyhow::Result<()> {
     switchyard_core::logging::say(&format!("stopped the switchyard daemon (pid {pid}) on {}", socket.display()));
     if connected > 0 {
         switchyard_core::logging::say(&format!(
-            "note: {connected} client(s) were connected through `switchyard connect`: each starts the daemon again at its next message, with that client's environment (to start it with a new environment, restart those clients too)"
+            "note: {connected} client(s) were connected through `switchyard connect`: they start a new daemon within moments, with the environment of one of them (to start it with a new environment, restart those clients too)"
         ));
     }
     Ok(())

@@ -205,8 +205,19 @@ fn new_plugin_entries(router: &Servers, path: &Path, text: &str) -> Option<Vec<P
     if text.trim().is_empty() {
         return None;
     }
-    let loaded = Config::load_tolerant(path, text).ok().filter(|l| l.broken_plugins.is_empty())?;
-    (*router.policy.entries() != loaded.config.plugins).then_some(loaded.config.plugins)
+    let loaded = Config::load_tolerant(path, text).ok()?;
+    let in_force = router.policy.entries();
+    let mut entries = loaded.config.plugins;
+    // An entry that does not load keeps the one in force for its file (if any): the other
+    // entries of the save apply, and its plugin never runs without the config it had. An entry
+    // whose file cannot be read keeps every entry as it is.
+    for broken in &loaded.broken_plugins {
+        let file = broken.file.as_deref()?;
+        if let Some(old) = in_force.iter().find(|e| e.file == file) {
+            entries.push(old.clone());
+        }
+    }
+    (*in_force != entries).then_some(entries)
 }
 
 /// Puts the `[[plugins]]` entries of `text` in force, and returns once the plugin set they make
@@ -274,7 +285,9 @@ pub(super) async fn watch_config(router: Arc<Servers>, path: PathBuf, applied: S
     if let Some(d) = &target_dir {
         let _ = watcher.watch(d, RecursiveMode::NonRecursive);
     }
-    let mut seen = applied.lock().expect("lock").text.clone();
+    // Nothing seen yet: the first version read goes to `apply_text`, which also notices a file
+    // that is back to the version in force (a daemon started on its last good version).
+    let mut seen = "\0nothing read yet".to_string();
     loop {
         tokio::select! {
             got = rx.recv() => if got.is_none() { return },
