@@ -483,3 +483,43 @@ async fn three_kinds_of_client_share_what_the_servers_cannot_tell_apart() {
     }
     home.stop().await;
 }
+
+/// The story with Claude Code: three wrapped servers, a typo saved in one server's table
+/// while the daemon runs, then `switchyard stop` (as an idle exit or a reboot would). `claude
+/// mcp list` still connects to the two others through the daemon; the one with the typo is
+/// refused, and `status` names its line. Before, the daemon did not start and all three failed.
+#[tokio::test]
+async fn claude_code_keeps_every_other_server_when_one_table_has_a_typo() {
+    ensure_client_clis();
+    let home = Home::new();
+    let dir = home.path().join("project");
+    std::fs::create_dir(&dir).unwrap();
+    let claude = |args: &[&str]| ok(command(&home, &claude_cli(), &dir).args(args));
+    for name in ["one", "two", "three"] {
+        claude(&["mcp", "add", "-s", "user", name, "--", bin(), "fixture", "--name", name]);
+    }
+    switchyard(&home, &dir, &["wrap", "--client", "claude-code"]);
+    let listing = claude(&["mcp", "list"]);
+    for name in ["one", "two", "three"] {
+        assert!(listed(&listing, name).is_some_and(|l| l.ends_with("Connected")), "{name}:\n{listing}");
+    }
+    let text = std::fs::read_to_string(&home.config).unwrap();
+    let table = text.find("[servers.two]").unwrap_or_else(|| panic!("{text}"));
+    let key = table + text[table..].find("command =").unwrap();
+    home.write_config(&format!("{}comand ={}", &text[..key], &text[key + "command =".len()..]));
+    let line = text[..key].lines().count() + 1;
+    home.stop().await;
+
+    let listing = claude(&["mcp", "list"]);
+    for name in ["one", "three"] {
+        assert!(listed(&listing, name).is_some_and(|l| l.ends_with("Connected")), "{name}:\n{listing}");
+    }
+    assert!(listed(&listing, "two").is_some_and(|l| !l.ends_with("Connected")), "{listing}");
+    let status = home.status_json().await;
+    let broken = status["broken"].to_string();
+    assert!(
+        broken.contains("two") && broken.contains(&format!("line {line}")) && broken.contains("did you mean"),
+        "{status:#}"
+    );
+    home.stop().await;
+}
