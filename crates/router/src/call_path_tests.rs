@@ -1302,32 +1302,16 @@ impl RefusalLines {
     }
 }
 
-impl tracing::Subscriber for RefusalLines {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        struct Message(String);
-        impl tracing::field::Visit for Message {
-            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-                if field.name() == "message" {
-                    self.0 = format!("{value:?}");
-                }
+impl RefusalLines {
+    /// A subscriber that keeps the refusal lines here.
+    fn subscriber(&self) -> crate::test_log::OnMessage<impl Fn(tracing::Level, &str) + Send + Sync + 'static> {
+        let lines = self.0.clone();
+        crate::test_log::OnMessage(move |level, message: &str| {
+            if message.contains("rejected by") {
+                lines.lock().unwrap().push((level, message.to_string()));
             }
-        }
-        let mut m = Message(String::new());
-        event.record(&mut m);
-        if m.0.contains("rejected by") {
-            self.0.lock().unwrap().push((*event.metadata().level(), m.0));
-        }
+        })
     }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
 }
 
 /// A client that keeps calling a refused tool writes one line at info, not one per call (trial
@@ -1337,7 +1321,7 @@ impl tracing::Subscriber for RefusalLines {
 #[tokio::test]
 async fn a_burst_of_refusals_is_one_line_in_the_log_and_every_one_in_the_metrics() {
     let lines = RefusalLines::default();
-    let _log = tracing::subscriber::set_default(lines.clone());
+    let _log = tracing::subscriber::set_default(lines.subscriber());
     let (policy, _dir) = probe_policy(&["tools/call"]).await;
     let server = server_with("", FakeConnector::new(fake_server(false)), policy);
     let mut c = Client::connect(&server).await;

@@ -26,6 +26,8 @@ pub mod session;
 #[cfg(test)]
 mod sharing_tests;
 #[cfg(test)]
+mod test_log;
+#[cfg(test)]
 mod test_session;
 pub mod upstream;
 

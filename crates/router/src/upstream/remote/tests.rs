@@ -1330,29 +1330,9 @@ fn signing_in(url: &str, dir: &std::path::Path, login_timeout: Duration) -> Remo
 
 /// The browser: follows the sign-in URL that switchyard announces (in a log line, as
 /// `open_browser = false` does) to the authorization server and on to the redirect.
-struct Browser;
-
-impl tracing::Subscriber for Browser {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        struct Message(String);
-        impl tracing::field::Visit for Message {
-            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-                if field.name() == "message" {
-                    self.0 = format!("{value:?}");
-                }
-            }
-        }
-        let mut m = Message(String::new());
-        event.record(&mut m);
-        if let Some((_, rest)) = m.0.split_once("sign in at ")
+fn browser() -> crate::test_log::OnMessage<impl Fn(tracing::Level, &str) + Send + Sync + 'static> {
+    crate::test_log::OnMessage(|_, message: &str| {
+        if let Some((_, rest)) = message.split_once("sign in at ")
             && let Some((url, _)) = rest.split_once(" (")
         {
             let url = url.to_string();
@@ -1360,16 +1340,14 @@ impl tracing::Subscriber for Browser {
                 let _ = reqwest::Client::new().get(url).send().await;
             });
         }
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
+    })
 }
 
 /// The sign-in is on the stream's GET; the token goes on it and on every POST; a token revoked
 /// mid-session is refreshed and the refused message sent again.
 #[tokio::test]
 async fn a_legacy_server_asking_for_a_sign_in_is_signed_in_and_answers() {
-    let _browser = tracing::subscriber::set_default(Browser);
+    let _browser = tracing::subscriber::set_default(browser());
     let (url, fake) = guarded_server().await;
     let dir = tempfile::tempdir().unwrap();
     let conn = signing_in(&url, dir.path(), Duration::from_secs(10));
@@ -1403,7 +1381,7 @@ async fn a_legacy_server_asking_for_a_sign_in_is_signed_in_and_answers() {
 /// sign-ins, and the error shows no token.
 #[tokio::test]
 async fn a_legacy_server_that_keeps_refusing_fails_the_connect_after_three_sign_ins() {
-    let _browser = tracing::subscriber::set_default(Browser);
+    let _browser = tracing::subscriber::set_default(browser());
     let (url, fake) = guarded_server().await;
     fake.lock().unwrap().refuse_all = true;
     let dir = tempfile::tempdir().unwrap();
@@ -1455,7 +1433,7 @@ async fn a_server_named_after_its_url_names_login_by_url() {
 /// message in the same state signs in.
 #[tokio::test]
 async fn a_health_check_refreshes_but_never_opens_a_sign_in() {
-    let _browser = tracing::subscriber::set_default(Browser);
+    let _browser = tracing::subscriber::set_default(browser());
     let (url, fake) = guarded_server().await;
     let dir = tempfile::tempdir().unwrap();
     let conn = signing_in(&url, dir.path(), Duration::from_secs(10));
