@@ -79,7 +79,7 @@ pub(crate) fn parse(path: &Path, text: &str, scope: Scope) -> Result<Vec<Found>,
     let doc = document(path, text)?;
     let root = doc.as_table();
     let mut headers = Vec::new();
-    collect_headers(root, &mut headers);
+    switchyard_config::toml_headers(root, &mut headers);
     headers.sort_by_key(|h| h.start);
     let (mut servers, mut unreadable) = (Vec::new(), Vec::new());
     if let Some(item) = root.get("mcp_servers") {
@@ -105,30 +105,6 @@ pub(crate) fn parse(path: &Path, text: &str, scope: Scope) -> Result<Vec<Found>,
         }
     }
     Ok(vec![Found { client: Client::Codex, path: path.into(), scope, servers, unreadable, inputs: Vec::new() }])
-}
-
-/// The span of every `[table]` and `[[array]]` header of the document.
-fn collect_headers(table: &Table, out: &mut Vec<Range<usize>>) {
-    for (_, item) in table.iter() {
-        match item {
-            Item::Table(t) => {
-                if !t.is_implicit()
-                    && !t.is_dotted()
-                    && let Some(s) = t.span()
-                {
-                    out.push(s);
-                }
-                collect_headers(t, out);
-            }
-            Item::ArrayOfTables(a) => {
-                for t in a.iter() {
-                    out.extend(t.span());
-                    collect_headers(t, out);
-                }
-            }
-            _ => {}
-        }
-    }
 }
 
 /// The end of the last thing written under `item`: keys, values and headers, its sub-tables too.
@@ -200,7 +176,7 @@ fn place(
                 return (key_at..line_end(text, extent(item)), Some(why));
             };
             let mut mine = Vec::new();
-            collect_headers(t, &mut mine);
+            switchyard_config::toml_headers(t, &mut mine);
             mine.push(own.clone());
             mine.sort_by_key(|h| h.start);
             let first = headers.iter().position(|h| *h == mine[0]).unwrap_or(0);

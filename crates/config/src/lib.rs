@@ -31,7 +31,7 @@ pub use self::server::{
     ServerEntry, TransportKind, check_server_name, derive_name,
 };
 pub use self::spans::line_col;
-pub use self::tolerant::{BrokenPlugin, Tolerated};
+pub use self::tolerant::{BrokenPlugin, Tolerated, toml_headers};
 pub use self::url::{display_url, is_loopback, parse_url, url_name};
 pub use self::vars::{
     Expanded, HeaderValue, Source, about_header, check_header, check_header_name, expand, is_var_name, uses_vars,

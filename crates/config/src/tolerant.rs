@@ -129,8 +129,9 @@ impl Parts {
     /// None when a part cannot be taken out by whole lines (servers or plugins given inline).
     fn of(doc: &Document<&str>, text: &str) -> Option<Parts> {
         let root = doc.as_table();
-        let mut headers = Vec::new();
-        headers_of(root, &mut headers);
+        let mut spans = Vec::new();
+        toml_headers(root, &mut spans);
+        let mut headers: Vec<usize> = spans.into_iter().map(|s| s.start).collect();
         headers.sort_unstable();
         let units = Units { text, headers };
         let mut servers = BTreeMap::new();
@@ -164,8 +165,9 @@ impl Parts {
     }
 }
 
-/// The start of every `[table]` and `[[array]]` header below `table`.
-fn headers_of(table: &Table, out: &mut Vec<usize>) {
+/// The span of every `[table]` and `[[array]]` header below `table` (a document's root, read
+/// with spans), in the order of the document's tree.
+pub fn toml_headers(table: &Table, out: &mut Vec<Range<usize>>) {
     for (_, item) in table.iter() {
         match item {
             Item::Table(t) => {
@@ -173,14 +175,14 @@ fn headers_of(table: &Table, out: &mut Vec<usize>) {
                     && !t.is_dotted()
                     && let Some(s) = t.span()
                 {
-                    out.push(s.start);
+                    out.push(s);
                 }
-                headers_of(t, out);
+                toml_headers(t, out);
             }
             Item::ArrayOfTables(a) => {
                 for t in a.iter() {
-                    out.extend(t.span().map(|s| s.start));
-                    headers_of(t, out);
+                    out.extend(t.span());
+                    toml_headers(t, out);
                 }
             }
             _ => {}
