@@ -150,9 +150,21 @@ impl Applied {
 /// know yet (see [`Servers::reread`]).
 pub(super) type Shared = Arc<Mutex<Applied>>;
 
-/// Applies `text`, the config file's content now, unless it is what is in force: true when it
-/// was applied, or why it was not.
-fn apply_text(router: &Arc<Servers>, path: &Path, applied: &Shared, text: &str) -> Result<bool, String> {
+/// `text`, a saved version of the config file, loaded as the daemon applies it (once per
+/// version: its plugin entries and its servers are applied from the same load).
+fn load_saved(path: &Path, text: &str) -> Result<Tolerated, String> {
+    Config::load_tolerant(path, text).map_err(|e| format!("{e:#}").replace('\n', " "))
+}
+
+/// Applies `text`, the config file's content now (`loaded` is [`load_saved`]'s), unless it is
+/// what is in force: true when it was applied, or why it was not.
+fn apply_text(
+    router: &Arc<Servers>,
+    path: &Path,
+    applied: &Shared,
+    text: &str,
+    loaded: Result<Tolerated, String>,
+) -> Result<bool, String> {
     // An empty file is a save in progress (truncated, not yet written) far more often than a wish
     // to remove every server; it would end every session.
     if text.trim().is_empty() {
@@ -169,7 +181,6 @@ fn apply_text(router: &Arc<Servers>, path: &Path, applied: &Shared, text: &str) 
     }
     // A `[[plugins]]` entry that does not load keeps the entries in force as they are (see
     // `new_plugin_entries`), and the servers it names as they are: the rest is applied.
-    let loaded = Config::load_tolerant(path, text).map_err(|e| format!("{e:#}").replace('\n', " "));
     let loaded = match loaded {
         Ok(l) => l,
         Err(why) => {
@@ -199,15 +210,16 @@ pub(super) fn note(router: &Servers, key: &'static str, value: Option<serde_json
     };
 }
 
-/// The `[[plugins]]` entries `text` would put in force, when they differ from those in force
-/// and the file is one [`apply_text`] applies.
-fn new_plugin_entries(router: &Servers, path: &Path, text: &str) -> Option<Vec<PluginEntry>> {
+/// The `[[plugins]]` entries a saved version (`text`, `loaded` as [`load_saved`] gives it)
+/// would put in force, when they differ from those in force and the file is one [`apply_text`]
+/// applies.
+fn new_plugin_entries(router: &Servers, text: &str, loaded: &Result<Tolerated, String>) -> Option<Vec<PluginEntry>> {
     if text.trim().is_empty() {
         return None;
     }
-    let loaded = Config::load_tolerant(path, text).ok()?;
+    let loaded = loaded.as_ref().ok()?;
     let in_force = router.policy.entries();
-    let mut entries = loaded.config.plugins;
+    let mut entries = loaded.config.plugins.clone();
     // An entry that does not load keeps the one in force for its file (if any): the other
     // entries of the save apply, and its plugin never runs without the config it had. An entry
     // whose file cannot be read keeps every entry as it is.
@@ -225,8 +237,8 @@ fn new_plugin_entries(router: &Servers, path: &Path, text: &str) -> Option<Vec<P
 /// a guard scoped to it in one save would otherwise serve a moment without it). Only the
 /// plugins whose entry changed load again; one whose new entry does not load keeps its last
 /// good version, as the log says.
-async fn apply_plugins(router: &Servers, path: &Path, text: &str) {
-    if let Some(entries) = new_plugin_entries(router, path, text) {
+async fn apply_plugins(router: &Servers, text: &str, loaded: &Result<Tolerated, String>) {
+    if let Some(entries) = new_plugin_entries(router, text, loaded) {
         tracing::info!("the config's [[plugins]] entries changed; applying them");
         router.policy.set_entries(entries).await;
     }
@@ -237,10 +249,10 @@ async fn apply_plugins(router: &Servers, path: &Path, text: &str) {
 /// is a file whose `[[plugins]]` entries changed too: the watcher puts those in force first.
 pub(super) fn reread_on_unknown_names(router: &Arc<Servers>, path: PathBuf, applied: Shared) {
     let _ = router.reread.set(Box::new(move |router: &Arc<Servers>| {
-        if let Ok(text) = std::fs::read_to_string(&path)
-            && new_plugin_entries(router, &path, &text).is_none()
-        {
-            let _ = apply_text(router, &path, &applied, &text);
+        let Ok(text) = std::fs::read_to_string(&path) else { return };
+        let loaded = load_saved(&path, &text);
+        if new_plugin_entries(router, &text, &loaded).is_none() {
+            let _ = apply_text(router, &path, &applied, &text, loaded);
         }
     }));
 }
@@ -336,8 +348,9 @@ pub(super) async fn watch_config(router: Arc<Servers>, path: PathBuf, applied: S
             continue;
         }
         seen = text.clone();
-        apply_plugins(&router, &path, &text).await;
-        if let Err(why) = apply_text(&router, &path, &applied, &text) {
+        let loaded = load_saved(&path, &text);
+        apply_plugins(&router, &text, &loaded).await;
+        if let Err(why) = apply_text(&router, &path, &applied, &text, loaded) {
             tracing::error!("config file {} not applied: {why}; the last good config stays in force", path.display());
         }
     }
