@@ -150,18 +150,8 @@ fn daemon_line(config: &Path, socket: &Path) -> String {
     match ask_daemon(socket, &Hello::Status) {
         Ok(Reply::Status { status }) => {
             let mut line = format!("daemon: runs (pid {})", status["pid"]);
-            for key in ["config_error", "config_kept", "plugin_entries", "http_error", "plugin_problems"] {
-                if let Some(note) = status.get(key) {
-                    let note = match note {
-                        serde_json::Value::Array(items) => {
-                            items.iter().filter_map(|i| i.as_str()).collect::<Vec<_>>().join("; ")
-                        }
-                        other => other.as_str().unwrap_or_default().to_string(),
-                    };
-                    if !note.is_empty() {
-                        let _ = write!(line, "\n  {note}");
-                    }
-                }
+            for note in crate::commands::status::problems(&status) {
+                let _ = write!(line, "\n  {note}");
             }
             line + "\n"
         }

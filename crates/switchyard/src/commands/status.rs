@@ -33,6 +33,17 @@ fn printable(text: &str) -> String {
     text.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
 }
 
+/// What the daemon says is wrong beside its servers (its config, its front, its plugins), one
+/// sentence each, from a status.
+pub(crate) fn problems(s: &serde_json::Value) -> Vec<&str> {
+    let keys = ["config_error", "config_kept", "plugin_entries", "http_error", "plugin_problems"];
+    let notes = keys.iter().flat_map(|key| match &s[key] {
+        serde_json::Value::Array(items) => items.iter().filter_map(|i| i.as_str()).collect(),
+        other => other.as_str().into_iter().collect::<Vec<_>>(),
+    });
+    notes.filter(|n| !n.is_empty()).collect()
+}
+
 /// The status as text for people.
 fn render(s: &serde_json::Value) -> String {
     use std::fmt::Write as _;
@@ -58,14 +69,8 @@ fn render(s: &serde_json::Value) -> String {
             if http["sessions"] == 1 { "" } else { "s" }
         );
     }
-    for key in ["config_error", "config_kept", "plugin_entries", "http_error", "plugin_problems"] {
-        let notes: Vec<&str> = match &s[key] {
-            serde_json::Value::Array(items) => items.iter().filter_map(|i| i.as_str()).collect(),
-            other => other.as_str().into_iter().collect(),
-        };
-        for note in notes {
-            let _ = writeln!(out, "  problem: {}", printable(note));
-        }
+    for note in problems(s) {
+        let _ = writeln!(out, "  problem: {}", printable(note));
     }
     let plugins: Vec<&str> = s["plugins"].as_array().into_iter().flatten().filter_map(|p| p.as_str()).collect();
     let _ = writeln!(
