@@ -34,14 +34,14 @@ pub(super) fn load(config_path: &Path) -> anyhow::Result<Start> {
         }
         Err(e) => e,
     };
-    let Some((kept, at)) = last_good(config_path) else { return Err(error) };
+    let Some((kept, at, kept_at)) = last_good(config_path) else { return Err(error) };
     match Config::load_tolerant(config_path, &kept) {
         Ok(loaded) => {
             let why = format!("{error:#}").replace('\n', " ");
             tracing::error!(
                 "{why}; switchyard runs on the last version of the file that loaded ({}, kept at {}) until the file is fixed, which it applies on save; `switchyard check` shows what is wrong",
                 age(at),
-                last_good_path(config_path).display()
+                kept_at.display()
             );
             Ok(Start { loaded, text: kept, fallback: Some(why) })
         }
@@ -50,15 +50,11 @@ pub(super) fn load(config_path: &Path) -> anyhow::Result<Start> {
     }
 }
 
-fn last_good_path(config_path: &Path) -> PathBuf {
-    paths::last_good_for(config_path).unwrap_or_else(|_| config_path.with_extension("last-good.toml"))
-}
-
-/// The last version of the file that loaded, and when it was kept.
-fn last_good(config_path: &Path) -> Option<(String, SystemTime)> {
+/// The last version of the file that loaded, when it was kept, and where.
+fn last_good(config_path: &Path) -> Option<(String, SystemTime, PathBuf)> {
     let path = paths::last_good_for(config_path).ok()?;
     let at = std::fs::metadata(&path).and_then(|m| m.modified()).ok()?;
-    Some((std::fs::read_to_string(&path).ok()?, at))
+    Some((std::fs::read_to_string(&path).ok()?, at, path))
 }
 
 /// Keeps `text` as the last version of the file that loaded. Not kept: said, and the next start
