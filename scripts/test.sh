@@ -22,6 +22,8 @@ if ! command -v chromium >/dev/null; then
          "apt-get install --no-install-recommends chromium)" >&2; exit 1
   fi
 fi
+# The build and its tests take tens of GB; say what there is, so a full disk is seen at once.
+echo "disk: $(df -Ph . | awk 'NR == 2 { print $4 }') free where the build goes" >&2
 # Plugins are built from source for WebAssembly by crates/policy/build.rs.
 rustup target add wasm32-wasip2 >/dev/null
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
