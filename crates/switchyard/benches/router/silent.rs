@@ -13,30 +13,30 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use switchyard_testkit::{proxy::FaultProxy, python_venv, signal_group};
 
-use super::{Bench, HttpServer, command};
+use super::*;
 
 /// Repetitions of each fault.
-const REPS: usize = 3;
+pub(crate) const REPS: usize = 3;
 /// How long the bench waits for an answer after a fault; past it the call counts as hung.
-const CAP: Duration = Duration::from_secs(75);
+pub(crate) const CAP: Duration = Duration::from_secs(75);
 /// How long a client may take to start and connect (Python imports the SDK first).
-const START_LIMIT: Duration = Duration::from_secs(60);
+pub(crate) const START_LIMIT: Duration = Duration::from_secs(60);
 /// (a): how long the link stays idle after going silent before the next call.
-const IDLE: Duration = Duration::from_secs(5);
+pub(crate) const IDLE: Duration = Duration::from_secs(5);
 /// (a'): the same, shorter than switchyard's idle-connection expiry (4 s).
-const IDLE_SHORT: Duration = Duration::from_secs(1);
+pub(crate) const IDLE_SHORT: Duration = Duration::from_secs(1);
 /// (b), (c): when the black hole lifts, counted from the fault.
-const HEAL_AFTER_PROBE: Duration = Duration::from_secs(20);
-const HEAL_AT_12: Duration = Duration::from_secs(12);
+pub(crate) const HEAL_AFTER_PROBE: Duration = Duration::from_secs(20);
+pub(crate) const HEAL_AT_12: Duration = Duration::from_secs(12);
 /// (e): how long the server stays down before it is started again.
-const DOWN: Duration = Duration::from_millis(1500);
+pub(crate) const DOWN: Duration = Duration::from_millis(1500);
 /// The MCP version the stdio clients ask for (the Python server numbers its stream events, so
 /// a broken stream can be resumed, from 2025-11-25 on).
-const PROTOCOL_VERSION: &str = "2025-11-25";
+pub(crate) const PROTOCOL_VERSION: &str = "2025-11-25";
 
 /// The faults measured, in the order of the table.
 #[derive(Clone, Copy, PartialEq)]
-enum Fault {
+pub(crate) enum Fault {
     /// Every connection stranded while idle, new ones carry; the next call after `IDLE`.
     IdleStranded(Duration),
     /// A `slow_counter` (not safe to repeat) in flight; every connection stranded and new ones
@@ -52,7 +52,7 @@ enum Fault {
 }
 
 impl Fault {
-    fn label(self) -> String {
+    pub(crate) fn label(self) -> String {
         match self {
             Fault::IdleStranded(idle) => {
                 format!("(a) idle link stranded, network healed; `echo` {} s later", idle.as_secs())
@@ -74,7 +74,7 @@ impl Fault {
     }
 
     /// What the Python server runs with for this fault.
-    fn server_args(self) -> &'static [&'static str] {
+    pub(crate) fn server_args(self) -> &'static [&'static str] {
         match self {
             Fault::SilentResume => &["--forgetful-store"],
             _ => &[],
@@ -84,17 +84,17 @@ impl Fault {
 
 /// One client kind, a column of the table.
 #[derive(Clone, Copy)]
-enum Kind {
+pub(crate) enum Kind {
     Switchyard,
     McpRemote,
     TypeScript,
     Python,
 }
 
-const KINDS: [Kind; 4] = [Kind::Switchyard, Kind::McpRemote, Kind::TypeScript, Kind::Python];
+pub(crate) const KINDS: [Kind; 4] = [Kind::Switchyard, Kind::McpRemote, Kind::TypeScript, Kind::Python];
 
 impl Kind {
-    fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Kind::Switchyard => "switchyard run --url",
             Kind::McpRemote => "mcp-remote 0.15.1",
@@ -104,14 +104,14 @@ impl Kind {
     }
 
     /// Whether it speaks MCP on stdio (a bridge) rather than the SDK drivers' line protocol.
-    fn is_bridge(self) -> bool {
+    pub(crate) fn is_bridge(self) -> bool {
         matches!(self, Kind::Switchyard | Kind::McpRemote)
     }
 }
 
 /// How a call ended, and when (the reader thread's clock, so the order of waiting is no bias).
 #[derive(Clone)]
-enum Answer {
+pub(crate) enum Answer {
     Result(String),
     Error(String),
     Hung,
@@ -119,17 +119,17 @@ enum Answer {
     Exited,
 }
 
-struct Outcome {
-    answer: Answer,
+pub(crate) struct Outcome {
+    pub(crate) answer: Answer,
     /// From the fault; `CAP` when hung.
-    after: Duration,
+    pub(crate) after: Duration,
 }
 
 /// What the section needs besides the bench: the virtualenv's python and the peers' paths.
-struct Tools {
-    python: PathBuf,
-    mcp_remote: PathBuf,
-    ts_sdk: PathBuf,
+pub(crate) struct Tools {
+    pub(crate) python: PathBuf,
+    pub(crate) mcp_remote: PathBuf,
+    pub(crate) ts_sdk: PathBuf,
 }
 
 impl Bench {
@@ -200,7 +200,7 @@ impl Bench {
 
     /// The virtualenv's python, mcp-remote (installed from its pinned lock file when missing)
     /// and the TypeScript SDK of tests/npm; Err: what is missing.
-    fn silent_tools(&self) -> Result<Tools, String> {
+    pub(crate) fn silent_tools(&self) -> Result<Tools, String> {
         let python = std::panic::catch_unwind(python_venv::venv_python)
             .map_err(|_| "the Python SDK's virtualenv could not be made (see the message above)".to_string())?;
         let ts_sdk = self.repo.join("tests/npm/node_modules/@modelcontextprotocol/sdk");
@@ -224,7 +224,7 @@ impl Bench {
 
     /// One repetition of `fault`: a fresh proxy and fresh clients, one `echo` each to see that
     /// they work, then the fault and the call, the four clients at once.
-    fn silent_once(&self, tools: &Tools, server: &mut HttpServer, fault: Fault, rep: usize) -> Vec<Outcome> {
+    pub(crate) fn silent_once(&self, tools: &Tools, server: &mut HttpServer, fault: Fault, rep: usize) -> Vec<Outcome> {
         let proxy = FaultProxy::start(server.addr());
         let url = format!("http://{}/mcp", proxy.addr());
         let mut clients: Vec<Peer> =
@@ -294,18 +294,18 @@ impl Bench {
 }
 
 /// A client process of one kind, its stdout read by a thread that stamps each line.
-struct Peer {
-    label: String,
-    kind: Kind,
-    child: Child,
-    stdin: ChildStdin,
-    lines: mpsc::Receiver<(Instant, String)>,
-    next_id: u64,
-    stderr: PathBuf,
+pub(crate) struct Peer {
+    pub(crate) label: String,
+    pub(crate) kind: Kind,
+    pub(crate) child: Child,
+    pub(crate) stdin: ChildStdin,
+    pub(crate) lines: mpsc::Receiver<(Instant, String)>,
+    pub(crate) next_id: u64,
+    pub(crate) stderr: PathBuf,
 }
 
 impl Peer {
-    fn start(b: &Bench, tools: &Tools, kind: Kind, url: &str, tag: &str) -> Peer {
+    pub(crate) fn start(b: &Bench, tools: &Tools, kind: Kind, url: &str, tag: &str) -> Peer {
         let argv: Vec<String> = match kind {
             Kind::Switchyard => b.remote_argv(&format!("silent-{tag}"), "", url),
             Kind::McpRemote => vec!["node".into(), b.s(&tools.mcp_remote), url.into()],
@@ -338,13 +338,13 @@ impl Peer {
         Peer { label, kind, child, stdin, lines, next_id: 1, stderr }
     }
 
-    fn send(&mut self, msg: &Value) {
+    pub(crate) fn send(&mut self, msg: &Value) {
         // A client that exited shows as such when its answer is awaited.
         let _ = writeln!(self.stdin, "{msg}").and_then(|()| self.stdin.flush());
     }
 
     /// Connected: the bridge initialised (as an MCP client would), or the driver's ready line.
-    fn ready(&mut self) {
+    pub(crate) fn ready(&mut self) {
         let deadline = Instant::now() + START_LIMIT;
         if self.kind.is_bridge() {
             self.send(&json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
@@ -369,11 +369,11 @@ impl Peer {
         }
     }
 
-    fn send_call(&mut self, tool: &str, arguments: Value) -> u64 {
+    pub(crate) fn send_call(&mut self, tool: &str, arguments: Value) -> u64 {
         self.send_call_method("tools/call", json!({"name": tool, "arguments": arguments}))
     }
 
-    fn send_call_method(&mut self, method: &str, params: Value) -> u64 {
+    pub(crate) fn send_call_method(&mut self, method: &str, params: Value) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
         self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
@@ -381,7 +381,7 @@ impl Peer {
     }
 
     /// The answer to request `id`, timed from `t0`; hung at `deadline`.
-    fn wait(&mut self, id: u64, t0: Instant, deadline: Instant) -> Outcome {
+    pub(crate) fn wait(&mut self, id: u64, t0: Instant, deadline: Instant) -> Outcome {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let (at, line) = match self.lines.recv_timeout(left) {
@@ -407,7 +407,7 @@ impl Peer {
     }
 
     /// The last lines of its stderr, for a failure message.
-    fn tail(&self) -> String {
+    pub(crate) fn tail(&self) -> String {
         let text = std::fs::read_to_string(&self.stderr).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         format!("stderr in {}:\n{}", self.stderr.display(), lines[lines.len().saturating_sub(8)..].join("\n"))
@@ -422,7 +422,7 @@ impl Drop for Peer {
     }
 }
 
-fn short(fault: Fault) -> &'static str {
+pub(crate) fn short(fault: Fault) -> &'static str {
     match fault {
         Fault::IdleStranded(d) if d == IDLE => "a",
         Fault::IdleStranded(_) => "a-short",
@@ -434,7 +434,7 @@ fn short(fault: Fault) -> &'static str {
 }
 
 /// A table cell: the times and what the answers were.
-fn cell(outcomes: &[Outcome]) -> String {
+pub(crate) fn cell(outcomes: &[Outcome]) -> String {
     let kind = |o: &Outcome| match o.answer {
         Answer::Result(_) => "result",
         Answer::Error(_) => "error",
@@ -460,7 +460,7 @@ fn cell(outcomes: &[Outcome]) -> String {
         .join("; ")
 }
 
-fn secs(d: Duration) -> String {
+pub(crate) fn secs(d: Duration) -> String {
     if d < Duration::from_secs(1) {
         format!("{:.0} ms", d.as_secs_f64() * 1e3)
     } else {
@@ -468,7 +468,7 @@ fn secs(d: Duration) -> String {
     }
 }
 
-fn clip(s: &str, n: usize) -> String {
+pub(crate) fn clip(s: &str, n: usize) -> String {
     let s = s.replace('`', "'");
     if s.len() <= n {
         return s;
