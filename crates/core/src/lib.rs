@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod audit;
 pub mod backoff;
 pub mod codec;
 pub mod decision;

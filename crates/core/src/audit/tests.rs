@@ -1,0 +1,166 @@
+use std::time::Duration;
+
+use super::file::numbered;
+use super::*;
+
+fn settings(path: &std::path::Path) -> Settings {
+    Settings { path: path.to_path_buf(), max_bytes: 1 << 20, keep: 3, queue: 64, strict: false, arguments: false }
+}
+
+fn record(n: u32) -> Record {
+    Record {
+        time: "2026-11-29T14:03:07.123Z".into(),
+        client: Client { name: Some("claude-code".into()), transport: "socket".into(), ..Default::default() },
+        session: "unix-1".into(),
+        server: "fs".into(),
+        method: "tools/call".into(),
+        tool: Some(format!("tool{n}")),
+        outcome: Ended::of(Outcome::Ok, None, true),
+        attempts: 1,
+        ..Default::default()
+    }
+}
+
+fn lines(path: &std::path::Path) -> Vec<Record> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+const FLUSH: Duration = Duration::from_secs(10);
+
+#[test]
+fn a_record_is_one_line_that_reads_back_and_leaves_out_what_is_not_there() {
+    let r = record(1);
+    let line = r.line();
+    assert!(!line.contains('\n'));
+    assert_eq!(serde_json::from_str::<Record>(&line).unwrap(), r);
+    for absent in ["trace_id", "arguments", "instance", "refused_by", "is_error", "unknown"] {
+        assert!(!line.contains(absent), "{absent} in {line}");
+    }
+    assert_eq!(sha256_hex(b"{}"), "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a");
+}
+
+#[test]
+fn how_a_call_ended_is_told_apart() {
+    let lost_sent = Ended::of(Outcome::Lost, Some(-32603), true);
+    assert!(lost_sent.unknown && lost_sent.failed() && lost_sent.result == "lost");
+    // Lost before it reached an instance: it did not run.
+    assert!(!Ended::of(Outcome::Lost, None, false).unknown);
+    let tool_error = Ended::of(Outcome::ToolError, None, true);
+    assert!(tool_error.is_error && tool_error.failed() && !tool_error.unknown);
+    assert!(Ended::of(Outcome::Timeout, Some(-32001), true).timeout);
+    assert!(Ended::of(Outcome::Cancelled, None, true).cancelled);
+    assert!(!Ended::of(Outcome::Ok, None, true).failed());
+}
+
+#[test]
+fn lines_are_written_to_a_file_only_its_user_may_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.audit.jsonl");
+    let log = AuditLog::start(&settings(&path)).unwrap();
+    for n in 0..10 {
+        log.write(log.admit().unwrap(), &record(n));
+    }
+    log.flush(FLUSH);
+    let got = lines(&path);
+    assert_eq!(got.len(), 10);
+    assert_eq!(got[9].tool.as_deref(), Some("tool9"));
+    assert_eq!(log.lost(), 0);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+    }
+}
+
+#[test]
+fn the_file_is_rotated_by_size_and_only_keep_files_stay() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.audit.jsonl");
+    let one = record(0).line().len() as u64 + 1;
+    // Three lines to a file.
+    let log = AuditLog::start(&Settings { max_bytes: one * 3, keep: 2, ..settings(&path) }).unwrap();
+    for n in 0..10 {
+        log.write(log.admit().unwrap(), &record(n));
+        // One line per write, so the files fill line by line.
+        log.flush(FLUSH);
+    }
+    let tools = |p: &std::path::Path| lines(p).into_iter().map(|r| r.tool.unwrap()).collect::<Vec<_>>();
+    assert_eq!(tools(&path), ["tool9"]);
+    assert_eq!(tools(&numbered(&path, 1)), ["tool6", "tool7", "tool8"]);
+    assert_eq!(tools(&numbered(&path, 2)), ["tool3", "tool4", "tool5"]);
+    assert!(!numbered(&path, 3).exists(), "only two rotated files are kept");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        for p in [path.clone(), numbered(&path, 1)] {
+            assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
+        }
+    }
+}
+
+#[test]
+fn a_full_queue_loses_and_counts_lines_and_never_blocks_the_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.audit.jsonl");
+    let log = AuditLog::start(&Settings { queue: 4, ..settings(&path) }).unwrap();
+    {
+        let _held = log.pause();
+        for n in 0..10 {
+            // Each returns at once: the writer is held back.
+            log.write(log.admit().unwrap(), &record(n));
+        }
+        // The writer may have taken the first line before it found the pause.
+        assert!((5..=6).contains(&log.lost()), "lost {}", log.lost());
+    }
+    log.flush(FLUSH);
+    let written = lines(&path).len() as u64;
+    assert_eq!(written + log.lost(), 10);
+    // Room again once the writer caught up.
+    log.write(log.admit().unwrap(), &record(10));
+    log.flush(FLUSH);
+    assert_eq!(lines(&path).len() as u64, written + 1);
+}
+
+#[test]
+fn a_strict_log_refuses_calls_it_has_no_room_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.audit.jsonl");
+    let log = AuditLog::start(&Settings { queue: 2, strict: true, ..settings(&path) }).unwrap();
+    let (a, b) = (log.admit().unwrap(), log.admit().unwrap());
+    let e = log.admit().err().expect("no room for a third call");
+    assert!(matches!(e, Refused::Full(_)));
+    assert!(e.to_string().contains("strict = true"), "{e}");
+    // A place given back (a call that never wrote its line) is free again.
+    drop(a);
+    let c = log.admit().unwrap();
+    log.write(b, &record(1));
+    log.write(c, &record(2));
+    log.flush(FLUSH);
+    assert_eq!(lines(&path).len(), 2);
+    assert_eq!(log.lost(), 0);
+}
+
+/// /dev/full takes no write: the disk is full.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_failing_disk_loses_lines_and_a_strict_log_then_refuses_calls() {
+    let full = std::path::Path::new("/dev/full");
+    let lenient = AuditLog::start(&Settings { max_bytes: u64::MAX, ..settings(full) }).unwrap();
+    lenient.write(lenient.admit().unwrap(), &record(1));
+    lenient.flush(FLUSH);
+    assert_eq!(lenient.lost(), 1);
+    // The call is never refused.
+    assert!(lenient.admit().is_ok());
+
+    let strict = AuditLog::start(&Settings { max_bytes: u64::MAX, strict: true, ..settings(full) }).unwrap();
+    strict.write(strict.admit().unwrap(), &record(1));
+    strict.flush(FLUSH);
+    assert_eq!(strict.lost(), 1);
+    let e = strict.admit().err().expect("a strict log refuses calls while its disk fails");
+    assert!(matches!(&e, Refused::Failing(_, why) if why.contains("No space left")), "{e}");
+    assert!(e.to_string().contains("/dev/full cannot be written"), "{e}");
+}

@@ -1,0 +1,261 @@
+//! [`AuditLog`]: records go through a bounded queue to a thread that appends them to the file,
+//! so a slow or full disk never holds up a call. A line that finds the queue full, or that the
+//! disk refuses, is lost and counted, and the first loss is logged (once until writing works
+//! again). With `strict`, a call is refused instead when its line could not be written: each
+//! call reserves its place in the queue before it runs ([`AuditLog::admit`]).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::Record;
+use super::file::AuditFile;
+use crate::logging::Repeats;
+
+/// Lost lines are logged at most this often.
+const LOSS_LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// What one write to the file carries at most (lines waiting are written together).
+const BATCH_BYTES: usize = 1024 * 1024;
+
+/// `[audit]` as the writer needs it.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub path: PathBuf,
+    /// Rotate before the file would grow past this.
+    pub max_bytes: u64,
+    /// Rotated files kept (`PATH.1` .. `PATH.keep`).
+    pub keep: u32,
+    /// Lines waiting for the writer at most.
+    pub queue: usize,
+    /// Refuse a call whose line cannot be written.
+    pub strict: bool,
+    /// Write the calls' arguments too.
+    pub arguments: bool,
+}
+
+enum Msg {
+    Line(String),
+    /// Everything queued before this is written (or lost); then the sender is told.
+    Flush(SyncSender<()>),
+}
+
+/// What the callers and the writer thread share.
+struct Shared {
+    path: PathBuf,
+    /// Lines queued or reserved, against `capacity`.
+    pending: AtomicUsize,
+    capacity: usize,
+    /// The last write failed (a strict log refuses calls until one succeeds).
+    failing: AtomicBool,
+    /// Why, for the refusal.
+    failure: Mutex<String>,
+    lost: AtomicU64,
+    /// Losses are logged at the first, then at most once a minute with their count.
+    told: Repeats,
+    /// Holds the writer back while a test fills the queue.
+    #[cfg(test)]
+    paused: Mutex<()>,
+}
+
+impl Shared {
+    /// Takes a place in the queue, if there is one.
+    fn reserve(&self) -> bool {
+        self.pending.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.capacity).then_some(n + 1)).is_ok()
+    }
+
+    fn release(&self, n: usize) {
+        self.pending.fetch_sub(n, Ordering::AcqRel);
+    }
+
+    /// `n` lines are lost because of `why`: counted, and logged at the first, then at most
+    /// once a minute.
+    fn lose(&self, n: u64, why: &str) {
+        let total = self.lost.fetch_add(n, Ordering::Relaxed) + n;
+        if self.told.hit().is_some() {
+            tracing::warn!(
+                file = %self.path.display(),
+                "audit log: {why}; calls go on, and their lines are lost ({total} so far; `switchyard status` counts them)"
+            );
+        }
+    }
+}
+
+/// The audit log of one router.
+pub struct AuditLog {
+    tx: Sender<Msg>,
+    shared: Arc<Shared>,
+    strict: bool,
+    arguments: bool,
+}
+
+impl std::fmt::Debug for AuditLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuditLog").field("path", &self.shared.path).field("strict", &self.strict).finish()
+    }
+}
+
+/// A call's place in the audit log, taken before it runs and used by its line.
+pub struct Ticket {
+    shared: Arc<Shared>,
+    /// Holds a place in the queue (released when dropped unused).
+    reserved: bool,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if self.reserved {
+            self.shared.release(1);
+        }
+    }
+}
+
+/// Why a strict audit log refuses a call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    #[error(
+        "the audit log {0} cannot keep up with the calls (its queue is full), and [audit] strict = true refuses a call it cannot record; try again, or look at the disk it is on"
+    )]
+    Full(String),
+    #[error(
+        "the audit log {0} cannot be written ({1}), and [audit] strict = true refuses a call it cannot record; free the disk or fix the file, or set strict = false"
+    )]
+    Failing(String, String),
+}
+
+impl AuditLog {
+    /// Opens the file (created 0600, to append) and starts the writer thread.
+    pub fn start(settings: &Settings) -> std::io::Result<Arc<AuditLog>> {
+        let file = AuditFile::open(&settings.path, settings.max_bytes, settings.keep)?;
+        let shared = Arc::new(Shared {
+            path: settings.path.clone(),
+            pending: AtomicUsize::new(0),
+            capacity: settings.queue.max(1),
+            failing: AtomicBool::new(false),
+            failure: Mutex::new(String::new()),
+            lost: AtomicU64::new(0),
+            told: Repeats::new(LOSS_LOG_EVERY),
+            #[cfg(test)]
+            paused: Mutex::new(()),
+        });
+        let (tx, rx) = channel();
+        let theirs = shared.clone();
+        std::thread::Builder::new().name("switchyard-audit".into()).spawn(move || write_loop(file, rx, &theirs))?;
+        Ok(Arc::new(AuditLog { tx, shared, strict: settings.strict, arguments: settings.arguments }))
+    }
+
+    /// A call is about to run: its place in the log. A strict log refuses it when the queue is
+    /// full or the file cannot be written; otherwise a place is never refused (its line may
+    /// still be lost, and counted).
+    pub fn admit(&self) -> Result<Ticket, Refused> {
+        let reserved = self.shared.reserve();
+        let ticket = Ticket { shared: self.shared.clone(), reserved };
+        if self.strict {
+            let path = self.shared.path.display().to_string();
+            if !reserved {
+                return Err(Refused::Full(path));
+            }
+            if self.shared.failing.load(Ordering::Acquire) {
+                let why = self.shared.failure.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                return Err(Refused::Failing(path, why));
+            }
+        }
+        Ok(ticket)
+    }
+
+    /// Queues the line of a call that ended.
+    pub fn write(&self, mut ticket: Ticket, record: &Record) {
+        if !ticket.reserved && !self.shared.reserve() {
+            self.shared.lose(1, "the queue is full (the disk is slower than the calls)");
+            return;
+        }
+        // From here the place belongs to the line in the queue.
+        ticket.reserved = false;
+        let mut line = record.line();
+        line.push('\n');
+        if self.tx.send(Msg::Line(line)).is_err() {
+            self.shared.release(1);
+            self.shared.lose(1, "its writer stopped");
+        }
+    }
+
+    /// Waits, at most `limit`, until every line queued so far is written (or lost).
+    pub fn flush(&self, limit: Duration) {
+        let (tx, rx) = sync_channel(1);
+        if self.tx.send(Msg::Flush(tx)).is_ok() {
+            let _ = rx.recv_timeout(limit);
+        }
+    }
+
+    /// Lines lost so far (queue full, disk failing).
+    pub fn lost(&self) -> u64 {
+        self.shared.lost.load(Ordering::Relaxed)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.shared.path
+    }
+
+    /// Whether records carry the calls' arguments.
+    pub fn with_arguments(&self) -> bool {
+        self.arguments
+    }
+
+    pub fn strict(&self) -> bool {
+        self.strict
+    }
+
+    #[cfg(test)]
+    pub(super) fn pause(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.shared.paused.lock().expect("lock")
+    }
+}
+
+/// The writer thread: takes every line waiting, writes them in one append, and keeps count.
+fn write_loop(mut file: AuditFile, rx: Receiver<Msg>, shared: &Shared) {
+    let mut batch = Vec::with_capacity(64 * 1024);
+    let mut flushes = Vec::new();
+    while let Ok(first) = rx.recv() {
+        #[cfg(test)]
+        drop(shared.paused.lock());
+        let mut lines = 0;
+        let mut take = |msg: Msg, batch: &mut Vec<u8>| match msg {
+            Msg::Line(line) => {
+                batch.extend_from_slice(line.as_bytes());
+                lines += 1;
+            }
+            Msg::Flush(done) => flushes.push(done),
+        };
+        take(first, &mut batch);
+        while batch.len() < BATCH_BYTES
+            && let Ok(msg) = rx.try_recv()
+        {
+            take(msg, &mut batch);
+        }
+        if lines > 0 {
+            match file.append(&batch) {
+                Ok(()) => {
+                    if shared.failing.swap(false, Ordering::AcqRel) {
+                        tracing::info!(
+                            file = %shared.path.display(),
+                            "audit log: writing again; {} lines lost so far",
+                            shared.lost.load(Ordering::Relaxed)
+                        );
+                    }
+                }
+                Err(e) => {
+                    *shared.failure.lock().unwrap_or_else(|p| p.into_inner()) = e.to_string();
+                    shared.failing.store(true, Ordering::Release);
+                    shared.lose(lines as u64, &format!("cannot write: {e}"));
+                }
+            }
+            shared.release(lines);
+            batch.clear();
+        }
+        for done in flushes.drain(..) {
+            let _ = done.try_send(());
+        }
+    }
+}
