@@ -3,6 +3,7 @@
 
 #![forbid(unsafe_code)]
 
+mod audit;
 mod http;
 mod launch;
 mod limits;
@@ -20,6 +21,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, anyhow, bail};
 use serde::Deserialize;
 
+pub use self::audit::AuditConfig;
 pub use self::http::{
     DEFAULT_HTTP_LISTEN, HostName, HttpConfig, WebOrigin, is_bearer_token, parse_authority, parse_listen,
 };
@@ -64,6 +66,9 @@ pub struct Config {
     pub plugins: Vec<PluginEntry>,
     #[serde(default)]
     pub daemon: DaemonConfig,
+    /// `[audit]`: the audit log of calls (on by default; read at start, see docs/audit.md).
+    #[serde(default)]
+    pub audit: AuditConfig,
     /// `[http]`: the daemon's Streamable HTTP front; None when the file has no such table.
     #[serde(default)]
     pub http: Option<HttpConfig>,
@@ -113,6 +118,11 @@ impl Config {
         let base_dir =
             path.parent().map(|p| if p.as_os_str().is_empty() { PathBuf::from(".") } else { p.to_path_buf() });
         config.base_dir = base_dir.clone();
+        if let (Some(file), Some(base)) = (config.audit.path.as_mut(), &base_dir)
+            && file.is_relative()
+        {
+            *file = base.join(&*file);
+        }
         // A relative working directory is the config file's, like every other path in it.
         let resolve = |cwd: &mut Option<PathBuf>| {
             if let (Some(dir), Some(base)) = (cwd.as_ref(), &base_dir)
@@ -213,6 +223,7 @@ impl Config {
         self.pools.entry("default".to_string()).or_default();
         check_pools(&self.pools)?;
         self.limits.check()?;
+        self.audit.check()?;
         for p in &self.plugins {
             p.config_json()?;
             if p.deadline_ms == 0 || p.memory_mib == 0 {
@@ -265,6 +276,7 @@ impl Config {
             pools,
             plugins: self.plugins.clone(),
             daemon: self.daemon.clone(),
+            audit: self.audit.clone(),
             http: self.http.clone(),
             base_dir: self.base_dir.clone(),
         }

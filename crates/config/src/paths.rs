@@ -143,6 +143,23 @@ pub fn start_error_for(canonical: &Path) -> anyhow::Result<PathBuf> {
     Ok(state_dir()?.join(format!("{}.start-error", config_key(canonical))))
 }
 
+/// The audit log of the daemon serving `canonical` when `[audit] path` names none.
+pub fn audit_for(canonical: &Path) -> anyhow::Result<PathBuf> {
+    Ok(state_dir()?.join(format!("{}.audit.jsonl", config_key(canonical))))
+}
+
+/// The audit log of `switchyard run` in front of server `name` when `[audit] path` names none:
+/// one per server name, shared by the `run`s of that server (each appends whole lines).
+pub fn audit_for_run(name: &str) -> anyhow::Result<PathBuf> {
+    let name: String =
+        name.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).take(64).collect();
+    Ok(state_dir()?.join(format!("run-{name}.audit.jsonl")))
+}
+
+/// The audit logs in the state directory, and their rotated files (`switchyard calls` reads
+/// them all when it is not told which).
+pub const AUDIT_SUFFIX: &str = ".audit.jsonl";
+
 /// The log file of the detached daemon serving `canonical`.
 pub fn log_for(canonical: &Path) -> anyhow::Result<PathBuf> {
     Ok(state_dir()?.join(format!("{}.log", config_key(canonical))))
