@@ -11,6 +11,7 @@ mod oauth;
 pub mod paths;
 mod server;
 mod spans;
+mod telemetry;
 mod tolerant;
 mod url;
 mod vars;
@@ -33,6 +34,7 @@ pub use self::server::{
     ServerEntry, TransportKind, check_server_name, derive_name,
 };
 pub use self::spans::line_col;
+pub use self::telemetry::{TelemetryConfig, TelemetryTarget};
 pub use self::tolerant::{BrokenPlugin, Tolerated, toml_headers};
 pub use self::url::{display_url, is_loopback, parse_url, url_name};
 pub use self::vars::{
@@ -72,6 +74,9 @@ pub struct Config {
     /// `[http]`: the daemon's Streamable HTTP front; None when the file has no such table.
     #[serde(default)]
     pub http: Option<HttpConfig>,
+    /// `[telemetry]`: where traces go (read at start, see docs/telemetry.md).
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
     /// Directory of the config file, for resolving relative paths (not read from the file).
     #[serde(skip)]
     pub base_dir: Option<PathBuf>,
@@ -278,6 +283,7 @@ impl Config {
             daemon: self.daemon.clone(),
             audit: self.audit.clone(),
             http: self.http.clone(),
+            telemetry: self.telemetry.clone(),
             base_dir: self.base_dir.clone(),
         }
     }

@@ -1,0 +1,337 @@
+//! W3C trace context across the MCP hop: a `traceparent` read (from a request's
+//! `params._meta` or the HTTP front's header) and written back into the line a server gets.
+//!
+//! MCP reserves `traceparent` and `tracestate` in `_meta` (2026-07-28); a server of either era
+//! may read them there. Only these two keys are touched: the rest of the line stays as the client
+//! wrote it.
+
+use std::ops::Range;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// The `_meta` key of the W3C `traceparent`.
+pub const TRACEPARENT: &str = "traceparent";
+/// The `_meta` key of the W3C `tracestate`.
+pub const TRACESTATE: &str = "tracestate";
+/// `tracestate` is cut at this many bytes rather than carried whole (W3C: 512 is enough).
+const MAX_TRACESTATE: usize = 512;
+
+/// One W3C `traceparent`: `00-{trace id}-{parent id}-{flags}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceParent {
+    pub trace_id: [u8; 16],
+    pub parent_id: [u8; 8],
+    pub flags: u8,
+}
+
+impl TraceParent {
+    /// Parses a `traceparent` value. Version `00` exactly; a later version is read by its first
+    /// four fields, as W3C asks. None for anything else, an all-zero id included: the caller
+    /// then starts a new trace.
+    pub fn parse(text: &str) -> Option<TraceParent> {
+        let t = text.trim_matches([' ', '\t']);
+        let b = t.as_bytes();
+        if b.len() < 55 || b[2] != b'-' || b[35] != b'-' || b[52] != b'-' {
+            return None;
+        }
+        let version = hex_byte(&b[0..2])?;
+        // ff is forbidden; 00 has exactly four fields; a later version may add some after a dash.
+        if version == 0xff || (version == 0 && b.len() != 55) || (version > 0 && b.len() > 55 && b[55] != b'-') {
+            return None;
+        }
+        let mut trace_id = [0u8; 16];
+        for (i, out) in trace_id.iter_mut().enumerate() {
+            *out = hex_byte(&b[3 + 2 * i..5 + 2 * i])?;
+        }
+        let mut parent_id = [0u8; 8];
+        for (i, out) in parent_id.iter_mut().enumerate() {
+            *out = hex_byte(&b[36 + 2 * i..38 + 2 * i])?;
+        }
+        let flags = hex_byte(&b[53..55])?;
+        if trace_id == [0; 16] || parent_id == [0; 8] {
+            return None;
+        }
+        Some(TraceParent { trace_id, parent_id, flags })
+    }
+
+    /// Whether the caller recorded its span (the `sampled` flag).
+    pub fn sampled(&self) -> bool {
+        self.flags & 1 == 1
+    }
+}
+
+impl std::fmt::Display for TraceParent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("00-")?;
+        self.trace_id.iter().try_for_each(|b| write!(f, "{b:02x}"))?;
+        f.write_str("-")?;
+        self.parent_id.iter().try_for_each(|b| write!(f, "{b:02x}"))?;
+        write!(f, "-{:02x}", self.flags)
+    }
+}
+
+/// Lowercase hex only (W3C: uppercase is invalid).
+fn hex_byte(two: &[u8]) -> Option<u8> {
+    let nibble = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
+    Some(nibble(two[0])? << 4 | nibble(two[1])?)
+}
+
+/// Where a request's trace context is in its line: the ranges of `params._meta` and of its
+/// `traceparent` and `tracestate` values (each a JSON string, quotes included).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InMeta {
+    pub meta: Option<Range<usize>>,
+    pub traceparent: Option<Range<usize>>,
+    pub tracestate: Option<Range<usize>>,
+}
+
+impl InMeta {
+    /// Finds them in the request `line` whose `params` are at `params` (None: no params).
+    pub fn find(line: &str, params: Option<&Range<usize>>) -> InMeta {
+        #[derive(Deserialize)]
+        struct Params<'a> {
+            #[serde(borrow, default, rename = "_meta")]
+            meta: Option<&'a RawValue>,
+        }
+        #[derive(Deserialize)]
+        struct Meta<'a> {
+            #[serde(borrow, default)]
+            traceparent: Option<&'a RawValue>,
+            #[serde(borrow, default)]
+            tracestate: Option<&'a RawValue>,
+        }
+        let Some(p) = params.map(|r| &line[r.clone()]).filter(|p| p.starts_with('{') && p.contains("_meta")) else {
+            return InMeta::default();
+        };
+        let Ok(Params { meta: Some(meta) }) = serde_json::from_str::<Params>(p) else { return InMeta::default() };
+        let range = |raw: &RawValue| span(line, raw.get());
+        let mut found = InMeta { meta: meta.get().starts_with('{').then(|| range(meta)), ..InMeta::default() };
+        if found.meta.is_some()
+            && meta.get().contains("trace")
+            && let Ok(m) = serde_json::from_str::<Meta>(meta.get())
+        {
+            // Of any type: a value that is not a trace context is replaced, never doubled.
+            found.traceparent = m.traceparent.map(range);
+            found.tracestate = m.tracestate.map(range);
+        }
+        found
+    }
+
+    /// The `traceparent` the client sent, when it is one.
+    pub fn parent(&self, line: &str) -> Option<TraceParent> {
+        TraceParent::parse(&unquote(line, self.traceparent.as_ref()?)?)
+    }
+
+    /// The `tracestate` the client sent (its JSON string decoded), when it sent one.
+    pub fn state(&self, line: &str) -> Option<String> {
+        unquote(line, self.tracestate.as_ref()?)
+    }
+}
+
+fn unquote(line: &str, r: &Range<usize>) -> Option<String> {
+    serde_json::from_str::<String>(&line[r.clone()]).ok()
+}
+
+/// Byte range of `inner` inside `outer` (a sub-slice of it).
+fn span(outer: &str, inner: &str) -> Range<usize> {
+    let start = inner.as_ptr() as usize - outer.as_ptr() as usize;
+    start..start + inner.len()
+}
+
+/// The edits that put `parent` (and `state`, when the line has none of its own) into the
+/// request `line`'s `params._meta`, for `switchyard_core::codec::splice_many` beside the id's:
+/// a `traceparent` already there is replaced, a missing one (or `_meta`, or `params`) is added.
+/// Empty when params are not an object (no place for `_meta`) or the line is not an object.
+pub fn edits(
+    line: &str,
+    params: Option<&Range<usize>>,
+    found: &InMeta,
+    parent: &TraceParent,
+    state: Option<&str>,
+) -> Vec<(Range<usize>, String)> {
+    let state = state.filter(|_| found.tracestate.is_none()).map(|s| cut(s, MAX_TRACESTATE));
+    let value = format!("\"{parent}\"");
+    if let Some(r) = &found.traceparent {
+        let mut edits = vec![(r.clone(), value)];
+        if let (Some(state), Some(meta)) = (state, &found.meta) {
+            let at = meta.start + 1;
+            edits.push((at..at, format!("\"{TRACESTATE}\":{},", json_string(state))));
+        }
+        return edits;
+    }
+    let mut members = format!("\"{TRACEPARENT}\":{value}");
+    if let Some(state) = state {
+        members.push_str(&format!(",\"{TRACESTATE}\":{}", json_string(state)));
+    }
+    if let Some(meta) = &found.meta {
+        return vec![insert_first(line, meta, &members)];
+    }
+    match params {
+        Some(p) if line[p.clone()].starts_with('{') => vec![insert_first(line, p, &format!("\"_meta\":{{{members}}}"))],
+        Some(_) => Vec::new(),
+        None => match line.trim_end().strip_suffix('}') {
+            Some(head) => vec![(head.len()..head.len(), format!(",\"params\":{{\"_meta\":{{{members}}}}}"))],
+            None => Vec::new(),
+        },
+    }
+}
+
+/// An insertion of `members` as the first members of the object at `object` in `line`.
+fn insert_first(line: &str, object: &Range<usize>, members: &str) -> (Range<usize>, String) {
+    let at = object.start + 1;
+    let empty = line[at..object.end - 1].trim().is_empty();
+    (at..at, if empty { members.to_string() } else { format!("{members},") })
+}
+
+fn json_string(s: &str) -> String {
+    serde_json::to_string(s).expect("strings always serialise")
+}
+
+/// `s` cut to at most `max` bytes at a list member's end (W3C: drop whole entries).
+fn cut(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    s[..max].rfind(',').map_or("", |i| &s[..i])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TP: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+    fn splice(line: &str, edits: Vec<(Range<usize>, String)>) -> String {
+        let mut edits = edits;
+        edits.sort_by_key(|(r, _)| r.start);
+        let mut out = String::new();
+        let mut at = 0;
+        for (r, with) in edits {
+            out.push_str(&line[at..r.start]);
+            out.push_str(&with);
+            at = r.end;
+        }
+        out + &line[at..]
+    }
+
+    fn params_of(line: &str) -> Option<Range<usize>> {
+        let v: serde_json::Map<String, serde_json::Value> = serde_json::from_str(line).unwrap();
+        v.get("params")?;
+        let at = line.find("\"params\":").unwrap() + "\"params\":".len();
+        let raw: &RawValue = serde_json::Deserializer::from_str(&line[at..]).into_iter::<&RawValue>().next()?.ok()?;
+        Some(at..at + raw.get().len())
+    }
+
+    fn inject(line: &str, parent: &TraceParent, state: Option<&str>) -> serde_json::Value {
+        let params = params_of(line);
+        let found = InMeta::find(line, params.as_ref());
+        let out = splice(line, edits(line, params.as_ref(), &found, parent, state));
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{out} is not JSON: {e}"))
+    }
+
+    #[test]
+    fn a_traceparent_reads_and_writes_back_the_same() {
+        let p = TraceParent::parse(TP).unwrap();
+        assert_eq!(p.to_string(), TP);
+        assert!(p.sampled());
+        assert_eq!(p.parent_id, [0xb7, 0xad, 0x6b, 0x71, 0x69, 0x20, 0x33, 0x31]);
+    }
+
+    #[test]
+    fn a_bad_traceparent_is_none() {
+        for bad in [
+            "",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331",
+            "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01",
+            "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
+            "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra",
+            "00_0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        ] {
+            assert_eq!(TraceParent::parse(bad), None, "{bad}");
+        }
+        // A later version is read by its first four fields.
+        let later = "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00-whatever";
+        assert!(TraceParent::parse(later).is_some_and(|p| !p.sampled()));
+    }
+
+    #[test]
+    fn the_clients_traceparent_and_tracestate_are_found_in_meta() {
+        let line = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"echo","_meta":{{"progressToken":3,"traceparent":"{TP}","tracestate":"a=1"}}}}}}"#
+        );
+        let found = InMeta::find(&line, params_of(&line).as_ref());
+        assert_eq!(found.parent(&line), TraceParent::parse(TP));
+        assert_eq!(found.state(&line).as_deref(), Some("a=1"));
+        // Nothing else is taken for them: a name, an argument or a non-string value.
+        let line = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"traceparent","arguments":{"traceparent":"x"},"_meta":{"traceparent":7}}}"#;
+        let found = InMeta::find(line, params_of(line).as_ref());
+        assert!(found.meta.is_some() && found.parent(line).is_none());
+        let ours = TraceParent { trace_id: [7; 16], parent_id: [9; 8], flags: 1 };
+        let v = inject(line, &ours, None);
+        assert_eq!(v["params"]["_meta"]["traceparent"], ours.to_string());
+        assert_eq!(v["params"]["arguments"]["traceparent"], "x");
+    }
+
+    #[test]
+    fn a_traceparent_is_spliced_in_wherever_the_line_has_room() {
+        let ours = TraceParent { trace_id: [7; 16], parent_id: [9; 8], flags: 1 };
+        let cases = [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list" } "#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"a":1}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","_meta":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","_meta":{"progressToken":1}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","progressToken":1},"name":"echo"}}"#,
+        ];
+        for line in cases {
+            let v = inject(line, &ours, None);
+            assert_eq!(v["params"]["_meta"]["traceparent"], ours.to_string(), "{line}");
+            assert_eq!(v["id"], 1);
+            assert!(v["params"]["_meta"].get("tracestate").is_none());
+        }
+        let v = inject(cases[5], &ours, None);
+        assert_eq!(
+            (v["params"]["name"].as_str(), v["params"]["_meta"]["progressToken"].as_i64()),
+            (Some("echo"), Some(1))
+        );
+    }
+
+    #[test]
+    fn a_tracestate_from_the_front_is_added_but_the_clients_own_is_kept() {
+        let ours = TraceParent { trace_id: [7; 16], parent_id: [9; 8], flags: 0 };
+        let line = r#"{"jsonrpc":"2.0","id":"a","method":"ping"}"#;
+        assert_eq!(inject(line, &ours, Some("vendor=x"))["params"]["_meta"]["tracestate"], "vendor=x");
+        let line =
+            format!(r#"{{"jsonrpc":"2.0","id":"a","method":"ping","params":{{"_meta":{{"traceparent":"{TP}"}}}}}}"#);
+        let v = inject(&line, &ours, Some("vendor=x"));
+        assert_eq!(
+            (v["params"]["_meta"]["traceparent"].as_str(), v["params"]["_meta"]["tracestate"].as_str()),
+            (Some(ours.to_string().as_str()), Some("vendor=x"))
+        );
+        let line = r#"{"jsonrpc":"2.0","id":"a","method":"ping","params":{"_meta":{"tracestate":"mine=1"}}}"#;
+        assert_eq!(inject(line, &ours, Some("vendor=x"))["params"]["_meta"]["tracestate"], "mine=1");
+    }
+
+    #[test]
+    fn params_that_are_not_an_object_get_nothing() {
+        let line = r#"{"jsonrpc":"2.0","id":1,"method":"x","params":[1,2]}"#;
+        let p = params_of(line);
+        let ours = TraceParent { trace_id: [7; 16], parent_id: [9; 8], flags: 1 };
+        assert!(edits(line, p.as_ref(), &InMeta::find(line, p.as_ref()), &ours, None).is_empty());
+    }
+
+    #[test]
+    fn a_long_tracestate_loses_whole_entries() {
+        let long = (0..100).map(|i| format!("k{i}=v{i}")).collect::<Vec<_>>().join(",");
+        let c = cut(&long, MAX_TRACESTATE);
+        assert!(c.len() <= MAX_TRACESTATE && long.starts_with(c) && long[c.len()..].starts_with(','));
+    }
+}

@@ -1,0 +1,226 @@
+//! switchyard's traces: a span per session, per call as the client sees it (kind SERVER) and per
+//! request to a server (kind CLIENT), named and attributed by the OpenTelemetry MCP conventions,
+//! with the W3C trace context carried across the hop in `params._meta` ([`context`]), and
+//! exported over OTLP/HTTP ([`export`]).
+//!
+//! Off unless an endpoint is configured: then [`on`] is false and every span here is
+//! `Span::none()`, which costs a branch. The spans have a target of their own ([`TARGET`]) that
+//! only the exporter's layer takes, so they never show in the log and the log level never
+//! hides them.
+
+#![forbid(unsafe_code)]
+
+pub mod context;
+mod export;
+pub mod keys;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
+use tracing::Span;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+use tracing_subscriber::Layer;
+use tracing_subscriber::registry::LookupSpan;
+
+pub use context::{InMeta, TraceParent};
+pub use export::flush;
+use keys::*;
+
+/// The `tracing` target of switchyard's spans for export.
+pub const TARGET: &str = "switchyard::otel";
+
+static ON: AtomicBool = AtomicBool::new(false);
+
+/// Whether traces are exported (an endpoint was configured and the exporter started).
+pub fn on() -> bool {
+    ON.load(Ordering::Relaxed)
+}
+
+/// The layer that exports switchyard's spans to `target`, for the process's subscriber (see
+/// [`only_ours`] for the other layers). Turns [`on`] on.
+pub fn layer<S>(target: &switchyard_config::TelemetryTarget) -> Result<impl Layer<S> + use<S>, String>
+where
+    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+{
+    use opentelemetry::trace::TracerProvider as _;
+    let provider = export::provider(target)?;
+    let tracer = provider.tracer("switchyard");
+    let layer = tracing_opentelemetry::layer()
+        .with_tracer(tracer)
+        .with_location(false)
+        .with_threads(false)
+        .with_level(false)
+        .with_target(false)
+        .with_tracked_inactivity(false)
+        .with_context_activation(false)
+        .with_filter(tracing_subscriber::filter::filter_fn(|m| m.is_span() && m.target() == TARGET));
+    ON.store(true, Ordering::Relaxed);
+    Ok(layer)
+}
+
+/// A filter for the log's layers: everything but switchyard's spans for export (which would
+/// otherwise prefix every log line written inside them).
+pub fn not_ours(meta: &tracing::Metadata<'_>) -> bool {
+    meta.target() != TARGET
+}
+
+/// Which side of the hop an operation is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// switchyard serving its client: kind SERVER.
+    Server,
+    /// switchyard's request to a server: kind CLIENT.
+    Client,
+}
+
+/// What an MCP operation is about: the target in its span's name and attributes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target<'a> {
+    Tool(&'a str),
+    Prompt(&'a str),
+    Resource(&'a str),
+}
+
+impl<'a> Target<'a> {
+    /// The target of a request of `method` with `name` and `uri` in its params.
+    pub fn of(method: &str, name: Option<&'a str>, uri: Option<&'a str>) -> Option<Target<'a>> {
+        match method {
+            "tools/call" => name.map(Target::Tool),
+            "prompts/get" => name.map(Target::Prompt),
+            "resources/read" | "resources/subscribe" | "resources/unsubscribe" => uri.map(Target::Resource),
+            _ => None,
+        }
+    }
+
+    fn text(&self) -> &'a str {
+        match *self {
+            Target::Tool(t) | Target::Prompt(t) | Target::Resource(t) => t,
+        }
+    }
+}
+
+/// One MCP operation, as its span describes it.
+pub struct Operation<'a> {
+    pub side: Side,
+    pub method: &'a str,
+    pub target: Option<Target<'a>>,
+    /// The JSON-RPC id as written on the wire (quotes of a string id are taken off).
+    pub request_id: Option<&'a str>,
+    pub session_id: Option<&'a str>,
+    pub protocol_version: Option<&'a str>,
+    /// `pipe` (stdio), `unix` (the daemon's socket) or `tcp` (HTTP).
+    pub transport: &'static str,
+}
+
+/// The span of `op` (`Span::none()` when traces are off), named `{mcp.method.name} {target}`.
+/// A SERVER span is the root of its own trace, or the child of `parent` (the client's
+/// `traceparent`); a CLIENT span is the child of `within`. Attributes known later (the outcome,
+/// switchyard's decision) are set with [`record`].
+pub fn operation(op: &Operation<'_>, parent: Option<(&TraceParent, Option<&str>)>, within: Option<&Span>) -> Span {
+    if !on() {
+        return Span::none();
+    }
+    let name = match op.target {
+        Some(t) => format!("{} {}", op.method, t.text()),
+        None => op.method.to_string(),
+    };
+    let kind = match op.side {
+        Side::Server => "server",
+        Side::Client => "client",
+    };
+    let (tool, prompt, uri) = match op.target {
+        Some(Target::Tool(t)) => (Some(t), None, None),
+        Some(Target::Prompt(p)) => (None, Some(p), None),
+        Some(Target::Resource(r)) => (None, None, Some(r)),
+        None => (None, None, None),
+    };
+    let request_id = op.request_id.map(|id| id.trim_matches('"'));
+    let operation = (op.method == "tools/call").then_some(GEN_AI_OPERATION_EXECUTE_TOOL);
+    let span = tracing::info_span!(
+        target: TARGET,
+        parent: within.and_then(Span::id),
+        "mcp",
+        "otel.name" = name,
+        "otel.kind" = kind,
+        "otel.status_code" = tracing::field::Empty,
+        { MCP_METHOD_NAME } = op.method,
+        { GEN_AI_TOOL_NAME } = tool,
+        { GEN_AI_PROMPT_NAME } = prompt,
+        { MCP_RESOURCE_URI } = uri,
+        { JSONRPC_REQUEST_ID } = request_id,
+        { MCP_SESSION_ID } = op.session_id,
+        { MCP_PROTOCOL_VERSION } = op.protocol_version,
+        { NETWORK_TRANSPORT } = op.transport,
+        { GEN_AI_OPERATION_NAME } = operation,
+        { ERROR_TYPE } = tracing::field::Empty,
+        { RPC_RESPONSE_STATUS_CODE } = tracing::field::Empty,
+    );
+    if let Some((p, state)) = parent {
+        let state = state.and_then(|s| s.parse::<TraceState>().ok()).unwrap_or_default();
+        let remote = SpanContext::new(
+            TraceId::from_bytes(p.trace_id),
+            SpanId::from_bytes(p.parent_id),
+            TraceFlags::new(p.flags),
+            true,
+            state,
+        );
+        let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(remote));
+    }
+    span
+}
+
+/// The span of a client's session (`Span::none()` when traces are off): how long it lasted, and
+/// what the calls' spans link to.
+pub fn session(server: &str, session_id: &str, transport: &'static str) -> Span {
+    if !on() {
+        return Span::none();
+    }
+    tracing::info_span!(
+        target: TARGET,
+        parent: None,
+        "mcp.session",
+        "otel.name" = format!("session {server}"),
+        "otel.kind" = "server",
+        { MCP_SESSION_ID } = session_id,
+        { NETWORK_TRANSPORT } = transport,
+        { SWITCHYARD_SERVER } = server,
+        { MCP_PROTOCOL_VERSION } = tracing::field::Empty,
+        { SWITCHYARD_CLIENT_NAME } = tracing::field::Empty,
+    )
+}
+
+/// How an operation ended: `error.type` (the JSON-RPC error code, or `tool_error` for a result
+/// with `isError`, or switchyard's own reason) and the span's status.
+pub fn ended(span: &Span, error: Option<&str>, code: Option<i64>) {
+    if span.is_none() {
+        return;
+    }
+    if let Some(code) = code {
+        span.record(RPC_RESPONSE_STATUS_CODE, code.to_string());
+    }
+    if let Some(e) = error {
+        span.record(ERROR_TYPE, e);
+        span.record("otel.status_code", "ERROR");
+    }
+}
+
+/// An attribute of switchyard's own (`switchyard.*`, see [`keys`]) or one known late.
+pub fn record(span: &Span, key: &'static str, value: impl Into<opentelemetry::Value>) {
+    if !span.is_none() {
+        span.set_attribute(key, value);
+    }
+}
+
+/// The `traceparent` that makes `span` the parent of what it sends: None when traces are off.
+pub fn traceparent_of(span: &Span) -> Option<TraceParent> {
+    if span.is_none() {
+        return None;
+    }
+    let cx = span.context();
+    let sc = cx.span().span_context().clone();
+    sc.is_valid().then(|| TraceParent {
+        trace_id: sc.trace_id().to_bytes(),
+        parent_id: sc.span_id().to_bytes(),
+        flags: sc.trace_flags().to_u8(),
+    })
+}
