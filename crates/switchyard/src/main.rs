@@ -54,6 +54,9 @@ enum Command {
         #[command(flatten)]
         which: commands::daemon::Which,
     },
+    /// Show the calls the audit log recorded (a daemon's and `switchyard run`'s): who called
+    /// which tool of which server, what the policy decided, how it ended and how long it took.
+    Calls(commands::calls::CallsArgs),
     /// Print the bearer token HTTP clients send to the daemon of a config file (`Authorization:
     /// Bearer TOKEN`): its [http] token, else the one generated for it (made now if missing).
     Token {
@@ -308,6 +311,7 @@ fn main() -> ExitCode {
         Command::Daemon(args) => report(commands::daemon::daemon_blocking(args)),
         Command::Check(args) => report(commands::check::check_blocking(args)),
         Command::Status { json, which } => report(commands::status::status_blocking(which, json)),
+        Command::Calls(args) => report(commands::calls::calls_blocking(args)),
         Command::Token { config, url, http } => report(
             switchyard_router::downstream::http::token::command(
                 config.as_deref(),

@@ -78,7 +78,7 @@ impl AuditFile {
     }
 }
 
-/// `PATH.n`.
+/// `PATH.n`: the n-th newest rotated file of the log at `path`.
 pub fn numbered(path: &Path, n: u32) -> PathBuf {
     let mut name = path.as_os_str().to_os_string();
     name.push(format!(".{n}"));

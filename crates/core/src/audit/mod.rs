@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
 use crate::metrics::Outcome;
+pub use file::numbered;
 pub use writer::{AuditLog, Refused, Settings, Ticket};
 
 /// One call, as the audit log keeps it (one JSON object per line).

@@ -1,0 +1,90 @@
+//! How `switchyard calls` prints records: a table for people, or each record's line as JSON.
+
+use std::io::Write;
+
+use switchyard_core::audit::Record;
+
+/// Where records go; a closed output (`| head`) ends the command quietly.
+pub(crate) struct Out<W: Write> {
+    w: std::io::BufWriter<W>,
+    json: bool,
+    /// Records printed so far (the table's header comes before the first).
+    count: u64,
+}
+
+impl<W: Write> Out<W> {
+    pub(crate) fn new(w: W, json: bool) -> Out<W> {
+        Out { w: std::io::BufWriter::new(w), json, count: 0 }
+    }
+
+    pub(crate) fn shown(&self) -> bool {
+        self.count > 0
+    }
+
+    /// Prints one record; false once the output is closed.
+    pub(crate) fn record(&mut self, r: &Record, line: &str) -> bool {
+        let text = if self.json {
+            format!("{line}\n")
+        } else {
+            let mut t = if self.count == 0 { header() } else { String::new() };
+            t.push_str(&row(r));
+            t
+        };
+        self.count += 1;
+        self.w.write_all(text.as_bytes()).is_ok()
+    }
+
+    /// Sends what is buffered; false once the output is closed.
+    pub(crate) fn flush(&mut self) -> bool {
+        self.w.flush().is_ok()
+    }
+}
+
+impl<W: Write> Drop for Out<W> {
+    fn drop(&mut self) {
+        let _ = self.w.flush();
+    }
+}
+
+const COLUMNS: [(&str, usize); 6] =
+    [("TIME", 23), ("SERVER", 14), ("CALL", 28), ("RESULT", 18), ("MS", 9), ("CLIENT", 0)];
+
+fn header() -> String {
+    let mut t = String::new();
+    for (name, width) in COLUMNS {
+        t.push_str(&format!("{name:<width$} "));
+    }
+    format!("{}\n", t.trim_end())
+}
+
+/// One call as a line of the table.
+pub(crate) fn row(r: &Record) -> String {
+    let time = r.time.replacen('T', " ", 1).trim_end_matches('Z').to_string();
+    let call = match &r.tool {
+        Some(t) => t.clone(),
+        None => r.method.clone(),
+    };
+    let o = &r.outcome;
+    let mut result = o.result.clone();
+    if let Some(code) = o.code {
+        result.push_str(&format!(" {code}"));
+    }
+    if o.unknown {
+        result.push_str(" (ran?)");
+    }
+    let mut client = r.client.name.clone().unwrap_or_else(|| r.client.transport.clone());
+    client.push_str(&format!(" {}", r.session));
+    let cells = [time, r.server.clone(), call, result, format!("{:.1}", r.duration_ms), client];
+    let mut t = String::new();
+    for ((_, width), cell) in COLUMNS.iter().zip(cells) {
+        let cell = printable(&cell);
+        t.push_str(&format!("{cell:<width$} "));
+    }
+    format!("{}\n", t.trim_end())
+}
+
+/// A client or server may name itself anything: control characters are escaped so no record
+/// adds lines to the table or drives the terminal.
+fn printable(text: &str) -> String {
+    text.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
+}

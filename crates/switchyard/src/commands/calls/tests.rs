@@ -1,0 +1,119 @@
+use super::*;
+use switchyard_core::audit::{AuditLog, Client, Ended, Settings};
+use switchyard_core::metrics::Outcome;
+
+fn rec(time: &str, server: &str, tool: &str, client: &str, outcome: Outcome) -> Record {
+    Record {
+        time: time.into(),
+        client: Client { name: Some(client.into()), transport: "socket".into(), ..Default::default() },
+        session: "unix-3".into(),
+        server: server.into(),
+        method: "tools/call".into(),
+        tool: Some(tool.into()),
+        outcome: Ended::of(outcome, None, true),
+        attempts: 1,
+        ..Default::default()
+    }
+}
+
+fn args() -> CallsArgs {
+    CallsArgs::default()
+}
+
+#[test]
+fn since_takes_an_age_or_a_time() {
+    let now = SystemTime::now();
+    let ten = parse_since("10m").unwrap();
+    let age = now.duration_since(ten).unwrap().as_secs();
+    assert!((599..=601).contains(&age), "{age}");
+    assert!(now.duration_since(parse_since("2h").unwrap()).unwrap().as_secs() >= 7199);
+    assert_eq!(time::rfc3339(parse_since("2026-11-29T14:00:00Z").unwrap()), "2026-11-29T14:00:00.000Z");
+    for bad in ["10", "ten minutes", "5y", "-3m"] {
+        assert!(parse_since(bad).unwrap_err().contains("neither an age"), "{bad}");
+    }
+}
+
+#[test]
+fn filters_keep_what_they_name() {
+    let calls = [
+        rec("2026-11-29T10:00:00.000Z", "fs", "read", "claude-code", Outcome::Ok),
+        rec("2026-11-29T11:00:00.000Z", "fs", "write", "Cursor", Outcome::ToolError),
+        rec("2026-11-29T12:00:00.000Z", "git", "read", "claude-code", Outcome::Lost),
+    ];
+    let kept = |a: CallsArgs| {
+        let f = Filter::of(&a);
+        calls.iter().filter(|r| f.keeps(r)).map(|r| r.time[11..13].to_string()).collect::<Vec<_>>()
+    };
+    assert_eq!(kept(args()), ["10", "11", "12"]);
+    assert_eq!(kept(CallsArgs { server: Some("fs".into()), ..args() }), ["10", "11"]);
+    assert_eq!(kept(CallsArgs { tool: Some("read".into()), ..args() }), ["10", "12"]);
+    assert_eq!(kept(CallsArgs { client: Some("cursor".into()), ..args() }), ["11"]);
+    assert_eq!(kept(CallsArgs { client: Some("unix-3".into()), ..args() }), ["10", "11", "12"]);
+    assert_eq!(kept(CallsArgs { failed: true, ..args() }), ["11", "12"]);
+    let since = parse_since("2026-11-29T10:30:00Z").ok();
+    assert_eq!(kept(CallsArgs { since, failed: true, server: Some("git".into()), ..args() }), ["12"]);
+}
+
+fn write(log: &AuditLog, records: &[Record]) {
+    for r in records {
+        log.write(log.admit().unwrap(), r);
+    }
+    log.flush(Duration::from_secs(10));
+}
+
+#[test]
+fn a_log_is_read_with_its_rotated_files_and_followed_across_a_rotation() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("d.audit.jsonl");
+    let one = rec("2026-11-29T10:00:00.000Z", "fs", "t00", "c", Outcome::Ok).line().len() as u64 + 1;
+    let settings =
+        Settings { path: path.clone(), max_bytes: one * 2, keep: 5, queue: 16, strict: false, arguments: false };
+    let audit = AuditLog::start(&settings).unwrap();
+    let numbered = |n: u32| rec(&format!("2026-11-29T10:00:{n:02}.000Z"), "fs", &format!("t{n:02}"), "c", Outcome::Ok);
+    for n in 0..5 {
+        write(&audit, &[numbered(n)]);
+    }
+    assert!(switchyard_core::audit::numbered(&path, 2).exists());
+    let mut log = Log::new(&path);
+    let tools = |lines: Vec<read::Line>| lines.into_iter().map(|(r, _)| r.tool.unwrap()).collect::<Vec<_>>();
+    assert_eq!(tools(log.read_all().unwrap()), ["t00", "t01", "t02", "t03", "t04"]);
+    assert!(log.read_new().unwrap().is_empty());
+    // t05 ends the current file, t06 starts a new one: a follower sees both, in order.
+    write(&audit, &[numbered(5)]);
+    write(&audit, &[numbered(6)]);
+    assert_eq!(tools(log.read_new().unwrap()), ["t05", "t06"]);
+    // A half-written line waits for its end.
+    std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(b"{\"time\":").unwrap();
+    assert!(log.read_new().unwrap().is_empty());
+}
+
+#[test]
+fn a_row_says_how_the_call_ended_and_escapes_what_clients_name_themselves() {
+    let mut r = rec("2026-11-29T10:00:00.123Z", "fs", "write", "evil\nclient", Outcome::Lost);
+    r.outcome.code = Some(-32603);
+    r.duration_ms = 12.34;
+    let row = show::row(&r);
+    assert!(row.starts_with("2026-11-29 10:00:00.123 fs"), "{row}");
+    assert!(
+        row.contains("lost -32603 (ran?)") && row.contains("12.3") && row.contains("evil\\nclient unix-3"),
+        "{row}"
+    );
+    assert_eq!(row.matches('\n').count(), 1);
+}
+
+#[test]
+fn no_log_is_an_error_that_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("s.toml");
+    std::fs::write(&config, "[audit]\nenabled = false\n[servers.a]\ncommand = \"x\"\n").unwrap();
+    let e = logs(&CallsArgs { config: Some(config.clone()), ..args() }).unwrap_err().to_string();
+    assert!(e.contains("audit log is off") && e.contains("enabled = false"), "{e}");
+    let log = dir.path().join("a.jsonl");
+    std::fs::write(&config, format!("[audit]\npath = {:?}\n[servers.a]\ncommand = \"x\"\n", log)).unwrap();
+    let e = logs(&CallsArgs { config: Some(config.clone()), ..args() }).unwrap_err().to_string();
+    assert!(e.contains("no call was logged yet") && e.contains("a.jsonl"), "{e}");
+    let e = logs(&CallsArgs { file: vec![log.clone()], ..args() }).unwrap_err().to_string();
+    assert!(e.contains("there is no audit log"), "{e}");
+    std::fs::write(&log, "").unwrap();
+    assert_eq!(logs(&CallsArgs { config: Some(config), ..args() }).unwrap(), [log]);
+}
