@@ -459,6 +459,26 @@ pub fn splice_many(line: &str, mut edits: Vec<(Range<usize>, &str)>) -> String {
     out
 }
 
+/// How many times this thread read the fields of a params object (`count-parses` builds only,
+/// for the test that holds a request's params to one read on its way through the router).
+#[cfg(feature = "count-parses")]
+pub fn params_reads() -> usize {
+    PARAMS_READS.with(|n| n.get())
+}
+
+#[cfg(feature = "count-parses")]
+thread_local! {
+    static PARAMS_READS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Deserialises the fields of a params object: every read of one goes through here, so that
+/// the reads can be counted.
+pub(crate) fn read_params<'a, T: Deserialize<'a>>(params: &'a str) -> serde_json::Result<T> {
+    #[cfg(feature = "count-parses")]
+    PARAMS_READS.with(|n| n.set(n.get() + 1));
+    serde_json::from_str(params)
+}
+
 #[derive(Deserialize)]
 struct MetaHolder<'a> {
     #[serde(borrow, default, rename = "_meta")]
@@ -484,7 +504,7 @@ pub fn envelope_version(line: &str, params: &Range<usize>) -> Option<String> {
     if !p.contains(PROTOCOL_VERSION_META) {
         return None;
     }
-    let holder: MetaHolder = serde_json::from_str(p).ok()?;
+    let holder: MetaHolder = read_params(p).ok()?;
     raw_string(holder.meta?.protocol_version)
 }
 
@@ -495,7 +515,7 @@ pub fn subscription_id(line: &str, params: &Range<usize>) -> Option<Range<usize>
     if !p.contains(switchyard_mcp::meta::SUBSCRIPTION_ID) {
         return None;
     }
-    let holder: MetaHolder = serde_json::from_str(p).ok()?;
+    let holder: MetaHolder = read_params(p).ok()?;
     let id = holder.meta?.subscription_id?;
     Some(span(line, id.get()))
 }
@@ -506,7 +526,7 @@ pub fn progress_token_in_request(line: &str, params: &Range<usize>) -> Option<Ra
     if !p.contains("progressToken") {
         return None;
     }
-    let holder: MetaHolder = serde_json::from_str(p).ok()?;
+    let holder: MetaHolder = read_params(p).ok()?;
     let tok = holder.meta?.progress_token?;
     Some(span(line, tok.get()))
 }
@@ -567,7 +587,7 @@ pub struct ParamFields {
 /// Reads the routing fields of a params object; missing or malformed fields are `None`.
 pub fn param_fields(line: &str, params: &Range<usize>) -> ParamFields {
     let p = &line[params.clone()];
-    match serde_json::from_str::<TokenHolder>(p) {
+    match read_params::<TokenHolder>(p) {
         Ok(h) => ParamFields {
             progress_token: h.progress_token.map(|r| span(line, r.get())),
             request_id: h.request_id.map(|r| span(line, r.get())),

@@ -68,6 +68,11 @@ pub mod meta {
     /// On every notification of a `subscriptions/listen` stream, its acknowledgement included:
     /// the JSON-RPC id of that listen request (so a client correlates them, on stdio too).
     pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+    /// Who sent the request (`name`, `version`): a stateless-era client has no initialize to say so.
+    pub const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+    /// The W3C trace context of the request (`_meta` keys the 2026-07-28 revision reserves).
+    pub const TRACEPARENT: &str = "traceparent";
+    pub const TRACESTATE: &str = "tracestate";
 }
 
 #[cfg(test)]

@@ -1,0 +1,340 @@
+//! A client's request, read once: the [`Call`] every stage of the router reads instead of
+//! parsing the request again.
+//!
+//! [`codec::parse`] finds the envelope; [`Call::read`] then reads the params object once for
+//! every field a later stage routes, decides, traces or logs on. Like the codec it keeps byte
+//! ranges into the line it holds, never a tree of the payload: a rewrite is a splice
+//! ([`Call::splice`]) that moves the ranges with it.
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::codec::{self, Envelope, ParseError};
+
+/// A client's request (it has an id), its params read once.
+#[derive(Debug, Clone)]
+pub struct Call {
+    line: String,
+    env: Envelope,
+    fields: Fields,
+}
+
+/// Where the fields of a request's params are in its line. Each is None when absent; a field
+/// read as a string (the JSON string, quotes included) is also None when it is not a string.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Fields {
+    /// `name`, a string (tools/call, prompts/get).
+    pub name: Option<Range<usize>>,
+    /// `uri`, a string (resources/read, resources/subscribe).
+    pub uri: Option<Range<usize>>,
+    /// `arguments`, any JSON (tools/call, prompts/get): given to plugins as it is.
+    pub arguments: Option<Range<usize>>,
+    /// `level`, a string (logging/setLevel).
+    pub level: Option<Range<usize>>,
+    /// `cursor`, any JSON, `null` included (the next page of a list).
+    pub cursor: Option<Range<usize>>,
+    /// `taskId`, a string (tasks/get, tasks/result, tasks/cancel, tasks/update).
+    pub task_id: Option<Range<usize>>,
+    /// `requestState`, a string (the 2026-07-28 retry of a request the server answered
+    /// `input_required`).
+    pub request_state: Option<Range<usize>>,
+    /// `_meta.progressToken`, any JSON: the client asks for progress under it.
+    pub progress_token: Option<Range<usize>>,
+    /// `_meta["io.modelcontextprotocol/protocolVersion"]`, a string: only a request of the
+    /// 2026-07-28 era carries it (it needs no initialize).
+    pub protocol_version: Option<Range<usize>>,
+    /// `_meta["io.modelcontextprotocol/clientInfo"].name` and `.version`, strings: who sent a
+    /// request of the 2026-07-28 era, which has no initialize to say so.
+    pub client_name: Option<Range<usize>>,
+    pub client_version: Option<Range<usize>>,
+    /// `_meta.traceparent` and `_meta.tracestate`, strings: the W3C trace context the client
+    /// sent (the 2026-07-28 revision reserves these keys). Read here for the call's span, and
+    /// for the context passed on to the server; not checked for form.
+    pub traceparent: Option<Range<usize>>,
+    pub tracestate: Option<Range<usize>>,
+}
+
+impl Fields {
+    /// The same fields with every range moved by `f`.
+    fn map(&self, f: impl Fn(&Range<usize>) -> Range<usize>) -> Fields {
+        let m = |r: &Option<Range<usize>>| r.as_ref().map(&f);
+        Fields {
+            name: m(&self.name),
+            uri: m(&self.uri),
+            arguments: m(&self.arguments),
+            level: m(&self.level),
+            cursor: m(&self.cursor),
+            task_id: m(&self.task_id),
+            request_state: m(&self.request_state),
+            progress_token: m(&self.progress_token),
+            protocol_version: m(&self.protocol_version),
+            client_name: m(&self.client_name),
+            client_version: m(&self.client_version),
+            traceparent: m(&self.traceparent),
+            tracestate: m(&self.tracestate),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct RawParams<'a> {
+    #[serde(borrow, default)]
+    name: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    uri: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    arguments: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    level: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    cursor: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "taskId")]
+    task_id: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "requestState")]
+    request_state: Option<&'a RawValue>,
+    // Taken raw and read on its own: a `_meta` of an unexpected shape hides no other field.
+    #[serde(borrow, default, rename = "_meta")]
+    meta: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct RawMeta<'a> {
+    #[serde(borrow, default, rename = "progressToken")]
+    progress_token: Option<&'a RawValue>,
+    // The keys of `switchyard_mcp::meta` (serde needs them written out).
+    #[serde(borrow, default, rename = "io.modelcontextprotocol/protocolVersion")]
+    protocol_version: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "io.modelcontextprotocol/clientInfo")]
+    client_info: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    traceparent: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    tracestate: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct RawClientInfo<'a> {
+    #[serde(borrow, default)]
+    name: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    version: Option<&'a RawValue>,
+}
+
+/// An object's members as `T`, or None when the text is no object or does not read as one.
+fn object<'a, T: Deserialize<'a>>(raw: Option<&'a RawValue>) -> Option<T> {
+    raw.filter(|r| r.get().starts_with('{')).and_then(|r| serde_json::from_str(r.get()).ok())
+}
+
+/// Reads the fields of `line`'s params object (at `params`): one pass over the params, whose
+/// `_meta` (and its `clientInfo`), skipped in that pass, is then read on its own.
+fn read_fields(line: &str, params: &Range<usize>) -> Fields {
+    let text = &line[params.clone()];
+    if !text.starts_with('{') {
+        return Fields::default();
+    }
+    let Ok(p) = codec::read_params::<RawParams>(text) else { return Fields::default() };
+    let at = |r: Option<&RawValue>| r.map(|r| codec::span(line, r.get()));
+    let string = |r: Option<&RawValue>| at(r.filter(|r| r.get().starts_with('"')));
+    let meta = object::<RawMeta>(p.meta);
+    let client = object::<RawClientInfo>(meta.as_ref().and_then(|m| m.client_info));
+    Fields {
+        name: string(p.name),
+        uri: string(p.uri),
+        arguments: at(p.arguments),
+        level: string(p.level),
+        cursor: at(p.cursor),
+        task_id: string(p.task_id),
+        request_state: string(p.request_state),
+        progress_token: at(meta.as_ref().and_then(|m| m.progress_token)),
+        protocol_version: string(meta.as_ref().and_then(|m| m.protocol_version)),
+        client_name: string(client.as_ref().and_then(|c| c.name)),
+        client_version: string(client.as_ref().and_then(|c| c.version)),
+        traceparent: string(meta.as_ref().and_then(|m| m.traceparent)),
+        tracestate: string(meta.as_ref().and_then(|m| m.tracestate)),
+    }
+}
+
+/// `r` after the bytes at `at` were replaced by `len` bytes: JSON values either nest or are
+/// apart, so a range after `at` moves, one holding it grows, one before it stays.
+fn moved(r: &Range<usize>, at: &Range<usize>, len: usize) -> Range<usize> {
+    let by = |x: usize| x - at.len() + len;
+    if r.start >= at.end {
+        by(r.start)..by(r.end)
+    } else if r.end >= at.end {
+        r.start..by(r.end)
+    } else {
+        r.clone()
+    }
+}
+
+impl Call {
+    /// The request in `line`, whose envelope `codec::parse` found to be `env` (a request: it
+    /// has an id). Its params are read here, once.
+    pub fn read(line: String, env: Envelope) -> Call {
+        debug_assert!(env.id.is_some() && env.method.is_some(), "a request has an id and a method");
+        let fields = env.params.as_ref().map(|p| read_fields(&line, p)).unwrap_or_default();
+        Call { line, env, fields }
+    }
+
+    /// Parses `line`, a request switchyard wrote or rewrote (a page of a list it asks for).
+    /// Err also when the line is no request.
+    pub fn parse(line: String) -> Result<Call, ParseError> {
+        let env = codec::parse(&line)?;
+        if env.kind != codec::Kind::Request {
+            let reason = "switchyard wrote a message that is no request".to_string();
+            return Err(ParseError::Invalid { reason, id: None });
+        }
+        Ok(Call::read(line, env))
+    }
+
+    /// The request as it arrived (or as it was spliced).
+    pub fn line(&self) -> &str {
+        &self.line
+    }
+
+    pub fn into_line(self) -> String {
+        self.line
+    }
+
+    pub fn envelope(&self) -> &Envelope {
+        &self.env
+    }
+
+    /// Where the params' fields are.
+    pub fn fields(&self) -> &Fields {
+        &self.fields
+    }
+
+    /// Where the raw id is (e.g. `7` or `"abc"`).
+    pub fn id_range(&self) -> Range<usize> {
+        self.env.id.clone().expect("requests have ids")
+    }
+
+    /// The raw id, as the client wrote it: what its response carries back.
+    pub fn id(&self) -> &str {
+        &self.line[self.id_range()]
+    }
+
+    pub fn method(&self) -> &str {
+        self.env.method.as_deref().unwrap_or_default()
+    }
+
+    /// The params object's text, if the request has params.
+    pub fn params(&self) -> Option<&str> {
+        self.env.params.as_ref().map(|p| &self.line[p.clone()])
+    }
+
+    /// The text at `range` (a field's raw JSON).
+    pub fn text(&self, range: &Option<Range<usize>>) -> Option<&str> {
+        range.as_ref().map(|r| &self.line[r.clone()])
+    }
+
+    /// The string at `range` (a field read as a string), its escapes undone.
+    pub fn string(&self, range: &Option<Range<usize>>) -> Option<Cow<'_, str>> {
+        let raw = self.text(range)?;
+        match raw.contains('\\') {
+            false => Some(Cow::Borrowed(&raw[1..raw.len() - 1])),
+            true => serde_json::from_str::<String>(raw).ok().map(Cow::Owned),
+        }
+    }
+
+    /// `name` (tools/call, prompts/get).
+    pub fn name(&self) -> Option<Cow<'_, str>> {
+        self.string(&self.fields.name)
+    }
+
+    /// The protocol version a 2026-07-28-era request carries in `_meta` (None: a request of the
+    /// initialize era).
+    pub fn protocol_version(&self) -> Option<Cow<'_, str>> {
+        self.string(&self.fields.protocol_version)
+    }
+
+    /// The request with the bytes at `at` (a range of it) replaced by `with`, its ranges moved
+    /// to match: a rewrite without a second parse.
+    pub fn splice(&self, at: Range<usize>, with: &str) -> Call {
+        let line = codec::splice(&self.line, at.clone(), with);
+        let m = |r: &Range<usize>| moved(r, &at, with.len());
+        let env = Envelope {
+            id: self.env.id.as_ref().map(m),
+            params: self.env.params.as_ref().map(m),
+            result: self.env.result.as_ref().map(m),
+            ..self.env.clone()
+        };
+        Call { line, env, fields: self.fields.map(m) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(line: &str) -> Call {
+        Call::parse(line.to_string()).expect("a request")
+    }
+
+    #[test]
+    fn a_request_s_fields_are_read_in_one_pass() {
+        use switchyard_mcp::meta;
+        // The keys as the protocol names them (serde's are written out).
+        let meta = serde_json::json!({
+            "progressToken": 7,
+            meta::PROTOCOL_VERSION: "2026-07-28",
+            meta::CLIENT_INFO: {"name": "cli", "version": "1.2"},
+            meta::TRACEPARENT: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            meta::TRACESTATE: "k=v",
+        });
+        let params = serde_json::json!({"name": "e\"cho", "arguments": {"x": [1]}, "_meta": meta});
+        let c = call(&codec::request(r#""a""#, "tools/call", &params.to_string()));
+        let f = c.fields();
+        assert_eq!((c.id(), c.method()), (r#""a""#, "tools/call"));
+        assert_eq!(c.name().as_deref(), Some("e\"cho"));
+        assert_eq!(c.text(&f.arguments), Some(r#"{"x":[1]}"#));
+        assert_eq!(c.text(&f.progress_token), Some("7"));
+        assert_eq!(c.protocol_version().as_deref(), Some("2026-07-28"));
+        assert_eq!(
+            (c.string(&f.client_name).as_deref(), c.string(&f.client_version).as_deref()),
+            (Some("cli"), Some("1.2"))
+        );
+        assert_eq!(
+            c.string(&f.traceparent).as_deref(),
+            Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+        );
+        assert_eq!(c.string(&f.tracestate).as_deref(), Some("k=v"));
+        let plain = call(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#);
+        assert_eq!((plain.params(), plain.fields()), (None, &Fields::default()));
+    }
+
+    #[test]
+    fn a_field_of_an_odd_shape_hides_no_other() {
+        let c = call(
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":5,"uri":"u","_meta":{"io.modelcontextprotocol/clientInfo":"x","progressToken":"t"}}}"#,
+        );
+        assert_eq!((c.name(), c.string(&c.fields().uri).as_deref()), (None, Some("u")));
+        assert_eq!((c.fields().client_name.clone(), c.text(&c.fields().progress_token)), (None, Some(r#""t""#)));
+        let c = call(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"n","_meta":[1]}}"#);
+        assert_eq!((c.name().as_deref(), c.fields().progress_token.clone()), (Some("n"), None));
+        let c = call(r#"{"jsonrpc":"2.0","id":1,"method":"m","params":["name"]}"#);
+        assert_eq!(c.fields(), &Fields::default());
+    }
+
+    #[test]
+    fn a_splice_moves_the_ranges_after_it_and_grows_those_around_it() {
+        let c = call(
+            r#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"short","_meta":{"progressToken":3}},"x":0}"#,
+        );
+        let s = c.splice(c.fields().task_id.clone().unwrap(), r#""a much longer one""#);
+        assert_eq!(
+            s.line(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"a much longer one","_meta":{"progressToken":3}},"x":0}"#
+        );
+        let again = call(s.line());
+        assert_eq!((s.fields(), s.envelope().params.clone()), (again.fields(), again.envelope().params.clone()));
+        assert_eq!((s.id(), s.text(&s.fields().progress_token)), ("1", Some("3")));
+        let shorter = s.splice(s.id_range(), "12345");
+        assert_eq!(shorter.fields(), call(shorter.line()).fields());
+        assert_eq!(shorter.id(), "12345");
+    }
+}
