@@ -471,6 +471,37 @@ async fn a_2026_request_waits_for_the_server_to_start_then_has_its_own_time() {
     assert_eq!(started.elapsed(), ms(3000));
 }
 
+/// A request's params are read once, where its session reads it: the era, the caller, the tool,
+/// the progress token and the arguments every later stage needs come from that one read (the
+/// session's `Call`), in both eras.
+#[tokio::test(start_paused = true)]
+async fn a_call_s_params_are_read_once_on_its_way_to_the_server() {
+    let (server, fake) = start("", true);
+    let mut c = Client::connect(&server).await;
+    c.request("tools/list", json!({})).await;
+    let reads = switchyard_core::codec::params_reads;
+    let before = reads();
+    let params = json!({"name": "echo", "arguments": {"text": "once"}, "_meta": {"progressToken": "p"}});
+    assert_eq!(text(&c.request("tools/call", params).await), "once");
+    assert_eq!(reads() - before, 1, "a 2025-11-25 tools/call's params were read more than once");
+    let mut c26 = Client::open(&server);
+    let mut meta = modern_meta();
+    meta["io.modelcontextprotocol/clientInfo"] = json!({"name": "t26", "version": "2"});
+    meta["progressToken"] = json!(7);
+    let params = json!({"name": "echo", "arguments": {"text": "once more"}, "_meta": meta});
+    let before = reads();
+    assert_eq!(text(&c26.request("tools/call", params).await), "once more");
+    assert_eq!(reads() - before, 1, "a 2026-07-28 tools/call's params were read more than once");
+    // What was read reached the server: the tool, its arguments, the progress token (as the
+    // router's own id).
+    let sent = fake.links.lock().unwrap().iter().flat_map(|l| calls_of(l, "echo")).collect::<Vec<_>>();
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    for s in &sent {
+        assert_eq!(s["params"]["_meta"]["progressToken"], s["id"], "{s}");
+    }
+    assert_eq!(sent[1]["params"]["arguments"]["text"], "once more", "{sent:?}");
+}
+
 /// A request whose envelope names a version switchyard does not serve per request gets -32022
 /// with the versions it does, as the HTTP front answers it, and never reaches the server (which
 /// may not check).

@@ -84,7 +84,9 @@ pub(super) async fn attempt(
     track: &Track<'_>,
 ) -> Result<Answered, Stop> {
     let what = call.what.as_str();
-    let progress = call.progress.clone().map(|span| (span, call.progress_sink.clone() as Arc<dyn ProgressSink>));
+    // Progress is routed back when the client asked for it (it gave a token).
+    let progress =
+        req.call.fields().progress_token.is_some().then(|| call.progress_sink.clone() as Arc<dyn ProgressSink>);
     let safe = call.safe_now(server);
     let started = Instant::now();
     let deadline = (started + eff.timeout).min(cap.deadline.unwrap_or(started + eff.timeout));
@@ -189,7 +191,7 @@ impl Attempt<'_, '_> {
         Waiting {
             about: format!("{} on server `{}`", self.what, server.name),
             link: req.link,
-            client_id: &req.line[req.env.id.clone().expect("requests have ids")],
+            client_id: req.call.id(),
             may_notify: Box::new(move || {
                 server.declares_logging() && server.hub.session_level(req.session).is_none_or(|l| l >= NOTICE_LEVEL)
             }),

@@ -15,7 +15,6 @@ mod retry;
 mod send;
 mod shown;
 
-use std::ops::Range;
 use std::sync::Arc;
 
 use tokio::time::Instant;
@@ -31,11 +30,11 @@ pub use resolve::{Effective, resolve};
 use retry::Next;
 use send::Rising;
 use shown::shown_tool;
-use switchyard_core::codec::{self, Envelope};
+use switchyard_core::call::Call;
 use switchyard_core::decision::{CallInfo, TaskRef};
 use switchyard_core::error::CallError;
 use switchyard_core::ids::SessionId;
-use switchyard_core::metrics::{Call, Outcome};
+use switchyard_core::metrics::{self, Outcome};
 
 /// Why an attempt ended without a response.
 enum Stop {
@@ -45,8 +44,8 @@ enum Stop {
 
 /// A request of a client, as the engine needs it.
 pub struct Request<'a> {
-    pub line: &'a str,
-    pub env: &'a Envelope,
+    /// The request, read once where its session read it: nothing here parses it again.
+    pub call: &'a Call,
     pub session: SessionId,
     pub session_label: &'a str,
     pub link: &'a Arc<ClientPeer>,
@@ -63,22 +62,17 @@ pub struct Request<'a> {
 /// Who sent `req`: what its session knows of its client; for a request of the 2026-07-28 era,
 /// which has no initialize, its own protocol version and the `clientInfo` in its `_meta`.
 fn caller_of(req: &Request<'_>) -> switchyard_core::decision::Caller {
-    const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
     let mut caller = req.link.caller();
-    let Some(params) = req.env.params.as_ref().filter(|_| req.modern) else { return caller };
-    if let Some(version) = codec::envelope_version(req.line, params) {
-        caller.era = version;
+    if !req.modern {
+        return caller;
     }
-    let text = &req.line[params.clone()];
-    if text.contains(CLIENT_INFO)
-        && let Ok(v) = serde_json::from_str::<serde_json::Value>(text)
-    {
-        let info = &v["_meta"][CLIENT_INFO];
-        let part = |k: &str| info.get(k).and_then(|s| s.as_str()).map(str::to_string);
-        if let Some(name) = part("name") {
-            caller.name = Some(name);
-            caller.version = part("version");
-        }
+    let call = req.call;
+    if let Some(version) = call.protocol_version() {
+        caller.era = version.into_owned();
+    }
+    if let Some(name) = call.string(&call.fields().client_name) {
+        caller.name = Some(name.into_owned());
+        caller.version = call.string(&call.fields().client_version).map(Into::into);
     }
     caller
 }
@@ -95,7 +89,7 @@ struct End {
 /// client cancelled it: then no response is owed). Counted and timed in the router's metrics.
 pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
     let started = Instant::now();
-    let (method, session_label) = (req.env.method.as_deref().unwrap_or_default(), req.session_label);
+    let (method, session_label) = (req.call.method(), req.session_label);
     let mut end = End { outcome: Outcome::Cancelled, code: None, tool: None };
     // A tool the client calls by the name a plugin gave it reaches the server under its own.
     let renamed = match shown_tool(server, &req).await {
@@ -103,7 +97,7 @@ pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
         Err(refused) => {
             end.outcome = Outcome::Rejected;
             end.code = refused.code;
-            server.metrics.call(Call {
+            server.metrics.call(metrics::Call {
                 server: &server.metric_name,
                 method,
                 tool: None,
@@ -116,10 +110,10 @@ pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
         }
     };
     let resp = match &renamed {
-        Some((line, env)) => run(server, Request { line, env, ..req }, &mut end).await,
+        Some(call) => run(server, Request { call, ..req }, &mut end).await,
         None => run(server, req, &mut end).await,
     };
-    server.metrics.call(Call {
+    server.metrics.call(metrics::Call {
         server: &server.metric_name,
         method,
         tool: end.tool.as_ref(),
@@ -145,7 +139,7 @@ pub async fn judge(
     let mut call = Forwarded::new(server, req);
     let mut end = End { outcome: Outcome::Rejected, code: None, tool: None };
     let Err(answer) = call.decide(server, set, req, &mut end).await else { return Ok(()) };
-    server.metrics.call(Call {
+    server.metrics.call(metrics::Call {
         server: &server.metric_name,
         method: &call.info.method,
         tool: None,
@@ -163,10 +157,6 @@ struct Forwarded<'a> {
     client_id: &'a str,
     /// What logs and errors call it: the method, or "tools/call `NAME`".
     what: String,
-    /// Where `params._meta.progressToken` is, when the client asked for progress.
-    progress: Option<Range<usize>>,
-    /// Where `params.arguments` is (given to plugins, which are the only ones to read it).
-    arguments: Option<Range<usize>>,
     /// What the plugins decide on; `attempt` counts the attempts made before this one.
     info: CallInfo,
     /// Whether what only plugins read (the arguments, the declared hints) is in `info` yet.
@@ -189,16 +179,13 @@ struct Forwarded<'a> {
 
 impl<'a> Forwarded<'a> {
     fn new(server: &Server, req: &Request<'a>) -> Self {
-        let (line, env) = (req.line, req.env);
-        let client_id = &line[env.id.clone().expect("requests have ids")];
-        let method = env.method.clone().unwrap_or_default();
-        let fields = env.params.as_ref().map(|p| codec::param_fields(line, p)).unwrap_or_default();
-        let tool = if method == "tools/call" { fields.name.clone() } else { None };
+        let call = req.call;
+        let method = call.method().to_string();
+        let tool = if method == "tools/call" { call.name().map(String::from) } else { None };
         let what = match &tool {
             Some(t) => format!("tools/call `{t}`"),
             None => method.clone(),
         };
-        let progress = env.params.as_ref().and_then(|p| codec::progress_token_in_request(line, p));
         let info = CallInfo {
             server: server.name.clone(),
             session: req.session_label.to_string(),
@@ -214,10 +201,8 @@ impl<'a> Forwarded<'a> {
             }),
         };
         Forwarded {
-            client_id,
+            client_id: call.id(),
             what,
-            progress,
-            arguments: fields.arguments,
             info,
             gathered: false,
             first_started: Instant::now(),

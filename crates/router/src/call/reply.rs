@@ -48,8 +48,8 @@ pub(super) fn task_ids(
     let new = match req.task {
         Some(Pinned { ids: Some((upstream, client)), .. }) => {
             // tasks/result answers once the task is terminal; the others say its status.
-            let status = match req.env.method.as_deref() {
-                Some("tasks/result") => Some("completed".to_string()),
+            let status = match req.call.method() {
+                "tasks/result" => Some("completed".to_string()),
                 _ => tasks::status_in(result),
             };
             if let Some(status) = status {
@@ -58,7 +58,7 @@ pub(super) fn task_ids(
             tasks::replace_task_id(result, upstream, client)
         }
         Some(Pinned { ids: None, .. }) => None,
-        None if req.env.method.as_deref() == Some("tools/call") => {
+        None if req.call.method() == "tools/call" => {
             let Some((upstream, status, ttl)) = tasks::created_task(result) else { return reply };
             let session = if req.modern { tasks::NO_SESSION } else { req.session };
             // Held until the task ends, or its time to live (the call's longest allowed

@@ -83,7 +83,7 @@ impl Forwarded<'_> {
         // large (a whole file for write_file), and the declared hints take a lookup.
         if set.reads_calls() && !self.gathered {
             self.gathered = true;
-            self.info.arguments = self.arguments.as_ref().map(|r| req.line[r.clone()].to_string());
+            self.info.arguments = req.call.text(&req.call.fields().arguments).map(str::to_string);
             self.info.declared = self.info.tool.as_deref().map(|t| server.declared_hints(t)).unwrap_or_default();
         }
         let decision = match set.decide_async(&self.info).await {

@@ -2,7 +2,6 @@
 //! copy on a new connection when its link goes silent, the client's cancel; and where the
 //! call's progress goes.
 
-use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,16 +54,12 @@ impl crate::upstream::ProgressSink for Rising {
 impl Attempt<'_, '_> {
     /// Sends the call to `inst` and waits for its reply until the deadline (which progress
     /// extends, up to `limits.max_call_timeout_ms`) or the client's cancel.
-    pub(super) async fn send(
-        &self,
-        inst: &Arc<Instance>,
-        route: Option<(Range<usize>, Arc<dyn ProgressSink>)>,
-    ) -> Result<Reply, Stop> {
+    pub(super) async fn send(&self, inst: &Arc<Instance>, route: Option<Arc<dyn ProgressSink>>) -> Result<Reply, Stop> {
         let (server, req, eff, what) = (self.server, self.req, self.eff, self.what);
         let activity = Arc::new(Notify::new());
         let failed = |u: Unanswered| Stop::Failed(u.into_error(&server.name, what));
         let sent = inst
-            .send(req.line, req.env, req.session, route.clone(), Some(activity.clone()), self.stream.clone())
+            .send(req.call, req.session, route.clone(), Some(activity.clone()), self.stream.clone())
             .map_err(failed)?;
         req.cancel.mark_sent();
         self.track.set(Stage::InFlight(inst.clone(), sent.upstream_id));
@@ -166,20 +161,15 @@ impl Attempt<'_, '_> {
         inst: &Arc<Instance>,
         first: u64,
         window: Duration,
-        route: &Option<(Range<usize>, Arc<dyn ProgressSink>)>,
+        route: &Option<Arc<dyn ProgressSink>>,
         activity: &Arc<Notify>,
     ) -> (Option<Sent>, Option<Instant>) {
         let (server, req, what) = (self.server, self.req, self.what);
         match inst.silent_for(first) {
             Some(silent) if silent >= window => {
-                if let Ok(copy) = inst.send(
-                    req.line,
-                    req.env,
-                    req.session,
-                    route.clone(),
-                    Some(activity.clone()),
-                    self.stream.clone(),
-                ) {
+                if let Ok(copy) =
+                    inst.send(req.call, req.session, route.clone(), Some(activity.clone()), self.stream.clone())
+                {
                     tracing::info!(
                         server = %server.name, instance = %inst.label(), session = req.session_label,
                         "{what} has had nothing from its link for {:.1} s while the server answers probes: sent once more on a new connection (it is safe to repeat); the first answer wins",

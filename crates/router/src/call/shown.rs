@@ -7,7 +7,8 @@ use std::time::Duration;
 use super::refused::{Refused, refused};
 use super::{Request, caller_of};
 use crate::server::Server;
-use switchyard_core::codec::{self, Envelope};
+use switchyard_core::call::Call;
+use switchyard_core::codec;
 use switchyard_policy::{Kind, PluginSet, annotate};
 
 /// How long a call by an unknown name waits for a starting server's tool list.
@@ -47,10 +48,10 @@ async fn renamed_to(
 /// name of the tool)) when the client called it by a name a plugin gave it; Ok(None) to send it
 /// as it is; Err(the client's answer) when a plugin hides the tool from this client or shows it
 /// under another name (for a tool, a result the model reads; see `refused`).
-pub(super) async fn shown_tool(server: &Arc<Server>, req: &Request<'_>) -> Result<Option<(String, Envelope)>, Refused> {
-    let kind = match req.env.method.as_deref() {
-        Some("tools/call") => Kind::Tool,
-        Some("prompts/get") => Kind::Prompt,
+pub(super) async fn shown_tool(server: &Arc<Server>, req: &Request<'_>) -> Result<Option<Call>, Refused> {
+    let kind = match req.call.method() {
+        "tools/call" => Kind::Tool,
+        "prompts/get" => Kind::Prompt,
         _ => return Ok(None),
     };
     if req.task.is_some() {
@@ -60,8 +61,8 @@ pub(super) async fn shown_tool(server: &Arc<Server>, req: &Request<'_>) -> Resul
     if !set.may_hide_or_rename(&server.name) {
         return Ok(None);
     }
-    let fields = req.env.params.as_ref().map(|p| codec::param_fields(req.line, p)).unwrap_or_default();
-    let Some(called) = fields.name else { return Ok(None) };
+    let (Some(span), Some(called)) = (req.call.fields().name.clone(), req.call.name()) else { return Ok(None) };
+    let called = called.into_owned();
     let caller = caller_of(req);
     let mut view = req.link.tool_view(&server.name, kind);
     if !view.as_ref().is_some_and(|v| v.renamed.contains_key(&called))
@@ -73,24 +74,11 @@ pub(super) async fn shown_tool(server: &Arc<Server>, req: &Request<'_>) -> Resul
         view = req.link.tool_view(&server.name, kind);
     }
     let listed = |name: &str| server.listed_item(kind, name);
-    let client_id = &req.line[req.env.id.clone().expect("requests have ids")];
+    let client_id = req.call.id();
     match annotate::check_call(&set, req.session_label, &caller, view.as_deref(), &called, listed).await {
         Ok(None) => Ok(None),
-        Ok(Some(original)) => {
-            let internal = |why: String| {
-                let msg = format!(
-                    "{} `{called}`: switchyard could not put the server's name `{original}` in the request: {why}",
-                    kind.noun()
-                );
-                let answer = codec::response_error(client_id, codec::INTERNAL_ERROR, &msg, None);
-                Refused { answer, code: Some(codec::INTERNAL_ERROR) }
-            };
-            let mut v: serde_json::Value = serde_json::from_str(req.line).map_err(|e| internal(e.to_string()))?;
-            v["params"]["name"] = serde_json::Value::String(original.clone());
-            let line = v.to_string();
-            let env = codec::parse(&line).map_err(|e| internal(e.message()))?;
-            Ok(Some((line, env)))
-        }
+        // The server's name in place of the one the client called: the rest stays as it came.
+        Ok(Some(original)) => Ok(Some(req.call.splice(span, &codec::json_string(&original)))),
         Err(rejection) => {
             server.log_refusal(req.session_label, &format!("{} `{called}`", kind.noun()), &rejection);
             let tool = (kind == Kind::Tool).then_some(called.as_str());

@@ -12,8 +12,9 @@ mod remembered;
 use super::Session;
 use crate::call::Cancel;
 use crate::placement::ScopeKey;
-use switchyard_core::codec::{self, Envelope};
-use switchyard_core::metrics::{Call, Outcome};
+use switchyard_core::call::Call;
+use switchyard_core::codec;
+use switchyard_core::metrics::{self, Outcome};
 
 /// The methods a session answers itself (from the server's state), never through the engine.
 const ANSWERED_HERE: &[&str] =
@@ -33,21 +34,19 @@ impl Session {
     }
 
     /// Runs one request to its single response (None: the client cancelled it).
-    pub(super) async fn run(self: Arc<Self>, line: String, env: Envelope, token: Arc<Cancel>) -> Option<String> {
-        let id_span = env.id.clone().expect("requests have ids");
-        let id = line[id_span].to_string();
+    pub(super) async fn run(self: Arc<Self>, call: Call, token: Arc<Cancel>) -> Option<String> {
+        let id = call.id().to_string();
         let started = tokio::time::Instant::now();
         let resp = self
-            .dispatch(&line, &env, &id, &token)
+            .dispatch(&call, &id, &token)
             .await
             .or_else(|| token.owes_answer().then(|| self.ended_for(&token).to_response(&id)));
         // What the engine forwards it counts itself; what the session answers is counted here.
-        let method = env.method.as_deref().unwrap_or_default();
+        let method = call.method();
         if ANSWERED_HERE.contains(&method) {
             let server = self.server();
-            let (outcome, code) =
-                resp.as_deref().map_or((Outcome::Cancelled, None), switchyard_core::metrics::answer_outcome);
-            server.metrics.call(Call {
+            let (outcome, code) = resp.as_deref().map_or((Outcome::Cancelled, None), metrics::answer_outcome);
+            server.metrics.call(metrics::Call {
                 server: &server.metric_name,
                 method,
                 tool: None,
@@ -86,36 +85,35 @@ impl Session {
         }
     }
 
-    async fn dispatch(self: &Arc<Self>, line: &str, env: &Envelope, id: &str, cancel: &Cancel) -> Option<String> {
+    async fn dispatch(self: &Arc<Self>, call: &Call, id: &str, cancel: &Cancel) -> Option<String> {
         let token = &cancel.token;
-        let method = env.method.as_deref().unwrap_or_default();
+        let method = call.method();
         // A request waits while the session is being placed (its roots asked for); what it may
         // send before it is initialised does not.
         if !matches!(method, "initialize" | "ping" | "server/discover") {
             or_cancelled(token, self.placed()).await?;
         }
         let server = &self.server();
-        let params = env.params.as_ref().map(|p| &line[p.clone()]).unwrap_or("{}");
-        let fields = env.params.as_ref().map(|p| codec::param_fields(line, p)).unwrap_or_default();
+        let fields = call.fields();
         let local_error = |code, msg: String| Some(codec::response_error(id, code, &msg, None));
-        let modern = match self.era(server, method, line, env, id) {
+        let modern = match self.era(server, call, id) {
             Ok(modern) => modern,
             Err(refusal) => return Some(refusal),
         };
         if method == "server/discover" {
-            return self.discover(line, env, cancel).await;
+            return self.discover(call, cancel).await;
         }
         if modern {
             if crate::server::tasks::ABOUT_ONE_TASK_2026.contains(&method) {
-                return self.about_task(line, env, cancel, true).await;
+                return self.about_task(call, cancel, true).await;
             }
-            if let Some(state) = fields.request_state {
-                return self.resume(line, env, cancel, state).await;
+            if fields.request_state.is_some() {
+                return self.resume(call, cancel).await;
             }
-            return self.forward(line, env, cancel, true).await;
+            return self.forward(call, cancel, true).await;
         }
         match method {
-            "initialize" => self.initialize(server, params, id, token).await,
+            "initialize" => self.initialize(server, call.params().unwrap_or("{}"), id, token).await,
             "ping" => Some(codec::response_ok(id, "{}")),
             // The server's instances were set up for clients that did initialize: a session that
             // did not is served by none of them, as a server of its own would serve it nothing.
@@ -127,9 +125,9 @@ impl Session {
                 ),
             ),
             // Before the wait for the server's start: answered from memory while it starts.
-            m @ ("tools/list" | "prompts/list") if let Some(items) = self.remembered_list(server, m, line, env) => {
+            m @ ("tools/list" | "prompts/list") if let Some(items) = self.remembered_list(server, m, call) => {
                 let method = if m == "tools/list" { "tools/list" } else { "prompts/list" };
-                Some(self.answer_from_memory(server, method, self.request(line, env, cancel, false, None), items).await)
+                Some(self.answer_from_memory(server, method, self.request(call, cancel, false, None), items).await)
             }
             _ if !or_cancelled(token, async {
                 let _turn = self.in_order.lock().await;
@@ -146,7 +144,7 @@ impl Session {
                     server.name
                 ),
             ),
-            "logging/setLevel" => match fields.level {
+            "logging/setLevel" => match call.string(&fields.level) {
                 Some(level) => match or_cancelled(token, server.set_log_level(self.id, &level)).await? {
                     Ok(()) => Some(codec::response_ok(id, "{}")),
                     Err(e) => local_error(codec::INVALID_PARAMS, e),
@@ -154,7 +152,7 @@ impl Session {
                 None => local_error(codec::INVALID_PARAMS, "logging/setLevel needs params.level".into()),
             },
             "resources/subscribe" | "resources/unsubscribe" => {
-                let Some(uri) = fields.uri else {
+                let Some(uri) = call.string(&fields.uri) else {
                     return local_error(codec::INVALID_PARAMS, format!("{method} needs params.uri"));
                 };
                 let r = if method == "resources/subscribe" {
@@ -167,15 +165,15 @@ impl Session {
                     Err(e) => local_error(codec::INTERNAL_ERROR, e),
                 }
             }
-            m if crate::server::tasks::ABOUT_ONE_TASK.contains(&m) => self.about_task(line, env, cancel, false).await,
-            "tasks/list" => self.list_tasks(line, env, cancel).await,
-            _ => self.forward(line, env, cancel, false).await,
+            m if crate::server::tasks::ABOUT_ONE_TASK.contains(&m) => self.about_task(call, cancel, false).await,
+            "tasks/list" => self.list_tasks(call, cancel).await,
+            _ => self.forward(call, cancel, false).await,
         }
     }
 
     /// Through the policy and the engine to an instance (`modern`: one of the 2026-07-28 era).
-    async fn forward(&self, line: &str, env: &Envelope, cancel: &Cancel, modern: bool) -> Option<String> {
-        self.forward_to(line, env, cancel, modern, None).await
+    async fn forward(&self, call: &Call, cancel: &Cancel, modern: bool) -> Option<String> {
+        self.forward_to(call, cancel, modern, None).await
     }
 
     /// `server/discover`, the 2026-07-28 client's first request (it sends no initialize). It
@@ -183,9 +181,9 @@ impl Session {
     /// that era answers it as it would directly; a 2025-11-25-only server answers -32601 and the
     /// client falls back to initialize. Clients fall back after a timeout too, so an instance
     /// that is up but does not answer within `limits.discover_timeout_ms` gets -32601 fast.
-    async fn discover(&self, line: &str, env: &Envelope, cancel: &Cancel) -> Option<String> {
+    async fn discover(&self, call: &Call, cancel: &Cancel) -> Option<String> {
         let server = &self.server();
-        let id = &line[env.id.clone().expect("requests have ids")];
+        let id = call.id();
         let not_found = |why: &str| {
             Some(codec::response_error(
                 id,
@@ -220,7 +218,7 @@ impl Session {
             return not_found(&format!("no instance of server `{}` could start: {e}", server.name));
         }
         let limit = Duration::from_millis(server.limits.discover_timeout_ms);
-        match tokio::time::timeout(limit, self.forward(line, env, cancel, true)).await {
+        match tokio::time::timeout(limit, self.forward(call, cancel, true)).await {
             Ok(Some(reply)) => {
                 if !crate::server::is_modern_answer(&reply) {
                     server.refuse_discover(&reply);

@@ -7,12 +7,16 @@ use tokio_util::task::TaskTracker;
 
 use super::Session;
 use crate::call::Cancel;
+use switchyard_core::call::Call;
 use switchyard_core::codec::{self, Envelope, Kind};
 
 /// What the reader loop does with one message before anything async runs.
+// `Run` is the large one: the request's `Call` (its ranges) is moved, once, into the task that
+// runs it; boxing it would cost an allocation per request.
+#[allow(clippy::large_enum_variant)]
 enum Step {
     /// A request, registered in flight; run it.
-    Run(String, Envelope, Arc<Cancel>),
+    Run(Call, Arc<Cancel>),
     /// Answer this at once.
     Reply(String),
     /// Handled (a notification or a response) or nothing to do.
@@ -28,10 +32,10 @@ impl Session {
             return self.on_batch(&line, tasks);
         }
         match self.step(line) {
-            Step::Run(line, env, token) => {
+            Step::Run(call, token) => {
                 let me = self.clone();
                 tasks.spawn(async move {
-                    if let Some(resp) = me.clone().run(line, env, token).await {
+                    if let Some(resp) = me.clone().run(call, token).await {
                         me.link.send(resp);
                     }
                 });
@@ -62,7 +66,7 @@ impl Session {
             let mut running = Vec::new();
             for s in steps {
                 match s {
-                    Step::Run(line, env, token) => running.push(me.clone().run(line, env, token)),
+                    Step::Run(call, token) => running.push(me.clone().run(call, token)),
                     Step::Reply(r) => replies.push(r),
                     Step::Done => {}
                 }
@@ -104,7 +108,9 @@ impl Session {
                 Step::Done
             }
             Kind::Request => {
-                let id = line[env.id.clone().expect("requests have ids")].to_string();
+                // Its params are read here, once: every later stage reads the `Call`.
+                let call = Call::read(line, env);
+                let id = call.id().to_string();
                 let token = Arc::new(Cancel::default());
                 let mut inflight = self.inflight.lock().expect("lock");
                 if inflight.contains_key(&id) {
@@ -118,24 +124,23 @@ impl Session {
                 inflight.insert(id, token.clone());
                 drop(inflight);
                 // `initialize` is the handshake of its era even when it carries the envelope.
-                let modern = env.method.as_deref() != Some("initialize")
-                    && env.params.as_ref().is_some_and(|p| codec::envelope_version(&line, p).is_some());
-                match env.method.as_deref() {
+                let modern = call.method() != "initialize" && call.fields().protocol_version.is_some();
+                match call.method() {
                     // A 2026-07-28 client never initialises: its first request opens its session.
                     _ if modern => self.link.open(),
-                    Some("initialize") => {
-                        let params = env.params.as_ref().map(|p| &line[p.clone()]).unwrap_or("{}");
+                    "initialize" => {
+                        let params = call.params().unwrap_or("{}");
                         self.place_at_initialize(params);
                         self.server().begin_initialize(params);
                     }
-                    Some("ping" | "server/discover") => {}
+                    "ping" | "server/discover" => {}
                     // A client that skips `initialized` is taken as initialised by its first call.
                     _ => {
                         self.link.open();
                         self.settle_roots();
                     }
                 }
-                Step::Run(line, env, token)
+                Step::Run(call, token)
             }
         }
     }

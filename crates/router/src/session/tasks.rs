@@ -1,12 +1,11 @@
 //! A session's requests about tasks: each to the instance that holds its task, and tasks/list
 //! merged from the instances holding this session's tasks (never another session's).
 
-use std::ops::Range;
-
 use super::Session;
 use crate::call::{self, Cancel};
 use crate::server::tasks::{self, Pinned};
-use switchyard_core::codec::{self, Envelope};
+use switchyard_core::call::Call;
+use switchyard_core::codec;
 
 /// The most pages of one instance's tasks/list followed before the list is answered.
 const MAX_PAGES: usize = 100;
@@ -16,14 +15,12 @@ impl Session {
     /// names, if it is one this router handed this session and that instance still runs; else
     /// the spec's answer for an unknown task (-32602) at once. A request without a task id goes
     /// on as it is, for the server to answer.
-    pub(super) async fn about_task(&self, line: &str, env: &Envelope, cancel: &Cancel, modern: bool) -> Option<String> {
+    pub(super) async fn about_task(&self, call: &Call, cancel: &Cancel, modern: bool) -> Option<String> {
         let server = &self.server();
-        let id = &line[env.id.clone().expect("requests have ids")];
-        let fields = env.params.as_ref().map(|p| codec::param_fields(line, p)).unwrap_or_default();
-        let Some((span, client_task)) =
-            fields.task_id.and_then(|s| serde_json::from_str::<String>(&line[s.clone()]).ok().map(|t| (s, t)))
-        else {
-            return self.forward_to(line, env, cancel, modern, None).await;
+        let id = call.id();
+        let span = call.fields().task_id.clone();
+        let (Some(span), Some(client_task)) = (span, call.string(&call.fields().task_id)) else {
+            return self.forward_to(call, cancel, modern, None).await;
         };
         let not_found = |why: String| {
             Some(codec::response_error(
@@ -49,33 +46,25 @@ impl Session {
                 server.name, route.instance
             ));
         };
-        let sent = codec::splice(line, span, &codec::json_string(&route.upstream));
-        let sent_env = match codec::parse(&sent) {
-            Ok(e) => e,
-            Err(e) => return Some(codec::response_error(id, e.code(), &e.message(), None)),
-        };
+        let sent = call.splice(span, &codec::json_string(&route.upstream));
         let created_by = holder.hub.tasks.tool_of(route.instance, &route.upstream);
-        let pinned = Pinned { instance, ids: Some((route.upstream, client_task.clone())), created_by };
-        self.forward_to(&sent, &sent_env, cancel, modern, Some(&pinned)).await
+        let pinned = Pinned { instance, ids: Some((route.upstream, client_task.into_owned())), created_by };
+        self.forward_to(&sent, cancel, modern, Some(&pinned)).await
     }
 
     /// The retry of a request the server answered `input_required` (2026-07-28): a
     /// `requestState` switchyard sealed goes, as the server gave it, to the instance that gave
     /// it (the spec's -32602 at once when that instance has ended). Any other state goes on as
     /// it is, for the server to judge as it would directly.
-    pub(super) async fn resume(
-        &self,
-        line: &str,
-        env: &Envelope,
-        cancel: &Cancel,
-        span: Range<usize>,
-    ) -> Option<String> {
+    pub(super) async fn resume(&self, call: &Call, cancel: &Cancel) -> Option<String> {
         let server = &self.server();
-        let sealed = serde_json::from_str::<String>(&line[span.clone()]).ok();
-        let Some(route) = sealed.and_then(|s| tasks::open_state(&server.name, &s)) else {
-            return self.forward_to(line, env, cancel, true, None).await;
+        let sealed = call.string(&call.fields().request_state);
+        let (Some(span), Some(route)) =
+            (call.fields().request_state.clone(), sealed.and_then(|s| tasks::open_state(&server.name, &s)))
+        else {
+            return self.forward_to(call, cancel, true, None).await;
         };
-        let id = &line[env.id.clone().expect("requests have ids")];
+        let id = call.id();
         let Some((_, instance)) = server.family_instance(route.instance) else {
             let message = format!(
                 "Invalid requestState: the instance of server `{}` that asked for this input (#{}) has ended, and the request's state with it; send the request again without `requestState` and `inputResponses`",
@@ -83,23 +72,18 @@ impl Session {
             );
             return Some(codec::response_error(id, codec::INVALID_PARAMS, &message, None));
         };
-        let sent = codec::splice(line, span, &codec::json_string(&route.upstream));
-        let sent_env = match codec::parse(&sent) {
-            Ok(e) => e,
-            Err(e) => return Some(codec::response_error(id, e.code(), &e.message(), None)),
-        };
-        let req = call::Request { resume: Some(instance), ..self.request(&sent, &sent_env, cancel, true, None) };
+        let sent = call.splice(span, &codec::json_string(&route.upstream));
+        let req = call::Request { resume: Some(instance), ..self.request(&sent, cancel, true, None) };
         call::forward(&self.server(), req).await
     }
 
     /// tasks/list (2025-11-25): each instance holding tasks of this session is asked (every page),
     /// and the tasks this session was handed are answered, under their ids, in one list. An
     /// instance lists every task it holds, other sessions' too: only this session's pass.
-    pub(super) async fn list_tasks(&self, line: &str, env: &Envelope, cancel: &Cancel) -> Option<String> {
+    pub(super) async fn list_tasks(&self, call: &Call, cancel: &Cancel) -> Option<String> {
         let server = &self.server();
-        let id = &line[env.id.clone().expect("requests have ids")];
-        let params = env.params.as_ref().map(|p| &line[p.clone()]).unwrap_or("{}");
-        if serde_json::from_str::<serde_json::Value>(params).is_ok_and(|p| !p["cursor"].is_null()) {
+        let id = call.id();
+        if call.text(&call.fields().cursor).is_some_and(|c| c != "null") {
             return Some(codec::response_error(
                 id,
                 codec::INVALID_PARAMS,
@@ -117,13 +101,11 @@ impl Session {
                 continue;
             };
             let pinned = Pinned { instance, ids: None, created_by: None };
-            let mut page = line.to_string();
+            // The client's request asks for the first page; switchyard asks for the next ones.
+            let mut next: Option<Call> = None;
             for _ in 0..MAX_PAGES {
-                let page_env = match codec::parse(&page) {
-                    Ok(e) => e,
-                    Err(e) => return Some(codec::response_error(id, e.code(), &e.message(), None)),
-                };
-                let reply = self.forward_to(&page, &page_env, cancel, false, Some(&pinned)).await?;
+                let page = next.as_ref().unwrap_or(call);
+                let reply = self.forward_to(page, cancel, false, Some(&pinned)).await?;
                 let v: serde_json::Value = match serde_json::from_str(&reply) {
                     Ok(v) => v,
                     Err(_) => return Some(reply),
@@ -146,7 +128,10 @@ impl Session {
                 match v["result"]["nextCursor"].as_str() {
                     Some(cursor) => {
                         let params = serde_json::json!({ "cursor": cursor }).to_string();
-                        page = codec::request(id, "tasks/list", &params);
+                        next = match Call::parse(codec::request(id, "tasks/list", &params)) {
+                            Ok(page) => Some(page),
+                            Err(e) => return Some(codec::response_error(id, e.code(), &e.message(), None)),
+                        };
                     }
                     None => break,
                 }
@@ -155,7 +140,7 @@ impl Session {
         if !asked {
             // No task of this session is held anywhere: the server is asked as usual, for its
             // own answer (an error when it has no tasks), and shows none of its tasks.
-            let reply = self.forward_to(line, env, cancel, false, None).await?;
+            let reply = self.forward_to(call, cancel, false, None).await?;
             return Some(match serde_json::from_str::<serde_json::Value>(&reply) {
                 Ok(v) if v.get("result").is_some() => codec::response_ok(id, r#"{"tasks":[]}"#),
                 _ => reply,
@@ -168,26 +153,23 @@ impl Session {
     /// (`modern`: of the 2026-07-28 era).
     pub(super) async fn forward_to(
         &self,
-        line: &str,
-        env: &Envelope,
+        call: &Call,
         cancel: &Cancel,
         modern: bool,
         task: Option<&Pinned>,
     ) -> Option<String> {
-        call::forward(&self.server(), self.request(line, env, cancel, modern, task)).await
+        call::forward(&self.server(), self.request(call, cancel, modern, task)).await
     }
 
     pub(super) fn request<'a>(
         &'a self,
-        line: &'a str,
-        env: &'a Envelope,
+        call: &'a Call,
         cancel: &'a Cancel,
         modern: bool,
         task: Option<&'a Pinned>,
     ) -> call::Request<'a> {
         call::Request {
-            line,
-            env,
+            call,
             session: self.id,
             session_label: &self.label,
             link: &self.link,

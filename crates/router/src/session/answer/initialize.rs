@@ -7,7 +7,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Session, same_answer};
 use crate::server::Server;
-use switchyard_core::codec::{self, Envelope};
+use switchyard_core::call::Call;
+use switchyard_core::codec;
 
 impl Session {
     /// Answers the client's `initialize` (`params`, request `id`).
@@ -75,22 +76,16 @@ impl Session {
 
     /// Whether a request is of the 2026-07-28 era (its protocol version in `_meta`), or the
     /// answer for a version switchyard does not serve per request.
-    pub(super) fn era(
-        &self,
-        server: &Server,
-        method: &str,
-        line: &str,
-        env: &Envelope,
-        id: &str,
-    ) -> Result<bool, String> {
+    pub(super) fn era(&self, server: &Server, call: &Call, id: &str) -> Result<bool, String> {
+        let method = call.method();
         // A request of the 2026-07-28 era carries its protocol version in `_meta` and needs no
         // initialize: it goes to instances of that era, as it is (`initialize` stays a handshake).
-        match env.params.as_ref().and_then(|p| codec::envelope_version(line, p)) {
+        match call.protocol_version() {
             // A version switchyard does not serve per request gets the spec's answer, as the
             // HTTP front gives it: the server behind may not check.
             Some(version)
                 if !matches!(method, "initialize" | "server/discover")
-                    && !switchyard_mcp::version::STATELESS.contains(&version.as_str()) =>
+                    && !switchyard_mcp::version::STATELESS.contains(&&*version) =>
             {
                 let shown: String = version.chars().take(40).collect();
                 let supported = switchyard_mcp::version::STATELESS;

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use super::Session;
 use crate::call;
 use crate::server::Server;
-use switchyard_core::codec::{self, Envelope};
+use switchyard_core::call::Call;
+use switchyard_core::codec;
 use switchyard_policy::Kind;
 
 impl Session {
@@ -19,13 +20,7 @@ impl Session {
     /// up yet, the client was promised a server that says when that list changes (so it hears
     /// if the server's own differs), the request asks for the first page, and a whole list of
     /// it is remembered for clients like this one.
-    pub(super) fn remembered_list(
-        &self,
-        server: &Server,
-        method: &str,
-        line: &str,
-        env: &Envelope,
-    ) -> Option<Vec<serde_json::Value>> {
+    pub(super) fn remembered_list(&self, server: &Server, method: &str, call: &Call) -> Option<Vec<serde_json::Value>> {
         if server.is_initialized() {
             return None;
         }
@@ -34,7 +29,7 @@ impl Session {
         if promised["capabilities"][capability]["listChanged"] != serde_json::Value::Bool(true) {
             return None;
         }
-        if env.params.as_ref().is_some_and(|p| line[p.clone()].contains("\"cursor\"")) {
+        if call.fields().cursor.is_some() {
             return None;
         }
         server.remembered_list(method)
@@ -52,7 +47,7 @@ impl Session {
         req: call::Request<'_>,
         items: Vec<serde_json::Value>,
     ) -> String {
-        let id = &req.line[req.env.id.clone().expect("requests have ids")];
+        let id = req.call.id();
         let set = server.policy.current();
         if let Err(refused) = call::judge(server, &set, &req).await {
             return refused;

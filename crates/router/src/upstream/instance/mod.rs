@@ -2,7 +2,6 @@
 //! replies, and one answer for every call when a request or the whole link is lost.
 
 use std::collections::HashMap;
-use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -17,6 +16,7 @@ pub use strays::LOG_TRAIL;
 use super::transport::{Closed, Connector, Ended, Failure, Inbound, Lost, Outbound, Transport};
 use super::{Events, ProgressSink};
 use crate::placement::ScopeKey;
+use switchyard_core::call::Call;
 use switchyard_core::codec::{self, Envelope, Kind};
 use switchyard_core::error::{Death, Unanswered};
 use switchyard_core::ids::SessionId;
@@ -348,19 +348,18 @@ impl Instance {
     /// client's id of the request.
     pub fn send(
         &self,
-        line: &str,
-        env: &Envelope,
+        call: &Call,
         session: SessionId,
-        progress: Option<(Range<usize>, Arc<dyn ProgressSink>)>,
+        progress: Option<Arc<dyn ProgressSink>>,
         activity: Option<Arc<Notify>>,
         stream: Option<Arc<dyn ProgressSink>>,
     ) -> Result<Sent, Unanswered> {
-        let id_span = env.id.clone().expect("requests have ids");
-        let stream = stream.map(|s| (line[id_span.clone()].to_string(), s));
+        let line = call.line();
+        let stream = stream.map(|s| (call.id().to_string(), s));
         self.submit(session, activity, stream, false, |id_text| {
             let mut route = None;
-            let mut edits = vec![(id_span, id_text)];
-            if let Some((span, out)) = progress {
+            let mut edits = vec![(call.id_range(), id_text)];
+            if let (Some(span), Some(out)) = (call.fields().progress_token.clone(), progress) {
                 // The upstream id doubles as the progress token: unique on this instance.
                 route = Some((line[span.clone()].to_string(), out));
                 edits.push((span, id_text));

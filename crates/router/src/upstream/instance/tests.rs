@@ -15,10 +15,8 @@ async fn start(behaviour: Behaviour) -> (Arc<FakeConnector>, Arc<Instance>) {
     (connector, inst)
 }
 
-fn request(id: &str, method: &str) -> (String, Envelope) {
-    let line = codec::request(id, method, "{}");
-    let env = codec::parse(&line).unwrap();
-    (line, env)
+fn request(id: &str, method: &str) -> Call {
+    Call::parse(codec::request(id, method, "{}")).unwrap()
 }
 
 /// Keeps requests unanswered.
@@ -29,8 +27,8 @@ fn silent() -> Behaviour {
 #[tokio::test]
 async fn a_request_goes_out_under_a_fresh_id_and_its_reply_comes_back() {
     let (c, inst) = start(answer_all()).await;
-    let (line, env) = request(r#""client-7""#, "tools/list");
-    let sent = inst.send(&line, &env, 3, None, None, None).unwrap();
+    let call = request(r#""client-7""#, "tools/list");
+    let sent = inst.send(&call, 3, None, None, None).unwrap();
     let reply = sent.reply.await.unwrap().unwrap_or_else(|_| panic!("answered"));
     assert_eq!(&reply.line[reply.env.id.clone().unwrap()], sent.upstream_id.to_string());
     let out = c.link(0).sent.lock().unwrap().clone();
@@ -41,10 +39,8 @@ async fn a_request_goes_out_under_a_fresh_id_and_its_reply_comes_back() {
 #[tokio::test]
 async fn a_lost_request_is_answered_alone_and_the_link_lives_on() {
     let (c, inst) = start(silent()).await;
-    let (l1, e1) = request("1", "tools/call");
-    let (l2, e2) = request("2", "tools/call");
-    let a = inst.send(&l1, &e1, 1, None, None, None).unwrap();
-    let b = inst.send(&l2, &e2, 2, None, None, None).unwrap();
+    let a = inst.send(&request("1", "tools/call"), 1, None, None, None).unwrap();
+    let b = inst.send(&request("2", "tools/call"), 2, None, None, None).unwrap();
     let lost = Lost { cause: "the stream ended".into(), delivery: Delivery::Maybe };
     c.link(0).lose(a.upstream_id, lost);
     match a.reply.await.unwrap() {
@@ -65,12 +61,8 @@ async fn a_lost_request_is_answered_alone_and_the_link_lives_on() {
 #[tokio::test]
 async fn the_end_of_the_link_answers_every_call_and_refuses_new_ones() {
     let (c, inst) = start(silent()).await;
-    let calls: Vec<Sent> = (0..5)
-        .map(|i| {
-            let (l, e) = request(&i.to_string(), "ping");
-            inst.send(&l, &e, 1, None, None, None).unwrap()
-        })
-        .collect();
+    let calls: Vec<Sent> =
+        (0..5).map(|i| inst.send(&request(&i.to_string(), "ping"), 1, None, None, None).unwrap()).collect();
     c.link(0).end("the SSE stream from http://x/sse ended");
     for s in calls {
         match s.reply.await.unwrap() {
@@ -83,8 +75,7 @@ async fn the_end_of_the_link_answers_every_call_and_refuses_new_ones() {
         }
     }
     assert!(inst.is_dead());
-    let (l, e) = request("9", "ping");
-    assert!(matches!(inst.send(&l, &e, 1, None, None, None), Err(Unanswered::Died(_))));
+    assert!(matches!(inst.send(&request("9", "ping"), 1, None, None, None), Err(Unanswered::Died(_))));
     assert!(inst.write("{}".into()).is_err());
     tokio::time::timeout(Duration::from_secs(1), inst.dead()).await.expect("dead resolves");
 }
@@ -92,8 +83,7 @@ async fn the_end_of_the_link_answers_every_call_and_refuses_new_ones() {
 #[tokio::test]
 async fn a_cancel_tells_the_server_and_the_transport_and_drops_the_late_answer() {
     let (c, inst) = start(silent()).await;
-    let (l, e) = request("1", "tools/call");
-    let sent = inst.send(&l, &e, 4, None, None, None).unwrap();
+    let sent = inst.send(&request("1", "tools/call"), 4, None, None, None).unwrap();
     inst.cancel(sent.upstream_id, "user said stop");
     let link = c.link(0);
     let last = link.lines().pop().unwrap();
@@ -128,11 +118,10 @@ async fn progress_goes_to_the_callers_sink_under_its_own_token() {
     let (c, inst) = start(silent()).await;
     let line =
         r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":{"progressToken":"tok-A"}}}"#;
-    let env = codec::parse(line).unwrap();
-    let span = codec::progress_token_in_request(line, env.params.as_ref().unwrap()).unwrap();
+    let call = Call::parse(line.to_string()).unwrap();
     let sink = Arc::new(Sink(Mutex::new(Vec::new())));
     let activity = Arc::new(Notify::new());
-    let sent = inst.send(line, &env, 1, Some((span, sink.clone())), Some(activity.clone()), None).unwrap();
+    let sent = inst.send(&call, 1, Some(sink.clone()), Some(activity.clone()), None).unwrap();
     let id = sent.upstream_id;
     c.link(0).reply(&format!(
         r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":{id},"progress":1}}}}"#
