@@ -32,6 +32,7 @@ mod test_session;
 pub mod upstream;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -59,6 +60,8 @@ pub struct RunOptions {
     pub record_calls: Option<PathBuf>,
     /// Record the calls' arguments too (`--record-arguments`).
     pub record_arguments: bool,
+    /// Where each call's end is logged (`[audit]`; None: off).
+    pub audit: Option<Arc<switchyard_core::audit::AuditLog>>,
 }
 
 /// Runs the router until the stdio client leaves or `shutdown` fires, then cancels what is in
@@ -70,7 +73,13 @@ pub async fn run(config: Config, opts: RunOptions, shutdown: CancellationToken) 
     if let Some(file) = &opts.record_calls {
         policy.attach_recorder(switchyard_policy::record::Recorder::start(file, opts.record_arguments)?);
     }
-    let about = registry::About { config: None, socket: opts.listen.clone(), log: None, answers: None };
+    let about = registry::About {
+        config: None,
+        socket: opts.listen.clone(),
+        log: None,
+        answers: None,
+        audit: opts.audit.clone(),
+    };
     let router = Servers::new(policy, about, opts.supervisor.clone(), shutdown.clone());
     let server = router.build(&config)?;
     let name = server.name.clone();

@@ -25,6 +25,8 @@ use switchyard_policy::Policy;
 pub use templates::VARIANT_IDLE;
 use templates::{Redacting, Shown, Template, redact};
 
+/// How long stopping waits for the audit log's last lines to reach the disk.
+const AUDIT_FLUSH: Duration = Duration::from_secs(2);
 /// How often a retired server checks whether its last session has gone.
 const RETIRED_CHECK: Duration = Duration::from_millis(200);
 
@@ -37,6 +39,8 @@ pub struct About {
     pub log: Option<PathBuf>,
     /// Where the servers' answers are kept between runs (None: in memory only).
     pub answers: Option<PathBuf>,
+    /// Where each call's end is logged (`[audit]`; None: off).
+    pub audit: Option<Arc<switchyard_core::audit::AuditLog>>,
 }
 
 /// Starts what keeps a serving server as configured: its `min` instances, and its response to
@@ -219,6 +223,9 @@ impl Servers {
             let launch = serde_json::to_string(&config.server.launch).unwrap_or_default();
             let key = crate::server::answers::digest(&[&name, &launch]);
             server.keep_answers(self.answers.clone(), key);
+        }
+        if let Some(audit) = &self.about.audit {
+            server.audit_into(audit.clone());
         }
         Ok(server)
     }
@@ -469,6 +476,7 @@ impl Servers {
             "config": path(&self.about.config),
             "socket": path(&self.about.socket),
             "log": path(&self.about.log),
+            "audit": self.about.audit.as_ref().map(|a| json!({"path": a.path().display().to_string(), "lost": a.lost(), "strict": a.strict()})),
             "uptime_ms": self.started.elapsed().as_millis() as u64,
             "plugins": self.policy.current().names(),
             "plugin_problems": self.plugin_problems(),
@@ -505,6 +513,10 @@ impl Servers {
             });
         }
         while set.join_next().await.is_some() {}
+        // The last calls' lines reach the disk before the process ends.
+        if let Some(audit) = &self.about.audit {
+            audit.flush(AUDIT_FLUSH);
+        }
     }
 }
 

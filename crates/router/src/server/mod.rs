@@ -123,6 +123,8 @@ pub struct Server {
     apart: Arc<std::sync::atomic::AtomicBool>,
     /// Said once an instance seems to answer one request at a time (for status and the page).
     serial: Mutex<Option<String>>,
+    /// Where each call's end is logged (`[audit]`), when it is on.
+    audit: std::sync::OnceLock<Arc<switchyard_core::audit::AuditLog>>,
 }
 
 impl Server {
@@ -218,9 +220,20 @@ impl Server {
                 answers: std::sync::OnceLock::new(),
                 replaced: std::sync::OnceLock::new(),
                 serial: Mutex::new(None),
+                audit: std::sync::OnceLock::new(),
                 apart,
             }
         })
+    }
+
+    /// Logs each call's end into `audit` from now on (set once, before it serves).
+    pub fn audit_into(&self, audit: Arc<switchyard_core::audit::AuditLog>) {
+        let _ = self.audit.set(audit);
+    }
+
+    /// The audit log its calls go to, when audit is on.
+    pub fn audit(&self) -> Option<&Arc<switchyard_core::audit::AuditLog>> {
+        self.audit.get()
     }
 
     /// What it fronts: the command line or the URL.

@@ -1,5 +1,6 @@
 //! One module per `switchyard` subcommand; main.rs parses the arguments and calls into these.
 
+pub mod audit;
 pub mod calls;
 pub mod check;
 pub mod connect;

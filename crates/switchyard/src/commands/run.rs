@@ -382,6 +382,10 @@ async fn serve(config: Config, args: &RunArgs, shutdown: CancellationToken) -> a
         supervisor: cfg!(unix).then(switchyard_os::exe::spawnable),
         record_calls: args.record.record_calls.clone(),
         record_arguments: args.record.record_arguments,
+        audit: crate::commands::audit::start(&config.audit, || {
+            let name = config.server_names().into_iter().next().unwrap_or_else(|| "server".to_string());
+            switchyard_config::paths::audit_for_run(&name)
+        })?,
     };
     switchyard_router::run(config, opts, shutdown).await
 }

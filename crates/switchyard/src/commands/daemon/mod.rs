@@ -231,7 +231,8 @@ async fn serve(
     let answers = switchyard_config::paths::answers_for(&config_path)
         .map_err(|e| tracing::warn!("servers' answers are not kept between runs: {e:#}"))
         .ok();
-    let about = About { config: Some(config_path.clone()), socket: Some(socket.clone()), log, answers };
+    let audit = crate::commands::audit::start(&config.audit, || paths::audit_for(&config_path))?;
+    let about = About { config: Some(config_path.clone()), socket: Some(socket.clone()), log, answers, audit };
     let router = Servers::new(policy, about, cfg!(unix).then(switchyard_os::exe::spawnable), shutdown.clone());
     let mut applied = Applied::default();
     applied.apply(&router, &start.loaded, &start.text);
