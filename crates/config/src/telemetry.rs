@@ -46,6 +46,13 @@ pub struct TelemetryTarget {
     pub service_name: Option<String>,
 }
 
+impl TelemetryTarget {
+    /// The URL for logs: without credentials, query or fragment.
+    pub fn shown_url(&self) -> String {
+        url::Url::parse(&self.traces_url).map_or_else(|_| "the collector".to_string(), |u| crate::display_url(&u))
+    }
+}
+
 impl std::fmt::Debug for TelemetryTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let names: Vec<&str> = self.headers.iter().map(|(n, _)| n.as_str()).collect();
@@ -58,6 +65,19 @@ impl std::fmt::Debug for TelemetryTarget {
 }
 
 impl TelemetryConfig {
+    /// The `[telemetry]` table of the config file at `path` alone, read before logging starts
+    /// (the rest of the file is read, and its errors told, after): the defaults when the file
+    /// is missing or does not parse.
+    pub fn from_file(path: &std::path::Path) -> TelemetryConfig {
+        #[derive(Deserialize)]
+        struct Only {
+            #[serde(default)]
+            telemetry: TelemetryConfig,
+        }
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        toml::from_str::<Only>(&text).map(|o| o.telemetry).unwrap_or_default()
+    }
+
     /// Where traces go: the table's endpoint over the environment's (the per-signal URL over the
     /// base one in each), None when neither names one or `enabled = false` or
     /// `OTEL_SDK_DISABLED=true`. The error names the key or variable at fault, never a header's
@@ -70,7 +90,15 @@ impl TelemetryConfig {
         if !self.enabled || var("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
             return Ok(None);
         }
-        let base = |url: String| format!("{}/v1/traces", url.trim_end_matches('/'));
+        // The signal's path goes after the base URL's own path (its query, if any, stays last).
+        let base = |url: String| match url::Url::parse(&url) {
+            Ok(mut u) => {
+                let path = format!("{}/v1/traces", u.path().trim_end_matches('/'));
+                u.set_path(&path);
+                u.to_string()
+            }
+            Err(_) => url,
+        };
         let (url, from) = match (&self.traces_endpoint, &self.endpoint) {
             (Some(u), _) => (u.clone(), "[telemetry] traces_endpoint"),
             (None, Some(u)) => (base(u.clone()), "[telemetry] endpoint"),
@@ -110,6 +138,15 @@ mod tests {
     }
 
     #[test]
+    fn the_table_is_read_from_a_file_whatever_else_it_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("switchyard.toml");
+        std::fs::write(&file, "[servers.a]\ncommand = 7\n[telemetry]\nendpoint = \"http://h:1\"\n").unwrap();
+        assert_eq!(TelemetryConfig::from_file(&file).endpoint.as_deref(), Some("http://h:1"));
+        assert_eq!(TelemetryConfig::from_file(&dir.path().join("none")).endpoint, None);
+    }
+
+    #[test]
     fn off_unless_an_endpoint_is_named() {
         assert_eq!(TelemetryConfig::default().target(&env_of(&[])).unwrap(), None);
         let env = env_of(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318/")]);
@@ -143,6 +180,9 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(t.headers, vec![("x-api-key".to_string(), "k s3cret".to_string())]);
+        let t = table("endpoint = \"https://u:pw@h:1/?key=k\"").target(&env).unwrap().unwrap();
+        assert_eq!(t.shown_url(), "https://h:1/v1/traces");
+        assert_eq!(t.traces_url, "https://u:pw@h:1/v1/traces?key=k");
         assert!(!format!("{t:?}").contains("s3cret"));
         let e = table("endpoint = \"http://h:1\"\nheaders = { x-api-key = \"${NOPE}\" }").target(&env).unwrap_err();
         assert!(e.contains("x-api-key") && e.contains("NOPE"), "{e}");

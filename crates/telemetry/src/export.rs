@@ -127,7 +127,7 @@ static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
 
 /// The tracer provider for `target`: spans batched, then posted as OTLP/HTTP protobuf.
 pub(crate) fn provider(target: &TelemetryTarget) -> Result<SdkTracerProvider, String> {
-    let poster = Poster::new(&target.traces_url)?;
+    let poster = Poster::new(&target.shown_url())?;
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_protocol(Protocol::HttpBinary)
@@ -136,7 +136,7 @@ pub(crate) fn provider(target: &TelemetryTarget) -> Result<SdkTracerProvider, St
         .with_headers(target.headers.iter().cloned().collect())
         .with_http_client(poster)
         .build()
-        .map_err(|e| format!("could not set up the OTLP exporter for {}: {e}", target.traces_url))?;
+        .map_err(|e| format!("could not set up the OTLP exporter for {}: {e}", target.shown_url()))?;
     let batch = BatchConfigBuilder::default()
         .with_max_queue_size(QUEUE_SPANS)
         .with_scheduled_delay(EXPORT_EVERY)

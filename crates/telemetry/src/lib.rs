@@ -53,15 +53,16 @@ where
         .with_target(false)
         .with_tracked_inactivity(false)
         .with_context_activation(false)
-        .with_filter(tracing_subscriber::filter::filter_fn(|m| m.is_span() && m.target() == TARGET));
+        .with_filter(ours());
     ON.store(true, Ordering::Relaxed);
     Ok(layer)
 }
 
-/// A filter for the log's layers: everything but switchyard's spans for export (which would
-/// otherwise prefix every log line written inside them).
-pub fn not_ours(meta: &tracing::Metadata<'_>) -> bool {
-    meta.target() != TARGET
+/// A filter that takes switchyard's spans for export alone. Its `.not()` is the filter for the
+/// log's layers: the spans would otherwise prefix every log line written inside them. Decided
+/// once per callsite, not per event.
+pub fn ours() -> tracing_subscriber::filter::Targets {
+    tracing_subscriber::filter::Targets::new().with_target(TARGET, tracing::Level::TRACE)
 }
 
 /// Which side of the hop an operation is on.

@@ -107,7 +107,8 @@ pub(crate) fn daemon_blocking(args: DaemonArgs) -> anyhow::Result<()> {
     if args.detach {
         return detach(&args, &config, &socket);
     }
-    crate::commands::run::init_tracing(args.log_level.as_deref())?;
+    let telemetry = switchyard_config::TelemetryConfig::from_file(&config);
+    crate::commands::run::init_tracing(args.log_level.as_deref(), &telemetry)?;
     run_blocking(&args, config, socket, None, || {})
 }
 
@@ -194,6 +195,8 @@ fn run_blocking(
         serve(args.plugins.clone(), record, config.clone(), socket, log, args.http, shutdown, ready).await
     });
     runtime.shutdown_timeout(Duration::from_millis(200));
+    // The last spans go out before exit (a bounded wait).
+    switchyard_telemetry::flush();
     if let Err(e) = &result
         && !started.get()
     {
