@@ -106,6 +106,23 @@ fn each_plugin_sees_the_decision_so_far() {
 }
 
 #[test]
+fn the_judges_of_a_server_are_named_with_the_hash_of_their_file() {
+    let mut scoped = entry("b-timeouts.wasm", "{}", 0, OnError::Open);
+    scoped.servers = Some(vec!["git".into()]);
+    let bytes = std::fs::read(example("timeouts.wasm")).unwrap();
+    let timeouts = Arc::new(Loaded::load("b-timeouts.wasm", &bytes, &scoped).unwrap());
+    let hints = load_as("a-hints.wasm", &example("hints.wasm"), "{}", 0, OnError::Open);
+    let set = PluginSet::new(vec![timeouts, hints]);
+    let judges = set.judges_of("git");
+    let names: Vec<&str> = judges.iter().map(|j| j.name.as_str()).collect();
+    assert_eq!(names, ["a-hints.wasm", "b-timeouts.wasm"]);
+    assert_eq!(judges[1].sha256, switchyard_core::audit::sha256_hex(&bytes));
+    // A plugin scoped to other servers judges none of this one's calls.
+    let names: Vec<String> = set.judges_of("filesystem").into_iter().map(|j| j.name).collect();
+    assert_eq!(names, ["a-hints.wasm"]);
+}
+
+#[test]
 fn priority_orders_the_chain() {
     // The spin fixture overwrites timeout_ms with 1234 for ordinary calls; timeouts sets 5000.
     // Whichever runs last wins, so the result shows the order.
