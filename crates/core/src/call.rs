@@ -46,6 +46,9 @@ pub struct Fields {
     /// `_meta["io.modelcontextprotocol/protocolVersion"]`, a string: only a request of the
     /// 2026-07-28 era carries it (it needs no initialize).
     pub protocol_version: Option<Range<usize>>,
+    /// `_meta["io.modelcontextprotocol/clientCapabilities"]`, any JSON (a request of the
+    /// 2026-07-28 era must carry it, an object).
+    pub client_capabilities: Option<Range<usize>>,
     /// `_meta["io.modelcontextprotocol/clientInfo"].name` and `.version`, strings: who sent a
     /// request of the 2026-07-28 era, which has no initialize to say so.
     pub client_name: Option<Range<usize>>,
@@ -55,6 +58,9 @@ pub struct Fields {
     /// for the context passed on to the server; not checked for form.
     pub traceparent: Option<Range<usize>>,
     pub tracestate: Option<Range<usize>>,
+    /// `_meta`, an object: where a trace context the client did not send is put in for the
+    /// server.
+    pub meta: Option<Range<usize>>,
 }
 
 impl Fields {
@@ -71,10 +77,12 @@ impl Fields {
             request_state: m(&self.request_state),
             progress_token: m(&self.progress_token),
             protocol_version: m(&self.protocol_version),
+            client_capabilities: m(&self.client_capabilities),
             client_name: m(&self.client_name),
             client_version: m(&self.client_version),
             traceparent: m(&self.traceparent),
             tracestate: m(&self.tracestate),
+            meta: m(&self.meta),
         }
     }
 }
@@ -107,6 +115,8 @@ struct RawMeta<'a> {
     // The keys of `switchyard_mcp::meta` (serde needs them written out).
     #[serde(borrow, default, rename = "io.modelcontextprotocol/protocolVersion")]
     protocol_version: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "io.modelcontextprotocol/clientCapabilities")]
+    client_capabilities: Option<&'a RawValue>,
     #[serde(borrow, default, rename = "io.modelcontextprotocol/clientInfo")]
     client_info: Option<&'a RawValue>,
     #[serde(borrow, default)]
@@ -150,10 +160,12 @@ fn read_fields(line: &str, params: &Range<usize>) -> Fields {
         request_state: string(p.request_state),
         progress_token: at(meta.as_ref().and_then(|m| m.progress_token)),
         protocol_version: string(meta.as_ref().and_then(|m| m.protocol_version)),
+        client_capabilities: at(meta.as_ref().and_then(|m| m.client_capabilities)),
         client_name: string(client.as_ref().and_then(|c| c.name)),
         client_version: string(client.as_ref().and_then(|c| c.version)),
         traceparent: string(meta.as_ref().and_then(|m| m.traceparent)),
         tracestate: string(meta.as_ref().and_then(|m| m.tracestate)),
+        meta: at(p.meta.filter(|m| m.get().starts_with('{'))),
     }
 }
 
@@ -282,6 +294,7 @@ mod tests {
         let meta = serde_json::json!({
             "progressToken": 7,
             meta::PROTOCOL_VERSION: "2026-07-28",
+            meta::CLIENT_CAPABILITIES: {"sampling": {}},
             meta::CLIENT_INFO: {"name": "cli", "version": "1.2"},
             meta::TRACEPARENT: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
             meta::TRACESTATE: "k=v",
@@ -294,6 +307,7 @@ mod tests {
         assert_eq!(c.text(&f.arguments), Some(r#"{"x":[1]}"#));
         assert_eq!(c.text(&f.progress_token), Some("7"));
         assert_eq!(c.protocol_version().as_deref(), Some("2026-07-28"));
+        assert_eq!(c.text(&f.client_capabilities), Some(r#"{"sampling":{}}"#));
         assert_eq!(
             (c.string(&f.client_name).as_deref(), c.string(&f.client_version).as_deref()),
             (Some("cli"), Some("1.2"))
@@ -303,6 +317,7 @@ mod tests {
             Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
         );
         assert_eq!(c.string(&f.tracestate).as_deref(), Some("k=v"));
+        assert_eq!(c.text(&f.meta).map(|m| serde_json::from_str::<serde_json::Value>(m).unwrap()), Some(meta));
         let plain = call(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#);
         assert_eq!((plain.params(), plain.fields()), (None, &Fields::default()));
     }
@@ -316,6 +331,7 @@ mod tests {
         assert_eq!((c.fields().client_name.clone(), c.text(&c.fields().progress_token)), (None, Some(r#""t""#)));
         let c = call(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"n","_meta":[1]}}"#);
         assert_eq!((c.name().as_deref(), c.fields().progress_token.clone()), (Some("n"), None));
+        assert_eq!(c.fields().meta, None);
         let c = call(r#"{"jsonrpc":"2.0","id":1,"method":"m","params":["name"]}"#);
         assert_eq!(c.fields(), &Fields::default());
     }

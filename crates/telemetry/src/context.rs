@@ -7,13 +7,9 @@
 
 use std::ops::Range;
 
-use serde::Deserialize;
-use serde_json::value::RawValue;
+use switchyard_core::call::Call;
+use switchyard_mcp::meta::{TRACEPARENT, TRACESTATE};
 
-/// The `_meta` key of the W3C `traceparent`.
-pub const TRACEPARENT: &str = "traceparent";
-/// The `_meta` key of the W3C `tracestate`.
-pub const TRACESTATE: &str = "tracestate";
 /// `tracestate` is cut at this many bytes rather than carried whole (W3C: 512 is enough).
 const MAX_TRACESTATE: usize = 512;
 
@@ -81,84 +77,26 @@ fn hex_byte(two: &[u8]) -> Option<u8> {
     Some(nibble(two[0])? << 4 | nibble(two[1])?)
 }
 
-/// Where a request's trace context is in its line: the ranges of `params._meta` and of its
-/// `traceparent` and `tracestate` values (each a JSON string, quotes included).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct InMeta {
-    pub meta: Option<Range<usize>>,
-    pub traceparent: Option<Range<usize>>,
-    pub tracestate: Option<Range<usize>>,
+/// The trace context the client sent in `call`'s `_meta`: its `traceparent`, when it is one,
+/// and its `tracestate`.
+pub fn sent(call: &Call) -> Option<(TraceParent, Option<String>)> {
+    let f = call.fields();
+    let parent = TraceParent::parse(&call.string(&f.traceparent)?)?;
+    Some((parent, call.string(&f.tracestate).map(String::from)))
 }
 
-impl InMeta {
-    /// Finds them in the request `line` whose `params` are at `params` (None: no params).
-    pub fn find(line: &str, params: Option<&Range<usize>>) -> InMeta {
-        #[derive(Deserialize)]
-        struct Params<'a> {
-            #[serde(borrow, default, rename = "_meta")]
-            meta: Option<&'a RawValue>,
-        }
-        #[derive(Deserialize)]
-        struct Meta<'a> {
-            #[serde(borrow, default)]
-            traceparent: Option<&'a RawValue>,
-            #[serde(borrow, default)]
-            tracestate: Option<&'a RawValue>,
-        }
-        let Some(p) = params.map(|r| &line[r.clone()]).filter(|p| p.starts_with('{') && p.contains("_meta")) else {
-            return InMeta::default();
-        };
-        let Ok(Params { meta: Some(meta) }) = serde_json::from_str::<Params>(p) else { return InMeta::default() };
-        let range = |raw: &RawValue| span(line, raw.get());
-        let mut found = InMeta { meta: meta.get().starts_with('{').then(|| range(meta)), ..InMeta::default() };
-        if found.meta.is_some()
-            && meta.get().contains("trace")
-            && let Ok(m) = serde_json::from_str::<Meta>(meta.get())
-        {
-            // Of any type: a value that is not a trace context is replaced, never doubled.
-            found.traceparent = m.traceparent.map(range);
-            found.tracestate = m.tracestate.map(range);
-        }
-        found
-    }
-
-    /// The `traceparent` the client sent, when it is one.
-    pub fn parent(&self, line: &str) -> Option<TraceParent> {
-        TraceParent::parse(&unquote(line, self.traceparent.as_ref()?)?)
-    }
-
-    /// The `tracestate` the client sent (its JSON string decoded), when it sent one.
-    pub fn state(&self, line: &str) -> Option<String> {
-        unquote(line, self.tracestate.as_ref()?)
-    }
-}
-
-fn unquote(line: &str, r: &Range<usize>) -> Option<String> {
-    serde_json::from_str::<String>(&line[r.clone()]).ok()
-}
-
-/// Byte range of `inner` inside `outer` (a sub-slice of it).
-fn span(outer: &str, inner: &str) -> Range<usize> {
-    let start = inner.as_ptr() as usize - outer.as_ptr() as usize;
-    start..start + inner.len()
-}
-
-/// The edits that put `parent` (and `state`, when the line has none of its own) into the
-/// request `line`'s `params._meta`, for `switchyard_core::codec::splice_many` beside the id's:
-/// a `traceparent` already there is replaced, a missing one (or `_meta`, or `params`) is added.
-/// Empty when params are not an object (no place for `_meta`) or the line is not an object.
-pub fn edits(
-    line: &str,
-    params: Option<&Range<usize>>,
-    found: &InMeta,
-    parent: &TraceParent,
-    state: Option<&str>,
-) -> Vec<(Range<usize>, String)> {
-    let state = state.filter(|_| found.tracestate.is_none()).map(|s| cut(s, MAX_TRACESTATE));
+/// The edits that put `parent` (and `state`, when the call has none of its own) into `call`'s
+/// `params._meta`, for `switchyard_core::codec::splice_many` beside the id's: a `traceparent`
+/// already there is replaced, a missing one (or `_meta`, or `params`) is added. Empty when
+/// params are not an object (no place for `_meta`), or when `_meta` holds a `traceparent` that
+/// is not a string (replacing it would take a second read; adding one would double the key).
+pub fn edits(call: &Call, parent: &TraceParent, state: Option<&str>) -> Vec<(Range<usize>, String)> {
+    let (line, f) = (call.line(), call.fields());
+    let state = state.filter(|_| f.tracestate.is_none()).map(|s| cut(s, MAX_TRACESTATE));
     let value = format!("\"{parent}\"");
-    if let Some(r) = &found.traceparent {
+    if let Some(r) = &f.traceparent {
         let mut edits = vec![(r.clone(), value)];
-        if let (Some(state), Some(meta)) = (state, &found.meta) {
+        if let (Some(state), Some(meta)) = (state, &f.meta) {
             let at = meta.start + 1;
             edits.push((at..at, format!("\"{TRACESTATE}\":{},", json_string(state))));
         }
@@ -168,10 +106,13 @@ pub fn edits(
     if let Some(state) = state {
         members.push_str(&format!(",\"{TRACESTATE}\":{}", json_string(state)));
     }
-    if let Some(meta) = &found.meta {
+    if let Some(meta) = &f.meta {
+        if line[meta.clone()].contains("\"traceparent\"") {
+            return Vec::new();
+        }
         return vec![insert_first(line, meta, &members)];
     }
-    match params {
+    match &call.envelope().params {
         Some(p) if line[p.clone()].starts_with('{') => vec![insert_first(line, p, &format!("\"_meta\":{{{members}}}"))],
         Some(_) => Vec::new(),
         None => match line.trim_end().strip_suffix('}') {
@@ -206,31 +147,18 @@ mod tests {
 
     const TP: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
 
-    fn splice(line: &str, edits: Vec<(Range<usize>, String)>) -> String {
-        let mut edits = edits;
-        edits.sort_by_key(|(r, _)| r.start);
-        let mut out = String::new();
-        let mut at = 0;
-        for (r, with) in edits {
-            out.push_str(&line[at..r.start]);
-            out.push_str(&with);
-            at = r.end;
-        }
-        out + &line[at..]
+    fn call(line: &str) -> Call {
+        Call::parse(line.to_string()).expect("a request")
     }
 
-    fn params_of(line: &str) -> Option<Range<usize>> {
-        let v: serde_json::Map<String, serde_json::Value> = serde_json::from_str(line).unwrap();
-        v.get("params")?;
-        let at = line.find("\"params\":").unwrap() + "\"params\":".len();
-        let raw: &RawValue = serde_json::Deserializer::from_str(&line[at..]).into_iter::<&RawValue>().next()?.ok()?;
-        Some(at..at + raw.get().len())
-    }
-
+    /// `line` with `parent` (and `state`) put in, as the server gets it; checked to be JSON with
+    /// no `traceparent` added beside one already there.
     fn inject(line: &str, parent: &TraceParent, state: Option<&str>) -> serde_json::Value {
-        let params = params_of(line);
-        let found = InMeta::find(line, params.as_ref());
-        let out = splice(line, edits(line, params.as_ref(), &found, parent, state));
+        let edits = edits(&call(line), parent, state);
+        let out =
+            switchyard_core::codec::splice_many(line, edits.iter().map(|(r, s)| (r.clone(), s.as_str())).collect());
+        let count = |s: &str| s.matches("\"traceparent\":").count();
+        assert_eq!(count(&out), count(line).max(1), "{out}");
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("{out} is not JSON: {e}"))
     }
 
@@ -262,21 +190,14 @@ mod tests {
     }
 
     #[test]
-    fn the_clients_traceparent_and_tracestate_are_found_in_meta() {
-        let line = format!(
+    fn the_clients_trace_context_is_read_from_the_call() {
+        let c = call(&format!(
             r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"echo","_meta":{{"progressToken":3,"traceparent":"{TP}","tracestate":"a=1"}}}}}}"#
-        );
-        let found = InMeta::find(&line, params_of(&line).as_ref());
-        assert_eq!(found.parent(&line), TraceParent::parse(TP));
-        assert_eq!(found.state(&line).as_deref(), Some("a=1"));
-        // Nothing else is taken for them: a name, an argument or a non-string value.
-        let line = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"traceparent","arguments":{"traceparent":"x"},"_meta":{"traceparent":7}}}"#;
-        let found = InMeta::find(line, params_of(line).as_ref());
-        assert!(found.meta.is_some() && found.parent(line).is_none());
-        let ours = TraceParent { trace_id: [7; 16], parent_id: [9; 8], flags: 1 };
-        let v = inject(line, &ours, None);
-        assert_eq!(v["params"]["_meta"]["traceparent"], ours.to_string());
-        assert_eq!(v["params"]["arguments"]["traceparent"], "x");
+        ));
+        assert_eq!(sent(&c), Some((TraceParent::parse(TP).unwrap(), Some("a=1".to_string()))));
+        // Nothing else is taken for it: a name, an argument, a value that is no traceparent.
+        let line = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"traceparent","arguments":{"traceparent":"x"},"_meta":{"traceparent":"00-x"}}}"#;
+        assert_eq!(sent(&call(line)), None);
     }
 
     #[test]
@@ -290,6 +211,7 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","_meta":{}}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","_meta":{"progressToken":1}}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","progressToken":1},"name":"echo"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"traceparent","arguments":{"traceparent":"x"},"_meta":{"traceparent":"00-x"}}}"#,
         ];
         for line in cases {
             let v = inject(line, &ours, None);
@@ -302,6 +224,7 @@ mod tests {
             (v["params"]["name"].as_str(), v["params"]["_meta"]["progressToken"].as_i64()),
             (Some("echo"), Some(1))
         );
+        assert_eq!(inject(cases[7], &ours, None)["params"]["arguments"]["traceparent"], "x");
     }
 
     #[test]
@@ -312,20 +235,24 @@ mod tests {
         let line =
             format!(r#"{{"jsonrpc":"2.0","id":"a","method":"ping","params":{{"_meta":{{"traceparent":"{TP}"}}}}}}"#);
         let v = inject(&line, &ours, Some("vendor=x"));
+        let ours_text = ours.to_string();
         assert_eq!(
             (v["params"]["_meta"]["traceparent"].as_str(), v["params"]["_meta"]["tracestate"].as_str()),
-            (Some(ours.to_string().as_str()), Some("vendor=x"))
+            (Some(ours_text.as_str()), Some("vendor=x"))
         );
         let line = r#"{"jsonrpc":"2.0","id":"a","method":"ping","params":{"_meta":{"tracestate":"mine=1"}}}"#;
         assert_eq!(inject(line, &ours, Some("vendor=x"))["params"]["_meta"]["tracestate"], "mine=1");
     }
 
     #[test]
-    fn params_that_are_not_an_object_get_nothing() {
-        let line = r#"{"jsonrpc":"2.0","id":1,"method":"x","params":[1,2]}"#;
-        let p = params_of(line);
+    fn nothing_is_put_where_it_cannot_go_once() {
         let ours = TraceParent { trace_id: [7; 16], parent_id: [9; 8], flags: 1 };
-        assert!(edits(line, p.as_ref(), &InMeta::find(line, p.as_ref()), &ours, None).is_empty());
+        for line in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":[1,2]}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"_meta":{"traceparent":7}}}"#,
+        ] {
+            assert!(edits(&call(line), &ours, None).is_empty(), "{line}");
+        }
     }
 
     #[test]

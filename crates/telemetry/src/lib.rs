@@ -22,7 +22,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::Layer;
 use tracing_subscriber::registry::LookupSpan;
 
-pub use context::{InMeta, TraceParent};
+pub use context::TraceParent;
 pub use export::flush;
 use keys::*;
 
