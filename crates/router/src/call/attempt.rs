@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::audit::Spent;
 use super::deadline::{NOTICE_LEVEL, Waiting, bounded};
 use super::resolve::Effective;
 use super::{Forwarded, Request, Stop, retry};
@@ -82,6 +83,7 @@ pub(super) async fn attempt(
     call: &Forwarded<'_>,
     cap: Cap,
     track: &Track<'_>,
+    spent: &mut Spent,
 ) -> Result<Answered, Stop> {
     let what = call.what.as_str();
     // Progress is routed back when the client asked for it (it gave a token).
@@ -106,6 +108,7 @@ pub(super) async fn attempt(
     };
     if let Some(pinned) = req.task {
         let instance = pinned.instance.clone();
+        spent.instance = Some(instance.label().to_string());
         if instance.is_dead() {
             return Err(ended(&instance, "held the task", "and the task with it; start the task again"));
         }
@@ -118,13 +121,19 @@ pub(super) async fn attempt(
                 "and the request's state with it; send the request again without `requestState` and `inputResponses`";
             return Err(ended(&instance, "asked for the client's input", again));
         }
+        spent.instance = Some(instance.label().to_string());
+        let waited = Instant::now();
         let permit = attempt.gate().await?;
+        spent.gate += waited.elapsed();
         let reply = attempt.send(&instance, progress).await?;
         return Ok(Answered { reply, permit: Some(permit), instance });
     }
     let first = attempt.waits_for_a_start();
-    let (permit, lease) = attempt.acquire().await?;
+    let (permit, lease, gate_wait) = attempt.acquire().await?;
+    spent.gate += gate_wait;
+    spent.queue += attempt.started.elapsed().saturating_sub(gate_wait);
     let instance = lease.instance.clone();
+    spent.instance = Some(instance.label().to_string());
     // A call that waited for its instance to start has its own time to run from then.
     let attempt = match first {
         true => {
@@ -223,7 +232,8 @@ impl Attempt<'_, '_> {
 
     /// Waits for the gate (not a listen stream, which runs nothing), then for an instance of the
     /// pool, within the deadline.
-    async fn acquire(&self) -> Result<(Option<Permit>, Lease), Stop> {
+    /// The gate's wait comes with them.
+    async fn acquire(&self) -> Result<(Option<Permit>, Lease, Duration), Stop> {
         let (server, req, eff, what) = (self.server, self.req, self.eff, self.what);
         // Before an instance was found, the error says what the call waited for.
         let until = self.pool_deadline();
@@ -233,6 +243,7 @@ impl Attempt<'_, '_> {
             Some(_) => None,
             None => Some(self.gate().await?),
         };
+        let gate_wait = self.started.elapsed();
         let pool = if req.modern { server.modern_pool(&eff.pool) } else { &eff.pool };
         self.track.set(Stage::Instance(pool.name.clone()));
         let pool_wait = || pool.wait_status(req.session, &self.scope);
@@ -248,6 +259,6 @@ impl Attempt<'_, '_> {
                     e => e,
                 })
             })?;
-        Ok((permit, lease))
+        Ok((permit, lease, gate_wait))
     }
 }

@@ -7,6 +7,7 @@
 //! client's answer), `retry` and `deadline`.
 
 mod attempt;
+mod audit;
 mod deadline;
 mod refused;
 mod reply;
@@ -77,51 +78,79 @@ fn caller_of(req: &Request<'_>) -> switchyard_core::decision::Caller {
     caller
 }
 
-/// How a call ended, for the metrics (filled in by [`run`]).
+/// How a call ended, for the metrics and the audit log (filled in by [`run`]).
 struct End {
     outcome: Outcome,
     code: Option<i64>,
     /// The tool's metrics label (tools/call only).
     tool: Option<Arc<str>>,
+    /// What only the audit line reads, noted only when audit is on: the tool by the server's
+    /// name, the last decision and the plugins that made it, or the one that refused the call.
+    name: Option<String>,
+    decided: Option<switchyard_core::audit::Decided>,
+    plugins: Vec<switchyard_core::audit::PluginRef>,
+    refused_by: Option<String>,
+    /// Attempts made (0: refused before the first).
+    attempts: u32,
+    spent: audit::Spent,
+}
+
+impl End {
+    fn new(outcome: Outcome) -> End {
+        End {
+            outcome,
+            code: None,
+            tool: None,
+            name: None,
+            decided: None,
+            plugins: Vec::new(),
+            refused_by: None,
+            attempts: 0,
+            spent: audit::Spent::default(),
+        }
+    }
 }
 
 /// Forwards a request to the server and returns the response for the client (None when the
 /// client cancelled it: then no response is owed). Counted and timed in the router's metrics.
 pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
     let started = Instant::now();
-    let (method, session_label) = (req.call.method(), req.session_label);
-    let mut end = End { outcome: Outcome::Cancelled, code: None, tool: None };
-    // A tool the client calls by the name a plugin gave it reaches the server under its own.
-    let renamed = match shown_tool(server, &req).await {
-        Ok(renamed) => renamed,
-        Err(refused) => {
+    let (method, session_label, cancel) = (req.call.method(), req.session_label, req.cancel);
+    let mut end = End::new(Outcome::Cancelled);
+    let count = |end: &End| {
+        server.metrics.call(metrics::Call {
+            server: &server.metric_name,
+            method,
+            tool: end.tool.as_ref(),
+            outcome: end.outcome,
+            code: end.code,
+            session_label,
+            elapsed: started.elapsed(),
+        })
+    };
+    // Its place in the audit log first: a strict log refuses a call it could not record.
+    let asked = match audit::Asked::of(server, &req) {
+        Ok(asked) => asked,
+        Err(answer) => {
             end.outcome = Outcome::Rejected;
-            end.code = refused.code;
-            server.metrics.call(metrics::Call {
-                server: &server.metric_name,
-                method,
-                tool: None,
-                outcome: end.outcome,
-                code: end.code,
-                session_label,
-                elapsed: started.elapsed(),
-            });
-            return Some(refused.answer);
+            count(&end);
+            return Some(answer);
         }
     };
-    let resp = match &renamed {
-        Some(call) => run(server, Request { call, ..req }, &mut end).await,
-        None => run(server, req, &mut end).await,
+    // A tool the client calls by the name a plugin gave it reaches the server under its own.
+    let resp = match shown_tool(server, &req).await {
+        Ok(Some(call)) => run(server, Request { call: &call, ..req }, &mut end).await,
+        Ok(None) => run(server, req, &mut end).await,
+        Err(refused) => {
+            (end.outcome, end.code) = (Outcome::Rejected, refused.code);
+            end.refused_by = Some(refused.by);
+            Some(refused.answer)
+        }
     };
-    server.metrics.call(metrics::Call {
-        server: &server.metric_name,
-        method,
-        tool: end.tool.as_ref(),
-        outcome: end.outcome,
-        code: end.code,
-        session_label,
-        elapsed: started.elapsed(),
-    });
+    count(&end);
+    if let Some(asked) = asked {
+        asked.write(server, end, started.elapsed(), resp.as_deref(), cancel.was_sent());
+    }
     resp
 }
 
@@ -136,19 +165,27 @@ pub async fn judge(
     req: &Request<'_>,
 ) -> Result<(), String> {
     let started = Instant::now();
+    let asked = audit::Asked::of(server, req)?;
     let mut call = Forwarded::new(server, req);
-    let mut end = End { outcome: Outcome::Rejected, code: None, tool: None };
-    let Err(answer) = call.decide(server, set, req, &mut end).await else { return Ok(()) };
-    server.metrics.call(metrics::Call {
-        server: &server.metric_name,
-        method: &call.info.method,
-        tool: None,
-        outcome: end.outcome,
-        code: end.code,
-        session_label: req.session_label,
-        elapsed: started.elapsed(),
-    });
-    Err(answer)
+    let mut end = End::new(Outcome::Rejected);
+    let verdict = call.decide(server, set, req, &mut end).await;
+    match &verdict {
+        Err(_) => server.metrics.call(metrics::Call {
+            server: &server.metric_name,
+            method: &call.info.method,
+            tool: None,
+            outcome: end.outcome,
+            code: end.code,
+            session_label: req.session_label,
+            elapsed: started.elapsed(),
+        }),
+        // Allowed: answered from memory, by no instance.
+        Ok(_) => end.outcome = Outcome::Ok,
+    }
+    if let Some(asked) = asked {
+        asked.write(server, end, started.elapsed(), verdict.as_ref().err().map(String::as_str), false);
+    }
+    verdict.map(drop)
 }
 
 /// One forwarded call, across its attempts: what each of them needs, worked out once.
@@ -219,6 +256,9 @@ impl<'a> Forwarded<'a> {
 async fn run(server: &Arc<Server>, req: Request<'_>, end: &mut End) -> Option<String> {
     let mut call = Forwarded::new(server, &req);
     end.tool = call.info.tool.as_deref().map(|t| server.tool_label(t));
+    if server.audit().is_some() {
+        end.name = call.info.tool.clone();
+    }
     let track = server.calls.start(&call.what, req.session_label);
     loop {
         // The plugin set is read once per attempt; an attempt finishes on the set it started with.
@@ -231,11 +271,12 @@ async fn run(server: &Arc<Server>, req: Request<'_>, end: &mut End) -> Option<St
         // deadline (a black-holed link included). After a lost link, a repeat waits for the
         // gate and an instance only within the server's time to come back; once sent, it has
         // the rest of the call's own time. A policy's retries each get their own timeout.
+        end.attempts = call.info.attempt + 1;
         let cap = Cap {
             deadline: eff.retry.is_none().then(|| call.first_started + eff.timeout),
             back_by: call.lost_link.map(|at| at + retry::RESTART_WAIT),
         };
-        let e = match attempt(server, &req, &eff, &call, cap, &track).await {
+        let e = match attempt(server, &req, &eff, &call, cap, &track, &mut end.spent).await {
             Ok(Answered { reply, permit, instance }) => {
                 (end.outcome, end.code) = reply_outcome(&reply, call.info.tool.is_some());
                 let reply = task_ids(server, &req, &call.info, &eff, reply, permit, &instance);

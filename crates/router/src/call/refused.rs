@@ -12,6 +12,8 @@ pub(super) struct Refused {
     pub answer: String,
     /// Its JSON-RPC error code, for the metrics; None when it is a tool result.
     pub code: Option<i64>,
+    /// The plugin that refused it (`switchyard` for the host), for the audit log.
+    pub by: String,
 }
 
 /// The answer to `rejection`, by a plugin of `set`, of the request with id `client_id`. `tool`:
@@ -26,14 +28,16 @@ pub(super) fn refused(
     client_id: &str,
     rejection: Rejection,
 ) -> Refused {
+    let by = rejection.plugin.clone();
     match tool {
         Some(tool) if !set.refuses_with_error(&rejection.plugin) => {
             let result = refusal_result(&rejection, tool, modern);
-            Refused { answer: codec::response_ok(client_id, &result), code: None }
+            Refused { answer: codec::response_ok(client_id, &result), code: None, by }
         }
         _ => Refused {
             answer: CallError::Rejected(rejection).to_response(client_id),
             code: Some(codec::POLICY_REJECTED),
+            by,
         },
     }
 }

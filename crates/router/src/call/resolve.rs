@@ -86,12 +86,17 @@ impl Forwarded<'_> {
             self.info.arguments = req.call.text(&req.call.fields().arguments).map(str::to_string);
             self.info.declared = self.info.tool.as_deref().map(|t| server.declared_hints(t)).unwrap_or_default();
         }
+        let audited = server.audit().is_some();
+        if audited {
+            end.plugins = set.judges_of(&server.name);
+        }
         let decision = match set.decide_async(&self.info).await {
             Ok(d) => d,
             Err(rejection) => {
                 server.log_refusal(req.session_label, what, &rejection);
                 let answer = refused(set, self.info.tool.as_deref(), req.modern, self.client_id, rejection);
                 (end.outcome, end.code) = (Outcome::Rejected, answer.code);
+                end.refused_by = Some(answer.by);
                 return Err(answer.answer);
             }
         };
@@ -100,6 +105,9 @@ impl Forwarded<'_> {
         let eff = resolve(server, decision);
         if let Some(decided) = &decided {
             log_decision(server, set, &self.info, what, decided, &eff);
+        }
+        if audited {
+            end.decided = Some(super::audit::decided(&eff));
         }
         Ok(eff)
     }
