@@ -13,6 +13,7 @@ mod npm_setup;
 mod setup;
 mod transcript;
 
+mod audit;
 mod clients;
 mod config;
 mod daemon;

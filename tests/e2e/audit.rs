@@ -1,0 +1,283 @@
+//! The audit log through the real binary: a line for every call, its outcome right when its
+//! server was killed under it, no secret in any line, `switchyard calls` and its filters, and
+//! `[audit] enabled = false`.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use switchyard_testkit::daemon::*;
+use switchyard_testkit::*;
+
+/// What the server's environment holds, which no line may.
+const SECRET_ENV: &str = "sy-env-secret-4f9c1a77";
+/// Calls through the daemon's socket (the HTTP ones come on top).
+const CALLS: usize = 10_000;
+const CLIENTS: usize = 4;
+const ROUNDS: usize = 10;
+/// Writes per round that outlast the kill: they die with their server.
+const SLOW_WRITES: usize = 2;
+
+/// Every audit log file of `home` (rotated ones too), whole.
+fn audit_files(home: &Home) -> Vec<PathBuf> {
+    let dir = home.path().join("state/switchyard");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p: &PathBuf| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.contains(".audit.jsonl")))
+        .collect();
+    files.sort();
+    files
+}
+
+fn audit_records(home: &Home) -> (Vec<Value>, String) {
+    let mut text = String::new();
+    for f in audit_files(home) {
+        text.push_str(&std::fs::read_to_string(&f).unwrap());
+    }
+    let records = text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();
+    (records, text)
+}
+
+fn sha256_hex(text: &str) -> String {
+    switchyard_core::audit::sha256_hex(text.as_bytes())
+}
+
+/// How the client saw a call end, as the audit log should say it.
+fn expected_result(resp: &Value) -> &'static str {
+    if resp.get("error").is_some() {
+        "error-like"
+    } else if resp["result"]["isError"] == true {
+        "tool_error"
+    } else {
+        "ok"
+    }
+}
+
+async fn calls_cli(home: &Home, args: &[&str]) -> (bool, String, String) {
+    let config = home.config_str();
+    let mut argv = vec!["calls", "--config", config.as_str()];
+    argv.extend_from_slice(args);
+    let out = home.cli(&argv).await;
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn calls_json(home: &Home, args: &[&str]) -> Vec<Value> {
+    let mut with = vec!["--json"];
+    with.extend_from_slice(args);
+    let (ok, out, err) = calls_cli(home, &with).await;
+    assert!(ok, "switchyard calls {args:?} failed: {err}");
+    out.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// One round of one client: `n` calls sent at once (echo, and a few slow writes), then every
+/// answer. Each call's arguments are its own, so its line is found by their hash.
+async fn send_round(c: &mut Client, client: usize, round: usize, n: usize) -> Vec<(Value, Value)> {
+    let mut sent = Vec::new();
+    for k in 0..n {
+        let (tool, args) = if client == 0 && k < SLOW_WRITES {
+            ("write", json!({"path": format!("p{round}-{k}"), "text": format!("w{round}-{k}"), "ms": 3000}))
+        } else {
+            ("echo", json!({"text": format!("c{client}-r{round}-{k}")}))
+        };
+        let id = c.send_request("tools/call", json!({"name": tool, "arguments": args})).await;
+        sent.push((id, args));
+    }
+    sent
+}
+
+#[tokio::test]
+async fn ten_thousand_calls_with_servers_killed_each_have_their_line_and_no_secret() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let home = Home::new();
+    let server = home.fixture("fx", &[]);
+    home.write_config(&format!(
+        "{server}env = {{ SY_SECRET = \"{SECRET_ENV}\" }}\n[servers.fx.pools.default]\nmax = 2\n[http]\nlisten = \"127.0.0.1:0\"\n"
+    ));
+    let (base, token) = home.start_http().await;
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        clients.push(home.client("fx").await);
+    }
+    // Arguments' hash -> the client's answer.
+    let mut answers: HashMap<String, Value> = HashMap::new();
+    let mut killed = 0;
+    let per_round = CALLS / ROUNDS / CLIENTS;
+    for round in 0..ROUNDS {
+        let mut sent = Vec::new();
+        for (n, (_, c)) in clients.iter_mut().enumerate() {
+            sent.push(send_round(c, n, round, per_round).await);
+        }
+        // The slow writes are with the server by now: kill -9 every instance under them.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let status = home.status_json().await;
+        for pid in instance_pids(&status, "fx") {
+            signal_pid(pid, libc::SIGKILL);
+            killed += 1;
+        }
+        for ((_, c), calls) in clients.iter_mut().zip(sent) {
+            for (id, args) in calls {
+                let resp = c.wait_response(&id).await;
+                answers.insert(sha256_hex(&args.to_string()), resp);
+            }
+        }
+    }
+    assert!(killed >= ROUNDS, "every round killed an instance ({killed})");
+    // A few calls over HTTP, with the bearer token in their Authorization header.
+    let http = reqwest::Client::new();
+    let post = |body: Value, sid: Option<String>| {
+        let mut r = http
+            .post(format!("{base}/mcp/fx"))
+            .bearer_auth(&token)
+            .header("content-type", "application/json")
+            .header("accept", "application/json");
+        if let Some(s) = sid {
+            r = r.header("mcp-session-id", s).header("mcp-protocol-version", "2025-06-18");
+        }
+        r.body(body.to_string()).send()
+    };
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "audit-http", "version": "1"}}});
+    let resp = post(init, None).await.unwrap();
+    let sid = resp.headers()["mcp-session-id"].to_str().unwrap().to_string();
+    let _ = resp.text().await;
+    let _ = post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}), Some(sid.clone())).await.unwrap();
+    const HTTP_CALLS: usize = 20;
+    for k in 0..HTTP_CALLS {
+        let args = json!({"text": format!("http-{k}")});
+        let body = json!({"jsonrpc": "2.0", "id": k + 1, "method": "tools/call", "params": {"name": "echo", "arguments": args}});
+        let resp: Value =
+            serde_json::from_str(&post(body, Some(sid.clone())).await.unwrap().text().await.unwrap()).unwrap();
+        answers.insert(sha256_hex(&args.to_string()), resp);
+    }
+    for (p, c) in clients {
+        leave(p, c).await;
+    }
+    home.stop().await;
+
+    let (records, text) = audit_records(&home);
+    let calls: Vec<&Value> = records.iter().filter(|r| r["method"] == "tools/call").collect();
+    // One line per request: as many as were sent, each request's own.
+    assert_eq!(calls.len(), CALLS + HTTP_CALLS, "lines for tools/call");
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for r in &calls {
+        *seen.entry(r["arguments_sha256"].as_str().unwrap()).or_default() += 1;
+    }
+    assert_eq!(seen.len(), CALLS + HTTP_CALLS, "each call has a line of its own");
+    let mut died = 0;
+    for r in &calls {
+        let sha = r["arguments_sha256"].as_str().unwrap();
+        let resp = answers.get(sha).unwrap_or_else(|| panic!("a line for a call never sent: {r}"));
+        let result = r["outcome"]["result"].as_str().unwrap();
+        match expected_result(resp) {
+            "ok" => assert_eq!(result, "ok", "{r}\n{resp}"),
+            "tool_error" => assert!(result == "tool_error" && r["outcome"]["is_error"] == true, "{r}\n{resp}"),
+            _ => {
+                assert!(["lost", "error", "timeout", "shutting_down"].contains(&result), "{r}\n{resp}");
+                assert_eq!(r["outcome"]["code"], resp["error"]["code"], "{r}\n{resp}");
+            }
+        }
+        if result == "lost" {
+            // It reached its server, which died with it: it may or may not have run.
+            assert_eq!((r["tool"].as_str(), r["outcome"]["unknown"].as_bool()), (Some("write"), Some(true)), "{r}");
+            died += 1;
+        }
+        assert_eq!(r["server"], "fx");
+        assert!(r["instance"].as_str().is_some_and(|i| i.starts_with("fx#") || i.starts_with("fx~")), "{r}");
+        assert!(r["attempts"].as_u64().is_some_and(|a| a >= 1), "{r}");
+        assert!(r["duration_ms"].as_f64().is_some() && r["request_bytes"].as_u64().unwrap() > 0, "{r}");
+        assert_eq!(r["decision"]["pool"], "default", "{r}");
+    }
+    assert!(died >= ROUNDS, "the slow writes died with their servers and say so ({died})");
+    let over_http = calls.iter().filter(|r| r["client"]["transport"] == "http").count();
+    assert_eq!(over_http, HTTP_CALLS);
+    // Never a secret: not the server's environment, not the client's token or its header.
+    for secret in [SECRET_ENV, token.as_str(), "Bearer", "authorization", "Authorization"] {
+        assert!(!text.contains(secret), "an audit line holds {secret:?}");
+    }
+
+    // `switchyard calls` reads the same lines back, and filters them.
+    let all = calls_json(&home, &[]).await;
+    assert_eq!(all.len(), records.len());
+    let writes = calls_json(&home, &["--tool", "write"]).await;
+    assert_eq!(writes.len(), ROUNDS * SLOW_WRITES);
+    let failed = calls_json(&home, &["--failed"]).await;
+    let failed_in_file = records.iter().filter(|r| r["outcome"]["result"] != "ok").count();
+    assert!(failed.len() >= ROUNDS && failed.len() == failed_in_file, "{} failed", failed.len());
+    assert!(failed.iter().all(|r| r["outcome"]["result"] != "ok"));
+    assert_eq!(
+        calls_json(&home, &["--client", "audit-http", "--server", "fx", "--since", "1h"]).await.len(),
+        HTTP_CALLS
+    );
+    assert!(calls_json(&home, &["--server", "other"]).await.is_empty());
+    let (ok, table, _) = calls_cli(&home, &["--tool", "write", "--failed"]).await;
+    assert!(ok && table.starts_with("TIME") && table.contains("lost") && table.contains("(ran?)"), "{table}");
+    let (ok, table, err) = calls_cli(&home, &["--since", "2999-01-01"]).await;
+    assert!(ok && table.is_empty() && err.contains("no calls match"), "{table}{err}");
+}
+
+/// A client that leaves: its input closed, then its process gone.
+async fn leave(mut p: Proc, mut c: Client) {
+    c.close().await;
+    p.wait_timeout(Duration::from_secs(10)).await;
+}
+
+#[tokio::test]
+async fn the_daemon_s_log_is_0600_and_one_key_turns_it_off() {
+    let home = Home::new();
+    home.write_config(&home.fixture("fx", &[]));
+    let (p, mut c) = home.client("fx").await;
+    c.call_text("echo", json!({"text": "one"})).await;
+    leave(p, c).await;
+    home.stop().await;
+    let files = audit_files(&home);
+    assert_eq!(files.len(), 1, "{files:?}");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&files[0]).unwrap().permissions().mode() & 0o777, 0o600);
+    let (records, _) = audit_records(&home);
+    assert_eq!(records.len(), 1);
+    assert_eq!(
+        (records[0]["tool"].as_str(), records[0]["client"]["name"].as_str()),
+        (Some("echo"), Some("switchyard-e2e"))
+    );
+
+    // Off: no file, and `calls` says why.
+    std::fs::remove_file(&files[0]).unwrap();
+    home.write_config(&format!("{}[audit]\nenabled = false\n", home.fixture("fx", &[])));
+    let (p, mut c) = home.client("fx").await;
+    c.call_text("echo", json!({"text": "two"})).await;
+    leave(p, c).await;
+    home.stop().await;
+    assert!(audit_files(&home).is_empty());
+    let (ok, _, err) = calls_cli(&home, &[]).await;
+    assert!(!ok && err.contains("audit log is off") && err.contains("enabled = false"), "{err}");
+}
+
+#[tokio::test]
+async fn run_logs_its_calls_too() {
+    let home = Home::new();
+    let mut argv = vec!["run", "--"];
+    let fixture = Proc::fixture_cmd(&[]);
+    argv.extend(fixture.iter().map(String::as_str));
+    let mut p = home.spawn("run", &argv);
+    let mut c = p.client();
+    c.initialize().await;
+    c.call_text("echo", json!({"text": "via run"})).await;
+    let resp = c.call_tool("crash", json!({"code": 3})).await;
+    assert!(resp.get("error").is_some(), "{resp}");
+    c.close().await;
+    p.wait_timeout(Duration::from_secs(10)).await;
+    let files = audit_files(&home);
+    assert!(files.len() == 1 && files[0].file_name().unwrap().to_str().unwrap().starts_with("run-"), "{files:?}");
+    let (records, _) = audit_records(&home);
+    let results: Vec<(&str, &str)> =
+        records.iter().map(|r| (r["tool"].as_str().unwrap(), r["outcome"]["result"].as_str().unwrap())).collect();
+    assert_eq!(results, [("echo", "ok"), ("crash", "lost")]);
+    assert_eq!(records[1]["outcome"]["unknown"], true);
+}
