@@ -60,6 +60,17 @@ fn render(s: &serde_json::Value) -> String {
         let v = s[key].as_str().unwrap_or(if key == "log" { "stderr" } else { "-" });
         let _ = writeln!(out, "  {label}: {v}");
     }
+    match s["audit"]["path"].as_str() {
+        Some(path) => {
+            let lost = s["audit"]["lost"].as_u64().unwrap_or(0);
+            let lost =
+                if lost > 0 { format!(" ({lost} lines lost: the disk could not keep up)") } else { String::new() };
+            let _ = writeln!(out, "  audit: {path}{lost} (switchyard calls)");
+        }
+        None => {
+            let _ = writeln!(out, "  audit: off");
+        }
+    }
     if let Some(http) = s.get("http") {
         let _ = writeln!(
             out,
@@ -304,7 +315,7 @@ mod tests {
     fn status_text_names_servers_instances_and_sessions() {
         let s = serde_json::json!({
             "pid": 7, "version": "0.1.0", "config": "/c.toml", "socket": "/s.sock", "log": null,
-            "uptime_ms": 61_000, "plugins": ["hints.wasm"], "plugins_dir": "/p",
+            "audit": {"path": "/st/c.audit.jsonl", "lost": 3, "strict": false}, "uptime_ms": 61_000, "plugins": ["hints.wasm"], "plugins_dir": "/p",
             "servers": [{"name": "fs", "target": "npx fs", "starts": 1, "restarts": 0, "last_error": null,
                 "instances": [{"label": "fs#1", "pool": "default", "pid": 42, "url": null, "uptime_ms": 500, "inflight": 1, "ready": true, "scope": "shared"},
                     {"label": "fs#2", "pool": "default", "pid": 43, "url": null, "uptime_ms": 500, "inflight": 0, "ready": true, "scope": "client cursor (token ci)"}],
@@ -322,6 +333,7 @@ mod tests {
             "pid 7",
             "up 1 min",
             "log: stderr",
+            "audit: /st/c.audit.jsonl (3 lines lost: the disk could not keep up)",
             "hints.wasm",
             "server fs: npx fs",
             "fs#1 [default] pid 42",
