@@ -10,6 +10,8 @@
 // memory of the hand-off's journal.
 #![deny(unsafe_code)]
 
+#[cfg(test)]
+mod audit_tests;
 pub mod call;
 #[cfg(test)]
 mod call_path_tests;
