@@ -88,9 +88,10 @@ impl Poster {
 impl HttpClient for Poster {
     async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
         let (parts, body) = request.into_parts();
-        let send = self.client.request(parts.method, parts.uri.to_string()).headers(parts.headers).body(body).send();
+        let req = self.client.request(parts.method, parts.uri.to_string()).headers(parts.headers).body(body);
+        // Sent inside the runtime: its timeout needs the runtime's timer.
         let got = self.runtime.block_on(async move {
-            let resp = send.await?;
+            let resp = req.send().await?;
             let status = resp.status();
             let body = resp.bytes().await?;
             Ok::<_, reqwest::Error>((status, body))

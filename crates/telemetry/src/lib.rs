@@ -170,6 +170,35 @@ pub fn operation(op: &Operation<'_>, parent: Option<(&TraceParent, Option<&str>)
     span
 }
 
+/// The span of a client's call as switchyard serves it (kind SERVER; `Span::none()` when traces
+/// are off): the child of the trace context the client sent in `_meta`, else the root of a trace
+/// of its own. `session` is the session's label (`stdio-1`, `http-3`), whose first part says the
+/// transport; `version_of_session` the protocol version its initialize agreed (a request of
+/// the 2026-07-28 era names its own).
+pub fn server_span(call: &switchyard_core::call::Call, session: &str, version_of_session: Option<&str>) -> Span {
+    if !on() {
+        return Span::none();
+    }
+    let (name, uri) = (call.name(), call.string(&call.fields().uri));
+    let transport = match session.split('-').next() {
+        Some("stdio") => TRANSPORT_PIPE,
+        Some("unix") => TRANSPORT_UNIX,
+        _ => TRANSPORT_TCP,
+    };
+    let version = call.protocol_version();
+    let op = Operation {
+        side: Side::Server,
+        method: call.method(),
+        target: Target::of(call.method(), name.as_deref(), uri.as_deref()),
+        request_id: Some(call.id()),
+        session_id: Some(session),
+        protocol_version: version.as_deref().or(version_of_session),
+        transport,
+    };
+    let sent = context::sent(call);
+    operation(&op, sent.as_ref().map(|(p, s)| (p, s.as_deref())), None)
+}
+
 /// The span of a client's session (`Span::none()` when traces are off): how long it lasted, and
 /// what the calls' spans link to.
 pub fn session(server: &str, session_id: &str, transport: &'static str) -> Span {

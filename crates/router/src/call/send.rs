@@ -1,6 +1,6 @@
 //! An attempt sent to its instance and waited for: its deadline (which progress extends), a
-//! copy on a new connection when its link goes silent, the client's cancel; and where the
-//! call's progress goes.
+//! copy on a new connection when its link goes silent, the client's cancel; where the call's
+//! progress goes; and the attempt's span (kind CLIENT), whose trace context the server gets.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,8 +13,9 @@ use super::Stop;
 use super::attempt::Attempt;
 use crate::peer::ClientPeer;
 use crate::server::calls::Stage;
-use crate::upstream::{Instance, ProgressSink, Reply, Sent};
+use crate::upstream::{Instance, ProgressSink, Reply, Sent, Trace};
 use switchyard_core::error::{CallError, Unanswered};
+use switchyard_telemetry::{self as telemetry, keys};
 
 /// Passes a call's progress on only while it increases. A repeated call's server counts from
 /// the start again, and the client must never see progress on its token go back (the spec
@@ -55,12 +56,62 @@ impl Attempt<'_, '_> {
     /// Sends the call to `inst` and waits for its reply until the deadline (which progress
     /// extends, up to `limits.max_call_timeout_ms`) or the client's cancel.
     pub(super) async fn send(&self, inst: &Arc<Instance>, route: Option<Arc<dyn ProgressSink>>) -> Result<Reply, Stop> {
+        let span = self.client_span(inst);
+        let r = self.send_in(inst, route, &span).await;
+        match &r {
+            Ok(reply) if reply.env.is_error => {
+                let (_, code) = super::reply::reply_outcome(reply, false);
+                telemetry::ended(&span, Some(&code.map_or("_OTHER".to_string(), |c| c.to_string())), code);
+            }
+            Ok(_) => {}
+            Err(Stop::Cancelled) => {
+                telemetry::record(&span, keys::SWITCHYARD_CANCELLED, true);
+                telemetry::ended(&span, Some("cancelled"), None);
+            }
+            Err(Stop::Failed(e)) => telemetry::ended(&span, Some(error_type(e)), Some(e.code())),
+        }
+        r
+    }
+
+    /// The span of this attempt's request to `inst` (kind CLIENT), within the call's.
+    fn client_span(&self, inst: &Instance) -> tracing::Span {
+        if !telemetry::on() {
+            return tracing::Span::none();
+        }
+        let call = self.req.call;
+        let (name, uri) = (call.name(), call.string(&call.fields().uri));
+        let op = telemetry::Operation {
+            side: telemetry::Side::Client,
+            method: call.method(),
+            target: telemetry::Target::of(call.method(), name.as_deref(), uri.as_deref()),
+            request_id: None,
+            session_id: None,
+            protocol_version: None,
+            transport: if inst.pid().is_some() { keys::TRANSPORT_PIPE } else { keys::TRANSPORT_TCP },
+        };
+        let span = telemetry::operation(&op, None, Some(&tracing::Span::current()));
+        telemetry::record(&span, keys::SWITCHYARD_INSTANCE, inst.label().to_string());
+        span
+    }
+
+    /// [`Attempt::send`] within `span`: the server gets its trace context.
+    async fn send_in(
+        &self,
+        inst: &Arc<Instance>,
+        route: Option<Arc<dyn ProgressSink>>,
+        span: &tracing::Span,
+    ) -> Result<Reply, Stop> {
         let (server, req, eff, what) = (self.server, self.req, self.eff, self.what);
         let activity = Arc::new(Notify::new());
         let failed = |u: Unanswered| Stop::Failed(u.into_error(&server.name, what));
+        let trace = telemetry::traceparent_of(span)
+            .map(|tp| Trace { edits: telemetry::context::edits(req.call, &tp, None), traceparent: tp.to_string() });
         let sent = inst
-            .send(req.call, req.session, route.clone(), Some(activity.clone()), self.stream.clone())
+            .send_traced(req.call, req.session, route.clone(), Some(activity.clone()), self.stream.clone(), trace)
             .map_err(failed)?;
+        if !span.is_none() {
+            span.record(keys::JSONRPC_REQUEST_ID, sent.upstream_id.to_string());
+        }
         req.cancel.mark_sent();
         self.track.set(Stage::InFlight(inst.clone(), sent.upstream_id));
         let max_deadline = self.started + Duration::from_millis(server.limits.max_call_timeout_ms);
@@ -201,6 +252,20 @@ impl Attempt<'_, '_> {
         }
         // Errors name the instance the call ran on (README, "Errors name ...").
         self.timed_out(format!("{} (on {})", self.what, inst.label()), None)
+    }
+}
+
+/// `error.type` of a call that got no answer: what kind of failure it was.
+fn error_type(e: &CallError) -> &'static str {
+    match e {
+        CallError::Rejected(_) => "rejected",
+        CallError::Timeout { .. } => "timeout",
+        CallError::Died { .. } => "instance_died",
+        CallError::Lost { .. } => "lost",
+        CallError::Repeated { last, .. } => error_type(last),
+        CallError::ShuttingDown | CallError::ShutDownInFlight { .. } => "shutdown",
+        CallError::Busy { .. } => "busy",
+        _ => "server_unavailable",
     }
 }
 

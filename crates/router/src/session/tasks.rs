@@ -6,6 +6,7 @@ use crate::call::{self, Cancel};
 use crate::server::tasks::{self, Pinned};
 use switchyard_core::call::Call;
 use switchyard_core::codec;
+use tracing::Instrument;
 
 /// The most pages of one instance's tasks/list followed before the list is answered.
 const MAX_PAGES: usize = 100;
@@ -74,7 +75,7 @@ impl Session {
         };
         let sent = call.splice(span, &codec::json_string(&route.upstream));
         let req = call::Request { resume: Some(instance), ..self.request(&sent, cancel, true, None) };
-        call::forward(&self.server(), req).await
+        call::forward(&self.server(), req).instrument(self.call_span(call)).await
     }
 
     /// tasks/list (2025-11-25): each instance holding tasks of this session is asked (every page),
@@ -158,7 +159,17 @@ impl Session {
         modern: bool,
         task: Option<&Pinned>,
     ) -> Option<String> {
-        call::forward(&self.server(), self.request(call, cancel, modern, task)).await
+        call::forward(&self.server(), self.request(call, cancel, modern, task)).instrument(self.call_span(call)).await
+    }
+
+    /// The span of `call` as switchyard serves it (see `switchyard_telemetry::server_span`):
+    /// what its attempts' spans are children of.
+    fn call_span(&self, call: &Call) -> tracing::Span {
+        if !switchyard_telemetry::on() {
+            return tracing::Span::none();
+        }
+        let era = self.link.caller().era;
+        switchyard_telemetry::server_span(call, &self.label, Some(era.as_str()).filter(|e| !e.is_empty()))
     }
 
     pub(super) fn request<'a>(

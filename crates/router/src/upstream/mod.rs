@@ -20,7 +20,7 @@ pub mod transport;
 #[cfg(test)]
 pub mod fake;
 
-pub use instance::{Applied, Instance, Owners, Reply, Sent};
+pub use instance::{Applied, Instance, Owners, Reply, Sent, Trace};
 pub use stdio::{Spec, StdioConnector};
 pub use transport::{Closed, Connector, Ended, Inbound, Lost, Outbound, Transport};
 

@@ -24,6 +24,9 @@ pub struct Outbound {
     /// switchyard's own health check: a refusal may renew a token by refresh, but starts no
     /// sign-in (no one waits on it, and no browser opens for a request no user made).
     pub quiet: bool,
+    /// The W3C `traceparent` of switchyard's span for this request (the one in its `_meta` too),
+    /// sent as the HTTP header of that name to a remote server. None when traces are off.
+    pub traceparent: Option<String>,
 }
 
 /// The transport is closed: nothing more can be sent.

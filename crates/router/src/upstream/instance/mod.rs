@@ -69,6 +69,13 @@ pub struct Reply {
     pub env: Envelope,
 }
 
+/// switchyard's trace context for a request it forwards (see [`Instance::send_traced`]).
+pub struct Trace {
+    /// Splices that put `traceparent` (and a `tracestate`) into the request's `params._meta`.
+    pub edits: Vec<(std::ops::Range<usize>, String)>,
+    pub traceparent: String,
+}
+
 /// A call sent upstream: its id there, and where its reply will arrive.
 pub struct Sent {
     pub upstream_id: u64,
@@ -312,7 +319,7 @@ impl Instance {
 
     /// Sends one message that expects no reply (a notification, or the answer to a server's request).
     pub fn write(&self, line: String) -> Result<(), Closed> {
-        self.transport().ok_or(Closed)?.send(Outbound { line, request: None, quiet: false })
+        self.transport().ok_or(Closed)?.send(Outbound { line, request: None, quiet: false, traceparent: None })
     }
 
     /// Bytes sent to this instance that the server has not taken yet.
@@ -354,24 +361,41 @@ impl Instance {
         activity: Option<Arc<Notify>>,
         stream: Option<Arc<dyn ProgressSink>>,
     ) -> Result<Sent, Unanswered> {
+        self.send_traced(call, session, progress, activity, stream, None)
+    }
+
+    /// [`Instance::send`] with switchyard's trace context for the server: `trace` holds the
+    /// edits that put it into the request's `_meta` (spliced with the id's) and the
+    /// `traceparent` for a remote server's HTTP header.
+    pub fn send_traced(
+        &self,
+        call: &Call,
+        session: SessionId,
+        progress: Option<Arc<dyn ProgressSink>>,
+        activity: Option<Arc<Notify>>,
+        stream: Option<Arc<dyn ProgressSink>>,
+        trace: Option<Trace>,
+    ) -> Result<Sent, Unanswered> {
         let line = call.line();
         let stream = stream.map(|s| (call.id().to_string(), s));
-        self.submit(session, activity, stream, false, |id_text| {
+        let (edits, traceparent) = trace.map(|t| (t.edits, Some(t.traceparent))).unwrap_or_default();
+        self.submit(session, activity, stream, false, traceparent, |id_text| {
             let mut route = None;
-            let mut edits = vec![(call.id_range(), id_text)];
+            let mut all = vec![(call.id_range(), id_text)];
             if let (Some(span), Some(out)) = (call.fields().progress_token.clone(), progress) {
                 // The upstream id doubles as the progress token: unique on this instance.
                 route = Some((line[span.clone()].to_string(), out));
-                edits.push((span, id_text));
+                all.push((span, id_text));
             }
-            (codec::splice_many(line, edits), route)
+            all.extend(edits.iter().map(|(r, with)| (r.clone(), with.as_str())));
+            (codec::splice_many(line, all), route)
         })
     }
 
     /// Sends a request of the router's own (initialize, ping, tools/list, ...); `quiet`: a
     /// health check's (see [`Outbound::quiet`]).
     pub fn send_own(&self, method: &str, params: &str, quiet: bool) -> Result<Sent, Unanswered> {
-        self.submit(0, None, None, quiet, |id_text| (codec::request(id_text, method, params), None))
+        self.submit(0, None, None, quiet, None, |id_text| (codec::request(id_text, method, params), None))
     }
 
     /// Gives a request a fresh upstream id, registers where its reply goes, and sends it.
@@ -382,6 +406,7 @@ impl Instance {
         activity: Option<Arc<Notify>>,
         stream: Option<(String, Arc<dyn ProgressSink>)>,
         quiet: bool,
+        traceparent: Option<String>,
         build: impl FnOnce(&str) -> (String, Option<(String, Arc<dyn ProgressSink>)>),
     ) -> Result<Sent, Unanswered> {
         if let Some(d) = self.death.get() {
@@ -396,7 +421,7 @@ impl Instance {
         let sent = Instant::now();
         pending.insert(upstream_id, Pending { session, reply: tx, progress, activity, stream, sent, behind });
         drop(pending);
-        if transport.send(Outbound { line, request: Some(upstream_id), quiet }).is_err() {
+        if transport.send(Outbound { line, request: Some(upstream_id), quiet, traceparent }).is_err() {
             self.pending.lock().expect("lock").remove(&upstream_id);
             return Err(self.death_or_closed());
         }

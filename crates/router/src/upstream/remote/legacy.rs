@@ -235,10 +235,14 @@ async fn post(core: Arc<Core>, endpoint: Url, msg: Outbound) {
     let (resp, status) = loop {
         // The token is refreshed first when it is about to expire.
         let token = core.bearer().await;
-        let req = core
+        let mut req = core
             .request(reqwest::Method::POST, endpoint.clone())
             .header(CONTENT_TYPE, "application/json")
             .body(msg.line.clone());
+        // The trace context in `_meta` is in the W3C header as well, where HTTP servers look.
+        if let Some(tp) = msg.traceparent.as_deref() {
+            req = req.header(switchyard_mcp::meta::TRACEPARENT, tp);
+        }
         // A server that lost the session can take the connection and never answer.
         let resp = match tokio::time::timeout(core.post_timeout, req.send()).await {
             Ok(Ok(r)) => r,

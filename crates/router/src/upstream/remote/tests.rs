@@ -116,11 +116,17 @@ fn init(id: u64) -> Outbound {
         ),
         request: Some(id),
         quiet: false,
+        traceparent: None,
     }
 }
 
 fn initialized() -> Outbound {
-    Outbound { line: r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.into(), request: None, quiet: false }
+    Outbound {
+        line: r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.into(),
+        request: None,
+        quiet: false,
+        traceparent: None,
+    }
 }
 
 fn call(id: u64, tool: &str) -> Outbound {
@@ -130,6 +136,7 @@ fn call(id: u64, tool: &str) -> Outbound {
         ),
         request: Some(id),
         quiet: false,
+        traceparent: None,
     }
 }
 
@@ -457,7 +464,7 @@ async fn a_2026_call_mirrors_its_marked_arguments_in_headers() {
     let learnt = crate::upstream::Connector::tool_headers(&c).expect("a remote connector learns tool headers");
     learnt.learn(&[serde_json::json!({"name": "deploy", "inputSchema": schema})]);
     let line = r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"deploy","arguments":{"region":"eu-west","who":"Zoë","dry":false,"text":"body only"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
-    t.send(Outbound { line: line.into(), request: Some(4), quiet: false }).unwrap();
+    t.send(Outbound { line: line.into(), request: Some(4), quiet: false, traceparent: None }).unwrap();
     rec.response(4).await;
     let f = fake.lock().unwrap();
     let post = f.posts.iter().find(|p| p.tool == "deploy").expect("the call reached the server");
@@ -480,6 +487,7 @@ async fn a_2026_call_refused_for_unknown_headers_is_sent_again_once_the_list_is_
         ),
         request: Some(id),
         quiet: false,
+        traceparent: None,
     };
     t.send(call(7, r#"{"region":"eu"}"#)).unwrap();
     let answer = rec.response(7).await;
@@ -512,6 +520,7 @@ async fn a_2026_answer_under_an_http_error_status_is_the_server_s_own() {
         ),
         request: Some(id),
         quiet: false,
+        traceparent: None,
     };
     t.send(modern(2, "refused")).unwrap();
     let answer = rec.response(2).await;
@@ -777,7 +786,7 @@ async fn a_2026_request_carries_its_version_method_and_name_and_no_session() {
     let (url, fake) = streamable_server().await;
     let (_c, rec, t) = open(&url, RemoteKind::StreamableHttp).await;
     let line = r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"echo","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
-    t.send(Outbound { line: line.into(), request: Some(5), quiet: false }).unwrap();
+    t.send(Outbound { line: line.into(), request: Some(5), quiet: false, traceparent: None }).unwrap();
     rec.response(5).await;
     let f = fake.lock().unwrap();
     let p = &f.posts[0];
@@ -830,7 +839,7 @@ async fn a_2026_request_whose_stream_breaks_is_lost_without_resuming() {
     let (url, fake) = streamable_server().await;
     let (_c, rec, t) = open(&url, RemoteKind::StreamableHttp).await;
     let line = r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"resume","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
-    t.send(Outbound { line: line.into(), request: Some(5), quiet: false }).unwrap();
+    t.send(Outbound { line: line.into(), request: Some(5), quiet: false, traceparent: None }).unwrap();
     let lost = rec.lost(5).await;
     assert_eq!(lost.delivery, Delivery::Maybe);
     assert!(fake.lock().unwrap().gets.is_empty(), "streams of the 2026 era are not resumable");
@@ -1173,6 +1182,7 @@ async fn a_2026_request_on_a_black_holed_link_is_found_after_one_window() {
         ),
         request: Some(id),
         quiet: false,
+        traceparent: None,
     };
     t.send(modern(5)).unwrap();
     rec.response(5).await;
@@ -1444,6 +1454,7 @@ async fn a_health_check_refreshes_but_never_opens_a_sign_in() {
         line: format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#),
         request: Some(id),
         quiet: true,
+        traceparent: None,
     };
     // The token was replaced meanwhile: the ping refreshes it, without a browser.
     fake.lock().unwrap().issued += 1;

@@ -163,6 +163,10 @@ impl Inner {
         if let Some(s) = &session {
             req = self.with_session(req, s);
         }
+        // The trace context in `_meta` is in the W3C header as well, where HTTP servers look.
+        if let Some(tp) = msg.traceparent.as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
+            req = req.header(mcp::meta::TRACEPARENT, tp);
+        }
         let version = if modern { info.envelope_version.clone() } else { version };
         if let Some(v) = version.as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
             req = req.header(mcp::header::PROTOCOL_VERSION, v);
