@@ -67,7 +67,8 @@ async fn a_call_s_line_says_where_it_ran_what_it_waited_for_and_how_it_ended() {
     let log = AuditLog::start(&settings(&path, false)).unwrap();
     server.audit_into(log.clone());
     let mut c = Client::connect(&server).await;
-    let resp = c.request("tools/call", json!({"name": "echo", "arguments": {"text": "hi"}})).await;
+    let traced = json!({"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"});
+    let resp = c.request("tools/call", json!({"name": "echo", "arguments": {"text": "hi"}, "_meta": traced})).await;
     assert_eq!(resp["result"]["content"][0]["text"], "hi");
     // A write lost with its instance: it may have run.
     let pending = tokio::spawn(async move {
@@ -93,6 +94,9 @@ async fn a_call_s_line_says_where_it_ran_what_it_waited_for_and_how_it_ended() {
         ("shared", "default", 300_000)
     );
     assert!(ok.response_bytes > 0 && ok.request_bytes > 0);
+    // In the trace the client gave it.
+    assert_eq!(ok.trace_id.as_deref(), Some("0af7651916cd43dd8448eb211c80319c"));
+    assert_eq!(calls[1].trace_id, None);
     let lost = calls[1];
     assert_eq!((lost.outcome.result.as_str(), lost.outcome.unknown), ("lost", true), "{lost:?}");
 }

@@ -30,6 +30,8 @@ pub(super) struct Asked {
     arguments_sha256: Option<String>,
     arguments: Option<serde_json::Value>,
     request_bytes: u64,
+    /// The trace the client put the call in (`_meta.traceparent`), if any.
+    trace_id: Option<String>,
 }
 
 impl Asked {
@@ -72,6 +74,7 @@ impl Asked {
             arguments_sha256: arguments.map(|a| sha256_hex(a.as_bytes())),
             arguments: arguments.filter(|_| log.with_arguments()).and_then(|a| serde_json::from_str(a).ok()),
             request_bytes: call.line().len() as u64,
+            trace_id: call.string(&call.fields().traceparent).and_then(|t| trace_id_of(&t)),
         }))
     }
 
@@ -81,7 +84,7 @@ impl Asked {
         let Some(log) = server.audit() else { return };
         let record = Record {
             time: time::rfc3339(SystemTime::now()),
-            trace_id: None,
+            trace_id: self.trace_id,
             client: self.client,
             session: self.session,
             server: server.name.clone(),
@@ -119,6 +122,13 @@ pub(super) fn decided(eff: &super::Effective) -> Decided {
         timeout_ms: eff.timeout.as_millis() as u64,
         retry: eff.retry.map(|r| r.attempts),
     }
+}
+
+/// The trace id of a W3C `traceparent` (`00-TRACEID-PARENTID-FLAGS`), when it has a valid one.
+fn trace_id_of(traceparent: &str) -> Option<String> {
+    let id = traceparent.trim().split('-').nth(1)?;
+    let hex = id.len() == 32 && id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    (hex && id.bytes().any(|b| b != b'0')).then(|| id.to_string())
 }
 
 /// Milliseconds, to the microsecond.
