@@ -502,6 +502,37 @@ async fn a_call_s_params_are_read_once_on_its_way_to_the_server() {
     assert_eq!(sent[1]["params"]["arguments"]["text"], "once more", "{sent:?}");
 }
 
+/// A request the HTTP front read (it reads each POSTed body, then hands the session the `Call`)
+/// is not read again on its way to the server: its params are read once from body to server.
+#[tokio::test(start_paused = true)]
+async fn a_request_the_http_front_read_is_not_read_again() {
+    use crate::downstream::http::session::HttpSession;
+    use switchyard_core::call::Call;
+    let (server, fake) = start("", true);
+    let sessions = Arc::new(crate::session::Sessions::default());
+    let http = HttpSession::start(server.clone(), sessions, CancellationToken::new(), 1 << 20, None);
+    // What the front's `read_message` does with a POST's body.
+    let posted = |id: u64, method: &str, params: Value| {
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
+        Box::new(Call::parse(line).unwrap())
+    };
+    let init =
+        json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}});
+    let Ok(mut feed) = http.request(posted(1, "initialize", init), true) else { panic!("initialize refused") };
+    let resp: Value = serde_json::from_slice(&feed.next().await.expect("answered")).unwrap();
+    assert!(resp.get("result").is_some(), "{resp}");
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string();
+    assert!(http.message(initialized, None).is_ok());
+    let reads = switchyard_core::codec::params_reads;
+    let before = reads();
+    let params = json!({"name": "echo", "arguments": {"text": "posted"}, "_meta": {"progressToken": "p"}});
+    let Ok(mut feed) = http.request(posted(2, "tools/call", params), true) else { panic!("the call refused") };
+    let resp: Value = serde_json::from_slice(&feed.next().await.expect("answered")).unwrap();
+    assert_eq!(text(&resp), "posted");
+    assert_eq!(reads() - before, 1, "the session read again what the front had read");
+    assert_eq!(calls_of(&fake.link(0), "echo").len(), 1);
+}
+
 /// A request whose envelope names a version switchyard does not serve per request gets -32022
 /// with the versions it does, as the HTTP front answers it, and never reaches the server (which
 /// may not check).

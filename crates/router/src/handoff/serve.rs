@@ -19,7 +19,7 @@ use super::{
 };
 use crate::control::{self, Reply};
 use crate::server::Server;
-use crate::session::{self, Input, Opening, Output};
+use crate::session::{self, Input, Message, Opening, Output};
 
 /// The most read from the client's pipe at once.
 const READ_MAX: usize = 64 * 1024;
@@ -429,7 +429,18 @@ impl HandedInput {
 }
 
 impl Input for HandedInput {
-    async fn next(&mut self) -> std::io::Result<Option<Frame>> {
+    async fn next(&mut self) -> std::io::Result<Option<Message>> {
+        Ok(self.next_frame().await?.map(Message::Frame))
+    }
+
+    fn skipped_ends(&self) -> (&[u8], &[u8]) {
+        (&self.head_bytes, &self.tail)
+    }
+}
+
+impl HandedInput {
+    /// The next line the client sent (or what stood for one), or None at the end of its input.
+    async fn next_frame(&mut self) -> std::io::Result<Option<Frame>> {
         loop {
             if self.shared.handing_back() && self.shared.head.in_flight() == 0 {
                 // Nothing in flight and nothing more taken up: connect carries on from here.
@@ -487,10 +498,6 @@ impl Input for HandedInput {
                 }
             }
         }
-    }
-
-    fn skipped_ends(&self) -> (&[u8], &[u8]) {
-        (&self.head_bytes, &self.tail)
     }
 }
 

@@ -31,7 +31,19 @@ impl Session {
         if codec::is_batch(&line) {
             return self.on_batch(&line, tasks);
         }
-        match self.step(line) {
+        let step = self.step(line);
+        self.take(step, tasks);
+    }
+
+    /// A request its input parsed already (see [`super::Message::Request`]).
+    pub(super) fn on_request(self: &Arc<Self>, call: Box<Call>, tasks: &TaskTracker) {
+        let step = self.step_request(*call);
+        self.take(step, tasks);
+    }
+
+    /// Does what `step` says: runs a request in a task of its own, or answers at once.
+    fn take(self: &Arc<Self>, step: Step, tasks: &TaskTracker) {
+        match step {
             Step::Run(call, token) => {
                 let me = self.clone();
                 tasks.spawn(async move {
@@ -107,42 +119,44 @@ impl Session {
                 self.on_notification(&line, &env);
                 Step::Done
             }
-            Kind::Request => {
-                // Its params are read here, once: every later stage reads the `Call`.
-                let call = Call::read(line, env);
-                let id = call.id().to_string();
-                let token = Arc::new(Cancel::default());
-                let mut inflight = self.inflight.lock().expect("lock");
-                if inflight.contains_key(&id) {
-                    return Step::Reply(codec::response_error(
-                        &id,
-                        codec::INVALID_REQUEST,
-                        &format!("Invalid Request: id {id} is already in use by a request still in flight"),
-                        None,
-                    ));
-                }
-                inflight.insert(id, token.clone());
-                drop(inflight);
-                // `initialize` is the handshake of its era even when it carries the envelope.
-                let modern = call.method() != "initialize" && call.fields().protocol_version.is_some();
-                match call.method() {
-                    // A 2026-07-28 client never initialises: its first request opens its session.
-                    _ if modern => self.link.open(),
-                    "initialize" => {
-                        let params = call.params().unwrap_or("{}");
-                        self.place_at_initialize(params);
-                        self.server().begin_initialize(params);
-                    }
-                    "ping" | "server/discover" => {}
-                    // A client that skips `initialized` is taken as initialised by its first call.
-                    _ => {
-                        self.link.open();
-                        self.settle_roots();
-                    }
-                }
-                Step::Run(call, token)
+            // Its params are read here, once: every later stage reads the `Call`.
+            Kind::Request => self.step_request(Call::read(line, env)),
+        }
+    }
+
+    /// A request: registered in flight (unless its id is), and its session opened or placed.
+    fn step_request(self: &Arc<Self>, call: Call) -> Step {
+        let id = call.id().to_string();
+        let token = Arc::new(Cancel::default());
+        let mut inflight = self.inflight.lock().expect("lock");
+        if inflight.contains_key(&id) {
+            return Step::Reply(codec::response_error(
+                &id,
+                codec::INVALID_REQUEST,
+                &format!("Invalid Request: id {id} is already in use by a request still in flight"),
+                None,
+            ));
+        }
+        inflight.insert(id, token.clone());
+        drop(inflight);
+        // `initialize` is the handshake of its era even when it carries the envelope.
+        let modern = call.method() != "initialize" && call.fields().protocol_version.is_some();
+        match call.method() {
+            // A 2026-07-28 client never initialises: its first request opens its session.
+            _ if modern => self.link.open(),
+            "initialize" => {
+                let params = call.params().unwrap_or("{}");
+                self.place_at_initialize(params);
+                self.server().begin_initialize(params);
+            }
+            "ping" | "server/discover" => {}
+            // A client that skips `initialized` is taken as initialised by its first call.
+            _ => {
+                self.link.open();
+                self.settle_roots();
             }
         }
+        Step::Run(call, token)
     }
 
     fn on_notification(self: &Arc<Self>, line: &str, env: &Envelope) {

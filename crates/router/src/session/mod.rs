@@ -24,6 +24,7 @@ use crate::peer::ClientPeer;
 use crate::server::Server;
 use place::Placement;
 pub use sessions::Sessions;
+use switchyard_core::call::Call;
 use switchyard_core::codec::{Frame, LineReader};
 use switchyard_core::ids::SessionId;
 
@@ -99,12 +100,22 @@ impl Session {
     }
 }
 
+/// One message from the client, as its input hands it on.
+pub enum Message {
+    /// A frame of a byte stream: a line to parse, or what stood for one.
+    Frame(Frame),
+    /// A request its input parsed already (the HTTP front reads each body before it routes
+    /// it): it is not parsed again. Boxed where it is parsed, in place of the `String` a second
+    /// parse would make, so a channel of messages keeps small slots.
+    Request(Box<Call>),
+}
+
 /// Where a session's messages come from: whole messages, one per frame.
 pub trait Input {
     /// The next message, or `None` when the client closed its input (calls in flight get a
     /// short grace). An error of kind `ConnectionAborted` means the client ended the session on
     /// purpose: its calls are cancelled at once.
-    fn next(&mut self) -> impl Future<Output = std::io::Result<Option<Frame>>>;
+    fn next(&mut self) -> impl Future<Output = std::io::Result<Option<Message>>>;
     /// Both ends of the message behind the last `Frame::TooLong` (where its id usually is).
     fn skipped_ends(&self) -> (&[u8], &[u8]) {
         (&[], &[])
@@ -112,8 +123,8 @@ pub trait Input {
 }
 
 impl<R: AsyncBufRead + Unpin> Input for LineReader<R> {
-    fn next(&mut self) -> impl Future<Output = std::io::Result<Option<Frame>>> {
-        LineReader::next(self)
+    async fn next(&mut self) -> std::io::Result<Option<Message>> {
+        Ok(LineReader::next(self).await?.map(Message::Frame))
     }
     fn skipped_ends(&self) -> (&[u8], &[u8]) {
         LineReader::skipped_ends(self)

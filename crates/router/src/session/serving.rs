@@ -14,7 +14,7 @@ use tokio_util::task::TaskTracker;
 
 use super::place::Placement;
 use super::sessions::Registered;
-use super::{Input, Opening, Output, Session};
+use super::{Input, Message, Opening, Output, Session};
 use crate::call::Cancel;
 use crate::peer::ClientPeer;
 use crate::server::Server;
@@ -121,8 +121,9 @@ impl Serving<'_> {
                 }
             };
             match frame {
-                Ok(Some(Frame::Line(line))) => session.on_line(line, &self.tasks),
-                Ok(Some(Frame::TooLong { bytes })) => session.link.send(codec::response_error(
+                Ok(Some(Message::Request(call))) => session.on_request(call, &self.tasks),
+                Ok(Some(Message::Frame(Frame::Line(line)))) => session.on_line(line, &self.tasks),
+                Ok(Some(Message::Frame(Frame::TooLong { bytes }))) => session.link.send(codec::response_error(
                     &{
                         let (head, tail) = input.skipped_ends();
                         codec::skipped_request_id(head, tail).unwrap_or_else(|| "null".to_string())
@@ -134,7 +135,7 @@ impl Serving<'_> {
                     ),
                     None,
                 )),
-                Ok(Some(Frame::NotUtf8)) => session.link.send(codec::response_error(
+                Ok(Some(Message::Frame(Frame::NotUtf8))) => session.link.send(codec::response_error(
                     "null",
                     codec::PARSE_ERROR,
                     "Parse error: the message is not valid UTF-8",

@@ -12,6 +12,7 @@ use super::body::{Bodies, content_length, read_body, too_large};
 use super::session::{Feed, HttpSession, Refused};
 use super::{Front, Mode, accepts, empty, media, plain, rpc_error, stateless};
 use crate::server::Server;
+use switchyard_core::call::Call;
 use switchyard_core::codec::{self, Envelope, Kind};
 use switchyard_mcp as mcp;
 
@@ -48,14 +49,18 @@ impl Front {
         if declared.is_some_and(|d| d > limit as u64) {
             return Err(too_large(limit).into());
         }
-        let (line, env) = read_message(body, limit, declared, &self.bodies).await?;
+        let parsed = read_message(body, limit, declared, &self.bodies).await?;
+        let env = parsed.envelope();
         let method = env.method.as_deref().unwrap_or_default();
-        let raw_id = env.id.as_ref().map(|r| line[r.clone()].to_string());
-        let enveloped = env.params.as_ref().is_some_and(|p| codec::envelope_version(&line, p).is_some());
+        let raw_id = env.id.as_ref().map(|r| parsed.line()[r.clone()].to_string());
+        let enveloped = match &parsed {
+            Parsed::Request(call) => call.fields().protocol_version.is_some(),
+            Parsed::Other(line, env) => env.params.as_ref().is_some_and(|p| codec::envelope_version(line, p).is_some()),
+        };
         // `initialize` in the stateless era's form (its version header, or the envelope) is a
         // request of that era, which has no such method: answered as such there, never a session.
         if posted.modern || enveloped {
-            return Ok(self.stateless(server, headers, token, line, env, posted.mode).await);
+            return Ok(self.stateless(server, headers, token, parsed, posted.mode).await);
         }
         // A version of neither era served (spec: 400); initialize names its version in the body.
         if let Some(v) = posted.version
@@ -67,11 +72,11 @@ impl Front {
         let (session, new_sid) = match existing {
             Some(s) => (s, None),
             None => {
-                let (s, sid) = self.open_session(&server, &env, token, raw_id.as_deref().unwrap_or("null"))?;
+                let (s, sid) = self.open_session(&server, env, token, raw_id.as_deref().unwrap_or("null"))?;
                 (s, Some(sid))
             }
         };
-        let mut resp = self.deliver(&session, line, &env, raw_id, posted.mode).await;
+        let mut resp = self.deliver(&session, parsed, raw_id, posted.mode).await;
         if let Some(sid) = new_sid {
             resp.headers_mut()
                 .insert(mcp::header::SESSION_ID, HeaderValue::from_str(&sid).expect("hex is a header value"));
@@ -152,16 +157,9 @@ impl Front {
         }
     }
 
-    /// Gives a POSTed message (`line`, parsed as `env`) to its session: a request is answered
-    /// as the client takes it (`mode`), anything else with 202.
-    async fn deliver(
-        &self,
-        session: &HttpSession,
-        line: String,
-        env: &Envelope,
-        raw_id: Option<String>,
-        mode: Mode,
-    ) -> Response {
+    /// Gives a POSTed message to its session: a request is answered as the client takes it
+    /// (`mode`), anything else with 202.
+    async fn deliver(&self, session: &HttpSession, parsed: Parsed, raw_id: Option<String>, mode: Mode) -> Response {
         let gone = || {
             rpc_error(
                 StatusCode::NOT_FOUND,
@@ -170,15 +168,10 @@ impl Front {
                 "session not found: it ended; send initialize without Mcp-Session-Id for a new one",
             )
         };
-        match env.kind {
-            Kind::Request => {
+        match parsed {
+            Parsed::Request(call) => {
                 let id = raw_id.expect("requests have ids");
-                let progress = env
-                    .params
-                    .as_ref()
-                    .and_then(|p| codec::progress_token_in_request(&line, p))
-                    .map(|r| line[r].to_string());
-                match session.request(line, &id, progress.as_deref(), mode == Mode::Json) {
+                match session.request(call, mode == Mode::Json) {
                     Ok(feed) => self.answer(feed, mode, &id).await,
                     Err(Refused::Duplicate(_)) => rpc_error(
                         StatusCode::BAD_REQUEST,
@@ -189,7 +182,7 @@ impl Front {
                     Err(Refused::Gone) => gone(),
                 }
             }
-            Kind::Notification | Kind::Response => {
+            Parsed::Other(line, env) => {
                 let cancelled = (env.method.as_deref() == Some("notifications/cancelled"))
                     .then(|| env.params.as_ref().map(|p| codec::param_fields(&line, p)))
                     .flatten()
@@ -295,13 +288,31 @@ fn check_request(headers: &HeaderMap) -> Result<Posted<'_>, Refusal> {
     Ok(Posted { mode, version, modern })
 }
 
+/// A POSTed message, parsed once: a request as the `Call` its session runs (not parsed again
+/// there; boxed, as its session's input takes it), anything else as it came, with its envelope.
+pub(super) enum Parsed {
+    Request(Box<Call>),
+    Other(String, Envelope),
+}
+
+impl Parsed {
+    fn envelope(&self) -> &Envelope {
+        match self {
+            Parsed::Request(call) => call.envelope(),
+            Parsed::Other(_, env) => env,
+        }
+    }
+
+    fn line(&self) -> &str {
+        match self {
+            Parsed::Request(call) => call.line(),
+            Parsed::Other(line, _) => line,
+        }
+    }
+}
+
 /// Reads a POSTed body (at most `limit` bytes) as one JSON-RPC message on one line, parsed.
-async fn read_message(
-    body: Body,
-    limit: usize,
-    declared: Option<u64>,
-    bodies: &Bodies,
-) -> Result<(String, Envelope), Refusal> {
+async fn read_message(body: Body, limit: usize, declared: Option<u64>, bodies: &Bodies) -> Result<Parsed, Refusal> {
     // The body's share of the front's budget is given back once its bytes are a message.
     let (bytes, _share) = read_body(body, limit, declared, bodies).await?;
     let Ok(text) = String::from_utf8(bytes) else {
@@ -324,7 +335,8 @@ async fn read_message(
         ));
     }
     match codec::parse(&line) {
-        Ok(env) => Ok((line, env)),
+        Ok(env) if env.kind == Kind::Request => Ok(Parsed::Request(Box::new(Call::read(line, env)))),
+        Ok(env) => Ok(Parsed::Other(line, env)),
         Err(e) => Err(Refusal::rpc(StatusCode::BAD_REQUEST, e.reply_id(), e.code(), e.message())),
     }
 }

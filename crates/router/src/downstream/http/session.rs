@@ -12,7 +12,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::peer::Backlog;
 use crate::server::Server;
-use crate::session::{Input, Output};
+use crate::session::{Input, Message, Output};
+use switchyard_core::call::Call;
 use switchyard_core::codec::{self, Frame, Kind};
 
 /// Messages meant for the GET stream kept while none is open, at most; past it the oldest go.
@@ -180,7 +181,7 @@ pub enum Refused {
 /// An HTTP session.
 pub struct HttpSession {
     pub server: Arc<Server>,
-    inbox: mpsc::UnboundedSender<String>,
+    inbox: mpsc::UnboundedSender<Message>,
     routes: Arc<Mutex<Routes>>,
     /// Fired to end the session at once (DELETE, idle): its calls are cancelled upstream.
     abort: CancellationToken,
@@ -262,11 +263,12 @@ impl HttpSession {
         self.abort.cancel();
     }
 
-    /// Takes a request (`id` its raw id, `progress` its raw progress token) and gives the
-    /// stream its messages come on: every message for it, ending with its response.
-    pub fn request(&self, line: String, id: &str, progress: Option<&str>, json_only: bool) -> Result<Feed, Refused> {
+    /// Takes a request (read once, as the `Call` its session runs) and gives the stream its
+    /// messages come on: every message for it, ending with its response.
+    pub fn request(&self, call: Box<Call>, json_only: bool) -> Result<Feed, Refused> {
         self.touch();
-        let id = canonical(id);
+        let id = canonical(call.id());
+        let progress = call.text(&call.fields().progress_token);
         let feed = {
             let mut r = self.routes.lock().expect("lock");
             if r.ended {
@@ -286,7 +288,7 @@ impl HttpSession {
             r.streams.insert(n, Stream { json_only, progress });
             Feed::open(&self.routes, &mut r.lanes, n, true)
         };
-        self.push(line)?;
+        self.push(Message::Request(call))?;
         Ok(feed)
     }
 
@@ -300,14 +302,14 @@ impl HttpSession {
                 r.close(n);
             }
         }
-        self.push(line)
+        self.push(Message::Frame(Frame::Line(line)))
     }
 
-    fn push(&self, line: String) -> Result<(), Refused> {
+    fn push(&self, message: Message) -> Result<(), Refused> {
         if self.ended.is_cancelled() || self.abort.is_cancelled() {
             return Err(Refused::Gone);
         }
-        self.inbox.send(line).map_err(|_| Refused::Gone)
+        self.inbox.send(message).map_err(|_| Refused::Gone)
     }
 
     /// Opens the standalone stream (a second one replaces the first, which ends; what the
@@ -348,17 +350,17 @@ impl HttpSession {
 /// A session's input over HTTP: the messages POSTed to it, until `abort` ends it at once (the
 /// client ended the session, or left), saying `why`.
 pub(super) struct Inbox {
-    pub(super) rx: mpsc::UnboundedReceiver<String>,
+    pub(super) rx: mpsc::UnboundedReceiver<Message>,
     pub(super) abort: CancellationToken,
     pub(super) why: &'static str,
 }
 
 impl Input for Inbox {
-    async fn next(&mut self) -> std::io::Result<Option<Frame>> {
+    async fn next(&mut self) -> std::io::Result<Option<Message>> {
         tokio::select! {
             biased;
             _ = self.abort.cancelled() => Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, self.why)),
-            m = self.rx.recv() => Ok(m.map(Frame::Line)),
+            m = self.rx.recv() => Ok(m),
         }
     }
 }

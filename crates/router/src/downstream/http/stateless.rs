@@ -16,12 +16,14 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::events::Taken;
+use super::post::Parsed;
 use super::session::{Inbox, canonical};
 use super::{Front, Mode, event_stream, rpc_error, rpc_error_data};
 use crate::peer::Backlog;
 use crate::server::Server;
-use crate::session::Output;
-use switchyard_core::codec::{self, Envelope, Kind};
+use crate::session::{Message, Output};
+use switchyard_core::call::Call;
+use switchyard_core::codec::{self, Frame, Kind};
 use switchyard_mcp as mcp;
 
 /// JSON-RPC error of the 2026-07-28 transport: headers missing or not matching the body.
@@ -61,12 +63,12 @@ fn decoded(v: &HeaderValue) -> Option<String> {
 }
 
 /// The 2026-07-28 Server Validation of a request's headers against its body.
-fn validate(headers: &HeaderMap, line: &str, env: &Envelope, id: &str) -> Result<(), Box<Response>> {
+fn validate(headers: &HeaderMap, call: &Call) -> Result<(), Box<Response>> {
+    let (id, method, fields) = (call.id(), call.method(), call.fields());
     let mismatch = |why: String| {
         Box::new(rpc_error(StatusCode::BAD_REQUEST, id, HEADER_MISMATCH, &format!("Header mismatch: {why}")))
     };
-    let method = env.method.as_deref().unwrap_or_default();
-    let body_version = env.params.as_ref().and_then(|p| codec::envelope_version(line, p));
+    let body_version = call.protocol_version();
     let Some(header_version) = headers.get(mcp::header::PROTOCOL_VERSION) else {
         return Err(mismatch("the MCP-Protocol-Version header is missing".into()));
     };
@@ -80,7 +82,7 @@ fn validate(headers: &HeaderMap, line: &str, env: &Envelope, id: &str) -> Result
             codec::PROTOCOL_VERSION_META
         )));
     };
-    if header_version != body_version {
+    if header_version != body_version.as_ref() {
         return Err(mismatch(format!(
             "MCP-Protocol-Version header value {header_version:?} does not match body value {body_version:?}"
         )));
@@ -88,8 +90,6 @@ fn validate(headers: &HeaderMap, line: &str, env: &Envelope, id: &str) -> Result
     if !mcp::version::STATELESS.contains(&header_version) {
         return Err(Box::new(unsupported(header_version, id)));
     }
-    let params: serde_json::Value =
-        env.params.as_ref().and_then(|p| serde_json::from_str(&line[p.clone()]).ok()).unwrap_or_default();
     match headers.get(mcp::header::METHOD).map(|v| v.to_str().unwrap_or("(not ASCII)")) {
         None => return Err(mismatch("the Mcp-Method header is missing".into())),
         Some(m) if m != method => {
@@ -97,20 +97,20 @@ fn validate(headers: &HeaderMap, line: &str, env: &Envelope, id: &str) -> Result
         }
         Some(_) => {}
     }
-    if !params["_meta"][mcp::meta::CLIENT_CAPABILITIES].is_object() {
+    if !call.text(&fields.client_capabilities).is_some_and(|c| c.starts_with('{')) {
         return Err(invalid(format!(
             "Invalid params: a {header_version} request carries the client's capabilities in params._meta[\"{}\"] (an object)",
             mcp::meta::CLIENT_CAPABILITIES
         )));
     }
-    let field = match method {
-        "tools/call" | "prompts/get" => "name",
-        "resources/read" => "uri",
+    let (field, at) = match method {
+        "tools/call" | "prompts/get" => ("name", &fields.name),
+        "resources/read" => ("uri", &fields.uri),
         // The tasks extension: the client names the task, so intermediaries route by it.
-        "tasks/get" | "tasks/update" | "tasks/cancel" => "taskId",
+        "tasks/get" | "tasks/update" | "tasks/cancel" => ("taskId", &fields.task_id),
         _ => return Ok(()),
     };
-    let Some(body) = params[field].as_str() else {
+    let Some(body) = call.string(at) else {
         return Err(invalid(format!("Invalid params: {method} needs params.{field}, a string")));
     };
     match headers.get(mcp::header::NAME) {
@@ -138,22 +138,21 @@ fn status_of(line: &str) -> StatusCode {
 }
 
 impl Front {
-    /// A POST of the stateless era (`line` one message, already parsed as `env`).
+    /// A POST of the stateless era (one message, parsed).
     pub(super) async fn stateless(
         &self,
         server: Arc<Server>,
         headers: &HeaderMap,
         token: Option<Arc<str>>,
-        line: String,
-        env: Envelope,
+        parsed: Parsed,
         mode: Mode,
     ) -> Response {
-        let id = match env.kind {
-            Kind::Request => line[env.id.clone().expect("requests have ids")].to_string(),
+        let call = match parsed {
+            Parsed::Request(call) => call,
             // This revision defines no client notifications over HTTP (cancelling is closing
             // the stream); one is taken and has nothing to reach.
-            Kind::Notification => return super::empty(StatusCode::ACCEPTED),
-            Kind::Response => {
+            Parsed::Other(_, env) if env.kind == Kind::Notification => return super::empty(StatusCode::ACCEPTED),
+            Parsed::Other(..) => {
                 return rpc_error(
                     StatusCode::BAD_REQUEST,
                     "null",
@@ -162,12 +161,13 @@ impl Front {
                 );
             }
         };
-        if let Err(r) = validate(headers, &line, &env, &id) {
+        let id = call.id().to_string();
+        if let Err(r) = validate(headers, &call) {
             return *r;
         }
         // The stateless era has no initialize (a server of both eras answers it so); a client of
         // the initialize era sends it without this era's version header and envelope.
-        if env.method.as_deref() == Some("initialize") {
+        if call.method() == "initialize" {
             return rpc_error(
                 StatusCode::NOT_FOUND,
                 &id,
@@ -175,10 +175,10 @@ impl Front {
                 "Method not found: initialize is no method of protocol 2026-07-28 (each request carries its version and capabilities in _meta); a client of 2025-11-25 sends initialize without MCP-Protocol-Version 2026-07-28 and without the _meta envelope",
             );
         }
-        let progress =
-            env.params.as_ref().and_then(|p| codec::progress_token_in_request(&line, p)).map(|r| canonical(&line[r]));
+        let progress = call.text(&call.fields().progress_token).map(canonical);
+        let listen = call.method() == "subscriptions/listen";
         let (inbox, rx) = mpsc::unbounded_channel();
-        inbox.send(line).expect("the receiver is here");
+        inbox.send(Message::Request(call)).expect("the receiver is here");
         let (to_client, mut from_session) = mpsc::unbounded_channel();
         // Fired when the client is gone (the handler or the body was dropped): the session
         // ends, and its request is cancelled upstream.
@@ -199,7 +199,7 @@ impl Front {
         tokio::spawn(crate::session::serve_with(server, input, output, opening, ends));
         let guard = abort.drop_guard();
         // A listen request is a stream by nature: its headers go at once, its events as they come.
-        if mode != Mode::Json && env.method.as_deref() == Some("subscriptions/listen") {
+        if mode != Mode::Json && listen {
             return self.stateless_sse(None, from_session, guard);
         }
         let first = if mode == Mode::Json {
@@ -288,7 +288,7 @@ struct Catch {
     progress: Option<String>,
     to_client: mpsc::UnboundedSender<Taken>,
     /// Dropped once the response is out: the session's input ends.
-    inbox: Option<mpsc::UnboundedSender<String>>,
+    inbox: Option<mpsc::UnboundedSender<Message>>,
 }
 
 impl Output for Catch {
@@ -307,14 +307,14 @@ impl Output for Catch {
                 Kind::Request => {
                     if let (Some(inbox), Some(r)) = (&self.inbox, env.id.as_ref()) {
                         let method = env.method.as_deref().unwrap_or_default();
-                        let _ = inbox.send(codec::response_error(
+                        let _ = inbox.send(Message::Frame(Frame::Line(codec::response_error(
                             &t.line[r.clone()],
                             codec::METHOD_NOT_FOUND,
                             &format!(
                                 "{method} is not available to a 2026-07-28 HTTP client (it takes no server requests)"
                             ),
                             None,
-                        ));
+                        ))));
                     }
                 }
                 Kind::Notification => {
@@ -360,8 +360,9 @@ mod tests {
     #[test]
     fn headers_must_match_the_body() {
         let line = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"héllo","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
-        let env = codec::parse(line).unwrap();
-        let check = |h: &[(&'static str, &str)]| code(validate(&headers(h), line, &env, "1"));
+        let call = |line: &str| Call::parse(line.to_string()).unwrap();
+        let parsed = call(line);
+        let check = |h: &[(&'static str, &str)]| code(validate(&headers(h), &parsed));
         let v = ("mcp-protocol-version", "2026-07-28");
         let m = ("mcp-method", "tools/call");
         let encoded = format!("=?base64?{}?=", base64::engine::general_purpose::STANDARD.encode("héllo"));
@@ -382,18 +383,16 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"héllo","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"héllo","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":7}}}"#,
         ] {
-            let env = codec::parse(bare).unwrap();
-            assert_eq!(code(validate(&headers(&[v, m, n]), bare, &env, "1")), Some(codec::INVALID_PARAMS), "{bare}");
+            assert_eq!(code(validate(&headers(&[v, m, n]), &call(bare))), Some(codec::INVALID_PARAMS), "{bare}");
         }
         let later = line.replace("2026-07-28", "2027-01-01");
-        let env = codec::parse(&later).unwrap();
         let h = headers(&[("mcp-protocol-version", "2027-01-01"), m, n]);
-        assert_eq!(code(validate(&h, &later, &env, "1")), Some(codec::UNSUPPORTED_PROTOCOL_VERSION));
+        assert_eq!(code(validate(&h, &call(&later))), Some(codec::UNSUPPORTED_PROTOCOL_VERSION));
         // The tasks extension: a task request names its task in Mcp-Name.
         let poll = r#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"sy-task.x","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
-        let env = codec::parse(poll).unwrap();
+        let poll = call(poll);
         let get = ("mcp-method", "tasks/get");
-        let check = |h: &[(&'static str, &str)]| code(validate(&headers(h), poll, &env, "1"));
+        let check = |h: &[(&'static str, &str)]| code(validate(&headers(h), &poll));
         assert_eq!(check(&[v, get, ("mcp-name", "sy-task.x")]), None);
         assert_eq!(check(&[v, get]), Some(HEADER_MISMATCH), "no Mcp-Name");
         assert_eq!(check(&[v, get, ("mcp-name", "other")]), Some(HEADER_MISMATCH));
