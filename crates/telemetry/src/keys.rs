@@ -50,7 +50,7 @@ pub const SWITCHYARD_POOL: &str = "switchyard.decision.pool";
 pub const SWITCHYARD_TIMEOUT_MS: &str = "switchyard.decision.timeout_ms";
 /// The retries the decision allows.
 pub const SWITCHYARD_RETRY_ATTEMPTS: &str = "switchyard.decision.retry.attempts";
-/// The plugins that decided, in chain order.
+/// The plugins that decided, in chain order, each as `NAME sha256:HASH` (of the file that ran).
 pub const SWITCHYARD_PLUGINS: &str = "switchyard.decision.plugins";
 /// The instance a request went to.
 pub const SWITCHYARD_INSTANCE: &str = "switchyard.instance";
@@ -58,7 +58,11 @@ pub const SWITCHYARD_INSTANCE: &str = "switchyard.instance";
 pub const SWITCHYARD_ATTEMPT: &str = "switchyard.attempt";
 /// How many attempts a call took.
 pub const SWITCHYARD_ATTEMPTS: &str = "switchyard.attempts";
-/// Milliseconds an attempt waited for the gate and an instance.
-pub const SWITCHYARD_WAIT_MS: &str = "switchyard.wait_ms";
+/// Milliseconds the call waited for its gate, over its attempts.
+pub const SWITCHYARD_GATE_WAIT_MS: &str = "switchyard.wait.gate_ms";
+/// Milliseconds the call waited for an instance of its pool, over its attempts.
+pub const SWITCHYARD_QUEUE_WAIT_MS: &str = "switchyard.wait.queue_ms";
+/// The plugin that refused the call.
+pub const SWITCHYARD_REFUSED_BY: &str = "switchyard.decision.refused_by";
 /// The call was cancelled (by its client, or by switchyard at shutdown).
 pub const SWITCHYARD_CANCELLED: &str = "switchyard.cancelled";

@@ -241,6 +241,14 @@ pub fn record(span: &Span, key: &'static str, value: impl Into<opentelemetry::Va
     }
 }
 
+/// A list of strings as one attribute.
+pub fn record_strings(span: &Span, key: &'static str, values: Vec<String>) {
+    if !span.is_none() {
+        let values = values.into_iter().map(opentelemetry::StringValue::from).collect();
+        span.set_attribute(key, opentelemetry::Value::Array(opentelemetry::Array::String(values)));
+    }
+}
+
 /// The `traceparent` that makes `span` the parent of what it sends: None when traces are off.
 pub fn traceparent_of(span: &Span) -> Option<TraceParent> {
     if span.is_none() {

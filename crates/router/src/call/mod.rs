@@ -15,6 +15,7 @@ mod resolve;
 mod retry;
 mod send;
 mod shown;
+mod traced;
 
 use std::sync::Arc;
 
@@ -148,6 +149,7 @@ pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
         }
     };
     count(&end);
+    traced::ended(&end);
     if let Some(asked) = asked {
         asked.write(server, end, started.elapsed(), resp.as_deref(), cancel.was_sent());
     }

@@ -1,0 +1,58 @@
+//! What the call's span (kind SERVER, made by its session around [`super::forward`]) is told
+//! when the call ends: how it ended (`error.type`) and switchyard's own part in it
+//! (`switchyard.*`: the decision, the plugins that made it, the waits, the instance, the
+//! attempts, a cancellation).
+
+use switchyard_core::metrics::Outcome;
+use switchyard_telemetry::{self as telemetry, keys};
+
+use super::End;
+
+/// Notes how the call ended on the current span, the call's (nothing when traces are off).
+pub(super) fn ended(end: &End) {
+    if !telemetry::on() {
+        return;
+    }
+    let span = tracing::Span::current();
+    if span.is_none() {
+        return;
+    }
+    let error = match end.outcome {
+        Outcome::Ok => None,
+        Outcome::Error => Some(end.code.map_or("_OTHER".to_string(), |c| c.to_string())),
+        Outcome::ToolError => Some("tool_error".to_string()),
+        Outcome::Rejected => Some("rejected".to_string()),
+        Outcome::Timeout => Some("timeout".to_string()),
+        Outcome::Cancelled => Some("cancelled".to_string()),
+        Outcome::Lost => Some("lost".to_string()),
+        Outcome::ShuttingDown => Some("shutdown".to_string()),
+    };
+    telemetry::ended(&span, error.as_deref(), end.code);
+    if end.outcome == Outcome::Cancelled {
+        telemetry::record(&span, keys::SWITCHYARD_CANCELLED, true);
+    }
+    if let Some(d) = &end.decided {
+        telemetry::record(&span, keys::SWITCHYARD_CONCURRENCY, d.concurrency.clone());
+        if d.keys > 0 {
+            telemetry::record(&span, keys::SWITCHYARD_KEYS, d.keys as i64);
+        }
+        telemetry::record(&span, keys::SWITCHYARD_POOL, d.pool.clone());
+        telemetry::record(&span, keys::SWITCHYARD_TIMEOUT_MS, d.timeout_ms as i64);
+        if let Some(r) = d.retry {
+            telemetry::record(&span, keys::SWITCHYARD_RETRY_ATTEMPTS, i64::from(r));
+        }
+    }
+    if !end.plugins.is_empty() {
+        let plugins = end.plugins.iter().map(|p| format!("{} sha256:{}", p.name, p.sha256)).collect();
+        telemetry::record_strings(&span, keys::SWITCHYARD_PLUGINS, plugins);
+    }
+    if let Some(by) = &end.refused_by {
+        telemetry::record(&span, keys::SWITCHYARD_REFUSED_BY, by.clone());
+    }
+    telemetry::record(&span, keys::SWITCHYARD_ATTEMPTS, i64::from(end.attempts));
+    telemetry::record(&span, keys::SWITCHYARD_GATE_WAIT_MS, end.spent.gate.as_secs_f64() * 1000.0);
+    telemetry::record(&span, keys::SWITCHYARD_QUEUE_WAIT_MS, end.spent.queue.as_secs_f64() * 1000.0);
+    if let Some(i) = &end.spent.instance {
+        telemetry::record(&span, keys::SWITCHYARD_INSTANCE, i.clone());
+    }
+}
