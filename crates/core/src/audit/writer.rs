@@ -55,6 +55,8 @@ struct Shared {
     lost: AtomicU64,
     /// Losses are logged at the first, then at most once a minute with their count.
     told: Repeats,
+    /// New calls are refused while lines cannot be written (see [`AuditLog::admit`]).
+    strict: bool,
     /// Holds the writer back while a test fills the queue.
     #[cfg(test)]
     paused: Mutex<()>,
@@ -75,9 +77,14 @@ impl Shared {
     fn lose(&self, n: u64, why: &str) {
         let total = self.lost.fetch_add(n, Ordering::Relaxed) + n;
         if self.told.hit().is_some() {
+            let then = if self.strict {
+                "new calls are refused until a line can be written again ([audit] strict = true)"
+            } else {
+                "calls go on, and their lines are lost"
+            };
             tracing::warn!(
                 file = %self.path.display(),
-                "audit log: {why}; calls go on, and their lines are lost ({total} so far; `switchyard status` counts them)"
+                "audit log: {why}; {then} ({total} lost so far; `switchyard status` counts them)"
             );
         }
     }
@@ -137,6 +144,7 @@ impl AuditLog {
             failure: Mutex::new(String::new()),
             lost: AtomicU64::new(0),
             told: Repeats::new(LOSS_LOG_EVERY),
+            strict: settings.strict,
             #[cfg(test)]
             paused: Mutex::new(()),
         });
