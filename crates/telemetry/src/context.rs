@@ -115,8 +115,9 @@ pub fn edits(call: &Call, parent: &TraceParent, state: Option<&str>) -> Vec<(Ran
     match &call.envelope().params {
         Some(p) if line[p.clone()].starts_with('{') => vec![insert_first(line, p, &format!("\"_meta\":{{{members}}}"))],
         Some(_) => Vec::new(),
-        None => match line.trim_end().strip_suffix('}') {
-            Some(head) => vec![(head.len()..head.len(), format!(",\"params\":{{\"_meta\":{{{members}}}}}"))],
+        // First in the message, which has `jsonrpc` after it.
+        None => match line.find('{') {
+            Some(open) => vec![(open + 1..open + 1, format!("\"params\":{{\"_meta\":{{{members}}}}},"))],
             None => Vec::new(),
         },
     }

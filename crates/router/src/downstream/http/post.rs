@@ -49,7 +49,7 @@ impl Front {
         if declared.is_some_and(|d| d > limit as u64) {
             return Err(too_large(limit).into());
         }
-        let parsed = read_message(body, limit, declared, &self.bodies).await?;
+        let parsed = with_header_trace(read_message(body, limit, declared, &self.bodies).await?, headers);
         let env = parsed.envelope();
         let method = env.method.as_deref().unwrap_or_default();
         let raw_id = env.id.as_ref().map(|r| parsed.line()[r.clone()].to_string());
@@ -308,6 +308,25 @@ impl Parsed {
             Parsed::Request(call) => call.line(),
             Parsed::Other(line, _) => line,
         }
+    }
+}
+
+/// A request whose `_meta` has no `traceparent` takes the W3C `traceparent` (and `tracestate`)
+/// of the POST's headers into its `_meta`, when traces are on: the client's trace context,
+/// wherever the client put it, is what the call's span continues. Read again for it (only then).
+fn with_header_trace(parsed: Parsed, headers: &HeaderMap) -> Parsed {
+    use switchyard_telemetry::{TraceParent, context};
+    let Parsed::Request(call) = &parsed else { return parsed };
+    if !switchyard_telemetry::on() || call.fields().traceparent.is_some() {
+        return parsed;
+    }
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let Some(parent) = header(mcp::meta::TRACEPARENT).and_then(TraceParent::parse) else { return parsed };
+    let edits = context::edits(call, &parent, header(mcp::meta::TRACESTATE));
+    let line = codec::splice_many(call.line(), edits.iter().map(|(r, s)| (r.clone(), s.as_str())).collect());
+    match Call::parse(line) {
+        Ok(traced) => Parsed::Request(Box::new(traced)),
+        Err(_) => parsed,
     }
 }
 
