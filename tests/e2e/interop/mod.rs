@@ -19,3 +19,4 @@ mod silent_links;
 mod status_page;
 mod tasks;
 mod tasks_extension;
+mod telemetry;

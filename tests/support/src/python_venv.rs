@@ -1,6 +1,7 @@
 //! The Python virtualenvs for tests that run Python MCP clients and servers: the SDK's (`mcp`
 //! pinned in tests/python/requirements.txt) and FastMCP's with its tasks extension
-//! (tests/python/requirements-tasks.txt, kept apart so the SDK tests do not install it). Each is
+//! (tests/python/requirements-tasks.txt, kept apart so the SDK tests do not install it), and the
+//! OpenTelemetry packages of the OTLP receiver (tests/python/requirements-otel.txt). Each is
 //! made once under cargo's target temp dir, shared by concurrent test binaries, rebuilt when its
 //! requirements file changes.
 //!
@@ -26,6 +27,7 @@ pub fn python_dir() -> PathBuf {
 /// Held (shared) while this process uses the virtualenv, so no other test binary rebuilds it.
 static VENV: OnceLock<Result<(PathBuf, File), String>> = OnceLock::new();
 static TASKS_VENV: OnceLock<Result<(PathBuf, File), String>> = OnceLock::new();
+static OTEL_VENV: OnceLock<Result<(PathBuf, File), String>> = OnceLock::new();
 
 /// The virtualenv's python, with the pinned SDK installed; fails the test saying what is missing
 /// (python3 >= 3.10 with venv and pip, or PyPI) when it cannot be made.
@@ -44,6 +46,17 @@ pub fn tasks_venv_python() -> PathBuf {
     match made {
         Ok((python, _)) => python.clone(),
         Err(e) => panic!("the FastMCP tasks tests cannot run: {e}"),
+    }
+}
+
+/// The python of a virtualenv with the OpenTelemetry protocol and semantic-conventions packages
+/// (tests/python/requirements-otel.txt), for the OTLP receiver; fails like [`venv_python`].
+pub fn otel_venv_python() -> PathBuf {
+    let made = OTEL_VENV
+        .get_or_init(|| make_venv("requirements-otel.txt", "python-otel-venv", "switchyard-python-otel-venv.lock"));
+    match made {
+        Ok((python, _)) => python.clone(),
+        Err(e) => panic!("the telemetry tests cannot run: {e}"),
     }
 }
 

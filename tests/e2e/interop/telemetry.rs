@@ -1,0 +1,277 @@
+//! Traces through the real binary, received by a real OTLP/HTTP receiver (tests/python/
+//! otlp_receiver.py, decoding with the opentelemetry-proto package): for a call through `run`,
+//! through the daemon (`connect`) and through the HTTP front, a SERVER span (the call as the
+//! client sees it) with a CLIENT span inside it (the request to the server), named and
+//! attributed as the OpenTelemetry MCP conventions say — the names taken from the
+//! semantic-conventions package, not typed here — and the server gets the client's trace id
+//! with switchyard's CLIENT span as parent in `params._meta.traceparent`.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use switchyard_testkit::daemon::Home;
+use switchyard_testkit::python_venv::{otel_venv_python, python_dir};
+use switchyard_testkit::*;
+
+/// The client's own trace context, as an instrumented client would send it.
+const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const PARENT: &str = "00f067aa0ba902b7";
+
+fn client_traceparent() -> String {
+    format!("00-{TRACE}-{PARENT}-01")
+}
+
+/// The conventions' names, as the semantic-conventions package spells them.
+fn conventions() -> HashMap<String, String> {
+    let out = Command::new(otel_venv_python())
+        .arg(python_dir().join("otlp_receiver.py"))
+        .arg("--conventions")
+        .output()
+        .expect("run the receiver for the conventions");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("the conventions as JSON")
+}
+
+/// The OTLP receiver, writing the spans it gets to a file.
+struct Receiver {
+    _proc: KillOnDrop,
+    port: u16,
+    out: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Receiver {
+    fn start() -> Receiver {
+        let dir = temp_dir();
+        let out = dir.path().join("spans.jsonl");
+        let mut child = Command::new(otel_venv_python())
+            .arg(python_dir().join("otlp_receiver.py"))
+            .arg("--out")
+            .arg(&out)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the OTLP receiver");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let port = line.trim().strip_prefix("listening ").and_then(|p| p.parse().ok());
+        let port = port.unwrap_or_else(|| panic!("the receiver said {line:?}"));
+        Receiver { _proc: KillOnDrop(child), port, out, _dir: dir }
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The spans received so far.
+    fn spans(&self) -> Vec<Value> {
+        let text = std::fs::read_to_string(&self.out).unwrap_or_default();
+        text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    }
+
+    /// Waits (batches go out every second) until a SERVER span named `name` and a CLIENT span
+    /// inside it have come; both.
+    async fn linked(&self, name: &str) -> (Value, Value) {
+        let until = Instant::now() + Duration::from_secs(20);
+        loop {
+            let spans = self.spans();
+            let server = spans.iter().find(|s| s["kind"] == "SERVER" && s["name"] == name);
+            let client = server.and_then(|srv| {
+                spans.iter().find(|s| {
+                    s["kind"] == "CLIENT" && s["parent_span_id"] == srv["span_id"] && s["trace_id"] == srv["trace_id"]
+                })
+            });
+            if let (Some(srv), Some(cli)) = (server, client) {
+                return (srv.clone(), cli.clone());
+            }
+            assert!(Instant::now() < until, "no SERVER span `{name}` with a CLIENT span inside came: {spans:#?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// A tools/call of the fixture's echo with the client's traceparent in `_meta` (or none).
+fn echo(id: u64, text: &str, traced: bool) -> Value {
+    let mut params = json!({"name": "echo", "arguments": {"text": text}});
+    if traced {
+        params["_meta"] = json!({"traceparent": client_traceparent(), "tracestate": "client=1"});
+    }
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+}
+
+/// The spans of a call of `echo` by the conventions: names, kinds, attribute keys and values,
+/// and the CLIENT span within the SERVER span, which continues the client's trace when it
+/// sent one. `transport` is the client side's `network.transport`.
+fn check_call(c: &HashMap<String, String>, server: &Value, client: &Value, transport: &str, traced: bool) {
+    let attr = |span: &Value, key: &str| span["attributes"][&c[key]].clone();
+    for span in [server, client] {
+        assert_eq!(span["name"], format!("{} {}", attr(span, "MCP_METHOD_NAME").as_str().unwrap(), "echo"), "{span}");
+        assert_eq!(attr(span, "MCP_METHOD_NAME"), "tools/call", "{span}");
+        assert_eq!(attr(span, "GEN_AI_TOOL_NAME"), "echo", "{span}");
+        assert_eq!(attr(span, "GEN_AI_OPERATION_NAME"), c["GEN_AI_OPERATION_EXECUTE_TOOL"].as_str(), "{span}");
+        assert!(attr(span, "JSONRPC_REQUEST_ID").is_string(), "{span}");
+        assert!(attr(span, "ERROR_TYPE").is_null(), "an echo does not fail: {span}");
+        assert_eq!(span["service"], "switchyard");
+    }
+    assert_eq!(attr(server, "NETWORK_TRANSPORT"), c[transport].as_str(), "{server}");
+    assert_eq!(attr(client, "NETWORK_TRANSPORT"), c["NETWORK_TRANSPORT_PIPE"].as_str(), "{client}");
+    assert!(attr(server, "MCP_SESSION_ID").is_string(), "{server}");
+    assert!(attr(server, "MCP_PROTOCOL_VERSION").is_string(), "{server}");
+    assert_eq!(client["trace_id"], server["trace_id"]);
+    assert_eq!(client["parent_span_id"], server["span_id"]);
+    if traced {
+        assert_eq!((server["trace_id"].as_str(), server["parent_span_id"].as_str()), (Some(TRACE), Some(PARENT)));
+    } else {
+        assert_ne!(server["trace_id"], TRACE);
+        assert_eq!(server["parent_span_id"], "", "a call without a trace context starts a trace");
+    }
+}
+
+/// The traceparent the fixture server got with the call of `text`: the call's trace, with
+/// switchyard's CLIENT span as parent.
+async fn check_server_got(journal: &std::path::Path, text: &str, client: &Value, tracestate: Option<&str>) {
+    let entries =
+        wait_journal(journal, |e| received(e, "tools/call").any(|m| m["params"]["arguments"]["text"] == text)).await;
+    let msg = received(&entries, "tools/call").find(|m| m["params"]["arguments"]["text"] == text).unwrap();
+    let want = format!("00-{}-{}-01", client["trace_id"].as_str().unwrap(), client["span_id"].as_str().unwrap());
+    assert_eq!(msg["params"]["_meta"]["traceparent"], want, "{msg}");
+    assert_eq!(msg["params"]["_meta"]["tracestate"].as_str(), tracestate, "{msg}");
+}
+
+async fn wait_journal(path: &std::path::Path, pred: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let entries = journal(path);
+        if pred(&entries) || Instant::now() > until {
+            return entries;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_call_through_run_continues_the_clients_trace_to_the_server() {
+    let c = conventions();
+    let receiver = Receiver::start();
+    let dir = temp_dir();
+    let journal_file = dir.path().join("j.jsonl");
+    let mut argv: Vec<String> = vec!["--".into()];
+    argv.extend(Proc::fixture_cmd(&["--journal", journal_file.to_str().unwrap()]));
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    // The standard variables alone turn traces on.
+    let mut router = Proc::router_env(
+        &argv,
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint()), ("OTEL_SERVICE_NAME", "switchyard")],
+    );
+    let mut client = router.client();
+    client.initialize().await;
+    client.send(&echo(1, "traced", true)).await;
+    assert_eq!(tool_text(&client.wait_response(&json!(1)).await), "traced");
+    client.send(&echo(2, "untraced", false)).await;
+    assert_eq!(tool_text(&client.wait_response(&json!(2)).await), "untraced");
+
+    let (server, cli) = receiver.linked("tools/call echo").await;
+    let (server, cli) = if server["trace_id"] == TRACE { (server, cli) } else { panic!("{server}") };
+    check_call(&c, &server, &cli, "NETWORK_TRANSPORT_PIPE", true);
+    assert_eq!(server["attributes"][&c["JSONRPC_REQUEST_ID"]], "1", "the client's id, on the client's side");
+    check_server_got(&journal_file, "traced", &cli, Some("client=1")).await;
+    // A call without a trace context gets a trace of its own, which the server gets too.
+    let untraced = || {
+        let spans = receiver.spans();
+        let srv = spans.iter().find(|s| s["kind"] == "SERVER" && s["trace_id"] != TRACE)?.clone();
+        let cli = spans.iter().find(|s| s["parent_span_id"] == srv["span_id"])?.clone();
+        Some((srv, cli))
+    };
+    let until = Instant::now() + Duration::from_secs(20);
+    let (srv, cli) = loop {
+        if let Some(found) = untraced() {
+            break found;
+        }
+        assert!(Instant::now() < until, "the untraced call's spans did not come");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    check_call(&c, &srv, &cli, "NETWORK_TRANSPORT_PIPE", false);
+    check_server_got(&journal_file, "untraced", &cli, None).await;
+}
+
+#[tokio::test]
+async fn a_call_through_the_daemon_continues_the_clients_trace_to_the_server() {
+    let c = conventions();
+    let receiver = Receiver::start();
+    let home = Home::new();
+    home.write_config(&format!(
+        "{}\n[telemetry]\nendpoint = \"{}\"\n",
+        home.fixture("alpha", &[]),
+        receiver.endpoint()
+    ));
+    let (mut connect, mut client) = home.client("alpha").await;
+    client.send(&echo(7, "through the daemon", true)).await;
+    assert_eq!(tool_text(&client.wait_response(&json!(7)).await), "through the daemon");
+    let (server, cli) = receiver.linked("tools/call echo").await;
+    check_call(&c, &server, &cli, "NETWORK_TRANSPORT_UNIX", true);
+    check_server_got(&home.journal("alpha"), "through the daemon", &cli, Some("client=1")).await;
+    client.close().await;
+    connect.wait_timeout(Duration::from_secs(10)).await;
+    home.shutdown().await;
+}
+
+/// The JSON-RPC messages of a POST's answer (an SSE stream, or one JSON body).
+async fn answers(resp: reqwest::Response) -> Vec<Value> {
+    let sse = resp.headers().get("content-type").is_some_and(|c| c == "text/event-stream");
+    let text = resp.text().await.unwrap();
+    if !sse {
+        return serde_json::from_str(&text).into_iter().collect();
+    }
+    text.lines().filter_map(|l| l.strip_prefix("data:")).filter_map(|d| serde_json::from_str(d.trim()).ok()).collect()
+}
+
+#[tokio::test]
+async fn a_call_through_the_http_front_continues_the_trace_of_its_headers() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let c = conventions();
+    let receiver = Receiver::start();
+    let home = Home::new();
+    home.write_config(&format!(
+        "{}[http]\nlisten = \"127.0.0.1:0\"\n[telemetry]\nendpoint = \"{}\"\n",
+        home.fixture("alpha", &[]),
+        receiver.endpoint()
+    ));
+    let (base, token) = home.start_http().await;
+    let http = reqwest::Client::new();
+    let post = |sid: Option<&str>, body: Value| {
+        let mut r = http
+            .post(format!("{base}/mcp/alpha"))
+            .bearer_auth(&token)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body.to_string());
+        if let Some(s) = sid {
+            r = r.header("mcp-session-id", s).header("mcp-protocol-version", "2025-11-25");
+        }
+        r
+    };
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "otel-e2e", "version": "1"}}});
+    let resp = post(None, init).send().await.unwrap();
+    let sid = resp.headers()["mcp-session-id"].to_str().unwrap().to_string();
+    assert!(answers(resp).await[0]["result"].is_object());
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(post(Some(&sid), note).send().await.unwrap().status(), 202);
+    // The trace context in the headers only, as an HTTP client's instrumentation puts it.
+    let resp = post(Some(&sid), echo(3, "over http", false))
+        .header("traceparent", client_traceparent())
+        .header("tracestate", "front=1")
+        .send()
+        .await
+        .unwrap();
+    let got = answers(resp).await;
+    assert_eq!(tool_text(got.iter().find(|m| m["id"] == 3).unwrap()), "over http", "{got:?}");
+    let (server, cli) = receiver.linked("tools/call echo").await;
+    check_call(&c, &server, &cli, "NETWORK_TRANSPORT_TCP", true);
+    check_server_got(&home.journal("alpha"), "over http", &cli, Some("front=1")).await;
+    home.shutdown().await;
+}
