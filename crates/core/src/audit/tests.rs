@@ -164,3 +164,27 @@ fn a_failing_disk_loses_lines_and_a_strict_log_then_refuses_calls() {
     assert!(matches!(&e, Refused::Failing(_, why) if why.contains("No space left")), "{e}");
     assert!(e.to_string().contains("/dev/full cannot be written"), "{e}");
 }
+
+#[test]
+fn a_strict_log_lets_calls_through_again_once_the_disk_takes_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.audit.jsonl");
+    let log = AuditLog::start(&Settings { strict: true, ..settings(&path) }).unwrap();
+    log.break_disk(true);
+    log.write(log.admit().unwrap(), &record(1));
+    log.flush(FLUSH);
+    assert_eq!(log.lost(), 1);
+    assert!(matches!(log.admit(), Err(Refused::Failing(..))));
+    // While the disk fails, a refused call's line is lost too, and calls stay refused.
+    log.write(log.unreserved(), &record(2));
+    log.flush(FLUSH);
+    assert_eq!(log.lost(), 2);
+    assert!(log.admit().is_err());
+    // Once it takes lines again, the next refused call's line goes through, and so do calls.
+    log.break_disk(false);
+    log.write(log.unreserved(), &record(3));
+    log.flush(FLUSH);
+    let tools: Vec<String> = lines(&path).into_iter().map(|r| r.tool.unwrap()).collect();
+    assert_eq!(tools, ["tool3"]);
+    assert!(log.admit().is_ok());
+}

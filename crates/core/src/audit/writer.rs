@@ -60,6 +60,9 @@ struct Shared {
     /// Holds the writer back while a test fills the queue.
     #[cfg(test)]
     paused: Mutex<()>,
+    /// Makes every write fail, for a test.
+    #[cfg(test)]
+    broken: AtomicBool,
 }
 
 impl Shared {
@@ -147,6 +150,8 @@ impl AuditLog {
             strict: settings.strict,
             #[cfg(test)]
             paused: Mutex::new(()),
+            #[cfg(test)]
+            broken: AtomicBool::new(false),
         });
         let (tx, rx) = channel();
         let theirs = shared.clone();
@@ -171,6 +176,13 @@ impl AuditLog {
             }
         }
         Ok(ticket)
+    }
+
+    /// A place for the line of a call the log refused (see [`AuditLog::admit`]): it holds no
+    /// room in the queue, and its line is lost when there is none. That line is how a strict log
+    /// finds out that the disk takes lines again, and lets calls through once more.
+    pub fn unreserved(&self) -> Ticket {
+        Ticket { shared: self.shared.clone(), reserved: false }
     }
 
     /// Queues the line of a call that ended.
@@ -216,6 +228,11 @@ impl AuditLog {
     }
 
     #[cfg(test)]
+    pub(super) fn break_disk(&self, broken: bool) {
+        self.shared.broken.store(broken, Ordering::Release);
+    }
+
+    #[cfg(test)]
     pub(super) fn pause(&self) -> std::sync::MutexGuard<'_, ()> {
         self.shared.paused.lock().expect("lock")
     }
@@ -243,7 +260,14 @@ fn write_loop(mut file: AuditFile, rx: Receiver<Msg>, shared: &Shared) {
             take(msg, &mut batch);
         }
         if lines > 0 {
-            match file.append(&batch) {
+            #[cfg(test)]
+            let written = match shared.broken.load(Ordering::Acquire) {
+                true => Err(std::io::Error::other("the test broke the disk")),
+                false => file.append(&batch),
+            };
+            #[cfg(not(test))]
+            let written = file.append(&batch);
+            match written {
                 Ok(()) => {
                     if shared.failing.swap(false, Ordering::AcqRel) {
                         tracing::info!(

@@ -9,6 +9,7 @@ use super::{End, Request, caller_of};
 use crate::server::Server;
 use switchyard_core::audit::{Client, Decided, Ended, Record, Ticket, Waits, sha256_hex, time};
 use switchyard_core::decision::{Concurrency, Rejection, Transport};
+use switchyard_core::metrics::Outcome;
 
 /// What a call's attempts waited for and where the last one ran.
 #[derive(Default)]
@@ -41,13 +42,9 @@ impl Asked {
         let Some(log) = server.audit() else { return Ok(None) };
         let call = req.call;
         let tool = (call.method() == "tools/call").then(|| call.name().map(String::from)).flatten();
-        let ticket = match log.admit() {
-            Ok(t) => t,
-            Err(e) => {
-                let set = server.policy.current();
-                let rejection = Rejection::new("switchyard", e.to_string());
-                return Err(refused(&set, tool.as_deref(), req.modern, call.id(), rejection).answer);
-            }
+        let (ticket, refusal) = match log.admit() {
+            Ok(t) => (t, None),
+            Err(e) => (log.unreserved(), Some(e)),
         };
         let caller = caller_of(req);
         let own = server.instance_label_prefix();
@@ -65,7 +62,7 @@ impl Asked {
             credential: caller.token,
         };
         let arguments = call.text(&call.fields().arguments);
-        Ok(Some(Asked {
+        let asked = Asked {
             ticket,
             client,
             session: req.session_label.to_string(),
@@ -75,7 +72,16 @@ impl Asked {
             arguments: arguments.filter(|_| log.with_arguments()).and_then(|a| serde_json::from_str(a).ok()),
             request_bytes: call.line().len() as u64,
             trace_id: call.string(&call.fields().traceparent).and_then(|t| trace_id_of(&t)),
-        }))
+        };
+        let Some(why) = refusal else { return Ok(Some(asked)) };
+        // The refusal's own line is tried all the same: once it is written, the log takes calls again.
+        let set = server.policy.current();
+        let answer =
+            refused(&set, asked.tool.as_deref(), req.modern, call.id(), Rejection::new("switchyard", why.to_string()));
+        let mut end = End::new(Outcome::Rejected);
+        (end.code, end.refused_by) = (answer.code, Some(answer.by));
+        asked.write(server, end, Duration::ZERO, Some(&answer.answer), false);
+        Err(answer.answer)
     }
 
     /// Writes the line of the call that ended as `end` says, after `elapsed`, with `answer` (None:
