@@ -33,6 +33,7 @@ mod resilience;
 mod routing;
 mod run;
 mod sharing;
+mod status_calls;
 
 #[cfg(feature = "interop")]
 mod interop;

@@ -261,10 +261,11 @@ async fn run(server: &Arc<Server>, req: Request<'_>, end: &mut End) -> Option<St
     if server.audit().is_some() {
         end.name = call.info.tool.clone();
     }
-    let track = server.calls.start(&call.what, req.session_label);
+    let track = server.calls.start(&call.what, req.session_label, call.progress_sink.seen.clone());
     loop {
         // The plugin set is read once per attempt; an attempt finishes on the set it started with.
         let set = server.policy.current();
+        track.set(Stage::Policy);
         let eff = match call.decide(server, &set, &req, end).await {
             Ok(eff) => eff,
             Err(rejected) => return Some(rejected),

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::Stop;
 use super::attempt::Attempt;
 use crate::peer::ClientPeer;
-use crate::server::calls::Stage;
+use crate::server::calls::{LastProgress, Stage};
 use crate::upstream::{Instance, ProgressSink, Reply, Sent, Trace};
 use switchyard_core::error::{CallError, Unanswered};
 use switchyard_telemetry::{self as telemetry, keys};
@@ -23,11 +23,13 @@ use switchyard_telemetry::{self as telemetry, keys};
 pub(super) struct Rising {
     to: Arc<ClientPeer>,
     last: std::sync::Mutex<Option<f64>>,
+    /// The last progress passed on, for `status`.
+    pub(super) seen: Arc<LastProgress>,
 }
 
 impl Rising {
     pub(super) fn new(to: Arc<ClientPeer>) -> Self {
-        Rising { to, last: std::sync::Mutex::new(None) }
+        Rising { to, last: std::sync::Mutex::new(None), seen: Arc::default() }
     }
 }
 
@@ -40,6 +42,8 @@ impl crate::upstream::ProgressSink for Rising {
         #[derive(serde::Deserialize)]
         struct Params {
             progress: f64,
+            total: Option<f64>,
+            message: Option<String>,
         }
         if let Ok(note) = serde_json::from_str::<Note>(&line) {
             let mut last = self.last.lock().expect("lock");
@@ -47,6 +51,8 @@ impl crate::upstream::ProgressSink for Rising {
                 return;
             }
             *last = Some(note.params.progress);
+            let Params { progress, total, message } = note.params;
+            self.seen.saw(progress, total, message);
         }
         crate::upstream::ProgressSink::progress(&*self.to, line);
     }

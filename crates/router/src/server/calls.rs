@@ -1,5 +1,6 @@
 //! The calls a server is running, for `status`, the page and `/metrics`: what each is, whose it
-//! is, how old, what it waits for, and when its link last carried anything for it. A call is
+//! is, how old, what it waits for, when its link last carried anything for it, and the last
+//! progress the server reported. A call is
 //! registered when it starts and leaves when it ends, whatever way it ends (its [`Track`] is
 //! dropped).
 
@@ -16,6 +17,8 @@ use crate::upstream::Instance;
 /// What a call is doing now.
 #[derive(Clone)]
 pub enum Stage {
+    /// The policy's plugins are deciding how the call runs.
+    Policy,
     /// Waiting for the server's gate (an exclusive or keyed call ahead of it).
     Gate,
     /// Waiting for an instance of this pool (starting, or all busy).
@@ -31,6 +34,38 @@ struct Entry {
     session: String,
     started: Instant,
     stage: Stage,
+    progress: Arc<LastProgress>,
+}
+
+/// The last progress notification a call passed on to its client (a call's progress only ever
+/// increases, so the last is the furthest).
+#[derive(Default)]
+pub struct LastProgress(Mutex<Option<Seen>>);
+
+struct Seen {
+    at: Instant,
+    progress: f64,
+    total: Option<f64>,
+    message: Option<String>,
+}
+
+impl LastProgress {
+    /// Notes a progress notification passed on now.
+    pub fn saw(&self, progress: f64, total: Option<f64>, message: Option<String>) {
+        *self.0.lock().expect("lock") = Some(Seen { at: Instant::now(), progress, total, message });
+    }
+
+    fn status(&self, now: Instant) -> Value {
+        match &*self.0.lock().expect("lock") {
+            None => Value::Null,
+            Some(s) => json!({
+                "progress": s.progress,
+                "total": s.total,
+                "message": s.message,
+                "age_ms": now.saturating_duration_since(s.at).as_millis() as u64,
+            }),
+        }
+    }
 }
 
 /// Every call the server is running.
@@ -47,11 +82,12 @@ pub struct Track<'a> {
 }
 
 impl Calls {
-    /// Registers a call (`what`: e.g. "tools/call `echo`") of `session`, waiting for the gate.
-    pub fn start(&self, what: &str, session: &str) -> Track<'_> {
+    /// Registers a call (`what`: e.g. "tools/call `echo`") of `session`, before its policy
+    /// decision; `progress` is where its progress is noted as it passes.
+    pub fn start(&self, what: &str, session: &str, progress: Arc<LastProgress>) -> Track<'_> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let entry =
-            Entry { what: what.to_string(), session: session.to_string(), started: Instant::now(), stage: Stage::Gate };
+        let (what, session) = (what.to_string(), session.to_string());
+        let entry = Entry { what, session, started: Instant::now(), stage: Stage::Policy, progress };
         self.running.lock().expect("lock").insert(id, entry);
         Track { calls: self, id }
     }
@@ -82,6 +118,7 @@ impl Calls {
             .map(|e| {
                 let ms = |d: Duration| d.as_millis() as u64;
                 let (state, instance, silent) = match &e.stage {
+                    Stage::Policy => ("the policy is deciding".to_string(), None, None),
                     Stage::Gate => ("waiting for the gate".to_string(), None, None),
                     Stage::Instance(pool) => (format!("waiting for an instance of pool `{pool}`"), None, None),
                     Stage::InFlight(inst, upstream) => {
@@ -103,6 +140,7 @@ impl Calls {
                     "state": state,
                     "instance": instance,
                     "silent_ms": silent.map(ms),
+                    "progress": e.progress.status(now),
                 })
             })
             .collect()
@@ -130,7 +168,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_call_is_shown_while_it_runs_with_its_stage_and_age() {
         let calls = Calls::default();
-        let track = calls.start("tools/call `echo`", "stdio-1");
+        let progress = Arc::new(LastProgress::default());
+        let track = calls.start("tools/call `echo`", "stdio-1", progress.clone());
+        assert_eq!(calls.status()[0]["state"], "the policy is deciding");
+        assert_eq!(calls.status()[0]["progress"], Value::Null, "no progress yet");
         tokio::time::advance(Duration::from_millis(1500)).await;
         track.set(Stage::Instance("default".into()));
         let shown = calls.status();
@@ -139,6 +180,12 @@ mod tests {
         assert_eq!(shown[0]["session"], "stdio-1");
         assert_eq!(shown[0]["age_ms"], 1500);
         assert_eq!(shown[0]["state"], "waiting for an instance of pool `default`");
+        progress.saw(3.0, Some(10.0), Some("indexing".into()));
+        tokio::time::advance(Duration::from_millis(250)).await;
+        assert_eq!(
+            calls.status()[0]["progress"],
+            json!({"progress": 3.0, "total": 10.0, "message": "indexing", "age_ms": 250})
+        );
         let at = Instant::now() + Duration::from_millis(400);
         track.set(Stage::Repeating { attempt: 2, of: 9, at, after: "instance fake#1 ended".into() });
         assert_eq!(calls.repeating(), 1);

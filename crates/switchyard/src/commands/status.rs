@@ -29,6 +29,31 @@ pub(crate) fn status_blocking(which: Which, json: bool) -> anyhow::Result<()> {
 
 /// `text` with control characters escaped (`\n`, `\u{1b}`): a client names itself, and its
 /// name must not add lines to `status` or drive the terminal.
+/// A call in flight: what, whose, how old, where it waits, and the last it was heard of.
+fn call_line(c: &serde_json::Value) -> String {
+    let on = c["instance"].as_str().map(|i| format!(" on {i}")).unwrap_or_default();
+    let silent = match c["silent_ms"].as_u64() {
+        Some(s) if s >= 1000 => format!(", nothing from the link for {}", human_ms(s)),
+        _ => String::new(),
+    };
+    let p = &c["progress"];
+    let progress = match p["progress"].as_f64() {
+        None => String::new(),
+        Some(done) => {
+            let of = p["total"].as_f64().map(|t| format!("/{t}")).unwrap_or_default();
+            let message = p["message"].as_str().map(|m| format!(" ({})", printable(m))).unwrap_or_default();
+            format!(", progress {done}{of}{message} {} ago", human_ms(p["age_ms"].as_u64().unwrap_or(0)))
+        }
+    };
+    format!(
+        "  call {} of session {}, {}: {}{on}{silent}{progress}",
+        printable(c["call"].as_str().unwrap_or("?")),
+        c["session"].as_str().unwrap_or("?"),
+        human_ms(c["age_ms"].as_u64().unwrap_or(0)),
+        printable(c["state"].as_str().unwrap_or("?"))
+    )
+}
+
 fn printable(text: &str) -> String {
     text.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
 }
@@ -160,19 +185,7 @@ fn render(s: &serde_json::Value) -> String {
             );
         }
         for c in server["calls"].as_array().into_iter().flatten() {
-            let on = c["instance"].as_str().map(|i| format!(" on {i}")).unwrap_or_default();
-            let silent = match c["silent_ms"].as_u64() {
-                Some(s) if s >= 1000 => format!(", nothing from the link for {}", human_ms(s)),
-                _ => String::new(),
-            };
-            let _ = writeln!(
-                out,
-                "  call {} of session {}, {}: {}{on}{silent}",
-                printable(c["call"].as_str().unwrap_or("?")),
-                c["session"].as_str().unwrap_or("?"),
-                ms(&c["age_ms"]),
-                printable(c["state"].as_str().unwrap_or("?"))
-            );
+            let _ = writeln!(out, "{}", call_line(c));
         }
         for c in server["sessions"].as_array().into_iter().flatten() {
             let _ = writeln!(
@@ -321,7 +334,8 @@ mod tests {
                     {"label": "fs#2", "pool": "default", "pid": 43, "url": null, "uptime_ms": 500, "inflight": 0, "ready": true, "scope": "client cursor (token ci)"}],
                 "sessions": [{"label": "unix-3", "client": "claude-code 1.0", "uptime_ms": 1500, "inflight": 1, "waiting": 0}],
                 "calls": [{"call": "tools/call `read_file`", "session": "unix-3", "age_ms": 12_300, "state": "in flight",
-                    "instance": "fs#1", "silent_ms": 11_000}]},
+                    "instance": "fs#1", "silent_ms": 11_000,
+                    "progress": {"progress": 40, "total": 100, "message": "reading\u{1b}[2J", "age_ms": 1_500}}]},
                 {"name": "tools", "target": "python3 ${DIR}/s.py", "client_env": ["DIR", "KEY"], "variants": ["tools@1"]},
                 {"name": "tools@1", "template": "tools", "target": "python3 ${DIR}/s.py", "starts": 1, "restarts": 0,
                  "last_error": null, "instances": [], "sessions": []}],
@@ -338,7 +352,8 @@ mod tests {
             "server fs: npx fs",
             "fs#1 [default] pid 42",
             "fs#2 [default, client cursor (token ci)] pid 43",
-            "call tools/call `read_file` of session unix-3, 12.3 s: in flight on fs#1, nothing from the link for 11.0 s",
+            "call tools/call `read_file` of session unix-3, 12.3 s: in flight on fs#1, nothing from the link for 11.0 s, \
+             progress 40/100 (reading\\u{1b}[2J) 1.5 s ago",
             "claude-code 1.0",
             "server web: cannot be used: TOKEN is not set",
             "server tools: python3 ${DIR}/s.py\n  one server per distinct set of client values of DIR, KEY (connect --env DIR,KEY); running: tools@1",

@@ -84,7 +84,10 @@
       (v.calls || []).forEach(function (c) {
         var silent = c.silent_ms === null || c.silent_ms === undefined ? "" : ms(c.silent_ms);
         var quiet = c.silent_ms >= 10000 ? { cls: "warn", text: silent } : silent;
-        calls.push([{ cls: "mono", text: c.call }, v.name, c.session, ms(c.age_ms), c.state, c.instance || "", quiet]);
+        var p = c.progress;
+        var state = !p ? c.state : c.state + "; progress " + p.progress + (p.total === null ? "" : "/" + p.total) +
+          (p.message ? " (" + p.message + ")" : "") + " " + ms(p.age_ms) + " ago";
+        calls.push([{ cls: "mono", text: c.call }, v.name, c.session, ms(c.age_ms), state, c.instance || "", quiet]);
       });
       (v.sessions || []).forEach(function (c) {
         sessions.push([c.label, v.name, c.transport, c.client || "(not initialised yet)",

@@ -1,0 +1,37 @@
+//! What `status` shows of a call in flight, live: where it waits, on which instance, and the
+//! last progress its server reported.
+
+use std::time::Duration;
+
+use serde_json::json;
+use switchyard_testkit::daemon::*;
+
+/// A long call with progress through the daemon: status shows it at the server, on its
+/// instance, with the progress the client was sent; once it ends it is gone from status.
+#[tokio::test]
+async fn status_shows_a_call_in_flight_with_its_last_progress() {
+    let home = Home::new();
+    home.write_config(&home.fixture("slow", &[]));
+    let (p, mut c) = home.client("slow").await;
+    let params = json!({"name": "sleep", "arguments": {"ms": 4000, "progress_ms": 200},
+                        "_meta": {"progressToken": "watch"}});
+    let id = c.send_request("tools/call", params).await;
+    let status = home
+        .wait_status("the call's progress", Duration::from_secs(10), |s| {
+            s["servers"][0]["calls"][0]["progress"]["progress"].as_f64().is_some_and(|p| p > 0.0)
+        })
+        .await;
+    let shown = &status["servers"][0]["calls"][0];
+    assert_eq!(shown["call"], "tools/call `sleep`", "{status:#}");
+    assert_eq!(shown["state"], "in flight", "{status:#}");
+    assert_eq!(shown["instance"], "slow#1", "{status:#}");
+    assert!(shown["progress"]["age_ms"].as_u64().is_some_and(|a| a < 5000), "{status:#}");
+    let text = home.status_text().await;
+    assert!(text.contains("call tools/call `sleep` of session") && text.contains(", progress "), "{text}");
+    let resp = c.wait_response(&id).await;
+    assert!(resp.get("result").is_some(), "{resp}");
+    let status = home.status_json().await;
+    assert_eq!(status["servers"][0]["calls"], json!([]), "no call left shown: {status:#}");
+    drop((c, p));
+    home.shutdown().await;
+}
