@@ -247,7 +247,7 @@ impl Server {
     /// anyway (see [`Server::refresh_tools`]): that fetch is the evidence, never a second one.
     pub(super) async fn gather_evidence(self: Arc<Self>, inst: Arc<Instance>) {
         let Some(profile) = self.profile() else { return };
-        let Some(result) = self.init_result.get().cloned() else { return };
+        let Some(result) = self.init.result.get().cloned() else { return };
         self.remember_initialize(&profile, &result);
         for (method, capability, field) in LISTS {
             if !self.declares(capability) {

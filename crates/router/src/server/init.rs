@@ -1,7 +1,9 @@
 //! Initialise once: the first client's initialize starts the server; instance handshakes of both protocol eras.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use tokio::sync::{OnceCell, watch};
 
 use super::Server;
 use crate::placement::ScopeKey;
@@ -11,10 +13,35 @@ use switchyard_core::error::CallError;
 use switchyard_core::ids::SessionId;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum InitState {
+enum InitState {
     NotStarted,
     Running,
     Done,
+}
+
+/// The initialize era's handshake, done once for the server: the params every instance is
+/// initialised with, and the answer every client gets.
+pub(super) struct Init {
+    /// The first client's initialize params, used to initialise every instance.
+    /// Cleared again if that initialize fails, so the next client's params are used instead.
+    pub(super) params: Mutex<Option<String>>,
+    /// The first instance's initialize result, given to every client.
+    pub(super) result: OnceCell<String>,
+    state: watch::Sender<InitState>,
+    /// Why the latest `initialize` failed (cleared when one succeeds), so later requests say
+    /// that rather than asking for an initialize the client already sent.
+    failure: Mutex<Option<String>>,
+}
+
+impl Init {
+    pub(super) fn new() -> Init {
+        Init {
+            params: Mutex::new(None),
+            result: OnceCell::new(),
+            state: watch::channel(InitState::NotStarted).0,
+            failure: Mutex::new(None),
+        }
+    }
 }
 
 /// Settles the initialisation state when an `initialize` ends, however it ends.
@@ -23,10 +50,10 @@ struct InitSettle<'a>(&'a Server);
 impl Drop for InitSettle<'_> {
     fn drop(&mut self) {
         let s = self.0;
-        if !s.init_result.initialized() {
-            s.init_params.lock().expect("lock").take();
+        if !s.init.result.initialized() {
+            s.init.params.lock().expect("lock").take();
         }
-        s.init_state.send_replace(if s.init_result.initialized() { InitState::Done } else { InitState::NotStarted });
+        s.init.state.send_replace(if s.init.result.initialized() { InitState::Done } else { InitState::NotStarted });
     }
 }
 
@@ -34,7 +61,7 @@ impl Server {
     /// True once initialised; waits while a client's initialize is still under way (requests
     /// pipelined right behind initialize are served, not refused). False if it never started.
     pub async fn wait_initialized(&self) -> bool {
-        let mut rx = self.init_state.subscribe();
+        let mut rx = self.init.state.subscribe();
         loop {
             match *rx.borrow_and_update() {
                 InitState::Done => return true,
@@ -57,9 +84,9 @@ impl Server {
             .profile()
             .is_some_and(|p| !p.same_client(&super::profile::Profile::of_initialize(params, p.owner.clone())));
         if !other {
-            self.init_params.lock().expect("lock").get_or_insert_with(|| params.to_string());
+            self.init.params.lock().expect("lock").get_or_insert_with(|| params.to_string());
         }
-        self.init_state.send_if_modified(|s| {
+        self.init.state.send_if_modified(|s| {
             let start = *s == InitState::NotStarted;
             if start {
                 *s = InitState::Running;
@@ -76,7 +103,7 @@ impl Server {
         // Whatever happens, also when the client cancels this initialize and the future is
         // dropped, waiters must not wait forever: Done, or back to NotStarted.
         let settle = InitSettle(self);
-        if let Some(r) = self.init_result.get() {
+        if let Some(r) = self.init.result.get() {
             return Ok(r.clone());
         }
         // The params are known: every pool starts its `min` instances now, all at once. The
@@ -95,13 +122,13 @@ impl Server {
             // A pool closed under the wait: the server was removed, or switchyard stops.
             Err(CallError::ShuttingDown) => Err(self.ended()),
             Err(e) => Err(e.clone()),
-            Ok(_) => self.init_result.get().cloned().ok_or_else(|| CallError::Down {
+            Ok(_) => self.init.result.get().cloned().ok_or_else(|| CallError::Down {
                 server: self.name.clone(),
                 reason: "no instance finished initialising".into(),
             }),
         };
         // Before waiters wake (settle), so they see why.
-        *self.init_failure.lock().expect("lock") = result.as_ref().err().map(|e| e.to_string());
+        *self.init.failure.lock().expect("lock") = result.as_ref().err().map(|e| e.to_string());
         drop(settle);
         drop(lease);
         result
@@ -109,13 +136,13 @@ impl Server {
 
     /// Whether a client's initialize has been answered by an instance of this server.
     pub fn is_initialized(&self) -> bool {
-        self.init_result.initialized()
+        self.init.result.initialized()
     }
 
     /// The error for a request that needs an initialised server when there is none: why the
     /// last initialize failed, if one was sent, or that none was.
     pub fn not_initialized(&self) -> CallError {
-        match self.init_failure.lock().expect("lock").clone() {
+        match self.init.failure.lock().expect("lock").clone() {
             Some(reason) => CallError::InitFailed { server: self.name.clone(), reason },
             None => CallError::NotInitialized { server: self.name.clone() },
         }
@@ -123,20 +150,20 @@ impl Server {
 
     /// Whether the server's initialize result (once it has one) lacks capability `name`.
     pub fn lacks_capability(&self, name: &str) -> bool {
-        let Some(result) = self.init_result.get() else { return false };
+        let Some(result) = self.init.result.get() else { return false };
         serde_json::from_str::<serde_json::Value>(result)
             .is_ok_and(|v| v.get("capabilities").and_then(|c| c.get(name)).is_none_or(serde_json::Value::is_null))
     }
 
     /// Whether the server declared capability `name` in its initialize result (once it has one).
     pub fn declares(&self, name: &str) -> bool {
-        self.init_result.get().is_some() && !self.lacks_capability(name)
+        self.init.result.get().is_some() && !self.lacks_capability(name)
     }
 
     /// Whether the server declared the `logging` capability in its initialize result, which is
     /// what clients see: MCP lets switchyard send them notifications/message only then.
     pub fn declares_logging(&self) -> bool {
-        let Some(result) = self.init_result.get() else { return false };
+        let Some(result) = self.init.result.get() else { return false };
         serde_json::from_str::<serde_json::Value>(result)
             .is_ok_and(|v| v.pointer("/capabilities/logging").is_some_and(serde_json::Value::is_object))
     }
@@ -152,7 +179,7 @@ impl Server {
         let what = "initialize".to_string();
         let timeout = self.start_timeout();
         let result = self.own_request(inst, "initialize", params, timeout, &what).await?;
-        let _ = self.init_result.set(result);
+        let _ = self.init.result.set(result);
         let _ = inst.write(codec::notification("notifications/initialized", "{}"));
         // A new instance gets what its sessions already set up on the others.
         let _guard = self.reconcile_lock(inst).lock_owned().await;
@@ -180,7 +207,7 @@ impl Server {
         CallError::WrongEra {
             server: self.name.clone(),
             supported: switchyard_mcp::version::LATEST_SESSION.to_string(),
-            requested: self.modern_version.lock().expect("lock").clone(),
+            requested: self.stateless.version.lock().expect("lock").clone(),
         }
     }
 }

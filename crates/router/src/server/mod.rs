@@ -1,12 +1,12 @@
 //! One upstream server: its pools, gate, policy and instance start-up; the children hold its other
-//! concerns (initialisation, crash-loop guard, health, reconciliation, tools).
+//! concerns (initialisation, the 2026-07-28 era's instances, crash-loop guard, health,
+//! reconciliation, tools).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use tokio::sync::{OnceCell, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -40,13 +40,15 @@ mod remembered;
 mod repeated;
 pub use repeated::Repeated;
 mod served;
+mod stateless;
 mod status;
 pub mod tasks;
 mod tools;
 
 use breaker::StartHealth;
-use init::InitState;
-use tools::ToolCache;
+use init::Init;
+use stateless::Stateless;
+use tools::Tools;
 
 /// How long an instance that answered a probe as a server of the initialize era is kept for
 /// that era's first start (its client falls back to initialize at once, or not at all).
@@ -62,35 +64,15 @@ pub struct Server {
     pub policy: Policy,
     connector: Arc<dyn Connector>,
     pools: BTreeMap<String, Arc<Pool>>,
-    /// Instances for requests of the 2026-07-28 era, one pool per configured pool (none kept
-    /// running). A server of both eras fixes each connection's era by its first request (the
-    /// Python SDK does), so an instance switchyard initialised cannot serve them, nor the other
-    /// way round. They are never initialised: each request carries its own envelope.
-    modern_pools: BTreeMap<String, Arc<Pool>>,
-    /// The protocol version the latest 2026-07-28-era request carried (for health probes).
-    modern_version: Mutex<String>,
-    /// The server answered server/discover with -32601: it is of the initialize era only.
-    discover_refused: std::sync::atomic::AtomicBool,
-    /// The instance that answered so: started and of the initialize era, it serves that era's
-    /// next start, so a client that falls back does not wait for the server to start twice.
-    spare: Mutex<Option<Arc<Instance>>>,
-    /// That answer's `error` object as the server sent it, given to clients' probes as theirs.
-    discover_refusal: std::sync::OnceLock<String>,
-    /// The first client's initialize params, used to initialise every instance.
-    /// Cleared again if that initialize fails, so the next client's params are used instead.
-    init_params: Mutex<Option<String>>,
-    /// The first instance's initialize result, given to every client.
-    init_result: OnceCell<String>,
-    init_state: watch::Sender<InitState>,
-    /// Why the latest `initialize` failed (cleared when one succeeds), so later requests say
-    /// that rather than asking for an initialize the client already sent.
-    init_failure: Mutex<Option<String>>,
+    /// What serves requests of the 2026-07-28 era (its own instances).
+    stateless: Stateless,
+    /// The initialize era's handshake, done once for the server.
+    init: Init,
     next_instance: AtomicU64,
     /// What an instance's label starts with (`NAME#N`); a variant's is its own label.
     instance_prefix: std::sync::OnceLock<String>,
     health: Mutex<StartHealth>,
-    tools: RwLock<ToolCache>,
-    tools_refresh: tokio::sync::Mutex<()>,
+    tools: Tools,
     /// One reconciliation of levels and subscriptions at a time per instance, by instance
     /// number. Per instance, so a request stuck on a busy instance holds up only that instance,
     /// never the set-up of a new one.
@@ -191,20 +173,12 @@ impl Server {
                 policy,
                 connector,
                 pools,
-                modern_pools,
-                modern_version: Mutex::new(switchyard_mcp::version::LATEST_STATELESS.to_string()),
-                discover_refused: Default::default(),
-                discover_refusal: Default::default(),
-                spare: Mutex::new(None),
-                init_params: Mutex::new(None),
-                init_result: OnceCell::new(),
-                init_state: watch::channel(InitState::NotStarted).0,
-                init_failure: Mutex::new(None),
+                stateless: Stateless::new(modern_pools),
+                init: Init::new(),
                 next_instance: AtomicU64::new(1),
                 instance_prefix: std::sync::OnceLock::new(),
                 health: Mutex::new(StartHealth::default()),
-                tools: RwLock::new(ToolCache::default()),
-                tools_refresh: tokio::sync::Mutex::new(()),
+                tools: Tools::default(),
                 reconciling: Mutex::new(HashMap::new()),
                 counts: Default::default(),
                 calls: Default::default(),
@@ -255,18 +229,18 @@ impl Server {
 
     /// The configured pools and their 2026-07-28 counterparts.
     fn every_pool(&self) -> impl Iterator<Item = &Arc<Pool>> {
-        self.pools.values().chain(self.modern_pools.values())
+        self.pools.values().chain(self.stateless.pools.values())
     }
 
     /// The pool an instance belongs to.
     fn pool_of(&self, inst: &Instance) -> Option<&Arc<Pool>> {
         let pool = inst.pool();
-        self.pools.get(&*pool).or_else(|| self.modern_pools.get(pool.strip_suffix(MODERN_POOL_SUFFIX)?))
+        self.pools.get(&*pool).or_else(|| self.stateless.pools.get(pool.strip_suffix(MODERN_POOL_SUFFIX)?))
     }
 
     /// The 2026-07-28 counterpart of a configured pool.
     pub fn modern_pool<'a>(&'a self, pool: &'a Arc<Pool>) -> &'a Arc<Pool> {
-        self.modern_pools.get(&pool.name).unwrap_or(pool)
+        self.stateless.pools.get(&pool.name).unwrap_or(pool)
     }
 
     /// True for an instance serving 2026-07-28-era requests (never initialised).
@@ -275,19 +249,19 @@ impl Server {
     }
 
     pub fn saw_modern_version(&self, version: &str) {
-        let mut v = self.modern_version.lock().expect("lock");
+        let mut v = self.stateless.version.lock().expect("lock");
         if *v != version {
             *v = version.to_string();
         }
     }
 
     pub fn discover_refused(&self) -> bool {
-        self.discover_refused.load(Ordering::Relaxed)
+        self.stateless.discover_refused.load(Ordering::Relaxed)
     }
 
     /// The server's own `error` object of its -32601 to server/discover, once it gave one.
     pub fn discover_refusal(&self) -> Option<&str> {
-        self.discover_refusal.get().map(String::as_str)
+        self.stateless.discover_refusal.get().map(String::as_str)
     }
 
     /// The server answered server/discover with -32601 (`reply`, its response): later probes
@@ -299,13 +273,13 @@ impl Server {
             if let Some((answers, key)) = self.answers.get() {
                 answers.put(&format!("{key}:discover"), &error.to_string());
             }
-            let _ = self.discover_refusal.set(error.to_string());
+            let _ = self.stateless.discover_refusal.set(error.to_string());
         }
-        if self.discover_refused.swap(true, Ordering::Relaxed) {
+        if self.stateless.discover_refused.swap(true, Ordering::Relaxed) {
             return;
         }
         tracing::info!(server = %self.name, "the server does not know server/discover: 2026-07-28 clients fall back to initialize");
-        for inst in self.modern_pools.values().flat_map(|p| p.close_with(self.not_modern())) {
+        for inst in self.stateless.pools.values().flat_map(|p| p.close_with(self.not_modern())) {
             self.tasks.spawn(async move { inst.shutdown().await });
         }
     }
@@ -332,7 +306,7 @@ impl Server {
         if let Some(at) = self.check_start_allowed()? {
             tokio::time::sleep_until(at).await;
         }
-        let params = self.init_params.lock().expect("lock").clone();
+        let params = self.init.params.lock().expect("lock").clone();
         if params.is_none() && !modern {
             return Err(self.not_initialized());
         }
@@ -436,7 +410,7 @@ impl Server {
     fn keep_spare(self: &Arc<Self>, inst: Arc<Instance>, pool: &str) {
         inst.move_to_pool(pool.strip_suffix(MODERN_POOL_SUFFIX).unwrap_or(pool));
         tracing::info!(instance = %inst.label(), "kept for the initialize era: a client that probed with server/discover falls back to initialize, and finds it started");
-        if let Some(old) = self.spare.lock().expect("lock").replace(inst.clone()) {
+        if let Some(old) = self.stateless.spare.lock().expect("lock").replace(inst.clone()) {
             self.tasks.spawn(async move { old.shutdown().await });
         }
         let me = self.clone();
@@ -446,7 +420,7 @@ impl Server {
                 _ = me.shutdown.cancelled() => {}
             }
             let unused = {
-                let mut spare = me.spare.lock().expect("lock");
+                let mut spare = me.stateless.spare.lock().expect("lock");
                 if spare.as_ref().is_some_and(|s| Arc::ptr_eq(s, &inst)) { spare.take() } else { None }
             };
             if let Some(i) = unused {
@@ -458,7 +432,7 @@ impl Server {
 
     /// The kept instance (a shared one), if it fits a start of a shared instance of `pool`.
     fn take_spare(&self, pool: &str) -> Option<Arc<Instance>> {
-        let mut spare = self.spare.lock().expect("lock");
+        let mut spare = self.stateless.spare.lock().expect("lock");
         let fits = spare.as_ref().is_some_and(|s| &*s.pool() == pool && !s.is_dead());
         if fits { spare.take() } else { None }
     }
@@ -527,7 +501,7 @@ impl Server {
 
     /// Params carrying switchyard's own 2026-07-28 envelope (for its probes of such instances).
     fn modern_envelope(&self) -> String {
-        let version = codec::json_string(&self.modern_version.lock().expect("lock"));
+        let version = codec::json_string(&self.stateless.version.lock().expect("lock"));
         format!(
             r#"{{"_meta":{{"{}":{version},"io.modelcontextprotocol/clientInfo":{{"name":"switchyard","version":"{}"}},"io.modelcontextprotocol/clientCapabilities":{{}}}}}}"#,
             codec::PROTOCOL_VERSION_META,
@@ -537,7 +511,7 @@ impl Server {
 
     /// Shuts every instance down (close stdin, wait, SIGTERM, wait, SIGKILL), all at once.
     pub async fn stop(&self) {
-        let spare = self.spare.lock().expect("lock").take();
+        let spare = self.stateless.spare.lock().expect("lock").take();
         let all: Vec<Arc<Instance>> = self.every_pool().flat_map(|p| p.take_all()).chain(spare).collect();
         let mut set = tokio::task::JoinSet::new();
         for inst in all {

@@ -304,7 +304,7 @@ impl Server {
         if self.share != Share::Profile {
             return Claim::No(None);
         }
-        if !self.is_initialized() && self.init_params.lock().expect("lock").is_none() {
+        if !self.is_initialized() && self.init.params.lock().expect("lock").is_none() {
             return Claim::No(Some("its instances have not started yet".into()));
         }
         if let Err(why) = self.may_join(claimed, want) {

@@ -12,8 +12,8 @@ impl Server {
     /// known to refuse server/discover refuses it at once from now on, with its own error.
     pub fn keep_answers(&self, answers: Arc<answers::Answers>, key: String) {
         if let Some(error) = answers.get(&format!("{key}:discover")) {
-            let _ = self.discover_refusal.set(error);
-            self.discover_refused.store(true, Ordering::Relaxed);
+            let _ = self.stateless.discover_refusal.set(error);
+            self.stateless.discover_refused.store(true, Ordering::Relaxed);
         }
         if answers.get(&format!("{key}:asks-clients")).is_some() {
             self.apart.store(true, Ordering::Relaxed);

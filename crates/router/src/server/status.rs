@@ -57,7 +57,7 @@ impl Server {
             "starts": self.counts.starts.load(Ordering::Relaxed),
             "restarts": self.counts.unexpected_ends.load(Ordering::Relaxed),
             "last_error": *self.counts.last_error.lock().expect("lock"),
-            "initialized": self.init_result.initialized(),
+            "initialized": self.init.result.initialized(),
             "instances": instances,
             "calls": self.calls.status(),
             "one_at_a_time": *self.serial.lock().expect("lock"),

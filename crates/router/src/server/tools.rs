@@ -11,9 +11,16 @@ use switchyard_core::codec;
 use switchyard_core::decision::Hints;
 use switchyard_policy::{Kind, ListedTool, PluginSet};
 
+/// The server's tools as switchyard knows them, and the one refresh of them at a time.
+#[derive(Default)]
+pub(super) struct Tools {
+    cache: std::sync::RwLock<ToolCache>,
+    refresh: tokio::sync::Mutex<()>,
+}
+
 /// A tools/list result as the server declared it, for hints and annotation diffs.
 #[derive(Default)]
-pub(super) struct ToolCache {
+struct ToolCache {
     declared: HashMap<String, Hints>,
     /// The instance whose whole tools/list `declared` holds, since its last tools/list_changed:
     /// while it lives, a new client session costs the server no tools/list.
@@ -52,7 +59,7 @@ impl Server {
         if let Some(headers) = self.connector.tool_headers() {
             headers.learn(tools);
         }
-        let mut cache = self.tools.write().expect("lock");
+        let mut cache = self.tools.cache.write().expect("lock");
         for t in tools {
             if let Some(name) = t.get("name").and_then(|n| n.as_str()) {
                 let hints = switchyard_policy::annotate::declared_hints(t.get("annotations"));
@@ -78,7 +85,7 @@ impl Server {
             self.remember_list("prompts/list", &items);
             self.hub.shown_list("prompts", items.clone());
         }
-        let mut cache = self.tools.write().expect("lock");
+        let mut cache = self.tools.cache.write().expect("lock");
         for p in &items {
             if let Some(name) = p.get("name").and_then(|n| n.as_str()) {
                 let text = |k: &str| p.get(k).and_then(|v| v.as_str()).map(str::to_string);
@@ -90,7 +97,7 @@ impl Server {
     /// A tool (or prompt) as the server listed it, as far as known (the list hook judges a
     /// call with it).
     pub fn listed_item(&self, kind: Kind, name: &str) -> switchyard_policy::ListedTool {
-        let cache = self.tools.read().expect("lock");
+        let cache = self.tools.cache.read().expect("lock");
         let words = match kind {
             Kind::Tool => cache.words.get(name),
             _ => cache.other_words.get(&(kind, name.to_string())),
@@ -108,14 +115,14 @@ impl Server {
     }
 
     pub fn declared_hints(&self, tool: &str) -> Hints {
-        self.tools.read().expect("lock").declared.get(tool).cloned().unwrap_or_default()
+        self.tools.cache.read().expect("lock").declared.get(tool).cloned().unwrap_or_default()
     }
 
     /// The hints `tool` was declared with, fetching tools/list first when it is not known yet
     /// (the fetch after initialize may not have finished, or the instance it ran on died).
     /// Waits at most `within` for an instance to ask; None: the server did not declare it.
     pub async fn declared_hints_fetched(self: &Arc<Self>, tool: &str, within: Duration) -> Option<Hints> {
-        let known = |s: &Self| s.tools.read().expect("lock").declared.get(tool).cloned();
+        let known = |s: &Self| s.tools.cache.read().expect("lock").declared.get(tool).cloned();
         if let Some(h) = known(self) {
             return Some(h);
         }
@@ -134,14 +141,14 @@ impl Server {
     /// The label of `tool` in metrics: its name when the server declared it (see
     /// [`switchyard_core::metrics::ToolNames`]), else `other`.
     pub fn tool_label(&self, tool: &str) -> Arc<str> {
-        self.tool_labels.label(tool, |t| self.tools.read().expect("lock").declared.contains_key(t))
+        self.tool_labels.label(tool, |t| self.tools.cache.read().expect("lock").declared.contains_key(t))
     }
 
     /// The kinds of list (tools, prompts, resource templates) whose known items the list hooks
     /// of `before` and `after` show some connected client otherwise.
     async fn shown_differs(&self, before: &Arc<PluginSet>, after: &Arc<PluginSet>) -> Vec<Kind> {
         let items: Vec<ListedTool> = {
-            let cache = self.tools.read().expect("lock");
+            let cache = self.tools.cache.read().expect("lock");
             let tools = cache.declared.keys().map(|n| (Kind::Tool, n.clone()));
             tools.chain(cache.other_words.keys().cloned()).collect::<Vec<_>>()
         }
@@ -174,7 +181,7 @@ impl Server {
 
     /// The names of the items of `kind` the server is known to list.
     pub fn known_names(&self, kind: Kind) -> Vec<String> {
-        let cache = self.tools.read().expect("lock");
+        let cache = self.tools.cache.read().expect("lock");
         match kind {
             Kind::Tool => cache.declared.keys().cloned().collect(),
             _ => cache.other_words.keys().filter(|(k, _)| *k == kind).map(|(_, n)| n.clone()).collect(),
@@ -183,7 +190,7 @@ impl Server {
 
     /// Whether the server is known to list an item of `kind` named `name` (no copy of the names).
     pub fn lists(&self, kind: Kind, name: &str) -> bool {
-        let cache = self.tools.read().expect("lock");
+        let cache = self.tools.cache.read().expect("lock");
         match kind {
             Kind::Tool => cache.declared.contains_key(name),
             _ => cache.other_words.keys().any(|(k, n)| *k == kind && n == name),
@@ -191,7 +198,7 @@ impl Server {
     }
 
     pub fn known_tools(&self) -> Vec<(String, Hints)> {
-        let cache = self.tools.read().expect("lock");
+        let cache = self.tools.cache.read().expect("lock");
         cache.declared.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
     }
 
@@ -199,9 +206,9 @@ impl Server {
     /// cache holds a whole list from an instance still alive that has not said its list changed.
     /// Refreshes run one at a time, so many sessions starting together send the server one.
     pub async fn refresh_tools(self: &Arc<Self>) {
-        let _one = self.tools_refresh.lock().await;
+        let _one = self.tools.refresh.lock().await;
         let instances = self.all_instances();
-        let fresh = self.tools.read().expect("lock").fetched_from;
+        let fresh = self.tools.cache.read().expect("lock").fetched_from;
         if fresh.is_some_and(|n| instances.iter().any(|i| i.number() == n && !i.is_dead())) {
             return;
         }
@@ -217,14 +224,14 @@ impl Server {
     /// from an instance still alive: what a new session would fetch, fetched once.
     pub(super) async fn tools_fetched(self: &Arc<Self>) -> bool {
         self.refresh_tools().await;
-        self.tools.read().expect("lock").fetched_from.is_some()
+        self.tools.cache.read().expect("lock").fetched_from.is_some()
     }
 
     /// Every page of `<kind>/list` from one instance, sorted by name (or URI); None on any error.
     /// A fetch of tools/list holds the refresh lock, so a session that starts while a
     /// list_changed is being checked waits for that fetch rather than sending one of its own.
     pub async fn fetch_list(&self, inst: &Instance, kind: &'static str) -> Option<Vec<serde_json::Value>> {
-        let _one = if kind == "tools" { Some(self.tools_refresh.lock().await) } else { None };
+        let _one = if kind == "tools" { Some(self.tools.refresh.lock().await) } else { None };
         self.fetch_pages(inst, kind).await
     }
 
@@ -233,7 +240,7 @@ impl Server {
         if kind == "tools" {
             // Fetched again after a tools/list_changed: until this one succeeds, the last
             // whole list is not taken as the server's.
-            self.tools.write().expect("lock").fetched_from = None;
+            self.tools.cache.write().expect("lock").fetched_from = None;
         }
         let mut items = self.all_pages(inst, &method, kind).await?;
         if matches!(kind, "tools" | "prompts") {
@@ -242,7 +249,7 @@ impl Server {
         sort_list(&mut items);
         if kind == "tools" {
             self.learn_tool_values(&items);
-            self.tools.write().expect("lock").fetched_from = Some(inst.number());
+            self.tools.cache.write().expect("lock").fetched_from = Some(inst.number());
         }
         Some(items)
     }
