@@ -12,19 +12,19 @@
 
 #[cfg(test)]
 mod audit_tests;
-pub mod call;
+pub(crate) mod call;
 #[cfg(test)]
 mod call_path_tests;
 pub mod control;
 pub mod downstream;
-pub mod gate;
+pub(crate) mod gate;
 pub mod handoff;
-pub mod peer;
-pub mod placement;
-pub mod pool;
+pub(crate) mod peer;
+pub(crate) mod placement;
+pub(crate) mod pool;
 pub mod registry;
-pub mod server;
-pub mod session;
+pub(crate) mod server;
+pub(crate) mod session;
 #[cfg(test)]
 mod sharing_tests;
 #[cfg(test)]

@@ -28,7 +28,7 @@ use crate::server::tasks::Pinned;
 use crate::upstream::Instance;
 use attempt::{Answered, Cap, attempt};
 use reply::{finish, input_state, reply_outcome, task_ids};
-pub use resolve::{Effective, resolve};
+pub use resolve::Effective;
 use retry::Next;
 use send::Rising;
 use shown::shown_tool;
