@@ -174,17 +174,17 @@ pub fn operation(op: &Operation<'_>, parent: Option<(&TraceParent, Option<&str>)
 /// are off): the child of the trace context the client sent in `_meta`, else the root of a trace
 /// of its own. `session` is the session's label (`stdio-1`, `http-3`), whose first part says the
 /// transport; `version_of_session` the protocol version its initialize agreed (a request of
-/// the 2026-07-28 era names its own).
-pub fn server_span(call: &switchyard_core::call::Call, session: &str, version_of_session: Option<&str>) -> Span {
+/// the 2026-07-28 era names its own); `of_session` the session's span, which it links to.
+pub fn server_span(
+    call: &switchyard_core::call::Call,
+    session: &str,
+    version_of_session: Option<&str>,
+    of_session: &Span,
+) -> Span {
     if !on() {
         return Span::none();
     }
     let (name, uri) = (call.name(), call.string(&call.fields().uri));
-    let transport = match session.split('-').next() {
-        Some("stdio") => TRANSPORT_PIPE,
-        Some("unix") => TRANSPORT_UNIX,
-        _ => TRANSPORT_TCP,
-    };
     let version = call.protocol_version();
     let op = Operation {
         side: Side::Server,
@@ -193,15 +193,17 @@ pub fn server_span(call: &switchyard_core::call::Call, session: &str, version_of
         request_id: Some(call.id()),
         session_id: Some(session),
         protocol_version: version.as_deref().or(version_of_session),
-        transport,
+        transport: transport_of(session),
     };
     let sent = context::sent(call);
-    operation(&op, sent.as_ref().map(|(p, s)| (p, s.as_deref())), None)
+    let span = operation(&op, sent.as_ref().map(|(p, s)| (p, s.as_deref())), None);
+    span.follows_from(of_session);
+    span
 }
 
-/// The span of a client's session (`Span::none()` when traces are off): how long it lasted, and
-/// what the calls' spans link to.
-pub fn session(server: &str, session_id: &str, transport: &'static str) -> Span {
+/// The span of a client's session, from its start to its end (kind SERVER; `Span::none()` when
+/// traces are off): the calls' spans link to it. `session` is its label (see [`server_span`]).
+pub fn session(server: &str, session: &str) -> Span {
     if !on() {
         return Span::none();
     }
@@ -211,12 +213,19 @@ pub fn session(server: &str, session_id: &str, transport: &'static str) -> Span 
         "mcp.session",
         "otel.name" = format!("session {server}"),
         "otel.kind" = "server",
-        { MCP_SESSION_ID } = session_id,
-        { NETWORK_TRANSPORT } = transport,
+        { MCP_SESSION_ID } = session,
+        { NETWORK_TRANSPORT } = transport_of(session),
         { SWITCHYARD_SERVER } = server,
-        { MCP_PROTOCOL_VERSION } = tracing::field::Empty,
-        { SWITCHYARD_CLIENT_NAME } = tracing::field::Empty,
     )
+}
+
+/// `network.transport` of a session by its label (`stdio-1`, `unix-4`, `http-2`).
+fn transport_of(session: &str) -> &'static str {
+    match session.split('-').next() {
+        Some("stdio") => TRANSPORT_PIPE,
+        Some("unix") => TRANSPORT_UNIX,
+        _ => TRANSPORT_TCP,
+    }
 }
 
 /// How an operation ended: `error.type` (the JSON-RPC error code, or `tool_error` for a result

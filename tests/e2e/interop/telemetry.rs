@@ -73,6 +73,19 @@ impl Receiver {
         text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
     }
 
+    /// Waits for a span that `pred` holds for (`what` names it in the failure).
+    async fn find(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let until = Instant::now() + Duration::from_secs(20);
+        loop {
+            let spans = self.spans();
+            if let Some(s) = spans.iter().find(|s| pred(s)) {
+                return s.clone();
+            }
+            assert!(Instant::now() < until, "{what} did not come: {spans:#?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Waits (batches go out every second) until a SERVER span named `name` and a CLIENT span
     /// inside it have come; both.
     async fn linked(&self, name: &str) -> (Value, Value) {
@@ -216,6 +229,11 @@ async fn a_call_through_the_daemon_continues_the_clients_trace_to_the_server() {
     check_server_got(&home.journal("alpha"), "through the daemon", &cli, Some("client=1")).await;
     client.close().await;
     connect.wait_timeout(Duration::from_secs(10)).await;
+    // The session's span, once it ended: the call's span links to it.
+    let session = receiver.find("the session's span", |s| s["name"] == "session alpha").await;
+    assert_eq!(session["attributes"][&c["MCP_SESSION_ID"]], server["attributes"][&c["MCP_SESSION_ID"]]);
+    assert_eq!(session["attributes"][&c["NETWORK_TRANSPORT"]], c["NETWORK_TRANSPORT_UNIX"].as_str());
+    assert_eq!(server["links"], json!([session["span_id"]]), "{server}");
     home.shutdown().await;
 }
 

@@ -54,6 +54,9 @@ pub struct Session {
     promised: std::sync::OnceLock<String>,
     /// The capabilities of `promised` the server, once initialised, does not declare.
     withdrawn: std::sync::OnceLock<Vec<&'static str>>,
+    /// Its span for export, from its start to its end (none when traces are off): its calls'
+    /// spans link to it.
+    span: tracing::Span,
 }
 
 /// How a session was opened.

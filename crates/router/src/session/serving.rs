@@ -87,6 +87,7 @@ impl Session {
             promised: std::sync::OnceLock::new(),
             leaving: Default::default(),
             withdrawn: std::sync::OnceLock::new(),
+            span: switchyard_telemetry::session(&server.name, &label),
         });
         let registered = opening.sessions.add(&session);
         server.metrics.session_opened(opening.transport);

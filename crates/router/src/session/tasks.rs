@@ -168,8 +168,13 @@ impl Session {
         if !switchyard_telemetry::on() {
             return tracing::Span::none();
         }
-        let era = self.link.caller().era;
-        switchyard_telemetry::server_span(call, &self.label, Some(era.as_str()).filter(|e| !e.is_empty()))
+        let caller = self.link.caller();
+        let era = Some(caller.era.as_str()).filter(|e| !e.is_empty());
+        let span = switchyard_telemetry::server_span(call, &self.label, era, &self.span);
+        if let Some(name) = caller.name {
+            switchyard_telemetry::record(&span, switchyard_telemetry::keys::SWITCHYARD_CLIENT_NAME, name);
+        }
+        span
     }
 
     pub(super) fn request<'a>(
