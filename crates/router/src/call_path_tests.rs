@@ -502,6 +502,36 @@ async fn a_call_s_params_are_read_once_on_its_way_to_the_server() {
     assert_eq!(sent[1]["params"]["arguments"]["text"], "once more", "{sent:?}");
 }
 
+/// With a plugin that reads calls and shows a tool under another name (`tool-filter`), a call
+/// by the shown name is put back under the server's own by a splice of its `Call`: its params
+/// are still read once, and the server gets the rest as the client sent it. Real time: the
+/// plugin runs on threads of its own.
+#[tokio::test]
+async fn a_tool_called_by_its_shown_name_is_put_back_with_one_read() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (_, wasm) =
+        switchyard_policy::embedded::EXAMPLES.iter().find(|(n, _)| *n == "tool-filter.wasm").expect("built");
+    std::fs::write(dir.path().join("tool-filter.wasm"), wasm).expect("written");
+    let filter = r#"{"clients": {"*": {"rename": {"echo": "shout"}}}}"#;
+    let config: Config =
+        toml::from_str(&format!("[[plugins]]\nfile = \"tool-filter.wasm\"\nconfig = '{filter}'\n")).expect("config");
+    let policy = Policy::start(&config, Some(dir.path().to_path_buf()), CancellationToken::new()).await.expect("loads");
+    let fake = FakeConnector::new(fake_server(false));
+    let server = server_with("", fake.clone(), policy);
+    let mut c = Client::connect(&server).await;
+    let listed = c.request("tools/list", json!({})).await;
+    assert!(listed["result"]["tools"].as_array().is_some_and(|t| t.iter().any(|t| t["name"] == "shout")), "{listed}");
+    let reads = switchyard_core::codec::params_reads;
+    let before = reads();
+    let params = json!({"name": "shout", "arguments": {"text": "put back"}, "_meta": {"progressToken": "p"}});
+    assert_eq!(text(&c.request("tools/call", params).await), "put back");
+    assert_eq!(reads() - before, 1, "a renamed call's params were read more than once");
+    let sent = calls_of(&fake.link(0), "echo");
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0]["params"]["arguments"]["text"], "put back", "{sent:?}");
+    assert_eq!(sent[0]["params"]["_meta"]["progressToken"], sent[0]["id"], "{sent:?}");
+}
+
 /// A request the HTTP front read (it reads each POSTed body, then hands the session the `Call`)
 /// is not read again on its way to the server: its params are read once from body to server.
 #[tokio::test(start_paused = true)]
