@@ -62,7 +62,7 @@ fn lines_are_written_to_a_file_only_its_user_may_read() {
     let path = dir.path().join("a.audit.jsonl");
     let log = AuditLog::start(&settings(&path)).unwrap();
     for n in 0..10 {
-        log.write(log.admit().unwrap(), &record(n));
+        log.write(log.admit().unwrap(), record(n));
     }
     log.flush(FLUSH);
     let got = lines(&path);
@@ -84,7 +84,7 @@ fn the_file_is_rotated_by_size_and_only_keep_files_stay() {
     // Three lines to a file.
     let log = AuditLog::start(&Settings { max_bytes: one * 3, keep: 2, ..settings(&path) }).unwrap();
     for n in 0..10 {
-        log.write(log.admit().unwrap(), &record(n));
+        log.write(log.admit().unwrap(), record(n));
         // One line per write, so the files fill line by line.
         log.flush(FLUSH);
     }
@@ -111,7 +111,7 @@ fn a_full_queue_loses_and_counts_lines_and_never_blocks_the_call() {
         let _held = log.pause();
         for n in 0..10 {
             // Each returns at once: the writer is held back.
-            log.write(log.admit().unwrap(), &record(n));
+            log.write(log.admit().unwrap(), record(n));
         }
         // The writer may have taken the first line before it found the pause.
         assert!((5..=6).contains(&log.lost()), "lost {}", log.lost());
@@ -120,7 +120,7 @@ fn a_full_queue_loses_and_counts_lines_and_never_blocks_the_call() {
     let written = lines(&path).len() as u64;
     assert_eq!(written + log.lost(), 10);
     // Room again once the writer caught up.
-    log.write(log.admit().unwrap(), &record(10));
+    log.write(log.admit().unwrap(), record(10));
     log.flush(FLUSH);
     assert_eq!(lines(&path).len() as u64, written + 1);
 }
@@ -137,8 +137,8 @@ fn a_strict_log_refuses_calls_it_has_no_room_for() {
     // A place given back (a call that never wrote its line) is free again.
     drop(a);
     let c = log.admit().unwrap();
-    log.write(b, &record(1));
-    log.write(c, &record(2));
+    log.write(b, record(1));
+    log.write(c, record(2));
     log.flush(FLUSH);
     assert_eq!(lines(&path).len(), 2);
     assert_eq!(log.lost(), 0);
@@ -150,14 +150,14 @@ fn a_strict_log_refuses_calls_it_has_no_room_for() {
 fn a_failing_disk_loses_lines_and_a_strict_log_then_refuses_calls() {
     let full = std::path::Path::new("/dev/full");
     let lenient = AuditLog::start(&Settings { max_bytes: u64::MAX, ..settings(full) }).unwrap();
-    lenient.write(lenient.admit().unwrap(), &record(1));
+    lenient.write(lenient.admit().unwrap(), record(1));
     lenient.flush(FLUSH);
     assert_eq!(lenient.lost(), 1);
     // The call is never refused.
     assert!(lenient.admit().is_ok());
 
     let strict = AuditLog::start(&Settings { max_bytes: u64::MAX, strict: true, ..settings(full) }).unwrap();
-    strict.write(strict.admit().unwrap(), &record(1));
+    strict.write(strict.admit().unwrap(), record(1));
     strict.flush(FLUSH);
     assert_eq!(strict.lost(), 1);
     let e = strict.admit().err().expect("a strict log refuses calls while its disk fails");
@@ -171,20 +171,44 @@ fn a_strict_log_lets_calls_through_again_once_the_disk_takes_lines() {
     let path = dir.path().join("a.audit.jsonl");
     let log = AuditLog::start(&Settings { strict: true, ..settings(&path) }).unwrap();
     log.break_disk(true);
-    log.write(log.admit().unwrap(), &record(1));
+    log.write(log.admit().unwrap(), record(1));
     log.flush(FLUSH);
     assert_eq!(log.lost(), 1);
     assert!(matches!(log.admit(), Err(Refused::Failing(..))));
     // While the disk fails, a refused call's line is lost too, and calls stay refused.
-    log.write(log.unreserved(), &record(2));
+    log.write(log.unreserved(), record(2));
     log.flush(FLUSH);
     assert_eq!(log.lost(), 2);
     assert!(log.admit().is_err());
     // Once it takes lines again, the next refused call's line goes through, and so do calls.
     log.break_disk(false);
-    log.write(log.unreserved(), &record(3));
+    log.write(log.unreserved(), record(3));
     log.flush(FLUSH);
     let tools: Vec<String> = lines(&path).into_iter().map(|r| r.tool.unwrap()).collect();
     assert_eq!(tools, ["tool3"]);
     assert!(log.admit().is_ok());
+}
+
+#[test]
+fn lines_reach_the_file_on_their_own_whether_the_writer_slept_or_ticked() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.audit.jsonl");
+    let log = AuditLog::start(&settings(&path)).unwrap();
+    let wait_for = |n: usize| {
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while lines(&path).len() < n {
+            assert!(std::time::Instant::now() < until, "{n} lines did not reach the file by themselves");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    // The first line wakes a sleeping writer; the next come while it ticks, or wake it again.
+    log.write(log.admit().unwrap(), record(1));
+    wait_for(1);
+    for n in 2..=5 {
+        log.write(log.admit().unwrap(), record(n));
+    }
+    wait_for(5);
+    std::thread::sleep(Duration::from_millis(200));
+    log.write(log.admit().unwrap(), record(6));
+    wait_for(6);
 }

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
+use std::sync::mpsc::{Receiver, Sender, SyncSender, TryRecvError, channel, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,6 +19,9 @@ const LOSS_LOG_EVERY: Duration = Duration::from_secs(60);
 
 /// What one write to the file carries at most (lines waiting are written together).
 const BATCH_BYTES: usize = 1024 * 1024;
+/// While lines come, the writer takes them this often: no wake-up per call (a line reaches the
+/// file this much later at most).
+const TICK: Duration = Duration::from_millis(50);
 
 /// `[audit]` as the writer needs it.
 #[derive(Debug, Clone)]
@@ -37,7 +40,8 @@ pub struct Settings {
 }
 
 enum Msg {
-    Line(String),
+    /// Serialised by the writer, off the caller's thread.
+    Line(Box<Record>),
     /// Everything queued before this is written (or lost); then the sender is told.
     Flush(SyncSender<()>),
 }
@@ -47,6 +51,10 @@ struct Shared {
     path: PathBuf,
     /// Lines queued or reserved, against `capacity`.
     pending: AtomicUsize,
+    /// Lines in the channel, not yet taken by the writer.
+    queued: AtomicUsize,
+    /// The writer sleeps until woken (nothing was queued).
+    idle: AtomicBool,
     capacity: usize,
     /// The last write failed (a strict log refuses calls until one succeeds).
     failing: AtomicBool,
@@ -96,6 +104,7 @@ impl Shared {
 /// The audit log of one router.
 pub struct AuditLog {
     tx: Sender<Msg>,
+    writer: std::thread::Thread,
     shared: Arc<Shared>,
     strict: bool,
     arguments: bool,
@@ -104,6 +113,14 @@ pub struct AuditLog {
 impl std::fmt::Debug for AuditLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AuditLog").field("path", &self.shared.path).field("strict", &self.strict).finish()
+    }
+}
+
+impl Drop for AuditLog {
+    /// The writer sees the channel closed once it wakes, and ends.
+    fn drop(&mut self) {
+        drop(std::mem::replace(&mut self.tx, channel().0));
+        self.writer.unpark();
     }
 }
 
@@ -142,6 +159,8 @@ impl AuditLog {
         let shared = Arc::new(Shared {
             path: settings.path.clone(),
             pending: AtomicUsize::new(0),
+            queued: AtomicUsize::new(0),
+            idle: AtomicBool::new(false),
             capacity: settings.queue.max(1),
             failing: AtomicBool::new(false),
             failure: Mutex::new(String::new()),
@@ -155,8 +174,10 @@ impl AuditLog {
         });
         let (tx, rx) = channel();
         let theirs = shared.clone();
-        std::thread::Builder::new().name("switchyard-audit".into()).spawn(move || write_loop(file, rx, &theirs))?;
-        Ok(Arc::new(AuditLog { tx, shared, strict: settings.strict, arguments: settings.arguments }))
+        let writer =
+            std::thread::Builder::new().name("switchyard-audit".into()).spawn(move || write_loop(file, rx, &theirs))?;
+        let writer = writer.thread().clone();
+        Ok(Arc::new(AuditLog { tx, writer, shared, strict: settings.strict, arguments: settings.arguments }))
     }
 
     /// A call is about to run: its place in the log. A strict log refuses it when the queue is
@@ -186,18 +207,23 @@ impl AuditLog {
     }
 
     /// Queues the line of a call that ended.
-    pub fn write(&self, mut ticket: Ticket, record: &Record) {
+    pub fn write(&self, mut ticket: Ticket, record: Record) {
         if !ticket.reserved && !self.shared.reserve() {
             self.shared.lose(1, "the queue is full (the disk is slower than the calls)");
             return;
         }
         // From here the place belongs to the line in the queue.
         ticket.reserved = false;
-        let mut line = record.line();
-        line.push('\n');
-        if self.tx.send(Msg::Line(line)).is_err() {
+        let queued = self.shared.queued.fetch_add(1, Ordering::AcqRel) + 1;
+        if self.tx.send(Msg::Line(Box::new(record))).is_err() {
+            self.shared.queued.fetch_sub(1, Ordering::AcqRel);
             self.shared.release(1);
             self.shared.lose(1, "its writer stopped");
+            return;
+        }
+        // A writer asleep is woken; one that ticks is woken early only when the queue fills.
+        if self.shared.idle.swap(false, Ordering::AcqRel) || queued > self.shared.capacity / 2 {
+            self.writer.unpark();
         }
     }
 
@@ -205,6 +231,7 @@ impl AuditLog {
     pub fn flush(&self, limit: Duration) {
         let (tx, rx) = sync_channel(1);
         if self.tx.send(Msg::Flush(tx)).is_ok() {
+            self.writer.unpark();
             let _ = rx.recv_timeout(limit);
         }
     }
@@ -238,56 +265,86 @@ impl AuditLog {
     }
 }
 
-/// The writer thread: takes every line waiting, writes them in one append, and keeps count.
+/// The writer thread: every [`TICK`] while lines come, it writes all that wait in one append
+/// (serialised here, off the callers' threads); idle, it sleeps until the next line.
 fn write_loop(mut file: AuditFile, rx: Receiver<Msg>, shared: &Shared) {
     let mut batch = Vec::with_capacity(64 * 1024);
     let mut flushes = Vec::new();
-    while let Ok(first) = rx.recv() {
+    loop {
+        if shared.queued.load(Ordering::Acquire) == 0 {
+            // Nothing waits: sleep until a caller wakes us (see `AuditLog::wake`). Checked again
+            // after the flag is up, so a line queued in between is not left waiting.
+            shared.idle.store(true, Ordering::Release);
+            if shared.queued.load(Ordering::Acquire) == 0 {
+                std::thread::park();
+            }
+            shared.idle.store(false, Ordering::Release);
+        } else {
+            std::thread::park_timeout(TICK);
+        }
         #[cfg(test)]
         drop(shared.paused.lock());
-        let mut lines = 0;
-        let mut take = |msg: Msg, batch: &mut Vec<u8>| match msg {
-            Msg::Line(line) => {
-                batch.extend_from_slice(line.as_bytes());
-                lines += 1;
-            }
-            Msg::Flush(done) => flushes.push(done),
-        };
-        take(first, &mut batch);
-        while batch.len() < BATCH_BYTES
-            && let Ok(msg) = rx.try_recv()
-        {
-            take(msg, &mut batch);
-        }
-        if lines > 0 {
-            #[cfg(test)]
-            let written = match shared.broken.load(Ordering::Acquire) {
-                true => Err(std::io::Error::other("the test broke the disk")),
-                false => file.append(&batch),
-            };
-            #[cfg(not(test))]
-            let written = file.append(&batch);
-            match written {
-                Ok(()) => {
-                    if shared.failing.swap(false, Ordering::AcqRel) {
-                        tracing::info!(
-                            file = %shared.path.display(),
-                            "audit log: writing again; {} lines lost so far",
-                            shared.lost.load(Ordering::Relaxed)
-                        );
+        let mut open = true;
+        loop {
+            let mut lines = 0;
+            while batch.len() < BATCH_BYTES {
+                match rx.try_recv() {
+                    Ok(Msg::Line(record)) => {
+                        serde_json::to_writer(&mut batch, &*record).expect("a record always serialises");
+                        batch.push(b'\n');
+                        lines += 1;
+                    }
+                    Ok(Msg::Flush(done)) => flushes.push(done),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        open = false;
+                        break;
                     }
                 }
-                Err(e) => {
-                    *shared.failure.lock().unwrap_or_else(|p| p.into_inner()) = e.to_string();
-                    shared.failing.store(true, Ordering::Release);
-                    shared.lose(lines as u64, &format!("cannot write: {e}"));
-                }
             }
-            shared.release(lines);
-            batch.clear();
+            let more = batch.len() >= BATCH_BYTES;
+            if lines > 0 {
+                append(&mut file, &batch, lines, shared);
+                shared.queued.fetch_sub(lines, Ordering::AcqRel);
+                shared.release(lines);
+                batch.clear();
+            }
+            if !more {
+                break;
+            }
         }
         for done in flushes.drain(..) {
             let _ = done.try_send(());
+        }
+        if !open {
+            return;
+        }
+    }
+}
+
+/// Writes `lines` lines at once; a failure loses them, counted.
+fn append(file: &mut AuditFile, batch: &[u8], lines: usize, shared: &Shared) {
+    #[cfg(test)]
+    let written = match shared.broken.load(Ordering::Acquire) {
+        true => Err(std::io::Error::other("the test broke the disk")),
+        false => file.append(batch),
+    };
+    #[cfg(not(test))]
+    let written = file.append(batch);
+    match written {
+        Ok(()) => {
+            if shared.failing.swap(false, Ordering::AcqRel) {
+                tracing::info!(
+                    file = %shared.path.display(),
+                    "audit log: writing again; {} lines lost so far",
+                    shared.lost.load(Ordering::Relaxed)
+                );
+            }
+        }
+        Err(e) => {
+            *shared.failure.lock().unwrap_or_else(|p| p.into_inner()) = e.to_string();
+            shared.failing.store(true, Ordering::Release);
+            shared.lose(lines as u64, &format!("cannot write: {e}"));
         }
     }
 }

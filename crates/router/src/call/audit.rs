@@ -110,7 +110,7 @@ impl Asked {
             request_bytes: self.request_bytes,
             response_bytes: answer.map_or(0, |a| a.len() as u64),
         };
-        log.write(self.ticket, &record);
+        log.write(self.ticket, record);
     }
 }
 

@@ -56,7 +56,7 @@ fn filters_keep_what_they_name() {
 
 fn write(log: &AuditLog, records: &[Record]) {
     for r in records {
-        log.write(log.admit().unwrap(), r);
+        log.write(log.admit().unwrap(), r.clone());
     }
     log.flush(Duration::from_secs(10));
 }
