@@ -293,3 +293,27 @@ async fn a_call_through_the_http_front_continues_the_trace_of_its_headers() {
     check_server_got(&home.journal("alpha"), "over http", &cli, Some("front=1")).await;
     home.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_collector_that_is_away_costs_no_call_and_one_log_line() {
+    // Nothing listens there: every export fails at once.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let away = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    let mut argv: Vec<String> = vec!["--".into()];
+    argv.extend(Proc::fixture_cmd(&[]));
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let mut router = Proc::router_env(&argv, &[("OTEL_EXPORTER_OTLP_ENDPOINT", &away)]);
+    let mut client = router.client();
+    client.initialize().await;
+    // Batches go out every second: three of them fail while calls go on.
+    for i in 0..30 {
+        let started = Instant::now();
+        assert_eq!(client.call_text("echo", json!({"text": format!("n{i}")})).await, format!("n{i}"));
+        assert!(started.elapsed() < Duration::from_secs(1), "a call waited on the exporter");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let log = router.stderr.text();
+    let said = log.lines().filter(|l| l.contains("traces could not be sent")).count();
+    assert_eq!(said, 1, "the failing exports are said once:\n{log}");
+}

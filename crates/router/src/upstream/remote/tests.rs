@@ -230,6 +230,7 @@ struct Post {
     mcp_name: Option<String>,
     /// `Mcp-Param-*` headers, names in lower case, sorted.
     params: Vec<(String, String)>,
+    traceparent: Option<String>,
 }
 
 type Shared = Arc<Mutex<Fake>>;
@@ -271,6 +272,7 @@ async fn mcp_post(State(fake): State<Shared>, headers: HeaderMap, body: String) 
         version: header(&headers, "mcp-protocol-version"),
         mcp_method: header(&headers, "mcp-method"),
         mcp_name: header(&headers, "mcp-name"),
+        traceparent: header(&headers, "traceparent"),
         params: {
             let mut p: Vec<(String, String)> = headers
                 .iter()
@@ -477,6 +479,22 @@ async fn a_2026_call_mirrors_its_marked_arguments_in_headers() {
 /// started, the client lists no tools: it kept its list from before) is refused for a missing
 /// `Mcp-Param-*` header; switchyard reads the tool list (every page) and sends the call once
 /// more, with the header. A call the server still refuses gets the server's answer.
+/// A call switchyard traces carries its span's `traceparent` in the HTTP header of that name
+/// (it is in the body's `_meta` too); one it does not trace carries none.
+#[tokio::test]
+async fn a_traced_call_carries_its_traceparent_header() {
+    let (url, fake) = streamable_server().await;
+    let (_c, rec, t) = open(&url, RemoteKind::StreamableHttp).await;
+    let tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    t.send(Outbound { traceparent: Some(tp.to_string()), ..call(7, "traced") }).unwrap();
+    t.send(call(8, "plain")).unwrap();
+    rec.response(7).await;
+    rec.response(8).await;
+    let f = fake.lock().unwrap();
+    let header_of = |tool: &str| f.posts.iter().find(|p| p.tool == tool).expect("posted").traceparent.clone();
+    assert_eq!((header_of("traced").as_deref(), header_of("plain")), (Some(tp), None));
+}
+
 #[tokio::test]
 async fn a_2026_call_refused_for_unknown_headers_is_sent_again_once_the_list_is_read() {
     let (url, fake) = streamable_server().await;
