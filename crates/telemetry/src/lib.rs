@@ -111,12 +111,14 @@ pub struct Operation<'a> {
     pub protocol_version: Option<&'a str>,
     /// `pipe` (stdio), `unix` (the daemon's socket) or `tcp` (HTTP).
     pub transport: &'static str,
+    /// The instance a request goes to (CLIENT).
+    pub instance: Option<&'a str>,
 }
 
 /// The span of `op` (`Span::none()` when traces are off), named `{mcp.method.name} {target}`.
 /// A SERVER span is the root of its own trace, or the child of `parent` (the client's
 /// `traceparent`); a CLIENT span is the child of `within`. Attributes known later (the outcome,
-/// switchyard's decision) are set with [`record`].
+/// switchyard's decision) are set through [`started`].
 pub fn operation(op: &Operation<'_>, parent: Option<(&TraceParent, Option<&str>)>, within: Option<&Span>) -> Span {
     if !on() {
         return Span::none();
@@ -143,7 +145,6 @@ pub fn operation(op: &Operation<'_>, parent: Option<(&TraceParent, Option<&str>)
         "mcp",
         "otel.name" = name,
         "otel.kind" = kind,
-        "otel.status_code" = tracing::field::Empty,
         { MCP_METHOD_NAME } = op.method,
         { GEN_AI_TOOL_NAME } = tool,
         { GEN_AI_PROMPT_NAME } = prompt,
@@ -153,8 +154,7 @@ pub fn operation(op: &Operation<'_>, parent: Option<(&TraceParent, Option<&str>)
         { MCP_PROTOCOL_VERSION } = op.protocol_version,
         { NETWORK_TRANSPORT } = op.transport,
         { GEN_AI_OPERATION_NAME } = operation,
-        { ERROR_TYPE } = tracing::field::Empty,
-        { RPC_RESPONSE_STATUS_CODE } = tracing::field::Empty,
+        { SWITCHYARD_INSTANCE } = op.instance,
     );
     if let Some((p, state)) = parent {
         let state = state.and_then(|s| s.parse::<TraceState>().ok()).unwrap_or_default();
@@ -194,6 +194,7 @@ pub fn server_span(
         session_id: Some(session),
         protocol_version: version.as_deref().or(version_of_session),
         transport: transport_of(session),
+        instance: None,
     };
     let sent = context::sent(call);
     let span = operation(&op, sent.as_ref().map(|(p, s)| (p, s.as_deref())), None);
@@ -228,46 +229,47 @@ fn transport_of(session: &str) -> &'static str {
     }
 }
 
-/// How an operation ended: `error.type` (the JSON-RPC error code, or `tool_error` for a result
-/// with `isError`, or switchyard's own reason) and the span's status.
-pub fn ended(span: &Span, error: Option<&str>, code: Option<i64>) {
-    if span.is_none() {
-        return;
-    }
-    if let Some(code) = code {
-        span.record(RPC_RESPONSE_STATUS_CODE, code.to_string());
-    }
-    if let Some(e) = error {
-        span.record(ERROR_TYPE, e);
-        span.record("otel.status_code", "ERROR");
-    }
+/// A span's OpenTelemetry side once it has started: attributes known later go straight to it,
+/// without a lookup through the subscriber for each.
+pub struct Started(opentelemetry::Context);
+
+/// `span` started (None when traces are off).
+pub fn started(span: &Span) -> Option<Started> {
+    (!span.is_none()).then(|| Started(span.context()))
 }
 
-/// An attribute of switchyard's own (`switchyard.*`, see [`keys`]) or one known late.
-pub fn record(span: &Span, key: &'static str, value: impl Into<opentelemetry::Value>) {
-    if !span.is_none() {
-        span.set_attribute(key, value);
+impl Started {
+    /// The `traceparent` that makes this span the parent of what it sends.
+    pub fn traceparent(&self) -> Option<TraceParent> {
+        let sc = self.0.span().span_context().clone();
+        sc.is_valid().then(|| TraceParent {
+            trace_id: sc.trace_id().to_bytes(),
+            parent_id: sc.span_id().to_bytes(),
+            flags: sc.trace_flags().to_u8(),
+        })
     }
-}
 
-/// A list of strings as one attribute.
-pub fn record_strings(span: &Span, key: &'static str, values: Vec<String>) {
-    if !span.is_none() {
+    /// An attribute known late: switchyard's own (`switchyard.*`, see [`keys`]) or the upstream id.
+    pub fn set(&self, key: &'static str, value: impl Into<opentelemetry::Value>) {
+        self.0.span().set_attribute(opentelemetry::KeyValue::new(key, value));
+    }
+
+    /// A list of strings as one attribute.
+    pub fn set_strings(&self, key: &'static str, values: Vec<String>) {
         let values = values.into_iter().map(opentelemetry::StringValue::from).collect();
-        span.set_attribute(key, opentelemetry::Value::Array(opentelemetry::Array::String(values)));
+        self.set(key, opentelemetry::Value::Array(opentelemetry::Array::String(values)));
     }
-}
 
-/// The `traceparent` that makes `span` the parent of what it sends: None when traces are off.
-pub fn traceparent_of(span: &Span) -> Option<TraceParent> {
-    if span.is_none() {
-        return None;
+    /// How the operation ended: `error.type` (the JSON-RPC error code, `tool_error` for a
+    /// result with `isError`, or switchyard's own reason) with the status ERROR, and the
+    /// JSON-RPC error code.
+    pub fn ended(&self, error: Option<&str>, code: Option<i64>) {
+        if let Some(code) = code {
+            self.set(RPC_RESPONSE_STATUS_CODE, code.to_string());
+        }
+        if let Some(e) = error {
+            self.set(ERROR_TYPE, e.to_string());
+            self.0.span().set_status(opentelemetry::trace::Status::error(e.to_string()));
+        }
     }
-    let cx = span.context();
-    let sc = cx.span().span_context().clone();
-    sc.is_valid().then(|| TraceParent {
-        trace_id: sc.trace_id().to_bytes(),
-        parent_id: sc.span_id().to_bytes(),
-        flags: sc.trace_flags().to_u8(),
-    })
 }

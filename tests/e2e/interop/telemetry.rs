@@ -209,6 +209,16 @@ async fn a_call_through_run_continues_the_clients_trace_to_the_server() {
     };
     check_call(&c, &srv, &cli, "NETWORK_TRANSPORT_PIPE", false);
     check_server_got(&journal_file, "untraced", &cli, None).await;
+    // A call the server answers with an error: both spans say so, with its code.
+    let nope = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "nope", "arguments": {}}});
+    client.send(&nope).await;
+    let answer = client.wait_response(&json!(3)).await;
+    let code = answer["error"]["code"].as_i64().unwrap_or_else(|| panic!("{answer}")).to_string();
+    let (srv, cli) = receiver.linked("tools/call nope").await;
+    for span in [&srv, &cli] {
+        assert_eq!(span["attributes"][&c["ERROR_TYPE"]], code.as_str(), "{span}");
+        assert_eq!(span["status"], "ERROR", "{span}");
+    }
 }
 
 #[tokio::test]

@@ -63,18 +63,21 @@ impl Attempt<'_, '_> {
     /// extends, up to `limits.max_call_timeout_ms`) or the client's cancel.
     pub(super) async fn send(&self, inst: &Arc<Instance>, route: Option<Arc<dyn ProgressSink>>) -> Result<Reply, Stop> {
         let span = self.client_span(inst);
-        let r = self.send_in(inst, route, &span).await;
-        match &r {
-            Ok(reply) if reply.env.is_error => {
-                let (_, code) = super::reply::reply_outcome(reply, false);
-                telemetry::ended(&span, Some(&code.map_or("_OTHER".to_string(), |c| c.to_string())), code);
+        let started = telemetry::started(&span);
+        let r = self.send_in(inst, route, started.as_ref()).await;
+        if let Some(s) = &started {
+            match &r {
+                Ok(reply) if reply.env.is_error => {
+                    let (_, code) = super::reply::reply_outcome(reply, false);
+                    s.ended(Some(&code.map_or("_OTHER".to_string(), |c| c.to_string())), code);
+                }
+                Ok(_) => {}
+                Err(Stop::Cancelled) => {
+                    s.set(keys::SWITCHYARD_CANCELLED, true);
+                    s.ended(Some("cancelled"), None);
+                }
+                Err(Stop::Failed(e)) => s.ended(Some(error_type(e)), Some(e.code())),
             }
-            Ok(_) => {}
-            Err(Stop::Cancelled) => {
-                telemetry::record(&span, keys::SWITCHYARD_CANCELLED, true);
-                telemetry::ended(&span, Some("cancelled"), None);
-            }
-            Err(Stop::Failed(e)) => telemetry::ended(&span, Some(error_type(e)), Some(e.code())),
         }
         r
     }
@@ -94,29 +97,29 @@ impl Attempt<'_, '_> {
             session_id: None,
             protocol_version: None,
             transport: if inst.pid().is_some() { keys::TRANSPORT_PIPE } else { keys::TRANSPORT_TCP },
+            instance: Some(inst.label()),
         };
-        let span = telemetry::operation(&op, None, Some(&tracing::Span::current()));
-        telemetry::record(&span, keys::SWITCHYARD_INSTANCE, inst.label().to_string());
-        span
+        telemetry::operation(&op, None, Some(&tracing::Span::current()))
     }
 
-    /// [`Attempt::send`] within `span`: the server gets its trace context.
+    /// [`Attempt::send`] within the span `started`: the server gets its trace context.
     async fn send_in(
         &self,
         inst: &Arc<Instance>,
         route: Option<Arc<dyn ProgressSink>>,
-        span: &tracing::Span,
+        started: Option<&telemetry::Started>,
     ) -> Result<Reply, Stop> {
         let (server, req, eff, what) = (self.server, self.req, self.eff, self.what);
         let activity = Arc::new(Notify::new());
         let failed = |u: Unanswered| Stop::Failed(u.into_error(&server.name, what));
-        let trace = telemetry::traceparent_of(span)
+        let trace = started
+            .and_then(telemetry::Started::traceparent)
             .map(|tp| Trace { edits: telemetry::context::edits(req.call, &tp, None), traceparent: tp.to_string() });
         let sent = inst
             .send_traced(req.call, req.session, route.clone(), Some(activity.clone()), self.stream.clone(), trace)
             .map_err(failed)?;
-        if !span.is_none() {
-            span.record(keys::JSONRPC_REQUEST_ID, sent.upstream_id.to_string());
+        if let Some(s) = started {
+            s.set(keys::JSONRPC_REQUEST_ID, sent.upstream_id.to_string());
         }
         req.cancel.mark_sent();
         self.track.set(Stage::InFlight(inst.clone(), sent.upstream_id));

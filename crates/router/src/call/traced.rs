@@ -13,10 +13,7 @@ pub(super) fn ended(end: &End) {
     if !telemetry::on() {
         return;
     }
-    let span = tracing::Span::current();
-    if span.is_none() {
-        return;
-    }
+    let Some(span) = telemetry::started(&tracing::Span::current()) else { return };
     let error = match end.outcome {
         Outcome::Ok => None,
         Outcome::Error => Some(end.code.map_or("_OTHER".to_string(), |c| c.to_string())),
@@ -27,32 +24,32 @@ pub(super) fn ended(end: &End) {
         Outcome::Lost => Some("lost".to_string()),
         Outcome::ShuttingDown => Some("shutdown".to_string()),
     };
-    telemetry::ended(&span, error.as_deref(), end.code);
+    span.ended(error.as_deref(), end.code);
     if end.outcome == Outcome::Cancelled {
-        telemetry::record(&span, keys::SWITCHYARD_CANCELLED, true);
+        span.set(keys::SWITCHYARD_CANCELLED, true);
     }
     if let Some(d) = &end.decided {
-        telemetry::record(&span, keys::SWITCHYARD_CONCURRENCY, d.concurrency.clone());
+        span.set(keys::SWITCHYARD_CONCURRENCY, d.concurrency.clone());
         if d.keys > 0 {
-            telemetry::record(&span, keys::SWITCHYARD_KEYS, d.keys as i64);
+            span.set(keys::SWITCHYARD_KEYS, d.keys as i64);
         }
-        telemetry::record(&span, keys::SWITCHYARD_POOL, d.pool.clone());
-        telemetry::record(&span, keys::SWITCHYARD_TIMEOUT_MS, d.timeout_ms as i64);
+        span.set(keys::SWITCHYARD_POOL, d.pool.clone());
+        span.set(keys::SWITCHYARD_TIMEOUT_MS, d.timeout_ms as i64);
         if let Some(r) = d.retry {
-            telemetry::record(&span, keys::SWITCHYARD_RETRY_ATTEMPTS, i64::from(r));
+            span.set(keys::SWITCHYARD_RETRY_ATTEMPTS, i64::from(r));
         }
     }
     if !end.plugins.is_empty() {
         let plugins = end.plugins.iter().map(|p| format!("{} sha256:{}", p.name, p.sha256)).collect();
-        telemetry::record_strings(&span, keys::SWITCHYARD_PLUGINS, plugins);
+        span.set_strings(keys::SWITCHYARD_PLUGINS, plugins);
     }
     if let Some(by) = &end.refused_by {
-        telemetry::record(&span, keys::SWITCHYARD_REFUSED_BY, by.clone());
+        span.set(keys::SWITCHYARD_REFUSED_BY, by.clone());
     }
-    telemetry::record(&span, keys::SWITCHYARD_ATTEMPTS, i64::from(end.attempts));
-    telemetry::record(&span, keys::SWITCHYARD_GATE_WAIT_MS, end.spent.gate.as_secs_f64() * 1000.0);
-    telemetry::record(&span, keys::SWITCHYARD_QUEUE_WAIT_MS, end.spent.queue.as_secs_f64() * 1000.0);
+    span.set(keys::SWITCHYARD_ATTEMPTS, i64::from(end.attempts));
+    span.set(keys::SWITCHYARD_GATE_WAIT_MS, end.spent.gate.as_secs_f64() * 1000.0);
+    span.set(keys::SWITCHYARD_QUEUE_WAIT_MS, end.spent.queue.as_secs_f64() * 1000.0);
     if let Some(i) = &end.spent.instance {
-        telemetry::record(&span, keys::SWITCHYARD_INSTANCE, i.clone());
+        span.set(keys::SWITCHYARD_INSTANCE, i.clone());
     }
 }

@@ -171,8 +171,8 @@ impl Session {
         let caller = self.link.caller();
         let era = Some(caller.era.as_str()).filter(|e| !e.is_empty());
         let span = switchyard_telemetry::server_span(call, &self.label, era, &self.span);
-        if let Some(name) = caller.name {
-            switchyard_telemetry::record(&span, switchyard_telemetry::keys::SWITCHYARD_CLIENT_NAME, name);
+        if let (Some(name), Some(s)) = (caller.name, switchyard_telemetry::started(&span)) {
+            s.set(switchyard_telemetry::keys::SWITCHYARD_CLIENT_NAME, name);
         }
         span
     }
