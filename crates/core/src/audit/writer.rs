@@ -266,13 +266,16 @@ impl AuditLog {
 }
 
 /// The writer thread: every [`TICK`] while lines come, it writes all that wait in one append
-/// (serialised here, off the callers' threads); idle, it sleeps until the next line.
+/// (serialised here, off the callers' threads); after a tick that found none, it sleeps until
+/// the next line.
 fn write_loop(mut file: AuditFile, rx: Receiver<Msg>, shared: &Shared) {
     let mut batch = Vec::with_capacity(64 * 1024);
     let mut flushes = Vec::new();
+    // The last tick found no line.
+    let mut quiet = true;
     loop {
-        if shared.queued.load(Ordering::Acquire) == 0 {
-            // Nothing waits: sleep until a caller wakes us (see `AuditLog::wake`). Checked again
+        if quiet {
+            // Nothing came: sleep until a line wakes us (see `AuditLog::write`). Checked again
             // after the flag is up, so a line queued in between is not left waiting.
             shared.idle.store(true, Ordering::Release);
             if shared.queued.load(Ordering::Acquire) == 0 {
@@ -285,6 +288,7 @@ fn write_loop(mut file: AuditFile, rx: Receiver<Msg>, shared: &Shared) {
         #[cfg(test)]
         drop(shared.paused.lock());
         let mut open = true;
+        quiet = true;
         loop {
             let mut lines = 0;
             while batch.len() < BATCH_BYTES {
@@ -304,6 +308,7 @@ fn write_loop(mut file: AuditFile, rx: Receiver<Msg>, shared: &Shared) {
             }
             let more = batch.len() >= BATCH_BYTES;
             if lines > 0 {
+                quiet = false;
                 append(&mut file, &batch, lines, shared);
                 shared.queued.fetch_sub(lines, Ordering::AcqRel);
                 shared.release(lines);
