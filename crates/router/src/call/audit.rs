@@ -90,7 +90,7 @@ impl Asked {
         let Some(log) = server.audit() else { return };
         let record = Record {
             time: time::rfc3339(SystemTime::now()),
-            trace_id: self.trace_id,
+            trace_id: span_trace_id().or(self.trace_id),
             client: self.client,
             session: self.session,
             server: server.name.clone(),
@@ -128,6 +128,16 @@ pub(super) fn decided(eff: &super::Effective) -> Decided {
         timeout_ms: eff.timeout.as_millis() as u64,
         retry: eff.retry.map(|r| r.attempts),
     }
+}
+
+/// The trace id of the call's span (current while the call runs), when calls are traced: the
+/// client's own trace when it gave one, else the one switchyard began for the call.
+fn span_trace_id() -> Option<String> {
+    if !switchyard_telemetry::on() {
+        return None;
+    }
+    let parent = switchyard_telemetry::started(&tracing::Span::current())?.traceparent()?;
+    trace_id_of(&parent.to_string())
 }
 
 /// The trace id of a W3C `traceparent` (`00-TRACEID-PARENTID-FLAGS`), when it has a valid one.
