@@ -2,6 +2,7 @@
 with the opentelemetry-proto package and appends its spans to a file, one JSON object a line.
 
     python otlp_receiver.py --out FILE      prints "listening PORT", then serves until killed
+    python otlp_receiver.py --discard       the same, answering each export unread (benchmarks)
     python otlp_receiver.py --conventions   prints the MCP conventions' names, as the
                                             semantic-conventions package spells them (JSON)
 
@@ -84,10 +85,19 @@ def serve(out):
     lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
+        # Keeps the exporter's connection open, as a collector does.
+        protocol_version = "HTTP/1.1"
+
         def do_POST(self):
             body = self.rfile.read(int(self.headers.get("content-length", "0")))
+            if out is None:
+                self.send_response(200)
+                self.send_header("content-length", "0")
+                self.end_headers()
+                return
             if self.path != "/v1/traces" or self.headers.get("content-type") != "application/x-protobuf":
                 self.send_response(404)
+                self.send_header("content-length", "0")
                 self.end_headers()
                 return
             request = ExportTraceServiceRequest()
@@ -113,12 +123,13 @@ def serve(out):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out")
+    p.add_argument("--discard", action="store_true")
     p.add_argument("--conventions", action="store_true")
     args = p.parse_args()
     if args.conventions:
         json.dump(conventions(), sys.stdout)
         return
-    serve(args.out)
+    serve(None if args.discard else args.out)
 
 
 if __name__ == "__main__":
