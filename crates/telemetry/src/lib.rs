@@ -42,8 +42,15 @@ pub fn layer<S>(target: &switchyard_config::TelemetryTarget) -> Result<impl Laye
 where
     S: tracing::Subscriber + for<'a> LookupSpan<'a>,
 {
+    Ok(layer_of(&export::provider(target)?))
+}
+
+/// The layer of [`layer`] over `provider` (the tests' has an exporter of their own).
+fn layer_of<S>(provider: &opentelemetry_sdk::trace::SdkTracerProvider) -> impl Layer<S> + use<S>
+where
+    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+{
     use opentelemetry::trace::TracerProvider as _;
-    let provider = export::provider(target)?;
     let tracer = provider.tracer("switchyard");
     let layer = tracing_opentelemetry::layer()
         .with_tracer(tracer)
@@ -55,7 +62,7 @@ where
         .with_context_activation(false)
         .with_filter(ours());
     ON.store(true, Ordering::Relaxed);
-    Ok(layer)
+    layer
 }
 
 /// A filter that takes switchyard's spans for export alone. Its `.not()` is the filter for the
@@ -273,3 +280,6 @@ impl Started {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
