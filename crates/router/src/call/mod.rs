@@ -3,8 +3,9 @@
 //! Here: the call across its attempts ([`forward`]), and the policy's verdict alone on a request
 //! switchyard answers in the server's stead ([`judge`]). Its stages are the children: `shown` (a tool
 //! called by the name a plugin shows), `resolve` (decide), `refused` (a plugin's refusal as the
-//! client's answer), `attempt` (gate and pool), `send` (to the instance and back), `reply` (the
-//! client's answer), `retry` and `deadline`.
+//! client's answer), `attempt` (gate and pool), `send` (to the instance and back, in its CLIENT
+//! span), `reply` (the client's answer), `retry`, `deadline`, `audit` (the call's line) and
+//! `traced` (how the call's SERVER span ends).
 
 mod attempt;
 mod audit;
