@@ -281,3 +281,28 @@ async fn run_logs_its_calls_too() {
     assert_eq!(results, [("echo", "ok"), ("crash", "lost")]);
     assert_eq!(records[1]["outcome"]["unknown"], true);
 }
+
+#[tokio::test]
+async fn calls_follow_prints_each_call_as_it_ends() {
+    let home = Home::new();
+    home.write_config(&home.fixture("fx", &[]));
+    let config = home.config_str();
+    // Started before the daemon: it waits for the log to appear.
+    let mut follower =
+        home.spawn("calls --follow", &["calls", "--config", &config, "--follow", "--json", "--tool", "echo"]);
+    let mut lines = follower.client();
+    let (p, mut c) = home.client("fx").await;
+    for text in ["a", "b"] {
+        c.call_text("echo", json!({"text": text})).await;
+        let _ = c.call_tool("pid", json!({})).await;
+    }
+    for want in ["a", "b"] {
+        let r = lines.recv().await;
+        assert_eq!((r["tool"].as_str(), r["outcome"]["result"].as_str()), (Some("echo"), Some("ok")), "{r}");
+        assert_eq!(r["arguments_sha256"].as_str(), Some(sha256_hex(&json!({"text": want}).to_string()).as_str()));
+    }
+    // Only echo: the pid calls are not printed.
+    lines.expect_silence(Duration::from_millis(500)).await;
+    leave(p, c).await;
+    home.stop().await;
+}

@@ -214,16 +214,19 @@ impl Proc {
 
     /// `switchyard run <args>`.
     pub fn router(args: &[&str]) -> Proc {
-        let mut argv = vec![bin().to_string(), "run".to_string()];
-        argv.extend(args.iter().map(|s| s.to_string()));
-        Proc::spawn("router", &argv)
+        Proc::router_env(args, &[])
     }
 
-    /// `switchyard run <args>` with extra environment variables.
+    /// `switchyard run <args>` with extra environment variables. Its state directory (where its
+    /// audit log goes) is `target/tmp/e2e-state` unless `envs` names one: tests leave nothing in
+    /// the user's own.
     pub fn router_env(args: &[&str], envs: &[(&str, &str)]) -> Proc {
         let mut argv = vec![bin().to_string(), "run".to_string()];
         argv.extend(args.iter().map(|s| s.to_string()));
-        Proc::spawn_env("router", &argv, envs)
+        let state = target_tmp().join("e2e-state").display().to_string();
+        let mut all = vec![("XDG_STATE_HOME", state.as_str())];
+        all.extend(envs.iter().copied());
+        Proc::spawn_env("router", &argv, &all)
     }
 
     /// The argv that runs the fixture server, for use after `--` in a router command line.
