@@ -234,6 +234,14 @@ async fn the_daemon_s_log_is_0600_and_one_key_turns_it_off() {
     home.write_config(&home.fixture("fx", &[]));
     let (p, mut c) = home.client("fx").await;
     c.call_text("echo", json!({"text": "one"})).await;
+    // [audit] is read at start: an edit is said, and the log goes on until the next start.
+    home.write_config(&format!("{}[audit]\nenabled = false\n", home.fixture("fx", &[])));
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while !home.logs().contains("[audit] changed in the config") {
+        assert!(std::time::Instant::now() < until, "the edit of [audit] is not said:\n{}", home.logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    c.call_text("echo", json!({"text": "two"})).await;
     leave(p, c).await;
     home.stop().await;
     let files = audit_files(&home);
@@ -241,7 +249,7 @@ async fn the_daemon_s_log_is_0600_and_one_key_turns_it_off() {
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(std::fs::metadata(&files[0]).unwrap().permissions().mode() & 0o777, 0o600);
     let (records, _) = audit_records(&home);
-    assert_eq!(records.len(), 1);
+    assert_eq!(records.len(), 2);
     assert_eq!(
         (records[0]["tool"].as_str(), records[0]["client"]["name"].as_str()),
         (Some("echo"), Some("switchyard-e2e"))
@@ -249,9 +257,8 @@ async fn the_daemon_s_log_is_0600_and_one_key_turns_it_off() {
 
     // Off: no file, and `calls` says why.
     std::fs::remove_file(&files[0]).unwrap();
-    home.write_config(&format!("{}[audit]\nenabled = false\n", home.fixture("fx", &[])));
     let (p, mut c) = home.client("fx").await;
-    c.call_text("echo", json!({"text": "two"})).await;
+    c.call_text("echo", json!({"text": "three"})).await;
     leave(p, c).await;
     home.stop().await;
     assert!(audit_files(&home).is_empty());

@@ -238,6 +238,7 @@ async fn serve(
     let about = About { config: Some(config_path.clone()), socket: Some(socket.clone()), log, answers, audit };
     let router = Servers::new(policy, about, cfg!(unix).then(switchyard_os::exe::spawnable), shutdown.clone());
     let mut applied = Applied::default();
+    applied.audit = Some(config.audit.clone());
     applied.apply(&router, &start.loaded, &start.text);
     if let Some(why) = &start.fallback {
         reload::note(

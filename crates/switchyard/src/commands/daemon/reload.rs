@@ -21,6 +21,10 @@ pub(super) struct Applied {
     text: String,
     /// Where the daemon's own settings (`[http]`, `[daemon]`) of each version applied go.
     pub(super) settings: Option<tokio::sync::watch::Sender<super::live::Settings>>,
+    /// `[audit]` as the daemon started with it (read at start only), and the last other
+    /// version of it that an edit brought, said once.
+    pub(super) audit: Option<switchyard_config::AuditConfig>,
+    audit_told: Option<switchyard_config::AuditConfig>,
 }
 
 impl Applied {
@@ -86,6 +90,15 @@ impl Applied {
         if let Some(settings) = &self.settings {
             let now = super::live::Settings::of(loaded);
             settings.send_if_modified(|s| std::mem::replace(s, now.clone()) != now);
+        }
+        if let Some(started) = &self.audit
+            && *started != config.audit
+            && self.audit_told.as_ref() != Some(&config.audit)
+        {
+            tracing::warn!(
+                "[audit] changed in the config: the daemon reads it when it starts, so the audit log goes on as before until then (`switchyard stop`; the next client starts it again)"
+            );
+            self.audit_told = Some(config.audit.clone());
         }
         for name in self.parts.keys().filter(|n| !wanted.contains_key(*n) && !parts.contains_key(*n)) {
             router.remove(name, &format!("server `{name}` was removed from the config"));
