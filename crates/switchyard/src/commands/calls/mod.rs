@@ -112,11 +112,12 @@ impl Filter {
 pub(crate) fn calls_blocking(args: CallsArgs) -> anyhow::Result<()> {
     let logs = logs(&args)?;
     let filter = Filter::of(&args);
+    let keep = |r: &Record| filter.keeps(r);
     let mut out = show::Out::new(std::io::stdout().lock(), args.json);
     let mut followed = Vec::new();
     let mut records = Vec::new();
     for path in &logs {
-        let mut log = Log::new(path);
+        let mut log = Log::new(path, &keep);
         records.extend(log.read_all()?);
         followed.push(log);
     }
@@ -124,11 +125,12 @@ pub(crate) fn calls_blocking(args: CallsArgs) -> anyhow::Result<()> {
     if logs.len() > 1 {
         records.sort_by(|a, b| a.0.time.cmp(&b.0.time));
     }
-    for (record, line) in records.iter().filter(|(r, _)| filter.keeps(r)) {
+    for (record, line) in &records {
         if !out.record(record, line) {
             return Ok(());
         }
     }
+    drop(records);
     if !args.follow {
         if !out.shown() && !args.json {
             let _ = writeln!(std::io::stderr(), "no calls match (read {})", shown_paths(&logs));
@@ -140,7 +142,7 @@ pub(crate) fn calls_blocking(args: CallsArgs) -> anyhow::Result<()> {
         std::thread::sleep(Duration::from_millis(250));
         for log in followed.iter_mut() {
             for (record, line) in log.read_new()? {
-                if filter.keeps(&record) && !out.record(&record, &line) {
+                if !out.record(&record, &line) {
                     return Ok(());
                 }
             }

@@ -12,8 +12,11 @@ use switchyard_core::audit::{Record, numbered};
 /// A record and its line as the log has it.
 pub(crate) type Line = (Record, String);
 
-pub(crate) struct Log {
+pub(crate) struct Log<'f> {
     path: PathBuf,
+    /// Which records are kept: the others are let go as they are read, so a long log costs
+    /// memory only for what is shown.
+    keep: &'f dyn Fn(&Record) -> bool,
     /// The current file, read up to `pos`, once it exists.
     file: Option<File>,
     pos: u64,
@@ -23,9 +26,9 @@ pub(crate) struct Log {
     skipped: u64,
 }
 
-impl Log {
-    pub(crate) fn new(path: &Path) -> Log {
-        Log { path: path.to_path_buf(), file: None, pos: 0, partial: Vec::new(), skipped: 0 }
+impl<'f> Log<'f> {
+    pub(crate) fn new(path: &Path, keep: &'f dyn Fn(&Record) -> bool) -> Log<'f> {
+        Log { path: path.to_path_buf(), keep, file: None, pos: 0, partial: Vec::new(), skipped: 0 }
     }
 
     /// Every record: the rotated files' (`PATH.N` .. `PATH.1`), then the current file's.
@@ -97,7 +100,8 @@ impl Log {
         let whole = std::mem::replace(&mut self.partial, rest);
         for line in String::from_utf8_lossy(&whole).lines().filter(|l| !l.trim().is_empty()) {
             match serde_json::from_str::<Record>(line) {
-                Ok(r) => out.push((r, line.to_string())),
+                Ok(r) if (self.keep)(&r) => out.push((r, line.to_string())),
+                Ok(_) => {}
                 Err(e) => {
                     self.skipped += 1;
                     if self.skipped == 1 {

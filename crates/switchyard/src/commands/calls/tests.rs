@@ -74,7 +74,8 @@ fn a_log_is_read_with_its_rotated_files_and_followed_across_a_rotation() {
         write(&audit, &[numbered(n)]);
     }
     assert!(switchyard_core::audit::numbered(&path, 2).exists());
-    let mut log = Log::new(&path);
+    let all = |_: &Record| true;
+    let mut log = Log::new(&path, &all);
     let tools = |lines: Vec<read::Line>| lines.into_iter().map(|(r, _)| r.tool.unwrap()).collect::<Vec<_>>();
     assert_eq!(tools(log.read_all().unwrap()), ["t00", "t01", "t02", "t03", "t04"]);
     assert!(log.read_new().unwrap().is_empty());
