@@ -60,14 +60,18 @@ where
         .with_target(false)
         .with_tracked_inactivity(false)
         .with_context_activation(false)
-        .with_filter(ours());
+        // Decided per span and event, not once per callsite: with per-layer filters, a callsite
+        // whose interest is cached (`always`) skips the filters, and would be judged by what
+        // the filters said of the last one asked (after a `tracing::enabled!`, say, which
+        // creates nothing): the log could lose a line. Asked every time, the answer is current.
+        .with_filter(tracing_subscriber::filter::filter_fn(|m| m.target() == TARGET));
     ON.store(true, Ordering::Relaxed);
     layer
 }
 
 /// A filter that takes switchyard's spans for export alone. Its `.not()` is the filter for the
-/// log's layers: the spans would otherwise prefix every log line written inside them. Decided
-/// once per callsite, not per event.
+/// log's layers when traces are on: the spans would otherwise prefix every log line written
+/// inside them.
 pub fn ours() -> tracing_subscriber::filter::Targets {
     tracing_subscriber::filter::Targets::new().with_target(TARGET, tracing::Level::TRACE)
 }

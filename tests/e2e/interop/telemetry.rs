@@ -310,7 +310,18 @@ async fn a_collector_that_is_away_costs_no_call_and_one_log_line() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let away = format!("http://{}", listener.local_addr().unwrap());
     drop(listener);
-    let mut argv: Vec<String> = vec!["--".into()];
+    // A plugin's timeout past the limit: the clamp's log line comes after the chain's
+    // `tracing::enabled!` check, which creates nothing (the log must not lose it to the
+    // per-layer filters traces bring).
+    let dir = temp_dir();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    std::fs::copy(example_plugins().join("timeouts.wasm"), plugins.join("timeouts.wasm")).unwrap();
+    let config = dir.path().join("switchyard.toml");
+    let cfg = "[limits]\ncall_timeout_ms = 3000\nmax_call_timeout_ms = 5000\n[[plugins]]\nfile = \"timeouts.wasm\"\nconfig = { tools = { \"echo\" = { timeout_ms = 600000 } } }\n";
+    std::fs::write(&config, cfg).unwrap();
+    let mut argv: Vec<String> =
+        ["--config", config.to_str().unwrap(), "--plugins", plugins.to_str().unwrap(), "--"].map(String::from).to_vec();
     argv.extend(Proc::fixture_cmd(&[]));
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
     let mut router = Proc::router_env(&argv, &[("OTEL_EXPORTER_OTLP_ENDPOINT", &away)]);
@@ -326,4 +337,5 @@ async fn a_collector_that_is_away_costs_no_call_and_one_log_line() {
     let log = router.stderr.text();
     let said = log.lines().filter(|l| l.contains("traces could not be sent")).count();
     assert_eq!(said, 1, "the failing exports are said once:\n{log}");
+    assert!(log.contains("clamped to 5000 ms"), "a log line was lost:\n{log}");
 }

@@ -148,10 +148,6 @@ pub fn init_tracing(level: Option<&str>, telemetry: &switchyard_config::Telemetr
     // The last warnings and errors are also kept for status (`recent_errors`): what the log shows.
     let (kept, _) = log_filter(level)?;
     switchyard_core::logging::init();
-    let lines = tracing_subscriber::fmt::layer()
-        .with_writer(|| switchyard_core::logging::Stderr)
-        .with_target(false)
-        .with_ansi(false);
     let target = telemetry.target(&|n| std::env::var(n));
     let (traces, problem) = match &target {
         Ok(Some(t)) => match switchyard_telemetry::layer(t) {
@@ -161,13 +157,25 @@ pub fn init_tracing(level: Option<&str>, telemetry: &switchyard_config::Telemetr
         Ok(None) => (None, None),
         Err(e) => (None, Some(e.clone())),
     };
-    // Each layer filters for itself, so that the log level neither hides the spans for export
-    // nor shows them (they would prefix every log line written inside them).
-    let _ = tracing_subscriber::registry()
-        .with(traces)
-        .with(lines.with_filter(filter.and(switchyard_telemetry::ours().not())))
-        .with(switchyard_core::logging::RecentErrors.with_filter(kept.and(switchyard_telemetry::ours().not())))
-        .try_init();
+    match traces {
+        // Traces on: each layer filters for itself, so that the log level neither hides the
+        // spans for export nor shows them (they would prefix every log line written inside them).
+        Some(traces) => {
+            let _ = tracing_subscriber::registry()
+                .with(traces)
+                .with(log_lines().with_filter(filter.and(switchyard_telemetry::ours().not())))
+                .with(switchyard_core::logging::RecentErrors.with_filter(kept.and(switchyard_telemetry::ours().not())))
+                .try_init();
+        }
+        // Off: one filter for all, and no per-layer filtering at all.
+        None => {
+            let _ = tracing_subscriber::registry()
+                .with(filter)
+                .with(log_lines())
+                .with(switchyard_core::logging::RecentErrors)
+                .try_init();
+        }
+    }
     if let Some(w) = warning {
         tracing::warn!("{w}");
     }
@@ -177,6 +185,17 @@ pub fn init_tracing(level: Option<&str>, telemetry: &switchyard_config::Telemetr
         _ => {}
     }
     Ok(())
+}
+
+/// The log's lines, each written to stderr (or the daemon's file) by the logging thread.
+fn log_lines<S>() -> impl tracing_subscriber::Layer<S> + use<S>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    tracing_subscriber::fmt::layer()
+        .with_writer(|| switchyard_core::logging::Stderr)
+        .with_target(false)
+        .with_ansi(false)
 }
 
 /// For `switchyard run ... CMD ARGS` without `--`, the line as it should have been.
