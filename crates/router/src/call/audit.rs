@@ -4,7 +4,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use super::refused::refused;
+use super::refused::{Refused, refused};
 use super::{End, Request, caller_of};
 use crate::server::Server;
 use switchyard_core::audit::{Client, Decided, Ended, Record, Ticket, Waits, sha256_hex, time};
@@ -38,7 +38,7 @@ pub(super) struct Asked {
 impl Asked {
     /// The audit side of `req` (None: audit is off). `Err`: a strict log cannot take the call's
     /// line, and this is the client's answer.
-    pub(super) fn of(server: &Server, req: &Request<'_>) -> Result<Option<Asked>, String> {
+    pub(super) fn of(server: &Server, req: &Request<'_>) -> Result<Option<Asked>, Refused> {
         let Some(log) = server.audit() else { return Ok(None) };
         let call = req.call;
         let tool = (call.method() == "tools/call").then(|| call.name().map(String::from)).flatten();
@@ -79,9 +79,9 @@ impl Asked {
         let answer =
             refused(&set, asked.tool.as_deref(), req.modern, call.id(), Rejection::new("switchyard", why.to_string()));
         let mut end = End::new(Outcome::Rejected);
-        (end.code, end.refused_by) = (answer.code, Some(answer.by));
+        (end.code, end.refused_by) = (answer.code, Some(answer.by.clone()));
         asked.write(server, end, Duration::ZERO, Some(&answer.answer), false);
-        Err(answer.answer)
+        Err(answer)
     }
 
     /// Writes the line of the call that ended as `end` says, after `elapsed`, with `answer` (None:

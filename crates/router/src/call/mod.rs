@@ -133,10 +133,10 @@ pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
     // Its place in the audit log first: a strict log refuses a call it could not record.
     let asked = match audit::Asked::of(server, &req) {
         Ok(asked) => asked,
-        Err(answer) => {
-            end.outcome = Outcome::Rejected;
+        Err(refused) => {
+            (end.outcome, end.code) = (Outcome::Rejected, refused.code);
             count(&end);
-            return Some(answer);
+            return Some(refused.answer);
         }
     };
     // A tool the client calls by the name a plugin gave it reaches the server under its own.
@@ -168,7 +168,7 @@ pub async fn judge(
     req: &Request<'_>,
 ) -> Result<(), String> {
     let started = Instant::now();
-    let asked = audit::Asked::of(server, req)?;
+    let asked = audit::Asked::of(server, req).map_err(|refused| refused.answer)?;
     let mut call = Forwarded::new(server, req);
     let mut end = End::new(Outcome::Rejected);
     let verdict = call.decide(server, set, req, &mut end).await;
