@@ -10,6 +10,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use switchyard_core::call::Call;
+
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// One message for the server.
@@ -76,6 +78,12 @@ pub trait Inbound: Send + Sync + 'static {
 pub trait Transport: Send + Sync + 'static {
     /// Queues one message; never waits. `Err(Closed)` once the transport has ended or is closing.
     fn send(&self, msg: Outbound) -> Result<(), Closed>;
+    /// [`Transport::send`] of a client's request, `msg` made from `call`: a transport that
+    /// routes by the request (Streamable HTTP's headers) reads it from the `Call`, read once
+    /// where the request came in, instead of parsing `msg` again.
+    fn send_call(&self, msg: Outbound, _call: &Call) -> Result<(), Closed> {
+        self.send(msg)
+    }
     /// The router no longer waits for request `id` (the client cancelled, or it timed out);
     /// `notifications/cancelled` has been sent already where the protocol has it. Streamable
     /// HTTP closes that request's response stream (in the 2026-07-28 era that is the

@@ -379,7 +379,7 @@ impl Instance {
         let line = call.line();
         let stream = stream.map(|s| (call.id().to_string(), s));
         let (edits, traceparent) = trace.map(|t| (t.edits, Some(t.traceparent))).unwrap_or_default();
-        self.submit(session, activity, stream, false, traceparent, |id_text| {
+        self.submit(session, activity, stream, false, Some((call, traceparent)), |id_text| {
             let mut route = None;
             let mut all = vec![(call.id_range(), id_text)];
             if let (Some(span), Some(out)) = (call.fields().progress_token.clone(), progress) {
@@ -399,14 +399,16 @@ impl Instance {
     }
 
     /// Gives a request a fresh upstream id, registers where its reply goes, and sends it.
-    /// `build` makes the line (and the progress route) from the id's text.
+    /// `build` makes the line (and the progress route) from the id's text. `client`: the
+    /// client's request it is made from, with switchyard's `traceparent` for it (None for
+    /// switchyard's own requests).
     fn submit(
         &self,
         session: SessionId,
         activity: Option<Arc<Notify>>,
         stream: Option<(String, Arc<dyn ProgressSink>)>,
         quiet: bool,
-        traceparent: Option<String>,
+        client: Option<(&Call, Option<String>)>,
         build: impl FnOnce(&str) -> (String, Option<(String, Arc<dyn ProgressSink>)>),
     ) -> Result<Sent, Unanswered> {
         if let Some(d) = self.death.get() {
@@ -421,7 +423,13 @@ impl Instance {
         let sent = Instant::now();
         pending.insert(upstream_id, Pending { session, reply: tx, progress, activity, stream, sent, behind });
         drop(pending);
-        if transport.send(Outbound { line, request: Some(upstream_id), quiet, traceparent }).is_err() {
+        let (call, traceparent) = client.map_or((None, None), |(c, t)| (Some(c), t));
+        let msg = Outbound { line, request: Some(upstream_id), quiet, traceparent };
+        let sent = match call {
+            Some(call) => transport.send_call(msg, call),
+            None => transport.send(msg),
+        };
+        if sent.is_err() {
             self.pending.lock().expect("lock").remove(&upstream_id);
             return Err(self.death_or_closed());
         }

@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use super::liveness::{Probe, ProbeKind};
 use super::{Core, describe, not_delivered};
 use crate::upstream::transport::{BoxFuture, Closed, Outbound, RemoteKind, Transport};
+use switchyard_core::call::Call;
 use switchyard_core::codec::{self, Kind};
 
 use auto::Mode;
@@ -71,7 +72,7 @@ struct State {
 }
 
 /// What the transport needs to know of an outbound message.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 struct Info {
     method: Option<String>,
     /// 2026-07-28 era: the protocol version the request carries in `_meta`.
@@ -99,6 +100,21 @@ fn classify(line: &str) -> Info {
         _ => None,
     };
     Info { method: env.method, envelope_version, name }
+}
+
+/// [`classify`] of a client's request, from its `Call` (no second parse): what was spliced into
+/// the line since (the id, the progress token, the trace context) changes none of it.
+fn of_call(call: &Call) -> Info {
+    let envelope_version = call.protocol_version().map(String::from);
+    let fields = call.fields();
+    let name = match call.method() {
+        _ if envelope_version.is_none() => None,
+        "tools/call" | "prompts/get" => call.name(),
+        "resources/read" => call.string(&fields.uri),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => call.string(&fields.task_id),
+        _ => None,
+    };
+    Info { method: Some(call.method().to_string()), envelope_version, name: name.map(String::from) }
 }
 
 /// A header value as the 2026-07-28 spec wants it: as is when it is plain visible ASCII,
@@ -198,13 +214,13 @@ impl Inner {
     }
 }
 
-impl Transport for Streamable {
-    fn send(&self, msg: Outbound) -> Result<(), Closed> {
+impl Streamable {
+    /// Sends `msg`, of which the transport knows `info`.
+    fn send_with(&self, msg: Outbound, info: Info) -> Result<(), Closed> {
         let inner = &self.inner;
         if inner.core.is_closed() {
             return Err(Closed);
         }
-        let info = classify(&msg.line);
         // Decide the path under the mode's lock, so exactly one message is the probe.
         let mut probe = false;
         let mut legacy = None;
@@ -277,6 +293,17 @@ impl Transport for Streamable {
             None => inner.core.spawn(work),
         }
         Ok(())
+    }
+}
+
+impl Transport for Streamable {
+    fn send(&self, msg: Outbound) -> Result<(), Closed> {
+        let info = classify(&msg.line);
+        self.send_with(msg, info)
+    }
+
+    fn send_call(&self, msg: Outbound, call: &Call) -> Result<(), Closed> {
+        self.send_with(msg, of_call(call))
     }
 
     fn abandon(&self, id: u64) {
@@ -368,6 +395,11 @@ mod unit {
         assert_eq!(classify(old).name, None, "no Mcp-Name before the 2026 era");
         let poll = r#"{"jsonrpc":"2.0","id":4,"method":"tasks/get","params":{"taskId":"t-7","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
         assert_eq!(classify(poll).name.as_deref(), Some("t-7"), "SEP-2663: Mcp-Name is the task id");
+        // A client's request is known from its `Call` as its line would be classified.
+        let prompt = r#"{"jsonrpc":"2.0","id":5,"method":"prompts/get","params":{"name":"a\"b","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+        for line in [modern, read, old, poll, prompt, r#"{"jsonrpc":"2.0","id":6,"method":"ping"}"#] {
+            assert_eq!(of_call(&Call::parse(line.to_string()).unwrap()), classify(line), "{line}");
+        }
     }
 
     #[test]
