@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use super::file::numbered;
+use super::file::{self, numbered};
 use super::*;
 
 fn settings(path: &std::path::Path) -> Settings {
@@ -211,4 +211,65 @@ fn lines_reach_the_file_on_their_own_whether_the_writer_slept_or_ticked() {
     std::thread::sleep(Duration::from_millis(200));
     log.write(log.admit().unwrap(), record(6));
     wait_for(6);
+}
+
+fn line_of(n: u32) -> Vec<u8> {
+    let mut line = record(n).line().into_bytes();
+    line.push(b'\n');
+    line
+}
+
+#[test]
+fn a_write_a_full_disk_cuts_is_taken_back_to_its_last_whole_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.audit.jsonl");
+    let mut file = file::AuditFile::open(&path, u64::MAX, 1).unwrap();
+    let (one, two) = (line_of(1), line_of(2));
+    // Room for the first line and half the second.
+    file.room = Some((one.len() + two.len() / 2) as u64);
+    let e = file.append(&[one.clone(), two].concat()).expect_err("the disk is full");
+    assert_eq!(e.written, 1, "the first line is whole in the file: {e:?}");
+    assert_eq!(std::fs::read(&path).unwrap(), one);
+    // Room again: the next line is a line of its own.
+    file.room = None;
+    file.append(&line_of(3)).unwrap();
+    let tools: Vec<String> = lines(&path).into_iter().map(|r| r.tool.unwrap()).collect();
+    assert_eq!(tools, ["tool1", "tool3"]);
+}
+
+#[test]
+fn a_part_line_that_cannot_be_taken_back_is_ended_before_the_next_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.audit.jsonl");
+    let mut file = file::AuditFile::open(&path, u64::MAX, 1).unwrap();
+    let one = line_of(1);
+    file.room = Some(10);
+    // Another process writes after the part: it is not ours to cut.
+    file.others = b"zz".to_vec();
+    let e = file.append(&one).expect_err("the disk is full");
+    assert_eq!(e.written, 0);
+    file.room = None;
+    file.append(&line_of(2)).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let got: Vec<&str> = text.lines().collect();
+    assert_eq!(got.len(), 2, "{text}");
+    assert_eq!(got[0].as_bytes(), [&one[..10], b"zz"].concat());
+    assert_eq!(serde_json::from_str::<Record>(got[1]).unwrap().tool.as_deref(), Some("tool2"));
+}
+
+#[test]
+fn a_log_left_ending_mid_line_is_not_joined_by_the_next_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.audit.jsonl");
+    let one = line_of(1);
+    // A writer stopped with the disk full, or a crash, left half a line.
+    std::fs::write(&path, [&one[..], &one[..20]].concat()).unwrap();
+    let log = AuditLog::start(&settings(&path)).unwrap();
+    log.write(log.admit().unwrap(), record(2));
+    log.flush(FLUSH);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let got: Vec<&str> = text.lines().collect();
+    assert_eq!(got.len(), 3, "{text}");
+    assert_eq!(serde_json::from_str::<Record>(got[2]).unwrap().tool.as_deref(), Some("tool2"));
+    assert_eq!(log.lost(), 0);
 }

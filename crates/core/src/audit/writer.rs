@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::Record;
-use super::file::AuditFile;
+use super::file::{AuditFile, Failed};
 use crate::logging::Repeats;
 
 /// Lost lines are logged at most this often.
@@ -331,7 +331,7 @@ fn write_loop(mut file: AuditFile, rx: Receiver<Msg>, shared: &Shared) {
 fn append(file: &mut AuditFile, batch: &[u8], lines: usize, shared: &Shared) {
     #[cfg(test)]
     let written = match shared.broken.load(Ordering::Acquire) {
-        true => Err(std::io::Error::other("the test broke the disk")),
+        true => Err(std::io::Error::other("the test broke the disk").into()),
         false => file.append(batch),
     };
     #[cfg(not(test))]
@@ -346,10 +346,12 @@ fn append(file: &mut AuditFile, batch: &[u8], lines: usize, shared: &Shared) {
                 );
             }
         }
-        Err(e) => {
-            *shared.failure.lock().unwrap_or_else(|p| p.into_inner()) = e.to_string();
+        // Lines that are whole in the file despite the failure are written; the others (one
+        // cut part-way was taken back, or is set apart by the next line feed) are lost.
+        Err(Failed { error, written }) => {
+            *shared.failure.lock().unwrap_or_else(|p| p.into_inner()) = error.to_string();
             shared.failing.store(true, Ordering::Release);
-            shared.lose(lines as u64, &format!("cannot write: {e}"));
+            shared.lose((lines - written.min(lines)) as u64, &format!("cannot write: {error}"));
         }
     }
 }
