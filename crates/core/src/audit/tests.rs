@@ -273,3 +273,25 @@ fn a_log_left_ending_mid_line_is_not_joined_by_the_next_line() {
     assert_eq!(serde_json::from_str::<Record>(got[2]).unwrap().tool.as_deref(), Some("tool2"));
     assert_eq!(log.lost(), 0);
 }
+
+#[test]
+fn a_line_is_never_longer_than_readers_take_arguments_give_way_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.audit.jsonl");
+    let log = AuditLog::start(&Settings { arguments: true, ..settings(&path) }).unwrap();
+    let mut big = record(1);
+    big.arguments_sha256 = Some("ab".repeat(32));
+    big.arguments = Some(serde_json::json!({ "text": "x".repeat(MAX_LINE) }));
+    let mut long_name = record(2);
+    long_name.session = "s".repeat(MAX_LINE);
+    log.write(log.admit().unwrap(), big);
+    log.write(log.admit().unwrap(), long_name);
+    log.write(log.admit().unwrap(), record(3));
+    log.flush(FLUSH);
+    let got = lines(&path);
+    assert_eq!(got.len(), 2);
+    assert!(got[0].arguments.is_none() && got[0].arguments_sha256.is_some(), "{:?}", got[0].arguments_sha256);
+    assert_eq!(got[1].tool.as_deref(), Some("tool3"));
+    assert_eq!(log.lost(), 1);
+    assert!(std::fs::read_to_string(&path).unwrap().lines().all(|l| l.len() <= MAX_LINE));
+}

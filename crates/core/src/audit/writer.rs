@@ -17,6 +17,10 @@ use crate::logging::Repeats;
 /// Lost lines are logged at most this often.
 const LOSS_LOG_EVERY: Duration = Duration::from_secs(60);
 
+/// A line is never longer: a record whose arguments would make it longer is written without
+/// them (their SHA-256 stays), and one still longer is lost. Readers may skip longer lines.
+pub const MAX_LINE: usize = 16 * 1024 * 1024;
+
 /// What one write to the file carries at most (lines waiting are written together).
 const BATCH_BYTES: usize = 1024 * 1024;
 /// While lines come, the writer takes them this often: no wake-up per call (a line reaches the
@@ -294,9 +298,12 @@ fn write_loop(mut file: AuditFile, rx: Receiver<Msg>, shared: &Shared) {
             while batch.len() < BATCH_BYTES {
                 match rx.try_recv() {
                     Ok(Msg::Line(record)) => {
-                        serde_json::to_writer(&mut batch, &*record).expect("a record always serialises");
-                        batch.push(b'\n');
-                        lines += 1;
+                        if add_line(&mut batch, record, shared) {
+                            lines += 1;
+                        } else {
+                            shared.queued.fetch_sub(1, Ordering::AcqRel);
+                            shared.release(1);
+                        }
                     }
                     Ok(Msg::Flush(done)) => flushes.push(done),
                     Err(TryRecvError::Empty) => break,
@@ -325,6 +332,31 @@ fn write_loop(mut file: AuditFile, rx: Receiver<Msg>, shared: &Shared) {
             return;
         }
     }
+}
+
+/// Adds the line of `record` to `batch`, within [`MAX_LINE`]; false when it is lost.
+fn add_line(batch: &mut Vec<u8>, mut record: Box<Record>, shared: &Shared) -> bool {
+    let start = batch.len();
+    serde_json::to_writer(&mut *batch, &*record).expect("a record always serialises");
+    if batch.len() - start > MAX_LINE && record.arguments.is_some() {
+        batch.truncate(start);
+        record.arguments = None;
+        tracing::warn!(
+            file = %shared.path.display(),
+            server = %record.server,
+            tool = record.tool.as_deref().unwrap_or("-"),
+            "audit log: the arguments of a call would make its line longer than {} MiB; it is written without them (their SHA-256 is kept)",
+            MAX_LINE >> 20
+        );
+        serde_json::to_writer(&mut *batch, &*record).expect("a record always serialises");
+    }
+    if batch.len() - start > MAX_LINE {
+        batch.truncate(start);
+        shared.lose(1, &format!("a line would be longer than {} MiB", MAX_LINE >> 20));
+        return false;
+    }
+    batch.push(b'\n');
+    true
 }
 
 /// Writes `lines` lines at once; a failure loses them, counted.

@@ -119,6 +119,7 @@ pub(crate) fn calls_blocking(args: CallsArgs) -> anyhow::Result<()> {
     for path in &logs {
         let mut log = Log::new(path, &keep);
         records.extend(log.read_all()?);
+        tell(&mut log);
         followed.push(log);
     }
     // Several logs (daemons, runs) merge by time; one log is in order already.
@@ -141,7 +142,9 @@ pub(crate) fn calls_blocking(args: CallsArgs) -> anyhow::Result<()> {
     loop {
         std::thread::sleep(Duration::from_millis(250));
         for log in followed.iter_mut() {
-            for (record, line) in log.read_new()? {
+            let lines = log.read_new()?;
+            tell(log);
+            for (record, line) in lines {
                 if !out.record(&record, &line) {
                     return Ok(());
                 }
@@ -150,6 +153,14 @@ pub(crate) fn calls_blocking(args: CallsArgs) -> anyhow::Result<()> {
         if !out.flush() {
             return Ok(());
         }
+    }
+}
+
+/// Says which lines of `log` were skipped, on stderr.
+fn tell(log: &mut Log<'_>) {
+    let mut err = std::io::stderr().lock();
+    for note in log.notes() {
+        let _ = writeln!(err, "{note}");
     }
 }
 

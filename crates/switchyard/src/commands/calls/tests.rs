@@ -118,3 +118,56 @@ fn no_log_is_an_error_that_says_why() {
     std::fs::write(&log, "").unwrap();
     assert_eq!(logs(&CallsArgs { config: Some(config), ..args() }).unwrap(), [log]);
 }
+
+fn good(n: u32) -> String {
+    rec(&format!("2026-11-29T10:00:{n:02}.000Z"), "fs", &format!("t{n:02}"), "c", Outcome::Ok).line()
+}
+
+#[test]
+fn bad_lines_are_told_by_file_and_line_then_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("d.audit.jsonl");
+    let bad = "{\"time\":\n".repeat(7);
+    std::fs::write(&path, format!("{}\n{bad}{}\n", good(1), good(2))).unwrap();
+    let all = |_: &Record| true;
+    let mut log = Log::new(&path, &all);
+    assert_eq!(log.read_all().unwrap().len(), 2);
+    let notes = log.notes();
+    assert_eq!(notes.len(), 6, "{notes:?}");
+    for (i, n) in notes[..5].iter().enumerate() {
+        assert!(n.contains(&format!("d.audit.jsonl:{} skipped: it is not a call record", i + 2)), "{n}");
+    }
+    assert!(notes[5].contains("7 lines of the audit log were skipped in all; 2 more"), "{}", notes[5]);
+    // Told once.
+    assert!(log.notes().is_empty());
+}
+
+#[test]
+fn a_line_longer_than_any_record_is_skipped_without_holding_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("d.audit.jsonl");
+    // A tail of NULs a crash left, longer than any line, then a line a later writer ended it
+    // with; then a short run of NULs just before a record.
+    let mut bytes = format!("{}\n", good(1)).into_bytes();
+    bytes.resize(bytes.len() + switchyard_core::audit::MAX_LINE + 10, 0);
+    bytes.extend_from_slice(format!("\n{}\n", good(2)).as_bytes());
+    bytes.extend_from_slice(&[0; 100]);
+    bytes.extend_from_slice(format!("{}\n", good(3)).as_bytes());
+    std::fs::write(&path, bytes).unwrap();
+    let all = |_: &Record| true;
+    let mut log = Log::new(&path, &all);
+    let tools: Vec<String> = log.read_all().unwrap().into_iter().map(|(r, _)| r.tool.unwrap()).collect();
+    assert_eq!(tools, ["t01", "t02", "t03"]);
+    let notes = log.notes();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(notes[0].contains("d.audit.jsonl:2 skipped: it is longer than 16 MiB"), "{}", notes[0]);
+}
+
+#[cfg(unix)]
+#[test]
+fn a_log_that_is_no_regular_file_is_an_error_not_an_endless_read() {
+    let all = |_: &Record| true;
+    let mut log = Log::new(std::path::Path::new("/dev/zero"), &all);
+    let e = log.read_all().unwrap_err().to_string();
+    assert!(e.contains("/dev/zero is not a regular file") && e.contains("--file"), "{e}");
+}
