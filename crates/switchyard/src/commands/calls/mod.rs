@@ -110,7 +110,7 @@ impl Filter {
 
 /// `switchyard calls`.
 pub(crate) fn calls_blocking(args: CallsArgs) -> anyhow::Result<()> {
-    let logs = logs(&args)?;
+    let (logs, dir) = logs(&args)?;
     let filter = Filter::of(&args);
     let keep = |r: &Record| filter.keeps(r);
     let mut out = show::Out::new(std::io::stdout().lock(), args.json);
@@ -138,9 +138,21 @@ pub(crate) fn calls_blocking(args: CallsArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
+    if let (true, Some(dir)) = (logs.is_empty(), &dir) {
+        let _ = writeln!(std::io::stderr(), "no audit log in {} yet; waiting for the first call", dir.display());
+    }
     out.flush();
+    let mut scanned = std::time::Instant::now();
     loop {
         std::thread::sleep(Duration::from_millis(250));
+        // Logs begun since (a daemon of another config, a new `switchyard run`) are followed
+        // from their start.
+        if let Some(dir) = &dir
+            && scanned.elapsed() >= RESCAN
+        {
+            scanned = std::time::Instant::now();
+            add_new(dir, &mut followed, &keep);
+        }
         for log in followed.iter_mut() {
             let lines = log.read_new()?;
             tell(log);
@@ -164,21 +176,34 @@ fn tell(log: &mut Log<'_>) {
     }
 }
 
+/// How often `--follow` looks for new audit logs in the state directory.
+const RESCAN: Duration = Duration::from_secs(1);
+
+/// Adds to `followed` the audit logs in `dir` that it does not have yet.
+fn add_new<'f>(dir: &Path, followed: &mut Vec<Log<'f>>, keep: &'f dyn Fn(&Record) -> bool) {
+    for path in in_dir(dir) {
+        if !followed.iter().any(|log| log.path() == path) {
+            followed.push(Log::new(&path, keep));
+        }
+    }
+}
+
 fn shown_paths(logs: &[PathBuf]) -> String {
     logs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
 }
 
 /// The audit logs to read: those named, the one of `--config`, or every one in the state
-/// directory (and the default config's own, when its [audit] path is elsewhere). An error says
-/// why there is none: audit is off, or no call was logged yet.
-fn logs(args: &CallsArgs) -> anyhow::Result<Vec<PathBuf>> {
+/// directory (and the default config's own, when its [audit] path is elsewhere), with that
+/// directory then. An error says why there is none: audit is off, or no call was logged yet
+/// (unless `--follow` waits for one).
+fn logs(args: &CallsArgs) -> anyhow::Result<(Vec<PathBuf>, Option<PathBuf>)> {
     if !args.file.is_empty() {
         for f in &args.file {
             if !f.exists() && !args.follow {
                 bail!("there is no audit log {}", f.display());
             }
         }
-        return Ok(args.file.clone());
+        return Ok((args.file.clone(), None));
     }
     if let Some(config) = &args.config {
         let (path, enabled) = of_config(config)?;
@@ -195,7 +220,7 @@ fn logs(args: &CallsArgs) -> anyhow::Result<Vec<PathBuf>> {
                 path.display()
             );
         }
-        return Ok(vec![path]);
+        return Ok((vec![path], None));
     }
     let dir = paths::state_dir_path()?;
     let mut found = in_dir(&dir);
@@ -207,7 +232,7 @@ fn logs(args: &CallsArgs) -> anyhow::Result<Vec<PathBuf>> {
     {
         found.push(path.clone());
     }
-    if found.is_empty() {
+    if found.is_empty() && !args.follow {
         match (&own, default) {
             (Some((_, false)), Some(config)) => bail!(
                 "no audit log in {}: the audit log is off in {} ([audit] enabled = false)",
@@ -221,7 +246,7 @@ fn logs(args: &CallsArgs) -> anyhow::Result<Vec<PathBuf>> {
         }
     }
     found.sort();
-    Ok(found)
+    Ok((found, Some(dir)))
 }
 
 /// The audit log of the config file `config` and whether it is on.

@@ -54,6 +54,10 @@ impl<'f> Log<'f> {
         }
     }
 
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// Every record: the rotated files' (`PATH.N` .. `PATH.1`), then the current file's.
     pub(crate) fn read_all(&mut self) -> anyhow::Result<Vec<Line>> {
         let mut out = Vec::new();

@@ -116,7 +116,7 @@ fn no_log_is_an_error_that_says_why() {
     let e = logs(&CallsArgs { file: vec![log.clone()], ..args() }).unwrap_err().to_string();
     assert!(e.contains("there is no audit log"), "{e}");
     std::fs::write(&log, "").unwrap();
-    assert_eq!(logs(&CallsArgs { config: Some(config), ..args() }).unwrap(), [log]);
+    assert_eq!(logs(&CallsArgs { config: Some(config), ..args() }).unwrap().0, [log]);
 }
 
 fn good(n: u32) -> String {
@@ -170,4 +170,24 @@ fn a_log_that_is_no_regular_file_is_an_error_not_an_endless_read() {
     let mut log = Log::new(std::path::Path::new("/dev/zero"), &all);
     let e = log.read_all().unwrap_err().to_string();
     assert!(e.contains("/dev/zero is not a regular file") && e.contains("--file"), "{e}");
+}
+
+#[test]
+fn following_the_state_directory_takes_in_logs_begun_later_from_their_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = dir.path().join("a.audit.jsonl");
+    std::fs::write(&first, format!("{}\n", good(1))).unwrap();
+    let all = |_: &Record| true;
+    let mut followed = vec![Log::new(&first, &all)];
+    followed[0].read_all().unwrap();
+    // A daemon of another config, and a rotated file (not a log of its own).
+    let later = dir.path().join("g-1234.audit.jsonl");
+    std::fs::write(&later, format!("{}\n{}\n", good(2), good(3))).unwrap();
+    std::fs::write(dir.path().join("a.audit.jsonl.1"), format!("{}\n", good(0))).unwrap();
+    add_new(dir.path(), &mut followed, &all);
+    add_new(dir.path(), &mut followed, &all);
+    assert_eq!(followed.len(), 2);
+    let tools: Vec<String> =
+        followed.iter_mut().flat_map(|l| l.read_new().unwrap()).map(|(r, _)| r.tool.unwrap()).collect();
+    assert_eq!(tools, ["t02", "t03"]);
 }
