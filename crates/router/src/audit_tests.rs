@@ -1,5 +1,6 @@
 //! The audit line of calls run in-process: what it says of a call that ran and of one that
-//! lost its instance, and a strict log refusing calls it cannot record.
+//! lost its instance, of one switchyard refused itself, and a strict log refusing calls it
+//! cannot record.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -121,4 +122,36 @@ async fn a_strict_log_that_cannot_write_refuses_the_next_calls_with_the_reason()
     assert!(text.contains("/dev/full cannot be written") && text.contains("strict = true"), "{text}");
     let listed = c.request("tools/list", json!({})).await;
     assert!(listed["error"]["message"].as_str().is_some_and(|m| m.contains("strict")), "{listed}");
+}
+
+#[tokio::test]
+async fn a_call_refused_as_busy_is_switchyard_s_own_refusal_with_no_attempt() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.audit.jsonl");
+    let (server, _fake) = start("[pools.default]\nmax = 1\nmax_inflight = 1\nmax_queue = 1\n", false);
+    let log = AuditLog::start(&settings(&path, false)).unwrap();
+    server.audit_into(log.clone());
+    let (mut a, mut b, mut c) =
+        (Client::connect(&server).await, Client::connect(&server).await, Client::connect(&server).await);
+    let slow =
+        tokio::spawn(async move { a.request("tools/call", json!({"name": "sleep", "arguments": {"ms": 400}})).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let queued =
+        tokio::spawn(async move { b.request("tools/call", json!({"name": "echo", "arguments": {"text": "q"}})).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let busy = c.request("tools/call", json!({"name": "echo", "arguments": {"text": "busy"}})).await;
+    assert_eq!(busy["error"]["code"], -32002, "{busy}");
+    assert!(slow.await.unwrap().get("result").is_some());
+    assert!(queued.await.unwrap().get("result").is_some());
+    log.flush(Duration::from_secs(10));
+    let lines = records(&path);
+    let calls: Vec<&Record> = lines.iter().filter(|r| r.method == "tools/call").collect();
+    assert_eq!(calls.len(), 3, "{lines:?}");
+    let refused: Vec<&&Record> = calls.iter().filter(|r| r.outcome.code == Some(-32002)).collect();
+    assert_eq!(refused.len(), 1, "{calls:?}");
+    let r = refused[0];
+    assert_eq!((r.attempts, r.refused_by.as_deref(), r.instance.as_deref()), (0, Some("switchyard"), None), "{r:?}");
+    for ran in calls.iter().filter(|r| r.outcome.code.is_none()) {
+        assert_eq!((ran.attempts, ran.refused_by.as_deref()), (1, None), "{ran:?}");
+    }
 }

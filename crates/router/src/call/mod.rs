@@ -80,6 +80,9 @@ fn caller_of(req: &Request<'_>) -> switchyard_core::decision::Caller {
     caller
 }
 
+/// Who refused a call switchyard refused itself, in its audit line (`refused_by`).
+const OWN_REFUSAL: &str = "switchyard";
+
 /// How a call ended, for the metrics and the audit log (filled in by [`run`]).
 struct End {
     outcome: Outcome,
@@ -275,12 +278,19 @@ async fn run(server: &Arc<Server>, req: Request<'_>, end: &mut End) -> Option<St
         // deadline (a black-holed link included). After a lost link, a repeat waits for the
         // gate and an instance only within the server's time to come back; once sent, it has
         // the rest of the call's own time. A policy's retries each get their own timeout.
-        end.attempts = call.info.attempt + 1;
         let cap = Cap {
             deadline: eff.retry.is_none().then(|| call.first_started + eff.timeout),
             back_by: call.lost_link.map(|at| at + retry::RESTART_WAIT),
         };
-        let e = match attempt(server, &req, &eff, &call, cap, &track, &mut end.spent).await {
+        // An attempt counts once it was given an instance: one switchyard turned away before
+        // (busy, the server down) reached no server.
+        let last = end.spent.instance.take();
+        let tried = attempt(server, &req, &eff, &call, cap, &track, &mut end.spent).await;
+        match end.spent.instance {
+            Some(_) => end.attempts += 1,
+            None => end.spent.instance = last,
+        }
+        let e = match tried {
             Ok(Answered { reply, permit, instance }) => {
                 (end.outcome, end.code) = reply_outcome(&reply, call.info.tool.is_some());
                 let reply = task_ids(server, &req, &call.info, &eff, reply, permit, &instance);
@@ -290,13 +300,20 @@ async fn run(server: &Arc<Server>, req: Request<'_>, end: &mut End) -> Option<St
             Err(Stop::Cancelled) => return None,
             Err(Stop::Failed(e)) => e,
         };
+        let own = matches!(e, CallError::Busy { .. } | CallError::Down { .. });
         let backoff = match call.after_failure(e, server, &eff, &req, end).await {
             Next::Retry { backoff, of, after } => {
                 let (attempt, at) = (call.info.attempt + 2, Instant::now() + backoff);
                 track.set(Stage::Repeating { attempt, of, at, after });
                 backoff
             }
-            Next::GiveUp(answer) => return Some(answer),
+            Next::GiveUp(answer) => {
+                // No server saw the call: switchyard refused it itself.
+                if own && end.attempts == 0 {
+                    end.refused_by = Some(OWN_REFUSAL.to_string());
+                }
+                return Some(answer);
+            }
         };
         tokio::select! {
             _ = req.cancel.token.cancelled() => return None,
