@@ -77,7 +77,7 @@ impl Unanswered {
 /// A call that did not get a response from the server.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CallError {
-    #[error("rejected by policy plugin `{}`: {}{}", .0.plugin, .0.reason, next_allowed(.0.retry_after))]
+    #[error("rejected by {}: {}{}", refuser(&.0.plugin), .0.reason, next_allowed(.0.retry_after))]
     Rejected(Rejection),
     #[error(
         "{what} on server `{server}` timed out after {:.1} s{}{}. {}",
@@ -293,6 +293,15 @@ impl CallError {
     }
 }
 
+/// Who refused a call, in words: a policy plugin, or switchyard itself (a strict audit log that
+/// cannot record the call, a chain that could not run), which is no plugin.
+fn refuser(plugin: &str) -> String {
+    match plugin {
+        "switchyard" => "switchyard itself (no policy plugin)".to_string(),
+        p => format!("policy plugin `{p}`"),
+    }
+}
+
 /// "; the next call is allowed in N s" for a refusal by a rate limit.
 fn next_allowed(after: Option<Duration>) -> String {
     after.map(|a| format!("; the next call is allowed in {:.1} s", a.as_secs_f64())).unwrap_or_default()
@@ -304,10 +313,8 @@ fn next_allowed(after: Option<Duration>) -> String {
 /// the 2026-07-28 era, whose results say their `resultType`.
 pub fn refusal_result(r: &Rejection, tool: &str, modern: bool) -> String {
     let reason = r.reason.trim_end_matches(['.', ' ']);
-    let mut text = format!(
-        "The call of tool `{tool}` was refused by policy plugin `{}` and did not run. Reason: {reason}.",
-        r.plugin
-    );
+    let mut text =
+        format!("The call of tool `{tool}` was refused by {} and did not run. Reason: {reason}.", refuser(&r.plugin));
     if let Some(after) = r.retry_after {
         text.push_str(&format!(
             " The next call is allowed in {:.1} s; wait at least that long before calling `{tool}` again.",
@@ -399,6 +406,16 @@ mod tests {
         assert_eq!(retried.data()["attempts"], 3);
         assert!(!CallError::Busy { server: "s".into(), reason: "r".into() }.is_retryable());
         assert!(!CallError::Rejected(Rejection::new("p", "no")).is_retryable());
+    }
+
+    /// switchyard's own refusal (a strict audit log) is not put down to a plugin.
+    #[test]
+    fn switchyard_s_own_refusal_names_no_plugin() {
+        let r = Rejection::new("switchyard", "the audit log cannot be written");
+        let text = refusal_result(&r, "echo", false);
+        assert!(text.contains("was refused by switchyard itself (no policy plugin) and did not run"), "{text}");
+        let e = CallError::Rejected(r).to_string();
+        assert!(e.starts_with("rejected by switchyard itself (no policy plugin): the audit log"), "{e}");
     }
 
     /// A refused tools/call is a tool result the model reads: which plugin, why, and for a rate

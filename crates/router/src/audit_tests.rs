@@ -120,6 +120,7 @@ async fn a_strict_log_that_cannot_write_refuses_the_next_calls_with_the_reason()
     assert_eq!(refused["result"]["isError"], true, "{refused}");
     let text = refused["result"]["content"][0]["text"].as_str().unwrap();
     assert!(text.contains("/dev/full cannot be written") && text.contains("strict = true"), "{text}");
+    assert!(text.contains("refused by switchyard itself") && !text.contains("policy plugin `switchyard`"), "{text}");
     let listed = c.request("tools/list", json!({})).await;
     assert!(listed["error"]["message"].as_str().is_some_and(|m| m.contains("strict")), "{listed}");
 }
