@@ -16,7 +16,7 @@ use sha2::Digest;
 
 use crate::metrics::Outcome;
 pub use file::numbered;
-pub use writer::{AuditLog, MAX_LINE, Refused, Settings, Ticket};
+pub use writer::{AuditLog, Losses, MAX_LINE, Refused, Settings, Ticket};
 
 /// One call, as the audit log keeps it (one JSON object per line).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

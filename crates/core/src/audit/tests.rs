@@ -119,6 +119,7 @@ fn a_full_queue_loses_and_counts_lines_and_never_blocks_the_call() {
     log.flush(FLUSH);
     let written = lines(&path).len() as u64;
     assert_eq!(written + log.lost(), 10);
+    assert_eq!(log.losses().queue_full, log.lost(), "the queue was full; no write failed");
     // Room again once the writer caught up.
     log.write(log.admit().unwrap(), record(10));
     log.flush(FLUSH);
@@ -134,6 +135,7 @@ fn a_strict_log_refuses_calls_it_has_no_room_for() {
     let e = log.admit().err().expect("no room for a third call");
     assert!(matches!(e, Refused::Full(_)));
     assert!(e.to_string().contains("strict = true"), "{e}");
+    assert_eq!(log.losses(), Losses { queue_full: 0, write_failed: 0, refused: 1 });
     // A place given back (a call that never wrote its line) is free again.
     drop(a);
     let c = log.admit().unwrap();
@@ -175,11 +177,13 @@ fn a_strict_log_lets_calls_through_again_once_the_disk_takes_lines() {
     log.flush(FLUSH);
     assert_eq!(log.lost(), 1);
     assert!(matches!(log.admit(), Err(Refused::Failing(..))));
-    // While the disk fails, a refused call's line is lost too, and calls stay refused.
+    // While the disk fails, a refused call's line is lost too (counted as a refusal, not as
+    // the line of a call that ran), and calls stay refused.
     log.write(log.unreserved(), record(2));
     log.flush(FLUSH);
-    assert_eq!(log.lost(), 2);
+    assert_eq!(log.lost(), 1);
     assert!(log.admit().is_err());
+    assert_eq!(log.losses(), Losses { queue_full: 0, write_failed: 1, refused: 2 });
     // Once it takes lines again, the next refused call's line goes through, and so do calls.
     log.break_disk(false);
     log.write(log.unreserved(), record(3));

@@ -44,8 +44,9 @@ pub struct Settings {
 }
 
 enum Msg {
-    /// Serialised by the writer, off the caller's thread.
-    Line(Box<Record>),
+    /// Serialised by the writer, off the caller's thread; `true`: the line of a call a strict
+    /// log refused.
+    Line(Box<Record>, bool),
     /// Everything queued before this is written (or lost); then the sender is told.
     Flush(SyncSender<()>),
 }
@@ -64,7 +65,12 @@ struct Shared {
     failing: AtomicBool,
     /// Why, for the refusal.
     failure: Mutex<String>,
-    lost: AtomicU64,
+    /// Lines of calls that ran, lost because the queue was full, or because the file could
+    /// not be written (the lines of refused calls are not counted: `refused` counts those).
+    lost_full: AtomicU64,
+    lost_failed: AtomicU64,
+    /// Calls a strict log refused.
+    refused: AtomicU64,
     /// Losses are logged at the first, then at most once a minute with their count.
     told: Repeats,
     /// New calls are refused while lines cannot be written (see [`AuditLog::admit`]).
@@ -87,11 +93,13 @@ impl Shared {
         self.pending.fetch_sub(n, Ordering::AcqRel);
     }
 
-    /// `n` lines are lost because of `why`: counted, and logged at the first, then at most
-    /// once a minute.
-    fn lose(&self, n: u64, why: &str) {
-        let total = self.lost.fetch_add(n, Ordering::Relaxed) + n;
-        if self.told.hit().is_some() {
+    /// `n` lines are lost because of `why`: counted (`full`: the queue was full, else the
+    /// file failed), and logged at the first, then at most once a minute.
+    fn lose(&self, n: u64, full: bool, why: &str) {
+        let counter = if full { &self.lost_full } else { &self.lost_failed };
+        counter.fetch_add(n, Ordering::Relaxed);
+        let total = self.lost_full.load(Ordering::Relaxed) + self.lost_failed.load(Ordering::Relaxed);
+        if n > 0 && self.told.hit().is_some() {
             let then = if self.strict {
                 "new calls are refused until a line can be written again ([audit] strict = true)"
             } else {
@@ -103,6 +111,17 @@ impl Shared {
             );
         }
     }
+}
+
+/// What an audit log could not record.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Losses {
+    /// Lines of calls that ran, lost because the queue was full (the disk was slower).
+    pub queue_full: u64,
+    /// Lines of calls that ran, lost because the file could not be written (disk full, ...).
+    pub write_failed: u64,
+    /// Calls a strict log refused because it could not record them.
+    pub refused: u64,
 }
 
 /// The audit log of one router.
@@ -133,6 +152,8 @@ pub struct Ticket {
     shared: Arc<Shared>,
     /// Holds a place in the queue (released when dropped unused).
     reserved: bool,
+    /// The line of a call the log refused (see [`AuditLog::unreserved`]).
+    refusal: bool,
 }
 
 impl Drop for Ticket {
@@ -168,7 +189,9 @@ impl AuditLog {
             capacity: settings.queue.max(1),
             failing: AtomicBool::new(false),
             failure: Mutex::new(String::new()),
-            lost: AtomicU64::new(0),
+            lost_full: AtomicU64::new(0),
+            lost_failed: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
             told: Repeats::new(LOSS_LOG_EVERY),
             strict: settings.strict,
             #[cfg(test)]
@@ -189,16 +212,19 @@ impl AuditLog {
     /// still be lost, and counted).
     pub fn admit(&self) -> Result<Ticket, Refused> {
         let reserved = self.shared.reserve();
-        let ticket = Ticket { shared: self.shared.clone(), reserved };
+        let ticket = Ticket { shared: self.shared.clone(), reserved, refusal: false };
         if self.strict {
             let path = self.shared.path.display().to_string();
-            if !reserved {
-                return Err(Refused::Full(path));
-            }
-            if self.shared.failing.load(Ordering::Acquire) {
+            let refused = if !reserved {
+                Refused::Full(path)
+            } else if self.shared.failing.load(Ordering::Acquire) {
                 let why = self.shared.failure.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                return Err(Refused::Failing(path, why));
-            }
+                Refused::Failing(path, why)
+            } else {
+                return Ok(ticket);
+            };
+            self.shared.refused.fetch_add(1, Ordering::Relaxed);
+            return Err(refused);
         }
         Ok(ticket)
     }
@@ -207,22 +233,23 @@ impl AuditLog {
     /// room in the queue, and its line is lost when there is none. That line is how a strict log
     /// finds out that the disk takes lines again, and lets calls through once more.
     pub fn unreserved(&self) -> Ticket {
-        Ticket { shared: self.shared.clone(), reserved: false }
+        Ticket { shared: self.shared.clone(), reserved: false, refusal: true }
     }
 
     /// Queues the line of a call that ended.
     pub fn write(&self, mut ticket: Ticket, record: Record) {
+        let refusal = ticket.refusal;
         if !ticket.reserved && !self.shared.reserve() {
-            self.shared.lose(1, "the queue is full (the disk is slower than the calls)");
+            self.shared.lose(u64::from(!refusal), true, "the queue is full (the disk is slower than the calls)");
             return;
         }
         // From here the place belongs to the line in the queue.
         ticket.reserved = false;
         let queued = self.shared.queued.fetch_add(1, Ordering::AcqRel) + 1;
-        if self.tx.send(Msg::Line(Box::new(record))).is_err() {
+        if self.tx.send(Msg::Line(Box::new(record), refusal)).is_err() {
             self.shared.queued.fetch_sub(1, Ordering::AcqRel);
             self.shared.release(1);
-            self.shared.lose(1, "its writer stopped");
+            self.shared.lose(u64::from(!refusal), false, "its writer stopped");
             return;
         }
         // A writer asleep is woken; one that ticks is woken early only when the queue fills.
@@ -240,9 +267,19 @@ impl AuditLog {
         }
     }
 
-    /// Lines lost so far (queue full, disk failing).
+    /// Lines of calls that ran lost so far (queue full, disk failing).
     pub fn lost(&self) -> u64 {
-        self.shared.lost.load(Ordering::Relaxed)
+        let losses = self.losses();
+        losses.queue_full + losses.write_failed
+    }
+
+    /// What was lost or refused so far, by why.
+    pub fn losses(&self) -> Losses {
+        Losses {
+            queue_full: self.shared.lost_full.load(Ordering::Relaxed),
+            write_failed: self.shared.lost_failed.load(Ordering::Relaxed),
+            refused: self.shared.refused.load(Ordering::Relaxed),
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -274,6 +311,8 @@ impl AuditLog {
 /// the next line.
 fn write_loop(mut file: AuditFile, rx: Receiver<Msg>, shared: &Shared) {
     let mut batch = Vec::with_capacity(64 * 1024);
+    // Which of the batch's lines are those of refused calls.
+    let mut refusals = Vec::new();
     let mut flushes = Vec::new();
     // The last tick found no line.
     let mut quiet = true;
@@ -297,9 +336,10 @@ fn write_loop(mut file: AuditFile, rx: Receiver<Msg>, shared: &Shared) {
             let mut lines = 0;
             while batch.len() < BATCH_BYTES {
                 match rx.try_recv() {
-                    Ok(Msg::Line(record)) => {
-                        if add_line(&mut batch, record, shared) {
+                    Ok(Msg::Line(record, refusal)) => {
+                        if add_line(&mut batch, record, refusal, shared) {
                             lines += 1;
+                            refusals.push(refusal);
                         } else {
                             shared.queued.fetch_sub(1, Ordering::AcqRel);
                             shared.release(1);
@@ -316,10 +356,11 @@ fn write_loop(mut file: AuditFile, rx: Receiver<Msg>, shared: &Shared) {
             let more = batch.len() >= BATCH_BYTES;
             if lines > 0 {
                 quiet = false;
-                append(&mut file, &batch, lines, shared);
+                append(&mut file, &batch, &refusals, shared);
                 shared.queued.fetch_sub(lines, Ordering::AcqRel);
                 shared.release(lines);
                 batch.clear();
+                refusals.clear();
             }
             if !more {
                 break;
@@ -335,7 +376,7 @@ fn write_loop(mut file: AuditFile, rx: Receiver<Msg>, shared: &Shared) {
 }
 
 /// Adds the line of `record` to `batch`, within [`MAX_LINE`]; false when it is lost.
-fn add_line(batch: &mut Vec<u8>, mut record: Box<Record>, shared: &Shared) -> bool {
+fn add_line(batch: &mut Vec<u8>, mut record: Box<Record>, refusal: bool, shared: &Shared) -> bool {
     let start = batch.len();
     serde_json::to_writer(&mut *batch, &*record).expect("a record always serialises");
     if batch.len() - start > MAX_LINE && record.arguments.is_some() {
@@ -352,15 +393,16 @@ fn add_line(batch: &mut Vec<u8>, mut record: Box<Record>, shared: &Shared) -> bo
     }
     if batch.len() - start > MAX_LINE {
         batch.truncate(start);
-        shared.lose(1, &format!("a line would be longer than {} MiB", MAX_LINE >> 20));
+        shared.lose(u64::from(!refusal), false, &format!("a line would be longer than {} MiB", MAX_LINE >> 20));
         return false;
     }
     batch.push(b'\n');
     true
 }
 
-/// Writes `lines` lines at once; a failure loses them, counted.
-fn append(file: &mut AuditFile, batch: &[u8], lines: usize, shared: &Shared) {
+/// Writes a batch of lines at once (`refusals`: which are those of refused calls); a failure
+/// loses them, counted.
+fn append(file: &mut AuditFile, batch: &[u8], refusals: &[bool], shared: &Shared) {
     #[cfg(test)]
     let written = match shared.broken.load(Ordering::Acquire) {
         true => Err(std::io::Error::other("the test broke the disk").into()),
@@ -374,7 +416,7 @@ fn append(file: &mut AuditFile, batch: &[u8], lines: usize, shared: &Shared) {
                 tracing::info!(
                     file = %shared.path.display(),
                     "audit log: writing again; {} lines lost so far",
-                    shared.lost.load(Ordering::Relaxed)
+                    shared.lost_full.load(Ordering::Relaxed) + shared.lost_failed.load(Ordering::Relaxed)
                 );
             }
         }
@@ -383,7 +425,8 @@ fn append(file: &mut AuditFile, batch: &[u8], lines: usize, shared: &Shared) {
         Err(Failed { error, written }) => {
             *shared.failure.lock().unwrap_or_else(|p| p.into_inner()) = error.to_string();
             shared.failing.store(true, Ordering::Release);
-            shared.lose((lines - written.min(lines)) as u64, &format!("cannot write: {error}"));
+            let ran = refusals.iter().skip(written).filter(|r| !**r).count();
+            shared.lose(ran as u64, false, &format!("cannot write: {error}"));
         }
     }
 }

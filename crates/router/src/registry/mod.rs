@@ -476,7 +476,11 @@ impl Servers {
             "config": path(&self.about.config),
             "socket": path(&self.about.socket),
             "log": path(&self.about.log),
-            "audit": self.about.audit.as_ref().map(|a| json!({"path": a.path().display().to_string(), "lost": a.lost(), "strict": a.strict()})),
+            "audit": self.about.audit.as_ref().map(|a| {
+                let l = a.losses();
+                json!({"path": a.path().display().to_string(), "lost": a.lost(), "lost_queue_full": l.queue_full,
+                    "lost_write_failed": l.write_failed, "refused": l.refused, "strict": a.strict()})
+            }),
             "uptime_ms": self.started.elapsed().as_millis() as u64,
             "plugins": self.policy.current().names(),
             "plugin_problems": self.plugin_problems(),

@@ -87,10 +87,7 @@ fn render(s: &serde_json::Value) -> String {
     }
     match s["audit"]["path"].as_str() {
         Some(path) => {
-            let lost = s["audit"]["lost"].as_u64().unwrap_or(0);
-            let lost =
-                if lost > 0 { format!(" ({lost} lines lost: the disk could not keep up)") } else { String::new() };
-            let _ = writeln!(out, "  audit: {path}{lost} (switchyard calls)");
+            let _ = writeln!(out, "  audit: {path}{} (switchyard calls)", audit_losses(&s["audit"]));
         }
         None => {
             let _ = writeln!(out, "  audit: off");
@@ -245,6 +242,27 @@ recent warnings and errors (the last {shown} of {}; all in --json):",
 }
 
 /// Where server `name`'s sign-in stands (`sign_in` of its status), and what to do about it.
+/// What the audit log could not record, in words: lines lost (the queue full, or the file not
+/// written) and calls a strict log refused; empty when nothing.
+fn audit_losses(a: &serde_json::Value) -> String {
+    let n = |key: &str| a[key].as_u64().unwrap_or(0);
+    let (lost, full, failed, refused) = (n("lost"), n("lost_queue_full"), n("lost_write_failed"), n("refused"));
+    let mut said = Vec::new();
+    if lost > 0 {
+        let why = match (full, failed) {
+            (0, 0) => String::new(),
+            (_, 0) => ": its queue was full, the disk was slower than the calls".to_string(),
+            (0, _) => ": the file could not be written (the daemon log says why)".to_string(),
+            (f, w) => format!(": {f} as its queue was full, {w} as the file could not be written"),
+        };
+        said.push(format!("{lost} lines of calls that ran lost{why}"));
+    }
+    if refused > 0 {
+        said.push(format!("{refused} calls refused by strict = true, as their lines could not be written"));
+    }
+    if said.is_empty() { String::new() } else { format!(" ({})", said.join("; ")) }
+}
+
 fn sign_in_text(name: &str, si: &serde_json::Value, now: u64) -> String {
     use crate::commands::login::human_secs;
     let login = format!("`switchyard login {name}`");
@@ -328,7 +346,7 @@ mod tests {
     fn status_text_names_servers_instances_and_sessions() {
         let s = serde_json::json!({
             "pid": 7, "version": "0.1.0", "config": "/c.toml", "socket": "/s.sock", "log": null,
-            "audit": {"path": "/st/c.audit.jsonl", "lost": 3, "strict": false}, "uptime_ms": 61_000, "plugins": ["hints.wasm"], "plugins_dir": "/p",
+            "audit": {"path": "/st/c.audit.jsonl", "lost": 3, "lost_queue_full": 0, "lost_write_failed": 3, "refused": 716, "strict": true}, "uptime_ms": 61_000, "plugins": ["hints.wasm"], "plugins_dir": "/p",
             "servers": [{"name": "fs", "target": "npx fs", "starts": 1, "restarts": 0, "last_error": null,
                 "instances": [{"label": "fs#1", "pool": "default", "pid": 42, "url": null, "uptime_ms": 500, "inflight": 1, "ready": true, "scope": "shared"},
                     {"label": "fs#2", "pool": "default", "pid": 43, "url": null, "uptime_ms": 500, "inflight": 0, "ready": true, "scope": "client cursor (token ci)"}],
@@ -347,7 +365,7 @@ mod tests {
             "pid 7",
             "up 1 min",
             "log: stderr",
-            "audit: /st/c.audit.jsonl (3 lines lost: the disk could not keep up)",
+            "audit: /st/c.audit.jsonl (3 lines of calls that ran lost: the file could not be written (the daemon log says why); 716 calls refused by strict = true, as their lines could not be written)",
             "hints.wasm",
             "server fs: npx fs",
             "fs#1 [default] pid 42",
