@@ -46,8 +46,10 @@ impl<W: Write> Drop for Out<W> {
     }
 }
 
+/// Each column's width: RESULT fits the longest outcome (`shutting_down -32603 (ran?)`); a
+/// longer cell is cut to its column (`--json` has it whole), so the next ones stay in line.
 const COLUMNS: [(&str, usize); 6] =
-    [("TIME", 23), ("SERVER", 14), ("CALL", 28), ("RESULT", 18), ("MS", 9), ("CLIENT", 0)];
+    [("TIME", 23), ("SERVER", 14), ("CALL", 28), ("RESULT", 27), ("MS", 9), ("CLIENT", 0)];
 
 fn header() -> String {
     let mut t = String::new();
@@ -77,10 +79,20 @@ pub(crate) fn row(r: &Record) -> String {
     let cells = [time, r.server.clone(), call, result, format!("{:.1}", r.duration_ms), client];
     let mut t = String::new();
     for ((_, width), cell) in COLUMNS.iter().zip(cells) {
-        let cell = printable(&cell);
+        let cell = fit(printable(&cell), *width);
         t.push_str(&format!("{cell:<width$} "));
     }
     format!("{}\n", t.trim_end())
+}
+
+/// `cell` cut to `width` characters, its end marked (0: the last column, never cut).
+fn fit(cell: String, width: usize) -> String {
+    if width == 0 || cell.chars().count() <= width {
+        return cell;
+    }
+    let mut cut: String = cell.chars().take(width - 1).collect();
+    cut.push('…');
+    cut
 }
 
 /// A client or server may name itself anything: control characters are escaped so no record

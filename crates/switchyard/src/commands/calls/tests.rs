@@ -191,3 +191,29 @@ fn following_the_state_directory_takes_in_logs_begun_later_from_their_start() {
         followed.iter_mut().flat_map(|l| l.read_new().unwrap()).map(|(r, _)| r.tool.unwrap()).collect();
     assert_eq!(tools, ["t02", "t03"]);
 }
+
+#[test]
+fn a_long_cell_never_pushes_the_next_columns_out_of_line() {
+    let start_of = |row: &str, what: &str| row.find(what).unwrap_or_else(|| panic!("{what} in {row}"));
+    let mut timeout = rec("2026-11-29T10:00:00.123Z", "fs", "write", "claude", Outcome::Timeout);
+    timeout.outcome.code = Some(-32001);
+    timeout.duration_ms = 4321.0;
+    let mut shut = rec(
+        "2026-11-29T10:00:00.123Z",
+        "a-server-named-at-length",
+        "a_tool_with_a_very_long_name_indeed",
+        "claude",
+        Outcome::ShuttingDown,
+    );
+    shut.outcome.code = Some(-32603);
+    shut.duration_ms = 4321.0;
+    let mut ok = rec("2026-11-29T10:00:00.123Z", "fs", "read", "claude", Outcome::Ok);
+    ok.duration_ms = 4321.0;
+    let rows: Vec<String> = [&timeout, &shut, &ok].iter().map(|r| show::row(r)).collect();
+    assert!(rows[0].contains("timeout -32001 (ran?)") && rows[1].contains("shutting_down -32603 (ran?)"), "{rows:?}");
+    for col in ["4321.0", "claude unix-3"] {
+        let at: Vec<usize> = rows.iter().map(|r| r.chars().count() - r[start_of(r, col)..].chars().count()).collect();
+        assert!(at.iter().all(|a| *a == at[0]), "{col} at {at:?}: {rows:?}");
+    }
+    assert!(rows[1].contains("a-server-name…"), "{}", rows[1]);
+}
