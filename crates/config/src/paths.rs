@@ -171,15 +171,36 @@ pub fn private_dir(dir: &Path) -> anyhow::Result<()> {
     use switchyard_os::fs::NotPrivate;
     match switchyard_os::fs::private_dir(dir) {
         Ok(()) => Ok(()),
-        Err(NotPrivate::Io(e)) => Err(e).with_context(|| format!("cannot make {} private to you", dir.display())),
-        Err(NotPrivate::NotADirectory) => {
-            bail!("{} is not a directory; switchyard keeps its sockets there. Move it away", dir.display())
-        }
+        Err(NotPrivate::Io(e)) => match in_the_way(dir) {
+            Some(file) => bail!(
+                "{} is a file, not a directory, so switchyard cannot make {} (it keeps its sockets, state and logs there); move that file away",
+                file.display(),
+                dir.display()
+            ),
+            None => Err(e).with_context(|| format!("cannot make {} private to you", dir.display())),
+        },
+        Err(NotPrivate::NotADirectory) => bail!(
+            "{} is a file, not a directory; switchyard keeps its sockets, state and logs there. Move the file away",
+            dir.display()
+        ),
         Err(NotPrivate::Foreign { owner, me }) => bail!(
             "{} belongs to uid {owner}, not to you (uid {me}); switchyard will not put its sockets there. Remove it, or give the daemon and every connect the same --socket PATH",
             dir.display()
         ),
     }
+}
+
+/// The first of `dir` and its parents that exists and is no directory: what stops it being made.
+fn in_the_way(dir: &Path) -> Option<&Path> {
+    let mut found = None;
+    for p in dir.ancestors() {
+        match std::fs::symlink_metadata(p) {
+            Ok(m) if m.is_dir() => break,
+            Ok(_) => found = Some(p),
+            Err(_) => {}
+        }
+    }
+    found
 }
 
 #[cfg(test)]
@@ -211,7 +232,12 @@ mod tests {
         assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
         let file = tmp.path().join("f");
         std::fs::write(&file, "").unwrap();
-        assert!(private_dir(&file).unwrap_err().to_string().contains("not a directory"));
+        let e = private_dir(&file).unwrap_err().to_string();
+        assert!(e.contains("is a file, not a directory") && e.contains("Move the file away"), "{e}");
+        // A file where a parent should be: named, not "File exists".
+        let e = private_dir(&file.join("state").join("switchyard")).unwrap_err().to_string();
+        assert!(e.starts_with(&format!("{} is a file, not a directory", file.display())), "{e}");
+        assert!(e.contains("move that file away"), "{e}");
     }
 
     #[cfg(unix)]
