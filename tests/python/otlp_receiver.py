@@ -102,6 +102,8 @@ def serve(out):
                 return
             request = ExportTraceServiceRequest()
             request.ParseFromString(body)
+            with lock, open(out + ".headers", "a") as f:
+                f.write(json.dumps({k.lower(): v for k, v in self.headers.items()}) + "\n")
             with lock, open(out, "a") as f:
                 for span in spans_of(request):
                     f.write(json.dumps(span) + "\n")

@@ -44,6 +44,9 @@ pub struct TelemetryTarget {
     /// Headers of each export, `${VAR}` expanded (secrets: never logged, see the Debug impl).
     pub headers: Vec<(String, String)>,
     pub service_name: Option<String>,
+    /// What was left out of the headers, for a warning at start: each names the entry by its
+    /// place and key, never its value.
+    pub warnings: Vec<String>,
 }
 
 impl TelemetryTarget {
@@ -60,6 +63,7 @@ impl std::fmt::Debug for TelemetryTarget {
             .field("traces_url", &self.traces_url)
             .field("headers", &names)
             .field("service_name", &self.service_name)
+            .field("warnings", &self.warnings)
             .finish()
     }
 }
@@ -119,9 +123,92 @@ impl TelemetryConfig {
             let v = expand(&value.raw, env).map_err(|e| format!("[telemetry] headers: `{name}` {e}"))?;
             headers.push((name.clone(), v.value));
         }
+        // The variable's headers after the table's: a header named in both takes the variable's.
+        let mut warnings = Vec::new();
+        let from_env = ["OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"]
+            .into_iter()
+            .find_map(|n| env(n).ok().map(|v| (n, v)));
+        if let Some((name, text)) = from_env {
+            let (parsed, mut left_out) = env_headers(name, &text);
+            for (k, v) in parsed {
+                headers.retain(|(h, _)| !h.eq_ignore_ascii_case(&k));
+                headers.push((k, v));
+            }
+            warnings.append(&mut left_out);
+        }
         let service_name = self.service_name.clone().or_else(|| var("OTEL_SERVICE_NAME"));
-        Ok(Some(TelemetryTarget { traces_url: url, headers, service_name }))
+        Ok(Some(TelemetryTarget { traces_url: url, headers, service_name, warnings }))
     }
+}
+
+/// The headers of `OTEL_EXPORTER_OTLP_HEADERS` (or its traces variant, `var`): `key=value`
+/// pairs split by commas, each value percent-decoded. An entry that is no such pair, or whose
+/// key or decoded value no header may have, is left out, and the second list says so by its
+/// place (and its key, when it has one), never by its value: values are secrets.
+pub fn env_headers(var: &str, text: &str) -> (Vec<(String, String)>, Vec<String>) {
+    let (mut headers, mut left_out) = (Vec::new(), Vec::new());
+    for (i, entry) in text.split(',').enumerate() {
+        let entry = entry.trim_matches([' ', '\t']);
+        if entry.is_empty() {
+            continue;
+        }
+        let at = format!("{var}: entry {}", i + 1);
+        let Some((key, value)) = entry.split_once('=') else {
+            left_out.push(format!("{at} has no `=`; write it as key=value (it is left out)"));
+            continue;
+        };
+        let key = key.trim_matches([' ', '\t']);
+        let why = if key.is_empty() {
+            Some("has no key before its `=`".to_string())
+        } else if let Err(e) = check_header_name(key) {
+            Some(e)
+        } else {
+            match percent_decoded(value.trim_matches([' ', '\t'])) {
+                Err(e) => Some(format!("`{key}` {e}")),
+                Ok(v) => match bad_value(&v) {
+                    Some(e) => Some(format!("`{key}`: its value {e}")),
+                    None => {
+                        headers.push((key.to_string(), v));
+                        None
+                    }
+                },
+            }
+        };
+        if let Some(why) = why {
+            // A key that is no header name is not shown either: it may be a value typed in its place.
+            left_out.push(format!("{at} {why} (it is left out)"));
+        }
+    }
+    (headers, left_out)
+}
+
+/// `value` with its `%XX` escapes decoded (the OTel spec's form of header values in variables).
+fn percent_decoded(value: &str) -> Result<String, String> {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+            match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                Some(b) => out.push(b),
+                None => return Err("has a `%` not followed by two hex digits in its value; write a `%` as %25".into()),
+            }
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| "has %-escapes in its value that decode to no UTF-8 text".to_string())
+}
+
+/// Why `value` cannot be sent as a header value (a control character: a newline, say), if so.
+fn bad_value(value: &str) -> Option<&'static str> {
+    value
+        .chars()
+        .any(|c| c.is_control() && c != '\t')
+        .then_some("has a control character (a newline, say) in it, which no header value may have")
 }
 
 #[cfg(test)]
@@ -186,6 +273,36 @@ mod tests {
         assert!(!format!("{t:?}").contains("s3cret"));
         let e = table("endpoint = \"http://h:1\"\nheaders = { x-api-key = \"${NOPE}\" }").target(&env).unwrap_err();
         assert!(e.contains("x-api-key") && e.contains("NOPE"), "{e}");
+    }
+
+    #[test]
+    fn the_variables_headers_are_percent_decoded_and_a_bad_entry_is_said_by_place_not_value() {
+        let text = "a=x%20y%2C, novalue-s1 ,=s2,x k=s3,nl=s4\nz,pct=s5%ZZ,utf=%C3%A9,bad=%FF,,";
+        let (headers, said) = env_headers("OTEL_EXPORTER_OTLP_HEADERS", text);
+        let want = [("a", "x y,"), ("utf", "\u{e9}")].map(|(k, v)| (k.to_string(), v.to_string()));
+        assert_eq!(headers, want);
+        assert_eq!(said.len(), 6, "{said:#?}");
+        let expect = [(2, ""), (3, ""), (4, ""), (5, "`nl`"), (6, "`pct`"), (8, "`bad`")];
+        for (line, (entry, key)) in said.iter().zip(expect) {
+            assert!(line.starts_with(&format!("OTEL_EXPORTER_OTLP_HEADERS: entry {entry} ")), "{line}");
+            assert!(line.contains(key) && line.ends_with("(it is left out)"), "{line}");
+            assert!(!(1..=5).any(|i| line.contains(&format!("s{i}"))), "a value: {line}");
+        }
+    }
+
+    #[test]
+    fn the_traces_variable_comes_before_the_general_one_and_over_the_table() {
+        let env = env_of(&[
+            ("OTEL_EXPORTER_OTLP_HEADERS", "k=general"),
+            ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "K=traces,oops"),
+        ]);
+        let t =
+            table("endpoint = \"http://h:1\"\nheaders = { k = \"table\", j = \"t\" }").target(&env).unwrap().unwrap();
+        assert_eq!(t.headers, [("j", "t"), ("K", "traces")].map(|(k, v)| (k.to_string(), v.to_string())));
+        assert_eq!(t.warnings.len(), 1, "{:?}", t.warnings);
+        assert!(t.warnings[0].starts_with("OTEL_EXPORTER_OTLP_TRACES_HEADERS: entry 2 "), "{:?}", t.warnings);
+        let e = table("endpoint = \"http://h:1\"\nheaders = { k = \"a\\nb\" }").target(&env).unwrap_err();
+        assert!(e.contains("`k`") && !e.contains("a\nb"), "{e}");
     }
 
     #[test]

@@ -1,10 +1,11 @@
 //! The OTLP exporter: spans batched on the SDK's own thread and posted as HTTP/protobuf by the
 //! workspace's reqwest, on a small runtime of the exporter's own, so neither a slow collector
 //! nor a dead one ever holds up a call. A failing export is said once, and once more when
-//! exports get through again.
+//! exports get through again, with how many spans were lost ([`crate::count`]); spans the last
+//! flush at exit could not send are said too.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Once, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Once, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -13,6 +14,8 @@ use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider};
 use switchyard_config::TelemetryTarget;
+
+use crate::count::{Counted, Counting, Counts};
 
 /// How long one export may take.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -29,14 +32,24 @@ const EXIT_FLUSH: Duration = Duration::from_secs(2);
 pub(crate) struct Poster {
     /// The collector's URL, for the failure line (never its headers).
     url: String,
+    /// The headers of each export, as `[telemetry]` and `OTEL_EXPORTER_OTLP_HEADERS` give them
+    /// (decoded and checked by switchyard, not by the SDK, which would drop a bad one unsaid).
+    headers: reqwest::header::HeaderMap,
     client: reqwest::Client,
     runtime: tokio::runtime::Runtime,
     failing: AtomicBool,
-    failures: AtomicU64,
 }
 
 impl Poster {
-    fn new(url: &str) -> Result<Poster, String> {
+    fn new(url: &str, headers: &[(String, String)]) -> Result<Poster, String> {
+        let mut map = reqwest::header::HeaderMap::new();
+        for (name, value) in headers {
+            // Both were checked when the target was read; the error names the key alone.
+            let bad = || format!("the trace export header `{name}` cannot be sent as it is");
+            let name = reqwest::header::HeaderName::from_bytes(name.as_bytes()).map_err(|_| bad())?;
+            let value = reqwest::header::HeaderValue::from_str(value).map_err(|_| bad())?;
+            map.insert(name, value);
+        }
         static CRYPTO: Once = Once::new();
         // Ring is the TLS crypto rustls uses here (as for the remote transports). Err: one is
         // installed already.
@@ -53,26 +66,14 @@ impl Poster {
             .enable_all()
             .build()
             .map_err(|e| format!("could not start the runtime that sends traces: {e}"))?;
-        Ok(Poster {
-            url: url.to_string(),
-            client,
-            runtime,
-            failing: AtomicBool::new(false),
-            failures: AtomicU64::new(0),
-        })
+        Ok(Poster { url: url.to_string(), headers: map, client, runtime, failing: AtomicBool::new(false) })
     }
 
-    /// Says the first failure of a run of them, and the end of the run.
+    /// Says the first failure of a run of them (its end is said in spans, by [`Counted`]).
     fn note(&self, outcome: Result<(), String>) {
         match outcome {
-            Ok(()) => {
-                if self.failing.swap(false, Ordering::Relaxed) {
-                    let n = self.failures.swap(0, Ordering::Relaxed);
-                    tracing::info!("traces reach {} again ({n} exports were lost)", self.url);
-                }
-            }
+            Ok(()) => self.failing.store(false, Ordering::Relaxed),
             Err(why) => {
-                self.failures.fetch_add(1, Ordering::Relaxed);
                 if !self.failing.swap(true, Ordering::Relaxed) {
                     tracing::warn!(
                         "traces could not be sent to {}: {why}; calls go on, and their spans are dropped until the collector takes them (said once)",
@@ -88,7 +89,15 @@ impl Poster {
 impl HttpClient for Poster {
     async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
         let (parts, body) = request.into_parts();
-        let req = self.client.request(parts.method, parts.uri.to_string()).headers(parts.headers).body(body);
+        // The SDK's own headers are left out but for the body's type and encoding: it adds the
+        // variable's headers as it parses them, and switchyard's are in `self.headers`.
+        let mut headers = self.headers.clone();
+        for name in [http::header::CONTENT_TYPE, http::header::CONTENT_ENCODING] {
+            if let Some(v) = parts.headers.get(&name) {
+                headers.insert(name, v.clone());
+            }
+        }
+        let req = self.client.request(parts.method, parts.uri.to_string()).headers(headers).body(body);
         // Sent inside the runtime: its timeout needs the runtime's timer.
         let got = self.runtime.block_on(async move {
             let resp = req.send().await?;
@@ -124,17 +133,18 @@ fn short_error(e: &reqwest::Error) -> String {
     if text.is_empty() { "the request failed".to_string() } else { text }
 }
 
-static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
+/// The provider, its counts and the collector's URL for the log, for [`flush`].
+static PROVIDER: OnceLock<(SdkTracerProvider, Arc<Counts>, String)> = OnceLock::new();
 
 /// The tracer provider for `target`: spans batched, then posted as OTLP/HTTP protobuf.
 pub(crate) fn provider(target: &TelemetryTarget) -> Result<SdkTracerProvider, String> {
-    let poster = Poster::new(&target.shown_url())?;
+    let url = target.shown_url();
+    let poster = Poster::new(&url, &target.headers)?;
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_protocol(Protocol::HttpBinary)
         .with_endpoint(target.traces_url.clone())
         .with_timeout(EXPORT_TIMEOUT)
-        .with_headers(target.headers.iter().cloned().collect())
         .with_http_client(poster)
         .build()
         .map_err(|e| format!("could not set up the OTLP exporter for {}: {e}", target.shown_url()))?;
@@ -143,7 +153,10 @@ pub(crate) fn provider(target: &TelemetryTarget) -> Result<SdkTracerProvider, St
         .with_scheduled_delay(EXPORT_EVERY)
         .with_max_export_batch_size(512)
         .build();
+    let counts = Arc::new(Counts::default());
+    let exporter = Counted { inner: exporter, counts: counts.clone(), url: url.clone() };
     let processor = BatchSpanProcessor::builder(exporter).with_batch_config(batch).build();
+    let processor = Counting { inner: processor, counts: counts.clone() };
     let mut resource = Resource::builder();
     if let Some(name) = &target.service_name {
         resource = resource.with_service_name(name.clone());
@@ -153,13 +166,32 @@ pub(crate) fn provider(target: &TelemetryTarget) -> Result<SdkTracerProvider, St
     let resource =
         resource.with_attribute(opentelemetry::KeyValue::new("service.version", env!("CARGO_PKG_VERSION"))).build();
     let provider = SdkTracerProvider::builder().with_span_processor(processor).with_resource(resource).build();
-    let _ = PROVIDER.set(provider.clone());
+    let _ = PROVIDER.set((provider.clone(), counts, url));
     Ok(provider)
 }
 
-/// Sends what is still waiting, for at most two seconds; for exit.
+/// Sends what is still waiting, for at most two seconds; for exit. Spans it could not send are
+/// said in one line, with where they were to go.
 pub fn flush() {
-    if let Some(p) = PROVIDER.get() {
-        let _ = p.shutdown_with_timeout(EXIT_FLUSH);
+    if let Some((p, counts, url)) = PROVIDER.get() {
+        let failed_before = counts.failed();
+        let got = p.shutdown_with_timeout(EXIT_FLUSH);
+        if let Some(line) = unsent(got.is_err(), counts.undelivered(failed_before), url) {
+            tracing::warn!("{line}");
+        }
     }
+}
+
+/// The line for spans the flush at exit left unsent (`waiting` of them; `timed_out` when it
+/// gave up or failed), if any were.
+pub(crate) fn unsent(timed_out: bool, waiting: u64, url: &str) -> Option<String> {
+    if waiting == 0 {
+        return None;
+    }
+    let why = if timed_out {
+        format!("the collector did not take them within {} s of exit", EXIT_FLUSH.as_secs())
+    } else {
+        "the collector did not take them".to_string()
+    };
+    Some(format!("{waiting} spans were not sent to {url}: {why}; they are lost"))
 }

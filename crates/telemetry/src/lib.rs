@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 pub mod context;
+mod count;
 mod export;
 pub mod keys;
 

@@ -73,6 +73,12 @@ impl Receiver {
         text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
     }
 
+    /// The headers of each export received so far (names in lower case).
+    fn headers(&self) -> Vec<Value> {
+        let text = std::fs::read_to_string(self.out.with_extension("jsonl.headers")).unwrap_or_default();
+        text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    }
+
     /// Waits for a span that `pred` holds for (`what` names it in the failure).
     async fn find(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
         let until = Instant::now() + Duration::from_secs(20);
@@ -338,4 +344,62 @@ async fn a_collector_that_is_away_costs_no_call_and_one_log_line() {
     let said = log.lines().filter(|l| l.contains("traces could not be sent")).count();
     assert_eq!(said, 1, "the failing exports are said once:\n{log}");
     assert!(log.contains("clamped to 5000 ms"), "a log line was lost:\n{log}");
+}
+
+#[tokio::test]
+async fn the_variables_headers_are_decoded_and_a_bad_entry_is_said_without_its_value() {
+    let receiver = Receiver::start();
+    let argv: Vec<String> = std::iter::once("--".to_string()).chain(Proc::fixture_cmd(&[])).collect();
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let headers = "x-ok=a%20b%2Cc, novalue-secret1 ,=secret2,x k=secret3,x-nl=secret4\nevil,x-pct=secret5%ZZ";
+    let mut router = Proc::router_env(
+        &argv,
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint()), ("OTEL_EXPORTER_OTLP_HEADERS", headers)],
+    );
+    let mut client = router.client();
+    client.initialize().await;
+    assert_eq!(client.call_text("echo", json!({"text": "h"})).await, "h");
+    receiver.linked("tools/call echo").await;
+    let got = receiver.headers();
+    assert!(!got.is_empty() && got.iter().all(|h| h["x-ok"] == "a b,c"), "decoded as the spec says: {got:?}");
+    for h in &got {
+        let text = h.to_string();
+        assert!(!text.contains("secret") && h.get("x-pct").is_none(), "a bad entry was sent: {h}");
+    }
+    let log = router.stderr.text();
+    assert!(!log.contains("secret"), "a value in the log:\n{log}");
+    for (entry, key) in [(2, None), (3, None), (4, None), (5, Some("x-nl")), (6, Some("x-pct"))] {
+        let line = log.lines().find(|l| l.contains(&format!("OTEL_EXPORTER_OTLP_HEADERS: entry {entry} ")));
+        let line = line.unwrap_or_else(|| panic!("entry {entry} is not said:\n{log}"));
+        assert!(line.contains("WARN") && line.contains("left out"), "{line}");
+        if let Some(key) = key {
+            assert!(line.contains(key), "{line}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn spans_a_collector_never_takes_by_exit_are_said_with_their_count() {
+    // A collector that takes the connection and never answers.
+    let tarpit = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", tarpit.local_addr().unwrap());
+    let held = std::thread::spawn(move || tarpit.incoming().take(4).filter_map(Result::ok).collect::<Vec<_>>());
+    let argv: Vec<String> = std::iter::once("--".to_string()).chain(Proc::fixture_cmd(&[])).collect();
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let mut router = Proc::router_env(&argv, &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)]);
+    let mut client = router.client();
+    client.initialize().await;
+    for i in 0..3 {
+        assert_eq!(client.call_text("echo", json!({"text": format!("t{i}")})).await, format!("t{i}"));
+    }
+    client.close().await;
+    router.wait_timeout(Duration::from_secs(20)).await;
+    let log = router.stderr.text();
+    let said: Vec<&str> = log.lines().filter(|l| l.contains("spans were not sent to")).collect();
+    assert_eq!(said.len(), 1, "{log}");
+    let n: u64 = said[0].split(" spans were").next().and_then(|s| s.rsplit(' ').next()).unwrap().parse().unwrap();
+    // initialize and the three calls, each a SERVER and (but initialize) a CLIENT span, and the session's.
+    assert!(n >= 4, "{}", said[0]);
+    assert!(said[0].contains(&endpoint) && said[0].contains("WARN"), "{}", said[0]);
+    drop(held);
 }

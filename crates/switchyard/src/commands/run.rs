@@ -181,7 +181,12 @@ pub fn init_tracing(level: Option<&str>, telemetry: &switchyard_config::Telemetr
     }
     match (problem, target) {
         (Some(p), _) => tracing::warn!("traces are off: {p}"),
-        (None, Ok(Some(t))) => tracing::info!("traces go to {} (OTLP over HTTP)", t.shown_url()),
+        (None, Ok(Some(t))) => {
+            tracing::info!("traces go to {} (OTLP over HTTP)", t.shown_url());
+            for w in &t.warnings {
+                tracing::warn!("{w}");
+            }
+        }
         _ => {}
     }
     Ok(())
