@@ -313,3 +313,24 @@ async fn calls_follow_prints_each_call_as_it_ends() {
     leave(p, c).await;
     home.stop().await;
 }
+
+#[tokio::test]
+async fn calls_follow_of_the_state_directory_takes_in_logs_begun_after_it() {
+    let home = Home::new();
+    // No audit log yet: it waits for one instead of failing.
+    let mut follower = home.spawn("calls --follow", &["calls", "--follow", "--json"]);
+    let mut lines = follower.client();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut argv = vec!["run", "--name", "brandnew", "--"];
+    let fixture = Proc::fixture_cmd(&[]);
+    argv.extend(fixture.iter().map(String::as_str));
+    let mut p = home.spawn("run", &argv);
+    let mut c = p.client();
+    c.initialize().await;
+    c.call_text("echo", json!({"text": "late"})).await;
+    let r = lines.recv().await;
+    assert_eq!((r["tool"].as_str(), r["outcome"]["result"].as_str()), (Some("echo"), Some("ok")), "{r}");
+    assert_eq!(r["arguments_sha256"].as_str(), Some(sha256_hex(&json!({"text": "late"}).to_string()).as_str()));
+    c.close().await;
+    p.wait_timeout(Duration::from_secs(10)).await;
+}
