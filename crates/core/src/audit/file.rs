@@ -199,8 +199,10 @@ fn open(path: &Path) -> io::Result<File> {
     Ok(file)
 }
 
+/// Whether two looks at a path saw the same file (a log rotated or replaced by another
+/// process is a new one).
 #[cfg(unix)]
-fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
+pub fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
     use std::os::unix::fs::MetadataExt;
     (a.dev(), a.ino()) == (b.dev(), b.ino())
 }
@@ -208,6 +210,6 @@ fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
 /// Windows has no stable file id in std: a file at the path shorter than what was written to
 /// it is taken as another one.
 #[cfg(not(unix))]
-fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
+pub fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
     a.len() >= b.len()
 }

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
 use crate::metrics::Outcome;
-pub use file::numbered;
+pub use file::{numbered, same_file};
 pub use writer::{AuditLog, Losses, MAX_LINE, Refused, Settings, Ticket};
 
 /// One call, as the audit log keeps it (one JSON object per line).
@@ -146,16 +146,7 @@ impl Ended {
     /// How a call that ended with `outcome` (and `code`) is written; `sent`: it reached an
     /// instance, so a call lost with its link may have run.
     pub fn of(outcome: Outcome, code: Option<i64>, sent: bool) -> Ended {
-        let result = match outcome {
-            Outcome::Ok => "ok",
-            Outcome::Error => "error",
-            Outcome::ToolError => "tool_error",
-            Outcome::Rejected => "rejected",
-            Outcome::Timeout => "timeout",
-            Outcome::Cancelled => "cancelled",
-            Outcome::Lost => "lost",
-            Outcome::ShuttingDown => "shutting_down",
-        };
+        let result = outcome.label();
         Ended {
             result: result.to_string(),
             is_error: outcome == Outcome::ToolError,

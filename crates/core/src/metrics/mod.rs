@@ -169,7 +169,8 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    fn label(self) -> &'static str {
+    /// The outcome as metrics label it and the audit log writes it.
+    pub fn label(self) -> &'static str {
         match self {
             Outcome::Ok => "ok",
             Outcome::Error => "error",

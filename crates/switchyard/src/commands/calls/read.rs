@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 
-use switchyard_core::audit::{MAX_LINE, Record, numbered};
+use switchyard_core::audit::{MAX_LINE, Record, numbered, same_file};
 
 /// A record and its line as the log has it.
 pub(crate) type Line = (Record, String);
@@ -247,15 +247,4 @@ fn open(path: &Path) -> anyhow::Result<File> {
         );
     }
     File::open(path).with_context(|| format!("cannot read the audit log {}", path.display()))
-}
-
-#[cfg(unix)]
-fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    (a.dev(), a.ino()) == (b.dev(), b.ino())
-}
-
-#[cfg(not(unix))]
-fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
-    a.len() >= b.len()
 }
