@@ -210,13 +210,12 @@ impl Attempt<'_, '_> {
     /// Waits for the gate within the deadline.
     async fn gate(&self) -> Result<Permit, Stop> {
         let (server, req, eff) = (self.server, self.req, self.eff);
-        let waiting = self.waiting();
         let gate_wait = || server.gate.blockers().to_string();
         let permit = bounded(
             server.gate.acquire(eff.concurrency.clone()),
             self.wait_until,
             &req.cancel.token,
-            &waiting,
+            || self.waiting(),
             gate_wait,
         )
         .await
@@ -238,7 +237,6 @@ impl Attempt<'_, '_> {
         // Before an instance was found, the error says what the call waited for.
         let until = self.pool_deadline();
         let timeout = |waiting: Option<String>| self.waited_out(what.to_string(), waiting, until);
-        let waiting = self.waiting();
         let permit = match self.stream {
             Some(_) => None,
             None => Some(self.gate().await?),
@@ -247,18 +245,19 @@ impl Attempt<'_, '_> {
         let pool = if req.modern { server.modern_pool(&eff.pool) } else { &eff.pool };
         self.track.set(Stage::Instance(pool.name.clone()));
         let pool_wait = || pool.wait_status(req.session, &self.scope);
-        let lease = bounded(pool.acquire(req.session, &self.scope), until, &req.cancel.token, &waiting, pool_wait)
-            .await
-            .map_err(|e| e.map_or(Stop::Cancelled, |w| timeout(Some(w))))?
-            .map_err(|e| {
-                Stop::Failed(match e {
-                    // The pool does not know the call: the error names it.
-                    CallError::Busy { server, reason } => {
-                        CallError::Busy { server, reason: format!("{what} was refused: {reason}") }
-                    }
-                    e => e,
-                })
-            })?;
+        let lease =
+            bounded(pool.acquire(req.session, &self.scope), until, &req.cancel.token, || self.waiting(), pool_wait)
+                .await
+                .map_err(|e| e.map_or(Stop::Cancelled, |w| timeout(Some(w))))?
+                .map_err(|e| {
+                    Stop::Failed(match e {
+                        // The pool does not know the call: the error names it.
+                        CallError::Busy { server, reason } => {
+                            CallError::Busy { server, reason: format!("{what} was refused: {reason}") }
+                        }
+                        e => e,
+                    })
+                })?;
         Ok((permit, lease, gate_wait))
     }
 }
