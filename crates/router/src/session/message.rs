@@ -46,11 +46,13 @@ impl Session {
         match step {
             Step::Run(call, token) => {
                 let me = self.clone();
-                tasks.spawn(async move {
+                // Boxed where it is made: a call's future holds every stage it may wait in
+                // (kilobytes), and the spawn would copy it whole through each of its layers.
+                tasks.spawn(Box::pin(async move {
                     if let Some(resp) = me.clone().run(call, token).await {
                         me.link.send(resp);
                     }
-                });
+                }));
             }
             Step::Reply(r) => self.link.send(r),
             Step::Done => {}
