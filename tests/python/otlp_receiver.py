@@ -95,7 +95,7 @@ def serve(out):
                 self.send_header("content-length", "0")
                 self.end_headers()
                 return
-            if self.path != "/v1/traces" or self.headers.get("content-type") != "application/x-protobuf":
+            if self.path.split("?")[0] != "/v1/traces" or self.headers.get("content-type") != "application/x-protobuf":
                 self.send_response(404)
                 self.send_header("content-length", "0")
                 self.end_headers()

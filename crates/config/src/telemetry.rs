@@ -8,7 +8,7 @@ use crate::vars::{HeaderValue, check_header_name, expand};
 
 /// `[telemetry]`. Traces go out only when an endpoint is given, here or in
 /// `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TelemetryConfig {
     /// `false` keeps traces off even when the environment names an endpoint.

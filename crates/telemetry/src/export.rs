@@ -170,6 +170,11 @@ pub(crate) fn provider(target: &TelemetryTarget) -> Result<SdkTracerProvider, St
     Ok(provider)
 }
 
+/// Where traces go (the collector's URL without credentials or query), None when they are off.
+pub fn destination() -> Option<&'static str> {
+    PROVIDER.get().map(|(_, _, url)| url.as_str())
+}
+
 /// Sends what is still waiting, for at most two seconds; for exit. Spans it could not send are
 /// said in one line, with where they were to go.
 pub fn flush() {

@@ -24,7 +24,7 @@ use tracing_subscriber::Layer;
 use tracing_subscriber::registry::LookupSpan;
 
 pub use context::TraceParent;
-pub use export::flush;
+pub use export::{destination, flush};
 use keys::*;
 
 /// The `tracing` target of switchyard's spans for export.

@@ -232,12 +232,22 @@ async fn a_call_through_the_daemon_continues_the_clients_trace_to_the_server() {
     let c = conventions();
     let receiver = Receiver::start();
     let home = Home::new();
-    home.write_config(&format!(
-        "{}\n[telemetry]\nendpoint = \"{}\"\n",
-        home.fixture("alpha", &[]),
-        receiver.endpoint()
-    ));
+    // Credentials and a query in the URL: status shows where traces go without them.
+    let endpoint = receiver.endpoint().replace("http://", "http://user:pw@") + "/?key=k1";
+    home.write_config(&format!("{}\n[telemetry]\nendpoint = \"{endpoint}\"\n", home.fixture("alpha", &[])));
     let (mut connect, mut client) = home.client("alpha").await;
+    let shown = format!("{}/v1/traces", receiver.endpoint());
+    assert_eq!(home.status_json().await["traces"], json!({"endpoint": shown}));
+    let text = home.status_text().await;
+    assert!(text.contains(&format!("traces: {shown} (OTLP over HTTP)")) && !text.contains("k1"), "{text}");
+    // [telemetry] is read at start: an edit is said, and traces go where they went.
+    home.write_config(&format!("{}\n[telemetry]\nenabled = false\n", home.fixture("alpha", &[])));
+    let until = Instant::now() + Duration::from_secs(10);
+    while !home.logs().contains("[telemetry] changed in the config") {
+        assert!(Instant::now() < until, "the edit of [telemetry] is not said:\n{}", home.logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(home.status_json().await["traces"], json!({"endpoint": shown}));
     client.send(&echo(7, "through the daemon", true)).await;
     assert_eq!(tool_text(&client.wait_response(&json!(7)).await), "through the daemon");
     let (server, cli) = receiver.linked("tools/call echo").await;

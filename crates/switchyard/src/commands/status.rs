@@ -93,6 +93,8 @@ fn render(s: &serde_json::Value) -> String {
             let _ = writeln!(out, "  audit: off");
         }
     }
+    let traces = s["traces"]["endpoint"].as_str().map_or("off".to_string(), |url| format!("{url} (OTLP over HTTP)"));
+    let _ = writeln!(out, "  traces: {traces}");
     if let Some(http) = s.get("http") {
         let _ = writeln!(
             out,
@@ -346,7 +348,8 @@ mod tests {
     fn status_text_names_servers_instances_and_sessions() {
         let s = serde_json::json!({
             "pid": 7, "version": "0.1.0", "config": "/c.toml", "socket": "/s.sock", "log": null,
-            "audit": {"path": "/st/c.audit.jsonl", "lost": 3, "lost_queue_full": 0, "lost_write_failed": 3, "refused": 716, "strict": true}, "uptime_ms": 61_000, "plugins": ["hints.wasm"], "plugins_dir": "/p",
+            "audit": {"path": "/st/c.audit.jsonl", "lost": 3, "lost_queue_full": 0, "lost_write_failed": 3, "refused": 716, "strict": true},
+            "traces": {"endpoint": "http://otel:4318/v1/traces"}, "uptime_ms": 61_000, "plugins": ["hints.wasm"], "plugins_dir": "/p",
             "servers": [{"name": "fs", "target": "npx fs", "starts": 1, "restarts": 0, "last_error": null,
                 "instances": [{"label": "fs#1", "pool": "default", "pid": 42, "url": null, "uptime_ms": 500, "inflight": 1, "ready": true, "scope": "shared"},
                     {"label": "fs#2", "pool": "default", "pid": 43, "url": null, "uptime_ms": 500, "inflight": 0, "ready": true, "scope": "client cursor (token ci)"}],
@@ -365,6 +368,7 @@ mod tests {
             "pid 7",
             "up 1 min",
             "log: stderr",
+            "traces: http://otel:4318/v1/traces (OTLP over HTTP)",
             "audit: /st/c.audit.jsonl (3 lines of calls that ran lost: the file could not be written (the daemon log says why); 716 calls refused by strict = true, as their lines could not be written)",
             "hints.wasm",
             "server fs: npx fs",

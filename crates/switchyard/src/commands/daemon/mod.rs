@@ -239,6 +239,7 @@ async fn serve(
     let router = Servers::new(policy, about, cfg!(unix).then(switchyard_os::exe::spawnable), shutdown.clone());
     let mut applied = Applied::default();
     applied.audit = Some(config.audit.clone());
+    applied.telemetry = Some(config.telemetry.clone());
     applied.apply(&router, &start.loaded, &start.text);
     if let Some(why) = &start.fallback {
         reload::note(

@@ -25,6 +25,10 @@ pub(super) struct Applied {
     /// version of it that an edit brought, said once.
     pub(super) audit: Option<switchyard_config::AuditConfig>,
     audit_told: Option<switchyard_config::AuditConfig>,
+    /// `[telemetry]` as the daemon started with it (read at start only), and the last other
+    /// version of it that an edit brought, said once.
+    pub(super) telemetry: Option<switchyard_config::TelemetryConfig>,
+    telemetry_told: Option<switchyard_config::TelemetryConfig>,
 }
 
 impl Applied {
@@ -99,6 +103,15 @@ impl Applied {
                 "[audit] changed in the config: the daemon reads it when it starts, so the audit log goes on as before until then (`switchyard stop`; the next client starts it again)"
             );
             self.audit_told = Some(config.audit.clone());
+        }
+        if let Some(started) = &self.telemetry
+            && *started != config.telemetry
+            && self.telemetry_told.as_ref() != Some(&config.telemetry)
+        {
+            tracing::warn!(
+                "[telemetry] changed in the config: the daemon reads it when it starts, so traces go where they went until then (`switchyard stop`; the next client starts it again)"
+            );
+            self.telemetry_told = Some(config.telemetry.clone());
         }
         for name in self.parts.keys().filter(|n| !wanted.contains_key(*n) && !parts.contains_key(*n)) {
             router.remove(name, &format!("server `{name}` was removed from the config"));
