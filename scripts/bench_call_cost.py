@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
-"""What one sequential stdio round trip costs the process in the middle: per `echo` call to the
-fixture server, the context switches of all the middle process's threads and its CPU time (user
-and system, from /proc), with the client's p50 and p90. Targets, in one run, alternating:
+"""What a stdio call costs the process in the middle: per `echo` call to the fixture server, the
+context switches of all the middle process's threads and its CPU time (user and system, from
+/proc), with the client's p50 and p90 (one call at a time) or calls/s (`--window N`: N calls
+outstanding, as a client that pipelines sends them). Targets, in one run, alternating:
 
 - the fixture directly (the "middle" process is then the server itself);
-- `switchyard run` in front of it;
+- the compiled byte relay of the benches (crates/switchyard/benches/peers/relay.c, built with
+  `cc -O2`), the floor of any process in the middle;
+- `switchyard run` in front of it, with the audit log at its default (on) and off;
 - the line-copying proxy of the benches (crates/switchyard/benches/peers/line-proxy.py);
 - `switchyard connect` to a daemon serving the fixture: handed off (the middle is the daemon),
   and relayed with SWITCHYARD_HANDOFF=0 (the middle is connect and the daemon together).
 
-    python3 scripts/bench_call_cost.py path/to/switchyard [--calls N] [--rounds R]
+    python3 scripts/bench_call_cost.py path/to/switchyard [--calls N] [--rounds R] [--window W]
 
 Run `strace -c -f -p PID` on the middle process meanwhile to count its system calls per call.
 """
@@ -24,6 +27,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LINE_PROXY = os.path.join(ROOT, "crates/switchyard/benches/peers/line-proxy.py")
+RELAY = os.path.join(ROOT, "crates/switchyard/benches/peers/relay.c")
 WARM = 200
 
 
@@ -62,7 +66,7 @@ def total_usage(pids):
     return switches, cpu
 
 
-def measure(argv, calls, env=None, config=None):
+def measure(argv, calls, window, env=None, config=None):
     p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0,
                          env=env)
     init = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
@@ -82,28 +86,56 @@ def measure(argv, calls, env=None, config=None):
         middle = daemon_pids(config) + ([p.pid] if env and env.get("SWITCHYARD_HANDOFF") == "0" else [])
     before = total_usage(middle)
     times = []
-    for line in lines[WARM:]:
-        t = time.perf_counter()
-        p.stdin.write(line)
-        p.stdout.readline()
-        times.append(time.perf_counter() - t)
+    started = time.perf_counter()
+    if window <= 1:
+        for line in lines[WARM:]:
+            t = time.perf_counter()
+            p.stdin.write(line)
+            p.stdout.readline()
+            times.append(time.perf_counter() - t)
+    else:
+        pipelined(p, lines[WARM:], window)
+    wall = time.perf_counter() - started
     after = total_usage(middle)
     p.stdin.close()
     p.wait(timeout=10)
     times.sort()
-    return (times[len(times) // 2] * 1e6, times[len(times) * 9 // 10] * 1e6,
-            (after[0] - before[0]) / calls, (after[1] - before[1]) / calls * 1e6)
+    p50, p90 = (times[len(times) // 2] * 1e6, times[len(times) * 9 // 10] * 1e6) if times else (0, 0)
+    return (p50, p90, calls / wall, (after[0] - before[0]) / calls, (after[1] - before[1]) / calls * 1e6)
+
+
+def pipelined(p, lines, window):
+    """Sends `lines` with up to `window` of them unanswered, and reads every answer."""
+    sent = answered = 0
+    pending = b""
+    while answered < len(lines):
+        while sent < len(lines) and sent - answered < window:
+            p.stdin.write(lines[sent])
+            sent += 1
+        chunk = os.read(p.stdout.fileno(), 1 << 16)
+        if not chunk:
+            sys.exit("the target closed its output")
+        pending += chunk
+        answered += pending.count(b"\n")
+        pending = pending[pending.rfind(b"\n") + 1:]
+
+
+def relay(home):
+    """The byte relay, built into `home` (None without a C compiler)."""
+    exe = os.path.join(home, "relay")
+    built = subprocess.run(["cc", "-O2", "-o", exe, RELAY], check=False, stderr=subprocess.DEVNULL)
+    return exe if built.returncode == 0 else None
 
 
 def main():
     args = sys.argv[1:]
-    calls, rounds = 5000, 3
-    for flag in ("--calls", "--rounds"):
+    opts = {"--calls": 5000, "--rounds": 3, "--window": 1}
+    for flag in opts:
         if flag in args:
             i = args.index(flag)
-            value = int(args[i + 1])
+            opts[flag] = int(args[i + 1])
             del args[i:i + 2]
-            calls, rounds = (value, rounds) if flag == "--calls" else (calls, value)
+    calls, rounds, window = opts["--calls"], opts["--rounds"], opts["--window"]
     if len(args) != 1:
         sys.exit(__doc__)
     exe = os.path.abspath(args[0])
@@ -112,30 +144,40 @@ def main():
     config = os.path.join(home, "config.toml")
     with open(config, "w") as f:
         f.write(f"[servers.fx]\ncommand = {json.dumps(exe)}\nargs = [\"fixture\"]\n")
+    quiet = os.path.join(home, "no-audit.toml")
+    with open(quiet, "w") as f:
+        f.write("[audit]\nenabled = false\n")
     env = dict(os.environ)
     for var in ("XDG_RUNTIME_DIR", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME"):
         env[var] = os.path.join(home, var.lower())
         os.makedirs(env[var], mode=0o700, exist_ok=True)
     relayed = dict(env, SWITCHYARD_HANDOFF="0")
     connect = [exe, "connect", "fx", "--config", config]
-    targets = [("direct", fixture, None, None), ("`switchyard run`", [exe, "run", "--", *fixture], None, None),
+    run = [exe, "run", "--log-level", "warn", "--name", "fx"]
+    targets = [("direct", fixture, None, None),
+               ("`switchyard run`", [*run, "--", *fixture], env, None),
+               ("`switchyard run`, audit off", [*run, "--config", quiet, "--", *fixture], env, None),
                ("`switchyard connect`, handed off", connect, env, config),
                ("`switchyard connect`, relayed", connect, relayed, config),
                ("line-copying proxy (Python)", [sys.executable, LINE_PROXY, *fixture], None, None)]
+    floor = relay(home)
+    if floor:
+        targets.insert(1, ("byte relay (C)", [floor, *fixture], None, None))
     results = {name: [] for name, *_ in targets}
     try:
         for _ in range(rounds):
             for name, argv, env_of, config_of in targets:
-                results[name].append(measure(argv, calls, env_of, config_of))
+                results[name].append(measure(argv, calls, window, env_of, config_of))
     finally:
         subprocess.run([exe, "stop", "--config", config], env=env, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, check=False)
         shutil.rmtree(home, ignore_errors=True)
-    print(f"| {calls} calls × {rounds} rounds | p50 µs | p90 µs | middle process: switches/call | CPU µs/call |")
-    print("|---|---:|---:|---:|---:|")
+    print(f"| {calls} calls × {rounds} rounds, {window} outstanding | p50 µs | p90 µs | calls/s "
+          "| middle process: switches/call | CPU µs/call |")
+    print("|---|---:|---:|---:|---:|---:|")
     for name, rows in results.items():
         med = [sorted(col)[len(col) // 2] for col in zip(*rows)]
-        print(f"| {name} | {med[0]:.0f} | {med[1]:.0f} | {med[2]:.2f} | {med[3]:.0f} |")
+        print(f"| {name} | {med[0]:.0f} | {med[1]:.0f} | {med[2]:.0f} | {med[3]:.2f} | {med[4]:.1f} |")
 
 
 if __name__ == "__main__":
