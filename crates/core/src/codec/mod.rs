@@ -29,7 +29,7 @@ pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 
 mod reader;
 
-pub use reader::{Frame, LineReader, keep_tail, skipped_request_id, skipped_response_id};
+pub use reader::{ENDS_KEPT, Frame, LineReader, keep_tail, skipped_request_id, skipped_response_id};
 
 /// What kind of JSON-RPC message a line holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
