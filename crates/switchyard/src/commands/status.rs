@@ -73,130 +73,11 @@ pub(crate) fn problems(s: &serde_json::Value) -> Vec<&str> {
 fn render(s: &serde_json::Value) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
-    let ms = |v: &serde_json::Value| human_ms(v.as_u64().unwrap_or(0));
-    let _ = writeln!(
-        out,
-        "switchyard {} daemon, pid {}, up {}",
-        s["version"].as_str().unwrap_or("?"),
-        s["pid"],
-        ms(&s["uptime_ms"])
-    );
-    for (label, key) in [("config", "config"), ("socket", "socket"), ("log", "log")] {
-        let v = s[key].as_str().unwrap_or(if key == "log" { "stderr" } else { "-" });
-        let _ = writeln!(out, "  {label}: {v}");
-    }
-    match s["audit"]["path"].as_str() {
-        Some(path) => {
-            let _ = writeln!(out, "  audit: {path}{} (switchyard calls)", audit_losses(&s["audit"]));
-        }
-        None => {
-            let _ = writeln!(out, "  audit: off");
-        }
-    }
-    let traces = s["traces"]["endpoint"].as_str().map_or("off".to_string(), |url| format!("{url} (OTLP over HTTP)"));
-    let _ = writeln!(out, "  traces: {traces}");
-    if let Some(http) = s.get("http") {
-        let _ = writeln!(
-            out,
-            "  http: {} ({} session{})",
-            http["listen"].as_str().unwrap_or("?"),
-            http["sessions"],
-            if http["sessions"] == 1 { "" } else { "s" }
-        );
-    }
-    for note in problems(s) {
-        let _ = writeln!(out, "  problem: {}", printable(note));
-    }
-    let plugins: Vec<&str> = s["plugins"].as_array().into_iter().flatten().filter_map(|p| p.as_str()).collect();
-    let _ = writeln!(
-        out,
-        "  plugins: {}{}",
-        if plugins.is_empty() { "none".to_string() } else { plugins.join(", ") },
-        s["plugins_dir"].as_str().map(|d| format!(" (from {d})")).unwrap_or_default()
-    );
+    render_daemon(&mut out, s);
     let servers = s["servers"].as_array().cloned().unwrap_or_default();
     let retired = s["retired"].as_array().cloned().unwrap_or_default();
     for (server, old) in servers.iter().map(|v| (v, false)).chain(retired.iter().map(|v| (v, true))) {
-        if let Some(names) = server["client_env"].as_array() {
-            let names: Vec<&str> = names.iter().filter_map(|n| n.as_str()).collect();
-            let variants: Vec<&str> =
-                server["variants"].as_array().into_iter().flatten().filter_map(|v| v.as_str()).collect();
-            let _ = writeln!(
-                out,
-                "\nserver {}: {}\n  one server per distinct set of client values of {} (connect --env {}); {}",
-                server["name"].as_str().unwrap_or("?"),
-                server["target"].as_str().unwrap_or(""),
-                names.join(", "),
-                names.join(","),
-                if variants.is_empty() {
-                    "none running".to_string()
-                } else {
-                    format!("running: {}", variants.join(", "))
-                }
-            );
-            continue;
-        }
-        let _ = writeln!(
-            out,
-            "\nserver {}{}: {}",
-            server["name"].as_str().unwrap_or("?"),
-            if old { " (old configuration, draining)" } else { "" },
-            server["target"].as_str().unwrap_or("")
-        );
-        let _ = writeln!(out, "  started {} instance(s), {} restart(s)", server["starts"], server["restarts"]);
-        if let Some(e) = server["last_error"].as_str() {
-            let _ = writeln!(out, "  last error: {e}");
-        }
-        if let Some(base) = server["sibling_of"].as_str() {
-            let _ =
-                writeln!(out, "  instances for clients that differ from those of {base} (share = {})", server["share"]);
-        }
-        // Whom its instances serve: each client (clientInfo) and its kind.
-        for c in server["clients"].as_array().into_iter().flatten() {
-            let _ = writeln!(out, "  {}", client_text(c));
-        }
-        if let Some(hint) = server["one_at_a_time"].as_str() {
-            let _ = writeln!(out, "  note: {hint}");
-        }
-        let instances = server["instances"].as_array().cloned().unwrap_or_default();
-        if instances.is_empty() {
-            let _ = writeln!(out, "  no instance running (one starts with the first call)");
-        }
-        for i in &instances {
-            let at = match (i["pid"].as_u64(), i["url"].as_str()) {
-                (Some(pid), _) => format!("pid {pid}"),
-                (None, Some(url)) => url.to_string(),
-                _ => "-".to_string(),
-            };
-            // An instance of one session's, client's or key's own says whose.
-            let scope = match i["scope"].as_str() {
-                None | Some("shared") => String::new(),
-                Some(s) => format!(", {}", printable(s)),
-            };
-            let _ = writeln!(
-                out,
-                "  instance {} [{}{scope}] {at}, up {}, {} call(s) in flight{}",
-                i["label"].as_str().unwrap_or("?"),
-                i["pool"].as_str().unwrap_or("?"),
-                ms(&i["uptime_ms"]),
-                i["inflight"],
-                if i["ready"] == true { "" } else { ", starting" }
-            );
-        }
-        for c in server["calls"].as_array().into_iter().flatten() {
-            let _ = writeln!(out, "{}", call_line(c));
-        }
-        for c in server["sessions"].as_array().into_iter().flatten() {
-            let _ = writeln!(
-                out,
-                "  session {} {}, up {}, {} call(s) in flight, {} waiting",
-                c["label"].as_str().unwrap_or("?"),
-                c["client"].as_str().map_or("(client not initialised yet)".into(), printable),
-                ms(&c["uptime_ms"]),
-                c["inflight"],
-                c["waiting"]
-            );
-        }
+        render_server(&mut out, server, old);
     }
     for b in s["broken"].as_array().into_iter().flatten() {
         let _ = writeln!(
@@ -241,6 +122,133 @@ recent warnings and errors (the last {shown} of {}; all in --json):",
         }
     }
     out
+}
+
+/// The daemon itself: its version, files, audit log, traces, front, problems and plugins.
+fn render_daemon(out: &mut String, s: &serde_json::Value) {
+    use std::fmt::Write as _;
+    let ms = |v: &serde_json::Value| human_ms(v.as_u64().unwrap_or(0));
+    let _ = writeln!(
+        out,
+        "switchyard {} daemon, pid {}, up {}",
+        s["version"].as_str().unwrap_or("?"),
+        s["pid"],
+        ms(&s["uptime_ms"])
+    );
+    for (label, key) in [("config", "config"), ("socket", "socket"), ("log", "log")] {
+        let v = s[key].as_str().unwrap_or(if key == "log" { "stderr" } else { "-" });
+        let _ = writeln!(out, "  {label}: {v}");
+    }
+    match s["audit"]["path"].as_str() {
+        Some(path) => {
+            let _ = writeln!(out, "  audit: {path}{} (switchyard calls)", audit_losses(&s["audit"]));
+        }
+        None => {
+            let _ = writeln!(out, "  audit: off");
+        }
+    }
+    let traces = s["traces"]["endpoint"].as_str().map_or("off".to_string(), |url| format!("{url} (OTLP over HTTP)"));
+    let _ = writeln!(out, "  traces: {traces}");
+    if let Some(http) = s.get("http") {
+        let _ = writeln!(
+            out,
+            "  http: {} ({} session{})",
+            http["listen"].as_str().unwrap_or("?"),
+            http["sessions"],
+            if http["sessions"] == 1 { "" } else { "s" }
+        );
+    }
+    for note in problems(s) {
+        let _ = writeln!(out, "  problem: {}", printable(note));
+    }
+    let plugins: Vec<&str> = s["plugins"].as_array().into_iter().flatten().filter_map(|p| p.as_str()).collect();
+    let _ = writeln!(
+        out,
+        "  plugins: {}{}",
+        if plugins.is_empty() { "none".to_string() } else { plugins.join(", ") },
+        s["plugins_dir"].as_str().map(|d| format!(" (from {d})")).unwrap_or_default()
+    );
+}
+
+/// One server: what it runs, whom it serves, its instances, calls and sessions.
+fn render_server(out: &mut String, server: &serde_json::Value, old: bool) {
+    use std::fmt::Write as _;
+    let ms = |v: &serde_json::Value| human_ms(v.as_u64().unwrap_or(0));
+    if let Some(names) = server["client_env"].as_array() {
+        let names: Vec<&str> = names.iter().filter_map(|n| n.as_str()).collect();
+        let variants: Vec<&str> =
+            server["variants"].as_array().into_iter().flatten().filter_map(|v| v.as_str()).collect();
+        let _ = writeln!(
+            out,
+            "\nserver {}: {}\n  one server per distinct set of client values of {} (connect --env {}); {}",
+            server["name"].as_str().unwrap_or("?"),
+            server["target"].as_str().unwrap_or(""),
+            names.join(", "),
+            names.join(","),
+            if variants.is_empty() { "none running".to_string() } else { format!("running: {}", variants.join(", ")) }
+        );
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nserver {}{}: {}",
+        server["name"].as_str().unwrap_or("?"),
+        if old { " (old configuration, draining)" } else { "" },
+        server["target"].as_str().unwrap_or("")
+    );
+    let _ = writeln!(out, "  started {} instance(s), {} restart(s)", server["starts"], server["restarts"]);
+    if let Some(e) = server["last_error"].as_str() {
+        let _ = writeln!(out, "  last error: {e}");
+    }
+    if let Some(base) = server["sibling_of"].as_str() {
+        let _ = writeln!(out, "  instances for clients that differ from those of {base} (share = {})", server["share"]);
+    }
+    // Whom its instances serve: each client (clientInfo) and its kind.
+    for c in server["clients"].as_array().into_iter().flatten() {
+        let _ = writeln!(out, "  {}", client_text(c));
+    }
+    if let Some(hint) = server["one_at_a_time"].as_str() {
+        let _ = writeln!(out, "  note: {hint}");
+    }
+    let instances = server["instances"].as_array().cloned().unwrap_or_default();
+    if instances.is_empty() {
+        let _ = writeln!(out, "  no instance running (one starts with the first call)");
+    }
+    for i in &instances {
+        let at = match (i["pid"].as_u64(), i["url"].as_str()) {
+            (Some(pid), _) => format!("pid {pid}"),
+            (None, Some(url)) => url.to_string(),
+            _ => "-".to_string(),
+        };
+        // An instance of one session's, client's or key's own says whose.
+        let scope = match i["scope"].as_str() {
+            None | Some("shared") => String::new(),
+            Some(s) => format!(", {}", printable(s)),
+        };
+        let _ = writeln!(
+            out,
+            "  instance {} [{}{scope}] {at}, up {}, {} call(s) in flight{}",
+            i["label"].as_str().unwrap_or("?"),
+            i["pool"].as_str().unwrap_or("?"),
+            ms(&i["uptime_ms"]),
+            i["inflight"],
+            if i["ready"] == true { "" } else { ", starting" }
+        );
+    }
+    for c in server["calls"].as_array().into_iter().flatten() {
+        let _ = writeln!(out, "{}", call_line(c));
+    }
+    for c in server["sessions"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            out,
+            "  session {} {}, up {}, {} call(s) in flight, {} waiting",
+            c["label"].as_str().unwrap_or("?"),
+            c["client"].as_str().map_or("(client not initialised yet)".into(), printable),
+            ms(&c["uptime_ms"]),
+            c["inflight"],
+            c["waiting"]
+        );
+    }
 }
 
 /// Where server `name`'s sign-in stands (`sign_in` of its status), and what to do about it.
