@@ -216,9 +216,16 @@ impl Drop for Conn {
 }
 
 /// `argv` in a process group of its own (so Drop can take its children too), stderr to a file.
+/// Its state (the audit logs of the `run`s measured) goes beside `stderr`, in the bench's own
+/// directory, not the user's.
 pub(crate) fn command(argv: &[String], stderr: &Path) -> Command {
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..]).stderr(std::fs::File::create(stderr).unwrap()).process_group(0);
+    if std::env::var_os("XDG_STATE_HOME").is_none()
+        && let Some(dir) = stderr.parent()
+    {
+        cmd.env("XDG_STATE_HOME", dir.join("state"));
+    }
     cmd
 }
 
