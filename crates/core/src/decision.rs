@@ -35,6 +35,17 @@ pub enum Concurrency {
     Keyed(BTreeSet<String>),
 }
 
+impl Concurrency {
+    /// Its kind, as metrics label it and the audit log writes it (`keyed` without the keys).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Concurrency::Shared => "shared",
+            Concurrency::Exclusive => "exclusive",
+            Concurrency::Keyed(_) => "keyed",
+        }
+    }
+}
+
 /// Retry rule for transport failures and timeouts. `attempts` counts retries, not the first try.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Retry {
@@ -99,6 +110,15 @@ impl Transport {
             "unix" | "pipe" => Transport::Socket,
             "http" => Transport::Http,
             _ => Transport::Stdio,
+        }
+    }
+
+    /// Its name in recorded calls, `plugin check` and the audit log.
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Stdio => "stdio",
+            Transport::Socket => "socket",
+            Transport::Http => "http",
         }
     }
 }

@@ -381,12 +381,7 @@ fn caller_text(c: &Caller) -> String {
         (Some(n), None) => n.clone(),
         (None, _) => "(no name)".to_string(),
     };
-    let transport = match c.transport {
-        Transport::Stdio => "stdio",
-        Transport::Socket => "socket",
-        Transport::Http => "http",
-    };
-    let _ = write!(text, " over {transport}");
+    let _ = write!(text, " over {}", c.transport.name());
     if let Some(d) = &c.dir {
         let _ = write!(text, " in {d}");
     }

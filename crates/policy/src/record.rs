@@ -170,12 +170,7 @@ fn insert_caller(obj: &mut Map<String, Value>, who: &Caller) {
                 client.insert(k.into(), json!(v));
             }
         }
-        let transport = match who.transport {
-            Transport::Stdio => "stdio",
-            Transport::Socket => "socket",
-            Transport::Http => "http",
-        };
-        client.insert("transport".into(), json!(transport));
+        client.insert("transport".into(), json!(who.transport.name()));
         obj.insert("client".into(), client.into());
     }
     if !who.era.is_empty() {

@@ -17,7 +17,6 @@ use crate::pool::Lease;
 use crate::server::Server;
 use crate::server::calls::{Stage, Track};
 use crate::upstream::{Instance, ProgressSink, Reply};
-use switchyard_core::decision::Concurrency;
 use switchyard_core::error::CallError;
 
 /// An attempt's answer, with the gate permit it held and the instance that gave it.
@@ -220,12 +219,7 @@ impl Attempt<'_, '_> {
         )
         .await
         .map_err(|e| e.map_or(Stop::Cancelled, |w| self.waited_out(self.what.to_string(), Some(w), self.wait_until)))?;
-        let kind = match eff.concurrency {
-            Concurrency::Shared => "shared",
-            Concurrency::Exclusive => "exclusive",
-            Concurrency::Keyed(_) => "keyed",
-        };
-        server.metrics.gate_wait(&server.metric_name, kind, self.started.elapsed());
+        server.metrics.gate_wait(&server.metric_name, eff.concurrency.kind(), self.started.elapsed());
         Ok(permit)
     }
 

@@ -8,7 +8,7 @@ use super::refused::{Refused, refused};
 use super::{End, Request, caller_of};
 use crate::server::Server;
 use switchyard_core::audit::{Client, Decided, Ended, Record, Ticket, Waits, sha256_hex, time};
-use switchyard_core::decision::{Concurrency, Rejection, Transport};
+use switchyard_core::decision::{Concurrency, Rejection};
 use switchyard_core::metrics::Outcome;
 
 /// What a call's attempts waited for and where the last one ran.
@@ -51,12 +51,7 @@ impl Asked {
         let client = Client {
             name: caller.name,
             version: caller.version,
-            transport: match caller.transport {
-                Transport::Stdio => "stdio",
-                Transport::Socket => "socket",
-                Transport::Http => "http",
-            }
-            .to_string(),
+            transport: caller.transport.name().to_string(),
             dir: caller.dir,
             profile: (own != server.name).then(|| own.to_string()),
             credential: caller.token,
@@ -116,13 +111,12 @@ impl Asked {
 
 /// A decision as the audit line shows it.
 pub(super) fn decided(eff: &super::Effective) -> Decided {
-    let (concurrency, keys) = match &eff.concurrency {
-        Concurrency::Shared => ("shared", 0),
-        Concurrency::Exclusive => ("exclusive", 0),
-        Concurrency::Keyed(keys) => ("keyed", keys.len()),
+    let keys = match &eff.concurrency {
+        Concurrency::Keyed(keys) => keys.len(),
+        _ => 0,
     };
     Decided {
-        concurrency: concurrency.to_string(),
+        concurrency: eff.concurrency.kind().to_string(),
         keys,
         pool: eff.pool.name.clone(),
         timeout_ms: eff.timeout.as_millis() as u64,
