@@ -4,3 +4,15 @@
 pub type SessionId = u64;
 
 pub use switchyard_os::random::random;
+
+/// `bytes` in lowercase hex, two digits each (a hash, a trace id), from a table: this runs per
+/// call, where a formatter per byte would cost more than the hash.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
+    out
+}

@@ -324,9 +324,13 @@ impl PluginSet {
     /// The plugins that judge the calls to `server`, in chain order: each by its file name and
     /// the SHA-256 of the file that runs (for the audit log and traces).
     pub fn judges_of(&self, server: &str) -> Vec<switchyard_core::audit::PluginRef> {
-        let hex = |h: &[u8; 32]| h.iter().map(|b| format!("{b:02x}")).collect::<String>();
         let judges = self.chain.iter().filter(|p| p.applies_to(server));
-        judges.map(|p| switchyard_core::audit::PluginRef { name: p.name.clone(), sha256: hex(&p.hash) }).collect()
+        judges
+            .map(|p| switchyard_core::audit::PluginRef {
+                name: p.name.clone(),
+                sha256: switchyard_core::ids::hex(&p.hash),
+            })
+            .collect()
     }
 
     /// Plugin names in chain order (for logs).

@@ -51,6 +51,11 @@ impl TraceParent {
         Some(TraceParent { trace_id, parent_id, flags })
     }
 
+    /// The trace id in lowercase hex, as `traceparent` and the audit log write it.
+    pub fn trace_id_hex(&self) -> String {
+        switchyard_core::ids::hex(&self.trace_id)
+    }
+
     /// Whether the caller recorded its span (the `sampled` flag).
     pub fn sampled(&self) -> bool {
         self.flags & 1 == 1

@@ -165,16 +165,7 @@ impl Ended {
 
 /// SHA-256 of `bytes`, in hex.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    // Two digits per byte from a table: once per call, where `write!` per byte was a
-    // formatter's run each.
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let hash = sha2::Sha256::digest(bytes);
-    let mut out = String::with_capacity(64);
-    for b in hash.iter() {
-        out.push(char::from(HEX[usize::from(b >> 4)]));
-        out.push(char::from(HEX[usize::from(b & 0xf)]));
-    }
-    out
+    crate::ids::hex(&sha2::Sha256::digest(bytes))
 }
 
 impl Record {

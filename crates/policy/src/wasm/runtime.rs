@@ -194,10 +194,6 @@ pub fn content_hash(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// Where precompiled plugins are kept: `$XDG_CACHE_HOME/switchyard/plugins`, else
 /// `~/.cache/switchyard/plugins`. None when neither is known or the directory cannot be made.
 fn cache_dir() -> Option<&'static Path> {
@@ -219,7 +215,7 @@ fn cache_dir() -> Option<&'static Path> {
 /// Compiles a component, or loads its precompiled form from the cache.
 #[allow(unsafe_code)]
 pub(super) fn compile(rt: &Runtime, bytes: &[u8], hash: &[u8; 32]) -> anyhow::Result<Component> {
-    let cached = cache_dir().map(|d| d.join(format!("{}-{}.cwasm", hex(hash), rt.compat)));
+    let cached = cache_dir().map(|d| d.join(format!("{}-{}.cwasm", switchyard_core::ids::hex(hash), rt.compat)));
     if let Some(path) = cached.as_deref().filter(|p| p.is_file()) {
         // SAFETY: the cache holds only files this function wrote from `Component::serialize`
         // under a name that pins the content hash and the engine's compatibility hash; wasmtime

@@ -31,7 +31,7 @@ pub(super) struct Asked {
     arguments_sha256: Option<String>,
     arguments: Option<serde_json::Value>,
     request_bytes: u64,
-    /// The trace the client put the call in (`_meta.traceparent`), if any.
+    /// The trace the client put the call in (a valid `_meta.traceparent`), if any.
     trace_id: Option<String>,
 }
 
@@ -66,7 +66,7 @@ impl Asked {
             arguments_sha256: arguments.map(|a| sha256_hex(a.as_bytes())),
             arguments: arguments.filter(|_| log.with_arguments()).and_then(|a| serde_json::from_str(a).ok()),
             request_bytes: call.line().len() as u64,
-            trace_id: call.string(&call.fields().traceparent).and_then(|t| trace_id_of(&t)),
+            trace_id: switchyard_telemetry::context::sent(call).map(|(parent, _)| parent.trace_id_hex()),
         };
         let Some(why) = refusal else { return Ok(Some(asked)) };
         // The refusal's own line is tried all the same: once it is written, the log takes calls again.
@@ -130,15 +130,7 @@ fn span_trace_id() -> Option<String> {
     if !switchyard_telemetry::on() {
         return None;
     }
-    let parent = switchyard_telemetry::started(&tracing::Span::current())?.traceparent()?;
-    trace_id_of(&parent.to_string())
-}
-
-/// The trace id of a W3C `traceparent` (`00-TRACEID-PARENTID-FLAGS`), when it has a valid one.
-fn trace_id_of(traceparent: &str) -> Option<String> {
-    let id = traceparent.trim().split('-').nth(1)?;
-    let hex = id.len() == 32 && id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-    (hex && id.bytes().any(|b| b != b'0')).then(|| id.to_string())
+    Some(switchyard_telemetry::started(&tracing::Span::current())?.traceparent()?.trace_id_hex())
 }
 
 /// Milliseconds, to the microsecond.
