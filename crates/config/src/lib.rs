@@ -4,6 +4,8 @@
 #![forbid(unsafe_code)]
 
 mod audit;
+mod budgets;
+mod group;
 mod http;
 mod launch;
 mod limits;
@@ -23,6 +25,8 @@ use anyhow::{Context, anyhow, bail};
 use serde::Deserialize;
 
 pub use self::audit::AuditConfig;
+pub use self::budgets::{BudgetConfig, Expose};
+pub use self::group::{ALL as ALL_GROUP, DEFAULT_SEPARATOR, Group, GroupConfig, Member, resolve_groups};
 pub use self::http::{
     DEFAULT_HTTP_LISTEN, HostName, HttpConfig, WebOrigin, is_bearer_token, parse_authority, parse_listen,
 };
@@ -30,8 +34,8 @@ pub use self::launch::{Launch, Share};
 pub use self::limits::{Limits, LimitsPatch};
 pub use self::oauth::{DEFAULT_LOGIN_TIMEOUT_MS, OAuthConfig};
 pub use self::server::{
-    Affinity, ClientValues, DaemonConfig, MAX_SERVER_NAME, OnError, PluginEntry, PoolConfig, Refusals, ServerConfig,
-    ServerEntry, TransportKind, check_server_name, derive_name,
+    Affinity, ClientValues, DaemonConfig, Fail, HookMode, MAX_SERVER_NAME, OnError, PluginEntry, PoolConfig, Refusals,
+    ServerConfig, ServerEntry, TransportKind, check_server_name, derive_name,
 };
 pub use self::spans::line_col;
 pub use self::telemetry::{TelemetryConfig, TelemetryTarget};
@@ -77,6 +81,13 @@ pub struct Config {
     /// `[telemetry]`: where traces go (read at start, see docs/telemetry.md).
     #[serde(default)]
     pub telemetry: TelemetryConfig,
+    /// `[budgets.KIND]`: a kind of client's limits on the tool list it is given, over those
+    /// built in, and whether it is given a search instead (docs/budgets.md).
+    #[serde(default)]
+    pub budgets: BTreeMap<String, BudgetConfig>,
+    /// `[groups.NAME]`: servers reached as one (see [`Config::groups`]).
+    #[serde(default)]
+    pub groups: BTreeMap<String, GroupConfig>,
     /// Directory of the config file, for resolving relative paths (not read from the file).
     #[serde(skip)]
     pub base_dir: Option<PathBuf>,
@@ -203,7 +214,18 @@ impl Config {
             let at = spans.plugins.get(n).and_then(|k| k.get("servers").or_else(|| k.get("file")));
             entry.check_servers(&known).map_err(|e| anyhow!("{}: {e}", place(at.map(|s| s.span().start))))?;
         }
+        for (n, entry) in config.plugins.iter().enumerate().filter(|(_, e)| e.max_payload_kib == 0) {
+            let at = spans.plugins.get(n).and_then(|k| k.get("max_payload_kib"));
+            bail!(
+                "{}: plugin {}: `max_payload_kib = 0` hands its content hooks nothing; give the largest params or result it may read, in KiB (default 1024)",
+                place(at.map(|s| s.span().start)),
+                entry.file
+            );
+        }
         config.validate_defaults().map_err(|e| anyhow!("config file {}: {e:#}", path.display()))?;
+        if !config.groups.is_empty() {
+            resolve_groups(&config.groups, &known).map_err(|e| anyhow!("config file {}: {e}", path.display()))?;
+        }
         config.validate_servers(&|name| format!("server `{name}` ({})", place(entry_at(name).0)))?;
         Ok(config)
     }
@@ -214,6 +236,12 @@ impl Config {
             return self.server.derived_name().into_iter().collect();
         }
         self.servers.keys().cloned().collect()
+    }
+
+    /// The groups clients may connect to: each `[groups.NAME]`, and the implicit group of every
+    /// server ([`ALL_GROUP`]), checked against the file's servers.
+    pub fn groups(&self) -> Result<BTreeMap<String, Group>, String> {
+        resolve_groups(&self.groups, &self.server_names())
     }
 
     /// Fills in the `default` pool and checks values that would make the router misbehave,
@@ -233,6 +261,12 @@ impl Config {
             p.config_json()?;
             if p.deadline_ms == 0 || p.memory_mib == 0 {
                 bail!("plugin {}: deadline_ms and memory_mib must be above 0", p.file);
+            }
+            if p.max_payload_kib == 0 {
+                bail!(
+                    "plugin {}: `max_payload_kib = 0` hands its content hooks nothing; give the largest params or result it may read, in KiB (default 1024)",
+                    p.file
+                );
             }
         }
         Ok(())
@@ -284,6 +318,8 @@ impl Config {
             audit: self.audit.clone(),
             http: self.http.clone(),
             telemetry: self.telemetry.clone(),
+            budgets: self.budgets.clone(),
+            groups: BTreeMap::new(),
             base_dir: self.base_dir.clone(),
         }
     }
@@ -478,6 +514,30 @@ mod tests {
             "{e}"
         );
         assert!(e.contains(&format!("the first is at config file {file}, line 4")), "{e}");
+    }
+
+    #[test]
+    fn content_hook_mode_fail_and_payload_are_read_and_bad_ones_named_with_their_line() {
+        let (_dir, c) = load_text(
+            "[server]\ncommand = \"x\"\n[[plugins]]\nfile = \"a.wasm\"\nmode = \"audit\"\nfail = \"closed\"\nmax_payload_kib = 64\n\
+             [[plugins]]\nfile = \"b.wasm\"\non_error = \"closed\"\n",
+        );
+        let c = c.unwrap();
+        assert_eq!((c.plugins[0].mode, c.plugins[0].fails()), (HookMode::Audit, Fail::Closed));
+        assert_eq!(c.plugins[0].max_payload_bytes(), 64 * 1024);
+        // No `fail`: as on_error says; no mode: enforced; 1 MiB.
+        assert_eq!((c.plugins[1].mode, c.plugins[1].fails()), (HookMode::Enforce, Fail::Closed));
+        assert_eq!(c.plugins[1].max_payload_bytes(), 1024 * 1024);
+        for (text, line, words) in [
+            ("mode = \"audt\"", 5, "`mode = \"audt\"` is not a mode"),
+            ("fail = \"shut\"", 5, "`fail = \"shut\"` is not a way to fail"),
+            ("max_payload_kib = 0", 5, "`max_payload_kib = 0` hands its content hooks nothing"),
+        ] {
+            let (dir, c) = load_text(&format!("[server]\ncommand = \"x\"\n[[plugins]]\nfile = \"a.wasm\"\n{text}\n"));
+            let e = format!("{:#}", c.unwrap_err());
+            let file = dir.path().join("switchyard.toml").display().to_string();
+            assert!(e.contains(&file) && e.contains(&format!("line {line}")) && e.contains(words), "{text}: {e}");
+        }
     }
 
     #[test]

@@ -24,6 +24,9 @@ pub struct ServerConfig {
     ///
     /// [`Config::for_client`]: crate::Config::for_client
     pub client_values: ClientValues,
+    /// `expose`: how its tools are given to clients (its list, or a search over it); None: as
+    /// the client's budget says (docs/budgets.md).
+    pub expose: Option<crate::Expose>,
 }
 
 /// One `[servers.NAME]` table: the keys of `[server]` but `name` (the table's name is the
@@ -36,6 +39,8 @@ pub struct ServerEntry {
     pub pools: BTreeMap<String, PoolConfig>,
     /// Override the file's `[limits]`, only the keys given.
     pub limits: LimitsPatch,
+    /// `expose`: how its tools are given to clients (see [`ServerConfig::expose`]).
+    pub expose: Option<crate::Expose>,
 }
 
 impl ServerEntry {
@@ -45,12 +50,13 @@ impl ServerEntry {
             name: Some(name.to_string()),
             launch: self.launch.clone(),
             client_values: ClientValues::default(),
+            expose: self.expose,
         }
     }
 }
 
-const SERVER_KEYS: [&str; 1 + Launch::KEYS.len()] = keys(&["name"], &[]);
-const ENTRY_KEYS: [&str; Launch::KEYS.len() + 2] = keys(&[], &["pools", "limits"]);
+const SERVER_KEYS: [&str; 2 + Launch::KEYS.len()] = keys(&["name"], &["expose"]);
+const ENTRY_KEYS: [&str; Launch::KEYS.len() + 3] = keys(&[], &["pools", "limits", "expose"]);
 
 impl WithLaunch for ServerConfig {
     const NAME: &'static str = "ServerConfig";
@@ -59,6 +65,7 @@ impl WithLaunch for ServerConfig {
     fn read_value<'de, A: MapAccess<'de>>(&mut self, key: &'static str, map: &mut A) -> Result<(), A::Error> {
         match key {
             "name" => self.name = map.next_value()?,
+            "expose" => self.expose = map.next_value()?,
             _ => unreachable!("`{key}` is not a key of ServerConfig"),
         }
         Ok(())
@@ -77,6 +84,7 @@ impl WithLaunch for ServerEntry {
         match key {
             "pools" => self.pools = map.next_value()?,
             "limits" => self.limits = map.next_value()?,
+            "expose" => self.expose = map.next_value()?,
             _ => unreachable!("`{key}` is not a key of ServerEntry"),
         }
         Ok(())
@@ -250,6 +258,54 @@ impl<'de> Deserialize<'de> for Refusals {
     }
 }
 
+/// What a plugin's content hooks (`switchyard:policy@0.3.0`) do to the calls they see
+/// (`[[plugins]] mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HookMode {
+    /// What a hook answers is applied: a modified request or result replaces it, a denial
+    /// refuses the call.
+    #[default]
+    Enforce,
+    /// The hook runs and what it would have done is logged and counted; nothing changes.
+    Audit,
+}
+
+impl<'de> Deserialize<'de> for HookMode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        match s.as_str() {
+            "enforce" => Ok(HookMode::Enforce),
+            "audit" => Ok(HookMode::Audit),
+            other => Err(serde::de::Error::custom(format!(
+                "`mode = {other:?}` is not a mode: use \"enforce\" (the default: what the plugin's hooks answer is applied) or \"audit\" (they run, and what they would have done is logged only)"
+            ))),
+        }
+    }
+}
+
+/// What a content hook that cannot answer (it trapped, ran past its deadline, or the payload
+/// is over `max_payload_kib`) does to the call (`[[plugins]] fail`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fail {
+    /// The call passes as if the hook had answered continue (and it is logged).
+    Open,
+    /// The call is refused, naming the plugin and what went wrong.
+    Closed,
+}
+
+impl<'de> Deserialize<'de> for Fail {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        match s.as_str() {
+            "open" => Ok(Fail::Open),
+            "closed" => Ok(Fail::Closed),
+            other => Err(serde::de::Error::custom(format!(
+                "`fail = {other:?}` is not a way to fail: use \"open\" (a hook that cannot answer lets the call pass) or \"closed\" (it refuses the call)"
+            ))),
+        }
+    }
+}
+
 /// One `[[plugins]]` entry: a plugin in the directory runs only under its entry, with its config.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -287,6 +343,16 @@ pub struct PluginEntry {
     /// The servers (by name) whose calls and tool lists it judges; None: every server.
     #[serde(default)]
     pub servers: Option<Vec<String>>,
+    /// Whether its content hooks' answers are applied or only logged.
+    #[serde(default)]
+    pub mode: HookMode,
+    /// What a content hook that cannot answer does to the call; None: as `on_error` says.
+    #[serde(default)]
+    pub fail: Option<Fail>,
+    /// The largest params or result, in KiB, handed to its content hooks; a larger one is
+    /// not handed in, and `fail` applies.
+    #[serde(default = "default_max_payload_kib")]
+    pub max_payload_kib: u64,
 }
 
 fn default_deadline_ms() -> u64 {
@@ -297,6 +363,9 @@ fn default_memory_mib() -> u64 {
 }
 fn default_required() -> bool {
     true
+}
+fn default_max_payload_kib() -> u64 {
+    1024
 }
 
 impl PluginEntry {
@@ -314,7 +383,23 @@ impl PluginEntry {
             allow_random: false,
             required: default_required(),
             servers: None,
+            mode: HookMode::default(),
+            fail: None,
+            max_payload_kib: default_max_payload_kib(),
         }
+    }
+
+    /// What its content hooks do when they cannot answer: `fail`, else as `on_error` says.
+    pub fn fails(&self) -> Fail {
+        self.fail.unwrap_or(match self.on_error {
+            OnError::Open => Fail::Open,
+            OnError::Closed => Fail::Closed,
+        })
+    }
+
+    /// The largest params or result its content hooks are handed, in bytes.
+    pub fn max_payload_bytes(&self) -> usize {
+        usize::try_from(self.max_payload_kib.saturating_mul(1024)).unwrap_or(usize::MAX)
     }
 
     /// Whether the servers it is scoped to (`servers`) are among `known`, the file's servers.
@@ -374,8 +459,8 @@ pub(crate) fn check_pools(pools: &BTreeMap<String, PoolConfig>) -> anyhow::Resul
 impl ServerConfig {
     /// Whether no key of `[server]` is given.
     pub(crate) fn is_unset(&self) -> bool {
-        let ServerConfig { name, launch, client_values } = self;
-        name.is_none() && *launch == Launch::default() && client_values.0.is_empty()
+        let ServerConfig { name, launch, client_values, expose } = self;
+        name.is_none() && *launch == Launch::default() && client_values.0.is_empty() && expose.is_none()
     }
 
     /// The rules of `[server]` on its own: a command or a URL, not both, only the keys that fit
