@@ -49,6 +49,9 @@ status=0
 # --all-features turns on `interop`: the suites that need Node.js, Python and Chromium.
 # --no-fail-fast: every test binary runs, so one failure does not hide the others.
 cargo test --workspace --all-features --locked --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
+# The example plugins' own logic (secret patterns, path checks, cuts) as plain Rust on the host.
+(cd examples/plugins && CARGO_TARGET_DIR=../../target/plugins-test \
+  cargo test --locked -p plugin-util -p redact -p path-guard -p result-cap) 2>&1 | tee -a "$log" || status=$?
 if [ "${SWITCHYARD_NATIVE_ONLY:-0}" != 1 ]; then
   echo "Windows tests under Wine (scripts/windows.sh)..." >&2
   bash scripts/windows.sh 2>&1 | tee -a "$log" || status=$?

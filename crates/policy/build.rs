@@ -22,6 +22,9 @@ const EXAMPLES: &[(&str, &str, &str)] = &[
     ("tool-filter", "tool_filter", "tool-filter.wasm"),
     ("rate-limit", "rate_limit", "rate-limit.wasm"),
     ("placement", "placement", "placement.wasm"),
+    ("redact", "redact", "redact.wasm"),
+    ("path-guard", "path_guard", "path-guard.wasm"),
+    ("result-cap", "result_cap", "result-cap.wasm"),
 ];
 const FIXTURES: &[(&str, &str, &str)] = &[
     ("broken/spin", "broken_spin", "spin.wasm"),

@@ -16,6 +16,9 @@ pub const EXAMPLES: &[(&str, &[u8])] = &[
     ("tool-filter.wasm", include_bytes!(concat!(env!("SWITCHYARD_EXAMPLE_PLUGINS"), "/tool-filter.wasm"))),
     ("rate-limit.wasm", include_bytes!(concat!(env!("SWITCHYARD_EXAMPLE_PLUGINS"), "/rate-limit.wasm"))),
     ("placement.wasm", include_bytes!(concat!(env!("SWITCHYARD_EXAMPLE_PLUGINS"), "/placement.wasm"))),
+    ("redact.wasm", include_bytes!(concat!(env!("SWITCHYARD_EXAMPLE_PLUGINS"), "/redact.wasm"))),
+    ("path-guard.wasm", include_bytes!(concat!(env!("SWITCHYARD_EXAMPLE_PLUGINS"), "/path-guard.wasm"))),
+    ("result-cap.wasm", include_bytes!(concat!(env!("SWITCHYARD_EXAMPLE_PLUGINS"), "/result-cap.wasm"))),
 ];
 
 /// Writes the example plugins into `dir` (created if missing), refusing to overwrite a file.

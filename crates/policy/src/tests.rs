@@ -473,7 +473,7 @@ fn plugin_check_takes_the_config_of_a_plugins_entry() {
 
 #[test]
 fn embedded_examples_are_components() {
-    assert_eq!(embedded::EXAMPLES.len(), 8);
+    assert_eq!(embedded::EXAMPLES.len(), 11);
     assert!(embedded::EXAMPLES.iter().any(|(n, _)| *n == "template.wasm"), "the docs list the template");
     for (name, bytes) in embedded::EXAMPLES {
         assert!(name.ends_with(".wasm"));

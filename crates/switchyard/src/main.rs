@@ -246,7 +246,7 @@ enum PluginCommand {
         config_file: Option<PathBuf>,
     },
     /// Write the example plugins (hints, fs-keys, timeouts, guard, template, tool-filter,
-    /// rate-limit, placement) into DIR, to copy from.
+    /// rate-limit, placement, redact, path-guard, result-cap) into DIR, to copy from.
     Examples {
         /// A new or empty directory (not your live plugins directory: every file there is loaded).
         dir: PathBuf,

@@ -1,4 +1,7 @@
-//! Helpers shared by the example plugins: a tiny glob matcher and rule tables keyed by globs.
+//! Helpers shared by the example plugins: a tiny glob matcher, rule tables keyed by globs, and
+//! the text of a result ([`content`]).
+
+pub mod content;
 
 use serde_json::Value;
 
@@ -88,6 +91,23 @@ impl GlobList {
     }
 }
 
+/// `methods` and `tools` of a content plugin's config: the method and tool globs of its
+/// interest (`methods` defaults to `default_methods`; `tools` to none, which means every tool).
+pub fn interest_globs(
+    config: &serde_json::Map<String, Value>,
+    default_methods: &[&str],
+) -> Result<(Vec<String>, Vec<String>), String> {
+    let list = |key: &str| -> Result<Option<Vec<String>>, String> {
+        let Some(v) = config.get(key) else { return Ok(None) };
+        Ok(Some(GlobList::from_json(v, key)?.patterns))
+    };
+    let methods = list("methods")?.unwrap_or_else(|| default_methods.iter().map(|m| m.to_string()).collect());
+    if methods.is_empty() {
+        return Err("`methods` is empty, so the plugin would see no call; leave it out for the default".into());
+    }
+    Ok((methods, list("tools")?.unwrap_or_default()))
+}
+
 /// Parses the config handed to `init`, which must be a JSON object.
 pub fn parse_config(config: &str) -> Result<serde_json::Map<String, Value>, String> {
     match serde_json::from_str::<Value>(config) {
@@ -113,6 +133,18 @@ mod tests {
         assert!(!glob_match("a*b*c", "aXbYbZ"));
         assert!(glob_match("exact", "exact"));
         assert!(!glob_match("exact", "exactly"));
+    }
+
+    #[test]
+    fn interest_globs_default_and_are_checked() {
+        let cfg = |v: Value| v.as_object().unwrap().clone();
+        let (m, t) = interest_globs(&cfg(serde_json::json!({})), &["tools/call"]).unwrap();
+        assert_eq!((m, t), (vec!["tools/call".to_string()], vec![]));
+        let (m, t) =
+            interest_globs(&cfg(serde_json::json!({"methods": ["resources/*"], "tools": ["read_*"]})), &[]).unwrap();
+        assert_eq!((m, t), (vec!["resources/*".to_string()], vec!["read_*".to_string()]));
+        assert!(interest_globs(&cfg(serde_json::json!({"tools": "x"})), &["m"]).unwrap_err().contains("`tools`"));
+        assert!(interest_globs(&cfg(serde_json::json!({"methods": []})), &[]).unwrap_err().contains("empty"));
     }
 
     #[test]
