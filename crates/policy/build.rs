@@ -32,6 +32,7 @@ const FIXTURES: &[(&str, &str, &str)] = &[
     ("broken/trap", "broken_trap", "trap.wasm"),
     ("broken/wrong-interface", "broken_wrong_interface", "wrong-interface.wasm"),
     ("probe/caller", "probe_caller", "probe-caller.wasm"),
+    ("probe/hooks", "probe_hooks", "hook-probe.wasm"),
 ];
 
 fn main() {

@@ -82,7 +82,7 @@ fn check(file: &Path, opts: &Options<'_>, out: &mut String) -> anyhow::Result<()
         call.tool.as_deref().unwrap_or("-"),
         call.arguments.as_deref().unwrap_or("")
     );
-    if plugin.contract() == wasm::Contract::V2 {
+    if plugin.contract().lists() {
         let _ = writeln!(out, "client:   {}", caller_text(&call.caller));
         if let Some(task) = &call.task {
             let tool = task.tool.as_deref().map(|t| format!(", created by `{t}`")).unwrap_or_default();
@@ -126,7 +126,7 @@ fn check(file: &Path, opts: &Options<'_>, out: &mut String) -> anyhow::Result<()
         let _ = writeln!(out, "bench:    decide x{}: p50 {:.1} µs, p99 {:.1} µs", times.len(), at(50), at(99));
     }
 
-    if plugin.contract() == wasm::Contract::V2 {
+    if plugin.contract().lists() {
         let tool = ListedTool {
             kind: super::Kind::Tool,
             server: call.server.clone(),

@@ -9,6 +9,7 @@
 pub mod annotate;
 pub mod check;
 pub mod embedded;
+mod hooks;
 mod lists;
 mod loader;
 pub mod problems;
@@ -33,6 +34,7 @@ use lists::ShownKept;
 use problems::Problem;
 use record::Recorder;
 
+pub use hooks::{Hooked, Phase};
 pub use lists::{Kind, ListedTool, Listing, Shown};
 pub use wasm::{Contract, PluginError};
 
@@ -194,6 +196,7 @@ impl Policy {
                 recorder: cur.recorder.clone(),
                 lists: cur.lists,
                 shown: ShownKept::default(),
+                hooks: cur.hooks,
             });
         }
     }
@@ -209,6 +212,7 @@ impl Policy {
                 recorder: Some(recorder.clone()),
                 lists: cur.lists,
                 shown: ShownKept::default(),
+                hooks: cur.hooks,
             });
         }
     }
@@ -263,18 +267,28 @@ pub struct PluginSet {
     lists: bool,
     /// The list hook's answers so far (see [`ShownKept`]).
     shown: ShownKept,
+    /// A plugin of the chain has content hooks (of `switchyard:policy@0.3.0`).
+    hooks: bool,
 }
 
 impl PluginSet {
     fn empty() -> PluginSet {
-        PluginSet { chain: Vec::new(), metrics: None, recorder: None, lists: false, shown: ShownKept::default() }
+        PluginSet {
+            chain: Vec::new(),
+            metrics: None,
+            recorder: None,
+            lists: false,
+            shown: ShownKept::default(),
+            hooks: false,
+        }
     }
 
     /// Orders by priority (higher first), then by name.
     fn new(mut chain: Vec<Arc<Loaded>>) -> PluginSet {
         chain.sort_by(|a, b| b.entry.priority.cmp(&a.entry.priority).then_with(|| a.name.cmp(&b.name)));
-        let lists = chain.iter().any(|p| matches!(&p.plugin, Runs::Ready(w) if w.contract() == Contract::V2));
-        PluginSet { chain, metrics: None, recorder: None, lists, shown: ShownKept::default() }
+        let lists = chain.iter().any(|p| matches!(&p.plugin, Runs::Ready(w) if w.contract().lists()));
+        let hooks = chain.iter().any(|p| matches!(&p.plugin, Runs::Ready(w) if w.interest().is_some()));
+        PluginSet { chain, metrics: None, recorder: None, lists, shown: ShownKept::default(), hooks }
     }
 
     /// Whether a plugin of the chain for `server` may hide or rename tools (one of
@@ -285,7 +299,7 @@ impl PluginSet {
             && self
                 .chain
                 .iter()
-                .any(|p| p.applies_to(server) && matches!(&p.plugin, Runs::Ready(w) if w.contract() == Contract::V2))
+                .any(|p| p.applies_to(server) && matches!(&p.plugin, Runs::Ready(w) if w.contract().lists()))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -306,7 +320,7 @@ impl PluginSet {
         type Hook<'a> = (&'a str, [u8; 32], &'a str, Option<&'a [String]>);
         fn listing(set: &PluginSet) -> Vec<Hook<'_>> {
             let v2 = set.chain.iter().filter_map(|p| match &p.plugin {
-                Runs::Ready(w) if w.contract() == Contract::V2 => Some((p, w)),
+                Runs::Ready(w) if w.contract().lists() => Some((p, w)),
                 _ => None,
             });
             v2.map(|(p, w)| (p.name.as_str(), p.hash, w.config_json(), p.entry.servers.as_deref())).collect()
@@ -529,6 +543,8 @@ impl Loaded {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_hooks;
 #[cfg(test)]
 mod tests_live;
 #[cfg(test)]

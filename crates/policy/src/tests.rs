@@ -40,7 +40,7 @@ fn spin_fixture(on_error: OnError) -> Arc<Loaded> {
 }
 
 /// Loads one plugin file under the name `name` (chain order ties are broken by name).
-fn load_as(name: &str, path: &Path, config: &str, priority: i32, on_error: OnError) -> Arc<Loaded> {
+pub(super) fn load_as(name: &str, path: &Path, config: &str, priority: i32, on_error: OnError) -> Arc<Loaded> {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     Arc::new(
         Loaded::load(name, &bytes, &entry(name, config, priority, on_error))

@@ -53,6 +53,10 @@ pub struct Record {
     /// The plugin that refused the call (`switchyard` for a refusal of the host's own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused_by: Option<String>,
+    /// What content hooks did to the call's params or result, one entry per hook that did
+    /// more than pass it on (or, in audit mode, would have).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<HookNote>,
     #[serde(default)]
     pub wait_ms: Waits,
     pub outcome: Ended,
@@ -110,6 +114,18 @@ fn is_zero(n: &usize) -> bool {
 pub struct PluginRef {
     pub name: String,
     pub sha256: String,
+}
+
+/// What one plugin's content hook did, or in audit mode would have done, to a call.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HookNote {
+    pub plugin: String,
+    /// `request` or `result`.
+    pub phase: String,
+    /// `modify`, `deny`, or `failed` (it could not answer: trap, deadline, payload too large).
+    pub verdict: String,
+    /// `enforce` (applied) or `audit` (logged only).
+    pub mode: String,
 }
 
 /// Time a call spent waiting, in milliseconds, over all its attempts.

@@ -118,6 +118,14 @@ struct PluginLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PluginHookLabels {
+    plugin: Arc<str>,
+    phase: &'static str,
+    verdict: &'static str,
+    mode: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PluginFailureLabels {
     plugin: Arc<str>,
     kind: &'static str,
@@ -236,6 +244,7 @@ pub struct Metrics {
     reconnects: Family<ReconnectLabels, Counter>,
     plugin_decision: Family<PluginLabels, Histogram, fn() -> Histogram>,
     plugin_failures: Family<PluginFailureLabels, Counter>,
+    plugin_hooks: Family<PluginHookLabels, Counter>,
     sessions_opened: Family<SessionTransport, Counter>,
     session_duration: Hist<TransportLabels>,
 }
@@ -341,6 +350,7 @@ impl Metrics {
             reconnects: Family::default(),
             plugin_decision: Family::new_with_constructor(plugin_histogram),
             plugin_failures: Family::default(),
+            plugin_hooks: Family::default(),
             sessions_opened: Family::default(),
             session_duration: Family::new_with_constructor(otel_histogram),
         };
@@ -388,6 +398,11 @@ impl Metrics {
             m.plugin_decision.clone(),
         );
         r.register("switchyard_plugin_failures", "Policy plugin calls that failed, by how", m.plugin_failures.clone());
+        r.register(
+            "switchyard_plugin_hook_verdicts",
+            "Content hook answers other than continue (modify, deny, failed), by phase and mode (audit: logged only)",
+            m.plugin_hooks.clone(),
+        );
         r.register("switchyard_sessions_opened", "Client sessions opened, by transport", m.sessions_opened.clone());
         r.register(
             "switchyard_build",
@@ -489,6 +504,12 @@ impl Metrics {
         if let Some(kind) = failed {
             self.plugin_failures.get_or_create(&PluginFailureLabels { plugin: plugin.clone(), kind }).inc();
         }
+    }
+
+    /// A content hook of `plugin` answered `verdict` (modify, deny, failed) in `phase`
+    /// (request, result); `mode`: enforce, or audit (nothing was changed).
+    pub fn plugin_hook(&self, plugin: &Arc<str>, phase: &'static str, verdict: &'static str, mode: &'static str) {
+        self.plugin_hooks.get_or_create(&PluginHookLabels { plugin: plugin.clone(), phase, verdict, mode }).inc();
     }
 
     /// A client session began on `transport` (the first part of its label).

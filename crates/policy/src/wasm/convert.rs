@@ -4,7 +4,7 @@ use switchyard_core::decision;
 
 use std::sync::OnceLock;
 
-use super::runtime::{wit, wit2};
+use super::runtime::{wit, wit2, wit3};
 
 /// A call converted once per chain run, so each plugin does not pay for the conversion (the
 /// 0.2 form only when a 0.2 plugin asks for it).
@@ -13,6 +13,7 @@ pub struct CallArgs {
     caller: decision::Caller,
     task: Option<decision::TaskRef>,
     v2: OnceLock<wit2::Call>,
+    v3: OnceLock<wit3::Call>,
     /// When the call came: what `host.take` counts from (tokio's clock, which tests may pause).
     pub(super) now: tokio::time::Instant,
 }
@@ -32,6 +33,7 @@ impl CallArgs {
             caller: c.caller.clone(),
             task: c.task.clone(),
             v2: OnceLock::new(),
+            v3: OnceLock::new(),
             now: tokio::time::Instant::now(),
         }
     }
@@ -67,6 +69,40 @@ impl CallArgs {
     }
 }
 
+impl CallArgs {
+    pub(super) fn v3(&self) -> &wit3::Call {
+        self.v3.get_or_init(|| {
+            let c = &self.v1;
+            wit3::Call {
+                server: c.server.clone(),
+                session: c.session.clone(),
+                client: to_wit3_client(&self.caller),
+                era: self.caller.era.clone(),
+                method: c.method.clone(),
+                tool: c.tool.clone(),
+                arguments: c.arguments.clone(),
+                declared: to_wit3_hints(&from_wit_hints(c.declared.clone())),
+                attempt: c.attempt,
+                task: self.task.as_ref().map(|t| wit3::Task { id: t.id.clone(), tool: t.tool.clone() }),
+            }
+        })
+    }
+}
+
+pub(super) fn to_wit3_client(c: &decision::Caller) -> wit3::Client {
+    wit3::Client {
+        name: c.name.clone(),
+        version: c.version.clone(),
+        transport: match c.transport {
+            decision::Transport::Stdio => wit3::Transport::Stdio,
+            decision::Transport::Socket => wit3::Transport::Socket,
+            decision::Transport::Http => wit3::Transport::Http,
+        },
+        dir: c.dir.clone(),
+        token: c.token.clone(),
+    }
+}
+
 pub(super) fn to_wit2_client(c: &decision::Caller) -> wit2::Client {
     wit2::Client {
         name: c.name.clone(),
@@ -87,10 +123,10 @@ macro_rules! alike_in_both_contracts {
     (@placement $d:ident) => {
         None
     };
-    (@placement $d:ident $placement:ident) => {
-        from_wit2_placement($d.$placement)
+    (@placement $d:ident $placement:ident $from_placement:ident) => {
+        $from_placement($d.$placement)
     };
-    ($wit:ident, $to_hints:ident, $from_hints:ident, $to_decision:ident, $from_decision:ident $(, $placement:ident)?) => {
+    ($wit:ident, $to_hints:ident, $from_hints:ident, $to_decision:ident, $from_decision:ident $(, $placement:ident, $to_placement:ident, $from_placement:ident)?) => {
         pub(super) fn $to_hints(h: &decision::Hints) -> $wit::Hints {
             $wit::Hints {
                 read_only: h.read_only,
@@ -122,7 +158,7 @@ macro_rules! alike_in_both_contracts {
                 pool: d.pool.clone(),
                 timeout_ms: d.timeout_ms,
                 retry: d.retry.map(|r| $wit::Retry { attempts: r.attempts, backoff_ms: r.backoff_ms }),
-                $($placement: to_wit2_placement(d.$placement.as_ref()),)?
+                $($placement: $to_placement(d.$placement.as_ref()),)?
             }
         }
 
@@ -137,14 +173,33 @@ macro_rules! alike_in_both_contracts {
                 pool: d.pool,
                 timeout_ms: d.timeout_ms,
                 retry: d.retry.map(|r| decision::Retry { attempts: r.attempts, backoff_ms: r.backoff_ms }),
-                placement: alike_in_both_contracts!(@placement d $($placement)?),
+                placement: alike_in_both_contracts!(@placement d $($placement $from_placement)?),
             }
         }
     };
 }
 
 alike_in_both_contracts!(wit, to_wit_hints, from_wit_hints, to_wit_decision, from_wit_decision);
-alike_in_both_contracts!(wit2, to_wit2_hints, from_wit2_hints, to_wit2_decision, from_wit2_decision, placement);
+alike_in_both_contracts!(
+    wit2,
+    to_wit2_hints,
+    from_wit2_hints,
+    to_wit2_decision,
+    from_wit2_decision,
+    placement,
+    to_wit2_placement,
+    from_wit2_placement
+);
+alike_in_both_contracts!(
+    wit3,
+    to_wit3_hints,
+    from_wit3_hints,
+    to_wit3_decision,
+    from_wit3_decision,
+    placement,
+    to_wit3_placement,
+    from_wit3_placement
+);
 
 fn to_wit2_placement(p: Option<&decision::Placement>) -> Option<wit2::Placement> {
     p.map(|p| match p {
@@ -161,5 +216,23 @@ fn from_wit2_placement(p: Option<wit2::Placement>) -> Option<decision::Placement
         wit2::Placement::Client => decision::Placement::Client,
         wit2::Placement::Session => decision::Placement::Session,
         wit2::Placement::Key(k) => decision::Placement::Key(k),
+    })
+}
+
+fn to_wit3_placement(p: Option<&decision::Placement>) -> Option<wit3::Placement> {
+    p.map(|p| match p {
+        decision::Placement::Shared => wit3::Placement::Shared,
+        decision::Placement::Client => wit3::Placement::Client,
+        decision::Placement::Session => wit3::Placement::Session,
+        decision::Placement::Key(k) => wit3::Placement::Key(k.clone()),
+    })
+}
+
+fn from_wit3_placement(p: Option<wit3::Placement>) -> Option<decision::Placement> {
+    p.map(|p| match p {
+        wit3::Placement::Shared => decision::Placement::Shared,
+        wit3::Placement::Client => decision::Placement::Client,
+        wit3::Placement::Session => decision::Placement::Session,
+        wit3::Placement::Key(k) => decision::Placement::Key(k),
     })
 }

@@ -13,6 +13,7 @@
 mod breaker;
 mod broken;
 mod convert;
+mod hooks;
 mod output;
 mod runtime;
 mod store;
@@ -27,10 +28,12 @@ use switchyard_core::decision;
 
 use breaker::{BREAKER_THRESHOLD, Breaker, BreakerChange};
 use convert::{
-    from_wit_decision, from_wit_hints, from_wit2_decision, from_wit2_hints, to_wit_decision, to_wit_hints,
-    to_wit2_client, to_wit2_decision, to_wit2_hints,
+    from_wit_decision, from_wit_hints, from_wit2_decision, from_wit2_hints, from_wit3_decision, to_wit_decision,
+    to_wit_hints, to_wit2_client, to_wit2_decision, to_wit2_hints, to_wit3_decision,
 };
-use runtime::{Bindings, Bindings2, PolicyPre, PolicyPre2, compile, runtime, wasm_err, wit, wit2};
+use runtime::{
+    Bindings, Bindings2, Bindings3, PolicyPre, PolicyPre2, PolicyPre3, compile, runtime, wasm_err, wit, wit2, wit3,
+};
 use store::State;
 
 /// Whether the deadline clock sleeps (no plugin code has run for a while).
@@ -44,6 +47,7 @@ use crate::{ListedTool, Listing};
 
 pub use broken::{LoadError, sentence};
 pub use convert::CallArgs;
+pub use hooks::{HookArgs, HookVerdict, Interest};
 pub use output::Output;
 pub use runtime::{Limits, content_hash};
 
@@ -98,6 +102,15 @@ pub enum Contract {
     V1,
     /// `switchyard:policy@0.2.0`: the caller, `list-tool` and `host.take`.
     V2,
+    /// `switchyard:policy@0.3.0`: 0.2 and the content hooks.
+    V3,
+}
+
+impl Contract {
+    /// Whether its plugins have `list-tool` (they may hide or rename tools).
+    pub fn lists(self) -> bool {
+        matches!(self, Contract::V2 | Contract::V3)
+    }
 }
 
 impl std::fmt::Display for Contract {
@@ -105,6 +118,7 @@ impl std::fmt::Display for Contract {
         f.write_str(match self {
             Contract::V1 => "switchyard:policy@0.1.0",
             Contract::V2 => "switchyard:policy@0.2.0",
+            Contract::V3 => "switchyard:policy@0.3.0",
         })
     }
 }
@@ -113,12 +127,14 @@ impl std::fmt::Display for Contract {
 enum Pre {
     V1(PolicyPre<State>),
     V2(PolicyPre2<State>),
+    V3(PolicyPre3<State>),
 }
 
 /// An instance's exports, of either contract.
 enum Exports {
     V1(Bindings),
     V2(Bindings2),
+    V3(Bindings3),
 }
 
 /// One loaded plugin version: compiled, type-checked, and proven to `init`.
@@ -134,6 +150,9 @@ pub struct Plugin {
     /// Consecutive failed calls, for the failure log line.
     failures: AtomicU32,
     breaker: Mutex<Breaker>,
+    /// What its content hooks are for (a 0.3 plugin's `interest`, asked once at load; None
+    /// for a plugin without hooks).
+    interest: Option<Interest>,
 }
 
 impl std::fmt::Debug for Plugin {
@@ -167,8 +186,11 @@ impl Plugin {
             warm: Mutex::new(Vec::new()),
             failures: AtomicU32::new(0),
             breaker: Mutex::new(Breaker::default()),
+            interest: None,
         };
-        let warm = plugin.instantiate().map_err(anyhow::Error::new)?;
+        let mut plugin = plugin;
+        let mut warm = plugin.instantiate().map_err(anyhow::Error::new)?;
+        plugin.interest = plugin.ask_interest(&mut warm).map_err(anyhow::Error::new)?;
         plugin.give_back(warm);
         Ok(plugin)
     }
@@ -188,6 +210,7 @@ impl Plugin {
         match self.pre {
             Pre::V1(_) => Contract::V1,
             Pre::V2(_) => Contract::V2,
+            Pre::V3(_) => Contract::V3,
         }
     }
 
@@ -202,6 +225,7 @@ impl Plugin {
         let instantiated = match &self.pre {
             Pre::V1(pre) => pre.instantiate(&mut store).map(Exports::V1),
             Pre::V2(pre) => pre.instantiate(&mut store).map(Exports::V2),
+            Pre::V3(pre) => pre.instantiate(&mut store).map(Exports::V3),
         };
         let bindings = match instantiated {
             Ok(b) => b,
@@ -214,6 +238,7 @@ impl Plugin {
         let r = match &bindings {
             Exports::V1(b) => b.call_init(&mut store, &self.config_json),
             Exports::V2(b) => b.call_init(&mut store, &self.config_json),
+            Exports::V3(b) => b.call_init(&mut store, &self.config_json),
         };
         let printed = store.data().end_call();
         match r {
@@ -321,7 +346,7 @@ impl Plugin {
                 let current = to_wit_decision(current);
                 let v = self.with_instance(call.now, |b, s| match b {
                     Exports::V1(b) => b.call_decide(s, &call.v1, &current),
-                    Exports::V2(_) => unreachable!("a plugin's instances are of its own contract"),
+                    _ => unreachable!("a plugin's instances are of its own contract"),
                 })?;
                 // 0.1 has no `host.take`: nothing to wait for.
                 let v = match v {
@@ -339,12 +364,25 @@ impl Plugin {
                 let current = to_wit2_decision(current);
                 let (v, waited) = self.with_instance(call.now, |b, s| match b {
                     Exports::V2(b) => b.call_decide(&mut *s, call.v2(), &current).map(|v| (v, s.data().waited)),
-                    Exports::V1(_) => unreachable!("a plugin's instances are of its own contract"),
+                    _ => unreachable!("a plugin's instances are of its own contract"),
                 })?;
                 let v = match v {
                     wit2::Verdict::Continue(d) => Verdict::Continue(from_wit2_decision(d)),
                     wit2::Verdict::Stop(d) => Verdict::Stop(from_wit2_decision(d)),
                     wit2::Verdict::Reject(reason) => Verdict::Reject(reason),
+                };
+                Ok((v, waited.map(std::time::Duration::from_millis)))
+            }
+            Pre::V3(_) => {
+                let current = to_wit3_decision(current);
+                let (v, waited) = self.with_instance(call.now, |b, s| match b {
+                    Exports::V3(b) => b.call_decide(&mut *s, call.v3(), &current).map(|v| (v, s.data().waited)),
+                    _ => unreachable!("a plugin's instances are of its own contract"),
+                })?;
+                let v = match v {
+                    wit3::Verdict::Continue(d) => Verdict::Continue(from_wit3_decision(d)),
+                    wit3::Verdict::Stop(d) => Verdict::Stop(from_wit3_decision(d)),
+                    wit3::Verdict::Reject(reason) => Verdict::Reject(reason),
                 };
                 Ok((v, waited.map(std::time::Duration::from_millis)))
             }
@@ -360,7 +398,7 @@ impl Plugin {
         declared: &decision::Hints,
         current: &decision::Hints,
     ) -> Result<decision::Hints, PluginError> {
-        if let Pre::V2(_) = self.pre {
+        if let Pre::V2(_) | Pre::V3(_) = self.pre {
             let listed = ListedTool {
                 kind: super::Kind::Tool,
                 server: server.to_string(),
@@ -377,7 +415,7 @@ impl Plugin {
         let current = to_wit_hints(current);
         let h = self.with_instance(tokio::time::Instant::now(), |b, s| match b {
             Exports::V1(b) => b.call_annotate(s, &tool, &current),
-            Exports::V2(_) => unreachable!("a plugin's instances are of its own contract"),
+            _ => unreachable!("a plugin's instances are of its own contract"),
         })?;
         Ok(from_wit_hints(h))
     }
@@ -398,6 +436,9 @@ impl Plugin {
             }
             let hints = self.annotate(&tool.server, &tool.name, &tool.declared, &current.hints)?;
             return Ok(current.clone().with_hints(hints));
+        }
+        if let Pre::V3(_) = self.pre {
+            return self.list_tool_v3(tool, caller, current, now);
         }
         let wit_tool = wit2::Tool {
             kind: match tool.kind {
@@ -422,7 +463,7 @@ impl Plugin {
         };
         let l = self.with_instance(now, |b, s| match b {
             Exports::V2(b) => b.call_list_tool(s, &wit_tool, &wit_current),
-            Exports::V1(_) => unreachable!("a plugin's instances are of its own contract"),
+            _ => unreachable!("a plugin's instances are of its own contract"),
         })?;
         Ok(Listing {
             hidden: l.hidden,
@@ -455,7 +496,11 @@ fn type_checked(bytes: &[u8], hash: &[u8; 32]) -> anyhow::Result<Pre> {
         Err(e) => LoadError::Unparsable(one_line(&e)),
     })?;
     let instance_pre = rt.linker.instantiate_pre(&component).map_err(|e| LoadError::Imports(one_line(&wasm_err(e))))?;
-    // A 0.2 plugin exports `list-tool`, a 0.1 one `annotate`: the exports tell them apart.
+    // A 0.3 plugin exports the hooks, a 0.2 one `list-tool`, a 0.1 one `annotate`: the exports
+    // tell them apart.
+    if let Ok(pre) = PolicyPre3::new(instance_pre.clone()) {
+        return Ok(Pre::V3(pre));
+    }
     if let Ok(pre) = PolicyPre2::new(instance_pre.clone()) {
         return Ok(Pre::V2(pre));
     }

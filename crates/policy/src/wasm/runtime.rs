@@ -25,9 +25,14 @@ mod bindings {
     wasmtime::component::bindgen!({ path: "../../wit", world: "policy" });
 }
 
-/// The same for `wit/0.2/policy.wit` (`switchyard:policy@0.2.0`); a plugin implements one of the two.
+/// The same for `wit/0.2/policy.wit` (`switchyard:policy@0.2.0`); a plugin implements one of the three.
 mod bindings_v2 {
     wasmtime::component::bindgen!({ path: "../../wit/0.2", world: "policy" });
+}
+
+/// The same for `wit/0.3/policy.wit` (`switchyard:policy@0.3.0`): 0.2 and the content hooks.
+mod bindings_v3 {
+    wasmtime::component::bindgen!({ path: "../../wit/0.3", world: "policy" });
 }
 
 pub(super) use bindings::switchyard::policy::host::{self as wit_host, Level};
@@ -36,6 +41,9 @@ pub(super) use bindings::{Policy as Bindings, PolicyPre};
 pub(super) use bindings_v2::switchyard::policy::host as wit2_host;
 pub(super) use bindings_v2::switchyard::policy::types as wit2;
 pub(super) use bindings_v2::{Policy as Bindings2, PolicyPre as PolicyPre2};
+pub(super) use bindings_v3::switchyard::policy::host as wit3_host;
+pub(super) use bindings_v3::switchyard::policy::types as wit3;
+pub(super) use bindings_v3::{Policy as Bindings3, PolicyPre as PolicyPre3};
 
 /// How often the engine's epoch advances; deadlines are counted in these ticks.
 const TICK: Duration = Duration::from_millis(1);
@@ -71,6 +79,7 @@ impl Runtime {
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(wasm_err)?;
         wit_host::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s).map_err(wasm_err)?;
         wit2_host::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s).map_err(wasm_err)?;
+        wit3_host::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s).map_err(wasm_err)?;
 
         let ticker = Arc::new(Ticker::default());
         let (weak, t) = (engine.weak(), ticker.clone());

@@ -7,7 +7,7 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::output::{LogStream, Output, Printed, Stream};
-use super::runtime::{Level, Limits, wit_host, wit2_host};
+use super::runtime::{Level, Limits, wit_host, wit2_host, wit3_host};
 use crate::rate::Buckets;
 
 /// Per-instance host state.
@@ -109,6 +109,23 @@ impl wit_host::Host for State {
             Level::Error => tracing::Level::ERROR,
         };
         self.output.line(level, "log", &message);
+    }
+}
+
+impl wit3_host::Host for State {
+    fn log(&mut self, level: wit3_host::Level, message: String) {
+        let level = match level {
+            wit3_host::Level::Trace => wit2_host::Level::Trace,
+            wit3_host::Level::Debug => wit2_host::Level::Debug,
+            wit3_host::Level::Info => wit2_host::Level::Info,
+            wit3_host::Level::Warn => wit2_host::Level::Warn,
+            wit3_host::Level::Error => wit2_host::Level::Error,
+        };
+        wit2_host::Host::log(self, level, message);
+    }
+
+    fn take(&mut self, key: String, per_minute: u32, burst: u32) -> Option<u64> {
+        wit2_host::Host::take(self, key, per_minute, burst)
     }
 }
 

@@ -1,0 +1,235 @@
+//! A 0.3 plugin's own exports: its `interest`, its content hooks (`on-request`, `on-result`) and
+//! its `list-tool`, which has the 0.2 shape in the 0.3 types.
+
+use switchyard_core::decision;
+
+use super::convert::{from_wit3_hints, to_wit3_client, to_wit3_hints};
+use super::runtime::wit3;
+use super::{
+    Exports, MIN_INIT_DEADLINE_MS, Plugin, PluginError, Pre, Warm, classify, runtime::Limits, runtime::runtime,
+};
+use crate::{ListedTool, Listing};
+
+/// Which calls a plugin's content hooks are for (its `interest`), globs as the contract says:
+/// `*` any run of characters, `?` one character.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interest {
+    pub methods: Vec<String>,
+    /// For `tools/call`: the tools (empty: every tool).
+    pub tools: Vec<String>,
+    pub request: bool,
+    pub result: bool,
+}
+
+impl Interest {
+    /// Whether a call of `method` (to `tool`, for a `tools/call`) is one the hooks are for.
+    pub fn covers(&self, method: &str, tool: Option<&str>) -> bool {
+        if !self.methods.iter().any(|g| glob(g, method)) {
+            return false;
+        }
+        match tool {
+            Some(tool) if method == "tools/call" => self.tools.is_empty() || self.tools.iter().any(|g| glob(g, tool)),
+            _ => true,
+        }
+    }
+}
+
+/// Whether `text` matches `pattern` whole (`*`: any run, `?`: one character).
+pub(crate) fn glob(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    let (mut pi, mut ti) = (0, 0);
+    // Where the last `*` was, and the text position it is matched up to.
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+/// What a content hook answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HookVerdict {
+    Continue,
+    /// The new params or result, as JSON text.
+    Modify(String),
+    /// The plugin's reason.
+    Deny(String),
+}
+
+/// One call as the hooks see it, made once per call and shared by the plugins asked.
+pub struct HookArgs {
+    call: wit3::HookCall,
+    now: tokio::time::Instant,
+}
+
+impl HookArgs {
+    pub fn new(c: &decision::CallInfo) -> HookArgs {
+        HookArgs {
+            call: wit3::HookCall {
+                server: c.server.clone(),
+                session: c.session.clone(),
+                client: to_wit3_client(&c.caller),
+                era: c.caller.era.clone(),
+                method: c.method.clone(),
+                tool: c.tool.clone(),
+            },
+            now: tokio::time::Instant::now(),
+        }
+    }
+
+    pub fn method(&self) -> &str {
+        &self.call.method
+    }
+
+    pub fn tool(&self) -> Option<&str> {
+        self.call.tool.as_deref()
+    }
+}
+
+impl Plugin {
+    /// What its hooks are for: a 0.3 plugin's `interest`, asked of the instance `init` just
+    /// made (None for a plugin of an earlier contract, or one that declares no method).
+    pub(super) fn ask_interest(&self, warm: &mut Warm) -> Result<Option<Interest>, PluginError> {
+        let Exports::V3(b) = &warm.bindings else { return Ok(None) };
+        let _running = runtime().running();
+        let budget = self.limits.deadline_ms.max(MIN_INIT_DEADLINE_MS);
+        warm.store.set_epoch_deadline(Limits::ticks(budget));
+        let asked = b.call_interest(&mut warm.store);
+        let printed = warm.store.data().end_call();
+        let i = asked.map_err(|e| {
+            let e = super::with_printed(classify(&warm.store, e, budget), &printed);
+            PluginError::Init(format!("interest {e}"))
+        })?;
+        let interest = Interest { methods: i.methods, tools: i.tools, request: i.request, result: i.result };
+        Ok((!interest.methods.is_empty() && (interest.request || interest.result)).then_some(interest))
+    }
+
+    /// What its content hooks are for (None: it has none).
+    pub fn interest(&self) -> Option<&Interest> {
+        self.interest.as_ref()
+    }
+
+    /// Its `on-request` on a request's params (JSON text).
+    pub fn on_request(&self, call: &HookArgs, params: &str) -> Result<HookVerdict, PluginError> {
+        let v = self.with_instance(call.now, |b, s| match b {
+            Exports::V3(b) => b.call_on_request(s, &call.call, params),
+            _ => unreachable!("only a 0.3 plugin declares an interest"),
+        })?;
+        Ok(verdict(v))
+    }
+
+    /// Its `on-result` on a server's result (JSON text).
+    pub fn on_result(&self, call: &HookArgs, result: &str) -> Result<HookVerdict, PluginError> {
+        let v = self.with_instance(call.now, |b, s| match b {
+            Exports::V3(b) => b.call_on_result(s, &call.call, result),
+            _ => unreachable!("only a 0.3 plugin declares an interest"),
+        })?;
+        Ok(verdict(v))
+    }
+
+    /// `list-tool` of a 0.3 plugin.
+    pub(super) fn list_tool_v3(
+        &self,
+        tool: &ListedTool,
+        caller: &decision::Caller,
+        current: &Listing,
+        now: tokio::time::Instant,
+    ) -> Result<Listing, PluginError> {
+        debug_assert!(matches!(self.pre, Pre::V3(_)));
+        let wit_tool = wit3::Tool {
+            kind: match tool.kind {
+                crate::Kind::Tool => wit3::ItemKind::Tool,
+                crate::Kind::Prompt => wit3::ItemKind::Prompt,
+                crate::Kind::ResourceTemplate => wit3::ItemKind::ResourceTemplate,
+            },
+            server: tool.server.clone(),
+            name: tool.name.clone(),
+            title: tool.title.clone(),
+            description: tool.description.clone(),
+            declared: to_wit3_hints(&tool.declared),
+            client: to_wit3_client(caller),
+            era: caller.era.clone(),
+        };
+        let wit_current = wit3::Listing {
+            hidden: current.hidden,
+            name: current.name.clone(),
+            title: current.title.clone(),
+            description: current.description.clone(),
+            hints: to_wit3_hints(&current.hints),
+        };
+        let l = self.with_instance(now, |b, s| match b {
+            Exports::V3(b) => b.call_list_tool(s, &wit_tool, &wit_current),
+            _ => unreachable!("a plugin's instances are of its own contract"),
+        })?;
+        Ok(Listing {
+            hidden: l.hidden,
+            name: l.name,
+            title: l.title,
+            description: l.description,
+            hints: from_wit3_hints(l.hints),
+        })
+    }
+}
+
+fn verdict(v: wit3::HookVerdict) -> HookVerdict {
+    match v {
+        wit3::HookVerdict::Continue => HookVerdict::Continue,
+        wit3::HookVerdict::Modify(json) => HookVerdict::Modify(json),
+        wit3::HookVerdict::Deny(reason) => HookVerdict::Deny(reason),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_match_the_whole_text() {
+        for (p, t, want) in [
+            ("tools/call", "tools/call", true),
+            ("tools/call", "tools/callx", false),
+            ("resources/*", "resources/read", true),
+            ("resources/*", "tools/call", false),
+            ("*", "", true),
+            ("read_*", "read_file", true),
+            ("*file*", "read_file_x", true),
+            ("*file", "file_read", false),
+            ("r?ad", "read", true),
+            ("r?ad", "rad", false),
+            ("a*b*c", "axxbyyc", true),
+            ("a*b*c", "axxbyy", false),
+            ("", "", true),
+            ("", "x", false),
+        ] {
+            assert_eq!(glob(p, t), want, "{p} ~ {t}");
+        }
+    }
+
+    #[test]
+    fn a_tool_glob_narrows_tools_call_only() {
+        let i = Interest {
+            methods: vec!["tools/call".into(), "resources/*".into()],
+            tools: vec!["read_*".into()],
+            request: true,
+            result: true,
+        };
+        assert!(i.covers("tools/call", Some("read_file")));
+        assert!(!i.covers("tools/call", Some("write_file")));
+        assert!(i.covers("resources/read", None));
+        assert!(!i.covers("prompts/get", None));
+        let every = Interest { tools: vec![], ..i };
+        assert!(every.covers("tools/call", Some("write_file")));
+    }
+}
