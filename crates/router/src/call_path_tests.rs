@@ -1586,3 +1586,5 @@ async fn the_upkeep_sleeps_until_a_ping_or_a_stop_is_due() {
     let (server, _fake) = start("[pools.default]\nidle_timeout_ms = 0\n[limits]\nhealth_interval_ms = 0\n", true);
     assert_eq!(server.next_upkeep(&pings), crate::placement::LINGER);
 }
+
+mod hooks;

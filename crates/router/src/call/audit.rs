@@ -98,6 +98,7 @@ impl Asked {
             decision: end.decided,
             plugins: end.plugins,
             refused_by: end.refused_by,
+            hooks: end.hooks,
             wait_ms: Waits { queue: ms(end.spent.queue), gate: ms(end.spent.gate) },
             outcome: Ended::of(end.outcome, end.code, sent),
             attempts: end.attempts,

@@ -3,13 +3,14 @@
 //! Here: the call across its attempts ([`forward`]), and the policy's verdict alone on a request
 //! switchyard answers in the server's stead ([`judge`]). Its stages are the children: `shown` (a tool
 //! called by the name a plugin shows), `resolve` (decide), `refused` (a plugin's refusal as the
-//! client's answer), `attempt` (gate and pool), `send` (to the instance and back, in its CLIENT
+//! client's answer), `hooks` (the plugins' content hooks on params and result), `attempt` (gate and pool), `send` (to the instance and back, in its CLIENT
 //! span), `reply` (the client's answer), `retry`, `deadline`, `audit` (the call's line) and
 //! `traced` (how the call's SERVER span ends).
 
 mod attempt;
 mod audit;
 mod deadline;
+mod hooks;
 mod refused;
 mod reply;
 mod resolve;
@@ -95,6 +96,8 @@ struct End {
     decided: Option<switchyard_core::audit::Decided>,
     plugins: Vec<switchyard_core::audit::PluginRef>,
     refused_by: Option<String>,
+    /// What content hooks did (or, in audit mode, would have done) to the call.
+    hooks: Vec<switchyard_core::audit::HookNote>,
     /// Attempts made (0: refused before the first).
     attempts: u32,
     spent: audit::Spent,
@@ -110,6 +113,7 @@ impl End {
             decided: None,
             plugins: Vec::new(),
             refused_by: None,
+            hooks: Vec::new(),
             attempts: 0,
             spent: audit::Spent::default(),
         }
@@ -144,8 +148,18 @@ pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
     };
     // A tool the client calls by the name a plugin gave it reaches the server under its own.
     let resp = match shown_tool(server, &req).await {
-        Ok(Some(call)) => run(server, Request { call: &call, ..req }, &mut end).await,
-        Ok(None) => run(server, req, &mut end).await,
+        Ok(shown) => {
+            let req = match &shown {
+                Some(call) => Request { call, ..req },
+                None => req,
+            };
+            // The plugins' request hooks, on the params as the server is to get them.
+            match hooks::requested(server, &req, &mut end).await {
+                Ok(Some(call)) => run(server, Request { call: &call, ..req }, &mut end).await,
+                Ok(None) => run(server, req, &mut end).await,
+                Err(refused) => Some(refused.answer),
+            }
+        }
         Err(refused) => {
             (end.outcome, end.code) = (Outcome::Rejected, refused.code);
             end.refused_by = Some(refused.by);
@@ -292,6 +306,10 @@ async fn run(server: &Arc<Server>, req: Request<'_>, end: &mut End) -> Option<St
         }
         let e = match tried {
             Ok(Answered { reply, permit, instance }) => {
+                let reply = match hooks::resulted(server, &set, &req, &call.info, reply, end).await {
+                    Ok(reply) => reply,
+                    Err(denied) => return Some(denied),
+                };
                 (end.outcome, end.code) = reply_outcome(&reply, call.info.tool.is_some());
                 let reply = task_ids(server, &req, &call.info, &eff, reply, permit, &instance);
                 let reply = input_state(server, reply, &instance);

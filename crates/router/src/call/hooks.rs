@@ -1,0 +1,99 @@
+//! The plugins' content hooks on a call (`switchyard:policy@0.3.0`): its params before it is
+//! sent, its result before the client gets it. A call no hook is for pays one test of the
+//! plugin set: nothing is copied or parsed.
+
+use std::sync::Arc;
+
+use super::refused::{Refused, refused};
+use super::{End, Forwarded, Request};
+use crate::server::Server;
+use crate::upstream::Reply;
+use switchyard_core::call::Call;
+use switchyard_core::codec;
+use switchyard_core::decision::{CallInfo, Rejection};
+use switchyard_core::metrics::Outcome;
+use switchyard_policy::{Hooked, Phase, PluginSet};
+
+/// The request hooks on `req`'s params, in chain order: Ok(None) to send it as it is,
+/// Ok(Some(the request with the params they made)), or Err(the client's answer) when one denied
+/// it (or failed closed).
+pub(super) async fn requested(server: &Arc<Server>, req: &Request<'_>, end: &mut End) -> Result<Option<Call>, Refused> {
+    let set = server.policy.current();
+    let call = req.call;
+    let method = call.method();
+    let tool = if method == "tools/call" { call.name() } else { None };
+    if !set.hooked(Phase::Request, &server.name, method, tool.as_deref()) {
+        return Ok(None);
+    }
+    let info = Forwarded::new(server, req).info;
+    let hooked = set.hook_async(Phase::Request, &info, call.params().unwrap_or("{}")).await;
+    let Hooked { changed, denied, notes } = hooked;
+    end.hooks.extend(notes);
+    if let Some(rejection) = denied {
+        return Err(denial(server, &set, req, &info, end, rejection));
+    }
+    let Some(params) = changed else { return Ok(None) };
+    // Read anew: every field (the arguments, the progress token) may have moved or changed.
+    let line = match call.envelope().params.clone() {
+        Some(at) => codec::splice(call.line(), at, &params),
+        None => codec::request(call.id(), method, &params),
+    };
+    match Call::parse(line) {
+        Ok(changed) => Ok(Some(changed)),
+        Err(e) => {
+            let why = format!("the params a plugin made do not read as a request ({}); nothing was sent", e.message());
+            Err(denial(server, &set, req, &info, end, Rejection::new("switchyard", why)))
+        }
+    }
+}
+
+/// The result hooks on the server's `reply`, in reverse chain order: the reply the client is to
+/// get (changed as if the server had sent it), or Err(the client's answer) when one denied it
+/// (or failed closed). An error the server answered passes untouched.
+pub(super) async fn resulted(
+    server: &Arc<Server>,
+    set: &Arc<PluginSet>,
+    req: &Request<'_>,
+    info: &CallInfo,
+    reply: Reply,
+    end: &mut End,
+) -> Result<Reply, String> {
+    let Some(r) = reply.env.result.clone().filter(|_| !reply.env.is_error) else { return Ok(reply) };
+    if !set.hooked(Phase::Result, &server.name, &info.method, info.tool.as_deref()) {
+        return Ok(reply);
+    }
+    let Hooked { changed, denied, notes } = set.hook_async(Phase::Result, info, &reply.line[r.clone()]).await;
+    end.hooks.extend(notes);
+    if let Some(rejection) = denied {
+        return Err(denial(server, set, req, info, end, rejection).answer);
+    }
+    let Some(result) = changed else { return Ok(reply) };
+    let line = codec::splice(&reply.line, r, &result);
+    match codec::parse(&line) {
+        Ok(env) => Ok(Reply { line, env }),
+        Err(e) => {
+            let why = format!("the result a plugin made does not read as a response ({})", e.message());
+            Err(denial(server, set, req, info, end, Rejection::new("switchyard", why)).answer)
+        }
+    }
+}
+
+/// A hook's refusal as the client's answer (a tool result with `isError` for `tools/call`),
+/// logged and noted in `end`.
+fn denial(
+    server: &Server,
+    set: &PluginSet,
+    req: &Request<'_>,
+    info: &CallInfo,
+    end: &mut End,
+    rejection: Rejection,
+) -> Refused {
+    let what = match &info.tool {
+        Some(t) => format!("tools/call `{t}`"),
+        None => info.method.clone(),
+    };
+    server.log_refusal(req.session_label, &what, &rejection);
+    let answer = refused(set, info.tool.as_deref(), req.modern, req.call.id(), rejection);
+    (end.outcome, end.code, end.refused_by) = (Outcome::Rejected, answer.code, Some(answer.by.clone()));
+    answer
+}
