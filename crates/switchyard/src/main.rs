@@ -226,8 +226,9 @@ enum PluginCommand {
         #[arg(default_value = ".")]
         dir: PathBuf,
     },
-    /// Replay recorded calls (DIR/calls.jsonl) against the built plugin in the real host and
-    /// print a diff for every answer that differs from the recorded one.
+    /// Replay recorded calls (DIR/calls.jsonl), and the params and results recorded for its
+    /// content hooks, against the built plugin in the real host and print a diff for every
+    /// answer that differs from the recorded one.
     Test {
         /// The project directory (default: the current directory).
         #[arg(default_value = ".")]

@@ -132,7 +132,7 @@ fn retarget_example_rule(source: &Path) {
 fn add_rust_rules(source: &Path) {
     let text = std::fs::read_to_string(source).unwrap();
     let decide = "        Verdict::Continue(current)\n";
-    let list = "        current\n    }\n}\n";
+    let list = "        current\n    }\n\n    /// Which calls";
     assert!(text.contains(decide) && text.contains(list), "the template's ends changed:\n{text}");
     let edited = text
         .replace(decide, &format!("        if call.tool.as_deref() == Some(\"sleep\") {{\n            current.timeout_ms = Some(60_000);\n        }}\n{decide}"))
@@ -143,11 +143,12 @@ fn add_rust_rules(source: &Path) {
 /// The description the rule [`add_rust_rules`] adds gives `echo`.
 const ECHO_REWORDED: &str = "Says its text back (reworded by a rule)";
 
-/// new -> build and test as written (a 0.2 plugin: `plugin test` asks its `list-tool`; the
-/// recorded calls are the example rule's) -> retarget the example rule (Rust: and add a rule of
-/// each kind) -> build -> test (the lines of the rule now fail, with a diff) -> dropped into a
-/// running router, whose client no longer sees the tool the rule hides from it and is refused
-/// calling it.
+/// new -> build and test as written (a 0.3 plugin: `plugin test` asks its `list-tool` and its
+/// content hooks; the recorded calls are the example rule's) -> retarget the example rule (Rust:
+/// and add a rule of each kind) and uncomment the result hook's example -> build -> test (the
+/// lines of the rule now fail, with a diff) -> dropped into a running router, whose client no
+/// longer sees the tool the rule hides from it, is refused calling it, and reads results as the
+/// hook changed them.
 async fn template_round_trip(lang: &str, source: &str) {
     let path = toolchain_path();
     let work = temp_dir();
@@ -156,7 +157,7 @@ async fn template_round_trip(lang: &str, source: &str) {
     let out = plugin(&["new", &project_arg, "--lang", lang], path);
     assert!(out.status.success(), "{}", text(&out));
     let wit = std::fs::read_to_string(project.join("wit/policy.wit")).unwrap();
-    assert!(wit.contains("package switchyard:policy@0.2.0;"), "{lang}: a new project is written against 0.2");
+    assert!(wit.contains("package switchyard:policy@0.3.0;"), "{lang}: a new project is written against 0.3");
 
     // The default 5 ms per call is wall time: on a loaded CI machine even a Rust plugin's first
     // call can miss it. The deadline is not what this test is about.
@@ -174,11 +175,14 @@ async fn template_round_trip(lang: &str, source: &str) {
     let out = plugin(&["test", &project_arg, "--config-file", &toml_arg], path);
     assert!(out.status.success(), "{lang}, as written:\n{}", text(&out));
     let report = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(report.contains("5 of 5 recorded calls match"), "{report}");
-    // `list-tool` names the line only when the plugin is of 0.2 (a 0.1 one is asked `annotate`).
+    assert!(report.contains("7 of 7 recorded calls match"), "{report}");
+    // `list-tool` names the line only when the plugin is of 0.2 or later (a 0.1 one is asked
+    // `annotate`); the content hooks are asked the last two lines, and pass them.
     assert!(report.contains("ok    line 4: list-tool delete_file for cursor"), "{lang}: {report}");
+    assert!(report.contains("ok    line 7: on-result tools/call read_file"), "{lang}: {report}");
 
     retarget_example_rule(&project.join(source));
+    uncomment_result_example(&project.join(source), lang);
     if lang == "rust" {
         add_rust_rules(&project.join(source));
     }
@@ -199,7 +203,7 @@ async fn template_round_trip(lang: &str, source: &str) {
         assert!(report.contains(line), "{lang}: no `{line}` in\n{report}");
     }
     assert!(report.contains("-  \"verdict\": \"reject\""), "{lang}: {report}");
-    assert!(report.contains("2 of 5 recorded calls match"), "{lang}: {report}");
+    assert!(report.contains("4 of 7 recorded calls match"), "{lang}: {report}");
 
     // Interpreters need more than the default 5 ms on a loaded machine (docs/plugins.md).
     let cfg = format!("[[plugins]]\nfile = \"probe-{lang}.wasm\"\nrequired = false\ndeadline_ms = 1000\n");
@@ -231,6 +235,29 @@ async fn template_round_trip(lang: &str, source: &str) {
     let msg = refusal_text(&r);
     assert!(msg.contains(&format!("probe-{lang}.wasm")) && msg.contains(E2E_CLIENT), "{msg}");
     assert_eq!(s.client.call_text("echo", json!({"text": "through"})).await, "through");
+    // The result hook's example, uncommented, changes what the client reads.
+    let said = s.client.call_text("echo", json!({"text": "ask db.internal"})).await;
+    assert_eq!(said, "ask [internal host]", "{lang}: the on-result example did not run");
+}
+
+/// Turns the template's commented `on_result` example into code: the lines after its
+/// `An example: change what the model reads` (3 in Rust and JavaScript, 2 in Python), with the
+/// parameter it reads named.
+fn uncomment_result_example(source: &Path, lang: &str) {
+    let text = std::fs::read_to_string(source).unwrap();
+    let (prefix, count) = if lang == "python" { ("# ", 2) } else { ("// ", 3) };
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let at = lines.iter().position(|l| l.contains("An example: change what the model reads"));
+    let at = at.unwrap_or_else(|| panic!("{lang}: the on-result example was not found in\n{text}"));
+    for line in &mut lines[at + 1..=at + count] {
+        *line = line.replacen(prefix, "", 1);
+    }
+    let mut edited = lines.join("\n") + "\n";
+    if lang == "rust" {
+        edited = edited
+            .replace("fn on_result(_call: HookCall, _result: String)", "fn on_result(_call: HookCall, result: String)");
+    }
+    std::fs::write(source, edited).unwrap();
 }
 
 #[tokio::test]
@@ -263,6 +290,9 @@ fn the_python_and_javascript_hints_examples_pass_their_recorded_calls() {
         assert!(out.status.success(), "{}", text(&out));
         let example = examples.join(lang).join("hints");
         std::fs::copy(example.join(source), project.join(source)).unwrap();
+        // The example is of 0.2: a project keeps the contract it was written against.
+        let wit_02 = crate::npm_setup::repo_root().join("wit/0.2/policy.wit");
+        std::fs::copy(wit_02, project.join("wit/policy.wit")).unwrap();
         let out = plugin(&["build", &project_arg], path);
         assert!(out.status.success(), "{lang} hints build failed:\n{}", text(&out));
         let config = std::fs::read_to_string(example.join("config.json")).unwrap();

@@ -27,7 +27,7 @@ pub fn build(dir: &Path) -> anyhow::Result<PathBuf> {
     if !dir.join("wit/policy.wit").is_file() {
         bail!(
             "{} has no wit/policy.wit (the contract the plugin is built against); \
-             `switchyard plugin new` writes it, or copy wit/0.2/policy.wit of switchyard's repository there",
+             `switchyard plugin new` writes it, or copy wit/0.3/policy.wit of switchyard's repository there",
             dir.display()
         );
     }

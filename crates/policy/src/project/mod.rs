@@ -1,21 +1,23 @@
 //! Plugin projects in Rust, Python and JavaScript: `switchyard plugin new` writes one,
 //! [`build`] turns it into a component with the language's own toolchain, [`recorded`] replays
-//! recorded calls against it (`plugin test`).
+//! recorded calls against it (`plugin test`), with [`hooked`] the params and results of calls
+//! for a plugin's content hooks.
 //!
 //! Everything a project starts from (the WIT of the policy world new plugins are written
-//! against, switchyard:policy@0.2.0; the templates and their recorded calls; the pinned tool
+//! against, switchyard:policy@0.3.0; the templates and their recorded calls; the pinned tool
 //! versions) is compiled into the binary; nothing is fetched.
 
 pub mod build;
+pub mod hooked;
 pub mod recorded;
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 
-/// The contract every new project targets (switchyard:policy@0.2.0), copied into
-/// `wit/policy.wit`. A project of 0.1 keeps its own copy of 0.1 and builds as it did.
-pub const POLICY_WIT: &str = include_str!("../../../../wit/0.2/policy.wit");
+/// The contract every new project targets (switchyard:policy@0.3.0), copied into
+/// `wit/policy.wit`. A project of 0.1 or 0.2 keeps its own copy and builds as it did.
+pub const POLICY_WIT: &str = include_str!("../../../../wit/0.3/policy.wit");
 
 /// The versions `plugin new` pins and the tests build with. Change them together with the
 /// interop tests' lock file (tests/plugin-langs), which is where they are proven to work.
@@ -30,18 +32,22 @@ const RUST_LIB: &str = include_str!("../../../../examples/plugins/template/src/l
 const PYTHON_APP: &str = include_str!("../../../../examples/plugins/python/template/app.py");
 const JS_POLICY: &str = include_str!("../../../../examples/plugins/js/template/policy.js");
 /// How the example template finds the WIT inside the repository, and in a project.
-const RUST_WIT_PATH_IN_REPO: &str = r#"path: "../../../wit/0.2""#;
+const RUST_WIT_PATH_IN_REPO: &str = r#"path: "../../../wit/0.3""#;
 const RUST_WIT_PATH_IN_PROJECT: &str = r#"path: "wit""#;
 
 /// The calls every new project replays, each with what the template's example rule answers:
 /// `cursor` reads a file (passed on), tries to delete it (refused), `claude-code` deletes it
 /// (run alone), and the delete tool listed to each of them (hidden from `cursor` only). An edit
-/// to the rule changes at least one of these answers, and `plugin test` shows which.
+/// to the rule changes at least one of these answers, and `plugin test` shows which. Then the
+/// content hooks, which the template passes: the read's params, and its result (which holds a
+/// made-up cloud key: a hook that redacts it fails this line and shows how).
 const CALLS_JSONL: &str = r#"{"call": {"server": "files", "method": "tools/call", "tool": "read_file", "arguments": {"path": "/tmp/notes.txt"}, "annotations": {"readOnlyHint": true}, "client": {"name": "cursor", "version": "1.7.0", "transport": "socket"}, "era": "2025-11-25"}, "client": "session-1", "expect": {"verdict": "continue", "decision": {}}}
 {"call": {"server": "files", "method": "tools/call", "tool": "delete_file", "arguments": {"path": "/tmp/notes.txt"}, "client": {"name": "cursor", "version": "1.7.0", "transport": "socket"}, "era": "2025-11-25"}, "client": "session-1", "expect": {"verdict": "reject", "reason": "cursor may not delete files here"}}
 {"call": {"server": "files", "method": "tools/call", "tool": "delete_file", "arguments": {"path": "/tmp/notes.txt"}, "client": {"name": "claude-code", "version": "2.1.0", "transport": "stdio"}, "era": "2025-11-25"}, "client": "session-2", "expect": {"verdict": "continue", "decision": {"concurrency": "exclusive"}}}
 {"tool": {"server": "files", "name": "delete_file", "annotations": {"destructiveHint": true}, "client": {"name": "cursor", "transport": "socket"}}, "expect": {"hidden": true}}
 {"tool": {"server": "files", "name": "delete_file", "annotations": {"destructiveHint": true}, "client": {"name": "claude-code", "transport": "stdio"}}, "expect": {"hints": {"destructiveHint": true}}}
+{"call": {"server": "files", "method": "tools/call", "tool": "read_file", "client": {"name": "cursor", "transport": "socket"}}, "params": {"name": "read_file", "arguments": {"path": "/tmp/notes.txt"}}, "expect": {"verdict": "continue"}}
+{"call": {"server": "files", "method": "tools/call", "tool": "read_file", "client": {"name": "cursor", "transport": "socket"}}, "result": {"content": [{"type": "text", "text": "aws_access_key_id = AKIAIOSFODNN7EXAMPLE"}]}, "expect": {"verdict": "continue"}}
 "#;
 
 /// A language a plugin project can be written in.
@@ -232,7 +238,7 @@ fn readme(name: &str, lang: Lang) -> String {
         Lang::Js => ("policy.js", format!("jco {JCO_VERSION} with componentize-js {COMPONENTIZE_JS_VERSION}")),
     };
     format!(
-        "# {name}: a switchyard policy plugin in {lang}; edit {file} (the contract is wit/policy.wit, switchyard:policy@0.2.0)\n\
+        "# {name}: a switchyard policy plugin in {lang}; edit {file} (the contract is wit/policy.wit, switchyard:policy@0.3.0)\n\
          Build: `switchyard plugin build .` writes {name}.wasm with {tool} (once: `{hint}`).\n\
          Test: `switchyard plugin test .` replays calls.jsonl (what the example rule answers; record what yours should) in the host; then copy {name}.wasm into the router's plugins/ directory and give it a [[plugins]] entry (`file = \"{name}.wasm\"`) in its config.\n",
         lang = lang.name(),
@@ -251,19 +257,25 @@ mod tests {
             let path = dir.path().join(format!("p-{}", lang.marker().replace('.', "-").to_lowercase()));
             new_project(&path, lang).unwrap();
             let wit = std::fs::read_to_string(path.join("wit/policy.wit")).unwrap();
-            assert!(wit.contains("package switchyard:policy@0.2.0;"), "{lang:?}: a new project is of 0.2");
+            assert!(wit.contains("package switchyard:policy@0.3.0;"), "{lang:?}: a new project is of 0.3");
             assert_eq!(std::fs::read_to_string(path.join("README.md")).unwrap().lines().count(), 3);
             assert!(path.join(source).is_file(), "{lang:?}");
             assert_eq!(Lang::detect(&path).unwrap(), lang);
-            let (mut with_caller, mut listed_to) = (0, Vec::new());
+            let (mut with_caller, mut listed_to, mut hooks) = (0, Vec::new(), Vec::new());
             for line in std::fs::read_to_string(path.join("calls.jsonl")).unwrap().lines() {
                 match recorded::Case::parse(line).unwrap() {
                     recorded::Case::Decide { call, .. } => with_caller += usize::from(call.caller.name.is_some()),
                     recorded::Case::List { caller, .. } => listed_to.extend(caller.name),
+                    recorded::Case::Hook(h) => hooks.push(h.label()),
                 }
             }
             assert_eq!(with_caller, 3, "{lang:?}: the calls say who called");
             assert_eq!(listed_to, ["cursor", "claude-code"], "{lang:?}: a tool is listed to two clients");
+            assert_eq!(
+                hooks,
+                ["on-request tools/call read_file", "on-result tools/call read_file"],
+                "{lang:?}: a call's params and result are replayed"
+            );
         }
         let lib = std::fs::read_to_string(dir.path().join("p-cargo-toml/src/lib.rs")).unwrap();
         assert!(lib.contains(r#"generate!({ path: "wit", world: "policy" })"#), "{lib}");
@@ -280,7 +292,7 @@ mod tests {
         let example = |name: &str| Path::new(env!("SWITCHYARD_EXAMPLE_PLUGINS")).join(name);
         let opts = recorded::Options::default();
         let r = recorded::replay(&example("template.wasm"), &calls, &opts);
-        assert!(r.result.is_ok() && r.text.contains("5 of 5 recorded calls match"), "{}", r.text);
+        assert!(r.result.is_ok() && r.text.contains("7 of 7 recorded calls match"), "{}", r.text);
         // `hints` with no tools configured changes nothing: every line of the rule fails.
         let passing = recorded::Options { config_json: Some(r#"{"tools": {}}"#), ..opts };
         let r = recorded::replay(&example("hints.wasm"), &calls, &passing);
@@ -290,7 +302,40 @@ mod tests {
         {
             assert!(r.text.contains(&format!("FAIL  {line}")), "{line}:\n{}", r.text);
         }
-        assert!(r.text.contains("2 of 5 recorded calls match"), "{}", r.text);
+        assert!(r.text.contains("4 of 7 recorded calls match"), "{}", r.text);
+    }
+
+    /// The hook lines are replayed in the host: a plugin that redacts the recorded result fails
+    /// that line with a diff of what it made of it; one whose interest leaves the call out is
+    /// not asked, and passes.
+    #[test]
+    fn recorded_results_hold_a_plugin_to_what_it_makes_of_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let project = dir.path().join("hooks");
+        new_project(&project, Lang::Rust).unwrap();
+        let calls = project.join("calls.jsonl");
+        let example = |name: &str| Path::new(env!("SWITCHYARD_EXAMPLE_PLUGINS")).join(name);
+        let r = recorded::replay(&example("redact.wasm"), &calls, &recorded::Options::default());
+        assert!(r.result.is_err(), "{}", r.text);
+        assert!(r.text.contains("ok    line 6: on-request tools/call read_file"), "{}", r.text);
+        assert!(r.text.contains("FAIL  line 7: on-result tools/call read_file"), "{}", r.text);
+        assert!(r.text.contains(r#"+  "verdict": "modify""#), "{}", r.text);
+        assert!(r.text.contains("aws_access_key_id = [redacted: aws-access-key]"), "{}", r.text);
+        // The same plugin, told to read another tool's results only, passes the line untouched.
+        let elsewhere = recorded::Options { config_json: Some(r#"{"tools": ["search_*"]}"#), ..Default::default() };
+        let r = recorded::replay(&example("redact.wasm"), &calls, &elsewhere);
+        assert!(r.text.contains("ok    line 7: on-result tools/call read_file"), "{}", r.text);
+        // A recorded answer that says what the plugin does passes.
+        let expected = project.join("redacted.jsonl");
+        std::fs::write(
+            &expected,
+            r#"{"call": {"tool": "read_file"}, "result": {"content": [{"type": "text", "text": "key AKIAIOSFODNN7EXAMPLE"}]},
+                "expect": {"verdict": "modify", "result": {"content": [{"type": "text", "text": "key [redacted: aws-access-key]"}]}}}"#
+                .replace('\n', " "),
+        )
+        .unwrap();
+        let r = recorded::replay(&example("redact.wasm"), &expected, &recorded::Options::default());
+        assert!(r.result.is_ok() && r.text.contains("1 of 1 recorded calls match"), "{}", r.text);
     }
 
     #[test]

@@ -15,6 +15,9 @@
 //! hints use the MCP names (`readOnlyHint`, ...); an
 //! absent field is "not said". `current` is optional (default: nothing decided, the declared
 //! hints). Blank lines and lines starting with `//` are skipped.
+//!
+//! A 0.3 plugin's content hooks are replayed from lines that carry a call's `params` or its
+//! `result` (see [`super::hooked`]).
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -23,6 +26,7 @@ use std::path::Path;
 use anyhow::{Context, bail};
 use serde_json::{Map, Value, json};
 
+use super::hooked::{self, HookCase};
 use crate::check::{call_from_json, caller_from_json, entry_and_config, optional_string};
 use crate::wasm::{self, CallArgs, Contract, Limits, Verdict};
 use crate::{Kind, ListedTool, Listing};
@@ -44,6 +48,8 @@ pub enum Case {
         current: Listing,
         expect: Listing,
     },
+    /// A call's params or result, for the plugin's content hook.
+    Hook(Box<HookCase>),
 }
 
 /// The fields of a line's `tool`.
@@ -56,7 +62,7 @@ impl Case {
     pub fn parse(line: &str) -> anyhow::Result<Case> {
         let v: Value = serde_json::from_str(line).context("not valid JSON")?;
         let obj = v.as_object().context("each line must be a JSON object")?;
-        known_fields(obj, &["call", "tool", "client", "current", "expect"], "the line")?;
+        known_fields(obj, &["call", "tool", "client", "current", "params", "result", "expect"], "the line")?;
         let expect = obj.get("expect").context("no `expect` (the answer recorded for it)")?;
         match (obj.get("call"), obj.get("tool")) {
             (Some(call), None) => {
@@ -66,6 +72,10 @@ impl Case {
                     Some(_) => bail!("`client` must be a string (the session the call came from)"),
                     None => {}
                 }
+                let call = match HookCase::of_line(obj, call)? {
+                    Ok(hook) => return Ok(Case::Hook(Box::new(hook))),
+                    Err(call) => call,
+                };
                 let current = obj.get("current").map(decision_from_json).transpose()?.unwrap_or_default();
                 Ok(Case::Decide { call: Box::new(call), current, expect: verdict_from_json(expect)? })
             }
@@ -111,6 +121,7 @@ impl Case {
                 Some(t) => format!("decide {} {t}", call.method),
                 None => format!("decide {}", call.method),
             },
+            Case::Hook(h) => h.label(),
             Case::List { tool, .. } if contract == Contract::V1 => format!("annotate {}", tool.name),
             Case::List { tool, caller, .. } => {
                 let kind = match tool.kind {
@@ -190,6 +201,10 @@ fn run(plugin_path: &Path, calls: &Path, opts: &Options<'_>, out: &mut String) -
                 plugin
                     .list_tool(tool, caller, current, tokio::time::Instant::now())
                     .map(|l| listing_to_json(&l, current)),
+            ),
+            Case::Hook(h) => (
+                hooked::verdict_to_json(&h.expect, h.phase),
+                h.replay(&plugin).map(|v| hooked::verdict_to_json(&v, h.phase)),
             ),
         };
         let printed = plugin.output().take_captured();

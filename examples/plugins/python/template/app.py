@@ -3,9 +3,13 @@ see `delete_file`, and anyone else's `delete_file` runs alone on its server. The
 beside it (calls.jsonl) expect exactly that, so `switchyard plugin test` shows what an edit to
 the rule changes; record what your own rules should answer there too.
 
+It also has the content hooks of 0.3 (on_request, on_result), which read and may change or
+refuse a call's params and its result. As written they pass everything on unchanged, for the
+calls `interest` declares; a commented example in each shows what a rule looks like.
+
 Built with `switchyard plugin build` (componentize-py, world `policy` of wit/policy.wit,
-switchyard:policy@0.2.0). The types come from the WIT: wit_world.imports.types (Call, Client,
-Decision, Verdict_*, Tool, Listing, Hints).
+switchyard:policy@0.3.0). The types come from the WIT: wit_world.imports.types (Call, Client,
+Decision, Verdict_*, Tool, Listing, Hints, Interest, HookCall, HookVerdict_*).
 """
 
 import json
@@ -45,3 +49,34 @@ class WitWorld(wit_world.WitWorld):
             current.hidden = True
         # Add your rules here (rename with current.name, reword with current.description).
         return current
+
+    def interest(self) -> types.Interest:
+        """Which calls the two hooks below see; asked once, after `init`. A call outside it never
+        enters them and costs nothing, so declare no more than your rules need (an empty
+        `methods` turns the hooks off)."""
+        return types.Interest(
+            # Globs on the JSON-RPC method, e.g. "tools/call", "resources/read", "resources/*".
+            methods=["tools/call"],
+            # For tools/call: globs on the server's name of the tool; empty means every tool.
+            tools=[],
+            request=True,
+            result=True,
+        )
+
+    def on_request(self, call: types.HookCall, params: str) -> types.HookVerdict:
+        """A request's `params` (JSON text) before the call is sent: for a tools/call, `name`
+        and `arguments`. Runs after `decide`, in the chain's order."""
+        # An example: refuse a tool's argument.
+        # if call.tool == "write_file" and json.loads(params)["arguments"].get("path", "").startswith("/etc/"):
+        #     return types.HookVerdict_Deny("writing under /etc is not allowed here")
+        # types.HookVerdict_Modify(new_params) would send other params instead (the same `name`).
+        return types.HookVerdict_Continue()
+
+    def on_result(self, call: types.HookCall, result: str) -> types.HookVerdict:
+        """The server's `result` (JSON text) before the client gets it. Runs in the reverse of
+        the chain's order, on the final result only."""
+        # An example: change what the model reads (here, hide an internal host name).
+        # if "db.internal" in result:
+        #     return types.HookVerdict_Modify(result.replace("db.internal", "[internal host]"))
+        # types.HookVerdict_Deny(reason) would drop the result and answer an error result instead.
+        return types.HookVerdict_Continue()
