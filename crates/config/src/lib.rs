@@ -214,7 +214,7 @@ impl Config {
             let at = spans.plugins.get(n).and_then(|k| k.get("servers").or_else(|| k.get("file")));
             entry.check_servers(&known).map_err(|e| anyhow!("{}: {e}", place(at.map(|s| s.span().start))))?;
         }
-        for (n, entry) in config.plugins.iter().enumerate().filter(|(_, e)| e.max_payload_kib == 0) {
+        if let Some((n, entry)) = config.plugins.iter().enumerate().find(|(_, e)| e.max_payload_kib == 0) {
             let at = spans.plugins.get(n).and_then(|k| k.get("max_payload_kib"));
             bail!(
                 "{}: plugin {}: `max_payload_kib = 0` hands its content hooks nothing; give the largest params or result it may read, in KiB (default 1024)",
