@@ -34,6 +34,10 @@ pub enum Hello {
         /// Absent (false) in hellos of older clients.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         handoff: bool,
+        /// Join group `group` instead of one server (`connect --group NAME`); `server` is None
+        /// then. Absent in hellos of older clients.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        group: Option<String>,
     },
     /// One status snapshot, then the router closes the connection.
     Status,
@@ -44,9 +48,10 @@ pub enum Hello {
 impl std::fmt::Debug for Hello {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Hello::Connect { server, version, env, dir, handoff } => f
+            Hello::Connect { server, version, env, dir, handoff, group } => f
                 .debug_struct("Connect")
                 .field("server", server)
+                .field("group", group)
                 .field("version", version)
                 .field("env", &env.keys().collect::<Vec<_>>())
                 .field("dir", dir)
@@ -147,6 +152,7 @@ mod tests {
             env: BTreeMap::new(),
             dir: None,
             handoff: false,
+            group: None,
         });
         assert!(is_control(&h));
         assert!(!h.contains("handoff"), "no offer is left out, as older hellos have it: {h}");
@@ -159,6 +165,7 @@ mod tests {
                 env: BTreeMap::new(),
                 dir: None,
                 handoff: false,
+                group: None,
             }))
         );
         assert!(is_control(&line(&Reply::Drain { reason: "x".into() })));
@@ -180,6 +187,7 @@ mod tests {
             env,
             dir: Some("/w".into()),
             handoff: false,
+            group: None,
         };
         let text = line(&h);
         assert_eq!(hello(&text), Some(Ok(h.clone())));

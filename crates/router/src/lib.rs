@@ -18,6 +18,7 @@ mod call_path_tests;
 pub mod control;
 pub mod downstream;
 pub(crate) mod gate;
+pub mod group;
 pub mod handoff;
 pub(crate) mod peer;
 pub(crate) mod placement;
@@ -140,6 +141,8 @@ mod layering {
         // connect's pipes handed to the router: a session served on them, and the journal.
         "handoff",
         "registry",
+        // One client of a group of servers: a session of each member, merged and routed.
+        "group",
         // How clients reach the router: stdio, the Unix socket, HTTP.
         "downstream",
     ];

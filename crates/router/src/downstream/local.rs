@@ -49,7 +49,10 @@ pub(crate) async fn open<R, W>(
     let text = String::from_utf8_lossy(&first).into_owned();
     let reply = |r: &Reply| control::line(r);
     match control::hello(&text) {
-        Some(Ok(Hello::Connect { server, version, env, dir, handoff: offered })) => {
+        Some(Ok(Hello::Connect { group: Some(group), version, env, dir, .. })) => {
+            open_group(transport, router, &group, &version, &env, dir, reader, w, shutdown).await
+        }
+        Some(Ok(Hello::Connect { server, version, env, dir, handoff: offered, group: None })) => {
             match router.lookup(server.as_deref(), &env) {
                 Ok(server) => {
                     if version != env!("CARGO_PKG_VERSION") {
@@ -130,4 +133,52 @@ pub(crate) async fn open<R, W>(
             }
         },
     }
+}
+
+/// A `connect --group NAME`: welcomed as a session of the group (never handed off: the group
+/// reads its client itself), or refused with why.
+#[allow(clippy::too_many_arguments)]
+async fn open_group<R, W>(
+    transport: &'static str,
+    router: Arc<Servers>,
+    name: &str,
+    version: &str,
+    env: &std::collections::BTreeMap<String, String>,
+    dir: Option<String>,
+    reader: BufReader<R>,
+    mut w: W,
+    shutdown: CancellationToken,
+) where
+    R: AsyncRead + Send + Unpin + 'static,
+    W: AsyncWrite + Send + Unpin + 'static,
+{
+    use tokio::io::AsyncWriteExt;
+    let group = match router.group(name) {
+        Ok(g) => g,
+        Err(error) => {
+            tracing::info!("refused a client: {error}");
+            let _ = w.write_all(control::line(&Reply::Refused { error }).as_bytes()).await;
+            return;
+        }
+    };
+    if version != env!("CARGO_PKG_VERSION") {
+        tracing::info!(group = %group.name, "a client of switchyard {version} joined (this router is {})", env!("CARGO_PKG_VERSION"));
+    }
+    let welcome = Reply::Welcome {
+        server: format!("group {}", group.name),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        pid: std::process::id(),
+        handoff: false,
+    };
+    if w.write_all(control::line(&welcome).as_bytes()).await.is_err() {
+        return;
+    }
+    let opening = Opening {
+        transport,
+        sessions: router.sessions.clone(),
+        speaks_control: true,
+        client_dir: dir,
+        client_token: None,
+    };
+    crate::group::serve(router.clone(), group, env, reader, w, opening, shutdown).await;
 }

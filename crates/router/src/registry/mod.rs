@@ -2,6 +2,7 @@
 //! server whose configuration changed hands its sessions over to its successor, and the
 //! variants of a template server (one with `client_env`), one per distinct set of client values.
 
+mod groups;
 mod templates;
 
 use std::collections::BTreeMap;
@@ -19,6 +20,7 @@ use crate::session::Sessions;
 use crate::upstream::remote::RemoteConnector;
 use crate::upstream::target::Target;
 use crate::upstream::{Connector, Spec, StdioConnector};
+pub use groups::{GroupShown, Groups, Shown as GroupSessionShown};
 use switchyard_config::Config;
 use switchyard_core::metrics::{Live, LiveServer, Metrics};
 use switchyard_policy::Policy;
@@ -93,6 +95,8 @@ pub struct Servers {
     /// What the daemon says of itself in `status` beside its servers (by key: why its config
     /// file is not the one in force, why its HTTP front is not served), set and cleared by it.
     pub notes: RwLock<BTreeMap<&'static str, Value>>,
+    /// The groups clients may connect to, and their live sessions.
+    pub groups: Groups,
 }
 
 impl Servers {
@@ -120,6 +124,7 @@ impl Servers {
                 buffered: crate::peer::Buffered::new(usize::MAX),
                 reread: std::sync::OnceLock::new(),
                 notes: RwLock::new(BTreeMap::new()),
+                groups: Groups::default(),
             }
         })
     }
@@ -490,6 +495,7 @@ impl Servers {
             "servers": servers,
             "retired": retired,
             "broken": broken,
+            "groups": self.groups_status(),
         });
         if let Some(http) = self.http.read().expect("lock").as_ref() {
             status["http"] = http();

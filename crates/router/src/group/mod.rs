@@ -1,0 +1,272 @@
+//! A group session: one client (`switchyard connect --group NAME`, the HTTP front's
+//! `/groups/NAME/mcp`) served as one MCP server that carries the tools, prompts and resources
+//! of every server of a `[groups.NAME]` (or of all servers: the group `all`).
+//!
+//! Each member is an ordinary session of its server ([`member`]), opened in memory exactly as
+//! `connect NAME` opens one and sent the client's own initialize (its clientInfo, capabilities,
+//! directory, token and `--env` values), so every call runs under its own server's policy,
+//! gates, pools and per-client plugins, unchanged. This module only merges and routes:
+//!
+//! - [`catalog`]: the ONE place where what the client sees is made and read back. The merged
+//!   `tools/list` (and prompts, resources, templates) answer is produced by
+//!   `Catalog::merge`, called from `fanout::list`; a `tools/call` (or `prompts/get`) is routed
+//!   by name in `Catalog::route_name`, a resource URI in `Catalog::route_uri`, both called
+//!   from `GroupSession::route`. Shaping a list per client (shorter names, budgets, search)
+//!   hooks in there.
+//! - [`route`]: the id tables: a client's request to the member that runs it and its response
+//!   back, a server's request (sampling, elicitation, roots, ping) to the client and its answer
+//!   back to that member, cancels both ways, notifications.
+//! - [`fanout`]: initialize and the lists, asked of every member and merged.
+//!
+//! A member that cannot start, or whose server dies, leaves the others working: a call of its
+//! tools is answered with an error naming the server and the cause.
+
+mod catalog;
+mod fanout;
+mod member;
+mod route;
+#[cfg(test)]
+mod tests;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncBufRead, AsyncWrite};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::peer::ClientPeer;
+use crate::registry::Servers;
+use crate::server::Server;
+use crate::session::{self, Input, Message, Opening, Output, Writer};
+use catalog::Catalog;
+use member::{Inbox, Member, Relay};
+use switchyard_config::Group;
+use switchyard_core::codec::{self, Frame, LineReader};
+
+static NEXT_GROUP_SESSION: AtomicU64 = AtomicU64::new(1);
+
+/// How long a group waits for its members' initialize before it answers its client with those
+/// that answered; the rest join when they answer (the client is told their lists changed).
+const INIT_WAIT: Duration = Duration::from_secs(20);
+/// How long one page of a member's list may take.
+const LIST_WAIT: Duration = Duration::from_secs(60);
+/// After the client left, how long the members' sessions get to wind down.
+const CLOSE_GRACE: Duration = Duration::from_secs(6);
+
+/// One client's session with a group.
+pub struct GroupSession {
+    pub group: String,
+    pub label: String,
+    members: Vec<Arc<Member>>,
+    /// The client's outbox (and its backlog: a client that stops reading ends the session).
+    peer: Arc<ClientPeer>,
+    routes: Mutex<route::Routes>,
+    catalog: Mutex<Catalog>,
+    /// The client sent `notifications/initialized`: members that start later may tell it
+    /// their lists changed.
+    initialised: std::sync::atomic::AtomicBool,
+    started: tokio::time::Instant,
+}
+
+impl GroupSession {
+    /// The session as `switchyard status --json` shows it under its group.
+    pub fn status(&self) -> Value {
+        serde_json::json!({
+            "label": self.label,
+            "client": self.peer.client(),
+            "members": self.members.iter().map(|m| m.shown()).collect::<Vec<_>>(),
+            "uptime_ms": self.started.elapsed().as_millis() as u64,
+        })
+    }
+
+    /// Sends the client a message.
+    fn send(&self, msg: &Value) {
+        self.peer.send(msg.to_string());
+    }
+
+    fn reply(&self, id: &Value, result: Value) {
+        self.send(&serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result}));
+    }
+
+    fn error(&self, id: &Value, code: i64, message: &str) {
+        self.peer.send(codec::response_error(&id.to_string(), code, message, None));
+    }
+}
+
+/// Serves group `name` of `router` to a client on `reader`/`writer` (the Unix socket's
+/// `connect --group`), with the client's `--env` values.
+pub async fn serve<R, W>(
+    router: Arc<Servers>,
+    group: Group,
+    env: &std::collections::BTreeMap<String, String>,
+    reader: R,
+    writer: W,
+    opening: Opening,
+    shutdown: CancellationToken,
+) where
+    R: AsyncBufRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let joined = join(&router, &group, env);
+    let max = joined.iter().flatten().map(|s| s.limits.max_message_bytes).max();
+    let max = max.unwrap_or_else(|| switchyard_config::Limits::default().max_message_bytes);
+    serve_in(router, group, joined, LineReader::new(reader, max), Writer(writer), opening, shutdown).await
+}
+
+/// The servers of `group` as this client gets them (a template's variant for its values), or
+/// why one cannot be had.
+pub fn join(
+    router: &Arc<Servers>,
+    group: &Group,
+    env: &std::collections::BTreeMap<String, String>,
+) -> Vec<Result<Arc<Server>, String>> {
+    group.members.iter().map(|m| router.lookup(Some(&m.server), env)).collect()
+}
+
+/// [`serve_with`], shown in `router`'s status while it runs.
+pub async fn serve_in(
+    router: Arc<Servers>,
+    group: Group,
+    joined: Vec<Result<Arc<Server>, String>>,
+    input: impl Input,
+    output: impl Output,
+    opening: Opening,
+    shutdown: CancellationToken,
+) {
+    let shown = router.clone();
+    serve_with(&group, joined, input, output, opening, shutdown, move |s| {
+        let weak = Arc::downgrade(s);
+        shown.show_group_session(&s.group, s.label.clone(), Box::new(move || weak.upgrade().map(|s| s.status())))
+    })
+    .await
+}
+
+/// Serves one client of `group` on `input`/`output` until it leaves or `shutdown` fires: a
+/// session of each member's server in `joined` (an error: why that member is down), merged.
+/// `on_open` is given the session once it runs; what it returns is dropped when it ends.
+pub async fn serve_with<G>(
+    group: &Group,
+    joined: Vec<Result<Arc<Server>, String>>,
+    mut input: impl Input,
+    output: impl Output,
+    opening: Opening,
+    shutdown: CancellationToken,
+    on_open: impl FnOnce(&Arc<GroupSession>) -> G,
+) {
+    let n = NEXT_GROUP_SESSION.fetch_add(1, Ordering::Relaxed);
+    let label = format!("{}-group-{n}", opening.transport);
+    let first = joined.iter().flatten().next().cloned();
+    let max = first
+        .as_ref()
+        .map_or_else(|| switchyard_config::Limits::default().max_message_bytes, |s| s.limits.max_message_bytes);
+    let buffered = first.as_ref().map_or_else(|| crate::peer::Buffered::new(usize::MAX), |s| s.buffered.clone());
+    let (tx, rx) = mpsc::unbounded_channel();
+    // Its own id space, apart from the sessions' (the shared output budget tells them apart).
+    let peer = ClientPeer::new((1 << 48) + n, tx, max.saturating_mul(4), buffered);
+    let mut members = Vec::new();
+    let mut inboxes = Vec::new();
+    for (m, server) in group.members.iter().zip(&joined) {
+        let down = server.as_ref().err().map(|why| format!("server `{}` cannot be used: {why}", m.server));
+        let (member, inbox) = Member::new(&m.server, &m.prefix, down);
+        members.push(member);
+        inboxes.push(inbox);
+    }
+    let prefixes = members.iter().map(|m| m.prefix.clone()).collect();
+    let session = Arc::new(GroupSession {
+        group: group.name.clone(),
+        label: label.clone(),
+        members,
+        peer,
+        routes: Mutex::new(route::Routes::default()),
+        catalog: Mutex::new(Catalog::new(&group.name, prefixes, &group.separator)),
+        initialised: Default::default(),
+        started: tokio::time::Instant::now(),
+    });
+    let mut writer = tokio::spawn(output.run(rx, session.peer.backlog(), label.clone()));
+    let mut tasks = Vec::new();
+    for (i, (server, rx)) in joined.into_iter().zip(inboxes).enumerate() {
+        let Ok(server) = server else { continue };
+        let member = session.members[i].clone();
+        let opening = Opening {
+            transport: opening.transport,
+            sessions: opening.sessions.clone(),
+            speaks_control: false,
+            client_dir: opening.client_dir.clone(),
+            client_token: opening.client_token.clone(),
+        };
+        let to = {
+            let s = session.clone();
+            move |out| s.on_member_line(i, out)
+        };
+        let input = Inbox { rx, abort: member.abort.clone() };
+        let relay = Relay { to, label: member.label.clone() };
+        let s = session.clone();
+        tasks.push(tokio::spawn(async move {
+            let ends = server.shutdown.clone();
+            session::serve_with(server, input, relay, opening, ends).await;
+            s.member_ended(i, "its session ended (its server was removed from the config, or switchyard is stopping)");
+        }));
+    }
+    let _shown = on_open(&session);
+    tracing::info!(group = %group.name, session = %label, "group session started ({} servers)", session.members.len());
+    let mut writer_done = false;
+    let ended = loop {
+        let message = tokio::select! {
+            m = input.next() => m,
+            _ = shutdown.cancelled() => break Ended::Shutdown,
+            _ = session.peer.overflow.cancelled() => break Ended::Gone,
+            _ = &mut writer => {
+                writer_done = true;
+                break Ended::Gone;
+            }
+        };
+        match message {
+            Ok(Some(Message::Frame(Frame::Line(line)))) => session.on_client_line(line),
+            Ok(Some(Message::Request(call))) => session.on_client_line(call.into_line()),
+            Ok(Some(Message::Frame(Frame::TooLong { bytes }))) => session.peer.send(codec::response_error(
+                "null",
+                codec::INVALID_REQUEST,
+                &format!("message of {bytes} bytes is over the limit of {max} bytes (limits.max_message_bytes); it was skipped"),
+                None,
+            )),
+            Ok(Some(Message::Frame(Frame::NotUtf8))) => {
+                session.peer.send(codec::response_error("null", codec::PARSE_ERROR, "Parse error: the message is not valid UTF-8", None))
+            }
+            Ok(None) => break Ended::Eof,
+            Err(e) => {
+                tracing::debug!(session = %label, "the group's client left: {e}");
+                break Ended::Gone;
+            }
+        }
+    };
+    for m in &session.members {
+        match ended {
+            Ended::Gone => m.abort.cancel(),
+            Ended::Eof | Ended::Shutdown => m.close_input(),
+        }
+    }
+    let all = futures_util::future::join_all(tasks);
+    if tokio::time::timeout(CLOSE_GRACE, all).await.is_err() {
+        tracing::warn!(session = %label, "the group's member sessions did not end within {CLOSE_GRACE:?}");
+        for m in &session.members {
+            m.abort.cancel();
+        }
+    }
+    session.fail_all(ended != Ended::Gone);
+    drop(session);
+    if !writer_done && tokio::time::timeout(CLOSE_GRACE, &mut writer).await.is_err() {
+        writer.abort();
+    }
+    tracing::info!(group = %group.name, session = %label, "group session ended");
+}
+
+/// Why a group's client stopped being read.
+#[derive(Clone, Copy, PartialEq)]
+enum Ended {
+    Shutdown,
+    Eof,
+    Gone,
+}
