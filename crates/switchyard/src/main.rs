@@ -27,7 +27,12 @@ enum Command {
     Connect {
         /// A server of the config. With a `/`, the socket of a router started with
         /// `run --listen SOCKET` (no daemon is started then).
-        name: PathBuf,
+        #[arg(required_unless_present = "group", conflicts_with = "group")]
+        name: Option<PathBuf>,
+        /// Join a group of the config's servers instead (`[groups.NAME]`, or `all` for every
+        /// server): one MCP server with all their tools, named SERVER__TOOL.
+        #[arg(long, value_name = "NAME")]
+        group: Option<String>,
         /// The daemon's config file [default: ~/.config/switchyard/switchyard.toml].
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
@@ -345,9 +350,10 @@ fn main() -> ExitCode {
         Command::Demo => report(Err(anyhow::anyhow!(
             "the demo runs on Linux and macOS (it shows kill -9 and SIGTERM); on Windows try `switchyard run -- switchyard fixture` with a client"
         ))),
-        Command::Connect { name, config, socket, env } => {
+        Command::Connect { name, config, socket, env, group } => {
             // connect says why it fails on stderr itself, as it happens.
-            match commands::run::connect_blocking(commands::connect::Options { name, config, socket, env }) {
+            let name = name.unwrap_or_default();
+            match commands::run::connect_blocking(commands::connect::Options { name, config, socket, env, group }) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(_) => ExitCode::FAILURE,
             }

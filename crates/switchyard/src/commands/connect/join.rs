@@ -226,6 +226,7 @@ async fn greet(destination: &Destination, stream: UnixStream, handoff: bool) -> 
         env: destination.env.0.clone(),
         dir: std::env::current_dir().ok().map(|d| d.display().to_string()),
         handoff,
+        group: destination.group.clone(),
     });
     writer
         .write_all(hello.as_bytes())

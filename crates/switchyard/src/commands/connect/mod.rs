@@ -41,6 +41,8 @@ pub(crate) struct Options {
     pub(crate) socket: Option<PathBuf>,
     /// Variables of connect's own environment whose values go to the server (its `client_env`).
     pub(crate) env: Vec<String>,
+    /// `--group NAME`: join a group of the config's servers instead of one (`name` is empty).
+    pub(crate) group: Option<String>,
 }
 
 /// Where `connect` goes, which server it asks for, and how to start the daemon if nobody is there.
@@ -53,6 +55,8 @@ struct Destination {
     config: Option<PathBuf>,
     /// The values `--env` named, sent in every hello (Debug shows the names only).
     env: ClientValues,
+    /// The group named in the hello (`--group`); `server` is None then.
+    group: Option<String>,
 }
 
 impl Destination {
@@ -68,6 +72,20 @@ impl Destination {
         getenv: &dyn Fn(&str) -> Option<std::ffi::OsString>,
     ) -> anyhow::Result<Destination> {
         let env = client_values(&opts.env, getenv)?;
+        if let Some(group) = &opts.group {
+            if let Err(e) = switchyard_config::check_server_name(group) {
+                anyhow::bail!("--group {group:?}: {}", e.replace("server name", "group name"));
+            }
+            let config = match &opts.config {
+                Some(c) => c.clone(),
+                None => switchyard_config::paths::default_config()?,
+            };
+            let socket = match &opts.socket {
+                Some(s) => s.clone(),
+                None => switchyard_config::paths::socket_for(&switchyard_config::paths::canonical_config(&config)?)?,
+            };
+            return Ok(Destination { socket, server: None, config: Some(config), env, group: Some(group.clone()) });
+        }
         let name = opts.name.to_str().ok_or_else(|| {
             anyhow!("{}: a server name must be UTF-8 (or give a socket path, with a `/`)", opts.name.display())
         })?;
@@ -77,7 +95,7 @@ impl Destination {
                     "`switchyard connect {name}` names a socket; --config and --socket go with a server name: switchyard connect NAME --config FILE"
                 );
             }
-            return Ok(Destination { socket: opts.name.clone(), server: None, config: None, env });
+            return Ok(Destination { socket: opts.name.clone(), server: None, config: None, env, group: None });
         }
         let config = match &opts.config {
             Some(c) => c.clone(),
@@ -89,7 +107,7 @@ impl Destination {
             // --socket it is needed only to start a daemon, and read then.
             None => switchyard_config::paths::socket_for(&switchyard_config::paths::canonical_config(&config)?)?,
         };
-        Ok(Destination { socket, server: Some(name.to_string()), config: Some(config), env })
+        Ok(Destination { socket, server: Some(name.to_string()), config: Some(config), env, group: None })
     }
 
     /// "socket S, config C" for messages.
@@ -102,9 +120,10 @@ impl Destination {
 
     /// The session, for messages: "server `fs`" or "the router".
     fn session_label(&self) -> String {
-        match &self.server {
-            Some(s) => format!("server `{s}`"),
-            None => "the router".to_string(),
+        match (&self.server, &self.group) {
+            (Some(s), _) => format!("server `{s}`"),
+            (None, Some(g)) => format!("group `{g}`"),
+            (None, None) => "the router".to_string(),
         }
     }
 }
@@ -165,7 +184,8 @@ pub(crate) async fn run(opts: &Options) -> anyhow::Result<()> {
     #[cfg(not(target_os = "linux"))]
     let start = Start::Fresh(join::join(&destination, &exe).await);
     #[cfg(target_os = "linux")]
-    let start = if handed::wanted() {
+    // A group's session is read by the group itself: never handed off.
+    let start = if destination.group.is_none() && handed::wanted() {
         match handed::hand_off(&destination, &exe).await {
             handed::Outcome::Ended => return Ok(()),
             handed::Outcome::Relay(first) => Start::Fresh(first),

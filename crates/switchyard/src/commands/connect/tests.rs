@@ -190,7 +190,13 @@ fn dir() -> (tempfile::TempDir, PathBuf) {
 }
 
 fn named(socket: &Path, config: Option<PathBuf>) -> Destination {
-    Destination { socket: socket.to_path_buf(), server: Some("fs".into()), config, env: ClientValues::default() }
+    Destination {
+        socket: socket.to_path_buf(),
+        server: Some("fs".into()),
+        config,
+        env: ClientValues::default(),
+        group: None,
+    }
 }
 
 fn no_daemon() -> PathBuf {
@@ -266,7 +272,7 @@ async fn a_refused_session_answers_the_client_s_initialize_with_the_reason() {
 async fn nobody_at_an_old_form_socket_is_an_error_for_the_first_request() {
     let (_d, socket) = dir();
     let mut c = Client::start(
-        Destination { socket: socket.clone(), server: None, config: None, env: ClientValues::default() },
+        Destination { socket: socket.clone(), server: None, config: None, env: ClientValues::default(), group: None },
         no_daemon(),
     );
     c.send(json!({"jsonrpc": "2.0", "method": "notifications/whatever"})).await;
@@ -368,7 +374,7 @@ async fn an_old_form_connect_ends_with_an_error_when_its_router_is_gone() {
     let (_d, socket) = dir();
     let fake = Fake::start(&socket, None).await;
     let mut c = Client::start(
-        Destination { socket: socket.clone(), server: None, config: None, env: ClientValues::default() },
+        Destination { socket: socket.clone(), server: None, config: None, env: ClientValues::default(), group: None },
         no_daemon(),
     );
     c.initialize().await;
@@ -416,7 +422,7 @@ async fn a_router_older_than_the_hello_serves_the_old_form_only() {
         }
     });
     let mut old = Client::start(
-        Destination { socket: socket.clone(), server: None, config: None, env: ClientValues::default() },
+        Destination { socket: socket.clone(), server: None, config: None, env: ClientValues::default(), group: None },
         no_daemon(),
     );
     old.request(json!(1), "ping", json!({})).await;
@@ -434,12 +440,19 @@ fn the_command_line_says_where_to_connect() {
         config: config.map(PathBuf::from),
         socket: socket.map(PathBuf::from),
         env: Vec::new(),
+        group: None,
     };
     // The old form: a socket, no server name, never a daemon start.
     let old = Destination::resolve(&opts("./r.sock", None, None)).unwrap();
     assert_eq!(
         old,
-        Destination { socket: "./r.sock".into(), server: None, config: None, env: ClientValues::default() }
+        Destination {
+            socket: "./r.sock".into(),
+            server: None,
+            config: None,
+            env: ClientValues::default(),
+            group: None
+        }
     );
     let e = Destination::resolve(&opts("/run/r.sock", Some("c.toml"), None)).unwrap_err().to_string();
     assert!(e.contains("go with a server name"), "{e}");
@@ -447,10 +460,19 @@ fn the_command_line_says_where_to_connect() {
     let given = Destination::resolve(&opts("fs", Some("/nowhere/c.toml"), Some("/run/s.sock"))).unwrap();
     let config = Some(PathBuf::from("/nowhere/c.toml"));
     let env = ClientValues::default();
-    assert_eq!(given, Destination { socket: "/run/s.sock".into(), server: Some("fs".into()), config, env });
+    assert_eq!(
+        given,
+        Destination { socket: "/run/s.sock".into(), server: Some("fs".into()), config, env, group: None }
+    );
     // Without it, the socket is named after the config file, which must be there.
     let e = Destination::resolve(&opts("fs", Some("/nowhere/c.toml"), None)).unwrap_err().to_string();
     assert!(e.contains("/nowhere/c.toml") && e.contains("--config"), "{e}");
+    // --group: a group of the config's daemon, no server.
+    let group = |g: &str| Options { group: Some(g.into()), ..opts("", Some("/nowhere/c.toml"), Some("/run/s.sock")) };
+    let given = Destination::resolve(&group("work")).unwrap();
+    assert_eq!((given.server, given.group.as_deref()), (None, Some("work")));
+    let e = Destination::resolve(&group("a b")).unwrap_err().to_string();
+    assert!(e.contains("--group") && e.contains("group name"), "{e}");
 }
 
 #[test]
@@ -465,6 +487,7 @@ fn env_names_are_read_from_connect_s_environment_and_a_missing_one_is_named() {
         config: Some("/nowhere/c.toml".into()),
         socket: Some("/run/s.sock".into()),
         env: env.iter().map(|s| s.to_string()).collect(),
+        group: None,
     };
     // Repeated and comma-separated alike; an empty value is a value.
     let place = Destination::resolve_with(&opts(&["A", "B_2"]), &getenv).unwrap();

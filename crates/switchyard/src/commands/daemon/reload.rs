@@ -116,6 +116,13 @@ impl Applied {
         for name in self.parts.keys().filter(|n| !wanted.contains_key(*n) && !parts.contains_key(*n)) {
             router.remove(name, &format!("server `{name}` was removed from the config"));
         }
+        // Groups may name a server whose table does not load: its tools are then down with why.
+        let mut known = config.server_names();
+        known.extend(loaded.broken_servers.keys().filter(|n| !known.contains(n)).cloned().collect::<Vec<_>>());
+        match switchyard_config::resolve_groups(&config.groups, &known) {
+            Ok(groups) => router.set_groups(groups),
+            Err(e) => tracing::error!("[groups] cannot be used: {e}"),
+        }
         self.parts = parts;
         self.text = text.to_string();
     }
