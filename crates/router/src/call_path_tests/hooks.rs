@@ -133,3 +133,23 @@ async fn a_call_outside_the_interest_never_enters_the_plugin() {
     assert_eq!(text(&r), "w [probe]", "{r}");
     assert_eq!((entries(&metrics, "w.wasm", "on_request"), entries(&metrics, "w.wasm", "on_result")), (1, 1));
 }
+
+/// Hot reload covers 0.3 plugins: an entry saved with `mode = "audit"` stops a denial, and one
+/// saved back with `mode = "enforce"` brings it back, with no restart of anything.
+#[tokio::test]
+async fn a_saved_entry_switches_a_hook_between_enforce_and_audit() {
+    let config = json!({"request": "deny"});
+    let (policy, _dir) = hook_policy(&[("g.wasm", config.clone(), "")]).await;
+    let server = server_with("", FakeConnector::new(fake_server(false)), policy.clone());
+    let mut c = Client::connect(&server).await;
+    assert_eq!(c.call("echo", json!({"text": "x"})).await["result"]["isError"], true);
+    let entries = |mode: &str| {
+        let toml =
+            format!("[[plugins]]\nfile = \"g.wasm\"\ndeadline_ms = 1000\nconfig = '{config}'\nmode = \"{mode}\"\n");
+        toml::from_str::<Config>(&toml).expect("config").plugins
+    };
+    policy.set_entries(entries("audit")).await;
+    assert_eq!(text(&c.call("echo", json!({"text": "passes"})).await), "passes");
+    policy.set_entries(entries("enforce")).await;
+    assert_eq!(c.call("echo", json!({"text": "x"})).await["result"]["isError"], true);
+}
