@@ -28,6 +28,7 @@ mod live_settings;
 mod plugins;
 mod plugins_live;
 mod policy_v2;
+mod policy_v3;
 mod protocol;
 mod resilience;
 mod routing;
