@@ -21,6 +21,7 @@ mod demo;
 mod engine;
 mod faults;
 mod fixture;
+mod groups;
 mod http_front;
 mod http_load;
 mod idle;

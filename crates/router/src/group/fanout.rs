@@ -27,6 +27,8 @@ enum Answer {
 impl GroupSession {
     /// The client's initialize: sent to every member; answered with their results merged.
     pub(super) fn initialize(self: Arc<Self>, id: Value, params: Value) {
+        // Who the client is, for status (its members' sessions learn it from the same params).
+        self.peer.declare_capabilities(&params.to_string());
         let asks: Vec<(usize, oneshot::Receiver<Value>)> = (0..self.members.len())
             .filter(|i| self.members[*i].open())
             .map(|i| (i, self.ask(i, "initialize", params.clone())))

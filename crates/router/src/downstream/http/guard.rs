@@ -106,12 +106,16 @@ impl Guard {
         };
         match self.authorized(headers) {
             Err(refusal) => refused(refusal),
-            Ok(Some(name)) if super::mcp_endpoint(uri.path()).is_none() => refused(Refusal::new(
-                StatusCode::FORBIDDEN,
-                &format!(
-                    "the token `{name}` of [http.tokens] opens the MCP endpoints (/mcp/NAME) only; the status page, its API and the metrics take the daemon's own token (`switchyard token --config FILE` prints it)"
-                ),
-            )),
+            Ok(Some(name))
+                if super::mcp_endpoint(uri.path()).is_none() && super::group_endpoint(uri.path()).is_none() =>
+            {
+                refused(Refusal::new(
+                    StatusCode::FORBIDDEN,
+                    &format!(
+                        "the token `{name}` of [http.tokens] opens the MCP endpoints (/mcp/NAME, /groups/NAME/mcp) only; the status page, its API and the metrics take the daemon's own token (`switchyard token --config FILE` prints it)"
+                    ),
+                ))
+            }
             Ok(token) => Verdict::Pass { cors, token },
         }
     }

@@ -137,8 +137,15 @@ impl Front {
         token: Option<Arc<str>>,
         body: Body,
     ) -> Response {
-        let Some(name) = mcp_endpoint(path) else {
-            return plain(StatusCode::NOT_FOUND, "not found: MCP servers are at /mcp/NAME");
+        let at = match (mcp_endpoint(path), group_endpoint(path)) {
+            (Some(name), _) => Endpoint::Server(name),
+            (None, Some(group)) => Endpoint::Group(group),
+            (None, None) => {
+                return plain(
+                    StatusCode::NOT_FOUND,
+                    "not found: MCP servers are at /mcp/NAME, groups at /groups/NAME/mcp",
+                );
+            }
         };
         // A POST's version is checked against its body (errors carry the request's id).
         if *method != Method::POST
@@ -146,10 +153,11 @@ impl Front {
         {
             return r;
         }
-        match *method {
-            Method::POST => self.post(name, headers, token, body).await,
-            Method::GET => self.get(name, headers, token.as_deref()),
-            Method::DELETE => self.delete(name, headers, token.as_deref()),
+        match (method, at) {
+            (&Method::POST, Endpoint::Server(name)) => self.post(name, headers, token, body).await,
+            (&Method::POST, Endpoint::Group(group)) => self.post_group(group, headers, token, body).await,
+            (&Method::GET, at) => self.get(at, headers, token.as_deref()),
+            (&Method::DELETE, at) => self.delete(at, headers, token.as_deref()),
             _ => {
                 let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "use POST, GET or DELETE");
                 r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
@@ -160,9 +168,14 @@ impl Front {
 
     /// The session a request names, if it is one of this path's server, begun with the token
     /// the request carries (a session id seen by the holder of another token is of no use).
-    fn session(&self, name: Option<&str>, sid: &str, token: Option<&str>) -> Result<Arc<HttpSession>, Box<Response>> {
+    fn session(&self, at: Endpoint<'_>, sid: &str, token: Option<&str>) -> Result<Arc<HttpSession>, Box<Response>> {
+        let here = |s: &HttpSession| match (at, s.group.as_deref()) {
+            (Endpoint::Server(name), None) => name.is_none_or(|n| n == s.server.name),
+            (Endpoint::Group(g), Some(of)) => g == of,
+            _ => false,
+        };
         match self.table.get(sid) {
-            Some(s) if name.is_none_or(|n| n == s.server.name) && s.token.as_deref() == token => Ok(s),
+            Some(s) if here(&s) && s.token.as_deref() == token => Ok(s),
             _ => Err(Box::new(rpc_error(
                 StatusCode::NOT_FOUND,
                 "null",
@@ -172,7 +185,7 @@ impl Front {
         }
     }
 
-    fn get(&self, name: Option<&str>, headers: &HeaderMap, token: Option<&str>) -> Response {
+    fn get(&self, at: Endpoint<'_>, headers: &HeaderMap, token: Option<&str>) -> Response {
         let Some(sid) = headers.get(mcp::header::SESSION_ID) else {
             let mut r = plain(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -184,7 +197,7 @@ impl Front {
         if accepts(headers) != Some(Mode::Sse) {
             return plain(StatusCode::NOT_ACCEPTABLE, "the GET stream is text/event-stream; list it in Accept");
         }
-        let session = match self.session(name, sid.to_str().unwrap_or(""), token) {
+        let session = match self.session(at, sid.to_str().unwrap_or(""), token) {
             Ok(s) => s,
             Err(r) => return *r,
         };
@@ -215,14 +228,14 @@ impl Front {
         }
     }
 
-    fn delete(&self, name: Option<&str>, headers: &HeaderMap, token: Option<&str>) -> Response {
+    fn delete(&self, at: Endpoint<'_>, headers: &HeaderMap, token: Option<&str>) -> Response {
         let Some(sid) = headers.get(mcp::header::SESSION_ID) else {
             let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "DELETE ends a session: send its Mcp-Session-Id");
             r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
             return r;
         };
         let sid = sid.to_str().unwrap_or("");
-        if let Err(r) = self.session(name, sid, token) {
+        if let Err(r) = self.session(at, sid, token) {
             return *r;
         }
         self.table.remove(sid);
@@ -331,6 +344,21 @@ fn empty(status: StatusCode) -> Response {
     let mut r = Response::new(Body::empty());
     *r.status_mut() = status;
     r
+}
+
+/// What an MCP request's path names.
+#[derive(Clone, Copy)]
+enum Endpoint<'a> {
+    /// `/mcp` (None: the only server) or `/mcp/NAME`.
+    Server(Option<&'a str>),
+    /// `/groups/NAME/mcp`.
+    Group(&'a str),
+}
+
+/// The group `/groups/NAME/mcp` names.
+pub(super) fn group_endpoint(path: &str) -> Option<&str> {
+    let name = path.strip_prefix("/groups/")?.strip_suffix("/mcp")?;
+    (!name.is_empty() && !name.contains('/')).then_some(name)
 }
 
 /// The MCP endpoint `path` names: `Some(None)` for `/mcp` (the only server), `Some(Some(name))`

@@ -95,7 +95,7 @@ impl Front {
     ) -> Result<(Option<Arc<HttpSession>>, Arc<Server>), Refusal> {
         // An existing session stays on the server it began with (a config edit does not move it).
         let existing = match headers.get(mcp::header::SESSION_ID).filter(|_| !modern) {
-            Some(v) => Some(self.session(name, v.to_str().unwrap_or(""), token)?),
+            Some(v) => Some(self.session(super::Endpoint::Server(name), v.to_str().unwrap_or(""), token)?),
             None => None,
         };
         let server = match &existing {
@@ -137,6 +137,15 @@ impl Front {
             let (sessions, shutdown) = (self.router.sessions.clone(), server.shutdown.clone());
             HttpSession::start(server.clone(), sessions, shutdown, self.http.event_store_bytes, token.clone())
         };
+        self.open_in_table(start, id)
+    }
+
+    /// A session `start` makes, in the front's table under a new id, unless it is full.
+    fn open_in_table(
+        &self,
+        start: impl FnOnce() -> Arc<HttpSession>,
+        id: &str,
+    ) -> Result<(Arc<HttpSession>, String), Refusal> {
         match self.table.open(self.http.max_sessions, start) {
             Ok(Some(opened)) => Ok(opened),
             Ok(None) => Err(Refusal::rpc(
@@ -155,6 +164,124 @@ impl Front {
                 format!("cannot make a session id (getrandom failed: {e})"),
             )),
         }
+    }
+
+    /// A POST to a group (`/groups/NAME/mcp`): as [`Front::post`], for sessions of the
+    /// initialize era only (a group session is a session: it has members to keep).
+    pub(super) async fn post_group(
+        &self,
+        group: &str,
+        headers: &HeaderMap,
+        token: Option<Arc<str>>,
+        body: Body,
+    ) -> Response {
+        match self.try_post_group(group, headers, token, body).await {
+            Ok(r) => r,
+            Err(refusal) => refusal.into(),
+        }
+    }
+
+    async fn try_post_group(
+        &self,
+        group: &str,
+        headers: &HeaderMap,
+        token: Option<Arc<str>>,
+        body: Body,
+    ) -> Result<Response, Refusal> {
+        let posted = check_request(headers)?;
+        if posted.modern {
+            return Err(Refusal::rpc(
+                StatusCode::BAD_REQUEST,
+                "null",
+                codec::INVALID_REQUEST,
+                format!(
+                    "group `{group}` is served to clients of the initialize era (up to 2025-11-25, with Mcp-Session-Id); a 2026-07-28 client reaches each of its servers at /mcp/NAME"
+                ),
+            ));
+        }
+        let existing = match headers.get(mcp::header::SESSION_ID) {
+            Some(v) => Some(self.session(super::Endpoint::Group(group), v.to_str().unwrap_or(""), token.as_deref())?),
+            None => None,
+        };
+        let limit = existing.as_ref().map_or_else(
+            || switchyard_config::Limits::default().max_message_bytes,
+            |s| s.server.limits.max_message_bytes,
+        );
+        let declared = content_length(headers);
+        if declared.is_some_and(|d| d > limit as u64) {
+            return Err(too_large(limit).into());
+        }
+        let parsed = with_header_trace(read_message(body, limit, declared, &self.bodies).await?, headers);
+        let env = parsed.envelope();
+        let raw_id = env.id.as_ref().map(|r| parsed.line()[r.clone()].to_string());
+        if let Some(v) = posted.version
+            && env.method.as_deref() != Some("initialize")
+            && !mcp::version::SESSION_ERA.contains(&v)
+        {
+            return Err(stateless::unsupported(v, raw_id.as_deref().unwrap_or("null")).into());
+        }
+        let (session, new_sid) = match existing {
+            Some(s) => (s, None),
+            None => {
+                let (s, sid) = self.open_group_session(group, env, token, raw_id.as_deref().unwrap_or("null"))?;
+                (s, Some(sid))
+            }
+        };
+        let mut resp = self.deliver(&session, parsed, raw_id, posted.mode).await;
+        if let Some(sid) = new_sid {
+            resp.headers_mut()
+                .insert(mcp::header::SESSION_ID, HeaderValue::from_str(&sid).expect("hex is a header value"));
+        }
+        Ok(resp)
+    }
+
+    /// A new session of group `name` for a POST that names none (an initialize).
+    fn open_group_session(
+        &self,
+        name: &str,
+        env: &Envelope,
+        token: Option<Arc<str>>,
+        id: &str,
+    ) -> Result<(Arc<HttpSession>, String), Refusal> {
+        if env.kind != Kind::Request || env.method.as_deref() != Some("initialize") {
+            return Err(Refusal::rpc(
+                StatusCode::BAD_REQUEST,
+                id,
+                codec::INVALID_REQUEST,
+                "Bad Request: no Mcp-Session-Id header; begin a session with initialize",
+            ));
+        }
+        let hide = |why: String| match &self.router.about.config {
+            Some(path) => why.replace(&path.display().to_string(), "the daemon's config file"),
+            None => why,
+        };
+        let group = self
+            .router
+            .group(name)
+            .map_err(|why| Refusal::rpc(StatusCode::NOT_FOUND, id, codec::INVALID_REQUEST, hide(why)))?;
+        let joined = crate::group::join(&self.router, &group, &BTreeMap::new());
+        let Some(server) = joined.iter().flatten().next().cloned() else {
+            let why: Vec<String> = joined.iter().filter_map(|j| j.as_ref().err()).cloned().collect();
+            return Err(Refusal::rpc(
+                StatusCode::SERVICE_UNAVAILABLE,
+                id,
+                codec::SERVER_UNAVAILABLE,
+                hide(format!("no server of group `{name}` can be used: {}", why.join("; "))),
+            ));
+        };
+        let start = || {
+            let (router, shutdown) = (self.router.clone(), self.shutdown.clone());
+            HttpSession::start_group(
+                router,
+                group,
+                joined,
+                server,
+                shutdown,
+                self.http.event_store_bytes,
+                token.clone(),
+            )
+        };
+        self.open_in_table(start, id)
     }
 
     /// Gives a POSTed message to its session: a request is answered as the client takes it

@@ -178,9 +178,23 @@ pub enum Refused {
     Gone,
 }
 
+/// What serves an HTTP session's messages: a session of one server, or of a group.
+type Serve = Box<
+    dyn FnOnce(
+            Inbox,
+            Outbox,
+            crate::session::Opening,
+            CancellationToken,
+        ) -> futures_util::future::BoxFuture<'static, ()>
+        + Send,
+>;
+
 /// An HTTP session.
 pub struct HttpSession {
+    /// Its server (of a group session: one of the group's, for its limits).
     pub server: Arc<Server>,
+    /// The group it is a session of (`/groups/NAME/mcp`), if it is.
+    pub group: Option<String>,
     inbox: mpsc::UnboundedSender<Message>,
     routes: Arc<Mutex<Routes>>,
     /// Fired to end the session at once (DELETE, idle): its calls are cancelled upstream.
@@ -202,11 +216,47 @@ impl HttpSession {
         event_store_bytes: usize,
         token: Option<Arc<str>>,
     ) -> Arc<HttpSession> {
+        let on = server.clone();
+        let serve: Serve = Box::new(move |input, output, opening, shutdown| {
+            Box::pin(crate::session::serve_with(on, input, output, opening, shutdown))
+        });
+        HttpSession::start_serving(server, None, sessions, shutdown, event_store_bytes, token, serve)
+    }
+
+    /// Starts a session of group `group` of `router` (`/groups/NAME/mcp`) on the servers
+    /// `joined` (see `group::join`); `server`, one of them, gives its limits.
+    #[allow(clippy::too_many_arguments)]
+    pub fn start_group(
+        router: Arc<crate::registry::Servers>,
+        group: switchyard_config::Group,
+        joined: Vec<Result<Arc<Server>, String>>,
+        server: Arc<Server>,
+        shutdown: CancellationToken,
+        event_store_bytes: usize,
+        token: Option<Arc<str>>,
+    ) -> Arc<HttpSession> {
+        let (name, sessions) = (group.name.clone(), router.sessions.clone());
+        let serve: Serve = Box::new(move |input, output, opening, shutdown| {
+            Box::pin(crate::group::serve_in(router, group, joined, input, output, opening, shutdown))
+        });
+        HttpSession::start_serving(server, Some(name), sessions, shutdown, event_store_bytes, token, serve)
+    }
+
+    fn start_serving(
+        server: Arc<Server>,
+        group: Option<String>,
+        sessions: Arc<crate::session::Sessions>,
+        shutdown: CancellationToken,
+        event_store_bytes: usize,
+        token: Option<Arc<str>>,
+        serve: Serve,
+    ) -> Arc<HttpSession> {
         let (inbox, rx) = mpsc::unbounded_channel();
         let routes = Arc::new(Mutex::new(Routes::new(event_store_bytes)));
         let abort = CancellationToken::new();
         let session = Arc::new(HttpSession {
-            server: server.clone(),
+            server,
+            group,
             inbox,
             routes: routes.clone(),
             abort: abort.clone(),
@@ -225,7 +275,7 @@ impl HttpSession {
         tokio::spawn(async move {
             let why = "the HTTP session was ended (DELETE or idle past [http] session_idle_ms)";
             let input = Inbox { rx, abort, why };
-            crate::session::serve_with(server, input, Outbox { routes: routes.clone() }, opening, shutdown).await;
+            serve(input, Outbox { routes: routes.clone() }, opening, shutdown).await;
             let mut r = routes.lock().expect("lock");
             r.ended = true;
             // Every stream read now ends after what it holds; the rest is dropped.

@@ -1,0 +1,260 @@
+//! End-to-end tests of groups through the real binary: `switchyard connect --group NAME`
+//! serving every member's tools under its prefix, a member killed with SIGKILL while the others
+//! go on, a server's request routed to the client and back, per-client plugins still judging
+//! each server on its own, and `status` showing the group's sessions.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use switchyard_testkit::daemon::Home;
+use switchyard_testkit::*;
+
+const SLOW: Duration = Duration::from_secs(20);
+
+/// `switchyard connect --group GROUP` and a client on it that initialises as `name`.
+async fn group_client(home: &Home, group: &str, name: &str) -> (Proc, Client) {
+    let config = home.config_str();
+    let mut p = home.spawn(&format!("connect --group {group}"), &["connect", "--group", group, "--config", &config]);
+    let mut c = p.client();
+    c.timeout = SLOW;
+    let resp = c
+        .request(
+            "initialize",
+            json!({
+                "protocolVersion": "2025-06-18",
+                "capabilities": {"sampling": {}, "elicitation": {}},
+                "clientInfo": {"name": name, "version": "1.0.0"},
+            }),
+        )
+        .await;
+    assert!(resp.get("result").is_some(), "initialize of group {group} as {name} failed: {resp}");
+    c.notify("notifications/initialized", json!({})).await;
+    (p, c)
+}
+
+async fn leave(mut p: Proc, mut c: Client) {
+    c.close().await;
+    p.wait_timeout(SLOW).await;
+}
+
+fn tool_names(list: &Value) -> Vec<String> {
+    let tools = list["result"]["tools"].as_array().unwrap_or_else(|| panic!("no tools in {list}"));
+    tools.iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
+}
+
+fn example(name: &str) -> PathBuf {
+    switchyard_testkit::example_plugins().join(name)
+}
+
+/// The process id the fixture behind tool `pid_tool` reports.
+async fn pid_of(c: &mut Client, pid_tool: &str) -> u32 {
+    let text = c.call_text(pid_tool, json!({})).await;
+    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{pid_tool} answered {text:?}: {e}"));
+    v["pid"].as_u64().expect("pid") as u32
+}
+
+#[tokio::test]
+async fn a_group_serves_every_member_under_its_prefix_and_outlives_a_member_killed_with_sigkill() {
+    let home = Home::new();
+    home.write_config(&format!(
+        "{}{}[groups.work]\nservers = [\"fs\", \"mem\"]\nprefix = {{ mem = \"memory\" }}\n",
+        home.fixture("fs", &[]),
+        home.fixture("mem", &[])
+    ));
+    let (p, mut c) = group_client(&home, "work", "claude-code").await;
+    let names = tool_names(&c.request("tools/list", json!({})).await);
+    assert!(names.contains(&"fs__echo".to_string()) && names.contains(&"memory__echo".to_string()), "{names:?}");
+    assert!(names.iter().all(|n| n.starts_with("fs__") || n.starts_with("memory__")), "{names:?}");
+    assert_eq!(c.call_text("fs__echo", json!({"text": "to fs"})).await, "to fs");
+    // Each call reached its own server, under the name that server knows.
+    let fs_calls = journal(home.journal("fs"));
+    assert!(received(&fs_calls, "tools/call").any(|m| m["params"]["name"] == "echo"), "{fs_calls:?}");
+    let mem_pid = pid_of(&mut c, "memory__pid").await;
+    let fs_pid = pid_of(&mut c, "fs__pid").await;
+    assert_ne!(mem_pid, fs_pid);
+
+    let status = home.status_json().await;
+    let work = status["groups"].as_array().unwrap().iter().find(|g| g["name"] == "work").cloned();
+    let work = work.unwrap_or_else(|| panic!("no group `work` in {status}"));
+    let session = &work["sessions"][0];
+    assert_eq!(session["members"][1]["server"], "mem", "{work}");
+    assert_eq!(session["members"][1]["state"], "up", "{work}");
+    assert_eq!(session["client"], "claude-code 1.0.0", "{work}");
+    assert!(home.status_text().await.contains("group work"), "{}", home.status_text().await);
+
+    // A call in flight on mem when it dies is answered with an error naming the server.
+    let hung = c.send_request("tools/call", json!({"name": "memory__hang", "arguments": {}})).await;
+    wait_journal(home.journal("mem"), SLOW, |e| received(e, "tools/call").any(|m| m["params"]["name"] == "hang")).await;
+    signal_pid(mem_pid, libc::SIGKILL);
+    let failed = c.wait_response(&hung).await;
+    let text =
+        failed["error"]["message"].as_str().map(str::to_string).unwrap_or_else(|| tool_text(&failed).to_string());
+    assert!(text.contains("mem"), "{failed}");
+    // fs never noticed; mem comes back on its own.
+    assert_eq!(c.call_text("fs__echo", json!({"text": "still"})).await, "still");
+    assert_eq!(pid_of(&mut c, "fs__pid").await, fs_pid);
+    let again = pid_of(&mut c, "memory__pid").await;
+    assert_ne!(again, mem_pid, "mem was started again");
+    leave(p, c).await;
+    home.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_group_all_has_every_server_and_an_unknown_group_is_refused_with_the_known_ones() {
+    let home = Home::new();
+    home.write_config(&format!("{}{}", home.fixture("a", &[]), home.fixture("b", &[])));
+    let (p, mut c) = group_client(&home, "all", "e2e").await;
+    let names = tool_names(&c.request("tools/list", json!({})).await);
+    assert!(names.contains(&"a__echo".to_string()) && names.contains(&"b__echo".to_string()), "{names:?}");
+    assert_eq!(c.call_text("b__echo", json!({"text": "b"})).await, "b");
+    let r = c.call_tool("c__echo", json!({"text": "x"})).await;
+    let msg = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("`c__echo`") && msg.contains("a, b"), "{r}");
+    leave(p, c).await;
+
+    let config = home.config_str();
+    let mut p = home.spawn("connect --group nope", &["connect", "--group", "nope", "--config", &config]);
+    let mut c = p.client();
+    c.timeout = SLOW;
+    let r = c.request("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}})).await;
+    let msg = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("no group named `nope`") && msg.contains("all"), "{r}");
+    leave(p, c).await;
+    home.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_server_request_reaches_the_group_client_and_its_answer_the_server_that_asked() {
+    let home = Home::new();
+    home.write_config(&format!("{}{}", home.fixture("a", &[]), home.fixture("b", &[])));
+    let (p, mut c) = group_client(&home, "all", "e2e").await;
+    let call = c.send_request("tools/call", json!({"name": "b__sample", "arguments": {"prompt": "2+2?"}})).await;
+    let req = c.recv_request("sampling/createMessage").await;
+    assert_eq!(req["params"]["messages"][0]["content"]["text"], "2+2?");
+    c.respond(
+        req["id"].clone(),
+        json!({"role": "assistant", "model": "m", "content": {"type": "text", "text": "four"}}),
+    )
+    .await;
+    assert_eq!(tool_text(&c.wait_response(&call).await), "four");
+    let call = c.send_request("tools/call", json!({"name": "a__elicit", "arguments": {"message": "name?"}})).await;
+    let req = c.recv_request("elicitation/create").await;
+    c.respond(req["id"].clone(), json!({"action": "accept", "content": {"answer": "Ada"}})).await;
+    assert!(tool_text(&c.wait_response(&call).await).contains("Ada"));
+    // Each request went to the server that asked, and no other.
+    let asked = |name: &str| received(&journal(home.journal(name)), "tools/call").count();
+    assert_eq!((asked("a"), asked("b")), (1, 1));
+    leave(p, c).await;
+    home.shutdown().await;
+}
+
+#[tokio::test]
+async fn tool_filter_and_rate_limit_still_judge_each_server_of_a_group_for_its_client() {
+    let home = Home::new();
+    let config = format!(
+        "{}{}[[plugins]]\nfile = \"tool-filter.wasm\"\nservers = [\"fs\"]\nconfig = '{}'\n\
+         [[plugins]]\nfile = \"rate-limit.wasm\"\nservers = [\"fs\"]\nconfig = {{ tools = {{ \"ech*\" = {{ per_client_per_minute = 3 }} }} }}\n\
+         [groups.work]\nservers = [\"fs\", \"mem\"]\n",
+        home.fixture("fs", &[]),
+        home.fixture("mem", &[]),
+        r#"{"clients": {"cursor": {"hide": ["write*"]}}}"#
+    );
+    home.write_config(&config);
+    let dir = home.path().join("plugins");
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["tool-filter.wasm", "rate-limit.wasm"] {
+        std::fs::copy(example(f), dir.join(f)).unwrap();
+    }
+    let (cp, mut cursor) = group_client(&home, "work", "cursor").await;
+    let (kp, mut claude) = group_client(&home, "work", "claude-code").await;
+    let seen = tool_names(&cursor.request("tools/list", json!({})).await);
+    assert!(
+        !seen.contains(&"fs__write".to_string()) && seen.contains(&"mem__write".to_string()),
+        "cursor sees {seen:?}"
+    );
+    let seen = tool_names(&claude.request("tools/list", json!({})).await);
+    assert!(seen.contains(&"fs__write".to_string()), "claude-code sees {seen:?}");
+    let r = cursor.call_tool("fs__write", json!({"path": "/a", "text": "x"})).await;
+    assert!(refusal_text(&r).contains("not available to client `cursor`"), "{r}");
+    cursor.call_text("mem__write", json!({"path": "/a", "text": "x"})).await;
+    for n in 1..=3 {
+        assert_eq!(cursor.call_text("fs__echo", json!({"text": format!("{n}")})).await, format!("{n}"));
+    }
+    let r = cursor.call_tool("fs__echo", json!({"text": "4"})).await;
+    assert!(refusal_text(&r).contains("rate limit `ech*`"), "the 4th call passed: {r}");
+    // mem has no limit, and claude-code has its own count.
+    for n in 1..=4 {
+        assert_eq!(cursor.call_text("mem__echo", json!({"text": format!("{n}")})).await, format!("{n}"));
+    }
+    assert_eq!(claude.call_text("fs__echo", json!({"text": "mine"})).await, "mine");
+    leave(cp, cursor).await;
+    leave(kp, claude).await;
+    home.shutdown().await;
+}
+
+/// POSTs `body` to the daemon's front at `path` (in session `sid`), taking JSON only: the
+/// response's status, session id header and body.
+async fn post_json(
+    base: &str,
+    token: &str,
+    path: &str,
+    sid: Option<&str>,
+    body: Value,
+) -> (u16, Option<String>, Value) {
+    let mut r = reqwest::Client::new()
+        .post(format!("{base}{path}"))
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .header("accept", "application/json")
+        .body(body.to_string());
+    if let Some(s) = sid {
+        r = r.header("mcp-session-id", s).header("mcp-protocol-version", "2025-06-18");
+    }
+    let resp = r.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let sid = resp.headers().get("mcp-session-id").map(|v| v.to_str().unwrap().to_string());
+    let text = resp.text().await.unwrap();
+    (status, sid, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+#[tokio::test]
+async fn the_http_front_serves_a_group_at_groups_name_mcp() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let home = Home::new();
+    home.write_config(&format!(
+        "{}{}[groups.work]\nservers = [\"a\", \"b\"]\n[http]\nlisten = \"127.0.0.1:0\"\n",
+        home.fixture("a", &[]),
+        home.fixture("b", &[])
+    ));
+    let (base, token) = home.start_http().await;
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "http-e2e", "version": "1"}}});
+    let (status, sid, body) = post_json(&base, &token, "/groups/work/mcp", None, init.clone()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["result"]["serverInfo"]["name"], "switchyard group work", "{body}");
+    let sid = sid.expect("a session id");
+    let (status, _, _) = post_json(
+        &base,
+        &token,
+        "/groups/work/mcp",
+        Some(&sid),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await;
+    assert_eq!(status, 202);
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    let (_, _, body) = post_json(&base, &token, "/groups/work/mcp", Some(&sid), list).await;
+    let names = tool_names(&body);
+    assert!(names.contains(&"a__echo".to_string()) && names.contains(&"b__echo".to_string()), "{names:?}");
+    let call = json!({"jsonrpc": "2.0", "id": "c", "method": "tools/call", "params": {"name": "b__echo", "arguments": {"text": "via http"}}});
+    let (_, _, body) = post_json(&base, &token, "/groups/work/mcp", Some(&sid), call.clone()).await;
+    assert_eq!(tool_text(&body), "via http", "{body}");
+    // The group's session is no session of a server's endpoint, nor of another group's.
+    let (status, _, _) = post_json(&base, &token, "/mcp/b", Some(&sid), call.clone()).await;
+    assert_eq!(status, 404);
+    let (status, _, body) = post_json(&base, &token, "/groups/nope/mcp", None, init).await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("no group named `nope`"), "{body}");
+    home.shutdown().await;
+}
