@@ -462,6 +462,10 @@ fn render_groups(out: &mut String, s: &serde_json::Value) {
             })
             .collect();
         let sessions = g["sessions"].as_array().cloned().unwrap_or_default();
+        // The implicit group of every server is said only while someone uses it.
+        if sessions.is_empty() && g["name"] == "all" {
+            continue;
+        }
         let _ = writeln!(
             out,
             "\ngroup {} ({}; tools named SERVER{}TOOL): {} session(s)",
