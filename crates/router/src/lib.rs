@@ -12,6 +12,7 @@
 
 #[cfg(test)]
 mod audit_tests;
+pub(crate) mod budget;
 pub(crate) mod call;
 #[cfg(test)]
 mod call_path_tests;
@@ -24,6 +25,7 @@ pub(crate) mod peer;
 pub(crate) mod placement;
 pub(crate) mod pool;
 pub mod registry;
+pub(crate) mod search;
 pub(crate) mod server;
 pub(crate) mod session;
 #[cfg(test)]
@@ -125,6 +127,10 @@ mod layering {
         // socket listener and `connect` speak the rest.
         "control",
         "gate",
+        // A client's limits on its tool list, and the search that stands for a long one: pure,
+        // for sessions and groups alike.
+        "budget",
+        "search",
         // Which of a pool's instances serve a call (its scope), from policy and affinity.
         "placement",
         // The transports to servers; declare `Events` and `ProgressSink` for what they receive.
