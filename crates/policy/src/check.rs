@@ -62,6 +62,17 @@ fn check(file: &Path, opts: &Options<'_>, out: &mut String) -> anyhow::Result<()
     );
     let _ = writeln!(out, "contract: {}", plugin.contract());
     let _ = writeln!(out, "config:   {config_json}");
+    if let Some(i) = plugin.interest() {
+        let tools =
+            if i.tools.is_empty() { "every tool".to_string() } else { format!("tools [{}]", i.tools.join(", ")) };
+        let hooks: Vec<&str> = [(i.request, "on-request"), (i.result, "on-result")]
+            .into_iter()
+            .filter_map(|(on, name)| on.then_some(name))
+            .collect();
+        let _ = writeln!(out, "hooks:    {} for methods [{}], {tools}", hooks.join(" and "), i.methods.join(", "));
+    } else if plugin.contract() == wasm::Contract::V3 {
+        let _ = writeln!(out, "hooks:    none (its interest names no method)");
+    }
     printed(out, &plugin);
     // What each new instance costs (the host starts one per concurrent call, and after a trap):
     // for Python and JavaScript this is their runtime's start.

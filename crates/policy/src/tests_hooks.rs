@@ -178,3 +178,19 @@ fn a_modify_that_is_not_an_object_or_renames_the_tool_is_a_failure() {
 }
 
 use hooks::checked as hooks_checked;
+
+#[test]
+fn plugin_check_says_which_calls_a_0_3_plugin_s_hooks_are_for() {
+    let config = r#"{"methods": ["tools/call", "resources/*"], "tools": ["read_*"]}"#;
+    let opts = check::Options { config_json: Some(config), ..Default::default() };
+    let r = check::run(&fixture("hook-probe.wasm"), &opts);
+    r.result.unwrap();
+    assert!(r.text.contains("contract: switchyard:policy@0.3.0"), "{}", r.text);
+    let line = "hooks:    on-request and on-result for methods [tools/call, resources/*], tools [read_*]";
+    assert!(r.text.contains(line), "{}", r.text);
+    let r = check::run(
+        &fixture("hook-probe.wasm"),
+        &check::Options { config_json: Some(r#"{"methods": []}"#), ..Default::default() },
+    );
+    assert!(r.text.contains("hooks:    none (its interest names no method)"), "{}", r.text);
+}
