@@ -7,6 +7,7 @@ mod client_clis;
 mod conformance;
 mod conformance_auth;
 mod desktop_commander;
+mod groups;
 mod npm;
 mod plugin_langs;
 mod profiles;
