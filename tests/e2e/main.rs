@@ -14,6 +14,7 @@ mod setup;
 mod transcript;
 
 mod audit;
+mod budgets;
 mod clients;
 mod config;
 mod daemon;

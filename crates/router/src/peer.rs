@@ -55,6 +55,20 @@ pub struct ClientPeer {
     /// Per server and kind (tools, prompts): the renames in the last list of it this client
     /// was shown.
     tool_views: Mutex<HashMap<(String, Kind), Arc<ClientView>>>,
+    /// Per server: the tool list this client was last shown, as switchyard shaped it (its
+    /// budget, search mode): a list_changed reaches it only when this changes.
+    shown_tools: Mutex<HashMap<String, Arc<ShownTools>>>,
+}
+
+/// The tool list of one server as a client was last shown it (see `server::shaped`).
+#[derive(Default)]
+pub struct ShownTools {
+    /// The digest of the whole list shown (None: only pages of it were).
+    pub digest: Option<[u8; 32]>,
+    /// Names shortened for the client's budget: shown -> the name before.
+    pub renamed: std::collections::BTreeMap<String, String>,
+    /// Search mode: the tools `search_tools` searches, once fetched.
+    pub index: Option<Arc<crate::search::Index>>,
 }
 
 /// Counts a call as waiting while it lives.
@@ -96,6 +110,7 @@ impl ClientPeer {
             waiting: Default::default(),
             caller: Mutex::new(Caller::default()),
             tool_views: Mutex::new(HashMap::new()),
+            shown_tools: Mutex::new(HashMap::new()),
         })
     }
 
@@ -133,6 +148,16 @@ impl ClientPeer {
     /// The renames of the last list of `kind` of `server` this client was shown.
     pub fn tool_view(&self, server: &str, kind: Kind) -> Option<Arc<ClientView>> {
         self.tool_views.lock().expect("lock").get(&(server.to_string(), kind)).cloned()
+    }
+
+    /// The tool list of `server` this client was last shown, as switchyard shaped it.
+    pub fn shown_tools(&self, server: &str) -> Option<Arc<ShownTools>> {
+        self.shown_tools.lock().expect("lock").get(server).cloned()
+    }
+
+    /// Records the tool list of `server` this client is shown now.
+    pub fn set_shown_tools(&self, server: &str, shown: ShownTools) {
+        self.shown_tools.lock().expect("lock").insert(server.to_string(), Arc::new(shown));
     }
 
     /// Records the capabilities in this client's initialize params (none declared when absent).

@@ -40,6 +40,7 @@ mod remembered;
 mod repeated;
 pub use repeated::Repeated;
 mod served;
+mod shaped;
 mod stateless;
 mod status;
 pub mod tasks;
@@ -73,6 +74,8 @@ pub struct Server {
     instance_prefix: std::sync::OnceLock<String>,
     health: Mutex<StartHealth>,
     tools: Tools,
+    /// What shapes its tool list per client (budgets, search mode) and what it did.
+    shaping: shaped::Shaping,
     /// One reconciliation of levels and subscriptions at a time per instance, by instance
     /// number. Per instance, so a request stuck on a busy instance holds up only that instance,
     /// never the set-up of a new one.
@@ -179,6 +182,7 @@ impl Server {
                 instance_prefix: std::sync::OnceLock::new(),
                 health: Mutex::new(StartHealth::default()),
                 tools: Tools::default(),
+                shaping: shaped::Shaping::new(config),
                 reconciling: Mutex::new(HashMap::new()),
                 counts: Default::default(),
                 calls: Default::default(),
@@ -558,5 +562,13 @@ impl Upstreams for Server {
         kind: &'static str,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Vec<serde_json::Value>>> + Send + 'a>> {
         Box::pin(Server::fetch_list(self, inst, kind))
+    }
+
+    fn tools_differ_for<'a>(
+        &'a self,
+        link: &'a Arc<crate::peer::ClientPeer>,
+        items: &'a [serde_json::Value],
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'a>> {
+        Box::pin(Server::tools_differ_for(self, link, items))
     }
 }

@@ -67,6 +67,9 @@ impl Server {
             "asks": self.asked().iter().map(|f| f.name()).collect::<Vec<_>>(),
             // A remote server's sign-in: its state and expiry, never a token.
             "sign_in": self.connector.sign_in(),
+            // What the clients' budgets did to its tool list, per kind of client: names
+            // shortened, names left too long, a list over the count a client takes.
+            "budgets": self.budget_status(),
         })
     }
 }

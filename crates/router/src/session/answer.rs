@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 mod initialize;
 mod remembered;
+mod tools;
 
 use super::Session;
 use crate::call::Cancel;
@@ -37,12 +38,16 @@ impl Session {
     pub(super) async fn run(self: Arc<Self>, call: Call, token: Arc<Cancel>) -> Option<String> {
         let id = call.id().to_string();
         let started = tokio::time::Instant::now();
-        let resp = self
-            .dispatch(&call, &id, &token)
-            .await
-            .or_else(|| token.owes_answer().then(|| self.ended_for(&token).to_response(&id)));
+        // A tool list and a tool's call as the client's budget and search mode make them.
+        let resp = match self.shape_request(&call, &token).await {
+            tools::Shaped::AsIs => self.dispatch(&call, &id, &token).await,
+            tools::Shaped::Rewritten(shaped) => self.dispatch(&shaped, &id, &token).await,
+            tools::Shaped::Answered(resp) => resp,
+        }
+        .or_else(|| token.owes_answer().then(|| self.ended_for(&token).to_response(&id)));
         // What the engine forwards it counts itself; what the session answers is counted here.
         let method = call.method();
+        let resp = resp.map(|r| self.shape_response(method, r));
         if ANSWERED_HERE.contains(&method) {
             let server = self.server();
             let (outcome, code) = resp.as_deref().map_or((Outcome::Cancelled, None), metrics::answer_outcome);

@@ -171,6 +171,40 @@ fn render_daemon(out: &mut String, s: &serde_json::Value) {
     );
 }
 
+/// What one kind of client's budget did to a server's tool list: each name shortened (and the
+/// tool it stands for), names left too long, a list longer than the client takes.
+fn render_budget(out: &mut String, b: &serde_json::Value) {
+    use std::fmt::Write as _;
+    let client = b["client"].as_str().unwrap_or("?");
+    let renamed = b["renamed"].as_array().cloned().unwrap_or_default();
+    if !renamed.is_empty() {
+        let _ = writeln!(
+            out,
+            "  {client} clients: {} tool name(s) shortened to fit {} characters with `{}`:",
+            renamed.len(),
+            b["name_max"],
+            b["name_prefix"].as_str().unwrap_or("")
+        );
+        for r in &renamed {
+            let _ =
+                writeln!(out, "    {} is {}", r["shown"].as_str().unwrap_or("?"), r["tool"].as_str().unwrap_or("?"));
+        }
+    }
+    for name in b["unfit"].as_array().into_iter().flatten().filter_map(|n| n.as_str()) {
+        let _ = writeln!(
+            out,
+            "  {client} clients: {name} is too long and could not be shortened (the name prefix leaves no room)"
+        );
+    }
+    let (tools, max) = (b["tools"].as_u64().unwrap_or(0), b["tools_max"].as_u64().unwrap_or(0));
+    if max > 0 && tools > max {
+        let _ = writeln!(
+            out,
+            r#"  {client} clients: {tools} tools, over the {max} they take (expose = "search" gives them a search instead)"#
+        );
+    }
+}
+
 /// One server: what it runs, whom it serves, its instances, calls and sessions.
 fn render_server(out: &mut String, server: &serde_json::Value, old: bool) {
     use std::fmt::Write as _;
@@ -210,6 +244,9 @@ fn render_server(out: &mut String, server: &serde_json::Value, old: bool) {
     }
     if let Some(hint) = server["one_at_a_time"].as_str() {
         let _ = writeln!(out, "  note: {hint}");
+    }
+    for b in server["budgets"].as_array().into_iter().flatten() {
+        render_budget(out, b);
     }
     let instances = server["instances"].as_array().cloned().unwrap_or_default();
     if instances.is_empty() {

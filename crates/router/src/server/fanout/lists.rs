@@ -60,20 +60,29 @@ impl Fanout {
             Some(server) => server.fetch_list(&inst, kind).await,
             None => return,
         };
-        let changed = match fetched {
+        let (changed, items) = match fetched {
             // Unknown: better one notice too many than a client with a stale list.
-            None => true,
+            None => (true, None),
             Some(items) => {
                 let mut lists = self.lists.lock().expect("lock");
                 let changed = lists.get(kind) != Some(&items);
                 if changed {
-                    lists.insert(kind, items);
+                    lists.insert(kind, items.clone());
                 }
-                changed
+                (changed, Some(items))
             }
         };
         if changed {
+            let owner = self.owner.upgrade();
             for s in self.audience(&inst) {
+                // A tool list is told changed to a client only when the list it sees is.
+                if kind == "tools"
+                    && let (Some(owner), Some(items)) = (&owner, &items)
+                    && !owner.tools_differ_for(&s, items).await
+                {
+                    self.absorbed.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
                 s.send_from_server(line.clone());
             }
         } else {

@@ -81,6 +81,13 @@ pub trait Upstreams: Send + Sync + 'static {
         inst: &'a Instance,
         kind: &'static str,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Vec<serde_json::Value>>> + Send + 'a>>;
+    /// Whether the tool list the client of `link` is shown (after the plugins, its budget, its
+    /// search mode) differs from the one it was last shown, now that the server lists `items`.
+    fn tools_differ_for<'a>(
+        &'a self,
+        link: &'a Arc<ClientPeer>,
+        items: &'a [serde_json::Value],
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'a>>;
 }
 
 /// Routes a server's notifications and requests to sessions; tracks subscriptions.

@@ -35,7 +35,8 @@ impl Applied {
     /// What in the file decides how server `name` runs: its own table and the defaults above it.
     fn part(file: &toml::Table, name: &str) -> toml::Value {
         let mut part = toml::Table::new();
-        for key in ["limits", "pools", "server"] {
+        // `budgets`: what each client is shown of its tools (docs/search.md).
+        for key in ["limits", "pools", "server", "budgets"] {
             if let Some(v) = file.get(key) {
                 part.insert(key.to_string(), v.clone());
             }
