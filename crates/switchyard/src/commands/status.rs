@@ -369,6 +369,57 @@ fn client_text(c: &serde_json::Value) -> String {
     format!("serves {name}{version} ({title}{}){joined}, {sessions}", printable(c["kind"].as_str().unwrap_or("?")))
 }
 
+/// The groups (`connect --group NAME`): their servers, and each session with where its
+/// members stand.
+fn render_groups(out: &mut String, s: &serde_json::Value) {
+    use std::fmt::Write as _;
+    for g in s["groups"].as_array().into_iter().flatten() {
+        let members: Vec<String> = g["servers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|m| match (m["server"].as_str(), m["prefix"].as_str()) {
+                (Some(s), Some(p)) if s != p => format!("{s} as {p}"),
+                (s, _) => s.unwrap_or("?").to_string(),
+            })
+            .collect();
+        let sessions = g["sessions"].as_array().cloned().unwrap_or_default();
+        // The implicit group of every server is said only while someone uses it.
+        if sessions.is_empty() && g["name"] == "all" {
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "\ngroup {} ({}; tools named SERVER{}TOOL): {} session(s)",
+            g["name"].as_str().unwrap_or("?"),
+            members.join(", "),
+            g["separator"].as_str().unwrap_or("__"),
+            sessions.len()
+        );
+        for session in &sessions {
+            let states: Vec<String> = session["members"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|m| {
+                    let server = m["server"].as_str().unwrap_or("?");
+                    match m["error"].as_str() {
+                        Some(why) => format!("{server} down: {}", printable(why)),
+                        None => format!("{server} {}", m["state"].as_str().unwrap_or("?")),
+                    }
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "  {} {}: {}",
+                session["label"].as_str().unwrap_or("?"),
+                session["client"].as_str().map(printable).unwrap_or_else(|| "(client not initialised)".into()),
+                states.join("; ")
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -481,56 +532,5 @@ mod tests {
         let all = render(&s);
         assert!(all.contains("\nsign-in:\n  tracker: not signed in (`switchyard login tracker`)\n"), "{all}");
         assert!(!all.contains("  fs: "), "{all}");
-    }
-}
-
-/// The groups (`connect --group NAME`): their servers, and each session with where its
-/// members stand.
-fn render_groups(out: &mut String, s: &serde_json::Value) {
-    use std::fmt::Write as _;
-    for g in s["groups"].as_array().into_iter().flatten() {
-        let members: Vec<String> = g["servers"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|m| match (m["server"].as_str(), m["prefix"].as_str()) {
-                (Some(s), Some(p)) if s != p => format!("{s} as {p}"),
-                (s, _) => s.unwrap_or("?").to_string(),
-            })
-            .collect();
-        let sessions = g["sessions"].as_array().cloned().unwrap_or_default();
-        // The implicit group of every server is said only while someone uses it.
-        if sessions.is_empty() && g["name"] == "all" {
-            continue;
-        }
-        let _ = writeln!(
-            out,
-            "\ngroup {} ({}; tools named SERVER{}TOOL): {} session(s)",
-            g["name"].as_str().unwrap_or("?"),
-            members.join(", "),
-            g["separator"].as_str().unwrap_or("__"),
-            sessions.len()
-        );
-        for session in &sessions {
-            let states: Vec<String> = session["members"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|m| {
-                    let server = m["server"].as_str().unwrap_or("?");
-                    match m["error"].as_str() {
-                        Some(why) => format!("{server} down: {}", printable(why)),
-                        None => format!("{server} {}", m["state"].as_str().unwrap_or("?")),
-                    }
-                })
-                .collect();
-            let _ = writeln!(
-                out,
-                "  {} {}: {}",
-                session["label"].as_str().unwrap_or("?"),
-                session["client"].as_str().map(printable).unwrap_or_else(|| "(client not initialised)".into()),
-                states.join("; ")
-            );
-        }
     }
 }
