@@ -34,28 +34,41 @@ impl Interest {
     }
 }
 
-/// Whether `text` matches `pattern` whole (`*`: any run, `?`: one character).
+/// Whether `text` matches `pattern` whole (`*`: any run, `?`: one character). No allocation:
+/// it runs for every call a chain with hooks sees.
 pub(crate) fn glob(pattern: &str, text: &str) -> bool {
-    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    if !pattern.contains(['*', '?']) {
+        return pattern == text;
+    }
+    let (p, t) = (pattern.as_bytes(), text.as_bytes());
     let (mut pi, mut ti) = (0, 0);
-    // Where the last `*` was, and the text position it is matched up to.
+    // The last `*` seen, and where in the text its run ends for now.
     let mut star: Option<(usize, usize)> = None;
     while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
+        if p.get(pi) == Some(&b'*') {
             star = Some((pi, ti));
             pi += 1;
-        } else if let Some((sp, st)) = star {
-            pi = sp + 1;
-            ti = st + 1;
-            star = Some((sp, st + 1));
-        } else {
-            return false;
+            continue;
         }
+        if pi < p.len() {
+            let (want, have) = (char_len(pattern, pi), char_len(text, ti));
+            if p[pi] == b'?' || p[pi..pi + want] == t[ti..ti + have] {
+                pi += want;
+                ti += have;
+                continue;
+            }
+        }
+        // A mismatch: the last `*` takes one character more, or there is none to take it.
+        let Some((sp, st)) = star else { return false };
+        let next = st + char_len(text, st);
+        (pi, ti, star) = (sp + 1, next, Some((sp, next)));
     }
-    p[pi..].iter().all(|c| *c == '*')
+    p[pi..].iter().all(|&c| c == b'*')
+}
+
+/// The length in bytes of the character of `s` that starts at `at`.
+fn char_len(s: &str, at: usize) -> usize {
+    s[at..].chars().next().map_or(1, char::len_utf8)
 }
 
 /// What a content hook answered.
@@ -212,6 +225,13 @@ mod tests {
             ("a*b*c", "axxbyy", false),
             ("", "", true),
             ("", "x", false),
+            ("*", "anything at all", true),
+            ("?ö?", "aöb", true),
+            ("?", "ö", true),
+            ("??", "ö", false),
+            ("*é", "café", true),
+            ("a*a", "a", false),
+            ("**x", "yx", true),
         ] {
             assert_eq!(glob(p, t), want, "{p} ~ {t}");
         }
