@@ -1,5 +1,6 @@
-"""An OTLP/HTTP trace receiver for the telemetry tests: decodes each ExportTraceServiceRequest
-with the opentelemetry-proto package and appends its spans to a file, one JSON object a line.
+"""An OTLP/HTTP receiver for the telemetry tests: decodes each ExportTraceServiceRequest with the
+opentelemetry-proto package and appends its spans to a file, one JSON object a line; the
+histogram points of each ExportMetricsServiceRequest go to FILE.metrics the same way.
 
     python otlp_receiver.py --out FILE      prints "listening PORT", then serves until killed
     python otlp_receiver.py --discard       the same, answering each export unread (benchmarks)
@@ -8,7 +9,8 @@ with the opentelemetry-proto package and appends its spans to a file, one JSON o
 
 Each span line: trace_id, span_id, parent_span_id (hex, "" for a root), name, kind (SERVER,
 CLIENT, ...), status (UNSET, OK, ERROR), attributes (key -> value), and the service.name of
-its resource.
+its resource. Each metric line: name, unit, attributes, count, sum and bounds of one histogram
+point (cumulative: a later export repeats it with the totals so far), and the service.name.
 """
 
 import argparse
@@ -20,6 +22,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
+)
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
@@ -51,6 +57,7 @@ def conventions():
         "NETWORK_TRANSPORT_TCP": network_attributes.NetworkTransportValues.TCP.value,
         "MCP_SERVER_OPERATION_DURATION": mcp_metrics.MCP_SERVER_OPERATION_DURATION,
         "MCP_CLIENT_OPERATION_DURATION": mcp_metrics.MCP_CLIENT_OPERATION_DURATION,
+        "MCP_SERVER_SESSION_DURATION": mcp_metrics.MCP_SERVER_SESSION_DURATION,
     }
 
 
@@ -81,6 +88,25 @@ def spans_of(request):
                 }
 
 
+def points_of(request):
+    for rm in request.resource_metrics:
+        resource = {a.key: value(a.value) for a in rm.resource.attributes}
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                if m.WhichOneof("data") != "histogram":
+                    continue
+                for p in m.histogram.data_points:
+                    yield {
+                        "name": m.name,
+                        "unit": m.unit,
+                        "attributes": {a.key: value(a.value) for a in p.attributes},
+                        "count": p.count,
+                        "sum": p.sum,
+                        "bounds": list(p.explicit_bounds),
+                        "service": resource.get("service.name"),
+                    }
+
+
 def serve(out):
     lock = threading.Lock()
 
@@ -95,19 +121,28 @@ def serve(out):
                 self.send_header("content-length", "0")
                 self.end_headers()
                 return
-            if self.path.split("?")[0] != "/v1/traces" or self.headers.get("content-type") != "application/x-protobuf":
+            path = self.path.split("?")[0]
+            if path not in ("/v1/traces", "/v1/metrics") or self.headers.get("content-type") != "application/x-protobuf":
                 self.send_response(404)
                 self.send_header("content-length", "0")
                 self.end_headers()
                 return
-            request = ExportTraceServiceRequest()
-            request.ParseFromString(body)
-            with lock, open(out + ".headers", "a") as f:
-                f.write(json.dumps({k.lower(): v for k, v in self.headers.items()}) + "\n")
-            with lock, open(out, "a") as f:
-                for span in spans_of(request):
-                    f.write(json.dumps(span) + "\n")
-            answer = ExportTraceServiceResponse().SerializeToString()
+            if path == "/v1/metrics":
+                request = ExportMetricsServiceRequest()
+                request.ParseFromString(body)
+                with lock, open(out + ".metrics", "a") as f:
+                    for point in points_of(request):
+                        f.write(json.dumps(point) + "\n")
+                answer = ExportMetricsServiceResponse().SerializeToString()
+            else:
+                request = ExportTraceServiceRequest()
+                request.ParseFromString(body)
+                with lock, open(out + ".headers", "a") as f:
+                    f.write(json.dumps({k.lower(): v for k, v in self.headers.items()}) + "\n")
+                with lock, open(out, "a") as f:
+                    for span in spans_of(request):
+                        f.write(json.dumps(span) + "\n")
+                answer = ExportTraceServiceResponse().SerializeToString()
             self.send_response(200)
             self.send_header("content-type", "application/x-protobuf")
             self.send_header("content-length", str(len(answer)))

@@ -17,6 +17,9 @@ pub struct TelemetryConfig {
     pub endpoint: Option<String>,
     /// The full URL traces are posted to, as given (over `endpoint`).
     pub traces_endpoint: Option<String>,
+    /// The full URL metrics are posted to, as given (over `endpoint`). Metrics go out when this
+    /// or a base endpoint is named (not for a `traces_endpoint` alone).
+    pub metrics_endpoint: Option<String>,
     /// Headers sent with every export (an API key, say); `${VAR}` in a value is read from the
     /// environment. Never logged.
     pub headers: BTreeMap<String, HeaderValue>,
@@ -30,6 +33,7 @@ impl Default for TelemetryConfig {
             enabled: true,
             endpoint: None,
             traces_endpoint: None,
+            metrics_endpoint: None,
             headers: BTreeMap::new(),
             service_name: None,
         }
@@ -41,6 +45,8 @@ impl Default for TelemetryConfig {
 pub struct TelemetryTarget {
     /// The URL spans are posted to.
     pub traces_url: String,
+    /// The URL the MCP durations are posted to (None: metrics are not exported).
+    pub metrics_url: Option<String>,
     /// Headers of each export, `${VAR}` expanded (secrets: never logged, see the Debug impl).
     pub headers: Vec<(String, String)>,
     pub service_name: Option<String>,
@@ -61,6 +67,7 @@ impl std::fmt::Debug for TelemetryTarget {
         let names: Vec<&str> = self.headers.iter().map(|(n, _)| n.as_str()).collect();
         f.debug_struct("TelemetryTarget")
             .field("traces_url", &self.traces_url)
+            .field("metrics_url", &self.metrics_url)
             .field("headers", &names)
             .field("service_name", &self.service_name)
             .field("warnings", &self.warnings)
@@ -94,29 +101,13 @@ impl TelemetryConfig {
         if !self.enabled || var("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
             return Ok(None);
         }
-        // The signal's path goes after the base URL's own path (its query, if any, stays last).
-        let base = |url: String| match url::Url::parse(&url) {
-            Ok(mut u) => {
-                let path = format!("{}/v1/traces", u.path().trim_end_matches('/'));
-                u.set_path(&path);
-                u.to_string()
-            }
-            Err(_) => url,
+        let Some((url, from)) = self.signal_url("traces", &self.traces_endpoint, &var) else { return Ok(None) };
+        checked_url(&url, from)?;
+        let metrics_url = match self.signal_url("metrics", &self.metrics_endpoint, &var) {
+            _ if var("OTEL_METRICS_EXPORTER").is_some_and(|v| v.eq_ignore_ascii_case("none")) => None,
+            Some((url, from)) => Some(checked_url(&url, from).map(|()| url)?),
+            None => None,
         };
-        let (url, from) = match (&self.traces_endpoint, &self.endpoint) {
-            (Some(u), _) => (u.clone(), "[telemetry] traces_endpoint"),
-            (None, Some(u)) => (base(u.clone()), "[telemetry] endpoint"),
-            (None, None) => match (var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), var("OTEL_EXPORTER_OTLP_ENDPOINT")) {
-                (Some(u), _) => (u, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
-                (None, Some(u)) => (base(u), "OTEL_EXPORTER_OTLP_ENDPOINT"),
-                (None, None) => return Ok(None),
-            },
-        };
-        if !(url.starts_with("http://") || url.starts_with("https://")) || url::Url::parse(&url).is_err() {
-            return Err(format!(
-                "{from} is `{url}`: give the OTLP/HTTP collector's URL, e.g. http://127.0.0.1:4318 (traces are sent as HTTP/protobuf)"
-            ));
-        }
         let mut headers = Vec::new();
         for (name, value) in &self.headers {
             check_header_name(name).map_err(|e| format!("[telemetry] headers: `{name}` {e}"))?;
@@ -137,8 +128,53 @@ impl TelemetryConfig {
             warnings.append(&mut left_out);
         }
         let service_name = self.service_name.clone().or_else(|| var("OTEL_SERVICE_NAME"));
-        Ok(Some(TelemetryTarget { traces_url: url, headers, service_name, warnings }))
+        Ok(Some(TelemetryTarget { traces_url: url, metrics_url, headers, service_name, warnings }))
     }
+
+    /// The URL of one `signal` (`traces`, `metrics`) and where it was given: the table's own
+    /// URL for it, else the table's base endpoint with `/v1/SIGNAL`, else the same two from the
+    /// environment. None when none of them is set.
+    fn signal_url(
+        &self,
+        signal: &str,
+        own: &Option<String>,
+        var: &dyn Fn(&str) -> Option<String>,
+    ) -> Option<(String, String)> {
+        // The signal's path goes after the base URL's own path (its query, if any, stays last).
+        let base = |url: String| match url::Url::parse(&url) {
+            Ok(mut u) => {
+                let path = format!("{}/v1/{signal}", u.path().trim_end_matches('/'));
+                u.set_path(&path);
+                u.to_string()
+            }
+            Err(_) => url,
+        };
+        let own_var = format!("OTEL_EXPORTER_OTLP_{}_ENDPOINT", signal.to_ascii_uppercase());
+        // A table that names any endpoint decides for every signal: none is taken from the
+        // environment then.
+        let table_decides =
+            self.endpoint.is_some() || self.traces_endpoint.is_some() || self.metrics_endpoint.is_some();
+        match (own, &self.endpoint) {
+            (Some(u), _) => Some((u.clone(), format!("[telemetry] {signal}_endpoint"))),
+            (None, Some(u)) => Some((base(u.clone()), "[telemetry] endpoint".to_string())),
+            (None, None) if table_decides => None,
+            (None, None) => match (var(&own_var), var("OTEL_EXPORTER_OTLP_ENDPOINT")) {
+                (Some(u), _) => Some((u, own_var)),
+                (None, Some(u)) => Some((base(u), "OTEL_EXPORTER_OTLP_ENDPOINT".to_string())),
+                (None, None) => None,
+            },
+        }
+    }
+}
+
+/// `url` (given at `from`) if it is an HTTP(S) URL, else the error that says so.
+fn checked_url(url: &str, from: String) -> Result<(), String> {
+    if !(url.starts_with("http://") || url.starts_with("https://")) || url::Url::parse(url).is_err() {
+        return Err(format!(
+            "{from} is `{url}`: give the OTLP/HTTP collector's URL, e.g. http://127.0.0.1:4318 (traces and metrics are sent as HTTP/protobuf)"
+        ));
+    }
+    Ok(())
 }
 
 /// The headers of `OTEL_EXPORTER_OTLP_HEADERS` (or its traces variant, `var`): `key=value`
@@ -257,6 +293,34 @@ mod tests {
         assert_eq!((t.traces_url.as_str(), t.service_name.as_deref()), ("http://file:3/v1/traces", Some("mine")));
         let t = table("endpoint = \"http://file:3\"\ntraces_endpoint = \"http://file:4/x\"").target(&env).unwrap();
         assert_eq!(t.unwrap().traces_url, "http://file:4/x");
+    }
+
+    #[test]
+    fn metrics_go_where_a_base_endpoint_or_their_own_url_says_and_not_with_traces_alone() {
+        let t = table("endpoint = \"http://file:3/otlp\"").target(&env_of(&[])).unwrap().unwrap();
+        assert_eq!(t.metrics_url.as_deref(), Some("http://file:3/otlp/v1/metrics"));
+        let own = table("endpoint = \"http://file:3\"\nmetrics_endpoint = \"http://file:5/m\"");
+        assert_eq!(own.target(&env_of(&[])).unwrap().unwrap().metrics_url.as_deref(), Some("http://file:5/m"));
+        // A table that names only where traces go decides for metrics too: none, whatever the
+        // environment says.
+        let env = env_of(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:1")]);
+        let t = table("traces_endpoint = \"http://file:4/x\"").target(&env).unwrap().unwrap();
+        assert_eq!((t.traces_url.as_str(), t.metrics_url), ("http://file:4/x", None));
+        let t = TelemetryConfig::default().target(&env).unwrap().unwrap();
+        assert_eq!(t.metrics_url.as_deref(), Some("http://env:1/v1/metrics"));
+        let env = env_of(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:1"),
+            ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://env:2/m"),
+        ]);
+        assert_eq!(
+            TelemetryConfig::default().target(&env).unwrap().unwrap().metrics_url.as_deref(),
+            Some("http://env:2/m")
+        );
+        let off = env_of(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:1"), ("OTEL_METRICS_EXPORTER", "none")]);
+        let t = TelemetryConfig::default().target(&off).unwrap().unwrap();
+        assert_eq!((t.traces_url.as_str(), t.metrics_url), ("http://env:1/v1/traces", None));
+        let e = table("endpoint = \"http://h:1\"\nmetrics_endpoint = \"h:2\"").target(&env_of(&[])).unwrap_err();
+        assert!(e.starts_with("[telemetry] metrics_endpoint is `h:2`"), "{e}");
     }
 
     #[test]

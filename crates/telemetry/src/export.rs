@@ -1,4 +1,4 @@
-//! The OTLP exporter: spans batched on the SDK's own thread and posted as HTTP/protobuf by the
+//! The OTLP exporters: spans batched on the SDK's own thread and posted as HTTP/protobuf by the
 //! workspace's reqwest, on a small runtime of the exporter's own, so neither a slow collector
 //! nor a dead one ever holds up a call. A failing export is said once, and once more when
 //! exports get through again, with how many spans were lost ([`crate::count`]); spans the last
@@ -32,6 +32,8 @@ const EXIT_FLUSH: Duration = Duration::from_secs(2);
 pub(crate) struct Poster {
     /// The collector's URL, for the failure line (never its headers).
     url: String,
+    /// What it sends (`traces`, `metrics`), for the failure line.
+    what: &'static str,
     /// The headers of each export, as `[telemetry]` and `OTEL_EXPORTER_OTLP_HEADERS` give them
     /// (decoded and checked by switchyard, not by the SDK, which would drop a bad one unsaid).
     headers: reqwest::header::HeaderMap,
@@ -41,11 +43,11 @@ pub(crate) struct Poster {
 }
 
 impl Poster {
-    fn new(url: &str, headers: &[(String, String)]) -> Result<Poster, String> {
+    pub(crate) fn new(url: &str, what: &'static str, headers: &[(String, String)]) -> Result<Poster, String> {
         let mut map = reqwest::header::HeaderMap::new();
         for (name, value) in headers {
             // Both were checked when the target was read; the error names the key alone.
-            let bad = || format!("the trace export header `{name}` cannot be sent as it is");
+            let bad = || format!("the {what} export header `{name}` cannot be sent as it is");
             let name = reqwest::header::HeaderName::from_bytes(name.as_bytes()).map_err(|_| bad())?;
             let value = reqwest::header::HeaderValue::from_str(value).map_err(|_| bad())?;
             map.insert(name, value);
@@ -61,23 +63,30 @@ impl Poster {
             .redirect(reqwest::redirect::Policy::none())
             .user_agent(concat!("switchyard/", env!("CARGO_PKG_VERSION")))
             .build()
-            .map_err(|e| format!("could not set up the HTTP client for traces: {e}"))?;
+            .map_err(|e| format!("could not set up the HTTP client for {what}: {e}"))?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| format!("could not start the runtime that sends traces: {e}"))?;
-        Ok(Poster { url: url.to_string(), headers: map, client, runtime, failing: AtomicBool::new(false) })
+            .map_err(|e| format!("could not start the runtime that sends {what}: {e}"))?;
+        Ok(Poster { url: url.to_string(), what, headers: map, client, runtime, failing: AtomicBool::new(false) })
     }
 
-    /// Says the first failure of a run of them (its end is said in spans, by [`Counted`]).
+    /// Says the first failure of a run of them (for spans, its end is said with the spans lost,
+    /// by [`Counted`]; metrics are cumulative, and the next export that gets through has them).
     fn note(&self, outcome: Result<(), String>) {
         match outcome {
             Ok(()) => self.failing.store(false, Ordering::Relaxed),
             Err(why) => {
                 if !self.failing.swap(true, Ordering::Relaxed) {
                     tracing::warn!(
-                        "traces could not be sent to {}: {why}; calls go on, and their spans are dropped until the collector takes them (said once)",
-                        self.url
+                        "{} could not be sent to {}: {why}; calls go on{} (said once)",
+                        self.what,
+                        self.url,
+                        if self.what == "traces" {
+                            ", and their spans are dropped until the collector takes them"
+                        } else {
+                            ", and the totals are sent again once the collector takes them"
+                        }
                     );
                 }
             }
@@ -139,7 +148,7 @@ static PROVIDER: OnceLock<(SdkTracerProvider, Arc<Counts>, String)> = OnceLock::
 /// The tracer provider for `target`: spans batched, then posted as OTLP/HTTP protobuf.
 pub(crate) fn provider(target: &TelemetryTarget) -> Result<SdkTracerProvider, String> {
     let url = target.shown_url();
-    let poster = Poster::new(&url, &target.headers)?;
+    let poster = Poster::new(&url, "traces", &target.headers)?;
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_protocol(Protocol::HttpBinary)
@@ -165,6 +174,9 @@ pub(crate) fn provider(target: &TelemetryTarget) -> Result<SdkTracerProvider, St
     }
     let resource =
         resource.with_attribute(opentelemetry::KeyValue::new("service.version", env!("CARGO_PKG_VERSION"))).build();
+    if let Some(metrics_url) = &target.metrics_url {
+        crate::metrics::start(metrics_url, &target.headers, resource.clone())?;
+    }
     let provider = SdkTracerProvider::builder().with_span_processor(processor).with_resource(resource).build();
     let _ = PROVIDER.set((provider.clone(), counts, url));
     Ok(provider)
@@ -180,6 +192,7 @@ pub fn destination() -> Option<&'static str> {
 pub fn flush() {
     if let Some((p, counts, url)) = PROVIDER.get() {
         let failed_before = counts.failed();
+        crate::metrics::flush(EXIT_FLUSH / 2);
         let got = p.shutdown_with_timeout(EXIT_FLUSH);
         if let Some(line) = unsent(got.is_err(), counts.undelivered(failed_before), url) {
             tracing::warn!("{line}");

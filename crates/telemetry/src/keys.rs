@@ -26,6 +26,18 @@ semconv!(
     RPC_RESPONSE_STATUS_CODE,
 );
 
+/// The conventions' metric names, taken from the crate.
+macro_rules! semconv_metrics {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[allow(deprecated)]
+            pub const $name: &str = opentelemetry_semantic_conventions::metric::$name;
+        )*
+    };
+}
+
+semconv_metrics!(MCP_CLIENT_OPERATION_DURATION, MCP_SERVER_OPERATION_DURATION, MCP_SERVER_SESSION_DURATION);
+
 /// `gen_ai.operation.name` of a `tools/call`.
 pub const GEN_AI_OPERATION_EXECUTE_TOOL: &str = "execute_tool";
 

@@ -14,6 +14,7 @@ pub mod context;
 mod count;
 mod export;
 pub mod keys;
+mod metrics;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -73,6 +73,12 @@ impl Receiver {
         text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
     }
 
+    /// The histogram points received so far (cumulative: the last of each series has its totals).
+    fn points(&self) -> Vec<Value> {
+        let text = std::fs::read_to_string(self.out.with_extension("jsonl.metrics")).unwrap_or_default();
+        text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    }
+
     /// The headers of each export received so far (names in lower case).
     fn headers(&self) -> Vec<Value> {
         let text = std::fs::read_to_string(self.out.with_extension("jsonl.headers")).unwrap_or_default();
@@ -225,6 +231,54 @@ async fn a_call_through_run_continues_the_clients_trace_to_the_server() {
         assert_eq!(span["attributes"][&c["ERROR_TYPE"]], code.as_str(), "{span}");
         assert_eq!(span["status"], "ERROR", "{span}");
     }
+}
+
+/// The last point received of histogram `name` whose attributes include `with` (keys are the
+/// conventions' names in `c`), if any came.
+fn last_point(points: &[Value], c: &HashMap<String, String>, name: &str, with: &[(&str, &str)]) -> Option<Value> {
+    let holds = |p: &Value| with.iter().all(|(k, v)| p["attributes"][&c[*k]] == *v);
+    points.iter().rev().find(|p| p["name"] == c[name].as_str() && holds(p)).cloned()
+}
+
+#[tokio::test]
+async fn run_sends_the_conventions_durations_as_otlp_histograms() {
+    let c = conventions();
+    let receiver = Receiver::start();
+    let argv: Vec<String> = std::iter::once("--".to_string()).chain(Proc::fixture_cmd(&[])).collect();
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let mut router = Proc::router_env(&argv, &[("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint())]);
+    let mut client = router.client();
+    client.initialize().await;
+    // As clients do: a tool is named in metrics once its server has listed it (labels stay
+    // bounded); a call before the list counts as `other`.
+    client.request("tools/list", json!({})).await;
+    for id in 1..=3 {
+        client.send(&echo(id, "counted", false)).await;
+        client.wait_response(&json!(id)).await;
+    }
+    let nope = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "nope", "arguments": {}}});
+    client.send(&nope).await;
+    let code = client.wait_response(&json!(4)).await["error"]["code"].as_i64().expect("an error").to_string();
+    // The totals go out every 10 s, and once more at exit (with the session's, which ends then).
+    client.close().await;
+    let status = router.wait_timeout(Duration::from_secs(20)).await;
+    assert!(status.success(), "run ended with {status}");
+    let points = receiver.points();
+    let echo_ok = [("MCP_METHOD_NAME", "tools/call"), ("GEN_AI_TOOL_NAME", "echo"), ("NETWORK_TRANSPORT", "pipe")];
+    for name in ["MCP_SERVER_OPERATION_DURATION", "MCP_CLIENT_OPERATION_DURATION"] {
+        let p = last_point(&points, &c, name, &echo_ok).unwrap_or_else(|| panic!("no {name} for echo: {points:#?}"));
+        assert_eq!(p["count"], 3, "three echo calls, each timed once on each side: {p}");
+        assert_eq!(p["unit"], "s", "{p}");
+        assert!(p["attributes"].get(&c["ERROR_TYPE"]).is_none(), "a success has no error.type: {p}");
+        assert_eq!(p["bounds"][0], 0.01, "the conventions' buckets: {p}");
+        let failed = [("MCP_METHOD_NAME", "tools/call"), ("ERROR_TYPE", code.as_str())];
+        let p = last_point(&points, &c, name, &failed).unwrap_or_else(|| panic!("no failed {name}: {points:#?}"));
+        assert_eq!(p["count"], 1, "{p}");
+    }
+    let session = last_point(&points, &c, "MCP_SERVER_SESSION_DURATION", &[("NETWORK_TRANSPORT", "pipe")]);
+    let session = session.unwrap_or_else(|| panic!("no session duration: {points:#?}"));
+    assert_eq!(session["count"], 1, "one session, ended at exit: {session}");
+    assert_eq!(session["service"], "switchyard", "{session}");
 }
 
 #[tokio::test]

@@ -21,6 +21,7 @@ use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 
 mod labels;
+pub mod mirror;
 
 use labels::transport_name;
 pub use labels::{
@@ -234,6 +235,7 @@ pub struct LiveServer {
 pub struct Metrics {
     registry: Registry,
     server_op: Hist<OpLabels>,
+    client_op: Hist<OpLabels>,
     calls: Family<CallLabels, Counter>,
     timeouts: Family<ToolLabels, Counter>,
     retries: Family<RetryLabels, Counter>,
@@ -340,6 +342,7 @@ impl Metrics {
         let m = Metrics {
             registry: Registry::default(),
             server_op: Family::new_with_constructor(otel_histogram),
+            client_op: Family::new_with_constructor(otel_histogram),
             calls: Family::default(),
             timeouts: Family::default(),
             retries: Family::default(),
@@ -359,6 +362,12 @@ impl Metrics {
             "MCP requests from a client to their response (OpenTelemetry mcp.server.operation.duration)",
             Unit::Seconds,
             m.server_op.clone(),
+        );
+        r.register_with_unit(
+            "mcp_client_operation_duration",
+            "switchyard's requests to a server, each attempt to its response (OpenTelemetry mcp.client.operation.duration)",
+            Unit::Seconds,
+            m.client_op.clone(),
         );
         r.register_with_unit(
             "mcp_server_session_duration",
@@ -441,16 +450,53 @@ impl Metrics {
             .inc();
         // A cancelled call has no response: no operation to time.
         if c.outcome != Outcome::Cancelled {
-            self.server_op
-                .get_or_create(&OpLabels {
-                    server: c.server.clone(),
-                    mcp_method_name: method,
-                    gen_ai_tool_name: tool,
-                    error_type,
-                    network_transport: network_transport(c.session_label),
-                })
-                .observe(c.elapsed.as_secs_f64());
+            let labels = OpLabels {
+                server: c.server.clone(),
+                mcp_method_name: method,
+                gen_ai_tool_name: tool,
+                error_type,
+                network_transport: network_transport(c.session_label),
+            };
+            self.observe(&self.server_op, mirror::Side::Server, labels, c.elapsed);
         }
+    }
+
+    /// One attempt of a call on an instance got its answer, or none (`error_type`: the
+    /// JSON-RPC code, `tool_error`, or how it failed; empty on success). `transport`: `pipe`
+    /// for a local server, `tcp` for a remote one.
+    pub fn attempt(
+        &self,
+        server: &Arc<str>,
+        method: &str,
+        tool: Option<&Arc<str>>,
+        error_type: &'static str,
+        transport: &'static str,
+        took: Duration,
+    ) {
+        let labels = OpLabels {
+            server: server.clone(),
+            mcp_method_name: method_label(method),
+            gen_ai_tool_name: tool.cloned().unwrap_or_else(|| empty_name().clone()),
+            error_type,
+            network_transport: transport,
+        };
+        self.observe(&self.client_op, mirror::Side::Client, labels, took);
+    }
+
+    fn observe(&self, hist: &Hist<OpLabels>, side: mirror::Side, labels: OpLabels, took: Duration) {
+        let seconds = took.as_secs_f64();
+        if let Some(m) = mirror::mirror() {
+            m.operation(&mirror::Operation {
+                side,
+                server: &labels.server,
+                method: labels.mcp_method_name,
+                tool: &labels.gen_ai_tool_name,
+                error_type: labels.error_type,
+                transport: labels.network_transport,
+                seconds,
+            });
+        }
+        hist.get_or_create(&labels).observe(seconds);
     }
 
     /// One attempt of a call ran out of time.
@@ -520,6 +566,9 @@ impl Metrics {
     /// A client session ended after `lasted`.
     pub fn session_closed(&self, transport: &str, lasted: Duration) {
         let network_transport = network_transport(transport);
+        if let Some(m) = mirror::mirror() {
+            m.session(network_transport, lasted.as_secs_f64());
+        }
         self.session_duration.get_or_create(&TransportLabels { network_transport }).observe(lasted.as_secs_f64());
     }
 }
@@ -595,6 +644,28 @@ mod tests {
         let lines: Vec<&str> = text.lines().filter(|l| l.starts_with(prefix)).collect();
         assert_eq!(lines.len(), 1, "{prefix}: {lines:?}\n{text}");
         lines[0].rsplit(' ').next().unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn each_attempt_on_a_server_is_timed_on_the_client_side() {
+        let m = metrics();
+        let server: Arc<str> = Arc::from("fs");
+        let tool: Arc<str> = Arc::from("read_file");
+        m.attempt(&server, "tools/call", Some(&tool), "", "pipe", Duration::from_millis(30));
+        m.attempt(&server, "tools/call", Some(&tool), "timeout", "pipe", Duration::from_secs(2));
+        m.attempt(&server, "resources/read", None, "", "tcp", Duration::from_millis(5));
+        let text = m.encode();
+        let count = |labels: &str| sample(&text, &format!("mcp_client_operation_duration_seconds_count{{{labels}}}"));
+        let read = r#"server="fs",mcp_method_name="tools/call",gen_ai_tool_name="read_file""#;
+        assert_eq!(count(&format!(r#"{read},error_type="",network_transport="pipe""#)), 1.0);
+        assert_eq!(count(&format!(r#"{read},error_type="timeout",network_transport="pipe""#)), 1.0);
+        let resource =
+            r#"server="fs",mcp_method_name="resources/read",gen_ai_tool_name="",error_type="",network_transport="tcp""#;
+        assert_eq!(count(resource), 1.0);
+        assert!(
+            !text.contains("mcp_server_operation_duration_seconds_count"),
+            "an attempt is not the client's operation"
+        );
     }
 
     #[test]

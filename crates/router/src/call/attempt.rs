@@ -49,6 +49,8 @@ pub(super) struct Attempt<'r, 'a> {
     /// When waiting for the gate and an instance ends: the deadline, or sooner after a lost
     /// link (see [`Cap::back_by`]).
     wait_until: Instant,
+    /// The tool's label in metrics, for a tools/call.
+    pub(super) tool: Option<Arc<str>>,
     /// Safe to repeat by the server's own declaration: may be sent once more on a new
     /// connection when its link has been silent while the server answers probes.
     pub(super) safe: bool,
@@ -96,7 +98,8 @@ pub(super) async fn attempt(
     let stream = (call.info.method == "subscriptions/listen")
         .then(|| Arc::new(StreamTo { to: req.link.clone(), id: call.client_id.to_string() }) as Arc<dyn ProgressSink>);
     let scope = ScopeKey::wanted(eff.placement.as_ref(), req.session, &call.info.caller);
-    let attempt = Attempt { track, server, req, eff, what, started, deadline, wait_until, safe, scope, stream };
+    let tool = call.info.tool.as_deref().map(|t| server.tool_label(t));
+    let attempt = Attempt { track, server, req, eff, what, started, deadline, wait_until, tool, safe, scope, stream };
     // A request pinned to one instance, and no other, whatever its placement says: a repeat
     // after it ended finds it dead.
     let ended = |instance: &Instance, held: &str, again: &str| {

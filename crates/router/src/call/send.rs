@@ -15,6 +15,7 @@ use crate::peer::ClientPeer;
 use crate::server::calls::{LastProgress, Stage};
 use crate::upstream::{Instance, ProgressSink, Reply, Sent, Trace};
 use switchyard_core::error::{CallError, Unanswered};
+use switchyard_core::metrics::{OTHER, Outcome, code_label};
 use switchyard_telemetry::{self as telemetry, keys};
 
 /// Passes a call's progress on only while it increases. A repeated call's server counts from
@@ -64,7 +65,9 @@ impl Attempt<'_, '_> {
     pub(super) async fn send(&self, inst: &Arc<Instance>, route: Option<Arc<dyn ProgressSink>>) -> Result<Reply, Stop> {
         let span = self.client_span(inst);
         let started = telemetry::started(&span);
+        let sent_at = Instant::now();
         let r = self.send_in(inst, route, started.as_ref()).await;
+        self.timed(inst, &r, sent_at.elapsed());
         if let Some(s) = &started {
             match &r {
                 Ok(reply) if reply.env.is_error => {
@@ -80,6 +83,24 @@ impl Attempt<'_, '_> {
             }
         }
         r
+    }
+
+    /// Times the attempt on `inst` (`mcp.client.operation.duration`); one the client cancelled
+    /// got no response and is not timed.
+    fn timed(&self, inst: &Instance, r: &Result<Reply, Stop>, took: Duration) {
+        let call = self.req.call;
+        let error_type = match r {
+            Ok(reply) => match super::reply::reply_outcome(reply, call.method() == "tools/call") {
+                (Outcome::Error, code) => code.map_or(OTHER, code_label),
+                (Outcome::ToolError, _) => "tool_error",
+                _ => "",
+            },
+            Err(Stop::Cancelled) => return,
+            Err(Stop::Failed(e)) => error_type(e),
+        };
+        let transport = if inst.pid().is_some() { keys::TRANSPORT_PIPE } else { keys::TRANSPORT_TCP };
+        let server = self.server;
+        server.metrics.attempt(&server.metric_name, call.method(), self.tool.as_ref(), error_type, transport, took);
     }
 
     /// The span of this attempt's request to `inst` (kind CLIENT), within the call's.
