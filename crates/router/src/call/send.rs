@@ -293,7 +293,7 @@ fn error_type(e: &CallError) -> &'static str {
         CallError::Died { .. } => "instance_died",
         CallError::Lost { .. } => "lost",
         CallError::Repeated { last, .. } => error_type(last),
-        CallError::ShuttingDown | CallError::ShutDownInFlight { .. } => "shutdown",
+        CallError::ShuttingDown | CallError::ShutDownInFlight { .. } => Outcome::ShuttingDown.label(),
         CallError::Busy { .. } => "busy",
         _ => "server_unavailable",
     }

@@ -17,12 +17,8 @@ pub(super) fn ended(end: &End) {
     let error = match end.outcome {
         Outcome::Ok => None,
         Outcome::Error => Some(end.code.map_or("_OTHER".to_string(), |c| c.to_string())),
-        Outcome::ToolError => Some("tool_error".to_string()),
-        Outcome::Rejected => Some("rejected".to_string()),
-        Outcome::Timeout => Some("timeout".to_string()),
-        Outcome::Cancelled => Some("cancelled".to_string()),
-        Outcome::Lost => Some("lost".to_string()),
-        Outcome::ShuttingDown => Some("shutdown".to_string()),
+        // The rest as the audit log and the metrics name them (`tool_error`, `shutting_down`, ...).
+        other => Some(other.label().to_string()),
     };
     span.ended(error.as_deref(), end.code);
     if end.outcome == Outcome::Cancelled {
