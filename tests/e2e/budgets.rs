@@ -128,3 +128,34 @@ async fn search_mode_finds_and_calls_a_tool() {
     assert!(found.to_string().contains("freshly_added"), "{found}");
     assert_eq!(c.call_text("call_tool", json!({"name": "freshly_added"})).await, "freshly_added ran");
 }
+
+/// Through a group, a member's tool names count the group's name and the member's prefix
+/// (`mcp__g__fx__`), and a call by a shortened name comes back to the member's tool.
+#[tokio::test]
+async fn a_group_keeps_its_members_names_within_the_budget() {
+    let home = Home::new();
+    let fixture = home.fixture("fx", &["--extra-tool", LONG_A, "--extra-tool", LONG_B]);
+    home.write_config(&format!("{fixture}\n[groups.g]\nservers = [\"fx\"]\n"));
+    let config = home.config_str();
+    let mut p = home.spawn("connect --group g", &["connect", "--group", "g", "--config", &config]);
+    let mut c = p.client();
+    let init = c
+        .request(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "claude-code", "version": "1"}}),
+        )
+        .await;
+    assert!(init["result"].is_object(), "{init}");
+    c.notify("notifications/initialized", json!({})).await;
+    let shown = names(&c.request("tools/list", json!({})).await);
+    assert!(shown.iter().all(|n| "mcp__g__".len() + n.chars().count() <= 64), "{shown:?}");
+    assert!(shown.contains(&"fx__echo".to_string()), "{shown:?}");
+    let short: Vec<&String> = shown.iter().filter(|n| n.starts_with("fx__create_or_update")).collect();
+    assert_eq!(short.len(), 2, "{shown:?}");
+    let mut ran = Vec::new();
+    for name in &short {
+        ran.push(c.call_text(name, json!({})).await);
+    }
+    ran.sort();
+    assert_eq!(ran, vec![format!("{LONG_A} ran"), format!("{LONG_B} ran")]);
+}

@@ -11,6 +11,10 @@ use switchyard_config::{BudgetConfig, Expose};
 /// The kind of client whose clientInfo gives no known name.
 pub const OTHER: &str = "other";
 
+/// The `_meta` key of the initialize a group sends each member session: `{"group": NAME,
+/// "prefix": "PREFIX SEPARATOR"}`, what the group's client sees before the member's tool names.
+pub const GROUP_META: &str = "dev.switchyard/group";
+
 /// A shortened name ends with `_` and this many hex digits of its original name's hash.
 const HASH_DIGITS: usize = 8;
 
@@ -85,6 +89,13 @@ impl Budget {
         self.name_prefix = c.name_prefix.clone().unwrap_or_else(|| self.name_prefix.clone());
         self.tools_max = c.tools_max.unwrap_or(self.tools_max);
         self.expose = c.expose.unwrap_or(self.expose);
+    }
+
+    /// The budget of a group member's tools: the client knows the group (`group`) as the
+    /// server, and sees `member_prefix` before each of this member's tool names.
+    pub fn in_group(mut self, group: &str, member_prefix: &str) -> Budget {
+        self.name_prefix = format!("{}{member_prefix}", self.name_prefix.replace("{server}", group));
+        self
     }
 
     /// How many characters a tool's own name may have, with the prefix of `server` before it.
@@ -182,6 +193,19 @@ pub fn shorten(name: &str, room: usize, salt: u32) -> String {
     format!("{head}_{hex}")
 }
 
+/// The initialize params a group sends member session `member_prefix` of group `group`: the
+/// client's own, with [`GROUP_META`] saying how the group shows the member's tools.
+pub fn member_initialize(params: &serde_json::Value, group: &str, member_prefix: &str) -> serde_json::Value {
+    let mut params = params.clone();
+    if let Some(p) = params.as_object_mut() {
+        let meta = p.entry("_meta").or_insert_with(|| serde_json::json!({}));
+        if let Some(meta) = meta.as_object_mut() {
+            meta.insert(GROUP_META.into(), serde_json::json!({ "group": group, "prefix": member_prefix }));
+        }
+    }
+    params
+}
+
 /// A digest of a tool list as one client is shown it, whatever the order of its tools and of
 /// their keys: two lists with the same digest show the client the same.
 pub fn list_digest(items: &[serde_json::Value]) -> [u8; 32] {
@@ -223,6 +247,13 @@ mod tests {
         let other = budget("some-agent");
         assert_eq!((other.kind.as_str(), other.room("x")), (OTHER, None));
         assert_eq!(Budget::for_client(None, &BTreeMap::new()).kind, OTHER);
+    }
+
+    #[test]
+    fn a_group_members_names_count_the_group_and_its_prefix() {
+        let b = budget("claude-code").in_group("work", "filesystem__");
+        assert_eq!(b.name_prefix, "mcp__work__filesystem__");
+        assert_eq!(b.room("ignored"), Some(64 - "mcp__work__filesystem__".len()));
     }
 
     #[test]

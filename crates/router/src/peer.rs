@@ -58,6 +58,10 @@ pub struct ClientPeer {
     /// Per server: the tool list this client was last shown, as switchyard shaped it (its
     /// budget, search mode): a list_changed reaches it only when this changes.
     shown_tools: Mutex<HashMap<String, Arc<ShownTools>>>,
+    /// When this session is a member of a group session: the group's name and what the group
+    /// puts before this server's tool names (from [`crate::budget::GROUP_META`] in its
+    /// initialize), so its budget counts the names as the group's client sees them.
+    in_group: Mutex<Option<(String, String)>>,
 }
 
 /// The tool list of one server as a client was last shown it (see `server::shaped`).
@@ -111,6 +115,7 @@ impl ClientPeer {
             caller: Mutex::new(Caller::default()),
             tool_views: Mutex::new(HashMap::new()),
             shown_tools: Mutex::new(HashMap::new()),
+            in_group: Mutex::new(None),
         })
     }
 
@@ -150,6 +155,11 @@ impl ClientPeer {
         self.tool_views.lock().expect("lock").get(&(server.to_string(), kind)).cloned()
     }
 
+    /// The group this session is a member of, and the prefix its tools are shown with there.
+    pub fn in_group(&self) -> Option<(String, String)> {
+        self.in_group.lock().expect("lock").clone()
+    }
+
     /// The tool list of `server` this client was last shown, as switchyard shaped it.
     pub fn shown_tools(&self, server: &str) -> Option<Arc<ShownTools>> {
         self.shown_tools.lock().expect("lock").get(server).cloned()
@@ -168,6 +178,11 @@ impl ClientPeer {
             .and_then(|v| v.get_mut("capabilities").map(serde_json::Value::take))
             .unwrap_or_else(|| serde_json::json!({}));
         *self.capabilities.lock().expect("lock") = Some(declared);
+        let group = params.as_ref().and_then(|p| p.get("_meta")?.get(crate::budget::GROUP_META));
+        if let Some(g) = group {
+            let text = |k: &str| g.get(k).and_then(|v| v.as_str()).unwrap_or_default().to_string();
+            *self.in_group.lock().expect("lock") = Some((text("group"), text("prefix")));
+        }
         let info = params.as_ref().and_then(|p| p.get("clientInfo"));
         let part = |k: &str| {
             info.and_then(|i| i.get(k)).and_then(|v| v.as_str()).map(|s| s.chars().take(80).collect::<String>())

@@ -31,7 +31,11 @@ impl GroupSession {
         self.peer.declare_capabilities(&params.to_string());
         let asks: Vec<(usize, oneshot::Receiver<Value>)> = (0..self.members.len())
             .filter(|i| self.members[*i].open())
-            .map(|i| (i, self.ask(i, "initialize", params.clone())))
+            // Each member's budget counts its tool names as this group shows them.
+            .map(|i| {
+                let shown_as = self.catalog().expose(i, "");
+                (i, self.ask(i, "initialize", crate::budget::member_initialize(&params, &self.group, &shown_as)))
+            })
             .collect();
         tokio::spawn(async move {
             let deadline = tokio::time::Instant::now() + INIT_WAIT;

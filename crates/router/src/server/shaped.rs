@@ -32,14 +32,23 @@ impl Shaping {
 }
 
 impl Server {
-    /// The budget of the client of `link`, by its clientInfo.name.
+    /// The budget of the client of `link`, by its clientInfo.name (a group's member session
+    /// counts the names as the group shows them).
     pub fn budget_of(&self, link: &ClientPeer) -> Budget {
-        Budget::for_client(link.caller().name.as_deref(), &self.shaping.budgets)
+        let budget = Budget::for_client(link.caller().name.as_deref(), &self.shaping.budgets);
+        match link.in_group() {
+            Some((group, prefix)) => budget.in_group(&group, &prefix),
+            None => budget,
+        }
     }
 
     /// Whether the client of `link` is given `search_tools` and `call_tool` for this server's
     /// tools: the server's `expose` says so, or else the client's budget does.
+    /// A group's member session never is: the group shows its client one list of all members.
     pub fn searching(&self, link: &ClientPeer) -> bool {
+        if link.in_group().is_some() {
+            return false;
+        }
         match self.shaping.expose {
             Some(expose) => expose == Expose::Search,
             // No budget gives search mode unless the config says so: no client looked up per call.
