@@ -258,3 +258,23 @@ async fn the_http_front_serves_a_group_at_groups_name_mcp() {
     assert!(body["error"]["message"].as_str().unwrap().contains("no group named `nope`"), "{body}");
     home.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_member_that_cannot_start_is_named_with_its_reason_and_the_others_serve() {
+    let home = Home::new();
+    home.write_config(&format!(
+        "{}[servers.broken]\ncommand = \"/nonexistent/switchyard-test-server\"\n[groups.work]\nservers = [\"fs\", \"broken\"]\n",
+        home.fixture("fs", &[])
+    ));
+    let started = std::time::Instant::now();
+    let (p, mut c) = group_client(&home, "work", "e2e").await;
+    assert!(started.elapsed() < Duration::from_secs(15), "initialize waited {:?}", started.elapsed());
+    let names = tool_names(&c.request("tools/list", json!({})).await);
+    assert!(names.iter().all(|n| n.starts_with("fs__")) && !names.is_empty(), "{names:?}");
+    assert_eq!(c.call_text("fs__echo", json!({"text": "fine"})).await, "fine");
+    let r = c.call_tool("broken__anything", json!({})).await;
+    let msg = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("server `broken`") && msg.contains("nonexistent"), "{r}");
+    leave(p, c).await;
+    home.shutdown().await;
+}
