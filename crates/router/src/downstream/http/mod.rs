@@ -385,6 +385,16 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_group_is_at_groups_name_mcp_and_nowhere_else() {
+        assert_eq!(group_endpoint("/groups/work/mcp"), Some("work"));
+        for path in ["/groups//mcp", "/groups/a/b/mcp", "/groups/work", "/groups/work/mcp/", "/mcp/work"] {
+            assert_eq!(group_endpoint(path), None, "{path}");
+        }
+        // A group's path is no server's, so a session id of one is never good at the other.
+        assert_eq!(mcp_endpoint("/groups/work/mcp"), None);
+    }
+
+    #[test]
     fn accept_picks_the_stream_unless_only_json_is_taken() {
         assert!(accepts(&headers(&[])) == Some(Mode::Sse));
         assert!(accepts(&headers(&[("accept", "application/json, text/event-stream")])) == Some(Mode::Sse));
