@@ -153,3 +153,26 @@ async fn a_saved_entry_switches_a_hook_between_enforce_and_audit() {
     policy.set_entries(entries("enforce")).await;
     assert_eq!(c.call("echo", json!({"text": "x"})).await["result"]["isError"], true);
 }
+
+/// Progress passes untouched while hooks change the call's params (its `_meta` and progress
+/// token included, as the hooks hand them back) and its final result.
+#[tokio::test]
+async fn progress_passes_untouched_while_the_hooks_change_params_and_result() {
+    let config = json!({"tools": ["sleep"], "request": "modify", "result": "modify"});
+    let (policy, _dir) = hook_policy(&[("p.wasm", config, "")]).await;
+    let fake = FakeConnector::new(fake_server(false));
+    let server = server_with("", fake.clone(), policy);
+    let mut c = Client::connect(&server).await;
+    let args = json!({"name": "sleep", "arguments": {"ms": 120, "progress_ms": 30}, "_meta": {"progressToken": "tok"}});
+    let id = c.send("tools/call", args).await;
+    let resp = c.response(&id).await;
+    assert_eq!(text(&resp), "sleep after 120 ms [probe]", "{resp}");
+    let progress = c.take(Some("notifications/progress"));
+    assert_eq!(progress.len(), 3, "{progress:?}");
+    for (n, p) in progress.iter().enumerate() {
+        let want = json!({"progressToken": "tok", "progress": 30 * (n + 1)});
+        assert_eq!(p["params"], want, "{progress:?}");
+    }
+    let sent = calls_of(&fake.link(0), "sleep");
+    assert_eq!(sent[0]["params"]["arguments"]["trail"], json!(["probe"]), "{sent:?}");
+}
