@@ -159,3 +159,39 @@ async fn a_group_keeps_its_members_names_within_the_budget() {
     ran.sort();
     assert_eq!(ran, vec![format!("{LONG_A} ran"), format!("{LONG_B} ran")]);
 }
+
+/// `[groups.NAME] expose = "search"`: the group's client gets the two tools; a search ranks
+/// every member's tools as the group names them, `call_tool` runs one on its member, and a
+/// member's change of tools is not announced (the two stay) but is found.
+#[tokio::test]
+async fn search_mode_through_a_group_finds_and_calls_every_members_tools() {
+    let home = Home::new();
+    let servers = format!("{}{}", home.fixture("fx", &[]), home.fixture("fy", &[]));
+    home.write_config(&format!("{servers}\n[groups.g]\nservers = [\"fx\", \"fy\"]\nexpose = \"search\"\n"));
+    let config = home.config_str();
+    let mut p = home.spawn("connect --group g", &["connect", "--group", "g", "--config", &config]);
+    let mut c = p.client();
+    c.initialize().await;
+    assert_eq!(names(&c.request("tools/list", json!({})).await), vec!["search_tools", "call_tool"]);
+
+    let found = c.call_tool("search_tools", json!({"query": "process id", "limit": 2})).await;
+    let mut top: Vec<String> = found["result"]["structuredContent"]["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| t["name"].as_str().unwrap_or_default().to_string())
+        .collect();
+    top.sort();
+    assert_eq!(top, vec!["fx__pid", "fy__pid"], "{found}");
+
+    let pid = c.call_text("call_tool", json!({"name": "fy__pid", "arguments": {}})).await;
+    assert_eq!(serde_json::from_str::<Value>(&pid).unwrap()["name"], "fy", "{pid}");
+    assert_eq!(c.call_text("call_tool", json!({"name": "fx__echo", "arguments": {"text": "hi"}})).await, "hi");
+
+    c.call_text("call_tool", json!({"name": "fx__change_tools", "arguments": {"add": "freshly_added"}})).await;
+    let seen = drain(&mut c, Duration::from_millis(1500)).await;
+    assert_eq!(list_changes(&seen, c.buffered()), 0, "{seen:?}");
+    let found = c.call_tool("search_tools", json!({"query": "freshly added"})).await;
+    assert!(found.to_string().contains("fx__freshly_added"), "{found}");
+    assert_eq!(c.call_text("call_tool", json!({"name": "fx__freshly_added"})).await, "freshly_added ran");
+}

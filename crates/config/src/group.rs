@@ -30,6 +30,10 @@ pub struct GroupConfig {
     /// The prefix of a server's tools and prompts, by server (default: the server's name).
     #[serde(default)]
     pub prefix: BTreeMap<String, String>,
+    /// `expose = "search"`: the group's clients get `search_tools` and `call_tool` over its
+    /// tools instead of its list (docs/search.md); None: as each client's budget says.
+    #[serde(default)]
+    pub expose: Option<crate::Expose>,
 }
 
 /// One member of a group as its sessions use it.
@@ -45,6 +49,8 @@ pub struct Group {
     pub name: String,
     pub members: Vec<Member>,
     pub separator: String,
+    /// How its tools are given to clients (see [`GroupConfig::expose`]).
+    pub expose: Option<crate::Expose>,
 }
 
 /// The characters a prefix or a separator may have: those every client takes in tool names.
@@ -117,7 +123,7 @@ impl GroupConfig {
             }
             members.push(Member { server, prefix });
         }
-        Ok(Group { name: name.to_string(), members, separator })
+        Ok(Group { name: name.to_string(), members, separator, expose: self.expose })
     }
 }
 
@@ -177,11 +183,19 @@ mod tests {
     }
 
     #[test]
+    fn a_groups_expose_reads_into_the_group() {
+        let g: GroupConfig = toml::from_str("servers = [\"fs\"]\nexpose = \"search\"").expect("parses");
+        assert_eq!(g.resolve("g", &known()).expect("resolves").expose, Some(crate::Expose::Search));
+        assert!(toml::from_str::<GroupConfig>("servers = [\"fs\"]\nexpose = \"some\"").is_err());
+    }
+
+    #[test]
     fn names_that_could_be_read_two_ways_are_refused() {
         let with = |sep: &str, prefix: &[(&str, &str)]| GroupConfig {
             servers: Some(vec!["fs".into(), "memory".into()]),
             separator: Some(sep.into()),
             prefix: prefix.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect(),
+            ..Default::default()
         };
         let e = with("_", &[("fs", "my_fs")]).resolve("g", &known()).unwrap_err();
         assert!(e.contains("holds the separator") && e.contains("my_fs"), "{e}");

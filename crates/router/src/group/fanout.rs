@@ -186,6 +186,17 @@ impl GroupSession {
         });
     }
 
+    /// The merged `list` of every member that declares it, as [`GroupSession::list`] answers
+    /// it (without answering anyone): what search mode searches.
+    pub(super) async fn merged(self: &Arc<Self>, list: List) -> Value {
+        let asked: Vec<usize> =
+            (0..self.members.len()).filter(|i| self.members[*i].declares(list.capability())).collect();
+        let reads = asked.iter().map(|i| async move { (*i, self.read_all(*i, list).await) });
+        let pages =
+            futures_util::future::join_all(reads).await.into_iter().filter_map(|(i, r)| Some((i, r.ok()?))).collect();
+        self.catalog().merge(list, pages)
+    }
+
     /// Every item of member `i`'s `list`, page after page.
     async fn read_all(&self, i: usize, list: List) -> Result<Vec<Value>, String> {
         let mut items = Vec::new();

@@ -25,6 +25,7 @@ mod catalog;
 mod fanout;
 mod member;
 mod route;
+mod search;
 #[cfg(test)]
 mod tests;
 
@@ -69,6 +70,12 @@ pub struct GroupSession {
     /// their lists changed.
     initialised: std::sync::atomic::AtomicBool,
     started: tokio::time::Instant,
+    /// Search mode (docs/search.md): the group's `expose`, the file's `[budgets]` (whose
+    /// `expose` a client kind may set), and the merged tool list `search_tools` searches, once
+    /// fetched (None again when a member's list changes).
+    expose: Option<switchyard_config::Expose>,
+    budgets: std::collections::BTreeMap<String, switchyard_config::BudgetConfig>,
+    search_index: Mutex<Option<Arc<crate::search::Index>>>,
 }
 
 impl GroupSession {
@@ -184,6 +191,9 @@ pub async fn serve_with<G>(
         catalog: Mutex::new(Catalog::new(&group.name, prefixes, &group.separator)),
         initialised: Default::default(),
         started: tokio::time::Instant::now(),
+        expose: group.expose,
+        budgets: first.as_ref().map(|s| s.budgets().clone()).unwrap_or_default(),
+        search_index: Mutex::new(None),
     });
     let mut writer = tokio::spawn(output.run(rx, session.peer.backlog(), label.clone()));
     let mut tasks = Vec::new();

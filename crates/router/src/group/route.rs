@@ -67,6 +67,11 @@ impl GroupSession {
                 }
                 return self.reply(&id, serde_json::json!({}));
             }
+            // Search mode: two tools in place of the list (group/search.rs).
+            "tools/list" if self.searching() => return self.search_list(&id),
+            "tools/call" if self.searching() && super::search::is_search_tool(str_at(&params, &["name"])) => {
+                return self.clone().search_tools_call(id, msg);
+            }
             m if let Some(list) = List::of_method(m) => return self.clone().list(id, list),
             "tools/call" => self.catalog().route_name(List::Tools, str_at(&params, &["name"])),
             "prompts/get" => self.catalog().route_name(List::Prompts, str_at(&params, &["name"])),
@@ -93,7 +98,7 @@ impl GroupSession {
 
     /// Sends a client's request on to the member `r` names, under an id of the group's, with
     /// the name or URI its server knows.
-    fn forward(&self, method: &str, id: Value, mut msg: Value, r: Routed) {
+    pub(super) fn forward(&self, method: &str, id: Value, mut msg: Value, r: Routed) {
         let member = &self.members[r.member];
         if let Some(why) = member.unusable() {
             return self.error(
@@ -234,6 +239,10 @@ impl GroupSession {
                 self.send_related(&msg, related);
             }
             (Some(method), None) => {
+                // A search-mode client's list stays; what it searches is fetched anew.
+                if method == "notifications/tools/list_changed" && self.searching() {
+                    return self.forget_search_index();
+                }
                 if method == "notifications/cancelled" {
                     let theirs = msg["params"]["requestId"].clone();
                     let mut routes = self.routes.lock().expect("lock");

@@ -65,6 +65,7 @@ fn group(servers: &[&str]) -> Group {
         name: "work".into(),
         members: servers.iter().map(|s| Member { server: s.to_string(), prefix: s.to_string() }).collect(),
         separator: "__".into(),
+        expose: None,
     }
 }
 

@@ -32,6 +32,11 @@ impl Shaping {
 }
 
 impl Server {
+    /// The file's `[budgets]` (the same for every server of the file).
+    pub fn budgets(&self) -> &BTreeMap<String, BudgetConfig> {
+        &self.shaping.budgets
+    }
+
     /// The budget of the client of `link`, by its clientInfo.name (a group's member session
     /// counts the names as the group shows them).
     pub fn budget_of(&self, link: &ClientPeer) -> Budget {

@@ -1,0 +1,78 @@
+//! Search mode through a group (`[groups.NAME] expose = "search"`, or a client kind's
+//! `[budgets.KIND] expose = "search"`): the client's tool list is `search_tools` and
+//! `call_tool`; a search ranks the group's merged list (each member's tools as the group names
+//! them, after each server's plugins), and `call_tool` is routed as a call of that tool is.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::GroupSession;
+use super::catalog::{List, Unrouted};
+use crate::budget::Budget;
+use crate::search::{self, CALL_TOOL, SEARCH_TOOL};
+use switchyard_config::Expose;
+use switchyard_core::codec;
+
+/// Whether `name` is one of search mode's two tools.
+pub(super) fn is_search_tool(name: &str) -> bool {
+    name == SEARCH_TOOL || name == CALL_TOOL
+}
+
+impl GroupSession {
+    /// Whether this client is given search mode: the group's `expose`, else its budget's.
+    pub(super) fn searching(&self) -> bool {
+        match self.expose {
+            Some(expose) => expose == Expose::Search,
+            None => {
+                self.budgets.values().any(|b| b.expose == Some(Expose::Search))
+                    && Budget::for_client(self.peer.caller().name.as_deref(), &self.budgets).expose == Expose::Search
+            }
+        }
+    }
+
+    /// The client's `tools/list` in search mode: the two tools.
+    pub(super) fn search_list(&self, id: &Value) {
+        self.reply(id, json!({ "tools": search::fixed_tools() }));
+    }
+
+    /// A member's tools changed: the next search fetches the merged list anew.
+    pub(super) fn forget_search_index(&self) {
+        *self.search_index.lock().expect("lock") = None;
+    }
+
+    /// `search_tools` or `call_tool` (`msg`, request `id`): answered from the merged list, or
+    /// routed as the call of the tool it names.
+    pub(super) fn search_tools_call(self: Arc<Self>, id: Value, msg: Value) {
+        tokio::spawn(async move {
+            let index = self.search_index().await;
+            let args = msg.pointer("/params/arguments").cloned().unwrap_or_else(|| json!({}));
+            if msg.pointer("/params/name").and_then(Value::as_str) == Some(SEARCH_TOOL) {
+                return self.reply(&id, search::search_result(&index, &args));
+            }
+            let (name, arguments) = match search::call_target(&index, &args) {
+                Ok(target) => target,
+                Err(e) => return self.reply(&id, search::tool_error(&e)),
+            };
+            let mut call = msg;
+            call["params"]["name"] = Value::String(name.clone());
+            call["params"]["arguments"] = arguments;
+            match self.catalog().route_name(List::Tools, &name) {
+                Ok(r) => self.forward("tools/call", id, call, r),
+                Err(Unrouted::Unknown(why)) => self.error(&id, codec::INVALID_PARAMS, &why),
+            }
+        });
+    }
+
+    /// The merged tool list indexed, fetched once (and again after a member's list changed).
+    async fn search_index(self: &Arc<Self>) -> Arc<search::Index> {
+        if let Some(index) = self.search_index.lock().expect("lock").clone() {
+            return index;
+        }
+        let merged = self.merged(List::Tools).await;
+        let tools = merged.get("tools").and_then(Value::as_array).cloned().unwrap_or_default();
+        let index = Arc::new(search::Index::new(tools));
+        *self.search_index.lock().expect("lock") = Some(index.clone());
+        index
+    }
+}
