@@ -196,10 +196,44 @@ pub async fn serve_with<G>(
         search_index: Mutex::new(None),
     });
     let mut writer = tokio::spawn(output.run(rx, session.peer.backlog(), label.clone()));
+    let tasks = start_members(&session, joined, inboxes, &opening);
+    let _shown = on_open(&session);
+    tracing::info!(group = %group.name, session = %label, "group session started ({} servers)", session.members.len());
+    let (ended, writer_done) = read_client(&session, &mut input, &shutdown, &mut writer, max).await;
+    for m in &session.members {
+        match ended {
+            Ended::Gone => m.abort.cancel(),
+            Ended::Eof | Ended::Shutdown => m.close_input(),
+        }
+    }
+    let all = futures_util::future::join_all(tasks);
+    if tokio::time::timeout(CLOSE_GRACE, all).await.is_err() {
+        tracing::warn!(session = %label, "the group's member sessions did not end within {CLOSE_GRACE:?}");
+        for m in &session.members {
+            m.abort.cancel();
+        }
+    }
+    session.fail_all(ended != Ended::Gone);
+    drop(session);
+    if !writer_done && tokio::time::timeout(CLOSE_GRACE, &mut writer).await.is_err() {
+        writer.abort();
+    }
+    tracing::info!(group = %group.name, session = %label, "group session ended");
+}
+
+/// Opens the session of each member whose server could be had, on the inbox made for it; each
+/// task ends when that session does, and marks the member down.
+fn start_members(
+    session: &Arc<GroupSession>,
+    joined: Vec<Result<Arc<Server>, String>>,
+    inboxes: Vec<mpsc::UnboundedReceiver<Message>>,
+    opening: &Opening,
+) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = Vec::new();
     for (i, (server, rx)) in joined.into_iter().zip(inboxes).enumerate() {
         let Ok(server) = server else { continue };
         let member = session.members[i].clone();
+        // As `connect NAME` would open it, but for control lines: the group speaks to it.
         let opening = Opening {
             transport: opening.transport,
             sessions: opening.sessions.clone(),
@@ -220,18 +254,24 @@ pub async fn serve_with<G>(
             s.member_ended(i, "its session ended (its server was removed from the config, or switchyard is stopping)");
         }));
     }
-    let _shown = on_open(&session);
-    tracing::info!(group = %group.name, session = %label, "group session started ({} servers)", session.members.len());
-    let mut writer_done = false;
-    let ended = loop {
+    tasks
+}
+
+/// Reads the client's messages until it leaves, `shutdown` fires or its writer ends; why, and
+/// whether the writer ended (then it was awaited already).
+async fn read_client(
+    session: &Arc<GroupSession>,
+    input: &mut impl Input,
+    shutdown: &CancellationToken,
+    writer: &mut tokio::task::JoinHandle<()>,
+    max: usize,
+) -> (Ended, bool) {
+    loop {
         let message = tokio::select! {
             m = input.next() => m,
-            _ = shutdown.cancelled() => break Ended::Shutdown,
-            _ = session.peer.overflow.cancelled() => break Ended::Gone,
-            _ = &mut writer => {
-                writer_done = true;
-                break Ended::Gone;
-            }
+            _ = shutdown.cancelled() => return (Ended::Shutdown, false),
+            _ = session.peer.overflow.cancelled() => return (Ended::Gone, false),
+            _ = &mut *writer => return (Ended::Gone, true),
         };
         match message {
             Ok(Some(Message::Frame(Frame::Line(line)))) => session.on_client_line(line),
@@ -245,32 +285,13 @@ pub async fn serve_with<G>(
             Ok(Some(Message::Frame(Frame::NotUtf8))) => {
                 session.peer.send(codec::response_error("null", codec::PARSE_ERROR, "Parse error: the message is not valid UTF-8", None))
             }
-            Ok(None) => break Ended::Eof,
+            Ok(None) => return (Ended::Eof, false),
             Err(e) => {
-                tracing::debug!(session = %label, "the group's client left: {e}");
-                break Ended::Gone;
+                tracing::debug!(session = %session.label, "the group's client left: {e}");
+                return (Ended::Gone, false);
             }
         }
-    };
-    for m in &session.members {
-        match ended {
-            Ended::Gone => m.abort.cancel(),
-            Ended::Eof | Ended::Shutdown => m.close_input(),
-        }
     }
-    let all = futures_util::future::join_all(tasks);
-    if tokio::time::timeout(CLOSE_GRACE, all).await.is_err() {
-        tracing::warn!(session = %label, "the group's member sessions did not end within {CLOSE_GRACE:?}");
-        for m in &session.members {
-            m.abort.cancel();
-        }
-    }
-    session.fail_all(ended != Ended::Gone);
-    drop(session);
-    if !writer_done && tokio::time::timeout(CLOSE_GRACE, &mut writer).await.is_err() {
-        writer.abort();
-    }
-    tracing::info!(group = %group.name, session = %label, "group session ended");
 }
 
 /// Why a group's client stopped being read.
