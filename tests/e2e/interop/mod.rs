@@ -6,6 +6,7 @@
 mod client_clis;
 mod conformance;
 mod conformance_auth;
+mod content_plugins;
 mod desktop_commander;
 mod groups;
 mod npm;

@@ -56,6 +56,9 @@ struct Rule {
 #[derive(Debug)]
 pub struct Redactor {
     rules: Vec<Rule>,
+    /// All the patterns at once: one pass over a text says which rules to run on it (most texts
+    /// hold no secret, and are read once instead of once per rule).
+    set: regex::RegexSet,
 }
 
 /// The config keys `Redactor::from_config` reads (the plugin's own keys are checked there).
@@ -97,7 +100,11 @@ impl Redactor {
                 rules.push(r);
             }
         }
-        Ok(Redactor { rules })
+        let set = regex::RegexSetBuilder::new(rules.iter().map(|r| r.re.as_str()))
+            .size_limit(1 << 24)
+            .build()
+            .map_err(|e| format!("the patterns together are too large to run ({e}); use fewer or simpler ones"))?;
+        Ok(Redactor { rules, set })
     }
 
     /// `text` with every secret replaced, and the kinds found (one entry per replacement, in
@@ -129,7 +136,8 @@ impl Redactor {
 
     fn spans(&self, text: &str) -> Vec<Span> {
         let mut found = Vec::new();
-        for (i, r) in self.rules.iter().enumerate() {
+        for i in self.set.matches(text).iter() {
+            let r = &self.rules[i];
             if r.has_secret_group {
                 for c in r.re.captures_iter(text) {
                     if let Some(m) = c.name("secret").filter(|m| !m.is_empty()) {
