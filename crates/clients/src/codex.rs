@@ -299,12 +299,27 @@ fn read(path: &Path, text: &str, name: &str, item: &Item, key_at: usize) -> Resu
     let key_at =
         |k: &str| t.key(k).and_then(|k| k.span()).or_else(|| t.get(k).and_then(Item::span)).map_or(key_at, |s| s.start);
     let unknown_at = unknown.iter().map(|k| (k.clone(), key_at(k))).collect();
+    let group = match &kind {
+        Kind::Stdio { command, args, .. } => crate::group_of(command, args),
+        _ => None,
+    };
     let wrapped = match &kind {
         Kind::Stdio { command, args, .. } => crate::wrapped(command, args),
         _ => None,
     };
     optional.retain(|v| !needed.contains(v));
-    Ok(Entry { name: name.to_string(), kind, wrapped, variables, optional, unknown, unknown_at, stuck, span: 0..0 })
+    Ok(Entry {
+        name: name.to_string(),
+        kind,
+        wrapped,
+        group,
+        variables,
+        optional,
+        unknown,
+        unknown_at,
+        stuck,
+        span: 0..0,
+    })
 }
 
 /// The text that replaces `entry` in `text`: `command` and `args` that run `switchyard connect`,

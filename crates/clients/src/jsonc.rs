@@ -34,6 +34,8 @@ pub enum Tree {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Member {
     pub key: String,
+    /// The bytes of the key, quotes included: a writer that removes a member starts there.
+    pub key_span: Range<usize>,
     pub value: Node,
 }
 
@@ -224,12 +226,12 @@ impl Scanner<'_> {
                         b'}' => break,
                         b',' => self.at += 1,
                         _ => {
-                            let key = self.string();
-                            let key = serde_json::from_str(&self.plain[key]).expect("a checked key");
+                            let key_span = self.string();
+                            let key = serde_json::from_str(&self.plain[key_span.clone()]).expect("a checked key");
                             self.skip_space();
                             self.at += 1; // ':'
                             let value = self.value();
-                            members.push(Member { key, value });
+                            members.push(Member { key, key_span, value });
                         }
                     }
                 }

@@ -103,6 +103,8 @@ pub struct Entry {
     pub kind: Kind,
     /// The switchyard server name when the entry already runs `switchyard connect NAME`.
     pub wrapped: Option<String>,
+    /// The group when the entry runs `switchyard connect --group NAME` (`wrap --group`).
+    pub group: Option<String>,
     /// The client-side variables in the entry's strings, as written (`${VAR}`, `${VAR:-x}`,
     /// `${input:key}`, `${env:X}`, `${workspaceFolder}`), each once, in file order. The client
     /// expands them, so a writer keeps them in the client's file rather than resolving them.
@@ -422,9 +424,9 @@ impl Reader<'_> {
                 unknown_at.insert(m.key.clone(), m.value.span.start);
             }
         }
-        let wrapped = match &kind {
-            Kind::Stdio { command, args, .. } => wrapped(command, args),
-            _ => None,
+        let (wrapped, group) = match &kind {
+            Kind::Stdio { command, args, .. } => (wrapped(command, args), group_of(command, args)),
+            _ => (None, None),
         };
         let mut variables = Vec::new();
         // Claude Desktop expands nothing: a `${X}` there reaches the server as written.
@@ -435,6 +437,7 @@ impl Reader<'_> {
             name: name.to_string(),
             kind,
             wrapped,
+            group,
             variables,
             optional: Vec::new(),
             unknown,
@@ -460,7 +463,7 @@ impl Reader<'_> {
 
 /// The server name of `switchyard connect [--config FILE] [--socket PATH] NAME`.
 fn wrapped(command: &str, args: &[String]) -> Option<String> {
-    if !is_switchyard(command) {
+    if !is_switchyard(command) || group_of(command, args).is_some() {
         return None;
     }
     let mut rest = args.strip_prefix(&["connect".to_string()])?.iter();
@@ -472,6 +475,26 @@ fn wrapped(command: &str, args: &[String]) -> Option<String> {
             "--" => return rest.next().cloned(),
             a if a.starts_with('-') => {}
             name => return Some(name.to_string()),
+        }
+    }
+    None
+}
+
+/// The group of `switchyard connect --group NAME [...]` (`--group=NAME` too).
+pub(crate) fn group_of(command: &str, args: &[String]) -> Option<String> {
+    if !is_switchyard(command) || args.first().is_none_or(|a| a != "connect") {
+        return None;
+    }
+    let mut rest = args[1..].iter();
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "--" => return None,
+            "--group" => return rest.next().cloned(),
+            a => {
+                if let Some(g) = a.strip_prefix("--group=") {
+                    return Some(g.to_string());
+                }
+            }
         }
     }
     None

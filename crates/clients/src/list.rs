@@ -32,6 +32,7 @@ fn entry_json(e: &Entry) -> Value {
     let mut v = json!({
         "name": e.name,
         "wrapped": e.wrapped,
+        "group": e.group,
         "variables": e.variables.iter().map(|v| mask_defaults(v)).collect::<Vec<_>>(),
         "stuck": e.stuck,
     });
@@ -124,12 +125,16 @@ pub fn to_text(found: &[Result<Found, Error>], home: &Path) -> String {
                         Kind::Http { url, .. } => format!("http   {}", shown_url(url)),
                         Kind::Sse { url, .. } => format!("sse    {}", shown_url(url)),
                     };
-                    let state = match &e.wrapped {
-                        Some(name) => {
+                    let state = match (&e.wrapped, &e.group) {
+                        (Some(name), _) => {
                             wrapped += 1;
                             format!("through switchyard (server `{name}`)")
                         }
-                        None => match &e.stuck {
+                        (None, Some(group)) => {
+                            wrapped += 1;
+                            format!("through switchyard (group `{group}`)")
+                        }
+                        (None, None) => match &e.stuck {
                             Some(why) => format!("direct; wrap leaves it: {why}"),
                             None => "direct".to_string(),
                         },

@@ -158,6 +158,10 @@ struct WrapArgs {
     /// entries hold this machine's paths, which would go to everyone who shares the repository.
     #[arg(long)]
     include_tracked: bool,
+    /// One entry, NAME, running `switchyard connect --group NAME`, in place of the servers of
+    /// [groups.NAME] (made from the file's servers when the config has no such group) (wrap).
+    #[arg(long, value_name = "NAME")]
+    group: Option<String>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -188,6 +192,7 @@ impl WrapArgs {
             only: self.only,
             dry_run: self.dry_run,
             include_tracked: self.include_tracked,
+            group: self.group,
         }
     }
 }

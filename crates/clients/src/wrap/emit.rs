@@ -12,7 +12,7 @@ use crate::{Client, Entry, Found, REMOTE_KEYS, STDIO_KEYS, Scope};
 
 /// Whether a wrapped entry writes `key` itself, or it describes the server the entry replaces
 /// (switchyard's config holds that now): never carried over from the original.
-fn replaced(key: &str) -> bool {
+pub(super) fn replaced(key: &str) -> bool {
     // Gemini CLI's `httpUrl` is its Streamable HTTP `url`.
     STDIO_KEYS.contains(&key) || REMOTE_KEYS.contains(&key) || key == "httpUrl"
 }
@@ -72,13 +72,13 @@ pub(super) fn toml_table(name: &str, def: &Launch, input: &Input, map: &Found) -
 
 /// How the file lays out an entry: the indentation of the line it starts on, that of its
 /// members (None: it is written on one line), and the line break.
-struct Layout {
-    outer: String,
-    inner: Option<String>,
-    newline: &'static str,
+pub(super) struct Layout {
+    pub(super) outer: String,
+    pub(super) inner: Option<String>,
+    pub(super) newline: &'static str,
 }
 
-fn layout(text: &str, entry: &Entry) -> Layout {
+pub(super) fn layout(text: &str, entry: &Entry) -> Layout {
     let line_start = text[..entry.span.start].rfind('\n').map_or(0, |i| i + 1);
     let outer: String = text[line_start..].chars().take_while(|c| *c == ' ' || *c == '\t').collect();
     let body = &text[entry.span.clone()];

@@ -23,13 +23,15 @@ use anyhow::{Context, anyhow, bail};
 use super::{Client, Location, Scope};
 
 mod emit;
+mod group;
 mod plan;
 mod records;
 mod report;
 mod stable;
 
+pub use group::{plan_unwrap_groups, plan_wrap_group};
 pub use plan::{Change, Plan, plan_unwrap, plan_wrap};
-pub use records::{Record, State, backup_beside, backup_path, sha256, tracked_by_git};
+pub use records::{GroupRecord, Record, State, backup_beside, backup_path, sha256, tracked_by_git};
 pub use report::diff;
 
 use records::{
@@ -50,6 +52,9 @@ pub struct Options {
     pub dry_run: bool,
     /// Wrap files that git tracks too (`wrap` leaves them by default).
     pub include_tracked: bool,
+    /// `wrap --group NAME`: one entry running `switchyard connect --group NAME` in place of the
+    /// group's servers.
+    pub group: Option<String>,
 }
 
 /// One client file to work on, with its text as read.
@@ -229,6 +234,9 @@ pub fn wrap(opts: &Options) -> anyhow::Result<String> {
     };
     let mut locations = select(opts, &home, &env)?;
     let mut lines = Vec::new();
+    if let Some(group) = &opts.group {
+        group_locations(opts, group, &mut locations)?;
+    }
     if !opts.include_tracked {
         locations.retain(|l| match records::tracked_by_git(&l.path) {
             Some(repo) => {
@@ -252,7 +260,11 @@ pub fn wrap(opts: &Options) -> anyhow::Result<String> {
         std::env::current_exe().context("cannot tell where the switchyard binary is, which the wrapped entries run")?;
     let (exe, note) = stable::switchyard(&exe, &env)?;
     lines.extend(note);
-    let plan = plan_wrap(&inputs, &config, config_text.as_deref(), &exe, opts.only.as_deref())?;
+    let plan = match (&opts.group, inputs.as_slice()) {
+        (Some(group), [input]) => plan_wrap_group(input, &config, config_text.as_deref(), &exe, group)?,
+        (Some(_), _) => Plan { lines: vec!["nothing to wrap".into()], ..Plan::default() },
+        (None, _) => plan_wrap(&inputs, &config, config_text.as_deref(), &exe, opts.only.as_deref())?,
+    };
     let mut out = String::new();
     for line in lines.iter().chain(&plan.lines) {
         let _ = writeln!(out, "{line}");
@@ -308,12 +320,14 @@ pub fn wrap(opts: &Options) -> anyhow::Result<String> {
         state.written = sha256(&change.after);
         state.entries.retain(|r| !change.records.iter().any(|n| n.name == r.name && n.project == r.project));
         state.entries.extend(change.records.iter().cloned());
+        state.groups.retain(|g| !change.groups.iter().any(|n| n.name == g.name));
+        state.groups.extend(change.groups.iter().cloned());
         write_state(&real, &state).map_err(|e| after_writes(e, &written))?;
         let _ = writeln!(
             out,
             "wrote {} ({} server(s) wrapped; the file as it was is in {})",
             change.path.display(),
-            change.records.len(),
+            change.records.len() + change.groups.iter().map(|g| g.removed.len()).sum::<usize>(),
             backup.display()
         );
     }
@@ -326,11 +340,34 @@ pub fn wrap(opts: &Options) -> anyhow::Result<String> {
     Ok(out)
 }
 
+/// The file `wrap --group` works on: one server map gets the group's entry, so one file; with
+/// `--client`, the user's (a project's file is named as FILE).
+fn group_locations(opts: &Options, group: &str, locations: &mut Vec<Location>) -> anyhow::Result<()> {
+    if opts.only.is_some() {
+        bail!(
+            "--only does not go with --group: the group's `servers` in switchyard's config say which servers it carries"
+        );
+    }
+    if opts.path.is_none() {
+        locations.retain(|l| l.scope == Scope::User);
+    }
+    match locations.as_slice() {
+        [_] => Ok(()),
+        [] => bail!("no user-level config of this client found; name the file: switchyard wrap FILE --group {group}"),
+        many => {
+            let paths: Vec<String> = many.iter().map(|l| l.path.display().to_string()).collect();
+            bail!("wrap --group changes one file; name one of: {}", paths.join(", "))
+        }
+    }
+}
+
 /// `switchyard unwrap`: returns what to print.
 pub fn unwrap(opts: &Options) -> anyhow::Result<String> {
     let home = crate::home()?;
     let env = |k: &str| std::env::var(k).ok();
     let _lock = if opts.dry_run { None } else { Some(records_locked()?) };
+    // `unwrap --group NAME`: that group's entry alone.
+    let opts = &Options { only: opts.only.clone().or_else(|| opts.group.clone().map(|g| vec![g])), ..opts.clone() };
     let locations = select(opts, &home, &env)?;
     let mut lines = Vec::new();
     let inputs = read_inputs(&locations, &mut lines)?;
@@ -354,7 +391,29 @@ pub fn unwrap(opts: &Options) -> anyhow::Result<String> {
             continue;
         };
         recorded.extend(state.entries.iter().map(|r| r.name.clone()));
-        let (change, keep) = match plan_unwrap(input, &state, opts.only.as_deref(), &mut lines) {
+        recorded.extend(state.groups.iter().map(|g| g.name.clone()));
+        let unwrapped = plan_unwrap(input, &state, opts.only.as_deref(), &mut lines).and_then(|(change, keep)| {
+            let text = change.as_ref().map_or(&input.text, |c| &c.after);
+            let (text, groups, keep_groups) =
+                plan_unwrap_groups(input, text, &state, opts.only.as_deref(), &mut lines)?;
+            let change = match (change, text) {
+                (change, None) => change,
+                (change, Some(after)) => Some(Change {
+                    after,
+                    groups,
+                    ..change.unwrap_or_else(|| Change {
+                        client: input.client,
+                        path: input.path.clone(),
+                        before: input.text.clone(),
+                        after: String::new(),
+                        records: Vec::new(),
+                        groups: Vec::new(),
+                    })
+                }),
+            };
+            Ok((change, keep, keep_groups))
+        });
+        let (change, keep, keep_groups) = match unwrapped {
             Ok(planned) => planned,
             Err(e) if inputs.len() == 1 => return Err(e),
             Err(e) => {
@@ -362,7 +421,7 @@ pub fn unwrap(opts: &Options) -> anyhow::Result<String> {
                 continue;
             }
         };
-        planned.push((real, state, change, keep));
+        planned.push((real, state, change, keep, keep_groups));
     }
     if let Some(only) = &opts.only {
         let missing: Vec<&str> = only.iter().filter(|n| !recorded.contains(*n)).map(String::as_str).collect();
@@ -374,26 +433,27 @@ pub fn unwrap(opts: &Options) -> anyhow::Result<String> {
         let _ = writeln!(out, "{line}");
     }
     if opts.dry_run {
-        let changes: Vec<Change> = planned.iter().filter_map(|(_, _, c, _)| c.clone()).collect();
+        let changes: Vec<Change> = planned.iter().filter_map(|(_, _, c, _, _)| c.clone()).collect();
         out.push_str(&dry_run(None, &changes));
         return Ok(out);
     }
     let mut written: Vec<String> = Vec::new();
-    for (real, mut state, change, keep) in planned {
+    for (real, mut state, change, keep, keep_groups) in planned {
         if let Some(change) = &change {
             let backup = write_client_file(change).map_err(|e| after_writes(e, &written))?;
             written.push(change.path.display().to_string());
             state.written = sha256(&change.after);
+            let n = change.records.len() + change.groups.iter().map(|g| g.removed.len()).sum::<usize>();
             let _ = writeln!(
                 out,
-                "wrote {} ({} entr{} put back; the file as it was is in {})",
+                "wrote {} ({n} entr{} put back; the file as it was is in {})",
                 change.path.display(),
-                change.records.len(),
-                if change.records.len() == 1 { "y" } else { "ies" },
+                if n == 1 { "y" } else { "ies" },
                 backup.display()
             );
         }
         state.entries = keep;
+        state.groups = keep_groups;
         write_state(&real, &state).map_err(|e| after_writes(e, &written))?;
     }
     if !written.is_empty() {

@@ -10,7 +10,7 @@ use switchyard_config::{HeaderValue, Launch, TransportKind, is_loopback};
 
 use super::Input;
 use super::emit::{def_table, splice, toml_body, toml_key, toml_table, wrapped_entry};
-use super::records::{Record, State, sha256};
+use super::records::{GroupRecord, Record, State, sha256};
 use crate::jsonc::Doc;
 use crate::{Client, Entry, Kind, Scope};
 
@@ -41,6 +41,8 @@ pub struct Change {
     pub after: String,
     /// Entries replaced now (wrap) or put back (unwrap).
     pub records: Vec<Record>,
+    /// Entries replaced by one group entry now (`wrap --group`), or put back.
+    pub groups: Vec<GroupRecord>,
 }
 
 /// Everything one `wrap` or `unwrap` would write, and what it tells the user.
@@ -60,6 +62,19 @@ pub fn plan_wrap(
     config_text: Option<&str>,
     exe: &Path,
     only: Option<&[String]>,
+) -> anyhow::Result<Plan> {
+    plan_wrap_picked(inputs, config_path, config_text, exe, only, &|_, e| only.is_none_or(|o| o.contains(&e.name)))
+}
+
+/// [`plan_wrap`] of the entries `pick` takes (by their map's scope and the entry); `only` is
+/// what the user named, each of which must be in some file.
+pub(super) fn plan_wrap_picked(
+    inputs: &[Input],
+    config_path: &Path,
+    config_text: Option<&str>,
+    exe: &Path,
+    only: Option<&[String]>,
+    pick: &dyn Fn(&Scope, &Entry) -> bool,
 ) -> anyhow::Result<Plan> {
     let existing = existing_servers(config_path, config_text)?;
     // The daemon's own HTTP front: an entry pointing there already runs through switchyard
@@ -94,11 +109,16 @@ pub fn plan_wrap(
             }
             let project = project_dir(input, &map.scope);
             for entry in &map.servers {
-                if only.is_some_and(|o| !o.contains(&entry.name)) {
+                if !pick(&map.scope, entry) {
                     continue;
                 }
                 matched.insert(entry.name.clone());
                 let here = place(input.client, &entry.name, project_of(&map.scope).as_deref());
+                if let Some(group) = &entry.group {
+                    already += 1;
+                    plan.lines.push(format!("{here}: already runs through switchyard (group `{group}`)"));
+                    continue;
+                }
                 if let Some(server) = &entry.wrapped {
                     already += 1;
                     plan.lines.push(format!("{here}: already runs through switchyard (server `{server}`)"));
@@ -184,6 +204,7 @@ pub fn plan_wrap(
             before: input.text.clone(),
             after,
             records,
+            groups: Vec::new(),
         });
     }
     if let Some(only) = only {
@@ -311,7 +332,7 @@ fn same_entry(client: Client, a: &str, b: &str) -> bool {
 }
 
 /// Whether two texts hold the same JSON value (layout, comments and trailing commas aside).
-fn same_json(a: &str, b: &str) -> bool {
+pub(super) fn same_json(a: &str, b: &str) -> bool {
     match (Doc::parse(a), Doc::parse(b)) {
         (Ok(a), Ok(b)) => a.value(&a.root) == b.value(&b.root),
         _ => false,
@@ -319,14 +340,14 @@ fn same_json(a: &str, b: &str) -> bool {
 }
 
 /// `client NAME` or `client NAME (project P)`, for messages.
-fn place(client: Client, name: &str, project: Option<&str>) -> String {
+pub(super) fn place(client: Client, name: &str, project: Option<&str>) -> String {
     match project {
         Some(p) => format!("{} `{name}` (project {p})", client.name()),
         None => format!("{} `{name}`", client.name()),
     }
 }
 
-fn project_of(scope: &Scope) -> Option<String> {
+pub(super) fn project_of(scope: &Scope) -> Option<String> {
     match scope {
         Scope::ClaudeProject(p) => Some(p.display().to_string()),
         _ => None,
@@ -371,7 +392,7 @@ fn launch_part(t: &toml::Table) -> toml::Table {
 }
 
 /// A switchyard server name from a client's entry name: what the name rule allows, else `-`.
-fn server_name(entry: &str) -> String {
+pub(super) fn server_name(entry: &str) -> String {
     let mut name: String =
         entry.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '-' }).collect();
     while name.starts_with(['-', '.']) {
@@ -669,6 +690,7 @@ pub fn plan_unwrap(
             before: input.text.clone(),
             after,
             records: restored,
+            groups: Vec::new(),
         }),
         keep,
     ))

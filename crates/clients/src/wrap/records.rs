@@ -21,6 +21,23 @@ pub struct Record {
     pub wrapped: String,
 }
 
+/// Entries `wrap --group` replaced by one entry that runs `switchyard connect --group GROUP`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupRecord {
+    /// The entry's name in the client's server map.
+    pub name: String,
+    pub group: String,
+    /// The group entry's value as written.
+    pub wrapped: String,
+    /// The replaced entries in file order (`original`: each one's value as it was; `wrapped`:
+    /// empty, since they are gone from the file).
+    pub removed: Vec<Record>,
+    /// The whole file before `wrap --group`, and the SHA-256 of the file it wrote: while the file
+    /// is still that one, `unwrap` gives back these bytes.
+    pub before: String,
+    pub after: String,
+}
+
 /// What `wrap` recorded for one client file, kept in switchyard's state directory.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct State {
@@ -29,6 +46,9 @@ pub struct State {
     /// SHA-256 of the file as switchyard last wrote it: another hash means someone else edited it.
     pub written: String,
     pub entries: Vec<Record>,
+    /// `wrap --group`'s entries (records of older switchyards have none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<GroupRecord>,
 }
 
 pub fn sha256(text: &str) -> String {
@@ -59,7 +79,7 @@ pub(super) fn read_state(real: &Path) -> anyhow::Result<Option<State>> {
 
 pub(super) fn write_state(real: &Path, state: &State) -> anyhow::Result<()> {
     let path = state_path(real)?;
-    if state.entries.is_empty() {
+    if state.entries.is_empty() && state.groups.is_empty() {
         return match std::fs::remove_file(&path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 Err(e).with_context(|| format!("cannot remove {}", path.display()))

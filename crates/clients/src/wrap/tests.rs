@@ -39,6 +39,7 @@ fn state_of(change: &Change) -> State {
         client: change.client.name().into(),
         written: sha256(&change.after),
         entries: change.records.clone(),
+        groups: change.groups.clone(),
     }
 }
 
@@ -951,6 +952,7 @@ fn a_named_file_in_a_client_s_place_is_that_client_s() {
         only: None,
         dry_run: true,
         include_tracked: false,
+        group: None,
     };
     let [l] = &select(&opts, home.path(), &env).unwrap()[..] else { panic!() };
     assert_eq!((l.client, &l.scope), (Client::Codex, &Scope::User));
