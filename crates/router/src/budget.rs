@@ -155,6 +155,11 @@ impl Plan {
         self.shown.get(name).map_or(name, String::as_str)
     }
 
+    /// The name the client is shown for `name`, when it is shortened.
+    pub fn shortened(&self, name: &str) -> Option<&str> {
+        self.shown.get(name).map(String::as_str)
+    }
+
     /// The list's name of the tool the client calls `shown`, when it was shortened.
     pub fn original(&self, shown: &str) -> Option<&str> {
         self.originals.get(shown).map(String::as_str)

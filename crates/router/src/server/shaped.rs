@@ -75,10 +75,9 @@ impl Server {
         let plan = self.plan_for(&budget, items);
         let changed = plan.renamed().next().is_some();
         for item in items.iter_mut() {
-            if let Some(name) = item.get("name").and_then(Value::as_str)
-                && let Some(shown) = Some(plan.shown(name)).filter(|s| *s != name)
-            {
-                item["name"] = shown.into();
+            let shown = item.get("name").and_then(Value::as_str).and_then(|name| plan.shortened(name));
+            if let Some(shown) = shown {
+                item["name"] = shown.to_string().into();
             }
         }
         let mut shown = ShownTools { digest: whole.then(|| budget::list_digest(items)), ..Default::default() };
