@@ -195,3 +195,26 @@ async fn search_mode_through_a_group_finds_and_calls_every_members_tools() {
     assert!(found.to_string().contains("fx__freshly_added"), "{found}");
     assert_eq!(c.call_text("call_tool", json!({"name": "fx__freshly_added"})).await, "freshly_added ran");
 }
+
+/// A list longer than the client takes is passed whole, and said: in status, and once in the
+/// daemon's log.
+#[tokio::test]
+async fn a_list_over_the_count_budget_is_passed_whole_and_said() {
+    let home = Home::new();
+    home.write_config(&format!("{}\n[budgets.e2e]\ntools_max = 5\n", home.fixture("fx", &[])));
+    let (_p, mut c, _) = client_named(&home, "fx", "e2e").await;
+    let shown = names(&c.request("tools/list", json!({})).await);
+    assert!(shown.len() > 5, "the whole list: {shown:?}");
+    c.request("tools/list", json!({})).await;
+    let human = home.status_text().await;
+    assert!(human.contains(&format!("e2e clients: {} tools, over the 5 they take", shown.len())), "{human}");
+    let status = home.status_json().await;
+    assert!(status.to_string().contains(r#""tools_max":5"#), "{status:#}");
+    let logs: String = std::fs::read_dir(home.path().join("state/switchyard"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect();
+    assert_eq!(logs.matches("over the 5 this client takes").count(), 1, "said once for two lists:\n{logs}");
+}
