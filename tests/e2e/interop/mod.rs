@@ -22,3 +22,4 @@ mod status_page;
 mod tasks;
 mod tasks_extension;
 mod telemetry;
+mod wrap_group;
