@@ -218,3 +218,21 @@ async fn a_list_over_the_count_budget_is_passed_whole_and_said() {
         .collect();
     assert_eq!(logs.matches("over the 5 this client takes").count(), 1, "said once for two lists:\n{logs}");
 }
+
+/// Search mode for Claude Code, which acts on list_changed: a tool a search found joins its
+/// list (it is told so, once), and it may call it by name.
+#[tokio::test]
+async fn a_found_tool_joins_the_list_of_a_client_that_acts_on_list_changed() {
+    let home = Home::new();
+    home.write_config(&format!("{}\n[budgets.claude]\nexpose = \"search\"\n", home.fixture("fx", &[])));
+    let (_p, mut c, _) = client_named(&home, "fx", "claude-code").await;
+    assert_eq!(names(&c.request("tools/list", json!({})).await), vec!["search_tools", "call_tool"]);
+    c.call_text("search_tools", json!({"query": "returns its text", "limit": 1})).await;
+    c.recv_notification("notifications/tools/list_changed").await;
+    assert_eq!(names(&c.request("tools/list", json!({})).await), vec!["search_tools", "call_tool", "echo"]);
+    assert_eq!(c.call_text("echo", json!({"text": "direct"})).await, "direct");
+    // Found again: nothing new, no notice.
+    c.call_text("search_tools", json!({"query": "returns its text", "limit": 1})).await;
+    let seen = drain(&mut c, Duration::from_millis(800)).await;
+    assert_eq!(list_changes(&seen, c.buffered()), 0, "{seen:?}");
+}

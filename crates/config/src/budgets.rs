@@ -27,6 +27,9 @@ pub struct BudgetConfig {
     pub tools_max: Option<usize>,
     /// How the client is given the tools: `list` or `search`.
     pub expose: Option<Expose>,
+    /// In search mode, the tools a search finds join the client's list for the rest of its
+    /// session, and it is told its list changed: for clients that act on `list_changed`.
+    pub add_found: Option<bool>,
 }
 
 #[cfg(test)]

@@ -18,19 +18,59 @@ pub const GROUP_META: &str = "dev.switchyard/group";
 /// A shortened name ends with `_` and this many hex digits of its original name's hash.
 const HASH_DIGITS: usize = 8;
 
-/// The kinds of client switchyard knows the limits of: (kind, what its clientInfo.name
-/// contains, lowercased; name limit, name prefix, tool count limit). First match wins.
-const KNOWN: &[(&str, &[&str], usize, &str, usize)] = &[
+/// A kind of client switchyard knows the limits of.
+struct Known {
+    kind: &'static str,
+    /// What its clientInfo.name contains, lowercased.
+    marks: &'static [&'static str],
+    name_max: usize,
+    name_prefix: &'static str,
+    tools_max: usize,
+    /// It fetches its tools again on `notifications/tools/list_changed`.
+    acts_on_list_changed: bool,
+}
+
+/// The kinds of client switchyard knows; the first whose mark the name contains.
+const KNOWN: &[Known] = &[
     // Claude Code and the Claude API: tool names up to 64 characters, with the client's own
     // `mcp__SERVER__` before them.
-    ("claude", &["claude"], 64, "mcp__{server}__", 0),
+    Known {
+        kind: "claude",
+        marks: &["claude"],
+        name_max: 64,
+        name_prefix: "mcp__{server}__",
+        tools_max: 0,
+        acts_on_list_changed: true,
+    },
     // Cursor: 60 characters for the server's name and the tool's together; it warns above 80.
-    ("cursor", &["cursor"], 60, "mcp_{server}_", 80),
+    Known {
+        kind: "cursor",
+        marks: &["cursor"],
+        name_max: 60,
+        name_prefix: "mcp_{server}_",
+        tools_max: 80,
+        acts_on_list_changed: true,
+    },
     // GitHub Copilot defers tools above 30.
-    ("copilot", &["copilot"], 0, "", 30),
+    Known {
+        kind: "copilot",
+        marks: &["copilot"],
+        name_max: 0,
+        name_prefix: "",
+        tools_max: 30,
+        acts_on_list_changed: false,
+    },
     // VS Code sends at most 128 tools per request.
-    ("vscode", &["visual studio code", "vscode", "vs code"], 0, "", 128),
-    ("codex", &["codex"], 0, "", 0),
+    Known {
+        kind: "vscode",
+        marks: &["visual studio code", "vscode", "vs code"],
+        name_max: 0,
+        name_prefix: "",
+        tools_max: 128,
+        acts_on_list_changed: true,
+    },
+    // Codex ignores list_changed.
+    Known { kind: "codex", marks: &["codex"], name_max: 0, name_prefix: "", tools_max: 0, acts_on_list_changed: false },
 ];
 
 /// The limits a client's list is kept within, and how its tools are exposed.
@@ -46,6 +86,9 @@ pub struct Budget {
     /// The most tools in one list; 0: none.
     pub tools_max: usize,
     pub expose: Expose,
+    /// In search mode, the tools a search finds join the client's list (see
+    /// [`BudgetConfig::add_found`]); by default for the clients that act on list_changed.
+    pub add_found: bool,
 }
 
 impl Budget {
@@ -54,14 +97,15 @@ impl Budget {
     /// client's own name, lowercased) over both.
     pub fn for_client(client: Option<&str>, table: &BTreeMap<String, BudgetConfig>) -> Budget {
         let name = client.unwrap_or_default().to_lowercase();
-        let known = KNOWN.iter().find(|(_, marks, ..)| marks.iter().any(|m| name.contains(m)));
+        let known = KNOWN.iter().find(|k| k.marks.iter().any(|m| name.contains(m)));
         let mut b = match known {
-            Some((kind, _, name_max, prefix, tools_max)) => Budget {
-                kind: kind.to_string(),
-                name_max: *name_max,
-                name_prefix: prefix.to_string(),
-                tools_max: *tools_max,
+            Some(k) => Budget {
+                kind: k.kind.to_string(),
+                name_max: k.name_max,
+                name_prefix: k.name_prefix.to_string(),
+                tools_max: k.tools_max,
                 expose: Expose::List,
+                add_found: k.acts_on_list_changed,
             },
             None => Budget {
                 kind: OTHER.into(),
@@ -69,6 +113,7 @@ impl Budget {
                 name_prefix: String::new(),
                 tools_max: 0,
                 expose: Expose::List,
+                add_found: false,
             },
         };
         if let Some(c) = table.get(&b.kind) {
@@ -89,6 +134,7 @@ impl Budget {
         self.name_prefix = c.name_prefix.clone().unwrap_or_else(|| self.name_prefix.clone());
         self.tools_max = c.tools_max.unwrap_or(self.tools_max);
         self.expose = c.expose.unwrap_or(self.expose);
+        self.add_found = c.add_found.unwrap_or(self.add_found);
     }
 
     /// The budget of a group member's tools: the client knows the group (`group`) as the
@@ -252,6 +298,9 @@ mod tests {
         let other = budget("some-agent");
         assert_eq!((other.kind.as_str(), other.room("x")), (OTHER, None));
         assert_eq!(Budget::for_client(None, &BTreeMap::new()).kind, OTHER);
+        // Found tools join the list of clients that act on list_changed; Codex ignores it.
+        assert!(budget("claude-code").add_found && budget("Visual Studio Code").add_found);
+        assert!(!budget("codex-mcp-client").add_found && !budget("some-agent").add_found);
     }
 
     #[test]
@@ -271,6 +320,8 @@ mod tests {
         );
         let claude = Budget::for_client(Some("claude-code"), &table);
         assert_eq!((claude.name_max, claude.name_prefix.as_str()), (40, "mcp__{server}__"));
+        table.insert("codex".into(), BudgetConfig { add_found: Some(true), ..Default::default() });
+        assert!(Budget::for_client(Some("codex-mcp-client"), &table).add_found);
         let mine = Budget::for_client(Some("My-Agent"), &table);
         assert_eq!((mine.kind.as_str(), mine.name_max, mine.expose), ("my-agent", 30, Expose::Search));
     }

@@ -73,6 +73,8 @@ pub struct ShownTools {
     pub renamed: std::collections::BTreeMap<String, String>,
     /// Search mode: the tools `search_tools` searches, once fetched.
     pub index: Option<Arc<crate::search::Index>>,
+    /// Search mode: the tools searches found that joined the client's list (by name).
+    pub added: std::collections::BTreeSet<String>,
 }
 
 /// Counts a call as waiting while it lives.

@@ -101,17 +101,40 @@ impl Server {
         Plan::new(budget, &self.name, &names)
     }
 
-    /// The tools/list result a client in search mode is given: the two tools, whatever the
-    /// server lists (their digest recorded: a change of the server's list changes nothing here).
+    /// The tools/list result a client in search mode is given: the two tools, and those its
+    /// searches found that joined its list (their digest recorded: a change of the server's
+    /// list changes nothing here).
     pub fn search_list(&self, link: &ClientPeer) -> String {
-        let tools = search::fixed_tools();
+        let mut tools = search::fixed_tools();
         let before = link.shown_tools(&self.name);
-        let index = before.and_then(|b| b.index.clone());
+        let (index, added) = before.map(|b| (b.index.clone(), b.added.clone())).unwrap_or_default();
+        if let Some(index) = &index {
+            tools.extend(added.iter().filter_map(|name| index.get(name).cloned()));
+        }
+        let digest = Some(budget::list_digest(&tools));
+        link.set_shown_tools(&self.name, ShownTools { digest, index, added, ..Default::default() });
+        json!({ "tools": tools }).to_string()
+    }
+
+    /// Adds the tools named `found` (a search's answer) to the list of a client in search mode
+    /// whose budget says so; whether any is new (the client is then to be told its list changed).
+    pub fn add_found(&self, link: &ClientPeer, found: &[String]) -> bool {
+        if !self.budget_of(link).add_found {
+            return false;
+        }
+        let Some(before) = link.shown_tools(&self.name) else { return false };
+        let new: Vec<&String> = found.iter().filter(|n| !before.added.contains(*n)).collect();
+        if new.is_empty() {
+            return false;
+        }
+        let mut added = before.added.clone();
+        added.extend(new.into_iter().cloned());
+        tracing::debug!(server = %self.name, "{} tools found by search join the client's list", added.len());
         link.set_shown_tools(
             &self.name,
-            ShownTools { digest: Some(budget::list_digest(&tools)), renamed: BTreeMap::new(), index },
+            ShownTools { digest: before.digest, index: before.index.clone(), added, ..Default::default() },
         );
-        json!({ "tools": tools }).to_string()
+        true
     }
 
     /// Keeps `items` (the whole tool list, after the plugins) as what `search_tools` searches
@@ -120,7 +143,11 @@ impl Server {
         let index = Arc::new(search::Index::new(items));
         let before = link.shown_tools(&self.name);
         let digest = before.as_ref().and_then(|b| b.digest);
-        link.set_shown_tools(&self.name, ShownTools { digest, renamed: BTreeMap::new(), index: Some(index.clone()) });
+        let added = before.map(|b| b.added.clone()).unwrap_or_default();
+        link.set_shown_tools(
+            &self.name,
+            ShownTools { digest, index: Some(index.clone()), added, ..Default::default() },
+        );
         index
     }
 
@@ -169,7 +196,7 @@ impl Server {
             return false;
         }
         let renamed = plan.renamed().map(|(s, o)| (s.to_string(), o.to_string())).collect();
-        link.set_shown_tools(&self.name, ShownTools { digest: Some(digest), renamed, index: None });
+        link.set_shown_tools(&self.name, ShownTools { digest: Some(digest), renamed, ..Default::default() });
         true
     }
 

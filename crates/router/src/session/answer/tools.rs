@@ -65,6 +65,8 @@ impl Session {
         let Ok(env) = codec::parse(&resp) else { return resp };
         let Some(r) = env.result.clone() else { return resp };
         let new = match method {
+            // Search mode's list is made as it is shown (`Server::search_list`).
+            "tools/list" if server.searching(&self.link) => None,
             "tools/list" => server.shape_tools(&self.link, &resp[r.clone()]),
             "initialize" => declare_list_changed(&resp[r.clone()], server.searching(&self.link)),
             _ => None,
@@ -81,7 +83,18 @@ impl Session {
             Ok(index) => index,
             Err(e) => return Some(tool_answer(call.id(), search::tool_error(&e))),
         };
-        Some(tool_answer(call.id(), search::search_result(&index, &arguments(call))))
+        let result = search::search_result(&index, &arguments(call));
+        // A client that acts on list_changed may get the tools found in its list too.
+        let found: Vec<String> = result["structuredContent"]["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["name"].as_str().map(str::to_string))
+            .collect();
+        if server.add_found(&self.link, &found) {
+            self.link.send_from_server(codec::notification("notifications/tools/list_changed", "{}"));
+        }
+        Some(tool_answer(call.id(), result))
     }
 
     /// `call_tool`: the call of the tool it names, through the policy of the server as any.
