@@ -14,7 +14,7 @@ use anyhow::{anyhow, bail};
 
 use super::Input;
 use super::emit::{json_str, layout, replaced, splice, toml_key, toml_str};
-use super::plan::{LAUNCH_KEYS, Plan, place, plan_wrap_picked, same_json, server_name};
+use super::plan::{LAUNCH_KEYS, Plan, place, plan_wrap_picked, same_entry, server_name};
 use super::records::{GroupRecord, Record, State, sha256};
 use crate::jsonc::{Doc, Member, Tree};
 use crate::{Client, Entry, Scope};
@@ -30,11 +30,6 @@ pub fn plan_wrap_group(
     exe: &Path,
     group: &str,
 ) -> anyhow::Result<Plan> {
-    if input.client == Client::Codex {
-        bail!(
-            "wrap --group does not edit Codex's TOML yet; wrap its servers one entry each (without --group), or add `[mcp_servers.{group}]` with command = switchyard and args = [\"connect\", \"--group\", \"{group}\"] by hand"
-        );
-    }
     let path = input.path.display();
     let found = crate::parse(input.client, &input.path, &input.text, input.scope.clone())?;
     let Some(top) = found.iter().find(|m| !matches!(m.scope, Scope::ClaudeProject(_))) else {
@@ -100,7 +95,11 @@ pub fn plan_wrap_group(
     }
     let vars = client_vars(&change.records, &input.path)?;
     let removed: Vec<Record> = change.records.drain(..).map(|r| Record { wrapped: String::new(), ..r }).collect();
-    let (after, value) = group_text(input, &top.servers, &removed, &vars, exe, config_path, group)?;
+    let (after, value) = if input.client == Client::Codex {
+        codex_group_text(input, &top.servers, &removed, &vars, exe, config_path, group)?
+    } else {
+        group_text(input, &top.servers, &removed, &vars, exe, config_path, group)?
+    };
     check_reread(input, &after, group, &removed)?;
     if members.is_none() && group != ALL {
         add_group_table(&mut plan, config_path, config_text, group, &removed, input)?;
@@ -239,8 +238,7 @@ type ClientVars = (Vec<(String, String)>, Vec<String>);
 fn client_vars(records: &[Record], path: &Path) -> anyhow::Result<ClientVars> {
     let (mut env, mut names): ClientVars = (Vec::new(), Vec::new());
     for r in records {
-        let Ok(doc) = Doc::parse(&r.wrapped) else { continue };
-        let value = doc.value(&doc.root);
+        let Some(value) = entry_value(&r.wrapped) else { continue };
         for (k, v) in value["env"].as_object().into_iter().flatten() {
             let v = v.as_str().unwrap_or_default().to_string();
             match env.iter().find(|(n, _)| n == k) {
@@ -266,6 +264,79 @@ fn client_vars(records: &[Record], path: &Path) -> anyhow::Result<ClientVars> {
         }
     }
     Ok((env, names))
+}
+
+/// An entry's text as a value: JSON (with comments), or a Codex entry (a `[mcp_servers.NAME]`
+/// table with its sub-tables, or an inline table).
+fn entry_value(text: &str) -> Option<serde_json::Value> {
+    if let Ok(doc) = Doc::parse(text) {
+        return Some(doc.value(&doc.root));
+    }
+    let toml = if text.trim_start().starts_with('{') { format!("x = {text}") } else { text.to_string() };
+    let table: toml::Table = toml.parse().ok()?;
+    let entry = match table.get("x") {
+        Some(x) => x.clone(),
+        None => table.get("mcp_servers")?.as_table()?.values().next()?.clone(),
+    };
+    serde_json::to_value(entry).ok()
+}
+
+/// [`group_text`] for Codex's TOML: the removed servers' tables (with their sub-tables) go,
+/// and `[mcp_servers.GROUP]` takes the place of the first. A server written inline stays (its
+/// key shares a table with others'): wrap --group asks for it as a table.
+fn codex_group_text(
+    input: &Input,
+    entries: &[Entry],
+    removed: &[Record],
+    (_, names): &ClientVars,
+    exe: &Path,
+    config: &Path,
+    group: &str,
+) -> anyhow::Result<(String, String)> {
+    let text = &input.text;
+    let nl = if text.contains("\r\n") { "\r\n" } else { "\n" };
+    let exe = exe.to_str().ok_or_else(|| anyhow!("{}: switchyard's path is not UTF-8", exe.display()))?;
+    let config = config.to_str().ok_or_else(|| anyhow!("{}: the config's path is not UTF-8", config.display()))?;
+    let mut args: Vec<String> = ["connect", "--group", group, "--config", config].map(String::from).to_vec();
+    if !names.is_empty() {
+        args.push("--env".into());
+        args.push(names.join(","));
+    }
+    // What Codex forwards: the client's variables, and where `connect` finds the daemon's state.
+    let mut forward: Vec<&str> = names.iter().map(|n| n.trim_end_matches('?')).collect();
+    forward.push("XDG_STATE_HOME");
+    let list = |items: &[&str]| items.iter().map(|a| toml_str(a)).collect::<Vec<_>>().join(", ");
+    let value = [
+        format!("[mcp_servers.{}]", toml_key(group)),
+        format!("command = {}", toml_str(exe)),
+        format!("args = [{}]", list(&args.iter().map(String::as_str).collect::<Vec<_>>())),
+        format!("env_vars = [{}]", list(&forward)),
+    ]
+    .join(nl);
+    let mut spans: Vec<Range<usize>> = Vec::new();
+    for r in removed {
+        let e = entries.iter().find(|e| e.name == r.name).ok_or_else(|| anyhow!("entry `{}` not read", r.name))?;
+        if !text[e.span.clone()].starts_with('[') {
+            bail!(
+                "{}: `{}` is written inline (`{} = {{ ... }}`); wrap --group replaces [mcp_servers.NAME] tables: write it as one and wrap again",
+                input.path.display(),
+                r.name,
+                r.name
+            );
+        }
+        spans.push(e.span.clone());
+    }
+    spans.sort_by_key(|s| s.start);
+    let mut edits = vec![(spans[0].clone(), value.clone())];
+    for span in &spans[1..] {
+        // The table's lines, and one blank line after it, so no gap grows where it was.
+        let mut end = text[span.end..].find('\n').map_or(text.len(), |i| span.end + i + 1);
+        if text[end..].starts_with(nl) {
+            end += nl.len();
+        }
+        edits.push((span.start..end, String::new()));
+    }
+    Ok((splice(text, edits), value))
 }
 
 /// The new text must read back with the group's entry and none of the removed ones.
@@ -317,6 +388,32 @@ fn add_group_table(
     Ok(())
 }
 
+/// An entry of a server map as `unwrap` edits it: its whole text (JSON: key to value; Codex:
+/// the table with its sub-tables) and its value's.
+struct Place {
+    name: String,
+    whole: Range<usize>,
+    value: Range<usize>,
+}
+
+fn places(input: &Input, text: &str) -> anyhow::Result<Vec<Place>> {
+    if input.client == Client::Codex {
+        let found = crate::parse(input.client, &input.path, text, input.scope.clone())?;
+        let top = found.into_iter().find(|m| !matches!(m.scope, Scope::ClaudeProject(_)));
+        let servers = top.map(|m| m.servers).unwrap_or_default();
+        return Ok(servers.into_iter().map(|e| Place { name: e.name, whole: e.span.clone(), value: e.span }).collect());
+    }
+    Ok(server_members(input.client, text)?
+        .into_iter()
+        .map(|m| Place { name: m.key, whole: m.key_span.start..m.value.span.end, value: m.value.span })
+        .collect())
+}
+
+/// An entry as it is put back: JSON's `"NAME": VALUE`, Codex's table as it was.
+fn entry_text(client: Client, r: &Record) -> String {
+    if client == Client::Codex { r.original.clone() } else { format!("{}: {}", json_str(&r.name), r.original) }
+}
+
 /// Plans `unwrap` of the group entries of one file, on `text` (the file with its per-server
 /// entries put back already; `input.text` as read). Returns the new text when something is put
 /// back, the groups put back, and those that stay recorded.
@@ -334,9 +431,7 @@ pub fn plan_unwrap_groups(
             keep.push(g.clone());
             continue;
         }
-        let originals = || {
-            g.removed.iter().map(|r| format!("{}: {}", json_str(&r.name), r.original)).collect::<Vec<_>>().join(",\n")
-        };
+        let originals = || g.removed.iter().map(|r| entry_text(input.client, r)).collect::<Vec<_>>().join("\n");
         // Untouched since wrap: the file as it was, byte for byte.
         if out == input.text && sha256(&out) == g.after {
             out = g.before.clone();
@@ -344,8 +439,8 @@ pub fn plan_unwrap_groups(
             restored.push(g.clone());
             continue;
         }
-        let members = server_members(input.client, &out)?;
-        let Some(at) = members.iter().position(|m| m.key == g.name) else {
+        let places = places(input, &out)?;
+        let Some(at) = places.iter().position(|p| p.name == g.name) else {
             lines.push(format!(
                 "{path}: group entry `{}` is no longer in the file; nothing to put back. The entries before wrap --group were:\n{}",
                 g.name,
@@ -353,8 +448,8 @@ pub fn plan_unwrap_groups(
             ));
             continue;
         };
-        let m = &members[at];
-        if !same_json(&out[m.value.span.clone()], &g.wrapped) {
+        let here = &places[at];
+        if !same_entry(input.client, &out[here.value.clone()], &g.wrapped) {
             keep.push(g.clone());
             lines.push(format!(
                 "{path}: group entry `{}` was edited since wrap --group: left as it is, since putting the entries back would lose that edit. The entries before were:\n{}",
@@ -365,23 +460,26 @@ pub fn plan_unwrap_groups(
         }
         let mut back = Vec::new();
         for r in &g.removed {
-            if members.iter().any(|m| m.key == r.name) {
+            if places.iter().any(|p| p.name == r.name) {
                 lines.push(format!(
                     "{path}: `{}` is in the file again: that one stays. The entry before wrap --group was:\n{}",
                     r.name, r.original
                 ));
             } else {
-                back.push(format!("{}: {}", json_str(&r.name), r.original));
+                back.push(entry_text(input.client, r));
             }
         }
-        // Each entry on a line of its own at the group entry's indentation.
-        let line_start = out[..m.key_span.start].rfind('\n').map_or(0, |i| i + 1);
-        let indent: String = out[line_start..m.key_span.start].chars().take_while(|c| c.is_whitespace()).collect();
+        // Each entry on a line of its own at the group entry's indentation (Codex: a table each).
+        let line_start = out[..here.whole.start].rfind('\n').map_or(0, |i| i + 1);
+        let indent: String = out[line_start..here.whole.start].chars().take_while(|c| c.is_whitespace()).collect();
         let nl = if out.contains("\r\n") { "\r\n" } else { "\n" };
-        let span = m.key_span.start..m.value.span.end;
-        let with =
-            if back.is_empty() { drop_member(&members, at) } else { (span, back.join(&format!(",{nl}{indent}"))) };
-        out = splice(&out, vec![with]);
+        let joint = if input.client == Client::Codex { format!("{nl}{nl}") } else { format!(",{nl}{indent}") };
+        let edit = if back.is_empty() {
+            drop_place(input.client, &out, &places, at)
+        } else {
+            (here.whole.clone(), back.join(&joint))
+        };
+        out = splice(&out, vec![edit]);
         lines.push(format!(
             "{path}: changed since wrap --group: group entry `{}` replaced by its entries (by value), the other changes kept",
             g.name
@@ -391,12 +489,17 @@ pub fn plan_unwrap_groups(
     Ok(((out != text).then_some(out), restored, keep))
 }
 
-/// The edit that removes member `at` and its comma.
-fn drop_member(members: &[Member], at: usize) -> (Range<usize>, String) {
-    match (at.checked_sub(1), members.get(at + 1)) {
-        (_, Some(next)) => (members[at].key_span.start..next.key_span.start, String::new()),
-        (Some(prev), None) => (members[prev].value.span.end..members[at].value.span.end, String::new()),
-        (None, None) => (members[at].key_span.start..members[at].value.span.end, String::new()),
+/// The edit that removes entry `at` (and its comma).
+fn drop_place(client: Client, text: &str, places: &[Place], at: usize) -> (Range<usize>, String) {
+    let whole = places[at].whole.clone();
+    if client == Client::Codex {
+        let end = text[whole.end..].find('\n').map_or(text.len(), |i| whole.end + i + 1);
+        return (whole.start..end, String::new());
+    }
+    match (at.checked_sub(1), places.get(at + 1)) {
+        (_, Some(next)) => (whole.start..next.whole.start, String::new()),
+        (Some(prev), None) => (places[prev].value.end..whole.end, String::new()),
+        (None, None) => (whole, String::new()),
     }
 }
 

@@ -327,12 +327,12 @@ fn runnable(name: &str, def: &Launch) -> Result<(), String> {
 
 /// Whether two texts of an entry of `client`'s file hold the same value (layout and comments
 /// aside).
-fn same_entry(client: Client, a: &str, b: &str) -> bool {
+pub(super) fn same_entry(client: Client, a: &str, b: &str) -> bool {
     if client == Client::Codex { crate::codex::same_entry(a, b) } else { same_json(a, b) }
 }
 
 /// Whether two texts hold the same JSON value (layout, comments and trailing commas aside).
-pub(super) fn same_json(a: &str, b: &str) -> bool {
+fn same_json(a: &str, b: &str) -> bool {
     match (Doc::parse(a), Doc::parse(b)) {
         (Ok(a), Ok(b)) => a.value(&a.root) == b.value(&b.root),
         _ => false,

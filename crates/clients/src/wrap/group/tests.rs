@@ -269,9 +269,10 @@ fn what_wrap_group_refuses_says_what_to_do() {
     let taken = input(Client::Cursor, "/home/user/.cursor/mcp.json", "{\"mcpServers\": {\"g\": {\"command\": \"x\"}}}");
     let e = format!("{:#}", wrap(&taken, None, "g").unwrap_err());
     assert!(e.contains("already has an entry `g`"), "{e}");
-    let codex = input(Client::Codex, "/home/user/.codex/config.toml", "[mcp_servers.a]\ncommand = \"a\"\n");
+    let inline = "[mcp_servers]\na = { command = \"a\" }\n\n[mcp_servers.b]\ncommand = \"b\"\n";
+    let codex = input(Client::Codex, "/home/user/.codex/config.toml", inline);
     let e = format!("{:#}", wrap(&codex, None, "g").unwrap_err());
-    assert!(e.contains("Codex") && e.contains("without --group"), "{e}");
+    assert!(e.contains("`a` is written inline") && e.contains("write it as one"), "{e}");
     // A client setting of one server cannot ride on the group's entry: that entry stays.
     let setting = input(
         Client::ClaudeDesktop,
@@ -282,4 +283,60 @@ fn what_wrap_group_refuses_says_what_to_do() {
     let left: Vec<String> = servers(&setting, &plan.changes[0].after).into_iter().map(|e| e.name).collect();
     assert_eq!(left, ["a", "g"]);
     assert!(plan.lines.iter().any(|l| l.contains("`alwaysAllow`")), "{:?}", plan.lines);
+}
+
+const CODEX: &str = r#"model = "o4-mini" # mine
+
+# the files
+[mcp_servers.fs]
+command = "npx"
+args = ["-y", "@modelcontextprotocol/server-filesystem", "/home/user/notes"]
+
+[mcp_servers.gh]
+command = "gh-mcp"
+env_vars = ["GH_TOKEN"]
+
+[mcp_servers.gh.env]
+LOG = "debug"
+
+[mcp_servers.time]
+command = "uvx"
+args = ["mcp-server-time"]
+
+[projects."/home/user/work"]
+trust_level = "trusted"
+"#;
+
+/// Codex's TOML: the servers' tables (sub-tables too) go, `[mcp_servers.GROUP]` stands where the
+/// first was with what Codex forwards in `env_vars`, and unwrap gives back the bytes; after
+/// Codex wrote the file anew (`codex mcp add` drops comments, reorders keys), the same values.
+#[test]
+fn codex_tables_become_one_and_come_back() {
+    let input = input(Client::Codex, "/home/user/.codex/config.toml", CODEX);
+    let plan = wrap(&input, None, "work").unwrap();
+    let change = &plan.changes[0];
+    let after: toml::Table = change.after.parse().unwrap_or_else(|e| panic!("{e}\n{}", change.after));
+    let servers = after["mcp_servers"].as_table().unwrap();
+    assert_eq!(servers.keys().collect::<Vec<_>>(), ["work"], "{}", change.after);
+    let work = &servers["work"];
+    let args: Vec<&str> = work["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    assert_eq!(args, ["connect", "--group", "work", "--config", CONFIG, "--env", "GH_TOKEN?"]);
+    assert_eq!(work["env_vars"], toml::Value::Array(vec!["GH_TOKEN".into(), "XDG_STATE_HOME".into()]));
+    assert!(
+        change.after.starts_with("model = \"o4-mini\" # mine\n\n# the files\n[mcp_servers.work]\n"),
+        "{}",
+        change.after
+    );
+    assert!(change.after.contains("[projects.\"/home/user/work\"]"), "{}", change.after);
+    let (text, lines, _) = unwrap(&input, &change.after, &state_of(change));
+    assert_eq!(text, CODEX, "{lines:?}");
+    // As `codex mcp add` writes it: no comment, its own layout; then a server of its own.
+    let mut rewritten = after.clone();
+    rewritten["mcp_servers"].as_table_mut().unwrap().insert("later".into(), toml::toml! { command = "later" }.into());
+    let rewritten = toml::to_string(&rewritten).unwrap();
+    let (text, lines, _) = unwrap(&input, &rewritten, &state_of(change));
+    let mut expected: toml::Table = CODEX.parse().unwrap();
+    expected["mcp_servers"].as_table_mut().unwrap().insert("later".into(), toml::toml! { command = "later" }.into());
+    let back: toml::Table = text.parse().unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(back, expected, "{lines:?}\n{text}");
 }
