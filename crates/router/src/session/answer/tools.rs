@@ -27,6 +27,10 @@ pub(super) enum Shaped {
 impl Session {
     /// A `tools/list` or `tools/call` as the client's budget and search mode make it.
     pub(super) async fn shape_request(self: &Arc<Self>, call: &Call, cancel: &Cancel) -> Shaped {
+        // Other requests pass at the cost of this comparison.
+        if !matches!(call.method(), "tools/list" | "tools/call") {
+            return Shaped::AsIs;
+        }
         let server = self.server();
         match call.method() {
             // Answered at once, while the server may still start: the list does not depend on it.
