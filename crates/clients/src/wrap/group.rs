@@ -17,7 +17,7 @@ use super::emit::{json_str, layout, replaced, splice, toml_key, toml_str};
 use super::plan::{LAUNCH_KEYS, Plan, place, plan_wrap_picked, same_entry, server_name};
 use super::records::{GroupRecord, Record, State, sha256};
 use crate::jsonc::{Doc, Member, Tree};
-use crate::{Client, Entry, Scope};
+use crate::{Client, Entry, Found, Scope};
 
 /// The group every daemon has without a `[groups]` table: all of its servers.
 const ALL: &str = "all";
@@ -46,28 +46,8 @@ pub fn plan_wrap_group(
         );
     }
     let members = group_servers(config_path, config_text, group)?;
-    let named = |e: &Entry| members.as_ref().is_none_or(|m| m.contains(&e.name) || m.contains(&server_name(&e.name)));
-    let mut lines = Vec::new();
-    for e in top.servers.iter().filter(|e| named(e)) {
-        if let Some(server) = &e.wrapped {
-            bail!(
-                "{path}: `{}` already runs through switchyard on its own (server `{server}`): put the entries back with `switchyard unwrap {path}`, then wrap --group {group}",
-                e.name
-            );
-        }
-        if let Some(key) = client_setting(e) {
-            let why = format!(
-                "it has `{key}`, a setting of the client for this server alone, which one group entry cannot carry"
-            );
-            if members.is_some() {
-                bail!(
-                    "{path}: `{}` of group `{group}`: {why}; remove `{key}` from its entry, or the server from the group",
-                    e.name
-                );
-            }
-            lines.push(format!("{}: left as it is, not in the group: {why}", place(input.client, &e.name, None)));
-        }
-    }
+    let named = |e: &Entry| in_group(members.as_deref(), e);
+    let lines = preflight(input, top, members.as_deref(), group)?;
     let pick = |scope: &Scope, e: &Entry| {
         !matches!(scope, Scope::ClaudeProject(_)) && named(e) && e.group.is_none() && client_setting(e).is_none()
     };
@@ -75,23 +55,7 @@ pub fn plan_wrap_group(
     plan.lines.splice(0..0, lines);
     let Some(mut change) = plan.changes.pop() else { return Ok(plan) };
     if let Some(members) = &members {
-        let missing: Vec<&str> = members
-            .iter()
-            .filter(|m| !change.records.iter().any(|r| &r.server == *m || &r.name == *m))
-            .map(String::as_str)
-            .collect();
-        if !missing.is_empty() {
-            let have: Vec<&str> = top.servers.iter().map(|e| e.name.as_str()).collect();
-            let left: Vec<&str> =
-                plan.lines.iter().filter(|l| l.contains("left as it is")).map(String::as_str).collect();
-            bail!(
-                "group `{group}` in {} names {}, which {path} does not have as entries switchyard can wrap (its entries: {}){}; change the group's `servers`, or name another group",
-                config_path.display(),
-                missing.join(", "),
-                have.join(", "),
-                if left.is_empty() { String::new() } else { format!(" ({})", left.join("; ")) }
-            );
-        }
+        check_members(input, top, members, &change.records, &plan.lines, config_path, group)?;
     }
     let vars = client_vars(&change.records, &input.path)?;
     let removed: Vec<Record> = change.records.drain(..).map(|r| Record { wrapped: String::new(), ..r }).collect();
@@ -120,6 +84,70 @@ pub fn plan_wrap_group(
     change.after = after;
     plan.changes.push(change);
     Ok(plan)
+}
+
+/// Whether the group (its `servers`; None: every entry) takes entry `e`, by its name or the
+/// switchyard server name wrap gives it.
+fn in_group(members: Option<&[String]>, e: &Entry) -> bool {
+    members.is_none_or(|m| m.contains(&e.name) || m.contains(&server_name(&e.name)))
+}
+
+/// What stops `wrap --group` before anything is planned (an entry of the group already wrapped
+/// on its own; a client setting of a server the group names), and the lines for entries left.
+fn preflight(input: &Input, top: &Found, members: Option<&[String]>, group: &str) -> anyhow::Result<Vec<String>> {
+    let path = input.path.display();
+    let mut lines = Vec::new();
+    for e in top.servers.iter().filter(|e| in_group(members, e)) {
+        if let Some(server) = &e.wrapped {
+            bail!(
+                "{path}: `{}` already runs through switchyard on its own (server `{server}`): put the entries back with `switchyard unwrap {path}`, then wrap --group {group}",
+                e.name
+            );
+        }
+        if let Some(key) = client_setting(e) {
+            let why = format!(
+                "it has `{key}`, a setting of the client for this server alone, which one group entry cannot carry"
+            );
+            if members.is_some() {
+                bail!(
+                    "{path}: `{}` of group `{group}`: {why}; remove `{key}` from its entry, or the server from the group",
+                    e.name
+                );
+            }
+            lines.push(format!("{}: left as it is, not in the group: {why}", place(input.client, &e.name, None)));
+        }
+    }
+    Ok(lines)
+}
+
+/// Each server the configured group names must be an entry wrapped now: else nothing is written.
+fn check_members(
+    input: &Input,
+    top: &Found,
+    members: &[String],
+    records: &[Record],
+    lines: &[String],
+    config_path: &Path,
+    group: &str,
+) -> anyhow::Result<()> {
+    let missing: Vec<&str> = members
+        .iter()
+        .filter(|m| !records.iter().any(|r| &r.server == *m || &r.name == *m))
+        .map(String::as_str)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let have: Vec<&str> = top.servers.iter().map(|e| e.name.as_str()).collect();
+    let left: Vec<&str> = lines.iter().filter(|l| l.contains("left as it is")).map(String::as_str).collect();
+    bail!(
+        "group `{group}` in {} names {}, which {} does not have as entries switchyard can wrap (its entries: {}){}; change the group's `servers`, or name another group",
+        config_path.display(),
+        missing.join(", "),
+        input.path.display(),
+        have.join(", "),
+        if left.is_empty() { String::new() } else { format!(" ({})", left.join("; ")) }
+    )
 }
 
 /// The `servers` of `[groups.GROUP]` in the config; None when it has no such table (a group to

@@ -340,6 +340,35 @@ pub fn wrap(opts: &Options) -> anyhow::Result<String> {
     Ok(out)
 }
 
+/// `unwrap` of one file: its entries wrapped one by one, then its group entries. Returns the
+/// change, and the records of either kind that stay.
+fn plan_unwrap_file(
+    input: &Input,
+    state: &State,
+    only: Option<&[String]>,
+    lines: &mut Vec<String>,
+) -> anyhow::Result<(Option<Change>, Vec<Record>, Vec<GroupRecord>)> {
+    let (change, keep) = plan_unwrap(input, state, only, lines)?;
+    let text = change.as_ref().map_or(&input.text, |c| &c.after);
+    let (text, groups, keep_groups) = plan_unwrap_groups(input, text, state, only, lines)?;
+    let change = match (change, text) {
+        (change, None) => change,
+        (change, Some(after)) => Some(Change {
+            after,
+            groups,
+            ..change.unwrap_or_else(|| Change {
+                client: input.client,
+                path: input.path.clone(),
+                before: input.text.clone(),
+                after: String::new(),
+                records: Vec::new(),
+                groups: Vec::new(),
+            })
+        }),
+    };
+    Ok((change, keep, keep_groups))
+}
+
 /// The file `wrap --group` works on: one server map gets the group's entry, so one file; with
 /// `--client`, the user's (a project's file is named as FILE).
 fn group_locations(opts: &Options, group: &str, locations: &mut Vec<Location>) -> anyhow::Result<()> {
@@ -392,27 +421,7 @@ pub fn unwrap(opts: &Options) -> anyhow::Result<String> {
         };
         recorded.extend(state.entries.iter().map(|r| r.name.clone()));
         recorded.extend(state.groups.iter().map(|g| g.name.clone()));
-        let unwrapped = plan_unwrap(input, &state, opts.only.as_deref(), &mut lines).and_then(|(change, keep)| {
-            let text = change.as_ref().map_or(&input.text, |c| &c.after);
-            let (text, groups, keep_groups) =
-                plan_unwrap_groups(input, text, &state, opts.only.as_deref(), &mut lines)?;
-            let change = match (change, text) {
-                (change, None) => change,
-                (change, Some(after)) => Some(Change {
-                    after,
-                    groups,
-                    ..change.unwrap_or_else(|| Change {
-                        client: input.client,
-                        path: input.path.clone(),
-                        before: input.text.clone(),
-                        after: String::new(),
-                        records: Vec::new(),
-                        groups: Vec::new(),
-                    })
-                }),
-            };
-            Ok((change, keep, keep_groups))
-        });
+        let unwrapped = plan_unwrap_file(input, &state, opts.only.as_deref(), &mut lines);
         let (change, keep, keep_groups) = match unwrapped {
             Ok(planned) => planned,
             Err(e) if inputs.len() == 1 => return Err(e),
