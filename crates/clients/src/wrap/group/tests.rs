@@ -340,3 +340,28 @@ fn codex_tables_become_one_and_come_back() {
     let back: toml::Table = text.parse().unwrap_or_else(|e| panic!("{e}\n{text}"));
     assert_eq!(back, expected, "{lines:?}\n{text}");
 }
+
+/// A plain `wrap` after `wrap --group` takes the entry the group left (a client setting of its
+/// own) one by one; `unwrap` then puts back both kinds.
+#[test]
+fn a_per_server_wrap_after_a_group_wrap_is_undone_with_it() {
+    let text = "{\n  \"mcpServers\": {\n    \"a\": { \"command\": \"a\", \"alwaysAllow\": [\"x\"] },\n    \"b\": { \"command\": \"b\" },\n    \"c\": { \"command\": \"c\" }\n  }\n}\n";
+    let input = input(Client::ClaudeDesktop, "/home/user/.config/Claude/claude_desktop_config.json", text);
+    let grouped = wrap(&input, None, "g").unwrap();
+    let (_, _, config) = grouped.config.clone().unwrap();
+    let once = Input { text: grouped.changes[0].after.clone(), ..input.clone() };
+    let plain =
+        crate::wrap::plan_wrap(std::slice::from_ref(&once), Path::new(CONFIG), Some(&config), Path::new(EXE), None)
+            .unwrap();
+    let change = &plain.changes[0];
+    let entries = servers(&input, &change.after);
+    assert_eq!(
+        entries.iter().map(|e| (e.wrapped.as_deref(), e.group.as_deref())).collect::<Vec<_>>(),
+        [(Some("a"), None), (None, Some("g"))]
+    );
+    let state = State { groups: grouped.changes[0].groups.clone(), ..state_of(change) };
+    let (back, lines, keep) = unwrap(&input, &change.after, &state);
+    // By value (the file is not as `wrap --group` left it), here the same bytes: one entry a line.
+    assert_eq!(back, text, "{lines:?}");
+    assert!(keep.is_empty(), "{keep:?}");
+}
