@@ -24,8 +24,17 @@ pub struct Run {
 
 impl Run {
     /// The transcript; a failed run or output that is not JSON fails the test with everything
-    /// the client, the router and the server printed.
+    /// the client, the router and the server printed. The server's `tools.listChanged` is taken
+    /// out of every capabilities it holds: switchyard declares it whatever the server does (it
+    /// sends the notification itself, when the list a client sees changes; `budgets.rs` tests
+    /// that), so it is the one capability a client sees differently through switchyard.
     pub fn transcript(&self, what: &str) -> Value {
+        let mut t = self.raw_transcript(what);
+        without_tools_list_changed(&mut t);
+        t
+    }
+
+    fn raw_transcript(&self, what: &str) -> Value {
         if self.status != Some(0) {
             panic!(
                 "{what}: {} exited with {:?} after {:?}\n--- stdout (transcript)\n{}\n--- stderr (client, router, server)\n{}",
@@ -73,5 +82,21 @@ pub fn run(mut cmd: Command, program: &str, limit: Duration) -> Run {
         stdout: out_t.join().unwrap_or_default(),
         stderr: err_t.join().unwrap_or_default(),
         elapsed: started.elapsed(),
+    }
+}
+
+/// Takes `tools.listChanged` out of every `capabilities` object in `v`.
+fn without_tools_list_changed(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            if let Some(tools) =
+                map.get_mut("capabilities").and_then(|c| c.get_mut("tools")).and_then(Value::as_object_mut)
+            {
+                tools.remove("listChanged");
+            }
+            map.values_mut().for_each(without_tools_list_changed);
+        }
+        Value::Array(items) => items.iter_mut().for_each(without_tools_list_changed),
+        _ => {}
     }
 }
