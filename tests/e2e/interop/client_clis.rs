@@ -49,7 +49,7 @@ fn switchyard(home: &Home, cwd: &Path, args: &[&str]) -> String {
 /// What `codex app-server` says of every MCP server (`mcpServerStatus/list`): Codex starts each
 /// one as it would for a session, completes the MCP handshake and lists its tools. `codex mcp
 /// list` shows the configuration only, without connecting.
-fn codex_status(home: &Home) -> Vec<Value> {
+pub(super) fn codex_status(home: &Home) -> Vec<Value> {
     let mut child = command(home, &codex_cli(), home.path())
         .arg("app-server")
         .stdin(Stdio::piped())

@@ -1,6 +1,7 @@
 //! `switchyard wrap --group` with the real Claude Code CLI (tests/client-clis): the servers it
 //! added become one entry on `switchyard connect --group`, which `claude mcp list` and `get` see
-//! connected and whose tools are every server's; `unwrap` gives the entries back.
+//! connected and whose tools are every server's; `unwrap` gives the entries back. The same with
+//! Codex's TOML, checked by Codex's app server.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -10,12 +11,13 @@ use serde_json::{Value, json};
 use switchyard_testkit::daemon::Home;
 use switchyard_testkit::*;
 
+use super::client_clis::codex_status;
 use crate::npm_setup::{claude_cli, ensure_client_clis, ensure_npm, filesystem_entry, memory_entry};
 
 /// `program ARGS` as the test's user (its HOME and XDG directories), in its home.
 fn run(home: &Home, program: &Path, args: &[&str]) -> String {
     let mut c = Command::new(program);
-    c.current_dir(home.path()).envs(home.envs()).stdin(Stdio::null()).args(args);
+    c.current_dir(home.path()).envs(home.envs()).env_remove("CODEX_HOME").stdin(Stdio::null()).args(args);
     // What `wrap` writes into the entries: the binary under test, though it is in a build directory.
     c.env("SWITCHYARD_STABLE_BIN", bin());
     let out = c.output().unwrap();
@@ -115,5 +117,42 @@ async fn claude_code_sees_one_group_entry_with_every_server_s_tools_and_unwrap_g
     let said = switchyard(&["unwrap", "--client", "claude-code"]);
     assert!(said.contains("3 entries put back") && !said.contains("by value"), "{said}");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), before);
+    home.stop().await;
+}
+
+/// Codex's `config.toml`: two servers become one `[mcp_servers.work]`, which Codex's app server
+/// starts and lists with both servers' tools; `unwrap` gives back the bytes.
+#[tokio::test]
+async fn codex_starts_one_group_entry_with_every_server_s_tools_and_unwrap_gives_them_back() {
+    ensure_client_clis();
+    let home = Home::new();
+    let file = home.path().join(".codex/config.toml");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    let text = format!(
+        "# mine\n[mcp_servers.one]\ncommand = {b}\nargs = [\"fixture\", \"--name\", \"fix-a\"]\n\n\
+         [mcp_servers.two]\ncommand = {b}\nargs = [\"fixture\", \"--name\", \"fix-b\"]\n",
+        b = json!(bin())
+    );
+    std::fs::write(&file, &text).unwrap();
+    let cfg = home.config_str();
+    let switchyard = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--config", &cfg]);
+        run(&home, Path::new(bin()), &all)
+    };
+    let said = switchyard(&["wrap", "--client", "codex", "--group", "work"]);
+    assert!(said.contains("one, two -> one entry `work`"), "{said}");
+    let status = codex_status(&home);
+    assert_eq!(status.len(), 1, "{status:#?}");
+    let work = &status[0];
+    assert_eq!(work["name"], "work", "{work:#}");
+    let tools: Vec<&String> = work["tools"].as_object().map(|t| t.keys().collect()).unwrap_or_default();
+    assert!(work["toolsError"].is_null(), "not connected: {work:#}");
+    for tool in ["one__pid", "two__pid"] {
+        assert!(tools.iter().any(|t| *t == tool), "no {tool} in {tools:?}");
+    }
+    let said = switchyard(&["unwrap", "--client", "codex"]);
+    assert!(said.contains("2 entries put back"), "{said}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), text, "unwrap did not give the file back");
     home.stop().await;
 }
