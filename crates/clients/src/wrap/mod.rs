@@ -396,6 +396,7 @@ pub fn unwrap(opts: &Options) -> anyhow::Result<String> {
     let env = |k: &str| std::env::var(k).ok();
     let _lock = if opts.dry_run { None } else { Some(records_locked()?) };
     // `unwrap --group NAME`: that group's entry alone.
+    let flag = if opts.only.is_none() && opts.group.is_some() { "--group" } else { "--only" };
     let opts = &Options { only: opts.only.clone().or_else(|| opts.group.clone().map(|g| vec![g])), ..opts.clone() };
     let locations = select(opts, &home, &env)?;
     let mut lines = Vec::new();
@@ -435,7 +436,7 @@ pub fn unwrap(opts: &Options) -> anyhow::Result<String> {
     if let Some(only) = &opts.only {
         let missing: Vec<&str> = only.iter().filter(|n| !recorded.contains(*n)).map(String::as_str).collect();
         if !missing.is_empty() {
-            bail!("--only names {} that switchyard wrap has no record of in these files", missing.join(", "));
+            bail!("{flag} names {} that switchyard wrap has no record of in these files", missing.join(", "));
         }
     }
     for line in &lines {
