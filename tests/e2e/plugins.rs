@@ -657,12 +657,17 @@ async fn plugin_check_and_examples_through_the_binary() {
     let ex = dir.path().join("examples");
     let (ok, out, _) = run(&["examples", ex.to_str().unwrap()]);
     assert!(ok && out.contains("template.wasm") && ex.join("template.wasm").is_file(), "{out}");
-    // The template is what `plugin new --lang rust` writes: of 0.2, as every example.
-    for v2 in ["tool-filter.wasm", "rate-limit.wasm", "placement.wasm", "template.wasm"] {
+    for v2 in ["tool-filter.wasm", "rate-limit.wasm", "placement.wasm"] {
         assert!(ex.join(v2).is_file(), "{v2} is not among the examples the binary carries: {out}");
         let (ok, out, err) = run(&["check", ex.join(v2).to_str().unwrap(), "--call", r#"{"client": "cursor"}"#]);
         assert!(ok && out.contains("contract: switchyard:policy@0.2.0"), "{out}{err}");
     }
+    // The template is what `plugin new --lang rust` writes: of 0.3, its content hooks declared
+    // (and continuing everything).
+    let template = ex.join("template.wasm");
+    let (ok, out, err) = run(&["check", template.to_str().unwrap(), "--call", r#"{"client": "cursor"}"#]);
+    assert!(ok && out.contains("contract: switchyard:policy@0.3.0"), "{out}{err}");
+    assert!(out.contains("hooks:    on-request and on-result for methods [tools/call]"), "{out}{err}");
 }
 
 /// Waits until the router's log contains `text`.
