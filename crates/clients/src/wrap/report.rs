@@ -10,8 +10,9 @@ use crate::{Kind, Scope};
 
 /// `text` (diffs to print) with every env value, header value and URL query of the entries of
 /// `changes` (before and after) shown as `***`: a dry run is often pasted or shared, and
-/// `switchyard clients` shows none of them either. A value that is only a client variable
-/// (`${input:key}`) holds no secret and stays.
+/// `switchyard clients` shows none of them either. Every value counts, however short (a PIN, a
+/// three-letter key): only one that is just a client variable (`${input:key}`) holds no secret
+/// and stays.
 pub(super) fn hide_secrets(text: &str, changes: &[Change]) -> String {
     // A value as the files write it after its key (`"KEY": "VALUE"`, `KEY = "VALUE"`), so the
     // same text elsewhere (a `true` as a command, a path in an argument) is left alone; a query
@@ -20,7 +21,7 @@ pub(super) fn hide_secrets(text: &str, changes: &[Change]) -> String {
     let mut queries: BTreeSet<String> = BTreeSet::new();
     let secret = |v: &str| {
         let only_variable = v.starts_with("${") && v.ends_with('}') && v.matches("${").count() == 1;
-        v.len() >= 4 && !only_variable
+        !v.is_empty() && !only_variable
     };
     for c in changes {
         for text in [&c.before, &c.after] {

@@ -566,6 +566,29 @@ fn a_dry_run_diff_hides_values_that_may_be_secrets() {
     assert!(shown.contains("shown as ***"), "{shown}");
 }
 
+/// A short value is as secret as a long one: `FOO=bar`, a two-digit PIN in a header and a short
+/// query are all `***`, in the client's file and in switchyard.toml.
+#[test]
+fn a_dry_run_diff_hides_short_values_too() {
+    let text = r#"{"mcpServers": {
+  "think": {"command": "npx", "args": ["bar"], "env": {"FOO": "bar", "X": "1"}},
+  "api": {"url": "https://h.example/mcp?k=9", "headers": {"Pin": "42"}}
+}}"#;
+    let cursor = one(Client::Cursor, "/home/u/.cursor/mcp.json", Scope::User, text);
+    let plan = wrap_all(std::slice::from_ref(&cursor), None);
+    let (path, before, after) = plan.config.as_ref().unwrap();
+    let mut diffs = diff(path, before.as_deref().unwrap_or(""), after);
+    diffs.push_str(&diff(&cursor.path, &plan.changes[0].before, &plan.changes[0].after));
+    let shown = hide_secrets(&diffs, &plan.changes);
+    for clear in ["FOO = \"bar\"", "\"FOO\": \"bar\"", "X = \"1\"", "\"42\"", "?k=9"] {
+        assert!(!shown.contains(clear), "{clear} shown:\n{shown}");
+    }
+    assert!(shown.contains("FOO = \"***\"") && shown.contains("\"FOO\": \"***\""), "{shown}");
+    assert!(shown.contains("\"Pin\": \"***\"") && shown.contains("mcp?***\""), "{shown}");
+    // The same text as an argument is no value: it stays.
+    assert!(shown.contains("\"bar\"]"), "{shown}");
+}
+
 /// An entry that reaches the daemon's own HTTP front already runs through switchyard: wrapping
 /// it would make the daemon a client of itself. A local server on another port is wrapped.
 #[test]
