@@ -53,7 +53,10 @@ pub fn plan_wrap_group(
     };
     let mut plan = plan_wrap_picked(std::slice::from_ref(input), config_path, config_text, exe, None, &pick)?;
     plan.lines.splice(0..0, lines);
-    let Some(mut change) = plan.changes.pop() else { return Ok(plan) };
+    let Some(mut change) = plan.changes.pop() else {
+        carried_elsewhere(&mut plan, input, top, group);
+        return Ok(plan);
+    };
     if let Some(members) = &members {
         check_members(input, top, members, &change.records, &plan.lines, config_path, group)?;
     }
@@ -84,6 +87,22 @@ pub fn plan_wrap_group(
     change.after = after;
     plan.changes.push(change);
     Ok(plan)
+}
+
+/// When nothing was left to take because the file's servers already run through another
+/// group's entry, the plan's "nothing to wrap" says so, and what to do.
+fn carried_elsewhere(plan: &mut Plan, input: &Input, top: &Found, group: &str) {
+    let carriers: Vec<(&str, &str)> =
+        top.servers.iter().filter_map(|e| Some((e.name.as_str(), e.group.as_deref()?))).collect();
+    let Some((entry, other)) = carriers.first().copied() else { return };
+    let path = input.path.display();
+    let why = format!(
+        "{path}: nothing to wrap for group `{group}`: the servers here already run through group `{other}` (entry `{entry}`); connect to that group (`wrap --group {other}` keeps it), or put its entries back with `switchyard unwrap --group {other} {path}`, then wrap --group {group}"
+    );
+    match plan.lines.last_mut() {
+        Some(last) if last.starts_with("nothing to wrap") => *last = why,
+        _ => plan.lines.push(why),
+    }
 }
 
 /// Whether the group (its `servers`; None: every entry) takes entry `e`, by its name or the

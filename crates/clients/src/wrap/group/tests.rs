@@ -240,6 +240,23 @@ fn wrap_group_twice_changes_nothing_the_second_time() {
     assert!(second.lines.iter().any(|l| l.contains("already runs group `mine`")), "{:?}", second.lines);
 }
 
+/// `--group` with another name on a file already wrapped as a group: nothing changes, and the
+/// line says which group carries the servers and what to do.
+#[test]
+fn wrap_group_again_with_another_name_says_which_group_has_the_servers() {
+    let text = "{\n  \"mcpServers\": {\n    \"a\": { \"command\": \"a-server\" },\n    \"b\": { \"command\": \"b-server\" }\n  }\n}\n";
+    let input = input(Client::ClaudeCode, "/home/user/.claude.json", text);
+    let plan = wrap(&input, None, "team").unwrap();
+    let (_, _, config) = plan.config.clone().unwrap();
+    let again = Input { text: plan.changes[0].after.clone(), ..input.clone() };
+    let second = wrap(&again, Some(&config), "other").unwrap();
+    assert!(second.changes.is_empty() && second.config.is_none(), "{second:#?}");
+    let said = second.lines.join("\n");
+    assert!(said.contains("already run through group `team` (entry `team`)"), "{said}");
+    assert!(said.contains("switchyard unwrap --group team /home/user/.claude.json"), "{said}");
+    assert!(!second.lines.iter().any(|l| l == "nothing to wrap"), "{said}");
+}
+
 /// A group of the config names the servers: the entries it names go, the others stay; one the
 /// file does not have is an error naming it.
 #[test]
