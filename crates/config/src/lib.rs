@@ -34,8 +34,8 @@ pub use self::launch::{Launch, Share};
 pub use self::limits::{Limits, LimitsPatch};
 pub use self::oauth::{DEFAULT_LOGIN_TIMEOUT_MS, OAuthConfig};
 pub use self::server::{
-    Affinity, ClientValues, DaemonConfig, Fail, HookMode, MAX_SERVER_NAME, OnError, PluginEntry, PoolConfig, Refusals,
-    ServerConfig, ServerEntry, TransportKind, check_server_name, derive_name,
+    Affinity, ClientValues, DaemonConfig, Fail, HookMode, MAX_SERVER_NAME, OnError, PAYLOAD_MEMORY_FACTOR, PluginEntry,
+    PoolConfig, Refusals, ServerConfig, ServerEntry, TransportKind, check_server_name, derive_name,
 };
 pub use self::spans::line_col;
 pub use self::telemetry::{TelemetryConfig, TelemetryTarget};
@@ -217,7 +217,7 @@ impl Config {
         if let Some((n, entry)) = config.plugins.iter().enumerate().find(|(_, e)| e.max_payload_kib == 0) {
             let at = spans.plugins.get(n).and_then(|k| k.get("max_payload_kib"));
             bail!(
-                "{}: plugin {}: `max_payload_kib = 0` hands its content hooks nothing; give the largest params or result it may read, in KiB (default 1024)",
+                "{}: plugin {}: `max_payload_kib = 0` hands its content hooks nothing; give the largest params or result it may read, in KiB (default 4096)",
                 place(at.map(|s| s.span().start)),
                 entry.file
             );
@@ -264,7 +264,7 @@ impl Config {
             }
             if p.max_payload_kib == 0 {
                 bail!(
-                    "plugin {}: `max_payload_kib = 0` hands its content hooks nothing; give the largest params or result it may read, in KiB (default 1024)",
+                    "plugin {}: `max_payload_kib = 0` hands its content hooks nothing; give the largest params or result it may read, in KiB (default 4096)",
                     p.file
                 );
             }
@@ -525,9 +525,12 @@ mod tests {
         let c = c.unwrap();
         assert_eq!((c.plugins[0].mode, c.plugins[0].fails()), (HookMode::Audit, Fail::Closed));
         assert_eq!(c.plugins[0].max_payload_bytes(), 64 * 1024);
-        // No `fail`: as on_error says; no mode: enforced; 1 MiB.
+        // No `fail`: as on_error says; no mode: enforced; 4 MiB, and the memory for it.
         assert_eq!((c.plugins[1].mode, c.plugins[1].fails()), (HookMode::Enforce, Fail::Closed));
-        assert_eq!(c.plugins[1].max_payload_bytes(), 1024 * 1024);
+        assert_eq!(c.plugins[1].max_payload_bytes(), 4096 * 1024);
+        assert_eq!((c.plugins[1].memory_mib, c.plugins[1].memory_limit_mib()), (16, 16 + 32));
+        // A small payload limit adds little to memory_mib.
+        assert_eq!(c.plugins[0].memory_limit_mib(), 16 + 1);
         for (text, line, words) in [
             ("mode = \"audt\"", 5, "`mode = \"audt\"` is not a mode"),
             ("fail = \"shut\"", 5, "`fail = \"shut\"` is not a way to fail"),

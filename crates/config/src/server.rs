@@ -355,6 +355,10 @@ pub struct PluginEntry {
     pub max_payload_kib: u64,
 }
 
+/// How many times a content hook's payload its memory limit allows for (see
+/// [`PluginEntry::memory_limit_mib`]).
+pub const PAYLOAD_MEMORY_FACTOR: u64 = 8;
+
 fn default_deadline_ms() -> u64 {
     5
 }
@@ -365,7 +369,7 @@ fn default_required() -> bool {
     true
 }
 fn default_max_payload_kib() -> u64 {
-    1024
+    4096
 }
 
 impl PluginEntry {
@@ -395,6 +399,15 @@ impl PluginEntry {
             OnError::Open => Fail::Open,
             OnError::Closed => Fail::Closed,
         })
+    }
+
+    /// The memory its instances may grow to, in MiB: `memory_mib`, and at least what a content
+    /// hook needs to hold a payload of `max_payload_kib` (the host copies it in, the plugin
+    /// parses it and writes its answer: [`PAYLOAD_MEMORY_FACTOR`] times the payload, plus the
+    /// default 16 MiB for the rest). A limit, not a reservation: memory is taken as it is used.
+    pub fn memory_limit_mib(&self) -> u64 {
+        let payload_mib = self.max_payload_kib.saturating_mul(PAYLOAD_MEMORY_FACTOR).div_ceil(1024);
+        self.memory_mib.max(default_memory_mib().saturating_add(payload_mib)).max(1)
     }
 
     /// The largest params or result its content hooks are handed, in bytes.

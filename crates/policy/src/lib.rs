@@ -544,6 +544,8 @@ impl Loaded {
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_content;
+#[cfg(test)]
 mod tests_hooks;
 #[cfg(test)]
 mod tests_live;

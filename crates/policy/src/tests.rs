@@ -266,10 +266,11 @@ fn a_trap_discards_the_instance() {
 #[test]
 fn memory_is_bounded() {
     // A generous CPU budget (see `entry`), so the memory limit is what stops it.
-    let e = entry("trap.wasm", "{}", 0, OnError::Open);
+    let mut e = entry("trap.wasm", "{}", 0, OnError::Open);
+    e.max_payload_kib = 64;
     let trap = Loaded::load("trap.wasm", &std::fs::read(fixture("trap.wasm")).unwrap(), &e).unwrap();
     let args = wasm::CallArgs::new(&call("alloc", "{}"));
-    assert_eq!(trap.plugin().decide(&args, &Decision::default()).unwrap_err(), PluginError::OutOfMemory(16));
+    assert_eq!(trap.plugin().decide(&args, &Decision::default()).unwrap_err(), PluginError::OutOfMemory(17));
     assert!(trap.plugin().decide(&wasm::CallArgs::new(&call("a", "{}")), &Decision::default()).is_ok());
 }
 

@@ -115,7 +115,8 @@ fn a_hook_past_its_deadline_fails_as_fail_says() {
     let open = hook(&PluginSet::new(vec![spin(Fail::Open)]), Phase::Result, "x", result());
     assert_eq!((open.changed, open.denied), (None, None));
     let r = hook(&PluginSet::new(vec![spin(Fail::Closed)]), Phase::Result, "x", result()).denied.unwrap();
-    assert_eq!(r.reason, "plugin failed: it exceeded its deadline of 5 ms");
+    // deadline_ms and 0.1 ms for the 1 KiB (rounded up) it was handed.
+    assert_eq!(r.reason, "plugin failed: it exceeded its deadline of 6 ms");
 }
 
 #[test]

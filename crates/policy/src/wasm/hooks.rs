@@ -136,7 +136,8 @@ impl Plugin {
 
     /// Its `on-request` on a request's params (JSON text).
     pub fn on_request(&self, call: &HookArgs, params: &str) -> Result<HookVerdict, PluginError> {
-        let v = self.with_instance(call.now, |b, s| match b {
+        let budget = self.limits.hook_budget_ms(params.len());
+        let v = self.with_budget(call.now, budget, |b, s| match b {
             Exports::V3(b) => b.call_on_request(s, &call.call, params),
             _ => unreachable!("only a 0.3 plugin declares an interest"),
         })?;
@@ -145,7 +146,8 @@ impl Plugin {
 
     /// Its `on-result` on a server's result (JSON text).
     pub fn on_result(&self, call: &HookArgs, result: &str) -> Result<HookVerdict, PluginError> {
-        let v = self.with_instance(call.now, |b, s| match b {
+        let budget = self.limits.hook_budget_ms(result.len());
+        let v = self.with_budget(call.now, budget, |b, s| match b {
             Exports::V3(b) => b.call_on_result(s, &call.call, result),
             _ => unreachable!("only a 0.3 plugin declares an interest"),
         })?;

@@ -270,10 +270,21 @@ impl Plugin {
         now: tokio::time::Instant,
         f: impl FnOnce(&Exports, &mut Store<State>) -> wasmtime::Result<R>,
     ) -> Result<R, PluginError> {
+        self.with_budget(now, self.limits.deadline_ms, f)
+    }
+
+    /// [`Plugin::with_instance`] under a budget of `budget_ms` (a content hook's grows with
+    /// its payload).
+    fn with_budget<R>(
+        &self,
+        now: tokio::time::Instant,
+        budget_ms: u64,
+        f: impl FnOnce(&Exports, &mut Store<State>) -> wasmtime::Result<R>,
+    ) -> Result<R, PluginError> {
         self.admit()?;
         let result = self.take().and_then(|mut w| {
             let _running = runtime().running();
-            w.store.set_epoch_deadline(Limits::ticks(self.limits.deadline_ms));
+            w.store.set_epoch_deadline(Limits::ticks(budget_ms));
             w.store.data_mut().now = Some(now);
             w.store.data_mut().waited = None;
             let r = f(&w.bindings, &mut w.store);
@@ -283,7 +294,7 @@ impl Plugin {
                     self.give_back(w);
                     Ok(r)
                 }
-                Err(e) => Err(with_printed(classify(&w.store, e, self.limits.deadline_ms), &printed)),
+                Err(e) => Err(with_printed(classify(&w.store, e, budget_ms), &printed)),
             }
         });
         self.record(&result);

@@ -169,6 +169,10 @@ pub(super) fn wasm_err(e: wasmtime::Error) -> anyhow::Error {
     anyhow::Error::from_boxed(e.into_boxed_dyn_error())
 }
 
+/// What a content hook's budget grows by per KiB it is handed, in microseconds (see
+/// [`Limits::hook_budget_ms`] and docs/plugins.md, where the measured rates are).
+pub const HOOK_US_PER_KIB: u64 = 100;
+
 /// Per-plugin resource limits, from its `[[plugins]]` entry.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -182,10 +186,18 @@ impl Limits {
     pub fn from_entry(e: &PluginEntry) -> Limits {
         Limits {
             deadline_ms: e.deadline_ms.max(1),
-            memory_mib: e.memory_mib.max(1),
+            memory_mib: e.memory_limit_mib(),
             allow_clock: e.allow_clock,
             allow_random: e.allow_random,
         }
+    }
+
+    /// The CPU budget of a content hook handed `payload` bytes: `deadline_ms` (the budget of
+    /// `decide`) and [`HOOK_US_PER_KIB`] more per KiB, so that a plugin that reads every byte
+    /// of what it is handed is not cut off by the size of an ordinary result.
+    pub fn hook_budget_ms(&self, payload: usize) -> u64 {
+        let kib = u64::try_from(payload.div_ceil(1024)).unwrap_or(u64::MAX);
+        self.deadline_ms.saturating_add(kib.saturating_mul(HOOK_US_PER_KIB).div_ceil(1000))
     }
 
     pub(super) fn memory_bytes(&self) -> usize {
