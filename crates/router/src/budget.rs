@@ -139,8 +139,11 @@ impl Budget {
 
     /// The budget of a group member's tools: the client knows the group (`group`) as the
     /// server, and sees `member_prefix` before each of this member's tool names.
+    /// Its count is the group's to keep: the client takes the group's merged list, not one
+    /// member's (the group says a merged list over `tools_max`).
     pub fn in_group(mut self, group: &str, member_prefix: &str) -> Budget {
         self.name_prefix = format!("{}{member_prefix}", self.name_prefix.replace("{server}", group));
+        self.tools_max = 0;
         self
     }
 

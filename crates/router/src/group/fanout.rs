@@ -182,8 +182,36 @@ impl GroupSession {
                 }
             }
             let merged = self.catalog().merge(list, pages);
+            if list == List::Tools {
+                self.check_count(&merged);
+            }
             self.reply(&id, merged);
         });
+    }
+
+    /// Says (in status, and once in the log) a merged tool list longer than the client's
+    /// `tools_max`; it is passed whole (docs/search.md).
+    fn check_count(&self, merged: &Value) {
+        let count = merged["tools"].as_array().map_or(0, Vec::len);
+        let budget = crate::budget::Budget::for_client(self.peer.caller().name.as_deref(), &self.budgets);
+        let over = (budget.tools_max > 0 && count > budget.tools_max).then(|| {
+            json!({"client": budget.kind, "tools": count, "tools_max": budget.tools_max, "renamed": [], "unfit": []})
+        });
+        let mut said = self.over_budget.lock().expect("lock");
+        if *said == over {
+            return;
+        }
+        if over.is_some() {
+            tracing::warn!(
+                group = %self.group,
+                client = %budget.kind,
+                "tool list over the client's budget: {count} tools, over the {} this client takes: set `expose = \"search\"` in [groups.{}] or [budgets.{}] to give it a search instead",
+                budget.tools_max,
+                self.group,
+                budget.kind
+            );
+        }
+        *said = over;
     }
 
     /// The merged `list` of every member that declares it, as [`GroupSession::list`] answers

@@ -76,6 +76,8 @@ pub struct GroupSession {
     expose: Option<switchyard_config::Expose>,
     budgets: std::collections::BTreeMap<String, switchyard_config::BudgetConfig>,
     search_index: Mutex<Option<Arc<crate::search::Index>>>,
+    /// The merged tool list's count against the client's `tools_max`, when over it (status).
+    over_budget: Mutex<Option<Value>>,
 }
 
 impl GroupSession {
@@ -86,6 +88,7 @@ impl GroupSession {
             "client": self.peer.client(),
             "members": self.members.iter().map(|m| m.shown()).collect::<Vec<_>>(),
             "uptime_ms": self.started.elapsed().as_millis() as u64,
+            "budget": self.over_budget.lock().expect("lock").clone(),
         })
     }
 
@@ -194,6 +197,7 @@ pub async fn serve_with<G>(
         expose: group.expose,
         budgets: first.as_ref().map(|s| s.budgets().clone()).unwrap_or_default(),
         search_index: Mutex::new(None),
+        over_budget: Mutex::new(None),
     });
     let mut writer = tokio::spawn(output.run(rx, session.peer.backlog(), label.clone()));
     let tasks = start_members(&session, joined, inboxes, &opening);

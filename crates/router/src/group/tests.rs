@@ -47,7 +47,12 @@ fn behaviour(name: &'static str) -> Behaviour {
 }
 
 fn server(name: &str, fake: &Arc<FakeConnector>) -> Arc<Server> {
-    let mut config: Config = toml::from_str("").expect("config");
+    server_of("", name, fake)
+}
+
+/// A server of a config file whose text is `toml` (its `[budgets]`, say).
+fn server_of(toml: &str, name: &str, fake: &Arc<FakeConnector>) -> Arc<Server> {
+    let mut config: Config = toml::from_str(toml).expect("config");
     config.validate().expect("valid");
     Server::new(
         &config,
@@ -81,6 +86,15 @@ struct Client {
 
 impl Client {
     fn open(group: Group, joined: Vec<Result<Arc<Server>, String>>) -> Client {
+        Client::open_with(group, joined, |_| ())
+    }
+
+    /// [`Client::open`], `on_open` given the session when it runs.
+    fn open_with(
+        group: Group,
+        joined: Vec<Result<Arc<Server>, String>>,
+        on_open: impl FnOnce(&Arc<super::GroupSession>) + Send + 'static,
+    ) -> Client {
         let (mine, theirs) = tokio::io::duplex(1 << 20);
         let (r, w) = tokio::io::split(theirs);
         let opening = Opening {
@@ -94,7 +108,7 @@ impl Client {
         let input = LineReader::new(BufReader::new(r), 1 << 20);
         let end = ended.clone();
         let served = tokio::spawn(async move {
-            super::serve_with(&group, joined, input, Writer(w), opening, end, |_| ()).await;
+            super::serve_with(&group, joined, input, Writer(w), opening, end, on_open).await;
         });
         let (r, out) = tokio::io::split(mine);
         let (tx, inbox) = mpsc::unbounded_channel();
@@ -321,4 +335,30 @@ async fn a_client_that_leaves_ends_every_member_session() {
     assert_eq!((sa.hub.session_count(), sb.hub.session_count()), (1, 1));
     c.leave().await;
     assert_eq!((sa.hub.session_count(), sb.hub.session_count()), (0, 0));
+}
+
+/// A client's `tools_max` is kept by the group's merged list, not by each member's: two
+/// members of two tools each are within a budget of 3 alone, and over it together; the list is
+/// passed whole and the group session says so in status.
+#[tokio::test(start_paused = true)]
+async fn a_merged_list_over_the_clients_count_budget_is_passed_whole_and_said() {
+    let budgets = "[budgets.test]\ntools_max = 3\n";
+    let (fa, fb) = (FakeConnector::new(behaviour("a")), FakeConnector::new(behaviour("b")));
+    let (a, b) = (server_of(budgets, "a", &fa), server_of(budgets, "b", &fb));
+    let (tx, mut opened) = mpsc::unbounded_channel();
+    let mut c = Client::open_with(group(&["a", "b"]), vec![Ok(a.clone()), Ok(b.clone())], move |s| {
+        let _ = tx.send(s.clone());
+    });
+    let session = opened.recv().await.expect("the session opens");
+    c.initialize(json!({})).await;
+    assert_eq!(session.status()["budget"], Value::Null, "nothing listed yet");
+    assert_eq!(c.names("tools/list", "tools").await.len(), 4, "the list is passed whole");
+    let said = session.status()["budget"].clone();
+    assert_eq!(
+        (said["client"].as_str(), said["tools"].as_u64(), said["tools_max"].as_u64()),
+        (Some("test"), Some(4), Some(3))
+    );
+    assert!(a.budget_status().is_empty() && b.budget_status().is_empty(), "a member alone is within it");
+    drop(session);
+    c.leave().await;
 }

@@ -416,6 +416,10 @@ fn render_groups(out: &mut String, s: &serde_json::Value) {
                 session["client"].as_str().map(printable).unwrap_or_else(|| "(client not initialised)".into()),
                 states.join("; ")
             );
+            // The group's merged list over the client's count budget (group sessions only).
+            if session["budget"].is_object() {
+                render_budget(out, &session["budget"]);
+            }
         }
     }
 }
