@@ -174,10 +174,12 @@ pub fn fixed_tools() -> Vec<Value> {
 
 /// The result of `search_tools` with `arguments` (its `params.arguments`) over `index`: the
 /// matches as JSON text (what a model reads) and as `structuredContent`.
+/// Arguments it cannot take are answered with a tool error that says what it takes.
 pub fn search_result(index: &Index, arguments: &Value) -> Value {
-    let query = arguments.get("query").and_then(Value::as_str).unwrap_or_default();
-    let limit =
-        arguments.get("limit").and_then(Value::as_u64).map_or(DEFAULT_LIMIT, |n| (n as usize).clamp(1, MAX_LIMIT));
+    let (query, limit) = match search_arguments(arguments) {
+        Ok(args) => args,
+        Err(e) => return tool_error(&e),
+    };
     let tools: Vec<Value> = index
         .search(query, limit)
         .into_iter()
@@ -195,6 +197,34 @@ pub fn search_result(index: &Index, arguments: &Value) -> Value {
         serde_json::to_string(&tools).unwrap_or_default()
     };
     json!({"content": [{"type": "text", "text": text}], "structuredContent": {"tools": tools}, "isError": false})
+}
+
+/// `search_tools`' query and limit; Err: what the model is told is wrong. The query is a
+/// string with a word in it; the limit, when given, a whole number from 1 to [`MAX_LIMIT`].
+fn search_arguments(arguments: &Value) -> Result<(&str, usize), String> {
+    let query = match arguments.get("query") {
+        Some(Value::String(q)) if !q.trim().is_empty() => q.as_str(),
+        None | Some(Value::Null) => {
+            return Err(format!("{SEARCH_TOOL} needs `query`: a few words of the task, such as \"read a file\""));
+        }
+        Some(other) => {
+            return Err(format!(
+                "{SEARCH_TOOL}: `query` must be a few words of the task, as a non-empty string, not {other}"
+            ));
+        }
+    };
+    let limit = match arguments.get("limit") {
+        None | Some(Value::Null) => DEFAULT_LIMIT,
+        Some(n) => match n.as_u64().filter(|n| (1..=MAX_LIMIT as u64).contains(n)) {
+            Some(n) => n as usize,
+            None => {
+                return Err(format!(
+                    "{SEARCH_TOOL}: `limit` must be a whole number from 1 to {MAX_LIMIT} (or left out: {DEFAULT_LIMIT}), not {n}"
+                ));
+            }
+        },
+    };
+    Ok((query, limit))
 }
 
 /// The tool and arguments a `call_tool` call names; Err: what the model is told is wrong.

@@ -99,3 +99,26 @@ fn an_empty_query_lists_by_name_and_no_match_says_so() {
     let r = search_result(&index, &json!({"query": "zebra"}));
     assert!(r["content"][0]["text"].as_str().expect("text").starts_with("No tool matches"));
 }
+
+/// Found from outside: `limit: 0` gave one tool, `-3`, `"7"` and `2.5` the default, and a
+/// query that is no string (or none) listed the first tools. Each is a tool error now that
+/// says what is taken, and a good limit is kept.
+#[test]
+fn search_tools_refuses_arguments_it_cannot_take_and_says_what_it_takes() {
+    let index = Index::new(corpus(50));
+    for bad in [json!(0), json!(-3), json!("7"), json!(2.5), json!(26)] {
+        let r = search_result(&index, &json!({"query": "write a file", "limit": bad}));
+        let text = r["content"][0]["text"].as_str().expect("text");
+        assert_eq!(r["isError"], true, "limit {bad}: {r}");
+        assert!(text.contains("`limit` must be a whole number from 1 to 25"), "{text}");
+    }
+    for bad in [json!({}), json!({"query": 5}), json!({"query": ""}), json!({"query": "  "})] {
+        let r = search_result(&index, &bad);
+        assert_eq!(r["isError"], true, "{bad}: {r}");
+        assert!(r["content"][0]["text"].as_str().expect("text").contains("`query`"), "{r}");
+    }
+    let r = search_result(&index, &json!({"query": "write a file", "limit": 7}));
+    assert_eq!(r["structuredContent"]["tools"].as_array().expect("tools").len(), 7);
+    let r = search_result(&index, &json!({"query": "write a file", "limit": null}));
+    assert_eq!(r["structuredContent"]["tools"].as_array().expect("tools").len(), 5);
+}
