@@ -1,5 +1,6 @@
 //! Per-call cost of the policy chain (empty, one plugin of each contract version, and hints +
-//! fs-keys + timeouts), and per `tools/list` of 50 tools rewritten for a client.
+//! fs-keys + timeouts), per `tools/list` of 50 tools rewritten for a client, and the content
+//! hooks of 0.3 on params and results of 1 KB to 1 MB.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -8,7 +9,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use switchyard_config::{Config, PluginEntry};
 use switchyard_core::decision::{CallInfo, Caller, Hints};
 use switchyard_policy::annotate::rewrite_list;
-use switchyard_policy::{Kind, PluginSet, Policy};
+use switchyard_policy::{Kind, Phase, PluginSet, Policy};
 use tokio_util::sync::CancellationToken;
 
 const EXAMPLES: &str = env!("SWITCHYARD_EXAMPLE_PLUGINS");
@@ -19,6 +20,15 @@ const HINTS_0_1: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/hints-0.1
 /// Loads the named example plugins (with config) into a fresh plugins directory; a name that is
 /// a path is loaded from there.
 fn chain(rt: &tokio::runtime::Runtime, plugins: &[(&str, &str)]) -> (tempfile::TempDir, Arc<PluginSet>) {
+    chain_with(rt, plugins, |_| {})
+}
+
+/// [`chain`], with each entry as `adjust` leaves it (limits, mode).
+fn chain_with(
+    rt: &tokio::runtime::Runtime,
+    plugins: &[(&str, &str)],
+    adjust: impl Fn(&mut PluginEntry),
+) -> (tempfile::TempDir, Arc<PluginSet>) {
     let dir = tempfile::tempdir().unwrap();
     let mut config = Config::default();
     for (from, json) in plugins {
@@ -27,6 +37,7 @@ fn chain(rt: &tokio::runtime::Runtime, plugins: &[(&str, &str)]) -> (tempfile::T
         std::fs::copy(&from, dir.path().join(file)).unwrap();
         let mut entry = PluginEntry::defaults_for(file);
         entry.config = Some(toml::Value::String(json.to_string()));
+        adjust(&mut entry);
         config.plugins.push(entry);
     }
     let shutdown = CancellationToken::new();
@@ -138,5 +149,78 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+/// A `tools/call` result whose JSON text is `size` bytes: one text item of filler, with a made-up
+/// cloud key in the middle when `secret` (so `redact` has one thing to change).
+fn result_of(size: usize, secret: bool) -> String {
+    let empty = serde_json::json!({"content": [{"type": "text", "text": ""}]}).to_string();
+    let line = "2026-11-29T18:00:00Z INFO request served in 12 ms from cache; ";
+    let mut text: String = line.repeat((size - empty.len()) / line.len() + 1);
+    text.truncate(size - empty.len());
+    if secret {
+        let at = text.len() / 2;
+        text.replace_range(at..at + 22, " AKIAIOSFODNN7EXAMPLE ");
+    }
+    let out = serde_json::json!({"content": [{"type": "text", "text": text}]}).to_string();
+    assert_eq!(out.len(), size);
+    out
+}
+
+/// The content hooks (0.3): what the router pays per call for a plugin's `on-request` and
+/// `on-result` (`hooked`, then `hook_async` on a plugin worker, as the call path does), at
+/// 1 KB, 100 KB and 1 MB; and for a call outside every plugin's interest, the test alone.
+fn hooks(c: &mut Criterion) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut call = call();
+    call.arguments = Some(serde_json::json!({"path": "/tmp/project/notes.md", "content": "n".repeat(940)}).to_string());
+    let params = serde_json::json!({"name": "write_file", "arguments": serde_json::from_str::<serde_json::Value>(call.arguments.as_deref().unwrap()).unwrap()}).to_string();
+    assert!((1000..1100).contains(&params.len()), "1 KB of params: {}", params.len());
+    // Larger payloads take longer than the 5 ms default deadline in a debug-sized budget: give
+    // every plugin the room to finish, so the figure is its cost, not a failure.
+    let roomy = |e: &mut PluginEntry| {
+        e.deadline_ms = 1000;
+        e.memory_mib = 64;
+    };
+    let (_d0, empty) = chain(&rt, &[]);
+    let (_dt, pass) = chain_with(&rt, &[("template.wasm", "{}")], roomy);
+    let (_dr, redact) = chain_with(&rt, &[("redact.wasm", "{}")], roomy);
+    let (_de, elsewhere) = chain_with(&rt, &[("redact.wasm", r#"{"tools": ["search_*"]}"#)], roomy);
+    assert!(pass.hooked(Phase::Result, "filesystem", "tools/call", Some("write_file")));
+    assert!(!elsewhere.hooked(Phase::Result, "filesystem", "tools/call", Some("write_file")));
+    // What the call path runs: the test, and the hooks when it holds.
+    let run = |set: &Arc<PluginSet>, phase: Phase, payload: &str| {
+        if set.hooked(phase, &call.server, &call.method, call.tool.as_deref()) {
+            let out = rt.block_on(set.hook_async(phase, &call, std::hint::black_box(payload)));
+            assert!(out.denied.is_none(), "{out:?}");
+            out.changed.is_some()
+        } else {
+            false
+        }
+    };
+
+    let mut g = c.benchmark_group("policy_hooks");
+    g.bench_function("request 1 KB, no plugin", |b| b.iter(|| run(&empty, Phase::Request, &params)));
+    g.bench_function("request 1 KB, pass-through (template)", |b| b.iter(|| run(&pass, Phase::Request, &params)));
+    g.bench_function("request 1 KB, outside the interest (redact, tools = search_*)", |b| {
+        b.iter(|| run(&elsewhere, Phase::Request, &params))
+    });
+    for (label, size) in [("1 KB", 1_000), ("100 KB", 100_000), ("1 MB", 1_000_000)] {
+        let (clean, dirty) = (result_of(size, false), result_of(size, true));
+        g.bench_function(format!("result {label}, no plugin"), |b| b.iter(|| run(&empty, Phase::Result, &clean)));
+        g.bench_function(format!("result {label}, pass-through (template)"), |b| {
+            b.iter(|| run(&pass, Phase::Result, &clean))
+        });
+        g.bench_function(format!("result {label}, outside the interest (redact, tools = search_*)"), |b| {
+            b.iter(|| run(&elsewhere, Phase::Result, &dirty))
+        });
+        g.bench_function(format!("result {label}, redact, nothing found"), |b| {
+            b.iter(|| run(&redact, Phase::Result, &clean))
+        });
+        g.bench_function(format!("result {label}, redact, one key replaced"), |b| {
+            b.iter(|| assert!(run(&redact, Phase::Result, &dirty)))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench, hooks);
 criterion_main!(benches);

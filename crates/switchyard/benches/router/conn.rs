@@ -23,6 +23,8 @@ pub(crate) struct Conn {
     pub(crate) next_id: u64,
     /// The argument of the server's `echo` tool.
     pub(crate) field: &'static str,
+    /// What latency rounds echo (`hello` unless [`Conn::echoing`] said otherwise).
+    pub(crate) text: String,
 }
 
 #[derive(Deserialize)]
@@ -66,7 +68,17 @@ impl Conn {
     ) -> Conn {
         let w = Some(BufWriter::with_capacity(64 * 1024, w));
         let r = BufReader::with_capacity(64 * 1024, r);
-        let mut c = Conn { label: label.into(), child, w, r, socket, line: String::new(), next_id: 1 << 40, field };
+        let mut c = Conn {
+            label: label.into(),
+            child,
+            w,
+            r,
+            socket,
+            line: String::new(),
+            next_id: 1 << 40,
+            field,
+            text: "hello".into(),
+        };
         let init = c.call(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"0"}}}"#);
         assert!(init.contains("\"result\""), "{label}: initialize failed: {init} (stderr in {})", stderr.display());
         c.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
@@ -78,6 +90,12 @@ impl Conn {
             c.call(&echo_request(id, field));
         }
         c
+    }
+
+    /// Latency rounds echo `text` from now on (a call of its size, both ways).
+    pub(crate) fn echoing(mut self, text: &str) -> Conn {
+        self.text = text.to_string();
+        self
     }
 
     pub(crate) fn pid(&self) -> u32 {
@@ -118,7 +136,12 @@ impl Conn {
         for _ in 0..n {
             let id = self.next_id;
             self.next_id += 1;
-            let req = echo_request(id, self.field);
+            let req = if self.text == "hello" {
+                echo_request(id, self.field)
+            } else {
+                let params = serde_json::json!({"name": "echo", "arguments": {self.field: self.text}});
+                format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{params}}}"#)
+            };
             let t = Instant::now();
             self.send(&req);
             self.flush();

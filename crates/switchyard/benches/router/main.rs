@@ -3,7 +3,7 @@
 //! A plain bench binary (`cargo bench --bench router [-- SECTION...]`), not criterion: what is
 //! measured is a JSON-RPC round trip through pipes and other processes, and the figures wanted
 //! are percentiles and pairs from one run, which criterion's model does not give. Sections:
-//! `floor`, `latency`, `everything`, `plugins`, `throughput`, `memory`, `remote`, `daemon`, `http`,
+//! `floor`, `latency`, `everything`, `plugins`, `content`, `throughput`, `memory`, `remote`, `daemon`, `http`,
 //! `silent` (default: all; `silent` alone takes about a quarter of an hour). Tables are printed
 //! as Markdown, ready for BENCHMARKS.md.
 
@@ -56,6 +56,9 @@ fn main() {
     }
     if run("plugins") {
         b.plugins();
+    }
+    if run("content") {
+        b.content();
     }
     if run("throughput") {
         b.throughput();

@@ -68,6 +68,54 @@ impl Bench {
         latency_table(&mut targets);
     }
 
+    /// A content plugin (0.3) on a 1 KB call: the pass-through template (both hooks, every
+    /// tool), and `redact` told to read another tool's results only (the call is outside its
+    /// interest), beside no plugin and a 0.2 plugin (`guard`, which blocks nothing here): every
+    /// plugin's `decide` runs for every call, so that is what a plugin whose hooks do not want
+    /// the call is to be compared with.
+    pub(crate) fn content(&self) {
+        let fx = self.fixture_argv();
+        let kb = "x".repeat(1000);
+        let pass = "[[plugins]]\nfile = \"template.wasm\"\n";
+        let elsewhere = "[[plugins]]\nfile = \"redact.wasm\"\nconfig = { tools = [\"search_*\"] }\n";
+        let decide_only = "[[plugins]]\nfile = \"guard.wasm\"\nconfig = { deny = [\"delete_*\"] }\n";
+        let mut targets = vec![
+            (self.conn("direct", "text", fx.clone()).echoing(&kb), BLOCK),
+            (self.conn("switchyard, no plugins", "text", self.router_argv("c0", "", &[], &fx)).echoing(&kb), BLOCK),
+            (
+                self.conn(
+                    "switchyard, a 0.2 plugin, decide only (guard)",
+                    "text",
+                    self.router_argv("cg", decide_only, &["guard.wasm"], &fx),
+                )
+                .echoing(&kb),
+                BLOCK,
+            ),
+            (
+                self.conn(
+                    "switchyard, pass-through content plugin (template)",
+                    "text",
+                    self.router_argv("c1", pass, &["template.wasm"], &fx),
+                )
+                .echoing(&kb),
+                BLOCK,
+            ),
+            (
+                self.conn(
+                    "switchyard, content plugin, call outside its interest (redact)",
+                    "text",
+                    self.router_argv("c2", elsewhere, &["redact.wasm"], &fx),
+                )
+                .echoing(&kb),
+                BLOCK,
+            ),
+        ];
+        println!(
+            "\n### Content hooks, end to end: fixture `echo` of 1 KB through the router ({ROUNDS} alternating rounds)\n"
+        );
+        latency_table(&mut targets);
+    }
+
     /// Calls/s with 1, 8 and 64 requests outstanding on one connection.
     pub(crate) fn throughput(&self) {
         let fx = self.fixture_argv();
