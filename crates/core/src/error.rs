@@ -329,6 +329,25 @@ pub fn refusal_result(r: &Rejection, tool: &str, modern: bool) -> String {
     }
 }
 
+/// The tool result that takes the place of a result a plugin's result hook withheld (`r`): the
+/// server ran the call, so the model is told so, and not to repeat a call that may have
+/// changed something.
+pub fn withheld_result(r: &Rejection, tool: &str, modern: bool) -> String {
+    let reason = r.reason.trim_end_matches(['.', ' ']);
+    let text = format!(
+        "The call of tool `{tool}` ran on the server, but its result was withheld by {}. Reason: {reason}. \
+         The call may have changed something (written a file, sent a message): do not repeat it blindly; \
+         check what it did first.",
+        refuser(&r.plugin)
+    );
+    let content = serde_json::json!([{"type": "text", "text": text}]);
+    if modern {
+        format!(r#"{{"content":{content},"isError":true,"resultType":"complete"}}"#)
+    } else {
+        format!(r#"{{"content":{content},"isError":true}}"#)
+    }
+}
+
 /// "The first attempt: CAUSE. " when the first attempt failed otherwise than the last.
 fn first_cause(first: Option<&CallError>, last: &CallError) -> String {
     match first.map(CallError::cause) {
@@ -416,6 +435,19 @@ mod tests {
         assert!(text.contains("was refused by switchyard itself (no policy plugin) and did not run"), "{text}");
         let e = CallError::Rejected(r).to_string();
         assert!(e.starts_with("rejected by switchyard itself (no policy plugin): the audit log"), "{e}");
+    }
+
+    /// A withheld result says the call ran, and not to repeat it blindly; never "did not run".
+    #[test]
+    fn a_withheld_result_says_the_call_ran() {
+        let r = Rejection::new("redact.wasm", "plugin failed: it ran out of memory (limit 48 MiB).");
+        let text = withheld_result(&r, "write_file", false);
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let said = v["content"][0]["text"].as_str().unwrap();
+        assert_eq!(v["isError"], true);
+        assert!(said.starts_with("The call of tool `write_file` ran on the server, but its result was withheld by policy plugin `redact.wasm`. Reason: plugin failed: it ran out of memory (limit 48 MiB). "), "{said}");
+        assert!(said.contains("do not repeat it blindly") && !said.contains("did not run"), "{said}");
+        assert!(withheld_result(&r, "w", true).ends_with(r#""resultType":"complete"}"#));
     }
 
     /// A refused tools/call is a tool result the model reads: which plugin, why, and for a rate

@@ -140,8 +140,9 @@ pub struct Waits {
 /// How a call ended.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Ended {
-    /// `ok`, `error` (a JSON-RPC error), `tool_error` (`isError: true`), `rejected`, `timeout`,
-    /// `cancelled`, `lost` (its instance died or its link was lost), `shutting_down`.
+    /// `ok`, `error` (a JSON-RPC error), `tool_error` (`isError: true`), `rejected` (it did not
+    /// run), `withheld` (it ran; a plugin withheld its result), `timeout`, `cancelled`, `lost`
+    /// (its instance died or its link was lost), `shutting_down`.
     pub result: String,
     /// The tool's result said `isError: true`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

@@ -170,6 +170,9 @@ pub enum Outcome {
     /// A tools/call result with `isError: true`.
     ToolError,
     Rejected,
+    /// The server ran it and a plugin's result hook withheld its result (denied it, or failed
+    /// closed on it): the client got the plugin's reason instead.
+    Withheld,
     Timeout,
     Cancelled,
     /// The instance died or its link was lost with the call on it.
@@ -185,6 +188,7 @@ impl Outcome {
             Outcome::Error => "error",
             Outcome::ToolError => "tool_error",
             Outcome::Rejected => "rejected",
+            Outcome::Withheld => "withheld",
             Outcome::Timeout => "timeout",
             Outcome::Cancelled => "cancelled",
             Outcome::Lost => "lost",
@@ -437,7 +441,7 @@ impl Metrics {
             Outcome::Ok | Outcome::Cancelled => "",
             Outcome::ToolError => "tool_error",
             // A refusal answered as a tool result (`isError`), not as a JSON-RPC error.
-            Outcome::Rejected if c.code.is_none() => "tool_error",
+            Outcome::Rejected | Outcome::Withheld if c.code.is_none() => "tool_error",
             _ => c.code.map(code_label).unwrap_or(OTHER),
         };
         self.calls

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::refused::{Refused, refused};
+use super::refused::{Refused, refused, withheld};
 use super::{End, Forwarded, Request};
 use crate::server::Server;
 use crate::upstream::Reply;
@@ -65,7 +65,7 @@ pub(super) async fn resulted(
     let Hooked { changed, denied, notes } = set.hook_async(Phase::Result, info, &reply.line[r.clone()]).await;
     end.hooks.extend(notes);
     if let Some(rejection) = denied {
-        return Err(denial(server, set, req, info, end, rejection).answer);
+        return Err(withhold(server, set, req, info, end, rejection));
     }
     let Some(result) = changed else { return Ok(reply) };
     let line = codec::splice(&reply.line, r, &result);
@@ -73,7 +73,7 @@ pub(super) async fn resulted(
         Ok(env) => Ok(Reply { line, env }),
         Err(e) => {
             let why = format!("the result a plugin made does not read as a response ({})", e.message());
-            Err(denial(server, set, req, info, end, Rejection::new("switchyard", why)).answer)
+            Err(withhold(server, set, req, info, end, Rejection::new("switchyard", why)))
         }
     }
 }
@@ -96,4 +96,24 @@ fn denial(
     let answer = refused(set, info.tool.as_deref(), req.modern, req.call.id(), rejection);
     (end.outcome, end.code, end.refused_by) = (Outcome::Rejected, answer.code, Some(answer.by.clone()));
     answer
+}
+
+/// A result hook's refusal as the client's answer: the server ran the call, so the answer says
+/// its result was withheld (never that it did not run), and the audit line says `withheld`.
+fn withhold(
+    server: &Server,
+    set: &PluginSet,
+    req: &Request<'_>,
+    info: &CallInfo,
+    end: &mut End,
+    rejection: Rejection,
+) -> String {
+    let what = match &info.tool {
+        Some(t) => format!("the result of tools/call `{t}` (it ran)"),
+        None => format!("the result of {} (it ran)", info.method),
+    };
+    server.log_refusal(req.session_label, &what, &rejection);
+    let answer = withheld(set, info.tool.as_deref(), req.modern, req.call.id(), rejection);
+    (end.outcome, end.code, end.refused_by) = (Outcome::Withheld, answer.code, Some(answer.by.clone()));
+    answer.answer
 }

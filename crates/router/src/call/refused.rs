@@ -3,7 +3,7 @@
 
 use switchyard_core::codec;
 use switchyard_core::decision::Rejection;
-use switchyard_core::error::{CallError, refusal_result};
+use switchyard_core::error::{CallError, refusal_result, withheld_result};
 use switchyard_policy::PluginSet;
 
 /// What a refused request is answered.
@@ -39,5 +39,32 @@ pub(super) fn refused(
             code: Some(codec::POLICY_REJECTED),
             by,
         },
+    }
+}
+
+/// The answer when a result hook withheld (`rejection`) the result of a call the server ran:
+/// [`refused`]'s forms, each saying that the call ran and its result was withheld.
+pub(super) fn withheld(
+    set: &PluginSet,
+    tool: Option<&str>,
+    modern: bool,
+    client_id: &str,
+    rejection: Rejection,
+) -> Refused {
+    let by = rejection.plugin.clone();
+    match tool {
+        Some(tool) if !set.refuses_with_error(&rejection.plugin) => {
+            let result = withheld_result(&rejection, tool, modern);
+            Refused { answer: codec::response_ok(client_id, &result), code: None, by }
+        }
+        _ => {
+            let reason = rejection.reason.trim_end_matches(['.', ' ']);
+            let reason = format!("the server ran the call and answered, and its result was withheld: {reason}");
+            Refused {
+                answer: CallError::Rejected(Rejection { reason, ..rejection }).to_response(client_id),
+                code: Some(codec::POLICY_REJECTED),
+                by,
+            }
+        }
     }
 }

@@ -81,6 +81,28 @@ async fn a_denied_result_is_a_tool_result_with_the_reason_in_place_of_the_server
     assert!(!r.to_string().contains("secret"), "the server's result leaked: {r}");
     assert!(text(&r).contains("probe denies tools/call `echo`"), "{r}");
     assert_eq!(calls_of(&fake.link(0), "echo").len(), 1, "the call ran");
+    // It ran: the model is told so, never "did not run" (it would call it again).
+    let said = text(&r);
+    let start = "The call of tool `echo` ran on the server, but its result was withheld by policy plugin `cap.wasm`.";
+    assert!(said.starts_with(start) && said.contains("do not repeat it blindly"), "{said}");
+    assert!(!said.contains("did not run"), "{said}");
+    let metrics = server.metrics.encode();
+    let withheld = metrics.lines().find(|l| l.contains(r#"tool="echo""#) && l.contains(r#"outcome="withheld""#));
+    assert!(withheld.is_some_and(|l| l.ends_with(" 1")), "{metrics}");
+    assert!(!metrics.contains(r#"outcome="rejected""#), "{metrics}");
+}
+
+/// A result of another method withheld is a JSON-RPC error that says the server answered.
+#[tokio::test]
+async fn a_withheld_result_of_another_method_says_the_server_answered() {
+    let (policy, _dir) =
+        hook_policy(&[("cap.wasm", json!({"methods": ["resources/list"], "result": "deny"}), "")]).await;
+    let server = server_with("", FakeConnector::new(fake_server(false)), policy);
+    let mut c = Client::connect(&server).await;
+    let r = c.request("resources/list", json!({})).await;
+    let (code, msg) = error(&r);
+    assert_eq!(code, -32004, "{r}");
+    assert!(msg.starts_with("rejected by policy plugin `cap.wasm`: the server ran the call and answered, and its result was withheld: probe denies resources/list"), "{msg}");
 }
 
 #[tokio::test]
@@ -116,6 +138,7 @@ async fn a_trapping_hook_passes_the_call_when_fail_is_open_and_refuses_it_when_c
     let r = c.call("echo", json!({"text": "kept"})).await;
     assert_eq!(r["result"]["isError"], true, "{r}");
     assert!(text(&r).contains("plugin failed: it trapped"), "{r}");
+    assert!(text(&r).contains("ran on the server, but its result was withheld"), "{r}");
 }
 
 #[tokio::test]
