@@ -4,9 +4,10 @@
 //! "per_tool": {"<tool glob>": {"max_bytes": N, "hint": "..."}}, "methods": ["<method glob>",
 //! ...], "tools": ["<tool glob>", ...]}`. A result whose JSON is over `max_bytes` (at least
 //! 1024) keeps its first texts up to the cap: the text that crosses it is cut at a character
-//! boundary, items after it are left out, and `structuredContent` too large to keep goes
-//! whole (it cannot be cut and stay valid). A last text item then says how large the result
-//! was, how much was cut and, in `hint`'s words, how to see the rest. The most specific
+//! boundary, items after it are left out, and the long strings of `structuredContent` are cut
+//! from their end the same way (its keys, numbers and shape stay, so it is still valid against
+//! the tool's output schema). A last text item then says how many bytes of text the result
+//! had, how many are shown and were cut and, in `hint`'s words, how to see the rest. The most specific
 //! `per_tool` glob that matches the tool sets its own cap. `methods` (default `tools/call` and
 //! `resources/read`) and `tools` (default: all) say which results are read. Built against
 //! `switchyard:policy@0.3.0`.
@@ -95,7 +96,7 @@ impl Guest for ResultCap {
                 return HookVerdict::Continue; // the common case: not even parsed
             }
             let Ok(v) = serde_json::from_str::<Value>(&result) else { return HookVerdict::Continue };
-            match cap.apply(&v, result.len()) {
+            match cap.apply(v, result.len()) {
                 Some(cut) => HookVerdict::Modify(cut.to_string()),
                 None => HookVerdict::Continue,
             }
