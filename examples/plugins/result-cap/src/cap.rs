@@ -276,7 +276,8 @@ mod tests {
         assert!(note.contains("a limit of 4096 bytes") && note.contains("ask for less"), "{note}");
         // In the terms of the text the model would have read, not of the JSON around it.
         let (kept, cut) = (t[0].len(), 10_000 - t[0].len());
-        let said = format!("Its text was 10000 bytes: the first {kept} bytes are above, the last {cut} bytes were cut.");
+        let said =
+            format!("Its text was 10000 bytes: the first {kept} bytes are above, the last {cut} bytes were cut.");
         assert!(note.contains(&said), "{note}");
         assert_eq!(out["isError"], json!(false));
     }
