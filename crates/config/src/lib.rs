@@ -39,7 +39,7 @@ pub use self::server::{
 };
 pub use self::spans::line_col;
 pub use self::telemetry::{TelemetryConfig, TelemetryTarget};
-pub use self::tolerant::{BrokenPlugin, Tolerated, toml_headers};
+pub use self::tolerant::{BrokenPlugin, ReadFor, Tolerated, toml_headers};
 pub use self::url::{display_url, is_loopback, parse_url, url_name};
 pub use self::vars::{
     Expanded, HeaderValue, Source, about_header, check_header, check_header_name, expand, is_var_name, uses_vars,

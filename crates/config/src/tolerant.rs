@@ -118,6 +118,45 @@ impl Config {
     }
 }
 
+/// A config file read for what one command needs of it: `[http]` for `switchyard token`,
+/// `[audit]` for `switchyard calls`.
+#[derive(Debug)]
+pub struct ReadFor {
+    /// The whole file when it loads; else only the `tables` asked for (all else left out).
+    pub config: Config,
+    /// Why the whole file does not load, when it does not: a mistake elsewhere, for the command
+    /// to say as a warning (the daemon keeps the last config that loaded).
+    pub elsewhere: Option<String>,
+}
+
+impl Config {
+    /// [`Config::load_text`] of a read-only command that needs only the top-level `tables`: a
+    /// mistake in another table (a misspelt server in `[groups]`, a broken `[servers.NAME]`)
+    /// is that table's, and does not stop it. An error when the tables themselves do not load
+    /// (theirs), or when the others cannot be taken out by whole lines (the whole file's).
+    pub fn load_for(path: &Path, text: &str, tables: &[&str]) -> anyhow::Result<ReadFor> {
+        let whole = match Config::load_text(path, text) {
+            Ok(config) => return Ok(ReadFor { config, elsewhere: None }),
+            Err(e) => e,
+        };
+        let Ok(doc) = Document::parse(text) else { return Err(whole) };
+        let root = doc.as_table();
+        let mut spans = Vec::new();
+        toml_headers(root, &mut spans);
+        let mut headers: Vec<usize> = spans.into_iter().map(|s| s.start).collect();
+        headers.sort_unstable();
+        let units = Units { text, headers };
+        let mut others = Vec::new();
+        for (key, item) in root.iter().filter(|(k, _)| !tables.contains(k)) {
+            let key_at = root.key(key).and_then(|k| k.span()).map(|s| s.start);
+            let Some(ranges) = units.of_item(item, key_at) else { return Err(whole) };
+            others.extend(ranges);
+        }
+        let config = Config::load_text(path, &blank(text, others.iter().collect()))?;
+        Ok(ReadFor { config, elsewhere: Some(format!("{whole:#}")) })
+    }
+}
+
 /// The lines of each server table, each `[[plugins]]` entry and `[http]`.
 struct Parts {
     servers: BTreeMap<String, Vec<Range<usize>>>,

@@ -172,3 +172,30 @@ fn a_mistake_in_http_leaves_the_front_out_and_every_server_in() {
     assert!(why.contains("line 5") && why.contains("reachable from other machines"), "{why}");
     assert!(!t.is_whole());
 }
+
+/// What a read-only command needs loads while another table is broken; the broken table's
+/// error comes along for a warning, and a mistake in the needed table is the error.
+#[test]
+fn load_for_reads_the_tables_asked_for_past_a_mistake_elsewhere() {
+    let path = PathBuf::from("/c/switchyard.toml");
+    let good = "[servers.fs]\ncommand = \"x\"\n\n[http]\nlisten = \"127.0.0.1:7001\"\ntoken = \"sy_0123456789abcdefghijklmnopqrstuvwxyzABCDEFG\"\n\n[audit]\npath = \"a.jsonl\"\n";
+    let whole = Config::load_for(&path, good, &["http"]).unwrap();
+    assert!(whole.elsewhere.is_none() && whole.config.servers().contains_key("fs"));
+    let bad_group = format!("{good}\n[groups.typo]\nservers = [\"fs\", \"memroy\"]\n");
+    let bad_server = good.replace("command = \"x\"", "comand = \"x\"");
+    for text in [bad_group.as_str(), bad_server.as_str()] {
+        assert!(Config::load_text(&path, text).is_err(), "the test's file must not load:\n{text}");
+        let read = Config::load_for(&path, text, &["http"]).unwrap();
+        let http = read.config.http.as_ref().unwrap();
+        assert_eq!(http.listen.port(), 7001);
+        assert_eq!(http.token.as_ref().unwrap().raw, "sy_0123456789abcdefghijklmnopqrstuvwxyzABCDEFG");
+        let why = read.elsewhere.unwrap();
+        assert!(why.contains("memroy") || why.contains("comand"), "{why}");
+        let audit = Config::load_for(&path, text, &["audit"]).unwrap().config;
+        assert_eq!(audit.audit.path.as_deref(), Some(std::path::Path::new("/c/a.jsonl")));
+        assert!(audit.http.is_none(), "a table not asked for is left out");
+    }
+    let bad_http = bad_group.replace("listen =", "listn =");
+    let e = format!("{:#}", Config::load_for(&path, &bad_http, &["http"]).unwrap_err());
+    assert!(e.contains("listn") && e.contains("line 5"), "{e}");
+}
