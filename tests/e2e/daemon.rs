@@ -970,6 +970,56 @@ async fn token_prints_one_generated_token_kept_0600_and_the_page_url() {
     home.shutdown().await;
 }
 
+/// A typo in `[groups]` while the daemon runs: it keeps its last good config, and the read-only
+/// commands that need another part of the file keep working, naming the typo as a warning:
+/// `token` (its [http]: `SWITCHYARD_TOKEN=$(switchyard token)` must not break), `calls` (its
+/// [audit]), `status` and `clients`. A mistake in [http] itself is `token`'s error.
+#[tokio::test]
+async fn a_broken_groups_table_leaves_token_calls_status_and_clients_working() {
+    let home = Home::new();
+    let alpha = home.fixture("alpha", &[]);
+    let http = "[http]\nlisten = \"127.0.0.1:0\"\n";
+    home.write_config(&format!("{alpha}{http}"));
+    let (a, mut ca) = home.client("alpha").await;
+    fixture_pid(&mut ca).await;
+    let config = home.config_str();
+    let out = home.cli(&["token", "--config", &config]).await;
+    assert!(out.status.success(), "{}", text(&out).1);
+    let token = text(&out).0;
+
+    home.write_config(&format!("{alpha}{http}\n[groups.typo]\nservers = [\"alpha\", \"memroy\"]\n"));
+    home.wait_status("the config error", SLOW, |s| s.to_string().contains("memroy")).await;
+    let out = home.cli(&["token", "--config", &config]).await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "token failed on a broken [groups]: {stderr}");
+    assert_eq!(stdout, token, "another token, or none");
+    assert!(stderr.contains("warning:") && stderr.contains("memroy"), "{stderr}");
+    let deadline = Instant::now() + SLOW;
+    loop {
+        let out = home.cli(&["calls", "--config", &config, "--json"]).await;
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success() || stderr.contains("no call was logged yet"), "calls failed: {stderr}");
+        if out.status.success() && stdout.contains("pid") {
+            assert!(stderr.contains("warning:") && stderr.contains("memroy"), "{stderr}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "calls shows no call: {stdout}\n{stderr}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for args in [vec!["status", "--config", &config], vec!["clients"]] {
+        let out = home.cli(&args).await;
+        assert!(out.status.success(), "{args:?} failed: {}", text(&out).1);
+    }
+
+    home.write_config(&format!("{alpha}[http]\nlistn = \"127.0.0.1:0\"\n\n[groups.typo]\nservers = [\"memroy\"]\n"));
+    let out = home.cli(&["token", "--config", &config]).await;
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success() && stdout.is_empty(), "a broken [http] gave a token: {stdout}");
+    assert!(stderr.contains("listn"), "{stderr}");
+    leave(a, ca).await;
+    home.shutdown().await;
+}
+
 #[tokio::test]
 async fn token_prints_the_config_s_own_token_read_from_the_environment() {
     let home = Home::new();

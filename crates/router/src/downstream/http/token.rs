@@ -224,7 +224,10 @@ fn check_file(file: &Path, regular: bool, uid: u32, mode: u32, me: u32) -> anyho
 /// carrying it (`http://LISTEN/#token=T`; a fragment never reaches a server or its logs). The
 /// address: `http` when given, else where the running daemon of that config serves HTTP
 /// (`running`, given the canonical config: it may have been started with `--http`), else the
-/// config's `[http] listen`, else the default.
+/// config's `[http] listen`, else the default. Only `[http]` decides the token: a mistake
+/// elsewhere in the file (a misspelt server in `[groups]`) is said on stderr as a warning, and
+/// the token printed, since the daemon keeps serving its last good config and its clients'
+/// `SWITCHYARD_TOKEN=$(switchyard token)` must not break with it.
 pub fn command(
     config: Option<&Path>,
     url: bool,
@@ -236,7 +239,16 @@ pub fn command(
         None => paths::default_config()?,
     };
     let canonical = paths::canonical_config(&path)?;
-    let loaded = Config::load(&canonical)?;
+    let text = std::fs::read_to_string(&canonical)
+        .with_context(|| format!("cannot read config file {}", canonical.display()))?;
+    let read = Config::load_for(&canonical, &text, &["http"])?;
+    if let Some(why) = &read.elsewhere {
+        let _ = writeln!(
+            std::io::stderr(),
+            "warning: {why}\n(the token is from its [http] table, which loads; `switchyard check` shows what to fix)"
+        );
+    }
+    let loaded = read.config;
     let token = for_daemon(loaded.http.as_ref(), &paths::token_for(&canonical)?, &|n| std::env::var(n))?;
     if !url {
         return Ok(format!("{}\n", token.expose()));

@@ -249,11 +249,21 @@ fn logs(args: &CallsArgs) -> anyhow::Result<(Vec<PathBuf>, Option<PathBuf>)> {
     Ok((found, Some(dir)))
 }
 
-/// The audit log of the config file `config` and whether it is on.
+/// The audit log of the config file `config` and whether it is on: its `[audit]` table decides,
+/// so a mistake elsewhere in the file (a misspelt server in `[groups]`) is a warning, not a
+/// reason to show no calls.
 fn of_config(config: &Path) -> anyhow::Result<(PathBuf, bool)> {
     let canonical = paths::canonical_config(config)?;
-    let loaded = Config::load(&canonical)
-        .with_context(|| format!("cannot read {} to find its audit log; name the log with --file", config.display()))?;
+    let context = || format!("cannot read {} to find its audit log; name the log with --file", config.display());
+    let text = std::fs::read_to_string(&canonical).with_context(context)?;
+    let read = Config::load_for(&canonical, &text, &["audit"]).with_context(context)?;
+    if let Some(why) = &read.elsewhere {
+        let _ = writeln!(
+            std::io::stderr(),
+            "warning: {why}\n(the audit log is found from its [audit] table, which loads; `switchyard check` shows what to fix)"
+        );
+    }
+    let loaded = read.config;
     let path = match &loaded.audit.path {
         Some(p) => p.clone(),
         None => paths::audit_for(&canonical)?,
