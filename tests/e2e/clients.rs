@@ -246,6 +246,36 @@ fn unwrap_after_an_edit_keeps_the_edit_and_says_so() {
     assert_eq!(std::fs::read_to_string(&file).unwrap(), original.replace("Alt+Space", "Ctrl+Space"));
 }
 
+/// Each write keeps its own backup: after wrap, unwrap and wrap again, the file as it was before
+/// the first wrap is still among the backups byte for byte, and each write names another one.
+#[test]
+fn wrap_and_unwrap_each_keep_their_own_backup_and_the_original_stays() {
+    let home = switchyard_testkit::daemon::Home::new();
+    let file = home.path().join(".claude.json");
+    place("claude.json", &file);
+    let original = std::fs::read(&file).unwrap();
+    let named = |text: &str| {
+        let at = text.find("the file as it was is in ").unwrap_or_else(|| panic!("no backup named:\n{text}"));
+        let rest = &text[at + "the file as it was is in ".len()..];
+        rest[..rest.find([';', ')']).unwrap()].to_string()
+    };
+    let wrap = ok(switchyard_in(&home, home.path(), &["wrap", "--client", "claude-code"]));
+    let wrapped = std::fs::read(&file).unwrap();
+    let unwrap = ok(switchyard_in(&home, home.path(), &["unwrap", "--client", "claude-code"]));
+    assert_eq!(std::fs::read(&file).unwrap(), original);
+    let again = ok(switchyard_in(&home, home.path(), &["wrap", "--client", "claude-code"]));
+    let paths = [named(&wrap), named(&unwrap), named(&again)];
+    assert!(paths[0] != paths[1] && paths[1] != paths[2] && paths[0] != paths[2], "{paths:?}");
+    assert_eq!(std::fs::read(&paths[0]).unwrap(), original, "wrap's backup");
+    assert_eq!(std::fs::read(&paths[1]).unwrap(), wrapped, "unwrap's backup");
+    assert!(unwrap.contains(&format!("before switchyard first wrote it, in {}", paths[0])), "{unwrap}");
+    let dir = home.path().join("state/switchyard/wrapped/backups");
+    let kept: Vec<Vec<u8>> =
+        std::fs::read_dir(dir).unwrap().flatten().map(|e| std::fs::read(e.path()).unwrap()).collect();
+    assert_eq!(kept.len(), 3);
+    assert!(kept.contains(&original), "the file before the first wrap is gone from the backups");
+}
+
 /// A file that does not parse: the error names file, line and column; nothing is written.
 #[test]
 fn wrap_of_a_broken_file_names_line_and_column_and_writes_nothing() {

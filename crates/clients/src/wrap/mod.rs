@@ -22,6 +22,7 @@ use anyhow::{Context, anyhow, bail};
 
 use super::{Client, Location, Scope};
 
+mod backups;
 mod emit;
 mod group;
 mod plan;
@@ -29,9 +30,10 @@ mod records;
 mod report;
 mod stable;
 
+pub use backups::Backups;
 pub use group::{plan_unwrap_groups, plan_wrap_group};
 pub use plan::{Change, Plan, plan_unwrap, plan_wrap};
-pub use records::{GroupRecord, Record, State, backup_beside, backup_path, sha256, tracked_by_git};
+pub use records::{GroupRecord, Record, State, backup_beside, sha256, tracked_by_git};
 pub use report::diff;
 
 use records::{
@@ -407,11 +409,9 @@ pub fn unwrap(opts: &Options) -> anyhow::Result<String> {
     for input in &inputs {
         let real = real_path(&input.path);
         let Some(state) = read_state(&real)? else {
-            let backup = backup_path(&real)?;
-            let backup = if exists_even_dangling(&backup) {
-                format!("; {} holds its text before switchyard's last write to it", backup.display())
-            } else {
-                String::new()
+            let backup = match Backups::of(&real)?.newest() {
+                Some(b) => format!("; {} holds its text before switchyard's last write to it", b.display()),
+                None => String::new(),
             };
             lines.push(format!(
                 "{}: no record of a switchyard wrap of it (records are in {}): left as it is{backup}",
@@ -454,9 +454,14 @@ pub fn unwrap(opts: &Options) -> anyhow::Result<String> {
             written.push(change.path.display().to_string());
             state.written = sha256(&change.after);
             let n = change.records.len() + change.groups.iter().map(|g| g.removed.len()).sum::<usize>();
+            // The wrapped text's backup is not the user's original: say where that one is.
+            let first = match Backups::of(&real).ok().and_then(|b| b.first()).filter(|f| *f != backup) {
+                Some(f) => format!("; as it was before switchyard first wrote it, in {}", f.display()),
+                None => String::new(),
+            };
             let _ = writeln!(
                 out,
-                "wrote {} ({n} entr{} put back; the file as it was is in {})",
+                "wrote {} ({n} entr{} put back; the file as it was is in {}{first})",
                 change.path.display(),
                 if n == 1 { "y" } else { "ies" },
                 backup.display()

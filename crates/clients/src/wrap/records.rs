@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, anyhow, bail};
 use serde::{Deserialize, Serialize};
 
+use super::backups::Backups;
 use super::plan::Change;
 
 /// A replaced entry: where it is, what it was, what it became.
@@ -147,15 +148,6 @@ pub(super) fn replace_file(path: &Path, bytes: &[u8], mode: Option<u32>) -> anyh
     })
 }
 
-/// The backup of a client file, its text before switchyard's last write: in switchyard's state
-/// directory beside the records (`wrapped/backups/NAME-HASH`), never beside the file, which may
-/// be in a repository (a project's `.mcp.json`) where a stray file would be committed.
-pub fn backup_path(real: &Path) -> anyhow::Result<PathBuf> {
-    let name = real.file_name().unwrap_or_default().to_string_lossy();
-    let hash = switchyard_config::paths::short_hash(real, 6);
-    Ok(records_dir()?.join("backups").join(format!("{name}-{hash}")))
-}
-
 /// The backup beside a file of switchyard's own (its config): `FILE.switchyard-backup`.
 pub fn backup_beside(real: &Path) -> PathBuf {
     let mut name = real.file_name().unwrap_or_default().to_os_string();
@@ -187,7 +179,7 @@ pub fn tracked_by_git(path: &Path) -> Option<PathBuf> {
 
 /// Writes a client file's new text: its current text must still be what was planned on (a
 /// client that wrote it meanwhile, as Claude Code does to `~/.claude.json`, wins; nothing is
-/// written), the old text goes to the backup, then the new text replaces the file.
+/// written), the old text goes to a backup of its own, then the new text replaces the file.
 pub(super) fn write_client_file(change: &Change) -> anyhow::Result<PathBuf> {
     let real = real_path(&change.path);
     let now = std::fs::read_to_string(&real).with_context(|| format!("cannot read {}", real.display()))?;
@@ -197,11 +189,7 @@ pub(super) fn write_client_file(change: &Change) -> anyhow::Result<PathBuf> {
             change.path.display()
         );
     }
-    let backup = backup_path(&real)?;
-    if let Some(dir) = backup.parent() {
-        switchyard_config::paths::private_dir(dir)?;
-    }
-    replace_file(&backup, change.before.as_bytes(), Some(0o600))?;
+    let backup = Backups::of(&real)?.keep(&change.before)?;
     replace_file(&real, change.after.as_bytes(), None)?;
     Ok(backup)
 }
