@@ -53,6 +53,29 @@ pub struct Group {
     pub expose: Option<crate::Expose>,
 }
 
+/// The key of a `[groups.NAME]` table an error is about, to find its line in the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum GroupKey {
+    /// The table itself.
+    Table,
+    /// `servers`, or its entry `n`.
+    Servers(Option<usize>),
+    Separator,
+    /// The entry of server `s` in `prefix`.
+    Prefix(String),
+}
+
+/// What is wrong with a group's table, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GroupFault {
+    pub(crate) key: GroupKey,
+    pub(crate) message: String,
+}
+
+fn fault(key: GroupKey, message: String) -> GroupFault {
+    GroupFault { key, message }
+}
+
 /// The characters a prefix or a separator may have: those every client takes in tool names.
 fn name_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_' || c == '-'
@@ -63,62 +86,102 @@ impl GroupConfig {
     /// group it describes. Prefixes never hold the separator, so a name splits at its first
     /// separator into exactly one prefix: two servers' names can never collide.
     pub fn resolve(&self, name: &str, known: &[String]) -> Result<Group, String> {
+        self.resolve_keyed(name, known).map_err(|f| f.message)
+    }
+
+    /// [`GroupConfig::resolve`], the error with the key it is about.
+    pub(crate) fn resolve_keyed(&self, name: &str, known: &[String]) -> Result<Group, GroupFault> {
         check_server_name(name).map_err(|e| {
-            format!("the group name `{}` {}", name.escape_debug(), e.replace("server name", "group name"))
+            let e = e.replace("server name", "group name");
+            fault(GroupKey::Table, format!("the group name `{}` {e}", name.escape_debug()))
         })?;
         let separator = self.separator.clone().unwrap_or_else(|| DEFAULT_SEPARATOR.to_string());
         if separator.is_empty() || !separator.chars().all(name_char) {
-            return Err(format!(
-                "group `{name}`: separator {separator:?} must be one or more ASCII letters, digits, `_` or `-` (the characters every client takes in a tool name); the default is {DEFAULT_SEPARATOR:?}"
+            return Err(fault(
+                GroupKey::Separator,
+                format!(
+                    "group `{name}`: separator {separator:?} must be one or more ASCII letters, digits, `_` or `-` (the characters every client takes in a tool name); the default is {DEFAULT_SEPARATOR:?}"
+                ),
             ));
         }
         let servers: Vec<String> = match (&self.servers, name) {
             (Some(s), _) => s.clone(),
             (None, ALL) => known.to_vec(),
             (None, _) => {
-                return Err(format!(
-                    "group `{name}` lists no servers: add `servers = [\"a\", \"b\"]` to [groups.{name}]"
+                return Err(fault(
+                    GroupKey::Table,
+                    format!("group `{name}` lists no servers: add `servers = [\"a\", \"b\"]` to [groups.{name}]"),
                 ));
             }
         };
         if servers.is_empty() && name != ALL {
-            return Err(format!("group `{name}` has an empty `servers` list: name at least one server"));
+            return Err(fault(
+                GroupKey::Servers(None),
+                format!("group `{name}` has an empty `servers` list: name at least one server"),
+            ));
         }
         for (n, s) in servers.iter().enumerate() {
             if !known.contains(s) {
-                return Err(format!(
-                    "group `{name}` names server `{}`, which the file does not have (it has: {})",
-                    s.escape_debug(),
-                    if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                return Err(fault(
+                    GroupKey::Servers(Some(n)),
+                    format!(
+                        "group `{name}` names server `{}`, which the file does not have (it has: {})",
+                        s.escape_debug(),
+                        if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                    ),
                 ));
             }
             if servers[..n].contains(s) {
-                return Err(format!("group `{name}` lists server `{s}` twice"));
+                return Err(fault(GroupKey::Servers(Some(n)), format!("group `{name}` lists server `{s}` twice")));
             }
         }
         if let Some(other) = self.prefix.keys().find(|k| !servers.contains(k)) {
-            return Err(format!(
-                "group `{name}`: `prefix` names server `{}`, which is not in the group",
-                other.escape_debug()
+            return Err(fault(
+                GroupKey::Prefix(other.clone()),
+                format!(
+                    "group `{name}`: `prefix` names server `{}`, which is not in the group: remove it from [groups.{name}.prefix] or add the server to `servers`",
+                    other.escape_debug()
+                ),
             ));
         }
         let mut members: Vec<Member> = Vec::new();
         for server in servers {
-            let prefix = self.prefix.get(&server).cloned().unwrap_or_else(|| server.clone());
+            let set = self.prefix.get(&server).cloned();
+            let prefix = set.clone().unwrap_or_else(|| server.clone());
+            // Where the prefix comes from: its entry in `prefix`, else the server's name in `servers`.
+            let (key, change) = match &set {
+                Some(_) => (
+                    GroupKey::Prefix(server.clone()),
+                    format!("change `{server} = {prefix:?}` in [groups.{name}.prefix]"),
+                ),
+                None => (
+                    GroupKey::Servers(self.servers.iter().flatten().position(|s| *s == server)),
+                    format!("give the server a prefix in [groups.{name}.prefix] (`\"{server}\" = \"...\"`)"),
+                ),
+            };
             if prefix.is_empty() || !prefix.chars().all(name_char) {
-                return Err(format!(
-                    "group `{name}`: the prefix {prefix:?} of server `{server}` must be one or more ASCII letters, digits, `_` or `-`; set one in [groups.{name}.prefix]"
+                return Err(fault(
+                    key,
+                    format!(
+                        "group `{name}`: the prefix {prefix:?} of server `{server}` must be one or more ASCII letters, digits, `_` or `-`: {change}"
+                    ),
                 ));
             }
             if prefix.contains(&separator) {
-                return Err(format!(
-                    "group `{name}`: the prefix {prefix:?} of server `{server}` holds the separator {separator:?}, so its tools' names could be read two ways; set [groups.{name}] separator to something else, or give it a prefix in [groups.{name}.prefix]"
+                return Err(fault(
+                    key,
+                    format!(
+                        "group `{name}`: the prefix {prefix:?} of server `{server}` holds the separator {separator:?}, so its tools' names could be read two ways: {change} to one without {separator:?}, or set another `separator` in [groups.{name}]"
+                    ),
                 ));
             }
             if let Some(m) = members.iter().find(|m| m.prefix == prefix) {
-                return Err(format!(
-                    "group `{name}`: servers `{}` and `{server}` have the same prefix {prefix:?}",
-                    m.server
+                return Err(fault(
+                    key,
+                    format!(
+                        "group `{name}`: servers `{}` and `{server}` have the same prefix {prefix:?}: {change} to one of its own",
+                        m.server
+                    ),
                 ));
             }
             members.push(Member { server, prefix });
@@ -133,9 +196,17 @@ pub fn resolve_groups(
     groups: &BTreeMap<String, GroupConfig>,
     known: &[String],
 ) -> Result<BTreeMap<String, Group>, String> {
+    resolve_groups_keyed(groups, known).map_err(|(_, f)| f.message)
+}
+
+/// [`resolve_groups`], the error with its group's name and the key it is about.
+pub(crate) fn resolve_groups_keyed(
+    groups: &BTreeMap<String, GroupConfig>,
+    known: &[String],
+) -> Result<BTreeMap<String, Group>, (String, GroupFault)> {
     let mut out = BTreeMap::new();
     for (name, g) in groups {
-        out.insert(name.clone(), g.resolve(name, known)?);
+        out.insert(name.clone(), g.resolve_keyed(name, known).map_err(|f| (name.clone(), f))?);
     }
     if !out.contains_key(ALL) {
         // The implicit group takes every server; one whose name holds the separator is
@@ -218,6 +289,46 @@ mod tests {
             .resolve("g", &known())
             .unwrap_err();
         assert!(e.contains("twice"), "{e}");
+    }
+
+    /// Found from outside: errors about a group's content named no line, where syntax errors
+    /// do; and a prefix set in `[groups.NAME.prefix]` was told to be set there.
+    #[test]
+    fn errors_about_a_groups_content_name_the_line_of_their_key() {
+        let servers =
+            "[servers.fs]\ncommand = \"a\"\n[servers.memory]\ncommand = \"b\"\n[servers.my__fs]\ncommand = \"c\"\n";
+        for (group, line, says) in [
+            ("[groups.g]\nservers = [\n  \"fs\",\n  \"memroy\",\n]\n", 10, "names server `memroy`"),
+            ("[groups.g]\nservers = []\n", 8, "empty `servers` list"),
+            ("[groups.g]\n", 7, "lists no servers"),
+            ("[groups.g]\nservers = [\"fs\"]\nseparator = \".\"\n", 9, "separator \".\""),
+            ("[groups.g]\nservers = [\"fs\", \"my__fs\"]\n", 8, "give the server a prefix in [groups.g.prefix]"),
+            (
+                "[groups.g]\nservers = [\"fs\", \"memory\"]\n[groups.g.prefix]\nmemory = \"my__m\"\n",
+                10,
+                "change `memory = \"my__m\"` in [groups.g.prefix] to one without \"__\"",
+            ),
+            (
+                "[groups.g]\nservers = [\"fs\", \"memory\"]\n\n[groups.g.prefix]\nmemory = \"fs\"\n",
+                11,
+                "the same prefix \"fs\"",
+            ),
+            (
+                "[groups.g]\nservers = [\"fs\"]\nprefix = { memory = \"m\" }\n",
+                9,
+                "`prefix` names server `memory`, which is not in the group",
+            ),
+            (
+                "[groups.g]\nservers = [\"fs\"]\n[groups.g.prefix]\nfs = \"fé\"\n",
+                10,
+                "must be one or more ASCII letters",
+            ),
+        ] {
+            let (_dir, loaded) = crate::test_support::load_text(&format!("{servers}{group}"));
+            let e = format!("{:#}", loaded.expect_err(group));
+            assert!(e.contains(&format!("switchyard.toml, line {line}: ")), "{group:?}: {e}");
+            assert!(e.contains(says), "{group:?}: {e}");
+        }
     }
 
     #[test]

@@ -224,7 +224,9 @@ impl Config {
         }
         config.validate_defaults().map_err(|e| anyhow!("config file {}: {e:#}", path.display()))?;
         if !config.groups.is_empty() {
-            resolve_groups(&config.groups, &known).map_err(|e| anyhow!("config file {}: {e}", path.display()))?;
+            group::resolve_groups_keyed(&config.groups, &known).map_err(|(name, f)| {
+                anyhow!("{}: {}", file_place(path, spans::group_key_line(text, &name, &f.key)), f.message)
+            })?;
         }
         config.validate_servers(&|name| format!("server `{name}` ({})", place(entry_at(name).0)))?;
         Ok(config)

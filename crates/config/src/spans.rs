@@ -88,6 +88,39 @@ pub(crate) fn token_lines(text: &str) -> BTreeMap<String, usize> {
     tokens.into_iter().map(|(name, at)| (name, line_of(text, at.span().start))).collect()
 }
 
+/// The line in `text` of `key` of table `[groups.GROUP]` (else of the table), for the
+/// errors about a group's content.
+pub(crate) fn group_key_line(text: &str, group: &str, key: &crate::group::GroupKey) -> Option<usize> {
+    use crate::group::GroupKey;
+    #[derive(Default, Deserialize)]
+    struct File {
+        #[serde(default)]
+        groups: BTreeMap<String, Spanned<Group>>,
+    }
+    #[derive(Default, Deserialize)]
+    struct Group {
+        #[serde(default)]
+        servers: Option<Spanned<Vec<Spanned<IgnoredAny>>>>,
+        #[serde(default)]
+        separator: Option<Spanned<IgnoredAny>>,
+        #[serde(default)]
+        prefix: BTreeMap<String, Spanned<IgnoredAny>>,
+    }
+    let file: File = toml::from_str(text).ok()?;
+    let table = file.groups.get(group)?;
+    let g = table.get_ref();
+    let at = match key {
+        GroupKey::Table => None,
+        GroupKey::Servers(n) => g.servers.as_ref().map(|list| match n.and_then(|n| list.get_ref().get(n)) {
+            Some(entry) => entry.span().start,
+            None => list.span().start,
+        }),
+        GroupKey::Separator => g.separator.as_ref().map(|s| s.span().start),
+        GroupKey::Prefix(server) => g.prefix.get(server).map(|s| s.span().start),
+    };
+    Some(line_of(text, at.unwrap_or(table.span().start)))
+}
+
 /// The 1-based line of byte `offset` in `text`.
 pub(crate) fn line_of(text: &str, offset: usize) -> usize {
     text.as_bytes()[..offset.min(text.len())].iter().filter(|b| **b == b'\n').count() + 1
