@@ -256,6 +256,23 @@ async fn the_http_front_serves_a_group_at_groups_name_mcp() {
     let (status, _, body) = post_json(&base, &token, "/groups/nope/mcp", None, init).await;
     assert_eq!(status, 404, "{body}");
     assert!(body["error"]["message"].as_str().unwrap().contains("no group named `nope`"), "{body}");
+    // A 2026-07-28 request is refused with its own id (a client matches the answer by it).
+    let modern = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28"}}});
+    let resp = reqwest::Client::new()
+        .post(format!("{base}/groups/work/mcp"))
+        .bearer_auth(&token)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .body(modern.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 400);
+    let body: Value = serde_json::from_str(&resp.text().await.unwrap()).unwrap();
+    assert_eq!(body["id"], 1, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("initialize era"), "{body}");
     home.shutdown().await;
 }
 

@@ -189,17 +189,8 @@ impl Front {
         body: Body,
     ) -> Result<Response, Refusal> {
         let posted = check_request(headers)?;
-        if posted.modern {
-            return Err(Refusal::rpc(
-                StatusCode::BAD_REQUEST,
-                "null",
-                codec::INVALID_REQUEST,
-                format!(
-                    "group `{group}` is served to clients of the initialize era (up to 2025-11-25, with Mcp-Session-Id); a 2026-07-28 client reaches each of its servers at /mcp/NAME"
-                ),
-            ));
-        }
-        let existing = match headers.get(mcp::header::SESSION_ID) {
+        // A 2026-07-28 request has no session: it is read (for its id) and refused below.
+        let existing = match headers.get(mcp::header::SESSION_ID).filter(|_| !posted.modern) {
             Some(v) => Some(self.session(super::Endpoint::Group(group), v.to_str().unwrap_or(""), token.as_deref())?),
             None => None,
         };
@@ -214,6 +205,16 @@ impl Front {
         let parsed = with_header_trace(read_message(body, limit, declared, &self.bodies).await?, headers);
         let env = parsed.envelope();
         let raw_id = env.id.as_ref().map(|r| parsed.line()[r.clone()].to_string());
+        if posted.modern {
+            return Err(Refusal::rpc(
+                StatusCode::BAD_REQUEST,
+                raw_id.as_deref().unwrap_or("null"),
+                codec::INVALID_REQUEST,
+                format!(
+                    "group `{group}` is served to clients of the initialize era (up to 2025-11-25, with Mcp-Session-Id); a 2026-07-28 client reaches each of its servers at /mcp/NAME"
+                ),
+            ));
+        }
         if let Some(v) = posted.version
             && env.method.as_deref() != Some("initialize")
             && !mcp::version::SESSION_ERA.contains(&v)
