@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 
 use super::catalog::List;
 use super::member::State;
-use super::{GroupSession, INIT_WAIT, LIST_WAIT};
+use super::{GroupSession, INIT_WAIT, LIST_READY, LIST_WAIT};
 use switchyard_core::codec;
 
 /// The most pages read of one member's list (a server that always gives a next cursor).
@@ -87,13 +87,9 @@ impl GroupSession {
         match answer {
             Answer::Result(r) => {
                 self.up(i, &r);
-                if self.initialised.load(Ordering::SeqCst) {
-                    for list in ["tools", "prompts", "resources"] {
-                        if self.members[i].declares(list) {
-                            self.send(
-                                &json!({"jsonrpc": "2.0", "method": format!("notifications/{list}/list_changed")}),
-                            );
-                        }
+                for list in [List::Tools, List::Prompts, List::Resources] {
+                    if self.members[i].declares(list.capability()) {
+                        self.list_may_have_changed(list);
                     }
                 }
             }
@@ -159,33 +155,89 @@ impl GroupSession {
         result
     }
 
-    /// A list the client asked for: every page of every member that has it, merged.
+    /// A list the client asked for: every page of every member that has it, merged. A member
+    /// whose list is not read within [`LIST_READY`] (its server restarting, say) is left out of
+    /// this answer; once it is read, the client is told its list changed (if it did).
     pub(super) fn list(self: Arc<Self>, id: Value, list: List) {
         let asked: Vec<usize> =
             (0..self.members.len()).filter(|i| self.members[*i].declares(list.capability())).collect();
         tokio::spawn(async move {
-            let reads = asked.iter().map(|i| {
+            let deadline = tokio::time::Instant::now() + LIST_READY;
+            let reads = asked.iter().map(|&i| {
                 let s = self.clone();
-                async move { (*i, s.read_all(*i, list).await) }
+                let mut read = tokio::spawn(async move { s.read_all(i, list).await });
+                async move {
+                    match tokio::time::timeout_at(deadline, &mut read).await {
+                        Ok(done) => (i, Ok(done.unwrap_or_else(|e| Err(format!("its read failed: {e}"))))),
+                        Err(_) => (i, Err(read)),
+                    }
+                }
             });
             let mut pages = Vec::new();
             for (i, read) in futures_util::future::join_all(reads).await {
+                let server = &self.members[i].server;
                 match read {
-                    Ok(items) => pages.push((i, items)),
-                    Err(why) => tracing::warn!(
+                    Ok(Ok(items)) => pages.push((i, items)),
+                    Ok(Err(why)) => tracing::warn!(
                         group = %self.group,
-                        server = %self.members[i].server,
-                        "{} of server `{}` left out of the group's list: {why}",
+                        server = %server,
+                        "{} of server `{server}` left out of the group's list: {why}",
                         list.key(),
-                        self.members[i].server
                     ),
+                    Err(late) => {
+                        tracing::info!(group = %self.group, server = %server, "{} of server `{server}` not read within {LIST_READY:?}: left out of this answer, the client is told when it is", list.key());
+                        let s = self.clone();
+                        tokio::spawn(async move {
+                            if let Ok(Ok(_)) = late.await {
+                                s.list_may_have_changed(list);
+                            }
+                        });
+                    }
                 }
             }
             let merged = self.catalog().merge(list, pages);
             if list == List::Tools {
                 self.check_count(&merged);
+                let tools = merged["tools"].as_array().map_or(&[][..], Vec::as_slice);
+                *self.shown_tools.lock().expect("lock") = Some(crate::budget::list_digest(tools));
             }
             self.reply(&id, merged);
+        });
+    }
+
+    /// A member's `list` may have changed (it joined late, its list was read late, it said so):
+    /// the client is told only when the list it sees did. A tool list is read again and compared
+    /// with the one the client was last shown (a client that has not listed its tools yet will
+    /// get the new list when it does: it is told nothing); a search-mode client's list stays
+    /// (what it searches is fetched anew). Prompts and resources are said as they come.
+    pub(super) fn list_may_have_changed(self: &Arc<Self>, list: List) {
+        if list == List::Tools && self.searching() {
+            return self.forget_search_index();
+        }
+        if !self.initialised.load(Ordering::SeqCst) {
+            return;
+        }
+        let notify = move |s: &Self| {
+            s.send(&json!({"jsonrpc": "2.0", "method": format!("notifications/{}/list_changed", list.capability())}));
+        };
+        if list != List::Tools {
+            return notify(self);
+        }
+        if self.shown_tools.lock().expect("lock").is_none() {
+            return;
+        }
+        let s = self.clone();
+        tokio::spawn(async move {
+            let merged = s.merged(List::Tools).await;
+            let tools = merged["tools"].as_array().map_or(&[][..], Vec::as_slice);
+            let digest = Some(crate::budget::list_digest(tools));
+            let mut shown = s.shown_tools.lock().expect("lock");
+            if *shown == digest {
+                return;
+            }
+            *shown = digest;
+            drop(shown);
+            notify(&s);
         });
     }
 

@@ -50,9 +50,13 @@ use switchyard_core::codec::{self, Frame, LineReader};
 static NEXT_GROUP_SESSION: AtomicU64 = AtomicU64::new(1);
 
 /// How long a group waits for its members' initialize before it answers its client with those
-/// that answered; the rest join when they answer (the client is told their lists changed).
-const INIT_WAIT: Duration = Duration::from_secs(20);
-/// How long one page of a member's list may take.
+/// that answered; the rest join when they answer (the client is told its lists changed). Well
+/// within the clients' own startup timeouts (Codex's is about 10 s).
+const INIT_WAIT: Duration = Duration::from_secs(5);
+/// How long a client's list waits for the members' lists: a member not done by then is left
+/// out of that answer, and the client is told its list changed once the member's list is read.
+const LIST_READY: Duration = Duration::from_secs(5);
+/// How long one page of a member's list may take (when nothing waits for it but the group).
 const LIST_WAIT: Duration = Duration::from_secs(60);
 /// After the client left, how long the members' sessions get to wind down.
 const CLOSE_GRACE: Duration = Duration::from_secs(6);
@@ -78,6 +82,9 @@ pub struct GroupSession {
     search_index: Mutex<Option<Arc<crate::search::Index>>>,
     /// The merged tool list's count against the client's `tools_max`, when over it (status).
     over_budget: Mutex<Option<Value>>,
+    /// The digest of the tool list the client was last shown (or told of): None until it
+    /// listed its tools. It hears `tools/list_changed` only when its list differs from this.
+    shown_tools: Mutex<Option<[u8; 32]>>,
 }
 
 impl GroupSession {
@@ -198,6 +205,7 @@ pub async fn serve_with<G>(
         budgets: first.as_ref().map(|s| s.budgets().clone()).unwrap_or_default(),
         search_index: Mutex::new(None),
         over_budget: Mutex::new(None),
+        shown_tools: Mutex::new(None),
     });
     let mut writer = tokio::spawn(output.run(rx, session.peer.backlog(), label.clone()));
     let tasks = start_members(&session, joined, inboxes, &opening);

@@ -197,7 +197,7 @@ impl GroupSession {
     }
 
     /// One message member `i`'s session wrote for its client (the group).
-    pub(super) fn on_member_line(&self, i: usize, out: Out) {
+    pub(super) fn on_member_line(self: &Arc<Self>, i: usize, out: Out) {
         if crate::control::is_control(&out.line) {
             return;
         }
@@ -239,9 +239,9 @@ impl GroupSession {
                 self.send_related(&msg, related);
             }
             (Some(method), None) => {
-                // A search-mode client's list stays; what it searches is fetched anew.
-                if method == "notifications/tools/list_changed" && self.searching() {
-                    return self.forget_search_index();
+                // Said to the client only if the list it sees changed (see `list_may_have_changed`).
+                if method == "notifications/tools/list_changed" {
+                    return self.list_may_have_changed(List::Tools);
                 }
                 if method == "notifications/cancelled" {
                     let theirs = msg["params"]["requestId"].clone();

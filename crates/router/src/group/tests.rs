@@ -362,3 +362,61 @@ async fn a_merged_list_over_the_clients_count_budget_is_passed_whole_and_said() 
     drop(session);
     c.leave().await;
 }
+
+/// Server `name` of [`behaviour`] whose lists are answered only `ready` after it was made (a
+/// server restarting behind a session that is up).
+fn lists_late(name: &'static str, ready: Duration) -> Behaviour {
+    let inner = behaviour(name);
+    let at = tokio::time::Instant::now() + ready;
+    Arc::new(move |link, msg| {
+        let m: Value = serde_json::from_str(&msg.line).expect("JSON");
+        if m["method"] != "tools/list" || tokio::time::Instant::now() >= at {
+            return inner(link, msg);
+        }
+        let (inner, link, msg) = (inner.clone(), link.clone(), msg.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep_until(at).await;
+            inner(&link, &msg);
+        });
+    })
+}
+
+/// Found from outside: a member whose server was restarting held a new session's first
+/// `tools/list` until it was back (23 s). The list is answered within `LIST_READY` with the
+/// members that are ready, and the client is told its list changed once the late one's is read.
+#[tokio::test(start_paused = true)]
+async fn a_member_slow_to_list_does_not_hold_the_clients_list() {
+    let fa = FakeConnector::new(behaviour("a"));
+    let fb = FakeConnector::new(lists_late("b", Duration::from_secs(30)));
+    let mut c = Client::open(group(&["a", "b"]), vec![Ok(server("a", &fa)), Ok(server("b", &fb))]);
+    c.initialize(json!({})).await;
+    let asked = tokio::time::Instant::now();
+    assert_eq!(c.names("tools/list", "tools").await, ["a__echo", "a__wait"]);
+    assert!(asked.elapsed() <= Duration::from_secs(6), "the list waited {:?}", asked.elapsed());
+    c.take(|m| m["method"] == "notifications/tools/list_changed").await;
+    assert!(asked.elapsed() >= Duration::from_secs(25), "told at {:?}", asked.elapsed());
+    assert_eq!(c.names("tools/list", "tools").await, ["a__echo", "a__wait", "b__echo", "b__wait"]);
+    c.leave().await;
+}
+
+/// Found from outside: a client was told `list_changed` right after its initialize, before the
+/// slow member was up, and again when it was. Initialize is answered within 5 s, and a client
+/// that has not listed its tools is told nothing: the list it asks for has every member up.
+#[tokio::test(start_paused = true)]
+async fn a_client_is_told_its_list_changed_only_when_the_list_it_saw_did() {
+    let fa = FakeConnector::new(behaviour("a"));
+    let fb = FakeConnector::slow(behaviour("b"), Duration::from_secs(25));
+    let mut c = Client::open(group(&["a", "b"]), vec![Ok(server("a", &fa)), Ok(server("b", &fb))]);
+    let started = tokio::time::Instant::now();
+    c.initialize(json!({})).await;
+    assert!(started.elapsed() <= Duration::from_secs(5), "initialize waited {:?}", started.elapsed());
+    tokio::time::sleep(Duration::from_secs(40)).await;
+    assert_eq!(c.names("tools/list", "tools").await, ["a__echo", "a__wait", "b__echo", "b__wait"]);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    while let Ok(m) = c.inbox.try_recv() {
+        c.held.push(m);
+    }
+    let told: Vec<&Value> = c.held.iter().filter(|m| m["method"] == "notifications/tools/list_changed").collect();
+    assert!(told.is_empty(), "told {told:?}");
+    c.leave().await;
+}
