@@ -23,6 +23,20 @@ fn example(name: &str) -> PathBuf {
     switchyard_testkit::example_plugins().join(name)
 }
 
+/// The `[[plugins]]` entry docs/plugins.md gives `file` (its ```toml block naming it), so that
+/// what the tests run is what a user copies.
+pub(crate) fn documented_entry(file: &str) -> String {
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/plugins.md");
+    let text = std::fs::read_to_string(&docs).unwrap();
+    let named = format!("file = \"{file}\"");
+    text.split("```toml\n")
+        .skip(1)
+        .filter_map(|b| b.split_once("```").map(|(block, _)| block))
+        .find(|b| b.starts_with("[[plugins]]\n") && b.lines().nth(1) == Some(named.as_str()))
+        .unwrap_or_else(|| panic!("docs/plugins.md has no ```toml block with the entry of {file}"))
+        .to_string()
+}
+
 /// A directory for server-filesystem to serve, with `creds.txt` holding the fake key pair.
 fn served_dir() -> (TempDir, PathBuf) {
     let work = temp_dir();
@@ -80,7 +94,8 @@ async fn stderr_with(stderr: &Stderr, needle: &str) -> String {
 #[tokio::test]
 async fn redact_hides_a_cloud_key_through_run_the_daemon_and_the_http_front() {
     let (work, creds) = served_dir();
-    let entry = "[[plugins]]\nfile = \"redact.wasm\"\n";
+    let entry = documented_entry("redact.wasm");
+    let entry = entry.as_str();
 
     let mut s = run_in_front(work.path(), entry, &[&example("redact.wasm")]).await;
     assert_redacted(&s.client.call_text("read_text_file", read(&creds)).await, "switchyard run");
@@ -207,28 +222,63 @@ async fn path_guard_refuses_a_path_outside_its_root_as_a_readable_error() {
     assert!(creds.is_file(), "the refused move reached the server");
 }
 
-/// result-cap cuts a large file read through server-filesystem to its cap, and the model
-/// reads how much was cut and how to ask for less; the structured copy of the text, too large
-/// to keep, goes whole.
-#[tokio::test]
-async fn result_cap_cuts_a_large_read_with_a_note() {
-    let (work, _) = served_dir();
-    let big = work.path().join("big.log");
+/// A file of `bytes` bytes of plain lines, the fake key id on its last line.
+fn large_file(dir: &Path, name: &str, bytes: usize) -> (PathBuf, String) {
     let line = "0123456789abcdef".repeat(4) + "\n";
-    std::fs::write(&big, line.repeat(20_000)).unwrap();
-    // server-filesystem sends the text twice (content and structuredContent): 2.6 MB, over the
-    // 1 MiB a hook is handed by default, so the entry raises that (and the deadline) for it.
-    let entry = "[[plugins]]\nfile = \"result-cap.wasm\"\nmax_payload_kib = 4096\ndeadline_ms = 200\n\
-                 config = { max_bytes = 8192, hint = \"read it with head or tail\" }\n";
-    let mut s = run_in_front(work.path(), entry, &[&example("result-cap.wasm")]).await;
+    let mut text = line.repeat(bytes / line.len());
+    text.push_str(&format!("aws_access_key_id = {KEY_ID}\n"));
+    let path = dir.join(name);
+    std::fs::write(&path, &text).unwrap();
+    (path, text)
+}
+
+/// The tester's case: redact under its documented entry redacts a 600 KB file read through
+/// server-filesystem (1.2 MB: the text twice), which the 5 ms budget and the 1 MiB payload limit
+/// of before let through in clear (failing open).
+#[tokio::test]
+async fn redact_under_its_documented_entry_redacts_a_600_kb_file() {
+    let (work, _) = served_dir();
+    let (big, text) = large_file(work.path(), "big.txt", 600 * 1024);
+    let entry = documented_entry("redact.wasm");
+    assert!(entry.contains("fail = \"closed\""), "{entry}");
+    let mut s = run_in_front(work.path(), &entry, &[&example("redact.wasm")]).await;
+    let r = s.client.call_tool("read_text_file", read(&big)).await;
+    assert!(!r.to_string().contains(KEY_ID), "the key got through: {}", &tool_text(&r)[..200]);
+    let said = tool_text(&r);
+    assert_eq!(said.len(), text.len() - KEY_ID.len() + "[redacted: aws-access-key]".len(), "{}", &said[..200]);
+    assert!(said.ends_with("aws_access_key_id = [redacted: aws-access-key]\n"));
+    let structured = r["result"]["structuredContent"]["content"].as_str().unwrap();
+    assert_eq!(structured, said, "the structured copy is redacted too");
+}
+
+/// Issue 42 and the tester's case: result-cap under its documented entry cuts a 5 MB file read
+/// through server-filesystem (10 MB: the text twice) to its cap; the model reads how much of the
+/// text it sees and how to ask for less, and structuredContent is kept, its text cut the same
+/// way (clients check it against read_text_file's output schema).
+#[tokio::test]
+async fn result_cap_under_its_documented_entry_cuts_a_5_mb_read_with_a_note() {
+    let (work, _) = served_dir();
+    let (big, text) = large_file(work.path(), "big.log", 5 * 1024 * 1024);
+    let entry = documented_entry("result-cap.wasm");
+    let cap = 65536;
+    assert!(entry.contains(&format!("max_bytes = {cap}")), "{entry}");
+    let mut s = run_in_front(work.path(), &entry, &[&example("result-cap.wasm")]).await;
     let r = s.client.call_tool("read_text_file", read(&big)).await;
     assert_ne!(r["result"]["isError"], true, "{r}");
-    assert!(r["result"].to_string().len() <= 8192, "over the cap: {} bytes", r["result"].to_string().len());
+    let size = r["result"].to_string().len();
+    assert!(size <= cap, "over the cap: {size} bytes");
     let content = r["result"]["content"].as_array().unwrap();
     let (kept, note) = (content[0]["text"].as_str().unwrap(), content.last().unwrap()["text"].as_str().unwrap());
-    assert!(kept.len() > 4096 && line.repeat(20_000).starts_with(kept), "{} bytes kept", kept.len());
-    assert!(note.contains("over the limit of 8192 bytes") && note.contains("read it with head or tail"), "{note}");
-    assert!(note.contains("(1 part left out whole)") && r["result"].get("structuredContent").is_none(), "{r}");
+    assert!(kept.len() > cap / 4 && text.starts_with(kept), "{} bytes kept", kept.len());
+    let said = format!(
+        "Its text was {} bytes: the first {} bytes are above, the last {} bytes were cut",
+        text.len(),
+        kept.len(),
+        text.len() - kept.len()
+    );
+    assert!(note.contains(&said) && note.contains("a limit of 65536 bytes"), "{note}");
+    let structured = r["result"]["structuredContent"]["content"].as_str().expect("structuredContent is kept");
+    assert!(structured.len() > cap / 4 && text.starts_with(structured), "{} bytes kept", structured.len());
 }
 
 /// Issue 42: a hook that traps lets the result through under `fail = "open"` (and says so in

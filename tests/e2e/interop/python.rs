@@ -365,3 +365,36 @@ fn a_policy_refusal_reaches_the_python_sdk_as_a_tool_result_in_both_eras() {
         assert!(said.contains("use another tool"), "{why}");
     }
 }
+
+/// The tester's case: the Python SDK client raises "has an output schema but did not return
+/// structured content" for a result without it, and read_text_file of server-filesystem declares
+/// one. Through `switchyard run` with result-cap under its documented entry, a 5 MB read reaches
+/// the SDK's app cut, with its structuredContent (valid against the schema, which the SDK checks).
+#[test]
+fn python_sdk_client_reads_a_5_mb_file_cut_by_result_cap_with_its_structured_content() {
+    ensure_npm();
+    let root = switchyard_testkit::temp_dir();
+    let big = root.path().join("big.log");
+    let text = ("0123456789abcdef".repeat(4) + "\n").repeat(5 * 1024 * 1024 / 65);
+    fs::write(&big, &text).unwrap();
+    let plugins = switchyard_testkit::temp_dir();
+    fs::copy(switchyard_testkit::example_plugins().join("result-cap.wasm"), plugins.path().join("result-cap.wasm"))
+        .unwrap();
+    let config = plugins.path().join("switchyard.toml");
+    fs::write(&config, super::content_plugins::documented_entry("result-cap.wasm")).unwrap();
+    let server = ["node".to_string(), filesystem_entry().display().to_string(), root.path().display().to_string()];
+    let mut routed = routed(&server, plugins.path());
+    routed.splice(2..2, ["--config".to_string(), config.display().to_string()]);
+    let calls = json!([["read_text_file", {"path": big.to_str().unwrap()}]]);
+    let t = run_client("legacy", &calls, &routed).transcript("the Python SDK client through result-cap");
+    let r = &t["steps"]["call_0_read_text_file"];
+    assert!(r.get("error").is_none() && r["isError"] != true, "{r}");
+    let structured = r["structuredContent"]["content"].as_str().unwrap_or_else(|| panic!("no structuredContent: {r}"));
+    assert!(structured.len() > 1000 && text.starts_with(structured), "{} bytes kept", structured.len());
+    let note = r["content"].as_array().unwrap().last().unwrap()["text"].as_str().unwrap();
+    assert!(
+        note.starts_with("[result-cap: this result was cut")
+            && note.contains(&format!("Its text was {} bytes", text.len())),
+        "{note}"
+    );
+}
