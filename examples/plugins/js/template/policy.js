@@ -64,7 +64,8 @@ export function interest() {
 }
 
 // A request's `params` (JSON text) before the call is sent: for a tools/call, `name` and
-// `arguments`. Runs after `decide`, in the chain's order.
+// `arguments`. Runs before `decide` (which then judges the params the hooks made), in the
+// chain's order.
 export function onRequest(call, params) {
   // An example: refuse a tool's argument.
   // if (call.tool === 'write_file' && (JSON.parse(params).arguments?.path ?? '').startsWith('/etc/')) {

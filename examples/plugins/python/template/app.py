@@ -65,7 +65,8 @@ class WitWorld(wit_world.WitWorld):
 
     def on_request(self, call: types.HookCall, params: str) -> types.HookVerdict:
         """A request's `params` (JSON text) before the call is sent: for a tools/call, `name`
-        and `arguments`. Runs after `decide`, in the chain's order."""
+        and `arguments`. Runs before `decide` (which then judges the params the hooks made), in
+        the chain's order."""
         # An example: refuse a tool's argument.
         # if call.tool == "write_file" and json.loads(params)["arguments"].get("path", "").startswith("/etc/"):
         #     return types.HookVerdict_Deny("writing under /etc is not allowed here")

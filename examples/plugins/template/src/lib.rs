@@ -70,7 +70,8 @@ impl Guest for Template {
     }
 
     /// A request's `params` (JSON text) before the call is sent: for a tools/call, `name` and
-    /// `arguments`. Runs after `decide`, in the chain's order.
+    /// `arguments`. Runs before `decide` (which then judges the params the hooks made), in the
+    /// chain's order.
     fn on_request(_call: HookCall, _params: String) -> HookVerdict {
         // An example: refuse a tool's argument (parse `params` with serde_json for real rules).
         // if call.tool.as_deref() == Some("write_file") && params.contains("\"/etc/") {
