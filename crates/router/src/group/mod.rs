@@ -99,6 +99,27 @@ impl GroupSession {
         })
     }
 
+    /// The config changed the group (None: it has no such group now): members it no longer
+    /// has leave this session (their tools' calls are answered with why) and the client is told
+    /// its lists changed; servers added, and new prefixes, apply to sessions opened from now on.
+    pub(crate) fn regroup(self: &Arc<Self>, group: Option<&Group>) {
+        let kept = |server: &str| group.is_some_and(|g| g.members.iter().any(|m| m.server == server));
+        let gone: Vec<usize> =
+            (0..self.members.len()).filter(|&i| !kept(&self.members[i].server) && self.members[i].open()).collect();
+        for &i in &gone {
+            let why = format!("it was taken out of group `{}` in the config", self.group);
+            tracing::info!(group = %self.group, session = %self.label, server = %self.members[i].server, "{why}");
+            *self.members[i].state.lock().expect("lock") = member::State::Down(why.clone());
+            self.member_ended(i, &why);
+        }
+        if !gone.is_empty() {
+            self.forget_search_index();
+            for list in [catalog::List::Tools, catalog::List::Prompts, catalog::List::Resources] {
+                self.list_may_have_changed(list);
+            }
+        }
+    }
+
     /// Sends the client a message.
     fn send(&self, msg: &Value) {
         self.peer.send(msg.to_string());
@@ -155,8 +176,18 @@ pub async fn serve_in(
 ) {
     let shown = router.clone();
     serve_with(&group, joined, input, output, opening, shutdown, move |s| {
-        let weak = Arc::downgrade(s);
-        shown.show_group_session(&s.group, s.label.clone(), Box::new(move || weak.upgrade().map(|s| s.status())))
+        let (weak, again) = (Arc::downgrade(s), Arc::downgrade(s));
+        let regroup = move |g: Option<&Group>| {
+            if let Some(s) = again.upgrade() {
+                s.regroup(g);
+            }
+        };
+        shown.show_group_session(
+            &s.group,
+            s.label.clone(),
+            Box::new(move || weak.upgrade().map(|s| s.status())),
+            Box::new(regroup),
+        )
     })
     .await
 }

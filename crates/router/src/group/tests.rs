@@ -420,3 +420,28 @@ async fn a_client_is_told_its_list_changed_only_when_the_list_it_saw_did() {
     assert!(told.is_empty(), "told {told:?}");
     c.leave().await;
 }
+
+/// Found from outside: a server taken out of a group stayed in the sessions open then, and
+/// their clients were not told. It leaves them: the client is told its list changed, the list
+/// has the others only, and a call of its tools says why.
+#[tokio::test(start_paused = true)]
+async fn a_server_taken_out_of_the_group_leaves_its_open_sessions() {
+    let (fa, fb) = (FakeConnector::new(behaviour("a")), FakeConnector::new(behaviour("b")));
+    let (tx, mut opened) = mpsc::unbounded_channel();
+    let mut c = Client::open_with(group(&["a", "b"]), vec![Ok(server("a", &fa)), Ok(server("b", &fb))], move |s| {
+        let _ = tx.send(s.clone());
+    });
+    let session = opened.recv().await.expect("the session opens");
+    c.initialize(json!({})).await;
+    assert_eq!(c.names("tools/list", "tools").await.len(), 4);
+    session.regroup(Some(&group(&["a"])));
+    c.take(|m| m["method"] == "notifications/tools/list_changed").await;
+    assert_eq!(c.names("tools/list", "tools").await, ["a__echo", "a__wait"]);
+    let r = c.request("tools/call", json!({"name": "b__echo", "arguments": {}})).await;
+    let text = r.to_string();
+    assert!(text.contains("server `b`") && text.contains("taken out of group `work`"), "{r}");
+    let r = c.request("tools/call", json!({"name": "a__echo", "arguments": {}})).await;
+    assert_eq!(r["result"]["content"][0]["text"], "a:echo", "{r}");
+    drop(session);
+    c.leave().await;
+}

@@ -11,6 +11,8 @@ use switchyard_config::{ALL_GROUP, Group, GroupConfig};
 
 /// What status shows of one live group session (None once it is gone).
 pub type GroupShown = Box<dyn Fn() -> Option<Value> + Send + Sync>;
+/// Gives one live group session its group as the config now has it (after a reload).
+pub type Regroup = Box<dyn Fn(Option<&Group>) + Send + Sync>;
 
 /// The groups in force and their live sessions.
 #[derive(Default)]
@@ -18,6 +20,8 @@ pub struct Groups {
     /// Set by a daemon from its file; the implicit `all` is made from the servers when unset.
     defined: RwLock<Option<BTreeMap<String, Group>>>,
     live: Mutex<BTreeMap<String, (String, GroupShown)>>,
+    /// Each live session's [`Regroup`], by label.
+    regroup: Mutex<BTreeMap<String, Regroup>>,
 }
 
 /// Takes a group session out of status when dropped.
@@ -30,13 +34,24 @@ impl Drop for Shown {
     fn drop(&mut self) {
         if let Some(r) = self.router.upgrade() {
             r.groups.live.lock().expect("lock").remove(&self.label);
+            r.groups.regroup.lock().expect("lock").remove(&self.label);
         }
     }
 }
 
 impl Servers {
     /// The groups of the config file in force (each `[groups.NAME]`, and `all`).
+    /// Open sessions of a group are given it as it now is (a server taken out of it leaves them).
     pub fn set_groups(&self, groups: BTreeMap<String, Group>) {
+        let sessions: Vec<(String, String)> =
+            self.groups.live.lock().expect("lock").iter().map(|(l, (g, _))| (l.clone(), g.clone())).collect();
+        let regroup = self.groups.regroup.lock().expect("lock");
+        for (label, group) in sessions {
+            if let Some(f) = regroup.get(&label) {
+                f(groups.get(&group));
+            }
+        }
+        drop(regroup);
         *self.groups.defined.write().expect("lock") = Some(groups);
     }
 
@@ -76,7 +91,15 @@ impl Servers {
     }
 
     /// Shows a group session in status until the returned guard is dropped.
-    pub fn show_group_session(self: &Arc<Self>, group: &str, label: String, shown: GroupShown) -> Shown {
+    /// `regroup` is given the group when the config changes it.
+    pub fn show_group_session(
+        self: &Arc<Self>,
+        group: &str,
+        label: String,
+        shown: GroupShown,
+        regroup: Regroup,
+    ) -> Shown {
+        self.groups.regroup.lock().expect("lock").insert(label.clone(), regroup);
         self.groups.live.lock().expect("lock").insert(label.clone(), (group.to_string(), shown));
         Shown { router: Arc::downgrade(self), label }
     }
