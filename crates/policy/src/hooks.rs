@@ -108,10 +108,13 @@ impl PluginSet {
                         }
                         ("modify", None)
                     }
-                    Err(why) => failed(p, plugin, &what, phase, &format!("answered modify with {why}"), audit),
+                    Err(why) => {
+                        let why = format!("answered modify with {why}");
+                        failed(p, plugin, &what, phase, &Failure { said: why.clone(), logged: why }, audit)
+                    }
                 },
                 Ok(HookVerdict::Deny(reason)) => ("deny", Some(reason)),
-                Err(e) => failed(p, plugin, &what, phase, &e.to_string(), audit),
+                Err(e) => failed(p, plugin, &what, phase, &e, audit),
             };
             let mode = if audit { "audit" } else { "enforce" };
             if let Some(m) = &self.metrics {
@@ -154,15 +157,16 @@ impl PluginSet {
         phase: Phase,
         args: &HookArgs,
         payload: &str,
-    ) -> Result<HookVerdict, String> {
+    ) -> Result<HookVerdict, Failure> {
         let limit = p.entry.max_payload_bytes();
         if payload.len() > limit {
-            return Err(format!(
+            let why = format!(
                 "was not handed the {} of {} KiB: it is over its max_payload_kib ({})",
                 if phase == Phase::Request { "params" } else { "result" },
                 payload.len().div_ceil(1024),
                 p.entry.max_payload_kib
-            ));
+            );
+            return Err(Failure { said: why.clone(), logged: why });
         }
         let started = std::time::Instant::now();
         let answer = guarded(|| match phase {
@@ -170,7 +174,26 @@ impl PluginSet {
             Phase::Result => plugin.on_result(args, payload),
         });
         self.measured(&p.label, phase.op(), started, &answer);
-        answer.map_err(|e: PluginError| e.to_string())
+        answer.map_err(|e: PluginError| Failure::of(&e))
+    }
+}
+
+/// Why a hook could not answer: in full for the log, and as the client (and so a model) is
+/// told under `fail = "closed"`.
+struct Failure {
+    logged: String,
+    said: String,
+}
+
+impl Failure {
+    fn of(e: &PluginError) -> Failure {
+        let said = match e {
+            // A trap's text holds the plugin's panic message and what it printed, which may
+            // quote the very content it was filtering: that stays in the log.
+            PluginError::Trap(_) => "trapped (the router's log has the details)".to_string(),
+            e => e.to_string(),
+        };
+        Failure { logged: e.to_string(), said }
     }
 }
 
@@ -181,22 +204,25 @@ fn failed(
     plugin: &wasm::Plugin,
     what: &str,
     phase: Phase,
-    e: &str,
+    e: &Failure,
     audit: bool,
 ) -> (&'static str, Option<String>) {
+    let logged = &e.logged;
     match p.entry.fails() {
         Fail::Open => {
-            let note =
-                format!("the {} hook of {what} passed it on unchanged: the plugin {e} (fail = open)", phase.name());
+            let note = format!(
+                "the {} hook of {what} passed it on unchanged: the plugin {logged} (fail = open)",
+                phase.name()
+            );
             plugin.output().line(tracing::Level::WARN, "switchyard", &note);
             ("failed", None)
         }
         Fail::Closed => {
             if !audit {
-                let note = format!("{what} refused: the {} hook {e} (fail = closed)", phase.name());
+                let note = format!("{what} refused: the {} hook {logged} (fail = closed)", phase.name());
                 plugin.output().line(tracing::Level::WARN, "switchyard", &note);
             }
-            ("failed", Some(format!("plugin failed: it {e}")))
+            ("failed", Some(format!("plugin failed: it {}", e.said)))
         }
     }
 }

@@ -98,7 +98,9 @@ fn a_trap_passes_when_fail_is_open_and_refuses_when_closed() {
     let closed = probe("closed.wasm", json!({"request": "trap"}), 0, |e| e.fail = Some(Fail::Closed));
     let r = hook(&PluginSet::new(vec![closed]), Phase::Request, "x", params("x")).denied.unwrap();
     assert_eq!(r.plugin, "closed.wasm");
-    assert!(r.reason.starts_with("plugin failed: it trapped"), "{}", r.reason);
+    // The trap's text (the plugin's panic message, which may quote what it was reading) stays
+    // in the log: the client, and so a model, reads a short reason.
+    assert_eq!(r.reason, "plugin failed: it trapped (the router's log has the details)");
     // Without `fail`, on_error says.
     let inherit = probe("inherit.wasm", json!({"result": "trap"}), 0, |e| e.on_error = OnError::Closed);
     assert!(hook(&PluginSet::new(vec![inherit]), Phase::Result, "x", result()).denied.is_some());
@@ -194,4 +196,16 @@ fn plugin_check_says_which_calls_a_0_3_plugin_s_hooks_are_for() {
         &check::Options { config_json: Some(r#"{"methods": []}"#), ..Default::default() },
     );
     assert!(r.text.contains("hooks:    none (its interest names no method)"), "{}", r.text);
+}
+
+#[test]
+fn an_interest_with_an_empty_or_foreign_glob_is_refused_at_load() {
+    let bytes = std::fs::read(fixture("hook-probe.wasm")).unwrap();
+    for (tools, says) in
+        [(json!([""]), "`tools` holds an empty glob"), (json!(["[a-z]*"]), "`tools` glob `[a-z]*` holds `[`")]
+    {
+        let e = entry("p.wasm", &json!({"tools": tools}).to_string(), 0, OnError::Open);
+        let err = format!("{:#}", Loaded::load("p.wasm", &bytes, &e).err().expect("refused"));
+        assert!(err.contains("interest: ") && err.contains(says), "{err}");
+    }
 }

@@ -22,6 +22,29 @@ pub struct Interest {
 }
 
 impl Interest {
+    /// Whether every glob is one [`glob`] reads as meant: not empty (it would match nothing, so
+    /// `tools = [""]` would silently turn the hooks off), and without the brackets and braces of
+    /// other glob syntaxes, which here would match only themselves.
+    pub fn check(&self) -> Result<(), String> {
+        for (list, globs) in [("methods", &self.methods), ("tools", &self.tools)] {
+            for g in globs.iter() {
+                if g.trim().is_empty() {
+                    return Err(format!(
+                        "`{list}` holds an empty glob, which matches no {}; remove it, or write `*` for every one",
+                        if list == "tools" { "tool" } else { "method" }
+                    ));
+                }
+                if let Some(c) = g.chars().find(|c| matches!(c, '[' | ']' | '{' | '}') || c.is_whitespace()) {
+                    return Err(format!(
+                        "`{list}` glob `{g}` holds `{c}`, which globs here do not know (only `*`, any run of \
+                         characters, and `?`, one character); write the names, or several globs"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Whether a call of `method` (to `tool`, for a `tools/call`) is one the hooks are for.
     pub fn covers(&self, method: &str, tool: Option<&str>) -> bool {
         if !self.methods.iter().any(|g| glob(g, method)) {
@@ -126,6 +149,7 @@ impl Plugin {
             PluginError::Init(format!("interest {e}"))
         })?;
         let interest = Interest { methods: i.methods, tools: i.tools, request: i.request, result: i.result };
+        interest.check().map_err(|e| PluginError::Init(format!("interest: {e}")))?;
         Ok((!interest.methods.is_empty() && (interest.request || interest.result)).then_some(interest))
     }
 
@@ -237,6 +261,23 @@ mod tests {
         ] {
             assert_eq!(glob(p, t), want, "{p} ~ {t}");
         }
+    }
+
+    #[test]
+    fn an_empty_glob_or_one_of_another_syntax_is_refused() {
+        let of = |methods: &[&str], tools: &[&str]| Interest {
+            methods: methods.iter().map(|s| s.to_string()).collect(),
+            tools: tools.iter().map(|s| s.to_string()).collect(),
+            request: true,
+            result: true,
+        };
+        assert_eq!(of(&["tools/call", "resources/*"], &["read_?", "*file*"]).check(), Ok(()));
+        let e = of(&["tools/call"], &[""]).check().unwrap_err();
+        assert!(e.starts_with("`tools` holds an empty glob, which matches no tool;"), "{e}");
+        let e = of(&["tools/call"], &["[a-z"]).check().unwrap_err();
+        assert!(e.starts_with("`tools` glob `[a-z` holds `[`, which globs here do not know"), "{e}");
+        assert!(of(&["tools/{call,list}"], &[]).check().unwrap_err().contains("`methods` glob"));
+        assert!(of(&["tools/call "], &[]).check().is_err());
     }
 
     #[test]
