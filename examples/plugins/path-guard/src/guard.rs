@@ -105,20 +105,45 @@ impl Guard {
     fn check_path(&self, raw: &str) -> Result<(), String> {
         let path = match raw.strip_prefix("file://") {
             Some(p) if p.contains('%') => return Err("is a file URI with %-escapes, which are refused".into()),
-            Some(p) => p,
+            // `file:///p` and `file://localhost/p` name the local `/p`; another host is not here.
+            Some(p) => match p.split_once('/') {
+                Some(("" | "localhost", _)) => &p[p.find('/').unwrap_or(0)..],
+                _ => {
+                    let host = p.split('/').next().unwrap_or(p);
+                    return Err(format!(
+                        "is a file URI on the host `{host}`; only local files are allowed: write `file:///PATH` or the path itself"
+                    ));
+                }
+            },
             None => raw,
         };
         if path.starts_with('~') {
             return Err("starts with `~`; give the full path".into());
         }
+        if is_windows_path(path) {
+            return Err(format!(
+                "is a Windows path, and path-guard reads paths the Unix way (`/` first); give the path under {} as the server \
+                 takes it",
+                self.list_roots()
+            ));
+        }
         let joined = match (Path::new(path).is_absolute(), &self.base) {
             (true, _) => PathBuf::from(path),
             (false, Some(base)) => base.join(path),
-            (false, None) => return Err(format!("is relative; give an absolute path under {}", self.list_roots())),
+            (false, None) => {
+                return Err(format!(
+                    "is relative, and path-guard has no `base` directory to join it to; give an absolute path under {} \
+                     (or set `base` in path-guard's config)",
+                    self.list_roots()
+                ));
+            }
         };
         let (clean, dotdot) = lexical(&joined);
         if !self.roots.iter().any(|r| clean.starts_with(r)) {
-            return Err(format!("is outside the allowed roots ({})", self.list_roots()));
+            return Err(format!(
+                "is outside the allowed roots ({}: `roots` in the config of path-guard's [[plugins]] entry)",
+                self.list_roots()
+            ));
         }
         if self.real_roots.is_empty() {
             if dotdot {
@@ -194,6 +219,12 @@ fn resolve(path: &Path) -> Result<PathBuf, String> {
     Ok(real)
 }
 
+/// Whether `path` is written the Windows way: a drive (`C:`) or a `\\` share.
+fn is_windows_path(path: &str) -> bool {
+    let b = path.as_bytes();
+    (b.len() >= 2 && b[0].is_ascii_alphabetic() && b[1] == b':') || path.starts_with("\\\\")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,13 +252,28 @@ mod tests {
             assert_eq!(g.check(&ok), Ok(()), "{ok}");
         }
         let e = refused(&g, json!({"path": "/etc/passwd"}));
-        assert_eq!(e, r#"`path` = "/etc/passwd" is outside the allowed roots (/no/such/work, /no/such/data)"#);
+        let roots = "(/no/such/work, /no/such/data: `roots` in the config of path-guard's [[plugins]] entry)";
+        assert_eq!(e, format!(r#"`path` = "/etc/passwd" is outside the allowed roots {roots}"#));
         assert!(refused(&g, json!({"path": "/no/such/workshop"})).contains("outside"));
         assert!(refused(&g, json!({"path": "/no/such/work/../../etc"})).contains("outside"));
         assert!(refused(&g, json!({"path": "/no/such/work/a/../b"})).contains("`..`"), "no `..` without a filesystem");
         assert!(refused(&g, json!({"paths": ["/no/such/work/a", "/tmp"]})).contains("\"/tmp\""));
         assert!(refused(&g, json!({"edits": [{"file": "/tmp/x"}]})).contains("`file`"), "nested arguments count");
-        assert!(refused(&g, json!({"path": "notes.txt"})).contains("relative"));
+        let e = refused(&g, json!({"path": "notes.txt"}));
+        assert!(e.contains("is relative, and path-guard has no `base` directory") && e.contains("set `base`"), "{e}");
+        // A local file URI is its path; another host's, or a Windows path, is named for what it is.
+        assert!(
+            refused(&g, json!({"path": "file://localhost/etc/passwd"}))
+                .contains(r#""file://localhost/etc/passwd" is outside the allowed roots"#)
+        );
+        assert_eq!(g.check(&json!({"path": "file://localhost/no/such/work/a"})), Ok(()));
+        assert!(
+            refused(&g, json!({"path": "file://fileserver/etc/passwd"}))
+                .contains("is a file URI on the host `fileserver`")
+        );
+        let e = refused(&g, json!({"path": "C:\\Windows\\win.ini"}));
+        assert!(e.contains("is a Windows path, and path-guard reads paths the Unix way"), "{e}");
+        assert!(refused(&g, json!({"path": "\\\\server\\share\\x"})).contains("is a Windows path"));
         assert!(refused(&g, json!({"path": "~/x"})).contains("`~`"));
         assert!(refused(&g, json!({"path": "file:///no/such/work/%2e%2e/x"})).contains("%-escapes"));
     }
