@@ -28,6 +28,8 @@ struct Known {
     tools_max: usize,
     /// It fetches its tools again on `notifications/tools/list_changed`.
     acts_on_list_changed: bool,
+    /// Its tool names may have only ASCII letters, digits, `_` and `-`.
+    ascii_names: bool,
 }
 
 /// The kinds of client switchyard knows; the first whose mark the name contains.
@@ -41,6 +43,7 @@ const KNOWN: &[Known] = &[
         name_prefix: "mcp__{server}__",
         tools_max: 0,
         acts_on_list_changed: true,
+        ascii_names: true,
     },
     // Cursor: 60 characters for the server's name and the tool's together; it warns above 80.
     Known {
@@ -50,6 +53,7 @@ const KNOWN: &[Known] = &[
         name_prefix: "mcp_{server}_",
         tools_max: 80,
         acts_on_list_changed: true,
+        ascii_names: false,
     },
     // GitHub Copilot defers tools above 30.
     Known {
@@ -59,6 +63,7 @@ const KNOWN: &[Known] = &[
         name_prefix: "",
         tools_max: 30,
         acts_on_list_changed: false,
+        ascii_names: false,
     },
     // VS Code sends at most 128 tools per request.
     Known {
@@ -68,9 +73,18 @@ const KNOWN: &[Known] = &[
         name_prefix: "",
         tools_max: 128,
         acts_on_list_changed: true,
+        ascii_names: false,
     },
     // Codex ignores list_changed.
-    Known { kind: "codex", marks: &["codex"], name_max: 0, name_prefix: "", tools_max: 0, acts_on_list_changed: false },
+    Known {
+        kind: "codex",
+        marks: &["codex"],
+        name_max: 0,
+        name_prefix: "",
+        tools_max: 0,
+        acts_on_list_changed: false,
+        ascii_names: false,
+    },
 ];
 
 /// The limits a client's list is kept within, and how its tools are exposed.
@@ -89,6 +103,9 @@ pub struct Budget {
     /// In search mode, the tools a search finds join the client's list (see
     /// [`BudgetConfig::add_found`]); by default for the clients that act on list_changed.
     pub add_found: bool,
+    /// Tool names may have only ASCII letters, digits, `_` and `-` (the Claude API's rule):
+    /// a name with another character is renamed as a name too long is.
+    pub ascii_names: bool,
 }
 
 impl Budget {
@@ -106,6 +123,7 @@ impl Budget {
                 tools_max: k.tools_max,
                 expose: Expose::List,
                 add_found: k.acts_on_list_changed,
+                ascii_names: k.ascii_names,
             },
             None => Budget {
                 kind: OTHER.into(),
@@ -114,6 +132,7 @@ impl Budget {
                 tools_max: 0,
                 expose: Expose::List,
                 add_found: false,
+                ascii_names: false,
             },
         };
         if let Some(c) = table.get(&b.kind) {
@@ -178,18 +197,25 @@ impl Plan {
     pub fn new(budget: &Budget, server: &str, names: &[&str]) -> Plan {
         let mut plan =
             Plan { count: names.len(), tools_max: budget.tools_max, room: budget.room(server), ..Plan::default() };
-        let Some(room) = plan.room else { return plan };
+        let ascii = budget.ascii_names;
+        if plan.room.is_none() && !ascii {
+            return plan;
+        }
+        let fits = |n: &str| {
+            plan.room.is_none_or(|room| n.chars().count() <= room) && (!ascii || n.chars().all(tool_name_char))
+        };
         let all: BTreeSet<&str> = names.iter().copied().collect();
-        let mut taken: BTreeSet<String> =
-            all.iter().filter(|n| n.chars().count() <= room).map(|n| n.to_string()).collect();
-        for name in all.iter().filter(|n| n.chars().count() > room) {
+        let mut taken: BTreeSet<String> = all.iter().filter(|n| fits(n)).map(|n| n.to_string()).collect();
+        for name in all.iter().filter(|n| !fits(n)) {
+            // A name renamed for its characters only keeps its length (and gains the hash).
+            let room = plan.room.unwrap_or(usize::MAX).min(name.chars().count() + 1 + HASH_DIGITS);
             if room < HASH_DIGITS {
                 plan.unfit.push(name.to_string());
                 continue;
             }
             // A clash (with a name that fits, or another shortened one) takes the next salt.
             let short = (0u32..)
-                .map(|salt| shorten(name, room, salt))
+                .map(|salt| shorten(name, room, salt, ascii))
                 .find(|s| !taken.contains(s) && !all.contains(s.as_str()))
                 .expect("some salt gives a name not taken");
             taken.insert(short.clone());
@@ -229,9 +255,15 @@ impl Plan {
     }
 }
 
+/// Whether a client that takes only ASCII tool names takes `c` in one.
+fn tool_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_' || c == '-'
+}
+
 /// `name` in `room` characters: its first characters, `_` and 8 hex digits of the SHA-256 of
-/// the name (and of `salt`, when not 0); only the hash when the room is that small.
-pub fn shorten(name: &str, room: usize, salt: u32) -> String {
+/// the name (and of `salt`, when not 0); only the hash when the room is that small. `ascii`:
+/// each character a client of ASCII names refuses is `_` (the hash keeps names apart).
+pub fn shorten(name: &str, room: usize, salt: u32, ascii: bool) -> String {
     let mut hash = Sha256::new();
     hash.update(name.as_bytes());
     if salt > 0 {
@@ -243,7 +275,8 @@ pub fn shorten(name: &str, room: usize, salt: u32) -> String {
     if keep == 0 {
         return hex;
     }
-    let head: String = name.chars().take(keep).collect();
+    let head: String =
+        name.chars().take(keep).map(|c| if ascii && !tool_name_char(c) { '_' } else { c }).collect();
     format!("{head}_{hex}")
 }
 
@@ -358,13 +391,13 @@ mod tests {
         refs.reverse();
         assert_eq!(Plan::new(&b, "github", &refs), first);
         // And across runs: the hash is SHA-256, not a per-process hasher.
-        assert_eq!(shorten("abcdefghijklmnopqrstuvwxyz", 20, 0), "abcdefghijk_71c480df");
+        assert_eq!(shorten("abcdefghijklmnopqrstuvwxyz", 20, 0, false), "abcdefghijk_71c480df");
     }
 
     #[test]
     fn a_shortened_name_never_takes_a_listed_one() {
         let long = "a_tool_with_a_name_much_longer_than_the_room";
-        let clash = shorten(long, 20, 0);
+        let clash = shorten(long, 20, 0, false);
         let b = Budget { name_max: 20, ..budget("x") };
         let plan = Plan::new(&b, "s", &[long, &clash]);
         assert_eq!(plan.shown(&clash), clash);
@@ -391,5 +424,33 @@ mod tests {
         let changed = serde_json::json!({"name": "a", "description": "y"});
         assert_eq!(list_digest(&[a.clone(), b.clone()]), list_digest(&[b.clone(), a.clone()]));
         assert_ne!(list_digest(&[a, b.clone()]), list_digest(&[changed, b]));
+    }
+}
+
+#[cfg(test)]
+mod ascii_tests {
+    use super::*;
+
+    /// Found from outside: `héllo_wörld_日本` reached Claude clients as it is, but the Claude API
+    /// takes only `[a-zA-Z0-9_-]` in tool names. It is renamed to ASCII, deterministically and
+    /// both ways, as a long name is shortened; other clients keep it.
+    #[test]
+    fn a_name_with_characters_claude_refuses_is_renamed_to_ascii_both_ways() {
+        let claude = Budget::for_client(Some("claude-code"), &BTreeMap::new());
+        let names = ["héllo_wörld_日本", "plain_name", "hello_w_rld____x"];
+        let plan = Plan::new(&claude, "fx", &names);
+        let shown = plan.shown("héllo_wörld_日本").to_string();
+        assert!(shown.starts_with("h_llo_w_rld___") && shown.chars().all(tool_name_char), "{shown}");
+        assert_eq!(plan.original(&shown), Some("héllo_wörld_日本"));
+        assert_eq!(plan.shown("plain_name"), "plain_name");
+        assert_eq!(Plan::new(&claude, "fx", &names).shown("héllo_wörld_日本"), shown, "the same every time");
+        assert_eq!(plan.renamed().count(), 1);
+        // Long and not ASCII: shortened and made ASCII within the room.
+        let long = "ü".repeat(80);
+        let plan = Plan::new(&claude, "fx", &[long.as_str()]);
+        let shown = plan.shown(&long);
+        assert!(shown.chars().all(tool_name_char) && shown.len() <= 64 - "mcp__fx__".len(), "{shown}");
+        let cursor = Budget::for_client(Some("cursor"), &BTreeMap::new());
+        assert!(Plan::new(&cursor, "fx", &names).is_quiet());
     }
 }

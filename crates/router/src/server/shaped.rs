@@ -209,6 +209,7 @@ impl Server {
                 "name_prefix": budget.name_prefix,
                 "renamed": plan.renamed().map(|(s, o)| json!({"shown": s, "tool": o})).collect::<Vec<_>>(),
                 "unfit": plan.unfit,
+                "ascii_names": budget.ascii_names,
                 "tools": plan.count,
                 "tools_max": plan.tools_max,
             })
@@ -225,7 +226,8 @@ impl Server {
         let mut said = Vec::new();
         if renamed > 0 {
             let room = plan.room.unwrap_or_default();
-            said.push(format!("{renamed} tool names shortened to {room} characters (see `switchyard status`)"));
+            let only = if budget.ascii_names { " of ASCII letters, digits, `_` and `-`" } else { "" };
+            said.push(format!("{renamed} tool names renamed to fit {room} characters{only} (see `switchyard status`)"));
         }
         if !plan.unfit.is_empty() {
             said.push(format!(

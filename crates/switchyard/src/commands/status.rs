@@ -180,10 +180,12 @@ fn render_budget(out: &mut String, b: &serde_json::Value) {
     if !renamed.is_empty() {
         let _ = writeln!(
             out,
-            "  {client} clients: {} tool name(s) shortened to fit {} characters with `{}`:",
+            "  {client} clients: {} tool name(s) shortened to fit {} characters with `{}`{}:",
             renamed.len(),
             b["name_max"],
-            b["name_prefix"].as_str().unwrap_or("")
+            b["name_prefix"].as_str().unwrap_or(""),
+            // Clients that take ASCII names only (Claude's): a name with another character too.
+            if b["ascii_names"] == true { ", and only ASCII letters, digits, `_` and `-`" } else { "" }
         );
         for r in &renamed {
             let _ =
