@@ -275,8 +275,7 @@ pub fn shorten(name: &str, room: usize, salt: u32, ascii: bool) -> String {
     if keep == 0 {
         return hex;
     }
-    let head: String =
-        name.chars().take(keep).map(|c| if ascii && !tool_name_char(c) { '_' } else { c }).collect();
+    let head: String = name.chars().take(keep).map(|c| if ascii && !tool_name_char(c) { '_' } else { c }).collect();
     format!("{head}_{hex}")
 }
 
