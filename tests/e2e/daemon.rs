@@ -1010,6 +1010,17 @@ async fn a_broken_groups_table_leaves_token_calls_status_and_clients_working() {
         let out = home.cli(&args).await;
         assert!(out.status.success(), "{args:?} failed: {}", text(&out).1);
     }
+    // A broken server table is the same: its own problem.
+    home.write_config(&format!("{alpha}{http}\n[servers.beta]\ncomand = \"x\"\n"));
+    let runs =
+        [(vec!["token", "--config", &config], token.as_str()), (vec!["calls", "--config", &config, "--json"], "pid")];
+    for (args, shown) in runs {
+        let out = home.cli(&args).await;
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{args:?} failed on a broken [servers.beta]: {stderr}");
+        assert!(stderr.contains("warning:") && stderr.contains("comand"), "{stderr}");
+        assert!(stdout.contains(shown), "{args:?}: {stdout}");
+    }
 
     home.write_config(&format!("{alpha}[http]\nlistn = \"127.0.0.1:0\"\n\n[groups.typo]\nservers = [\"memroy\"]\n"));
     let out = home.cli(&["token", "--config", &config]).await;
