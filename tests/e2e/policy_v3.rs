@@ -82,6 +82,10 @@ async fn audit_mode_passes_the_call_unchanged_and_logs_what_it_would_have_done()
     c.initialize().await;
     let echo = c.call_tool("echo", json!({"text": "as the server said"})).await;
     assert_eq!(tool_text(&echo), "as the server said", "{echo}");
+    // status says which plugins read what passes, and how their entries apply them.
+    let status = home.status_text().await;
+    let want = "    watch.wasm: on-request and on-result for methods [tools/call], tools [echo]; audit: logged only, fail open, payloads up to 4096 KiB";
+    assert!(status.contains(want), "{want} missing from:\n{status}");
     c.close().await;
     p.wait_timeout(SLOW).await;
     home.shutdown().await;

@@ -63,13 +63,7 @@ fn check(file: &Path, opts: &Options<'_>, out: &mut String) -> anyhow::Result<()
     let _ = writeln!(out, "contract: {}", plugin.contract());
     let _ = writeln!(out, "config:   {config_json}");
     if let Some(i) = plugin.interest() {
-        let tools =
-            if i.tools.is_empty() { "every tool".to_string() } else { format!("tools [{}]", i.tools.join(", ")) };
-        let hooks: Vec<&str> = [(i.request, "on-request"), (i.result, "on-result")]
-            .into_iter()
-            .filter_map(|(on, name)| on.then_some(name))
-            .collect();
-        let _ = writeln!(out, "hooks:    {} for methods [{}], {tools}", hooks.join(" and "), i.methods.join(", "));
+        let _ = writeln!(out, "hooks:    {}", i.describe());
     } else if plugin.contract() == wasm::Contract::V3 {
         let _ = writeln!(out, "hooks:    none (its interest names no method)");
     }

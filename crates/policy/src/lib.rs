@@ -26,7 +26,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use tokio_util::sync::CancellationToken;
 
-use switchyard_config::{Config, OnError, PluginEntry, Refusals};
+use switchyard_config::{Config, Fail, HookMode, OnError, PluginEntry, Refusals};
 use switchyard_core::decision::{CallInfo, Decision, Hints, Rejection};
 use switchyard_core::metrics::Metrics;
 
@@ -343,6 +343,30 @@ impl PluginSet {
             .map(|p| switchyard_core::audit::PluginRef {
                 name: p.name.clone(),
                 sha256: switchyard_core::ids::hex(&p.hash),
+            })
+            .collect()
+    }
+
+    /// The plugins with content hooks, in chain order, each with what its hooks are for and
+    /// how its entry applies them: `on-result for methods [tools/call], every tool; enforce,
+    /// fail closed, payloads up to 4096 KiB` (for `status`).
+    pub fn content_hooks(&self) -> Vec<(String, String)> {
+        let hooked = self.chain.iter().filter_map(|p| match &p.plugin {
+            Runs::Ready(w) => w.interest().map(|i| (p, i)),
+            Runs::Broken(_) => None,
+        });
+        hooked
+            .map(|(p, i)| {
+                let mode = match p.entry.mode {
+                    HookMode::Enforce => "enforce",
+                    HookMode::Audit => "audit: logged only",
+                };
+                let fail = match p.entry.fails() {
+                    Fail::Open => "fail open",
+                    Fail::Closed => "fail closed",
+                };
+                let how = format!("{}; {mode}, {fail}, payloads up to {} KiB", i.describe(), p.entry.max_payload_kib);
+                (p.name.clone(), how)
             })
             .collect()
     }

@@ -45,6 +45,18 @@ impl Interest {
         Ok(())
     }
 
+    /// Which hooks, for what: `on-result for methods [tools/call], every tool` (for `plugin
+    /// check` and `status`).
+    pub fn describe(&self) -> String {
+        let tools =
+            if self.tools.is_empty() { "every tool".to_string() } else { format!("tools [{}]", self.tools.join(", ")) };
+        let hooks: Vec<&str> = [(self.request, "on-request"), (self.result, "on-result")]
+            .into_iter()
+            .filter_map(|(on, name)| on.then_some(name))
+            .collect();
+        format!("{} for methods [{}], {tools}", hooks.join(" and "), self.methods.join(", "))
+    }
+
     /// Whether a call of `method` (to `tool`, for a `tools/call`) is one the hooks are for.
     pub fn covers(&self, method: &str, tool: Option<&str>) -> bool {
         if !self.methods.iter().any(|g| glob(g, method)) {

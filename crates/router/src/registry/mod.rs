@@ -490,6 +490,9 @@ impl Servers {
             "traces": switchyard_telemetry::destination().map(|url| json!({"endpoint": url})),
             "uptime_ms": self.started.elapsed().as_millis() as u64,
             "plugins": self.policy.current().names(),
+            // The plugins with content hooks: what for, and mode, fail and payload limit.
+            "content_hooks": self.policy.current().content_hooks().into_iter()
+                .map(|(plugin, hooks)| json!({"plugin": plugin, "hooks": hooks})).collect::<Vec<_>>(),
             "plugin_problems": self.plugin_problems(),
             "plugins_dir": self.policy.dir().map(|d| d.display().to_string()),
             "servers": servers,

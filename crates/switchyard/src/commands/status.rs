@@ -169,6 +169,10 @@ fn render_daemon(out: &mut String, s: &serde_json::Value) {
         if plugins.is_empty() { "none".to_string() } else { plugins.join(", ") },
         s["plugins_dir"].as_str().map(|d| format!(" (from {d})")).unwrap_or_default()
     );
+    for h in s["content_hooks"].as_array().into_iter().flatten() {
+        let (plugin, hooks) = (h["plugin"].as_str().unwrap_or("?"), h["hooks"].as_str().unwrap_or("?"));
+        let _ = writeln!(out, "    {}: {}", printable(plugin), printable(hooks));
+    }
 }
 
 /// What one kind of client's budget did to a server's tool list: each name shortened (and the
@@ -452,7 +456,8 @@ mod tests {
         let s = serde_json::json!({
             "pid": 7, "version": "0.1.0", "config": "/c.toml", "socket": "/s.sock", "log": null,
             "audit": {"path": "/st/c.audit.jsonl", "lost": 3, "lost_queue_full": 0, "lost_write_failed": 3, "refused": 716, "strict": true},
-            "traces": {"endpoint": "http://otel:4318/v1/traces"}, "uptime_ms": 61_000, "plugins": ["hints.wasm"], "plugins_dir": "/p",
+            "traces": {"endpoint": "http://otel:4318/v1/traces"}, "uptime_ms": 61_000, "plugins": ["hints.wasm", "redact.wasm"], "plugins_dir": "/p",
+            "content_hooks": [{"plugin": "redact.wasm", "hooks": "on-result for methods [tools/call], every tool; enforce, fail closed, payloads up to 4096 KiB"}],
             "servers": [{"name": "fs", "target": "npx fs", "starts": 1, "restarts": 0, "last_error": null,
                 "instances": [{"label": "fs#1", "pool": "default", "pid": 42, "url": null, "uptime_ms": 500, "inflight": 1, "ready": true, "scope": "shared"},
                     {"label": "fs#2", "pool": "default", "pid": 43, "url": null, "uptime_ms": 500, "inflight": 0, "ready": true, "scope": "client cursor (token ci)"}],
@@ -473,7 +478,7 @@ mod tests {
             "log: stderr",
             "traces: http://otel:4318/v1/traces (OTLP over HTTP)",
             "audit: /st/c.audit.jsonl (3 lines of calls that ran lost: the file could not be written (the daemon log says why); 716 calls refused by strict = true, as their lines could not be written)",
-            "hints.wasm",
+            "plugins: hints.wasm, redact.wasm (from /p)\n    redact.wasm: on-result for methods [tools/call], every tool; enforce, fail closed, payloads up to 4096 KiB",
             "server fs: npx fs",
             "fs#1 [default] pid 42",
             "fs#2 [default, client cursor (token ci)] pid 43",
