@@ -76,6 +76,17 @@ pub(crate) fn row(r: &Record) -> String {
     }
     let mut client = r.client.name.clone().unwrap_or_else(|| r.client.transport.clone());
     client.push_str(&format!(" {}", r.session));
+    // What content hooks did, after the client (the last column is never cut).
+    for h in &r.hooks {
+        let did = match (h.verdict.as_str(), h.mode.as_str()) {
+            ("failed", _) => format!("failed on the {}", h.phase),
+            (verdict, "audit") => format!("would {verdict} the {} (audit)", h.phase),
+            ("modify", _) => format!("modified the {}", h.phase),
+            ("deny", _) => format!("denied the {}", h.phase),
+            (verdict, _) => format!("{verdict} the {}", h.phase),
+        };
+        client.push_str(&format!("  [{} {did}]", h.plugin));
+    }
     let cells = [time, r.server.clone(), call, result, format!("{:.1}", r.duration_ms), client];
     let mut t = String::new();
     for ((_, width), cell) in COLUMNS.iter().zip(cells) {

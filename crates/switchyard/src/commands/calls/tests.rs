@@ -103,6 +103,25 @@ fn a_row_says_how_the_call_ended_and_escapes_what_clients_name_themselves() {
 }
 
 #[test]
+fn a_row_says_what_content_hooks_did_to_the_call() {
+    let mut r = rec("2026-11-29T10:00:00.123Z", "fs", "read_text_file", "claude-code", Outcome::Ok);
+    let note = |plugin: &str, phase: &str, verdict: &str, mode: &str| switchyard_core::audit::HookNote {
+        plugin: plugin.into(),
+        phase: phase.into(),
+        verdict: verdict.into(),
+        mode: mode.into(),
+    };
+    r.hooks = vec![note("redact.wasm", "result", "modify", "enforce"), note("guard.wasm", "request", "deny", "audit")];
+    let row = show::row(&r);
+    assert!(
+        row.trim_end().ends_with("[redact.wasm modified the result]  [guard.wasm would deny the request (audit)]"),
+        "{row}"
+    );
+    r.hooks = vec![note("cap.wasm", "result", "failed", "enforce")];
+    assert!(show::row(&r).contains("[cap.wasm failed on the result]"));
+}
+
+#[test]
 fn no_log_is_an_error_that_says_why() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("s.toml");
