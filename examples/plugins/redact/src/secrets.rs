@@ -15,8 +15,11 @@ const BUILT_IN: &[(&str, &str)] = &[
     ),
     // A JSON Web Token: header and payload are base64url JSON objects (`{"` encodes as `eyJ`).
     ("jwt", r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"),
-    // AWS access key ids (long-term AKIA, temporary ASIA, and the other documented prefixes).
-    ("aws-access-key", r"\b(?:AKIA|ASIA|ABIA|ACCA|AIDA|AROA|AIPA|ANPA|ANVA|APKA)[A-Z2-7]{16}\b"),
+    // AWS access key ids (long-term AKIA, temporary ASIA, and the other documented prefixes),
+    // 16 upper-case letters and digits after the prefix. The ids AWS issues use A-Z and 2-7
+    // only, but a key written by hand or by a generator (a test fixture, a leaked example) may
+    // have any digit, and a filter that lets those through teaches the wrong lesson.
+    ("aws-access-key", r"\b(?:AKIA|ASIA|ABIA|ACCA|AIDA|AROA|AIPA|ANPA|ANVA|APKA)[A-Z0-9]{16}\b"),
     // An AWS secret access key: 40 base64 characters named as one.
     (
         "aws-secret-key",
@@ -195,6 +198,8 @@ mod tests {
         let azure_key = format!("{}==", "A".repeat(86));
         let cases = [
             (format!("key {AWS_ID} here"), "key [redacted: aws-access-key] here".to_string()),
+            // Digits outside AWS's own alphabet (2-7), as a hand-made key has them.
+            ("id: AKIAIEQH524YNG5BY1A2".to_string(), "id: [redacted: aws-access-key]".to_string()),
             (
                 format!("aws_secret_access_key = {AWS_SECRET}\n"),
                 "aws_secret_access_key = [redacted: aws-secret-key]\n".to_string(),
