@@ -281,6 +281,29 @@ async fn result_cap_under_its_documented_entry_cuts_a_5_mb_read_with_a_note() {
     assert!(structured.len() > cap / 4 && text.starts_with(structured), "{} bytes kept", structured.len());
 }
 
+/// Both plugins under their documented entries: redact reads the result before result-cap cuts
+/// it, so no token is cut in two with a part of it left for the model (found by the re-trial:
+/// with result-cap first, 18 of a GitHub token's 40 characters came through).
+#[tokio::test]
+async fn redact_and_result_cap_as_documented_cut_no_token_in_two() {
+    let (work, _) = served_dir();
+    let token = format!("ghp_{}", "Ab3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hJ6");
+    // A token every 100 bytes: wherever the cut falls, it falls through one.
+    let line = format!("{token} {}\n", "x".repeat(100 - token.len() - 2));
+    let text = line.repeat(10 * 1024);
+    let big = work.path().join("tokens.txt");
+    std::fs::write(&big, &text).unwrap();
+    let config = format!("{}\n{}", documented_entry("redact.wasm"), documented_entry("result-cap.wasm"));
+    let plugins = [example("redact.wasm"), example("result-cap.wasm")];
+    let mut s = run_in_front(work.path(), &config, &[&plugins[0], &plugins[1]]).await;
+    let r = s.client.call_tool("read_text_file", read(&big)).await;
+    assert_ne!(r["result"]["isError"], true, "{r}");
+    let all = r["result"].to_string();
+    assert!(all.len() <= 65536, "not cut: {} bytes", all.len());
+    assert!(!all.contains("ghp_"), "a token, or part of one, came through: {}", &all[all.len() - 600..]);
+    assert!(tool_text(&r).starts_with("[redacted: github-token] x"), "{}", &tool_text(&r)[..200]);
+}
+
 /// Issue 42: a hook that traps lets the result through under `fail = "open"` (and says so in
 /// the log), and refuses the call under `fail = "closed"`.
 #[tokio::test]
