@@ -248,7 +248,13 @@ impl Units<'_> {
                 let start = self.line_start(key_at?);
                 ranges.push(start..self.line_end(extent(item)?));
             }
-            _ => return None,
+            // `[[plugins]]` entries: each with its header, as a table.
+            Item::ArrayOfTables(a) => {
+                for t in a.iter() {
+                    self.of_table(t, &mut ranges)?;
+                }
+            }
+            Item::None => return None,
         }
         Some(ranges)
     }
