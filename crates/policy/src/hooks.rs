@@ -219,7 +219,12 @@ fn failed(
         }
         Fail::Closed => {
             if !audit {
-                let note = format!("{what} refused: the {} hook {logged} (fail = closed)", phase.name());
+                // A result is withheld after the server ran the call: not "refused".
+                let how = match phase {
+                    Phase::Request => "refused",
+                    Phase::Result => "ran, and its result was withheld",
+                };
+                let note = format!("{what} {how}: the {} hook {logged} (fail = closed)", phase.name());
                 plugin.output().line(tracing::Level::WARN, "switchyard", &note);
             }
             ("failed", Some(format!("plugin failed: it {}", e.said)))

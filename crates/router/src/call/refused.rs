@@ -59,7 +59,10 @@ pub(super) fn withheld(
         }
         _ => {
             let reason = rejection.reason.trim_end_matches(['.', ' ']);
-            let reason = format!("the server ran the call and answered, and its result was withheld: {reason}");
+            let reason = format!(
+                "the server ran the call and answered, and its result was withheld: {reason}. The call may have \
+                 changed something: do not repeat it blindly; check what it did first"
+            );
             Refused {
                 answer: CallError::Rejected(Rejection { reason, ..rejection }).to_response(client_id),
                 code: Some(codec::POLICY_REJECTED),

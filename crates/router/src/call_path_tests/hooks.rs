@@ -103,6 +103,7 @@ async fn a_withheld_result_of_another_method_says_the_server_answered() {
     let (code, msg) = error(&r);
     assert_eq!(code, -32004, "{r}");
     assert!(msg.starts_with("rejected by policy plugin `cap.wasm`: the server ran the call and answered, and its result was withheld: probe denies resources/list"), "{msg}");
+    assert!(msg.contains("do not repeat it blindly"), "as the tool result says it: {msg}");
 }
 
 #[tokio::test]
