@@ -78,8 +78,8 @@ pub(super) async fn resulted(
     }
 }
 
-/// A hook's refusal as the client's answer (a tool result with `isError` for `tools/call`),
-/// logged and noted in `end`.
+/// A request hook's refusal as the client's answer (a tool result with `isError` for
+/// `tools/call`), logged and noted in `end`.
 fn denial(
     server: &Server,
     set: &PluginSet,
@@ -88,14 +88,7 @@ fn denial(
     end: &mut End,
     rejection: Rejection,
 ) -> Refused {
-    let what = match &info.tool {
-        Some(t) => format!("tools/call `{t}`"),
-        None => info.method.clone(),
-    };
-    server.log_refusal(req.session_label, &what, &rejection);
-    let answer = refused(set, info.tool.as_deref(), req.modern, req.call.id(), rejection);
-    (end.outcome, end.code, end.refused_by) = (Outcome::Rejected, answer.code, Some(answer.by.clone()));
-    answer
+    answered(server, set, req, info, end, rejection, false)
 }
 
 /// A result hook's refusal as the client's answer: the server ran the call, so the answer says
@@ -108,12 +101,30 @@ fn withhold(
     end: &mut End,
     rejection: Rejection,
 ) -> String {
-    let what = match &info.tool {
-        Some(t) => format!("the result of tools/call `{t}` (it ran)"),
-        None => format!("the result of {} (it ran)", info.method),
+    answered(server, set, req, info, end, rejection, true).answer
+}
+
+/// [`denial`] (`ran` false) and [`withhold`] (`ran` true): logged, answered, noted in `end`.
+fn answered(
+    server: &Server,
+    set: &PluginSet,
+    req: &Request<'_>,
+    info: &CallInfo,
+    end: &mut End,
+    rejection: Rejection,
+    ran: bool,
+) -> Refused {
+    let call = match &info.tool {
+        Some(t) => format!("tools/call `{t}`"),
+        None => info.method.clone(),
     };
+    let what = if ran { format!("the result of {call} (it ran)") } else { call };
     server.log_refusal(req.session_label, &what, &rejection);
-    let answer = withheld(set, info.tool.as_deref(), req.modern, req.call.id(), rejection);
-    (end.outcome, end.code, end.refused_by) = (Outcome::Withheld, answer.code, Some(answer.by.clone()));
-    answer.answer
+    let (tool, id) = (info.tool.as_deref(), req.call.id());
+    let (answer, outcome) = match ran {
+        true => (withheld(set, tool, req.modern, id, rejection), Outcome::Withheld),
+        false => (refused(set, tool, req.modern, id, rejection), Outcome::Rejected),
+    };
+    (end.outcome, end.code, end.refused_by) = (outcome, answer.code, Some(answer.by.clone()));
+    answer
 }

@@ -28,18 +28,7 @@ pub(super) fn refused(
     client_id: &str,
     rejection: Rejection,
 ) -> Refused {
-    let by = rejection.plugin.clone();
-    match tool {
-        Some(tool) if !set.refuses_with_error(&rejection.plugin) => {
-            let result = refusal_result(&rejection, tool, modern);
-            Refused { answer: codec::response_ok(client_id, &result), code: None, by }
-        }
-        _ => Refused {
-            answer: CallError::Rejected(rejection).to_response(client_id),
-            code: Some(codec::POLICY_REJECTED),
-            by,
-        },
-    }
+    answer(set, tool, modern, client_id, rejection, false)
 }
 
 /// The answer when a result hook withheld (`rejection`) the result of a call the server ran:
@@ -51,20 +40,39 @@ pub(super) fn withheld(
     client_id: &str,
     rejection: Rejection,
 ) -> Refused {
+    answer(set, tool, modern, client_id, rejection, true)
+}
+
+/// [`refused`] (`ran` false) and [`withheld`] (`ran` true): a tool result with `isError`, or
+/// the error -32004 when the plugin's entry says `refusals = "error"` or it is no `tools/call`.
+fn answer(
+    set: &PluginSet,
+    tool: Option<&str>,
+    modern: bool,
+    client_id: &str,
+    rejection: Rejection,
+    ran: bool,
+) -> Refused {
     let by = rejection.plugin.clone();
     match tool {
         Some(tool) if !set.refuses_with_error(&rejection.plugin) => {
-            let result = withheld_result(&rejection, tool, modern);
+            let result =
+                if ran { withheld_result(&rejection, tool, modern) } else { refusal_result(&rejection, tool, modern) };
             Refused { answer: codec::response_ok(client_id, &result), code: None, by }
         }
         _ => {
-            let reason = rejection.reason.trim_end_matches(['.', ' ']);
-            let reason = format!(
-                "the server ran the call and answered, and its result was withheld: {reason}. The call may have \
-                 changed something: do not repeat it blindly; check what it did first"
-            );
+            let rejection = if ran {
+                let reason = rejection.reason.trim_end_matches(['.', ' ']);
+                let reason = format!(
+                    "the server ran the call and answered, and its result was withheld: {reason}. The call may have \
+                     changed something: do not repeat it blindly; check what it did first"
+                );
+                Rejection { reason, ..rejection }
+            } else {
+                rejection
+            };
             Refused {
-                answer: CallError::Rejected(Rejection { reason, ..rejection }).to_response(client_id),
+                answer: CallError::Rejected(rejection).to_response(client_id),
                 code: Some(codec::POLICY_REJECTED),
                 by,
             }
