@@ -62,26 +62,27 @@ impl Front {
         if posted.modern || enveloped {
             return Ok(self.stateless(server, headers, token, parsed, posted.mode).await);
         }
-        // A version of neither era served (spec: 400); initialize names its version in the body.
-        if let Some(v) = posted.version
-            && method != "initialize"
-            && !mcp::version::SESSION_ERA.contains(&v)
-        {
-            return Err(stateless::unsupported(v, raw_id.as_deref().unwrap_or("null")).into());
-        }
-        let (session, new_sid) = match existing {
-            Some(s) => (s, None),
-            None => {
-                let (s, sid) = self.open_session(&server, env, token, raw_id.as_deref().unwrap_or("null"))?;
-                (s, Some(sid))
-            }
-        };
-        let mut resp = self.deliver(&session, parsed, raw_id, posted.mode).await;
+        let id = raw_id.as_deref();
+        let (session, new_sid) =
+            in_session(&posted, method, existing, id, |id| self.open_session(&server, env, token, id))?;
+        Ok(self.deliver_new(&session, new_sid, parsed, raw_id, posted.mode).await)
+    }
+
+    /// [`Self::deliver`], and the id of the session when it is new (the response carries it).
+    async fn deliver_new(
+        &self,
+        session: &HttpSession,
+        new_sid: Option<String>,
+        parsed: Parsed,
+        raw_id: Option<String>,
+        mode: Mode,
+    ) -> Response {
+        let mut resp = self.deliver(session, parsed, raw_id, mode).await;
         if let Some(sid) = new_sid {
             resp.headers_mut()
                 .insert(mcp::header::SESSION_ID, HeaderValue::from_str(&sid).expect("hex is a header value"));
         }
-        Ok(resp)
+        resp
     }
 
     /// The session a POST names, if any (one of the stateless era names none), and the server
@@ -215,25 +216,10 @@ impl Front {
                 ),
             ));
         }
-        if let Some(v) = posted.version
-            && env.method.as_deref() != Some("initialize")
-            && !mcp::version::SESSION_ERA.contains(&v)
-        {
-            return Err(stateless::unsupported(v, raw_id.as_deref().unwrap_or("null")).into());
-        }
-        let (session, new_sid) = match existing {
-            Some(s) => (s, None),
-            None => {
-                let (s, sid) = self.open_group_session(group, env, token, raw_id.as_deref().unwrap_or("null"))?;
-                (s, Some(sid))
-            }
-        };
-        let mut resp = self.deliver(&session, parsed, raw_id, posted.mode).await;
-        if let Some(sid) = new_sid {
-            resp.headers_mut()
-                .insert(mcp::header::SESSION_ID, HeaderValue::from_str(&sid).expect("hex is a header value"));
-        }
-        Ok(resp)
+        let (method, id) = (env.method.as_deref().unwrap_or_default(), raw_id.as_deref());
+        let (session, new_sid) =
+            in_session(&posted, method, existing, id, |id| self.open_group_session(group, env, token, id))?;
+        Ok(self.deliver_new(&session, new_sid, parsed, raw_id, posted.mode).await)
     }
 
     /// A new session of group `name` for a POST that names none (an initialize).
@@ -396,6 +382,28 @@ struct Posted<'h> {
 }
 
 /// Checks a POST's media type and Accept, and reads the protocol version it names.
+/// The session a POST of the initialize era goes to: `existing`, or the one `open` makes for it
+/// (given the request's raw id), with its new id. A version neither era serves is refused first
+/// (spec: 400); initialize names its version in the body.
+fn in_session(
+    posted: &Posted<'_>,
+    method: &str,
+    existing: Option<Arc<HttpSession>>,
+    raw_id: Option<&str>,
+    open: impl FnOnce(&str) -> Result<(Arc<HttpSession>, String), Refusal>,
+) -> Result<(Arc<HttpSession>, Option<String>), Refusal> {
+    if let Some(v) = posted.version
+        && method != "initialize"
+        && !mcp::version::SESSION_ERA.contains(&v)
+    {
+        return Err(stateless::unsupported(v, raw_id.unwrap_or("null")).into());
+    }
+    match existing {
+        Some(s) => Ok((s, None)),
+        None => open(raw_id.unwrap_or("null")).map(|(s, sid)| (s, Some(sid))),
+    }
+}
+
 fn check_request(headers: &HeaderMap) -> Result<Posted<'_>, Refusal> {
     if let Some(ct) = headers.get(header::CONTENT_TYPE)
         && !ct.to_str().is_ok_and(|c| media(c) == "application/json")
