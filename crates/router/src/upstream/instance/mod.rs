@@ -10,6 +10,7 @@ use tokio::sync::{Notify, oneshot, watch};
 use tokio::time::Instant;
 
 mod strays;
+mod table;
 
 pub use strays::LOG_TRAIL;
 
@@ -101,7 +102,7 @@ pub struct Instance {
     /// From the transport, kept for after it ended.
     pid: OnceLock<Option<u32>>,
     endpoint: OnceLock<String>,
-    pending: Mutex<HashMap<u64, Pending>>,
+    pending: Mutex<table::Table>,
     next_id: AtomicU64,
     inflight: AtomicUsize,
     ready: AtomicBool,
@@ -167,7 +168,7 @@ impl Instance {
             transport: Mutex::new(None),
             pid: OnceLock::new(),
             endpoint: OnceLock::new(),
-            pending: Mutex::new(HashMap::new()),
+            pending: Mutex::new(table::Table::default()),
             next_id: AtomicU64::new(1),
             inflight: AtomicUsize::new(0),
             ready: AtomicBool::new(false),
@@ -419,7 +420,7 @@ impl Instance {
         let (line, progress) = build(&upstream_id.to_string());
         let (tx, rx) = oneshot::channel();
         let mut pending = self.pending.lock().expect("lock");
-        let behind = session != 0 && pending.values().any(|p| p.session != 0);
+        let behind = session != 0 && pending.any_client();
         let sent = Instant::now();
         pending.insert(upstream_id, Pending { session, reply: tx, progress, activity, stream, sent, behind });
         drop(pending);
@@ -535,7 +536,7 @@ impl Instance {
         let (entry, earlier_pending) = {
             let mut pending = self.pending.lock().expect("lock");
             let entry = id.and_then(|id| pending.remove(&id));
-            let earlier = id.is_some_and(|id| pending.iter().any(|(k, p)| *k < id && p.session != 0));
+            let earlier = id.is_some_and(|id| pending.client_before(id));
             (entry, earlier)
         };
         match entry {
@@ -623,7 +624,7 @@ impl Instance {
         }
         // Dropped here so nothing the transport holds outlives it.
         drop(self.transport.lock().expect("lock").take());
-        let pending: Vec<Pending> = self.pending.lock().expect("lock").drain().map(|(_, p)| p).collect();
+        let pending: Vec<Pending> = self.pending.lock().expect("lock").drain();
         for p in pending {
             let _ = p.reply.send(Err(Unanswered::Died(death.clone())));
         }
