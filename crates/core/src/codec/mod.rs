@@ -135,8 +135,9 @@ pub fn parse(line: &str) -> Result<Envelope, ParseError> {
             return Err(ParseError::Invalid { reason: e.to_string(), id: None });
         }
     };
-    let id_text = raw.id.map(|r| r.get().to_string());
-    let invalid = |reason: &str| ParseError::Invalid { reason: reason.to_string(), id: id_text.clone() };
+    // The id's text is copied only for an error (not for every message).
+    let invalid =
+        |reason: &str| ParseError::Invalid { reason: reason.to_string(), id: raw.id.map(|r| r.get().to_string()) };
     if raw.jsonrpc.as_deref() != Some("2.0") {
         return Err(invalid("`jsonrpc` must be \"2.0\""));
     }
@@ -175,7 +176,9 @@ pub fn parse(line: &str) -> Result<Envelope, ParseError> {
         });
     }
     match (raw.result, raw.error) {
-        (Some(_), None) if id_text.as_deref() == Some("null") => Err(invalid("a result needs an id that is not null")),
+        (Some(_), None) if raw.id.is_some_and(|r| r.get() == "null") => {
+            Err(invalid("a result needs an id that is not null"))
+        }
         (Some(r), None) if id.is_some() => Ok(Envelope {
             kind: Kind::Response,
             id,

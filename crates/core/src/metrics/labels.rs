@@ -96,8 +96,14 @@ pub fn answer_outcome(line: &str) -> (Outcome, Option<i64>) {
 
 /// Whether a tools/call result says the tool failed (`isError: true`, MCP's tool error).
 pub fn is_tool_error(result: &str) -> bool {
+    // Read on every tools/call's answer: one pass with a searcher built once, not one per call.
+    static KEY: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(br#""isError""#));
     let r = result.as_bytes();
-    memchr::memmem::find(r, br#""isError":true"#).is_some() || memchr::memmem::find(r, br#""isError": true"#).is_some()
+    KEY.find_iter(r).any(|at| {
+        let after = r[at + KEY.needle().len()..].trim_ascii_start();
+        after.strip_prefix(b":").is_some_and(|v| v.trim_ascii_start().starts_with(b"true"))
+    })
 }
 
 /// Why an instance ended without switchyard ending it.

@@ -763,5 +763,8 @@ mod tests {
         assert!(is_tool_error(r#"{"content":[],"isError":true}"#));
         assert!(is_tool_error(r#"{"isError": true, "content":[]}"#));
         assert!(!is_tool_error(r#"{"content":[{"type":"text","text":"\"isError\":true"}],"isError":false}"#));
+        assert!(is_tool_error("{\"content\":[],\"isError\" :\n\ttrue}"), "any JSON white space");
+        assert!(!is_tool_error(r#"{"isError":false,"content":[{"type":"text","text":"isError"}]}"#));
+        assert!(!is_tool_error(r#"{"isError":"true"}"#), "a string is no boolean");
     }
 }
