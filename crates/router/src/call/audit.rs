@@ -57,6 +57,9 @@ impl Asked {
             credential: caller.token,
         };
         let arguments = call.text(&call.fields().arguments);
+        // The call's span's trace when calls are traced: the client's own trace when it gave one,
+        // else the one switchyard began for the call.
+        let trace = req.span.traceparent().or_else(|| switchyard_telemetry::context::sent(call).map(|(p, _)| p));
         let asked = Asked {
             ticket,
             client,
@@ -66,7 +69,7 @@ impl Asked {
             arguments_sha256: arguments.map(|a| sha256_hex(a.as_bytes())),
             arguments: arguments.filter(|_| log.with_arguments()).and_then(|a| serde_json::from_str(a).ok()),
             request_bytes: call.line().len() as u64,
-            trace_id: switchyard_telemetry::context::sent(call).map(|(parent, _)| parent.trace_id_hex()),
+            trace_id: trace.map(|parent| parent.trace_id_hex()),
         };
         let Some(why) = refusal else { return Ok(Some(asked)) };
         // The refusal's own line is tried all the same: once it is written, the log takes calls again.
@@ -85,7 +88,7 @@ impl Asked {
         let Some(log) = server.audit() else { return };
         let record = Record {
             time: time::rfc3339(SystemTime::now()),
-            trace_id: span_trace_id().or(self.trace_id),
+            trace_id: self.trace_id,
             client: self.client,
             session: self.session,
             server: server.name.clone(),
@@ -123,15 +126,6 @@ pub(super) fn decided(eff: &super::Effective) -> Decided {
         timeout_ms: eff.timeout.as_millis() as u64,
         retry: eff.retry.map(|r| r.attempts),
     }
-}
-
-/// The trace id of the call's span (current while the call runs), when calls are traced: the
-/// client's own trace when it gave one, else the one switchyard began for the call.
-fn span_trace_id() -> Option<String> {
-    if !switchyard_telemetry::on() {
-        return None;
-    }
-    Some(switchyard_telemetry::started(&tracing::Span::current())?.traceparent()?.trace_id_hex())
 }
 
 /// Milliseconds, to the microsecond.

@@ -61,6 +61,9 @@ pub struct Request<'a> {
     /// The retry of a request the server answered `input_required` (2026-07-28): it goes to the
     /// instance that asked for the input, through the gate, whatever the pool would pick.
     pub resume: Option<Arc<Instance>>,
+    /// The call's span (kind SERVER; none when traces are off): its attempts' spans are its
+    /// children, and it is told how the call ended.
+    pub span: &'a switchyard_telemetry::Span,
 }
 
 /// Who sent `req`: what its session knows of its client; for a request of the 2026-07-28 era,
@@ -125,6 +128,7 @@ impl End {
 pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
     let started = Instant::now();
     let (method, session_label, cancel) = (req.call.method(), req.session_label, req.cancel);
+    let span = req.span;
     let mut end = End::new(Outcome::Cancelled);
     let count = |end: &End| {
         server.metrics.call(metrics::Call {
@@ -167,7 +171,7 @@ pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
         }
     };
     count(&end);
-    traced::ended(&end);
+    traced::ended(span, &end);
     if let Some(asked) = asked {
         asked.write(server, end, started.elapsed(), resp.as_deref(), cancel.was_sent());
     }

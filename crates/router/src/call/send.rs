@@ -64,22 +64,21 @@ impl Attempt<'_, '_> {
     /// extends, up to `limits.max_call_timeout_ms`) or the client's cancel.
     pub(super) async fn send(&self, inst: &Arc<Instance>, route: Option<Arc<dyn ProgressSink>>) -> Result<Reply, Stop> {
         let span = self.client_span(inst);
-        let started = telemetry::started(&span);
         let sent_at = Instant::now();
-        let r = self.send_in(inst, route, started.as_ref()).await;
+        let r = self.send_in(inst, route, &span).await;
         self.timed(inst, &r, sent_at.elapsed());
-        if let Some(s) = &started {
+        if !span.is_none() {
             match &r {
                 Ok(reply) if reply.env.is_error => {
                     let (_, code) = super::reply::reply_outcome(reply, false);
-                    s.ended(Some(&code.map_or("_OTHER".to_string(), |c| c.to_string())), code);
+                    span.ended(Some(&code.map_or("_OTHER".to_string(), |c| c.to_string())), code, Vec::new());
                 }
                 Ok(_) => {}
                 Err(Stop::Cancelled) => {
-                    s.set(keys::SWITCHYARD_CANCELLED, true);
-                    s.ended(Some("cancelled"), None);
+                    let cancelled = vec![telemetry::KeyValue::new(keys::SWITCHYARD_CANCELLED, true)];
+                    span.ended(Some("cancelled"), None, cancelled);
                 }
-                Err(Stop::Failed(e)) => s.ended(Some(error_type(e)), Some(e.code())),
+                Err(Stop::Failed(e)) => span.ended(Some(error_type(e)), Some(e.code()), Vec::new()),
             }
         }
         r
@@ -104,9 +103,9 @@ impl Attempt<'_, '_> {
     }
 
     /// The span of this attempt's request to `inst` (kind CLIENT), within the call's.
-    fn client_span(&self, inst: &Instance) -> tracing::Span {
-        if !telemetry::on() {
-            return tracing::Span::none();
+    fn client_span(&self, inst: &Instance) -> telemetry::Span {
+        if self.req.span.is_none() {
+            return telemetry::Span::none();
         }
         let call = self.req.call;
         let (name, uri) = (call.name(), call.string(&call.fields().uri));
@@ -120,27 +119,27 @@ impl Attempt<'_, '_> {
             transport: if inst.pid().is_some() { keys::TRANSPORT_PIPE } else { keys::TRANSPORT_TCP },
             instance: Some(inst.label()),
         };
-        telemetry::operation(&op, None, Some(&tracing::Span::current()))
+        telemetry::operation(&op, None, Some(self.req.span))
     }
 
-    /// [`Attempt::send`] within the span `started`: the server gets its trace context.
+    /// [`Attempt::send`] within the span `span`: the server gets its trace context.
     async fn send_in(
         &self,
         inst: &Arc<Instance>,
         route: Option<Arc<dyn ProgressSink>>,
-        started: Option<&telemetry::Started>,
+        span: &telemetry::Span,
     ) -> Result<Reply, Stop> {
         let (server, req, eff, what) = (self.server, self.req, self.eff, self.what);
         let activity = Arc::new(Notify::new());
         let failed = |u: Unanswered| Stop::Failed(u.into_error(&server.name, what));
-        let trace = started
-            .and_then(telemetry::Started::traceparent)
+        let trace = span
+            .traceparent()
             .map(|tp| Trace { edits: telemetry::context::edits(req.call, &tp, None), traceparent: tp.to_string() });
         let sent = inst
             .send_traced(req.call, req.session, route.clone(), Some(activity.clone()), self.stream.clone(), trace)
             .map_err(failed)?;
-        if let Some(s) = started {
-            s.set(keys::JSONRPC_REQUEST_ID, sent.upstream_id.to_string());
+        if !span.is_none() {
+            span.set(keys::JSONRPC_REQUEST_ID, sent.upstream_id.to_string());
         }
         req.cancel.mark_sent();
         self.track.set(Stage::InFlight(inst.clone(), sent.upstream_id));

@@ -56,7 +56,7 @@ pub struct Session {
     withdrawn: std::sync::OnceLock<Vec<&'static str>>,
     /// Its span for export, from its start to its end (none when traces are off): its calls'
     /// spans link to it.
-    span: tracing::Span,
+    span: switchyard_telemetry::Span,
 }
 
 /// How a session was opened.

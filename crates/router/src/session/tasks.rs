@@ -6,7 +6,6 @@ use crate::call::{self, Cancel};
 use crate::server::tasks::{self, Pinned};
 use switchyard_core::call::Call;
 use switchyard_core::codec;
-use tracing::Instrument;
 
 /// The most pages of one instance's tasks/list followed before the list is answered.
 const MAX_PAGES: usize = 100;
@@ -74,8 +73,9 @@ impl Session {
             return Some(codec::response_error(id, codec::INVALID_PARAMS, &message, None));
         };
         let sent = call.splice(span, &codec::json_string(&route.upstream));
-        let req = call::Request { resume: Some(instance), ..self.request(&sent, cancel, true, None) };
-        call::forward(&self.server(), req).instrument(self.call_span(call)).await
+        let span = self.call_span(call);
+        let req = call::Request { resume: Some(instance), span: &span, ..self.request(&sent, cancel, true, None) };
+        call::forward(&self.server(), req).await
     }
 
     /// tasks/list (2025-11-25): each instance holding tasks of this session is asked (every page),
@@ -159,22 +159,20 @@ impl Session {
         modern: bool,
         task: Option<&Pinned>,
     ) -> Option<String> {
-        call::forward(&self.server(), self.request(call, cancel, modern, task)).instrument(self.call_span(call)).await
+        // The call's span ends when the call does: here, or where the call is dropped (cancelled).
+        let span = self.call_span(call);
+        call::forward(&self.server(), call::Request { span: &span, ..self.request(call, cancel, modern, task) }).await
     }
 
     /// The span of `call` as switchyard serves it (see `switchyard_telemetry::server_span`):
     /// what its attempts' spans are children of.
-    fn call_span(&self, call: &Call) -> tracing::Span {
+    fn call_span(&self, call: &Call) -> switchyard_telemetry::Span {
         if !switchyard_telemetry::on() {
-            return tracing::Span::none();
+            return switchyard_telemetry::Span::none();
         }
         let caller = self.link.caller();
         let era = Some(caller.era.as_str()).filter(|e| !e.is_empty());
-        let span = switchyard_telemetry::server_span(call, &self.label, era, &self.span);
-        if let (Some(name), Some(s)) = (caller.name, switchyard_telemetry::started(&span)) {
-            s.set(switchyard_telemetry::keys::SWITCHYARD_CLIENT_NAME, name);
-        }
-        span
+        switchyard_telemetry::server_span(call, &self.label, era, caller.name.as_deref(), &self.span)
     }
 
     pub(super) fn request<'a>(
@@ -193,6 +191,7 @@ impl Session {
             modern,
             task,
             resume: None,
+            span: switchyard_telemetry::Span::none_ref(),
         }
     }
 }

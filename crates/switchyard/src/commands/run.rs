@@ -140,42 +140,23 @@ pub fn log_filter(level: Option<&str>) -> anyhow::Result<(tracing_subscriber::En
 /// Sets up logging to stderr, and traces for export when `telemetry` (the config file's
 /// `[telemetry]`) or the `OTEL_*` variables name a collector. stdout carries protocol only, so
 /// nothing else may write there; stderr is written by a thread of its own (see `logging`), never
-/// by the runtime.
+/// by the runtime. The spans for export are not `tracing`'s (see `switchyard_telemetry`): the log
+/// neither shows them nor pays for them.
 pub fn init_tracing(level: Option<&str>, telemetry: &switchyard_config::TelemetryConfig) -> anyhow::Result<()> {
-    use tracing_subscriber::filter::FilterExt;
     use tracing_subscriber::prelude::*;
     let (filter, warning) = log_filter(level)?;
-    // The last warnings and errors are also kept for status (`recent_errors`): what the log shows.
-    let (kept, _) = log_filter(level)?;
     switchyard_core::logging::init();
     let target = telemetry.target(&|n| std::env::var(n));
-    let (traces, problem) = match &target {
-        Ok(Some(t)) => match switchyard_telemetry::layer(t) {
-            Ok(layer) => (Some(layer), None),
-            Err(e) => (None, Some(e)),
-        },
-        Ok(None) => (None, None),
-        Err(e) => (None, Some(e.clone())),
+    let problem = match &target {
+        Ok(Some(t)) => switchyard_telemetry::start(t).err(),
+        Ok(None) => None,
+        Err(e) => Some(e.clone()),
     };
-    match traces {
-        // Traces on: each layer filters for itself, so that the log level neither hides the
-        // spans for export nor shows them (they would prefix every log line written inside them).
-        Some(traces) => {
-            let _ = tracing_subscriber::registry()
-                .with(traces)
-                .with(log_lines().with_filter(filter.and(switchyard_telemetry::ours().not())))
-                .with(switchyard_core::logging::RecentErrors.with_filter(kept.and(switchyard_telemetry::ours().not())))
-                .try_init();
-        }
-        // Off: one filter for all, and no per-layer filtering at all.
-        None => {
-            let _ = tracing_subscriber::registry()
-                .with(filter)
-                .with(log_lines())
-                .with(switchyard_core::logging::RecentErrors)
-                .try_init();
-        }
-    }
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(log_lines())
+        .with(switchyard_core::logging::RecentErrors)
+        .try_init();
     if let Some(w) = warning {
         tracing::warn!("{w}");
     }
