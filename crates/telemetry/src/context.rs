@@ -63,12 +63,19 @@ impl TraceParent {
 }
 
 impl std::fmt::Display for TraceParent {
+    /// Written at once from a buffer: a traceparent goes out with every traced request.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("00-")?;
-        self.trace_id.iter().try_for_each(|b| write!(f, "{b:02x}"))?;
-        f.write_str("-")?;
-        self.parent_id.iter().try_for_each(|b| write!(f, "{b:02x}"))?;
-        write!(f, "-{:02x}", self.flags)
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut out = [b'-'; 55];
+        out[..2].copy_from_slice(b"00");
+        let bytes = self.trace_id.iter().chain(&self.parent_id).chain([&self.flags]);
+        // The hex digits of each byte, skipping the dashes at 2, 35 and 52.
+        for (i, b) in bytes.enumerate() {
+            let at = 3 + 2 * i + usize::from(i >= 16) + usize::from(i >= 24);
+            out[at] = DIGITS[usize::from(b >> 4)];
+            out[at + 1] = DIGITS[usize::from(b & 0xf)];
+        }
+        f.write_str(std::str::from_utf8(&out).expect("ASCII"))
     }
 }
 
