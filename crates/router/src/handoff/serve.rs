@@ -215,17 +215,15 @@ impl ReadEnd {
         }
     }
 
-    async fn readable(&self) -> std::io::Result<()> {
+    /// One read. Through the reactor's `AsyncRead`, which takes a read shorter than asked as
+    /// the end of what is there (the readiness is cleared, as a pipe or a stream socket is
+    /// drained then): the next read waits for more instead of being tried at once and failing
+    /// with `EAGAIN`, one system call per message saved. Cancel-safe, as `select!` needs.
+    async fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use tokio::io::AsyncReadExt;
         match self {
-            ReadEnd::Pipe(p) => p.readable().await,
-            ReadEnd::Socket(s) => s.readable().await,
-        }
-    }
-
-    fn try_read(&self, buf: &mut [u8]) -> std::io::Result<usize> {
-        match self {
-            ReadEnd::Pipe(p) => p.try_read(buf),
-            ReadEnd::Socket(s) => s.try_read(buf),
+            ReadEnd::Pipe(p) => p.read(buf).await,
+            ReadEnd::Socket(s) => s.read(buf).await,
         }
     }
 }
@@ -416,15 +414,7 @@ impl HandedInput {
         let end = (filled + READ_MAX).min(self.buf.len());
         debug_assert!(end > filled, "make_room leaves room to read");
         let HandedInput { read_end, buf, .. } = self;
-        let window = &mut buf.bytes_mut()[filled..end];
-        loop {
-            read_end.readable().await?;
-            match read_end.try_read(window) {
-                Ok(n) => return Ok(n),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Err(e),
-            }
-        }
+        read_end.read(&mut buf.bytes_mut()[filled..end]).await
     }
 }
 
