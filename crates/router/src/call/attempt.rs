@@ -240,7 +240,7 @@ impl Attempt<'_, '_> {
         };
         let gate_wait = self.started.elapsed();
         let pool = if req.modern { server.modern_pool(&eff.pool) } else { &eff.pool };
-        self.track.set(Stage::Instance(pool.name.clone()));
+        self.track.set(Stage::Instance(pool.clone()));
         let pool_wait = || pool.wait_status(req.session, &self.scope);
         let lease =
             bounded(pool.acquire(req.session, &self.scope), until, &req.cancel.token, || self.waiting(), pool_wait)

@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use crate::pool::Pool;
 use crate::upstream::Instance;
 
 /// What a call is doing now.
@@ -22,7 +23,7 @@ pub enum Stage {
     /// Waiting for the server's gate (an exclusive or keyed call ahead of it).
     Gate,
     /// Waiting for an instance of this pool (starting, or all busy).
-    Instance(String),
+    Instance(Arc<Pool>),
     /// Sent to this instance under this upstream id; waiting for its answer.
     InFlight(Arc<Instance>, u64),
     /// An attempt failed; the next (`attempt` of at most `of`) starts at `at`.
@@ -120,7 +121,7 @@ impl Calls {
                 let (state, instance, silent) = match &e.stage {
                     Stage::Policy => ("the policy is deciding".to_string(), None, None),
                     Stage::Gate => ("waiting for the gate".to_string(), None, None),
-                    Stage::Instance(pool) => (format!("waiting for an instance of pool `{pool}`"), None, None),
+                    Stage::Instance(pool) => (format!("waiting for an instance of pool `{}`", pool.name), None, None),
                     Stage::InFlight(inst, upstream) => {
                         ("in flight".to_string(), Some(inst.label().to_string()), inst.silent_for(*upstream))
                     }
@@ -173,7 +174,8 @@ mod tests {
         assert_eq!(calls.status()[0]["state"], "the policy is deciding");
         assert_eq!(calls.status()[0]["progress"], Value::Null, "no progress yet");
         tokio::time::advance(Duration::from_millis(1500)).await;
-        track.set(Stage::Instance("default".into()));
+        let spawner: crate::pool::Spawner = Arc::new(|_, _| Box::pin(std::future::pending()));
+        track.set(Stage::Instance(Pool::new("default", "t", Default::default(), spawner)));
         let shown = calls.status();
         assert_eq!(shown.len(), 1);
         assert_eq!(shown[0]["call"], "tools/call `echo`");
