@@ -148,6 +148,16 @@ fn check_call(c: &HashMap<String, String>, server: &Value, client: &Value, trans
     assert!(attr(server, "MCP_PROTOCOL_VERSION").is_string(), "{server}");
     assert_eq!(client["trace_id"], server["trace_id"]);
     assert_eq!(client["parent_span_id"], server["span_id"]);
+    // switchyard's own part: the SERVER span is told it when the call ends, the CLIENT span
+    // names the instance it went to.
+    let own = |span: &Value, key: &str| span["attributes"][key].clone();
+    assert!(own(client, "switchyard.instance").as_str().is_some_and(|i| i.contains('#')), "{client}");
+    assert_eq!(own(server, "switchyard.instance"), own(client, "switchyard.instance"), "{server}");
+    assert_eq!(own(server, "switchyard.attempts"), 1, "{server}");
+    assert!(own(server, "switchyard.client.name").is_string(), "{server}");
+    for key in ["switchyard.wait.gate_ms", "switchyard.wait.queue_ms"] {
+        assert!(own(server, key).is_number(), "{key}: {server}");
+    }
     if traced {
         assert_eq!((server["trace_id"].as_str(), server["parent_span_id"].as_str()), (Some(TRACE), Some(PARENT)));
     } else {
