@@ -6,7 +6,7 @@
 //! Off unless an endpoint is configured: then [`on`] is false and every span here is
 //! [`Span::none`], which costs a branch. The spans are the OpenTelemetry SDK's own, made with
 //! their kind, name, attributes and parent at once and handed along the call by their owners
-//! ([`span`]): not `tracing` spans, so they never show in the log, the log level never hides
+//! ([`Span`]): not `tracing` spans, so they never show in the log, the log level never hides
 //! them, and the log pays nothing for them.
 
 #![forbid(unsafe_code)]
