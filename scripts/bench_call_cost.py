@@ -13,6 +13,10 @@ outstanding, as a client that pipelines sends them). Targets, in one run, altern
   and relayed with SWITCHYARD_HANDOFF=0 (the middle is connect and the daemon together).
 
     python3 scripts/bench_call_cost.py path/to/switchyard [--calls N] [--rounds R] [--window W]
+        [--everything]
+
+`--everything`: the server is @modelcontextprotocol/server-everything (node, from tests/npm;
+`npm ci --ignore-scripts` there first) instead of the fixture, its `echo` called with `message`.
 
 Run `strace -c -f -p PID` on the middle process meanwhile to count its system calls per call.
 """
@@ -66,6 +70,11 @@ def total_usage(pids):
     return switches, cpu
 
 
+# The server's `echo` arguments (the fixture's take `text`; `--everything` sets `message`).
+ECHO_ARGS = {"text": "hello"}
+EVERYTHING = os.path.join(ROOT, "tests/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+
+
 def measure(argv, calls, window, env=None, config=None):
     p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0,
                          env=env)
@@ -75,7 +84,7 @@ def measure(argv, calls, window, env=None, config=None):
     p.stdout.readline()
     p.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
     lines = [(json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call",
-                          "params": {"name": "echo", "arguments": {"text": "hello"}}}) + "\n").encode()
+                          "params": {"name": "echo", "arguments": ECHO_ARGS}}) + "\n").encode()
              for i in range(1, WARM + calls + 1)]
     for line in lines[:WARM]:
         p.stdin.write(line)
@@ -136,14 +145,22 @@ def main():
             opts[flag] = int(args[i + 1])
             del args[i:i + 2]
     calls, rounds, window = opts["--calls"], opts["--rounds"], opts["--window"]
+    everything = "--everything" in args
+    args = [a for a in args if a != "--everything"]
     if len(args) != 1:
         sys.exit(__doc__)
     exe = os.path.abspath(args[0])
     fixture = [exe, "fixture"]
+    if everything:
+        if not os.path.exists(EVERYTHING):
+            sys.exit(f"{EVERYTHING} is missing: run `npm ci --ignore-scripts` in tests/npm")
+        global ECHO_ARGS
+        ECHO_ARGS = {"message": "hello"}
+        fixture = [shutil.which("node") or "node", EVERYTHING, "stdio"]
     home = tempfile.mkdtemp(prefix="switchyard-call-cost-")
     config = os.path.join(home, "config.toml")
     with open(config, "w") as f:
-        f.write(f"[servers.fx]\ncommand = {json.dumps(exe)}\nargs = [\"fixture\"]\n")
+        f.write(f"[servers.fx]\ncommand = {json.dumps(fixture[0])}\nargs = {json.dumps(fixture[1:])}\n")
     quiet = os.path.join(home, "no-audit.toml")
     with open(quiet, "w") as f:
         f.write("[audit]\nenabled = false\n")
