@@ -17,6 +17,7 @@ mod export;
 pub mod keys;
 mod metrics;
 mod span;
+mod uri;
 
 use std::sync::OnceLock;
 

@@ -129,8 +129,13 @@ pub(crate) fn operation_of(
     more: Vec<KeyValue>,
     links: Vec<Link>,
 ) -> Span {
-    let name = match op.target {
-        Some(t) => format!("{} {}", op.method, t.text()),
+    // A resource's URI redacted (a credential in it stays out of the span), the rest as named.
+    let target = op.target.map(|t| match t {
+        Target::Resource(uri) => crate::uri::redacted(uri),
+        other => std::borrow::Cow::Borrowed(other.text()),
+    });
+    let name = match &target {
+        Some(t) => format!("{} {t}", op.method),
         None => op.method.to_string(),
     };
     let kind = match op.side {
@@ -147,7 +152,7 @@ pub(crate) fn operation_of(
     match op.target {
         Some(Target::Tool(t)) => add(GEN_AI_TOOL_NAME, Some(t)),
         Some(Target::Prompt(p)) => add(GEN_AI_PROMPT_NAME, Some(p)),
-        Some(Target::Resource(r)) => add(MCP_RESOURCE_URI, Some(r)),
+        Some(Target::Resource(_)) => add(MCP_RESOURCE_URI, target.as_deref()),
         None => {}
     }
     add(JSONRPC_REQUEST_ID, op.request_id.map(|id| id.trim_matches('"')));

@@ -120,6 +120,36 @@ fn a_call_without_a_trace_context_starts_a_trace() {
 }
 
 #[test]
+fn a_resource_s_credentials_stay_out_of_its_spans() {
+    let call = Call::parse(
+        r#"{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"https://me:pw@h/x?token=SECRETQ&v=2"}}"#
+            .into(),
+    )
+    .unwrap();
+    let spans = spans_of(|t| {
+        let server = server_span_of(t, &call, "stdio-1", None, None, &Span::none());
+        let op = Operation {
+            side: Side::Client,
+            method: call.method(),
+            target: Target::of(call.method(), None, Some("https://me:pw@h/x?token=SECRETQ&v=2")),
+            request_id: None,
+            session_id: None,
+            protocol_version: None,
+            transport: TRANSPORT_TCP,
+            instance: Some("r#1"),
+        };
+        drop(operation_of(t, &op, None, Some(&server), Vec::new(), Vec::new()));
+    });
+    assert_eq!(spans.len(), 2);
+    let shown = "https://REDACTED:REDACTED@h/x?token=REDACTED&v=REDACTED";
+    for span in &spans {
+        assert_eq!(span.name, format!("resources/read {shown}"), "{:?}", span.span_kind);
+        assert_eq!(attr(span, MCP_RESOURCE_URI).as_deref(), Some(shown));
+        assert!(!format!("{span:?}").contains("SECRETQ") && !format!("{span:?}").contains("pw@"));
+    }
+}
+
+#[test]
 fn a_span_ends_when_its_owner_drops_it_and_not_before() {
     let call = Call::parse(r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#.into()).unwrap();
     let kept = Kept::default();
