@@ -187,9 +187,13 @@ fn safe_method(m: &str) -> bool {
     m.ends_with("/list") || m.ends_with("/read") || m.ends_with("/get") || m == "completion/complete"
 }
 
-/// How a failed call counts.
+/// How a failed call counts. A repeated call counts as the attempt whose code its client gets
+/// (see `CallError::code`): one repeated after its instance died that then hit its deadline is
+/// a timeout, as the same call unrepeated would be.
 fn failure_outcome(e: &CallError) -> Outcome {
     match e {
+        CallError::Repeated { first: Some(first), last, .. } if last.never_reached() => failure_outcome(first),
+        CallError::Repeated { last, .. } => failure_outcome(last),
         CallError::Timeout { .. } => Outcome::Timeout,
         CallError::Died { .. } | CallError::Lost { .. } => Outcome::Lost,
         CallError::ShuttingDown | CallError::ShutDownInFlight { .. } => Outcome::ShuttingDown,
@@ -206,6 +210,48 @@ fn backoff(base_ms: u32, attempt: u32, cap: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn timeout(waiting: Option<&str>) -> CallError {
+        let (server, what) = ("fs".to_string(), "tools/call `slow`".to_string());
+        CallError::Timeout {
+            server,
+            what,
+            elapsed: Duration::from_secs(5),
+            attempts: 2,
+            waiting: waiting.map(Into::into),
+        }
+    }
+
+    fn repeated(first: CallError, last: CallError) -> CallError {
+        CallError::Repeated {
+            server: "fs".into(),
+            what: "tools/call `slow`".into(),
+            attempts: 2,
+            elapsed: Duration::from_secs(5),
+            why: "its instance died".into(),
+            may_have_run: true,
+            first: Some(Box::new(first)),
+            last: Box::new(last),
+        }
+    }
+
+    #[test]
+    fn a_repeated_call_counts_as_the_attempt_whose_code_its_client_gets() {
+        let lost = || CallError::Lost {
+            server: "fs".into(),
+            what: "tools/call `slow`".into(),
+            instance: "fs#1".into(),
+            cause: "its link closed".into(),
+            delivered: true,
+        };
+        let e = repeated(lost(), timeout(None));
+        assert_eq!((failure_outcome(&e), e.code()), (Outcome::Timeout, timeout(None).code()));
+        let ended = switchyard_core::audit::Ended::of(failure_outcome(&e), Some(e.code()), true);
+        assert_eq!((ended.result.as_str(), ended.timeout), ("timeout", true));
+        // A repeat that never reached the server (it timed out waiting): the first's, as its code.
+        let e = repeated(lost(), timeout(Some("an instance")));
+        assert_eq!((failure_outcome(&e), e.code()), (Outcome::Lost, lost().code()));
+    }
 
     #[test]
     fn backoff_grows_exponentially_within_jitter() {
