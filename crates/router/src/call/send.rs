@@ -69,11 +69,14 @@ impl Attempt<'_, '_> {
         self.timed(inst, &r, sent_at.elapsed());
         if !span.is_none() {
             match &r {
-                Ok(reply) if reply.env.is_error => {
-                    let (_, code) = super::reply::reply_outcome(reply, false);
-                    span.ended(Some(&code.map_or("_OTHER".to_string(), |c| c.to_string())), code, Vec::new());
-                }
-                Ok(_) => {}
+                // As the call's span says it: an error answer by its code, a tool's own error too.
+                Ok(reply) => match super::reply::reply_outcome(reply, self.req.call.method() == "tools/call") {
+                    (Outcome::Error, code) => {
+                        span.ended(Some(&code.map_or("_OTHER".to_string(), |c| c.to_string())), code, Vec::new())
+                    }
+                    (Outcome::ToolError, _) => span.ended(Some(Outcome::ToolError.label()), None, Vec::new()),
+                    _ => {}
+                },
                 Err(Stop::Cancelled) => {
                     let cancelled = vec![telemetry::KeyValue::new(keys::SWITCHYARD_CANCELLED, true)];
                     span.ended(Some("cancelled"), None, cancelled);
