@@ -61,6 +61,11 @@ pub struct Fields {
     /// `_meta`, an object: where a trace context the client did not send is put in for the
     /// server.
     pub meta: Option<Range<usize>>,
+    /// The params hold what a splice cannot trace safely: a key given twice (in the params or
+    /// their `_meta`; a server's parser may take either), a `_meta` that is no object, or a
+    /// `traceparent` or `tracestate` that is no string. The trace context then goes in by a
+    /// slower read (`switchyard_telemetry::context`).
+    pub odd_meta: bool,
 }
 
 impl Fields {
@@ -83,6 +88,7 @@ impl Fields {
             traceparent: m(&self.traceparent),
             tracestate: m(&self.tracestate),
             meta: m(&self.meta),
+            odd_meta: self.odd_meta,
         }
     }
 }
@@ -104,7 +110,7 @@ struct RawParams<'a> {
     #[serde(borrow, default, rename = "requestState")]
     request_state: Option<&'a RawValue>,
     // Taken raw and read on its own: a `_meta` of an unexpected shape hides no other field.
-    #[serde(borrow, default, rename = "_meta")]
+    #[serde(borrow, default, rename = "_meta", deserialize_with = "raw")]
     meta: Option<&'a RawValue>,
 }
 
@@ -119,10 +125,16 @@ struct RawMeta<'a> {
     client_capabilities: Option<&'a RawValue>,
     #[serde(borrow, default, rename = "io.modelcontextprotocol/clientInfo")]
     client_info: Option<&'a RawValue>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "raw")]
     traceparent: Option<&'a RawValue>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "raw")]
     tracestate: Option<&'a RawValue>,
+}
+
+/// A member's raw value, `null` included (as `Option` alone reads it, `null` is no member: a
+/// `traceparent` of `null` would then be doubled, not replaced).
+fn raw<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&'de RawValue>::deserialize(d).map(Some)
 }
 
 #[derive(Deserialize)]
@@ -145,11 +157,16 @@ fn read_fields(line: &str, params: &Range<usize>) -> Fields {
     if !text.starts_with('{') {
         return Fields::default();
     }
-    let Ok(p) = codec::read_params::<RawParams>(text) else { return Fields::default() };
+    let Ok(p) = codec::read_params::<RawParams>(text) else { return Fields { odd_meta: true, ..Fields::default() } };
     let at = |r: Option<&RawValue>| r.map(|r| codec::span(line, r.get()));
     let string = |r: Option<&RawValue>| at(r.filter(|r| r.get().starts_with('"')));
     let meta = object::<RawMeta>(p.meta);
     let client = object::<RawClientInfo>(meta.as_ref().and_then(|m| m.client_info));
+    let not_string = |r: Option<&RawValue>| r.is_some_and(|r| !r.get().starts_with('"'));
+    let odd_meta = match (&meta, p.meta) {
+        (Some(m), _) => not_string(m.traceparent) || not_string(m.tracestate),
+        (None, raw) => raw.is_some(),
+    };
     Fields {
         name: string(p.name),
         uri: string(p.uri),
@@ -166,6 +183,7 @@ fn read_fields(line: &str, params: &Range<usize>) -> Fields {
         traceparent: string(meta.as_ref().and_then(|m| m.traceparent)),
         tracestate: string(meta.as_ref().and_then(|m| m.tracestate)),
         meta: at(p.meta.filter(|m| m.get().starts_with('{'))),
+        odd_meta,
     }
 }
 

@@ -7,6 +7,8 @@
 
 use std::ops::Range;
 
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
 use switchyard_core::call::Call;
 use switchyard_mcp::meta::{TRACEPARENT, TRACESTATE};
 
@@ -100,10 +102,14 @@ pub fn sent(call: &Call) -> Option<(TraceParent, Option<String>)> {
 /// The edits that put `parent` (and `state`, when the call has none of its own) into `call`'s
 /// `params._meta`, for `switchyard_core::codec::splice_many` beside the id's: a `traceparent`
 /// already there is replaced, a missing one (or `_meta`, or `params`) is added. Empty when
-/// params are not an object (no place for `_meta`), or when `_meta` holds a `traceparent` that
-/// is not a string (replacing it would take a second read; adding one would double the key).
+/// params are not an object (no place for `_meta`). Params a splice cannot trace safely (a key
+/// twice, a `traceparent` that is no string: see `Fields::odd_meta`) are read again, and each
+/// `_meta` object of theirs rewritten ([`rewritten`]); a `_meta` that is no object is left.
 pub fn edits(call: &Call, parent: &TraceParent, state: Option<&str>) -> Vec<(Range<usize>, String)> {
     let (line, f) = (call.line(), call.fields());
+    if f.odd_meta {
+        return rewritten(call, parent, state);
+    }
     let state = state.filter(|_| f.tracestate.is_none()).map(|s| cut(s, MAX_TRACESTATE));
     let value = format!("\"{parent}\"");
     if let Some(r) = &f.traceparent {
@@ -119,9 +125,6 @@ pub fn edits(call: &Call, parent: &TraceParent, state: Option<&str>) -> Vec<(Ran
         members.push_str(&format!(",\"{TRACESTATE}\":{}", json_string(state)));
     }
     if let Some(meta) = &f.meta {
-        if line[meta.clone()].contains("\"traceparent\"") {
-            return Vec::new();
-        }
         return vec![insert_first(line, meta, &members)];
     }
     match &call.envelope().params {
@@ -132,6 +135,64 @@ pub fn edits(call: &Call, parent: &TraceParent, state: Option<&str>) -> Vec<(Ran
             Some(open) => vec![(open + 1..open + 1, format!("\"params\":{{\"_meta\":{{{members}}}}},"))],
             None => Vec::new(),
         },
+    }
+}
+
+/// [`edits`] for params a splice cannot trace safely, by a second read: each `_meta` object of
+/// theirs (a server's parser may take the first or the last) is written anew with `parent` as
+/// its one `traceparent`, and one `tracestate`: its own last, when that is a string, else
+/// `state`. Its other members stay, their values byte for byte. A `_meta` that is no object is
+/// left as it is; params with none get one, first.
+fn rewritten(call: &Call, parent: &TraceParent, state: Option<&str>) -> Vec<(Range<usize>, String)> {
+    let line = call.line();
+    let Some(p) = &call.envelope().params else { return Vec::new() };
+    let Ok(Members(params)) = serde_json::from_str::<Members>(&line[p.clone()]) else { return Vec::new() };
+    let state = state.map(|s| json_string(cut(s, MAX_TRACESTATE)));
+    let context = |theirs: Option<&str>| {
+        let mut out = format!("\"{TRACEPARENT}\":\"{parent}\"");
+        if let Some(s) = theirs.or(state.as_deref()) {
+            out.push_str(&format!(",\"{TRACESTATE}\":{s}"));
+        }
+        out
+    };
+    let metas: Vec<&RawValue> = params.iter().filter(|(k, _)| k == "_meta").map(|(_, v)| *v).collect();
+    if metas.is_empty() {
+        return vec![insert_first(line, p, &format!("\"_meta\":{{{}}}", context(None)))];
+    }
+    let rewrite = |raw: &RawValue| {
+        let Members(meta) = serde_json::from_str::<Members>(raw.get()).ok()?;
+        let theirs = meta.iter().rev().find(|(k, _)| k == TRACESTATE).map(|(_, v)| v.get());
+        let mut out = format!("{{{}", context(theirs.filter(|v| v.starts_with('"'))));
+        for (k, v) in meta.iter().filter(|(k, _)| k != TRACEPARENT && k != TRACESTATE) {
+            out.push_str(&format!(",{}:{}", json_string(k), v.get()));
+        }
+        out.push('}');
+        Some((switchyard_core::codec::span(line, raw.get()), out))
+    };
+    metas.into_iter().filter_map(rewrite).collect()
+}
+
+/// An object's members in order, keys given twice included (their escapes undone), each value
+/// raw; Err for anything but an object.
+struct Members<'a>(Vec<(String, &'a RawValue)>);
+
+impl<'de> Deserialize<'de> for Members<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Each;
+        impl<'de> Visitor<'de> for Each {
+            type Value = Members<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
+                let mut all = Vec::new();
+                while let Some(member) = map.next_entry::<String, &'de RawValue>()? {
+                    all.push(member);
+                }
+                Ok(Members(all))
+            }
+        }
+        d.deserialize_map(Each)
     }
 }
 
@@ -258,13 +319,95 @@ mod tests {
     }
 
     #[test]
-    fn nothing_is_put_where_it_cannot_go_once() {
+    fn nothing_is_put_where_no_parser_would_find_it() {
         let ours = TraceParent { trace_id: [7; 16], parent_id: [9; 8], flags: 1 };
         for line in [
             r#"{"jsonrpc":"2.0","id":1,"method":"x","params":[1,2]}"#,
-            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"_meta":{"traceparent":7}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"_meta":"s"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"_meta":["traceparent"]}}"#,
         ] {
             assert!(edits(&call(line), &ours, None).is_empty(), "{line}");
+        }
+    }
+
+    /// `line` with `parent` (and `state`) put in, and the `traceparent` and `tracestate` of each
+    /// `_meta` of its params as they are written, in order.
+    fn odd(line: &str, parent: &TraceParent, state: Option<&str>) -> (serde_json::Value, Vec<Vec<(String, String)>>) {
+        let c = call(line);
+        assert!(c.fields().odd_meta, "{line}");
+        let edits = edits(&c, parent, state);
+        let out =
+            switchyard_core::codec::splice_many(line, edits.iter().map(|(r, s)| (r.clone(), s.as_str())).collect());
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{out} is not JSON: {e}"));
+        let params = &out[call(&out).envelope().params.clone().unwrap()];
+        let Members(members) = serde_json::from_str(params).unwrap();
+        let metas = members.iter().filter(|(k, _)| k == "_meta").map(|(_, m)| {
+            let Members(meta) = serde_json::from_str(m.get()).unwrap_or(Members(Vec::new()));
+            meta.into_iter()
+                .filter(|(k, _)| k == TRACEPARENT || k == TRACESTATE)
+                .map(|(k, v)| (k, v.get().to_string()))
+                .collect()
+        });
+        (v, metas.collect())
+    }
+
+    #[test]
+    fn an_odd_meta_gets_switchyard_s_traceparent_and_no_other() {
+        let ours = TraceParent { trace_id: [7; 16], parent_id: [9; 8], flags: 1 };
+        let tp = format!("\"{ours}\"");
+        let (one, two) = (
+            "00-11111111111111111111111111111111-1111111111111111-01",
+            "00-22222222222222222222222222222222-2222222222222222-01",
+        );
+        // The last of keys given twice is what JS and Python read.
+        for value in ["12345", r#"{"a":1}"#, "null", r#"["x"]"#, &format!(r#""{one}","traceparent":"{two}""#)] {
+            let line = format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"echo","_meta":{{"progressToken":"p","traceparent":{value}}},"arguments":{{"n":1.50}}}}}}"#
+            );
+            let (v, metas) = odd(&line, &ours, None);
+            assert_eq!(metas, [vec![(TRACEPARENT.to_string(), tp.clone())]], "{line}");
+            assert_eq!(v["params"]["_meta"]["traceparent"], ours.to_string(), "{line}");
+            assert_eq!((v["params"]["_meta"]["progressToken"].as_str(), v["id"].as_i64()), (Some("p"), Some(1)));
+            assert_eq!(v["params"]["name"], "echo");
+        }
+        // `_meta` twice: each object gets it, whichever a parser reads.
+        let line = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"_meta":{{"traceparent":"{one}"}},"name":"echo","_meta":{{"x":1}}}}}}"#
+        );
+        let (v, metas) = odd(&line, &ours, Some("front=1"));
+        let state = (TRACESTATE.to_string(), r#""front=1""#.to_string());
+        let both = vec![(TRACEPARENT.to_string(), tp.clone()), state.clone()];
+        assert_eq!(metas, [both.clone(), both]);
+        assert_eq!((v["params"]["_meta"]["x"].as_i64(), v["params"]["name"].as_str()), (Some(1), Some("echo")));
+        // An escaped key is the same key; a `null` one is a key all the same.
+        let line = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"m","params":{{"_meta":{{"trace\u0070arent":"{one}","traceparent":null}}}}}}"#
+        );
+        assert_eq!(odd(&line, &ours, None).1, [vec![(TRACEPARENT.to_string(), tp.clone())]]);
+        // A `tracestate`: its last when it is a string, else the front's, never one that is not.
+        let line = r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{"tracestate":"a=1","tracestate":"b=2","traceparent":1}}}"#;
+        let mine = (TRACESTATE.to_string(), r#""b=2""#.to_string());
+        assert_eq!(odd(line, &ours, Some("front=1")).1, [vec![(TRACEPARENT.to_string(), tp.clone()), mine]]);
+        let line = r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{"tracestate":{"a":1}}}}"#;
+        assert_eq!(odd(line, &ours, Some("front=1")).1, [vec![(TRACEPARENT.to_string(), tp.clone()), state]]);
+        assert_eq!(odd(line, &ours, None).1, [vec![(TRACEPARENT.to_string(), tp.clone())]]);
+        // `_meta` twice, the last no object: the object gets it, the other is left (it carries none).
+        let line = r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{},"_meta":"s"}}"#;
+        assert_eq!(odd(line, &ours, None).1, [vec![(TRACEPARENT.to_string(), tp.clone())], vec![]]);
+        // A key twice elsewhere, no `_meta`: one is added.
+        let line = r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"name":"a","name":"b"}}"#;
+        assert_eq!(odd(line, &ours, None).1, [vec![(TRACEPARENT.to_string(), tp)]]);
+    }
+
+    #[test]
+    fn a_plain_meta_is_spliced_not_read_again() {
+        for line in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{"traceparent":"00-x","tracestate":"a=1"}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{"progressToken":null}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"name":"x"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"m"}"#,
+        ] {
+            assert!(!call(line).fields().odd_meta, "{line}");
         }
     }
 
