@@ -477,3 +477,86 @@ async fn spans_a_collector_never_takes_by_exit_are_said_with_their_count() {
     assert!(said[0].contains(&endpoint) && said[0].contains("WARN"), "{}", said[0]);
     drop(held);
 }
+
+/// What the client may put in `_meta` that a splice alone would pass on wrong; each call's text
+/// names its case.
+const ODD_META: [(&str, &str); 6] = [
+    ("number", r#"{"traceparent":12345}"#),
+    ("object", r#"{"traceparent":{"a":1}}"#),
+    ("null", r#"{"traceparent":null}"#),
+    ("array", r#"{"traceparent":["x"]}"#),
+    (
+        "twice",
+        r#"{"traceparent":"00-11111111111111111111111111111111-1111111111111111-01","traceparent":"00-22222222222222222222222222222222-2222222222222222-01"}"#,
+    ),
+    ("meta twice", r#"{"traceparent":"00-11111111111111111111111111111111-1111111111111111-01"},"_meta":{"x":1}"#),
+];
+
+#[tokio::test]
+async fn the_server_gets_switchyards_traceparent_whatever_the_clients_meta_holds() {
+    let c = conventions();
+    let receiver = Receiver::start();
+    let dir = temp_dir();
+    let journal_file = dir.path().join("j.jsonl");
+    let mut argv: Vec<String> = vec!["--".into()];
+    argv.extend(Proc::fixture_cmd(&["--journal", journal_file.to_str().unwrap()]));
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let mut router = Proc::router_env(&argv, &[("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint())]);
+    let mut client = router.client();
+    client.initialize().await;
+    for (i, (case, meta)) in ODD_META.iter().enumerate() {
+        let id = 10 + i as u64;
+        client
+            .send_raw(&format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{case}"}},"_meta":{meta}}}}}"#
+            ))
+            .await;
+        assert_eq!(tool_text(&client.wait_response(&json!(id)).await), *case);
+    }
+    let entries = wait_journal(&journal_file, |e| received(e, "tools/call").count() >= ODD_META.len()).await;
+    for (case, _) in ODD_META {
+        let msg = received(&entries, "tools/call").find(|m| m["params"]["arguments"]["text"] == case).unwrap();
+        let got = msg["params"]["_meta"]["traceparent"].as_str().unwrap_or_else(|| panic!("{case}: {msg}")).to_string();
+        let (trace, span) = (&got[3..35], &got[36..52]);
+        // switchyard's CLIENT span of this call is the parent, in a trace of switchyard's own.
+        let cli = receiver
+            .find(&format!("the CLIENT span the server got for {case}"), |s| {
+                s["kind"] == "CLIENT" && s["trace_id"] == trace && s["span_id"] == span
+            })
+            .await;
+        assert!(!got.contains("1111111111111111") && !got.contains("2222222222222222"), "{case}: {msg}");
+        assert_eq!(cli["attributes"][&c["MCP_METHOD_NAME"]], "tools/call", "{case}: {cli}");
+    }
+}
+
+#[tokio::test]
+async fn a_tool_error_is_on_both_spans_and_a_uris_secrets_on_neither() {
+    let c = conventions();
+    let receiver = Receiver::start();
+    let argv: Vec<String> = std::iter::once("--".to_string()).chain(Proc::fixture_cmd(&[])).collect();
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let mut router = Proc::router_env(&argv, &[("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint())]);
+    let mut client = router.client();
+    client.initialize().await;
+    // The fixture's `sample` answers `isError` when the client refuses its sampling request.
+    let call = client.send_request("tools/call", json!({"name": "sample", "arguments": {"prompt": "no"}})).await;
+    let req = client.recv_request("sampling/createMessage").await;
+    client.respond_error(req["id"].clone(), -32600, "no sampling here").await;
+    let answer = client.wait_response(&call).await;
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    let (srv, cli) = receiver.linked("tools/call sample").await;
+    for span in [&srv, &cli] {
+        assert_eq!(span["attributes"][&c["ERROR_TYPE"]], "tool_error", "{span}");
+        assert_eq!(span["status"], "ERROR", "{span}");
+    }
+    // A resource URI's userinfo and query values are redacted in the name and the attribute.
+    let read = client.send_request("resources/read", json!({"uri": "file://me:pw@h/x?token=SECRETQ&v"})).await;
+    client.wait_response(&read).await;
+    let shown = "file://REDACTED:REDACTED@h/x?token=REDACTED&v";
+    let (srv, cli) = receiver.linked(&format!("resources/read {shown}")).await;
+    for span in [&srv, &cli] {
+        assert_eq!(span["attributes"][&c["MCP_RESOURCE_URI"]], shown, "{span}");
+    }
+    let all = serde_json::to_string(&receiver.spans()).unwrap();
+    assert!(!all.contains("SECRETQ") && !all.contains("me:pw"), "{all}");
+}
