@@ -127,6 +127,8 @@ def serve(out):
                 self.send_header("content-length", "0")
                 self.end_headers()
                 return
+            with lock, open(out + ".headers", "a") as f:
+                f.write(json.dumps({":path": path, **{k.lower(): v for k, v in self.headers.items()}}) + "\n")
             if path == "/v1/metrics":
                 request = ExportMetricsServiceRequest()
                 request.ParseFromString(body)
@@ -137,8 +139,6 @@ def serve(out):
             else:
                 request = ExportTraceServiceRequest()
                 request.ParseFromString(body)
-                with lock, open(out + ".headers", "a") as f:
-                    f.write(json.dumps({k.lower(): v for k, v in self.headers.items()}) + "\n")
                 with lock, open(out, "a") as f:
                     for span in spans_of(request):
                         f.write(json.dumps(span) + "\n")

@@ -25,6 +25,18 @@ pub struct TelemetryConfig {
     pub headers: BTreeMap<String, HeaderValue>,
     /// `service.name` of the traces (default: `OTEL_SERVICE_NAME`, else `switchyard`).
     pub service_name: Option<String>,
+    /// The file the table was read from and the line of each of its keys, for the warnings
+    /// about them (set by [`TelemetryConfig::from_file`] only).
+    #[serde(skip)]
+    pub(crate) file: Option<KeyLines>,
+}
+
+/// Where a `[telemetry]` table's keys are: its file, and the line of each key (`headers.NAME`
+/// for a header).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KeyLines {
+    path: std::path::PathBuf,
+    lines: BTreeMap<String, usize>,
 }
 
 impl Default for TelemetryConfig {
@@ -36,39 +48,47 @@ impl Default for TelemetryConfig {
             metrics_endpoint: None,
             headers: BTreeMap::new(),
             service_name: None,
+            file: None,
         }
     }
 }
 
-/// Where traces go and how, as `[telemetry]` and the `OTEL_*` variables give it together.
+/// Where traces and metrics go and how, as `[telemetry]` and the `OTEL_*` variables give it
+/// together.
 #[derive(Clone, PartialEq, Eq)]
 pub struct TelemetryTarget {
-    /// The URL spans are posted to.
-    pub traces_url: String,
+    /// The URL spans are posted to (None: traces are not exported, `OTEL_TRACES_EXPORTER=none`).
+    pub traces_url: Option<String>,
     /// The URL the MCP durations are posted to (None: metrics are not exported).
     pub metrics_url: Option<String>,
-    /// Headers of each export, `${VAR}` expanded (secrets: never logged, see the Debug impl).
-    pub headers: Vec<(String, String)>,
+    /// Headers of each export of spans, `${VAR}` expanded (secrets: never logged, see the
+    /// Debug impl): the table's, `OTEL_EXPORTER_OTLP_HEADERS`' and
+    /// `OTEL_EXPORTER_OTLP_TRACES_HEADERS`', each over the one before for a header named twice.
+    pub traces_headers: Vec<(String, String)>,
+    /// The same for metrics, with `OTEL_EXPORTER_OTLP_METRICS_HEADERS` last: a signal's own
+    /// variable never goes to the other signal's endpoint.
+    pub metrics_headers: Vec<(String, String)>,
     pub service_name: Option<String>,
-    /// What was left out of the headers, for a warning at start: each names the entry by its
-    /// place and key, never its value.
+    /// What was left out of the headers, or is not as asked (a protocol), for warnings at
+    /// start: a header's entry is named by its place and key, never its value.
     pub warnings: Vec<String>,
 }
 
 impl TelemetryTarget {
-    /// The URL for logs: without credentials, query or fragment.
-    pub fn shown_url(&self) -> String {
-        url::Url::parse(&self.traces_url).map_or_else(|_| "the collector".to_string(), |u| crate::display_url(&u))
+    /// `url` for logs: without credentials, query or fragment.
+    pub fn shown(url: &str) -> String {
+        url::Url::parse(url).map_or_else(|_| "the collector".to_string(), |u| crate::display_url(&u))
     }
 }
 
 impl std::fmt::Debug for TelemetryTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let names: Vec<&str> = self.headers.iter().map(|(n, _)| n.as_str()).collect();
+        let names = |h: &[(String, String)]| h.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
         f.debug_struct("TelemetryTarget")
             .field("traces_url", &self.traces_url)
             .field("metrics_url", &self.metrics_url)
-            .field("headers", &names)
+            .field("traces_headers", &names(&self.traces_headers))
+            .field("metrics_headers", &names(&self.metrics_headers))
             .field("service_name", &self.service_name)
             .field("warnings", &self.warnings)
             .finish()
@@ -77,22 +97,57 @@ impl std::fmt::Debug for TelemetryTarget {
 
 impl TelemetryConfig {
     /// The `[telemetry]` table of the config file at `path` alone, read before logging starts
-    /// (the rest of the file is read, and its errors told, after): the defaults when the file
-    /// is missing or does not parse.
+    /// (the rest of the file is read, and its errors told, after), with the line of each key
+    /// for the warnings about them: the defaults when the file is missing or does not parse.
     pub fn from_file(path: &std::path::Path) -> TelemetryConfig {
         #[derive(Deserialize)]
         struct Only {
             #[serde(default)]
             telemetry: TelemetryConfig,
         }
+        #[derive(Default, Deserialize)]
+        struct Spans {
+            #[serde(default)]
+            telemetry: BTreeMap<String, toml::Spanned<toml::Value>>,
+        }
         let text = std::fs::read_to_string(path).unwrap_or_default();
-        toml::from_str::<Only>(&text).map(|o| o.telemetry).unwrap_or_default()
+        let Ok(mut table) = toml::from_str::<Only>(&text).map(|o| o.telemetry) else {
+            return TelemetryConfig::default();
+        };
+        let spans: Spans = toml::from_str(&text).unwrap_or_default();
+        let line = |s: &toml::Spanned<toml::Value>| crate::spans::line_of(&text, s.span().start);
+        let mut lines = BTreeMap::new();
+        for (key, at) in &spans.telemetry {
+            lines.insert(key.clone(), line(at));
+        }
+        // A header's line is its key's; an inline table's keys have no spans of their own here,
+        // so they take the line of `headers`.
+        if let Some(at) = spans.telemetry.get("headers") {
+            for name in table.headers.keys() {
+                lines.insert(format!("headers.{name}"), line(at));
+            }
+        }
+        table.file = Some(KeyLines { path: path.to_path_buf(), lines });
+        table
     }
 
-    /// Where traces go: the table's endpoint over the environment's (the per-signal URL over the
-    /// base one in each), None when neither names one or `enabled = false` or
-    /// `OTEL_SDK_DISABLED=true`. The error names the key or variable at fault, never a header's
-    /// value.
+    /// `[telemetry] KEY`, after the file and line it is at when the table was read from a file.
+    fn at(&self, key: &str) -> String {
+        let line = |k: &str| self.file.as_ref().and_then(|f| f.lines.get(k).copied());
+        match &self.file {
+            Some(f) => format!(
+                "{}: [telemetry] {key}",
+                crate::spans::file_place(&f.path, line(key).or_else(|| line(key.split('.').next()?)))
+            ),
+            None => format!("[telemetry] {key}"),
+        }
+    }
+
+    /// Where traces and metrics go: the table's endpoint over the environment's (the
+    /// per-signal URL over the base one in each), each signal off with its
+    /// `OTEL_{SIGNAL}_EXPORTER=none`; None when neither goes anywhere, or `enabled = false` or
+    /// `OTEL_SDK_DISABLED=true`. The error names the key (with its file and line) or the
+    /// variable at fault, never a header's value.
     pub fn target(
         &self,
         env: &dyn Fn(&str) -> Result<String, std::env::VarError>,
@@ -101,83 +156,136 @@ impl TelemetryConfig {
         if !self.enabled || var("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
             return Ok(None);
         }
-        let Some((url, from)) = self.signal_url("traces", &self.traces_endpoint, &var) else { return Ok(None) };
-        checked_url(&url, from)?;
-        let metrics_url = match self.signal_url("metrics", &self.metrics_endpoint, &var) {
-            _ if var("OTEL_METRICS_EXPORTER").is_some_and(|v| v.eq_ignore_ascii_case("none")) => None,
-            Some((url, from)) => Some(checked_url(&url, from).map(|()| url)?),
-            None => None,
-        };
-        let mut headers = Vec::new();
+        let off =
+            |signal: &str| var(&format!("OTEL_{signal}_EXPORTER")).is_some_and(|v| v.eq_ignore_ascii_case("none"));
+        let mut urls = Vec::new();
+        for (signal, own) in [("traces", &self.traces_endpoint), ("metrics", &self.metrics_endpoint)] {
+            let url = match self.signal_url(signal, own, &var) {
+                _ if off(&signal.to_ascii_uppercase()) => None,
+                // A metrics URL is taken only with a base endpoint or its own: not from where
+                // traces go alone.
+                Some(given) => Some(checked_url(given)?),
+                None => None,
+            };
+            urls.push(url);
+        }
+        let [traces_url, metrics_url]: [Option<String>; 2] = urls.try_into().expect("two signals");
+        if traces_url.is_none() && metrics_url.is_none() {
+            return Ok(None);
+        }
+        let mut table = Vec::new();
         for (name, value) in &self.headers {
-            check_header_name(name).map_err(|e| format!("[telemetry] headers: `{name}` {e}"))?;
-            let v = expand(&value.raw, env).map_err(|e| format!("[telemetry] headers: `{name}` {e}"))?;
-            headers.push((name.clone(), v.value));
+            let at = || self.at(&format!("headers.{name}"));
+            check_header_name(name).map_err(|e| format!("{}: `{name}` {e}", at()))?;
+            let v = expand(&value.raw, env).map_err(|e| format!("{}: `{name}` {e}", at()))?;
+            table.push((name.clone(), v.value));
         }
-        // The variable's headers after the table's: a header named in both takes the variable's.
+        // Each variable's headers over those before them: the table's, the general variable's,
+        // then the signal's own, which is sent to that signal's endpoint alone.
         let mut warnings = Vec::new();
-        let from_env = ["OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"]
-            .into_iter()
-            .find_map(|n| env(n).ok().map(|v| (n, v)));
-        if let Some((name, text)) = from_env {
-            let (parsed, mut left_out) = env_headers(name, &text);
-            for (k, v) in parsed {
-                headers.retain(|(h, _)| !h.eq_ignore_ascii_case(&k));
-                headers.push((k, v));
+        let mut read = |name: &str| match env(name) {
+            Ok(text) => {
+                let (parsed, mut left_out) = env_headers(name, &text);
+                warnings.append(&mut left_out);
+                parsed
             }
-            warnings.append(&mut left_out);
-        }
+            Err(_) => Vec::new(),
+        };
+        let general = read("OTEL_EXPORTER_OTLP_HEADERS");
+        let traces_headers = layered(&[&table, &general, &read("OTEL_EXPORTER_OTLP_TRACES_HEADERS")]);
+        let metrics_headers = layered(&[&table, &general, &read("OTEL_EXPORTER_OTLP_METRICS_HEADERS")]);
+        warnings.extend(protocol_warning(&var, traces_url.as_deref().or(metrics_url.as_deref())));
         let service_name = self.service_name.clone().or_else(|| var("OTEL_SERVICE_NAME"));
-        Ok(Some(TelemetryTarget { traces_url: url, metrics_url, headers, service_name, warnings }))
+        Ok(Some(TelemetryTarget { traces_url, metrics_url, traces_headers, metrics_headers, service_name, warnings }))
     }
 
     /// The URL of one `signal` (`traces`, `metrics`) and where it was given: the table's own
     /// URL for it, else the table's base endpoint with `/v1/SIGNAL`, else the same two from the
     /// environment. None when none of them is set.
-    fn signal_url(
-        &self,
-        signal: &str,
-        own: &Option<String>,
-        var: &dyn Fn(&str) -> Option<String>,
-    ) -> Option<(String, String)> {
-        // The signal's path goes after the base URL's own path (its query, if any, stays last).
-        let base = |url: String| match url::Url::parse(&url) {
-            Ok(mut u) => {
-                let path = format!("{}/v1/{signal}", u.path().trim_end_matches('/'));
-                u.set_path(&path);
-                u.to_string()
-            }
-            Err(_) => url,
-        };
+    fn signal_url(&self, signal: &str, own: &Option<String>, var: &dyn Fn(&str) -> Option<String>) -> Option<Given> {
         let own_var = format!("OTEL_EXPORTER_OTLP_{}_ENDPOINT", signal.to_ascii_uppercase());
+        let base = |written: String, from: String| Given { url: with_path(&written, signal), written, from };
+        let whole = |written: String, from: String| Given { url: written.clone(), written, from };
         // A table that names any endpoint decides for every signal: none is taken from the
         // environment then.
         let table_decides =
             self.endpoint.is_some() || self.traces_endpoint.is_some() || self.metrics_endpoint.is_some();
         match (own, &self.endpoint) {
-            (Some(u), _) => Some((u.clone(), format!("[telemetry] {signal}_endpoint"))),
-            (None, Some(u)) => Some((base(u.clone()), "[telemetry] endpoint".to_string())),
+            (Some(u), _) => Some(whole(u.clone(), self.at(&format!("{signal}_endpoint")))),
+            (None, Some(u)) => Some(base(u.clone(), self.at("endpoint"))),
             (None, None) if table_decides => None,
             (None, None) => match (var(&own_var), var("OTEL_EXPORTER_OTLP_ENDPOINT")) {
-                (Some(u), _) => Some((u, own_var)),
-                (None, Some(u)) => Some((base(u), "OTEL_EXPORTER_OTLP_ENDPOINT".to_string())),
+                (Some(u), _) => Some(whole(u, own_var)),
+                (None, Some(u)) => Some(base(u, "OTEL_EXPORTER_OTLP_ENDPOINT".to_string())),
                 (None, None) => None,
             },
         }
     }
 }
 
-/// `url` (given at `from`) if it is an HTTP(S) URL, else the error that says so.
-fn checked_url(url: &str, from: String) -> Result<(), String> {
-    if !(url.starts_with("http://") || url.starts_with("https://")) || url::Url::parse(url).is_err() {
-        return Err(format!(
-            "{from} is `{url}`: give the OTLP/HTTP collector's URL, e.g. http://127.0.0.1:4318 (traces and metrics are sent as HTTP/protobuf)"
-        ));
-    }
-    Ok(())
+/// A signal's URL, what the user wrote for it (a base endpoint without the signal's path) and
+/// where (`config file X, line N: [telemetry] endpoint`, or the variable).
+struct Given {
+    url: String,
+    written: String,
+    from: String,
 }
 
-/// The headers of `OTEL_EXPORTER_OTLP_HEADERS` (or its traces variant, `var`): `key=value`
+/// The base URL `url` with the signal's path after its own (its query, if any, stays last).
+fn with_path(url: &str, signal: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) => {
+            let path = format!("{}/v1/{signal}", u.path().trim_end_matches('/'));
+            u.set_path(&path);
+            u.to_string()
+        }
+        Err(_) => url.to_string(),
+    }
+}
+
+/// The URL of `given` if what was written is an HTTP(S) URL, else the error that says so, with
+/// the URL as written.
+fn checked_url(given: Given) -> Result<String, String> {
+    let w = &given.written;
+    if !(w.starts_with("http://") || w.starts_with("https://")) || url::Url::parse(w).is_err() {
+        return Err(format!(
+            "{} is `{w}`: give the OTLP/HTTP collector's URL, e.g. http://127.0.0.1:4318 (traces and metrics are sent as HTTP/protobuf)",
+            given.from
+        ));
+    }
+    Ok(given.url)
+}
+
+/// `lists` in order, a header named again (in any case) taking the later list's value.
+fn layered(lists: &[&Vec<(String, String)>]) -> Vec<(String, String)> {
+    let mut headers: Vec<(String, String)> = Vec::new();
+    for (k, v) in lists.iter().flat_map(|l| l.iter()) {
+        headers.retain(|(h, _)| !h.eq_ignore_ascii_case(k));
+        headers.push((k.clone(), v.clone()));
+    }
+    headers
+}
+
+/// The warning for an `OTEL_EXPORTER_OTLP_*PROTOCOL` other than `http/protobuf` (gRPC, JSON),
+/// one for all of them: switchyard sends HTTP/protobuf whatever they say, to `url`.
+fn protocol_warning(var: &dyn Fn(&str) -> Option<String>, url: Option<&str>) -> Option<String> {
+    let names =
+        ["OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"];
+    let asked: Vec<String> = names
+        .iter()
+        .filter_map(|n| var(n).filter(|v| !v.eq_ignore_ascii_case("http/protobuf")).map(|v| format!("{n}={v}")))
+        .collect();
+    if asked.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{}: switchyard supports only http/protobuf, and sends http/protobuf to {} (a collector's OTLP/HTTP port is 4318 by default; its gRPC port 4317 does not take it)",
+        asked.join(", "),
+        url.map_or_else(|| "the collector".to_string(), TelemetryTarget::shown)
+    ))
+}
+
+/// The headers of `OTEL_EXPORTER_OTLP_HEADERS` (or a signal's own variant, `var`): `key=value`
 /// pairs split by commas, each value percent-decoded. An entry that is no such pair, or whose
 /// key or decoded value no header may have, is left out, and the second list says so by its
 /// place (and its key, when it has one), never by its value: values are secrets.
@@ -251,7 +359,7 @@ fn bad_value(value: &str) -> Option<&'static str> {
 mod tests {
     use super::*;
 
-    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Result<String, std::env::VarError> {
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Result<String, std::env::VarError> + use<> {
         let map: BTreeMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         move |k| map.get(k).cloned().ok_or(std::env::VarError::NotPresent)
     }
@@ -274,7 +382,7 @@ mod tests {
         assert_eq!(TelemetryConfig::default().target(&env_of(&[])).unwrap(), None);
         let env = env_of(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318/")]);
         let t = TelemetryConfig::default().target(&env).unwrap().unwrap();
-        assert_eq!(t.traces_url, "http://127.0.0.1:4318/v1/traces");
+        assert_eq!(t.traces_url.as_deref(), Some("http://127.0.0.1:4318/v1/traces"));
         assert_eq!(table("enabled = false").target(&env).unwrap(), None);
         let disabled = env_of(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://h:1"), ("OTEL_SDK_DISABLED", "TRUE")]);
         assert_eq!(TelemetryConfig::default().target(&disabled).unwrap(), None);
@@ -288,11 +396,17 @@ mod tests {
             ("OTEL_SERVICE_NAME", "from-env"),
         ]);
         let t = TelemetryConfig::default().target(&env).unwrap().unwrap();
-        assert_eq!((t.traces_url.as_str(), t.service_name.as_deref()), ("http://env:2/traces", Some("from-env")));
+        assert_eq!(
+            (t.traces_url.as_deref(), t.service_name.as_deref()),
+            (Some("http://env:2/traces"), Some("from-env"))
+        );
         let t = table("endpoint = \"http://file:3\"\nservice_name = \"mine\"").target(&env).unwrap().unwrap();
-        assert_eq!((t.traces_url.as_str(), t.service_name.as_deref()), ("http://file:3/v1/traces", Some("mine")));
+        assert_eq!(
+            (t.traces_url.as_deref(), t.service_name.as_deref()),
+            (Some("http://file:3/v1/traces"), Some("mine"))
+        );
         let t = table("endpoint = \"http://file:3\"\ntraces_endpoint = \"http://file:4/x\"").target(&env).unwrap();
-        assert_eq!(t.unwrap().traces_url, "http://file:4/x");
+        assert_eq!(t.unwrap().traces_url.as_deref(), Some("http://file:4/x"));
     }
 
     #[test]
@@ -305,7 +419,7 @@ mod tests {
         // environment says.
         let env = env_of(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:1")]);
         let t = table("traces_endpoint = \"http://file:4/x\"").target(&env).unwrap().unwrap();
-        assert_eq!((t.traces_url.as_str(), t.metrics_url), ("http://file:4/x", None));
+        assert_eq!((t.traces_url.as_deref(), t.metrics_url), (Some("http://file:4/x"), None));
         let t = TelemetryConfig::default().target(&env).unwrap().unwrap();
         assert_eq!(t.metrics_url.as_deref(), Some("http://env:1/v1/metrics"));
         let env = env_of(&[
@@ -318,7 +432,7 @@ mod tests {
         );
         let off = env_of(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:1"), ("OTEL_METRICS_EXPORTER", "none")]);
         let t = TelemetryConfig::default().target(&off).unwrap().unwrap();
-        assert_eq!((t.traces_url.as_str(), t.metrics_url), ("http://env:1/v1/traces", None));
+        assert_eq!((t.traces_url.as_deref(), t.metrics_url), (Some("http://env:1/v1/traces"), None));
         let e = table("endpoint = \"http://h:1\"\nmetrics_endpoint = \"h:2\"").target(&env_of(&[])).unwrap_err();
         assert!(e.starts_with("[telemetry] metrics_endpoint is `h:2`"), "{e}");
     }
@@ -330,10 +444,11 @@ mod tests {
             .target(&env)
             .unwrap()
             .unwrap();
-        assert_eq!(t.headers, vec![("x-api-key".to_string(), "k s3cret".to_string())]);
+        assert_eq!(t.traces_headers, vec![("x-api-key".to_string(), "k s3cret".to_string())]);
+        assert_eq!(t.metrics_headers, t.traces_headers, "the table's headers go with both");
         let t = table("endpoint = \"https://u:pw@h:1/?key=k\"").target(&env).unwrap().unwrap();
-        assert_eq!(t.shown_url(), "https://h:1/v1/traces");
-        assert_eq!(t.traces_url, "https://u:pw@h:1/v1/traces?key=k");
+        assert_eq!(TelemetryTarget::shown(t.traces_url.as_deref().unwrap()), "https://h:1/v1/traces");
+        assert_eq!(t.traces_url.as_deref(), Some("https://u:pw@h:1/v1/traces?key=k"));
         assert!(!format!("{t:?}").contains("s3cret"));
         let e = table("endpoint = \"http://h:1\"\nheaders = { x-api-key = \"${NOPE}\" }").target(&env).unwrap_err();
         assert!(e.contains("x-api-key") && e.contains("NOPE"), "{e}");
@@ -355,18 +470,80 @@ mod tests {
     }
 
     #[test]
-    fn the_traces_variable_comes_before_the_general_one_and_over_the_table() {
+    fn each_signal_gets_the_general_headers_and_its_own_and_never_the_other_signal_s() {
         let env = env_of(&[
-            ("OTEL_EXPORTER_OTLP_HEADERS", "k=general"),
-            ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "K=traces,oops"),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "k=general,g=all"),
+            ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "K=traces,x-traces-key=tk,oops"),
+            ("OTEL_EXPORTER_OTLP_METRICS_HEADERS", "x-metrics-key=mk"),
         ]);
         let t =
             table("endpoint = \"http://h:1\"\nheaders = { k = \"table\", j = \"t\" }").target(&env).unwrap().unwrap();
-        assert_eq!(t.headers, [("j", "t"), ("K", "traces")].map(|(k, v)| (k.to_string(), v.to_string())));
+        let pairs = |l: &[(&str, &str)]| l.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>();
+        assert_eq!(t.traces_headers, pairs(&[("j", "t"), ("g", "all"), ("K", "traces"), ("x-traces-key", "tk")]));
+        assert_eq!(t.metrics_headers, pairs(&[("j", "t"), ("k", "general"), ("g", "all"), ("x-metrics-key", "mk")]));
         assert_eq!(t.warnings.len(), 1, "{:?}", t.warnings);
-        assert!(t.warnings[0].starts_with("OTEL_EXPORTER_OTLP_TRACES_HEADERS: entry 2 "), "{:?}", t.warnings);
+        assert!(t.warnings[0].starts_with("OTEL_EXPORTER_OTLP_TRACES_HEADERS: entry 3 "), "{:?}", t.warnings);
         let e = table("endpoint = \"http://h:1\"\nheaders = { k = \"a\\nb\" }").target(&env).unwrap_err();
         assert!(e.contains("`k`") && !e.contains("a\nb"), "{e}");
+    }
+
+    #[test]
+    fn traces_exporter_none_turns_traces_off_and_leaves_metrics_to_their_own() {
+        let env = |pairs: &[(&'static str, &'static str)]| {
+            let mut all = vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:1")];
+            all.extend_from_slice(pairs);
+            env_of(&all)
+        };
+        let t = TelemetryConfig::default().target(&env(&[("OTEL_TRACES_EXPORTER", "none")])).unwrap().unwrap();
+        assert_eq!((t.traces_url, t.metrics_url.as_deref()), (None, Some("http://env:1/v1/metrics")));
+        let t = table("endpoint = \"http://file:3\"").target(&env(&[("OTEL_TRACES_EXPORTER", "NONE")])).unwrap();
+        assert_eq!(t.unwrap().traces_url, None, "over the table's endpoint too, as OTEL_METRICS_EXPORTER is");
+        let both = env(&[("OTEL_TRACES_EXPORTER", "none"), ("OTEL_METRICS_EXPORTER", "none")]);
+        assert_eq!(TelemetryConfig::default().target(&both).unwrap(), None, "nothing to send");
+        let t = TelemetryConfig::default().target(&env(&[("OTEL_TRACES_EXPORTER", "otlp")])).unwrap().unwrap();
+        assert_eq!(t.traces_url.as_deref(), Some("http://env:1/v1/traces"));
+    }
+
+    #[test]
+    fn a_protocol_other_than_http_protobuf_is_warned_once_with_where_it_goes() {
+        let env = env_of(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://u:pw@env:4317?k=1"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc"),
+        ]);
+        let t = TelemetryConfig::default().target(&env).unwrap().unwrap();
+        assert_eq!(t.warnings.len(), 1, "{:?}", t.warnings);
+        let w = &t.warnings[0];
+        assert!(w.starts_with("OTEL_EXPORTER_OTLP_PROTOCOL=grpc, OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=grpc: "), "{w}");
+        assert!(w.contains("only http/protobuf") && w.contains("to http://env:4317/v1/traces "), "{w}");
+        assert!(!w.contains("pw") && !w.contains("k=1"), "{w}");
+        let fine = env_of(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:1"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+        ]);
+        assert!(TelemetryConfig::default().target(&fine).unwrap().unwrap().warnings.is_empty());
+    }
+
+    #[test]
+    fn a_bad_url_in_the_file_is_said_with_its_file_and_line_as_it_was_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("switchyard.toml");
+        for (text, key, shown) in [
+            ("[telemetry]\n\nendpoint = \"ftp://h:1/x\"\n", "endpoint", "ftp://h:1/x"),
+            (
+                "[telemetry]\nendpoint = \"http://h:1\"\nmetrics_endpoint = \"not a url\"\n",
+                "metrics_endpoint",
+                "not a url",
+            ),
+        ] {
+            std::fs::write(&file, text).unwrap();
+            let e = TelemetryConfig::from_file(&file).target(&env_of(&[])).unwrap_err();
+            let want = format!("config file {}, line 3: [telemetry] {key} is `{shown}`: ", file.display());
+            assert!(e.starts_with(&want), "{e}");
+        }
+        std::fs::write(&file, "[telemetry]\nendpoint = \"http://h:1\"\nheaders = { k = \"${NOPE_UNSET}\" }\n").unwrap();
+        let e = TelemetryConfig::from_file(&file).target(&env_of(&[])).unwrap_err();
+        assert!(e.starts_with(&format!("config file {}, line 3: [telemetry] headers.k: ", file.display())), "{e}");
     }
 
     #[test]

@@ -176,5 +176,7 @@ mod tests {
         let line = crate::export::unsent(true, 7, "http://c/v1/traces").unwrap();
         assert!(line.starts_with("7 spans were not sent to http://c/v1/traces: "), "{line}");
         assert!(line.contains("within 2 s"), "{line}");
+        let one = crate::export::unsent(false, 1, "http://c/v1/traces").unwrap();
+        assert_eq!(one, "1 span was not sent to http://c/v1/traces: the collector did not take it; it is lost");
     }
 }

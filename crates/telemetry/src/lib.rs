@@ -36,11 +36,17 @@ pub fn on() -> bool {
     TRACER.get().is_some()
 }
 
-/// Starts exporting switchyard's spans to `target`: turns [`on`] on.
+/// Starts exporting switchyard's spans (turns [`on`] on) and metrics where `target` says.
 pub fn start(target: &switchyard_config::TelemetryTarget) -> Result<(), String> {
     use opentelemetry::trace::TracerProvider as _;
-    let provider = export::provider(target)?;
-    let _ = TRACER.set(provider.tracer("switchyard"));
+    let resource = export::resource(target.service_name.as_deref());
+    if let Some(url) = &target.metrics_url {
+        metrics::start(url, &target.metrics_headers, resource.clone())?;
+    }
+    if let Some(url) = &target.traces_url {
+        let provider = export::provider(url, &target.traces_headers, resource)?;
+        let _ = TRACER.set(provider.tracer("switchyard"));
+    }
     Ok(())
 }
 

@@ -73,15 +73,15 @@ impl Mirror for Durations {
     }
 }
 
-static PROVIDER: OnceLock<SdkMeterProvider> = OnceLock::new();
+/// The provider, and the collector's URL for the log (without credentials or query).
+static PROVIDER: OnceLock<(SdkMeterProvider, String)> = OnceLock::new();
 
 /// Starts exporting the durations to `url` (once per process; later calls change nothing).
 pub(crate) fn start(url: &str, headers: &[(String, String)], resource: Resource) -> Result<(), String> {
     if PROVIDER.get().is_some() {
         return Ok(());
     }
-    let shown = switchyard_config::parse_url(url)
-        .map_or_else(|_| "the collector".to_string(), |u| switchyard_config::display_url(&u));
+    let shown = switchyard_config::TelemetryTarget::shown(url);
     let poster = Poster::new(&shown, "metrics", headers)?;
     let exporter = opentelemetry_otlp::MetricExporter::builder()
         .with_http()
@@ -94,15 +94,13 @@ pub(crate) fn start(url: &str, headers: &[(String, String)], resource: Resource)
         .map_err(|e| format!("could not set up the OTLP metrics exporter for {shown}: {e}"))?;
     let reader = PeriodicReader::builder(exporter).with_interval(EXPORT_EVERY).build();
     let provider = SdkMeterProvider::builder().with_reader(reader).with_resource(resource).build();
-    if PROVIDER.set(provider.clone()).is_ok() {
+    if PROVIDER.set((provider.clone(), shown)).is_ok() {
         mirror::mirror_to(Box::new(Durations::new(&provider)));
     }
     Ok(())
 }
 
-/// Sends the last totals, waiting at most `within`; for exit.
-pub(crate) fn flush(within: Duration) {
-    if let Some(p) = PROVIDER.get() {
-        let _ = p.shutdown_with_timeout(within);
-    }
+/// The provider and where its metrics go, once they are exported; for the flush at exit.
+pub(crate) fn exporting() -> Option<(SdkMeterProvider, &'static str)> {
+    PROVIDER.get().map(|(p, url)| (p.clone(), url.as_str()))
 }

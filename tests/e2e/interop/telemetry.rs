@@ -79,7 +79,8 @@ impl Receiver {
         text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
     }
 
-    /// The headers of each export received so far (names in lower case).
+    /// The headers of each export received so far (names in lower case; `:path` is the path
+    /// posted to, `/v1/traces` or `/v1/metrics`).
     fn headers(&self) -> Vec<Value> {
         let text = std::fs::read_to_string(self.out.with_extension("jsonl.headers")).unwrap_or_default();
         text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
@@ -388,7 +389,9 @@ async fn a_call_through_the_http_front_continues_the_trace_of_its_headers() {
 async fn a_collector_that_is_away_costs_no_call_and_one_log_line() {
     // Nothing listens there: every export fails at once.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let away = format!("http://{}", listener.local_addr().unwrap());
+    let port = listener.local_addr().unwrap().port();
+    // Credentials and a query in the URL: the failure lines show it without them.
+    let away = format!("http://user:pw@127.0.0.1:{port}/?key=k1");
     drop(listener);
     // A plugin's timeout past the limit: the clamp's log line comes after the chain's
     // `tracing::enabled!` check, which creates nothing (the log must not lose it to the
@@ -418,6 +421,14 @@ async fn a_collector_that_is_away_costs_no_call_and_one_log_line() {
     let said = log.lines().filter(|l| l.contains("traces could not be sent")).count();
     assert_eq!(said, 1, "the failing exports are said once:\n{log}");
     assert!(log.contains("clamped to 5000 ms"), "a log line was lost:\n{log}");
+    // The metrics go out at exit, and fail there too: said with where they were to go.
+    client.close().await;
+    router.wait_timeout(Duration::from_secs(20)).await;
+    let log = router.stderr.text();
+    let line = log.lines().find(|l| l.contains("metrics could not be sent to"));
+    let line = line.unwrap_or_else(|| panic!("the metrics' failure is not said:\n{log}"));
+    assert!(line.contains(&format!("metrics could not be sent to http://127.0.0.1:{port}/v1/metrics: ")), "{line}");
+    assert!(!log.contains("pw@") && !log.contains("k1"), "a credential in the log:\n{log}");
 }
 
 #[tokio::test]
@@ -453,7 +464,7 @@ async fn the_variables_headers_are_decoded_and_a_bad_entry_is_said_without_its_v
 }
 
 #[tokio::test]
-async fn spans_a_collector_never_takes_by_exit_are_said_with_their_count() {
+async fn a_collector_that_never_answers_holds_exit_2_s_and_what_it_missed_is_said() {
     // A collector that takes the connection and never answers.
     let tarpit = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let endpoint = format!("http://{}", tarpit.local_addr().unwrap());
@@ -466,9 +477,16 @@ async fn spans_a_collector_never_takes_by_exit_are_said_with_their_count() {
     for i in 0..3 {
         assert_eq!(client.call_text("echo", json!({"text": format!("t{i}")})).await, format!("t{i}"));
     }
+    // Traces and metrics together get 2 s at exit, not one after the other.
+    let closed = Instant::now();
     client.close().await;
     router.wait_timeout(Duration::from_secs(20)).await;
+    let took = closed.elapsed();
     let log = router.stderr.text();
+    assert!(took < Duration::from_millis(2500), "exit took {took:?}:\n{log}");
+    let metrics: Vec<&str> = log.lines().filter(|l| l.contains("the last metrics were not sent to")).collect();
+    assert_eq!(metrics.len(), 1, "{log}");
+    assert!(metrics[0].contains(&format!("{endpoint}/v1/metrics")) && metrics[0].contains("WARN"), "{}", metrics[0]);
     let said: Vec<&str> = log.lines().filter(|l| l.contains("spans were not sent to")).collect();
     assert_eq!(said.len(), 1, "{log}");
     let n: u64 = said[0].split(" spans were").next().and_then(|s| s.rsplit(' ').next()).unwrap().parse().unwrap();
@@ -559,4 +577,59 @@ async fn a_tool_error_is_on_both_spans_and_a_uris_secrets_on_neither() {
     }
     let all = serde_json::to_string(&receiver.spans()).unwrap();
     assert!(!all.contains("SECRETQ") && !all.contains("me:pw"), "{all}");
+}
+
+#[tokio::test]
+async fn each_signal_gets_the_general_headers_and_its_own_never_the_other_s() {
+    let receiver = Receiver::start();
+    let argv: Vec<String> = std::iter::once("--".to_string()).chain(Proc::fixture_cmd(&[])).collect();
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let mut router = Proc::router_env(
+        &argv,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint()),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "x-all=a"),
+            ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-traces-key=tk"),
+            ("OTEL_EXPORTER_OTLP_METRICS_HEADERS", "x-metrics-key=mk"),
+        ],
+    );
+    let mut client = router.client();
+    client.initialize().await;
+    assert_eq!(client.call_text("echo", json!({"text": "h"})).await, "h");
+    receiver.linked("tools/call echo").await;
+    // The metrics go out at exit.
+    client.close().await;
+    assert!(router.wait_timeout(Duration::from_secs(20)).await.success());
+    let got = receiver.headers();
+    let of = |path: &str| got.iter().filter(|h| h[":path"] == path).cloned().collect::<Vec<_>>();
+    let (traces, metrics) = (of("/v1/traces"), of("/v1/metrics"));
+    assert!(!traces.is_empty() && !metrics.is_empty(), "{got:?}");
+    for h in &traces {
+        assert!(h["x-all"] == "a" && h["x-traces-key"] == "tk" && h.get("x-metrics-key").is_none(), "{h}");
+    }
+    for h in &metrics {
+        assert!(h["x-all"] == "a" && h["x-metrics-key"] == "mk" && h.get("x-traces-key").is_none(), "{h}");
+    }
+    let log = router.stderr.text();
+    assert!(!log.contains("tk") && !log.contains("mk"), "a value in the log:\n{log}");
+}
+
+#[tokio::test]
+async fn traces_exporter_none_sends_no_span_and_metrics_still_go() {
+    let receiver = Receiver::start();
+    let argv: Vec<String> = std::iter::once("--".to_string()).chain(Proc::fixture_cmd(&[])).collect();
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let mut router = Proc::router_env(
+        &argv,
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint()), ("OTEL_TRACES_EXPORTER", "none")],
+    );
+    let mut client = router.client();
+    client.initialize().await;
+    assert_eq!(client.call_text("echo", json!({"text": "h"})).await, "h");
+    client.close().await;
+    assert!(router.wait_timeout(Duration::from_secs(20)).await.success());
+    assert!(receiver.spans().is_empty(), "spans were sent: {:?}", receiver.spans());
+    assert!(!receiver.points().is_empty(), "the metrics follow OTEL_METRICS_EXPORTER, not the traces' setting");
+    let log = router.stderr.text();
+    assert!(log.contains("traces are off (OTEL_TRACES_EXPORTER=none); metrics go to"), "{log}");
 }

@@ -163,7 +163,15 @@ pub fn init_tracing(level: Option<&str>, telemetry: &switchyard_config::Telemetr
     match (problem, target) {
         (Some(p), _) => tracing::warn!("traces are off: {p}"),
         (None, Ok(Some(t))) => {
-            tracing::info!("traces go to {} (OTLP over HTTP)", t.shown_url());
+            use switchyard_config::TelemetryTarget;
+            match (&t.traces_url, &t.metrics_url) {
+                (Some(url), _) => tracing::info!("traces go to {} (OTLP over HTTP)", TelemetryTarget::shown(url)),
+                (None, Some(url)) => tracing::info!(
+                    "traces are off (OTEL_TRACES_EXPORTER=none); metrics go to {} (OTLP over HTTP)",
+                    TelemetryTarget::shown(url)
+                ),
+                (None, None) => {}
+            }
             for w in &t.warnings {
                 tracing::warn!("{w}");
             }
