@@ -371,9 +371,11 @@ async fn a_call_through_the_http_front_continues_the_trace_of_its_headers() {
     let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
     assert_eq!(post(Some(&sid), note).send().await.unwrap().status(), 202);
     // The trace context in the headers only, as an HTTP client's instrumentation puts it.
+    // Two tracestate headers are one list (W3C).
     let resp = post(Some(&sid), echo(3, "over http", false))
         .header("traceparent", client_traceparent())
         .header("tracestate", "front=1")
+        .header("tracestate", "back=2")
         .send()
         .await
         .unwrap();
@@ -381,7 +383,23 @@ async fn a_call_through_the_http_front_continues_the_trace_of_its_headers() {
     assert_eq!(tool_text(got.iter().find(|m| m["id"] == 3).unwrap()), "over http", "{got:?}");
     let (server, cli) = receiver.linked("tools/call echo").await;
     check_call(&c, &server, &cli, "NETWORK_TRANSPORT_TCP", true);
-    check_server_got(&home.journal("alpha"), "over http", &cli, Some("front=1")).await;
+    check_server_got(&home.journal("alpha"), "over http", &cli, Some("front=1,back=2")).await;
+    // A tracestate too long to pass on is left out, never sent empty.
+    let resp = post(Some(&sid), echo(4, "long state", false))
+        .header("traceparent", client_traceparent())
+        .header("tracestate", format!("big={}", "v".repeat(10_000)))
+        .send()
+        .await
+        .unwrap();
+    let got = answers(resp).await;
+    assert_eq!(tool_text(got.iter().find(|m| m["id"] == 4).unwrap()), "long state", "{got:?}");
+    let entries = wait_journal(&home.journal("alpha"), |e| {
+        received(e, "tools/call").any(|m| m["params"]["arguments"]["text"] == "long state")
+    })
+    .await;
+    let msg = received(&entries, "tools/call").find(|m| m["params"]["arguments"]["text"] == "long state").unwrap();
+    assert!(msg["params"]["_meta"]["traceparent"].is_string(), "{msg}");
+    assert!(msg["params"]["_meta"].get("tracestate").is_none(), "{msg}");
     home.shutdown().await;
 }
 

@@ -458,13 +458,42 @@ fn with_header_trace(parsed: Parsed, headers: &HeaderMap) -> Parsed {
     }
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let Some(parent) = header(mcp::meta::TRACEPARENT).and_then(TraceParent::parse) else { return parsed };
-    let edits = context::edits(call, &parent, header(mcp::meta::TRACESTATE));
+    let state = header_tracestate(headers);
+    let edits = context::edits(call, &parent, state.as_deref());
     let line = codec::splice_many(call.line(), edits.iter().map(|(r, s)| (r.clone(), s.as_str())).collect());
     match Call::parse(line) {
         Ok(traced) => Parsed::Request(Box::new(traced)),
         Err(_) => parsed,
     }
 }
+
+/// The W3C `tracestate` of the POST's headers: several are one list, joined by commas, as W3C
+/// says. A list longer than [`MAX_TRACESTATE`] keeps its first members that fit, whole (W3C's
+/// way to cut one); None when there is none, or not even its first member fits: never an empty
+/// value the client did not send.
+fn header_tracestate(headers: &HeaderMap) -> Option<String> {
+    let members = headers
+        .get_all(mcp::meta::TRACESTATE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|m| m.trim_matches([' ', '\t']))
+        .filter(|m| !m.is_empty());
+    let mut state = String::new();
+    for member in members {
+        if state.len() + usize::from(!state.is_empty()) + member.len() > MAX_TRACESTATE {
+            break;
+        }
+        if !state.is_empty() {
+            state.push(',');
+        }
+        state.push_str(member);
+    }
+    (!state.is_empty()).then_some(state)
+}
+
+/// The longest `tracestate` taken from the headers (W3C: what every vendor must pass on).
+const MAX_TRACESTATE: usize = 512;
 
 /// Reads a POSTed body (at most `limit` bytes) as one JSON-RPC message on one line, parsed.
 async fn read_message(body: Body, limit: usize, declared: Option<u64>, bodies: &Bodies) -> Result<Parsed, Refusal> {
@@ -493,5 +522,33 @@ async fn read_message(body: Body, limit: usize, declared: Option<u64>, bodies: &
         Ok(env) if env.kind == Kind::Request => Ok(Parsed::Request(Box::new(Call::read(line, env)))),
         Ok(env) => Ok(Parsed::Other(line, env)),
         Err(e) => Err(Refusal::rpc(StatusCode::BAD_REQUEST, e.reply_id(), e.code(), e.message())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_headers_tracestate_is_one_list_never_an_empty_value() {
+        let of = |values: &[&str]| {
+            let mut h = HeaderMap::new();
+            for v in values {
+                h.append("tracestate", HeaderValue::from_str(v).unwrap());
+            }
+            header_tracestate(&h)
+        };
+        assert_eq!(of(&[]), None);
+        assert_eq!(of(&["a=1"]).as_deref(), Some("a=1"));
+        assert_eq!(of(&["a=1, b=2", "c=3"]).as_deref(), Some("a=1,b=2,c=3"), "two headers are one list");
+        // One member of 10 KB: too long to pass on, and dropped rather than sent empty.
+        let big = format!("k={}", "v".repeat(10_000));
+        assert_eq!(of(&[&big]), None);
+        // A long list keeps its first members, whole.
+        let many: Vec<String> = (0..100).map(|i| format!("vendor{i:02}=value")).collect();
+        let kept = of(&[&many.join(",")]).unwrap();
+        assert!(kept.len() <= MAX_TRACESTATE && kept.starts_with("vendor00=value,vendor01=value,"), "{kept}");
+        assert!(kept.split(',').all(|m| m.starts_with("vendor") && m.ends_with("=value")), "{kept}");
+        assert_eq!(of(&["a=1", &big]).as_deref(), Some("a=1"));
     }
 }
