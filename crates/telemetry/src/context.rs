@@ -138,38 +138,50 @@ pub fn edits(call: &Call, parent: &TraceParent, state: Option<&str>) -> Vec<(Ran
     }
 }
 
-/// [`edits`] for params a splice cannot trace safely, by a second read: each `_meta` object of
-/// theirs (a server's parser may take the first or the last) is written anew with `parent` as
-/// its one `traceparent`, and one `tracestate`: its own last, when that is a string, else
-/// `state`. Its other members stay, their values byte for byte. A `_meta` that is no object is
-/// left as it is; params with none get one, first.
+/// [`edits`] for params a splice cannot trace safely, by a second read. In each `_meta` object
+/// of theirs (a server's parser may take the first or the last), every `traceparent` gets
+/// `parent` (one is added first when there is none) and every `tracestate` one value: the last
+/// one's when it is a string, else `state`, else `null`. Only these values change, so the other
+/// members (the progress token the id's splice replaces among them) stay where they are. A
+/// `_meta` that is no object is left as it is; params with none get one, first.
 fn rewritten(call: &Call, parent: &TraceParent, state: Option<&str>) -> Vec<(Range<usize>, String)> {
     let line = call.line();
     let Some(p) = &call.envelope().params else { return Vec::new() };
     let Ok(Members(params)) = serde_json::from_str::<Members>(&line[p.clone()]) else { return Vec::new() };
+    let value = format!("\"{parent}\"");
     let state = state.map(|s| json_string(cut(s, MAX_TRACESTATE)));
-    let context = |theirs: Option<&str>| {
-        let mut out = format!("\"{TRACEPARENT}\":\"{parent}\"");
-        if let Some(s) = theirs.or(state.as_deref()) {
-            out.push_str(&format!(",\"{TRACESTATE}\":{s}"));
-        }
-        out
-    };
     let metas: Vec<&RawValue> = params.iter().filter(|(k, _)| k == "_meta").map(|(_, v)| *v).collect();
     if metas.is_empty() {
-        return vec![insert_first(line, p, &format!("\"_meta\":{{{}}}", context(None)))];
-    }
-    let rewrite = |raw: &RawValue| {
-        let Members(meta) = serde_json::from_str::<Members>(raw.get()).ok()?;
-        let theirs = meta.iter().rev().find(|(k, _)| k == TRACESTATE).map(|(_, v)| v.get());
-        let mut out = format!("{{{}", context(theirs.filter(|v| v.starts_with('"'))));
-        for (k, v) in meta.iter().filter(|(k, _)| k != TRACEPARENT && k != TRACESTATE) {
-            out.push_str(&format!(",{}:{}", json_string(k), v.get()));
+        let mut members = format!("\"{TRACEPARENT}\":{value}");
+        if let Some(s) = &state {
+            members.push_str(&format!(",\"{TRACESTATE}\":{s}"));
         }
-        out.push('}');
-        Some((switchyard_core::codec::span(line, raw.get()), out))
-    };
-    metas.into_iter().filter_map(rewrite).collect()
+        return vec![insert_first(line, p, &format!("\"_meta\":{{{members}}}"))];
+    }
+    let mut edits = Vec::new();
+    for raw in metas {
+        let Ok(Members(meta)) = serde_json::from_str::<Members>(raw.get()) else { continue };
+        let of = |key: &'static str| meta.iter().filter(move |(k, _)| k == key).map(|(_, v)| *v);
+        let theirs = of(TRACESTATE).last().map(RawValue::get).filter(|v| v.starts_with('"'));
+        let chosen = theirs.or(state.as_deref());
+        for v in of(TRACEPARENT) {
+            edits.push((switchyard_core::codec::span(line, v.get()), value.clone()));
+        }
+        for v in of(TRACESTATE).filter(|v| Some(v.get()) != chosen) {
+            edits.push((switchyard_core::codec::span(line, v.get()), chosen.unwrap_or("null").to_string()));
+        }
+        let mut first = Vec::new();
+        if of(TRACEPARENT).next().is_none() {
+            first.push(format!("\"{TRACEPARENT}\":{value}"));
+        }
+        if let (None, Some(s)) = (of(TRACESTATE).next(), chosen) {
+            first.push(format!("\"{TRACESTATE}\":{s}"));
+        }
+        if !first.is_empty() {
+            edits.push(insert_first(line, &switchyard_core::codec::span(line, raw.get()), &first.join(",")));
+        }
+    }
+    edits
 }
 
 /// An object's members in order, keys given twice included (their escapes undone), each value
@@ -330,15 +342,18 @@ mod tests {
         }
     }
 
-    /// `line` with `parent` (and `state`) put in, and the `traceparent` and `tracestate` of each
+    /// `line` with `parent` (and `state`) put in beside the splices `send_traced` makes with them
+    /// (the id, the progress token), and the `traceparent` and `tracestate` members of each
     /// `_meta` of its params as they are written, in order.
     fn odd(line: &str, parent: &TraceParent, state: Option<&str>) -> (serde_json::Value, Vec<Vec<(String, String)>>) {
         let c = call(line);
         assert!(c.fields().odd_meta, "{line}");
-        let edits = edits(&c, parent, state);
-        let out =
-            switchyard_core::codec::splice_many(line, edits.iter().map(|(r, s)| (r.clone(), s.as_str())).collect());
+        let mut all: Vec<(Range<usize>, String)> = vec![(c.id_range(), "99".to_string())];
+        all.extend(c.fields().progress_token.clone().map(|r| (r, "17".to_string())));
+        all.extend(edits(&c, parent, state));
+        let out = switchyard_core::codec::splice_many(line, all.iter().map(|(r, s)| (r.clone(), s.as_str())).collect());
         let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{out} is not JSON: {e}"));
+        assert_eq!(v["id"], 99, "{out}");
         let params = &out[call(&out).envelope().params.clone().unwrap()];
         let Members(members) = serde_json::from_str(params).unwrap();
         let metas = members.iter().filter(|(k, _)| k == "_meta").map(|(_, m)| {
@@ -351,52 +366,62 @@ mod tests {
         (v, metas.collect())
     }
 
+    /// `(key, value)` as [`odd`] gives them.
+    fn kv(key: &str, value: &str) -> (String, String) {
+        (key.to_string(), value.to_string())
+    }
+
     #[test]
     fn an_odd_meta_gets_switchyard_s_traceparent_and_no_other() {
         let ours = TraceParent { trace_id: [7; 16], parent_id: [9; 8], flags: 1 };
         let tp = format!("\"{ours}\"");
-        let (one, two) = (
-            "00-11111111111111111111111111111111-1111111111111111-01",
-            "00-22222222222222222222222222222222-2222222222222222-01",
-        );
-        // The last of keys given twice is what JS and Python read.
-        for value in ["12345", r#"{"a":1}"#, "null", r#"["x"]"#, &format!(r#""{one}","traceparent":"{two}""#)] {
+        let one = "00-11111111111111111111111111111111-1111111111111111-01";
+        let two = "00-22222222222222222222222222222222-2222222222222222-01";
+        // Whichever of keys given twice a parser takes (JS and Python: the last), it is ours.
+        for (value, got) in [
+            ("12345", vec![kv(TRACEPARENT, &tp)]),
+            (r#"{"a":1}"#, vec![kv(TRACEPARENT, &tp)]),
+            ("null", vec![kv(TRACEPARENT, &tp)]),
+            (r#"["x"]"#, vec![kv(TRACEPARENT, &tp)]),
+            (&format!(r#""{one}","traceparent":"{two}""#), vec![kv(TRACEPARENT, &tp), kv(TRACEPARENT, &tp)]),
+        ] {
             let line = format!(
                 r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"echo","_meta":{{"progressToken":"p","traceparent":{value}}},"arguments":{{"n":1.50}}}}}}"#
             );
             let (v, metas) = odd(&line, &ours, None);
-            assert_eq!(metas, [vec![(TRACEPARENT.to_string(), tp.clone())]], "{line}");
+            assert_eq!(metas, [got], "{line}");
             assert_eq!(v["params"]["_meta"]["traceparent"], ours.to_string(), "{line}");
-            assert_eq!((v["params"]["_meta"]["progressToken"].as_str(), v["id"].as_i64()), (Some("p"), Some(1)));
             assert_eq!(v["params"]["name"], "echo");
         }
+        // The progress token, spliced beside it, where a parser reads it.
+        let line = r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{"traceparent":7,"progressToken":5}}}"#;
+        assert_eq!(odd(line, &ours, None).0["params"]["_meta"]["progressToken"], 17);
         // `_meta` twice: each object gets it, whichever a parser reads.
         let line = format!(
             r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"_meta":{{"traceparent":"{one}"}},"name":"echo","_meta":{{"x":1}}}}}}"#
         );
         let (v, metas) = odd(&line, &ours, Some("front=1"));
-        let state = (TRACESTATE.to_string(), r#""front=1""#.to_string());
-        let both = vec![(TRACEPARENT.to_string(), tp.clone()), state.clone()];
-        assert_eq!(metas, [both.clone(), both]);
+        let state = kv(TRACESTATE, r#""front=1""#);
+        assert_eq!(metas, [vec![state.clone(), kv(TRACEPARENT, &tp)], vec![kv(TRACEPARENT, &tp), state.clone()]]);
         assert_eq!((v["params"]["_meta"]["x"].as_i64(), v["params"]["name"].as_str()), (Some(1), Some("echo")));
         // An escaped key is the same key; a `null` one is a key all the same.
         let line = format!(
             r#"{{"jsonrpc":"2.0","id":1,"method":"m","params":{{"_meta":{{"trace\u0070arent":"{one}","traceparent":null}}}}}}"#
         );
-        assert_eq!(odd(&line, &ours, None).1, [vec![(TRACEPARENT.to_string(), tp.clone())]]);
-        // A `tracestate`: its last when it is a string, else the front's, never one that is not.
+        assert_eq!(odd(&line, &ours, None).1, [vec![kv(TRACEPARENT, &tp), kv(TRACEPARENT, &tp)]]);
+        // A `tracestate`: its last when it is a string, else the front's, else none (`null`).
         let line = r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{"tracestate":"a=1","tracestate":"b=2","traceparent":1}}}"#;
-        let mine = (TRACESTATE.to_string(), r#""b=2""#.to_string());
-        assert_eq!(odd(line, &ours, Some("front=1")).1, [vec![(TRACEPARENT.to_string(), tp.clone()), mine]]);
+        let b2 = kv(TRACESTATE, r#""b=2""#);
+        assert_eq!(odd(line, &ours, Some("front=1")).1, [vec![b2.clone(), b2, kv(TRACEPARENT, &tp)]]);
         let line = r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{"tracestate":{"a":1}}}}"#;
-        assert_eq!(odd(line, &ours, Some("front=1")).1, [vec![(TRACEPARENT.to_string(), tp.clone()), state]]);
-        assert_eq!(odd(line, &ours, None).1, [vec![(TRACEPARENT.to_string(), tp.clone())]]);
+        assert_eq!(odd(line, &ours, Some("front=1")).1, [vec![kv(TRACEPARENT, &tp), state]]);
+        assert_eq!(odd(line, &ours, None).1, [vec![kv(TRACEPARENT, &tp), kv(TRACESTATE, "null")]]);
         // `_meta` twice, the last no object: the object gets it, the other is left (it carries none).
         let line = r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{},"_meta":"s"}}"#;
-        assert_eq!(odd(line, &ours, None).1, [vec![(TRACEPARENT.to_string(), tp.clone())], vec![]]);
+        assert_eq!(odd(line, &ours, None).1, [vec![kv(TRACEPARENT, &tp)], vec![]]);
         // A key twice elsewhere, no `_meta`: one is added.
         let line = r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"name":"a","name":"b"}}"#;
-        assert_eq!(odd(line, &ours, None).1, [vec![(TRACEPARENT.to_string(), tp)]]);
+        assert_eq!(odd(line, &ours, None).1, [vec![kv(TRACEPARENT, &tp)]]);
     }
 
     #[test]

@@ -517,7 +517,8 @@ async fn a_collector_that_never_answers_holds_exit_2_s_and_what_it_missed_is_sai
 /// What the client may put in `_meta` that a splice alone would pass on wrong; each call's text
 /// names its case.
 const ODD_META: [(&str, &str); 6] = [
-    ("number", r#"{"traceparent":12345}"#),
+    // The progress token, which switchyard replaces too, beside it.
+    ("number", r#"{"progressToken":"pt","traceparent":12345}"#),
     ("object", r#"{"traceparent":{"a":1}}"#),
     ("null", r#"{"traceparent":null}"#),
     ("array", r#"{"traceparent":["x"]}"#),
