@@ -162,7 +162,7 @@ fn rewritten(call: &Call, parent: &TraceParent, state: Option<&str>) -> Vec<(Ran
     for raw in metas {
         let Ok(Members(meta)) = serde_json::from_str::<Members>(raw.get()) else { continue };
         let of = |key: &'static str| meta.iter().filter(move |(k, _)| k == key).map(|(_, v)| *v);
-        let theirs = of(TRACESTATE).last().map(RawValue::get).filter(|v| v.starts_with('"'));
+        let theirs = of(TRACESTATE).next_back().map(RawValue::get).filter(|v| v.starts_with('"'));
         let chosen = theirs.or(state.as_deref());
         for v in of(TRACEPARENT) {
             edits.push((switchyard_core::codec::span(line, v.get()), value.clone()));
