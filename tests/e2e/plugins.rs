@@ -177,6 +177,45 @@ required = false   # dropped in later
     assert!(quiet.iter().all(|m| m["method"] != "notifications/tools/list_changed"), "{quiet:?}");
 }
 
+/// A tool the policy hides cannot be called by giving `name` (or `arguments`) twice: parsers
+/// disagree on which value counts (the server takes the last), so the request is refused before
+/// any policy judges it, and never reaches the server.
+#[tokio::test]
+async fn a_key_given_twice_cannot_slip_a_call_past_the_policy() {
+    let cfg = r#"
+[[plugins]]
+file = "tool-filter.wasm"
+config = '{"clients": {"cursor": {"hide": ["write*"]}}}'
+"#;
+    let dir = temp_dir();
+    let journal_file = journal_in(&dir);
+    let mut s = Setup::start(&["--journal", &journal_file], &[], Some(cfg), &[&example("tool-filter.wasm")]).await;
+    let init =
+        json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "cursor", "version": "1"}});
+    assert!(s.client.request("initialize", init).await.get("result").is_some());
+    s.client.notify("notifications/initialized", json!({})).await;
+    for (id, params, key) in [
+        (71, r#"{"name":"read","name":"write","arguments":{"path":"/a","text":"x"}}"#, "name"),
+        (
+            72,
+            r#"{"name":"write","arguments":{"path":"/a","text":"x"},"arguments":{"path":"/b","text":"y"}}"#,
+            "arguments",
+        ),
+    ] {
+        s.client.send_raw(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{params}}}"#)).await;
+        let r = s.client.wait_response(&json!(id)).await;
+        assert_eq!(r["error"]["code"], -32600, "{r}");
+        let msg = r["error"]["message"].as_str().unwrap_or_default();
+        assert!(msg.contains(&format!("duplicate field `{key}`")) && msg.contains("send each key once"), "{msg}");
+    }
+    // The session goes on; the hidden tool is still refused by its plugin when asked plainly.
+    let r = s.client.call_tool("write", json!({"path": "/a", "text": "x"})).await;
+    assert!(refusal_text(&r).contains("not available to client `cursor`"), "{r}");
+    assert_eq!(s.client.call_text("echo", json!({"text": "still here"})).await, "still here");
+    let entries = switchyard_testkit::journal(&journal_file);
+    assert!(!received(&entries, "tools/call").any(|m| m["params"]["name"] == "write"), "a hidden tool ran");
+}
+
 /// The 0.2 chain judges a client of `switchyard run` (stdio) by the name it gave at initialize,
 /// as it judges socket and HTTP clients: `tool-filter` hides `write` from `cursor`, whose call
 /// to it is refused naming the plugin, and leaves it to `claude-code`.

@@ -66,6 +66,11 @@ pub struct Fields {
     /// `traceparent` or `tracestate` that is no string. The trace context then goes in by a
     /// slower read (`switchyard_telemetry::context`).
     pub odd_meta: bool,
+    /// Why the params object did not read, when it did not: a key switchyard reads (`name`,
+    /// `arguments`, `_meta`, ...) given twice. Every field above is then None; the session
+    /// refuses such a request, as its parsers disagree on which value counts (a policy would
+    /// judge one tool while the server, which takes the last, ran another).
+    pub unread: Option<String>,
 }
 
 impl Fields {
@@ -89,6 +94,7 @@ impl Fields {
             tracestate: m(&self.tracestate),
             meta: m(&self.meta),
             odd_meta: self.odd_meta,
+            unread: self.unread.clone(),
         }
     }
 }
@@ -157,7 +163,15 @@ fn read_fields(line: &str, params: &Range<usize>) -> Fields {
     if !text.starts_with('{') {
         return Fields::default();
     }
-    let Ok(p) = codec::read_params::<RawParams>(text) else { return Fields { odd_meta: true, ..Fields::default() } };
+    let p = match codec::read_params::<RawParams>(text) {
+        Ok(p) => p,
+        Err(e) => {
+            // serde's words ("duplicate field `name`"), without its position in the params.
+            let why = e.to_string();
+            let why = why.split(" at line ").next().unwrap_or(&why).to_string();
+            return Fields { odd_meta: true, unread: Some(why), ..Fields::default() };
+        }
+    };
     let at = |r: Option<&RawValue>| r.map(|r| codec::span(line, r.get()));
     let string = |r: Option<&RawValue>| at(r.filter(|r| r.get().starts_with('"')));
     let meta = object::<RawMeta>(p.meta);
@@ -184,6 +198,7 @@ fn read_fields(line: &str, params: &Range<usize>) -> Fields {
         tracestate: string(meta.as_ref().and_then(|m| m.tracestate)),
         meta: at(p.meta.filter(|m| m.get().starts_with('{'))),
         odd_meta,
+        unread: None,
     }
 }
 
@@ -303,6 +318,24 @@ mod tests {
 
     fn call(line: &str) -> Call {
         Call::parse(line.to_string()).expect("a request")
+    }
+
+    #[test]
+    fn params_with_a_key_given_twice_are_unread_and_say_which() {
+        for (params, key) in [
+            (r#"{"name":"echo","name":"rm"}"#, "name"),
+            (r#"{"name":"read","arguments":{"path":"/ok"},"arguments":{"path":"/etc/shadow"}}"#, "arguments"),
+            (r#"{"name":"echo","_meta":{},"_meta":{"progressToken":1}}"#, "_meta"),
+        ] {
+            let c = call(&codec::request("1", "tools/call", params));
+            let why = c.fields().unread.as_deref().unwrap_or_else(|| panic!("{params} read"));
+            assert_eq!(why, format!("duplicate field `{key}`"), "{params}");
+            // Nothing of it is taken for what the server would read.
+            assert_eq!((c.name(), c.fields().arguments.clone()), (None, None), "{params}");
+        }
+        // A key switchyard does not read may come twice (the server decides what it means).
+        let c = call(&codec::request("1", "tools/call", r#"{"name":"echo","x":1,"x":2}"#));
+        assert_eq!((c.fields().unread.as_deref(), c.name().as_deref()), (None, Some("echo")));
     }
 
     #[test]

@@ -128,6 +128,19 @@ impl Session {
 
     /// A request: registered in flight (unless its id is), and its session opened or placed.
     fn step_request(self: &Arc<Self>, call: Call) -> Step {
+        if let Some(why) = &call.fields().unread {
+            // Parsers disagree on which of two values counts: refused before any policy
+            // judges one of them while the server runs the other.
+            tracing::info!(session = %self.label, "refused a {} whose params give a key twice ({why})", call.method());
+            return Step::Reply(codec::response_error(
+                call.id(),
+                codec::INVALID_REQUEST,
+                &format!(
+                    "Invalid Request: its params have a {why}; parsers disagree on which value counts, so switchyard does not pass it on: send each key once"
+                ),
+                None,
+            ));
+        }
         let id = call.id().to_string();
         let token = Arc::new(Cancel::default());
         let mut inflight = self.inflight.lock().expect("lock");
