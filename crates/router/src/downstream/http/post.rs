@@ -453,7 +453,7 @@ impl Parsed {
 fn with_header_trace(parsed: Parsed, headers: &HeaderMap) -> Parsed {
     use switchyard_telemetry::{TraceParent, context};
     let Parsed::Request(call) = &parsed else { return parsed };
-    if !switchyard_telemetry::on() || call.fields().traceparent.is_some() {
+    if !switchyard_telemetry::on() || meta_has_traceparent(call) {
         return parsed;
     }
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
@@ -465,6 +465,14 @@ fn with_header_trace(parsed: Parsed, headers: &HeaderMap) -> Parsed {
         Ok(traced) => Parsed::Request(Box::new(traced)),
         Err(_) => parsed,
     }
+}
+
+/// Whether the request's `_meta` holds a `traceparent` of its own, valid or not, a string or not:
+/// then the header's trace context is not put in its place (the call starts a trace of its own
+/// when the client's is malformed).
+fn meta_has_traceparent(call: &Call) -> bool {
+    let f = call.fields();
+    f.traceparent.is_some() || (f.odd_meta && call.text(&f.meta).is_some_and(|m| m.contains(r#""traceparent""#)))
 }
 
 /// The W3C `tracestate` of the POST's headers: several are one list, joined by commas, as W3C
@@ -528,6 +536,26 @@ async fn read_message(body: Body, limit: usize, declared: Option<u64>, bodies: &
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_traceparent_in_meta_of_any_kind_keeps_the_header_s_out() {
+        let call = |meta: &str| {
+            Call::parse(codec::request("1", "tools/call", &format!(r#"{{"name":"echo","_meta":{meta}}}"#))).unwrap()
+        };
+        for meta in [
+            r#"{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}"#,
+            r#"{"traceparent":"not one"}"#,
+            r#"{"traceparent":12345}"#,
+            r#"{"traceparent":null}"#,
+            r#"{"traceparent":{"a":1}}"#,
+            r#"{"traceparent":"a","traceparent":"b"}"#,
+        ] {
+            assert!(meta_has_traceparent(&call(meta)), "{meta}");
+        }
+        for meta in [r#"{}"#, r#"{"progressToken":1}"#, r#"{"tracestate":5}"#, r#""a string""#] {
+            assert!(!meta_has_traceparent(&call(meta)), "{meta}");
+        }
+    }
 
     #[test]
     fn the_headers_tracestate_is_one_list_never_an_empty_value() {
