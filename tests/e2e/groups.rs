@@ -108,6 +108,12 @@ async fn the_group_all_has_every_server_and_an_unknown_group_is_refused_with_the
     let names = tool_names(&c.request("tools/list", json!({})).await);
     assert!(names.contains(&"a__echo".to_string()) && names.contains(&"b__echo".to_string()), "{names:?}");
     assert_eq!(c.call_text("b__echo", json!({"text": "b"})).await, "b");
+    // A name given twice is refused as it is through one server's session: the group would
+    // route by the last, a client may show the first.
+    c.send_raw(r#"{"jsonrpc":"2.0","id":"twice","method":"tools/call","params":{"name":"a__echo","name":"b__echo","arguments":{"text":"twice"}}}"#).await;
+    let r = c.wait_response(&json!("twice")).await;
+    assert_eq!(r["error"]["code"], -32600, "{r}");
+    assert!(r["error"]["message"].as_str().unwrap_or_default().contains("duplicate field `name`"), "{r}");
     let r = c.call_tool("c__echo", json!({"text": "x"})).await;
     let msg = r["error"]["message"].as_str().unwrap_or_default();
     assert!(msg.contains("`c__echo`") && msg.contains("a, b"), "{r}");

@@ -235,6 +235,17 @@ impl Call {
         Ok(Call::read(line, env))
     }
 
+    /// The client's answer to this request when its params did not read (a key switchyard reads
+    /// given twice, see [`Fields::unread`]): an invalid request, which must reach no server, as
+    /// parsers disagree on which of the two values counts.
+    pub fn unread_answer(&self) -> Option<String> {
+        let why = self.fields.unread.as_deref()?;
+        let message = format!(
+            "Invalid Request: its params have a {why}; parsers disagree on which value counts, so switchyard does not pass it on: send each key once"
+        );
+        Some(codec::response_error(self.id(), codec::INVALID_REQUEST, &message, None))
+    }
+
     /// The request as it arrived (or as it was spliced).
     pub fn line(&self) -> &str {
         &self.line

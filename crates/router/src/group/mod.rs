@@ -45,6 +45,7 @@ use crate::session::{self, Input, Message, Opening, Output, Writer};
 use catalog::Catalog;
 use member::{Inbox, Member, Relay};
 use switchyard_config::Group;
+use switchyard_core::call::Call;
 use switchyard_core::codec::{self, Frame, LineReader};
 
 static NEXT_GROUP_SESSION: AtomicU64 = AtomicU64::new(1);
@@ -317,8 +318,11 @@ async fn read_client(
             _ = &mut *writer => return (Ended::Gone, true),
         };
         match message {
-            Ok(Some(Message::Frame(Frame::Line(line)))) => session.on_client_line(line),
-            Ok(Some(Message::Request(call))) => session.on_client_line(call.into_line()),
+            Ok(Some(Message::Frame(Frame::Line(line)))) => match codec::parse(&line) {
+                Ok(env) if env.kind == codec::Kind::Request => on_request(session, Call::read(line, env)),
+                _ => session.on_client_line(line),
+            },
+            Ok(Some(Message::Request(call))) => on_request(session, *call),
             Ok(Some(Message::Frame(Frame::TooLong { bytes }))) => session.peer.send(codec::response_error(
                 "null",
                 codec::INVALID_REQUEST,
@@ -334,6 +338,15 @@ async fn read_client(
                 return (Ended::Gone, false);
             }
         }
+    }
+}
+
+/// A request of the group's client, refused as a member's session refuses it when its params
+/// give a key twice (the group would route by the last one, while a client may show the first).
+fn on_request(session: &Arc<GroupSession>, call: Call) {
+    match call.unread_answer() {
+        Some(answer) => session.peer.send(answer),
+        None => session.on_client_line(call.into_line()),
     }
 }
 

@@ -128,18 +128,11 @@ impl Session {
 
     /// A request: registered in flight (unless its id is), and its session opened or placed.
     fn step_request(self: &Arc<Self>, call: Call) -> Step {
-        if let Some(why) = &call.fields().unread {
+        if let Some(answer) = call.unread_answer() {
             // Parsers disagree on which of two values counts: refused before any policy
             // judges one of them while the server runs the other.
-            tracing::info!(session = %self.label, "refused a {} whose params give a key twice ({why})", call.method());
-            return Step::Reply(codec::response_error(
-                call.id(),
-                codec::INVALID_REQUEST,
-                &format!(
-                    "Invalid Request: its params have a {why}; parsers disagree on which value counts, so switchyard does not pass it on: send each key once"
-                ),
-                None,
-            ));
+            tracing::info!(session = %self.label, "refused a {} whose params give a key twice", call.method());
+            return Step::Reply(answer);
         }
         let id = call.id().to_string();
         let token = Arc::new(Cancel::default());
