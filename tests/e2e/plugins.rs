@@ -177,23 +177,30 @@ required = false   # dropped in later
     assert!(quiet.iter().all(|m| m["method"] != "notifications/tools/list_changed"), "{quiet:?}");
 }
 
-/// A tool the policy hides cannot be called by giving `name` (or `arguments`) twice: parsers
-/// disagree on which value counts (the server takes the last), so the request is refused before
-/// any policy judges it, and never reaches the server.
-#[tokio::test]
-async fn a_key_given_twice_cannot_slip_a_call_past_the_policy() {
+/// `switchyard run` with `tool-filter` hiding `write*` from client `cursor`, in front of the
+/// fixture (given `fixture_args`), its client initialised as `client`.
+async fn hiding_write_from_cursor(fixture_args: &[&str], client: &str) -> Setup {
     let cfg = r#"
 [[plugins]]
 file = "tool-filter.wasm"
 config = '{"clients": {"cursor": {"hide": ["write*"]}}}'
 "#;
-    let dir = temp_dir();
-    let journal_file = journal_in(&dir);
-    let mut s = Setup::start(&["--journal", &journal_file], &[], Some(cfg), &[&example("tool-filter.wasm")]).await;
+    let mut s = Setup::start(fixture_args, &[], Some(cfg), &[&example("tool-filter.wasm")]).await;
     let init =
-        json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "cursor", "version": "1"}});
+        json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": client, "version": "1"}});
     assert!(s.client.request("initialize", init).await.get("result").is_some());
     s.client.notify("notifications/initialized", json!({})).await;
+    s
+}
+
+/// A tool the policy hides cannot be called by giving `name` (or `arguments`) twice: parsers
+/// disagree on which value counts (the server takes the last), so the request is refused before
+/// any policy judges it, and never reaches the server.
+#[tokio::test]
+async fn a_key_given_twice_cannot_slip_a_call_past_the_policy() {
+    let dir = temp_dir();
+    let journal_file = journal_in(&dir);
+    let mut s = hiding_write_from_cursor(&["--journal", &journal_file], "cursor").await;
     for (id, params, key) in [
         (71, r#"{"name":"read","name":"write","arguments":{"path":"/a","text":"x"}}"#, "name"),
         (
@@ -221,17 +228,8 @@ config = '{"clients": {"cursor": {"hide": ["write*"]}}}'
 /// to it is refused naming the plugin, and leaves it to `claude-code`.
 #[tokio::test]
 async fn tool_filter_judges_a_stdio_client_by_its_name() {
-    let cfg = r#"
-[[plugins]]
-file = "tool-filter.wasm"
-config = '{"clients": {"cursor": {"hide": ["write*"]}}}'
-"#;
     for (name, hidden) in [("cursor", true), ("claude-code", false)] {
-        let mut s = Setup::start(&[], &[], Some(cfg), &[&example("tool-filter.wasm")]).await;
-        let init =
-            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": name, "version": "1"}});
-        assert!(s.client.request("initialize", init).await.get("result").is_some());
-        s.client.notify("notifications/initialized", json!({})).await;
+        let mut s = hiding_write_from_cursor(&[], name).await;
         let list = s.client.request("tools/list", json!({})).await;
         let tools = list["result"]["tools"].as_array().unwrap_or_else(|| panic!("no tools: {list}"));
         let listed = |tool: &str| tools.iter().any(|t| t["name"] == tool);

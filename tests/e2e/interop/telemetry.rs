@@ -178,9 +178,9 @@ async fn check_server_got(journal: &std::path::Path, text: &str, client: &Value,
     assert_eq!(msg["params"]["_meta"]["tracestate"].as_str(), tracestate, "{msg}");
 }
 
-/// `switchyard run` in front of the fixture, with `env`.
-fn fixture_router(env: &[(&str, &str)]) -> Proc {
-    let argv: Vec<String> = std::iter::once("--".to_string()).chain(Proc::fixture_cmd(&[])).collect();
+/// `switchyard run` in front of the fixture (given `fixture_args`), with `env`.
+fn fixture_router(fixture_args: &[&str], env: &[(&str, &str)]) -> Proc {
+    let argv: Vec<String> = std::iter::once("--".to_string()).chain(Proc::fixture_cmd(fixture_args)).collect();
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
     Proc::router_env(&argv, env)
 }
@@ -202,12 +202,9 @@ async fn a_call_through_run_continues_the_clients_trace_to_the_server() {
     let receiver = Receiver::start();
     let dir = temp_dir();
     let journal_file = dir.path().join("j.jsonl");
-    let mut argv: Vec<String> = vec!["--".into()];
-    argv.extend(Proc::fixture_cmd(&["--journal", journal_file.to_str().unwrap()]));
-    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
     // The standard variables alone turn traces on.
-    let mut router = Proc::router_env(
-        &argv,
+    let mut router = fixture_router(
+        &["--journal", journal_file.to_str().unwrap()],
         &[("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint()), ("OTEL_SERVICE_NAME", "switchyard")],
     );
     let mut client = router.client();
@@ -262,7 +259,7 @@ fn last_point(points: &[Value], c: &HashMap<String, String>, name: &str, with: &
 async fn run_sends_the_conventions_durations_as_otlp_histograms() {
     let c = conventions();
     let receiver = Receiver::start();
-    let mut router = fixture_router(&[("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint())]);
+    let mut router = fixture_router(&[], &[("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint())]);
     let mut client = router.client();
     client.initialize().await;
     // As clients do: a tool is named in metrics once its server has listed it (labels stay
@@ -458,10 +455,10 @@ async fn a_collector_that_is_away_costs_no_call_and_one_log_line() {
 async fn the_variables_headers_are_decoded_and_a_bad_entry_is_said_without_its_value() {
     let receiver = Receiver::start();
     let headers = "x-ok=a%20b%2Cc, novalue-secret1 ,=secret2,x k=secret3,x-nl=secret4\nevil,x-pct=secret5%ZZ";
-    let mut router = fixture_router(&[
-        ("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint()),
-        ("OTEL_EXPORTER_OTLP_HEADERS", headers),
-    ]);
+    let mut router = fixture_router(
+        &[],
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint()), ("OTEL_EXPORTER_OTLP_HEADERS", headers)],
+    );
     let mut client = router.client();
     client.initialize().await;
     assert_eq!(client.call_text("echo", json!({"text": "h"})).await, "h");
@@ -490,7 +487,7 @@ async fn a_collector_that_never_answers_holds_exit_2_s_and_what_it_missed_is_sai
     let tarpit = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let endpoint = format!("http://{}", tarpit.local_addr().unwrap());
     let held = std::thread::spawn(move || tarpit.incoming().take(4).filter_map(Result::ok).collect::<Vec<_>>());
-    let mut router = fixture_router(&[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)]);
+    let mut router = fixture_router(&[], &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)]);
     let mut client = router.client();
     client.initialize().await;
     for i in 0..3 {
@@ -535,10 +532,10 @@ async fn the_server_gets_switchyards_traceparent_whatever_the_clients_meta_holds
     let receiver = Receiver::start();
     let dir = temp_dir();
     let journal_file = dir.path().join("j.jsonl");
-    let mut argv: Vec<String> = vec!["--".into()];
-    argv.extend(Proc::fixture_cmd(&["--journal", journal_file.to_str().unwrap()]));
-    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-    let mut router = Proc::router_env(&argv, &[("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint())]);
+    let mut router = fixture_router(
+        &["--journal", journal_file.to_str().unwrap()],
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint())],
+    );
     let mut client = router.client();
     client.initialize().await;
     for (i, (case, meta)) in ODD_META.iter().enumerate() {
@@ -570,7 +567,7 @@ async fn the_server_gets_switchyards_traceparent_whatever_the_clients_meta_holds
 async fn a_tool_error_is_on_both_spans_and_a_uris_secrets_on_neither() {
     let c = conventions();
     let receiver = Receiver::start();
-    let mut router = fixture_router(&[("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint())]);
+    let mut router = fixture_router(&[], &[("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint())]);
     let mut client = router.client();
     client.initialize().await;
     // The fixture's `sample` answers `isError` when the client refuses its sampling request.
@@ -599,12 +596,15 @@ async fn a_tool_error_is_on_both_spans_and_a_uris_secrets_on_neither() {
 #[tokio::test]
 async fn each_signal_gets_the_general_headers_and_its_own_never_the_other_s() {
     let receiver = Receiver::start();
-    let mut router = fixture_router(&[
-        ("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint()),
-        ("OTEL_EXPORTER_OTLP_HEADERS", "x-all=a"),
-        ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-traces-key=tk"),
-        ("OTEL_EXPORTER_OTLP_METRICS_HEADERS", "x-metrics-key=mk"),
-    ]);
+    let mut router = fixture_router(
+        &[],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint()),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "x-all=a"),
+            ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-traces-key=tk"),
+            ("OTEL_EXPORTER_OTLP_METRICS_HEADERS", "x-metrics-key=mk"),
+        ],
+    );
     let mut client = router.client();
     client.initialize().await;
     assert_eq!(client.call_text("echo", json!({"text": "h"})).await, "h");
@@ -630,7 +630,7 @@ async fn each_signal_gets_the_general_headers_and_its_own_never_the_other_s() {
 async fn traces_exporter_none_sends_no_span_and_metrics_still_go() {
     let receiver = Receiver::start();
     let mut router =
-        fixture_router(&[("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint()), ("OTEL_TRACES_EXPORTER", "none")]);
+        fixture_router(&[], &[("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint()), ("OTEL_TRACES_EXPORTER", "none")]);
     let mut client = router.client();
     client.initialize().await;
     assert_eq!(client.call_text("echo", json!({"text": "h"})).await, "h");
