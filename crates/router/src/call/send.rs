@@ -66,15 +66,18 @@ impl Attempt<'_, '_> {
         let span = self.client_span(inst);
         let sent_at = Instant::now();
         let r = self.send_in(inst, route, &span).await;
-        self.timed(inst, &r, sent_at.elapsed());
+        // How a reply ended (an error answer, a tool's own error), read once for the metric and the span.
+        let replied =
+            r.as_ref().ok().map(|reply| super::reply::reply_outcome(reply, self.req.call.method() == "tools/call"));
+        self.timed(inst, &r, replied, sent_at.elapsed());
         if !span.is_none() {
             match &r {
                 // As the call's span says it: an error answer by its code, a tool's own error too.
-                Ok(reply) => match super::reply::reply_outcome(reply, self.req.call.method() == "tools/call") {
-                    (Outcome::Error, code) => {
+                Ok(_) => match replied {
+                    Some((Outcome::Error, code)) => {
                         span.ended(Some(&code.map_or("_OTHER".to_string(), |c| c.to_string())), code, Vec::new())
                     }
-                    (Outcome::ToolError, _) => span.ended(Some(Outcome::ToolError.label()), None, Vec::new()),
+                    Some((Outcome::ToolError, _)) => span.ended(Some(Outcome::ToolError.label()), None, Vec::new()),
                     _ => {}
                 },
                 Err(Stop::Cancelled) => {
@@ -87,14 +90,14 @@ impl Attempt<'_, '_> {
         r
     }
 
-    /// Times the attempt on `inst` (`mcp.client.operation.duration`); one the client cancelled
-    /// got no response and is not timed.
-    fn timed(&self, inst: &Instance, r: &Result<Reply, Stop>, took: Duration) {
+    /// Times the attempt on `inst` (`mcp.client.operation.duration`), `replied` saying how its
+    /// reply ended; one the client cancelled got no response and is not timed.
+    fn timed(&self, inst: &Instance, r: &Result<Reply, Stop>, replied: Option<(Outcome, Option<i64>)>, took: Duration) {
         let call = self.req.call;
         let error_type = match r {
-            Ok(reply) => match super::reply::reply_outcome(reply, call.method() == "tools/call") {
-                (Outcome::Error, code) => code.map_or(OTHER, code_label),
-                (Outcome::ToolError, _) => "tool_error",
+            Ok(_) => match replied {
+                Some((Outcome::Error, code)) => code.map_or(OTHER, code_label),
+                Some((Outcome::ToolError, _)) => "tool_error",
                 _ => "",
             },
             Err(Stop::Cancelled) => return,
