@@ -77,6 +77,22 @@ fn lines_are_written_to_a_file_only_its_user_may_read() {
 }
 
 #[test]
+fn the_writer_puts_in_the_time_a_call_ended() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.audit.jsonl");
+    let log = AuditLog::start(&settings(&path)).unwrap();
+    let at = |ms| std::time::UNIX_EPOCH + Duration::from_millis(ms);
+    let untimed = |n| Record { time: String::new(), ..record(n) };
+    log.write_ended(log.admit().unwrap(), untimed(1), at(1_795_960_987_123));
+    log.write(log.admit().unwrap(), record(2));
+    // The writer's buffer for the time is reused: a shorter text leaves nothing of the last.
+    log.write_ended(log.admit().unwrap(), untimed(3), at(5));
+    log.flush(FLUSH);
+    let times: Vec<String> = lines(&path).into_iter().map(|r| r.time).collect();
+    assert_eq!(times, ["2026-11-29T14:03:07.123Z", "2026-11-29T14:03:07.123Z", "1970-01-01T00:00:00.005Z"]);
+}
+
+#[test]
 fn the_file_is_rotated_by_size_and_only_keep_files_stay() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.audit.jsonl");

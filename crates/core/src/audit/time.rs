@@ -1,21 +1,24 @@
 //! Wall-clock times as the audit log writes them (RFC 3339, UTC, milliseconds) and reads them
 //! back, without a date library: the civil calendar from days since the epoch and back.
 
+use std::fmt::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// `t` as `2026-11-29T14:03:07.123Z`.
 pub fn rfc3339(t: SystemTime) -> String {
+    let mut out = String::with_capacity(24);
+    write_rfc3339(&mut out, t);
+    out
+}
+
+/// Appends `t` as [`rfc3339`] writes it to `out` (the audit writer reuses one buffer for it).
+pub fn write_rfc3339(out: &mut String, t: SystemTime) {
     let since = t.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = since.as_secs();
     let (days, rest) = ((secs / 86_400) as i64, secs % 86_400);
     let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rest / 3600,
-        rest / 60 % 60,
-        rest % 60,
-        since.subsec_millis()
-    )
+    let (h, mi, s, ms) = (rest / 3600, rest / 60 % 60, rest % 60, since.subsec_millis());
+    write!(out, "{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{ms:03}Z").expect("a String takes any text");
 }
 
 /// An RFC 3339 time (`2026-11-29T14:03:07Z`, `...07.5+01:00`, a date alone as its midnight UTC).

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, SyncSender, TryRecvError, channel, sync_channel};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use super::Record;
 use super::file::{AuditFile, Failed};
@@ -43,12 +43,22 @@ pub struct Settings {
     pub arguments: bool,
 }
 
+// A line goes by value: boxing it would cost an allocation per call.
+#[allow(clippy::large_enum_variant)]
 enum Msg {
-    /// Serialised by the writer, off the caller's thread; `true`: the line of a call a strict
-    /// log refused.
-    Line(Box<Record>, bool),
+    /// Serialised by the writer, off the caller's thread.
+    Line(Line),
     /// Everything queued before this is written (or lost); then the sender is told.
     Flush(SyncSender<()>),
+}
+
+/// A record on its way to the file.
+struct Line {
+    record: Record,
+    /// When the call ended: the writer puts it in the record's `time` (None: it is there).
+    ended: Option<SystemTime>,
+    /// The line of a call a strict log refused.
+    refusal: bool,
 }
 
 /// What the callers and the writer thread share.
@@ -237,7 +247,17 @@ impl AuditLog {
     }
 
     /// Queues the line of a call that ended.
-    pub fn write(&self, mut ticket: Ticket, record: Record) {
+    pub fn write(&self, ticket: Ticket, record: Record) {
+        self.queue(ticket, record, None);
+    }
+
+    /// Queues the line of a call that ended at `ended`, which the writer thread writes into
+    /// the record's `time` (so the call's task does not format it).
+    pub fn write_ended(&self, ticket: Ticket, record: Record, ended: SystemTime) {
+        self.queue(ticket, record, Some(ended));
+    }
+
+    fn queue(&self, mut ticket: Ticket, record: Record, ended: Option<SystemTime>) {
         let refusal = ticket.refusal;
         if !ticket.reserved && !self.shared.reserve() {
             self.shared.lose(u64::from(!refusal), true, "the queue is full (the disk is slower than the calls)");
@@ -246,7 +266,7 @@ impl AuditLog {
         // From here the place belongs to the line in the queue.
         ticket.reserved = false;
         let queued = self.shared.queued.fetch_add(1, Ordering::AcqRel) + 1;
-        if self.tx.send(Msg::Line(Box::new(record), refusal)).is_err() {
+        if self.tx.send(Msg::Line(Line { record, ended, refusal })).is_err() {
             self.shared.queued.fetch_sub(1, Ordering::AcqRel);
             self.shared.release(1);
             self.shared.lose(u64::from(!refusal), false, "its writer stopped");
@@ -314,6 +334,8 @@ fn write_loop(mut file: AuditFile, rx: Receiver<Msg>, shared: &Shared) {
     // Which of the batch's lines are those of refused calls.
     let mut refusals = Vec::new();
     let mut flushes = Vec::new();
+    // The text of a line's time, its buffer kept from line to line.
+    let mut stamp = String::new();
     // The last tick found no line.
     let mut quiet = true;
     loop {
@@ -336,8 +358,9 @@ fn write_loop(mut file: AuditFile, rx: Receiver<Msg>, shared: &Shared) {
             let mut lines = 0;
             while batch.len() < BATCH_BYTES {
                 match rx.try_recv() {
-                    Ok(Msg::Line(record, refusal)) => {
-                        if add_line(&mut batch, record, refusal, shared) {
+                    Ok(Msg::Line(line)) => {
+                        let refusal = line.refusal;
+                        if add_line(&mut batch, line, &mut stamp, shared) {
                             lines += 1;
                             refusals.push(refusal);
                         } else {
@@ -375,8 +398,23 @@ fn write_loop(mut file: AuditFile, rx: Receiver<Msg>, shared: &Shared) {
     }
 }
 
-/// Adds the line of `record` to `batch`, within [`MAX_LINE`]; false when it is lost.
-fn add_line(batch: &mut Vec<u8>, mut record: Box<Record>, refusal: bool, shared: &Shared) -> bool {
+/// Adds `line` to `batch`, within [`MAX_LINE`]; false when it is lost. `stamp`: a buffer for
+/// the text of its time, taken back once the line is written.
+fn add_line(batch: &mut Vec<u8>, line: Line, stamp: &mut String, shared: &Shared) -> bool {
+    let Line { mut record, ended, refusal } = line;
+    if let Some(at) = ended {
+        stamp.clear();
+        super::time::write_rfc3339(stamp, at);
+        record.time = std::mem::take(stamp);
+    }
+    let added = add_record(batch, &mut record, refusal, shared);
+    if ended.is_some() {
+        *stamp = std::mem::take(&mut record.time);
+    }
+    added
+}
+
+fn add_record(batch: &mut Vec<u8>, record: &mut Record, refusal: bool, shared: &Shared) -> bool {
     let start = batch.len();
     serde_json::to_writer(&mut *batch, &*record).expect("a record always serialises");
     if batch.len() - start > MAX_LINE && record.arguments.is_some() {

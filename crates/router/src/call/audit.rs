@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use super::refused::{Refused, refused};
 use super::{End, Request, caller_of};
 use crate::server::Server;
-use switchyard_core::audit::{Client, Decided, Ended, Record, Ticket, Waits, sha256_hex, time};
+use switchyard_core::audit::{Client, Decided, Ended, Record, Ticket, Waits, sha256_hex};
 use switchyard_core::decision::{Concurrency, Rejection};
 use switchyard_core::metrics::Outcome;
 
@@ -87,7 +87,8 @@ impl Asked {
     pub(super) fn write(self, server: &Server, end: End, elapsed: Duration, answer: Option<&str>, sent: bool) {
         let Some(log) = server.audit() else { return };
         let record = Record {
-            time: time::rfc3339(SystemTime::now()),
+            // Written by the log's writer thread, from the time passed with the record.
+            time: String::new(),
             trace_id: self.trace_id,
             client: self.client,
             session: self.session,
@@ -109,7 +110,7 @@ impl Asked {
             request_bytes: self.request_bytes,
             response_bytes: answer.map_or(0, |a| a.len() as u64),
         };
-        log.write(self.ticket, record);
+        log.write_ended(self.ticket, record, SystemTime::now());
     }
 }
 
