@@ -45,7 +45,9 @@ pub struct Envelope {
     pub kind: Kind,
     /// The raw id (e.g. `7` or `"abc"`), for requests and responses.
     pub id: Option<Range<usize>>,
-    pub method: Option<String>,
+    /// The method; a method of MCP's own is borrowed from [`METHODS`], so that reading it
+    /// allocates nothing.
+    pub method: Option<Cow<'static, str>>,
     pub params: Option<Range<usize>>,
     /// Responses only: true when the message carries `error` rather than `result`.
     pub is_error: bool,
@@ -152,7 +154,7 @@ pub fn parse(line: &str) -> Result<Envelope, ParseError> {
     }
     let id = raw.id.map(|r| span(line, r.get()));
     if let Some(m) = raw.method {
-        let method: String = serde_json::from_str(m.get()).map_err(|_| invalid("`method` must be a string"))?;
+        let method = method(m.get()).ok_or_else(|| invalid("`method` must be a string"))?;
         if raw.result.is_some() || raw.error.is_some() {
             return Err(invalid("a message cannot have both `method` and `result`/`error`"));
         }
@@ -162,7 +164,7 @@ pub fn parse(line: &str) -> Result<Envelope, ParseError> {
                 let reason = "`params` must be an object or an array";
                 return Err(match id {
                     Some(_) => invalid(reason),
-                    None => ParseError::BadNotification { method, reason: reason.to_string() },
+                    None => ParseError::BadNotification { method: method.into_owned(), reason: reason.to_string() },
                 });
             }
         }
@@ -199,6 +201,56 @@ pub fn parse(line: &str) -> Result<Envelope, ParseError> {
         (Some(_), Some(_)) => Err(invalid("a response cannot have both `result` and `error`")),
         _ => Err(invalid("a message needs `method`, `result` or `error`")),
     }
+}
+
+/// The methods of MCP (requests and notifications, both ways) that a message's `method` is
+/// read as without a copy.
+pub const METHODS: &[&str] = &[
+    "tools/call",
+    "tools/list",
+    "notifications/progress",
+    "notifications/cancelled",
+    "notifications/message",
+    "notifications/initialized",
+    "initialize",
+    "ping",
+    "resources/list",
+    "resources/read",
+    "resources/templates/list",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+    "logging/setLevel",
+    "roots/list",
+    "sampling/createMessage",
+    "elicitation/create",
+    "tasks/get",
+    "tasks/result",
+    "tasks/cancel",
+    "tasks/list",
+    "tasks/update",
+    "subscriptions/listen",
+    "server/discover",
+    "notifications/tools/list_changed",
+    "notifications/resources/list_changed",
+    "notifications/resources/updated",
+    "notifications/prompts/list_changed",
+    "notifications/roots/list_changed",
+    "notifications/tasks/status",
+    "notifications/elicitation/complete",
+    "notifications/subscriptions/acknowledged",
+];
+
+/// The string a raw `method` value holds (None: it is no string). A plain string (no escape)
+/// naming one of [`METHODS`] is that entry; any other is read as JSON into a copy.
+fn method(raw: &str) -> Option<Cow<'static, str>> {
+    let plain = raw.strip_prefix('"').and_then(|r| r.strip_suffix('"')).filter(|m| !m.contains('\\'));
+    if let Some(known) = plain.and_then(|m| METHODS.iter().find(|k| **k == m)) {
+        return Some(Cow::Borrowed(known));
+    }
+    serde_json::from_str::<String>(raw).ok().map(Cow::Owned)
 }
 
 /// Splits a batch (a JSON array) into the text of its elements. Err when the array is not JSON.
@@ -430,6 +482,19 @@ mod tests {
         let p = parse(odd).unwrap().params.unwrap();
         let f = param_fields(odd, &p);
         assert_eq!((&odd[f.request_id.unwrap()], f.reason), ("\"x\"", None), "a numeric reason hides nothing");
+    }
+
+    #[test]
+    fn a_method_of_mcp_is_read_without_a_copy() {
+        let method = |line: &str| parse(line).unwrap().method.unwrap();
+        let known = method(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call"}"#);
+        assert!(matches!(known, Cow::Borrowed("tools/call")), "{known:?}");
+        let other = method(r#"{"jsonrpc":"2.0","id":1,"method":"x/y"}"#);
+        assert!(matches!(other, Cow::Owned(ref m) if m == "x/y"), "{other:?}");
+        // An escape is read as JSON all the same.
+        assert_eq!(method(r#"{"jsonrpc":"2.0","method":"tools\/list"}"#), "tools/list");
+        assert_eq!(method(r#"{"jsonrpc":"2.0","method":"a\"b"}"#), "a\"b");
+        assert!(METHODS.iter().all(|m| parse(&notification(m, "{}")).unwrap().method.as_deref() == Some(*m)));
     }
 
     #[test]

@@ -36,7 +36,7 @@ impl Fanout {
     /// whose call caused it, never to another one. roots/list is answered from the roots the
     /// clients gave when they agree, so a starting instance does not show.
     pub(super) fn on_server_request(self: &Arc<Self>, inst: &Arc<Instance>, line: String, env: Envelope) {
-        let method = env.method.clone().unwrap_or_default();
+        let method = env.method.clone().unwrap_or_default().into_owned();
         // A request on behalf of a task (elicitation while it waits for input) is for the session
         // that was handed the task, whoever else has calls on the instance.
         let task = related_task(&line, env.params.as_ref())

@@ -15,6 +15,7 @@ mod session;
 
 pub use params::ToolHeaders;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
@@ -99,7 +100,7 @@ fn classify(line: &str) -> Info {
         }
         _ => None,
     };
-    Info { method: env.method, envelope_version, name }
+    Info { method: env.method.map(Cow::into_owned), envelope_version, name }
 }
 
 /// [`classify`] of a client's request, from its `Call` (no second parse): what was spliced into
