@@ -122,7 +122,7 @@ fn a_call_without_a_trace_context_starts_a_trace() {
 #[test]
 fn a_resource_s_credentials_stay_out_of_its_spans() {
     let call = Call::parse(
-        r#"{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"https://me:pw@h/x?token=SECRETQ&v=2"}}"#
+        r#"{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"https://me:pw@h/x?token=SECRETQ&v=2#access_token=SECRETF"}}"#
             .into(),
     )
     .unwrap();
@@ -131,7 +131,7 @@ fn a_resource_s_credentials_stay_out_of_its_spans() {
         let op = Operation {
             side: Side::Client,
             method: call.method(),
-            target: Target::of(call.method(), None, Some("https://me:pw@h/x?token=SECRETQ&v=2")),
+            target: Target::of(call.method(), None, Some("https://me:pw@h/x?token=SECRETQ&v=2#access_token=SECRETF")),
             request_id: None,
             session_id: None,
             protocol_version: None,
@@ -141,11 +141,12 @@ fn a_resource_s_credentials_stay_out_of_its_spans() {
         drop(operation_of(t, &op, None, Some(&server), Vec::new(), Vec::new()));
     });
     assert_eq!(spans.len(), 2);
-    let shown = "https://REDACTED:REDACTED@h/x?token=REDACTED&v=REDACTED";
+    let shown = "https://REDACTED:REDACTED@h/x?token=REDACTED&v=REDACTED#access_token=REDACTED";
     for span in &spans {
         assert_eq!(span.name, format!("resources/read {shown}"), "{:?}", span.span_kind);
         assert_eq!(attr(span, MCP_RESOURCE_URI).as_deref(), Some(shown));
-        assert!(!format!("{span:?}").contains("SECRETQ") && !format!("{span:?}").contains("pw@"));
+        let text = format!("{span:?}");
+        assert!(!text.contains("SECRETQ") && !text.contains("SECRETF") && !text.contains("pw@"), "{text}");
     }
 }
 
