@@ -5,6 +5,7 @@
 //! may read them there. Only these two keys are touched: the rest of the line stays as the client
 //! wrote it.
 
+use std::borrow::Cow;
 use std::ops::Range;
 
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
@@ -110,18 +111,18 @@ pub fn edits(call: &Call, parent: &TraceParent, state: Option<&str>) -> Vec<(Ran
     if f.odd_meta {
         return rewritten(call, parent, state);
     }
-    let state = state.filter(|_| f.tracestate.is_none()).map(|s| cut(s, MAX_TRACESTATE));
+    let state = state.filter(|_| f.tracestate.is_none()).and_then(fitted);
     let value = format!("\"{parent}\"");
     if let Some(r) = &f.traceparent {
         let mut edits = vec![(r.clone(), value)];
-        if let (Some(state), Some(meta)) = (state, &f.meta) {
+        if let (Some(state), Some(meta)) = (&state, &f.meta) {
             let at = meta.start + 1;
             edits.push((at..at, format!("\"{TRACESTATE}\":{},", json_string(state))));
         }
         return edits;
     }
     let mut members = format!("\"{TRACEPARENT}\":{value}");
-    if let Some(state) = state {
+    if let Some(state) = &state {
         members.push_str(&format!(",\"{TRACESTATE}\":{}", json_string(state)));
     }
     if let Some(meta) = &f.meta {
@@ -149,7 +150,7 @@ fn rewritten(call: &Call, parent: &TraceParent, state: Option<&str>) -> Vec<(Ran
     let Some(p) = &call.envelope().params else { return Vec::new() };
     let Ok(Members(params)) = serde_json::from_str::<Members>(&line[p.clone()]) else { return Vec::new() };
     let value = format!("\"{parent}\"");
-    let state = state.map(|s| json_string(cut(s, MAX_TRACESTATE)));
+    let state = state.and_then(fitted).map(|s| json_string(&s));
     let metas: Vec<&RawValue> = params.iter().filter(|(k, _)| k == "_meta").map(|(_, v)| *v).collect();
     if metas.is_empty() {
         let mut members = format!("\"{TRACEPARENT}\":{value}");
@@ -219,12 +220,36 @@ fn json_string(s: &str) -> String {
     serde_json::to_string(s).expect("strings always serialise")
 }
 
-/// `s` cut to at most `max` bytes at a list member's end (W3C: drop whole entries).
-fn cut(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
+/// A `tracestate` entry longer than this is the first to go when the list is cut (W3C).
+const LONG_ENTRY: usize = 128;
+
+/// `state` as switchyard passes it on: whole when it is at most [`MAX_TRACESTATE`] bytes, else
+/// cut as W3C says, by whole entries: those over 128 characters go first (from the end), then
+/// entries from the end, until the rest fit; the entries kept keep their order. None when no
+/// entry fits, or it has none (the server is never sent an empty `tracestate`). Several
+/// headers' values joined by commas are one list, and empty entries are dropped in a cut list.
+pub fn fitted(state: &str) -> Option<Cow<'_, str>> {
+    fit(state, MAX_TRACESTATE)
+}
+
+fn fit(state: &str, max: usize) -> Option<Cow<'_, str>> {
+    if state.split(',').all(|e| e.trim_matches([' ', '\t']).is_empty()) {
+        return None;
     }
-    s[..max].rfind(',').map_or("", |i| &s[..i])
+    if state.len() <= max {
+        return Some(Cow::Borrowed(state));
+    }
+    let mut entries: Vec<&str> =
+        state.split(',').map(|e| e.trim_matches([' ', '\t'])).filter(|e| !e.is_empty()).collect();
+    // The length of the entries joined by commas.
+    let joined = |e: &[&str]| e.iter().map(|e| e.len()).sum::<usize>() + e.len().saturating_sub(1);
+    while joined(&entries) > max {
+        match entries.iter().rposition(|e| e.len() > LONG_ENTRY) {
+            Some(long) => entries.remove(long),
+            None => entries.pop().expect("a list over its limit has an entry"),
+        };
+    }
+    (!entries.is_empty()).then(|| Cow::Owned(entries.join(",")))
 }
 
 #[cfg(test)]
@@ -437,9 +462,39 @@ mod tests {
     }
 
     #[test]
-    fn a_long_tracestate_loses_whole_entries() {
+    fn a_long_tracestate_loses_whole_entries_from_its_end() {
         let long = (0..100).map(|i| format!("k{i}=v{i}")).collect::<Vec<_>>().join(",");
-        let c = cut(&long, MAX_TRACESTATE);
-        assert!(c.len() <= MAX_TRACESTATE && long.starts_with(c) && long[c.len()..].starts_with(','));
+        let c = fitted(&long).unwrap();
+        assert!(c.len() <= MAX_TRACESTATE && long.starts_with(&*c) && long[c.len()..].starts_with(','), "{c}");
+        assert!(matches!(fitted("a=1,b=2"), Some(Cow::Borrowed("a=1,b=2"))));
+        assert_eq!(fitted(""), None);
+        assert_eq!(fitted(" , "), None);
+    }
+
+    #[test]
+    fn a_tracestate_over_its_limit_keeps_the_legal_entries_that_fit() {
+        // One entry alone over 512 bytes: it goes, the others stay.
+        let big = format!("big={}", "v".repeat(600));
+        assert_eq!(fitted(&big), None, "nothing fits: no empty tracestate");
+        assert_eq!(fitted(&format!("a=1,{big},b=2")).as_deref(), Some("a=1,b=2"));
+        assert_eq!(fitted(&format!("{big},a=1")).as_deref(), Some("a=1"));
+        // Entries over 128 characters go before short ones, from the end; then from the end.
+        let e = |k: &str, n: usize| format!("{k}={}", "x".repeat(n - k.len() - 1));
+        let (l1, l2) = (e("l1", 200), e("l2", 200));
+        let shorts: Vec<String> = (0..5).map(|i| e(&format!("s{i}"), 40)).collect();
+        let list = format!("{l1},{},{l2}", shorts.join(","));
+        // 200 + 5 * 41 + 201 = 606 > 512: l2 going is enough, l1 (which fits) stays.
+        assert_eq!(fitted(&list).as_deref(), Some(format!("{l1},{}", shorts.join(",")).as_str()));
+        let more: Vec<String> = (0..12).map(|i| e(&format!("m{i}"), 40)).collect();
+        let list = format!("{l1},{}", more.join(","));
+        // 12 * 41 - 1 = 491 fits without l1; the long one goes, every short one stays.
+        assert_eq!(fitted(&list).as_deref(), Some(more.join(",").as_str()));
+        let list = format!("{},{l1}", (0..20).map(|i| e(&format!("n{i}"), 40)).collect::<Vec<_>>().join(","));
+        let kept = fitted(&list).unwrap();
+        assert!(!kept.contains("l1=") && kept.len() <= MAX_TRACESTATE && list.starts_with(&*kept), "{kept}");
+        assert_eq!(kept.split(',').count(), 12, "{kept}");
+        // Whitespace and empty entries of a list that is cut are left out.
+        let spaced = format!("a=1 , ,\tb=2,{big}");
+        assert_eq!(fitted(&spaced).as_deref(), Some("a=1,b=2"));
     }
 }

@@ -476,32 +476,20 @@ fn meta_has_traceparent(call: &Call) -> bool {
 }
 
 /// The W3C `tracestate` of the POST's headers: several are one list, joined by commas, as W3C
-/// says. A list longer than [`MAX_TRACESTATE`] keeps its first members that fit, whole (W3C's
-/// way to cut one); None when there is none, or not even its first member fits: never an empty
-/// value the client did not send.
+/// says. A list longer than 512 bytes is cut by whole entries as W3C says (see
+/// `switchyard_telemetry::context::fitted`); None when there is none, or no entry fits: never
+/// an empty value the client did not send.
 fn header_tracestate(headers: &HeaderMap) -> Option<String> {
-    let members = headers
+    let members: Vec<&str> = headers
         .get_all(mcp::meta::TRACESTATE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .map(|m| m.trim_matches([' ', '\t']))
-        .filter(|m| !m.is_empty());
-    let mut state = String::new();
-    for member in members {
-        if state.len() + usize::from(!state.is_empty()) + member.len() > MAX_TRACESTATE {
-            break;
-        }
-        if !state.is_empty() {
-            state.push(',');
-        }
-        state.push_str(member);
-    }
-    (!state.is_empty()).then_some(state)
+        .filter(|m| !m.is_empty())
+        .collect();
+    switchyard_telemetry::context::fitted(&members.join(",")).map(std::borrow::Cow::into_owned)
 }
-
-/// The longest `tracestate` taken from the headers (W3C: what every vendor must pass on).
-const MAX_TRACESTATE: usize = 512;
 
 /// Reads a POSTed body (at most `limit` bytes) as one JSON-RPC message on one line, parsed.
 async fn read_message(body: Body, limit: usize, declared: Option<u64>, bodies: &Bodies) -> Result<Parsed, Refusal> {
@@ -575,8 +563,10 @@ mod tests {
         // A long list keeps its first members, whole.
         let many: Vec<String> = (0..100).map(|i| format!("vendor{i:02}=value")).collect();
         let kept = of(&[&many.join(",")]).unwrap();
-        assert!(kept.len() <= MAX_TRACESTATE && kept.starts_with("vendor00=value,vendor01=value,"), "{kept}");
+        assert!(kept.len() <= 512 && kept.starts_with("vendor00=value,vendor01=value,"), "{kept}");
         assert!(kept.split(',').all(|m| m.starts_with("vendor") && m.ends_with("=value")), "{kept}");
         assert_eq!(of(&["a=1", &big]).as_deref(), Some("a=1"));
+        // A long entry first goes alone: the ones after it that fit stay.
+        assert_eq!(of(&[&big, "a=1", "b=2"]).as_deref(), Some("a=1,b=2"));
     }
 }
