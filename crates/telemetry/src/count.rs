@@ -172,11 +172,34 @@ mod tests {
 
     #[test]
     fn spans_left_at_exit_are_said_with_their_count_and_where_they_were_to_go() {
-        assert_eq!(crate::export::unsent(true, 0, "http://c/v1/traces"), None);
-        let line = crate::export::unsent(true, 7, "http://c/v1/traces").unwrap();
-        assert!(line.starts_with("7 spans were not sent to http://c/v1/traces: "), "{line}");
+        use crate::export::unsent;
+        assert_eq!(unsent(true, 0, "http://c/v1/traces", None), None);
+        let line = unsent(true, 7, "http://c/v1/traces", None).unwrap();
+        assert!(line.starts_with("7 spans were not sent to http://c/v1/traces at exit: "), "{line}");
         assert!(line.contains("within 2 s"), "{line}");
-        let one = crate::export::unsent(false, 1, "http://c/v1/traces").unwrap();
-        assert_eq!(one, "1 span was not sent to http://c/v1/traces: the collector did not take it; it is lost");
+        let one = unsent(false, 1, "http://c/v1/traces", None).unwrap();
+        assert_eq!(one, "1 span was not sent to http://c/v1/traces at exit: the collector did not take it; it is lost");
+        // An export that failed at exit says why, in this line (not in a line of its own).
+        let refused = unsent(false, 3, "http://c/v1/traces", Some("the collector answered 503 Service Unavailable"));
+        assert_eq!(
+            refused.as_deref(),
+            Some(
+                "3 spans were not sent to http://c/v1/traces at exit: the collector answered 503 Service Unavailable; they are lost"
+            )
+        );
+    }
+
+    #[test]
+    fn the_last_metrics_left_at_exit_are_one_line_that_says_they_are_lost() {
+        use crate::export::metrics_unsent;
+        let url = "http://c/v1/metrics";
+        assert_eq!(metrics_unsent(Some(true), url, None), None);
+        let refused = metrics_unsent(Some(false), url, Some("the collector answered 503 Service Unavailable")).unwrap();
+        assert!(refused.starts_with("the last metrics were not sent to http://c/v1/metrics at exit: the collector answered 503 Service Unavailable; "), "{refused}");
+        let late = metrics_unsent(None, url, None).unwrap();
+        assert!(late.contains("did not take them within 2 s of exit"), "{late}");
+        for line in [refused, late] {
+            assert!(line.ends_with("is lost") && !line.contains("sent again"), "{line}");
+        }
     }
 }

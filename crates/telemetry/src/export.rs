@@ -5,8 +5,9 @@
 //! flush at exit could not send is said too. That flush waits for traces and metrics together
 //! until one deadline, when any post still in flight is abandoned.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock, Once, OnceLock, mpsc};
+use std::sync::{Arc, LazyLock, Mutex, Once, OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -30,6 +31,15 @@ const EXIT_FLUSH: Duration = Duration::from_secs(2);
 /// The deadline of the flush at exit, once it began: every post in flight then, or started
 /// after, is abandoned at it.
 static EXIT: LazyLock<watch::Sender<Option<Instant>>> = LazyLock::new(|| watch::Sender::new(None));
+
+/// Why an export failed once the flush at exit began, by signal (`traces`, `metrics`): for its
+/// line, instead of a line of its own.
+static AT_EXIT: Mutex<BTreeMap<&'static str, String>> = Mutex::new(BTreeMap::new());
+
+/// Why the last failed export of `what` at exit failed, if one did.
+fn failed_at_exit(what: &str) -> Option<String> {
+    AT_EXIT.lock().expect("lock").get(what).cloned()
+}
 
 /// Ends at the exit's deadline (never before the flush at exit set one).
 async fn exit_deadline() {
@@ -98,6 +108,11 @@ impl Poster {
         match outcome {
             Ok(()) => self.failing.store(false, Ordering::Relaxed),
             Err(why) => {
+                // At exit the flush says, in one line per signal, what was not sent and why.
+                if EXIT.borrow().is_some() {
+                    AT_EXIT.lock().expect("lock").insert(self.what, why);
+                    return;
+                }
                 if !self.failing.swap(true, Ordering::Relaxed) {
                     tracing::warn!(
                         "{} could not be sent to {}: {why}; calls go on{} (said once)",
@@ -243,22 +258,40 @@ pub fn flush() {
     let done = shut_down_by(Instant::now() + EXIT_FLUSH, shutdowns);
     if let Some((_, counts, url, failed_before)) = traces {
         let finished = done.iter().any(|(s, _)| *s == Signal::Traces);
-        if let Some(line) = unsent(!finished, counts.undelivered(failed_before), url) {
+        let why = failed_at_exit("traces");
+        if let Some(line) = unsent(!finished, counts.undelivered(failed_before), url, why.as_deref()) {
             tracing::warn!("{line}");
         }
     }
     if let Some((_, url)) = metrics {
-        match done.iter().find(|(s, _)| *s == Signal::Metrics) {
-            Some((_, true)) => {}
-            Some((_, false)) => {
-                tracing::warn!("the last metrics were not sent to {url} at exit: the collector did not take them")
-            }
-            None => tracing::warn!(
-                "the last metrics were not sent to {url}: the collector did not take them within {} s of exit",
-                EXIT_FLUSH.as_secs()
-            ),
+        let finished = done.iter().find(|(s, _)| *s == Signal::Metrics).map(|(_, sent)| *sent);
+        if let Some(line) = metrics_unsent(finished, url, failed_at_exit("metrics").as_deref()) {
+            tracing::warn!("{line}");
         }
     }
+}
+
+/// Why the collector did not take what exit sent: `why` the export failed, else that it did
+/// not take it (in time, when `timed_out`).
+fn not_taken(timed_out: bool, why: Option<&str>) -> String {
+    match why {
+        Some(why) => why.to_string(),
+        None if timed_out => format!("the collector did not take them within {} s of exit", EXIT_FLUSH.as_secs()),
+        None => "the collector did not take them".to_string(),
+    }
+}
+
+/// The one line for the last metrics when exit could not send them (`finished`: whether the
+/// shutdown ended by the deadline, and then whether it sent them), with why (`why`: the failed
+/// export's reason, when one failed).
+pub(crate) fn metrics_unsent(finished: Option<bool>, url: &str, why: Option<&str>) -> Option<String> {
+    if finished == Some(true) {
+        return None;
+    }
+    let why = not_taken(finished.is_none(), why);
+    Some(format!(
+        "the last metrics were not sent to {url} at exit: {why}; what they counted since the last export the collector took is lost"
+    ))
 }
 
 /// A signal's shutdown, given the time it may take; whether all it held was sent.
@@ -297,19 +330,15 @@ pub(crate) fn shut_down_by(deadline: Instant, shutdowns: Vec<(Signal, Shutdown)>
 }
 
 /// The line for spans the flush at exit left unsent (`waiting` of them; `timed_out` when it
-/// gave up at the deadline), if any were.
-pub(crate) fn unsent(timed_out: bool, waiting: u64, url: &str) -> Option<String> {
+/// gave up at the deadline; `why` a failed export's reason), if any were.
+pub(crate) fn unsent(timed_out: bool, waiting: u64, url: &str, why: Option<&str>) -> Option<String> {
     if waiting == 0 {
         return None;
     }
-    let why = if timed_out {
-        format!("the collector did not take them within {} s of exit", EXIT_FLUSH.as_secs())
-    } else {
-        "the collector did not take them".to_string()
-    };
+    let why = not_taken(timed_out, why);
     let (spans, were, them) = if waiting == 1 { ("span", "was", "it is") } else { ("spans", "were", "they are") };
-    let why = if waiting == 1 { why.replace("them", "it") } else { why };
-    Some(format!("{waiting} {spans} {were} not sent to {url}: {why}; {them} lost"))
+    let why = if waiting == 1 { why.replace("take them", "take it") } else { why };
+    Some(format!("{waiting} {spans} {were} not sent to {url} at exit: {why}; {them} lost"))
 }
 
 #[cfg(test)]
