@@ -100,6 +100,12 @@ impl TelemetryConfig {
     /// (the rest of the file is read, and its errors told, after), with the line of each key
     /// for the warnings about them: the defaults when the file is missing or does not parse.
     pub fn from_file(path: &std::path::Path) -> TelemetryConfig {
+        Self::loaded_from_file(path).unwrap_or_default()
+    }
+
+    /// [`TelemetryConfig::from_file`], None when the file is there but its `[telemetry]` does
+    /// not load (the file is no TOML, or the table has a key it does not know or a wrong type).
+    pub fn loaded_from_file(path: &std::path::Path) -> Option<TelemetryConfig> {
         #[derive(Deserialize)]
         struct Only {
             #[serde(default)]
@@ -112,7 +118,7 @@ impl TelemetryConfig {
         }
         let text = std::fs::read_to_string(path).unwrap_or_default();
         let Ok(mut table) = toml::from_str::<Only>(&text).map(|o| o.telemetry) else {
-            return TelemetryConfig::default();
+            return None;
         };
         let spans: Spans = toml::from_str(&text).unwrap_or_default();
         let line = |s: &toml::Spanned<toml::Value>| crate::spans::line_of(&text, s.span().start);
@@ -128,7 +134,7 @@ impl TelemetryConfig {
             }
         }
         table.file = Some(KeyLines { path: path.to_path_buf(), lines });
-        table
+        Some(table)
     }
 
     /// `[telemetry] KEY`, after the file and line it is at when the table was read from a file.
@@ -195,6 +201,9 @@ impl TelemetryConfig {
         let traces_headers = layered(&[&table, &general, &read("OTEL_EXPORTER_OTLP_TRACES_HEADERS")]);
         let metrics_headers = layered(&[&table, &general, &read("OTEL_EXPORTER_OTLP_METRICS_HEADERS")]);
         warnings.extend(protocol_warning(&var, traces_url.as_deref().or(metrics_url.as_deref())));
+        for (signal, url) in [("traces", &traces_url), ("metrics", &metrics_url)] {
+            warnings.extend(url.as_deref().and_then(|url| exporter_warning(&var, signal, url)));
+        }
         let service_name = self.service_name.clone().or_else(|| var("OTEL_SERVICE_NAME"));
         Ok(Some(TelemetryTarget { traces_url, metrics_url, traces_headers, metrics_headers, service_name, warnings }))
     }
@@ -282,6 +291,24 @@ fn protocol_warning(var: &dyn Fn(&str) -> Option<String>, url: Option<&str>) -> 
         "{}: switchyard supports only http/protobuf, and sends http/protobuf to {} (a collector's OTLP/HTTP port is 4318 by default; its gRPC port 4317 does not take it)",
         asked.join(", "),
         url.map_or_else(|| "the collector".to_string(), TelemetryTarget::shown)
+    ))
+}
+
+/// The warning for `OTEL_{SIGNAL}_EXPORTER` naming an exporter switchyard does not have (`zipkin`,
+/// `console`, ...) while `signal` goes to `url`: it is sent over OTLP all the same. The value is
+/// shown as given (escaped, and cut when long): it names an exporter, not a secret.
+fn exporter_warning(var: &dyn Fn(&str) -> Option<String>, signal: &str, url: &str) -> Option<String> {
+    let name = format!("OTEL_{}_EXPORTER", signal.to_ascii_uppercase());
+    let value = var(&name)?;
+    let known = |e: &str| e.eq_ignore_ascii_case("otlp") || e.eq_ignore_ascii_case("none");
+    if value.split(',').map(|e| e.trim_matches([' ', '\t'])).all(known) {
+        return None;
+    }
+    let shown: String = value.chars().take(64).collect::<String>().escape_debug().collect();
+    let cut = if value.chars().count() > 64 { "..." } else { "" };
+    Some(format!(
+        "{name} is `{shown}{cut}`: switchyard exports {signal} over OTLP only (`otlp`, or `none` for no {signal}), and sends them as OTLP/HTTP to {} all the same",
+        TelemetryTarget::shown(url)
     ))
 }
 
@@ -522,6 +549,54 @@ mod tests {
             ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
         ]);
         assert!(TelemetryConfig::default().target(&fine).unwrap().unwrap().warnings.is_empty());
+    }
+
+    #[test]
+    fn an_exporter_other_than_otlp_or_none_is_warned_once_with_what_is_sent_instead() {
+        let env = env_of(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://u:pw@env:4318?k=1"),
+            ("OTEL_TRACES_EXPORTER", "zipkin"),
+            ("OTEL_METRICS_EXPORTER", "otlp,console"),
+        ]);
+        let t = TelemetryConfig::default().target(&env).unwrap().unwrap();
+        assert_eq!(t.warnings.len(), 2, "{:?}", t.warnings);
+        assert_eq!(
+            t.warnings[0],
+            "OTEL_TRACES_EXPORTER is `zipkin`: switchyard exports traces over OTLP only (`otlp`, or `none` for no traces), and sends them as OTLP/HTTP to http://env:4318/v1/traces all the same"
+        );
+        let w = &t.warnings[1];
+        assert!(
+            w.starts_with("OTEL_METRICS_EXPORTER is `otlp,console`: ")
+                && w.contains("to http://env:4318/v1/metrics all"),
+            "{w}"
+        );
+        assert!(t.warnings.iter().all(|w| !w.contains("pw") && !w.contains("k=1")), "{:?}", t.warnings);
+        // otlp and none (any case) are switchyard's own; a signal that is off is not warned about.
+        for (traces, metrics) in [("otlp", "OTLP"), ("None", "otlp"), ("console", "none")] {
+            let env = env_of(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:1"),
+                ("OTEL_TRACES_EXPORTER", traces),
+                ("OTEL_METRICS_EXPORTER", metrics),
+            ]);
+            let t = TelemetryConfig::default().target(&env).unwrap().unwrap();
+            let want = usize::from(traces == "console");
+            assert_eq!(t.warnings.len(), want, "{traces} {metrics}: {:?}", t.warnings);
+        }
+        let odd = env_of(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:1"), ("OTEL_TRACES_EXPORTER", "a\nb")]);
+        let w = &TelemetryConfig::default().target(&odd).unwrap().unwrap().warnings[0];
+        assert!(w.starts_with("OTEL_TRACES_EXPORTER is `a\\nb`: ") && !w.contains('\n'), "{w}");
+    }
+
+    #[test]
+    fn a_table_that_does_not_load_is_told_apart_from_one_that_is_not_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("switchyard.toml");
+        std::fs::write(&file, "[telemetry]\nendpiont = \"http://h:1\"\n").unwrap();
+        assert_eq!(TelemetryConfig::loaded_from_file(&file), None);
+        assert_eq!(TelemetryConfig::from_file(&file).endpoint, None);
+        std::fs::write(&file, "[servers.a]\ncommand = \"x\"\n").unwrap();
+        assert_eq!(TelemetryConfig::loaded_from_file(&file).map(|t| t.endpoint), Some(None));
+        assert!(TelemetryConfig::loaded_from_file(&dir.path().join("none")).is_some());
     }
 
     #[test]
