@@ -25,6 +25,7 @@ use opentelemetry_sdk::trace::SdkTracer;
 
 pub use context::TraceParent;
 pub use export::{destination, flush};
+pub use metrics::destination as metrics_destination;
 pub use opentelemetry::KeyValue;
 pub use span::{Span, operation, server_span, session};
 

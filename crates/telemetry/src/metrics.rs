@@ -104,3 +104,8 @@ pub(crate) fn start(url: &str, headers: &[(String, String)], resource: Resource)
 pub(crate) fn exporting() -> Option<(SdkMeterProvider, &'static str)> {
     PROVIDER.get().map(|(p, url)| (p.clone(), url.as_str()))
 }
+
+/// Where metrics go (the collector's URL without credentials or query), None when they are off.
+pub fn destination() -> Option<&'static str> {
+    PROVIDER.get().map(|(_, url)| url.as_str())
+}

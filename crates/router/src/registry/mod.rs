@@ -486,8 +486,9 @@ impl Servers {
                 json!({"path": a.path().display().to_string(), "lost": a.lost(), "lost_queue_full": l.queue_full,
                     "lost_write_failed": l.write_failed, "refused": l.refused, "strict": a.strict()})
             }),
-            // Read at start (`[telemetry]`, OTEL_*): null when traces are off.
+            // Read at start (`[telemetry]`, OTEL_*): what is exported, each null when it is off.
             "traces": switchyard_telemetry::destination().map(|url| json!({"endpoint": url})),
+            "metrics": switchyard_telemetry::metrics_destination().map(|url| json!({"endpoint": url})),
             "uptime_ms": self.started.elapsed().as_millis() as u64,
             "plugins": self.policy.current().names(),
             // The plugins with content hooks: what for, and mode, fail and payload limit.

@@ -148,8 +148,13 @@ fn render_daemon(out: &mut String, s: &serde_json::Value) {
             let _ = writeln!(out, "  audit: off");
         }
     }
-    let traces = s["traces"]["endpoint"].as_str().map_or("off".to_string(), |url| format!("{url} (OTLP over HTTP)"));
-    let _ = writeln!(out, "  traces: {traces}");
+    // What the daemon exports, each signal with where it goes (a daemon of an earlier version
+    // says nothing of metrics: no line for them then).
+    for signal in ["traces", "metrics"] {
+        let Some(v) = s.get(signal).or((signal == "traces").then_some(&serde_json::Value::Null)) else { continue };
+        let shown = v["endpoint"].as_str().map_or("off".to_string(), |url| format!("{url} (OTLP over HTTP)"));
+        let _ = writeln!(out, "  {signal}: {shown}");
+    }
     if let Some(http) = s.get("http") {
         let _ = writeln!(
             out,
@@ -456,7 +461,7 @@ mod tests {
         let s = serde_json::json!({
             "pid": 7, "version": "0.1.0", "config": "/c.toml", "socket": "/s.sock", "log": null,
             "audit": {"path": "/st/c.audit.jsonl", "lost": 3, "lost_queue_full": 0, "lost_write_failed": 3, "refused": 716, "strict": true},
-            "traces": {"endpoint": "http://otel:4318/v1/traces"}, "uptime_ms": 61_000, "plugins": ["hints.wasm", "redact.wasm"], "plugins_dir": "/p",
+            "traces": {"endpoint": "http://otel:4318/v1/traces"}, "metrics": {"endpoint": "http://otel:4318/v1/metrics"}, "uptime_ms": 61_000, "plugins": ["hints.wasm", "redact.wasm"], "plugins_dir": "/p",
             "content_hooks": [{"plugin": "redact.wasm", "hooks": "on-result for methods [tools/call], every tool; enforce, fail closed, payloads up to 4096 KiB"}],
             "servers": [{"name": "fs", "target": "npx fs", "starts": 1, "restarts": 0, "last_error": null,
                 "instances": [{"label": "fs#1", "pool": "default", "pid": 42, "url": null, "uptime_ms": 500, "inflight": 1, "ready": true, "scope": "shared"},
@@ -476,7 +481,7 @@ mod tests {
             "pid 7",
             "up 1 min",
             "log: stderr",
-            "traces: http://otel:4318/v1/traces (OTLP over HTTP)",
+            "traces: http://otel:4318/v1/traces (OTLP over HTTP)\n  metrics: http://otel:4318/v1/metrics (OTLP over HTTP)",
             "audit: /st/c.audit.jsonl (3 lines of calls that ran lost: the file could not be written (the daemon log says why); 716 calls refused by strict = true, as their lines could not be written)",
             "plugins: hints.wasm, redact.wasm (from /p)\n    redact.wasm: on-result for methods [tools/call], every tool; enforce, fail closed, payloads up to 4096 KiB",
             "server fs: npx fs",
@@ -492,6 +497,32 @@ mod tests {
         ] {
             assert!(text.contains(want), "{want} missing from:\n{text}");
         }
+    }
+
+    #[test]
+    fn status_says_each_signal_it_exports_and_where() {
+        let with = |traces: serde_json::Value, metrics: Option<serde_json::Value>| {
+            let mut s = serde_json::json!({"pid": 7, "version": "0.1.0", "uptime_ms": 1, "plugins": [], "retired": [],
+                "broken": [], "servers": [], "traces": traces});
+            if let Some(m) = metrics {
+                s["metrics"] = m;
+            }
+            render(&s)
+        };
+        let metrics_only =
+            with(serde_json::Value::Null, Some(serde_json::json!({"endpoint": "https://o.example/v1/metrics"})));
+        assert!(
+            metrics_only.contains("  traces: off\n  metrics: https://o.example/v1/metrics (OTLP over HTTP)\n"),
+            "{metrics_only}"
+        );
+        let neither = with(serde_json::Value::Null, Some(serde_json::Value::Null));
+        assert!(neither.contains("  traces: off\n  metrics: off\n"), "{neither}");
+        // A daemon of an earlier version has no `metrics`: nothing is said of them.
+        let earlier = with(serde_json::json!({"endpoint": "http://o/v1/traces"}), None);
+        assert!(
+            earlier.contains("  traces: http://o/v1/traces (OTLP over HTTP)\n") && !earlier.contains("metrics"),
+            "{earlier}"
+        );
     }
 
     #[test]

@@ -118,7 +118,7 @@ pub(super) fn detached_child(args: DaemonArgs, log: &Path) -> anyhow::Result<()>
     switchyard_core::logging::init_file(log, switchyard_core::logging::LOG_FILE_MAX_BYTES)
         .with_context(|| format!("cannot write the daemon's log {}", log.display()))?;
     let config = args.config.clone().context("--detached-child needs --config")?;
-    let telemetry = switchyard_config::TelemetryConfig::from_file(&config);
+    let telemetry = super::start::telemetry(&config);
     crate::commands::run::init_tracing(args.log_level.as_deref(), &telemetry)?;
     let socket = args.socket.clone().context("--detached-child needs --socket")?;
     run_blocking(&args, config, socket, Some(log.to_path_buf()), || {

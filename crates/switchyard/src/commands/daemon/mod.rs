@@ -107,7 +107,7 @@ pub(crate) fn daemon_blocking(args: DaemonArgs) -> anyhow::Result<()> {
     if args.detach {
         return detach(&args, &config, &socket);
     }
-    let telemetry = switchyard_config::TelemetryConfig::from_file(&config);
+    let telemetry = start::telemetry(&config);
     crate::commands::run::init_tracing(args.log_level.as_deref(), &telemetry)?;
     run_blocking(&args, config, socket, None, || {})
 }

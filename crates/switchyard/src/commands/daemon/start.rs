@@ -50,6 +50,16 @@ pub(super) fn load(config_path: &Path) -> anyhow::Result<Start> {
     }
 }
 
+/// The `[telemetry]` a daemon of `config_path` (canonical) starts with, read before its logging
+/// and the rest of the file: the file's, or, when the file's does not load (a typo in it), that
+/// of the last version of the file that loaded, which the daemon then runs on (see [`load`]).
+pub(super) fn telemetry(config_path: &Path) -> switchyard_config::TelemetryConfig {
+    use switchyard_config::TelemetryConfig;
+    TelemetryConfig::loaded_from_file(config_path)
+        .or_else(|| TelemetryConfig::loaded_from_file(&paths::last_good_for(config_path).ok()?))
+        .unwrap_or_default()
+}
+
 /// The last version of the file that loaded, when it was kept, and where.
 fn last_good(config_path: &Path) -> Option<(String, SystemTime, PathBuf)> {
     let path = paths::last_good_for(config_path).ok()?;
