@@ -156,23 +156,45 @@ impl Session {
                 },
                 None => local_error(codec::INVALID_PARAMS, "logging/setLevel needs params.level".into()),
             },
-            "resources/subscribe" | "resources/unsubscribe" => {
-                let Some(uri) = call.string(&fields.uri) else {
-                    return local_error(codec::INVALID_PARAMS, format!("{method} needs params.uri"));
-                };
-                let r = if method == "resources/subscribe" {
-                    or_cancelled(token, server.subscribe(self.id, &uri)).await?
-                } else {
-                    or_cancelled(token, server.unsubscribe(self.id, &uri)).await?
-                };
-                match r {
-                    Ok(()) => Some(codec::response_ok(id, "{}")),
-                    Err(e) => local_error(codec::INTERNAL_ERROR, e),
-                }
-            }
+            "resources/subscribe" | "resources/unsubscribe" => self.subscription(server, call, token).await,
             m if crate::server::tasks::ABOUT_ONE_TASK.contains(&m) => self.about_task(call, cancel, false).await,
             "tasks/list" => self.list_tasks(call, cancel).await,
             _ => self.forward(call, cancel, false).await,
+        }
+    }
+
+    /// resources/subscribe or resources/unsubscribe, answered here: switchyard holds one
+    /// subscription per instance for every session that asked (see `Server::subscribe`). Traced
+    /// by its SERVER span alone: the server is sent a request only when the first session
+    /// subscribes or the last one leaves, on behalf of them all, so no CLIENT span is the child
+    /// of one client's request.
+    async fn subscription(
+        &self,
+        server: &crate::server::Server,
+        call: &Call,
+        token: &CancellationToken,
+    ) -> Option<String> {
+        let (id, method) = (call.id(), call.method());
+        let span = self.call_span(call);
+        let failed = |code: i64, message: String| {
+            span.ended(Some(&code.to_string()), Some(code), Vec::new());
+            Some(codec::response_error(id, code, &message, None))
+        };
+        let Some(uri) = call.string(&call.fields().uri) else {
+            return failed(codec::INVALID_PARAMS, format!("{method} needs params.uri"));
+        };
+        let subscribe = method == "resources/subscribe";
+        let done = or_cancelled(token, async {
+            if subscribe { server.subscribe(self.id, &uri).await } else { server.unsubscribe(self.id, &uri).await }
+        });
+        let Some(r) = done.await else {
+            let cancelled = switchyard_telemetry::KeyValue::new(switchyard_telemetry::keys::SWITCHYARD_CANCELLED, true);
+            span.ended(Some(Outcome::Cancelled.label()), None, vec![cancelled]);
+            return None;
+        };
+        match r {
+            Ok(()) => Some(codec::response_ok(id, "{}")),
+            Err(e) => failed(codec::INTERNAL_ERROR, e),
         }
     }
 

@@ -166,7 +166,7 @@ impl Session {
 
     /// The span of `call` as switchyard serves it (see `switchyard_telemetry::server_span`):
     /// what its attempts' spans are children of.
-    fn call_span(&self, call: &Call) -> switchyard_telemetry::Span {
+    pub(super) fn call_span(&self, call: &Call) -> switchyard_telemetry::Span {
         if !switchyard_telemetry::on() {
             return switchyard_telemetry::Span::none();
         }
