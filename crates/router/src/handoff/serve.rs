@@ -11,6 +11,7 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
+use switchyard_core::call::Call;
 use switchyard_core::codec::{self, ENDS_KEPT, Frame, keep_tail};
 
 use super::journal::{Full, Head, ID_MAX, Map, Position, SLOT_COUNT};
@@ -278,6 +279,11 @@ impl HandedInput {
     /// cannot be booked (then nothing of it is booked).
     fn book(&mut self, line: &str) -> Result<(), String> {
         let (ids, batch) = request_ids(line.as_bytes());
+        self.book_ids(line, &ids, batch)
+    }
+
+    /// [`HandedInput::book`] of a line whose request ids are known (`ids`, of a batch or not).
+    fn book_ids(&mut self, line: &str, ids: &[String], batch: bool) -> Result<(), String> {
         let number = self.position.lines;
         for (i, id) in ids.iter().enumerate() {
             if let Err(full) = self.shared.head.book(id, number, batch) {
@@ -313,14 +319,14 @@ impl HandedInput {
 
     /// The line that ends at `nl` (its newline, or the end of the input), taken up to `next`;
     /// None when it was answered with an error instead.
-    fn line_at(&mut self, nl: usize, next: usize) -> Option<Frame> {
+    fn line_at(&mut self, nl: usize, next: usize) -> Option<Message> {
         let start = self.start();
         if let Some(bytes) = self.skipped.take() {
             let bytes = bytes + (nl - start);
             keep_tail(&mut self.tail, &self.buf.bytes_mut()[start..nl]);
             self.position.skipping = false;
             self.take_up(next, true);
-            return (!std::mem::take(&mut self.silent)).then_some(Frame::TooLong { bytes });
+            return (!std::mem::take(&mut self.silent)).then_some(Message::Frame(Frame::TooLong { bytes }));
         }
         let mut end = nl;
         if end > start && self.buf.bytes_mut()[end - 1] == b'\r' {
@@ -332,19 +338,29 @@ impl HandedInput {
             self.tail = bytes[bytes.len().saturating_sub(ENDS_KEPT)..].to_vec();
             let len = bytes.len();
             self.take_up(next, true);
-            return Some(Frame::TooLong { bytes: len });
+            return Some(Message::Frame(Frame::TooLong { bytes: len }));
         }
         let text = match std::str::from_utf8(&self.buf.bytes_mut()[start..end]) {
             Ok(t) => t.to_string(),
             Err(_) => {
                 self.take_up(next, true);
-                return Some(Frame::NotUtf8);
+                return Some(Message::Frame(Frame::NotUtf8));
             }
         };
-        let booked = self.book(&text);
+        let (booked, message) = match codec::parse(&text) {
+            // A request (the common line) is read here once and handed to the session as read,
+            // as the HTTP front hands its requests: its id is booked from what was read.
+            Ok(env) if env.kind == codec::Kind::Request => {
+                let call = Call::read(text, env);
+                let booked = self.book_ids(call.line(), &[call.id().to_string()], false);
+                (booked, Message::Request(Box::new(call)))
+            }
+            // The rest (a batch, a response, a notification, what does not read) as a line.
+            _ => (self.book(&text), Message::Frame(Frame::Line(text))),
+        };
         self.take_up(next, true);
         match booked {
-            Ok(()) => Some(Frame::Line(text)),
+            Ok(()) => Some(message),
             Err(refusal) => {
                 let _ = self.refuse.send(refusal);
                 None
@@ -420,7 +436,7 @@ impl HandedInput {
 
 impl Input for HandedInput {
     async fn next(&mut self) -> std::io::Result<Option<Message>> {
-        Ok(self.next_frame().await?.map(Message::Frame))
+        self.next_message().await
     }
 
     fn skipped_ends(&self) -> (&[u8], &[u8]) {
@@ -429,8 +445,8 @@ impl Input for HandedInput {
 }
 
 impl HandedInput {
-    /// The next line the client sent (or what stood for one), or None at the end of its input.
-    async fn next_frame(&mut self) -> std::io::Result<Option<Frame>> {
+    /// The next message the client sent (or what stood for one), or None at the end of its input.
+    async fn next_message(&mut self) -> std::io::Result<Option<Message>> {
         loop {
             if self.shared.handing_back() && self.shared.head.in_flight() == 0 {
                 // Nothing in flight and nothing more taken up: connect carries on from here.
@@ -442,7 +458,7 @@ impl HandedInput {
             if let Some(i) = memchr::memchr(b'\n', &self.buf.bytes_mut()[self.scan..filled]) {
                 let nl = self.scan + i;
                 match self.line_at(nl, nl + 1) {
-                    Some(frame) => return Ok(Some(frame)),
+                    Some(message) => return Ok(Some(message)),
                     None => continue,
                 }
             }
@@ -469,8 +485,8 @@ impl HandedInput {
                     if self.skipped.is_some() || self.filled() > self.start() {
                         // A last line without a newline is still a line.
                         let end = self.filled();
-                        if let Some(frame) = self.line_at(end, end) {
-                            return Ok(Some(frame));
+                        if let Some(message) = self.line_at(end, end) {
+                            return Ok(Some(message));
                         }
                         continue;
                     }
