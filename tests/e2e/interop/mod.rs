@@ -22,4 +22,5 @@ mod status_page;
 mod tasks;
 mod tasks_extension;
 mod telemetry;
+mod telemetry_edges;
 mod wrap_group;

@@ -26,7 +26,7 @@ fn client_traceparent() -> String {
 }
 
 /// The conventions' names, as the semantic-conventions package spells them.
-fn conventions() -> HashMap<String, String> {
+pub(super) fn conventions() -> HashMap<String, String> {
     let out = Command::new(otel_venv_python())
         .arg(python_dir().join("otlp_receiver.py"))
         .arg("--conventions")
@@ -37,7 +37,7 @@ fn conventions() -> HashMap<String, String> {
 }
 
 /// The OTLP receiver, writing the spans it gets to a file.
-struct Receiver {
+pub(super) struct Receiver {
     _proc: KillOnDrop,
     port: u16,
     out: PathBuf,
@@ -45,7 +45,7 @@ struct Receiver {
 }
 
 impl Receiver {
-    fn start() -> Receiver {
+    pub(super) fn start() -> Receiver {
         let dir = temp_dir();
         let out = dir.path().join("spans.jsonl");
         let mut child = Command::new(otel_venv_python())
@@ -63,12 +63,12 @@ impl Receiver {
         Receiver { _proc: KillOnDrop(child), port, out, _dir: dir }
     }
 
-    fn endpoint(&self) -> String {
+    pub(super) fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
     /// The spans received so far.
-    fn spans(&self) -> Vec<Value> {
+    pub(super) fn spans(&self) -> Vec<Value> {
         let text = std::fs::read_to_string(&self.out).unwrap_or_default();
         text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
     }
@@ -87,7 +87,7 @@ impl Receiver {
     }
 
     /// Waits for a span that `pred` holds for (`what` names it in the failure).
-    async fn find(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    pub(super) async fn find(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
         let until = Instant::now() + Duration::from_secs(20);
         loop {
             let spans = self.spans();
@@ -179,7 +179,7 @@ async fn check_server_got(journal: &std::path::Path, text: &str, client: &Value,
 }
 
 /// `switchyard run` in front of the fixture (given `fixture_args`), with `env`.
-fn fixture_router(fixture_args: &[&str], env: &[(&str, &str)]) -> Proc {
+pub(super) fn fixture_router(fixture_args: &[&str], env: &[(&str, &str)]) -> Proc {
     let argv: Vec<String> = std::iter::once("--".to_string()).chain(Proc::fixture_cmd(fixture_args)).collect();
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
     Proc::router_env(&argv, env)
@@ -441,13 +441,18 @@ async fn a_collector_that_is_away_costs_no_call_and_one_log_line() {
     let said = log.lines().filter(|l| l.contains("traces could not be sent")).count();
     assert_eq!(said, 1, "the failing exports are said once:\n{log}");
     assert!(log.contains("clamped to 5000 ms"), "a log line was lost:\n{log}");
-    // The metrics go out at exit, and fail there too: said with where they were to go.
+    // The metrics go out at exit, and fail there too: one line says they were not sent, where
+    // they were to go and why (not a promise to send them again, which exit cannot keep).
     client.close().await;
     router.wait_timeout(Duration::from_secs(20)).await;
     let log = router.stderr.text();
-    let line = log.lines().find(|l| l.contains("metrics could not be sent to"));
-    let line = line.unwrap_or_else(|| panic!("the metrics' failure is not said:\n{log}"));
-    assert!(line.contains(&format!("metrics could not be sent to http://127.0.0.1:{port}/v1/metrics: ")), "{line}");
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("metrics") && l.contains("sent")).collect();
+    assert_eq!(lines.len(), 1, "one line for the metrics at exit:\n{log}");
+    let want = format!("the last metrics were not sent to http://127.0.0.1:{port}/v1/metrics at exit: ");
+    assert!(lines[0].contains(&want) && lines[0].contains("WARN") && lines[0].contains("refused"), "{}", lines[0]);
+    assert!(!log.contains("sent again"), "{log}");
+    let spans: Vec<&str> = log.lines().filter(|l| l.contains("were not sent to") && l.contains("spans")).collect();
+    assert!(spans.len() <= 1 && spans.iter().all(|l| l.contains("at exit: ") && l.ends_with("lost")), "{log}");
     assert!(!log.contains("pw@") && !log.contains("k1"), "a credential in the log:\n{log}");
 }
 
@@ -582,15 +587,17 @@ async fn a_tool_error_is_on_both_spans_and_a_uris_secrets_on_neither() {
         assert_eq!(span["status"], "ERROR", "{span}");
     }
     // A resource URI's userinfo and query values are redacted in the name and the attribute.
-    let read = client.send_request("resources/read", json!({"uri": "file://me:pw@h/x?token=SECRETQ&v"})).await;
+    // The fragment's values too (an implicit grant's `#access_token=...`).
+    let uri = "file://me:pw@h/x?token=SECRETQ&v#access_token=SECRETF&expires_in=60";
+    let read = client.send_request("resources/read", json!({"uri": uri})).await;
     client.wait_response(&read).await;
-    let shown = "file://REDACTED:REDACTED@h/x?token=REDACTED&v";
+    let shown = "file://REDACTED:REDACTED@h/x?token=REDACTED&v#access_token=REDACTED&expires_in=REDACTED";
     let (srv, cli) = receiver.linked(&format!("resources/read {shown}")).await;
     for span in [&srv, &cli] {
         assert_eq!(span["attributes"][&c["MCP_RESOURCE_URI"]], shown, "{span}");
     }
     let all = serde_json::to_string(&receiver.spans()).unwrap();
-    assert!(!all.contains("SECRETQ") && !all.contains("me:pw"), "{all}");
+    assert!(!all.contains("SECRETQ") && !all.contains("SECRETF") && !all.contains("me:pw"), "{all}");
 }
 
 #[tokio::test]
