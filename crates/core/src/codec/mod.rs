@@ -28,6 +28,7 @@ pub const POLICY_REJECTED: i64 = -32004;
 pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 
 mod reader;
+mod scan;
 
 pub use reader::{ENDS_KEPT, Frame, LineReader, keep_tail, skipped_request_id, skipped_response_id};
 
@@ -130,36 +131,32 @@ pub fn parse(line: &str) -> Result<Envelope, ParseError> {
             Err(e) => ParseError::Json(e.to_string()),
         });
     }
-    let raw: RawEnvelope = match serde_json::from_str(line) {
-        Ok(r) => r,
-        Err(e) if e.is_syntax() || e.is_eof() => return Err(ParseError::Json(e.to_string())),
-        Err(e) => {
-            return Err(ParseError::Invalid { reason: e.to_string(), id: None });
-        }
+    let raw = match scan::members(line) {
+        Some(members) => members,
+        None => read_members(line)?,
     };
     // The id's text is copied only for an error (not for every message).
-    let invalid =
-        |reason: &str| ParseError::Invalid { reason: reason.to_string(), id: raw.id.map(|r| r.get().to_string()) };
+    let invalid = |reason: &str| ParseError::Invalid { reason: reason.to_string(), id: raw.id.map(str::to_string) };
     if raw.jsonrpc.as_deref() != Some("2.0") {
         return Err(invalid("`jsonrpc` must be \"2.0\""));
     }
     if let Some(id) = raw.id {
-        let t = id.get().as_bytes()[0];
+        let t = id.as_bytes()[0];
         let ok = t == b'"' || t == b'-' || t.is_ascii_digit();
         // Only an error response may carry id null (it answers a request it could not read).
-        let null_ok = raw.method.is_none() && raw.result.is_none() && raw.error.is_some() && id.get() == "null";
+        let null_ok = raw.method.is_none() && raw.result.is_none() && raw.error.is_some() && id == "null";
         if !ok && !null_ok {
             return Err(invalid("`id` must be a string or a number"));
         }
     }
-    let id = raw.id.map(|r| span(line, r.get()));
+    let id = raw.id.map(|r| span(line, r));
     if let Some(m) = raw.method {
-        let method = method(m.get()).ok_or_else(|| invalid("`method` must be a string"))?;
+        let method = method(m).ok_or_else(|| invalid("`method` must be a string"))?;
         if raw.result.is_some() || raw.error.is_some() {
             return Err(invalid("a message cannot have both `method` and `result`/`error`"));
         }
         if let Some(p) = raw.params {
-            let t = p.get().as_bytes()[0];
+            let t = p.as_bytes()[0];
             if t != b'{' && t != b'[' {
                 let reason = "`params` must be an object or an array";
                 return Err(match id {
@@ -172,22 +169,20 @@ pub fn parse(line: &str) -> Result<Envelope, ParseError> {
             kind: if id.is_some() { Kind::Request } else { Kind::Notification },
             id,
             method: Some(method),
-            params: raw.params.map(|r| span(line, r.get())),
+            params: raw.params.map(|r| span(line, r)),
             is_error: false,
             result: None,
         });
     }
     match (raw.result, raw.error) {
-        (Some(_), None) if raw.id.is_some_and(|r| r.get() == "null") => {
-            Err(invalid("a result needs an id that is not null"))
-        }
+        (Some(_), None) if raw.id == Some("null") => Err(invalid("a result needs an id that is not null")),
         (Some(r), None) if id.is_some() => Ok(Envelope {
             kind: Kind::Response,
             id,
             method: None,
             params: None,
             is_error: false,
-            result: Some(span(line, r.get())),
+            result: Some(span(line, r)),
         }),
         (None, Some(_)) => Ok(Envelope {
             kind: Kind::Response,
@@ -251,6 +246,24 @@ fn method(raw: &str) -> Option<Cow<'static, str>> {
         return Some(Cow::Borrowed(known));
     }
     serde_json::from_str::<String>(raw).ok().map(Cow::Owned)
+}
+
+/// The members of `line`'s object as serde_json reads them: the reference the fast path
+/// ([`scan::members`]) leaves to whatever it is unsure of, and the errors.
+fn read_members(line: &str) -> Result<scan::Members<'_>, ParseError> {
+    let raw: RawEnvelope = match serde_json::from_str(line) {
+        Ok(r) => r,
+        Err(e) if e.is_syntax() || e.is_eof() => return Err(ParseError::Json(e.to_string())),
+        Err(e) => return Err(ParseError::Invalid { reason: e.to_string(), id: None }),
+    };
+    Ok(scan::Members {
+        jsonrpc: raw.jsonrpc,
+        id: raw.id.map(RawValue::get),
+        method: raw.method.map(RawValue::get),
+        params: raw.params.map(RawValue::get),
+        result: raw.result.map(RawValue::get),
+        error: raw.error.map(RawValue::get),
+    })
 }
 
 /// Splits a batch (a JSON array) into the text of its elements. Err when the array is not JSON.
