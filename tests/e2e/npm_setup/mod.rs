@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-use std::fs::{self, File};
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -86,41 +86,38 @@ pub fn desktop_commander_entry() -> PathBuf {
     desktop_commander_dir().join("node_modules/@wonderwhy-er/desktop-commander/dist/index.js")
 }
 
-static DESKTOP_COMMANDER_READY: OnceLock<Result<File, String>> = OnceLock::new();
+static DESKTOP_COMMANDER_READY: OnceLock<Result<(), String>> = OnceLock::new();
 
 /// `npm ci` of tests/desktop-commander (once); fails the test when it cannot be installed.
 pub fn ensure_desktop_commander() {
-    let ready = DESKTOP_COMMANDER_READY.get_or_init(|| {
-        install(&desktop_commander_dir(), "switchyard-desktop-commander-install.lock", &[desktop_commander_entry()])
-    });
+    let ready = DESKTOP_COMMANDER_READY.get_or_init(|| install(&desktop_commander_dir(), &[desktop_commander_entry()]));
     if let Err(e) = ready {
         panic!("Desktop Commander is not available: {e}");
     }
 }
 
-static CLIENT_CLIS_READY: OnceLock<Result<File, String>> = OnceLock::new();
+static CLIENT_CLIS_READY: OnceLock<Result<(), String>> = OnceLock::new();
 
 /// `npm ci` of tests/client-clis (once); fails the test when it cannot be installed.
 pub fn ensure_client_clis() {
-    let ready = CLIENT_CLIS_READY.get_or_init(|| {
-        install(&client_clis_dir(), "switchyard-client-clis-install.lock", &[claude_cli(), codex_cli(), gemini_cli()])
-    });
+    let ready =
+        CLIENT_CLIS_READY.get_or_init(|| install(&client_clis_dir(), &[claude_cli(), codex_cli(), gemini_cli()]));
     if let Err(e) = ready {
         panic!("Claude Code CLI, Codex CLI and Gemini CLI are not available: {e}");
     }
 }
 
-/// Held (shared) for the life of the test process once node_modules is ready, so that another
-/// test binary cannot re-install (which deletes node_modules) while our node processes use it.
-static NPM_READY: OnceLock<Result<File, String>> = OnceLock::new();
-static CONFORMANCE_READY: OnceLock<Result<File, String>> = OnceLock::new();
+/// Whether node_modules is ready; the setup lock ([`switchyard_testkit::setup_lock`]), held
+/// shared from then on, keeps another test binary from re-installing (which deletes
+/// node_modules) while our node processes use it.
+static NPM_READY: OnceLock<Result<(), String>> = OnceLock::new();
+static CONFORMANCE_READY: OnceLock<Result<(), String>> = OnceLock::new();
 
 pub fn ensure_npm() {
     let ready = NPM_READY.get_or_init(|| {
         let npm = npm_dir();
         install(
             &npm,
-            "switchyard-npm-install.lock",
             &[
                 everything_entry(),
                 filesystem_entry(),
@@ -139,17 +136,15 @@ pub fn ensure_npm() {
 
 /// `npm ci` of tests/conformance (once); fails the test when it cannot be installed.
 pub fn ensure_conformance() {
-    let ready = CONFORMANCE_READY.get_or_init(|| {
-        install(&conformance_dir(), "switchyard-conformance-install.lock", &[conformance_cli(), node22()])
-    });
+    let ready = CONFORMANCE_READY.get_or_init(|| install(&conformance_dir(), &[conformance_cli(), node22()]));
     if let Err(e) = ready {
         panic!("the MCP conformance suite is not available: {e}");
     }
 }
 
 /// `npm ci --ignore-scripts` in `dir` unless its install is complete (`needed` exist) and newer
-/// than its package-lock.json; the returned file holds a shared lock on it.
-fn install(dir: &Path, lock_name: &str, needed: &[PathBuf]) -> Result<File, String> {
+/// than its package-lock.json, under the setup lock.
+fn install(dir: &Path, needed: &[PathBuf]) -> Result<(), String> {
     for tool in ["node", "npm"] {
         match Command::new(tool).arg("--version").output() {
             Ok(o) if o.status.success() => {}
@@ -167,37 +162,32 @@ fn install(dir: &Path, lock_name: &str, needed: &[PathBuf]) -> Result<File, Stri
             }
         }
     }
-
-    // Several test binaries may start at once; an exclusive lock serialises the install.
-    let lock = install_lock(lock_name)?;
-
-    if install_is_stale(dir, needed) {
-        let started = Instant::now();
-        let out = Command::new("npm")
-            .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund"])
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("run npm ci in {}: {e}", dir.display()))?;
-        if !out.status.success() {
-            return Err(format!(
-                "`npm ci --ignore-scripts` in {} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
-                dir.display(),
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        eprintln!("npm ci --ignore-scripts took {:?}", started.elapsed());
-        if install_is_stale(dir, needed) {
-            return Err("npm ci succeeded but node_modules still looks incomplete".into());
-        }
-    }
-
-    // Downgrade to a shared lock: concurrent users are fine, a concurrent re-install is not.
-    lock.unlock().map_err(|e| format!("unlock: {e}"))?;
-    lock.lock_shared().map_err(|e| format!("lock_shared: {e}"))?;
-    Ok(lock)
+    switchyard_testkit::setup_lock::setup_lock().ensure(
+        || !install_is_stale(dir, needed),
+        || {
+            let started = Instant::now();
+            let out = Command::new("npm")
+                .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund"])
+                .current_dir(dir)
+                .stdin(Stdio::null())
+                .output()
+                .map_err(|e| format!("run npm ci in {}: {e}", dir.display()))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "`npm ci --ignore-scripts` in {} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
+                    dir.display(),
+                    out.status,
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+            eprintln!("npm ci --ignore-scripts took {:?}", started.elapsed());
+            if install_is_stale(dir, needed) {
+                return Err("npm ci succeeded but node_modules still looks incomplete".into());
+            }
+            Ok(())
+        },
+    )
 }
 
 /// node_modules is missing, incomplete, or older than package-lock.json. npm (re)writes
@@ -210,18 +200,4 @@ fn install_is_stale(dir: &Path, needed: &[PathBuf]) -> bool {
         return true;
     };
     installed < lock || !needed.iter().all(|p| p.exists())
-}
-
-/// An exclusive lock on a file in cargo's per-target temp dir (never in the source tree), held
-/// while the returned file lives: test binaries that start at once install one at a time.
-pub fn install_lock(name: &str) -> Result<File, String> {
-    let lock_path = switchyard_testkit::target_tmp().join(name);
-    let lock = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|e| format!("open {}: {e}", lock_path.display()))?;
-    lock.lock().map_err(|e| format!("lock {}: {e}", lock_path.display()))?;
-    Ok(lock)
 }

@@ -24,6 +24,8 @@ pub mod http_servers;
 pub mod proxy;
 pub mod python_venv;
 pub mod sdk_clients;
+// The one lock over what the tests' setup installs (npm, Python virtualenvs).
+pub mod setup_lock;
 
 /// How long `recv` and friends wait before failing the test.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);

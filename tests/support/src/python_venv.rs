@@ -5,10 +5,10 @@
 //! made once under cargo's target temp dir, shared by concurrent test binaries, rebuilt when its
 //! requirements file changes.
 //!
-//! One copy of each for every test binary; a lock keeps concurrent binaries from building one
-//! twice.
+//! One copy of each for every test binary; the setup lock ([`crate::setup_lock`]) keeps
+//! concurrent binaries from building one twice, or rebuilding one another uses.
 
-use std::fs::{self, File};
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -24,16 +24,16 @@ pub fn python_dir() -> PathBuf {
         .join("python")
 }
 
-/// Held (shared) while this process uses the virtualenv, so no other test binary rebuilds it.
-static VENV: OnceLock<Result<(PathBuf, File), String>> = OnceLock::new();
-static TASKS_VENV: OnceLock<Result<(PathBuf, File), String>> = OnceLock::new();
-static OTEL_VENV: OnceLock<Result<(PathBuf, File), String>> = OnceLock::new();
+/// Each virtualenv's python, once made (or why it cannot be).
+static VENV: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+static TASKS_VENV: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+static OTEL_VENV: OnceLock<Result<PathBuf, String>> = OnceLock::new();
 
 /// The virtualenv's python, with the pinned SDK installed; fails the test saying what is missing
 /// (python3 >= 3.10 with venv and pip, or PyPI) when it cannot be made.
 pub fn venv_python() -> PathBuf {
-    match VENV.get_or_init(|| make_venv("requirements.txt", "python-venv", "switchyard-python-venv.lock")) {
-        Ok((python, _)) => python.clone(),
+    match VENV.get_or_init(|| make_venv("requirements.txt", "python-venv")) {
+        Ok(python) => python.clone(),
         Err(e) => panic!("the Python SDK tests cannot run: {e}"),
     }
 }
@@ -41,10 +41,9 @@ pub fn venv_python() -> PathBuf {
 /// The python of a virtualenv with FastMCP and its tasks extension (`io.modelcontextprotocol/tasks`)
 /// installed, pinned in tests/python/requirements-tasks.txt; fails like [`venv_python`].
 pub fn tasks_venv_python() -> PathBuf {
-    let made = TASKS_VENV
-        .get_or_init(|| make_venv("requirements-tasks.txt", "python-tasks-venv", "switchyard-python-tasks-venv.lock"));
+    let made = TASKS_VENV.get_or_init(|| make_venv("requirements-tasks.txt", "python-tasks-venv"));
     match made {
-        Ok((python, _)) => python.clone(),
+        Ok(python) => python.clone(),
         Err(e) => panic!("the FastMCP tasks tests cannot run: {e}"),
     }
 }
@@ -52,17 +51,16 @@ pub fn tasks_venv_python() -> PathBuf {
 /// The python of a virtualenv with the OpenTelemetry protocol and semantic-conventions packages
 /// (tests/python/requirements-otel.txt), for the OTLP receiver; fails like [`venv_python`].
 pub fn otel_venv_python() -> PathBuf {
-    let made = OTEL_VENV
-        .get_or_init(|| make_venv("requirements-otel.txt", "python-otel-venv", "switchyard-python-otel-venv.lock"));
+    let made = OTEL_VENV.get_or_init(|| make_venv("requirements-otel.txt", "python-otel-venv"));
     match made {
-        Ok((python, _)) => python.clone(),
+        Ok(python) => python.clone(),
         Err(e) => panic!("the telemetry tests cannot run: {e}"),
     }
 }
 
 /// Makes (or reuses) the virtualenv `dir` under the target temp dir with `requirements` (a file
-/// in tests/python) installed, guarded by the lock file `lock_name`.
-fn make_venv(requirements: &str, dir: &str, lock_name: &str) -> Result<(PathBuf, File), String> {
+/// in tests/python) installed, under the setup lock.
+fn make_venv(requirements: &str, dir: &str) -> Result<PathBuf, String> {
     let version = Command::new("python3")
         .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
         .output()
@@ -77,10 +75,8 @@ fn make_venv(requirements: &str, dir: &str, lock_name: &str) -> Result<(PathBuf,
     let venv = crate::target_tmp().join(dir);
     let python = venv.join("bin").join("python");
     let stamp = venv.join("switchyard-requirements.txt");
-
-    let lock = lock_exclusive(lock_name)?;
-    let ready = python.exists() && fs::read_to_string(&stamp).is_ok_and(|s| s == wanted);
-    if !ready {
+    let ready = || python.exists() && fs::read_to_string(&stamp).is_ok_and(|s| s == wanted);
+    crate::setup_lock::setup_lock().ensure(ready, || {
         let started = Instant::now();
         let _ = fs::remove_dir_all(&venv);
         run(
@@ -97,11 +93,9 @@ fn make_venv(requirements: &str, dir: &str, lock_name: &str) -> Result<(PathBuf,
         )?;
         fs::write(&stamp, &wanted).map_err(|e| format!("write {}: {e}", stamp.display()))?;
         eprintln!("python virtualenv {dir} made in {:?}", started.elapsed());
-    }
-    // Shared from now on: other users are fine, a rebuild under our feet is not.
-    lock.unlock().map_err(|e| format!("unlock: {e}"))?;
-    lock.lock_shared().map_err(|e| format!("lock_shared: {e}"))?;
-    Ok((python, lock))
+        Ok(())
+    })?;
+    Ok(python)
 }
 
 fn run(cmd: &mut Command, what: &str, hint: &str) -> Result<(), String> {
@@ -115,18 +109,4 @@ fn run(cmd: &mut Command, what: &str, hint: &str) -> Result<(), String> {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     ))
-}
-
-/// An exclusive lock on a file in cargo's per-target temp dir (the same file tests/e2e/npm_setup
-/// and python.rs use for the venv).
-fn lock_exclusive(name: &str) -> Result<File, String> {
-    let path = crate::target_tmp().join(name);
-    let file = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| format!("open {}: {e}", path.display()))?;
-    file.lock().map_err(|e| format!("lock {}: {e}", path.display()))?;
-    Ok(file)
 }
