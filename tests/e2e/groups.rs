@@ -301,3 +301,48 @@ async fn a_member_that_cannot_start_is_named_with_its_reason_and_the_others_serv
     leave(p, c).await;
     home.shutdown().await;
 }
+
+/// Found from outside: a typo in `[groups]` found on a reload was logged without its line, and
+/// none of the file's other edits was applied. Now the group in force stays, a group new in the
+/// file is refused to its clients, each with the file, the line and what is wrong; `status`
+/// shows both as problems, and the rest of the file applies (a server added in the same save).
+#[tokio::test]
+async fn a_group_typo_on_reload_is_named_with_its_line_and_the_rest_of_the_file_applies() {
+    let home = Home::new();
+    let servers = format!("{}{}", home.fixture("fs", &[]), home.fixture("mem", &[]));
+    home.write_config(&format!("{servers}[groups.work]\nservers = [\"fs\"]\n"));
+    let (p, mut c) = group_client(&home, "work", "e2e").await;
+    assert_eq!(c.call_text("fs__echo", json!({"text": "before"})).await, "before");
+
+    let text = format!(
+        "{servers}{}[groups.work]\nservers = [\"fs\", \"mme\"]\n[groups.new]\nservers = [\"mem\"]\nseparator = \".\"\n",
+        home.fixture("extra", &[])
+    );
+    let line = |key: &str| text.lines().position(|l| l.contains(key)).expect("the key") + 1;
+    home.replace_config(&text);
+    let status = home.wait_status("the groups' errors", SLOW, |s| s["group_errors"].is_array()).await;
+    let said = status["group_errors"].to_string();
+    let work = format!("switchyard.toml, line {}: group `work` names server `mme`", line("\"mme\""));
+    assert!(said.contains(&work) && said.contains("the group in force stays"), "{said}");
+    let new = format!("switchyard.toml, line {}: group `new`: separator \\\".\\\"", line("separator"));
+    assert!(said.contains(&new), "{said}");
+    assert!(home.logs().contains(&work), "the log does not say it:\n{}", home.logs());
+    let shown = home.status_text().await;
+    assert!(shown.contains("problem: group `work` is not changed as the config file says"), "{shown}");
+
+    // The rest of the save applied; the group in force serves on.
+    let (ep, mut extra) = home.client("extra").await;
+    assert_eq!(extra.call_text("echo", json!({"text": "added"})).await, "added");
+    leave(ep, extra).await;
+    assert_eq!(c.call_text("fs__echo", json!({"text": "after"})).await, "after");
+    leave(p, c).await;
+    let config = home.config_str();
+    let mut p = home.spawn("connect --group new", &["connect", "--group", "new", "--config", &config]);
+    let mut c = p.client();
+    c.timeout = SLOW;
+    let r = c.request("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}})).await;
+    let msg = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("group `new` cannot be used") && msg.contains(&format!("line {}", line("separator"))), "{r}");
+    leave(p, c).await;
+    home.shutdown().await;
+}

@@ -1,6 +1,7 @@
-//! Loading a config file in which one server table or one `[[plugins]]` entry is wrong: the rest
-//! loads, and each part that does not is named with its own error (file, line, fix), so that a
-//! typo in one server never keeps every other server of every client from starting.
+//! Loading a config file in which one server table, one `[[plugins]]` entry or one
+//! `[groups.NAME]` table is wrong: the rest loads, and each part that does not is named with its
+//! own error (file, line, fix), so that a typo in one server never keeps every other server of
+//! every client from starting.
 //!
 //! A part is taken out by blanking its lines (every byte but the line breaks becomes a space):
 //! what is left is still TOML and every line keeps its number, so the errors of the parts that
@@ -28,6 +29,9 @@ pub struct Tolerated {
     pub broken_plugins: Vec<BrokenPlugin>,
     /// Why `[http]` does not load (then `config.http` is None: no front is served).
     pub broken_http: Option<String>,
+    /// `[groups.NAME]` tables that do not load, by name, with the error (file, line, the key):
+    /// they are not in `config.groups`.
+    pub broken_groups: BTreeMap<String, String>,
 }
 
 /// A `[[plugins]]` entry that does not load. The calls its plugin would judge must not run
@@ -53,13 +57,16 @@ impl BrokenPlugin {
 impl Tolerated {
     /// Whether every part loaded.
     pub fn is_whole(&self) -> bool {
-        self.broken_servers.is_empty() && self.broken_plugins.is_empty() && self.broken_http.is_none()
+        self.broken_servers.is_empty()
+            && self.broken_plugins.is_empty()
+            && self.broken_http.is_none()
+            && self.broken_groups.is_empty()
     }
 }
 
 impl Config {
-    /// [`Config::load_text`], leaving out each `[servers.NAME]` table and `[[plugins]]` entry
-    /// that does not load (see the module's documentation). An error when the mistake is
+    /// [`Config::load_text`], leaving out each `[servers.NAME]` table, `[[plugins]]` entry and
+    /// `[groups.NAME]` table that does not load (see the module's documentation). An error when the mistake is
     /// elsewhere, or the file is not TOML: that of the whole file.
     pub fn load_tolerant(path: &Path, text: &str) -> anyhow::Result<Tolerated> {
         let whole = match Config::load_text(path, text) {
@@ -69,6 +76,7 @@ impl Config {
                     broken_servers: BTreeMap::new(),
                     broken_plugins: Vec::new(),
                     broken_http: None,
+                    broken_groups: BTreeMap::new(),
                 });
             }
             Err(e) => e,
@@ -78,18 +86,30 @@ impl Config {
         let known: Vec<String> = parts.servers.keys().cloned().collect();
         let load = |blanked: Vec<&Range<usize>>| Config::load_known(path, &blank(text, blanked), &known);
         let all_servers = || parts.servers.values().flatten();
-        // What is neither a server, a plugin entry nor `[http]` must load by itself.
+        let all_groups = || parts.groups.values().flatten();
+        // What is neither a server, a plugin entry, a group nor `[http]` must load by itself.
         let all_plugins = || parts.plugins.iter().flatten();
-        if load(all_servers().chain(all_plugins()).chain(&parts.http).collect()).is_err() {
+        if load(all_servers().chain(all_plugins()).chain(&parts.http).chain(all_groups()).collect()).is_err() {
             return Err(whole);
         }
-        let broken_http = load(all_servers().chain(all_plugins()).collect()).err().map(|e| format!("{e:#}"));
+        let broken_http =
+            load(all_servers().chain(all_plugins()).chain(all_groups()).collect()).err().map(|e| format!("{e:#}"));
         let bad_http: Vec<&Range<usize>> = if broken_http.is_some() { parts.http.iter().collect() } else { Vec::new() };
+        // A group is checked against every server's name, loaded or not: alone, its error is its own.
+        let mut broken_groups = BTreeMap::new();
+        for name in parts.groups.keys() {
+            let others = parts.groups.iter().filter(|(n, _)| *n != name).flat_map(|(_, r)| r);
+            if let Err(e) = load(all_servers().chain(all_plugins()).chain(&parts.http).chain(others).collect()) {
+                broken_groups.insert(name.clone(), format!("{e:#}"));
+            }
+        }
+        let bad_groups: Vec<&Range<usize>> = broken_groups.keys().flat_map(|n| &parts.groups[n]).collect();
         let mut broken_plugins = Vec::new();
         let mut bad_entries = Vec::new();
         for (n, entry) in parts.plugins.iter().enumerate() {
             let others = parts.plugins.iter().enumerate().filter(|(m, _)| *m != n).flat_map(|(_, r)| r);
-            if let Err(e) = load(all_servers().chain(others).chain(bad_http.iter().copied()).collect()) {
+            let blanked = all_servers().chain(others).chain(bad_http.iter().copied()).chain(bad_groups.iter().copied());
+            if let Err(e) = load(blanked.collect()) {
                 broken_plugins.push(plugin_of(&doc, n, format!("{e:#}"), &known));
                 bad_entries.extend(entry);
             }
@@ -97,11 +117,12 @@ impl Config {
         let mut broken_servers = BTreeMap::new();
         for name in parts.servers.keys() {
             let others = parts.servers.iter().filter(|(n, _)| *n != name).flat_map(|(_, r)| r);
-            if let Err(e) = load(others.chain(bad_entries.iter().copied()).chain(bad_http.iter().copied()).collect()) {
+            let blanked = others.chain(bad_entries.iter().copied()).chain(bad_http.iter().copied());
+            if let Err(e) = load(blanked.chain(bad_groups.iter().copied()).collect()) {
                 broken_servers.insert(name.clone(), format!("{e:#}"));
             }
         }
-        if broken_plugins.is_empty() && broken_servers.is_empty() && broken_http.is_none() {
+        if broken_plugins.is_empty() && broken_servers.is_empty() && broken_http.is_none() && broken_groups.is_empty() {
             return Err(whole);
         }
         let out: Vec<&Range<usize>> = broken_servers
@@ -109,9 +130,10 @@ impl Config {
             .flat_map(|n| &parts.servers[n])
             .chain(bad_entries.iter().copied())
             .chain(bad_http.iter().copied())
+            .chain(bad_groups.iter().copied())
             .collect();
         match load(out) {
-            Ok(config) => Ok(Tolerated { config, broken_servers, broken_plugins, broken_http }),
+            Ok(config) => Ok(Tolerated { config, broken_servers, broken_plugins, broken_http, broken_groups }),
             // Parts that load alone but not together: the mistake is in how they meet.
             Err(_) => Err(whole),
         }
@@ -157,9 +179,10 @@ impl Config {
     }
 }
 
-/// The lines of each server table, each `[[plugins]]` entry and `[http]`.
+/// The lines of each server table, each `[[plugins]]` entry, each group table and `[http]`.
 struct Parts {
     servers: BTreeMap<String, Vec<Range<usize>>>,
+    groups: BTreeMap<String, Vec<Range<usize>>>,
     plugins: Vec<Vec<Range<usize>>>,
     http: Vec<Range<usize>>,
 }
@@ -173,17 +196,8 @@ impl Parts {
         let mut headers: Vec<usize> = spans.into_iter().map(|s| s.start).collect();
         headers.sort_unstable();
         let units = Units { text, headers };
-        let mut servers = BTreeMap::new();
-        match root.get("servers") {
-            None => {}
-            Some(Item::Table(table)) => {
-                for (name, item) in table.iter() {
-                    let key_at = table.key(name).and_then(|k| k.span()).map(|s| s.start);
-                    servers.insert(name.to_string(), units.of_item(item, key_at)?);
-                }
-            }
-            Some(_) => return None,
-        }
+        let servers = units.of_entries(root.get("servers"))?;
+        let groups = units.of_entries(root.get("groups"))?;
         let mut plugins = Vec::new();
         match root.get("plugins") {
             None => {}
@@ -200,7 +214,7 @@ impl Parts {
             None => Vec::new(),
             Some((key, item)) => units.of_item(item, key.span().map(|s| s.start))?,
         };
-        Some(Parts { servers, plugins, http })
+        Some(Parts { servers, groups, plugins, http })
     }
 }
 
@@ -237,6 +251,22 @@ struct Units<'t> {
 }
 
 impl Units<'_> {
+    /// The lines of each entry of a table of named tables (`[servers]`, `[groups]`), by name.
+    fn of_entries(&self, item: Option<&Item>) -> Option<BTreeMap<String, Vec<Range<usize>>>> {
+        let mut out = BTreeMap::new();
+        match item {
+            None => {}
+            Some(Item::Table(table)) => {
+                for (name, item) in table.iter() {
+                    let key_at = table.key(name).and_then(|k| k.span()).map(|s| s.start);
+                    out.insert(name.to_string(), self.of_item(item, key_at)?);
+                }
+            }
+            Some(_) => return None,
+        }
+        Some(out)
+    }
+
     /// The lines of `item`, the value of a key that starts at `key_at`.
     fn of_item(&self, item: &Item, key_at: Option<usize>) -> Option<Vec<Range<usize>>> {
         let mut ranges = Vec::new();

@@ -201,3 +201,57 @@ fn load_for_reads_the_tables_asked_for_past_a_mistake_elsewhere() {
     let e = format!("{:#}", Config::load_for(&path, &bad_http, &["http"]).unwrap_err());
     assert!(e.contains("listn") && e.contains("line 5"), "{e}");
 }
+
+/// Found from outside: a typo in `[groups]` made the whole file not load, so a daemon's reload
+/// applied none of the file's other edits, and the log line of the group's error on a reload
+/// had no line. A group that does not load is left out with its own error (file, line, what
+/// is wrong with which key); the servers and the other groups load.
+#[test]
+fn a_group_with_a_typo_is_left_out_with_its_line_and_the_rest_loads() {
+    let text = "\
+[servers.a]
+command = \"x\"
+[servers.b]
+command = \"y\"
+
+[groups.work]
+servers = [\"a\", \"bb\"]
+
+[groups.both]
+servers = [\"a\", \"b\"]
+[groups.both.prefix]
+a = \"first\"
+";
+    let t = load(text).unwrap();
+    assert_eq!(names(&t), ["a", "b"]);
+    assert!(!t.is_whole());
+    let why = &t.broken_groups["work"];
+    assert!(why.starts_with("config file /c/switchyard.toml, line 7: ") && why.contains("names server `bb`"), "{why}");
+    assert_eq!(t.config.groups.keys().collect::<Vec<_>>(), ["both"]);
+    assert_eq!(t.config.groups["both"].prefix["a"], "first");
+    assert!(t.broken_servers.is_empty() && t.broken_plugins.is_empty(), "{t:?}");
+}
+
+/// A group's mistake beside a server's: each is named with its own line (the group's was not
+/// said at all: the file's error was the server's).
+#[test]
+fn a_broken_group_and_a_broken_server_are_each_named() {
+    let text = "\
+[servers.a]
+command = \"x\"
+[servers.b]
+comand = \"y\"
+[groups.g]
+servers = [\"a\"]
+separator = \".\"
+[groups.h]
+servers = [\"a\", \"b\"]
+";
+    let t = load(text).unwrap();
+    assert_eq!(names(&t), ["a"]);
+    assert!(t.broken_servers["b"].contains("line 4"), "{:?}", t.broken_servers);
+    let why = &t.broken_groups["g"];
+    assert!(why.contains("line 7: ") && why.contains("separator \".\""), "{why}");
+    // A group may name a server whose table does not load: its calls are refused with why.
+    assert_eq!(t.config.groups.keys().collect::<Vec<_>>(), ["h"]);
+}

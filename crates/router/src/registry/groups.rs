@@ -22,6 +22,8 @@ pub struct Groups {
     live: Mutex<BTreeMap<String, (String, GroupShown)>>,
     /// Each live session's [`Regroup`], by label.
     regroup: Mutex<BTreeMap<String, Regroup>>,
+    /// Groups whose table does not load and that have no version in force, with why.
+    refused: RwLock<BTreeMap<String, String>>,
 }
 
 /// Takes a group session out of status when dropped.
@@ -55,6 +57,17 @@ impl Servers {
         *self.groups.defined.write().expect("lock") = Some(groups);
     }
 
+    /// Group `name` as it is in force (not looked for in the config file).
+    pub fn group_in_force(&self, name: &str) -> Option<Group> {
+        self.groups.defined.read().expect("lock").as_ref()?.get(name).cloned()
+    }
+
+    /// The groups whose table does not load and that have no version in force, with why: a
+    /// client that asks for one is told that.
+    pub fn refuse_groups(&self, refused: BTreeMap<String, String>) {
+        *self.groups.refused.write().expect("lock") = refused;
+    }
+
     /// The group a client asks for. One the router does not know is looked for again in the
     /// config file first (it may have just been saved).
     pub fn group(self: &Arc<Self>, name: &str) -> Result<Group, String> {
@@ -66,6 +79,9 @@ impl Servers {
             if let Some(g) = self.known_group(name) {
                 return Ok(g);
             }
+        }
+        if let Some(why) = self.groups.refused.read().expect("lock").get(name) {
+            return Err(format!("group `{name}` cannot be used: {why}"));
         }
         let config = match &self.about.config {
             Some(p) => format!(" in {}", p.display()),

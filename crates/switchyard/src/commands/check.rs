@@ -65,6 +65,10 @@ fn report(config: &Path, plugins: Option<&Path>) -> (String, usize) {
         let _ = writeln!(out, "[http]: not served: {why}");
         problems += 1;
     }
+    for (name, why) in &loaded.broken_groups {
+        let _ = writeln!(out, "group {name}: does not load: {why}");
+        problems += 1;
+    }
     (out, problems)
 }
 

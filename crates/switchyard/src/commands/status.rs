@@ -61,7 +61,7 @@ fn printable(text: &str) -> String {
 /// What the daemon says is wrong beside its servers (its config, its front, its plugins), one
 /// sentence each, from a status.
 pub(crate) fn problems(s: &serde_json::Value) -> Vec<&str> {
-    let keys = ["config_error", "config_kept", "plugin_entries", "http_error", "plugin_problems"];
+    let keys = ["config_error", "config_kept", "plugin_entries", "http_error", "plugin_problems", "group_errors"];
     let notes = keys.iter().flat_map(|key| match &s[key] {
         serde_json::Value::Array(items) => items.iter().filter_map(|i| i.as_str()).collect(),
         other => other.as_str().into_iter().collect::<Vec<_>>(),

@@ -121,11 +121,43 @@ impl Applied {
         let mut known = config.server_names();
         known.extend(loaded.broken_servers.keys().filter(|n| !known.contains(n)).cloned().collect::<Vec<_>>());
         match switchyard_config::resolve_groups(&config.groups, &known) {
-            Ok(groups) => router.set_groups(groups),
+            Ok(groups) => router.set_groups(self.keep_or_refuse_groups(router, loaded, groups)),
             Err(e) => tracing::error!("[groups] cannot be used: {e}"),
         }
         self.parts = parts;
         self.text = text.to_string();
+    }
+
+    /// `groups` (those of `loaded` that load), with each group whose table does not load as it
+    /// is in force, or, when none is, refused to its clients with the error (file, line, key).
+    /// Each is logged once per version of the file, and shown in status.
+    fn keep_or_refuse_groups(
+        &self,
+        router: &Servers,
+        loaded: &Tolerated,
+        mut groups: BTreeMap<String, switchyard_config::Group>,
+    ) -> BTreeMap<String, switchyard_config::Group> {
+        let mut said = Vec::new();
+        let mut refused = BTreeMap::new();
+        for (name, why) in &loaded.broken_groups {
+            let line = match router.group_in_force(name) {
+                Some(g) => {
+                    groups.insert(name.clone(), g);
+                    format!(
+                        "group `{name}` is not changed as the config file says: {why}; the group in force stays until it loads"
+                    )
+                }
+                None => {
+                    refused.insert(name.clone(), why.clone());
+                    format!("group `{name}` cannot be used: {why}")
+                }
+            };
+            tracing::error!(group = %name, "{line}");
+            said.push(line);
+        }
+        router.refuse_groups(refused);
+        note(router, "group_errors", (!said.is_empty()).then(|| said.into()));
+        groups
     }
 
     /// The servers of `loaded` that are not applied as the file has them: those whose table does
