@@ -81,6 +81,9 @@ pub struct GroupSession {
     expose: Option<switchyard_config::Expose>,
     budgets: std::collections::BTreeMap<String, switchyard_config::BudgetConfig>,
     search_index: Mutex<Option<Arc<crate::search::Index>>>,
+    /// The tools its searches found that joined its list, in the order found (search mode, for
+    /// a client whose budget says `add_found`).
+    found: Mutex<Vec<String>>,
     /// The merged tool list's count against the client's `tools_max`, when over it (status).
     over_budget: Mutex<Option<Value>>,
     /// The digest of the tool list the client was last shown (or told of): None until it
@@ -236,6 +239,7 @@ pub async fn serve_with<G>(
         expose: group.expose,
         budgets: first.as_ref().map(|s| s.budgets().clone()).unwrap_or_default(),
         search_index: Mutex::new(None),
+        found: Mutex::new(Vec::new()),
         over_budget: Mutex::new(None),
         shown_tools: Mutex::new(None),
     });

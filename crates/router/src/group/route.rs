@@ -68,7 +68,7 @@ impl GroupSession {
                 return self.reply(&id, serde_json::json!({}));
             }
             // Search mode: two tools in place of the list (group/search.rs).
-            "tools/list" if self.searching() => return self.search_list(&id),
+            "tools/list" if self.searching() => return self.clone().search_list(id),
             "tools/call" if self.searching() && super::search::is_search_tool(str_at(&params, &["name"])) => {
                 return self.clone().search_tools_call(id, msg);
             }

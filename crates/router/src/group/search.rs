@@ -31,9 +31,41 @@ impl GroupSession {
         }
     }
 
-    /// The client's `tools/list` in search mode: the two tools.
-    pub(super) fn search_list(&self, id: &Value) {
-        self.reply(id, json!({ "tools": search::fixed_tools() }));
+    /// The client's `tools/list` in search mode: the two tools, and those its searches found
+    /// that joined its list (as the group's merged list has them now).
+    pub(super) fn search_list(self: Arc<Self>, id: Value) {
+        let found = self.found.lock().expect("lock").clone();
+        if found.is_empty() {
+            return self.reply(&id, json!({ "tools": search::fixed_tools() }));
+        }
+        tokio::spawn(async move {
+            let index = self.search_index().await;
+            let mut tools = search::fixed_tools();
+            tools.extend(found.iter().filter_map(|name| index.get(name).cloned()));
+            self.reply(&id, json!({ "tools": tools }));
+        });
+    }
+
+    /// Adds the tools a search found (`result`, its answer) to the client's list when its
+    /// budget says so; the client is told its list changed when any is new to it.
+    fn add_found(&self, result: &Value) {
+        if !Budget::for_client(self.peer.caller().name.as_deref(), &self.budgets).add_found {
+            return;
+        }
+        let names = result["structuredContent"]["tools"].as_array().into_iter().flatten();
+        let names = names.filter_map(|t| t["name"].as_str());
+        let mut found = self.found.lock().expect("lock");
+        let before = found.len();
+        for name in names {
+            if !found.iter().any(|f| f == name) {
+                found.push(name.to_string());
+            }
+        }
+        if found.len() > before {
+            drop(found);
+            tracing::debug!(group = %self.group, session = %self.label, "tools found by search join the client's list");
+            self.send(&json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}));
+        }
     }
 
     /// A member's tools changed: the next search fetches the merged list anew.
@@ -48,7 +80,9 @@ impl GroupSession {
             let index = self.search_index().await;
             let args = msg.pointer("/params/arguments").cloned().unwrap_or_else(|| json!({}));
             if msg.pointer("/params/name").and_then(Value::as_str) == Some(SEARCH_TOOL) {
-                return self.reply(&id, search::search_result(&index, &args));
+                let result = search::search_result(&index, &args);
+                self.add_found(&result);
+                return self.reply(&id, result);
             }
             let (name, arguments) = match search::call_target(&index, &args) {
                 Ok(target) => target,

@@ -445,3 +445,49 @@ async fn a_server_taken_out_of_the_group_leaves_its_open_sessions() {
     drop(session);
     c.leave().await;
 }
+
+/// Found from outside: through a group, a search added nothing to the list, where `connect`
+/// of one server adds what a search found for a client whose budget says `add_found`. Now the
+/// group does the same: the client is told its list changed (once for tools new to it), its
+/// list is the two tools and those found, and a found tool is called by its name.
+#[tokio::test(start_paused = true)]
+async fn tools_a_search_finds_through_a_group_join_the_clients_list() {
+    let budgets = "[budgets.test]\nadd_found = true\n";
+    let (fa, fb) = (FakeConnector::new(behaviour("a")), FakeConnector::new(behaviour("b")));
+    let searching = Group { expose: Some(switchyard_config::Expose::Search), ..group(&["a", "b"]) };
+    let mut c = Client::open(searching, vec![Ok(server_of(budgets, "a", &fa)), Ok(server_of(budgets, "b", &fb))]);
+    c.initialize(json!({})).await;
+    assert_eq!(c.names("tools/list", "tools").await, ["search_tools", "call_tool"]);
+    let r = c.request("tools/call", json!({"name": "search_tools", "arguments": {"query": "echo", "limit": 2}})).await;
+    let found: Vec<&str> = r["result"]["structuredContent"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(found, ["a__echo", "b__echo"], "{r}");
+    c.take(|m| m["method"] == "notifications/tools/list_changed").await;
+    assert_eq!(c.names("tools/list", "tools").await, ["search_tools", "call_tool", "a__echo", "b__echo"]);
+    // The same tools found again are not news.
+    c.request("tools/call", json!({"name": "search_tools", "arguments": {"query": "echo", "limit": 2}})).await;
+    let got = c.request("tools/call", json!({"name": "b__echo", "arguments": {}})).await;
+    assert_eq!(got["result"]["content"][0]["text"], "b:echo", "{got}");
+    while let Ok(m) = c.inbox.try_recv() {
+        c.held.push(m);
+    }
+    let told = c.held.iter().filter(|m| m["method"] == "notifications/tools/list_changed").count();
+    assert_eq!(told, 0, "told again: {:?}", c.held);
+    c.leave().await;
+}
+
+/// A client whose budget does not say `add_found` keeps the two tools after a search.
+#[tokio::test(start_paused = true)]
+async fn a_search_through_a_group_adds_nothing_without_add_found() {
+    let fa = FakeConnector::new(behaviour("a"));
+    let searching = Group { expose: Some(switchyard_config::Expose::Search), ..group(&["a"]) };
+    let mut c = Client::open(searching, vec![Ok(server("a", &fa))]);
+    c.initialize(json!({})).await;
+    c.request("tools/call", json!({"name": "search_tools", "arguments": {"query": "echo"}})).await;
+    assert_eq!(c.names("tools/list", "tools").await, ["search_tools", "call_tool"]);
+    c.leave().await;
+}
