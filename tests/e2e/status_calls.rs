@@ -35,3 +35,36 @@ async fn status_shows_a_call_in_flight_with_its_last_progress() {
     drop((c, p));
     home.shutdown().await;
 }
+
+/// Found from outside: `status` went on saying a plugin "has no [[plugins]] entry" after its
+/// entry had been added and the config reloaded. What status says of the plugins is what the
+/// config in force makes of them: once the entry is in force, no such problem is shown, neither
+/// as a problem nor among the recent warnings (the log keeps it).
+#[tokio::test]
+async fn status_drops_a_plugins_missing_entry_once_a_reload_adds_it() {
+    let home = Home::new();
+    let dir = home.path().join("plugins");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(example("tool-filter.wasm"), dir.join("tool-filter.wasm")).unwrap();
+    let fs = home.fixture("fs", &[]);
+    home.write_config(&fs);
+    let (p, c) = home.client("fs").await;
+    let missing = "tool-filter.wasm has no [[plugins]] entry";
+    let said = |s: &serde_json::Value| s["plugin_problems"].to_string().contains(missing);
+    home.wait_status("the plugin without an entry", Duration::from_secs(20), said).await;
+    assert!(home.status_text().await.contains(missing));
+
+    let filter = r#"{"clients": {"cursor": {"hide": ["write*"]}}}"#;
+    home.replace_config(&format!("{fs}[[plugins]]\nfile = \"tool-filter.wasm\"\nconfig = '{filter}'\n"));
+    let status = home
+        .wait_status("the entry in force", Duration::from_secs(20), |s| s["plugins"] == json!(["tool-filter.wasm"]))
+        .await;
+    assert!(!said(&status), "{status:#}");
+    assert!(!status.to_string().contains(missing), "{status:#}");
+    let text = home.status_text().await;
+    assert!(!text.contains(missing) && !text.contains("problem:"), "{text}");
+    // The log keeps what was said then.
+    assert!(home.logs().contains(missing));
+    leave(p, c).await;
+    home.shutdown().await;
+}

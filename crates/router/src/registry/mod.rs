@@ -431,6 +431,20 @@ impl Servers {
         self.policy.problems().iter().filter(|p| !said(&p.plugin)).map(|p| p.to_string()).collect()
     }
 
+    /// The process's recent warnings and errors, less each that said a plugin has no
+    /// `[[plugins]]` entry when the entries in force have one for it now: status shows what
+    /// holds under the config in force (the log keeps the history).
+    fn recent_errors(&self) -> Vec<switchyard_core::logging::Recent> {
+        let entries = self.policy.entries();
+        let resolved = |message: &str| {
+            message.contains("has no [[plugins]] entry")
+                && entries.iter().any(|e| message.starts_with(&format!("plugin={}: ", e.file)))
+        };
+        let mut recent = switchyard_core::logging::recent_errors();
+        recent.retain(|r| !resolved(&r.message));
+        recent
+    }
+
     /// Everything `switchyard status --json` shows. A template is listed with the names of its
     /// variants, and each variant as a server of its own, named `NAME@N`; a client's values
     /// never appear.
@@ -507,7 +521,7 @@ impl Servers {
         for (key, note) in self.notes.read().expect("lock").iter() {
             status[*key] = note.clone();
         }
-        status["recent_errors"] = json!(switchyard_core::logging::recent_errors());
+        status["recent_errors"] = json!(self.recent_errors());
         status
     }
 
