@@ -1,6 +1,8 @@
 //! What the policy chain decides for one request, in plain Rust types shared by policy and engine.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 /// MCP tool annotation hints (spec `ToolAnnotations`). `None` means "not said".
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
@@ -123,21 +125,22 @@ impl Transport {
     }
 }
 
-/// Who is calling: what a policy of `switchyard:policy@0.2.0` is told about the client.
+/// Who is calling: what a policy of `switchyard:policy@0.2.0` is told about the client. Every
+/// call of a session is told it, so it is cheap to clone (its texts are shared).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Caller {
     /// `clientInfo.name` of the client's initialize, when it gave one.
-    pub name: Option<String>,
+    pub name: Option<Arc<str>>,
     /// `clientInfo.version`, when it gave one.
-    pub version: Option<String>,
+    pub version: Option<Arc<str>>,
     pub transport: Transport,
     /// The project directory `switchyard connect` ran in, when known.
-    pub dir: Option<String>,
+    pub dir: Option<Arc<str>>,
     /// The name of the `[http.tokens]` entry whose token the HTTP front was sent, when one was.
-    pub token: Option<String>,
+    pub token: Option<Arc<str>>,
     /// The protocol version the client speaks (its initialize's, or a 2026-07-28-era
     /// request's own); empty before it said one.
-    pub era: String,
+    pub era: Arc<str>,
 }
 
 /// The task a request is about (a task's get, result, cancel or update).
@@ -150,16 +153,19 @@ pub struct TaskRef {
     pub tool: Option<String>,
 }
 
-/// What the chain is told about one request.
+/// What the chain is told about one request. Its texts are shared with the server, the session
+/// and the call's other stages, so that telling it costs a request little.
 #[derive(Debug, Clone)]
 pub struct CallInfo {
-    pub server: String,
-    pub session: String,
+    pub server: Arc<str>,
+    /// The session's label (`stdio-1`).
+    pub session: Arc<str>,
     /// Who sent it.
     pub caller: Caller,
-    pub method: String,
+    /// Borrowed for MCP's own methods, owned for any other a client sends.
+    pub method: Cow<'static, str>,
     /// `params.name` for `tools/call`.
-    pub tool: Option<String>,
+    pub tool: Option<Arc<str>>,
     /// `params.arguments` as JSON text, for `tools/call`.
     pub arguments: Option<String>,
     /// The annotations the server declared for the tool (all `None` when unknown).

@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
@@ -134,8 +135,8 @@ fn check(file: &Path, opts: &Options<'_>, out: &mut String) -> anyhow::Result<()
     if plugin.contract().lists() {
         let tool = ListedTool {
             kind: super::Kind::Tool,
-            server: call.server.clone(),
-            name: call.tool.clone().unwrap_or_else(|| "example".to_string()),
+            server: call.server.to_string(),
+            name: call.tool.as_deref().unwrap_or("example").to_string(),
             title: None,
             description: None,
             declared: call.declared.clone(),
@@ -230,13 +231,13 @@ const CLIENT_FIELDS: &[&str] = &["name", "version", "transport", "dir", "token"]
 /// [`CLIENT_FIELDS`], and `era`.
 pub(crate) fn caller_from_json(v: &Value, what: &str) -> anyhow::Result<Caller> {
     let era = match v.get("era") {
-        None => String::new(),
-        Some(Value::String(s)) => s.clone(),
+        None => Arc::default(),
+        Some(Value::String(s)) => s.as_str().into(),
         Some(_) => bail!("{what} field `era` must be a string (a protocol version, e.g. \"2025-11-25\")"),
     };
     let client = match v.get("client") {
         None => return Ok(Caller { era, ..Caller::default() }),
-        Some(Value::String(name)) => return Ok(Caller { name: Some(name.clone()), era, ..Caller::default() }),
+        Some(Value::String(name)) => return Ok(Caller { name: Some(name.as_str().into()), era, ..Caller::default() }),
         Some(Value::Object(c)) => c,
         Some(_) => bail!(
             "{what} field `client` must be a name or an object like {{\"name\": \"cursor\", \"version\": \"1.2\"}}"
@@ -253,11 +254,11 @@ pub(crate) fn caller_from_json(v: &Value, what: &str) -> anyhow::Result<Caller> 
         Some(other) => bail!("{what} field `client.transport` is `{other}`; it is one of stdio, socket, http"),
     };
     Ok(Caller {
-        name: text("name")?,
-        version: text("version")?,
+        name: text("name")?.map(Into::into),
+        version: text("version")?.map(Into::into),
         transport,
-        dir: text("dir")?,
-        token: text("token")?,
+        dir: text("dir")?.map(Into::into),
+        token: text("token")?.map(Into::into),
         era,
     })
 }
@@ -331,15 +332,15 @@ pub(crate) fn call_from_json(v: &Value, what: &str) -> anyhow::Result<CallInfo> 
     // Only a tools/call names a tool and carries arguments (as the router sees it).
     let is_tool_call = method == "tools/call";
     Ok(CallInfo {
-        server: text("server", "example-server")?,
-        session: text("session", "check")?,
+        server: text("server", "example-server")?.into(),
+        session: text("session", "check")?.into(),
         caller: caller_from_json(v, what)?,
-        tool: if is_tool_call || v.get("tool").is_some() { Some(text("tool", "example")?) } else { None },
+        tool: if is_tool_call || v.get("tool").is_some() { Some(text("tool", "example")?.into()) } else { None },
         arguments: match v.get("arguments") {
             Some(a) => Some(a.to_string()),
             None => is_tool_call.then(|| "{}".to_string()),
         },
-        method,
+        method: method.into(),
         declared: declared_hints(v.get("annotations")),
         attempt,
         task: task_from_json(v, what)?,
@@ -383,7 +384,7 @@ fn decision_text(d: &Decision) -> String {
 fn caller_text(c: &Caller) -> String {
     let mut text = match (&c.name, &c.version) {
         (Some(n), Some(v)) => format!("{n} {v}"),
-        (Some(n), None) => n.clone(),
+        (Some(n), None) => n.to_string(),
         (None, _) => "(no name)".to_string(),
     };
     let _ = write!(text, " over {}", c.transport.name());

@@ -67,9 +67,9 @@ impl Recorder {
     /// Records one call and the chain's answer to it.
     pub(crate) fn decide(&self, call: &CallInfo, answer: &Result<Decision, Rejection>) {
         let mut c = Map::new();
-        c.insert("server".into(), json!(call.server));
+        c.insert("server".into(), json!(&*call.server));
         c.insert("method".into(), json!(call.method));
-        if let Some(t) = &call.tool {
+        if let Some(t) = call.tool.as_deref() {
             c.insert("tool".into(), json!(t));
         }
         if self.with_arguments
@@ -98,7 +98,7 @@ impl Recorder {
             Ok(d) => json!({"verdict": "continue", "decision": decision_to_json(d)}),
             Err(r) => json!({"verdict": "reject", "reason": r.reason}),
         };
-        self.send(json!({"call": c, "client": call.session, "expect": expect}).to_string());
+        self.send(json!({"call": c, "client": &*call.session, "expect": expect}).to_string());
     }
 
     /// Records how one listed item is shown to one client, once per distinct (item, client,
@@ -166,7 +166,7 @@ fn insert_caller(obj: &mut Map<String, Value>, who: &Caller) {
     if who.name.is_some() || who.dir.is_some() || who.transport != Transport::Stdio {
         let mut client = Map::new();
         for (k, v) in [("name", &who.name), ("version", &who.version), ("dir", &who.dir), ("token", &who.token)] {
-            if let Some(v) = v {
+            if let Some(v) = v.as_deref() {
                 client.insert(k.into(), json!(v));
             }
         }
@@ -174,7 +174,7 @@ fn insert_caller(obj: &mut Map<String, Value>, who: &Caller) {
         obj.insert("client".into(), client.into());
     }
     if !who.era.is_empty() {
-        obj.insert("era".into(), json!(who.era));
+        obj.insert("era".into(), json!(&*who.era));
     }
 }
 
@@ -259,7 +259,7 @@ mod tests {
                     }
                     Case::List { tool, caller, expect, .. } if tool.kind == Kind::Prompt => {
                         assert_eq!(*tool, prompt, "the item reads back as it was: {line}");
-                        listed.push((caller.name.clone(), expect.name.clone()));
+                        listed.push((caller.name.as_deref().map(str::to_string), expect.name.clone()));
                     }
                     Case::List { .. } => {}
                     Case::Hook(h) => panic!("the recorder writes no hook lines: {}", h.label()),

@@ -685,7 +685,7 @@ async fn a_required_plugin_that_cannot_run_refuses_the_calls_it_judges() {
     };
     let refusal = |policy: &Policy, server: &str| {
         let mut c = call("read_file", "{}");
-        c.server = server.to_string();
+        c.server = server.into();
         policy.current().decide(&c).err().map(|r| format!("{}: {}", r.plugin, r.reason))
     };
     // The file is missing; the entry is for `fs` only.

@@ -32,7 +32,7 @@ fn load(name: &str, path: &Path, config: &str, servers: Option<&[&str]>) -> Arc<
 
 fn client(name: &str) -> Caller {
     Caller {
-        name: Some(name.to_string()),
+        name: Some(name.into()),
         version: Some("1.0".into()),
         transport: Transport::Socket,
         dir: Some("/work/project".into()),
@@ -136,7 +136,7 @@ fn tool_filter_judges_a_client_by_its_named_token_before_its_name() {
     let now = tokio::time::Instant::now();
     let with_token = |name: &str, token: Option<&str>| Caller {
         transport: Transport::Http,
-        token: token.map(str::to_string),
+        token: token.map(Into::into),
         ..client(name)
     };
     let hidden = |who: &Caller, tool: &str| set.list_tool(&listed("fs", tool), who, now, false).listing.hidden;

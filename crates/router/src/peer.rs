@@ -126,11 +126,11 @@ impl ClientPeer {
     pub fn set_origin(&self, transport: Transport, dir: Option<String>, token: Option<String>) {
         let mut caller = self.caller.lock().expect("lock");
         caller.transport = transport;
-        caller.dir = dir;
-        caller.token = token;
+        caller.dir = dir.map(Into::into);
+        caller.token = token.map(Into::into);
     }
 
-    /// Who the client is, as far as known (the policy's `client`).
+    /// Who the client is, as far as known (the policy's `client`); its texts are shared, not copied.
     pub fn caller(&self) -> Caller {
         self.caller.lock().expect("lock").clone()
     }
@@ -191,11 +191,11 @@ impl ClientPeer {
         };
         {
             let mut caller = self.caller.lock().expect("lock");
-            let full = |k: &str| info.and_then(|i| i.get(k)).and_then(|v| v.as_str()).map(str::to_string);
+            let full = |k: &str| info.and_then(|i| i.get(k)).and_then(|v| v.as_str()).map(Arc::from);
             caller.name = full("name");
             caller.version = full("version");
             if let Some(v) = params.as_ref().and_then(|p| p.get("protocolVersion")).and_then(|v| v.as_str()) {
-                caller.era = v.to_string();
+                caller.era = v.into();
             }
         }
         if let Some(name) = part("name") {
@@ -606,7 +606,7 @@ mod tests {
         );
         let c = link.caller();
         assert_eq!((c.name.as_deref(), c.version.as_deref()), (Some("cursor"), Some("1.7.2")));
-        assert_eq!((c.transport, c.dir.as_deref(), c.era.as_str()), (Transport::Socket, Some("/work/p"), "2025-11-25"));
+        assert_eq!((c.transport, c.dir.as_deref(), &*c.era), (Transport::Socket, Some("/work/p"), "2025-11-25"));
     }
 
     #[test]

@@ -48,9 +48,9 @@ impl ScopeKey {
             Some(Placement::Client) => match &caller.name {
                 None => ScopeKey::Session(session),
                 Some(name) => ScopeKey::Client(Arc::new(ClientId {
-                    name: name.clone(),
-                    dir: caller.dir.clone(),
-                    token: caller.token.clone(),
+                    name: name.to_string(),
+                    dir: caller.dir.as_deref().map(str::to_string),
+                    token: caller.token.as_deref().map(str::to_string),
                 })),
             },
             Some(Placement::Key(k)) => ScopeKey::Key(Arc::from(k.as_str())),

@@ -55,7 +55,7 @@ impl HookCase {
         // The tool a tools/call's params name, when the call does not say it.
         let call_names_tool = obj.get("call").and_then(|c| c.get("tool")).is_some();
         if let (false, Some(name)) = (call_names_tool, payload.get("name").and_then(Value::as_str)) {
-            call.tool = Some(name.to_string());
+            call.tool = Some(name.into());
         }
         let expect = expect_from_json(obj.get("expect").context("no `expect`")?, phase)?;
         Ok(Ok(HookCase { call: Box::new(call), phase, payload: payload.to_string(), expect }))

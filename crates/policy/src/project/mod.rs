@@ -265,7 +265,7 @@ mod tests {
             for line in std::fs::read_to_string(path.join("calls.jsonl")).unwrap().lines() {
                 match recorded::Case::parse(line).unwrap() {
                     recorded::Case::Decide { call, .. } => with_caller += usize::from(call.caller.name.is_some()),
-                    recorded::Case::List { caller, .. } => listed_to.extend(caller.name),
+                    recorded::Case::List { caller, .. } => listed_to.extend(caller.name.as_deref().map(str::to_string)),
                     recorded::Case::Hook(h) => hooks.push(h.label()),
                 }
             }

@@ -68,7 +68,7 @@ impl Case {
             (Some(call), None) => {
                 let mut call = call_from_json(call, "`call`")?;
                 match obj.get("client") {
-                    Some(Value::String(c)) => call.session = c.clone(),
+                    Some(Value::String(c)) => call.session = c.as_str().into(),
                     Some(_) => bail!("`client` must be a string (the session the call came from)"),
                     None => {}
                 }
@@ -471,7 +471,7 @@ mod tests {
             "expect": {"verdict": "continue", "decision": {"concurrency": {"keyed": ["/a"]}, "pool": "big",
             "timeout_ms": 3000, "retry": {"attempts": 2, "backoff_ms": 100}, "placement": {"key": "/a"}}}}"#;
         let Case::Decide { call, expect, .. } = Case::parse(&line.replace('\n', " ")).unwrap() else { panic!() };
-        assert_eq!(call.session, "s-1");
+        assert_eq!(&*call.session, "s-1");
         assert_eq!(call.arguments.as_deref(), Some(r#"{"path":"/a"}"#));
         let v: Value = serde_json::from_str(line).unwrap();
         assert_eq!(verdict_to_json(&expect), v["expect"]);
@@ -510,7 +510,7 @@ mod tests {
         };
         assert_eq!((tool.kind, tool.title.as_deref()), (Kind::Prompt, Some("Read")));
         assert_eq!((caller.name.as_deref(), caller.transport), (Some("cursor"), Transport::Socket));
-        assert_eq!(caller.era, "2025-11-25");
+        assert_eq!(&*caller.era, "2025-11-25");
         assert_eq!(current, Listing::of(&tool), "without `current`, what the server listed");
         assert_eq!(
             expect,

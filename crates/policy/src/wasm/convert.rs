@@ -22,10 +22,10 @@ impl CallArgs {
     pub fn new(c: &decision::CallInfo) -> CallArgs {
         CallArgs {
             v1: wit::Call {
-                server: c.server.clone(),
-                session: c.session.clone(),
-                method: c.method.clone(),
-                tool: c.tool.clone(),
+                server: c.server.to_string(),
+                session: c.session.to_string(),
+                method: c.method.to_string(),
+                tool: c.tool.as_deref().map(str::to_string),
                 arguments: c.arguments.clone(),
                 declared: to_wit_hints(&c.declared),
                 attempt: c.attempt,
@@ -57,7 +57,7 @@ impl CallArgs {
                 server: c.server.clone(),
                 session: c.session.clone(),
                 client: to_wit2_client(&self.caller),
-                era: self.caller.era.clone(),
+                era: self.caller.era.to_string(),
                 method: c.method.clone(),
                 tool: c.tool.clone(),
                 arguments: c.arguments.clone(),
@@ -77,7 +77,7 @@ impl CallArgs {
                 server: c.server.clone(),
                 session: c.session.clone(),
                 client: to_wit3_client(&self.caller),
-                era: self.caller.era.clone(),
+                era: self.caller.era.to_string(),
                 method: c.method.clone(),
                 tool: c.tool.clone(),
                 arguments: c.arguments.clone(),
@@ -91,29 +91,29 @@ impl CallArgs {
 
 pub(super) fn to_wit3_client(c: &decision::Caller) -> wit3::Client {
     wit3::Client {
-        name: c.name.clone(),
-        version: c.version.clone(),
+        name: c.name.as_deref().map(str::to_string),
+        version: c.version.as_deref().map(str::to_string),
         transport: match c.transport {
             decision::Transport::Stdio => wit3::Transport::Stdio,
             decision::Transport::Socket => wit3::Transport::Socket,
             decision::Transport::Http => wit3::Transport::Http,
         },
-        dir: c.dir.clone(),
-        token: c.token.clone(),
+        dir: c.dir.as_deref().map(str::to_string),
+        token: c.token.as_deref().map(str::to_string),
     }
 }
 
 pub(super) fn to_wit2_client(c: &decision::Caller) -> wit2::Client {
     wit2::Client {
-        name: c.name.clone(),
-        version: c.version.clone(),
+        name: c.name.as_deref().map(str::to_string),
+        version: c.version.as_deref().map(str::to_string),
         transport: match c.transport {
             decision::Transport::Stdio => wit2::Transport::Stdio,
             decision::Transport::Socket => wit2::Transport::Socket,
             decision::Transport::Http => wit2::Transport::Http,
         },
-        dir: c.dir.clone(),
-        token: c.token.clone(),
+        dir: c.dir.as_deref().map(str::to_string),
+        token: c.token.as_deref().map(str::to_string),
     }
 }
 

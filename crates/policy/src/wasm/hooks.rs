@@ -126,12 +126,12 @@ impl HookArgs {
     pub fn new(c: &decision::CallInfo) -> HookArgs {
         HookArgs {
             call: wit3::HookCall {
-                server: c.server.clone(),
-                session: c.session.clone(),
+                server: c.server.to_string(),
+                session: c.session.to_string(),
                 client: to_wit3_client(&c.caller),
-                era: c.caller.era.clone(),
-                method: c.method.clone(),
-                tool: c.tool.clone(),
+                era: c.caller.era.to_string(),
+                method: c.method.to_string(),
+                tool: c.tool.as_deref().map(str::to_string),
             },
             now: tokio::time::Instant::now(),
         }
@@ -211,7 +211,7 @@ impl Plugin {
             description: tool.description.clone(),
             declared: to_wit3_hints(&tool.declared),
             client: to_wit3_client(caller),
-            era: caller.era.clone(),
+            era: caller.era.to_string(),
         };
         let wit_current = wit3::Listing {
             hidden: current.hidden,

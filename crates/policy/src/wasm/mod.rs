@@ -463,7 +463,7 @@ impl Plugin {
             description: tool.description.clone(),
             declared: to_wit2_hints(&tool.declared),
             client: to_wit2_client(caller),
-            era: caller.era.clone(),
+            era: caller.era.to_string(),
         };
         let wit_current = wit2::Listing {
             hidden: current.hidden,

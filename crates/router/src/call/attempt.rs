@@ -15,7 +15,7 @@ use crate::peer::ClientPeer;
 use crate::placement::ScopeKey;
 use crate::pool::Lease;
 use crate::server::Server;
-use crate::server::calls::{Stage, Track};
+use crate::server::calls::{Stage, Track, What};
 use crate::upstream::{Instance, ProgressSink, Reply};
 use switchyard_core::error::CallError;
 
@@ -43,7 +43,7 @@ pub(super) struct Attempt<'r, 'a> {
     pub(super) server: &'r Arc<Server>,
     pub(super) req: &'r Request<'a>,
     pub(super) eff: &'r Effective,
-    pub(super) what: &'r str,
+    pub(super) what: &'r What,
     pub(super) started: Instant,
     pub(super) deadline: Instant,
     /// When waiting for the gate and an instance ends: the deadline, or sooner after a lost
@@ -86,10 +86,9 @@ pub(super) async fn attempt(
     track: &Track<'_>,
     spent: &mut Spent,
 ) -> Result<Answered, Stop> {
-    let what = call.what.as_str();
+    let what = &call.what;
     // Progress is routed back when the client asked for it (it gave a token).
-    let progress =
-        req.call.fields().progress_token.is_some().then(|| call.progress_sink.clone() as Arc<dyn ProgressSink>);
+    let progress = call.progress_sink.clone().map(|sink| sink as Arc<dyn ProgressSink>);
     let safe = call.safe_now(server);
     let started = Instant::now();
     let deadline = (started + eff.timeout).min(cap.deadline.unwrap_or(started + eff.timeout));

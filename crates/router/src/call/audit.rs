@@ -49,12 +49,12 @@ impl Asked {
         let caller = caller_of(req);
         let own = server.instance_label_prefix();
         let client = Client {
-            name: caller.name,
-            version: caller.version,
+            name: caller.name.as_deref().map(String::from),
+            version: caller.version.as_deref().map(String::from),
             transport: caller.transport.name().to_string(),
-            dir: caller.dir,
+            dir: caller.dir.as_deref().map(String::from),
             profile: (own != server.name).then(|| own.to_string()),
-            credential: caller.token,
+            credential: caller.token.as_deref().map(String::from),
         };
         let arguments = call.text(&call.fields().arguments);
         // The call's span's trace when calls are traced: the client's own trace when it gave one,

@@ -116,7 +116,7 @@ fn answered(
 ) -> Refused {
     let call = match &info.tool {
         Some(t) => format!("tools/call `{t}`"),
-        None => info.method.clone(),
+        None => info.method.to_string(),
     };
     let what = if ran { format!("the result of {call} (it ran)") } else { call };
     server.log_refusal(req.session_label, &what, &rejection);

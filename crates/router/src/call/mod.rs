@@ -19,13 +19,14 @@ mod send;
 mod shown;
 mod traced;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use tokio::time::Instant;
 
 use crate::peer::ClientPeer;
 use crate::server::Server;
-use crate::server::calls::Stage;
+use crate::server::calls::{Stage, What};
 use crate::server::tasks::Pinned;
 use crate::upstream::Instance;
 use attempt::{Answered, Cap, attempt};
@@ -51,7 +52,7 @@ pub struct Request<'a> {
     /// The request, read once where its session read it: nothing here parses it again.
     pub call: &'a Call,
     pub session: SessionId,
-    pub session_label: &'a str,
+    pub session_label: &'a Arc<str>,
     pub link: &'a Arc<ClientPeer>,
     pub cancel: &'a Cancel,
     /// A 2026-07-28-era request (protocol version in `_meta`): runs on that era's instances.
@@ -75,13 +76,21 @@ fn caller_of(req: &Request<'_>) -> switchyard_core::decision::Caller {
     }
     let call = req.call;
     if let Some(version) = call.protocol_version() {
-        caller.era = version.into_owned();
+        caller.era = version.into();
     }
     if let Some(name) = call.string(&call.fields().client_name) {
-        caller.name = Some(name.into_owned());
+        caller.name = Some(name.into());
         caller.version = call.string(&call.fields().client_version).map(Into::into);
     }
     caller
+}
+
+/// `method` as the policy is told it: one of MCP's own is not copied.
+fn method_of(method: &str) -> Cow<'static, str> {
+    match metrics::method_label(method) {
+        known if known == method => Cow::Borrowed(known),
+        _ => Cow::Owned(method.to_string()),
+    }
 }
 
 /// Who refused a call switchyard refused itself, in its audit line (`refused_by`).
@@ -95,7 +104,7 @@ struct End {
     tool: Option<Arc<str>>,
     /// What only the audit line reads, noted only when audit is on: the tool by the server's
     /// name, the last decision and the plugins that made it, or the one that refused the call.
-    name: Option<String>,
+    name: Option<Arc<str>>,
     decided: Option<switchyard_core::audit::Decided>,
     plugins: Vec<switchyard_core::audit::PluginRef>,
     refused_by: Option<String>,
@@ -216,8 +225,10 @@ pub async fn judge(
 struct Forwarded<'a> {
     /// The raw id of the client's request, put back into the response.
     client_id: &'a str,
-    /// What logs and errors call it: the method, or "tools/call `NAME`".
-    what: String,
+    /// What logs, errors and status call it: the method, or "tools/call `NAME`".
+    what: What,
+    /// The tool's metrics label (tools/call only), read at the call's start.
+    tool_label: Option<Arc<str>>,
     /// What the plugins decide on; `attempt` counts the attempts made before this one.
     info: CallInfo,
     /// Whether what only plugins read (the arguments, the declared hints) is in `info` yet.
@@ -234,22 +245,26 @@ struct Forwarded<'a> {
     /// The first attempt's failure, when the call was repeated: the root cause when a later
     /// attempt found no instance (the link went silent, then no fresh link came).
     first_failure: Option<Box<CallError>>,
-    /// Where progress goes, shared by the attempts so that it only ever increases.
-    progress_sink: Arc<Rising>,
+    /// Where progress goes, shared by the attempts so that it only ever increases (None: the
+    /// call asked for no progress).
+    progress_sink: Option<Arc<Rising>>,
 }
 
 impl<'a> Forwarded<'a> {
     fn new(server: &Server, req: &Request<'a>) -> Self {
         let call = req.call;
-        let method = call.method().to_string();
-        let tool = if method == "tools/call" { call.name().map(String::from) } else { None };
-        let what = match &tool {
-            Some(t) => format!("tools/call `{t}`"),
-            None => method.clone(),
-        };
+        let method = method_of(call.method());
+        let name = if method == "tools/call" { call.name() } else { None };
+        let tool_label = name.as_deref().map(|t| server.tool_label(t));
+        // A tool the server declared is its own metrics label: the name is shared, not copied.
+        let tool = name.map(|t| match &tool_label {
+            Some(label) if **label == *t => label.clone(),
+            _ => Arc::from(t.as_ref()),
+        });
         let info = CallInfo {
-            server: server.name.clone(),
-            session: req.session_label.to_string(),
+            // The server's name (its metrics name is the same text, shared).
+            server: server.metric_name.clone(),
+            session: req.session_label.clone(),
             caller: caller_of(req),
             method,
             tool,
@@ -261,9 +276,11 @@ impl<'a> Forwarded<'a> {
                 Some(TaskRef { id: client.clone(), tool: p.created_by.clone() })
             }),
         };
+        let progress_sink = call.fields().progress_token.is_some().then(|| Arc::new(Rising::new(req.link.clone())));
         Forwarded {
             client_id: call.id(),
-            what,
+            what: What::new(info.method.clone(), info.tool.clone()),
+            tool_label,
             info,
             gathered: false,
             first_started: Instant::now(),
@@ -271,7 +288,7 @@ impl<'a> Forwarded<'a> {
             lost_link: None,
             repeated_because: String::new(),
             first_failure: None,
-            progress_sink: Arc::new(Rising::new(req.link.clone())),
+            progress_sink,
         }
     }
 }
@@ -279,11 +296,12 @@ impl<'a> Forwarded<'a> {
 /// Runs the call's attempts to its response (None: cancelled), noting in `end` how it ended.
 async fn run(server: &Arc<Server>, req: Request<'_>, end: &mut End) -> Option<String> {
     let mut call = Forwarded::new(server, &req);
-    end.tool = call.info.tool.as_deref().map(|t| server.tool_label(t));
+    end.tool = call.tool_label.clone();
     if server.audit().is_some() {
         end.name = call.info.tool.clone();
     }
-    let track = server.calls.start(&call.what, req.session_label, call.progress_sink.seen.clone());
+    let seen = call.progress_sink.as_ref().map(|p| p.seen.clone());
+    let track = server.calls.start(call.what.clone(), req.session_label.clone(), seen);
     loop {
         // The plugin set is read once per attempt; an attempt finishes on the set it started with.
         let set = server.policy.current();

@@ -68,7 +68,7 @@ pub(super) fn task_ids(
             if permit.is_some() && !matches!(eff.concurrency, Concurrency::Shared) {
                 tracing::info!(server = %server.name, instance = %instance.label(), "task {upstream} keeps its call's {:?} gate until it ends", eff.concurrency);
             }
-            let tool = info.tool.clone();
+            let tool = info.tool.as_deref().map(String::from);
             let client =
                 server.hub.tasks.created(&server.name, instance.number(), session, &upstream, tool, permit, hold);
             tasks::replace_task_id(result, &upstream, &client)

@@ -8,6 +8,7 @@ use super::refused::refused;
 use super::{End, Forwarded, Request};
 use crate::pool::Pool;
 use crate::server::Server;
+use crate::server::calls::What;
 use switchyard_core::decision::{CallInfo, Concurrency, Decision, Placement, Retry};
 use switchyard_core::metrics::Outcome;
 use switchyard_policy::PluginSet;
@@ -93,7 +94,7 @@ impl Forwarded<'_> {
         let decision = match set.decide_async(&self.info).await {
             Ok(d) => d,
             Err(rejection) => {
-                server.log_refusal(req.session_label, what, &rejection);
+                server.log_refusal(req.session_label, &what.to_string(), &rejection);
                 let answer = refused(set, self.info.tool.as_deref(), req.modern, self.client_id, rejection);
                 (end.outcome, end.code) = (Outcome::Rejected, answer.code);
                 end.refused_by = Some(answer.by);
@@ -115,7 +116,7 @@ impl Forwarded<'_> {
 
 /// One debug line per attempt: what the plugins decided and what the host made of it (after
 /// defaults and clamps). Argument values are never logged; gate keys are, as the gate uses them.
-fn log_decision(server: &Server, set: &PluginSet, call: &CallInfo, what: &str, decided: &Decision, eff: &Effective) {
+fn log_decision(server: &Server, set: &PluginSet, call: &CallInfo, what: &What, decided: &Decision, eff: &Effective) {
     let concurrency = match &eff.concurrency {
         Concurrency::Shared => "shared".to_string(),
         Concurrency::Exclusive => "exclusive".to_string(),

@@ -118,7 +118,7 @@ impl Forwarded<'_> {
         // The cause only: the error's own advice ("check its effect before calling it again")
         // is for a client that gets it, not for a call switchyard repeats.
         tracing::info!(
-            server = %server.name, session = req.session_label,
+            server = %server.name, session = %req.session_label,
             "{what} failed ({}); repeating it ({} of at most {}) in {} ms because {why}",
             e.cause(), call.attempt + 1, retry.attempts, backoff.as_millis()
         );
@@ -145,7 +145,7 @@ impl Forwarded<'_> {
         } else if attempt > 0 {
             e = CallError::Repeated {
                 server: server.name.clone(),
-                what: what.clone(),
+                what: what.to_string(),
                 attempts: attempt + 1,
                 elapsed: self.first_started.elapsed(),
                 why: self.repeated_because.clone(),
@@ -155,7 +155,7 @@ impl Forwarded<'_> {
             };
         }
         tracing::info!(
-            server = %server.name, session = req.session_label,
+            server = %server.name, session = %req.session_label,
             "{what} failed after {} attempt(s): {e}", attempt + 1
         );
         (end.outcome, end.code) = (failure_outcome(&e), Some(e.code()));

@@ -137,7 +137,7 @@ impl Attempt<'_, '_> {
     ) -> Result<Reply, Stop> {
         let (server, req, eff, what) = (self.server, self.req, self.eff, self.what);
         let activity = Arc::new(Notify::new());
-        let failed = |u: Unanswered| Stop::Failed(u.into_error(&server.name, what));
+        let failed = |u: Unanswered| Stop::Failed(u.into_error(&server.name, &what.to_string()));
         let trace = span
             .traceparent()
             .map(|tp| Trace { edits: telemetry::context::edits(req.call, &tp, None), traceparent: tp.to_string() });
@@ -257,7 +257,7 @@ impl Attempt<'_, '_> {
                     inst.send(req.call, req.session, route.clone(), Some(activity.clone()), self.stream.clone())
                 {
                     tracing::info!(
-                        server = %server.name, instance = %inst.label(), session = req.session_label,
+                        server = %server.name, instance = %inst.label(), session = %req.session_label,
                         "{what} has had nothing from its link for {:.1} s while the server answers probes: sent once more on a new connection (it is safe to repeat); the first answer wins",
                         silent.as_secs_f64()
                     );

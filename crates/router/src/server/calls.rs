@@ -4,7 +4,9 @@
 //! registered when it starts and leaves when it ends, whatever way it ends (its [`Track`] is
 //! dropped).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -30,12 +32,37 @@ pub enum Stage {
     Repeating { attempt: u32, of: u32, at: Instant, after: String },
 }
 
+/// What logs, errors and status call a call: its method, or "tools/call `NAME`". Written out
+/// only when one of them shows it, so a call that runs quietly never formats it.
+#[derive(Clone, Debug)]
+pub struct What {
+    method: Cow<'static, str>,
+    tool: Option<Arc<str>>,
+}
+
+impl What {
+    /// A call of `method`, of `tool` for a `tools/call`.
+    pub fn new(method: Cow<'static, str>, tool: Option<Arc<str>>) -> What {
+        What { method, tool }
+    }
+}
+
+impl fmt::Display for What {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.tool {
+            Some(t) => write!(f, "tools/call `{t}`"),
+            None => f.write_str(&self.method),
+        }
+    }
+}
+
 struct Entry {
-    what: String,
-    session: String,
+    what: What,
+    session: Arc<str>,
     started: Instant,
     stage: Stage,
-    progress: Arc<LastProgress>,
+    /// None for a call that asked for no progress.
+    progress: Option<Arc<LastProgress>>,
 }
 
 /// The last progress notification a call passed on to its client (a call's progress only ever
@@ -84,10 +111,9 @@ pub struct Track<'a> {
 
 impl Calls {
     /// Registers a call (`what`: e.g. "tools/call `echo`") of `session`, before its policy
-    /// decision; `progress` is where its progress is noted as it passes.
-    pub fn start(&self, what: &str, session: &str, progress: Arc<LastProgress>) -> Track<'_> {
+    /// decision; `progress` is where its progress is noted as it passes (None: it asked for none).
+    pub fn start(&self, what: What, session: Arc<str>, progress: Option<Arc<LastProgress>>) -> Track<'_> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let (what, session) = (what.to_string(), session.to_string());
         let entry = Entry { what, session, started: Instant::now(), stage: Stage::Policy, progress };
         self.running.lock().expect("lock").insert(id, entry);
         Track { calls: self, id }
@@ -135,13 +161,13 @@ impl Calls {
                     }
                 };
                 json!({
-                    "call": e.what,
-                    "session": e.session,
+                    "call": e.what.to_string(),
+                    "session": &*e.session,
                     "age_ms": ms(now.saturating_duration_since(e.started)),
                     "state": state,
                     "instance": instance,
                     "silent_ms": silent.map(ms),
-                    "progress": e.progress.status(now),
+                    "progress": e.progress.as_ref().map_or(Value::Null, |p| p.status(now)),
                 })
             })
             .collect()
@@ -170,7 +196,9 @@ mod tests {
     async fn a_call_is_shown_while_it_runs_with_its_stage_and_age() {
         let calls = Calls::default();
         let progress = Arc::new(LastProgress::default());
-        let track = calls.start("tools/call `echo`", "stdio-1", progress.clone());
+        let what = What::new("tools/call".into(), Some("echo".into()));
+        assert_eq!(What::new("tools/list".into(), None).to_string(), "tools/list");
+        let track = calls.start(what, "stdio-1".into(), Some(progress.clone()));
         assert_eq!(calls.status()[0]["state"], "the policy is deciding");
         assert_eq!(calls.status()[0]["progress"], Value::Null, "no progress yet");
         tokio::time::advance(Duration::from_millis(1500)).await;

@@ -215,10 +215,10 @@ impl Session {
     async fn forward_notification(self: Arc<Self>, method: &str, line: String) {
         let server = self.server();
         let call = switchyard_core::decision::CallInfo {
-            server: server.name.clone(),
+            server: server.metric_name.clone(),
             session: self.label.clone(),
             caller: self.link.caller(),
-            method: method.to_string(),
+            method: method.to_string().into(),
             tool: None,
             arguments: None,
             declared: Default::default(),

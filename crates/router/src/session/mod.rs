@@ -31,7 +31,8 @@ use switchyard_core::ids::SessionId;
 /// A connected client.
 pub struct Session {
     pub id: SessionId,
-    pub label: String,
+    /// `TRANSPORT-N` (`stdio-1`), shared with what its calls tell the policy.
+    pub label: Arc<str>,
     link: Arc<ClientPeer>,
     /// The server it is a client of: the one it joined, until its profile sends it to a sibling
     /// (see [`crate::server::profile`]).
@@ -93,7 +94,7 @@ impl Session {
     pub fn status(&self) -> serde_json::Value {
         serde_json::json!({
             "id": self.id,
-            "label": self.label,
+            "label": &*self.label,
             "transport": self.label.split('-').next().unwrap_or(""),
             "client": self.link.client(),
             "inflight": self.inflight.lock().expect("lock").len(),

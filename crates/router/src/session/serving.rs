@@ -76,7 +76,7 @@ impl Session {
         server.hub.attach(link.clone());
         let session = Arc::new(Session {
             id,
-            label: label.clone(),
+            label: label.as_str().into(),
             link,
             server: std::sync::RwLock::new(server.clone()),
             placement: Placement::new(opening),

@@ -171,7 +171,7 @@ impl Session {
             return switchyard_telemetry::Span::none();
         }
         let caller = self.link.caller();
-        let era = Some(caller.era.as_str()).filter(|e| !e.is_empty());
+        let era = Some(&*caller.era).filter(|e| !e.is_empty());
         switchyard_telemetry::server_span(call, &self.label, era, caller.name.as_deref(), &self.span)
     }
 
