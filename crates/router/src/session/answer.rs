@@ -36,15 +36,15 @@ impl Session {
 
     /// Runs one request to its single response (None: the client cancelled it).
     pub(super) async fn run(self: Arc<Self>, call: Call, token: Arc<Cancel>) -> Option<String> {
-        let id = call.id().to_string();
+        let id = call.id();
         let started = tokio::time::Instant::now();
         // A tool list and a tool's call as the client's budget and search mode make them.
         let resp = match self.shape_request(&call, &token).await {
-            tools::Shaped::AsIs => self.dispatch(&call, &id, &token).await,
-            tools::Shaped::Rewritten(shaped) => self.dispatch(&shaped, &id, &token).await,
+            tools::Shaped::AsIs => self.dispatch(&call, id, &token).await,
+            tools::Shaped::Rewritten(shaped) => self.dispatch(&shaped, id, &token).await,
             tools::Shaped::Answered(resp) => resp,
         }
-        .or_else(|| token.owes_answer().then(|| self.ended_for(&token).to_response(&id)));
+        .or_else(|| token.owes_answer().then(|| self.ended_for(&token).to_response(id)));
         // What the engine forwards it counts itself; what the session answers is counted here.
         let method = call.method();
         let resp = resp.map(|r| self.shape_response(method, r));
@@ -64,8 +64,8 @@ impl Session {
         // Out of the in-flight table before the response leaves, so the id may be reused at once
         // (unless a cancel took it out already and a new request reuses it).
         let mut inflight = self.inflight.lock().expect("lock");
-        if inflight.get(&id).is_some_and(|c| Arc::ptr_eq(c, &token)) {
-            inflight.remove(&id);
+        if inflight.get(id).is_some_and(|c| Arc::ptr_eq(c, &token)) {
+            inflight.remove(id);
         }
         drop(inflight);
         resp

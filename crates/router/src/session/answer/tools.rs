@@ -40,9 +40,9 @@ impl Session {
                 Shaped::Answered(Some(codec::response_ok(call.id(), &server.search_list(&self.link))))
             }
             "tools/call" => {
-                let Some(called) = call.name().map(|n| n.into_owned()) else { return Shaped::AsIs };
+                let Some(called) = call.name() else { return Shaped::AsIs };
                 if server.searching(&self.link) {
-                    match called.as_str() {
+                    match called.as_ref() {
                         SEARCH_TOOL => return Shaped::Answered(self.search_tools(&server, call, cancel).await),
                         CALL_TOOL => return self.call_tool(&server, call, cancel).await,
                         _ => {}

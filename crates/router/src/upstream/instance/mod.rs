@@ -381,9 +381,14 @@ impl Instance {
         let stream = stream.map(|s| (call.id().to_string(), s));
         let (edits, traceparent) = trace.map(|t| (t.edits, Some(t.traceparent))).unwrap_or_default();
         self.submit(session, activity, stream, false, Some((call, traceparent)), |id_text| {
+            let progress = call.fields().progress_token.clone().zip(progress);
+            // Most requests have only their id rewritten.
+            if progress.is_none() && edits.is_empty() {
+                return (codec::splice(line, call.id_range(), id_text), None);
+            }
             let mut route = None;
             let mut all = vec![(call.id_range(), id_text)];
-            if let (Some(span), Some(out)) = (call.fields().progress_token.clone(), progress) {
+            if let Some((span, out)) = progress {
                 // The upstream id doubles as the progress token: unique on this instance.
                 route = Some((line[span.clone()].to_string(), out));
                 all.push((span, id_text));
