@@ -3,48 +3,17 @@
 //! go on, a server's request routed to the client and back, per-client plugins still judging
 //! each server on its own, and `status` showing the group's sessions.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use switchyard_testkit::daemon::Home;
+use switchyard_testkit::daemon::{Home, example, leave, tool_names};
 use switchyard_testkit::*;
 
 const SLOW: Duration = Duration::from_secs(20);
 
 /// `switchyard connect --group GROUP` and a client on it that initialises as `name`.
 async fn group_client(home: &Home, group: &str, name: &str) -> (Proc, Client) {
-    let config = home.config_str();
-    let mut p = home.spawn(&format!("connect --group {group}"), &["connect", "--group", group, "--config", &config]);
-    let mut c = p.client();
-    c.timeout = SLOW;
-    let resp = c
-        .request(
-            "initialize",
-            json!({
-                "protocolVersion": "2025-06-18",
-                "capabilities": {"sampling": {}, "elicitation": {}},
-                "clientInfo": {"name": name, "version": "1.0.0"},
-            }),
-        )
-        .await;
-    assert!(resp.get("result").is_some(), "initialize of group {group} as {name} failed: {resp}");
-    c.notify("notifications/initialized", json!({})).await;
-    (p, c)
-}
-
-async fn leave(mut p: Proc, mut c: Client) {
-    c.close().await;
-    p.wait_timeout(SLOW).await;
-}
-
-fn tool_names(list: &Value) -> Vec<String> {
-    let tools = list["result"]["tools"].as_array().unwrap_or_else(|| panic!("no tools in {list}"));
-    tools.iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
-}
-
-fn example(name: &str) -> PathBuf {
-    switchyard_testkit::example_plugins().join(name)
+    home.client_as(&["--group", group], name, json!({"sampling": {}, "elicitation": {}})).await
 }
 
 /// The process id the fixture behind tool `pid_tool` reports.
@@ -167,11 +136,10 @@ async fn tool_filter_and_rate_limit_still_judge_each_server_of_a_group_for_its_c
         r#"{"clients": {"cursor": {"hide": ["write*"]}}}"#
     );
     home.write_config(&config);
-    let dir = home.path().join("plugins");
-    std::fs::create_dir_all(&dir).unwrap();
-    for f in ["tool-filter.wasm", "rate-limit.wasm"] {
-        std::fs::copy(example(f), dir.join(f)).unwrap();
-    }
+    home.install_plugins(&[
+        ("tool-filter.wasm", example("tool-filter.wasm")),
+        ("rate-limit.wasm", example("rate-limit.wasm")),
+    ]);
     let (cp, mut cursor) = group_client(&home, "work", "cursor").await;
     let (kp, mut claude) = group_client(&home, "work", "claude-code").await;
     let seen = tool_names(&cursor.request("tools/list", json!({})).await);

@@ -3,60 +3,19 @@
 //! built before 0.2 existed.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde_json::{Value, json};
-use switchyard_testkit::daemon::{Home, fixture_pid, status_server};
+use switchyard_testkit::daemon::{Home, example, fixture_pid, leave, status_server, tool_names};
 use switchyard_testkit::*;
-
-const SLOW: Duration = Duration::from_secs(20);
-
-fn example(name: &str) -> PathBuf {
-    switchyard_testkit::example_plugins().join(name)
-}
 
 /// The `hints` example built against 0.1.0 before 0.2 was added (crates/policy/fixtures).
 fn hints_0_1_0() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../policy/fixtures/hints-0.1.0.wasm")
 }
 
-/// Puts `plugins` (file, source) in the plugins directory beside `home`'s config.
-fn install(home: &Home, plugins: &[(&str, PathBuf)]) {
-    let dir = home.path().join("plugins");
-    std::fs::create_dir_all(&dir).unwrap();
-    for (name, from) in plugins {
-        std::fs::copy(from, dir.join(name)).unwrap();
-    }
-}
-
 /// `switchyard connect SERVER` and a client on it that initialises as `name`.
 async fn client_named(home: &Home, server: &str, name: &str) -> (Proc, Client) {
-    let mut p = home.connect(server);
-    let mut c = p.client();
-    c.timeout = SLOW;
-    let resp = c
-        .request(
-            "initialize",
-            json!({
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": name, "version": "1.0.0"},
-            }),
-        )
-        .await;
-    assert!(resp.get("result").is_some(), "initialize as {name} failed: {resp}");
-    c.notify("notifications/initialized", json!({})).await;
-    (p, c)
-}
-
-async fn leave(mut p: Proc, mut c: Client) {
-    c.close().await;
-    p.wait_timeout(SLOW).await;
-}
-
-fn tool_names(list: &Value) -> Vec<String> {
-    let tools = list["result"]["tools"].as_array().unwrap_or_else(|| panic!("no tools in {list}"));
-    tools.iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
+    home.client_as(&[server], name, json!({})).await
 }
 
 fn tool<'a>(list: &'a Value, name: &str) -> &'a Value {
@@ -73,7 +32,7 @@ async fn tool_filter_hides_write_tools_from_cursor_and_renames_for_it_only() {
         r#"{"clients": {"cursor": {"hide": ["write*"], "rename": {"echo": "say"}}}}"#
     );
     home.write_config(&config);
-    install(&home, &[("tool-filter.wasm", example("tool-filter.wasm"))]);
+    home.install_plugins(&[("tool-filter.wasm", example("tool-filter.wasm"))]);
 
     let (cp, mut cursor) = client_named(&home, "fs", "cursor").await;
     let (kp, mut claude) = client_named(&home, "fs", "claude-code").await;
@@ -130,7 +89,7 @@ async fn a_renamed_tool_still_answers_by_its_new_name_after_the_daemon_restarts(
         r#"{"clients": {"cursor": {"rename": {"echo": "say"}}}}"#
     );
     home.write_config(&config);
-    install(&home, &[("tool-filter.wasm", example("tool-filter.wasm"))]);
+    home.install_plugins(&[("tool-filter.wasm", example("tool-filter.wasm"))]);
     let (cp, mut cursor) = client_named(&home, "fs", "cursor").await;
     assert!(tool_names(&cursor.request("tools/list", json!({})).await).contains(&"say".to_string()));
     assert_eq!(cursor.call_text("say", json!({"text": "before"})).await, "before");
@@ -152,7 +111,7 @@ async fn rate_limit_refuses_the_eleventh_call_of_one_client_while_another_passes
         home.fixture("fs", &[])
     );
     home.write_config(&config);
-    install(&home, &[("rate-limit.wasm", example("rate-limit.wasm"))]);
+    home.install_plugins(&[("rate-limit.wasm", example("rate-limit.wasm"))]);
     let (cp, mut cursor) = client_named(&home, "fs", "cursor").await;
     let (kp, mut claude) = client_named(&home, "fs", "claude-code").await;
     for n in 1..=10 {
@@ -187,7 +146,7 @@ async fn refusals_error_keeps_the_json_rpc_error_for_that_plugin_only() {
         r#"{"clients": {"cursor": {"hide": ["read"]}}}"#
     );
     home.write_config(&config);
-    install(&home, &[("guard.wasm", example("guard.wasm")), ("tool-filter.wasm", example("tool-filter.wasm"))]);
+    home.install_plugins(&[("guard.wasm", example("guard.wasm")), ("tool-filter.wasm", example("tool-filter.wasm"))]);
     let (cp, mut cursor) = client_named(&home, "fs", "cursor").await;
     let r = cursor.call_tool("write", json!({"path": "/a", "text": "x"})).await;
     assert_eq!(r["error"]["code"], -32004, "{r}");
@@ -209,7 +168,7 @@ async fn a_plugin_scoped_to_one_server_leaves_the_others_annotations_and_a_0_1_0
         home.fixture("other", &[])
     );
     home.write_config(&config);
-    install(&home, &[("hints.wasm", hints_0_1_0())]);
+    home.install_plugins(&[("hints.wasm", hints_0_1_0())]);
     let (fp, mut fs) = client_named(&home, "fs", "claude-code").await;
     let (op, mut other) = client_named(&home, "other", "claude-code").await;
     let in_fs = fs.request("tools/list", json!({})).await;
@@ -259,7 +218,7 @@ async fn tool_filter_hides_and_renames_prompts_per_client() {
         r#"{"clients": {"cursor": {"prompts": {"rename": {"greet": "hello"}}}, "windsurf": {"prompts": {"hide": ["gr*"]}}}}"#
     );
     home.write_config(&config);
-    install(&home, &[("tool-filter.wasm", example("tool-filter.wasm"))]);
+    home.install_plugins(&[("tool-filter.wasm", example("tool-filter.wasm"))]);
 
     let (cp, mut cursor) = client_named(&home, "fs", "cursor").await;
     let (wp, mut windsurf) = client_named(&home, "fs", "windsurf").await;
@@ -315,7 +274,7 @@ async fn placement_gives_each_client_its_own_instance_for_one_tool_while_another
         r#"{"tools": {"pid": "client", "echo": "shared"}}"#
     );
     home.write_config(&config);
-    install(&home, &[("placement.wasm", example("placement.wasm"))]);
+    home.install_plugins(&[("placement.wasm", example("placement.wasm"))]);
     let (cp, mut cursor) = client_named(&home, "fs", "cursor").await;
     let (kp, mut claude) = client_named(&home, "fs", "claude-code").await;
 

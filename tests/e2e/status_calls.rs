@@ -43,9 +43,7 @@ async fn status_shows_a_call_in_flight_with_its_last_progress() {
 #[tokio::test]
 async fn status_drops_a_plugins_missing_entry_once_a_reload_adds_it() {
     let home = Home::new();
-    let dir = home.path().join("plugins");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(example("tool-filter.wasm"), dir.join("tool-filter.wasm")).unwrap();
+    home.install_plugins(&[("tool-filter.wasm", example("tool-filter.wasm"))]);
     let fs = home.fixture("fs", &[]);
     home.write_config(&fs);
     let (p, c) = home.client("fs").await;

@@ -16,6 +16,9 @@ use super::{Client, Proc, TempDir, bin, pid_alive, temp_dir};
 
 /// How long a `status` or `stop` command may take before the test fails.
 const CLI_LIMIT: Duration = Duration::from_secs(20);
+/// How long a client of [`Home::client_as`] waits for an answer, and [`leave`] for its
+/// `connect` to exit.
+const CLIENT_LIMIT: Duration = Duration::from_secs(20);
 
 /// One test's user: XDG_RUNTIME_DIR, XDG_STATE_HOME, XDG_CONFIG_HOME and HOME under a temp dir,
 /// and a config file `switchyard.toml` in it.
@@ -159,6 +162,37 @@ impl Home {
         let mut c = p.client();
         c.initialize().await;
         (p, c)
+    }
+
+    /// `switchyard connect ARGS --config FILE` (ARGS: `[SERVER]`, or `["--group", NAME]`) and a
+    /// client on it that initialises as client `name` declaring `capabilities`; it waits
+    /// [`CLIENT_LIMIT`] for each answer.
+    pub async fn client_as(&self, args: &[&str], name: &str, capabilities: Value) -> (Proc, Client) {
+        let config = self.config_str();
+        let mut argv = vec!["connect"];
+        argv.extend(args);
+        argv.extend(["--config", &config]);
+        let mut p = self.spawn(&argv[..argv.len() - 2].join(" "), &argv);
+        let mut c = p.client();
+        c.timeout = CLIENT_LIMIT;
+        let params = json!({
+            "protocolVersion": "2025-06-18",
+            "capabilities": capabilities,
+            "clientInfo": {"name": name, "version": "1.0.0"},
+        });
+        let resp = c.request("initialize", params).await;
+        assert!(resp.get("result").is_some(), "initialize of `{}` as {name} failed: {resp}", args.join(" "));
+        c.notify("notifications/initialized", json!({})).await;
+        (p, c)
+    }
+
+    /// Copies `plugins` (file name, where from) into the plugins directory beside the config.
+    pub fn install_plugins(&self, plugins: &[(&str, PathBuf)]) {
+        let dir = self.path().join("plugins");
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, from) in plugins {
+            std::fs::copy(from, dir.join(name)).unwrap_or_else(|e| panic!("copy {}: {e}", from.display()));
+        }
     }
 
     /// `switchyard ARGS...` run to completion (failing the test after CLI_LIMIT).
@@ -434,6 +468,26 @@ impl Drop for Home {
 /// One line per process: pid and command line.
 pub fn render(ps: &[ProcInfo]) -> String {
     ps.iter().map(|p| format!("  {} {}\n", p.pid, p.argv.join(" "))).collect()
+}
+
+/// Closes a client's input and waits for its `connect` to exit.
+pub async fn leave(mut p: Proc, mut c: Client) {
+    c.close().await;
+    p.wait_timeout(CLIENT_LIMIT).await;
+}
+
+/// The names of a `tools/list` response's tools, in order.
+pub fn tool_names(list: &Value) -> Vec<String> {
+    let tools = list["result"]["tools"].as_array().unwrap_or_else(|| panic!("no tools in {list}"));
+    tools
+        .iter()
+        .map(|t| t["name"].as_str().unwrap_or_else(|| panic!("a tool without a name in {list}")).to_string())
+        .collect()
+}
+
+/// The example plugin `file` as the build made it (examples/plugins).
+pub fn example(file: &str) -> PathBuf {
+    super::example_plugins().join(file)
 }
 
 /// The servers of a status, by name.
