@@ -96,7 +96,7 @@ impl Asked {
             instance: end.spent.instance,
             method: self.method,
             // By the server's name for it, once known (a plugin may show it under another).
-            tool: end.name.or(self.tool),
+            tool: end.name.as_deref().map(String::from).or(self.tool),
             arguments_sha256: self.arguments_sha256,
             arguments: self.arguments,
             decision: end.decided,
