@@ -85,13 +85,13 @@ async fn a_call_s_line_says_where_it_ran_what_it_waited_for_and_how_it_ended() {
     let calls: Vec<&Record> = lines.iter().filter(|r| r.method == "tools/call").collect();
     assert_eq!(calls.len(), 2, "{lines:?}");
     let ok = calls[0];
-    assert_eq!((ok.tool.as_deref(), ok.outcome.result.as_str(), ok.attempts), (Some("echo"), "ok", 1));
+    assert_eq!((ok.tool.as_deref(), &*ok.outcome.result, ok.attempts), (Some("echo"), "ok", 1));
     assert_eq!(ok.instance.as_deref(), Some("fake#1"));
     assert_eq!(ok.client.name.as_deref(), Some("t"));
     assert_eq!(ok.arguments_sha256.as_deref(), Some(switchyard_core::audit::sha256_hex(br#"{"text":"hi"}"#).as_str()));
     let decided = ok.decision.as_ref().expect("a decision");
     assert_eq!(
-        (decided.concurrency.as_str(), decided.pool.as_str(), decided.timeout_ms),
+        (&*decided.concurrency, decided.pool.as_str(), decided.timeout_ms),
         ("shared", "default", 300_000)
     );
     assert!(ok.response_bytes > 0 && ok.request_bytes > 0);
@@ -99,7 +99,7 @@ async fn a_call_s_line_says_where_it_ran_what_it_waited_for_and_how_it_ended() {
     assert_eq!(ok.trace_id.as_deref(), Some("0af7651916cd43dd8448eb211c80319c"));
     assert_eq!(calls[1].trace_id, None);
     let lost = calls[1];
-    assert_eq!((lost.outcome.result.as_str(), lost.outcome.unknown), ("lost", true), "{lost:?}");
+    assert_eq!((&*lost.outcome.result, lost.outcome.unknown), ("lost", true), "{lost:?}");
 }
 
 /// /dev/full takes no write: the disk is full.

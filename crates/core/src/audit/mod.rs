@@ -11,14 +11,18 @@ mod file;
 pub mod time;
 mod writer;
 
+use std::borrow::Cow;
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
 use crate::metrics::Outcome;
 pub use file::{numbered, same_file};
-pub use writer::{AuditLog, Losses, MAX_LINE, Refused, Settings, Ticket};
+pub use writer::{AuditLog, Deferred, Losses, MAX_LINE, Refused, Settings, Ticket};
 
-/// One call, as the audit log keeps it (one JSON object per line).
+/// One call, as the audit log keeps it (one JSON object per line). Its texts are shared with
+/// the call (`Arc<str>`) or fixed words (`Cow<'static, str>`), so recording a call copies few.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Record {
     /// When the call ended, RFC 3339 in UTC.
@@ -28,16 +32,16 @@ pub struct Record {
     pub trace_id: Option<String>,
     pub client: Client,
     /// The session's label (`unix-4`, `http-7`, `stdio-1`).
-    pub session: String,
+    pub session: Arc<str>,
     /// The server by its name in the config.
-    pub server: String,
+    pub server: Arc<str>,
     /// The instance that ran the call's last attempt (`NAME#N`), when one was reached.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance: Option<String>,
-    pub method: String,
+    pub method: Cow<'static, str>,
     /// The tool of a `tools/call`, by the server's name for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool: Option<String>,
+    pub tool: Option<Arc<str>>,
     /// SHA-256 of `params.arguments` as the client sent them (hex).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments_sha256: Option<String>,
@@ -73,28 +77,28 @@ pub struct Record {
 pub struct Client {
     /// `clientInfo.name` and `.version`, as the client gave them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
+    pub name: Option<Arc<str>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub version: Option<String>,
+    pub version: Option<Arc<str>>,
     /// `stdio`, `socket` or `http`.
-    pub transport: String,
+    pub transport: Cow<'static, str>,
     /// The project directory `switchyard connect` ran in, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dir: Option<String>,
+    pub dir: Option<Arc<str>>,
     /// The server's label for the instances serving this client's profile (`NAME~2` for a
     /// client whose roots or capabilities differ from the first one's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
     /// The name of the `[http.tokens]` entry the client used (never the token).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub credential: Option<String>,
+    pub credential: Option<Arc<str>>,
 }
 
 /// A decision as the call ran with it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Decided {
     /// `shared`, `exclusive` or `keyed`.
-    pub concurrency: String,
+    pub concurrency: Cow<'static, str>,
     /// How many gate keys a keyed call held (the keys may be paths; they are not written).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub keys: usize,
@@ -143,7 +147,7 @@ pub struct Ended {
     /// `ok`, `error` (a JSON-RPC error), `tool_error` (`isError: true`), `rejected` (it did not
     /// run), `withheld` (it ran; a plugin withheld its result), `timeout`, `cancelled`, `lost`
     /// (its instance died or its link was lost), `shutting_down`.
-    pub result: String,
+    pub result: Cow<'static, str>,
     /// The tool's result said `isError: true`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub is_error: bool,
@@ -163,9 +167,8 @@ impl Ended {
     /// How a call that ended with `outcome` (and `code`) is written; `sent`: it reached an
     /// instance, so a call lost with its link may have run.
     pub fn of(outcome: Outcome, code: Option<i64>, sent: bool) -> Ended {
-        let result = outcome.label();
         Ended {
-            result: result.to_string(),
+            result: Cow::Borrowed(outcome.label()),
             is_error: outcome == Outcome::ToolError,
             code,
             timeout: outcome == Outcome::Timeout,
@@ -182,7 +185,12 @@ impl Ended {
 
 /// SHA-256 of `bytes`, in hex.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    crate::ids::hex(&sha2::Sha256::digest(bytes))
+    crate::ids::hex(&sha256(bytes))
+}
+
+/// SHA-256 of `bytes`.
+pub fn sha256(bytes: &[u8]) -> [u8; 32] {
+    sha2::Sha256::digest(bytes).into()
 }
 
 impl Record {

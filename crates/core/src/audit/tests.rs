@@ -14,7 +14,7 @@ fn record(n: u32) -> Record {
         session: "unix-1".into(),
         server: "fs".into(),
         method: "tools/call".into(),
-        tool: Some(format!("tool{n}")),
+        tool: Some(format!("tool{n}").into()),
         outcome: Ended::of(Outcome::Ok, None, true),
         attempts: 1,
         ..Default::default()
@@ -77,19 +77,29 @@ fn lines_are_written_to_a_file_only_its_user_may_read() {
 }
 
 #[test]
-fn the_writer_puts_in_the_time_a_call_ended() {
+fn the_writer_puts_in_the_time_a_call_ended_and_the_hash_of_its_arguments() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.audit.jsonl");
     let log = AuditLog::start(&settings(&path)).unwrap();
     let at = |ms| std::time::UNIX_EPOCH + Duration::from_millis(ms);
-    let untimed = |n| Record { time: String::new(), ..record(n) };
-    log.write_ended(log.admit().unwrap(), untimed(1), at(1_795_960_987_123));
+    let bare = |n| Record { time: String::new(), ..record(n) };
+    let hashed = Deferred { ended: at(1_795_960_987_123), arguments_sha256: Some(sha256(b"{}")) };
+    log.write_deferred(log.admit().unwrap(), bare(1), hashed);
     log.write(log.admit().unwrap(), record(2));
-    // The writer's buffer for the time is reused: a shorter text leaves nothing of the last.
-    log.write_ended(log.admit().unwrap(), untimed(3), at(5));
+    // The writer's buffers are reused: a shorter text leaves nothing of the last, and a call
+    // without arguments gets no hash.
+    log.write_deferred(log.admit().unwrap(), bare(3), Deferred { ended: at(5), arguments_sha256: None });
     log.flush(FLUSH);
-    let times: Vec<String> = lines(&path).into_iter().map(|r| r.time).collect();
-    assert_eq!(times, ["2026-11-29T14:03:07.123Z", "2026-11-29T14:03:07.123Z", "1970-01-01T00:00:00.005Z"]);
+    let got: Vec<(String, Option<String>)> = lines(&path).into_iter().map(|r| (r.time, r.arguments_sha256)).collect();
+    let sha = "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a".to_string();
+    assert_eq!(
+        got,
+        [
+            ("2026-11-29T14:03:07.123Z".to_string(), Some(sha)),
+            ("2026-11-29T14:03:07.123Z".to_string(), None),
+            ("1970-01-01T00:00:00.005Z".to_string(), None),
+        ]
+    );
 }
 
 #[test]
@@ -104,7 +114,7 @@ fn the_file_is_rotated_by_size_and_only_keep_files_stay() {
         // One line per write, so the files fill line by line.
         log.flush(FLUSH);
     }
-    let tools = |p: &std::path::Path| lines(p).into_iter().map(|r| r.tool.unwrap()).collect::<Vec<_>>();
+    let tools = |p: &std::path::Path| lines(p).into_iter().map(|r| r.tool.unwrap().to_string()).collect::<Vec<_>>();
     assert_eq!(tools(&path), ["tool9"]);
     assert_eq!(tools(&numbered(&path, 1)), ["tool6", "tool7", "tool8"]);
     assert_eq!(tools(&numbered(&path, 2)), ["tool3", "tool4", "tool5"]);
@@ -204,7 +214,7 @@ fn a_strict_log_lets_calls_through_again_once_the_disk_takes_lines() {
     log.break_disk(false);
     log.write(log.unreserved(), record(3));
     log.flush(FLUSH);
-    let tools: Vec<String> = lines(&path).into_iter().map(|r| r.tool.unwrap()).collect();
+    let tools: Vec<String> = lines(&path).into_iter().map(|r| r.tool.unwrap().to_string()).collect();
     assert_eq!(tools, ["tool3"]);
     assert!(log.admit().is_ok());
 }
@@ -253,7 +263,7 @@ fn a_write_a_full_disk_cuts_is_taken_back_to_its_last_whole_line() {
     // Room again: the next line is a line of its own.
     file.room = None;
     file.append(&line_of(3)).unwrap();
-    let tools: Vec<String> = lines(&path).into_iter().map(|r| r.tool.unwrap()).collect();
+    let tools: Vec<String> = lines(&path).into_iter().map(|r| r.tool.unwrap().to_string()).collect();
     assert_eq!(tools, ["tool1", "tool3"]);
 }
 
@@ -303,7 +313,7 @@ fn a_line_is_never_longer_than_readers_take_arguments_give_way_first() {
     big.arguments_sha256 = Some("ab".repeat(32));
     big.arguments = Some(serde_json::json!({ "text": "x".repeat(MAX_LINE) }));
     let mut long_name = record(2);
-    long_name.session = "s".repeat(MAX_LINE);
+    long_name.session = "s".repeat(MAX_LINE).into();
     log.write(log.admit().unwrap(), big);
     log.write(log.admit().unwrap(), long_name);
     log.write(log.admit().unwrap(), record(3));

@@ -55,10 +55,49 @@ enum Msg {
 /// A record on its way to the file.
 struct Line {
     record: Record,
-    /// When the call ended: the writer puts it in the record's `time` (None: it is there).
-    ended: Option<SystemTime>,
+    /// What the writer puts in the record (None: it is all there).
+    deferred: Option<Deferred>,
     /// The line of a call a strict log refused.
     refusal: bool,
+}
+
+/// What the writer thread writes into a call's record, so that the call's task need not
+/// format it.
+#[derive(Debug, Clone, Copy)]
+pub struct Deferred {
+    /// When the call ended: the record's `time`.
+    pub ended: SystemTime,
+    /// The SHA-256 of the call's arguments, when it had some: the record's `arguments_sha256`.
+    pub arguments_sha256: Option<[u8; 32]>,
+}
+
+/// The writer's buffers for the texts of [`Deferred`], kept from line to line.
+#[derive(Default)]
+struct Texts {
+    time: String,
+    sha256: String,
+}
+
+impl Texts {
+    /// Writes what `deferred` holds into `record`, in the buffers.
+    fn fill(&mut self, record: &mut Record, deferred: &Deferred) {
+        self.time.clear();
+        super::time::write_rfc3339(&mut self.time, deferred.ended);
+        record.time = std::mem::take(&mut self.time);
+        if let Some(digest) = &deferred.arguments_sha256 {
+            self.sha256.clear();
+            crate::ids::write_hex(&mut self.sha256, digest);
+            record.arguments_sha256 = Some(std::mem::take(&mut self.sha256));
+        }
+    }
+
+    /// Takes the buffers back from a record written.
+    fn take_back(&mut self, record: &mut Record, deferred: &Deferred) {
+        self.time = std::mem::take(&mut record.time);
+        if deferred.arguments_sha256.is_some() {
+            self.sha256 = record.arguments_sha256.take().unwrap_or_default();
+        }
+    }
 }
 
 /// What the callers and the writer thread share.
@@ -251,13 +290,12 @@ impl AuditLog {
         self.queue(ticket, record, None);
     }
 
-    /// Queues the line of a call that ended at `ended`, which the writer thread writes into
-    /// the record's `time` (so the call's task does not format it).
-    pub fn write_ended(&self, ticket: Ticket, record: Record, ended: SystemTime) {
-        self.queue(ticket, record, Some(ended));
+    /// Queues the line of a call that ended, with what the writer thread is to write into it.
+    pub fn write_deferred(&self, ticket: Ticket, record: Record, deferred: Deferred) {
+        self.queue(ticket, record, Some(deferred));
     }
 
-    fn queue(&self, mut ticket: Ticket, record: Record, ended: Option<SystemTime>) {
+    fn queue(&self, mut ticket: Ticket, record: Record, deferred: Option<Deferred>) {
         let refusal = ticket.refusal;
         if !ticket.reserved && !self.shared.reserve() {
             self.shared.lose(u64::from(!refusal), true, "the queue is full (the disk is slower than the calls)");
@@ -266,7 +304,7 @@ impl AuditLog {
         // From here the place belongs to the line in the queue.
         ticket.reserved = false;
         let queued = self.shared.queued.fetch_add(1, Ordering::AcqRel) + 1;
-        if self.tx.send(Msg::Line(Line { record, ended, refusal })).is_err() {
+        if self.tx.send(Msg::Line(Line { record, deferred, refusal })).is_err() {
             self.shared.queued.fetch_sub(1, Ordering::AcqRel);
             self.shared.release(1);
             self.shared.lose(u64::from(!refusal), false, "its writer stopped");
@@ -334,8 +372,7 @@ fn write_loop(mut file: AuditFile, rx: Receiver<Msg>, shared: &Shared) {
     // Which of the batch's lines are those of refused calls.
     let mut refusals = Vec::new();
     let mut flushes = Vec::new();
-    // The text of a line's time, its buffer kept from line to line.
-    let mut stamp = String::new();
+    let mut texts = Texts::default();
     // The last tick found no line.
     let mut quiet = true;
     loop {
@@ -360,7 +397,7 @@ fn write_loop(mut file: AuditFile, rx: Receiver<Msg>, shared: &Shared) {
                 match rx.try_recv() {
                     Ok(Msg::Line(line)) => {
                         let refusal = line.refusal;
-                        if add_line(&mut batch, line, &mut stamp, shared) {
+                        if add_line(&mut batch, line, &mut texts, shared) {
                             lines += 1;
                             refusals.push(refusal);
                         } else {
@@ -398,18 +435,16 @@ fn write_loop(mut file: AuditFile, rx: Receiver<Msg>, shared: &Shared) {
     }
 }
 
-/// Adds `line` to `batch`, within [`MAX_LINE`]; false when it is lost. `stamp`: a buffer for
-/// the text of its time, taken back once the line is written.
-fn add_line(batch: &mut Vec<u8>, line: Line, stamp: &mut String, shared: &Shared) -> bool {
-    let Line { mut record, ended, refusal } = line;
-    if let Some(at) = ended {
-        stamp.clear();
-        super::time::write_rfc3339(stamp, at);
-        record.time = std::mem::take(stamp);
+/// Adds `line` to `batch`, within [`MAX_LINE`]; false when it is lost. `texts`: the buffers
+/// for what the writer writes into it, taken back once the line is written.
+fn add_line(batch: &mut Vec<u8>, line: Line, texts: &mut Texts, shared: &Shared) -> bool {
+    let Line { mut record, deferred, refusal } = line;
+    if let Some(d) = &deferred {
+        texts.fill(&mut record, d);
     }
     let added = add_record(batch, &mut record, refusal, shared);
-    if ended.is_some() {
-        *stamp = std::mem::take(&mut record.time);
+    if let Some(d) = &deferred {
+        texts.take_back(&mut record, d);
     }
     added
 }

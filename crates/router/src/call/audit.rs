@@ -2,12 +2,15 @@
 //! the call runs, with the call's place in the log), and, from what the call noted in its
 //! [`End`] as it ran, what the policy decided, where it ran, what it waited for and how it ended.
 
+use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::refused::{Refused, refused};
 use super::{End, Request, caller_of};
 use crate::server::Server;
-use switchyard_core::audit::{Client, Decided, Ended, Record, Ticket, Waits, sha256_hex};
+use switchyard_core::audit::{Client, Decided, Deferred, Ended, Record, Ticket, Waits, sha256};
+use switchyard_core::call::Call;
 use switchyard_core::decision::{Concurrency, Rejection};
 use switchyard_core::metrics::Outcome;
 
@@ -20,28 +23,26 @@ pub(super) struct Spent {
     pub(super) instance: Option<String>,
 }
 
-/// The request's side of its audit line, taken before it runs (the request moves into the run).
-pub(super) struct Asked {
+/// The request's side of its audit line, taken before it runs. What the request itself tells
+/// (its method, the tool it named, its size) is read from it when the line is written.
+pub(super) struct Asked<'a> {
     ticket: Ticket,
+    /// The request as the client sent it.
+    call: &'a Call,
     client: Client,
-    session: String,
-    method: String,
-    /// The tool by the name the client called it.
-    tool: Option<String>,
-    arguments_sha256: Option<String>,
+    session: Arc<str>,
+    arguments_sha256: Option<[u8; 32]>,
     arguments: Option<serde_json::Value>,
-    request_bytes: u64,
     /// The trace the client put the call in (a valid `_meta.traceparent`), if any.
     trace_id: Option<String>,
 }
 
-impl Asked {
+impl<'a> Asked<'a> {
     /// The audit side of `req` (None: audit is off). `Err`: a strict log cannot take the call's
     /// line, and this is the client's answer.
-    pub(super) fn of(server: &Server, req: &Request<'_>) -> Result<Option<Asked>, Refused> {
+    pub(super) fn of(server: &Server, req: &Request<'a>) -> Result<Option<Asked<'a>>, Refused> {
         let Some(log) = server.audit() else { return Ok(None) };
         let call = req.call;
-        let tool = (call.method() == "tools/call").then(|| call.name().map(String::from)).flatten();
         let (ticket, refusal) = match log.admit() {
             Ok(t) => (t, None),
             Err(e) => (log.unreserved(), Some(e)),
@@ -49,12 +50,12 @@ impl Asked {
         let caller = caller_of(req);
         let own = server.instance_label_prefix();
         let client = Client {
-            name: caller.name.as_deref().map(String::from),
-            version: caller.version.as_deref().map(String::from),
-            transport: caller.transport.name().to_string(),
-            dir: caller.dir.as_deref().map(String::from),
+            name: caller.name,
+            version: caller.version,
+            transport: Cow::Borrowed(caller.transport.name()),
+            dir: caller.dir,
             profile: (own != server.name).then(|| own.to_string()),
-            credential: caller.token.as_deref().map(String::from),
+            credential: caller.token,
         };
         let arguments = call.text(&call.fields().arguments);
         // The call's span's trace when calls are traced: the client's own trace when it gave one,
@@ -62,42 +63,49 @@ impl Asked {
         let trace = req.span.traceparent().or_else(|| switchyard_telemetry::context::sent(call).map(|(p, _)| p));
         let asked = Asked {
             ticket,
+            call,
             client,
-            session: req.session_label.to_string(),
-            method: call.method().to_string(),
-            tool,
-            arguments_sha256: arguments.map(|a| sha256_hex(a.as_bytes())),
+            session: req.session_label.clone(),
+            arguments_sha256: arguments.map(|a| sha256(a.as_bytes())),
             arguments: arguments.filter(|_| log.with_arguments()).and_then(|a| serde_json::from_str(a).ok()),
-            request_bytes: call.line().len() as u64,
             trace_id: trace.map(|parent| parent.trace_id_hex()),
         };
         let Some(why) = refusal else { return Ok(Some(asked)) };
         // The refusal's own line is tried all the same: once it is written, the log takes calls again.
         let set = server.policy.current();
+        let tool = asked.tool();
         let answer =
-            refused(&set, asked.tool.as_deref(), req.modern, call.id(), Rejection::new("switchyard", why.to_string()));
+            refused(&set, tool.as_deref(), req.modern, call.id(), Rejection::new("switchyard", why.to_string()));
         let mut end = End::new(Outcome::Rejected);
         (end.code, end.refused_by) = (answer.code, Some(answer.by.clone()));
         asked.write(server, end, Duration::ZERO, Some(&answer.answer), false);
         Err(answer)
     }
 
+    /// The tool of a `tools/call`, by the name the client called it.
+    fn tool(&self) -> Option<Cow<'a, str>> {
+        (self.call.method() == "tools/call").then(|| self.call.name()).flatten()
+    }
+
     /// Writes the line of the call that ended as `end` says, after `elapsed`, with `answer` (None:
     /// the client got none). `sent`: the request reached an instance.
     pub(super) fn write(self, server: &Server, end: End, elapsed: Duration, answer: Option<&str>, sent: bool) {
         let Some(log) = server.audit() else { return };
+        // By the server's name for it, once known (a plugin may show it under another).
+        let tool = end.name.or_else(|| self.tool().map(|t| Arc::from(t.as_ref())));
         let record = Record {
             // Written by the log's writer thread, from the time passed with the record.
             time: String::new(),
             trace_id: self.trace_id,
             client: self.client,
             session: self.session,
-            server: server.name.clone(),
+            // The server's name (its metrics name is the same text, shared).
+            server: server.metric_name.clone(),
             instance: end.spent.instance,
-            method: self.method,
-            // By the server's name for it, once known (a plugin may show it under another).
-            tool: end.name.as_deref().map(String::from).or(self.tool),
-            arguments_sha256: self.arguments_sha256,
+            method: self.call.envelope().method.clone().unwrap_or_default(),
+            tool,
+            // Written by the log's writer thread too, from the hash.
+            arguments_sha256: None,
             arguments: self.arguments,
             decision: end.decided,
             plugins: end.plugins,
@@ -107,10 +115,11 @@ impl Asked {
             outcome: Ended::of(end.outcome, end.code, sent),
             attempts: end.attempts,
             duration_ms: ms(elapsed),
-            request_bytes: self.request_bytes,
+            request_bytes: self.call.line().len() as u64,
             response_bytes: answer.map_or(0, |a| a.len() as u64),
         };
-        log.write_ended(self.ticket, record, SystemTime::now());
+        let deferred = Deferred { ended: SystemTime::now(), arguments_sha256: self.arguments_sha256 };
+        log.write_deferred(self.ticket, record, deferred);
     }
 }
 
@@ -121,7 +130,7 @@ pub(super) fn decided(eff: &super::Effective) -> Decided {
         _ => 0,
     };
     Decided {
-        concurrency: eff.concurrency.kind().to_string(),
+        concurrency: Cow::Borrowed(eff.concurrency.kind()),
         keys,
         pool: eff.pool.name.clone(),
         timeout_ms: eff.timeout.as_millis() as u64,

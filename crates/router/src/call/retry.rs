@@ -247,7 +247,7 @@ mod tests {
         let e = repeated(lost(), timeout(None));
         assert_eq!((failure_outcome(&e), e.code()), (Outcome::Timeout, timeout(None).code()));
         let ended = switchyard_core::audit::Ended::of(failure_outcome(&e), Some(e.code()), true);
-        assert_eq!((ended.result.as_str(), ended.timeout), ("timeout", true));
+        assert_eq!((&*ended.result, ended.timeout), ("timeout", true));
         // A repeat that never reached the server (it timed out waiting): the first's, as its code.
         let e = repeated(lost(), timeout(Some("an instance")));
         assert_eq!((failure_outcome(&e), e.code()), (Outcome::Lost, lost().code()));

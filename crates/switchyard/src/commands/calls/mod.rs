@@ -100,8 +100,8 @@ impl Filter {
                 || r.session.eq_ignore_ascii_case(c)
                 || r.client.credential.as_ref().is_some_and(|n| n.eq_ignore_ascii_case(c))
         };
-        self.server.as_ref().is_none_or(|s| r.server == *s || r.client.profile.as_ref() == Some(s))
-            && self.tool.as_ref().is_none_or(|t| r.tool.as_ref() == Some(t))
+        self.server.as_ref().is_none_or(|s| *r.server == **s || r.client.profile.as_ref() == Some(s))
+            && self.tool.as_deref().is_none_or(|t| r.tool.as_deref() == Some(t))
             && self.client.as_deref().is_none_or(client)
             && self.since.as_ref().is_none_or(|s| r.time.as_str() >= s.as_str())
             && (!self.failed || r.outcome.failed())

@@ -63,18 +63,18 @@ fn header() -> String {
 pub(crate) fn row(r: &Record) -> String {
     let time = r.time.replacen('T', " ", 1).trim_end_matches('Z').to_string();
     let call = match &r.tool {
-        Some(t) => t.clone(),
-        None => r.method.clone(),
+        Some(t) => t.to_string(),
+        None => r.method.to_string(),
     };
     let o = &r.outcome;
-    let mut result = o.result.clone();
+    let mut result = o.result.to_string();
     if let Some(code) = o.code {
         result.push_str(&format!(" {code}"));
     }
     if o.unknown {
         result.push_str(" (ran?)");
     }
-    let mut client = r.client.name.clone().unwrap_or_else(|| r.client.transport.clone());
+    let mut client = r.client.name.as_deref().unwrap_or(&r.client.transport).to_string();
     client.push_str(&format!(" {}", r.session));
     // What content hooks did, after the client (the last column is never cut).
     for h in &r.hooks {
@@ -87,7 +87,7 @@ pub(crate) fn row(r: &Record) -> String {
         };
         client.push_str(&format!("  [{} {did}]", h.plugin));
     }
-    let cells = [time, r.server.clone(), call, result, format!("{:.1}", r.duration_ms), client];
+    let cells = [time, r.server.to_string(), call, result, format!("{:.1}", r.duration_ms), client];
     let mut t = String::new();
     for ((_, width), cell) in COLUMNS.iter().zip(cells) {
         let cell = fit(printable(&cell), *width);

@@ -76,7 +76,8 @@ fn a_log_is_read_with_its_rotated_files_and_followed_across_a_rotation() {
     assert!(switchyard_core::audit::numbered(&path, 2).exists());
     let all = |_: &Record| true;
     let mut log = Log::new(&path, &all);
-    let tools = |lines: Vec<read::Line>| lines.into_iter().map(|(r, _)| r.tool.unwrap()).collect::<Vec<_>>();
+    let tools =
+        |lines: Vec<read::Line>| lines.into_iter().map(|(r, _)| r.tool.unwrap().to_string()).collect::<Vec<_>>();
     assert_eq!(tools(log.read_all().unwrap()), ["t00", "t01", "t02", "t03", "t04"]);
     assert!(log.read_new().unwrap().is_empty());
     // t05 ends the current file, t06 starts a new one: a follower sees both, in order.
@@ -175,7 +176,7 @@ fn a_line_longer_than_any_record_is_skipped_without_holding_it() {
     std::fs::write(&path, bytes).unwrap();
     let all = |_: &Record| true;
     let mut log = Log::new(&path, &all);
-    let tools: Vec<String> = log.read_all().unwrap().into_iter().map(|(r, _)| r.tool.unwrap()).collect();
+    let tools: Vec<String> = log.read_all().unwrap().into_iter().map(|(r, _)| r.tool.unwrap().to_string()).collect();
     assert_eq!(tools, ["t01", "t02", "t03"]);
     let notes = log.notes();
     assert_eq!(notes.len(), 1, "{notes:?}");
@@ -207,7 +208,7 @@ fn following_the_state_directory_takes_in_logs_begun_later_from_their_start() {
     add_new(dir.path(), &mut followed, &all);
     assert_eq!(followed.len(), 2);
     let tools: Vec<String> =
-        followed.iter_mut().flat_map(|l| l.read_new().unwrap()).map(|(r, _)| r.tool.unwrap()).collect();
+        followed.iter_mut().flat_map(|l| l.read_new().unwrap()).map(|(r, _)| r.tool.unwrap().to_string()).collect();
     assert_eq!(tools, ["t02", "t03"]);
 }
 
