@@ -148,6 +148,8 @@ impl Applied {
                     )
                 }
                 None => {
+                    // Not the implicit `all` in place of a `[groups.all]` that does not load.
+                    groups.remove(name);
                     refused.insert(name.clone(), why.clone());
                     format!("group `{name}` cannot be used: {why}")
                 }
