@@ -140,3 +140,11 @@ async fn a_refused_connect_is_an_error_that_says_why() {
     let err = Instance::start(&*connector, "t", 1, "default", ScopeKey::Shared, events).await.err().expect("refused");
     assert!(err.reason.contains("connection refused"));
 }
+
+#[test]
+fn an_upstream_id_is_written_in_decimal() {
+    let mut digits = [0; 20];
+    for n in [0, 7, 10, 1001, u64::MAX] {
+        assert_eq!(decimal(n, &mut digits), n.to_string());
+    }
+}
