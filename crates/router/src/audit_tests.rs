@@ -90,10 +90,7 @@ async fn a_call_s_line_says_where_it_ran_what_it_waited_for_and_how_it_ended() {
     assert_eq!(ok.client.name.as_deref(), Some("t"));
     assert_eq!(ok.arguments_sha256.as_deref(), Some(switchyard_core::audit::sha256_hex(br#"{"text":"hi"}"#).as_str()));
     let decided = ok.decision.as_ref().expect("a decision");
-    assert_eq!(
-        (&*decided.concurrency, decided.pool.as_str(), decided.timeout_ms),
-        ("shared", "default", 300_000)
-    );
+    assert_eq!((&*decided.concurrency, &*decided.pool, decided.timeout_ms), ("shared", "default", 300_000));
     assert!(ok.response_bytes > 0 && ok.request_bytes > 0);
     // In the trace the client gave it.
     assert_eq!(ok.trace_id.as_deref(), Some("0af7651916cd43dd8448eb211c80319c"));

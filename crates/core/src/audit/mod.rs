@@ -102,7 +102,7 @@ pub struct Decided {
     /// How many gate keys a keyed call held (the keys may be paths; they are not written).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub keys: usize,
-    pub pool: String,
+    pub pool: Cow<'static, str>,
     pub timeout_ms: u64,
     /// Retries a plugin asked for (None: the host's default).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -132,11 +132,18 @@ pub(super) fn decided(eff: &super::Effective) -> Decided {
     Decided {
         concurrency: Cow::Borrowed(eff.concurrency.kind()),
         keys,
-        pool: eff.pool.name.clone(),
+        // The pool every server has is named without a copy.
+        pool: match eff.pool.name.as_str() {
+            DEFAULT_POOL => Cow::Borrowed(DEFAULT_POOL),
+            other => Cow::Owned(other.to_string()),
+        },
         timeout_ms: eff.timeout.as_millis() as u64,
         retry: eff.retry.map(|r| r.attempts),
     }
 }
+
+/// The pool every server has (`[pools.default]`, there when the config names none).
+const DEFAULT_POOL: &str = "default";
 
 /// Milliseconds, to the microsecond.
 fn ms(d: Duration) -> f64 {
