@@ -286,6 +286,13 @@ pub fn splice(line: &str, range: Range<usize>, with: &str) -> String {
     out
 }
 
+/// [`splice`] of a line that is not needed after: in its own buffer, so that no new one is
+/// allocated unless `with` is longer than what it replaces (an id put back, say).
+pub fn splice_owned(mut line: String, range: Range<usize>, with: &str) -> String {
+    line.replace_range(range, with);
+    line
+}
+
 /// Applies several non-overlapping replacements at once (in any order).
 pub fn splice_many(line: &str, mut edits: Vec<(Range<usize>, &str)>) -> String {
     edits.sort_by_key(|(r, _)| r.start);
@@ -484,6 +491,9 @@ mod tests {
         let tok = progress_token_in_request(line, &params).unwrap();
         assert_eq!(&line[tok.clone()], "7");
         let out = splice_many(line, vec![(env.id.unwrap(), "1001"), (tok, "1001")]);
+        let id = parse(&out).unwrap().id.unwrap();
+        assert_eq!(splice_owned(out.clone(), id.clone(), "7"), splice(&out, id.clone(), "7"));
+        assert_eq!(&splice_owned(out.clone(), id, "\"a b\"")[..40], r#"{"jsonrpc":"2.0","id":"a b","method":"to"#);
         assert_eq!(
             out,
             r#"{"jsonrpc":"2.0","id":1001,"method":"tools/call","params":{"name":"echo","arguments":{"text":"a\"b"},"_meta":{"progressToken":1001}}}"#

@@ -125,5 +125,5 @@ pub(super) async fn finish(
             return codec::splice_many(&reply.line, vec![(id_span, client_id), (r, new.as_str())]);
         }
     }
-    codec::splice(&reply.line, id_span, client_id)
+    codec::splice_owned(reply.line, id_span, client_id)
 }
