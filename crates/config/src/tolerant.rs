@@ -87,10 +87,18 @@ impl Config {
         let load = |blanked: Vec<&Range<usize>>| Config::load_known(path, &blank(text, blanked), &known);
         let all_servers = || parts.servers.values().flatten();
         let all_groups = || parts.groups.values().flatten();
-        // What is neither a server, a plugin entry, a group nor `[http]` must load by itself.
+        // What is neither a server, a plugin entry, a group nor `[http]` must load by itself. When
+        // it does not, its error is the one that stops the file, said first: the file's first
+        // error may be a part's, which alone would be left out (said too).
         let all_plugins = || parts.plugins.iter().flatten();
-        if load(all_servers().chain(all_plugins()).chain(&parts.http).chain(all_groups()).collect()).is_err() {
-            return Err(whole);
+        if let Err(rest) = load(all_servers().chain(all_plugins()).chain(&parts.http).chain(all_groups()).collect()) {
+            let (rest, first) = (format!("{rest:#}"), format!("{whole:#}"));
+            if rest == first {
+                return Err(whole);
+            }
+            return Err(anyhow::anyhow!(
+                "{rest}; once that is fixed, this table is left out until it is fixed too: {first}"
+            ));
         }
         let broken_http =
             load(all_servers().chain(all_plugins()).chain(all_groups()).collect()).err().map(|e| format!("{e:#}"));

@@ -255,3 +255,27 @@ servers = [\"a\", \"b\"]
     // A group may name a server whose table does not load: its calls are refused with why.
     assert_eq!(t.config.groups.keys().collect::<Vec<_>>(), ["h"]);
 }
+
+/// Found from outside: with a typo in `[groups]` and one in `[telemetry]`, the file's error was
+/// the group's (the first in the file), which alone would be left out; the `[telemetry]` typo
+/// that stops the file loading was not said until the group's was fixed. Now it is said first,
+/// with its line, and the group's after it.
+#[test]
+fn the_error_that_stops_the_file_is_said_first_and_a_part_s_after_it() {
+    let text = "\
+[servers.a]
+command = \"x\"
+[groups.all]
+seprator = \"_\"
+[telemetry]
+endpont = \"http://x\"
+";
+    let e = format!("{:#}", load(text).unwrap_err());
+    let (stops, part) = (e.find("endpont").expect(&e), e.find("seprator").expect(&e));
+    assert!(stops < part, "{e}");
+    assert!(e.starts_with("config file /c/switchyard.toml, line 6"), "{e}");
+    assert!(e[part - 80..].contains("line 4"), "{e}");
+    // One error, in a table that is never left out: said once, as it is.
+    let e = format!("{:#}", load("[servers.a]\ncommand = \"x\"\n[telemetry]\nendpont = \"http://x\"\n").unwrap_err());
+    assert_eq!(e.matches("endpont").count(), 1, "{e}");
+}
