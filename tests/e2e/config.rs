@@ -1,6 +1,6 @@
 //! Configuration mistakes a user makes in the first hour, seen through the real binary.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::setup::*;
 
@@ -144,4 +144,69 @@ async fn a_broken_config_file_is_named_with_its_line_and_column() {
     assert_eq!(stdout, "");
     let want = format!("switchyard: error: config file {}, line 3, column 14: unclosed array", file.display());
     assert!(stderr.starts_with(&want) && stderr.lines().count() == 1, "{stderr}");
+}
+
+/// Why a `tools/call` was refused (a JSON-RPC error, or a result marked `isError`); None when
+/// it ran.
+fn refusal(r: &serde_json::Value) -> Option<String> {
+    if let Some(m) = r["error"]["message"].as_str() {
+        return Some(m.to_string());
+    }
+    (r["result"]["isError"] == true).then(|| r["result"]["content"][0]["text"].as_str().unwrap_or_default().to_string())
+}
+
+/// Found from outside: a save that put a guard plugin in force beside a broken `[groups.NAME]`
+/// table was applied, but the last-good file (what a start falls back on when the file does not
+/// load) was only kept for a file of which every part loads; so, once the file stopped loading
+/// and the daemon started again, it ran the older version, with no guard. Each applied save is
+/// kept, as saved, and so is the version a start runs on; a save that is not applied is not.
+#[tokio::test]
+async fn a_save_applied_with_a_broken_group_is_what_a_later_start_falls_back_on() {
+    use switchyard_testkit::daemon::{Home, leave};
+    let slow = Duration::from_secs(20);
+    let home = Home::new();
+    home.install_plugins(&[("guard.wasm", switchyard_testkit::example_plugins().join("guard.wasm"))]);
+    let server = home.fixture("a", &[]);
+    // A start on a file with a group that does not load: kept too, as it is in force.
+    let first = format!("{server}[daemon]\nidle_exit_ms = 0\n[groups.h]\nservers = [\"nope\"]\n");
+    home.write_config(&first);
+    let (p, mut c) = home.client("a").await;
+    assert_eq!(c.call_text("echo", serde_json::json!({"text": "hi"})).await, "hi");
+    let kept = || {
+        let dir = home.path().join("state/switchyard");
+        let file = std::fs::read_dir(&dir)
+            .ok()?
+            .flatten()
+            .find(|e| e.file_name().to_string_lossy().ends_with(".last-good.toml"))?;
+        std::fs::read_to_string(file.path()).ok()
+    };
+    assert_eq!(kept().as_deref(), Some(first.as_str()), "the version a start runs on is not kept");
+
+    let guard =
+        "[[plugins]]\nfile = \"guard.wasm\"\nfail = \"closed\"\nconfig = { deny = { \"echo\" = \"no echo here\" } }\n";
+    let saved = format!("{server}[daemon]\nidle_exit_ms = 0\n{guard}[groups.g]\nservers = [\"a\", \"typo\"]\n");
+    home.write_config(&saved);
+    let deadline = Instant::now() + slow;
+    loop {
+        let r = c.call_tool("echo", serde_json::json!({"text": "hi"})).await;
+        if refusal(&r).is_some_and(|w| w.contains("no echo here")) && kept().as_deref() == Some(saved.as_str()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the guard in force is not kept: {r}; kept {:?}\n{}", kept(), home.logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    leave(p, c).await;
+
+    // The whole file stops loading: that save is not applied, and not kept.
+    home.write_config(&saved.replace("idle_exit_ms", "idle_exit_mss"));
+    home.wait_status("the file's error", slow, |s| s.to_string().contains("idle_exit_mss")).await;
+    assert_eq!(kept().as_deref(), Some(saved.as_str()), "a save that was not applied was kept");
+
+    // The next start runs on what was in force: the guard judges the call.
+    home.stop().await;
+    let (p, mut c) = home.client("a").await;
+    let r = c.call_tool("echo", serde_json::json!({"text": "hi"})).await;
+    assert!(refusal(&r).is_some_and(|w| w.contains("no echo here")), "a call ran without the guard in force: {r}");
+    leave(p, c).await;
+    home.shutdown().await;
 }

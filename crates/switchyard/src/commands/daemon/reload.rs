@@ -263,9 +263,9 @@ fn apply_text(
     tracing::info!("config file {} changed; applying it", path.display());
     applied.apply(router, &loaded, text);
     note(router, "config_error", None);
-    if loaded.is_whole() {
-        super::start::keep_good(path, text);
-    }
+    // What is now in force, broken parts and all, is what a later start falls back on: an
+    // older version would drop a `[[plugins]]` entry this save put in force.
+    super::start::keep_good(path, text);
     Ok(true)
 }
 

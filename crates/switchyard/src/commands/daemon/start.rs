@@ -26,10 +26,8 @@ pub(super) fn load(config_path: &Path) -> anyhow::Result<Start> {
         .with_context(|| format!("cannot read config file {}", config_path.display()))?;
     let error = match Config::load_tolerant(config_path, &text) {
         Ok(loaded) => {
-            // Only a version of which every part loads is one to fall back on.
-            if loaded.is_whole() {
-                keep_good(config_path, &text);
-            }
+            // What the daemon runs on, parts left out and all (see `keep_good`).
+            keep_good(config_path, &text);
             return Ok(Start { loaded, text, fallback: None });
         }
         Err(e) => e,
@@ -67,8 +65,13 @@ fn last_good(config_path: &Path) -> Option<(String, SystemTime, PathBuf)> {
     Some((std::fs::read_to_string(&path).ok()?, at, path))
 }
 
-/// Keeps `text` as the last version of the file that loaded. Not kept: said, and the next start
-/// of a file that does not load fails as it would have.
+/// Keeps `text`, a version of the file that loaded and is now in force, as the one to fall back
+/// on; so at each start and each applied save, even one with a server, group, `[http]` or
+/// `[[plugins]]` part that does not load. The text is kept as saved: read again, those parts
+/// are left out again, so a fallback runs what was in force (a plugin entry then, a guard, is
+/// never dropped for an older version's), refusing what was refused; a server or group kept at
+/// its earlier version is then refused too, never run without its policy. Not kept: said, and
+/// the next start of a file that does not load fails as it would have.
 pub(super) fn keep_good(config_path: &Path, text: &str) {
     let kept = paths::last_good_for(config_path).and_then(|path| {
         if let Some(dir) = path.parent() {
