@@ -766,21 +766,40 @@ async fn status_of(sock: &std::path::Path) -> Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"))
 }
 
-/// Three calls, each sent while another runs (`slow_ms` each), answered in turn.
+/// A quick call alone (how long it takes), then three times a quick call sent while a slow one
+/// (`slow_ms`) runs, answered in turn.
 async fn overlapping_calls(c: &mut Client, slow_ms: u64) {
+    let quick = json!({"name": "echo", "arguments": {"text": "hi"}});
+    let alone = c.send_request("tools/call", quick.clone()).await;
+    c.wait_response(&alone).await;
     for _ in 0..3 {
         let first = c.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": slow_ms}})).await;
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let second = c.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": 10}})).await;
+        let second = c.send_request("tools/call", quick.clone()).await;
         c.wait_response(&first).await;
         c.wait_response(&second).await;
+    }
+}
+
+/// Rounds of five equal calls sent at once: a server that runs them side by side answers them
+/// together, in the order they were sent.
+async fn equal_calls_at_once(c: &mut Client, ms: u64) {
+    for _ in 0..3 {
+        let mut ids = Vec::new();
+        for _ in 0..5 {
+            ids.push(c.send_request("tools/call", json!({"name": "sleep", "arguments": {"ms": ms}})).await);
+        }
+        for id in &ids {
+            c.wait_response(id).await;
+        }
     }
 }
 
 /// A server that answers one request at a time makes every client wait behind the slowest
 /// call: switchyard notices (calls sent while another ran waited for it, and no answer ever came
 /// out of order) and says so once, in the log and in status, with the pool recipe. A server
-/// that runs calls side by side is never called that.
+/// that runs calls side by side is never called that, not even when equal calls sent at once
+/// come back in the order they were sent.
 #[tokio::test]
 async fn a_server_that_answers_one_request_at_a_time_is_named_with_the_pool_recipe() {
     let sock_dir = temp_dir();
@@ -798,6 +817,7 @@ async fn a_server_that_answers_one_request_at_a_time_is_named_with_the_pool_reci
     let mut c = Setup::new(&[], &["--listen", sock.to_str().unwrap()]).await;
     c.client.initialize().await;
     overlapping_calls(&mut c.client, 700).await;
+    equal_calls_at_once(&mut c.client, 700).await;
     let status = status_of(&sock).await;
     assert!(status["servers"][0]["one_at_a_time"].is_null(), "a concurrent server was called serial: {status:#}");
 }

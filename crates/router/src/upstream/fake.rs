@@ -167,6 +167,8 @@ impl Transport for FakeTransport {
 pub struct CountEvents {
     pub requests: AtomicU64,
     pub notifications: AtomicU64,
+    /// How often an instance was said to answer one request at a time.
+    pub one_at_a_time: AtomicU64,
 }
 
 impl Events for CountEvents {
@@ -178,5 +180,8 @@ impl Events for CountEvents {
     }
     fn linger(&self) -> Duration {
         Duration::from_secs(1)
+    }
+    fn answers_one_at_a_time(&self, _from: &Instance, _waited: Duration) {
+        self.one_at_a_time.fetch_add(1, Ordering::SeqCst);
     }
 }

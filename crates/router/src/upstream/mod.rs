@@ -37,8 +37,9 @@ pub trait Events: Send + Sync + 'static {
     fn server_notification(self: Arc<Self>, from: &Arc<Instance>, line: String, env: Envelope);
     /// How long an abandoned call still owns what its instance sends.
     fn linger(&self) -> Duration;
-    /// The instance seems to answer one request at a time: calls sent while another ran waited
-    /// for it (the last one `waited`), and no answer ever came out of order.
+    /// The instance seems to answer one request at a time: calls sent while another ran took
+    /// clearly longer than their kind takes alone (the last one `waited` that much longer), and
+    /// no answer ever came out of order (see `instance::overlap`).
     fn answers_one_at_a_time(&self, _from: &Instance, _waited: Duration) {}
 }
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, oneshot, watch};
 use tokio::time::Instant;
 
+mod overlap;
 mod strays;
 mod table;
 
@@ -17,6 +18,7 @@ pub use strays::LOG_TRAIL;
 use super::transport::{Closed, Connector, Ended, Failure, Inbound, Lost, Outbound, Transport};
 use super::{Events, ProgressSink};
 use crate::placement::ScopeKey;
+use overlap::{Answered, Overlap};
 use switchyard_core::call::Call;
 use switchyard_core::codec::{self, Envelope, Kind};
 use switchyard_core::error::{Death, Unanswered};
@@ -30,30 +32,15 @@ struct Pending {
     progress: Option<(String, Arc<dyn ProgressSink>)>,
     /// Poked on every progress notification, so the caller can extend its deadline.
     activity: Option<Arc<Notify>>,
-    /// When it was sent, and whether another call was in flight on the instance then.
+    /// When it was sent, whether another client call was in flight on the instance then, and
+    /// what it is (see [`overlap::kind`]; 0 for the router's own requests).
     sent: Instant,
     behind: bool,
+    kind: u64,
     /// For a `subscriptions/listen`: the client's own id of it (raw JSON) and where the
     /// notifications of its stream go (each names it in `_meta`, mapped back to this id).
     stream: Option<(String, Arc<dyn ProgressSink>)>,
 }
-
-/// How an instance has answered calls that overlapped: whether it ever answered a later call
-/// before an earlier one (it runs calls concurrently), and how often a call sent while another
-/// was running got its answer only after that one, having waited a while (it may run one at a
-/// time).
-#[derive(Default)]
-struct Overlap {
-    out_of_order: bool,
-    waited_behind: u32,
-    told: bool,
-}
-
-/// How many long waits behind another call, with no answer ever out of order, make switchyard
-/// say that a server seems to answer one request at a time.
-const SERIAL_EVIDENCE: u32 = 3;
-/// A wait this long behind another call counts.
-const SERIAL_WAIT: Duration = Duration::from_millis(500);
 
 /// What switchyard has set up on an instance on behalf of its sessions.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -427,8 +414,9 @@ impl Instance {
         let (tx, rx) = oneshot::channel();
         let mut pending = self.pending.lock().expect("lock");
         let behind = session != 0 && pending.any_client();
+        let kind = client.as_ref().map_or(0, |(call, _)| overlap::kind(call));
         let sent = Instant::now();
-        pending.insert(upstream_id, Pending { session, reply: tx, progress, activity, stream, sent, behind });
+        pending.insert(upstream_id, Pending { session, reply: tx, progress, activity, stream, sent, behind, kind });
         drop(pending);
         let (call, traceparent) = client.map_or((None, None), |(c, t)| (Some(c), t));
         let msg = Outbound { line, request: Some(upstream_id), quiet, traceparent };
@@ -520,18 +508,11 @@ impl Instance {
     /// Notes how a call that overlapped another was answered (see [`Overlap`]); once the
     /// instance looks like it answers one request at a time, its events hear of it, once.
     fn watch_overlap(&self, p: &Pending, earlier_pending: bool) {
-        let mut o = self.overlap.lock().expect("lock");
-        if earlier_pending {
-            o.out_of_order = true;
-        } else if p.behind && p.sent.elapsed() >= SERIAL_WAIT {
-            o.waited_behind += 1;
+        let answered = Answered { kind: p.kind, behind: p.behind, earlier_pending, took: p.sent.elapsed() };
+        let waited = self.overlap.lock().expect("lock").answered(&answered);
+        if let Some(waited) = waited {
+            self.events.answers_one_at_a_time(self, waited);
         }
-        if o.out_of_order || o.told || o.waited_behind < SERIAL_EVIDENCE {
-            return;
-        }
-        o.told = true;
-        drop(o);
-        self.events.answers_one_at_a_time(self, p.sent.elapsed());
     }
 
     fn on_response(&self, line: String, env: Envelope) {

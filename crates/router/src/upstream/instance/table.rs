@@ -101,6 +101,7 @@ mod tests {
             activity: None,
             sent: tokio::time::Instant::now(),
             behind: false,
+            kind: 0,
             stream: None,
         }
     }

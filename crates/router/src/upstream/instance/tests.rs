@@ -148,3 +148,75 @@ fn an_upstream_id_is_written_in_decimal() {
         assert_eq!(decimal(n, &mut digits), n.to_string());
     }
 }
+
+/// Starts an instance whose events count, with nothing answered on its own.
+async fn counted() -> (Arc<FakeConnector>, Arc<Instance>, Arc<CountEvents>) {
+    let connector = FakeConnector::new(silent());
+    let counts = Arc::new(CountEvents::default());
+    let events: Arc<dyn Events> = counts.clone();
+    let inst = Instance::start(&*connector, "t", 1, "default", ScopeKey::Shared, events).await.expect("connect");
+    inst.mark_ready();
+    (connector, inst, counts)
+}
+
+fn tool_call(id: u32, tool: &str, ms: u64) -> Call {
+    let params = format!(r#"{{"name":"{tool}","arguments":{{"ms":{ms}}}}}"#);
+    Call::parse(codec::request(&id.to_string(), "tools/call", &params)).unwrap()
+}
+
+/// Answers the calls in the order given, `gap` apart, after `first` has passed.
+async fn answer_in_turn(c: &FakeConnector, calls: Vec<Sent>, first: Duration, gap: Duration) {
+    tokio::time::advance(first).await;
+    for (i, s) in calls.into_iter().enumerate() {
+        if i > 0 {
+            tokio::time::advance(gap).await;
+        }
+        c.link(0).reply(&format!(r#"{{"jsonrpc":"2.0","id":{},"result":{{}}}}"#, s.upstream_id));
+        s.reply.await.unwrap().unwrap_or_else(|_| panic!("answered"));
+    }
+}
+
+/// Five equal 2 s calls sent at once to a server that runs them side by side all come back
+/// about 2 s later, in the order they were sent: the server is never said to answer one request
+/// at a time, however often it happens.
+#[tokio::test(start_paused = true)]
+async fn equal_calls_run_side_by_side_and_answered_in_order_are_not_called_serial() {
+    let (c, inst, counts) = counted().await;
+    for round in 0..4u32 {
+        let calls: Vec<Sent> = (0..5)
+            .map(|i| inst.send(&tool_call(round * 10 + i, "sleep", 2000), 1, None, None, None).unwrap())
+            .collect();
+        answer_in_turn(&c, calls, Duration::from_secs(2), Duration::from_millis(4)).await;
+    }
+    assert_eq!(counts.one_at_a_time.load(Ordering::SeqCst), 0);
+}
+
+/// The same calls on a server that runs one at a time come back 2 s apart: it is said, once.
+#[tokio::test(start_paused = true)]
+async fn equal_calls_answered_one_after_another_are_called_serial_once() {
+    let (c, inst, counts) = counted().await;
+    for round in 0..2u32 {
+        let calls: Vec<Sent> = (0..5)
+            .map(|i| inst.send(&tool_call(round * 10 + i, "sleep", 2000), 1, None, None, None).unwrap())
+            .collect();
+        answer_in_turn(&c, calls, Duration::from_secs(2), Duration::from_secs(2)).await;
+    }
+    assert_eq!(counts.one_at_a_time.load(Ordering::SeqCst), 1);
+}
+
+/// A quick call queued behind a slow one on a serial server: once the quick tool was seen alone,
+/// its long wait counts; three such waits are said.
+#[tokio::test(start_paused = true)]
+async fn a_quick_call_that_waited_behind_a_slow_one_counts_once_its_time_alone_is_known() {
+    let (c, inst, counts) = counted().await;
+    let alone = inst.send(&tool_call(1, "echo", 0), 1, None, None, None).unwrap();
+    answer_in_turn(&c, vec![alone], Duration::from_millis(10), Duration::ZERO).await;
+    for round in 0..3u32 {
+        let slow = inst.send(&tool_call(round * 10 + 2, "sleep", 700), 1, None, None, None).unwrap();
+        tokio::time::advance(Duration::from_millis(50)).await;
+        let quick = inst.send(&tool_call(round * 10 + 3, "echo", 0), 1, None, None, None).unwrap();
+        answer_in_turn(&c, vec![slow, quick], Duration::from_millis(650), Duration::from_millis(10)).await;
+        let said = counts.one_at_a_time.load(Ordering::SeqCst);
+        assert_eq!(said, u64::from(round == 2), "round {round}");
+    }
+}
