@@ -210,3 +210,22 @@ async fn a_save_applied_with_a_broken_group_is_what_a_later_start_falls_back_on(
     leave(p, c).await;
     home.shutdown().await;
 }
+
+/// Found from outside: with a typo in `[groups.all]` and one in `[telemetry]`, `check` named only
+/// the group's, the first in the file, which alone would be left out; the `[telemetry]` typo that
+/// stops the file loading was not said. Both are now, that one first, each with its line.
+#[tokio::test]
+async fn check_names_the_error_that_stops_the_file_first() {
+    let home = switchyard_testkit::daemon::Home::new();
+    let text =
+        format!("{}[groups.all]\nseprator = \"_\"\n[telemetry]\nendpont = \"http://x\"\n", home.fixture("a", &[]));
+    home.write_config(&text);
+    let line = |key: &str| text.lines().position(|l| l.starts_with(key)).unwrap() + 1;
+    let config = home.config_str();
+    let out = home.cli(&["check", "--config", &config]).await;
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stdout);
+    let stops = said.find(&format!("line {}", line("endpont"))).unwrap_or_else(|| panic!("{said}"));
+    let part = said.find(&format!("line {}", line("seprator"))).unwrap_or_else(|| panic!("{said}"));
+    assert!(stops < part && said[stops..part].contains("endpont"), "{said}");
+}
