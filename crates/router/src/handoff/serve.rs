@@ -290,7 +290,8 @@ impl HandedInput {
                 self.shared.head.free(&ids[..i]);
                 let why = match full {
                     Full::IdTooLong => format!(
-                        "switchyard connect carries request ids of at most {ID_MAX} bytes; this one has {}: use a shorter id",
+                        "switchyard connect carries request ids of at most {ID_MAX} bytes of JSON text, a string's quotes included (a string id of at most {} plain characters); this one has {}: use a shorter id",
+                        ID_MAX - 2,
                         id.len()
                     ),
                     Full::NoSlot => format!(

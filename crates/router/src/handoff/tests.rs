@@ -268,6 +268,28 @@ mod served {
         rig.served.await.unwrap();
     }
 
+    /// The limit is on the id's JSON text: a string id of 238 characters fits, one of 240 does
+    /// not, and the error says the quotes count, so the client can tell why.
+    #[tokio::test]
+    async fn a_long_string_id_is_refused_with_its_json_text_counted_quotes_included() {
+        let mut rig = rig();
+        rig.initialize().await;
+        let fits = "x".repeat(journal::ID_MAX - 2);
+        rig.send(json!({"jsonrpc": "2.0", "id": fits, "method": "tools/call", "params": {"name": "echo", "arguments": {"ms": 0}}}));
+        assert_eq!(rig.recv().await["result"]["content"][0]["text"], "echo after 0 ms");
+        let long = "x".repeat(journal::ID_MAX);
+        rig.send(json!({"jsonrpc": "2.0", "id": long, "method": "tools/call", "params": {"name": "echo", "arguments": {"ms": 0}}}));
+        let refused = rig.recv().await;
+        assert_eq!(refused["id"], long.as_str());
+        let message = refused["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("240 bytes of JSON text, a string's quotes included")
+                && message.contains("this one has 242")
+                && message.contains("at most 238 plain characters"),
+            "{message}"
+        );
+    }
+
     #[tokio::test]
     async fn a_call_in_flight_is_in_the_journal_until_its_answer_is_written() {
         let mut rig = rig();
