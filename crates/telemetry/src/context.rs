@@ -223,24 +223,30 @@ fn json_string(s: &str) -> String {
 /// A `tracestate` entry longer than this is the first to go when the list is cut (W3C).
 const LONG_ENTRY: usize = 128;
 
-/// `state` as switchyard passes it on: whole when it is at most [`MAX_TRACESTATE`] bytes, else
-/// cut as W3C says, by whole entries: those over 128 characters go first (from the end), then
-/// entries from the end, until the rest fit; the entries kept keep their order. None when no
-/// entry fits, or it has none (the server is never sent an empty `tracestate`). Several
-/// headers' values joined by commas are one list, and empty entries are dropped in a cut list.
+/// A `tracestate` of more entries than this is cut to this many (W3C).
+const MAX_ENTRIES: usize = 32;
+
+/// `state` as switchyard passes it on: exactly as it was (spaces and empty entries included) when
+/// it is at most [`MAX_TRACESTATE`] bytes of at most [`MAX_ENTRIES`] entries, else cut as W3C says,
+/// by whole entries: past the first [`MAX_ENTRIES`] go, then those over 128 characters (from the
+/// end), then entries from the end, until the rest fit; the entries kept keep their order. None
+/// when no entry fits, or it has none (the server is never sent an empty `tracestate`). Several
+/// headers' values joined by commas are one list; a cut list is rewritten without empty entries
+/// or the spaces around entries.
 pub fn fitted(state: &str) -> Option<Cow<'_, str>> {
     fit(state, MAX_TRACESTATE)
 }
 
 fn fit(state: &str, max: usize) -> Option<Cow<'_, str>> {
-    if state.split(',').all(|e| e.trim_matches([' ', '\t']).is_empty()) {
-        return None;
-    }
-    if state.len() <= max {
-        return Some(Cow::Borrowed(state));
-    }
     let mut entries: Vec<&str> =
         state.split(',').map(|e| e.trim_matches([' ', '\t'])).filter(|e| !e.is_empty()).collect();
+    if entries.is_empty() {
+        return None;
+    }
+    if state.len() <= max && entries.len() <= MAX_ENTRIES {
+        return Some(Cow::Borrowed(state));
+    }
+    entries.truncate(MAX_ENTRIES);
     // The length of the entries joined by commas.
     let joined = |e: &[&str]| e.iter().map(|e| e.len()).sum::<usize>() + e.len().saturating_sub(1);
     while joined(&entries) > max {
@@ -496,5 +502,19 @@ mod tests {
         // Whitespace and empty entries of a list that is cut are left out.
         let spaced = format!("a=1 , ,\tb=2,{big}");
         assert_eq!(fitted(&spaced).as_deref(), Some("a=1,b=2"));
+    }
+
+    /// Within its limits a `tracestate` is passed on as it was, empty entries and spaces
+    /// included; past 32 entries (however short) it keeps its first 32, rewritten.
+    #[test]
+    fn a_tracestate_within_its_limits_is_passed_on_as_it_was() {
+        for state in ["a=1,,, ,b=2", " a=1", "a=1 ,\tb=2,", ",x=y"] {
+            assert!(matches!(fitted(state), Some(Cow::Borrowed(s)) if s == state), "{state}");
+        }
+        let entries: Vec<String> = (0..40).map(|i| format!("k{i}=v")).collect();
+        let at_limit = entries[..32].join(",,");
+        assert!(matches!(fitted(&at_limit), Some(Cow::Borrowed(_))), "32 entries with empty ones between fit");
+        assert_eq!(fitted(&entries[..33].join(", ")).as_deref(), Some(entries[..32].join(",").as_str()));
+        assert_eq!(fitted(&entries.join(",")).as_deref(), Some(entries[..32].join(",").as_str()));
     }
 }

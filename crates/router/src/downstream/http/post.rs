@@ -475,20 +475,13 @@ fn meta_has_traceparent(call: &Call) -> bool {
     f.traceparent.is_some() || (f.odd_meta && call.text(&f.meta).is_some_and(|m| m.contains(r#""traceparent""#)))
 }
 
-/// The W3C `tracestate` of the POST's headers: several are one list, joined by commas, as W3C
-/// says. A list longer than 512 bytes is cut by whole entries as W3C says (see
-/// `switchyard_telemetry::context::fitted`); None when there is none, or no entry fits: never
-/// an empty value the client did not send.
+/// The W3C `tracestate` of the POST's headers: several are one list, their values joined by
+/// commas, as W3C says, and passed on as they were. A list over its limits (512 bytes, 32
+/// entries) is cut by whole entries as W3C says (see `switchyard_telemetry::context::fitted`);
+/// None when there is none, or no entry fits: never an empty value the client did not send.
 fn header_tracestate(headers: &HeaderMap) -> Option<String> {
-    let members: Vec<&str> = headers
-        .get_all(mcp::meta::TRACESTATE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|m| m.trim_matches([' ', '\t']))
-        .filter(|m| !m.is_empty())
-        .collect();
-    switchyard_telemetry::context::fitted(&members.join(",")).map(std::borrow::Cow::into_owned)
+    let values: Vec<&str> = headers.get_all(mcp::meta::TRACESTATE).iter().filter_map(|v| v.to_str().ok()).collect();
+    switchyard_telemetry::context::fitted(&values.join(",")).map(std::borrow::Cow::into_owned)
 }
 
 /// Reads a POSTed body (at most `limit` bytes) as one JSON-RPC message on one line, parsed.
@@ -556,7 +549,10 @@ mod tests {
         };
         assert_eq!(of(&[]), None);
         assert_eq!(of(&["a=1"]).as_deref(), Some("a=1"));
-        assert_eq!(of(&["a=1, b=2", "c=3"]).as_deref(), Some("a=1,b=2,c=3"), "two headers are one list");
+        assert_eq!(of(&["a=1, b=2", "c=3"]).as_deref(), Some("a=1, b=2,c=3"), "two headers are one list");
+        // Within its limits, as it was: empty entries and spaces stay.
+        assert_eq!(of(&["a=1,,, ,b=2"]).as_deref(), Some("a=1,,, ,b=2"));
+        assert_eq!(of(&["", " , "]), None, "no entry: none, never an empty value");
         // One member of 10 KB: too long to pass on, and dropped rather than sent empty.
         let big = format!("k={}", "v".repeat(10_000));
         assert_eq!(of(&[&big]), None);
