@@ -26,7 +26,7 @@ enum Answer {
 
 impl GroupSession {
     /// The client's initialize: sent to every member; answered with their results merged.
-    pub(super) fn initialize(self: Arc<Self>, id: Value, params: Value) {
+    pub(super) fn initialize(self: Arc<Self>, id: String, params: Value) {
         // Who the client is, for status (its members' sessions learn it from the same params).
         self.peer.declare_capabilities(&params.to_string());
         let asks: Vec<(usize, oneshot::Receiver<Value>)> = (0..self.members.len())
@@ -158,7 +158,7 @@ impl GroupSession {
     /// A list the client asked for: every page of every member that has it, merged. A member
     /// whose list is not read within [`LIST_READY`] (its server restarting, say) is left out of
     /// this answer; once it is read, the client is told its list changed (if it did).
-    pub(super) fn list(self: Arc<Self>, id: Value, list: List) {
+    pub(super) fn list(self: Arc<Self>, id: String, list: List) {
         let asked: Vec<usize> =
             (0..self.members.len()).filter(|i| self.members[*i].declares(list.capability())).collect();
         tokio::spawn(async move {

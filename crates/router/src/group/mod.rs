@@ -22,6 +22,7 @@
 //! tools is answered with an error naming the server and the cause.
 
 mod catalog;
+mod client;
 mod fanout;
 mod member;
 mod route;
@@ -45,7 +46,6 @@ use crate::session::{self, Input, Message, Opening, Output, Writer};
 use catalog::Catalog;
 use member::{Inbox, Member, Relay};
 use switchyard_config::Group;
-use switchyard_core::call::Call;
 use switchyard_core::codec::{self, Frame, LineReader};
 
 static NEXT_GROUP_SESSION: AtomicU64 = AtomicU64::new(1);
@@ -89,6 +89,9 @@ pub struct GroupSession {
     /// The digest of the tool list the client was last shown (or told of): None until it
     /// listed its tools. It hears `tools/list_changed` only when its list differs from this.
     shown_tools: Mutex<Option<[u8; 32]>>,
+    /// The client's requests of a batch not answered yet, by raw id: their answers go in the
+    /// batch's one array (see [`client`]).
+    batches: Mutex<std::collections::HashMap<String, Arc<Mutex<client::Batch>>>>,
 }
 
 impl GroupSession {
@@ -129,12 +132,14 @@ impl GroupSession {
         self.peer.send(msg.to_string());
     }
 
-    fn reply(&self, id: &Value, result: Value) {
-        self.send(&serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result}));
+    /// Answers the client's request `id` (its raw JSON text) with `result`.
+    fn reply(&self, id: &str, result: Value) {
+        self.to_client(id, format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#));
     }
 
-    fn error(&self, id: &Value, code: i64, message: &str) {
-        self.peer.send(codec::response_error(&id.to_string(), code, message, None));
+    /// Answers the client's request `id` (its raw JSON text) with an error.
+    fn error(&self, id: &str, code: i64, message: &str) {
+        self.to_client(id, codec::response_error(id, code, message, None));
     }
 }
 
@@ -242,6 +247,7 @@ pub async fn serve_with<G>(
         found: Mutex::new(Vec::new()),
         over_budget: Mutex::new(None),
         shown_tools: Mutex::new(None),
+        batches: Mutex::default(),
     });
     let mut writer = tokio::spawn(output.run(rx, session.peer.backlog(), label.clone()));
     let tasks = start_members(&session, joined, inboxes, &opening);
@@ -322,35 +328,31 @@ async fn read_client(
             _ = &mut *writer => return (Ended::Gone, true),
         };
         match message {
-            Ok(Some(Message::Frame(Frame::Line(line)))) => match codec::parse(&line) {
-                Ok(env) if env.kind == codec::Kind::Request => on_request(session, Call::read(line, env)),
-                _ => session.on_client_line(line),
-            },
-            Ok(Some(Message::Request(call))) => on_request(session, *call),
-            Ok(Some(Message::Frame(Frame::TooLong { bytes }))) => session.peer.send(codec::response_error(
+            Ok(Some(Message::Frame(Frame::Line(line)))) => session.on_client_line(line),
+            Ok(Some(Message::Request(call))) => session.on_request(*call),
+            // Answered once, under its own id when its ends show one (as `connect NAME` does).
+            Ok(Some(Message::Frame(Frame::TooLong { bytes }))) => {
+                let (head, tail) = input.skipped_ends();
+                let id = codec::skipped_request_id(head, tail).unwrap_or_else(|| "null".to_string());
+                session.peer.send(codec::response_error(
+                    &id,
+                    codec::INVALID_REQUEST,
+                    &format!("message of {bytes} bytes is over the limit of {max} bytes (limits.max_message_bytes); it was skipped"),
+                    None,
+                ))
+            }
+            Ok(Some(Message::Frame(Frame::NotUtf8))) => session.peer.send(codec::response_error(
                 "null",
-                codec::INVALID_REQUEST,
-                &format!("message of {bytes} bytes is over the limit of {max} bytes (limits.max_message_bytes); it was skipped"),
+                codec::PARSE_ERROR,
+                "Parse error: the message is not valid UTF-8",
                 None,
             )),
-            Ok(Some(Message::Frame(Frame::NotUtf8))) => {
-                session.peer.send(codec::response_error("null", codec::PARSE_ERROR, "Parse error: the message is not valid UTF-8", None))
-            }
             Ok(None) => return (Ended::Eof, false),
             Err(e) => {
                 tracing::debug!(session = %session.label, "the group's client left: {e}");
                 return (Ended::Gone, false);
             }
         }
-    }
-}
-
-/// A request of the group's client, refused as a member's session refuses it when its params
-/// give a key twice (the group would route by the last one, while a client may show the first).
-fn on_request(session: &Arc<GroupSession>, call: Call) {
-    match call.unread_answer() {
-        Some(answer) => session.peer.send(answer),
-        None => session.on_client_line(call.into_line()),
     }
 }
 

@@ -14,12 +14,13 @@ use super::GroupSession;
 use super::catalog::{List, Routed, Unrouted};
 use super::member::State;
 use crate::peer::Out;
+use switchyard_core::call::Call;
 use switchyard_core::codec;
 
 /// Who waits for the response to a request the group sent a member.
 pub(super) enum Waiter {
-    /// The client, under its own id.
-    Client(Value),
+    /// The client, under its own id (its raw JSON text, as it came).
+    Client(String),
     /// The group itself (initialize, a page of a list).
     Internal(oneshot::Sender<Value>),
 }
@@ -36,33 +37,37 @@ pub(super) struct Routes {
     next_out: u64,
 }
 
-impl GroupSession {
-    /// One message of the client.
-    pub(super) fn on_client_line(self: &Arc<Self>, line: String) {
-        let msg: Value = match serde_json::from_str(&line) {
-            Ok(v @ Value::Object(_)) => v,
-            Ok(_) => return self.error(&Value::Null, codec::INVALID_REQUEST, "a message must be a JSON object"),
-            Err(e) => return self.error(&Value::Null, codec::PARSE_ERROR, &format!("Parse error: {e}")),
-        };
-        let method = msg.get("method").and_then(Value::as_str).map(str::to_string);
-        match (method, msg.get("id").cloned()) {
-            (Some(method), Some(id)) => self.request(&method, id, msg),
-            (Some(method), None) => self.notification(&method, msg),
-            (None, Some(id)) => self.answer(id, msg),
-            (None, None) => self.error(&Value::Null, codec::INVALID_REQUEST, "a message needs a method or an id"),
-        }
+impl Routes {
+    /// A request of the client's with raw id `id` waits for a member.
+    pub(super) fn in_flight(&self, id: &str) -> bool {
+        self.by_client.contains_key(id)
     }
+}
 
-    /// A request of the client.
-    fn request(self: &Arc<Self>, method: &str, id: Value, msg: Value) {
-        let params = msg.get("params").cloned().unwrap_or(Value::Null);
-        let route = match method {
+impl GroupSession {
+    /// A request of the client (its envelope read by the codec: `id` is its raw text).
+    pub(super) fn request(self: &Arc<Self>, call: Call) {
+        let id = call.id().to_string();
+        let method = call.method().to_string();
+        let params: Value = match call.params().map(serde_json::from_str) {
+            None => Value::Null,
+            Some(Ok(p @ Value::Object(_))) => p,
+            Some(Ok(_)) => {
+                return self.error(
+                    &id,
+                    codec::INVALID_PARAMS,
+                    &format!("Invalid params: the `params` of `{}` must be an object", shown(&method)),
+                );
+            }
+            Some(Err(e)) => return self.error(&id, codec::PARSE_ERROR, &format!("Parse error: {e}")),
+        };
+        let route = match method.as_str() {
             "initialize" => return self.clone().initialize(id, params),
             "ping" => return self.reply(&id, serde_json::json!({})),
             "logging/setLevel" => {
                 for i in 0..self.members.len() {
                     if self.members[i].declares("logging") {
-                        drop(self.ask(i, method, params.clone()));
+                        drop(self.ask(i, &method, params.clone()));
                     }
                 }
                 return self.reply(&id, serde_json::json!({}));
@@ -70,35 +75,50 @@ impl GroupSession {
             // Search mode: two tools in place of the list (group/search.rs).
             "tools/list" if self.searching() => return self.clone().search_list(id),
             "tools/call" if self.searching() && super::search::is_search_tool(str_at(&params, &["name"])) => {
+                let msg = serde_json::from_str(call.line()).unwrap_or(Value::Null);
                 return self.clone().search_tools_call(id, msg);
             }
             m if let Some(list) = List::of_method(m) => return self.clone().list(id, list),
-            "tools/call" => self.catalog().route_name(List::Tools, str_at(&params, &["name"])),
-            "prompts/get" => self.catalog().route_name(List::Prompts, str_at(&params, &["name"])),
+            "tools/call" | "prompts/get" => match string_param(&params, &["name"], &method) {
+                Ok(name) => {
+                    self.catalog().route_name(if method == "tools/call" { List::Tools } else { List::Prompts }, name)
+                }
+                Err(why) => return self.error(&id, codec::INVALID_PARAMS, &why),
+            },
             "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
-                self.catalog().route_uri(str_at(&params, &["uri"]))
+                match string_param(&params, &["uri"], &method) {
+                    Ok(uri) => self.catalog().route_uri(uri),
+                    Err(why) => return self.error(&id, codec::INVALID_PARAMS, &why),
+                }
             }
             "completion/complete" => match str_at(&params, &["ref", "type"]) {
-                "ref/prompt" => self.catalog().route_name(List::Prompts, str_at(&params, &["ref", "name"])),
-                _ => self.catalog().route_uri(str_at(&params, &["ref", "uri"])),
+                "ref/prompt" => match string_param(&params, &["ref", "name"], &method) {
+                    Ok(name) => self.catalog().route_name(List::Prompts, name),
+                    Err(why) => return self.error(&id, codec::INVALID_PARAMS, &why),
+                },
+                _ => match string_param(&params, &["ref", "uri"], &method) {
+                    Ok(uri) => self.catalog().route_uri(uri),
+                    Err(why) => return self.error(&id, codec::INVALID_PARAMS, &why),
+                },
             },
             _ => {
                 return self.error(
                     &id,
                     codec::METHOD_NOT_FOUND,
-                    &format!("`{}` is not served through a group (group `{}`); connect to one server (switchyard connect NAME) for it", method.chars().take(64).collect::<String>(), self.group),
+                    &format!("`{}` is not served through a group (group `{}`); connect to one server (switchyard connect NAME) for it", shown(&method), self.group),
                 );
             }
         };
         match route {
-            Ok(r) => self.forward(method, id, msg, r),
+            Ok(r) => self.forward(id, call, r),
             Err(Unrouted::Unknown(why)) => self.error(&id, codec::INVALID_PARAMS, &why),
         }
     }
 
-    /// Sends a client's request on to the member `r` names, under an id of the group's, with
-    /// the name or URI its server knows.
-    pub(super) fn forward(&self, method: &str, id: Value, mut msg: Value, r: Routed) {
+    /// Sends a client's request (`id`: its raw id) on to the member `r` names, under an id of
+    /// the group's, with the name its server knows: spliced into the line as it came, so the
+    /// rest of it (its arguments) reaches the server byte for byte.
+    pub(super) fn forward(&self, id: String, mut call: Call, r: Routed) {
         let member = &self.members[r.member];
         if let Some(why) = member.unusable() {
             return self.error(
@@ -110,22 +130,31 @@ impl GroupSession {
                 ),
             );
         }
-        let params = &mut msg["params"];
-        match method {
-            "tools/call" | "prompts/get" => params["name"] = Value::String(r.original),
-            "completion/complete" if params["ref"]["type"] == "ref/prompt" => {
-                params["ref"]["name"] = Value::String(r.original)
+        let original = Value::String(r.original).to_string();
+        match call.method() {
+            "tools/call" | "prompts/get" => {
+                if let Some(at) = call.fields().name.clone() {
+                    call = call.splice(at, &original);
+                }
+            }
+            "completion/complete" => {
+                let mut params: Value = call.params().and_then(|p| serde_json::from_str(p).ok()).unwrap_or(Value::Null);
+                if params["ref"]["type"] == "ref/prompt" {
+                    params["ref"]["name"] = serde_json::from_str(&original).unwrap_or(Value::Null);
+                    let at = call.envelope().params.clone().expect("a routed completion has params");
+                    call = call.splice(at, &params.to_string());
+                }
             }
             _ => {}
         }
         let n = member.next_id();
-        msg["id"] = Value::from(n);
+        let line = codec::splice_owned(call.line().to_string(), call.id_range(), &n.to_string());
         {
             let mut routes = self.routes.lock().expect("lock");
+            routes.by_client.insert(id.clone(), (r.member, n));
             routes.pending.insert((r.member, n), Waiter::Client(id.clone()));
-            routes.by_client.insert(id.to_string(), (r.member, n));
         }
-        if !member.send(msg.to_string()) {
+        if !member.send(line) {
             self.take_pending(r.member, n);
             self.error(
                 &id,
@@ -156,20 +185,24 @@ impl GroupSession {
         let mut routes = self.routes.lock().expect("lock");
         let w = routes.pending.remove(&(i, n));
         if let Some(Waiter::Client(id)) = &w {
-            routes.by_client.remove(&id.to_string());
+            routes.by_client.remove(id);
         }
         w
     }
 
-    /// A notification of the client.
-    fn notification(&self, method: &str, mut msg: Value) {
+    /// A notification of the client (`env`: its envelope in `line`).
+    pub(super) fn notification(&self, line: String, env: &codec::Envelope) {
+        let method = env.method.as_deref().unwrap_or_default();
         match method {
             "notifications/cancelled" => {
-                let id = msg["params"]["requestId"].to_string();
-                let Some((i, n)) = self.routes.lock().expect("lock").by_client.remove(&id) else { return };
+                let fields = env.params.as_ref().map(|p| codec::param_fields(&line, p)).unwrap_or_default();
+                let Some(at) = fields.request_id else { return };
+                let id = &line[at.clone()];
+                let Some((i, n)) = self.routes.lock().expect("lock").by_client.remove(id) else { return };
                 self.routes.lock().expect("lock").pending.remove(&(i, n));
-                msg["params"]["requestId"] = Value::from(n);
-                self.members[i].send(msg.to_string());
+                // No response is owed for it now (in a batch: the batch no longer waits for it).
+                self.unowed(id);
+                self.members[i].send(codec::splice(&line, at, &n.to_string()));
             }
             // Progress of a request of the client's own: no member sent it.
             "notifications/progress" => {}
@@ -177,7 +210,6 @@ impl GroupSession {
                 if method == "notifications/initialized" {
                     self.initialised.store(true, Ordering::SeqCst);
                 }
-                let line = msg.to_string();
                 for m in &self.members {
                     m.send(line.clone());
                 }
@@ -185,15 +217,16 @@ impl GroupSession {
         }
     }
 
-    /// The client's answer to a member's request: back to that member, under its own id.
-    fn answer(&self, id: Value, mut msg: Value) {
-        let Some(k) = id.as_u64() else { return };
+    /// The client's answer (`line`, envelope `env`) to a member's request: back to that
+    /// member, under its own id.
+    pub(super) fn answer(&self, line: String, env: &codec::Envelope) {
+        let Some(at) = env.id.clone() else { return };
+        let Ok(k) = line[at.clone()].parse::<u64>() else { return };
         let Some((i, theirs)) = self.routes.lock().expect("lock").outbound.remove(&k) else {
             tracing::debug!(session = %self.label, "an answer to no request of a server; dropped");
             return;
         };
-        msg["id"] = theirs;
-        self.members[i].send(msg.to_string());
+        self.members[i].send(codec::splice_owned(line, at, &theirs.to_string()));
     }
 
     /// One message member `i`'s session wrote for its client (the group).
@@ -207,7 +240,7 @@ impl GroupSession {
         // The client's request it is about, under the client's id.
         let related = out.related.as_deref().and_then(|r| r.parse::<u64>().ok()).and_then(|n| {
             match self.routes.lock().expect("lock").pending.get(&(i, n)) {
-                Some(Waiter::Client(id)) => Some(id.to_string()),
+                Some(Waiter::Client(id)) => Some(id.clone()),
                 _ => None,
             }
         });
@@ -216,8 +249,20 @@ impl GroupSession {
                 let Some(n) = id.as_u64() else { return };
                 match self.take_pending(i, n) {
                     Some(Waiter::Client(theirs)) => {
-                        msg["id"] = theirs;
-                        self.send(&msg);
+                        // The client's id put back as the text it sent (a number past f64's
+                        // precision, say), in the line as the member wrote it.
+                        let at = codec::parse(&out.line).ok().and_then(|env| env.id);
+                        match at {
+                            Some(at) => self.to_client(&theirs, codec::splice_owned(out.line, at, &theirs)),
+                            None => self.error(
+                                &theirs,
+                                codec::INTERNAL_ERROR,
+                                &format!(
+                                    "group `{}`: the answer of server `{}` could not be read",
+                                    self.group, self.members[i].server
+                                ),
+                            ),
+                        }
                     }
                     Some(Waiter::Internal(tx)) => {
                         let _ = tx.send(msg);
@@ -287,7 +332,7 @@ impl GroupSession {
             let gone: Vec<Waiter> = keys.iter().filter_map(|k| routes.pending.remove(k)).collect();
             for w in &gone {
                 if let Waiter::Client(id) = w {
-                    routes.by_client.remove(&id.to_string());
+                    routes.by_client.remove(id);
                 }
             }
             routes.outbound.retain(|_, (m, _)| *m != i);
@@ -317,6 +362,25 @@ impl GroupSession {
     pub(super) fn catalog(&self) -> std::sync::MutexGuard<'_, super::Catalog> {
         self.catalog.lock().expect("lock")
     }
+}
+
+/// The string at `path` in `v` (the params of `method`), or why there is none.
+fn string_param<'a>(v: &'a Value, path: &[&str], method: &str) -> Result<&'a str, String> {
+    let at = path.iter().try_fold(v, |v, k| v.get(*k));
+    let key = format!("params.{}", path.join("."));
+    match at {
+        Some(Value::String(s)) => Ok(s),
+        Some(other) => {
+            let shown_value: String = other.to_string().chars().take(64).collect();
+            Err(format!("Invalid params: `{key}` of `{}` must be a string, not {shown_value}", shown(method)))
+        }
+        None => Err(format!("Invalid params: `{}` needs `{key}`", shown(method))),
+    }
+}
+
+/// A method as errors show it (the first 64 characters).
+fn shown(method: &str) -> String {
+    method.chars().take(64).collect()
 }
 
 /// The string at `path` in `v`, or "" (then nothing matches it, and the error says so).

@@ -12,6 +12,7 @@ use super::catalog::{List, Unrouted};
 use crate::budget::Budget;
 use crate::search::{self, CALL_TOOL, SEARCH_TOOL};
 use switchyard_config::Expose;
+use switchyard_core::call::Call;
 use switchyard_core::codec;
 
 /// Whether `name` is one of search mode's two tools.
@@ -33,7 +34,7 @@ impl GroupSession {
 
     /// The client's `tools/list` in search mode: the two tools, and those its searches found
     /// that joined its list (as the group's merged list has them now).
-    pub(super) fn search_list(self: Arc<Self>, id: Value) {
+    pub(super) fn search_list(self: Arc<Self>, id: String) {
         let found = self.found.lock().expect("lock").clone();
         if found.is_empty() {
             return self.reply(&id, json!({ "tools": search::fixed_tools() }));
@@ -75,7 +76,7 @@ impl GroupSession {
 
     /// `search_tools` or `call_tool` (`msg`, request `id`): answered from the merged list, or
     /// routed as the call of the tool it names.
-    pub(super) fn search_tools_call(self: Arc<Self>, id: Value, msg: Value) {
+    pub(super) fn search_tools_call(self: Arc<Self>, id: String, msg: Value) {
         tokio::spawn(async move {
             let index = self.search_index().await;
             let args = msg.pointer("/params/arguments").cloned().unwrap_or_else(|| json!({}));
@@ -91,9 +92,15 @@ impl GroupSession {
             let mut call = msg;
             call["params"]["name"] = Value::String(name.clone());
             call["params"]["arguments"] = arguments;
-            match self.catalog().route_name(List::Tools, &name) {
-                Ok(r) => self.forward("tools/call", id, call, r),
-                Err(Unrouted::Unknown(why)) => self.error(&id, codec::INVALID_PARAMS, &why),
+            let routed = self.catalog().route_name(List::Tools, &name);
+            match (routed, Call::parse(call.to_string())) {
+                (Ok(r), Ok(call)) => self.forward(id, call, r),
+                (Ok(_), Err(e)) => self.error(
+                    &id,
+                    codec::INTERNAL_ERROR,
+                    &format!("the call of `{name}` could not be made: {}", e.message()),
+                ),
+                (Err(Unrouted::Unknown(why)), _) => self.error(&id, codec::INVALID_PARAMS, &why),
             }
         });
     }

@@ -17,6 +17,8 @@ use switchyard_core::codec::LineReader;
 use switchyard_core::metrics::Metrics;
 use switchyard_policy::Policy;
 
+mod envelope;
+
 /// A server named `name` with tools `echo` and `wait` (never answered: the test answers it),
 /// a resource `NAME://doc`, and a prompt `hello`.
 fn behaviour(name: &'static str) -> Behaviour {
@@ -78,6 +80,8 @@ fn group(servers: &[&str]) -> Group {
 struct Client {
     out: WriteHalf<DuplexStream>,
     inbox: mpsc::UnboundedReceiver<Value>,
+    /// Every line the group sent, as sent (an id's text, which a `Value` would round).
+    raw: Arc<std::sync::Mutex<Vec<String>>>,
     held: Vec<Value>,
     next: u64,
     ended: CancellationToken,
@@ -112,13 +116,22 @@ impl Client {
         });
         let (r, out) = tokio::io::split(mine);
         let (tx, inbox) = mpsc::unbounded_channel();
+        let raw = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = raw.clone();
         tokio::spawn(async move {
             let mut lines = BufReader::new(r).lines();
             while let Ok(Some(line)) = lines.next_line().await {
-                let _ = tx.send(serde_json::from_str::<Value>(&line).expect("the group sends JSON"));
+                let msg = serde_json::from_str::<Value>(&line).expect("the group sends JSON");
+                kept.lock().unwrap().push(line);
+                let _ = tx.send(msg);
             }
         });
-        Client { out, inbox, held: Vec::new(), next: 1, ended, served }
+        Client { out, inbox, raw, held: Vec::new(), next: 1, ended, served }
+    }
+
+    /// Writes `line` as it is.
+    async fn write_line(&mut self, line: &str) {
+        self.out.write_all(format!("{line}\n").as_bytes()).await.expect("the group reads");
     }
 
     async fn write(&mut self, msg: Value) {
