@@ -314,3 +314,84 @@ async fn a_group_typo_on_reload_is_named_with_its_line_and_the_rest_of_the_file_
     leave(p, c).await;
     home.shutdown().await;
 }
+
+/// Through `connect --group`, each request gets one answer, as through `connect NAME`: a batch
+/// one array, an id past what a float holds its own (connect, which books every id, then has
+/// nothing left to answer when stdin closes), an over-long call its own id; a bad envelope or a
+/// tool name that is no string is refused and says why.
+#[tokio::test]
+async fn a_group_client_gets_each_request_answered_once_and_a_bad_envelope_refused() {
+    let home = Home::new();
+    home.write_config(&format!(
+        "{}{}[groups.work]\nservers = [\"a\", \"b\"]\n[limits]\nmax_message_bytes = 65536\n",
+        home.fixture("a", &[]),
+        home.fixture("b", &[])
+    ));
+    let (mut p, mut c) = group_client(&home, "work", "e2e").await;
+    c.request("tools/list", json!({})).await;
+    c.send_raw(r#"[{"jsonrpc":"2.0","id":"b1","method":"ping"},{"jsonrpc":"2.0","id":"b2","method":"tools/call","params":{"name":"b__echo","arguments":{"text":"in a batch"}}}]"#).await;
+    let array = c.recv_until(Value::is_array).await;
+    let ids: Vec<&Value> = array.as_array().unwrap().iter().map(|a| &a["id"]).collect();
+    assert!(ids.len() == 2 && ids.contains(&&json!("b1")) && ids.contains(&&json!("b2")), "{array}");
+    c.send_raw(r#"{"jsonrpc":"2.0","id":1180591620717411303424,"method":"ping"}"#).await;
+    let big = c.recv_until(|m| is_response(m) && m["id"].is_f64()).await;
+    assert_eq!(big["result"], json!({}), "{big}");
+    let pad = "x".repeat(100_000);
+    c.send_raw(&format!(r#"{{"jsonrpc":"2.0","id":"long","method":"tools/call","params":{{"name":"a__echo","arguments":{{"text":"{pad}"}}}}}}"#)).await;
+    let long = c.wait_response(&json!("long")).await;
+    assert_eq!(long["error"]["code"], -32600, "{long}");
+    assert!(long["error"]["message"].as_str().unwrap().contains("over the limit of 65536 bytes"), "{long}");
+    for (line, id, code, why) in [
+        (r#"{"jsonrpc":"1.0","id":"v1","method":"ping"}"#, "v1", -32600, "`jsonrpc` must be \"2.0\""),
+        (r#"{"jsonrpc":"2.0","id":"n5","method":"tools/call","params":{"name":5}}"#, "n5", -32602, "must be a string"),
+        (r#"{"jsonrpc":"2.0","id":"ps","method":"tools/call","params":"string"}"#, "ps", -32600, "`params` must be"),
+    ] {
+        c.send_raw(line).await;
+        let r = c.wait_response(&json!(id)).await;
+        assert_eq!(r["error"]["code"], code, "{line}: {r}");
+        assert!(r["error"]["message"].as_str().unwrap().contains(why), "{line}: {r}");
+    }
+    c.send_raw(r#"{"jsonrpc":"2.0","id":true,"method":"ping"}"#).await;
+    let r = c.recv_until(|m| is_response(m) && m["id"] == true).await;
+    assert_eq!(r["error"]["code"], -32600, "{r}");
+    // Nothing was left booked: stdin's end brings no second answer.
+    c.close().await;
+    let after = c.expect_eof().await;
+    assert!(after.is_empty(), "answered again when stdin closed: {after:?}");
+    p.wait_timeout(SLOW).await;
+    home.shutdown().await;
+}
+
+/// `POST /groups/NAME/mcp` with an id past what a float holds is answered under that id, as
+/// the client wrote it.
+#[tokio::test]
+async fn the_http_front_answers_a_group_request_under_an_id_past_a_float() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let home = Home::new();
+    home.write_config(&format!(
+        "{}[groups.work]\nservers = [\"a\"]\n[http]\nlisten = \"127.0.0.1:0\"\n",
+        home.fixture("a", &[])
+    ));
+    let (base, token) = home.start_http().await;
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "http-e2e", "version": "1"}}});
+    let (status, sid, body) = post_json(&base, &token, "/groups/work/mcp", None, init).await;
+    assert_eq!(status, 200, "{body}");
+    let sid = sid.expect("a session id");
+    let resp = reqwest::Client::new()
+        .post(format!("{base}/groups/work/mcp"))
+        .bearer_auth(&token)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &sid)
+        .header("mcp-protocol-version", "2025-06-18")
+        .body(r#"{"jsonrpc":"2.0","id":1180591620717411303424,"method":"ping"}"#)
+        .timeout(SLOW)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let text = tokio::time::timeout(SLOW, resp.text()).await.expect("an answer, not an open stream").unwrap();
+    assert!(text.contains(r#""id":1180591620717411303424,"#), "{text}");
+    home.shutdown().await;
+}
