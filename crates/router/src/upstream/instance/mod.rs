@@ -409,8 +409,8 @@ impl Instance {
         }
         let Some(transport) = self.transport() else { return Err(self.death_or_closed()) };
         let upstream_id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let mut digits = [0; 20];
-        let (line, progress) = build(decimal(upstream_id, &mut digits));
+        let mut digits = itoa::Buffer::new();
+        let (line, progress) = build(digits.format(upstream_id));
         let (tx, rx) = oneshot::channel();
         let mut pending = self.pending.lock().expect("lock");
         let behind = session != 0 && pending.any_client();
@@ -673,20 +673,6 @@ impl Inbound for Instance {
     fn ended(&self, how: Ended) {
         self.on_end(how);
     }
-}
-
-/// `n` in decimal, written into `digits` (the id's text without a String of its own per request).
-fn decimal(mut n: u64, digits: &mut [u8; 20]) -> &str {
-    let mut start = digits.len();
-    loop {
-        start -= 1;
-        digits[start] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    std::str::from_utf8(&digits[start..]).expect("ASCII digits")
 }
 
 #[cfg(test)]

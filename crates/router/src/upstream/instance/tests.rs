@@ -141,14 +141,6 @@ async fn a_refused_connect_is_an_error_that_says_why() {
     assert!(err.reason.contains("connection refused"));
 }
 
-#[test]
-fn an_upstream_id_is_written_in_decimal() {
-    let mut digits = [0; 20];
-    for n in [0, 7, 10, 1001, u64::MAX] {
-        assert_eq!(decimal(n, &mut digits), n.to_string());
-    }
-}
-
 /// Starts an instance whose events count, with nothing answered on its own.
 async fn counted() -> (Arc<FakeConnector>, Arc<Instance>, Arc<CountEvents>) {
     let connector = FakeConnector::new(silent());
