@@ -152,7 +152,9 @@ impl TelemetryConfig {
     /// Where traces and metrics go: the table's endpoint over the environment's (the
     /// per-signal URL over the base one in each), each signal off with its
     /// `OTEL_{SIGNAL}_EXPORTER=none`; None when neither goes anywhere, or `enabled = false` or
-    /// `OTEL_SDK_DISABLED=true`. The error names the key (with its file and line) or the
+    /// `OTEL_SDK_DISABLED=true`. When neither goes anywhere though an `OTEL_{SIGNAL}_EXPORTER`
+    /// asks for one (`console`, say, with no endpoint), a target with no URL carries the
+    /// warning that says so, for the log at start. The error names the key (with its file and line) or the
     /// variable at fault, never a header's value.
     pub fn target(
         &self,
@@ -176,8 +178,21 @@ impl TelemetryConfig {
             urls.push(url);
         }
         let [traces_url, metrics_url]: [Option<String>; 2] = urls.try_into().expect("two signals");
+        let nowhere: Vec<String> = [("traces", &traces_url), ("metrics", &metrics_url)]
+            .into_iter()
+            .filter(|(_, url)| url.is_none())
+            .filter_map(|(signal, _)| nowhere_warning(&var, signal, self.table_decides()))
+            .collect();
         if traces_url.is_none() && metrics_url.is_none() {
-            return Ok(None);
+            // Nothing is sent; a target with no URL only carries what the user must be told.
+            return Ok((!nowhere.is_empty()).then(|| TelemetryTarget {
+                traces_url: None,
+                metrics_url: None,
+                traces_headers: Vec::new(),
+                metrics_headers: Vec::new(),
+                service_name: None,
+                warnings: nowhere,
+            }));
         }
         let mut table = Vec::new();
         for (name, value) in &self.headers {
@@ -204,8 +219,15 @@ impl TelemetryConfig {
         for (signal, url) in [("traces", &traces_url), ("metrics", &metrics_url)] {
             warnings.extend(url.as_deref().and_then(|url| exporter_warning(&var, signal, url)));
         }
+        warnings.extend(nowhere);
         let service_name = self.service_name.clone().or_else(|| var("OTEL_SERVICE_NAME"));
         Ok(Some(TelemetryTarget { traces_url, metrics_url, traces_headers, metrics_headers, service_name, warnings }))
+    }
+
+    /// Whether the table names any endpoint: then it decides for every signal, and none is
+    /// taken from the environment.
+    fn table_decides(&self) -> bool {
+        self.endpoint.is_some() || self.traces_endpoint.is_some() || self.metrics_endpoint.is_some()
     }
 
     /// The URL of one `signal` (`traces`, `metrics`) and where it was given: the table's own
@@ -215,14 +237,10 @@ impl TelemetryConfig {
         let own_var = format!("OTEL_EXPORTER_OTLP_{}_ENDPOINT", signal.to_ascii_uppercase());
         let base = |written: String, from: String| Given { url: with_path(&written, signal), written, from };
         let whole = |written: String, from: String| Given { url: written.clone(), written, from };
-        // A table that names any endpoint decides for every signal: none is taken from the
-        // environment then.
-        let table_decides =
-            self.endpoint.is_some() || self.traces_endpoint.is_some() || self.metrics_endpoint.is_some();
         match (own, &self.endpoint) {
             (Some(u), _) => Some(whole(u.clone(), self.at(&format!("{signal}_endpoint")))),
             (None, Some(u)) => Some(base(u.clone(), self.at("endpoint"))),
-            (None, None) if table_decides => None,
+            (None, None) if self.table_decides() => None,
             (None, None) => match (var(&own_var), var("OTEL_EXPORTER_OTLP_ENDPOINT")) {
                 (Some(u), _) => Some(whole(u, own_var)),
                 (None, Some(u)) => Some(base(u, "OTEL_EXPORTER_OTLP_ENDPOINT".to_string())),
@@ -301,15 +319,56 @@ fn exporter_warning(var: &dyn Fn(&str) -> Option<String>, signal: &str, url: &st
     let name = format!("OTEL_{}_EXPORTER", signal.to_ascii_uppercase());
     let value = var(&name)?;
     let known = |e: &str| e.eq_ignore_ascii_case("otlp") || e.eq_ignore_ascii_case("none");
-    if value.split(',').map(|e| e.trim_matches([' ', '\t'])).all(known) {
+    if exporters(&value).all(known) {
         return None;
     }
-    let shown: String = value.chars().take(64).collect::<String>().escape_debug().collect();
-    let cut = if value.chars().count() > 64 { "..." } else { "" };
     Some(format!(
-        "{name} is `{shown}{cut}`: switchyard exports {signal} over OTLP only (`otlp`, or `none` for no {signal}), and sends them as OTLP/HTTP to {} all the same",
+        "{name} is `{}`: switchyard exports {signal} over OTLP only (`otlp`, or `none` for no {signal}), and sends them as OTLP/HTTP to {} all the same",
+        shown_value(&value),
         TelemetryTarget::shown(url)
     ))
+}
+
+/// The warning for `OTEL_{SIGNAL}_EXPORTER` asking for `signal` (`otlp`, `console`, ...) while
+/// no endpoint is set for it: nothing is sent, and that must not go unsaid. A console exporter
+/// is never made: switchyard's stdout carries the MCP protocol alone. `table_decides`: the fix
+/// is in `[telemetry]`, whose endpoints are taken over the environment's.
+fn nowhere_warning(var: &dyn Fn(&str) -> Option<String>, signal: &str, table_decides: bool) -> Option<String> {
+    let name = format!("OTEL_{}_EXPORTER", signal.to_ascii_uppercase());
+    let value = var(&name)?;
+    let named = |what: &str| exporters(&value).any(|e| e.eq_ignore_ascii_case(what));
+    if exporters(&value).all(|e| e.eq_ignore_ascii_case("none")) {
+        return None;
+    }
+    // Short enough that `status` (which keeps 300 characters of a warning) shows the fix.
+    let fix = if table_decides {
+        format!("add endpoint or {signal}_endpoint to [telemetry]")
+    } else {
+        "set OTEL_EXPORTER_OTLP_ENDPOINT (e.g. http://127.0.0.1:4318) or [telemetry] endpoint".to_string()
+    };
+    let head = format!("{name} is `{}`", shown_value(&value));
+    let nothing = format!("no endpoint is set: {signal} go nowhere; {fix}");
+    Some(if named("console") {
+        format!(
+            "{head}: switchyard prints no {signal} (its stdout carries the MCP protocol alone), it sends them over OTLP only, and {nothing}"
+        )
+    } else if exporters(&value).all(|e| e.eq_ignore_ascii_case("otlp") || e.eq_ignore_ascii_case("none")) {
+        format!("{head}, but {nothing}")
+    } else {
+        format!("{head}: switchyard sends {signal} over OTLP only, and {nothing}")
+    })
+}
+
+/// The exporters an `OTEL_{SIGNAL}_EXPORTER` value names (a comma-separated list).
+fn exporters(value: &str) -> impl Iterator<Item = &str> + Clone {
+    value.split(',').map(|e| e.trim_matches([' ', '\t']))
+}
+
+/// An exporter variable's value for a warning: as given, escaped, and cut when long (it names
+/// an exporter, not a secret).
+fn shown_value(value: &str) -> String {
+    let shown: String = value.chars().take(64).collect::<String>().escape_debug().collect();
+    if value.chars().count() > 64 { format!("{shown}...") } else { shown }
 }
 
 /// The headers of `OTEL_EXPORTER_OTLP_HEADERS` (or a signal's own variant, `var`): `key=value`
@@ -585,6 +644,52 @@ mod tests {
         let odd = env_of(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:1"), ("OTEL_TRACES_EXPORTER", "a\nb")]);
         let w = &TelemetryConfig::default().target(&odd).unwrap().unwrap().warnings[0];
         assert!(w.starts_with("OTEL_TRACES_EXPORTER is `a\\nb`: ") && !w.contains('\n'), "{w}");
+    }
+
+    /// `console` (or any exporter) asked for with no endpoint: switchyard has no console
+    /// exporter (its stdout carries the MCP protocol), and the signal goes nowhere; that is said
+    /// once, with how to send it, and not when the user turned the signal or all off.
+    #[test]
+    fn an_exporter_asked_for_with_no_endpoint_is_warned_that_nothing_is_sent() {
+        let t = TelemetryConfig::default().target(&env_of(&[("OTEL_TRACES_EXPORTER", "console")])).unwrap();
+        let t = t.expect("a target with no URL that carries the warning");
+        assert_eq!((t.traces_url.as_deref(), t.metrics_url.as_deref()), (None, None));
+        assert_eq!(
+            t.warnings,
+            vec![
+                "OTEL_TRACES_EXPORTER is `console`: switchyard prints no traces (its stdout carries the MCP protocol alone), it sends them over OTLP only, and no endpoint is set: traces go nowhere; set OTEL_EXPORTER_OTLP_ENDPOINT (e.g. http://127.0.0.1:4318) or [telemetry] endpoint"
+            ]
+        );
+        let env = env_of(&[("OTEL_TRACES_EXPORTER", "otlp"), ("OTEL_METRICS_EXPORTER", "Console,zipkin")]);
+        let t = TelemetryConfig::default().target(&env).unwrap().unwrap();
+        assert_eq!(t.warnings.len(), 2, "{:?}", t.warnings);
+        let w = &t.warnings;
+        assert!(
+            w[0].starts_with("OTEL_TRACES_EXPORTER is `otlp`, but no endpoint is set: traces go nowhere; set "),
+            "{w:?}"
+        );
+        assert!(w[1].starts_with("OTEL_METRICS_EXPORTER is `Console,zipkin`: switchyard prints no metrics "), "{w:?}");
+        // All of it fits in what `status` keeps of a warning (300 characters).
+        assert!(w.iter().all(|w| w.chars().count() < 300), "{w:?}");
+        // A table that names where traces go decides for metrics too: the fix is in the table.
+        let env = env_of(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:1"), ("OTEL_METRICS_EXPORTER", "zipkin")]);
+        let t = table("traces_endpoint = \"http://file:3/v1/traces\"").target(&env).unwrap().unwrap();
+        assert_eq!((t.traces_url.as_deref(), t.metrics_url.as_deref()), (Some("http://file:3/v1/traces"), None));
+        assert_eq!(
+            t.warnings,
+            vec![
+                "OTEL_METRICS_EXPORTER is `zipkin`: switchyard sends metrics over OTLP only, and no endpoint is set: metrics go nowhere; add endpoint or metrics_endpoint to [telemetry]"
+            ]
+        );
+        // Off on purpose: nothing to say.
+        for pairs in [
+            &[("OTEL_TRACES_EXPORTER", "none")][..],
+            &[("OTEL_TRACES_EXPORTER", "none"), ("OTEL_METRICS_EXPORTER", "none")],
+            &[("OTEL_TRACES_EXPORTER", "console"), ("OTEL_SDK_DISABLED", "true")],
+        ] {
+            assert_eq!(TelemetryConfig::default().target(&env_of(pairs)).unwrap(), None, "{pairs:?}");
+        }
+        assert_eq!(table("enabled = false").target(&env_of(&[("OTEL_TRACES_EXPORTER", "console")])).unwrap(), None);
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! What the outside trial of traces and metrics found at their edges, through the real binary
 //! and the real OTLP receiver (see [`super::telemetry`]): the span of a resources/subscribe
 //! (answered by switchyard itself), what `status` says is exported (metrics alone; a typo in
-//! `[telemetry]` while the daemon runs on the last version that loaded), and an
-//! `OTEL_TRACES_EXPORTER` switchyard does not have.
+//! `[telemetry]` while the daemon runs on the last version that loaded), an
+//! `OTEL_TRACES_EXPORTER` switchyard does not have, and a console exporter with no endpoint.
 
 use std::time::{Duration, Instant};
 
@@ -109,4 +109,68 @@ async fn an_exporter_switchyard_does_not_have_is_warned_once_and_otlp_sent() {
     let want = "OTEL_TRACES_EXPORTER is `zipkin`: switchyard exports traces over OTLP only";
     assert!(lines[0].contains("WARN") && lines[0].contains(want), "{}", lines[0]);
     assert!(lines[0].contains(&format!("to {}/v1/traces all the same", receiver.endpoint())), "{}", lines[0]);
+}
+
+/// `OTEL_TRACES_EXPORTER=console` and `OTEL_METRICS_EXPORTER=console` with no endpoint: nothing
+/// on stdout (a `run`'s stdout carries the MCP protocol alone), nothing exported, and each said
+/// once in the log at start, which `status` shows among its recent warnings, beside `off`.
+#[tokio::test]
+async fn a_console_exporter_with_no_endpoint_is_warned_once_and_status_shows_it() {
+    let console = [("OTEL_TRACES_EXPORTER", "console"), ("OTEL_METRICS_EXPORTER", "console")];
+    let mut router = fixture_router(&[], &console);
+    let mut client = router.client();
+    client.initialize().await;
+    assert_eq!(client.call_text("echo", json!({"text": "c"})).await, "c", "stdout carries answers alone");
+    let until = Instant::now() + Duration::from_secs(5);
+    let log = loop {
+        let log = router.stderr.text();
+        if log.contains("OTEL_METRICS_EXPORTER") || Instant::now() > until {
+            break log;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    for signal in ["traces", "metrics"] {
+        let name = format!("OTEL_{}_EXPORTER", signal.to_uppercase());
+        let lines: Vec<&str> = log.lines().filter(|l| l.contains(&name)).collect();
+        assert_eq!(lines.len(), 1, "{log}");
+        let want = format!("{name} is `console`: switchyard prints no {signal} ");
+        assert!(lines[0].contains("WARN") && lines[0].contains(&want), "{}", lines[0]);
+        assert!(lines[0].contains(&format!("{signal} go nowhere; set OTEL_EXPORTER_OTLP_ENDPOINT")), "{}", lines[0]);
+    }
+
+    // The daemon `connect` starts inherits the variables; status says both are off, and why.
+    let home = Home::new();
+    home.write_config(&home.fixture("alpha", &[]));
+    let config = home.config_str();
+    let mut envs = home.envs();
+    envs.extend(console.map(|(k, v)| (k.to_string(), v.to_string())));
+    let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let argv = [switchyard_testkit::bin(), "connect", "alpha", "--config", &config].map(String::from);
+    let mut connect = switchyard_testkit::Proc::spawn_env("connect alpha", &argv, &envs);
+    let mut client = connect.client();
+    client.initialize().await;
+    let s = home.status_json().await;
+    assert_eq!((s["traces"].clone(), s["metrics"].clone()), (Value::Null, Value::Null), "{s}");
+    let recent = s["recent_errors"].as_array().cloned().unwrap_or_default();
+    for signal in ["TRACES", "METRICS"] {
+        let said = recent
+            .iter()
+            .filter(|r| {
+                r["message"].as_str().is_some_and(|m| m.contains(&format!("OTEL_{signal}_EXPORTER is `console`")))
+            })
+            .count();
+        assert_eq!(said, 1, "{s}");
+    }
+    let text = home.status_text().await;
+    assert!(text.contains("  traces: off\n  metrics: off\n"), "{text}");
+    assert!(text.contains("WARN OTEL_TRACES_EXPORTER is `console`: switchyard prints no traces"), "{text}");
+    assert!(
+        text.contains(
+            "metrics go nowhere; set OTEL_EXPORTER_OTLP_ENDPOINT (e.g. http://127.0.0.1:4318) or [telemetry] endpoint\n"
+        ),
+        "{text}"
+    );
+    client.close().await;
+    connect.wait_timeout(Duration::from_secs(10)).await;
+    home.shutdown().await;
 }
