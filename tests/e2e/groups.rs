@@ -351,9 +351,11 @@ async fn a_group_client_gets_each_request_answered_once_and_a_bad_envelope_refus
         assert_eq!(r["error"]["code"], code, "{line}: {r}");
         assert!(r["error"]["message"].as_str().unwrap().contains(why), "{line}: {r}");
     }
+    // An id that is no string or integer cannot be read: answered under null (JSON-RPC).
     c.send_raw(r#"{"jsonrpc":"2.0","id":true,"method":"ping"}"#).await;
-    let r = c.recv_until(|m| is_response(m) && m["id"] == true).await;
+    let r = c.recv_until(|m| is_response(m) && m["id"].is_null()).await;
     assert_eq!(r["error"]["code"], -32600, "{r}");
+    assert!(r["error"]["message"].as_str().unwrap().contains("not a boolean"), "{r}");
     // Nothing was left booked: stdin's end brings no second answer.
     c.close().await;
     let after = c.expect_eof().await;

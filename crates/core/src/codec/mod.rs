@@ -135,19 +135,18 @@ pub fn parse(line: &str) -> Result<Envelope, ParseError> {
         Some(members) => members,
         None => read_members(line)?,
     };
-    // The id's text is copied only for an error (not for every message).
-    let invalid = |reason: &str| ParseError::Invalid { reason: reason.to_string(), id: raw.id.map(str::to_string) };
+    // Only an error response may carry id null (it answers a request it could not read).
+    let null_ok = raw.method.is_none() && raw.result.is_none() && raw.error.is_some();
+    let id_fault = raw.id.and_then(|id| id_fault(id, null_ok));
+    // The id's text is copied only for an error (not for every message), and only when it reads
+    // as an id: JSON-RPC answers a request whose id it could not read under `null`.
+    let reply_id = raw.id.filter(|_| id_fault.is_none());
+    let invalid = |reason: &str| ParseError::Invalid { reason: reason.to_string(), id: reply_id.map(str::to_string) };
     if raw.jsonrpc.as_deref() != Some("2.0") {
         return Err(invalid("`jsonrpc` must be \"2.0\""));
     }
-    if let Some(id) = raw.id {
-        let t = id.as_bytes()[0];
-        let ok = t == b'"' || t == b'-' || t.is_ascii_digit();
-        // Only an error response may carry id null (it answers a request it could not read).
-        let null_ok = raw.method.is_none() && raw.result.is_none() && raw.error.is_some() && id == "null";
-        if !ok && !null_ok {
-            return Err(invalid("`id` must be a string or a number"));
-        }
+    if let Some(fault) = id_fault {
+        return Err(invalid(&format!("`id` must be a string or an integer, not {fault}")));
     }
     let id = raw.id.map(|r| span(line, r));
     if let Some(m) = raw.method {
@@ -237,6 +236,39 @@ pub const METHODS: &[&str] = &[
     "notifications/elicitation/complete",
     "notifications/subscriptions/acknowledged",
 ];
+
+/// What is wrong with `id` (a member's JSON text) as a message's id, None when nothing is: it is
+/// a string, or a number without a fractional part (MCP wants an integer; `1e3` and `-0` are
+/// integers however written, and come back as written), or `null` where `null_ok`.
+fn id_fault(id: &str, null_ok: bool) -> Option<&'static str> {
+    match id.as_bytes()[0] {
+        b'"' => None,
+        b'-' | b'0'..=b'9' if !id.contains(['.', 'e', 'E']) || integral(id) => None,
+        b'-' | b'0'..=b'9' => Some("a number with a fractional part"),
+        b'n' if null_ok => None,
+        b'n' => Some("null"),
+        b't' | b'f' => Some("a boolean"),
+        b'[' => Some("an array"),
+        _ => Some("an object"),
+    }
+}
+
+/// Whether the JSON number `n` (a fraction or an exponent in it) has an integer value: its
+/// digits times ten to the exponent, less the fraction's length, leave no digit after the point.
+fn integral(n: &str) -> bool {
+    let n = n.trim_start_matches('-');
+    let (mantissa, exp) = n.split_once(['e', 'E']).unwrap_or((n, "0"));
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits = || int.bytes().chain(frac.bytes());
+    let zeros = digits().rev().take_while(|b| *b == b'0').count();
+    if zeros == int.len() + frac.len() {
+        return true; // zero
+    }
+    // An exponent past what an i64 holds is far more than any number's digits.
+    let exp: i64 =
+        exp.trim_start_matches('+').parse().unwrap_or(if exp.starts_with('-') { i64::MIN } else { i64::MAX });
+    exp.saturating_add(zeros as i64) >= frac.len() as i64
+}
 
 /// The string a raw `method` value holds (None: it is no string). A plain string (no escape)
 /// naming one of [`METHODS`] is that entry; any other is read as JSON into a copy.
@@ -544,6 +576,37 @@ mod tests {
         assert_eq!(parse(r#"{"jsonrpc":"2.0","id":1,"method":5}"#).unwrap_err().code(), INVALID_REQUEST);
         assert_eq!(parse(r#"{"jsonrpc":"2.0","id":1}"#).unwrap_err().code(), INVALID_REQUEST);
         assert_eq!(parse(r#"{"jsonrpc":"2.0","method":"m","params":3}"#).unwrap_err().code(), INVALID_REQUEST);
+    }
+
+    /// JSON-RPC 2.0: an id is a string, a number (MCP: an integer) or null; an answer to a
+    /// request whose id cannot be read as one carries `"id": null`, never the id as written.
+    #[test]
+    fn an_id_that_is_no_string_or_integer_is_answered_under_null_and_said() {
+        let request = |id: &str| format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#);
+        for (id, what) in [
+            (r#"{"o":1}"#, "an object"),
+            ("true", "a boolean"),
+            ("false", "a boolean"),
+            ("[]", "an array"),
+            ("[1]", "an array"),
+            ("1.5", "a fractional part"),
+            ("-0.25", "a fractional part"),
+            ("15e-1", "a fractional part"),
+        ] {
+            let e = parse(&request(id)).unwrap_err();
+            assert_eq!((e.code(), e.reply_id()), (INVALID_REQUEST, "null"), "{id}");
+            assert!(e.message().contains(what), "{id}: {}", e.message());
+        }
+        // Numbers without a fractional part are integers, however written: echoed as written.
+        for id in ["-0", "1e3", "1.0", "1.50e1", "2E+2", "0.0", "1180591620717411303424", r#""a""#] {
+            let env = parse(&request(id)).unwrap_or_else(|e| panic!("{id}: {e:?}"));
+            assert_eq!(&request(id)[env.id.unwrap()], id);
+        }
+        // An envelope wrong otherwise, whose id is wrong too, is answered under null as well.
+        let e = parse(r#"{"jsonrpc":"1.0","id":true,"method":"x"}"#).unwrap_err();
+        assert_eq!(e.reply_id(), "null");
+        // A response from a server may still carry `null` when it answers an error.
+        assert!(parse(r#"{"jsonrpc":"2.0","id":null,"error":{"code":1,"message":"m"}}"#).is_ok());
     }
 
     #[test]

@@ -260,3 +260,65 @@ impl Session {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::{Value, json};
+    use tokio::io::AsyncWriteExt;
+    use tokio_util::sync::CancellationToken;
+
+    use switchyard_core::codec;
+
+    /// JSON-RPC 2.0: a request whose id is no string and no integer is answered with
+    /// `"id": null` (the id could not be read), saying what is wrong, and reaches no server; an
+    /// integer however written (`1e3`, `-0`) comes back as written. An id still in flight is
+    /// refused under it.
+    #[tokio::test(start_paused = true)]
+    async fn an_id_that_is_no_string_or_integer_is_answered_under_null() {
+        let (server, fake) = crate::call_path_tests::start("", false);
+        let (mut out, mut inbox) = crate::test_session::open(&server, CancellationToken::new());
+        let mut next = async || tokio::time::timeout(Duration::from_secs(60), inbox.recv()).await.unwrap().unwrap();
+        let call = |id: &str, tool: &str| {
+            let args = if tool == "sleep" { r#"{"ms":60000}"# } else { r#"{"text":"x"}"# };
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{args}}}}}"#
+            ) + "\n"
+        };
+        let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+        out.write_all(format!("{init}\n{}\n", r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).as_bytes())
+            .await
+            .unwrap();
+        assert!(next().await.get("result").is_some());
+        for (id, what) in [
+            (r#"{"o":1}"#, "an object"),
+            ("true", "a boolean"),
+            ("false", "a boolean"),
+            ("[]", "an array"),
+            ("1.5", "a fractional part"),
+        ] {
+            out.write_all(call(id, "echo").as_bytes()).await.unwrap();
+            let got: Value = next().await;
+            assert_eq!(
+                (&got["id"], &got["error"]["code"]),
+                (&Value::Null, &json!(codec::INVALID_REQUEST)),
+                "{id}: {got}"
+            );
+            assert!(got["error"]["message"].as_str().unwrap().contains(what), "{id}: {got}");
+        }
+        for id in ["1e3", "-0"] {
+            out.write_all(call(id, "echo").as_bytes()).await.unwrap();
+            let got: Value = next().await;
+            assert!(got.get("result").is_some(), "{id}: {got}");
+        }
+        let echoed = fake.link(0).lines().iter().filter(|l| l.contains(r#""name":"echo""#)).count();
+        assert_eq!(echoed, 2, "only the calls under a valid id reached the server");
+        out.write_all(call("7", "sleep").as_bytes()).await.unwrap();
+        out.write_all(call("7", "echo").as_bytes()).await.unwrap();
+        let got: Value = next().await;
+        assert_eq!(got["id"], 7, "{got}");
+        let why = got["error"]["message"].as_str().unwrap_or_default();
+        assert!(why.contains("id 7 is already in use by a request still in flight"), "{got}");
+    }
+}

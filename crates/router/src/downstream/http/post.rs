@@ -538,6 +538,34 @@ mod tests {
         }
     }
 
+    /// A POSTed request whose id is no string and no integer is answered under `"id": null`
+    /// (JSON-RPC: its id could not be read), saying what is wrong; an integer however written
+    /// is read as the request's id, as written.
+    #[tokio::test]
+    async fn a_posted_id_that_is_no_string_or_integer_is_answered_under_null() {
+        let bodies = Bodies::new(1 << 20);
+        let post = |id: &str| Body::from(format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#));
+        for (id, what) in
+            [(r#"{"o":1}"#, "an object"), ("true", "a boolean"), ("[]", "an array"), ("1.5", "a fractional part")]
+        {
+            match read_message(post(id), 4096, None, &bodies).await {
+                Err(Refusal::Rpc { status, id: answered, code, message }) => {
+                    assert_eq!(
+                        (status, answered.as_str(), code),
+                        (StatusCode::BAD_REQUEST, "null", codec::INVALID_REQUEST),
+                        "{id}"
+                    );
+                    assert!(message.contains(what), "{id}: {message}");
+                }
+                _ => panic!("{id}: not refused as JSON-RPC"),
+            }
+        }
+        for id in ["1e3", "-0", r#""s""#] {
+            let Ok(Parsed::Request(call)) = read_message(post(id), 4096, None, &bodies).await else { panic!("{id}") };
+            assert_eq!(call.id(), id);
+        }
+    }
+
     #[test]
     fn the_headers_tracestate_is_one_list_never_an_empty_value() {
         let of = |values: &[&str]| {

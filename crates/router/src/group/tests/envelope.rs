@@ -120,8 +120,8 @@ async fn a_bad_envelope_or_bad_params_is_refused_and_says_what_is_wrong() {
     c.names("tools/list", "tools").await;
     let refused = [
         (r#"{"jsonrpc":"1.0","id":"v","method":"ping"}"#, json!("v"), "`jsonrpc` must be \"2.0\""),
-        (r#"{"jsonrpc":"2.0","id":{"o":1},"method":"ping"}"#, json!({"o": 1}), "`id` must be a string or a number"),
-        (r#"{"jsonrpc":"2.0","id":true,"method":"ping"}"#, json!(true), "`id` must be a string or a number"),
+        (r#"{"jsonrpc":"2.0","id":{"o":1},"method":"ping"}"#, Value::Null, "`id` must be a string or an integer"),
+        (r#"{"jsonrpc":"2.0","id":true,"method":"ping"}"#, Value::Null, "`id` must be a string or an integer"),
         (r#"{"jsonrpc":"2.0","id":"d1","id":"d2","method":"ping"}"#, Value::Null, "duplicate field `id`"),
         (
             r#"{"jsonrpc":"2.0","id":"s","method":"tools/call","params":"string"}"#,
@@ -153,5 +153,37 @@ async fn a_bad_envelope_or_bad_params_is_refused_and_says_what_is_wrong() {
     );
     // None of them reached the server.
     assert!(received(&fa.link(0), "tools/call").is_empty());
+    c.leave().await;
+}
+
+/// JSON-RPC 2.0: a request whose id is no string and no integer is answered with `"id": null`
+/// (the id could not be read), saying what is wrong; an integer however written (`1e3`, `-0`)
+/// comes back as written.
+#[tokio::test(start_paused = true)]
+async fn an_id_that_is_no_string_or_integer_is_answered_under_null() {
+    let fa = FakeConnector::new(behaviour("a"));
+    let mut c = Client::open(group(&["a"]), vec![Ok(server("a", &fa))]);
+    c.initialize(json!({})).await;
+    for (i, (id, what)) in [
+        (r#"{"o":1}"#, "an object"),
+        ("true", "a boolean"),
+        ("false", "a boolean"),
+        ("[]", "an array"),
+        ("1.5", "a fractional part"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        c.write_line(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#)).await;
+        fence(&mut c, &format!("f{i}")).await;
+        let got = c.take(|m| m.get("error").is_some()).await;
+        assert_eq!((&got["id"], &got["error"]["code"]), (&Value::Null, &json!(codec::INVALID_REQUEST)), "{id}: {got}");
+        assert!(got["error"]["message"].as_str().unwrap().contains(what), "{id}: {got}");
+    }
+    for id in ["1e3", "-0"] {
+        c.write_line(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#)).await;
+        fence(&mut c, id).await;
+        assert_eq!(raw_with(&c, &format!(r#""id":{id},"result""#)).len(), 1, "{:?}", c.raw.lock().unwrap());
+    }
     c.leave().await;
 }
