@@ -8,6 +8,7 @@
 //! appear as their SHA-256 only, unless the config asks for the arguments themselves.
 
 mod file;
+mod json;
 pub mod time;
 mod writer;
 
@@ -196,7 +197,16 @@ pub fn sha256(bytes: &[u8]) -> [u8; 32] {
 impl Record {
     /// The record as one line of JSON (no newline).
     pub fn line(&self) -> String {
-        serde_json::to_string(self).expect("a record always serialises")
+        let mut out = Vec::with_capacity(512);
+        self.write_line(&mut out, None);
+        String::from_utf8(out).expect("a record's line is its texts' UTF-8 and ASCII")
+    }
+
+    /// Appends the record as one line of JSON (no newline) to `out`, with what `deferred` fills
+    /// in (the time, the arguments' hash) when given: the bytes `serde_json::to_writer` writes
+    /// for the record so filled, written by hand (the audit writer does this for every call).
+    pub fn write_line(&self, out: &mut Vec<u8>, deferred: Option<&Deferred>) {
+        json::write_record(out, self, deferred);
     }
 }
 

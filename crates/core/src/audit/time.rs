@@ -21,6 +21,37 @@ pub fn write_rfc3339(out: &mut String, t: SystemTime) {
     write!(out, "{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{ms:03}Z").expect("a String takes any text");
 }
 
+/// Appends `t` as [`rfc3339`] writes it to `out`, digit by digit (the audit writer's line
+/// buffer; no formatting machinery per line).
+pub fn push_rfc3339(out: &mut Vec<u8>, t: SystemTime) {
+    let since = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs();
+    let (days, rest) = ((secs / 86_400) as i64, secs % 86_400);
+    let (y, m, d) = civil_from_days(days);
+    if y > 9999 {
+        // Past the four digits the fixed layout has room for: as `write!` pads it.
+        let mut text = String::new();
+        write_rfc3339(&mut text, t);
+        out.extend_from_slice(text.as_bytes());
+        return;
+    }
+    let mut b = *b"0000-00-00T00:00:00.000Z";
+    let mut put = |at: usize, width: usize, mut n: u64| {
+        for i in (at..at + width).rev() {
+            b[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+        }
+    };
+    put(0, 4, y as u64);
+    put(5, 2, m as u64);
+    put(8, 2, d as u64);
+    put(11, 2, rest / 3600);
+    put(14, 2, rest / 60 % 60);
+    put(17, 2, rest % 60);
+    put(20, 3, u64::from(since.subsec_millis()));
+    out.extend_from_slice(&b);
+}
+
 /// An RFC 3339 time (`2026-11-29T14:03:07Z`, `...07.5+01:00`, a date alone as its midnight UTC).
 pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
     let t = text.trim();
@@ -103,6 +134,13 @@ mod tests {
         assert_eq!(parse_rfc3339(&text), Some(t));
         assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
         assert_eq!(rfc3339(UNIX_EPOCH + Duration::from_secs(951_782_400)), "2000-02-29T00:00:00.000Z");
+        // The audit writer's digits are the formatter's, past year 9999 too.
+        for ms in [0, 5, 951_782_400_000, 1_795_960_987_123, 253_402_300_799_999, 253_402_300_800_000, 1 << 60] {
+            let t = UNIX_EPOCH + Duration::from_millis(ms);
+            let mut bytes = Vec::new();
+            push_rfc3339(&mut bytes, t);
+            assert_eq!(String::from_utf8(bytes).unwrap(), rfc3339(t), "{ms}");
+        }
         // Offsets move the instant; a date alone is its midnight UTC.
         let plus = parse_rfc3339("2026-11-29T15:03:07.123+01:00").unwrap();
         assert_eq!(plus, t);

@@ -71,35 +71,6 @@ pub struct Deferred {
     pub arguments_sha256: Option<[u8; 32]>,
 }
 
-/// The writer's buffers for the texts of [`Deferred`], kept from line to line.
-#[derive(Default)]
-struct Texts {
-    time: String,
-    sha256: String,
-}
-
-impl Texts {
-    /// Writes what `deferred` holds into `record`, in the buffers.
-    fn fill(&mut self, record: &mut Record, deferred: &Deferred) {
-        self.time.clear();
-        super::time::write_rfc3339(&mut self.time, deferred.ended);
-        record.time = std::mem::take(&mut self.time);
-        if let Some(digest) = &deferred.arguments_sha256 {
-            self.sha256.clear();
-            crate::ids::write_hex(&mut self.sha256, digest);
-            record.arguments_sha256 = Some(std::mem::take(&mut self.sha256));
-        }
-    }
-
-    /// Takes the buffers back from a record written.
-    fn take_back(&mut self, record: &mut Record, deferred: &Deferred) {
-        self.time = std::mem::take(&mut record.time);
-        if deferred.arguments_sha256.is_some() {
-            self.sha256 = record.arguments_sha256.take().unwrap_or_default();
-        }
-    }
-}
-
 /// What the callers and the writer thread share.
 struct Shared {
     path: PathBuf,
@@ -372,7 +343,6 @@ fn write_loop(mut file: AuditFile, rx: Receiver<Msg>, shared: &Shared) {
     // Which of the batch's lines are those of refused calls.
     let mut refusals = Vec::new();
     let mut flushes = Vec::new();
-    let mut texts = Texts::default();
     // The last tick found no line.
     let mut quiet = true;
     loop {
@@ -397,7 +367,7 @@ fn write_loop(mut file: AuditFile, rx: Receiver<Msg>, shared: &Shared) {
                 match rx.try_recv() {
                     Ok(Msg::Line(line)) => {
                         let refusal = line.refusal;
-                        if add_line(&mut batch, line, &mut texts, shared) {
+                        if add_line(&mut batch, line, shared) {
                             lines += 1;
                             refusals.push(refusal);
                         } else {
@@ -435,23 +405,12 @@ fn write_loop(mut file: AuditFile, rx: Receiver<Msg>, shared: &Shared) {
     }
 }
 
-/// Adds `line` to `batch`, within [`MAX_LINE`]; false when it is lost. `texts`: the buffers
-/// for what the writer writes into it, taken back once the line is written.
-fn add_line(batch: &mut Vec<u8>, line: Line, texts: &mut Texts, shared: &Shared) -> bool {
+/// Adds `line` to `batch`, within [`MAX_LINE`]; false when it is lost. What the writer puts
+/// in the record (its [`Deferred`]) is written straight into the line.
+fn add_line(batch: &mut Vec<u8>, line: Line, shared: &Shared) -> bool {
     let Line { mut record, deferred, refusal } = line;
-    if let Some(d) = &deferred {
-        texts.fill(&mut record, d);
-    }
-    let added = add_record(batch, &mut record, refusal, shared);
-    if let Some(d) = &deferred {
-        texts.take_back(&mut record, d);
-    }
-    added
-}
-
-fn add_record(batch: &mut Vec<u8>, record: &mut Record, refusal: bool, shared: &Shared) -> bool {
     let start = batch.len();
-    serde_json::to_writer(&mut *batch, &*record).expect("a record always serialises");
+    record.write_line(batch, deferred.as_ref());
     if batch.len() - start > MAX_LINE && record.arguments.is_some() {
         batch.truncate(start);
         record.arguments = None;
@@ -462,7 +421,7 @@ fn add_record(batch: &mut Vec<u8>, record: &mut Record, refusal: bool, shared: &
             "audit log: the arguments of a call would make its line longer than {} MiB; it is written without them (their SHA-256 is kept)",
             MAX_LINE >> 20
         );
-        serde_json::to_writer(&mut *batch, &*record).expect("a record always serialises");
+        record.write_line(batch, deferred.as_ref());
     }
     if batch.len() - start > MAX_LINE {
         batch.truncate(start);
