@@ -222,12 +222,6 @@ async fn ten_thousand_calls_with_servers_killed_each_have_their_line_and_no_secr
     assert!(ok && table.is_empty() && err.contains("no calls match"), "{table}{err}");
 }
 
-/// A client that leaves: its input closed, then its process gone.
-async fn leave(mut p: Proc, mut c: Client) {
-    c.close().await;
-    p.wait_timeout(Duration::from_secs(10)).await;
-}
-
 #[tokio::test]
 async fn the_daemon_s_log_is_0600_and_one_key_turns_it_off() {
     let home = Home::new();

@@ -15,26 +15,6 @@ use switchyard_testkit::*;
 const LONG_A: &str = "create_or_update_the_branch_protection_rule_of_a_repository_for_an_organisation_a";
 const LONG_B: &str = "create_or_update_the_branch_protection_rule_of_a_repository_for_an_organisation_b";
 
-/// `connect NAME` and an initialized client whose clientInfo.name is `client`.
-async fn client_named(home: &Home, server: &str, client: &str) -> (Proc, Client, Value) {
-    let mut p = home.connect(server);
-    let mut c = p.client();
-    let init = c
-        .request(
-            "initialize",
-            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": client, "version": "1"}}),
-        )
-        .await;
-    assert!(init["result"].is_object(), "initialize failed: {init}");
-    c.notify("notifications/initialized", json!({})).await;
-    (p, c, init)
-}
-
-fn names(list: &Value) -> Vec<String> {
-    let tools = list["result"]["tools"].as_array().unwrap_or_else(|| panic!("no tools in {list}"));
-    tools.iter().map(|t| t["name"].as_str().unwrap_or_default().to_string()).collect()
-}
-
 fn list_changes(seen: &[Value], buffered: &std::collections::VecDeque<Value>) -> usize {
     seen.iter().chain(buffered).filter(|m| m["method"] == "notifications/tools/list_changed").count()
 }
@@ -46,8 +26,8 @@ fn list_changes(seen: &[Value], buffered: &std::collections::VecDeque<Value>) ->
 async fn a_name_over_claude_codes_budget_is_shortened_and_called_back() {
     let home = Home::new();
     home.write_config(&home.fixture("fx", &["--extra-tool", LONG_A, "--extra-tool", LONG_B]));
-    let (_p, mut c, _) = client_named(&home, "fx", "claude-code").await;
-    let shown = names(&c.request("tools/list", json!({})).await);
+    let (_p, mut c) = home.client_named("fx", "claude-code").await;
+    let shown = tool_names(&c.request("tools/list", json!({})).await);
     assert!(shown.iter().all(|n| "mcp__fx__".len() + n.chars().count() <= 64), "{shown:?}");
     assert!(shown.contains(&"echo".to_string()), "a name that fits stays: {shown:?}");
     let short: Vec<&String> = shown.iter().filter(|n| n.starts_with("create_or_update")).collect();
@@ -61,8 +41,8 @@ async fn a_name_over_claude_codes_budget_is_shortened_and_called_back() {
     assert_eq!(ran, vec![format!("{LONG_A} ran"), format!("{LONG_B} ran")]);
 
     // The same names again in a second session: a plan depends on the names only.
-    let (_p2, mut c2, _) = client_named(&home, "fx", "claude-code").await;
-    assert_eq!(names(&c2.request("tools/list", json!({})).await), shown);
+    let (_p2, mut c2) = home.client_named("fx", "claude-code").await;
+    assert_eq!(tool_names(&c2.request("tools/list", json!({})).await), shown);
 
     let status = home.status_json().await;
     let text = status.to_string();
@@ -81,7 +61,7 @@ async fn list_changed_reaches_a_client_only_when_its_list_changed() {
     let home = Home::new();
     // A server that does not say its tools may change: switchyard does, for it.
     home.write_config(&home.fixture("fx", &["--no-list-changed"]));
-    let (_p, mut c, init) = client_named(&home, "fx", "e2e").await;
+    let (_p, mut c, init) = home.initialized(&["fx"], "e2e", json!({})).await;
     assert_eq!(init["result"]["capabilities"]["tools"]["listChanged"], true, "{init}");
     c.request("tools/list", json!({})).await;
 
@@ -104,9 +84,9 @@ async fn list_changed_reaches_a_client_only_when_its_list_changed() {
 async fn search_mode_finds_and_calls_a_tool() {
     let home = Home::new();
     home.write_config(&format!("{}\n[budgets.e2e-search]\nexpose = \"search\"\n", home.fixture("fx", &[])));
-    let (_p, mut c, init) = client_named(&home, "fx", "e2e-search").await;
+    let (_p, mut c, init) = home.initialized(&["fx"], "e2e-search", json!({})).await;
     assert_eq!(init["result"]["capabilities"]["tools"]["listChanged"], true, "{init}");
-    assert_eq!(names(&c.request("tools/list", json!({})).await), vec!["search_tools", "call_tool"]);
+    assert_eq!(tool_names(&c.request("tools/list", json!({})).await), vec!["search_tools", "call_tool"]);
 
     let found = c.call_tool("search_tools", json!({"query": "returns its text", "limit": 3})).await;
     let tools = found["result"]["structuredContent"]["tools"].as_array().cloned().unwrap_or_default();
@@ -136,18 +116,8 @@ async fn a_group_keeps_its_members_names_within_the_budget() {
     let home = Home::new();
     let fixture = home.fixture("fx", &["--extra-tool", LONG_A, "--extra-tool", LONG_B]);
     home.write_config(&format!("{fixture}\n[groups.g]\nservers = [\"fx\"]\n"));
-    let config = home.config_str();
-    let mut p = home.spawn("connect --group g", &["connect", "--group", "g", "--config", &config]);
-    let mut c = p.client();
-    let init = c
-        .request(
-            "initialize",
-            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "claude-code", "version": "1"}}),
-        )
-        .await;
-    assert!(init["result"].is_object(), "{init}");
-    c.notify("notifications/initialized", json!({})).await;
-    let shown = names(&c.request("tools/list", json!({})).await);
+    let (_p, mut c) = home.client_as(&["--group", "g"], "claude-code", json!({})).await;
+    let shown = tool_names(&c.request("tools/list", json!({})).await);
     assert!(shown.iter().all(|n| "mcp__g__".len() + n.chars().count() <= 64), "{shown:?}");
     assert!(shown.contains(&"fx__echo".to_string()), "{shown:?}");
     let short: Vec<&String> = shown.iter().filter(|n| n.starts_with("fx__create_or_update")).collect();
@@ -172,7 +142,7 @@ async fn search_mode_through_a_group_finds_and_calls_every_members_tools() {
     let mut p = home.spawn("connect --group g", &["connect", "--group", "g", "--config", &config]);
     let mut c = p.client();
     c.initialize().await;
-    assert_eq!(names(&c.request("tools/list", json!({})).await), vec!["search_tools", "call_tool"]);
+    assert_eq!(tool_names(&c.request("tools/list", json!({})).await), vec!["search_tools", "call_tool"]);
 
     let found = c.call_tool("search_tools", json!({"query": "process id", "limit": 2})).await;
     let mut top: Vec<String> = found["result"]["structuredContent"]["tools"]
@@ -202,8 +172,8 @@ async fn search_mode_through_a_group_finds_and_calls_every_members_tools() {
 async fn a_list_over_the_count_budget_is_passed_whole_and_said() {
     let home = Home::new();
     home.write_config(&format!("{}\n[budgets.e2e]\ntools_max = 5\n", home.fixture("fx", &[])));
-    let (_p, mut c, _) = client_named(&home, "fx", "e2e").await;
-    let shown = names(&c.request("tools/list", json!({})).await);
+    let (_p, mut c) = home.client_named("fx", "e2e").await;
+    let shown = tool_names(&c.request("tools/list", json!({})).await);
     assert!(shown.len() > 5, "the whole list: {shown:?}");
     c.request("tools/list", json!({})).await;
     let human = home.status_text().await;
@@ -225,11 +195,11 @@ async fn a_list_over_the_count_budget_is_passed_whole_and_said() {
 async fn a_found_tool_joins_the_list_of_a_client_that_acts_on_list_changed() {
     let home = Home::new();
     home.write_config(&format!("{}\n[budgets.claude]\nexpose = \"search\"\n", home.fixture("fx", &[])));
-    let (_p, mut c, _) = client_named(&home, "fx", "claude-code").await;
-    assert_eq!(names(&c.request("tools/list", json!({})).await), vec!["search_tools", "call_tool"]);
+    let (_p, mut c) = home.client_named("fx", "claude-code").await;
+    assert_eq!(tool_names(&c.request("tools/list", json!({})).await), vec!["search_tools", "call_tool"]);
     c.call_text("search_tools", json!({"query": "returns its text", "limit": 1})).await;
     c.recv_notification("notifications/tools/list_changed").await;
-    assert_eq!(names(&c.request("tools/list", json!({})).await), vec!["search_tools", "call_tool", "echo"]);
+    assert_eq!(tool_names(&c.request("tools/list", json!({})).await), vec!["search_tools", "call_tool", "echo"]);
     assert_eq!(c.call_text("echo", json!({"text": "direct"})).await, "direct");
     // Found again: nothing new, no notice.
     c.call_text("search_tools", json!({"query": "returns its text", "limit": 1})).await;

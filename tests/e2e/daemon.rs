@@ -27,12 +27,6 @@ fn init_params(client: &str, version: &str) -> Value {
     })
 }
 
-/// A client leaves: it closes `connect`'s stdin, and `connect` exits.
-async fn leave(mut p: Proc, mut c: Client) {
-    c.close().await;
-    p.wait_timeout(SLOW).await;
-}
-
 /// Server `name` as `sh -c SCRIPT SWITCHYARD FILE`: the script reads FILE (which the test edits
 /// between daemons; the config, and so the key of what a daemon remembers, stays the same) to
 /// decide how the fixture starts, as `"$0" fixture ...`.

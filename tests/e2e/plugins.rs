@@ -2,26 +2,16 @@
 //! safety, rejection, tools/list_changed, hot reload under load, plugins that print or panic,
 //! configured plugins that cannot run, and a hostile plugin that must not stall other sessions.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::setup::*;
 use serde_json::{Value, json};
+use switchyard_testkit::daemon::example;
 use switchyard_testkit::*;
-
-fn example(name: &str) -> PathBuf {
-    switchyard_testkit::example_plugins().join(name)
-}
 
 fn fixture_plugin(name: &str) -> PathBuf {
     switchyard_testkit::broken_plugins().join(name)
-}
-
-/// Copies `from` into the plugins directory as `name`, written beside and renamed into place.
-fn install(plugins: &Path, from: &Path, name: &str) {
-    let staged = plugins.join(format!(".{name}.tmp"));
-    std::fs::copy(from, &staged).unwrap();
-    std::fs::rename(&staged, plugins.join(name)).unwrap();
 }
 
 /// hints marks the fixture's write/read read-only (so clients would run them in parallel);
@@ -119,7 +109,7 @@ config = { deny = { "crash" = "crashing the server is not allowed here", "read" 
     let plugins = s.plugins_dir();
     poll_read(&mut s.client, false).await;
     // Rename into place, the way editors and build tools publish files.
-    install(&plugins, &example("guard.wasm"), "guard.wasm");
+    install_plugin(&plugins, &example("guard.wasm"), "guard.wasm");
     let started = Instant::now();
     poll_read(&mut s.client, true).await;
     eprintln!("guard live after {:?}", started.elapsed());
@@ -138,7 +128,7 @@ config = { deny = { "crash" = "crashing the server is not allowed here", "read" 
     }
     assert!(is_refusal(&s.client.call_tool("read", json!({"path": "/x"})).await));
     // Replacing it does.
-    install(&plugins, &stand_in, "guard.wasm");
+    install_plugin(&plugins, &stand_in, "guard.wasm");
     poll_read(&mut s.client, false).await;
     let crashed = s.client.call_tool("crash", json!({})).await;
     assert_eq!(crashed["error"]["code"], -32003, "the call reached the server this time: {crashed}");
@@ -166,7 +156,7 @@ required = false   # dropped in later
     s.client.initialize().await;
     let before = s.client.request("tools/list", json!({})).await;
     assert!(tool(&before, "write")["annotations"].get("readOnlyHint").is_none());
-    install(&s.plugins_dir(), &example("hints.wasm"), "hints.wasm");
+    install_plugin(&s.plugins_dir(), &example("hints.wasm"), "hints.wasm");
     let note = s.client.recv_notification("notifications/tools/list_changed").await;
     assert_eq!(note["method"], "notifications/tools/list_changed");
     let after = s.client.request("tools/list", json!({})).await;
@@ -267,7 +257,7 @@ file = "template.wasm"
     // The client has listed everything, so any change would be news to it.
     s.client.request("tools/list", json!({})).await;
     s.client.request("prompts/list", json!({})).await;
-    install(&s.plugins_dir(), &example("tool-filter.wasm"), "tool-filter.wasm");
+    install_plugin(&s.plugins_dir(), &example("tool-filter.wasm"), "tool-filter.wasm");
     s.client.recv_notification("notifications/resources/list_changed").await;
     assert!(templates(&s.client.request("resources/templates/list", json!({})).await).is_empty());
     let quiet = drain(&mut s.client, Duration::from_millis(1500)).await;
@@ -488,9 +478,7 @@ async fn replacing_plugins_under_load_loses_and_fails_no_call() {
     let swapper = tokio::spawn(async move {
         for round in 0..6 {
             tokio::time::sleep(Duration::from_millis(300)).await;
-            let staged = plugins.join(".hints.wasm.new");
-            std::fs::copy(example("hints.wasm"), &staged).unwrap();
-            std::fs::rename(&staged, plugins.join("hints.wasm")).unwrap();
+            install_plugin(&plugins, &example("hints.wasm"), "hints.wasm");
             if round == 2 {
                 // A broken file must not disturb anything either.
                 std::fs::write(plugins.join("broken.wasm"), b"not a component").unwrap();
@@ -636,7 +624,7 @@ async fn the_default_plugins_directory_follows_xdg_config_home() {
     assert!(!home.join(".config").exists(), "HOME/.config is used only without XDG_CONFIG_HOME");
     // It is the directory in force: a guard dropped there is seen (without an entry to give it
     // its config it is not applied, and the log says so).
-    install(&wanted, &example("guard.wasm"), "guard.wasm");
+    install_plugin(&wanted, &example("guard.wasm"), "guard.wasm");
     let started = Instant::now();
     loop {
         if router.stderr.text().contains("guard.wasm has no [[plugins]] entry") {
@@ -729,7 +717,7 @@ async fn hot_reload_goes_on_after_the_plugins_directory_is_deleted_or_replaced()
     log_shows(&s, "disappeared").await;
     std::fs::create_dir(&plugins).unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    install(&plugins, &example("guard.wasm"), "guard.wasm");
+    install_plugin(&plugins, &example("guard.wasm"), "guard.wasm");
     log_shows(&s, "policy plugins in force: [guard.wasm]").await;
 
     let next = s.dir.path().join("next");
@@ -738,7 +726,7 @@ async fn hot_reload_goes_on_after_the_plugins_directory_is_deleted_or_replaced()
     std::fs::rename(&plugins, s.dir.path().join("old")).unwrap();
     std::fs::rename(&next, &plugins).unwrap();
     log_shows(&s, "policy plugins in force: [hints.wasm]").await;
-    install(&plugins, &example("timeouts.wasm"), "timeouts.wasm");
+    install_plugin(&plugins, &example("timeouts.wasm"), "timeouts.wasm");
     log_shows(&s, "policy plugins in force: [hints.wasm, timeouts.wasm]").await;
     assert_eq!(s.client.call_text("echo", json!({"text": "still here"})).await, "still here");
 }

@@ -3,28 +3,13 @@
 //! is live, with no server restarted and no client reconnected; a plugin runs only with the
 //! config its entry names.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use switchyard_testkit::daemon::{Home, fixture_pid};
+use switchyard_testkit::daemon::{Home, fixture_pid, leave, tool_names};
 use switchyard_testkit::*;
 
 const SLOW: Duration = Duration::from_secs(20);
-
-fn example(name: &str) -> PathBuf {
-    switchyard_testkit::example_plugins().join(name)
-}
-
-/// Copies the example `name` into the plugins directory beside `home`'s config, renamed into
-/// place as careful tools do.
-fn install(home: &Home, name: &str) {
-    let dir = home.path().join("plugins");
-    std::fs::create_dir_all(&dir).unwrap();
-    let staged = dir.join(format!(".{name}.tmp"));
-    std::fs::copy(example(name), &staged).unwrap();
-    std::fs::rename(&staged, dir.join(name)).unwrap();
-}
 
 /// Why a `tools/call` was refused: the message of a JSON-RPC error, or the text of a tool
 /// result marked `isError`; None when it ran.
@@ -33,24 +18,6 @@ fn refusal(r: &Value) -> Option<String> {
         return Some(m.to_string());
     }
     (r["result"]["isError"] == true).then(|| r["result"]["content"][0]["text"].as_str().unwrap_or_default().to_string())
-}
-
-/// `switchyard connect SERVER` and a client on it that initialises as `name`.
-async fn client_named(home: &Home, server: &str, name: &str) -> (Proc, Client) {
-    let mut p = home.connect(server);
-    let mut c = p.client();
-    c.timeout = SLOW;
-    let init =
-        json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": name, "version": "1.0.0"}});
-    let resp = c.request("initialize", init).await;
-    assert!(resp.get("result").is_some(), "initialize as {name} failed: {resp}");
-    c.notify("notifications/initialized", json!({})).await;
-    (p, c)
-}
-
-fn tool_names(list: &Value) -> Vec<String> {
-    let tools = list["result"]["tools"].as_array().unwrap_or_else(|| panic!("no tools in {list}"));
-    tools.iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
 }
 
 /// Calls `echo` until `pred` holds of its refusal (None: it ran), failing after [`SLOW`].
@@ -91,7 +58,7 @@ async fn a_required_plugin_that_does_not_load_refuses_only_the_calls_it_would_ju
 
     // The real guard dropped in: fs runs its calls again, under the entry's config.
     let pid = home.daemon_pid().await;
-    install(&home, "guard.wasm");
+    home.install_example("guard.wasm");
     echo_until(&mut fs, "the guard loaded", |r| r.is_none()).await;
     let r = fs.call_tool("write", json!({"path": "/a", "text": "x"})).await;
     assert!(refusal(&r).is_some_and(|w| w.contains("no writes")), "{r}");
@@ -108,7 +75,7 @@ async fn a_required_plugin_that_does_not_load_refuses_only_the_calls_it_would_ju
 #[tokio::test]
 async fn a_plugin_config_edited_in_the_file_applies_to_a_connected_client() {
     let home = Home::new();
-    install(&home, "tool-filter.wasm");
+    home.install_example("tool-filter.wasm");
     let config = |hide: &str| {
         format!(
             "{}[[plugins]]\nfile = \"tool-filter.wasm\"\nconfig = '{{\"clients\": {{\"cursor\": {{\"hide\": [\"{hide}\"]}}}}}}'\n",
@@ -116,7 +83,7 @@ async fn a_plugin_config_edited_in_the_file_applies_to_a_connected_client() {
         )
     };
     home.write_config(&config("nothing*"));
-    let (p, mut cursor) = client_named(&home, "fs", "cursor").await;
+    let (p, mut cursor) = home.client_named("fs", "cursor").await;
     assert!(tool_names(&cursor.request("tools/list", json!({})).await).contains(&"write".to_string()));
     let (pid, _) = fixture_pid(&mut cursor).await;
 
@@ -141,7 +108,7 @@ async fn a_plugin_config_edited_in_the_file_applies_to_a_connected_client() {
 #[tokio::test]
 async fn a_broken_entry_for_another_server_does_not_hold_back_a_stricter_filter() {
     let home = Home::new();
-    install(&home, "tool-filter.wasm");
+    home.install_example("tool-filter.wasm");
     let (fs, other) = (home.fixture("fs", &[]), home.fixture("other", &[]));
     let filter = |hide: &str| {
         format!(
@@ -149,7 +116,7 @@ async fn a_broken_entry_for_another_server_does_not_hold_back_a_stricter_filter(
         )
     };
     home.write_config(&format!("{fs}{other}{}", filter("nothing*")));
-    let (p, mut cursor) = client_named(&home, "fs", "cursor").await;
+    let (p, mut cursor) = home.client_named("fs", "cursor").await;
     assert!(tool_names(&cursor.request("tools/list", json!({})).await).contains(&"write".to_string()));
     let broken = "[[plugins]]\nfile = \"guard.wasm\"\nservers = [\"other\"]\nconfig = '{\"deny\": '\n";
     home.replace_config(&format!("{fs}{other}{}{broken}", filter("write*")));
@@ -182,7 +149,7 @@ async fn a_plugins_entry_added_and_removed_in_the_file_applies_at_once() {
     let guard = "[[plugins]]\nfile = \"guard.wasm\"\nconfig = { deny = { \"echo\" = \"echo is off here\" } }\n";
     home.replace_config(&format!("{fs}{guard}"));
     echo_until(&mut c, "refused: the guard is missing", |r| r.is_some_and(|w| w.contains("does not exist"))).await;
-    install(&home, "guard.wasm");
+    home.install_example("guard.wasm");
     echo_until(&mut c, "refused by the guard", |r| r.is_some_and(|w| w.contains("echo is off here"))).await;
     assert_eq!(fixture_pid(&mut c).await.0, pid, "what the guard allows runs on the same instance");
 
@@ -201,10 +168,10 @@ async fn a_plugin_dropped_in_before_its_entry_runs_only_with_the_entry() {
     let home = Home::new();
     let fs = home.fixture("fs", &[]);
     home.write_config(&fs);
-    let (p, mut cursor) = client_named(&home, "fs", "cursor").await;
+    let (p, mut cursor) = home.client_named("fs", "cursor").await;
     assert!(tool_names(&cursor.request("tools/list", json!({})).await).contains(&"write".to_string()));
 
-    install(&home, "tool-filter.wasm");
+    home.install_example("tool-filter.wasm");
     let end = Instant::now() + SLOW;
     while !home.logs().contains("tool-filter.wasm has no [[plugins]] entry, so it is not applied") {
         assert!(Instant::now() < end, "the drop was not reported:\n{}", home.logs());
@@ -231,12 +198,12 @@ async fn a_plugin_dropped_in_before_its_entry_runs_only_with_the_entry() {
 #[tokio::test]
 async fn a_list_from_memory_is_refused_as_a_live_one_while_a_required_filter_is_broken() {
     let home = Home::new();
-    install(&home, "tool-filter.wasm");
+    home.install_example("tool-filter.wasm");
     let filter = r#"{"clients": {"cursor": {"hide": ["echo", "get-env"]}}}"#;
     let entry = format!("[[plugins]]\nfile = \"tool-filter.wasm\"\non_error = \"closed\"\nconfig = '{filter}'\n");
     // 3 s to start: a daemon started again answers the first list from memory meanwhile.
     home.write_config(&format!("{}{entry}", home.fixture("fs", &["--init-delay-ms", "3000"])));
-    let (p, mut cursor) = client_named(&home, "fs", "cursor").await;
+    let (p, mut cursor) = home.client_named("fs", "cursor").await;
     let seen = tool_names(&cursor.request("tools/list", json!({})).await);
     assert!(!seen.contains(&"echo".to_string()) && seen.contains(&"read".to_string()), "{seen:?}");
     leave(p, cursor).await;
@@ -248,7 +215,7 @@ async fn a_list_from_memory_is_refused_as_a_live_one_while_a_required_filter_is_
             "garbage" => std::fs::write(&wasm, b"<!DOCTYPE html><html>saved a web page</html>").unwrap(),
             _ => std::fs::remove_file(&wasm).unwrap(),
         }
-        let (p, mut cursor) = client_named(&home, "fs", "cursor").await;
+        let (p, mut cursor) = home.client_named("fs", "cursor").await;
         let asked = Instant::now();
         let first = cursor.request("tools/list", json!({})).await;
         let waited = asked.elapsed();
@@ -280,19 +247,19 @@ async fn a_list_from_memory_is_refused_as_a_live_one_while_a_required_filter_is_
 #[tokio::test]
 async fn a_list_from_memory_that_the_started_server_keeps_is_not_announced_as_changed() {
     let home = Home::new();
-    install(&home, "tool-filter.wasm");
+    home.install_example("tool-filter.wasm");
     let filter = r#"{"clients": {"cursor": {"hide": ["echo", "get-env"]}}}"#;
     let entry = format!("[[plugins]]\nfile = \"tool-filter.wasm\"\non_error = \"closed\"\nconfig = '{filter}'\n");
     let flags = ["--init-delay-ms", "3000", "--list-changed-on-initialized", "1"];
     home.write_config(&format!("{}{entry}", home.fixture("fs", &flags)));
-    let (p, mut cursor) = client_named(&home, "fs", "cursor").await;
+    let (p, mut cursor) = home.client_named("fs", "cursor").await;
     let learned = tool_names(&cursor.request("tools/list", json!({})).await);
     assert!(!learned.contains(&"echo".to_string()), "{learned:?}");
     leave(p, cursor).await;
     for round in 1..=2 {
         home.stop().await;
         home.wait_no_processes(SLOW).await;
-        let (p, mut cursor) = client_named(&home, "fs", "cursor").await;
+        let (p, mut cursor) = home.client_named("fs", "cursor").await;
         let asked = Instant::now();
         assert_eq!(tool_names(&cursor.request("tools/list", json!({})).await), learned, "round {round}");
         assert!(asked.elapsed() < Duration::from_secs(2), "round {round}: not answered from memory");
@@ -310,9 +277,4 @@ async fn a_list_from_memory_that_the_started_server_keeps_is_not_announced_as_ch
         leave(p, cursor).await;
     }
     home.shutdown().await;
-}
-
-async fn leave(mut p: Proc, mut c: Client) {
-    c.close().await;
-    p.wait_timeout(SLOW).await;
 }

@@ -13,11 +13,6 @@ fn hints_0_1_0() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../policy/fixtures/hints-0.1.0.wasm")
 }
 
-/// `switchyard connect SERVER` and a client on it that initialises as `name`.
-async fn client_named(home: &Home, server: &str, name: &str) -> (Proc, Client) {
-    home.client_as(&[server], name, json!({})).await
-}
-
 fn tool<'a>(list: &'a Value, name: &str) -> &'a Value {
     let tools = list["result"]["tools"].as_array().unwrap();
     tools.iter().find(|t| t["name"] == name).unwrap_or_else(|| panic!("no tool {name} in {list}"))
@@ -34,8 +29,8 @@ async fn tool_filter_hides_write_tools_from_cursor_and_renames_for_it_only() {
     home.write_config(&config);
     home.install_plugins(&[("tool-filter.wasm", example("tool-filter.wasm"))]);
 
-    let (cp, mut cursor) = client_named(&home, "fs", "cursor").await;
-    let (kp, mut claude) = client_named(&home, "fs", "claude-code").await;
+    let (cp, mut cursor) = home.client_named("fs", "cursor").await;
+    let (kp, mut claude) = home.client_named("fs", "claude-code").await;
 
     let seen = tool_names(&cursor.request("tools/list", json!({})).await);
     assert!(!seen.iter().any(|n| n.starts_with("write")), "cursor sees {seen:?}");
@@ -90,7 +85,7 @@ async fn a_renamed_tool_still_answers_by_its_new_name_after_the_daemon_restarts(
     );
     home.write_config(&config);
     home.install_plugins(&[("tool-filter.wasm", example("tool-filter.wasm"))]);
-    let (cp, mut cursor) = client_named(&home, "fs", "cursor").await;
+    let (cp, mut cursor) = home.client_named("fs", "cursor").await;
     assert!(tool_names(&cursor.request("tools/list", json!({})).await).contains(&"say".to_string()));
     assert_eq!(cursor.call_text("say", json!({"text": "before"})).await, "before");
     let daemon = home.daemon_pid().await;
@@ -112,8 +107,8 @@ async fn rate_limit_refuses_the_eleventh_call_of_one_client_while_another_passes
     );
     home.write_config(&config);
     home.install_plugins(&[("rate-limit.wasm", example("rate-limit.wasm"))]);
-    let (cp, mut cursor) = client_named(&home, "fs", "cursor").await;
-    let (kp, mut claude) = client_named(&home, "fs", "claude-code").await;
+    let (cp, mut cursor) = home.client_named("fs", "cursor").await;
+    let (kp, mut claude) = home.client_named("fs", "claude-code").await;
     for n in 1..=10 {
         assert_eq!(cursor.call_text("echo", json!({"text": format!("{n}")})).await, format!("{n}"));
     }
@@ -147,7 +142,7 @@ async fn refusals_error_keeps_the_json_rpc_error_for_that_plugin_only() {
     );
     home.write_config(&config);
     home.install_plugins(&[("guard.wasm", example("guard.wasm")), ("tool-filter.wasm", example("tool-filter.wasm"))]);
-    let (cp, mut cursor) = client_named(&home, "fs", "cursor").await;
+    let (cp, mut cursor) = home.client_named("fs", "cursor").await;
     let r = cursor.call_tool("write", json!({"path": "/a", "text": "x"})).await;
     assert_eq!(r["error"]["code"], -32004, "{r}");
     assert_eq!(r["error"]["message"], "rejected by policy plugin `guard.wasm`: writes are off here", "{r}");
@@ -169,8 +164,8 @@ async fn a_plugin_scoped_to_one_server_leaves_the_others_annotations_and_a_0_1_0
     );
     home.write_config(&config);
     home.install_plugins(&[("hints.wasm", hints_0_1_0())]);
-    let (fp, mut fs) = client_named(&home, "fs", "claude-code").await;
-    let (op, mut other) = client_named(&home, "other", "claude-code").await;
+    let (fp, mut fs) = home.client_named("fs", "claude-code").await;
+    let (op, mut other) = home.client_named("other", "claude-code").await;
     let in_fs = fs.request("tools/list", json!({})).await;
     assert_eq!(tool(&in_fs, "write")["annotations"]["readOnlyHint"], true, "{in_fs}");
     assert_eq!(tool(&in_fs, "write")["annotations"]["title"], "Scoped", "{in_fs}");
@@ -220,9 +215,9 @@ async fn tool_filter_hides_and_renames_prompts_per_client() {
     home.write_config(&config);
     home.install_plugins(&[("tool-filter.wasm", example("tool-filter.wasm"))]);
 
-    let (cp, mut cursor) = client_named(&home, "fs", "cursor").await;
-    let (wp, mut windsurf) = client_named(&home, "fs", "windsurf").await;
-    let (kp, mut claude) = client_named(&home, "fs", "claude-code").await;
+    let (cp, mut cursor) = home.client_named("fs", "cursor").await;
+    let (wp, mut windsurf) = home.client_named("fs", "windsurf").await;
+    let (kp, mut claude) = home.client_named("fs", "claude-code").await;
     let greet = |name: &str| json!({"name": name, "arguments": {"name": "Ada"}});
     let text = |r: &Value| r["result"]["messages"][0]["content"]["text"].as_str().map(str::to_string);
 
@@ -275,8 +270,8 @@ async fn placement_gives_each_client_its_own_instance_for_one_tool_while_another
     );
     home.write_config(&config);
     home.install_plugins(&[("placement.wasm", example("placement.wasm"))]);
-    let (cp, mut cursor) = client_named(&home, "fs", "cursor").await;
-    let (kp, mut claude) = client_named(&home, "fs", "claude-code").await;
+    let (cp, mut cursor) = home.client_named("fs", "cursor").await;
+    let (kp, mut claude) = home.client_named("fs", "claude-code").await;
 
     let (cursor_pid, _) = fixture_pid(&mut cursor).await;
     let (claude_pid, _) = fixture_pid(&mut claude).await;

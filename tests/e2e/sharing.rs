@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use switchyard_testkit::daemon::{Home, fixture_pid};
+use switchyard_testkit::daemon::{Home, fixture_pid, leave};
 use switchyard_testkit::*;
 
 const SLOW: Duration = Duration::from_secs(20);
@@ -36,11 +36,6 @@ async fn open(home: &Home, kind: &Kind) -> (Proc, Client, Value) {
     assert!(r["result"].is_object(), "{r}");
     c.notify("notifications/initialized", json!({})).await;
     (p, c, r["result"].clone())
-}
-
-async fn leave(mut p: Proc, mut c: Client) {
-    c.close().await;
-    p.wait_timeout(SLOW).await;
 }
 
 /// Every instance of every server (siblings included) status shows.

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::npm_setup::{ensure_npm, filesystem_entry};
 use crate::setup::*;
-use switchyard_testkit::daemon::Home;
+use switchyard_testkit::daemon::{Home, example};
 use switchyard_testkit::*;
 
 const SLOW: Duration = Duration::from_secs(30);
@@ -18,10 +18,6 @@ const SLOW: Duration = Duration::from_secs(30);
 /// A made-up AWS key pair of the documented shapes (never issued).
 const KEY_ID: &str = "AKIAIOSFODNN7EXAMPLE";
 const SECRET: &str = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
-
-fn example(name: &str) -> PathBuf {
-    switchyard_testkit::example_plugins().join(name)
-}
 
 /// The `[[plugins]]` entry docs/plugins.md gives `file` (its ```toml block naming it), so that
 /// what the tests run is what a user copies.

@@ -168,6 +168,18 @@ impl Home {
     /// client on it that initialises as client `name` declaring `capabilities`; it waits
     /// [`CLIENT_LIMIT`] for each answer.
     pub async fn client_as(&self, args: &[&str], name: &str, capabilities: Value) -> (Proc, Client) {
+        let (p, c, _) = self.initialized(args, name, capabilities).await;
+        (p, c)
+    }
+
+    /// `switchyard connect SERVER` and a client on it that initialises as client `name`,
+    /// declaring no capabilities (see [`Home::client_as`]).
+    pub async fn client_named(&self, server: &str, name: &str) -> (Proc, Client) {
+        self.client_as(&[server], name, json!({})).await
+    }
+
+    /// [`Home::client_as`], with the answer to its `initialize`.
+    pub async fn initialized(&self, args: &[&str], name: &str, capabilities: Value) -> (Proc, Client, Value) {
         let config = self.config_str();
         let mut argv = vec!["connect"];
         argv.extend(args);
@@ -183,16 +195,21 @@ impl Home {
         let resp = c.request("initialize", params).await;
         assert!(resp.get("result").is_some(), "initialize of `{}` as {name} failed: {resp}", args.join(" "));
         c.notify("notifications/initialized", json!({})).await;
-        (p, c)
+        (p, c, resp)
     }
 
-    /// Copies `plugins` (file name, where from) into the plugins directory beside the config.
+    /// Copies `plugins` (file name, where from) into the plugins directory beside the config,
+    /// each renamed into place ([`crate::install_plugin`]).
     pub fn install_plugins(&self, plugins: &[(&str, PathBuf)]) {
         let dir = self.path().join("plugins");
-        std::fs::create_dir_all(&dir).unwrap();
         for (name, from) in plugins {
-            std::fs::copy(from, dir.join(name)).unwrap_or_else(|e| panic!("copy {}: {e}", from.display()));
+            crate::install_plugin(&dir, from, name);
         }
+    }
+
+    /// Copies the example plugin `file` ([`example`]) into the plugins directory beside the config.
+    pub fn install_example(&self, file: &str) {
+        self.install_plugins(&[(file, example(file))]);
     }
 
     /// `switchyard ARGS...` run to completion (failing the test after CLI_LIMIT).

@@ -66,6 +66,15 @@ pub fn example_plugins() -> PathBuf {
     target_dir().join("plugins/examples")
 }
 
+/// Copies the plugin `from` into `dir` (made if missing) as `name`, written beside and renamed
+/// into place as careful tools do, so that a router watching `dir` never reads half a file.
+pub fn install_plugin(dir: &Path, from: &Path, name: &str) {
+    std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+    let staged = dir.join(format!(".{name}.tmp"));
+    std::fs::copy(from, &staged).unwrap_or_else(|e| panic!("copy {} to {}: {e}", from.display(), staged.display()));
+    std::fs::rename(&staged, dir.join(name)).unwrap_or_else(|e| panic!("rename {} to {name}: {e}", staged.display()));
+}
+
 /// The deliberately broken plugins (spin, trap, noisy, wrong-interface), built beside them.
 pub fn broken_plugins() -> PathBuf {
     target_dir().join("plugins/fixtures")
