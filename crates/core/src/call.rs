@@ -22,6 +22,57 @@ pub struct Call {
     fields: Fields,
 }
 
+/// Why a client's request is refused before it runs, with its answer (see [`Call::admit`]).
+#[derive(Debug)]
+pub enum Refused {
+    /// A key switchyard reads is given twice in its params.
+    Unread(String),
+    /// Its id is in use by a request still in flight.
+    InUse(String),
+}
+
+impl Refused {
+    /// The answer to the client.
+    pub fn into_answer(self) -> String {
+        match self {
+            Refused::Unread(a) | Refused::InUse(a) => a,
+        }
+    }
+}
+
+/// One message of a client's (not a batch), read once: what a session of one server and a
+/// group both make of a line before they act on it.
+// `Request` is the large one: its `Call` is moved on, once, to where it runs; boxing it would
+// cost an allocation per request.
+#[allow(clippy::large_enum_variant)]
+pub enum Incoming {
+    /// A request, its params read.
+    Request(Call),
+    Notification(String, Envelope),
+    Response(String, Envelope),
+    /// No valid message: answered at once ([`ParseError::answer`]).
+    Refused(ParseError),
+    /// A notification that does not read: JSON-RPC allows no answer to one, so it is dropped
+    /// (the reader says so in its log).
+    Dropped(ParseError),
+}
+
+impl Incoming {
+    /// Reads `line`, one message: its envelope by [`codec::parse`], a request's params by
+    /// [`Call::read`].
+    pub fn read(line: String) -> Incoming {
+        match codec::parse(&line) {
+            Ok(env) => match env.kind {
+                codec::Kind::Request => Incoming::Request(Call::read(line, env)),
+                codec::Kind::Notification => Incoming::Notification(line, env),
+                codec::Kind::Response => Incoming::Response(line, env),
+            },
+            Err(e @ ParseError::BadNotification { .. }) => Incoming::Dropped(e),
+            Err(e) => Incoming::Refused(e),
+        }
+    }
+}
+
 /// Where the fields of a request's params are in its line. Each is None when absent; a field
 /// read as a string (the JSON string, quotes included) is also None when it is not a string.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -246,6 +297,22 @@ impl Call {
         Some(codec::response_error(self.id(), codec::INVALID_REQUEST, &message, None))
     }
 
+    /// The request refused as every reader of a client refuses one before it runs: when its
+    /// params did not read ([`Call::unread_answer`]), or when its id is in use by a request still
+    /// in flight. `claim` books the id in the reader's table of requests in flight; false: it
+    /// is in use there. Err: why, with the answer.
+    pub fn admit(&self, claim: impl FnOnce(&str) -> bool) -> Result<(), Refused> {
+        if let Some(answer) = self.unread_answer() {
+            return Err(Refused::Unread(answer));
+        }
+        if !claim(self.id()) {
+            let id = self.id();
+            let message = format!("Invalid Request: id {id} is already in use by a request still in flight");
+            return Err(Refused::InUse(codec::response_error(id, codec::INVALID_REQUEST, &message, None)));
+        }
+        Ok(())
+    }
+
     /// The request as it arrived (or as it was spliced).
     pub fn line(&self) -> &str {
         &self.line
@@ -396,6 +463,53 @@ mod tests {
         assert_eq!(c.fields().meta, None);
         let c = call(r#"{"jsonrpc":"2.0","id":1,"method":"m","params":["name"]}"#);
         assert_eq!(c.fields(), &Fields::default());
+    }
+
+    #[test]
+    fn a_request_is_admitted_once_its_params_read_and_its_id_is_free() {
+        let c = call(&codec::request(r#""x""#, "tools/call", r#"{"name":"echo"}"#));
+        let mut asked = None;
+        assert!(
+            c.admit(|id| {
+                asked = Some(id.to_string());
+                true
+            })
+            .is_ok()
+        );
+        assert_eq!(asked.as_deref(), Some(r#""x""#));
+        let Err(Refused::InUse(answer)) = c.admit(|_| false) else { panic!("admitted under an id in use") };
+        let v: serde_json::Value = serde_json::from_str(&answer).unwrap();
+        assert_eq!(
+            (&v["id"], &v["error"]["code"]),
+            (&serde_json::json!("x"), &serde_json::json!(codec::INVALID_REQUEST))
+        );
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(msg.contains(r#"id "x" is already in use by a request still in flight"#), "{msg}");
+        // Params that did not read are refused first, and book no id.
+        let twice = call(&codec::request("1", "tools/call", r#"{"name":"a","name":"b"}"#));
+        let booked = std::cell::Cell::new(false);
+        assert!(matches!(
+            twice.admit(|_| {
+                booked.set(true);
+                true
+            }),
+            Err(Refused::Unread(_))
+        ));
+        assert!(!booked.get());
+    }
+
+    #[test]
+    fn a_line_is_read_as_what_it_is() {
+        let read = |line: &str| Incoming::read(line.to_string());
+        assert!(matches!(read(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#), Incoming::Request(c) if c.id() == "1"));
+        assert!(matches!(
+            read(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),
+            Incoming::Notification(..)
+        ));
+        assert!(matches!(read(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#), Incoming::Response(..)));
+        assert!(matches!(read(r#"{"jsonrpc":"2.0","method":"n","params":3}"#), Incoming::Dropped(_)));
+        let Incoming::Refused(e) = read(r#"{"jsonrpc":"2.0","id":true,"method":"ping"}"#) else { panic!("read") };
+        assert!(e.answer().starts_with(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"#), "{}", e.answer());
     }
 
     #[test]

@@ -82,6 +82,11 @@ impl ParseError {
             ParseError::BadNotification { method, reason } => format!("Invalid notification {method}: {reason}"),
         }
     }
+    /// The answer to the message that did not read: an error under [`ParseError::reply_id`].
+    pub fn answer(&self) -> String {
+        response_error(self.reply_id(), self.code(), &self.message(), None)
+    }
+
     /// The id to answer with (`null` when none could be read).
     pub fn reply_id(&self) -> &str {
         match self {

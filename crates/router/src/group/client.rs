@@ -1,13 +1,16 @@
-//! The client's messages as a group reads them: each envelope read by the codec, as a session
-//! of one server reads it (`jsonrpc` "2.0", an id that is a string or a number, no key twice),
-//! its id kept as the text the client sent; a batch answered as one array, each of its requests
-//! once; every answer to the client through [`GroupSession::to_client`].
+//! The client's messages as a group reads them: each line read as a session of one server
+//! reads it ([`Incoming::read`]: `jsonrpc` "2.0", an id that is a string or an integer, no key
+//! twice), each request admitted as it admits one ([`Call::admit`]: refused when its id is in
+//! use by a request still open), its id kept as the text the client sent; a batch answered as
+//! one array, each of its requests once; every answer to the client through
+//! [`GroupSession::to_client`].
 
+use std::collections::hash_map::Entry;
 use std::sync::{Arc, Mutex};
 
 use super::GroupSession;
-use switchyard_core::call::Call;
-use switchyard_core::codec::{self, Kind};
+use switchyard_core::call::{Call, Incoming};
+use switchyard_core::codec;
 
 /// A batch of the client's: the answers it has, and how many of its requests it waits for.
 #[derive(Default)]
@@ -16,14 +19,9 @@ pub(super) struct Batch {
     owed: usize,
 }
 
-/// What one message of the client comes to before it is acted on.
-enum Read {
-    Request(Box<Call>),
-    /// Answered at once (it was no valid message).
-    Reply(String),
-    /// A notification or a response, taken.
-    Done,
-}
+/// A request of the client's the group has not answered yet, by raw id: None when it came
+/// alone, else the batch whose array its answer goes in.
+pub(super) type Open = std::collections::HashMap<String, Option<Arc<Mutex<Batch>>>>;
 
 impl GroupSession {
     /// One line of the client: a message, or a batch of them.
@@ -34,44 +32,35 @@ impl GroupSession {
         if codec::is_batch(&line) {
             return self.on_batch(&line);
         }
-        match self.read(line) {
-            Read::Request(call) => self.on_request(*call),
-            Read::Reply(r) => self.peer.send(r),
-            Read::Done => {}
+        if let Some(call) = self.read(line) {
+            self.on_request(call);
         }
     }
 
-    /// A request of the client, its envelope read (by the HTTP front, or [`Self::read`]).
+    /// A request of the client, its envelope read (by the HTTP front, or [`Self::read`]):
+    /// booked as open until it is answered (or cancelled), then routed; refused as a member's
+    /// session refuses it (the group would route by the last of two names while a client may
+    /// show the first; two requests under one id could not be told apart).
     pub(super) fn on_request(self: &Arc<Self>, call: Call) {
-        // Refused as a member's session refuses it: the group would route by the last of two
-        // names while a client may show the first.
-        match call.unread_answer() {
-            Some(answer) => self.to_client(call.id(), answer),
-            None => self.request(call),
+        match call.admit(|id| book(&mut self.open.lock().expect("lock"), id, None)) {
+            Ok(()) => self.request(call),
+            Err(refused) => self.peer.send(refused.into_answer()),
         }
     }
 
-    /// Reads one message; notifications and responses are acted on here.
-    fn read(self: &Arc<Self>, line: String) -> Read {
-        let env = match codec::parse(&line) {
-            Ok(env) => env,
-            Err(e @ codec::ParseError::BadNotification { .. }) => {
-                tracing::info!(session = %self.label, "dropped a notification from the client: {}", e.message());
-                return Read::Done;
-            }
-            Err(e) => return Read::Reply(codec::response_error(e.reply_id(), e.code(), &e.message(), None)),
-        };
-        match env.kind {
-            Kind::Request => Read::Request(Box::new(Call::read(line, env))),
-            Kind::Notification => {
-                self.notification(line, &env);
-                Read::Done
-            }
-            Kind::Response => {
-                self.answer(line, &env);
-                Read::Done
+    /// Reads one message: a request is handed back; the rest is acted on here (a notification
+    /// or a response taken, a message that does not read answered or dropped).
+    fn read(self: &Arc<Self>, line: String) -> Option<Call> {
+        match Incoming::read(line) {
+            Incoming::Request(call) => return Some(call),
+            Incoming::Notification(line, env) => self.notification(line, &env),
+            Incoming::Response(line, env) => self.answer(line, &env),
+            Incoming::Refused(e) => self.peer.send(e.answer()),
+            Incoming::Dropped(e) => {
+                tracing::info!(session = %self.label, "dropped a notification from the client: {}", e.message())
             }
         }
+        None
     }
 
     /// A JSON-RPC batch: each request routed as it would be alone, the answers sent together,
@@ -79,7 +68,7 @@ impl GroupSession {
     fn on_batch(self: &Arc<Self>, line: &str) {
         let items = match codec::split_batch(line) {
             Ok(items) => items,
-            Err(e) => return self.peer.send(codec::response_error("null", e.code(), &e.message(), None)),
+            Err(e) => return self.peer.send(e.answer()),
         };
         if items.is_empty() {
             let why = "Invalid Request: empty batch";
@@ -87,45 +76,50 @@ impl GroupSession {
         }
         // Read (its notifications and responses taken) before the batch is booked: a cancel
         // in it may settle another batch.
-        let read: Vec<Read> = items.into_iter().map(|item| self.read(item.to_string())).collect();
         let batch = Arc::new(Mutex::new(Batch::default()));
+        let mut read = Vec::new();
+        for item in items {
+            match Incoming::read(item.to_string()) {
+                Incoming::Request(call) => read.push(Ok(call)),
+                Incoming::Refused(e) => read.push(Err(e.answer())),
+                Incoming::Notification(line, env) => self.notification(line, &env),
+                Incoming::Response(line, env) => self.answer(line, &env),
+                Incoming::Dropped(e) => {
+                    tracing::info!(session = %self.label, "dropped a notification from the client: {}", e.message())
+                }
+            }
+        }
         let mut calls = Vec::new();
         {
-            let mut batches = self.batches.lock().expect("lock");
+            let mut open = self.open.lock().expect("lock");
             let mut b = batch.lock().expect("lock");
             for r in read {
-                match r {
-                    Read::Request(call) => {
-                        let id = call.id().to_string();
-                        let busy = batches.contains_key(&id) || self.routes.lock().expect("lock").in_flight(&id);
-                        if busy {
-                            let why =
-                                format!("Invalid Request: id {id} is already in use by a request still in flight");
-                            b.answers.push(codec::response_error(&id, codec::INVALID_REQUEST, &why, None));
-                            continue;
-                        }
-                        batches.insert(id, batch.clone());
+                let admitted = r.and_then(|call| match call.admit(|id| book(&mut open, id, Some(&batch))) {
+                    Ok(()) => Ok(call),
+                    Err(refused) => Err(refused.into_answer()),
+                });
+                match admitted {
+                    Ok(call) => {
                         b.owed += 1;
-                        calls.push(*call);
+                        calls.push(call);
                     }
-                    Read::Reply(r) => b.answers.push(r),
-                    Read::Done => {}
+                    Err(answer) => b.answers.push(answer),
                 }
             }
         }
         // Every request is booked before the first runs: the array goes when the last answers.
         for call in calls {
-            self.on_request(call);
+            self.request(call);
         }
         self.settle(&batch);
     }
 
-    /// Sends the client the answer `line` to its request `id` (raw): in its batch's array when
-    /// it came in one.
+    /// Sends the client the answer `line` to its open request `id` (raw): in its batch's array
+    /// when it came in one. A request no longer open (the client cancelled it) is owed nothing.
     pub(super) fn to_client(&self, id: &str, line: String) {
-        let batch = self.batches.lock().expect("lock").remove(id);
-        match batch {
-            Some(batch) => {
+        let open = self.open.lock().expect("lock").remove(id);
+        match open {
+            Some(Some(batch)) => {
                 {
                     let mut b = batch.lock().expect("lock");
                     b.answers.push(line);
@@ -133,14 +127,18 @@ impl GroupSession {
                 }
                 self.settle(&batch);
             }
-            None => self.peer.send(line),
+            Some(None) => self.peer.send(line),
+            None => {
+                tracing::debug!(session = %self.label, "an answer to request {id}, which is not open (cancelled); dropped")
+            }
         }
     }
 
-    /// The client cancelled its request `id`: when in a batch, the batch no longer waits for it.
+    /// The client cancelled its request `id`: no answer is owed for it, its id is free again, and
+    /// when in a batch, the batch no longer waits for it.
     pub(super) fn unowed(&self, id: &str) {
-        let batch = self.batches.lock().expect("lock").remove(id);
-        if let Some(batch) = batch {
+        let open = self.open.lock().expect("lock").remove(id);
+        if let Some(Some(batch)) = open {
             batch.lock().expect("lock").owed -= 1;
             self.settle(&batch);
         }
@@ -153,6 +151,18 @@ impl GroupSession {
         if b.owed == 0 && !b.answers.is_empty() {
             let answers = std::mem::take(&mut b.answers);
             self.peer.send(format!("[{}]", answers.join(",")));
+        }
+    }
+}
+
+/// Books request `id` as open (in `batch`, when it came in one); false when an open request has
+/// that id already.
+fn book(open: &mut Open, id: &str, batch: Option<&Arc<Mutex<Batch>>>) -> bool {
+    match open.entry(id.to_string()) {
+        Entry::Occupied(_) => false,
+        Entry::Vacant(v) => {
+            v.insert(batch.cloned());
+            true
         }
     }
 }

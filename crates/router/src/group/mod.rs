@@ -89,9 +89,9 @@ pub struct GroupSession {
     /// The digest of the tool list the client was last shown (or told of): None until it
     /// listed its tools. It hears `tools/list_changed` only when its list differs from this.
     shown_tools: Mutex<Option<[u8; 32]>>,
-    /// The client's requests of a batch not answered yet, by raw id: their answers go in the
-    /// batch's one array (see [`client`]).
-    batches: Mutex<std::collections::HashMap<String, Arc<Mutex<client::Batch>>>>,
+    /// The client's requests not answered yet, by raw id (an id in it is in use): answered
+    /// once, those of a batch in the batch's one array (see [`client`]).
+    open: Mutex<client::Open>,
 }
 
 impl GroupSession {
@@ -247,7 +247,7 @@ pub async fn serve_with<G>(
         found: Mutex::new(Vec::new()),
         over_budget: Mutex::new(None),
         shown_tools: Mutex::new(None),
-        batches: Mutex::default(),
+        open: Mutex::default(),
     });
     let mut writer = tokio::spawn(output.run(rx, session.peer.backlog(), label.clone()));
     let tasks = start_members(&session, joined, inboxes, &opening);

@@ -37,13 +37,6 @@ pub(super) struct Routes {
     next_out: u64,
 }
 
-impl Routes {
-    /// A request of the client's with raw id `id` waits for a member.
-    pub(super) fn in_flight(&self, id: &str) -> bool {
-        self.by_client.contains_key(id)
-    }
-}
-
 impl GroupSession {
     /// A request of the client (its envelope read by the codec: `id` is its raw text).
     pub(super) fn request(self: &Arc<Self>, call: Call) {
@@ -198,10 +191,11 @@ impl GroupSession {
                 let fields = env.params.as_ref().map(|p| codec::param_fields(&line, p)).unwrap_or_default();
                 let Some(at) = fields.request_id else { return };
                 let id = &line[at.clone()];
+                // No answer is owed for it now, whatever answers it (a member, or a list the
+                // group merges), and the client may use its id again at once.
+                self.unowed(id);
                 let Some((i, n)) = self.routes.lock().expect("lock").by_client.remove(id) else { return };
                 self.routes.lock().expect("lock").pending.remove(&(i, n));
-                // No response is owed for it now (in a batch: the batch no longer waits for it).
-                self.unowed(id);
                 self.members[i].send(codec::splice(&line, at, &n.to_string()));
             }
             // Progress of a request of the client's own: no member sent it.

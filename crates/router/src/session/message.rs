@@ -1,14 +1,15 @@
 //! One message from the client, as the read loop hands it on: a request registered in flight
 //! and run, a batch, a response to a server, or a notification acted on or passed to the servers.
 
+use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
 use tokio_util::task::TaskTracker;
 
 use super::Session;
 use crate::call::Cancel;
-use switchyard_core::call::Call;
-use switchyard_core::codec::{self, Envelope, Kind};
+use switchyard_core::call::{Call, Incoming, Refused};
+use switchyard_core::codec::{self, Envelope};
 
 /// What the reader loop does with one message before anything async runs.
 // `Run` is the large one: the request's `Call` (its ranges) is moved, once, into the task that
@@ -101,52 +102,48 @@ impl Session {
     }
 
     fn step(self: &Arc<Self>, line: String) -> Step {
-        let env = match codec::parse(&line) {
-            Ok(env) => env,
-            Err(e @ codec::ParseError::BadNotification { .. }) => {
-                tracing::info!(session = %self.label, "dropped a notification from the client: {}", e.message());
-                return Step::Done;
-            }
-            Err(e) => {
-                tracing::debug!(session = %self.label, "bad message from client: {}", e.message());
-                return Step::Reply(codec::response_error(e.reply_id(), e.code(), &e.message(), None));
-            }
-        };
-        match env.kind {
-            Kind::Response => {
+        match Incoming::read(line) {
+            // Its params were read there, once: every later stage reads the `Call`.
+            Incoming::Request(call) => self.step_request(call),
+            Incoming::Response(line, env) => {
                 self.server().hub.client_response(&self.link, &line, &env);
                 Step::Done
             }
-            Kind::Notification => {
+            Incoming::Notification(line, env) => {
                 self.on_notification(&line, &env);
                 Step::Done
             }
-            // Its params are read here, once: every later stage reads the `Call`.
-            Kind::Request => self.step_request(Call::read(line, env)),
+            Incoming::Refused(e) => {
+                tracing::debug!(session = %self.label, "bad message from client: {}", e.message());
+                Step::Reply(e.answer())
+            }
+            Incoming::Dropped(e) => {
+                tracing::info!(session = %self.label, "dropped a notification from the client: {}", e.message());
+                Step::Done
+            }
         }
     }
 
     /// A request: registered in flight (unless its id is), and its session opened or placed.
     fn step_request(self: &Arc<Self>, call: Call) -> Step {
-        if let Some(answer) = call.unread_answer() {
+        let token = Arc::new(Cancel::default());
+        let admitted = call.admit(|id| match self.inflight.lock().expect("lock").entry(id.to_string()) {
+            Entry::Occupied(_) => false,
+            Entry::Vacant(v) => {
+                v.insert(token.clone());
+                true
+            }
+        });
+        match admitted {
+            Ok(()) => {}
             // Parsers disagree on which of two values counts: refused before any policy
             // judges one of them while the server runs the other.
-            tracing::info!(session = %self.label, "refused a {} whose params give a key twice", call.method());
-            return Step::Reply(answer);
+            Err(Refused::Unread(answer)) => {
+                tracing::info!(session = %self.label, "refused a {} whose params give a key twice", call.method());
+                return Step::Reply(answer);
+            }
+            Err(refused) => return Step::Reply(refused.into_answer()),
         }
-        let id = call.id().to_string();
-        let token = Arc::new(Cancel::default());
-        let mut inflight = self.inflight.lock().expect("lock");
-        if inflight.contains_key(&id) {
-            return Step::Reply(codec::response_error(
-                &id,
-                codec::INVALID_REQUEST,
-                &format!("Invalid Request: id {id} is already in use by a request still in flight"),
-                None,
-            ));
-        }
-        inflight.insert(id, token.clone());
-        drop(inflight);
         // `initialize` is the handshake of its era even when it carries the envelope.
         let modern = call.method() != "initialize" && call.fields().protocol_version.is_some();
         match call.method() {

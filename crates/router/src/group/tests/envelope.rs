@@ -156,6 +156,49 @@ async fn a_bad_envelope_or_bad_params_is_refused_and_says_what_is_wrong() {
     c.leave().await;
 }
 
+/// As a session of one server refuses it: a request under an id still in flight is answered
+/// with -32600 and reaches no server; the first goes on alone (answered once, the client's
+/// cancel reaching it), and once it is done the id is free again.
+#[tokio::test(start_paused = true)]
+async fn a_request_under_an_id_in_flight_is_refused_and_the_first_goes_on() {
+    let fa = FakeConnector::new(behaviour("a"));
+    let mut c = Client::open(group(&["a"]), vec![Ok(server("a", &fa))]);
+    c.initialize(json!({})).await;
+    c.names("tools/list", "tools").await;
+    let call = |tool: &str| {
+        format!(r#"{{"jsonrpc":"2.0","id":"w","method":"tools/call","params":{{"name":"{tool}","arguments":{{}}}}}}"#)
+    };
+    c.write_line(&call("a__wait")).await;
+    c.write_line(&call("a__echo")).await;
+    let refused = c.take(|m| m["id"] == "w").await;
+    assert_eq!(refused["error"]["code"], codec::INVALID_REQUEST, "{refused}");
+    let why = refused["error"]["message"].as_str().unwrap();
+    assert!(why.contains(r#"id "w" is already in use by a request still in flight"#), "{why}");
+    fence(&mut c, "sent").await;
+    let sent = received(&fa.link(0), "tools/call");
+    assert_eq!(sent.len(), 1, "the second reached the server: {sent:?}");
+    // The client's cancel reaches the call that runs, and nothing more answers it.
+    c.write_line(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"w"}}"#).await;
+    fence(&mut c, "cancelled").await;
+    let cancels = received(&fa.link(0), "notifications/cancelled");
+    assert_eq!(cancels.len(), 1, "{:?}", fa.link(0).lines());
+    assert_eq!(cancels[0]["params"]["requestId"], sent[0]["id"]);
+    assert_eq!(raw_with(&c, r#""w""#).len(), 1, "{:?}", c.raw.lock().unwrap());
+    // The id is free again.
+    c.write_line(&call("a__echo")).await;
+    let again = c.take(|m| m["id"] == "w").await;
+    assert_eq!(again["result"]["content"][0]["text"], "a:echo", "{again}");
+    // A batch may not take it while it is in flight either, nor give it twice.
+    c.write_line(&call("a__wait")).await;
+    fence(&mut c, "waiting").await;
+    c.write_line(&format!("[{},{}]", call("a__echo"), r#"{"jsonrpc":"2.0","id":"p","method":"ping"}"#)).await;
+    let array = c.take(Value::is_array).await;
+    let w = array.as_array().unwrap().iter().find(|a| a["id"] == "w").expect("w in the array").clone();
+    assert!(w["error"]["message"].as_str().unwrap().contains("already in use"), "{array}");
+    assert_eq!(received(&fa.link(0), "tools/call").len(), 3, "{:?}", fa.link(0).lines());
+    c.leave().await;
+}
+
 /// JSON-RPC 2.0: a request whose id is no string and no integer is answered with `"id": null`
 /// (the id could not be read), saying what is wrong; an integer however written (`1e3`, `-0`)
 /// comes back as written.
