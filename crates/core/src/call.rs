@@ -87,6 +87,9 @@ pub struct Fields {
     pub level: Option<Range<usize>>,
     /// `cursor`, any JSON, `null` included (the next page of a list).
     pub cursor: Option<Range<usize>>,
+    /// `ref`, an object (completion/complete: the prompt or resource it completes for), read
+    /// further by [`Call::reference`].
+    pub reference: Option<Range<usize>>,
     /// `taskId`, a string (tasks/get, tasks/result, tasks/cancel, tasks/update).
     pub task_id: Option<Range<usize>>,
     /// `requestState`, a string (the 2026-07-28 retry of a request the server answered
@@ -134,6 +137,7 @@ impl Fields {
             arguments: m(&self.arguments),
             level: m(&self.level),
             cursor: m(&self.cursor),
+            reference: m(&self.reference),
             task_id: m(&self.task_id),
             request_state: m(&self.request_state),
             progress_token: m(&self.progress_token),
@@ -162,6 +166,8 @@ struct RawParams<'a> {
     level: Option<&'a RawValue>,
     #[serde(borrow, default)]
     cursor: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "ref")]
+    reference: Option<&'a RawValue>,
     #[serde(borrow, default, rename = "taskId")]
     task_id: Option<&'a RawValue>,
     #[serde(borrow, default, rename = "requestState")]
@@ -202,6 +208,28 @@ struct RawClientInfo<'a> {
     version: Option<&'a RawValue>,
 }
 
+#[derive(Deserialize)]
+struct RawRef<'a> {
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    name: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    uri: Option<&'a RawValue>,
+}
+
+/// The `ref` of a completion/complete, as ranges of its line: what it completes for. Each is a
+/// string (as [`Call::string`] reads it), None when absent or not a string.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Reference {
+    /// `type` (`ref/prompt`, `ref/resource`).
+    pub kind: Option<Range<usize>>,
+    /// `name` (of a prompt).
+    pub name: Option<Range<usize>>,
+    /// `uri` (of a resource or a template).
+    pub uri: Option<Range<usize>>,
+}
+
 /// An object's members as `T`, or None when the text is no object or does not read as one.
 fn object<'a, T: Deserialize<'a>>(raw: Option<&'a RawValue>) -> Option<T> {
     raw.filter(|r| r.get().starts_with('{')).and_then(|r| serde_json::from_str(r.get()).ok())
@@ -238,6 +266,7 @@ fn read_fields(line: &str, params: &Range<usize>) -> Fields {
         arguments: at(p.arguments),
         level: string(p.level),
         cursor: at(p.cursor),
+        reference: at(p.reference.filter(|r| r.get().starts_with('{'))),
         task_id: string(p.task_id),
         request_state: string(p.request_state),
         progress_token: at(meta.as_ref().and_then(|m| m.progress_token)),
@@ -313,6 +342,17 @@ impl Call {
         Ok(())
     }
 
+    /// The `ref` of a completion/complete (None when there is no `ref` object): read from its
+    /// text, which the one read of the params left whole.
+    pub fn reference(&self) -> Option<Reference> {
+        let at = self.fields.reference.as_ref()?;
+        let text = &self.line[at.clone()];
+        let raw: RawRef = serde_json::from_str(text).ok()?;
+        let span =
+            |r: Option<&RawValue>| r.filter(|r| r.get().starts_with('"')).map(|r| codec::span(&self.line, r.get()));
+        Some(Reference { kind: span(raw.kind), name: span(raw.name), uri: span(raw.uri) })
+    }
+
     /// The request as it arrived (or as it was spliced).
     pub fn line(&self) -> &str {
         &self.line
@@ -373,6 +413,20 @@ impl Call {
     /// initialize era).
     pub fn protocol_version(&self) -> Option<Cow<'_, str>> {
         self.string(&self.fields.protocol_version)
+    }
+
+    /// [`Call::splice`] of a request not needed after: in its own line's buffer, which grows
+    /// only when `with` is longer than what it replaces.
+    pub fn into_spliced(self, at: Range<usize>, with: &str) -> Call {
+        let m = |r: &Range<usize>| moved(r, &at, with.len());
+        let env = Envelope {
+            id: self.env.id.as_ref().map(m),
+            params: self.env.params.as_ref().map(m),
+            result: self.env.result.as_ref().map(m),
+            ..self.env
+        };
+        let fields = self.fields.map(m);
+        Call { line: codec::splice_owned(self.line, at, with), env, fields }
     }
 
     /// The request with the bytes at `at` (a range of it) replaced by `with`, its ranges moved
@@ -510,6 +564,23 @@ mod tests {
         assert!(matches!(read(r#"{"jsonrpc":"2.0","method":"n","params":3}"#), Incoming::Dropped(_)));
         let Incoming::Refused(e) = read(r#"{"jsonrpc":"2.0","id":true,"method":"ping"}"#) else { panic!("read") };
         assert!(e.answer().starts_with(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"#), "{}", e.answer());
+    }
+
+    #[test]
+    fn a_completion_s_ref_is_read_from_the_text_the_params_read_left() {
+        let c = call(&codec::request(
+            "1",
+            "completion/complete",
+            r#"{"ref":{"type":"ref/prompt","name":"p\"q","uri":5},"argument":{"name":"a","value":""}}"#,
+        ));
+        let r = c.reference().expect("a ref");
+        assert_eq!((c.string(&r.kind).as_deref(), c.string(&r.name).as_deref()), (Some("ref/prompt"), Some("p\"q")));
+        assert_eq!(r.uri, None, "a uri that is no string");
+        let spliced = c.clone().into_spliced(r.name.clone().unwrap(), r#""longer name""#);
+        assert_eq!(spliced.fields(), call(spliced.line()).fields());
+        let again = spliced.reference().unwrap();
+        assert_eq!(spliced.string(&again.name).as_deref(), Some("longer name"));
+        assert_eq!(call(&codec::request("1", "completion/complete", r#"{"ref":"x"}"#)).reference(), None);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::peer::{Backlog, Out};
 use crate::session::{Input, Message, Output};
+use switchyard_core::call::Call;
 use switchyard_core::codec::Frame;
 
 /// Where a member stands.
@@ -73,6 +74,15 @@ impl Member {
     pub(crate) fn send(&self, line: String) -> bool {
         match self.inbox.lock().expect("lock").as_ref() {
             Some(tx) => tx.send(Message::Frame(Frame::Line(line))).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Hands its session a request read already (it is not read again there); false when the
+    /// session is gone.
+    pub(crate) fn send_request(&self, call: Call) -> bool {
+        match self.inbox.lock().expect("lock").as_ref() {
+            Some(tx) => tx.send(Message::Request(Box::new(call))).is_ok(),
             None => false,
         }
     }

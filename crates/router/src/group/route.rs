@@ -38,67 +38,62 @@ pub(super) struct Routes {
 }
 
 impl GroupSession {
-    /// A request of the client (its envelope read by the codec: `id` is its raw text).
+    /// A request of the client, booked as open (its envelope and params read once: `id` is its
+    /// raw text): routed from what its `Call` read, never from a second read of its params.
     pub(super) fn request(self: &Arc<Self>, call: Call) {
         let id = call.id().to_string();
-        let method = call.method().to_string();
-        let params: Value = match call.params().map(serde_json::from_str) {
-            None => Value::Null,
-            Some(Ok(p @ Value::Object(_))) => p,
-            Some(Ok(_)) => {
-                return self.error(
-                    &id,
-                    codec::INVALID_PARAMS,
-                    &format!("Invalid params: the `params` of `{}` must be an object", shown(&method)),
-                );
-            }
-            Some(Err(e)) => return self.error(&id, codec::PARSE_ERROR, &format!("Parse error: {e}")),
-        };
-        let route = match method.as_str() {
-            "initialize" => return self.clone().initialize(id, params),
+        if call.params().is_some_and(|p| !p.starts_with('{')) {
+            let why = format!("Invalid params: the `params` of `{}` must be an object", shown(call.method()));
+            return self.error(&id, codec::INVALID_PARAMS, &why);
+        }
+        let route = match call.method() {
+            "initialize" => return self.clone().initialize(id, params_of(&call)),
             "ping" => return self.reply(&id, serde_json::json!({})),
             "logging/setLevel" => {
+                let params = params_of(&call);
                 for i in 0..self.members.len() {
                     if self.members[i].declares("logging") {
-                        drop(self.ask(i, &method, params.clone()));
+                        drop(self.ask(i, "logging/setLevel", params.clone()));
                     }
                 }
                 return self.reply(&id, serde_json::json!({}));
             }
             // Search mode: two tools in place of the list (group/search.rs).
             "tools/list" if self.searching() => return self.clone().search_list(id),
-            "tools/call" if self.searching() && super::search::is_search_tool(str_at(&params, &["name"])) => {
-                let msg = serde_json::from_str(call.line()).unwrap_or(Value::Null);
-                return self.clone().search_tools_call(id, msg);
+            "tools/call" if self.searching() && call.name().is_some_and(|n| super::search::is_search_tool(&n)) => {
+                return self.clone().search_tools_call(id, call);
             }
             m if let Some(list) = List::of_method(m) => return self.clone().list(id, list),
-            "tools/call" | "prompts/get" => match string_param(&params, &["name"], &method) {
-                Ok(name) => {
-                    self.catalog().route_name(if method == "tools/call" { List::Tools } else { List::Prompts }, name)
+            m @ ("tools/call" | "prompts/get") => match call.name() {
+                Some(name) => {
+                    self.catalog().route_name(if m == "tools/call" { List::Tools } else { List::Prompts }, &name)
                 }
-                Err(why) => return self.error(&id, codec::INVALID_PARAMS, &why),
+                None => return self.error(&id, codec::INVALID_PARAMS, &no_string(&call, &["name"])),
             },
             "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
-                match string_param(&params, &["uri"], &method) {
-                    Ok(uri) => self.catalog().route_uri(uri),
-                    Err(why) => return self.error(&id, codec::INVALID_PARAMS, &why),
+                match call.string(&call.fields().uri) {
+                    Some(uri) => self.catalog().route_uri(&uri),
+                    None => return self.error(&id, codec::INVALID_PARAMS, &no_string(&call, &["uri"])),
                 }
             }
-            "completion/complete" => match str_at(&params, &["ref", "type"]) {
-                "ref/prompt" => match string_param(&params, &["ref", "name"], &method) {
-                    Ok(name) => self.catalog().route_name(List::Prompts, name),
-                    Err(why) => return self.error(&id, codec::INVALID_PARAMS, &why),
-                },
-                _ => match string_param(&params, &["ref", "uri"], &method) {
-                    Ok(uri) => self.catalog().route_uri(uri),
-                    Err(why) => return self.error(&id, codec::INVALID_PARAMS, &why),
-                },
-            },
-            _ => {
+            "completion/complete" => {
+                let reference = call.reference().unwrap_or_default();
+                match call.string(&reference.kind).as_deref() {
+                    Some("ref/prompt") => match call.string(&reference.name) {
+                        Some(name) => self.catalog().route_name(List::Prompts, &name),
+                        None => return self.error(&id, codec::INVALID_PARAMS, &no_string(&call, &["ref", "name"])),
+                    },
+                    _ => match call.string(&reference.uri) {
+                        Some(uri) => self.catalog().route_uri(&uri),
+                        None => return self.error(&id, codec::INVALID_PARAMS, &no_string(&call, &["ref", "uri"])),
+                    },
+                }
+            }
+            m => {
                 return self.error(
                     &id,
                     codec::METHOD_NOT_FOUND,
-                    &format!("`{}` is not served through a group (group `{}`); connect to one server (switchyard connect NAME) for it", shown(&method), self.group),
+                    &format!("`{}` is not served through a group (group `{}`); connect to one server (switchyard connect NAME) for it", shown(m), self.group),
                 );
             }
         };
@@ -110,7 +105,8 @@ impl GroupSession {
 
     /// Sends a client's request (`id`: its raw id) on to the member `r` names, under an id of
     /// the group's, with the name its server knows: spliced into the line as it came, so the
-    /// rest of it (its arguments) reaches the server byte for byte.
+    /// rest of it (its arguments) reaches the server byte for byte. The member's session is
+    /// handed the `Call` with its ranges moved by the splices: it does not read it again.
     pub(super) fn forward(&self, id: String, mut call: Call, r: Routed) {
         let member = &self.members[r.member];
         if let Some(why) = member.unusable() {
@@ -123,31 +119,27 @@ impl GroupSession {
                 ),
             );
         }
-        let original = Value::String(r.original).to_string();
-        match call.method() {
-            "tools/call" | "prompts/get" => {
-                if let Some(at) = call.fields().name.clone() {
-                    call = call.splice(at, &original);
-                }
-            }
-            "completion/complete" => {
-                let mut params: Value = call.params().and_then(|p| serde_json::from_str(p).ok()).unwrap_or(Value::Null);
-                if params["ref"]["type"] == "ref/prompt" {
-                    params["ref"]["name"] = serde_json::from_str(&original).unwrap_or(Value::Null);
-                    let at = call.envelope().params.clone().expect("a routed completion has params");
-                    call = call.splice(at, &params.to_string());
-                }
-            }
-            _ => {}
+        let original = codec::json_string(&r.original);
+        let name = match call.method() {
+            "tools/call" | "prompts/get" => call.fields().name.clone(),
+            "completion/complete" => call
+                .reference()
+                .filter(|at| call.string(&at.kind).as_deref() == Some("ref/prompt"))
+                .and_then(|at| at.name),
+            _ => None,
+        };
+        if let Some(at) = name {
+            call = call.into_spliced(at, &original);
         }
         let n = member.next_id();
-        let line = codec::splice_owned(call.line().to_string(), call.id_range(), &n.to_string());
+        let at = call.id_range();
+        let call = call.into_spliced(at, &n.to_string());
         {
             let mut routes = self.routes.lock().expect("lock");
             routes.by_client.insert(id.clone(), (r.member, n));
             routes.pending.insert((r.member, n), Waiter::Client(id.clone()));
         }
-        if !member.send(line) {
+        if !member.send_request(call) {
             self.take_pending(r.member, n);
             self.error(
                 &id,
@@ -358,26 +350,27 @@ impl GroupSession {
     }
 }
 
-/// The string at `path` in `v` (the params of `method`), or why there is none.
-fn string_param<'a>(v: &'a Value, path: &[&str], method: &str) -> Result<&'a str, String> {
-    let at = path.iter().try_fold(v, |v, k| v.get(*k));
+/// The params of `call` as a tree, for the few requests the group answers from them itself
+/// (initialize, logging/setLevel); Null when there are none.
+fn params_of(call: &Call) -> Value {
+    call.params().and_then(|p| serde_json::from_str(p).ok()).unwrap_or(Value::Null)
+}
+
+/// Why `call` has no string at `path` in its params: read again only for this error's words.
+fn no_string(call: &Call, path: &[&str]) -> String {
+    let method = call.method();
     let key = format!("params.{}", path.join("."));
-    match at {
-        Some(Value::String(s)) => Ok(s),
+    let params = params_of(call);
+    match path.iter().try_fold(&params, |v, k| v.get(*k)) {
         Some(other) => {
             let shown_value: String = other.to_string().chars().take(64).collect();
-            Err(format!("Invalid params: `{key}` of `{}` must be a string, not {shown_value}", shown(method)))
+            format!("Invalid params: `{key}` of `{}` must be a string, not {shown_value}", shown(method))
         }
-        None => Err(format!("Invalid params: `{}` needs `{key}`", shown(method))),
+        None => format!("Invalid params: `{}` needs `{key}`", shown(method)),
     }
 }
 
 /// A method as errors show it (the first 64 characters).
 fn shown(method: &str) -> String {
     method.chars().take(64).collect()
-}
-
-/// The string at `path` in `v`, or "" (then nothing matches it, and the error says so).
-fn str_at<'a>(v: &'a Value, path: &[&str]) -> &'a str {
-    path.iter().try_fold(v, |v, k| v.get(*k)).and_then(Value::as_str).unwrap_or("")
 }

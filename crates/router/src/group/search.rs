@@ -74,13 +74,15 @@ impl GroupSession {
         *self.search_index.lock().expect("lock") = None;
     }
 
-    /// `search_tools` or `call_tool` (`msg`, request `id`): answered from the merged list, or
-    /// routed as the call of the tool it names.
-    pub(super) fn search_tools_call(self: Arc<Self>, id: String, msg: Value) {
+    /// `search_tools` or `call_tool` (`call`, request `id`): answered from the merged list, or
+    /// routed as the call of the tool it names, spliced into the client's call (its params are
+    /// not read again; its arguments are the search's input).
+    pub(super) fn search_tools_call(self: Arc<Self>, id: String, call: Call) {
         tokio::spawn(async move {
             let index = self.search_index().await;
-            let args = msg.pointer("/params/arguments").cloned().unwrap_or_else(|| json!({}));
-            if msg.pointer("/params/name").and_then(Value::as_str) == Some(SEARCH_TOOL) {
+            let args = call.text(&call.fields().arguments).and_then(|a| serde_json::from_str(a).ok());
+            let args = args.unwrap_or_else(|| json!({}));
+            if call.name().as_deref() == Some(SEARCH_TOOL) {
                 let result = search::search_result(&index, &args);
                 self.add_found(&result);
                 return self.reply(&id, result);
@@ -89,18 +91,17 @@ impl GroupSession {
                 Ok(target) => target,
                 Err(e) => return self.reply(&id, search::tool_error(&e)),
             };
-            let mut call = msg;
-            call["params"]["name"] = Value::String(name.clone());
-            call["params"]["arguments"] = arguments;
-            let routed = self.catalog().route_name(List::Tools, &name);
-            match (routed, Call::parse(call.to_string())) {
-                (Ok(r), Ok(call)) => self.forward(id, call, r),
-                (Ok(_), Err(e)) => self.error(
-                    &id,
-                    codec::INTERNAL_ERROR,
-                    &format!("the call of `{name}` could not be made: {}", e.message()),
-                ),
-                (Err(Unrouted::Unknown(why)), _) => self.error(&id, codec::INVALID_PARAMS, &why),
+            // The target was read from `call_tool`'s arguments: they are there, as is its name.
+            let (Some(at), true) = (call.fields().arguments.clone(), call.fields().name.is_some()) else {
+                let why = format!("the call of `{name}` could not be made: `{CALL_TOOL}` has no arguments");
+                return self.error(&id, codec::INTERNAL_ERROR, &why);
+            };
+            let call = call.into_spliced(at, &arguments.to_string());
+            let at = call.fields().name.clone().expect("a splice elsewhere moves the name, never drops it");
+            let call = call.into_spliced(at, &codec::json_string(&name));
+            match self.catalog().route_name(List::Tools, &name) {
+                Ok(r) => self.forward(id, call, r),
+                Err(Unrouted::Unknown(why)) => self.error(&id, codec::INVALID_PARAMS, &why),
             }
         });
     }

@@ -504,3 +504,40 @@ async fn a_search_through_a_group_adds_nothing_without_add_found() {
     assert_eq!(c.names("tools/list", "tools").await, ["search_tools", "call_tool"]);
     c.leave().await;
 }
+
+/// A call through a group is routed by what its `Call` read, and its member's session is
+/// handed that `Call`: the params are read once from the client's line to the server. A
+/// completion is routed by its `ref` and reaches the member under the server's own names.
+#[tokio::test(start_paused = true)]
+async fn a_call_through_a_group_reads_its_params_once() {
+    let (fa, fb) = (FakeConnector::new(behaviour("a")), FakeConnector::new(behaviour("b")));
+    let mut c = Client::open(group(&["a", "b"]), vec![Ok(server("a", &fa)), Ok(server("b", &fb))]);
+    c.initialize(json!({})).await;
+    c.names("tools/list", "tools").await;
+    c.names("prompts/list", "prompts").await;
+    let reads = switchyard_core::codec::params_reads;
+    let before = reads();
+    let params = json!({"name": "b__echo", "arguments": {"text": "once"}, "_meta": {"progressToken": "p"}});
+    let got = c.request("tools/call", params).await;
+    assert_eq!(got["result"]["content"][0]["text"], "b:echo", "{got}");
+    assert_eq!(reads() - before, 1, "a tools/call's params were read more than once through the group");
+    let sent = received(&fb.link(0), "tools/call");
+    assert_eq!((sent.len(), &sent[0]["params"]["arguments"]), (1, &json!({"text": "once"})), "{sent:?}");
+    assert_eq!(sent[0]["params"]["_meta"]["progressToken"], sent[0]["id"], "{sent:?}");
+    let before = reads();
+    let prompt = json!({"ref": {"type": "ref/prompt", "name": "b__hello"}, "argument": {"name": "x", "value": "y"}});
+    let got = c.request("completion/complete", prompt).await;
+    assert!(got.get("result").is_some(), "{got}");
+    assert_eq!(reads() - before, 1, "a completion's params were read more than once through the group");
+    let sent = received(&fb.link(0), "completion/complete");
+    assert_eq!(sent[0]["params"]["ref"], json!({"type": "ref/prompt", "name": "hello"}), "{sent:?}");
+    assert_eq!(sent[0]["params"]["argument"], json!({"name": "x", "value": "y"}), "{sent:?}");
+    c.names("resources/list", "resources").await;
+    let resource = json!({"ref": {"type": "ref/resource", "uri": "a://doc"}, "argument": {"name": "x", "value": ""}});
+    assert!(c.request("completion/complete", resource).await.get("result").is_some());
+    assert_eq!(received(&fa.link(0), "completion/complete").len(), 1);
+    let odd = c.request("completion/complete", json!({"ref": {"type": "ref/prompt", "name": 3}})).await;
+    let why = odd["error"]["message"].as_str().unwrap_or_default();
+    assert!(why.contains("`params.ref.name` of `completion/complete` must be a string, not 3"), "{odd}");
+    c.leave().await;
+}
