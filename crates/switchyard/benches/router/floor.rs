@@ -26,6 +26,12 @@ impl Bench {
             self.conn("direct", field, argv.to_vec()),
             self.conn("byte relay (C, poll loop)", field, self.relay_argv(argv)),
             self.conn("switchyard run", field, self.router_argv(name, "", &[], argv)),
+            // The audit log is on by default; this row shows what it takes of the figures above.
+            self.conn(
+                "switchyard run, audit off",
+                field,
+                self.router_argv(&format!("{name}-quiet"), "[audit]\nenabled = false\n", &[], argv),
+            ),
             self.conn("switchyard connect, to the daemon", field, connect),
             self.conn("line-copying proxy (Python)", field, self.line_proxy_argv(argv)),
         ];
