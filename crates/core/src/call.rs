@@ -40,6 +40,12 @@ impl Refused {
     }
 }
 
+/// Why a request under the raw id `id` is refused while a request under it is in flight: the
+/// words of every reader of a client (a session, a group, the HTTP front).
+pub fn in_use(id: &str) -> String {
+    format!("Invalid Request: id {id} is already in use by a request still in flight")
+}
+
 /// One message of a client's (not a batch), read once: what a session of one server and a
 /// group both make of a line before they act on it.
 // `Request` is the large one: its `Call` is moved on, once, to where it runs; boxing it would
@@ -336,8 +342,7 @@ impl Call {
         }
         if !claim(self.id()) {
             let id = self.id();
-            let message = format!("Invalid Request: id {id} is already in use by a request still in flight");
-            return Err(Refused::InUse(codec::response_error(id, codec::INVALID_REQUEST, &message, None)));
+            return Err(Refused::InUse(codec::response_error(id, codec::INVALID_REQUEST, &in_use(id), None)));
         }
         Ok(())
     }

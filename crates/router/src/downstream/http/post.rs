@@ -291,7 +291,7 @@ impl Front {
                         StatusCode::BAD_REQUEST,
                         &id,
                         codec::INVALID_REQUEST,
-                        &format!("Invalid Request: id {id} is already in use by a request of this session still open"),
+                        &switchyard_core::call::in_use(&id),
                     ),
                     Err(Refused::Gone) => gone(),
                 }
