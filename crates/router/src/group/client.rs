@@ -19,9 +19,18 @@ pub(super) struct Batch {
     owed: usize,
 }
 
-/// A request of the client's the group has not answered yet, by raw id: None when it came
-/// alone, else the batch whose array its answer goes in.
-pub(super) type Open = std::collections::HashMap<String, Option<Arc<Mutex<Batch>>>>;
+/// A request of the client's the group has not answered yet.
+pub(super) struct Booked {
+    /// The batch whose array its answer goes in, when it came in one (and is still owed).
+    batch: Option<Arc<Mutex<Batch>>>,
+    /// The client cancelled it while the group itself works on its answer (a list it merges,
+    /// say): that answer is dropped when it comes, and only then is its id free, so that it is
+    /// never taken for the answer to a later request under the same id.
+    cancelled: bool,
+}
+
+/// The client's requests not answered yet, by raw id.
+pub(super) type Open = std::collections::HashMap<String, Booked>;
 
 impl GroupSession {
     /// One line of the client: a message, or a batch of them.
@@ -115,11 +124,11 @@ impl GroupSession {
     }
 
     /// Sends the client the answer `line` to its open request `id` (raw): in its batch's array
-    /// when it came in one. A request no longer open (the client cancelled it) is owed nothing.
+    /// when it came in one. A request the client cancelled is owed nothing.
     pub(super) fn to_client(&self, id: &str, line: String) {
-        let open = self.open.lock().expect("lock").remove(id);
-        match open {
-            Some(Some(batch)) => {
+        let booked = self.open.lock().expect("lock").remove(id);
+        match booked {
+            Some(Booked { cancelled: false, batch: Some(batch) }) => {
                 {
                     let mut b = batch.lock().expect("lock");
                     b.answers.push(line);
@@ -127,18 +136,39 @@ impl GroupSession {
                 }
                 self.settle(&batch);
             }
-            Some(None) => self.peer.send(line),
-            None => {
-                tracing::debug!(session = %self.label, "an answer to request {id}, which is not open (cancelled); dropped")
+            Some(Booked { cancelled: false, batch: None }) => self.peer.send(line),
+            _ => {
+                tracing::debug!(session = %self.label, "an answer to request {id}, which the client cancelled; dropped")
             }
         }
     }
 
-    /// The client cancelled its request `id`: no answer is owed for it, its id is free again, and
-    /// when in a batch, the batch no longer waits for it.
-    pub(super) fn unowed(&self, id: &str) {
-        let open = self.open.lock().expect("lock").remove(id);
-        if let Some(Some(batch)) = open {
+    /// Whether the client cancelled its request `id` before the group sent it on (its booking
+    /// is then settled: nothing will answer it).
+    pub(super) fn cancelled_before_sent(&self, id: &str) -> bool {
+        let mut open = self.open.lock().expect("lock");
+        let cancelled = open.get(id).is_some_and(|b| b.cancelled);
+        if cancelled {
+            open.remove(id);
+        }
+        cancelled
+    }
+
+    /// The client cancelled its request `id`: no answer is owed for it, and when in a batch, the
+    /// batch no longer waits for it. Its id is free at once when a member runs it (`forwarded`:
+    /// the member's answer is dropped by id), else once the group's own work for it is done.
+    pub(super) fn unowed(&self, id: &str, forwarded: bool) {
+        let batch = {
+            let mut open = self.open.lock().expect("lock");
+            match forwarded {
+                true => open.remove(id).and_then(|b| b.batch),
+                false => open.get_mut(id).and_then(|b| {
+                    b.cancelled = true;
+                    b.batch.take()
+                }),
+            }
+        };
+        if let Some(batch) = batch {
             batch.lock().expect("lock").owed -= 1;
             self.settle(&batch);
         }
@@ -161,7 +191,7 @@ fn book(open: &mut Open, id: &str, batch: Option<&Arc<Mutex<Batch>>>) -> bool {
     match open.entry(id.to_string()) {
         Entry::Occupied(_) => false,
         Entry::Vacant(v) => {
-            v.insert(batch.cloned());
+            v.insert(Booked { batch: batch.cloned(), cancelled: false });
             true
         }
     }

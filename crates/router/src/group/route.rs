@@ -108,6 +108,11 @@ impl GroupSession {
     /// rest of it (its arguments) reaches the server byte for byte. The member's session is
     /// handed the `Call` with its ranges moved by the splices: it does not read it again.
     pub(super) fn forward(&self, id: String, mut call: Call, r: Routed) {
+        // A search's `call_tool` is sent on after the search's list is in: not when the client
+        // cancelled it meanwhile.
+        if self.cancelled_before_sent(&id) {
+            return;
+        }
         let member = &self.members[r.member];
         if let Some(why) = member.unusable() {
             return self.error(
@@ -184,9 +189,10 @@ impl GroupSession {
                 let Some(at) = fields.request_id else { return };
                 let id = &line[at.clone()];
                 // No answer is owed for it now, whatever answers it (a member, or a list the
-                // group merges), and the client may use its id again at once.
-                self.unowed(id);
-                let Some((i, n)) = self.routes.lock().expect("lock").by_client.remove(id) else { return };
+                // group merges).
+                let forwarded = self.routes.lock().expect("lock").by_client.remove(id);
+                self.unowed(id, forwarded.is_some());
+                let Some((i, n)) = forwarded else { return };
                 self.routes.lock().expect("lock").pending.remove(&(i, n));
                 self.members[i].send(codec::splice(&line, at, &n.to_string()));
             }

@@ -230,3 +230,30 @@ async fn an_id_that_is_no_string_or_integer_is_answered_under_null() {
     }
     c.leave().await;
 }
+
+/// A request the group answers itself (a list it merges) and the client cancelled keeps its id
+/// until the group's work for it is done: its late answer is dropped, never taken for the answer
+/// to a later request under the same id, and the id is free after.
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_list_s_late_answer_is_no_later_request_s() {
+    let fa = FakeConnector::new(behaviour("a"));
+    let fb = FakeConnector::new(super::lists_late("b", Duration::from_secs(30)));
+    let mut c = Client::open(group(&["a", "b"]), vec![Ok(server("a", &fa)), Ok(server("b", &fb))]);
+    c.initialize(json!({})).await;
+    c.write_line(r#"{"jsonrpc":"2.0","id":"L","method":"tools/list"}"#).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    c.write_line(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"L"}}"#).await;
+    let wait = r#"{"jsonrpc":"2.0","id":"L","method":"tools/call","params":{"name":"a__wait","arguments":{}}}"#;
+    c.write_line(wait).await;
+    let refused = c.take(|m| m["id"] == "L").await;
+    assert!(refused["error"]["message"].as_str().unwrap_or_default().contains("already in use"), "{refused}");
+    // The list is merged after 5 s, and answers nothing.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    fence(&mut c, "after").await;
+    assert_eq!(raw_with(&c, r#""L""#).len(), 1, "{:?}", c.raw.lock().unwrap());
+    assert!(received(&fa.link(0), "tools/call").is_empty());
+    c.write_line(wait).await;
+    fence(&mut c, "sent").await;
+    assert_eq!(received(&fa.link(0), "tools/call").len(), 1, "the id is free once the list is done");
+    c.leave().await;
+}
