@@ -4,11 +4,12 @@
 
 use std::borrow::Cow;
 use std::hint::black_box;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use switchyard_core::audit::{Client, Decided, Deferred, Ended, PluginRef, Record, Waits, sha256};
-use switchyard_core::metrics::Outcome;
+use switchyard_core::metrics::{Call, Live, Metrics, Outcome, ToolNames};
 
 /// A `tools/call` as the router records it: the time and the arguments' hash are the writer's.
 fn record() -> (Record, Deferred) {
@@ -88,9 +89,40 @@ fn audit(c: &mut Criterion) {
     g.finish();
 }
 
+/// One `tools/call` answered: its attempt timed, then the call counted and timed, as the
+/// router reports them.
+fn one_call(m: &Metrics, server: &Arc<str>, tool: &Arc<str>) {
+    let took = Duration::from_micros(840);
+    m.attempt(server, "tools/call", Some(tool), "", "pipe", took);
+    let call = Call {
+        server,
+        method: "tools/call",
+        tool: Some(tool),
+        outcome: Outcome::Ok,
+        code: None,
+        session_label: "stdio-1",
+        elapsed: Duration::from_micros(910),
+    };
+    m.call(call);
+}
+
+fn metrics(c: &mut Criterion) {
+    let server: Arc<str> = Arc::from("everything");
+    let names = ToolNames::default();
+    let tool = names.label("echo", |_| true);
+    let mut g = c.benchmark_group("metrics of a call");
+    for (name, m) in [
+        ("label sets looked up (before)", Metrics::finding_series_each_call(Live::default)),
+        ("series kept (after)", Metrics::new(Live::default)),
+    ] {
+        g.bench_function(name, |b| b.iter(|| one_call(&m, black_box(&server), black_box(&tool))));
+    }
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
-    targets = audit
+    targets = audit, metrics
 }
 criterion_main!(benches);

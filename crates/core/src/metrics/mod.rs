@@ -20,9 +20,11 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 
+mod handles;
 mod labels;
 pub mod mirror;
 
+use handles::{Handles, Key};
 use labels::transport_name;
 pub use labels::{
     RetryReason, answer_outcome, code_label, death_cause, is_tool_error, method_label, network_transport,
@@ -253,6 +255,10 @@ pub struct Metrics {
     plugin_hooks: Family<PluginHookLabels, Counter>,
     sessions_opened: Family<SessionTransport, Counter>,
     session_duration: Hist<TransportLabels>,
+    /// A call's series (its count, its operation time unless cancelled), kept once found.
+    call_series: Handles<(Counter, Option<Histogram>)>,
+    /// An attempt's operation time, kept once found.
+    attempt_series: Handles<Histogram>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -342,6 +348,18 @@ impl Collector for LiveCollector {
 impl Metrics {
     /// The metrics of one router; `live` is read at each scrape for the gauges.
     pub fn new(live: impl Fn() -> Live + Send + Sync + 'static) -> Metrics {
+        Metrics::keeping(live, handles::CAP)
+    }
+
+    /// Metrics that look a call's labels up in each family every time, as they did before the
+    /// series were kept: what the bench and the tests hold the kept series against.
+    #[doc(hidden)]
+    pub fn finding_series_each_call(live: impl Fn() -> Live + Send + Sync + 'static) -> Metrics {
+        Metrics::keeping(live, 0)
+    }
+
+    /// `cap`: the series kept per kind (0: none).
+    fn keeping(live: impl Fn() -> Live + Send + Sync + 'static, cap: usize) -> Metrics {
         let mut r = Registry::default();
         let m = Metrics {
             registry: Registry::default(),
@@ -360,6 +378,8 @@ impl Metrics {
             plugin_hooks: Family::default(),
             sessions_opened: Family::default(),
             session_duration: Family::new_with_constructor(otel_histogram),
+            call_series: Handles::new(cap),
+            attempt_series: Handles::new(cap),
         };
         r.register_with_unit(
             "mcp_server_operation_duration",
@@ -436,7 +456,7 @@ impl Metrics {
     /// One forwarded call ended (the engine's report): counted by outcome and timed.
     pub fn call(&self, c: Call<'_>) {
         let method = method_label(c.method);
-        let tool = c.tool.cloned().unwrap_or_else(|| empty_name().clone());
+        let tool = c.tool.unwrap_or_else(|| empty_name());
         let error_type = match c.outcome {
             Outcome::Ok | Outcome::Cancelled => "",
             Outcome::ToolError => "tool_error",
@@ -444,25 +464,37 @@ impl Metrics {
             Outcome::Rejected | Outcome::Withheld if c.code.is_none() => "tool_error",
             _ => c.code.map(code_label).unwrap_or(OTHER),
         };
-        self.calls
-            .get_or_create(&CallLabels {
-                server: c.server.clone(),
-                method,
-                tool: tool.clone(),
-                outcome: c.outcome.label(),
-            })
-            .inc();
+        let transport = network_transport(c.session_label);
+        let seconds = c.elapsed.as_secs_f64();
         // A cancelled call has no response: no operation to time.
-        if c.outcome != Outcome::Cancelled {
-            let labels = OpLabels {
-                server: c.server.clone(),
-                mcp_method_name: method,
-                gen_ai_tool_name: tool,
-                error_type,
-                network_transport: network_transport(c.session_label),
-            };
-            self.observe(&self.server_op, mirror::Side::Server, labels, c.elapsed);
+        let timed = c.outcome != Outcome::Cancelled;
+        if timed {
+            let op = (&**c.server, method, &**tool, error_type, transport);
+            mirror_operation(mirror::Side::Server, op, seconds);
         }
+        let find = || {
+            let labels =
+                CallLabels { server: c.server.clone(), method, tool: tool.clone(), outcome: c.outcome.label() };
+            let calls = self.calls.get_or_create(&labels).clone();
+            let op = timed.then(|| {
+                let labels = OpLabels {
+                    server: c.server.clone(),
+                    mcp_method_name: method,
+                    gen_ai_tool_name: tool.clone(),
+                    error_type,
+                    network_transport: transport,
+                };
+                self.server_op.get_or_create(&labels).clone()
+            });
+            (calls, op)
+        };
+        let key = Key::new(c.server, tool, method, error_type, transport, Some(c.outcome));
+        self.call_series.with(key, (c.server, tool), find, |(calls, op)| {
+            calls.inc();
+            if let Some(op) = op {
+                op.observe(seconds);
+            }
+        });
     }
 
     /// One attempt of a call on an instance got its answer, or none (`error_type`: the
@@ -477,30 +509,22 @@ impl Metrics {
         transport: &'static str,
         took: Duration,
     ) {
-        let labels = OpLabels {
-            server: server.clone(),
-            mcp_method_name: method_label(method),
-            gen_ai_tool_name: tool.cloned().unwrap_or_else(|| empty_name().clone()),
-            error_type,
-            network_transport: transport,
-        };
-        self.observe(&self.client_op, mirror::Side::Client, labels, took);
-    }
-
-    fn observe(&self, hist: &Hist<OpLabels>, side: mirror::Side, labels: OpLabels, took: Duration) {
+        let method = method_label(method);
+        let tool = tool.unwrap_or_else(|| empty_name());
         let seconds = took.as_secs_f64();
-        if let Some(m) = mirror::mirror() {
-            m.operation(&mirror::Operation {
-                side,
-                server: &labels.server,
-                method: labels.mcp_method_name,
-                tool: &labels.gen_ai_tool_name,
-                error_type: labels.error_type,
-                transport: labels.network_transport,
-                seconds,
-            });
-        }
-        hist.get_or_create(&labels).observe(seconds);
+        mirror_operation(mirror::Side::Client, (&**server, method, &**tool, error_type, transport), seconds);
+        let find = || {
+            let labels = OpLabels {
+                server: server.clone(),
+                mcp_method_name: method,
+                gen_ai_tool_name: tool.clone(),
+                error_type,
+                network_transport: transport,
+            };
+            self.client_op.get_or_create(&labels).clone()
+        };
+        let key = Key::new(server, tool, method, error_type, transport, None);
+        self.attempt_series.with(key, (server, tool), find, |op| op.observe(seconds));
     }
 
     /// One attempt of a call ran out of time.
@@ -574,6 +598,18 @@ impl Metrics {
             m.session(network_transport, lasted.as_secs_f64());
         }
         self.session_duration.get_or_create(&TransportLabels { network_transport }).observe(lasted.as_secs_f64());
+    }
+}
+
+/// An operation's time, to the mirror when there is one: (server, method, tool, error type,
+/// transport), as the histograms label it.
+fn mirror_operation(
+    side: mirror::Side,
+    (server, method, tool, error_type, transport): (&str, &'static str, &str, &'static str, &'static str),
+    seconds: f64,
+) {
+    if let Some(m) = mirror::mirror() {
+        m.operation(&mirror::Operation { side, server, method, tool, error_type, transport, seconds });
     }
 }
 
