@@ -98,7 +98,8 @@ pub(super) async fn attempt(
         .then(|| Arc::new(StreamTo { to: req.link.clone(), id: call.client_id.to_string() }) as Arc<dyn ProgressSink>);
     let scope = ScopeKey::wanted(eff.placement.as_ref(), req.session, &call.info.caller);
     let tool = call.info.tool.as_deref().map(|t| server.tool_label(t));
-    let attempt = Attempt { track, server, req, eff, what, started, deadline, wait_until, tool, safe, scope, stream };
+    let mut attempt =
+        Attempt { track, server, req, eff, what, started, deadline, wait_until, tool, safe, scope, stream };
     // A request pinned to one instance, and no other, whatever its placement says: a repeat
     // after it ended finds it dead.
     let ended = |instance: &Instance, held: &str, again: &str| {
@@ -136,12 +137,9 @@ pub(super) async fn attempt(
     let instance = lease.instance.clone();
     spent.instance = Some(instance.label().to_string());
     // A call that waited for its instance to start has its own time to run from then.
-    let attempt = match first {
-        true => {
-            Attempt { deadline: attempt.deadline.max(Instant::now() + (attempt.deadline - attempt.started)), ..attempt }
-        }
-        false => attempt,
-    };
+    if first {
+        attempt.deadline = attempt.deadline.max(Instant::now() + (attempt.deadline - attempt.started));
+    }
     if attempt.stream.is_some() {
         // Open for as long as its client wants it: a serial server's next call does not wait for it.
         drop(lease);
@@ -209,7 +207,7 @@ impl Attempt<'_, '_> {
     }
 
     /// Waits for the gate within the deadline.
-    async fn gate(&self) -> Result<Permit, Stop> {
+    pub(super) async fn gate(&self) -> Result<Permit, Stop> {
         let (server, req, eff) = (self.server, self.req, self.eff);
         let gate_wait = || server.gate.blockers().to_string();
         let permit = bounded(
@@ -228,7 +226,7 @@ impl Attempt<'_, '_> {
     /// Waits for the gate (not a listen stream, which runs nothing), then for an instance of the
     /// pool, within the deadline.
     /// The gate's wait comes with them.
-    async fn acquire(&self) -> Result<(Option<Permit>, Lease, Duration), Stop> {
+    pub(super) async fn acquire(&self) -> Result<(Option<Permit>, Lease, Duration), Stop> {
         let (server, req, eff, what) = (self.server, self.req, self.eff, self.what);
         // Before an instance was found, the error says what the call waited for.
         let until = self.pool_deadline();

@@ -1,6 +1,7 @@
 //! Waiting within a call's deadline (for the gate, for an instance), and telling the client,
 //! after a while, what it waits for.
 
+use std::pin::Pin;
 use std::task::Poll;
 use std::time::Duration;
 
@@ -46,17 +47,30 @@ pub(super) async fn bounded<'w, T>(
     if cancel.is_cancelled() {
         return Err(None);
     }
-    tokio::pin!(fut);
+    let mut fut = std::pin::pin!(fut);
     if let Poll::Ready(v) = std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await {
         return Ok(v);
     }
+    // The wait itself (its timers, its notice) boxed, made only now: this future is part of
+    // every request's, and most requests never wait.
+    Box::pin(wait(fut, deadline, cancel, waiting, waiting_for)).await
+}
+
+/// [`bounded`] once `fut` is pending.
+async fn wait<'w, T>(
+    mut fut: Pin<&mut impl Future<Output = T>>,
+    deadline: Instant,
+    cancel: &CancellationToken,
+    waiting: impl FnOnce() -> Waiting<'w>,
+    waiting_for: impl Fn() -> String,
+) -> Result<T, Option<String>> {
     let waiting = waiting();
     let _counted = waiting.link.wait_begins();
     let notice_at = Instant::now() + WAIT_NOTICE_AFTER;
     let mut noticed = false;
     loop {
         tokio::select! {
-            v = &mut fut => return Ok(v),
+            v = fut.as_mut() => return Ok(v),
             _ = cancel.cancelled() => return Err(None),
             _ = tokio::time::sleep_until(deadline) => return Err(Some(waiting_for())),
             _ = tokio::time::sleep_until(notice_at), if !noticed => {

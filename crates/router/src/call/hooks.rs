@@ -14,17 +14,27 @@ use switchyard_core::decision::{CallInfo, Rejection};
 use switchyard_core::metrics::Outcome;
 use switchyard_policy::{Hooked, Phase, PluginSet};
 
-/// The request hooks on `req`'s params, in chain order: Ok(None) to send it as it is,
-/// Ok(Some(the request with the params they made)), or Err(the client's answer) when one denied
-/// it (or failed closed).
-pub(super) async fn requested(server: &Arc<Server>, req: &Request<'_>, end: &mut End) -> Result<Option<Call>, Refused> {
+/// The plugin set when a request hook of it is for `req` ([`requested`] is to run), else None:
+/// a call no hook is for pays this test alone.
+pub(super) fn request_hooked(server: &Server, req: &Request<'_>) -> Option<Arc<PluginSet>> {
     let set = server.policy.current();
     let call = req.call;
+    let tool = if call.method() == "tools/call" { call.name() } else { None };
+    set.hooked(Phase::Request, &server.name, call.method(), tool.as_deref()).then_some(set)
+}
+
+/// The request hooks of `set` on `req`'s params, in chain order (asked only when
+/// [`request_hooked`] says one is for it): Ok(None) to send it as it is, Ok(Some(the request with
+/// the params they made), boxed: the call's future holds a pointer), or Err(the client's answer)
+/// when one denied it (or failed closed).
+pub(super) async fn requested(
+    server: &Arc<Server>,
+    req: &Request<'_>,
+    set: Arc<PluginSet>,
+    end: &mut End,
+) -> Result<Option<Box<Call>>, Refused> {
+    let call = req.call;
     let method = call.method();
-    let tool = if method == "tools/call" { call.name() } else { None };
-    if !set.hooked(Phase::Request, &server.name, method, tool.as_deref()) {
-        return Ok(None);
-    }
     let info = Forwarded::new(server, req).info;
     let hooked = set.hook_async(Phase::Request, &info, call.params().unwrap_or("{}")).await;
     let Hooked { changed, denied, notes } = hooked;
@@ -39,12 +49,20 @@ pub(super) async fn requested(server: &Arc<Server>, req: &Request<'_>, end: &mut
         None => codec::request(call.id(), method, &params),
     };
     match Call::parse(line) {
-        Ok(changed) => Ok(Some(changed)),
+        Ok(changed) => Ok(Some(Box::new(changed))),
         Err(e) => {
             let why = format!("the params a plugin made do not read as a request ({}); nothing was sent", e.message());
             Err(denial(server, &set, req, &info, end, Rejection::new("switchyard", why)))
         }
     }
+}
+
+/// Whether a result hook of `set` is for `reply` ([`resulted`] is to run): a result (not an
+/// error) of a call a hook is for. A call no hook is for pays this test alone.
+pub(super) fn result_hooked(server: &Server, set: &PluginSet, info: &CallInfo, reply: &Reply) -> bool {
+    reply.env.result.is_some()
+        && !reply.env.is_error
+        && set.hooked(Phase::Result, &server.name, &info.method, info.tool.as_deref())
 }
 
 /// The result hooks on the server's `reply`, in reverse chain order: the reply the client is to

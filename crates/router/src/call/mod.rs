@@ -28,11 +28,10 @@ use crate::peer::ClientPeer;
 use crate::server::Server;
 use crate::server::calls::{Stage, What};
 use crate::server::tasks::Pinned;
-use crate::upstream::Instance;
+use crate::upstream::{Instance, Reply};
 use attempt::{Answered, Cap, attempt};
-use reply::{finish, input_state, reply_outcome, task_ids};
+use reply::{finish, finish_list, input_state, reply_outcome, task_ids};
 pub use resolve::Effective;
-use retry::Next;
 use send::Rising;
 use shown::shown_tool;
 use switchyard_core::call::Call;
@@ -134,57 +133,45 @@ impl End {
 
 /// Forwards a request to the server and returns the response for the client (None when the
 /// client cancelled it: then no response is owed). Counted and timed in the router's metrics.
-pub async fn forward(server: &Arc<Server>, req: Request<'_>) -> Option<String> {
-    let started = Instant::now();
-    let (method, session_label, cancel) = (req.call.method(), req.session_label, req.cancel);
-    let span = req.span;
-    let mut end = End::new(Outcome::Cancelled);
-    let count = |end: &End| {
-        server.metrics.call(metrics::Call {
-            server: &server.metric_name,
-            method,
-            tool: end.tool.as_ref(),
-            outcome: end.outcome,
-            code: end.code,
-            session_label,
-            elapsed: started.elapsed(),
-        })
-    };
-    // Its place in the audit log first: a strict log refuses a call it could not record.
-    let asked = match audit::Asked::of(server, &req) {
-        Ok(asked) => asked,
-        Err(refused) => {
-            (end.outcome, end.code) = (Outcome::Rejected, refused.code);
-            count(&end);
-            return Some(refused.answer);
-        }
-    };
-    // A tool the client calls by the name a plugin gave it reaches the server under its own.
-    let resp = match shown_tool(server, &req).await {
-        Ok(shown) => {
-            let req = match &shown {
-                Some(call) => Request { call, ..req },
-                None => req,
-            };
-            // The plugins' request hooks, on the params as the server is to get them.
-            match hooks::requested(server, &req, &mut end).await {
-                Ok(Some(call)) => run(server, Request { call: &call, ..req }, &mut end).await,
-                Ok(None) => run(server, req, &mut end).await,
-                Err(refused) => Some(refused.answer),
+// A block, not an `async fn`: an async fn's body moves its arguments into locals of their own,
+// and the request would be held twice in every request's future.
+pub fn forward<'a>(server: &'a Arc<Server>, req: Request<'a>) -> impl Future<Output = Option<String>> + 'a {
+    async move {
+        let started = Instant::now();
+        let (method, session_label, cancel, span) = (req.call.method(), req.session_label, req.cancel, req.span);
+        let mut end = End::new(Outcome::Cancelled);
+        // Its place in the audit log first: a strict log refuses a call it could not record.
+        let asked = match audit::Asked::of(server, &req) {
+            Ok(asked) => asked,
+            Err(refused) => {
+                (end.outcome, end.code) = (Outcome::Rejected, refused.code);
+                count(server, method, session_label, &end, started.elapsed());
+                return Some(refused.answer);
             }
+        };
+        let resp = run(server, req, &mut end).await;
+        // One reading of the clock for the metrics and the audit line: the same moment.
+        let elapsed = started.elapsed();
+        count(server, method, session_label, &end, elapsed);
+        traced::ended(span, &end);
+        if let Some(asked) = asked {
+            asked.write(server, end, elapsed, resp.as_deref(), cancel.was_sent());
         }
-        Err(refused) => {
-            (end.outcome, end.code) = (Outcome::Rejected, refused.code);
-            end.refused_by = Some(refused.by);
-            Some(refused.answer)
-        }
-    };
-    count(&end);
-    traced::ended(span, &end);
-    if let Some(asked) = asked {
-        asked.write(server, end, started.elapsed(), resp.as_deref(), cancel.was_sent());
+        resp
     }
-    resp
+}
+
+/// Counts a forwarded call that ended as `end` says, after `elapsed`, in the router's metrics.
+fn count(server: &Server, method: &str, session_label: &Arc<str>, end: &End, elapsed: std::time::Duration) {
+    server.metrics.call(metrics::Call {
+        server: &server.metric_name,
+        method,
+        tool: end.tool.as_ref(),
+        outcome: end.outcome,
+        code: end.code,
+        session_label,
+        elapsed,
+    })
 }
 
 /// The policy's verdict on `req`, a request switchyard answers itself in the server's stead (a
@@ -295,6 +282,37 @@ impl<'a> Forwarded<'a> {
 
 /// Runs the call's attempts to its response (None: cancelled), noting in `end` how it ended.
 async fn run(server: &Arc<Server>, req: Request<'_>, end: &mut End) -> Option<String> {
+    // Declared before the request that may borrow them.
+    let (shown, changed);
+    let mut req: Request<'_> = req;
+    // A tool the client calls by the name a plugin gave it reaches the server under its own;
+    // then the plugins' request hooks, on the params as the server is to get them. Both are
+    // rare and boxed where they are awaited: a call that meets neither carries neither in its
+    // future (built, then copied into its box, per request), only the tests that skip them.
+    shown = match shown::shows(server, &req) {
+        Some(set) => match Box::pin(shown_tool(server, &req, set)).await {
+            Ok(shown) => shown,
+            Err(refused) => {
+                (end.outcome, end.code) = (Outcome::Rejected, refused.code);
+                end.refused_by = Some(refused.by);
+                return Some(refused.answer);
+            }
+        },
+        None => None,
+    };
+    if let Some(call) = shown.as_deref() {
+        req.call = call;
+    }
+    changed = match hooks::request_hooked(server, &req) {
+        Some(set) => match Box::pin(hooks::requested(server, &req, set, end)).await {
+            Ok(changed) => changed,
+            Err(refused) => return Some(refused.answer),
+        },
+        None => None,
+    };
+    if let Some(call) = changed.as_deref() {
+        req.call = call;
+    }
     let mut call = Forwarded::new(server, &req);
     end.tool = call.tool_label.clone();
     if server.audit().is_some() {
@@ -327,40 +345,64 @@ async fn run(server: &Arc<Server>, req: Request<'_>, end: &mut End) -> Option<St
             None => end.spent.instance = last,
         }
         let e = match tried {
-            Ok(Answered { reply, permit, instance }) => {
-                let reply = match hooks::resulted(server, &set, &req, &call.info, reply, end).await {
-                    Ok(reply) => reply,
-                    Err(denied) => return Some(denied),
+            // The answer made the client's: at once, unless a result hook or a list's overrides
+            // are to be awaited (rare, boxed where awaited, with what they hold).
+            Ok(answered) => {
+                let later = hooks::result_hooked(server, &set, &call.info, &answered.reply)
+                    || switchyard_policy::Kind::of_list_method(&call.info.method).is_some();
+                return match later {
+                    true => Box::pin(answer_later(server, &set, &req, &call, &eff, answered, end)).await,
+                    false => Some(finish(made(server, &req, &call, &eff, answered, end), call.client_id)),
                 };
-                (end.outcome, end.code) = reply_outcome(&reply, call.info.tool.is_some());
-                let reply = task_ids(server, &req, &call.info, &eff, reply, permit, &instance);
-                let reply = input_state(server, reply, &instance);
-                return Some(finish(server, &set, &req, &call.info, reply, call.client_id).await);
             }
             Err(Stop::Cancelled) => return None,
             Err(Stop::Failed(e)) => e,
         };
-        let own = matches!(e, CallError::Busy { .. } | CallError::Down { .. });
-        let backoff = match call.after_failure(e, server, &eff, &req, end).await {
-            Next::Retry { backoff, of, after } => {
-                let (attempt, at) = (call.info.attempt + 2, Instant::now() + backoff);
-                track.set(Stage::Repeating { attempt, of, at, after });
-                backoff
-            }
-            Next::GiveUp(answer) => {
-                // No server saw the call: switchyard refused it itself.
-                if own && end.attempts == 0 {
-                    end.refused_by = Some(OWN_REFUSAL.to_string());
-                }
-                return Some(answer);
-            }
-        };
-        tokio::select! {
-            _ = req.cancel.token.cancelled() => return None,
-            _ = tokio::time::sleep(backoff) => {}
+        // A failed attempt, and the wait before the next: boxed where awaited, as rare.
+        if let Some(answer) = Box::pin(call.failed(e, server, &eff, &req, end, &track)).await {
+            return answer;
         }
         call.info.attempt += 1;
     }
+}
+
+/// The server's answer as the client is to have it, but for its id: how it counts, task ids
+/// and an `input_required` state sealed with the instance that gave it.
+fn made(
+    server: &Server,
+    req: &Request<'_>,
+    call: &Forwarded<'_>,
+    eff: &Effective,
+    answered: Answered,
+    end: &mut End,
+) -> Reply {
+    let Answered { reply, permit, instance } = answered;
+    (end.outcome, end.code) = reply_outcome(&reply, call.info.tool.is_some());
+    let reply = task_ids(server, req, &call.info, eff, reply, permit, &instance);
+    input_state(server, reply, &instance)
+}
+
+/// The server's answer made the client's through what is awaited: the plugins' result hooks,
+/// and for a list, what they show this client of it.
+async fn answer_later(
+    server: &Arc<Server>,
+    set: &Arc<switchyard_policy::PluginSet>,
+    req: &Request<'_>,
+    call: &Forwarded<'_>,
+    eff: &Effective,
+    answered: Answered,
+    end: &mut End,
+) -> Option<String> {
+    let Answered { reply, permit, instance } = answered;
+    let reply = match hooks::resulted(server, set, req, &call.info, reply, end).await {
+        Ok(reply) => reply,
+        Err(denied) => return Some(denied),
+    };
+    let reply = made(server, req, call, eff, Answered { reply, permit, instance }, end);
+    Some(match switchyard_policy::Kind::of_list_method(&call.info.method) {
+        Some(kind) => finish_list(server, set, req, &call.info, kind, reply, call.client_id).await,
+        None => finish(reply, call.client_id),
+    })
 }
 
 /// A client's way to stop one of its calls, and the reason it gave.
@@ -408,4 +450,49 @@ impl Cancel {
     pub fn reason(&self) -> &str {
         self.reason.get().map(String::as_str).unwrap_or("cancelled by the client")
     }
+}
+
+/// The size in bytes of the value `f` would return, never calling it: a future's size, taken
+/// from its type alone (`f` is a closure whose body diverges, so no stage needs its arguments).
+#[cfg(test)]
+pub(crate) fn future_size<F>(_: impl FnOnce() -> F) -> usize {
+    std::mem::size_of::<F>()
+}
+
+/// The sizes in bytes of the futures of this module's stages, for the guard on the size of a
+/// request's future (`session::answer::sizes`): each is held inside the one a session spawns.
+#[cfg(test)]
+#[allow(unreachable_code, clippy::diverging_sub_expression)]
+pub(crate) fn future_sizes() -> Vec<(&'static str, usize)> {
+    use future_size as size;
+    use std::mem::size_of;
+    vec![
+        ("call::forward", size(|| forward(todo!(), todo!()))),
+        ("call::run", size(|| run(todo!(), todo!(), todo!()))),
+        ("Forwarded::decide", size(|| Forwarded::decide(todo!(), todo!(), todo!(), todo!(), todo!()))),
+        ("call::attempt", size(|| attempt(todo!(), todo!(), todo!(), todo!(), todo!(), todo!(), todo!()))),
+        ("Attempt::send", size(|| attempt::Attempt::send(todo!(), todo!(), todo!()))),
+        ("Attempt::send_in", size(|| attempt::Attempt::send_in(todo!(), todo!(), todo!(), todo!()))),
+        ("Attempt::acquire", size(|| attempt::Attempt::acquire(todo!()))),
+        ("Attempt::gate", size(|| attempt::Attempt::gate(todo!()))),
+        ("rare: call::shown_tool", size(|| shown_tool(todo!(), todo!(), todo!()))),
+        ("rare: hooks::requested", size(|| hooks::requested(todo!(), todo!(), todo!(), todo!()))),
+        ("rare: hooks::resulted", size(|| hooks::resulted(todo!(), todo!(), todo!(), todo!(), todo!(), todo!()))),
+        (
+            "rare: reply::finish_list",
+            size(|| finish_list(todo!(), todo!(), todo!(), todo!(), todo!(), todo!(), todo!())),
+        ),
+        (
+            "rare: Forwarded::failed",
+            size(|| Forwarded::failed(todo!(), todo!(), todo!(), todo!(), todo!(), todo!(), todo!())),
+        ),
+        ("type Call", size_of::<Call>()),
+        ("type Request", size_of::<Request<'_>>()),
+        ("type End", size_of::<End>()),
+        ("type Forwarded", size_of::<Forwarded<'_>>()),
+        ("type audit::Asked", size_of::<audit::Asked<'_>>()),
+        ("type Effective", size_of::<Effective>()),
+        ("type Attempt", size_of::<attempt::Attempt<'_, '_>>()),
+        ("type Span", size_of::<switchyard_telemetry::Span>()),
+    ]
 }

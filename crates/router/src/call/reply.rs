@@ -106,24 +106,30 @@ pub(super) fn input_state(server: &Server, reply: Reply, instance: &Instance) ->
     }
 }
 
-/// Puts the client's id back and, for tools/list, applies annotation overrides.
-pub(super) async fn finish(
+/// Puts the client's id back.
+pub(super) fn finish(reply: Reply, client_id: &str) -> String {
+    let id_span = reply.env.id.clone().expect("responses routed by id have one");
+    codec::splice_owned(reply.line, id_span, client_id)
+}
+
+/// The reply to a list of `kind` (tools/list, prompts/list): what it lists learned, annotation
+/// overrides applied, and the client's id put back.
+pub(super) async fn finish_list(
     server: &Server,
     set: &Arc<PluginSet>,
     req: &Request<'_>,
     info: &CallInfo,
+    kind: Kind,
     reply: Reply,
     client_id: &str,
 ) -> String {
-    let id_span = reply.env.id.clone().expect("responses routed by id have one");
-    if let Some(kind) = Kind::of_list_method(&info.method)
-        && let Some(r) = reply.env.result.clone()
-    {
+    if let Some(r) = reply.env.result.clone() {
+        let id_span = reply.env.id.clone().expect("responses routed by id have one");
         let result = &reply.line[r.clone()];
         server.learn_listed(kind, result);
         if let Some(new) = server.list_for_client(set, req.session_label, &info.caller, req.link, kind, result).await {
             return codec::splice_many(&reply.line, vec![(id_span, client_id), (r, new.as_str())]);
         }
     }
-    codec::splice_owned(reply.line, id_span, client_id)
+    finish(reply, client_id)
 }

@@ -4,9 +4,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use super::resolve::Effective;
 use super::{End, Forwarded, Request};
 use crate::server::Server;
+use crate::server::calls::{Stage, Track};
 use switchyard_core::backoff::{Backoff, Jitter};
 use switchyard_core::decision::Retry;
 use switchyard_core::error::CallError;
@@ -33,7 +36,7 @@ pub(super) const RESTART_WAIT: Duration = Duration::from_secs(10);
 pub(super) const SILENT_REPEAT: Duration = Duration::from_secs(3);
 
 /// What follows a failed attempt.
-pub(super) enum Next {
+enum Next {
     /// Another attempt (of at most `of` in all), after `backoff`; `after`: why, for status.
     Retry { backoff: Duration, of: u32, after: String },
     /// No other attempt: the client gets this error.
@@ -41,10 +44,43 @@ pub(super) enum Next {
 }
 
 impl Forwarded<'_> {
+    /// Attempt `info.attempt` failed with `e`: Some(the client's answer, None when it cancelled
+    /// the call meanwhile) when the call ends here; None when another attempt follows, once its
+    /// backoff has passed (shown in `track` meanwhile).
+    pub(super) async fn failed(
+        &mut self,
+        e: CallError,
+        server: &Arc<Server>,
+        eff: &Effective,
+        req: &Request<'_>,
+        end: &mut End,
+        track: &Track<'_>,
+    ) -> Option<Option<String>> {
+        let own = matches!(e, CallError::Busy { .. } | CallError::Down { .. });
+        let at = match self.after_failure(e, server, eff, req, end).await {
+            Next::Retry { backoff, of, after } => {
+                let (attempt, at) = (self.info.attempt + 2, Instant::now() + backoff);
+                track.set(Stage::Repeating { attempt, of, at, after });
+                at
+            }
+            Next::GiveUp(answer) => {
+                // No server saw the call: switchyard refused it itself.
+                if own && end.attempts == 0 {
+                    end.refused_by = Some(super::OWN_REFUSAL.to_string());
+                }
+                return Some(Some(answer));
+            }
+        };
+        tokio::select! {
+            _ = req.cancel.token.cancelled() => Some(None),
+            _ = tokio::time::sleep_until(at) => None,
+        }
+    }
+
     /// Attempt `info.attempt` failed with `e`: another follows when the policy's retry (`eff`) or
     /// the host's own (for what is safe to repeat by the server's own annotations, or never
     /// reached it) allows it. Counted in the metrics and, when the call ends here, in `end`.
-    pub(super) async fn after_failure(
+    async fn after_failure(
         &mut self,
         mut e: CallError,
         server: &Arc<Server>,

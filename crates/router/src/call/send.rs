@@ -63,9 +63,12 @@ impl Attempt<'_, '_> {
     /// Sends the call to `inst` and waits for its reply until the deadline (which progress
     /// extends, up to `limits.max_call_timeout_ms`) or the client's cancel.
     pub(super) async fn send(&self, inst: &Arc<Instance>, route: Option<Arc<dyn ProgressSink>>) -> Result<Reply, Stop> {
-        let span = self.client_span(inst);
+        // Boxed, and made, only when calls are traced: a span is hundreds of bytes, and this
+        // future is part of every request's.
+        let traced = (!self.req.span.is_none()).then(|| Box::new(self.client_span(inst)));
+        let span = traced.as_deref().unwrap_or(telemetry::Span::none_ref());
         let sent_at = Instant::now();
-        let r = self.send_in(inst, route, &span).await;
+        let r = self.send_in(inst, route, span).await;
         // How a reply ended (an error answer, a tool's own error), read once for the metric and the span.
         let replied =
             r.as_ref().ok().map(|reply| super::reply::reply_outcome(reply, self.req.call.method() == "tools/call"));
@@ -108,11 +111,9 @@ impl Attempt<'_, '_> {
         server.metrics.attempt(&server.metric_name, call.method(), self.tool.as_ref(), error_type, transport, took);
     }
 
-    /// The span of this attempt's request to `inst` (kind CLIENT), within the call's.
+    /// The span of this attempt's request to `inst` (kind CLIENT), within the call's (which is
+    /// one: calls are traced).
     fn client_span(&self, inst: &Instance) -> telemetry::Span {
-        if self.req.span.is_none() {
-            return telemetry::Span::none();
-        }
         let call = self.req.call;
         let (name, uri) = (call.name(), call.string(&call.fields().uri));
         let op = telemetry::Operation {
@@ -129,7 +130,7 @@ impl Attempt<'_, '_> {
     }
 
     /// [`Attempt::send`] within the span `span`: the server gets its trace context.
-    async fn send_in(
+    pub(super) async fn send_in(
         &self,
         inst: &Arc<Instance>,
         route: Option<Arc<dyn ProgressSink>>,
@@ -176,7 +177,8 @@ impl Attempt<'_, '_> {
                         return Ok(reply);
                     }
                 }
-                _ = async { tokio::time::sleep_until(hedge_at.expect("guarded")).await }, if hedge_at.is_some() => {
+                // Boxed, made only when armed: most calls are never hedged.
+                _ = async { Box::pin(tokio::time::sleep_until(hedge_at.expect("guarded"))).await }, if hedge_at.is_some() => {
                     let (copy, next) = self.hedge(inst, sent.upstream_id, window, &route, &activity);
                     hedge_at = next;
                     if copy.is_some() {

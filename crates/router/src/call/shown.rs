@@ -43,24 +43,33 @@ async fn renamed_to(
         .map(|(item, _)| item.name)
 }
 
-/// A `tools/call` (or `prompts/get`) checked against what the plugins show its client (only
-/// when a plugin may hide or rename tools and prompts): Ok(Some(the request with the server's
-/// name of the tool)) when the client called it by a name a plugin gave it; Ok(None) to send it
-/// as it is; Err(the client's answer) when a plugin hides the tool from this client or shows it
-/// under another name (for a tool, a result the model reads; see `refused`).
-pub(super) async fn shown_tool(server: &Arc<Server>, req: &Request<'_>) -> Result<Option<Call>, Refused> {
+/// Whether `req` is checked against what the plugins show its client ([`shown_tool`]): a
+/// `tools/call` or `prompts/get` (not about a task) while a plugin of the set may hide or rename
+/// tools and prompts. The set, and the kind of item called, when it is.
+pub(super) fn shows(server: &Server, req: &Request<'_>) -> Option<(Kind, Arc<PluginSet>)> {
     let kind = match req.call.method() {
         "tools/call" => Kind::Tool,
         "prompts/get" => Kind::Prompt,
-        _ => return Ok(None),
+        _ => return None,
     };
     if req.task.is_some() {
-        return Ok(None);
+        return None;
     }
     let set = server.policy.current();
-    if !set.may_hide_or_rename(&server.name) {
-        return Ok(None);
-    }
+    set.may_hide_or_rename(&server.name).then_some((kind, set))
+}
+
+/// A `tools/call` (or `prompts/get`) checked against what the plugins of `set` show its client
+/// (asked only when [`shows`] says so): Ok(Some(the request with the server's name of the
+/// tool)) when the client called it by a name a plugin gave it; Ok(None) to send it as it is;
+/// Err(the client's answer) when a plugin hides the tool from this client or shows it under
+/// another name (for a tool, a result the model reads; see `refused`). The request made is
+/// boxed: only a renamed call pays for it, and the call's future holds a pointer.
+pub(super) async fn shown_tool(
+    server: &Arc<Server>,
+    req: &Request<'_>,
+    (kind, set): (Kind, Arc<PluginSet>),
+) -> Result<Option<Box<Call>>, Refused> {
     let (Some(span), Some(called)) = (req.call.fields().name.clone(), req.call.name()) else { return Ok(None) };
     let called = called.into_owned();
     let caller = caller_of(req);
@@ -78,7 +87,7 @@ pub(super) async fn shown_tool(server: &Arc<Server>, req: &Request<'_>) -> Resul
     match annotate::check_call(&set, req.session_label, &caller, view.as_deref(), &called, listed).await {
         Ok(None) => Ok(None),
         // The server's name in place of the one the client called: the rest stays as it came.
-        Ok(Some(original)) => Ok(Some(req.call.splice(span, &codec::json_string(&original)))),
+        Ok(Some(original)) => Ok(Some(Box::new(req.call.splice(span, &codec::json_string(&original))))),
         Err(rejection) => {
             server.log_refusal(req.session_label, &format!("{} `{called}`", kind.noun()), &rejection);
             let tool = (kind == Kind::Tool).then_some(called.as_str());

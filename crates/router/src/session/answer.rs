@@ -35,20 +35,35 @@ impl Session {
     }
 
     /// Runs one request to its single response (None: the client cancelled it).
-    pub(super) async fn run(self: Arc<Self>, call: Call, token: Arc<Cancel>) -> Option<String> {
-        let id = call.id();
-        let started = tokio::time::Instant::now();
-        // A tool list and a tool's call as the client's budget and search mode make them.
-        let resp = match self.shape_request(&call, &token).await {
-            tools::Shaped::AsIs => self.dispatch(&call, id, &token).await,
-            tools::Shaped::Rewritten(shaped) => self.dispatch(&shaped, id, &token).await,
+    // A block, not an `async fn`: an async fn's body moves its arguments into locals of their
+    // own, and the request (over 500 bytes) would be held twice in every request's future.
+    pub(super) fn run(self: Arc<Self>, call: Call, token: Arc<Cancel>) -> impl Future<Output = Option<String>> {
+        async move { self.answer(&call, &token).await }
+    }
+
+    /// [`Session::run`]'s body, on its request and cancel where `run` holds them.
+    async fn answer(self: &Arc<Self>, call: &Call, token: &Arc<Cancel>) -> Option<String> {
+        let (id, method) = (call.id(), call.method());
+        // What the engine forwards it counts (and times) itself; what the session answers is
+        // counted here, from now.
+        let started = ANSWERED_HERE.contains(&method).then(tokio::time::Instant::now);
+        // A tool list and a tool's call as the client's budget and search mode make them. Each
+        // future awaited on its own line: one held in a `match` on its output would stay in
+        // this future beside the next.
+        let shaped = self.shape_request(call, token).await;
+        let resp = match shaped {
             tools::Shaped::Answered(resp) => resp,
+            shaped => {
+                let to = match &shaped {
+                    tools::Shaped::Rewritten(shaped) => shaped,
+                    _ => call,
+                };
+                self.dispatch(to, id, token).await
+            }
         }
-        .or_else(|| token.owes_answer().then(|| self.ended_for(&token).to_response(id)));
-        // What the engine forwards it counts itself; what the session answers is counted here.
-        let method = call.method();
+        .or_else(|| token.owes_answer().then(|| self.ended_for(token).to_response(id)));
         let resp = resp.map(|r| self.shape_response(method, r));
-        if ANSWERED_HERE.contains(&method) {
+        if let Some(started) = started {
             let server = self.server();
             let (outcome, code) = resp.as_deref().map_or((Outcome::Cancelled, None), metrics::answer_outcome);
             server.metrics.call(metrics::Call {
@@ -64,7 +79,7 @@ impl Session {
         // Out of the in-flight table before the response leaves, so the id may be reused at once
         // (unless a cancel took it out already and a new request reuses it).
         let mut inflight = self.inflight.lock().expect("lock");
-        if inflight.get(id).is_some_and(|c| Arc::ptr_eq(c, &token)) {
+        if inflight.get(id).is_some_and(|c| Arc::ptr_eq(c, token)) {
             inflight.remove(id);
         }
         drop(inflight);
@@ -90,6 +105,9 @@ impl Session {
         }
     }
 
+    /// A request to its answer: by the session itself, or forwarded. What is not a plain call
+    /// (its handshake, tasks, search, lists from memory, subscriptions, discovery) is boxed where
+    /// it is awaited, so the future every request carries holds the forwarding alone.
     async fn dispatch(self: &Arc<Self>, call: &Call, id: &str, cancel: &Cancel) -> Option<String> {
         let token = &cancel.token;
         let method = call.method();
@@ -106,19 +124,19 @@ impl Session {
             Err(refusal) => return Some(refusal),
         };
         if method == "server/discover" {
-            return self.discover(call, cancel).await;
+            return Box::pin(self.discover(call, cancel)).await;
         }
         if modern {
             if crate::server::tasks::ABOUT_ONE_TASK_2026.contains(&method) {
-                return self.about_task(call, cancel, true).await;
+                return Box::pin(self.about_task(call, cancel, true)).await;
             }
             if fields.request_state.is_some() {
-                return self.resume(call, cancel).await;
+                return Box::pin(self.resume(call, cancel)).await;
             }
             return self.forward(call, cancel, true).await;
         }
         match method {
-            "initialize" => self.initialize(server, call.params().unwrap_or("{}"), id, token).await,
+            "initialize" => Box::pin(self.initialize(server, call.params().unwrap_or("{}"), id, token)).await,
             "ping" => Some(codec::response_ok(id, "{}")),
             // The server's instances were set up for clients that did initialize: a session that
             // did not is served by none of them, as a server of its own would serve it nothing.
@@ -132,11 +150,12 @@ impl Session {
             // Before the wait for the server's start: answered from memory while it starts.
             m @ ("tools/list" | "prompts/list") if let Some(items) = self.remembered_list(server, m, call) => {
                 let method = if m == "tools/list" { "tools/list" } else { "prompts/list" };
-                Some(self.answer_from_memory(server, method, self.request(call, cancel, false, None), items).await)
+                let answered = self.answer_from_memory(server, method, self.request(call, cancel, false, None), items);
+                Some(Box::pin(answered).await)
             }
             _ if !or_cancelled(token, async {
                 let _turn = self.in_order.lock().await;
-                server.wait_initialized().await || self.start_again(server).await
+                server.wait_initialized().await || Box::pin(self.start_again(server)).await
             })
             .await? =>
             {
@@ -150,15 +169,17 @@ impl Session {
                 ),
             ),
             "logging/setLevel" => match call.string(&fields.level) {
-                Some(level) => match or_cancelled(token, server.set_log_level(self.id, &level)).await? {
+                Some(level) => match Box::pin(or_cancelled(token, server.set_log_level(self.id, &level))).await? {
                     Ok(()) => Some(codec::response_ok(id, "{}")),
                     Err(e) => local_error(codec::INVALID_PARAMS, e),
                 },
                 None => local_error(codec::INVALID_PARAMS, "logging/setLevel needs params.level".into()),
             },
-            "resources/subscribe" | "resources/unsubscribe" => self.subscription(server, call, token).await,
-            m if crate::server::tasks::ABOUT_ONE_TASK.contains(&m) => self.about_task(call, cancel, false).await,
-            "tasks/list" => self.list_tasks(call, cancel).await,
+            "resources/subscribe" | "resources/unsubscribe" => Box::pin(self.subscription(server, call, token)).await,
+            m if crate::server::tasks::ABOUT_ONE_TASK.contains(&m) => {
+                Box::pin(self.about_task(call, cancel, false)).await
+            }
+            "tasks/list" => Box::pin(self.list_tasks(call, cancel)).await,
             _ => self.forward(call, cancel, false).await,
         }
     }
@@ -337,3 +358,7 @@ impl Session {
         }
     }
 }
+
+// Last in the file: the layering test reads a file up to its first test item.
+#[cfg(test)]
+mod sizes;

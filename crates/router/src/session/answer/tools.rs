@@ -43,8 +43,11 @@ impl Session {
                 let Some(called) = call.name() else { return Shaped::AsIs };
                 if server.searching(&self.link) {
                     match called.as_ref() {
-                        SEARCH_TOOL => return Shaped::Answered(self.search_tools(&server, call, cancel).await),
-                        CALL_TOOL => return self.call_tool(&server, call, cancel).await,
+                        // Boxed where awaited: each holds a whole request of its own.
+                        SEARCH_TOOL => {
+                            return Shaped::Answered(Box::pin(self.search_tools(&server, call, cancel)).await);
+                        }
+                        CALL_TOOL => return Box::pin(self.call_tool(&server, call, cancel)).await,
                         _ => {}
                     }
                 }
