@@ -9,6 +9,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${SWITCHYARD_BIN:-target/release/switchyard}
 bin=$(realpath "$bin")
+# The tests' setup lock (tests/support/src/setup_lock.rs), held shared while the toolchains are
+# used: a test run that must reinstall them (a changed pin) waits for this script to end, and
+# this script waits for a run that is installing them.
+mkdir -p target/tmp
+exec 9>>target/tmp/switchyard-setup.lock
+flock -s -n 9 || { echo "waiting for a test run that installs the toolchains..." >&2; flock -s 9; }
+for tool in venv/bin/componentize-py js/node_modules/.bin/jco; do
+  [ -x "target/tmp/plugin-langs/$tool" ] || {
+    echo "no toolchains in target/tmp/plugin-langs: run \`cargo test --all-features --test e2e plugin_langs\` once" >&2
+    exit 1
+  }
+done
 tools=$(realpath target/tmp/plugin-langs)
 calls=${CALLS:-5000}
 export PATH="$tools/venv/bin:$tools/js/node_modules/.bin:$PATH"

@@ -12,6 +12,8 @@ use serde_json::json;
 
 use crate::setup::*;
 use switchyard_policy::project::{COMPONENTIZE_JS_VERSION, COMPONENTIZE_PY_VERSION, JCO_VERSION};
+use switchyard_testkit::python_venv::make_venv;
+use switchyard_testkit::setup_lock::setup_lock;
 use switchyard_testkit::*;
 
 fn langs_dir() -> PathBuf {
@@ -23,27 +25,21 @@ fn cache() -> PathBuf {
     target_tmp().join("plugin-langs")
 }
 
-/// Runs `cmd`, failing the test with its output when it fails.
-fn must(cmd: &mut Command, what: &str) {
-    let out = cmd.stdin(Stdio::null()).output().unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// Installs `what` with `install` unless `stamp` already records `key` (the pinned versions).
-fn once(stamp: &Path, key: &str, what: &str, install: impl FnOnce()) {
-    if std::fs::read_to_string(stamp).is_ok_and(|k| k == key) {
-        return;
-    }
-    let t = Instant::now();
-    install();
-    std::fs::write(stamp, key).unwrap();
-    eprintln!("installed {what} in {:?}", t.elapsed());
+/// Under the tests' setup lock ([`setup_lock`]), as the npm and Python fixtures are: a run
+/// holds it shared while it uses the toolchains, and takes it alone only to install them, so
+/// two runs at once never install into the same directory, nor one under the other's feet.
+fn once(stamp: &Path, key: &str, what: &str, install: impl FnOnce() -> Result<(), String>) {
+    let ready = || std::fs::read_to_string(stamp).is_ok_and(|k| k == key);
+    setup_lock()
+        .ensure(ready, || {
+            let t = Instant::now();
+            install()?;
+            std::fs::write(stamp, key).map_err(|e| format!("write {}: {e}", stamp.display()))?;
+            eprintln!("installed {what} in {:?}", t.elapsed());
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("install {what} under {}: {e}", stamp.parent().unwrap_or(stamp).display()));
 }
 
 /// A PATH with componentize-py (a virtualenv) and jco (npm ci of tests/plugin-langs) first.
@@ -57,17 +53,9 @@ fn toolchain_path() -> &'static str {
             requirements.contains(&format!("componentize-py=={COMPONENTIZE_PY_VERSION}")),
             "tests/plugin-langs/requirements.txt must pin the componentize-py that `plugin new` names"
         );
-        let venv = dir.join("venv");
-        once(&dir.join("venv.stamp"), &requirements, "componentize-py", || {
-            let _ = std::fs::remove_dir_all(&venv);
-            must(Command::new("python3").args(["-m", "venv"]).arg(&venv), "python3 -m venv");
-            must(
-                Command::new(venv.join("bin/pip"))
-                    .args(["install", "--quiet", "--disable-pip-version-check", "-r"])
-                    .arg(langs_dir().join("requirements.txt")),
-                "pip install componentize-py",
-            );
-        });
+        let python = make_venv(&langs_dir().join("requirements.txt"), "plugin-langs/venv")
+            .unwrap_or_else(|e| panic!("componentize-py cannot be installed: {e}"));
+        let venv_bin = python.parent().expect("a virtualenv's bin").to_path_buf();
         let lock = std::fs::read_to_string(langs_dir().join("package-lock.json")).unwrap();
         let manifest = std::fs::read_to_string(langs_dir().join("package.json")).unwrap();
         for pin in [
@@ -79,15 +67,19 @@ fn toolchain_path() -> &'static str {
         let js = dir.join("js");
         once(&dir.join("js.stamp"), &lock, "jco and componentize-js", || {
             let _ = std::fs::remove_dir_all(&js);
-            std::fs::create_dir_all(&js).unwrap();
+            std::fs::create_dir_all(&js).map_err(|e| format!("create {}: {e}", js.display()))?;
             for f in ["package.json", "package-lock.json"] {
-                std::fs::copy(langs_dir().join(f), js.join(f)).unwrap();
+                std::fs::copy(langs_dir().join(f), js.join(f)).map_err(|e| format!("copy {f}: {e}"))?;
             }
-            must(Command::new("npm").args(["ci", "--no-audit", "--no-fund"]).current_dir(&js), "npm ci of jco");
+            run_step(
+                Command::new("npm").args(["ci", "--no-audit", "--no-fund"]).current_dir(&js),
+                &format!("`npm ci` of jco in {}", js.display()),
+                " It needs the npm registry (or a mirror set in npm's config).",
+            )
         });
         format!(
             "{}:{}:{}",
-            venv.join("bin").display(),
+            venv_bin.display(),
             js.join("node_modules/.bin").display(),
             std::env::var("PATH").unwrap_or_default()
         )

@@ -75,6 +75,21 @@ pub fn install_plugin(dir: &Path, from: &Path, name: &str) {
     std::fs::rename(&staged, dir.join(name)).unwrap_or_else(|e| panic!("rename {} to {name}: {e}", staged.display()));
 }
 
+/// Runs one step of the tests' setup (a `pip install`, an `npm ci`), `what` naming it; the
+/// error has its output and `hint` (what to install, say) when it fails.
+pub fn run_step(cmd: &mut std::process::Command, what: &str, hint: &str) -> Result<(), String> {
+    let out = cmd.stdin(Stdio::null()).output().map_err(|e| format!("{what}: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "{what} failed ({}).{hint}\n--- stdout\n{}\n--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    ))
+}
+
 /// The deliberately broken plugins (spin, trap, noisy, wrong-interface), built beside them.
 pub fn broken_plugins() -> PathBuf {
     target_dir().join("plugins/fixtures")

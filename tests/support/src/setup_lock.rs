@@ -1,5 +1,6 @@
 //! The one lock over what the tests' own setup installs and shares between test processes
-//! (npm's node_modules under tests/, the Python virtualenvs under target/tmp).
+//! (npm's node_modules under tests/, the Python virtualenvs under target/tmp, the plugin
+//! toolchains under target/tmp/plugin-langs; scripts/plugin-langs-bench.sh holds it shared too).
 //!
 //! Each fixture used to have a lock of its own, taken exclusively to check or install it and
 //! then held shared for the life of the process. Two processes that took two of them in
