@@ -206,10 +206,12 @@ fn time(out: &mut Vec<u8>, t: SystemTime) {
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
-fn hex(out: &mut Vec<u8>, bytes: &[u8]) {
-    for b in bytes {
-        out.extend_from_slice(&[HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]]);
+fn hex(out: &mut Vec<u8>, digest: &[u8; 32]) {
+    let mut text = [0u8; 64];
+    for (pair, b) in text.chunks_exact_mut(2).zip(digest) {
+        pair.copy_from_slice(&[HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]]);
     }
+    out.extend_from_slice(&text);
 }
 
 /// How serde_json escapes a byte of a string: 0 for none, `u` for `\u00XX`, else the letter
@@ -237,8 +239,10 @@ fn string(out: &mut Vec<u8>, s: &str) {
     let bytes = s.as_bytes();
     out.reserve(bytes.len() + 2);
     out.push(b'"');
+    // Most texts need no escape: eight bytes at a time until one might.
+    let plain = plain_prefix(bytes);
     let mut run = 0;
-    for (i, &b) in bytes.iter().enumerate() {
+    for (i, &b) in bytes.iter().enumerate().skip(plain) {
         let escape = ESCAPE[usize::from(b)];
         if escape == 0 {
             continue;
@@ -253,6 +257,26 @@ fn string(out: &mut Vec<u8>, s: &str) {
     }
     out.extend_from_slice(&bytes[run..]);
     out.push(b'"');
+}
+
+/// How many of the first bytes of `bytes` surely need no escape: whole words of eight with no
+/// control character, quote or backslash (a word that may have one ends the count; the byte
+/// loop looks at it).
+fn plain_prefix(bytes: &[u8]) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // Some byte of `w` is zero (or, past a zero byte, may seem so: only ever too careful).
+    let zero = |w: u64| w.wrapping_sub(ONES) & !w & HIGH;
+    let mut n = 0;
+    for chunk in bytes.chunks_exact(8) {
+        let w = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+        let control = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
+        if control | zero(w ^ (ONES * u64::from(b'"'))) | zero(w ^ (ONES * u64::from(b'\\'))) != 0 {
+            break;
+        }
+        n += 8;
+    }
+    n
 }
 
 #[cfg(test)]
