@@ -1,6 +1,6 @@
 //! What switchyard-core does for every call, before and after, in one run: the audit line of a
 //! call (serde_json, as the writer thread wrote it before, against the hand-written line) and
-//! the metrics of a call (the label sets looked up in each family, against the handles kept).
+//! the metrics of a call (the label sets looked up in each family, against the series kept).
 
 use std::borrow::Cow;
 use std::hint::black_box;
@@ -89,9 +89,10 @@ fn audit(c: &mut Criterion) {
     g.finish();
 }
 
-/// One `tools/call` answered: its attempt timed, then the call counted and timed, as the
-/// router reports them.
+/// One `tools/call` answered: its gate wait, its attempt timed, then the call counted and
+/// timed, as the router reports them.
 fn one_call(m: &Metrics, server: &Arc<str>, tool: &Arc<str>) {
+    m.gate_wait(server, "shared", Duration::from_micros(3));
     let took = Duration::from_micros(840);
     m.attempt(server, "tools/call", Some(tool), "", "pipe", took);
     let call = Call {

@@ -55,6 +55,18 @@ impl Key {
             outcome: outcome.map_or(u8::MAX, |o| o as u8),
         }
     }
+
+    /// The labels of a server's gate wait (`concurrency`: shared, exclusive, keyed).
+    pub(super) fn gate(server: &Arc<str>, concurrency: &'static str) -> Key {
+        Key {
+            server: text(server),
+            tool: 0,
+            method: (0, 0),
+            error_type: word(concurrency),
+            transport: (0, 0),
+            outcome: u8::MAX,
+        }
+    }
 }
 
 /// The series of one key, with the texts its key points at.
@@ -74,15 +86,9 @@ impl<V> Handles<V> {
         Handles { entries: RwLock::default(), cap }
     }
 
-    /// Runs `count` on the series of `key`, found by `find` the first time (`server` and
-    /// `tool`: the texts `key` points at).
-    pub(super) fn with(
-        &self,
-        key: Key,
-        (server, tool): (&Arc<str>, &Arc<str>),
-        find: impl FnOnce() -> V,
-        count: impl FnOnce(&V),
-    ) {
+    /// Runs `count` on the series of `key`, found by `find` the first time (`held`: the texts
+    /// `key` points at).
+    pub(super) fn with(&self, key: Key, held: [&Arc<str>; 2], find: impl FnOnce() -> V, count: impl FnOnce(&V)) {
         if self.cap == 0 {
             return count(&find());
         }
@@ -95,7 +101,7 @@ impl<V> Handles<V> {
         if entries.len() >= self.cap {
             entries.clear();
         }
-        entries.entry(key).or_insert(Entry { series, _held: [server.clone(), tool.clone()] });
+        entries.entry(key).or_insert(Entry { series, _held: held.map(Arc::clone) });
     }
 
     #[cfg(test)]
@@ -226,6 +232,7 @@ mod tests {
     enum Step {
         Call { server: usize, tool: Option<usize>, outcome: usize, code: Option<i64>, session: usize },
         Attempt { server: usize, tool: Option<usize>, error_type: usize, transport: usize },
+        Gate { server: usize, concurrency: usize },
         Readd { server: usize },
     }
 
@@ -250,6 +257,7 @@ mod tests {
             }),
             3 => (0usize..3, tool(), 0usize..4, 0usize..2)
                 .prop_map(|(server, tool, error_type, transport)| Step::Attempt { server, tool, error_type, transport }),
+            2 => (0usize..3, 0usize..3).prop_map(|(server, concurrency)| Step::Gate { server, concurrency }),
             1 => (0usize..3).prop_map(|server| Step::Readd { server }),
         ]
     }
@@ -307,6 +315,10 @@ mod tests {
                         ["pipe", "tcp"][transport],
                         took,
                     );
+                }
+                Step::Gate { server, concurrency } => {
+                    let waited = Duration::from_micros(70 * (concurrency as u64 + 1));
+                    m.gate_wait(&servers[server].name, ["shared", "exclusive", "keyed"][concurrency], waited);
                 }
                 Step::Readd { server } => servers[server] = Server::new(server),
             }

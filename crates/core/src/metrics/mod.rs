@@ -259,6 +259,8 @@ pub struct Metrics {
     call_series: Handles<(Counter, Option<Histogram>)>,
     /// An attempt's operation time, kept once found.
     attempt_series: Handles<Histogram>,
+    /// A gate's wait, kept once found.
+    gate_series: Handles<Histogram>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -380,6 +382,7 @@ impl Metrics {
             session_duration: Family::new_with_constructor(otel_histogram),
             call_series: Handles::new(cap),
             attempt_series: Handles::new(cap),
+            gate_series: Handles::new(cap),
         };
         r.register_with_unit(
             "mcp_server_operation_duration",
@@ -489,7 +492,7 @@ impl Metrics {
             (calls, op)
         };
         let key = Key::new(c.server, tool, method, error_type, transport, Some(c.outcome));
-        self.call_series.with(key, (c.server, tool), find, |(calls, op)| {
+        self.call_series.with(key, [c.server, tool], find, |(calls, op)| {
             calls.inc();
             if let Some(op) = op {
                 op.observe(seconds);
@@ -524,7 +527,7 @@ impl Metrics {
             self.client_op.get_or_create(&labels).clone()
         };
         let key = Key::new(server, tool, method, error_type, transport, None);
-        self.attempt_series.with(key, (server, tool), find, |op| op.observe(seconds));
+        self.attempt_series.with(key, [server, tool], find, |op| op.observe(seconds));
     }
 
     /// One attempt of a call ran out of time.
@@ -547,7 +550,9 @@ impl Metrics {
 
     /// A call waited `waited` for the gate (`concurrency`: shared, exclusive, keyed).
     pub fn gate_wait(&self, server: &Arc<str>, concurrency: &'static str, waited: Duration) {
-        self.gate_wait.get_or_create(&GateLabels { server: server.clone(), concurrency }).observe(waited.as_secs_f64());
+        let find = || self.gate_wait.get_or_create(&GateLabels { server: server.clone(), concurrency }).clone();
+        let seconds = waited.as_secs_f64();
+        self.gate_series.with(Key::gate(server, concurrency), [server, server], find, |wait| wait.observe(seconds));
     }
 
     pub fn instance_started(&self, server: &str, pool: &str) {
