@@ -4,6 +4,7 @@
 //! back to that member; cancels both ways; notifications.
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -46,7 +47,7 @@ impl GroupSession {
             let why = format!("Invalid params: the `params` of `{}` must be an object", shown(call.method()));
             return self.error(&id, codec::INVALID_PARAMS, &why);
         }
-        let route = match call.method() {
+        let (route, named) = match call.method() {
             "initialize" => return self.clone().initialize(id, params_of(&call)),
             "ping" => return self.reply(&id, serde_json::json!({})),
             "logging/setLevel" => {
@@ -64,15 +65,17 @@ impl GroupSession {
                 return self.clone().search_tools_call(id, call);
             }
             m if let Some(list) = List::of_method(m) => return self.clone().list(id, list),
+            // Routed by name: the range of the name, where the server's own goes.
             m @ ("tools/call" | "prompts/get") => match call.name() {
                 Some(name) => {
-                    self.catalog().route_name(if m == "tools/call" { List::Tools } else { List::Prompts }, &name)
+                    let list = if m == "tools/call" { List::Tools } else { List::Prompts };
+                    (self.catalog().route_name(list, &name), call.fields().name.clone())
                 }
                 None => return self.error(&id, codec::INVALID_PARAMS, &no_string(&call, &["name"])),
             },
             "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
                 match call.string(&call.fields().uri) {
-                    Some(uri) => self.catalog().route_uri(&uri),
+                    Some(uri) => (self.catalog().route_uri(&uri), None),
                     None => return self.error(&id, codec::INVALID_PARAMS, &no_string(&call, &["uri"])),
                 }
             }
@@ -80,11 +83,11 @@ impl GroupSession {
                 let reference = call.reference().unwrap_or_default();
                 match call.string(&reference.kind).as_deref() {
                     Some("ref/prompt") => match call.string(&reference.name) {
-                        Some(name) => self.catalog().route_name(List::Prompts, &name),
+                        Some(name) => (self.catalog().route_name(List::Prompts, &name), reference.name.clone()),
                         None => return self.error(&id, codec::INVALID_PARAMS, &no_string(&call, &["ref", "name"])),
                     },
                     _ => match call.string(&reference.uri) {
-                        Some(uri) => self.catalog().route_uri(&uri),
+                        Some(uri) => (self.catalog().route_uri(&uri), None),
                         None => return self.error(&id, codec::INVALID_PARAMS, &no_string(&call, &["ref", "uri"])),
                     },
                 }
@@ -98,21 +101,17 @@ impl GroupSession {
             }
         };
         match route {
-            Ok(r) => self.forward(id, call, r),
+            Ok(r) => self.forward(id, call, r, named),
             Err(Unrouted::Unknown(why)) => self.error(&id, codec::INVALID_PARAMS, &why),
         }
     }
 
     /// Sends a client's request (`id`: its raw id) on to the member `r` names, under an id of
-    /// the group's, with the name its server knows: spliced into the line as it came, so the
-    /// rest of it (its arguments) reaches the server byte for byte. The member's session is
-    /// handed the `Call` with its ranges moved by the splices: it does not read it again.
-    pub(super) fn forward(&self, id: String, mut call: Call, r: Routed) {
-        // A search's `call_tool` is sent on after the search's list is in: not when the client
-        // cancelled it meanwhile.
-        if self.cancelled_before_sent(&id) {
-            return;
-        }
+    /// the group's, with the name its server knows at `named` (the range of the name the client
+    /// gave): spliced into the line as it came, so the rest of it (its arguments) reaches the
+    /// server byte for byte. The member's session is handed the `Call` with its ranges moved by
+    /// the splices: it does not read it again.
+    pub(super) fn forward(&self, id: String, mut call: Call, r: Routed, named: Option<Range<usize>>) {
         let member = &self.members[r.member];
         if let Some(why) = member.unusable() {
             return self.error(
@@ -124,17 +123,8 @@ impl GroupSession {
                 ),
             );
         }
-        let original = codec::json_string(&r.original);
-        let name = match call.method() {
-            "tools/call" | "prompts/get" => call.fields().name.clone(),
-            "completion/complete" => call
-                .reference()
-                .filter(|at| call.string(&at.kind).as_deref() == Some("ref/prompt"))
-                .and_then(|at| at.name),
-            _ => None,
-        };
-        if let Some(at) = name {
-            call = call.into_spliced(at, &original);
+        if let Some(at) = named {
+            call = call.into_spliced(at, &codec::json_string(&r.original));
         }
         let n = member.next_id();
         let at = call.id_range();

@@ -91,16 +91,22 @@ impl GroupSession {
                 Ok(target) => target,
                 Err(e) => return self.reply(&id, search::tool_error(&e)),
             };
-            // The target was read from `call_tool`'s arguments: they are there, as is its name.
-            let (Some(at), true) = (call.fields().arguments.clone(), call.fields().name.is_some()) else {
+            // The target was read from `call_tool`'s arguments: they are there.
+            let Some(at) = call.fields().arguments.clone() else {
                 let why = format!("the call of `{name}` could not be made: `{CALL_TOOL}` has no arguments");
                 return self.error(&id, codec::INTERNAL_ERROR, &why);
             };
             let call = call.into_spliced(at, &arguments.to_string());
-            let at = call.fields().name.clone().expect("a splice elsewhere moves the name, never drops it");
-            let call = call.into_spliced(at, &codec::json_string(&name));
+            // Sent on once the search's list is in: not when the client cancelled it meanwhile.
+            if self.cancelled_before_sent(&id) {
+                return;
+            }
             match self.catalog().route_name(List::Tools, &name) {
-                Ok(r) => self.forward(id, call, r),
+                // The server's own name goes where `call_tool`'s was.
+                Ok(r) => {
+                    let named = call.fields().name.clone();
+                    self.forward(id, call, r, named)
+                }
                 Err(Unrouted::Unknown(why)) => self.error(&id, codec::INVALID_PARAMS, &why),
             }
         });

@@ -541,3 +541,25 @@ async fn a_call_through_a_group_reads_its_params_once() {
     assert!(why.contains("`params.ref.name` of `completion/complete` must be a string, not 3"), "{odd}");
     c.leave().await;
 }
+
+/// `call_tool` through a group runs the tool it names on its member, under the server's own
+/// name, with the arguments it gives and the rest of the client's call (its `_meta`) as sent.
+#[tokio::test(start_paused = true)]
+async fn call_tool_through_a_group_reaches_the_member_under_the_server_s_name() {
+    let (fa, fb) = (FakeConnector::new(behaviour("a")), FakeConnector::new(behaviour("b")));
+    let searching = Group { expose: Some(switchyard_config::Expose::Search), ..group(&["a", "b"]) };
+    let mut c = Client::open(searching, vec![Ok(server("a", &fa)), Ok(server("b", &fb))]);
+    c.initialize(json!({})).await;
+    let params = json!({"name": "call_tool", "arguments": {"name": "b__echo", "arguments": {"text": "via"}},
+        "_meta": {"progressToken": "p"}});
+    let got = c.request("tools/call", params).await;
+    assert_eq!(got["result"]["content"][0]["text"], "b:echo", "{got}");
+    let sent = received(&fb.link(0), "tools/call");
+    assert_eq!((sent.len(), &sent[0]["params"]["name"]), (1, &json!("echo")), "{sent:?}");
+    assert_eq!(sent[0]["params"]["arguments"], json!({"text": "via"}), "{sent:?}");
+    assert_eq!(sent[0]["params"]["_meta"]["progressToken"], sent[0]["id"], "{sent:?}");
+    let wrong = c.request("tools/call", json!({"name": "call_tool", "arguments": {"name": "zz"}})).await;
+    assert_eq!(wrong["result"]["isError"], true, "{wrong}");
+    assert!(received(&fa.link(0), "tools/call").is_empty());
+    c.leave().await;
+}
