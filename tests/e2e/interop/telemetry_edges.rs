@@ -7,6 +7,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use switchyard_testkit::Proc;
 use switchyard_testkit::daemon::Home;
 
 use super::telemetry::{Receiver, conventions, fixture_router};
@@ -96,14 +97,7 @@ async fn an_exporter_switchyard_does_not_have_is_warned_once_and_otlp_sent() {
     client.initialize().await;
     assert_eq!(client.call_text("echo", json!({"text": "z"})).await, "z");
     receiver.find("the echo's span", |s| s["name"] == "tools/call echo").await;
-    let until = Instant::now() + Duration::from_secs(5);
-    let log = loop {
-        let log = router.stderr.text();
-        if log.contains("OTEL_TRACES_EXPORTER") || Instant::now() > until {
-            break log;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let log = log_once_it_has(&router, "OTEL_TRACES_EXPORTER").await;
     let lines: Vec<&str> = log.lines().filter(|l| l.contains("OTEL_TRACES_EXPORTER")).collect();
     assert_eq!(lines.len(), 1, "{log}");
     let want = "OTEL_TRACES_EXPORTER is `zipkin`: switchyard exports traces over OTLP only";
@@ -121,14 +115,7 @@ async fn a_console_exporter_with_no_endpoint_is_warned_once_and_status_shows_it(
     let mut client = router.client();
     client.initialize().await;
     assert_eq!(client.call_text("echo", json!({"text": "c"})).await, "c", "stdout carries answers alone");
-    let until = Instant::now() + Duration::from_secs(5);
-    let log = loop {
-        let log = router.stderr.text();
-        if log.contains("OTEL_METRICS_EXPORTER") || Instant::now() > until {
-            break log;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let log = log_once_it_has(&router, "OTEL_METRICS_EXPORTER").await;
     for signal in ["traces", "metrics"] {
         let name = format!("OTEL_{}_EXPORTER", signal.to_uppercase());
         let lines: Vec<&str> = log.lines().filter(|l| l.contains(&name)).collect();
@@ -146,7 +133,7 @@ async fn a_console_exporter_with_no_endpoint_is_warned_once_and_status_shows_it(
     envs.extend(console.map(|(k, v)| (k.to_string(), v.to_string())));
     let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let argv = [switchyard_testkit::bin(), "connect", "alpha", "--config", &config].map(String::from);
-    let mut connect = switchyard_testkit::Proc::spawn_env("connect alpha", &argv, &envs);
+    let mut connect = Proc::spawn_env("connect alpha", &argv, &envs);
     let mut client = connect.client();
     client.initialize().await;
     let s = home.status_json().await;
@@ -173,4 +160,17 @@ async fn a_console_exporter_with_no_endpoint_is_warned_once_and_status_shows_it(
     client.close().await;
     connect.wait_timeout(Duration::from_secs(10)).await;
     home.shutdown().await;
+}
+
+/// The router's log once it has `text` (its warnings at start are written by the logging
+/// thread, maybe after the first answer), or as it is after 5 s.
+async fn log_once_it_has(router: &Proc, text: &str) -> String {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let log = router.stderr.text();
+        if log.contains(text) || Instant::now() > until {
+            return log;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
