@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, RwLock};
 
-/// Entries kept at most, per kind (a call's, an attempt's); about 150 bytes each.
+/// Entries kept at most, per kind (a call's, an attempt's, a gate wait's); about 150 bytes each.
 pub(super) const CAP: usize = 4096;
 
 /// A fixed word by where it is (address and length: two words at one address are one word).
