@@ -91,7 +91,14 @@ impl Forwarded<'_> {
         if audited {
             end.plugins = set.judges_of(&server.name);
         }
-        let decision = match set.decide_async(&self.info).await {
+        // With no plugin and no recorder the chain's answer is the default, at once; a chain
+        // that runs is boxed where awaited: it holds the call's arguments as the plugins get
+        // them, and a call no plugin judges need not carry them.
+        let answer = match set.reads_calls() {
+            true => Box::pin(set.decide_async(&self.info)).await,
+            false => Ok(Decision::default()),
+        };
+        let decision = match answer {
             Ok(d) => d,
             Err(rejection) => {
                 server.log_refusal(req.session_label, &what.to_string(), &rejection);

@@ -220,8 +220,14 @@ impl Session {
     }
 
     /// Through the policy and the engine to an instance (`modern`: one of the 2026-07-28 era).
+    /// What `forward_to` does for a request about no task, with the call's span boxed, and made
+    /// only when calls are traced: a span is hundreds of bytes, and this future is in every
+    /// request's. The span ends when the call does: here, or where the call is dropped.
     async fn forward(&self, call: &Call, cancel: &Cancel, modern: bool) -> Option<String> {
-        self.forward_to(call, cancel, modern, None).await
+        let traced = switchyard_telemetry::on().then(|| Box::new(self.call_span(call)));
+        let span = traced.as_deref().unwrap_or(switchyard_telemetry::Span::none_ref());
+        crate::call::forward(&self.server(), crate::call::Request { span, ..self.request(call, cancel, modern, None) })
+            .await
     }
 
     /// `server/discover`, the 2026-07-28 client's first request (it sends no initialize). It
