@@ -27,9 +27,12 @@ pub(super) struct Answered {
     pub(super) instance: Arc<Instance>,
 }
 
-/// What bounds an attempt beyond its own timeout.
+/// When an attempt starts, and what bounds it beyond its own timeout.
 #[derive(Clone, Copy)]
 pub(super) struct Cap {
+    /// When the attempt starts: the clock as its call read it last, when nothing was awaited
+    /// since (the same moment), else read anew.
+    pub(super) at: Instant,
     /// The call's first deadline (for the host's own repeats, which fit in it).
     pub(super) deadline: Option<Instant>,
     /// After a lost link: when the server's time to come back ends. A repeat that has not found
@@ -90,7 +93,7 @@ pub(super) async fn attempt(
     // Progress is routed back when the client asked for it (it gave a token).
     let progress = call.progress_sink.clone().map(|sink| sink as Arc<dyn ProgressSink>);
     let safe = call.safe_now(server);
-    let started = Instant::now();
+    let started = cap.at;
     let deadline = (started + eff.timeout).min(cap.deadline.unwrap_or(started + eff.timeout));
     let wait_until = deadline.min(cap.back_by.unwrap_or(deadline));
     track.set(Stage::Gate);
@@ -114,7 +117,7 @@ pub(super) async fn attempt(
         if instance.is_dead() {
             return Err(ended(&instance, "held the task", "and the task with it; start the task again"));
         }
-        let reply = attempt.send(&instance, progress).await?;
+        let reply = attempt.send(&instance, progress, started).await?;
         return Ok(Answered { reply, permit: None, instance });
     }
     if let Some(instance) = req.resume.clone() {
@@ -124,27 +127,29 @@ pub(super) async fn attempt(
             return Err(ended(&instance, "asked for the client's input", again));
         }
         spent.instance = Some(instance.label().to_string());
-        let waited = Instant::now();
-        let permit = attempt.gate().await?;
-        spent.gate += waited.elapsed();
-        let reply = attempt.send(&instance, progress).await?;
+        let (permit, waited) = attempt.gate().await?;
+        spent.gate += waited;
+        let reply = attempt.send(&instance, progress, started + waited).await?;
         return Ok(Answered { reply, permit: Some(permit), instance });
     }
     let first = attempt.waits_for_a_start();
     let (permit, lease, gate_wait) = attempt.acquire().await?;
+    // One reading of the clock for the queue's wait, the start of a call that waited for its
+    // instance, and the send: the same moment.
+    let now = Instant::now();
     spent.gate += gate_wait;
-    spent.queue += attempt.started.elapsed().saturating_sub(gate_wait);
+    spent.queue += now.saturating_duration_since(attempt.started).saturating_sub(gate_wait);
     let instance = lease.instance.clone();
     spent.instance = Some(instance.label().to_string());
     // A call that waited for its instance to start has its own time to run from then.
     if first {
-        attempt.deadline = attempt.deadline.max(Instant::now() + (attempt.deadline - attempt.started));
+        attempt.deadline = attempt.deadline.max(now + (attempt.deadline - attempt.started));
     }
     if attempt.stream.is_some() {
         // Open for as long as its client wants it: a serial server's next call does not wait for it.
         drop(lease);
     }
-    let reply = attempt.send(&instance, progress).await?;
+    let reply = attempt.send(&instance, progress, now).await?;
     Ok(Answered { reply, permit, instance })
 }
 
@@ -206,8 +211,9 @@ impl Attempt<'_, '_> {
         }
     }
 
-    /// Waits for the gate within the deadline.
-    pub(super) async fn gate(&self) -> Result<Permit, Stop> {
+    /// Waits for the gate within the deadline: its permit, and how long the attempt had run
+    /// when it was given (one reading of the clock, for the metric and the caller).
+    pub(super) async fn gate(&self) -> Result<(Permit, Duration), Stop> {
         let (server, req, eff) = (self.server, self.req, self.eff);
         let gate_wait = || server.gate.blockers().to_string();
         let permit = bounded(
@@ -219,8 +225,9 @@ impl Attempt<'_, '_> {
         )
         .await
         .map_err(|e| e.map_or(Stop::Cancelled, |w| self.waited_out(self.what.to_string(), Some(w), self.wait_until)))?;
-        server.metrics.gate_wait(&server.metric_name, eff.concurrency.kind(), self.started.elapsed());
-        Ok(permit)
+        let waited = self.started.elapsed();
+        server.metrics.gate_wait(&server.metric_name, eff.concurrency.kind(), waited);
+        Ok((permit, waited))
     }
 
     /// Waits for the gate (not a listen stream, which runs nothing), then for an instance of the
@@ -231,11 +238,13 @@ impl Attempt<'_, '_> {
         // Before an instance was found, the error says what the call waited for.
         let until = self.pool_deadline();
         let timeout = |waiting: Option<String>| self.waited_out(what.to_string(), waiting, until);
-        let permit = match self.stream {
-            Some(_) => None,
-            None => Some(self.gate().await?),
+        let (permit, gate_wait) = match self.stream {
+            Some(_) => (None, self.started.elapsed()),
+            None => {
+                let (permit, waited) = self.gate().await?;
+                (Some(permit), waited)
+            }
         };
-        let gate_wait = self.started.elapsed();
         let pool = if req.modern { server.modern_pool(&eff.pool) } else { &eff.pool };
         self.track.set(Stage::Instance(pool.clone()));
         let pool_wait = || pool.wait_status(req.session, &self.scope);

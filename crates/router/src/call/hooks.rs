@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::refused::{Refused, refused, withheld};
-use super::{End, Forwarded, Request};
+use super::{End, Request};
 use crate::server::Server;
 use crate::upstream::Reply;
 use switchyard_core::call::Call;
@@ -35,7 +35,7 @@ pub(super) async fn requested(
 ) -> Result<Option<Box<Call>>, Refused> {
     let call = req.call;
     let method = call.method();
-    let info = Forwarded::new(server, req).info;
+    let (info, _) = super::call_info(server, req);
     let hooked = set.hook_async(Phase::Request, &info, call.params().unwrap_or("{}")).await;
     let Hooked { changed, denied, notes } = hooked;
     end.hooks.extend(notes);

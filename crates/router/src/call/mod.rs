@@ -149,7 +149,7 @@ pub fn forward<'a>(server: &'a Arc<Server>, req: Request<'a>) -> impl Future<Out
                 return Some(refused.answer);
             }
         };
-        let resp = run(server, req, &mut end).await;
+        let resp = run(server, req, &mut end, started).await;
         // One reading of the clock for the metrics and the audit line: the same moment.
         let elapsed = started.elapsed();
         count(server, method, session_label, &end, elapsed);
@@ -186,9 +186,11 @@ pub async fn judge(
 ) -> Result<(), String> {
     let started = Instant::now();
     let asked = audit::Asked::of(server, req).map_err(|refused| refused.answer)?;
-    let mut call = Forwarded::new(server, req);
+    let mut call = Forwarded::new(server, req, started);
     let mut end = End::new(Outcome::Rejected);
     let verdict = call.decide(server, set, req, &mut end).await;
+    // One reading of the clock for the metrics and the audit line: the same moment.
+    let elapsed = started.elapsed();
     match &verdict {
         Err(_) => server.metrics.call(metrics::Call {
             server: &server.metric_name,
@@ -197,13 +199,13 @@ pub async fn judge(
             outcome: end.outcome,
             code: end.code,
             session_label: req.session_label,
-            elapsed: started.elapsed(),
+            elapsed,
         }),
         // Allowed: answered from memory, by no instance.
         Ok(_) => end.outcome = Outcome::Ok,
     }
     if let Some(asked) = asked {
-        asked.write(server, end, started.elapsed(), verdict.as_ref().err().map(String::as_str), false);
+        asked.write(server, end, elapsed, verdict.as_ref().err().map(String::as_str), false);
     }
     verdict.map(drop)
 }
@@ -238,31 +240,11 @@ struct Forwarded<'a> {
 }
 
 impl<'a> Forwarded<'a> {
-    fn new(server: &Server, req: &Request<'a>) -> Self {
+    /// `first_started`: when the call began (where it was forwarded: the same moment, when
+    /// nothing was awaited since).
+    fn new(server: &Server, req: &Request<'a>, first_started: Instant) -> Self {
         let call = req.call;
-        let method = method_of(call.method());
-        let name = if method == "tools/call" { call.name() } else { None };
-        let tool_label = name.as_deref().map(|t| server.tool_label(t));
-        // A tool the server declared is its own metrics label: the name is shared, not copied.
-        let tool = name.map(|t| match &tool_label {
-            Some(label) if **label == *t => label.clone(),
-            _ => Arc::from(t.as_ref()),
-        });
-        let info = CallInfo {
-            // The server's name (its metrics name is the same text, shared).
-            server: server.metric_name.clone(),
-            session: req.session_label.clone(),
-            caller: caller_of(req),
-            method,
-            tool,
-            arguments: None,
-            declared: Default::default(),
-            attempt: 0,
-            task: req.task.and_then(|p| {
-                let (_, client) = p.ids.as_ref()?;
-                Some(TaskRef { id: client.clone(), tool: p.created_by.clone() })
-            }),
-        };
+        let (info, tool_label) = call_info(server, req);
         let progress_sink = call.fields().progress_token.is_some().then(|| Arc::new(Rising::new(req.link.clone())));
         Forwarded {
             client_id: call.id(),
@@ -270,7 +252,7 @@ impl<'a> Forwarded<'a> {
             tool_label,
             info,
             gathered: false,
-            first_started: Instant::now(),
+            first_started,
             may_have_run: false,
             lost_link: None,
             repeated_because: String::new(),
@@ -280,10 +262,43 @@ impl<'a> Forwarded<'a> {
     }
 }
 
+/// What the plugins are told of `req` (before its arguments and hints are gathered), and its
+/// tool's metrics label (tools/call only).
+fn call_info(server: &Server, req: &Request<'_>) -> (CallInfo, Option<Arc<str>>) {
+    let call = req.call;
+    let method = method_of(call.method());
+    let name = if method == "tools/call" { call.name() } else { None };
+    let tool_label = name.as_deref().map(|t| server.tool_label(t));
+    // A tool the server declared is its own metrics label: the name is shared, not copied.
+    let tool = name.map(|t| match &tool_label {
+        Some(label) if **label == *t => label.clone(),
+        _ => Arc::from(t.as_ref()),
+    });
+    let info = CallInfo {
+        // The server's name (its metrics name is the same text, shared).
+        server: server.metric_name.clone(),
+        session: req.session_label.clone(),
+        caller: caller_of(req),
+        method,
+        tool,
+        arguments: None,
+        declared: Default::default(),
+        attempt: 0,
+        task: req.task.and_then(|p| {
+            let (_, client) = p.ids.as_ref()?;
+            Some(TaskRef { id: client.clone(), tool: p.created_by.clone() })
+        }),
+    };
+    (info, tool_label)
+}
+
 /// Runs the call's attempts to its response (None: cancelled), noting in `end` how it ended.
-async fn run(server: &Arc<Server>, req: Request<'_>, end: &mut End) -> Option<String> {
+/// `started`: when the call began, read where it was forwarded.
+async fn run(server: &Arc<Server>, req: Request<'_>, end: &mut End, started: Instant) -> Option<String> {
     // Declared before the request that may borrow them.
     let (shown, changed);
+    // Whether a stage was awaited since the call began: then the clock is read again.
+    let mut awaited = false;
     let mut req: Request<'_> = req;
     // A tool the client calls by the name a plugin gave it reaches the server under its own;
     // then the plugins' request hooks, on the params as the server is to get them. Both are
@@ -291,7 +306,10 @@ async fn run(server: &Arc<Server>, req: Request<'_>, end: &mut End) -> Option<St
     // future (built, then copied into its box, per request), only the tests that skip them.
     shown = match shown::shows(server, &req) {
         Some(set) => match Box::pin(shown_tool(server, &req, set)).await {
-            Ok(shown) => shown,
+            Ok(shown) => {
+                awaited = true;
+                shown
+            }
             Err(refused) => {
                 (end.outcome, end.code) = (Outcome::Rejected, refused.code);
                 end.refused_by = Some(refused.by);
@@ -305,7 +323,10 @@ async fn run(server: &Arc<Server>, req: Request<'_>, end: &mut End) -> Option<St
     }
     changed = match hooks::request_hooked(server, &req) {
         Some(set) => match Box::pin(hooks::requested(server, &req, set, end)).await {
-            Ok(changed) => changed,
+            Ok(changed) => {
+                awaited = true;
+                changed
+            }
             Err(refused) => return Some(refused.answer),
         },
         None => None,
@@ -313,7 +334,7 @@ async fn run(server: &Arc<Server>, req: Request<'_>, end: &mut End) -> Option<St
     if let Some(call) = changed.as_deref() {
         req.call = call;
     }
-    let mut call = Forwarded::new(server, &req);
+    let mut call = Forwarded::new(server, &req, if awaited { Instant::now() } else { started });
     end.tool = call.tool_label.clone();
     if server.audit().is_some() {
         end.name = call.info.tool.clone();
@@ -324,6 +345,9 @@ async fn run(server: &Arc<Server>, req: Request<'_>, end: &mut End) -> Option<St
         // The plugin set is read once per attempt; an attempt finishes on the set it started with.
         let set = server.policy.current();
         track.set(Stage::Policy);
+        // The first attempt starts when the call began unless the plugins were awaited (a
+        // chain with no plugin answers at once; a repeat follows a wait).
+        let fresh = call.info.attempt == 0 && !set.reads_calls();
         let eff = match call.decide(server, &set, &req, end).await {
             Ok(eff) => eff,
             Err(rejected) => return Some(rejected),
@@ -333,30 +357,35 @@ async fn run(server: &Arc<Server>, req: Request<'_>, end: &mut End) -> Option<St
         // gate and an instance only within the server's time to come back; once sent, it has
         // the rest of the call's own time. A policy's retries each get their own timeout.
         let cap = Cap {
+            at: if fresh { call.first_started } else { Instant::now() },
             deadline: eff.retry.is_none().then(|| call.first_started + eff.timeout),
             back_by: call.lost_link.map(|at| at + retry::RESTART_WAIT),
         };
         // An attempt counts once it was given an instance: one switchyard turned away before
         // (busy, the server down) reached no server.
         let last = end.spent.instance.take();
-        let tried = attempt(server, &req, &eff, &call, cap, &track, &mut end.spent).await;
-        match end.spent.instance {
-            Some(_) => end.attempts += 1,
-            None => end.spent.instance = last,
-        }
-        let e = match tried {
-            // The answer made the client's: at once, unless a result hook or a list's overrides
-            // are to be awaited (rare, boxed where awaited, with what they hold).
-            Ok(answered) => {
-                let later = hooks::result_hooked(server, &set, &call.info, &answered.reply)
-                    || switchyard_policy::Kind::of_list_method(&call.info.method).is_some();
-                return match later {
-                    true => Box::pin(answer_later(server, &set, &req, &call, &eff, answered, end)).await,
-                    false => Some(finish(made(server, &req, &call, &eff, answered, end), call.client_id)),
-                };
+        // In a block of its own: the attempt's outcome is gone before the wait for the next
+        // (held across two waits, it would take its room in this future beside the attempt).
+        let e = {
+            let tried = attempt(server, &req, &eff, &call, cap, &track, &mut end.spent).await;
+            match end.spent.instance {
+                Some(_) => end.attempts += 1,
+                None => end.spent.instance = last,
             }
-            Err(Stop::Cancelled) => return None,
-            Err(Stop::Failed(e)) => e,
+            match tried {
+                // The answer made the client's: at once, unless a result hook or a list's overrides
+                // are to be awaited (rare, boxed where awaited, with what they hold).
+                Ok(answered) => {
+                    let later = hooks::result_hooked(server, &set, &call.info, &answered.reply)
+                        || switchyard_policy::Kind::of_list_method(&call.info.method).is_some();
+                    return match later {
+                        true => Box::pin(answer_later(server, &set, &req, &call, &eff, answered, end)).await,
+                        false => Some(finish(made(server, &req, &call, &eff, answered, end), call.client_id)),
+                    };
+                }
+                Err(Stop::Cancelled) => return None,
+                Err(Stop::Failed(e)) => e,
+            }
         };
         // A failed attempt, and the wait before the next: boxed where awaited, as rare.
         if let Some(answer) = Box::pin(call.failed(e, server, &eff, &req, end, &track)).await {
@@ -468,10 +497,10 @@ pub(crate) fn future_sizes() -> Vec<(&'static str, usize)> {
     use std::mem::size_of;
     vec![
         ("call::forward", size(|| forward(todo!(), todo!()))),
-        ("call::run", size(|| run(todo!(), todo!(), todo!()))),
+        ("call::run", size(|| run(todo!(), todo!(), todo!(), todo!()))),
         ("Forwarded::decide", size(|| Forwarded::decide(todo!(), todo!(), todo!(), todo!(), todo!()))),
         ("call::attempt", size(|| attempt(todo!(), todo!(), todo!(), todo!(), todo!(), todo!(), todo!()))),
-        ("Attempt::send", size(|| attempt::Attempt::send(todo!(), todo!(), todo!()))),
+        ("Attempt::send", size(|| attempt::Attempt::send(todo!(), todo!(), todo!(), todo!()))),
         ("Attempt::send_in", size(|| attempt::Attempt::send_in(todo!(), todo!(), todo!(), todo!()))),
         ("Attempt::acquire", size(|| attempt::Attempt::acquire(todo!()))),
         ("Attempt::gate", size(|| attempt::Attempt::gate(todo!()))),

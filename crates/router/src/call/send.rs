@@ -61,13 +61,18 @@ impl crate::upstream::ProgressSink for Rising {
 
 impl Attempt<'_, '_> {
     /// Sends the call to `inst` and waits for its reply until the deadline (which progress
-    /// extends, up to `limits.max_call_timeout_ms`) or the client's cancel.
-    pub(super) async fn send(&self, inst: &Arc<Instance>, route: Option<Arc<dyn ProgressSink>>) -> Result<Reply, Stop> {
+    /// extends, up to `limits.max_call_timeout_ms`) or the client's cancel. `sent_at`: now, as
+    /// the attempt read the clock last (nothing was awaited since).
+    pub(super) async fn send(
+        &self,
+        inst: &Arc<Instance>,
+        route: Option<Arc<dyn ProgressSink>>,
+        sent_at: Instant,
+    ) -> Result<Reply, Stop> {
         // Boxed, and made, only when calls are traced: a span is hundreds of bytes, and this
         // future is part of every request's.
         let traced = (!self.req.span.is_none()).then(|| Box::new(self.client_span(inst)));
         let span = traced.as_deref().unwrap_or(telemetry::Span::none_ref());
-        let sent_at = Instant::now();
         let r = self.send_in(inst, route, span).await;
         // How a reply ended (an error answer, a tool's own error), read once for the metric and the span.
         let replied =
