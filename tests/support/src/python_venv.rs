@@ -71,7 +71,7 @@ pub fn make_venv(requirements: &Path, dir: &str) -> Result<PathBuf, String> {
     if (major.parse::<u32>().unwrap_or(0), minor.parse::<u32>().unwrap_or(0)) < (3, 10) {
         return Err(format!("python3 is `{version}`; the pinned packages need Python >= 3.10"));
     }
-    let wanted = fs::read_to_string(&requirements).map_err(|e| format!("read {}: {e}", requirements.display()))?;
+    let wanted = fs::read_to_string(requirements).map_err(|e| format!("read {}: {e}", requirements.display()))?;
     let venv = crate::target_tmp().join(dir);
     let python = venv.join("bin").join("python");
     let stamp = venv.join("switchyard-requirements.txt");
