@@ -12,7 +12,7 @@ use super::body::{Bodies, content_length, read_body, too_large};
 use super::session::{Feed, HttpSession, Refused};
 use super::{Front, Mode, accepts, empty, media, plain, rpc_error, stateless};
 use crate::server::Server;
-use switchyard_core::call::Call;
+use switchyard_core::call::{Call, Incoming};
 use switchyard_core::codec::{self, Envelope, Kind};
 use switchyard_mcp as mcp;
 
@@ -507,10 +507,14 @@ async fn read_message(body: Body, limit: usize, declared: Option<u64>, bodies: &
             "JSON-RPC batches are not served over HTTP by switchyard; POST one message at a time",
         ));
     }
-    match codec::parse(&line) {
-        Ok(env) if env.kind == Kind::Request => Ok(Parsed::Request(Box::new(Call::read(line, env)))),
-        Ok(env) => Ok(Parsed::Other(line, env)),
-        Err(e) => Err(Refusal::rpc(StatusCode::BAD_REQUEST, e.reply_id(), e.code(), e.message())),
+    // Read as a session and a group read a line. A notification that does not read is said
+    // to the client here, in the POST's answer, where a stream's would only be logged.
+    match Incoming::read(line) {
+        Incoming::Request(call) => Ok(Parsed::Request(Box::new(call))),
+        Incoming::Notification(line, env) | Incoming::Response(line, env) => Ok(Parsed::Other(line, env)),
+        Incoming::Refused(e) | Incoming::Dropped(e) => {
+            Err(Refusal::rpc(StatusCode::BAD_REQUEST, e.reply_id(), e.code(), e.message()))
+        }
     }
 }
 
@@ -564,6 +568,10 @@ mod tests {
             let Ok(Parsed::Request(call)) = read_message(post(id), 4096, None, &bodies).await else { panic!("{id}") };
             assert_eq!(call.id(), id);
         }
+        // A notification that does not read is said in the POST's answer (no stream to log it).
+        let bad = Body::from(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":3}"#);
+        let Err(Refusal::Rpc { status, id, .. }) = read_message(bad, 4096, None, &bodies).await else { panic!("read") };
+        assert_eq!((status, id.as_str()), (StatusCode::BAD_REQUEST, "null"));
     }
 
     #[test]
