@@ -42,7 +42,8 @@ fn record() -> (Record, Deferred) {
         response_bytes: 96,
         ..Default::default()
     };
-    let deferred = Deferred { ended: SystemTime::now(), arguments_sha256: Some(sha256(br#"{"message":"hi"}"#)) };
+    let arguments_sha256 = Some(sha256(br#"{"message":"hi"}"#));
+    let deferred = Deferred { ended: SystemTime::now(), arguments_sha256, trace_id: None };
     (record, deferred)
 }
 

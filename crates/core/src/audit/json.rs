@@ -16,8 +16,17 @@ pub(super) fn write_record(out: &mut Vec<u8>, record: &Record, deferred: Option<
         Some(d) => time(out, d.ended),
         None => string(out, &r.time),
     }
-    if let Some(t) = &r.trace_id {
-        member(out, b"trace_id", t);
+    match deferred.and_then(|d| d.trace_id.as_ref()) {
+        Some(id) => {
+            out.extend_from_slice(b",\"trace_id\":\"");
+            hex(out, id);
+            out.push(b'"');
+        }
+        None => {
+            if let Some(t) = &r.trace_id {
+                member(out, b"trace_id", t);
+            }
+        }
     }
     out.extend_from_slice(b",\"client\":");
     client(out, &r.client);
@@ -206,12 +215,13 @@ fn time(out: &mut Vec<u8>, t: SystemTime) {
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
-fn hex(out: &mut Vec<u8>, digest: &[u8; 32]) {
+/// `bytes` (a hash or an id, 32 bytes at most) in lower-case hex.
+fn hex<const N: usize>(out: &mut Vec<u8>, bytes: &[u8; N]) {
     let mut text = [0u8; 64];
-    for (pair, b) in text.chunks_exact_mut(2).zip(digest) {
+    for (pair, b) in text.chunks_exact_mut(2).zip(bytes) {
         pair.copy_from_slice(&[HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]]);
     }
-    out.extend_from_slice(&text);
+    out.extend_from_slice(&text[..2 * N]);
 }
 
 /// How serde_json escapes a byte of a string: 0 for none, `u` for `\u00XX`, else the letter
@@ -309,6 +319,9 @@ mod tests {
         r.time = super::super::time::rfc3339(deferred.ended);
         if let Some(digest) = &deferred.arguments_sha256 {
             r.arguments_sha256 = Some(crate::ids::hex(digest));
+        }
+        if let Some(id) = &deferred.trace_id {
+            r.trace_id = Some(crate::ids::hex(id));
         }
         r
     }
@@ -473,9 +486,10 @@ mod tests {
     }
 
     fn deferred() -> impl Strategy<Value = Deferred> {
-        (prop_oneof![0u64..4_102_444_800_000, any::<u64>().prop_map(|ms| ms >> 4)], any::<Option<[u8; 32]>>()).prop_map(
-            |(ms, arguments_sha256)| Deferred { ended: UNIX_EPOCH + Duration::from_millis(ms), arguments_sha256 },
-        )
+        let ms = prop_oneof![0u64..4_102_444_800_000, any::<u64>().prop_map(|ms| ms >> 4)];
+        (ms, any::<Option<[u8; 32]>>(), any::<Option<[u8; 16]>>()).prop_map(|(ms, arguments_sha256, trace_id)| {
+            Deferred { ended: UNIX_EPOCH + Duration::from_millis(ms), arguments_sha256, trace_id }
+        })
     }
 
     proptest! {

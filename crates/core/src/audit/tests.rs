@@ -83,12 +83,16 @@ fn the_writer_puts_in_the_time_a_call_ended_and_the_hash_of_its_arguments() {
     let log = AuditLog::start(&settings(&path)).unwrap();
     let at = |ms| std::time::UNIX_EPOCH + Duration::from_millis(ms);
     let bare = |n| Record { time: String::new(), ..record(n) };
-    let hashed = Deferred { ended: at(1_795_960_987_123), arguments_sha256: Some(sha256(b"{}")) };
+    let hashed = Deferred { ended: at(1_795_960_987_123), arguments_sha256: Some(sha256(b"{}")), trace_id: None };
     log.write_deferred(log.admit().unwrap(), bare(1), hashed);
     log.write(log.admit().unwrap(), record(2));
     // The writer's buffers are reused: a shorter text leaves nothing of the last, and a call
     // without arguments gets no hash.
-    log.write_deferred(log.admit().unwrap(), bare(3), Deferred { ended: at(5), arguments_sha256: None });
+    log.write_deferred(
+        log.admit().unwrap(),
+        bare(3),
+        Deferred { ended: at(5), arguments_sha256: None, trace_id: None },
+    );
     log.flush(FLUSH);
     let got: Vec<(String, Option<String>)> = lines(&path).into_iter().map(|r| (r.time, r.arguments_sha256)).collect();
     let sha = "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a".to_string();

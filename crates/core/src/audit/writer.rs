@@ -69,6 +69,8 @@ pub struct Deferred {
     pub ended: SystemTime,
     /// The SHA-256 of the call's arguments, when it had some: the record's `arguments_sha256`.
     pub arguments_sha256: Option<[u8; 32]>,
+    /// The W3C trace id of the call's span, when it is traced: the record's `trace_id`.
+    pub trace_id: Option<[u8; 16]>,
 }
 
 /// What the callers and the writer thread share.

@@ -33,8 +33,8 @@ pub(super) struct Asked<'a> {
     session: Arc<str>,
     arguments_sha256: Option<[u8; 32]>,
     arguments: Option<serde_json::Value>,
-    /// The trace the client put the call in (a valid `_meta.traceparent`), if any.
-    trace_id: Option<String>,
+    /// The trace the call is in (written as text by the log's writer thread), if any.
+    trace_id: Option<[u8; 16]>,
 }
 
 impl<'a> Asked<'a> {
@@ -68,7 +68,7 @@ impl<'a> Asked<'a> {
             session: req.session_label.clone(),
             arguments_sha256: arguments.map(|a| sha256(a.as_bytes())),
             arguments: arguments.filter(|_| log.with_arguments()).and_then(|a| serde_json::from_str(a).ok()),
-            trace_id: trace.map(|parent| parent.trace_id_hex()),
+            trace_id: trace.map(|parent| parent.trace_id),
         };
         let Some(why) = refusal else { return Ok(Some(asked)) };
         // The refusal's own line is tried all the same: once it is written, the log takes calls again.
@@ -96,7 +96,8 @@ impl<'a> Asked<'a> {
         let record = Record {
             // Written by the log's writer thread, from the time passed with the record.
             time: String::new(),
-            trace_id: self.trace_id,
+            // Written by the log's writer thread, from the id passed with the record.
+            trace_id: None,
             client: self.client,
             session: self.session,
             // The server's name (its metrics name is the same text, shared).
@@ -118,7 +119,8 @@ impl<'a> Asked<'a> {
             request_bytes: self.call.line().len() as u64,
             response_bytes: answer.map_or(0, |a| a.len() as u64),
         };
-        let deferred = Deferred { ended: SystemTime::now(), arguments_sha256: self.arguments_sha256 };
+        let deferred =
+            Deferred { ended: SystemTime::now(), arguments_sha256: self.arguments_sha256, trace_id: self.trace_id };
         log.write_deferred(self.ticket, record, deferred);
     }
 }
