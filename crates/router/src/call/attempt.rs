@@ -100,7 +100,8 @@ pub(super) async fn attempt(
     let stream = (call.info.method == "subscriptions/listen")
         .then(|| Arc::new(StreamTo { to: req.link.clone(), id: call.client_id.to_string() }) as Arc<dyn ProgressSink>);
     let scope = ScopeKey::wanted(eff.placement.as_ref(), req.session, &call.info.caller);
-    let tool = call.info.tool.as_deref().map(|t| server.tool_label(t));
+    // The label the call read at its start: the same for each attempt, not looked up again.
+    let tool = call.tool_label.clone();
     let mut attempt =
         Attempt { track, server, req, eff, what, started, deadline, wait_until, tool, safe, scope, stream };
     // A request pinned to one instance, and no other, whatever its placement says: a repeat
