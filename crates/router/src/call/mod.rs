@@ -135,6 +135,7 @@ impl End {
 /// client cancelled it: then no response is owed). Counted and timed in the router's metrics.
 // A block, not an `async fn`: an async fn's body moves its arguments into locals of their own,
 // and the request would be held twice in every request's future.
+#[allow(clippy::manual_async_fn)]
 pub fn forward<'a>(server: &'a Arc<Server>, req: Request<'a>) -> impl Future<Output = Option<String>> + 'a {
     async move {
         let started = Instant::now();

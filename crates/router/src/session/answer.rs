@@ -37,6 +37,7 @@ impl Session {
     /// Runs one request to its single response (None: the client cancelled it).
     // A block, not an `async fn`: an async fn's body moves its arguments into locals of their
     // own, and the request (over 500 bytes) would be held twice in every request's future.
+    #[allow(clippy::manual_async_fn)]
     pub(super) fn run(self: Arc<Self>, call: Call, token: Arc<Cancel>) -> impl Future<Output = Option<String>> {
         async move { self.answer(&call, &token).await }
     }
