@@ -42,6 +42,18 @@ impl Session {
         async move { self.answer(&call, &token).await }
     }
 
+    /// [`Session::run`] for a request of its own task: the response, if any, goes to the client.
+    /// A block for the same reason as `run`, and awaiting `run` inside it would hold the request
+    /// once more in the spawned future.
+    #[allow(clippy::manual_async_fn)]
+    pub(super) fn respond(self: Arc<Self>, call: Call, token: Arc<Cancel>) -> impl Future<Output = ()> {
+        async move {
+            if let Some(resp) = self.answer(&call, &token).await {
+                self.link.send(resp);
+            }
+        }
+    }
+
     /// [`Session::run`]'s body, on its request and cancel where `run` holds them.
     async fn answer(self: &Arc<Self>, call: &Call, token: &Arc<Cancel>) -> Option<String> {
         let (id, method) = (call.id(), call.method());

@@ -45,15 +45,10 @@ impl Session {
     /// Does what `step` says: runs a request in a task of its own, or answers at once.
     fn take(self: &Arc<Self>, step: Step, tasks: &TaskTracker) {
         match step {
+            // Boxed where it is made: a call's future holds every stage it may wait in
+            // (kilobytes), and the spawn would copy it whole through each of its layers.
             Step::Run(call, token) => {
-                let me = self.clone();
-                // Boxed where it is made: a call's future holds every stage it may wait in
-                // (kilobytes), and the spawn would copy it whole through each of its layers.
-                tasks.spawn(Box::pin(async move {
-                    if let Some(resp) = me.clone().run(call, token).await {
-                        me.link.send(resp);
-                    }
-                }));
+                tasks.spawn(Box::pin(self.clone().respond(call, token)));
             }
             Step::Reply(r) => self.link.send(r),
             Step::Done => {}
