@@ -14,6 +14,7 @@ mod setup;
 mod transcript;
 
 mod audit;
+mod audit_refused;
 mod budgets;
 mod clients;
 mod config;

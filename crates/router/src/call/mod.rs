@@ -162,6 +162,25 @@ pub fn forward<'a>(server: &'a Arc<Server>, req: Request<'a>) -> impl Future<Out
     }
 }
 
+/// The answer to `req`, which switchyard refuses itself with `error` before the policy is asked
+/// (its server is not running: the `initialize` that starts it failed), and the call's audit
+/// line: `refused_by` switchyard, no attempt, `elapsed` spent finding that out. Only a refused
+/// request comes here: a call that runs is written by [`forward`].
+pub fn refuse(server: &Server, req: &Request<'_>, error: &CallError, elapsed: std::time::Duration) -> String {
+    let asked = match audit::Asked::of(server, req) {
+        Ok(asked) => asked,
+        // A strict log that cannot take the line refuses the call for that, and tried its line.
+        Err(refused) => return refused.answer,
+    };
+    let answer = error.to_response(req.call.id());
+    if let Some(asked) = asked {
+        let mut end = End::new(Outcome::Error);
+        (end.code, end.refused_by) = (Some(error.code()), Some(OWN_REFUSAL.to_string()));
+        asked.write(server, end, elapsed, Some(&answer), false);
+    }
+    answer
+}
+
 /// Counts a forwarded call that ended as `end` says, after `elapsed`, in the router's metrics.
 fn count(server: &Server, method: &str, session_label: &Arc<str>, end: &End, elapsed: std::time::Duration) {
     server.metrics.call(metrics::Call {

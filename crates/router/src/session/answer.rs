@@ -118,6 +118,18 @@ impl Session {
         }
     }
 
+    /// None when the server is initialised, at once or once a start under way ends, or started
+    /// again for this client (in message order); else how long the start tried again took before
+    /// it failed too (the request is then refused). The clock is read only on that way.
+    async fn unstarted(&self, server: &Arc<crate::server::Server>) -> Option<std::time::Duration> {
+        let _turn = self.in_order.lock().await;
+        if server.wait_initialized().await {
+            return None;
+        }
+        let since = tokio::time::Instant::now();
+        (!Box::pin(self.start_again(server)).await).then(|| since.elapsed())
+    }
+
     /// A request to its answer: by the session itself, or forwarded. What is not a plain call
     /// (its handshake, tasks, search, lists from memory, subscriptions, discovery) is boxed where
     /// it is awaited, so the future every request carries holds the forwarding alone.
@@ -166,13 +178,9 @@ impl Session {
                 let answered = self.answer_from_memory(server, method, self.request(call, cancel, false, None), items);
                 Some(Box::pin(answered).await)
             }
-            _ if !or_cancelled(token, async {
-                let _turn = self.in_order.lock().await;
-                server.wait_initialized().await || Box::pin(self.start_again(server)).await
-            })
-            .await? =>
-            {
-                Some(server.not_initialized().to_response(id))
+            _ if let Some(spent) = or_cancelled(token, self.unstarted(server)).await? => {
+                let req = self.request(call, cancel, false, None);
+                Some(crate::call::refuse(server, &req, &server.not_initialized(), spent))
             }
             m if let Some(capability) = self.withdrawn(server, m) => local_error(
                 codec::METHOD_NOT_FOUND,
