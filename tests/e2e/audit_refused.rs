@@ -60,7 +60,11 @@ async fn requests_refused_with_the_server_down_each_have_one_audit_line() {
     for r in &records {
         assert_eq!(r["refused_by"], "switchyard", "{r}");
         assert_eq!(r["attempts"], 0, "{r}");
-        assert_eq!((r["outcome"]["result"].as_str(), r["outcome"]["code"].as_i64()), (Some("error"), Some(-32003)), "{r}");
+        assert_eq!(
+            (r["outcome"]["result"].as_str(), r["outcome"]["code"].as_i64()),
+            (Some("error"), Some(-32003)),
+            "{r}"
+        );
         assert!(r.get("instance").is_none() && r["response_bytes"].as_u64() > Some(0), "{r}");
         assert_eq!(r["client"]["name"], "switchyard-e2e", "{r}");
     }
