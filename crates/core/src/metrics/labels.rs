@@ -1,7 +1,10 @@
 //! Label values: bounded names for methods, error codes, transports and causes, so no client
 //! or server can grow the metrics without bound; and how an answer counts.
 
-use super::{OTHER, Outcome};
+use std::collections::HashSet;
+use std::sync::{Arc, RwLock};
+
+use super::{OTHER, Outcome, TOOL_NAME_MAX, TOOLS_PER_SERVER};
 
 /// The transport of a session label's first part, as a bounded label value.
 pub(super) fn transport_name(t: &str) -> &'static str {
@@ -114,5 +117,102 @@ pub fn death_cause(status: &str) -> &'static str {
         "exit"
     } else {
         "link_lost"
+    }
+}
+
+/// The tool names of one server that may become labels: those it declared, at most
+/// [`TOOLS_PER_SERVER`] of them, each at most [`TOOL_NAME_MAX`] bytes; anything else is `other`.
+/// Names are interned, so a call's label costs a lookup and a reference count, no allocation.
+/// A name is declared by the server's own tools/list (asked at a call's label) or by any list a
+/// client was given that names it ([`ToolNames::declare`]: a list answered from memory while the
+/// server starts), so a tool the client was shown is never counted as `other` for want of the
+/// server's own list.
+#[derive(Default)]
+pub struct ToolNames {
+    names: RwLock<HashSet<Arc<str>>>,
+}
+
+impl ToolNames {
+    /// The label for `tool`; `declared` says whether the server declared it (asked only for a
+    /// name not seen before).
+    pub fn label(&self, tool: &str, declared: impl FnOnce(&str) -> bool) -> Arc<str> {
+        if let Some(n) = self.names.read().expect("lock").get(tool) {
+            return n.clone();
+        }
+        if !declared(tool) {
+            return other().clone();
+        }
+        self.intern(tool).unwrap_or_else(|| other().clone())
+    }
+
+    /// Names these tools in labels from now on: a list a client was given declared them
+    /// (within the same bounds as any name).
+    pub fn declare<'a>(&self, tools: impl IntoIterator<Item = &'a str>) {
+        for tool in tools {
+            if self.names.read().expect("lock").contains(tool) {
+                continue;
+            }
+            let _ = self.intern(tool);
+        }
+    }
+
+    /// The one shared text of `tool`, kept from now on; None past the bounds. Two callers naming
+    /// a new tool at once get the same text (so the same series by address, see `handles`).
+    fn intern(&self, tool: &str) -> Option<Arc<str>> {
+        if tool.len() > TOOL_NAME_MAX {
+            return None;
+        }
+        let mut names = self.names.write().expect("lock");
+        if let Some(n) = names.get(tool) {
+            return Some(n.clone());
+        }
+        if names.len() >= TOOLS_PER_SERVER {
+            return None;
+        }
+        let name: Arc<str> = Arc::from(tool);
+        names.insert(name.clone());
+        Some(name)
+    }
+}
+
+/// The label of a tool not named (shared: one address, so one series by address).
+pub(super) fn other() -> &'static Arc<str> {
+    static OTHER_NAME: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
+    OTHER_NAME.get_or_init(|| Arc::from(OTHER))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_labels_are_declared_names_only_and_capped_per_server() {
+        let names = ToolNames::default();
+        assert_eq!(&*names.label("read_file", |_| true), "read_file");
+        assert_eq!(&*names.label("made_up", |_| false), OTHER);
+        assert_eq!(&*names.label(&"x".repeat(TOOL_NAME_MAX + 1), |_| true), OTHER);
+        names.declare([&*"y".repeat(TOOL_NAME_MAX + 1)]);
+        assert_eq!(&*names.label(&"y".repeat(TOOL_NAME_MAX + 1), |_| false), OTHER, "a long name declared");
+        for i in 1..TOOLS_PER_SERVER {
+            assert_eq!(&*names.label(&format!("t{i}"), |_| true), format!("t{i}"));
+        }
+        assert_eq!(&*names.label("one_too_many", |_| true), OTHER);
+        names.declare(["declared_too_many"]);
+        assert_eq!(&*names.label("declared_too_many", |_| false), OTHER, "a list declares within the cap");
+        // A name already labelled stays so (and is not asked about again).
+        assert_eq!(&*names.label("read_file", |_| panic!("asked again")), "read_file");
+    }
+
+    #[test]
+    fn a_name_a_list_declared_is_its_label_before_the_server_declares_it() {
+        let names = ToolNames::default();
+        assert_eq!(&*names.label("echo", |_| false), OTHER, "not declared yet");
+        names.declare(["echo", "add"]);
+        let echo = names.label("echo", |_| panic!("a declared name is not asked about"));
+        assert_eq!(&*echo, "echo");
+        // Declared again (the list given again): the same text, so the same series by address.
+        names.declare(["echo"]);
+        assert!(Arc::ptr_eq(&echo, &names.label("echo", |_| false)));
+        assert!(Arc::ptr_eq(&echo, &names.label("echo", |_| true)));
     }
 }

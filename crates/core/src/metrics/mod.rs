@@ -7,8 +7,7 @@
 //! most [`TOOLS_PER_SERVER`] per server), else `other`; methods outside the MCP list are
 //! `other`; session ids and tokens never become labels.
 
-use std::collections::HashSet;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
@@ -27,7 +26,7 @@ pub mod mirror;
 use handles::{Handles, Key};
 use labels::transport_name;
 pub use labels::{
-    RetryReason, answer_outcome, code_label, death_cause, is_tool_error, method_label, network_transport,
+    RetryReason, ToolNames, answer_outcome, code_label, death_cause, is_tool_error, method_label, network_transport,
 };
 
 /// The buckets the OpenTelemetry MCP conventions give for operation durations (seconds).
@@ -624,39 +623,6 @@ fn empty_name() -> &'static Arc<str> {
     EMPTY.get_or_init(|| Arc::from(""))
 }
 
-/// The tool names of one server that may become labels: those it declared, at most
-/// [`TOOLS_PER_SERVER`] of them, each at most [`TOOL_NAME_MAX`] bytes; anything else is `other`.
-/// Names are interned, so a call's label costs a lookup and a reference count, no allocation.
-#[derive(Default)]
-pub struct ToolNames {
-    names: RwLock<HashSet<Arc<str>>>,
-}
-
-impl ToolNames {
-    /// The label for `tool`; `declared` says whether the server declared it (asked only for a
-    /// name not seen before).
-    pub fn label(&self, tool: &str, declared: impl FnOnce(&str) -> bool) -> Arc<str> {
-        if let Some(n) = self.names.read().expect("lock").get(tool) {
-            return n.clone();
-        }
-        if tool.len() > TOOL_NAME_MAX || !declared(tool) {
-            return other().clone();
-        }
-        let mut names = self.names.write().expect("lock");
-        if names.len() >= TOOLS_PER_SERVER {
-            return other().clone();
-        }
-        let name: Arc<str> = Arc::from(tool);
-        names.insert(name.clone());
-        name
-    }
-}
-
-fn other() -> &'static Arc<str> {
-    static OTHER_NAME: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
-    OTHER_NAME.get_or_init(|| Arc::from(OTHER))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -773,18 +739,36 @@ mod tests {
         assert_eq!(sample(&text, "switchyard_buffered_bytes "), 10.0);
     }
 
+    /// The series cache (`handles`) is keyed by the labels' addresses: a call counted as `other`
+    /// before its tool was declared leaves a cached `other` series that the declared name's
+    /// later calls never reuse.
     #[test]
-    fn tool_labels_are_declared_names_only_and_capped_per_server() {
-        let names = ToolNames::default();
-        assert_eq!(&*names.label("read_file", |_| true), "read_file");
-        assert_eq!(&*names.label("made_up", |_| false), OTHER);
-        assert_eq!(&*names.label(&"x".repeat(TOOL_NAME_MAX + 1), |_| true), OTHER);
-        for i in 1..TOOLS_PER_SERVER {
-            assert_eq!(&*names.label(&format!("t{i}"), |_| true), format!("t{i}"));
-        }
-        assert_eq!(&*names.label("one_too_many", |_| true), OTHER);
-        // A name already labelled stays so (and is not asked about again).
-        assert_eq!(&*names.label("read_file", |_| panic!("asked again")), "read_file");
+    fn a_cached_other_series_is_not_reused_once_the_tool_is_declared() {
+        let m = metrics();
+        let (server, names) = (Arc::<str>::from("fs"), ToolNames::default());
+        let count = |tool: Arc<str>| {
+            m.call(Call {
+                server: &server,
+                method: "tools/call",
+                tool: Some(&tool),
+                outcome: Outcome::Ok,
+                code: None,
+                session_label: "unix-1",
+                elapsed: Duration::from_millis(1),
+            })
+        };
+        count(names.label("echo", |_| false));
+        names.declare(["echo"]);
+        count(names.label("echo", |_| false));
+        count(names.label("echo", |_| false));
+        let text = m.encode();
+        let calls = |t: &str| {
+            sample(
+                &text,
+                &format!(r#"switchyard_calls_total{{server="fs",method="tools/call",tool="{t}",outcome="ok"}}"#),
+            )
+        };
+        assert_eq!((calls("other"), calls("echo")), (1.0, 2.0), "{text}");
     }
 
     #[test]
