@@ -39,9 +39,14 @@ impl Daemon {
 
     /// A daemon serving the servers `servers` writes, and HTTP.
     async fn start_with(servers: impl FnOnce(&Home) -> String) -> Daemon {
-        let _ = rustls::crypto::ring::default_provider().install_default();
         let home = Home::new();
         home.write_config(&format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", servers(&home)));
+        Daemon::start_in(home).await
+    }
+
+    /// A daemon for the config `home` holds (one it ran before, it may be).
+    async fn start_in(home: Home) -> Daemon {
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let cfg = home.config_str();
         let out = home.cli(&["daemon", "--config", &cfg, "--detach"]).await;
         assert!(out.status.success(), "daemon --detach failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -176,6 +181,65 @@ async fn metrics_need_the_token_and_count_a_call_with_otel_names() {
     assert_eq!(value(&after, r#"switchyard_instance_deaths_total{server="alpha",pool="default",cause="exit"}"#), 1.0);
     let timed_out = r#"server="alpha",mcp_method_name="tools/call",gen_ai_tool_name="sleep",error_type="-32001",network_transport="unix""#;
     assert_eq!(value(&after, &format!("mcp_server_operation_duration_seconds_count{{{timed_out}}}")), 1.0);
+}
+
+/// The count of `tool`'s successful calls on server `alpha` in an exposition.
+fn alpha_calls(text: &str, tool: &str) -> f64 {
+    let series = format!(r#"switchyard_calls_total{{server="alpha",method="tools/call",tool="{tool}",outcome="ok"}}"#);
+    value(&samples(text), &series)
+}
+
+/// A client lists alpha's tools and calls `echo` `n` times; the (echo, other) counts seen after
+/// each call.
+async fn list_then_echo(d: &Daemon, n: usize) -> Vec<(f64, f64)> {
+    let (p, mut c) = d.home.client("alpha").await;
+    let listed = c.request("tools/list", json!({})).await;
+    assert!(listed["result"]["tools"].as_array().is_some_and(|t| t.iter().any(|t| t["name"] == "echo")), "{listed}");
+    let mut seen = Vec::new();
+    for i in 0..n {
+        assert_eq!(c.call_text("echo", json!({"text": format!("e{i}")})).await, format!("e{i}"));
+        let text = d.metrics().await;
+        seen.push((alpha_calls(&text, "echo"), alpha_calls(&text, "other")));
+    }
+    leave(p, c).await;
+    seen
+}
+
+/// A daemon started again for a config it ran before answers a client's tools/list from what
+/// the server listed before, while it starts: the tools that list names are named in the
+/// metrics from the first call on, not counted as `other` until the server lists them itself.
+#[tokio::test]
+async fn a_tool_listed_from_memory_is_named_from_its_first_call() {
+    let d = Daemon::start().await;
+    assert_eq!(list_then_echo(&d, 1).await, vec![(1.0, 0.0)]);
+    let mut home = d.home;
+    home.stop().await;
+    home.wait_no_processes(Duration::from_secs(20)).await;
+    for start in 2..=3 {
+        let d = Daemon::start_in(home).await;
+        let seen = list_then_echo(&d, 3).await;
+        assert_eq!(seen, vec![(1.0, 0.0), (2.0, 0.0), (3.0, 0.0)], "start {start}: (echo, other) after each call");
+        home = d.home;
+        home.stop().await;
+        home.wait_no_processes(Duration::from_secs(20)).await;
+    }
+}
+
+/// A server removed from the config and added back while the daemon runs: its tools, which the
+/// client is given again, are named from the first call on (the count goes on under `echo`).
+#[tokio::test]
+async fn a_server_added_back_names_its_tools_from_the_first_call() {
+    let d = Daemon::start().await;
+    assert_eq!(list_then_echo(&d, 1).await, vec![(1.0, 0.0)]);
+    let http = "[http]\nlisten = \"127.0.0.1:0\"\n";
+    let beta = d.home.fixture("beta", &[]);
+    let both = std::fs::read_to_string(d.home.config_str()).unwrap();
+    d.home.write_config(&format!("{beta}{http}"));
+    let limit = Duration::from_secs(20);
+    d.home.wait_status("alpha gone", limit, |s| status_server(s, "alpha").is_none()).await;
+    d.home.write_config(&both);
+    d.home.wait_status("alpha back", limit, |s| status_server(s, "alpha").is_some()).await;
+    assert_eq!(list_then_echo(&d, 2).await, vec![(2.0, 0.0), (3.0, 0.0)], "(echo, other) after each call");
 }
 
 #[tokio::test]

@@ -144,6 +144,13 @@ impl Server {
         self.tool_labels.label(tool, |t| self.tools.cache.read().expect("lock").declared.contains_key(t))
     }
 
+    /// Names in metrics the tools of `items`, the items of a tools/list a client was given that
+    /// the server did not send it just now (one remembered from its earlier run): the client
+    /// calls them before the server's own list is fetched, and they are no `other`.
+    pub fn declare_listed_tools(&self, items: &[serde_json::Value]) {
+        self.tool_labels.declare(items.iter().filter_map(|t| t["name"].as_str()));
+    }
+
     /// The kinds of list (tools, prompts, resource templates) whose known items the list hooks
     /// of `before` and `after` show some connected client otherwise.
     async fn shown_differs(&self, before: &Arc<PluginSet>, after: &Arc<PluginSet>) -> Vec<Kind> {

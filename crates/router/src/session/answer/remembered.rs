@@ -52,6 +52,9 @@ impl Session {
         if let Err(refused) = call::judge(server, &set, &req).await {
             return refused;
         }
+        if method == "tools/list" {
+            server.declare_listed_tools(&items);
+        }
         let field = method.strip_suffix("/list").unwrap_or(method);
         let mut result = serde_json::json!({ field: items }).to_string();
         if let Some(kind) = Kind::of_list_method(method) {
