@@ -7,6 +7,7 @@
 //! it says of itself and by the name of the `[http.tokens]` entry it used; a call's arguments
 //! appear as their SHA-256 only, unless the config asks for the arguments themselves.
 
+mod arguments;
 mod file;
 mod json;
 pub mod time;
@@ -19,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
 use crate::metrics::Outcome;
+pub use arguments::{ARGUMENTS_DEPTH, arguments_of, depth, lossy};
 pub use file::{numbered, same_file};
 pub use writer::{AuditLog, Deferred, Losses, MAX_LINE, Refused, Settings, Ticket};
 

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use super::Record;
+use super::arguments::{ARGUMENTS_DEPTH, depth, too_deep};
 use super::file::{AuditFile, Failed};
 use crate::logging::Repeats;
 
@@ -95,6 +96,8 @@ struct Shared {
     refused: AtomicU64,
     /// Losses are logged at the first, then at most once a minute with their count.
     told: Repeats,
+    /// Arguments left out of lines, logged the same way.
+    told_left_out: Repeats,
     /// New calls are refused while lines cannot be written (see [`AuditLog::admit`]).
     strict: bool,
     /// Holds the writer back while a test fills the queue.
@@ -132,6 +135,20 @@ impl Shared {
                 "audit log: {why}; {then} ({total} lost so far; `switchyard status` counts them)"
             );
         }
+    }
+}
+
+impl Shared {
+    fn left_out(&self, server: &str, tool: Option<&str>, why: &str) {
+        let Some(n) = self.told_left_out.hit() else { return };
+        let since =
+            if n > 1 { format!(" ({n} calls' arguments left out since the last such line)") } else { String::new() };
+        tracing::warn!(
+            file = %self.path.display(),
+            server,
+            tool = tool.unwrap_or("-"),
+            "audit log: a call's arguments are left out of its line: {why}; its arguments_sha256 is kept{since}"
+        );
     }
 }
 
@@ -215,6 +232,7 @@ impl AuditLog {
             lost_failed: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             told: Repeats::new(LOSS_LOG_EVERY),
+            told_left_out: Repeats::new(LOSS_LOG_EVERY),
             strict: settings.strict,
             #[cfg(test)]
             paused: Mutex::new(()),
@@ -322,6 +340,12 @@ impl AuditLog {
         self.arguments
     }
 
+    /// Tells the daemon log that a call's arguments are left out of its line, and `why` (at the
+    /// first, then at most once a minute with how many since). The arguments are never logged.
+    pub fn left_out(&self, server: &str, tool: Option<&str>, why: &str) {
+        self.shared.left_out(server, tool, why);
+    }
+
     pub fn strict(&self) -> bool {
         self.strict
     }
@@ -411,18 +435,18 @@ fn write_loop(mut file: AuditFile, rx: Receiver<Msg>, shared: &Shared) {
 /// in the record (its [`Deferred`]) is written straight into the line.
 fn add_line(batch: &mut Vec<u8>, line: Line, shared: &Shared) -> bool {
     let Line { mut record, deferred, refusal } = line;
+    if record.arguments.as_ref().is_some_and(|a| depth(a) > ARGUMENTS_DEPTH) {
+        // `switchyard calls` could not read the line back: written without them.
+        record.arguments = None;
+        shared.left_out(&record.server, record.tool.as_deref(), &too_deep());
+    }
     let start = batch.len();
     record.write_line(batch, deferred.as_ref());
     if batch.len() - start > MAX_LINE && record.arguments.is_some() {
         batch.truncate(start);
         record.arguments = None;
-        tracing::warn!(
-            file = %shared.path.display(),
-            server = %record.server,
-            tool = record.tool.as_deref().unwrap_or("-"),
-            "audit log: the arguments of a call would make its line longer than {} MiB; it is written without them (their SHA-256 is kept)",
-            MAX_LINE >> 20
-        );
+        let why = format!("they would make the line longer than {} MiB", MAX_LINE >> 20);
+        shared.left_out(&record.server, record.tool.as_deref(), &why);
         record.write_line(batch, deferred.as_ref());
     }
     if batch.len() - start > MAX_LINE {

@@ -237,3 +237,38 @@ fn a_long_cell_never_pushes_the_next_columns_out_of_line() {
     }
     assert!(rows[1].contains("a-server-name…"), "{}", rows[1]);
 }
+
+/// `{"text":"x","d":[[…]]}` with `n` arrays: it nests `n + 1` levels.
+fn nested(n: usize) -> serde_json::Value {
+    let mut d = serde_json::json!([]);
+    for _ in 1..n {
+        d = serde_json::json!([d]);
+    }
+    serde_json::json!({ "text": "x", "d": d })
+}
+
+#[test]
+fn every_line_the_log_writes_is_read_back_however_deep_the_arguments_nest() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("d.audit.jsonl");
+    let settings =
+        Settings { path: path.clone(), max_bytes: 1 << 30, keep: 1, queue: 16, strict: false, arguments: true };
+    let audit = AuditLog::start(&settings).unwrap();
+    let deep = switchyard_core::audit::ARGUMENTS_DEPTH;
+    let depths = [1, 60, deep - 1, deep, deep + 1, 125, 126, 127];
+    for (i, n) in depths.iter().enumerate() {
+        let mut r = rec(&format!("2026-11-29T10:00:{i:02}.000Z"), "fs", &format!("t{n}"), "c", Outcome::Ok);
+        r.arguments = Some(nested(*n));
+        write(&audit, &[r]);
+    }
+    let all = |_: &Record| true;
+    let mut log = Log::new(&path, &all);
+    let read = log.read_all().unwrap();
+    let notes = log.notes();
+    assert!(notes.is_empty(), "{notes:?}");
+    let kept: Vec<_> =
+        read.iter().map(|(r, _)| (r.tool.as_deref().unwrap().to_string(), r.arguments.is_some())).collect();
+    let wanted: Vec<_> = depths.iter().map(|n| (format!("t{n}"), n + 1 <= deep)).collect();
+    assert_eq!(kept, wanted);
+    assert_eq!(read[0].0.arguments, Some(nested(1)));
+}
