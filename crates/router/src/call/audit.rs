@@ -9,7 +9,9 @@ use std::time::{Duration, SystemTime};
 use super::refused::{Refused, refused};
 use super::{End, Request, caller_of};
 use crate::server::Server;
-use switchyard_core::audit::{Client, Decided, Deferred, Ended, Record, Ticket, Waits, sha256};
+use switchyard_core::audit::{
+    AuditLog, Client, Decided, Deferred, Ended, Record, Ticket, Waits, arguments_of, lossy, sha256,
+};
 use switchyard_core::call::Call;
 use switchyard_core::decision::{Concurrency, Rejection};
 use switchyard_core::metrics::Outcome;
@@ -49,9 +51,10 @@ impl<'a> Asked<'a> {
         };
         let caller = caller_of(req);
         let own = server.instance_label_prefix();
+        let (name, version) = client_info(req, caller.name, caller.version);
         let client = Client {
-            name: caller.name,
-            version: caller.version,
+            name,
+            version,
             transport: Cow::Borrowed(caller.transport.name()),
             dir: caller.dir,
             profile: (own != server.name).then(|| own.to_string()),
@@ -67,9 +70,10 @@ impl<'a> Asked<'a> {
             client,
             session: req.session_label.clone(),
             arguments_sha256: arguments.map(|a| sha256(a.as_bytes())),
-            arguments: arguments.filter(|_| log.with_arguments()).and_then(|a| serde_json::from_str(a).ok()),
+            arguments: None,
             trace_id: trace.map(|parent| parent.trace_id),
         };
+        let asked = Asked { arguments: asked.kept(log, arguments, server), ..asked };
         let Some(why) = refusal else { return Ok(Some(asked)) };
         // The refusal's own line is tried all the same: once it is written, the log takes calls again.
         let set = server.policy.current();
@@ -82,6 +86,22 @@ impl<'a> Asked<'a> {
         Err(answer)
     }
 
+    /// The arguments `text` as the line holds them, when the log keeps them; when they cannot
+    /// be held, the daemon log says why (never what they are).
+    fn kept(&self, log: &AuditLog, text: Option<&str>, server: &Server) -> Option<serde_json::Value> {
+        let text = text.filter(|_| log.with_arguments())?;
+        arguments_of(text).map_err(|why| log.left_out(&server.name, self.named().as_deref(), &why)).ok()
+    }
+
+    /// The tool of a `tools/call` as its line names it: what cannot be decoded (a lone
+    /// surrogate escape) as U+FFFD, where the policy finds no tool by that name.
+    fn named(&self) -> Option<Cow<'a, str>> {
+        let call = self.call;
+        (call.method() == "tools/call")
+            .then(|| call.name().or_else(|| call.text(&call.fields().name).map(|raw| Cow::Owned(lossy(raw)))))
+            .flatten()
+    }
+
     /// The tool of a `tools/call`, by the name the client called it.
     fn tool(&self) -> Option<Cow<'a, str>> {
         (self.call.method() == "tools/call").then(|| self.call.name()).flatten()
@@ -92,7 +112,7 @@ impl<'a> Asked<'a> {
     pub(super) fn write(self, server: &Server, end: End, elapsed: Duration, answer: Option<&str>, sent: bool) {
         let Some(log) = server.audit() else { return };
         // By the server's name for it, once known (a plugin may show it under another).
-        let tool = end.name.or_else(|| self.tool().map(|t| Arc::from(t.as_ref())));
+        let tool = end.name.or_else(|| self.named().map(|t| Arc::from(t.as_ref())));
         let record = Record {
             // Written by the log's writer thread, from the time passed with the record.
             time: String::new(),
@@ -123,6 +143,26 @@ impl<'a> Asked<'a> {
             Deferred { ended: SystemTime::now(), arguments_sha256: self.arguments_sha256, trace_id: self.trace_id };
         log.write_deferred(self.ticket, record, deferred);
     }
+}
+
+/// The client's name and version as its line shows them: those of a 2026-07-28-era request
+/// (its `_meta`) each decoded on its own, lossily, so that one the policy could not read does
+/// not take the other with it.
+fn client_info(
+    req: &Request<'_>,
+    name: Option<Arc<str>>,
+    version: Option<Arc<str>>,
+) -> (Option<Arc<str>>, Option<Arc<str>>) {
+    let fields = req.call.fields();
+    if !req.modern || fields.client_name.is_none() {
+        return (name, version);
+    }
+    let call = req.call;
+    let own = |range| match call.string(range) {
+        Some(text) => Some(Arc::from(text.as_ref())),
+        None => call.text(range).map(|raw| Arc::from(lossy(raw))),
+    };
+    (own(&fields.client_name), own(&fields.client_version))
 }
 
 /// A decision as the audit line shows it.
