@@ -66,3 +66,48 @@ async fn status_drops_a_plugins_missing_entry_once_a_reload_adds_it() {
     leave(p, c).await;
     home.shutdown().await;
 }
+
+/// The last error `status` shows of server `name` (JSON and text agree).
+async fn last_error(home: &Home, name: &str) -> String {
+    let status = home
+        .wait_status("a last error", Duration::from_secs(10), |s| {
+            status_server(s, name).is_some_and(|s| s["last_error"].is_string())
+        })
+        .await;
+    let error = status_server(&status, name).unwrap()["last_error"].as_str().unwrap().to_string();
+    let text = home.status_text().await;
+    assert!(text.contains(&format!("last error: {error}")), "{text}");
+    error
+}
+
+/// An instance that started, initialised and died during a call is not said to have failed to
+/// start: status says it ended with its exit status after it started (before answering any call,
+/// or after answering N), which the client's own error agreed with.
+#[tokio::test]
+async fn status_says_an_instance_died_during_a_call_not_that_it_failed_to_start() {
+    let home = Home::new();
+    home.write_config(&home.fixture("fx", &[]));
+    let (p, mut c) = home.client("fx").await;
+    let crashed = c.call_tool("crash", json!({"code": 7})).await;
+    assert!(crashed["error"]["message"].as_str().is_some_and(|m| m.contains("exit status 7")), "{crashed}");
+    let error = last_error(&home, "fx").await;
+    assert!(!error.contains("start failed"), "{error}");
+    assert!(error.starts_with("fx#1 ended with exit status 7 after it started, before answering any call"), "{error}");
+    assert!(error.contains("counted as a failed start"), "{error}");
+
+    // Its successor answers two calls, then dies in the third.
+    for text in ["a", "b"] {
+        assert_eq!(c.call_text("echo", json!({"text": text})).await, text);
+    }
+    let crashed = c.call_tool("crash", json!({"code": 7})).await;
+    assert!(crashed.get("error").is_some(), "{crashed}");
+    let status = home
+        .wait_status("the second death", Duration::from_secs(10), |s| {
+            status_server(s, "fx").is_some_and(|s| s["last_error"].as_str().is_some_and(|e| e.contains("2 calls")))
+        })
+        .await;
+    let error = status_server(&status, "fx").unwrap()["last_error"].as_str().unwrap().to_string();
+    assert!(error.ends_with("ended with exit status 7 after answering 2 calls"), "{error}");
+    leave(p, c).await;
+    home.shutdown().await;
+}

@@ -9,7 +9,7 @@ use switchyard_core::backoff::{Backoff, Jitter};
 use switchyard_core::error::CallError;
 
 /// Consecutive start-up failures after which the server is marked down.
-const CRASH_LOOP_FAILURES: u32 = 5;
+pub(super) const CRASH_LOOP_FAILURES: u32 = 5;
 /// The longest wait between two starts, failed ones included.
 const MAX_WAIT: Duration = Duration::from_secs(10);
 
@@ -76,6 +76,12 @@ impl Server {
 
     pub(super) fn record_start_failure(&self, what: String) {
         self.note_error(format!("start failed: {what}"));
+        self.count_start_failure(what);
+    }
+
+    /// Counts a failed start toward the crash-loop guard without noting it as the last error
+    /// (the caller noted what happened in its own words).
+    pub(super) fn count_start_failure(&self, what: String) {
         let mut h = self.health.lock().expect("lock");
         if let Some(down) = h.failure(Instant::now(), what) {
             tracing::error!(

@@ -24,13 +24,8 @@ impl Server {
         self.counts.unexpected_ends.fetch_add(1, Ordering::Relaxed);
         let status = death.as_ref().map_or("", |d| d.status.as_str());
         self.metrics.instance_died(&self.name, &inst.pool(), status);
-        if let Some(d) = &death {
-            self.note_error(format!("{} ended: {}", d.instance, d.status));
-        }
-        if !inst.has_answered() {
-            let status = death.map(|d| d.status).unwrap_or_default();
-            self.record_start_failure(format!("{} {status} before answering any call", inst.label()));
-        }
+        let status = death.map_or_else(|| "an unknown status".to_string(), |d| d.status);
+        self.note_death(&inst, &status);
         // Back to `min`, with the start backoff applied inside start_instance (the new instance
         // takes the shared subscriptions as it starts).
         if pool.missing() > 0 {
@@ -42,6 +37,33 @@ impl Server {
                     Err(e) => tracing::warn!("pool `{}`: respawn failed: {e}", p.name),
                 }
             });
+        }
+    }
+
+    /// Notes what happened to `inst`, which ended by itself with `status`, as the server's last
+    /// error. One that ended before answering any call counts as a failed start (a server that
+    /// dies at its first call every time is held down, not started in a loop), but only one that
+    /// never got ready is said to have failed to start.
+    fn note_death(&self, inst: &Instance, status: &str) {
+        let label = inst.label();
+        match (inst.was_ready(), inst.answered_calls()) {
+            (false, _) => self.record_start_failure(format!(
+                "{label} ended with {status} while starting, before it answered initialize; see its stderr in the log"
+            )),
+            (true, 0) => {
+                let what = format!(
+                    "{label} ended with {status} after it started, before answering any call (a call it was given fails with it)"
+                );
+                self.note_error(format!(
+                    "{what}; counted as a failed start: {} in a row hold the server down",
+                    super::breaker::CRASH_LOOP_FAILURES
+                ));
+                self.count_start_failure(what);
+            }
+            (true, n) => {
+                let calls = if n == 1 { "call" } else { "calls" };
+                self.note_error(format!("{label} ended with {status} after answering {n} {calls}"))
+            }
         }
     }
 

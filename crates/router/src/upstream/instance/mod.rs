@@ -94,8 +94,8 @@ pub struct Instance {
     inflight: AtomicUsize,
     ready: AtomicBool,
     closing: AtomicBool,
-    /// Set once any client call got a response (a crash after that is not a start-up failure).
-    answered: AtomicBool,
+    /// Client calls that got a response (a crash after one is not a start-up failure).
+    answered: AtomicU64,
     /// How it answered calls that overlapped (does it run calls one at a time?).
     overlap: Mutex<Overlap>,
     death: OnceLock<Death>,
@@ -160,7 +160,7 @@ impl Instance {
             inflight: AtomicUsize::new(0),
             ready: AtomicBool::new(false),
             closing: AtomicBool::new(false),
-            answered: AtomicBool::new(false),
+            answered: AtomicU64::new(0),
             overlap: Mutex::new(Overlap::default()),
             death: OnceLock::new(),
             dead_tx: watch::channel(false).0,
@@ -234,7 +234,15 @@ impl Instance {
         self.death.get()
     }
     pub fn has_answered(&self) -> bool {
+        self.answered_calls() > 0
+    }
+    /// How many client calls it answered.
+    pub fn answered_calls(&self) -> u64 {
         self.answered.load(Ordering::Relaxed)
+    }
+    /// Whether it was ever ready (started and initialised), dead or not.
+    pub fn was_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
     }
     pub fn inflight(&self) -> usize {
         self.inflight.load(Ordering::Acquire)
@@ -529,7 +537,7 @@ impl Instance {
         match entry {
             Some(p) => {
                 if p.session != 0 {
-                    self.answered.store(true, Ordering::Relaxed);
+                    self.answered.fetch_add(1, Ordering::Relaxed);
                     self.watch_overlap(&p, earlier_pending);
                     self.strays.call_ended(p.session);
                 }
