@@ -328,3 +328,52 @@ async fn calls_follow_of_the_state_directory_takes_in_logs_begun_after_it() {
     c.close().await;
     p.wait_timeout(Duration::from_secs(10)).await;
 }
+
+/// Sends `line` (a tools/call with id `id`, written by hand) and waits for its answer.
+async fn call_raw(c: &mut Client, id: u64, line: &str) {
+    c.send_raw(line).await;
+    c.recv_until(|m| m["id"] == id).await;
+}
+
+#[tokio::test]
+async fn arguments_a_line_cannot_hold_are_left_out_and_said_and_every_line_is_read_back() {
+    let home = Home::new();
+    home.write_config(&format!("{}[audit]\narguments = true\n", home.fixture("fx", &[])));
+    let (p, mut c) = home.client("fx").await;
+    let deep = format!("{{\"text\":\"deep\",\"d\":{}{}}}", "[".repeat(121), "]".repeat(121));
+    let lines = [
+        r#"{"text":"kept","n":1}"#.to_string(),
+        deep,
+        r#"{"text":"big","n":1e400}"#.to_string(),
+        r#"{"text":"lone \ud800"}"#.to_string(),
+    ];
+    for (id, args) in lines.iter().enumerate() {
+        let line = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{args}}}}}"#
+        );
+        call_raw(&mut c, id as u64, &line).await;
+    }
+    let odd = r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"ec\udc00ho","arguments":{}}}"#;
+    call_raw(&mut c, 9, odd).await;
+    leave(p, c).await;
+    home.stop().await;
+
+    let (ok, _, err) = calls_cli(&home, &["--json"]).await;
+    assert!(ok && !err.contains("skipped"), "{err}");
+    let records = calls_json(&home, &["--tool", "echo"]).await;
+    assert_eq!(records.len(), lines.len(), "{records:?}");
+    for (r, args) in records.iter().zip(&lines) {
+        assert_eq!(r["arguments_sha256"].as_str(), Some(sha256_hex(args).as_str()), "{r}");
+    }
+    assert_eq!(records[0]["arguments"], json!({"text": "kept", "n": 1}));
+    assert!(records[1..].iter().all(|r| r.get("arguments").is_none()), "{records:?}");
+    // A tool named with a lone surrogate is written, and found, with U+FFFD in its place.
+    let odd = calls_json(&home, &["--tool", "ec\u{fffd}ho"]).await;
+    assert_eq!(odd.len(), 1, "{odd:?}");
+    // Said once (then at most once a minute), with server and tool, never the arguments.
+    let logs = home.logs();
+    let said: Vec<&str> = logs.lines().filter(|l| l.contains("arguments are left out")).collect();
+    assert_eq!(said.len(), 1, "{logs}");
+    assert!(said[0].contains("fx") && said[0].contains("echo") && said[0].contains("nest deeper"), "{}", said[0]);
+    assert!(!logs.contains("\"deep\"") && !logs.contains("lone \\ud800"), "{logs}");
+}
