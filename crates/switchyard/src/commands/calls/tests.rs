@@ -268,7 +268,7 @@ fn every_line_the_log_writes_is_read_back_however_deep_the_arguments_nest() {
     assert!(notes.is_empty(), "{notes:?}");
     let kept: Vec<_> =
         read.iter().map(|(r, _)| (r.tool.as_deref().unwrap().to_string(), r.arguments.is_some())).collect();
-    let wanted: Vec<_> = depths.iter().map(|n| (format!("t{n}"), n + 1 <= deep)).collect();
+    let wanted: Vec<_> = depths.iter().map(|n| (format!("t{n}"), *n < deep)).collect();
     assert_eq!(kept, wanted);
     assert_eq!(read[0].0.arguments, Some(nested(1)));
 }
