@@ -416,17 +416,7 @@ mod tests {
     }
 
     fn ended() -> impl Strategy<Value = Ended> {
-        const ALL: [Outcome; 9] = [
-            Outcome::Ok,
-            Outcome::Error,
-            Outcome::ToolError,
-            Outcome::Rejected,
-            Outcome::Withheld,
-            Outcome::Timeout,
-            Outcome::Cancelled,
-            Outcome::Lost,
-            Outcome::ShuttingDown,
-        ];
+        const ALL: [Outcome; 9] = Outcome::ALL;
         let code = || proptest::option::of(any::<i64>());
         prop_oneof![
             (0..ALL.len(), code(), any::<bool>()).prop_map(|(n, code, sent)| Ended::of(ALL[n], code, sent)),

@@ -236,17 +236,7 @@ mod tests {
         Readd { server: usize },
     }
 
-    const OUTCOMES: [Outcome; 9] = [
-        Outcome::Ok,
-        Outcome::Error,
-        Outcome::ToolError,
-        Outcome::Rejected,
-        Outcome::Withheld,
-        Outcome::Timeout,
-        Outcome::Cancelled,
-        Outcome::Lost,
-        Outcome::ShuttingDown,
-    ];
+    const OUTCOMES: [Outcome; 9] = Outcome::ALL;
 
     fn step() -> impl Strategy<Value = Step> {
         let tool = || proptest::option::of(0usize..6);

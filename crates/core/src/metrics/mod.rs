@@ -182,6 +182,19 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome, for tests that go through them all.
+    pub const ALL: [Outcome; 9] = [
+        Outcome::Ok,
+        Outcome::Error,
+        Outcome::ToolError,
+        Outcome::Rejected,
+        Outcome::Withheld,
+        Outcome::Timeout,
+        Outcome::Cancelled,
+        Outcome::Lost,
+        Outcome::ShuttingDown,
+    ];
+
     /// The outcome as metrics label it and the audit log writes it.
     pub fn label(self) -> &'static str {
         match self {
