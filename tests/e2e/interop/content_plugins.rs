@@ -216,6 +216,29 @@ async fn path_guard_refuses_a_path_outside_its_root_as_a_readable_error() {
         .await;
     assert!(refusal_text(&r).contains("`destination`"), "{r}");
     assert!(creds.is_file(), "the refused move reached the server");
+
+    // A key given twice: path-guard (serde_json) judges the last value, a server whose parser
+    // takes the first would read /etc/passwd. Refused by switchyard (also when one of the two is
+    // written with an escape, and at any depth) though path-guard allows the last.
+    let inside = json!(creds.to_str().unwrap());
+    for args in [
+        format!(r#"{{"path":"/etc/passwd","path":{inside}}}"#),
+        format!(r#"{{"p\u0061th":"/etc/passwd","path":{inside}}}"#),
+        format!(r#"{{"paths":[{inside}],"x":{{"y":1,"y":2}}}}"#),
+    ] {
+        let tool = if args.contains("paths") { "read_multiple_files" } else { "read_text_file" };
+        s.client
+            .send_raw(&format!(
+                r#"{{"jsonrpc":"2.0","id":"twice","method":"tools/call","params":{{"name":"{tool}","arguments":{args}}}}}"#
+            ))
+            .await;
+        let r = s.client.recv_until(|m| m["id"] == "twice").await;
+        let text = tool_text(&r);
+        assert_eq!(r["result"]["isError"], true, "{args}: {r}");
+        assert!(text.contains("refused by switchyard") && text.contains("twice"), "{args}: {r}");
+    }
+    // The same path once is read as before.
+    assert!(s.client.call_text("read_text_file", read(&creds)).await.contains(KEY_ID));
 }
 
 /// A file of `bytes` bytes of plain lines, the fake key id on its last line.

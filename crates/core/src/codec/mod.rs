@@ -29,8 +29,10 @@ pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 
 mod reader;
 mod scan;
+mod twice;
 
 pub use reader::{ENDS_KEPT, Frame, LineReader, keep_tail, skipped_request_id, skipped_response_id};
+pub use twice::key_given_twice;
 
 /// What kind of JSON-RPC message a line holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,7 +9,8 @@ use super::{End, Forwarded, Request};
 use crate::pool::Pool;
 use crate::server::Server;
 use crate::server::calls::What;
-use switchyard_core::decision::{CallInfo, Concurrency, Decision, Placement, Retry};
+use switchyard_core::codec;
+use switchyard_core::decision::{CallInfo, Concurrency, Decision, Placement, Rejection, Retry};
 use switchyard_core::metrics::Outcome;
 use switchyard_policy::PluginSet;
 
@@ -86,6 +87,20 @@ impl Forwarded<'_> {
             self.gathered = true;
             self.info.arguments = req.call.text(&req.call.fields().arguments).map(str::to_string);
             self.info.declared = self.info.tool.as_deref().map(|t| server.declared_hints(t)).unwrap_or_default();
+            // A plugin reads one of two values of a key given twice, and the server may act on
+            // the other (parsers differ): such arguments cannot be judged, so they are refused
+            // where a plugin would judge them (a call no plugin reads pays nothing for this; the
+            // recorder alone judges nothing).
+            if let Some(key) =
+                self.info.arguments.as_deref().filter(|_| !set.is_empty()).and_then(codec::key_given_twice)
+            {
+                let rejection = Rejection::new("switchyard", given_twice(&key));
+                server.log_refusal(req.session_label, &what.to_string(), &rejection);
+                let answer = refused(set, self.info.tool.as_deref(), req.modern, self.client_id, rejection);
+                (end.outcome, end.code) = (Outcome::Rejected, answer.code);
+                end.refused_by = Some(answer.by);
+                return Err(answer.answer);
+            }
         }
         let audited = server.audit().is_some();
         if audited {
@@ -119,6 +134,16 @@ impl Forwarded<'_> {
         }
         Ok(eff)
     }
+}
+
+/// Why arguments that give `key` twice are refused. The key is cut short: arguments may be
+/// anything, and a refusal is logged.
+fn given_twice(key: &str) -> String {
+    let shown: String = key.chars().take(64).collect();
+    let cut = if shown.len() < key.len() { "..." } else { "" };
+    format!(
+        "its arguments give the key `{shown}{cut}` twice in one object: parsers differ on which value counts, so the policy cannot judge the one the server would act on. Send each key once"
+    )
 }
 
 /// One debug line per attempt: what the plugins decided and what the host made of it (after
