@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::sync::{Arc, RwLock};
 
-use super::{OTHER, Outcome, TOOL_NAME_MAX, TOOLS_PER_SERVER};
+use super::{OTHER, TOOL_NAME_MAX, TOOLS_PER_SERVER};
 
 /// The transport of a session label's first part, as a bounded label value.
 pub(super) fn transport_name(t: &str) -> &'static str {
@@ -14,6 +14,55 @@ pub(super) fn transport_name(t: &str) -> &'static str {
         "pipe" => "pipe",
         "http" => "http",
         _ => OTHER,
+    }
+}
+
+/// How a forwarded call ended (`switchyard_calls_total{outcome}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Ok,
+    /// The server answered with a JSON-RPC error.
+    Error,
+    /// A tools/call result with `isError: true`.
+    ToolError,
+    Rejected,
+    /// The server ran it and a plugin's result hook withheld its result (denied it, or failed
+    /// closed on it): the client got the plugin's reason instead.
+    Withheld,
+    Timeout,
+    Cancelled,
+    /// The instance died or its link was lost with the call on it.
+    Lost,
+    ShuttingDown,
+}
+
+impl Outcome {
+    /// Every outcome, for tests that go through them all.
+    pub const ALL: [Outcome; 9] = [
+        Outcome::Ok,
+        Outcome::Error,
+        Outcome::ToolError,
+        Outcome::Rejected,
+        Outcome::Withheld,
+        Outcome::Timeout,
+        Outcome::Cancelled,
+        Outcome::Lost,
+        Outcome::ShuttingDown,
+    ];
+
+    /// The outcome as metrics label it and the audit log writes it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Error => "error",
+            Outcome::ToolError => "tool_error",
+            Outcome::Rejected => "rejected",
+            Outcome::Withheld => "withheld",
+            Outcome::Timeout => "timeout",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Lost => "lost",
+            Outcome::ShuttingDown => "shutting_down",
+        }
     }
 }
 

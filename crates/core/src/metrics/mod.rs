@@ -26,7 +26,8 @@ pub mod mirror;
 use handles::{Handles, Key};
 use labels::transport_name;
 pub use labels::{
-    RetryReason, ToolNames, answer_outcome, code_label, death_cause, is_tool_error, method_label, network_transport,
+    Outcome, RetryReason, ToolNames, answer_outcome, code_label, death_cause, is_tool_error, method_label,
+    network_transport,
 };
 
 /// The buckets the OpenTelemetry MCP conventions give for operation durations (seconds).
@@ -160,55 +161,6 @@ struct InstanceLabels {
 struct SessionLabels {
     server: String,
     transport: &'static str,
-}
-
-/// How a forwarded call ended (`switchyard_calls_total{outcome}`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    Ok,
-    /// The server answered with a JSON-RPC error.
-    Error,
-    /// A tools/call result with `isError: true`.
-    ToolError,
-    Rejected,
-    /// The server ran it and a plugin's result hook withheld its result (denied it, or failed
-    /// closed on it): the client got the plugin's reason instead.
-    Withheld,
-    Timeout,
-    Cancelled,
-    /// The instance died or its link was lost with the call on it.
-    Lost,
-    ShuttingDown,
-}
-
-impl Outcome {
-    /// Every outcome, for tests that go through them all.
-    pub const ALL: [Outcome; 9] = [
-        Outcome::Ok,
-        Outcome::Error,
-        Outcome::ToolError,
-        Outcome::Rejected,
-        Outcome::Withheld,
-        Outcome::Timeout,
-        Outcome::Cancelled,
-        Outcome::Lost,
-        Outcome::ShuttingDown,
-    ];
-
-    /// The outcome as metrics label it and the audit log writes it.
-    pub fn label(self) -> &'static str {
-        match self {
-            Outcome::Ok => "ok",
-            Outcome::Error => "error",
-            Outcome::ToolError => "tool_error",
-            Outcome::Rejected => "rejected",
-            Outcome::Withheld => "withheld",
-            Outcome::Timeout => "timeout",
-            Outcome::Cancelled => "cancelled",
-            Outcome::Lost => "lost",
-            Outcome::ShuttingDown => "shutting_down",
-        }
-    }
 }
 
 /// One finished call, as the engine reports it.
