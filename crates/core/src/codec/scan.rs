@@ -81,35 +81,37 @@ pub(super) fn members(line: &str) -> Option<Members<'_>> {
     Some(m)
 }
 
-struct Scanner<'a> {
-    b: &'a [u8],
-    at: usize,
+/// A reader of JSON's tokens, at a byte of a text (the key reader of [`super::twice`] walks
+/// with it too).
+pub(super) struct Scanner<'a> {
+    pub(super) b: &'a [u8],
+    pub(super) at: usize,
 }
 
 impl<'a> Scanner<'a> {
-    fn peek(&self) -> Option<u8> {
+    pub(super) fn peek(&self) -> Option<u8> {
         self.b.get(self.at).copied()
     }
 
-    fn eat_if(&mut self, c: u8) -> bool {
+    pub(super) fn eat_if(&mut self, c: u8) -> bool {
         let hit = self.peek() == Some(c);
         self.at += usize::from(hit);
         hit
     }
 
-    fn eat(&mut self, c: u8) -> Option<()> {
+    pub(super) fn eat(&mut self, c: u8) -> Option<()> {
         self.eat_if(c).then_some(())
     }
 
     /// JSON's white space (as serde_json reads it).
-    fn ws(&mut self) {
+    pub(super) fn ws(&mut self) {
         while matches!(self.peek(), Some(b' ' | b'\n' | b'\t' | b'\r')) {
             self.at += 1;
         }
     }
 
     /// A string (at its `"`): its bytes between the quotes, escapes as written.
-    fn string(&mut self) -> Option<&'a [u8]> {
+    pub(super) fn string(&mut self) -> Option<&'a [u8]> {
         self.eat(b'"')?;
         let start = self.at;
         loop {
@@ -139,7 +141,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// A number: `-`, no leading zero, a fraction and an exponent each with digits.
-    fn number(&mut self) -> Option<()> {
+    pub(super) fn number(&mut self) -> Option<()> {
         self.eat_if(b'-');
         match self.peek()? {
             b'0' => self.at += 1,
@@ -171,7 +173,7 @@ impl<'a> Scanner<'a> {
         (self.at > start).then_some(())
     }
 
-    fn literal(&mut self, word: &[u8]) -> Option<()> {
+    pub(super) fn literal(&mut self, word: &[u8]) -> Option<()> {
         let end = self.at + word.len();
         if self.b.get(self.at..end)? != word {
             return None;
