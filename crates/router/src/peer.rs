@@ -13,6 +13,8 @@ use switchyard_core::ids::SessionId;
 use switchyard_policy::Kind;
 use switchyard_policy::annotate::ClientView;
 
+pub(crate) mod lenient;
+
 /// One message for the client; `related`: the raw id of the client's request it is about, when
 /// the message itself does not name it (a notice about the request), so a transport with a
 /// stream per request (HTTP) can put it there. Byte streams ignore it.
@@ -173,8 +175,9 @@ impl ClientPeer {
     }
 
     /// Records the capabilities in this client's initialize params (none declared when absent).
+    /// A string in them that is not valid Unicode is read lossily and costs no other field.
     pub fn declare_capabilities(&self, initialize_params: &str) {
-        let mut params = serde_json::from_str::<serde_json::Value>(initialize_params).ok();
+        let mut params = lenient::parse(initialize_params);
         let declared = params
             .as_mut()
             .and_then(|v| v.get_mut("capabilities").map(serde_json::Value::take))
@@ -607,6 +610,19 @@ mod tests {
         let c = link.caller();
         assert_eq!((c.name.as_deref(), c.version.as_deref()), (Some("cursor"), Some("1.7.2")));
         assert_eq!((c.transport, c.dir.as_deref(), &*c.era), (Transport::Socket, Some("/work/p"), "2025-11-25"));
+    }
+
+    #[test]
+    fn a_client_name_that_is_not_valid_unicode_keeps_its_version_and_era() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let link = ClientPeer::new(1, tx, 1000, Buffered::new(usize::MAX));
+        link.declare_capabilities(
+            r#"{"protocolVersion":"2025-11-25","capabilities":{"sampling":{}},"clientInfo":{"name":"\ud800x","version":"1.7.2"}}"#,
+        );
+        let c = link.caller();
+        assert_eq!((c.name.as_deref(), c.version.as_deref()), (Some("\u{fffd}x"), Some("1.7.2")));
+        assert_eq!(&*c.era, "2025-11-25");
+        assert_eq!(link.lacks_capability_for("sampling/createMessage"), None, "its capabilities are read too");
     }
 
     #[test]

@@ -50,9 +50,10 @@ pub struct ClientInfo {
 }
 
 impl Profile {
-    /// The profile in `initialize` params (roots not known yet).
+    /// The profile in `initialize` params (roots not known yet). A string in them that is not
+    /// valid Unicode is read lossily, and costs no other field (see [`crate::peer::lenient`]).
     pub fn of_initialize(params: &str, owner: Option<String>) -> Profile {
-        let v: Value = serde_json::from_str(params).unwrap_or(Value::Null);
+        let v: Value = crate::peer::lenient::parse(params).unwrap_or(Value::Null);
         let info = |k: &str| v["clientInfo"][k].as_str().map(|s| s.chars().take(80).collect::<String>());
         Profile {
             version: v["protocolVersion"].as_str().unwrap_or_default().to_string(),
@@ -557,5 +558,24 @@ mod tests {
         let y: Value =
             serde_json::from_str(r#"{"roots":[{"name":"A","uri":"file:///a"},{"uri":"file:///b"}]}"#).unwrap();
         assert_eq!(canonical_roots(&x), canonical_roots(&y));
+    }
+
+    #[test]
+    fn a_lone_surrogate_in_client_info_costs_that_field_only() {
+        let p = Profile::of_initialize(
+            r#"{"protocolVersion":"2025-11-25","capabilities":{"roots":{}},"clientInfo":{"name":"\ud800x","version":"1.2.3","title":"T \udc00\ud83d\ude00"}}"#,
+            None,
+        );
+        assert_eq!(p.version, "2025-11-25");
+        assert!(p.declares_roots(), "{}", p.capabilities);
+        assert_eq!(p.client.name.as_deref(), Some("\u{fffd}x"));
+        assert_eq!(p.client.version.as_deref(), Some("1.2.3"));
+        assert_eq!(p.client.title.as_deref(), Some("T \u{fffd}\u{1f600}"), "a pair is one character");
+        // The same client as one that sent its name intact: clientInfo is not compared.
+        let intact = Profile::of_initialize(
+            r#"{"protocolVersion":"2025-11-25","capabilities":{"roots":{}},"clientInfo":{"name":"x"}}"#,
+            None,
+        );
+        assert_eq!(p, intact);
     }
 }
