@@ -242,6 +242,35 @@ async fn a_server_added_back_names_its_tools_from_the_first_call() {
     assert_eq!(list_then_echo(&d, 2).await, vec![(2.0, 0.0), (3.0, 0.0)], "(echo, other) after each call");
 }
 
+/// A daemon started again answers a client's first tools/list from the server's earlier list
+/// while the server (3 s to start) starts: that answer counts in `switchyard_calls_total` and is
+/// timed, as any answered request is.
+#[tokio::test]
+async fn a_tools_list_answered_from_memory_is_counted_and_timed() {
+    let d = Daemon::start_with(|home| home.fixture("alpha", &["--init-delay-ms", "3000"])).await;
+    let listed = r#"switchyard_calls_total{server="alpha",method="tools/list",tool="",outcome="ok"}"#;
+    let op =
+        r#"server="alpha",mcp_method_name="tools/list",gen_ai_tool_name="",error_type="",network_transport="unix""#;
+    let timed = format!("mcp_server_operation_duration_seconds_count{{{op}}}");
+    let (p, mut c) = d.home.client("alpha").await;
+    assert!(c.request("tools/list", json!({})).await["result"]["tools"].is_array());
+    assert_eq!(value(&samples(&d.metrics().await), listed), 1.0, "the live list is counted");
+    leave(p, c).await;
+    let home = d.home;
+    home.stop().await;
+    home.wait_no_processes(Duration::from_secs(20)).await;
+
+    let d = Daemon::start_in(home).await;
+    let (p, mut c) = d.home.client("alpha").await;
+    let asked = std::time::Instant::now();
+    assert!(c.request("tools/list", json!({})).await["result"]["tools"].is_array());
+    assert!(asked.elapsed() < Duration::from_secs(2), "not answered from memory: waited {:?}", asked.elapsed());
+    let text = d.metrics().await;
+    let now = samples(&text);
+    assert_eq!((value(&now, listed), value(&now, &timed)), (1.0, 1.0), "{text}");
+    leave(p, c).await;
+}
+
 #[tokio::test]
 async fn api_status_is_the_status_of_the_cli_with_recent_errors() {
     let d = Daemon::start().await;

@@ -13,6 +13,7 @@ use crate::call;
 use crate::server::Server;
 use switchyard_core::call::Call;
 use switchyard_core::codec;
+use switchyard_core::metrics::{self, Outcome};
 use switchyard_policy::Kind;
 
 impl Session {
@@ -47,8 +48,9 @@ impl Session {
         req: call::Request<'_>,
         items: Vec<serde_json::Value>,
     ) -> String {
-        let id = req.call.id();
+        let (id, started) = (req.call.id(), tokio::time::Instant::now());
         let set = server.policy.current();
+        // A refusal is counted (and written) there; an answer from memory is counted below.
         if let Err(refused) = call::judge(server, &set, &req).await {
             return refused;
         }
@@ -64,6 +66,17 @@ impl Session {
             }
         }
         tracing::info!(session = %self.label, server = %server.name, "{method} answered from the server's earlier list while it starts");
+        // Counted and timed as the server's own list would be, and with the same labels: no
+        // label says where an answer came from (the log above does).
+        server.metrics.call(metrics::Call {
+            server: &server.metric_name,
+            method,
+            tool: None,
+            outcome: Outcome::Ok,
+            code: None,
+            session_label: &self.label,
+            elapsed: started.elapsed(),
+        });
         let (me, server) = (self.clone(), server.clone());
         let mut given = items;
         crate::server::fanout::sort_list(&mut given);
