@@ -271,6 +271,30 @@ async fn a_tools_list_answered_from_memory_is_counted_and_timed() {
     leave(p, c).await;
 }
 
+/// A server whose config changed takes over the clients of the one it replaces: the tools they
+/// were shown there are named in the metrics from their first call on it, though its own
+/// tools/list (8 s to come) has not arrived yet.
+#[tokio::test]
+async fn a_changed_server_names_the_tools_of_the_clients_it_takes_over_from_their_first_call() {
+    let http = "[http]\nlisten = \"127.0.0.1:0\"\n";
+    let d = Daemon::start_with(|home| home.fixture_named("alpha", "v1", &[])).await;
+    let (p, mut c) = d.home.client("alpha").await;
+    assert!(tool_names(&c.request("tools/list", json!({})).await).contains(&"echo".to_string()));
+    assert_eq!(c.call_text("echo", json!({"text": "before"})).await, "before");
+    d.home.replace_config(&format!("{}{http}", d.home.fixture_named("alpha", "v2", &["--list-delay-ms", "8000"])));
+    let changed = std::time::Instant::now();
+    while fixture_pid(&mut c).await.1 != "v2" {
+        assert!(changed.elapsed() < Duration::from_secs(20), "the session never moved to the changed server");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(c.call_text("echo", json!({"text": "after"})).await, "after");
+    assert!(changed.elapsed() < Duration::from_secs(8), "the changed server's own list may be in: too slow to tell");
+    let text = d.metrics().await;
+    assert_eq!((alpha_calls(&text, "echo"), alpha_calls(&text, "other")), (2.0, 0.0), "{text}");
+    assert!(alpha_calls(&text, "pid") >= 1.0, "{text}");
+    leave(p, c).await;
+}
+
 #[tokio::test]
 async fn api_status_is_the_status_of_the_cli_with_recent_errors() {
     let d = Daemon::start().await;

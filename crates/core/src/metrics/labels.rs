@@ -205,6 +205,14 @@ impl ToolNames {
         }
     }
 
+    /// Names in labels from now on every name `from` does (within the same bounds): a server
+    /// whose config changed serves the clients of the one it replaced, and they call the tools
+    /// they were shown there before its own tools/list comes.
+    pub fn declare_all_of(&self, from: &ToolNames) {
+        let names: Vec<Arc<str>> = from.names.read().expect("lock").iter().cloned().collect();
+        self.declare(names.iter().map(|n| &**n));
+    }
+
     /// The one shared text of `tool`, kept from now on; None past the bounds. Two callers naming
     /// a new tool at once get the same text (so the same series by address, see `handles`).
     fn intern(&self, tool: &str) -> Option<Arc<str>> {
@@ -263,5 +271,32 @@ mod tests {
         names.declare(["echo"]);
         assert!(Arc::ptr_eq(&echo, &names.label("echo", |_| false)));
         assert!(Arc::ptr_eq(&echo, &names.label("echo", |_| true)));
+    }
+
+    #[test]
+    fn the_names_of_a_replaced_server_are_labels_of_the_one_that_replaced_it() {
+        let old = ToolNames::default();
+        names_of(&old, ["echo", "pid"]);
+        assert_eq!(&*old.label("made_up", |_| false), OTHER);
+        let new = ToolNames::default();
+        new.declare(["add"]);
+        new.declare_all_of(&old);
+        for t in ["echo", "pid", "add"] {
+            assert_eq!(&*new.label(t, |_| false), t);
+        }
+        assert_eq!(&*new.label("made_up", |_| false), OTHER, "only names, never `other`, carry over");
+        // Within the cap: a full set takes no more.
+        let full = ToolNames::default();
+        for i in 0..TOOLS_PER_SERVER {
+            assert_eq!(*full.label(&format!("t{i}"), |_| true), format!("t{i}"));
+        }
+        full.declare_all_of(&old);
+        assert_eq!(&*full.label("echo", |_| false), OTHER);
+    }
+
+    fn names_of<'a>(names: &ToolNames, tools: impl IntoIterator<Item = &'a str>) {
+        for t in tools {
+            assert_eq!(&*names.label(t, |_| true), t);
+        }
     }
 }

@@ -55,11 +55,17 @@ impl Server {
         serde_json::from_str(&text).ok()
     }
 
-    /// This server takes over the clients of `old` (the config file changed it).
+    /// This server takes over the clients of `old` (the config file changed it). They were
+    /// shown `old`'s tools (its own list, or one from memory) and call them before this one's
+    /// own list comes: those names are labels here from the first call, as the names of a list
+    /// from memory are (see [`Server::declare_listed_tools`]), not `other` meanwhile.
     pub fn replaces(&self, old: &Server) {
         if let Some((_, key)) = old.answers.get() {
             let _ = self.replaced.set(key.clone());
         }
+        self.tool_labels.declare_all_of(&old.tool_labels);
+        let listed = old.known_names(switchyard_policy::Kind::Tool);
+        self.tool_labels.declare(listed.iter().map(String::as_str));
     }
 
     /// What a client of `profile` moved here from the configuration this one replaced was told
