@@ -1,6 +1,7 @@
 //! What switchyard-core does for every call, before and after, in one run: the audit line of a
-//! call (serde_json, as the writer thread wrote it before, against the hand-written line) and
-//! the metrics of a call (the label sets looked up in each family, against the series kept).
+//! call (serde_json, as the writer thread wrote it before, against the hand-written line), the
+//! queue that takes it to the writer thread (a std channel, against the double buffer) and the
+//! metrics of a call (the label sets looked up in each family, against the series kept).
 
 use std::borrow::Cow;
 use std::hint::black_box;
@@ -8,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use switchyard_core::audit::{Client, Decided, Deferred, Ended, PluginRef, Record, Waits, sha256};
+use switchyard_core::audit::{Client, Decided, Deferred, Ended, PluginRef, Queue, Record, Waits, sha256};
 use switchyard_core::metrics::{Call, Live, Metrics, Outcome, ToolNames};
 
 /// A `tools/call` as the router records it: the time and the arguments' hash are the writer's.
@@ -90,6 +91,42 @@ fn audit(c: &mut Criterion) {
     g.finish();
 }
 
+/// A line on its way to the audit writer, by its size (a record, what the writer fills in, a
+/// flag): what the queue moves for each call.
+const WORDS: usize = std::mem::size_of::<(Record, Option<Deferred>, bool)>().div_ceil(8);
+type Queued = [u64; WORDS];
+
+/// Lines queued before the writer takes them (at its 50 ms tick, a busy router queues more).
+const BURST: usize = 64;
+
+/// The lines of a burst of calls queued, then taken by the writer, here on one thread (in the
+/// router the writer's thread frees the channel's blocks, which costs the callers more).
+fn audit_queue(c: &mut Criterion) {
+    let line: Queued = [7; WORDS];
+    let mut g = c.benchmark_group("audit queue, 64 lines in and out");
+    g.bench_function("std channel (before)", |b| {
+        let (tx, rx) = std::sync::mpsc::channel::<Queued>();
+        b.iter(|| {
+            for _ in 0..BURST {
+                tx.send(black_box(line)).expect("the receiver is here");
+            }
+            black_box(rx.try_iter().map(|l| l[0]).sum::<u64>())
+        })
+    });
+    g.bench_function("double buffer (after)", |b| {
+        let queue = Queue::<Queued>::default();
+        let mut taken = Vec::new();
+        b.iter(|| {
+            for _ in 0..BURST {
+                queue.push(black_box(line)).expect("the taker is here");
+            }
+            queue.take(&mut taken);
+            black_box(taken.drain(..).map(|l| l[0]).sum::<u64>())
+        })
+    });
+    g.finish();
+}
+
 /// One `tools/call` answered: its gate wait, its attempt timed, then the call counted and
 /// timed, as the router reports them.
 fn one_call(m: &Metrics, server: &Arc<str>, tool: &Arc<str>) {
@@ -125,6 +162,6 @@ fn metrics(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default().warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
-    targets = audit, metrics
+    targets = audit, audit_queue, metrics
 }
 criterion_main!(benches);

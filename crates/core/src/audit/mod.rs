@@ -10,6 +10,7 @@
 mod arguments;
 mod file;
 mod json;
+mod queue;
 pub mod time;
 mod writer;
 
@@ -22,6 +23,8 @@ use sha2::Digest;
 use crate::metrics::Outcome;
 pub use arguments::{ARGUMENTS_DEPTH, arguments_of, depth, lossy};
 pub use file::{numbered, same_file};
+#[doc(hidden)]
+pub use queue::Queue;
 pub use writer::{AuditLog, Deferred, Losses, MAX_LINE, Refused, Settings, Ticket};
 
 /// One call, as the audit log keeps it (one JSON object per line). Its texts are shared with

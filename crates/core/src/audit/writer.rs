@@ -6,13 +6,14 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, Sender, SyncSender, TryRecvError, channel, sync_channel};
+use std::sync::mpsc::{SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use super::Record;
 use super::arguments::{ARGUMENTS_DEPTH, depth, too_deep};
 use super::file::{AuditFile, Failed};
+use super::queue::Queue;
 use crate::logging::Repeats;
 
 /// Lost lines are logged at most this often.
@@ -77,9 +78,11 @@ pub struct Deferred {
 /// What the callers and the writer thread share.
 struct Shared {
     path: PathBuf,
+    /// From the callers to the writer (closed when the log is dropped).
+    lines: Queue<Msg>,
     /// Lines queued or reserved, against `capacity`.
     pending: AtomicUsize,
-    /// Lines in the channel, not yet taken by the writer.
+    /// Lines queued and not yet written (or lost) by the writer.
     queued: AtomicUsize,
     /// The writer sleeps until woken (nothing was queued).
     idle: AtomicBool,
@@ -165,7 +168,6 @@ pub struct Losses {
 
 /// The audit log of one router.
 pub struct AuditLog {
-    tx: Sender<Msg>,
     writer: std::thread::Thread,
     shared: Arc<Shared>,
     strict: bool,
@@ -179,9 +181,9 @@ impl std::fmt::Debug for AuditLog {
 }
 
 impl Drop for AuditLog {
-    /// The writer sees the channel closed once it wakes, and ends.
+    /// The writer sees the queue closed once it wakes, writes what is left, and ends.
     fn drop(&mut self) {
-        drop(std::mem::replace(&mut self.tx, channel().0));
+        self.shared.lines.close();
         self.writer.unpark();
     }
 }
@@ -222,6 +224,7 @@ impl AuditLog {
         let file = AuditFile::open(&settings.path, settings.max_bytes, settings.keep)?;
         let shared = Arc::new(Shared {
             path: settings.path.clone(),
+            lines: Queue::default(),
             pending: AtomicUsize::new(0),
             queued: AtomicUsize::new(0),
             idle: AtomicBool::new(false),
@@ -239,12 +242,11 @@ impl AuditLog {
             #[cfg(test)]
             broken: AtomicBool::new(false),
         });
-        let (tx, rx) = channel();
         let theirs = shared.clone();
         let writer =
-            std::thread::Builder::new().name("switchyard-audit".into()).spawn(move || write_loop(file, rx, &theirs))?;
+            std::thread::Builder::new().name("switchyard-audit".into()).spawn(move || write_loop(file, &theirs))?;
         let writer = writer.thread().clone();
-        Ok(Arc::new(AuditLog { tx, writer, shared, strict: settings.strict, arguments: settings.arguments }))
+        Ok(Arc::new(AuditLog { writer, shared, strict: settings.strict, arguments: settings.arguments }))
     }
 
     /// A call is about to run: its place in the log. A strict log refuses it when the queue is
@@ -295,7 +297,7 @@ impl AuditLog {
         // From here the place belongs to the line in the queue.
         ticket.reserved = false;
         let queued = self.shared.queued.fetch_add(1, Ordering::AcqRel) + 1;
-        if self.tx.send(Msg::Line(Line { record, deferred, refusal })).is_err() {
+        if self.shared.lines.push(Msg::Line(Line { record, deferred, refusal })).is_err() {
             self.shared.queued.fetch_sub(1, Ordering::AcqRel);
             self.shared.release(1);
             self.shared.lose(u64::from(!refusal), false, "its writer stopped");
@@ -310,7 +312,7 @@ impl AuditLog {
     /// Waits, at most `limit`, until every line queued so far is written (or lost).
     pub fn flush(&self, limit: Duration) {
         let (tx, rx) = sync_channel(1);
-        if self.tx.send(Msg::Flush(tx)).is_ok() {
+        if self.shared.lines.push(Msg::Flush(tx)).is_ok() {
             self.writer.unpark();
             let _ = rx.recv_timeout(limit);
         }
@@ -361,13 +363,15 @@ impl AuditLog {
     }
 }
 
-/// The writer thread: every [`TICK`] while lines come, it writes all that wait in one append
-/// (serialised here, off the callers' threads); after a tick that found none, it sleeps until
-/// the next line.
-fn write_loop(mut file: AuditFile, rx: Receiver<Msg>, shared: &Shared) {
-    let mut batch = Vec::with_capacity(64 * 1024);
-    // Which of the batch's lines are those of refused calls.
-    let mut refusals = Vec::new();
+/// The writer thread: every [`TICK`] while lines come, it takes all that wait and writes them
+/// in one append (serialised here, off the callers' threads); after a tick that found none, it
+/// sleeps until the next line.
+fn write_loop(mut file: AuditFile, shared: &Shared) {
+    // However the thread ends, lines queued later are lost, not left waiting.
+    let _ended = WriterEnded(&shared.lines);
+    // What the writer took from the queue; emptied before it takes again, its memory kept.
+    let mut taken = Vec::new();
+    let mut out = Batch { bytes: Vec::with_capacity(64 * 1024), refusals: Vec::new() };
     let mut flushes = Vec::new();
     // The last tick found no line.
     let mut quiet = true;
@@ -385,49 +389,65 @@ fn write_loop(mut file: AuditFile, rx: Receiver<Msg>, shared: &Shared) {
         }
         #[cfg(test)]
         drop(shared.paused.lock());
-        let mut open = true;
+        let open = shared.lines.take(&mut taken);
         quiet = true;
-        loop {
-            let mut lines = 0;
-            while batch.len() < BATCH_BYTES {
-                match rx.try_recv() {
-                    Ok(Msg::Line(line)) => {
-                        let refusal = line.refusal;
-                        if add_line(&mut batch, line, shared) {
-                            lines += 1;
-                            refusals.push(refusal);
-                        } else {
-                            shared.queued.fetch_sub(1, Ordering::AcqRel);
-                            shared.release(1);
-                        }
+        for msg in taken.drain(..) {
+            match msg {
+                Msg::Line(line) => {
+                    let refusal = line.refusal;
+                    if add_line(&mut out.bytes, line, shared) {
+                        out.refusals.push(refusal);
+                    } else {
+                        shared.queued.fetch_sub(1, Ordering::AcqRel);
+                        shared.release(1);
                     }
-                    Ok(Msg::Flush(done)) => flushes.push(done),
-                    Err(TryRecvError::Empty) => break,
-                    Err(TryRecvError::Disconnected) => {
-                        open = false;
-                        break;
+                    if out.bytes.len() >= BATCH_BYTES {
+                        quiet &= !out.write(&mut file, shared);
                     }
                 }
-            }
-            let more = batch.len() >= BATCH_BYTES;
-            if lines > 0 {
-                quiet = false;
-                append(&mut file, &batch, &refusals, shared);
-                shared.queued.fetch_sub(lines, Ordering::AcqRel);
-                shared.release(lines);
-                batch.clear();
-                refusals.clear();
-            }
-            if !more {
-                break;
+                Msg::Flush(done) => flushes.push(done),
             }
         }
+        quiet &= !out.write(&mut file, shared);
         for done in flushes.drain(..) {
             let _ = done.try_send(());
         }
         if !open {
             return;
         }
+    }
+}
+
+/// Ends the queue when the writer thread ends (its work done, or a panic): later lines are
+/// lost and counted, and a flush waits no longer.
+struct WriterEnded<'a>(&'a Queue<Msg>);
+
+impl Drop for WriterEnded<'_> {
+    fn drop(&mut self) {
+        drop(self.0.end());
+    }
+}
+
+/// Lines serialised and waiting to be appended together.
+struct Batch {
+    bytes: Vec<u8>,
+    /// Which of the lines are those of refused calls.
+    refusals: Vec<bool>,
+}
+
+impl Batch {
+    /// Appends the lines, if there are any (true), and gives their places in the queue back.
+    fn write(&mut self, file: &mut AuditFile, shared: &Shared) -> bool {
+        let lines = self.refusals.len();
+        if lines == 0 {
+            return false;
+        }
+        append(file, &self.bytes, &self.refusals, shared);
+        shared.queued.fetch_sub(lines, Ordering::AcqRel);
+        shared.release(lines);
+        self.bytes.clear();
+        self.refusals.clear();
+        true
     }
 }
 
