@@ -138,3 +138,54 @@ async fn a_server_that_asks_for_roots_splits_new_clients_and_shows_none_another_
     leave(pa, claude).await;
     home.stop().await;
 }
+
+/// A client whose `clientInfo.name` holds a lone surrogate escape (valid JSON, no valid
+/// Unicode) keeps the rest of what it said: status and its calls' audit lines show the name
+/// with U+FFFD in the escape's place, its version, and its protocol version. (A client of its
+/// kind came first: the fixture, strict as serde_json is, refuses such an initialize itself.)
+#[tokio::test]
+async fn a_client_name_with_a_lone_surrogate_costs_nothing_else_it_said() {
+    let home = Home::new();
+    home.write_config(&home.fixture("alpha", &[]));
+    let (p0, c0) = home.client_as(&["alpha"], "first", json!({"elicitation": {}})).await;
+    let mut p = home.connect("alpha");
+    let mut c = p.client();
+    c.send_raw(r#"{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"elicitation":{}},"clientInfo":{"name":"\ud800x","version":"4.5.6"}}}"#).await;
+    let told = c.wait_response(&json!("init")).await;
+    assert!(told["result"].is_object(), "{told}");
+    c.notify("notifications/initialized", json!({})).await;
+    assert_eq!(c.call_text("echo", json!({"text": "hi"})).await, "hi");
+
+    let status = home.status_json().await;
+    let clients = status["servers"][0]["clients"].as_array().cloned().unwrap_or_default();
+    let client = clients.iter().find(|c| c["name"] != "first").unwrap_or_else(|| panic!("{status:#}"));
+    let said = |k: &str| client[k].as_str().unwrap_or_default().to_string();
+    assert_eq!([said("name"), said("version"), said("protocol")], ["\u{fffd}x", "4.5.6", "2025-06-18"], "{status:#}");
+    assert_eq!(
+        status["servers"][0]["instances"][0]["clients"],
+        json!(["first 1.0.0", "\u{fffd}x 4.5.6"]),
+        "{status:#}"
+    );
+
+    let dir = home.path().join("state/switchyard");
+    let deadline = std::time::Instant::now() + SLOW;
+    let line = loop {
+        let text: String = std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().contains(".audit.jsonl"))
+            .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+            .collect();
+        let echo = text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).find(|l| l["tool"] == "echo");
+        if let Some(line) = echo {
+            break line;
+        }
+        assert!(std::time::Instant::now() < deadline, "no audit line for the call in {}", dir.display());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!((&line["client"]["name"], &line["client"]["version"]), (&json!("\u{fffd}x"), &json!("4.5.6")), "{line}");
+    leave(p, c).await;
+    leave(p0, c0).await;
+    home.stop().await;
+}
