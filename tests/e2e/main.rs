@@ -25,6 +25,7 @@ mod faults;
 mod fixture;
 mod groups;
 mod http_front;
+mod http_hostile;
 mod http_load;
 mod idle;
 mod live_settings;

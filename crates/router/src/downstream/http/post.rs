@@ -500,6 +500,10 @@ async fn read_message(body: Body, limit: usize, declared: Option<u64>, bodies: &
     // control characters) a pretty-printed body's line breaks are only whitespace.
     let line = if text.contains(['\n', '\r']) { text.replace(['\n', '\r'], " ") } else { text };
     if codec::is_batch(&line) {
+        // Only JSON is a batch: text that is none (a batch cut short, say) is a parse error.
+        if let Err(e) = codec::split_batch(&line) {
+            return Err(Refusal::rpc(StatusCode::BAD_REQUEST, e.reply_id(), e.code(), e.message()));
+        }
         return Err(Refusal::rpc(
             StatusCode::BAD_REQUEST,
             "null",
@@ -572,6 +576,26 @@ mod tests {
         let bad = Body::from(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":3}"#);
         let Err(Refusal::Rpc { status, id, .. }) = read_message(bad, 4096, None, &bodies).await else { panic!("read") };
         assert_eq!((status, id.as_str()), (StatusCode::BAD_REQUEST, "null"));
+    }
+
+    /// A body that begins as a batch but is no JSON is a parse error, as any other body that
+    /// is none; an array that is JSON is refused as a batch.
+    #[tokio::test]
+    async fn a_body_that_is_no_json_is_a_parse_error_even_when_it_begins_as_a_batch() {
+        let bodies = &Bodies::new(1 << 20);
+        let refused = |body: &'static str| async move {
+            match read_message(Body::from(body), 4096, None, bodies).await {
+                Err(Refusal::Rpc { status, id, code, .. }) => (status, id, code),
+                _ => panic!("{body}: not refused as JSON-RPC"),
+            }
+        };
+        let parse_error = (StatusCode::BAD_REQUEST, "null".to_string(), codec::PARSE_ERROR);
+        for body in [r#"[{"jsonrpc":"2.0","id":1,"method":"ping""#, "[", " [1,", "[1] x", "[1]]"] {
+            assert_eq!(refused(body).await, parse_error, "{body}");
+        }
+        let batch = (StatusCode::BAD_REQUEST, "null".to_string(), codec::INVALID_REQUEST);
+        assert_eq!(refused(r#" [{"jsonrpc":"2.0","id":1,"method":"ping"}] "#).await, batch);
+        assert_eq!(refused("[]").await, batch);
     }
 
     #[test]
