@@ -1588,3 +1588,5 @@ async fn the_upkeep_sleeps_until_a_ping_or_a_stop_is_due() {
 }
 
 mod hooks;
+
+mod crash_loop;

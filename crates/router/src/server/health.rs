@@ -40,31 +40,25 @@ impl Server {
         }
     }
 
-    /// Notes what happened to `inst`, which ended by itself with `status`, as the server's last
-    /// error. One that ended before answering any call counts as a failed start (a server that
-    /// dies at its first call every time is held down, not started in a loop), but only one that
-    /// never got ready is said to have failed to start.
+    /// Notes what happened to `inst`, which got ready and then ended by itself with `status`,
+    /// as the server's last error: in a call or idle, before or after answering calls. It
+    /// started, so it is no failed start; one that answered no call paces the next start
+    /// instead (see [`super::breaker::StartHealth`]), and the note says how.
     fn note_death(&self, inst: &Instance, status: &str) {
-        let label = inst.label();
-        match (inst.was_ready(), inst.answered_calls()) {
-            (false, _) => self.record_start_failure(format!(
-                "{label} ended with {status} while starting, before it answered initialize; see its stderr in the log"
-            )),
-            (true, 0) => {
-                let what = format!(
-                    "{label} ended with {status} after it started, before answering any call (a call it was given fails with it)"
+        let answered = inst.answered_calls();
+        let mut what = death_text(inst.label(), status, answered, inst.calls_at_end());
+        if answered == 0 {
+            let (in_a_row, wait) = self.record_early_death();
+            if in_a_row > 1 {
+                tracing::warn!(
+                    server = %self.name,
+                    "{in_a_row} instances in a row ended before answering a call; the next start waits {:.1} s",
+                    wait.as_secs_f64()
                 );
-                self.note_error(format!(
-                    "{what}; counted as a failed start: {} in a row hold the server down",
-                    super::breaker::CRASH_LOOP_FAILURES
-                ));
-                self.count_start_failure(what);
             }
-            (true, n) => {
-                let calls = if n == 1 { "call" } else { "calls" };
-                self.note_error(format!("{label} ended with {status} after answering {n} {calls}"))
-            }
+            what += &pace_text(in_a_row, wait);
         }
+        self.note_error(what);
     }
 
     /// Background upkeep: reap idle instances, ping idle ones and recycle those that do not answer.
@@ -173,6 +167,34 @@ impl Server {
     }
 }
 
+/// How an instance that got ready ended: with `status`, in its calls (`waiting` were in flight)
+/// or idle, after answering `answered` calls or before any.
+fn death_text(label: &str, status: &str, answered: u64, waiting: usize) -> String {
+    let calls = |n: u64| if n == 1 { "1 call".to_string() } else { format!("{n} calls") };
+    let when = match (answered, waiting) {
+        (0, 0) => "while idle, after it started and before it answered any call".to_string(),
+        (0, 1) => "in its first call, after it started".to_string(),
+        (0, n) => format!("in its first {n} calls (it answered none), after it started"),
+        (a, 0) => format!("while idle, after answering {}", calls(a)),
+        (a, 1) => format!("in a call, after answering {}", calls(a)),
+        (a, n) => format!("in {n} calls, after answering {}", calls(a)),
+    };
+    format!("{label} ended ({status}) {when}")
+}
+
+/// What the death of an instance that answered no call, the `in_a_row`th such in a row, does to
+/// the next start (which waits `wait`).
+fn pace_text(in_a_row: u32, wait: Duration) -> String {
+    match in_a_row {
+        0 | 1 => "; not a failed start: the next instance starts at once".to_string(),
+        n => format!(
+            "; not a failed start, but {n} instances in a row ended before answering a call: the next one starts after \
+             {:.1} s (restarts are paced up to 10 s apart while this goes on, never held down; an answered call ends it)",
+            wait.as_secs_f64()
+        ),
+    }
+}
+
 /// A server's health pings: which run now, and when each instance was last pinged. An instance is
 /// pinged once it has been idle for the health interval, and again no sooner than an interval
 /// after its last ping, whatever that ping's answer: a server that refuses pings (a sign-in is
@@ -204,5 +226,39 @@ impl Pings {
         let idle_left = every.saturating_sub(inst.idle_for());
         let since_ping = self.last.get(&inst.number()).map(Instant::elapsed);
         Some(idle_left.max(since_ping.map_or(Duration::ZERO, |s| every.saturating_sub(s))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Status tells a death in the first call from one while idle, before any call or after
+    /// some (the calls in flight are counted as the instance ends, before its calls are cleared).
+    #[test]
+    fn a_death_says_whether_it_came_in_a_call_or_idle_and_after_how_many_answers() {
+        let said = |answered, waiting| death_text("fx#2", "exit status 7", answered, waiting);
+        assert_eq!(
+            said(0, 0),
+            "fx#2 ended (exit status 7) while idle, after it started and before it answered any call"
+        );
+        assert_eq!(said(0, 1), "fx#2 ended (exit status 7) in its first call, after it started");
+        assert_eq!(said(0, 3), "fx#2 ended (exit status 7) in its first 3 calls (it answered none), after it started");
+        assert_eq!(said(1, 0), "fx#2 ended (exit status 7) while idle, after answering 1 call");
+        assert_eq!(said(12, 1), "fx#2 ended (exit status 7) in a call, after answering 12 calls");
+        assert_eq!(said(2, 2), "fx#2 ended (exit status 7) in 2 calls, after answering 2 calls");
+    }
+
+    #[test]
+    fn an_early_death_says_it_is_no_failed_start_and_how_long_the_next_start_waits() {
+        assert_eq!(pace_text(1, Duration::ZERO), "; not a failed start: the next instance starts at once");
+        let paced = pace_text(3, Duration::from_millis(180));
+        assert!(
+            paced.starts_with(
+                "; not a failed start, but 3 instances in a row ended before answering a call: the next one starts after 0.2 s"
+            ),
+            "{paced}"
+        );
+        assert!(!paced.contains("failed to start") && !paced.contains("down:"), "{paced}");
     }
 }

@@ -351,6 +351,7 @@ impl Server {
         match handshake {
             Ok(()) => {
                 inst.mark_ready();
+                self.record_started();
                 // The first instance of a server that may share with other profiles tells what
                 // it answers its own (see `alike`).
                 if !modern

@@ -94,8 +94,10 @@ pub struct Instance {
     inflight: AtomicUsize,
     ready: AtomicBool,
     closing: AtomicBool,
-    /// Client calls that got a response (a crash after one is not a start-up failure).
+    /// Client calls that got a response.
     answered: AtomicU64,
+    /// Client calls still waiting when it ended (did it die in a call, or idle?).
+    calls_at_end: AtomicUsize,
     /// How it answered calls that overlapped (does it run calls one at a time?).
     overlap: Mutex<Overlap>,
     death: OnceLock<Death>,
@@ -161,6 +163,7 @@ impl Instance {
             ready: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             answered: AtomicU64::new(0),
+            calls_at_end: AtomicUsize::new(0),
             overlap: Mutex::new(Overlap::default()),
             death: OnceLock::new(),
             dead_tx: watch::channel(false).0,
@@ -233,16 +236,13 @@ impl Instance {
     pub fn death(&self) -> Option<&Death> {
         self.death.get()
     }
-    pub fn has_answered(&self) -> bool {
-        self.answered_calls() > 0
-    }
     /// How many client calls it answered.
     pub fn answered_calls(&self) -> u64 {
         self.answered.load(Ordering::Relaxed)
     }
-    /// Whether it was ever ready (started and initialised), dead or not.
-    pub fn was_ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire)
+    /// How many client calls were still waiting for their answer when it ended (0 while it lives).
+    pub fn calls_at_end(&self) -> usize {
+        self.calls_at_end.load(Ordering::Acquire)
     }
     pub fn inflight(&self) -> usize {
         self.inflight.load(Ordering::Acquire)
@@ -620,6 +620,7 @@ impl Instance {
         // Dropped here so nothing the transport holds outlives it.
         drop(self.transport.lock().expect("lock").take());
         let pending: Vec<Pending> = self.pending.lock().expect("lock").drain();
+        self.calls_at_end.store(pending.iter().filter(|p| p.session != 0).count(), Ordering::Release);
         for p in pending {
             let _ = p.reply.send(Err(Unanswered::Died(death.clone())));
         }

@@ -80,6 +80,26 @@ async fn the_end_of_the_link_answers_every_call_and_refuses_new_ones() {
     tokio::time::timeout(Duration::from_secs(1), inst.dead()).await.expect("dead resolves");
 }
 
+/// What it was doing when it ended is kept for the death's account: the client calls still
+/// waiting then (not the router's own requests, nor calls answered or cancelled before).
+#[tokio::test]
+async fn the_end_keeps_how_many_client_calls_were_waiting() {
+    let (c, inst) = start(silent()).await;
+    let answered = inst.send(&request("1", "tools/call"), 1, None, None, None).unwrap();
+    let cancelled = inst.send(&request("2", "tools/call"), 1, None, None, None).unwrap();
+    let _waiting = inst.send(&request("3", "tools/call"), 2, None, None, None).unwrap();
+    let _own = inst.send_own("ping", "{}", true).unwrap();
+    c.link(0).reply(&format!(r#"{{"jsonrpc":"2.0","id":{},"result":{{}}}}"#, answered.upstream_id));
+    inst.cancel(cancelled.upstream_id, "stop");
+    assert_eq!((inst.answered_calls(), inst.calls_at_end()), (1, 0));
+    c.link(0).end("exit status 7");
+    assert_eq!((inst.answered_calls(), inst.calls_at_end()), (1, 1));
+
+    let (c, idle) = start(silent()).await;
+    c.link(0).end("exit status 7");
+    assert_eq!((idle.answered_calls(), idle.calls_at_end()), (0, 0));
+}
+
 #[tokio::test]
 async fn a_cancel_tells_the_server_and_the_transport_and_drops_the_late_answer() {
     let (c, inst) = start(silent()).await;
