@@ -3,36 +3,80 @@
 
 use serde_json::Value;
 
+use super::MAX_LINE;
+
 /// How deep a call's arguments may nest (`[[1]]` is 2) to be written. The line holds them one
 /// level down, and `switchyard calls` reads lines nested up to 127 levels (serde_json's limit,
 /// which keeps a hand-made file from overflowing its stack); a few levels are kept spare.
 pub const ARGUMENTS_DEPTH: usize = 120;
 
 /// The arguments `text` (the client's own JSON) as a line holds them, or why they are left out.
-pub fn arguments_of(text: &str) -> Result<Value, String> {
-    let value: Value = serde_json::from_str(text).map_err(|e| why_not(&e))?;
-    match depth(&value) > ARGUMENTS_DEPTH {
-        true => Err(too_deep()),
-        false => Ok(value),
+/// How deep they nest is not looked at here: the writer thread does, for every record it writes
+/// (see [`ARGUMENTS_DEPTH`]), off the call's task.
+pub fn arguments_of(text: &str) -> Result<Value, LeftOut> {
+    serde_json::from_str(text).map_err(|e| LeftOut::of(&e))
+}
+
+/// Why a call's arguments are left out of its line (its `arguments_sha256` stays). Each reason
+/// is told in the daemon log on its own: one kind does not hide another.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeftOut {
+    /// They nest deeper than [`ARGUMENTS_DEPTH`].
+    TooDeep,
+    /// They hold a lone surrogate escape.
+    NotUnicode,
+    /// They hold a number no 64-bit float holds.
+    OutOfRange,
+    /// They would make the line longer than [`MAX_LINE`].
+    TooLong,
+    /// serde_json could not read them otherwise: its words.
+    Unreadable(String),
+}
+
+impl LeftOut {
+    /// How many kinds there are, for one rate limit each.
+    pub(super) const KINDS: usize = 5;
+
+    /// Which kind this is, below [`LeftOut::KINDS`].
+    pub(super) fn kind(&self) -> usize {
+        match self {
+            LeftOut::TooDeep => 0,
+            LeftOut::NotUnicode => 1,
+            LeftOut::OutOfRange => 2,
+            LeftOut::TooLong => 3,
+            LeftOut::Unreadable(_) => 4,
+        }
+    }
+
+    /// Why JSON the codec took cannot be held as a value: serde_json's error, in the log's words.
+    fn of(e: &serde_json::Error) -> LeftOut {
+        let text = e.to_string();
+        if text.contains("recursion limit") {
+            LeftOut::TooDeep
+        } else if text.contains("surrogate") || text.contains("hex escape") {
+            LeftOut::NotUnicode
+        } else if text.contains("number out of range") {
+            LeftOut::OutOfRange
+        } else {
+            LeftOut::Unreadable(text)
+        }
     }
 }
 
-/// Why JSON the codec took cannot be held as a value: serde_json's error, in the log's words.
-fn why_not(e: &serde_json::Error) -> String {
-    let text = e.to_string();
-    if text.contains("recursion limit") {
-        too_deep()
-    } else if text.contains("surrogate") || text.contains("hex escape") {
-        "they hold a string that is not valid Unicode (a lone surrogate escape such as \\ud800)".into()
-    } else if text.contains("number out of range") {
-        "they hold a number too large for a 64-bit float (such as 1e400)".into()
-    } else {
-        format!("they could not be read as JSON ({text})")
+impl std::fmt::Display for LeftOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LeftOut::TooDeep => {
+                write!(f, "they nest deeper than {ARGUMENTS_DEPTH} levels, more than `switchyard calls` reads back")
+            }
+            LeftOut::NotUnicode => {
+                f.write_str("they hold a string that is not valid Unicode (a lone surrogate escape such as \\ud800)")
+            }
+            LeftOut::OutOfRange => f.write_str("they hold a number too large for a 64-bit float (such as 1e400)"),
+            LeftOut::TooLong => write!(f, "they would make the line longer than {} MiB", MAX_LINE >> 20),
+            LeftOut::Unreadable(text) => write!(f, "they could not be read as JSON ({text})"),
+        }
     }
-}
-
-pub(super) fn too_deep() -> String {
-    format!("they nest deeper than {ARGUMENTS_DEPTH} levels, more than `switchyard calls` reads back")
 }
 
 /// How deep `value` nests: 0 for a scalar, 1 for `[]` or `{}`. Walked without recursion.
@@ -40,13 +84,12 @@ pub fn depth(value: &Value) -> usize {
     let mut deepest = 0;
     let mut stack = vec![(value, 0usize)];
     while let Some((v, d)) = stack.pop() {
-        let children: Box<dyn Iterator<Item = &Value>> = match v {
-            Value::Array(a) => Box::new(a.iter()),
-            Value::Object(o) => Box::new(o.values()),
+        match v {
+            Value::Array(a) => stack.extend(a.iter().map(|c| (c, d + 1))),
+            Value::Object(o) => stack.extend(o.values().map(|c| (c, d + 1))),
             _ => continue,
-        };
+        }
         deepest = deepest.max(d + 1);
-        stack.extend(children.map(|c| (c, d + 1)));
     }
     deepest
 }
@@ -111,21 +154,23 @@ mod tests {
     }
 
     #[test]
-    fn arguments_a_line_cannot_hold_are_refused_with_why() {
+    fn arguments_a_value_cannot_hold_are_refused_with_why() {
         assert_eq!(arguments_of(r#"{"a":[1,{"b":2}]}"#).unwrap(), serde_json::json!({"a":[1,{"b":2}]}));
-        assert_eq!(depth(&arguments_of(&nested(ARGUMENTS_DEPTH)).unwrap()), ARGUMENTS_DEPTH);
-        for (text, why) in [
-            (r#"{"s":"\ud800"}"#, "lone surrogate"),
-            (r#"{"s":"\udc00x"}"#, "lone surrogate"),
-            (r#"{"n":1e400}"#, "too large"),
-            (r#"{"n":-1e400}"#, "too large"),
-            (&nested(ARGUMENTS_DEPTH + 1), "nest deeper than 120"),
-            (&nested(127), "nest deeper"),
-            (&nested(200), "nest deeper"),
+        // Deeper than a line may hold, but a value: the writer leaves them out (see its tests).
+        assert_eq!(depth(&arguments_of(&nested(ARGUMENTS_DEPTH + 1)).unwrap()), ARGUMENTS_DEPTH + 1);
+        for (text, why, said) in [
+            (r#"{"s":"\ud800"}"#, LeftOut::NotUnicode, "lone surrogate"),
+            (r#"{"s":"\udc00x"}"#, LeftOut::NotUnicode, "lone surrogate"),
+            (r#"{"n":1e400}"#, LeftOut::OutOfRange, "too large"),
+            (r#"{"n":-1e400}"#, LeftOut::OutOfRange, "too large"),
+            (&nested(200), LeftOut::TooDeep, "nest deeper than 120"),
         ] {
             let got = arguments_of(text).unwrap_err();
-            assert!(got.contains(why), "{text}: {got}");
+            assert_eq!(got, why, "{text}");
+            assert!(got.to_string().contains(said), "{text}: {got}");
         }
+        let Err(LeftOut::Unreadable(why)) = arguments_of("{") else { panic!("an unended object is not read") };
+        assert!(why.contains("EOF"), "{why}");
     }
 
     #[test]

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
 use crate::metrics::Outcome;
-pub use arguments::{ARGUMENTS_DEPTH, arguments_of, depth, lossy};
+pub use arguments::{ARGUMENTS_DEPTH, LeftOut, arguments_of, depth, lossy};
 pub use file::{numbered, same_file};
 #[doc(hidden)]
 pub use queue::Queue;

@@ -329,3 +329,86 @@ fn a_line_is_never_longer_than_readers_take_arguments_give_way_first() {
     assert_eq!(log.lost(), 1);
     assert!(std::fs::read_to_string(&path).unwrap().lines().all(|l| l.len() <= MAX_LINE));
 }
+
+/// `[[..[]..]]`, nesting `n` deep.
+fn nest(n: usize) -> serde_json::Value {
+    (1..n).fold(serde_json::json!([]), |v, _| serde_json::json!([v]))
+}
+
+#[test]
+fn arguments_nested_deeper_than_calls_reads_back_are_left_out_by_the_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.audit.jsonl");
+    let log = AuditLog::start(&Settings { arguments: true, ..settings(&path) }).unwrap();
+    for (n, deep) in [(1, ARGUMENTS_DEPTH), (2, ARGUMENTS_DEPTH + 1), (3, 127)] {
+        let mut r = record(n);
+        r.arguments_sha256 = Some("ab".repeat(32));
+        r.arguments = Some(serde_json::json!({ "d": nest(deep - 1) }));
+        assert_eq!(depth(r.arguments.as_ref().unwrap()), deep);
+        log.write(log.admit().unwrap(), r);
+    }
+    log.flush(FLUSH);
+    let got: Vec<(bool, bool)> =
+        lines(&path).iter().map(|r| (r.arguments.is_some(), r.arguments_sha256.is_some())).collect();
+    assert_eq!(got, [(true, true), (false, true), (false, true)]);
+    assert_eq!(log.lost(), 0);
+}
+
+/// What the daemon log says while `f` runs on this thread.
+fn said_in(f: impl FnOnce()) -> String {
+    #[derive(Clone, Default)]
+    struct Said(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Said {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let said = Said::default();
+    let theirs = said.clone();
+    let subscriber = tracing_subscriber::fmt().with_ansi(false).with_writer(move || theirs.clone()).finish();
+    tracing::subscriber::with_default(subscriber, f);
+    String::from_utf8(said.0.lock().unwrap().clone()).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_reason_to_leave_arguments_out_is_said_once_a_minute_on_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = AuditLog::start(&Settings { arguments: true, ..settings(&dir.path().join("a.audit.jsonl")) }).unwrap();
+    let reasons = [
+        LeftOut::TooDeep,
+        LeftOut::NotUnicode,
+        LeftOut::OutOfRange,
+        LeftOut::TooLong,
+        LeftOut::Unreadable("EOF while parsing an object".into()),
+    ];
+    let told = |rounds: usize| {
+        let said = said_in(|| {
+            for _ in 0..rounds {
+                for why in &reasons {
+                    log.left_out("fs", Some("echo"), why);
+                }
+            }
+        });
+        said.lines().filter(|l| l.contains("arguments are left out")).map(str::to_string).collect::<Vec<_>>()
+    };
+    let first = told(3);
+    assert_eq!(first.len(), reasons.len(), "each reason once: {first:#?}");
+    for (line, why) in first.iter().zip(&reasons) {
+        assert!(line.contains(&why.to_string()) && line.contains("fs") && line.contains("echo"), "{line}");
+        assert!(!line.contains("since the last"), "{line}");
+    }
+    // Within the minute, none again; after it, each with how many were left out for it.
+    tokio::time::advance(Duration::from_secs(30)).await;
+    assert_eq!(told(1), Vec::<String>::new());
+    tokio::time::advance(Duration::from_secs(31)).await;
+    let again = told(1);
+    assert_eq!(again.len(), reasons.len(), "{again:#?}");
+    for (line, why) in again.iter().zip(&reasons) {
+        assert!(line.contains(&why.to_string()), "{line}");
+        assert!(line.contains("(4 calls' arguments left out for this reason since the last such line)"), "{line}");
+    }
+}

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use super::Record;
-use super::arguments::{ARGUMENTS_DEPTH, depth, too_deep};
+use super::arguments::{ARGUMENTS_DEPTH, LeftOut, depth};
 use super::file::{AuditFile, Failed};
 use super::queue::Queue;
 use crate::logging::Repeats;
@@ -99,8 +99,9 @@ struct Shared {
     refused: AtomicU64,
     /// Losses are logged at the first, then at most once a minute with their count.
     told: Repeats,
-    /// Arguments left out of lines, logged the same way.
-    told_left_out: Repeats,
+    /// Arguments left out of lines, logged the same way, each reason on its own (by
+    /// [`LeftOut::kind`]).
+    told_left_out: [Repeats; LeftOut::KINDS],
     /// New calls are refused while lines cannot be written (see [`AuditLog::admit`]).
     strict: bool,
     /// Holds the writer back while a test fills the queue.
@@ -142,10 +143,12 @@ impl Shared {
 }
 
 impl Shared {
-    fn left_out(&self, server: &str, tool: Option<&str>, why: &str) {
-        let Some(n) = self.told_left_out.hit() else { return };
-        let since =
-            if n > 1 { format!(" ({n} calls' arguments left out since the last such line)") } else { String::new() };
+    fn left_out(&self, server: &str, tool: Option<&str>, why: &LeftOut) {
+        let Some(n) = self.told_left_out[why.kind()].hit() else { return };
+        let since = match n {
+            1 => String::new(),
+            n => format!(" ({n} calls' arguments left out for this reason since the last such line)"),
+        };
         tracing::warn!(
             file = %self.path.display(),
             server,
@@ -235,7 +238,7 @@ impl AuditLog {
             lost_failed: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             told: Repeats::new(LOSS_LOG_EVERY),
-            told_left_out: Repeats::new(LOSS_LOG_EVERY),
+            told_left_out: std::array::from_fn(|_| Repeats::new(LOSS_LOG_EVERY)),
             strict: settings.strict,
             #[cfg(test)]
             paused: Mutex::new(()),
@@ -343,8 +346,9 @@ impl AuditLog {
     }
 
     /// Tells the daemon log that a call's arguments are left out of its line, and `why` (at the
-    /// first, then at most once a minute with how many since). The arguments are never logged.
-    pub fn left_out(&self, server: &str, tool: Option<&str>, why: &str) {
+    /// first of each reason, then at most once a minute with how many since). The arguments are
+    /// never logged.
+    pub fn left_out(&self, server: &str, tool: Option<&str>, why: &LeftOut) {
         self.shared.left_out(server, tool, why);
     }
 
@@ -458,15 +462,14 @@ fn add_line(batch: &mut Vec<u8>, line: Line, shared: &Shared) -> bool {
     if record.arguments.as_ref().is_some_and(|a| depth(a) > ARGUMENTS_DEPTH) {
         // `switchyard calls` could not read the line back: written without them.
         record.arguments = None;
-        shared.left_out(&record.server, record.tool.as_deref(), &too_deep());
+        shared.left_out(&record.server, record.tool.as_deref(), &LeftOut::TooDeep);
     }
     let start = batch.len();
     record.write_line(batch, deferred.as_ref());
     if batch.len() - start > MAX_LINE && record.arguments.is_some() {
         batch.truncate(start);
         record.arguments = None;
-        let why = format!("they would make the line longer than {} MiB", MAX_LINE >> 20);
-        shared.left_out(&record.server, record.tool.as_deref(), &why);
+        shared.left_out(&record.server, record.tool.as_deref(), &LeftOut::TooLong);
         record.write_line(batch, deferred.as_ref());
     }
     if batch.len() - start > MAX_LINE {
