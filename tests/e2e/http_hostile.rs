@@ -1,5 +1,5 @@
-//! The HTTP front given what a hostile client sends: bodies that are no JSON or are batches, on
-//! every endpoint.
+//! The HTTP front given what a hostile client sends: bodies that are no JSON or are batches, and
+//! servers or groups that do not exist, on every endpoint and with every method.
 
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -114,5 +114,85 @@ async fn a_body_that_is_no_json_is_a_parse_error_on_every_endpoint() {
         let (status, answer) = c.send(Method::POST, path, Some(sid), ping).await;
         assert_eq!((status, answer["id"].clone()), (200, json!("p")), "{path}: {answer}");
     }
+    home.shutdown().await;
+}
+
+/// A server or group the config does not have is 404 whatever the request holds: its body is
+/// not read (a batch, a broken body, an initialize alike), and GET and DELETE, with a session id
+/// or without, are told the same, naming what is not there.
+#[tokio::test]
+async fn an_unknown_server_or_group_is_404_whatever_the_request_holds() {
+    let (home, c) = start().await;
+    let server = c.session("/mcp/alpha").await;
+    let group = c.session("/groups/work/mcp").await;
+    let bodies = [
+        r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#,
+        r#"[{"jsonrpc":"2.0","id":1,"method":"ping""#,
+        "not json",
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{}}}"#,
+    ];
+    let unknown = [("/mcp/nope", "no server named `nope`"), ("/groups/nope/mcp", "no group named `nope`")];
+    for (path, said) in unknown {
+        // A session id of another endpoint's, or none.
+        for sid in [None, Some(server.as_str()), Some(group.as_str())] {
+            for body in bodies {
+                let (status, answer) = c.send(Method::POST, path, sid, body).await;
+                assert_eq!(
+                    (status, error_of(&answer)),
+                    (404, (Value::Null, json!(-32600))),
+                    "{path} {sid:?} {body}: {answer}"
+                );
+                assert!(answer["error"]["message"].as_str().unwrap().contains(said), "{path}: {answer}");
+            }
+            for method in [Method::GET, Method::DELETE] {
+                let (status, answer) = c.send(method.clone(), path, sid, "").await;
+                assert_eq!(status, 404, "{method} {path} {sid:?}: {answer}");
+                assert!(answer["error"]["message"].as_str().unwrap().contains(said), "{method} {path}: {answer}");
+            }
+        }
+        // A 2026-07-28 request, and a GET in that protocol's name (which has no GET): the same.
+        let modern = r#"[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]"#;
+        let resp = c
+            .http
+            .post(format!("{}{path}", c.base))
+            .bearer_auth(&c.token)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .body(modern)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 404, "{path}");
+        let resp = c
+            .http
+            .get(format!("{}{path}", c.base))
+            .bearer_auth(&c.token)
+            .header("accept", "text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 404, "{path}");
+    }
+    // The sessions of the endpoints that are there still serve.
+    for (path, sid) in [("/mcp/alpha", &server), ("/groups/work/mcp", &group)] {
+        let (status, answer) =
+            c.send(Method::POST, path, Some(sid), r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#).await;
+        assert_eq!((status, answer["id"].clone()), (200, json!(2)), "{path}: {answer}");
+    }
+    // The group taken out of the config: its path is unknown, but to its session, which lives
+    // on (without members) and can still be ended.
+    home.write_config(&format!("{}[http]\nlisten = \"127.0.0.1:0\"\n", home.fixture("alpha", &[])));
+    let started = std::time::Instant::now();
+    while c.send(Method::GET, "/groups/work/mcp", None, "").await.0 != 404 {
+        assert!(started.elapsed() < std::time::Duration::from_secs(20), "the group is still served");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(c.send(Method::DELETE, "/groups/work/mcp", Some(&group), "").await.0, 204);
+    let (status, answer) = c.send(Method::DELETE, "/groups/work/mcp", Some(&group), "").await;
+    assert_eq!(status, 404);
+    assert!(answer["error"]["message"].as_str().unwrap().contains("no group named `work`"), "{answer}");
+    assert_eq!(c.send(Method::DELETE, "/mcp/alpha", Some(&server), "").await.0, 204);
     home.shutdown().await;
 }

@@ -15,6 +15,7 @@ pub mod stateless;
 pub mod status;
 pub mod token;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -147,11 +148,16 @@ impl Front {
                 );
             }
         };
-        // A POST's version is checked against its body (errors carry the request's id).
-        if *method != Method::POST
-            && let Some(r) = check_version(headers)
-        {
-            return r;
+        // A POST's route is looked up in `Front::post`, before its body is read, and its version
+        // checked after, against its body (errors carry the request's id). Any other request's
+        // route is looked up here, before its version, as a POST's is.
+        if *method != Method::POST {
+            if let Some(r) = self.unknown_here(at, headers, token.as_deref()) {
+                return r;
+            }
+            if let Some(r) = check_version(headers) {
+                return r;
+            }
         }
         match (method, at) {
             (&Method::POST, Endpoint::Server(name)) => self.post(name, headers, token, body).await,
@@ -168,20 +174,60 @@ impl Front {
 
     /// The session a request names, if it is one of this path's server, begun with the token
     /// the request carries (a session id seen by the holder of another token is of no use).
+    /// Else 404: naming the server or group when the config has no such one.
     fn session(&self, at: Endpoint<'_>, sid: &str, token: Option<&str>) -> Result<Arc<HttpSession>, Box<Response>> {
+        self.live_session(at, sid, token).ok_or_else(|| {
+            Box::new(self.unknown(at).unwrap_or_else(|| {
+                rpc_error(
+                    StatusCode::NOT_FOUND,
+                    "null",
+                    codec::INVALID_REQUEST,
+                    "session not found: it ended (DELETE, idle, or the daemon restarted) or never existed; send initialize without Mcp-Session-Id for a new one",
+                )
+            }))
+        })
+    }
+
+    /// The session of [`Front::session`], if it lives.
+    fn live_session(&self, at: Endpoint<'_>, sid: &str, token: Option<&str>) -> Option<Arc<HttpSession>> {
         let here = |s: &HttpSession| match (at, s.group.as_deref()) {
             (Endpoint::Server(name), None) => name.is_none_or(|n| n == s.server.name),
             (Endpoint::Group(g), Some(of)) => g == of,
             _ => false,
         };
-        match self.table.get(sid) {
-            Some(s) if here(&s) && s.token.as_deref() == token => Ok(s),
-            _ => Err(Box::new(rpc_error(
-                StatusCode::NOT_FOUND,
-                "null",
-                codec::INVALID_REQUEST,
-                "session not found: it ended (DELETE, idle, or the daemon restarted) or never existed; send initialize without Mcp-Session-Id for a new one",
-            ))),
+        self.table.get(sid).filter(|s| here(s) && s.token.as_deref() == token)
+    }
+
+    /// [`Front::unknown`], unless the request names a session that lives at `at`: that shows the
+    /// route (a group session outlives its group's removal from the config, and may still be
+    /// ended with DELETE).
+    fn unknown_here(&self, at: Endpoint<'_>, headers: &HeaderMap, token: Option<&str>) -> Option<Response> {
+        let sid = headers.get(mcp::header::SESSION_ID).map(|v| v.to_str().unwrap_or(""));
+        if sid.is_some_and(|sid| self.live_session(at, sid, token).is_some()) {
+            return None;
+        }
+        self.unknown(at)
+    }
+
+    /// 404 naming why, when the server or group `at` names is none of the config's. None for
+    /// `/mcp`, which names none (any session's; a POST without one is told there why not).
+    fn unknown(&self, at: Endpoint<'_>) -> Option<Response> {
+        let why = match at {
+            Endpoint::Server(None) => return None,
+            Endpoint::Server(Some(name)) if self.router.names().iter().any(|n| n == name) => return None,
+            // Read again from the file first, and why not, when not (broken, a name no server has).
+            Endpoint::Server(Some(name)) => self.router.lookup(Some(name), &BTreeMap::new()).err()?,
+            Endpoint::Group(name) => self.router.group(name).err()?,
+        };
+        Some(rpc_error(StatusCode::NOT_FOUND, "null", codec::INVALID_REQUEST, &self.hidden(why)))
+    }
+
+    /// `why` with the config file's path taken out: an HTTP client may be another person's (a
+    /// named token) or another machine's, and where the file is stays on this one.
+    fn hidden(&self, why: String) -> String {
+        match &self.router.about.config {
+            Some(path) => why.replace(&path.display().to_string(), "the daemon's config file"),
+            None => why,
         }
     }
 

@@ -102,12 +102,7 @@ impl Front {
         let server = match &existing {
             Some(s) => s.server.clone(),
             None => self.router.lookup(name, &BTreeMap::new()).map_err(|why| {
-                // Where the config file is stays on this machine: an HTTP client may be another
-                // person's (a named token) or another machine's.
-                let why = match &self.router.about.config {
-                    Some(path) => why.replace(&path.display().to_string(), "the daemon's config file"),
-                    None => why,
-                };
+                let why = self.hidden(why);
                 let why = if name.is_none() { format!("{why} (over HTTP: /mcp/NAME)") } else { why };
                 Refusal::rpc(StatusCode::NOT_FOUND, "null", codec::INVALID_REQUEST, why)
             })?,
@@ -195,6 +190,12 @@ impl Front {
             Some(v) => Some(self.session(super::Endpoint::Group(group), v.to_str().unwrap_or(""), token.as_deref())?),
             None => None,
         };
+        // A group the config does not have is 404 before the body is read, whatever it holds.
+        if existing.is_none()
+            && let Some(r) = self.unknown(super::Endpoint::Group(group))
+        {
+            return Err(r.into());
+        }
         let limit = existing.as_ref().map_or_else(
             || switchyard_config::Limits::default().max_message_bytes,
             |s| s.server.limits.max_message_bytes,
@@ -238,14 +239,10 @@ impl Front {
                 "Bad Request: no Mcp-Session-Id header; begin a session with initialize",
             ));
         }
-        let hide = |why: String| match &self.router.about.config {
-            Some(path) => why.replace(&path.display().to_string(), "the daemon's config file"),
-            None => why,
-        };
         let group = self
             .router
             .group(name)
-            .map_err(|why| Refusal::rpc(StatusCode::NOT_FOUND, id, codec::INVALID_REQUEST, hide(why)))?;
+            .map_err(|why| Refusal::rpc(StatusCode::NOT_FOUND, id, codec::INVALID_REQUEST, self.hidden(why)))?;
         let joined = crate::group::join(&self.router, &group, &BTreeMap::new());
         let Some(server) = joined.iter().flatten().next().cloned() else {
             let why: Vec<String> = joined.iter().filter_map(|j| j.as_ref().err()).cloned().collect();
@@ -253,7 +250,7 @@ impl Front {
                 StatusCode::SERVICE_UNAVAILABLE,
                 id,
                 codec::SERVER_UNAVAILABLE,
-                hide(format!("no server of group `{name}` can be used: {}", why.join("; "))),
+                self.hidden(format!("no server of group `{name}` can be used: {}", why.join("; "))),
             ));
         };
         let start = || {
