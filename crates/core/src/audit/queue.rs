@@ -61,6 +61,18 @@ impl<T> Queue<T> {
         open
     }
 
+    /// The taker is going idle: the producers' buffer gives back what it holds beyond room for
+    /// `keep` items (or what is queued), and the next take reserves no more than that. A burst
+    /// grows the buffers; without this they would hold that memory for the life of the log.
+    pub fn settle(&self, keep: usize) {
+        {
+            let mut state = self.state();
+            let room = keep.max(state.items.len());
+            state.items.shrink_to(room);
+        }
+        self.most.store(keep, Ordering::Relaxed);
+    }
+
     /// No more items will be pushed: the taker's next [`Queue::take`] is its last.
     pub fn close(&self) {
         self.state().closed = true;
@@ -95,6 +107,34 @@ mod tests {
         assert!(taken.capacity() >= 100);
         assert!(q.take(&mut taken) && taken.is_empty());
         assert!(taken.capacity() >= 100 && q.state().items.capacity() >= 100);
+    }
+
+    #[test]
+    fn a_burst_grows_the_buffers_and_settling_gives_the_memory_back() {
+        let q = Queue::default();
+        let mut taken = Vec::new();
+        for round in 0..2 {
+            for n in 0..10_000 {
+                q.push(round * 10_000 + n).unwrap();
+            }
+            assert!(q.take(&mut taken));
+            taken.clear();
+        }
+        assert!(taken.capacity() >= 10_000 && q.state().items.capacity() >= 10_000);
+        // The writer settles both before it sleeps.
+        q.settle(64);
+        taken.shrink_to(64);
+        assert!(q.state().items.capacity() <= 64, "the producers' buffer kept {}", q.state().items.capacity());
+        assert!(q.take(&mut taken) && taken.is_empty());
+        assert!(taken.capacity() <= 64, "the taker reserved {} after settling", taken.capacity());
+        // What is queued when it settles stays queued.
+        for n in 0..100 {
+            q.push(n).unwrap();
+        }
+        q.settle(8);
+        taken.clear();
+        assert!(q.take(&mut taken));
+        assert_eq!(taken.len(), 100);
     }
 
     #[test]

@@ -25,6 +25,10 @@ pub const MAX_LINE: usize = 16 * 1024 * 1024;
 
 /// What one write to the file carries at most (lines waiting are written together).
 const BATCH_BYTES: usize = 1024 * 1024;
+/// What the queue's buffers and the writer's keep while nobody calls: a burst grows them (to
+/// thousands of lines, a megabyte of text), and the writer gives that back before it sleeps.
+const KEPT_IDLE: usize = 256;
+const BYTES_KEPT_IDLE: usize = 64 * 1024;
 /// While lines come, the writer takes them this often: no wake-up per call (a line reaches the
 /// file this much later at most).
 const TICK: Duration = Duration::from_millis(50);
@@ -375,14 +379,19 @@ fn write_loop(mut file: AuditFile, shared: &Shared) {
     let _ended = WriterEnded(&shared.lines);
     // What the writer took from the queue; emptied before it takes again, its memory kept.
     let mut taken = Vec::new();
-    let mut out = Batch { bytes: Vec::with_capacity(64 * 1024), refusals: Vec::new() };
+    let mut out = Batch { bytes: Vec::with_capacity(BYTES_KEPT_IDLE), refusals: Vec::new() };
     let mut flushes = Vec::new();
     // The last tick found no line.
     let mut quiet = true;
     loop {
         if quiet {
-            // Nothing came: sleep until a line wakes us (see `AuditLog::write`). Checked again
-            // after the flag is up, so a line queued in between is not left waiting.
+            // Nothing came: give back what a burst grew, then sleep until a line wakes us (see
+            // `AuditLog::write`). Checked again after the flag is up, so a line queued in
+            // between is not left waiting.
+            shared.lines.settle(KEPT_IDLE);
+            taken.shrink_to(KEPT_IDLE);
+            out.bytes.shrink_to(BYTES_KEPT_IDLE);
+            out.refusals.shrink_to(KEPT_IDLE);
             shared.idle.store(true, Ordering::Release);
             if shared.queued.load(Ordering::Acquire) == 0 {
                 std::thread::park();
