@@ -106,14 +106,19 @@ pub enum CallError {
         waiting: Option<String>,
     },
     #[error(
-        "server `{server}` instance {} ended ({}) during {what}{}; switchyard starts a new instance. The call may have run: switchyard repeats only calls that are safe to repeat (read-only or idempotent tools, or a policy's retry), so check its effect before calling it again",
-        .death.instance, .death.status, .death.stderr_suffix()
+        "server `{server}` instance {} ended ({}) during {what}{}; switchyard starts a new instance. {}",
+        .death.instance, .death.status, .death.stderr_suffix(),
+        if has_effects(what) { "The call may have run: switchyard repeats only calls that are safe to repeat (read-only or idempotent tools, or a policy's retry), so check its effect before calling it again" } else { READ_AGAIN }
     )]
     Died { server: String, what: String, death: Death },
     #[error(
         "{what} on server `{server}` {}: {cause} (instance {instance}){}",
         if *.delivered { "got no response" } else { "could not be delivered" },
-        if *.delivered { ". It may have run: switchyard repeats only calls that are safe to repeat (read-only or idempotent tools, or a policy's retry), so check its effect before calling it again" } else { "" }
+        match (*.delivered, has_effects(what)) {
+            (true, true) => ". It may have run: switchyard repeats only calls that are safe to repeat (read-only or idempotent tools, or a policy's retry), so check its effect before calling it again",
+            (true, false) => ". It changes nothing on the server: send it again",
+            (false, _) => "",
+        }
     )]
     Lost { server: String, what: String, instance: String, cause: String, delivered: bool },
     /// The server refused the call unrun, and switchyard could not sign in: final, as a repeat
@@ -130,7 +135,10 @@ pub enum CallError {
         .elapsed.as_secs_f64(),
         first_cause(.first.as_deref(), .last),
         .last.cause(),
-        if *.may_have_run { ". It may have run: check its effect before calling it again" } else { "" }
+        match (*.may_have_run, has_effects(what)) {
+            (true, true) => ". It may have run: check its effect before calling it again",
+            _ => "",
+        }
     )]
     Repeated {
         server: String,
@@ -171,6 +179,23 @@ pub enum CallError {
         "server `{server}` was removed from switchyard's config; its sessions end (a client of another server goes on)"
     )]
     Removed { server: String },
+}
+
+/// What a read the server ended on is told: there is no effect to check.
+const READ_AGAIN: &str = "It changes nothing on the server: send it again";
+
+/// Whether the request `what` names ("tools/call `write`", "resources/list", "ping (by
+/// switchyard, on fs#1)") may change anything on the server: a tool's call, or any method but
+/// MCP's reads (lists, reads, gets, completion, ping, discovery). Only for such a request is a
+/// client told that a lost call may have run and to check its effect; for a list that advice
+/// makes no sense.
+pub fn has_effects(what: &str) -> bool {
+    let method = what.split(' ').next().unwrap_or(what);
+    let read = method.ends_with("/list")
+        || method.ends_with("/read")
+        || method.ends_with("/get")
+        || matches!(method, "completion/complete" | "ping" | "server/discover");
+    !read
 }
 
 impl CallError {
@@ -297,7 +322,7 @@ impl CallError {
 /// cannot record the call, a chain that could not run), which is no plugin.
 fn refuser(plugin: &str) -> String {
     match plugin {
-        "switchyard" => "switchyard itself (no policy plugin)".to_string(),
+        "switchyard" => "switchyard itself (not a policy plugin)".to_string(),
         p => format!("policy plugin `{p}`"),
     }
 }
@@ -383,6 +408,54 @@ mod tests {
         assert_eq!(v["error"]["data"]["stderr"][1], "bye");
     }
 
+    /// A read the server ended on has no effect to check: only a call that may change
+    /// something is told to check its effect before calling it again.
+    #[test]
+    fn only_a_call_with_effects_is_told_to_check_its_effect() {
+        let death = Death {
+            instance: "fs#2".into(),
+            status: "exit status 7".into(),
+            stderr: Vec::new(),
+            local: false,
+            quiet_for: Duration::ZERO,
+        };
+        let died = |what: &str| CallError::Died { server: "fs".into(), what: what.into(), death: death.clone() };
+        let lost = |what: &str| CallError::Lost {
+            server: "fs".into(),
+            what: what.into(),
+            instance: "fs#2".into(),
+            cause: "its link closed".into(),
+            delivered: true,
+        };
+        let repeated = |what: &str| CallError::Repeated {
+            server: "fs".into(),
+            what: what.into(),
+            attempts: 3,
+            elapsed: Duration::from_secs(12),
+            why: "it is safe to repeat".into(),
+            may_have_run: true,
+            first: None,
+            last: Box::new(died(what)),
+        };
+        for e in [died("tools/call `write`"), lost("tools/call `write`"), repeated("tools/call `echo`"), lost("x/do")] {
+            assert!(e.to_string().contains("check its effect"), "{e}");
+        }
+        for what in
+            ["tools/list", "resources/read", "prompts/get", "ping (by switchyard, on fs#2)", "completion/complete"]
+        {
+            for e in [died(what), lost(what), repeated(what)] {
+                let m = e.to_string();
+                assert!(!m.contains("may have run") && !m.contains("check its effect"), "{m}");
+                assert!(e.may_have_run(), "still counted as delivered: {e:?}");
+            }
+        }
+        assert!(
+            died("tools/list")
+                .to_string()
+                .ends_with("switchyard starts a new instance. It changes nothing on the server: send it again")
+        );
+    }
+
     /// A refusal no sign-in answered is final: were it repeated as "never delivered", each
     /// repeat would wait for a sign-in of its own, past `login_timeout_ms`.
     #[test]
@@ -432,9 +505,9 @@ mod tests {
     fn switchyard_s_own_refusal_names_no_plugin() {
         let r = Rejection::new("switchyard", "the audit log cannot be written");
         let text = refusal_result(&r, "echo", false);
-        assert!(text.contains("was refused by switchyard itself (no policy plugin) and did not run"), "{text}");
+        assert!(text.contains("was refused by switchyard itself (not a policy plugin) and did not run"), "{text}");
         let e = CallError::Rejected(r).to_string();
-        assert!(e.starts_with("rejected by switchyard itself (no policy plugin): the audit log"), "{e}");
+        assert!(e.starts_with("rejected by switchyard itself (not a policy plugin): the audit log"), "{e}");
     }
 
     /// A withheld result says the call ran, and not to repeat it blindly; never "did not run".

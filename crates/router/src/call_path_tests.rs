@@ -609,10 +609,12 @@ async fn a_crash_fails_unsafe_calls_at_once_and_repeats_only_safe_ones_on_a_new_
             && msg.contains("The call may have run"),
         "{msg}"
     );
-    // The read-only and the idempotent call run again on a new instance, well within their deadline.
+    // The read-only and the idempotent call run again on a new instance, well within their
+    // deadline; one after the other, as either may have ended the first instance (suspect tools
+    // run alone until one of their calls is answered).
     assert_eq!(text(&c.response(&sleep).await), "sleep after 300 ms");
     assert_eq!(text(&c.response(&lookup).await), "lookup after 300 ms");
-    assert!(crashed.elapsed() < ms(500), "{:?}", crashed.elapsed());
+    assert!(crashed.elapsed() >= ms(600) && crashed.elapsed() < ms(800), "{:?}", crashed.elapsed());
     assert_eq!(fake.links.lock().unwrap().len(), 2);
     let second = fake.link(1);
     assert_eq!((calls_of(&second, "sleep").len(), calls_of(&second, "lookup").len()), (1, 1));
@@ -1590,3 +1592,5 @@ async fn the_upkeep_sleeps_until_a_ping_or_a_stop_is_due() {
 mod hooks;
 
 mod crash_loop;
+
+mod twice;

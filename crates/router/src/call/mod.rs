@@ -325,7 +325,7 @@ async fn run(server: &Arc<Server>, req: Request<'_>, end: &mut End, started: Ins
     // rare and boxed where they are awaited: a call that meets neither carries neither in its
     // future (built, then copied into its box, per request), only the tests that skip them.
     shown = match shown::shows(server, &req) {
-        Some(set) => match Box::pin(shown_tool(server, &req, set)).await {
+        Some(set) => match Box::pin(shown_tool(server, &req, set, end)).await {
             Ok(shown) => {
                 awaited = true;
                 shown
@@ -396,6 +396,9 @@ async fn run(server: &Arc<Server>, req: Request<'_>, end: &mut End, started: Ins
                 // The answer made the client's: at once, unless a result hook or a list's overrides
                 // are to be awaited (rare, boxed where awaited, with what they hold).
                 Ok(answered) => {
+                    if let Some(tool) = call.info.tool.as_deref() {
+                        server.tool_answered(tool);
+                    }
                     let later = hooks::result_hooked(server, &set, &call.info, &answered.reply)
                         || switchyard_policy::Kind::of_list_method(&call.info.method).is_some();
                     return match later {
@@ -524,7 +527,7 @@ pub(crate) fn future_sizes() -> Vec<(&'static str, usize)> {
         ("Attempt::send_in", size(|| attempt::Attempt::send_in(todo!(), todo!(), todo!(), todo!()))),
         ("Attempt::acquire", size(|| attempt::Attempt::acquire(todo!()))),
         ("Attempt::gate", size(|| attempt::Attempt::gate(todo!()))),
-        ("rare: call::shown_tool", size(|| shown_tool(todo!(), todo!(), todo!()))),
+        ("rare: call::shown_tool", size(|| shown_tool(todo!(), todo!(), todo!(), todo!()))),
         ("rare: hooks::requested", size(|| hooks::requested(todo!(), todo!(), todo!(), todo!()))),
         ("rare: hooks::resulted", size(|| hooks::resulted(todo!(), todo!(), todo!(), todo!(), todo!(), todo!()))),
         (

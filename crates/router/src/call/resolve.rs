@@ -81,6 +81,7 @@ impl Forwarded<'_> {
         end: &mut End,
     ) -> Result<Effective, String> {
         let what = &self.what;
+        let audited = server.audit().is_some();
         // What only plugins (or the recorder) read is gathered only for them: arguments can be
         // large (a whole file for write_file), and the declared hints take a lookup.
         if set.reads_calls() && !self.gathered {
@@ -89,11 +90,15 @@ impl Forwarded<'_> {
             self.info.declared = self.info.tool.as_deref().map(|t| server.declared_hints(t)).unwrap_or_default();
             // A plugin reads one of two values of a key given twice, and the server may act on
             // the other (parsers differ): such arguments cannot be judged, so they are refused
-            // where a plugin would judge them (a call no plugin reads pays nothing for this; the
-            // recorder alone judges nothing).
+            // where a plugin judges this server's calls. A call no plugin of its server's chain
+            // reads pays nothing for this and passes as sent (the recorder alone judges nothing;
+            // a plugin for other servers does not judge this one's calls).
             if let Some(key) =
-                self.info.arguments.as_deref().filter(|_| !set.is_empty()).and_then(codec::key_given_twice)
+                self.info.arguments.as_deref().filter(|_| set.judges(&server.name)).and_then(codec::key_given_twice)
             {
+                if audited {
+                    end.plugins = set.judges_of(&server.name);
+                }
                 let rejection = Rejection::new("switchyard", given_twice(&key));
                 server.log_refusal(req.session_label, &what.to_string(), &rejection);
                 let answer = refused(set, self.info.tool.as_deref(), req.modern, self.client_id, rejection);
@@ -102,7 +107,6 @@ impl Forwarded<'_> {
                 return Err(answer.answer);
             }
         }
-        let audited = server.audit().is_some();
         if audited {
             end.plugins = set.judges_of(&server.name);
         }
@@ -125,7 +129,14 @@ impl Forwarded<'_> {
         };
         // The chain's own answer is kept only for the debug line: no copy per call otherwise.
         let decided = tracing::enabled!(tracing::Level::DEBUG).then(|| decision.clone());
-        let eff = resolve(server, decision);
+        let mut eff = resolve(server, decision);
+        // A tool whose call was in flight when an instance ended runs alone, whatever the
+        // plugins said: it takes no other call with it if it ends this one too (`suspect`).
+        if let Some(tool) = self.info.tool.as_deref()
+            && server.is_suspect(tool)
+        {
+            eff.concurrency = Concurrency::Exclusive;
+        }
         if let Some(decided) = &decided {
             log_decision(server, set, &self.info, what, decided, &eff);
         }
@@ -136,13 +147,13 @@ impl Forwarded<'_> {
     }
 }
 
-/// Why arguments that give `key` twice are refused. The key is cut short: arguments may be
-/// anything, and a refusal is logged.
+/// Why arguments that give `key` twice are refused where a plugin reads them. The key is cut
+/// short: arguments may be anything, and a refusal is logged.
 fn given_twice(key: &str) -> String {
     let shown: String = key.chars().take(64).collect();
     let cut = if shown.len() < key.len() { "..." } else { "" };
     format!(
-        "its arguments give the key `{shown}{cut}` twice in one object: parsers differ on which value counts, so the policy cannot judge the one the server would act on. Send each key once"
+        "a policy plugin reads these arguments and they give the key `{shown}{cut}` twice in one object; parsers differ on which value counts, so switchyard refuses them rather than let the plugin judge one value and the server act on another. Send each key once"
     )
 }
 

@@ -93,6 +93,10 @@ impl Forwarded<'_> {
             server.metrics.timeout(&server.metric_name, end.tool.as_ref());
         }
         let link_lost = matches!(e, CallError::Died { .. } | CallError::Lost { .. });
+        // The instance ended in this call: perhaps the tool ended it, so its calls run alone.
+        if let (CallError::Died { death, .. }, Some(tool)) = (&e, call.tool.as_deref()) {
+            server.suspect_tool(tool, &death.instance);
+        }
         if link_lost && self.lost_link.is_none() {
             // When the server became unreachable: for a link found silent, when it went quiet,
             // but leaving it SILENT_REPEAT for a fresh link.

@@ -7,11 +7,11 @@ use serde_json::{Value, json};
 use super::*;
 
 /// The scripted fake server with one more tool, `crash`, which ends the instance unanswered
-/// with exit status 7, as a tool that crashes its process does.
+/// with exit status 7, as a tool that crashes its process does; `resources/list` does the same.
 fn crashing() -> Behaviour {
     let inner = fake_server(true);
     Arc::new(move |link, msg| {
-        if msg.line.contains(r#""name":"crash""#) {
+        if msg.line.contains(r#""name":"crash""#) || msg.line.contains(r#""method":"resources/list""#) {
             let link = link.clone();
             tokio::spawn(async move { link.end("exit status 7") });
             return;
@@ -110,4 +110,57 @@ async fn status_tells_a_death_in_the_first_call_from_one_while_idle() {
     assert_eq!(error(&c.response(&write).await).0, -32003);
     let said = last_error_saying(&server, "signal 9").await;
     assert!(said.contains("ended (killed by signal 9) in its first call, after it started; not a failed start, but 2 instances in a row"), "{said}");
+}
+
+/// Found from outside: with the default pool (one instance, calls pipelined on it), client A
+/// calling a crashing tool in a loop took every call of client B down with it (each restarted
+/// instance got A's `crash` and B's call together; no call was ever answered, so the restarts
+/// were paced out to 10 s). Now a tool in flight when its instance ended runs alone: B's calls
+/// never share an instance with `crash`, all are answered, and their answers keep the restarts
+/// at once. The audit would show `crash` as exclusive; its calls still fail, each on its own.
+#[tokio::test(start_paused = true)]
+async fn one_client_s_crashing_tool_does_not_take_another_client_s_calls_down() {
+    let (server, _fake) = start_with("", crashing());
+    let mut a = Client::connect(&server).await;
+    let mut b = Client::connect(&server).await;
+    a.request("tools/list", json!({})).await;
+    let crashes = tokio::spawn(async move {
+        let mut failed = 0;
+        for _ in 0..30 {
+            let resp = a.call("crash", json!({})).await;
+            let (code, msg) = error(&resp);
+            assert_eq!(code, -32003, "{resp}");
+            assert!(msg.contains("during tools/call `crash`"), "{msg}");
+            failed += 1;
+        }
+        failed
+    });
+    let began = Instant::now();
+    for n in 0..40 {
+        let asked = Instant::now();
+        let resp = b.call("echo", json!({"text": format!("b{n}"), "ms": 20})).await;
+        assert_eq!(resp["result"]["content"][0]["text"], format!("b{n}"), "call {n} of B: {resp}");
+        assert!(asked.elapsed() <= ms(1000), "call {n} of B took {:?}", asked.elapsed());
+        tokio::time::sleep(ms(50)).await;
+    }
+    assert_eq!(crashes.await.expect("A's loop"), 30);
+    assert!(began.elapsed() <= ms(40 * 1000), "{:?}", began.elapsed());
+    assert!(!server.is_down());
+    // A fresh client's list is answered too.
+    let mut c = Client::connect(&server).await;
+    let listed = c.request("tools/list", json!({})).await;
+    assert!(listed["result"]["tools"].is_array(), "{listed}");
+}
+
+/// A list that loses its instance has no effect to check: its error never says it may have run.
+#[tokio::test(start_paused = true)]
+async fn a_list_that_loses_its_instance_is_not_told_to_check_its_effect() {
+    let (server, _fake) = start_with("", crashing());
+    let mut c = Client::connect(&server).await;
+    c.request("tools/list", json!({})).await;
+    let resp = c.request("resources/list", json!({})).await;
+    let (code, msg) = error(&resp);
+    assert_eq!(code, -32003, "{resp}");
+    assert!(msg.contains("ended (exit status 7)"), "{msg}");
+    assert!(!msg.contains("may have run") && !msg.contains("check its effect"), "{msg}");
 }

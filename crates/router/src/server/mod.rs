@@ -43,6 +43,7 @@ mod served;
 mod shaped;
 mod stateless;
 mod status;
+mod suspect;
 pub mod tasks;
 mod tools;
 
@@ -110,6 +111,8 @@ pub struct Server {
     serial: Mutex<Option<String>>,
     /// Where each call's end is logged (`[audit]`), when it is on.
     audit: std::sync::OnceLock<Arc<switchyard_core::audit::AuditLog>>,
+    /// Tools whose calls run alone, since an instance ended while one ran (see `suspect`).
+    suspects: suspect::Suspects,
 }
 
 impl Server {
@@ -199,6 +202,7 @@ impl Server {
                 replaced: std::sync::OnceLock::new(),
                 serial: Mutex::new(None),
                 audit: std::sync::OnceLock::new(),
+                suspects: Default::default(),
                 apart,
             }
         })
