@@ -13,8 +13,16 @@ pub const ARGUMENTS_DEPTH: usize = 120;
 /// The arguments `text` (the client's own JSON) as a line holds them, or why they are left out.
 /// How deep they nest is not looked at here: the writer thread does, for every record it writes
 /// (see [`ARGUMENTS_DEPTH`]), off the call's task.
+///
+/// Arguments that give a key twice in one object are left out: parsed, they keep one of the two
+/// values (serde_json the last), and a server that takes the other would act on what the line
+/// does not show.
 pub fn arguments_of(text: &str) -> Result<Value, LeftOut> {
-    serde_json::from_str(text).map_err(|e| LeftOut::of(&e))
+    let value = serde_json::from_str(text).map_err(|e| LeftOut::of(&e))?;
+    match crate::codec::key_given_twice(text) {
+        Some(_) => Err(LeftOut::KeyTwice),
+        None => Ok(value),
+    }
 }
 
 /// Why a call's arguments are left out of its line (its `arguments_sha256` stays). Each reason
@@ -29,13 +37,15 @@ pub enum LeftOut {
     OutOfRange,
     /// They would make the line longer than [`MAX_LINE`].
     TooLong,
+    /// They give a key twice in one object (which key is not said: keys are the client's).
+    KeyTwice,
     /// serde_json could not read them otherwise: its words.
     Unreadable(String),
 }
 
 impl LeftOut {
     /// How many kinds there are, for one rate limit each.
-    pub(super) const KINDS: usize = 5;
+    pub(super) const KINDS: usize = 6;
 
     /// Which kind this is, below [`LeftOut::KINDS`].
     pub(super) fn kind(&self) -> usize {
@@ -45,6 +55,7 @@ impl LeftOut {
             LeftOut::OutOfRange => 2,
             LeftOut::TooLong => 3,
             LeftOut::Unreadable(_) => 4,
+            LeftOut::KeyTwice => 5,
         }
     }
 
@@ -74,6 +85,9 @@ impl std::fmt::Display for LeftOut {
             }
             LeftOut::OutOfRange => f.write_str("they hold a number too large for a 64-bit float (such as 1e400)"),
             LeftOut::TooLong => write!(f, "they would make the line longer than {} MiB", MAX_LINE >> 20),
+            LeftOut::KeyTwice => f.write_str(
+                "they give a key twice in one object: parsed, one of the two values would be written, and the server may act on the other",
+            ),
             LeftOut::Unreadable(text) => write!(f, "they could not be read as JSON ({text})"),
         }
     }
@@ -169,6 +183,21 @@ mod tests {
             assert_eq!(got, why, "{text}");
             assert!(got.to_string().contains(said), "{text}: {got}");
         }
+        // A key given twice, at any depth, however escaped: neither of its values is written.
+        for text in [
+            r#"{"path":"/etc/passwd","path":"/tmp/ok"}"#,
+            r#"{"l":[{"z":1},{"z":1,"z":2}]}"#,
+            r#"{"p\u0061th":"/etc/passwd","path":"/tmp/ok"}"#,
+        ] {
+            let got = arguments_of(text).unwrap_err();
+            assert_eq!(got, LeftOut::KeyTwice, "{text}");
+            let said = got.to_string();
+            assert!(said.contains("a key twice") && !said.contains("path") && !said.contains('z'), "{said}");
+        }
+        assert_eq!(
+            arguments_of(r#"{"z":1,"l":[{"z":1},{"z":2}]}"#).unwrap(),
+            serde_json::json!({"z":1,"l":[{"z":1},{"z":2}]})
+        );
         let Err(LeftOut::Unreadable(why)) = arguments_of("{") else { panic!("an unended object is not read") };
         assert!(why.contains("EOF"), "{why}");
     }

@@ -383,6 +383,7 @@ async fn each_reason_to_leave_arguments_out_is_said_once_a_minute_on_its_own() {
         LeftOut::NotUnicode,
         LeftOut::OutOfRange,
         LeftOut::TooLong,
+        LeftOut::KeyTwice,
         LeftOut::Unreadable("EOF while parsing an object".into()),
     ];
     let told = |rounds: usize| {
