@@ -381,3 +381,76 @@ async fn arguments_a_line_cannot_hold_are_left_out_and_said_and_every_line_is_re
     }
     assert!(!logs.contains("\"deep\"") && !logs.contains("lone \\ud800"), "{logs}");
 }
+
+/// The tester's case: `path-guard` for server `t3` only. A key given twice passes as sent to
+/// `t`, which no plugin judges, and its line leaves the arguments out (a server that takes the
+/// first value acted on /etc/passwd, which the parsed `{"path":"/tmp/ok"}` would hide), their
+/// hash kept, the reason said once and no value named. To `t3`, path-guard reads the arguments:
+/// such a call is refused by switchyard, saying so, and every refused call's line names the
+/// chain that judged it.
+#[tokio::test]
+async fn a_key_given_twice_is_left_out_of_the_line_and_refused_only_where_a_plugin_reads_it() {
+    let home = Home::new();
+    let plugins = home.path().join("plugins");
+    install_plugin(&plugins, &example("path-guard.wasm"), "path-guard.wasm");
+    let allowed = home.path().join("allowed");
+    std::fs::create_dir_all(&allowed).unwrap();
+    let root = json!(allowed.to_str().unwrap());
+    home.write_config(&format!(
+        "{}{}[audit]\narguments = true\n[[plugins]]\nfile = \"path-guard.wasm\"\nservers = [\"t3\"]\nconfig = {{ roots = [{root}] }}\n",
+        home.fixture("t", &[]),
+        home.fixture("t3", &[]),
+    ));
+    let twice =
+        [r#"{"text":"kept","path":"/etc/passwd","path":"/tmp/ok"}"#, r#"{"text":"n","l":[{"z":1},{"z":1,"z":2}]}"#];
+    let call = |id: usize, args: &str| {
+        format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{args}}}}}"#)
+    };
+    let (p, mut c) = home.client("t").await;
+    for (id, args) in twice.iter().enumerate() {
+        c.send_raw(&call(id, args)).await;
+        let r = c.recv_until(|m| m["id"] == id).await;
+        assert!(r["result"]["isError"] != true && r.get("error").is_none(), "{args}: {r}");
+    }
+    leave(p, c).await;
+    let (p, mut c) = home.client("t3").await;
+    // path-guard (serde_json) judges the last value, inside its root, and passes it: switchyard
+    // refuses it, as a server that takes the first would read /etc/passwd.
+    let inside = json!(allowed.join("ok").to_str().unwrap());
+    c.send_raw(&call(7, &format!(r#"{{"text":"kept","path":"/etc/passwd","path":{inside}}}"#))).await;
+    let r = c.recv_until(|m| m["id"] == 7).await;
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    let said = r["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(said.contains("a policy plugin reads these arguments and they give the key `path` twice"), "{said}");
+    assert!(!said.contains("no policy plugin") && !said.contains("/etc/passwd"), "{said}");
+    let r = c.call_tool("echo", json!({"text": "x", "path": "/etc/passwd"})).await;
+    assert!(r["result"]["content"][0]["text"].as_str().is_some_and(|t| t.contains("outside the allowed roots")), "{r}");
+    leave(p, c).await;
+    home.stop().await;
+
+    // What `t` got: both values, as the client wrote them.
+    let sent = std::fs::read_to_string(home.journal("t")).unwrap();
+    assert!(sent.contains("/etc/passwd"), "the call to `t` did not reach it as sent: {sent}");
+    let (records, _) = audit_records(&home);
+    let on =
+        |server: &'static str| records.iter().filter(move |r| r["server"] == server && r["method"] == "tools/call");
+    let t: Vec<&Value> = on("t").collect();
+    assert_eq!(t.len(), 2, "{records:?}");
+    for (r, args) in t.iter().zip(twice) {
+        assert!(r.get("arguments").is_none(), "given twice, written as parsed: {r}");
+        assert_eq!(r["arguments_sha256"].as_str(), Some(sha256_hex(args).as_str()), "{r}");
+        assert!(r.get("plugins").is_none() && r.get("refused_by").is_none(), "no plugin judges `t`: {r}");
+    }
+    let t3: Vec<&Value> = on("t3").collect();
+    let refusers: Vec<&str> = t3.iter().map(|r| r["refused_by"].as_str().unwrap_or("-")).collect();
+    assert_eq!(refusers, ["switchyard", "path-guard.wasm"], "{t3:?}");
+    for r in &t3 {
+        assert_eq!(r["plugins"][0]["name"], "path-guard.wasm", "the chain that judged it: {r}");
+        assert_eq!(r["plugins"].as_array().map(Vec::len), Some(1), "{r}");
+    }
+    let logs = home.logs();
+    let told: Vec<&str> = logs.lines().filter(|l| l.contains("arguments are left out")).collect();
+    assert_eq!(told.len(), 1, "said once a minute: {logs}");
+    assert!(told[0].contains("a key twice") && told[0].contains("echo"), "{}", told[0]);
+    assert!(!told[0].contains("/etc/passwd") && !told[0].contains("/tmp/ok"), "{}", told[0]);
+}

@@ -335,6 +335,13 @@ impl PluginSet {
         self.chain.iter().any(|p| p.name == plugin && p.entry.refusals == Refusals::Error)
     }
 
+    /// Whether a plugin of the chain judges the calls to `server` (reads them in `decide` or a
+    /// hook): those [`PluginSet::judges_of`] names. A chain whose plugins are all for other
+    /// servers judges none of this one's calls.
+    pub fn judges(&self, server: &str) -> bool {
+        self.chain.iter().any(|p| p.applies_to(server))
+    }
+
     /// The plugins that judge the calls to `server`, in chain order: each by its file name and
     /// the SHA-256 of the file that runs (for the audit log and traces).
     pub fn judges_of(&self, server: &str) -> Vec<switchyard_core::audit::PluginRef> {

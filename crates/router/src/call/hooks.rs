@@ -144,5 +144,9 @@ fn answered(
         false => (refused(set, tool, req.modern, id, rejection), Outcome::Rejected),
     };
     (end.outcome, end.code, end.refused_by) = (outcome, answer.code, Some(answer.by.clone()));
+    // The chain that judged the call, also when a hook refused it before the chain's `decide`.
+    if server.audit().is_some() {
+        end.plugins = set.judges_of(&server.name);
+    }
     answer
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::refused::{Refused, refused};
-use super::{Request, caller_of};
+use super::{End, Request, caller_of};
 use crate::server::Server;
 use switchyard_core::call::Call;
 use switchyard_core::codec;
@@ -64,11 +64,13 @@ pub(super) fn shows(server: &Server, req: &Request<'_>) -> Option<(Kind, Arc<Plu
 /// tool)) when the client called it by a name a plugin gave it; Ok(None) to send it as it is;
 /// Err(the client's answer) when a plugin hides the tool from this client or shows it under
 /// another name (for a tool, a result the model reads; see `refused`). The request made is
-/// boxed: only a renamed call pays for it, and the call's future holds a pointer.
+/// boxed: only a renamed call pays for it, and the call's future holds a pointer. A refusal
+/// notes in `end` the plugins that judged it, for the audit line.
 pub(super) async fn shown_tool(
     server: &Arc<Server>,
     req: &Request<'_>,
     (kind, set): (Kind, Arc<PluginSet>),
+    end: &mut End,
 ) -> Result<Option<Box<Call>>, Refused> {
     let (Some(span), Some(called)) = (req.call.fields().name.clone(), req.call.name()) else { return Ok(None) };
     let called = called.into_owned();
@@ -91,6 +93,10 @@ pub(super) async fn shown_tool(
         Err(rejection) => {
             server.log_refusal(req.session_label, &format!("{} `{called}`", kind.noun()), &rejection);
             let tool = (kind == Kind::Tool).then_some(called.as_str());
+            // The audit line names the chain that judged the call, refused before `decide` too.
+            if server.audit().is_some() {
+                end.plugins = set.judges_of(&server.name);
+            }
             Err(refused(&set, tool, req.modern, client_id, rejection))
         }
     }
