@@ -144,3 +144,46 @@ async fn a_tool_that_crashes_its_server_in_every_call_never_holds_the_server_dow
     leave(p, c).await;
     home.shutdown().await;
 }
+
+/// Found from outside: with the default pool, one client calling a crashing tool in a loop took
+/// every call of another client down with it (0 of 11 answered, each after up to 9.7 s). Now a
+/// tool in flight when its instance died runs alone until one of its calls is answered: the
+/// other client's calls never share an instance with `crash`, and all are answered.
+#[tokio::test]
+async fn a_client_calling_a_crashing_tool_in_a_loop_does_not_starve_another_client() {
+    let home = Home::new();
+    home.write_config(&home.fixture("fx", &[]));
+    let (pa, mut a) = home.client("fx").await;
+    let (pb, mut b) = home.client("fx").await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let crashing = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut crashed = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let resp = a.call_tool("crash", json!({"code": 7})).await;
+                let message = resp["error"]["message"].as_str().unwrap_or_default().to_string();
+                assert!(message.contains("ended (exit status 7) during tools/call `crash`"), "{resp}");
+                crashed += 1;
+            }
+            (a, crashed)
+        })
+    };
+    for n in 0..20 {
+        let asked = std::time::Instant::now();
+        let text = format!("b{n}");
+        assert_eq!(b.call_text("echo", json!({"text": text})).await, text);
+        assert!(asked.elapsed() < Duration::from_secs(3), "echo {n} took {:?}", asked.elapsed());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (a, crashed) = crashing.await.expect("A's loop");
+    assert!(crashed >= 3, "A's crash calls ran meanwhile: {crashed}");
+    let (pc, mut c) = home.client("fx").await;
+    let listed = c.request("tools/list", json!({})).await;
+    assert!(listed["result"]["tools"].is_array(), "{listed}");
+    leave(pc, c).await;
+    leave(pb, b).await;
+    leave(pa, a).await;
+    home.shutdown().await;
+}
