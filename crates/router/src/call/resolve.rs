@@ -82,6 +82,9 @@ impl Forwarded<'_> {
     ) -> Result<Effective, String> {
         let what = &self.what;
         let audited = server.audit().is_some();
+        if audited {
+            end.plugins = set.judges_of(&server.name);
+        }
         // What only plugins (or the recorder) read is gathered only for them: arguments can be
         // large (a whole file for write_file), and the declared hints take a lookup.
         if set.reads_calls() && !self.gathered {
@@ -96,19 +99,8 @@ impl Forwarded<'_> {
             if let Some(key) =
                 self.info.arguments.as_deref().filter(|_| set.judges(&server.name)).and_then(codec::key_given_twice)
             {
-                if audited {
-                    end.plugins = set.judges_of(&server.name);
-                }
-                let rejection = Rejection::new("switchyard", given_twice(&key));
-                server.log_refusal(req.session_label, &what.to_string(), &rejection);
-                let answer = refused(set, self.info.tool.as_deref(), req.modern, self.client_id, rejection);
-                (end.outcome, end.code) = (Outcome::Rejected, answer.code);
-                end.refused_by = Some(answer.by);
-                return Err(answer.answer);
+                return Err(self.reject(server, set, req, end, Rejection::new("switchyard", given_twice(&key))));
             }
-        }
-        if audited {
-            end.plugins = set.judges_of(&server.name);
         }
         // With no plugin and no recorder the chain's answer is the default, at once; a chain
         // that runs is boxed where awaited: it holds the call's arguments as the plugins get
@@ -119,13 +111,7 @@ impl Forwarded<'_> {
         };
         let decision = match answer {
             Ok(d) => d,
-            Err(rejection) => {
-                server.log_refusal(req.session_label, &what.to_string(), &rejection);
-                let answer = refused(set, self.info.tool.as_deref(), req.modern, self.client_id, rejection);
-                (end.outcome, end.code) = (Outcome::Rejected, answer.code);
-                end.refused_by = Some(answer.by);
-                return Err(answer.answer);
-            }
+            Err(rejection) => return Err(self.reject(server, set, req, end, rejection)),
         };
         // The chain's own answer is kept only for the debug line: no copy per call otherwise.
         let decided = tracing::enabled!(tracing::Level::DEBUG).then(|| decision.clone());
@@ -144,6 +130,23 @@ impl Forwarded<'_> {
             end.decided = Some(super::audit::decided(&eff));
         }
         Ok(eff)
+    }
+
+    /// The call is refused before it runs (by a plugin, or by switchyard for what no plugin can
+    /// judge): logged, noted in `end`, and answered with the client's answer returned.
+    fn reject(
+        &self,
+        server: &Server,
+        set: &PluginSet,
+        req: &Request<'_>,
+        end: &mut End,
+        rejection: Rejection,
+    ) -> String {
+        server.log_refusal(req.session_label, &self.what.to_string(), &rejection);
+        let answer = refused(set, self.info.tool.as_deref(), req.modern, self.client_id, rejection);
+        (end.outcome, end.code) = (Outcome::Rejected, answer.code);
+        end.refused_by = Some(answer.by);
+        answer.answer
     }
 }
 
